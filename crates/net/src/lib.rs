@@ -1,0 +1,10 @@
+//! The wire layer shared by the load engine and the test backend: a thin epoll poller with
+//! nanosecond timeouts, non-blocking socket helpers, and HTTP/1.1 message framing.
+//!
+//! Both sides of a benchmark live on this crate so that neither pays for an async runtime on the
+//! hot path: one `send` and one `recv` per request, no allocation, no per-request timer.
+
+pub mod clock;
+pub mod http1;
+pub mod poller;
+pub mod socket;
