@@ -1,0 +1,201 @@
+//! Pacers say when the next request is due; the driver asks, it never decides by itself.
+//!
+//! Closed and open loop are two values of one type feeding one request loop (STYLE.md #3). An
+//! open-loop pacer hands out *intended* send times: if the driver sends later (no free
+//! connection, a busy thread), latency is still measured from the intended time, which is the
+//! coordinated-omission correction. Pacers are pure functions of the time they are given, so
+//! tests drive them with plain numbers.
+
+/// How arrivals are spaced in an open loop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Arrival {
+    /// Evenly spaced, one every 1/rate seconds.
+    Uniform,
+    /// Exponentially distributed gaps: a Poisson process of the given mean rate.
+    Poisson,
+}
+
+/// The source of intended send times for one worker.
+#[derive(Debug, Clone)]
+pub enum Pacer {
+    /// Closed loop: a request is due as soon as a connection is free; intended = now.
+    Closed,
+    /// Open loop: a schedule that does not wait for responses.
+    Open(Schedule),
+}
+
+impl Pacer {
+    /// Takes the next request due at or before `now`, returning its intended send time.
+    #[inline]
+    pub fn due(&mut self, now: u64) -> Option<u64> {
+        match self {
+            Pacer::Closed => Some(now),
+            Pacer::Open(s) => s.due(now),
+        }
+    }
+
+    /// When the next request becomes due; `None` for a closed loop (paced by responses).
+    #[inline]
+    pub fn wake_at(&self) -> Option<u64> {
+        match self {
+            Pacer::Closed => None,
+            Pacer::Open(s) => Some(s.next),
+        }
+    }
+
+    pub fn is_open(&self) -> bool {
+        matches!(self, Pacer::Open(_))
+    }
+}
+
+/// An open-loop schedule.
+#[derive(Debug, Clone)]
+pub struct Schedule {
+    /// Intended time of the next request, in nanoseconds of the run clock.
+    next: u64,
+    start: u64,
+    /// Mean gap between requests in nanoseconds.
+    gap_ns: f64,
+    /// Requests handed out so far (uniform times are computed from it, so they never drift).
+    taken: u64,
+    arrival: Arrival,
+    rng: SplitMix64,
+}
+
+impl Schedule {
+    /// `rate_rps` requests per second from `start` (ns) on.
+    pub fn new(rate_rps: f64, start: u64, arrival: Arrival, seed: u64) -> Self {
+        let gap_ns = 1e9 / rate_rps;
+        let mut s = Self {
+            next: start,
+            start,
+            gap_ns,
+            taken: 0,
+            arrival,
+            rng: SplitMix64(seed),
+        };
+        if arrival == Arrival::Poisson {
+            s.next = start + s.exp_gap();
+        }
+        s
+    }
+
+    fn exp_gap(&mut self) -> u64 {
+        // Inverse transform of an exponential variate; u in (0, 1].
+        let u = 1.0 - self.rng.next_f64();
+        (-u.ln() * self.gap_ns) as u64
+    }
+
+    /// Moves the whole schedule `by` nanoseconds later (the run clock starts after connecting).
+    pub fn shift(&mut self, by: u64) {
+        self.start += by;
+        self.next += by;
+    }
+
+    #[inline]
+    fn due(&mut self, now: u64) -> Option<u64> {
+        if self.next > now {
+            return None;
+        }
+        let t = self.next;
+        self.taken += 1;
+        self.next = match self.arrival {
+            Arrival::Uniform => self.start + (self.taken as f64 * self.gap_ns) as u64,
+            Arrival::Poisson => self.next + self.exp_gap(),
+        };
+        Some(t)
+    }
+}
+
+/// A tiny, fast, seedable generator (Steele et al.'s SplitMix64): good enough for arrival gaps
+/// and target choice, and reproducible from a `--seed`.
+#[derive(Debug, Clone)]
+pub struct SplitMix64(pub u64);
+
+impl SplitMix64 {
+    #[inline]
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [0, 1).
+    #[inline]
+    pub fn next_f64(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    /// Calls `due` at each time in `polls` until it returns None, collecting intended times.
+    fn drain(p: &mut Pacer, polls: &[u64]) -> Vec<u64> {
+        let mut out = Vec::new();
+        for &now in polls {
+            while let Some(t) = p.due(now) {
+                out.push(t);
+                if !p.is_open() {
+                    break;
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn pacer_table() {
+        let uniform = |rate, start| Pacer::Open(Schedule::new(rate, start, Arrival::Uniform, 1));
+        let cases: Vec<(&str, Pacer, Vec<u64>, Vec<u64>)> = vec![
+            ("closed: intended is now", Pacer::Closed, vec![5, 7], vec![5, 7]),
+            ("uniform 1000/s polled on time", uniform(1000.0, 0), vec![0, MS, 2 * MS], vec![0, MS, 2 * MS]),
+            ("uniform polled late keeps intended times", uniform(1000.0, 0), vec![3 * MS + 5], vec![0, MS, 2 * MS, 3 * MS]),
+            ("uniform before start", uniform(1000.0, 10 * MS), vec![0, 9 * MS], vec![]),
+            ("uniform 3/s has no drift", uniform(3.0, 0), vec![1_000_000_000], vec![0, 333_333_333, 666_666_666, 1_000_000_000]),
+        ];
+        for (name, mut pacer, polls, want) in cases {
+            assert_eq!(drain(&mut pacer, &polls), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn wake_at_is_the_next_intended_time() {
+        let mut p = Pacer::Open(Schedule::new(1000.0, 0, Arrival::Uniform, 1));
+        assert_eq!(p.wake_at(), Some(0));
+        p.due(0);
+        assert_eq!(p.wake_at(), Some(MS));
+        assert_eq!(Pacer::Closed.wake_at(), None);
+    }
+
+    #[test]
+    fn poisson_has_the_asked_mean_and_exponential_spread() {
+        let mut s = Schedule::new(10_000.0, 0, Arrival::Poisson, 42);
+        let n = 200_000u64;
+        let mut prev = 0u64;
+        let mut gaps = Vec::with_capacity(n as usize);
+        for _ in 0..n {
+            let t = s.due(u64::MAX).unwrap();
+            gaps.push((t - prev) as f64);
+            prev = t;
+        }
+        let mean = gaps.iter().sum::<f64>() / n as f64;
+        assert!((mean - 100_000.0).abs() < 1_000.0, "mean gap {mean} ns, want 100 µs ± 1 %");
+        // For an exponential distribution the standard deviation equals the mean.
+        let var = gaps.iter().map(|g| (g - mean).powi(2)).sum::<f64>() / n as f64;
+        let cv = var.sqrt() / mean;
+        assert!((cv - 1.0).abs() < 0.02, "coefficient of variation {cv}, want 1");
+        // Same seed, same schedule.
+        let mut a = Schedule::new(500.0, 0, Arrival::Poisson, 7);
+        let mut b = Schedule::new(500.0, 0, Arrival::Poisson, 7);
+        for _ in 0..100 {
+            assert_eq!(a.due(u64::MAX), b.due(u64::MAX));
+        }
+    }
+}

@@ -1,0 +1,333 @@
+//! Per-worker measurements in constant memory, merged by adding (STYLE.md #4).
+//!
+//! Each worker owns one [`Recorder`]: three HdrHistograms in microseconds (latency from the
+//! intended send time, service time from the actual send, schedule lag), counts per status code
+//! and per error kind, and bytes. Nothing grows with the number of requests. Once a second the
+//! worker also hands over an [`Interval`] (a coarse histogram and counts) for the timeline.
+
+use std::ops::AddAssign;
+
+use hdrhistogram::Histogram;
+
+/// Largest value a histogram holds: 60 s in microseconds.
+pub const HIST_MAX_US: u64 = 60_000_000;
+
+/// Kinds of failed request, counted separately.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The TCP connection could not be established (refused, unreachable).
+    Connect,
+    /// No complete response within `--timeout` (or the request waited longer than that for a
+    /// free connection in an open loop).
+    Timeout,
+    /// The peer reset or closed the connection before the response was complete.
+    Reset,
+    /// The peer answered bytes that are not valid HTTP/1.1, or a head over 64 KiB.
+    Protocol,
+    /// Any other socket error.
+    Other,
+}
+
+impl ErrorKind {
+    pub const ALL: [ErrorKind; 5] = [
+        ErrorKind::Connect,
+        ErrorKind::Timeout,
+        ErrorKind::Reset,
+        ErrorKind::Protocol,
+        ErrorKind::Other,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ErrorKind::Connect => "connect",
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::Reset => "reset",
+            ErrorKind::Protocol => "protocol",
+            ErrorKind::Other => "other",
+        }
+    }
+
+    /// Classifies a socket error met while a request was in flight.
+    pub fn of_io(err: &std::io::Error) -> ErrorKind {
+        match err.raw_os_error() {
+            Some(libc_errno::ECONNRESET | libc_errno::EPIPE | libc_errno::ECONNABORTED) => {
+                ErrorKind::Reset
+            }
+            Some(libc_errno::ETIMEDOUT) => ErrorKind::Timeout,
+            Some(libc_errno::ECONNREFUSED | libc_errno::ENETUNREACH | libc_errno::EHOSTUNREACH) => {
+                ErrorKind::Connect
+            }
+            _ => ErrorKind::Other,
+        }
+    }
+}
+
+/// Linux errno values used for classification (kept here so the engine needs no libc).
+mod libc_errno {
+    pub const EPIPE: i32 = 32;
+    pub const ENETUNREACH: i32 = 101;
+    pub const ECONNABORTED: i32 = 103;
+    pub const ECONNRESET: i32 = 104;
+    pub const ETIMEDOUT: i32 = 110;
+    pub const ECONNREFUSED: i32 = 111;
+    pub const EHOSTUNREACH: i32 = 113;
+}
+
+/// A latency histogram in microseconds, 1 µs to 60 s, 3 significant digits.
+pub fn new_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, HIST_MAX_US, 3).expect("static histogram bounds are valid")
+}
+
+/// A coarse histogram (2 significant digits, ~30 KiB) for once-a-second timeline points.
+pub fn new_interval_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, HIST_MAX_US, 2).expect("static histogram bounds are valid")
+}
+
+/// What one worker measured in one second of the run.
+#[derive(Debug, Clone)]
+pub struct Interval {
+    /// Second of the measured window this covers (0 = the first).
+    pub second: u32,
+    pub requests: u64,
+    pub errors: u64,
+    pub latency: Histogram<u64>,
+}
+
+impl Interval {
+    pub fn new(second: u32) -> Self {
+        Self {
+            second,
+            requests: 0,
+            errors: 0,
+            latency: new_interval_histogram(),
+        }
+    }
+}
+
+/// Everything one worker measured; merge several with `+=`.
+#[derive(Debug, Clone)]
+pub struct Recorder {
+    /// Intended send to complete response (coordinated-omission corrected in an open loop).
+    pub latency: Histogram<u64>,
+    /// Actual send to complete response.
+    pub service: Histogram<u64>,
+    /// Intended to actual send time (open loop).
+    pub lag: Histogram<u64>,
+    /// Responses per status code; index = code (codes outside 100..=599 land in 0).
+    status: Vec<u64>,
+    errors: [u64; 5],
+    pub bytes_sent: u64,
+    pub bytes_received: u64,
+    /// Requests put on the wire.
+    pub sends: u64,
+    /// Sends more than 1 ms late although a connection was free: the generator's own delay.
+    pub late_sends: u64,
+    /// Sends that waited for a free connection (the target is slower than the asked rate).
+    pub queued_sends: u64,
+    /// Requests sent but neither answered nor failed when the run ended.
+    pub unfinished: u64,
+}
+
+impl Default for Recorder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Recorder {
+    pub fn new() -> Self {
+        Self {
+            latency: new_histogram(),
+            service: new_histogram(),
+            lag: new_histogram(),
+            status: vec![0; 600],
+            errors: [0; 5],
+            bytes_sent: 0,
+            bytes_received: 0,
+            sends: 0,
+            late_sends: 0,
+            queued_sends: 0,
+            unfinished: 0,
+        }
+    }
+
+    /// A complete response: status and times in nanoseconds.
+    #[inline]
+    pub fn response(&mut self, status: u16, latency_ns: u64, service_ns: u64) {
+        let idx = if (100..600).contains(&status) {
+            status as usize
+        } else {
+            0
+        };
+        self.status[idx] += 1;
+        self.latency.saturating_record(latency_ns / 1000);
+        self.service.saturating_record(service_ns / 1000);
+    }
+
+    /// A failed request.
+    #[inline]
+    pub fn error(&mut self, kind: ErrorKind) {
+        self.errors[kind as usize] += 1;
+    }
+
+    /// A request put on the wire `lag_ns` after its intended time.
+    #[inline]
+    pub fn send(&mut self, lag_ns: u64, generator_late: bool, queued: bool) {
+        self.sends += 1;
+        self.lag.saturating_record(lag_ns / 1000);
+        self.late_sends += generator_late as u64;
+        self.queued_sends += queued as u64;
+    }
+
+    /// Counts per status code, ascending; code 0 collects out-of-range codes.
+    pub fn status_codes(&self) -> impl Iterator<Item = (u16, u64)> + '_ {
+        self.status
+            .iter()
+            .enumerate()
+            .filter(|(_, &n)| n > 0)
+            .map(|(code, &n)| (code as u16, n))
+    }
+
+    pub fn errors(&self, kind: ErrorKind) -> u64 {
+        self.errors[kind as usize]
+    }
+
+    /// Responses with a status of 400 or more (they count as failed requests).
+    pub fn http_errors(&self) -> u64 {
+        self.status[400..].iter().sum::<u64>() + self.status[0]
+    }
+
+    pub fn responses(&self) -> u64 {
+        self.status.iter().sum()
+    }
+
+    pub fn transport_errors(&self) -> u64 {
+        self.errors.iter().sum()
+    }
+
+    /// Finished requests: every response plus every failure.
+    pub fn total(&self) -> u64 {
+        self.responses() + self.transport_errors()
+    }
+
+    /// Responses with a status below 400.
+    pub fn ok(&self) -> u64 {
+        self.responses() - self.http_errors()
+    }
+}
+
+impl AddAssign<&Recorder> for Recorder {
+    fn add_assign(&mut self, o: &Recorder) {
+        // The bounds are equal by construction, so adding cannot fail.
+        self.latency.add(&o.latency).expect("same histogram bounds");
+        self.service.add(&o.service).expect("same histogram bounds");
+        self.lag.add(&o.lag).expect("same histogram bounds");
+        for (a, b) in self.status.iter_mut().zip(&o.status) {
+            *a += b;
+        }
+        for (a, b) in self.errors.iter_mut().zip(&o.errors) {
+            *a += b;
+        }
+        self.bytes_sent += o.bytes_sent;
+        self.bytes_received += o.bytes_received;
+        self.sends += o.sends;
+        self.late_sends += o.late_sends;
+        self.queued_sends += o.queued_sends;
+        self.unfinished += o.unfinished;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_table() {
+        // (what happens, total, ok, errors by kind [connect, timeout, reset, protocol, other])
+        type Step = fn(&mut Recorder);
+        let cases: &[(&str, &[Step], u64, u64, [u64; 5])] = &[
+            ("nothing", &[], 0, 0, [0; 5]),
+            ("one 200", &[|r| r.response(200, 1000, 900)], 1, 1, [0; 5]),
+            ("a 503 is a failed request", &[|r| r.response(503, 1000, 900)], 1, 0, [0; 5]),
+            ("a 302 is fine", &[|r| r.response(302, 1000, 900)], 1, 1, [0; 5]),
+            ("odd status", &[|r| r.response(999, 1000, 900)], 1, 0, [0; 5]),
+            (
+                "mixed",
+                &[|r| r.response(200, 1, 1), |r| r.error(ErrorKind::Reset), |r| r.error(ErrorKind::Connect)],
+                3,
+                1,
+                [1, 0, 1, 0, 0],
+            ),
+        ];
+        for (name, steps, total, ok, errs) in cases {
+            let mut r = Recorder::new();
+            steps.iter().for_each(|s| s(&mut r));
+            assert_eq!(r.total(), *total, "{name}: total");
+            assert_eq!(r.ok(), *ok, "{name}: ok");
+            let got: Vec<u64> = ErrorKind::ALL.iter().map(|k| r.errors(*k)).collect();
+            assert_eq!(got, errs.to_vec(), "{name}: errors");
+            assert_eq!(r.ok() + r.http_errors() + r.transport_errors(), r.total(), "{name}: sum");
+        }
+    }
+
+    #[test]
+    fn merging_equals_recording_in_one_place() {
+        let mut a = Recorder::new();
+        let mut b = Recorder::new();
+        let mut both = Recorder::new();
+        for i in 1..=10_000u64 {
+            let (r, us) = if i % 3 == 0 { (&mut a, i) } else { (&mut b, i * 7) };
+            r.response(200, us * 1000, us * 500);
+            both.response(200, us * 1000, us * 500);
+        }
+        a.error(ErrorKind::Timeout);
+        both.error(ErrorKind::Timeout);
+        a.bytes_sent = 10;
+        b.bytes_sent = 5;
+        both.bytes_sent = 15;
+        let mut merged = Recorder::new();
+        merged += &a;
+        merged += &b;
+        assert_eq!(merged.latency, both.latency);
+        assert_eq!(merged.service, both.service);
+        assert_eq!(merged.total(), both.total());
+        assert_eq!(merged.bytes_sent, 15);
+        for q in [0.5, 0.9, 0.99, 0.999] {
+            assert_eq!(merged.latency.value_at_quantile(q), both.latency.value_at_quantile(q));
+        }
+    }
+
+    #[test]
+    fn histogram_bounds_and_precision() {
+        let mut r = Recorder::new();
+        r.response(200, 0, 0); // below 1 µs
+        r.response(200, 120_000_000_000, 1); // 120 s, above the top: clamped, not lost
+        r.response(200, 1_234_567_000, 1); // 1.234567 s
+        assert_eq!(r.latency.len(), 3);
+        assert_eq!(r.latency.min(), 0);
+        assert!(r.latency.max() >= HIST_MAX_US && r.latency.max() <= HIST_MAX_US * 1001 / 1000);
+        let v = r.latency.value_at_quantile(0.5);
+        assert!((v as f64 - 1_234_567.0).abs() / 1_234_567.0 < 0.001, "3 significant digits: {v}");
+    }
+
+    #[test]
+    fn memory_does_not_grow_with_requests() {
+        let mut r = Recorder::new();
+        let before = r.latency.distinct_values();
+        for i in 0..1_000_000u64 {
+            r.response(200, (i % 50_000) * 1000 + 1000, 1000);
+        }
+        assert_eq!(r.latency.distinct_values(), before, "histogram storage is fixed up front");
+        assert_eq!(r.status.len(), 600);
+    }
+
+    #[test]
+    fn io_errors_are_classified() {
+        use std::io::Error;
+        assert_eq!(ErrorKind::of_io(&Error::from_raw_os_error(104)), ErrorKind::Reset);
+        assert_eq!(ErrorKind::of_io(&Error::from_raw_os_error(32)), ErrorKind::Reset);
+        assert_eq!(ErrorKind::of_io(&Error::from_raw_os_error(111)), ErrorKind::Connect);
+        assert_eq!(ErrorKind::of_io(&Error::from_raw_os_error(110)), ErrorKind::Timeout);
+        assert_eq!(ErrorKind::of_io(&Error::other("x")), ErrorKind::Other);
+    }
+}

@@ -1,0 +1,388 @@
+//! A whole run: splits the load across worker threads, starts them together, gathers their
+//! per-second intervals into a timeline (and a live view), merges their recorders and judges
+//! whether the generator kept up.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, SystemTime};
+
+use hdrhistogram::Histogram;
+use meshbench_net::clock::{process_usage, Clock};
+use thiserror::Error;
+
+use crate::driver::{run_worker, Control, WorkerEvent, WorkerPlan, WorkerReport};
+use crate::pacer::{Arrival, Pacer, Schedule};
+use crate::recorder::{new_interval_histogram, Interval, Recorder};
+use crate::result::*;
+use crate::spec::{LoadSpec, Mode, StopAt};
+
+/// Why a run could not be carried out (failures of the target are data, not errors).
+#[derive(Debug, Error)]
+pub enum RunError {
+    #[error("{connections} connections need {needed} file descriptors but the limit is {limit}; raise `ulimit -n` or use fewer connections")]
+    TooFewFiles {
+        connections: usize,
+        needed: u64,
+        limit: u64,
+    },
+    #[error("could not start a worker: {0}")]
+    Setup(#[from] std::io::Error),
+    #[error("a worker thread panicked")]
+    WorkerPanicked,
+}
+
+/// What the live progress line shows.
+#[derive(Debug, Clone, Copy)]
+pub struct Live {
+    /// Seconds since the start, warm-up included.
+    pub elapsed_secs: f64,
+    pub warming_up: bool,
+    /// Measured requests finished so far.
+    pub requests: u64,
+    pub errors: u64,
+    /// Requests in the last full second.
+    pub last_second_rps: u64,
+    pub p50_us: u64,
+    pub p99_us: u64,
+}
+
+/// Runs `spec` to completion or until `stop` is set; calls `on_live` about every 200 ms.
+pub fn run(
+    spec: &LoadSpec,
+    stop: Arc<AtomicBool>,
+    mut on_live: impl FnMut(&Live),
+) -> Result<RunResult, RunError> {
+    let limit = meshbench_net::socket::raise_nofile_limit();
+    let needed = spec.connections as u64 + 64;
+    if needed > limit {
+        return Err(RunError::TooFewFiles {
+            connections: spec.connections,
+            needed,
+            limit,
+        });
+    }
+    let threads = spec.threads.clamp(1, spec.connections.max(1));
+    let plans = plan_workers(spec, threads);
+    let ctl = Control {
+        clock: Clock::start(),
+        stop: stop.clone(),
+        start_at: AtomicU64::new(0),
+        started: Barrier::new(threads + 1),
+    };
+    let (tx, rx) = mpsc::channel();
+    let mut timeline = Vec::new();
+    let mut so_far = new_interval_histogram();
+    let (mut requests, mut errors) = (0u64, 0u64);
+    let (reports, wall_start, cpu_before) = std::thread::scope(|s| {
+        let handles: Vec<_> = plans
+            .into_iter()
+            .map(|plan| {
+                let tx = tx.clone();
+                let ctl = &ctl;
+                s.spawn(move || run_worker(plan, ctl, tx))
+            })
+            .collect();
+        drop(tx);
+        let mut ready = 0;
+        while ready < threads {
+            match rx.recv() {
+                Ok(WorkerEvent::Ready) => ready += 1,
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+        let cpu_before = process_usage().0;
+        let start_ns = ctl.clock.now() + 200_000;
+        ctl.start_at.store(start_ns, Ordering::Release);
+        let wall_start = SystemTime::now() + Duration::from_nanos(200_000) + spec.warmup;
+        ctl.started.wait();
+
+        let mut pending: BTreeMap<u32, (usize, Interval)> = BTreeMap::new();
+        let mut last_rps = 0;
+        let warmup_ns = spec.warmup.as_nanos() as u64;
+        loop {
+            let msg = rx.recv_timeout(Duration::from_millis(200));
+            match msg {
+                Ok(WorkerEvent::Interval(iv)) => {
+                    let entry = pending
+                        .entry(iv.second)
+                        .or_insert_with(|| (0, Interval::new(iv.second)));
+                    merge_interval(&mut entry.1, &iv);
+                    entry.0 += 1;
+                    while pending.first_key_value().is_some_and(|(_, (n, _))| *n == threads) {
+                        let (_, (_, iv)) = pending.pop_first().expect("checked non-empty");
+                        last_rps = iv.requests;
+                        push_point(&mut timeline, &mut so_far, &mut requests, &mut errors, &iv);
+                    }
+                }
+                Ok(WorkerEvent::Ready) => {}
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            }
+            let elapsed = ctl.clock.now().saturating_sub(start_ns);
+            on_live(&Live {
+                elapsed_secs: elapsed as f64 / 1e9,
+                warming_up: elapsed < warmup_ns,
+                requests,
+                errors,
+                last_second_rps: last_rps,
+                p50_us: so_far.value_at_quantile(0.5),
+                p99_us: so_far.value_at_quantile(0.99),
+            });
+        }
+        // Workers that ended at different times leave seconds not everyone reported.
+        for (_, (_, iv)) in pending {
+            push_point(&mut timeline, &mut so_far, &mut requests, &mut errors, &iv);
+        }
+        let reports: Vec<_> = handles.into_iter().map(|h| h.join()).collect();
+        (reports, wall_start, cpu_before)
+    });
+    let mut merged = Recorder::new();
+    let mut workers: Vec<WorkerReport> = Vec::new();
+    for r in reports {
+        let report = r.map_err(|_| RunError::WorkerPanicked)??;
+        merged += &report.recorder;
+        workers.push(report);
+    }
+    while timeline.last().is_some_and(|p: &TimelinePoint| p.requests == 0) {
+        timeline.pop();
+    }
+    let (cpu_after, rss) = process_usage();
+    Ok(build_result(
+        spec,
+        threads,
+        &merged,
+        &workers,
+        timeline,
+        wall_start,
+        cpu_after - cpu_before,
+        rss,
+        stop.load(Ordering::Relaxed),
+    ))
+}
+
+fn merge_interval(into: &mut Interval, from: &Interval) {
+    into.requests += from.requests;
+    into.errors += from.errors;
+    // Same bounds by construction.
+    let _ = into.latency.add(&from.latency);
+}
+
+fn push_point(
+    timeline: &mut Vec<TimelinePoint>,
+    so_far: &mut Histogram<u64>,
+    requests: &mut u64,
+    errors: &mut u64,
+    iv: &Interval,
+) {
+    let _ = so_far.add(&iv.latency);
+    *requests += iv.requests;
+    *errors += iv.errors;
+    timeline.push(TimelinePoint {
+        second: iv.second,
+        requests: iv.requests,
+        errors: iv.errors,
+        p50_us: iv.latency.value_at_quantile(0.5),
+        p99_us: iv.latency.value_at_quantile(0.99),
+    });
+}
+
+/// Splits connections, rate and request budget evenly over `threads` workers. Times are
+/// relative to the run start; workers shift them once the clock starts.
+fn plan_workers(spec: &LoadSpec, threads: usize) -> Vec<WorkerPlan> {
+    let warmup = spec.warmup.as_nanos() as u64;
+    let head_request = spec.request.method.eq_ignore_ascii_case("HEAD");
+    (0..threads)
+        .map(|w| {
+            let connections = share(spec.connections as u64, threads, w) as usize;
+            let pacer = match spec.mode {
+                Mode::Closed => Pacer::Closed,
+                Mode::Open { rate_rps, arrival } => {
+                    let rate = rate_rps * connections as f64 / spec.connections as f64;
+                    // Stagger uniform workers so that together they are evenly spaced.
+                    let offset = match arrival {
+                        Arrival::Uniform => (w as f64 * 1e9 / rate_rps) as u64,
+                        Arrival::Poisson => 0,
+                    };
+                    let seed = spec.seed ^ (w as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                    Pacer::Open(Schedule::new(rate, offset, arrival, seed))
+                }
+            };
+            let (budget, send_until) = match spec.stop {
+                StopAt::Requests(n) => (Some(share(n, threads, w)), None),
+                StopAt::Duration(d) => (None, Some(warmup + d.as_nanos() as u64)),
+            };
+            WorkerPlan {
+                index: w,
+                addr: spec.request.addr,
+                request: spec.request.bytes.clone(),
+                head_request,
+                connections,
+                pacer,
+                budget,
+                measure_start: warmup,
+                send_until,
+                timeout_ns: spec.timeout.as_nanos() as u64,
+                drain_ns: spec.drain().as_nanos() as u64,
+            }
+        })
+        .collect()
+}
+
+/// Worker `w`'s part of `total` split over `n`.
+fn share(total: u64, n: usize, w: usize) -> u64 {
+    total / n as u64 + u64::from((w as u64) < total % n as u64)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn build_result(
+    spec: &LoadSpec,
+    threads: usize,
+    rec: &Recorder,
+    workers: &[WorkerReport],
+    timeline: Vec<TimelinePoint>,
+    wall_start: SystemTime,
+    cpu_secs: f64,
+    rss_max_bytes: u64,
+    interrupted: bool,
+) -> RunResult {
+    let open = matches!(spec.mode, Mode::Open { .. });
+    let window_ns = workers.iter().map(|w| w.window_ns).max().unwrap_or(0);
+    let duration_secs = window_ns as f64 / 1e9;
+    let total = rec.total();
+    let max_util = workers
+        .iter()
+        .map(|w| w.cpu_ns as f64 / w.window_ns.max(1) as f64)
+        .fold(0.0, f64::max);
+    let lag = Stats::of(&rec.lag);
+    let mut warnings = Vec::new();
+    let mut saturated = false;
+    let pct = |n: u64| 100.0 * n as f64 / rec.sends.max(1) as f64;
+    if open && pct(rec.late_sends) > 1.0 {
+        saturated = true;
+        warnings.push(format!(
+            "the generator fell behind its schedule: {:.1} % of requests were sent more than 1 ms late while a connection was free (schedule lag p99 {} µs); add --threads or split the load across generators",
+            pct(rec.late_sends),
+            lag.p99
+        ));
+    }
+    if max_util >= 0.9 {
+        saturated = true;
+        warnings.push(format!(
+            "the generator was CPU-bound ({:.0} % of a core on its busiest thread): the figures may show the generator's limit rather than the target's",
+            max_util * 100.0
+        ));
+    }
+    if open && pct(rec.queued_sends) > 1.0 {
+        warnings.push(format!(
+            "{:.1} % of requests waited for a free connection: the target answered slower than the asked rate; latency includes that wait (raise -c to hold the rate)",
+            pct(rec.queued_sends)
+        ));
+    }
+    if rec.unfinished > 0 {
+        warnings.push(format!(
+            "{} requests were still in flight when the run ended and are not counted",
+            rec.unfinished
+        ));
+    }
+    if interrupted {
+        warnings.push("the run was interrupted: this is a partial result".to_string());
+    }
+    let (rate_rps, arrival) = match spec.mode {
+        Mode::Closed => (None, None),
+        Mode::Open { rate_rps, arrival } => (
+            Some(rate_rps),
+            Some(match arrival {
+                Arrival::Uniform => "uniform".to_string(),
+                Arrival::Poisson => "poisson".to_string(),
+            }),
+        ),
+    };
+    let (duration, requests) = match spec.stop {
+        StopAt::Duration(d) => (Some(d.as_secs_f64()), None),
+        StopAt::Requests(n) => (None, Some(n)),
+    };
+    RunResult {
+        schema: SCHEMA.to_string(),
+        meshbench_version: env!("CARGO_PKG_VERSION").to_string(),
+        url: spec.request.url.clone(),
+        settings: Settings {
+            mode: if open { "open" } else { "closed" }.to_string(),
+            connections: spec.connections,
+            threads,
+            rate_rps,
+            arrival,
+            duration_secs: duration,
+            requests,
+            warmup_secs: spec.warmup.as_secs_f64(),
+            timeout_secs: spec.timeout.as_secs_f64(),
+            method: spec.request.method.clone(),
+            headers: spec
+                .request
+                .headers
+                .iter()
+                .map(|(n, v)| [n.clone(), v.clone()])
+                .collect(),
+            body_bytes: spec.request.body_len,
+            seed: spec.seed,
+        },
+        start_time: humantime::format_rfc3339_millis(wall_start).to_string(),
+        duration_secs: (duration_secs * 1e6).round() / 1e6,
+        partial: interrupted,
+        requests: Requests {
+            total,
+            ok: rec.ok(),
+            errors: total - rec.ok(),
+            unfinished: rec.unfinished,
+        },
+        throughput_rps: if duration_secs > 0.0 {
+            (total as f64 / duration_secs * 100.0).round() / 100.0
+        } else {
+            0.0
+        },
+        status_codes: rec
+            .status_codes()
+            .map(|(c, n)| (c.to_string(), n))
+            .collect(),
+        errors: Errors::from_recorder(rec),
+        latency_us: Stats::of(&rec.latency),
+        service_time_us: Stats::of(&rec.service),
+        schedule_lag_us: open.then_some(lag),
+        bytes: Bytes {
+            sent: rec.bytes_sent,
+            received: rec.bytes_received,
+        },
+        timeline,
+        histogram: Histograms {
+            latency_us: encode_histogram(&rec.latency),
+            service_time_us: encode_histogram(&rec.service),
+            schedule_lag_us: open.then(|| encode_histogram(&rec.lag)),
+        },
+        generator: Generator {
+            cpu_secs: (cpu_secs * 1000.0).round() / 1000.0,
+            max_thread_utilization: (max_util * 1000.0).round() / 1000.0,
+            rss_max_bytes,
+            threads,
+            saturated,
+            late_sends: rec.late_sends,
+            queued_sends: rec.queued_sends,
+            warnings,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::share;
+
+    #[test]
+    fn shares_add_up() {
+        for (total, n) in [(10u64, 3usize), (1, 4), (0, 2), (1_000_001, 7)] {
+            let parts: Vec<u64> = (0..n).map(|w| share(total, n, w)).collect();
+            assert_eq!(parts.iter().sum::<u64>(), total);
+            assert!(parts.iter().max().unwrap() - parts.iter().min().unwrap() <= 1);
+        }
+    }
+}
