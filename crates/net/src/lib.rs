@@ -7,4 +7,5 @@
 pub mod clock;
 pub mod http1;
 pub mod poller;
+pub mod rng;
 pub mod socket;

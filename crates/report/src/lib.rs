@@ -1,1 +1,193 @@
-//! placeholder
+//! Human-readable views of results: the summary `meshbench run` prints, and the side-by-side
+//! table `meshbench demo` prints for several runs. (The JSON view is the result type itself.)
+
+use std::fmt::Write as _;
+
+use meshbench_engine::result::{RunResult, Stats};
+
+/// Formats an integer with thousands separators.
+pub fn thousands(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::with_capacity(s.len() + s.len() / 3);
+    for (i, ch) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(ch);
+    }
+    out
+}
+
+/// Microseconds as milliseconds with three decimals.
+pub fn ms(us: u64) -> String {
+    format!("{:.3}", us as f64 / 1000.0)
+}
+
+fn bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+fn stats_line(s: &Stats) -> String {
+    format!(
+        "p50 {}  p90 {}  p99 {}  p99.9 {}  max {} ms  (min {}, mean {} ± {})",
+        ms(s.p50),
+        ms(s.p90),
+        ms(s.p99),
+        ms(s.p99_9),
+        ms(s.max),
+        ms(s.min),
+        ms(s.mean.round() as u64),
+        ms(s.stdev.round() as u64)
+    )
+}
+
+/// What the load was, in one phrase: "closed loop, 16 connections".
+pub fn describe_load(r: &RunResult) -> String {
+    let s = &r.settings;
+    let how = match (s.rate_rps, &s.arrival) {
+        (Some(rate), Some(arr)) => format!("open loop at {rate} req/s ({arr})"),
+        _ => "closed loop".to_string(),
+    };
+    format!("{how}, {} connections, {} threads", s.connections, s.threads)
+}
+
+/// The summary printed after `meshbench run`.
+pub fn summary(r: &RunResult) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "{} {}  {}{}",
+        r.settings.method,
+        r.url,
+        describe_load(r),
+        if r.partial { "  [PARTIAL: interrupted]" } else { "" }
+    );
+    let _ = writeln!(
+        o,
+        "  requests   {} total, {} ok, {} errors in {:.2} s = {:.1} req/s",
+        thousands(r.requests.total),
+        thousands(r.requests.ok),
+        thousands(r.requests.errors),
+        r.duration_secs,
+        r.throughput_rps
+    );
+    let _ = writeln!(o, "  latency    {}", stats_line(&r.latency_us));
+    if r.schedule_lag_us.is_some() {
+        let _ = writeln!(o, "  service    {}", stats_line(&r.service_time_us));
+    }
+    if let Some(lag) = &r.schedule_lag_us {
+        let _ = writeln!(o, "  send lag   {}", stats_line(lag));
+    }
+    let codes: Vec<String> = r
+        .status_codes
+        .iter()
+        .map(|(c, n)| format!("{c}: {}", thousands(*n)))
+        .collect();
+    let _ = writeln!(
+        o,
+        "  status     {}",
+        if codes.is_empty() { "no responses".to_string() } else { codes.join(", ") }
+    );
+    let e = &r.errors;
+    let kinds: Vec<String> = [
+        ("connect", e.connect),
+        ("timeout", e.timeout),
+        ("reset", e.reset),
+        ("protocol", e.protocol),
+        ("other", e.other),
+        ("http >= 400", e.http_status),
+    ]
+    .iter()
+    .filter(|(_, n)| *n > 0)
+    .map(|(k, n)| format!("{k} {}", thousands(*n)))
+    .collect();
+    let _ = writeln!(
+        o,
+        "  errors     {}",
+        if kinds.is_empty() { "none".to_string() } else { kinds.join(", ") }
+    );
+    let _ = writeln!(
+        o,
+        "  bytes      sent {}, received {}",
+        bytes(r.bytes.sent),
+        bytes(r.bytes.received)
+    );
+    let g = &r.generator;
+    let _ = writeln!(
+        o,
+        "  generator  {:.2} CPU-s ({:.0} % of its busiest thread), peak RSS {}, saturated: {}",
+        g.cpu_secs,
+        g.max_thread_utilization * 100.0,
+        bytes(g.rss_max_bytes),
+        if g.saturated { "YES" } else { "no" }
+    );
+    for w in &g.warnings {
+        let _ = writeln!(o, "  WARNING: {w}");
+    }
+    o
+}
+
+/// Several runs side by side: one column per run, one row per figure.
+pub fn side_by_side(runs: &[(&str, &RunResult)]) -> String {
+    let rows: Vec<(&str, Box<dyn Fn(&RunResult) -> String>)> = vec![
+        ("load", Box::new(|r: &RunResult| match r.settings.rate_rps {
+            Some(rate) => format!("open {rate} req/s"),
+            None => format!("closed, {} conns", r.settings.connections),
+        })),
+        ("requests", Box::new(|r: &RunResult| thousands(r.requests.total))),
+        ("errors", Box::new(|r: &RunResult| thousands(r.requests.errors))),
+        ("throughput req/s", Box::new(|r: &RunResult| format!("{:.0}", r.throughput_rps))),
+        ("latency p50 ms", Box::new(|r: &RunResult| ms(r.latency_us.p50))),
+        ("latency p90 ms", Box::new(|r: &RunResult| ms(r.latency_us.p90))),
+        ("latency p99 ms", Box::new(|r: &RunResult| ms(r.latency_us.p99))),
+        ("latency p99.9 ms", Box::new(|r: &RunResult| ms(r.latency_us.p99_9))),
+        ("latency max ms", Box::new(|r: &RunResult| ms(r.latency_us.max))),
+        ("generator CPU-s", Box::new(|r: &RunResult| format!("{:.2}", r.generator.cpu_secs))),
+        ("generator saturated", Box::new(|r: &RunResult| (if r.generator.saturated { "YES" } else { "no" }).to_string())),
+    ];
+    let width = runs.iter().map(|(n, _)| n.len()).max().unwrap_or(0).max(14) + 2;
+    let mut o = String::new();
+    let _ = write!(o, "{:<22}", "");
+    for (name, _) in runs {
+        let _ = write!(o, "{name:>width$}");
+    }
+    o.push('\n');
+    for (label, f) in &rows {
+        let _ = write!(o, "{label:<22}");
+        for (_, r) in runs {
+            let _ = write!(o, "{:>width$}", f(r));
+        }
+        o.push('\n');
+    }
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thousands_table() {
+        for (n, want) in [(0, "0"), (999, "999"), (1000, "1,000"), (1234567, "1,234,567")] {
+            assert_eq!(thousands(n), want);
+        }
+    }
+
+    #[test]
+    fn bytes_table() {
+        for (n, want) in [(5, "5 B"), (2048, "2.0 KiB"), (3 * 1024 * 1024, "3.0 MiB")] {
+            assert_eq!(bytes(n), want);
+        }
+    }
+}
