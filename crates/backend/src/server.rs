@@ -435,7 +435,7 @@ impl Server {
         if plain && size == self.cfg.size as u64 && c.out.is_empty() {
             // The common case: one send of the pre-rendered response.
             match socket::send(c.fd.as_raw_fd(), &self.canned) {
-                Ok(n) if n == self.canned.len() => return,
+                Ok(n) if n == self.canned.len() => {}
                 Ok(n) => c.out.extend_from_slice(&self.canned[n..]),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => c.out.extend_from_slice(&self.canned),
                 Err(_) => return self.close(slot),

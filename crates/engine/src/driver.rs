@@ -260,8 +260,11 @@ impl Worker<'_> {
             if cpu_at_start.is_none() && now >= self.plan.measure_start {
                 cpu_at_start = Some(thread_cpu_ns());
             }
-            if self.sending && self.ctl.stop.load(Ordering::Relaxed) {
-                self.sending = false;
+            if self.sending
+                && (self.ctl.stop.load(Ordering::Relaxed)
+                    || self.plan.send_until.is_some_and(|end| now >= end))
+            {
+                self.stop_sending(now);
             }
             if self.sending {
                 self.dispatch(now);
@@ -288,7 +291,7 @@ impl Worker<'_> {
                     wake = wake.min(t);
                 }
             }
-            if let Some(t) = self.plan.send_until.filter(|_| self.sending) {
+            if let Some(t) = self.plan.send_until.filter(|&t| self.sending && t > now) {
                 wake = wake.min(t);
             }
             if !self.backing_off.is_empty() {
@@ -317,6 +320,21 @@ impl Worker<'_> {
             cpu_ns,
             window_ns: end.saturating_sub(self.plan.measure_start),
         })
+    }
+
+    /// Stops sending. Open-loop requests that were due but never sent (no connection came free
+    /// in time) count as unfinished, so that a stalled target cannot hide them.
+    fn stop_sending(&mut self, now: u64) {
+        self.sending = false;
+        if !self.plan.pacer.is_open() {
+            return;
+        }
+        let until = self.plan.send_until.map_or(now, |end| now.min(end.saturating_sub(1)));
+        while let Some(t) = self.plan.pacer.due(until) {
+            if t >= self.plan.measure_start {
+                self.rec.unfinished += 1;
+            }
+        }
     }
 
     /// Hands out due requests to free connections.

@@ -15,3 +15,4 @@ pub mod spec;
 pub use result::RunResult;
 pub use run::{run, Live, RunError};
 pub use spec::{LoadSpec, Mode, RequestSpec, StopAt};
+pub use meshbench_net::http1::encode_request;

@@ -283,7 +283,7 @@ fn build_result(
     }
     if rec.unfinished > 0 {
         warnings.push(format!(
-            "{} requests were still in flight when the run ended and are not counted",
+            "{} requests were due or in flight when the run ended and are not in the totals",
             rec.unfinished
         ));
     }

@@ -1,0 +1,31 @@
+//! One module per subcommand; each turns parsed flags into work and an exit code.
+
+pub mod backend;
+pub mod demo;
+pub mod run;
+mod signals;
+
+use anyhow::Result;
+
+use crate::cli::{Cli, Command};
+
+pub fn dispatch(cli: Cli) -> Result<u8> {
+    match cli.command {
+        Command::Run(args) => run::execute(args),
+        Command::Backend(args) => backend::execute(args),
+        Command::Demo(args) => demo::execute(args),
+    }
+}
+
+/// Parses a duration flag: "10s", "2m", "500ms", or a bare number of seconds.
+pub fn parse_duration(flag: &str, value: &str) -> Result<std::time::Duration> {
+    let v = value.trim();
+    if let Ok(secs) = v.parse::<f64>() {
+        if secs.is_finite() && secs >= 0.0 {
+            return Ok(std::time::Duration::from_secs_f64(secs));
+        }
+        return Err(crate::usage(format!("{flag} {value}: must not be negative; give a duration like 10s or 500ms")));
+    }
+    humantime::parse_duration(v)
+        .map_err(|_| crate::usage(format!("{flag} {value}: not a duration; give one like 10s, 2m or 500ms")))
+}

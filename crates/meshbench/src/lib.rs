@@ -1,0 +1,68 @@
+//! meshbench: measures what a gateway, a reverse proxy or a service-mesh data plane costs and how
+//! far it scales. This crate is the command line over the engine, backend, lab and report crates.
+//!
+//! Exit codes (also in the README): 0 success; 1 the run could not be carried out (a file could
+//! not be written, a server could not start); 2 bad input (the message says what to change);
+//! 130 / 143 interrupted by SIGINT / SIGTERM after writing the partial result.
+
+pub mod cli;
+pub mod cmd;
+
+use std::ffi::OsString;
+
+use clap::Parser;
+
+/// Process exit codes.
+pub mod exit {
+    pub const OK: u8 = 0;
+    pub const FAILED: u8 = 1;
+    pub const USAGE: u8 = 2;
+    pub const SIGINT: u8 = 130;
+    pub const SIGTERM: u8 = 143;
+}
+
+/// Input that cannot be run: reported as one line, exit code 2.
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+/// Shorthand for a usage error.
+pub fn usage(msg: impl Into<String>) -> anyhow::Error {
+    anyhow::Error::new(UsageError(msg.into()))
+}
+
+/// Parses `args`, runs the command and returns the exit code; errors are printed as one line.
+pub fn main_with(args: impl IntoIterator<Item = OsString>) -> u8 {
+    let cli = match cli::Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand) {
+                let _ = e.print();
+                return exit::OK;
+            }
+            let text = e.to_string();
+            let first = text.lines().next().unwrap_or("invalid arguments").trim_start_matches("error: ");
+            eprintln!("meshbench: {first} (see `meshbench --help`)");
+            return exit::USAGE;
+        }
+    };
+    match cmd::dispatch(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("meshbench: {e:#}");
+            if e.downcast_ref::<UsageError>().is_some() {
+                exit::USAGE
+            } else {
+                exit::FAILED
+            }
+        }
+    }
+}
