@@ -70,7 +70,11 @@ impl FromStr for Delay {
             Ok(Delay::Exponential(duration(mean).ok_or_else(bad)?))
         } else {
             let d = duration(s).ok_or_else(bad)?;
-            Ok(if d.is_zero() { Delay::None } else { Delay::Fixed(d) })
+            Ok(if d.is_zero() {
+                Delay::None
+            } else {
+                Delay::Fixed(d)
+            })
         }
     }
 }
@@ -174,7 +178,9 @@ impl RequestOptions {
 
     /// Reads the query string of a request target.
     pub fn from_target(&mut self, target: &[u8]) {
-        let Some(q) = target.iter().position(|&b| b == b'?') else { return };
+        let Some(q) = target.iter().position(|&b| b == b'?') else {
+            return;
+        };
         for pair in target[q + 1..].split(|&b| b == b'&') {
             let mut kv = pair.splitn(2, |&b| b == b'=');
             let k = kv.next().unwrap_or(b"");
@@ -214,7 +220,11 @@ mod tests {
             ("503", Err(())),
         ];
         for (input, want) in cases {
-            assert_eq!(input.parse::<StatusMix>().map(|m| m.0).map_err(|_| ()), *want, "{input}");
+            assert_eq!(
+                input.parse::<StatusMix>().map(|m| m.0).map_err(|_| ()),
+                *want,
+                "{input}"
+            );
         }
     }
 

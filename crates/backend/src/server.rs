@@ -36,6 +36,7 @@ pub struct Backend {
 impl Backend {
     /// Binds `addr` (port 0 picks a free one) and starts serving on `cfg.threads` threads.
     pub fn start(addr: SocketAddr, cfg: BackendConfig) -> io::Result<Backend> {
+        socket::raise_nofile_limit();
         let first = socket::listen(&addr, 4096)?;
         let bound = socket::local_addr(&first)?;
         let mut listeners = vec![first];
@@ -232,7 +233,11 @@ impl Server {
                 self.generation.push(0);
                 self.conns.len() - 1
             });
-            if self.poller.add(fd.as_raw_fd(), slot as u64, Interest::READ).is_err() {
+            if self
+                .poller
+                .add(fd.as_raw_fd(), slot as u64, Interest::READ)
+                .is_err()
+            {
                 self.free_slots.push(slot);
                 continue;
             }
@@ -267,7 +272,9 @@ impl Server {
     }
 
     fn on_readable(&mut self, slot: usize) {
-        let Some(c) = self.conns[slot].as_mut() else { return };
+        let Some(c) = self.conns[slot].as_mut() else {
+            return;
+        };
         if c.busy() {
             return;
         }
@@ -295,7 +302,9 @@ impl Server {
 
     /// Processes input kept in the connection's buffer.
     fn resume(&mut self, slot: usize) {
-        let Some(c) = self.conns[slot].as_mut() else { return };
+        let Some(c) = self.conns[slot].as_mut() else {
+            return;
+        };
         let input = std::mem::take(&mut c.inbuf);
         let used = self.process(slot, &input);
         if let Some(c) = self.conns[slot].as_mut() {
@@ -307,9 +316,9 @@ impl Server {
     }
 
     fn check_head_limit(&mut self, slot: usize) {
-        let too_big = self.conns[slot]
-            .as_ref()
-            .is_some_and(|c| c.reading_body.is_none() && !c.busy() && c.inbuf.len() > MAX_HEAD_BYTES);
+        let too_big = self.conns[slot].as_ref().is_some_and(|c| {
+            c.reading_body.is_none() && !c.busy() && c.inbuf.len() > MAX_HEAD_BYTES
+        });
         if too_big {
             self.reply_error(slot, 431);
         }
@@ -327,7 +336,9 @@ impl Server {
     fn process(&mut self, slot: usize, data: &[u8]) -> usize {
         let mut pos = 0;
         loop {
-            let Some(c) = self.conns[slot].as_mut() else { return data.len() };
+            let Some(c) = self.conns[slot].as_mut() else {
+                return data.len();
+            };
             if c.busy() || c.close_after {
                 return pos;
             }
@@ -398,13 +409,18 @@ impl Server {
             .opts
             .status
             .unwrap_or_else(|| self.cfg.status.pick(&mut self.rng));
-        let delay = pending.opts.delay.unwrap_or(self.cfg.delay).sample_ns(&mut self.rng);
+        let delay = pending
+            .opts
+            .delay
+            .unwrap_or(self.cfg.delay)
+            .sample_ns(&mut self.rng);
         if delay == 0 {
             self.write_response(slot, status, pending);
             return;
         }
         let due = self.clock.now() + delay;
-        self.timers.push(Reverse((due, slot, self.generation[slot])));
+        self.timers
+            .push(Reverse((due, slot, self.generation[slot])));
         if let Some(c) = self.conns[slot].as_mut() {
             c.delayed = Some((status, pending));
         }
@@ -421,7 +437,9 @@ impl Server {
             if self.generation[slot] != generation {
                 continue;
             }
-            if let Some((status, pending)) = self.conns[slot].as_mut().and_then(|c| c.delayed.take()) {
+            if let Some((status, pending)) =
+                self.conns[slot].as_mut().and_then(|c| c.delayed.take())
+            {
                 self.write_response(slot, status, pending);
             }
         }
@@ -429,7 +447,9 @@ impl Server {
 
     fn write_response(&mut self, slot: usize, status: u16, p: Pending) {
         let size = p.opts.size.unwrap_or(self.cfg.size as u64);
-        let Some(c) = self.conns[slot].as_mut() else { return };
+        let Some(c) = self.conns[slot].as_mut() else {
+            return;
+        };
         c.close_after = !p.keep_alive;
         let plain = status == 200 && !p.opts.echo && !p.head_request && p.keep_alive;
         if plain && size == self.cfg.size as u64 && c.out.is_empty() {
@@ -437,11 +457,17 @@ impl Server {
             match socket::send(c.fd.as_raw_fd(), &self.canned) {
                 Ok(n) if n == self.canned.len() => {}
                 Ok(n) => c.out.extend_from_slice(&self.canned[n..]),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => c.out.extend_from_slice(&self.canned),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    c.out.extend_from_slice(&self.canned)
+                }
                 Err(_) => return self.close(slot),
             }
         } else {
-            let length = if p.opts.echo { p.echo.len() as u64 } else { size };
+            let length = if p.opts.echo {
+                p.echo.len() as u64
+            } else {
+                size
+            };
             response_head(&mut c.out, status, length, p.keep_alive);
             if !p.head_request {
                 if p.opts.echo {
@@ -456,7 +482,9 @@ impl Server {
 
     /// Writes pending output; when done, goes back to reading (or closes).
     fn flush(&mut self, slot: usize) {
-        let Some(c) = self.conns[slot].as_mut() else { return };
+        let Some(c) = self.conns[slot].as_mut() else {
+            return;
+        };
         let fd = c.fd.as_raw_fd();
         loop {
             let head = &c.out[c.out_pos..];
@@ -488,7 +516,10 @@ impl Server {
             return self.close(slot);
         }
         self.set_interest(slot, Interest::READ);
-        if self.conns[slot].as_ref().is_some_and(|c| !c.inbuf.is_empty()) {
+        if self.conns[slot]
+            .as_ref()
+            .is_some_and(|c| !c.inbuf.is_empty())
+        {
             self.resume(slot);
         }
     }

@@ -125,7 +125,11 @@ struct Worker<'a> {
 }
 
 /// Runs one worker to completion.
-pub fn run_worker(plan: WorkerPlan, ctl: &Control, events: Sender<WorkerEvent>) -> io::Result<WorkerReport> {
+pub fn run_worker(
+    plan: WorkerPlan,
+    ctl: &Control,
+    events: Sender<WorkerEvent>,
+) -> io::Result<WorkerReport> {
     let poller = match Poller::new(1024) {
         Ok(p) => p,
         Err(e) => {
@@ -179,9 +183,16 @@ impl Worker<'_> {
             });
             self.open(i);
         }
-        let mut connecting = self.conns.iter().filter(|c| c.state == State::Connecting).count();
+        let mut connecting = self
+            .conns
+            .iter()
+            .filter(|c| c.state == State::Connecting)
+            .count();
         while connecting > 0 && self.ctl.clock.now() < deadline {
-            let n = self.poller.wait(Some(Duration::from_millis(10))).unwrap_or(0);
+            let n = self
+                .poller
+                .wait(Some(Duration::from_millis(10)))
+                .unwrap_or(0);
             for e in 0..n {
                 let ev = self.poller.event(e);
                 let i = ev.token as usize;
@@ -189,7 +200,11 @@ impl Worker<'_> {
                     continue;
                 }
                 connecting -= 1;
-                let fd = self.conns[i].fd.as_ref().map(|f| f.as_raw_fd()).unwrap_or(-1);
+                let fd = self.conns[i]
+                    .fd
+                    .as_ref()
+                    .map(|f| f.as_raw_fd())
+                    .unwrap_or(-1);
                 match socket::take_error(fd) {
                     Ok(None) => {
                         self.conns[i].state = State::Idle;
@@ -295,7 +310,13 @@ impl Worker<'_> {
                 wake = wake.min(t);
             }
             if !self.backing_off.is_empty() {
-                wake = wake.min(self.backing_off.iter().map(|&i| self.conns[i].retry_at).min().unwrap_or(u64::MAX));
+                wake = wake.min(
+                    self.backing_off
+                        .iter()
+                        .map(|&i| self.conns[i].retry_at)
+                        .min()
+                        .unwrap_or(u64::MAX),
+                );
             }
             if !self.sending {
                 wake = wake.min(drain_until);
@@ -305,7 +326,12 @@ impl Worker<'_> {
             now = clock.now();
             for e in 0..n {
                 let ev = self.poller.event(e);
-                self.on_event(ev.token as usize, ev.readable || ev.closed, ev.writable, now);
+                self.on_event(
+                    ev.token as usize,
+                    ev.readable || ev.closed,
+                    ev.writable,
+                    now,
+                );
             }
             if !self.backing_off.is_empty() {
                 self.end_backoffs(now);
@@ -329,7 +355,10 @@ impl Worker<'_> {
         if !self.plan.pacer.is_open() {
             return;
         }
-        let until = self.plan.send_until.map_or(now, |end| now.min(end.saturating_sub(1)));
+        let until = self
+            .plan
+            .send_until
+            .map_or(now, |end| now.min(end.saturating_sub(1)));
         while let Some(t) = self.plan.pacer.due(until) {
             if t >= self.plan.measure_start {
                 self.rec.unfinished += 1;
@@ -395,7 +424,15 @@ impl Worker<'_> {
         c.written = 0;
         if c.state == State::Closed {
             if let Some(e) = self.open(i) {
-                self.fail(i, if e.raw_os_error().is_some() { ErrorKind::Connect } else { ErrorKind::Other }, now);
+                self.fail(
+                    i,
+                    if e.raw_os_error().is_some() {
+                        ErrorKind::Connect
+                    } else {
+                        ErrorKind::Other
+                    },
+                    now,
+                );
                 return;
             }
         }
@@ -408,7 +445,9 @@ impl Worker<'_> {
 
     fn write(&mut self, i: usize, now: u64) {
         let c = &mut self.conns[i];
-        let Some(fd) = c.fd.as_ref().map(|f| f.as_raw_fd()) else { return };
+        let Some(fd) = c.fd.as_ref().map(|f| f.as_raw_fd()) else {
+            return;
+        };
         match socket::send(fd, &self.plan.request[c.written..]) {
             Ok(n) => {
                 c.written += n;
@@ -472,7 +511,9 @@ impl Worker<'_> {
     fn read(&mut self, i: usize, now: u64) {
         let head_request = self.plan.head_request;
         let c = &mut self.conns[i];
-        let Some(fd) = c.fd.as_ref().map(|f| f.as_raw_fd()) else { return };
+        let Some(fd) = c.fd.as_ref().map(|f| f.as_raw_fd()) else {
+            return;
+        };
         match socket::recv(fd, &mut self.buf) {
             Ok(0) => match c.reader.eof() {
                 Some(status) => self.finish(i, status, false, now),
@@ -484,7 +525,11 @@ impl Worker<'_> {
                 }
                 match c.reader.feed(&self.buf[..n], head_request) {
                     Ok(Progress::Partial) => {}
-                    Ok(Progress::Complete { status, keep_alive, consumed }) => {
+                    Ok(Progress::Complete {
+                        status,
+                        keep_alive,
+                        consumed,
+                    }) => {
                         if consumed < n {
                             // Bytes nobody asked for: the stream can no longer be trusted.
                             self.fail(i, ErrorKind::Protocol, now);
@@ -508,7 +553,9 @@ impl Worker<'_> {
             if status >= 400 {
                 self.interval.errors += 1;
             }
-            self.interval.latency.saturating_record((now - c.intended) / 1000);
+            self.interval
+                .latency
+                .saturating_record((now - c.intended) / 1000);
         }
         self.in_flight -= 1;
         c.state = State::Idle;

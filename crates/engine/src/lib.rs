@@ -12,7 +12,7 @@ pub mod result;
 pub mod run;
 pub mod spec;
 
+pub use meshbench_net::http1::encode_request;
 pub use result::RunResult;
 pub use run::{run, Live, RunError};
 pub use spec::{LoadSpec, Mode, RequestSpec, StopAt};
-pub use meshbench_net::http1::encode_request;

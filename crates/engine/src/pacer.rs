@@ -134,11 +134,36 @@ mod tests {
     fn pacer_table() {
         let uniform = |rate, start| Pacer::Open(Schedule::new(rate, start, Arrival::Uniform, 1));
         let cases: Vec<(&str, Pacer, Vec<u64>, Vec<u64>)> = vec![
-            ("closed: intended is now", Pacer::Closed, vec![5, 7], vec![5, 7]),
-            ("uniform 1000/s polled on time", uniform(1000.0, 0), vec![0, MS, 2 * MS], vec![0, MS, 2 * MS]),
-            ("uniform polled late keeps intended times", uniform(1000.0, 0), vec![3 * MS + 5], vec![0, MS, 2 * MS, 3 * MS]),
-            ("uniform before start", uniform(1000.0, 10 * MS), vec![0, 9 * MS], vec![]),
-            ("uniform 3/s has no drift", uniform(3.0, 0), vec![1_000_000_000], vec![0, 333_333_333, 666_666_666, 1_000_000_000]),
+            (
+                "closed: intended is now",
+                Pacer::Closed,
+                vec![5, 7],
+                vec![5, 7],
+            ),
+            (
+                "uniform 1000/s polled on time",
+                uniform(1000.0, 0),
+                vec![0, MS, 2 * MS],
+                vec![0, MS, 2 * MS],
+            ),
+            (
+                "uniform polled late keeps intended times",
+                uniform(1000.0, 0),
+                vec![3 * MS + 5],
+                vec![0, MS, 2 * MS, 3 * MS],
+            ),
+            (
+                "uniform before start",
+                uniform(1000.0, 10 * MS),
+                vec![0, 9 * MS],
+                vec![],
+            ),
+            (
+                "uniform 3/s has no drift",
+                uniform(3.0, 0),
+                vec![1_000_000_000],
+                vec![0, 333_333_333, 666_666_666, 1_000_000_000],
+            ),
         ];
         for (name, mut pacer, polls, want) in cases {
             assert_eq!(drain(&mut pacer, &polls), want, "{name}");
@@ -166,11 +191,17 @@ mod tests {
             prev = t;
         }
         let mean = gaps.iter().sum::<f64>() / n as f64;
-        assert!((mean - 100_000.0).abs() < 1_000.0, "mean gap {mean} ns, want 100 µs ± 1 %");
+        assert!(
+            (mean - 100_000.0).abs() < 1_000.0,
+            "mean gap {mean} ns, want 100 µs ± 1 %"
+        );
         // For an exponential distribution the standard deviation equals the mean.
         let var = gaps.iter().map(|g| (g - mean).powi(2)).sum::<f64>() / n as f64;
         let cv = var.sqrt() / mean;
-        assert!((cv - 1.0).abs() < 0.02, "coefficient of variation {cv}, want 1");
+        assert!(
+            (cv - 1.0).abs() < 0.02,
+            "coefficient of variation {cv}, want 1"
+        );
         // Same seed, same schedule.
         let mut a = Schedule::new(500.0, 0, Arrival::Poisson, 7);
         let mut b = Schedule::new(500.0, 0, Arrival::Poisson, 7);

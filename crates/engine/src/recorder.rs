@@ -248,12 +248,34 @@ mod tests {
         let cases: &[(&str, &[Step], u64, u64, [u64; 5])] = &[
             ("nothing", &[], 0, 0, [0; 5]),
             ("one 200", &[|r| r.response(200, 1000, 900)], 1, 1, [0; 5]),
-            ("a 503 is a failed request", &[|r| r.response(503, 1000, 900)], 1, 0, [0; 5]),
-            ("a 302 is fine", &[|r| r.response(302, 1000, 900)], 1, 1, [0; 5]),
-            ("odd status", &[|r| r.response(999, 1000, 900)], 1, 0, [0; 5]),
+            (
+                "a 503 is a failed request",
+                &[|r| r.response(503, 1000, 900)],
+                1,
+                0,
+                [0; 5],
+            ),
+            (
+                "a 302 is fine",
+                &[|r| r.response(302, 1000, 900)],
+                1,
+                1,
+                [0; 5],
+            ),
+            (
+                "odd status",
+                &[|r| r.response(999, 1000, 900)],
+                1,
+                0,
+                [0; 5],
+            ),
             (
                 "mixed",
-                &[|r| r.response(200, 1, 1), |r| r.error(ErrorKind::Reset), |r| r.error(ErrorKind::Connect)],
+                &[
+                    |r| r.response(200, 1, 1),
+                    |r| r.error(ErrorKind::Reset),
+                    |r| r.error(ErrorKind::Connect),
+                ],
                 3,
                 1,
                 [1, 0, 1, 0, 0],
@@ -266,7 +288,11 @@ mod tests {
             assert_eq!(r.ok(), *ok, "{name}: ok");
             let got: Vec<u64> = ErrorKind::ALL.iter().map(|k| r.errors(*k)).collect();
             assert_eq!(got, errs.to_vec(), "{name}: errors");
-            assert_eq!(r.ok() + r.http_errors() + r.transport_errors(), r.total(), "{name}: sum");
+            assert_eq!(
+                r.ok() + r.http_errors() + r.transport_errors(),
+                r.total(),
+                "{name}: sum"
+            );
         }
     }
 
@@ -276,7 +302,11 @@ mod tests {
         let mut b = Recorder::new();
         let mut both = Recorder::new();
         for i in 1..=10_000u64 {
-            let (r, us) = if i % 3 == 0 { (&mut a, i) } else { (&mut b, i * 7) };
+            let (r, us) = if i % 3 == 0 {
+                (&mut a, i)
+            } else {
+                (&mut b, i * 7)
+            };
             r.response(200, us * 1000, us * 500);
             both.response(200, us * 1000, us * 500);
         }
@@ -293,7 +323,10 @@ mod tests {
         assert_eq!(merged.total(), both.total());
         assert_eq!(merged.bytes_sent, 15);
         for q in [0.5, 0.9, 0.99, 0.999] {
-            assert_eq!(merged.latency.value_at_quantile(q), both.latency.value_at_quantile(q));
+            assert_eq!(
+                merged.latency.value_at_quantile(q),
+                both.latency.value_at_quantile(q)
+            );
         }
     }
 
@@ -307,7 +340,10 @@ mod tests {
         assert_eq!(r.latency.min(), 0);
         assert!(r.latency.max() >= HIST_MAX_US && r.latency.max() <= HIST_MAX_US * 1001 / 1000);
         let v = r.latency.value_at_quantile(0.5);
-        assert!((v as f64 - 1_234_567.0).abs() / 1_234_567.0 < 0.001, "3 significant digits: {v}");
+        assert!(
+            (v as f64 - 1_234_567.0).abs() / 1_234_567.0 < 0.001,
+            "3 significant digits: {v}"
+        );
     }
 
     #[test]
@@ -317,17 +353,33 @@ mod tests {
         for i in 0..1_000_000u64 {
             r.response(200, (i % 50_000) * 1000 + 1000, 1000);
         }
-        assert_eq!(r.latency.distinct_values(), before, "histogram storage is fixed up front");
+        assert_eq!(
+            r.latency.distinct_values(),
+            before,
+            "histogram storage is fixed up front"
+        );
         assert_eq!(r.status.len(), 600);
     }
 
     #[test]
     fn io_errors_are_classified() {
         use std::io::Error;
-        assert_eq!(ErrorKind::of_io(&Error::from_raw_os_error(104)), ErrorKind::Reset);
-        assert_eq!(ErrorKind::of_io(&Error::from_raw_os_error(32)), ErrorKind::Reset);
-        assert_eq!(ErrorKind::of_io(&Error::from_raw_os_error(111)), ErrorKind::Connect);
-        assert_eq!(ErrorKind::of_io(&Error::from_raw_os_error(110)), ErrorKind::Timeout);
+        assert_eq!(
+            ErrorKind::of_io(&Error::from_raw_os_error(104)),
+            ErrorKind::Reset
+        );
+        assert_eq!(
+            ErrorKind::of_io(&Error::from_raw_os_error(32)),
+            ErrorKind::Reset
+        );
+        assert_eq!(
+            ErrorKind::of_io(&Error::from_raw_os_error(111)),
+            ErrorKind::Connect
+        );
+        assert_eq!(
+            ErrorKind::of_io(&Error::from_raw_os_error(110)),
+            ErrorKind::Timeout
+        );
         assert_eq!(ErrorKind::of_io(&Error::other("x")), ErrorKind::Other);
     }
 }

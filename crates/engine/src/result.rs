@@ -231,7 +231,8 @@ mod tests {
             b.record(v * 11).unwrap();
         }
         let mut sum = decode_histogram(&encode_histogram(&a)).unwrap();
-        sum.add(decode_histogram(&encode_histogram(&b)).unwrap()).unwrap();
+        sum.add(decode_histogram(&encode_histogram(&b)).unwrap())
+            .unwrap();
         let mut want = a.clone();
         want.add(&b).unwrap();
         assert_eq!(sum, want);

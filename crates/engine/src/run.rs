@@ -111,7 +111,10 @@ pub fn run(
                         .or_insert_with(|| (0, Interval::new(iv.second)));
                     merge_interval(&mut entry.1, &iv);
                     entry.0 += 1;
-                    while pending.first_key_value().is_some_and(|(_, (n, _))| *n == threads) {
+                    while pending
+                        .first_key_value()
+                        .is_some_and(|(_, (n, _))| *n == threads)
+                    {
                         let (_, (_, iv)) = pending.pop_first().expect("checked non-empty");
                         last_rps = iv.requests;
                         push_point(&mut timeline, &mut so_far, &mut requests, &mut errors, &iv);
@@ -146,7 +149,10 @@ pub fn run(
         merged += &report.recorder;
         workers.push(report);
     }
-    while timeline.last().is_some_and(|p: &TimelinePoint| p.requests == 0) {
+    while timeline
+        .last()
+        .is_some_and(|p: &TimelinePoint| p.requests == 0)
+    {
         timeline.pop();
     }
     let (cpu_after, rss) = process_usage();

@@ -39,13 +39,21 @@ pub struct Nginx {
     addr: SocketAddr,
 }
 
-const CANDIDATES: [&str; 3] = ["/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/local/nginx/sbin/nginx"];
+const CANDIDATES: [&str; 3] = [
+    "/usr/sbin/nginx",
+    "/usr/local/sbin/nginx",
+    "/usr/local/nginx/sbin/nginx",
+];
 
 impl Nginx {
     /// The nginx binary, if one is installed.
     pub fn binary() -> Option<PathBuf> {
         let on_path = std::env::var_os("PATH")
-            .map(|p| std::env::split_paths(&p).map(|d| d.join("nginx")).collect::<Vec<_>>())
+            .map(|p| {
+                std::env::split_paths(&p)
+                    .map(|d| d.join("nginx"))
+                    .collect::<Vec<_>>()
+            })
             .unwrap_or_default();
         on_path
             .into_iter()
@@ -78,7 +86,11 @@ impl Nginx {
     /// Starts nginx with `workers` worker processes serving `site` on a free loopback port.
     pub fn start(site: &NginxSite, workers: usize) -> Result<Nginx, LabError> {
         let binary = Self::ensure_installed()?;
-        let dir = std::env::temp_dir().join(format!("meshbench-nginx-{}-{}", std::process::id(), unique()));
+        let dir = std::env::temp_dir().join(format!(
+            "meshbench-nginx-{}-{}",
+            std::process::id(),
+            unique()
+        ));
         let files = |source| LabError::Files {
             path: dir.clone(),
             source,
@@ -86,7 +98,11 @@ impl Nginx {
         std::fs::create_dir_all(&dir).map_err(files)?;
         let port = free_port().map_err(files)?;
         let addr: SocketAddr = ([127, 0, 0, 1], port).into();
-        std::fs::write(dir.join("nginx.conf"), render_config(&dir, addr, site, workers)).map_err(files)?;
+        std::fs::write(
+            dir.join("nginx.conf"),
+            render_config(&dir, addr, site, workers),
+        )
+        .map_err(files)?;
         let child = Command::new(&binary)
             .arg("-p")
             .arg(&dir)
@@ -122,7 +138,8 @@ impl Nginx {
     /// Process ids of the master and its workers.
     pub fn pids(&self) -> Vec<u32> {
         let master = self.child.id();
-        let children = std::fs::read_to_string(format!("/proc/{master}/task/{master}/children")).unwrap_or_default();
+        let children = std::fs::read_to_string(format!("/proc/{master}/task/{master}/children"))
+            .unwrap_or_default();
         std::iter::once(master)
             .chain(children.split_whitespace().filter_map(|p| p.parse().ok()))
             .collect()
@@ -174,7 +191,11 @@ fn free_port() -> std::io::Result<u16> {
 fn is_root() -> bool {
     std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(1) == Some("0")))
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(|l| l.split_whitespace().nth(1) == Some("0"))
+        })
         .unwrap_or(false)
 }
 
@@ -186,7 +207,9 @@ pub fn render_config(dir: &Path, addr: SocketAddr, site: &NginxSite, workers: us
         NginxSite::Fixed(n) => format!("return 200 \"{}\";", "x".repeat(*n)),
     };
     let upstream = match site {
-        NginxSite::Proxy(up) => format!("  upstream upstream_backend {{\n    server {up};\n    keepalive 256;\n  }}\n"),
+        NginxSite::Proxy(up) => {
+            format!("  upstream upstream_backend {{\n    server {up};\n    keepalive 256;\n  }}\n")
+        }
         NginxSite::Fixed(_) => String::new(),
     };
     format!(

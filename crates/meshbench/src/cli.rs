@@ -6,7 +6,11 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 #[derive(Debug, Parser)]
-#[command(name = "meshbench", version, about = "Measures what a gateway, reverse proxy or service-mesh data plane costs and how far it scales")]
+#[command(
+    name = "meshbench",
+    version,
+    about = "Measures what a gateway, reverse proxy or service-mesh data plane costs and how far it scales"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -43,13 +47,24 @@ pub struct RunArgs {
     #[arg(long, value_enum)]
     pub arrival: Option<ArrivalArg>,
     /// How long to measure, e.g. 10s, 2m (default 10s unless --requests is given).
-    #[arg(short = 'd', long, value_name = "DURATION", conflicts_with = "requests", allow_hyphen_values = true)]
+    #[arg(
+        short = 'd',
+        long,
+        value_name = "DURATION",
+        conflicts_with = "requests",
+        allow_hyphen_values = true
+    )]
     pub duration: Option<String>,
     /// Stop after this many measured requests.
     #[arg(short = 'n', long, value_name = "N", allow_negative_numbers = true)]
     pub requests: Option<i64>,
     /// Load before measuring, excluded from the results.
-    #[arg(long, value_name = "DURATION", default_value = "0s", allow_hyphen_values = true)]
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "0s",
+        allow_hyphen_values = true
+    )]
     pub warmup: String,
     /// HTTP method.
     #[arg(short = 'm', long, default_value = "GET")]
@@ -58,13 +73,23 @@ pub struct RunArgs {
     #[arg(short = 'H', long = "header", value_name = "HEADER")]
     pub headers: Vec<String>,
     /// Send a body of this many bytes.
-    #[arg(long, value_name = "BYTES", conflicts_with = "body", allow_negative_numbers = true)]
+    #[arg(
+        long,
+        value_name = "BYTES",
+        conflicts_with = "body",
+        allow_negative_numbers = true
+    )]
     pub body_size: Option<i64>,
     /// Send this body; @FILE reads it from a file.
     #[arg(long, value_name = "TEXT|@FILE")]
     pub body: Option<String>,
     /// A request without a complete response after this long counts as a timeout.
-    #[arg(long, value_name = "DURATION", default_value = "10s", allow_hyphen_values = true)]
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "10s",
+        allow_hyphen_values = true
+    )]
     pub timeout: String,
     /// Worker threads (default: the CPUs this process may use, at most one per connection).
     #[arg(short = 't', long, value_name = "N", allow_negative_numbers = true)]

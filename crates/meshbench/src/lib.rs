@@ -44,12 +44,21 @@ pub fn main_with(args: impl IntoIterator<Item = OsString>) -> u8 {
         Ok(cli) => cli,
         Err(e) => {
             use clap::error::ErrorKind;
-            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand) {
+            if matches!(
+                e.kind(),
+                ErrorKind::DisplayHelp
+                    | ErrorKind::DisplayVersion
+                    | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+            ) {
                 let _ = e.print();
                 return exit::OK;
             }
             let text = e.to_string();
-            let first = text.lines().next().unwrap_or("invalid arguments").trim_start_matches("error: ");
+            let first = text
+                .lines()
+                .next()
+                .unwrap_or("invalid arguments")
+                .trim_start_matches("error: ");
             eprintln!("meshbench: {first} (see `meshbench --help`)");
             return exit::USAGE;
         }

@@ -19,7 +19,9 @@ const MAX_HEADERS: usize = 100;
 pub enum FrameError {
     #[error("malformed HTTP head")]
     BadHead,
-    #[error("HTTP head larger than {MAX_HEAD_BYTES} bytes or with more than {MAX_HEADERS} headers")]
+    #[error(
+        "HTTP head larger than {MAX_HEAD_BYTES} bytes or with more than {MAX_HEADERS} headers"
+    )]
     HeadTooLarge,
     #[error("invalid Content-Length")]
     BadLength,
@@ -109,7 +111,9 @@ fn has_token(value: &[u8], token: &[u8]) -> bool {
 }
 
 fn last_token_is(value: &[u8], token: &[u8]) -> bool {
-    tokens(value).last().is_some_and(|t| t.eq_ignore_ascii_case(token))
+    tokens(value)
+        .last()
+        .is_some_and(|t| t.eq_ignore_ascii_case(token))
 }
 
 /// Skips a body of known framing, across as many reads as it takes.
@@ -346,7 +350,8 @@ impl ResponseReader {
                         }
                     } else {
                         let old = self.head.len();
-                        let take = (data.len() - pos).min(MAX_HEAD_BYTES + 1 - old.min(MAX_HEAD_BYTES));
+                        let take =
+                            (data.len() - pos).min(MAX_HEAD_BYTES + 1 - old.min(MAX_HEAD_BYTES));
                         self.head.extend_from_slice(&data[pos..pos + take]);
                         match parse_response_head(&self.head, head_request)? {
                             Some((len, status, info)) => {
@@ -500,9 +505,11 @@ mod tests {
         for (name, input, head, want) in cases {
             let mut r = ResponseReader::default();
             let want = match *want {
-                Ok(Progress::Complete { status, keep_alive, consumed: ALL }) => {
-                    Ok(complete(status, keep_alive, input.len()))
-                }
+                Ok(Progress::Complete {
+                    status,
+                    keep_alive,
+                    consumed: ALL,
+                }) => Ok(complete(status, keep_alive, input.len())),
                 other => other,
             };
             assert_eq!(r.feed(input, *head), want, "case {name}");
@@ -518,10 +525,18 @@ mod tests {
         for input in inputs {
             for split in 1..input.len() {
                 let mut r = ResponseReader::default();
-                assert_eq!(r.feed(&input[..split], false), Ok(Progress::Partial), "split {split}");
+                assert_eq!(
+                    r.feed(&input[..split], false),
+                    Ok(Progress::Partial),
+                    "split {split}"
+                );
                 assert!(r.in_progress());
                 match r.feed(&input[split..], false) {
-                    Ok(Progress::Complete { status: 200, consumed, .. }) => {
+                    Ok(Progress::Complete {
+                        status: 200,
+                        consumed,
+                        ..
+                    }) => {
                         assert_eq!(consumed, input.len() - split)
                     }
                     other => panic!("split {split}: {other:?}"),
@@ -534,17 +549,30 @@ mod tests {
     #[test]
     fn body_until_close_completes_at_eof() {
         let mut r = ResponseReader::default();
-        assert_eq!(r.feed(b"HTTP/1.1 200 OK\r\n\r\nsome bytes", false), Ok(Progress::Partial));
+        assert_eq!(
+            r.feed(b"HTTP/1.1 200 OK\r\n\r\nsome bytes", false),
+            Ok(Progress::Partial)
+        );
         assert_eq!(r.eof(), Some(200));
         let mut cut = ResponseReader::default();
-        assert_eq!(cut.feed(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc", false), Ok(Progress::Partial));
-        assert_eq!(cut.eof(), None, "a cut length-delimited body is not a response");
+        assert_eq!(
+            cut.feed(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc", false),
+            Ok(Progress::Partial)
+        );
+        assert_eq!(
+            cut.eof(),
+            None,
+            "a cut length-delimited body is not a response"
+        );
     }
 
     #[test]
     fn a_huge_head_is_refused_with_bounded_memory() {
         let mut r = ResponseReader::default();
-        assert_eq!(r.feed(b"HTTP/1.1 200 OK\r\nX-Big: ", false), Ok(Progress::Partial));
+        assert_eq!(
+            r.feed(b"HTTP/1.1 200 OK\r\nX-Big: ", false),
+            Ok(Progress::Partial)
+        );
         let chunk = vec![b'a'; 16 * 1024];
         let mut result = Ok(Progress::Partial);
         for _ in 0..64 {
@@ -570,13 +598,24 @@ mod tests {
         ];
         for (input, want) in cases {
             let mut d = ChunkedDecoder::default();
-            assert_eq!(d.feed(input), *want, "input {:?}", String::from_utf8_lossy(input));
+            assert_eq!(
+                d.feed(input),
+                *want,
+                "input {:?}",
+                String::from_utf8_lossy(input)
+            );
         }
     }
 
     #[test]
     fn request_encoding_adds_what_is_missing() {
-        let req = encode_request("POST", "/a?b=1", "h:8080", &[("X-A".into(), "1".into())], b"xyz");
+        let req = encode_request(
+            "POST",
+            "/a?b=1",
+            "h:8080",
+            &[("X-A".into(), "1".into())],
+            b"xyz",
+        );
         let text = String::from_utf8(req).unwrap();
         assert!(text.starts_with("POST /a?b=1 HTTP/1.1\r\nHost: h:8080\r\nUser-Agent: meshbench/"));
         assert!(text.ends_with("Content-Length: 3\r\nX-A: 1\r\n\r\nxyz"));

@@ -10,7 +10,7 @@ pub fn thousands(n: u64) -> String {
     let s = n.to_string();
     let mut out = String::with_capacity(s.len() + s.len() / 3);
     for (i, ch) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(ch);
@@ -59,7 +59,10 @@ pub fn describe_load(r: &RunResult) -> String {
         (Some(rate), Some(arr)) => format!("open loop at {rate} req/s ({arr})"),
         _ => "closed loop".to_string(),
     };
-    format!("{how}, {} connections, {} threads", s.connections, s.threads)
+    format!(
+        "{how}, {} connections, {} threads",
+        s.connections, s.threads
+    )
 }
 
 /// The summary printed after `meshbench run`.
@@ -71,7 +74,11 @@ pub fn summary(r: &RunResult) -> String {
         r.settings.method,
         r.url,
         describe_load(r),
-        if r.partial { "  [PARTIAL: interrupted]" } else { "" }
+        if r.partial {
+            "  [PARTIAL: interrupted]"
+        } else {
+            ""
+        }
     );
     let _ = writeln!(
         o,
@@ -97,7 +104,11 @@ pub fn summary(r: &RunResult) -> String {
     let _ = writeln!(
         o,
         "  status     {}",
-        if codes.is_empty() { "no responses".to_string() } else { codes.join(", ") }
+        if codes.is_empty() {
+            "no responses".to_string()
+        } else {
+            codes.join(", ")
+        }
     );
     let e = &r.errors;
     let kinds: Vec<String> = [
@@ -115,7 +126,11 @@ pub fn summary(r: &RunResult) -> String {
     let _ = writeln!(
         o,
         "  errors     {}",
-        if kinds.is_empty() { "none".to_string() } else { kinds.join(", ") }
+        if kinds.is_empty() {
+            "none".to_string()
+        } else {
+            kinds.join(", ")
+        }
     );
     let _ = writeln!(
         o,
@@ -138,25 +153,34 @@ pub fn summary(r: &RunResult) -> String {
     o
 }
 
+/// A row of the side-by-side table: its label and how to read it from a result.
+type Row = (&'static str, fn(&RunResult) -> String);
+
 /// Several runs side by side: one column per run, one row per figure.
 pub fn side_by_side(runs: &[(&str, &RunResult)]) -> String {
-    let rows: Vec<(&str, Box<dyn Fn(&RunResult) -> String>)> = vec![
-        ("load", Box::new(|r: &RunResult| match r.settings.rate_rps {
+    let rows: Vec<Row> = vec![
+        ("load", |r: &RunResult| match r.settings.rate_rps {
             Some(rate) => format!("open {rate} req/s"),
             None => format!("closed, {} conns", r.settings.connections),
-        })),
-        ("requests", Box::new(|r: &RunResult| thousands(r.requests.total))),
-        ("errors", Box::new(|r: &RunResult| thousands(r.requests.errors))),
-        ("throughput req/s", Box::new(|r: &RunResult| format!("{:.0}", r.throughput_rps))),
-        ("latency p50 ms", Box::new(|r: &RunResult| ms(r.latency_us.p50))),
-        ("latency p90 ms", Box::new(|r: &RunResult| ms(r.latency_us.p90))),
-        ("latency p99 ms", Box::new(|r: &RunResult| ms(r.latency_us.p99))),
-        ("latency p99.9 ms", Box::new(|r: &RunResult| ms(r.latency_us.p99_9))),
-        ("latency max ms", Box::new(|r: &RunResult| ms(r.latency_us.max))),
-        ("generator CPU-s", Box::new(|r: &RunResult| format!("{:.2}", r.generator.cpu_secs))),
-        ("generator saturated", Box::new(|r: &RunResult| (if r.generator.saturated { "YES" } else { "no" }).to_string())),
+        }),
+        ("requests", |r: &RunResult| thousands(r.requests.total)),
+        ("errors", |r: &RunResult| thousands(r.requests.errors)),
+        ("throughput req/s", |r: &RunResult| {
+            format!("{:.0}", r.throughput_rps)
+        }),
+        ("latency p50 ms", |r: &RunResult| ms(r.latency_us.p50)),
+        ("latency p90 ms", |r: &RunResult| ms(r.latency_us.p90)),
+        ("latency p99 ms", |r: &RunResult| ms(r.latency_us.p99)),
+        ("latency p99.9 ms", |r: &RunResult| ms(r.latency_us.p99_9)),
+        ("latency max ms", |r: &RunResult| ms(r.latency_us.max)),
+        ("generator CPU-s", |r: &RunResult| {
+            format!("{:.2}", r.generator.cpu_secs)
+        }),
+        ("generator saturated", |r: &RunResult| {
+            (if r.generator.saturated { "YES" } else { "no" }).to_string()
+        }),
     ];
-    let width = runs.iter().map(|(n, _)| n.len()).max().unwrap_or(0).max(14) + 2;
+    let width = runs.iter().map(|(n, _)| n.len()).max().unwrap_or(0).max(16) + 2;
     let mut o = String::new();
     let _ = write!(o, "{:<22}", "");
     for (name, _) in runs {
@@ -179,7 +203,12 @@ mod tests {
 
     #[test]
     fn thousands_table() {
-        for (n, want) in [(0, "0"), (999, "999"), (1000, "1,000"), (1234567, "1,234,567")] {
+        for (n, want) in [
+            (0, "0"),
+            (999, "999"),
+            (1000, "1,000"),
+            (1234567, "1,234,567"),
+        ] {
             assert_eq!(thousands(n), want);
         }
     }

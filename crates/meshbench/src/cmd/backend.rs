@@ -16,16 +16,25 @@ pub fn execute(args: BackendArgs) -> Result<u8> {
         .to_socket_addrs()
         .ok()
         .and_then(|mut a| a.next())
-        .ok_or_else(|| usage(format!("--listen {}: not an address; give one like 127.0.0.1:8080", args.listen)))?;
+        .ok_or_else(|| {
+            usage(format!(
+                "--listen {}: not an address; give one like 127.0.0.1:8080",
+                args.listen
+            ))
+        })?;
     if args.threads == 0 {
         return Err(usage("--threads must be at least 1"));
     }
     let delay = match &args.delay {
-        Some(d) => d.parse::<Delay>().map_err(|e| usage(format!("--delay: {e}")))?,
+        Some(d) => d
+            .parse::<Delay>()
+            .map_err(|e| usage(format!("--delay: {e}")))?,
         None => Delay::None,
     };
     let status = match &args.status {
-        Some(s) => s.parse::<StatusMix>().map_err(|e| usage(format!("--status: {e}")))?,
+        Some(s) => s
+            .parse::<StatusMix>()
+            .map_err(|e| usage(format!("--status: {e}")))?,
         None => StatusMix::default(),
     };
     let cfg = BackendConfig {

@@ -19,8 +19,10 @@ use crate::{exit, usage};
 
 pub fn execute(args: DemoArgs) -> Result<u8> {
     let duration = parse_duration("--duration", &args.duration)?;
-    if duration.is_zero() || args.connections == 0 || !(args.rate > 0.0) {
-        return Err(usage("--duration, --connections and --rate must be greater than 0"));
+    if duration.is_zero() || args.connections == 0 || !args.rate.is_finite() || args.rate <= 0.0 {
+        return Err(usage(
+            "--duration, --connections and --rate must be greater than 0",
+        ));
     }
     let signals = super::signals::Signals::install()?;
     let backend = Backend::start(([127, 0, 0, 1], 0).into(), BackendConfig::default())
@@ -33,7 +35,8 @@ pub fn execute(args: DemoArgs) -> Result<u8> {
         nginx.addr(),
         humantime::format_duration(duration)
     );
-    std::fs::create_dir_all(&args.out).with_context(|| format!("cannot create {}", args.out.display()))?;
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("cannot create {}", args.out.display()))?;
     let open = Mode::Open {
         rate_rps: args.rate,
         arrival: Arrival::Uniform,
@@ -58,7 +61,10 @@ pub fn execute(args: DemoArgs) -> Result<u8> {
     let table: Vec<(&str, &RunResult)> = results.iter().map(|(n, r)| (*n, r)).collect();
     println!("{}", side_by_side(&table));
     if let [(_, dc), (_, nc), (_, d_open), (_, n_open)] = &results[..] {
-        println!("what nginx adds (open loop at {} req/s, same schedule both ways):", args.rate);
+        println!(
+            "what nginx adds (open loop at {} req/s, same schedule both ways):",
+            args.rate
+        );
         for (label, a, b) in [
             ("p50", d_open.latency_us.p50, n_open.latency_us.p50),
             ("p90", d_open.latency_us.p90, n_open.latency_us.p90),
@@ -66,7 +72,13 @@ pub fn execute(args: DemoArgs) -> Result<u8> {
             ("p99.9", d_open.latency_us.p99_9, n_open.latency_us.p99_9),
         ] {
             let delta = b as i64 - a as i64;
-            println!("  {label:<6} {} ms -> {} ms  ({}{} ms)", ms(a), ms(b), if delta < 0 { "-" } else { "+" }, ms(delta.unsigned_abs()));
+            println!(
+                "  {label:<6} {} ms -> {} ms  ({}{} ms)",
+                ms(a),
+                ms(b),
+                if delta < 0 { "-" } else { "+" },
+                ms(delta.unsigned_abs())
+            );
         }
         println!(
             "closed loop: {:.0} req/s direct, {:.0} req/s through nginx ({:.0} %)",

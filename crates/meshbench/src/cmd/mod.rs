@@ -24,8 +24,13 @@ pub fn parse_duration(flag: &str, value: &str) -> Result<std::time::Duration> {
         if secs.is_finite() && secs >= 0.0 {
             return Ok(std::time::Duration::from_secs_f64(secs));
         }
-        return Err(crate::usage(format!("{flag} {value}: must not be negative; give a duration like 10s or 500ms")));
+        return Err(crate::usage(format!(
+            "{flag} {value}: must not be negative; give a duration like 10s or 500ms"
+        )));
     }
-    humantime::parse_duration(v)
-        .map_err(|_| crate::usage(format!("{flag} {value}: not a duration; give one like 10s, 2m or 500ms")))
+    humantime::parse_duration(v).map_err(|_| {
+        crate::usage(format!(
+            "{flag} {value}: not a duration; give one like 10s, 2m or 500ms"
+        ))
+    })
 }

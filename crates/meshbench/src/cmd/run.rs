@@ -71,7 +71,10 @@ fn positive(flag: &str, v: i64) -> Result<u64> {
 /// Checks every flag and builds the run. All checks happen before any traffic.
 pub fn resolve(a: &RunArgs) -> Result<LoadSpec> {
     let url = url::Url::parse(&a.url).map_err(|e| {
-        usage(format!("invalid URL '{}': {e}; give a full URL such as http://127.0.0.1:8080/", a.url))
+        usage(format!(
+            "invalid URL '{}': {e}; give a full URL such as http://127.0.0.1:8080/",
+            a.url
+        ))
     })?;
     match url.scheme() {
         "http" => {}
@@ -83,28 +86,42 @@ pub fn resolve(a: &RunArgs) -> Result<LoadSpec> {
         }
         other => return Err(usage(format!("'{}': unsupported scheme '{other}'; use an http:// URL", a.url))),
     }
-    let host = url
-        .host_str()
-        .filter(|h| !h.is_empty())
-        .ok_or_else(|| usage(format!("'{}' has no host; give one like http://127.0.0.1:8080/", a.url)))?;
+    let host = url.host_str().filter(|h| !h.is_empty()).ok_or_else(|| {
+        usage(format!(
+            "'{}' has no host; give one like http://127.0.0.1:8080/",
+            a.url
+        ))
+    })?;
     let port = url.port_or_known_default().unwrap_or(80);
     let lookup = host.trim_start_matches('[').trim_end_matches(']');
     let addr = (lookup, port)
         .to_socket_addrs()
-        .map_err(|e| usage(format!("cannot resolve host '{host}': {e}; check the name or give an IP address")))?
+        .map_err(|e| {
+            usage(format!(
+                "cannot resolve host '{host}': {e}; check the name or give an IP address"
+            ))
+        })?
         .next()
-        .ok_or_else(|| usage(format!("host '{host}' has no address; check the name or give an IP address")))?;
+        .ok_or_else(|| {
+            usage(format!(
+                "host '{host}' has no address; check the name or give an IP address"
+            ))
+        })?;
     if a.connections == 0 {
         return Err(usage("--connections 0: must be at least 1"));
     }
     let mode = match (a.rate, a.arrival) {
         (None, Some(_)) => {
-            return Err(usage("--arrival applies to an open loop only; add --rate RPS"));
+            return Err(usage(
+                "--arrival applies to an open loop only; add --rate RPS",
+            ));
         }
         (None, None) => Mode::Closed,
         (Some(r), arrival) => {
             if !r.is_finite() || r <= 0.0 {
-                return Err(usage(format!("--rate {r}: must be a positive number of requests per second")));
+                return Err(usage(format!(
+                    "--rate {r}: must be a positive number of requests per second"
+                )));
             }
             Mode::Open {
                 rate_rps: r,
@@ -137,7 +154,10 @@ pub fn resolve(a: &RunArgs) -> Result<LoadSpec> {
     };
     let method = a.method.trim().to_ascii_uppercase();
     if method.is_empty() || !method.bytes().all(|b| b.is_ascii_alphabetic() || b == b'-') {
-        return Err(usage(format!("--method '{}': not an HTTP method such as GET or POST", a.method)));
+        return Err(usage(format!(
+            "--method '{}': not an HTTP method such as GET or POST",
+            a.method
+        )));
     }
     let mut headers = Vec::new();
     for h in &a.headers {
@@ -154,7 +174,9 @@ pub fn resolve(a: &RunArgs) -> Result<LoadSpec> {
                 .map_err(|e| usage(format!("--body @{file}: cannot read the file: {e}")))?,
             None => b.clone().into_bytes(),
         },
-        (None, Some(n)) if n < 0 => return Err(usage(format!("--body-size {n}: must not be negative"))),
+        (None, Some(n)) if n < 0 => {
+            return Err(usage(format!("--body-size {n}: must not be negative")))
+        }
         (None, Some(n)) => vec![b'x'; n as usize],
         (None, None) => Vec::new(),
     };

@@ -1,0 +1,243 @@
+//! Bad input gets one line and exit code 2; a misbehaving target is counted data, never a crash.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+
+#[test]
+fn bad_flags_get_one_line_and_exit_code_2() {
+    let body_missing = "@/nonexistent/meshbench-body";
+    let cases: &[(&str, &[&str], &str)] = &[
+        ("not a URL", &["run", "not a url"], "invalid URL"),
+        ("relative URL", &["run", "/just/a/path"], "invalid URL"),
+        (
+            "unsupported scheme",
+            &["run", "ftp://127.0.0.1/"],
+            "unsupported scheme",
+        ),
+        (
+            "https for now",
+            &["run", "https://127.0.0.1/"],
+            "https is not supported yet",
+        ),
+        (
+            "unresolvable host",
+            &["run", "http://no-such-host.invalid/"],
+            "cannot resolve host",
+        ),
+        (
+            "zero connections",
+            &["run", "http://127.0.0.1:1/", "-c", "0"],
+            "--connections",
+        ),
+        (
+            "negative connections",
+            &["run", "http://127.0.0.1:1/", "-c", "-3"],
+            "-3",
+        ),
+        (
+            "zero rate",
+            &["run", "http://127.0.0.1:1/", "-r", "0"],
+            "--rate",
+        ),
+        (
+            "negative rate",
+            &["run", "http://127.0.0.1:1/", "-r", "-5"],
+            "--rate",
+        ),
+        (
+            "zero duration",
+            &["run", "http://127.0.0.1:1/", "-d", "0s"],
+            "--duration",
+        ),
+        (
+            "negative duration",
+            &["run", "http://127.0.0.1:1/", "-d", "-5s"],
+            "--duration",
+        ),
+        (
+            "bad duration",
+            &["run", "http://127.0.0.1:1/", "-d", "soon"],
+            "not a duration",
+        ),
+        (
+            "zero requests",
+            &["run", "http://127.0.0.1:1/", "-n", "0"],
+            "--requests",
+        ),
+        (
+            "negative requests",
+            &["run", "http://127.0.0.1:1/", "-n", "-1"],
+            "--requests",
+        ),
+        (
+            "duration and requests",
+            &["run", "http://127.0.0.1:1/", "-d", "1s", "-n", "5"],
+            "cannot be used with",
+        ),
+        (
+            "arrival without rate",
+            &["run", "http://127.0.0.1:1/", "--arrival", "poisson"],
+            "--arrival",
+        ),
+        (
+            "body and body size",
+            &[
+                "run",
+                "http://127.0.0.1:1/",
+                "--body",
+                "x",
+                "--body-size",
+                "3",
+            ],
+            "cannot be used with",
+        ),
+        (
+            "negative body size",
+            &["run", "http://127.0.0.1:1/", "--body-size", "-3"],
+            "--body-size",
+        ),
+        (
+            "missing body file",
+            &["run", "http://127.0.0.1:1/", "--body", body_missing],
+            "cannot read",
+        ),
+        (
+            "bad header",
+            &["run", "http://127.0.0.1:1/", "-H", "no colon"],
+            "Name: value",
+        ),
+        (
+            "zero timeout",
+            &["run", "http://127.0.0.1:1/", "--timeout", "0"],
+            "--timeout",
+        ),
+        (
+            "zero threads",
+            &["run", "http://127.0.0.1:1/", "-t", "0"],
+            "--threads",
+        ),
+        (
+            "bad method",
+            &["run", "http://127.0.0.1:1/", "-m", "GE T"],
+            "--method",
+        ),
+        (
+            "unknown flag",
+            &["run", "http://127.0.0.1:1/", "--frobnicate"],
+            "frobnicate",
+        ),
+        (
+            "backend bad delay",
+            &["backend", "--delay", "soon"],
+            "--delay",
+        ),
+        (
+            "backend bad status",
+            &["backend", "--status", "503"],
+            "--status",
+        ),
+        (
+            "backend bad address",
+            &["backend", "--listen", "nowhere"],
+            "--listen",
+        ),
+    ];
+    for (name, args, needle) in cases {
+        let out = meshbench(args, Duration::from_secs(20));
+        let err = stderr(&out);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{name}: exit code; stderr: {err}"
+        );
+        assert_eq!(
+            err.trim_end().lines().count(),
+            1,
+            "{name}: one line, got {err:?}"
+        );
+        assert!(err.starts_with("meshbench: "), "{name}: {err}");
+        assert!(
+            err.contains(needle),
+            "{name}: expected {needle:?} in {err:?}"
+        );
+        assert!(!err.contains("panicked"), "{name}: {err}");
+        assert!(stdout(&out).is_empty(), "{name}: nothing on stdout");
+    }
+}
+
+#[test]
+fn misbehaving_targets_are_counted_by_kind() {
+    let cases = [
+        (Misbehaviour::Reset, "reset"),
+        (Misbehaviour::CloseEarly, "reset"),
+        (Misbehaviour::CloseSilently, "reset"),
+        (Misbehaviour::Garbage, "protocol"),
+        (Misbehaviour::HugeHeader, "protocol"),
+    ];
+    for (how, kind) in cases {
+        let server = BadServer::start(how);
+        let name = format!("{how:?}");
+        let (out, r) = run_json(
+            &name,
+            &[&server.url(), "-n", "50", "-c", "2", "--timeout", "3s"],
+            Duration::from_secs(60),
+        );
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{name}: a failing target is data; {}",
+            stderr(&out)
+        );
+        assert_eq!(
+            u(&r, "/requests/total"),
+            50,
+            "{name}: every request finished: {}",
+            r["errors"]
+        );
+        assert_eq!(
+            u(&r, &format!("/errors/{kind}")),
+            50,
+            "{name}: {}",
+            r["errors"]
+        );
+        assert_eq!(u(&r, "/requests/ok"), 0);
+        assert!(!stderr(&out).contains("panicked"));
+        assert!(stdout(&out).contains("errors"), "{name}: summary printed");
+    }
+}
+
+#[test]
+fn a_silent_target_times_out() {
+    let server = BadServer::start(Misbehaviour::Silent);
+    let (out, r) = run_json(
+        "silent",
+        &[&server.url(), "-d", "1s", "-c", "2", "--timeout", "200ms"],
+        Duration::from_secs(30),
+    );
+    assert_eq!(out.status.code(), Some(0));
+    assert!(u(&r, "/errors/timeout") >= 4, "{}", r["errors"]);
+    assert_eq!(u(&r, "/requests/ok"), 0);
+}
+
+#[test]
+fn a_refused_connection_is_a_connect_error() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("http://127.0.0.1:{port}/");
+    for mode in [&["-c", "2"][..], &["-c", "2", "-r", "100"][..]] {
+        let mut args = vec![url.as_str(), "-d", "1s"];
+        args.extend_from_slice(mode);
+        let (out, r) = run_json("refused", &args, Duration::from_secs(30));
+        assert_eq!(out.status.code(), Some(0));
+        assert!(u(&r, "/errors/connect") > 0, "{}", r["errors"]);
+        assert_eq!(u(&r, "/requests/ok"), 0);
+        // Back-off keeps a dead target from becoming a busy loop.
+        assert!(u(&r, "/errors/connect") < 5_000, "{}", r["errors"]);
+    }
+}

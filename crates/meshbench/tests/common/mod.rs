@@ -1,0 +1,247 @@
+//! Helpers for the black-box tests: run the real binary with a time limit, start the real
+//! backend as a process, start misbehaving servers, validate JSON against the published schema.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener};
+use std::os::fd::AsRawFd;
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_meshbench")
+}
+
+/// Runs the binary with `args`; kills it after `limit`.
+pub fn meshbench(args: &[&str], limit: Duration) -> Output {
+    let mut child = Command::new(bin())
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn meshbench");
+    wait_with_limit(&mut child, limit)
+}
+
+pub fn wait_with_limit(child: &mut Child, limit: Duration) -> Output {
+    let deadline = Instant::now() + limit;
+    let mut out = child.stdout.take().expect("piped stdout");
+    let mut err = child.stderr.take().expect("piped stderr");
+    let t_out = std::thread::spawn(move || {
+        let mut s = Vec::new();
+        let _ = out.read_to_end(&mut s);
+        s
+    });
+    let t_err = std::thread::spawn(move || {
+        let mut s = Vec::new();
+        let _ = err.read_to_end(&mut s);
+        s
+    });
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("meshbench did not finish within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Output {
+        status,
+        stdout: t_out.join().unwrap(),
+        stderr: t_err.join().unwrap(),
+    }
+}
+
+/// A unique path for a result file.
+pub fn temp_json(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("meshbench-test-{}-{name}.json", std::process::id()))
+}
+
+/// Runs `meshbench run ... --json FILE`, returns the output and the parsed, schema-checked JSON.
+pub fn run_json(name: &str, args: &[&str], limit: Duration) -> (Output, serde_json::Value) {
+    let path = temp_json(name);
+    let _ = std::fs::remove_file(&path);
+    let mut all: Vec<&str> = vec!["run", "-q"];
+    all.extend_from_slice(args);
+    let p = path.to_str().unwrap().to_string();
+    all.push("--json");
+    all.push(&p);
+    let out = meshbench(&all, limit);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{name}: no JSON written ({e}); stderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    let _ = std::fs::remove_file(&path);
+    let json: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
+    assert_valid(&json);
+    (out, json)
+}
+
+/// Checks a result against docs/result.schema.json.
+pub fn assert_valid(json: &serde_json::Value) {
+    let schema_path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/result.schema.json");
+    let schema: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(schema_path).expect("schema file"))
+            .expect("schema JSON");
+    let validator = jsonschema::validator_for(&schema).expect("a valid schema");
+    let errors: Vec<String> = validator
+        .iter_errors(json)
+        .map(|e| format!("{} at {}", e, e.instance_path))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "result does not match the schema: {errors:#?}"
+    );
+}
+
+/// The backend, as a separate process, on a free port.
+pub struct BackendProc {
+    child: Child,
+    pub addr: SocketAddr,
+}
+
+impl BackendProc {
+    pub fn start(extra: &[&str]) -> Self {
+        let mut child = Command::new(bin())
+            .args(["backend", "--listen", "127.0.0.1:0"])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn backend");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let addr = line
+            .trim()
+            .strip_prefix("listening on http://")
+            .unwrap_or_else(|| panic!("unexpected backend banner {line:?}"))
+            .parse()
+            .unwrap();
+        BackendProc { child, addr }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+}
+
+impl Drop for BackendProc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// How a misbehaving server treats each connection.
+#[derive(Clone, Copy, Debug)]
+pub enum Misbehaviour {
+    /// Reads the request, then resets the connection (RST).
+    Reset,
+    /// Sends half a response, then closes.
+    CloseEarly,
+    /// Closes without a byte as soon as the request arrives.
+    CloseSilently,
+    /// Answers bytes that are not HTTP.
+    Garbage,
+    /// Answers a 1 MiB header.
+    HugeHeader,
+    /// Never answers.
+    Silent,
+}
+
+/// A server on a loopback port that misbehaves in one way; stops when dropped.
+pub struct BadServer {
+    pub addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+}
+
+impl BadServer {
+    pub fn start(how: Misbehaviour) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        std::thread::spawn(move || {
+            let mut parked = Vec::new();
+            while !flag.load(Ordering::Relaxed) {
+                let (mut s, _) = match listener.accept() {
+                    Ok(c) => c,
+                    Err(_) => {
+                        std::thread::sleep(Duration::from_millis(2));
+                        continue;
+                    }
+                };
+                s.set_nonblocking(false).unwrap();
+                s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+                let mut buf = [0u8; 4096];
+                let _ = s.read(&mut buf);
+                match how {
+                    Misbehaviour::Reset => {
+                        meshbench_net::socket::set_linger_zero(s.as_raw_fd()).unwrap();
+                    }
+                    Misbehaviour::CloseEarly => {
+                        let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nabc");
+                    }
+                    Misbehaviour::CloseSilently => {}
+                    Misbehaviour::Garbage => {
+                        let _ = s.write_all(b"SSH-2.0-OpenSSH_9.2\r\nnot http at all\r\n\r\n");
+                    }
+                    Misbehaviour::HugeHeader => {
+                        let mut r = b"HTTP/1.1 200 OK\r\nX-Big: ".to_vec();
+                        r.extend(std::iter::repeat_n(b'a', 1 << 20));
+                        r.extend_from_slice(b"\r\nContent-Length: 0\r\n\r\n");
+                        let _ = s.write_all(&r);
+                    }
+                    Misbehaviour::Silent => {
+                        parked.push(s);
+                        continue;
+                    }
+                }
+                drop(s);
+            }
+        });
+        BadServer { addr, stop }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}/", self.addr)
+    }
+}
+
+impl Drop for BadServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).to_string()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).to_string()
+}
+
+pub fn u(v: &serde_json::Value, path: &str) -> u64 {
+    v.pointer(path)
+        .and_then(|x| x.as_u64())
+        .unwrap_or_else(|| panic!("no integer at {path}"))
+}
+
+pub fn f(v: &serde_json::Value, path: &str) -> f64 {
+    v.pointer(path)
+        .and_then(|x| x.as_f64())
+        .unwrap_or_else(|| panic!("no number at {path}"))
+}

@@ -1,0 +1,129 @@
+//! Black-box tests against a real nginx (Debian package, started by the test): as a fixed-body
+//! server, as a reverse proxy in front of the backend, and the demo end to end.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use meshbench_lab::{Nginx, NginxSite};
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+#[test]
+fn closed_and_open_loop_against_a_real_nginx() {
+    let nginx = Nginx::start(&NginxSite::Fixed(1024), 1)
+        .expect("nginx starts (scripts/install-deps.sh installs it)");
+    let url = format!("http://{}/", nginx.addr());
+    let (out, r) = run_json("nginx-closed", &[&url, "-n", "5000", "-c", "16"], LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(u(&r, "/requests/ok"), 5000, "{}", r["errors"]);
+    assert!(u(&r, "/bytes/received") >= 5000 * 1024);
+    let (_, r) = run_json(
+        "nginx-open",
+        &[&url, "-r", "1000", "-d", "2s", "-c", "8"],
+        LIMIT,
+    );
+    let total = u(&r, "/requests/ok") as f64;
+    assert!((total - 2000.0).abs() <= 10.0, "{total}");
+    // A path nginx does not have still answers; a HEAD request has no body to wait for.
+    let (_, r) = run_json("nginx-head", &[&url, "-n", "100", "-m", "HEAD"], LIMIT);
+    assert_eq!(u(&r, "/requests/ok"), 100, "{}", r["errors"]);
+}
+
+#[test]
+fn through_nginx_to_the_backend() {
+    let backend = BackendProc::start(&["--status", "503:10%"]);
+    let nginx = Nginx::start(&NginxSite::Proxy(backend.addr), 1).expect("nginx starts");
+    let url = format!("http://{}/?size=2048", nginx.addr());
+    let (out, r) = run_json("nginx-proxy", &[&url, "-n", "4000", "-c", "8"], LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let s503 = u(&r, "/status_codes/503");
+    assert!(
+        (200..=600).contains(&s503),
+        "the backend's 503s pass through nginx: {s503}"
+    );
+    assert_eq!(u(&r, "/status_codes/200") + s503, 4000);
+    assert!(
+        u(&r, "/bytes/received") >= 3600 * 2048,
+        "per-request size passes through"
+    );
+}
+
+#[test]
+fn nginx_stopping_mid_run_is_counted_not_fatal() {
+    let nginx = Nginx::start(&NginxSite::Fixed(100), 1).expect("nginx starts");
+    let url = format!("http://{}/", nginx.addr());
+    let path = temp_json("nginx-stop");
+    let child = std::process::Command::new(bin())
+        .args([
+            "run",
+            "-q",
+            &url,
+            "-d",
+            "3s",
+            "-c",
+            "4",
+            "--timeout",
+            "1s",
+            "--json",
+            path.to_str().unwrap(),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1000));
+    drop(nginx);
+    let mut child = child;
+    let out = wait_with_limit(&mut child, Duration::from_secs(30));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_valid(&r);
+    assert!(u(&r, "/requests/ok") > 100);
+    let failed = u(&r, "/errors/connect") + u(&r, "/errors/reset");
+    assert!(
+        failed > 0,
+        "requests after nginx stopped fail as connect/reset: {}",
+        r["errors"]
+    );
+    let _ = std::fs::remove_file(&path);
+}
+
+#[test]
+fn the_demo_runs_end_to_end() {
+    let dir = std::env::temp_dir().join(format!("meshbench-demo-test-{}", std::process::id()));
+    let out = meshbench(
+        &[
+            "demo",
+            "-d",
+            "1s",
+            "-r",
+            "500",
+            "--out",
+            dir.to_str().unwrap(),
+        ],
+        Duration::from_secs(120),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    for needle in [
+        "direct-closed",
+        "nginx-open",
+        "latency p99 ms",
+        "what nginx adds",
+        "p99.9",
+    ] {
+        assert!(text.contains(needle), "{needle} missing from:\n{text}");
+    }
+    for name in ["direct-closed", "nginx-closed", "direct-open", "nginx-open"] {
+        let r: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(dir.join(format!("{name}.json"))).unwrap(),
+        )
+        .unwrap();
+        assert_valid(&r);
+        assert!(u(&r, "/requests/ok") > 0, "{name}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,283 @@
+//! Black-box tests of `meshbench run` against the real backend, started as its own process.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+#[test]
+fn closed_loop_counts_every_request_exactly() {
+    let backend = BackendProc::start(&[]);
+    let (out, r) = run_json(
+        "closed",
+        &[&backend.url("/"), "-n", "3000", "-c", "8"],
+        LIMIT,
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(u(&r, "/requests/total"), 3000);
+    assert_eq!(u(&r, "/requests/ok"), 3000);
+    assert_eq!(u(&r, "/requests/errors"), 0);
+    assert_eq!(u(&r, "/status_codes/200"), 3000);
+    assert_eq!(u(&r, "/latency_us/count"), 3000);
+    assert_eq!(r["settings"]["mode"], "closed");
+    assert!(r["schedule_lag_us"].is_null());
+    assert!(
+        u(&r, "/bytes/received") >= 3000 * 1024,
+        "1 KiB bodies plus heads"
+    );
+    assert!(u(&r, "/bytes/sent") >= 3000 * 30);
+    let timeline_total: u64 = r["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["requests"].as_u64().unwrap())
+        .sum();
+    assert_eq!(
+        timeline_total, 3000,
+        "the timeline accounts for every request"
+    );
+    // The encoded histogram decodes to the same counts: results of several processes can merge.
+    let h =
+        meshbench_engine::result::decode_histogram(r["histogram"]["latency_us"].as_str().unwrap())
+            .unwrap();
+    assert_eq!(h.len(), 3000);
+    assert_eq!(h.value_at_quantile(0.99), u(&r, "/latency_us/p99"));
+    assert!(stdout(&out).contains("3,000 total"), "{}", stdout(&out));
+}
+
+#[test]
+fn open_loop_holds_the_asked_rate() {
+    let backend = BackendProc::start(&[]);
+    let (out, r) = run_json(
+        "open",
+        &[&backend.url("/"), "-r", "2000", "-d", "3s", "-c", "8"],
+        LIMIT,
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let total = u(&r, "/requests/total") as f64;
+    assert!(
+        (total - 6000.0).abs() <= 6000.0 * 0.005,
+        "total {total}, want 6000 ± 0.5 %"
+    );
+    let rps = f(&r, "/throughput_rps");
+    assert!((rps - 2000.0).abs() < 2000.0 * 0.01, "throughput {rps}");
+    assert_eq!(r["settings"]["arrival"], "uniform");
+    assert_eq!(u(&r, "/schedule_lag_us/count"), 6000);
+    assert!(r["histogram"]["schedule_lag_us"].is_string());
+    assert!(
+        u(&r, "/latency_us/p50") >= u(&r, "/service_time_us/p50"),
+        "latency includes any lag"
+    );
+}
+
+#[test]
+fn poisson_arrivals_average_to_the_rate() {
+    let backend = BackendProc::start(&[]);
+    let (_, r) = run_json(
+        "poisson",
+        &[
+            &backend.url("/"),
+            "-r",
+            "1000",
+            "--arrival",
+            "poisson",
+            "-d",
+            "3s",
+        ],
+        LIMIT,
+    );
+    let total = u(&r, "/requests/total") as f64;
+    assert!(
+        (total - 3000.0).abs() < 3000.0 * 0.08,
+        "total {total}, want about 3000"
+    );
+    assert_eq!(r["settings"]["arrival"], "poisson");
+}
+
+#[test]
+fn warmup_is_excluded_from_the_results() {
+    let backend = BackendProc::start(&[]);
+    let (_, r) = run_json(
+        "warmup",
+        &[
+            &backend.url("/"),
+            "-r",
+            "1000",
+            "-d",
+            "1s",
+            "--warmup",
+            "1s",
+        ],
+        LIMIT,
+    );
+    let total = u(&r, "/requests/total");
+    assert!(
+        (995..=1005).contains(&total),
+        "only the measured second counts: {total}"
+    );
+    assert!((f(&r, "/duration_secs") - 1.0).abs() < 0.1);
+    assert_eq!(f(&r, "/settings/warmup_secs"), 1.0);
+}
+
+#[test]
+fn injected_errors_are_counted_by_status() {
+    let backend = BackendProc::start(&["--status", "503:20%"]);
+    let (_, r) = run_json(
+        "status",
+        &[&backend.url("/"), "-n", "5000", "-c", "4"],
+        LIMIT,
+    );
+    let s503 = u(&r, "/status_codes/503");
+    let s200 = u(&r, "/status_codes/200");
+    assert_eq!(s503 + s200, 5000);
+    assert!(
+        (s503 as f64 / 5000.0 - 0.2).abs() < 0.03,
+        "503 share {s503}"
+    );
+    assert_eq!(u(&r, "/errors/http_status"), s503);
+    assert_eq!(u(&r, "/requests/errors"), s503);
+    assert_eq!(u(&r, "/requests/ok"), s200);
+}
+
+#[test]
+fn open_loop_latency_includes_queueing_when_the_target_is_slow() {
+    // One connection, 10 ms per answer: the target does 100 req/s, asked for 200.
+    let backend = BackendProc::start(&["--delay", "10ms"]);
+    let (_, r) = run_json(
+        "co",
+        &[&backend.url("/"), "-r", "200", "-d", "2s", "-c", "1"],
+        LIMIT,
+    );
+    let latency = u(&r, "/latency_us/p99");
+    let service = u(&r, "/service_time_us/p99");
+    assert!((10_000..30_000).contains(&service), "service p99 {service}");
+    assert!(
+        latency > 5 * service,
+        "coordinated omission corrected: latency p99 {latency} vs service {service}"
+    );
+    assert!(u(&r, "/generator/queued_sends") > 0);
+    assert_eq!(
+        r["generator"]["saturated"], false,
+        "a slow target is not a saturated generator"
+    );
+    let warnings = r["generator"]["warnings"].to_string();
+    assert!(
+        warnings.contains("waited for a free connection"),
+        "{warnings}"
+    );
+    assert!(
+        u(&r, "/requests/unfinished") > 0,
+        "requests due but never sent are reported"
+    );
+}
+
+#[test]
+fn per_request_size_and_request_bodies() {
+    let backend = BackendProc::start(&[]);
+    let (_, r) = run_json(
+        "size",
+        &[&backend.url("/?size=10000"), "-n", "100", "-c", "1"],
+        LIMIT,
+    );
+    let per = u(&r, "/bytes/received") / 100;
+    assert!((10_000..10_200).contains(&per), "{per} bytes per response");
+    let (_, r) = run_json(
+        "post",
+        &[
+            &backend.url("/"),
+            "-n",
+            "100",
+            "-c",
+            "2",
+            "-m",
+            "POST",
+            "--body-size",
+            "5000",
+            "-H",
+            "X-Test: 1",
+        ],
+        LIMIT,
+    );
+    assert_eq!(u(&r, "/requests/ok"), 100);
+    assert!(u(&r, "/bytes/sent") >= 100 * 5000);
+    assert_eq!(u(&r, "/settings/body_bytes"), 5000);
+    assert_eq!(r["settings"]["headers"][0][0], "X-Test");
+}
+
+#[test]
+fn ten_thousand_connections_from_one_process() {
+    let backend = BackendProc::start(&["--threads", "2"]);
+    let (out, r) = run_json(
+        "c10k",
+        &[
+            &backend.url("/"),
+            "-c",
+            "10000",
+            "-n",
+            "20000",
+            "--timeout",
+            "20s",
+        ],
+        Duration::from_secs(120),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(u(&r, "/requests/ok"), 20000, "{}", r["errors"]);
+    assert_eq!(u(&r, "/settings/connections"), 10000);
+}
+
+fn interrupt(signal: i32, code: i32) {
+    let backend = BackendProc::start(&[]);
+    let path = temp_json(&format!("signal-{signal}"));
+    let _ = std::fs::remove_file(&path);
+    let mut child = std::process::Command::new(bin())
+        .args([
+            "run",
+            "-q",
+            &backend.url("/"),
+            "-r",
+            "500",
+            "-d",
+            "60s",
+            "--json",
+            path.to_str().unwrap(),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    // SAFETY: plain kill(2) on our own child.
+    unsafe { libc::kill(child.id() as i32, signal) };
+    let started = std::time::Instant::now();
+    let out = wait_with_limit(&mut child, Duration::from_secs(10));
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "stopped promptly"
+    );
+    assert_eq!(out.status.code(), Some(code), "{}", stderr(&out));
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).expect("partial JSON written"))
+            .unwrap();
+    assert_valid(&r);
+    assert_eq!(r["partial"], true);
+    let total = u(&r, "/requests/total");
+    assert!(
+        (400..=1000).contains(&total),
+        "about 1.5 s at 500 req/s measured: {total}"
+    );
+    assert!(stdout(&out).contains("PARTIAL"), "{}", stdout(&out));
+    let _ = std::fs::remove_file(&path);
+}
+
+#[test]
+fn ctrl_c_writes_the_partial_result() {
+    interrupt(libc::SIGINT, 130);
+}
+
+#[test]
+fn sigterm_writes_the_partial_result() {
+    interrupt(libc::SIGTERM, 143);
+}
