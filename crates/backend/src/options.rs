@@ -212,7 +212,8 @@ mod tests {
 
     #[test]
     fn status_table() {
-        let cases: &[(&str, Result<Vec<(u16, f64)>, ()>)] = &[
+        type Case = (&'static str, Result<Vec<(u16, f64)>, ()>);
+        let cases: &[Case] = &[
             ("503:1%", Ok(vec![(503, 0.01)])),
             ("503:1%,500:50", Ok(vec![(503, 0.01), (500, 0.5)])),
             ("503:60%,500:50%", Err(())),

@@ -245,7 +245,8 @@ mod tests {
     fn counts_table() {
         // (what happens, total, ok, errors by kind [connect, timeout, reset, protocol, other])
         type Step = fn(&mut Recorder);
-        let cases: &[(&str, &[Step], u64, u64, [u64; 5])] = &[
+        type Case = (&'static str, &'static [Step], u64, u64, [u64; 5]);
+        let cases: &[Case] = &[
             ("nothing", &[], 0, 0, [0; 5]),
             ("one 200", &[|r| r.response(200, 1000, 900)], 1, 1, [0; 5]),
             (
