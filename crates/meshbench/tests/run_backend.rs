@@ -65,7 +65,11 @@ fn open_loop_holds_the_asked_rate() {
     let rps = f(&r, "/throughput_rps");
     assert!((rps - 2000.0).abs() < 2000.0 * 0.01, "throughput {rps}");
     assert_eq!(r["settings"]["arrival"], "uniform");
-    assert_eq!(u(&r, "/schedule_lag_us/count"), 6000);
+    let sends = u(&r, "/schedule_lag_us/count") as f64;
+    assert!(
+        sends >= total && sends <= total + 8.0,
+        "one lag sample per send: {sends} vs {total}"
+    );
     assert!(r["histogram"]["schedule_lag_us"].is_string());
     assert!(
         u(&r, "/latency_us/p50") >= u(&r, "/service_time_us/p50"),

@@ -487,7 +487,13 @@ mod tests {
 
     #[test]
     fn whole_responses_in_one_read() {
-        let cases: &[(&str, &[u8], bool, Result<Progress, FrameError>)] = &[
+        type Case = (
+            &'static str,
+            &'static [u8],
+            bool,
+            Result<Progress, FrameError>,
+        );
+        let cases: &[Case] = &[
             ("length", b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", false, Ok(complete(200, true, ALL))),
             ("no body 204", b"HTTP/1.1 204 No Content\r\n\r\n", false, Ok(complete(204, true, ALL))),
             ("head request", b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n", true, Ok(complete(200, true, ALL))),
@@ -587,7 +593,8 @@ mod tests {
 
     #[test]
     fn chunked_decoder_table() {
-        let cases: &[(&[u8], Result<(usize, bool), FrameError>)] = &[
+        type Case = (&'static [u8], Result<(usize, bool), FrameError>);
+        let cases: &[Case] = &[
             (b"0\r\n\r\n", Ok((5, true))),
             (b"A\r\n0123456789\r\n0\r\n\r\n", Ok((20, true))),
             (b"1\nx\n0\n\n", Ok((7, true))),
