@@ -9,12 +9,11 @@ use std::time::{Duration, Instant};
 
 use common::BackendProc;
 
+/// A response as read off the wire: status, headers (lower-case names), body.
+type Response = (u16, Vec<(String, String)>, Vec<u8>);
+
 /// Sends raw bytes and reads until `responses` complete responses arrived (by Content-Length).
-fn exchange(
-    backend: &BackendProc,
-    raw: &[u8],
-    responses: usize,
-) -> Vec<(u16, Vec<(String, String)>, Vec<u8>)> {
+fn exchange(backend: &BackendProc, raw: &[u8], responses: usize) -> Vec<Response> {
     let mut s = TcpStream::connect(backend.addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let _ = s.write_all(raw); // a refused request may be cut short; the answer still comes
