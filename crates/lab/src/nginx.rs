@@ -19,6 +19,8 @@ pub enum LabError {
     },
     #[error("could not start nginx: {0}")]
     Spawn(std::io::Error),
+    #[error("the backend did not print its address (got {0:?})")]
+    BackendBanner(String),
     #[error("nginx did not start listening on {addr} within 10 s: {log}")]
     NotListening { addr: SocketAddr, log: String },
 }

@@ -290,3 +290,12 @@ fn ctrl_c_writes_the_partial_result() {
 fn sigterm_writes_the_partial_result() {
     interrupt(libc::SIGTERM, 143);
 }
+
+#[test]
+fn localhost_finds_the_address_that_listens() {
+    // The backend listens on 127.0.0.1 only; `localhost` may resolve to ::1 first.
+    let backend = BackendProc::start(&[]);
+    let url = format!("http://localhost:{}/", backend.addr.port());
+    let (_, r) = run_json("localhost", &[&url, "-n", "200"], LIMIT);
+    assert_eq!(u(&r, "/requests/ok"), 200, "{}", r["errors"]);
+}

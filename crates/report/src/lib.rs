@@ -82,7 +82,7 @@ pub fn summary(r: &RunResult) -> String {
     );
     let _ = writeln!(
         o,
-        "  requests   {} total, {} ok, {} errors in {:.2} s = {:.1} req/s",
+        "  requests   {} total, {} ok, {} errors in {:.3} s = {:.1} req/s",
         thousands(r.requests.total),
         thousands(r.requests.ok),
         thousands(r.requests.errors),

@@ -7,10 +7,9 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use meshbench_backend::{Backend, BackendConfig};
 use meshbench_engine::pacer::Arrival;
 use meshbench_engine::{LoadSpec, Mode, RequestSpec, RunResult, StopAt};
-use meshbench_lab::{Nginx, NginxSite};
+use meshbench_lab::{BackendProcess, Nginx, NginxSite};
 use meshbench_report::{ms, side_by_side};
 
 use super::parse_duration;
@@ -25,8 +24,9 @@ pub fn execute(args: DemoArgs) -> Result<u8> {
         ));
     }
     let signals = super::signals::Signals::install()?;
-    let backend = Backend::start(([127, 0, 0, 1], 0).into(), BackendConfig::default())
-        .context("cannot start the backend")?;
+    // The backend runs as its own process so that its CPU is not counted as the generator's.
+    let exe = std::env::current_exe().context("cannot find the meshbench executable")?;
+    let backend = BackendProcess::start(&exe, &[]).context("cannot start the backend")?;
     let nginx = Nginx::start(&NginxSite::Proxy(backend.addr()), 1).context("cannot start nginx")?;
     eprintln!(
         "backend on {}, nginx {} on {} proxying to it; {} per run after 1 s of warm-up",
@@ -89,7 +89,7 @@ pub fn execute(args: DemoArgs) -> Result<u8> {
     }
     println!("results written to {}/", args.out.display());
     drop(nginx);
-    backend.stop();
+    drop(backend);
     Ok(signals.exit_code().unwrap_or(exit::OK))
 }
 

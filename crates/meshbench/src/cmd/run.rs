@@ -94,19 +94,19 @@ pub fn resolve(a: &RunArgs) -> Result<LoadSpec> {
     })?;
     let port = url.port_or_known_default().unwrap_or(80);
     let lookup = host.trim_start_matches('[').trim_end_matches(']');
-    let addr = (lookup, port)
+    let addrs: Vec<std::net::SocketAddr> = (lookup, port)
         .to_socket_addrs()
         .map_err(|e| {
             usage(format!(
                 "cannot resolve host '{host}': {e}; check the name or give an IP address"
             ))
         })?
-        .next()
-        .ok_or_else(|| {
-            usage(format!(
-                "host '{host}' has no address; check the name or give an IP address"
-            ))
-        })?;
+        .collect();
+    let addr = pick_address(&addrs).ok_or_else(|| {
+        usage(format!(
+            "host '{host}' has no address; check the name or give an IP address"
+        ))
+    })?;
     if a.connections == 0 {
         return Err(usage("--connections 0: must be at least 1"));
     }
@@ -207,4 +207,20 @@ pub fn resolve(a: &RunArgs) -> Result<LoadSpec> {
         timeout,
         seed: a.seed,
     })
+}
+
+/// Of several addresses for one name (`localhost` is often ::1 and 127.0.0.1), the first that
+/// accepts a connection, as curl would use; the first one if none does (the run then counts the
+/// connect errors).
+fn pick_address(addrs: &[std::net::SocketAddr]) -> Option<std::net::SocketAddr> {
+    if addrs.len() > 1 {
+        let probe = Duration::from_millis(500);
+        if let Some(a) = addrs
+            .iter()
+            .find(|a| std::net::TcpStream::connect_timeout(a, probe).is_ok())
+        {
+            return Some(*a);
+        }
+    }
+    addrs.first().copied()
 }

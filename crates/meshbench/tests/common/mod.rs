@@ -3,7 +3,7 @@
 
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
@@ -105,41 +105,24 @@ pub fn assert_valid(json: &serde_json::Value) {
 
 /// The backend, as a separate process, on a free port.
 pub struct BackendProc {
-    child: Child,
+    inner: meshbench_lab::BackendProcess,
     pub addr: SocketAddr,
 }
 
 impl BackendProc {
     pub fn start(extra: &[&str]) -> Self {
-        let mut child = Command::new(bin())
-            .args(["backend", "--listen", "127.0.0.1:0"])
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn backend");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let addr = line
-            .trim()
-            .strip_prefix("listening on http://")
-            .unwrap_or_else(|| panic!("unexpected backend banner {line:?}"))
-            .parse()
-            .unwrap();
-        BackendProc { child, addr }
+        let inner = meshbench_lab::BackendProcess::start(std::path::Path::new(bin()), extra)
+            .expect("the backend starts");
+        let addr = inner.addr();
+        BackendProc { inner, addr }
     }
 
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)
     }
-}
 
-impl Drop for BackendProc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+    pub fn pid(&self) -> u32 {
+        self.inner.pid()
     }
 }
 

@@ -1,0 +1,60 @@
+//! The built-in backend as a separate process (`meshbench backend`), so that its CPU is never
+//! counted as the load generator's and it can be pinned or limited on its own.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+use crate::LabError;
+
+/// A running `meshbench backend` child process; killed when dropped.
+pub struct BackendProcess {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl BackendProcess {
+    /// Starts `exe backend --listen 127.0.0.1:0 ARGS...` and waits for its address.
+    pub fn start(exe: &Path, args: &[&str]) -> Result<Self, LabError> {
+        let mut child = Command::new(exe)
+            .args(["backend", "--listen", "127.0.0.1:0"])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(LabError::Spawn)?;
+        let mut line = String::new();
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        let addr = line
+            .trim()
+            .strip_prefix("listening on http://")
+            .and_then(|a| a.parse().ok());
+        match addr {
+            Some(addr) => Ok(BackendProcess { child, addr }),
+            None => {
+                let _ = child.kill();
+                let _ = child.wait();
+                Err(LabError::BackendBanner(line.trim().to_string()))
+            }
+        }
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Process id, for resource sampling.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for BackendProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
