@@ -103,6 +103,8 @@ struct Conn {
     written: usize,
     /// True while the socket is also watched for writability.
     want_write: bool,
+    /// A request is part-written or a response part-read: the loop must not sleep through it.
+    streaming: bool,
     reader: ResponseReader,
     /// When this connection last became free (to tell generator lag from queueing).
     free_since: u64,
@@ -135,6 +137,8 @@ struct Worker<'a> {
     sending: bool,
     in_flight: usize,
     buf: Box<[u8]>,
+    /// Connections with `streaming` set.
+    streaming: usize,
     /// CLOCK_REALTIME minus the run clock, refreshed at every wake-up, to place kernel receive
     /// timestamps on the run clock.
     realtime_offset: i64,
@@ -167,6 +171,7 @@ pub fn run_worker(
         in_flight: 0,
         buf: vec![0u8; 64 * 1024].into_boxed_slice(),
         realtime_offset: 0,
+        streaming: 0,
         plan,
         ctl,
     };
@@ -193,6 +198,7 @@ impl Worker<'_> {
                 measured: false,
                 written: 0,
                 want_write: false,
+                streaming: false,
                 reader: ResponseReader::default(),
                 free_since: 0,
                 backoff_ns: 0,
@@ -275,11 +281,26 @@ impl Worker<'_> {
     }
 
     fn close(&mut self, i: usize) {
+        self.set_streaming(i, false);
         let c = &mut self.conns[i];
         c.fd = None; // closing the fd also removes it from epoll
         c.state = State::Closed;
         c.written = 0;
+        c.want_write = false;
         c.reader.reset();
+    }
+
+    /// Keeps the count of connections in the middle of a transfer.
+    fn set_streaming(&mut self, i: usize, on: bool) {
+        let c = &mut self.conns[i];
+        if c.streaming != on {
+            c.streaming = on;
+            if on {
+                self.streaming += 1;
+            } else {
+                self.streaming -= 1;
+            }
+        }
     }
 
     fn event_loop(&mut self, events: &Sender<WorkerEvent>) -> io::Result<WorkerReport> {
@@ -342,7 +363,10 @@ impl Worker<'_> {
                 wake = wake.min(drain_until);
             }
             // Sleep through arrivals only when nothing waits for a connection (see the header).
-            let lazy = self.sending && self.plan.pacer.is_open() && !self.free.is_empty();
+            let lazy = self.sending
+                && self.plan.pacer.is_open()
+                && !self.free.is_empty()
+                && self.streaming == 0;
             if lazy {
                 if self.in_flight > 0 {
                     wake = wake.min(now + LAZY_READ_NS);
@@ -497,12 +521,15 @@ impl Worker<'_> {
                     let interest = if done { Interest::READ } else { Interest::BOTH };
                     let _ = self.poller.modify(fd, i as u64, interest);
                 }
+                let busy = !done || c.reader.in_progress();
+                self.set_streaming(i, busy);
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 if !c.want_write {
                     c.want_write = true;
                     let _ = self.poller.modify(fd, i as u64, Interest::BOTH);
                 }
+                self.set_streaming(i, true);
             }
             Err(e) => self.fail(i, ErrorKind::of_io(&e), now),
         }
@@ -565,7 +592,7 @@ impl Worker<'_> {
                     self.rec.bytes_received += n as u64;
                 }
                 match c.reader.feed(&self.buf[..n], head_request) {
-                    Ok(Progress::Partial) => {}
+                    Ok(Progress::Partial) => self.set_streaming(i, true),
                     Ok(Progress::Complete {
                         status,
                         keep_alive,
@@ -603,6 +630,7 @@ impl Worker<'_> {
         self.in_flight -= 1;
         c.state = State::Idle;
         c.free_since = arrived;
+        self.set_streaming(i, false);
         if !keep_alive {
             self.close(i);
         }

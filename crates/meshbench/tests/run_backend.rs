@@ -299,3 +299,34 @@ fn localhost_finds_the_address_that_listens() {
     let (_, r) = run_json("localhost", &[&url, "-n", "200"], LIMIT);
     assert_eq!(u(&r, "/requests/ok"), 200, "{}", r["errors"]);
 }
+
+#[test]
+fn large_bodies_both_ways_in_an_open_loop() {
+    let backend = BackendProc::start(&[]);
+    let (out, r) = run_json(
+        "large",
+        &[
+            &backend.url("/?size=1048576"),
+            "-r",
+            "100",
+            "-d",
+            "2s",
+            "-c",
+            "4",
+            "-m",
+            "POST",
+            "--body-size",
+            "262144",
+        ],
+        LIMIT,
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(u(&r, "/requests/ok"), 200, "{}", r["errors"]);
+    assert!(u(&r, "/bytes/received") >= 200 * 1_048_576);
+    assert!(u(&r, "/bytes/sent") >= 200 * 262_144);
+    let p50 = u(&r, "/service_time_us/p50");
+    assert!(
+        p50 < 20_000,
+        "a 1 MiB response on loopback takes well under 20 ms: {p50} µs"
+    );
+}
