@@ -139,6 +139,9 @@ struct Worker<'a> {
     buf: Box<[u8]>,
     /// Connections with `streaming` set.
     streaming: usize,
+    /// The kernel stamps received data (cleared at the first read without a stamp). Without it
+    /// the loop never sleeps through arrivals, which would otherwise add to latency.
+    timestamps: bool,
     /// CLOCK_REALTIME minus the run clock, refreshed at every wake-up, to place kernel receive
     /// timestamps on the run clock.
     realtime_offset: i64,
@@ -172,6 +175,7 @@ pub fn run_worker(
         buf: vec![0u8; 64 * 1024].into_boxed_slice(),
         realtime_offset: 0,
         streaming: 0,
+        timestamps: true,
         plan,
         ctl,
     };
@@ -271,8 +275,10 @@ impl Worker<'_> {
         if let Err(e) = self.poller.add(fd.as_raw_fd(), i as u64, interest) {
             return Some(e);
         }
-        // Without timestamps the loop falls back to its own clock: still correct, less exact.
-        let _ = socket::enable_rx_timestamps(fd.as_raw_fd());
+        // Without timestamps the loop falls back to its own clock and stays awake for arrivals.
+        if socket::enable_rx_timestamps(fd.as_raw_fd()).is_err() {
+            self.timestamps = false;
+        }
         c.fd = Some(fd);
         c.state = state;
         c.want_write = false;
@@ -366,7 +372,8 @@ impl Worker<'_> {
             let lazy = self.sending
                 && self.plan.pacer.is_open()
                 && !self.free.is_empty()
-                && self.streaming == 0;
+                && self.streaming == 0
+                && self.timestamps;
             if lazy {
                 if self.in_flight > 0 {
                     wake = wake.min(now + LAZY_READ_NS);
@@ -584,6 +591,9 @@ impl Worker<'_> {
                 None => self.fail(i, ErrorKind::Reset, now),
             },
             Ok((n, stamp)) => {
+                if stamp.is_none() {
+                    self.timestamps = false;
+                }
                 // When the last byte arrived, on the run clock, within [sent, now].
                 let arrived = stamp.map_or(now, |t| {
                     ((t as i64 - self.realtime_offset).max(0) as u64).clamp(c.sent, now)

@@ -330,3 +330,29 @@ fn large_bodies_both_ways_in_an_open_loop() {
         "a 1 MiB response on loopback takes well under 20 ms: {p50} µs"
     );
 }
+
+#[test]
+fn sleeping_through_arrivals_does_not_add_to_latency() {
+    // At 100 req/s the loop sleeps up to 1 ms between looks at its sockets; the kernel's receive
+    // timestamps must keep that out of the figures (regression: a build without them reported
+    // service times of about 1 ms here).
+    let backend = BackendProc::start(&[]);
+    let (_, r) = run_json(
+        "lazy",
+        &[
+            &backend.url("/"),
+            "-r",
+            "100",
+            "-d",
+            "2s",
+            "-c",
+            "2",
+            "-t",
+            "1",
+        ],
+        LIMIT,
+    );
+    assert_eq!(u(&r, "/requests/ok"), 200);
+    let p50 = u(&r, "/service_time_us/p50");
+    assert!(p50 < 700, "service p50 {p50} µs on loopback");
+}
