@@ -47,7 +47,6 @@ const WAKE_EVERY_NS: u64 = 50_000;
 
 /// One worker's part of a run.
 pub struct WorkerPlan {
-    pub index: usize,
     pub addr: std::net::SocketAddr,
     pub request: Arc<[u8]>,
     pub head_request: bool,
@@ -346,34 +345,8 @@ impl Worker<'_> {
             if now >= self.next_second {
                 self.flush_interval(events);
             }
-            // Sleep until something is due: the pacer, a second boundary, a scan, a back-off.
-            let mut wake = self.next_second.min(next_scan).min(now + MAX_WAIT_NS);
-            if self.sending && !self.free.is_empty() {
-                if let Some(t) = self.plan.pacer.wake_at() {
-                    wake = wake.min(t);
-                }
-            }
-            if let Some(t) = self.plan.send_until.filter(|&t| self.sending && t > now) {
-                wake = wake.min(t);
-            }
-            if !self.backing_off.is_empty() {
-                wake = wake.min(
-                    self.backing_off
-                        .iter()
-                        .map(|&i| self.conns[i].retry_at)
-                        .min()
-                        .unwrap_or(u64::MAX),
-                );
-            }
-            if !self.sending {
-                wake = wake.min(drain_until);
-            }
-            // Sleep through arrivals only when nothing waits for a connection (see the header).
-            let lazy = self.sending
-                && self.plan.pacer.is_open()
-                && !self.free.is_empty()
-                && self.streaming == 0
-                && self.timestamps;
+            let lazy = self.may_sleep_through_arrivals();
+            let mut wake = self.next_wake(now, next_scan, drain_until);
             if lazy {
                 if self.in_flight > 0 {
                     wake = wake.min(now + LAZY_READ_NS);
@@ -414,6 +387,39 @@ impl Worker<'_> {
             cpu_ns,
             window_ns: end.saturating_sub(self.plan.measure_start),
         })
+    }
+
+    /// When something is next due: the pacer (if a connection is free for it), a second boundary,
+    /// a timeout scan, the end of sending, a connect back-off, the end of the drain.
+    fn next_wake(&self, now: u64, next_scan: u64, drain_until: u64) -> u64 {
+        let mut wake = self.next_second.min(next_scan).min(now + MAX_WAIT_NS);
+        if self.sending {
+            if !self.free.is_empty() {
+                wake = wake.min(self.plan.pacer.wake_at().unwrap_or(u64::MAX));
+            }
+            if let Some(end) = self.plan.send_until.filter(|&end| end > now) {
+                wake = wake.min(end);
+            }
+        } else {
+            wake = wake.min(drain_until);
+        }
+        let backoff = self
+            .backing_off
+            .iter()
+            .map(|&i| self.conns[i].retry_at)
+            .min();
+        wake.min(backoff.unwrap_or(u64::MAX))
+    }
+
+    /// Whether the loop may sleep until its next send and read what arrived meanwhile (see the
+    /// module header): an open loop, sending, with a free connection, no transfer half done, and
+    /// kernel receive timestamps to date the arrivals.
+    fn may_sleep_through_arrivals(&self) -> bool {
+        self.sending
+            && self.plan.pacer.is_open()
+            && !self.free.is_empty()
+            && self.streaming == 0
+            && self.timestamps
     }
 
     /// Stops sending. Open-loop requests that were due but never sent (no connection came free

@@ -221,7 +221,6 @@ fn plan_workers(spec: &LoadSpec, threads: usize) -> Vec<WorkerPlan> {
                 StopAt::Duration(d) => (None, Some(warmup + d.as_nanos() as u64)),
             };
             WorkerPlan {
-                index: w,
                 addr: spec.request.addr,
                 request: spec.request.bytes.clone(),
                 head_request,

@@ -45,11 +45,6 @@ impl BackendProcess {
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }
-
-    /// Process id, for resource sampling.
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
 }
 
 impl Drop for BackendProcess {

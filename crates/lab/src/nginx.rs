@@ -137,16 +137,6 @@ impl Nginx {
         self.addr
     }
 
-    /// Process ids of the master and its workers.
-    pub fn pids(&self) -> Vec<u32> {
-        let master = self.child.id();
-        let children = std::fs::read_to_string(format!("/proc/{master}/task/{master}/children"))
-            .unwrap_or_default();
-        std::iter::once(master)
-            .chain(children.split_whitespace().filter_map(|p| p.parse().ok()))
-            .collect()
-    }
-
     /// nginx's version string, e.g. "1.22.1".
     pub fn version() -> Option<String> {
         let out = Command::new(Self::binary()?).arg("-v").output().ok()?;

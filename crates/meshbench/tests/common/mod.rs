@@ -120,10 +120,6 @@ impl BackendProc {
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)
     }
-
-    pub fn pid(&self) -> u32 {
-        self.inner.pid()
-    }
 }
 
 /// How a misbehaving server treats each connection.
