@@ -144,3 +144,27 @@ fn bad_requests_get_400_and_huge_heads_431() {
     let r = exchange(&backend, &huge, 1);
     assert_eq!(r[0].0, 431);
 }
+
+#[test]
+fn random_bytes_do_not_bring_the_backend_down() {
+    let backend = BackendProc::start(&[]);
+    let mut rng = 0x2545_f491_4f6c_dd1d_u64;
+    for _ in 0..200 {
+        let mut s = TcpStream::connect(backend.addr).unwrap();
+        let len = 1 + (rng % 3000) as usize;
+        let junk: Vec<u8> = (0..len)
+            .map(|_| {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                rng as u8
+            })
+            .collect();
+        let _ = s.write_all(&junk);
+    }
+    let r = exchange(&backend, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", 1);
+    assert_eq!(
+        r[0].0, 200,
+        "still serving after 200 connections of garbage"
+    );
+}

@@ -356,3 +356,25 @@ fn sleeping_through_arrivals_does_not_add_to_latency() {
     let p50 = u(&r, "/service_time_us/p50");
     assert!(p50 < 700, "service p50 {p50} µs on loopback");
 }
+
+#[test]
+fn progress_line_only_on_a_terminal() {
+    let backend = BackendProc::start(&[]);
+    // Not a terminal: stderr stays empty.
+    let out = meshbench(&["run", &backend.url("/"), "-r", "200", "-d", "1s"], LIMIT);
+    assert!(out.status.success());
+    assert!(stderr(&out).is_empty(), "{}", stderr(&out));
+    // A terminal (util-linux `script` gives the command a pty): the live line appears.
+    let cmd = format!("{} run {} -r 200 -d 2s", bin(), backend.url("/"));
+    let tty = std::process::Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .output()
+        .expect("`script` from util-linux");
+    let text = String::from_utf8_lossy(&tty.stdout);
+    assert!(tty.status.success(), "{text}");
+    assert!(
+        text.contains("\r\x1b[2K["),
+        "a redrawn progress line: {text:?}"
+    );
+    assert!(text.contains("req/s") && text.contains("p99"), "{text:?}");
+}

@@ -614,6 +614,45 @@ mod tests {
         }
     }
 
+    /// Random bytes and randomly cut valid responses never panic, and a valid response gives the
+    /// same answer however it is cut.
+    #[test]
+    fn random_input_never_panics() {
+        let mut rng = crate::rng::SplitMix64(7);
+        let valid: &[&[u8]] = &[
+            b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nabc",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nab\r\n0\r\n\r\n",
+            b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 204 No Content\r\n\r\n",
+        ];
+        for _ in 0..20_000 {
+            let mut r = ResponseReader::default();
+            let len = (rng.next_u64() % 200) as usize;
+            let garbage: Vec<u8> = (0..len).map(|_| rng.next_u64() as u8).collect();
+            let _ = r.feed(&garbage, rng.next_u64() % 2 == 0);
+            let _ = r.eof();
+            let input = valid[(rng.next_u64() % valid.len() as u64) as usize];
+            let mut r = ResponseReader::default();
+            let mut pos = 0;
+            let mut done = None;
+            while pos < input.len() {
+                let step = 1 + (rng.next_u64() % 8) as usize;
+                let end = (pos + step).min(input.len());
+                match r.feed(&input[pos..end], false) {
+                    Ok(Progress::Complete {
+                        status, consumed, ..
+                    }) => {
+                        done = Some(status);
+                        assert_eq!(pos + consumed, input.len());
+                        break;
+                    }
+                    Ok(Progress::Partial) => pos = end,
+                    Err(e) => panic!("valid input refused: {e}"),
+                }
+            }
+            assert!(done.is_some());
+        }
+    }
+
     #[test]
     fn request_encoding_adds_what_is_missing() {
         let req = encode_request(
