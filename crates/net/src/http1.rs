@@ -628,7 +628,7 @@ mod tests {
             let mut r = ResponseReader::default();
             let len = (rng.next_u64() % 200) as usize;
             let garbage: Vec<u8> = (0..len).map(|_| rng.next_u64() as u8).collect();
-            let _ = r.feed(&garbage, rng.next_u64() % 2 == 0);
+            let _ = r.feed(&garbage, rng.next_u64().is_multiple_of(2));
             let _ = r.eof();
             let input = valid[(rng.next_u64() % valid.len() as u64) as usize];
             let mut r = ResponseReader::default();
