@@ -55,27 +55,21 @@ fn nginx_stopping_mid_run_is_counted_not_fatal() {
     let nginx = Nginx::start(&NginxSite::Fixed(100), 1).expect("nginx starts");
     let url = format!("http://{}/", nginx.addr());
     let path = temp_json("nginx-stop");
-    let child = std::process::Command::new(bin())
-        .args([
-            "run",
-            "-q",
-            &url,
-            "-d",
-            "3s",
-            "-c",
-            "4",
-            "--timeout",
-            "1s",
-            "--json",
-            path.to_str().unwrap(),
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_meshbench(&[
+        "run",
+        "-q",
+        &url,
+        "-d",
+        "3s",
+        "-c",
+        "4",
+        "--timeout",
+        "1s",
+        "--json",
+        path.to_str().unwrap(),
+    ]);
     std::thread::sleep(Duration::from_millis(1000));
     drop(nginx);
-    let mut child = child;
     let out = wait_with_limit(&mut child, Duration::from_secs(30));
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let r: serde_json::Value =

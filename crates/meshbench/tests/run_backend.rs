@@ -241,22 +241,17 @@ fn interrupt(signal: i32, code: i32) {
     let backend = BackendProc::start(&[]);
     let path = temp_json(&format!("signal-{signal}"));
     let _ = std::fs::remove_file(&path);
-    let mut child = std::process::Command::new(bin())
-        .args([
-            "run",
-            "-q",
-            &backend.url("/"),
-            "-r",
-            "500",
-            "-d",
-            "60s",
-            "--json",
-            path.to_str().unwrap(),
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_meshbench(&[
+        "run",
+        "-q",
+        &backend.url("/"),
+        "-r",
+        "500",
+        "-d",
+        "60s",
+        "--json",
+        path.to_str().unwrap(),
+    ]);
     std::thread::sleep(Duration::from_millis(1500));
     // SAFETY: plain kill(2) on our own child.
     unsafe { libc::kill(child.id() as i32, signal) };

@@ -16,16 +16,20 @@ pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_meshbench")
 }
 
-/// Runs the binary with `args`; kills it after `limit`.
-pub fn meshbench(args: &[&str], limit: Duration) -> Output {
-    let mut child = Command::new(bin())
+/// Starts the binary with `args`, output piped, without waiting for it.
+pub fn spawn_meshbench(args: &[&str]) -> Child {
+    Command::new(bin())
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("spawn meshbench");
-    wait_with_limit(&mut child, limit)
+        .expect("spawn meshbench")
+}
+
+/// Runs the binary with `args`; kills it after `limit`.
+pub fn meshbench(args: &[&str], limit: Duration) -> Output {
+    wait_with_limit(&mut spawn_meshbench(args), limit)
 }
 
 pub fn wait_with_limit(child: &mut Child, limit: Duration) -> Output {
