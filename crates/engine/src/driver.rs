@@ -457,9 +457,9 @@ impl Worker<'_> {
     fn next_request(&mut self, now: u64) -> Option<(u64, bool)> {
         loop {
             if let Some(end) = self.plan.send_until {
-                // Closed loop: stop at the end; open loop: stop when the schedule reaches it.
+                // Nothing intended at or after the end goes out; the loop itself stops sending
+                // when the clock reaches the end, so the window is the whole duration.
                 if self.plan.pacer.wake_at().unwrap_or(now) >= end {
-                    self.sending = false;
                     return None;
                 }
             }
