@@ -373,3 +373,26 @@ fn progress_line_only_on_a_terminal() {
     );
     assert!(text.contains("req/s") && text.contains("p99"), "{text:?}");
 }
+
+#[test]
+fn a_slow_open_loop_measures_its_whole_duration() {
+    // Regression: at 2 req/s the last request is due at 1.5 s; the window must still be 2 s,
+    // or the throughput reads 2.67 req/s instead of 2.
+    let backend = BackendProc::start(&[]);
+    let (_, r) = run_json(
+        "slow-window",
+        &[&backend.url("/"), "-r", "2", "-d", "2s", "-c", "1"],
+        LIMIT,
+    );
+    assert_eq!(u(&r, "/requests/ok"), 4);
+    assert!(
+        (f(&r, "/duration_secs") - 2.0).abs() < 0.05,
+        "{}",
+        r["duration_secs"]
+    );
+    assert!(
+        (f(&r, "/throughput_rps") - 2.0).abs() < 0.05,
+        "{}",
+        r["throughput_rps"]
+    );
+}
