@@ -159,20 +159,20 @@ pub struct RequestOptions {
 }
 
 impl RequestOptions {
-    pub fn is_default(&self) -> bool {
-        *self == RequestOptions::default()
-    }
-
-    /// Applies one `name=value` (query) or `x-meshbench-name: value` (header) setting.
-    /// Values that do not parse are ignored, as a test server should keep answering.
+    /// Applies one `name=value` (query) or `x-meshbench-name: value` (header) setting; names
+    /// match in any case. Values that do not parse are ignored, as a test server should keep
+    /// answering.
     pub fn set(&mut self, name: &[u8], value: &[u8]) {
         let v = std::str::from_utf8(value).unwrap_or("").trim();
-        match name {
-            b"size" => self.size = v.parse::<u64>().ok().map(|n| n.min(MAX_SIZE)),
-            b"delay" => self.delay = v.parse().ok(),
-            b"status" => self.status = v.parse::<u16>().ok().filter(|c| (100..=599).contains(c)),
-            b"echo" => self.echo = !matches!(v, "0" | "false"),
-            _ => {}
+        let is = |n: &[u8]| name.eq_ignore_ascii_case(n);
+        if is(b"size") {
+            self.size = v.parse::<u64>().ok().map(|n| n.min(MAX_SIZE));
+        } else if is(b"delay") {
+            self.delay = v.parse().ok();
+        } else if is(b"status") {
+            self.status = v.parse::<u16>().ok().filter(|c| (100..=599).contains(c));
+        } else if is(b"echo") {
+            self.echo = !matches!(v, "0" | "false");
         }
     }
 
@@ -248,6 +248,6 @@ mod tests {
         assert!(o.echo);
         let mut plain = RequestOptions::default();
         plain.from_target(b"/index.html");
-        assert!(plain.is_default());
+        assert!(plain == RequestOptions::default());
     }
 }

@@ -379,8 +379,7 @@ impl Server {
             pending.opts.from_target(req.path.unwrap_or("/").as_bytes());
             for h in req.headers.iter() {
                 if h.name.len() > 12 && h.name[..12].eq_ignore_ascii_case("x-meshbench-") {
-                    let name = h.name[12..].to_ascii_lowercase();
-                    pending.opts.set(name.as_bytes(), h.value);
+                    pending.opts.set(&h.name.as_bytes()[12..], h.value);
                 }
             }
             let info = match head_info(req.version.unwrap_or(1), req.headers, false, true) {

@@ -226,17 +226,10 @@ impl Worker<'_> {
                     continue;
                 }
                 connecting -= 1;
-                let fd = self.conns[i]
-                    .fd
-                    .as_ref()
-                    .map(|f| f.as_raw_fd())
-                    .unwrap_or(-1);
-                match socket::take_error(fd) {
-                    Ok(None) => {
-                        self.conns[i].state = State::Idle;
-                        let _ = self.poller.modify(fd, i as u64, Interest::READ);
-                    }
-                    _ => self.close(i),
+                if self.connected(i) {
+                    self.conns[i].state = State::Idle;
+                } else {
+                    self.close(i);
                 }
             }
         }
@@ -283,6 +276,19 @@ impl Worker<'_> {
         c.want_write = false;
         c.reader.reset();
         None
+    }
+
+    /// Whether the non-blocking connect of conn `i` succeeded; if so the socket is now watched
+    /// for reads and the connect back-off is reset.
+    fn connected(&mut self, i: usize) -> bool {
+        let c = &mut self.conns[i];
+        let fd = c.fd.as_ref().map_or(-1, |f| f.as_raw_fd());
+        if !matches!(socket::take_error(fd), Ok(None)) {
+            return false;
+        }
+        c.backoff_ns = 0;
+        let _ = self.poller.modify(fd, i as u64, Interest::READ);
+        true
     }
 
     fn close(&mut self, i: usize) {
@@ -551,16 +557,11 @@ impl Worker<'_> {
     fn on_event(&mut self, i: usize, readable: bool, writable: bool, now: u64) {
         match self.conns[i].state {
             State::Connecting => {
-                let fd = self.conns[i].fd.as_ref().map_or(-1, |f| f.as_raw_fd());
-                match socket::take_error(fd) {
-                    Ok(None) => {
-                        let c = &mut self.conns[i];
-                        c.state = State::Busy;
-                        c.backoff_ns = 0;
-                        let _ = self.poller.modify(fd, i as u64, Interest::READ);
-                        self.write(i, now);
-                    }
-                    _ => self.fail(i, ErrorKind::Connect, now),
+                if self.connected(i) {
+                    self.conns[i].state = State::Busy;
+                    self.write(i, now);
+                } else {
+                    self.fail(i, ErrorKind::Connect, now);
                 }
             }
             State::Busy => {

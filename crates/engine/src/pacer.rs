@@ -9,8 +9,7 @@
 pub use meshbench_net::rng::SplitMix64;
 
 /// How arrivals are spaced in an open loop.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Arrival {
     /// Evenly spaced, one every 1/rate seconds.
     Uniform,

@@ -49,28 +49,16 @@ impl ErrorKind {
 
     /// Classifies a socket error met while a request was in flight.
     pub fn of_io(err: &std::io::Error) -> ErrorKind {
-        match err.raw_os_error() {
-            Some(libc_errno::ECONNRESET | libc_errno::EPIPE | libc_errno::ECONNABORTED) => {
-                ErrorKind::Reset
-            }
-            Some(libc_errno::ETIMEDOUT) => ErrorKind::Timeout,
-            Some(libc_errno::ECONNREFUSED | libc_errno::ENETUNREACH | libc_errno::EHOSTUNREACH) => {
+        use std::io::ErrorKind as Io;
+        match err.kind() {
+            Io::ConnectionReset | Io::BrokenPipe | Io::ConnectionAborted => ErrorKind::Reset,
+            Io::TimedOut => ErrorKind::Timeout,
+            Io::ConnectionRefused | Io::NetworkUnreachable | Io::HostUnreachable => {
                 ErrorKind::Connect
             }
             _ => ErrorKind::Other,
         }
     }
-}
-
-/// Linux errno values used for classification (kept here so the engine needs no libc).
-mod libc_errno {
-    pub const EPIPE: i32 = 32;
-    pub const ENETUNREACH: i32 = 101;
-    pub const ECONNABORTED: i32 = 103;
-    pub const ECONNRESET: i32 = 104;
-    pub const ETIMEDOUT: i32 = 110;
-    pub const ECONNREFUSED: i32 = 111;
-    pub const EHOSTUNREACH: i32 = 113;
 }
 
 /// A latency histogram in microseconds, 1 µs to 60 s, 3 significant digits.

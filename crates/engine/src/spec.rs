@@ -9,8 +9,7 @@ use std::time::Duration;
 use crate::pacer::Arrival;
 
 /// Closed or open loop.
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Mode {
     /// Each connection sends its next request as soon as the previous one is answered.
     Closed,

@@ -25,11 +25,6 @@ impl Clock {
     pub fn now(&self) -> u64 {
         self.origin.elapsed().as_nanos() as u64
     }
-
-    /// The instant this clock counts from.
-    pub fn origin(&self) -> Instant {
-        self.origin
-    }
 }
 
 /// CPU time consumed by the calling thread, in nanoseconds.

@@ -27,8 +27,6 @@ pub enum FrameError {
     BadLength,
     #[error("malformed chunked encoding")]
     BadChunk,
-    #[error("bytes received after a complete response")]
-    Unsolicited,
 }
 
 /// How a message body is delimited.

@@ -82,11 +82,6 @@ impl Poller {
         self.ctl(libc::EPOLL_CTL_MOD, fd, token, interest)
     }
 
-    /// Stops watching `fd` (closing the fd does this too).
-    pub fn delete(&self, fd: RawFd) -> io::Result<()> {
-        self.ctl(libc::EPOLL_CTL_DEL, fd, 0, Interest::NONE)
-    }
-
     /// Waits for events or the timeout; returns how many are ready. `None` waits forever.
     /// An interrupted wait (a signal) returns 0 events.
     pub fn wait(&mut self, timeout: Option<Duration>) -> io::Result<usize> {
