@@ -65,6 +65,11 @@ pub struct Schedule {
 }
 
 impl Schedule {
+    /// Intended time of the next item.
+    pub fn next_at(&self) -> u64 {
+        self.next
+    }
+
     /// `rate_rps` requests per second from `start` (ns) on.
     pub fn new(rate_rps: f64, start: u64, arrival: Arrival, seed: u64) -> Self {
         let gap_ns = 1e9 / rate_rps;

@@ -5,6 +5,7 @@
 //! and per error kind, and bytes. Nothing grows with the number of requests. Once a second the
 //! worker also hands over an [`Interval`] (a coarse histogram and counts) for the timeline.
 
+use std::collections::BTreeMap;
 use std::ops::AddAssign;
 
 use hdrhistogram::Histogram;
@@ -26,15 +27,28 @@ pub enum ErrorKind {
     Protocol,
     /// Any other socket error.
     Other,
+    /// The TLS handshake failed: unknown CA, expired certificate, name mismatch, ALPN refused,
+    /// client certificate rejected (the message says which).
+    Tls,
+    /// The HTTP/2 server sent GOAWAY before this request's stream was processed.
+    GoAway,
+    /// The HTTP/2 server reset this request's stream (RST_STREAM).
+    StreamReset,
 }
 
+/// Distinct error messages kept per worker; more are folded into the counts only.
+const MAX_MESSAGES: usize = 32;
+
 impl ErrorKind {
-    pub const ALL: [ErrorKind; 5] = [
+    pub const ALL: [ErrorKind; 8] = [
         ErrorKind::Connect,
         ErrorKind::Timeout,
         ErrorKind::Reset,
         ErrorKind::Protocol,
         ErrorKind::Other,
+        ErrorKind::Tls,
+        ErrorKind::GoAway,
+        ErrorKind::StreamReset,
     ];
 
     pub fn name(self) -> &'static str {
@@ -44,6 +58,9 @@ impl ErrorKind {
             ErrorKind::Reset => "reset",
             ErrorKind::Protocol => "protocol",
             ErrorKind::Other => "other",
+            ErrorKind::Tls => "tls",
+            ErrorKind::GoAway => "goaway",
+            ErrorKind::StreamReset => "stream_reset",
         }
     }
 
@@ -103,7 +120,9 @@ pub struct Recorder {
     pub lag: Histogram<u64>,
     /// Responses per status code; index = code (codes outside 100..=599 land in 0).
     status: Vec<u64>,
-    errors: [u64; 5],
+    errors: [u64; 8],
+    /// Failures counted by "kind: message" (TLS reasons, GOAWAY and reset codes), bounded.
+    pub messages: BTreeMap<String, u64>,
     pub bytes_sent: u64,
     pub bytes_received: u64,
     /// Requests put on the wire.
@@ -114,6 +133,36 @@ pub struct Recorder {
     pub queued_sends: u64,
     /// Requests sent but neither answered nor failed when the run ended.
     pub unfinished: u64,
+    pub conns: ConnRecorder,
+}
+
+/// Connection set-up during the measured window: how many, how long, how many resumed.
+#[derive(Debug, Clone)]
+pub struct ConnRecorder {
+    /// TCP connect, from `connect()` to the socket being writable.
+    pub connect: Histogram<u64>,
+    /// TLS handshake, from TCP connected to the handshake done.
+    pub handshake: Histogram<u64>,
+    /// Connections opened (attempted).
+    pub opened: u64,
+    /// TLS handshakes completed, and how many of them resumed a session.
+    pub handshakes: u64,
+    pub resumed: u64,
+    /// Connections the generator closed on purpose (`--requests-per-connection`).
+    pub closed_by_client: u64,
+}
+
+impl Default for ConnRecorder {
+    fn default() -> Self {
+        Self {
+            connect: new_histogram(),
+            handshake: new_histogram(),
+            opened: 0,
+            handshakes: 0,
+            resumed: 0,
+            closed_by_client: 0,
+        }
+    }
 }
 
 impl Default for Recorder {
@@ -129,13 +178,15 @@ impl Recorder {
             service: new_histogram(),
             lag: new_histogram(),
             status: vec![0; 600],
-            errors: [0; 5],
+            errors: [0; 8],
+            messages: BTreeMap::new(),
             bytes_sent: 0,
             bytes_received: 0,
             sends: 0,
             late_sends: 0,
             queued_sends: 0,
             unfinished: 0,
+            conns: ConnRecorder::default(),
         }
     }
 
@@ -156,6 +207,12 @@ impl Recorder {
     #[inline]
     pub fn error(&mut self, kind: ErrorKind) {
         self.errors[kind as usize] += 1;
+    }
+
+    /// A failed request with a message worth keeping (allocates: error path only).
+    pub fn error_with(&mut self, kind: ErrorKind, message: &str) {
+        self.error(kind);
+        add_message(&mut self.messages, format!("{}: {message}", kind.name()), 1);
     }
 
     /// A request put on the wire `lag_ns` after its intended time.
@@ -204,6 +261,14 @@ impl Recorder {
     }
 }
 
+fn add_message(messages: &mut BTreeMap<String, u64>, key: String, n: u64) {
+    if let Some(count) = messages.get_mut(&key) {
+        *count += n;
+    } else if messages.len() < MAX_MESSAGES {
+        messages.insert(key, n);
+    }
+}
+
 impl AddAssign<&Recorder> for Recorder {
     fn add_assign(&mut self, o: &Recorder) {
         // The bounds are equal by construction, so adding cannot fail.
@@ -222,6 +287,16 @@ impl AddAssign<&Recorder> for Recorder {
         self.late_sends += o.late_sends;
         self.queued_sends += o.queued_sends;
         self.unfinished += o.unfinished;
+        for (key, &n) in &o.messages {
+            add_message(&mut self.messages, key.clone(), n);
+        }
+        let (a, b) = (&mut self.conns, &o.conns);
+        a.connect.add(&b.connect).expect("same histogram bounds");
+        a.handshake.add(&b.handshake).expect("same histogram bounds");
+        a.opened += b.opened;
+        a.handshakes += b.handshakes;
+        a.resumed += b.resumed;
+        a.closed_by_client += b.closed_by_client;
     }
 }
 

@@ -41,6 +41,8 @@ pub struct RunResult {
     /// From the intended to the actual send time (open loop only).
     pub schedule_lag_us: Option<Stats>,
     pub bytes: Bytes,
+    /// Connection set-up during the measured window.
+    pub connections: Connections,
     pub timeline: Vec<TimelinePoint>,
     pub histogram: Histograms,
     pub generator: Generator,
@@ -62,6 +64,37 @@ pub struct Settings {
     pub headers: Vec<[String; 2]>,
     pub body_bytes: usize,
     pub seed: u64,
+    /// `http/1.1` or `h2`.
+    pub protocol: String,
+    pub tls: bool,
+    /// Concurrent streams per connection (1 for HTTP/1.1).
+    pub streams: usize,
+    /// Distinct requests in the target list, and the hosts they go to.
+    pub targets: usize,
+    pub hosts: usize,
+    /// `round-robin` or `random`.
+    pub target_order: String,
+    pub requests_per_connection: Option<u64>,
+    pub connection_rate: Option<f64>,
+    pub tls_resume: Option<bool>,
+}
+
+/// Connections opened during the measured window.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Connections {
+    pub opened: u64,
+    /// Opened per second of the measured window.
+    pub rate_per_sec: f64,
+    /// Closed by the generator after `--requests-per-connection`.
+    pub closed_by_client: u64,
+    pub tls_handshakes: u64,
+    pub tls_resumed: u64,
+    /// tls_resumed / tls_handshakes (0 without TLS).
+    pub resumption_ratio: f64,
+    /// TCP connect time.
+    pub connect_us: Stats,
+    /// TLS handshake time, after TCP (none without TLS).
+    pub tls_handshake_us: Option<Stats>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -83,8 +116,13 @@ pub struct Errors {
     pub reset: u64,
     pub protocol: u64,
     pub other: u64,
+    pub tls: u64,
+    pub goaway: u64,
+    pub stream_reset: u64,
     /// Responses with a status of 400 or more (see `status_codes`).
     pub http_status: u64,
+    /// Counts by "kind: what happened" (TLS reasons, GOAWAY and reset codes; at most 32).
+    pub messages: BTreeMap<String, u64>,
 }
 
 /// Summary of one histogram, in microseconds.
@@ -164,6 +202,8 @@ pub struct Histograms {
     pub latency_us: String,
     pub service_time_us: String,
     pub schedule_lag_us: Option<String>,
+    pub connect_us: String,
+    pub tls_handshake_us: Option<String>,
 }
 
 /// The load generator's view of itself.
@@ -212,7 +252,11 @@ impl Errors {
             reset: r.errors(ErrorKind::Reset),
             protocol: r.errors(ErrorKind::Protocol),
             other: r.errors(ErrorKind::Other),
+            tls: r.errors(ErrorKind::Tls),
+            goaway: r.errors(ErrorKind::GoAway),
+            stream_reset: r.errors(ErrorKind::StreamReset),
             http_status: r.http_errors(),
+            messages: r.messages.clone(),
         }
     }
 }

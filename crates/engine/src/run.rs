@@ -16,7 +16,7 @@ use crate::driver::{run_worker, Control, WorkerEvent, WorkerPlan, WorkerReport};
 use crate::pacer::{Arrival, Pacer, Schedule};
 use crate::recorder::{new_interval_histogram, Interval, Recorder};
 use crate::result::*;
-use crate::spec::{LoadSpec, Mode, StopAt};
+use crate::spec::{LoadSpec, Mode, Order, Protocol, StopAt};
 
 /// Why a run could not be carried out (failures of the target are data, not errors).
 #[derive(Debug, Error)]
@@ -29,6 +29,8 @@ pub enum RunError {
     },
     #[error("could not start a worker: {0}")]
     Setup(#[from] std::io::Error),
+    #[error("the target list is empty")]
+    NoTargets,
     #[error("a worker thread panicked")]
     WorkerPanicked,
 }
@@ -56,6 +58,9 @@ pub fn run(
 ) -> Result<RunResult, RunError> {
     let limit = meshbench_net::socket::raise_nofile_limit();
     let needed = spec.connections as u64 + 64;
+    if spec.targets.requests.is_empty() {
+        return Err(RunError::NoTargets);
+    }
     if needed > limit {
         return Err(RunError::TooFewFiles {
             connections: spec.connections,
@@ -199,33 +204,39 @@ fn push_point(
 /// relative to the run start; workers shift them once the clock starts.
 fn plan_workers(spec: &LoadSpec, threads: usize) -> Vec<WorkerPlan> {
     let warmup = spec.warmup.as_nanos() as u64;
-    let head_request = spec.request.method.eq_ignore_ascii_case("HEAD");
+    let n_targets = spec.targets.requests.len();
     (0..threads)
         .map(|w| {
             let connections = share(spec.connections as u64, threads, w) as usize;
+            let part = connections as f64 / spec.connections as f64;
+            let seed = spec.seed ^ (w as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
             let pacer = match spec.mode {
                 Mode::Closed => Pacer::Closed,
                 Mode::Open { rate_rps, arrival } => {
-                    let rate = rate_rps * connections as f64 / spec.connections as f64;
                     // Stagger uniform workers so that together they are evenly spaced.
                     let offset = match arrival {
                         Arrival::Uniform => (w as f64 * 1e9 / rate_rps) as u64,
                         Arrival::Poisson => 0,
                     };
-                    let seed = spec.seed ^ (w as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-                    Pacer::Open(Schedule::new(rate, offset, arrival, seed))
+                    Pacer::Open(Schedule::new(rate_rps * part, offset, arrival, seed))
                 }
             };
+            let connect_pacer = spec.conn.connection_rate.map(|rate| {
+                let offset = (w as f64 * 1e9 / rate) as u64;
+                Pacer::Open(Schedule::new(rate * part, offset, Arrival::Uniform, seed))
+            });
             let (budget, send_until) = match spec.stop {
                 StopAt::Requests(n) => (Some(share(n, threads, w)), None),
                 StopAt::Duration(d) => (None, Some(warmup + d.as_nanos() as u64)),
             };
             WorkerPlan {
-                addr: spec.request.addr,
-                request: spec.request.bytes.clone(),
-                head_request,
+                targets: spec.targets.clone(),
+                conn: spec.conn.clone(),
                 connections,
                 pacer,
+                connect_pacer,
+                first_target: w * n_targets / threads,
+                seed: seed.rotate_left(17),
                 budget,
                 measure_start: warmup,
                 send_until,
@@ -254,6 +265,7 @@ fn build_result(
     interrupted: bool,
 ) -> RunResult {
     let open = matches!(spec.mode, Mode::Open { .. });
+    let tls = spec.conn.tls.is_some();
     let window_ns = workers.iter().map(|w| w.window_ns).max().unwrap_or(0);
     let duration_secs = window_ns as f64 / 1e9;
     let total = rec.total();
@@ -332,6 +344,22 @@ fn build_result(
                 .collect(),
             body_bytes: spec.request.body_len,
             seed: spec.seed,
+            protocol: spec.conn.protocol.name().to_string(),
+            tls,
+            streams: match spec.conn.protocol {
+                Protocol::Http1 => 1,
+                Protocol::Http2 => spec.conn.streams,
+            },
+            targets: spec.targets.requests.len(),
+            hosts: spec.targets.hosts.len(),
+            target_order: match spec.targets.order {
+                Order::RoundRobin => "round-robin",
+                Order::Random => "random",
+            }
+            .to_string(),
+            requests_per_connection: spec.conn.requests_per_connection,
+            connection_rate: spec.conn.connection_rate,
+            tls_resume: tls.then_some(spec.conn.tls_resume),
         },
         start_time: humantime::format_rfc3339_millis(wall_start).to_string(),
         duration_secs: (duration_secs * 1e6).round() / 1e6,
@@ -359,11 +387,31 @@ fn build_result(
             sent: rec.bytes_sent,
             received: rec.bytes_received,
         },
+        connections: Connections {
+            opened: rec.conns.opened,
+            rate_per_sec: if duration_secs > 0.0 {
+                (rec.conns.opened as f64 / duration_secs * 100.0).round() / 100.0
+            } else {
+                0.0
+            },
+            closed_by_client: rec.conns.closed_by_client,
+            tls_handshakes: rec.conns.handshakes,
+            tls_resumed: rec.conns.resumed,
+            resumption_ratio: if rec.conns.handshakes > 0 {
+                (rec.conns.resumed as f64 / rec.conns.handshakes as f64 * 1000.0).round() / 1000.0
+            } else {
+                0.0
+            },
+            connect_us: Stats::of(&rec.conns.connect),
+            tls_handshake_us: tls.then(|| Stats::of(&rec.conns.handshake)),
+        },
         timeline,
         histogram: Histograms {
             latency_us: encode_histogram(&rec.latency),
             service_time_us: encode_histogram(&rec.service),
             schedule_lag_us: open.then(|| encode_histogram(&rec.lag)),
+            connect_us: encode_histogram(&rec.conns.connect),
+            tls_handshake_us: tls.then(|| encode_histogram(&rec.conns.handshake)),
         },
         generator: Generator {
             cpu_secs: (cpu_secs * 1000.0).round() / 1000.0,

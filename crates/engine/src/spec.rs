@@ -1,11 +1,14 @@
-//! What a run is asked to do, fully resolved: addresses looked up, the request serialised,
-//! numbers checked. The binary builds a [`LoadSpec`] from flags (and later the experiment file
-//! will too); the engine never parses user input itself.
+//! What a run is asked to do, fully resolved: addresses looked up, every request serialised for
+//! its protocol, TLS settings built, numbers checked. The binary builds a [`LoadSpec`] from flags
+//! (and later the experiment file will too); the engine never parses user input itself.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use rustls::pki_types::ServerName;
+
+use crate::h2conn::H2Request;
 use crate::pacer::Arrival;
 
 /// Closed or open loop.
@@ -26,26 +29,131 @@ pub enum StopAt {
     Requests(u64),
 }
 
-/// One request, ready for the wire.
+/// HTTP version on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    Http1,
+    /// ALPN h2 over TLS, prior-knowledge h2c over plain TCP.
+    Http2,
+}
+
+impl Protocol {
+    pub fn name(self) -> &'static str {
+        match self {
+            Protocol::Http1 => "http/1.1",
+            Protocol::Http2 => "h2",
+        }
+    }
+}
+
+/// In which order requests go through the target list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Order {
+    RoundRobin,
+    /// Uniformly at random, from `--seed`.
+    Random,
+}
+
+/// Where connections go: one per distinct (address, TLS name) pair. Connections are pooled
+/// per host, so a request always goes out on a connection whose TLS name matches its URL.
+#[derive(Debug, Clone)]
+pub struct Host {
+    pub addr: SocketAddr,
+    /// SNI and the name the certificate must match (TLS only).
+    pub server_name: Option<ServerName<'static>>,
+}
+
+/// One request of the target list, ready for the wire.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// Index into [`Targets::hosts`].
+    pub host: u32,
+    pub wire: Wire,
+    /// A HEAD request: its response has no body whatever it says.
+    pub head: bool,
+}
+
+/// A request serialised once for its protocol.
+#[derive(Debug, Clone)]
+pub enum Wire {
+    /// Request line, headers and body.
+    Http1(Box<[u8]>),
+    Http2(Box<H2Request>),
+}
+
+/// Every request a run may send, and the hosts they go to.
+#[derive(Debug, Clone)]
+pub struct Targets {
+    pub hosts: Vec<Host>,
+    pub requests: Vec<Target>,
+    pub order: Order,
+}
+
+impl Targets {
+    /// One plain HTTP/1.1 request to one address.
+    pub fn single_http1(addr: SocketAddr, request: Vec<u8>, head: bool) -> Targets {
+        Targets {
+            hosts: vec![Host {
+                addr,
+                server_name: None,
+            }],
+            requests: vec![Target {
+                host: 0,
+                wire: Wire::Http1(request.into_boxed_slice()),
+                head,
+            }],
+            order: Order::RoundRobin,
+        }
+    }
+}
+
+/// How the target list was given, for the report.
 #[derive(Debug, Clone)]
 pub struct RequestSpec {
     pub method: String,
-    /// The URL as the user gave it (for the report).
+    /// The URL, template or targets file as the user gave it.
     pub url: String,
-    /// Where to connect.
-    pub addr: SocketAddr,
-    /// Request line, headers and body, serialised once.
-    pub bytes: Arc<[u8]>,
-    /// Length of the body inside `bytes`.
+    /// Length of the body of the first request.
     pub body_len: usize,
-    /// Extra headers, as given (for the report).
+    /// Extra headers, as given.
     pub headers: Vec<(String, String)>,
+}
+
+/// Connection behaviour: TLS, HTTP version, churn.
+#[derive(Debug, Clone)]
+pub struct ConnSpec {
+    pub protocol: Protocol,
+    /// TLS settings (trust, client certificate, ALPN, resumption); `None` for plain TCP.
+    pub tls: Option<Arc<rustls::ClientConfig>>,
+    /// Concurrent HTTP/2 streams per connection (1 for HTTP/1.1).
+    pub streams: usize,
+    /// Close and reconnect after this many requests on a connection.
+    pub requests_per_connection: Option<u64>,
+    /// New connections per second at most, on an open-loop schedule.
+    pub connection_rate: Option<f64>,
+    /// Whether `tls` was built with session resumption (for the report).
+    pub tls_resume: bool,
+}
+
+impl Default for ConnSpec {
+    fn default() -> Self {
+        ConnSpec {
+            protocol: Protocol::Http1,
+            tls: None,
+            streams: 1,
+            requests_per_connection: None,
+            connection_rate: None,
+            tls_resume: true,
+        }
+    }
 }
 
 /// A fully resolved load test.
 #[derive(Debug, Clone)]
 pub struct LoadSpec {
     pub request: RequestSpec,
+    pub targets: Arc<Targets>,
+    pub conn: ConnSpec,
     pub connections: usize,
     /// Worker threads; each owns an equal share of connections and of the rate.
     pub threads: usize,
@@ -53,7 +161,7 @@ pub struct LoadSpec {
     pub stop: StopAt,
     pub warmup: Duration,
     pub timeout: Duration,
-    /// Seed for Poisson arrivals, so that a run can be repeated exactly.
+    /// Seed for Poisson arrivals and random target order, so that a run can be repeated exactly.
     pub seed: u64,
 }
 

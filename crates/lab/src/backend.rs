@@ -24,7 +24,7 @@ impl BackendProcess {
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
-            .map_err(LabError::Spawn)?;
+            .map_err(|e| LabError::Spawn("the backend".into(), e))?;
         let mut line = String::new();
         let stdout = child.stdout.take().expect("stdout is piped");
         let _ = BufReader::new(stdout).read_line(&mut line);

@@ -6,24 +6,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use thiserror::Error;
+use crate::LabError;
 
-#[derive(Debug, Error)]
-pub enum LabError {
-    #[error("nginx is not installed and `apt-get install -y nginx` failed ({0}); install it by hand (Debian package nginx)")]
-    InstallFailed(String),
-    #[error("could not prepare {path}: {source}")]
-    Files {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("could not start nginx: {0}")]
-    Spawn(std::io::Error),
-    #[error("the backend did not print its address (got {0:?})")]
-    BackendBanner(String),
-    #[error("nginx did not start listening on {addr} within 10 s: {log}")]
-    NotListening { addr: SocketAddr, log: String },
-}
 
 /// What the nginx serves.
 #[derive(Debug, Clone)]
@@ -65,24 +49,7 @@ impl Nginx {
 
     /// Returns the nginx binary, installing the Debian package first if there is none.
     pub fn ensure_installed() -> Result<PathBuf, LabError> {
-        if let Some(p) = Self::binary() {
-            return Ok(p);
-        }
-        eprintln!("nginx not found: installing the Debian package with apt-get");
-        let install = || {
-            Command::new("apt-get")
-                .args(["install", "-y", "--no-install-recommends", "nginx"])
-                .env("DEBIAN_FRONTEND", "noninteractive")
-                .stdout(Stdio::null())
-                .status()
-        };
-        let ok = matches!(install(), Ok(s) if s.success())
-            || (matches!(Command::new("apt-get").arg("update").stdout(Stdio::null()).status(), Ok(s) if s.success())
-                && matches!(install(), Ok(s) if s.success()));
-        match Self::binary() {
-            Some(p) if ok => Ok(p),
-            _ => Err(LabError::InstallFailed("see apt-get's output above".into())),
-        }
+        crate::install::ensure("nginx", "nginx", Self::binary)
     }
 
     /// Starts nginx with `workers` worker processes serving `site` on a free loopback port.
@@ -116,7 +83,7 @@ impl Nginx {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .map_err(LabError::Spawn)?;
+            .map_err(|e| LabError::Spawn("nginx".into(), e))?;
         let mut nginx = Nginx { child, dir, addr };
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
@@ -127,7 +94,11 @@ impl Nginx {
             if exited || Instant::now() > deadline {
                 let log = std::fs::read_to_string(nginx.dir.join("error.log")).unwrap_or_default();
                 let tail = log.lines().rev().take(3).collect::<Vec<_>>().join(" | ");
-                return Err(LabError::NotListening { addr, log: tail });
+                return Err(LabError::NotListening {
+                    server: "nginx".into(),
+                    addr,
+                    log: tail,
+                });
             }
             std::thread::sleep(Duration::from_millis(20));
         }

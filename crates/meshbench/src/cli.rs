@@ -18,7 +18,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Load-test one URL (closed loop by default, open loop with --rate).
+    /// Load-test a URL, a URL template or a targets file (closed loop by default, open loop
+    /// with --rate).
     Run(RunArgs),
     /// Run the built-in test server.
     Backend(BackendArgs),
@@ -32,10 +33,62 @@ pub enum ArrivalArg {
     Poisson,
 }
 
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum OrderArg {
+    RoundRobin,
+    Random,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OnOff {
+    On,
+    Off,
+}
+
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// The URL to load, e.g. http://127.0.0.1:8080/ (http only for now).
-    pub url: String,
+    /// The URL to load, e.g. http://127.0.0.1:8080/ or a template such as
+    /// https://w-{1..10}-d-{1..100}.com/get/{1..50} (ranges {A..B}, lists {a,b,c}).
+    #[arg(required_unless_present = "targets")]
+    pub url: Option<String>,
+    /// Read the requests from a file: blocks of "METHOD URL", header lines, an optional @BODYFILE.
+    #[arg(long, value_name = "FILE", conflicts_with = "url")]
+    pub targets: Option<PathBuf>,
+    /// Order in which requests go through the target list (repeatable with --seed).
+    #[arg(long, value_enum, default_value = "round-robin")]
+    pub target_order: OrderArg,
+    /// Connect to another address for a host, as curl does: HOST:PORT:ADDR:PORT (empty HOST or
+    /// PORT matches any; repeatable).
+    #[arg(long, value_name = "HOST:PORT:ADDR:PORT")]
+    pub connect_to: Vec<String>,
+    /// HTTP/2: ALPN h2 over TLS, prior-knowledge h2c over plain TCP.
+    #[arg(long)]
+    pub http2: bool,
+    /// Concurrent HTTP/2 streams per connection.
+    #[arg(long, value_name = "N", default_value_t = 1, allow_negative_numbers = true)]
+    pub streams: i64,
+    /// Do not verify the server's certificate.
+    #[arg(short = 'k', long)]
+    pub insecure: bool,
+    /// Trust the CA certificates in this PEM file instead of the system's.
+    #[arg(long, value_name = "FILE")]
+    pub cacert: Option<PathBuf>,
+    /// Client certificate (PEM) for mutual TLS; needs --key.
+    #[arg(long, value_name = "FILE", requires = "key")]
+    pub cert: Option<PathBuf>,
+    /// Private key (PEM) of --cert.
+    #[arg(long, value_name = "FILE", requires = "cert")]
+    pub key: Option<PathBuf>,
+    /// Resume TLS sessions on new connections to the same host.
+    #[arg(long, value_enum, default_value = "on")]
+    pub tls_resume: OnOff,
+    /// Close a connection and open a new one after this many requests (1: a new connection
+    /// per request).
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub requests_per_connection: Option<i64>,
+    /// Open new connections at this rate at most (per second), on an open-loop schedule.
+    #[arg(long, value_name = "PER_SEC", allow_negative_numbers = true)]
+    pub connection_rate: Option<f64>,
     /// Concurrent connections (closed loop: requests in flight).
     #[arg(short = 'c', long, default_value_t = 16, value_name = "N")]
     pub connections: usize,
@@ -94,7 +147,7 @@ pub struct RunArgs {
     /// Worker threads (default: the CPUs this process may use, at most one per connection).
     #[arg(short = 't', long, value_name = "N", allow_negative_numbers = true)]
     pub threads: Option<i64>,
-    /// Seed for Poisson arrivals.
+    /// Seed for Poisson arrivals and --target-order random.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Write the result as JSON (schema meshbench/result/v1) to this file.

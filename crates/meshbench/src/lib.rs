@@ -7,6 +7,7 @@
 
 pub mod cli;
 pub mod cmd;
+pub mod targets;
 
 use std::ffi::OsString;
 

@@ -59,8 +59,19 @@ pub fn describe_load(r: &RunResult) -> String {
         (Some(rate), Some(arr)) => format!("open loop at {rate} req/s ({arr})"),
         _ => "closed loop".to_string(),
     };
+    let proto = match (s.protocol.as_str(), s.tls) {
+        ("h2", true) => format!("HTTP/2 over TLS, {} streams/conn, ", s.streams),
+        ("h2", false) => format!("h2c, {} streams/conn, ", s.streams),
+        (_, true) => "HTTP/1.1 over TLS, ".to_string(),
+        _ => String::new(),
+    };
+    let targets = if s.targets > 1 {
+        format!(", {} targets on {} hosts ({})", s.targets, s.hosts, s.target_order)
+    } else {
+        String::new()
+    };
     format!(
-        "{how}, {} connections, {} threads",
+        "{how}, {proto}{} connections, {} threads{targets}",
         s.connections, s.threads
     )
 }
@@ -117,6 +128,9 @@ pub fn summary(r: &RunResult) -> String {
         ("reset", e.reset),
         ("protocol", e.protocol),
         ("other", e.other),
+        ("tls", e.tls),
+        ("goaway", e.goaway),
+        ("stream reset", e.stream_reset),
         ("http >= 400", e.http_status),
     ]
     .iter()
@@ -132,6 +146,30 @@ pub fn summary(r: &RunResult) -> String {
             kinds.join(", ")
         }
     );
+    for (what, n) in &e.messages {
+        let _ = writeln!(o, "             {what}: {}", thousands(*n));
+    }
+    let c = &r.connections;
+    if c.opened > 0 {
+        let mut line = format!(
+            "  conns      {} opened ({:.1}/s), connect p50 {} p99 {} ms",
+            thousands(c.opened),
+            c.rate_per_sec,
+            ms(c.connect_us.p50),
+            ms(c.connect_us.p99)
+        );
+        if let Some(h) = &c.tls_handshake_us {
+            let _ = write!(
+                line,
+                "; TLS handshake p50 {} p99 {} ms, {} of {} resumed",
+                ms(h.p50),
+                ms(h.p99),
+                thousands(c.tls_resumed),
+                thousands(c.tls_handshakes)
+            );
+        }
+        let _ = writeln!(o, "{line}");
+    }
     let _ = writeln!(
         o,
         "  bytes      sent {}, received {}",

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use meshbench_engine::pacer::Arrival;
-use meshbench_engine::{LoadSpec, Mode, RequestSpec, RunResult, StopAt};
+use meshbench_engine::{ConnSpec, LoadSpec, Mode, RequestSpec, RunResult, StopAt, Targets};
 use meshbench_lab::{BackendProcess, Nginx, NginxSite};
 use meshbench_report::{ms, side_by_side};
 
@@ -100,11 +100,11 @@ fn demo_spec(addr: SocketAddr, mode: Mode, connections: usize, duration: Duratio
         request: RequestSpec {
             method: "GET".into(),
             url,
-            addr,
-            bytes: bytes.into(),
             body_len: 0,
             headers: Vec::new(),
         },
+        targets: std::sync::Arc::new(Targets::single_http1(addr, bytes, false)),
+        conn: ConnSpec::default(),
         connections,
         threads: 1,
         mode,

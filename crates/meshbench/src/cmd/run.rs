@@ -2,7 +2,6 @@
 //! any traffic), runs it with a live progress line, prints the summary, writes the JSON.
 
 use std::io::{IsTerminal, Write};
-use std::net::ToSocketAddrs;
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -10,10 +9,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use meshbench_engine::pacer::Arrival;
-use meshbench_engine::{LoadSpec, Mode, RequestSpec, RunResult, StopAt};
+use meshbench_engine::{ConnSpec, LoadSpec, Mode, Order, Protocol, RequestSpec, RunResult, StopAt};
+use meshbench_net::tls::ClientTlsOptions;
 
 use super::parse_duration;
-use crate::cli::{ArrivalArg, RunArgs};
+use crate::cli::{ArrivalArg, OnOff, OrderArg, RunArgs};
+use crate::targets::{self, BuildOptions, ConnectTo, Source};
 use crate::{exit, usage};
 
 pub fn execute(args: RunArgs) -> Result<u8> {
@@ -70,43 +71,6 @@ fn positive(flag: &str, v: i64) -> Result<u64> {
 
 /// Checks every flag and builds the run. All checks happen before any traffic.
 pub fn resolve(a: &RunArgs) -> Result<LoadSpec> {
-    let url = url::Url::parse(&a.url).map_err(|e| {
-        usage(format!(
-            "invalid URL '{}': {e}; give a full URL such as http://127.0.0.1:8080/",
-            a.url
-        ))
-    })?;
-    match url.scheme() {
-        "http" => {}
-        "https" => {
-            return Err(usage(format!(
-                "'{}': https is not supported yet (TLS arrives with the protocols work); use an http:// URL",
-                a.url
-            )))
-        }
-        other => return Err(usage(format!("'{}': unsupported scheme '{other}'; use an http:// URL", a.url))),
-    }
-    let host = url.host_str().filter(|h| !h.is_empty()).ok_or_else(|| {
-        usage(format!(
-            "'{}' has no host; give one like http://127.0.0.1:8080/",
-            a.url
-        ))
-    })?;
-    let port = url.port_or_known_default().unwrap_or(80);
-    let lookup = host.trim_start_matches('[').trim_end_matches(']');
-    let addrs: Vec<std::net::SocketAddr> = (lookup, port)
-        .to_socket_addrs()
-        .map_err(|e| {
-            usage(format!(
-                "cannot resolve host '{host}': {e}; check the name or give an IP address"
-            ))
-        })?
-        .collect();
-    let addr = pick_address(&addrs).ok_or_else(|| {
-        usage(format!(
-            "host '{host}' has no address; check the name or give an IP address"
-        ))
-    })?;
     if a.connections == 0 {
         return Err(usage("--connections 0: must be at least 1"));
     }
@@ -180,24 +144,82 @@ pub fn resolve(a: &RunArgs) -> Result<LoadSpec> {
         (None, Some(n)) => vec![b'x'; n as usize],
         (None, None) => Vec::new(),
     };
-    let mut target = url.path().to_string();
-    if let Some(q) = url.query() {
-        target.push('?');
-        target.push_str(q);
+    let streams = positive("--streams", a.streams)? as usize;
+    if streams > 1 && !a.http2 {
+        return Err(usage("--streams applies to HTTP/2 only; add --http2"));
     }
-    let host_header = match url.port() {
-        Some(p) => format!("{host}:{p}"),
-        None => host.to_string(),
+    let requests_per_connection = a
+        .requests_per_connection
+        .map(|n| positive("--requests-per-connection", n))
+        .transpose()?;
+    if let Some(r) = a.connection_rate {
+        if !r.is_finite() || r <= 0.0 {
+            return Err(usage(format!(
+                "--connection-rate {r}: must be a positive number of connections per second"
+            )));
+        }
+    }
+    let connect_to = a
+        .connect_to
+        .iter()
+        .map(|c| c.parse::<ConnectTo>().map_err(usage))
+        .collect::<Result<Vec<_>>>()?;
+    let protocol = if a.http2 {
+        Protocol::Http2
+    } else {
+        Protocol::Http1
     };
-    let bytes = meshbench_engine::encode_request(&method, &target, &host_header, &headers, &body);
+    let (sources, description) = sources(a, &method, &headers, body.into())?;
+    let built = targets::build(
+        &sources,
+        &BuildOptions {
+            protocol,
+            order: match a.target_order {
+                OrderArg::RoundRobin => Order::RoundRobin,
+                OrderArg::Random => Order::Random,
+            },
+            connect_to: &connect_to,
+        },
+    )?;
+    let tls_flags = a.insecure || a.cacert.is_some() || a.cert.is_some();
+    if !built.tls && tls_flags {
+        return Err(usage(
+            "--insecure, --cacert and --cert apply to https:// URLs only",
+        ));
+    }
+    let tls_resume = a.tls_resume == OnOff::On;
+    let tls = if built.tls {
+        let alpn = match protocol {
+            Protocol::Http1 => vec![b"http/1.1".to_vec()],
+            Protocol::Http2 => vec![b"h2".to_vec()],
+        };
+        let opts = ClientTlsOptions {
+            insecure: a.insecure,
+            ca_file: a.cacert.clone(),
+            client_cert: a.cert.clone().zip(a.key.clone()),
+            alpn,
+            resume: tls_resume,
+        };
+        Some(meshbench_net::tls::client_config(&opts).map_err(|e| usage(e.to_string()))?)
+    } else {
+        None
+    };
+    let first_body = sources.first().map_or(0, |s| s.body.len());
     Ok(LoadSpec {
         request: RequestSpec {
             method,
-            url: a.url.clone(),
-            addr,
-            bytes: bytes.into(),
-            body_len: body.len(),
+            url: description,
+            body_len: first_body,
             headers,
+        },
+        targets: Arc::new(built.targets),
+        conn: ConnSpec {
+            protocol,
+            tls,
+            streams,
+            requests_per_connection,
+            connection_rate: a.connection_rate,
+            tls_resume,
         },
         connections: a.connections,
         threads,
@@ -209,18 +231,46 @@ pub fn resolve(a: &RunArgs) -> Result<LoadSpec> {
     })
 }
 
-/// Of several addresses for one name (`localhost` is often ::1 and 127.0.0.1), the first that
-/// accepts a connection, as curl would use; the first one if none does (the run then counts the
-/// connect errors).
-fn pick_address(addrs: &[std::net::SocketAddr]) -> Option<std::net::SocketAddr> {
-    if addrs.len() > 1 {
-        let probe = Duration::from_millis(500);
-        if let Some(a) = addrs
-            .iter()
-            .find(|a| std::net::TcpStream::connect_timeout(a, probe).is_ok())
-        {
-            return Some(*a);
-        }
+/// The URL (or template), or every block of the targets file; and how to name them in reports.
+fn sources(
+    a: &RunArgs,
+    method: &str,
+    headers: &[(String, String)],
+    body: bytes::Bytes,
+) -> Result<(Vec<Source>, String)> {
+    if let Some(path) = &a.targets {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            usage(format!("--targets {}: cannot read the file: {e}", path.display()))
+        })?;
+        let dir = path.parent().unwrap_or(Path::new("."));
+        let name = path.display().to_string();
+        let blocks = targets::file::parse(&text, dir)
+            .map_err(|e| usage(format!("--targets {name}: {e}")))?;
+        let list = blocks
+            .into_iter()
+            .map(|b| {
+                let mut all = headers.to_vec();
+                all.extend(b.headers);
+                Source {
+                    method: b.method,
+                    url: b.url,
+                    headers: all,
+                    body: b.body.map_or_else(|| body.clone(), Into::into),
+                    origin: format!("--targets {name} line {}", b.line),
+                }
+            })
+            .collect();
+        return Ok((list, format!("@{name}")));
     }
-    addrs.first().copied()
+    let url = a.url.clone().unwrap_or_default();
+    Ok((
+        vec![Source {
+            method: method.to_string(),
+            url: url.clone(),
+            headers: headers.to_vec(),
+            body,
+            origin: "the URL".to_string(),
+        }],
+        url,
+    ))
 }

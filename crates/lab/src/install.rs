@@ -1,0 +1,48 @@
+//! Finding a server binary, and installing its Debian package with apt-get when it is missing
+//! (the machines this runs on are Debian with root; anywhere else the error says what to
+//! install by hand).
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+use crate::LabError;
+
+/// `name` on PATH, or at one of `also` (e.g. /usr/sbin/nginx when /usr/sbin is not on PATH).
+pub fn find(name: &str, also: &[&str]) -> Option<PathBuf> {
+    let on_path = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).map(|d| d.join(name)).collect::<Vec<_>>())
+        .unwrap_or_default();
+    on_path
+        .into_iter()
+        .chain(also.iter().map(PathBuf::from))
+        .find(|p| p.is_file())
+}
+
+/// The binary `find` locates, installing `package` first if it finds none.
+pub fn ensure(
+    package: &str,
+    name: &str,
+    find: impl Fn() -> Option<PathBuf>,
+) -> Result<PathBuf, LabError> {
+    if let Some(p) = find() {
+        return Ok(p);
+    }
+    eprintln!("{name} not found: installing the Debian package {package} with apt-get");
+    let install = || {
+        Command::new("apt-get")
+            .args(["install", "-y", "--no-install-recommends", package])
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .stdout(Stdio::null())
+            .status()
+    };
+    let ok = matches!(install(), Ok(s) if s.success())
+        || (matches!(Command::new("apt-get").arg("update").stdout(Stdio::null()).status(), Ok(s) if s.success())
+            && matches!(install(), Ok(s) if s.success()));
+    match find() {
+        Some(p) if ok => Ok(p),
+        _ => Err(LabError::InstallFailed {
+            package: package.to_string(),
+            reason: "see apt-get's output above".to_string(),
+        }),
+    }
+}

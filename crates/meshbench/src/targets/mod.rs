@@ -1,0 +1,363 @@
+//! The target list of a run: one URL, a URL template, or a targets file, turned into requests
+//! serialised for their protocol and grouped by host (address + TLS name) so that connections
+//! can be pooled per host.
+//!
+//! `--connect-to HOST:PORT:ADDR:PORT` (curl's meaning) sends a host name to another address
+//! without DNS, so a thousand gateway domains can all go to one local gateway.
+
+pub mod file;
+pub mod template;
+
+use std::collections::HashMap;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::time::Duration;
+
+use anyhow::Result;
+use bytes::Bytes;
+use meshbench_engine::{H2Request, Host, Order, Protocol, Target, Targets, Wire};
+
+use crate::usage;
+use template::Template;
+
+/// Most requests a target list may hold once expanded.
+pub const MAX_TARGETS: u64 = 2_000_000;
+
+/// One line of the target list before expansion.
+#[derive(Debug, Clone)]
+pub struct Source {
+    pub method: String,
+    pub url: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Bytes,
+    /// Where it came from, for messages: "the URL" or "targets.txt line 3".
+    pub origin: String,
+}
+
+/// `--connect-to HOST:PORT:ADDR:PORT`: an empty HOST or PORT matches any; an empty ADDR or PORT
+/// on the right keeps the original.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectTo {
+    pub host: Option<String>,
+    pub port: Option<u16>,
+    pub to_host: Option<String>,
+    pub to_port: Option<u16>,
+}
+
+impl std::str::FromStr for ConnectTo {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let parts = split_host_ports(s);
+        let [host, port, to_host, to_port] = parts.as_slice() else {
+            return Err(format!(
+                "--connect-to '{s}': expected HOST:PORT:ADDR:PORT, e.g. example.com:443:127.0.0.1:8443"
+            ));
+        };
+        let port_of = |p: &str| -> Result<Option<u16>, String> {
+            if p.is_empty() {
+                return Ok(None);
+            }
+            p.parse().map(Some).map_err(|_| {
+                format!("--connect-to '{s}': '{p}' is not a port number (0-65535)")
+            })
+        };
+        let name = |h: &str| {
+            let h = h.trim_start_matches('[').trim_end_matches(']');
+            (!h.is_empty()).then(|| h.to_ascii_lowercase())
+        };
+        Ok(ConnectTo {
+            host: name(host),
+            port: port_of(port)?,
+            to_host: name(to_host),
+            to_port: port_of(to_port)?,
+        })
+    }
+}
+
+/// Splits on ':' outside square brackets (IPv6 literals).
+fn split_host_ports(s: &str) -> Vec<&str> {
+    let mut parts = Vec::new();
+    let (mut depth, mut start) = (0, 0);
+    for (i, c) in s.char_indices() {
+        match c {
+            '[' => depth += 1,
+            ']' => depth -= 1,
+            ':' if depth == 0 => {
+                parts.push(&s[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    parts.push(&s[start..]);
+    parts
+}
+
+/// What the target list needs besides its sources.
+pub struct BuildOptions<'a> {
+    pub protocol: Protocol,
+    pub order: Order,
+    pub connect_to: &'a [ConnectTo],
+}
+
+/// The built list, and whether it is TLS (all https) or not (all http).
+pub struct Built {
+    pub targets: Targets,
+    pub tls: bool,
+}
+
+/// Expands every source and serialises each request once.
+pub fn build(sources: &[Source], opts: &BuildOptions) -> Result<Built> {
+    let mut templates = Vec::with_capacity(sources.len());
+    let mut total = 0u64;
+    for src in sources {
+        let t = Template::parse(&src.url)
+            .map_err(|e| usage(format!("{}: invalid URL template '{}': {e}", src.origin, src.url)))?;
+        total += t.len();
+        templates.push(t);
+    }
+    if total > MAX_TARGETS {
+        return Err(usage(format!(
+            "the target list expands to {total} requests; at most {MAX_TARGETS} are allowed (narrow the templates)"
+        )));
+    }
+    let body_bytes: u64 = sources
+        .iter()
+        .zip(&templates)
+        .map(|(s, t)| s.body.len() as u64 * t.len())
+        .sum();
+    if opts.protocol == Protocol::Http1 && body_bytes > 1 << 30 {
+        return Err(usage(
+            "request bodies times targets exceed 1 GiB; use a smaller body or fewer targets",
+        ));
+    }
+    let mut hosts: Vec<Host> = Vec::new();
+    let mut host_index: HashMap<(String, u16), u32> = HashMap::new();
+    let mut requests = Vec::with_capacity(total as usize);
+    let mut scheme: Option<String> = None;
+    for (src, tpl) in sources.iter().zip(&templates) {
+        for text in tpl.iter() {
+            let url = url::Url::parse(&text).map_err(|e| {
+                usage(format!(
+                    "{}: invalid URL '{text}': {e}; give a full URL such as http://127.0.0.1:8080/",
+                    src.origin
+                ))
+            })?;
+            match url.scheme() {
+                "http" | "https" => {}
+                other => {
+                    return Err(usage(format!(
+                        "{}: '{text}': unsupported scheme '{other}'; use http:// or https://",
+                        src.origin
+                    )))
+                }
+            }
+            match &scheme {
+                None => scheme = Some(url.scheme().to_string()),
+                Some(s) if s != url.scheme() => {
+                    return Err(usage(format!(
+                        "{}: '{text}' is {} but earlier targets are {s}; one run uses one scheme",
+                        src.origin,
+                        url.scheme()
+                    )))
+                }
+                Some(_) => {}
+            }
+            let host = url
+                .host_str()
+                .filter(|h| !h.is_empty())
+                .ok_or_else(|| {
+                    usage(format!(
+                        "{}: '{text}' has no host; give one like http://127.0.0.1:8080/",
+                        src.origin
+                    ))
+                })?
+                .to_ascii_lowercase();
+            let port = url.port_or_known_default().unwrap_or(80);
+            let key = (host.clone(), port);
+            let host_id = match host_index.get(&key) {
+                Some(&id) => id,
+                None => {
+                    let addr = resolve(&host, port, opts.connect_to)?;
+                    let id = hosts.len() as u32;
+                    hosts.push(Host {
+                        addr,
+                        server_name: meshbench_net::tls::server_name(&host),
+                    });
+                    host_index.insert(key, id);
+                    id
+                }
+            };
+            let mut path = url.path().to_string();
+            if let Some(q) = url.query() {
+                path.push('?');
+                path.push_str(q);
+            }
+            let authority = match url.port() {
+                Some(p) => format!("{host}:{p}"),
+                None => host.clone(),
+            };
+            let wire = match opts.protocol {
+                Protocol::Http1 => Wire::Http1(
+                    meshbench_engine::encode_request(
+                        &src.method,
+                        &path,
+                        &authority,
+                        &src.headers,
+                        &src.body,
+                    )
+                    .into_boxed_slice(),
+                ),
+                Protocol::Http2 => Wire::Http2(Box::new(h2_request(src, &url, &text)?)),
+            };
+            requests.push(Target {
+                host: host_id,
+                wire,
+                head: src.method == "HEAD",
+            });
+        }
+    }
+    Ok(Built {
+        targets: Targets {
+            hosts,
+            requests,
+            order: opts.order,
+        },
+        tls: scheme.as_deref() == Some("https"),
+    })
+}
+
+/// The HTTP/2 form of a request: connection-specific headers are dropped (HTTP/2 forbids them)
+/// and `Host` becomes the `:authority` of the URL.
+fn h2_request(src: &Source, url: &url::Url, text: &str) -> Result<H2Request> {
+    let bad = |what: String| usage(format!("{}: {what}", src.origin));
+    let method = http::Method::from_bytes(src.method.as_bytes())
+        .map_err(|_| bad(format!("'{}' is not an HTTP method", src.method)))?;
+    let uri: http::Uri = url
+        .as_str()
+        .parse()
+        .map_err(|e| bad(format!("'{text}' is not a valid HTTP/2 URI: {e}")))?;
+    let mut headers = http::HeaderMap::new();
+    for (name, value) in &src.headers {
+        let lower = name.to_ascii_lowercase();
+        if matches!(
+            lower.as_str(),
+            "host" | "connection" | "keep-alive" | "proxy-connection" | "transfer-encoding" | "upgrade"
+        ) {
+            continue;
+        }
+        let name = http::header::HeaderName::from_bytes(lower.as_bytes())
+            .map_err(|_| bad(format!("'{name}' is not a valid header name")))?;
+        let value = http::HeaderValue::from_str(value)
+            .map_err(|_| bad(format!("the value of header '{name}' is not valid")))?;
+        headers.append(name, value);
+    }
+    if !headers.contains_key(http::header::USER_AGENT) {
+        headers.insert(
+            http::header::USER_AGENT,
+            http::HeaderValue::from_static(concat!("meshbench/", env!("CARGO_PKG_VERSION"))),
+        );
+    }
+    Ok(H2Request {
+        method,
+        uri,
+        headers,
+        body: src.body.clone(),
+    })
+}
+
+/// Where to connect for `host:port`, after `--connect-to`.
+fn resolve(host: &str, port: u16, connect_to: &[ConnectTo]) -> Result<SocketAddr> {
+    let rule = connect_to.iter().find(|r| {
+        r.host.as_deref().is_none_or(|h| h == host) && r.port.is_none_or(|p| p == port)
+    });
+    let (to_host, to_port) = match rule {
+        Some(r) => (
+            r.to_host.clone().unwrap_or_else(|| host.to_string()),
+            r.to_port.unwrap_or(port),
+        ),
+        None => (host.to_string(), port),
+    };
+    let lookup = to_host.trim_start_matches('[').trim_end_matches(']');
+    if let Ok(ip) = lookup.parse::<std::net::IpAddr>() {
+        return Ok(SocketAddr::new(ip, to_port));
+    }
+    let addrs: Vec<SocketAddr> = (lookup, to_port)
+        .to_socket_addrs()
+        .map_err(|e| {
+            usage(format!(
+                "cannot resolve host '{to_host}': {e}; check the name, give an IP address, or map it with --connect-to {host}:{port}:ADDR:PORT"
+            ))
+        })?
+        .collect();
+    pick_address(&addrs).ok_or_else(|| {
+        usage(format!(
+            "host '{to_host}' has no address; check the name or give an IP address"
+        ))
+    })
+}
+
+/// Of several addresses for one name (`localhost` is often ::1 and 127.0.0.1), the first that
+/// accepts a connection, as curl would use; the first one if none does (the run then counts the
+/// connect errors).
+fn pick_address(addrs: &[SocketAddr]) -> Option<SocketAddr> {
+    if addrs.len() > 1 {
+        let probe = Duration::from_millis(500);
+        if let Some(a) = addrs
+            .iter()
+            .find(|a| std::net::TcpStream::connect_timeout(a, probe).is_ok())
+        {
+            return Some(*a);
+        }
+    }
+    addrs.first().copied()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connect_to_follows_curl() {
+        let r: ConnectTo = "example.com:443:127.0.0.1:8443".parse().unwrap();
+        assert_eq!(r.host.as_deref(), Some("example.com"));
+        assert_eq!((r.port, r.to_port), (Some(443), Some(8443)));
+        let any: ConnectTo = "::[::1]:9000".parse().unwrap();
+        assert_eq!((any.host, any.port), (None, None));
+        assert_eq!(any.to_host.as_deref(), Some("::1"));
+        assert!("a:b:c".parse::<ConnectTo>().is_err());
+        assert!("a:99999:c:1".parse::<ConnectTo>().unwrap_err().contains("port"));
+        let rules = [any];
+        let addr = resolve("workspace-1-domain-1.com", 443, &rules).unwrap();
+        assert_eq!(addr, "[::1]:9000".parse().unwrap());
+    }
+
+    #[test]
+    fn hosts_are_pooled_by_name_and_port() {
+        let src = Source {
+            method: "GET".into(),
+            url: "https://w-{1..3}.com/get/{1..4}".into(),
+            headers: vec![],
+            body: Bytes::new(),
+            origin: "the URL".into(),
+        };
+        let rules = ["::127.0.0.1:8443".parse().unwrap()];
+        let built = build(
+            &[src],
+            &BuildOptions {
+                protocol: Protocol::Http1,
+                order: Order::RoundRobin,
+                connect_to: &rules,
+            },
+        )
+        .unwrap();
+        assert!(built.tls);
+        assert_eq!(built.targets.hosts.len(), 3);
+        assert_eq!(built.targets.requests.len(), 12);
+        let Wire::Http1(first) = &built.targets.requests[5].wire else {
+            panic!("http/1.1 wire expected")
+        };
+        let text = String::from_utf8_lossy(first);
+        assert!(text.starts_with("GET /get/2 HTTP/1.1\r\nHost: w-2.com\r\n"), "{text}");
+    }
+}
