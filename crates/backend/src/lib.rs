@@ -1,10 +1,13 @@
-//! The built-in test server (`meshbench backend`): answers HTTP/1.1 with a body of a chosen size,
-//! after a chosen delay, with injected error statuses, or echoes the request. It must never be
-//! the bottleneck in place of the proxy under test, so it shares the engine's wire layer: one
-//! `recv` and one `send` per request, no allocation on the plain path.
+//! The built-in test server (`meshbench backend`): answers with a body of a chosen size, after a
+//! chosen delay, with injected error statuses, or echoes the request. It must never be the
+//! bottleneck in place of the proxy under test, so plain HTTP/1.1 shares the engine's wire layer:
+//! one `recv` and one `send` per request, no allocation. TLS, HTTP/2, h2c and mutual TLS are
+//! served by hyper ([`hyper_server`]) with the same options.
 
+pub mod hyper_server;
 pub mod options;
 pub mod server;
 
 pub use options::{BackendConfig, Delay, OptionError, RequestOptions, StatusMix};
+pub use hyper_server::{HyperBackend, ServerTls};
 pub use server::Backend;

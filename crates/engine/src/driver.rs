@@ -129,6 +129,8 @@ struct Conn {
     draining: bool,
     /// The socket is watched for writability too.
     want_write: bool,
+    /// HTTP/2: requests were queued outside an event; the connection must be polled to write them.
+    dirty: bool,
     /// When `connect()` was called and when TCP completed (run clock).
     opened_at: u64,
     tcp_at: u64,
@@ -185,6 +187,8 @@ struct Worker<'a> {
     held: Option<Due>,
     /// Connections waiting out a connect back-off.
     backing_off: Vec<u32>,
+    /// HTTP/2 connections with requests queued since their last poll.
+    dirty: Vec<u32>,
     rec: Recorder,
     interval: Interval,
     next_second: u64,
@@ -232,6 +236,7 @@ pub fn run_worker(
         free: VecDeque::with_capacity(plan.connections * streams),
         held: None,
         backing_off: Vec::new(),
+        dirty: Vec::new(),
         rec: Recorder::new(),
         interval: Interval::new(0),
         next_second: plan.measure_start + SECOND,
@@ -282,6 +287,7 @@ impl Worker<'_> {
                 answered: 0,
                 draining: false,
                 want_write: false,
+                dirty: false,
                 opened_at: 0,
                 tcp_at: 0,
                 backoff_ns: 0,
@@ -544,6 +550,9 @@ impl Worker<'_> {
             if self.sending {
                 self.dispatch(now);
             }
+            if !self.dirty.is_empty() {
+                self.flush_dirty(now);
+            }
             if !self.sending {
                 if drain_until == u64::MAX {
                     drain_until = now + self.plan.drain_ns;
@@ -804,7 +813,23 @@ impl Worker<'_> {
         }
         conn.waiting.push_back(s);
         if conn.state == State::Ready {
-            self.send_waiting(c, now);
+            if conn.h2.is_some() {
+                // Batched: the loop polls the connection once for all requests queued now.
+                if !conn.dirty {
+                    conn.dirty = true;
+                    self.dirty.push(c);
+                }
+            } else {
+                self.send_waiting(c, now);
+            }
+        }
+    }
+
+    /// Polls the HTTP/2 connections that got new requests, so that their frames go out.
+    fn flush_dirty(&mut self, now: u64) {
+        while let Some(c) = self.dirty.pop() {
+            self.conns[c as usize].dirty = false;
+            self.drive_h2(c, now);
         }
     }
 
@@ -875,6 +900,14 @@ impl Worker<'_> {
     }
 
     fn on_event(&mut self, c: u32, readable: bool, writable: bool, now: u64) {
+        if readable {
+            let conn = &self.conns[c as usize];
+            if let Some(io) = &conn.io {
+                io.read_ready.set(true);
+            } else if let Some(stream) = &conn.stream {
+                stream.mark_readable();
+            }
+        }
         match self.conns[c as usize].state {
             State::Connecting => {
                 let fd = self.conns[c as usize].fd;
@@ -983,40 +1016,59 @@ impl Worker<'_> {
 
     /// Polls an HTTP/2 connection and its streams after an event.
     fn drive_h2(&mut self, c: u32, now: u64) {
-        let Some(h2) = self.conns[c as usize].h2.as_mut() else {
-            return;
-        };
-        let polled = h2.poll();
-        let open = h2.is_open();
-        if open && self.conns[c as usize].state == State::Handshaking {
-            self.conns[c as usize].state = State::Ready;
-        }
-        match polled {
-            Poll::Ready(Err((kind, msg))) => return self.fail_conn(c, kind, Some(&msg), now),
-            Poll::Ready(Ok(())) => {
-                // Ended cleanly (GOAWAY with nothing outstanding): requests still waiting
-                // fail as refused by GOAWAY.
-                return self.fail_conn(c, ErrorKind::GoAway, Some("GOAWAY (NO_ERROR)"), now);
+        // Finished streams free capacity only once the connection is polled again, so a
+        // request that found no stream gets one more round.
+        for round in 0..3 {
+            let Some(h2) = self.conns[c as usize].h2.as_mut() else {
+                return;
+            };
+            let polled = h2.poll();
+            let open = h2.is_open();
+            if open && self.conns[c as usize].state == State::Handshaking {
+                self.conns[c as usize].state = State::Ready;
             }
-            Poll::Pending => {}
+            match polled {
+                Poll::Ready(Err((kind, msg))) => return self.fail_conn(c, kind, Some(&msg), now),
+                Poll::Ready(Ok(())) => {
+                    // Ended cleanly after a GOAWAY: what is still outstanding was refused.
+                    return self.fail_conn(c, ErrorKind::GoAway, Some("GOAWAY (NO_ERROR)"), now);
+                }
+                Poll::Pending => {}
+            }
+            if !open || round == 2 {
+                break;
+            }
+            self.send_waiting(c, now);
+            let finished = self.poll_streams(c, now);
+            if finished == 0 && round == 0 || self.conns[c as usize].waiting.is_empty() && round == 1 {
+                // Nothing freed: one more poll only to flush what was queued.
+                if let Some(h2) = self.conns[c as usize].h2.as_mut() {
+                    if let Poll::Ready(Err((kind, msg))) = h2.poll() {
+                        return self.fail_conn(c, kind, Some(&msg), now);
+                    }
+                }
+                break;
+            }
         }
-        if !open {
-            let blocked = self.conns[c as usize]
-                .io
-                .as_ref()
-                .is_some_and(|io| io.write_blocked.get());
-            return self.set_write_interest(c, blocked);
-        }
-        self.send_waiting(c, now);
+        let blocked = self.conns[c as usize]
+            .io
+            .as_ref()
+            .is_some_and(|io| io.write_blocked.get());
+        self.set_write_interest(c, blocked);
+    }
+
+    /// Polls the streams of conn `c`; returns how many ended.
+    fn poll_streams(&mut self, c: u32, now: u64) -> usize {
         let arrived = self.arrival(c, now);
         let base = c as usize * self.streams;
+        let mut ended = 0;
         for s in base..base + self.streams {
             let slot = &mut self.slots[s];
             let Some(stream) = slot.h2.as_mut() else {
                 continue;
             };
             match stream.poll() {
-                StreamPoll::Pending => {}
+                StreamPoll::Pending => continue,
                 StreamPoll::Done { status, bytes } => {
                     if slot.measured {
                         self.rec.bytes_received += bytes;
@@ -1030,18 +1082,9 @@ impl Worker<'_> {
                     self.fail_slot(s as u32, kind, Some(&msg), now);
                 }
             }
+            ended += 1;
         }
-        if let Some(h2) = self.conns[c as usize].h2.as_mut() {
-            // Completing streams may have queued frames (WINDOW_UPDATE, new requests): flush.
-            if let Poll::Ready(Err((kind, msg))) = h2.poll() {
-                return self.fail_conn(c, kind, Some(&msg), now);
-            }
-        }
-        let blocked = self.conns[c as usize]
-            .io
-            .as_ref()
-            .is_some_and(|io| io.write_blocked.get());
-        self.set_write_interest(c, blocked);
+        ended
     }
 
     /// When the latest bytes on conn `c` arrived, on the run clock.
@@ -1108,7 +1151,9 @@ impl Worker<'_> {
         // A connection that failed before it could carry a request (or, over HTTP/2, before its
         // first answer: a server that does not speak h2) backs off before the next attempt.
         let conn = &self.conns[c as usize];
-        let establishing = conn.state != State::Ready || (conn.h2.is_some() && conn.answered == 0);
+        let establishing = conn.state != State::Ready
+            || kind == ErrorKind::Tls
+            || (conn.h2.is_some() && conn.answered == 0);
         let waiting = std::mem::take(&mut self.conns[c as usize].waiting);
         let base = c as usize * self.streams;
         let busy: Vec<u32> = (base..base + self.streams)

@@ -308,30 +308,30 @@ mod tests {
     fn counts_table() {
         // (what happens, total, ok, errors by kind [connect, timeout, reset, protocol, other])
         type Step = fn(&mut Recorder);
-        type Case = (&'static str, &'static [Step], u64, u64, [u64; 5]);
+        type Case = (&'static str, &'static [Step], u64, u64, [u64; 8]);
         let cases: &[Case] = &[
-            ("nothing", &[], 0, 0, [0; 5]),
-            ("one 200", &[|r| r.response(200, 1000, 900)], 1, 1, [0; 5]),
+            ("nothing", &[], 0, 0, [0; 8]),
+            ("one 200", &[|r| r.response(200, 1000, 900)], 1, 1, [0; 8]),
             (
                 "a 503 is a failed request",
                 &[|r| r.response(503, 1000, 900)],
                 1,
                 0,
-                [0; 5],
+                [0; 8],
             ),
             (
                 "a 302 is fine",
                 &[|r| r.response(302, 1000, 900)],
                 1,
                 1,
-                [0; 5],
+                [0; 8],
             ),
             (
                 "odd status",
                 &[|r| r.response(999, 1000, 900)],
                 1,
                 0,
-                [0; 5],
+                [0; 8],
             ),
             (
                 "mixed",
@@ -342,7 +342,18 @@ mod tests {
                 ],
                 3,
                 1,
-                [1, 0, 1, 0, 0],
+                [1, 0, 1, 0, 0, 0, 0, 0],
+            ),
+            (
+                "tls, goaway and stream resets are failures of their own",
+                &[
+                    |r| r.error_with(ErrorKind::Tls, "certificate expired"),
+                    |r| r.error_with(ErrorKind::GoAway, "GOAWAY (NO_ERROR)"),
+                    |r| r.error_with(ErrorKind::StreamReset, "RST_STREAM (REFUSED_STREAM)"),
+                ],
+                3,
+                0,
+                [0, 0, 0, 0, 0, 1, 1, 1],
             ),
         ];
         for (name, steps, total, ok, errs) in cases {
@@ -358,6 +369,23 @@ mod tests {
                 "{name}: sum"
             );
         }
+    }
+
+    #[test]
+    fn error_messages_are_counted_and_bounded() {
+        let mut r = Recorder::new();
+        r.error_with(ErrorKind::Tls, "certificate expired");
+        r.error_with(ErrorKind::Tls, "certificate expired");
+        for i in 0..100 {
+            r.error_with(ErrorKind::StreamReset, &format!("code {i}"));
+        }
+        assert_eq!(r.messages["tls: certificate expired"], 2);
+        assert_eq!(r.messages.len(), MAX_MESSAGES);
+        assert_eq!(r.errors(ErrorKind::StreamReset), 100);
+        let mut sum = Recorder::new();
+        sum += &r;
+        sum += &r;
+        assert_eq!(sum.messages["tls: certificate expired"], 4);
     }
 
     #[test]

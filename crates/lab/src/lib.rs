@@ -1,9 +1,11 @@
-//! The lab: starting real systems under test. For now, nginx (installed from Debian packages
-//! when missing) as a reverse proxy in front of the backend or as a fixed-body server, and the
-//! backend as its own process. Every process started here is stopped, and its files removed,
+//! The lab: preparing and starting real systems under test. nginx (installed from Debian
+//! packages when missing) as a reverse proxy in front of the backend or as a fixed-body server,
+//! the backend as its own process, certificates ([`pki`]), and gateway configurations for
+//! nginx, haproxy, caddy, Envoy and Istio ([`gateway`]). Every process started here is stopped, and its files removed,
 //! when its handle is dropped.
 
 pub mod backend;
+pub mod gateway;
 pub mod install;
 pub mod nginx;
 pub mod pki;

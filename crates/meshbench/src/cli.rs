@@ -25,6 +25,64 @@ pub enum Command {
     Backend(BackendArgs),
     /// Start the backend and a real nginx, load both directly and through nginx, compare.
     Demo(DemoArgs),
+    /// Generate configurations for systems under test.
+    #[command(subcommand)]
+    Gen(GenCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum GenCommand {
+    /// A gateway serving N domains x M paths, every route to one backend with its path
+    /// rewritten to /, with a CA and certificates; plus targets.txt covering every route.
+    Gateway(GatewayArgs),
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum GatewayFlavor {
+    Nginx,
+    Haproxy,
+    Caddy,
+    Envoy,
+    Istio,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum CertsArg {
+    /// One certificate per domain, chosen by SNI.
+    PerDomain,
+    /// One certificate naming every domain.
+    Shared,
+}
+
+#[derive(Debug, Args)]
+pub struct GatewayArgs {
+    /// Which gateway to configure.
+    #[arg(long = "for", value_enum, value_name = "GATEWAY")]
+    pub flavor: GatewayFlavor,
+    /// Number of domains (workspace-{w}-domain-{d}.com, 100 per workspace).
+    #[arg(long, default_value_t = 10, allow_negative_numbers = true)]
+    pub domains: i64,
+    /// Paths per domain (/get/1 .. /get/M).
+    #[arg(long, default_value_t = 10, allow_negative_numbers = true)]
+    pub paths: i64,
+    /// Serve HTTPS with generated certificates.
+    #[arg(long)]
+    pub tls: bool,
+    /// How certificates are cut.
+    #[arg(long, value_enum, default_value = "per-domain")]
+    pub certs: CertsArg,
+    /// Address of the backend every route goes to.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub backend: String,
+    /// Where the gateway listens (default 127.0.0.1:8443 with --tls, else 127.0.0.1:8080).
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub listen: Option<String>,
+    /// Worker processes or threads of the gateway.
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true)]
+    pub workers: i64,
+    /// Output directory.
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -176,6 +234,29 @@ pub struct BackendArgs {
     /// Event-loop threads.
     #[arg(short = 't', long, default_value_t = 1, value_name = "N")]
     pub threads: usize,
+    /// Serve TLS (HTTP/1.1 and HTTP/2 by ALPN). Without --cert, a CA, a server certificate and
+    /// a client certificate are generated into --tls-dir.
+    #[arg(long)]
+    pub tls: bool,
+    /// Also accept prior-knowledge HTTP/2 (h2c) on a plain port.
+    #[arg(long)]
+    pub http2: bool,
+    /// Server certificate chain (PEM) instead of a generated one; needs --key.
+    #[arg(long, value_name = "FILE", requires = "key")]
+    pub cert: Option<PathBuf>,
+    /// Private key (PEM) of --cert.
+    #[arg(long, value_name = "FILE", requires = "cert")]
+    pub key: Option<PathBuf>,
+    /// Require client certificates (mutual TLS) signed by this CA, or by the generated CA when
+    /// no file is given.
+    #[arg(long, value_name = "CA_FILE", num_args = 0..=1, default_missing_value = "")]
+    pub mtls: Option<String>,
+    /// Where generated certificates are written (default: a new directory under the temp dir).
+    #[arg(long, value_name = "DIR")]
+    pub tls_dir: Option<PathBuf>,
+    /// Names the generated server certificate is valid for.
+    #[arg(long, value_name = "NAME,...", value_delimiter = ',', default_value = "localhost,127.0.0.1,::1")]
+    pub tls_names: Vec<String>,
 }
 
 #[derive(Debug, Args)]

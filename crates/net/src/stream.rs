@@ -33,6 +33,9 @@ pub struct IoState {
     pub stamp: Cell<Option<u64>>,
     /// The last write or flush stopped on a full socket: watch for writability.
     pub write_blocked: Cell<bool>,
+    /// The socket may have bytes to read: set by the loop when epoll says so, cleared when a
+    /// read finds nothing. Polls in between (h2 polls often) then cost no syscall.
+    pub read_ready: Cell<bool>,
 }
 
 /// How far a TLS handshake got.
@@ -81,6 +84,11 @@ impl Stream {
         self.io.clone()
     }
 
+    /// Tells the stream that epoll reported its socket readable.
+    pub fn mark_readable(&self) {
+        self.io.read_ready.set(true);
+    }
+
     /// Kernel receive timestamp of the most recent read, CLOCK_REALTIME nanoseconds.
     pub fn stamp(&self) -> Option<u64> {
         self.io.stamp.get()
@@ -108,10 +116,7 @@ impl Stream {
                     want_write: self.io.write_blocked.get(),
                 });
             }
-            let mut reader = SocketReader {
-                fd,
-                stamp: &self.io.stamp,
-            };
+            let mut reader = SocketReader { fd, io: &self.io };
             match tls.read_tls(&mut reader) {
                 Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
                 Ok(_) => process(fd, tls)?,
@@ -166,7 +171,10 @@ impl Stream {
     pub fn read_some(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let fd = self.fd.as_raw_fd();
         let Some(tls) = self.tls.as_deref_mut() else {
-            let (n, stamp) = socket::recv_timestamped(fd, buf)?;
+            if !self.io.read_ready.get() {
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            let (n, stamp) = recv_into(fd, &self.io, buf)?;
             self.io.stamp.set(stamp);
             return Ok(n);
         };
@@ -178,10 +186,10 @@ impl Stream {
                 Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(0),
                 Err(e) => return Err(e),
             }
-            let mut reader = SocketReader {
-                fd,
-                stamp: &self.io.stamp,
-            };
+            if !self.io.read_ready.get() {
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            let mut reader = SocketReader { fd, io: &self.io };
             let n = tls.read_tls(&mut reader)?;
             process(fd, tls)?;
             if tls.wants_write() {
@@ -228,15 +236,24 @@ pub fn tls_error(e: &io::Error) -> Option<&rustls::Error> {
     e.get_ref().and_then(|inner| inner.downcast_ref::<rustls::Error>())
 }
 
+/// One `recvmsg`; a `WouldBlock` clears `read_ready` until epoll reports the socket again.
+fn recv_into(fd: RawFd, io: &IoState, buf: &mut [u8]) -> io::Result<(usize, Option<u64>)> {
+    let r = socket::recv_timestamped(fd, buf);
+    if matches!(&r, Err(e) if e.kind() == io::ErrorKind::WouldBlock) {
+        io.read_ready.set(false);
+    }
+    r
+}
+
 struct SocketReader<'a> {
     fd: RawFd,
-    stamp: &'a Cell<Option<u64>>,
+    io: &'a IoState,
 }
 
 impl Read for SocketReader<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let (n, stamp) = socket::recv_timestamped(self.fd, buf)?;
-        self.stamp.set(stamp);
+        let (n, stamp) = recv_into(self.fd, self.io, buf)?;
+        self.io.stamp.set(stamp);
         Ok(n)
     }
 }

@@ -158,7 +158,7 @@ pub fn summary(r: &RunResult) -> String {
             ms(c.connect_us.p50),
             ms(c.connect_us.p99)
         );
-        if let Some(h) = &c.tls_handshake_us {
+        if let Some(h) = c.tls_handshake_us.as_ref().filter(|_| c.tls_handshakes > 0) {
             let _ = write!(
                 line,
                 "; TLS handshake p50 {} p99 {} ms, {} of {} resumed",

@@ -5,7 +5,8 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::atomic::Ordering;
 
 use anyhow::{Context, Result};
-use meshbench_backend::{Backend, BackendConfig, Delay, StatusMix};
+use meshbench_backend::{Backend, BackendConfig, Delay, HyperBackend, ServerTls, StatusMix};
+use meshbench_net::tls;
 
 use crate::cli::BackendArgs;
 use crate::usage;
@@ -44,13 +45,84 @@ pub fn execute(args: BackendArgs) -> Result<u8> {
         threads: args.threads,
         seed: 1,
     };
+    let tls_flags = args.cert.is_some() || args.mtls.is_some() || args.tls_dir.is_some();
+    if tls_flags && !args.tls {
+        return Err(usage("--cert, --mtls and --tls-dir need --tls"));
+    }
     let signals = super::signals::Signals::install()?;
-    let backend = Backend::start(addr, cfg).with_context(|| format!("cannot listen on {addr}"))?;
-    println!("listening on http://{}", backend.addr());
+    if !args.tls && !args.http2 {
+        let backend =
+            Backend::start(addr, cfg).with_context(|| format!("cannot listen on {addr}"))?;
+        println!("listening on http://{}", backend.addr());
+        let _ = std::io::stdout().flush();
+        wait_for_signal(&signals);
+        backend.stop();
+        return Ok(crate::exit::OK);
+    }
+    let tls = if args.tls {
+        Some(server_tls(&args)?)
+    } else {
+        None
+    };
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let backend = HyperBackend::start(addr, cfg, tls)
+        .with_context(|| format!("cannot listen on {addr}"))?;
+    println!("listening on {scheme}://{}", backend.addr());
     let _ = std::io::stdout().flush();
+    wait_for_signal(&signals);
+    drop(backend);
+    Ok(crate::exit::OK)
+}
+
+fn wait_for_signal(signals: &super::signals::Signals) {
     while !signals.stop.load(Ordering::Relaxed) {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    backend.stop();
-    Ok(crate::exit::OK)
+}
+
+/// The server's TLS settings: given files, or a generated CA and certificates (printed).
+fn server_tls(args: &BackendArgs) -> Result<std::sync::Arc<rustls::ServerConfig>> {
+    let (chain, key, generated_ca) = match (&args.cert, &args.key) {
+        (Some(cert), Some(key)) => (
+            tls::load_certs(cert).map_err(|e| usage(format!("--cert: {e}")))?,
+            tls::load_key(key).map_err(|e| usage(format!("--key: {e}")))?,
+            None,
+        ),
+        _ => {
+            let dir = args.tls_dir.clone().unwrap_or_else(|| {
+                std::env::temp_dir().join(format!("meshbench-tls-{}", std::process::id()))
+            });
+            meshbench_lab::pki::write_lab_set(&dir, &args.tls_names)?;
+            println!(
+                "generated TLS files in {}: ca.pem, server.pem, server-key.pem, client.pem, client-key.pem",
+                dir.display()
+            );
+            (
+                tls::load_certs(&dir.join("server.pem"))?,
+                tls::load_key(&dir.join("server-key.pem"))?,
+                Some(dir.join("ca.pem")),
+            )
+        }
+    };
+    let client_roots = match args.mtls.as_deref() {
+        None => None,
+        Some("") => {
+            let ca = generated_ca.ok_or_else(|| {
+                usage("--mtls without a CA file needs the generated certificates; give --mtls CA_FILE with --cert")
+            })?;
+            Some(tls::load_roots(&ca)?)
+        }
+        Some(file) => Some(
+            tls::load_roots(std::path::Path::new(file))
+                .map_err(|e| usage(format!("--mtls: {e}")))?,
+        ),
+    };
+    let config = ServerTls {
+        chain,
+        key,
+        client_roots,
+    }
+    .config()
+    .map_err(|e| usage(format!("the certificate and key do not work together: {e}")))?;
+    Ok(config)
 }

@@ -2,6 +2,7 @@
 
 pub mod backend;
 pub mod demo;
+pub mod gen;
 pub mod run;
 mod signals;
 
@@ -14,6 +15,7 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
         Command::Run(args) => run::execute(args),
         Command::Backend(args) => backend::execute(args),
         Command::Demo(args) => demo::execute(args),
+        Command::Gen(crate::cli::GenCommand::Gateway(args)) => gen::gateway(args),
     }
 }
 

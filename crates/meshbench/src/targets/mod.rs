@@ -323,7 +323,7 @@ mod tests {
         assert_eq!(r.host.as_deref(), Some("example.com"));
         assert_eq!((r.port, r.to_port), (Some(443), Some(8443)));
         let any: ConnectTo = "::[::1]:9000".parse().unwrap();
-        assert_eq!((any.host, any.port), (None, None));
+        assert_eq!((any.host.as_deref(), any.port), (None, None));
         assert_eq!(any.to_host.as_deref(), Some("::1"));
         assert!("a:b:c".parse::<ConnectTo>().is_err());
         assert!("a:99999:c:1".parse::<ConnectTo>().unwrap_err().contains("port"));

@@ -1,0 +1,262 @@
+//! Istio: what the capacity study applied to its cluster, as typed structs serialised to YAML:
+//! per workspace a `Gateway` with one HTTPS server per domain (credential by name), per domain
+//! a `VirtualService` with one exact-path match per path, rewritten to `/` and routed to the
+//! backend service; and the `kubernetes.io/tls` Secrets the credentials name. There is no
+//! cluster here: the output is tested by parsing it back into the same types.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use base64::Engine as _;
+use serde::{Deserialize, Serialize};
+
+use super::{write as write_file, GatewayPlan, DOMAINS_PER_WORKSPACE};
+use crate::pki::Issued;
+use crate::LabError;
+
+/// Namespace of the gateway, its Secrets and the routes.
+pub const NAMESPACE: &str = "istio-system";
+/// The service the routes send to (the backend's port is the one given to `--backend`).
+pub const BACKEND_SERVICE: &str = "backend.default.svc.cluster.local";
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Resource<S> {
+    pub api_version: String,
+    pub kind: String,
+    pub metadata: Metadata,
+    #[serde(flatten)]
+    pub body: S,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Metadata {
+    pub name: String,
+    pub namespace: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct GatewayBody {
+    pub spec: GatewaySpec,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct GatewaySpec {
+    pub selector: BTreeMap<String, String>,
+    pub servers: Vec<Server>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Server {
+    pub port: Port,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub tls: Option<ServerTls>,
+    pub hosts: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Port {
+    pub number: u16,
+    pub name: String,
+    pub protocol: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ServerTls {
+    pub mode: String,
+    pub credential_name: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct VirtualServiceBody {
+    pub spec: VirtualServiceSpec,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct VirtualServiceSpec {
+    pub hosts: Vec<String>,
+    pub gateways: Vec<String>,
+    pub http: Vec<HttpRoute>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct HttpRoute {
+    #[serde(rename = "match")]
+    pub matches: Vec<HttpMatch>,
+    pub rewrite: Rewrite,
+    pub route: Vec<RouteDestination>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct HttpMatch {
+    pub uri: StringMatch,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct StringMatch {
+    pub exact: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Rewrite {
+    pub uri: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct RouteDestination {
+    pub destination: Destination,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Destination {
+    pub host: String,
+    pub port: PortSelector,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PortSelector {
+    pub number: u16,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct SecretBody {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub data: BTreeMap<String, String>,
+}
+
+pub type Gateway = Resource<GatewayBody>;
+pub type VirtualService = Resource<VirtualServiceBody>;
+pub type Secret = Resource<SecretBody>;
+
+fn meta(name: String) -> Metadata {
+    Metadata {
+        name,
+        namespace: NAMESPACE.to_string(),
+    }
+}
+
+fn workspace_of(domain_index: usize) -> usize {
+    domain_index / DOMAINS_PER_WORKSPACE + 1
+}
+
+/// The Gateways (one per workspace) and VirtualServices (one per domain).
+pub fn resources(plan: &GatewayPlan) -> (Vec<Gateway>, Vec<VirtualService>) {
+    let workspaces = plan.domains.div_ceil(DOMAINS_PER_WORKSPACE);
+    let mut gateways: Vec<Gateway> = (1..=workspaces)
+        .map(|w| Resource {
+            api_version: "networking.istio.io/v1beta1".into(),
+            kind: "Gateway".into(),
+            metadata: meta(format!("workspace-{w}-gateway")),
+            body: GatewayBody {
+                spec: GatewaySpec {
+                    selector: BTreeMap::from([("istio".to_string(), "ingressgateway".to_string())]),
+                    servers: Vec::new(),
+                },
+            },
+        })
+        .collect();
+    let mut services = Vec::with_capacity(plan.domains);
+    for (i, domain) in plan.domain_names().enumerate() {
+        let w = workspace_of(i);
+        let (number, protocol, tls) = if plan.tls {
+            let credential = match plan.certs {
+                super::CertLayout::PerDomain => format!("{domain}-cert"),
+                super::CertLayout::Shared => "shared-cert".to_string(),
+            };
+            (
+                443,
+                "HTTPS",
+                Some(ServerTls {
+                    mode: "SIMPLE".into(),
+                    credential_name: credential,
+                }),
+            )
+        } else {
+            (80, "HTTP", None)
+        };
+        gateways[w - 1].body.spec.servers.push(Server {
+            port: Port {
+                number,
+                name: format!("{}-{domain}", protocol.to_ascii_lowercase()),
+                protocol: protocol.into(),
+            },
+            tls,
+            hosts: vec![domain.clone()],
+        });
+        services.push(Resource {
+            api_version: "networking.istio.io/v1beta1".into(),
+            kind: "VirtualService".into(),
+            metadata: meta(domain.clone()),
+            body: VirtualServiceBody {
+                spec: VirtualServiceSpec {
+                    hosts: vec![domain.clone()],
+                    gateways: vec![format!("{NAMESPACE}/workspace-{w}-gateway")],
+                    http: plan
+                        .path_list()
+                        .map(|path| HttpRoute {
+                            matches: vec![HttpMatch {
+                                uri: StringMatch { exact: path },
+                            }],
+                            rewrite: Rewrite { uri: "/".into() },
+                            route: vec![RouteDestination {
+                                destination: Destination {
+                                    host: BACKEND_SERVICE.into(),
+                                    port: PortSelector {
+                                        number: plan.backend.port(),
+                                    },
+                                },
+                            }],
+                        })
+                        .collect(),
+                },
+            },
+        });
+    }
+    (gateways, services)
+}
+
+fn to_yaml<T: Serialize>(docs: &[T]) -> Result<String, LabError> {
+    let mut out = String::new();
+    for d in docs {
+        out.push_str("---\n");
+        out.push_str(&serde_yaml_ng::to_string(d).map_err(|e| LabError::Io(e.to_string()))?);
+    }
+    Ok(out)
+}
+
+pub fn write(plan: &GatewayPlan, certs: &[(String, Issued)]) -> Result<Vec<PathBuf>, LabError> {
+    let (gateways, services) = resources(plan);
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let secrets: Vec<Secret> = certs
+        .iter()
+        .map(|(name, issued)| Resource {
+            api_version: "v1".into(),
+            kind: "Secret".into(),
+            metadata: meta(format!("{name}-cert")),
+            body: SecretBody {
+                kind: "kubernetes.io/tls".into(),
+                data: BTreeMap::from([
+                    ("tls.crt".to_string(), b64(&issued.cert_pem)),
+                    ("tls.key".to_string(), b64(&issued.key_pem)),
+                ]),
+            },
+        })
+        .collect();
+    let mut files = vec![
+        write_file(&plan.path("istio-gateways.yaml"), &to_yaml(&gateways)?)?,
+        write_file(&plan.path("istio-virtualservices.yaml"), &to_yaml(&services)?)?,
+    ];
+    if !secrets.is_empty() {
+        files.push(write_file(&plan.path("istio-secrets.yaml"), &to_yaml(&secrets)?)?);
+    }
+    Ok(files)
+}
+
+/// Parses a multi-document YAML file written by [`write`] back into `T`s.
+pub fn parse_all<T: for<'de> Deserialize<'de>>(text: &str) -> Result<Vec<T>, String> {
+    serde_yaml_ng::Deserializer::from_str(text)
+        .map(|doc| T::deserialize(doc).map_err(|e| e.to_string()))
+        .collect()
+}

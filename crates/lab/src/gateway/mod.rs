@@ -1,0 +1,254 @@
+//! `meshbench gen gateway`: the configuration of an ingress gateway that serves N domains x M
+//! paths, every route sent to one backend with its path rewritten to `/` (as the capacity study's
+//! VirtualService does), with a CA and the domains' certificates.
+//!
+//! One plan ([`GatewayPlan`]) feeds one writer per gateway: nginx, haproxy and caddy write their
+//! own configuration language (tested by starting the real servers); Envoy's bootstrap is built
+//! from the typed Envoy API (envoy-types) and written as binary protobuf, which Envoy reads with
+//! `--config-path envoy.pb`; Istio gets Gateway, VirtualService and Secret YAML. Every writer
+//! also gets `targets.txt`, a `--targets` file whose templates cover every route once.
+
+pub mod caddy;
+pub mod envoy;
+pub mod haproxy;
+pub mod istio;
+pub mod nginx;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use crate::pki::{Ca, Issued, Usage};
+use crate::LabError;
+
+/// Domains per workspace in generated names (`workspace-{w}-domain-{d}.com`, as in the study).
+pub const DOMAINS_PER_WORKSPACE: usize = 100;
+
+/// Which gateway to write for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flavor {
+    Nginx,
+    Haproxy,
+    Caddy,
+    Envoy,
+    Istio,
+}
+
+impl Flavor {
+    pub fn name(self) -> &'static str {
+        match self {
+            Flavor::Nginx => "nginx",
+            Flavor::Haproxy => "haproxy",
+            Flavor::Caddy => "caddy",
+            Flavor::Envoy => "envoy",
+            Flavor::Istio => "istio",
+        }
+    }
+}
+
+/// How certificates are cut.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CertLayout {
+    /// One certificate and key per domain, chosen by SNI.
+    PerDomain,
+    /// One certificate whose names cover every domain.
+    Shared,
+}
+
+/// What to generate.
+#[derive(Debug, Clone)]
+pub struct GatewayPlan {
+    pub flavor: Flavor,
+    pub domains: usize,
+    pub paths: usize,
+    pub tls: bool,
+    pub certs: CertLayout,
+    /// Where the backend listens.
+    pub backend: SocketAddr,
+    /// Where the gateway listens (nginx, haproxy, caddy, envoy).
+    pub listen: SocketAddr,
+    /// Worker processes or threads of the gateway.
+    pub workers: usize,
+    pub out: PathBuf,
+}
+
+impl GatewayPlan {
+    /// The n-th domain name (0-based).
+    pub fn domain(&self, n: usize) -> String {
+        domain_name(n)
+    }
+
+    pub fn domain_names(&self) -> impl Iterator<Item = String> + '_ {
+        (0..self.domains).map(domain_name)
+    }
+
+    /// Request paths, `/get/1` .. `/get/M`.
+    pub fn path_list(&self) -> impl Iterator<Item = String> + '_ {
+        (1..=self.paths).map(|p| format!("/get/{p}"))
+    }
+
+    pub fn scheme(&self) -> &'static str {
+        if self.tls {
+            "https"
+        } else {
+            "http"
+        }
+    }
+
+    /// File names of a domain's certificate and key, relative to the output directory.
+    pub fn cert_files(&self, domain: &str) -> (String, String) {
+        match self.certs {
+            CertLayout::PerDomain => (
+                format!("certs/{domain}.crt"),
+                format!("certs/{domain}.key"),
+            ),
+            CertLayout::Shared => ("certs/shared.crt".into(), "certs/shared.key".into()),
+        }
+    }
+
+    pub fn path(&self, relative: &str) -> PathBuf {
+        self.out.join(relative)
+    }
+}
+
+/// `workspace-{w}-domain-{d}.com`, 100 domains per workspace, both counted from 1.
+pub fn domain_name(n: usize) -> String {
+    format!(
+        "workspace-{}-domain-{}.com",
+        n / DOMAINS_PER_WORKSPACE + 1,
+        n % DOMAINS_PER_WORKSPACE + 1
+    )
+}
+
+/// What was written.
+#[derive(Debug, Clone)]
+pub struct Generated {
+    pub files: Vec<PathBuf>,
+    /// Routes configured (domains x paths).
+    pub routes: usize,
+    /// A `meshbench run` command line that spreads requests over every route.
+    pub run_hint: String,
+}
+
+pub(crate) fn write(path: &Path, text: &str) -> Result<PathBuf, LabError> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| LabError::Io(format!("cannot create {}: {e}", dir.display())))?;
+    }
+    std::fs::write(path, text)
+        .map_err(|e| LabError::Io(format!("cannot write {}: {e}", path.display())))?;
+    Ok(path.to_path_buf())
+}
+
+/// Writes the CA, the certificates, the gateway's configuration and `targets.txt`.
+pub fn generate(plan: &GatewayPlan) -> Result<Generated, LabError> {
+    if plan.domains == 0 || plan.paths == 0 {
+        return Err(LabError::Io("--domains and --paths must be at least 1".into()));
+    }
+    std::fs::create_dir_all(&plan.out)
+        .map_err(|e| LabError::Io(format!("cannot create {}: {e}", plan.out.display())))?;
+    let mut files = Vec::new();
+    let mut certs = Vec::new();
+    if plan.tls {
+        let ca = Ca::new("meshbench gateway CA")?;
+        ca.write(&plan.out)?;
+        files.push(plan.path("ca.pem"));
+        certs = issue_certs(plan, &ca)?;
+        for (name, issued) in &certs {
+            files.extend(write_cert(plan, name, issued)?);
+        }
+    }
+    files.extend(match plan.flavor {
+        Flavor::Nginx => nginx::write(plan)?,
+        Flavor::Haproxy => haproxy::write(plan)?,
+        Flavor::Caddy => caddy::write(plan)?,
+        Flavor::Envoy => envoy::write(plan)?,
+        Flavor::Istio => istio::write(plan, &certs)?,
+    });
+    files.push(write(&plan.path("targets.txt"), &targets_file(plan))?);
+    let mut hint = format!(
+        "meshbench run --targets {} --target-order random",
+        plan.path("targets.txt").display()
+    );
+    if plan.flavor != Flavor::Istio {
+        hint.push_str(&format!(" --connect-to ::{}:{}", plan.listen.ip(), plan.listen.port()));
+    }
+    if plan.tls {
+        hint.push_str(&format!(" --cacert {}", plan.path("ca.pem").display()));
+    }
+    Ok(Generated {
+        files,
+        routes: plan.domains * plan.paths,
+        run_hint: hint,
+    })
+}
+
+/// (file stem, certificate) pairs: one per domain, or one shared.
+fn issue_certs(plan: &GatewayPlan, ca: &Ca) -> Result<Vec<(String, Issued)>, LabError> {
+    match plan.certs {
+        CertLayout::Shared => {
+            let names: Vec<String> = plan.domain_names().collect();
+            Ok(vec![("shared".into(), ca.issue(&names, Usage::Server)?)])
+        }
+        CertLayout::PerDomain => plan
+            .domain_names()
+            .map(|d| Ok((d.clone(), ca.issue(&[d], Usage::Server)?)))
+            .collect(),
+    }
+}
+
+/// `NAME.crt`, `NAME.key`, and `NAME.pem` (both, as haproxy wants them) under `certs/`.
+fn write_cert(plan: &GatewayPlan, name: &str, issued: &Issued) -> Result<Vec<PathBuf>, LabError> {
+    Ok(vec![
+        write(&plan.path(&format!("certs/{name}.crt")), &issued.cert_pem)?,
+        write(&plan.path(&format!("certs/{name}.key")), &issued.key_pem)?,
+        write(
+            &plan.path(&format!("certs/{name}.pem")),
+            &format!("{}{}", issued.cert_pem, issued.key_pem),
+        )?,
+    ])
+}
+
+/// One URL template per workspace (or per domain for a partial last workspace), so that the
+/// list covers every domain x path exactly once.
+pub fn targets_file(plan: &GatewayPlan) -> String {
+    let mut out = format!(
+        "# every route of the generated {} gateway: {} domains x {} paths\n",
+        plan.flavor.name(),
+        plan.domains,
+        plan.paths
+    );
+    let port = match (plan.flavor, plan.tls) {
+        (Flavor::Istio, true) => String::new(),
+        (Flavor::Istio, false) => String::new(),
+        _ => format!(":{}", plan.listen.port()),
+    };
+    let full = plan.domains / DOMAINS_PER_WORKSPACE;
+    let scheme = plan.scheme();
+    let paths = plan.paths;
+    if full > 0 {
+        out.push_str(&format!(
+            "GET {scheme}://workspace-{{1..{full}}}-domain-{{1..{DOMAINS_PER_WORKSPACE}}}.com{port}/get/{{1..{paths}}}\n"
+        ));
+    }
+    let rest = plan.domains % DOMAINS_PER_WORKSPACE;
+    if rest > 0 {
+        out.push_str(&format!(
+            "GET {scheme}://workspace-{}-domain-{{1..{rest}}}.com{port}/get/{{1..{paths}}}\n",
+            full + 1
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn domain_names_follow_the_study() {
+        assert_eq!(domain_name(0), "workspace-1-domain-1.com");
+        assert_eq!(domain_name(99), "workspace-1-domain-100.com");
+        assert_eq!(domain_name(100), "workspace-2-domain-1.com");
+        assert_eq!(domain_name(999), "workspace-10-domain-100.com");
+    }
+}

@@ -1,0 +1,71 @@
+//! `meshbench gen gateway`: checks the flags and writes a gateway's configuration, certificates
+//! and a targets file (see `meshbench_lab::gateway`).
+
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use anyhow::Result;
+use meshbench_lab::gateway::{self, CertLayout, Flavor, GatewayPlan};
+
+use crate::cli::{CertsArg, GatewayArgs, GatewayFlavor};
+use crate::{exit, usage};
+
+/// More routes than this would take minutes to load into most gateways.
+const MAX_ROUTES: i64 = 10_000_000;
+
+fn address(flag: &str, value: &str) -> Result<SocketAddr> {
+    value.parse().map_err(|_| {
+        usage(format!(
+            "{flag} '{value}': not an IP address and port; give one like 127.0.0.1:8080"
+        ))
+    })
+}
+
+pub fn gateway(a: GatewayArgs) -> Result<u8> {
+    for (flag, v) in [("--domains", a.domains), ("--paths", a.paths), ("--workers", a.workers)] {
+        if v < 1 {
+            return Err(usage(format!("{flag} {v}: must be at least 1")));
+        }
+    }
+    if a.domains.saturating_mul(a.paths) > MAX_ROUTES {
+        return Err(usage(format!(
+            "--domains {} x --paths {} is over {MAX_ROUTES} routes; use fewer",
+            a.domains, a.paths
+        )));
+    }
+    let backend = address("--backend", &a.backend)?;
+    let default_listen = if a.tls { "127.0.0.1:8443" } else { "127.0.0.1:8080" };
+    let listen = address("--listen", a.listen.as_deref().unwrap_or(default_listen))?;
+    let plan = GatewayPlan {
+        flavor: match a.flavor {
+            GatewayFlavor::Nginx => Flavor::Nginx,
+            GatewayFlavor::Haproxy => Flavor::Haproxy,
+            GatewayFlavor::Caddy => Flavor::Caddy,
+            GatewayFlavor::Envoy => Flavor::Envoy,
+            GatewayFlavor::Istio => Flavor::Istio,
+        },
+        domains: a.domains as usize,
+        paths: a.paths as usize,
+        tls: a.tls,
+        certs: match a.certs {
+            CertsArg::PerDomain => CertLayout::PerDomain,
+            CertsArg::Shared => CertLayout::Shared,
+        },
+        backend,
+        listen,
+        workers: a.workers as usize,
+        out: a.out.clone(),
+    };
+    let started = Instant::now();
+    let generated = gateway::generate(&plan)?;
+    println!(
+        "wrote {} files for {} ({} routes) into {} in {:.1} s",
+        generated.files.len(),
+        plan.flavor.name(),
+        generated.routes,
+        a.out.display(),
+        started.elapsed().as_secs_f64()
+    );
+    println!("load every route with:\n  {}", generated.run_hint);
+    Ok(exit::OK)
+}
