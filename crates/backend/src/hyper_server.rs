@@ -152,7 +152,10 @@ struct Shared {
     rng: Mutex<SplitMix64>,
 }
 
-async fn answer(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+async fn answer(
+    shared: Arc<Shared>,
+    req: Request<Incoming>,
+) -> Result<Response<Full<Bytes>>, Infallible> {
     let mut opts = RequestOptions::default();
     if let Some(q) = req.uri().query() {
         opts.from_target(format!("?{q}").as_bytes());
@@ -164,7 +167,9 @@ async fn answer(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
     }
     let (status, delay_ns) = {
         let mut rng = shared.rng.lock().unwrap_or_else(|p| p.into_inner());
-        let status = opts.status.unwrap_or_else(|| shared.cfg.status.pick(&mut rng));
+        let status = opts
+            .status
+            .unwrap_or_else(|| shared.cfg.status.pick(&mut rng));
         let delay = opts.delay.unwrap_or(shared.cfg.delay).sample_ns(&mut rng);
         (status, delay)
     };

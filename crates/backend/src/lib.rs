@@ -8,6 +8,6 @@ pub mod hyper_server;
 pub mod options;
 pub mod server;
 
-pub use options::{BackendConfig, Delay, OptionError, RequestOptions, StatusMix};
 pub use hyper_server::{HyperBackend, ServerTls};
+pub use options::{BackendConfig, Delay, OptionError, RequestOptions, StatusMix};
 pub use server::Backend;

@@ -131,6 +131,9 @@ struct Conn {
     want_write: bool,
     /// HTTP/2: requests were queued outside an event; the connection must be polled to write them.
     dirty: bool,
+    /// Socket bytes already added to the recorder.
+    counted_in: u64,
+    counted_out: u64,
     /// When `connect()` was called and when TCP completed (run clock).
     opened_at: u64,
     tcp_at: u64,
@@ -288,6 +291,8 @@ impl Worker<'_> {
                 draining: false,
                 want_write: false,
                 dirty: false,
+                counted_in: 0,
+                counted_out: 0,
                 opened_at: 0,
                 tcp_at: 0,
                 backoff_ns: 0,
@@ -372,7 +377,11 @@ impl Worker<'_> {
         self.poller.add(
             raw,
             c as u64,
-            if done { Interest::READ } else { Interest::WRITE },
+            if done {
+                Interest::READ
+            } else {
+                Interest::WRITE
+            },
         )?;
         // Without timestamps the loop falls back to its own clock and stays awake for arrivals.
         if socket::enable_rx_timestamps(raw).is_err() {
@@ -387,7 +396,11 @@ impl Worker<'_> {
         conn.draining = false;
         conn.state = State::Connecting;
         // Until TLS or h2 takes it over, the plain stream owns the socket.
-        conn.stream = Some(Stream::plain(fd));
+        let stream = Stream::plain(fd);
+        conn.io = Some(stream.state());
+        conn.counted_in = 0;
+        conn.counted_out = 0;
+        conn.stream = Some(stream);
         if done {
             self.tcp_connected(c, now);
         }
@@ -429,7 +442,10 @@ impl Worker<'_> {
     /// Advances a TLS handshake; when done, records it and moves on.
     fn drive_tls(&mut self, c: u32, now: u64) {
         let conn = &mut self.conns[c as usize];
-        let stream = conn.stream.as_mut().expect("a handshaking connection has a stream");
+        let stream = conn
+            .stream
+            .as_mut()
+            .expect("a handshaking connection has a stream");
         match stream.handshake() {
             Ok(Handshake::Pending { want_write }) => self.set_write_interest(c, want_write),
             Ok(Handshake::Done) => {
@@ -440,7 +456,9 @@ impl Worker<'_> {
                     let conns = &mut self.rec.conns;
                     conns.handshakes += 1;
                     conns.resumed += resumed as u64;
-                    conns.handshake.saturating_record((now - conn.tcp_at) / 1000);
+                    conns
+                        .handshake
+                        .saturating_record((now - conn.tcp_at) / 1000);
                 }
                 if self.plan.conn.protocol == Protocol::Http2 && alpn.as_deref() != Some(b"h2") {
                     let chose = alpn.map_or("no protocol".to_string(), |p| {
@@ -475,7 +493,6 @@ impl Worker<'_> {
             }
             Protocol::Http2 => {
                 let stream = conn.stream.take().expect("an open connection has a stream");
-                conn.io = Some(stream.state());
                 conn.h2 = Some(H2Conn::start(stream));
                 conn.state = State::Handshaking;
                 self.drive_h2(c, now);
@@ -492,8 +509,24 @@ impl Worker<'_> {
         }
     }
 
+    /// Adds the bytes conn `c` moved since the last look to the recorder (measured window only).
+    fn account(&mut self, c: u32) {
+        let conn = &mut self.conns[c as usize];
+        let Some(io) = &conn.io else {
+            return;
+        };
+        let (i, o) = (io.bytes_in.get(), io.bytes_out.get());
+        if self.measuring {
+            self.rec.bytes_received += i - conn.counted_in;
+            self.rec.bytes_sent += o - conn.counted_out;
+        }
+        conn.counted_in = i;
+        conn.counted_out = o;
+    }
+
     /// Closes conn `c` (whatever state), leaving its requests to the caller.
     fn close(&mut self, c: u32) {
+        self.account(c);
         let conn = &mut self.conns[c as usize];
         conn.stream = None; // closing the fd also removes it from epoll
         conn.h2 = None;
@@ -590,7 +623,9 @@ impl Worker<'_> {
             self.realtime_offset = meshbench_net::clock::realtime_ns() as i64 - now as i64;
             for e in 0..n {
                 let ev = self.poller.event(e);
-                self.on_event(ev.token as u32, ev.readable || ev.closed, ev.writable, now);
+                let c = ev.token as u32;
+                self.on_event(c, ev.readable || ev.closed, ev.writable, now);
+                self.account(c);
             }
             if !self.backing_off.is_empty() {
                 self.end_backoffs(now);
@@ -830,6 +865,7 @@ impl Worker<'_> {
         while let Some(c) = self.dirty.pop() {
             self.conns[c as usize].dirty = false;
             self.drive_h2(c, now);
+            self.account(c);
         }
     }
 
@@ -851,11 +887,7 @@ impl Worker<'_> {
                         Ok(None) => return,
                         Ok(Some(stream)) => {
                             self.conns[c as usize].waiting.pop_front();
-                            let slot = &mut self.slots[s as usize];
-                            if slot.measured {
-                                self.rec.bytes_sent += req.body.len() as u64;
-                            }
-                            slot.h2 = Some(stream);
+                            self.slots[s as usize].h2 = Some(stream);
                         }
                         Err((kind, msg)) => return self.fail_conn(c, kind, Some(&msg), now),
                     }
@@ -883,9 +915,6 @@ impl Worker<'_> {
         match result {
             Ok(n) => {
                 slot.written += n;
-                if slot.measured {
-                    self.rec.bytes_sent += n as u64;
-                }
                 let pending = slot.written < request.len() || stream.write_blocked();
                 let busy = pending || slot.reader.in_progress();
                 self.set_write_interest(c, pending);
@@ -977,9 +1006,6 @@ impl Worker<'_> {
                     let arrived = stamp.map_or(now, |t| {
                         ((t as i64 - self.realtime_offset).max(0) as u64).clamp(slot.sent, now)
                     });
-                    if slot.measured {
-                        self.rec.bytes_received += n as u64;
-                    }
                     match slot.reader.feed(&self.buf[..n], head) {
                         Ok(Progress::Partial) => {
                             self.set_streaming(s, true);
@@ -1040,7 +1066,9 @@ impl Worker<'_> {
             }
             self.send_waiting(c, now);
             let finished = self.poll_streams(c, now);
-            if finished == 0 && round == 0 || self.conns[c as usize].waiting.is_empty() && round == 1 {
+            if finished == 0 && round == 0
+                || self.conns[c as usize].waiting.is_empty() && round == 1
+            {
                 // Nothing freed: one more poll only to flush what was queued.
                 if let Some(h2) = self.conns[c as usize].h2.as_mut() {
                     if let Poll::Ready(Err((kind, msg))) = h2.poll() {
@@ -1069,10 +1097,7 @@ impl Worker<'_> {
             };
             match stream.poll() {
                 StreamPoll::Pending => continue,
-                StreamPoll::Done { status, bytes } => {
-                    if slot.measured {
-                        self.rec.bytes_received += bytes;
-                    }
+                StreamPoll::Done { status } => {
                     slot.h2 = None;
                     let sent = slot.sent;
                     self.finish(s as u32, status, true, arrived.max(sent));
@@ -1093,7 +1118,9 @@ impl Worker<'_> {
             .io
             .as_ref()
             .and_then(|io| io.stamp.get());
-        stamp.map_or(now, |t| ((t as i64 - self.realtime_offset).max(0) as u64).min(now))
+        stamp.map_or(now, |t| {
+            ((t as i64 - self.realtime_offset).max(0) as u64).min(now)
+        })
     }
 
     /// A complete response that arrived at `arrived`.

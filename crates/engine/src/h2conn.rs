@@ -15,8 +15,9 @@ use meshbench_net::stream::Stream;
 
 use crate::recorder::ErrorKind;
 
-type Handshake =
-    Pin<Box<dyn Future<Output = Result<(SendRequest<Bytes>, Connection<Stream, Bytes>), h2::Error>>>>;
+type Handshake = Pin<
+    Box<dyn Future<Output = Result<(SendRequest<Bytes>, Connection<Stream, Bytes>), h2::Error>>>,
+>;
 
 /// One request as h2 sends it: the head is cloned per request (cheap: the URI is shared bytes).
 #[derive(Debug, Clone)]
@@ -32,7 +33,7 @@ pub enum H2Conn {
     Handshaking(Handshake),
     Open {
         send: SendRequest<Bytes>,
-        conn: Connection<Stream, Bytes>,
+        conn: Box<Connection<Stream, Bytes>>,
     },
 }
 
@@ -45,8 +46,10 @@ pub enum H2Stream {
 /// What polling a stream gave.
 pub enum StreamPoll {
     Pending,
-    /// The whole response: status and body bytes received in this poll.
-    Done { status: u16, bytes: u64 },
+    /// The whole response has arrived.
+    Done {
+        status: u16,
+    },
     Failed(ErrorKind, String),
 }
 
@@ -75,13 +78,18 @@ impl H2Conn {
             match hs.as_mut().poll(&mut cx) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(classify(&e))),
-                Poll::Ready(Ok((send, conn))) => *self = H2Conn::Open { send, conn },
+                Poll::Ready(Ok((send, conn))) => {
+                    *self = H2Conn::Open {
+                        send,
+                        conn: Box::new(conn),
+                    }
+                }
             }
         }
         let H2Conn::Open { conn, .. } = self else {
             return Poll::Pending;
         };
-        match Pin::new(conn).poll(&mut cx) {
+        match Pin::new(&mut **conn).poll(&mut cx) {
             Poll::Pending => Poll::Pending,
             Poll::Ready(Ok(())) => Poll::Ready(Ok(())),
             Poll::Ready(Err(e)) => Poll::Ready(Err(classify(&e))),
@@ -121,7 +129,6 @@ impl H2Conn {
 impl H2Stream {
     pub fn poll(&mut self) -> StreamPoll {
         let mut cx = cx();
-        let mut bytes = 0u64;
         loop {
             match self {
                 H2Stream::Head(response) => match Pin::new(&mut *response).poll(&mut cx) {
@@ -134,21 +141,15 @@ impl H2Stream {
                         let status = resp.status().as_u16();
                         let body = resp.into_body();
                         if body.is_end_stream() {
-                            return StreamPoll::Done { status, bytes };
+                            return StreamPoll::Done { status };
                         }
                         *self = H2Stream::Body { status, body };
                     }
                 },
                 H2Stream::Body { status, body } => match body.poll_data(&mut cx) {
                     Poll::Pending => return StreamPoll::Pending,
-                    Poll::Ready(None) => {
-                        return StreamPoll::Done {
-                            status: *status,
-                            bytes,
-                        }
-                    }
+                    Poll::Ready(None) => return StreamPoll::Done { status: *status },
                     Poll::Ready(Some(Ok(data))) => {
-                        bytes += data.len() as u64;
                         let _ = body.flow_control().release_capacity(data.len());
                     }
                     Poll::Ready(Some(Err(e))) => {
@@ -169,7 +170,9 @@ fn classify(e: &h2::Error) -> (ErrorKind, String) {
         }
         return (ErrorKind::of_io(io), io.to_string());
     }
-    let reason = e.reason().map_or_else(|| "unknown".to_string(), |r| format!("{r:?}"));
+    let reason = e
+        .reason()
+        .map_or_else(|| "unknown".to_string(), |r| format!("{r:?}"));
     if e.is_go_away() && !e.is_remote() {
         (
             ErrorKind::Protocol,

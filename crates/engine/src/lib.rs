@@ -13,8 +13,10 @@ pub mod result;
 pub mod run;
 pub mod spec;
 
+pub use h2conn::H2Request;
 pub use meshbench_net::http1::encode_request;
 pub use result::RunResult;
 pub use run::{run, Live, RunError};
-pub use h2conn::H2Request;
-pub use spec::{ConnSpec, Host, LoadSpec, Mode, Order, Protocol, RequestSpec, StopAt, Target, Targets, Wire};
+pub use spec::{
+    ConnSpec, Host, LoadSpec, Mode, Order, Protocol, RequestSpec, StopAt, Target, Targets, Wire,
+};

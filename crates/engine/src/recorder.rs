@@ -292,7 +292,9 @@ impl AddAssign<&Recorder> for Recorder {
         }
         let (a, b) = (&mut self.conns, &o.conns);
         a.connect.add(&b.connect).expect("same histogram bounds");
-        a.handshake.add(&b.handshake).expect("same histogram bounds");
+        a.handshake
+            .add(&b.handshake)
+            .expect("same histogram bounds");
         a.opened += b.opened;
         a.handshakes += b.handshakes;
         a.resumed += b.resumed;

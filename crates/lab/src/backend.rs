@@ -25,13 +25,25 @@ impl BackendProcess {
             .stderr(Stdio::inherit())
             .spawn()
             .map_err(|e| LabError::Spawn("the backend".into(), e))?;
-        let mut line = String::new();
         let stdout = child.stdout.take().expect("stdout is piped");
-        let _ = BufReader::new(stdout).read_line(&mut line);
-        let addr = line
-            .trim()
-            .strip_prefix("listening on http://")
-            .and_then(|a| a.parse().ok());
+        let mut reader = BufReader::new(stdout);
+        let mut line = String::new();
+        let mut addr = None;
+        // The banner may follow a line about generated TLS files.
+        for _ in 0..4 {
+            line.clear();
+            if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                break;
+            }
+            let text = line.trim();
+            addr = text
+                .strip_prefix("listening on http://")
+                .or_else(|| text.strip_prefix("listening on https://"))
+                .and_then(|a| a.parse().ok());
+            if addr.is_some() {
+                break;
+            }
+        }
         match addr {
             Some(addr) => Ok(BackendProcess { child, addr }),
             None => {

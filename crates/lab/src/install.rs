@@ -10,7 +10,11 @@ use crate::LabError;
 /// `name` on PATH, or at one of `also` (e.g. /usr/sbin/nginx when /usr/sbin is not on PATH).
 pub fn find(name: &str, also: &[&str]) -> Option<PathBuf> {
     let on_path = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).map(|d| d.join(name)).collect::<Vec<_>>())
+        .map(|p| {
+            std::env::split_paths(&p)
+                .map(|d| d.join(name))
+                .collect::<Vec<_>>()
+        })
         .unwrap_or_default();
     on_path
         .into_iter()

@@ -45,4 +45,3 @@ pub enum LabError {
     #[error("{0}")]
     Io(String),
 }
-

@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 
 use crate::LabError;
 
-
 /// What the nginx serves.
 #[derive(Debug, Clone)]
 pub enum NginxSite {

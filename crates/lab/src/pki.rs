@@ -8,8 +8,8 @@
 use std::path::Path;
 
 use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose,
-    IsCa, Issuer, KeyPair, KeyUsagePurpose,
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose,
 };
 
 use crate::LabError;
@@ -49,7 +49,8 @@ fn pki_err(e: rcgen::Error) -> LabError {
 }
 
 fn write(path: &Path, text: &str) -> Result<(), LabError> {
-    std::fs::write(path, text).map_err(|e| LabError::Io(format!("cannot write {}: {e}", path.display())))
+    std::fs::write(path, text)
+        .map_err(|e| LabError::Io(format!("cannot write {}: {e}", path.display())))
 }
 
 impl Ca {
@@ -137,14 +138,21 @@ mod tests {
     fn issues_certificates_rustls_accepts() {
         let ca = Ca::new("test CA").unwrap();
         let server = ca
-            .issue(&["localhost".to_string(), "127.0.0.1".to_string()], Usage::Server)
+            .issue(
+                &["localhost".to_string(), "127.0.0.1".to_string()],
+                Usage::Server,
+            )
             .unwrap();
         assert!(server.cert_pem.starts_with("-----BEGIN CERTIFICATE-----"));
         assert!(server.key_pem.contains("PRIVATE KEY"));
         let started = std::time::Instant::now();
         for i in 0..200 {
-            ca.issue(&[format!("d-{i}.example.com")], Usage::Server).unwrap();
+            ca.issue(&[format!("d-{i}.example.com")], Usage::Server)
+                .unwrap();
         }
-        assert!(started.elapsed().as_secs() < 20, "certificates are slow to make");
+        assert!(
+            started.elapsed().as_secs() < 20,
+            "certificates are slow to make"
+        );
     }
 }

@@ -20,7 +20,7 @@ pub struct Cli {
 pub enum Command {
     /// Load-test a URL, a URL template or a targets file (closed loop by default, open loop
     /// with --rate).
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Run the built-in test server.
     Backend(BackendArgs),
     /// Start the backend and a real nginx, load both directly and through nginx, compare.
@@ -123,7 +123,12 @@ pub struct RunArgs {
     #[arg(long)]
     pub http2: bool,
     /// Concurrent HTTP/2 streams per connection.
-    #[arg(long, value_name = "N", default_value_t = 1, allow_negative_numbers = true)]
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 1,
+        allow_negative_numbers = true
+    )]
     pub streams: i64,
     /// Do not verify the server's certificate.
     #[arg(short = 'k', long)]
@@ -255,7 +260,12 @@ pub struct BackendArgs {
     #[arg(long, value_name = "DIR")]
     pub tls_dir: Option<PathBuf>,
     /// Names the generated server certificate is valid for.
-    #[arg(long, value_name = "NAME,...", value_delimiter = ',', default_value = "localhost,127.0.0.1,::1")]
+    #[arg(
+        long,
+        value_name = "NAME,...",
+        value_delimiter = ',',
+        default_value = "localhost,127.0.0.1,::1"
+    )]
     pub tls_names: Vec<String>,
 }
 

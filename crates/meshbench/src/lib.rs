@@ -55,11 +55,17 @@ pub fn main_with(args: impl IntoIterator<Item = OsString>) -> u8 {
                 return exit::OK;
             }
             let text = e.to_string();
-            let first = text
-                .lines()
+            // The first line, plus the indented lines clap lists under it (missing arguments).
+            let mut lines = text.lines();
+            let mut first = lines
                 .next()
                 .unwrap_or("invalid arguments")
-                .trim_start_matches("error: ");
+                .trim_start_matches("error: ")
+                .to_string();
+            for more in lines.take_while(|l| l.starts_with(' ')) {
+                first.push(' ');
+                first.push_str(more.trim());
+            }
             eprintln!("meshbench: {first} (see `meshbench --help`)");
             return exit::USAGE;
         }

@@ -18,9 +18,139 @@ fn bad_flags_get_one_line_and_exit_code_2() {
             "unsupported scheme",
         ),
         (
-            "https for now",
-            &["run", "https://127.0.0.1/"],
-            "https is not supported yet",
+            "https with a CA file that is missing",
+            &[
+                "run",
+                "https://127.0.0.1:1/",
+                "--cacert",
+                "/nonexistent/ca.pem",
+            ],
+            "cannot read /nonexistent/ca.pem",
+        ),
+        (
+            "TLS flags on a plain URL",
+            &["run", "http://127.0.0.1:1/", "--insecure"],
+            "https:// URLs only",
+        ),
+        (
+            "a client certificate without its key",
+            &["run", "https://127.0.0.1:1/", "--cert", "/tmp/c.pem"],
+            "--key",
+        ),
+        (
+            "streams without HTTP/2",
+            &["run", "http://127.0.0.1:1/", "--streams", "4"],
+            "add --http2",
+        ),
+        (
+            "zero streams",
+            &["run", "http://127.0.0.1:1/", "--http2", "--streams", "0"],
+            "--streams",
+        ),
+        (
+            "zero requests per connection",
+            &[
+                "run",
+                "http://127.0.0.1:1/",
+                "--requests-per-connection",
+                "0",
+            ],
+            "--requests-per-connection",
+        ),
+        (
+            "negative connection rate",
+            &["run", "http://127.0.0.1:1/", "--connection-rate", "-1"],
+            "--connection-rate",
+        ),
+        (
+            "malformed --connect-to",
+            &["run", "http://a.example/", "--connect-to", "a.example:80"],
+            "HOST:PORT:ADDR:PORT",
+        ),
+        (
+            "unclosed template brace",
+            &["run", "http://127.0.0.1:1/get/{1..3"],
+            "column 24",
+        ),
+        (
+            "backwards template range",
+            &["run", "http://127.0.0.1:1/get/{9..3}"],
+            "ends before it starts",
+        ),
+        (
+            "mixed schemes in one target list",
+            &["run", "{http,https}://127.0.0.1:1/"],
+            "one run uses one scheme",
+        ),
+        (
+            "a name that does not resolve, with a hint",
+            &["run", "https://workspace-1-domain-1.com/"],
+            "--connect-to",
+        ),
+        (
+            "a targets file that does not exist",
+            &["run", "--targets", "/nonexistent/targets.txt"],
+            "cannot read the file",
+        ),
+        (
+            "a URL and a targets file",
+            &["run", "http://127.0.0.1:1/", "--targets", "/tmp/t.txt"],
+            "cannot be used with",
+        ),
+        ("no URL and no targets file", &["run"], "required"),
+        (
+            "gen gateway without a backend",
+            &["gen", "gateway", "--for", "nginx", "--out", "/tmp/x"],
+            "--backend",
+        ),
+        (
+            "gen gateway with zero domains",
+            &[
+                "gen",
+                "gateway",
+                "--for",
+                "nginx",
+                "--domains",
+                "0",
+                "--backend",
+                "127.0.0.1:1",
+                "--out",
+                "/tmp/x",
+            ],
+            "--domains 0",
+        ),
+        (
+            "gen gateway with a bad backend address",
+            &[
+                "gen",
+                "gateway",
+                "--for",
+                "haproxy",
+                "--backend",
+                "somewhere",
+                "--out",
+                "/tmp/x",
+            ],
+            "--backend 'somewhere'",
+        ),
+        (
+            "gen gateway for an unknown gateway",
+            &[
+                "gen",
+                "gateway",
+                "--for",
+                "apache",
+                "--backend",
+                "127.0.0.1:1",
+                "--out",
+                "/tmp/x",
+            ],
+            "apache",
+        ),
+        (
+            "backend TLS flags without --tls",
+            &["backend", "--mtls"],
+            "need --tls",
         ),
         (
             "unresolvable host",
@@ -140,6 +270,18 @@ fn bad_flags_get_one_line_and_exit_code_2() {
             "--status",
         ),
         (
+            "backend certificate file missing",
+            &[
+                "backend",
+                "--tls",
+                "--cert",
+                "/nonexistent/c.pem",
+                "--key",
+                "/nonexistent/k.pem",
+            ],
+            "--cert: cannot read",
+        ),
+        (
             "backend bad address",
             &["backend", "--listen", "nowhere"],
             "--listen",
@@ -240,4 +382,34 @@ fn a_refused_connection_is_a_connect_error() {
         // Back-off keeps a dead target from becoming a busy loop.
         assert!(u(&r, "/errors/connect") < 5_000, "{}", r["errors"]);
     }
+}
+
+#[test]
+fn a_malformed_targets_file_names_line_and_column() {
+    let path =
+        std::env::temp_dir().join(format!("meshbench-bad-targets-{}.txt", std::process::id()));
+    let cases: &[(&str, &str)] = &[
+        (
+            "GET http://127.0.0.1:1/\nX-Ok: 1\n  not a header\n",
+            "line 3, column 3",
+        ),
+        (
+            "GET http://127.0.0.1:1/{1..\n",
+            "line 1: invalid URL template",
+        ),
+        ("# nothing\n", "holds no request"),
+        ("X-Early: 1\nGET http://127.0.0.1:1/\n", "line 1, column 1"),
+    ];
+    for (text, needle) in cases {
+        std::fs::write(&path, text).unwrap();
+        let out = meshbench(
+            &["run", "--targets", path.to_str().unwrap()],
+            Duration::from_secs(20),
+        );
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{text:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{text:?}: {err}");
+        assert!(err.contains(needle), "{text:?}: want {needle:?} in {err}");
+    }
+    let _ = std::fs::remove_file(&path);
 }

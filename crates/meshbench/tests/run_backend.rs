@@ -1,4 +1,6 @@
 //! Black-box tests of `meshbench run` against the real backend, started as its own process.
+//! The engine's cases run as a protocol matrix: HTTP/1.1, HTTP/1.1 over TLS, h2c and HTTP/2
+//! over TLS, each case asserting the same figures for every protocol.
 
 mod common;
 
@@ -10,73 +12,96 @@ const LIMIT: Duration = Duration::from_secs(60);
 
 #[test]
 fn closed_loop_counts_every_request_exactly() {
-    let backend = BackendProc::start(&[]);
-    let (out, r) = run_json(
-        "closed",
-        &[&backend.url("/"), "-n", "3000", "-c", "8"],
-        LIMIT,
-    );
-    assert!(out.status.success(), "{}", stderr(&out));
-    assert_eq!(u(&r, "/requests/total"), 3000);
-    assert_eq!(u(&r, "/requests/ok"), 3000);
-    assert_eq!(u(&r, "/requests/errors"), 0);
-    assert_eq!(u(&r, "/status_codes/200"), 3000);
-    assert_eq!(u(&r, "/latency_us/count"), 3000);
-    assert_eq!(r["settings"]["mode"], "closed");
-    assert!(r["schedule_lag_us"].is_null());
-    assert!(
-        u(&r, "/bytes/received") >= 3000 * 1024,
-        "1 KiB bodies plus heads"
-    );
-    assert!(u(&r, "/bytes/sent") >= 3000 * 30);
-    let timeline_total: u64 = r["timeline"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["requests"].as_u64().unwrap())
-        .sum();
-    assert_eq!(
-        timeline_total, 3000,
-        "the timeline accounts for every request"
-    );
-    // The encoded histogram decodes to the same counts: results of several processes can merge.
-    let h =
-        meshbench_engine::result::decode_histogram(r["histogram"]["latency_us"].as_str().unwrap())
-            .unwrap();
-    assert_eq!(h.len(), 3000);
-    assert_eq!(h.value_at_quantile(0.99), u(&r, "/latency_us/p99"));
-    assert!(stdout(&out).contains("3,000 total"), "{}", stdout(&out));
+    for proto in Proto::ALL {
+        let backend = ProtoBackend::start(proto, &[]);
+        let (out, r) = run_json_owned(
+            &format!("closed-{proto:?}"),
+            &backend.args("/", &["-n", "3000", "-c", "8"]),
+            LIMIT,
+        );
+        assert!(out.status.success(), "{proto:?}: {}", stderr(&out));
+        assert_eq!(u(&r, "/requests/total"), 3000, "{proto:?}: {}", r["errors"]);
+        assert_eq!(u(&r, "/requests/ok"), 3000, "{proto:?}");
+        assert_eq!(u(&r, "/requests/errors"), 0, "{proto:?}");
+        assert_eq!(u(&r, "/status_codes/200"), 3000, "{proto:?}");
+        assert_eq!(u(&r, "/latency_us/count"), 3000, "{proto:?}");
+        assert_eq!(r["settings"]["mode"], "closed");
+        assert_eq!(r["settings"]["tls"], proto.tls(), "{proto:?}");
+        let want = if proto.h2() { "h2" } else { "http/1.1" };
+        assert_eq!(r["settings"]["protocol"], want, "{proto:?}");
+        assert!(r["schedule_lag_us"].is_null());
+        assert!(
+            u(&r, "/bytes/received") >= 3000 * 1024,
+            "{proto:?}: 1 KiB bodies plus heads"
+        );
+        // HPACK shrinks repeated HTTP/2 request heads to a few bytes.
+        let per_request = if proto.h2() { 10 } else { 30 };
+        assert!(u(&r, "/bytes/sent") >= 3000 * per_request, "{proto:?}");
+        let timeline_total: u64 = r["timeline"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["requests"].as_u64().unwrap())
+            .sum();
+        assert_eq!(
+            timeline_total, 3000,
+            "{proto:?}: the timeline accounts for every request"
+        );
+        // The encoded histogram decodes to the same counts: results of several processes merge.
+        let h = meshbench_engine::result::decode_histogram(
+            r["histogram"]["latency_us"].as_str().unwrap(),
+        )
+        .unwrap();
+        assert_eq!(h.len(), 3000);
+        assert_eq!(h.value_at_quantile(0.99), u(&r, "/latency_us/p99"));
+        assert!(stdout(&out).contains("3,000 total"), "{}", stdout(&out));
+        // Every connection was opened before the clock started: none in the window.
+        assert_eq!(u(&r, "/connections/opened"), 0, "{proto:?}");
+        if proto.tls() {
+            assert!(r["histogram"]["tls_handshake_us"].is_string(), "{proto:?}");
+        } else {
+            assert!(r["connections"]["tls_handshake_us"].is_null(), "{proto:?}");
+        }
+    }
 }
 
 #[test]
 fn open_loop_holds_the_asked_rate() {
-    let backend = BackendProc::start(&[]);
-    let (out, r) = run_json(
-        "open",
-        &[&backend.url("/"), "-r", "2000", "-d", "3s", "-c", "8"],
-        LIMIT,
-    );
-    assert!(out.status.success(), "{}", stderr(&out));
-    let total = u(&r, "/requests/total") as f64;
-    let due = total + u(&r, "/requests/unfinished") as f64;
-    assert!(
-        (due - 6000.0).abs() <= 30.0,
-        "scheduled {due}, want 6000 ± 0.5 %"
-    );
-    assert!(total >= 6000.0 * 0.97, "answered {total} of 6000");
-    let rps = f(&r, "/throughput_rps");
-    assert!((rps - 2000.0).abs() < 2000.0 * 0.03, "throughput {rps}");
-    assert_eq!(r["settings"]["arrival"], "uniform");
-    let sends = u(&r, "/schedule_lag_us/count") as f64;
-    assert!(
-        sends >= total && sends <= total + 8.0,
-        "one lag sample per send: {sends} vs {total}"
-    );
-    assert!(r["histogram"]["schedule_lag_us"].is_string());
-    assert!(
-        u(&r, "/latency_us/p50") >= u(&r, "/service_time_us/p50"),
-        "latency includes any lag"
-    );
+    for proto in Proto::ALL {
+        let backend = ProtoBackend::start(proto, &[]);
+        let (out, r) = run_json_owned(
+            &format!("open-{proto:?}"),
+            &backend.args("/", &["-r", "2000", "-d", "3s", "-c", "8"]),
+            LIMIT,
+        );
+        assert!(out.status.success(), "{proto:?}: {}", stderr(&out));
+        let total = u(&r, "/requests/total") as f64;
+        let due = total + u(&r, "/requests/unfinished") as f64;
+        assert!(
+            (due - 6000.0).abs() <= 30.0,
+            "{proto:?}: scheduled {due}, want 6000 ± 0.5 %"
+        );
+        assert!(
+            total >= 6000.0 * 0.97,
+            "{proto:?}: answered {total} of 6000"
+        );
+        let rps = f(&r, "/throughput_rps");
+        assert!(
+            (rps - 2000.0).abs() < 2000.0 * 0.03,
+            "{proto:?}: throughput {rps}"
+        );
+        assert_eq!(r["settings"]["arrival"], "uniform");
+        let sends = u(&r, "/schedule_lag_us/count") as f64;
+        assert!(
+            sends >= total && sends <= total + 8.0,
+            "{proto:?}: one lag sample per send: {sends} vs {total}"
+        );
+        assert!(r["histogram"]["schedule_lag_us"].is_string());
+        assert!(
+            u(&r, "/latency_us/p50") >= u(&r, "/service_time_us/p50"),
+            "{proto:?}: latency includes any lag"
+        );
+    }
 }
 
 #[test]
@@ -105,117 +130,133 @@ fn poisson_arrivals_average_to_the_rate() {
 
 #[test]
 fn warmup_is_excluded_from_the_results() {
-    let backend = BackendProc::start(&[]);
-    let (_, r) = run_json(
-        "warmup",
-        &[
-            &backend.url("/"),
-            "-r",
-            "1000",
-            "-d",
-            "1s",
-            "--warmup",
-            "1s",
-        ],
-        LIMIT,
-    );
-    let total = u(&r, "/requests/total");
-    let due = total + u(&r, "/requests/unfinished");
-    assert!(
-        (995..=1005).contains(&due),
-        "only the measured second counts: {due}"
-    );
-    assert!(total >= 950, "{total}");
-    assert!((f(&r, "/duration_secs") - 1.0).abs() < 0.1);
-    assert_eq!(f(&r, "/settings/warmup_secs"), 1.0);
+    for proto in Proto::ALL {
+        let backend = ProtoBackend::start(proto, &[]);
+        let (_, r) = run_json_owned(
+            &format!("warmup-{proto:?}"),
+            &backend.args("/", &["-r", "1000", "-d", "1s", "--warmup", "1s"]),
+            LIMIT,
+        );
+        let total = u(&r, "/requests/total");
+        let due = total + u(&r, "/requests/unfinished");
+        assert!(
+            (995..=1005).contains(&due),
+            "{proto:?}: only the measured second counts: {due}"
+        );
+        assert!(total >= 950, "{proto:?}: {total}");
+        assert!((f(&r, "/duration_secs") - 1.0).abs() < 0.1, "{proto:?}");
+        assert_eq!(f(&r, "/settings/warmup_secs"), 1.0);
+    }
 }
 
 #[test]
 fn injected_errors_are_counted_by_status() {
-    let backend = BackendProc::start(&["--status", "503:20%"]);
-    let (_, r) = run_json(
-        "status",
-        &[&backend.url("/"), "-n", "5000", "-c", "4"],
-        LIMIT,
-    );
-    let s503 = u(&r, "/status_codes/503");
-    let s200 = u(&r, "/status_codes/200");
-    assert_eq!(s503 + s200, 5000);
-    assert!(
-        (s503 as f64 / 5000.0 - 0.2).abs() < 0.03,
-        "503 share {s503}"
-    );
-    assert_eq!(u(&r, "/errors/http_status"), s503);
-    assert_eq!(u(&r, "/requests/errors"), s503);
-    assert_eq!(u(&r, "/requests/ok"), s200);
+    for proto in Proto::ALL {
+        let backend = ProtoBackend::start(proto, &["--status", "503:20%"]);
+        let (_, r) = run_json_owned(
+            &format!("status-{proto:?}"),
+            &backend.args("/", &["-n", "5000", "-c", "4"]),
+            LIMIT,
+        );
+        let s503 = u(&r, "/status_codes/503");
+        let s200 = u(&r, "/status_codes/200");
+        assert_eq!(s503 + s200, 5000, "{proto:?}: {}", r["errors"]);
+        assert!(
+            (s503 as f64 / 5000.0 - 0.2).abs() < 0.03,
+            "{proto:?}: 503 share {s503}"
+        );
+        assert_eq!(u(&r, "/errors/http_status"), s503);
+        assert_eq!(u(&r, "/requests/errors"), s503);
+        assert_eq!(u(&r, "/requests/ok"), s200);
+    }
 }
 
 #[test]
 fn open_loop_latency_includes_queueing_when_the_target_is_slow() {
-    // One connection, 10 ms per answer: the target does 100 req/s, asked for 200.
-    let backend = BackendProc::start(&["--delay", "10ms"]);
-    let (_, r) = run_json(
-        "co",
-        &[&backend.url("/"), "-r", "200", "-d", "2s", "-c", "1"],
-        LIMIT,
-    );
-    let latency = u(&r, "/latency_us/p99");
-    let service = u(&r, "/service_time_us/p50");
-    assert!(
-        (10_000..100_000).contains(&service),
-        "service p50 {service}"
-    );
-    assert!(
-        latency > 5 * service,
-        "coordinated omission corrected: latency p99 {latency} vs service p50 {service}"
-    );
-    assert!(u(&r, "/generator/queued_sends") > 0);
-    assert_eq!(
-        r["generator"]["saturated"], false,
-        "a slow target is not a saturated generator"
-    );
-    let warnings = r["generator"]["warnings"].to_string();
-    assert!(
-        warnings.contains("waited for a free connection"),
-        "{warnings}"
-    );
-    assert!(
-        u(&r, "/requests/unfinished") > 0,
-        "requests due but never sent are reported"
-    );
+    for proto in Proto::ALL {
+        // One connection (one stream), 10 ms per answer: the target does 100 req/s, asked 200.
+        let backend = ProtoBackend::start(proto, &["--delay", "10ms"]);
+        let (_, r) = run_json_owned(
+            &format!("co-{proto:?}"),
+            &backend.args("/", &["-r", "200", "-d", "2s", "-c", "1"]),
+            LIMIT,
+        );
+        let latency = u(&r, "/latency_us/p99");
+        let service = u(&r, "/service_time_us/p50");
+        assert!(
+            (10_000..100_000).contains(&service),
+            "{proto:?}: service p50 {service}"
+        );
+        assert!(
+            latency > 5 * service,
+            "{proto:?}: coordinated omission corrected: latency p99 {latency} vs service p50 {service}"
+        );
+        assert!(u(&r, "/generator/queued_sends") > 0, "{proto:?}");
+        assert_eq!(
+            r["generator"]["saturated"], false,
+            "{proto:?}: a slow target is not a saturated generator"
+        );
+        let warnings = r["generator"]["warnings"].to_string();
+        assert!(
+            warnings.contains("waited for a free connection"),
+            "{proto:?}: {warnings}"
+        );
+        assert!(
+            u(&r, "/requests/unfinished") > 0,
+            "{proto:?}: requests due but never sent are reported"
+        );
+    }
 }
 
 #[test]
 fn per_request_size_and_request_bodies() {
-    let backend = BackendProc::start(&[]);
-    let (_, r) = run_json(
-        "size",
-        &[&backend.url("/?size=10000"), "-n", "100", "-c", "1"],
-        LIMIT,
-    );
-    let per = u(&r, "/bytes/received") / 100;
-    assert!((10_000..10_200).contains(&per), "{per} bytes per response");
-    let (_, r) = run_json(
-        "post",
-        &[
-            &backend.url("/"),
-            "-n",
-            "100",
-            "-c",
-            "2",
-            "-m",
-            "POST",
-            "--body-size",
-            "5000",
-            "-H",
-            "X-Test: 1",
-        ],
-        LIMIT,
-    );
-    assert_eq!(u(&r, "/requests/ok"), 100);
-    assert!(u(&r, "/bytes/sent") >= 100 * 5000);
-    assert_eq!(u(&r, "/settings/body_bytes"), 5000);
-    assert_eq!(r["settings"]["headers"][0][0], "X-Test");
+    for proto in Proto::ALL {
+        let backend = ProtoBackend::start(proto, &[]);
+        let (_, r) = run_json_owned(
+            &format!("size-{proto:?}"),
+            &backend.args("/?size=10000", &["-n", "100", "-c", "1"]),
+            LIMIT,
+        );
+        let per = u(&r, "/bytes/received") / 100;
+        assert!(
+            (10_000..10_400).contains(&per),
+            "{proto:?}: {per} bytes per response"
+        );
+        let (_, r) = run_json_owned(
+            &format!("post-{proto:?}"),
+            &backend.args(
+                "/",
+                &[
+                    "-n",
+                    "100",
+                    "-c",
+                    "2",
+                    "-m",
+                    "POST",
+                    "--body-size",
+                    "5000",
+                    "-H",
+                    "X-Test: 1",
+                ],
+            ),
+            LIMIT,
+        );
+        assert_eq!(u(&r, "/requests/ok"), 100, "{proto:?}: {}", r["errors"]);
+        assert!(u(&r, "/bytes/sent") >= 100 * 5000, "{proto:?}");
+        assert_eq!(u(&r, "/settings/body_bytes"), 5000);
+        assert_eq!(r["settings"]["headers"][0][0], "X-Test");
+        // Echo: the body comes back, so both directions carry it.
+        let (_, r) = run_json_owned(
+            &format!("echo-{proto:?}"),
+            &backend.args(
+                "/?echo",
+                &["-n", "50", "-c", "2", "-m", "POST", "--body-size", "20000"],
+            ),
+            LIMIT,
+        );
+        assert_eq!(u(&r, "/requests/ok"), 50, "{proto:?}: {}", r["errors"]);
+        assert!(u(&r, "/bytes/received") >= 50 * 20_000, "{proto:?}");
+    }
 }
 
 #[test]
@@ -299,33 +340,37 @@ fn localhost_finds_the_address_that_listens() {
 
 #[test]
 fn large_bodies_both_ways_in_an_open_loop() {
-    let backend = BackendProc::start(&[]);
-    let (out, r) = run_json(
-        "large",
-        &[
-            &backend.url("/?size=1048576"),
-            "-r",
-            "100",
-            "-d",
-            "2s",
-            "-c",
-            "4",
-            "-m",
-            "POST",
-            "--body-size",
-            "262144",
-        ],
-        LIMIT,
-    );
-    assert!(out.status.success(), "{}", stderr(&out));
-    assert_eq!(u(&r, "/requests/ok"), 200, "{}", r["errors"]);
-    assert!(u(&r, "/bytes/received") >= 200 * 1_048_576);
-    assert!(u(&r, "/bytes/sent") >= 200 * 262_144);
-    let p50 = u(&r, "/service_time_us/p50");
-    assert!(
-        p50 < 20_000,
-        "a 1 MiB response on loopback takes well under 20 ms: {p50} µs"
-    );
+    for proto in Proto::ALL {
+        let backend = ProtoBackend::start(proto, &[]);
+        let (out, r) = run_json_owned(
+            &format!("large-{proto:?}"),
+            &backend.args(
+                "/?size=1048576",
+                &[
+                    "-r",
+                    "100",
+                    "-d",
+                    "2s",
+                    "-c",
+                    "4",
+                    "-m",
+                    "POST",
+                    "--body-size",
+                    "262144",
+                ],
+            ),
+            LIMIT,
+        );
+        assert!(out.status.success(), "{proto:?}: {}", stderr(&out));
+        assert_eq!(u(&r, "/requests/ok"), 200, "{proto:?}: {}", r["errors"]);
+        assert!(u(&r, "/bytes/received") >= 200 * 1_048_576, "{proto:?}");
+        assert!(u(&r, "/bytes/sent") >= 200 * 262_144, "{proto:?}");
+        let p50 = u(&r, "/service_time_us/p50");
+        assert!(
+            p50 < 40_000,
+            "{proto:?}: a 1 MiB response on loopback takes well under 40 ms: {p50} µs"
+        );
+    }
 }
 
 #[test]

@@ -7,9 +7,9 @@
 //! `AsyncWrite`, so the h2 crate can drive it from our own loop with a no-op waker: `WouldBlock`
 //! becomes `Pending`, and the loop polls again when epoll reports the socket ready.
 
+use std::cell::Cell;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::cell::Cell;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll};
@@ -36,6 +36,9 @@ pub struct IoState {
     /// The socket may have bytes to read: set by the loop when epoll says so, cleared when a
     /// read finds nothing. Polls in between (h2 polls often) then cost no syscall.
     pub read_ready: Cell<bool>,
+    /// Bytes received from and sent to the socket (TCP payload: TLS records included).
+    pub bytes_in: Cell<u64>,
+    pub bytes_out: Cell<u64>,
 }
 
 /// How far a TLS handshake got.
@@ -43,7 +46,9 @@ pub struct IoState {
 pub enum Handshake {
     Done,
     /// Waiting for the peer; `true` if bytes are queued for the socket.
-    Pending { want_write: bool },
+    Pending {
+        want_write: bool,
+    },
 }
 
 impl Stream {
@@ -107,7 +112,7 @@ impl Stream {
         };
         let fd = self.fd.as_raw_fd();
         loop {
-            flush_tls(fd, tls, &self.io.write_blocked)?;
+            flush_tls(fd, tls, &self.io)?;
             if !tls.is_handshaking() {
                 return Ok(Handshake::Done);
             }
@@ -119,7 +124,7 @@ impl Stream {
             let mut reader = SocketReader { fd, io: &self.io };
             match tls.read_tls(&mut reader) {
                 Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
-                Ok(_) => process(fd, tls)?,
+                Ok(_) => process(fd, tls, &self.io)?,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     return Ok(Handshake::Pending {
                         want_write: self.io.write_blocked.get(),
@@ -137,17 +142,20 @@ impl Stream {
         match self.tls.as_deref_mut() {
             None => match socket::send(fd, data) {
                 Ok(n) => {
+                    self.io.bytes_out.set(self.io.bytes_out.get() + n as u64);
                     self.io.write_blocked.set(n < data.len());
                     Ok(n)
                 }
                 Err(e) => {
-                    self.io.write_blocked.set(e.kind() == io::ErrorKind::WouldBlock);
+                    self.io
+                        .write_blocked
+                        .set(e.kind() == io::ErrorKind::WouldBlock);
                     Err(e)
                 }
             },
             Some(tls) => {
                 let n = tls.writer().write(data)?;
-                flush_tls(fd, tls, &self.io.write_blocked)?;
+                flush_tls(fd, tls, &self.io)?;
                 Ok(n)
             }
         }
@@ -158,7 +166,7 @@ impl Stream {
         let fd = self.fd.as_raw_fd();
         match self.tls.as_deref_mut() {
             None => Ok(()),
-            Some(tls) => flush_tls(fd, tls, &self.io.write_blocked),
+            Some(tls) => flush_tls(fd, tls, &self.io),
         }
     }
 
@@ -191,9 +199,9 @@ impl Stream {
             }
             let mut reader = SocketReader { fd, io: &self.io };
             let n = tls.read_tls(&mut reader)?;
-            process(fd, tls)?;
+            process(fd, tls, &self.io)?;
             if tls.wants_write() {
-                flush_tls(fd, tls, &self.io.write_blocked)?;
+                flush_tls(fd, tls, &self.io)?;
             }
             if n == 0 {
                 return match tls.reader().read(buf) {
@@ -208,21 +216,21 @@ impl Stream {
 }
 
 /// Processes received TLS records; on failure sends the alert rustls prepared (best effort).
-fn process(fd: RawFd, tls: &mut ClientConnection) -> io::Result<()> {
+fn process(fd: RawFd, tls: &mut ClientConnection, io: &IoState) -> io::Result<()> {
     if let Err(e) = tls.process_new_packets() {
-        let _ = flush_tls(fd, tls, &Cell::new(false));
+        let _ = flush_tls(fd, tls, io);
         return Err(io::Error::new(io::ErrorKind::InvalidData, e));
     }
     Ok(())
 }
 
-fn flush_tls(fd: RawFd, tls: &mut ClientConnection, blocked: &Cell<bool>) -> io::Result<()> {
-    blocked.set(false);
+fn flush_tls(fd: RawFd, tls: &mut ClientConnection, io: &IoState) -> io::Result<()> {
+    io.write_blocked.set(false);
     while tls.wants_write() {
-        match tls.write_tls(&mut SocketWriter(fd)) {
+        match tls.write_tls(&mut SocketWriter(fd, io)) {
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                blocked.set(true);
+                io.write_blocked.set(true);
                 return Ok(());
             }
             Err(e) => return Err(e),
@@ -233,14 +241,17 @@ fn flush_tls(fd: RawFd, tls: &mut ClientConnection, blocked: &Cell<bool>) -> io:
 
 /// The rustls error inside an I/O error from [`Stream`], if it is one.
 pub fn tls_error(e: &io::Error) -> Option<&rustls::Error> {
-    e.get_ref().and_then(|inner| inner.downcast_ref::<rustls::Error>())
+    e.get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
 }
 
 /// One `recvmsg`; a `WouldBlock` clears `read_ready` until epoll reports the socket again.
 fn recv_into(fd: RawFd, io: &IoState, buf: &mut [u8]) -> io::Result<(usize, Option<u64>)> {
     let r = socket::recv_timestamped(fd, buf);
-    if matches!(&r, Err(e) if e.kind() == io::ErrorKind::WouldBlock) {
-        io.read_ready.set(false);
+    match &r {
+        Ok((n, _)) => io.bytes_in.set(io.bytes_in.get() + *n as u64),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => io.read_ready.set(false),
+        Err(_) => {}
     }
     r
 }
@@ -258,19 +269,28 @@ impl Read for SocketReader<'_> {
     }
 }
 
-struct SocketWriter(RawFd);
+struct SocketWriter<'a>(RawFd, &'a IoState);
 
-impl Write for SocketWriter {
+impl SocketWriter<'_> {
+    fn count(&self, r: io::Result<usize>) -> io::Result<usize> {
+        if let Ok(n) = r {
+            self.1.bytes_out.set(self.1.bytes_out.get() + n as u64);
+        }
+        r
+    }
+}
+
+impl Write for SocketWriter<'_> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        socket::send(self.0, buf)
+        self.count(socket::send(self.0, buf))
     }
 
     fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
-        match bufs {
+        self.count(match bufs {
             [] => Ok(0),
             [a] => socket::send(self.0, a),
             [a, b, ..] => socket::send2(self.0, a, b),
-        }
+        })
     }
 
     fn flush(&mut self) -> io::Result<()> {

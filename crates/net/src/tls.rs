@@ -32,7 +32,9 @@ pub enum TlsError {
     NoKey { path: PathBuf },
     #[error("{path}: {message}")]
     BadPem { path: PathBuf, message: String },
-    #[error("no trusted certificates: {SYSTEM_CA_BUNDLE} is missing; give --cacert FILE or --insecure")]
+    #[error(
+        "no trusted certificates: {SYSTEM_CA_BUNDLE} is missing; give --cacert FILE or --insecure"
+    )]
     NoTrustAnchors,
     #[error("TLS settings rejected: {0}")]
     Rustls(#[from] rustls::Error),
@@ -60,7 +62,8 @@ pub fn provider() -> Arc<CryptoProvider> {
 
 /// Builds the client config for a run.
 pub fn client_config(opts: &ClientTlsOptions) -> Result<Arc<ClientConfig>, TlsError> {
-    let builder = ClientConfig::builder_with_provider(provider()).with_safe_default_protocol_versions()?;
+    let builder =
+        ClientConfig::builder_with_provider(provider()).with_safe_default_protocol_versions()?;
     let builder = if opts.insecure {
         builder
             .dangerous()
@@ -219,7 +222,9 @@ pub fn describe_error(e: &rustls::Error) -> String {
         E::AlertReceived(A::UnknownCA) | E::AlertReceived(A::BadCertificate) => {
             "the server rejected the client certificate".into()
         }
-        E::AlertReceived(A::NoApplicationProtocol) => "the server refused the offered ALPN protocol".into(),
+        E::AlertReceived(A::NoApplicationProtocol) => {
+            "the server refused the offered ALPN protocol".into()
+        }
         E::AlertReceived(a) => format!("alert from the server: {a:?}"),
         other => other.to_string(),
     }

@@ -66,7 +66,10 @@ pub fn describe_load(r: &RunResult) -> String {
         _ => String::new(),
     };
     let targets = if s.targets > 1 {
-        format!(", {} targets on {} hosts ({})", s.targets, s.hosts, s.target_order)
+        format!(
+            ", {} targets on {} hosts ({})",
+            s.targets, s.hosts, s.target_order
+        )
     } else {
         String::new()
     };

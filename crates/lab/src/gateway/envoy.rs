@@ -20,9 +20,12 @@ use envoy_types::pb::envoy::config::core::v3::{
 use envoy_types::pb::envoy::config::endpoint::v3::{
     lb_endpoint, ClusterLoadAssignment, Endpoint, LbEndpoint, LocalityLbEndpoints,
 };
-use envoy_types::pb::envoy::config::listener::v3::{filter, Filter, FilterChain, FilterChainMatch, Listener};
+use envoy_types::pb::envoy::config::listener::v3::{
+    filter, Filter, FilterChain, FilterChainMatch, Listener,
+};
 use envoy_types::pb::envoy::config::route::v3::{
-    route, route_action, route_match, Route, RouteAction, RouteConfiguration, RouteMatch, VirtualHost,
+    route, route_action, route_match, Route, RouteAction, RouteConfiguration, RouteMatch,
+    VirtualHost,
 };
 use envoy_types::pb::envoy::extensions::filters::http::router::v3::Router;
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
@@ -54,7 +57,10 @@ pub fn write(plan: &GatewayPlan) -> Result<Vec<PathBuf>, LabError> {
         path.display(),
         plan.workers
     );
-    Ok(vec![path, write_file(&plan.path("envoy-README.txt"), &readme)?])
+    Ok(vec![
+        path,
+        write_file(&plan.path("envoy-README.txt"), &readme)?,
+    ])
 }
 
 /// The whole bootstrap.
@@ -120,7 +126,10 @@ fn listener(plan: &GatewayPlan) -> Listener {
             })
             .collect()
     } else {
-        let hosts = plan.domain_names().map(|d| virtual_host(plan, &d)).collect();
+        let hosts = plan
+            .domain_names()
+            .map(|d| virtual_host(plan, &d))
+            .collect();
         vec![FilterChain {
             filters: vec![http_manager(plan, hosts)],
             ..Default::default()
@@ -147,7 +156,9 @@ fn http_manager(plan: &GatewayPlan, virtual_hosts: Vec<VirtualHost>) -> Filter {
         )),
         http_filters: vec![HttpFilter {
             name: "envoy.filters.http.router".into(),
-            config_type: Some(http_filter::ConfigType::TypedConfig(pack_any(Router::default()))),
+            config_type: Some(http_filter::ConfigType::TypedConfig(pack_any(
+                Router::default(),
+            ))),
             ..Default::default()
         }],
         ..Default::default()
@@ -161,7 +172,10 @@ fn http_manager(plan: &GatewayPlan, virtual_hosts: Vec<VirtualHost>) -> Filter {
 fn virtual_host(plan: &GatewayPlan, domain: &str) -> VirtualHost {
     VirtualHost {
         name: domain.to_string(),
-        domains: vec![domain.to_string(), format!("{domain}:{}", plan.listen.port())],
+        domains: vec![
+            domain.to_string(),
+            format!("{domain}:{}", plan.listen.port()),
+        ],
         routes: plan
             .path_list()
             .map(|path| Route {

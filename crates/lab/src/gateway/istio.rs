@@ -246,10 +246,16 @@ pub fn write(plan: &GatewayPlan, certs: &[(String, Issued)]) -> Result<Vec<PathB
         .collect();
     let mut files = vec![
         write_file(&plan.path("istio-gateways.yaml"), &to_yaml(&gateways)?)?,
-        write_file(&plan.path("istio-virtualservices.yaml"), &to_yaml(&services)?)?,
+        write_file(
+            &plan.path("istio-virtualservices.yaml"),
+            &to_yaml(&services)?,
+        )?,
     ];
     if !secrets.is_empty() {
-        files.push(write_file(&plan.path("istio-secrets.yaml"), &to_yaml(&secrets)?)?);
+        files.push(write_file(
+            &plan.path("istio-secrets.yaml"),
+            &to_yaml(&secrets)?,
+        )?);
     }
     Ok(files)
 }

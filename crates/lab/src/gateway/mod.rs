@@ -97,10 +97,7 @@ impl GatewayPlan {
     /// File names of a domain's certificate and key, relative to the output directory.
     pub fn cert_files(&self, domain: &str) -> (String, String) {
         match self.certs {
-            CertLayout::PerDomain => (
-                format!("certs/{domain}.crt"),
-                format!("certs/{domain}.key"),
-            ),
+            CertLayout::PerDomain => (format!("certs/{domain}.crt"), format!("certs/{domain}.key")),
             CertLayout::Shared => ("certs/shared.crt".into(), "certs/shared.key".into()),
         }
     }
@@ -142,7 +139,9 @@ pub(crate) fn write(path: &Path, text: &str) -> Result<PathBuf, LabError> {
 /// Writes the CA, the certificates, the gateway's configuration and `targets.txt`.
 pub fn generate(plan: &GatewayPlan) -> Result<Generated, LabError> {
     if plan.domains == 0 || plan.paths == 0 {
-        return Err(LabError::Io("--domains and --paths must be at least 1".into()));
+        return Err(LabError::Io(
+            "--domains and --paths must be at least 1".into(),
+        ));
     }
     std::fs::create_dir_all(&plan.out)
         .map_err(|e| LabError::Io(format!("cannot create {}: {e}", plan.out.display())))?;
@@ -170,7 +169,11 @@ pub fn generate(plan: &GatewayPlan) -> Result<Generated, LabError> {
         plan.path("targets.txt").display()
     );
     if plan.flavor != Flavor::Istio {
-        hint.push_str(&format!(" --connect-to ::{}:{}", plan.listen.ip(), plan.listen.port()));
+        hint.push_str(&format!(
+            " --connect-to ::{}:{}",
+            plan.listen.ip(),
+            plan.listen.port()
+        ));
     }
     if plan.tls {
         hint.push_str(&format!(" --cacert {}", plan.path("ca.pem").display()));

@@ -65,8 +65,8 @@ pub fn execute(args: BackendArgs) -> Result<u8> {
         None
     };
     let scheme = if tls.is_some() { "https" } else { "http" };
-    let backend = HyperBackend::start(addr, cfg, tls)
-        .with_context(|| format!("cannot listen on {addr}"))?;
+    let backend =
+        HyperBackend::start(addr, cfg, tls).with_context(|| format!("cannot listen on {addr}"))?;
     println!("listening on {scheme}://{}", backend.addr());
     let _ = std::io::stdout().flush();
     wait_for_signal(&signals);

@@ -22,7 +22,11 @@ fn address(flag: &str, value: &str) -> Result<SocketAddr> {
 }
 
 pub fn gateway(a: GatewayArgs) -> Result<u8> {
-    for (flag, v) in [("--domains", a.domains), ("--paths", a.paths), ("--workers", a.workers)] {
+    for (flag, v) in [
+        ("--domains", a.domains),
+        ("--paths", a.paths),
+        ("--workers", a.workers),
+    ] {
         if v < 1 {
             return Err(usage(format!("{flag} {v}: must be at least 1")));
         }
@@ -34,7 +38,11 @@ pub fn gateway(a: GatewayArgs) -> Result<u8> {
         )));
     }
     let backend = address("--backend", &a.backend)?;
-    let default_listen = if a.tls { "127.0.0.1:8443" } else { "127.0.0.1:8080" };
+    let default_listen = if a.tls {
+        "127.0.0.1:8443"
+    } else {
+        "127.0.0.1:8080"
+    };
     let listen = address("--listen", a.listen.as_deref().unwrap_or(default_listen))?;
     let plan = GatewayPlan {
         flavor: match a.flavor {

@@ -12,7 +12,7 @@ use crate::cli::{Cli, Command};
 
 pub fn dispatch(cli: Cli) -> Result<u8> {
     match cli.command {
-        Command::Run(args) => run::execute(args),
+        Command::Run(args) => run::execute(*args),
         Command::Backend(args) => backend::execute(args),
         Command::Demo(args) => demo::execute(args),
         Command::Gen(crate::cli::GenCommand::Gateway(args)) => gen::gateway(args),

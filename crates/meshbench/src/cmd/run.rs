@@ -240,7 +240,10 @@ fn sources(
 ) -> Result<(Vec<Source>, String)> {
     if let Some(path) = &a.targets {
         let text = std::fs::read_to_string(path).map_err(|e| {
-            usage(format!("--targets {}: cannot read the file: {e}", path.display()))
+            usage(format!(
+                "--targets {}: cannot read the file: {e}",
+                path.display()
+            ))
         })?;
         let dir = path.parent().unwrap_or(Path::new("."));
         let name = path.display().to_string();

@@ -38,7 +38,11 @@ pub struct FileError {
 
 impl fmt::Display for FileError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "line {}, column {}: {}", self.line, self.column, self.message)
+        write!(
+            f,
+            "line {}, column {}: {}",
+            self.line, self.column, self.message
+        )
     }
 }
 
@@ -97,18 +101,24 @@ pub fn parse(text: &str, dir: &Path) -> Result<Vec<FileTarget>, FileError> {
             }
             let path = dir.join(file.trim());
             let body = std::fs::read(&path).map_err(|e| {
-                fail(n, indent + 2, format!("cannot read body file {}: {e}", path.display()))
+                fail(
+                    n,
+                    indent + 2,
+                    format!("cannot read body file {}: {e}", path.display()),
+                )
             })?;
             target.body = Some(body);
             continue;
         }
         if target.body.is_some() {
-            return Err(fail(n, indent + 1, "headers must come before the @body line"));
+            return Err(fail(
+                n,
+                indent + 1,
+                "headers must come before the @body line",
+            ));
         }
         match content.split_once(':') {
-            Some((name, value))
-                if !name.is_empty() && !name.contains(char::is_whitespace) =>
-            {
+            Some((name, value)) if !name.is_empty() && !name.contains(char::is_whitespace) => {
                 target
                     .headers
                     .push((name.to_string(), value.trim().to_string()));
@@ -123,7 +133,11 @@ pub fn parse(text: &str, dir: &Path) -> Result<Vec<FileTarget>, FileError> {
         }
     }
     if out.is_empty() {
-        return Err(fail(1, 1, "the file holds no request; add a line such as 'GET http://127.0.0.1:8080/'"));
+        return Err(fail(
+            1,
+            1,
+            "the file holds no request; add a line such as 'GET http://127.0.0.1:8080/'",
+        ));
     }
     Ok(out)
 }
@@ -132,10 +146,8 @@ pub fn parse(text: &str, dir: &Path) -> Result<Vec<FileTarget>, FileError> {
 fn request_line(content: &str) -> Option<(&str, &str)> {
     let (method, url) = content.split_once(char::is_whitespace)?;
     let url = url.trim();
-    let is_method = !method.is_empty()
-        && method
-            .bytes()
-            .all(|b| b.is_ascii_uppercase() || b == b'-');
+    let is_method =
+        !method.is_empty() && method.bytes().all(|b| b.is_ascii_uppercase() || b == b'-');
     (is_method && !url.is_empty() && !url.contains(char::is_whitespace)).then_some((method, url))
 }
 
@@ -151,7 +163,10 @@ mod tests {
         let text = "# two targets\nGET http://h/{1..3}\nX-A: 1\n\nPOST http://h/post\nContent-Type: application/json\n@b.json\nGET http://h/last\n";
         let t = parse(text, &dir).unwrap();
         assert_eq!(t.len(), 3);
-        assert_eq!((t[0].method.as_str(), t[0].url.as_str(), t[0].line), ("GET", "http://h/{1..3}", 2));
+        assert_eq!(
+            (t[0].method.as_str(), t[0].url.as_str(), t[0].line),
+            ("GET", "http://h/{1..3}", 2)
+        );
         assert_eq!(t[0].headers, [("X-A".to_string(), "1".to_string())]);
         assert_eq!(t[1].body.as_deref(), Some(&b"{\"a\":1}"[..]));
         assert_eq!(t[2].line, 8);

@@ -57,9 +57,9 @@ impl std::str::FromStr for ConnectTo {
             if p.is_empty() {
                 return Ok(None);
             }
-            p.parse().map(Some).map_err(|_| {
-                format!("--connect-to '{s}': '{p}' is not a port number (0-65535)")
-            })
+            p.parse()
+                .map(Some)
+                .map_err(|_| format!("--connect-to '{s}': '{p}' is not a port number (0-65535)"))
         };
         let name = |h: &str| {
             let h = h.trim_start_matches('[').trim_end_matches(']');
@@ -111,8 +111,12 @@ pub fn build(sources: &[Source], opts: &BuildOptions) -> Result<Built> {
     let mut templates = Vec::with_capacity(sources.len());
     let mut total = 0u64;
     for src in sources {
-        let t = Template::parse(&src.url)
-            .map_err(|e| usage(format!("{}: invalid URL template '{}': {e}", src.origin, src.url)))?;
+        let t = Template::parse(&src.url).map_err(|e| {
+            usage(format!(
+                "{}: invalid URL template '{}': {e}",
+                src.origin, src.url
+            ))
+        })?;
         total += t.len();
         templates.push(t);
     }
@@ -242,7 +246,12 @@ fn h2_request(src: &Source, url: &url::Url, text: &str) -> Result<H2Request> {
         let lower = name.to_ascii_lowercase();
         if matches!(
             lower.as_str(),
-            "host" | "connection" | "keep-alive" | "proxy-connection" | "transfer-encoding" | "upgrade"
+            "host"
+                | "connection"
+                | "keep-alive"
+                | "proxy-connection"
+                | "transfer-encoding"
+                | "upgrade"
         ) {
             continue;
         }
@@ -268,9 +277,9 @@ fn h2_request(src: &Source, url: &url::Url, text: &str) -> Result<H2Request> {
 
 /// Where to connect for `host:port`, after `--connect-to`.
 fn resolve(host: &str, port: u16, connect_to: &[ConnectTo]) -> Result<SocketAddr> {
-    let rule = connect_to.iter().find(|r| {
-        r.host.as_deref().is_none_or(|h| h == host) && r.port.is_none_or(|p| p == port)
-    });
+    let rule = connect_to
+        .iter()
+        .find(|r| r.host.as_deref().is_none_or(|h| h == host) && r.port.is_none_or(|p| p == port));
     let (to_host, to_port) = match rule {
         Some(r) => (
             r.to_host.clone().unwrap_or_else(|| host.to_string()),
@@ -326,7 +335,10 @@ mod tests {
         assert_eq!((any.host.as_deref(), any.port), (None, None));
         assert_eq!(any.to_host.as_deref(), Some("::1"));
         assert!("a:b:c".parse::<ConnectTo>().is_err());
-        assert!("a:99999:c:1".parse::<ConnectTo>().unwrap_err().contains("port"));
+        assert!("a:99999:c:1"
+            .parse::<ConnectTo>()
+            .unwrap_err()
+            .contains("port"));
         let rules = [any];
         let addr = resolve("workspace-1-domain-1.com", 443, &rules).unwrap();
         assert_eq!(addr, "[::1]:9000".parse().unwrap());
@@ -358,6 +370,9 @@ mod tests {
             panic!("http/1.1 wire expected")
         };
         let text = String::from_utf8_lossy(first);
-        assert!(text.starts_with("GET /get/2 HTTP/1.1\r\nHost: w-2.com\r\n"), "{text}");
+        assert!(
+            text.starts_with("GET /get/2 HTTP/1.1\r\nHost: w-2.com\r\n"),
+            "{text}"
+        );
     }
 }

@@ -62,7 +62,11 @@ impl Template {
                             break;
                         }
                         if c == '{' {
-                            return Err(err(text, open, "'{' inside '{...}'; templates do not nest"));
+                            return Err(err(
+                                text,
+                                open,
+                                "'{' inside '{...}'; templates do not nest",
+                            ));
                         }
                         inner.push(c);
                     }
@@ -200,8 +204,8 @@ mod tests {
 
     #[test]
     fn the_study_template_counts_without_expanding() {
-        let t = Template::parse("https://workspace-{1..10}-domain-{1..100}.com/get/{1..100}")
-            .unwrap();
+        let t =
+            Template::parse("https://workspace-{1..10}-domain-{1..100}.com/get/{1..100}").unwrap();
         assert_eq!(t.len(), 100_000);
         assert_eq!(t.nth(99_999), "https://workspace-10-domain-100.com/get/100");
     }

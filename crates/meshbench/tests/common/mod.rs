@@ -228,3 +228,93 @@ pub fn f(v: &serde_json::Value, path: &str) -> f64 {
         .and_then(|x| x.as_f64())
         .unwrap_or_else(|| panic!("no number at {path}"))
 }
+
+/// The protocol matrix the black-box tests run over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Proto {
+    H1,
+    H1Tls,
+    H2c,
+    H2Tls,
+}
+
+impl Proto {
+    pub const ALL: [Proto; 4] = [Proto::H1, Proto::H1Tls, Proto::H2c, Proto::H2Tls];
+
+    pub fn tls(self) -> bool {
+        matches!(self, Proto::H1Tls | Proto::H2Tls)
+    }
+
+    pub fn h2(self) -> bool {
+        matches!(self, Proto::H2c | Proto::H2Tls)
+    }
+}
+
+/// The backend serving one protocol of the matrix: plain HTTP/1.1 by the fast server, the rest
+/// by the hyper server (`--http2` for h2c, `--tls` with generated certificates).
+pub struct ProtoBackend {
+    pub proto: Proto,
+    pub backend: BackendProc,
+    pub tls_dir: PathBuf,
+}
+
+impl ProtoBackend {
+    pub fn start(proto: Proto, extra: &[&str]) -> Self {
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let tls_dir = std::env::temp_dir().join(format!(
+            "meshbench-test-tls-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        let dir = tls_dir.to_str().unwrap().to_string();
+        let mut args: Vec<&str> = extra.to_vec();
+        match proto {
+            Proto::H1 => {}
+            Proto::H2c => args.push("--http2"),
+            Proto::H1Tls | Proto::H2Tls => args.extend(["--tls", "--tls-dir", &dir]),
+        }
+        ProtoBackend {
+            proto,
+            backend: BackendProc::start(&args),
+            tls_dir,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        let scheme = if self.proto.tls() { "https" } else { "http" };
+        format!("{scheme}://{}{path}", self.backend.addr)
+    }
+
+    /// Flags `meshbench run` needs for this protocol.
+    pub fn flags(&self) -> Vec<String> {
+        let mut f = Vec::new();
+        if self.proto.h2() {
+            f.push("--http2".to_string());
+        }
+        if self.proto.tls() {
+            f.push("--cacert".to_string());
+            f.push(self.tls_dir.join("ca.pem").display().to_string());
+        }
+        f
+    }
+
+    /// `meshbench run` arguments: the URL of `path`, this protocol's flags, then `rest`.
+    pub fn args(&self, path: &str, rest: &[&str]) -> Vec<String> {
+        let mut a = vec![self.url(path)];
+        a.extend(self.flags());
+        a.extend(rest.iter().map(|s| s.to_string()));
+        a
+    }
+}
+
+impl Drop for ProtoBackend {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.tls_dir);
+    }
+}
+
+/// `run_json` with owned arguments.
+pub fn run_json_owned(name: &str, args: &[String], limit: Duration) -> (Output, serde_json::Value) {
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    run_json(name, &refs, limit)
+}
