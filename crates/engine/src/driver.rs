@@ -261,6 +261,11 @@ pub fn run_worker(
     ctl.started.wait();
     let base = ctl.start_at.load(Ordering::Acquire);
     w.shift_times(base);
+    // Nothing goes out before the common start (a closed loop would otherwise send early).
+    let early = base.saturating_sub(ctl.clock.now());
+    if early > 0 {
+        std::thread::sleep(Duration::from_nanos(early));
+    }
     w.event_loop(&events)
 }
 

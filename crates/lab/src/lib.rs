@@ -40,6 +40,8 @@ pub enum LabError {
     },
     #[error("{server} rejected its configuration: {log}")]
     BadConfig { server: String, log: String },
+    #[error("{program} is not available: {hint}")]
+    Missing { program: String, hint: String },
     #[error("certificate generation failed: {0}")]
     Pki(String),
     #[error("{0}")]

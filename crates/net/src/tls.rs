@@ -223,7 +223,8 @@ pub fn describe_error(e: &rustls::Error) -> String {
             "the server rejected the client certificate".into()
         }
         E::AlertReceived(A::NoApplicationProtocol) => {
-            "the server refused the offered ALPN protocol".into()
+            "the server refused the offered ALPN protocol (with --http2: it does not speak h2)"
+                .into()
         }
         E::AlertReceived(a) => format!("alert from the server: {a:?}"),
         other => other.to_string(),

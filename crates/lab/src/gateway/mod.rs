@@ -13,6 +13,9 @@ pub mod envoy;
 pub mod haproxy;
 pub mod istio;
 pub mod nginx;
+pub mod run;
+
+pub use run::RunningGateway;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

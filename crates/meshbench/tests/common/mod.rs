@@ -318,3 +318,109 @@ pub fn run_json_owned(name: &str, args: &[String], limit: Duration) -> (Output, 
     let refs: Vec<&str> = args.iter().map(String::as_str).collect();
     run_json(name, &refs, limit)
 }
+
+/// One request as a [`RecordingServer`] saw it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Seen {
+    pub method: String,
+    pub target: String,
+    pub host: String,
+    pub headers: Vec<(String, String)>,
+}
+
+/// A plain HTTP/1.1 upstream that records every request (method, target, Host) and answers 200
+/// with an empty body: to check what reached the backend through a gateway, and in what order.
+pub struct RecordingServer {
+    pub addr: SocketAddr,
+    pub seen: Arc<std::sync::Mutex<Vec<Seen>>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl RecordingServer {
+    pub fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (s2, st2) = (seen.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !st2.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((conn, _)) => {
+                        let seen = s2.clone();
+                        std::thread::spawn(move || serve_recording(conn, seen));
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(2)),
+                }
+            }
+        });
+        RecordingServer { addr, seen, stop }
+    }
+
+    pub fn take(&self) -> Vec<Seen> {
+        std::mem::take(&mut *self.seen.lock().unwrap())
+    }
+}
+
+impl Drop for RecordingServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+fn serve_recording(mut conn: std::net::TcpStream, seen: Arc<std::sync::Mutex<Vec<Seen>>>) {
+    let _ = conn.set_nonblocking(false);
+    let _ = conn.set_read_timeout(Some(Duration::from_secs(30)));
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 16384];
+    loop {
+        // Parse every complete request in the buffer (bodies by Content-Length).
+        loop {
+            let mut headers = [httparse::EMPTY_HEADER; 64];
+            let mut req = httparse::Request::new(&mut headers);
+            let Ok(httparse::Status::Complete(head)) = req.parse(&buf) else {
+                break;
+            };
+            let all: Vec<(String, String)> = req
+                .headers
+                .iter()
+                .map(|h| {
+                    (
+                        h.name.to_ascii_lowercase(),
+                        String::from_utf8_lossy(h.value).into_owned(),
+                    )
+                })
+                .collect();
+            let length: usize = all
+                .iter()
+                .find(|(n, _)| n == "content-length")
+                .and_then(|(_, v)| v.trim().parse().ok())
+                .unwrap_or(0);
+            if buf.len() < head + length {
+                break;
+            }
+            seen.lock().unwrap().push(Seen {
+                method: req.method.unwrap_or("").to_string(),
+                target: req.path.unwrap_or("").to_string(),
+                host: all
+                    .iter()
+                    .find(|(n, _)| n == "host")
+                    .map(|(_, v)| v.clone())
+                    .unwrap_or_default(),
+                headers: all.clone(),
+            });
+            buf.drain(..head + length);
+            if conn
+                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                .is_err()
+            {
+                return;
+            }
+        }
+        match conn.read(&mut chunk) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
