@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # Installs what the tests and benchmarks run against, from Debian packages, if missing:
-# nginx (the real proxy the tests start), wrk and h2load (benchmark peers), GNU time.
+# nginx, haproxy and caddy (the real proxies and gateways the tests start), wrk, h2load and ab
+# (benchmark peers), GNU time, util-linux `script` (a pty for the progress-line test).
 set -euo pipefail
 need=()
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need+=(nginx)
+command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || need+=(haproxy)
+command -v caddy >/dev/null 2>&1 || need+=(caddy)
 command -v wrk >/dev/null 2>&1 || need+=(wrk)
+command -v ab >/dev/null 2>&1 || need+=(apache2-utils)
+command -v script >/dev/null 2>&1 || need+=(util-linux)
 command -v h2load >/dev/null 2>&1 || need+=(nghttp2-client)
 [ -x /usr/bin/time ] || need+=(time)
 command -v curl >/dev/null 2>&1 || need+=(curl)

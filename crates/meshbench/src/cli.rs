@@ -71,6 +71,9 @@ pub struct GatewayArgs {
     /// How certificates are cut.
     #[arg(long, value_enum, default_value = "per-domain")]
     pub certs: CertsArg,
+    /// Offer HTTP/1.1 only (no h2 over ALPN, no h2c).
+    #[arg(long)]
+    pub no_http2: bool,
     /// Address of the backend every route goes to.
     #[arg(long, value_name = "ADDR:PORT")]
     pub backend: String,

@@ -286,6 +286,7 @@ fn http2_refused_over_alpn_is_a_tls_error() {
             "--paths",
             "1",
             "--tls",
+            "--no-http2",
             "--backend",
             &backend.addr.to_string(),
             "--listen",

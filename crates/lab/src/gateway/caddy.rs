@@ -37,6 +37,9 @@ pub fn write(plan: &GatewayPlan) -> Result<Vec<PathBuf>, LabError> {
   admin off
   auto_https off
   storage file_system {d}/caddy-data
+  servers {{
+    protocols {protocols}
+  }}
   log {{
     level ERROR
   }}
@@ -46,6 +49,11 @@ pub fn write(plan: &GatewayPlan) -> Result<Vec<PathBuf>, LabError> {
         domains = plan.domains,
         npaths = plan.paths,
         backend = plan.backend,
+        protocols = match (plan.http2, plan.tls) {
+            (true, true) => "h1 h2",
+            (true, false) => "h1 h2c",
+            (false, _) => "h1",
+        },
     );
     Ok(vec![write_file(&plan.path("Caddyfile"), &conf)?])
 }

@@ -106,7 +106,7 @@ fn listener(plan: &GatewayPlan) -> Listener {
                             private_key: file(plan.path(&key).display().to_string()),
                             ..Default::default()
                         }],
-                        alpn_protocols: vec!["h2".into(), "http/1.1".into()],
+                        alpn_protocols: plan.alpn().iter().map(|p| p.to_string()).collect(),
                         ..Default::default()
                     }),
                     ..Default::default()

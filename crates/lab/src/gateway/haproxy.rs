@@ -1,7 +1,8 @@
 //! haproxy: one frontend; TLS certificates chosen by SNI from a `crt-list`; requests whose host
 //! and path are both known (looked up in `domains.lst` and `paths.lst`, so the configuration
 //! stays small at 1,000 x 100) get their path set to `/` and go to the backend over reused
-//! connections; anything else gets 404.
+//! connections; anything else gets 404. On a plain port haproxy tells h2c from HTTP/1.1 by the
+//! connection preface.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -30,7 +31,10 @@ pub fn write(plan: &GatewayPlan) -> Result<Vec<PathBuf>, LabError> {
             let _ = writeln!(list, "{d}/{pem}.pem {name}");
         }
         files.push(write_file(&plan.path("crt-list.txt"), &list)?);
-        format!(" ssl crt-list {d}/crt-list.txt alpn h2,http/1.1")
+        format!(
+            " ssl crt-list {d}/crt-list.txt alpn {}",
+            plan.alpn().join(",")
+        )
     } else {
         String::new()
     };

@@ -64,6 +64,8 @@ pub struct GatewayPlan {
     pub domains: usize,
     pub paths: usize,
     pub tls: bool,
+    /// Offer HTTP/2 (ALPN h2 over TLS; h2c where the gateway supports it) besides HTTP/1.1.
+    pub http2: bool,
     pub certs: CertLayout,
     /// Where the backend listens.
     pub backend: SocketAddr,
@@ -87,6 +89,15 @@ impl GatewayPlan {
     /// Request paths, `/get/1` .. `/get/M`.
     pub fn path_list(&self) -> impl Iterator<Item = String> + '_ {
         (1..=self.paths).map(|p| format!("/get/{p}"))
+    }
+
+    /// ALPN protocols the gateway offers.
+    pub fn alpn(&self) -> &'static [&'static str] {
+        if self.http2 {
+            &["h2", "http/1.1"]
+        } else {
+            &["http/1.1"]
+        }
     }
 
     pub fn scheme(&self) -> &'static str {

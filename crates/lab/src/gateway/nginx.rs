@@ -15,11 +15,15 @@ pub fn write(plan: &GatewayPlan) -> Result<Vec<PathBuf>, LabError> {
     for path in plan.path_list() {
         let _ = writeln!(
             routes,
-            "location = {path} {{\n  proxy_pass http://meshbench_backend/;\n  proxy_http_version 1.1;\n  proxy_set_header Connection \"\";\n}}"
+            "location = {path} {{\n  proxy_pass http://meshbench_backend/;\n  proxy_http_version 1.1;\n  proxy_set_header Connection \"\";\n  proxy_set_header Host $host;\n}}"
         );
     }
     let listen = plan.listen;
-    let ssl = if plan.tls { " ssl" } else { "" };
+    let ssl = match (plan.tls, plan.http2) {
+        (true, true) => " ssl http2",
+        (true, false) => " ssl",
+        (false, _) => "",
+    };
     let mut servers = String::new();
     for domain in plan.domain_names() {
         let _ = writeln!(

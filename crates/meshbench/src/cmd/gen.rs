@@ -55,6 +55,7 @@ pub fn gateway(a: GatewayArgs) -> Result<u8> {
         domains: a.domains as usize,
         paths: a.paths as usize,
         tls: a.tls,
+        http2: !a.no_http2,
         certs: match a.certs {
             CertsArg::PerDomain => CertLayout::PerDomain,
             CertsArg::Shared => CertLayout::Shared,

@@ -1,0 +1,434 @@
+//! `meshbench gen gateway` against the real thing: nginx, haproxy and caddy (Debian packages,
+//! installed if missing) started on the generated configuration at 100 domains x 10 paths over
+//! TLS, loaded with the generated targets file so that every route is asked once, while a
+//! recording upstream checks what arrived (path rewritten to `/`, host kept). Envoy cannot be
+//! installed here: its bootstrap is decoded back from the typed protobuf and walked route by
+//! route (and run for real when an `envoy` binary is on PATH). Istio's YAML is parsed back.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::*;
+use meshbench_lab::gateway::{self, Flavor, RunningGateway};
+
+const LIMIT: Duration = Duration::from_secs(120);
+const DOMAINS: usize = 100;
+const PATHS: usize = 10;
+
+fn free_port() -> SocketAddr {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+fn out_dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("meshbench-gw-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+fn generate(flavor: &str, backend: SocketAddr, listen: SocketAddr, dir: &Path, extra: &[&str]) {
+    let (domains, paths) = (DOMAINS.to_string(), PATHS.to_string());
+    let (b, l, o) = (
+        backend.to_string(),
+        listen.to_string(),
+        dir.display().to_string(),
+    );
+    let mut args = vec![
+        "gen",
+        "gateway",
+        "--for",
+        flavor,
+        "--domains",
+        &domains,
+        "--paths",
+        &paths,
+        "--backend",
+        &b,
+        "--listen",
+        &l,
+        "--out",
+        &o,
+    ];
+    args.extend_from_slice(extra);
+    let out = meshbench(&args, LIMIT);
+    assert!(out.status.success(), "{flavor}: {}", stderr(&out));
+    assert!(stdout(&out).contains("1000 routes"), "{}", stdout(&out));
+}
+
+/// Loads every route once through a running gateway and checks what reached the upstream.
+fn every_route_answers(flavor: Flavor) {
+    let upstream = RecordingServer::start();
+    let listen = free_port();
+    let dir = out_dir(flavor.name());
+    generate(flavor.name(), upstream.addr, listen, &dir, &["--tls"]);
+    let gw = RunningGateway::start(flavor, &dir, listen)
+        .unwrap_or_else(|e| panic!("{} starts: {e}", flavor.name()));
+    let targets = dir.join("targets.txt").display().to_string();
+    let ca = dir.join("ca.pem").display().to_string();
+    let connect_to = format!("::127.0.0.1:{}", listen.port());
+    let base = [
+        "--targets",
+        &targets,
+        "--connect-to",
+        &connect_to,
+        "--cacert",
+        &ca,
+    ];
+
+    // Round-robin over the 1,000 targets with 1,000 requests: each route exactly once.
+    let mut args = base.to_vec();
+    args.extend(["-n", "1000", "-c", "16", "-t", "1", "--timeout", "20s"]);
+    let (out, r) = run_json(&format!("gw-{}", flavor.name()), &args, LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        u(&r, "/status_codes/200"),
+        1000,
+        "{}: {} {}; log: {}",
+        flavor.name(),
+        r["status_codes"],
+        r["errors"],
+        gw.log_tail()
+    );
+    assert_eq!(u(&r, "/settings/targets"), 1000);
+    assert_eq!(u(&r, "/settings/hosts"), DOMAINS as u64);
+    let seen = upstream.take();
+    assert_eq!(
+        seen.len(),
+        1000,
+        "{}: the upstream saw every request",
+        flavor.name()
+    );
+    assert!(
+        seen.iter().all(|s| s.target == "/"),
+        "{}: every path rewritten to /: {:?}",
+        flavor.name(),
+        seen.iter().find(|s| s.target != "/")
+    );
+    let mut per_host: BTreeMap<String, usize> = BTreeMap::new();
+    for s in &seen {
+        let host = s.host.split(':').next().unwrap_or("").to_string();
+        *per_host.entry(host).or_default() += 1;
+    }
+    assert_eq!(
+        per_host.len(),
+        DOMAINS,
+        "{}: hosts {per_host:?}",
+        flavor.name()
+    );
+    assert!(per_host.values().all(|&n| n == PATHS), "{per_host:?}");
+
+    // HTTP/2 over TLS through the gateway, random order.
+    let mut args = base.to_vec();
+    args.extend([
+        "--http2",
+        "--streams",
+        "4",
+        "--target-order",
+        "random",
+        "-n",
+        "1000",
+        "-c",
+        "4",
+    ]);
+    let (_, r) = run_json(&format!("gw-h2-{}", flavor.name()), &args, LIMIT);
+    assert_eq!(
+        u(&r, "/status_codes/200"),
+        1000,
+        "{}: {}",
+        flavor.name(),
+        r["errors"]
+    );
+    assert_eq!(upstream.take().len(), 1000);
+
+    // A path outside the generated routes is not proxied.
+    let url = format!(
+        "https://workspace-1-domain-7.com:{}/get/{}",
+        listen.port(),
+        PATHS + 1
+    );
+    let (_, r) = run_json(
+        &format!("gw-404-{}", flavor.name()),
+        &[
+            &url,
+            "--connect-to",
+            &connect_to,
+            "--cacert",
+            &ca,
+            "-n",
+            "5",
+            "-c",
+            "1",
+        ],
+        LIMIT,
+    );
+    assert_eq!(
+        u(&r, "/status_codes/404"),
+        5,
+        "{}: {}",
+        flavor.name(),
+        r["status_codes"]
+    );
+    assert!(upstream.take().is_empty());
+    drop(gw);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn nginx_gateway_routes_every_domain_and_path() {
+    every_route_answers(Flavor::Nginx);
+}
+
+#[test]
+fn haproxy_gateway_routes_every_domain_and_path() {
+    every_route_answers(Flavor::Haproxy);
+}
+
+#[test]
+fn caddy_gateway_routes_every_domain_and_path() {
+    every_route_answers(Flavor::Caddy);
+}
+
+#[test]
+fn plain_http_gateway_with_a_shared_certificate_layout() {
+    // Without TLS the same routes work; the shared layout writes one certificate.
+    let upstream = RecordingServer::start();
+    let listen = free_port();
+    let dir = out_dir("plain");
+    generate("haproxy", upstream.addr, listen, &dir, &[]);
+    let _gw = RunningGateway::start(Flavor::Haproxy, &dir, listen).expect("haproxy starts");
+    let targets = dir.join("targets.txt").display().to_string();
+    let (_, r) = run_json(
+        "gw-plain",
+        &[
+            "--targets",
+            &targets,
+            "--connect-to",
+            &format!("::127.0.0.1:{}", listen.port()),
+            "-n",
+            "1000",
+            "-c",
+            "8",
+        ],
+        LIMIT,
+    );
+    assert_eq!(u(&r, "/status_codes/200"), 1000, "{}", r["errors"]);
+    assert_eq!(upstream.take().len(), 1000);
+    // h2c through the same port: haproxy tells it from HTTP/1.1 by the preface.
+    let (_, r) = run_json(
+        "gw-h2c",
+        &[
+            "--targets",
+            &targets,
+            "--connect-to",
+            &format!("::127.0.0.1:{}", listen.port()),
+            "--http2",
+            "--streams",
+            "8",
+            "-n",
+            "500",
+            "-c",
+            "2",
+        ],
+        LIMIT,
+    );
+    assert_eq!(u(&r, "/status_codes/200"), 500, "{}", r["errors"]);
+    assert_eq!(upstream.take().len(), 500);
+    let shared = out_dir("shared");
+    generate(
+        "nginx",
+        upstream.addr,
+        listen,
+        &shared,
+        &["--tls", "--certs", "shared"],
+    );
+    let certs: Vec<_> = std::fs::read_dir(shared.join("certs")).unwrap().collect();
+    assert_eq!(certs.len(), 3, "shared.crt, shared.key, shared.pem");
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&shared);
+}
+
+#[test]
+fn envoy_bootstrap_is_typed_and_routes_every_domain_and_path() {
+    use envoy_types::pb::envoy::config::bootstrap::v3::Bootstrap;
+    use envoy_types::pb::envoy::config::listener::v3::filter;
+    use envoy_types::pb::envoy::config::route::v3::{route, route_action, route_match};
+    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+        http_connection_manager::RouteSpecifier, HttpConnectionManager,
+    };
+    use prost::Message;
+
+    let backend: SocketAddr = "127.0.0.1:9001".parse().unwrap();
+    let listen: SocketAddr = "127.0.0.1:9443".parse().unwrap();
+    let dir = out_dir("envoy");
+    generate("envoy", backend, listen, &dir, &["--tls"]);
+    let bytes = std::fs::read(dir.join("envoy.pb")).unwrap();
+    let boot = Bootstrap::decode(bytes.as_slice()).expect("a v3 Bootstrap");
+    let res = boot.static_resources.unwrap();
+    assert_eq!(res.clusters.len(), 1);
+    assert_eq!(res.clusters[0].name, gateway::envoy::BACKEND_CLUSTER);
+    let listener = &res.listeners[0];
+    assert_eq!(
+        listener.filter_chains.len(),
+        DOMAINS,
+        "one SNI filter chain per domain"
+    );
+    let mut routes = 0;
+    for (i, chain) in listener.filter_chains.iter().enumerate() {
+        let domain = gateway::domain_name(i);
+        assert_eq!(
+            chain.filter_chain_match.as_ref().unwrap().server_names,
+            [domain.clone()]
+        );
+        let ts = chain.transport_socket.as_ref().unwrap();
+        assert_eq!(ts.name, "envoy.transport_sockets.tls");
+        let Some(filter::ConfigType::TypedConfig(any)) = &chain.filters[0].config_type else {
+            panic!("typed HCM config")
+        };
+        assert!(any.type_url.ends_with("HttpConnectionManager"));
+        let hcm = HttpConnectionManager::decode(any.value.as_slice()).unwrap();
+        let Some(RouteSpecifier::RouteConfig(rc)) = hcm.route_specifier else {
+            panic!("inline routes")
+        };
+        let vhost = &rc.virtual_hosts[0];
+        assert!(vhost.domains.contains(&domain));
+        for (p, r) in vhost.routes.iter().enumerate() {
+            let Some(route_match::PathSpecifier::Path(path)) =
+                &r.r#match.as_ref().unwrap().path_specifier
+            else {
+                panic!("exact path match")
+            };
+            assert_eq!(path, &format!("/get/{}", p + 1));
+            let Some(route::Action::Route(action)) = &r.action else {
+                panic!("route action")
+            };
+            assert_eq!(action.prefix_rewrite, "/");
+            assert_eq!(
+                action.cluster_specifier,
+                Some(route_action::ClusterSpecifier::Cluster("backend".into()))
+            );
+            routes += 1;
+        }
+    }
+    assert_eq!(routes, DOMAINS * PATHS);
+    // Envoy itself, only where a binary is installed (it has no Debian package).
+    if meshbench_lab::install::find("envoy", &[]).is_some() {
+        let upstream = RecordingServer::start();
+        let dir = out_dir("envoy-live");
+        let listen = free_port();
+        generate("envoy", upstream.addr, listen, &dir, &["--tls"]);
+        let _gw = RunningGateway::start(Flavor::Envoy, &dir, listen).expect("envoy starts");
+        let (_, r) = run_json(
+            "gw-envoy",
+            &[
+                "--targets",
+                &dir.join("targets.txt").display().to_string(),
+                "--connect-to",
+                &format!("::127.0.0.1:{}", listen.port()),
+                "--cacert",
+                &dir.join("ca.pem").display().to_string(),
+                "-n",
+                "1000",
+            ],
+            LIMIT,
+        );
+        assert_eq!(u(&r, "/status_codes/200"), 1000);
+    } else {
+        eprintln!("envoy is not installed: its bootstrap was checked by decoding only");
+    }
+}
+
+#[test]
+fn istio_yaml_parses_back_into_gateways_and_virtual_services() {
+    use meshbench_lab::gateway::istio::{self, Gateway, Secret, VirtualService};
+    let dir = out_dir("istio");
+    generate(
+        "istio",
+        "127.0.0.1:8080".parse().unwrap(),
+        free_port(),
+        &dir,
+        &["--tls"],
+    );
+    let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap();
+    let gateways: Vec<Gateway> = istio::parse_all(&read("istio-gateways.yaml")).unwrap();
+    let services: Vec<VirtualService> =
+        istio::parse_all(&read("istio-virtualservices.yaml")).unwrap();
+    let secrets: Vec<Secret> = istio::parse_all(&read("istio-secrets.yaml")).unwrap();
+    assert_eq!(gateways.len(), 1, "100 domains are one workspace");
+    assert_eq!(gateways[0].kind, "Gateway");
+    assert_eq!(gateways[0].body.spec.servers.len(), DOMAINS);
+    let server = &gateways[0].body.spec.servers[3];
+    assert_eq!(server.hosts, ["workspace-1-domain-4.com"]);
+    assert_eq!(
+        server.tls.as_ref().unwrap().credential_name,
+        "workspace-1-domain-4.com-cert"
+    );
+    assert_eq!(services.len(), DOMAINS);
+    for vs in &services {
+        assert_eq!(vs.kind, "VirtualService");
+        assert_eq!(vs.body.spec.gateways, ["istio-system/workspace-1-gateway"]);
+        assert_eq!(vs.body.spec.http.len(), PATHS);
+        for (i, route) in vs.body.spec.http.iter().enumerate() {
+            assert_eq!(route.matches[0].uri.exact, format!("/get/{}", i + 1));
+            assert_eq!(route.rewrite.uri, "/");
+            assert_eq!(route.route[0].destination.port.number, 8080);
+        }
+    }
+    assert_eq!(secrets.len(), DOMAINS);
+    assert_eq!(secrets[0].body.kind, "kubernetes.io/tls");
+    use base64::Engine as _;
+    let crt = base64::engine::general_purpose::STANDARD
+        .decode(&secrets[0].body.data["tls.crt"])
+        .unwrap();
+    assert!(String::from_utf8(crt)
+        .unwrap()
+        .starts_with("-----BEGIN CERTIFICATE-----"));
+}
+
+#[test]
+fn the_study_scale_generates_for_every_gateway() {
+    // 1,000 domains x 100 paths: what the capacity study configured.
+    for flavor in ["nginx", "haproxy", "caddy", "envoy", "istio"] {
+        let dir = out_dir(&format!("study-{flavor}"));
+        let (b, l, o) = (
+            "127.0.0.1:8080",
+            "127.0.0.1:8443",
+            dir.display().to_string(),
+        );
+        let out = meshbench(
+            &[
+                "gen",
+                "gateway",
+                "--for",
+                flavor,
+                "--domains",
+                "1000",
+                "--paths",
+                "100",
+                "--tls",
+                "--backend",
+                b,
+                "--listen",
+                l,
+                "--out",
+                &o,
+            ],
+            LIMIT,
+        );
+        assert!(out.status.success(), "{flavor}: {}", stderr(&out));
+        assert!(stdout(&out).contains("100000 routes"), "{}", stdout(&out));
+        let certs = std::fs::read_dir(dir.join("certs")).unwrap().count();
+        assert_eq!(certs, 3000, "{flavor}: crt, key and pem per domain");
+        let targets = std::fs::read_to_string(dir.join("targets.txt")).unwrap();
+        assert!(
+            targets.contains("workspace-{1..10}-domain-{1..100}.com"),
+            "{targets}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
