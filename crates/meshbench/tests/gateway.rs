@@ -283,7 +283,7 @@ fn envoy_bootstrap_is_typed_and_routes_every_domain_and_path() {
         let domain = gateway::domain_name(i);
         assert_eq!(
             chain.filter_chain_match.as_ref().unwrap().server_names,
-            [domain.clone()]
+            std::slice::from_ref(&domain)
         );
         let ts = chain.transport_socket.as_ref().unwrap();
         assert_eq!(ts.name, "envoy.transport_sockets.tls");
