@@ -35,6 +35,23 @@ pub enum GenCommand {
     /// A gateway serving N domains x M paths, every route to one backend with its path
     /// rewritten to /, with a CA and certificates; plus targets.txt covering every route.
     Gateway(GatewayArgs),
+    /// A CA, a server certificate and a client certificate (PEM), for TLS and mutual TLS labs.
+    Certs(CertsArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CertsArgs {
+    /// Names the server certificate is valid for.
+    #[arg(
+        long,
+        value_name = "NAME,...",
+        value_delimiter = ',',
+        default_value = "localhost,127.0.0.1,::1"
+    )]
+    pub names: Vec<String>,
+    /// Output directory: ca.pem, server.pem, server-key.pem, client.pem, client-key.pem.
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]

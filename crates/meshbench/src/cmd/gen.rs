@@ -1,5 +1,5 @@
-//! `meshbench gen gateway`: checks the flags and writes a gateway's configuration, certificates
-//! and a targets file (see `meshbench_lab::gateway`).
+//! `meshbench gen gateway` and `gen certs`: check the flags and write a gateway's configuration,
+//! certificates and a targets file (see `meshbench_lab::gateway`), or a lab CA and certificates.
 
 use std::net::SocketAddr;
 use std::time::Instant;
@@ -7,7 +7,7 @@ use std::time::Instant;
 use anyhow::Result;
 use meshbench_lab::gateway::{self, CertLayout, Flavor, GatewayPlan};
 
-use crate::cli::{CertsArg, GatewayArgs, GatewayFlavor};
+use crate::cli::{CertsArg, CertsArgs, GatewayArgs, GatewayFlavor};
 use crate::{exit, usage};
 
 /// More routes than this would take minutes to load into most gateways.
@@ -76,5 +76,20 @@ pub fn gateway(a: GatewayArgs) -> Result<u8> {
         started.elapsed().as_secs_f64()
     );
     println!("load every route with:\n  {}", generated.run_hint);
+    Ok(exit::OK)
+}
+
+pub fn certs(a: CertsArgs) -> Result<u8> {
+    if a.names.iter().any(|n| n.trim().is_empty()) {
+        return Err(usage(
+            "--names: give names separated by commas, e.g. localhost,127.0.0.1",
+        ));
+    }
+    meshbench_lab::pki::write_lab_set(&a.out, &a.names)?;
+    println!(
+        "wrote ca.pem, server.pem, server-key.pem (for {}), client.pem, client-key.pem into {}",
+        a.names.join(", "),
+        a.out.display()
+    );
     Ok(exit::OK)
 }

@@ -16,6 +16,7 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
         Command::Backend(args) => backend::execute(args),
         Command::Demo(args) => demo::execute(args),
         Command::Gen(crate::cli::GenCommand::Gateway(args)) => gen::gateway(args),
+        Command::Gen(crate::cli::GenCommand::Certs(args)) => gen::certs(args),
     }
 }
 
