@@ -50,7 +50,7 @@ error_log $WORK/error.log warn;
 events { worker_connections 16384; }
 http {
   access_log off; keepalive_requests 1000000; keepalive_timeout 65s;
-  http2_max_requests 1000000; http2_max_concurrent_streams 128;
+  http2_max_concurrent_streams 128;
   default_type text/plain; server_tokens off;
   client_body_temp_path $WORK/b; proxy_temp_path $WORK/p; fastcgi_temp_path $WORK/f;
   uwsgi_temp_path $WORK/u; scgi_temp_path $WORK/s;

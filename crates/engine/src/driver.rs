@@ -1047,16 +1047,21 @@ impl Worker<'_> {
 
     /// Polls an HTTP/2 connection and its streams after an event.
     fn drive_h2(&mut self, c: u32, now: u64) {
-        // Finished streams free capacity only once the connection is polled again, so a
-        // request that found no stream gets one more round.
-        for round in 0..3 {
-            let Some(h2) = self.conns[c as usize].h2.as_mut() else {
+        // Send what waits, then poll the connection once: it writes the queued frames and reads
+        // what arrived. Streams can only have progressed if bytes were read. A request the
+        // peer's stream limit held back gets another round once streams have ended.
+        for _ in 0..3 {
+            self.send_waiting(c, now);
+            let conn = &mut self.conns[c as usize];
+            let (Some(h2), Some(io)) = (conn.h2.as_mut(), conn.io.as_ref()) else {
                 return;
             };
+            let before = io.bytes_in.get();
             let polled = h2.poll();
-            let open = h2.is_open();
-            if open && self.conns[c as usize].state == State::Handshaking {
-                self.conns[c as usize].state = State::Ready;
+            let read = io.bytes_in.get() != before;
+            let opened = h2.is_open() && conn.state == State::Handshaking;
+            if opened {
+                conn.state = State::Ready;
             }
             match polled {
                 Poll::Ready(Err((kind, msg))) => return self.fail_conn(c, kind, Some(&msg), now),
@@ -1066,20 +1071,8 @@ impl Worker<'_> {
                 }
                 Poll::Pending => {}
             }
-            if !open || round == 2 {
-                break;
-            }
-            self.send_waiting(c, now);
-            let finished = self.poll_streams(c, now);
-            if finished == 0 && round == 0
-                || self.conns[c as usize].waiting.is_empty() && round == 1
-            {
-                // Nothing freed: one more poll only to flush what was queued.
-                if let Some(h2) = self.conns[c as usize].h2.as_mut() {
-                    if let Poll::Ready(Err((kind, msg))) = h2.poll() {
-                        return self.fail_conn(c, kind, Some(&msg), now);
-                    }
-                }
+            let ended = if read { self.poll_streams(c, now) } else { 0 };
+            if self.conns[c as usize].waiting.is_empty() || (ended == 0 && !opened) {
                 break;
             }
         }

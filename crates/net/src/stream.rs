@@ -245,11 +245,19 @@ pub fn tls_error(e: &io::Error) -> Option<&rustls::Error> {
         .and_then(|inner| inner.downcast_ref::<rustls::Error>())
 }
 
-/// One `recvmsg`; a `WouldBlock` clears `read_ready` until epoll reports the socket again.
+/// One `recvmsg`; a short read or `WouldBlock` clears `read_ready` until epoll reports the
+/// socket again.
 fn recv_into(fd: RawFd, io: &IoState, buf: &mut [u8]) -> io::Result<(usize, Option<u64>)> {
     let r = socket::recv_timestamped(fd, buf);
     match &r {
-        Ok((n, _)) => io.bytes_in.set(io.bytes_in.get() + *n as u64),
+        Ok((n, _)) => {
+            io.bytes_in.set(io.bytes_in.get() + *n as u64);
+            // A short read emptied the socket: the next read would only say EAGAIN. Epoll is
+            // level-triggered, so whatever arrives later is reported again.
+            if *n < buf.len() {
+                io.read_ready.set(false);
+            }
+        }
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => io.read_ready.set(false),
         Err(_) => {}
     }
