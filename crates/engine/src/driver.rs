@@ -1128,6 +1128,8 @@ impl Worker<'_> {
         if slot.measured {
             self.rec
                 .response(status, arrived - slot.intended, arrived - slot.sent);
+            let host = self.plan.targets.requests[slot.target as usize].host;
+            self.rec.host(host, status >= 400);
             self.interval.requests += 1;
             if status >= 400 {
                 self.interval.errors += 1;
@@ -1158,7 +1160,10 @@ impl Worker<'_> {
     /// Fails one request (an HTTP/2 stream, or a request whose connection is gone).
     fn fail_slot(&mut self, s: u32, kind: ErrorKind, msg: Option<&str>, now: u64) {
         let c = s / self.streams as u32;
-        if self.slots[s as usize].measured {
+        let slot = &self.slots[s as usize];
+        if slot.measured {
+            let host = self.plan.targets.requests[slot.target as usize].host;
+            self.rec.host(host, true);
             self.count_error(kind, msg);
         }
         self.conns[c as usize].in_flight -= 1;

@@ -39,6 +39,10 @@ pub enum ErrorKind {
 /// Distinct error messages kept per worker; more are folded into the counts only.
 const MAX_MESSAGES: usize = 32;
 
+/// Hosts counted one by one; requests to hosts beyond this index are only in the totals. Memory
+/// is bounded by hosts (16 bytes each), never by URLs.
+pub const MAX_TRACKED_HOSTS: usize = 10_000;
+
 impl ErrorKind {
     pub const ALL: [ErrorKind; 8] = [
         ErrorKind::Connect,
@@ -134,6 +138,8 @@ pub struct Recorder {
     /// Requests sent but neither answered nor failed when the run ended.
     pub unfinished: u64,
     pub conns: ConnRecorder,
+    /// Per host index: [finished requests, failed ones (transport or status >= 400)].
+    pub per_host: Vec<[u64; 2]>,
 }
 
 /// Connection set-up during the measured window: how many, how long, how many resumed.
@@ -187,7 +193,23 @@ impl Recorder {
             queued_sends: 0,
             unfinished: 0,
             conns: ConnRecorder::default(),
+            per_host: Vec::new(),
         }
+    }
+
+    /// A finished request to host `host` (index into the target list's hosts).
+    #[inline]
+    pub fn host(&mut self, host: u32, failed: bool) {
+        let h = host as usize;
+        if h >= MAX_TRACKED_HOSTS {
+            return;
+        }
+        if h >= self.per_host.len() {
+            self.per_host.resize(h + 1, [0, 0]);
+        }
+        let counts = &mut self.per_host[h];
+        counts[0] += 1;
+        counts[1] += failed as u64;
     }
 
     /// A complete response: status and times in nanoseconds.
@@ -290,6 +312,13 @@ impl AddAssign<&Recorder> for Recorder {
         for (key, &n) in &o.messages {
             add_message(&mut self.messages, key.clone(), n);
         }
+        if self.per_host.len() < o.per_host.len() {
+            self.per_host.resize(o.per_host.len(), [0, 0]);
+        }
+        for (a, b) in self.per_host.iter_mut().zip(&o.per_host) {
+            a[0] += b[0];
+            a[1] += b[1];
+        }
         let (a, b) = (&mut self.conns, &o.conns);
         a.connect.add(&b.connect).expect("same histogram bounds");
         a.handshake
@@ -388,6 +417,19 @@ mod tests {
         sum += &r;
         sum += &r;
         assert_eq!(sum.messages["tls: certificate expired"], 4);
+    }
+
+    #[test]
+    fn host_counts_merge_and_stay_bounded() {
+        let mut a = Recorder::new();
+        a.host(0, false);
+        a.host(2, true);
+        a.host(MAX_TRACKED_HOSTS as u32 + 5, false);
+        let mut b = Recorder::new();
+        b.host(4, false);
+        a += &b;
+        assert_eq!(a.per_host, vec![[1, 0], [0, 0], [1, 1], [0, 0], [1, 0]]);
+        assert!(a.per_host.len() <= MAX_TRACKED_HOSTS);
     }
 
     #[test]

@@ -43,6 +43,8 @@ pub struct RunResult {
     pub bytes: Bytes,
     /// Connection set-up during the measured window.
     pub connections: Connections,
+    /// Finished requests per host of the target list (the first 1,000 hosts).
+    pub hosts: Vec<HostCount>,
     pub timeline: Vec<TimelinePoint>,
     pub histogram: Histograms,
     pub generator: Generator,
@@ -77,6 +79,16 @@ pub struct Settings {
     pub requests_per_connection: Option<u64>,
     pub connection_rate: Option<f64>,
     pub tls_resume: Option<bool>,
+}
+
+/// One host's share of the finished requests.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct HostCount {
+    /// `name:port` from the URL.
+    pub host: String,
+    pub requests: u64,
+    /// Transport failures and statuses of 400 or more.
+    pub errors: u64,
 }
 
 /// Connections opened during the measured window.

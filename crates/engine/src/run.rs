@@ -18,6 +18,9 @@ use crate::recorder::{new_interval_histogram, Interval, Recorder};
 use crate::result::*;
 use crate::spec::{LoadSpec, Mode, Order, Protocol, StopAt};
 
+/// Hosts listed one by one in the result.
+const MAX_REPORTED_HOSTS: usize = 1000;
+
 /// Why a run could not be carried out (failures of the target are data, not errors).
 #[derive(Debug, Error)]
 pub enum RunError {
@@ -405,6 +408,21 @@ fn build_result(
             connect_us: Stats::of(&rec.conns.connect),
             tls_handshake_us: tls.then(|| Stats::of(&rec.conns.handshake)),
         },
+        hosts: spec
+            .targets
+            .hosts
+            .iter()
+            .take(MAX_REPORTED_HOSTS)
+            .enumerate()
+            .map(|(i, h)| {
+                let [requests, errors] = rec.per_host.get(i).copied().unwrap_or_default();
+                HostCount {
+                    host: h.name.clone(),
+                    requests,
+                    errors,
+                }
+            })
+            .collect(),
         timeline,
         histogram: Histograms {
             latency_us: encode_histogram(&rec.latency),

@@ -58,6 +58,8 @@ pub enum Order {
 /// per host, so a request always goes out on a connection whose TLS name matches its URL.
 #[derive(Debug, Clone)]
 pub struct Host {
+    /// `name:port` as in the URL, for the report.
+    pub name: String,
     pub addr: SocketAddr,
     /// SNI and the name the certificate must match (TLS only).
     pub server_name: Option<ServerName<'static>>,
@@ -94,6 +96,7 @@ impl Targets {
     pub fn single_http1(addr: SocketAddr, request: Vec<u8>, head: bool) -> Targets {
         Targets {
             hosts: vec![Host {
+                name: addr.to_string(),
                 addr,
                 server_name: None,
             }],

@@ -97,6 +97,14 @@ fn every_route_answers(flavor: Flavor) {
     );
     assert_eq!(u(&r, "/settings/targets"), 1000);
     assert_eq!(u(&r, "/settings/hosts"), DOMAINS as u64);
+    let hosts = r["hosts"].as_array().unwrap();
+    assert_eq!(hosts.len(), DOMAINS);
+    assert!(
+        hosts
+            .iter()
+            .all(|h| h["requests"] == PATHS as u64 && h["errors"] == 0),
+        "every domain answered each of its paths: {hosts:?}"
+    );
     let seen = upstream.take();
     assert_eq!(
         seen.len(),

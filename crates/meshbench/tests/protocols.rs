@@ -474,6 +474,13 @@ fn a_template_spreads_requests_over_every_host_and_path() {
     assert_eq!(u(&r, "/requests/ok"), 200, "{}", r["errors"]);
     assert_eq!(u(&r, "/settings/targets"), 200);
     assert_eq!(u(&r, "/settings/hosts"), 5);
+    let hosts = r["hosts"].as_array().unwrap();
+    assert_eq!(hosts.len(), 5);
+    for (i, h) in hosts.iter().enumerate() {
+        assert_eq!(h["host"], format!("h-{}.test:{port}", i + 1));
+        assert_eq!(h["requests"], 40, "{h}");
+        assert_eq!(h["errors"], 0, "{h}");
+    }
     let seen = server.take();
     let mut routes: Vec<(String, String)> = seen
         .iter()

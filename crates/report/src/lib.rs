@@ -152,6 +152,18 @@ pub fn summary(r: &RunResult) -> String {
     for (what, n) in &e.messages {
         let _ = writeln!(o, "             {what}: {}", thousands(*n));
     }
+    if r.hosts.len() > 1 {
+        let counts: Vec<u64> = r.hosts.iter().map(|h| h.requests).collect();
+        let failing = r.hosts.iter().filter(|h| h.errors > 0).count();
+        let _ = writeln!(
+            o,
+            "  hosts      {} hosts: {} to {} requests each, {} with errors",
+            thousands(r.hosts.len() as u64),
+            thousands(counts.iter().copied().min().unwrap_or(0)),
+            thousands(counts.iter().copied().max().unwrap_or(0)),
+            thousands(failing as u64)
+        );
+    }
     let c = &r.connections;
     if c.opened > 0 {
         let mut line = format!(

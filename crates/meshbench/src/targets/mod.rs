@@ -185,6 +185,7 @@ pub fn build(sources: &[Source], opts: &BuildOptions) -> Result<Built> {
                     let addr = resolve(&host, port, opts.connect_to)?;
                     let id = hosts.len() as u32;
                     hosts.push(Host {
+                        name: format!("{host}:{port}"),
                         addr,
                         server_name: meshbench_net::tls::server_name(&host),
                     });
