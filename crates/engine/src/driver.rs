@@ -58,6 +58,8 @@ const LAZY_READ_NS: u64 = 1_000_000;
 /// due in between go out together, at most this late (the schedule lag shows it; latency still
 /// counts from the intended time). At 20,000 wake-ups a second the rest is syscalls.
 const WAKE_EVERY_NS: u64 = 50_000;
+/// `--connection-rate` tokens older than this are dropped.
+const TOKEN_LAPSE_NS: u64 = 100_000_000;
 /// How many free slots a request looks through for a connection already open to its host.
 const HOST_SCAN: usize = 64;
 
@@ -749,6 +751,12 @@ impl Worker<'_> {
         }
         let pos = reusable?;
         if let Some(p) = &mut self.plan.connect_pacer {
+            // Tokens left unused while no connection was needed lapse after 100 ms, so a quiet
+            // spell cannot turn into a burst of new connections.
+            let oldest = now.saturating_sub(TOKEN_LAPSE_NS);
+            while p.wake_at().is_some_and(|t| t < oldest) {
+                p.due(now);
+            }
             p.due(now)?;
         }
         Some(pos)
