@@ -20,7 +20,7 @@
 //! for a connection (or in a closed loop, over HTTP/2, or while draining) the loop wakes on every
 //! arrival instead.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::rc::Rc;
@@ -186,8 +186,14 @@ struct Worker<'a> {
     slots: Vec<Slot>,
     /// Slots per connection.
     streams: usize,
-    /// Free slots, longest-free first.
+    /// Free slots, longest-free first. May hold stale entries (slots taken through `by_host`
+    /// since), skipped when met; `free_count` is the true number of free slots.
     free: VecDeque<u32>,
+    free_count: usize,
+    /// With several hosts: per host, free slots whose connection was open to it when freed
+    /// (checked when taken), so that a request finds a connection to its host in O(1).
+    by_host: HashMap<u32, Vec<u32>>,
+    by_host_entries: usize,
     /// A due request waiting for a slot on a connection that suits it.
     held: Option<Due>,
     /// Connections waiting out a connect back-off.
@@ -239,6 +245,9 @@ pub fn run_worker(
         slots: Vec::with_capacity(plan.connections * streams),
         streams,
         free: VecDeque::with_capacity(plan.connections * streams),
+        free_count: 0,
+        by_host: HashMap::new(),
+        by_host_entries: 0,
         held: None,
         backing_off: Vec::new(),
         dirty: Vec::new(),
@@ -347,7 +356,40 @@ impl Worker<'_> {
             self.conns[i].retry_at = 0;
         }
         self.backing_off.clear();
-        self.free.extend(0..self.slots.len() as u32);
+        for s in 0..self.slots.len() as u32 {
+            self.free_count += 1;
+            self.free.push_back(s);
+            self.index_by_host(s);
+        }
+    }
+
+    fn many_hosts(&self) -> bool {
+        self.plan.targets.hosts.len() > 1
+    }
+
+    /// Files free slot `s` under its connection's host, if the connection is open.
+    fn index_by_host(&mut self, s: u32) {
+        if !self.many_hosts() {
+            return;
+        }
+        let conn = &self.conns[s as usize / self.streams];
+        if conn.state == State::Closed {
+            return;
+        }
+        self.by_host.entry(conn.host).or_default().push(s);
+        self.by_host_entries += 1;
+        if self.by_host_entries > 4 * self.slots.len() + 64 {
+            // Stale entries of hosts seldom asked for: rebuild from the free slots.
+            self.by_host.clear();
+            self.by_host_entries = 0;
+            for slot in 0..self.slots.len() {
+                let conn = &self.conns[slot / self.streams];
+                if !self.slots[slot].busy && conn.state != State::Closed {
+                    self.by_host.entry(conn.host).or_default().push(slot as u32);
+                    self.by_host_entries += 1;
+                }
+            }
+        }
     }
 
     /// Worker times were planned relative to 0; the run starts at `base`.
@@ -659,7 +701,7 @@ impl Worker<'_> {
                 if let Some(p) = &self.plan.connect_pacer {
                     wake = wake.min(p.wake_at().unwrap_or(u64::MAX));
                 }
-            } else if !self.free.is_empty() {
+            } else if self.free_count > 0 {
                 wake = wake.min(self.plan.pacer.wake_at().unwrap_or(u64::MAX));
             }
             if let Some(end) = self.plan.send_until.filter(|&end| end > now) {
@@ -682,7 +724,7 @@ impl Worker<'_> {
     fn may_sleep_through_arrivals(&self) -> bool {
         self.sending
             && self.plan.pacer.is_open()
-            && !self.free.is_empty()
+            && self.free_count > 0
             && self.held.is_none()
             && self.streaming == 0
             && self.timestamps
@@ -713,7 +755,7 @@ impl Worker<'_> {
 
     /// Hands out due requests to free slots.
     fn dispatch(&mut self, now: u64) {
-        while !self.free.is_empty() && self.sending {
+        while self.free_count > 0 && self.sending {
             let due = match self.held.take() {
                 Some(d) => d,
                 None => match self.next_request(now) {
@@ -722,28 +764,59 @@ impl Worker<'_> {
                 },
             };
             let host = self.plan.targets.requests[due.target as usize].host;
-            let Some(pos) = self.pick_slot(host, now) else {
+            let Some(s) = self.pick_slot(host, now) else {
                 self.held = Some(due);
                 return;
             };
-            let s = self.free.remove(pos).expect("picked from the queue");
+            self.free_count -= 1;
             self.start(s, due, now);
         }
     }
 
-    /// The free slot a request for `host` should take: the first (longest-free) one whose
-    /// connection is open or opening to that host, else the first whose connection is idle and
-    /// may be re-aimed. Re-aiming or reopening a connection needs a connection token when
-    /// `--connection-rate` is set.
-    fn pick_slot(&mut self, host: u32, now: u64) -> Option<usize> {
+    /// The free slot a request for `host` should take: one whose connection is open to that
+    /// host (by the host index, or among the longest-free), else the longest-free one whose
+    /// connection is idle and may be re-aimed. Re-aiming or reopening a connection needs a
+    /// connection token when `--connection-rate` is set.
+    fn pick_slot(&mut self, host: u32, now: u64) -> Option<u32> {
+        let indexed = if self.by_host.is_empty() {
+            None
+        } else {
+            self.by_host.get_mut(&host)
+        };
+        if let Some(list) = indexed {
+            while let Some(s) = list.pop() {
+                self.by_host_entries -= 1;
+                let conn = &self.conns[s as usize / self.streams];
+                let usable = !self.slots[s as usize].busy
+                    && conn.host == host
+                    && conn.state != State::Closed
+                    && !conn.draining
+                    && conn.retry_at <= now;
+                if usable {
+                    // Its entry in `free` is now stale and will be skipped.
+                    return Some(s);
+                }
+            }
+        }
+        // Drop stale entries at the front, then look at the longest-free slots.
+        while self
+            .free
+            .front()
+            .is_some_and(|&s| self.slots[s as usize].busy)
+        {
+            self.free.pop_front();
+        }
         let mut reusable = None;
         for (pos, &s) in self.free.iter().take(HOST_SCAN).enumerate() {
+            if self.slots[s as usize].busy {
+                continue;
+            }
             let conn = &self.conns[s as usize / self.streams];
             if conn.retry_at > now || conn.draining {
                 continue;
             }
             if conn.host == host && conn.state != State::Closed {
-                return Some(pos);
+                return self.free.remove(pos);
             }
             if reusable.is_none() && conn.in_flight == 0 && conn.waiting.is_empty() {
                 reusable = Some(pos);
@@ -759,7 +832,7 @@ impl Worker<'_> {
             }
             p.due(now)?;
         }
-        Some(pos)
+        self.free.remove(pos)
     }
 
     /// The next due request. Stops sending when the duration or the request budget is reached.
@@ -1226,7 +1299,19 @@ impl Worker<'_> {
     fn release(&mut self, s: u32) {
         self.slots[s as usize].busy = false;
         self.in_flight -= 1;
+        self.free_count += 1;
+        if self.free.len() > 2 * self.slots.len() + 64 {
+            // Entries left behind by slots taken through the host index.
+            let slots = &self.slots;
+            let mut seen = vec![false; slots.len()];
+            self.free.retain(|&f| {
+                let keep = !slots[f as usize].busy && !seen[f as usize];
+                seen[f as usize] = true;
+                keep
+            });
+        }
         self.free.push_back(s);
+        self.index_by_host(s);
     }
 
     fn end_backoffs(&mut self, now: u64) {

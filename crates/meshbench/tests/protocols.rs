@@ -579,3 +579,41 @@ fn a_targets_file_sends_its_methods_headers_and_bodies() {
     assert_eq!(header(list, "x-kind").as_deref(), Some("list"));
     assert_eq!(header(list, "x-all").as_deref(), Some("yes"));
 }
+
+#[test]
+fn connections_to_many_hosts_are_reused() {
+    // 100 hosts on one backend, 500 connections, an open loop: once each connection is aimed at
+    // a host, requests for that host find it through the host index instead of re-connecting.
+    let backend = BackendProc::start(&[]);
+    let port = backend.addr.port();
+    let (_, r) = run_json(
+        "many-hosts",
+        &[
+            &format!("http://h-{{1..100}}.test:{port}/"),
+            "--connect-to",
+            &format!("::127.0.0.1:{port}"),
+            "--target-order",
+            "random",
+            "-c",
+            "500",
+            "-r",
+            "5000",
+            "-d",
+            "2s",
+            "-t",
+            "1",
+        ],
+        LIMIT,
+    );
+    assert_eq!(u(&r, "/requests/ok"), 10_000, "{}", r["errors"]);
+    let opened = u(&r, "/connections/opened");
+    assert!(
+        opened < 1_500,
+        "{opened} connections opened for 10,000 requests over 100 hosts and 500 connections"
+    );
+    assert!(r["hosts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|h| h["requests"].as_u64().unwrap() > 50));
+}
