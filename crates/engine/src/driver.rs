@@ -180,6 +180,8 @@ struct Due {
 
 struct Worker<'a> {
     plan: WorkerPlan,
+    /// The run's requests and hosts (immutable; borrowed so the hot path clones nothing).
+    targets: &'a Targets,
     ctl: &'a Control,
     poller: Poller,
     conns: Vec<Conn>,
@@ -235,6 +237,7 @@ pub fn run_worker(
             return Err(e);
         }
     };
+    let targets = Arc::clone(&plan.targets);
     let streams = match plan.conn.protocol {
         Protocol::Http1 => 1,
         Protocol::Http2 => plan.conn.streams.max(1),
@@ -263,6 +266,7 @@ pub fn run_worker(
         next_target: plan.first_target,
         rng: SplitMix64(plan.seed),
         measuring: false,
+        targets: &targets,
         plan,
         ctl,
     };
@@ -364,7 +368,7 @@ impl Worker<'_> {
     }
 
     fn many_hosts(&self) -> bool {
-        self.plan.targets.hosts.len() > 1
+        self.targets.hosts.len() > 1
     }
 
     /// Files free slot `s` under its connection's host, if the connection is open.
@@ -414,7 +418,7 @@ impl Worker<'_> {
     /// Starts a TCP connection for conn `c` to its host; leaves it Connecting, or further if
     /// the connect completed at once. On failure the connection stays Closed.
     fn open(&mut self, c: u32, now: u64) -> Result<(), io::Error> {
-        let addr = self.plan.targets.hosts[self.conns[c as usize].host as usize].addr;
+        let addr = self.targets.hosts[self.conns[c as usize].host as usize].addr;
         if self.measuring {
             self.rec.conns.opened += 1;
         }
@@ -467,7 +471,7 @@ impl Worker<'_> {
                 .saturating_record((now - conn.opened_at) / 1000);
         }
         if let Some(config) = &self.plan.conn.tls {
-            let host = &self.plan.targets.hosts[conn.host as usize];
+            let host = &self.targets.hosts[conn.host as usize];
             let name = host
                 .server_name
                 .clone()
@@ -763,7 +767,7 @@ impl Worker<'_> {
                     None => return,
                 },
             };
-            let host = self.plan.targets.requests[due.target as usize].host;
+            let host = self.targets.requests[due.target as usize].host;
             let Some(s) = self.pick_slot(host, now) else {
                 self.held = Some(due);
                 return;
@@ -873,11 +877,11 @@ impl Worker<'_> {
     }
 
     fn pick_target(&mut self) -> u32 {
-        let n = self.plan.targets.requests.len();
+        let n = self.targets.requests.len();
         if n == 1 {
             return 0;
         }
-        match self.plan.targets.order {
+        match self.targets.order {
             Order::RoundRobin => {
                 let t = self.next_target % n;
                 self.next_target = t + 1;
@@ -902,7 +906,7 @@ impl Worker<'_> {
             self.rec.send(lag, lag > LATE_NS && !queued, queued);
         }
         self.in_flight += 1;
-        let host = self.plan.targets.requests[due.target as usize].host;
+        let host = self.targets.requests[due.target as usize].host;
         let conn = &mut self.conns[c as usize];
         conn.in_flight += 1;
         if conn.host != host {
@@ -959,7 +963,7 @@ impl Worker<'_> {
     fn send_waiting(&mut self, c: u32, now: u64) {
         while let Some(&s) = self.conns[c as usize].waiting.front() {
             let target = self.slots[s as usize].target as usize;
-            let targets = self.plan.targets.clone();
+            let targets = self.targets.clone();
             match &targets.requests[target].wire {
                 Wire::Http1(_) => {
                     self.conns[c as usize].waiting.pop_front();
@@ -985,7 +989,7 @@ impl Worker<'_> {
     /// Writes (more of) an HTTP/1.1 request.
     fn write_h1(&mut self, s: u32, now: u64) {
         let c = s / self.streams as u32;
-        let targets = self.plan.targets.clone();
+        let targets = self.targets.clone();
         let slot = &mut self.slots[s as usize];
         let Wire::Http1(request) = &targets.requests[slot.target as usize].wire else {
             return;
@@ -1016,11 +1020,8 @@ impl Worker<'_> {
 
     fn on_event(&mut self, c: u32, readable: bool, writable: bool, now: u64) {
         if readable {
-            let conn = &self.conns[c as usize];
-            if let Some(io) = &conn.io {
+            if let Some(io) = &self.conns[c as usize].io {
                 io.read_ready.set(true);
-            } else if let Some(stream) = &conn.stream {
-                stream.mark_readable();
             }
         }
         match self.conns[c as usize].state {
@@ -1068,7 +1069,7 @@ impl Worker<'_> {
 
     fn read_h1(&mut self, s: u32, now: u64) {
         let c = s / self.streams as u32;
-        let head = self.plan.targets.requests[self.slots[s as usize].target as usize].head;
+        let head = self.targets.requests[self.slots[s as usize].target as usize].head;
         loop {
             let conn = &mut self.conns[c as usize];
             let Some(stream) = conn.stream.as_mut() else {
@@ -1209,7 +1210,7 @@ impl Worker<'_> {
         if slot.measured {
             self.rec
                 .response(status, arrived - slot.intended, arrived - slot.sent);
-            let host = self.plan.targets.requests[slot.target as usize].host;
+            let host = self.targets.requests[slot.target as usize].host;
             self.rec.host(host, status >= 400);
             self.interval.requests += 1;
             if status >= 400 {
@@ -1243,7 +1244,7 @@ impl Worker<'_> {
         let c = s / self.streams as u32;
         let slot = &self.slots[s as usize];
         if slot.measured {
-            let host = self.plan.targets.requests[slot.target as usize].host;
+            let host = self.targets.requests[slot.target as usize].host;
             self.rec.host(host, true);
             self.count_error(kind, msg);
         }

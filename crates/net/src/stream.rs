@@ -60,24 +60,12 @@ impl Stream {
         }
     }
 
-    pub fn tls(fd: OwnedFd, session: ClientConnection) -> Self {
-        Stream {
-            fd,
-            tls: Some(Box::new(session)),
-            io: Rc::default(),
-        }
-    }
-
     /// Starts TLS on a connected plain stream.
     pub fn into_tls(self, session: ClientConnection) -> Self {
         Stream {
             tls: Some(Box::new(session)),
             ..self
         }
-    }
-
-    pub fn raw_fd(&self) -> RawFd {
-        self.fd.as_raw_fd()
     }
 
     pub fn session(&self) -> Option<&ClientConnection> {
@@ -87,11 +75,6 @@ impl Stream {
     /// The stamp and write state, shared so that they stay visible once h2 owns the stream.
     pub fn state(&self) -> Rc<IoState> {
         self.io.clone()
-    }
-
-    /// Tells the stream that epoll reported its socket readable.
-    pub fn mark_readable(&self) {
-        self.io.read_ready.set(true);
     }
 
     /// Kernel receive timestamp of the most recent read, CLOCK_REALTIME nanoseconds.
