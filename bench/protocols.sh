@@ -118,26 +118,7 @@ for rep in $(seq 1 "$REPS"); do
   done
 done
 
-python3 - "$OUT" <<'PY'
-import csv, statistics, sys
-rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
-med = {}
-for r in rows:
-    med.setdefault((r["phase"], r["tool"]), []).append(r)
-print("\nmedian of %d interleaved repetitions (h2tls: requests, newconn: connections per generator CPU-second)" % max(len(v) for v in med.values()))
-print("%-8s %-17s %12s %10s %10s %12s  %s" % ("phase", "tool", "per CPU-s", "CPU-s", "RSS MiB", "per s", "meshbench notes"))
-for (phase, tool), rs in med.items():
-    m = lambda k: statistics.median(float(x[k]) for x in rs)
-    print("%-8s %-17s %12.0f %10.2f %10.1f %12.0f  %s" % (phase, tool, m("req_per_cpu_s"), m("gen_cpu_s"), m("rss_kib") / 1024, m("rps"), "; ".join(x["extra"] for x in rs)))
-print("\nratios (meshbench / peer, medians)")
-for phase in dict.fromkeys(p for p, _ in med):
-    mb = med.get((phase, "meshbench"))
-    if not mb: continue
-    v = statistics.median(float(x["req_per_cpu_s"]) for x in mb)
-    for (p, tool), rs in med.items():
-        if p == phase and tool != "meshbench":
-            print("  %-8s meshbench/%-17s %.2fx" % (phase, tool, v / statistics.median(float(x["req_per_cpu_s"]) for x in rs)))
-PY
+python3 "$HERE/summarize.py" "$OUT" "requests (h2tls) or connections (newconn)"
 
 [ "$EXTRAS" = 1 ] || exit 0
 echo >&2

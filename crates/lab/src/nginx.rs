@@ -163,7 +163,6 @@ pub(crate) fn is_root() -> bool {
 
 /// The nginx.conf for a site.
 pub fn render_config(dir: &Path, addr: SocketAddr, site: &NginxSite, workers: usize) -> String {
-    let d = dir.display();
     let location = match site {
         NginxSite::Proxy(_) => "proxy_pass http://upstream_backend;\n      proxy_http_version 1.1;\n      proxy_set_header Connection \"\";".to_string(),
         NginxSite::Fixed(n) => format!("return 200 \"{}\";", "x".repeat(*n)),
@@ -175,24 +174,13 @@ pub fn render_config(dir: &Path, addr: SocketAddr, site: &NginxSite, workers: us
         NginxSite::Fixed(_) => String::new(),
     };
     format!(
-        "{user}worker_processes {workers};
-daemon off;
-pid {d}/nginx.pid;
-error_log {d}/error.log warn;
-worker_rlimit_nofile 65536;
-events {{ worker_connections 16384; }}
-http {{
+        "{preamble}http {{
   access_log off;
   keepalive_requests 1000000;
   keepalive_timeout 65s;
   default_type text/plain;
   server_tokens off;
-  client_body_temp_path {d}/body;
-  proxy_temp_path {d}/proxy;
-  fastcgi_temp_path {d}/fastcgi;
-  uwsgi_temp_path {d}/uwsgi;
-  scgi_temp_path {d}/scgi;
-{upstream}  server {{
+{temp}{upstream}  server {{
     listen {addr} backlog=4096;
     location / {{
       {location}
@@ -200,6 +188,37 @@ http {{
   }}
 }}
 ",
-        user = if is_root() { "user root;\n" } else { "" },
+        preamble = preamble(dir, workers),
+        temp = temp_paths(dir),
+    )
+}
+
+/// The main context every nginx the lab writes starts with: workers, foreground, pid and error
+/// log in `dir`, file and connection limits (and `user root` when run as root, so that workers
+/// can read files under a root-only temp dir).
+pub(crate) fn preamble(dir: &Path, workers: usize) -> String {
+    let d = dir.display();
+    let user = if is_root() { "user root;\n" } else { "" };
+    format!(
+        "{user}worker_processes {workers};
+daemon off;
+pid {d}/nginx.pid;
+error_log {d}/error.log warn;
+worker_rlimit_nofile 65536;
+events {{ worker_connections 16384; }}
+"
+    )
+}
+
+/// `http` directives that keep nginx's temporary files in `dir`.
+pub(crate) fn temp_paths(dir: &Path) -> String {
+    let d = dir.display();
+    format!(
+        "  client_body_temp_path {d}/tmp-body;
+  proxy_temp_path {d}/tmp-proxy;
+  fastcgi_temp_path {d}/tmp-fastcgi;
+  uwsgi_temp_path {d}/tmp-uwsgi;
+  scgi_temp_path {d}/tmp-scgi;
+"
     )
 }
