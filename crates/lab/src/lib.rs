@@ -9,6 +9,7 @@ pub mod gateway;
 pub mod install;
 pub mod nginx;
 pub mod pki;
+pub mod sample;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
