@@ -222,6 +222,12 @@ struct Worker<'a> {
     measuring: bool,
 }
 
+/// A kernel receive timestamp (CLOCK_REALTIME ns) on the run clock, given realtime minus run
+/// clock at the last wake-up.
+fn on_run_clock(stamp: u64, realtime_offset: i64) -> u64 {
+    (stamp as i64 - realtime_offset).max(0) as u64
+}
+
 /// Runs one worker to completion.
 pub fn run_worker(
     plan: WorkerPlan,
@@ -1091,7 +1097,7 @@ impl Worker<'_> {
                     }
                     // When the last byte arrived, on the run clock, within [sent, now].
                     let arrived = stamp.map_or(now, |t| {
-                        ((t as i64 - self.realtime_offset).max(0) as u64).clamp(slot.sent, now)
+                        on_run_clock(t, self.realtime_offset).clamp(slot.sent, now)
                     });
                     match slot.reader.feed(&self.buf[..n], head) {
                         Ok(Progress::Partial) => {
@@ -1198,9 +1204,7 @@ impl Worker<'_> {
             .io
             .as_ref()
             .and_then(|io| io.stamp.get());
-        stamp.map_or(now, |t| {
-            ((t as i64 - self.realtime_offset).max(0) as u64).min(now)
-        })
+        stamp.map_or(now, |t| on_run_clock(t, self.realtime_offset).min(now))
     }
 
     /// A complete response that arrived at `arrived`.

@@ -7,7 +7,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::BackendProc;
+use common::{header_list, BackendProc};
 
 /// A response as read off the wire: status, headers (lower-case names), body.
 type Response = (u16, Vec<(String, String)>, Vec<u8>);
@@ -30,16 +30,7 @@ fn exchange(backend: &BackendProc, raw: &[u8], responses: usize) -> Vec<Response
             let Ok(httparse::Status::Complete(len)) = resp.parse(&buf) else {
                 break;
             };
-            let hs: Vec<(String, String)> = resp
-                .headers
-                .iter()
-                .map(|h| {
-                    (
-                        h.name.to_ascii_lowercase(),
-                        String::from_utf8_lossy(h.value).to_string(),
-                    )
-                })
-                .collect();
+            let hs = header_list(resp.headers);
             let cl: usize = hs
                 .iter()
                 .find(|(n, _)| n == "content-length")

@@ -382,16 +382,7 @@ fn serve_recording(mut conn: std::net::TcpStream, seen: Arc<std::sync::Mutex<Vec
             let Ok(httparse::Status::Complete(head)) = req.parse(&buf) else {
                 break;
             };
-            let all: Vec<(String, String)> = req
-                .headers
-                .iter()
-                .map(|h| {
-                    (
-                        h.name.to_ascii_lowercase(),
-                        String::from_utf8_lossy(h.value).into_owned(),
-                    )
-                })
-                .collect();
+            let all = header_list(req.headers);
             let length: usize = all
                 .iter()
                 .find(|(n, _)| n == "content-length")
@@ -423,4 +414,17 @@ fn serve_recording(mut conn: std::net::TcpStream, seen: Arc<std::sync::Mutex<Vec
             Ok(n) => buf.extend_from_slice(&chunk[..n]),
         }
     }
+}
+
+/// Parsed headers as (lower-case name, value text) pairs.
+pub fn header_list(headers: &[httparse::Header]) -> Vec<(String, String)> {
+    headers
+        .iter()
+        .map(|h| {
+            (
+                h.name.to_ascii_lowercase(),
+                String::from_utf8_lossy(h.value).into_owned(),
+            )
+        })
+        .collect()
 }
