@@ -633,10 +633,13 @@ impl Worker<'_> {
                 cpu_at_start = Some(thread_cpu_ns());
                 self.measuring = true;
             }
-            if self.sending
-                && (self.ctl.stop.load(Ordering::Relaxed)
-                    || self.plan.send_until.is_some_and(|end| now >= end))
-            {
+            if self.sending && self.ctl.stop.load(Ordering::Relaxed) {
+                self.stop_sending(now);
+            }
+            if self.sending && self.plan.send_until.is_some_and(|end| now >= end) {
+                // A late wake-up must not lose the arrivals intended before the end: they go
+                // out now (late, and measured from their intended times), then sending stops.
+                self.dispatch(now);
                 self.stop_sending(now);
             }
             if self.sending {
