@@ -5,11 +5,15 @@
 //! when its handle is dropped.
 
 pub mod backend;
+pub mod cgroup;
 pub mod gateway;
+pub mod hop;
 pub mod install;
 pub mod nginx;
 pub mod pki;
+pub mod process;
 pub mod sample;
+pub mod sampler;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

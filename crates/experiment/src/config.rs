@@ -1,0 +1,739 @@
+//! The experiment file: what to start, how to limit it, what load to drive, how often to repeat.
+//! Read from YAML into typed sections; `--set key=value` edits the YAML tree before it is read.
+//! Every mistake in the file is reported at once, each with its file, key and what was expected
+//! (docs/experiment.md is the key-by-key reference).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::Path;
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_yaml_ng::{Mapping, Value};
+
+use crate::ConfigError;
+
+/// A whole experiment file.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Experiment {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    /// Free-form labels stored with the experiment (study, ticket, environment...).
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    pub topologies: Vec<Topology>,
+    #[serde(default = "default_duration")]
+    pub duration_secs: f64,
+    #[serde(default = "default_warmup")]
+    pub warmup_secs: f64,
+    #[serde(default = "default_cooldown")]
+    pub cooldown_secs: f64,
+    /// Each variant runs this many times, interleaved with the other variants.
+    #[serde(default = "one")]
+    pub repeats: u32,
+    #[serde(default = "default_sample_interval")]
+    pub sample_interval_ms: u64,
+    #[serde(default)]
+    pub isolation: Isolation,
+    #[serde(default)]
+    pub load: Load,
+    /// The L7 proxy of serveronly, clientonly, both, waypoint.
+    #[serde(default)]
+    pub proxy: Proxy,
+    /// The L4 tunnels of ambient and waypoint.
+    #[serde(default = "Proxy::tunnel_default")]
+    pub tunnel: Proxy,
+    #[serde(default)]
+    pub gateway: Gateway,
+    #[serde(default)]
+    pub backend: Backend,
+    #[serde(default)]
+    pub limits: Limits,
+}
+
+fn default_duration() -> f64 {
+    10.0
+}
+fn default_warmup() -> f64 {
+    2.0
+}
+fn default_cooldown() -> f64 {
+    1.0
+}
+fn one() -> u32 {
+    1
+}
+fn default_sample_interval() -> u64 {
+    1000
+}
+
+/// Who talks to whom.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[serde(rename_all = "lowercase")]
+pub enum Topology {
+    /// client -> backend.
+    Baseline,
+    /// client -> proxy -> backend.
+    Serveronly,
+    /// client -> proxy -> backend, the proxy standing for the client's sidecar.
+    Clientonly,
+    /// client -> client proxy -> server proxy -> backend.
+    Both,
+    /// client -> gateway (N virtual hosts over TLS) -> backend.
+    Gateway,
+    /// client -> L4 tunnel -> L4 tunnel -> backend.
+    Ambient,
+    /// client -> L4 tunnel -> L7 waypoint -> L4 tunnel -> backend.
+    Waypoint,
+}
+
+impl Topology {
+    pub fn name(self) -> &'static str {
+        match self {
+            Topology::Baseline => "baseline",
+            Topology::Serveronly => "serveronly",
+            Topology::Clientonly => "clientonly",
+            Topology::Both => "both",
+            Topology::Gateway => "gateway",
+            Topology::Ambient => "ambient",
+            Topology::Waypoint => "waypoint",
+        }
+    }
+
+    /// The mode word of Istio's perf/benchmark labels.
+    pub fn istio_mode(self) -> &'static str {
+        match self {
+            Topology::Baseline => "no_istio",
+            Topology::Serveronly => "serveronly",
+            Topology::Clientonly => "clientonly",
+            Topology::Both => "both",
+            Topology::Gateway => "ingress",
+            Topology::Ambient => "ambient",
+            Topology::Waypoint => "waypoint",
+        }
+    }
+}
+
+impl fmt::Display for Topology {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Isolation {
+    /// Every role on this machine's loopback.
+    #[default]
+    Loopback,
+    /// Every role in its own network namespace, joined by veth pairs.
+    Netns,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum LoopMode {
+    /// Requests at fixed rates (`qps`), latency from the intended send time.
+    #[default]
+    Open,
+    /// Each connection sends its next request when the last one is answered.
+    Closed,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum HttpVersion {
+    #[default]
+    Http1,
+    Http2,
+}
+
+/// The load matrix: every combination of the lists is one load point.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Load {
+    pub mode: LoopMode,
+    /// Requests per second (open loop).
+    pub qps: Vec<f64>,
+    pub connections: Vec<u32>,
+    /// Response body size the backend sends.
+    pub response_bytes: Vec<u64>,
+    /// Request body size (POST when above 0).
+    pub request_bytes: u64,
+    /// Off: evenly spaced arrivals. On: Poisson arrivals (random gaps), a stronger form of
+    /// fortio's ±10 % jitter.
+    pub jitter: Vec<bool>,
+    pub protocol: HttpVersion,
+    /// HTTP/2 streams per connection.
+    pub streams: u32,
+    /// Generator threads (0: one per core).
+    pub threads: u32,
+    pub timeout_ms: u64,
+}
+
+impl Default for Load {
+    fn default() -> Self {
+        Load {
+            mode: LoopMode::Open,
+            qps: vec![1000.0],
+            connections: vec![16],
+            response_bytes: vec![1024],
+            request_bytes: 0,
+            jitter: vec![false],
+            protocol: HttpVersion::Http1,
+            streams: 1,
+            threads: 0,
+            timeout_ms: 5000,
+        }
+    }
+}
+
+/// Which proxy program plays a role.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum ProxyType {
+    #[default]
+    Nginx,
+    Haproxy,
+    Caddy,
+    Envoy,
+    /// Any program, from `command` and `config_template`.
+    Command,
+}
+
+impl ProxyType {
+    pub fn name(self) -> &'static str {
+        match self {
+            ProxyType::Nginx => "nginx",
+            ProxyType::Haproxy => "haproxy",
+            ProxyType::Caddy => "caddy",
+            ProxyType::Envoy => "envoy",
+            ProxyType::Command => "command",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct Proxy {
+    #[serde(rename = "type")]
+    pub kind: ProxyType,
+    /// Worker processes or threads; 0 follows the CPU allotment (as Envoy's --concurrency).
+    pub workers: u32,
+    /// Mutual TLS between the two proxies of `both`, and between the tunnels.
+    pub mtls: bool,
+    /// For `type: command`: the program and its arguments. `{config}` is the rendered
+    /// template's path; `{listen_port}`, `{upstream_port}` and `{workers}` are filled in.
+    pub command: Vec<String>,
+    /// For `type: command`: the configuration file's text, with the same placeholders.
+    pub config_template: String,
+}
+
+impl Proxy {
+    fn tunnel_default() -> Proxy {
+        Proxy {
+            kind: ProxyType::Haproxy,
+            mtls: true,
+            ..Proxy::default()
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Gateway {
+    #[serde(rename = "type")]
+    pub kind: ProxyType,
+    pub domains: u32,
+    pub paths: u32,
+    pub workers: u32,
+}
+
+impl Default for Gateway {
+    fn default() -> Self {
+        Gateway {
+            kind: ProxyType::Nginx,
+            domains: 10,
+            paths: 10,
+            workers: 0,
+        }
+    }
+}
+
+/// The built-in backend (`meshbench backend`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct Backend {
+    /// Added to every response.
+    pub delay_ms: u64,
+    /// Worker threads (0: one per core).
+    pub threads: u32,
+}
+
+/// CPU and memory limits per role. `cpus` may be a list: each value is a variant.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    /// Every L7 proxy: sidecars, the gateway, the waypoint.
+    pub proxy: RoleLimits,
+    /// The L4 tunnels.
+    pub tunnel: RoleLimits,
+    pub backend: RoleLimits,
+    /// The load generator (this process): `cpuset` only.
+    pub client: RoleLimits,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct RoleLimits {
+    /// CPU quotas in cores (0.25 = a quarter of one core); each value is one variant.
+    pub cpus: Vec<f64>,
+    /// CPUs to pin to, as the kernel writes them ("0", "0-1", "0,2").
+    pub cpuset: Option<String>,
+    pub memory_mib: Option<u64>,
+}
+
+/// Keys of the top-level mapping, in the order they are read.
+const SECTIONS: &[&str] = &[
+    "name",
+    "description",
+    "labels",
+    "topologies",
+    "duration_secs",
+    "warmup_secs",
+    "cooldown_secs",
+    "repeats",
+    "sample_interval_ms",
+    "isolation",
+    "load",
+    "proxy",
+    "tunnel",
+    "gateway",
+    "backend",
+    "limits",
+];
+
+/// Reads an experiment file, applies `key=value` overrides, checks everything.
+pub fn load(path: &Path, overrides: &[String]) -> Result<Experiment, ConfigError> {
+    let file = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
+        file: file.clone(),
+        reason: e.to_string(),
+    })?;
+    parse(&file, &text, overrides)
+}
+
+/// Parses experiment YAML (`file` names it in messages).
+pub fn parse(file: &str, text: &str, overrides: &[String]) -> Result<Experiment, ConfigError> {
+    let mut tree: Value = serde_yaml_ng::from_str(text).map_err(|e| ConfigError::Syntax {
+        file: file.to_string(),
+        reason: e.to_string(),
+    })?;
+    if tree.is_null() {
+        tree = Value::Mapping(Mapping::new());
+    }
+    let mut problems = Vec::new();
+    for o in overrides {
+        if let Err(p) = apply_override(&mut tree, o) {
+            problems.push(p);
+        }
+    }
+    let Value::Mapping(map) = &tree else {
+        return Err(ConfigError::Invalid {
+            file: file.to_string(),
+            problems: vec![
+                "the file must be a mapping of keys (name:, topologies:, load: ...)".into(),
+            ],
+        });
+    };
+    for key in map.keys() {
+        let k = key.as_str().unwrap_or("?");
+        if !SECTIONS.contains(&k) {
+            problems.push(format!(
+                "{k}: unknown key; expected one of {}",
+                SECTIONS.join(", ")
+            ));
+        }
+    }
+    // Each section is read on its own so that a mistake in one does not hide the others.
+    for section in SECTIONS {
+        if let Some(v) = map.get(*section) {
+            check_section(section, v, &mut problems);
+        }
+    }
+    if !problems.is_empty() {
+        return Err(ConfigError::Invalid {
+            file: file.to_string(),
+            problems,
+        });
+    }
+    let experiment: Experiment = match serde_path_to_error::deserialize(tree) {
+        Ok(e) => e,
+        Err(e) => {
+            let path = e.path().to_string();
+            return Err(ConfigError::Invalid {
+                file: file.to_string(),
+                problems: vec![describe(&path, e.inner())],
+            });
+        }
+    };
+    let problems = experiment.validate();
+    if problems.is_empty() {
+        Ok(experiment)
+    } else {
+        Err(ConfigError::Invalid {
+            file: file.to_string(),
+            problems,
+        })
+    }
+}
+
+fn check_section(section: &str, v: &Value, problems: &mut Vec<String>) {
+    fn read<T: DeserializeOwned>(section: &str, v: &Value, problems: &mut Vec<String>) {
+        if let Err(e) = serde_path_to_error::deserialize::<_, T>(v.clone()) {
+            problems.push(describe(&join(section, &e.path().to_string()), e.inner()));
+        }
+    }
+    /// A mapping section key by key, so that each key's mistake is reported: unknown keys
+    /// against the keys the section's default has, and each known key read on its own.
+    fn read_keys<T: DeserializeOwned + Serialize + Default>(
+        section: &str,
+        v: &Value,
+        problems: &mut Vec<String>,
+    ) {
+        let (Value::Mapping(given), Ok(Value::Mapping(known))) =
+            (v, serde_yaml_ng::to_value(T::default()))
+        else {
+            return read::<T>(section, v, problems);
+        };
+        for (k, value) in given {
+            let name = k.as_str().unwrap_or("?");
+            if !known.contains_key(k) {
+                let names: Vec<&str> = known.keys().filter_map(Value::as_str).collect();
+                problems.push(format!(
+                    "{section}.{name}: unknown key; expected one of {}",
+                    names.join(", ")
+                ));
+                continue;
+            }
+            let mut one = Mapping::new();
+            one.insert(k.clone(), value.clone());
+            if let Err(e) = serde_path_to_error::deserialize::<_, T>(Value::Mapping(one)) {
+                problems.push(describe(&join(section, &e.path().to_string()), e.inner()));
+            }
+        }
+    }
+    fn join(section: &str, inner: &str) -> String {
+        match inner {
+            "." => section.to_string(),
+            i if i.starts_with('[') => format!("{section}{i}"),
+            i => format!("{section}.{i}"),
+        }
+    }
+    match section {
+        "name" | "description" => read::<String>(section, v, problems),
+        "labels" => read::<BTreeMap<String, String>>(section, v, problems),
+        "topologies" => read::<Vec<Topology>>(section, v, problems),
+        "duration_secs" | "warmup_secs" | "cooldown_secs" => read::<f64>(section, v, problems),
+        "repeats" => read::<u32>(section, v, problems),
+        "sample_interval_ms" => read::<u64>(section, v, problems),
+        "isolation" => read::<Isolation>(section, v, problems),
+        "load" => read_keys::<Load>(section, v, problems),
+        "proxy" | "tunnel" => read_keys::<Proxy>(section, v, problems),
+        "gateway" => read_keys::<Gateway>(section, v, problems),
+        "backend" => read_keys::<Backend>(section, v, problems),
+        "limits" => read_keys::<Limits>(section, v, problems),
+        _ => {}
+    }
+}
+
+fn describe(path: &str, e: &serde_yaml_ng::Error) -> String {
+    let msg = e.to_string();
+    // serde's wording names the Rust type; say it in the file's terms.
+    let msg = msg
+        .replace("u64", "a whole number")
+        .replace("u32", "a whole number")
+        .replace("f64", "a number")
+        .replace("a sequence", "a list");
+    if path.is_empty() || path == "." {
+        msg
+    } else {
+        format!("{path}: {msg}")
+    }
+}
+
+/// Applies `a.b.c=VALUE` (VALUE read as YAML: `3`, `[1, 2]`, `nginx`) to the tree.
+fn apply_override(tree: &mut Value, spec: &str) -> Result<(), String> {
+    let (key, raw) = spec
+        .split_once('=')
+        .ok_or_else(|| format!("--set {spec}: expected KEY=VALUE, e.g. duration_secs=3"))?;
+    let value: Value = serde_yaml_ng::from_str(raw)
+        .map_err(|e| format!("--set {spec}: the value is not YAML: {e}"))?;
+    let parts: Vec<&str> = key.trim().split('.').collect();
+    if parts.iter().any(|p| p.is_empty()) {
+        return Err(format!("--set {spec}: empty part in the key"));
+    }
+    let mut node = tree;
+    for (i, part) in parts.iter().enumerate() {
+        if node.is_null() {
+            *node = Value::Mapping(Mapping::new());
+        }
+        let Value::Mapping(map) = node else {
+            return Err(format!(
+                "--set {spec}: {} is not a mapping",
+                parts[..i].join(".")
+            ));
+        };
+        let k = Value::String(part.to_string());
+        if i + 1 == parts.len() {
+            map.insert(k, value);
+            return Ok(());
+        }
+        node = map.entry(k).or_insert(Value::Null);
+    }
+    Ok(())
+}
+
+impl Experiment {
+    /// Checks that need more than one key or a range: every problem, not just the first.
+    pub fn validate(&self) -> Vec<String> {
+        let mut p = Vec::new();
+        if self.name.trim().is_empty() {
+            p.push("name: must not be empty".into());
+        }
+        if self.topologies.is_empty() {
+            p.push("topologies: expected at least one of baseline, serveronly, clientonly, both, gateway, ambient, waypoint".into());
+        }
+        let positive = |key: &str, v: f64, p: &mut Vec<String>| {
+            if !(v.is_finite() && v > 0.0) {
+                p.push(format!("{key}: expected a number above 0, found {v}"));
+            }
+        };
+        positive("duration_secs", self.duration_secs, &mut p);
+        for (key, v) in [
+            ("warmup_secs", self.warmup_secs),
+            ("cooldown_secs", self.cooldown_secs),
+        ] {
+            if !(v.is_finite() && v >= 0.0) {
+                p.push(format!("{key}: expected 0 or more seconds, found {v}"));
+            }
+        }
+        if self.repeats == 0 {
+            p.push("repeats: expected at least 1".into());
+        }
+        if self.sample_interval_ms < 100 {
+            p.push(format!(
+                "sample_interval_ms: expected at least 100, found {}",
+                self.sample_interval_ms
+            ));
+        }
+        let l = &self.load;
+        if l.mode == LoopMode::Open {
+            if l.qps.is_empty() {
+                p.push("load.qps: an open loop needs at least one rate".into());
+            }
+            for (i, q) in l.qps.iter().enumerate() {
+                positive(&format!("load.qps[{i}]"), *q, &mut p);
+            }
+        }
+        if l.connections.is_empty() {
+            p.push("load.connections: expected at least one count".into());
+        }
+        for (i, c) in l.connections.iter().enumerate() {
+            if *c == 0 {
+                p.push(format!("load.connections[{i}]: expected at least 1"));
+            }
+        }
+        if l.response_bytes.is_empty() {
+            p.push("load.response_bytes: expected at least one size".into());
+        }
+        if l.jitter.is_empty() {
+            p.push("load.jitter: expected [false], [true] or [false, true]".into());
+        }
+        if l.streams == 0 {
+            p.push("load.streams: expected at least 1".into());
+        }
+        if l.streams > 1 && l.protocol != HttpVersion::Http2 {
+            p.push("load.streams: more than 1 stream needs load.protocol: http2".into());
+        }
+        if l.timeout_ms == 0 {
+            p.push("load.timeout_ms: expected at least 1".into());
+        }
+        for (section, proxy) in [("proxy", &self.proxy), ("tunnel", &self.tunnel)] {
+            if proxy.kind == ProxyType::Command {
+                if proxy.command.is_empty() {
+                    p.push(format!(
+                        "{section}.command: type command needs the program and its arguments"
+                    ));
+                }
+            } else if !proxy.command.is_empty() || !proxy.config_template.is_empty() {
+                p.push(format!(
+                    "{section}.command: only for type command (this one is {})",
+                    proxy.kind.name()
+                ));
+            }
+        }
+        let tunnels = self
+            .topologies
+            .iter()
+            .any(|t| matches!(t, Topology::Ambient | Topology::Waypoint));
+        if tunnels && self.tunnel.kind == ProxyType::Caddy {
+            p.push("tunnel.type: caddy has no L4 proxy in Debian's package; use haproxy, nginx, envoy or command".into());
+        }
+        if self.topologies.contains(&Topology::Gateway) {
+            if self.gateway.kind == ProxyType::Command {
+                p.push("gateway.type: expected nginx, haproxy, caddy or envoy".into());
+            }
+            if self.gateway.domains == 0 || self.gateway.paths == 0 {
+                p.push("gateway: domains and paths must be at least 1".into());
+            }
+        }
+        for (role, r) in [
+            ("proxy", &self.limits.proxy),
+            ("tunnel", &self.limits.tunnel),
+            ("backend", &self.limits.backend),
+            ("client", &self.limits.client),
+        ] {
+            for (i, c) in r.cpus.iter().enumerate() {
+                positive(&format!("limits.{role}.cpus[{i}]"), *c, &mut p);
+            }
+            if let Some(set) = &r.cpuset {
+                if parse_cpuset(set).is_none() {
+                    p.push(format!(
+                        "limits.{role}.cpuset: '{set}' is not a CPU list such as 0, 0-1 or 0,2"
+                    ));
+                }
+            }
+            if r.memory_mib == Some(0) {
+                p.push(format!("limits.{role}.memory_mib: expected at least 1"));
+            }
+        }
+        if !self.limits.client.cpus.is_empty() || self.limits.client.memory_mib.is_some() {
+            p.push(
+                "limits.client: the load generator runs in this process; only cpuset applies"
+                    .into(),
+            );
+        }
+        let sweeps = [
+            &self.limits.proxy.cpus,
+            &self.limits.tunnel.cpus,
+            &self.limits.backend.cpus,
+        ]
+        .iter()
+        .filter(|c| c.len() > 1)
+        .count();
+        if sweeps > 1 {
+            p.push("limits: only one role's cpus may list several values (the CPU sweep)".into());
+        }
+        p
+    }
+}
+
+/// `0`, `0-3`, `0,2-3` into CPU numbers.
+pub fn parse_cpuset(s: &str) -> Option<Vec<usize>> {
+    let mut cpus = Vec::new();
+    for part in s.split(',') {
+        let part = part.trim();
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b): (usize, usize) = (a.trim().parse().ok()?, b.trim().parse().ok()?);
+                if a > b {
+                    return None;
+                }
+                cpus.extend(a..=b);
+            }
+            None => cpus.push(part.parse().ok()?),
+        }
+    }
+    (!cpus.is_empty()).then_some(cpus)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = "name: t\ntopologies: [baseline, serveronly]\n";
+
+    #[test]
+    fn a_minimal_file_takes_the_defaults() {
+        let e = parse("t.yaml", MINIMAL, &[]).unwrap();
+        assert_eq!(e.topologies, vec![Topology::Baseline, Topology::Serveronly]);
+        assert_eq!(e.duration_secs, 10.0);
+        assert_eq!(e.load.qps, vec![1000.0]);
+        assert_eq!(e.tunnel.kind, ProxyType::Haproxy);
+        assert!(e.tunnel.mtls);
+    }
+
+    #[test]
+    fn every_mistake_is_reported_at_once_with_its_key() {
+        let text = "name: t\ntopologies: [baseline, sidecar]\nduration: 5\nload:\n  qps: [100, fast]\n  conections: [4]\nlimits:\n  proxy:\n    cpus: [-1]\n";
+        let err = parse("bad.yaml", text, &[]).unwrap_err().to_string();
+        assert!(err.starts_with("bad.yaml: "), "{err}");
+        assert!(err.contains("duration: unknown key"), "{err}");
+        assert!(
+            err.contains("topologies[1]: unknown variant `sidecar`"),
+            "{err}"
+        );
+        assert!(err.contains("load.qps[1]"), "{err}");
+        assert!(err.contains("load.conections: unknown key"), "{err}");
+        // Range checks run once the types are right; here they are blocked by the type errors.
+        let err = parse(
+            "bad.yaml",
+            "name: t\ntopologies: [baseline]\nrepeats: 0\nlimits:\n  proxy:\n    cpus: [-1]\n    cpuset: 'x'\n",
+            &[],
+        )
+        .unwrap_err()
+        .to_string();
+        for key in ["repeats", "limits.proxy.cpus[0]", "limits.proxy.cpuset"] {
+            assert!(err.contains(key), "{key} in {err}");
+        }
+    }
+
+    #[test]
+    fn overrides_edit_any_key() {
+        let e = parse(
+            "t.yaml",
+            MINIMAL,
+            &[
+                "duration_secs=3".into(),
+                "load.qps=[10, 20]".into(),
+                "limits.proxy.cpus=[0.5]".into(),
+                "proxy.type=haproxy".into(),
+            ],
+        )
+        .unwrap();
+        assert_eq!(e.duration_secs, 3.0);
+        assert_eq!(e.load.qps, vec![10.0, 20.0]);
+        assert_eq!(e.limits.proxy.cpus, vec![0.5]);
+        assert_eq!(e.proxy.kind, ProxyType::Haproxy);
+        let err = parse("t.yaml", MINIMAL, &["nokey".into(), "load.qps.x=1".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("expected KEY=VALUE"), "{err}");
+        assert!(err.contains("load.qps: invalid type: map"), "{err}");
+    }
+
+    #[test]
+    fn cpu_lists_parse_as_the_kernel_writes_them() {
+        assert_eq!(parse_cpuset("0"), Some(vec![0]));
+        assert_eq!(parse_cpuset("0-2,5"), Some(vec![0, 1, 2, 5]));
+        assert_eq!(parse_cpuset("2-1"), None);
+        assert_eq!(parse_cpuset(""), None);
+    }
+
+    #[test]
+    fn the_presets_parse() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples");
+        let mut seen = 0;
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "yaml") {
+                load(&path, &[]).unwrap_or_else(|e| panic!("{e}"));
+                seen += 1;
+            }
+        }
+        assert!(seen >= 5, "{seen} presets");
+    }
+}

@@ -1,0 +1,276 @@
+//! From an experiment to the ordered list of steps it runs. A variant is one rig (topology and
+//! CPU allotment); a load point is one cell of the load matrix. Repeats are interleaved: every
+//! repeat walks every load point, and at every load point every variant runs in turn, so slow
+//! drift of the machine spreads across the variants instead of landing on one.
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use crate::config::{Experiment, HttpVersion, LoopMode, Topology};
+
+/// Which role's CPU quota a sweep varies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CpuRole {
+    Proxy,
+    Tunnel,
+    Backend,
+}
+
+impl CpuRole {
+    pub fn name(self) -> &'static str {
+        match self {
+            CpuRole::Proxy => "proxy",
+            CpuRole::Tunnel => "tunnel",
+            CpuRole::Backend => "backend",
+        }
+    }
+}
+
+/// One cell of the load matrix.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct LoadPoint {
+    /// None in a closed loop.
+    pub qps: Option<f64>,
+    pub connections: u32,
+    pub response_bytes: u64,
+    pub jitter: bool,
+}
+
+/// One step: a variant under a load point, in one repeat.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Step {
+    /// 0-based position in the run order.
+    pub index: usize,
+    /// 0-based repeat.
+    pub repeat: u32,
+    pub topology: Topology,
+    /// The swept role's CPU quota in cores, when `limits.<role>.cpus` lists values.
+    pub cpu: Option<(CpuRole, f64)>,
+    pub load: LoadPoint,
+}
+
+impl Step {
+    /// A short name of the variant: topology, and the CPU allotment when swept.
+    pub fn variant(&self) -> String {
+        match self.cpu {
+            Some((role, c)) => format!("{} {}={}cpu", self.topology, role.name(), c),
+            None => self.topology.to_string(),
+        }
+    }
+
+    /// A one-line description of the load point.
+    pub fn load_text(&self) -> String {
+        let mut s = match self.load.qps {
+            Some(q) => format!("{q} qps"),
+            None => "max qps".into(),
+        };
+        let _ = write!(
+            s,
+            " x {} conns, {} B",
+            self.load.connections, self.load.response_bytes
+        );
+        if self.load.jitter {
+            s.push_str(", jitter");
+        }
+        s
+    }
+
+    /// Istio perf/benchmark's label: `{id}_qps_{q}_c_{c}_{size}_{variant}_{mode}`.
+    pub fn istio_label(&self, id: &str, protocol: HttpVersion) -> String {
+        let q = match self.load.qps {
+            Some(q) if q.fract() == 0.0 => format!("{q:.0}"),
+            Some(q) => format!("{q}"),
+            None => "max".into(),
+        };
+        let mut variant = Vec::new();
+        if let Some((role, c)) = self.cpu {
+            variant.push(format!("{}{c}cpu", role.name()));
+        }
+        if self.load.jitter {
+            variant.push("jitter".into());
+        }
+        if protocol == HttpVersion::Http2 {
+            variant.push("h2".into());
+        }
+        let variant = if variant.is_empty() {
+            "default".to_string()
+        } else {
+            variant.join("-")
+        };
+        format!(
+            "{id}_qps_{q}_c_{}_{}_{variant}_{}",
+            self.load.connections,
+            self.load.response_bytes,
+            self.topology.istio_mode()
+        )
+    }
+}
+
+/// The whole run order.
+#[derive(Debug, Clone, Serialize)]
+pub struct Plan {
+    pub steps: Vec<Step>,
+    /// Seconds each step takes beyond its load (starting and stopping the rig), for estimates.
+    pub setup_secs: f64,
+}
+
+impl Plan {
+    pub fn compile(e: &Experiment) -> Plan {
+        let mut loads = Vec::new();
+        let rates: Vec<Option<f64>> = match e.load.mode {
+            LoopMode::Open => e.load.qps.iter().map(|q| Some(*q)).collect(),
+            LoopMode::Closed => vec![None],
+        };
+        for &qps in &rates {
+            for &connections in &e.load.connections {
+                for &response_bytes in &e.load.response_bytes {
+                    for &jitter in &e.load.jitter {
+                        loads.push(LoadPoint {
+                            qps,
+                            connections,
+                            response_bytes,
+                            // Jitter shapes arrivals: meaningless in a closed loop.
+                            jitter: jitter && qps.is_some(),
+                        });
+                    }
+                }
+            }
+        }
+        loads.dedup();
+        let sweep = [
+            (CpuRole::Proxy, &e.limits.proxy.cpus),
+            (CpuRole::Tunnel, &e.limits.tunnel.cpus),
+            (CpuRole::Backend, &e.limits.backend.cpus),
+        ]
+        .into_iter()
+        .find(|(_, c)| c.len() > 1);
+        let mut variants = Vec::new();
+        for &t in &e.topologies {
+            match sweep {
+                Some((role, cpus)) if role_in(role, t) => {
+                    for &c in cpus {
+                        variants.push((t, Some((role, c))));
+                    }
+                }
+                _ => variants.push((t, None)),
+            }
+        }
+        let mut steps = Vec::new();
+        for repeat in 0..e.repeats {
+            for load in &loads {
+                for (topology, cpu) in &variants {
+                    steps.push(Step {
+                        index: steps.len(),
+                        repeat,
+                        topology: *topology,
+                        cpu: *cpu,
+                        load: *load,
+                    });
+                }
+            }
+        }
+        Plan {
+            steps,
+            setup_secs: 1.0,
+        }
+    }
+
+    /// Seconds one step takes, start to end.
+    pub fn step_secs(&self, e: &Experiment) -> f64 {
+        e.warmup_secs + e.duration_secs + e.cooldown_secs + self.setup_secs
+    }
+
+    pub fn total_secs(&self, e: &Experiment) -> f64 {
+        self.steps.len() as f64 * self.step_secs(e)
+    }
+}
+
+/// Whether a topology has a role of this kind (so that a CPU sweep multiplies its variants).
+pub fn role_in(role: CpuRole, t: Topology) -> bool {
+    match role {
+        CpuRole::Backend => true,
+        CpuRole::Proxy => !matches!(t, Topology::Baseline | Topology::Ambient),
+        CpuRole::Tunnel => matches!(t, Topology::Ambient | Topology::Waypoint),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::parse;
+
+    #[test]
+    fn repeats_interleave_variants_at_every_load_point() {
+        let e = parse(
+            "t.yaml",
+            "name: t\ntopologies: [baseline, both]\nrepeats: 2\nload:\n  qps: [100, 200]\n  connections: [4]\n",
+            &[],
+        )
+        .unwrap();
+        let plan = Plan::compile(&e);
+        let order: Vec<(u32, Option<f64>, &str)> = plan
+            .steps
+            .iter()
+            .map(|s| (s.repeat, s.load.qps, s.topology.name()))
+            .collect();
+        assert_eq!(
+            order,
+            vec![
+                (0, Some(100.0), "baseline"),
+                (0, Some(100.0), "both"),
+                (0, Some(200.0), "baseline"),
+                (0, Some(200.0), "both"),
+                (1, Some(100.0), "baseline"),
+                (1, Some(100.0), "both"),
+                (1, Some(200.0), "baseline"),
+                (1, Some(200.0), "both"),
+            ]
+        );
+        assert_eq!(plan.total_secs(&e), 8.0 * (2.0 + 10.0 + 1.0 + 1.0));
+    }
+
+    #[test]
+    fn a_cpu_sweep_multiplies_only_the_topologies_with_that_role() {
+        let e = parse(
+            "t.yaml",
+            "name: t\ntopologies: [baseline, gateway]\nload:\n  mode: closed\n  connections: [8]\nlimits:\n  proxy:\n    cpus: [0.25, 0.5, 1]\n",
+            &[],
+        )
+        .unwrap();
+        let plan = Plan::compile(&e);
+        let variants: Vec<String> = plan.steps.iter().map(Step::variant).collect();
+        assert_eq!(
+            variants,
+            [
+                "baseline",
+                "gateway proxy=0.25cpu",
+                "gateway proxy=0.5cpu",
+                "gateway proxy=1cpu"
+            ]
+        );
+        assert_eq!(
+            plan.steps[2].istio_label("gw", HttpVersion::Http1),
+            "gw_qps_max_c_8_1024_proxy0.5cpu_ingress"
+        );
+    }
+
+    #[test]
+    fn labels_follow_istio_perf_benchmark() {
+        let e = parse(
+            "t.yaml",
+            "name: t\ntopologies: [baseline, serveronly, both]\nload:\n  qps: [1000]\n  connections: [16]\n  jitter: [false, true]\n",
+            &[],
+        )
+        .unwrap();
+        let labels: Vec<String> = Plan::compile(&e)
+            .steps
+            .iter()
+            .map(|s| s.istio_label("e1", HttpVersion::Http1))
+            .collect();
+        assert_eq!(labels[0], "e1_qps_1000_c_16_1024_default_no_istio");
+        assert_eq!(labels[1], "e1_qps_1000_c_16_1024_default_serveronly");
+        assert_eq!(labels[5], "e1_qps_1000_c_16_1024_jitter_both");
+    }
+}

@@ -1,0 +1,252 @@
+//! One role's process: started in its own process group (so that the whole tree it forks can be
+//! found and stopped), placed in its cgroup and CPU set and network namespace *before* its
+//! program runs, its output kept in a log whose tail explains a failure, and stopped with
+//! SIGTERM then SIGKILL when dropped. The child also asks the kernel to kill it if meshbench
+//! dies, so that even a SIGKILLed run leaves no proxy behind.
+
+use std::ffi::CString;
+use std::fs;
+use std::io;
+use std::net::{SocketAddr, TcpStream};
+use std::os::fd::RawFd;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::cgroup::Cgroup;
+use crate::LabError;
+
+/// Where and how a role's process runs.
+#[derive(Debug, Default)]
+pub struct Placement<'a> {
+    pub cgroup: Option<&'a Cgroup>,
+    /// CPUs to pin to with the affinity mask (the fallback when cgroups are unavailable).
+    pub affinity: Option<Vec<usize>>,
+    /// A network namespace created with `ip netns add` (see [`crate::netns`]).
+    pub netns: Option<String>,
+}
+
+/// A running role process; its whole process group is stopped when dropped.
+#[derive(Debug)]
+pub struct RoleProcess {
+    pub name: String,
+    child: Child,
+    log: PathBuf,
+}
+
+impl RoleProcess {
+    /// Starts `cmd` with its output in `log`, placed as asked.
+    pub fn spawn(
+        name: &str,
+        mut cmd: Command,
+        log: &Path,
+        place: &Placement,
+    ) -> Result<RoleProcess, LabError> {
+        let out = fs::File::create(log).map_err(|e| LabError::Files {
+            path: log.to_path_buf(),
+            source: e,
+        })?;
+        let err = out.try_clone().map_err(|e| LabError::Files {
+            path: log.to_path_buf(),
+            source: e,
+        })?;
+        // Everything the child needs is prepared here: after fork it may not allocate.
+        let procs: Vec<RawFd> = match place.cgroup {
+            Some(g) => g.procs_files()?,
+            None => Vec::new(),
+        };
+        let mask = place.affinity.as_ref().map(|cpus| {
+            // SAFETY: cpu_set_t is plain bits; CPU_ZERO/CPU_SET only write into it.
+            let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+            for &c in cpus {
+                unsafe { libc::CPU_SET(c, &mut set) };
+            }
+            set
+        });
+        let netns_fd: Option<RawFd> = match &place.netns {
+            Some(ns) => {
+                let path = CString::new(format!("/var/run/netns/{ns}")).expect("no NUL in a name");
+                // SAFETY: a plain open(2) of a NUL-terminated path.
+                let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+                if fd < 0 {
+                    return Err(LabError::Spawn(
+                        format!("{name} in netns {ns}"),
+                        io::Error::last_os_error(),
+                    ));
+                }
+                Some(fd)
+            }
+            None => None,
+        };
+        let fds = procs.clone();
+        // SAFETY: the closure only makes async-signal-safe system calls on prepared data.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::setpgid(0, 0) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                for &fd in &fds {
+                    if libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+                        return Err(io::Error::last_os_error());
+                    }
+                }
+                if let Some(set) = &mask {
+                    if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set) != 0
+                    {
+                        return Err(io::Error::last_os_error());
+                    }
+                }
+                if let Some(fd) = netns_fd {
+                    if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
+                        return Err(io::Error::last_os_error());
+                    }
+                }
+                Ok(())
+            });
+        }
+        let spawned = cmd.stdin(Stdio::null()).stdout(out).stderr(err).spawn();
+        for fd in procs.iter().copied().chain(netns_fd) {
+            // SAFETY: these descriptors were opened above and are not used elsewhere.
+            unsafe { libc::close(fd) };
+        }
+        let child = spawned.map_err(|e| LabError::Spawn(name.to_string(), e))?;
+        Ok(RoleProcess {
+            name: name.to_string(),
+            child,
+            log: log.to_path_buf(),
+        })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Waits until `addr` accepts a connection; fails with the log's tail if the process exits
+    /// first or `timeout` passes. `connect` reaches the address (it may have to enter a netns).
+    pub fn wait_listening(
+        &mut self,
+        addr: SocketAddr,
+        timeout: Duration,
+        connect: &dyn Fn(SocketAddr) -> bool,
+    ) -> Result<(), LabError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if connect(addr) {
+                return Ok(());
+            }
+            if let Some(status) = self.exited() {
+                return Err(LabError::BadConfig {
+                    server: self.name.clone(),
+                    log: format!("exited ({status}): {}", self.log_tail(5)),
+                });
+            }
+            if Instant::now() > deadline {
+                return Err(LabError::NotListening {
+                    server: self.name.clone(),
+                    addr,
+                    log: self.log_tail(5),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// How it ended, if it has.
+    pub fn exited(&mut self) -> Option<String> {
+        match self.child.try_wait() {
+            Ok(Some(s)) => Some(s.to_string()),
+            _ => None,
+        }
+    }
+
+    /// The last `n` lines of its output, joined with " | ".
+    pub fn log_tail(&self, n: usize) -> String {
+        let text = fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+        lines[lines.len().saturating_sub(n)..].join(" | ")
+    }
+
+    /// Every process of its group (the program and whatever it forked), from /proc.
+    pub fn tree(&self) -> Vec<u32> {
+        group_members(self.child.id())
+    }
+}
+
+/// A plain TCP connect with a short timeout.
+pub fn accepts(addr: SocketAddr) -> bool {
+    TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
+}
+
+/// Processes whose process group is `pgid`.
+pub fn group_members(pgid: u32) -> Vec<u32> {
+    let Ok(dir) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|s| stat_pgrp(&s))
+                == Some(pgid)
+        })
+        .collect()
+}
+
+/// The process group field of /proc/PID/stat.
+pub fn stat_pgrp(stat: &str) -> Option<u32> {
+    // The command name may hold spaces and parentheses: fields start after the last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(2)?.parse().ok()
+}
+
+impl Drop for RoleProcess {
+    fn drop(&mut self) {
+        let pgid = self.child.id() as i32;
+        // SAFETY: signalling a process group this handle created.
+        unsafe { libc::kill(-pgid, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < deadline {
+            let _ = self.child.try_wait();
+            if group_members(pgid as u32).is_empty() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        unsafe { libc::kill(-pgid, libc::SIGKILL) };
+        let _ = self.child.wait();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_process_group_is_read_after_the_command_name() {
+        let stat = "1234 (a (weird) name) S 1 1230 1230 0 -1 4194560";
+        assert_eq!(stat_pgrp(stat), Some(1230));
+        assert_eq!(stat_pgrp("garbage"), None);
+    }
+
+    #[test]
+    fn a_role_and_everything_it_forks_are_stopped_when_dropped() {
+        let dir = std::env::temp_dir().join(format!("mb-proc-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "sleep 30 & sleep 30 & echo started; wait"]);
+        let role =
+            RoleProcess::spawn("sleepers", cmd, &dir.join("log"), &Placement::default()).unwrap();
+        let pgid = role.pid();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while role.tree().len() < 3 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(role.tree().len(), 3, "sh and two sleeps");
+        assert_eq!(role.log_tail(1), "started");
+        drop(role);
+        assert!(group_members(pgid).is_empty());
+        fs::remove_dir_all(dir).unwrap();
+    }
+}
