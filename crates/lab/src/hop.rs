@@ -74,6 +74,8 @@ pub struct Hop {
     pub listen_tls: Option<ListenTls>,
     pub upstream: SocketAddr,
     pub upstream_tls: Option<UpstreamTls>,
+    /// Accept HTTP/2 from the client: h2c on a plain listener, ALPN h2 with TLS (L7 only).
+    pub http2: bool,
     pub workers: u32,
     /// Where its configuration, logs and temporary files go.
     pub dir: PathBuf,
@@ -231,7 +233,10 @@ fn p(path: &Path) -> String {
 /// nginx: `http` with an upstream keepalive pool at L7, `stream` at L4.
 pub fn nginx_config(hop: &Hop) -> Result<String, LabError> {
     let mut c = nginx::preamble(&hop.dir, hop.workers as usize);
-    let listen_ssl = if hop.listen_tls.is_some() { " ssl" } else { "" };
+    let mut listen_ssl = if hop.listen_tls.is_some() { " ssl" } else { "" }.to_string();
+    if hop.http2 && hop.layer == Layer::L7 {
+        listen_ssl.push_str(" http2");
+    }
     let mut tls_in = String::new();
     if let Some(t) = &hop.listen_tls {
         let _ = writeln!(
@@ -334,12 +339,18 @@ pub fn haproxy_config(hop: &Hop) -> Result<String, LabError> {
         Layer::L4 => "tcp",
     };
     let mut bind = String::new();
+    let h2 = hop.http2 && hop.layer == Layer::L7;
     if let Some(t) = &hop.listen_tls {
         let pem = combined_pem(&hop.dir, &format!("{}-listen", hop.name), &t.cert, &t.key)?;
         let _ = write!(bind, " ssl crt {}", p(&pem));
         if let Some(ca) = &t.client_ca {
             let _ = write!(bind, " ca-file {} verify required", p(ca));
         }
+        if h2 {
+            bind.push_str(" alpn h2,http/1.1");
+        }
+    } else if h2 {
+        bind.push_str(" proto h2");
     }
     let mut server = String::new();
     if let Some(t) = &hop.upstream_tls {
@@ -416,11 +427,19 @@ pub fn caddy_config(hop: &Hop) -> String {
         }
         transport.push_str("    }\n  }");
     }
+    let protocols = match (hop.http2, hop.listen_tls.is_some()) {
+        (true, true) => "h1 h2",
+        (true, false) => "h1 h2c",
+        (false, _) => "h1",
+    };
     format!(
         "{{
   admin off
   auto_https off
   storage file_system {d}/caddy-data
+  servers {{
+    protocols {protocols}
+  }}
   log {{
     level ERROR
   }}
@@ -466,6 +485,7 @@ mod tests {
             }),
             upstream: "127.0.0.1:8002".parse().unwrap(),
             upstream_tls: None,
+            http2: false,
             workers: 2,
             dir,
         }

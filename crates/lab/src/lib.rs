@@ -9,9 +9,11 @@ pub mod cgroup;
 pub mod gateway;
 pub mod hop;
 pub mod install;
+pub mod netns;
 pub mod nginx;
 pub mod pki;
 pub mod process;
+pub mod rig;
 pub mod sample;
 pub mod sampler;
 

@@ -37,6 +37,51 @@ pub fn binary(flavor: Flavor) -> Result<PathBuf, LabError> {
     }
 }
 
+/// The command line that runs a gateway generated into `dir`, in the foreground.
+pub fn command(flavor: Flavor, dir: &Path) -> Result<Command, LabError> {
+    let bin = binary(flavor)?;
+    let d = dir.display().to_string();
+    let mut cmd = Command::new(&bin);
+    cmd.current_dir(dir);
+    match flavor {
+        Flavor::Nginx => {
+            cmd.args([
+                "-p",
+                &d,
+                "-c",
+                &format!("{d}/nginx.conf"),
+                "-e",
+                &format!("{d}/error.log"),
+            ]);
+        }
+        Flavor::Haproxy => {
+            cmd.args(["-db", "-f", &format!("{d}/haproxy.cfg")]);
+        }
+        Flavor::Caddy => {
+            cmd.args([
+                "run",
+                "--adapter",
+                "caddyfile",
+                "--config",
+                &format!("{d}/Caddyfile"),
+            ])
+            .env("HOME", dir)
+            .env("XDG_DATA_HOME", dir.join("caddy-data"))
+            .env("XDG_CONFIG_HOME", dir.join("caddy-config"));
+        }
+        Flavor::Envoy => {
+            cmd.args([
+                "--config-path",
+                &format!("{d}/envoy.pb"),
+                "--log-level",
+                "warn",
+            ]);
+        }
+        Flavor::Istio => unreachable!("binary() refused istio"),
+    }
+    Ok(cmd)
+}
+
 impl RunningGateway {
     /// Starts the gateway whose configuration `gen gateway` wrote into `dir`, listening on
     /// `listen`, and waits up to 30 s for it to accept connections.
@@ -45,45 +90,7 @@ impl RunningGateway {
         dir: &Path,
         listen: SocketAddr,
     ) -> Result<RunningGateway, LabError> {
-        let bin = binary(flavor)?;
-        let d = dir.display().to_string();
-        let mut cmd = Command::new(&bin);
-        match flavor {
-            Flavor::Nginx => {
-                cmd.args([
-                    "-p",
-                    &d,
-                    "-c",
-                    &format!("{d}/nginx.conf"),
-                    "-e",
-                    &format!("{d}/error.log"),
-                ]);
-            }
-            Flavor::Haproxy => {
-                cmd.args(["-db", "-f", &format!("{d}/haproxy.cfg")]);
-            }
-            Flavor::Caddy => {
-                cmd.args([
-                    "run",
-                    "--adapter",
-                    "caddyfile",
-                    "--config",
-                    &format!("{d}/Caddyfile"),
-                ])
-                .env("HOME", dir)
-                .env("XDG_DATA_HOME", dir.join("caddy-data"))
-                .env("XDG_CONFIG_HOME", dir.join("caddy-config"));
-            }
-            Flavor::Envoy => {
-                cmd.args([
-                    "--config-path",
-                    &format!("{d}/envoy.pb"),
-                    "--log-level",
-                    "warn",
-                ]);
-            }
-            Flavor::Istio => unreachable!("binary() refused istio"),
-        }
+        let mut cmd = command(flavor, dir)?;
         let log = dir.join(format!("{}.log", flavor.name()));
         let out = std::fs::File::create(&log)
             .map_err(|e| LabError::Io(format!("cannot create {}: {e}", log.display())))?;
@@ -91,7 +98,6 @@ impl RunningGateway {
             .try_clone()
             .map_err(|e| LabError::Io(format!("cannot open {}: {e}", log.display())))?;
         let child = cmd
-            .current_dir(dir)
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err)

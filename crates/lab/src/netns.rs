@@ -1,0 +1,115 @@
+//! Network namespaces for `isolation: netns`: each role in its own namespace, as a pod is,
+//! joined to the root namespace by a veth pair (10.213.N.1 on the host end, 10.213.N.2 inside),
+//! the root namespace routing between them. The host end's counters give a role's bytes in
+//! and out. Everything is removed when dropped; IP forwarding is restored to what it was.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::process::Command;
+
+use crate::LabError;
+
+const FORWARD: &str = "/proc/sys/net/ipv4/ip_forward";
+
+/// The namespaces of one rig.
+#[derive(Debug)]
+pub struct Namespaces {
+    prefix: String,
+    created: Vec<Member>,
+    forward_was: Option<String>,
+}
+
+/// One role's namespace.
+#[derive(Debug, Clone)]
+pub struct Member {
+    pub netns: String,
+    /// The veth end in the root namespace.
+    pub host_veth: String,
+    /// The role's address inside its namespace.
+    pub addr: IpAddr,
+}
+
+fn ip(args: &[&str]) -> Result<(), LabError> {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .map_err(|e| LabError::Missing {
+            program: "ip".into(),
+            hint: format!("install iproute2 ({e})"),
+        })?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(LabError::Io(format!(
+            "`ip {}` failed: {}; isolation: netns needs root (or CAP_NET_ADMIN)",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )))
+    }
+}
+
+impl Namespaces {
+    /// `prefix` must be short (interface names hold 15 bytes) and unique to this run.
+    pub fn new(prefix: &str) -> Namespaces {
+        Namespaces {
+            prefix: prefix.to_string(),
+            created: Vec::new(),
+            forward_was: None,
+        }
+    }
+
+    /// Creates the namespace for the `n`-th role (n < 250).
+    pub fn add(&mut self, n: usize) -> Result<Member, LabError> {
+        if self.forward_was.is_none() {
+            let was = std::fs::read_to_string(FORWARD).unwrap_or_else(|_| "0".into());
+            std::fs::write(FORWARD, "1").map_err(|e| {
+                LabError::Io(format!(
+                    "cannot enable IP forwarding ({e}); isolation: netns needs root"
+                ))
+            })?;
+            self.forward_was = Some(was);
+        }
+        let netns = format!("{}-{n}", self.prefix);
+        let host_veth = format!("{}h{n}", self.prefix);
+        let inner = format!("{}n{n}", self.prefix);
+        let host_ip = format!("10.213.{n}.1");
+        let addr = Ipv4Addr::new(10, 213, n as u8, 2);
+        ip(&["netns", "add", &netns])?;
+        let member = Member {
+            netns: netns.clone(),
+            host_veth: host_veth.clone(),
+            addr: IpAddr::V4(addr),
+        };
+        self.created.push(member.clone());
+        ip(&[
+            "link", "add", &host_veth, "type", "veth", "peer", "name", &inner,
+        ])?;
+        ip(&["link", "set", &inner, "netns", &netns])?;
+        ip(&["addr", "add", &format!("{host_ip}/24"), "dev", &host_veth])?;
+        ip(&["link", "set", &host_veth, "up"])?;
+        let inside = |args: &[&str]| {
+            let mut all = vec!["netns", "exec", netns.as_str(), "ip"];
+            all.extend_from_slice(args);
+            ip(&all)
+        };
+        inside(&["addr", "add", &format!("{addr}/24"), "dev", &inner])?;
+        inside(&["link", "set", &inner, "up"])?;
+        inside(&["link", "set", "lo", "up"])?;
+        inside(&["route", "add", "default", "via", &host_ip])?;
+        Ok(member)
+    }
+}
+
+impl Drop for Namespaces {
+    fn drop(&mut self) {
+        for m in self.created.drain(..).rev() {
+            // Deleting the namespace deletes its veth end, and so the pair.
+            let _ = Command::new("ip")
+                .args(["link", "del", &m.host_veth])
+                .output();
+            let _ = Command::new("ip").args(["netns", "del", &m.netns]).output();
+        }
+        if let Some(was) = self.forward_was.take() {
+            let _ = std::fs::write(FORWARD, was.trim());
+        }
+    }
+}
