@@ -28,6 +28,77 @@ pub enum Command {
     /// Generate configurations for systems under test.
     #[command(subcommand)]
     Gen(GenCommand),
+    /// Run an experiment file: start each topology's real processes under their limits, drive
+    /// the load matrix, sample their CPU, memory and bytes, store every step.
+    Experiment(ExperimentArgs),
+    /// Read the results store: list experiments, show one, export it.
+    #[command(subcommand)]
+    Results(ResultsCommand),
+}
+
+#[derive(Debug, Args)]
+pub struct ExperimentArgs {
+    /// The experiment file (YAML; see docs/experiment.md and examples/).
+    pub file: PathBuf,
+    /// Override a key of the file, e.g. --set duration_secs=3 --set 'load.qps=[100,200]'.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+    /// Print the steps and the total time, start nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// The results store (SQLite).
+    #[arg(long, value_name = "FILE")]
+    pub store: Option<PathBuf>,
+    /// No progress line.
+    #[arg(short, long)]
+    pub quiet: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ResultsCommand {
+    /// Every stored experiment, newest first.
+    List(StoreArg),
+    /// One experiment's steps: load, latency, and each role's CPU and memory.
+    Show(ShowArgs),
+    /// One experiment as CSV (Istio perf/benchmark columns), JSON, or fortio JSON per step.
+    Export(ExportArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct StoreArg {
+    /// The results store (SQLite).
+    #[arg(long, value_name = "FILE")]
+    pub store: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct ShowArgs {
+    /// Experiment id, name (its newest run) or `latest`.
+    #[arg(default_value = "latest")]
+    pub experiment: String,
+    #[command(flatten)]
+    pub store: StoreArg,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ExportFormat {
+    Csv,
+    Json,
+    Fortio,
+}
+
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    /// Experiment id, name (its newest run) or `latest`.
+    #[arg(default_value = "latest")]
+    pub experiment: String,
+    #[arg(long, value_enum, default_value = "csv")]
+    pub format: ExportFormat,
+    /// Where to write: a file for csv and json (stdout without it), a directory for fortio.
+    #[arg(long, value_name = "PATH")]
+    pub out: Option<PathBuf>,
+    #[command(flatten)]
+    pub store: StoreArg,
 }
 
 #[derive(Debug, Subcommand)]

@@ -2,7 +2,9 @@
 
 pub mod backend;
 pub mod demo;
+pub mod experiment;
 pub mod gen;
+pub mod results;
 pub mod run;
 mod signals;
 
@@ -17,6 +19,8 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
         Command::Demo(args) => demo::execute(args),
         Command::Gen(crate::cli::GenCommand::Gateway(args)) => gen::gateway(args),
         Command::Gen(crate::cli::GenCommand::Certs(args)) => gen::certs(args),
+        Command::Experiment(args) => experiment::execute(args),
+        Command::Results(c) => results::execute(c),
     }
 }
 

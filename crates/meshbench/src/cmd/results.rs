@@ -1,0 +1,174 @@
+//! `meshbench results list|show|export`: the results store read back, as a table, as JSON, as
+//! Istio perf/benchmark CSV, or as one fortio JSON file per step.
+
+use std::io::Write;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use meshbench_store::{LoadSummary, Store, UsageRow};
+
+use crate::cli::{ExportFormat, ResultsCommand, StoreArg};
+use crate::exit;
+
+pub fn execute(c: ResultsCommand) -> Result<u8> {
+    match c {
+        ResultsCommand::List(s) => list(&s),
+        ResultsCommand::Show(a) => show(&a.experiment, &a.store),
+        ResultsCommand::Export(a) => export(&a.experiment, a.format, a.out.as_deref(), &a.store),
+    }
+}
+
+fn open(s: &StoreArg) -> Result<Store> {
+    let path = s.store.clone().unwrap_or_else(meshbench_store::default_path);
+    if !path.exists() {
+        return Err(crate::usage(format!(
+            "no results store at {}; run `meshbench experiment FILE` first or give --store",
+            path.display()
+        )));
+    }
+    Ok(Store::open(&path)?)
+}
+
+fn list(s: &StoreArg) -> Result<u8> {
+    let store = open(s)?;
+    println!(
+        "{:>4}  {:<24} {:<21} {:<12} {:>5}",
+        "id", "name", "started", "status", "steps"
+    );
+    for e in store.experiments()? {
+        println!(
+            "{:>4}  {:<24} {:<21} {:<12} {:>5}",
+            e.id, e.name, e.started_at, e.status, e.steps
+        );
+    }
+    Ok(exit::OK)
+}
+
+fn show(key: &str, s: &StoreArg) -> Result<u8> {
+    let store = open(s)?;
+    let e = store.experiment(key)?;
+    let steps = store.steps(e.id)?;
+    println!(
+        "experiment {} '{}' ({}), started {}, meshbench {}",
+        e.id, e.name, e.status, e.started_at, e.meshbench_version
+    );
+    if let Some(v) = steps.first().map(|s| &s.versions) {
+        println!("versions: {v}");
+    }
+    let view: Vec<TableRow> = steps
+        .iter()
+        .map(|r| TableRow {
+            seq: r.seq,
+            variant: &r.variant,
+            params: r.params.clone(),
+            summary: r.summary.as_ref(),
+            error: r.error.as_deref(),
+            usage: &r.usage,
+        })
+        .collect();
+    print!("{}", table(&view));
+    Ok(exit::OK)
+}
+
+fn export(key: &str, format: ExportFormat, out: Option<&Path>, s: &StoreArg) -> Result<u8> {
+    let store = open(s)?;
+    let e = store.experiment(key)?;
+    let steps = store.steps(e.id)?;
+    let write = |text: String| -> Result<()> {
+        match out {
+            Some(p) => std::fs::write(p, text).with_context(|| format!("cannot write {}", p.display())),
+            None => {
+                std::io::stdout().write_all(text.as_bytes())?;
+                Ok(())
+            }
+        }
+    };
+    match format {
+        ExportFormat::Csv => write(meshbench_report::export::istio_csv(&steps))?,
+        ExportFormat::Json => {
+            let doc = serde_json::json!({ "experiment": e, "steps": steps });
+            write(serde_json::to_string_pretty(&doc)? + "\n")?;
+        }
+        ExportFormat::Fortio => {
+            let dir = out.ok_or_else(|| {
+                crate::usage("--format fortio writes one file per step: give --out DIR")
+            })?;
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("cannot create {}", dir.display()))?;
+            let mut n = 0;
+            for step in &steps {
+                let Some(doc) = meshbench_report::export::fortio_json(&e, step) else {
+                    continue;
+                };
+                let path = dir.join(format!("{:03}_{}.json", step.seq + 1, step.label));
+                std::fs::write(&path, serde_json::to_string_pretty(&doc)? + "\n")
+                    .with_context(|| format!("cannot write {}", path.display()))?;
+                n += 1;
+            }
+            eprintln!("{n} fortio JSON files in {}", dir.display());
+        }
+    }
+    Ok(exit::OK)
+}
+
+/// One line of the step table, from a fresh record or a stored row.
+pub struct TableRow<'a> {
+    pub seq: u32,
+    pub variant: &'a str,
+    pub params: serde_json::Value,
+    pub summary: Option<&'a LoadSummary>,
+    pub error: Option<&'a str>,
+    pub usage: &'a [UsageRow],
+}
+
+/// Steps with their load, latency, and each role's CPU (millicores) and memory (MiB: the
+/// cgroup's working set where there is one, else RSS).
+pub fn table(rows: &[TableRow]) -> String {
+    let mut out = format!(
+        "{:>4} {:<26} {:<22} {:>9} {:>7} {:>7} {:>7} {:>6}  {}\n",
+        "step", "variant", "load", "req/s", "p50 ms", "p90 ms", "p99 ms", "errors", "role millicores/MiB"
+    );
+    for r in rows {
+        let load = format!(
+            "{} x {}c",
+            r.params["qps"].as_f64().map_or("max".into(), |q| format!("{q} qps")),
+            r.params["connections"]
+        );
+        let roles: Vec<String> = r
+            .usage
+            .iter()
+            .filter(|u| u.role != "sampler")
+            .map(|u| {
+                format!(
+                    "{} {:.0}m/{:.1}",
+                    u.role,
+                    u.cpu_millicores_avg,
+                    u.working_set_mib_avg.unwrap_or(u.rss_mib_avg)
+                )
+            })
+            .collect();
+        let error = r.error.map(|e| format!("  FAILED: {e}")).unwrap_or_default();
+        match r.summary {
+            Some(s) => out.push_str(&format!(
+                "{:>4} {:<26} {:<22} {:>9.1} {:>7} {:>7} {:>7} {:>6}  {}{error}\n",
+                r.seq + 1,
+                r.variant,
+                load,
+                s.throughput_rps,
+                meshbench_report::ms(s.p50_us),
+                meshbench_report::ms(s.p90_us),
+                meshbench_report::ms(s.p99_us),
+                s.errors,
+                roles.join(", ")
+            )),
+            None => out.push_str(&format!(
+                "{:>4} {:<26} {:<22} FAILED: {}\n",
+                r.seq + 1,
+                r.variant,
+                load,
+                r.error.unwrap_or("")
+            )),
+        }
+    }
+    out
+}
