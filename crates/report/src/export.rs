@@ -22,7 +22,10 @@ const ROLE_ORDER: &[&str] = &[
 
 fn role_rank(r: &str) -> (usize, String) {
     (
-        ROLE_ORDER.iter().position(|x| *x == r).unwrap_or(ROLE_ORDER.len()),
+        ROLE_ORDER
+            .iter()
+            .position(|x| *x == r)
+            .unwrap_or(ROLE_ORDER.len()),
         r.to_string(),
     )
 }
@@ -38,7 +41,8 @@ pub fn istio_csv(steps: &[StepRow]) -> String {
         .into_iter()
         .collect();
     roles.sort_by_key(|r| role_rank(r));
-    let mut out = String::from("StartTime,ActualDuration,Labels,NumThreads,ActualQPS,p50,p90,p99,p999");
+    let mut out =
+        String::from("StartTime,ActualDuration,Labels,NumThreads,ActualQPS,p50,p90,p99,p999");
     for r in &roles {
         let _ = write!(out, ",cpu_mili_avg_{r}");
     }
@@ -74,7 +78,11 @@ pub fn istio_csv(steps: &[StepRow]) -> String {
         for role in &roles {
             match s.usage.iter().find(|u| &u.role == role) {
                 Some(u) => {
-                    let _ = write!(out, ",{:.1}", u.working_set_mib_avg.unwrap_or(u.rss_mib_avg));
+                    let _ = write!(
+                        out,
+                        ",{:.1}",
+                        u.working_set_mib_avg.unwrap_or(u.rss_mib_avg)
+                    );
                 }
                 None => out.push(','),
             }

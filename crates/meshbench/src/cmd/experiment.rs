@@ -32,13 +32,17 @@ use crate::cli::{Cli, Command, ExperimentArgs};
 use crate::{exit, usage};
 
 pub fn execute(args: ExperimentArgs) -> Result<u8> {
-    let e = meshbench_experiment::load(&args.file, &args.set).map_err(|err| usage(err.to_string()))?;
+    let e =
+        meshbench_experiment::load(&args.file, &args.set).map_err(|err| usage(err.to_string()))?;
     let plan = Plan::compile(&e);
     if args.dry_run {
         print!("{}", describe_plan(&e, &plan));
         return Ok(exit::OK);
     }
-    let store_path = args.store.clone().unwrap_or_else(meshbench_store::default_path);
+    let store_path = args
+        .store
+        .clone()
+        .unwrap_or_else(meshbench_store::default_path);
     let mut store = Store::open(&store_path)?;
     let signals = super::signals::Signals::install()?;
     rig::remove_stale();
@@ -71,7 +75,15 @@ pub fn execute(args: ExperimentArgs) -> Result<u8> {
             step_secs: e.warmup_secs + e.duration_secs,
             left_after: (plan.steps.len() - step.index - 1) as f64 * plan.step_secs(&e),
         };
-        let record = run_step(&e, step, id, &exe, &versions, signals.stop.clone(), &progress);
+        let record = run_step(
+            &e,
+            step,
+            id,
+            &exe,
+            &versions,
+            signals.stop.clone(),
+            &progress,
+        );
         if record.status == "failed" {
             failed += 1;
             eprintln!(
@@ -111,7 +123,9 @@ pub fn execute(args: ExperimentArgs) -> Result<u8> {
         rows.len()
     );
     let _ = std::io::stdout().flush();
-    Ok(signals.exit_code().unwrap_or(if failed > 0 { exit::FAILED } else { exit::OK }))
+    Ok(signals
+        .exit_code()
+        .unwrap_or(if failed > 0 { exit::FAILED } else { exit::OK }))
 }
 
 fn cool_down(e: &Experiment, stop: &AtomicBool) {
@@ -175,11 +189,16 @@ fn proxy_kind(t: ProxyType, p: &meshbench_experiment::config::Proxy) -> ProxyKin
 /// The version line of each program the experiment starts.
 fn program_versions(e: &Experiment) -> BTreeMap<String, String> {
     let mut v = BTreeMap::new();
-    v.insert("meshbench".to_string(), env!("CARGO_PKG_VERSION").to_string());
-    let proxies = e
-        .topologies
-        .iter()
-        .any(|t| matches!(t, Topology::Serveronly | Topology::Clientonly | Topology::Both | Topology::Waypoint));
+    v.insert(
+        "meshbench".to_string(),
+        env!("CARGO_PKG_VERSION").to_string(),
+    );
+    let proxies = e.topologies.iter().any(|t| {
+        matches!(
+            t,
+            Topology::Serveronly | Topology::Clientonly | Topology::Both | Topology::Waypoint
+        )
+    });
     let tunnels = e
         .topologies
         .iter()
@@ -422,7 +441,10 @@ fn run_step(
             command: Command::Run(a),
         }) => super::run::resolve(&a),
         Ok(_) => unreachable!("the arguments start with `run`"),
-        Err(err) => Err(anyhow::anyhow!("{}", err.to_string().lines().next().unwrap_or(""))),
+        Err(err) => Err(anyhow::anyhow!(
+            "{}",
+            err.to_string().lines().next().unwrap_or("")
+        )),
     };
     let spec_load = match load {
         Ok(s) => s,
@@ -579,4 +601,3 @@ fn restore_affinity(old: Option<libc::cpu_set_t>) {
         unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &old) };
     }
 }
-

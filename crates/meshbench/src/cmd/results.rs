@@ -19,7 +19,10 @@ pub fn execute(c: ResultsCommand) -> Result<u8> {
 }
 
 fn open(s: &StoreArg) -> Result<Store> {
-    let path = s.store.clone().unwrap_or_else(meshbench_store::default_path);
+    let path = s
+        .store
+        .clone()
+        .unwrap_or_else(meshbench_store::default_path);
     if !path.exists() {
         return Err(crate::usage(format!(
             "no results store at {}; run `meshbench experiment FILE` first or give --store",
@@ -76,7 +79,9 @@ fn export(key: &str, format: ExportFormat, out: Option<&Path>, s: &StoreArg) -> 
     let steps = store.steps(e.id)?;
     let write = |text: String| -> Result<()> {
         match out {
-            Some(p) => std::fs::write(p, text).with_context(|| format!("cannot write {}", p.display())),
+            Some(p) => {
+                std::fs::write(p, text).with_context(|| format!("cannot write {}", p.display()))
+            }
             None => {
                 std::io::stdout().write_all(text.as_bytes())?;
                 Ok(())
@@ -126,12 +131,22 @@ pub struct TableRow<'a> {
 pub fn table(rows: &[TableRow]) -> String {
     let mut out = format!(
         "{:>4} {:<26} {:<22} {:>9} {:>7} {:>7} {:>7} {:>6}  {}\n",
-        "step", "variant", "load", "req/s", "p50 ms", "p90 ms", "p99 ms", "errors", "role millicores/MiB"
+        "step",
+        "variant",
+        "load",
+        "req/s",
+        "p50 ms",
+        "p90 ms",
+        "p99 ms",
+        "errors",
+        "role millicores/MiB"
     );
     for r in rows {
         let load = format!(
             "{} x {}c",
-            r.params["qps"].as_f64().map_or("max".into(), |q| format!("{q} qps")),
+            r.params["qps"]
+                .as_f64()
+                .map_or("max".into(), |q| format!("{q} qps")),
             r.params["connections"]
         );
         let roles: Vec<String> = r
@@ -147,7 +162,10 @@ pub fn table(rows: &[TableRow]) -> String {
                 )
             })
             .collect();
-        let error = r.error.map(|e| format!("  FAILED: {e}")).unwrap_or_default();
+        let error = r
+            .error
+            .map(|e| format!("  FAILED: {e}"))
+            .unwrap_or_default();
         match r.summary {
             Some(s) => out.push_str(&format!(
                 "{:>4} {:<26} {:<22} {:>9.1} {:>7} {:>7} {:>7} {:>6}  {}{error}\n",
