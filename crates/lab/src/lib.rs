@@ -16,6 +16,7 @@ pub mod process;
 pub mod rig;
 pub mod sample;
 pub mod sampler;
+pub mod sockdiag;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

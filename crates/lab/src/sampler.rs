@@ -44,16 +44,23 @@ pub struct Sample {
     pub connections: u64,
 }
 
+/// How a role's established connections are counted.
+pub enum Connections<'a> {
+    /// Counts by local port, from sock_diag (the root namespace, once per tick).
+    ByPort(&'a HashMap<u16, u64>),
+    /// The TCP table text of the role's own namespace (`/proc/PID/net/tcp`).
+    Table(&'a str),
+    Unknown,
+}
+
 /// Reads one role now. `read` returns a file's text (real files, or fixtures in tests);
-/// `members` lists the processes of a group; `tcp` is the TCP table (`/proc/net/tcp`) of the
-/// role's network namespace, read once per tick for all roles that share it (the kernel walks
-/// its whole connection hash to write that file: about 1.6 ms here, the sampler's main cost).
+/// `members` lists the processes of a group.
 pub fn read_role(
     w: &Watch,
     t_ms: u64,
     read: &dyn Fn(&str) -> Option<String>,
     members: &[u32],
-    tcp: Option<&str>,
+    connections: Connections,
     clk_tck: u64,
 ) -> Sample {
     let mut s = Sample {
@@ -97,9 +104,13 @@ pub fn read_role(
             s.tx_bytes = rx;
         }
     }
-    if let (Some(port), Some(table)) = (w.port, tcp) {
-        // The lab listens on IPv4 only (127.0.0.1, or 10.213.N.2 in a namespace).
-        s.connections = sample::established_connections(table, Some(port));
+    if let Some(port) = w.port {
+        s.connections = match connections {
+            Connections::ByPort(counts) => counts.get(&port).copied().unwrap_or(0),
+            // The lab listens on IPv4 only (127.0.0.1, or 10.213.N.2 in a namespace).
+            Connections::Table(t) => sample::established_connections(t, Some(port)),
+            Connections::Unknown => 0,
+        };
     }
     s
 }
@@ -148,11 +159,11 @@ fn sample_loop(watches: &[Watch], interval: Duration, stop: &AtomicBool) -> Samp
     let mut next = std::time::Instant::now();
     loop {
         let t_ms = now_ms();
-        let shared_tcp = watches
-            .iter()
-            .any(|w| w.veth.is_none())
-            .then(|| read("/proc/net/tcp"))
-            .flatten();
+        let by_port = if watches.iter().any(|w| w.veth.is_none()) {
+            crate::sockdiag::established_by_port().ok()
+        } else {
+            None
+        };
         for w in watches {
             let mut members = w.cgroup.as_ref().map(|g| g.pids()).unwrap_or_default();
             if members.is_empty() {
@@ -162,8 +173,12 @@ fn sample_loop(watches: &[Watch], interval: Duration, stop: &AtomicBool) -> Samp
                 Some(_) => read(&format!("/proc/{}/net/tcp", w.pgid)),
                 None => None,
             };
-            let tcp = own_tcp.as_deref().or(shared_tcp.as_deref());
-            let s = read_role(w, t_ms, &read, &members, tcp, clk_tck);
+            let conns = match (&own_tcp, &by_port) {
+                (Some(t), _) => Connections::Table(t),
+                (None, Some(c)) => Connections::ByPort(c),
+                (None, None) => Connections::Unknown,
+            };
+            let s = read_role(w, t_ms, &read, &members, conns, clk_tck);
             out.roles.entry(w.role.clone()).or_default().push(s);
         }
         if stop.load(Ordering::Relaxed) {
@@ -296,7 +311,7 @@ mod tests {
             port: Some(8080),
             veth: None,
         };
-        let s = read_role(&w, 5, &read, &[7, 8], Some(tcp), 100);
+        let s = read_role(&w, 5, &read, &[7, 8], Connections::Table(tcp), 100);
         assert_eq!(s.cpu_ns, 1_500_000_000);
         assert_eq!(s.rss_bytes, 3 * 1024 * 1024);
         assert_eq!((s.rx_bytes, s.tx_bytes), (11, 22));
@@ -355,7 +370,7 @@ mod tests {
         let read = |p: &str| std::fs::read_to_string(p).ok();
         let clk = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
         std::thread::sleep(Duration::from_millis(300));
-        let s = read_role(&w, now_ms(), &read, &[pid], None, clk);
+        let s = read_role(&w, now_ms(), &read, &[pid], Connections::Unknown, clk);
         let direct = sample::proc_cpu_ns(
             &std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap(),
             clk,
