@@ -433,11 +433,14 @@ impl Rig {
     pub fn watches(&self) -> Vec<Watch> {
         self.roles
             .iter()
-            .map(|r| Watch {
+            .enumerate()
+            .map(|(i, r)| Watch {
                 role: r.name.clone(),
                 pgid: r.process.pid(),
                 cgroup: r.cgroup.as_ref().map(Cgroup::files),
                 port: Some(r.listen.port()),
+                // Roles are listed client side first: the next one is this one's upstream.
+                upstream_port: self.roles.get(i + 1).map(|n| n.listen.port()),
                 veth: r.member.as_ref().map(|m| m.host_veth.clone()),
             })
             .collect()

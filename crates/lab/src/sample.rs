@@ -136,18 +136,6 @@ pub fn established_connections(proc_net_tcp: &str, port: Option<u16>) -> u64 {
         .count() as u64
 }
 
-/// Bytes a process read and wrote through system calls (`rchar`, `wchar` of `/proc/PID/io`):
-/// for a proxy with logging off these are its socket bytes in and out, which on a shared
-/// loopback no interface counter can split by process.
-pub fn proc_io_bytes(io: &str) -> Result<(u64, u64), SampleError> {
-    let field = |key: &str| {
-        io.lines()
-            .find_map(|l| l.strip_prefix(key)?.trim().parse::<u64>().ok())
-            .ok_or_else(|| malformed("/proc/PID/io", format!("no {key} line")))
-    };
-    Ok((field("rchar:")?, field("wchar:")?))
-}
-
 /// CPU use between two readings, in millicores (1000 = one core busy the whole time).
 pub fn millicores(cpu_ns_before: u64, cpu_ns_after: u64, wall_ns: u64) -> f64 {
     if wall_ns == 0 {
@@ -161,16 +149,6 @@ mod tests {
     use super::*;
 
     const STAT: &str = "4242 (nginx: worker (x)) S 1 4242 4242 0 -1 4194624 1200 0 0 0 250 75 0 0 20 0 1 0 1000 20000000 1500 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0";
-
-    #[test]
-    fn io_bytes_from_a_fixture_and_from_this_process() {
-        let io = "rchar: 1200\nwchar: 3400\nsyscr: 5\nsyscw: 6\nread_bytes: 0\n";
-        assert_eq!(proc_io_bytes(io).unwrap(), (1200, 3400));
-        assert!(proc_io_bytes("syscr: 5\n").is_err());
-        let own = std::fs::read_to_string("/proc/self/io").unwrap();
-        let (r, _) = proc_io_bytes(&own).unwrap();
-        assert!(r > 0, "this process has read its own files");
-    }
 
     #[test]
     fn proc_figures_from_fixtures() {

@@ -25,6 +25,8 @@ pub struct Watch {
     pub cgroup: Option<CgroupFiles>,
     /// The port it accepts connections on.
     pub port: Option<u16>,
+    /// The port of the next hop it connects to (none for the backend).
+    pub upstream_port: Option<u16>,
     /// Read bytes from this interface of the root namespace instead of `/proc/PID/io`
     /// (the host end of the role's veth: its "rx" is what the role sent).
     pub veth: Option<String>,
@@ -44,23 +46,23 @@ pub struct Sample {
     pub connections: u64,
 }
 
-/// How a role's established connections are counted.
-pub enum Connections<'a> {
-    /// Counts by local port, from sock_diag (the root namespace, once per tick).
-    ByPort(&'a HashMap<u16, u64>),
-    /// The TCP table text of the role's own namespace (`/proc/PID/net/tcp`).
-    Table(&'a str),
-    Unknown,
+/// A loopback role's connections and cumulative bytes, from sock_diag.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Net {
+    pub connections: u64,
+    pub rx_bytes: u64,
+    pub tx_bytes: u64,
 }
 
 /// Reads one role now. `read` returns a file's text (real files, or fixtures in tests);
-/// `members` lists the processes of a group.
+/// `members` lists the processes of a group; `net` is what sock_diag said about a role on the
+/// shared loopback (a role in its own namespace is read from its veth and TCP table instead).
 pub fn read_role(
     w: &Watch,
     t_ms: u64,
     read: &dyn Fn(&str) -> Option<String>,
     members: &[u32],
-    connections: Connections,
+    net: Option<Net>,
     clk_tck: u64,
 ) -> Sample {
     let mut s = Sample {
@@ -80,14 +82,6 @@ pub fn read_role(
         if let Some(status) = read(&format!("/proc/{pid}/status")) {
             s.rss_bytes += sample::proc_rss_bytes(&status).unwrap_or(0);
         }
-        if w.veth.is_none() {
-            if let Some((r, t)) =
-                read(&format!("/proc/{pid}/io")).and_then(|io| sample::proc_io_bytes(&io).ok())
-            {
-                s.rx_bytes += r;
-                s.tx_bytes += t;
-            }
-        }
     }
     s.cpu_ns = w
         .cgroup
@@ -95,24 +89,66 @@ pub fn read_role(
         .and_then(|g| g.cpu_ns_with(read))
         .unwrap_or(proc_cpu);
     s.working_set_bytes = w.cgroup.as_ref().and_then(|g| g.working_set_with(read));
-    if let Some(veth) = &w.veth {
-        if let Some((rx, tx)) =
-            read("/proc/net/dev").and_then(|d| sample::net_dev_bytes(&d, veth).ok())
-        {
-            // The host end receives what the role sends.
-            s.rx_bytes = tx;
-            s.tx_bytes = rx;
+    match (&w.veth, net) {
+        (Some(veth), _) => {
+            if let Some((rx, tx)) =
+                read("/proc/net/dev").and_then(|d| sample::net_dev_bytes(&d, veth).ok())
+            {
+                // The host end receives what the role sends.
+                s.rx_bytes = tx;
+                s.tx_bytes = rx;
+            }
+            if let (Some(port), Some(t)) = (w.port, read(&format!("/proc/{}/net/tcp", w.pgid))) {
+                // The lab listens on IPv4 only (10.213.N.2 in a namespace).
+                s.connections = sample::established_connections(&t, Some(port));
+            }
         }
-    }
-    if let Some(port) = w.port {
-        s.connections = match connections {
-            Connections::ByPort(counts) => counts.get(&port).copied().unwrap_or(0),
-            // The lab listens on IPv4 only (127.0.0.1, or 10.213.N.2 in a namespace).
-            Connections::Table(t) => sample::established_connections(t, Some(port)),
-            Connections::Unknown => 0,
-        };
+        (None, Some(n)) => {
+            s.connections = n.connections;
+            s.rx_bytes = n.rx_bytes;
+            s.tx_bytes = n.tx_bytes;
+        }
+        (None, None) => {}
     }
     s
+}
+
+/// Adds to each loopback role's totals the bytes its connections moved since the last look:
+/// its inbound connections (local port = its port) and its outbound ones (remote port = its
+/// upstream's port). `last` holds each connection's counters at the last look and is replaced;
+/// bytes a connection moved after the last look and before it closed are not seen.
+pub fn attribute_bytes(
+    conns: &[crate::sockdiag::Conn],
+    last: &mut HashMap<u64, (u64, u64)>,
+    watches: &[Watch],
+    totals: &mut [Net],
+) {
+    let mut seen = HashMap::with_capacity(conns.len());
+    for t in totals.iter_mut() {
+        t.connections = 0;
+    }
+    for c in conns {
+        let (r0, a0) = last.get(&c.cookie).copied().unwrap_or((0, 0));
+        let (dr, da) = (
+            c.bytes_received.saturating_sub(r0),
+            c.bytes_acked.saturating_sub(a0),
+        );
+        seen.insert(c.cookie, (c.bytes_received, c.bytes_acked));
+        for (w, t) in watches.iter().zip(totals.iter_mut()) {
+            if w.veth.is_some() {
+                continue;
+            }
+            let inbound = w.port == Some(c.sport);
+            if inbound || (w.upstream_port.is_some() && w.upstream_port == Some(c.dport)) {
+                t.rx_bytes += dr;
+                t.tx_bytes += da;
+            }
+            if inbound {
+                t.connections += 1;
+            }
+        }
+    }
+    *last = seen;
 }
 
 /// Samples taken on a thread until [`Sampler::finish`].
@@ -157,28 +193,26 @@ fn sample_loop(watches: &[Watch], interval: Duration, stop: &AtomicBool) -> Samp
     let cpu_before = thread_cpu_ns();
     let mut out = Sampled::default();
     let mut next = std::time::Instant::now();
+    let mut last = HashMap::new();
+    let mut totals = vec![Net::default(); watches.len()];
+    let loopback = watches.iter().any(|w| w.veth.is_none());
     loop {
         let t_ms = now_ms();
-        let by_port = if watches.iter().any(|w| w.veth.is_none()) {
-            crate::sockdiag::established_by_port().ok()
+        let diag = if loopback {
+            crate::sockdiag::established().ok()
         } else {
             None
         };
-        for w in watches {
+        if let Some(conns) = &diag {
+            attribute_bytes(conns, &mut last, watches, &mut totals);
+        }
+        for (i, w) in watches.iter().enumerate() {
             let mut members = w.cgroup.as_ref().map(|g| g.pids()).unwrap_or_default();
             if members.is_empty() {
                 members = group_members(w.pgid);
             }
-            let own_tcp = match &w.veth {
-                Some(_) => read(&format!("/proc/{}/net/tcp", w.pgid)),
-                None => None,
-            };
-            let conns = match (&own_tcp, &by_port) {
-                (Some(t), _) => Connections::Table(t),
-                (None, Some(c)) => Connections::ByPort(c),
-                (None, None) => Connections::Unknown,
-            };
-            let s = read_role(w, t_ms, &read, &members, conns, clk_tck);
+            let net = diag.as_ref().map(|_| totals[i]);
+            let s = read_role(w, t_ms, &read, &members, net, clk_tck);
             out.roles.entry(w.role.clone()).or_default().push(s);
         }
         if stop.load(Ordering::Relaxed) {
@@ -300,23 +334,115 @@ mod tests {
             ("/proc/8/stat", &stat(50)),
             ("/proc/7/status", "VmRSS:\t 1024 kB\n"),
             ("/proc/8/status", "VmRSS:\t 2048 kB\n"),
-            ("/proc/7/io", "rchar: 10\nwchar: 20\n"),
-            ("/proc/8/io", "rchar: 1\nwchar: 2\n"),
         ]);
-        let tcp = "  sl local rem st\n 0: 0100007F:1F90 0100007F:D000 01 x\n 1: 0100007F:1F90 0100007F:D001 06 x\n 2: 0100007F:D002 0100007F:1F90 01 x\n";
         let w = Watch {
             role: "proxy".into(),
             pgid: 7,
             cgroup: None,
             port: Some(8080),
+            upstream_port: None,
             veth: None,
         };
-        let s = read_role(&w, 5, &read, &[7, 8], Connections::Table(tcp), 100);
+        let net = Net {
+            connections: 3,
+            rx_bytes: 11,
+            tx_bytes: 22,
+        };
+        let s = read_role(&w, 5, &read, &[7, 8], Some(net), 100);
         assert_eq!(s.cpu_ns, 1_500_000_000);
         assert_eq!(s.rss_bytes, 3 * 1024 * 1024);
-        assert_eq!((s.rx_bytes, s.tx_bytes), (11, 22));
-        assert_eq!(s.connections, 1, "one established connection on port 8080");
+        assert_eq!((s.rx_bytes, s.tx_bytes, s.connections), (11, 22, 3));
         assert_eq!(s.working_set_bytes, None);
+    }
+
+    #[test]
+    fn a_netns_role_is_read_from_its_veth_and_tcp_table() {
+        let read = fixture(&[
+            ("/proc/net/dev", "Inter-|\n face |bytes\n mbh1: 500 5 0 0 0 0 0 0 900 9 0 0 0 0 0 0\n"),
+            (
+                "/proc/7/net/tcp",
+                "  sl local rem st\n 0: 0200D50A:1F90 0100D50A:D000 01 x\n 1: 0200D50A:1F90 0100D50A:D001 06 x\n",
+            ),
+        ]);
+        let w = Watch {
+            role: "server_proxy".into(),
+            pgid: 7,
+            cgroup: None,
+            port: Some(8080),
+            upstream_port: None,
+            veth: Some("mbh1".into()),
+        };
+        let s = read_role(&w, 5, &read, &[], None, 100);
+        assert_eq!(
+            (s.rx_bytes, s.tx_bytes),
+            (900, 500),
+            "the host end's tx is the role's rx"
+        );
+        assert_eq!(s.connections, 1);
+    }
+
+    #[test]
+    fn bytes_are_attributed_to_the_role_on_either_end_of_a_connection() {
+        use crate::sockdiag::Conn;
+        let conn = |sport, dport, cookie, received, acked| Conn {
+            sport,
+            dport,
+            cookie,
+            bytes_received: received,
+            bytes_acked: acked,
+        };
+        let watch = |role: &str, port, upstream| Watch {
+            role: role.into(),
+            pgid: 1,
+            cgroup: None,
+            port: Some(port),
+            upstream_port: upstream,
+            veth: None,
+        };
+        // client -> proxy (9000) -> backend (9001), one connection on each link, seen twice.
+        let watches = [
+            watch("proxy", 9000, Some(9001)),
+            watch("backend", 9001, None),
+        ];
+        let mut last = HashMap::new();
+        let mut totals = vec![Net::default(); 2];
+        let first = [
+            conn(50000, 9000, 1, 0, 0),      // the client's end
+            conn(9000, 50000, 2, 100, 1000), // the proxy's inbound end
+            conn(50001, 9001, 3, 1000, 100), // the proxy's outbound end
+            conn(9001, 50001, 4, 100, 1000), // the backend's end
+        ];
+        attribute_bytes(&first, &mut last, &watches, &mut totals);
+        assert_eq!(
+            totals[0],
+            Net {
+                connections: 1,
+                rx_bytes: 1100,
+                tx_bytes: 1100
+            }
+        );
+        assert_eq!(
+            totals[1],
+            Net {
+                connections: 1,
+                rx_bytes: 100,
+                tx_bytes: 1000
+            }
+        );
+        let second = [
+            conn(9000, 50000, 2, 150, 1500),
+            conn(9001, 50001, 4, 150, 1500),
+        ];
+        attribute_bytes(&second, &mut last, &watches, &mut totals);
+        assert_eq!(totals[0].rx_bytes, 1150, "only the delta of connection 2");
+        assert_eq!(
+            totals[1],
+            Net {
+                connections: 1,
+                rx_bytes: 150,
+                tx_bytes: 1500
+            }
+        );
     }
 
     #[test]
@@ -365,12 +491,13 @@ mod tests {
             pgid: pid,
             cgroup: None,
             port: None,
+            upstream_port: None,
             veth: None,
         };
         let read = |p: &str| std::fs::read_to_string(p).ok();
         let clk = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
         std::thread::sleep(Duration::from_millis(300));
-        let s = read_role(&w, now_ms(), &read, &[pid], Connections::Unknown, clk);
+        let s = read_role(&w, now_ms(), &read, &[pid], None, clk);
         let direct = sample::proc_cpu_ns(
             &std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap(),
             clk,
