@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Installs what the tests and benchmarks run against, from Debian packages, if missing:
-# nginx, haproxy and caddy (the real proxies and gateways the tests start), wrk, h2load and ab
-# (benchmark peers), GNU time, util-linux `script` (a pty for the progress-line test).
+# nginx (with its stream module, for L4 tunnels), haproxy and caddy (the real proxies and
+# gateways the tests start), iproute2 (network namespaces), wrk, h2load and ab (benchmark peers),
+# GNU time, util-linux `script` (a pty for the progress-line test).
 set -euo pipefail
 need=()
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need+=(nginx)
 command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || need+=(haproxy)
+[ -f /usr/lib/nginx/modules/ngx_stream_module.so ] || need+=(libnginx-mod-stream)
 command -v caddy >/dev/null 2>&1 || need+=(caddy)
+command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v wrk >/dev/null 2>&1 || need+=(wrk)
 command -v ab >/dev/null 2>&1 || need+=(apache2-utils)
 command -v script >/dev/null 2>&1 || need+=(util-linux)

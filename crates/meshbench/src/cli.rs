@@ -23,7 +23,8 @@ pub enum Command {
     Run(Box<RunArgs>),
     /// Run the built-in test server.
     Backend(BackendArgs),
-    /// Start the backend and a real nginx, load both directly and through nginx, compare.
+    /// A short version of examples/sidecar-overhead.yaml: the backend alone, behind a real nginx
+    /// sidecar, and behind two with mutual TLS, at 500, 1000 and 2000 qps; what the sidecars add.
     Demo(DemoArgs),
     /// Generate configurations for systems under test.
     #[command(subcommand)]
@@ -362,16 +363,13 @@ pub struct BackendArgs {
 
 #[derive(Debug, Args)]
 pub struct DemoArgs {
-    /// Length of each of the four runs.
-    #[arg(short = 'd', long, default_value = "3s")]
-    pub duration: String,
-    /// Open-loop rate of the open-loop runs.
-    #[arg(short = 'r', long, default_value_t = 2000.0)]
-    pub rate: f64,
-    /// Connections of every run.
-    #[arg(short = 'c', long, default_value_t = 16)]
-    pub connections: usize,
-    /// Directory for the four JSON results.
+    /// Directory for the results store and the CSV.
     #[arg(long, default_value = "meshbench-demo")]
     pub out: PathBuf,
+    /// Override a key of the embedded experiment, e.g. --set duration_secs=10.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+    /// No progress line.
+    #[arg(short, long)]
+    pub quiet: bool,
 }

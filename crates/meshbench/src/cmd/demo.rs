@@ -1,116 +1,98 @@
-//! `meshbench demo`: the README's first command. Starts the built-in backend and a real nginx in
-//! front of it, runs a closed-loop and an open-loop test directly and through nginx, prints the
-//! four results side by side with the latency nginx adds, and writes each as JSON.
-
-use std::net::SocketAddr;
-use std::sync::atomic::Ordering;
-use std::time::Duration;
+//! `meshbench demo`: the README's first command, a short version of
+//! `examples/sidecar-overhead.yaml` (embedded in the binary). The backend alone, behind a real
+//! nginx sidecar, and behind a client and a server sidecar talking mutual TLS, at three rates;
+//! then what the sidecars add per percentile and what they cost in CPU and memory. Results go to
+//! a store and a CSV in `--out`.
 
 use anyhow::{Context, Result};
-use meshbench_engine::pacer::Arrival;
-use meshbench_engine::{ConnSpec, LoadSpec, Mode, RequestSpec, RunResult, StopAt, Targets};
-use meshbench_lab::{BackendProcess, Nginx, NginxSite};
-use meshbench_report::{ms, side_by_side};
+use meshbench_store::StepRecord;
 
-use super::parse_duration;
 use crate::cli::DemoArgs;
-use crate::{exit, usage};
+use crate::usage;
+
+/// The preset the demo shortens.
+const PRESET: &str = include_str!("../../../../examples/sidecar-overhead.yaml");
+
+/// What makes it short: 3 rates, 3 s each after a 1 s warm-up.
+const SHORTER: &[&str] = &[
+    "name=sidecar-overhead-demo",
+    "duration_secs=3",
+    "warmup_secs=1",
+    "cooldown_secs=0.5",
+    "load.qps=[500, 1000, 2000]",
+];
 
 pub fn execute(args: DemoArgs) -> Result<u8> {
-    let duration = parse_duration("--duration", &args.duration)?;
-    if duration.is_zero() || args.connections == 0 || !args.rate.is_finite() || args.rate <= 0.0 {
-        return Err(usage(
-            "--duration, --connections and --rate must be greater than 0",
-        ));
-    }
-    let signals = super::signals::Signals::install()?;
-    // The backend runs as its own process so that its CPU is not counted as the generator's.
-    let exe = std::env::current_exe().context("cannot find the meshbench executable")?;
-    let backend = BackendProcess::start(&exe, &[]).context("cannot start the backend")?;
-    let nginx = Nginx::start(&NginxSite::Proxy(backend.addr()), 1).context("cannot start nginx")?;
-    eprintln!(
-        "backend on {}, nginx {} on {} proxying to it; {} per run after 1 s of warm-up",
-        backend.addr(),
-        Nginx::version().unwrap_or_default(),
-        nginx.addr(),
-        humantime::format_duration(duration)
-    );
+    let mut overrides: Vec<String> = SHORTER.iter().map(|s| s.to_string()).collect();
+    overrides.extend(args.set.iter().cloned());
+    let e = meshbench_experiment::parse("sidecar-overhead.yaml (embedded)", PRESET, &overrides)
+        .map_err(|err| usage(err.to_string()))?;
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("cannot create {}", args.out.display()))?;
-    let open = Mode::Open {
-        rate_rps: args.rate,
-        arrival: Arrival::Uniform,
-    };
-    let plan = [
-        ("direct-closed", backend.addr(), Mode::Closed),
-        ("nginx-closed", nginx.addr(), Mode::Closed),
-        ("direct-open", backend.addr(), open),
-        ("nginx-open", nginx.addr(), open),
-    ];
-    let mut results: Vec<(&str, RunResult)> = Vec::new();
-    for (name, addr, mode) in plan {
-        if signals.stop.load(Ordering::Relaxed) {
-            break;
-        }
-        eprintln!("running {name} ...");
-        let spec = demo_spec(addr, mode, args.connections, duration);
-        let result = super::run::run_spec(&spec, signals.stop.clone(), false)?;
-        super::run::write_json(&args.out.join(format!("{name}.json")), &result)?;
-        results.push((name, result));
-    }
-    let table: Vec<(&str, &RunResult)> = results.iter().map(|(n, r)| (*n, r)).collect();
-    println!("{}", side_by_side(&table));
-    if let [(_, dc), (_, nc), (_, d_open), (_, n_open)] = &results[..] {
-        println!(
-            "what nginx adds (open loop at {} req/s, same schedule both ways):",
-            args.rate
-        );
-        for (label, a, b) in [
-            ("p50", d_open.latency_us.p50, n_open.latency_us.p50),
-            ("p90", d_open.latency_us.p90, n_open.latency_us.p90),
-            ("p99", d_open.latency_us.p99, n_open.latency_us.p99),
-            ("p99.9", d_open.latency_us.p99_9, n_open.latency_us.p99_9),
-        ] {
-            let delta = b as i64 - a as i64;
-            println!(
-                "  {label:<6} {} ms -> {} ms  ({}{} ms)",
-                ms(a),
-                ms(b),
-                if delta < 0 { "-" } else { "+" },
-                ms(delta.unsigned_abs())
-            );
-        }
-        println!(
-            "closed loop: {:.0} req/s direct, {:.0} req/s through nginx ({:.0} %)",
-            dc.throughput_rps,
-            nc.throughput_rps,
-            100.0 * nc.throughput_rps / dc.throughput_rps.max(1.0)
-        );
-    }
-    println!("results written to {}/", args.out.display());
-    drop(nginx);
-    drop(backend);
-    Ok(signals.exit_code().unwrap_or(exit::OK))
+    let store_path = args.out.join("results.db");
+    let done = super::experiment::run(&e, &store_path, args.quiet)?;
+    print!("{}", overhead(&done.steps));
+    let store = meshbench_store::Store::open(&store_path)?;
+    let steps = store.steps(done.id)?;
+    let csv = args.out.join("sidecar-overhead.csv");
+    std::fs::write(&csv, meshbench_report::export::istio_csv(&steps))
+        .with_context(|| format!("cannot write {}", csv.display()))?;
+    println!(
+        "\nstored in {} (experiment {}); Istio-style CSV in {}",
+        store_path.display(),
+        done.id,
+        csv.display()
+    );
+    Ok(done.exit_code)
 }
 
-fn demo_spec(addr: SocketAddr, mode: Mode, connections: usize, duration: Duration) -> LoadSpec {
-    let url = format!("http://{addr}/");
-    let bytes = meshbench_engine::encode_request("GET", "/", &addr.to_string(), &[], b"");
-    LoadSpec {
-        request: RequestSpec {
-            method: "GET".into(),
-            url,
-            body_len: 0,
-            headers: Vec::new(),
-        },
-        targets: std::sync::Arc::new(Targets::single_http1(addr, bytes, false)),
-        conn: ConnSpec::default(),
-        connections,
-        threads: 1,
-        mode,
-        stop: StopAt::Duration(duration),
-        warmup: Duration::from_secs(1),
-        timeout: Duration::from_secs(5),
-        seed: 1,
+/// Added latency over the baseline at the same rate, and the sidecars' CPU per 1000 requests
+/// per second and memory, one line per rate and topology.
+pub fn overhead(steps: &[StepRecord]) -> String {
+    let qps = |s: &StepRecord| {
+        serde_json::from_str::<serde_json::Value>(&s.params_json).unwrap_or_default()["qps"]
+            .as_f64()
+            .unwrap_or(0.0)
+    };
+    let mut out = String::from(
+        "\nwhat the sidecars add over the baseline (ms), and what they cost:\n   qps  topology      p50     p90     p99   p99.9   sidecar vCPU per 1000 rps   sidecar MiB\n",
+    );
+    for s in steps.iter().filter(|s| s.topology != "baseline") {
+        let Some(base) = steps
+            .iter()
+            .find(|b| b.topology == "baseline" && qps(b) == qps(s) && b.repeat == s.repeat)
+            .and_then(|b| b.summary.as_ref())
+        else {
+            continue;
+        };
+        let Some(m) = &s.summary else { continue };
+        let d = |a: u64, b: u64| (a as f64 - b as f64) / 1000.0;
+        let proxies: Vec<_> = s
+            .usage
+            .iter()
+            .filter(|u| u.role.ends_with("proxy"))
+            .collect();
+        let cpu: f64 = proxies.iter().map(|u| u.cpu_millicores_avg).sum::<f64>() / 1000.0;
+        let mib: f64 = proxies
+            .iter()
+            .map(|u| u.working_set_mib_avg.unwrap_or(u.rss_mib_avg))
+            .sum();
+        let per_1k = if m.throughput_rps > 0.0 {
+            cpu / m.throughput_rps * 1000.0
+        } else {
+            0.0
+        };
+        out.push_str(&format!(
+            "{:>6}  {:<10} {:>7.3} {:>7.3} {:>7.3} {:>7.3}   {:>25.3}   {:>11.1}\n",
+            qps(s),
+            s.topology,
+            d(m.p50_us, base.p50_us),
+            d(m.p90_us, base.p90_us),
+            d(m.p99_us, base.p99_us),
+            d(m.p999_us, base.p999_us),
+            per_1k,
+            mib
+        ));
     }
+    out
 }

@@ -34,16 +34,29 @@ use crate::{exit, usage};
 pub fn execute(args: ExperimentArgs) -> Result<u8> {
     let e =
         meshbench_experiment::load(&args.file, &args.set).map_err(|err| usage(err.to_string()))?;
-    let plan = Plan::compile(&e);
     if args.dry_run {
-        print!("{}", describe_plan(&e, &plan));
+        print!("{}", describe_plan(&e, &Plan::compile(&e)));
         return Ok(exit::OK);
     }
     let store_path = args
         .store
         .clone()
         .unwrap_or_else(meshbench_store::default_path);
-    let mut store = Store::open(&store_path)?;
+    let done = run(&e, &store_path, args.quiet)?;
+    Ok(done.exit_code)
+}
+
+/// What a finished (or interrupted) experiment left.
+pub struct Finished {
+    pub id: i64,
+    pub steps: Vec<StepRecord>,
+    pub exit_code: u8,
+}
+
+/// Runs every step of `e`, storing each in `store_path`; prints the step table.
+pub fn run(e: &Experiment, store_path: &std::path::Path, quiet: bool) -> Result<Finished> {
+    let plan = Plan::compile(e);
+    let mut store = Store::open(store_path)?;
     let signals = super::signals::Signals::install()?;
     rig::remove_stale();
     let exe = std::env::current_exe().context("cannot find the meshbench binary")?;
@@ -51,7 +64,7 @@ pub fn execute(args: ExperimentArgs) -> Result<u8> {
         name: e.name.clone(),
         description: e.description.clone(),
         labels_json: serde_json::to_string(&e.labels)?,
-        config_json: serde_json::to_string(&e)?,
+        config_json: serde_json::to_string(e)?,
         started_at: now_rfc3339(),
         meshbench_version: env!("CARGO_PKG_VERSION").into(),
     })?;
@@ -59,11 +72,11 @@ pub fn execute(args: ExperimentArgs) -> Result<u8> {
         "experiment {id} '{}': {} steps, about {}; results in {}",
         e.name,
         plan.steps.len(),
-        human_secs(plan.total_secs(&e)),
+        human_secs(plan.total_secs(e)),
         store_path.display()
     );
-    let live = !args.quiet && std::io::stderr().is_terminal();
-    let versions = program_versions(&e);
+    let live = !quiet && std::io::stderr().is_terminal();
+    let versions = program_versions(e);
     let started = Instant::now();
     let mut failed = 0;
     let mut rows = Vec::new();
@@ -73,10 +86,10 @@ pub fn execute(args: ExperimentArgs) -> Result<u8> {
             step,
             steps: plan.steps.len(),
             step_secs: e.warmup_secs + e.duration_secs,
-            left_after: (plan.steps.len() - step.index - 1) as f64 * plan.step_secs(&e),
+            left_after: (plan.steps.len() - step.index - 1) as f64 * plan.step_secs(e),
         };
         let record = run_step(
-            &e,
+            e,
             step,
             id,
             &exe,
@@ -100,7 +113,7 @@ pub fn execute(args: ExperimentArgs) -> Result<u8> {
         if signals.stop.load(Ordering::Relaxed) {
             break;
         }
-        cool_down(&e, &signals.stop);
+        cool_down(e, &signals.stop);
     }
     let interrupted = signals.stop.load(Ordering::Relaxed);
     let status = if interrupted { "interrupted" } else { "done" };
@@ -117,15 +130,20 @@ pub fn execute(args: ExperimentArgs) -> Result<u8> {
         })
         .collect();
     print!("{}", table(&view));
+    let _ = std::io::stdout().flush();
     eprintln!(
         "experiment {id} {status} in {}: {} steps stored, {failed} failed; `meshbench results show {id}`",
         human_secs(started.elapsed().as_secs_f64()),
         rows.len()
     );
-    let _ = std::io::stdout().flush();
-    Ok(signals
+    let exit_code = signals
         .exit_code()
-        .unwrap_or(if failed > 0 { exit::FAILED } else { exit::OK }))
+        .unwrap_or(if failed > 0 { exit::FAILED } else { exit::OK });
+    Ok(Finished {
+        id,
+        steps: rows,
+        exit_code,
+    })
 }
 
 fn cool_down(e: &Experiment, stop: &AtomicBool) {
@@ -145,7 +163,7 @@ pub fn describe_plan(e: &Experiment, plan: &Plan) -> String {
         e.duration_secs,
         e.cooldown_secs,
         plan.setup_secs,
-        human_secs(plan.total_secs(&e))
+        human_secs(plan.total_secs(e))
     );
     for s in &plan.steps {
         out.push_str(&format!(
