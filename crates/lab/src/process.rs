@@ -149,7 +149,7 @@ impl RoleProcess {
                     log: self.log_tail(5),
                 });
             }
-            std::thread::sleep(Duration::from_millis(20));
+            std::thread::sleep(Duration::from_millis(5));
         }
     }
 

@@ -181,6 +181,7 @@ impl Sampler {
     /// Takes a last sample and returns them all.
     pub fn finish(self) -> Sampled {
         self.stop.store(true, Ordering::Relaxed);
+        self.handle.thread().unpark();
         self.handle.join().unwrap_or_default()
     }
 }
@@ -219,10 +220,9 @@ fn sample_loop(watches: &[Watch], interval: Duration, stop: &AtomicBool) -> Samp
             break;
         }
         next += interval;
-        // Sleep in short pieces so that finish() is prompt.
+        // finish() unparks the thread, so a stop is seen at once.
         while std::time::Instant::now() < next && !stop.load(Ordering::Relaxed) {
-            let left = next.saturating_duration_since(std::time::Instant::now());
-            std::thread::sleep(left.min(Duration::from_millis(50)));
+            std::thread::park_timeout(next.saturating_duration_since(std::time::Instant::now()));
         }
     }
     out.own_cpu_ns = thread_cpu_ns() - cpu_before;
