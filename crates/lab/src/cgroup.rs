@@ -57,8 +57,8 @@ impl Cgroups {
 pub struct Limits {
     /// CPU quota in cores.
     pub cpus: Option<f64>,
-    /// CPUs to run on ("0-1").
-    pub cpuset: Option<String>,
+    /// CPUs to run on.
+    pub cpuset: Option<Vec<usize>>,
     pub memory_mib: Option<u64>,
 }
 
@@ -107,7 +107,7 @@ impl Cgroup {
                     )?;
                 }
                 if let Some(set) = &limits.cpuset {
-                    write(&dir.join("cpuset.cpus"), set)?;
+                    write(&dir.join("cpuset.cpus"), &cpu_list(set))?;
                 }
                 if let Some(m) = limits.memory_mib {
                     write(&dir.join("memory.max"), &(m << 20).to_string())?;
@@ -131,9 +131,10 @@ impl Cgroup {
                     let parent = cpuset.parent().unwrap();
                     let all = read(&parent.join("cpuset.cpus"))?;
                     let mems = read(&parent.join("cpuset.mems"))?;
+                    let cpus = limits.cpuset.as_deref().map(cpu_list);
                     write(
                         &cpuset.join("cpuset.cpus"),
-                        limits.cpuset.as_deref().unwrap_or(all.trim()),
+                        cpus.as_deref().unwrap_or(all.trim()),
                     )?;
                     write(&cpuset.join("cpuset.mems"), mems.trim())?;
                 }
@@ -274,6 +275,14 @@ impl Drop for Cgroup {
     }
 }
 
+/// CPU numbers as the kernel reads them: "0,2,3".
+pub fn cpu_list(cpus: &[usize]) -> String {
+    cpus.iter()
+        .map(usize::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// Quota in µs per period for `cpus` cores (at least the kernel's minimum of 1 ms).
 pub fn quota_us(cpus: f64) -> u64 {
     ((cpus * PERIOD_US as f64).round() as u64).max(1000)
@@ -312,7 +321,7 @@ mod tests {
         };
         let limits = Limits {
             cpus: Some(0.5),
-            cpuset: Some("0".into()),
+            cpuset: Some(vec![0]),
             memory_mib: Some(64),
         };
         let name = format!("unit-{}", std::process::id());

@@ -149,26 +149,10 @@ pub fn workers_for(set: u32, limits: &Limits) -> u32 {
     if let Some(c) = limits.cpus {
         return c.ceil().max(1.0) as u32;
     }
-    if let Some(n) = limits
-        .cpuset
-        .as_deref()
-        .and_then(parse_cpus)
-        .map(|c| c.len())
-    {
-        return n as u32;
+    if let Some(set) = &limits.cpuset {
+        return set.len().max(1) as u32;
     }
     2
-}
-
-fn parse_cpus(s: &str) -> Option<Vec<usize>> {
-    let mut cpus = Vec::new();
-    for part in s.split(',') {
-        match part.trim().split_once('-') {
-            Some((a, b)) => cpus.extend(a.trim().parse::<usize>().ok()?..=b.trim().parse().ok()?),
-            None => cpus.push(part.trim().parse().ok()?),
-        }
-    }
-    Some(cpus)
 }
 
 fn free_port() -> Result<u16, LabError> {
@@ -402,7 +386,7 @@ impl Rig {
         };
         let affinity = if cgroup.is_none() && limited {
             match (&limits.cpuset, limits.cpus) {
-                (Some(set), _) => parse_cpus(set),
+                (Some(set), _) => Some(set.clone()),
                 (None, Some(c)) => Some((0..c.ceil().max(1.0) as usize).collect()),
                 _ => None,
             }
@@ -458,10 +442,14 @@ impl Rig {
     }
 }
 
-/// A short tag for namespace and interface names (15 bytes at most with suffixes).
+/// A short tag for namespace and interface names (15 bytes at most with suffixes): a hash of
+/// the rig's id, so that rigs of concurrent runs do not collide.
 fn short_prefix(id: &str) -> String {
-    let digits: String = id.chars().filter(char::is_ascii_digit).collect();
-    format!("mb{}", &digits[digits.len().saturating_sub(6)..])
+    // FNV-1a, 24 bits.
+    let h = id.bytes().fold(0x811c_9dc5u32, |h, b| {
+        (h ^ b as u32).wrapping_mul(0x0100_0193)
+    });
+    format!("mb{:06x}", h & 0xff_ffff)
 }
 
 impl Drop for Rig {
@@ -472,5 +460,41 @@ impl Drop for Rig {
         }
         self.namespaces.take();
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn workers_follow_the_allotment_unless_set() {
+        let quota = |c| Limits {
+            cpus: Some(c),
+            ..Limits::default()
+        };
+        assert_eq!(workers_for(3, &quota(0.5)), 3);
+        assert_eq!(workers_for(0, &quota(0.25)), 1);
+        assert_eq!(workers_for(0, &quota(2.5)), 3);
+        let pinned = Limits {
+            cpuset: Some(vec![0, 1]),
+            ..Limits::default()
+        };
+        assert_eq!(workers_for(0, &pinned), 2);
+        assert_eq!(workers_for(0, &Limits::default()), 2);
+    }
+
+    #[test]
+    fn topologies_are_chains_of_hops() {
+        let names = |s| chain(s).iter().map(|p| p.name).collect::<Vec<_>>();
+        assert!(names(Shape::Baseline).is_empty());
+        assert_eq!(names(Shape::Both), ["client_proxy", "server_proxy"]);
+        assert_eq!(
+            names(Shape::Waypoint),
+            ["ztunnel_client", "waypoint", "ztunnel_server"]
+        );
+        assert!(chain(Shape::Ambient).iter().all(|p| p.layer == Layer::L4));
+        assert_eq!(short_prefix("1234-5-6").len(), 8);
+        assert_ne!(short_prefix("1234-5-6"), short_prefix("1235-5-6"));
     }
 }

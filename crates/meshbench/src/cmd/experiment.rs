@@ -239,7 +239,11 @@ fn program_versions(e: &Experiment) -> BTreeMap<String, String> {
 fn limits(r: &meshbench_experiment::config::RoleLimits, swept: Option<f64>) -> Limits {
     Limits {
         cpus: swept.or_else(|| r.cpus.first().copied()),
-        cpuset: r.cpuset.clone(),
+        // The file was checked: its CPU lists parse.
+        cpuset: r
+            .cpuset
+            .as_deref()
+            .and_then(meshbench_experiment::config::parse_cpuset),
         memory_mib: r.memory_mib,
     }
 }
