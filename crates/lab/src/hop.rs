@@ -427,29 +427,14 @@ pub fn caddy_config(hop: &Hop) -> String {
         }
         transport.push_str("    }\n  }");
     }
-    let protocols = match (hop.http2, hop.listen_tls.is_some()) {
-        (true, true) => "h1 h2",
-        (true, false) => "h1 h2c",
-        (false, _) => "h1",
-    };
     format!(
-        "{{
-  admin off
-  auto_https off
-  storage file_system {d}/caddy-data
-  servers {{
-    protocols {protocols}
-  }}
-  log {{
-    level ERROR
-  }}
-}}
+        "{globals}
 {scheme}://:{port} {{
   bind {ip}
 {site}  reverse_proxy {up}{transport}
 }}
 ",
-        d = hop.dir.display(),
+        globals = crate::gateway::caddy::globals(&hop.dir, hop.http2, hop.listen_tls.is_some()),
         port = hop.listen.port(),
         ip = hop.listen.ip(),
         up = hop.upstream,

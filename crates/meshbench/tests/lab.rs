@@ -454,17 +454,23 @@ limits:
     cpus: [0.5]
 ";
 
-#[test]
-fn sigterm_stores_the_step_in_progress_and_removes_everything() {
-    let lab = Lab::new("sigterm");
+/// Starts the long experiment, sends `signal` once `steps` are stored and a moment has passed,
+/// and returns its pid and output.
+fn signal_mid_experiment(lab: &Lab, steps: usize, signal: i32) -> (u32, std::process::Output) {
     let file = lab.file("long.yaml", LONG);
     let store = lab.store();
     let mut child = spawn_meshbench(&["experiment", &file, "--store", &store, "--quiet"]);
     let pid = child.id();
-    wait_for_steps(&store, 1, Duration::from_secs(60));
-    std::thread::sleep(Duration::from_millis(700));
-    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
-    let out = wait_with_limit(&mut child, LIMIT);
+    wait_for_steps(&store, steps, Duration::from_secs(60));
+    std::thread::sleep(Duration::from_millis(600));
+    unsafe { libc::kill(pid as i32, signal) };
+    (pid, wait_with_limit(&mut child, LIMIT))
+}
+
+#[test]
+fn sigterm_stores_the_step_in_progress_and_removes_everything() {
+    let lab = Lab::new("sigterm");
+    let (pid, out) = signal_mid_experiment(&lab, 1, libc::SIGTERM);
     assert_eq!(out.status.code(), Some(143), "{}", stderr(&out));
     let doc = lab.exported();
     assert_eq!(doc["experiment"]["status"], "interrupted");
@@ -482,14 +488,8 @@ fn sigterm_stores_the_step_in_progress_and_removes_everything() {
 #[test]
 fn the_store_survives_sigkill_and_the_next_run_cleans_up() {
     let lab = Lab::new("sigkill");
-    let file = lab.file("long.yaml", LONG);
     let store = lab.store();
-    let mut child = spawn_meshbench(&["experiment", &file, "--store", &store, "--quiet"]);
-    let pid = child.id();
-    wait_for_steps(&store, 2, Duration::from_secs(60));
-    std::thread::sleep(Duration::from_millis(500));
-    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-    let _ = child.wait();
+    let (pid, _) = signal_mid_experiment(&lab, 2, libc::SIGKILL);
     // Readable, with the finished steps; the experiment still says running.
     let doc = lab.exported();
     assert_eq!(doc["experiment"]["status"], "running");
