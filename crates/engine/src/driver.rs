@@ -68,6 +68,8 @@ pub struct WorkerPlan {
     pub targets: Arc<Targets>,
     pub conn: ConnSpec,
     pub connections: usize,
+    /// Requests this worker may have in flight (every slot unless `--concurrency` caps it).
+    pub max_in_flight: usize,
     pub pacer: Pacer,
     /// Paces new connections (`--connection-rate`), if limited.
     pub connect_pacer: Option<Pacer>,
@@ -338,7 +340,10 @@ impl Worker<'_> {
                     free_since: 0,
                 });
             }
-            let _ = self.open(i as u32, 0);
+            // A pool larger than the concurrency opens the rest on demand.
+            if i * self.streams < self.plan.max_in_flight {
+                let _ = self.open(i as u32, 0);
+            }
         }
         loop {
             let now = self.ctl.clock.now();
@@ -768,7 +773,7 @@ impl Worker<'_> {
 
     /// Hands out due requests to free slots.
     fn dispatch(&mut self, now: u64) {
-        while self.free_count > 0 && self.sending {
+        while self.free_count > 0 && self.sending && self.in_flight < self.plan.max_in_flight {
             let due = match self.held.take() {
                 Some(d) => d,
                 None => match self.next_request(now) {
@@ -972,7 +977,7 @@ impl Worker<'_> {
     fn send_waiting(&mut self, c: u32, now: u64) {
         while let Some(&s) = self.conns[c as usize].waiting.front() {
             let target = self.slots[s as usize].target as usize;
-            let targets = self.targets.clone();
+            let targets = self.targets;
             match &targets.requests[target].wire {
                 Wire::Http1(_) => {
                     self.conns[c as usize].waiting.pop_front();
@@ -998,7 +1003,7 @@ impl Worker<'_> {
     /// Writes (more of) an HTTP/1.1 request.
     fn write_h1(&mut self, s: u32, now: u64) {
         let c = s / self.streams as u32;
-        let targets = self.targets.clone();
+        let targets = self.targets;
         let slot = &mut self.slots[s as usize];
         let Wire::Http1(request) = &targets.requests[slot.target as usize].wire else {
             return;

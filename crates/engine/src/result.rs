@@ -55,6 +55,9 @@ pub struct Settings {
     /// `closed` or `open`.
     pub mode: String,
     pub connections: usize,
+    /// Closed loop: requests in flight at most (`--concurrency`), when fewer than the slots.
+    #[serde(default)]
+    pub concurrency: Option<usize>,
     pub threads: usize,
     pub rate_rps: Option<f64>,
     pub arrival: Option<String>,

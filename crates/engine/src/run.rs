@@ -71,7 +71,9 @@ pub fn run(
             limit,
         });
     }
-    let threads = spec.threads.clamp(1, spec.connections.max(1));
+    // No more threads than connections, nor than requests allowed in flight.
+    let busy = spec.concurrency.unwrap_or(usize::MAX).min(spec.connections);
+    let threads = spec.threads.clamp(1, busy.max(1));
     let plans = plan_workers(spec, threads);
     let ctl = Control {
         clock: Clock::start(),
@@ -211,6 +213,11 @@ fn plan_workers(spec: &LoadSpec, threads: usize) -> Vec<WorkerPlan> {
     (0..threads)
         .map(|w| {
             let connections = share(spec.connections as u64, threads, w) as usize;
+            let slots = connections * spec.conn.streams.max(1);
+            let max_in_flight = match spec.concurrency {
+                Some(c) => (share(c as u64, threads, w) as usize).min(slots),
+                None => slots,
+            };
             let part = connections as f64 / spec.connections as f64;
             let seed = spec.seed ^ (w as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
             let pacer = match spec.mode {
@@ -236,6 +243,7 @@ fn plan_workers(spec: &LoadSpec, threads: usize) -> Vec<WorkerPlan> {
                 targets: spec.targets.clone(),
                 conn: spec.conn.clone(),
                 connections,
+                max_in_flight,
                 pacer,
                 connect_pacer,
                 first_target: w * n_targets / threads,
@@ -331,6 +339,7 @@ fn build_result(
         settings: Settings {
             mode: if open { "open" } else { "closed" }.to_string(),
             connections: spec.connections,
+            concurrency: spec.concurrency,
             threads,
             rate_rps,
             arrival,

@@ -168,6 +168,10 @@ pub struct Load {
     pub protocol: HttpVersion,
     /// HTTP/2 streams per connection.
     pub streams: u32,
+    /// Closed loop: connections kept open in all. The `connections` values then cap the
+    /// requests in flight (as k6 virtual users do) and the pool holds connections per host, so
+    /// that many hosts do not mean a new connection per request. 0: one per request in flight.
+    pub connection_pool: u32,
     /// Generator threads (0: one per core).
     pub threads: u32,
     pub timeout_ms: u64,
@@ -184,6 +188,7 @@ impl Default for Load {
             jitter: vec![false],
             protocol: HttpVersion::Http1,
             streams: 1,
+            connection_pool: 0,
             threads: 0,
             timeout_ms: 5000,
         }
@@ -558,6 +563,19 @@ impl Experiment {
         if l.streams > 1 && l.protocol != HttpVersion::Http2 {
             p.push("load.streams: more than 1 stream needs load.protocol: http2".into());
         }
+        if l.connection_pool > 0 {
+            if l.mode != LoopMode::Closed {
+                p.push("load.connection_pool: applies to a closed loop (load.mode: closed)".into());
+            }
+            if let Some(&most) = l.connections.iter().max() {
+                if l.connection_pool < most {
+                    p.push(format!(
+                        "load.connection_pool: {} is fewer than the {most} connections in flight",
+                        l.connection_pool
+                    ));
+                }
+            }
+        }
         if l.timeout_ms == 0 {
             p.push("load.timeout_ms: expected at least 1".into());
         }
@@ -713,6 +731,20 @@ mod tests {
             .to_string();
         assert!(err.contains("expected KEY=VALUE"), "{err}");
         assert!(err.contains("load.qps: invalid type: map"), "{err}");
+    }
+
+    #[test]
+    fn a_connection_pool_needs_a_closed_loop_and_room_for_the_requests_in_flight() {
+        let file = "name: t\ntopologies: [gateway]\nload:\n  connections: [8, 64]\n  connection_pool: 32\n";
+        let err = parse("t.yaml", file, &[]).unwrap_err().to_string();
+        assert!(err.contains("applies to a closed loop"), "{err}");
+        assert!(err.contains("fewer than the 64 connections"), "{err}");
+        let ok = parse(
+            "t.yaml",
+            file,
+            &["load.mode=closed".into(), "load.connection_pool=640".into()],
+        );
+        assert_eq!(ok.unwrap().load.connection_pool, 640);
     }
 
     #[test]

@@ -281,9 +281,12 @@ pub fn nginx_config(hop: &Hop) -> Result<String, LabError> {
                 c,
                 "http {{
   access_log off;
+  keepalive_requests 1000000;
 {temp}  upstream next {{
     server {up};
     keepalive 512;
+    keepalive_requests 1000000;
+    keepalive_timeout 300s;
   }}
   server {{
     listen {listen}{listen_ssl} reuseport;

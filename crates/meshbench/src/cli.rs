@@ -247,6 +247,10 @@ pub struct RunArgs {
     /// Concurrent connections (closed loop: requests in flight).
     #[arg(short = 'c', long, default_value_t = 16, value_name = "N")]
     pub connections: usize,
+    /// Closed loop: requests in flight at most, fewer than --connections, which then become a
+    /// pool of kept-alive connections (per host, as a k6 virtual user keeps them).
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub concurrency: Option<i64>,
     /// Open loop at this total rate in requests per second; latency counts from the intended
     /// send time (coordinated-omission corrected).
     #[arg(short = 'r', long, value_name = "RPS", allow_negative_numbers = true)]

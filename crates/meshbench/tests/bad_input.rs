@@ -43,6 +43,35 @@ fn bad_flags_get_one_line_and_exit_code_2() {
             "add --http2",
         ),
         (
+            "a concurrency above the connections",
+            &[
+                "run",
+                "http://127.0.0.1:1/",
+                "-c",
+                "4",
+                "--concurrency",
+                "8",
+            ],
+            "raise --connections",
+        ),
+        (
+            "a concurrency with an open loop",
+            &[
+                "run",
+                "http://127.0.0.1:1/",
+                "-r",
+                "10",
+                "--concurrency",
+                "2",
+            ],
+            "closed loop",
+        ),
+        (
+            "zero concurrency",
+            &["run", "http://127.0.0.1:1/", "--concurrency", "0"],
+            "--concurrency 0",
+        ),
+        (
             "zero streams",
             &["run", "http://127.0.0.1:1/", "--http2", "--streams", "0"],
             "--streams",

@@ -617,3 +617,45 @@ fn connections_to_many_hosts_are_reused() {
         .iter()
         .all(|h| h["requests"].as_u64().unwrap() > 50));
 }
+
+#[test]
+fn a_closed_loop_over_a_connection_pool_keeps_connections_per_host() {
+    // 100 hosts, 10 requests in flight: with one connection per request in flight, most
+    // requests go to a host whose connection is busy or aimed elsewhere and re-aim one; with a
+    // pool of 500 connections (--concurrency 10), each host keeps its own.
+    let backend = BackendProc::start(&[]);
+    let port = backend.addr.port();
+    let url = format!("http://h-{{1..100}}.test:{port}/");
+    let connect_to = format!("::127.0.0.1:{port}");
+    let run = |name: &str, extra: &[&str]| {
+        let mut args = vec![
+            url.as_str(),
+            "--connect-to",
+            &connect_to,
+            "--target-order",
+            "random",
+            "-n",
+            "5000",
+            "-t",
+            "1",
+        ];
+        args.extend_from_slice(extra);
+        let (out, r) = run_json(name, &args, LIMIT);
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert_eq!(u(&r, "/requests/ok"), 5000, "{}", r["errors"]);
+        r
+    };
+    let churning = run("no-pool", &["-c", "10"]);
+    let pooled = run("pool", &["-c", "500", "--concurrency", "10"]);
+    let (a, b) = (
+        u(&churning, "/connections/opened"),
+        u(&pooled, "/connections/opened"),
+    );
+    assert!(
+        a > 2_000,
+        "10 connections over 100 hosts re-aim: {a} opened"
+    );
+    assert!(b < 1_000, "a pool of 500 keeps them per host: {b} opened");
+    assert_eq!(pooled["settings"]["concurrency"], 10);
+    assert_eq!(churning["settings"]["concurrency"], serde_json::Value::Null);
+}

@@ -57,6 +57,8 @@ pub fn write(plan: &GatewayPlan) -> Result<Vec<PathBuf>, LabError> {
 {temp}  upstream meshbench_backend {{
     server {backend};
     keepalive 256;
+    keepalive_requests 1000000;
+    keepalive_timeout 300s;
   }}
   server {{
     listen {listen}{ssl} default_server backlog=4096;

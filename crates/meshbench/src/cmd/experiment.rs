@@ -331,7 +331,11 @@ pub fn run_args(e: &Experiment, step: &Step, rig: &Rig) -> Vec<String> {
         "--warmup".into(),
         format!("{}s", e.warmup_secs),
         "--connections".into(),
-        step.load.connections.to_string(),
+        match e.load.connection_pool {
+            0 => step.load.connections,
+            pool => pool,
+        }
+        .to_string(),
         "--timeout".into(),
         format!("{}ms", e.load.timeout_ms),
         "--seed".into(),
@@ -343,6 +347,9 @@ pub fn run_args(e: &Experiment, step: &Step, rig: &Rig) -> Vec<String> {
         if step.load.jitter {
             a.extend(["--arrival".into(), "poisson".into()]);
         }
+    }
+    if e.load.connection_pool > 0 {
+        a.extend(["--concurrency".into(), step.load.connections.to_string()]);
     }
     if e.load.threads > 0 {
         a.extend(["--threads".into(), e.load.threads.to_string()]);

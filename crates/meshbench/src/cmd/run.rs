@@ -144,6 +144,24 @@ pub fn resolve(a: &RunArgs) -> Result<LoadSpec> {
         (None, Some(n)) => vec![b'x'; n as usize],
         (None, None) => Vec::new(),
     };
+    let concurrency = match a.concurrency {
+        None => None,
+        Some(_) if a.rate.is_some() => {
+            return Err(usage(
+                "--concurrency caps a closed loop; an open loop's rate sets its own (drop --rate or --concurrency)",
+            ))
+        }
+        Some(n) => {
+            let n = positive("--concurrency", n)? as usize;
+            if n > a.connections * a.streams.max(1) as usize {
+                return Err(usage(format!(
+                    "--concurrency {n}: more than the {} connections (x streams) can carry; raise --connections",
+                    a.connections
+                )));
+            }
+            Some(n)
+        }
+    };
     let streams = positive("--streams", a.streams)? as usize;
     if streams > 1 && !a.http2 {
         return Err(usage("--streams applies to HTTP/2 only; add --http2"));
@@ -222,6 +240,7 @@ pub fn resolve(a: &RunArgs) -> Result<LoadSpec> {
             tls_resume,
         },
         connections: a.connections,
+        concurrency,
         threads,
         mode,
         stop,
