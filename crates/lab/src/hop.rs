@@ -99,7 +99,7 @@ pub fn binary(kind: &ProxyKind) -> Result<PathBuf, LabError> {
         }
         ProxyKind::Envoy => install::find("envoy", &[]).ok_or_else(|| LabError::Missing {
             program: "envoy".into(),
-            hint: "Envoy has no Debian package; put an envoy binary on PATH, or use type: command with your own Envoy configuration".into(),
+            hint: "Envoy has no Debian package; put an envoy binary on PATH (e.g. from the envoyproxy/envoy release images)".into(),
         }),
         ProxyKind::Command { argv, .. } => {
             let program = argv.first().ok_or_else(|| LabError::Missing {
@@ -193,10 +193,25 @@ pub fn prepare(kind: &ProxyKind, hop: &Hop) -> Result<Prepared, LabError> {
             path
         }
         ProxyKind::Envoy => {
-            return Err(LabError::Missing {
-                program: "envoy hop".into(),
-                hint: "Envoy hops are not generated yet; use type: command with an Envoy configuration template".into(),
-            })
+            use prost::Message;
+            let path = hop.dir.join(format!("{}.envoy.pb", hop.name));
+            std::fs::write(&path, crate::envoy_hop::bootstrap(hop).encode_to_vec()).map_err(
+                |e| LabError::Files {
+                    path: path.clone(),
+                    source: e,
+                },
+            )?;
+            command.args([
+                "--config-path",
+                &path.display().to_string(),
+                "--concurrency",
+                &hop.workers.max(1).to_string(),
+                "--log-level",
+                "warn",
+                // Several Envoys on one machine: no shared-memory hot restart.
+                "--disable-hot-restart",
+            ]);
+            path
         }
         ProxyKind::Command { argv, template } => {
             let path = hop.dir.join(format!("{}.conf", hop.name));

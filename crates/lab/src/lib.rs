@@ -6,6 +6,7 @@
 
 pub mod backend;
 pub mod cgroup;
+pub mod envoy_hop;
 pub mod gateway;
 pub mod hop;
 pub mod install;

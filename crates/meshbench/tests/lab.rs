@@ -673,3 +673,32 @@ fn experiment_file_mistakes_are_reported_at_once() {
         "a dry run stores nothing"
     );
 }
+
+#[test]
+fn envoy_hops_run_where_envoy_is_installed_and_say_what_is_missing_elsewhere() {
+    let lab = Lab::new("envoy");
+    let file = lab.file(
+        "envoy.yaml",
+        "name: envoy\ntopologies: [serveronly]\nduration_secs: 1\nwarmup_secs: 0\ncooldown_secs: 0\nload:\n  qps: [50]\n  connections: [1]\nproxy:\n  type: envoy\n",
+    );
+    let out = lab.experiment(&file, &[]);
+    let doc = lab.exported();
+    let step = &doc["steps"][0];
+    let on_path = std::process::Command::new("sh")
+        .args(["-c", "command -v envoy"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if on_path {
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert_eq!(step["status"], "ok");
+    } else {
+        assert_eq!(out.status.code(), Some(1));
+        assert_eq!(step["status"], "failed");
+        let error = step["error"].as_str().unwrap();
+        assert!(
+            error.contains("envoy is not available") && error.contains("PATH"),
+            "one line on what to install: {error}"
+        );
+        assert!(!stderr(&out).contains("panicked"));
+    }
+}

@@ -75,7 +75,7 @@ pub fn bootstrap(plan: &GatewayPlan) -> Bootstrap {
     }
 }
 
-fn socket(addr: SocketAddr) -> Address {
+pub(crate) fn socket(addr: SocketAddr) -> Address {
     Address {
         address: Some(address::Address::SocketAddress(SocketAddress {
             address: addr.ip().to_string(),
@@ -87,7 +87,7 @@ fn socket(addr: SocketAddr) -> Address {
     }
 }
 
-fn file(path: String) -> Option<DataSource> {
+pub(crate) fn file(path: String) -> Option<DataSource> {
     Some(DataSource {
         specifier: Some(data_source::Specifier::Filename(path)),
         ..Default::default()
@@ -198,8 +198,13 @@ fn virtual_host(plan: &GatewayPlan, domain: &str) -> VirtualHost {
 }
 
 fn backend_cluster(backend: SocketAddr) -> Cluster {
+    static_cluster(BACKEND_CLUSTER, backend)
+}
+
+/// A cluster of one static endpoint.
+pub(crate) fn static_cluster(name: &str, backend: SocketAddr) -> Cluster {
     Cluster {
-        name: BACKEND_CLUSTER.into(),
+        name: name.into(),
         connect_timeout: Some(Duration {
             seconds: 5,
             nanos: 0,
@@ -208,7 +213,7 @@ fn backend_cluster(backend: SocketAddr) -> Cluster {
             cluster::DiscoveryType::Static as i32,
         )),
         load_assignment: Some(ClusterLoadAssignment {
-            cluster_name: BACKEND_CLUSTER.into(),
+            cluster_name: name.into(),
             endpoints: vec![LocalityLbEndpoints {
                 lb_endpoints: vec![LbEndpoint {
                     host_identifier: Some(lb_endpoint::HostIdentifier::Endpoint(Endpoint {
