@@ -188,12 +188,8 @@ impl CgroupFiles {
             .collect()
     }
 
-    /// CPU time used by every process in the group.
-    pub fn cpu_ns(&self) -> Option<u64> {
-        self.cpu_ns_with(&|p| fs::read_to_string(p).ok())
-    }
-
-    /// [`Self::cpu_ns`] with the files read through `read` (fixtures in tests).
+    /// CPU time used by every process in the group, its files read through `read` (the real
+    /// files, or fixtures in tests).
     pub fn cpu_ns_with(&self, read: &dyn Fn(&str) -> Option<String>) -> Option<u64> {
         match self.kind {
             Cgroups::V2 => {
@@ -211,12 +207,8 @@ impl CgroupFiles {
         }
     }
 
-    /// Memory in use minus inactive file pages (what the kubelet calls the working set).
-    pub fn working_set_bytes(&self) -> Option<u64> {
-        self.working_set_with(&|p| fs::read_to_string(p).ok())
-    }
-
-    /// [`Self::working_set_bytes`] with the files read through `read`.
+    /// Memory in use minus inactive file pages (what the kubelet calls the working set), its
+    /// files read through `read`.
     pub fn working_set_with(&self, read: &dyn Fn(&str) -> Option<String>) -> Option<u64> {
         match self.kind {
             Cgroups::V2 => {
@@ -332,7 +324,7 @@ mod tests {
             Cgroups::V1 => read(&dirs[0].join("cpu.cfs_quota_us")).unwrap(),
         };
         assert!(quota.starts_with("50000"), "{quota}");
-        assert_eq!(g.cpu_ns(), Some(0));
+        assert_eq!(g.cpu_ns_with(&|p| fs::read_to_string(p).ok()), Some(0));
         assert!(g.pids().is_empty());
         drop(g);
         assert!(dirs.iter().all(|d| !d.exists()));

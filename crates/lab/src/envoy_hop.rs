@@ -10,12 +10,7 @@ use envoy_types::pb::envoy::config::bootstrap::v3::{bootstrap::StaticResources, 
 use envoy_types::pb::envoy::config::core::v3::{transport_socket, TransportSocket};
 use envoy_types::pb::envoy::config::listener::v3::{filter, Filter, FilterChain, Listener};
 use envoy_types::pb::envoy::config::route::v3::{
-    route, route_action, route_match, Route, RouteAction, RouteConfiguration, RouteMatch,
-    VirtualHost,
-};
-use envoy_types::pb::envoy::extensions::filters::http::router::v3::Router;
-use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
-    http_connection_manager, http_filter, HttpConnectionManager, HttpFilter,
+    route, route_action, route_match, Route, RouteAction, RouteMatch, VirtualHost,
 };
 use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{tcp_proxy, TcpProxy};
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
@@ -25,7 +20,7 @@ use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
 use envoy_types::pb::google::protobuf::BoolValue;
 use envoy_types::util::pack_any;
 
-use crate::gateway::envoy::{file, socket, static_cluster};
+use crate::gateway::envoy::{file, http_connection_manager, socket, static_cluster};
 use crate::hop::{Hop, Layer};
 
 /// The cluster every hop forwards to.
@@ -45,51 +40,28 @@ fn tls_socket<M: prost::Name>(context: M) -> TransportSocket {
 /// The bootstrap of one hop.
 pub fn bootstrap(hop: &Hop) -> Bootstrap {
     let filter = match hop.layer {
-        Layer::L7 => {
-            let hcm = HttpConnectionManager {
-                stat_prefix: hop.name.clone(),
-                // AUTO also takes HTTP/2 with prior knowledge (h2c) on a plain listener.
-                codec_type: http_connection_manager::CodecType::Auto as i32,
-                route_specifier: Some(http_connection_manager::RouteSpecifier::RouteConfig(
-                    RouteConfiguration {
-                        name: NEXT.into(),
-                        virtual_hosts: vec![VirtualHost {
-                            name: "all".into(),
-                            domains: vec!["*".into()],
-                            routes: vec![Route {
-                                r#match: Some(RouteMatch {
-                                    path_specifier: Some(route_match::PathSpecifier::Prefix(
-                                        "/".into(),
-                                    )),
-                                    ..Default::default()
-                                }),
-                                action: Some(route::Action::Route(RouteAction {
-                                    cluster_specifier: Some(
-                                        route_action::ClusterSpecifier::Cluster(NEXT.into()),
-                                    ),
-                                    ..Default::default()
-                                })),
-                                ..Default::default()
-                            }],
-                            ..Default::default()
-                        }],
+        Layer::L7 => http_connection_manager(
+            &hop.name,
+            NEXT,
+            vec![VirtualHost {
+                name: "all".into(),
+                domains: vec!["*".into()],
+                routes: vec![Route {
+                    r#match: Some(RouteMatch {
+                        path_specifier: Some(route_match::PathSpecifier::Prefix("/".into())),
                         ..Default::default()
-                    },
-                )),
-                http_filters: vec![HttpFilter {
-                    name: "envoy.filters.http.router".into(),
-                    config_type: Some(http_filter::ConfigType::TypedConfig(pack_any(
-                        Router::default(),
-                    ))),
+                    }),
+                    action: Some(route::Action::Route(RouteAction {
+                        cluster_specifier: Some(route_action::ClusterSpecifier::Cluster(
+                            NEXT.into(),
+                        )),
+                        ..Default::default()
+                    })),
                     ..Default::default()
                 }],
                 ..Default::default()
-            };
-            Filter {
-                name: "envoy.filters.network.http_connection_manager".into(),
-                config_type: Some(filter::ConfigType::TypedConfig(pack_any(hcm))),
-            }
-        }
+            }],
+        ),
         Layer::L4 => Filter {
             name: "envoy.filters.network.tcp_proxy".into(),
             config_type: Some(filter::ConfigType::TypedConfig(pack_any(TcpProxy {
@@ -179,6 +151,9 @@ mod tests {
     use super::*;
     use crate::hop::{ListenTls, UpstreamTls};
     use envoy_types::pb::envoy::config::core::v3::transport_socket::ConfigType;
+    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+        http_connection_manager, HttpConnectionManager,
+    };
     use envoy_types::pb::google::protobuf::Any;
     use prost::Message;
     use std::path::PathBuf;

@@ -5,7 +5,6 @@
 //! binary records, each with its `tcp_info` (bytes received and acknowledged), which is how
 //! roles sharing one loopback get their own bytes in and out.
 
-use std::collections::HashMap;
 use std::io;
 
 const SOCK_DIAG_BY_FAMILY: u16 = 20;
@@ -39,15 +38,6 @@ pub fn established() -> io::Result<Vec<Conn>> {
         dump(family, &mut conns)?;
     }
     Ok(conns)
-}
-
-/// Connections counted by local port.
-pub fn by_port(conns: &[Conn]) -> HashMap<u16, u64> {
-    let mut counts = HashMap::new();
-    for c in conns {
-        *counts.entry(c.sport).or_default() += 1;
-    }
-    counts
 }
 
 fn dump(family: u8, conns: &mut Vec<Conn>) -> io::Result<()> {
@@ -201,9 +191,9 @@ mod tests {
         buf.extend(record(SOCK_DIAG_BY_FAMILY, 443, 30));
         let mut conns = Vec::new();
         assert!(!parse_records(&buf, &mut conns).unwrap());
-        let counts = by_port(&conns);
-        assert_eq!(counts[&8080], 2);
-        assert_eq!(counts[&443], 1);
+        let on = |port| conns.iter().filter(|c| c.sport == port).count();
+        assert_eq!(on(8080), 2);
+        assert_eq!(on(443), 1);
         assert_eq!(conns[2].dport, 9999);
         assert_eq!((conns[2].bytes_received, conns[2].bytes_acked), (30, 60));
         assert!(parse_records(&record(NLMSG_DONE, 0, 0), &mut conns).unwrap());
@@ -222,7 +212,7 @@ mod tests {
         accepted[0].write_all(&[7u8; 1000]).unwrap();
         std::thread::sleep(std::time::Duration::from_millis(50));
         let conns = established().unwrap();
-        let counts = by_port(&conns);
+
         let server_side: u64 = conns
             .iter()
             .filter(|c| c.sport == port)
@@ -236,7 +226,7 @@ mod tests {
         assert_eq!((server_side, client_side), (1000, 1000));
         let text = std::fs::read_to_string("/proc/net/tcp").unwrap();
         let from_proc = crate::sample::established_connections(&text, Some(port));
-        assert_eq!(counts.get(&port).copied().unwrap_or(0), 5);
+        assert_eq!(conns.iter().filter(|c| c.sport == port).count(), 5);
         assert_eq!(from_proc, 5);
         drop((clients, accepted));
     }

@@ -208,50 +208,6 @@ pub fn summary(r: &RunResult) -> String {
     o
 }
 
-/// A row of the side-by-side table: its label and how to read it from a result.
-type Row = (&'static str, fn(&RunResult) -> String);
-
-/// Several runs side by side: one column per run, one row per figure.
-pub fn side_by_side(runs: &[(&str, &RunResult)]) -> String {
-    let rows: Vec<Row> = vec![
-        ("load", |r: &RunResult| match r.settings.rate_rps {
-            Some(rate) => format!("open {rate} req/s"),
-            None => format!("closed, {} conns", r.settings.connections),
-        }),
-        ("requests", |r: &RunResult| thousands(r.requests.total)),
-        ("errors", |r: &RunResult| thousands(r.requests.errors)),
-        ("throughput req/s", |r: &RunResult| {
-            format!("{:.0}", r.throughput_rps)
-        }),
-        ("latency p50 ms", |r: &RunResult| ms(r.latency_us.p50)),
-        ("latency p90 ms", |r: &RunResult| ms(r.latency_us.p90)),
-        ("latency p99 ms", |r: &RunResult| ms(r.latency_us.p99)),
-        ("latency p99.9 ms", |r: &RunResult| ms(r.latency_us.p99_9)),
-        ("latency max ms", |r: &RunResult| ms(r.latency_us.max)),
-        ("generator CPU-s", |r: &RunResult| {
-            format!("{:.2}", r.generator.cpu_secs)
-        }),
-        ("generator saturated", |r: &RunResult| {
-            (if r.generator.saturated { "YES" } else { "no" }).to_string()
-        }),
-    ];
-    let width = runs.iter().map(|(n, _)| n.len()).max().unwrap_or(0).max(16) + 2;
-    let mut o = String::new();
-    let _ = write!(o, "{:<22}", "");
-    for (name, _) in runs {
-        let _ = write!(o, "{name:>width$}");
-    }
-    o.push('\n');
-    for (label, f) in &rows {
-        let _ = write!(o, "{label:<22}");
-        for (_, r) in runs {
-            let _ = write!(o, "{:>width$}", f(r));
-        }
-        o.push('\n');
-    }
-    o
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -144,12 +144,26 @@ fn listener(plan: &GatewayPlan) -> Listener {
 }
 
 fn http_manager(plan: &GatewayPlan, virtual_hosts: Vec<VirtualHost>) -> Filter {
+    http_connection_manager(
+        "gateway",
+        &format!("routes-{}", plan.listen.port()),
+        virtual_hosts,
+    )
+}
+
+/// An HTTP connection manager (codec AUTO: HTTP/1.1, h2, and h2c with prior knowledge) with
+/// inline routes and the router filter: the L7 filter of the gateway and of every Envoy hop.
+pub(crate) fn http_connection_manager(
+    stat_prefix: &str,
+    route_name: &str,
+    virtual_hosts: Vec<VirtualHost>,
+) -> Filter {
     let hcm = HttpConnectionManager {
-        stat_prefix: "gateway".into(),
+        stat_prefix: stat_prefix.into(),
         codec_type: http_connection_manager::CodecType::Auto as i32,
         route_specifier: Some(http_connection_manager::RouteSpecifier::RouteConfig(
             RouteConfiguration {
-                name: format!("routes-{}", plan.listen.port()),
+                name: route_name.into(),
                 virtual_hosts,
                 ..Default::default()
             },
