@@ -165,6 +165,7 @@ async fn answer(
             opts.set(option.as_bytes(), value.as_bytes());
         }
     }
+    crate::options::burn(shared.cfg.work);
     let (status, delay_ns) = {
         let mut rng = shared.rng.lock().unwrap_or_else(|p| p.into_inner());
         let status = opts

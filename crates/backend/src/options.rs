@@ -128,6 +128,9 @@ pub struct BackendConfig {
     /// Response body size in bytes unless a request asks for another.
     pub size: usize,
     pub delay: Delay,
+    /// CPU spent on each request before answering, holding its thread: a service whose
+    /// capacity is known, `threads / work` requests per second (`--work`).
+    pub work: std::time::Duration,
     pub status: StatusMix,
     /// Event-loop threads, each with its own `SO_REUSEPORT` listener.
     pub threads: usize,
@@ -139,10 +142,22 @@ impl Default for BackendConfig {
         Self {
             size: 1024,
             delay: Delay::None,
+            work: std::time::Duration::ZERO,
             status: StatusMix::default(),
             threads: 1,
             seed: 1,
         }
+    }
+}
+
+/// Spins on the CPU for `work`: the cost of a request that does real work.
+pub fn burn(work: std::time::Duration) {
+    if work.is_zero() {
+        return;
+    }
+    let start = std::time::Instant::now();
+    while start.elapsed() < work {
+        std::hint::spin_loop();
     }
 }
 

@@ -404,6 +404,7 @@ impl Server {
     }
 
     fn respond(&mut self, slot: usize, pending: Pending) {
+        crate::options::burn(self.cfg.work);
         let status = pending
             .opts
             .status

@@ -207,7 +207,12 @@ pub struct TimelinePoint {
     pub requests: u64,
     pub errors: u64,
     pub p50_us: u64,
+    /// Added after the first results were stored; 0 when read from those.
+    #[serde(default)]
+    pub p90_us: u64,
     pub p99_us: u64,
+    #[serde(default)]
+    pub p999_us: u64,
 }
 
 /// Full histograms, HdrHistogram V2 + DEFLATE, base64: results of several processes merge

@@ -201,7 +201,9 @@ fn push_point(
         requests: iv.requests,
         errors: iv.errors,
         p50_us: iv.latency.value_at_quantile(0.5),
+        p90_us: iv.latency.value_at_quantile(0.9),
         p99_us: iv.latency.value_at_quantile(0.99),
+        p999_us: iv.latency.value_at_quantile(0.999),
     });
 }
 

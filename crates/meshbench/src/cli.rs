@@ -329,6 +329,10 @@ pub struct BackendArgs {
     /// Delay before answering: 5ms, uniform:1ms..5ms or exp:2ms (per request: ?delay=).
     #[arg(long, value_name = "DELAY")]
     pub delay: Option<String>,
+    /// CPU time spent on each request, holding its thread (unlike --delay): the backend then
+    /// saturates at --threads / WORK requests per second. 1ms, 250us.
+    #[arg(long, value_name = "DURATION")]
+    pub work: Option<String>,
     /// Inject statuses: 503:1% or 503:1%,500:0.5% (per request: ?status=).
     #[arg(long, value_name = "CODE:PCT")]
     pub status: Option<String>,

@@ -1,10 +1,9 @@
-//! Statistics for comparing runs: quantiles and spread of repeated measurements (a median and
-//! its range, never a mean of percentiles), Welch's t-test with its confidence interval, and the
-//! Mann-Whitney U test for when the runs' distribution is not normal. Pure functions over
-//! slices; the tests check them against answers computed with SciPy for fixed data.
-//!
-//! This is the first piece of the statistics stage (issue 5); the comparison and report
-//! commands will build on it.
+//! Statistics for turning measurements into answers: quantiles and spread of repeated
+//! measurements (a median and its range, never a mean of percentiles), the t-interval of a mean,
+//! Welch's t-test with its confidence interval, the Mann-Whitney U test for when the runs'
+//! distribution is not normal, least-squares lines (CPU against load, RPS against cores) and
+//! the knee of a latency/throughput curve. Pure functions over slices; the tests check them
+//! against answers computed with SciPy for fixed data.
 
 /// The q-quantile of `sorted` (ascending), interpolating linearly between order statistics
 /// (the method R calls type 7 and NumPy uses by default). `None` when empty.
@@ -49,6 +48,111 @@ fn mean_var(x: &[f64]) -> (f64, f64) {
     let mean = x.iter().sum::<f64>() / n;
     let var = x.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0);
     (mean, var)
+}
+
+/// The mean of `x` and the half-width of its t confidence interval at `level` (0.95 for 95 %);
+/// `None` with fewer than two values.
+pub fn mean_ci(x: &[f64], level: f64) -> Option<(f64, f64)> {
+    if x.len() < 2 || !(0.0..1.0).contains(&level) || x.iter().any(|v| !v.is_finite()) {
+        return None;
+    }
+    let (mean, var) = mean_var(x);
+    let q = student_t_quantile(0.5 + level / 2.0, x.len() as f64 - 1.0);
+    Some((mean, q * (var / x.len() as f64).sqrt()))
+}
+
+/// The one-sample t-test of "the mean of `x` is 0" (for paired differences), in the shape of
+/// [`Welch`]: `diff` is the mean; `None` with fewer than two values or no variance.
+pub fn one_sample(x: &[f64], level: f64) -> Option<Welch> {
+    let (mean, half) = mean_ci(x, level)?;
+    let df = x.len() as f64 - 1.0;
+    let se = (mean_var(x).1 / x.len() as f64).sqrt();
+    if se == 0.0 {
+        return None;
+    }
+    let t = mean / se;
+    Some(Welch {
+        diff: mean,
+        t,
+        df,
+        p: (2.0 * (1.0 - student_t_cdf(t.abs(), df))).clamp(0.0, 1.0),
+        ci: (mean - half, mean + half),
+    })
+}
+
+/// A least-squares line `y = intercept + slope * x`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Line {
+    pub slope: f64,
+    pub intercept: f64,
+    /// Coefficient of determination (1 for points on the line).
+    pub r2: f64,
+    pub n: usize,
+}
+
+impl Line {
+    pub fn at(&self, x: f64) -> f64 {
+        self.intercept + self.slope * x
+    }
+}
+
+/// Ordinary least squares over `(x, y)` points; `None` with fewer than two distinct x.
+pub fn linear_fit(points: &[(f64, f64)]) -> Option<Line> {
+    if points.len() < 2 || points.iter().any(|(x, y)| !x.is_finite() || !y.is_finite()) {
+        return None;
+    }
+    let n = points.len() as f64;
+    let mx = points.iter().map(|p| p.0).sum::<f64>() / n;
+    let my = points.iter().map(|p| p.1).sum::<f64>() / n;
+    let sxx: f64 = points.iter().map(|p| (p.0 - mx).powi(2)).sum();
+    let sxy: f64 = points.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
+    let syy: f64 = points.iter().map(|p| (p.1 - my).powi(2)).sum();
+    if sxx == 0.0 {
+        return None;
+    }
+    let slope = sxy / sxx;
+    let r2 = if syy == 0.0 {
+        1.0
+    } else {
+        (sxy * sxy) / (sxx * syy)
+    };
+    Some(Line {
+        slope,
+        intercept: my - slope * mx,
+        r2,
+        n: points.len(),
+    })
+}
+
+/// The knee of an increasing, convex curve such as latency against throughput: with both axes
+/// scaled to [0, 1], the point farthest below the chord from the first to the last point (the
+/// Kneedle method of Satopää et al., 2011). Returns its index in `points` (sorted by x), or
+/// `None` with fewer than three points or a curve that never bends upward.
+pub fn knee(points: &[(f64, f64)]) -> Option<usize> {
+    if points.len() < 3 {
+        return None;
+    }
+    let (x0, x1) = (points[0].0, points[points.len() - 1].0);
+    let ymin = points.iter().map(|p| p.1).fold(f64::INFINITY, f64::min);
+    let ymax = points.iter().map(|p| p.1).fold(f64::NEG_INFINITY, f64::max);
+    if x1 <= x0 || ymax <= ymin {
+        return None;
+    }
+    let norm = |p: &(f64, f64)| ((p.0 - x0) / (x1 - x0), (p.1 - ymin) / (ymax - ymin));
+    let (_, first_y) = norm(&points[0]);
+    let (_, last_y) = norm(&points[points.len() - 1]);
+    let mut best = None;
+    let mut best_gap = 1e-9;
+    for (i, p) in points.iter().enumerate().take(points.len() - 1).skip(1) {
+        let (x, y) = norm(p);
+        let chord = first_y + (last_y - first_y) * x;
+        let gap = chord - y;
+        if gap > best_gap {
+            best_gap = gap;
+            best = Some(i);
+        }
+    }
+    best
 }
 
 /// Welch's t-test of B against A.
@@ -335,5 +439,53 @@ mod tests {
         assert_eq!(u, 11.0);
         close(p, 0.0860363143950735, 1e-6);
         assert_eq!(mann_whitney(&[], &B), None);
+    }
+
+    #[test]
+    fn mean_interval_matches_scipy() {
+        // np.mean and st.t.ppf(0.975, 4) * st.sem(x).
+        let (m, h) = mean_ci(&[4.1, 3.9, 4.4, 4.0, 4.3], 0.95).unwrap();
+        close(m, 4.14, 1e-12);
+        close(h, 0.2574769267929078, 1e-6);
+        assert_eq!(mean_ci(&[1.0], 0.95), None);
+        // st.ttest_1samp([0.3, 0.5, 0.2, 0.6, 0.4], 0).
+        let t = one_sample(&[0.3, 0.5, 0.2, 0.6, 0.4], 0.95).unwrap();
+        close(t.t, 5.65685424949238, 1e-9);
+        close(t.p, 0.00481267833004422, 1e-6);
+        assert_eq!(one_sample(&[1.0, 1.0], 0.95), None);
+    }
+
+    #[test]
+    fn line_matches_scipy_linregress() {
+        let pts = [
+            (100.0, 12.0),
+            (200.0, 21.5),
+            (400.0, 43.0),
+            (800.0, 79.0),
+            (1600.0, 161.0),
+        ];
+        let l = linear_fit(&pts).unwrap();
+        close(l.slope, 0.09897177419354838, 1e-12);
+        close(l.intercept, 1.9375, 1e-9);
+        close(l.r2, 0.9995044288808645, 1e-12);
+        close(l.at(1000.0), 1.9375 + 98.97177419354838, 1e-9);
+        assert_eq!(linear_fit(&[(1.0, 2.0), (1.0, 3.0)]), None);
+    }
+
+    #[test]
+    fn knee_of_a_hockey_stick_is_where_it_bends() {
+        // Flat at 1 ms until 800 req/s, then steep: the bend is the 800 point.
+        let pts = [
+            (100.0, 1.0),
+            (200.0, 1.0),
+            (400.0, 1.1),
+            (800.0, 1.3),
+            (900.0, 4.0),
+            (950.0, 20.0),
+        ];
+        assert_eq!(knee(&pts), Some(3));
+        // A straight line has no knee; two points are not a curve.
+        assert_eq!(knee(&[(1.0, 1.0), (2.0, 2.0), (3.0, 3.0)]), None);
+        assert_eq!(knee(&pts[..2]), None);
     }
 }

@@ -38,9 +38,14 @@ pub fn execute(args: BackendArgs) -> Result<u8> {
             .map_err(|e| usage(format!("--status: {e}")))?,
         None => StatusMix::default(),
     };
+    let work = match &args.work {
+        Some(w) => super::parse_duration("--work", w)?,
+        None => std::time::Duration::ZERO,
+    };
     let cfg = BackendConfig {
         size: args.size,
         delay,
+        work,
         status,
         threads: args.threads,
         seed: 1,

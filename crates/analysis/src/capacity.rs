@@ -1,0 +1,270 @@
+//! The capacity search: the highest open-loop rate that meets an SLO. Doubling from a start
+//! rate until a step fails (halving instead when the first one fails), then bisecting between
+//! the highest pass and the lowest failure until they are within the precision asked for, then
+//! a confirmation run at the answer. A step passes when every SLO threshold holds and the
+//! target carried at least 95 % of the offered rate; a step in which the load generator itself
+//! saturated ends the search with a refusal, since nothing above it was measured.
+//!
+//! The search is a state machine fed by the caller: [`Search::next`] says which rate to run,
+//! [`Search::observe`] takes what happened. The binary runs real steps; the tests feed it
+//! known curves.
+
+/// What one step at a rate showed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Probe {
+    pub rate: f64,
+    pub achieved_rps: f64,
+    /// Every SLO threshold held.
+    pub slo_met: bool,
+    pub generator_saturated: bool,
+    /// The failed thresholds, for the log.
+    pub failures: Vec<String>,
+    pub confirmation: bool,
+}
+
+/// Share of the offered rate that must be carried for a step to pass.
+pub const CARRIED: f64 = 0.95;
+
+impl Probe {
+    pub fn passed(&self) -> bool {
+        self.slo_met && !self.generator_saturated && self.achieved_rps >= CARRIED * self.rate
+    }
+}
+
+/// How the search ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Answer {
+    /// The highest rate that met the SLO; `confirmed` when the confirmation run passed too.
+    Found { rate: f64, confirmed: bool },
+    /// Even the lowest rate tried failed.
+    BelowFloor { floor: f64 },
+    /// Every rate up to the ceiling passed.
+    AboveCeiling { ceiling: f64 },
+    /// The generator saturated at this rate: the answer is unknown above it.
+    GeneratorSaturated { rate: f64 },
+}
+
+/// What to do next.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Next {
+    Run { rate: f64, confirmation: bool },
+    Done(Answer),
+}
+
+/// The search's settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    pub start: f64,
+    /// No rate above this is tried.
+    pub ceiling: f64,
+    /// No rate below this is tried.
+    pub floor: f64,
+    /// Stop bisecting when (fail - pass) / pass is at most this (0.02 for 2 %).
+    pub precision: f64,
+    /// Confirmation runs before giving an unconfirmed answer.
+    pub confirmations: u32,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            start: 100.0,
+            ceiling: 1_000_000.0,
+            floor: 1.0,
+            precision: 0.02,
+            confirmations: 2,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Search {
+    pub settings: Settings,
+    pub probes: Vec<Probe>,
+    pass: Option<f64>,
+    fail: Option<f64>,
+    confirmations: u32,
+    done: Option<Answer>,
+}
+
+impl Search {
+    pub fn new(settings: Settings) -> Search {
+        Search {
+            settings,
+            probes: Vec::new(),
+            pass: None,
+            fail: None,
+            confirmations: 0,
+            done: None,
+        }
+    }
+
+    /// The rate to run next, or the answer.
+    pub fn next(&self) -> Next {
+        if let Some(a) = &self.done {
+            return Next::Done(a.clone());
+        }
+        let s = &self.settings;
+        let run = |rate: f64| Next::Run {
+            rate: (rate * 100.0).round() / 100.0,
+            confirmation: false,
+        };
+        match (self.pass, self.fail) {
+            (None, None) => run(s.start.clamp(s.floor, s.ceiling)),
+            (Some(p), None) => {
+                if p >= s.ceiling {
+                    Next::Done(Answer::AboveCeiling { ceiling: s.ceiling })
+                } else {
+                    run((p * 2.0).min(s.ceiling))
+                }
+            }
+            (None, Some(f)) => {
+                if f <= s.floor {
+                    Next::Done(Answer::BelowFloor { floor: s.floor })
+                } else {
+                    run((f / 2.0).max(s.floor))
+                }
+            }
+            (Some(p), Some(f)) => {
+                if (f - p) / p <= s.precision {
+                    Next::Run {
+                        rate: p,
+                        confirmation: true,
+                    }
+                } else {
+                    run((p + f) / 2.0)
+                }
+            }
+        }
+    }
+
+    /// Takes the outcome of the step [`Search::next`] asked for.
+    pub fn observe(&mut self, probe: Probe) {
+        let passed = probe.passed();
+        let (rate, confirmation, saturated) =
+            (probe.rate, probe.confirmation, probe.generator_saturated);
+        self.probes.push(probe);
+        if saturated {
+            self.done = Some(Answer::GeneratorSaturated { rate });
+            return;
+        }
+        if confirmation {
+            self.confirmations += 1;
+            if passed {
+                self.done = Some(Answer::Found {
+                    rate,
+                    confirmed: true,
+                });
+                return;
+            }
+            // The boundary is noisier than the precision: search again below.
+            self.fail = Some(rate);
+            self.pass = self
+                .probes
+                .iter()
+                .filter(|p| p.passed() && p.rate < rate)
+                .map(|p| p.rate)
+                .reduce(f64::max);
+            if self.confirmations >= self.settings.confirmations {
+                self.done = Some(match self.pass {
+                    Some(p) => Answer::Found {
+                        rate: p,
+                        confirmed: false,
+                    },
+                    None => Answer::BelowFloor {
+                        floor: self.settings.floor,
+                    },
+                });
+            }
+            return;
+        }
+        if passed {
+            self.pass = Some(self.pass.map_or(rate, |p| p.max(rate)));
+        } else {
+            self.fail = Some(self.fail.map_or(rate, |f| f.min(rate)));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs a search against a target that carries `capacity` req/s and meets the SLO below
+    /// `slo_limit`; returns the answer and the probes.
+    fn search(capacity: f64, slo_limit: f64, gen_limit: f64, s: Settings) -> (Answer, Vec<f64>) {
+        let mut search = Search::new(s);
+        for _ in 0..100 {
+            match search.next() {
+                Next::Done(a) => return (a, search.probes.iter().map(|p| p.rate).collect()),
+                Next::Run { rate, confirmation } => search.observe(Probe {
+                    rate,
+                    achieved_rps: rate.min(capacity),
+                    slo_met: rate <= slo_limit,
+                    generator_saturated: rate > gen_limit,
+                    failures: Vec::new(),
+                    confirmation,
+                }),
+            }
+        }
+        panic!("the search did not end in 100 steps");
+    }
+
+    #[test]
+    fn finds_the_rate_within_the_precision_and_confirms_it() {
+        let (a, probes) = search(1e9, 3_333.0, 1e9, Settings::default());
+        let Answer::Found { rate, confirmed } = a else {
+            panic!("{a:?}")
+        };
+        assert!(confirmed);
+        assert!(rate <= 3_333.0 && rate >= 3_333.0 * 0.98, "{rate}");
+        // Doubling 100 -> 6400 is 7 steps, bisection to 2 % about 6, one confirmation.
+        assert!(probes.len() <= 15, "{probes:?}");
+        assert_eq!(&probes[..4], &[100.0, 200.0, 400.0, 800.0]);
+    }
+
+    #[test]
+    fn a_target_that_cannot_carry_the_rate_fails_even_within_the_slo() {
+        // Latency always fine, but only 500 req/s carried.
+        let (a, _) = search(500.0, 1e9, 1e9, Settings::default());
+        let Answer::Found { rate, .. } = a else {
+            panic!("{a:?}")
+        };
+        assert!((500.0 * 0.98..=500.0 / CARRIED).contains(&rate), "{rate}");
+    }
+
+    #[test]
+    fn starts_too_high_goes_down() {
+        let s = Settings {
+            start: 10_000.0,
+            ..Settings::default()
+        };
+        let (a, probes) = search(1e9, 700.0, 1e9, s);
+        assert!(
+            matches!(a, Answer::Found { rate, confirmed: true } if rate <= 700.0 && rate >= 686.0)
+        );
+        assert_eq!(&probes[..5], &[10_000.0, 5_000.0, 2_500.0, 1_250.0, 625.0]);
+    }
+
+    #[test]
+    fn refuses_when_the_generator_saturates() {
+        let (a, _) = search(1e9, 1e9, 1_000.0, Settings::default());
+        assert_eq!(a, Answer::GeneratorSaturated { rate: 1_600.0 });
+    }
+
+    #[test]
+    fn edges_are_reported() {
+        let s = Settings {
+            ceiling: 1_000.0,
+            ..Settings::default()
+        };
+        assert_eq!(
+            search(1e9, 1e9, 1e9, s).0,
+            Answer::AboveCeiling { ceiling: 1_000.0 }
+        );
+        assert_eq!(
+            search(1e9, 0.5, 1e9, Settings::default()).0,
+            Answer::BelowFloor { floor: 1.0 }
+        );
+    }
+}

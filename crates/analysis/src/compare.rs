@@ -1,0 +1,142 @@
+//! `meshbench compare A B`: per-percentile differences of B over A with 95 % intervals and a
+//! verdict. Each side is one run or the repeats of a measurement; repeats are merged as
+//! histograms for the point and summarised as median and spread, never averaged.
+
+use meshbench_stats::{mann_whitney, spread, Spread};
+use thiserror::Error;
+
+use crate::headline::{delta, Delta};
+use crate::runs::{percentile_name, Group, PERCENTILES};
+
+#[derive(Debug, Error, PartialEq)]
+pub enum CompareError {
+    #[error("{0} holds no measured run (its steps failed or it is empty)")]
+    Empty(String),
+    #[error("{a} and {b} have no measurement in common (same variant and load); pick one of each with EXPERIMENT:VARIANT")]
+    NothingInCommon { a: String, b: String },
+}
+
+/// A percentile of one side: the merged value and the spread of the runs' own values.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SideFigure {
+    pub merged_ms: f64,
+    pub runs: Option<Spread>,
+}
+
+/// One compared percentile.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Line {
+    pub a: SideFigure,
+    pub b: SideFigure,
+    pub delta: Delta,
+    /// Mann-Whitney p-value over the same samples the interval used (a check that does not
+    /// assume normality).
+    pub mann_whitney_p: Option<f64>,
+}
+
+/// Two matched measurements compared.
+#[derive(Debug, Clone)]
+pub struct Pair {
+    pub a: Group,
+    pub b: Group,
+    pub lines: Vec<Line>,
+}
+
+impl Pair {
+    pub fn of(a: Group, b: Group) -> Pair {
+        let lines = PERCENTILES
+            .iter()
+            .map(|&q| {
+                let figure = |g: &Group| SideFigure {
+                    merged_ms: g.latency_ms(q),
+                    runs: spread(
+                        &g.runs
+                            .iter()
+                            .map(|r| r.latency.value_at_quantile(q) as f64 / 1000.0)
+                            .collect::<Vec<_>>(),
+                    ),
+                };
+                let d = delta(&a, &b, q);
+                let samples = |g: &Group| -> Vec<f64> {
+                    if matches!(d.basis, crate::headline::Basis::Repeats(_)) {
+                        g.runs
+                            .iter()
+                            .map(|r| r.latency.value_at_quantile(q) as f64 / 1000.0)
+                            .collect()
+                    } else {
+                        g.runs.iter().flat_map(|r| r.per_second_ms(q)).collect()
+                    }
+                };
+                Line {
+                    a: figure(&a),
+                    b: figure(&b),
+                    mann_whitney_p: mann_whitney(&samples(&a), &samples(&b)).map(|(_, p)| p),
+                    delta: d,
+                }
+            })
+            .collect();
+        Pair { a, b, lines }
+    }
+}
+
+/// Pairs the groups of two sides: directly when each side is one measurement, else by equal
+/// variant and load.
+pub fn pair_up(
+    a_name: &str,
+    a: Vec<Group>,
+    b_name: &str,
+    b: Vec<Group>,
+) -> Result<Vec<Pair>, CompareError> {
+    if a.is_empty() {
+        return Err(CompareError::Empty(a_name.into()));
+    }
+    if b.is_empty() {
+        return Err(CompareError::Empty(b_name.into()));
+    }
+    if a.len() == 1 && b.len() == 1 {
+        let (a, b) = (a.into_iter().next(), b.into_iter().next());
+        return Ok(a.zip(b).map(|(a, b)| Pair::of(a, b)).into_iter().collect());
+    }
+    let pairs: Vec<Pair> = a
+        .iter()
+        .filter_map(|ga| {
+            let gb = b
+                .iter()
+                .find(|gb| gb.variant == ga.variant && gb.load == ga.load)?;
+            Some(Pair::of(ga.clone(), gb.clone()))
+        })
+        .collect();
+    if pairs.is_empty() {
+        return Err(CompareError::NothingInCommon {
+            a: a_name.into(),
+            b: b_name.into(),
+        });
+    }
+    Ok(pairs)
+}
+
+/// The verdict on one percentile, in one sentence.
+pub fn verdict(d: &Delta) -> String {
+    let name = percentile_name(d.q);
+    let ci = format!("95 % CI [{:+.3}, {:+.3}] ms", d.ci.0, d.ci.1);
+    let p = d.p.map(|p| format!(", p={p:.3}")).unwrap_or_default();
+    if d.basis == crate::headline::Basis::None {
+        return format!(
+            "{name}: B {:+.3} ms, too few runs or seconds for an interval",
+            d.ms
+        );
+    }
+    if d.significant() {
+        let how = if d.ms >= 0.0 { "slower" } else { "faster" };
+        format!(
+            "{name}: B {how} by {:.3} ms ({ci}{p}, from {})",
+            d.ms.abs(),
+            d.basis
+        )
+    } else {
+        format!(
+            "{name}: no significant difference (B {:+.3} ms, {ci}{p}, from {})",
+            d.ms, d.basis
+        )
+    }
+}

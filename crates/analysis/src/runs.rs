@@ -1,0 +1,280 @@
+//! The input of every answer: measured runs (a stored step, or a `meshbench run --json` file)
+//! with their full latency histogram, per-second points and per-role resource use, grouped by
+//! what was measured (variant x load point) so that repeats are merged, never averaged.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use hdrhistogram::Histogram;
+use meshbench_engine::recorder::new_histogram;
+use meshbench_engine::result::{decode_histogram, RunResult};
+use meshbench_store::{StepRow, UsageRow};
+
+/// The four percentiles every answer is given at.
+pub const PERCENTILES: [f64; 4] = [0.5, 0.9, 0.99, 0.999];
+
+/// `p50`, `p90`, `p99`, `p99.9`.
+pub fn percentile_name(q: f64) -> String {
+    let p = q * 100.0;
+    if (p - p.round()).abs() < 1e-9 {
+        format!("p{}", p.round())
+    } else {
+        format!("p{}", (p * 1000.0).round() / 1000.0)
+    }
+}
+
+/// What load a step offered: the key that repeats of the same measurement share.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct LoadKey {
+    /// Offered rate in milli-requests per second (`None`: as fast as possible).
+    pub qps_milli: Option<u64>,
+    pub connections: u32,
+    pub response_bytes: u64,
+    pub jitter: bool,
+}
+
+impl LoadKey {
+    pub fn qps(&self) -> Option<f64> {
+        self.qps_milli.map(|m| m as f64 / 1000.0)
+    }
+}
+
+impl fmt::Display for LoadKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.qps() {
+            Some(q) => write!(f, "{q} qps")?,
+            None => f.write_str("max qps")?,
+        }
+        write!(f, " x {} conns", self.connections)?;
+        if self.response_bytes != 1024 {
+            write!(f, ", {} B", self.response_bytes)?;
+        }
+        if self.jitter {
+            f.write_str(", jitter")?;
+        }
+        Ok(())
+    }
+}
+
+/// One measured run.
+#[derive(Debug, Clone)]
+pub struct Run {
+    pub step_id: Option<i64>,
+    pub repeat: u32,
+    pub topology: String,
+    /// Topology plus the CPU allotment when swept (`both server_proxy=0.5cpu`).
+    pub variant: String,
+    pub load: LoadKey,
+    /// The swept role and its cores.
+    pub cpu: Option<(String, f64)>,
+    pub result: RunResult,
+    pub latency: Histogram<u64>,
+    pub usage: Vec<UsageRow>,
+}
+
+impl Run {
+    /// A stored step; `None` when it failed before measuring (its error is in the store).
+    pub fn from_step(s: &StepRow) -> Option<Run> {
+        if s.status == "failed" {
+            return None;
+        }
+        let result: RunResult = serde_json::from_value(s.result.clone()?).ok()?;
+        let p = &s.params;
+        let load = LoadKey {
+            qps_milli: p["qps"].as_f64().map(|q| (q * 1000.0).round() as u64),
+            connections: p["connections"].as_u64().unwrap_or(0) as u32,
+            response_bytes: p["response_bytes"].as_u64().unwrap_or(0),
+            jitter: p["jitter"].as_bool().unwrap_or(false),
+        };
+        let cpu = p["cpu"]["role"]
+            .as_str()
+            .zip(p["cpu"]["cores"].as_f64())
+            .map(|(r, c)| (r.to_string(), c));
+        Some(Run {
+            step_id: Some(s.id),
+            repeat: s.repeat,
+            topology: s.topology.clone(),
+            variant: s.variant.clone(),
+            load,
+            cpu,
+            latency: decode_histogram(&result.histogram.latency_us).ok()?,
+            result,
+            usage: s.usage.clone(),
+        })
+    }
+
+    /// A `meshbench run --json` document, named `name`.
+    pub fn from_result(name: &str, result: RunResult) -> Result<Run, String> {
+        let latency = decode_histogram(&result.histogram.latency_us)?;
+        let s = &result.settings;
+        Ok(Run {
+            step_id: None,
+            repeat: 0,
+            topology: name.to_string(),
+            variant: name.to_string(),
+            load: LoadKey {
+                qps_milli: s.rate_rps.map(|q| (q * 1000.0).round() as u64),
+                connections: s.connections as u32,
+                response_bytes: 0,
+                jitter: false,
+            },
+            cpu: None,
+            latency,
+            usage: Vec::new(),
+            result,
+        })
+    }
+
+    /// The per-second values of a percentile (seconds without requests left out).
+    pub fn per_second_ms(&self, q: f64) -> Vec<f64> {
+        self.result
+            .timeline
+            .iter()
+            .filter(|p| p.requests > 0)
+            .filter_map(|p| {
+                let us = match q {
+                    q if q == 0.5 => p.p50_us,
+                    q if q == 0.9 => p.p90_us,
+                    q if q == 0.99 => p.p99_us,
+                    q if q == 0.999 => p.p999_us,
+                    _ => return None,
+                };
+                // Timelines stored before p90/p99.9 were kept have zeros there.
+                (us > 0).then_some(us as f64 / 1000.0)
+            })
+            .collect()
+    }
+}
+
+/// Whether a role is a proxy on the path (its cost is what the answers are about).
+pub fn is_proxy_role(role: &str) -> bool {
+    !matches!(role, "backend" | "sampler" | "client")
+}
+
+/// One role's resource use in a group: medians over the repeats.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RoleUse {
+    pub role: String,
+    pub program: String,
+    pub cpu_millicores: f64,
+    /// Working set where the cgroup reports one, else RSS.
+    pub memory_mib: f64,
+    /// Received plus sent, bytes per second.
+    pub bytes_per_sec: f64,
+    pub cpu_limit: Option<f64>,
+}
+
+/// Repeats of one measurement (a variant under a load point), merged.
+#[derive(Debug, Clone)]
+pub struct Group {
+    pub topology: String,
+    pub variant: String,
+    pub load: LoadKey,
+    pub cpu: Option<(String, f64)>,
+    pub runs: Vec<Run>,
+    /// Every run's latency histogram added together.
+    pub merged: Histogram<u64>,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    meshbench_stats::quantile(&v, 0.5).unwrap_or(0.0)
+}
+
+impl Group {
+    /// The q-quantile of the merged latency, in milliseconds.
+    pub fn latency_ms(&self, q: f64) -> f64 {
+        self.merged.value_at_quantile(q) as f64 / 1000.0
+    }
+
+    /// Median throughput of the runs (requests per second).
+    pub fn throughput(&self) -> f64 {
+        median(self.runs.iter().map(|r| r.result.throughput_rps).collect())
+    }
+
+    /// Failed requests over all requests of all runs (a fraction).
+    pub fn error_ratio(&self) -> f64 {
+        let total: u64 = self.runs.iter().map(|r| r.result.requests.total).sum();
+        let errors: u64 = self.runs.iter().map(|r| r.result.requests.errors).sum();
+        if total == 0 {
+            0.0
+        } else {
+            errors as f64 / total as f64
+        }
+    }
+
+    /// Whether the generator may have limited any run.
+    pub fn generator_saturated(&self) -> bool {
+        self.runs.iter().any(|r| r.result.generator.saturated)
+    }
+
+    /// The proxies' resource use, medians over the repeats, in the order first seen.
+    pub fn proxies(&self) -> Vec<RoleUse> {
+        let mut order: Vec<String> = Vec::new();
+        let mut by_role: BTreeMap<String, Vec<&UsageRow>> = BTreeMap::new();
+        for r in &self.runs {
+            for u in r.usage.iter().filter(|u| is_proxy_role(&u.role)) {
+                if !order.contains(&u.role) {
+                    order.push(u.role.clone());
+                }
+                by_role.entry(u.role.clone()).or_default().push(u);
+            }
+        }
+        order
+            .into_iter()
+            .map(|role| {
+                let rows = &by_role[&role];
+                RoleUse {
+                    program: rows[0].program.clone(),
+                    cpu_millicores: median(rows.iter().map(|u| u.cpu_millicores_avg).collect()),
+                    memory_mib: median(
+                        rows.iter()
+                            .map(|u| u.working_set_mib_avg.unwrap_or(u.rss_mib_avg))
+                            .collect(),
+                    ),
+                    bytes_per_sec: median(
+                        rows.iter()
+                            .map(|u| u.rx_bytes_per_sec + u.tx_bytes_per_sec)
+                            .collect(),
+                    ),
+                    cpu_limit: rows[0].cpu_limit,
+                    role,
+                }
+            })
+            .collect()
+    }
+}
+
+/// Groups runs by variant and load point, in the order of the variants' first appearance and
+/// then by load.
+pub fn group(runs: Vec<Run>) -> Vec<Group> {
+    let mut variants: Vec<String> = Vec::new();
+    let mut map: BTreeMap<(usize, LoadKey), Vec<Run>> = BTreeMap::new();
+    for r in runs {
+        let v = match variants.iter().position(|v| *v == r.variant) {
+            Some(i) => i,
+            None => {
+                variants.push(r.variant.clone());
+                variants.len() - 1
+            }
+        };
+        map.entry((v, r.load.clone())).or_default().push(r);
+    }
+    map.into_values()
+        .map(|runs| {
+            let mut merged = new_histogram();
+            for r in &runs {
+                // Histograms from this tool share their bounds; a foreign one is resized.
+                let _ = merged.add(&r.latency);
+            }
+            Group {
+                topology: runs[0].topology.clone(),
+                variant: runs[0].variant.clone(),
+                load: runs[0].load.clone(),
+                cpu: runs[0].cpu.clone(),
+                merged,
+                runs,
+            }
+        })
+        .collect()
+}
