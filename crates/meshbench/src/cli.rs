@@ -35,6 +35,123 @@ pub enum Command {
     /// Read the results store: list experiments, show one, export it.
     #[command(subcommand)]
     Results(ResultsCommand),
+    /// Compare two measurements (run JSON files, experiments, variants or steps): differences
+    /// per percentile with 95 % intervals and a verdict.
+    Compare(CompareArgs),
+    /// Find the highest open-loop rate that meets an SLO: doubling, then bisection to within
+    /// --precision, then a confirmation run.
+    Capacity(CapacityArgs),
+    /// Replicas and cores for a target load, from a measured experiment or given figures.
+    Size(SizeArgs),
+    /// Write an experiment's report: one self-contained HTML file, and every plot as SVG and PNG.
+    Report(ReportArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CompareArgs {
+    /// A: a `meshbench run --json` file, or EXPERIMENT, EXPERIMENT:VARIANT or EXPERIMENT#STEP
+    /// from the store (EXPERIMENT is an id, a name or `latest`; STEP as `results show` numbers
+    /// them).
+    pub a: String,
+    /// B, in the same forms; the differences are B - A.
+    pub b: String,
+    /// Fail (exit 1) unless this holds, e.g. 'delta_p99<1ms' or 'p99<10ms' (B's); repeatable.
+    #[arg(long = "threshold", value_name = "METRIC<VALUE")]
+    pub thresholds: Vec<String>,
+    #[command(flatten)]
+    pub store: StoreArg,
+}
+
+#[derive(Debug, Args)]
+pub struct CapacityArgs {
+    /// The URL to load (open loop). Flags after `--` go to each `meshbench run` step, e.g.
+    /// `-- --http2 --insecure`.
+    #[arg(required_unless_present = "experiment")]
+    pub url: Option<String>,
+    /// Search an experiment file's rig instead: its first topology (or --topology), its first
+    /// connection count, response size and CPU allotment.
+    #[arg(long, value_name = "FILE", conflicts_with = "url")]
+    pub experiment: Option<PathBuf>,
+    /// Override a key of the experiment file.
+    #[arg(long = "set", value_name = "KEY=VALUE", requires = "experiment")]
+    pub set: Vec<String>,
+    /// The topology of the experiment to search.
+    #[arg(long, requires = "experiment")]
+    pub topology: Option<String>,
+    /// What a rate must meet, comma-separated: 'p99<10ms,errors<0.1%'.
+    #[arg(long)]
+    pub slo: String,
+    /// First rate tried (req/s).
+    #[arg(long, default_value_t = 100.0, value_name = "RPS")]
+    pub start: f64,
+    /// No rate above this is tried (req/s).
+    #[arg(long, default_value_t = 1_000_000.0, value_name = "RPS")]
+    pub max_rps: f64,
+    /// Stop bisecting when the pass and the failure are this close.
+    #[arg(long, default_value = "2%")]
+    pub precision: String,
+    /// Measured time of each step (URL mode; an experiment uses its duration_secs).
+    #[arg(long, default_value = "10s", value_name = "DURATION")]
+    pub step_duration: String,
+    /// Warm-up before each step's measurement (URL mode).
+    #[arg(long, default_value = "2s", value_name = "DURATION")]
+    pub warmup: String,
+    /// Connections (URL mode).
+    #[arg(short = 'c', long, default_value_t = 64, value_name = "N")]
+    pub connections: usize,
+    #[command(flatten)]
+    pub store: StoreArg,
+    /// No progress lines.
+    #[arg(short, long)]
+    pub quiet: bool,
+    /// Flags passed to every `meshbench run` step (URL mode).
+    #[arg(last = true, value_name = "RUN FLAGS")]
+    pub run_args: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct SizeArgs {
+    /// The load to carry.
+    #[arg(long, value_name = "RPS")]
+    pub target_rps: f64,
+    /// Share of each replica's CPU kept free.
+    #[arg(long, default_value = "30%")]
+    pub headroom: String,
+    /// Cores allotted to each replica.
+    #[arg(long, default_value_t = 1.0, value_name = "CORES")]
+    pub cores_per_replica: f64,
+    /// The measured experiment to size from (id, name or `latest`), unless --rps-per-core.
+    #[arg(long, default_value = "latest")]
+    pub experiment: String,
+    /// Only this proxy role (default: every proxy role measured).
+    #[arg(long)]
+    pub role: Option<String>,
+    /// Only this variant (default: every variant with a proxy).
+    #[arg(long)]
+    pub variant: Option<String>,
+    /// Size from a known figure instead of an experiment.
+    #[arg(long, value_name = "RPS")]
+    pub rps_per_core: Option<f64>,
+    /// Memory per replica with --rps-per-core.
+    #[arg(long, value_name = "MIB", default_value_t = 0.0)]
+    pub memory_mib: f64,
+    #[command(flatten)]
+    pub store: StoreArg,
+}
+
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// Experiment id, name (its newest run) or `latest`.
+    #[arg(default_value = "latest")]
+    pub experiment: String,
+    /// Directory for report.html and the plots (created if needed).
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+    /// Draw this p99 SLO on the latency/throughput plot, e.g. 10ms.
+    #[arg(long, value_name = "DURATION")]
+    pub slo_p99: Option<String>,
+    #[command(flatten)]
+    pub store: StoreArg,
 }
 
 #[derive(Debug, Args)]
@@ -53,6 +170,10 @@ pub struct ExperimentArgs {
     /// No progress line.
     #[arg(short, long)]
     pub quiet: bool,
+    /// Fail (exit 1) unless this holds for every measurement, e.g. 'p99<10ms',
+    /// 'errors<0.1%', 'proxy_cpu_per_1k_rps<0.6', 'added_p99<2ms'; repeatable.
+    #[arg(long = "threshold", value_name = "METRIC<VALUE")]
+    pub thresholds: Vec<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -315,6 +436,10 @@ pub struct RunArgs {
     /// No live progress line on stderr.
     #[arg(short = 'q', long)]
     pub quiet: bool,
+    /// Fail (exit 1) unless this holds, e.g. 'p99<10ms', 'errors<0.1%', 'rps>=900';
+    /// repeatable.
+    #[arg(long = "threshold", value_name = "METRIC<VALUE")]
+    pub thresholds: Vec<String>,
 }
 
 #[derive(Debug, Args)]

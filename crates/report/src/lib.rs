@@ -1,6 +1,7 @@
 //! Human-readable views of results: the summary `meshbench run` prints, and the side-by-side
 //! table `meshbench demo` prints for several runs. (The JSON view is the result type itself.)
 
+pub mod answers;
 pub mod export;
 
 use std::fmt::Write as _;

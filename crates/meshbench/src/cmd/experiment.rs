@@ -38,12 +38,21 @@ pub fn execute(args: ExperimentArgs) -> Result<u8> {
         print!("{}", describe_plan(&e, &Plan::compile(&e)));
         return Ok(exit::OK);
     }
+    let thresholds = super::answers::parse_thresholds(&args.thresholds)?;
     let store_path = args
         .store
         .clone()
         .unwrap_or_else(meshbench_store::default_path);
     let done = run(&e, &store_path, args.quiet)?;
-    Ok(done.exit_code)
+    let store = Store::open(&store_path)?;
+    let h = super::answers::headline(&store, done.id)?;
+    print!("{}", meshbench_report::answers::headline_text(&h));
+    let passed = super::answers::check_headline(&thresholds, &h);
+    let _ = std::io::stdout().flush();
+    Ok(match done.exit_code {
+        exit::OK if !passed => exit::FAILED,
+        code => code,
+    })
 }
 
 /// What a finished (or interrupted) experiment left.
@@ -53,97 +62,181 @@ pub struct Finished {
     pub exit_code: u8,
 }
 
-/// Runs every step of `e`, storing each in `store_path`; prints the step table.
-pub fn run(e: &Experiment, store_path: &std::path::Path, quiet: bool) -> Result<Finished> {
-    let plan = Plan::compile(e);
-    let mut store = Store::open(store_path)?;
-    let signals = super::signals::Signals::install()?;
-    rig::remove_stale();
-    let exe = std::env::current_exe().context("cannot find the meshbench binary")?;
-    let id = store.begin_experiment(&NewExperiment {
+/// An experiment being written to the store: steps are added one by one (by a plan, or by a
+/// search that picks each step from the last), each in its own transaction.
+pub struct Session {
+    pub store: Store,
+    pub id: i64,
+    pub signals: super::signals::Signals,
+    pub rows: Vec<StepRecord>,
+    pub live: bool,
+    failed: usize,
+    started: Instant,
+}
+
+impl Session {
+    pub fn begin(store_path: &std::path::Path, new: &NewExperiment, quiet: bool) -> Result<Session> {
+        let store = Store::open(store_path)?;
+        let signals = super::signals::Signals::install()?;
+        let id = store.begin_experiment(new)?;
+        Ok(Session {
+            store,
+            id,
+            signals,
+            rows: Vec::new(),
+            live: !quiet && std::io::stderr().is_terminal(),
+            failed: 0,
+            started: Instant::now(),
+        })
+    }
+
+    /// Stores a step (saying so on stderr when it failed).
+    pub fn record(&mut self, record: StepRecord, what: &str) -> Result<()> {
+        if record.status == "failed" {
+            self.failed += 1;
+            eprintln!(
+                "step {what} failed: {}",
+                record.error.as_deref().unwrap_or("unknown")
+            );
+        }
+        self.store.add_step(self.id, &record)?;
+        self.rows.push(record);
+        Ok(())
+    }
+
+    pub fn stopped(&self) -> bool {
+        self.signals.stop.load(Ordering::Relaxed)
+    }
+
+    /// Marks the experiment done or interrupted and prints the step table.
+    pub fn finish(self) -> Result<Finished> {
+        let status = if self.stopped() { "interrupted" } else { "done" };
+        self.store
+            .finish_experiment(self.id, status, &now_rfc3339())?;
+        let view: Vec<TableRow> = self
+            .rows
+            .iter()
+            .map(|r| TableRow {
+                seq: r.seq,
+                variant: &r.variant,
+                params: serde_json::from_str(&r.params_json).unwrap_or_default(),
+                summary: r.summary.as_ref(),
+                error: r.error.as_deref(),
+                usage: &r.usage,
+            })
+            .collect();
+        print!("{}", table(&view));
+        let _ = std::io::stdout().flush();
+        eprintln!(
+            "experiment {} {status} in {}: {} steps stored, {} failed; `meshbench results show {}`",
+            self.id,
+            human_secs(self.started.elapsed().as_secs_f64()),
+            self.rows.len(),
+            self.failed,
+            self.id
+        );
+        let exit_code = self.signals.exit_code().unwrap_or(if self.failed > 0 {
+            exit::FAILED
+        } else {
+            exit::OK
+        });
+        Ok(Finished {
+            id: self.id,
+            steps: self.rows,
+            exit_code,
+        })
+    }
+}
+
+/// What every lab step of an experiment shares.
+pub struct Lab {
+    exe: PathBuf,
+    versions: BTreeMap<String, String>,
+}
+
+impl Lab {
+    pub fn new(e: &Experiment) -> Result<Lab> {
+        rig::remove_stale();
+        Ok(Lab {
+            exe: std::env::current_exe().context("cannot find the meshbench binary")?,
+            versions: program_versions(e),
+        })
+    }
+
+    /// Runs `step` on a fresh rig, stores it and cools down; `left_after` is the time the
+    /// remaining steps will take (for the progress line).
+    pub fn step(
+        &self,
+        session: &mut Session,
+        e: &Experiment,
+        step: &Step,
+        steps: usize,
+        left_after: f64,
+    ) -> Result<()> {
+        let progress = Progress {
+            live: session.live,
+            step,
+            steps,
+            step_secs: e.warmup_secs + e.duration_secs,
+            left_after,
+        };
+        let record = run_step(
+            e,
+            step,
+            session.id,
+            &self.exe,
+            &self.versions,
+            session.signals.stop.clone(),
+            &progress,
+        );
+        let what = format!(
+            "{}/{} ({}, {})",
+            step.index + 1,
+            steps,
+            step.variant(),
+            step.load_text()
+        );
+        session.record(record, &what)?;
+        if !session.stopped() {
+            cool_down(e, &session.signals.stop);
+        }
+        Ok(())
+    }
+}
+
+/// The store row of an experiment file about to run.
+pub fn new_experiment(e: &Experiment) -> Result<NewExperiment> {
+    Ok(NewExperiment {
         name: e.name.clone(),
         description: e.description.clone(),
         labels_json: serde_json::to_string(&e.labels)?,
         config_json: serde_json::to_string(e)?,
         started_at: now_rfc3339(),
         meshbench_version: env!("CARGO_PKG_VERSION").into(),
-    })?;
+    })
+}
+
+/// Runs every step of `e`, storing each in `store_path`; prints the step table.
+pub fn run(e: &Experiment, store_path: &std::path::Path, quiet: bool) -> Result<Finished> {
+    let plan = Plan::compile(e);
+    let mut session = Session::begin(store_path, &new_experiment(e)?, quiet)?;
+    let lab = Lab::new(e)?;
     eprintln!(
-        "experiment {id} '{}': {} steps, about {}; results in {}",
+        "experiment {} '{}': {} steps, about {}; results in {}",
+        session.id,
         e.name,
         plan.steps.len(),
         human_secs(plan.total_secs(e)),
         store_path.display()
     );
-    let live = !quiet && std::io::stderr().is_terminal();
-    let versions = program_versions(e);
-    let started = Instant::now();
-    let mut failed = 0;
-    let mut rows = Vec::new();
     for step in &plan.steps {
-        let progress = Progress {
-            live,
-            step,
-            steps: plan.steps.len(),
-            step_secs: e.warmup_secs + e.duration_secs,
-            left_after: (plan.steps.len() - step.index - 1) as f64 * plan.step_secs(e),
-        };
-        let record = run_step(
-            e,
-            step,
-            id,
-            &exe,
-            &versions,
-            signals.stop.clone(),
-            &progress,
-        );
-        if record.status == "failed" {
-            failed += 1;
-            eprintln!(
-                "step {}/{} ({}, {}) failed: {}",
-                step.index + 1,
-                plan.steps.len(),
-                step.variant(),
-                step.load_text(),
-                record.error.as_deref().unwrap_or("unknown")
-            );
-        }
-        store.add_step(id, &record)?;
-        rows.push(record);
-        if signals.stop.load(Ordering::Relaxed) {
+        let left_after = (plan.steps.len() - step.index - 1) as f64 * plan.step_secs(e);
+        lab.step(&mut session, e, step, plan.steps.len(), left_after)?;
+        if session.stopped() {
             break;
         }
-        cool_down(e, &signals.stop);
     }
-    let interrupted = signals.stop.load(Ordering::Relaxed);
-    let status = if interrupted { "interrupted" } else { "done" };
-    store.finish_experiment(id, status, &now_rfc3339())?;
-    let view: Vec<TableRow> = rows
-        .iter()
-        .map(|r| TableRow {
-            seq: r.seq,
-            variant: &r.variant,
-            params: serde_json::from_str(&r.params_json).unwrap_or_default(),
-            summary: r.summary.as_ref(),
-            error: r.error.as_deref(),
-            usage: &r.usage,
-        })
-        .collect();
-    print!("{}", table(&view));
-    let _ = std::io::stdout().flush();
-    eprintln!(
-        "experiment {id} {status} in {}: {} steps stored, {failed} failed; `meshbench results show {id}`",
-        human_secs(started.elapsed().as_secs_f64()),
-        rows.len()
-    );
-    let exit_code = signals
-        .exit_code()
-        .unwrap_or(if failed > 0 { exit::FAILED } else { exit::OK });
-    Ok(Finished {
-        id,
-        steps: rows,
-        exit_code,
-    })
+    session.finish()
 }
 
 fn cool_down(e: &Experiment, stop: &AtomicBool) {
@@ -187,7 +280,7 @@ fn human_secs(s: f64) -> String {
     }
 }
 
-fn now_rfc3339() -> String {
+pub fn now_rfc3339() -> String {
     humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
 }
 
@@ -544,6 +637,16 @@ fn run_step(
         }));
     }
     record.usage.push(sampler_usage(&sampled));
+    fill_load(&mut record, &result);
+    if let Some((role, tail)) = dead {
+        record.status = "failed".into();
+        record.error = Some(format!("{role} exited during the step ({tail})"));
+    }
+    record
+}
+
+/// Fills a step record's load columns, histograms and series from a run's result.
+pub fn fill_load(record: &mut StepRecord, result: &RunResult) {
     let l = &result.latency_us;
     record.summary = Some(LoadSummary {
         duration_secs: result.duration_secs,
@@ -579,11 +682,6 @@ fn run_step(
         .collect();
     record.result_json = serde_json::to_string(&result).ok();
     record.status = if result.partial { "partial" } else { "ok" }.into();
-    if let Some((role, tail)) = dead {
-        record.status = "failed".into();
-        record.error = Some(format!("{role} exited during the step ({tail})"));
-    }
-    record
 }
 
 /// The sampler's own cost, stored as a pseudo-role so that it can be checked.

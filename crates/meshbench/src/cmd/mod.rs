@@ -1,9 +1,12 @@
 //! One module per subcommand; each turns parsed flags into work and an exit code.
 
+pub mod answers;
 pub mod backend;
+pub mod capacity;
 pub mod demo;
 pub mod experiment;
 pub mod gen;
+pub mod report;
 pub mod results;
 pub mod run;
 mod signals;
@@ -21,6 +24,10 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
         Command::Gen(crate::cli::GenCommand::Certs(args)) => gen::certs(args),
         Command::Experiment(args) => experiment::execute(args),
         Command::Results(c) => results::execute(c),
+        Command::Compare(args) => answers::compare(args),
+        Command::Size(args) => answers::size(args),
+        Command::Capacity(args) => capacity::execute(args),
+        Command::Report(args) => report::execute(args),
     }
 }
 

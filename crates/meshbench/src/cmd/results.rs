@@ -70,6 +70,8 @@ fn show(key: &str, s: &StoreArg) -> Result<u8> {
         })
         .collect();
     print!("{}", table(&view));
+    let h = super::answers::headline(&store, e.id)?;
+    print!("{}", meshbench_report::answers::headline_text(&h));
     Ok(exit::OK)
 }
 

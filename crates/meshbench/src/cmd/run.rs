@@ -19,6 +19,7 @@ use crate::{exit, usage};
 
 pub fn execute(args: RunArgs) -> Result<u8> {
     let spec = resolve(&args)?;
+    let thresholds = super::answers::parse_thresholds(&args.thresholds)?;
     let signals = super::signals::Signals::install()?;
     let live = !args.quiet && std::io::stderr().is_terminal();
     let result = run_spec(&spec, signals.stop.clone(), live)?;
@@ -26,8 +27,17 @@ pub fn execute(args: RunArgs) -> Result<u8> {
         write_json(path, &result)?;
     }
     print!("{}", meshbench_report::summary(&result));
+    let mut passed = true;
+    if !thresholds.is_empty() {
+        let run = meshbench_analysis::Run::from_result("run", result)
+            .map_err(|e| anyhow::anyhow!("the result's histogram: {e}"))?;
+        let h = meshbench_analysis::Headline::of(meshbench_analysis::group(vec![run]));
+        passed = super::answers::check_headline(&thresholds, &h);
+    }
     let _ = std::io::stdout().flush();
-    Ok(signals.exit_code().unwrap_or(exit::OK))
+    Ok(signals
+        .exit_code()
+        .unwrap_or(if passed { exit::OK } else { exit::FAILED }))
 }
 
 /// Runs a spec, optionally drawing a progress line on stderr.

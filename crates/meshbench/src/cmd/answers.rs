@@ -1,0 +1,256 @@
+//! The answer commands over stored results: `compare A B` and `size`, and what `run`,
+//! `experiment` and `compare` share: reading `--threshold` flags and checking them, and
+//! building an experiment's headline from the store.
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use meshbench_analysis::compare::pair_up;
+use meshbench_analysis::headline::{observe, Headline};
+use meshbench_analysis::sizing::{self, Model, Request};
+use meshbench_analysis::threshold::{self, Metric, Threshold};
+use meshbench_analysis::{group, Group, Run};
+use meshbench_engine::RunResult;
+use meshbench_store::Store;
+
+use crate::cli::{CompareArgs, SizeArgs, StoreArg};
+use crate::{exit, usage};
+
+/// Reads `--threshold` flags; a bad one is a usage error.
+pub fn parse_thresholds(texts: &[String]) -> Result<Vec<Threshold>> {
+    texts
+        .iter()
+        .map(|t| t.parse::<Threshold>().map_err(|e| usage(e.to_string())))
+        .collect()
+}
+
+/// Checks every threshold, printing one line each; true when all hold.
+pub fn check(thresholds: &[Threshold], observe: impl Fn(Metric) -> Vec<(String, f64)>) -> bool {
+    let mut ok = true;
+    for t in thresholds {
+        let o = threshold::check(t, observe(t.metric));
+        ok &= o.passed;
+        println!("{o}");
+    }
+    ok
+}
+
+/// Checks thresholds against an experiment's (or a run's) headline.
+pub fn check_headline(thresholds: &[Threshold], h: &Headline) -> bool {
+    check(thresholds, |m| observe(h, m))
+}
+
+/// A `percent` flag ("30%" or "0.3") as a fraction.
+pub fn parse_percent(flag: &str, text: &str) -> Result<f64> {
+    let t = text.trim();
+    let v = match t.strip_suffix('%') {
+        Some(p) => p.trim().parse::<f64>().map(|v| v / 100.0),
+        None => t.parse::<f64>(),
+    };
+    match v {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(usage(format!(
+            "{flag} {text}: not a percentage; give one like 30% or 0.3"
+        ))),
+    }
+}
+
+/// Opens the store named by `--store` (or the default), which must exist.
+pub fn open_store(s: &StoreArg) -> Result<Store> {
+    let path = s
+        .store
+        .clone()
+        .unwrap_or_else(meshbench_store::default_path);
+    if !path.exists() {
+        return Err(usage(format!(
+            "no results store at {}; run `meshbench experiment FILE` first or give --store",
+            path.display()
+        )));
+    }
+    Ok(Store::open(&path)?)
+}
+
+/// The measured runs of an experiment.
+pub fn runs_of(store: &Store, experiment: i64) -> Result<Vec<Run>> {
+    Ok(store
+        .steps(experiment)?
+        .iter()
+        .filter_map(Run::from_step)
+        .collect())
+}
+
+/// The headline of a stored experiment.
+pub fn headline(store: &Store, experiment: i64) -> Result<Headline> {
+    Ok(Headline::of(group(runs_of(store, experiment)?)))
+}
+
+/// One side of a comparison: a result file, or a selection from the store.
+fn side(spec: &str, store: &StoreArg) -> Result<(String, Vec<Group>)> {
+    let path = Path::new(spec);
+    if spec.ends_with(".json") || path.is_file() {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| usage(format!("{spec}: cannot read it ({e})")))?;
+        let result: RunResult = serde_json::from_str(&text).map_err(|e| {
+            usage(format!(
+                "{spec}: not a meshbench run --json result ({e}); write one with `meshbench run --json FILE`"
+            ))
+        })?;
+        let name = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| spec.to_string());
+        let run = Run::from_result(&name, result).map_err(|e| usage(format!("{spec}: {e}")))?;
+        return Ok((spec.to_string(), group(vec![run])));
+    }
+    let store = open_store(store)?;
+    let (key, pick) = match (spec.split_once('#'), spec.split_once(':')) {
+        (Some((k, n)), _) => {
+            let n: u32 = n.parse().ok().filter(|n| *n >= 1).ok_or_else(|| {
+                usage(format!(
+                    "{spec}: '{n}' is not a step number; `meshbench results show` numbers them from 1"
+                ))
+            })?;
+            (k, Pick::Step(n - 1))
+        }
+        (None, Some((k, v))) => (k, Pick::Variant(v.to_string())),
+        (None, None) => (spec, Pick::All),
+    };
+    let e = store.experiment(key).map_err(|e| usage(e.to_string()))?;
+    let steps = store.steps(e.id)?;
+    let runs: Vec<Run> = steps
+        .iter()
+        .filter(|s| match &pick {
+            Pick::All => true,
+            Pick::Step(n) => s.seq == *n,
+            Pick::Variant(v) => s.variant == *v || s.topology == *v,
+        })
+        .filter_map(Run::from_step)
+        .collect();
+    if runs.is_empty() {
+        if let Pick::Variant(v) = &pick {
+            let mut known: Vec<&str> = steps.iter().map(|s| s.variant.as_str()).collect();
+            known.dedup();
+            return Err(usage(format!(
+                "{spec}: experiment {} has no measured variant '{v}'; it has: {}",
+                e.id,
+                known.join(", ")
+            )));
+        }
+    }
+    Ok((format!("{spec} (experiment {} '{}')", e.id, e.name), group(runs)))
+}
+
+enum Pick {
+    All,
+    Variant(String),
+    Step(u32),
+}
+
+pub fn compare(args: CompareArgs) -> Result<u8> {
+    let thresholds = parse_thresholds(&args.thresholds)?;
+    let (a_name, a) = side(&args.a, &args.store)?;
+    let (b_name, b) = side(&args.b, &args.store)?;
+    let pairs = pair_up(&a_name, a, &b_name, b).map_err(|e| usage(e.to_string()))?;
+    print!(
+        "{}",
+        meshbench_report::answers::compare_text(&a_name, &b_name, &pairs)
+    );
+    if thresholds.is_empty() {
+        return Ok(exit::OK);
+    }
+    let b_headline = Headline::of(pairs.iter().map(|p| p.b.clone()).collect());
+    let ok = check(&thresholds, |m| match m {
+        Metric::Delta(q) => pairs
+            .iter()
+            .map(|p| {
+                let at = if pairs.len() == 1 {
+                    String::new()
+                } else {
+                    format!("{} @ {}", p.b.variant, p.b.load)
+                };
+                (at, p.b.latency_ms(q) - p.a.latency_ms(q))
+            })
+            .collect(),
+        m => observe(&b_headline, m),
+    });
+    Ok(if ok { exit::OK } else { exit::FAILED })
+}
+
+pub fn size(args: SizeArgs) -> Result<u8> {
+    let headroom = parse_percent("--headroom", &args.headroom)?;
+    let req = Request {
+        target_rps: args.target_rps,
+        headroom,
+        cores_per_replica: args.cores_per_replica,
+    };
+    if !(args.cores_per_replica > 0.0) {
+        return Err(usage("--cores-per-replica must be above 0"));
+    }
+    let mut models: Vec<(String, Model)> = Vec::new();
+    if let Some(rpc) = args.rps_per_core {
+        if !(rpc > 0.0) {
+            return Err(usage("--rps-per-core must be above 0"));
+        }
+        models.push(("proxy".into(), Model::from_figures(rpc, args.memory_mib)));
+    } else {
+        let store = open_store(&args.store)?;
+        let e = store
+            .experiment(&args.experiment)
+            .map_err(|e| usage(e.to_string()))?;
+        let h = headline(&store, e.id)?;
+        for f in &h.fits {
+            if args.role.as_ref().is_some_and(|r| *r != f.role)
+                || args.variant.as_ref().is_some_and(|v| *v != f.variant)
+            {
+                continue;
+            }
+            let measured_up_to = h
+                .costs
+                .iter()
+                .filter(|c| c.variant == f.variant && c.usage.role == f.role)
+                .map(|c| c.throughput_rps)
+                .fold(0.0, f64::max);
+            models.push((
+                format!("{} {}", f.variant, f.role),
+                Model {
+                    cpu: f.cpu,
+                    memory: f.memory,
+                    measured_up_to,
+                    source: format!(
+                        "experiment {} '{}', {} {} fitted over {} loads",
+                        e.id, e.name, f.variant, f.role, f.cpu.n
+                    ),
+                },
+            ));
+        }
+        if models.is_empty() {
+            return Err(usage(format!(
+                "experiment {} has no proxy measured at two loads or more{}; run one with several qps values, or give --rps-per-core",
+                e.id,
+                if args.role.is_some() || args.variant.is_some() {
+                    " matching --role/--variant"
+                } else {
+                    ""
+                }
+            )));
+        }
+    }
+    for (name, model) in &models {
+        match sizing::size(model, &req) {
+            Ok(s) => print!(
+                "{}",
+                meshbench_report::answers::sizing_text(name, args.target_rps, &s)
+            ),
+            Err(e @ (sizing::SizingError::Headroom | sizing::SizingError::Target)) => {
+                return Err(usage(e.to_string()))
+            }
+            Err(e) => println!("{name}: {e}"),
+        }
+    }
+    Ok(exit::OK)
+}
+
+/// Writes `text` to `path`, naming the file on failure.
+pub fn write(path: &Path, text: &[u8]) -> Result<()> {
+    std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))
+}

@@ -1,0 +1,351 @@
+//! `meshbench capacity URL|--experiment FILE --slo ...`: runs the capacity search of
+//! [`meshbench_analysis::capacity`] with real open-loop steps, against a URL (each step is a
+//! `meshbench run`) or against an experiment's rig (each step is a lab step: fresh rig, limits,
+//! sampling). Every step is stored as a step of a `capacity` experiment, so the search can be
+//! read back, compared and reported like any other.
+
+use anyhow::{Context, Result};
+use clap::Parser;
+use meshbench_analysis::capacity::{Answer, Next, Probe, Search, Settings};
+use meshbench_analysis::threshold::{self, Threshold};
+use meshbench_analysis::{group, Headline, Run};
+use meshbench_engine::RunResult;
+use meshbench_experiment::config::LoopMode;
+use meshbench_experiment::{Plan, Step};
+use meshbench_store::{NewExperiment, StepRecord};
+
+use super::answers::parse_percent;
+use super::experiment::{fill_load, new_experiment, now_rfc3339, Lab, Session};
+use super::parse_duration;
+use crate::cli::{CapacityArgs, Cli, Command};
+use crate::{exit, usage};
+
+pub fn execute(args: CapacityArgs) -> Result<u8> {
+    let slo = threshold::parse_list(&args.slo).map_err(|e| usage(e.to_string()))?;
+    if slo.is_empty() {
+        return Err(usage(
+            "--slo is empty; give what a rate must meet, like 'p99<10ms,errors<0.1%'",
+        ));
+    }
+    let precision = parse_percent("--precision", &args.precision)?;
+    if !(0.001..=0.5).contains(&precision) {
+        return Err(usage("--precision must be from 0.1% to 50%"));
+    }
+    if !(args.start > 0.0 && args.max_rps >= args.start) {
+        return Err(usage(
+            "--start must be above 0 and --max-rps at least --start",
+        ));
+    }
+    let settings = Settings {
+        start: args.start,
+        ceiling: args.max_rps,
+        floor: (args.start / 1024.0).max(1.0),
+        precision,
+        confirmations: 2,
+    };
+    let store_path = args
+        .store
+        .store
+        .clone()
+        .unwrap_or_else(meshbench_store::default_path);
+    match &args.experiment {
+        Some(file) => {
+            let mut e =
+                meshbench_experiment::load(file, &args.set).map_err(|err| usage(err.to_string()))?;
+            let topology = match &args.topology {
+                Some(t) => *e
+                    .topologies
+                    .iter()
+                    .find(|x| x.name() == t)
+                    .ok_or_else(|| {
+                        usage(format!(
+                            "--topology {t}: the experiment has {}",
+                            e.topologies
+                                .iter()
+                                .map(|t| t.name())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ))
+                    })?,
+                None => e.topologies[0],
+            };
+            e.load.mode = LoopMode::Open;
+            e.topologies = vec![topology];
+            e.name = format!("capacity {}", e.name);
+            e.description = format!("capacity search for {} ({})", args.slo, topology.name());
+            let template = Plan::compile(&e)
+                .steps
+                .into_iter()
+                .next()
+                .context("the experiment has no step")?;
+            let mut session = Session::begin(&store_path, &new_experiment(&e)?, args.quiet)?;
+            let lab = Lab::new(&e)?;
+            let found = search(settings, &slo, &mut session, |session, rate, n| {
+                let step = Step {
+                    index: n,
+                    load: meshbench_experiment::plan::LoadPoint {
+                        qps: Some(rate),
+                        ..template.load
+                    },
+                    ..template.clone()
+                };
+                lab.step(session, &e, &step, n + 1, 0.0)?;
+                Ok(session.rows.last().cloned())
+            });
+            conclude(session, found)
+        }
+        None => {
+            let url = args.url.clone().unwrap_or_default();
+            let duration = parse_duration("--step-duration", &args.step_duration)?;
+            let warmup = parse_duration("--warmup", &args.warmup)?;
+            // Every step's flags are checked once before any traffic.
+            let argv = |rate: f64| -> Vec<String> {
+                let mut a: Vec<String> = [
+                    "meshbench",
+                    "run",
+                    &url,
+                    "--rate",
+                    &format!("{rate}"),
+                    "--duration",
+                    &format!("{}s", duration.as_secs_f64()),
+                    "--warmup",
+                    &format!("{}s", warmup.as_secs_f64()),
+                    "--connections",
+                    &args.connections.to_string(),
+                    "--quiet",
+                ]
+                .map(String::from)
+                .to_vec();
+                a.extend(args.run_args.iter().cloned());
+                a
+            };
+            let spec_at = |rate: f64| -> Result<meshbench_engine::LoadSpec> {
+                match Cli::try_parse_from(argv(rate)) {
+                    Ok(Cli {
+                        command: Command::Run(a),
+                    }) => super::run::resolve(&a),
+                    Ok(_) => unreachable!("the arguments start with `run`"),
+                    Err(err) => Err(usage(format!(
+                        "flags after --: {}",
+                        err.to_string()
+                            .lines()
+                            .next()
+                            .unwrap_or("")
+                            .trim_start_matches("error: ")
+                    ))),
+                }
+            };
+            spec_at(args.start)?;
+            let new = NewExperiment {
+                name: "capacity".into(),
+                description: format!("capacity search of {url} for {}", args.slo),
+                labels_json: "{}".into(),
+                config_json: serde_json::json!({
+                    "url": url,
+                    "slo": args.slo,
+                    "start": args.start,
+                    "max_rps": args.max_rps,
+                    "precision": precision,
+                    "step_duration_secs": duration.as_secs_f64(),
+                    "warmup_secs": warmup.as_secs_f64(),
+                    "connections": args.connections,
+                    "run_args": args.run_args,
+                })
+                .to_string(),
+                started_at: now_rfc3339(),
+                meshbench_version: env!("CARGO_PKG_VERSION").into(),
+            };
+            let mut session = Session::begin(&store_path, &new, args.quiet)?;
+            let connections = args.connections;
+            let found = search(settings, &slo, &mut session, |session, rate, n| {
+                let spec = spec_at(rate)?;
+                let mut record = StepRecord {
+                    seq: n as u32,
+                    repeat: 0,
+                    topology: "capacity".into(),
+                    variant: "capacity".into(),
+                    label: format!("capacity_qps_{rate}_c_{connections}"),
+                    params_json: serde_json::json!({
+                        "qps": rate,
+                        "connections": connections,
+                        "response_bytes": 0,
+                        "jitter": false,
+                        "mode": "open",
+                    })
+                    .to_string(),
+                    started_at: now_rfc3339(),
+                    status: "failed".into(),
+                    error: None,
+                    versions_json: "{}".into(),
+                    summary: None,
+                    result_json: None,
+                    histograms: Vec::new(),
+                    series: Vec::new(),
+                    usage: Vec::new(),
+                    samples: Vec::new(),
+                };
+                match super::run::run_spec(&spec, session.signals.stop.clone(), session.live) {
+                    Ok(result) => fill_load(&mut record, &result),
+                    Err(err) => record.error = Some(format!("the load generator failed: {err}")),
+                }
+                session.record(record, &format!("{} ({rate} req/s)", n + 1))?;
+                Ok(session.rows.last().cloned())
+            });
+            conclude(session, found)
+        }
+    }
+}
+
+/// Closes the stored experiment (printing its steps), then the answer.
+fn conclude(session: Session, found: Result<(u8, String)>) -> Result<u8> {
+    let finished = session.finish()?;
+    let (code, line) = found?;
+    println!("{line}");
+    Ok(if code == exit::OK {
+        finished.exit_code
+    } else {
+        code
+    })
+}
+
+/// What a stored step showed the search.
+fn probe(
+    rate: f64,
+    confirmation: bool,
+    record: &StepRecord,
+    slo: &[Threshold],
+) -> Option<Probe> {
+    let result: RunResult = serde_json::from_str(record.result_json.as_deref()?).ok()?;
+    let saturated = result.generator.saturated;
+    let achieved = result.throughput_rps;
+    let mut run = Run::from_result("step", result).ok()?;
+    run.usage = record.usage.clone();
+    let h = Headline::of(group(vec![run]));
+    let failures: Vec<String> = slo
+        .iter()
+        .map(|t| threshold::check(t, meshbench_analysis::headline::observe(&h, t.metric)))
+        .filter(|o| !o.passed)
+        .map(|o| o.to_string())
+        .collect();
+    Some(Probe {
+        rate,
+        achieved_rps: achieved,
+        slo_met: failures.is_empty() && record.status != "failed",
+        generator_saturated: saturated,
+        failures,
+        confirmation,
+    })
+}
+
+/// Drives the search with `run_at(session, rate, step number)`, prints each step; returns the
+/// exit code and the answer's line.
+fn search(
+    settings: Settings,
+    slo: &[Threshold],
+    session: &mut Session,
+    mut run_at: impl FnMut(&mut Session, f64, usize) -> Result<Option<StepRecord>>,
+) -> Result<(u8, String)> {
+    let mut s = Search::new(settings);
+    let answer = loop {
+        let (rate, confirmation) = match s.next() {
+            Next::Done(a) => break Some(a),
+            Next::Run { rate, confirmation } => (rate, confirmation),
+        };
+        let n = s.probes.len();
+        let record = run_at(session, rate, n)?;
+        if session.stopped() {
+            break None;
+        }
+        let Some(p) = record.as_ref().and_then(|r| probe(rate, confirmation, r, slo)) else {
+            let why = record
+                .and_then(|r| r.error)
+                .unwrap_or_else(|| "no result".into());
+            return Err(anyhow::anyhow!(
+                "step {} at {rate} req/s could not be measured: {why}",
+                n + 1
+            ));
+        };
+        eprintln!(
+            "step {:>2} {:>10.1} req/s offered, {:>10.1} carried: {}{}{}",
+            n + 1,
+            rate,
+            p.achieved_rps,
+            if confirmation { "confirmation " } else { "" },
+            if p.passed() { "pass" } else { "fail" },
+            if p.passed() {
+                String::new()
+            } else if p.generator_saturated {
+                " (the load generator saturated)".into()
+            } else if !p.failures.is_empty() {
+                format!(" ({})", p.failures.join("; "))
+            } else {
+                format!(
+                    " (carried less than {:.0} % of the offered rate)",
+                    meshbench_analysis::capacity::CARRIED * 100.0
+                )
+            }
+        );
+        s.observe(p);
+    };
+    let id = session.id;
+    let steps = s.probes.len();
+    let (code, line) = match answer {
+        None => {
+            let best = s
+                .probes
+                .iter()
+                .filter(|p| p.passed())
+                .map(|p| p.rate)
+                .reduce(f64::max);
+            (
+                session.signals.exit_code().unwrap_or(exit::FAILED),
+                format!(
+                    "capacity: interrupted after {steps} steps; highest passing rate so far: {}",
+                    best.map_or("none".into(), |b| format!("{b} req/s"))
+                ),
+            )
+        }
+        Some(Answer::Found { rate, confirmed }) => (
+            exit::OK,
+            format!(
+                "capacity: {rate} req/s meets {} ({} steps{}; experiment {id})",
+                args_text(slo),
+                steps,
+                if confirmed {
+                    ", confirmed by a second run"
+                } else {
+                    "; NOT confirmed: the rate passed once and failed on its confirmation, the boundary is noisy at this precision"
+                }
+            ),
+        ),
+        Some(Answer::GeneratorSaturated { rate }) => (
+            exit::FAILED,
+            format!(
+                "capacity: refused: the load generator itself saturated at {rate} req/s, so the target was not what limited the run; give the generator more cores (or threads), or run agents on more machines (experiment {id})"
+            ),
+        ),
+        Some(Answer::BelowFloor { floor }) => (
+            exit::FAILED,
+            format!(
+                "capacity: no rate down to {floor} req/s meets {} (experiment {id})",
+                args_text(slo)
+            ),
+        ),
+        Some(Answer::AboveCeiling { ceiling }) => (
+            exit::OK,
+            format!(
+                "capacity: every rate up to --max-rps {ceiling} req/s meets {}; raise --max-rps (experiment {id})",
+                args_text(slo)
+            ),
+        ),
+    };
+    Ok((code, line))
+}
+
+fn args_text(slo: &[Threshold]) -> String {
+    slo.iter()
+        .map(|t| t.text.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+

@@ -1,0 +1,300 @@
+//! The answers in the terminal: the headline tables of an experiment (added latency with its
+//! interval, what each proxy costs, the fitted lines, knees, saturation, RPS per core), the
+//! comparison of two measurements, and a sizing. The HTML report shows the same tables.
+
+use std::fmt::Write as _;
+
+use meshbench_analysis::compare::{verdict, Pair};
+use meshbench_analysis::headline::{Basis, Headline};
+use meshbench_analysis::runs::{percentile_name, PERCENTILES};
+use meshbench_analysis::sizing::Sizing;
+
+use crate::thousands;
+
+/// A table as rows of cells, the first row the header; shared by the terminal and the HTML.
+pub type Table = Vec<Vec<String>>;
+
+/// Lays a table out in aligned columns (left for the first two, right for the rest).
+pub fn text_table(t: &Table) -> String {
+    let cols = t.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..cols)
+        .map(|c| {
+            t.iter()
+                .map(|r| r.get(c).map_or(0, |s| s.chars().count()))
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for row in t {
+        let mut line = String::from(" ");
+        for (c, cell) in row.iter().enumerate() {
+            let pad = widths[c].saturating_sub(cell.chars().count());
+            line.push(' ');
+            if c < 2 {
+                line.push_str(cell);
+                line.push_str(&" ".repeat(pad));
+            } else {
+                line.push_str(&" ".repeat(pad));
+                line.push_str(cell);
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+fn num(v: f64, decimals: usize) -> String {
+    if v.is_finite() {
+        format!("{v:.decimals$}")
+    } else {
+        "-".into()
+    }
+}
+
+/// Requests per day, rounded: `86.4 M`.
+pub fn per_day(rps: f64) -> String {
+    let d = rps * 86_400.0;
+    if d >= 1e9 {
+        format!("{:.2} G", d / 1e9)
+    } else if d >= 1e6 {
+        format!("{:.1} M", d / 1e6)
+    } else {
+        thousands(d.round() as u64)
+    }
+}
+
+/// Latency added over the baseline: one row per variant and load.
+pub fn added_table(h: &Headline) -> Table {
+    let mut t = vec![{
+        let mut head = vec!["variant".to_string(), "load".to_string()];
+        head.extend(
+            PERCENTILES
+                .iter()
+                .map(|q| format!("{} ms [95 % CI]", percentile_name(*q))),
+        );
+        head.push("interval from".into());
+        head
+    }];
+    for a in &h.added {
+        let mut row = vec![a.variant.clone(), a.load.to_string()];
+        for d in &a.deltas {
+            row.push(if d.basis == Basis::None {
+                format!("{:+.3}", d.ms)
+            } else {
+                format!("{:+.3} [{:+.3}, {:+.3}]", d.ms, d.ci.0, d.ci.1)
+            });
+        }
+        row.push(
+            a.deltas
+                .first()
+                .map(|d| d.basis.to_string())
+                .unwrap_or_default(),
+        );
+        t.push(row);
+    }
+    t
+}
+
+/// What each proxy costs at each load.
+pub fn cost_table(h: &Headline) -> Table {
+    let mut t = vec![[
+        "variant",
+        "role (program)",
+        "load",
+        "req/s",
+        "req/day",
+        "millicores",
+        "vCPU/1k RPS",
+        "RPS/core",
+        "MiB",
+        "MiB/s per 1k RPS",
+        "CPU of limit",
+    ]
+    .map(String::from)
+    .to_vec()];
+    for c in &h.costs {
+        t.push(vec![
+            c.variant.clone(),
+            format!("{} ({})", c.usage.role, c.usage.program),
+            c.load.to_string(),
+            num(c.throughput_rps, 1),
+            per_day(c.throughput_rps),
+            num(c.usage.cpu_millicores, 0),
+            num(c.vcpu_per_1k_rps(), 3),
+            num(c.rps_per_core(), 0),
+            num(c.usage.memory_mib, 1),
+            num(c.mib_per_1k_requests(), 3),
+            c.cpu_utilization()
+                .map(|u| format!("{:.0} %", u * 100.0))
+                .unwrap_or_else(|| "-".into()),
+        ]);
+    }
+    t
+}
+
+/// Latency and throughput of every measurement (baseline included).
+pub fn latency_table(h: &Headline) -> Table {
+    let mut t = vec![{
+        let mut head = vec!["variant".to_string(), "load".to_string(), "req/s".into()];
+        head.extend(PERCENTILES.iter().map(|q| format!("{} ms", percentile_name(*q))));
+        head.extend(["errors".to_string(), "runs".into()]);
+        head
+    }];
+    for g in &h.groups {
+        let mut row = vec![g.variant.clone(), g.load.to_string(), num(g.throughput(), 1)];
+        row.extend(PERCENTILES.iter().map(|q| num(g.latency_ms(*q), 3)));
+        row.push(format!("{:.3} %", g.error_ratio() * 100.0));
+        row.push(g.runs.len().to_string());
+        t.push(row);
+    }
+    t
+}
+
+/// The sentences under the tables: fits, knees, saturation, RPS per core.
+pub fn findings(h: &Headline) -> Vec<String> {
+    let mut out = Vec::new();
+    for f in &h.fits {
+        out.push(format!(
+            "{} {}: {:.0} millicores idle + {:.3} vCPU per 1000 RPS (r² {:.3}); memory {:.1} MiB + {:.2} MiB per 1000 RPS, fitted over {} loads",
+            f.variant,
+            f.role,
+            f.cpu.intercept,
+            f.cpu.slope,
+            f.cpu.r2,
+            f.memory.intercept,
+            f.memory.slope * 1000.0,
+            f.cpu.n
+        ));
+    }
+    for k in &h.knees {
+        out.push(format!(
+            "{} at {} connections: the latency/throughput knee is at {:.0} req/s (p99 {:.3} ms)",
+            k.variant, k.connections, k.throughput_rps, k.p99_ms
+        ));
+    }
+    for s in &h.saturation {
+        out.push(format!(
+            "{} {}: saturated from {} ({:.0} req/s), {:.0} % of its CPU allotment",
+            s.variant,
+            s.role,
+            s.load,
+            s.throughput_rps,
+            s.utilization * 100.0
+        ));
+    }
+    for p in &h.per_core {
+        out.push(format!(
+            "{} with {} limited: {:.0} RPS per core at {} (fit over {} allotments, r² {:.3})",
+            p.topology,
+            p.role,
+            p.fit.slope,
+            p.load,
+            p.points.len(),
+            p.fit.r2
+        ));
+    }
+    out
+}
+
+/// The whole headline for the terminal.
+pub fn headline_text(h: &Headline) -> String {
+    let mut o = String::new();
+    if !h.added.is_empty() {
+        let _ = writeln!(
+            o,
+            "Latency added over the baseline (B - baseline, merged histograms):"
+        );
+        o.push_str(&text_table(&added_table(h)));
+    }
+    let _ = writeln!(o, "Latency and throughput:");
+    o.push_str(&text_table(&latency_table(h)));
+    if !h.costs.is_empty() {
+        let _ = writeln!(o, "What each proxy costs (medians over repeats):");
+        o.push_str(&text_table(&cost_table(h)));
+    }
+    for f in findings(h) {
+        let _ = writeln!(o, "  {f}");
+    }
+    o
+}
+
+/// A comparison for the terminal.
+pub fn compare_text(a: &str, b: &str, pairs: &[Pair]) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "A = {a}\nB = {b}");
+    for p in pairs {
+        let _ = writeln!(
+            o,
+            "\n{} @ {} ({} run{}, {:.1} req/s)  vs  {} @ {} ({} run{}, {:.1} req/s)",
+            p.a.variant,
+            p.a.load,
+            p.a.runs.len(),
+            if p.a.runs.len() == 1 { "" } else { "s" },
+            p.a.throughput(),
+            p.b.variant,
+            p.b.load,
+            p.b.runs.len(),
+            if p.b.runs.len() == 1 { "" } else { "s" },
+            p.b.throughput()
+        );
+        let mut t: Table = vec![[
+            "", "A ms", "A runs: median (min..max)", "B ms", "B runs: median (min..max)",
+            "B - A ms", "95 % CI", "Welch p", "Mann-Whitney p",
+        ]
+        .map(String::from)
+        .to_vec()];
+        for l in &p.lines {
+            let runs = |s: &meshbench_analysis::compare::SideFigure| match s.runs {
+                Some(r) if r.n > 1 => format!("{:.3} ({:.3}..{:.3})", r.median, r.min, r.max),
+                _ => "-".into(),
+            };
+            t.push(vec![
+                percentile_name(l.delta.q),
+                num(l.a.merged_ms, 3),
+                runs(&l.a),
+                num(l.b.merged_ms, 3),
+                runs(&l.b),
+                format!("{:+.3}", l.delta.ms),
+                if l.delta.basis == Basis::None {
+                    "-".into()
+                } else {
+                    format!("[{:+.3}, {:+.3}]", l.delta.ci.0, l.delta.ci.1)
+                },
+                l.delta.p.map(|p| num(p, 3)).unwrap_or_else(|| "-".into()),
+                l.mann_whitney_p
+                    .map(|p| num(p, 3))
+                    .unwrap_or_else(|| "-".into()),
+            ]);
+        }
+        o.push_str(&text_table(&t));
+        for l in &p.lines {
+            let _ = writeln!(o, "  {}", verdict(&l.delta));
+        }
+    }
+    o
+}
+
+/// A sizing for the terminal.
+pub fn sizing_text(role: &str, target: f64, s: &Sizing) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "{role}: {} replicas x {} cores for {} RPS ({} cores in all)",
+        s.replicas,
+        s.cores_per_replica,
+        thousands(target.round() as u64),
+        s.total_cores
+    );
+    let _ = writeln!(
+        o,
+        "  each replica: {:.0} RPS at the target, {:.0} millicores, {:.1} MiB; carries {:.0} RPS at full use",
+        s.load_per_replica_rps, s.cpu_per_replica_mc, s.memory_per_replica_mib, s.replica_capacity_rps
+    );
+    let _ = writeln!(o, "  assumptions:");
+    for a in &s.assumptions {
+        let _ = writeln!(o, "  - {a}");
+    }
+    o
+}
