@@ -138,12 +138,20 @@ pub fn cost_table(h: &Headline) -> Table {
 pub fn latency_table(h: &Headline) -> Table {
     let mut t = vec![{
         let mut head = vec!["variant".to_string(), "load".to_string(), "req/s".into()];
-        head.extend(PERCENTILES.iter().map(|q| format!("{} ms", percentile_name(*q))));
+        head.extend(
+            PERCENTILES
+                .iter()
+                .map(|q| format!("{} ms", percentile_name(*q))),
+        );
         head.extend(["errors".to_string(), "runs".into()]);
         head
     }];
     for g in &h.groups {
-        let mut row = vec![g.variant.clone(), g.load.to_string(), num(g.throughput(), 1)];
+        let mut row = vec![
+            g.variant.clone(),
+            g.load.to_string(),
+            num(g.throughput(), 1),
+        ];
         row.extend(PERCENTILES.iter().map(|q| num(g.latency_ms(*q), 3)));
         row.push(format!("{:.3} %", g.error_ratio() * 100.0));
         row.push(g.runs.len().to_string());
@@ -240,8 +248,15 @@ pub fn compare_text(a: &str, b: &str, pairs: &[Pair]) -> String {
             p.b.throughput()
         );
         let mut t: Table = vec![[
-            "", "A ms", "A runs: median (min..max)", "B ms", "B runs: median (min..max)",
-            "B - A ms", "95 % CI", "Welch p", "Mann-Whitney p",
+            "",
+            "A ms",
+            "A runs: median (min..max)",
+            "B ms",
+            "B runs: median (min..max)",
+            "B - A ms",
+            "95 % CI",
+            "Welch p",
+            "Mann-Whitney p",
         ]
         .map(String::from)
         .to_vec()];

@@ -3,6 +3,8 @@
 
 pub mod answers;
 pub mod export;
+pub mod html;
+pub mod plot;
 
 use std::fmt::Write as _;
 

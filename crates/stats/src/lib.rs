@@ -127,7 +127,9 @@ pub fn linear_fit(points: &[(f64, f64)]) -> Option<Line> {
 /// The knee of an increasing, convex curve such as latency against throughput: with both axes
 /// scaled to [0, 1], the point farthest below the chord from the first to the last point (the
 /// Kneedle method of Satopää et al., 2011). Returns its index in `points` (sorted by x), or
-/// `None` with fewer than three points or a curve that never bends upward.
+/// `None` with fewer than three points, or a curve that does not end at (or within 5 % of) its
+/// highest value at least 20 % above where it started, or one that stays within 0.1 of its
+/// chord: a curve that never bends upward has no knee.
 pub fn knee(points: &[(f64, f64)]) -> Option<usize> {
     if points.len() < 3 {
         return None;
@@ -135,14 +137,15 @@ pub fn knee(points: &[(f64, f64)]) -> Option<usize> {
     let (x0, x1) = (points[0].0, points[points.len() - 1].0);
     let ymin = points.iter().map(|p| p.1).fold(f64::INFINITY, f64::min);
     let ymax = points.iter().map(|p| p.1).fold(f64::NEG_INFINITY, f64::max);
-    if x1 <= x0 || ymax <= ymin {
+    let (y_first, y_last) = (points[0].1, points[points.len() - 1].1);
+    if x1 <= x0 || ymax <= ymin || y_last < 0.95 * ymax || y_last < 1.2 * y_first {
         return None;
     }
     let norm = |p: &(f64, f64)| ((p.0 - x0) / (x1 - x0), (p.1 - ymin) / (ymax - ymin));
     let (_, first_y) = norm(&points[0]);
     let (_, last_y) = norm(&points[points.len() - 1]);
     let mut best = None;
-    let mut best_gap = 1e-9;
+    let mut best_gap = 0.1;
     for (i, p) in points.iter().enumerate().take(points.len() - 1).skip(1) {
         let (x, y) = norm(p);
         let chord = first_y + (last_y - first_y) * x;
@@ -487,5 +490,8 @@ mod tests {
         // A straight line has no knee; two points are not a curve.
         assert_eq!(knee(&[(1.0, 1.0), (2.0, 2.0), (3.0, 3.0)]), None);
         assert_eq!(knee(&pts[..2]), None);
+        // Latency that falls with load (a warmer CPU) or barely rises: no knee.
+        assert_eq!(knee(&[(1.0, 3.0), (2.0, 2.0), (3.0, 2.5)]), None);
+        assert_eq!(knee(&[(1.0, 1.0), (2.0, 1.05), (3.0, 1.1)]), None);
     }
 }

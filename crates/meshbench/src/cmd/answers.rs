@@ -137,7 +137,10 @@ fn side(spec: &str, store: &StoreArg) -> Result<(String, Vec<Group>)> {
             )));
         }
     }
-    Ok((format!("{spec} (experiment {} '{}')", e.id, e.name), group(runs)))
+    Ok((
+        format!("{spec} (experiment {} '{}')", e.id, e.name),
+        group(runs),
+    ))
 }
 
 enum Pick {

@@ -50,23 +50,19 @@ pub fn execute(args: CapacityArgs) -> Result<u8> {
         .unwrap_or_else(meshbench_store::default_path);
     match &args.experiment {
         Some(file) => {
-            let mut e =
-                meshbench_experiment::load(file, &args.set).map_err(|err| usage(err.to_string()))?;
+            let mut e = meshbench_experiment::load(file, &args.set)
+                .map_err(|err| usage(err.to_string()))?;
             let topology = match &args.topology {
-                Some(t) => *e
-                    .topologies
-                    .iter()
-                    .find(|x| x.name() == t)
-                    .ok_or_else(|| {
-                        usage(format!(
-                            "--topology {t}: the experiment has {}",
-                            e.topologies
-                                .iter()
-                                .map(|t| t.name())
-                                .collect::<Vec<_>>()
-                                .join(", ")
-                        ))
-                    })?,
+                Some(t) => *e.topologies.iter().find(|x| x.name() == t).ok_or_else(|| {
+                    usage(format!(
+                        "--topology {t}: the experiment has {}",
+                        e.topologies
+                            .iter()
+                            .map(|t| t.name())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ))
+                })?,
                 None => e.topologies[0],
             };
             e.load.mode = LoopMode::Open;
@@ -209,12 +205,7 @@ fn conclude(session: Session, found: Result<(u8, String)>) -> Result<u8> {
 }
 
 /// What a stored step showed the search.
-fn probe(
-    rate: f64,
-    confirmation: bool,
-    record: &StepRecord,
-    slo: &[Threshold],
-) -> Option<Probe> {
+fn probe(rate: f64, confirmation: bool, record: &StepRecord, slo: &[Threshold]) -> Option<Probe> {
     let result: RunResult = serde_json::from_str(record.result_json.as_deref()?).ok()?;
     let saturated = result.generator.saturated;
     let achieved = result.throughput_rps;
@@ -256,7 +247,10 @@ fn search(
         if session.stopped() {
             break None;
         }
-        let Some(p) = record.as_ref().and_then(|r| probe(rate, confirmation, r, slo)) else {
+        let Some(p) = record
+            .as_ref()
+            .and_then(|r| probe(rate, confirmation, r, slo))
+        else {
             let why = record
                 .and_then(|r| r.error)
                 .unwrap_or_else(|| "no result".into());
@@ -348,4 +342,3 @@ fn args_text(slo: &[Threshold]) -> String {
         .collect::<Vec<_>>()
         .join(", ")
 }
-

@@ -75,7 +75,11 @@ pub struct Session {
 }
 
 impl Session {
-    pub fn begin(store_path: &std::path::Path, new: &NewExperiment, quiet: bool) -> Result<Session> {
+    pub fn begin(
+        store_path: &std::path::Path,
+        new: &NewExperiment,
+        quiet: bool,
+    ) -> Result<Session> {
         let store = Store::open(store_path)?;
         let signals = super::signals::Signals::install()?;
         let id = store.begin_experiment(new)?;
@@ -110,7 +114,11 @@ impl Session {
 
     /// Marks the experiment done or interrupted and prints the step table.
     pub fn finish(self) -> Result<Finished> {
-        let status = if self.stopped() { "interrupted" } else { "done" };
+        let status = if self.stopped() {
+            "interrupted"
+        } else {
+            "done"
+        };
         self.store
             .finish_experiment(self.id, status, &now_rfc3339())?;
         let view: Vec<TableRow> = self

@@ -1,0 +1,743 @@
+//! `meshbench report`: an experiment's answers as one self-contained HTML file (inline SVG and
+//! CSS, no script, no network; readable offline and printable) plus every chart as SVG and PNG.
+//! The report is built as a structure first (sections of sentences, tables and charts), so that
+//! its outline can be checked against a golden file, and then written.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use meshbench_analysis::headline::{Headline, Saturation};
+use meshbench_analysis::runs::{percentile_name, Group, PERCENTILES};
+use thiserror::Error;
+
+use crate::answers::{added_table, cost_table, findings, latency_table, Table};
+use crate::plot::{self, Chart, Draw, Series, XAxis};
+
+#[derive(Debug, Error)]
+pub enum ReportError {
+    #[error("cannot write {path}: {reason}")]
+    Write { path: PathBuf, reason: String },
+    #[error("chart {id}: {reason}")]
+    Chart { id: String, reason: String },
+    #[error("no TrueType font for the charts (looked for DejaVu Sans, Liberation Sans, Noto Sans); install fonts-dejavu-core")]
+    NoFont,
+}
+
+/// A piece of a section.
+#[derive(Debug, Clone)]
+pub enum Block {
+    Text(String),
+    Table(Table),
+    Chart(Chart),
+}
+
+#[derive(Debug, Clone)]
+pub struct Section {
+    pub title: String,
+    pub blocks: Vec<Block>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Report {
+    pub title: String,
+    pub subtitle: String,
+    pub sections: Vec<Section>,
+}
+
+/// What the report is built from.
+pub struct Input<'a> {
+    pub name: &'a str,
+    pub id: i64,
+    pub started_at: &'a str,
+    pub status: &'a str,
+    pub headline: &'a Headline,
+    /// Warm-up before each step's measured window (shaded on the timelines).
+    pub warmup_secs: f64,
+    /// Drawn on the latency/throughput chart.
+    pub slo_p99_ms: Option<f64>,
+    /// Steps that failed, with their error (listed, not plotted).
+    pub failed: Vec<String>,
+}
+
+fn distinct<T: PartialEq + Clone>(items: impl Iterator<Item = T>) -> Vec<T> {
+    let mut v: Vec<T> = Vec::new();
+    for i in items {
+        if !v.contains(&i) {
+            v.push(i);
+        }
+    }
+    v
+}
+
+fn variant_colors(h: &Headline) -> impl Fn(&str) -> usize + '_ {
+    let variants = h.variants();
+    move |v: &str| variants.iter().position(|x| x == v).unwrap_or(0)
+}
+
+/// Builds the report's structure.
+pub fn build(input: &Input) -> Report {
+    let h = input.headline;
+    let mut sections = vec![headline_section(input)];
+    let mut charts = Vec::new();
+    charts.extend(latency_vs_qps(h));
+    charts.extend(latency_vs_connections(h));
+    charts.extend(cost_vs_qps(h));
+    charts.extend(rps_vs_allotment(h));
+    charts.extend(latency_throughput(h, input.slo_p99_ms));
+    charts.extend(spectrum(h));
+    if !charts.is_empty() {
+        sections.push(Section {
+            title: "Charts".into(),
+            blocks: charts.into_iter().map(Block::Chart).collect(),
+        });
+    }
+    sections.push(Section {
+        title: "Each step over time".into(),
+        blocks: timelines(h, input.warmup_secs)
+            .into_iter()
+            .map(Block::Chart)
+            .collect(),
+    });
+    Report {
+        title: format!("meshbench report: {}", input.name),
+        subtitle: format!(
+            "experiment {}, started {}, {}; {} measurements of {} variants",
+            input.id,
+            input.started_at,
+            input.status,
+            h.groups.len(),
+            h.variants().len()
+        ),
+        sections,
+    }
+}
+
+fn headline_section(input: &Input) -> Section {
+    let h = input.headline;
+    let mut blocks = Vec::new();
+    if !h.added.is_empty() {
+        blocks.push(Block::Text(
+            "Latency each variant adds over the baseline at the same load, per percentile: the difference of the merged histograms, with its 95 % confidence interval (from the spread of the repeats, or of one-second intervals when there is one run).".into(),
+        ));
+        blocks.push(Block::Table(added_table(h)));
+    }
+    if !h.costs.is_empty() {
+        blocks.push(Block::Text(
+            "What each proxy costs: CPU in millicores and in vCPU per 1000 requests per second, requests per second one core carries, memory, bandwidth per 1000 RPS, and requests per day at the measured rate.".into(),
+        ));
+        blocks.push(Block::Table(cost_table(h)));
+    }
+    blocks.push(Block::Table(latency_table(h)));
+    for f in findings(h) {
+        blocks.push(Block::Text(f));
+    }
+    for f in &input.failed {
+        blocks.push(Block::Text(format!("Failed step: {f}")));
+    }
+    Section {
+        title: "Headline".into(),
+        blocks,
+    }
+}
+
+/// The connection count most groups use (the one the QPS charts are drawn at).
+fn main_connections(h: &Headline) -> Option<u32> {
+    let conns = distinct(h.groups.iter().map(|g| g.load.connections));
+    conns
+        .into_iter()
+        .max_by_key(|c| h.groups.iter().filter(|g| g.load.connections == *c).count())
+}
+
+fn latency_vs_qps(h: &Headline) -> Vec<Chart> {
+    let qps = distinct(h.groups.iter().filter_map(|g| g.load.qps_milli));
+    let Some(conns) = main_connections(h) else {
+        return Vec::new();
+    };
+    if qps.len() < 2 {
+        return Vec::new();
+    }
+    let col = variant_colors(h);
+    PERCENTILES
+        .iter()
+        .map(|&q| {
+            let name = percentile_name(q);
+            let mut c = Chart::new(
+                &format!("latency_{}_vs_qps", name.replace('.', "")),
+                &format!("{name} latency vs offered load ({conns} connections)"),
+                "offered load (requests per second)",
+                &format!("{name} latency (ms)"),
+            );
+            let mut top: Vec<(String, f64, f64)> = Vec::new();
+            for v in h.variants() {
+                let mut pts: Vec<(f64, f64)> = h
+                    .groups
+                    .iter()
+                    .filter(|g| g.variant == v && g.load.connections == conns)
+                    .filter_map(|g| Some((g.load.qps()?, g.latency_ms(q))))
+                    .collect();
+                pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+                if let Some(last) = pts.last() {
+                    top.push((v.clone(), last.0, last.1));
+                }
+                c.series.push(Series {
+                    name: v.clone(),
+                    points: pts,
+                    draw: Draw::LinePoints,
+                    color: col(&v),
+                });
+            }
+            c.sentence = match top.iter().max_by(|a, b| a.2.total_cmp(&b.2)) {
+                Some((v, at, ms)) => {
+                    let low = top.iter().min_by(|a, b| a.2.total_cmp(&b.2));
+                    format!(
+                        "At the highest load, {name} is highest for {v} ({ms:.3} ms at {at} qps){}.",
+                        match low {
+                            Some((lv, _, lms)) if lv != v => format!(" and lowest for {lv} ({lms:.3} ms)"),
+                            _ => String::new(),
+                        }
+                    )
+                }
+                None => String::new(),
+            };
+            c
+        })
+        .collect()
+}
+
+fn latency_vs_connections(h: &Headline) -> Vec<Chart> {
+    let conns = distinct(h.groups.iter().map(|g| g.load.connections));
+    if conns.len() < 2 {
+        return Vec::new();
+    }
+    let col = variant_colors(h);
+    // At the rate most groups share (or the closed loop).
+    let rates = distinct(h.groups.iter().map(|g| g.load.qps_milli));
+    let rate = rates
+        .into_iter()
+        .max_by_key(|r| h.groups.iter().filter(|g| g.load.qps_milli == *r).count())
+        .flatten();
+    [0.5, 0.99]
+        .iter()
+        .map(|&q| {
+            let name = percentile_name(q);
+            let at = rate.map_or("a closed loop".to_string(), |r| format!("{} qps", r as f64 / 1000.0));
+            let mut c = Chart::new(
+                &format!("latency_{}_vs_connections", name.replace('.', "")),
+                &format!("{name} latency vs connections ({at})"),
+                "connections",
+                &format!("{name} latency (ms)"),
+            );
+            let mut growth: Vec<(String, f64)> = Vec::new();
+            for v in h.variants() {
+                let mut pts: Vec<(f64, f64)> = h
+                    .groups
+                    .iter()
+                    .filter(|g| g.variant == v && g.load.qps_milli == rate)
+                    .map(|g| (g.load.connections as f64, g.latency_ms(q)))
+                    .collect();
+                pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+                if let (Some(a), Some(b)) = (pts.first(), pts.last()) {
+                    growth.push((v.clone(), b.1 - a.1));
+                }
+                c.series.push(Series {
+                    name: v.clone(),
+                    points: pts,
+                    draw: Draw::LinePoints,
+                    color: col(&v),
+                });
+            }
+            c.sentence = match growth.iter().max_by(|a, b| a.1.total_cmp(&b.1)) {
+                Some((v, d)) => format!(
+                    "From the fewest to the most connections, {name} grows most for {v} ({d:+.3} ms)."
+                ),
+                None => String::new(),
+            };
+            c
+        })
+        .collect()
+}
+
+fn cost_vs_qps(h: &Headline) -> Vec<Chart> {
+    if h.costs.is_empty() {
+        return Vec::new();
+    }
+    let keys = distinct(
+        h.costs
+            .iter()
+            .map(|c| (c.variant.clone(), c.usage.role.clone())),
+    );
+    let mut out = Vec::new();
+    for (what, unit) in [("CPU", "millicores"), ("memory", "MiB")] {
+        let mut c = Chart::new(
+            &format!("proxy_{}_vs_qps", what.to_lowercase()),
+            &format!("Proxy {what} vs throughput"),
+            "throughput (requests per second)",
+            &format!("{what} ({unit})"),
+        );
+        for (i, (v, role)) in keys.iter().enumerate() {
+            let mut pts: Vec<(f64, f64)> = h
+                .costs
+                .iter()
+                .filter(|c| c.variant == *v && c.usage.role == *role)
+                .map(|c| {
+                    (
+                        c.throughput_rps,
+                        if what == "CPU" {
+                            c.usage.cpu_millicores
+                        } else {
+                            c.usage.memory_mib
+                        },
+                    )
+                })
+                .collect();
+            pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+            c.series.push(Series {
+                name: format!("{v} {role}"),
+                points: pts.clone(),
+                draw: Draw::Points,
+                color: i,
+            });
+            if let Some(f) = h.fits.iter().find(|f| f.variant == *v && f.role == *role) {
+                let line = if what == "CPU" { f.cpu } else { f.memory };
+                let (x0, x1) = (pts[0].0, pts[pts.len() - 1].0);
+                c.series.push(Series {
+                    name: format!("{v} {role} fit"),
+                    points: vec![(x0, line.at(x0)), (x1, line.at(x1))],
+                    draw: Draw::Dashed,
+                    color: i,
+                });
+            }
+        }
+        c.sentence = match (what, h.fits.iter().max_by(|a, b| a.cpu.slope.total_cmp(&b.cpu.slope))) {
+            ("CPU", Some(f)) => format!(
+                "The costliest proxy per request is {} in {}: {:.3} vCPU per 1000 RPS on top of {:.0} millicores idle (dashed: the fitted line).",
+                f.role, f.variant, f.cpu.slope, f.cpu.intercept
+            ),
+            (_, Some(_)) => {
+                let f = h.fits.iter().max_by(|a, b| a.memory.at(0.0).total_cmp(&b.memory.at(0.0)));
+                f.map(|f| format!(
+                    "Memory is mostly fixed: the largest is {} in {} at {:.1} MiB, growing {:.2} MiB per 1000 RPS.",
+                    f.role, f.variant, f.memory.intercept, f.memory.slope * 1000.0
+                ))
+                .unwrap_or_default()
+            }
+            _ => "Each point is one load; there are too few loads for a fitted line.".into(),
+        };
+        out.push(c);
+    }
+    out
+}
+
+fn rps_vs_allotment(h: &Headline) -> Vec<Chart> {
+    h.per_core
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let mut c = Chart::new(
+                &format!("rps_vs_cpu_{}_{}", p.topology, i),
+                &format!("Throughput vs {} CPU allotment ({}, {})", p.role, p.topology, p.load),
+                &format!("{} CPU allotment (cores)", p.role),
+                "throughput (requests per second)",
+            );
+            let (x0, x1) = p
+                .points
+                .iter()
+                .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), q| (a.min(q.0), b.max(q.0)));
+            c.series.push(Series {
+                name: "measured".into(),
+                points: p.points.clone(),
+                draw: Draw::Points,
+                color: 0,
+            });
+            c.series.push(Series {
+                name: format!("fit: {:.0} RPS per core", p.fit.slope),
+                points: vec![(x0, p.fit.at(x0)), (x1, p.fit.at(x1))],
+                draw: Draw::Dashed,
+                color: 1,
+            });
+            c.sentence = format!(
+                "Each core given to {} adds {:.0} requests per second (r² {:.3}); this is the figure `meshbench size` divides by.",
+                p.role, p.fit.slope, p.fit.r2
+            );
+            c
+        })
+        .collect()
+}
+
+fn latency_throughput(h: &Headline, slo: Option<f64>) -> Vec<Chart> {
+    let keys = distinct(
+        h.groups
+            .iter()
+            .map(|g| (g.variant.clone(), g.load.connections)),
+    );
+    if h.groups.len() < 2 {
+        return Vec::new();
+    }
+    let col = variant_colors(h);
+    let mut c = Chart::new(
+        "latency_throughput",
+        "p99 latency vs throughput",
+        "throughput (requests per second)",
+        "p99 latency (ms)",
+    );
+    let many_conns = distinct(h.groups.iter().map(|g| g.load.connections)).len() > 1;
+    for (v, conns) in &keys {
+        let mut pts: Vec<(f64, f64)> = h
+            .groups
+            .iter()
+            .filter(|g| g.variant == *v && g.load.connections == *conns)
+            .map(|g| (g.throughput(), g.latency_ms(0.99)))
+            .collect();
+        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+        c.series.push(Series {
+            name: if many_conns {
+                format!("{v}, {conns} conns")
+            } else {
+                v.clone()
+            },
+            points: pts,
+            draw: Draw::LinePoints,
+            color: col(v),
+        });
+    }
+    for k in &h.knees {
+        c.marks
+            .push((k.throughput_rps, k.p99_ms, format!("knee {}", k.variant)));
+    }
+    if let Some(ms) = slo {
+        c.hline = Some((ms, format!("SLO p99 < {ms} ms")));
+    }
+    let sat: Vec<&Saturation> = h.saturation.iter().collect();
+    c.sentence = if h.knees.is_empty() {
+        "The curves do not bend upward within the loads measured: no knee yet.".into()
+    } else {
+        let k = &h.knees[0];
+        format!(
+            "The knee (x) is where latency starts to climb faster than throughput: {} bends at {:.0} req/s with p99 {:.3} ms{}.",
+            k.variant,
+            k.throughput_rps,
+            k.p99_ms,
+            match sat.first() {
+                Some(s) => format!("; {} in {} reaches 90 % of its CPU allotment from {:.0} req/s", s.role, s.variant, s.throughput_rps),
+                None => String::new(),
+            }
+        )
+    };
+    vec![c]
+}
+
+/// The load at which the spectrum compares variants: the one most variants share, highest.
+fn spectrum_load(h: &Headline) -> Option<meshbench_analysis::LoadKey> {
+    let loads = distinct(h.groups.iter().map(|g| g.load.clone()));
+    loads.into_iter().max_by(|a, b| {
+        let n = |l: &meshbench_analysis::LoadKey| h.groups.iter().filter(|g| g.load == *l).count();
+        n(a).cmp(&n(b)).then(a.qps_milli.cmp(&b.qps_milli))
+    })
+}
+
+fn spectrum(h: &Headline) -> Vec<Chart> {
+    let Some(load) = spectrum_load(h) else {
+        return Vec::new();
+    };
+    let col = variant_colors(h);
+    let mut c = Chart::new(
+        "percentile_spectrum",
+        &format!("Latency by percentile at {load}"),
+        "percentile",
+        "latency (ms)",
+    );
+    c.x_axis = XAxis::Spectrum;
+    let mut tails: Vec<(String, f64)> = Vec::new();
+    for g in h.groups.iter().filter(|g| g.load == load) {
+        let n = g.merged.len().max(1) as f64;
+        let top = n.log10().min(5.0);
+        let points: Vec<(f64, f64)> = (0..=(top * 20.0) as usize)
+            .map(|i| {
+                let x = i as f64 / 20.0;
+                let q = 1.0 - 10f64.powf(-x);
+                (x, g.merged.value_at_quantile(q) as f64 / 1000.0)
+            })
+            .collect();
+        tails.push((g.variant.clone(), g.latency_ms(0.999)));
+        c.series.push(Series {
+            name: g.variant.clone(),
+            points,
+            draw: Draw::Line,
+            color: col(&g.variant),
+        });
+    }
+    tails.sort_by(|a, b| a.1.total_cmp(&b.1));
+    c.sentence = match (tails.first(), tails.last()) {
+        (Some(lo), Some(hi)) if tails.len() > 1 => format!(
+            "The tail: p99.9 ranges from {:.3} ms ({}) to {:.3} ms ({}); the x axis stretches the high percentiles as HdrHistogram plots do.",
+            lo.1, lo.0, hi.1, hi.0
+        ),
+        (Some(one), _) => format!("p99.9 is {:.3} ms ({}).", one.1, one.0),
+        _ => String::new(),
+    };
+    vec![c]
+}
+
+fn timelines(h: &Headline, warmup: f64) -> Vec<Chart> {
+    let mut runs: Vec<(&Group, &meshbench_analysis::Run)> = h
+        .groups
+        .iter()
+        .flat_map(|g| g.runs.iter().map(move |r| (g, r)))
+        .collect();
+    runs.sort_by_key(|(_, r)| r.step_id);
+    runs.into_iter()
+        .enumerate()
+        .map(|(i, (g, r))| {
+            let step = r.step_id.map_or(i as i64 + 1, |s| s);
+            let mut c = Chart::new(
+                &format!("timeline_{:03}", i + 1),
+                &format!("Step {} · {} · {} · repeat {}", i + 1, g.variant, g.load, r.repeat + 1),
+                "seconds since the load started",
+                "requests per second",
+            );
+            let _ = step;
+            c.size = (760, 260);
+            let t = |s: u32| warmup + s as f64 + 0.5;
+            let tl = &r.result.timeline;
+            let rps: Vec<(f64, f64)> = tl.iter().map(|p| (t(p.second), p.requests as f64)).collect();
+            c.series.push(Series {
+                name: "req/s".into(),
+                points: rps.clone(),
+                draw: Draw::Line,
+                color: 0,
+            });
+            c.right = Some((
+                "latency (ms)".into(),
+                vec![
+                    Series {
+                        name: "p50 ms".into(),
+                        points: tl.iter().map(|p| (t(p.second), p.p50_us as f64 / 1000.0)).collect(),
+                        draw: Draw::Line,
+                        color: 2,
+                    },
+                    Series {
+                        name: "p99 ms".into(),
+                        points: tl.iter().map(|p| (t(p.second), p.p99_us as f64 / 1000.0)).collect(),
+                        draw: Draw::Line,
+                        color: 1,
+                    },
+                ],
+            ));
+            if warmup > 0.0 {
+                c.shade = Some((0.0, warmup, "warm-up (not measured)".into()));
+            }
+            // The last point may cover less than a second: left out of the steadiness figure.
+            let full: Vec<f64> = rps.iter().take(rps.len().saturating_sub(1)).map(|p| p.1).collect();
+            c.sentence = match meshbench_stats::spread(&full) {
+                Some(s) if s.n >= 2 && s.median > 0.0 => format!(
+                    "Steady window: {:.0} req/s median per second ({:.0} to {:.0}), p99 {:.3} ms over the step.",
+                    s.median, s.min, s.max, r.result.latency_us.p99 as f64 / 1000.0
+                ),
+                _ => format!("Too short for a per-second view; p99 {:.3} ms.", r.result.latency_us.p99 as f64 / 1000.0),
+            };
+            c
+        })
+        .collect()
+}
+
+/// The report's structure in text: sections, sentences, table headers and chart titles,
+/// without figures (the golden file the tests compare).
+pub fn outline(r: &Report) -> String {
+    let mut o = format!("# {}\n", r.title);
+    for s in &r.sections {
+        let _ = writeln!(o, "## {}", s.title);
+        for b in &s.blocks {
+            match b {
+                Block::Text(t) => {
+                    let words: String =
+                        t.split(':').next().unwrap_or("").chars().take(60).collect();
+                    let _ = writeln!(o, "text: {words}");
+                }
+                Block::Table(t) => {
+                    let _ = writeln!(o, "table: {} ({} rows)", t[0].join(" | "), t.len() - 1);
+                }
+                Block::Chart(c) => {
+                    let _ = writeln!(
+                        o,
+                        "chart {}: {} series{}{}{}",
+                        c.id,
+                        c.series.len() + c.right.as_ref().map_or(0, |r| r.1.len()),
+                        if c.hline.is_some() {
+                            ", threshold line"
+                        } else {
+                            ""
+                        },
+                        if c.shade.is_some() {
+                            ", shaded warm-up"
+                        } else {
+                            ""
+                        },
+                        if c.x_axis == XAxis::Spectrum {
+                            ", percentile axis"
+                        } else {
+                            ""
+                        },
+                    );
+                }
+            }
+        }
+    }
+    o
+}
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+const STYLE: &str = "body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
+h1{font-size:1.6em;margin-bottom:.2em}h2{border-bottom:1px solid #ccc;padding-bottom:.2em;margin-top:2em}
+.sub{color:#666;margin-top:0}table{border-collapse:collapse;margin:1em 0;font-size:.85em}
+th,td{border:1px solid #ddd;padding:3px 7px;text-align:right;white-space:nowrap}
+th{background:#f3f3f3}td:nth-child(-n+2),th:nth-child(-n+2){text-align:left}
+figure{margin:1.5em 0;page-break-inside:avoid}figcaption{color:#444;max-width:760px}
+svg{max-width:100%;height:auto}@media print{body{max-width:none}h2{page-break-before:auto}}";
+
+/// What `write` produced.
+#[derive(Debug, Clone)]
+pub struct Written {
+    pub html: PathBuf,
+    pub svgs: usize,
+    pub pngs: usize,
+}
+
+/// Writes report.html and plots/{id}.svg and .png into `dir`.
+pub fn write(r: &Report, dir: &Path) -> Result<Written, ReportError> {
+    if plot::load_font().is_none() {
+        return Err(ReportError::NoFont);
+    }
+    let plots = dir.join("plots");
+    std::fs::create_dir_all(&plots).map_err(|e| ReportError::Write {
+        path: plots.clone(),
+        reason: e.to_string(),
+    })?;
+    let charts: Vec<&Chart> = r
+        .sections
+        .iter()
+        .flat_map(|s| s.blocks.iter())
+        .filter_map(|b| match b {
+            Block::Chart(c) => Some(c),
+            _ => None,
+        })
+        .collect();
+    // Each chart is drawn twice (SVG and PNG); the charts are shared over the cores.
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(8);
+    let svgs: Vec<Result<String, ReportError>> = std::thread::scope(|scope| {
+        let chunks: Vec<Vec<(usize, &Chart)>> = (0..threads)
+            .map(|t| {
+                charts
+                    .iter()
+                    .copied()
+                    .enumerate()
+                    .skip(t)
+                    .step_by(threads)
+                    .collect()
+            })
+            .collect();
+        let handles: Vec<_> = chunks
+            .into_iter()
+            .map(|chunk| {
+                let plots = &plots;
+                scope.spawn(move || {
+                    chunk
+                        .into_iter()
+                        .map(|(i, c)| {
+                            let fail = |reason: String| ReportError::Chart {
+                                id: c.id.clone(),
+                                reason,
+                            };
+                            let svg = plot::svg(c).map_err(fail)?;
+                            let path = plots.join(format!("{}.svg", c.id));
+                            std::fs::write(&path, &svg).map_err(|e| ReportError::Write {
+                                path,
+                                reason: e.to_string(),
+                            })?;
+                            plot::png(c, &plots.join(format!("{}.png", c.id))).map_err(fail)?;
+                            Ok((i, svg))
+                        })
+                        .collect::<Vec<Result<(usize, String), ReportError>>>()
+                })
+            })
+            .collect();
+        let mut all: Vec<Option<Result<String, ReportError>>> =
+            (0..charts.len()).map(|_| None).collect();
+        for h in handles {
+            for item in h.join().unwrap_or_default() {
+                match item {
+                    Ok((i, svg)) => all[i] = Some(Ok(svg)),
+                    Err(e) => return vec![Err(e)],
+                }
+            }
+        }
+        all.into_iter().flatten().collect()
+    });
+    let mut svg_iter = Vec::with_capacity(svgs.len());
+    for s in svgs {
+        svg_iter.push(s?);
+    }
+    let mut html = String::with_capacity(svg_iter.iter().map(String::len).sum::<usize>() + 65536);
+    let _ = write!(
+        html,
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{}</title><style>{STYLE}</style></head><body>\n<h1>{}</h1><p class=\"sub\">{}</p>\n",
+        esc(&r.title),
+        esc(&r.title),
+        esc(&r.subtitle)
+    );
+    let mut next_svg = svg_iter.into_iter();
+    for s in &r.sections {
+        let _ = writeln!(html, "<h2>{}</h2>", esc(&s.title));
+        for b in &s.blocks {
+            match b {
+                Block::Text(t) => {
+                    let _ = writeln!(html, "<p>{}</p>", esc(t));
+                }
+                Block::Table(t) => {
+                    html.push_str("<table>\n<tr>");
+                    for h in &t[0] {
+                        let _ = write!(html, "<th>{}</th>", esc(h));
+                    }
+                    html.push_str("</tr>\n");
+                    for row in &t[1..] {
+                        html.push_str("<tr>");
+                        for cell in row {
+                            let _ = write!(html, "<td>{}</td>", esc(cell));
+                        }
+                        html.push_str("</tr>\n");
+                    }
+                    html.push_str("</table>\n");
+                }
+                Block::Chart(c) => {
+                    let svg = next_svg.next().unwrap_or_default();
+                    // The inline copy drops the XML prolog, which HTML does not take.
+                    let body = svg.find("<svg").map_or(svg.as_str(), |i| &svg[i..]);
+                    let _ = writeln!(
+                        html,
+                        "<figure id=\"{}\">{body}<figcaption>{}</figcaption></figure>",
+                        esc(&c.id),
+                        esc(&c.sentence)
+                    );
+                }
+            }
+        }
+    }
+    html.push_str("</body></html>\n");
+    let path = dir.join("report.html");
+    std::fs::write(&path, html).map_err(|e| ReportError::Write {
+        path: path.clone(),
+        reason: e.to_string(),
+    })?;
+    Ok(Written {
+        html: path,
+        svgs: charts.len(),
+        pngs: charts.len(),
+    })
+}

@@ -1,0 +1,390 @@
+//! Charts: a small description of a chart (series of points, an optional second y axis, a
+//! threshold line, marked points, a shaded span) drawn with plotters to SVG (inline in the HTML
+//! report, and as files) and to PNG. Axes are scaled to the data; latency is in milliseconds.
+
+use std::path::Path;
+
+use plotters::coord::Shift;
+use plotters::prelude::*;
+
+/// How a series is drawn.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Draw {
+    Line,
+    Points,
+    LinePoints,
+    Dashed,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Series {
+    pub name: String,
+    pub points: Vec<(f64, f64)>,
+    pub draw: Draw,
+    /// Index into the palette, so that a variant keeps its colour across charts.
+    pub color: usize,
+}
+
+/// How x values are labelled.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum XAxis {
+    Linear,
+    /// x is log10(1 / (1 - q)): labelled as percentiles (90 %, 99 %, 99.9 %...).
+    Spectrum,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Chart {
+    /// File name without extension.
+    pub id: String,
+    pub title: String,
+    pub x_label: String,
+    pub y_label: String,
+    pub x_axis: XAxis,
+    pub series: Vec<Series>,
+    /// A second y axis on the right: its label and series.
+    pub right: Option<(String, Vec<Series>)>,
+    /// A horizontal line (y, label), such as an SLO.
+    pub hline: Option<(f64, String)>,
+    /// Marked points (x, y, label), such as a knee.
+    pub marks: Vec<(f64, f64, String)>,
+    /// A shaded x span and its label, such as the warm-up.
+    pub shade: Option<(f64, f64, String)>,
+    /// One sentence saying what the chart shows.
+    pub sentence: String,
+    pub size: (u32, u32),
+}
+
+impl Chart {
+    pub fn new(id: &str, title: &str, x_label: &str, y_label: &str) -> Chart {
+        Chart {
+            id: id.into(),
+            title: title.into(),
+            x_label: x_label.into(),
+            y_label: y_label.into(),
+            x_axis: XAxis::Linear,
+            series: Vec::new(),
+            right: None,
+            hline: None,
+            marks: Vec::new(),
+            shade: None,
+            sentence: String::new(),
+            size: (760, 400),
+        }
+    }
+}
+
+const PALETTE: [RGBColor; 8] = [
+    RGBColor(31, 119, 180),
+    RGBColor(214, 39, 40),
+    RGBColor(44, 160, 44),
+    RGBColor(255, 127, 14),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(23, 190, 207),
+    RGBColor(127, 127, 127),
+];
+
+fn color(i: usize) -> RGBColor {
+    PALETTE[i % PALETTE.len()]
+}
+
+fn range(values: impl Iterator<Item = f64>, from_zero: bool) -> (f64, f64) {
+    let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
+    for v in values.filter(|v| v.is_finite()) {
+        lo = lo.min(v);
+        hi = hi.max(v);
+    }
+    if !lo.is_finite() {
+        return (0.0, 1.0);
+    }
+    if from_zero {
+        lo = lo.min(0.0);
+    }
+    if hi - lo < 1e-9 {
+        hi = lo + lo.abs().max(1.0);
+    }
+    let pad = (hi - lo) * 0.05;
+    (if from_zero { lo } else { lo - pad }, hi + pad)
+}
+
+/// A percentile as the spectrum axis labels it.
+fn spectrum_label(x: f64) -> String {
+    let q = 1.0 - 10f64.powf(-x);
+    let p = q * 100.0;
+    if p < 99.0 {
+        format!("{p:.0}%")
+    } else {
+        let digits = (x - 2.0).ceil().max(0.0) as usize;
+        format!("{p:.digits$}%")
+    }
+}
+
+fn number_label(v: f64) -> String {
+    let a = v.abs();
+    if a >= 1e6 {
+        format!("{:.1}M", v / 1e6)
+    } else if a >= 1e4 {
+        format!("{:.0}k", v / 1e3)
+    } else if a >= 100.0 || v == v.round() {
+        format!("{v:.0}")
+    } else if a >= 1.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+/// The segments of a dashed line through `points` (drawn as short paths, so that both
+/// backends draw it the same).
+fn dashes(points: &[(f64, f64)]) -> Vec<Vec<(f64, f64)>> {
+    let mut out = Vec::new();
+    for pair in points.windows(2) {
+        let (a, b) = (pair[0], pair[1]);
+        for k in (0..20).step_by(2) {
+            let at = |t: f64| (a.0 + (b.0 - a.0) * t, a.1 + (b.1 - a.1) * t);
+            out.push(vec![at(k as f64 / 20.0), at((k + 1) as f64 / 20.0)]);
+        }
+    }
+    out
+}
+
+/// Draws one series with `$method` (draw_series or draw_secondary_series), labelled.
+macro_rules! series {
+    ($chart:expr, $method:ident, $s:expr, $e:expr) => {{
+        let s: &Series = $s;
+        let c = color(s.color);
+        let style = c.stroke_width(2);
+        let legend_line =
+            move |(x, y): (i32, i32)| PathElement::new(vec![(x, y), (x + 20, y)], style);
+        match s.draw {
+            Draw::Line | Draw::LinePoints => {
+                $chart
+                    .$method(std::iter::once(PathElement::new(s.points.clone(), style)))
+                    .map_err($e)?
+                    .label(s.name.clone())
+                    .legend(legend_line);
+                if s.draw == Draw::LinePoints {
+                    $chart
+                        .$method(s.points.iter().map(|p| Circle::new(*p, 4, c.filled())))
+                        .map_err($e)?;
+                }
+            }
+            Draw::Points => {
+                $chart
+                    .$method(s.points.iter().map(|p| Circle::new(*p, 4, c.filled())))
+                    .map_err($e)?
+                    .label(s.name.clone())
+                    .legend(move |(x, y)| Circle::new((x + 10, y), 4, c.filled()));
+            }
+            Draw::Dashed => {
+                $chart
+                    .$method(
+                        dashes(&s.points)
+                            .into_iter()
+                            .map(|d| PathElement::new(d, style)),
+                    )
+                    .map_err($e)?
+                    .label(s.name.clone())
+                    .legend(legend_line);
+            }
+        }
+    }};
+}
+
+/// Draws `c` on `area`.
+pub fn draw<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, c: &Chart) -> Result<(), String>
+where
+    DB::ErrorType: 'static,
+{
+    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+    area.fill(&WHITE).map_err(e)?;
+    let all_x = c
+        .series
+        .iter()
+        .chain(c.right.iter().flat_map(|r| r.1.iter()))
+        .flat_map(|s| s.points.iter().map(|p| p.0))
+        .chain(c.shade.iter().flat_map(|s| [s.0, s.1]));
+    let (x0, x1) = range(all_x, false);
+    let ys = c
+        .series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.1))
+        .chain(c.hline.iter().map(|h| h.0))
+        .chain(c.marks.iter().map(|m| m.1));
+    let (y0, y1) = range(ys, true);
+    let mut builder = ChartBuilder::on(area);
+    builder
+        .caption(&c.title, ("sans-serif", 17))
+        .margin(12)
+        .x_label_area_size(42)
+        .y_label_area_size(62);
+    if c.right.is_some() {
+        builder.right_y_label_area_size(62);
+    }
+    let mut chart = builder
+        .build_cartesian_2d(x0..x1, y0..y1)
+        .map_err(e)?
+        .set_secondary_coord(x0..x1, {
+            let (r0, r1) = range(
+                c.right
+                    .iter()
+                    .flat_map(|r| r.1.iter().flat_map(|s| s.points.iter().map(|p| p.1))),
+                true,
+            );
+            r0..r1
+        });
+    let spectrum = c.x_axis == XAxis::Spectrum;
+    let x_fmt = move |x: &f64| {
+        if spectrum {
+            spectrum_label(*x)
+        } else {
+            number_label(*x)
+        }
+    };
+    let y_fmt = |y: &f64| number_label(*y);
+    chart
+        .configure_mesh()
+        .x_desc(&c.x_label)
+        .y_desc(&c.y_label)
+        .x_label_formatter(&x_fmt)
+        .y_label_formatter(&y_fmt)
+        .x_labels(if spectrum {
+            (x1.ceil() as usize) + 1
+        } else {
+            8
+        })
+        .light_line_style(RGBColor(235, 235, 235))
+        .label_style(("sans-serif", 12))
+        .axis_desc_style(("sans-serif", 13))
+        .draw()
+        .map_err(e)?;
+    if let Some((a, b, label)) = &c.shade {
+        chart
+            .draw_series(std::iter::once(Rectangle::new(
+                [(*a, y0), (*b, y1)],
+                RGBColor(120, 120, 120).mix(0.15).filled(),
+            )))
+            .map_err(e)?;
+        chart
+            .draw_series(std::iter::once(Text::new(
+                label.clone(),
+                (*a, y0 + (y1 - y0) * 0.08),
+                ("sans-serif", 12).into_font().color(&RGBColor(90, 90, 90)),
+            )))
+            .map_err(e)?;
+    }
+    for s in &c.series {
+        series!(chart, draw_series, s, e);
+    }
+    if let Some((label, right)) = &c.right {
+        chart
+            .configure_secondary_axes()
+            .y_desc(label)
+            .y_label_formatter(&y_fmt)
+            .label_style(("sans-serif", 12))
+            .axis_desc_style(("sans-serif", 13))
+            .draw()
+            .map_err(e)?;
+        for s in right {
+            series!(chart, draw_secondary_series, s, e);
+        }
+    }
+    if let Some((y, label)) = &c.hline {
+        let red = RGBColor(200, 0, 0);
+        chart
+            .draw_series(std::iter::once(PathElement::new(
+                vec![(x0, *y), (x1, *y)],
+                red.stroke_width(1),
+            )))
+            .map_err(e)?
+            .label(label.clone())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], red));
+    }
+    for (x, y, label) in &c.marks {
+        chart
+            .draw_series([
+                Cross::new((*x, *y), 7, BLACK.stroke_width(2)).into_dyn(),
+                Text::new(
+                    label.clone(),
+                    (*x, *y + (y1 - y0) * 0.06),
+                    ("sans-serif", 12).into_font(),
+                )
+                .into_dyn(),
+            ])
+            .map_err(e)?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.85))
+        .border_style(RGBColor(190, 190, 190))
+        .label_font(("sans-serif", 12))
+        .draw()
+        .map_err(e)?;
+    area.present().map_err(e)?;
+    Ok(())
+}
+
+/// The chart as an SVG document.
+pub fn svg(c: &Chart) -> Result<String, String> {
+    let mut out = String::new();
+    {
+        let area = SVGBackend::with_string(&mut out, c.size).into_drawing_area();
+        draw(&area, c)?;
+    }
+    Ok(out)
+}
+
+/// Writes the chart as a PNG file.
+pub fn png(c: &Chart, path: &Path) -> Result<(), String> {
+    let area = BitMapBackend::new(path, c.size).into_drawing_area();
+    draw(&area, c)
+}
+
+/// Registers a system TrueType font for the plots (plotters measures text with it); the
+/// first found of DejaVu Sans, Liberation Sans, Noto Sans. `None` when there is none.
+pub fn load_font() -> Option<&'static str> {
+    const PATHS: [&str; 5] = [
+        "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+        "/usr/share/fonts/dejavu/DejaVuSans.ttf",
+        "/usr/share/fonts/TTF/DejaVuSans.ttf",
+        "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
+        "/usr/share/fonts/truetype/noto/NotoSans-Regular.ttf",
+    ];
+    static FONT: std::sync::OnceLock<Option<&'static str>> = std::sync::OnceLock::new();
+    *FONT.get_or_init(|| {
+        for p in PATHS {
+            if let Ok(bytes) = std::fs::read(p) {
+                let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+                if plotters::style::register_font("sans-serif", FontStyle::Normal, bytes).is_ok() {
+                    return Some(p);
+                }
+            }
+        }
+        None
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spectrum_labels_read_as_percentiles() {
+        assert_eq!(spectrum_label(0.0), "0%");
+        assert_eq!(spectrum_label(1.0), "90%");
+        assert_eq!(spectrum_label(2.0), "99%");
+        assert_eq!(spectrum_label(3.0), "99.9%");
+        assert_eq!(spectrum_label(4.0), "99.99%");
+    }
+
+    #[test]
+    fn ranges_are_scaled_to_the_data() {
+        assert_eq!(range([2.0, 4.0].into_iter(), false), (1.9, 4.1));
+        let (lo, hi) = range([2.0, 4.0].into_iter(), true);
+        assert_eq!(lo, 0.0);
+        assert!((hi - 4.2).abs() < 1e-9);
+        assert_eq!(range(std::iter::empty(), true), (0.0, 1.0));
+    }
+}
