@@ -2,7 +2,8 @@
 # Installs what the tests and benchmarks run against, from Debian packages, if missing:
 # nginx (with its stream module, for L4 tunnels), haproxy and caddy (the real proxies and
 # gateways the tests start), iproute2 (network namespaces), wrk, h2load and ab (benchmark peers),
-# GNU time, util-linux `script` (a pty for the progress-line test).
+# GNU time, util-linux `script` (a pty for the progress-line test), chromium (renders the HTML
+# report headless in its test) and DejaVu fonts (the report's PNG charts measure text with them).
 set -euo pipefail
 need=()
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need+=(nginx)
@@ -16,6 +17,8 @@ command -v script >/dev/null 2>&1 || need+=(util-linux)
 command -v h2load >/dev/null 2>&1 || need+=(nghttp2-client)
 [ -x /usr/bin/time ] || need+=(time)
 command -v curl >/dev/null 2>&1 || need+=(curl)
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
+[ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need+=(fonts-dejavu-core)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}" >&2
   export DEBIAN_FRONTEND=noninteractive

@@ -217,7 +217,7 @@ mod tests {
             panic!("{a:?}")
         };
         assert!(confirmed);
-        assert!(rate <= 3_333.0 && rate >= 3_333.0 * 0.98, "{rate}");
+        assert!((3_333.0 * 0.98..=3_333.0).contains(&rate), "{rate}");
         // Doubling 100 -> 6400 is 7 steps, bisection to 2 % about 6, one confirmation.
         assert!(probes.len() <= 15, "{probes:?}");
         assert_eq!(&probes[..4], &[100.0, 200.0, 400.0, 800.0]);
@@ -241,7 +241,7 @@ mod tests {
         };
         let (a, probes) = search(1e9, 700.0, 1e9, s);
         assert!(
-            matches!(a, Answer::Found { rate, confirmed: true } if rate <= 700.0 && rate >= 686.0)
+            matches!(a, Answer::Found { rate, confirmed: true } if (686.0..=700.0).contains(&rate))
         );
         assert_eq!(&probes[..5], &[10_000.0, 5_000.0, 2_500.0, 1_250.0, 625.0]);
     }

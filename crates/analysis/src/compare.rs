@@ -79,8 +79,8 @@ impl Pair {
     }
 }
 
-/// Pairs the groups of two sides: directly when each side is one measurement, else by equal
-/// variant and load.
+/// Pairs the groups of two sides: directly when each side is one measurement, by load when
+/// each side is one variant, else by equal variant and load.
 pub fn pair_up(
     a_name: &str,
     a: Vec<Group>,
@@ -97,12 +97,15 @@ pub fn pair_up(
         let (a, b) = (a.into_iter().next(), b.into_iter().next());
         return Ok(a.zip(b).map(|(a, b)| Pair::of(a, b)).into_iter().collect());
     }
+    // One variant a side (two topologies of one experiment): pair by load alone.
+    let single = |g: &[Group]| g.iter().all(|x| x.variant == g[0].variant);
+    let by_load = single(&a) && single(&b);
     let pairs: Vec<Pair> = a
         .iter()
         .filter_map(|ga| {
             let gb = b
                 .iter()
-                .find(|gb| gb.variant == ga.variant && gb.load == ga.load)?;
+                .find(|gb| gb.load == ga.load && (by_load || gb.variant == ga.variant))?;
             Some(Pair::of(ga.clone(), gb.clone()))
         })
         .collect();

@@ -132,13 +132,15 @@ impl Run {
             .iter()
             .filter(|p| p.requests > 0)
             .filter_map(|p| {
-                let us = match q {
-                    q if q == 0.5 => p.p50_us,
-                    q if q == 0.9 => p.p90_us,
-                    q if q == 0.99 => p.p99_us,
-                    q if q == 0.999 => p.p999_us,
-                    _ => return None,
-                };
+                let us = [
+                    (0.5, p.p50_us),
+                    (0.9, p.p90_us),
+                    (0.99, p.p99_us),
+                    (0.999, p.p999_us),
+                ]
+                .into_iter()
+                .find(|(at, _)| (at - q).abs() < 1e-9)?
+                .1;
                 // Timelines stored before p90/p99.9 were kept have zeros there.
                 (us > 0).then_some(us as f64 / 1000.0)
             })

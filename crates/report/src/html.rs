@@ -27,8 +27,10 @@ pub enum ReportError {
 #[derive(Debug, Clone)]
 pub enum Block {
     Text(String),
+    /// A sentence computed from the data (how many there are depends on it).
+    Finding(String),
     Table(Table),
-    Chart(Chart),
+    Chart(Box<Chart>),
 }
 
 #[derive(Debug, Clone)]
@@ -88,14 +90,17 @@ pub fn build(input: &Input) -> Report {
     if !charts.is_empty() {
         sections.push(Section {
             title: "Charts".into(),
-            blocks: charts.into_iter().map(Block::Chart).collect(),
+            blocks: charts
+                .into_iter()
+                .map(|c| Block::Chart(Box::new(c)))
+                .collect(),
         });
     }
     sections.push(Section {
         title: "Each step over time".into(),
         blocks: timelines(h, input.warmup_secs)
             .into_iter()
-            .map(Block::Chart)
+            .map(|c| Block::Chart(Box::new(c)))
             .collect(),
     });
     Report {
@@ -129,10 +134,10 @@ fn headline_section(input: &Input) -> Section {
     }
     blocks.push(Block::Table(latency_table(h)));
     for f in findings(h) {
-        blocks.push(Block::Text(f));
+        blocks.push(Block::Finding(f));
     }
     for f in &input.failed {
-        blocks.push(Block::Text(format!("Failed step: {f}")));
+        blocks.push(Block::Finding(format!("Failed step: {f}")));
     }
     Section {
         title: "Headline".into(),
@@ -548,6 +553,7 @@ pub fn outline(r: &Report) -> String {
         let _ = writeln!(o, "## {}", s.title);
         for b in &s.blocks {
             match b {
+                Block::Finding(_) => {}
                 Block::Text(t) => {
                     let words: String =
                         t.split(':').next().unwrap_or("").chars().take(60).collect();
@@ -623,7 +629,7 @@ pub fn write(r: &Report, dir: &Path) -> Result<Written, ReportError> {
         .iter()
         .flat_map(|s| s.blocks.iter())
         .filter_map(|b| match b {
-            Block::Chart(c) => Some(c),
+            Block::Chart(c) => Some(c.as_ref()),
             _ => None,
         })
         .collect();
@@ -697,7 +703,7 @@ pub fn write(r: &Report, dir: &Path) -> Result<Written, ReportError> {
         let _ = writeln!(html, "<h2>{}</h2>", esc(&s.title));
         for b in &s.blocks {
             match b {
-                Block::Text(t) => {
+                Block::Text(t) | Block::Finding(t) => {
                     let _ = writeln!(html, "<p>{}</p>", esc(t));
                 }
                 Block::Table(t) => {

@@ -186,12 +186,12 @@ pub fn size(args: SizeArgs) -> Result<u8> {
         headroom,
         cores_per_replica: args.cores_per_replica,
     };
-    if !(args.cores_per_replica > 0.0) {
+    if args.cores_per_replica.is_nan() || args.cores_per_replica <= 0.0 {
         return Err(usage("--cores-per-replica must be above 0"));
     }
     let mut models: Vec<(String, Model)> = Vec::new();
     if let Some(rpc) = args.rps_per_core {
-        if !(rpc > 0.0) {
+        if rpc.is_nan() || rpc <= 0.0 {
             return Err(usage("--rps-per-core must be above 0"));
         }
         models.push(("proxy".into(), Model::from_figures(rpc, args.memory_mib)));

@@ -1,0 +1,421 @@
+//! The answers end to end, against real processes: the capacity search against the backend
+//! with a known service time, an experiment through a real nginx turned into the headline,
+//! thresholds, a comparison, a sizing and the HTML report (its outline checked against a golden
+//! file, the page rendered in headless Chromium with a screenshot).
+//!
+//! Golden files: `UPDATE_GOLDEN=1 cargo test --test answers` rewrites them.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::*;
+
+const LIMIT: Duration = Duration::from_secs(120);
+
+fn dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("mb-answers-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+#[test]
+fn capacity_search_finds_the_rate_a_known_service_time_allows() {
+    // One thread spending 2 ms of CPU per request: at most 500 requests per second.
+    let backend = BackendProc::start(&["--work", "2ms", "--threads", "1"]);
+    let d = dir("capacity");
+    let store = d.join("results.db");
+    let out = meshbench(
+        &[
+            "capacity",
+            &backend.url("/"),
+            "--slo",
+            "p99<20ms,errors<0.1%",
+            "--start",
+            "100",
+            "--step-duration",
+            "1s",
+            "--warmup",
+            "0.3s",
+            "--connections",
+            "32",
+            "--store",
+            s(&store),
+            "--quiet",
+        ],
+        LIMIT,
+    );
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}\n{}", stderr(&out));
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("capacity: "))
+        .expect("an answer line");
+    let rate: f64 = line["capacity: ".len()..]
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    // A queue builds slowly just above 500 req/s: within a one-second step it may stay
+    // under the SLO, so the answer can pass 500 by the backlog one step holds (2-3 %).
+    assert!(
+        (425.0..=515.0).contains(&rate),
+        "the answer is about 500 req/s: {line}"
+    );
+    assert!(line.contains("confirmed by a second run"), "{line}");
+    // Every step, the confirmation included, is stored as an experiment.
+    let shown = meshbench(
+        &["results", "show", "capacity", "--store", s(&store)],
+        LIMIT,
+    );
+    let steps = stdout(&shown)
+        .lines()
+        .filter(|l| {
+            let mut words = l.split_whitespace();
+            words.next().is_some_and(|w| w.parse::<u32>().is_ok())
+                && words.next() == Some("capacity")
+        })
+        .count();
+    assert!((6..=20).contains(&steps), "{}", stdout(&shown));
+    // The same rate offered with no SLO to meet: doubling stops at the ceiling.
+    let out = meshbench(
+        &[
+            "capacity",
+            &backend.url("/"),
+            "--slo",
+            "errors<50%",
+            "--start",
+            "50",
+            "--max-rps",
+            "100",
+            "--step-duration",
+            "0.5s",
+            "--warmup",
+            "0s",
+            "--store",
+            s(&store),
+            "-q",
+        ],
+        LIMIT,
+    );
+    assert!(
+        stdout(&out).contains("every rate up to --max-rps 100 req/s meets errors<50%"),
+        "{}",
+        stdout(&out)
+    );
+    std::fs::remove_dir_all(d).unwrap();
+}
+
+#[test]
+fn run_thresholds_pass_and_fail_with_a_line_each() {
+    let backend = BackendProc::start(&[]);
+    let out = meshbench(
+        &[
+            "run",
+            &backend.url("/"),
+            "-n",
+            "2000",
+            "-c",
+            "4",
+            "-q",
+            "--threshold",
+            "p99<10s",
+            "--threshold",
+            "errors<0.1%",
+        ],
+        LIMIT,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("PASS p99<10s: "), "{text}");
+    assert!(text.contains("PASS errors<0.1%: 0.000 %"), "{text}");
+    let out = meshbench(
+        &[
+            "run",
+            &backend.url("/"),
+            "-n",
+            "500",
+            "-q",
+            "--threshold",
+            "rps>1000000000",
+            "--threshold",
+            "p50<1s",
+        ],
+        LIMIT,
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("FAIL rps>1000000000: "), "{text}");
+    assert!(text.contains("PASS p50<1s"), "{text}");
+}
+
+#[test]
+fn bad_answer_flags_get_one_line_and_exit_2() {
+    let d = dir("bad");
+    let store = d.join("none.db");
+    for args in [
+        vec!["run", "http://127.0.0.1:9/", "--threshold", "p99<fast"],
+        vec!["run", "http://127.0.0.1:9/", "--threshold", "latency<3ms"],
+        vec!["capacity", "http://127.0.0.1:9/", "--slo", ""],
+        vec![
+            "capacity",
+            "http://127.0.0.1:9/",
+            "--slo",
+            "p99<1ms",
+            "--precision",
+            "90%",
+        ],
+        vec![
+            "size",
+            "--target-rps",
+            "100",
+            "--headroom",
+            "120%",
+            "--rps-per-core",
+            "10",
+        ],
+        vec!["size", "--target-rps", "100", "--store", s(&store)],
+        vec!["report", "--out", s(&d), "--store", s(&store)],
+        vec!["compare", "1", "2", "--store", s(&store)],
+        vec!["compare", "/nonexistent/a.json", "b.json"],
+    ] {
+        let out = meshbench(&args, LIMIT);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.starts_with("meshbench: "), "{args:?}: {err}");
+    }
+    std::fs::remove_dir_all(d).unwrap();
+}
+
+fn golden(name: &str, actual: &str) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden")
+        .join(name);
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, actual).unwrap();
+        return;
+    }
+    let want = std::fs::read_to_string(&path)
+        .unwrap_or_else(|_| panic!("{} is missing; run with UPDATE_GOLDEN=1", path.display()));
+    assert_eq!(
+        actual, want,
+        "the report's structure changed; if intended, rerun with UPDATE_GOLDEN=1"
+    );
+}
+
+#[test]
+fn an_experiment_becomes_answers_a_report_a_comparison_and_a_sizing() {
+    let d = dir("experiment");
+    let store = d.join("results.db");
+    let file = d.join("exp.yaml");
+    std::fs::write(
+        &file,
+        "name: answers-test
+topologies: [baseline, serveronly]
+duration_secs: 2
+warmup_secs: 0.5
+cooldown_secs: 0
+repeats: 2
+load:
+  mode: open
+  qps: [300, 600, 1200]
+  connections: [8]
+proxy:
+  type: nginx
+limits:
+  proxy:
+    cpus: [1]
+",
+    )
+    .unwrap();
+    let out = meshbench(
+        &[
+            "experiment",
+            s(&file),
+            "--store",
+            s(&store),
+            "-q",
+            "--threshold",
+            "p99<5s",
+            "--threshold",
+            "p50<0.001ms",
+            "--threshold",
+            "proxy_cpu_per_1k_rps<100",
+        ],
+        Duration::from_secs(180),
+    );
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}\n{}", stderr(&out));
+    assert!(text.contains("Latency added over the baseline"), "{text}");
+    assert!(text.contains("What each proxy costs"), "{text}");
+    assert!(
+        text.contains("serveronly server_proxy: "),
+        "a fitted line: {text}"
+    );
+    assert!(text.contains("PASS p99<5s: worst "), "{text}");
+    assert!(text.contains("FAIL p50<0.001ms: worst "), "{text}");
+    assert!(
+        text.contains("PASS proxy_cpu_per_1k_rps<100: worst "),
+        "{text}"
+    );
+
+    // Two variants of the same experiment, compared load by load.
+    let out = meshbench(
+        &[
+            "compare",
+            "answers-test:baseline",
+            "answers-test:serveronly",
+            "--store",
+            s(&store),
+        ],
+        LIMIT,
+    );
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}\n{}", stderr(&out));
+    assert!(text.contains("B - A ms"), "{text}");
+    // Three loads, four percentiles each, one verdict per line.
+    let verdicts = text
+        .lines()
+        .filter(|l| l.trim_start().starts_with("p99: ") || l.trim_start().starts_with("p50: "))
+        .count();
+    assert_eq!(verdicts, 6, "{text}");
+    assert!(text.contains("from 2 repeats"), "{text}");
+    let out = meshbench(
+        &[
+            "compare",
+            "answers-test#1",
+            "answers-test#2",
+            "--store",
+            s(&store),
+            "--threshold",
+            "delta_p99<10s",
+        ],
+        LIMIT,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("one-second intervals"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(
+        stdout(&out).contains("PASS delta_p99<10s"),
+        "{}",
+        stdout(&out)
+    );
+
+    // Sizing from the fitted proxy cost.
+    let out = meshbench(
+        &[
+            "size",
+            "--target-rps",
+            "20000",
+            "--headroom",
+            "30%",
+            "--experiment",
+            "answers-test",
+            "--store",
+            s(&store),
+        ],
+        LIMIT,
+    );
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}\n{}", stderr(&out));
+    assert!(text.contains("serveronly server_proxy: "), "{text}");
+    assert!(
+        text.contains(" replicas x 1 cores for 20,000 RPS"),
+        "{text}"
+    );
+    assert!(text.contains("headroom 30 %"), "{text}");
+
+    // The report: files, structure, and a real browser.
+    let report_dir = d.join("report");
+    let out = meshbench(
+        &[
+            "report",
+            "answers-test",
+            "--out",
+            s(&report_dir),
+            "--store",
+            s(&store),
+            "--slo-p99",
+            "2ms",
+        ],
+        LIMIT,
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let html = std::fs::read_to_string(report_dir.join("report.html")).unwrap();
+    for id in [
+        "latency_p99_vs_qps",
+        "proxy_cpu_vs_qps",
+        "latency_throughput",
+        "percentile_spectrum",
+        "timeline_012",
+    ] {
+        assert!(html.contains(&format!("<figure id=\"{id}\">")), "{id}");
+        for ext in ["svg", "png"] {
+            let p = report_dir.join(format!("plots/{id}.{ext}"));
+            assert!(
+                p.metadata().map(|m| m.len() > 1000).unwrap_or(false),
+                "{}",
+                p.display()
+            );
+        }
+    }
+    let png = std::fs::read(report_dir.join("plots/latency_throughput.png")).unwrap();
+    assert_eq!(&png[1..4], b"PNG");
+    let headline_at = html.find("<h2>Headline</h2>").unwrap();
+    assert!(
+        headline_at < html.find("<figure").unwrap(),
+        "the headline comes first"
+    );
+
+    let st = meshbench_store::Store::open(&store).unwrap();
+    let e = st.experiment("answers-test").unwrap();
+    let runs: Vec<_> = st
+        .steps(e.id)
+        .unwrap()
+        .iter()
+        .filter_map(meshbench_analysis::Run::from_step)
+        .collect();
+    let h = meshbench_analysis::Headline::of(meshbench_analysis::group(runs));
+    let report = meshbench_report::html::build(&meshbench_report::html::Input {
+        name: &e.name,
+        id: 0,
+        started_at: "",
+        status: "",
+        headline: &h,
+        warmup_secs: 0.5,
+        slo_p99_ms: Some(2.0),
+        failed: Vec::new(),
+    });
+    golden(
+        "report-outline.txt",
+        &meshbench_report::html::outline(&report),
+    );
+
+    let shot = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/report-screenshot.png");
+    let check = std::process::Command::new("bash")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/check-report.sh"))
+        .arg(report_dir.join("report.html"))
+        .arg(&shot)
+        .output()
+        .unwrap();
+    assert!(
+        check.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&check.stdout),
+        String::from_utf8_lossy(&check.stderr)
+    );
+    assert!(shot.metadata().unwrap().len() > 10_000);
+    std::fs::remove_dir_all(d).unwrap();
+}

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Opens a meshbench HTML report in headless Chromium and checks that it renders: Chromium
+# exits cleanly, the page has as many inline SVG charts as figures, it loads nothing from the
+# network, and the screenshot is saved. Usage: scripts/check-report.sh REPORT.html SHOT.png
+set -euo pipefail
+html=$(realpath "$1"); shot=$2
+browser=$(command -v chromium || command -v chromium-browser || command -v google-chrome || true)
+[ -n "$browser" ] || { echo "check-report: no chromium; run scripts/install-deps.sh" >&2; exit 2; }
+flags=(--headless --no-sandbox --disable-gpu --hide-scrollbars --no-first-run
+       --user-data-dir="$(mktemp -d)" --window-size=1200,2400)
+log=$(mktemp)
+# Chromium's own complaints about D-Bus and GPU in a container are not the page's errors.
+dom=$(timeout 120 "$browser" "${flags[@]}" --enable-logging=stderr --dump-dom "file://$html" 2>"$log")
+timeout 120 "$browser" "${flags[@]}" --screenshot="$shot" "file://$html" 2>>"$log" >/dev/null
+if grep -E "CONSOLE|Failed to load resource|net::ERR" "$log" >&2; then
+  echo "check-report: the page logged errors (above)" >&2; exit 1
+fi
+figures=$(grep -o '<figure' <<<"$dom" | wc -l)
+svgs=$(grep -o '<svg' <<<"$dom" | wc -l)
+[ "$figures" -gt 0 ] && [ "$figures" -eq "$svgs" ] \
+  || { echo "check-report: $figures figures but $svgs inline SVG charts rendered" >&2; exit 1; }
+if grep -oE '(src|href)="https?://' "$html" >&2; then
+  echo "check-report: the report loads something from the network" >&2; exit 1
+fi
+[ -s "$shot" ] || { echo "check-report: no screenshot written" >&2; exit 1; }
+echo "check-report: $figures charts rendered; screenshot $shot ($(stat -c %s "$shot") bytes)"
