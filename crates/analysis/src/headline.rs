@@ -485,3 +485,80 @@ pub fn observe(h: &Headline, metric: crate::threshold::Metric) -> Vec<(String, f
         Metric::Delta(_) => Vec::new(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runs::{group, Run};
+    use meshbench_engine::recorder::new_histogram;
+    use meshbench_engine::result::{encode_histogram, RunResult, TimelinePoint};
+
+    /// A run whose every request took `us`, with these per-second p50s (ms).
+    fn run(variant: &str, repeat: u32, us: u64, seconds_ms: &[f64]) -> Run {
+        let mut r: RunResult = serde_json::from_str(include_str!("fixture-run.json")).unwrap();
+        let mut h = new_histogram();
+        h.record_n(us, 1000).unwrap();
+        r.histogram.latency_us = encode_histogram(&h);
+        r.timeline = seconds_ms
+            .iter()
+            .enumerate()
+            .map(|(i, ms)| TimelinePoint {
+                second: i as u32,
+                requests: 100,
+                errors: 0,
+                p50_us: (ms * 1000.0) as u64,
+                p90_us: 0,
+                p99_us: 0,
+                p999_us: 0,
+            })
+            .collect();
+        let mut run = Run::from_result(variant, r).unwrap();
+        run.topology = variant.into();
+        run.repeat = repeat;
+        run
+    }
+
+    fn close(a: f64, b: f64, tol: f64) {
+        assert!((a - b).abs() <= tol, "{a} vs {b}");
+    }
+
+    #[test]
+    fn added_latency_from_paired_repeats_matches_scipy() {
+        // Per-repeat p50 differences 0.3, 0.4, 0.3 ms: st.ttest_1samp gives p 0.009852 and
+        // t(0.975, 2) x sem = 0.143422.
+        let mut runs = Vec::new();
+        for (rep, (b, v)) in [(1000, 1300), (1100, 1500), (1200, 1500)]
+            .into_iter()
+            .enumerate()
+        {
+            runs.push(run("baseline", rep as u32, b, &[]));
+            runs.push(run("both", rep as u32, v, &[]));
+        }
+        let h = Headline::of(group(runs));
+        let d = h.added[0].deltas[0];
+        assert_eq!(d.basis, Basis::Repeats(3));
+        // The point is the merged histograms' p50 difference: 1.5 - 1.1 ms.
+        close(d.ms, 0.4, 1e-9);
+        close(d.ci.1 - d.ms, 0.14342175765831544, 1e-6);
+        close(d.p.unwrap(), 0.009852457023325694, 1e-6);
+        assert!(d.significant());
+    }
+
+    #[test]
+    fn added_latency_of_single_runs_uses_seconds_and_matches_scipy() {
+        // st.ttest_ind(b, a, equal_var=False): p 0.000130707, CI half-width 0.141273.
+        let runs = vec![
+            run("baseline", 0, 1000, &[1.0, 1.1, 0.9, 1.0]),
+            run("both", 0, 1500, &[1.5, 1.4, 1.6, 1.5]),
+        ];
+        let h = Headline::of(group(runs));
+        let d = h.added[0].deltas[0];
+        assert_eq!(d.basis, Basis::Seconds(4));
+        close(d.ms, 0.5, 1e-9);
+        close(d.ci.1 - d.ms, 0.14127252159418394, 1e-6);
+        close(d.p.unwrap(), 0.0001307066503394685, 1e-6);
+        // p90 has no per-second values here: no interval, said so.
+        assert_eq!(h.added[0].deltas[1].basis, Basis::None);
+        assert!(!h.added[0].deltas[1].significant());
+    }
+}
