@@ -2,8 +2,10 @@
 //! rate until a step fails (halving instead when the first one fails), then bisecting between
 //! the highest pass and the lowest failure until they are within the precision asked for, then
 //! a confirmation run at the answer. A step passes when every SLO threshold holds and the
-//! target carried at least 95 % of the offered rate; a step in which the load generator itself
-//! saturated ends the search with a refusal, since nothing above it was measured.
+//! target carried at least 95 % of the offered rate. A failed step in which the load generator
+//! itself saturated is run once more (a busy machine can delay a generator for a moment); when
+//! it saturates again the search ends with a refusal, since nothing above it was measured. A
+//! step that passed is a pass whatever the generator said: the target kept up.
 //!
 //! The search is a state machine fed by the caller: [`Search::next`] says which rate to run,
 //! [`Search::observe`] takes what happened. The binary runs real steps; the tests feed it
@@ -27,7 +29,7 @@ pub const CARRIED: f64 = 0.95;
 
 impl Probe {
     pub fn passed(&self) -> bool {
-        self.slo_met && !self.generator_saturated && self.achieved_rps >= CARRIED * self.rate
+        self.slo_met && self.achieved_rps >= CARRIED * self.rate
     }
 }
 
@@ -84,6 +86,9 @@ pub struct Search {
     pass: Option<f64>,
     fail: Option<f64>,
     confirmations: u32,
+    /// A failed, generator-saturated rate to run once more.
+    retry: Option<(f64, bool)>,
+    retried: Vec<f64>,
     done: Option<Answer>,
 }
 
@@ -95,6 +100,8 @@ impl Search {
             pass: None,
             fail: None,
             confirmations: 0,
+            retry: None,
+            retried: Vec::new(),
             done: None,
         }
     }
@@ -103,6 +110,9 @@ impl Search {
     pub fn next(&self) -> Next {
         if let Some(a) = &self.done {
             return Next::Done(a.clone());
+        }
+        if let Some((rate, confirmation)) = self.retry {
+            return Next::Run { rate, confirmation };
         }
         let s = &self.settings;
         let run = |rate: f64| Next::Run {
@@ -144,8 +154,14 @@ impl Search {
         let (rate, confirmation, saturated) =
             (probe.rate, probe.confirmation, probe.generator_saturated);
         self.probes.push(probe);
-        if saturated {
-            self.done = Some(Answer::GeneratorSaturated { rate });
+        self.retry = None;
+        if saturated && !passed {
+            if self.retried.contains(&rate) {
+                self.done = Some(Answer::GeneratorSaturated { rate });
+            } else {
+                self.retried.push(rate);
+                self.retry = Some((rate, confirmation));
+            }
             return;
         }
         if confirmation {
@@ -199,7 +215,8 @@ mod tests {
                 Next::Done(a) => return (a, search.probes.iter().map(|p| p.rate).collect()),
                 Next::Run { rate, confirmation } => search.observe(Probe {
                     rate,
-                    achieved_rps: rate.min(capacity),
+                    // A saturated generator cannot send the whole rate.
+                    achieved_rps: rate.min(capacity).min(gen_limit),
                     slo_met: rate <= slo_limit,
                     generator_saturated: rate > gen_limit,
                     failures: Vec::new(),
@@ -247,9 +264,52 @@ mod tests {
     }
 
     #[test]
-    fn refuses_when_the_generator_saturates() {
-        let (a, _) = search(1e9, 1e9, 1_000.0, Settings::default());
+    fn refuses_when_the_generator_saturates_twice() {
+        let (a, probes) = search(1e9, 1e9, 1_000.0, Settings::default());
         assert_eq!(a, Answer::GeneratorSaturated { rate: 1_600.0 });
+        assert_eq!(
+            &probes[4..],
+            &[1_600.0, 1_600.0],
+            "run once more, then refused"
+        );
+    }
+
+    #[test]
+    fn a_generator_that_saturates_once_is_given_a_second_chance() {
+        let mut s = Search::new(Settings::default());
+        let probe = |rate: f64, saturated: bool, achieved: f64| Probe {
+            rate,
+            achieved_rps: achieved,
+            slo_met: true,
+            generator_saturated: saturated,
+            failures: Vec::new(),
+            confirmation: false,
+        };
+        s.observe(probe(100.0, true, 60.0));
+        assert_eq!(
+            s.next(),
+            Next::Run {
+                rate: 100.0,
+                confirmation: false
+            }
+        );
+        s.observe(probe(100.0, false, 100.0));
+        assert_eq!(
+            s.next(),
+            Next::Run {
+                rate: 200.0,
+                confirmation: false
+            }
+        );
+        // A pass counts even when the generator called itself saturated.
+        s.observe(probe(200.0, true, 200.0));
+        assert_eq!(
+            s.next(),
+            Next::Run {
+                rate: 400.0,
+                confirmation: false
+            }
+        );
     }
 
     #[test]
