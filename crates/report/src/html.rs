@@ -493,14 +493,12 @@ fn timelines(h: &Headline, warmup: f64) -> Vec<Chart> {
     runs.into_iter()
         .enumerate()
         .map(|(i, (g, r))| {
-            let step = r.step_id.map_or(i as i64 + 1, |s| s);
             let mut c = Chart::new(
                 &format!("timeline_{:03}", i + 1),
                 &format!("Step {} · {} · {} · repeat {}", i + 1, g.variant, g.load, r.repeat + 1),
                 "seconds since the load started",
                 "requests per second",
             );
-            let _ = step;
             c.size = (760, 260);
             let t = |s: u32| warmup + s as f64 + 0.5;
             let tl = &r.result.timeline;

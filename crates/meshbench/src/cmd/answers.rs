@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use meshbench_analysis::compare::pair_up;
 use meshbench_analysis::headline::{observe, Headline};
 use meshbench_analysis::sizing::{self, Model, Request};
@@ -251,9 +251,4 @@ pub fn size(args: SizeArgs) -> Result<u8> {
         }
     }
     Ok(exit::OK)
-}
-
-/// Writes `text` to `path`, naming the file on failure.
-pub fn write(path: &Path, text: &[u8]) -> Result<()> {
-    std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))
 }
