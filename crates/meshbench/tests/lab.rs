@@ -426,7 +426,16 @@ fn wait_for_steps(store: &str, n: usize, limit: Duration) {
     loop {
         let out = meshbench(&["results", "show", "latest", "--store", store], LIMIT);
         let text = stdout(&out);
-        let done = text.lines().filter(|l| l.contains(" x ")).count();
+        // Rows of the step table (numbered); the headline tables below it are not steps.
+        let done = text
+            .lines()
+            .filter(|l| {
+                l.split_whitespace()
+                    .next()
+                    .is_some_and(|w| w.parse::<u32>().is_ok())
+                    && l.contains(" x ")
+            })
+            .count();
         if done >= n {
             return;
         }
