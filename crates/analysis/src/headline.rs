@@ -116,12 +116,25 @@ impl Delta {
 /// one-second values of the runs (Welch over the seconds of each side).
 pub fn delta(a: &Group, b: &Group, q: f64) -> Delta {
     let ms = b.latency_ms(q) - a.latency_ms(q);
-    let none = Delta {
-        q,
-        ms,
-        ci: (ms, ms),
-        p: None,
-        basis: Basis::None,
+    // The interval's half-width, placed around the point.
+    let around = |t: Option<meshbench_stats::Welch>, basis: Basis| match t {
+        Some(t) => {
+            let half = (t.ci.1 - t.ci.0) / 2.0;
+            Delta {
+                q,
+                ms,
+                ci: (ms - half, ms + half),
+                p: Some(t.p),
+                basis,
+            }
+        }
+        None => Delta {
+            q,
+            ms,
+            ci: (ms, ms),
+            p: None,
+            basis: Basis::None,
+        },
     };
     let pct = |g: &Group| -> Vec<(u32, f64)> {
         g.runs
@@ -139,46 +152,21 @@ pub fn delta(a: &Group, b: &Group, q: f64) -> Delta {
         }
         let paired = pairs.len() == ra.len() && pairs.len() == rb.len();
         if let Some(t) = paired.then(|| one_sample(&pairs, LEVEL)).flatten() {
-            let half = (t.ci.1 - t.ci.0) / 2.0;
-            return Delta {
-                q,
-                ms,
-                ci: (ms - half, ms + half),
-                p: Some(t.p),
-                basis: Basis::Repeats(pairs.len()),
-            };
+            return around(Some(t), Basis::Repeats(pairs.len()));
         }
         let va: Vec<f64> = ra.iter().map(|p| p.1).collect();
         let vb: Vec<f64> = rb.iter().map(|p| p.1).collect();
-        return match welch(&va, &vb, LEVEL) {
-            Some(w) => {
-                let half = (w.ci.1 - w.ci.0) / 2.0;
-                Delta {
-                    q,
-                    ms,
-                    ci: (ms - half, ms + half),
-                    p: Some(w.p),
-                    basis: Basis::Repeats(va.len().min(vb.len())),
-                }
-            }
-            None => none,
-        };
+        return around(
+            welch(&va, &vb, LEVEL),
+            Basis::Repeats(va.len().min(vb.len())),
+        );
     }
     let secs = |g: &Group| -> Vec<f64> { g.runs.iter().flat_map(|r| r.per_second_ms(q)).collect() };
     let (sa, sb) = (secs(a), secs(b));
-    match welch(&sa, &sb, LEVEL) {
-        Some(w) => {
-            let half = (w.ci.1 - w.ci.0) / 2.0;
-            Delta {
-                q,
-                ms,
-                ci: (ms - half, ms + half),
-                p: Some(w.p),
-                basis: Basis::Seconds(sa.len().min(sb.len())),
-            }
-        }
-        None => none,
-    }
+    around(
+        welch(&sa, &sb, LEVEL),
+        Basis::Seconds(sa.len().min(sb.len())),
+    )
 }
 
 /// Latency a variant adds over the baseline at one load point.
