@@ -5,7 +5,7 @@
 
 use meshbench_stats::{knee, linear_fit, one_sample, welch, Line};
 
-use crate::runs::{Group, LoadKey, RoleUse, PERCENTILES};
+use crate::runs::{distinct, Group, LoadKey, RoleUse, PERCENTILES};
 
 /// Confidence level of every interval.
 pub const LEVEL: f64 = 0.95;
@@ -256,48 +256,40 @@ impl Headline {
 
     /// Variants in order of first appearance.
     pub fn variants(&self) -> Vec<String> {
-        let mut v: Vec<String> = Vec::new();
-        for g in &self.groups {
-            if !v.contains(&g.variant) {
-                v.push(g.variant.clone());
-            }
-        }
-        v
+        distinct(self.groups.iter().map(|g| g.variant.clone()))
     }
 }
 
 fn fits(costs: &[Cost]) -> Vec<CostFit> {
-    let mut keys: Vec<(String, String)> = Vec::new();
-    for c in costs {
-        let k = (c.variant.clone(), c.usage.role.clone());
-        if !keys.contains(&k) {
-            keys.push(k);
-        }
-    }
-    keys.into_iter()
-        .filter_map(|(variant, role)| {
-            let pts: Vec<&Cost> = costs
-                .iter()
-                .filter(|c| c.variant == variant && c.usage.role == role)
-                .collect();
-            let cpu = linear_fit(
-                &pts.iter()
-                    .map(|c| (c.throughput_rps, c.usage.cpu_millicores))
-                    .collect::<Vec<_>>(),
-            )?;
-            let memory = linear_fit(
-                &pts.iter()
-                    .map(|c| (c.throughput_rps, c.usage.memory_mib))
-                    .collect::<Vec<_>>(),
-            )?;
-            Some(CostFit {
-                variant,
-                role,
-                cpu,
-                memory,
-            })
+    distinct(
+        costs
+            .iter()
+            .map(|c| (c.variant.clone(), c.usage.role.clone())),
+    )
+    .into_iter()
+    .filter_map(|(variant, role)| {
+        let pts: Vec<&Cost> = costs
+            .iter()
+            .filter(|c| c.variant == variant && c.usage.role == role)
+            .collect();
+        let cpu = linear_fit(
+            &pts.iter()
+                .map(|c| (c.throughput_rps, c.usage.cpu_millicores))
+                .collect::<Vec<_>>(),
+        )?;
+        let memory = linear_fit(
+            &pts.iter()
+                .map(|c| (c.throughput_rps, c.usage.memory_mib))
+                .collect::<Vec<_>>(),
+        )?;
+        Some(CostFit {
+            variant,
+            role,
+            cpu,
+            memory,
         })
-        .collect()
+    })
+    .collect()
 }
 
 /// The baseline group that `g` is compared with: the same load, and the same CPU allotment
@@ -328,30 +320,28 @@ fn added(groups: &[Group]) -> Vec<Added> {
 }
 
 fn knees(groups: &[Group]) -> Vec<Knee> {
-    let mut keys: Vec<(String, u32)> = Vec::new();
-    for g in groups {
-        let k = (g.variant.clone(), g.load.connections);
-        if !keys.contains(&k) {
-            keys.push(k);
-        }
-    }
-    keys.into_iter()
-        .filter_map(|(variant, connections)| {
-            let mut pts: Vec<(f64, f64)> = groups
-                .iter()
-                .filter(|g| g.variant == variant && g.load.connections == connections)
-                .map(|g| (g.throughput(), g.latency_ms(0.99)))
-                .collect();
-            pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-            let i = knee(&pts)?;
-            Some(Knee {
-                variant,
-                connections,
-                throughput_rps: pts[i].0,
-                p99_ms: pts[i].1,
-            })
+    distinct(
+        groups
+            .iter()
+            .map(|g| (g.variant.clone(), g.load.connections)),
+    )
+    .into_iter()
+    .filter_map(|(variant, connections)| {
+        let mut pts: Vec<(f64, f64)> = groups
+            .iter()
+            .filter(|g| g.variant == variant && g.load.connections == connections)
+            .map(|g| (g.throughput(), g.latency_ms(0.99)))
+            .collect();
+        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let i = knee(&pts)?;
+        Some(Knee {
+            variant,
+            connections,
+            throughput_rps: pts[i].0,
+            p99_ms: pts[i].1,
         })
-        .collect()
+    })
+    .collect()
 }
 
 fn saturation(costs: &[Cost]) -> Vec<Saturation> {
@@ -381,35 +371,30 @@ fn saturation(costs: &[Cost]) -> Vec<Saturation> {
 }
 
 fn per_core(groups: &[Group]) -> Vec<PerCore> {
-    let mut keys: Vec<(String, String, LoadKey)> = Vec::new();
-    for g in groups {
-        if let Some((role, _)) = &g.cpu {
-            let k = (g.topology.clone(), role.clone(), g.load.clone());
-            if !keys.contains(&k) {
-                keys.push(k);
-            }
-        }
-    }
-    keys.into_iter()
-        .filter_map(|(topology, role, load)| {
-            let points: Vec<(f64, f64)> = groups
-                .iter()
-                .filter(|g| g.topology == topology && g.load == load)
-                .filter_map(|g| {
-                    let (r, cores) = g.cpu.as_ref()?;
-                    (*r == role).then_some((*cores, g.throughput()))
-                })
-                .collect();
-            let fit = linear_fit(&points)?;
-            Some(PerCore {
-                topology,
-                role,
-                load,
-                fit,
-                points,
+    distinct(groups.iter().filter_map(|g| {
+        let (role, _) = g.cpu.as_ref()?;
+        Some((g.topology.clone(), role.clone(), g.load.clone()))
+    }))
+    .into_iter()
+    .filter_map(|(topology, role, load)| {
+        let points: Vec<(f64, f64)> = groups
+            .iter()
+            .filter(|g| g.topology == topology && g.load == load)
+            .filter_map(|g| {
+                let (r, cores) = g.cpu.as_ref()?;
+                (*r == role).then_some((*cores, g.throughput()))
             })
+            .collect();
+        let fit = linear_fit(&points)?;
+        Some(PerCore {
+            topology,
+            role,
+            load,
+            fit,
+            points,
         })
-        .collect()
+    })
+    .collect()
 }
 
 /// What an experiment measured of `metric`, one value per group (or per compared pair), each

@@ -148,6 +148,17 @@ impl Run {
     }
 }
 
+/// The distinct items in order of first appearance.
+pub fn distinct<T: PartialEq>(items: impl Iterator<Item = T>) -> Vec<T> {
+    let mut v: Vec<T> = Vec::new();
+    for i in items {
+        if !v.contains(&i) {
+            v.push(i);
+        }
+    }
+    v
+}
+
 /// Whether a role is a proxy on the path (its cost is what the answers are about).
 pub fn is_proxy_role(role: &str) -> bool {
     !matches!(role, "backend" | "sampler" | "client")

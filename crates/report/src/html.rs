@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use meshbench_analysis::headline::{Headline, Saturation};
-use meshbench_analysis::runs::{percentile_name, Group, PERCENTILES};
+use meshbench_analysis::runs::{distinct, percentile_name, Group, PERCENTILES};
 use thiserror::Error;
 
 use crate::answers::{added_table, cost_table, findings, latency_table, Table};
@@ -59,16 +59,6 @@ pub struct Input<'a> {
     pub slo_p99_ms: Option<f64>,
     /// Steps that failed, with their error (listed, not plotted).
     pub failed: Vec<String>,
-}
-
-fn distinct<T: PartialEq + Clone>(items: impl Iterator<Item = T>) -> Vec<T> {
-    let mut v: Vec<T> = Vec::new();
-    for i in items {
-        if !v.contains(&i) {
-            v.push(i);
-        }
-    }
-    v
 }
 
 fn variant_colors(h: &Headline) -> impl Fn(&str) -> usize + '_ {

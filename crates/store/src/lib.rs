@@ -199,8 +199,8 @@ pub struct LoadSummary {
     pub p999_us: u64,
 }
 
-/// A step, written whole.
-#[derive(Debug, Clone, Serialize)]
+/// A step, written whole. `Default` is a step that has measured nothing yet.
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct StepRecord {
     pub seq: u32,
     pub repeat: u32,

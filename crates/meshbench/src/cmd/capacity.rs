@@ -171,14 +171,8 @@ pub fn execute(args: CapacityArgs) -> Result<u8> {
                     .to_string(),
                     started_at: now_rfc3339(),
                     status: "failed".into(),
-                    error: None,
                     versions_json: "{}".into(),
-                    summary: None,
-                    result_json: None,
-                    histograms: Vec::new(),
-                    series: Vec::new(),
-                    usage: Vec::new(),
-                    samples: Vec::new(),
+                    ..StepRecord::default()
                 };
                 match super::run::run_spec(&spec, session.signals.stop.clone(), session.live) {
                     Ok(result) => fill_load(&mut record, &result),

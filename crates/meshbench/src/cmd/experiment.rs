@@ -529,14 +529,8 @@ fn base_record(e: &Experiment, step: &Step, versions: &BTreeMap<String, String>)
         .to_string(),
         started_at: now_rfc3339(),
         status: "failed".into(),
-        error: None,
         versions_json: serde_json::to_string(versions).unwrap_or_default(),
-        summary: None,
-        result_json: None,
-        histograms: Vec::new(),
-        series: Vec::new(),
-        usage: Vec::new(),
-        samples: Vec::new(),
+        ..StepRecord::default()
     }
 }
 

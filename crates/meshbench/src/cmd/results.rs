@@ -5,8 +5,9 @@ use std::io::Write;
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use meshbench_store::{LoadSummary, Store, UsageRow};
+use meshbench_store::{LoadSummary, UsageRow};
 
+use super::answers::open_store;
 use crate::cli::{ExportFormat, ResultsCommand, StoreArg};
 use crate::exit;
 
@@ -18,22 +19,8 @@ pub fn execute(c: ResultsCommand) -> Result<u8> {
     }
 }
 
-fn open(s: &StoreArg) -> Result<Store> {
-    let path = s
-        .store
-        .clone()
-        .unwrap_or_else(meshbench_store::default_path);
-    if !path.exists() {
-        return Err(crate::usage(format!(
-            "no results store at {}; run `meshbench experiment FILE` first or give --store",
-            path.display()
-        )));
-    }
-    Ok(Store::open(&path)?)
-}
-
 fn list(s: &StoreArg) -> Result<u8> {
-    let store = open(s)?;
+    let store = open_store(s)?;
     println!(
         "{:>4}  {:<24} {:<21} {:<12} {:>5}",
         "id", "name", "started", "status", "steps"
@@ -48,7 +35,7 @@ fn list(s: &StoreArg) -> Result<u8> {
 }
 
 fn show(key: &str, s: &StoreArg) -> Result<u8> {
-    let store = open(s)?;
+    let store = open_store(s)?;
     let e = store.experiment(key)?;
     let steps = store.steps(e.id)?;
     println!(
@@ -76,7 +63,7 @@ fn show(key: &str, s: &StoreArg) -> Result<u8> {
 }
 
 fn export(key: &str, format: ExportFormat, out: Option<&Path>, s: &StoreArg) -> Result<u8> {
-    let store = open(s)?;
+    let store = open_store(s)?;
     let e = store.experiment(key)?;
     let steps = store.steps(e.id)?;
     let write = |text: String| -> Result<()> {
