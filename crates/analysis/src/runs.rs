@@ -8,7 +8,7 @@ use std::fmt;
 use hdrhistogram::Histogram;
 use meshbench_engine::recorder::new_histogram;
 use meshbench_engine::result::{decode_histogram, RunResult};
-use meshbench_store::{StepRow, UsageRow};
+use meshbench_store::{topology_name, RoleUsage, StoredStep};
 
 /// The four percentiles every answer is given at.
 pub const PERCENTILES: [f64; 4] = [0.5, 0.9, 0.99, 0.999];
@@ -69,34 +69,30 @@ pub struct Run {
     pub cpu: Option<(String, f64)>,
     pub result: RunResult,
     pub latency: Histogram<u64>,
-    pub usage: Vec<UsageRow>,
+    pub usage: Vec<RoleUsage>,
 }
 
 impl Run {
     /// A stored step; `None` when it failed before measuring (its error is in the store).
-    pub fn from_step(s: &StepRow) -> Option<Run> {
-        if s.status == "failed" {
+    pub fn from_step(stored: &StoredStep) -> Option<Run> {
+        let s = &stored.step;
+        if s.failed() {
             return None;
         }
-        let result: RunResult = serde_json::from_value(s.result.clone()?).ok()?;
+        let result = s.result.clone()?;
         let p = &s.params;
-        let load = LoadKey {
-            qps_milli: p["qps"].as_f64().map(|q| (q * 1000.0).round() as u64),
-            connections: p["connections"].as_u64().unwrap_or(0) as u32,
-            response_bytes: p["response_bytes"].as_u64().unwrap_or(0),
-            jitter: p["jitter"].as_bool().unwrap_or(false),
-        };
-        let cpu = p["cpu"]["role"]
-            .as_str()
-            .zip(p["cpu"]["cores"].as_f64())
-            .map(|(r, c)| (r.to_string(), c));
         Some(Run {
-            step_id: Some(s.id),
+            step_id: Some(stored.id),
             repeat: s.repeat,
-            topology: s.topology.clone(),
+            topology: topology_name::text(s.topology).to_string(),
             variant: s.variant.clone(),
-            load,
-            cpu,
+            load: LoadKey {
+                qps_milli: p.qps.map(|q| (q * 1000.0).round() as u64),
+                connections: p.connections,
+                response_bytes: p.response_bytes,
+                jitter: p.jitter,
+            },
+            cpu: p.cpu.map(|c| (c.role.name().to_string(), c.cores)),
             latency: decode_histogram(&result.histogram.latency_us).ok()?,
             result,
             usage: s.usage.clone(),
@@ -224,7 +220,7 @@ impl Group {
     /// The proxies' resource use, medians over the repeats, in the order first seen.
     pub fn proxies(&self) -> Vec<RoleUse> {
         let mut order: Vec<String> = Vec::new();
-        let mut by_role: BTreeMap<String, Vec<&UsageRow>> = BTreeMap::new();
+        let mut by_role: BTreeMap<String, Vec<&RoleUsage>> = BTreeMap::new();
         for r in &self.runs {
             for u in r.usage.iter().filter(|u| is_proxy_role(&u.role)) {
                 if !order.contains(&u.role) {
@@ -239,15 +235,13 @@ impl Group {
                 let rows = &by_role[&role];
                 RoleUse {
                     program: rows[0].program.clone(),
-                    cpu_millicores: median(rows.iter().map(|u| u.cpu_millicores_avg).collect()),
-                    memory_mib: median(
-                        rows.iter()
-                            .map(|u| u.working_set_mib_avg.unwrap_or(u.rss_mib_avg))
-                            .collect(),
+                    cpu_millicores: median(
+                        rows.iter().map(|u| u.usage.cpu_millicores_avg).collect(),
                     ),
+                    memory_mib: median(rows.iter().map(|u| u.memory_mib_avg()).collect()),
                     bytes_per_sec: median(
                         rows.iter()
-                            .map(|u| u.rx_bytes_per_sec + u.tx_bytes_per_sec)
+                            .map(|u| u.usage.rx_bytes_per_sec + u.usage.tx_bytes_per_sec)
                             .collect(),
                     ),
                     cpu_limit: rows[0].cpu_limit,

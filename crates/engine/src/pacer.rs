@@ -9,7 +9,8 @@
 pub use meshbench_net::rng::SplitMix64;
 
 /// How arrivals are spaced in an open loop.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Arrival {
     /// Evenly spaced, one every 1/rate seconds.
     Uniform,

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rustls::pki_types::ServerName;
+use serde::{Deserialize, Serialize};
 
 use crate::h2conn::H2Request;
 use crate::pacer::Arrival;
@@ -21,7 +22,8 @@ pub enum Mode {
 }
 
 /// When the run stops sending.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum StopAt {
     /// After this long (not counting the warm-up).
     Duration(Duration),
@@ -29,9 +31,11 @@ pub enum StopAt {
     Requests(u64),
 }
 
-/// HTTP version on the wire.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// HTTP version on the wire. Named `http1` and `http2` in files and stored parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Protocol {
+    #[default]
     Http1,
     /// ALPN h2 over TLS, prior-knowledge h2c over plain TCP.
     Http2,
@@ -47,8 +51,10 @@ impl Protocol {
 }
 
 /// In which order requests go through the target list.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Order {
+    #[default]
     RoundRobin,
     /// Uniformly at random, from `--seed`.
     Random,

@@ -3,11 +3,13 @@
 //! binary; this crate stays pure so that every rule of the file is tested without a process.
 
 pub mod config;
+pub mod params;
 pub mod plan;
 
 use thiserror::Error;
 
 pub use config::{load, parse, Experiment, Topology};
+pub use params::{CpuAllotment, StepParams};
 pub use plan::{Plan, Step};
 
 /// Why an experiment file could not be used.

@@ -10,7 +10,7 @@ use serde::Serialize;
 use crate::config::{Experiment, HttpVersion, LoopMode, Topology};
 
 /// Which role's CPU quota a sweep varies.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum CpuRole {
     Proxy,

@@ -246,6 +246,30 @@ fn thread_cpu_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// One role of a step and its use over the step's steady window: what the store keeps and
+/// every answer reads. The figures are flattened, so the stored and exported JSON has one
+/// object per role.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RoleUsage {
+    pub role: String,
+    /// nginx, haproxy, caddy, envoy, command, backend; `meshbench` for the sampler itself.
+    pub program: String,
+    pub workers: u32,
+    /// Cores, when limited.
+    pub cpu_limit: Option<f64>,
+    #[serde(flatten)]
+    pub usage: Usage,
+}
+
+impl RoleUsage {
+    /// Memory as the answers count it: the cgroup's working set where there is one, else RSS.
+    pub fn memory_mib_avg(&self) -> f64 {
+        self.usage
+            .working_set_mib_avg
+            .unwrap_or(self.usage.rss_mib_avg)
+    }
+}
+
 /// A role's use over a window.
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
 pub struct Usage {

@@ -325,6 +325,58 @@ pub struct RunArgs {
     /// Read the requests from a file: blocks of "METHOD URL", header lines, an optional @BODYFILE.
     #[arg(long, value_name = "FILE", conflicts_with = "url")]
     pub targets: Option<PathBuf>,
+    #[command(flatten)]
+    pub request: RequestFlags,
+    /// Concurrent connections (closed loop: requests in flight).
+    #[arg(short = 'c', long, default_value_t = 16, value_name = "N")]
+    pub connections: usize,
+    /// Closed loop: requests in flight at most, fewer than --connections, which then become a
+    /// pool of kept-alive connections (per host, as a k6 virtual user keeps them).
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub concurrency: Option<i64>,
+    /// Open loop at this total rate in requests per second; latency counts from the intended
+    /// send time (coordinated-omission corrected).
+    #[arg(short = 'r', long, value_name = "RPS", allow_negative_numbers = true)]
+    pub rate: Option<f64>,
+    /// How open-loop requests are spaced.
+    #[arg(long, value_enum)]
+    pub arrival: Option<ArrivalArg>,
+    /// How long to measure, e.g. 10s, 2m (default 10s unless --requests is given).
+    #[arg(
+        short = 'd',
+        long,
+        value_name = "DURATION",
+        conflicts_with = "requests",
+        allow_hyphen_values = true
+    )]
+    pub duration: Option<String>,
+    /// Stop after this many measured requests.
+    #[arg(short = 'n', long, value_name = "N", allow_negative_numbers = true)]
+    pub requests: Option<i64>,
+    /// Load before measuring, excluded from the results.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "0s",
+        allow_hyphen_values = true
+    )]
+    pub warmup: String,
+    /// Write the result as JSON (schema meshbench/result/v1) to this file.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// No live progress line on stderr.
+    #[arg(short = 'q', long)]
+    pub quiet: bool,
+    /// Fail (exit 1) unless this holds, e.g. 'p99<10ms', 'errors<0.1%', 'rps>=900';
+    /// repeatable.
+    #[arg(long = "threshold", value_name = "METRIC<VALUE")]
+    pub thresholds: Vec<String>,
+}
+
+/// How each request is made and carried: `meshbench run`'s flags, also taken by `meshbench
+/// capacity` after `--` (the rate, duration and connections are the search's own).
+#[derive(Debug, Args)]
+pub struct RequestFlags {
     /// Order in which requests go through the target list (repeatable with --seed).
     #[arg(long, value_enum, default_value = "round-robin")]
     pub target_order: OrderArg,
@@ -365,40 +417,6 @@ pub struct RunArgs {
     /// Open new connections at this rate at most (per second), on an open-loop schedule.
     #[arg(long, value_name = "PER_SEC", allow_negative_numbers = true)]
     pub connection_rate: Option<f64>,
-    /// Concurrent connections (closed loop: requests in flight).
-    #[arg(short = 'c', long, default_value_t = 16, value_name = "N")]
-    pub connections: usize,
-    /// Closed loop: requests in flight at most, fewer than --connections, which then become a
-    /// pool of kept-alive connections (per host, as a k6 virtual user keeps them).
-    #[arg(long, value_name = "N", allow_negative_numbers = true)]
-    pub concurrency: Option<i64>,
-    /// Open loop at this total rate in requests per second; latency counts from the intended
-    /// send time (coordinated-omission corrected).
-    #[arg(short = 'r', long, value_name = "RPS", allow_negative_numbers = true)]
-    pub rate: Option<f64>,
-    /// How open-loop requests are spaced.
-    #[arg(long, value_enum)]
-    pub arrival: Option<ArrivalArg>,
-    /// How long to measure, e.g. 10s, 2m (default 10s unless --requests is given).
-    #[arg(
-        short = 'd',
-        long,
-        value_name = "DURATION",
-        conflicts_with = "requests",
-        allow_hyphen_values = true
-    )]
-    pub duration: Option<String>,
-    /// Stop after this many measured requests.
-    #[arg(short = 'n', long, value_name = "N", allow_negative_numbers = true)]
-    pub requests: Option<i64>,
-    /// Load before measuring, excluded from the results.
-    #[arg(
-        long,
-        value_name = "DURATION",
-        default_value = "0s",
-        allow_hyphen_values = true
-    )]
-    pub warmup: String,
     /// HTTP method.
     #[arg(short = 'm', long, default_value = "GET")]
     pub method: String,
@@ -430,16 +448,14 @@ pub struct RunArgs {
     /// Seed for Poisson arrivals and --target-order random.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Write the result as JSON (schema meshbench/result/v1) to this file.
-    #[arg(long, value_name = "FILE")]
-    pub json: Option<PathBuf>,
-    /// No live progress line on stderr.
-    #[arg(short = 'q', long)]
-    pub quiet: bool,
-    /// Fail (exit 1) unless this holds, e.g. 'p99<10ms', 'errors<0.1%', 'rps>=900';
-    /// repeatable.
-    #[arg(long = "threshold", value_name = "METRIC<VALUE")]
-    pub thresholds: Vec<String>,
+}
+
+/// `meshbench capacity URL ... -- FLAGS`: the flags after `--`, parsed once.
+#[derive(Debug, Parser)]
+#[command(no_binary_name = true, name = "capacity --")]
+pub struct PassedRequestFlags {
+    #[command(flatten)]
+    pub request: RequestFlags,
 }
 
 #[derive(Debug, Args)]

@@ -7,7 +7,6 @@
 
 pub mod cli;
 pub mod cmd;
-pub mod targets;
 
 use std::ffi::OsString;
 

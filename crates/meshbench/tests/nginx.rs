@@ -104,12 +104,15 @@ fn the_demo_runs_end_to_end() {
     );
     assert!(out.status.success(), "{}", stderr(&out));
     let text = stdout(&out);
+    // The same headline as `meshbench experiment`: what the sidecars add, with intervals,
+    // and what each costs.
     for needle in [
-        "what the sidecars add over the baseline",
+        "Latency added over the baseline",
         "serveronly",
         "both",
-        "client_proxy",
-        "sidecar vCPU per 1000 rps",
+        "client_proxy (nginx)",
+        "What each proxy costs",
+        "vCPU/1k RPS",
     ] {
         assert!(text.contains(needle), "{needle} missing from:\n{text}");
     }

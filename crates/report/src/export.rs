@@ -5,8 +5,8 @@
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
-use meshbench_engine::result::{decode_histogram, RunResult};
-use meshbench_store::{ExperimentRow, StepRow};
+use meshbench_engine::result::decode_histogram;
+use meshbench_store::{ExperimentRow, StoredStep};
 use serde_json::{json, Value};
 
 /// The order roles appear in, client side first.
@@ -33,10 +33,10 @@ fn role_rank(r: &str) -> (usize, String) {
 /// Istio perf/benchmark's CSV: `StartTime, ActualDuration (s), Labels, NumThreads (connections),
 /// ActualQPS, p50, p90, p99, p999 (µs), cpu_mili_avg_<role>, mem_Mi_avg_<role>, min, max, p75
 /// (µs), errorPercent`, one row per finished step. Roles absent from a step are left empty.
-pub fn istio_csv(steps: &[StepRow]) -> String {
+pub fn istio_csv(steps: &[StoredStep]) -> String {
     let mut roles: Vec<String> = steps
         .iter()
-        .flat_map(|s| s.usage.iter().map(|u| u.role.clone()))
+        .flat_map(|s| s.step.usage.iter().map(|u| u.role.clone()))
         .collect::<BTreeSet<_>>()
         .into_iter()
         .collect();
@@ -51,15 +51,15 @@ pub fn istio_csv(steps: &[StepRow]) -> String {
     }
     out.push_str(",min,max,p75,errorPercent\n");
     for s in steps {
-        let Some(r) = parse_result(s) else { continue };
+        let Some(r) = &s.step.result else { continue };
         let l = &r.latency_us;
         let total = r.requests.total.max(1);
         let _ = write!(
             out,
             "{},{:.0},{},{},{:.2},{},{},{},{}",
-            s.started_at,
+            s.step.started_at,
             r.duration_secs,
-            csv_field(&s.label),
+            csv_field(&s.step.label),
             r.settings.connections,
             r.throughput_rps,
             l.p50,
@@ -68,21 +68,17 @@ pub fn istio_csv(steps: &[StepRow]) -> String {
             l.p99_9
         );
         for role in &roles {
-            match s.usage.iter().find(|u| &u.role == role) {
+            match s.step.usage.iter().find(|u| &u.role == role) {
                 Some(u) => {
-                    let _ = write!(out, ",{:.0}", u.cpu_millicores_avg);
+                    let _ = write!(out, ",{:.0}", u.usage.cpu_millicores_avg);
                 }
                 None => out.push(','),
             }
         }
         for role in &roles {
-            match s.usage.iter().find(|u| &u.role == role) {
+            match s.step.usage.iter().find(|u| &u.role == role) {
                 Some(u) => {
-                    let _ = write!(
-                        out,
-                        ",{:.1}",
-                        u.working_set_mib_avg.unwrap_or(u.rss_mib_avg)
-                    );
+                    let _ = write!(out, ",{:.1}", u.memory_mib_avg());
                 }
                 None => out.push(','),
             }
@@ -107,14 +103,11 @@ fn csv_field(s: &str) -> String {
     }
 }
 
-fn parse_result(s: &StepRow) -> Option<RunResult> {
-    serde_json::from_value(s.result.clone()?).ok()
-}
-
 /// One step as fortio's JSON result: durations in seconds, `ActualDuration` in nanoseconds,
 /// the latency histogram as buckets with cumulative percents, percentiles 50/75/90/99/99.9.
-pub fn fortio_json(e: &ExperimentRow, s: &StepRow) -> Option<Value> {
-    let r = parse_result(s)?;
+pub fn fortio_json(e: &ExperimentRow, stored: &StoredStep) -> Option<Value> {
+    let s = &stored.step;
+    let r = s.result.as_ref()?;
     let h = decode_histogram(&r.histogram.latency_us).ok()?;
     let secs = |us: u64| us as f64 / 1e6;
     let count = h.len();

@@ -3,93 +3,28 @@
 //! encoded histograms, per-second series), each role's resource use and raw samples, and the
 //! versions of meshbench and of each program. Each step is written in one transaction and the
 //! journal is WAL, so a run killed at any moment leaves a readable store with its finished
-//! steps. The schema is versioned with `PRAGMA user_version` (see [`SCHEMA`]).
+//! steps.
+//!
+//! The API is typed ([`record`]): a [`StepRecord`] goes in, [`StoredStep`]s come out. The
+//! schema is versioned ([`schema`]); older files are migrated when opened, newer ones are
+//! refused with a line that names both versions.
 
+pub mod record;
+pub mod schema;
+
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use rusqlite::{params, Connection, OptionalExtension};
-use serde::Serialize;
+use meshbench_experiment::{CpuAllotment, StepParams};
+use rusqlite::{params, Connection, OptionalExtension, Transaction};
 use thiserror::Error;
 
-/// The schema, version 1. Later versions append migrations.
-pub const SCHEMA: &str = "
-CREATE TABLE experiments (
-  id INTEGER PRIMARY KEY,
-  name TEXT NOT NULL,
-  description TEXT NOT NULL,
-  labels TEXT NOT NULL,            -- JSON object
-  config TEXT NOT NULL,            -- the experiment as run (JSON, overrides applied)
-  started_at TEXT NOT NULL,        -- RFC 3339 UTC
-  finished_at TEXT,
-  status TEXT NOT NULL,            -- running | done | interrupted | failed
-  meshbench_version TEXT NOT NULL
-);
-CREATE TABLE steps (
-  id INTEGER PRIMARY KEY,
-  experiment_id INTEGER NOT NULL REFERENCES experiments(id),
-  seq INTEGER NOT NULL,            -- position in the run order
-  repeat INTEGER NOT NULL,
-  topology TEXT NOT NULL,
-  variant TEXT NOT NULL,
-  label TEXT NOT NULL,             -- Istio perf/benchmark style
-  params TEXT NOT NULL,            -- JSON: qps, connections, response_bytes, jitter, cpu
-  started_at TEXT NOT NULL,
-  status TEXT NOT NULL,            -- ok | failed | partial
-  error TEXT,
-  versions TEXT NOT NULL,          -- JSON: program -> version line
-  duration_secs REAL,
-  requests INTEGER,
-  errors INTEGER,
-  throughput_rps REAL,
-  p50_us INTEGER, p90_us INTEGER, p99_us INTEGER, p999_us INTEGER,
-  result TEXT                      -- the load result JSON (as `meshbench run --json` writes)
-);
-CREATE TABLE histograms (
-  step_id INTEGER NOT NULL REFERENCES steps(id),
-  name TEXT NOT NULL,              -- latency_us, service_time_us, ...
-  encoded TEXT NOT NULL            -- HdrHistogram V2 + DEFLATE, base64
-);
-CREATE TABLE series (
-  step_id INTEGER NOT NULL REFERENCES steps(id),
-  second INTEGER NOT NULL,
-  requests INTEGER NOT NULL,
-  errors INTEGER NOT NULL,
-  p50_us INTEGER NOT NULL,
-  p99_us INTEGER NOT NULL
-);
-CREATE TABLE usage (
-  step_id INTEGER NOT NULL REFERENCES steps(id),
-  role TEXT NOT NULL,
-  program TEXT NOT NULL,
-  workers INTEGER NOT NULL,
-  cpu_limit REAL,                  -- cores, when limited
-  samples INTEGER NOT NULL,
-  cpu_millicores_avg REAL NOT NULL,
-  cpu_millicores_max REAL NOT NULL,
-  rss_mib_avg REAL NOT NULL,
-  rss_mib_max REAL NOT NULL,
-  working_set_mib_avg REAL,
-  working_set_mib_max REAL,
-  rx_bytes_per_sec REAL NOT NULL,
-  tx_bytes_per_sec REAL NOT NULL,
-  connections_avg REAL NOT NULL,
-  connections_max INTEGER NOT NULL
-);
-CREATE TABLE samples (
-  step_id INTEGER NOT NULL REFERENCES steps(id),
-  role TEXT NOT NULL,
-  t_ms INTEGER NOT NULL,
-  cpu_ns INTEGER NOT NULL,
-  rss_bytes INTEGER NOT NULL,
-  working_set_bytes INTEGER,
-  rx_bytes INTEGER NOT NULL,
-  tx_bytes INTEGER NOT NULL,
-  connections INTEGER NOT NULL
-);
-CREATE INDEX steps_by_experiment ON steps(experiment_id, seq);
-CREATE INDEX usage_by_step ON usage(step_id);
-CREATE INDEX samples_by_step ON samples(step_id);
-";
+pub use meshbench_lab::sampler::{RoleUsage, Sample, Usage};
+pub use record::{
+    topology_name, ExperimentRow, ExperimentStatus, LoadSummary, NewExperiment, StepRecord,
+    StepStatus, StoredStep,
+};
+pub use schema::VERSION;
 
 #[derive(Debug, Error)]
 pub enum StoreError {
@@ -99,6 +34,8 @@ pub enum StoreError {
     Sql(#[from] rusqlite::Error),
     #[error("no experiment '{0}' in the store; `meshbench results list` shows them")]
     NotFound(String),
+    #[error("results store: step {step}: {reason}")]
+    Corrupt { step: i64, reason: String },
 }
 
 /// The default store: `$XDG_DATA_HOME/meshbench/results.db`, else
@@ -117,135 +54,12 @@ pub struct Store {
     conn: Connection,
 }
 
-/// A new experiment's row.
-#[derive(Debug, Clone)]
-pub struct NewExperiment {
-    pub name: String,
-    pub description: String,
-    pub labels_json: String,
-    pub config_json: String,
-    pub started_at: String,
-    pub meshbench_version: String,
-}
-
-/// An experiment as stored.
-#[derive(Debug, Clone, Serialize)]
-pub struct ExperimentRow {
-    pub id: i64,
-    pub name: String,
-    pub description: String,
-    pub labels: serde_json::Value,
-    pub config: serde_json::Value,
-    pub started_at: String,
-    pub finished_at: Option<String>,
-    pub status: String,
-    pub meshbench_version: String,
-    pub steps: i64,
-}
-
-/// One role's resource use over a step's steady window.
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct UsageRow {
-    pub role: String,
-    pub program: String,
-    pub workers: u32,
-    pub cpu_limit: Option<f64>,
-    pub samples: u32,
-    pub cpu_millicores_avg: f64,
-    pub cpu_millicores_max: f64,
-    pub rss_mib_avg: f64,
-    pub rss_mib_max: f64,
-    pub working_set_mib_avg: Option<f64>,
-    pub working_set_mib_max: Option<f64>,
-    pub rx_bytes_per_sec: f64,
-    pub tx_bytes_per_sec: f64,
-    pub connections_avg: f64,
-    pub connections_max: u64,
-}
-
-/// One raw sample.
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct SampleRow {
-    pub role: String,
-    pub t_ms: u64,
-    pub cpu_ns: u64,
-    pub rss_bytes: u64,
-    pub working_set_bytes: Option<u64>,
-    pub rx_bytes: u64,
-    pub tx_bytes: u64,
-    pub connections: u64,
-}
-
-/// One second of the load.
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct SeriesRow {
-    pub second: u32,
-    pub requests: u64,
-    pub errors: u64,
-    pub p50_us: u64,
-    pub p99_us: u64,
-}
-
-/// Summary columns of a step's load result.
-#[derive(Debug, Clone, Default, Serialize, PartialEq)]
-pub struct LoadSummary {
-    pub duration_secs: f64,
-    pub requests: u64,
-    pub errors: u64,
-    pub throughput_rps: f64,
-    pub p50_us: u64,
-    pub p90_us: u64,
-    pub p99_us: u64,
-    pub p999_us: u64,
-}
-
-/// A step, written whole. `Default` is a step that has measured nothing yet.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct StepRecord {
-    pub seq: u32,
-    pub repeat: u32,
-    pub topology: String,
-    pub variant: String,
-    pub label: String,
-    pub params_json: String,
-    pub started_at: String,
-    /// ok | failed | partial
-    pub status: String,
-    pub error: Option<String>,
-    pub versions_json: String,
-    pub summary: Option<LoadSummary>,
-    pub result_json: Option<String>,
-    pub histograms: Vec<(String, String)>,
-    pub series: Vec<SeriesRow>,
-    pub usage: Vec<UsageRow>,
-    pub samples: Vec<SampleRow>,
-}
-
-/// A step as read back (raw samples are read separately).
-#[derive(Debug, Clone, Serialize)]
-pub struct StepRow {
-    pub id: i64,
-    pub seq: u32,
-    pub repeat: u32,
-    pub topology: String,
-    pub variant: String,
-    pub label: String,
-    pub params: serde_json::Value,
-    pub started_at: String,
-    pub status: String,
-    pub error: Option<String>,
-    pub versions: serde_json::Value,
-    pub summary: Option<LoadSummary>,
-    pub result: Option<serde_json::Value>,
-    pub usage: Vec<UsageRow>,
-}
-
-fn json(text: &str) -> serde_json::Value {
-    serde_json::from_str(text).unwrap_or(serde_json::Value::Null)
+fn to_json<T: serde::Serialize>(v: &T) -> String {
+    serde_json::to_string(v).expect("store types serialise")
 }
 
 impl Store {
-    /// Opens (creating if needed) the store at `path`.
+    /// Opens (creating if needed, migrating if older) the store at `path`.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
         let fail = |reason: String| StoreError::Open {
             path: path.to_path_buf(),
@@ -254,22 +68,29 @@ impl Store {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|e| fail(e.to_string()))?;
         }
-        let conn = Connection::open(path).map_err(|e| fail(e.to_string()))?;
+        let mut conn = Connection::open(path).map_err(|e| fail(e.to_string()))?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         conn.pragma_update(None, "journal_mode", "WAL")
             .map_err(|e| fail(format!("{e} (is it an SQLite file?)")))?;
         conn.pragma_update(None, "synchronous", "NORMAL")?;
-        let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
-        match version {
-            0 => {
-                conn.execute_batch(&format!("BEGIN; {SCHEMA} PRAGMA user_version = 1; COMMIT;"))?;
+        let mut version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+        if version > VERSION {
+            return Err(fail(format!(
+                "schema version {version} is newer than this meshbench understands ({VERSION}); upgrade meshbench"
+            )));
+        }
+        while version < VERSION {
+            let tx = conn.transaction()?;
+            match version {
+                0 => tx.execute_batch(schema::SCHEMA_V1)?,
+                1 => migrate_v1_to_v2(&tx).map_err(|e| {
+                    fail(format!("cannot migrate it from schema version 1 to 2: {e}"))
+                })?,
+                _ => unreachable!("every version below VERSION has a migration"),
             }
-            1 => {}
-            v => {
-                return Err(fail(format!(
-                    "schema version {v} is newer than this meshbench understands (1); upgrade meshbench"
-                )))
-            }
+            version += 1;
+            tx.pragma_update(None, "user_version", version)?;
+            tx.commit()?;
         }
         Ok(Store { conn })
     }
@@ -277,16 +98,29 @@ impl Store {
     pub fn begin_experiment(&self, e: &NewExperiment) -> Result<i64, StoreError> {
         self.conn.execute(
             "INSERT INTO experiments (name, description, labels, config, started_at, status, meshbench_version)
-             VALUES (?1, ?2, ?3, ?4, ?5, 'running', ?6)",
-            params![e.name, e.description, e.labels_json, e.config_json, e.started_at, e.meshbench_version],
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            params![
+                e.name,
+                e.description,
+                to_json(&e.labels),
+                e.config.to_string(),
+                e.started_at,
+                ExperimentStatus::Running.as_str(),
+                e.meshbench_version
+            ],
         )?;
         Ok(self.conn.last_insert_rowid())
     }
 
-    pub fn finish_experiment(&self, id: i64, status: &str, at: &str) -> Result<(), StoreError> {
+    pub fn finish_experiment(
+        &self,
+        id: i64,
+        status: ExperimentStatus,
+        at: &str,
+    ) -> Result<(), StoreError> {
         self.conn.execute(
             "UPDATE experiments SET status = ?2, finished_at = ?3 WHERE id = ?1",
-            params![id, status, at],
+            params![id, status.as_str(), at],
         )?;
         Ok(())
     }
@@ -294,7 +128,7 @@ impl Store {
     /// Writes a step and everything measured in it, in one transaction.
     pub fn add_step(&mut self, experiment: i64, s: &StepRecord) -> Result<i64, StoreError> {
         let tx = self.conn.transaction()?;
-        let sum = s.summary.clone();
+        let sum = s.summary();
         tx.execute(
             "INSERT INTO steps (experiment_id, seq, repeat, topology, variant, label, params, started_at,
                status, error, versions, duration_secs, requests, errors, throughput_rps,
@@ -304,14 +138,14 @@ impl Store {
                 experiment,
                 s.seq,
                 s.repeat,
-                s.topology,
+                topology_name::text(s.topology),
                 s.variant,
                 s.label,
-                s.params_json,
+                to_json(&s.params),
                 s.started_at,
-                s.status,
+                s.status.as_str(),
                 s.error,
-                s.versions_json,
+                to_json(&s.versions),
                 sum.as_ref().map(|x| x.duration_secs),
                 sum.as_ref().map(|x| x.requests as i64),
                 sum.as_ref().map(|x| x.errors as i64),
@@ -320,63 +154,77 @@ impl Store {
                 sum.as_ref().map(|x| x.p90_us as i64),
                 sum.as_ref().map(|x| x.p99_us as i64),
                 sum.as_ref().map(|x| x.p999_us as i64),
-                s.result_json,
+                s.result.as_ref().map(to_json),
             ],
         )?;
         let step = tx.last_insert_rowid();
         {
-            let mut h = tx.prepare("INSERT INTO histograms VALUES (?1, ?2, ?3)")?;
-            for (name, encoded) in &s.histograms {
-                h.execute(params![step, name, encoded])?;
+            if let Some(r) = &s.result {
+                let h = &r.histogram;
+                let mut q = tx.prepare("INSERT INTO histograms VALUES (?1, ?2, ?3)")?;
+                for (name, encoded) in [
+                    ("latency_us", Some(&h.latency_us)),
+                    ("service_time_us", Some(&h.service_time_us)),
+                    ("schedule_lag_us", h.schedule_lag_us.as_ref()),
+                    ("connect_us", Some(&h.connect_us)),
+                    ("tls_handshake_us", h.tls_handshake_us.as_ref()),
+                ] {
+                    if let Some(encoded) = encoded {
+                        q.execute(params![step, name, encoded])?;
+                    }
+                }
+                let mut q = tx.prepare("INSERT INTO series VALUES (?1, ?2, ?3, ?4, ?5, ?6)")?;
+                for p in &r.timeline {
+                    q.execute(params![
+                        step,
+                        p.second,
+                        p.requests as i64,
+                        p.errors as i64,
+                        p.p50_us as i64,
+                        p.p99_us as i64
+                    ])?;
+                }
             }
-            let mut q = tx.prepare("INSERT INTO series VALUES (?1, ?2, ?3, ?4, ?5, ?6)")?;
-            for p in &s.series {
-                q.execute(params![
-                    step,
-                    p.second,
-                    p.requests as i64,
-                    p.errors as i64,
-                    p.p50_us as i64,
-                    p.p99_us as i64
-                ])?;
-            }
-            let mut u = tx.prepare(
+            let mut q = tx.prepare(
                 "INSERT INTO usage VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
             )?;
             for r in &s.usage {
-                u.execute(params![
+                let u = &r.usage;
+                q.execute(params![
                     step,
                     r.role,
                     r.program,
                     r.workers,
                     r.cpu_limit,
-                    r.samples,
-                    r.cpu_millicores_avg,
-                    r.cpu_millicores_max,
-                    r.rss_mib_avg,
-                    r.rss_mib_max,
-                    r.working_set_mib_avg,
-                    r.working_set_mib_max,
-                    r.rx_bytes_per_sec,
-                    r.tx_bytes_per_sec,
-                    r.connections_avg,
-                    r.connections_max as i64,
+                    u.samples as i64,
+                    u.cpu_millicores_avg,
+                    u.cpu_millicores_max,
+                    u.rss_mib_avg,
+                    u.rss_mib_max,
+                    u.working_set_mib_avg,
+                    u.working_set_mib_max,
+                    u.rx_bytes_per_sec,
+                    u.tx_bytes_per_sec,
+                    u.connections_avg,
+                    u.connections_max as i64,
                 ])?;
             }
-            let mut m =
+            let mut q =
                 tx.prepare("INSERT INTO samples VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)")?;
-            for r in &s.samples {
-                m.execute(params![
-                    step,
-                    r.role,
-                    r.t_ms as i64,
-                    r.cpu_ns as i64,
-                    r.rss_bytes as i64,
-                    r.working_set_bytes.map(|b| b as i64),
-                    r.rx_bytes as i64,
-                    r.tx_bytes as i64,
-                    r.connections as i64,
-                ])?;
+            for (role, samples) in &s.samples {
+                for m in samples {
+                    q.execute(params![
+                        step,
+                        role,
+                        m.t_ms as i64,
+                        m.cpu_ns as i64,
+                        m.rss_bytes as i64,
+                        m.working_set_bytes.map(|b| b as i64),
+                        m.rx_bytes as i64,
+                        m.tx_bytes as i64,
+                        m.connections as i64,
+                    ])?;
+                }
             }
         }
         tx.commit()?;
@@ -391,15 +239,18 @@ impl Store {
              FROM experiments e ORDER BY e.id DESC",
         )?;
         let rows = q.query_map([], |r| {
+            let status: String = r.get(7)?;
             Ok(ExperimentRow {
                 id: r.get(0)?,
                 name: r.get(1)?,
                 description: r.get(2)?,
-                labels: json(&r.get::<_, String>(3)?),
-                config: json(&r.get::<_, String>(4)?),
+                labels: serde_json::from_str(&r.get::<_, String>(3)?).unwrap_or_default(),
+                config: serde_json::from_str(&r.get::<_, String>(4)?)
+                    .unwrap_or(serde_json::Value::Null),
                 started_at: r.get(5)?,
                 finished_at: r.get(6)?,
-                status: r.get(7)?,
+                // v2 checked every status; a row another program wrote counts as failed.
+                status: status.parse().unwrap_or(ExperimentStatus::Failed),
                 meshbench_version: r.get(8)?,
                 steps: r.get(9)?,
             })
@@ -420,44 +271,29 @@ impl Store {
         found.ok_or_else(|| StoreError::NotFound(key.to_string()))
     }
 
-    /// The steps of an experiment in run order, with their resource use.
-    pub fn steps(&self, experiment: i64) -> Result<Vec<StepRow>, StoreError> {
+    /// The steps of an experiment in run order, with their result and resource use (not their
+    /// raw samples: [`Store::samples`]).
+    pub fn steps(&self, experiment: i64) -> Result<Vec<StoredStep>, StoreError> {
         let mut q = self.conn.prepare(
-            "SELECT id, seq, repeat, topology, variant, label, params, started_at, status, error, versions,
-                    duration_secs, requests, errors, throughput_rps, p50_us, p90_us, p99_us, p999_us, result
+            "SELECT id, seq, repeat, topology, variant, label, params, started_at, status, error,
+                    versions, result
              FROM steps WHERE experiment_id = ?1 ORDER BY seq",
         )?;
-        let mut steps: Vec<StepRow> = q
+        let raw: Vec<RawStep> = q
             .query_map([experiment], |r| {
-                let duration: Option<f64> = r.get(11)?;
-                let summary = match duration {
-                    Some(d) => Some(LoadSummary {
-                        duration_secs: d,
-                        requests: r.get::<_, i64>(12)? as u64,
-                        errors: r.get::<_, i64>(13)? as u64,
-                        throughput_rps: r.get(14)?,
-                        p50_us: r.get::<_, i64>(15)? as u64,
-                        p90_us: r.get::<_, i64>(16)? as u64,
-                        p99_us: r.get::<_, i64>(17)? as u64,
-                        p999_us: r.get::<_, i64>(18)? as u64,
-                    }),
-                    None => None,
-                };
-                Ok(StepRow {
+                Ok(RawStep {
                     id: r.get(0)?,
                     seq: r.get(1)?,
                     repeat: r.get(2)?,
                     topology: r.get(3)?,
                     variant: r.get(4)?,
                     label: r.get(5)?,
-                    params: json(&r.get::<_, String>(6)?),
+                    params: r.get(6)?,
                     started_at: r.get(7)?,
                     status: r.get(8)?,
                     error: r.get(9)?,
-                    versions: json(&r.get::<_, String>(10)?),
-                    summary,
-                    result: r.get::<_, Option<String>>(19)?.map(|t| json(&t)),
-                    usage: Vec::new(),
+                    versions: r.get(10)?,
+                    result: r.get(11)?,
                 })
             })?
             .collect::<Result<_, _>>()?;
@@ -467,54 +303,71 @@ impl Store {
                     rx_bytes_per_sec, tx_bytes_per_sec, connections_avg, connections_max
              FROM usage WHERE step_id = ?1 ORDER BY rowid",
         )?;
-        for s in &mut steps {
-            s.usage = u
-                .query_map([s.id], |r| {
-                    Ok(UsageRow {
+        let mut steps = Vec::with_capacity(raw.len());
+        for r in raw {
+            let id = r.id;
+            let mut step = r.typed()?;
+            step.usage = u
+                .query_map([id], |r| {
+                    Ok(RoleUsage {
                         role: r.get(0)?,
                         program: r.get(1)?,
                         workers: r.get(2)?,
                         cpu_limit: r.get(3)?,
-                        samples: r.get(4)?,
-                        cpu_millicores_avg: r.get(5)?,
-                        cpu_millicores_max: r.get(6)?,
-                        rss_mib_avg: r.get(7)?,
-                        rss_mib_max: r.get(8)?,
-                        working_set_mib_avg: r.get(9)?,
-                        working_set_mib_max: r.get(10)?,
-                        rx_bytes_per_sec: r.get(11)?,
-                        tx_bytes_per_sec: r.get(12)?,
-                        connections_avg: r.get(13)?,
-                        connections_max: r.get::<_, i64>(14)? as u64,
+                        usage: Usage {
+                            samples: r.get::<_, i64>(4)? as usize,
+                            cpu_millicores_avg: r.get(5)?,
+                            cpu_millicores_max: r.get(6)?,
+                            rss_mib_avg: r.get(7)?,
+                            rss_mib_max: r.get(8)?,
+                            working_set_mib_avg: r.get(9)?,
+                            working_set_mib_max: r.get(10)?,
+                            rx_bytes_per_sec: r.get(11)?,
+                            tx_bytes_per_sec: r.get(12)?,
+                            connections_avg: r.get(13)?,
+                            connections_max: r.get::<_, i64>(14)? as u64,
+                        },
                     })
                 })?
                 .collect::<Result<_, _>>()?;
+            steps.push(StoredStep {
+                id,
+                summary: step.summary(),
+                step,
+            });
         }
         Ok(steps)
     }
 
-    /// The raw samples of a step.
-    pub fn samples(&self, step: i64) -> Result<Vec<SampleRow>, StoreError> {
+    /// The raw samples of a step, per role, in time order.
+    pub fn samples(&self, step: i64) -> Result<BTreeMap<String, Vec<Sample>>, StoreError> {
         let mut q = self.conn.prepare(
             "SELECT role, t_ms, cpu_ns, rss_bytes, working_set_bytes, rx_bytes, tx_bytes, connections
              FROM samples WHERE step_id = ?1 ORDER BY rowid",
         )?;
+        let mut out: BTreeMap<String, Vec<Sample>> = BTreeMap::new();
         let rows = q.query_map([step], |r| {
-            Ok(SampleRow {
-                role: r.get(0)?,
-                t_ms: r.get::<_, i64>(1)? as u64,
-                cpu_ns: r.get::<_, i64>(2)? as u64,
-                rss_bytes: r.get::<_, i64>(3)? as u64,
-                working_set_bytes: r.get::<_, Option<i64>>(4)?.map(|b| b as u64),
-                rx_bytes: r.get::<_, i64>(5)? as u64,
-                tx_bytes: r.get::<_, i64>(6)? as u64,
-                connections: r.get::<_, i64>(7)? as u64,
-            })
+            Ok((
+                r.get::<_, String>(0)?,
+                Sample {
+                    t_ms: r.get::<_, i64>(1)? as u64,
+                    cpu_ns: r.get::<_, i64>(2)? as u64,
+                    rss_bytes: r.get::<_, i64>(3)? as u64,
+                    working_set_bytes: r.get::<_, Option<i64>>(4)?.map(|b| b as u64),
+                    rx_bytes: r.get::<_, i64>(5)? as u64,
+                    tx_bytes: r.get::<_, i64>(6)? as u64,
+                    connections: r.get::<_, i64>(7)? as u64,
+                },
+            ))
         })?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        for row in rows {
+            let (role, s) = row?;
+            out.entry(role).or_default().push(s);
+        }
+        Ok(out)
     }
 
-    /// A step's encoded histogram by name.
+    /// A step's encoded histogram by name (HdrHistogram V2 + DEFLATE, base64).
     pub fn histogram(&self, step: i64, name: &str) -> Result<Option<String>, StoreError> {
         Ok(self
             .conn
@@ -527,124 +380,119 @@ impl Store {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// A step row's columns before they are read into types.
+struct RawStep {
+    id: i64,
+    seq: u32,
+    repeat: u32,
+    topology: String,
+    variant: String,
+    label: String,
+    params: String,
+    started_at: String,
+    status: String,
+    error: Option<String>,
+    versions: String,
+    result: Option<String>,
+}
 
-    fn step(seq: u32) -> StepRecord {
-        StepRecord {
-            seq,
-            repeat: 0,
-            topology: "both".into(),
-            variant: "both".into(),
-            label: format!("t_qps_100_c_4_1024_default_both_{seq}"),
-            params_json: r#"{"qps":100}"#.into(),
-            started_at: "2026-11-22T00:00:00Z".into(),
-            status: "ok".into(),
-            error: None,
-            versions_json: r#"{"nginx":"nginx/1.22.1"}"#.into(),
-            summary: Some(LoadSummary {
-                duration_secs: 2.0,
-                requests: 200,
-                errors: 1,
-                throughput_rps: 100.0,
-                p50_us: 300,
-                p90_us: 500,
-                p99_us: 900,
-                p999_us: 1500,
-            }),
-            result_json: Some(r#"{"requests":{"ok":199}}"#.into()),
-            histograms: vec![("latency_us".into(), "HISTFAKE".into())],
-            series: vec![SeriesRow {
-                second: 0,
-                requests: 100,
-                errors: 0,
-                p50_us: 300,
-                p99_us: 800,
-            }],
-            usage: vec![UsageRow {
-                role: "server_proxy".into(),
-                program: "nginx".into(),
-                workers: 2,
-                cpu_limit: Some(0.5),
-                samples: 3,
-                cpu_millicores_avg: 120.5,
-                cpu_millicores_max: 130.0,
-                rss_mib_avg: 10.0,
-                rss_mib_max: 11.0,
-                working_set_mib_avg: None,
-                working_set_mib_max: None,
-                rx_bytes_per_sec: 1e5,
-                tx_bytes_per_sec: 2e5,
-                connections_avg: 4.0,
-                connections_max: 4,
-            }],
-            samples: vec![SampleRow {
-                role: "server_proxy".into(),
-                t_ms: 1,
-                cpu_ns: 2,
-                rss_bytes: 3,
-                working_set_bytes: Some(4),
-                rx_bytes: 5,
-                tx_bytes: 6,
-                connections: 7,
-            }],
-        }
-    }
-
-    #[test]
-    fn steps_are_written_and_read_back_whole() {
-        let dir = std::env::temp_dir().join(format!("mb-store-{}", std::process::id()));
-        let path = dir.join("nested/results.db");
-        let mut s = Store::open(&path).unwrap();
-        let id = s
-            .begin_experiment(&NewExperiment {
-                name: "t".into(),
-                description: String::new(),
-                labels_json: r#"{"k":"v"}"#.into(),
-                config_json: "{}".into(),
-                started_at: "2026-11-22T00:00:00Z".into(),
-                meshbench_version: "0.1.0".into(),
-            })
-            .unwrap();
-        let step_id = s.add_step(id, &step(0)).unwrap();
-        s.add_step(id, &step(1)).unwrap();
-        s.finish_experiment(id, "done", "2026-11-22T00:01:00Z")
-            .unwrap();
-        drop(s);
-        // Reopened: the schema is not created twice and everything is there.
-        let s = Store::open(&path).unwrap();
-        let e = s.experiment("t").unwrap();
-        assert_eq!((e.id, e.steps, e.status.as_str()), (id, 2, "done"));
-        assert_eq!(e.labels["k"], "v");
-        assert_eq!(s.experiment("latest").unwrap().id, id);
-        assert!(matches!(s.experiment("nope"), Err(StoreError::NotFound(_))));
-        let steps = s.steps(id).unwrap();
-        assert_eq!(steps.len(), 2);
-        assert_eq!(steps[0].summary, step(0).summary);
-        assert_eq!(steps[0].usage, step(0).usage);
-        assert_eq!(steps[0].versions["nginx"], "nginx/1.22.1");
-        assert_eq!(s.samples(step_id).unwrap(), step(0).samples);
-        assert_eq!(
-            s.histogram(step_id, "latency_us").unwrap().as_deref(),
-            Some("HISTFAKE")
-        );
-        std::fs::remove_dir_all(dir).unwrap();
-    }
-
-    #[test]
-    fn a_file_that_is_not_a_store_is_refused_in_one_line() {
-        let dir = std::env::temp_dir().join(format!("mb-store-bad-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("x.db");
-        std::fs::write(
-            &path,
-            "this is not sqlite, just text that is long enough to matter",
-        )
-        .unwrap();
-        let err = Store::open(&path).err().unwrap().to_string();
-        assert!(err.starts_with("cannot open the results store"), "{err}");
-        assert!(!err.contains('\n'));
-        std::fs::remove_dir_all(dir).unwrap();
+impl RawStep {
+    fn typed(self) -> Result<StepRecord, StoreError> {
+        let corrupt = |what: &str, e: String| StoreError::Corrupt {
+            step: self.id,
+            reason: format!("{what}: {e}"),
+        };
+        Ok(StepRecord {
+            seq: self.seq,
+            repeat: self.repeat,
+            topology: topology_name::parse(&self.topology).map_err(|e| corrupt("topology", e))?,
+            variant: self.variant.clone(),
+            label: self.label.clone(),
+            params: serde_json::from_str(&self.params)
+                .map_err(|e| corrupt("params", e.to_string()))?,
+            started_at: self.started_at.clone(),
+            status: self.status.parse().map_err(|e| corrupt("status", e))?,
+            error: self.error.clone(),
+            versions: serde_json::from_str(&self.versions)
+                .map_err(|e| corrupt("versions", e.to_string()))?,
+            result: match &self.result {
+                Some(text) => {
+                    Some(serde_json::from_str(text).map_err(|e| corrupt("result", e.to_string()))?)
+                }
+                None => None,
+            },
+            usage: Vec::new(),
+            samples: BTreeMap::new(),
+        })
     }
 }
+
+/// v1 -> v2: every step's params in the typed form, statuses checked, 'capacity' -> 'url'.
+fn migrate_v1_to_v2(tx: &Transaction) -> Result<(), String> {
+    let rows: Vec<(i64, String, String)> = {
+        let mut q = tx
+            .prepare("SELECT id, params, status FROM steps")
+            .map_err(|e| e.to_string())?;
+        let rows = q
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .map_err(|e| e.to_string())?;
+        rows.collect::<Result<_, _>>().map_err(|e| e.to_string())?
+    };
+    for (id, params, status) in rows {
+        status
+            .parse::<StepStatus>()
+            .map_err(|e| format!("step {id}: {e}"))?;
+        let typed = v1_params(&params).map_err(|e| format!("step {id}: params: {e}"))?;
+        tx.execute(
+            "UPDATE steps SET params = ?2 WHERE id = ?1",
+            params![id, to_json(&typed)],
+        )
+        .map_err(|e| e.to_string())?;
+    }
+    tx.execute(
+        "UPDATE steps SET topology = ?1 WHERE topology = 'capacity'",
+        [topology_name::URL],
+    )
+    .map_err(|e| e.to_string())?;
+    let statuses: Vec<String> = {
+        let mut q = tx
+            .prepare("SELECT status FROM experiments")
+            .map_err(|e| e.to_string())?;
+        let rows = q.query_map([], |r| r.get(0)).map_err(|e| e.to_string())?;
+        rows.collect::<Result<_, _>>().map_err(|e| e.to_string())?
+    };
+    for s in statuses {
+        s.parse::<ExperimentStatus>()?;
+    }
+    Ok(())
+}
+
+/// v1 wrote params as loose JSON: a capacity step had no `protocol`, `request_bytes` or `cpu`.
+fn v1_params(text: &str) -> Result<StepParams, String> {
+    let v: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    let qps = v["qps"].as_f64();
+    let pick = |key: &str, default: &str| -> Result<serde_json::Value, String> {
+        Ok(match &v[key] {
+            serde_json::Value::Null => serde_json::Value::String(default.into()),
+            other => other.clone(),
+        })
+    };
+    let cpu = match &v["cpu"] {
+        serde_json::Value::Null => None,
+        c => Some(serde_json::from_value::<CpuAllotment>(c.clone()).map_err(|e| e.to_string())?),
+    };
+    Ok(StepParams {
+        qps,
+        connections: v["connections"].as_u64().unwrap_or(0) as u32,
+        response_bytes: v["response_bytes"].as_u64().unwrap_or(0),
+        request_bytes: v["request_bytes"].as_u64().unwrap_or(0),
+        jitter: v["jitter"].as_bool().unwrap_or(false),
+        mode: serde_json::from_value(pick("mode", if qps.is_some() { "open" } else { "closed" })?)
+            .map_err(|e| e.to_string())?,
+        protocol: serde_json::from_value(pick("protocol", "http1")?).map_err(|e| e.to_string())?,
+        cpu,
+    })
+}
+
+#[cfg(test)]
+mod tests;

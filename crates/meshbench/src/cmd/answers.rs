@@ -121,14 +121,16 @@ fn side(spec: &str, store: &StoreArg) -> Result<(String, Vec<Group>)> {
         .iter()
         .filter(|s| match &pick {
             Pick::All => true,
-            Pick::Step(n) => s.seq == *n,
-            Pick::Variant(v) => s.variant == *v || s.topology == *v,
+            Pick::Step(n) => s.step.seq == *n,
+            Pick::Variant(v) => {
+                s.step.variant == *v || meshbench_store::topology_name::text(s.step.topology) == v
+            }
         })
         .filter_map(Run::from_step)
         .collect();
     if runs.is_empty() {
         if let Pick::Variant(v) = &pick {
-            let mut known: Vec<&str> = steps.iter().map(|s| s.variant.as_str()).collect();
+            let mut known: Vec<&str> = steps.iter().map(|s| s.step.variant.as_str()).collect();
             known.dedup();
             return Err(usage(format!(
                 "{spec}: experiment {} has no measured variant '{v}'; it has: {}",

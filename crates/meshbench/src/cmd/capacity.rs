@@ -1,23 +1,28 @@
 //! `meshbench capacity URL|--experiment FILE --slo ...`: runs the capacity search of
-//! [`meshbench_analysis::capacity`] with real open-loop steps, against a URL (each step is a
-//! `meshbench run`) or against an experiment's rig (each step is a lab step: fresh rig, limits,
-//! sampling). Every step is stored as a step of a `capacity` experiment, so the search can be
-//! read back, compared and reported like any other.
+//! [`meshbench_analysis::capacity`] with real open-loop steps, against a URL (each step is what
+//! `meshbench run --rate R` measures) or against an experiment's rig (each step is a lab step:
+//! fresh rig, limits, sampling). Every step is stored as a step of a `capacity` experiment, so
+//! the search can be read back, compared and reported like any other.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Parser;
 use meshbench_analysis::capacity::{Answer, Next, Probe, Search, Settings};
 use meshbench_analysis::threshold::{self, Threshold};
 use meshbench_analysis::{group, Headline, Run};
-use meshbench_engine::RunResult;
-use meshbench_experiment::config::LoopMode;
-use meshbench_experiment::{Plan, Step};
+use meshbench_engine::{Protocol, StopAt};
+use meshbench_experiment::config::{HttpVersion, LoopMode};
+use meshbench_experiment::{Plan, Step, StepParams};
+use meshbench_runner::{new_experiment, now_rfc3339, Lab, LoadOptions, Session, StepAt};
 use meshbench_store::{NewExperiment, StepRecord};
 
 use super::answers::parse_percent;
-use super::experiment::{fill_load, new_experiment, now_rfc3339, Lab, Session};
+use super::experiment::{print_finished, Progress};
 use super::parse_duration;
-use crate::cli::{CapacityArgs, Cli, Command};
+use super::signals::Signals;
+use crate::cli::{CapacityArgs, PassedRequestFlags};
 use crate::{exit, usage};
 
 pub fn execute(args: CapacityArgs) -> Result<u8> {
@@ -74,125 +79,137 @@ pub fn execute(args: CapacityArgs) -> Result<u8> {
                 .into_iter()
                 .next()
                 .context("the experiment has no step")?;
-            let mut session = Session::begin(&store_path, &new_experiment(&e)?, args.quiet)?;
+            let signals = Signals::install()?;
+            let mut session =
+                Session::begin(&store_path, &new_experiment(&e), signals.stop.clone())?;
             let lab = Lab::new(&e)?;
-            let found = search(settings, &slo, &mut session, |session, rate, n| {
-                let step = Step {
-                    index: n,
-                    load: meshbench_experiment::plan::LoadPoint {
-                        qps: Some(rate),
-                        ..template.load
-                    },
-                    ..template.clone()
-                };
-                lab.step(session, &e, &step, n + 1, 0.0)?;
-                Ok(session.rows.last().cloned())
-            });
-            conclude(session, found)
+            let mut progress = Progress::new(args.quiet, &e.name, &store_path);
+            let found = search(
+                settings,
+                &slo,
+                &mut session,
+                &signals,
+                |session, rate, n| {
+                    let step = Step {
+                        index: n,
+                        load: meshbench_experiment::plan::LoadPoint {
+                            qps: Some(rate),
+                            ..template.load
+                        },
+                        ..template.clone()
+                    };
+                    let at = StepAt {
+                        step: &step,
+                        steps: n + 1,
+                        step_secs: e.warmup_secs + e.duration_secs,
+                        left_after_secs: 0.0,
+                    };
+                    lab.step(session, &e, &at, &mut progress)?;
+                    Ok(session.steps().last().cloned())
+                },
+            );
+            conclude(session, &signals, found)
         }
         None => {
             let url = args.url.clone().unwrap_or_default();
-            let duration = parse_duration("--step-duration", &args.step_duration)?;
-            let warmup = parse_duration("--warmup", &args.warmup)?;
-            // Every step's flags are checked once before any traffic.
-            let argv = |rate: f64| -> Vec<String> {
-                let mut a: Vec<String> = [
-                    "meshbench",
-                    "run",
-                    &url,
-                    "--rate",
-                    &format!("{rate}"),
-                    "--duration",
-                    &format!("{}s", duration.as_secs_f64()),
-                    "--warmup",
-                    &format!("{}s", warmup.as_secs_f64()),
-                    "--connections",
-                    &args.connections.to_string(),
-                    "--quiet",
-                ]
-                .map(String::from)
-                .to_vec();
-                a.extend(args.run_args.iter().cloned());
-                a
+            let passed = PassedRequestFlags::try_parse_from(&args.run_args).map_err(|err| {
+                usage(format!(
+                    "flags after --: {}",
+                    err.to_string()
+                        .lines()
+                        .next()
+                        .unwrap_or("")
+                        .trim_start_matches("error: ")
+                ))
+            })?;
+            let mut base = LoadOptions::new(meshbench_runner::TargetSource::Url(url.clone()));
+            super::run::apply_request_flags(&mut base, &passed.request)?;
+            base.connections = args.connections;
+            base.stop = StopAt::Duration(parse_duration("--step-duration", &args.step_duration)?);
+            base.warmup = parse_duration("--warmup", &args.warmup)?;
+            let at_rate = |rate: f64| LoadOptions {
+                rate_rps: Some(rate),
+                ..base.clone()
             };
-            let spec_at = |rate: f64| -> Result<meshbench_engine::LoadSpec> {
-                match Cli::try_parse_from(argv(rate)) {
-                    Ok(Cli {
-                        command: Command::Run(a),
-                    }) => super::run::resolve(&a),
-                    Ok(_) => unreachable!("the arguments start with `run`"),
-                    Err(err) => Err(usage(format!(
-                        "flags after --: {}",
-                        err.to_string()
-                            .lines()
-                            .next()
-                            .unwrap_or("")
-                            .trim_start_matches("error: ")
-                    ))),
-                }
+            // Every step's options are checked once before any traffic.
+            super::run::resolve(&at_rate(args.start))?;
+            let duration = match base.stop {
+                StopAt::Duration(d) => d,
+                StopAt::Requests(_) => Duration::ZERO,
             };
-            spec_at(args.start)?;
             let new = NewExperiment {
                 name: "capacity".into(),
                 description: format!("capacity search of {url} for {}", args.slo),
-                labels_json: "{}".into(),
-                config_json: serde_json::json!({
+                labels: BTreeMap::new(),
+                config: serde_json::json!({
                     "url": url,
                     "slo": args.slo,
                     "start": args.start,
                     "max_rps": args.max_rps,
                     "precision": precision,
                     "step_duration_secs": duration.as_secs_f64(),
-                    "warmup_secs": warmup.as_secs_f64(),
-                    "connections": args.connections,
-                    "run_args": args.run_args,
-                })
-                .to_string(),
+                    "warmup_secs": base.warmup.as_secs_f64(),
+                    "load": base,
+                }),
                 started_at: now_rfc3339(),
                 meshbench_version: env!("CARGO_PKG_VERSION").into(),
             };
-            let mut session = Session::begin(&store_path, &new, args.quiet)?;
+            let signals = Signals::install()?;
+            let mut session = Session::begin(&store_path, &new, signals.stop.clone())?;
+            let live = !args.quiet && std::io::IsTerminal::is_terminal(&std::io::stderr());
+            let protocol = match base.protocol {
+                Protocol::Http1 => HttpVersion::Http1,
+                Protocol::Http2 => HttpVersion::Http2,
+            };
             let connections = args.connections;
-            let found = search(settings, &slo, &mut session, |session, rate, n| {
-                let spec = spec_at(rate)?;
-                let mut record = StepRecord {
-                    seq: n as u32,
-                    repeat: 0,
-                    topology: "capacity".into(),
-                    variant: "capacity".into(),
-                    label: format!("capacity_qps_{rate}_c_{connections}"),
-                    params_json: serde_json::json!({
-                        "qps": rate,
-                        "connections": connections,
-                        "response_bytes": 0,
-                        "jitter": false,
-                        "mode": "open",
-                    })
-                    .to_string(),
-                    started_at: now_rfc3339(),
-                    status: "failed".into(),
-                    versions_json: "{}".into(),
-                    ..StepRecord::default()
-                };
-                match super::run::run_spec(&spec, session.signals.stop.clone(), session.live) {
-                    Ok(result) => fill_load(&mut record, &result),
-                    Err(err) => record.error = Some(format!("the load generator failed: {err}")),
-                }
-                session.record(record, &format!("{} ({rate} req/s)", n + 1))?;
-                Ok(session.rows.last().cloned())
-            });
-            conclude(session, found)
+            let found = search(
+                settings,
+                &slo,
+                &mut session,
+                &signals,
+                |session, rate, n| {
+                    let mut record = StepRecord::new(
+                        n as u32,
+                        StepParams::open(rate, connections as u32, protocol),
+                    );
+                    record.variant = "capacity".into();
+                    record.label = format!("capacity_qps_{rate}_c_{connections}");
+                    record.started_at = now_rfc3339();
+                    let measured = super::run::resolve(&at_rate(rate))
+                        .and_then(|spec| super::run::measure(&spec, session.stop.clone(), live));
+                    match measured {
+                        Ok(result) => record.set_result(result),
+                        Err(err) => record.fail(format!("the load generator failed: {err:#}")),
+                    }
+                    let stored = session.record(record)?;
+                    if stored.failed() {
+                        eprintln!(
+                            "step {} ({rate} req/s) failed: {}",
+                            n + 1,
+                            stored.error.as_deref().unwrap_or("unknown")
+                        );
+                    }
+                    Ok(Some(stored.clone()))
+                },
+            );
+            conclude(session, &signals, found)
         }
     }
 }
 
 /// Closes the stored experiment (printing its steps), then the answer.
-fn conclude(session: Session, found: Result<(u8, String)>) -> Result<u8> {
+fn conclude(session: Session, signals: &Signals, found: Result<(u8, String)>) -> Result<u8> {
     let finished = session.finish()?;
+    print_finished(&finished);
     let (code, line) = found?;
     println!("{line}");
+    let finished_code = signals.exit_code().unwrap_or(if finished.failed() > 0 {
+        exit::FAILED
+    } else {
+        exit::OK
+    });
     Ok(if code == exit::OK {
-        finished.exit_code
+        finished_code
     } else {
         code
     })
@@ -200,7 +217,7 @@ fn conclude(session: Session, found: Result<(u8, String)>) -> Result<u8> {
 
 /// What a stored step showed the search.
 fn probe(rate: f64, confirmation: bool, record: &StepRecord, slo: &[Threshold]) -> Option<Probe> {
-    let result: RunResult = serde_json::from_str(record.result_json.as_deref()?).ok()?;
+    let result = record.result.clone()?;
     let saturated = result.generator.saturated;
     let achieved = result.throughput_rps;
     let mut run = Run::from_result("step", result).ok()?;
@@ -215,7 +232,7 @@ fn probe(rate: f64, confirmation: bool, record: &StepRecord, slo: &[Threshold]) 
     Some(Probe {
         rate,
         achieved_rps: achieved,
-        slo_met: failures.is_empty() && record.status != "failed",
+        slo_met: failures.is_empty() && !record.failed(),
         generator_saturated: saturated,
         failures,
         confirmation,
@@ -228,6 +245,7 @@ fn search(
     settings: Settings,
     slo: &[Threshold],
     session: &mut Session,
+    signals: &Signals,
     mut run_at: impl FnMut(&mut Session, f64, usize) -> Result<Option<StepRecord>>,
 ) -> Result<(u8, String)> {
     let mut s = Search::new(settings);
@@ -286,7 +304,7 @@ fn search(
                 .map(|p| p.rate)
                 .reduce(f64::max);
             (
-                session.signals.exit_code().unwrap_or(exit::FAILED),
+                signals.exit_code().unwrap_or(exit::FAILED),
                 format!(
                     "capacity: interrupted after {steps} steps; highest passing rate so far: {}",
                     best.map_or("none".into(), |b| format!("{b} req/s"))

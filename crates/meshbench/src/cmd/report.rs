@@ -27,13 +27,13 @@ pub fn execute(args: ReportArgs) -> Result<u8> {
     let failed = store
         .steps(e.id)?
         .into_iter()
-        .filter(|s| s.status == "failed")
+        .filter(|s| s.step.failed())
         .map(|s| {
             format!(
                 "step {} ({}): {}",
-                s.seq + 1,
-                s.variant,
-                s.error.unwrap_or_default()
+                s.step.seq + 1,
+                s.step.variant,
+                s.step.error.unwrap_or_default()
             )
         })
         .collect();
@@ -41,7 +41,7 @@ pub fn execute(args: ReportArgs) -> Result<u8> {
         name: &e.name,
         id: e.id,
         started_at: &e.started_at,
-        status: &e.status,
+        status: e.status.as_str(),
         headline: &h,
         warmup_secs: e.config["warmup_secs"].as_f64().unwrap_or(0.0),
         slo_p99_ms,

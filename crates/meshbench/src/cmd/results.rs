@@ -5,7 +5,8 @@ use std::io::Write;
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use meshbench_store::{LoadSummary, UsageRow};
+use meshbench_experiment::StepParams;
+use meshbench_store::{LoadSummary, RoleUsage, StepRecord};
 
 use super::answers::open_store;
 use crate::cli::{ExportFormat, ResultsCommand, StoreArg};
@@ -42,20 +43,10 @@ fn show(key: &str, s: &StoreArg) -> Result<u8> {
         "experiment {} '{}' ({}), started {}, meshbench {}",
         e.id, e.name, e.status, e.started_at, e.meshbench_version
     );
-    if let Some(v) = steps.first().map(|s| &s.versions) {
-        println!("versions: {v}");
+    if let Some(v) = steps.first().map(|s| &s.step.versions) {
+        println!("versions: {}", serde_json::to_string(v)?);
     }
-    let view: Vec<TableRow> = steps
-        .iter()
-        .map(|r| TableRow {
-            seq: r.seq,
-            variant: &r.variant,
-            params: r.params.clone(),
-            summary: r.summary.as_ref(),
-            error: r.error.as_deref(),
-            usage: &r.usage,
-        })
-        .collect();
+    let view: Vec<TableRow> = steps.iter().map(|r| TableRow::of(&r.step)).collect();
     print!("{}", table(&view));
     let h = super::answers::headline(&store, e.id)?;
     print!("{}", meshbench_report::answers::headline_text(&h));
@@ -94,7 +85,7 @@ fn export(key: &str, format: ExportFormat, out: Option<&Path>, s: &StoreArg) -> 
                 let Some(doc) = meshbench_report::export::fortio_json(&e, step) else {
                     continue;
                 };
-                let path = dir.join(format!("{:03}_{}.json", step.seq + 1, step.label));
+                let path = dir.join(format!("{:03}_{}.json", step.step.seq + 1, step.step.label));
                 std::fs::write(&path, serde_json::to_string_pretty(&doc)? + "\n")
                     .with_context(|| format!("cannot write {}", path.display()))?;
                 n += 1;
@@ -105,14 +96,27 @@ fn export(key: &str, format: ExportFormat, out: Option<&Path>, s: &StoreArg) -> 
     Ok(exit::OK)
 }
 
-/// One line of the step table, from a fresh record or a stored row.
+/// One line of the step table, from a fresh record or a stored one.
 pub struct TableRow<'a> {
     pub seq: u32,
     pub variant: &'a str,
-    pub params: serde_json::Value,
-    pub summary: Option<&'a LoadSummary>,
+    pub params: &'a StepParams,
+    pub summary: Option<LoadSummary>,
     pub error: Option<&'a str>,
-    pub usage: &'a [UsageRow],
+    pub usage: &'a [RoleUsage],
+}
+
+impl<'a> TableRow<'a> {
+    pub fn of(r: &'a StepRecord) -> TableRow<'a> {
+        TableRow {
+            seq: r.seq,
+            variant: &r.variant,
+            params: &r.params,
+            summary: r.summary(),
+            error: r.error.as_deref(),
+            usage: &r.usage,
+        }
+    }
 }
 
 /// Steps with their load, latency, and each role's CPU (millicores) and memory (MiB: the
@@ -133,10 +137,8 @@ pub fn table(rows: &[TableRow]) -> String {
     for r in rows {
         let load = format!(
             "{} x {}c",
-            r.params["qps"]
-                .as_f64()
-                .map_or("max".into(), |q| format!("{q} qps")),
-            r.params["connections"]
+            r.params.qps.map_or("max".into(), |q| format!("{q} qps")),
+            r.params.connections
         );
         let roles: Vec<String> = r
             .usage
@@ -146,8 +148,8 @@ pub fn table(rows: &[TableRow]) -> String {
                 format!(
                     "{} {:.0}m/{:.1}",
                     u.role,
-                    u.cpu_millicores_avg,
-                    u.working_set_mib_avg.unwrap_or(u.rss_mib_avg)
+                    u.usage.cpu_millicores_avg,
+                    u.memory_mib_avg()
                 )
             })
             .collect();
@@ -155,7 +157,7 @@ pub fn table(rows: &[TableRow]) -> String {
             .error
             .map(|e| format!("  FAILED: {e}"))
             .unwrap_or_default();
-        match r.summary {
+        match &r.summary {
             Some(s) => out.push_str(&format!(
                 "{:>4} {:<26} {:<22} {:>9.1} {:>7} {:>7} {:>7} {:>6}  {}{error}\n",
                 r.seq + 1,

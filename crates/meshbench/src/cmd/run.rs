@@ -1,5 +1,6 @@
-//! `meshbench run URL`: resolves the flags into a [`LoadSpec`] (every check happens here, before
-//! any traffic), runs it with a live progress line, prints the summary, writes the JSON.
+//! `meshbench run URL`: the flags become [`LoadOptions`] (units and signs checked here, the rest
+//! by [`LoadOptions::resolve`], all before any traffic), the runner measures it with a live
+//! progress line, and the summary and JSON are written.
 
 use std::io::{IsTerminal, Write};
 use std::path::Path;
@@ -9,20 +10,20 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use meshbench_engine::pacer::Arrival;
-use meshbench_engine::{ConnSpec, LoadSpec, Mode, Order, Protocol, RequestSpec, RunResult, StopAt};
-use meshbench_net::tls::ClientTlsOptions;
+use meshbench_engine::{LoadSpec, Order, Protocol, RunResult, StopAt};
+use meshbench_runner::targets::ConnectTo;
+use meshbench_runner::{Body, LoadOptions, TargetSource, TlsOptions};
 
 use super::parse_duration;
-use crate::cli::{ArrivalArg, OnOff, OrderArg, RunArgs};
-use crate::targets::{self, BuildOptions, ConnectTo, Source};
+use crate::cli::{ArrivalArg, OnOff, OrderArg, RequestFlags, RunArgs};
 use crate::{exit, usage};
 
 pub fn execute(args: RunArgs) -> Result<u8> {
-    let spec = resolve(&args)?;
+    let spec = resolve(&load_options(&args)?)?;
     let thresholds = super::answers::parse_thresholds(&args.thresholds)?;
     let signals = super::signals::Signals::install()?;
     let live = !args.quiet && std::io::stderr().is_terminal();
-    let result = run_spec(&spec, signals.stop.clone(), live)?;
+    let result = measure(&spec, signals.stop.clone(), live)?;
     if let Some(path) = &args.json {
         write_json(path, &result)?;
     }
@@ -40,16 +41,41 @@ pub fn execute(args: RunArgs) -> Result<u8> {
         .unwrap_or(if passed { exit::OK } else { exit::FAILED }))
 }
 
-/// Runs a spec, optionally drawing a progress line on stderr.
-pub fn run_spec(spec: &LoadSpec, stop: Arc<AtomicBool>, live: bool) -> Result<RunResult> {
-    let mut last_draw = Instant::now();
-    let mut drawn = false;
-    let result = meshbench_engine::run(spec, stop, |l| {
-        if !live || last_draw.elapsed() < Duration::from_millis(250) {
+/// Resolves options; what cannot be run is bad input (exit 2).
+pub fn resolve(options: &LoadOptions) -> Result<LoadSpec> {
+    options.resolve().map_err(|e| usage(e.to_string()))
+}
+
+/// Measures a spec with no system under test watched, optionally drawing a progress line.
+pub fn measure(spec: &LoadSpec, stop: Arc<AtomicBool>, live: bool) -> Result<RunResult> {
+    let mut line = ProgressLine::new(live);
+    let measured = meshbench_runner::measure(spec, None, None, stop, |l| line.draw(l))?;
+    line.clear();
+    Ok(measured.result)
+}
+
+/// `meshbench run`'s live line on stderr, at most four times a second.
+struct ProgressLine {
+    live: bool,
+    last: Instant,
+    drawn: bool,
+}
+
+impl ProgressLine {
+    fn new(live: bool) -> ProgressLine {
+        ProgressLine {
+            live,
+            last: Instant::now(),
+            drawn: false,
+        }
+    }
+
+    fn draw(&mut self, l: &meshbench_engine::Live) {
+        if !self.live || self.last.elapsed() < Duration::from_millis(250) {
             return;
         }
-        last_draw = Instant::now();
-        drawn = true;
+        self.last = Instant::now();
+        self.drawn = true;
         let phase = if l.warming_up { "warm-up " } else { "" };
         eprint!(
             "\r\x1b[2K[{phase}{:5.1}s] {} req/s  {} done  {} errors  p50 {} ms  p99 {} ms",
@@ -60,11 +86,13 @@ pub fn run_spec(spec: &LoadSpec, stop: Arc<AtomicBool>, live: bool) -> Result<Ru
             meshbench_report::ms(l.p50_us),
             meshbench_report::ms(l.p99_us),
         );
-    })?;
-    if drawn {
-        eprint!("\r\x1b[2K");
     }
-    Ok(result)
+
+    fn clear(&self) {
+        if self.drawn {
+            eprint!("\r\x1b[2K");
+        }
+    }
 }
 
 pub fn write_json(path: &Path, result: &RunResult) -> Result<()> {
@@ -79,230 +107,90 @@ fn positive(flag: &str, v: i64) -> Result<u64> {
     Ok(v as u64)
 }
 
-/// Checks every flag and builds the run. All checks happen before any traffic.
-pub fn resolve(a: &RunArgs) -> Result<LoadSpec> {
-    if a.connections == 0 {
-        return Err(usage("--connections 0: must be at least 1"));
-    }
-    let mode = match (a.rate, a.arrival) {
-        (None, Some(_)) => {
-            return Err(usage(
-                "--arrival applies to an open loop only; add --rate RPS",
-            ));
-        }
-        (None, None) => Mode::Closed,
-        (Some(r), arrival) => {
-            if !r.is_finite() || r <= 0.0 {
-                return Err(usage(format!(
-                    "--rate {r}: must be a positive number of requests per second"
-                )));
-            }
-            Mode::Open {
-                rate_rps: r,
-                arrival: match arrival {
-                    Some(ArrivalArg::Poisson) => Arrival::Poisson,
-                    _ => Arrival::Uniform,
-                },
-            }
-        }
+/// `meshbench run`'s flags as load options. Units and signs are checked here; everything
+/// else when the options are resolved.
+pub fn load_options(a: &RunArgs) -> Result<LoadOptions> {
+    let source = match &a.targets {
+        Some(path) => TargetSource::File(path.clone()),
+        None => TargetSource::Url(a.url.clone().unwrap_or_default()),
     };
-    let stop = match (&a.duration, a.requests) {
+    let mut o = LoadOptions::new(source);
+    apply_request_flags(&mut o, &a.request)?;
+    o.connections = a.connections;
+    o.concurrency = a
+        .concurrency
+        .map(|n| positive("--concurrency", n).map(|n| n as usize))
+        .transpose()?;
+    o.rate_rps = a.rate;
+    o.arrival = a.arrival.map(|a| match a {
+        ArrivalArg::Uniform => Arrival::Uniform,
+        ArrivalArg::Poisson => Arrival::Poisson,
+    });
+    o.stop = match (&a.duration, a.requests) {
         (Some(_), Some(_)) => return Err(usage("give --duration or --requests, not both")),
         (_, Some(n)) => StopAt::Requests(positive("--requests", n)?),
-        (d, None) => {
-            let d = parse_duration("--duration", d.as_deref().unwrap_or("10s"))?;
-            if d.is_zero() {
-                return Err(usage("--duration must be longer than 0"));
-            }
-            StopAt::Duration(d)
-        }
+        (d, None) => StopAt::Duration(parse_duration("--duration", d.as_deref().unwrap_or("10s"))?),
     };
-    let warmup = parse_duration("--warmup", &a.warmup)?;
-    let timeout = parse_duration("--timeout", &a.timeout)?;
-    if timeout.is_zero() {
-        return Err(usage("--timeout must be longer than 0"));
-    }
-    let threads = match a.threads {
-        Some(t) => positive("--threads", t)? as usize,
-        None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+    o.warmup = parse_duration("--warmup", &a.warmup)?;
+    Ok(o)
+}
+
+/// The per-request flags shared by `run` and `capacity ... --`.
+pub fn apply_request_flags(o: &mut LoadOptions, r: &RequestFlags) -> Result<()> {
+    o.target_order = match r.target_order {
+        OrderArg::RoundRobin => Order::RoundRobin,
+        OrderArg::Random => Order::Random,
     };
-    let method = a.method.trim().to_ascii_uppercase();
-    if method.is_empty() || !method.bytes().all(|b| b.is_ascii_alphabetic() || b == b'-') {
-        return Err(usage(format!(
-            "--method '{}': not an HTTP method such as GET or POST",
-            a.method
-        )));
-    }
-    let mut headers = Vec::new();
-    for h in &a.headers {
-        let (name, value) = h
-            .split_once(':')
-            .filter(|(n, _)| !n.trim().is_empty() && !n.contains(char::is_whitespace))
-            .ok_or_else(|| usage(format!("--header '{h}': must look like 'Name: value'")))?;
-        headers.push((name.trim().to_string(), value.trim().to_string()));
-    }
-    let body: Vec<u8> = match (&a.body, a.body_size) {
-        (Some(_), Some(_)) => return Err(usage("give --body or --body-size, not both")),
-        (Some(b), None) => match b.strip_prefix('@') {
-            Some(file) => std::fs::read(file)
-                .map_err(|e| usage(format!("--body @{file}: cannot read the file: {e}")))?,
-            None => b.clone().into_bytes(),
-        },
-        (None, Some(n)) if n < 0 => {
-            return Err(usage(format!("--body-size {n}: must not be negative")))
-        }
-        (None, Some(n)) => vec![b'x'; n as usize],
-        (None, None) => Vec::new(),
-    };
-    let concurrency = match a.concurrency {
-        None => None,
-        Some(_) if a.rate.is_some() => {
-            return Err(usage(
-                "--concurrency caps a closed loop; an open loop's rate sets its own (drop --rate or --concurrency)",
-            ))
-        }
-        Some(n) => {
-            let n = positive("--concurrency", n)? as usize;
-            if n > a.connections * a.streams.max(1) as usize {
-                return Err(usage(format!(
-                    "--concurrency {n}: more than the {} connections (x streams) can carry; raise --connections",
-                    a.connections
-                )));
-            }
-            Some(n)
-        }
-    };
-    let streams = positive("--streams", a.streams)? as usize;
-    if streams > 1 && !a.http2 {
-        return Err(usage("--streams applies to HTTP/2 only; add --http2"));
-    }
-    let requests_per_connection = a
-        .requests_per_connection
-        .map(|n| positive("--requests-per-connection", n))
-        .transpose()?;
-    if let Some(r) = a.connection_rate {
-        if !r.is_finite() || r <= 0.0 {
-            return Err(usage(format!(
-                "--connection-rate {r}: must be a positive number of connections per second"
-            )));
-        }
-    }
-    let connect_to = a
+    o.connect_to = r
         .connect_to
         .iter()
         .map(|c| c.parse::<ConnectTo>().map_err(usage))
-        .collect::<Result<Vec<_>>>()?;
-    let protocol = if a.http2 {
+        .collect::<Result<_>>()?;
+    o.protocol = if r.http2 {
         Protocol::Http2
     } else {
         Protocol::Http1
     };
-    let (sources, description) = sources(a, &method, &headers, body.into())?;
-    let built = targets::build(
-        &sources,
-        &BuildOptions {
-            protocol,
-            order: match a.target_order {
-                OrderArg::RoundRobin => Order::RoundRobin,
-                OrderArg::Random => Order::Random,
-            },
-            connect_to: &connect_to,
-        },
-    )?;
-    let tls_flags = a.insecure || a.cacert.is_some() || a.cert.is_some();
-    if !built.tls && tls_flags {
-        return Err(usage(
-            "--insecure, --cacert and --cert apply to https:// URLs only",
-        ));
-    }
-    let tls_resume = a.tls_resume == OnOff::On;
-    let tls = if built.tls {
-        let alpn = match protocol {
-            Protocol::Http1 => vec![b"http/1.1".to_vec()],
-            Protocol::Http2 => vec![b"h2".to_vec()],
-        };
-        let opts = ClientTlsOptions {
-            insecure: a.insecure,
-            ca_file: a.cacert.clone(),
-            client_cert: a.cert.clone().zip(a.key.clone()),
-            alpn,
-            resume: tls_resume,
-        };
-        Some(meshbench_net::tls::client_config(&opts).map_err(|e| usage(e.to_string()))?)
-    } else {
-        None
+    o.streams = positive("--streams", r.streams)? as usize;
+    o.tls = TlsOptions {
+        insecure: r.insecure,
+        ca_file: r.cacert.clone(),
+        client_cert: r.cert.clone().zip(r.key.clone()),
+        resume: r.tls_resume == OnOff::On,
     };
-    let first_body = sources.first().map_or(0, |s| s.body.len());
-    Ok(LoadSpec {
-        request: RequestSpec {
-            method,
-            url: description,
-            body_len: first_body,
-            headers,
+    o.requests_per_connection = r
+        .requests_per_connection
+        .map(|n| positive("--requests-per-connection", n))
+        .transpose()?;
+    o.connection_rate = r.connection_rate;
+    o.method = r.method.clone();
+    o.headers = r
+        .headers
+        .iter()
+        .map(|h| {
+            h.split_once(':')
+                .filter(|(n, _)| !n.trim().is_empty() && !n.contains(char::is_whitespace))
+                .map(|(n, v)| (n.trim().to_string(), v.trim().to_string()))
+                .ok_or_else(|| usage(format!("--header '{h}': must look like 'Name: value'")))
+        })
+        .collect::<Result<_>>()?;
+    o.body = match (&r.body, r.body_size) {
+        (Some(_), Some(_)) => return Err(usage("give --body or --body-size, not both")),
+        (Some(b), None) => match b.strip_prefix('@') {
+            Some(file) => Body::File(file.into()),
+            None => Body::Bytes(b.clone().into_bytes()),
         },
-        targets: Arc::new(built.targets),
-        conn: ConnSpec {
-            protocol,
-            tls,
-            streams,
-            requests_per_connection,
-            connection_rate: a.connection_rate,
-            tls_resume,
-        },
-        connections: a.connections,
-        concurrency,
-        threads,
-        mode,
-        stop,
-        warmup,
-        timeout,
-        seed: a.seed,
-    })
-}
-
-/// The URL (or template), or every block of the targets file; and how to name them in reports.
-fn sources(
-    a: &RunArgs,
-    method: &str,
-    headers: &[(String, String)],
-    body: bytes::Bytes,
-) -> Result<(Vec<Source>, String)> {
-    if let Some(path) = &a.targets {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            usage(format!(
-                "--targets {}: cannot read the file: {e}",
-                path.display()
-            ))
-        })?;
-        let dir = path.parent().unwrap_or(Path::new("."));
-        let name = path.display().to_string();
-        let blocks = targets::file::parse(&text, dir)
-            .map_err(|e| usage(format!("--targets {name}: {e}")))?;
-        let list = blocks
-            .into_iter()
-            .map(|b| {
-                let mut all = headers.to_vec();
-                all.extend(b.headers);
-                Source {
-                    method: b.method,
-                    url: b.url,
-                    headers: all,
-                    body: b.body.map_or_else(|| body.clone(), Into::into),
-                    origin: format!("--targets {name} line {}", b.line),
-                }
-            })
-            .collect();
-        return Ok((list, format!("@{name}")));
-    }
-    let url = a.url.clone().unwrap_or_default();
-    Ok((
-        vec![Source {
-            method: method.to_string(),
-            url: url.clone(),
-            headers: headers.to_vec(),
-            body,
-            origin: "the URL".to_string(),
-        }],
-        url,
-    ))
+        (None, Some(n)) if n < 0 => {
+            return Err(usage(format!("--body-size {n}: must not be negative")))
+        }
+        (None, Some(n)) => Body::Size(n as u64),
+        (None, None) => Body::Empty,
+    };
+    o.timeout = parse_duration("--timeout", &r.timeout)?;
+    o.threads = r
+        .threads
+        .map(|t| positive("--threads", t).map(|t| t as usize))
+        .transpose()?;
+    o.seed = r.seed;
+    Ok(())
 }

@@ -12,12 +12,15 @@ use std::collections::HashMap;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
-use anyhow::Result;
 use bytes::Bytes;
 use meshbench_engine::{H2Request, Host, Order, Protocol, Target, Targets, Wire};
 
-use crate::usage;
+use serde::{Deserialize, Serialize};
 use template::Template;
+
+use crate::load::LoadError;
+
+type Result<T> = std::result::Result<T, LoadError>;
 
 /// Most requests a target list may hold once expanded.
 pub const MAX_TARGETS: u64 = 2_000_000;
@@ -35,7 +38,7 @@ pub struct Source {
 
 /// `--connect-to HOST:PORT:ADDR:PORT`: an empty HOST or PORT matches any; an empty ADDR or PORT
 /// on the right keeps the original.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ConnectTo {
     pub host: Option<String>,
     pub port: Option<u16>,
@@ -46,14 +49,14 @@ pub struct ConnectTo {
 impl std::str::FromStr for ConnectTo {
     type Err = String;
 
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
         let parts = split_host_ports(s);
         let [host, port, to_host, to_port] = parts.as_slice() else {
             return Err(format!(
                 "--connect-to '{s}': expected HOST:PORT:ADDR:PORT, e.g. example.com:443:127.0.0.1:8443"
             ));
         };
-        let port_of = |p: &str| -> Result<Option<u16>, String> {
+        let port_of = |p: &str| -> std::result::Result<Option<u16>, String> {
             if p.is_empty() {
                 return Ok(None);
             }
@@ -112,7 +115,7 @@ pub fn build(sources: &[Source], opts: &BuildOptions) -> Result<Built> {
     let mut total = 0u64;
     for src in sources {
         let t = Template::parse(&src.url).map_err(|e| {
-            usage(format!(
+            LoadError::new(format!(
                 "{}: invalid URL template '{}': {e}",
                 src.origin, src.url
             ))
@@ -121,7 +124,7 @@ pub fn build(sources: &[Source], opts: &BuildOptions) -> Result<Built> {
         templates.push(t);
     }
     if total > MAX_TARGETS {
-        return Err(usage(format!(
+        return Err(LoadError::new(format!(
             "the target list expands to {total} requests; at most {MAX_TARGETS} are allowed (narrow the templates)"
         )));
     }
@@ -131,7 +134,7 @@ pub fn build(sources: &[Source], opts: &BuildOptions) -> Result<Built> {
         .map(|(s, t)| s.body.len() as u64 * t.len())
         .sum();
     if opts.protocol == Protocol::Http1 && body_bytes > 1 << 30 {
-        return Err(usage(
+        return Err(LoadError::new(
             "request bodies times targets exceed 1 GiB; use a smaller body or fewer targets",
         ));
     }
@@ -142,7 +145,7 @@ pub fn build(sources: &[Source], opts: &BuildOptions) -> Result<Built> {
     for (src, tpl) in sources.iter().zip(&templates) {
         for text in tpl.iter() {
             let url = url::Url::parse(&text).map_err(|e| {
-                usage(format!(
+                LoadError::new(format!(
                     "{}: invalid URL '{text}': {e}; give a full URL such as http://127.0.0.1:8080/",
                     src.origin
                 ))
@@ -150,7 +153,7 @@ pub fn build(sources: &[Source], opts: &BuildOptions) -> Result<Built> {
             match url.scheme() {
                 "http" | "https" => {}
                 other => {
-                    return Err(usage(format!(
+                    return Err(LoadError::new(format!(
                         "{}: '{text}': unsupported scheme '{other}'; use http:// or https://",
                         src.origin
                     )))
@@ -159,7 +162,7 @@ pub fn build(sources: &[Source], opts: &BuildOptions) -> Result<Built> {
             match &scheme {
                 None => scheme = Some(url.scheme().to_string()),
                 Some(s) if s != url.scheme() => {
-                    return Err(usage(format!(
+                    return Err(LoadError::new(format!(
                         "{}: '{text}' is {} but earlier targets are {s}; one run uses one scheme",
                         src.origin,
                         url.scheme()
@@ -171,7 +174,7 @@ pub fn build(sources: &[Source], opts: &BuildOptions) -> Result<Built> {
                 .host_str()
                 .filter(|h| !h.is_empty())
                 .ok_or_else(|| {
-                    usage(format!(
+                    LoadError::new(format!(
                         "{}: '{text}' has no host; give one like http://127.0.0.1:8080/",
                         src.origin
                     ))
@@ -235,7 +238,7 @@ pub fn build(sources: &[Source], opts: &BuildOptions) -> Result<Built> {
 /// The HTTP/2 form of a request: connection-specific headers are dropped (HTTP/2 forbids them)
 /// and `Host` becomes the `:authority` of the URL.
 fn h2_request(src: &Source, url: &url::Url, text: &str) -> Result<H2Request> {
-    let bad = |what: String| usage(format!("{}: {what}", src.origin));
+    let bad = |what: String| LoadError::new(format!("{}: {what}", src.origin));
     let method = http::Method::from_bytes(src.method.as_bytes())
         .map_err(|_| bad(format!("'{}' is not an HTTP method", src.method)))?;
     let uri: http::Uri = url
@@ -295,13 +298,13 @@ fn resolve(host: &str, port: u16, connect_to: &[ConnectTo]) -> Result<SocketAddr
     let addrs: Vec<SocketAddr> = (lookup, to_port)
         .to_socket_addrs()
         .map_err(|e| {
-            usage(format!(
+            LoadError::new(format!(
                 "cannot resolve host '{to_host}': {e}; check the name, give an IP address, or map it with --connect-to {host}:{port}:ADDR:PORT"
             ))
         })?
         .collect();
     pick_address(&addrs).ok_or_else(|| {
-        usage(format!(
+        LoadError::new(format!(
             "host '{to_host}' has no address; check the name or give an IP address"
         ))
     })

@@ -1,0 +1,243 @@
+//! A lab step, and an experiment as a sequence of them. For each step: start the rig under its
+//! limits, aim the load at it (the same [`LoadOptions`] as `meshbench run`, built from the
+//! experiment's keys), measure it while sampling every role, summarise each role over the
+//! steady window, store the step, stop the rig, cool down. A role that dies fails its step with
+//! the tail of its output and the experiment goes on; a stop (Ctrl-C, SIGTERM) stores the step
+//! in progress as partial and ends the experiment.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use meshbench_engine::pacer::Arrival;
+use meshbench_engine::{Order, Protocol, StopAt};
+use meshbench_experiment::config::{parse_cpuset, Experiment, HttpVersion};
+use meshbench_experiment::{Plan, Step};
+use meshbench_lab::rig::{self, Class, Rig};
+use meshbench_lab::sampler::{self, RoleUsage, Sampled, Usage};
+use meshbench_store::StepRecord;
+
+use crate::load::{Body, LoadOptions, TargetSource};
+use crate::observer::{Observer, StepAt};
+use crate::session::{new_experiment, now_rfc3339, Finished, Session};
+use crate::targets::ConnectTo;
+use crate::{measure, RunnerError, Sampling};
+
+/// Runs every step of `e` in plan order, storing each in `store_path`, until the plan ends or
+/// `stop` is set.
+pub fn run_experiment(
+    e: &Experiment,
+    store_path: &Path,
+    stop: std::sync::Arc<AtomicBool>,
+    observer: &mut dyn Observer,
+) -> Result<Finished, RunnerError> {
+    let plan = Plan::compile(e);
+    let mut session = Session::begin(store_path, &new_experiment(e), stop)?;
+    let lab = Lab::new(e)?;
+    observer.experiment_started(session.id, plan.steps.len(), plan.total_secs(e));
+    for step in &plan.steps {
+        let at = StepAt {
+            step,
+            steps: plan.steps.len(),
+            step_secs: e.warmup_secs + e.duration_secs,
+            left_after_secs: (plan.steps.len() - step.index - 1) as f64 * plan.step_secs(e),
+        };
+        lab.step(&mut session, e, &at, observer)?;
+        if session.stopped() {
+            break;
+        }
+    }
+    session.finish()
+}
+
+/// What every lab step of an experiment shares.
+pub struct Lab {
+    /// The meshbench binary, which plays the backend role.
+    exe: PathBuf,
+    /// The version line of every program the experiment starts.
+    versions: BTreeMap<String, String>,
+}
+
+impl Lab {
+    /// Also removes what a killed earlier run left behind (its cgroups).
+    pub fn new(e: &Experiment) -> Result<Lab, RunnerError> {
+        rig::remove_stale();
+        Ok(Lab {
+            exe: std::env::current_exe().map_err(RunnerError::Exe)?,
+            versions: crate::rig::program_versions(e),
+        })
+    }
+
+    /// Runs `at.step` on a fresh rig, stores it and cools down.
+    pub fn step(
+        &self,
+        session: &mut Session,
+        e: &Experiment,
+        at: &StepAt,
+        observer: &mut dyn Observer,
+    ) -> Result<(), RunnerError> {
+        observer.step_started(at);
+        let record = self.run_step(e, at, session.id, &session.stop, observer);
+        let stored = session.record(record)?;
+        observer.step_finished(at, stored);
+        if !session.stopped() {
+            cool_down(e, &session.stop);
+        }
+        Ok(())
+    }
+
+    /// Runs one step; every failure ends up in the record, never as an error.
+    pub fn run_step(
+        &self,
+        e: &Experiment,
+        at: &StepAt,
+        experiment_id: i64,
+        stop: &std::sync::Arc<AtomicBool>,
+        observer: &mut dyn Observer,
+    ) -> StepRecord {
+        let step = at.step;
+        let mut record = StepRecord::new(step.index as u32, step.params(e));
+        record.repeat = step.repeat;
+        record.topology = Some(step.topology);
+        record.variant = step.variant();
+        record.label = step.istio_label(&e.name, e.load.protocol);
+        record.started_at = now_rfc3339();
+        record.versions = self.versions.clone();
+        let spec = crate::rig::rig_spec(e, step, experiment_id, self.exe.clone());
+        let mut rig = match Rig::start(&spec) {
+            Ok(r) => r,
+            Err(err) => {
+                record.fail(format!("the rig did not start: {err}"));
+                return record;
+            }
+        };
+        for w in &rig.warnings {
+            observer.warning(w);
+        }
+        let load = match load_options(e, step, &rig).resolve() {
+            Ok(s) => s,
+            Err(err) => {
+                record.fail(format!("the load could not be set up: {err}"));
+                return record;
+            }
+        };
+        let sampling = Sampling {
+            watches: rig.watches(),
+            interval: Duration::from_millis(e.sample_interval_ms),
+        };
+        let client_cpus = e.limits.client.cpuset.as_deref().and_then(parse_cpuset);
+        let measured = measure(
+            &load,
+            Some(sampling),
+            client_cpus.as_deref(),
+            stop.clone(),
+            |l| observer.live(at, l),
+        );
+        let dead = rig.dead_role();
+        let measured = match measured {
+            Ok(m) => m,
+            Err(err) => {
+                record.fail(format!("the load generator failed: {err}"));
+                return record;
+            }
+        };
+        let sampled = measured.sampled.unwrap_or_default();
+        let (from, to) = measured.window_ms;
+        for role in &rig.roles {
+            let samples = sampled.roles.get(&role.name).cloned().unwrap_or_default();
+            record.usage.push(RoleUsage {
+                role: role.name.clone(),
+                program: role.program.clone(),
+                workers: role.workers,
+                cpu_limit: match role.class {
+                    Class::Proxy => spec.proxy_limits.cpus,
+                    Class::Tunnel => spec.tunnel_limits.cpus,
+                    Class::Backend => spec.backend_limits.cpus,
+                },
+                usage: sampler::summarize(&samples, from, to),
+            });
+            record.samples.insert(role.name.clone(), samples);
+        }
+        record.usage.push(sampler_usage(&sampled));
+        record.set_result(measured.result);
+        if let Some((role, tail)) = dead {
+            record.fail(format!("{role} exited during the step ({tail})"));
+        }
+        record
+    }
+}
+
+/// The load of one step against a running rig: the experiment's `load` keys at the step's load
+/// point, aimed at the rig's entry (the gateway topology: every route of its targets file, in
+/// random order, over TLS trusting the rig's CA).
+pub fn load_options(e: &Experiment, step: &Step, rig: &Rig) -> LoadOptions {
+    let source = match &rig.gateway {
+        Some(g) => TargetSource::File(g.targets.clone()),
+        None => TargetSource::Url(format!("http://{}/", rig.entry)),
+    };
+    let mut o = LoadOptions::new(source);
+    if let Some(g) = &rig.gateway {
+        o.target_order = Order::Random;
+        o.connect_to = vec![ConnectTo {
+            host: None,
+            port: None,
+            to_host: Some(rig.entry.ip().to_string()),
+            to_port: Some(rig.entry.port()),
+        }];
+        o.tls.ca_file = Some(g.ca.clone());
+    }
+    o.stop = StopAt::Duration(Duration::from_secs_f64(e.duration_secs));
+    o.warmup = Duration::from_secs_f64(e.warmup_secs);
+    o.connections = match e.load.connection_pool {
+        0 => step.load.connections,
+        pool => pool,
+    } as usize;
+    if e.load.connection_pool > 0 {
+        o.concurrency = Some(step.load.connections as usize);
+    }
+    o.timeout = Duration::from_millis(e.load.timeout_ms);
+    o.seed = step.index as u64 + 1;
+    if let Some(q) = step.load.qps {
+        o.rate_rps = Some(q);
+        if step.load.jitter {
+            o.arrival = Some(Arrival::Poisson);
+        }
+    }
+    if e.load.threads > 0 {
+        o.threads = Some(e.load.threads as usize);
+    }
+    if e.load.protocol == HttpVersion::Http2 {
+        o.protocol = Protocol::Http2;
+        o.streams = e.load.streams.max(1) as usize;
+    }
+    if e.load.request_bytes > 0 {
+        o.method = "POST".into();
+        o.body = Body::Size(e.load.request_bytes);
+    }
+    o
+}
+
+/// The sampler's own cost, stored as a pseudo-role so that it can be checked.
+fn sampler_usage(s: &Sampled) -> RoleUsage {
+    let mc = meshbench_lab::sample::millicores(0, s.own_cpu_ns, s.wall_ns);
+    RoleUsage {
+        role: "sampler".into(),
+        program: "meshbench".into(),
+        workers: 1,
+        cpu_limit: None,
+        usage: Usage {
+            samples: s.roles.values().map(Vec::len).max().unwrap_or(0),
+            cpu_millicores_avg: mc,
+            cpu_millicores_max: mc,
+            ..Usage::default()
+        },
+    }
+}
+
+fn cool_down(e: &Experiment, stop: &AtomicBool) {
+    let end = Instant::now() + Duration::from_secs_f64(e.cooldown_secs);
+    while Instant::now() < end && !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

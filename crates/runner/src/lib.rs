@@ -1,0 +1,38 @@
+//! The executor as a library: everything between "what to measure" and "a stored step".
+//!
+//! ```text
+//! LoadOptions ──resolve──► LoadSpec ──► measure: engine + sampler over one window ──► Measured
+//!   (load, targets)                       (measure)
+//! Experiment ──► Plan ──► lab::run_experiment ──► for each step: rig (rig) started, the load
+//!                         aimed at it (lab::load_options), measured, each role summarised
+//!                         ──► StepRecord ──► Session (store), Observer (progress)
+//! ```
+//!
+//! Every command that sends traffic (`run`, `experiment`, `capacity`, `demo`) goes through
+//! [`measure`], with typed options; nothing here parses a command line or prints. Progress and
+//! warnings go to an [`Observer`].
+
+pub mod lab;
+pub mod load;
+pub mod measure;
+pub mod observer;
+pub mod rig;
+pub mod session;
+pub mod targets;
+
+use thiserror::Error;
+
+pub use lab::{load_options, run_experiment, Lab};
+pub use load::{Body, LoadError, LoadOptions, TargetSource, TlsOptions};
+pub use measure::{measure, Measured, Sampling};
+pub use observer::{Observer, Quiet, StepAt};
+pub use session::{new_experiment, now_rfc3339, Finished, Session};
+
+/// Why an experiment could not be carried out (a failed step is not one: it is stored).
+#[derive(Debug, Error)]
+pub enum RunnerError {
+    #[error(transparent)]
+    Store(#[from] meshbench_store::StoreError),
+    #[error("cannot find the meshbench binary (it plays the backend role): {0}")]
+    Exe(std::io::Error),
+}

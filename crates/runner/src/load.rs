@@ -1,0 +1,547 @@
+//! What load to drive, as typed options: the same value whether it came from `meshbench run`'s
+//! flags, an experiment step, a capacity search or (later) a remote coordinator. It is plain data
+//! (serde), so it can be stored or sent; [`LoadOptions::resolve`] turns it into the engine's
+//! [`LoadSpec`] and is where *every* check happens, before any traffic: contradictions, numbers
+//! out of range, URLs, templates and targets files, host names, certificate files.
+//!
+//! Messages name the command-line flag of each option (`--rate 0: ...`), since that is how most
+//! users meet them; an experiment step builds options that pass these checks by construction.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use meshbench_engine::pacer::Arrival;
+use meshbench_engine::{ConnSpec, LoadSpec, Mode, Order, Protocol, RequestSpec, StopAt};
+use meshbench_net::tls::ClientTlsOptions;
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::targets::{self, BuildOptions, ConnectTo, Source};
+
+/// Options that cannot be run, in one line that says what to change.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+#[error("{0}")]
+pub struct LoadError(pub String);
+
+impl LoadError {
+    pub fn new(msg: impl Into<String>) -> LoadError {
+        LoadError(msg.into())
+    }
+}
+
+/// Where the requests come from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TargetSource {
+    /// One URL, or a URL template (`https://w-{1..10}.com/get/{1..50}`).
+    Url(String),
+    /// A targets file: blocks of `METHOD URL`, header lines, an optional `@BODYFILE`.
+    File(PathBuf),
+}
+
+/// The request body.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Body {
+    #[default]
+    Empty,
+    /// These bytes.
+    Bytes(Vec<u8>),
+    /// This many bytes of `x`.
+    Size(u64),
+    /// The contents of a file, read when the options are resolved.
+    File(PathBuf),
+}
+
+/// TLS client settings (https:// targets only).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TlsOptions {
+    /// Do not verify the server's certificate.
+    pub insecure: bool,
+    /// Trust these CA certificates (PEM) instead of the system's.
+    pub ca_file: Option<PathBuf>,
+    /// Client certificate and key (PEM) for mutual TLS.
+    pub client_cert: Option<(PathBuf, PathBuf)>,
+    /// Resume TLS sessions on new connections to the same host.
+    pub resume: bool,
+}
+
+impl Default for TlsOptions {
+    fn default() -> Self {
+        TlsOptions {
+            insecure: false,
+            ca_file: None,
+            client_cert: None,
+            resume: true,
+        }
+    }
+}
+
+impl TlsOptions {
+    fn given(&self) -> bool {
+        self.insecure || self.ca_file.is_some() || self.client_cert.is_some()
+    }
+}
+
+/// A load test, unresolved. [`LoadOptions::new`] gives `meshbench run`'s defaults.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LoadOptions {
+    pub source: TargetSource,
+    pub target_order: Order,
+    /// `HOST:PORT:ADDR:PORT` rules, as curl's `--connect-to`.
+    pub connect_to: Vec<ConnectTo>,
+    /// HTTP method of a URL source (a targets file names its own).
+    pub method: String,
+    /// Extra headers on every request.
+    pub headers: Vec<(String, String)>,
+    pub body: Body,
+    pub protocol: Protocol,
+    /// Concurrent HTTP/2 streams per connection.
+    pub streams: usize,
+    pub tls: TlsOptions,
+    /// Close and reopen a connection after this many requests.
+    pub requests_per_connection: Option<u64>,
+    /// New connections per second at most.
+    pub connection_rate: Option<f64>,
+    pub connections: usize,
+    /// Closed loop: requests in flight at most (fewer than the connections, which then pool).
+    pub concurrency: Option<usize>,
+    /// Open loop at this total rate; `None` is a closed loop.
+    pub rate_rps: Option<f64>,
+    /// How open-loop arrivals are spaced (uniform unless given).
+    pub arrival: Option<Arrival>,
+    pub stop: StopAt,
+    pub warmup: Duration,
+    pub timeout: Duration,
+    /// Worker threads; `None`: the CPUs this process may use.
+    pub threads: Option<usize>,
+    /// Seed for Poisson arrivals and random target order.
+    pub seed: u64,
+}
+
+impl LoadOptions {
+    /// A closed loop of 16 connections for 10 s against `source`, GET, 10 s timeout.
+    pub fn new(source: TargetSource) -> LoadOptions {
+        LoadOptions {
+            source,
+            target_order: Order::RoundRobin,
+            connect_to: Vec::new(),
+            method: "GET".into(),
+            headers: Vec::new(),
+            body: Body::Empty,
+            protocol: Protocol::Http1,
+            streams: 1,
+            tls: TlsOptions::default(),
+            requests_per_connection: None,
+            connection_rate: None,
+            connections: 16,
+            concurrency: None,
+            rate_rps: None,
+            arrival: None,
+            stop: StopAt::Duration(Duration::from_secs(10)),
+            warmup: Duration::ZERO,
+            timeout: Duration::from_secs(10),
+            threads: None,
+            seed: 1,
+        }
+    }
+
+    /// Checks everything and builds the run. Nothing is sent here; host names are looked up,
+    /// files are read and TLS settings are built.
+    pub fn resolve(&self) -> Result<LoadSpec, LoadError> {
+        let bad = |m: String| Err(LoadError(m));
+        if self.connections == 0 {
+            return bad("--connections 0: must be at least 1".into());
+        }
+        let mode = match (self.rate_rps, self.arrival) {
+            (None, Some(_)) => {
+                return bad("--arrival applies to an open loop only; add --rate RPS".into())
+            }
+            (None, None) => Mode::Closed,
+            (Some(r), arrival) => {
+                if !r.is_finite() || r <= 0.0 {
+                    return bad(format!(
+                        "--rate {r}: must be a positive number of requests per second"
+                    ));
+                }
+                Mode::Open {
+                    rate_rps: r,
+                    arrival: arrival.unwrap_or(Arrival::Uniform),
+                }
+            }
+        };
+        match self.stop {
+            StopAt::Duration(d) if d.is_zero() => {
+                return bad("--duration must be longer than 0".into())
+            }
+            StopAt::Requests(0) => return bad("--requests 0: must be at least 1".into()),
+            _ => {}
+        }
+        if self.timeout.is_zero() {
+            return bad("--timeout must be longer than 0".into());
+        }
+        let threads = match self.threads {
+            Some(0) => return bad("--threads 0: must be at least 1".into()),
+            Some(t) => t,
+            None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        };
+        let method = self.method.trim().to_ascii_uppercase();
+        if method.is_empty() || !method.bytes().all(|b| b.is_ascii_alphabetic() || b == b'-') {
+            return bad(format!(
+                "--method '{}': not an HTTP method such as GET or POST",
+                self.method
+            ));
+        }
+        if self.streams == 0 {
+            return bad("--streams 0: must be at least 1".into());
+        }
+        if self.streams > 1 && self.protocol != Protocol::Http2 {
+            return bad("--streams applies to HTTP/2 only; add --http2".into());
+        }
+        let concurrency = match self.concurrency {
+            None => None,
+            Some(_) if self.rate_rps.is_some() => {
+                return bad("--concurrency caps a closed loop; an open loop's rate sets its own (drop --rate or --concurrency)".into())
+            }
+            Some(0) => return bad("--concurrency 0: must be at least 1".into()),
+            Some(n) if n > self.connections * self.streams => {
+                return bad(format!(
+                    "--concurrency {n}: more than the {} connections (x streams) can carry; raise --connections",
+                    self.connections
+                ))
+            }
+            Some(n) => Some(n),
+        };
+        if self.requests_per_connection == Some(0) {
+            return bad("--requests-per-connection 0: must be at least 1".into());
+        }
+        if let Some(r) = self.connection_rate {
+            if !r.is_finite() || r <= 0.0 {
+                return bad(format!(
+                    "--connection-rate {r}: must be a positive number of connections per second"
+                ));
+            }
+        }
+        let body = self.body_bytes()?;
+        let (sources, description) = self.sources(&method, body)?;
+        let built = targets::build(
+            &sources,
+            &BuildOptions {
+                protocol: self.protocol,
+                order: self.target_order,
+                connect_to: &self.connect_to,
+            },
+        )?;
+        if !built.tls && self.tls.given() {
+            return bad("--insecure, --cacert and --cert apply to https:// URLs only".into());
+        }
+        let tls = if built.tls {
+            let alpn = match self.protocol {
+                Protocol::Http1 => vec![b"http/1.1".to_vec()],
+                Protocol::Http2 => vec![b"h2".to_vec()],
+            };
+            let opts = ClientTlsOptions {
+                insecure: self.tls.insecure,
+                ca_file: self.tls.ca_file.clone(),
+                client_cert: self.tls.client_cert.clone(),
+                alpn,
+                resume: self.tls.resume,
+            };
+            Some(meshbench_net::tls::client_config(&opts).map_err(|e| LoadError(e.to_string()))?)
+        } else {
+            None
+        };
+        let first_body = sources.first().map_or(0, |s| s.body.len());
+        Ok(LoadSpec {
+            request: RequestSpec {
+                method,
+                url: description,
+                body_len: first_body,
+                headers: self.headers.clone(),
+            },
+            targets: Arc::new(built.targets),
+            conn: ConnSpec {
+                protocol: self.protocol,
+                tls,
+                streams: self.streams,
+                requests_per_connection: self.requests_per_connection,
+                connection_rate: self.connection_rate,
+                tls_resume: self.tls.resume,
+            },
+            connections: self.connections,
+            concurrency,
+            threads,
+            mode,
+            stop: self.stop,
+            warmup: self.warmup,
+            timeout: self.timeout,
+            seed: self.seed,
+        })
+    }
+
+    fn body_bytes(&self) -> Result<Bytes, LoadError> {
+        Ok(match &self.body {
+            Body::Empty => Bytes::new(),
+            Body::Bytes(b) => Bytes::from(b.clone()),
+            Body::Size(n) => Bytes::from(vec![b'x'; *n as usize]),
+            Body::File(path) => std::fs::read(path).map(Bytes::from).map_err(|e| {
+                LoadError(format!(
+                    "--body @{}: cannot read the file: {e}",
+                    path.display()
+                ))
+            })?,
+        })
+    }
+
+    /// The URL (or template), or every block of the targets file; and how to name them in
+    /// reports.
+    fn sources(&self, method: &str, body: Bytes) -> Result<(Vec<Source>, String), LoadError> {
+        match &self.source {
+            TargetSource::File(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    LoadError(format!(
+                        "--targets {}: cannot read the file: {e}",
+                        path.display()
+                    ))
+                })?;
+                let dir = path.parent().unwrap_or(Path::new("."));
+                let name = path.display().to_string();
+                let blocks = targets::file::parse(&text, dir)
+                    .map_err(|e| LoadError(format!("--targets {name}: {e}")))?;
+                let list = blocks
+                    .into_iter()
+                    .map(|b| {
+                        let mut all = self.headers.clone();
+                        all.extend(b.headers);
+                        Source {
+                            method: b.method,
+                            url: b.url,
+                            headers: all,
+                            body: b.body.map_or_else(|| body.clone(), Into::into),
+                            origin: format!("--targets {name} line {}", b.line),
+                        }
+                    })
+                    .collect();
+                Ok((list, format!("@{name}")))
+            }
+            TargetSource::Url(url) => Ok((
+                vec![Source {
+                    method: method.to_string(),
+                    url: url.clone(),
+                    headers: self.headers.clone(),
+                    body,
+                    origin: "the URL".to_string(),
+                }],
+                url.clone(),
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn url() -> LoadOptions {
+        LoadOptions::new(TargetSource::Url("http://127.0.0.1:9/".into()))
+    }
+
+    #[test]
+    fn every_contradiction_is_refused_before_any_traffic() {
+        let cases: Vec<(&str, LoadOptions, &str)> = vec![
+            (
+                "no connections",
+                LoadOptions {
+                    connections: 0,
+                    ..url()
+                },
+                "--connections 0",
+            ),
+            (
+                "zero rate",
+                LoadOptions {
+                    rate_rps: Some(0.0),
+                    ..url()
+                },
+                "--rate 0",
+            ),
+            (
+                "nan rate",
+                LoadOptions {
+                    rate_rps: Some(f64::NAN),
+                    ..url()
+                },
+                "--rate NaN",
+            ),
+            (
+                "arrival without rate",
+                LoadOptions {
+                    arrival: Some(Arrival::Poisson),
+                    ..url()
+                },
+                "--arrival",
+            ),
+            (
+                "zero duration",
+                LoadOptions {
+                    stop: StopAt::Duration(Duration::ZERO),
+                    ..url()
+                },
+                "--duration",
+            ),
+            (
+                "zero requests",
+                LoadOptions {
+                    stop: StopAt::Requests(0),
+                    ..url()
+                },
+                "--requests 0",
+            ),
+            (
+                "zero timeout",
+                LoadOptions {
+                    timeout: Duration::ZERO,
+                    ..url()
+                },
+                "--timeout",
+            ),
+            (
+                "zero threads",
+                LoadOptions {
+                    threads: Some(0),
+                    ..url()
+                },
+                "--threads 0",
+            ),
+            (
+                "bad method",
+                LoadOptions {
+                    method: "G T".into(),
+                    ..url()
+                },
+                "--method 'G T'",
+            ),
+            (
+                "streams on h1",
+                LoadOptions {
+                    streams: 4,
+                    ..url()
+                },
+                "--streams applies to HTTP/2",
+            ),
+            (
+                "concurrency in open loop",
+                LoadOptions {
+                    concurrency: Some(2),
+                    rate_rps: Some(5.0),
+                    ..url()
+                },
+                "--concurrency caps",
+            ),
+            (
+                "concurrency over slots",
+                LoadOptions {
+                    concurrency: Some(17),
+                    ..url()
+                },
+                "--concurrency 17",
+            ),
+            (
+                "zero churn",
+                LoadOptions {
+                    requests_per_connection: Some(0),
+                    ..url()
+                },
+                "--requests-per-connection 0",
+            ),
+            (
+                "negative connection rate",
+                LoadOptions {
+                    connection_rate: Some(-1.0),
+                    ..url()
+                },
+                "--connection-rate -1",
+            ),
+            (
+                "tls flags on http",
+                LoadOptions {
+                    tls: TlsOptions {
+                        insecure: true,
+                        ..TlsOptions::default()
+                    },
+                    ..url()
+                },
+                "apply to https://",
+            ),
+            (
+                "missing body file",
+                LoadOptions {
+                    body: Body::File("/nonexistent/b".into()),
+                    ..url()
+                },
+                "cannot read the file",
+            ),
+            (
+                "missing targets file",
+                LoadOptions::new(TargetSource::File("/nonexistent/t.txt".into())),
+                "--targets /nonexistent/t.txt",
+            ),
+            (
+                "bad scheme",
+                LoadOptions::new(TargetSource::Url("ftp://x/".into())),
+                "unsupported scheme",
+            ),
+        ];
+        for (name, opts, needle) in cases {
+            let err = opts
+                .resolve()
+                .err()
+                .unwrap_or_else(|| panic!("{name}: accepted"));
+            assert!(err.0.contains(needle), "{name}: want {needle:?} in {err}");
+            assert!(!err.0.contains('\n'), "{name}: one line: {err}");
+        }
+    }
+
+    #[test]
+    fn resolved_options_carry_every_setting_to_the_engine() {
+        let opts = LoadOptions {
+            rate_rps: Some(250.0),
+            arrival: Some(Arrival::Poisson),
+            connections: 4,
+            threads: Some(2),
+            body: Body::Size(3),
+            method: "post".into(),
+            stop: StopAt::Requests(100),
+            warmup: Duration::from_secs(1),
+            seed: 7,
+            ..url()
+        };
+        let spec = opts.resolve().unwrap();
+        assert_eq!(
+            spec.mode,
+            Mode::Open {
+                rate_rps: 250.0,
+                arrival: Arrival::Poisson
+            }
+        );
+        assert_eq!((spec.connections, spec.threads, spec.seed), (4, 2, 7));
+        assert_eq!(spec.stop, StopAt::Requests(100));
+        assert_eq!(spec.request.method, "POST");
+        assert_eq!(spec.request.body_len, 3);
+        assert_eq!(spec.targets.requests.len(), 1);
+    }
+
+    #[test]
+    fn options_travel_as_json_and_come_back_equal() {
+        let opts = LoadOptions {
+            rate_rps: Some(1000.0),
+            connect_to: vec!["::127.0.0.1:8443".parse().unwrap()],
+            headers: vec![("X-A".into(), "1".into())],
+            ..url()
+        };
+        let text = serde_json::to_string(&opts).unwrap();
+        assert_eq!(serde_json::from_str::<LoadOptions>(&text).unwrap(), opts);
+    }
+}

@@ -1,0 +1,82 @@
+//! One measurement: the engine drives a resolved load while, if a system under test is watched,
+//! the sampler reads every role over the same time. Every command that sends traffic comes
+//! here (`run`, a capacity step, an experiment's lab step), so a step is exactly a run.
+//!
+//! The generator can be pinned to CPUs for the duration (`limits.client.cpuset`): the engine's
+//! worker threads inherit the calling thread's affinity, which is restored afterwards.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+use meshbench_engine::{Live, LoadSpec, RunError, RunResult};
+use meshbench_lab::sampler::{self, Sampled, Sampler, Watch};
+
+/// Roles to sample while the load runs.
+pub struct Sampling {
+    pub watches: Vec<Watch>,
+    pub interval: Duration,
+}
+
+/// What a measurement produced.
+pub struct Measured {
+    pub result: RunResult,
+    /// What the sampler read, when roles were watched.
+    pub sampled: Option<Sampled>,
+    /// The steady window on the sampler's clock (milliseconds since the Unix epoch): after the
+    /// warm-up, for as long as the load was measured.
+    pub window_ms: (u64, u64),
+}
+
+/// Drives `spec` (until it ends or `stop` is set), sampling `sampling`'s roles meanwhile, with
+/// the generator pinned to `client_cpus` if given; `on_live` sees the run about every 200 ms.
+pub fn measure(
+    spec: &LoadSpec,
+    sampling: Option<Sampling>,
+    client_cpus: Option<&[usize]>,
+    stop: Arc<AtomicBool>,
+    on_live: impl FnMut(&Live),
+) -> Result<Measured, RunError> {
+    let sampler = sampling.map(|s| Sampler::start(s.watches, s.interval));
+    let started_ms = sampler::now_ms();
+    let pinned = client_cpus.map(Pinned::to);
+    let result = meshbench_engine::run(spec, stop, on_live);
+    drop(pinned);
+    let sampled = sampler.map(Sampler::finish);
+    let result = result?;
+    let from = started_ms + spec.warmup.as_millis() as u64;
+    let to = from + (result.duration_secs * 1000.0) as u64;
+    Ok(Measured {
+        result,
+        sampled,
+        window_ms: (from, to),
+    })
+}
+
+/// This thread pinned to some CPUs until dropped (then its old mask is restored).
+struct Pinned {
+    old: libc::cpu_set_t,
+}
+
+impl Pinned {
+    fn to(cpus: &[usize]) -> Pinned {
+        // SAFETY: plain bit sets and the calling thread's own affinity.
+        unsafe {
+            let mut old: libc::cpu_set_t = std::mem::zeroed();
+            libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut old);
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            for &c in cpus {
+                libc::CPU_SET(c, &mut set);
+            }
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+            Pinned { old }
+        }
+    }
+}
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        // SAFETY: restoring the mask read when pinning.
+        unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &self.old) };
+    }
+}

@@ -1,0 +1,38 @@
+//! How a running experiment is watched: the runner calls an [`Observer`] when a step starts,
+//! about every 200 ms while it runs, on warnings and when a step is stored. The command line
+//! draws a progress line from it; a live view or a remote coordinator can watch the same way.
+//! Every method has a default that does nothing, and nothing measured depends on them.
+
+use meshbench_engine::Live;
+use meshbench_experiment::Step;
+use meshbench_store::StepRecord;
+
+/// Where a step stands in its experiment.
+#[derive(Debug, Clone, Copy)]
+pub struct StepAt<'a> {
+    pub step: &'a Step,
+    /// Steps in the whole plan (or tried so far, in a search).
+    pub steps: usize,
+    /// Seconds the step's load takes (warm-up and measurement).
+    pub step_secs: f64,
+    /// Seconds the steps after this one will take.
+    pub left_after_secs: f64,
+}
+
+pub trait Observer {
+    /// The experiment is stored as `id` and about to run `steps` steps, about `secs` in all.
+    fn experiment_started(&mut self, _id: i64, _steps: usize, _secs: f64) {}
+    /// The rig of a step is about to start.
+    fn step_started(&mut self, _at: &StepAt) {}
+    /// The load of a step, about every 200 ms.
+    fn live(&mut self, _at: &StepAt, _live: &Live) {}
+    /// Something could not be done as asked (and what was done instead).
+    fn warning(&mut self, _text: &str) {}
+    /// A step was stored.
+    fn step_finished(&mut self, _at: &StepAt, _record: &StepRecord) {}
+}
+
+/// Watches nothing.
+pub struct Quiet;
+
+impl Observer for Quiet {}

@@ -1,0 +1,242 @@
+//! The store's contract, typed: what is written (an experiment's row, a [`StepRecord`]) and what
+//! is read back ([`ExperimentRow`], [`StoredStep`]). Statuses are enums, a step's parameters are
+//! [`StepParams`], its load result is the engine's [`RunResult`] and its resource use the
+//! lab's [`RoleUsage`]: no reader looks up a key or compares a status string.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use meshbench_engine::RunResult;
+use meshbench_experiment::{StepParams, Topology};
+use meshbench_lab::sampler::{RoleUsage, Sample};
+use serde::{Deserialize, Serialize};
+
+/// How a step ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StepStatus {
+    /// Measured to its end.
+    Ok,
+    /// Interrupted (Ctrl-C, SIGTERM): what was measured until then.
+    Partial,
+    /// Nothing usable was measured, or a role died during it; `error` says why.
+    Failed,
+}
+
+/// How an experiment ended (or that it is still running, or was killed while running).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ExperimentStatus {
+    Running,
+    Done,
+    Interrupted,
+    Failed,
+}
+
+macro_rules! text_enum {
+    ($t:ty { $($v:ident => $s:literal),+ $(,)? }) => {
+        impl $t {
+            pub fn as_str(self) -> &'static str {
+                match self { $(Self::$v => $s),+ }
+            }
+        }
+        impl fmt::Display for $t {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+        impl FromStr for $t {
+            type Err = String;
+            fn from_str(s: &str) -> Result<Self, String> {
+                match s {
+                    $($s => Ok(Self::$v),)+
+                    other => Err(format!("unknown {} '{other}'", stringify!($t))),
+                }
+            }
+        }
+    };
+}
+
+text_enum!(StepStatus { Ok => "ok", Partial => "partial", Failed => "failed" });
+text_enum!(ExperimentStatus {
+    Running => "running",
+    Done => "done",
+    Interrupted => "interrupted",
+    Failed => "failed",
+});
+
+/// A new experiment's row.
+#[derive(Debug, Clone)]
+pub struct NewExperiment {
+    pub name: String,
+    pub description: String,
+    /// Free-form labels (study, ticket, environment...).
+    pub labels: BTreeMap<String, String>,
+    /// What was run, as JSON: the experiment file with overrides applied, or a search's
+    /// settings.
+    pub config: serde_json::Value,
+    /// RFC 3339, UTC.
+    pub started_at: String,
+    pub meshbench_version: String,
+}
+
+/// An experiment as stored.
+#[derive(Debug, Clone, Serialize)]
+pub struct ExperimentRow {
+    pub id: i64,
+    pub name: String,
+    pub description: String,
+    pub labels: BTreeMap<String, String>,
+    pub config: serde_json::Value,
+    pub started_at: String,
+    pub finished_at: Option<String>,
+    pub status: ExperimentStatus,
+    pub meshbench_version: String,
+    /// Steps stored so far.
+    pub steps: i64,
+}
+
+/// A step, written whole in one transaction. `Default` is a step that has measured nothing.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StepRecord {
+    /// 0-based position in the run order.
+    pub seq: u32,
+    pub repeat: u32,
+    /// The rig's topology; `None` for a step against a URL (no rig), stored as `url`.
+    #[serde(with = "topology_name")]
+    pub topology: Option<Topology>,
+    /// Topology plus the swept CPU allotment, as tables show it.
+    pub variant: String,
+    /// Istio perf/benchmark's label.
+    pub label: String,
+    pub params: StepParams,
+    pub started_at: String,
+    pub status: StepStatus,
+    pub error: Option<String>,
+    /// Program -> its version line.
+    pub versions: BTreeMap<String, String>,
+    /// The load result (as `meshbench run --json` writes it); summary columns, histograms and
+    /// per-second series are stored from it.
+    pub result: Option<RunResult>,
+    /// Each role's use over the steady window, and the sampler's own as role `sampler`.
+    pub usage: Vec<RoleUsage>,
+    /// Raw samples per role: written with the step, read back by [`crate::Store::samples`]
+    /// only (a step's table and answers do not need them).
+    #[serde(skip)]
+    pub samples: BTreeMap<String, Vec<Sample>>,
+}
+
+impl StepRecord {
+    /// A step about to run: `failed` with no result until something is measured.
+    pub fn new(seq: u32, params: StepParams) -> StepRecord {
+        StepRecord {
+            seq,
+            repeat: 0,
+            topology: None,
+            variant: String::new(),
+            label: String::new(),
+            params,
+            started_at: String::new(),
+            status: StepStatus::Failed,
+            error: None,
+            versions: BTreeMap::new(),
+            result: None,
+            usage: Vec::new(),
+            samples: BTreeMap::new(),
+        }
+    }
+
+    /// Takes a measured result: the status follows it (`partial` when interrupted).
+    pub fn set_result(&mut self, result: RunResult) {
+        self.status = if result.partial {
+            StepStatus::Partial
+        } else {
+            StepStatus::Ok
+        };
+        self.result = Some(result);
+    }
+
+    /// Marks the step failed, saying why.
+    pub fn fail(&mut self, why: impl Into<String>) {
+        self.status = StepStatus::Failed;
+        self.error = Some(why.into());
+    }
+
+    pub fn failed(&self) -> bool {
+        self.status == StepStatus::Failed
+    }
+
+    /// The summary columns of its result.
+    pub fn summary(&self) -> Option<LoadSummary> {
+        self.result.as_ref().map(LoadSummary::of)
+    }
+}
+
+/// A step as read back, with its id and summary columns.
+#[derive(Debug, Clone, Serialize)]
+pub struct StoredStep {
+    pub id: i64,
+    pub summary: Option<LoadSummary>,
+    #[serde(flatten)]
+    pub step: StepRecord,
+}
+
+/// The summary columns of a step's load result (for SQL queries and tables).
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct LoadSummary {
+    pub duration_secs: f64,
+    pub requests: u64,
+    pub errors: u64,
+    pub throughput_rps: f64,
+    pub p50_us: u64,
+    pub p90_us: u64,
+    pub p99_us: u64,
+    pub p999_us: u64,
+}
+
+impl LoadSummary {
+    pub fn of(r: &RunResult) -> LoadSummary {
+        LoadSummary {
+            duration_secs: r.duration_secs,
+            requests: r.requests.total,
+            errors: r.requests.errors,
+            throughput_rps: r.throughput_rps,
+            p50_us: r.latency_us.p50,
+            p90_us: r.latency_us.p90,
+            p99_us: r.latency_us.p99,
+            p999_us: r.latency_us.p99_9,
+        }
+    }
+}
+
+/// A topology column: a lab topology's name, or `url` for a step with no rig.
+pub mod topology_name {
+    use meshbench_experiment::Topology;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub const URL: &str = "url";
+
+    pub fn text(t: Option<Topology>) -> &'static str {
+        t.map_or(URL, Topology::name)
+    }
+
+    /// `None` for `url` and for what v1's capacity search wrote (`capacity`).
+    pub fn parse(s: &str) -> Result<Option<Topology>, String> {
+        match s {
+            URL | "capacity" => Ok(None),
+            _ => serde_json::from_value(serde_json::Value::String(s.into()))
+                .map(Some)
+                .map_err(|_| format!("unknown topology '{s}'")),
+        }
+    }
+
+    pub fn serialize<S: Serializer>(t: &Option<Topology>, s: S) -> Result<S::Ok, S::Error> {
+        text(*t).serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Topology>, D::Error> {
+        let s = String::deserialize(d)?;
+        parse(&s).map_err(serde::de::Error::custom)
+    }
+}
