@@ -1,16 +1,34 @@
 //! The load engine: pacers decide when requests are due, one driver per thread sends them over
-//! HTTP/1.1 or HTTP/2, plain or TLS, and records what comes back, and [`run`] ties the threads
+//! HTTP/1.1 or HTTP/2, plain or TLS, and records what comes back, and [`run()`] ties the threads
 //! into one result.
 //!
 //! The engine knows nothing of reports, stores or the lab; it takes a resolved [`LoadSpec`] and
-//! returns a [`RunResult`].
+//! returns a [`RunResult`]. Its modules, from the outside in:
+//!
+//! - [`spec`]: what a run is asked to do, fully resolved ([`LoadSpec`], [`Targets`], ...).
+//! - [`run`](mod@run): splits the load over worker threads, gathers their seconds into a
+//!   timeline and their recorders into one.
+//! - [`driver`]: the request loop of one worker thread (scheduling in `driver`, connection set-up
+//!   in `driver::connect`, requests on the wire in `driver::exchange`).
+//! - `slots`: which slot a due request may take: free queue, host index, held request,
+//!   `--concurrency` (pure bookkeeping, unit-tested without sockets).
+//! - `request`: one request's life on a slot and the times it is measured by (intended, sent,
+//!   arrived; latency, service time, schedule lag).
+//! - `conn`: one connection's bookkeeping (state, host, stream, back-off, bytes counted).
+//! - [`h2conn`]: HTTP/2 through the h2 crate, polled by the loop.
+//! - [`pacer`]: when the next request is due (closed loop, or an open-loop schedule).
+//! - [`recorder`]: what a worker measured, in constant memory, merged by adding.
+//! - [`result`]: the `meshbench/result/v1` document, built from the merged recorder.
 
+mod conn;
 pub mod driver;
 pub mod h2conn;
 pub mod pacer;
 pub mod recorder;
+mod request;
 pub mod result;
 pub mod run;
+mod slots;
 pub mod spec;
 
 pub use h2conn::H2Request;

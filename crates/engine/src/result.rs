@@ -1,14 +1,18 @@
 //! The result of a run: the `meshbench/result/v1` JSON document (described by
-//! `docs/result.schema.json`) and the helpers that fill it from merged recorders.
+//! `docs/result.schema.json`), `RunResult::build` that fills it from the merged recorders, and
+//! the helpers that summarise and encode histograms.
 
 use std::collections::BTreeMap;
+use std::time::SystemTime;
 
 use base64::Engine as _;
 use hdrhistogram::serialization::{Deserializer, Serializer, V2DeflateSerializer};
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
+use crate::pacer::Arrival;
 use crate::recorder::{ErrorKind, Recorder};
+use crate::spec::{LoadSpec, Mode, Order, Protocol, StopAt};
 
 /// The value of the `schema` key.
 pub const SCHEMA: &str = "meshbench/result/v1";
@@ -281,10 +285,434 @@ impl Errors {
     }
 }
 
+/// Hosts listed one by one in the result.
+const MAX_REPORTED_HOSTS: usize = 1000;
+
+/// What a run measured, for [`RunResult::build`].
+pub(crate) struct Measured<'a> {
+    pub threads: usize,
+    /// Every worker's recorder, merged.
+    pub recorder: &'a Recorder,
+    /// The longest measured window among the workers, ns.
+    pub window_ns: u64,
+    /// The busiest worker's CPU time over its window (1.0 = a full core).
+    pub max_thread_utilization: f64,
+    pub timeline: Vec<TimelinePoint>,
+    /// Wall-clock start of the measured window.
+    pub wall_start: SystemTime,
+    /// User + system CPU seconds of the process during the run.
+    pub cpu_secs: f64,
+    pub rss_max_bytes: u64,
+    /// Stopped by the caller (a signal) before its end.
+    pub interrupted: bool,
+}
+
+impl RunResult {
+    /// The result document of `spec`'s run from what it measured: settings as asked, figures
+    /// from the merged recorder, and the generator's verdict on itself (warnings, `saturated`).
+    pub(crate) fn build(spec: &LoadSpec, measured: Measured) -> RunResult {
+        let open = matches!(spec.mode, Mode::Open { .. });
+        let tls = spec.conn.tls.is_some();
+        let Measured {
+            threads,
+            recorder: rec,
+            window_ns,
+            max_thread_utilization: max_util,
+            timeline,
+            wall_start,
+            cpu_secs,
+            rss_max_bytes,
+            interrupted,
+        } = measured;
+        let duration_secs = window_ns as f64 / 1e9;
+        let total = rec.total();
+        let lag = Stats::of(&rec.lag);
+        let mut warnings = Vec::new();
+        let mut saturated = false;
+        let pct = |n: u64| 100.0 * n as f64 / rec.sends.max(1) as f64;
+        if open && pct(rec.late_sends) > 1.0 {
+            saturated = true;
+            warnings.push(format!(
+                "the generator fell behind its schedule: {:.1} % of requests were sent more than 1 ms late while a connection was free (schedule lag p99 {} µs); add --threads or split the load across generators",
+                pct(rec.late_sends),
+                lag.p99
+            ));
+        }
+        if max_util >= 0.9 {
+            saturated = true;
+            warnings.push(format!(
+                "the generator was CPU-bound ({:.0} % of a core on its busiest thread): the figures may show the generator's limit rather than the target's",
+                max_util * 100.0
+            ));
+        }
+        if open && pct(rec.queued_sends) > 1.0 {
+            warnings.push(format!(
+                "{:.1} % of requests waited for a free connection: the target answered slower than the asked rate; latency includes that wait (raise -c to hold the rate)",
+                pct(rec.queued_sends)
+            ));
+        }
+        if rec.unfinished > 0 {
+            warnings.push(format!(
+                "{} requests were due or in flight when the run ended and are not in the totals",
+                rec.unfinished
+            ));
+        }
+        if interrupted {
+            warnings.push("the run was interrupted: this is a partial result".to_string());
+        }
+        let (rate_rps, arrival) = match spec.mode {
+            Mode::Closed => (None, None),
+            Mode::Open { rate_rps, arrival } => (
+                Some(rate_rps),
+                Some(match arrival {
+                    Arrival::Uniform => "uniform".to_string(),
+                    Arrival::Poisson => "poisson".to_string(),
+                }),
+            ),
+        };
+        let (duration, requests) = match spec.stop {
+            StopAt::Duration(d) => (Some(d.as_secs_f64()), None),
+            StopAt::Requests(n) => (None, Some(n)),
+        };
+        RunResult {
+            schema: SCHEMA.to_string(),
+            meshbench_version: env!("CARGO_PKG_VERSION").to_string(),
+            url: spec.request.url.clone(),
+            settings: Settings {
+                mode: if open { "open" } else { "closed" }.to_string(),
+                connections: spec.connections,
+                concurrency: spec.concurrency,
+                threads,
+                rate_rps,
+                arrival,
+                duration_secs: duration,
+                requests,
+                warmup_secs: spec.warmup.as_secs_f64(),
+                timeout_secs: spec.timeout.as_secs_f64(),
+                method: spec.request.method.clone(),
+                headers: spec
+                    .request
+                    .headers
+                    .iter()
+                    .map(|(n, v)| [n.clone(), v.clone()])
+                    .collect(),
+                body_bytes: spec.request.body_len,
+                seed: spec.seed,
+                protocol: spec.conn.protocol.name().to_string(),
+                tls,
+                streams: match spec.conn.protocol {
+                    Protocol::Http1 => 1,
+                    Protocol::Http2 => spec.conn.streams,
+                },
+                targets: spec.targets.requests.len(),
+                hosts: spec.targets.hosts.len(),
+                target_order: match spec.targets.order {
+                    Order::RoundRobin => "round-robin",
+                    Order::Random => "random",
+                }
+                .to_string(),
+                requests_per_connection: spec.conn.requests_per_connection,
+                connection_rate: spec.conn.connection_rate,
+                tls_resume: tls.then_some(spec.conn.tls_resume),
+            },
+            start_time: humantime::format_rfc3339_millis(wall_start).to_string(),
+            duration_secs: (duration_secs * 1e6).round() / 1e6,
+            partial: interrupted,
+            requests: Requests {
+                total,
+                ok: rec.ok(),
+                errors: total - rec.ok(),
+                unfinished: rec.unfinished,
+            },
+            throughput_rps: if duration_secs > 0.0 {
+                (total as f64 / duration_secs * 100.0).round() / 100.0
+            } else {
+                0.0
+            },
+            status_codes: rec
+                .status_codes()
+                .map(|(c, n)| (c.to_string(), n))
+                .collect(),
+            errors: Errors::from_recorder(rec),
+            latency_us: Stats::of(&rec.latency),
+            service_time_us: Stats::of(&rec.service),
+            schedule_lag_us: open.then_some(lag),
+            bytes: Bytes {
+                sent: rec.bytes_sent,
+                received: rec.bytes_received,
+            },
+            connections: Connections {
+                opened: rec.conns.opened,
+                rate_per_sec: if duration_secs > 0.0 {
+                    (rec.conns.opened as f64 / duration_secs * 100.0).round() / 100.0
+                } else {
+                    0.0
+                },
+                closed_by_client: rec.conns.closed_by_client,
+                tls_handshakes: rec.conns.handshakes,
+                tls_resumed: rec.conns.resumed,
+                resumption_ratio: if rec.conns.handshakes > 0 {
+                    (rec.conns.resumed as f64 / rec.conns.handshakes as f64 * 1000.0).round()
+                        / 1000.0
+                } else {
+                    0.0
+                },
+                connect_us: Stats::of(&rec.conns.connect),
+                tls_handshake_us: tls.then(|| Stats::of(&rec.conns.handshake)),
+            },
+            hosts: spec
+                .targets
+                .hosts
+                .iter()
+                .take(MAX_REPORTED_HOSTS)
+                .enumerate()
+                .map(|(i, h)| {
+                    let [requests, errors] = rec.per_host.get(i).copied().unwrap_or_default();
+                    HostCount {
+                        host: h.name.clone(),
+                        requests,
+                        errors,
+                    }
+                })
+                .collect(),
+            timeline,
+            histogram: Histograms {
+                latency_us: encode_histogram(&rec.latency),
+                service_time_us: encode_histogram(&rec.service),
+                schedule_lag_us: open.then(|| encode_histogram(&rec.lag)),
+                connect_us: encode_histogram(&rec.conns.connect),
+                tls_handshake_us: tls.then(|| encode_histogram(&rec.conns.handshake)),
+            },
+            generator: Generator {
+                cpu_secs: (cpu_secs * 1000.0).round() / 1000.0,
+                max_thread_utilization: (max_util * 1000.0).round() / 1000.0,
+                rss_max_bytes,
+                threads,
+                saturated,
+                late_sends: rec.late_sends,
+                queued_sends: rec.queued_sends,
+                warnings,
+            },
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
     use super::*;
     use crate::recorder::new_histogram;
+    use crate::spec::{ConnSpec, RequestSpec, Targets};
+
+    fn spec(mode: Mode) -> LoadSpec {
+        let addr = "127.0.0.1:8080".parse().expect("a literal address");
+        LoadSpec {
+            request: RequestSpec {
+                method: "GET".to_string(),
+                url: "http://127.0.0.1:8080/".to_string(),
+                body_len: 0,
+                headers: Vec::new(),
+            },
+            targets: Arc::new(Targets::single_http1(
+                addr,
+                b"GET / HTTP/1.1\r\n\r\n".to_vec(),
+                false,
+            )),
+            conn: ConnSpec::default(),
+            connections: 4,
+            concurrency: None,
+            threads: 2,
+            mode,
+            stop: StopAt::Duration(Duration::from_secs(10)),
+            warmup: Duration::ZERO,
+            timeout: Duration::from_secs(5),
+            seed: 1,
+        }
+    }
+
+    #[test]
+    fn the_generator_judges_itself_table() {
+        let open = Mode::Open {
+            rate_rps: 1000.0,
+            arrival: Arrival::Uniform,
+        };
+        // Out of 1,000 sends: (case, mode, late sends, queued sends, busiest thread's
+        // utilisation, unfinished, interrupted, saturated, what the warnings say)
+        type Row = (
+            &'static str,
+            Mode,
+            u64,
+            u64,
+            f64,
+            u64,
+            bool,
+            bool,
+            &'static [&'static str],
+        );
+        let cases: [Row; 8] = [
+            ("a clean run", open, 10, 10, 0.5, 0, false, false, &[]),
+            (
+                "open loop, 2 % late",
+                open,
+                20,
+                0,
+                0.5,
+                0,
+                false,
+                true,
+                &["fell behind"],
+            ),
+            (
+                "closed loop: lateness is not judged",
+                Mode::Closed,
+                500,
+                500,
+                0.5,
+                0,
+                false,
+                false,
+                &[],
+            ),
+            (
+                "a thread at 90 % of a core",
+                Mode::Closed,
+                0,
+                0,
+                0.9,
+                0,
+                false,
+                true,
+                &["CPU-bound"],
+            ),
+            (
+                "open loop, 2 % queued: the target's fault",
+                open,
+                0,
+                20,
+                0.5,
+                0,
+                false,
+                false,
+                &["waited for a free connection"],
+            ),
+            (
+                "requests left unfinished",
+                open,
+                0,
+                0,
+                0.5,
+                3,
+                false,
+                false,
+                &["3 requests were due"],
+            ),
+            (
+                "interrupted",
+                Mode::Closed,
+                0,
+                0,
+                0.5,
+                0,
+                true,
+                false,
+                &["interrupted"],
+            ),
+            (
+                "late and CPU-bound",
+                open,
+                20,
+                0,
+                0.95,
+                0,
+                false,
+                true,
+                &["fell behind", "CPU-bound"],
+            ),
+        ];
+        for (case, mode, late, queued, util, unfinished, interrupted, saturated, said) in cases {
+            let mut rec = Recorder::new();
+            rec.sends = 1000;
+            rec.late_sends = late;
+            rec.queued_sends = queued;
+            rec.unfinished = unfinished;
+            let result = RunResult::build(
+                &spec(mode),
+                Measured {
+                    threads: 2,
+                    recorder: &rec,
+                    window_ns: 10_000_000_000,
+                    max_thread_utilization: util,
+                    timeline: Vec::new(),
+                    wall_start: SystemTime::UNIX_EPOCH,
+                    cpu_secs: 1.0,
+                    rss_max_bytes: 0,
+                    interrupted,
+                },
+            );
+            let g = &result.generator;
+            assert_eq!(g.saturated, saturated, "{case}");
+            assert_eq!(g.warnings.len(), said.len(), "{case}: {:?}", g.warnings);
+            for (warning, words) in g.warnings.iter().zip(said) {
+                assert!(warning.contains(words), "{case}: {warning}");
+            }
+            assert_eq!(result.partial, interrupted, "{case}");
+            assert_eq!(
+                result.schedule_lag_us.is_some(),
+                mode != Mode::Closed,
+                "{case}"
+            );
+        }
+    }
+
+    #[test]
+    fn settings_and_figures_come_from_the_spec_and_the_recorder() {
+        let mut rec = Recorder::new();
+        for _ in 0..30 {
+            rec.response(200, 2_000_000, 1_000_000);
+        }
+        rec.response(503, 2_000_000, 1_000_000);
+        rec.conns.opened = 20;
+        let result = RunResult::build(
+            &spec(Mode::Closed),
+            Measured {
+                threads: 2,
+                recorder: &rec,
+                window_ns: 2_000_000_000,
+                max_thread_utilization: 0.25,
+                timeline: Vec::new(),
+                wall_start: SystemTime::UNIX_EPOCH,
+                cpu_secs: 0.5,
+                rss_max_bytes: 1 << 20,
+                interrupted: false,
+            },
+        );
+        assert_eq!(result.settings.mode, "closed");
+        assert_eq!(
+            (result.settings.connections, result.settings.threads),
+            (4, 2)
+        );
+        assert_eq!(result.settings.target_order, "round-robin");
+        assert_eq!(result.start_time, "1970-01-01T00:00:00.000Z");
+        assert_eq!(result.duration_secs, 2.0);
+        assert_eq!(
+            (
+                result.requests.total,
+                result.requests.ok,
+                result.requests.errors
+            ),
+            (31, 30, 1)
+        );
+        assert_eq!(result.throughput_rps, 15.5);
+        assert_eq!(result.connections.rate_per_sec, 10.0);
+        assert_eq!(result.status_codes.get("503"), Some(&1));
+        assert_eq!(result.latency_us.p50, 2000);
+        assert_eq!(result.service_time_us.p50, 1000);
+        assert_eq!(result.hosts.len(), 1);
+        assert!(result.connections.tls_handshake_us.is_none());
+        assert!(decode_histogram(&result.histogram.latency_us).is_ok());
+    }
 
     #[test]
     fn histograms_survive_encoding_and_merge_exactly() {

@@ -15,11 +15,8 @@ use thiserror::Error;
 use crate::driver::{run_worker, Control, WorkerEvent, WorkerPlan, WorkerReport};
 use crate::pacer::{Arrival, Pacer, Schedule};
 use crate::recorder::{new_interval_histogram, Interval, Recorder};
-use crate::result::*;
-use crate::spec::{LoadSpec, Mode, Order, Protocol, StopAt};
-
-/// Hosts listed one by one in the result.
-const MAX_REPORTED_HOSTS: usize = 1000;
+use crate::result::{Measured, RunResult, TimelinePoint};
+use crate::spec::{LoadSpec, Mode, StopAt};
 
 /// Why a run could not be carried out (failures of the target are data, not errors).
 #[derive(Debug, Error)]
@@ -166,16 +163,22 @@ pub fn run(
         timeline.pop();
     }
     let (cpu_after, rss) = process_usage();
-    Ok(build_result(
+    Ok(RunResult::build(
         spec,
-        threads,
-        &merged,
-        &workers,
-        timeline,
-        wall_start,
-        cpu_after - cpu_before,
-        rss,
-        stop.load(Ordering::Relaxed),
+        Measured {
+            threads,
+            recorder: &merged,
+            window_ns: workers.iter().map(|w| w.window_ns).max().unwrap_or(0),
+            max_thread_utilization: workers
+                .iter()
+                .map(|w| w.cpu_ns as f64 / w.window_ns.max(1) as f64)
+                .fold(0.0, f64::max),
+            timeline,
+            wall_start,
+            cpu_secs: cpu_after - cpu_before,
+            rss_max_bytes: rss,
+            interrupted: stop.load(Ordering::Relaxed),
+        },
     ))
 }
 
@@ -263,196 +266,6 @@ fn plan_workers(spec: &LoadSpec, threads: usize) -> Vec<WorkerPlan> {
 /// Worker `w`'s part of `total` split over `n`.
 fn share(total: u64, n: usize, w: usize) -> u64 {
     total / n as u64 + u64::from((w as u64) < total % n as u64)
-}
-
-#[allow(clippy::too_many_arguments)]
-fn build_result(
-    spec: &LoadSpec,
-    threads: usize,
-    rec: &Recorder,
-    workers: &[WorkerReport],
-    timeline: Vec<TimelinePoint>,
-    wall_start: SystemTime,
-    cpu_secs: f64,
-    rss_max_bytes: u64,
-    interrupted: bool,
-) -> RunResult {
-    let open = matches!(spec.mode, Mode::Open { .. });
-    let tls = spec.conn.tls.is_some();
-    let window_ns = workers.iter().map(|w| w.window_ns).max().unwrap_or(0);
-    let duration_secs = window_ns as f64 / 1e9;
-    let total = rec.total();
-    let max_util = workers
-        .iter()
-        .map(|w| w.cpu_ns as f64 / w.window_ns.max(1) as f64)
-        .fold(0.0, f64::max);
-    let lag = Stats::of(&rec.lag);
-    let mut warnings = Vec::new();
-    let mut saturated = false;
-    let pct = |n: u64| 100.0 * n as f64 / rec.sends.max(1) as f64;
-    if open && pct(rec.late_sends) > 1.0 {
-        saturated = true;
-        warnings.push(format!(
-            "the generator fell behind its schedule: {:.1} % of requests were sent more than 1 ms late while a connection was free (schedule lag p99 {} µs); add --threads or split the load across generators",
-            pct(rec.late_sends),
-            lag.p99
-        ));
-    }
-    if max_util >= 0.9 {
-        saturated = true;
-        warnings.push(format!(
-            "the generator was CPU-bound ({:.0} % of a core on its busiest thread): the figures may show the generator's limit rather than the target's",
-            max_util * 100.0
-        ));
-    }
-    if open && pct(rec.queued_sends) > 1.0 {
-        warnings.push(format!(
-            "{:.1} % of requests waited for a free connection: the target answered slower than the asked rate; latency includes that wait (raise -c to hold the rate)",
-            pct(rec.queued_sends)
-        ));
-    }
-    if rec.unfinished > 0 {
-        warnings.push(format!(
-            "{} requests were due or in flight when the run ended and are not in the totals",
-            rec.unfinished
-        ));
-    }
-    if interrupted {
-        warnings.push("the run was interrupted: this is a partial result".to_string());
-    }
-    let (rate_rps, arrival) = match spec.mode {
-        Mode::Closed => (None, None),
-        Mode::Open { rate_rps, arrival } => (
-            Some(rate_rps),
-            Some(match arrival {
-                Arrival::Uniform => "uniform".to_string(),
-                Arrival::Poisson => "poisson".to_string(),
-            }),
-        ),
-    };
-    let (duration, requests) = match spec.stop {
-        StopAt::Duration(d) => (Some(d.as_secs_f64()), None),
-        StopAt::Requests(n) => (None, Some(n)),
-    };
-    RunResult {
-        schema: SCHEMA.to_string(),
-        meshbench_version: env!("CARGO_PKG_VERSION").to_string(),
-        url: spec.request.url.clone(),
-        settings: Settings {
-            mode: if open { "open" } else { "closed" }.to_string(),
-            connections: spec.connections,
-            concurrency: spec.concurrency,
-            threads,
-            rate_rps,
-            arrival,
-            duration_secs: duration,
-            requests,
-            warmup_secs: spec.warmup.as_secs_f64(),
-            timeout_secs: spec.timeout.as_secs_f64(),
-            method: spec.request.method.clone(),
-            headers: spec
-                .request
-                .headers
-                .iter()
-                .map(|(n, v)| [n.clone(), v.clone()])
-                .collect(),
-            body_bytes: spec.request.body_len,
-            seed: spec.seed,
-            protocol: spec.conn.protocol.name().to_string(),
-            tls,
-            streams: match spec.conn.protocol {
-                Protocol::Http1 => 1,
-                Protocol::Http2 => spec.conn.streams,
-            },
-            targets: spec.targets.requests.len(),
-            hosts: spec.targets.hosts.len(),
-            target_order: match spec.targets.order {
-                Order::RoundRobin => "round-robin",
-                Order::Random => "random",
-            }
-            .to_string(),
-            requests_per_connection: spec.conn.requests_per_connection,
-            connection_rate: spec.conn.connection_rate,
-            tls_resume: tls.then_some(spec.conn.tls_resume),
-        },
-        start_time: humantime::format_rfc3339_millis(wall_start).to_string(),
-        duration_secs: (duration_secs * 1e6).round() / 1e6,
-        partial: interrupted,
-        requests: Requests {
-            total,
-            ok: rec.ok(),
-            errors: total - rec.ok(),
-            unfinished: rec.unfinished,
-        },
-        throughput_rps: if duration_secs > 0.0 {
-            (total as f64 / duration_secs * 100.0).round() / 100.0
-        } else {
-            0.0
-        },
-        status_codes: rec
-            .status_codes()
-            .map(|(c, n)| (c.to_string(), n))
-            .collect(),
-        errors: Errors::from_recorder(rec),
-        latency_us: Stats::of(&rec.latency),
-        service_time_us: Stats::of(&rec.service),
-        schedule_lag_us: open.then_some(lag),
-        bytes: Bytes {
-            sent: rec.bytes_sent,
-            received: rec.bytes_received,
-        },
-        connections: Connections {
-            opened: rec.conns.opened,
-            rate_per_sec: if duration_secs > 0.0 {
-                (rec.conns.opened as f64 / duration_secs * 100.0).round() / 100.0
-            } else {
-                0.0
-            },
-            closed_by_client: rec.conns.closed_by_client,
-            tls_handshakes: rec.conns.handshakes,
-            tls_resumed: rec.conns.resumed,
-            resumption_ratio: if rec.conns.handshakes > 0 {
-                (rec.conns.resumed as f64 / rec.conns.handshakes as f64 * 1000.0).round() / 1000.0
-            } else {
-                0.0
-            },
-            connect_us: Stats::of(&rec.conns.connect),
-            tls_handshake_us: tls.then(|| Stats::of(&rec.conns.handshake)),
-        },
-        hosts: spec
-            .targets
-            .hosts
-            .iter()
-            .take(MAX_REPORTED_HOSTS)
-            .enumerate()
-            .map(|(i, h)| {
-                let [requests, errors] = rec.per_host.get(i).copied().unwrap_or_default();
-                HostCount {
-                    host: h.name.clone(),
-                    requests,
-                    errors,
-                }
-            })
-            .collect(),
-        timeline,
-        histogram: Histograms {
-            latency_us: encode_histogram(&rec.latency),
-            service_time_us: encode_histogram(&rec.service),
-            schedule_lag_us: open.then(|| encode_histogram(&rec.lag)),
-            connect_us: encode_histogram(&rec.conns.connect),
-            tls_handshake_us: tls.then(|| encode_histogram(&rec.conns.handshake)),
-        },
-        generator: Generator {
-            cpu_secs: (cpu_secs * 1000.0).round() / 1000.0,
-            max_thread_utilization: (max_util * 1000.0).round() / 1000.0,
-            rss_max_bytes,
-            threads,
-            saturated,
-            late_sends: rec.late_sends,
-            queued_sends: rec.queued_sends,
-            warnings,
-        },
-    }
 }
 
 #[cfg(test)]

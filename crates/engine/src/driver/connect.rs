@@ -1,0 +1,212 @@
+//! A connection's life as the worker drives it: open a socket to the connection's host,
+//! shake hands (TLS, then HTTP/2), count bytes, close, and fail with back-off.
+//!
+//! Split from the loop so that [`super`] reads as scheduling and [`super::exchange`] as
+//! requests on the wire. Contract: these are the only places that create or drop sockets and
+//! open or close a [`Conn`](crate::conn::Conn); a failure is data (the requests on the
+//! connection fail by kind, [`Worker::fail_conn`]), never an error that ends the run.
+
+use std::io;
+use std::os::fd::AsRawFd;
+
+use meshbench_net::poller::Interest;
+use meshbench_net::socket::{self, Connect};
+use meshbench_net::stream::{self, Handshake, Stream};
+
+use super::Worker;
+use crate::conn::State;
+use crate::h2conn::H2Conn;
+use crate::recorder::ErrorKind;
+use crate::spec::Protocol;
+
+impl Worker<'_> {
+    /// Starts a TCP connection for conn `c` to its host; leaves it Connecting, or further if
+    /// the connect completed at once. On failure the connection stays Closed.
+    pub(super) fn open(&mut self, c: u32, now: u64) -> Result<(), io::Error> {
+        let addr = self.targets.hosts[self.conns[c as usize].host as usize].addr;
+        if self.measuring {
+            self.rec.conns.opened += 1;
+        }
+        let (fd, done) = match socket::connect(&addr)? {
+            Connect::Done(fd) => (fd, true),
+            Connect::InProgress(fd) => (fd, false),
+        };
+        let raw = fd.as_raw_fd();
+        self.poller.add(
+            raw,
+            c as u64,
+            if done {
+                Interest::READ
+            } else {
+                Interest::WRITE
+            },
+        )?;
+        // Without timestamps the loop falls back to its own clock and stays awake for arrivals.
+        if socket::enable_rx_timestamps(raw).is_err() {
+            self.timestamps = false;
+        }
+        // Until TLS or h2 takes it over, the plain stream owns the socket.
+        self.conns[c as usize].attach(raw, Stream::plain(fd), done, now);
+        if done {
+            self.tcp_connected(c, now);
+        }
+        Ok(())
+    }
+
+    /// TCP is up: record the connect time and start TLS, HTTP/2, or go.
+    pub(super) fn tcp_connected(&mut self, c: u32, now: u64) {
+        let conn = &mut self.conns[c as usize];
+        conn.tcp_at = now;
+        if self.measuring {
+            self.rec
+                .conns
+                .connect
+                .saturating_record((now - conn.opened_at) / 1000);
+        }
+        if let Some(config) = &self.plan.conn.tls {
+            let host = &self.targets.hosts[conn.host as usize];
+            let name = host
+                .server_name
+                .clone()
+                .unwrap_or_else(|| rustls::pki_types::ServerName::IpAddress(host.addr.ip().into()));
+            let session = match rustls::ClientConnection::new(config.clone(), name) {
+                Ok(s) => s,
+                Err(e) => {
+                    let msg = meshbench_net::tls::describe_error(&e);
+                    return self.fail_conn(c, ErrorKind::Tls, Some(&msg), now);
+                }
+            };
+            let plain = conn.stream.take().expect("an open connection has a stream");
+            conn.stream = Some(plain.into_tls(session));
+            conn.state = State::Handshaking;
+            self.drive_tls(c, now);
+        } else {
+            self.transport_ready(c, now);
+        }
+    }
+
+    /// Advances a TLS handshake; when done, records it and moves on.
+    pub(super) fn drive_tls(&mut self, c: u32, now: u64) {
+        let conn = &mut self.conns[c as usize];
+        let stream = conn
+            .stream
+            .as_mut()
+            .expect("a handshaking connection has a stream");
+        match stream.handshake() {
+            Ok(Handshake::Pending { want_write }) => self.set_write_interest(c, want_write),
+            Ok(Handshake::Done) => {
+                let session = stream.session().expect("TLS stream");
+                let resumed = session.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
+                let alpn = session.alpn_protocol().map(<[u8]>::to_vec);
+                if self.measuring {
+                    let conns = &mut self.rec.conns;
+                    conns.handshakes += 1;
+                    conns.resumed += resumed as u64;
+                    conns
+                        .handshake
+                        .saturating_record((now - conn.tcp_at) / 1000);
+                }
+                if self.plan.conn.protocol == Protocol::Http2 && alpn.as_deref() != Some(b"h2") {
+                    let chose = alpn.map_or("no protocol".to_string(), |p| {
+                        String::from_utf8_lossy(&p).into_owned()
+                    });
+                    let msg = format!("the server refused h2 over ALPN (it chose {chose})");
+                    return self.fail_conn(c, ErrorKind::Tls, Some(&msg), now);
+                }
+                self.transport_ready(c, now);
+            }
+            Err(e) => {
+                let (kind, msg) = match stream::tls_error(&e) {
+                    Some(t) => (ErrorKind::Tls, meshbench_net::tls::describe_error(t)),
+                    None => (
+                        ErrorKind::Tls,
+                        format!("connection lost during the handshake ({e})"),
+                    ),
+                };
+                self.fail_conn(c, kind, Some(&msg), now);
+            }
+        }
+    }
+
+    /// The byte stream is up: HTTP/1.1 can send; HTTP/2 starts its own handshake.
+    pub(super) fn transport_ready(&mut self, c: u32, now: u64) {
+        let conn = &mut self.conns[c as usize];
+        match self.plan.conn.protocol {
+            Protocol::Http1 => {
+                conn.state = State::Ready;
+                self.set_write_interest(c, false);
+                self.send_waiting(c, now);
+            }
+            Protocol::Http2 => {
+                let stream = conn.stream.take().expect("an open connection has a stream");
+                conn.h2 = Some(H2Conn::start(stream));
+                conn.state = State::Handshaking;
+                self.drive_h2(c, now);
+            }
+        }
+    }
+
+    /// Watches conn `c`'s socket for writability too, or no longer.
+    pub(super) fn set_write_interest(&mut self, c: u32, on: bool) {
+        let conn = &mut self.conns[c as usize];
+        if conn.want_write != on && conn.fd >= 0 {
+            conn.want_write = on;
+            let interest = if on { Interest::BOTH } else { Interest::READ };
+            let _ = self.poller.modify(conn.fd, c as u64, interest);
+        }
+    }
+
+    /// Adds the bytes conn `c` moved since the last look to the recorder (measured window only).
+    pub(super) fn account(&mut self, c: u32) {
+        let (received, sent) = self.conns[c as usize].bytes_moved();
+        if self.measuring {
+            self.rec.bytes_received += received;
+            self.rec.bytes_sent += sent;
+        }
+    }
+
+    /// Closes conn `c` (whatever state), leaving its requests to the caller.
+    pub(super) fn close(&mut self, c: u32) {
+        self.account(c);
+        self.conns[c as usize].detach();
+        for s in self.slots.slots_of(c) {
+            let wire = &mut self.wire[s as usize];
+            wire.reader.reset();
+            wire.h2 = None;
+            wire.written = 0;
+            self.set_streaming(s, false);
+        }
+    }
+
+    /// Fails every request on conn `c` and closes it; a failure to connect or shake hands puts
+    /// the connection into back-off.
+    pub(super) fn fail_conn(&mut self, c: u32, kind: ErrorKind, msg: Option<&str>, now: u64) {
+        // A connection that failed before it could carry a request (or, over HTTP/2, before its
+        // first answer: a server that does not speak h2) backs off before the next attempt.
+        let conn = &self.conns[c as usize];
+        let establishing = conn.state != State::Ready
+            || kind == ErrorKind::Tls
+            || (conn.h2.is_some() && conn.answered == 0);
+        let waiting = std::mem::take(&mut self.conns[c as usize].waiting);
+        let busy: Vec<u32> = self
+            .slots
+            .slots_of(c)
+            .filter(|&s| self.slots.request(s).is_busy())
+            .collect();
+        self.close(c);
+        if establishing {
+            self.conns[c as usize].back_off(now);
+            self.backing_off.push(c);
+        }
+        drop(waiting);
+        for s in busy {
+            self.fail_slot(s, kind, msg, now);
+        }
+    }
+
+    /// Forgets the connections whose back-off is over (they reopen when a request takes them).
+    pub(super) fn end_backoffs(&mut self, now: u64) {
+        self.backing_off
+            .retain(|&c| self.conns[c as usize].retry_at > now);
+    }
+}

@@ -1,0 +1,332 @@
+//! Requests and responses on the wire, per protocol: HTTP/1.1 writes and parses on the
+//! connection's own stream (plain or TLS), HTTP/2 polls the h2 connection and its streams.
+//! Every ending goes through [`Worker::finish`] or [`Worker::fail_slot`], which record the
+//! outcome from the slot's request times and give the slot back to the pool.
+//!
+//! Contract: per plain HTTP/1.1 request, one `send` and one `recv`; a response is dated by the
+//! kernel's receive stamp when there is one; nothing here allocates per request.
+
+use std::io;
+use std::task::Poll;
+
+use meshbench_net::http1::Progress;
+use meshbench_net::socket;
+use meshbench_net::stream;
+
+use super::Worker;
+use crate::conn::State;
+use crate::h2conn::StreamPoll;
+use crate::recorder::ErrorKind;
+use crate::request::arrival;
+use crate::spec::Wire;
+
+impl Worker<'_> {
+    /// Polls the HTTP/2 connections that got new requests, so that their frames go out.
+    pub(super) fn flush_dirty(&mut self, now: u64) {
+        while let Some(c) = self.dirty.pop() {
+            self.conns[c as usize].dirty = false;
+            self.drive_h2(c, now);
+            self.account(c);
+        }
+    }
+
+    /// Sends what waits on a ready connection (HTTP/2: as many as the peer allows).
+    pub(super) fn send_waiting(&mut self, c: u32, now: u64) {
+        while let Some(&s) = self.conns[c as usize].waiting.front() {
+            let target = self.slots.request(s).target() as usize;
+            let targets = self.targets;
+            match &targets.requests[target].wire {
+                Wire::Http1(_) => {
+                    self.conns[c as usize].waiting.pop_front();
+                    self.write_h1(s, now);
+                }
+                Wire::Http2(req) => {
+                    let Some(h2) = self.conns[c as usize].h2.as_mut() else {
+                        return;
+                    };
+                    match h2.send(req) {
+                        Ok(None) => return,
+                        Ok(Some(stream)) => {
+                            self.conns[c as usize].waiting.pop_front();
+                            self.wire[s as usize].h2 = Some(stream);
+                            self.slots.request_mut(s).on_wire();
+                        }
+                        Err((kind, msg)) => return self.fail_conn(c, kind, Some(&msg), now),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Writes (more of) an HTTP/1.1 request.
+    pub(super) fn write_h1(&mut self, s: u32, now: u64) {
+        let c = self.slots.conn_of(s);
+        let targets = self.targets;
+        let Wire::Http1(request) = &targets.requests[self.slots.request(s).target() as usize].wire
+        else {
+            return;
+        };
+        let Some(stream) = self.conns[c as usize].stream.as_mut() else {
+            return;
+        };
+        let wire = &mut self.wire[s as usize];
+        let result = if wire.written < request.len() {
+            stream.write_some(&request[wire.written..])
+        } else {
+            stream.flush_pending().map(|()| 0)
+        };
+        match result {
+            Ok(n) => {
+                wire.written += n;
+                let pending = wire.written < request.len() || stream.write_blocked();
+                let busy = pending || wire.reader.in_progress();
+                if !pending {
+                    self.slots.request_mut(s).on_wire();
+                }
+                self.set_write_interest(c, pending);
+                self.set_streaming(s, busy);
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                self.set_write_interest(c, true);
+                self.set_streaming(s, true);
+            }
+            Err(e) => self.fail_conn(c, ErrorKind::of_io(&e), None, now),
+        }
+    }
+
+    /// Handles what epoll reported for conn `c`, whatever its state.
+    pub(super) fn on_event(&mut self, c: u32, readable: bool, writable: bool, now: u64) {
+        if readable {
+            if let Some(io) = &self.conns[c as usize].io {
+                io.read_ready.set(true);
+            }
+        }
+        match self.conns[c as usize].state {
+            State::Connecting => {
+                let fd = self.conns[c as usize].fd;
+                if matches!(socket::take_error(fd), Ok(None)) {
+                    self.set_write_interest(c, false);
+                    self.tcp_connected(c, now);
+                } else {
+                    self.fail_conn(c, ErrorKind::Connect, None, now);
+                }
+            }
+            State::Handshaking if self.conns[c as usize].h2.is_some() => self.drive_h2(c, now),
+            State::Handshaking => self.drive_tls(c, now),
+            State::Ready if self.conns[c as usize].h2.is_some() => self.drive_h2(c, now),
+            State::Ready => {
+                // HTTP/1.1: one slot per connection.
+                let s = self.slots.slots_of(c).start;
+                if !self.slots.request(s).is_busy() {
+                    // Only a close (or stray bytes) can arrive on an idle connection.
+                    if readable {
+                        self.read_idle(c);
+                    }
+                    return;
+                }
+                if writable {
+                    self.write_h1(s, now);
+                }
+                if readable && self.slots.request(s).is_busy() && self.conns[c as usize].fd >= 0 {
+                    self.read_h1(s, now);
+                }
+            }
+            State::Closed => {}
+        }
+    }
+
+    /// Reads what arrived on a connection with no request: a close, or stray bytes that make
+    /// it unusable.
+    pub(super) fn read_idle(&mut self, c: u32) {
+        let Some(stream) = self.conns[c as usize].stream.as_mut() else {
+            return;
+        };
+        match stream.read_some(&mut self.buf) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            _ => self.close(c),
+        }
+    }
+
+    /// Reads (more of) an HTTP/1.1 response.
+    pub(super) fn read_h1(&mut self, s: u32, now: u64) {
+        let c = self.slots.conn_of(s);
+        let head = self.targets.requests[self.slots.request(s).target() as usize].head;
+        loop {
+            let conn = &mut self.conns[c as usize];
+            let Some(stream) = conn.stream.as_mut() else {
+                return;
+            };
+            let tls = stream.session().is_some();
+            let wire = &mut self.wire[s as usize];
+            match stream.read_some(&mut self.buf) {
+                Ok(0) => {
+                    return match wire.reader.eof() {
+                        Some(status) => self.finish(s, status, false, now),
+                        None => self.fail_conn(c, ErrorKind::Reset, None, now),
+                    }
+                }
+                Ok(n) => {
+                    let stamp = stream.stamp();
+                    if stamp.is_none() {
+                        self.timestamps = false;
+                    }
+                    let arrived = arrival(stamp, self.realtime_offset, now);
+                    match wire.reader.feed(&self.buf[..n], head) {
+                        Ok(Progress::Partial) => {
+                            self.set_streaming(s, true);
+                            if !tls {
+                                return;
+                            }
+                        }
+                        Ok(Progress::Complete {
+                            status,
+                            keep_alive,
+                            consumed,
+                        }) => {
+                            return if consumed < n {
+                                // Bytes nobody asked for: the stream can no longer be trusted.
+                                self.fail_conn(c, ErrorKind::Protocol, None, now)
+                            } else {
+                                self.finish(s, status, keep_alive, arrived)
+                            };
+                        }
+                        Err(_) => return self.fail_conn(c, ErrorKind::Protocol, None, now),
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) => {
+                    let (kind, msg) = match stream::tls_error(&e) {
+                        Some(t) => (ErrorKind::Tls, Some(meshbench_net::tls::describe_error(t))),
+                        None => (ErrorKind::of_io(&e), None),
+                    };
+                    return self.fail_conn(c, kind, msg.as_deref(), now);
+                }
+            }
+        }
+    }
+
+    /// Polls an HTTP/2 connection and its streams after an event.
+    pub(super) fn drive_h2(&mut self, c: u32, now: u64) {
+        // Send what waits, then poll the connection once: it writes the queued frames and reads
+        // what arrived. Streams can only have progressed if bytes were read. A request the
+        // peer's stream limit held back gets another round once streams have ended.
+        for _ in 0..3 {
+            self.send_waiting(c, now);
+            let conn = &mut self.conns[c as usize];
+            let (Some(h2), Some(io)) = (conn.h2.as_mut(), conn.io.as_ref()) else {
+                return;
+            };
+            let before = io.bytes_in.get();
+            let polled = h2.poll();
+            let read = io.bytes_in.get() != before;
+            let opened = h2.is_open() && conn.state == State::Handshaking;
+            if opened {
+                conn.state = State::Ready;
+            }
+            match polled {
+                Poll::Ready(Err((kind, msg))) => return self.fail_conn(c, kind, Some(&msg), now),
+                Poll::Ready(Ok(())) => {
+                    // Ended cleanly after a GOAWAY: what is still outstanding was refused.
+                    return self.fail_conn(c, ErrorKind::GoAway, Some("GOAWAY (NO_ERROR)"), now);
+                }
+                Poll::Pending => {}
+            }
+            let ended = if read { self.poll_streams(c, now) } else { 0 };
+            if self.conns[c as usize].waiting.is_empty() || (ended == 0 && !opened) {
+                break;
+            }
+        }
+        let blocked = self.conns[c as usize]
+            .io
+            .as_ref()
+            .is_some_and(|io| io.write_blocked.get());
+        self.set_write_interest(c, blocked);
+    }
+
+    /// Polls the streams of conn `c`; returns how many ended.
+    pub(super) fn poll_streams(&mut self, c: u32, now: u64) -> usize {
+        let arrived = self.last_arrival(c, now);
+        let mut ended = 0;
+        for s in self.slots.slots_of(c) {
+            let wire = &mut self.wire[s as usize];
+            let Some(stream) = wire.h2.as_mut() else {
+                continue;
+            };
+            match stream.poll() {
+                StreamPoll::Pending => continue,
+                StreamPoll::Done { status } => {
+                    wire.h2 = None;
+                    self.finish(s, status, true, arrived);
+                }
+                StreamPoll::Failed(kind, msg) => {
+                    wire.h2 = None;
+                    self.fail_slot(s, kind, Some(&msg), now);
+                }
+            }
+            ended += 1;
+        }
+        ended
+    }
+
+    /// When the latest bytes on conn `c` arrived, on the run clock.
+    fn last_arrival(&self, c: u32, now: u64) -> u64 {
+        let stamp = self.conns[c as usize]
+            .io
+            .as_ref()
+            .and_then(|io| io.stamp.get());
+        arrival(stamp, self.realtime_offset, now)
+    }
+
+    /// A complete response that arrived at `arrived` (no earlier than its request was sent).
+    pub(super) fn finish(&mut self, s: u32, status: u16, keep_alive: bool, arrived: u64) {
+        let c = self.slots.conn_of(s);
+        let answered = self.slots.request_mut(s).answer(arrived);
+        let measured = answered.due.measured;
+        if measured {
+            self.rec
+                .response(status, answered.latency_ns, answered.service_ns);
+            let host = self.targets.requests[answered.due.target as usize].host;
+            self.rec.host(host, status >= 400);
+            self.interval.requests += 1;
+            if status >= 400 {
+                self.interval.errors += 1;
+            }
+            self.interval
+                .latency
+                .saturating_record(answered.latency_ns / 1000);
+        }
+        self.wire[s as usize].reader.reset();
+        self.set_streaming(s, false);
+        let conn = &mut self.conns[c as usize];
+        conn.in_flight -= 1;
+        conn.answered += 1;
+        // It carried a request through: its next failure starts a fresh back-off.
+        conn.backoff_ns = 0;
+        if !keep_alive {
+            self.close(c);
+        } else if conn.draining && conn.in_flight == 0 {
+            if measured {
+                self.rec.conns.closed_by_client += 1;
+            }
+            self.close(c);
+        }
+        self.slots.release(s, &self.conns);
+    }
+
+    /// Fails one request (an HTTP/2 stream, or a request whose connection is gone).
+    pub(super) fn fail_slot(&mut self, s: u32, kind: ErrorKind, msg: Option<&str>, now: u64) {
+        let c = self.slots.conn_of(s);
+        let failed = self.slots.request_mut(s).fail(now);
+        if failed.measured {
+            let host = self.targets.requests[failed.target as usize].host;
+            self.rec.host(host, true);
+            self.count_error(kind, msg);
+        }
+        self.conns[c as usize].in_flight -= 1;
+        let wire = &mut self.wire[s as usize];
+        wire.h2 = None;
+        wire.reader.reset();
+        self.set_streaming(s, false);
+        self.slots.release(s, &self.conns);
+    }
+}

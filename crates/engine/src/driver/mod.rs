@@ -1,0 +1,592 @@
+//! The request loop: one thread, one epoll, a share of the connections, one pacer, one recorder,
+//! for every protocol. [`run_worker`] is what [`crate::run()`] starts on each thread.
+//!
+//! The loop reads in terms of its parts: the pacer says when a request is due
+//! ([`crate::pacer`]); the slot pool (`slots`) says which slot it may take, or holds it; the
+//! slot's request (`request`) keeps its times from intended to arrived; each connection (`conn`)
+//! keeps its state from closed to ready. This module owns the loop itself: when to wake, what to
+//! send, when to stop. Its two halves are `connect` (opening, handshakes, closing, back-off) and
+//! `exchange` (requests and responses on the wire: HTTP/1.1 plain or TLS, HTTP/2 through
+//! [`crate::h2conn`]).
+//!
+//! Per plain HTTP/1.1 request the loop makes one `send` and one `recv` and shares one
+//! `epoll_pwait2` with every other socket that became ready at the same moment; there is no
+//! timer per request (timeouts are found by a periodic scan) and no allocation.
+//!
+//! A response ends when the kernel says its last segment arrived (`SO_TIMESTAMPNS`), not when the
+//! loop got round to reading it. That lets an open HTTP/1.1 loop with free connections sleep
+//! until its next send and pick up the responses that came in meanwhile: one wake-up per request
+//! instead of two, with latency exact to the kernel's clock. When a request would have to wait
+//! for a connection (or in a closed loop, over HTTP/2, or while draining) the loop wakes on every
+//! arrival instead.
+
+mod connect;
+mod exchange;
+
+use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::Sender;
+use std::sync::Arc;
+use std::time::Duration;
+
+use meshbench_net::clock::{thread_cpu_ns, Clock};
+use meshbench_net::http1::ResponseReader;
+use meshbench_net::poller::Poller;
+use meshbench_net::rng::SplitMix64;
+
+use crate::conn::{Conn, State};
+use crate::h2conn::H2Stream;
+use crate::pacer::Pacer;
+use crate::recorder::{ErrorKind, Interval, Recorder};
+use crate::request::{Due, Phase};
+use crate::slots::SlotPool;
+use crate::spec::{ConnSpec, Order, Protocol, Targets};
+
+const SECOND: u64 = 1_000_000_000;
+/// Longest sleep in the loop, so that a stop request is seen promptly.
+const MAX_WAIT_NS: u64 = 50_000_000;
+/// While sleeping through arrivals, requests in flight are looked at at least this often, so
+/// connections come free promptly even at low rates.
+const LAZY_READ_NS: u64 = 1_000_000;
+/// While sleeping through arrivals, the loop wakes at most this often: at high rates the requests
+/// due in between go out together, at most this late (the schedule lag shows it; latency still
+/// counts from the intended time). At 20,000 wake-ups a second the rest is syscalls.
+const WAKE_EVERY_NS: u64 = 50_000;
+
+/// One worker's part of a run.
+pub struct WorkerPlan {
+    pub targets: Arc<Targets>,
+    pub conn: ConnSpec,
+    pub connections: usize,
+    /// Requests this worker may have in flight (every slot unless `--concurrency` caps it).
+    pub max_in_flight: usize,
+    pub pacer: Pacer,
+    /// Paces new connections (`--connection-rate`), if limited.
+    pub connect_pacer: Option<Pacer>,
+    /// Where this worker starts in the target list (round-robin) and its random stream.
+    pub first_target: usize,
+    pub seed: u64,
+    /// Measured requests this worker may start (`-n`), if bounded.
+    pub budget: Option<u64>,
+    /// Run-clock time at which measurement starts (after the warm-up).
+    pub measure_start: u64,
+    /// Run-clock time at which sending stops, if bounded by duration.
+    pub send_until: Option<u64>,
+    pub timeout_ns: u64,
+    pub drain_ns: u64,
+}
+
+/// What a worker hands back when it ends.
+pub struct WorkerReport {
+    pub recorder: Recorder,
+    /// CPU time of this thread during the measured window.
+    pub cpu_ns: u64,
+    /// Wall time of the measured window as this worker saw it.
+    pub window_ns: u64,
+}
+
+/// Messages a worker sends while it runs.
+pub enum WorkerEvent {
+    /// Pre-connection is done; the worker waits for the start signal.
+    Ready,
+    /// One second (or the final part of one) of the measured window.
+    Interval(Interval),
+}
+
+/// Shared between the run and its workers.
+pub struct Control {
+    pub clock: Clock,
+    /// Set by a signal or by the caller: stop sending, drain, report.
+    pub stop: Arc<AtomicBool>,
+    /// Run-clock time at which the workers start (set once all are connected).
+    pub start_at: std::sync::atomic::AtomicU64,
+    pub started: std::sync::Barrier,
+}
+
+/// The wire side of one slot's request (its times are in the slot pool).
+#[derive(Default)]
+struct SlotWire {
+    /// HTTP/1.1: bytes of the request written so far, and the response parser.
+    written: usize,
+    reader: ResponseReader,
+    /// HTTP/2: the request's stream, once the peer took it.
+    h2: Option<H2Stream>,
+    /// An HTTP/1.1 transfer is half done.
+    streaming: bool,
+}
+
+struct Worker<'a> {
+    plan: WorkerPlan,
+    /// The run's requests and hosts (immutable; borrowed so the hot path clones nothing).
+    targets: &'a Targets,
+    ctl: &'a Control,
+    poller: Poller,
+    conns: Vec<Conn>,
+    /// Which slot a due request may take, and each slot's request.
+    slots: SlotPool,
+    /// Per slot, its request's bytes and parser (indexed like `slots`).
+    wire: Vec<SlotWire>,
+    /// Connections waiting out a connect back-off.
+    backing_off: Vec<u32>,
+    /// HTTP/2 connections with requests queued since their last poll.
+    dirty: Vec<u32>,
+    rec: Recorder,
+    interval: Interval,
+    next_second: u64,
+    sending: bool,
+    buf: Box<[u8]>,
+    /// Connections in the middle of a transfer: the loop must not sleep through them.
+    streaming: usize,
+    /// The kernel stamps received data (cleared at the first read without a stamp). Without it
+    /// the loop never sleeps through arrivals, which would otherwise add to latency.
+    timestamps: bool,
+    /// CLOCK_REALTIME minus the run clock, refreshed at every wake-up, to place kernel receive
+    /// timestamps on the run clock.
+    realtime_offset: i64,
+    next_target: usize,
+    rng: SplitMix64,
+    /// Whether the worker is in its measured window (connection figures count from then).
+    measuring: bool,
+}
+
+/// Runs one worker to completion.
+pub fn run_worker(
+    plan: WorkerPlan,
+    ctl: &Control,
+    events: Sender<WorkerEvent>,
+) -> io::Result<WorkerReport> {
+    let poller = match Poller::new(1024) {
+        Ok(p) => p,
+        Err(e) => {
+            // Still take part in the start barrier, or the other threads would wait forever.
+            let _ = events.send(WorkerEvent::Ready);
+            ctl.started.wait();
+            return Err(e);
+        }
+    };
+    let targets = Arc::clone(&plan.targets);
+    let streams = match plan.conn.protocol {
+        Protocol::Http1 => 1,
+        Protocol::Http2 => plan.conn.streams.max(1),
+    };
+    let slots = plan.connections * streams;
+    let mut w = Worker {
+        poller,
+        conns: Vec::with_capacity(plan.connections),
+        slots: SlotPool::new(
+            plan.connections,
+            streams,
+            plan.max_in_flight,
+            targets.hosts.len() > 1,
+        ),
+        wire: (0..slots).map(|_| SlotWire::default()).collect(),
+        backing_off: Vec::new(),
+        dirty: Vec::new(),
+        rec: Recorder::new(),
+        interval: Interval::new(0),
+        next_second: plan.measure_start + SECOND,
+        sending: true,
+        buf: vec![0u8; 64 * 1024].into_boxed_slice(),
+        realtime_offset: 0,
+        streaming: 0,
+        timestamps: true,
+        next_target: plan.first_target,
+        rng: SplitMix64(plan.seed),
+        measuring: false,
+        targets: &targets,
+        plan,
+        ctl,
+    };
+    meshbench_net::clock::set_timer_slack(1_000);
+    w.preconnect();
+    let _ = events.send(WorkerEvent::Ready);
+    ctl.started.wait();
+    let base = ctl.start_at.load(Ordering::Acquire);
+    w.shift_times(base);
+    // Nothing goes out before the common start (a closed loop would otherwise send early).
+    let early = base.saturating_sub(ctl.clock.now());
+    if early > 0 {
+        std::thread::sleep(Duration::from_nanos(early));
+    }
+    w.event_loop(&events)
+}
+
+impl Worker<'_> {
+    /// Opens every connection (to the host of the first requests) before the clock starts, so
+    /// that the first requests do not pay for the handshakes. Connections that fail stay closed
+    /// and are retried when used.
+    fn preconnect(&mut self) {
+        let deadline = self.ctl.clock.now() + self.plan.timeout_ns.min(5 * SECOND);
+        let first_host = self
+            .plan
+            .targets
+            .requests
+            .get(self.plan.first_target)
+            .map_or(0, |t| t.host);
+        self.conns
+            .extend((0..self.plan.connections).map(|_| Conn::new(first_host)));
+        for c in 0..self.plan.connections as u32 {
+            // A pool larger than the concurrency opens the rest on demand.
+            if (self.slots.slots_of(c).start as usize) < self.plan.max_in_flight {
+                let _ = self.open(c, 0);
+            }
+        }
+        loop {
+            let now = self.ctl.clock.now();
+            let pending = self
+                .conns
+                .iter()
+                .any(|c| matches!(c.state, State::Connecting | State::Handshaking));
+            if !pending || now >= deadline {
+                break;
+            }
+            let n = self
+                .poller
+                .wait(Some(Duration::from_millis(10)))
+                .unwrap_or(0);
+            for e in 0..n {
+                let ev = self.poller.event(e);
+                self.on_event(ev.token as u32, ev.readable || ev.closed, ev.writable, now);
+            }
+        }
+        for c in 0..self.conns.len() {
+            if self.conns[c].state != State::Ready {
+                self.close(c as u32);
+            }
+            self.conns[c].forgive();
+        }
+        self.backing_off.clear();
+        self.slots.offer_all(&self.conns);
+    }
+
+    /// Worker times were planned relative to 0; the run starts at `base`.
+    fn shift_times(&mut self, base: u64) {
+        let p = &mut self.plan;
+        p.measure_start += base;
+        p.send_until = p.send_until.map(|t| t + base);
+        self.next_second = p.measure_start + SECOND;
+        for pacer in [Some(&mut p.pacer), p.connect_pacer.as_mut()]
+            .into_iter()
+            .flatten()
+        {
+            if let Pacer::Open(s) = pacer {
+                s.shift(base);
+            }
+        }
+        self.slots.idle_from(base);
+    }
+
+    /// Keeps the count of HTTP/1.1 transfers half done (a request not fully written or a
+    /// response partly read): the loop must not sleep through them.
+    fn set_streaming(&mut self, s: u32, on: bool) {
+        let wire = &mut self.wire[s as usize];
+        if wire.streaming != on {
+            wire.streaming = on;
+            if on {
+                self.streaming += 1;
+            } else {
+                self.streaming -= 1;
+            }
+        }
+    }
+
+    fn event_loop(&mut self, events: &Sender<WorkerEvent>) -> io::Result<WorkerReport> {
+        let clock = self.ctl.clock;
+        let timeout = self.plan.timeout_ns;
+        let scan_every = (timeout / 20).clamp(1_000_000, 100_000_000);
+        let mut next_scan = 0;
+        let mut cpu_at_start: Option<u64> = None;
+        let mut drain_until = u64::MAX;
+        let mut now = clock.now();
+        let mut last_wake = 0;
+        let lazy_protocol = self.plan.conn.protocol == Protocol::Http1;
+        loop {
+            if cpu_at_start.is_none() && now >= self.plan.measure_start {
+                cpu_at_start = Some(thread_cpu_ns());
+                self.measuring = true;
+            }
+            if self.sending && self.ctl.stop.load(Ordering::Relaxed) {
+                self.stop_sending(now);
+            }
+            if self.sending && self.plan.send_until.is_some_and(|end| now >= end) {
+                // A late wake-up must not lose the arrivals intended before the end: they go
+                // out now (late, and measured from their intended times), then sending stops.
+                self.dispatch(now);
+                self.stop_sending(now);
+            }
+            if self.sending {
+                self.dispatch(now);
+            }
+            if !self.dirty.is_empty() {
+                self.flush_dirty(now);
+            }
+            if !self.sending {
+                if drain_until == u64::MAX {
+                    drain_until = now + self.plan.drain_ns;
+                }
+                if self.slots.in_flight() == 0 || now >= drain_until {
+                    break;
+                }
+            }
+            if now >= next_scan {
+                self.expire(now, timeout);
+                next_scan = now + scan_every;
+            }
+            if now >= self.next_second {
+                self.flush_interval(events);
+            }
+            let lazy = lazy_protocol && self.may_sleep_through_arrivals();
+            let mut wake = self.next_wake(now, next_scan, drain_until);
+            if lazy {
+                if self.slots.in_flight() > 0 {
+                    wake = wake.min(now + LAZY_READ_NS);
+                }
+                wake = wake.max(last_wake + WAKE_EVERY_NS);
+            }
+            let wait = Duration::from_nanos(wake.saturating_sub(now));
+            let n = if lazy {
+                if !wait.is_zero() {
+                    std::thread::sleep(wait);
+                }
+                self.poller.wait(Some(Duration::ZERO))?
+            } else {
+                self.poller.wait(Some(wait))?
+            };
+            now = clock.now();
+            last_wake = now;
+            self.realtime_offset = meshbench_net::clock::realtime_ns() as i64 - now as i64;
+            for e in 0..n {
+                let ev = self.poller.event(e);
+                let c = ev.token as u32;
+                self.on_event(c, ev.readable || ev.closed, ev.writable, now);
+                self.account(c);
+            }
+            if !self.backing_off.is_empty() {
+                self.end_backoffs(now);
+            }
+        }
+        let end = clock.now();
+        self.rec.unfinished += self.slots.in_flight() as u64;
+        self.flush_interval(events);
+        let cpu_ns = thread_cpu_ns().saturating_sub(cpu_at_start.unwrap_or_else(thread_cpu_ns));
+        Ok(WorkerReport {
+            recorder: std::mem::take(&mut self.rec),
+            cpu_ns,
+            window_ns: end.saturating_sub(self.plan.measure_start),
+        })
+    }
+
+    /// When something is next due: the pacer (if a slot is free for it), a held request's
+    /// connection token, a second boundary, a timeout scan, the end of sending, a connect
+    /// back-off, the end of the drain.
+    fn next_wake(&self, now: u64, next_scan: u64, drain_until: u64) -> u64 {
+        let mut wake = self.next_second.min(next_scan).min(now + MAX_WAIT_NS);
+        if self.sending {
+            if self.slots.is_holding() {
+                if let Some(p) = &self.plan.connect_pacer {
+                    wake = wake.min(p.wake_at().unwrap_or(u64::MAX));
+                }
+            } else if self.slots.has_free() {
+                wake = wake.min(self.plan.pacer.wake_at().unwrap_or(u64::MAX));
+            }
+            if let Some(end) = self.plan.send_until.filter(|&end| end > now) {
+                wake = wake.min(end);
+            }
+        } else {
+            wake = wake.min(drain_until);
+        }
+        let backoff = self
+            .backing_off
+            .iter()
+            .map(|&c| self.conns[c as usize].retry_at)
+            .min();
+        wake.min(backoff.unwrap_or(u64::MAX))
+    }
+
+    /// Whether the loop may sleep until its next send and read what arrived meanwhile (see the
+    /// module header): an open loop, sending, with a free slot, no transfer half done, and
+    /// kernel receive timestamps to date the arrivals.
+    fn may_sleep_through_arrivals(&self) -> bool {
+        self.sending
+            && self.plan.pacer.is_open()
+            && self.slots.has_free()
+            && !self.slots.is_holding()
+            && self.streaming == 0
+            && self.timestamps
+    }
+
+    /// Stops sending. Open-loop requests that were due but never sent (no connection came free
+    /// in time) count as unfinished, so that a stalled target cannot hide them.
+    fn stop_sending(&mut self, now: u64) {
+        self.sending = false;
+        if let Some(d) = self.slots.take_held() {
+            if d.measured {
+                self.rec.unfinished += 1;
+            }
+        }
+        if !self.plan.pacer.is_open() {
+            return;
+        }
+        let until = self
+            .plan
+            .send_until
+            .map_or(now, |end| now.min(end.saturating_sub(1)));
+        while let Some(t) = self.plan.pacer.due(until) {
+            if t >= self.plan.measure_start {
+                self.rec.unfinished += 1;
+            }
+        }
+    }
+
+    /// Hands out due requests to free slots, a held request first; stops at one that finds no
+    /// slot (the pool holds it).
+    fn dispatch(&mut self, now: u64) {
+        while self.sending && self.slots.may_start() {
+            let due = match self.slots.take_held() {
+                Some(d) => d,
+                None => match self.next_request(now) {
+                    Some(d) => d,
+                    None => return,
+                },
+            };
+            let host = self.targets.requests[due.target as usize].host;
+            let tokens = self.plan.connect_pacer.as_mut();
+            let Some((s, times)) = self.slots.assign(due, host, now, &self.conns, tokens) else {
+                return;
+            };
+            if due.measured {
+                self.rec.send(times.lag_ns, times.late, times.queued);
+            }
+            self.start(s, host, now);
+        }
+    }
+
+    /// The next due request. Stops sending when the duration or the request budget is reached.
+    /// In an open loop, a request that waited longer than the timeout for a free connection is
+    /// counted as timed out without being sent.
+    fn next_request(&mut self, now: u64) -> Option<Due> {
+        loop {
+            if let Some(end) = self.plan.send_until {
+                // Nothing intended at or after the end goes out; the loop itself stops sending
+                // when the clock reaches the end, so the window is the whole duration.
+                if self.plan.pacer.wake_at().unwrap_or(now) >= end {
+                    return None;
+                }
+            }
+            let t = self.plan.pacer.due(now)?;
+            let measured = t >= self.plan.measure_start;
+            if measured {
+                if let Some(b) = &mut self.plan.budget {
+                    if *b == 0 {
+                        self.sending = false;
+                        return None;
+                    }
+                    *b -= 1;
+                }
+            }
+            if now - t > self.plan.timeout_ns && self.plan.pacer.is_open() {
+                if measured {
+                    self.count_error(ErrorKind::Timeout, None);
+                }
+                continue;
+            }
+            return Some(Due {
+                intended: t,
+                measured,
+                target: self.pick_target(),
+            });
+        }
+    }
+
+    fn pick_target(&mut self) -> u32 {
+        let n = self.targets.requests.len();
+        if n == 1 {
+            return 0;
+        }
+        match self.targets.order {
+            Order::RoundRobin => {
+                let t = self.next_target % n;
+                self.next_target = t + 1;
+                t as u32
+            }
+            Order::Random => (self.rng.next_u64() % n as u64) as u32,
+        }
+    }
+
+    /// Puts the request just started on slot `s` (to `host`) on its connection: re-aims or
+    /// opens the connection if need be, then sends, or queues until the connection is ready.
+    fn start(&mut self, s: u32, host: u32, now: u64) {
+        let c = self.slots.conn_of(s);
+        self.wire[s as usize].written = 0;
+        let conn = &mut self.conns[c as usize];
+        conn.in_flight += 1;
+        if conn.host != host {
+            if conn.state != State::Closed {
+                self.close(c);
+            }
+            self.conns[c as usize].host = host;
+        }
+        if self.conns[c as usize].state == State::Closed {
+            if let Err(e) = self.open(c, now) {
+                let kind = if e.raw_os_error().is_some() {
+                    ErrorKind::Connect
+                } else {
+                    ErrorKind::Other
+                };
+                self.conns[c as usize].waiting.push_back(s);
+                return self.fail_conn(c, kind, None, now);
+            }
+        }
+        let conn = &mut self.conns[c as usize];
+        conn.start_one(self.plan.conn.requests_per_connection);
+        conn.waiting.push_back(s);
+        if conn.state == State::Ready {
+            if conn.h2.is_some() {
+                // Batched: the loop polls the connection once for all requests queued now.
+                if !conn.dirty {
+                    conn.dirty = true;
+                    self.dirty.push(c);
+                }
+            } else {
+                self.send_waiting(c, now);
+            }
+        }
+    }
+
+    fn count_error(&mut self, kind: ErrorKind, msg: Option<&str>) {
+        match msg {
+            Some(m) => self.rec.error_with(kind, m),
+            None => self.rec.error(kind),
+        }
+        self.interval.requests += 1;
+        self.interval.errors += 1;
+    }
+
+    /// Fails every request in flight for longer than the timeout.
+    fn expire(&mut self, now: u64, timeout: u64) {
+        let multiplexed = self.slots.streams() > 1;
+        for s in 0..self.slots.len() as u32 {
+            if !self.slots.request(s).is_overdue(now, timeout) {
+                continue;
+            }
+            let c = self.slots.conn_of(s);
+            if multiplexed && self.conns[c as usize].state == State::Ready {
+                // One late stream: cancel it (dropping it resets it), keep the connection. One
+                // the peer's stream limit held back leaves the connection's queue.
+                if self.slots.request(s).phase() == Phase::Sending {
+                    self.conns[c as usize].waiting.retain(|&w| w != s);
+                }
+                self.fail_slot(s, ErrorKind::Timeout, None, now);
+            } else {
+                self.fail_conn(c, ErrorKind::Timeout, None, now);
+            }
+        }
+    }
+
+    fn flush_interval(&mut self, events: &Sender<WorkerEvent>) {
+        let second = self.interval.second;
+        let done = std::mem::replace(&mut self.interval, Interval::new(second + 1));
+        self.next_second += SECOND;
+        let _ = events.send(WorkerEvent::Interval(done));
+    }
+}
