@@ -64,8 +64,9 @@ pub struct CompareArgs {
 
 #[derive(Debug, Args)]
 pub struct CapacityArgs {
-    /// The URL to load (open loop). Flags after `--` go to each `meshbench run` step, e.g.
-    /// `-- --http2 --insecure`.
+    /// The URL to load (open loop). `meshbench run`'s per-request flags (protocol, TLS,
+    /// headers, body, timeout, threads...) go after `--`, e.g. `-- --http2 --insecure`; the
+    /// rate, duration and connections are the search's own.
     #[arg(required_unless_present = "experiment")]
     pub url: Option<String>,
     /// Search an experiment file's rig instead: its first topology (or --topology), its first
@@ -104,8 +105,8 @@ pub struct CapacityArgs {
     /// No progress lines.
     #[arg(short, long)]
     pub quiet: bool,
-    /// Flags passed to every `meshbench run` step (URL mode).
-    #[arg(last = true, value_name = "RUN FLAGS")]
+    /// Per-request flags of `meshbench run` for every step (URL mode).
+    #[arg(last = true, value_name = "REQUEST FLAGS")]
     pub run_args: Vec<String>,
 }
 

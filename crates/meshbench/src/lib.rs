@@ -1,5 +1,7 @@
 //! meshbench: measures what a gateway, a reverse proxy or a service-mesh data plane costs and how
-//! far it scales. This crate is the command line over the engine, backend, lab and report crates.
+//! far it scales. This crate is the command line only: [`cli`] declares the flags, [`cmd`] has
+//! one module per subcommand that turns them into typed options, calls the libraries (the
+//! runner for anything that sends traffic, analysis and report for answers) and prints.
 //!
 //! Exit codes (also in the README): 0 success; 1 the run could not be carried out (a file could
 //! not be written, a server could not start); 2 bad input (the message says what to change);

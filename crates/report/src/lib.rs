@@ -1,5 +1,11 @@
-//! Human-readable views of results: the summary `meshbench run` prints, and the side-by-side
-//! table `meshbench demo` prints for several runs. (The JSON view is the result type itself.)
+//! Results as people and other tools read them: the last stage of the data flow.
+//!
+//! - this file: the summary `meshbench run` prints, and number formatting;
+//! - [`answers`]: the headline, comparison and sizing tables for the terminal;
+//! - [`export`]: stored steps as Istio perf/benchmark CSV and fortio JSON;
+//! - [`html`] and [`plot`]: the self-contained HTML report and its SVG/PNG charts.
+//!
+//! (The JSON result is the engine's `RunResult` itself, serialised.)
 
 pub mod answers;
 pub mod export;

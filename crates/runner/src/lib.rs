@@ -6,12 +6,15 @@
 //! Experiment ──► Plan ──► lab::run_experiment ──► for each step: rig (rig) started, the load
 //!                         aimed at it (lab::load_options), measured, each role summarised
 //!                         ──► StepRecord ──► Session (store), Observer (progress)
+//! capacity::search: analysis's search picks each rate, a step measures it, the stored step
+//!                   becomes a probe
 //! ```
 //!
 //! Every command that sends traffic (`run`, `experiment`, `capacity`, `demo`) goes through
 //! [`measure`], with typed options; nothing here parses a command line or prints. Progress and
 //! warnings go to an [`Observer`].
 
+pub mod capacity;
 pub mod lab;
 pub mod load;
 pub mod measure;
@@ -35,4 +38,6 @@ pub enum RunnerError {
     Store(#[from] meshbench_store::StoreError),
     #[error("cannot find the meshbench binary (it plays the backend role): {0}")]
     Exe(std::io::Error),
+    #[error("step {step} at {rate} req/s could not be measured: {why}")]
+    Unmeasured { step: usize, rate: f64, why: String },
 }

@@ -9,13 +9,15 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Parser;
-use meshbench_analysis::capacity::{Answer, Next, Probe, Search, Settings};
+use meshbench_analysis::capacity::{Answer, Settings};
 use meshbench_analysis::threshold::{self, Threshold};
-use meshbench_analysis::{group, Headline, Run};
 use meshbench_engine::{Protocol, StopAt};
 use meshbench_experiment::config::{HttpVersion, LoopMode};
 use meshbench_experiment::{Plan, Step, StepParams};
-use meshbench_runner::{new_experiment, now_rfc3339, Lab, LoadOptions, Session, StepAt};
+use meshbench_runner::capacity;
+use meshbench_runner::{
+    new_experiment, now_rfc3339, Lab, LoadOptions, RunnerError, Session, StepAt,
+};
 use meshbench_store::{NewExperiment, StepRecord};
 
 use super::answers::parse_percent;
@@ -105,7 +107,11 @@ pub fn execute(args: CapacityArgs) -> Result<u8> {
                         left_after_secs: 0.0,
                     };
                     lab.step(session, &e, &at, &mut progress)?;
-                    Ok(session.steps().last().cloned())
+                    Ok(session
+                        .steps()
+                        .last()
+                        .expect("a lab step is stored")
+                        .clone())
                 },
             );
             conclude(session, &signals, found)
@@ -189,7 +195,7 @@ pub fn execute(args: CapacityArgs) -> Result<u8> {
                             stored.error.as_deref().unwrap_or("unknown")
                         );
                     }
-                    Ok(Some(stored.clone()))
+                    Ok(stored.clone())
                 },
             );
             conclude(session, &signals, found)
@@ -215,68 +221,21 @@ fn conclude(session: Session, signals: &Signals, found: Result<(u8, String)>) ->
     })
 }
 
-/// What a stored step showed the search.
-fn probe(rate: f64, confirmation: bool, record: &StepRecord, slo: &[Threshold]) -> Option<Probe> {
-    let result = record.result.clone()?;
-    let saturated = result.generator.saturated;
-    let achieved = result.throughput_rps;
-    let mut run = Run::from_result("step", result).ok()?;
-    run.usage = record.usage.clone();
-    let h = Headline::of(group(vec![run]));
-    let failures: Vec<String> = slo
-        .iter()
-        .map(|t| threshold::check(t, meshbench_analysis::headline::observe(&h, t.metric)))
-        .filter(|o| !o.passed)
-        .map(|o| o.to_string())
-        .collect();
-    Some(Probe {
-        rate,
-        achieved_rps: achieved,
-        slo_met: failures.is_empty() && !record.failed(),
-        generator_saturated: saturated,
-        failures,
-        confirmation,
-    })
-}
-
-/// Drives the search with `run_at(session, rate, step number)`, prints each step; returns the
-/// exit code and the answer's line.
+/// Runs the search, printing each step; returns the exit code and the answer's line.
 fn search(
     settings: Settings,
     slo: &[Threshold],
     session: &mut Session,
     signals: &Signals,
-    mut run_at: impl FnMut(&mut Session, f64, usize) -> Result<Option<StepRecord>>,
+    run_at: impl FnMut(&mut Session, f64, usize) -> Result<StepRecord, RunnerError>,
 ) -> Result<(u8, String)> {
-    let mut s = Search::new(settings);
-    let answer = loop {
-        let (rate, confirmation) = match s.next() {
-            Next::Done(a) => break Some(a),
-            Next::Run { rate, confirmation } => (rate, confirmation),
-        };
-        let n = s.probes.len();
-        let record = run_at(session, rate, n)?;
-        if session.stopped() {
-            break None;
-        }
-        let Some(p) = record
-            .as_ref()
-            .and_then(|r| probe(rate, confirmation, r, slo))
-        else {
-            let why = record
-                .and_then(|r| r.error)
-                .unwrap_or_else(|| "no result".into());
-            return Err(anyhow::anyhow!(
-                "step {} at {rate} req/s could not be measured: {why}",
-                n + 1
-            ));
-        };
+    let outcome = capacity::search(settings, slo, session, run_at, |n, p| {
         eprintln!(
             "step {:>2} {:>10.1} req/s offered, {:>10.1} carried: {}{}{}",
             n + 1,
-            rate,
+            p.rate,
             p.achieved_rps,
-            if confirmation { "confirmation " } else { "" },
+            if p.confirmation { "confirmation " } else { "" },
             if p.passed() { "pass" } else { "fail" },
             if p.passed() {
                 String::new()
@@ -291,18 +250,12 @@ fn search(
                 )
             }
         );
-        s.observe(p);
-    };
+    })?;
     let id = session.id;
-    let steps = s.probes.len();
-    let (code, line) = match answer {
+    let steps = outcome.probes.len();
+    let best = outcome.best();
+    let (code, line) = match outcome.answer {
         None => {
-            let best = s
-                .probes
-                .iter()
-                .filter(|p| p.passed())
-                .map(|p| p.rate)
-                .reduce(f64::max);
             (
                 signals.exit_code().unwrap_or(exit::FAILED),
                 format!(

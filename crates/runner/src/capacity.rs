@@ -1,0 +1,95 @@
+//! The capacity search with real steps. [`meshbench_analysis::capacity::Search`] decides which
+//! rate to try next; each rate is a step the caller runs and stores (a URL step or a lab step:
+//! `run_at`), and the stored step becomes a [`Probe`]: the SLO checked on the step's own
+//! headline, the carried rate, whether the generator saturated.
+
+use meshbench_analysis::capacity::{Answer, Next, Probe, Search, Settings};
+use meshbench_analysis::headline::observe;
+use meshbench_analysis::threshold::{self, Threshold};
+use meshbench_analysis::{group, Headline, Run};
+use meshbench_store::StepRecord;
+
+use crate::{RunnerError, Session};
+
+/// How a search ended.
+#[derive(Debug)]
+pub struct Outcome {
+    /// `None` when it was stopped (Ctrl-C, SIGTERM) before an answer.
+    pub answer: Option<Answer>,
+    /// Every step it measured, in order.
+    pub probes: Vec<Probe>,
+}
+
+impl Outcome {
+    /// The highest rate that passed so far.
+    pub fn best(&self) -> Option<f64> {
+        self.probes
+            .iter()
+            .filter(|p| p.passed())
+            .map(|p| p.rate)
+            .reduce(f64::max)
+    }
+}
+
+/// Runs the search: `run_at(session, rate, step number)` measures and stores one step and
+/// returns it; `on_probe` sees each step's verdict as it comes.
+pub fn search(
+    settings: Settings,
+    slo: &[Threshold],
+    session: &mut Session,
+    mut run_at: impl FnMut(&mut Session, f64, usize) -> Result<StepRecord, RunnerError>,
+    mut on_probe: impl FnMut(usize, &Probe),
+) -> Result<Outcome, RunnerError> {
+    let mut s = Search::new(settings);
+    let answer = loop {
+        let (rate, confirmation) = match s.next() {
+            Next::Done(a) => break Some(a),
+            Next::Run { rate, confirmation } => (rate, confirmation),
+        };
+        let n = s.probes.len();
+        let record = run_at(session, rate, n)?;
+        if session.stopped() {
+            break None;
+        }
+        let p = probe(rate, confirmation, &record, slo).ok_or_else(|| RunnerError::Unmeasured {
+            step: n + 1,
+            rate,
+            why: record.error.clone().unwrap_or_else(|| "no result".into()),
+        })?;
+        on_probe(n, &p);
+        s.observe(p);
+    };
+    Ok(Outcome {
+        answer,
+        probes: s.probes,
+    })
+}
+
+/// What a stored step showed the search; `None` when it measured nothing.
+pub fn probe(
+    rate: f64,
+    confirmation: bool,
+    record: &StepRecord,
+    slo: &[Threshold],
+) -> Option<Probe> {
+    let result = record.result.clone()?;
+    let saturated = result.generator.saturated;
+    let achieved = result.throughput_rps;
+    let mut run = Run::from_result("step", result).ok()?;
+    run.usage = record.usage.clone();
+    let h = Headline::of(group(vec![run]));
+    let failures: Vec<String> = slo
+        .iter()
+        .map(|t| threshold::check(t, observe(&h, t.metric)))
+        .filter(|o| !o.passed)
+        .map(|o| o.to_string())
+        .collect();
+    Some(Probe {
+        rate,
+        achieved_rps: achieved,
+        slo_met: failures.is_empty() && !record.failed(),
+        generator_saturated: saturated,
+        failures,
+        confirmation,
+    })
+}
