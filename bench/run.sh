@@ -9,6 +9,8 @@
 #   reps      : $REPS, interleaved (rep 1 of every tool and phase, then rep 2, ...)
 #   extras    : peak RSS of a 5 s and a 30 s run; 10,000 connections; backend vs nginx
 #               requests per server CPU-second (set EXTRAS=0 to skip)
+#   baseline  : BASELINE=/path/to/an/older/meshbench runs it as one more tool, interleaved
+#               with the others, so a change is measured before and after in the same run
 #
 # Prints the median of each figure and the ratios meshbench/peer; raw rows go to $OUT.
 # Figures are requests per generator CPU-second = total requests / (user + sys seconds).
@@ -30,6 +32,7 @@ WORK=$(mktemp -d /tmp/meshbench-bench.XXXXXX)
 mkdir -p "$ROOT/bench/results"
 OUT=${OUT:-$ROOT/bench/results/run-$(date +%Y%m%d-%H%M%S).tsv}
 MB=$ROOT/target/release/meshbench
+BASELINE=${BASELINE:-}
 URL=http://127.0.0.1:$PORT/
 
 "$ROOT/scripts/install-deps.sh"
@@ -71,9 +74,11 @@ run_one() {
   local cmd=()
   case $phase:$tool in
     closed:meshbench) cmd=("$MB" run -q -c $CONNS -d ${DUR}s --json "$base.json" "$URL") ;;
+    closed:baseline)  cmd=("$BASELINE" run -q -c $CONNS -d ${DUR}s --json "$base.json" "$URL") ;;
     closed:wrk)       cmd=(wrk -t1 -c$CONNS -d${DUR}s "$URL") ;;
     closed:h2load)    cmd=(h2load --h1 -t1 -c$CONNS -D${DUR}s "$URL") ;;
     open*:meshbench)  cmd=("$MB" run -q -c $CONNS -r $rate -d ${DUR}s --json "$base.json" "$URL") ;;
+    open*:baseline)   cmd=("$BASELINE" run -q -c $CONNS -r $rate -d ${DUR}s --json "$base.json" "$URL") ;;
     open*:h2load)     cmd=(h2load --h1 -t1 -c$CONNS -D${DUR}s --rps=$per "$URL") ;;
     *) return 0 ;;
   esac
@@ -86,7 +91,7 @@ user, sys_, rss = open(base + ".time").read().split()[-3:]
 cpu = float(user) + float(sys_)
 out = open(base + ".out", errors="replace").read()
 extra = ""
-if tool == "meshbench":
+if tool in ("meshbench", "baseline"):
     r = json.load(open(base + ".json"))
     n, rps = r["requests"]["ok"], r["throughput_rps"]
     lag = r["schedule_lag_us"]
@@ -110,6 +115,7 @@ timeout 20 taskset -c "$GEN_CPU" wrk -t1 -c$CONNS -d2s "$URL" > /dev/null 2>&1
 for rep in $(seq 1 "$REPS"); do
   for phase in $PHASES; do
     case $phase in closed) tools="meshbench wrk h2load"; r=$RATE ;; open) tools="meshbench h2load"; r=$RATE ;; openhi) tools="meshbench h2load"; r=$RATE_HI ;; esac
+    [ -n "$BASELINE" ] && tools="$tools baseline"
     for tool in $tools; do run_one "$phase" "$tool" "$rep" "$r"; done
   done
 done

@@ -55,6 +55,12 @@ pub fn execute(args: CapacityArgs) -> Result<u8> {
         .store
         .clone()
         .unwrap_or_else(meshbench_store::default_path);
+    let signals = Signals::install()?;
+    let goal = Goal {
+        settings,
+        slo: &slo,
+        signals: &signals,
+    };
     match &args.experiment {
         Some(file) => {
             let mut e = meshbench_experiment::load(file, &args.set)
@@ -81,39 +87,32 @@ pub fn execute(args: CapacityArgs) -> Result<u8> {
                 .into_iter()
                 .next()
                 .context("the experiment has no step")?;
-            let signals = Signals::install()?;
             let mut session =
                 Session::begin(&store_path, &new_experiment(&e), signals.stop.clone())?;
             let lab = Lab::new(&e)?;
             let mut progress = Progress::new(args.quiet, &e.name, &store_path);
-            let found = search(
-                settings,
-                &slo,
-                &mut session,
-                &signals,
-                |session, rate, n| {
-                    let step = Step {
-                        index: n,
-                        load: meshbench_experiment::plan::LoadPoint {
-                            qps: Some(rate),
-                            ..template.load
-                        },
-                        ..template.clone()
-                    };
-                    let at = StepAt {
-                        step: &step,
-                        steps: n + 1,
-                        step_secs: e.warmup_secs + e.duration_secs,
-                        left_after_secs: 0.0,
-                    };
-                    lab.step(session, &e, &at, &mut progress)?;
-                    Ok(session
-                        .steps()
-                        .last()
-                        .expect("a lab step is stored")
-                        .clone())
-                },
-            );
+            let found = goal.search(&mut session, |session, rate, n| {
+                let step = Step {
+                    index: n,
+                    load: meshbench_experiment::plan::LoadPoint {
+                        qps: Some(rate),
+                        ..template.load
+                    },
+                    ..template.clone()
+                };
+                let at = StepAt {
+                    step: &step,
+                    steps: n + 1,
+                    step_secs: e.warmup_secs + e.duration_secs,
+                    left_after_secs: 0.0,
+                };
+                lab.step(session, &e, &at, &mut progress)?;
+                Ok(session
+                    .steps()
+                    .last()
+                    .expect("a lab step is stored")
+                    .clone())
+            });
             conclude(session, &signals, found)
         }
         None => {
@@ -160,7 +159,6 @@ pub fn execute(args: CapacityArgs) -> Result<u8> {
                 started_at: now_rfc3339(),
                 meshbench_version: env!("CARGO_PKG_VERSION").into(),
             };
-            let signals = Signals::install()?;
             let mut session = Session::begin(&store_path, &new, signals.stop.clone())?;
             let live = !args.quiet && std::io::IsTerminal::is_terminal(&std::io::stderr());
             let protocol = match base.protocol {
@@ -168,36 +166,30 @@ pub fn execute(args: CapacityArgs) -> Result<u8> {
                 Protocol::Http2 => HttpVersion::Http2,
             };
             let connections = args.connections;
-            let found = search(
-                settings,
-                &slo,
-                &mut session,
-                &signals,
-                |session, rate, n| {
-                    let mut record = StepRecord::new(
-                        n as u32,
-                        StepParams::open(rate, connections as u32, protocol),
+            let found = goal.search(&mut session, |session, rate, n| {
+                let mut record = StepRecord::new(
+                    n as u32,
+                    StepParams::open(rate, connections as u32, protocol),
+                );
+                record.variant = "capacity".into();
+                record.label = format!("capacity_qps_{rate}_c_{connections}");
+                record.started_at = now_rfc3339();
+                let measured = super::run::resolve(&at_rate(rate))
+                    .and_then(|spec| super::run::measure(&spec, session.stop.clone(), live));
+                match measured {
+                    Ok(result) => record.set_result(result),
+                    Err(err) => record.fail(format!("the load generator failed: {err:#}")),
+                }
+                let stored = session.record(record)?;
+                if stored.failed() {
+                    eprintln!(
+                        "step {} ({rate} req/s) failed: {}",
+                        n + 1,
+                        stored.error.as_deref().unwrap_or("unknown")
                     );
-                    record.variant = "capacity".into();
-                    record.label = format!("capacity_qps_{rate}_c_{connections}");
-                    record.started_at = now_rfc3339();
-                    let measured = super::run::resolve(&at_rate(rate))
-                        .and_then(|spec| super::run::measure(&spec, session.stop.clone(), live));
-                    match measured {
-                        Ok(result) => record.set_result(result),
-                        Err(err) => record.fail(format!("the load generator failed: {err:#}")),
-                    }
-                    let stored = session.record(record)?;
-                    if stored.failed() {
-                        eprintln!(
-                            "step {} ({rate} req/s) failed: {}",
-                            n + 1,
-                            stored.error.as_deref().unwrap_or("unknown")
-                        );
-                    }
-                    Ok(stored.clone())
-                },
-            );
+                }
+                Ok(stored.clone())
+            });
             conclude(session, &signals, found)
         }
     }
@@ -221,40 +213,49 @@ fn conclude(session: Session, signals: &Signals, found: Result<(u8, String)>) ->
     })
 }
 
-/// Runs the search, printing each step; returns the exit code and the answer's line.
-fn search(
+/// What the search is for: its settings, the SLO a rate must meet, and the signals that may
+/// stop it.
+struct Goal<'a> {
     settings: Settings,
-    slo: &[Threshold],
-    session: &mut Session,
-    signals: &Signals,
-    run_at: impl FnMut(&mut Session, f64, usize) -> Result<StepRecord, RunnerError>,
-) -> Result<(u8, String)> {
-    let outcome = capacity::search(settings, slo, session, run_at, |n, p| {
-        eprintln!(
-            "step {:>2} {:>10.1} req/s offered, {:>10.1} carried: {}{}{}",
-            n + 1,
-            p.rate,
-            p.achieved_rps,
-            if p.confirmation { "confirmation " } else { "" },
-            if p.passed() { "pass" } else { "fail" },
-            if p.passed() {
-                String::new()
-            } else if p.generator_saturated {
-                " (the load generator saturated)".into()
-            } else if !p.failures.is_empty() {
-                format!(" ({})", p.failures.join("; "))
-            } else {
-                format!(
-                    " (carried less than {:.0} % of the offered rate)",
-                    meshbench_analysis::capacity::CARRIED * 100.0
-                )
-            }
-        );
-    })?;
-    let id = session.id;
-    let steps = outcome.probes.len();
-    let best = outcome.best();
-    let (code, line) = match outcome.answer {
+    slo: &'a [Threshold],
+    signals: &'a Signals,
+}
+
+impl Goal<'_> {
+    /// Runs the search with `run_at` measuring each rate, printing each step; returns the exit
+    /// code and the answer's line.
+    fn search(
+        &self,
+        session: &mut Session,
+        run_at: impl FnMut(&mut Session, f64, usize) -> Result<StepRecord, RunnerError>,
+    ) -> Result<(u8, String)> {
+        let (slo, signals) = (self.slo, self.signals);
+        let outcome = capacity::search(self.settings.clone(), slo, session, run_at, |n, p| {
+            eprintln!(
+                "step {:>2} {:>10.1} req/s offered, {:>10.1} carried: {}{}{}",
+                n + 1,
+                p.rate,
+                p.achieved_rps,
+                if p.confirmation { "confirmation " } else { "" },
+                if p.passed() { "pass" } else { "fail" },
+                if p.passed() {
+                    String::new()
+                } else if p.generator_saturated {
+                    " (the load generator saturated)".into()
+                } else if !p.failures.is_empty() {
+                    format!(" ({})", p.failures.join("; "))
+                } else {
+                    format!(
+                        " (carried less than {:.0} % of the offered rate)",
+                        meshbench_analysis::capacity::CARRIED * 100.0
+                    )
+                }
+            );
+        })?;
+        let id = session.id;
+        let steps = outcome.probes.len();
+        let best = outcome.best();
+        let (code, line) = match outcome.answer {
         None => {
             (
                 signals.exit_code().unwrap_or(exit::FAILED),
@@ -298,7 +299,8 @@ fn search(
             ),
         ),
     };
-    Ok((code, line))
+        Ok((code, line))
+    }
 }
 
 fn args_text(slo: &[Threshold]) -> String {
