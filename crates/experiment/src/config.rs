@@ -4,9 +4,9 @@
 //! (docs/experiment.md is the key-by-key reference).
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::path::Path;
 
+use meshbench_lab::{Class, Program, Topology};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_yaml_ng::{Mapping, Value};
@@ -67,59 +67,6 @@ fn one() -> u32 {
 }
 fn default_sample_interval() -> u64 {
     1000
-}
-
-/// Who talks to whom.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord, Hash)]
-#[serde(rename_all = "lowercase")]
-pub enum Topology {
-    /// client -> backend.
-    Baseline,
-    /// client -> proxy -> backend.
-    Serveronly,
-    /// client -> proxy -> backend, the proxy standing for the client's sidecar.
-    Clientonly,
-    /// client -> client proxy -> server proxy -> backend.
-    Both,
-    /// client -> gateway (N virtual hosts over TLS) -> backend.
-    Gateway,
-    /// client -> L4 tunnel -> L4 tunnel -> backend.
-    Ambient,
-    /// client -> L4 tunnel -> L7 waypoint -> L4 tunnel -> backend.
-    Waypoint,
-}
-
-impl Topology {
-    pub fn name(self) -> &'static str {
-        match self {
-            Topology::Baseline => "baseline",
-            Topology::Serveronly => "serveronly",
-            Topology::Clientonly => "clientonly",
-            Topology::Both => "both",
-            Topology::Gateway => "gateway",
-            Topology::Ambient => "ambient",
-            Topology::Waypoint => "waypoint",
-        }
-    }
-
-    /// The mode word of Istio's perf/benchmark labels.
-    pub fn istio_mode(self) -> &'static str {
-        match self {
-            Topology::Baseline => "no_istio",
-            Topology::Serveronly => "serveronly",
-            Topology::Clientonly => "clientonly",
-            Topology::Both => "both",
-            Topology::Gateway => "ingress",
-            Topology::Ambient => "ambient",
-            Topology::Waypoint => "waypoint",
-        }
-    }
-}
-
-impl fmt::Display for Topology {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
@@ -195,36 +142,12 @@ impl Default for Load {
     }
 }
 
-/// Which proxy program plays a role.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum ProxyType {
-    #[default]
-    Nginx,
-    Haproxy,
-    Caddy,
-    Envoy,
-    /// Any program, from `command` and `config_template`.
-    Command,
-}
-
-impl ProxyType {
-    pub fn name(self) -> &'static str {
-        match self {
-            ProxyType::Nginx => "nginx",
-            ProxyType::Haproxy => "haproxy",
-            ProxyType::Caddy => "caddy",
-            ProxyType::Envoy => "envoy",
-            ProxyType::Command => "command",
-        }
-    }
-}
-
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
 #[serde(deny_unknown_fields, default)]
 pub struct Proxy {
+    /// Which program plays the role.
     #[serde(rename = "type")]
-    pub kind: ProxyType,
+    pub kind: Program,
     /// Worker processes or threads; 0 follows the CPU allotment (as Envoy's --concurrency).
     pub workers: u32,
     /// Mutual TLS between the two proxies of `both`, and between the tunnels.
@@ -239,7 +162,7 @@ pub struct Proxy {
 impl Proxy {
     fn tunnel_default() -> Proxy {
         Proxy {
-            kind: ProxyType::Haproxy,
+            kind: Program::Haproxy,
             mtls: true,
             ..Proxy::default()
         }
@@ -250,7 +173,7 @@ impl Proxy {
 #[serde(deny_unknown_fields, default)]
 pub struct Gateway {
     #[serde(rename = "type")]
-    pub kind: ProxyType,
+    pub kind: Program,
     pub domains: u32,
     pub paths: u32,
     pub workers: u32,
@@ -259,7 +182,7 @@ pub struct Gateway {
 impl Default for Gateway {
     fn default() -> Self {
         Gateway {
-            kind: ProxyType::Nginx,
+            kind: Program::Nginx,
             domains: 10,
             paths: 10,
             workers: 0,
@@ -580,7 +503,7 @@ impl Experiment {
             p.push("load.timeout_ms: expected at least 1".into());
         }
         for (section, proxy) in [("proxy", &self.proxy), ("tunnel", &self.tunnel)] {
-            if proxy.kind == ProxyType::Command {
+            if proxy.kind == Program::Command {
                 if proxy.command.is_empty() {
                     p.push(format!(
                         "{section}.command: type command needs the program and its arguments"
@@ -593,15 +516,12 @@ impl Experiment {
                 ));
             }
         }
-        let tunnels = self
-            .topologies
-            .iter()
-            .any(|t| matches!(t, Topology::Ambient | Topology::Waypoint));
-        if tunnels && self.tunnel.kind == ProxyType::Caddy {
+        let tunnels = self.topologies.iter().any(|t| t.has(Class::Tunnel));
+        if tunnels && self.tunnel.kind == Program::Caddy {
             p.push("tunnel.type: caddy has no L4 proxy in Debian's package; use haproxy, nginx, envoy or command".into());
         }
         if self.topologies.contains(&Topology::Gateway) {
-            if self.gateway.kind == ProxyType::Command {
+            if self.gateway.kind == Program::Command {
                 p.push("gateway.type: expected nginx, haproxy, caddy or envoy".into());
             }
             if self.gateway.domains == 0 || self.gateway.paths == 0 {
@@ -680,7 +600,7 @@ mod tests {
         assert_eq!(e.topologies, vec![Topology::Baseline, Topology::Serveronly]);
         assert_eq!(e.duration_secs, 10.0);
         assert_eq!(e.load.qps, vec![1000.0]);
-        assert_eq!(e.tunnel.kind, ProxyType::Haproxy);
+        assert_eq!(e.tunnel.kind, Program::Haproxy);
         assert!(e.tunnel.mtls);
     }
 
@@ -725,7 +645,7 @@ mod tests {
         assert_eq!(e.duration_secs, 3.0);
         assert_eq!(e.load.qps, vec![10.0, 20.0]);
         assert_eq!(e.limits.proxy.cpus, vec![0.5]);
-        assert_eq!(e.proxy.kind, ProxyType::Haproxy);
+        assert_eq!(e.proxy.kind, Program::Haproxy);
         let err = parse("t.yaml", MINIMAL, &["nokey".into(), "load.qps.x=1".into()])
             .unwrap_err()
             .to_string();

@@ -7,26 +7,9 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use crate::config::{Experiment, HttpVersion, LoopMode, Topology};
+use meshbench_lab::{Class, Topology};
 
-/// Which role's CPU quota a sweep varies.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum CpuRole {
-    Proxy,
-    Tunnel,
-    Backend,
-}
-
-impl CpuRole {
-    pub fn name(self) -> &'static str {
-        match self {
-            CpuRole::Proxy => "proxy",
-            CpuRole::Tunnel => "tunnel",
-            CpuRole::Backend => "backend",
-        }
-    }
-}
+use crate::config::{Experiment, HttpVersion, LoopMode};
 
 /// One cell of the load matrix.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -46,8 +29,8 @@ pub struct Step {
     /// 0-based repeat.
     pub repeat: u32,
     pub topology: Topology,
-    /// The swept role's CPU quota in cores, when `limits.<role>.cpus` lists values.
-    pub cpu: Option<(CpuRole, f64)>,
+    /// The swept class's CPU quota in cores, when `limits.<class>.cpus` lists values.
+    pub cpu: Option<(Class, f64)>,
     pub load: LoadPoint,
 }
 
@@ -140,16 +123,16 @@ impl Plan {
         }
         loads.dedup();
         let sweep = [
-            (CpuRole::Proxy, &e.limits.proxy.cpus),
-            (CpuRole::Tunnel, &e.limits.tunnel.cpus),
-            (CpuRole::Backend, &e.limits.backend.cpus),
+            (Class::Proxy, &e.limits.proxy.cpus),
+            (Class::Tunnel, &e.limits.tunnel.cpus),
+            (Class::Backend, &e.limits.backend.cpus),
         ]
         .into_iter()
         .find(|(_, c)| c.len() > 1);
         let mut variants = Vec::new();
         for &t in &e.topologies {
             match sweep {
-                Some((role, cpus)) if role_in(role, t) => {
+                Some((role, cpus)) if t.has(role) => {
                     for &c in cpus {
                         variants.push((t, Some((role, c))));
                     }
@@ -184,15 +167,6 @@ impl Plan {
 
     pub fn total_secs(&self, e: &Experiment) -> f64 {
         self.steps.len() as f64 * self.step_secs(e)
-    }
-}
-
-/// Whether a topology has a role of this kind (so that a CPU sweep multiplies its variants).
-pub fn role_in(role: CpuRole, t: Topology) -> bool {
-    match role {
-        CpuRole::Backend => true,
-        CpuRole::Proxy => !matches!(t, Topology::Baseline | Topology::Ambient),
-        CpuRole::Tunnel => matches!(t, Topology::Ambient | Topology::Waypoint),
     }
 }
 

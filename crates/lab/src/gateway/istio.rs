@@ -10,9 +10,9 @@ use std::path::PathBuf;
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 
-use super::{write as write_file, GatewayPlan, DOMAINS_PER_WORKSPACE};
+use super::{GatewayPlan, Target, DOMAINS_PER_WORKSPACE};
 use crate::pki::Issued;
-use crate::LabError;
+use crate::{write_file, LabError};
 
 /// Namespace of the gateway, its Secrets and the routes.
 pub const NAMESPACE: &str = "istio-system";
@@ -226,6 +226,30 @@ fn to_yaml<T: Serialize>(docs: &[T]) -> Result<String, LabError> {
     Ok(out)
 }
 
+/// Istio as a gateway [`Target`]: YAML to apply to a cluster, whose ingress is reached by
+/// host name on the default port.
+#[derive(Debug, Clone, Copy)]
+pub struct Istio;
+
+impl Target for Istio {
+    fn name(&self) -> &'static str {
+        "istio"
+    }
+
+    fn by_name(&self) -> bool {
+        true
+    }
+
+    fn write(
+        &self,
+        plan: &GatewayPlan,
+        certs: &[(String, Issued)],
+    ) -> Result<Vec<PathBuf>, LabError> {
+        write(plan, certs)
+    }
+}
+
+/// The Gateways, VirtualServices and (with TLS) Secrets, one YAML file each.
 pub fn write(plan: &GatewayPlan, certs: &[(String, Issued)]) -> Result<Vec<PathBuf>, LabError> {
     let (gateways, services) = resources(plan);
     let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
@@ -245,16 +269,13 @@ pub fn write(plan: &GatewayPlan, certs: &[(String, Issued)]) -> Result<Vec<PathB
         })
         .collect();
     let mut files = vec![
-        write_file(&plan.path("istio-gateways.yaml"), &to_yaml(&gateways)?)?,
-        write_file(
-            &plan.path("istio-virtualservices.yaml"),
-            &to_yaml(&services)?,
-        )?,
+        write_file(plan.path("istio-gateways.yaml"), to_yaml(&gateways)?)?,
+        write_file(plan.path("istio-virtualservices.yaml"), to_yaml(&services)?)?,
     ];
     if !secrets.is_empty() {
         files.push(write_file(
-            &plan.path("istio-secrets.yaml"),
-            &to_yaml(&secrets)?,
+            plan.path("istio-secrets.yaml"),
+            to_yaml(&secrets)?,
         )?);
     }
     Ok(files)
