@@ -1,7 +1,8 @@
 //! The experiment file: what to start, how to limit it, what load to drive, how often to repeat.
 //! Read from YAML into typed sections; `--set key=value` edits the YAML tree before it is read.
 //! Every mistake in the file is reported at once, each with its file, key and what was expected
-//! (docs/experiment.md is the key-by-key reference).
+//! (docs/experiment.md is the key-by-key reference). Topologies and proxy programs are the
+//! lab's own types (`meshbench_lab::{Topology, Program}`), read straight from the file.
 
 use std::collections::BTreeMap;
 use std::path::Path;

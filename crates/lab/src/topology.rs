@@ -1,8 +1,8 @@
 //! Topologies: who talks to whom. Each topology is a chain of roles between the client and the
 //! backend, client side first, and each role has a class (which limits and which program it
 //! gets) and a layer (L7 HTTP proxy or L4 tunnel). The experiment file names topologies with
-//! these words; the rig starts the chain one role at a time ([`crate::rig`]), each role played
-//! by a program ([`crate::program`]).
+//! these words; the rig starts the chain one role at a time (`rig`), each role played by a
+//! program (`program`); this module knows neither.
 
 use std::fmt;
 

@@ -3,7 +3,7 @@
 //! VirtualService does), with a CA and the domains' certificates.
 //!
 //! One plan ([`GatewayPlan`]) is written for one [`Target`]: a program the lab starts
-//! ([`crate::program::Program`]: nginx, haproxy, caddy and Envoy render their own configuration
+//! (`program::Program`: nginx, haproxy, caddy and Envoy render their own configuration
 //! in their own modules) or Istio ([`istio::Istio`]: Gateway, VirtualService and Secret YAML for
 //! a Kubernetes cluster). This module writes what every target shares: the CA, the
 //! certificates, and `targets.txt`, a `--targets` file whose templates cover every route once.

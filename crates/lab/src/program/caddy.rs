@@ -20,9 +20,7 @@ pub const VERSION_FLAG: &str = "version";
 
 /// The caddy binary, installing the Debian package first if there is none.
 pub fn binary() -> Result<PathBuf, LabError> {
-    install::ensure("caddy", "caddy", || {
-        install::find("caddy", &["/usr/bin/caddy"])
-    })
+    install::program("caddy", &["/usr/bin/caddy"])
 }
 
 /// `caddy run` on the Caddyfile, its home and data in the role's directory.

@@ -21,9 +21,7 @@ pub const VERSION_FLAG: &str = "-v";
 
 /// The haproxy binary, installing the Debian package first if there is none.
 pub fn binary() -> Result<PathBuf, LabError> {
-    install::ensure("haproxy", "haproxy", || {
-        install::find("haproxy", &["/usr/sbin/haproxy"])
-    })
+    install::program("haproxy", &["/usr/sbin/haproxy"])
 }
 
 /// In the foreground, logging to stderr.

@@ -23,16 +23,14 @@ pub const VERSION_FLAG: &str = "-v";
 
 /// The nginx binary, installing the Debian package first if there is none.
 pub fn binary() -> Result<PathBuf, LabError> {
-    install::ensure("nginx", "nginx", || {
-        install::find(
-            "nginx",
-            &[
-                "/usr/sbin/nginx",
-                "/usr/local/sbin/nginx",
-                "/usr/local/nginx/sbin/nginx",
-            ],
-        )
-    })
+    install::program(
+        "nginx",
+        &[
+            "/usr/sbin/nginx",
+            "/usr/local/sbin/nginx",
+            "/usr/local/nginx/sbin/nginx",
+        ],
+    )
 }
 
 /// In the foreground (`daemon off` is in the configuration), prefix and early log in the
