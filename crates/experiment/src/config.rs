@@ -1,15 +1,18 @@
 //! The experiment file: what to start, how to limit it, what load to drive, how often to repeat.
 //! Read from YAML into typed sections; `--set key=value` edits the YAML tree before it is read.
 //! Every mistake in the file is reported at once, each with its file, key and what was expected
-//! (docs/experiment.md is the key-by-key reference).
+//! (docs/experiment.md is the key-by-key reference). Topologies and proxy programs are the
+//! lab's own types (`meshbench_lab::{Topology, Program}`), read straight from the file.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::path::Path;
 
+use meshbench_lab::{Class, Program, Topology};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_yaml_ng::{Mapping, Value};
+
+use meshbench_engine::Protocol;
 
 use crate::ConfigError;
 
@@ -69,59 +72,6 @@ fn default_sample_interval() -> u64 {
     1000
 }
 
-/// Who talks to whom.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord, Hash)]
-#[serde(rename_all = "lowercase")]
-pub enum Topology {
-    /// client -> backend.
-    Baseline,
-    /// client -> proxy -> backend.
-    Serveronly,
-    /// client -> proxy -> backend, the proxy standing for the client's sidecar.
-    Clientonly,
-    /// client -> client proxy -> server proxy -> backend.
-    Both,
-    /// client -> gateway (N virtual hosts over TLS) -> backend.
-    Gateway,
-    /// client -> L4 tunnel -> L4 tunnel -> backend.
-    Ambient,
-    /// client -> L4 tunnel -> L7 waypoint -> L4 tunnel -> backend.
-    Waypoint,
-}
-
-impl Topology {
-    pub fn name(self) -> &'static str {
-        match self {
-            Topology::Baseline => "baseline",
-            Topology::Serveronly => "serveronly",
-            Topology::Clientonly => "clientonly",
-            Topology::Both => "both",
-            Topology::Gateway => "gateway",
-            Topology::Ambient => "ambient",
-            Topology::Waypoint => "waypoint",
-        }
-    }
-
-    /// The mode word of Istio's perf/benchmark labels.
-    pub fn istio_mode(self) -> &'static str {
-        match self {
-            Topology::Baseline => "no_istio",
-            Topology::Serveronly => "serveronly",
-            Topology::Clientonly => "clientonly",
-            Topology::Both => "both",
-            Topology::Gateway => "ingress",
-            Topology::Ambient => "ambient",
-            Topology::Waypoint => "waypoint",
-        }
-    }
-}
-
-impl fmt::Display for Topology {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum Isolation {
@@ -142,14 +92,6 @@ pub enum LoopMode {
     Closed,
 }
 
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum HttpVersion {
-    #[default]
-    Http1,
-    Http2,
-}
-
 /// The load matrix: every combination of the lists is one load point.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -165,7 +107,7 @@ pub struct Load {
     /// Off: evenly spaced arrivals. On: Poisson arrivals (random gaps), a stronger form of
     /// fortio's ±10 % jitter.
     pub jitter: Vec<bool>,
-    pub protocol: HttpVersion,
+    pub protocol: Protocol,
     /// HTTP/2 streams per connection.
     pub streams: u32,
     /// Closed loop: connections kept open in all. The `connections` values then cap the
@@ -186,7 +128,7 @@ impl Default for Load {
             response_bytes: vec![1024],
             request_bytes: 0,
             jitter: vec![false],
-            protocol: HttpVersion::Http1,
+            protocol: Protocol::Http1,
             streams: 1,
             connection_pool: 0,
             threads: 0,
@@ -195,36 +137,12 @@ impl Default for Load {
     }
 }
 
-/// Which proxy program plays a role.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum ProxyType {
-    #[default]
-    Nginx,
-    Haproxy,
-    Caddy,
-    Envoy,
-    /// Any program, from `command` and `config_template`.
-    Command,
-}
-
-impl ProxyType {
-    pub fn name(self) -> &'static str {
-        match self {
-            ProxyType::Nginx => "nginx",
-            ProxyType::Haproxy => "haproxy",
-            ProxyType::Caddy => "caddy",
-            ProxyType::Envoy => "envoy",
-            ProxyType::Command => "command",
-        }
-    }
-}
-
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
 #[serde(deny_unknown_fields, default)]
 pub struct Proxy {
+    /// Which program plays the role.
     #[serde(rename = "type")]
-    pub kind: ProxyType,
+    pub kind: Program,
     /// Worker processes or threads; 0 follows the CPU allotment (as Envoy's --concurrency).
     pub workers: u32,
     /// Mutual TLS between the two proxies of `both`, and between the tunnels.
@@ -239,7 +157,7 @@ pub struct Proxy {
 impl Proxy {
     fn tunnel_default() -> Proxy {
         Proxy {
-            kind: ProxyType::Haproxy,
+            kind: Program::Haproxy,
             mtls: true,
             ..Proxy::default()
         }
@@ -250,7 +168,7 @@ impl Proxy {
 #[serde(deny_unknown_fields, default)]
 pub struct Gateway {
     #[serde(rename = "type")]
-    pub kind: ProxyType,
+    pub kind: Program,
     pub domains: u32,
     pub paths: u32,
     pub workers: u32,
@@ -259,7 +177,7 @@ pub struct Gateway {
 impl Default for Gateway {
     fn default() -> Self {
         Gateway {
-            kind: ProxyType::Nginx,
+            kind: Program::Nginx,
             domains: 10,
             paths: 10,
             workers: 0,
@@ -560,7 +478,7 @@ impl Experiment {
         if l.streams == 0 {
             p.push("load.streams: expected at least 1".into());
         }
-        if l.streams > 1 && l.protocol != HttpVersion::Http2 {
+        if l.streams > 1 && l.protocol != Protocol::Http2 {
             p.push("load.streams: more than 1 stream needs load.protocol: http2".into());
         }
         if l.connection_pool > 0 {
@@ -580,7 +498,7 @@ impl Experiment {
             p.push("load.timeout_ms: expected at least 1".into());
         }
         for (section, proxy) in [("proxy", &self.proxy), ("tunnel", &self.tunnel)] {
-            if proxy.kind == ProxyType::Command {
+            if proxy.kind == Program::Command {
                 if proxy.command.is_empty() {
                     p.push(format!(
                         "{section}.command: type command needs the program and its arguments"
@@ -593,15 +511,12 @@ impl Experiment {
                 ));
             }
         }
-        let tunnels = self
-            .topologies
-            .iter()
-            .any(|t| matches!(t, Topology::Ambient | Topology::Waypoint));
-        if tunnels && self.tunnel.kind == ProxyType::Caddy {
+        let tunnels = self.topologies.iter().any(|t| t.has(Class::Tunnel));
+        if tunnels && self.tunnel.kind == Program::Caddy {
             p.push("tunnel.type: caddy has no L4 proxy in Debian's package; use haproxy, nginx, envoy or command".into());
         }
         if self.topologies.contains(&Topology::Gateway) {
-            if self.gateway.kind == ProxyType::Command {
+            if self.gateway.kind == Program::Command {
                 p.push("gateway.type: expected nginx, haproxy, caddy or envoy".into());
             }
             if self.gateway.domains == 0 || self.gateway.paths == 0 {
@@ -680,7 +595,7 @@ mod tests {
         assert_eq!(e.topologies, vec![Topology::Baseline, Topology::Serveronly]);
         assert_eq!(e.duration_secs, 10.0);
         assert_eq!(e.load.qps, vec![1000.0]);
-        assert_eq!(e.tunnel.kind, ProxyType::Haproxy);
+        assert_eq!(e.tunnel.kind, Program::Haproxy);
         assert!(e.tunnel.mtls);
     }
 
@@ -725,7 +640,7 @@ mod tests {
         assert_eq!(e.duration_secs, 3.0);
         assert_eq!(e.load.qps, vec![10.0, 20.0]);
         assert_eq!(e.limits.proxy.cpus, vec![0.5]);
-        assert_eq!(e.proxy.kind, ProxyType::Haproxy);
+        assert_eq!(e.proxy.kind, Program::Haproxy);
         let err = parse("t.yaml", MINIMAL, &["nokey".into(), "load.qps.x=1".into()])
             .unwrap_err()
             .to_string();

@@ -1,6 +1,9 @@
 //! Experiments: the file a user writes ([`config`]) and the ordered steps it expands to
-//! ([`plan`]). Running the steps needs the engine, the lab and the store, and happens in the
-//! binary; this crate stays pure so that every rule of the file is tested without a process.
+//! ([`plan`]). The file's words for topologies, programs and role classes are the lab's own
+//! types (`meshbench_lab::{Topology, Program, Class}`), read straight from the YAML; nothing
+//! here starts a process. Each step's typed parameters are [`params::StepParams`]. Running the
+//! steps is the runner's (`meshbench-runner`); this crate stays pure so that every rule of the
+//! file is tested without a process.
 
 pub mod config;
 pub mod params;
@@ -8,7 +11,7 @@ pub mod plan;
 
 use thiserror::Error;
 
-pub use config::{load, parse, Experiment, Topology};
+pub use config::{load, parse, Experiment};
 pub use params::{CpuAllotment, StepParams};
 pub use plan::{Plan, Step};
 

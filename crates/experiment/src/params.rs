@@ -5,14 +5,16 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{Experiment, HttpVersion, LoopMode};
-use crate::plan::{CpuRole, Step};
+use crate::config::{Experiment, LoopMode};
+use crate::plan::Step;
+use meshbench_engine::Protocol;
+use meshbench_lab::Class;
 
 /// The CPU quota a sweep gave one role of a step.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CpuAllotment {
-    pub role: CpuRole,
+    pub role: Class,
     pub cores: f64,
 }
 
@@ -31,14 +33,14 @@ pub struct StepParams {
     /// Poisson arrivals instead of evenly spaced ones.
     pub jitter: bool,
     pub mode: LoopMode,
-    pub protocol: HttpVersion,
+    pub protocol: Protocol,
     /// The swept role's CPU quota, when the experiment sweeps one.
     pub cpu: Option<CpuAllotment>,
 }
 
 impl StepParams {
     /// An open-loop step at `qps` against a target that is not a rig (a URL).
-    pub fn open(qps: f64, connections: u32, protocol: HttpVersion) -> StepParams {
+    pub fn open(qps: f64, connections: u32, protocol: Protocol) -> StepParams {
         StepParams {
             qps: Some(qps),
             connections,
@@ -88,7 +90,7 @@ mod tests {
         assert_eq!(
             p.cpu,
             Some(CpuAllotment {
-                role: CpuRole::Proxy,
+                role: Class::Proxy,
                 cores: 1.0
             })
         );

@@ -7,26 +7,10 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use crate::config::{Experiment, HttpVersion, LoopMode, Topology};
+use meshbench_lab::{Class, Topology};
 
-/// Which role's CPU quota a sweep varies.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum CpuRole {
-    Proxy,
-    Tunnel,
-    Backend,
-}
-
-impl CpuRole {
-    pub fn name(self) -> &'static str {
-        match self {
-            CpuRole::Proxy => "proxy",
-            CpuRole::Tunnel => "tunnel",
-            CpuRole::Backend => "backend",
-        }
-    }
-}
+use crate::config::{Experiment, LoopMode};
+use meshbench_engine::Protocol;
 
 /// One cell of the load matrix.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -46,8 +30,8 @@ pub struct Step {
     /// 0-based repeat.
     pub repeat: u32,
     pub topology: Topology,
-    /// The swept role's CPU quota in cores, when `limits.<role>.cpus` lists values.
-    pub cpu: Option<(CpuRole, f64)>,
+    /// The swept class's CPU quota in cores, when `limits.<class>.cpus` lists values.
+    pub cpu: Option<(Class, f64)>,
     pub load: LoadPoint,
 }
 
@@ -78,7 +62,7 @@ impl Step {
     }
 
     /// Istio perf/benchmark's label: `{id}_qps_{q}_c_{c}_{size}_{variant}_{mode}`.
-    pub fn istio_label(&self, id: &str, protocol: HttpVersion) -> String {
+    pub fn istio_label(&self, id: &str, protocol: Protocol) -> String {
         let q = match self.load.qps {
             Some(q) if q.fract() == 0.0 => format!("{q:.0}"),
             Some(q) => format!("{q}"),
@@ -91,7 +75,7 @@ impl Step {
         if self.load.jitter {
             variant.push("jitter".into());
         }
-        if protocol == HttpVersion::Http2 {
+        if protocol == Protocol::Http2 {
             variant.push("h2".into());
         }
         let variant = if variant.is_empty() {
@@ -140,16 +124,16 @@ impl Plan {
         }
         loads.dedup();
         let sweep = [
-            (CpuRole::Proxy, &e.limits.proxy.cpus),
-            (CpuRole::Tunnel, &e.limits.tunnel.cpus),
-            (CpuRole::Backend, &e.limits.backend.cpus),
+            (Class::Proxy, &e.limits.proxy.cpus),
+            (Class::Tunnel, &e.limits.tunnel.cpus),
+            (Class::Backend, &e.limits.backend.cpus),
         ]
         .into_iter()
         .find(|(_, c)| c.len() > 1);
         let mut variants = Vec::new();
         for &t in &e.topologies {
             match sweep {
-                Some((role, cpus)) if role_in(role, t) => {
+                Some((role, cpus)) if t.has(role) => {
                     for &c in cpus {
                         variants.push((t, Some((role, c))));
                     }
@@ -184,15 +168,6 @@ impl Plan {
 
     pub fn total_secs(&self, e: &Experiment) -> f64 {
         self.steps.len() as f64 * self.step_secs(e)
-    }
-}
-
-/// Whether a topology has a role of this kind (so that a CPU sweep multiplies its variants).
-pub fn role_in(role: CpuRole, t: Topology) -> bool {
-    match role {
-        CpuRole::Backend => true,
-        CpuRole::Proxy => !matches!(t, Topology::Baseline | Topology::Ambient),
-        CpuRole::Tunnel => matches!(t, Topology::Ambient | Topology::Waypoint),
     }
 }
 
@@ -251,7 +226,7 @@ mod tests {
             ]
         );
         assert_eq!(
-            plan.steps[2].istio_label("gw", HttpVersion::Http1),
+            plan.steps[2].istio_label("gw", Protocol::Http1),
             "gw_qps_max_c_8_1024_proxy0.5cpu_ingress"
         );
     }
@@ -267,7 +242,7 @@ mod tests {
         let labels: Vec<String> = Plan::compile(&e)
             .steps
             .iter()
-            .map(|s| s.istio_label("e1", HttpVersion::Http1))
+            .map(|s| s.istio_label("e1", Protocol::Http1))
             .collect();
         assert_eq!(labels[0], "e1_qps_1000_c_16_1024_default_no_istio");
         assert_eq!(labels[1], "e1_qps_1000_c_16_1024_default_serveronly");

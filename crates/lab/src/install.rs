@@ -22,6 +22,12 @@ pub fn find(name: &str, also: &[&str]) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
+/// `name` as [`find`] locates it, installing the Debian package of the same name first if
+/// it is missing.
+pub fn program(name: &str, also: &[&str]) -> Result<PathBuf, LabError> {
+    ensure(name, name, || find(name, also))
+}
+
 /// The binary `find` locates, installing `package` first if it finds none.
 pub fn ensure(
     package: &str,

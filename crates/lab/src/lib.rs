@@ -1,31 +1,43 @@
-//! The lab: preparing and starting real systems under test. nginx (installed from Debian
-//! packages when missing) as a reverse proxy in front of the backend or as a fixed-body server,
-//! the backend as its own process, certificates ([`pki`]), and gateway configurations for
-//! nginx, haproxy, caddy, Envoy and Istio ([`gateway`]). Every process started here is stopped, and its files removed,
-//! when its handle is dropped.
+//! The lab: preparing and starting real systems under test, every role a real process.
+//!
+//! - [`topology`]: the topologies, each a chain of roles (name, class, L7 or L4).
+//! - [`program`]: the proxy programs, one module each (nginx, haproxy, caddy, envoy, command):
+//!   binary (installed from Debian packages when missing), version, configuration for a mesh
+//!   hop and for the gateway, command line.
+//! - [`gateway`]: the gateway plan (N domains x M paths), its certificates and targets file,
+//!   and Istio's resources.
+//! - [`rig`]: one step's system under test: the backend, then each role of the topology.
+//! - [`process`]: the one process handle ([`process::RoleProcess`]), placed in its [`cgroup`]
+//!   and [`netns`] namespace, ready when it accepts, stopped when dropped.
+//! - [`sampler`], [`sample`], [`sockdiag`]: what each role uses, read from cgroup files, /proc
+//!   and netlink.
+//! - [`pki`]: the lab's certificates; [`install`]: finding and installing binaries.
+//!
+//! Dependencies go one way: `topology` and `gateway` know no program, `program` renders for
+//! both, `rig` joins them. Every process started here is stopped, and its files removed, when
+//! its handle is dropped.
 
-pub mod backend;
 pub mod cgroup;
-pub mod envoy_hop;
 pub mod gateway;
-pub mod hop;
 pub mod install;
 pub mod netns;
-pub mod nginx;
 pub mod pki;
 pub mod process;
+pub mod program;
 pub mod rig;
 pub mod sample;
 pub mod sampler;
 pub mod sockdiag;
+pub mod topology;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 
-pub use backend::BackendProcess;
-pub use nginx::{Nginx, NginxSite};
+pub use process::RoleProcess;
+pub use program::{Program, ProgramSpec};
+pub use topology::{Class, Topology};
 
 /// Why a system under test could not be prepared or started.
 #[derive(Debug, Error)]
@@ -39,8 +51,6 @@ pub enum LabError {
     },
     #[error("could not start {0}: {1}")]
     Spawn(String, std::io::Error),
-    #[error("the backend did not print its address (got {0:?})")]
-    BackendBanner(String),
     #[error("{server} did not start listening on {addr} within 10 s: {log}")]
     NotListening {
         server: String,
@@ -55,4 +65,21 @@ pub enum LabError {
     Pki(String),
     #[error("{0}")]
     Io(String),
+}
+
+/// Writes a configuration or certificate file, creating its directory.
+pub(crate) fn write_file(
+    path: impl AsRef<Path>,
+    contents: impl AsRef<[u8]>,
+) -> Result<PathBuf, LabError> {
+    let path = path.as_ref().to_path_buf();
+    let written = match path.parent() {
+        Some(dir) => std::fs::create_dir_all(dir),
+        None => Ok(()),
+    }
+    .and_then(|()| std::fs::write(&path, contents));
+    match written {
+        Ok(()) => Ok(path),
+        Err(source) => Err(LabError::Files { path, source }),
+    }
 }

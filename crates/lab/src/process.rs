@@ -1,8 +1,10 @@
-//! One role's process: started in its own process group (so that the whole tree it forks can be
-//! found and stopped), placed in its cgroup and CPU set and network namespace *before* its
-//! program runs, its output kept in a log whose tail explains a failure, and stopped with
-//! SIGTERM then SIGKILL when dropped. The child also asks the kernel to kill it if meshbench
-//! dies, so that even a SIGKILLed run leaves no proxy behind.
+//! One role's process, the one handle for every process the lab starts (proxies, gateways, the
+//! backend, in a rig or in a test): started in its own process group (so that the whole tree it
+//! forks can be found and stopped), placed in its cgroup and CPU set and network namespace
+//! *before* its program runs, its output kept in a log whose tail explains a failure, ready once
+//! its listener accepts a connection, and stopped with SIGTERM then SIGKILL when dropped. The
+//! child also asks the kernel to kill it if meshbench dies, so that even a SIGKILLed run leaves
+//! no proxy behind.
 
 use std::ffi::CString;
 use std::fs;
@@ -35,7 +37,25 @@ pub struct RoleProcess {
     log: PathBuf,
 }
 
+/// How long a program may take to accept its first connection (caddy and Envoy take seconds on
+/// a busy machine).
+pub const READY_WITHIN: Duration = Duration::from_secs(30);
+
 impl RoleProcess {
+    /// Starts `cmd` as [`spawn`](Self::spawn) does and waits until `listen` accepts a
+    /// connection: the readiness check every program shares.
+    pub fn start(
+        name: &str,
+        cmd: Command,
+        log: &Path,
+        place: &Placement,
+        listen: SocketAddr,
+    ) -> Result<RoleProcess, LabError> {
+        let mut process = RoleProcess::spawn(name, cmd, log, place)?;
+        process.wait_listening(listen, READY_WITHIN, &accepts)?;
+        Ok(process)
+    }
+
     /// Starts `cmd` with its output in `log`, placed as asked.
     pub fn spawn(
         name: &str,

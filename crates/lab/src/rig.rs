@@ -1,8 +1,9 @@
-//! A rig: the system under test for one step, every role a real process. The backend starts
-//! first, then the hops from the server side outwards, each in its cgroup (or pinned with the
-//! affinity mask where cgroups cannot be written), optionally in its own network namespace.
-//! The client (meshbench's engine, in this process) talks to [`Rig::entry`]. Dropping the rig
-//! stops every process, then removes the cgroups, the namespaces and the files.
+//! A rig: the system under test for one step, every role a real process. The topology gives
+//! the chain of roles ([`crate::topology`]); the backend starts first, then the roles from the
+//! server side outwards, each played by its program ([`crate::program`]) in its cgroup (or
+//! pinned with the affinity mask where cgroups cannot be written), optionally in its own network
+//! namespace. The client (meshbench's engine, in this process) talks to [`Rig::entry`].
+//! Dropping the rig stops every process, then removes the cgroups, the namespaces and the files.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
@@ -10,54 +11,36 @@ use std::process::Command;
 use std::time::Duration;
 
 use crate::cgroup::{Cgroup, Cgroups, Limits};
-use crate::gateway::{self, CertLayout, Flavor, GatewayPlan};
-use crate::hop::{self, Hop, Layer, ListenTls, ProxyKind, UpstreamTls};
+use crate::gateway::{self, CertLayout, GatewayPlan};
 use crate::netns::{Member, Namespaces};
-use crate::process::{accepts, Placement, RoleProcess};
+use crate::process::{Placement, RoleProcess};
+use crate::program::{Hop, ListenTls, Program, ProgramSpec, UpstreamTls};
 use crate::sampler::Watch;
+use crate::topology::{Class, RolePlan, Topology};
 use crate::{pki, LabError};
-
-/// Who talks to whom.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Shape {
-    Baseline,
-    Serveronly,
-    Clientonly,
-    Both,
-    Gateway,
-    Ambient,
-    Waypoint,
-}
-
-/// What kind of role a process plays (limits are set per class).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Class {
-    /// L7 proxies: sidecars, the gateway, the waypoint.
-    Proxy,
-    /// L4 tunnels.
-    Tunnel,
-    Backend,
-}
 
 /// The gateway topology's settings.
 #[derive(Debug, Clone)]
 pub struct GatewaySpec {
-    pub flavor: Flavor,
+    pub program: Program,
     pub domains: usize,
     pub paths: usize,
+    /// 0: follow the CPU allotment.
     pub workers: u32,
 }
 
 /// Everything needed to start a rig.
 #[derive(Debug, Clone)]
 pub struct RigSpec {
-    pub shape: Shape,
-    pub proxy: ProxyKind,
+    pub topology: Topology,
+    /// The L7 proxies' program: sidecars and the waypoint.
+    pub proxy: ProgramSpec,
     /// 0: follow the CPU allotment.
     pub proxy_workers: u32,
     /// Mutual TLS between the two proxies of `both`.
     pub proxy_mtls: bool,
-    pub tunnel: ProxyKind,
+    /// The L4 tunnels' program.
+    pub tunnel: ProgramSpec,
     pub tunnel_workers: u32,
     /// Mutual TLS between tunnels (and the waypoint).
     pub tunnel_mtls: bool,
@@ -81,7 +64,7 @@ pub struct RigSpec {
 pub struct Role {
     pub name: String,
     pub class: Class,
-    /// nginx, haproxy, caddy, command, backend.
+    /// The program's name (nginx, haproxy, caddy, envoy, command) or backend.
     pub program: String,
     pub listen: SocketAddr,
     pub workers: u32,
@@ -111,32 +94,61 @@ pub struct Rig {
     dir: PathBuf,
 }
 
-/// One hop to build, before addresses are known.
-struct Planned {
-    name: &'static str,
-    class: Class,
-    layer: Layer,
+/// The name the mesh's certificates are issued for and checked against.
+const MESH_NAME: &str = "mesh.local";
+
+/// Where a role listens: an address, and the namespace it lives in when isolated.
+struct Slot {
+    addr: SocketAddr,
+    member: Option<Member>,
 }
 
-fn chain(shape: Shape) -> Vec<Planned> {
-    let l7 = |name| Planned {
-        name,
-        class: Class::Proxy,
-        layer: Layer::L7,
-    };
-    let l4 = |name| Planned {
-        name,
-        class: Class::Tunnel,
-        layer: Layer::L4,
-    };
-    match shape {
-        Shape::Baseline => vec![],
-        Shape::Serveronly => vec![l7("server_proxy")],
-        Shape::Clientonly => vec![l7("client_proxy")],
-        Shape::Both => vec![l7("client_proxy"), l7("server_proxy")],
-        Shape::Gateway => vec![l7("gateway")],
-        Shape::Ambient => vec![l4("ztunnel_client"), l4("ztunnel_server")],
-        Shape::Waypoint => vec![l4("ztunnel_client"), l7("waypoint"), l4("ztunnel_server")],
+/// One role ready to start: its command line written, its address chosen.
+struct Launch<'a> {
+    name: &'a str,
+    class: Class,
+    program: &'static str,
+    command: Command,
+    slot: Slot,
+    workers: u32,
+}
+
+impl RigSpec {
+    /// The limits of a class of roles.
+    pub fn limits(&self, class: Class) -> &Limits {
+        match class {
+            Class::Proxy => &self.proxy_limits,
+            Class::Tunnel => &self.tunnel_limits,
+            Class::Backend => &self.backend_limits,
+        }
+    }
+
+    /// The program of a class of hops.
+    fn program(&self, class: Class) -> &ProgramSpec {
+        match class {
+            Class::Tunnel => &self.tunnel,
+            _ => &self.proxy,
+        }
+    }
+
+    /// The worker count of a role of the chain.
+    fn workers(&self, role: &RolePlan) -> u32 {
+        let set = match (self.topology, role.class) {
+            (Topology::Gateway, _) => self.gateway.workers,
+            (_, Class::Tunnel) => self.tunnel_workers,
+            _ => self.proxy_workers,
+        };
+        workers_for(set, self.limits(role.class))
+    }
+
+    /// Whether a role's links to the other hops of the mesh use mutual TLS.
+    fn mtls(&self, class: Class) -> bool {
+        match class {
+            Class::Tunnel => self.tunnel_mtls,
+            // The waypoint sits between tunnels: it speaks their TLS.
+            _ if self.topology == Topology::Waypoint => self.tunnel_mtls,
+            _ => self.proxy_mtls,
+        }
     }
 }
 
@@ -193,6 +205,64 @@ pub fn remove_stale() {
     }
 }
 
+/// The command line that runs the built-in backend (`meshbench backend`) on `listen`.
+pub fn backend_command(exe: &Path, listen: SocketAddr, args: &[String]) -> Command {
+    let mut cmd = Command::new(exe);
+    cmd.args(["backend", "--listen", &listen.to_string()])
+        .args(args);
+    cmd
+}
+
+/// What each role of the chain does: its addresses, mutual TLS on the links between two hops
+/// of the mesh (never towards the client or the backend), HTTP/2 from the client.
+fn hops(spec: &RigSpec, chain: &[RolePlan], slots: &[Slot]) -> Vec<Hop> {
+    let pki = spec.dir.join("pki");
+    let listen_tls = || ListenTls {
+        cert: pki.join("server.pem"),
+        key: pki.join("server-key.pem"),
+        client_ca: Some(pki.join("ca.pem")),
+    };
+    let upstream_tls = || UpstreamTls {
+        ca: pki.join("ca.pem"),
+        server_name: MESH_NAME.into(),
+        client: Some((pki.join("client.pem"), pki.join("client-key.pem"))),
+    };
+    chain
+        .iter()
+        .enumerate()
+        .map(|(i, role)| {
+            let mtls = spec.mtls(role.class);
+            Hop {
+                name: role.name.to_string(),
+                layer: role.layer,
+                listen: slots[i].addr,
+                listen_tls: (i > 0 && mtls).then(listen_tls),
+                upstream: slots[i + 1].addr,
+                upstream_tls: (i + 1 < chain.len() && mtls).then(upstream_tls),
+                http2: spec.http2 && i == 0,
+                workers: spec.workers(role),
+                dir: spec.dir.clone(),
+            }
+        })
+        .collect()
+}
+
+/// The backend, last in the chain.
+fn backend_launch(spec: &RigSpec, slot: Slot) -> Launch<'static> {
+    let mut args = spec.backend_args.clone();
+    if spec.http2 {
+        args.push("--http2".into());
+    }
+    Launch {
+        name: "backend",
+        class: Class::Backend,
+        program: "backend",
+        command: backend_command(&spec.backend_exe, slot.addr, &args),
+        slot,
+        workers: 0,
+    }
+}
+
 impl Rig {
     /// Starts every role and waits until each accepts connections.
     pub fn start(spec: &RigSpec) -> Result<Rig, LabError> {
@@ -208,178 +278,134 @@ impl Rig {
             namespaces: spec.netns.then(|| Namespaces::new(&short_prefix(&spec.id))),
             dir: spec.dir.clone(),
         };
-        let cgroups = match Cgroups::detect() {
+        let cgroups = rig.cgroups(spec);
+        let chain = spec.topology.chain();
+        let mut slots = rig.slots(chain.len() + 1)?;
+        let hops = hops(spec, chain, &slots);
+        if hops
+            .iter()
+            .any(|h| h.listen_tls.is_some() || h.upstream_tls.is_some())
+        {
+            pki::write_lab_set(&spec.dir.join("pki"), &[MESH_NAME.to_string()])?;
+        }
+        rig.entry = slots[0].addr;
+        if let Some(slot) = slots.pop() {
+            rig.start_role(spec, cgroups.as_ref(), backend_launch(spec, slot))?;
+        }
+        // The hops, server side first.
+        for ((role, hop), slot) in chain.iter().zip(&hops).zip(slots).rev() {
+            let launch = rig.hop_launch(spec, role, hop, slot)?;
+            rig.start_role(spec, cgroups.as_ref(), launch)?;
+        }
+        Ok(rig)
+    }
+
+    /// The cgroup hierarchy, if it can be written; else a warning when limits were asked for.
+    fn cgroups(&mut self, spec: &RigSpec) -> Option<Cgroups> {
+        match Cgroups::detect() {
             Ok(k) => Some(k),
             Err(why) => {
-                let limited = [
-                    &spec.proxy_limits,
-                    &spec.tunnel_limits,
-                    &spec.backend_limits,
-                ]
-                .iter()
-                .any(|l| l.cpus.is_some() || l.memory_mib.is_some());
+                let limited = [Class::Proxy, Class::Tunnel, Class::Backend]
+                    .iter()
+                    .map(|c| spec.limits(*c))
+                    .any(|l| l.cpus.is_some() || l.memory_mib.is_some());
                 if limited {
-                    rig.warnings.push(format!(
+                    self.warnings.push(format!(
                         "{why}; CPU quotas fall back to pinning on whole CPUs, memory limits are not applied"
                     ));
                 }
                 None
             }
-        };
-        let planned = chain(spec.shape);
-        let tls_needed = spec.shape == Shape::Gateway
-            || (spec.proxy_mtls && spec.shape == Shape::Both)
-            || (spec.tunnel_mtls && matches!(spec.shape, Shape::Ambient | Shape::Waypoint));
-        let pki_dir = spec.dir.join("pki");
-        if tls_needed && spec.shape != Shape::Gateway {
-            pki::write_lab_set(&pki_dir, &["mesh.local".to_string()])?;
         }
-        // Addresses: the backend last in the chain.
-        let total = planned.len() + 1;
-        let mut addrs = Vec::with_capacity(total);
-        let mut members = Vec::with_capacity(total);
-        for i in 0..total {
-            match &mut rig.namespaces {
-                Some(ns) => {
-                    let m = ns.add(i)?;
-                    addrs.push(SocketAddr::new(m.addr, 8080));
-                    members.push(Some(m));
-                }
-                None => {
-                    addrs.push(SocketAddr::new(
-                        IpAddr::V4(Ipv4Addr::LOCALHOST),
-                        free_port()?,
-                    ));
-                    members.push(None);
-                }
-            }
-        }
-        // The backend.
-        let backend_at = addrs[total - 1];
-        let limits = &spec.backend_limits;
-        let mut cmd = Command::new(&spec.backend_exe);
-        cmd.args(["backend", "--listen", &backend_at.to_string()])
-            .args(&spec.backend_args);
-        if spec.http2 {
-            cmd.arg("--http2");
-        }
-        let role = rig.start_role(
-            spec,
-            cgroups.as_ref(),
-            "backend",
-            Class::Backend,
-            "backend".into(),
-            cmd,
-            backend_at,
-            limits,
-            0,
-            members[total - 1].clone(),
-        )?;
-        rig.roles.push(role);
-        // The hops, server side first.
-        for i in (0..planned.len()).rev() {
-            let p = &planned[i];
-            let listen = addrs[i];
-            let upstream = addrs[i + 1];
-            let (kind, set_workers, limits) = match p.class {
-                Class::Tunnel => (&spec.tunnel, spec.tunnel_workers, &spec.tunnel_limits),
-                _ => (&spec.proxy, spec.proxy_workers, &spec.proxy_limits),
-            };
-            let workers = workers_for(set_workers, limits);
-            let (cmd, program) = if spec.shape == Shape::Gateway {
-                let flavor = spec.gateway.flavor;
-                let out = spec.dir.join("gateway");
-                let plan = GatewayPlan {
-                    flavor,
-                    domains: spec.gateway.domains,
-                    paths: spec.gateway.paths,
-                    tls: true,
-                    http2: spec.http2,
-                    certs: CertLayout::PerDomain,
-                    backend: upstream,
-                    listen,
-                    workers: workers_for(spec.gateway.workers, limits) as usize,
-                    out: out.clone(),
-                };
-                gateway::generate(&plan)?;
-                rig.gateway = Some(GatewayEntry {
-                    targets: out.join("targets.txt"),
-                    ca: out.join("ca.pem"),
-                });
-                (
-                    gateway::run::command(flavor, &out)?,
-                    flavor.name().to_string(),
-                )
-            } else {
-                let mtls = match p.class {
-                    Class::Tunnel => spec.tunnel_mtls,
-                    _ if spec.shape == Shape::Waypoint => spec.tunnel_mtls,
-                    _ => spec.proxy_mtls,
-                };
-                // TLS on a link between two hops of the mesh (never towards the client or
-                // the backend).
-                let tls_in = i > 0 && mtls;
-                let tls_out = i + 1 < planned.len() && mtls;
-                let hop = Hop {
-                    name: p.name.to_string(),
-                    layer: p.layer,
-                    listen,
-                    listen_tls: tls_in.then(|| ListenTls {
-                        cert: pki_dir.join("server.pem"),
-                        key: pki_dir.join("server-key.pem"),
-                        client_ca: Some(pki_dir.join("ca.pem")),
-                    }),
-                    upstream,
-                    upstream_tls: tls_out.then(|| UpstreamTls {
-                        ca: pki_dir.join("ca.pem"),
-                        server_name: "mesh.local".into(),
-                        client: Some((pki_dir.join("client.pem"), pki_dir.join("client-key.pem"))),
-                    }),
-                    http2: spec.http2 && i == 0,
-                    workers,
-                    dir: spec.dir.clone(),
-                };
-                (hop::prepare(kind, &hop)?.command, kind.name().to_string())
-            };
-            let role = rig.start_role(
-                spec,
-                cgroups.as_ref(),
-                p.name,
-                p.class,
-                program,
-                cmd,
-                listen,
-                limits,
-                workers,
-                members[i].clone(),
-            )?;
-            rig.roles.insert(0, role);
-        }
-        rig.entry = addrs[0];
-        Ok(rig)
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// One address per role, the backend's last: each in its own namespace when isolated,
+    /// else a free loopback port.
+    fn slots(&mut self, n: usize) -> Result<Vec<Slot>, LabError> {
+        (0..n)
+            .map(|i| match &mut self.namespaces {
+                Some(ns) => {
+                    let m = ns.add(i)?;
+                    Ok(Slot {
+                        addr: SocketAddr::new(m.addr, 8080),
+                        member: Some(m),
+                    })
+                }
+                None => Ok(Slot {
+                    addr: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), free_port()?),
+                    member: None,
+                }),
+            })
+            .collect()
+    }
+
+    /// A role of the chain: the gateway's configuration for the gateway, else the hop's.
+    fn hop_launch<'a>(
+        &mut self,
+        spec: &RigSpec,
+        role: &'a RolePlan,
+        hop: &Hop,
+        slot: Slot,
+    ) -> Result<Launch<'a>, LabError> {
+        let (command, program) = match spec.topology {
+            Topology::Gateway => (
+                self.prepare_gateway(spec, hop)?,
+                spec.gateway.program.name(),
+            ),
+            _ => {
+                let p = spec.program(role.class);
+                (p.prepare_hop(hop)?, p.program.name())
+            }
+        };
+        Ok(Launch {
+            name: role.name,
+            class: role.class,
+            program,
+            command,
+            slot,
+            workers: hop.workers,
+        })
+    }
+
+    /// Writes the gateway plan (TLS, a certificate per domain) for the gateway role at the
+    /// hop's addresses, and notes how the client reaches it.
+    fn prepare_gateway(&mut self, spec: &RigSpec, hop: &Hop) -> Result<Command, LabError> {
+        let out = spec.dir.join("gateway");
+        let plan = GatewayPlan {
+            domains: spec.gateway.domains,
+            paths: spec.gateway.paths,
+            tls: true,
+            http2: spec.http2,
+            certs: CertLayout::PerDomain,
+            backend: hop.upstream,
+            listen: hop.listen,
+            workers: hop.workers as usize,
+            out: out.clone(),
+        };
+        gateway::generate(&plan, &spec.gateway.program)?;
+        self.gateway = Some(GatewayEntry {
+            targets: out.join("targets.txt"),
+            ca: out.join("ca.pem"),
+        });
+        spec.gateway.program.gateway_command(&out, hop.workers)
+    }
+
+    /// Starts one role in its cgroup (or pinned to CPUs) and namespace, waits until it accepts,
+    /// and puts it first in the list (roles start from the server side).
     fn start_role(
         &mut self,
         spec: &RigSpec,
         cgroups: Option<&Cgroups>,
-        name: &str,
-        class: Class,
-        program: String,
-        cmd: Command,
-        listen: SocketAddr,
-        limits: &Limits,
-        workers: u32,
-        member: Option<Member>,
-    ) -> Result<Role, LabError> {
+        launch: Launch,
+    ) -> Result<(), LabError> {
+        let limits = spec.limits(launch.class);
         let limited =
             limits.cpus.is_some() || limits.cpuset.is_some() || limits.memory_mib.is_some();
         let cgroup = match cgroups {
             // Always a group when possible: its usage is the cleanest CPU reading.
             Some(kind) => Some(Cgroup::create(
                 kind,
-                &format!("{}-{name}", spec.id),
+                &format!("{}-{}", spec.id, launch.name),
                 limits,
             )?),
             None => None,
@@ -393,24 +419,29 @@ impl Rig {
         } else {
             None
         };
+        let member = launch.slot.member;
         let place = Placement {
             cgroup: cgroup.as_ref(),
             affinity,
             netns: member.as_ref().map(|m| m.netns.clone()),
         };
-        let log = spec.dir.join(format!("{name}.log"));
-        let mut process = RoleProcess::spawn(name, cmd, &log, &place)?;
-        process.wait_listening(listen, Duration::from_secs(30), &accepts)?;
-        Ok(Role {
-            name: name.to_string(),
-            class,
-            program,
-            listen,
-            workers,
-            process,
-            cgroup,
-            member,
-        })
+        let log = spec.dir.join(format!("{}.log", launch.name));
+        let listen = launch.slot.addr;
+        let process = RoleProcess::start(launch.name, launch.command, &log, &place, listen)?;
+        self.roles.insert(
+            0,
+            Role {
+                name: launch.name.to_string(),
+                class: launch.class,
+                program: launch.program.to_string(),
+                listen,
+                workers: launch.workers,
+                process,
+                cgroup,
+                member,
+            },
+        );
+        Ok(())
     }
 
     /// What the sampler should read for each role.
@@ -485,15 +516,7 @@ mod tests {
     }
 
     #[test]
-    fn topologies_are_chains_of_hops() {
-        let names = |s| chain(s).iter().map(|p| p.name).collect::<Vec<_>>();
-        assert!(names(Shape::Baseline).is_empty());
-        assert_eq!(names(Shape::Both), ["client_proxy", "server_proxy"]);
-        assert_eq!(
-            names(Shape::Waypoint),
-            ["ztunnel_client", "waypoint", "ztunnel_server"]
-        );
-        assert!(chain(Shape::Ambient).iter().all(|p| p.layer == Layer::L4));
+    fn namespace_prefixes_are_short_and_differ_per_rig() {
         assert_eq!(short_prefix("1234-5-6").len(), 8);
         assert_ne!(short_prefix("1234-5-6"), short_prefix("1235-5-6"));
     }

@@ -8,23 +8,17 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::*;
-use meshbench_lab::gateway::{self, Flavor, RunningGateway};
+use meshbench_lab::program::envoy;
+use meshbench_lab::{gateway, Program};
 
 const LIMIT: Duration = Duration::from_secs(120);
 const DOMAINS: usize = 100;
 const PATHS: usize = 10;
-
-fn free_port() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-}
 
 fn out_dir(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("meshbench-gw-{}-{name}", std::process::id()));
@@ -62,12 +56,12 @@ fn generate(flavor: &str, backend: SocketAddr, listen: SocketAddr, dir: &Path, e
 }
 
 /// Loads every route once through a running gateway and checks what reached the upstream.
-fn every_route_answers(flavor: Flavor) {
+fn every_route_answers(flavor: Program) {
     let upstream = RecordingServer::start();
-    let listen = free_port();
+    let listen = free_addr();
     let dir = out_dir(flavor.name());
     generate(flavor.name(), upstream.addr, listen, &dir, &["--tls"]);
-    let gw = RunningGateway::start(flavor, &dir, listen)
+    let gw = start_gateway(flavor, &dir, listen)
         .unwrap_or_else(|e| panic!("{} starts: {e}", flavor.name()));
     let targets = dir.join("targets.txt").display().to_string();
     let ca = dir.join("ca.pem").display().to_string();
@@ -189,27 +183,27 @@ fn every_route_answers(flavor: Flavor) {
 
 #[test]
 fn nginx_gateway_routes_every_domain_and_path() {
-    every_route_answers(Flavor::Nginx);
+    every_route_answers(Program::Nginx);
 }
 
 #[test]
 fn haproxy_gateway_routes_every_domain_and_path() {
-    every_route_answers(Flavor::Haproxy);
+    every_route_answers(Program::Haproxy);
 }
 
 #[test]
 fn caddy_gateway_routes_every_domain_and_path() {
-    every_route_answers(Flavor::Caddy);
+    every_route_answers(Program::Caddy);
 }
 
 #[test]
 fn plain_http_gateway_with_a_shared_certificate_layout() {
     // Without TLS the same routes work; the shared layout writes one certificate.
     let upstream = RecordingServer::start();
-    let listen = free_port();
+    let listen = free_addr();
     let dir = out_dir("plain");
     generate("haproxy", upstream.addr, listen, &dir, &[]);
-    let _gw = RunningGateway::start(Flavor::Haproxy, &dir, listen).expect("haproxy starts");
+    let _gw = start_gateway(Program::Haproxy, &dir, listen).expect("haproxy starts");
     let targets = dir.join("targets.txt").display().to_string();
     let (_, r) = run_json(
         "gw-plain",
@@ -279,7 +273,7 @@ fn envoy_bootstrap_is_typed_and_routes_every_domain_and_path() {
     let boot = Bootstrap::decode(bytes.as_slice()).expect("a v3 Bootstrap");
     let res = boot.static_resources.unwrap();
     assert_eq!(res.clusters.len(), 1);
-    assert_eq!(res.clusters[0].name, gateway::envoy::BACKEND_CLUSTER);
+    assert_eq!(res.clusters[0].name, envoy::BACKEND_CLUSTER);
     let listener = &res.listeners[0];
     assert_eq!(
         listener.filter_chains.len(),
@@ -328,9 +322,9 @@ fn envoy_bootstrap_is_typed_and_routes_every_domain_and_path() {
     if meshbench_lab::install::find("envoy", &[]).is_some() {
         let upstream = RecordingServer::start();
         let dir = out_dir("envoy-live");
-        let listen = free_port();
+        let listen = free_addr();
         generate("envoy", upstream.addr, listen, &dir, &["--tls"]);
-        let _gw = RunningGateway::start(Flavor::Envoy, &dir, listen).expect("envoy starts");
+        let _gw = start_gateway(Program::Envoy, &dir, listen).expect("envoy starts");
         let (_, r) = run_json(
             "gw-envoy",
             &[
@@ -358,7 +352,7 @@ fn istio_yaml_parses_back_into_gateways_and_virtual_services() {
     generate(
         "istio",
         "127.0.0.1:8080".parse().unwrap(),
-        free_port(),
+        free_addr(),
         &dir,
         &["--tls"],
     );

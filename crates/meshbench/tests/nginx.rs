@@ -6,15 +6,13 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use meshbench_lab::{Nginx, NginxSite};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
 #[test]
 fn closed_and_open_loop_against_a_real_nginx() {
-    let nginx = Nginx::start(&NginxSite::Fixed(1024), 1)
-        .expect("nginx starts (scripts/install-deps.sh installs it)");
-    let url = format!("http://{}/", nginx.addr());
+    let nginx = nginx_static(1024).expect("nginx starts (scripts/install-deps.sh installs it)");
+    let url = format!("http://{}/", nginx.addr);
     let (out, r) = run_json("nginx-closed", &[&url, "-n", "5000", "-c", "16"], LIMIT);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(u(&r, "/requests/ok"), 5000, "{}", r["errors"]);
@@ -34,8 +32,8 @@ fn closed_and_open_loop_against_a_real_nginx() {
 #[test]
 fn through_nginx_to_the_backend() {
     let backend = BackendProc::start(&["--status", "503:10%"]);
-    let nginx = Nginx::start(&NginxSite::Proxy(backend.addr), 1).expect("nginx starts");
-    let url = format!("http://{}/?size=2048", nginx.addr());
+    let nginx = nginx_proxy(backend.addr).expect("nginx starts");
+    let url = format!("http://{}/?size=2048", nginx.addr);
     let (out, r) = run_json("nginx-proxy", &[&url, "-n", "4000", "-c", "8"], LIMIT);
     assert!(out.status.success(), "{}", stderr(&out));
     let s503 = u(&r, "/status_codes/503");
@@ -52,8 +50,8 @@ fn through_nginx_to_the_backend() {
 
 #[test]
 fn nginx_stopping_mid_run_is_counted_not_fatal() {
-    let nginx = Nginx::start(&NginxSite::Fixed(100), 1).expect("nginx starts");
-    let url = format!("http://{}/", nginx.addr());
+    let nginx = nginx_static(100).expect("nginx starts");
+    let url = format!("http://{}/", nginx.addr);
     let path = temp_json("nginx-stop");
     let mut child = spawn_meshbench(&[
         "run",

@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::*;
-use meshbench_lab::gateway::{Flavor, RunningGateway};
 use meshbench_lab::pki::{Ca, Usage};
+use meshbench_lab::Program;
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -297,7 +297,7 @@ fn http2_refused_over_alpn_is_a_tls_error() {
         LIMIT,
     );
     assert!(out.status.success(), "{}", stderr(&out));
-    let _nginx = RunningGateway::start(Flavor::Nginx, &dir, listen).expect("nginx starts");
+    let _nginx = start_gateway(Program::Nginx, &dir, listen).expect("nginx starts");
     let url = format!("https://workspace-1-domain-1.com:{}/get/1", listen.port());
     let connect_to = format!("::127.0.0.1:{}", listen.port());
     let ca = path(&dir.join("ca.pem"));

@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 
 use meshbench_engine::pacer::Arrival;
 use meshbench_engine::{Order, Protocol, StopAt};
-use meshbench_experiment::config::{parse_cpuset, Experiment, HttpVersion};
+use meshbench_experiment::config::{parse_cpuset, Experiment};
 use meshbench_experiment::{Plan, Step};
-use meshbench_lab::rig::{self, Class, Rig};
+use meshbench_lab::rig::{self, Rig};
 use meshbench_lab::sampler::{self, RoleUsage, Sampled, Usage};
 use meshbench_store::StepRecord;
 
@@ -150,11 +150,7 @@ impl Lab {
                 role: role.name.clone(),
                 program: role.program.clone(),
                 workers: role.workers,
-                cpu_limit: match role.class {
-                    Class::Proxy => spec.proxy_limits.cpus,
-                    Class::Tunnel => spec.tunnel_limits.cpus,
-                    Class::Backend => spec.backend_limits.cpus,
-                },
+                cpu_limit: spec.limits(role.class).cpus,
                 usage: sampler::summarize(&samples, from, to),
             });
             record.samples.insert(role.name.clone(), samples);
@@ -207,8 +203,8 @@ pub fn load_options(e: &Experiment, step: &Step, rig: &Rig) -> LoadOptions {
     if e.load.threads > 0 {
         o.threads = Some(e.load.threads as usize);
     }
-    if e.load.protocol == HttpVersion::Http2 {
-        o.protocol = Protocol::Http2;
+    o.protocol = e.load.protocol;
+    if o.protocol == Protocol::Http2 {
         o.streams = e.load.streams.max(1) as usize;
     }
     if e.load.request_bytes > 0 {

@@ -5,23 +5,21 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use meshbench_experiment::config::{Experiment, HttpVersion, ProxyType, Topology};
-use meshbench_experiment::plan::CpuRole;
+use meshbench_engine::Protocol;
+use meshbench_experiment::config::Experiment;
 use meshbench_experiment::Step;
 use meshbench_lab::cgroup::Limits;
-use meshbench_lab::gateway::Flavor;
-use meshbench_lab::hop::{self, ProxyKind};
-use meshbench_lab::rig::{GatewaySpec, RigSpec, Shape};
+use meshbench_lab::program::{CommandTemplate, ProgramSpec};
+use meshbench_lab::rig::{GatewaySpec, RigSpec};
+use meshbench_lab::{Class, Topology};
 
-pub fn proxy_kind(t: ProxyType, p: &meshbench_experiment::config::Proxy) -> ProxyKind {
-    match t {
-        ProxyType::Nginx => ProxyKind::Nginx,
-        ProxyType::Haproxy => ProxyKind::Haproxy,
-        ProxyType::Caddy => ProxyKind::Caddy,
-        ProxyType::Envoy => ProxyKind::Envoy,
-        ProxyType::Command => ProxyKind::Command {
+/// The program of a `proxy` or `tunnel` section, with its command template.
+fn program_spec(p: &meshbench_experiment::config::Proxy) -> ProgramSpec {
+    ProgramSpec {
+        program: p.kind,
+        command: CommandTemplate {
             argv: p.command.clone(),
-            template: p.config_template.clone(),
+            config: p.config_template.clone(),
         },
     }
 }
@@ -33,27 +31,23 @@ pub fn program_versions(e: &Experiment) -> BTreeMap<String, String> {
         "meshbench".to_string(),
         env!("CARGO_PKG_VERSION").to_string(),
     );
-    let proxies = e.topologies.iter().any(|t| {
-        matches!(
-            t,
-            Topology::Serveronly | Topology::Clientonly | Topology::Both | Topology::Waypoint
-        )
-    });
-    let tunnels = e
+    // The gateway's program is listed on its own.
+    let proxies = e
         .topologies
         .iter()
-        .any(|t| matches!(t, Topology::Ambient | Topology::Waypoint));
+        .any(|t| *t != Topology::Gateway && t.has(Class::Proxy));
+    let tunnels = e.topologies.iter().any(|t| t.has(Class::Tunnel));
     if proxies {
-        let k = proxy_kind(e.proxy.kind, &e.proxy);
-        v.insert(format!("proxy:{}", k.name()), hop::version(&k));
+        let p = program_spec(&e.proxy);
+        v.insert(format!("proxy:{}", p.program), p.version());
     }
     if tunnels {
-        let k = proxy_kind(e.tunnel.kind, &e.tunnel);
-        v.insert(format!("tunnel:{}", k.name()), hop::version(&k));
+        let p = program_spec(&e.tunnel);
+        v.insert(format!("tunnel:{}", p.program), p.version());
     }
     if e.topologies.contains(&Topology::Gateway) {
-        let k = proxy_kind(e.gateway.kind, &e.proxy);
-        v.insert(format!("gateway:{}", k.name()), hop::version(&k));
+        let p = ProgramSpec::from(e.gateway.kind);
+        v.insert(format!("gateway:{}", p.program), p.version());
     }
     v
 }
@@ -72,7 +66,7 @@ fn limits(r: &meshbench_experiment::config::RoleLimits, swept: Option<f64>) -> L
 
 /// The rig of one step.
 pub fn rig_spec(e: &Experiment, step: &Step, id: i64, exe: PathBuf) -> RigSpec {
-    let swept = |role: CpuRole| step.cpu.filter(|(r, _)| *r == role).map(|(_, c)| c);
+    let swept = |class: Class| step.cpu.filter(|(c, _)| *c == class).map(|(_, c)| c);
     let mut backend_args = vec![
         "--size".to_string(),
         step.load.response_bytes.to_string(),
@@ -87,38 +81,25 @@ pub fn rig_spec(e: &Experiment, step: &Step, id: i64, exe: PathBuf) -> RigSpec {
         backend_args.extend(["--delay".into(), format!("{}ms", e.backend.delay_ms)]);
     }
     RigSpec {
-        shape: match step.topology {
-            Topology::Baseline => Shape::Baseline,
-            Topology::Serveronly => Shape::Serveronly,
-            Topology::Clientonly => Shape::Clientonly,
-            Topology::Both => Shape::Both,
-            Topology::Gateway => Shape::Gateway,
-            Topology::Ambient => Shape::Ambient,
-            Topology::Waypoint => Shape::Waypoint,
-        },
-        proxy: proxy_kind(e.proxy.kind, &e.proxy),
+        topology: step.topology,
+        proxy: program_spec(&e.proxy),
         proxy_workers: e.proxy.workers,
         proxy_mtls: e.proxy.mtls,
-        tunnel: proxy_kind(e.tunnel.kind, &e.tunnel),
+        tunnel: program_spec(&e.tunnel),
         tunnel_workers: e.tunnel.workers,
         tunnel_mtls: e.tunnel.mtls,
         gateway: GatewaySpec {
-            flavor: match e.gateway.kind {
-                ProxyType::Haproxy => Flavor::Haproxy,
-                ProxyType::Caddy => Flavor::Caddy,
-                ProxyType::Envoy => Flavor::Envoy,
-                _ => Flavor::Nginx,
-            },
+            program: e.gateway.kind,
             domains: e.gateway.domains as usize,
             paths: e.gateway.paths as usize,
             workers: e.gateway.workers,
         },
         backend_exe: exe,
         backend_args,
-        proxy_limits: limits(&e.limits.proxy, swept(CpuRole::Proxy)),
-        tunnel_limits: limits(&e.limits.tunnel, swept(CpuRole::Tunnel)),
-        backend_limits: limits(&e.limits.backend, swept(CpuRole::Backend)),
-        http2: e.load.protocol == HttpVersion::Http2,
+        proxy_limits: limits(&e.limits.proxy, swept(Class::Proxy)),
+        tunnel_limits: limits(&e.limits.tunnel, swept(Class::Tunnel)),
+        backend_limits: limits(&e.limits.backend, swept(Class::Backend)),
+        http2: e.load.protocol == Protocol::Http2,
         netns: e.isolation == meshbench_experiment::config::Isolation::Netns,
         id: format!("{}-{id}-{}", std::process::id(), step.index),
         dir: std::env::temp_dir().join(format!(

@@ -8,8 +8,9 @@ use std::fmt;
 use std::str::FromStr;
 
 use meshbench_engine::RunResult;
-use meshbench_experiment::{StepParams, Topology};
+use meshbench_experiment::StepParams;
 use meshbench_lab::sampler::{RoleUsage, Sample};
+use meshbench_lab::Topology;
 use serde::{Deserialize, Serialize};
 
 /// How a step ended.
@@ -212,7 +213,7 @@ impl LoadSummary {
 
 /// A topology column: a lab topology's name, or `url` for a step with no rig.
 pub mod topology_name {
-    use meshbench_experiment::Topology;
+    use meshbench_lab::Topology;
     use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
     pub const URL: &str = "url";

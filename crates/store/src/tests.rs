@@ -3,11 +3,12 @@
 
 use std::collections::BTreeMap;
 
+use meshbench_engine::Protocol;
 use meshbench_engine::RunResult;
-use meshbench_experiment::config::{HttpVersion, LoopMode};
-use meshbench_experiment::plan::CpuRole;
-use meshbench_experiment::{CpuAllotment, StepParams, Topology};
+use meshbench_experiment::config::LoopMode;
+use meshbench_experiment::{CpuAllotment, StepParams};
 use meshbench_lab::sampler::{RoleUsage, Sample, Usage};
+use meshbench_lab::{Class, Topology};
 
 use super::*;
 
@@ -30,9 +31,9 @@ fn step(seq: u32) -> StepRecord {
         request_bytes: 0,
         jitter: false,
         mode: LoopMode::Open,
-        protocol: HttpVersion::Http1,
+        protocol: Protocol::Http1,
         cpu: Some(CpuAllotment {
-            role: CpuRole::Proxy,
+            role: Class::Proxy,
             cores: 0.5,
         }),
     };
@@ -168,13 +169,13 @@ fn a_v1_store_is_migrated_with_every_step_it_had() {
     assert_eq!(capacity.status, StepStatus::Partial);
     assert_eq!(
         capacity.params,
-        StepParams::open(100.0, 64, HttpVersion::Http1)
+        StepParams::open(100.0, 64, Protocol::Http1)
     );
     let swept = &steps[1].step;
     assert_eq!(swept.topology, Some(Topology::Serveronly));
     assert_eq!(
         (swept.params.mode, swept.params.protocol),
-        (LoopMode::Closed, HttpVersion::Http2)
+        (LoopMode::Closed, Protocol::Http2)
     );
     assert_eq!(swept.params.cpu.map(|c| c.cores), Some(0.5));
     let version: i64 = s

@@ -10,9 +10,9 @@ use std::path::PathBuf;
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 
-use super::{write as write_file, GatewayPlan, DOMAINS_PER_WORKSPACE};
+use super::{GatewayPlan, Target, DOMAINS_PER_WORKSPACE};
 use crate::pki::Issued;
-use crate::LabError;
+use crate::{write_file, LabError};
 
 /// Namespace of the gateway, its Secrets and the routes.
 pub const NAMESPACE: &str = "istio-system";
@@ -226,41 +226,58 @@ fn to_yaml<T: Serialize>(docs: &[T]) -> Result<String, LabError> {
     Ok(out)
 }
 
-pub fn write(plan: &GatewayPlan, certs: &[(String, Issued)]) -> Result<Vec<PathBuf>, LabError> {
-    let (gateways, services) = resources(plan);
-    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
-    let secrets: Vec<Secret> = certs
-        .iter()
-        .map(|(name, issued)| Resource {
-            api_version: "v1".into(),
-            kind: "Secret".into(),
-            metadata: meta(format!("{name}-cert")),
-            body: SecretBody {
-                kind: "kubernetes.io/tls".into(),
-                data: BTreeMap::from([
-                    ("tls.crt".to_string(), b64(&issued.cert_pem)),
-                    ("tls.key".to_string(), b64(&issued.key_pem)),
-                ]),
-            },
-        })
-        .collect();
-    let mut files = vec![
-        write_file(&plan.path("istio-gateways.yaml"), &to_yaml(&gateways)?)?,
-        write_file(
-            &plan.path("istio-virtualservices.yaml"),
-            &to_yaml(&services)?,
-        )?,
-    ];
-    if !secrets.is_empty() {
-        files.push(write_file(
-            &plan.path("istio-secrets.yaml"),
-            &to_yaml(&secrets)?,
-        )?);
+/// Istio as a gateway [`Target`]: YAML to apply to a cluster, whose ingress is reached by
+/// host name on the default port.
+#[derive(Debug, Clone, Copy)]
+pub struct Istio;
+
+impl Target for Istio {
+    /// The Gateways, VirtualServices and (with TLS) Secrets, one YAML file each.
+    fn write(
+        &self,
+        plan: &GatewayPlan,
+        certs: &[(String, Issued)],
+    ) -> Result<Vec<PathBuf>, LabError> {
+        let (gateways, services) = resources(plan);
+        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+        let secrets: Vec<Secret> = certs
+            .iter()
+            .map(|(name, issued)| Resource {
+                api_version: "v1".into(),
+                kind: "Secret".into(),
+                metadata: meta(format!("{name}-cert")),
+                body: SecretBody {
+                    kind: "kubernetes.io/tls".into(),
+                    data: BTreeMap::from([
+                        ("tls.crt".to_string(), b64(&issued.cert_pem)),
+                        ("tls.key".to_string(), b64(&issued.key_pem)),
+                    ]),
+                },
+            })
+            .collect();
+        let mut files = vec![
+            write_file(plan.path("istio-gateways.yaml"), to_yaml(&gateways)?)?,
+            write_file(plan.path("istio-virtualservices.yaml"), to_yaml(&services)?)?,
+        ];
+        if !secrets.is_empty() {
+            files.push(write_file(
+                plan.path("istio-secrets.yaml"),
+                to_yaml(&secrets)?,
+            )?);
+        }
+        Ok(files)
     }
-    Ok(files)
+
+    fn name(&self) -> &'static str {
+        "istio"
+    }
+
+    fn by_name(&self) -> bool {
+        true
+    }
 }
 
-/// Parses a multi-document YAML file written by [`write`] back into `T`s.
+/// Parses a multi-document YAML file written for [`Istio`] back into `T`s.
 pub fn parse_all<T: for<'de> Deserialize<'de>>(text: &str) -> Result<Vec<T>, String> {
     serde_yaml_ng::Deserializer::from_str(text)
         .map(|doc| T::deserialize(doc).map_err(|e| e.to_string()))

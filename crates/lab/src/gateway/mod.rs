@@ -2,50 +2,41 @@
 //! paths, every route sent to one backend with its path rewritten to `/` (as the capacity study's
 //! VirtualService does), with a CA and the domains' certificates.
 //!
-//! One plan ([`GatewayPlan`]) feeds one writer per gateway: nginx, haproxy and caddy write their
-//! own configuration language (tested by starting the real servers); Envoy's bootstrap is built
-//! from the typed Envoy API (envoy-types) and written as binary protobuf, which Envoy reads with
-//! `--config-path envoy.pb`; Istio gets Gateway, VirtualService and Secret YAML. Every writer
-//! also gets `targets.txt`, a `--targets` file whose templates cover every route once.
+//! One plan ([`GatewayPlan`]) is written for one [`Target`]: a program the lab starts
+//! (`program::Program`: nginx, haproxy, caddy and Envoy render their own configuration
+//! in their own modules) or Istio ([`istio::Istio`]: Gateway, VirtualService and Secret YAML for
+//! a Kubernetes cluster). This module writes what every target shares: the CA, the
+//! certificates, and `targets.txt`, a `--targets` file whose templates cover every route once.
 
-pub mod caddy;
-pub mod envoy;
-pub mod haproxy;
 pub mod istio;
-pub mod nginx;
-pub mod run;
-
-pub use run::RunningGateway;
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use crate::pki::{Ca, Issued, Usage};
-use crate::LabError;
+use crate::{write_file, LabError};
 
 /// Domains per workspace in generated names (`workspace-{w}-domain-{d}.com`, as in the study).
 pub const DOMAINS_PER_WORKSPACE: usize = 100;
 
-/// Which gateway to write for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Flavor {
-    Nginx,
-    Haproxy,
-    Caddy,
-    Envoy,
-    Istio,
-}
+/// What a gateway configuration is written for.
+pub trait Target {
+    /// Its name in messages and in the targets file.
+    fn name(&self) -> &'static str;
 
-impl Flavor {
-    pub fn name(self) -> &'static str {
-        match self {
-            Flavor::Nginx => "nginx",
-            Flavor::Haproxy => "haproxy",
-            Flavor::Caddy => "caddy",
-            Flavor::Envoy => "envoy",
-            Flavor::Istio => "istio",
-        }
+    /// Reached by host name on the scheme's default port (a cluster's ingress), rather than
+    /// at the plan's `listen` address.
+    fn by_name(&self) -> bool {
+        false
     }
+
+    /// Writes its configuration for `plan` into the plan's directory, beside the certificates
+    /// (`certs`: each file stem with what was issued).
+    fn write(
+        &self,
+        plan: &GatewayPlan,
+        certs: &[(String, Issued)],
+    ) -> Result<Vec<PathBuf>, LabError>;
 }
 
 /// How certificates are cut.
@@ -60,7 +51,6 @@ pub enum CertLayout {
 /// What to generate.
 #[derive(Debug, Clone)]
 pub struct GatewayPlan {
-    pub flavor: Flavor,
     pub domains: usize,
     pub paths: usize,
     pub tls: bool,
@@ -69,7 +59,7 @@ pub struct GatewayPlan {
     pub certs: CertLayout,
     /// Where the backend listens.
     pub backend: SocketAddr,
-    /// Where the gateway listens (nginx, haproxy, caddy, envoy).
+    /// Where the gateway listens (a program's; Istio's is the cluster's ingress).
     pub listen: SocketAddr,
     /// Worker processes or threads of the gateway.
     pub workers: usize,
@@ -140,18 +130,8 @@ pub struct Generated {
     pub run_hint: String,
 }
 
-pub(crate) fn write(path: &Path, text: &str) -> Result<PathBuf, LabError> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| LabError::Io(format!("cannot create {}: {e}", dir.display())))?;
-    }
-    std::fs::write(path, text)
-        .map_err(|e| LabError::Io(format!("cannot write {}: {e}", path.display())))?;
-    Ok(path.to_path_buf())
-}
-
-/// Writes the CA, the certificates, the gateway's configuration and `targets.txt`.
-pub fn generate(plan: &GatewayPlan) -> Result<Generated, LabError> {
+/// Writes the CA, the certificates, the target's configuration and `targets.txt`.
+pub fn generate(plan: &GatewayPlan, target: &dyn Target) -> Result<Generated, LabError> {
     if plan.domains == 0 || plan.paths == 0 {
         return Err(LabError::Io(
             "--domains and --paths must be at least 1".into(),
@@ -170,19 +150,16 @@ pub fn generate(plan: &GatewayPlan) -> Result<Generated, LabError> {
             files.extend(write_cert(plan, name, issued)?);
         }
     }
-    files.extend(match plan.flavor {
-        Flavor::Nginx => nginx::write(plan)?,
-        Flavor::Haproxy => haproxy::write(plan)?,
-        Flavor::Caddy => caddy::write(plan)?,
-        Flavor::Envoy => envoy::write(plan)?,
-        Flavor::Istio => istio::write(plan, &certs)?,
-    });
-    files.push(write(&plan.path("targets.txt"), &targets_file(plan))?);
+    files.extend(target.write(plan, &certs)?);
+    files.push(write_file(
+        plan.path("targets.txt"),
+        targets_file(plan, target),
+    )?);
     let mut hint = format!(
         "meshbench run --targets {} --target-order random",
         plan.path("targets.txt").display()
     );
-    if plan.flavor != Flavor::Istio {
+    if !target.by_name() {
         hint.push_str(&format!(
             " --connect-to ::{}:{}",
             plan.listen.ip(),
@@ -216,28 +193,28 @@ fn issue_certs(plan: &GatewayPlan, ca: &Ca) -> Result<Vec<(String, Issued)>, Lab
 /// `NAME.crt`, `NAME.key`, and `NAME.pem` (both, as haproxy wants them) under `certs/`.
 fn write_cert(plan: &GatewayPlan, name: &str, issued: &Issued) -> Result<Vec<PathBuf>, LabError> {
     Ok(vec![
-        write(&plan.path(&format!("certs/{name}.crt")), &issued.cert_pem)?,
-        write(&plan.path(&format!("certs/{name}.key")), &issued.key_pem)?,
-        write(
-            &plan.path(&format!("certs/{name}.pem")),
-            &format!("{}{}", issued.cert_pem, issued.key_pem),
+        write_file(plan.path(&format!("certs/{name}.crt")), &issued.cert_pem)?,
+        write_file(plan.path(&format!("certs/{name}.key")), &issued.key_pem)?,
+        write_file(
+            plan.path(&format!("certs/{name}.pem")),
+            format!("{}{}", issued.cert_pem, issued.key_pem),
         )?,
     ])
 }
 
 /// One URL template per workspace (or per domain for a partial last workspace), so that the
 /// list covers every domain x path exactly once.
-pub fn targets_file(plan: &GatewayPlan) -> String {
+pub fn targets_file(plan: &GatewayPlan, target: &dyn Target) -> String {
     let mut out = format!(
         "# every route of the generated {} gateway: {} domains x {} paths\n",
-        plan.flavor.name(),
+        target.name(),
         plan.domains,
         plan.paths
     );
-    let port = match (plan.flavor, plan.tls) {
-        (Flavor::Istio, true) => String::new(),
-        (Flavor::Istio, false) => String::new(),
-        _ => format!(":{}", plan.listen.port()),
+    let port = if target.by_name() {
+        String::new()
+    } else {
+        format!(":{}", plan.listen.port())
     };
     let full = plan.domains / DOMAINS_PER_WORKSPACE;
     let scheme = plan.scheme();

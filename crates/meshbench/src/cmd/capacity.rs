@@ -11,8 +11,8 @@ use anyhow::{Context, Result};
 use clap::Parser;
 use meshbench_analysis::capacity::{Answer, Settings};
 use meshbench_analysis::threshold::{self, Threshold};
-use meshbench_engine::{Protocol, StopAt};
-use meshbench_experiment::config::{HttpVersion, LoopMode};
+use meshbench_engine::StopAt;
+use meshbench_experiment::config::LoopMode;
 use meshbench_experiment::{Plan, Step, StepParams};
 use meshbench_runner::capacity;
 use meshbench_runner::{
@@ -161,10 +161,7 @@ pub fn execute(args: CapacityArgs) -> Result<u8> {
             };
             let mut session = Session::begin(&store_path, &new, signals.stop.clone())?;
             let live = !args.quiet && std::io::IsTerminal::is_terminal(&std::io::stderr());
-            let protocol = match base.protocol {
-                Protocol::Http1 => HttpVersion::Http1,
-                Protocol::Http2 => HttpVersion::Http2,
-            };
+            let protocol = base.protocol;
             let connections = args.connections;
             let found = goal.search(&mut session, |session, rate, n| {
                 let mut record = StepRecord::new(

@@ -5,7 +5,8 @@ use std::net::SocketAddr;
 use std::time::Instant;
 
 use anyhow::Result;
-use meshbench_lab::gateway::{self, CertLayout, Flavor, GatewayPlan};
+use meshbench_lab::gateway::{self, istio::Istio, CertLayout, GatewayPlan, Target};
+use meshbench_lab::Program;
 
 use crate::cli::{CertsArg, CertsArgs, GatewayArgs, GatewayFlavor};
 use crate::{exit, usage};
@@ -44,14 +45,15 @@ pub fn gateway(a: GatewayArgs) -> Result<u8> {
         "127.0.0.1:8080"
     };
     let listen = address("--listen", a.listen.as_deref().unwrap_or(default_listen))?;
+    // Istio is a rendering target, not a program the lab starts.
+    let target: &dyn Target = match a.flavor {
+        GatewayFlavor::Nginx => &Program::Nginx,
+        GatewayFlavor::Haproxy => &Program::Haproxy,
+        GatewayFlavor::Caddy => &Program::Caddy,
+        GatewayFlavor::Envoy => &Program::Envoy,
+        GatewayFlavor::Istio => &Istio,
+    };
     let plan = GatewayPlan {
-        flavor: match a.flavor {
-            GatewayFlavor::Nginx => Flavor::Nginx,
-            GatewayFlavor::Haproxy => Flavor::Haproxy,
-            GatewayFlavor::Caddy => Flavor::Caddy,
-            GatewayFlavor::Envoy => Flavor::Envoy,
-            GatewayFlavor::Istio => Flavor::Istio,
-        },
         domains: a.domains as usize,
         paths: a.paths as usize,
         tls: a.tls,
@@ -66,11 +68,11 @@ pub fn gateway(a: GatewayArgs) -> Result<u8> {
         out: a.out.clone(),
     };
     let started = Instant::now();
-    let generated = gateway::generate(&plan)?;
+    let generated = gateway::generate(&plan, target)?;
     println!(
         "wrote {} files for {} ({} routes) into {} in {:.1} s",
         generated.files.len(),
-        plan.flavor.name(),
+        target.name(),
         generated.routes,
         a.out.display(),
         started.elapsed().as_secs_f64()

@@ -1,16 +1,22 @@
 //! Helpers for the black-box tests: run the real binary with a time limit, start the real
-//! backend as a process, start misbehaving servers, validate JSON against the published schema.
+//! backend, nginx and generated gateways as the lab starts its roles (one process handle),
+//! start misbehaving servers, validate JSON against the published schema.
 
 #![allow(dead_code)]
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::AsRawFd;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use meshbench_lab::process::Placement;
+use meshbench_lab::program::{nginx, Hop, ProgramSpec, Run};
+use meshbench_lab::topology::Layer;
+use meshbench_lab::{rig, LabError, Program, RoleProcess};
 
 pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_meshbench")
@@ -107,18 +113,132 @@ pub fn assert_valid(json: &serde_json::Value) {
     );
 }
 
+/// A free port on loopback.
+pub fn free_addr() -> SocketAddr {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+/// A fresh directory under the system's temporary directory.
+fn scratch_dir(name: &str) -> PathBuf {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "meshbench-test-role-{}-{}-{name}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A process started as the lab starts a role (its one handle, [`RoleProcess`]): its output in
+/// `DIR/NAME.log`, ready once `addr` accepts; stopped when dropped, and its directory removed
+/// when the test did not give one.
+pub struct LabRole {
+    process: Option<RoleProcess>,
+    pub addr: SocketAddr,
+    scratch: Option<PathBuf>,
+}
+
+impl LabRole {
+    pub fn start(
+        name: &str,
+        cmd: Command,
+        addr: SocketAddr,
+        dir: &Path,
+    ) -> Result<LabRole, LabError> {
+        let log = dir.join(format!("{name}.log"));
+        let process = RoleProcess::start(name, cmd, &log, &Placement::default(), addr)?;
+        Ok(LabRole {
+            process: Some(process),
+            addr,
+            scratch: None,
+        })
+    }
+
+    /// The last lines the process logged.
+    pub fn log_tail(&self) -> String {
+        self.process
+            .as_ref()
+            .map_or(String::new(), |p| p.log_tail(5))
+    }
+}
+
+impl Drop for LabRole {
+    fn drop(&mut self) {
+        drop(self.process.take());
+        if let Some(dir) = &self.scratch {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+/// A program's gateway, on the configuration `meshbench gen gateway` wrote into `dir` (with
+/// its default of one worker).
+pub fn start_gateway(
+    program: Program,
+    dir: &Path,
+    listen: SocketAddr,
+) -> Result<LabRole, LabError> {
+    let cmd = program.gateway_command(dir, 1)?;
+    LabRole::start(program.name(), cmd, listen, dir)
+}
+
+/// A real nginx (one worker) answering every request with a body of `body_bytes` bytes.
+pub fn nginx_static(body_bytes: usize) -> Result<LabRole, LabError> {
+    let dir = scratch_dir("nginx");
+    let addr = free_addr();
+    let config = dir.join("nginx.conf");
+    std::fs::write(&config, nginx::static_config(&dir, addr, body_bytes, 1)).unwrap();
+    let bin = ProgramSpec::from(Program::Nginx).binary()?;
+    let run = Run {
+        config: &config,
+        dir: &dir,
+        name: "nginx",
+        workers: 1,
+    };
+    let mut role = LabRole::start("nginx", nginx::command(&bin, &run), addr, &dir)?;
+    role.scratch = Some(dir);
+    Ok(role)
+}
+
+/// A real nginx (one worker) as an L7 hop in front of `upstream`.
+pub fn nginx_proxy(upstream: SocketAddr) -> Result<LabRole, LabError> {
+    let dir = scratch_dir("nginx-proxy");
+    let hop = Hop {
+        name: "nginx".into(),
+        layer: Layer::L7,
+        listen: free_addr(),
+        listen_tls: None,
+        upstream,
+        upstream_tls: None,
+        http2: false,
+        workers: 1,
+        dir: dir.clone(),
+    };
+    let cmd = ProgramSpec::from(Program::Nginx).prepare_hop(&hop)?;
+    let mut role = LabRole::start("nginx", cmd, hop.listen, &dir)?;
+    role.scratch = Some(dir);
+    Ok(role)
+}
+
 /// The backend, as a separate process, on a free port.
 pub struct BackendProc {
-    inner: meshbench_lab::BackendProcess,
+    _role: LabRole,
     pub addr: SocketAddr,
 }
 
 impl BackendProc {
     pub fn start(extra: &[&str]) -> Self {
-        let inner = meshbench_lab::BackendProcess::start(std::path::Path::new(bin()), extra)
-            .expect("the backend starts");
-        let addr = inner.addr();
-        BackendProc { inner, addr }
+        let dir = scratch_dir("backend");
+        let addr = free_addr();
+        let args: Vec<String> = extra.iter().map(|a| a.to_string()).collect();
+        let cmd = rig::backend_command(Path::new(bin()), addr, &args);
+        let mut role = LabRole::start("backend", cmd, addr, &dir).expect("the backend starts");
+        role.scratch = Some(dir);
+        BackendProc { _role: role, addr }
     }
 
     pub fn url(&self, path: &str) -> String {

@@ -1,0 +1,496 @@
+//! Envoy: no Debian package, so it runs only where an `envoy` binary is on PATH (without one,
+//! the step fails with one line saying so). Its configuration is a static bootstrap built from
+//! the typed Envoy API (the envoy-types crate), so its structure is checked by the compiler
+//! rather than by a YAML template, written as binary protobuf and run with `--config-path`.
+//!
+//! A hop is one listener (plain, TLS, or TLS requiring a client certificate signed by the mesh
+//! CA) whose filter is an HTTP connection manager routing everything to the `next` cluster (L7)
+//! or a TCP proxy to it (L4); the cluster reaches the next hop plain or over TLS with a client
+//! certificate and SNI. The gateway is one listener; per domain a filter chain matched by SNI
+//! with that domain's certificate, an HTTP connection manager whose virtual host holds one
+//! exact-path route per path, rewritten to `/` and sent to a static `backend` cluster. No
+//! Envoy binary exists on the machines this is built on: both are tested by decoding them back.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use envoy_types::pb::envoy::config::bootstrap::v3::{bootstrap::StaticResources, Bootstrap};
+use envoy_types::pb::envoy::config::cluster::v3::{cluster, Cluster};
+use envoy_types::pb::envoy::config::core::v3::{
+    address, data_source, socket_address, transport_socket, Address, DataSource, SocketAddress,
+    TransportSocket,
+};
+use envoy_types::pb::envoy::config::endpoint::v3::{
+    lb_endpoint, ClusterLoadAssignment, Endpoint, LbEndpoint, LocalityLbEndpoints,
+};
+use envoy_types::pb::envoy::config::listener::v3::{
+    filter, Filter, FilterChain, FilterChainMatch, Listener,
+};
+use envoy_types::pb::envoy::config::route::v3::{
+    route, route_action, route_match, Route, RouteAction, RouteConfiguration, RouteMatch,
+    VirtualHost,
+};
+use envoy_types::pb::envoy::extensions::filters::http::router::v3::Router;
+use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+    http_connection_manager, http_filter, HttpConnectionManager, HttpFilter,
+};
+use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{tcp_proxy, TcpProxy};
+use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
+    common_tls_context, CertificateValidationContext, CommonTlsContext, DownstreamTlsContext,
+    TlsCertificate, UpstreamTlsContext,
+};
+use envoy_types::pb::google::protobuf::{BoolValue, Duration};
+use envoy_types::util::pack_any;
+use prost::Message;
+
+use super::{Hop, Run};
+use crate::gateway::GatewayPlan;
+use crate::topology::Layer;
+use crate::{install, write_file, LabError};
+
+/// The gateway's configuration file.
+pub const CONFIG: &str = "envoy.pb";
+pub const VERSION_FLAG: &str = "--version";
+
+/// The envoy binary on PATH.
+pub fn binary() -> Result<PathBuf, LabError> {
+    install::find("envoy", &[]).ok_or_else(|| LabError::Missing {
+        program: "envoy".into(),
+        hint: "Envoy has no Debian package; put an envoy binary on PATH (e.g. from the envoyproxy/envoy release images)".into(),
+    })
+}
+
+/// `--concurrency` is the role's worker count.
+pub fn command(bin: &Path, run: &Run) -> Command {
+    let mut cmd = Command::new(bin);
+    cmd.arg("--config-path").arg(run.config).args([
+        "--concurrency",
+        &run.workers.max(1).to_string(),
+        "--log-level",
+        "warn",
+        // Several Envoys on one machine: no shared-memory hot restart.
+        "--disable-hot-restart",
+    ]);
+    cmd
+}
+
+/// The cluster every hop forwards to.
+pub const NEXT: &str = "next";
+
+fn p(path: &Path) -> Option<DataSource> {
+    file(path.display().to_string())
+}
+
+fn tls_socket<M: prost::Name>(context: M) -> TransportSocket {
+    TransportSocket {
+        name: "envoy.transport_sockets.tls".into(),
+        config_type: Some(transport_socket::ConfigType::TypedConfig(pack_any(context))),
+    }
+}
+
+/// The bootstrap of one hop.
+pub fn hop_bootstrap(hop: &Hop) -> Bootstrap {
+    let filter = match hop.layer {
+        Layer::L7 => http_connection_manager(
+            &hop.name,
+            NEXT,
+            vec![VirtualHost {
+                name: "all".into(),
+                domains: vec!["*".into()],
+                routes: vec![Route {
+                    r#match: Some(RouteMatch {
+                        path_specifier: Some(route_match::PathSpecifier::Prefix("/".into())),
+                        ..Default::default()
+                    }),
+                    action: Some(route::Action::Route(RouteAction {
+                        cluster_specifier: Some(route_action::ClusterSpecifier::Cluster(
+                            NEXT.into(),
+                        )),
+                        ..Default::default()
+                    })),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        ),
+        Layer::L4 => Filter {
+            name: "envoy.filters.network.tcp_proxy".into(),
+            config_type: Some(filter::ConfigType::TypedConfig(pack_any(TcpProxy {
+                stat_prefix: hop.name.clone(),
+                cluster_specifier: Some(tcp_proxy::ClusterSpecifier::Cluster(NEXT.into())),
+                ..Default::default()
+            }))),
+        },
+    };
+    let downstream = hop.listen_tls.as_ref().map(|t| {
+        tls_socket(DownstreamTlsContext {
+            common_tls_context: Some(CommonTlsContext {
+                tls_certificates: vec![TlsCertificate {
+                    certificate_chain: p(&t.cert),
+                    private_key: p(&t.key),
+                    ..Default::default()
+                }],
+                validation_context_type: t.client_ca.as_ref().map(|ca| {
+                    common_tls_context::ValidationContextType::ValidationContext(
+                        CertificateValidationContext {
+                            trusted_ca: p(ca),
+                            ..Default::default()
+                        },
+                    )
+                }),
+                alpn_protocols: if hop.http2 && hop.layer == Layer::L7 {
+                    vec!["h2".into(), "http/1.1".into()]
+                } else {
+                    Vec::new()
+                },
+                ..Default::default()
+            }),
+            require_client_certificate: Some(BoolValue {
+                value: t.client_ca.is_some(),
+            }),
+            ..Default::default()
+        })
+    });
+    let mut cluster = static_cluster(NEXT, hop.upstream);
+    cluster.transport_socket = hop.upstream_tls.as_ref().map(|t| {
+        tls_socket(UpstreamTlsContext {
+            common_tls_context: Some(CommonTlsContext {
+                tls_certificates: t
+                    .client
+                    .iter()
+                    .map(|(cert, key)| TlsCertificate {
+                        certificate_chain: p(cert),
+                        private_key: p(key),
+                        ..Default::default()
+                    })
+                    .collect(),
+                validation_context_type: Some(
+                    common_tls_context::ValidationContextType::ValidationContext(
+                        CertificateValidationContext {
+                            trusted_ca: p(&t.ca),
+                            ..Default::default()
+                        },
+                    ),
+                ),
+                ..Default::default()
+            }),
+            sni: t.server_name.clone(),
+            ..Default::default()
+        })
+    });
+    Bootstrap {
+        static_resources: Some(StaticResources {
+            listeners: vec![Listener {
+                name: hop.name.clone(),
+                address: Some(socket(hop.listen)),
+                filter_chains: vec![FilterChain {
+                    filters: vec![filter],
+                    transport_socket: downstream,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            clusters: vec![cluster],
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// The cluster every route goes to.
+pub const BACKEND_CLUSTER: &str = "backend";
+
+/// The gateway: `envoy.pb` and a README that says how to run it.
+pub fn write_gateway(plan: &GatewayPlan) -> Result<Vec<PathBuf>, LabError> {
+    let path = write_file(plan.path(CONFIG), gateway_bootstrap(plan).encode_to_vec())?;
+    let readme = format!(
+        "envoy.pb is an Envoy v3 bootstrap in binary protobuf ({} domains x {} paths -> {}).\nRun it with: envoy --config-path {} --concurrency {}\n",
+        plan.domains,
+        plan.paths,
+        plan.backend,
+        path.display(),
+        plan.workers
+    );
+    Ok(vec![
+        path,
+        write_file(plan.path("envoy-README.txt"), readme)?,
+    ])
+}
+
+/// The gateway's whole bootstrap.
+pub fn gateway_bootstrap(plan: &GatewayPlan) -> Bootstrap {
+    Bootstrap {
+        static_resources: Some(StaticResources {
+            listeners: vec![listener(plan)],
+            clusters: vec![backend_cluster(plan.backend)],
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn socket(addr: SocketAddr) -> Address {
+    Address {
+        address: Some(address::Address::SocketAddress(SocketAddress {
+            address: addr.ip().to_string(),
+            port_specifier: Some(socket_address::PortSpecifier::PortValue(u32::from(
+                addr.port(),
+            ))),
+            ..Default::default()
+        })),
+    }
+}
+
+fn file(path: String) -> Option<DataSource> {
+    Some(DataSource {
+        specifier: Some(data_source::Specifier::Filename(path)),
+        ..Default::default()
+    })
+}
+
+fn listener(plan: &GatewayPlan) -> Listener {
+    let filter_chains = if plan.tls {
+        plan.domain_names()
+            .map(|domain| {
+                let (crt, key) = plan.cert_files(&domain);
+                let tls = DownstreamTlsContext {
+                    common_tls_context: Some(CommonTlsContext {
+                        tls_certificates: vec![TlsCertificate {
+                            certificate_chain: file(plan.path(&crt).display().to_string()),
+                            private_key: file(plan.path(&key).display().to_string()),
+                            ..Default::default()
+                        }],
+                        alpn_protocols: plan.alpn().iter().map(|p| p.to_string()).collect(),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                };
+                FilterChain {
+                    filter_chain_match: Some(FilterChainMatch {
+                        server_names: vec![domain.clone()],
+                        ..Default::default()
+                    }),
+                    filters: vec![http_manager(plan, vec![virtual_host(plan, &domain)])],
+                    transport_socket: Some(TransportSocket {
+                        name: "envoy.transport_sockets.tls".into(),
+                        config_type: Some(transport_socket::ConfigType::TypedConfig(pack_any(tls))),
+                    }),
+                    ..Default::default()
+                }
+            })
+            .collect()
+    } else {
+        let hosts = plan
+            .domain_names()
+            .map(|d| virtual_host(plan, &d))
+            .collect();
+        vec![FilterChain {
+            filters: vec![http_manager(plan, hosts)],
+            ..Default::default()
+        }]
+    };
+    Listener {
+        name: "gateway".into(),
+        address: Some(socket(plan.listen)),
+        filter_chains,
+        ..Default::default()
+    }
+}
+
+fn http_manager(plan: &GatewayPlan, virtual_hosts: Vec<VirtualHost>) -> Filter {
+    http_connection_manager(
+        "gateway",
+        &format!("routes-{}", plan.listen.port()),
+        virtual_hosts,
+    )
+}
+
+/// An HTTP connection manager (codec AUTO: HTTP/1.1, h2, and h2c with prior knowledge) with
+/// inline routes and the router filter: the L7 filter of the gateway and of every Envoy hop.
+fn http_connection_manager(
+    stat_prefix: &str,
+    route_name: &str,
+    virtual_hosts: Vec<VirtualHost>,
+) -> Filter {
+    let hcm = HttpConnectionManager {
+        stat_prefix: stat_prefix.into(),
+        codec_type: http_connection_manager::CodecType::Auto as i32,
+        route_specifier: Some(http_connection_manager::RouteSpecifier::RouteConfig(
+            RouteConfiguration {
+                name: route_name.into(),
+                virtual_hosts,
+                ..Default::default()
+            },
+        )),
+        http_filters: vec![HttpFilter {
+            name: "envoy.filters.http.router".into(),
+            config_type: Some(http_filter::ConfigType::TypedConfig(pack_any(
+                Router::default(),
+            ))),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    Filter {
+        name: "envoy.filters.network.http_connection_manager".into(),
+        config_type: Some(filter::ConfigType::TypedConfig(pack_any(hcm))),
+    }
+}
+
+fn virtual_host(plan: &GatewayPlan, domain: &str) -> VirtualHost {
+    VirtualHost {
+        name: domain.to_string(),
+        domains: vec![
+            domain.to_string(),
+            format!("{domain}:{}", plan.listen.port()),
+        ],
+        routes: plan
+            .path_list()
+            .map(|path| Route {
+                r#match: Some(RouteMatch {
+                    path_specifier: Some(route_match::PathSpecifier::Path(path)),
+                    ..Default::default()
+                }),
+                action: Some(route::Action::Route(RouteAction {
+                    cluster_specifier: Some(route_action::ClusterSpecifier::Cluster(
+                        BACKEND_CLUSTER.into(),
+                    )),
+                    prefix_rewrite: "/".into(),
+                    ..Default::default()
+                })),
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+fn backend_cluster(backend: SocketAddr) -> Cluster {
+    static_cluster(BACKEND_CLUSTER, backend)
+}
+
+/// A cluster of one static endpoint.
+fn static_cluster(name: &str, backend: SocketAddr) -> Cluster {
+    Cluster {
+        name: name.into(),
+        connect_timeout: Some(Duration {
+            seconds: 5,
+            nanos: 0,
+        }),
+        cluster_discovery_type: Some(cluster::ClusterDiscoveryType::Type(
+            cluster::DiscoveryType::Static as i32,
+        )),
+        load_assignment: Some(ClusterLoadAssignment {
+            cluster_name: name.into(),
+            endpoints: vec![LocalityLbEndpoints {
+                lb_endpoints: vec![LbEndpoint {
+                    host_identifier: Some(lb_endpoint::HostIdentifier::Endpoint(Endpoint {
+                        address: Some(socket(backend)),
+                        ..Default::default()
+                    })),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::program::{ListenTls, UpstreamTls};
+    use envoy_types::pb::envoy::config::core::v3::transport_socket::ConfigType;
+    use envoy_types::pb::google::protobuf::Any;
+    use prost::Message;
+    use std::path::PathBuf;
+
+    fn hop(layer: Layer) -> Hop {
+        let d = PathBuf::from("/pki");
+        Hop {
+            name: "waypoint".into(),
+            layer,
+            listen: "127.0.0.1:9001".parse().unwrap(),
+            listen_tls: Some(ListenTls {
+                cert: d.join("server.pem"),
+                key: d.join("server-key.pem"),
+                client_ca: Some(d.join("ca.pem")),
+            }),
+            upstream: "127.0.0.1:9002".parse().unwrap(),
+            upstream_tls: Some(UpstreamTls {
+                ca: d.join("ca.pem"),
+                server_name: "mesh.local".into(),
+                client: Some((d.join("client.pem"), d.join("client-key.pem"))),
+            }),
+            http2: false,
+            workers: 1,
+            dir: PathBuf::from("/tmp"),
+        }
+    }
+
+    fn unpack<M: Message + Default>(any: &Any) -> M {
+        M::decode(any.value.as_slice()).unwrap()
+    }
+
+    fn typed(ts: &Option<TransportSocket>) -> &Any {
+        match ts.as_ref().unwrap().config_type.as_ref().unwrap() {
+            ConfigType::TypedConfig(a) => a,
+        }
+    }
+
+    #[test]
+    fn an_l7_hop_with_mutual_tls_on_both_sides_decodes_back() {
+        let bytes = hop_bootstrap(&hop(Layer::L7)).encode_to_vec();
+        let b = Bootstrap::decode(bytes.as_slice()).unwrap();
+        let res = b.static_resources.unwrap();
+        let chain = &res.listeners[0].filter_chains[0];
+        assert_eq!(
+            chain.filters[0].name,
+            "envoy.filters.network.http_connection_manager"
+        );
+        let down: DownstreamTlsContext = unpack(typed(&chain.transport_socket));
+        assert!(down.require_client_certificate.unwrap().value);
+        let common = down.common_tls_context.unwrap();
+        assert_eq!(common.tls_certificates.len(), 1);
+        let Some(filter::ConfigType::TypedConfig(any)) = &chain.filters[0].config_type else {
+            panic!("no typed config")
+        };
+        let hcm: HttpConnectionManager = unpack(any);
+        let Some(http_connection_manager::RouteSpecifier::RouteConfig(rc)) = hcm.route_specifier
+        else {
+            panic!("no inline routes")
+        };
+        assert_eq!(rc.virtual_hosts[0].domains, ["*"]);
+        let cluster = &res.clusters[0];
+        assert_eq!(cluster.name, NEXT);
+        let up: UpstreamTlsContext = unpack(typed(&cluster.transport_socket));
+        assert_eq!(up.sni, "mesh.local");
+        assert_eq!(
+            up.common_tls_context.unwrap().tls_certificates.len(),
+            1,
+            "the client certificate"
+        );
+    }
+
+    #[test]
+    fn an_l4_hop_is_a_tcp_proxy_to_the_next_cluster() {
+        let mut h = hop(Layer::L4);
+        h.upstream_tls = None;
+        let b = hop_bootstrap(&h);
+        let res = b.static_resources.unwrap();
+        let f = &res.listeners[0].filter_chains[0].filters[0];
+        assert_eq!(f.name, "envoy.filters.network.tcp_proxy");
+        let Some(filter::ConfigType::TypedConfig(any)) = &f.config_type else {
+            panic!("no typed config")
+        };
+        let tcp: TcpProxy = unpack(any);
+        assert_eq!(
+            tcp.cluster_specifier,
+            Some(tcp_proxy::ClusterSpecifier::Cluster(NEXT.into()))
+        );
+        assert!(res.clusters[0].transport_socket.is_none());
+    }
+}

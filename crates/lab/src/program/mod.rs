@@ -1,0 +1,302 @@
+//! The proxy programs the lab starts, one module each: [`nginx`], [`haproxy`], [`caddy`],
+//! [`envoy`] and [`command`] (any program, from an argv and a configuration template). Each
+//! module knows how to find (or install) its binary, which flag prints its version, how to
+//! render its configuration for a mesh hop ([`Hop`]: L7 or L4, TLS in and out, mutual TLS, h2,
+//! workers) and for the gateway (a [`GatewayPlan`] of N domains x M paths), and its command
+//! line. [`Program`] dispatches to them with one match per question, so what nginx needs is
+//! known in `nginx.rs` alone.
+//!
+//! Every program is ready once its listener accepts a connection:
+//! [`RoleProcess::start`](crate::process::RoleProcess::start) waits for that, whatever started.
+
+pub mod caddy;
+pub mod command;
+pub mod envoy;
+pub mod haproxy;
+pub mod nginx;
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use prost::Message;
+use serde::{Deserialize, Serialize};
+
+use crate::gateway::{self, GatewayPlan};
+use crate::pki::Issued;
+use crate::topology::Layer;
+use crate::{write_file, LabError};
+
+/// The program that plays a proxy role: the `type:` of the experiment file's `proxy`, `tunnel`
+/// and `gateway` sections.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Hash, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Program {
+    /// The default proxy (a Debian package, installed when missing).
+    #[default]
+    Nginx,
+    Haproxy,
+    Caddy,
+    /// Needs an `envoy` binary on PATH (Envoy has no Debian package).
+    Envoy,
+    /// Any program, from a [`CommandTemplate`].
+    Command,
+}
+
+/// For [`Program::Command`]: the program and its arguments, and its configuration file's text.
+/// Both may hold `{config}` (the written file's path), `{listen}`, `{listen_port}`,
+/// `{upstream}`, `{upstream_port}`, `{workers}` and `{dir}`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CommandTemplate {
+    pub argv: Vec<String>,
+    pub config: String,
+}
+
+/// A program with what it needs to play a role: for `command`, its template (ignored otherwise).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ProgramSpec {
+    pub program: Program,
+    pub command: CommandTemplate,
+}
+
+impl From<Program> for ProgramSpec {
+    fn from(program: Program) -> Self {
+        ProgramSpec {
+            program,
+            command: CommandTemplate::default(),
+        }
+    }
+}
+
+/// The listening side's TLS.
+#[derive(Debug, Clone)]
+pub struct ListenTls {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// Require a client certificate signed by this CA (mutual TLS).
+    pub client_ca: Option<PathBuf>,
+}
+
+/// The forwarding side's TLS.
+#[derive(Debug, Clone)]
+pub struct UpstreamTls {
+    pub ca: PathBuf,
+    /// The name the upstream's certificate is checked against (and sent as SNI).
+    pub server_name: String,
+    /// Client certificate and key (mutual TLS).
+    pub client: Option<(PathBuf, PathBuf)>,
+}
+
+/// What one hop of a mesh does: listen here (plain, TLS, or TLS that requires a client
+/// certificate), forward there (plain, or TLS with a client certificate), at L7 or L4.
+#[derive(Debug, Clone)]
+pub struct Hop {
+    /// The role's name, also the stem of its files.
+    pub name: String,
+    pub layer: Layer,
+    pub listen: SocketAddr,
+    pub listen_tls: Option<ListenTls>,
+    pub upstream: SocketAddr,
+    pub upstream_tls: Option<UpstreamTls>,
+    /// Accept HTTP/2 from the client: h2c on a plain listener, ALPN h2 with TLS (L7 only).
+    pub http2: bool,
+    pub workers: u32,
+    /// Where its configuration, logs and temporary files go.
+    pub dir: PathBuf,
+}
+
+/// A written configuration and how to run it: what a program's command line is built from.
+#[derive(Debug, Clone, Copy)]
+pub struct Run<'a> {
+    pub config: &'a Path,
+    /// The working directory (logs, temporary files, caddy's storage).
+    pub dir: &'a Path,
+    /// The role's name (the stem of its logs).
+    pub name: &'a str,
+    pub workers: u32,
+}
+
+impl Program {
+    pub fn name(self) -> &'static str {
+        match self {
+            Program::Nginx => "nginx",
+            Program::Haproxy => "haproxy",
+            Program::Caddy => "caddy",
+            Program::Envoy => "envoy",
+            Program::Command => "command",
+        }
+    }
+
+    /// The name of its configuration file (a hop's is prefixed with the role's name).
+    fn config_file(self) -> &'static str {
+        match self {
+            Program::Nginx => nginx::CONFIG,
+            Program::Haproxy => haproxy::CONFIG,
+            Program::Caddy => caddy::CONFIG,
+            Program::Envoy => envoy::CONFIG,
+            Program::Command => command::CONFIG,
+        }
+    }
+
+    /// Its command line on a written configuration.
+    fn command(self, bin: &Path, run: &Run) -> Command {
+        let mut cmd = match self {
+            Program::Nginx => nginx::command(bin, run),
+            Program::Haproxy => haproxy::command(bin, run),
+            Program::Caddy => caddy::command(bin, run),
+            Program::Envoy => envoy::command(bin, run),
+            // Its arguments come from its template (see `command::prepare`).
+            Program::Command => Command::new(bin),
+        };
+        cmd.current_dir(run.dir);
+        cmd
+    }
+
+    /// The command line that runs a gateway whose configuration [`gateway::generate`] wrote
+    /// into `dir` for this program, in the foreground.
+    pub fn gateway_command(self, dir: &Path, workers: u32) -> Result<Command, LabError> {
+        if self == Program::Command {
+            return Err(no_gateway());
+        }
+        let bin = ProgramSpec::from(self).binary()?;
+        let config = dir.join(self.config_file());
+        let run = Run {
+            config: &config,
+            dir,
+            name: "gateway",
+            workers,
+        };
+        Ok(self.command(&bin, &run))
+    }
+}
+
+fn no_gateway() -> LabError {
+    LabError::Missing {
+        program: "a command gateway".into(),
+        hint: "the gateway is rendered for nginx, haproxy, caddy or envoy".into(),
+    }
+}
+
+impl fmt::Display for Program {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A program renders the gateway's configuration for itself; [`gateway::generate`] writes the
+/// certificates and the targets file around it.
+impl gateway::Target for Program {
+    fn name(&self) -> &'static str {
+        Program::name(*self)
+    }
+
+    fn write(&self, plan: &GatewayPlan, _: &[(String, Issued)]) -> Result<Vec<PathBuf>, LabError> {
+        match self {
+            Program::Nginx => nginx::write_gateway(plan),
+            Program::Haproxy => haproxy::write_gateway(plan),
+            Program::Caddy => caddy::write_gateway(plan),
+            Program::Envoy => envoy::write_gateway(plan),
+            Program::Command => Err(no_gateway()),
+        }
+    }
+}
+
+impl ProgramSpec {
+    /// The program's path, installed from Debian packages where missing.
+    pub fn binary(&self) -> Result<PathBuf, LabError> {
+        match self.program {
+            Program::Nginx => nginx::binary(),
+            Program::Haproxy => haproxy::binary(),
+            Program::Caddy => caddy::binary(),
+            Program::Envoy => envoy::binary(),
+            Program::Command => command::binary(&self.command),
+        }
+    }
+
+    /// The version line the program prints (stored with the results); a command's path.
+    pub fn version(&self) -> String {
+        let Ok(bin) = self.binary() else {
+            return "unavailable".into();
+        };
+        let flag = match self.program {
+            Program::Nginx => nginx::VERSION_FLAG,
+            Program::Haproxy => haproxy::VERSION_FLAG,
+            Program::Caddy => caddy::VERSION_FLAG,
+            Program::Envoy => envoy::VERSION_FLAG,
+            Program::Command => return bin.display().to_string(),
+        };
+        match Command::new(&bin).arg(flag).output() {
+            Ok(o) => {
+                let text = format!(
+                    "{}{}",
+                    String::from_utf8_lossy(&o.stdout),
+                    String::from_utf8_lossy(&o.stderr)
+                );
+                text.lines().next().unwrap_or("").trim().to_string()
+            }
+            Err(_) => "unknown".into(),
+        }
+    }
+
+    /// Writes the hop's configuration into its directory and builds the command that runs it.
+    pub fn prepare_hop(&self, hop: &Hop) -> Result<Command, LabError> {
+        let bin = self.binary()?;
+        let config = hop
+            .dir
+            .join(format!("{}.{}", hop.name, self.program.config_file()));
+        let text: Vec<u8> = match self.program {
+            Program::Nginx => nginx::hop_config(hop)?.into_bytes(),
+            Program::Haproxy => haproxy::hop_config(hop)?.into_bytes(),
+            Program::Caddy => caddy::hop_config(hop)?.into_bytes(),
+            Program::Envoy => envoy::hop_bootstrap(hop).encode_to_vec(),
+            Program::Command => return command::prepare(&bin, &self.command, hop, &config),
+        };
+        write_file(&config, text)?;
+        let run = Run {
+            config: &config,
+            dir: &hop.dir,
+            name: &hop.name,
+            workers: hop.workers,
+        };
+        Ok(self.program.command(&bin, &run))
+    }
+}
+
+/// A path as configuration text.
+fn p(path: &Path) -> String {
+    path.display().to_string()
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A server-side L7 or L4 hop, with mutual TLS on its listener when `tls`.
+    pub(crate) fn hop(layer: Layer, tls: bool) -> Hop {
+        let dir = PathBuf::from("/tmp/x");
+        Hop {
+            name: "server_proxy".into(),
+            layer,
+            listen: "127.0.0.1:8001".parse().unwrap(),
+            listen_tls: tls.then(|| ListenTls {
+                cert: dir.join("s.pem"),
+                key: dir.join("s-key.pem"),
+                client_ca: Some(dir.join("ca.pem")),
+            }),
+            upstream: "127.0.0.1:8002".parse().unwrap(),
+            upstream_tls: None,
+            http2: false,
+            workers: 2,
+            dir,
+        }
+    }
+
+    #[test]
+    fn the_file_names_the_programs_in_lowercase() {
+        let p: Program = serde_yaml_ng::from_str("haproxy").unwrap();
+        assert_eq!(p, Program::Haproxy);
+        assert_eq!(Program::default().name(), "nginx");
+        assert_eq!(Program::Command.to_string(), "command");
+    }
+}

@@ -1,0 +1,172 @@
+//! Topologies: who talks to whom. Each topology is a chain of roles between the client and the
+//! backend, client side first, and each role has a class (which limits and which program it
+//! gets) and a layer (L7 HTTP proxy or L4 tunnel). The experiment file names topologies with
+//! these words; the rig starts the chain one role at a time (`rig`), each role played by a
+//! program (`program`); this module knows neither.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// Who talks to whom.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[serde(rename_all = "lowercase")]
+pub enum Topology {
+    /// client -> backend.
+    Baseline,
+    /// client -> proxy -> backend.
+    Serveronly,
+    /// client -> proxy -> backend, the proxy standing for the client's sidecar.
+    Clientonly,
+    /// client -> client proxy -> server proxy -> backend.
+    Both,
+    /// client -> gateway (N virtual hosts over TLS) -> backend.
+    Gateway,
+    /// client -> L4 tunnel -> L4 tunnel -> backend.
+    Ambient,
+    /// client -> L4 tunnel -> L7 waypoint -> L4 tunnel -> backend.
+    Waypoint,
+}
+
+/// What kind of role a process plays: limits, CPU sweeps and programs are set per class.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[serde(rename_all = "lowercase")]
+pub enum Class {
+    /// L7 proxies: sidecars, the gateway, the waypoint.
+    Proxy,
+    /// L4 tunnels.
+    Tunnel,
+    /// The built-in backend, at the end of every chain.
+    Backend,
+}
+
+/// What a proxy role reads of the traffic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layer {
+    /// HTTP: requests are parsed and forwarded over kept-alive upstream connections.
+    L7,
+    /// TCP: each client connection becomes one upstream connection.
+    L4,
+}
+
+/// One role of a topology's chain, before it has an address or a program.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RolePlan {
+    /// Its name in results and the stem of its files (`server_proxy`, `ztunnel_client`...).
+    pub name: &'static str,
+    pub class: Class,
+    pub layer: Layer,
+}
+
+const fn l7(name: &'static str) -> RolePlan {
+    RolePlan {
+        name,
+        class: Class::Proxy,
+        layer: Layer::L7,
+    }
+}
+
+const fn l4(name: &'static str) -> RolePlan {
+    RolePlan {
+        name,
+        class: Class::Tunnel,
+        layer: Layer::L4,
+    }
+}
+
+impl Topology {
+    pub fn name(self) -> &'static str {
+        match self {
+            Topology::Baseline => "baseline",
+            Topology::Serveronly => "serveronly",
+            Topology::Clientonly => "clientonly",
+            Topology::Both => "both",
+            Topology::Gateway => "gateway",
+            Topology::Ambient => "ambient",
+            Topology::Waypoint => "waypoint",
+        }
+    }
+
+    /// The mode word of Istio's perf/benchmark labels.
+    pub fn istio_mode(self) -> &'static str {
+        match self {
+            Topology::Baseline => "no_istio",
+            Topology::Serveronly => "serveronly",
+            Topology::Clientonly => "clientonly",
+            Topology::Both => "both",
+            Topology::Gateway => "ingress",
+            Topology::Ambient => "ambient",
+            Topology::Waypoint => "waypoint",
+        }
+    }
+
+    /// The roles between the client and the backend, client side first.
+    pub fn chain(self) -> &'static [RolePlan] {
+        const CLIENT_PROXY: RolePlan = l7("client_proxy");
+        const SERVER_PROXY: RolePlan = l7("server_proxy");
+        const GATEWAY: RolePlan = l7("gateway");
+        const WAYPOINT: RolePlan = l7("waypoint");
+        const ZTUNNEL_CLIENT: RolePlan = l4("ztunnel_client");
+        const ZTUNNEL_SERVER: RolePlan = l4("ztunnel_server");
+        match self {
+            Topology::Baseline => &[],
+            Topology::Serveronly => &[SERVER_PROXY],
+            Topology::Clientonly => &[CLIENT_PROXY],
+            Topology::Both => &[CLIENT_PROXY, SERVER_PROXY],
+            Topology::Gateway => &[GATEWAY],
+            Topology::Ambient => &[ZTUNNEL_CLIENT, ZTUNNEL_SERVER],
+            Topology::Waypoint => &[ZTUNNEL_CLIENT, WAYPOINT, ZTUNNEL_SERVER],
+        }
+    }
+
+    /// Whether a role of this class is part of the topology (every one has the backend).
+    pub fn has(self, class: Class) -> bool {
+        class == Class::Backend || self.chain().iter().any(|r| r.class == class)
+    }
+}
+
+impl fmt::Display for Topology {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl Class {
+    pub fn name(self) -> &'static str {
+        match self {
+            Class::Proxy => "proxy",
+            Class::Tunnel => "tunnel",
+            Class::Backend => "backend",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topologies_are_chains_of_hops() {
+        let names = |t: Topology| t.chain().iter().map(|p| p.name).collect::<Vec<_>>();
+        assert!(names(Topology::Baseline).is_empty());
+        assert_eq!(names(Topology::Both), ["client_proxy", "server_proxy"]);
+        assert_eq!(
+            names(Topology::Waypoint),
+            ["ztunnel_client", "waypoint", "ztunnel_server"]
+        );
+        assert!(Topology::Ambient
+            .chain()
+            .iter()
+            .all(|p| p.layer == Layer::L4));
+    }
+
+    #[test]
+    fn classes_follow_the_chain() {
+        assert!(Topology::Baseline.has(Class::Backend));
+        assert!(!Topology::Baseline.has(Class::Proxy));
+        assert!(Topology::Gateway.has(Class::Proxy));
+        assert!(!Topology::Ambient.has(Class::Proxy));
+        assert!(Topology::Waypoint.has(Class::Tunnel));
+        assert!(!Topology::Both.has(Class::Tunnel));
+    }
+}
