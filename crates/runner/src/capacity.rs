@@ -1,15 +1,19 @@
 //! The capacity search with real steps. [`meshbench_analysis::capacity::Search`] decides which
 //! rate to try next; each rate is a step the caller runs and stores (a URL step or a lab step:
 //! `run_at`), and the stored step becomes a [`Probe`]: the SLO checked on the step's own
-//! headline, the carried rate, whether the generator saturated.
+//! headline, the carried rate, whether the generator saturated. [`url_step`] and [`lab_step`]
+//! are the two kinds of step.
 
 use meshbench_analysis::capacity::{Answer, Next, Probe, Search, Settings};
 use meshbench_analysis::headline::observe;
 use meshbench_analysis::threshold::{self, Threshold};
 use meshbench_analysis::{group, Headline, Run};
+use meshbench_engine::Live;
+use meshbench_experiment::plan::LoadPoint;
+use meshbench_experiment::{Experiment, Step, StepParams};
 use meshbench_store::StepRecord;
 
-use crate::{RunnerError, Session};
+use crate::{measure, now_rfc3339, Lab, LoadOptions, Observer, RunnerError, Session, StepAt};
 
 /// How a search ended.
 #[derive(Debug)]
@@ -92,4 +96,65 @@ pub fn probe(
         failures,
         confirmation,
     })
+}
+
+/// One step of a search against a URL: `options` at `rate`, measured with no rig, stored as
+/// step `n` (topology `url`, variant `capacity`).
+pub fn url_step(
+    session: &mut Session,
+    options: &LoadOptions,
+    rate: f64,
+    n: usize,
+    on_live: impl FnMut(&Live),
+) -> Result<StepRecord, RunnerError> {
+    let options = LoadOptions {
+        rate_rps: Some(rate),
+        ..options.clone()
+    };
+    let params = StepParams::open(rate, options.connections as u32, options.protocol);
+    let mut record = StepRecord::new(n as u32, params);
+    record.variant = "capacity".into();
+    record.label = format!("capacity_qps_{rate}_c_{}", options.connections);
+    record.started_at = now_rfc3339();
+    match options.resolve() {
+        Ok(spec) => match measure(&spec, None, None, session.stop.clone(), on_live) {
+            Ok(m) => record.set_result(m.result),
+            Err(err) => record.fail(format!("the load generator failed: {err}")),
+        },
+        Err(err) => record.fail(format!("the load could not be set up: {err}")),
+    }
+    Ok(session.record(record)?.clone())
+}
+
+/// One step of a search on an experiment's rig: the plan's first step (`template`) at `rate`,
+/// as a lab step (fresh rig, limits, sampling), stored as step `n`.
+pub fn lab_step(
+    session: &mut Session,
+    lab: &Lab,
+    e: &Experiment,
+    template: &Step,
+    rate: f64,
+    n: usize,
+    observer: &mut dyn Observer,
+) -> Result<StepRecord, RunnerError> {
+    let step = Step {
+        index: n,
+        load: LoadPoint {
+            qps: Some(rate),
+            ..template.load
+        },
+        ..template.clone()
+    };
+    let at = StepAt {
+        step: &step,
+        steps: n + 1,
+        step_secs: e.warmup_secs + e.duration_secs,
+        left_after_secs: 0.0,
+    };
+    lab.step(session, e, &at, observer)?;
+    Ok(session
+        .steps()
+        .last()
+        .expect("a lab step is stored")
+        .clone())
 }

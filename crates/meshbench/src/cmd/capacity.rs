@@ -13,11 +13,9 @@ use meshbench_analysis::capacity::{Answer, Settings};
 use meshbench_analysis::threshold::{self, Threshold};
 use meshbench_engine::StopAt;
 use meshbench_experiment::config::LoopMode;
-use meshbench_experiment::{Plan, Step, StepParams};
+use meshbench_experiment::Plan;
 use meshbench_runner::capacity;
-use meshbench_runner::{
-    new_experiment, now_rfc3339, Lab, LoadOptions, RunnerError, Session, StepAt,
-};
+use meshbench_runner::{new_experiment, now_rfc3339, Lab, LoadOptions, RunnerError, Session};
 use meshbench_store::{NewExperiment, StepRecord};
 
 use super::answers::parse_percent;
@@ -92,26 +90,7 @@ pub fn execute(args: CapacityArgs) -> Result<u8> {
             let lab = Lab::new(&e)?;
             let mut progress = Progress::new(args.quiet, &e.name, &store_path);
             let found = goal.search(&mut session, |session, rate, n| {
-                let step = Step {
-                    index: n,
-                    load: meshbench_experiment::plan::LoadPoint {
-                        qps: Some(rate),
-                        ..template.load
-                    },
-                    ..template.clone()
-                };
-                let at = StepAt {
-                    step: &step,
-                    steps: n + 1,
-                    step_secs: e.warmup_secs + e.duration_secs,
-                    left_after_secs: 0.0,
-                };
-                lab.step(session, &e, &at, &mut progress)?;
-                Ok(session
-                    .steps()
-                    .last()
-                    .expect("a lab step is stored")
-                    .clone())
+                capacity::lab_step(session, &lab, &e, &template, rate, n, &mut progress)
             });
             conclude(session, &signals, found)
         }
@@ -132,12 +111,11 @@ pub fn execute(args: CapacityArgs) -> Result<u8> {
             base.connections = args.connections;
             base.stop = StopAt::Duration(parse_duration("--step-duration", &args.step_duration)?);
             base.warmup = parse_duration("--warmup", &args.warmup)?;
-            let at_rate = |rate: f64| LoadOptions {
-                rate_rps: Some(rate),
-                ..base.clone()
-            };
             // Every step's options are checked once before any traffic.
-            super::run::resolve(&at_rate(args.start))?;
+            super::run::resolve(&LoadOptions {
+                rate_rps: Some(args.start),
+                ..base.clone()
+            })?;
             let duration = match base.stop {
                 StopAt::Duration(d) => d,
                 StopAt::Requests(_) => Duration::ZERO,
@@ -161,23 +139,10 @@ pub fn execute(args: CapacityArgs) -> Result<u8> {
             };
             let mut session = Session::begin(&store_path, &new, signals.stop.clone())?;
             let live = !args.quiet && std::io::IsTerminal::is_terminal(&std::io::stderr());
-            let protocol = base.protocol;
-            let connections = args.connections;
             let found = goal.search(&mut session, |session, rate, n| {
-                let mut record = StepRecord::new(
-                    n as u32,
-                    StepParams::open(rate, connections as u32, protocol),
-                );
-                record.variant = "capacity".into();
-                record.label = format!("capacity_qps_{rate}_c_{connections}");
-                record.started_at = now_rfc3339();
-                let measured = super::run::resolve(&at_rate(rate))
-                    .and_then(|spec| super::run::measure(&spec, session.stop.clone(), live));
-                match measured {
-                    Ok(result) => record.set_result(result),
-                    Err(err) => record.fail(format!("the load generator failed: {err:#}")),
-                }
-                let stored = session.record(record)?;
+                let mut line = super::run::ProgressLine::new(live);
+                let stored = capacity::url_step(session, &base, rate, n, |l| line.draw(l))?;
+                line.clear();
                 if stored.failed() {
                     eprintln!(
                         "step {} ({rate} req/s) failed: {}",
@@ -185,7 +150,7 @@ pub fn execute(args: CapacityArgs) -> Result<u8> {
                         stored.error.as_deref().unwrap_or("unknown")
                     );
                 }
-                Ok(stored.clone())
+                Ok(stored)
             });
             conclude(session, &signals, found)
         }

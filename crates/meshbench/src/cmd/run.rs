@@ -47,7 +47,7 @@ pub fn resolve(options: &LoadOptions) -> Result<LoadSpec> {
 }
 
 /// Measures a spec with no system under test watched, optionally drawing a progress line.
-pub fn measure(spec: &LoadSpec, stop: Arc<AtomicBool>, live: bool) -> Result<RunResult> {
+fn measure(spec: &LoadSpec, stop: Arc<AtomicBool>, live: bool) -> Result<RunResult> {
     let mut line = ProgressLine::new(live);
     let measured = meshbench_runner::measure(spec, None, None, stop, |l| line.draw(l))?;
     line.clear();
@@ -55,14 +55,14 @@ pub fn measure(spec: &LoadSpec, stop: Arc<AtomicBool>, live: bool) -> Result<Run
 }
 
 /// `meshbench run`'s live line on stderr, at most four times a second.
-struct ProgressLine {
+pub struct ProgressLine {
     live: bool,
     last: Instant,
     drawn: bool,
 }
 
 impl ProgressLine {
-    fn new(live: bool) -> ProgressLine {
+    pub fn new(live: bool) -> ProgressLine {
         ProgressLine {
             live,
             last: Instant::now(),
@@ -70,7 +70,7 @@ impl ProgressLine {
         }
     }
 
-    fn draw(&mut self, l: &meshbench_engine::Live) {
+    pub fn draw(&mut self, l: &meshbench_engine::Live) {
         if !self.live || self.last.elapsed() < Duration::from_millis(250) {
             return;
         }
@@ -88,7 +88,7 @@ impl ProgressLine {
         );
     }
 
-    fn clear(&self) {
+    pub fn clear(&self) {
         if self.drawn {
             eprint!("\r\x1b[2K");
         }
