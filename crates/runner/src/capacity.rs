@@ -151,10 +151,5 @@ pub fn lab_step(
         step_secs: e.warmup_secs + e.duration_secs,
         left_after_secs: 0.0,
     };
-    lab.step(session, e, &at, observer)?;
-    Ok(session
-        .steps()
-        .last()
-        .expect("a lab step is stored")
-        .clone())
+    Ok(lab.step(session, e, &at, observer)?.clone())
 }

@@ -69,22 +69,23 @@ impl Lab {
         })
     }
 
-    /// Runs `at.step` on a fresh rig, stores it and cools down.
-    pub fn step(
+    /// Runs `at.step` on a fresh rig, stores it and cools down; returns the step as stored.
+    pub fn step<'s>(
         &self,
-        session: &mut Session,
+        session: &'s mut Session,
         e: &Experiment,
         at: &StepAt,
         observer: &mut dyn Observer,
-    ) -> Result<(), RunnerError> {
+    ) -> Result<&'s StepRecord, RunnerError> {
         observer.step_started(at);
-        let record = self.run_step(e, at, session.id, &session.stop, observer);
+        let stop = session.stop.clone();
+        let record = self.run_step(e, at, session.id, &stop, observer);
         let stored = session.record(record)?;
         observer.step_finished(at, stored);
-        if !session.stopped() {
-            cool_down(e, &session.stop);
+        if !stop.load(Ordering::Relaxed) {
+            cool_down(e, &stop);
         }
-        Ok(())
+        Ok(stored)
     }
 
     /// Runs one step; every failure ends up in the record, never as an error.

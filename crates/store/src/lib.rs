@@ -330,11 +330,7 @@ impl Store {
                     })
                 })?
                 .collect::<Result<_, _>>()?;
-            steps.push(StoredStep {
-                id,
-                summary: step.summary(),
-                step,
-            });
+            steps.push(StoredStep { id, step });
         }
         Ok(steps)
     }
@@ -398,21 +394,22 @@ struct RawStep {
 
 impl RawStep {
     fn typed(self) -> Result<StepRecord, StoreError> {
+        let id = self.id;
         let corrupt = |what: &str, e: String| StoreError::Corrupt {
-            step: self.id,
+            step: id,
             reason: format!("{what}: {e}"),
         };
         Ok(StepRecord {
             seq: self.seq,
             repeat: self.repeat,
             topology: topology_name::parse(&self.topology).map_err(|e| corrupt("topology", e))?,
-            variant: self.variant.clone(),
-            label: self.label.clone(),
+            variant: self.variant,
+            label: self.label,
             params: serde_json::from_str(&self.params)
                 .map_err(|e| corrupt("params", e.to_string()))?,
-            started_at: self.started_at.clone(),
+            started_at: self.started_at,
             status: self.status.parse().map_err(|e| corrupt("status", e))?,
-            error: self.error.clone(),
+            error: self.error,
             versions: serde_json::from_str(&self.versions)
                 .map_err(|e| corrupt("versions", e.to_string()))?,
             result: match &self.result {

@@ -174,13 +174,30 @@ impl StepRecord {
     }
 }
 
-/// A step as read back, with its id and summary columns.
-#[derive(Debug, Clone, Serialize)]
+/// A step as read back, with its id. Exported with its summary columns (`summary`), which
+/// are computed from its result rather than kept beside it.
+#[derive(Debug, Clone)]
 pub struct StoredStep {
     pub id: i64,
-    pub summary: Option<LoadSummary>,
-    #[serde(flatten)]
     pub step: StepRecord,
+}
+
+impl Serialize for StoredStep {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Exported<'a> {
+            id: i64,
+            summary: Option<LoadSummary>,
+            #[serde(flatten)]
+            step: &'a StepRecord,
+        }
+        Exported {
+            id: self.id,
+            summary: self.step.summary(),
+            step: &self.step,
+        }
+        .serialize(s)
+    }
 }
 
 /// The summary columns of a step's load result (for SQL queries and tables).

@@ -115,14 +115,14 @@ fn steps_are_written_and_read_back_whole_and_typed() {
     assert_eq!(a.step.params, step(0).params);
     assert_eq!(a.step.topology, Some(Topology::Both));
     assert_eq!(a.step.status, StepStatus::Ok);
-    assert_eq!(a.summary, step(0).summary());
+    assert_eq!(a.step.summary(), step(0).summary());
     assert_eq!(a.step.usage, step(0).usage);
     assert_eq!(a.step.versions["nginx"], "nginx/1.22.1");
     assert_eq!(
         a.step.result.as_ref().unwrap().requests.total,
         result().requests.total
     );
-    assert!(b.step.failed() && b.summary.is_none() && b.step.result.is_none());
+    assert!(b.step.failed() && b.step.summary().is_none() && b.step.result.is_none());
     assert_eq!(b.step.topology, None);
     assert_eq!(s.samples(step_id).unwrap(), step(0).samples);
     assert_eq!(
@@ -132,6 +132,7 @@ fn steps_are_written_and_read_back_whole_and_typed() {
     // The exported JSON keeps the v1 shape: status and topology as words, params an object.
     let json = serde_json::to_value(a).unwrap();
     assert_eq!(json["status"], "ok");
+    assert_eq!(json["summary"]["requests"], result().requests.total);
     assert_eq!(json["topology"], "both");
     assert_eq!(json["params"]["cpu"]["role"], "proxy");
     assert_eq!(json["usage"][0]["cpu_millicores_avg"], 120.5);

@@ -163,13 +163,8 @@ fn conclude(session: Session, signals: &Signals, found: Result<(u8, String)>) ->
     print_finished(&finished);
     let (code, line) = found?;
     println!("{line}");
-    let finished_code = signals.exit_code().unwrap_or(if finished.failed() > 0 {
-        exit::FAILED
-    } else {
-        exit::OK
-    });
     Ok(if code == exit::OK {
-        finished_code
+        super::experiment::exit_code(signals, &finished)
     } else {
         code
     })

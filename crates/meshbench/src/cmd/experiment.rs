@@ -48,13 +48,18 @@ pub fn run(e: &Experiment, store_path: &Path, quiet: bool) -> Result<(Finished, 
     let mut progress = Progress::new(quiet, &e.name, store_path);
     let done =
         meshbench_runner::run_experiment(e, store_path, signals.stop.clone(), &mut progress)?;
-    let code = signals.exit_code().unwrap_or(if done.failed() > 0 {
+    let code = exit_code(&signals, &done);
+    print_finished(&done);
+    Ok((done, code))
+}
+
+/// A finished experiment's exit code: the signal's that stopped it, else 1 if a step failed.
+pub fn exit_code(signals: &Signals, done: &Finished) -> u8 {
+    signals.exit_code().unwrap_or(if done.failed() > 0 {
         exit::FAILED
     } else {
         exit::OK
-    });
-    print_finished(&done);
-    Ok((done, code))
+    })
 }
 
 /// The step table on stdout and one closing line on stderr.
