@@ -19,6 +19,7 @@
 //! - [`pacer`]: when the next request is due (closed loop, or an open-loop schedule).
 //! - [`recorder`]: what a worker measured, in constant memory, merged by adding.
 //! - [`result`]: the `meshbench/result/v1` document, built from the merged recorder.
+//! - `stop`: the shared handle that ends a run early ([`Stop`]: stop, then hurry).
 
 mod conn;
 pub mod driver;
@@ -30,6 +31,7 @@ pub mod result;
 pub mod run;
 mod slots;
 pub mod spec;
+mod stop;
 
 pub use h2conn::H2Request;
 pub use meshbench_net::http1::encode_request;
@@ -38,3 +40,4 @@ pub use run::{run, Live, RunError};
 pub use spec::{
     ConnSpec, Host, LoadSpec, Mode, Order, Protocol, RequestSpec, StopAt, Target, Targets, Wire,
 };
+pub use stop::Stop;

@@ -3,9 +3,9 @@
 //! whether the generator kept up.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
-use std::sync::{Arc, Barrier};
+use std::sync::Barrier;
 use std::time::{Duration, SystemTime};
 
 use hdrhistogram::Histogram;
@@ -17,6 +17,7 @@ use crate::pacer::{Arrival, Pacer, Schedule};
 use crate::recorder::{new_interval_histogram, Interval, Recorder};
 use crate::result::{Measured, RunResult, TimelinePoint};
 use crate::spec::{LoadSpec, Mode, StopAt};
+use crate::stop::Stop;
 
 /// Why a run could not be carried out (failures of the target are data, not errors).
 #[derive(Debug, Error)]
@@ -50,10 +51,10 @@ pub struct Live {
     pub p99_us: u64,
 }
 
-/// Runs `spec` to completion or until `stop` is set; calls `on_live` about every 200 ms.
+/// Runs `spec` to completion or until `stop` is asked; calls `on_live` about every 200 ms.
 pub fn run(
     spec: &LoadSpec,
-    stop: Arc<AtomicBool>,
+    stop: Stop,
     mut on_live: impl FnMut(&Live),
 ) -> Result<RunResult, RunError> {
     let limit = meshbench_net::socket::raise_nofile_limit();
@@ -177,7 +178,7 @@ pub fn run(
             wall_start,
             cpu_secs: cpu_after - cpu_before,
             rss_max_bytes: rss,
-            interrupted: stop.load(Ordering::Relaxed),
+            interrupted: stop.requested(),
         },
     ))
 }

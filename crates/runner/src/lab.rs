@@ -7,11 +7,10 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use meshbench_engine::pacer::Arrival;
-use meshbench_engine::{Order, Protocol, StopAt};
+use meshbench_engine::{Order, Protocol, Stop, StopAt};
 use meshbench_experiment::config::{parse_cpuset, Experiment};
 use meshbench_experiment::{Plan, Step};
 use meshbench_lab::rig::{self, Rig};
@@ -29,7 +28,7 @@ use crate::{measure, RunnerError, Sampling};
 pub fn run_experiment(
     e: &Experiment,
     store_path: &Path,
-    stop: std::sync::Arc<AtomicBool>,
+    stop: Stop,
     observer: &mut dyn Observer,
 ) -> Result<Finished, RunnerError> {
     let plan = Plan::compile(e);
@@ -82,7 +81,7 @@ impl Lab {
         let record = self.run_step(e, at, session.id, &stop, observer);
         let stored = session.record(record)?;
         observer.step_finished(at, stored);
-        if !stop.load(Ordering::Relaxed) {
+        if !stop.requested() {
             cool_down(e, &stop);
         }
         Ok(stored)
@@ -94,7 +93,7 @@ impl Lab {
         e: &Experiment,
         at: &StepAt,
         experiment_id: i64,
-        stop: &std::sync::Arc<AtomicBool>,
+        stop: &Stop,
         observer: &mut dyn Observer,
     ) -> StepRecord {
         let step = at.step;
@@ -232,9 +231,9 @@ fn sampler_usage(s: &Sampled) -> RoleUsage {
     }
 }
 
-fn cool_down(e: &Experiment, stop: &AtomicBool) {
+fn cool_down(e: &Experiment, stop: &Stop) {
     let end = Instant::now() + Duration::from_secs_f64(e.cooldown_secs);
-    while Instant::now() < end && !stop.load(Ordering::Relaxed) {
+    while Instant::now() < end && !stop.requested() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }

@@ -5,11 +5,9 @@
 //! The generator can be pinned to CPUs for the duration (`limits.client.cpuset`): the engine's
 //! worker threads inherit the calling thread's affinity, which is restored afterwards.
 
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
 use std::time::Duration;
 
-use meshbench_engine::{Live, LoadSpec, RunError, RunResult};
+use meshbench_engine::{Live, LoadSpec, RunError, RunResult, Stop};
 use meshbench_lab::sampler::{self, Sampled, Sampler, Watch};
 
 /// Roles to sample while the load runs.
@@ -28,13 +26,13 @@ pub struct Measured {
     pub window_ms: (u64, u64),
 }
 
-/// Drives `spec` (until it ends or `stop` is set), sampling `sampling`'s roles meanwhile, with
+/// Drives `spec` (until it ends or `stop` is asked), sampling `sampling`'s roles meanwhile, with
 /// the generator pinned to `client_cpus` if given; `on_live` sees the run about every 200 ms.
 pub fn measure(
     spec: &LoadSpec,
     sampling: Option<Sampling>,
     client_cpus: Option<&[usize]>,
-    stop: Arc<AtomicBool>,
+    stop: Stop,
     on_live: impl FnMut(&Live),
 ) -> Result<Measured, RunError> {
     let sampler = sampling.map(|s| Sampler::start(s.watches, s.interval));

@@ -4,10 +4,9 @@
 //! whatever happens to the steps after it.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+use meshbench_engine::Stop;
 use meshbench_experiment::Experiment;
 use meshbench_store::{ExperimentStatus, NewExperiment, StepRecord, Store};
 
@@ -34,7 +33,7 @@ pub struct Session {
     store: Store,
     pub id: i64,
     /// Set by Ctrl-C or SIGTERM (or by whoever drives the session): no further step starts.
-    pub stop: Arc<AtomicBool>,
+    pub stop: Stop,
     steps: Vec<StepRecord>,
     started: Instant,
 }
@@ -58,7 +57,7 @@ impl Session {
     pub fn begin(
         store_path: &Path,
         new: &NewExperiment,
-        stop: Arc<AtomicBool>,
+        stop: Stop,
     ) -> Result<Session, RunnerError> {
         let store = Store::open(store_path)?;
         let id = store.begin_experiment(new)?;
@@ -84,7 +83,7 @@ impl Session {
     }
 
     pub fn stopped(&self) -> bool {
-        self.stop.load(Ordering::Relaxed)
+        self.stop.requested()
     }
 
     /// Marks the experiment done, or interrupted if it was stopped.

@@ -24,7 +24,7 @@ mod connect;
 mod exchange;
 
 use std::io;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::time::Duration;
@@ -41,6 +41,7 @@ use crate::recorder::{ErrorKind, Interval, Recorder};
 use crate::request::{Due, Phase};
 use crate::slots::SlotPool;
 use crate::spec::{ConnSpec, Order, Protocol, Targets};
+use crate::stop::Stop;
 
 const SECOND: u64 = 1_000_000_000;
 /// Longest sleep in the loop, so that a stop request is seen promptly.
@@ -96,8 +97,8 @@ pub enum WorkerEvent {
 /// Shared between the run and its workers.
 pub struct Control {
     pub clock: Clock,
-    /// Set by a signal or by the caller: stop sending, drain, report.
-    pub stop: Arc<AtomicBool>,
+    /// Set by a signal or by the caller: stop sending, drain (unless hurried), report.
+    pub stop: Stop,
     /// Run-clock time at which the workers start (set once all are connected).
     pub start_at: std::sync::atomic::AtomicU64,
     pub started: std::sync::Barrier,
@@ -305,7 +306,7 @@ impl Worker<'_> {
                 cpu_at_start = Some(thread_cpu_ns());
                 self.measuring = true;
             }
-            if self.sending && self.ctl.stop.load(Ordering::Relaxed) {
+            if self.sending && self.ctl.stop.requested() {
                 self.stop_sending(now);
             }
             if self.sending && self.plan.send_until.is_some_and(|end| now >= end) {
@@ -324,7 +325,7 @@ impl Worker<'_> {
                 if drain_until == u64::MAX {
                     drain_until = now + self.plan.drain_ns;
                 }
-                if self.slots.in_flight() == 0 || now >= drain_until {
+                if self.slots.in_flight() == 0 || now >= drain_until || self.ctl.stop.hurried() {
                     break;
                 }
             }

@@ -2,7 +2,6 @@
 
 use std::io::Write;
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::sync::atomic::Ordering;
 
 use anyhow::{Context, Result};
 use meshbench_backend::{Backend, BackendConfig, Delay, HyperBackend, ServerTls, StatusMix};
@@ -80,7 +79,7 @@ pub fn execute(args: BackendArgs) -> Result<u8> {
 }
 
 fn wait_for_signal(signals: &super::signals::Signals) {
-    while !signals.stop.load(Ordering::Relaxed) {
+    while !signals.stop.requested() {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }

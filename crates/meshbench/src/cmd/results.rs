@@ -6,7 +6,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 use meshbench_experiment::StepParams;
-use meshbench_store::{LoadSummary, RoleUsage, StepRecord};
+use meshbench_store::{LoadSummary, RoleUsage, StepRecord, StepStatus};
 
 use super::answers::open_store;
 use crate::cli::{ExportFormat, ResultsCommand, StoreArg};
@@ -103,6 +103,8 @@ pub struct TableRow<'a> {
     pub params: &'a StepParams,
     pub summary: Option<LoadSummary>,
     pub error: Option<&'a str>,
+    /// Interrupted before its end: its figures cover only part of the step.
+    pub partial: bool,
     pub usage: &'a [RoleUsage],
 }
 
@@ -114,6 +116,7 @@ impl<'a> TableRow<'a> {
             params: &r.params,
             summary: r.summary(),
             error: r.error.as_deref(),
+            partial: r.status == StepStatus::Partial,
             usage: &r.usage,
         }
     }
@@ -153,10 +156,11 @@ pub fn table(rows: &[TableRow]) -> String {
                 )
             })
             .collect();
-        let error = r
-            .error
-            .map(|e| format!("  FAILED: {e}"))
-            .unwrap_or_default();
+        let error = match (r.error, r.partial) {
+            (Some(e), _) => format!("  FAILED: {e}"),
+            (None, true) => "  PARTIAL (interrupted)".to_string(),
+            (None, false) => String::new(),
+        };
         match &r.summary {
             Some(s) => out.push_str(&format!(
                 "{:>4} {:<26} {:<22} {:>9.1} {:>7} {:>7} {:>7} {:>6}  {}{error}\n",

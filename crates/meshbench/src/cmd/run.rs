@@ -4,13 +4,11 @@
 
 use std::io::{IsTerminal, Write};
 use std::path::Path;
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use meshbench_engine::pacer::Arrival;
-use meshbench_engine::{LoadSpec, Order, Protocol, RunResult, StopAt};
+use meshbench_engine::{LoadSpec, Order, Protocol, RunResult, Stop, StopAt};
 use meshbench_runner::targets::ConnectTo;
 use meshbench_runner::{Body, LoadOptions, TargetSource, TlsOptions};
 
@@ -47,7 +45,7 @@ pub fn resolve(options: &LoadOptions) -> Result<LoadSpec> {
 }
 
 /// Measures a spec with no system under test watched, optionally drawing a progress line.
-fn measure(spec: &LoadSpec, stop: Arc<AtomicBool>, live: bool) -> Result<RunResult> {
+fn measure(spec: &LoadSpec, stop: Stop, live: bool) -> Result<RunResult> {
     let mut line = ProgressLine::new(live);
     let measured = meshbench_runner::measure(spec, None, None, stop, |l| line.draw(l))?;
     line.clear();

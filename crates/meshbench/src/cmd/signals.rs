@@ -1,26 +1,74 @@
-//! Ctrl-C and SIGTERM: the first one asks the run to stop and write its partial result; a second
-//! one ends the process at once.
+//! Ctrl-C and SIGTERM, as they arrive in the field: a terminal, `timeout -s INT` or a CI runner
+//! signals the whole process group, so one keypress can reach the process twice within
+//! microseconds. Signals within [`BURST`] of the one that counted are the same request.
+//!
+//! - the first asks the run to stop: it stops sending, waits for what is in flight, and writes
+//!   its partial result (JSON, summary, store row);
+//! - a second, later one hurries it: no more waiting, what it has is written now;
+//! - a third, later still, ends the process at once (exit 130 / 143), for a run stuck where no
+//!   flag is looked at.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use meshbench_engine::Stop;
 use signal_hook::consts::{SIGINT, SIGTERM};
 
-/// Which signal arrived, if any, and the flag the engine watches.
+/// Signals closer than this to the last one that counted are its echo, not a new request.
+pub const BURST: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Which signal arrived, if any, and the stop handle the runs watch.
 pub struct Signals {
-    pub stop: Arc<AtomicBool>,
+    pub stop: Stop,
     which: Arc<AtomicUsize>,
+}
+
+/// What the handler remembers between signals (atomics only: it runs in a signal handler).
+#[derive(Default)]
+struct Counted {
+    /// How many signals counted so far (echoes excluded).
+    count: AtomicUsize,
+    /// CLOCK_MONOTONIC of the last signal that counted, in nanoseconds.
+    at_ns: AtomicU64,
 }
 
 impl Signals {
     pub fn install() -> std::io::Result<Self> {
-        let stop = Arc::new(AtomicBool::new(false));
+        let stop = Stop::new();
         let which = Arc::new(AtomicUsize::new(0));
+        let counted = Arc::new(Counted::default());
         for sig in [SIGINT, SIGTERM] {
-            // Order matters: the conditional shutdown sees the flag before this signal sets it.
-            signal_hook::flag::register_conditional_shutdown(sig, 128 + sig, stop.clone())?;
-            signal_hook::flag::register(sig, stop.clone())?;
-            signal_hook::flag::register_usize(sig, which.clone(), sig as usize)?;
+            let (stop, which, counted) = (stop.clone(), which.clone(), counted.clone());
+            let handler = move || {
+                let now = monotonic_ns();
+                let n = counted.count.load(Ordering::Relaxed);
+                if n > 0
+                    && now.saturating_sub(counted.at_ns.load(Ordering::Relaxed))
+                        < BURST.as_nanos() as u64
+                {
+                    return;
+                }
+                counted.count.store(n + 1, Ordering::Relaxed);
+                counted.at_ns.store(now, Ordering::Relaxed);
+                match n {
+                    0 => {
+                        let _ = which.compare_exchange(
+                            0,
+                            sig as usize,
+                            Ordering::Relaxed,
+                            Ordering::Relaxed,
+                        );
+                        stop.request();
+                    }
+                    1 => stop.hurry(),
+                    // SAFETY: _exit is async-signal-safe; nothing is left to flush that a
+                    // hurried run would still write.
+                    _ => unsafe { libc::_exit(128 + sig) },
+                }
+            };
+            // SAFETY: the handler only does atomic loads and stores, reads CLOCK_MONOTONIC
+            // (async-signal-safe) and may call _exit.
+            unsafe { signal_hook::low_level::register(sig, handler)? };
         }
         Ok(Signals { stop, which })
     }
@@ -33,4 +81,14 @@ impl Signals {
             _ => Some(crate::exit::SIGINT),
         }
     }
+}
+
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid out-pointer; clock_gettime is async-signal-safe.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
