@@ -17,13 +17,18 @@
 //! - `conn`: one connection's bookkeeping (state, host, stream, back-off, bytes counted).
 //! - [`h2conn`]: HTTP/2 through the h2 crate, polled by the loop.
 //! - [`pacer`]: when the next request is due (closed loop, or an open-loop schedule).
+//! - [`idle`]: how long to sleep before a send and how long to spin, from the measured clock.
 //! - [`recorder`]: what a worker measured, in constant memory, merged by adding.
 //! - [`result`]: the `meshbench/result/v1` document, built from the merged recorder.
+//! - [`check`]: the generator's verdict on its run: timer lateness, CPU saturation, a slow
+//!   target or too few connections, each with its advice.
 //! - `stop`: the shared handle that ends a run early ([`Stop`]: stop, then hurry).
 
+pub mod check;
 mod conn;
 pub mod driver;
 pub mod h2conn;
+pub mod idle;
 pub mod pacer;
 pub mod recorder;
 mod request;
@@ -34,6 +39,7 @@ pub mod spec;
 mod stop;
 
 pub use h2conn::H2Request;
+pub use idle::IdleStrategy;
 pub use meshbench_net::http1::encode_request;
 pub use result::RunResult;
 pub use run::{run, Live, RunError};

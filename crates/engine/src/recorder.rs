@@ -137,6 +137,10 @@ pub struct Recorder {
     pub queued_sends: u64,
     /// Requests sent but neither answered nor failed when the run ended.
     pub unfinished: u64,
+    /// How late the worker's sleeps ended (µs): the machine's wake-up error.
+    pub wake_error: Histogram<u64>,
+    /// Time spent spinning before sends on purpose (the idle strategy's margin), ns.
+    pub spin_ns: u64,
     pub conns: ConnRecorder,
     /// Per host index: [finished requests, failed ones (transport or status >= 400)].
     pub per_host: Vec<[u64; 2]>,
@@ -192,6 +196,8 @@ impl Recorder {
             late_sends: 0,
             queued_sends: 0,
             unfinished: 0,
+            wake_error: new_histogram(),
+            spin_ns: 0,
             conns: ConnRecorder::default(),
             per_host: Vec::new(),
         }
@@ -235,6 +241,12 @@ impl Recorder {
     pub fn error_with(&mut self, kind: ErrorKind, message: &str) {
         self.error(kind);
         add_message(&mut self.messages, format!("{}: {message}", kind.name()), 1);
+    }
+
+    /// A sleep that ended `error_ns` after it was asked to.
+    #[inline]
+    pub fn wake_error(&mut self, error_ns: u64) {
+        self.wake_error.saturating_record(error_ns / 1000);
     }
 
     /// A request put on the wire `lag_ns` after its intended time.
@@ -297,6 +309,10 @@ impl AddAssign<&Recorder> for Recorder {
         self.latency.add(&o.latency).expect("same histogram bounds");
         self.service.add(&o.service).expect("same histogram bounds");
         self.lag.add(&o.lag).expect("same histogram bounds");
+        self.wake_error
+            .add(&o.wake_error)
+            .expect("same histogram bounds");
+        self.spin_ns += o.spin_ns;
         for (a, b) in self.status.iter_mut().zip(&o.status) {
             *a += b;
         }

@@ -10,6 +10,8 @@ use hdrhistogram::serialization::{Deserializer, Serializer, V2DeflateSerializer}
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
+use crate::check::{self, Figures, SelfCheck};
+use crate::idle::IdleStrategy;
 use crate::pacer::Arrival;
 use crate::recorder::{ErrorKind, Recorder};
 use crate::spec::{LoadSpec, Mode, Order, Protocol, StopAt};
@@ -86,6 +88,9 @@ pub struct Settings {
     pub requests_per_connection: Option<u64>,
     pub connection_rate: Option<f64>,
     pub tls_resume: Option<bool>,
+    /// How the open loop waited for its sends (`auto`, `sleep`, `hybrid`, `spin`).
+    #[serde(default)]
+    pub idle_strategy: Option<IdleStrategy>,
 }
 
 /// One host's share of the finished requests.
@@ -237,10 +242,23 @@ pub struct Generator {
     pub cpu_secs: f64,
     /// Busiest worker thread's CPU time over its wall time (1.0 = a full core).
     pub max_thread_utilization: f64,
+    /// The same without the time it spun before sends on purpose (the idle strategy's).
+    #[serde(default)]
+    pub max_thread_busy: f64,
+    /// CPU seconds spent spinning before sends on purpose, all threads.
+    #[serde(default)]
+    pub spin_secs: f64,
+    /// How late the workers' sleeps ended: this machine's wake-up error (open loop).
+    #[serde(default)]
+    pub wakeup_error_us: Option<Stats>,
     pub rss_max_bytes: u64,
     pub threads: usize,
-    /// True when the generator, not the target, may have limited the run.
+    /// True when the generator, not the target, may have limited the run (timer lateness or
+    /// CPU saturation in `check`).
     pub saturated: bool,
+    /// The generator's verdict on its run: valid or not, and each cause found with its advice.
+    #[serde(default)]
+    pub check: SelfCheck,
     /// Sends more than 1 ms late while a connection was free.
     pub late_sends: u64,
     /// Sends that waited for a free connection.
@@ -297,6 +315,8 @@ pub(crate) struct Measured<'a> {
     pub window_ns: u64,
     /// The busiest worker's CPU time over its window (1.0 = a full core).
     pub max_thread_utilization: f64,
+    /// The same, less the time it spun before sends on purpose.
+    pub max_thread_busy: f64,
     pub timeline: Vec<TimelinePoint>,
     /// Wall-clock start of the measured window.
     pub wall_start: SystemTime,
@@ -318,6 +338,7 @@ impl RunResult {
             recorder: rec,
             window_ns,
             max_thread_utilization: max_util,
+            max_thread_busy,
             timeline,
             wall_start,
             cpu_secs,
@@ -327,30 +348,26 @@ impl RunResult {
         let duration_secs = window_ns as f64 / 1e9;
         let total = rec.total();
         let lag = Stats::of(&rec.lag);
+        let service = Stats::of(&rec.service);
+        let wake_error = Stats::of(&rec.wake_error);
+        let check = check::judge(&Figures {
+            rate_rps: match spec.mode {
+                Mode::Open { rate_rps, .. } => Some(rate_rps),
+                Mode::Closed => None,
+            },
+            connections: spec.connections,
+            sends: rec.sends,
+            late_sends: rec.late_sends,
+            queued_sends: rec.queued_sends,
+            lag_p99_us: lag.p99,
+            wake_error_p99_us: wake_error.p99,
+            busiest_thread_busy: max_thread_busy,
+            service_p10_us: rec.service.value_at_quantile(0.1),
+            service_p50_us: service.p50,
+            service_p99_us: service.p99,
+        });
+        let saturated = check.generator_limited();
         let mut warnings = Vec::new();
-        let mut saturated = false;
-        let pct = |n: u64| 100.0 * n as f64 / rec.sends.max(1) as f64;
-        if open && pct(rec.late_sends) > 1.0 {
-            saturated = true;
-            warnings.push(format!(
-                "the generator fell behind its schedule: {:.1} % of requests were sent more than 1 ms late while a connection was free (schedule lag p99 {} µs); add --threads or split the load across generators",
-                pct(rec.late_sends),
-                lag.p99
-            ));
-        }
-        if max_util >= 0.9 {
-            saturated = true;
-            warnings.push(format!(
-                "the generator was CPU-bound ({:.0} % of a core on its busiest thread): the figures may show the generator's limit rather than the target's",
-                max_util * 100.0
-            ));
-        }
-        if open && pct(rec.queued_sends) > 1.0 {
-            warnings.push(format!(
-                "{:.1} % of requests waited for a free connection: the target answered slower than the asked rate; latency includes that wait (raise -c to hold the rate)",
-                pct(rec.queued_sends)
-            ));
-        }
         if rec.unfinished > 0 {
             warnings.push(format!(
                 "{} requests were due or in flight when the run ended and are not in the totals",
@@ -414,6 +431,7 @@ impl RunResult {
                 requests_per_connection: spec.conn.requests_per_connection,
                 connection_rate: spec.conn.connection_rate,
                 tls_resume: tls.then_some(spec.conn.tls_resume),
+                idle_strategy: open.then_some(spec.idle),
             },
             start_time: humantime::format_rfc3339_millis(wall_start).to_string(),
             duration_secs: (duration_secs * 1e6).round() / 1e6,
@@ -435,7 +453,7 @@ impl RunResult {
                 .collect(),
             errors: Errors::from_recorder(rec),
             latency_us: Stats::of(&rec.latency),
-            service_time_us: Stats::of(&rec.service),
+            service_time_us: service,
             schedule_lag_us: open.then_some(lag),
             bytes: Bytes {
                 sent: rec.bytes_sent,
@@ -486,9 +504,13 @@ impl RunResult {
             generator: Generator {
                 cpu_secs: (cpu_secs * 1000.0).round() / 1000.0,
                 max_thread_utilization: (max_util * 1000.0).round() / 1000.0,
+                max_thread_busy: (max_thread_busy * 1000.0).round() / 1000.0,
+                spin_secs: (rec.spin_ns as f64 / 1e6).round() / 1e3,
+                wakeup_error_us: (!rec.wake_error.is_empty()).then_some(wake_error),
                 rss_max_bytes,
                 threads,
                 saturated,
+                check,
                 late_sends: rec.late_sends,
                 queued_sends: rec.queued_sends,
                 warnings,
@@ -525,6 +547,7 @@ mod tests {
             concurrency: None,
             threads: 2,
             mode,
+            idle: crate::IdleStrategy::Auto,
             stop: StopAt::Duration(Duration::from_secs(10)),
             warmup: Duration::ZERO,
             timeout: Duration::from_secs(5),
@@ -534,12 +557,13 @@ mod tests {
 
     #[test]
     fn the_generator_judges_itself_table() {
+        use crate::check::Cause;
         let open = Mode::Open {
             rate_rps: 1000.0,
             arrival: Arrival::Uniform,
         };
-        // Out of 1,000 sends: (case, mode, late sends, queued sends, busiest thread's
-        // utilisation, unfinished, interrupted, saturated, what the warnings say)
+        // Out of 1,000 sends: (case, mode, late sends, queued sends, busiest thread's busy
+        // share, unfinished, interrupted, saturated, causes found, what the warnings say)
         type Row = (
             &'static str,
             Mode,
@@ -549,12 +573,13 @@ mod tests {
             u64,
             bool,
             bool,
+            &'static [Cause],
             &'static [&'static str],
         );
-        let cases: [Row; 8] = [
-            ("a clean run", open, 10, 10, 0.5, 0, false, false, &[]),
+        let cases: [Row; 7] = [
+            ("a clean run", open, 10, 10, 0.5, 0, false, false, &[], &[]),
             (
-                "open loop, 2 % late",
+                "open loop, 2 % late on an idle thread",
                 open,
                 20,
                 0,
@@ -562,17 +587,7 @@ mod tests {
                 0,
                 false,
                 true,
-                &["fell behind"],
-            ),
-            (
-                "closed loop: lateness is not judged",
-                Mode::Closed,
-                500,
-                500,
-                0.5,
-                0,
-                false,
-                false,
+                &[Cause::TimerLateness],
                 &[],
             ),
             (
@@ -584,7 +599,8 @@ mod tests {
                 0,
                 false,
                 true,
-                &["CPU-bound"],
+                &[Cause::CpuSaturation],
+                &[],
             ),
             (
                 "open loop, 2 % queued: the target's fault",
@@ -595,7 +611,8 @@ mod tests {
                 0,
                 false,
                 false,
-                &["waited for a free connection"],
+                &[Cause::SlowTarget],
+                &[],
             ),
             (
                 "requests left unfinished",
@@ -606,6 +623,7 @@ mod tests {
                 3,
                 false,
                 false,
+                &[],
                 &["3 requests were due"],
             ),
             (
@@ -617,10 +635,11 @@ mod tests {
                 0,
                 true,
                 false,
+                &[],
                 &["interrupted"],
             ),
             (
-                "late and CPU-bound",
+                "late and CPU-bound: the CPU",
                 open,
                 20,
                 0,
@@ -628,10 +647,13 @@ mod tests {
                 0,
                 false,
                 true,
-                &["fell behind", "CPU-bound"],
+                &[Cause::CpuSaturation],
+                &[],
             ),
         ];
-        for (case, mode, late, queued, util, unfinished, interrupted, saturated, said) in cases {
+        for (case, mode, late, queued, busy, unfinished, interrupted, saturated, causes, said) in
+            cases
+        {
             let mut rec = Recorder::new();
             rec.sends = 1000;
             rec.late_sends = late;
@@ -643,7 +665,8 @@ mod tests {
                     threads: 2,
                     recorder: &rec,
                     window_ns: 10_000_000_000,
-                    max_thread_utilization: util,
+                    max_thread_utilization: busy,
+                    max_thread_busy: busy,
                     timeline: Vec::new(),
                     wall_start: SystemTime::UNIX_EPOCH,
                     cpu_secs: 1.0,
@@ -653,6 +676,8 @@ mod tests {
             );
             let g = &result.generator;
             assert_eq!(g.saturated, saturated, "{case}");
+            let found: Vec<Cause> = g.check.findings.iter().map(|f| f.cause).collect();
+            assert_eq!(found, causes, "{case}");
             assert_eq!(g.warnings.len(), said.len(), "{case}: {:?}", g.warnings);
             for (warning, words) in g.warnings.iter().zip(said) {
                 assert!(warning.contains(words), "{case}: {warning}");
@@ -681,6 +706,7 @@ mod tests {
                 recorder: &rec,
                 window_ns: 2_000_000_000,
                 max_thread_utilization: 0.25,
+                max_thread_busy: 0.25,
                 timeline: Vec::new(),
                 wall_start: SystemTime::UNIX_EPOCH,
                 cpu_secs: 0.5,

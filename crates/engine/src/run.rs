@@ -174,6 +174,12 @@ pub fn run(
                 .iter()
                 .map(|w| w.cpu_ns as f64 / w.window_ns.max(1) as f64)
                 .fold(0.0, f64::max),
+            max_thread_busy: workers
+                .iter()
+                .map(|w| {
+                    w.cpu_ns.saturating_sub(w.recorder.spin_ns) as f64 / w.window_ns.max(1) as f64
+                })
+                .fold(0.0, f64::max),
             timeline,
             wall_start,
             cpu_secs: cpu_after - cpu_before,
@@ -259,6 +265,7 @@ fn plan_workers(spec: &LoadSpec, threads: usize) -> Vec<WorkerPlan> {
                 send_until,
                 timeout_ns: spec.timeout.as_nanos() as u64,
                 drain_ns: spec.drain().as_nanos() as u64,
+                idle: spec.idle,
             }
         })
         .collect()

@@ -128,6 +128,12 @@ impl SlotPool {
         self.in_flight
     }
 
+    /// Slots free now.
+    #[inline]
+    pub fn free(&self) -> usize {
+        self.free_count
+    }
+
     #[inline]
     pub fn has_free(&self) -> bool {
         self.free_count > 0

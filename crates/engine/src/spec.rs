@@ -10,6 +10,7 @@ use rustls::pki_types::ServerName;
 use serde::{Deserialize, Serialize};
 
 use crate::h2conn::H2Request;
+use crate::idle::IdleStrategy;
 use crate::pacer::Arrival;
 
 /// Closed or open loop.
@@ -171,6 +172,8 @@ pub struct LoadSpec {
     /// Worker threads; each owns an equal share of connections and of the rate.
     pub threads: usize,
     pub mode: Mode,
+    /// How workers wait for their next send in an open loop (`--idle-strategy`).
+    pub idle: IdleStrategy,
     pub stop: StopAt,
     pub warmup: Duration,
     pub timeout: Duration,

@@ -305,6 +305,20 @@ pub enum ArrivalArg {
     Poisson,
 }
 
+/// `--idle-strategy`: see the engine's `idle` module.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum IdleArg {
+    /// Spin only as much as keeps sends within 50 µs of their time (a plain sleep on a
+    /// machine whose wake-ups land on time).
+    Auto,
+    /// Sleep until each send: cheapest, late by the machine's wake-up error.
+    Sleep,
+    /// Sleep until the measured p99 wake-up error before each send, then spin.
+    Hybrid,
+    /// Never sleep while a send is pending: exact, a full core per thread.
+    Spin,
+}
+
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum OrderArg {
     RoundRobin,
@@ -342,6 +356,9 @@ pub struct RunArgs {
     /// How open-loop requests are spaced.
     #[arg(long, value_enum)]
     pub arrival: Option<ArrivalArg>,
+    /// How an open loop waits for its next send [default: auto].
+    #[arg(long, value_enum, value_name = "STRATEGY")]
+    pub idle_strategy: Option<IdleArg>,
     /// How long to measure, e.g. 10s, 2m (default 10s unless --requests is given).
     #[arg(
         short = 'd',

@@ -211,6 +211,30 @@ pub fn summary(r: &RunResult) -> String {
         bytes(g.rss_max_bytes),
         if g.saturated { "YES" } else { "no" }
     );
+    if let (Some(lag), Some(idle)) = (&r.schedule_lag_us, r.settings.idle_strategy) {
+        let wake = g
+            .wakeup_error_us
+            .as_ref()
+            .map_or("no sleep measured".to_string(), |w| {
+                format!("sleeps ended p50 {} p99 {} µs late", w.p50, w.p99)
+            });
+        let _ = writeln!(
+            o,
+            "  pacing     schedule lag p50 {} p99 {} µs; idle {}: {wake}, spun {:.2} CPU-s",
+            lag.p50,
+            lag.p99,
+            idle.name(),
+            g.spin_secs
+        );
+    }
+    for f in &g.check.findings {
+        let tag = if f.cause.invalidates() {
+            "INVALID"
+        } else {
+            "NOTE"
+        };
+        let _ = writeln!(o, "  {tag}: {}", f.message);
+    }
     for w in &g.warnings {
         let _ = writeln!(o, "  WARNING: {w}");
     }

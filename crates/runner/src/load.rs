@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use meshbench_engine::pacer::Arrival;
-use meshbench_engine::{ConnSpec, LoadSpec, Mode, Order, Protocol, RequestSpec, StopAt};
+use meshbench_engine::{
+    ConnSpec, IdleStrategy, LoadSpec, Mode, Order, Protocol, RequestSpec, StopAt,
+};
 use meshbench_net::tls::ClientTlsOptions;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
@@ -112,6 +114,8 @@ pub struct LoadOptions {
     pub rate_rps: Option<f64>,
     /// How open-loop arrivals are spaced (uniform unless given).
     pub arrival: Option<Arrival>,
+    /// How an open loop waits for its next send (`auto` unless given).
+    pub idle: Option<IdleStrategy>,
     pub stop: StopAt,
     pub warmup: Duration,
     pub timeout: Duration,
@@ -140,6 +144,7 @@ impl LoadOptions {
             concurrency: None,
             rate_rps: None,
             arrival: None,
+            idle: None,
             stop: StopAt::Duration(Duration::from_secs(10)),
             warmup: Duration::ZERO,
             timeout: Duration::from_secs(10),
@@ -154,6 +159,12 @@ impl LoadOptions {
         let bad = |m: String| Err(LoadError(m));
         if self.connections == 0 {
             return bad("--connections 0: must be at least 1".into());
+        }
+        if self.rate_rps.is_none() && self.idle.is_some() {
+            return bad(
+                "--idle-strategy applies to an open loop only (a closed loop waits on responses); add --rate RPS"
+                    .into(),
+            );
         }
         let mode = match (self.rate_rps, self.arrival) {
             (None, Some(_)) => {
@@ -274,6 +285,7 @@ impl LoadOptions {
             concurrency,
             threads,
             mode,
+            idle: self.idle.unwrap_or_default(),
             stop: self.stop,
             warmup: self.warmup,
             timeout: self.timeout,

@@ -36,6 +36,7 @@ use meshbench_net::rng::SplitMix64;
 
 use crate::conn::{Conn, State};
 use crate::h2conn::H2Stream;
+use crate::idle::{Idle, IdleStrategy, CALIBRATION};
 use crate::pacer::Pacer;
 use crate::recorder::{ErrorKind, Interval, Recorder};
 use crate::request::{Due, Phase};
@@ -46,8 +47,10 @@ use crate::stop::Stop;
 const SECOND: u64 = 1_000_000_000;
 /// Longest sleep in the loop, so that a stop request is seen promptly.
 const MAX_WAIT_NS: u64 = 50_000_000;
-/// While sleeping through arrivals, requests in flight are looked at at least this often, so
-/// connections come free promptly even at low rates.
+/// While sleeping through arrivals with half the slots or more in flight, requests in flight
+/// are looked at at least this often, so connections come free promptly even at low rates.
+/// With more slots free than busy the loop reads them at its next send (their arrival times
+/// are the kernel's, so reading later changes no figure).
 const LAZY_READ_NS: u64 = 1_000_000;
 /// While sleeping through arrivals, the loop wakes at most this often: at high rates the requests
 /// due in between go out together, at most this late (the schedule lag shows it; latency still
@@ -75,6 +78,8 @@ pub struct WorkerPlan {
     pub send_until: Option<u64>,
     pub timeout_ns: u64,
     pub drain_ns: u64,
+    /// How the worker waits for its next send.
+    pub idle: IdleStrategy,
 }
 
 /// What a worker hands back when it ends.
@@ -148,6 +153,8 @@ struct Worker<'a> {
     rng: SplitMix64,
     /// Whether the worker is in its measured window (connection figures count from then).
     measuring: bool,
+    /// How long before a send to stop sleeping, learnt from the wake-ups so far.
+    idle: Idle,
 }
 
 /// Runs one worker to completion.
@@ -194,12 +201,16 @@ pub fn run_worker(
         next_target: plan.first_target,
         rng: SplitMix64(plan.seed),
         measuring: false,
+        idle: Idle::new(plan.idle),
         targets: &targets,
         plan,
         ctl,
     };
     meshbench_net::clock::set_timer_slack(1_000);
     w.preconnect();
+    if w.plan.pacer.is_open() {
+        w.calibrate_idle();
+    }
     let _ = events.send(WorkerEvent::Ready);
     ctl.started.wait();
     let base = ctl.start_at.load(Ordering::Acquire);
@@ -339,20 +350,13 @@ impl Worker<'_> {
             let lazy = lazy_protocol && self.may_sleep_through_arrivals();
             let mut wake = self.next_wake(now, next_scan, drain_until);
             if lazy {
-                if self.slots.in_flight() > 0 {
+                if self.slots.in_flight() > 0 && self.slots.free() <= self.slots.in_flight() {
                     wake = wake.min(now + LAZY_READ_NS);
                 }
                 wake = wake.max(last_wake + WAKE_EVERY_NS);
             }
-            let wait = Duration::from_nanos(wake.saturating_sub(now));
-            let n = if lazy {
-                if !wait.is_zero() {
-                    std::thread::sleep(wait);
-                }
-                self.poller.wait(Some(Duration::ZERO))?
-            } else {
-                self.poller.wait(Some(wait))?
-            };
+            let for_send = self.send_due_at().is_some_and(|t| t <= wake);
+            let n = self.idle_until(now, wake, for_send, lazy)?;
             now = clock.now();
             last_wake = now;
             self.realtime_offset = meshbench_net::clock::realtime_ns() as i64 - now as i64;
@@ -402,6 +406,86 @@ impl Worker<'_> {
             .map(|&c| self.conns[c as usize].retry_at)
             .min();
         wake.min(backoff.unwrap_or(u64::MAX))
+    }
+
+    /// When the next send is due, if one may go out then (a slot is free for it).
+    fn send_due_at(&self) -> Option<u64> {
+        if self.sending && self.slots.has_free() && !self.slots.is_holding() {
+            self.plan.pacer.wake_at()
+        } else {
+            None
+        }
+    }
+
+    /// Waits until `wake` or, unless arrivals can wait (`lazy`), until a socket is ready;
+    /// returns the number of events ready. When `wake` is a send's time, sleeps only until the
+    /// idle margin before it and spins the rest (see [`crate::idle`]).
+    fn idle_until(&mut self, now: u64, wake: u64, for_send: bool, lazy: bool) -> io::Result<usize> {
+        let clock = self.ctl.clock;
+        let sleep_to = if for_send {
+            self.idle.sleep_until(wake)
+        } else {
+            wake
+        };
+        if sleep_to > now {
+            let wait = Duration::from_nanos(sleep_to - now);
+            let n = if lazy {
+                std::thread::sleep(wait);
+                0
+            } else {
+                self.poller.wait(Some(wait))?
+            };
+            if n > 0 {
+                return Ok(n);
+            }
+            let woke = clock.now();
+            let error = self.idle.woke(sleep_to, woke);
+            if self.measuring {
+                self.rec.wake_error(error);
+            }
+            if !lazy && woke >= wake {
+                return Ok(0);
+            }
+        }
+        // The margin: spin on the clock if arrivals can wait, else poll the sockets.
+        let spun_from = clock.now();
+        let mut t = spun_from;
+        while t < wake {
+            if lazy {
+                std::hint::spin_loop();
+            } else {
+                let n = self.poller.wait(Some(Duration::ZERO))?;
+                if n > 0 {
+                    self.spun(clock.now() - spun_from);
+                    return Ok(n);
+                }
+            }
+            t = clock.now();
+        }
+        self.spun(t - spun_from);
+        self.poller.wait(Some(Duration::ZERO))
+    }
+
+    fn spun(&mut self, ns: u64) {
+        if self.measuring {
+            self.rec.spin_ns += ns;
+        }
+    }
+
+    /// Learns the clock before the start: a few short sleeps give the first margin.
+    fn calibrate_idle(&mut self) {
+        if !matches!(
+            self.idle.strategy(),
+            IdleStrategy::Auto | IdleStrategy::Hybrid
+        ) {
+            return;
+        }
+        let clock = self.ctl.clock;
+        for _ in 0..CALIBRATION {
+            let asked = clock.now() + 100_000;
+            std::thread::sleep(Duration::from_nanos(100_000));
+            self.idle.woke(asked, clock.now());
+        }
     }
 
     /// Whether the loop may sleep until its next send and read what arrived meanwhile (see the

@@ -8,12 +8,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use meshbench_engine::pacer::Arrival;
-use meshbench_engine::{LoadSpec, Order, Protocol, RunResult, Stop, StopAt};
+use meshbench_engine::{IdleStrategy, LoadSpec, Order, Protocol, RunResult, Stop, StopAt};
 use meshbench_runner::targets::ConnectTo;
 use meshbench_runner::{Body, LoadOptions, TargetSource, TlsOptions};
 
 use super::parse_duration;
-use crate::cli::{ArrivalArg, OnOff, OrderArg, RequestFlags, RunArgs};
+use crate::cli::{ArrivalArg, IdleArg, OnOff, OrderArg, RequestFlags, RunArgs};
 use crate::{exit, usage};
 
 pub fn execute(args: RunArgs) -> Result<u8> {
@@ -123,6 +123,12 @@ pub fn load_options(a: &RunArgs) -> Result<LoadOptions> {
     o.arrival = a.arrival.map(|a| match a {
         ArrivalArg::Uniform => Arrival::Uniform,
         ArrivalArg::Poisson => Arrival::Poisson,
+    });
+    o.idle = a.idle_strategy.map(|i| match i {
+        IdleArg::Auto => IdleStrategy::Auto,
+        IdleArg::Sleep => IdleStrategy::Sleep,
+        IdleArg::Hybrid => IdleStrategy::Hybrid,
+        IdleArg::Spin => IdleStrategy::Spin,
     });
     o.stop = match (&a.duration, a.requests) {
         (Some(_), Some(_)) => return Err(usage("give --duration or --requests, not both")),

@@ -1,0 +1,77 @@
+//! What one timer wake-up costs on this machine, and how late it lands: the floor under any
+//! pacer that wakes once per send. Built and run by bench/pacer.sh (`rustc -O`, no crates).
+//!
+//! For each period it sleeps to absolute deadlines (clock_nanosleep, TIMER_ABSTIME) for about
+//! two seconds and prints the CPU per wake-up (getrusage) and the lateness percentiles; then the
+//! cost of a trivial syscall and of a clock read.
+
+use std::time::Instant;
+
+#[repr(C)]
+struct Timespec {
+    sec: i64,
+    nsec: i64,
+}
+
+#[repr(C)]
+struct Rusage {
+    utime: [i64; 2],
+    stime: [i64; 2],
+    rest: [i64; 14],
+}
+
+extern "C" {
+    fn clock_gettime(clock: i32, ts: *mut Timespec) -> i32;
+    fn clock_nanosleep(clock: i32, flags: i32, ts: *const Timespec, rem: *mut Timespec) -> i32;
+    fn prctl(option: i32, a: u64, b: u64, c: u64, d: u64) -> i32;
+    fn getrusage(who: i32, usage: *mut Rusage) -> i32;
+    fn getppid() -> i32;
+}
+
+const CLOCK_MONOTONIC: i32 = 1;
+const TIMER_ABSTIME: i32 = 1;
+const PR_SET_TIMERSLACK: i32 = 29;
+
+fn now_ns() -> u64 {
+    let mut ts = Timespec { sec: 0, nsec: 0 };
+    unsafe { clock_gettime(CLOCK_MONOTONIC, &mut ts) };
+    ts.sec as u64 * 1_000_000_000 + ts.nsec as u64
+}
+
+fn cpu_ns() -> u64 {
+    let mut r = Rusage { utime: [0; 2], stime: [0; 2], rest: [0; 14] };
+    unsafe { getrusage(0, &mut r) };
+    ((r.utime[0] + r.stime[0]) * 1_000_000 + r.utime[1] + r.stime[1]) as u64 * 1000
+}
+
+fn main() {
+    unsafe { prctl(PR_SET_TIMERSLACK, 1000, 0, 0, 0) };
+    println!("period_us\twakeups\tcpu_per_wakeup_us\tlate_p50_us\tlate_p99_us");
+    for period in [5_000_000u64, 1_000_000, 200_000] {
+        let n = (2_000_000_000 / period).min(10_000);
+        let mut late = Vec::with_capacity(n as usize);
+        let start = now_ns() + 1_000_000;
+        let c0 = cpu_ns();
+        for i in 0..n {
+            let t = start + i * period;
+            let ts = Timespec { sec: (t / 1_000_000_000) as i64, nsec: (t % 1_000_000_000) as i64 };
+            unsafe { clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, std::ptr::null_mut()) };
+            late.push(now_ns().saturating_sub(t));
+        }
+        let cpu = cpu_ns() - c0;
+        late.sort_unstable();
+        let q = |p: f64| late[((late.len() as f64 * p) as usize).min(late.len() - 1)] / 1000;
+        println!("{}\t{n}\t{:.1}\t{}\t{}", period / 1000, cpu as f64 / n as f64 / 1000.0, q(0.5), q(0.99));
+    }
+    let t = Instant::now();
+    for _ in 0..200_000 {
+        unsafe { getppid() };
+    }
+    println!("syscall_ns\t{:.0}", t.elapsed().as_nanos() as f64 / 200_000.0);
+    let t = Instant::now();
+    let mut x = 0;
+    for _ in 0..1_000_000 {
+        x ^= now_ns();
+    }
+    println!("clock_read_ns\t{:.0}\t{}", t.elapsed().as_nanos() as f64 / 1_000_000.0, x & 1);
+}

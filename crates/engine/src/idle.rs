@@ -1,0 +1,231 @@
+//! How a worker waits for its next send: the machine's clock decides how much to trust a sleep.
+//!
+//! A sleep ends late by the machine's wake-up error: a few µs on bare metal, 30-120 µs on a
+//! nested virtual machine, where it also costs 20-40 µs of CPU. A send that waits on such a
+//! sleep goes out late, and the lag goes into every corrected latency. So the worker sleeps
+//! until a *margin* before the send is due, then spins on the clock (or, when it must watch its
+//! sockets, busy-polls them) for the rest. The margin comes from the wake-up errors the worker
+//! measures on itself as it runs: every sleep's lateness goes into a ring of the last
+//! [`RING`] and, every [`UPDATE_EVERY`] sleeps, the margin becomes their 99th percentile less
+//! what the strategy allows a send to be late:
+//!
+//! | strategy | margin | cost |
+//! | --- | --- | --- |
+//! | `sleep` | 0 | one wake-up per send; late by the wake-up error |
+//! | `auto` (default) | p99 error − 50 µs | spins only where the clock is worse than 50 µs |
+//! | `hybrid` | p99 error | on time for 99 % of sends; spins for the error's spread |
+//! | `spin` | unbounded | never sleeps while a send is pending: a full core, exact |
+//!
+//! So `auto` is a plain sleep on a machine whose wake-ups land on time and a hybrid on one whose
+//! do not; the JSON reports the wake-up error it measured, the time it spun and the strategy.
+//! This module only does arithmetic on times it is given (unit-tested with plain numbers); the
+//! driver does the sleeping and spinning.
+
+use serde::{Deserialize, Serialize};
+
+/// How a worker spends the time before its next send (`--idle-strategy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IdleStrategy {
+    /// Spin only as much as keeps sends within [`AUTO_ALLOWANCE_NS`] of their time.
+    #[default]
+    Auto,
+    /// Sleep until the send is due.
+    Sleep,
+    /// Sleep until the 99th percentile wake-up error before the send, then spin.
+    Hybrid,
+    /// Never sleep while a send is pending.
+    Spin,
+}
+
+impl IdleStrategy {
+    pub fn name(self) -> &'static str {
+        match self {
+            IdleStrategy::Auto => "auto",
+            IdleStrategy::Sleep => "sleep",
+            IdleStrategy::Hybrid => "hybrid",
+            IdleStrategy::Spin => "spin",
+        }
+    }
+}
+
+/// How late `auto` lets a send be at the 99th percentile before it spends CPU on spinning.
+pub const AUTO_ALLOWANCE_NS: u64 = 50_000;
+/// The longest margin `auto` and `hybrid` spin: beyond it the machine is too slow to help.
+pub const MAX_MARGIN_NS: u64 = 2_000_000;
+/// Wake-up errors remembered (the percentile is taken over these).
+pub const RING: usize = 1024;
+/// The margin is recomputed after this many sleeps.
+pub const UPDATE_EVERY: u32 = 64;
+
+/// One worker's idle policy and what it learnt of the clock.
+#[derive(Debug, Clone)]
+pub struct Idle {
+    strategy: IdleStrategy,
+    /// Recent wake-up errors in nanoseconds (saturated at u32::MAX).
+    ring: Box<[u32; RING]>,
+    filled: usize,
+    next: usize,
+    since_update: u32,
+    margin_ns: u64,
+}
+
+impl Idle {
+    pub fn new(strategy: IdleStrategy) -> Self {
+        Idle {
+            strategy,
+            ring: Box::new([0; RING]),
+            filled: 0,
+            next: 0,
+            since_update: 0,
+            margin_ns: if strategy == IdleStrategy::Spin {
+                u64::MAX
+            } else {
+                0
+            },
+        }
+    }
+
+    pub fn strategy(&self) -> IdleStrategy {
+        self.strategy
+    }
+
+    /// How long before a send the worker stops sleeping and spins.
+    pub fn margin_ns(&self) -> u64 {
+        self.margin_ns
+    }
+
+    /// Until when to sleep when the next thing due is a send at `send_at`.
+    pub fn sleep_until(&self, send_at: u64) -> u64 {
+        send_at.saturating_sub(self.margin_ns)
+    }
+
+    /// A sleep asked to end at `asked` ended at `woke`: its error joins the estimate. Returns
+    /// the error in nanoseconds (0 when early, which a woken poll can be).
+    pub fn woke(&mut self, asked: u64, woke: u64) -> u64 {
+        let error = woke.saturating_sub(asked);
+        self.ring[self.next] = error.min(u32::MAX as u64) as u32;
+        self.next = (self.next + 1) % RING;
+        self.filled = (self.filled + 1).min(RING);
+        self.since_update += 1;
+        if self.since_update >= UPDATE_EVERY || self.filled == CALIBRATION {
+            self.since_update = 0;
+            self.update_margin();
+        }
+        error
+    }
+
+    /// The 99th percentile of the remembered errors, in nanoseconds.
+    pub fn p99_error_ns(&self) -> u64 {
+        if self.filled == 0 {
+            return 0;
+        }
+        let mut seen = self.ring[..self.filled].to_vec();
+        let k = (self.filled * 99).div_ceil(100) - 1;
+        let (_, v, _) = seen.select_nth_unstable(k);
+        *v as u64
+    }
+
+    fn update_margin(&mut self) {
+        let allowance = match self.strategy {
+            IdleStrategy::Sleep | IdleStrategy::Spin => return,
+            IdleStrategy::Auto => AUTO_ALLOWANCE_NS,
+            IdleStrategy::Hybrid => 0,
+        };
+        self.margin_ns = self
+            .p99_error_ns()
+            .saturating_sub(allowance)
+            .min(MAX_MARGIN_NS);
+    }
+}
+
+/// Sleeps a worker takes before the start to learn the clock (an estimate from the first sleeps
+/// is taken as soon as this many are in).
+pub const CALIBRATION: usize = 32;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const US: u64 = 1_000;
+
+    /// Feeds `n` sleeps with errors cycling through `errors_us` and returns the margin (µs).
+    fn margin_after(strategy: IdleStrategy, errors_us: &[u64], n: usize) -> u64 {
+        let mut idle = Idle::new(strategy);
+        for i in 0..n {
+            let asked = i as u64 * 1_000_000;
+            idle.woke(asked, asked + errors_us[i % errors_us.len()] * US);
+        }
+        idle.margin_ns() / US
+    }
+
+    #[test]
+    fn margin_by_strategy_and_clock() {
+        // A slow clock: 97 sleeps in 100 end 40 µs late, three 300 µs late.
+        let mut slow = vec![40; 97];
+        slow.extend([300; 3]);
+        // A good clock: 5 µs, and 20 µs three times in 100.
+        let mut good = vec![5; 97];
+        good.extend([20; 3]);
+        let cases = [
+            ("sleep never spins", IdleStrategy::Sleep, &slow, 0),
+            (
+                "hybrid covers the p99 error",
+                IdleStrategy::Hybrid,
+                &slow,
+                300,
+            ),
+            ("auto allows 50 µs", IdleStrategy::Auto, &slow, 250),
+            (
+                "auto on a good clock only sleeps",
+                IdleStrategy::Auto,
+                &good,
+                0,
+            ),
+            (
+                "hybrid on a good clock spins a little",
+                IdleStrategy::Hybrid,
+                &good,
+                20,
+            ),
+        ];
+        for (name, strategy, errors, want) in cases {
+            assert_eq!(margin_after(strategy, errors, 1000), want, "{name}");
+        }
+        assert_eq!(margin_after(IdleStrategy::Spin, &slow, 10), u64::MAX / US);
+    }
+
+    #[test]
+    fn the_margin_is_capped_and_follows_the_clock() {
+        assert_eq!(
+            margin_after(IdleStrategy::Hybrid, &[10_000], 200),
+            MAX_MARGIN_NS / US
+        );
+        // The clock gets better: after a ring's worth of good sleeps the margin follows.
+        let mut idle = Idle::new(IdleStrategy::Hybrid);
+        for i in 0..RING as u64 {
+            idle.woke(i, i + 200 * US);
+        }
+        assert_eq!(idle.margin_ns(), 200 * US);
+        for i in 0..(RING + UPDATE_EVERY as usize) as u64 {
+            idle.woke(i, i + 30 * US);
+        }
+        assert_eq!(idle.margin_ns(), 30 * US);
+    }
+
+    #[test]
+    fn calibration_sets_a_margin_before_the_first_update() {
+        let mut idle = Idle::new(IdleStrategy::Hybrid);
+        for i in 0..CALIBRATION as u64 {
+            idle.woke(i, i + 100 * US);
+        }
+        assert_eq!(idle.margin_ns(), 100 * US);
+        assert_eq!(idle.sleep_until(1_000 * US), 900 * US);
+        assert_eq!(
+            idle.sleep_until(50 * US),
+            0,
+            "never before the clock's start"
+        );
+        assert_eq!(idle.woke(10, 5), 0, "early is no error");
+    }
+}
