@@ -1,8 +1,10 @@
 //! The generator's verdict on its own run: were the figures the target's, and if not, why.
 //!
 //! A symptom has more than one cause, and each cause wants different advice. Sends that went
-//! out late may come from a thread that had no CPU left (add threads) or from a machine whose
-//! sleeps end late while the CPU idles (change the idle strategy, or the machine). Requests
+//! out late may come from a thread that had no CPU left (add threads), from other processes
+//! that took its CPU (the kernel's run-queue delay says so: pin it, or quiet the machine), or
+//! from a machine whose sleeps end late while the CPU idles (change the idle strategy, or the
+//! machine). Requests
 //! that waited for a free connection may come from a target that slowed down under the rate
 //! (that is a finding about the target) or from too few connections for the target's ordinary
 //! service time (Little's law: rate × service time connections are busy on average; that is a
@@ -15,6 +17,8 @@ use serde::{Deserialize, Serialize};
 pub const SYMPTOM_SHARE: f64 = 0.01;
 /// A worker thread this busy (spinning excluded) had no CPU to spare.
 pub const CPU_BOUND: f64 = 0.9;
+/// A worker thread that waited this share of its time for a CPU shared it with other work.
+pub const CPU_CONTENDED: f64 = 0.1;
 /// Sleeps ending this late at the 99th percentile make a clock slow.
 pub const SLOW_CLOCK_US: u64 = 100;
 /// Connections are too few when even the target's fastest tenth of answers would keep more
@@ -29,6 +33,8 @@ pub enum Cause {
     TimerLateness,
     /// The busiest worker thread had no CPU to spare.
     CpuSaturation,
+    /// Other processes took the generator's CPU: its threads waited to run.
+    CpuContention,
     /// The target slowed down under the rate: requests waited for connections that would have
     /// sufficed at its ordinary speed. A finding about the target, not a fault of the run.
     SlowTarget,
@@ -78,7 +84,12 @@ impl SelfCheck {
     pub fn generator_limited(&self) -> bool {
         self.findings
             .iter()
-            .any(|f| matches!(f.cause, Cause::TimerLateness | Cause::CpuSaturation))
+            .any(|f| {
+                matches!(
+                    f.cause,
+                    Cause::TimerLateness | Cause::CpuSaturation | Cause::CpuContention
+                )
+            })
     }
 }
 
@@ -98,6 +109,8 @@ pub struct Figures {
     pub wake_error_p99_us: u64,
     /// The busiest worker thread's CPU over its wall time, spinning on purpose excluded.
     pub busiest_thread_busy: f64,
+    /// The largest share of its wall time a worker thread waited for a CPU.
+    pub most_waiting_thread: f64,
     pub service_p10_us: u64,
     pub service_p50_us: u64,
     pub service_p99_us: u64,
@@ -107,10 +120,20 @@ pub struct Figures {
 pub fn judge(f: &Figures) -> SelfCheck {
     let share = |n: u64| n as f64 / f.sends.max(1) as f64;
     let cpu_bound = f.busiest_thread_busy >= CPU_BOUND;
+    let contended = f.most_waiting_thread >= CPU_CONTENDED;
     let mut findings = Vec::new();
     let mut add = |cause, message| findings.push(Finding { cause, message });
+    if contended {
+        add(
+            Cause::CpuContention,
+            format!(
+                "CPU contention: a generator thread waited {:.0} % of the run for a CPU that other processes held; its sends and reads were late for that, not for the target: pin the generator to CPUs of its own (taskset, the experiment's client_cpus) or run it on a quieter machine",
+                100.0 * f.most_waiting_thread
+            ),
+        );
+    }
     if let Some(rate) = f.rate_rps {
-        if share(f.late_sends) > SYMPTOM_SHARE && !cpu_bound {
+        if share(f.late_sends) > SYMPTOM_SHARE && !cpu_bound && !contended {
             add(
                 Cause::TimerLateness,
                 format!(
@@ -169,6 +192,19 @@ pub fn judge(f: &Figures) -> SelfCheck {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_thread_kept_waiting_is_contention_not_the_clock() {
+        let check = judge(&Figures {
+            late_sends: 300,
+            wake_error_p99_us: 8_000,
+            most_waiting_thread: 0.4,
+            ..open(200.0)
+        });
+        let found: Vec<Cause> = check.findings.iter().map(|f| f.cause).collect();
+        assert_eq!(found, [Cause::CpuContention]);
+        assert!(!check.valid && check.why_invalid().unwrap().message.contains("taskset"));
+    }
 
     fn open(rate: f64) -> Figures {
         Figures {

@@ -9,15 +9,18 @@
 //! [`RING`] and, every [`UPDATE_EVERY`] sleeps, the margin becomes their 99th percentile less
 //! what the strategy allows a send to be late:
 //!
-//! | strategy | margin | cost |
-//! | --- | --- | --- |
-//! | `sleep` | 0 | one wake-up per send; late by the wake-up error |
-//! | `auto` (default) | p99 error − 50 µs | spins only where the clock is worse than 50 µs |
-//! | `hybrid` | p99 error | on time for 99 % of sends; spins for the error's spread |
-//! | `spin` | unbounded | never sleeps while a send is pending: a full core, exact |
+//! | strategy | margin | at most | cost |
+//! | --- | --- | --- | --- |
+//! | `sleep` | 0 | | one wake-up per send; late by the wake-up error |
+//! | `auto` (default) | p99 error − 50 µs | ¼ of the gap | spins only where the clock is worse than 50 µs |
+//! | `hybrid` | p99 error | ½ of the gap | on time for 99 % of sends; spins for the error's spread |
+//! | `spin` | unbounded | | never sleeps while a send is pending: a full core, exact |
 //!
 //! So `auto` is a plain sleep on a machine whose wake-ups land on time and a hybrid on one whose
-//! do not; the JSON reports the wake-up error it measured, the time it spun and the strategy.
+//! do not. The cap (a share of the mean gap between one worker's sends, and never more than
+//! [`MAX_MARGIN_NS`]) bounds the CPU spent spinning to that share of the thread: on a machine
+//! so loaded that sleeps end milliseconds late, spinning would only take CPU from the processes
+//! that delay it. The JSON reports the wake-up error measured, the time spun and the strategy.
 //! This module only does arithmetic on times it is given (unit-tested with plain numbers); the
 //! driver does the sleeping and spinning.
 
@@ -68,10 +71,19 @@ pub struct Idle {
     next: usize,
     since_update: u32,
     margin_ns: u64,
+    /// The most the margin may be (see the module header).
+    cap_ns: u64,
 }
 
 impl Idle {
-    pub fn new(strategy: IdleStrategy) -> Self {
+    /// The policy for a worker whose sends are `gap_ns` apart on average.
+    pub fn new(strategy: IdleStrategy, gap_ns: u64) -> Self {
+        let cap_ns = match strategy {
+            IdleStrategy::Auto => gap_ns / 4,
+            IdleStrategy::Hybrid => gap_ns / 2,
+            IdleStrategy::Sleep | IdleStrategy::Spin => 0,
+        }
+        .min(MAX_MARGIN_NS);
         Idle {
             strategy,
             ring: Box::new([0; RING]),
@@ -83,6 +95,7 @@ impl Idle {
             } else {
                 0
             },
+            cap_ns,
         }
     }
 
@@ -132,10 +145,7 @@ impl Idle {
             IdleStrategy::Auto => AUTO_ALLOWANCE_NS,
             IdleStrategy::Hybrid => 0,
         };
-        self.margin_ns = self
-            .p99_error_ns()
-            .saturating_sub(allowance)
-            .min(MAX_MARGIN_NS);
+        self.margin_ns = self.p99_error_ns().saturating_sub(allowance).min(self.cap_ns);
     }
 }
 
@@ -149,9 +159,12 @@ mod tests {
 
     const US: u64 = 1_000;
 
+    /// A gap that caps nothing in these tests (200 rps).
+    const GAP: u64 = 5_000 * US;
+
     /// Feeds `n` sleeps with errors cycling through `errors_us` and returns the margin (µs).
     fn margin_after(strategy: IdleStrategy, errors_us: &[u64], n: usize) -> u64 {
-        let mut idle = Idle::new(strategy);
+        let mut idle = Idle::new(strategy, GAP);
         for i in 0..n {
             let asked = i as u64 * 1_000_000;
             idle.woke(asked, asked + errors_us[i % errors_us.len()] * US);
@@ -197,12 +210,26 @@ mod tests {
 
     #[test]
     fn the_margin_is_capped_and_follows_the_clock() {
-        assert_eq!(
-            margin_after(IdleStrategy::Hybrid, &[10_000], 200),
-            MAX_MARGIN_NS / US
-        );
+        // Sleeps 800 µs late at 1,000 rps: hybrid spins at most half the 1 ms gap.
+        let mut half = Idle::new(IdleStrategy::Hybrid, 1_000 * US);
+        for i in 0..200 {
+            half.woke(i, i + 800 * US);
+        }
+        assert_eq!(half.margin_ns(), 500 * US);
+        // At 5,000 rps (200 µs apart) auto spins at most 50 µs of each gap.
+        let mut fast = Idle::new(IdleStrategy::Auto, 200 * US);
+        for i in 0..200 {
+            fast.woke(i, i + 300 * US);
+        }
+        assert_eq!(fast.margin_ns(), 50 * US);
+        // At 1 rps the cap is MAX_MARGIN_NS.
+        let mut slow = Idle::new(IdleStrategy::Hybrid, 1_000_000 * US);
+        for i in 0..200 {
+            slow.woke(i, i + 10_000 * US);
+        }
+        assert_eq!(slow.margin_ns(), MAX_MARGIN_NS);
         // The clock gets better: after a ring's worth of good sleeps the margin follows.
-        let mut idle = Idle::new(IdleStrategy::Hybrid);
+        let mut idle = Idle::new(IdleStrategy::Hybrid, GAP);
         for i in 0..RING as u64 {
             idle.woke(i, i + 200 * US);
         }
@@ -215,7 +242,7 @@ mod tests {
 
     #[test]
     fn calibration_sets_a_margin_before_the_first_update() {
-        let mut idle = Idle::new(IdleStrategy::Hybrid);
+        let mut idle = Idle::new(IdleStrategy::Hybrid, GAP);
         for i in 0..CALIBRATION as u64 {
             idle.woke(i, i + 100 * US);
         }

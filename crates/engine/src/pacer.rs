@@ -37,6 +37,14 @@ impl Pacer {
         }
     }
 
+    /// Mean time between requests; `None` for a closed loop.
+    pub fn mean_gap_ns(&self) -> Option<u64> {
+        match self {
+            Pacer::Closed => None,
+            Pacer::Open(s) => Some(s.mean_gap_ns()),
+        }
+    }
+
     /// When the next request becomes due; `None` for a closed loop (paced by responses).
     #[inline]
     pub fn wake_at(&self) -> Option<u64> {
@@ -69,6 +77,11 @@ impl Schedule {
     /// Intended time of the next item.
     pub fn next_at(&self) -> u64 {
         self.next
+    }
+
+    /// Mean time between items, in nanoseconds.
+    pub fn mean_gap_ns(&self) -> u64 {
+        self.gap_ns as u64
     }
 
     /// `rate_rps` requests per second from `start` (ns) on.

@@ -245,6 +245,10 @@ pub struct Generator {
     /// The same without the time it spun before sends on purpose (the idle strategy's).
     #[serde(default)]
     pub max_thread_busy: f64,
+    /// The largest share of its window a worker thread spent runnable but waiting for a CPU
+    /// (other processes on the generator's CPU); absent where the kernel does not say.
+    #[serde(default)]
+    pub max_thread_waiting: Option<f64>,
     /// CPU seconds spent spinning before sends on purpose, all threads.
     #[serde(default)]
     pub spin_secs: f64,
@@ -317,6 +321,8 @@ pub(crate) struct Measured<'a> {
     pub max_thread_utilization: f64,
     /// The same, less the time it spun before sends on purpose.
     pub max_thread_busy: f64,
+    /// The largest share of its window a worker waited for a CPU (`None`: not known).
+    pub max_thread_waiting: Option<f64>,
     pub timeline: Vec<TimelinePoint>,
     /// Wall-clock start of the measured window.
     pub wall_start: SystemTime,
@@ -339,6 +345,7 @@ impl RunResult {
             window_ns,
             max_thread_utilization: max_util,
             max_thread_busy,
+            max_thread_waiting,
             timeline,
             wall_start,
             cpu_secs,
@@ -362,6 +369,7 @@ impl RunResult {
             lag_p99_us: lag.p99,
             wake_error_p99_us: wake_error.p99,
             busiest_thread_busy: max_thread_busy,
+            most_waiting_thread: max_thread_waiting.unwrap_or(0.0),
             service_p10_us: rec.service.value_at_quantile(0.1),
             service_p50_us: service.p50,
             service_p99_us: service.p99,
@@ -505,6 +513,7 @@ impl RunResult {
                 cpu_secs: (cpu_secs * 1000.0).round() / 1000.0,
                 max_thread_utilization: (max_util * 1000.0).round() / 1000.0,
                 max_thread_busy: (max_thread_busy * 1000.0).round() / 1000.0,
+                max_thread_waiting: max_thread_waiting.map(|w| (w * 1000.0).round() / 1000.0),
                 spin_secs: (rec.spin_ns as f64 / 1e6).round() / 1e3,
                 wakeup_error_us: (!rec.wake_error.is_empty()).then_some(wake_error),
                 rss_max_bytes,
@@ -667,6 +676,7 @@ mod tests {
                     window_ns: 10_000_000_000,
                     max_thread_utilization: busy,
                     max_thread_busy: busy,
+                    max_thread_waiting: None,
                     timeline: Vec::new(),
                     wall_start: SystemTime::UNIX_EPOCH,
                     cpu_secs: 1.0,
@@ -707,6 +717,7 @@ mod tests {
                 window_ns: 2_000_000_000,
                 max_thread_utilization: 0.25,
                 max_thread_busy: 0.25,
+                max_thread_waiting: Some(0.0),
                 timeline: Vec::new(),
                 wall_start: SystemTime::UNIX_EPOCH,
                 cpu_secs: 0.5,

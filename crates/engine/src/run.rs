@@ -174,6 +174,10 @@ pub fn run(
                 .iter()
                 .map(|w| w.cpu_ns as f64 / w.window_ns.max(1) as f64)
                 .fold(0.0, f64::max),
+            max_thread_waiting: workers
+                .iter()
+                .filter_map(|w| w.run_delay_ns.map(|d| d as f64 / w.window_ns.max(1) as f64))
+                .reduce(f64::max),
             max_thread_busy: workers
                 .iter()
                 .map(|w| {

@@ -41,6 +41,14 @@ pub fn thread_cpu_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// Time the calling thread spent runnable but waiting for a CPU, in nanoseconds (the second
+/// field of `/proc/thread-self/schedstat`); `None` where the kernel does not keep it. Other
+/// processes on the generator's CPU show here, not in its CPU time.
+pub fn thread_run_delay_ns() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    text.split_whitespace().nth(1)?.parse().ok()
+}
+
 /// Process-wide resource usage: (user + system CPU seconds, peak RSS in bytes).
 pub fn process_usage() -> (f64, u64) {
     // SAFETY: zeroed rusage is a valid value, getrusage fills it.

@@ -29,7 +29,7 @@ use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::time::Duration;
 
-use meshbench_net::clock::{thread_cpu_ns, Clock};
+use meshbench_net::clock::{thread_cpu_ns, thread_run_delay_ns, Clock};
 use meshbench_net::http1::ResponseReader;
 use meshbench_net::poller::Poller;
 use meshbench_net::rng::SplitMix64;
@@ -87,6 +87,8 @@ pub struct WorkerReport {
     pub recorder: Recorder,
     /// CPU time of this thread during the measured window.
     pub cpu_ns: u64,
+    /// Time this thread waited for a CPU during the measured window (`None`: not known).
+    pub run_delay_ns: Option<u64>,
     /// Wall time of the measured window as this worker saw it.
     pub window_ns: u64,
 }
@@ -201,7 +203,7 @@ pub fn run_worker(
         next_target: plan.first_target,
         rng: SplitMix64(plan.seed),
         measuring: false,
-        idle: Idle::new(plan.idle),
+        idle: Idle::new(plan.idle, plan.pacer.mean_gap_ns().unwrap_or(0)),
         targets: &targets,
         plan,
         ctl,
@@ -308,6 +310,7 @@ impl Worker<'_> {
         let scan_every = (timeout / 20).clamp(1_000_000, 100_000_000);
         let mut next_scan = 0;
         let mut cpu_at_start: Option<u64> = None;
+        let mut run_delay_at_start: Option<u64> = None;
         let mut drain_until = u64::MAX;
         let mut now = clock.now();
         let mut last_wake = 0;
@@ -315,6 +318,7 @@ impl Worker<'_> {
         loop {
             if cpu_at_start.is_none() && now >= self.plan.measure_start {
                 cpu_at_start = Some(thread_cpu_ns());
+                run_delay_at_start = thread_run_delay_ns();
                 self.measuring = true;
             }
             if self.sending && self.ctl.stop.requested() {
@@ -374,9 +378,13 @@ impl Worker<'_> {
         self.rec.unfinished += self.slots.in_flight() as u64;
         self.flush_interval(events);
         let cpu_ns = thread_cpu_ns().saturating_sub(cpu_at_start.unwrap_or_else(thread_cpu_ns));
+        let run_delay_ns = run_delay_at_start
+            .zip(thread_run_delay_ns())
+            .map(|(from, to)| to.saturating_sub(from));
         Ok(WorkerReport {
             recorder: std::mem::take(&mut self.rec),
             cpu_ns,
+            run_delay_ns,
             window_ns: end.saturating_sub(self.plan.measure_start),
         })
     }
