@@ -242,6 +242,16 @@ fn bad_flags_get_one_line_and_exit_code_2() {
             "--arrival",
         ),
         (
+            "idle strategy without rate",
+            &["run", "http://127.0.0.1:1/", "--idle-strategy", "spin"],
+            "--idle-strategy applies to an open loop only",
+        ),
+        (
+            "unknown idle strategy",
+            &["run", "http://127.0.0.1:1/", "-r", "10", "--idle-strategy", "nap"],
+            "invalid value 'nap'",
+        ),
+        (
             "body and body size",
             &[
                 "run",

@@ -196,15 +196,51 @@ fn open_loop_latency_includes_queueing_when_the_target_is_slow() {
             r["generator"]["saturated"], false,
             "{proto:?}: a slow target is not a saturated generator"
         );
-        let warnings = r["generator"]["warnings"].to_string();
+        // 200 req/s at 10 ms keeps 2 connections busy: one is too few, and the check says so.
+        let findings = r["generator"]["check"]["findings"].as_array().unwrap();
+        let causes: Vec<&str> = findings
+            .iter()
+            .map(|f| f["cause"].as_str().unwrap())
+            .collect();
         assert!(
-            warnings.contains("waited for a free connection"),
-            "{proto:?}: {warnings}"
+            causes.contains(&"too_few_connections"),
+            "{proto:?}: {findings:?}"
         );
+        assert_eq!(r["generator"]["check"]["valid"], false, "{proto:?}");
         assert!(
             u(&r, "/requests/unfinished") > 0,
             "{proto:?}: requests due but never sent are reported"
         );
+    }
+}
+
+#[test]
+fn the_idle_strategy_is_kept_and_reported() {
+    let backend = BackendProc::start(&[]);
+    let url = backend.url("/");
+    for (idle, spins) in [("sleep", false), ("spin", true), ("auto", false)] {
+        let (out, r) = run_json(
+            &format!("idle-{idle}"),
+            &[&url, "-r", "200", "-d", "1s", "-c", "4", "--idle-strategy", idle],
+            LIMIT,
+        );
+        assert!(out.status.success(), "{idle}: {}", stderr(&out));
+        assert_eq!(r["settings"]["idle_strategy"], idle);
+        assert!(u(&r, "/requests/ok") >= 190, "{idle}");
+        let spun = f(&r, "/generator/spin_secs");
+        if spins {
+            // Spinning between sends all the second long, apart from reading and sending.
+            assert!(spun > 0.3, "{idle}: spun {spun} s");
+            assert!(u(&r, "/schedule_lag_us/p50") < 1_000, "{idle}");
+        } else if idle == "sleep" {
+            assert_eq!(spun, 0.0, "{idle}");
+        }
+        assert!(
+            u(&r, "/generator/wakeup_error_us/count") > 0 || spins,
+            "{idle}: the wake-up error is measured"
+        );
+        assert!(stdout(&out).contains("pacing"), "{}", stdout(&out));
+        assert!(r["generator"]["check"]["valid"].is_boolean());
     }
 }
 
