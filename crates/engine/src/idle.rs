@@ -12,7 +12,7 @@
 //! | strategy | margin | at most | cost |
 //! | --- | --- | --- | --- |
 //! | `sleep` | 0 | | one wake-up per send; late by the wake-up error |
-//! | `auto` (default) | p99 error − 50 µs | ¼ of the gap | spins only where the clock is worse than 50 µs |
+//! | `auto` (default) | p99 error − 25 µs | ¼ of the gap | spins only where the clock is worse than 25 µs |
 //! | `hybrid` | p99 error | ½ of the gap | on time for 99 % of sends; spins for the error's spread |
 //! | `spin` | unbounded | | never sleeps while a send is pending: a full core, exact |
 //!
@@ -53,7 +53,7 @@ impl IdleStrategy {
 }
 
 /// How late `auto` lets a send be at the 99th percentile before it spends CPU on spinning.
-pub const AUTO_ALLOWANCE_NS: u64 = 50_000;
+pub const AUTO_ALLOWANCE_NS: u64 = 25_000;
 /// The longest margin `auto` and `hybrid` spin: beyond it the machine is too slow to help.
 pub const MAX_MARGIN_NS: u64 = 2_000_000;
 /// Wake-up errors remembered (the percentile is taken over these).
@@ -188,7 +188,7 @@ mod tests {
                 &slow,
                 300,
             ),
-            ("auto allows 50 µs", IdleStrategy::Auto, &slow, 250),
+            ("auto allows 25 µs", IdleStrategy::Auto, &slow, 275),
             (
                 "auto on a good clock only sleeps",
                 IdleStrategy::Auto,

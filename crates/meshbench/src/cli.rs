@@ -308,7 +308,7 @@ pub enum ArrivalArg {
 /// `--idle-strategy`: see the engine's `idle` module.
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum IdleArg {
-    /// Spin only as much as keeps sends within 50 µs of their time (a plain sleep on a
+    /// Spin only as much as keeps sends within 25 µs of their time (a plain sleep on a
     /// machine whose wake-ups land on time).
     Auto,
     /// Sleep until each send: cheapest, late by the machine's wake-up error.
