@@ -12,7 +12,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_yaml_ng::{Mapping, Value};
 
-use meshbench_engine::Protocol;
+use meshbench_engine::{IdleStrategy, Protocol};
 
 use crate::ConfigError;
 
@@ -107,6 +107,8 @@ pub struct Load {
     /// Off: evenly spaced arrivals. On: Poisson arrivals (random gaps), a stronger form of
     /// fortio's ±10 % jitter.
     pub jitter: Vec<bool>,
+    /// How the open loop waits for its sends (`meshbench run --idle-strategy`).
+    pub idle_strategy: IdleStrategy,
     pub protocol: Protocol,
     /// HTTP/2 streams per connection.
     pub streams: u32,
@@ -128,6 +130,7 @@ impl Default for Load {
             response_bytes: vec![1024],
             request_bytes: 0,
             jitter: vec![false],
+            idle_strategy: IdleStrategy::Auto,
             protocol: Protocol::Http1,
             streams: 1,
             connection_pool: 0,

@@ -199,6 +199,7 @@ pub fn load_options(e: &Experiment, step: &Step, rig: &Rig) -> LoadOptions {
         if step.load.jitter {
             o.arrival = Some(Arrival::Poisson);
         }
+        o.idle = Some(e.load.idle_strategy);
     }
     if e.load.threads > 0 {
         o.threads = Some(e.load.threads as usize);
