@@ -48,13 +48,12 @@ for _ in $(seq 50); do curl -sf -o /dev/null "http://127.0.0.1:$PORT/" && break;
 "$MB" run -q -c "$CONNS" -r "$RATE" -d "${DUR}s" --json "$WORK/soak.json" $ARGS "http://127.0.0.1:$PORT/" > "$WORK/summary.txt" &
 MB_PID=$!
 printf 'second\trss_kib\tfds\tthreads\n' > "$OUT"
-s=0
+started=$SECONDS
 while kill -0 $MB_PID 2>/dev/null; do
   rss=$(awk '/^VmRSS/{print $2}' /proc/$MB_PID/status 2>/dev/null) || break
   thr=$(awk '/^Threads/{print $2}' /proc/$MB_PID/status 2>/dev/null) || break
   fds=$(ls /proc/$MB_PID/fd 2>/dev/null | wc -l)
-  [ -n "$rss" ] && printf '%d\t%s\t%s\t%s\n' $s "$rss" "$fds" "$thr" >> "$OUT"
-  s=$((s + 1))
+  [ -n "$rss" ] && printf '%d\t%s\t%s\t%s\n' $((SECONDS - started)) "$rss" "$fds" "$thr" >> "$OUT"
   sleep 1
 done
 wait $MB_PID

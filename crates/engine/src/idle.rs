@@ -20,7 +20,11 @@
 //! do not. The cap (a share of the mean gap between one worker's sends, and never more than
 //! [`MAX_MARGIN_NS`]) bounds the CPU spent spinning to that share of the thread: on a machine
 //! so loaded that sleeps end milliseconds late, spinning would only take CPU from the processes
-//! that delay it. The JSON reports the wake-up error measured, the time spun and the strategy.
+//! that delay it. For the same reason `auto` and `hybrid` do not spin at all in a second after
+//! one in which the thread waited a tenth of the time for a CPU other processes held (the
+//! driver reads the kernel's run-queue delay once a second and says so with
+//! [`Idle::contended`]). The JSON reports the wake-up error measured, the time spun and the
+//! strategy.
 //! This module only does arithmetic on times it is given (unit-tested with plain numbers); the
 //! driver does the sleeping and spinning.
 
@@ -73,6 +77,8 @@ pub struct Idle {
     margin_ns: u64,
     /// The most the margin may be (see the module header).
     cap_ns: u64,
+    /// Other processes hold the CPU: spinning would only delay them, and so this thread.
+    contended: bool,
 }
 
 impl Idle {
@@ -96,6 +102,7 @@ impl Idle {
                 0
             },
             cap_ns,
+            contended: false,
         }
     }
 
@@ -105,12 +112,21 @@ impl Idle {
 
     /// How long before a send the worker stops sleeping and spins.
     pub fn margin_ns(&self) -> u64 {
-        self.margin_ns
+        if self.contended && self.strategy != IdleStrategy::Spin {
+            0
+        } else {
+            self.margin_ns
+        }
     }
 
     /// Until when to sleep when the next thing due is a send at `send_at`.
     pub fn sleep_until(&self, send_at: u64) -> u64 {
-        send_at.saturating_sub(self.margin_ns)
+        send_at.saturating_sub(self.margin_ns())
+    }
+
+    /// Whether the thread shared its CPU with other processes in the last second.
+    pub fn contended(&mut self, contended: bool) {
+        self.contended = contended;
     }
 
     /// A sleep asked to end at `asked` ended at `woke`: its error joins the estimate. Returns
@@ -145,7 +161,10 @@ impl Idle {
             IdleStrategy::Auto => AUTO_ALLOWANCE_NS,
             IdleStrategy::Hybrid => 0,
         };
-        self.margin_ns = self.p99_error_ns().saturating_sub(allowance).min(self.cap_ns);
+        self.margin_ns = self
+            .p99_error_ns()
+            .saturating_sub(allowance)
+            .min(self.cap_ns);
     }
 }
 
@@ -238,6 +257,24 @@ mod tests {
             idle.woke(i, i + 30 * US);
         }
         assert_eq!(idle.margin_ns(), 30 * US);
+    }
+
+    #[test]
+    fn a_contended_thread_does_not_spin_unless_told_to() {
+        let mut slow = vec![40; 97];
+        slow.extend([300; 3]);
+        for (strategy, margin_us) in [(IdleStrategy::Hybrid, 0), (IdleStrategy::Spin, u64::MAX)] {
+            let mut idle = Idle::new(strategy, GAP);
+            for i in 0..200 {
+                idle.woke(i, i + slow[i as usize % 100] * US);
+            }
+            idle.contended(true);
+            assert_eq!(idle.margin_ns() / US, margin_us / US, "{strategy:?}");
+            idle.contended(false);
+            if strategy == IdleStrategy::Hybrid {
+                assert_eq!(idle.margin_ns(), 300 * US);
+            }
+        }
     }
 
     #[test]

@@ -248,7 +248,14 @@ fn bad_flags_get_one_line_and_exit_code_2() {
         ),
         (
             "unknown idle strategy",
-            &["run", "http://127.0.0.1:1/", "-r", "10", "--idle-strategy", "nap"],
+            &[
+                "run",
+                "http://127.0.0.1:1/",
+                "-r",
+                "10",
+                "--idle-strategy",
+                "nap",
+            ],
             "invalid value 'nap'",
         ),
         (

@@ -157,6 +157,8 @@ struct Worker<'a> {
     measuring: bool,
     /// How long before a send to stop sleeping, learnt from the wake-ups so far.
     idle: Idle,
+    /// The thread's run-queue delay at the last second boundary.
+    run_delay_seen: Option<u64>,
 }
 
 /// Runs one worker to completion.
@@ -204,6 +206,7 @@ pub fn run_worker(
         rng: SplitMix64(plan.seed),
         measuring: false,
         idle: Idle::new(plan.idle, plan.pacer.mean_gap_ns().unwrap_or(0)),
+        run_delay_seen: None,
         targets: &targets,
         plan,
         ctl,
@@ -677,6 +680,13 @@ impl Worker<'_> {
     }
 
     fn flush_interval(&mut self, events: &Sender<WorkerEvent>) {
+        // Once a second: did this thread wait for a CPU other processes held?
+        let delay = thread_run_delay_ns();
+        if let (Some(now), Some(before)) = (delay, self.run_delay_seen) {
+            self.idle
+                .contended(now.saturating_sub(before) >= SECOND / 10);
+        }
+        self.run_delay_seen = delay;
         let second = self.interval.second;
         let done = std::mem::replace(&mut self.interval, Interval::new(second + 1));
         self.next_second += SECOND;
