@@ -22,6 +22,13 @@ use crate::slots::ConnFacts;
 pub const BACKOFF_MIN_NS: u64 = 1_000_000;
 pub const BACKOFF_MAX_NS: u64 = 100_000_000;
 
+/// Requests that may fail in a row on one open connection (HTTP/2 streams reset or timed out)
+/// before it drains and is replaced. A server that refuses every stream while never granting
+/// connection flow-control window leaves each refused request body queued inside h2 for the
+/// life of the connection; a fresh connection bounds that (and a fresh window is what a client
+/// facing such a server wants anyway).
+pub const MAX_FAILED_IN_A_ROW: u32 = 256;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum State {
     /// No socket; opens when a request needs it.
@@ -51,6 +58,8 @@ pub struct Conn {
     /// Requests started on it (for `--requests-per-connection`), and answered.
     pub started: u64,
     pub answered: u64,
+    /// Requests failed on it, while it stayed open, since its last answer.
+    pub failed_in_a_row: u32,
     /// Takes no more requests; closes when the last one is answered.
     pub draining: bool,
     /// The socket is watched for writability too.
@@ -82,6 +91,7 @@ impl Conn {
             in_flight: 0,
             started: 0,
             answered: 0,
+            failed_in_a_row: 0,
             draining: false,
             want_write: false,
             dirty: false,
@@ -102,6 +112,7 @@ impl Conn {
         self.opened_at = now;
         self.started = 0;
         self.answered = 0;
+        self.failed_in_a_row = 0;
         self.draining = false;
         self.state = State::Connecting;
         self.io = Some(stream.state());
@@ -140,6 +151,33 @@ impl Conn {
         if limit.is_some_and(|n| self.started >= n) {
             self.draining = true;
         }
+    }
+
+    /// A request on it was answered.
+    #[inline]
+    pub fn answered_one(&mut self) {
+        self.in_flight -= 1;
+        self.answered += 1;
+        self.failed_in_a_row = 0;
+    }
+
+    /// A request on it failed while it stays open (an HTTP/2 stream); after
+    /// [`MAX_FAILED_IN_A_ROW`] in a row without an answer it drains.
+    #[inline]
+    pub fn failed_one(&mut self) {
+        self.in_flight -= 1;
+        if self.state != State::Closed {
+            self.failed_in_a_row += 1;
+            if self.failed_in_a_row >= MAX_FAILED_IN_A_ROW {
+                self.draining = true;
+            }
+        }
+    }
+
+    /// It is open, draining and carries nothing: time to close it.
+    #[inline]
+    pub fn is_drained(&self) -> bool {
+        self.draining && self.in_flight == 0 && self.state != State::Closed
     }
 
     /// Connecting or shaking hands failed at `now`: wait before the next attempt, twice as long
@@ -260,6 +298,36 @@ mod tests {
             }
             assert_eq!(c.draining, want, "limit {limit:?}, {n} started");
         }
+    }
+
+    #[test]
+    fn failures_in_a_row_drain_an_open_connection() {
+        let mut c = Conn::new(0);
+        c.state = State::Ready;
+        c.in_flight = 3 * MAX_FAILED_IN_A_ROW;
+        for _ in 0..MAX_FAILED_IN_A_ROW - 1 {
+            c.failed_one();
+        }
+        c.answered_one();
+        assert!(!c.draining, "an answer ends the streak");
+        for _ in 0..MAX_FAILED_IN_A_ROW - 1 {
+            c.failed_one();
+        }
+        assert!(!c.draining);
+        c.failed_one();
+        assert!(
+            c.draining && !c.is_drained(),
+            "drains, streams still in flight"
+        );
+        while c.in_flight > 0 {
+            c.failed_one();
+        }
+        assert!(c.is_drained(), "nothing in flight: close it");
+        // A request failing with its closed connection is the connection's failure, not a streak.
+        let mut closed = Conn::new(0);
+        closed.in_flight = 1;
+        closed.failed_one();
+        assert_eq!((closed.failed_in_a_row, closed.is_drained()), (0, false));
     }
 
     #[test]

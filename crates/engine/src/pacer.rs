@@ -57,6 +57,38 @@ impl Pacer {
     pub fn is_open(&self) -> bool {
         matches!(self, Pacer::Open(_))
     }
+
+    /// Sending stopped: takes every open-loop request due at or before `until`, none of which
+    /// will be sent, and counts those intended at or after `measured_from` by how long they
+    /// waited. A closed loop has no backlog.
+    pub fn take_backlog(&mut self, until: u64, measured_from: u64, stale_before: u64) -> Backlog {
+        let mut backlog = Backlog::default();
+        let Pacer::Open(s) = self else {
+            return backlog;
+        };
+        while let Some(t) = s.due(until) {
+            if t < measured_from {
+                continue;
+            }
+            if t < stale_before {
+                backlog.timed_out += 1;
+            } else {
+                backlog.unsent += 1;
+            }
+        }
+        backlog
+    }
+}
+
+/// Open-loop requests that were due but never sent when sending stopped (no connection came
+/// free for them), by how long they had waited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Backlog {
+    /// Intended before `stale_before`: they waited longer than the timeout, so they are
+    /// timeouts, as they would have been had a connection come free.
+    pub timed_out: u64,
+    /// Still within the timeout: unfinished.
+    pub unsent: u64,
 }
 
 /// An open-loop schedule.
@@ -186,6 +218,29 @@ mod tests {
         for (name, mut pacer, polls, want) in cases {
             assert_eq!(drain(&mut pacer, &polls), want, "{name}");
         }
+    }
+
+    #[test]
+    fn backlog_waited_too_long_is_timed_out() {
+        let uniform = || Pacer::Open(Schedule::new(1000.0, 0, Arrival::Uniform, 1));
+        // (until, measured from, stale before, backlog)
+        let cases = [
+            (9 * MS, 0, 0, (0, 10)),
+            (9 * MS, 0, 5 * MS, (5, 5)),
+            (9 * MS, 2 * MS, 5 * MS, (3, 5)),
+            (9 * MS, 0, 10 * MS, (10, 0)),
+        ];
+        for (until, from, stale, (timed_out, unsent)) in cases {
+            let mut p = uniform();
+            let want = Backlog { timed_out, unsent };
+            assert_eq!(
+                p.take_backlog(until, from, stale),
+                want,
+                "{until} {from} {stale}"
+            );
+            assert_eq!(p.wake_at(), Some(until + MS), "the backlog is gone");
+        }
+        assert_eq!(Pacer::Closed.take_backlog(MS, 0, MS), Backlog::default());
     }
 
     #[test]

@@ -19,11 +19,13 @@ pub enum ErrorKind {
     /// The TCP connection could not be established (refused, unreachable).
     Connect,
     /// No complete response within `--timeout` (or the request waited longer than that for a
-    /// free connection in an open loop).
+    /// free connection in an open loop, sent or not when sending stopped). Includes a TCP
+    /// connect or TLS handshake that never finished (the message says which).
     Timeout,
     /// The peer reset or closed the connection before the response was complete.
     Reset,
-    /// The peer answered bytes that are not valid HTTP/1.1, or a head over 64 KiB.
+    /// The peer answered bytes that are not valid HTTP/1.1 (a bad head or chunk, bytes after
+    /// the response), or a head over 64 KiB.
     Protocol,
     /// Any other socket error.
     Other,
@@ -158,7 +160,8 @@ pub struct ConnRecorder {
     /// TLS handshakes completed, and how many of them resumed a session.
     pub handshakes: u64,
     pub resumed: u64,
-    /// Connections the generator closed on purpose (`--requests-per-connection`).
+    /// Connections the generator closed on purpose (`--requests-per-connection`, or too many
+    /// failures in a row on one HTTP/2 connection).
     pub closed_by_client: u64,
 }
 

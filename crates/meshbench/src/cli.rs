@@ -526,6 +526,30 @@ pub struct BackendArgs {
         default_value = "localhost,127.0.0.1,::1"
     )]
     pub tls_names: Vec<String>,
+    /// Misbehave instead of answering, to see what a client or proxy does with a broken server:
+    /// slowloris, endless-header, informational, informational-flood, chunked-lie,
+    /// chunked-lie-stall, short-body, short-body-stall, early-close, rst (HTTP/1.1);
+    /// h2-rst-flood, h2-goaway-flood, h2-zero-window (h2c); tls-stall. See docs/hostile.md.
+    #[arg(
+        long,
+        value_name = "BEHAVIOUR",
+        value_parser = parse_hostile,
+        conflicts_with_all = ["tls", "http2", "delay", "work", "status", "cert", "mtls", "tls_dir"]
+    )]
+    pub hostile: Option<meshbench_backend::Hostile>,
+    /// With --hostile slowloris: the pause between two bytes.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "100ms",
+        requires = "hostile"
+    )]
+    pub drip: String,
+}
+
+fn parse_hostile(s: &str) -> Result<meshbench_backend::Hostile, String> {
+    s.parse()
+        .map_err(|e: meshbench_backend::UnknownHostile| e.to_string())
 }
 
 #[derive(Debug, Args)]

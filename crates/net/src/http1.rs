@@ -351,7 +351,15 @@ impl ResponseReader {
                         let take =
                             (data.len() - pos).min(MAX_HEAD_BYTES + 1 - old.min(MAX_HEAD_BYTES));
                         self.head.extend_from_slice(&data[pos..pos + take]);
-                        match parse_response_head(&self.head, head_request)? {
+                        // Parse again only if the new bytes may end the head: parsing the whole
+                        // prefix on every read would cost O(n^2) against a server that drips a
+                        // long head a few bytes at a time.
+                        let parsed = if may_end_head(&self.head[old.saturating_sub(2)..]) {
+                            parse_response_head(&self.head, head_request)?
+                        } else {
+                            None
+                        };
+                        match parsed {
                             Some((len, status, info)) => {
                                 pos += len - old;
                                 self.head.clear();
@@ -413,6 +421,15 @@ impl ResponseReader {
             _ => None,
         }
     }
+}
+
+/// Whether `bytes` hold the end of a head: an empty line, CRLF or bare LF.
+fn may_end_head(bytes: &[u8]) -> bool {
+    bytes
+        .iter()
+        .enumerate()
+        .filter(|&(_, &b)| b == b'\n')
+        .any(|(i, _)| matches!(&bytes[i + 1..], [b'\n', ..] | [b'\r', b'\n', ..]))
 }
 
 /// Parses a response head: Some((head length, status, framing)) or None if incomplete.
@@ -587,6 +604,42 @@ mod tests {
         }
         assert_eq!(result, Err(FrameError::HeadTooLarge));
         assert!(r.head.len() <= MAX_HEAD_BYTES + 1);
+    }
+
+    #[test]
+    fn a_head_dripped_byte_by_byte_is_parsed_in_linear_time() {
+        let mut input = b"HTTP/1.1 200 OK\r\n".to_vec();
+        let mut line = b"X-Drip: ".to_vec();
+        line.resize(1_000, b'a');
+        line.extend_from_slice(b"\r\n");
+        while input.len() < MAX_HEAD_BYTES - 2_000 {
+            input.extend_from_slice(&line);
+        }
+        input.truncate(input.len() - 2);
+        input.extend_from_slice(b"\nContent-Length: 0\n\n");
+        let started = std::time::Instant::now();
+        let mut r = ResponseReader::default();
+        let (last, rest) = input.split_last().unwrap();
+        for b in rest {
+            assert_eq!(
+                r.feed(std::slice::from_ref(b), false),
+                Ok(Progress::Partial)
+            );
+        }
+        assert_eq!(r.feed(&[*last], false), Ok(complete(200, true, 1)));
+        // Parsing the whole prefix at every byte took minutes here (debug build).
+        assert!(started.elapsed() < std::time::Duration::from_secs(10));
+        // The end is found whether its line breaks are CRLF, LF, or split across reads.
+        for end in [&b"\r\n\r\n"[..], b"\n\n", b"\r\n\n", b"\n\r\n"] {
+            let mut head = b"HTTP/1.1 204 No Content".to_vec();
+            head.extend_from_slice(end);
+            for split in 1..head.len() {
+                let mut r = ResponseReader::default();
+                assert_eq!(r.feed(&head[..split], false), Ok(Progress::Partial));
+                let rest = head.len() - split;
+                assert_eq!(r.feed(&head[split..], false), Ok(complete(204, true, rest)));
+            }
+        }
     }
 
     #[test]

@@ -90,7 +90,10 @@ impl Worker<'_> {
                 self.set_write_interest(c, true);
                 self.set_streaming(s, true);
             }
-            Err(e) => self.fail_conn(c, ErrorKind::of_io(&e), None, now),
+            Err(e) => {
+                let msg = e.to_string();
+                self.fail_conn(c, ErrorKind::of_io(&e), Some(&msg), now)
+            }
         }
     }
 
@@ -160,10 +163,18 @@ impl Worker<'_> {
             let wire = &mut self.wire[s as usize];
             match stream.read_some(&mut self.buf) {
                 Ok(0) => {
+                    let cut = wire.reader.in_progress();
                     return match wire.reader.eof() {
                         Some(status) => self.finish(s, status, false, now),
-                        None => self.fail_conn(c, ErrorKind::Reset, None, now),
-                    }
+                        None => {
+                            let msg = if cut {
+                                "closed mid-response"
+                            } else {
+                                "closed before the response"
+                            };
+                            self.fail_conn(c, ErrorKind::Reset, Some(msg), now)
+                        }
+                    };
                 }
                 Ok(n) => {
                     let stamp = stream.stamp();
@@ -185,21 +196,25 @@ impl Worker<'_> {
                         }) => {
                             return if consumed < n {
                                 // Bytes nobody asked for: the stream can no longer be trusted.
-                                self.fail_conn(c, ErrorKind::Protocol, None, now)
+                                let msg = "bytes after the response";
+                                self.fail_conn(c, ErrorKind::Protocol, Some(msg), now)
                             } else {
                                 self.finish(s, status, keep_alive, arrived)
                             };
                         }
-                        Err(_) => return self.fail_conn(c, ErrorKind::Protocol, None, now),
+                        Err(e) => {
+                            let msg = e.to_string();
+                            return self.fail_conn(c, ErrorKind::Protocol, Some(&msg), now);
+                        }
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) => {
                     let (kind, msg) = match stream::tls_error(&e) {
-                        Some(t) => (ErrorKind::Tls, Some(meshbench_net::tls::describe_error(t))),
-                        None => (ErrorKind::of_io(&e), None),
+                        Some(t) => (ErrorKind::Tls, meshbench_net::tls::describe_error(t)),
+                        None => (ErrorKind::of_io(&e), e.to_string()),
                     };
-                    return self.fail_conn(c, kind, msg.as_deref(), now);
+                    return self.fail_conn(c, kind, Some(&msg), now);
                 }
             }
         }
@@ -298,19 +313,26 @@ impl Worker<'_> {
         self.wire[s as usize].reader.reset();
         self.set_streaming(s, false);
         let conn = &mut self.conns[c as usize];
-        conn.in_flight -= 1;
-        conn.answered += 1;
+        conn.answered_one();
         // It carried a request through: its next failure starts a fresh back-off.
         conn.backoff_ns = 0;
         if !keep_alive {
             self.close(c);
-        } else if conn.draining && conn.in_flight == 0 {
+        } else {
+            self.close_if_drained(c, measured);
+        }
+        self.slots.release(s, &self.conns);
+    }
+
+    /// Closes conn `c` if it drains (`--requests-per-connection`, or too many failures in a
+    /// row) and its last request just ended, answered or failed; `measured` counts the close.
+    fn close_if_drained(&mut self, c: u32, measured: bool) {
+        if self.conns[c as usize].is_drained() {
             if measured {
                 self.rec.conns.closed_by_client += 1;
             }
             self.close(c);
         }
-        self.slots.release(s, &self.conns);
     }
 
     /// Fails one request (an HTTP/2 stream, or a request whose connection is gone).
@@ -322,11 +344,14 @@ impl Worker<'_> {
             self.rec.host(host, true);
             self.count_error(kind, msg);
         }
-        self.conns[c as usize].in_flight -= 1;
+        self.conns[c as usize].failed_one();
         let wire = &mut self.wire[s as usize];
         wire.h2 = None;
         wire.reader.reset();
         self.set_streaming(s, false);
+        // A draining connection whose last request failed closes too, or its slots would never
+        // be taken again.
+        self.close_if_drained(c, failed.measured);
         self.slots.release(s, &self.conns);
     }
 }

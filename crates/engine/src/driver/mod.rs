@@ -512,26 +512,32 @@ impl Worker<'_> {
     }
 
     /// Stops sending. Open-loop requests that were due but never sent (no connection came free
-    /// in time) count as unfinished, so that a stalled target cannot hide them.
+    /// in time) count as timeouts when they waited longer than the timeout (as they would have
+    /// had a connection come free), else as unfinished, so that a stalled target cannot hide
+    /// them.
     fn stop_sending(&mut self, now: u64) {
         self.sending = false;
+        let open = self.plan.pacer.is_open();
+        let stale_before = now.saturating_sub(self.plan.timeout_ns);
         if let Some(d) = self.slots.take_held() {
-            if d.measured {
+            if d.measured && open && d.intended < stale_before {
+                self.count_error(ErrorKind::Timeout, None);
+            } else if d.measured {
                 self.rec.unfinished += 1;
             }
-        }
-        if !self.plan.pacer.is_open() {
-            return;
         }
         let until = self
             .plan
             .send_until
             .map_or(now, |end| now.min(end.saturating_sub(1)));
-        while let Some(t) = self.plan.pacer.due(until) {
-            if t >= self.plan.measure_start {
-                self.rec.unfinished += 1;
-            }
+        let backlog = self
+            .plan
+            .pacer
+            .take_backlog(until, self.plan.measure_start, stale_before);
+        for _ in 0..backlog.timed_out {
+            self.count_error(ErrorKind::Timeout, None);
         }
+        self.rec.unfinished += backlog.unsent;
     }
 
     /// Hands out due requests to free slots, a held request first; stops at one that finds no
@@ -674,7 +680,16 @@ impl Worker<'_> {
                 }
                 self.fail_slot(s, ErrorKind::Timeout, None, now);
             } else {
-                self.fail_conn(c, ErrorKind::Timeout, None, now);
+                let conn = &self.conns[c as usize];
+                // Say where it stuck when it is not the server's answer.
+                let msg = match conn.state {
+                    State::Connecting => Some("TCP connect not finished"),
+                    State::Handshaking if conn.h2.is_none() => Some("TLS handshake not finished"),
+                    State::Handshaking => Some("HTTP/2 handshake not finished"),
+                    _ if self.wire[s as usize].reader.in_progress() => Some("response incomplete"),
+                    _ => None,
+                };
+                self.fail_conn(c, ErrorKind::Timeout, msg, now);
             }
         }
     }

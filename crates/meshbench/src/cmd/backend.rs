@@ -1,10 +1,13 @@
-//! `meshbench backend`: runs the test server until Ctrl-C or SIGTERM.
+//! `meshbench backend`: runs the test server (or, with `--hostile`, a deliberately broken one)
+//! until Ctrl-C or SIGTERM.
 
 use std::io::Write;
 use std::net::{SocketAddr, ToSocketAddrs};
 
 use anyhow::{Context, Result};
-use meshbench_backend::{Backend, BackendConfig, Delay, HyperBackend, ServerTls, StatusMix};
+use meshbench_backend::{
+    Backend, BackendConfig, Delay, HostileServer, HyperBackend, ServerTls, StatusMix,
+};
 use meshbench_net::tls;
 
 use crate::cli::BackendArgs;
@@ -54,6 +57,20 @@ pub fn execute(args: BackendArgs) -> Result<u8> {
         return Err(usage("--cert, --mtls and --tls-dir need --tls"));
     }
     let signals = super::signals::Signals::install()?;
+    if let Some(how) = args.hostile {
+        let drip = super::parse_duration("--drip", &args.drip)?;
+        let server = HostileServer::start(addr, how, drip)
+            .with_context(|| format!("cannot listen on {addr}"))?;
+        println!(
+            "listening on http://{} (hostile: {})",
+            server.addr(),
+            how.name()
+        );
+        let _ = std::io::stdout().flush();
+        wait_for_signal(&signals);
+        server.stop();
+        return Ok(crate::exit::OK);
+    }
     if !args.tls && !args.http2 {
         let backend =
             Backend::start(addr, cfg).with_context(|| format!("cannot listen on {addr}"))?;
