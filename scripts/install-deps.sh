@@ -4,6 +4,9 @@
 # gateways the tests start), iproute2 (network namespaces), wrk, h2load and ab (benchmark peers),
 # GNU time, util-linux `script` (a pty for the progress-line test), chromium (renders the HTML
 # report headless in its test) and DejaVu fonts (the report's PNG charts measure text with them).
+# Then a Python environment with pandas and matplotlib for the test that runs Istio's own graph
+# plotter on the exported CSV (scripts/install-istio-plotter.sh: once, about a minute; without
+# it that test says it is skipped and why).
 set -euo pipefail
 need=()
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need+=(nginx)
@@ -25,3 +28,6 @@ if [ ${#need[@]} -gt 0 ]; then
   apt-get install -y --no-install-recommends "${need[@]}" >/dev/null \
     || { apt-get update >/dev/null && apt-get install -y --no-install-recommends "${need[@]}" >/dev/null; }
 fi
+scripts_dir="$(dirname "$0")"
+"$scripts_dir/install-istio-plotter.sh" \
+  || echo "warning: no Python with pandas and matplotlib; tests/istio_plotter.rs will be skipped" >&2

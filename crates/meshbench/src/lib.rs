@@ -74,6 +74,15 @@ pub fn main_with(args: impl IntoIterator<Item = OsString>) -> u8 {
     match cmd::dispatch(cli) {
         Ok(code) => code,
         Err(e) => {
+            // A measured step that neither the store nor a file could take is printed rather
+            // than lost; the line below says so.
+            if let Some(meshbench_runner::RunnerError::NotStored(n)) = e.downcast_ref() {
+                if let meshbench_runner::Kept::Nowhere { json, .. } = &n.kept {
+                    use std::io::Write;
+                    let mut out = std::io::stdout().lock();
+                    let _ = out.write_all(json.as_bytes()).and_then(|()| out.flush());
+                }
+            }
             eprintln!("meshbench: {e:#}");
             if e.downcast_ref::<UsageError>().is_some() {
                 exit::USAGE

@@ -1,5 +1,6 @@
 //! Stored experiments in the formats other tools read: a CSV with the columns of Istio's
-//! perf/benchmark scripts (so that their plotter and spreadsheets keep working), and one
+//! perf/benchmark scripts, written as they write them (so that their graph_plotter and
+//! spreadsheets take it as their own, meshbench's precise figures in extra columns), and one
 //! fortio-compatible JSON per step (so that fortio's UI and scripts read meshbench results).
 
 use std::collections::BTreeSet;
@@ -30,9 +31,31 @@ fn role_rank(r: &str) -> (usize, String) {
     )
 }
 
-/// Istio perf/benchmark's CSV: `StartTime, ActualDuration (s), Labels, NumThreads (connections),
-/// ActualQPS, p50, p90, p99, p999 (µs), cpu_mili_avg_<role>, mem_Mi_avg_<role>, min, max, p75
-/// (µs), errorPercent`, one row per finished step. Roles absent from a step are left empty.
+/// The pods of Istio's perf/benchmark whose `istio-proxy` containers its scripts measure,
+/// for meshbench's roles: the client's sidecar runs in the `fortioclient` pod, the server's in
+/// `fortioserver`, the ingress gateway is `istio-ingressgateway`. Ambient's tunnels and
+/// waypoint have no column there (their scripts measure sidecars and the gateway only).
+pub const ISTIO_PODS: [(&str, &str); 3] = [
+    ("client_proxy", "fortioclient"),
+    ("server_proxy", "fortioserver"),
+    ("gateway", "istio-ingressgateway"),
+];
+
+/// What Istio's fortio.py writes as `RequestedQPS` for a run at no set rate ("max").
+pub const ISTIO_MAX_QPS: u64 = 99_999_999;
+
+/// Istio perf/benchmark's CSV, a drop-in for their scripts (graph_plotter selects rows by
+/// `ActualQPS == rate`, `NumThreads == connections` and the label's ending, and reads the
+/// proxies' columns by their pod names). First their columns, written as their fortio.py and
+/// prom.py write them: `StartTime, ActualDuration` (whole seconds, truncated), `Labels,
+/// NumThreads, ActualQPS` (rounded to an integer, ties to even as Python's `round`), `p50, p90,
+/// p99, p999` (µs, integers), `cpu_mili_avg_istio_proxy_<pod>` (millicores) and
+/// `mem_Mi_avg_istio_proxy_<pod>` (MiB) for the pods of [`ISTIO_PODS`]; then fortio.py's other
+/// keys `RequestedQPS` ([`ISTIO_MAX_QPS`] in a closed loop), `min, max, p75` (µs),
+/// `errorPercent`; then meshbench's own figures: `meshbench_actual_qps`,
+/// `meshbench_duration_secs` (as measured) and `cpu_mili_avg_<role>`, `mem_Mi_avg_<role>` for
+/// every role under meshbench's names. One row per step with a result; a role absent from a
+/// step is an empty cell (read as NaN: no proxy is not a proxy using nothing).
 pub fn istio_csv(steps: &[StoredStep]) -> String {
     let mut roles: Vec<String> = steps
         .iter()
@@ -43,54 +66,72 @@ pub fn istio_csv(steps: &[StoredStep]) -> String {
     roles.sort_by_key(|r| role_rank(r));
     let mut out =
         String::from("StartTime,ActualDuration,Labels,NumThreads,ActualQPS,p50,p90,p99,p999");
+    for (_, pod) in ISTIO_PODS {
+        let _ = write!(out, ",cpu_mili_avg_istio_proxy_{pod}");
+    }
+    for (_, pod) in ISTIO_PODS {
+        let _ = write!(out, ",mem_Mi_avg_istio_proxy_{pod}");
+    }
+    out.push_str(
+        ",RequestedQPS,min,max,p75,errorPercent,meshbench_actual_qps,meshbench_duration_secs",
+    );
     for r in &roles {
         let _ = write!(out, ",cpu_mili_avg_{r}");
     }
     for r in &roles {
         let _ = write!(out, ",mem_Mi_avg_{r}");
     }
-    out.push_str(",min,max,p75,errorPercent\n");
+    out.push('\n');
     for s in steps {
         let Some(r) = &s.step.result else { continue };
         let l = &r.latency_us;
         let total = r.requests.total.max(1);
+        let usage = |role: &str| s.step.usage.iter().find(|u| u.role == role);
+        let cpu = |role: &str| usage(role).map(|u| format!("{:.3}", u.usage.cpu_millicores_avg));
+        let mem = |role: &str| usage(role).map(|u| format!("{:.3}", u.memory_mib_avg()));
         let _ = write!(
             out,
-            "{},{:.0},{},{},{:.2},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{}",
             s.step.started_at,
-            r.duration_secs,
+            r.duration_secs.trunc() as u64,
             csv_field(&s.step.label),
             r.settings.connections,
-            r.throughput_rps,
+            r.throughput_rps.round_ties_even() as u64,
             l.p50,
             l.p90,
             l.p99,
             l.p99_9
         );
-        for role in &roles {
-            match s.step.usage.iter().find(|u| &u.role == role) {
-                Some(u) => {
-                    let _ = write!(out, ",{:.0}", u.usage.cpu_millicores_avg);
-                }
-                None => out.push(','),
-            }
+        let cells = ISTIO_PODS
+            .iter()
+            .map(|(role, _)| cpu(role))
+            .chain(ISTIO_PODS.iter().map(|(role, _)| mem(role)));
+        for cell in cells {
+            let _ = write!(out, ",{}", cell.unwrap_or_default());
         }
-        for role in &roles {
-            match s.step.usage.iter().find(|u| &u.role == role) {
-                Some(u) => {
-                    let _ = write!(out, ",{:.1}", u.memory_mib_avg());
-                }
-                None => out.push(','),
-            }
-        }
-        let _ = writeln!(
+        let requested = s
+            .step
+            .params
+            .qps
+            .map_or(ISTIO_MAX_QPS, |q| q.round_ties_even() as u64);
+        let _ = write!(
             out,
-            ",{},{},{},{:.4}",
+            ",{requested},{},{},{},{:.4},{},{}",
             l.min,
             l.max,
             l.p75,
-            r.requests.errors as f64 * 100.0 / total as f64
+            r.requests.errors as f64 * 100.0 / total as f64,
+            r.throughput_rps,
+            r.duration_secs
         );
+        let cells = roles
+            .iter()
+            .map(|role| cpu(role))
+            .chain(roles.iter().map(|role| mem(role)));
+        for cell in cells {
+            let _ = write!(out, ",{}", cell.unwrap_or_default());
+        }
+        out.push('\n');
     }
     out
 }
@@ -175,4 +216,164 @@ pub fn fortio_json(e: &ExperimentRow, stored: &StoredStep) -> Option<Value> {
         "AbortOn": 0,
         "ErrorsCount": r.requests.errors,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stored step from its JSON form, over the analysis crate's fixture result.
+    fn step(
+        seq: u32,
+        topology: &str,
+        qps: Option<f64>,
+        rps: f64,
+        roles: &[(&str, f64)],
+    ) -> StoredStep {
+        let mut result: Value =
+            serde_json::from_str(include_str!("../../analysis/src/fixture-run.json")).unwrap();
+        result["throughput_rps"] = rps.into();
+        result["duration_secs"] = 2.000093.into();
+        result["settings"]["connections"] = 4.into();
+        let usage: Vec<Value> = roles
+            .iter()
+            .map(|(role, cpu)| {
+                json!({"role": role, "program": "nginx", "workers": 1, "cpu_limit": null,
+                    "samples": 3, "cpu_millicores_avg": cpu, "cpu_millicores_max": cpu,
+                    "rss_mib_avg": cpu / 10.0, "rss_mib_max": 1.0, "working_set_mib_avg": null,
+                    "working_set_mib_max": null, "rx_bytes_per_sec": 0.0, "tx_bytes_per_sec": 0.0,
+                    "connections_avg": 1.0, "connections_max": 1})
+            })
+            .collect();
+        let record = json!({
+            "seq": seq, "repeat": 0, "topology": topology, "variant": topology,
+            "label": format!("t_qps_{}_c_4_1024_default_{topology}", qps.map_or("max".into(), |q| q.to_string())),
+            "params": {"qps": qps, "connections": 4, "response_bytes": 1024, "request_bytes": 0,
+                "jitter": false, "mode": if qps.is_some() { "open" } else { "closed" },
+                "protocol": "http1", "cpu": null},
+            "started_at": "2026-11-23T00:00:00Z", "status": "ok", "error": null, "versions": {},
+            "result": result, "usage": usage,
+        });
+        StoredStep {
+            id: i64::from(seq) + 1,
+            step: serde_json::from_value(record).unwrap(),
+        }
+    }
+
+    /// Rows as maps from column name to cell.
+    fn rows(csv: &str) -> Vec<std::collections::BTreeMap<String, String>> {
+        let mut lines = csv.lines();
+        let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+        lines
+            .map(|l| {
+                let cells: Vec<&str> = l.split(',').collect();
+                assert_eq!(cells.len(), header.len(), "{l}");
+                header
+                    .iter()
+                    .zip(cells)
+                    .map(|(h, c)| (h.to_string(), c.to_string()))
+                    .collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_istio_csv_has_their_columns_first_written_as_they_write_them() {
+        let mut failed = step(4, "both", Some(200.0), 0.0, &[]);
+        failed.step.result = None;
+        let steps = [
+            step(
+                0,
+                "baseline",
+                Some(200.0),
+                199.88,
+                &[("backend", 20.0), ("sampler", 3.0)],
+            ),
+            step(
+                1,
+                "both",
+                Some(200.0),
+                200.5,
+                &[
+                    ("client_proxy", 150.25),
+                    ("server_proxy", 140.5),
+                    ("backend", 20.0),
+                    ("sampler", 3.0),
+                ],
+            ),
+            step(
+                2,
+                "gateway",
+                None,
+                1233.5,
+                &[("gateway", 900.0), ("backend", 50.0)],
+            ),
+            step(
+                3,
+                "ambient",
+                Some(100.0),
+                99.5,
+                &[("ztunnel_client", 30.0), ("ztunnel_server", 31.0)],
+            ),
+            failed,
+        ];
+        let csv = istio_csv(&steps);
+        assert_eq!(
+            csv.lines().next().unwrap(),
+            "StartTime,ActualDuration,Labels,NumThreads,ActualQPS,p50,p90,p99,p999,\
+             cpu_mili_avg_istio_proxy_fortioclient,cpu_mili_avg_istio_proxy_fortioserver,\
+             cpu_mili_avg_istio_proxy_istio-ingressgateway,mem_Mi_avg_istio_proxy_fortioclient,\
+             mem_Mi_avg_istio_proxy_fortioserver,mem_Mi_avg_istio_proxy_istio-ingressgateway,\
+             RequestedQPS,min,max,p75,errorPercent,meshbench_actual_qps,meshbench_duration_secs,\
+             cpu_mili_avg_client_proxy,cpu_mili_avg_ztunnel_client,cpu_mili_avg_gateway,\
+             cpu_mili_avg_server_proxy,cpu_mili_avg_ztunnel_server,cpu_mili_avg_backend,\
+             cpu_mili_avg_sampler,mem_Mi_avg_client_proxy,mem_Mi_avg_ztunnel_client,\
+             mem_Mi_avg_gateway,mem_Mi_avg_server_proxy,mem_Mi_avg_ztunnel_server,\
+             mem_Mi_avg_backend,mem_Mi_avg_sampler"
+        );
+        let rows = rows(&csv);
+        assert_eq!(rows.len(), 4, "a step without a result has no row");
+        let cell = |row: usize, col: &str| rows[row][col].as_str();
+        // ActualQPS as fortio.py's int(round(x)): the nearest integer, ties to even.
+        let actual: Vec<&str> = (0..4).map(|r| cell(r, "ActualQPS")).collect();
+        assert_eq!(actual, ["200", "200", "1234", "100"]);
+        let exact: Vec<&str> = (0..4).map(|r| cell(r, "meshbench_actual_qps")).collect();
+        assert_eq!(exact, ["199.88", "200.5", "1233.5", "99.5"]);
+        let requested: Vec<&str> = (0..4).map(|r| cell(r, "RequestedQPS")).collect();
+        assert_eq!(requested, ["200", "200", "99999999", "100"]);
+        assert_eq!(cell(0, "ActualDuration"), "2");
+        assert_eq!(cell(0, "meshbench_duration_secs"), "2.000093");
+        assert_eq!(cell(0, "NumThreads"), "4");
+        assert_eq!(
+            (
+                cell(0, "p50"),
+                cell(0, "p999"),
+                cell(0, "min"),
+                cell(0, "max")
+            ),
+            ("8", "120", "8", "120")
+        );
+        assert_eq!(cell(0, "Labels"), "t_qps_200_c_4_1024_default_baseline");
+        // Roles under Istio's pod names, and under meshbench's.
+        assert_eq!(cell(1, "cpu_mili_avg_istio_proxy_fortioclient"), "150.250");
+        assert_eq!(cell(1, "cpu_mili_avg_istio_proxy_fortioserver"), "140.500");
+        assert_eq!(cell(1, "mem_Mi_avg_istio_proxy_fortioserver"), "14.050");
+        assert_eq!(cell(1, "cpu_mili_avg_client_proxy"), "150.250");
+        assert_eq!(
+            cell(2, "cpu_mili_avg_istio_proxy_istio-ingressgateway"),
+            "900.000"
+        );
+        // No proxy: empty, not zero; ambient's tunnels only under their own names.
+        for col in [
+            "cpu_mili_avg_istio_proxy_fortioclient",
+            "cpu_mili_avg_istio_proxy_fortioserver",
+            "cpu_mili_avg_istio_proxy_istio-ingressgateway",
+            "mem_Mi_avg_istio_proxy_fortioclient",
+        ] {
+            assert_eq!(cell(0, col), "", "baseline {col}");
+            assert_eq!(cell(3, col), "", "ambient {col}");
+        }
+        assert_eq!(cell(3, "cpu_mili_avg_ztunnel_client"), "30.000");
+        assert_eq!(cell(0, "errorPercent"), "0.0000");
+    }
 }

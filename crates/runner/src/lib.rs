@@ -29,7 +29,7 @@ pub use lab::{load_options, run_experiment, Lab};
 pub use load::{Body, LoadError, LoadOptions, TargetSource, TlsOptions};
 pub use measure::{measure, Measured, Sampling};
 pub use observer::{Observer, Quiet, StepAt};
-pub use session::{new_experiment, now_rfc3339, Finished, Session};
+pub use session::{new_experiment, now_rfc3339, Finished, Kept, NotStored, Session};
 
 /// Why an experiment could not be carried out (a failed step is not one: it is stored).
 #[derive(Debug, Error)]
@@ -40,4 +40,7 @@ pub enum RunnerError {
     Exe(std::io::Error),
     #[error("step {step} at {rate} req/s could not be measured: {why}")]
     Unmeasured { step: usize, rate: f64, why: String },
+    /// A measured step the store refused (a full disk); kept elsewhere, the run stops.
+    #[error(transparent)]
+    NotStored(Box<session::NotStored>),
 }

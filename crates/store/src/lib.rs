@@ -8,15 +8,24 @@
 //! The API is typed ([`record`]): a [`StepRecord`] goes in, [`StoredStep`]s come out. The
 //! schema is versioned ([`schema`]); older files are migrated when opened, newer ones are
 //! refused with a line that names both versions.
+//!
+//! Faults are said in one line that names the file ([`StoreError`]): a file that is not SQLite,
+//! one that is cut short (checked from its header before SQLite reads it) or damaged, a full
+//! disk, a lock held too long. Several processes may write to one store at once: WAL lets
+//! readers go on while one writes, every write transaction takes the write lock when it begins
+//! (`BEGIN IMMEDIATE`, so none fails half-way for a lock), and a writer waits up to
+//! [`BUSY_TIMEOUT`] for another's transaction, which lasts milliseconds (one step).
 
 pub mod record;
 pub mod schema;
 
 use std::collections::BTreeMap;
+use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use meshbench_experiment::{CpuAllotment, StepParams};
-use rusqlite::{params, Connection, OptionalExtension, Transaction};
+use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
 use thiserror::Error;
 
 pub use meshbench_lab::sampler::{RoleUsage, Sample, Usage};
@@ -26,16 +35,128 @@ pub use record::{
 };
 pub use schema::VERSION;
 
+/// How long a writer waits for another process's transaction before giving up. A step is
+/// written in milliseconds; the wait only runs out if a process holds the lock and hangs.
+pub const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What went wrong with the store, in one line that names its file and says what to do.
 #[derive(Debug, Error)]
 pub enum StoreError {
+    /// The file or its folder could not be opened or created, or its schema is newer.
     #[error("cannot open the results store {path}: {reason}")]
     Open { path: PathBuf, reason: String },
-    #[error("results store: {0}")]
-    Sql(#[from] rusqlite::Error),
+    /// Not an SQLite file at all: nothing is read from it or written to it.
+    #[error(
+        "{path} is not a results store (not an SQLite file); give another --store, or move the \
+         file away and a new store is made there"
+    )]
+    NotAStore { path: PathBuf },
+    /// An SQLite file cut short or overwritten.
+    #[error(
+        "the results store {path} is damaged ({detail}); give another --store, or move the file \
+         away (`sqlite3 FILE .recover` may save the steps it still holds)"
+    )]
+    Damaged { path: PathBuf, detail: String },
+    /// No room left on the disk holding the store (or its WAL file).
+    #[error(
+        "the results store {path} cannot grow: its disk is full; free space there or give \
+         --store on another disk"
+    )]
+    Full { path: PathBuf },
+    /// Another process held the write lock longer than [`BUSY_TIMEOUT`].
+    #[error(
+        "the results store {path} stayed locked by another process for {}s; try again once it \
+         is done", BUSY_TIMEOUT.as_secs()
+    )]
+    Busy { path: PathBuf },
+    /// Any other SQLite failure.
+    #[error("results store {path}: {cause}")]
+    Sql {
+        path: PathBuf,
+        cause: rusqlite::Error,
+    },
     #[error("no experiment '{0}' in the store; `meshbench results list` shows them")]
     NotFound(String),
-    #[error("results store: step {step}: {reason}")]
-    Corrupt { step: i64, reason: String },
+    #[error("results store {path}: step {step}: {reason}")]
+    Corrupt {
+        path: PathBuf,
+        step: i64,
+        reason: String,
+    },
+}
+
+impl StoreError {
+    /// An SQLite error in the store's words, naming its file.
+    pub fn sqlite(path: &Path, e: rusqlite::Error) -> StoreError {
+        use rusqlite::ErrorCode as C;
+        let path = path.to_path_buf();
+        match e.sqlite_error_code() {
+            Some(C::DiskFull) => StoreError::Full { path },
+            Some(C::NotADatabase) => StoreError::NotAStore { path },
+            Some(C::DatabaseCorrupt) => StoreError::Damaged {
+                path,
+                detail: "SQLite finds it malformed: cut short or overwritten".into(),
+            },
+            Some(C::DatabaseBusy | C::DatabaseLocked) => StoreError::Busy { path },
+            _ => StoreError::Sql { path, cause: e },
+        }
+    }
+
+    /// The disk holding the store is full.
+    pub fn disk_full(&self) -> bool {
+        matches!(self, StoreError::Full { .. })
+    }
+}
+
+/// Names the store's file on an SQLite error.
+trait Named<T> {
+    fn named(self, path: &Path) -> Result<T, StoreError>;
+}
+
+impl<T> Named<T> for rusqlite::Result<T> {
+    fn named(self, path: &Path) -> Result<T, StoreError> {
+        self.map_err(|e| StoreError::sqlite(path, e))
+    }
+}
+
+/// Why a file's first 100 bytes and length show it cannot be a store, before SQLite reads it.
+#[derive(Debug, PartialEq)]
+pub enum FileProblem {
+    /// It does not start as an SQLite file does.
+    NotSqlite,
+    /// An SQLite file shorter than its header says it is.
+    CutShort { len: u64, expected: u64 },
+}
+
+/// Checks an SQLite file's header against its length (`head`: its first bytes, up to 100).
+/// An empty file is fine: SQLite makes a new database in it.
+pub fn file_problem(head: &[u8], len: u64) -> Option<FileProblem> {
+    const MAGIC: &[u8] = b"SQLite format 3\0";
+    if len == 0 {
+        return None;
+    }
+    if !head.starts_with(MAGIC) && !MAGIC.starts_with(head) {
+        return Some(FileProblem::NotSqlite);
+    }
+    if head.len() < 100 {
+        return Some(FileProblem::CutShort { len, expected: 100 });
+    }
+    let be32 = |at: usize| u32::from_be_bytes(head[at..at + 4].try_into().expect("4 bytes"));
+    let page_size = match u16::from_be_bytes([head[16], head[17]]) {
+        1 => 65_536,
+        n => u64::from(n),
+    };
+    // The page count at 28 is only valid when the "version valid for" number at 92 equals the
+    // change counter at 24 (SQLite's file format, section 1.3.7); every SQLite since 3.7.0
+    // keeps it so.
+    let pages = u64::from(be32(28));
+    if be32(92) == be32(24) && pages > 0 {
+        let expected = pages * page_size;
+        if len < expected {
+            return Some(FileProblem::CutShort { len, expected });
+        }
+    }
+    None
 }
 
 /// The default store: `$XDG_DATA_HOME/meshbench/results.db`, else
@@ -52,6 +173,8 @@ pub fn default_path() -> PathBuf {
 
 pub struct Store {
     conn: Connection,
+    /// The file, for the errors that name it.
+    path: PathBuf,
 }
 
 fn to_json<T: serde::Serialize>(v: &T) -> String {
@@ -68,31 +191,30 @@ impl Store {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|e| fail(e.to_string()))?;
         }
-        let mut conn = Connection::open(path).map_err(|e| fail(e.to_string()))?;
-        conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        check_file(path)?;
+        let mut conn = Connection::open(path).map_err(|e| StoreError::sqlite(path, e))?;
+        conn.busy_timeout(BUSY_TIMEOUT).named(path)?;
         conn.pragma_update(None, "journal_mode", "WAL")
-            .map_err(|e| fail(format!("{e} (is it an SQLite file?)")))?;
-        conn.pragma_update(None, "synchronous", "NORMAL")?;
-        let mut version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
-        if version > VERSION {
-            return Err(fail(format!(
-                "schema version {version} is newer than this meshbench understands ({VERSION}); upgrade meshbench"
-            )));
+            .named(path)?;
+        conn.pragma_update(None, "synchronous", "NORMAL")
+            .named(path)?;
+        let version: i64 = conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .named(path)?;
+        if version < VERSION {
+            migrate(&mut conn, path)?;
+        } else if version > VERSION {
+            return Err(newer(path, version));
         }
-        while version < VERSION {
-            let tx = conn.transaction()?;
-            match version {
-                0 => tx.execute_batch(schema::SCHEMA_V1)?,
-                1 => migrate_v1_to_v2(&tx).map_err(|e| {
-                    fail(format!("cannot migrate it from schema version 1 to 2: {e}"))
-                })?,
-                _ => unreachable!("every version below VERSION has a migration"),
-            }
-            version += 1;
-            tx.pragma_update(None, "user_version", version)?;
-            tx.commit()?;
-        }
-        Ok(Store { conn })
+        Ok(Store {
+            conn,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
     }
 
     pub fn begin_experiment(&self, e: &NewExperiment) -> Result<i64, StoreError> {
@@ -108,7 +230,8 @@ impl Store {
                 ExperimentStatus::Running.as_str(),
                 e.meshbench_version
             ],
-        )?;
+        )
+        .named(&self.path)?;
         Ok(self.conn.last_insert_rowid())
     }
 
@@ -118,144 +241,24 @@ impl Store {
         status: ExperimentStatus,
         at: &str,
     ) -> Result<(), StoreError> {
-        self.conn.execute(
-            "UPDATE experiments SET status = ?2, finished_at = ?3 WHERE id = ?1",
-            params![id, status.as_str(), at],
-        )?;
+        self.conn
+            .execute(
+                "UPDATE experiments SET status = ?2, finished_at = ?3 WHERE id = ?1",
+                params![id, status.as_str(), at],
+            )
+            .named(&self.path)?;
         Ok(())
     }
 
-    /// Writes a step and everything measured in it, in one transaction.
+    /// Writes a step and everything measured in it, in one transaction: all of it or, on
+    /// any failure (a full disk), none of it.
     pub fn add_step(&mut self, experiment: i64, s: &StepRecord) -> Result<i64, StoreError> {
-        let tx = self.conn.transaction()?;
-        let sum = s.summary();
-        tx.execute(
-            "INSERT INTO steps (experiment_id, seq, repeat, topology, variant, label, params, started_at,
-               status, error, versions, duration_secs, requests, errors, throughput_rps,
-               p50_us, p90_us, p99_us, p999_us, result)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)",
-            params![
-                experiment,
-                s.seq,
-                s.repeat,
-                topology_name::text(s.topology),
-                s.variant,
-                s.label,
-                to_json(&s.params),
-                s.started_at,
-                s.status.as_str(),
-                s.error,
-                to_json(&s.versions),
-                sum.as_ref().map(|x| x.duration_secs),
-                sum.as_ref().map(|x| x.requests as i64),
-                sum.as_ref().map(|x| x.errors as i64),
-                sum.as_ref().map(|x| x.throughput_rps),
-                sum.as_ref().map(|x| x.p50_us as i64),
-                sum.as_ref().map(|x| x.p90_us as i64),
-                sum.as_ref().map(|x| x.p99_us as i64),
-                sum.as_ref().map(|x| x.p999_us as i64),
-                s.result.as_ref().map(to_json),
-            ],
-        )?;
-        let step = tx.last_insert_rowid();
-        {
-            if let Some(r) = &s.result {
-                let h = &r.histogram;
-                let mut q = tx.prepare("INSERT INTO histograms VALUES (?1, ?2, ?3)")?;
-                for (name, encoded) in [
-                    ("latency_us", Some(&h.latency_us)),
-                    ("service_time_us", Some(&h.service_time_us)),
-                    ("schedule_lag_us", h.schedule_lag_us.as_ref()),
-                    ("connect_us", Some(&h.connect_us)),
-                    ("tls_handshake_us", h.tls_handshake_us.as_ref()),
-                ] {
-                    if let Some(encoded) = encoded {
-                        q.execute(params![step, name, encoded])?;
-                    }
-                }
-                let mut q = tx.prepare("INSERT INTO series VALUES (?1, ?2, ?3, ?4, ?5, ?6)")?;
-                for p in &r.timeline {
-                    q.execute(params![
-                        step,
-                        p.second,
-                        p.requests as i64,
-                        p.errors as i64,
-                        p.p50_us as i64,
-                        p.p99_us as i64
-                    ])?;
-                }
-            }
-            let mut q = tx.prepare(
-                "INSERT INTO usage VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
-            )?;
-            for r in &s.usage {
-                let u = &r.usage;
-                q.execute(params![
-                    step,
-                    r.role,
-                    r.program,
-                    r.workers,
-                    r.cpu_limit,
-                    u.samples as i64,
-                    u.cpu_millicores_avg,
-                    u.cpu_millicores_max,
-                    u.rss_mib_avg,
-                    u.rss_mib_max,
-                    u.working_set_mib_avg,
-                    u.working_set_mib_max,
-                    u.rx_bytes_per_sec,
-                    u.tx_bytes_per_sec,
-                    u.connections_avg,
-                    u.connections_max as i64,
-                ])?;
-            }
-            let mut q =
-                tx.prepare("INSERT INTO samples VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)")?;
-            for (role, samples) in &s.samples {
-                for m in samples {
-                    q.execute(params![
-                        step,
-                        role,
-                        m.t_ms as i64,
-                        m.cpu_ns as i64,
-                        m.rss_bytes as i64,
-                        m.working_set_bytes.map(|b| b as i64),
-                        m.rx_bytes as i64,
-                        m.tx_bytes as i64,
-                        m.connections as i64,
-                    ])?;
-                }
-            }
-        }
-        tx.commit()?;
-        Ok(step)
+        write_step(&mut self.conn, experiment, s).named(&self.path)
     }
 
     /// Every experiment, newest first.
     pub fn experiments(&self) -> Result<Vec<ExperimentRow>, StoreError> {
-        let mut q = self.conn.prepare(
-            "SELECT e.id, e.name, e.description, e.labels, e.config, e.started_at, e.finished_at,
-                    e.status, e.meshbench_version, (SELECT COUNT(*) FROM steps s WHERE s.experiment_id = e.id)
-             FROM experiments e ORDER BY e.id DESC",
-        )?;
-        let rows = q.query_map([], |r| {
-            let status: String = r.get(7)?;
-            Ok(ExperimentRow {
-                id: r.get(0)?,
-                name: r.get(1)?,
-                description: r.get(2)?,
-                labels: serde_json::from_str(&r.get::<_, String>(3)?).unwrap_or_default(),
-                config: serde_json::from_str(&r.get::<_, String>(4)?)
-                    .unwrap_or(serde_json::Value::Null),
-                started_at: r.get(5)?,
-                finished_at: r.get(6)?,
-                // v2 checked every status; a row another program wrote counts as failed.
-                status: status.parse().unwrap_or(ExperimentStatus::Failed),
-                meshbench_version: r.get(8)?,
-                steps: r.get(9)?,
-            })
-        })?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        read_experiments(&self.conn).named(&self.path)
     }
 
     /// An experiment by id, or the newest with this name; `latest` for the newest of all.
@@ -274,62 +277,12 @@ impl Store {
     /// The steps of an experiment in run order, with their result and resource use (not their
     /// raw samples: [`Store::samples`]).
     pub fn steps(&self, experiment: i64) -> Result<Vec<StoredStep>, StoreError> {
-        let mut q = self.conn.prepare(
-            "SELECT id, seq, repeat, topology, variant, label, params, started_at, status, error,
-                    versions, result
-             FROM steps WHERE experiment_id = ?1 ORDER BY seq",
-        )?;
-        let raw: Vec<RawStep> = q
-            .query_map([experiment], |r| {
-                Ok(RawStep {
-                    id: r.get(0)?,
-                    seq: r.get(1)?,
-                    repeat: r.get(2)?,
-                    topology: r.get(3)?,
-                    variant: r.get(4)?,
-                    label: r.get(5)?,
-                    params: r.get(6)?,
-                    started_at: r.get(7)?,
-                    status: r.get(8)?,
-                    error: r.get(9)?,
-                    versions: r.get(10)?,
-                    result: r.get(11)?,
-                })
-            })?
-            .collect::<Result<_, _>>()?;
-        let mut u = self.conn.prepare(
-            "SELECT role, program, workers, cpu_limit, samples, cpu_millicores_avg, cpu_millicores_max,
-                    rss_mib_avg, rss_mib_max, working_set_mib_avg, working_set_mib_max,
-                    rx_bytes_per_sec, tx_bytes_per_sec, connections_avg, connections_max
-             FROM usage WHERE step_id = ?1 ORDER BY rowid",
-        )?;
+        let raw = read_raw_steps(&self.conn, experiment).named(&self.path)?;
         let mut steps = Vec::with_capacity(raw.len());
         for r in raw {
             let id = r.id;
-            let mut step = r.typed()?;
-            step.usage = u
-                .query_map([id], |r| {
-                    Ok(RoleUsage {
-                        role: r.get(0)?,
-                        program: r.get(1)?,
-                        workers: r.get(2)?,
-                        cpu_limit: r.get(3)?,
-                        usage: Usage {
-                            samples: r.get::<_, i64>(4)? as usize,
-                            cpu_millicores_avg: r.get(5)?,
-                            cpu_millicores_max: r.get(6)?,
-                            rss_mib_avg: r.get(7)?,
-                            rss_mib_max: r.get(8)?,
-                            working_set_mib_avg: r.get(9)?,
-                            working_set_mib_max: r.get(10)?,
-                            rx_bytes_per_sec: r.get(11)?,
-                            tx_bytes_per_sec: r.get(12)?,
-                            connections_avg: r.get(13)?,
-                            connections_max: r.get::<_, i64>(14)? as u64,
-                        },
-                    })
-                })?
-                .collect::<Result<_, _>>()?;
+            let mut step = r.typed(&self.path)?;
+            step.usage = read_usage(&self.conn, id).named(&self.path)?;
             steps.push(StoredStep { id, step });
         }
         Ok(steps)
@@ -337,42 +290,298 @@ impl Store {
 
     /// The raw samples of a step, per role, in time order.
     pub fn samples(&self, step: i64) -> Result<BTreeMap<String, Vec<Sample>>, StoreError> {
-        let mut q = self.conn.prepare(
-            "SELECT role, t_ms, cpu_ns, rss_bytes, working_set_bytes, rx_bytes, tx_bytes, connections
-             FROM samples WHERE step_id = ?1 ORDER BY rowid",
-        )?;
-        let mut out: BTreeMap<String, Vec<Sample>> = BTreeMap::new();
-        let rows = q.query_map([step], |r| {
-            Ok((
-                r.get::<_, String>(0)?,
-                Sample {
-                    t_ms: r.get::<_, i64>(1)? as u64,
-                    cpu_ns: r.get::<_, i64>(2)? as u64,
-                    rss_bytes: r.get::<_, i64>(3)? as u64,
-                    working_set_bytes: r.get::<_, Option<i64>>(4)?.map(|b| b as u64),
-                    rx_bytes: r.get::<_, i64>(5)? as u64,
-                    tx_bytes: r.get::<_, i64>(6)? as u64,
-                    connections: r.get::<_, i64>(7)? as u64,
-                },
-            ))
-        })?;
-        for row in rows {
-            let (role, s) = row?;
-            out.entry(role).or_default().push(s);
-        }
-        Ok(out)
+        read_samples(&self.conn, step).named(&self.path)
     }
 
     /// A step's encoded histogram by name (HdrHistogram V2 + DEFLATE, base64).
     pub fn histogram(&self, step: i64, name: &str) -> Result<Option<String>, StoreError> {
-        Ok(self
-            .conn
+        self.conn
             .query_row(
                 "SELECT encoded FROM histograms WHERE step_id = ?1 AND name = ?2",
                 params![step, name],
                 |r| r.get(0),
             )
-            .optional()?)
+            .optional()
+            .named(&self.path)
+    }
+}
+
+fn read_experiments(conn: &Connection) -> rusqlite::Result<Vec<ExperimentRow>> {
+    let mut q = conn.prepare(
+        "SELECT e.id, e.name, e.description, e.labels, e.config, e.started_at, e.finished_at,
+                e.status, e.meshbench_version, (SELECT COUNT(*) FROM steps s WHERE s.experiment_id = e.id)
+         FROM experiments e ORDER BY e.id DESC",
+    )?;
+    let rows = q.query_map([], |r| {
+        let status: String = r.get(7)?;
+        Ok(ExperimentRow {
+            id: r.get(0)?,
+            name: r.get(1)?,
+            description: r.get(2)?,
+            labels: serde_json::from_str(&r.get::<_, String>(3)?).unwrap_or_default(),
+            config: serde_json::from_str(&r.get::<_, String>(4)?)
+                .unwrap_or(serde_json::Value::Null),
+            started_at: r.get(5)?,
+            finished_at: r.get(6)?,
+            // v2 checked every status; a row another program wrote counts as failed.
+            status: status.parse().unwrap_or(ExperimentStatus::Failed),
+            meshbench_version: r.get(8)?,
+            steps: r.get(9)?,
+        })
+    })?;
+    rows.collect()
+}
+
+fn read_raw_steps(conn: &Connection, experiment: i64) -> rusqlite::Result<Vec<RawStep>> {
+    let mut q = conn.prepare(
+        "SELECT id, seq, repeat, topology, variant, label, params, started_at, status, error,
+                versions, result
+         FROM steps WHERE experiment_id = ?1 ORDER BY seq",
+    )?;
+    let rows = q.query_map([experiment], |r| {
+        Ok(RawStep {
+            id: r.get(0)?,
+            seq: r.get(1)?,
+            repeat: r.get(2)?,
+            topology: r.get(3)?,
+            variant: r.get(4)?,
+            label: r.get(5)?,
+            params: r.get(6)?,
+            started_at: r.get(7)?,
+            status: r.get(8)?,
+            error: r.get(9)?,
+            versions: r.get(10)?,
+            result: r.get(11)?,
+        })
+    })?;
+    rows.collect()
+}
+
+fn read_usage(conn: &Connection, step: i64) -> rusqlite::Result<Vec<RoleUsage>> {
+    let mut q = conn.prepare_cached(
+        "SELECT role, program, workers, cpu_limit, samples, cpu_millicores_avg, cpu_millicores_max,
+                rss_mib_avg, rss_mib_max, working_set_mib_avg, working_set_mib_max,
+                rx_bytes_per_sec, tx_bytes_per_sec, connections_avg, connections_max
+         FROM usage WHERE step_id = ?1 ORDER BY rowid",
+    )?;
+    let rows = q.query_map([step], |r| {
+        Ok(RoleUsage {
+            role: r.get(0)?,
+            program: r.get(1)?,
+            workers: r.get(2)?,
+            cpu_limit: r.get(3)?,
+            usage: Usage {
+                samples: r.get::<_, i64>(4)? as usize,
+                cpu_millicores_avg: r.get(5)?,
+                cpu_millicores_max: r.get(6)?,
+                rss_mib_avg: r.get(7)?,
+                rss_mib_max: r.get(8)?,
+                working_set_mib_avg: r.get(9)?,
+                working_set_mib_max: r.get(10)?,
+                rx_bytes_per_sec: r.get(11)?,
+                tx_bytes_per_sec: r.get(12)?,
+                connections_avg: r.get(13)?,
+                connections_max: r.get::<_, i64>(14)? as u64,
+            },
+        })
+    })?;
+    rows.collect()
+}
+
+fn read_samples(conn: &Connection, step: i64) -> rusqlite::Result<BTreeMap<String, Vec<Sample>>> {
+    let mut q = conn.prepare(
+        "SELECT role, t_ms, cpu_ns, rss_bytes, working_set_bytes, rx_bytes, tx_bytes, connections
+         FROM samples WHERE step_id = ?1 ORDER BY rowid",
+    )?;
+    let mut out: BTreeMap<String, Vec<Sample>> = BTreeMap::new();
+    let rows = q.query_map([step], |r| {
+        Ok((
+            r.get::<_, String>(0)?,
+            Sample {
+                t_ms: r.get::<_, i64>(1)? as u64,
+                cpu_ns: r.get::<_, i64>(2)? as u64,
+                rss_bytes: r.get::<_, i64>(3)? as u64,
+                working_set_bytes: r.get::<_, Option<i64>>(4)?.map(|b| b as u64),
+                rx_bytes: r.get::<_, i64>(5)? as u64,
+                tx_bytes: r.get::<_, i64>(6)? as u64,
+                connections: r.get::<_, i64>(7)? as u64,
+            },
+        ))
+    })?;
+    for row in rows {
+        let (role, s) = row?;
+        out.entry(role).or_default().push(s);
+    }
+    Ok(out)
+}
+
+/// A step in one `BEGIN IMMEDIATE` transaction (the write lock taken first, so a writer waits
+/// for another at the start instead of failing half-way).
+fn write_step(conn: &mut Connection, experiment: i64, s: &StepRecord) -> rusqlite::Result<i64> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let sum = s.summary();
+    tx.execute(
+        "INSERT INTO steps (experiment_id, seq, repeat, topology, variant, label, params, started_at,
+           status, error, versions, duration_secs, requests, errors, throughput_rps,
+           p50_us, p90_us, p99_us, p999_us, result)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)",
+        params![
+            experiment,
+            s.seq,
+            s.repeat,
+            topology_name::text(s.topology),
+            s.variant,
+            s.label,
+            to_json(&s.params),
+            s.started_at,
+            s.status.as_str(),
+            s.error,
+            to_json(&s.versions),
+            sum.as_ref().map(|x| x.duration_secs),
+            sum.as_ref().map(|x| x.requests as i64),
+            sum.as_ref().map(|x| x.errors as i64),
+            sum.as_ref().map(|x| x.throughput_rps),
+            sum.as_ref().map(|x| x.p50_us as i64),
+            sum.as_ref().map(|x| x.p90_us as i64),
+            sum.as_ref().map(|x| x.p99_us as i64),
+            sum.as_ref().map(|x| x.p999_us as i64),
+            s.result.as_ref().map(to_json),
+        ],
+    )?;
+    let step = tx.last_insert_rowid();
+    {
+        if let Some(r) = &s.result {
+            let h = &r.histogram;
+            let mut q = tx.prepare("INSERT INTO histograms VALUES (?1, ?2, ?3)")?;
+            for (name, encoded) in [
+                ("latency_us", Some(&h.latency_us)),
+                ("service_time_us", Some(&h.service_time_us)),
+                ("schedule_lag_us", h.schedule_lag_us.as_ref()),
+                ("connect_us", Some(&h.connect_us)),
+                ("tls_handshake_us", h.tls_handshake_us.as_ref()),
+            ] {
+                if let Some(encoded) = encoded {
+                    q.execute(params![step, name, encoded])?;
+                }
+            }
+            let mut q = tx.prepare("INSERT INTO series VALUES (?1, ?2, ?3, ?4, ?5, ?6)")?;
+            for p in &r.timeline {
+                q.execute(params![
+                    step,
+                    p.second,
+                    p.requests as i64,
+                    p.errors as i64,
+                    p.p50_us as i64,
+                    p.p99_us as i64
+                ])?;
+            }
+        }
+        let mut q = tx.prepare(
+            "INSERT INTO usage VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+        )?;
+        for r in &s.usage {
+            let u = &r.usage;
+            q.execute(params![
+                step,
+                r.role,
+                r.program,
+                r.workers,
+                r.cpu_limit,
+                u.samples as i64,
+                u.cpu_millicores_avg,
+                u.cpu_millicores_max,
+                u.rss_mib_avg,
+                u.rss_mib_max,
+                u.working_set_mib_avg,
+                u.working_set_mib_max,
+                u.rx_bytes_per_sec,
+                u.tx_bytes_per_sec,
+                u.connections_avg,
+                u.connections_max as i64,
+            ])?;
+        }
+        let mut q =
+            tx.prepare("INSERT INTO samples VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)")?;
+        for (role, samples) in &s.samples {
+            for m in samples {
+                q.execute(params![
+                    step,
+                    role,
+                    m.t_ms as i64,
+                    m.cpu_ns as i64,
+                    m.rss_bytes as i64,
+                    m.working_set_bytes.map(|b| b as i64),
+                    m.rx_bytes as i64,
+                    m.tx_bytes as i64,
+                    m.connections as i64,
+                ])?;
+            }
+        }
+    }
+    tx.commit()?;
+    Ok(step)
+}
+
+/// Brings a store below [`VERSION`] up to it, one version per transaction. The version is read
+/// again inside each (`BEGIN IMMEDIATE`): another process opening the same new file at the
+/// same moment may have migrated it meanwhile.
+fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {
+    loop {
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .named(path)?;
+        let version: i64 = tx
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .named(path)?;
+        match version {
+            VERSION => return Ok(()),
+            0 => tx.execute_batch(schema::SCHEMA_V1).named(path)?,
+            1 => migrate_v1_to_v2(&tx).map_err(|e| StoreError::Open {
+                path: path.to_path_buf(),
+                reason: format!("cannot migrate it from schema version 1 to 2: {e}"),
+            })?,
+            v if v > VERSION => return Err(newer(path, v)),
+            v => unreachable!("schema version {v}: every version below VERSION has a migration"),
+        }
+        tx.pragma_update(None, "user_version", version + 1)
+            .named(path)?;
+        tx.commit().named(path)?;
+    }
+}
+
+fn newer(path: &Path, version: i64) -> StoreError {
+    StoreError::Open {
+        path: path.to_path_buf(),
+        reason: format!(
+            "schema version {version} is newer than this meshbench understands ({VERSION}); upgrade meshbench"
+        ),
+    }
+}
+
+/// Refuses a file that is not SQLite or is cut short, before SQLite reads it (a cut file may
+/// otherwise open and fail at the first query that reaches past its end). With a WAL file
+/// beside it, a short file is left for SQLite to judge: see below.
+fn check_file(path: &Path) -> Result<(), StoreError> {
+    let Ok(mut f) = std::fs::File::open(path) else {
+        return Ok(()); // missing: made; unreadable: SQLite says why
+    };
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    let mut head = Vec::with_capacity(100);
+    let _ = (&mut f).take(100).read_to_end(&mut head);
+    let path = path.to_path_buf();
+    let mut wal = path.clone().into_os_string();
+    wal.push("-wal");
+    let wal_len = std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
+    match file_problem(&head, len) {
+        None => Ok(()),
+        // Pages not yet copied from the WAL (a checkpoint the disk had no room for): the file
+        // may be shorter than its header while the WAL holds the rest.
+        Some(FileProblem::CutShort { .. }) if wal_len > 0 && head.len() == 100 => Ok(()),
+        Some(FileProblem::NotSqlite) => Err(StoreError::NotAStore { path }),
+        Some(FileProblem::CutShort { len, expected }) => Err(StoreError::Damaged {
+            path,
+            detail: format!("cut short: {len} bytes where its header says {expected}"),
+        }),
     }
 }
 
@@ -393,9 +602,10 @@ struct RawStep {
 }
 
 impl RawStep {
-    fn typed(self) -> Result<StepRecord, StoreError> {
+    fn typed(self, path: &Path) -> Result<StepRecord, StoreError> {
         let id = self.id;
         let corrupt = |what: &str, e: String| StoreError::Corrupt {
+            path: path.to_path_buf(),
             step: id,
             reason: format!("{what}: {e}"),
         };

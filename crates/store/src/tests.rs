@@ -1,5 +1,6 @@
 //! The store's contract, read back whole: typed steps in and out, v1 files migrated, files
-//! that are not stores or are newer refused in one line.
+//! that are not stores, are cut short, damaged or newer refused in one line naming them;
+//! writers in parallel; a full database keeps every step written before it filled.
 
 use std::collections::BTreeMap;
 
@@ -187,34 +188,237 @@ fn a_v1_store_is_migrated_with_every_step_it_had() {
     std::fs::remove_dir_all(d).unwrap();
 }
 
+/// A store with `n` steps of one experiment, closed (its WAL folded into the file).
+fn store_with_steps(path: &Path, n: u32) -> i64 {
+    let mut s = Store::open(path).unwrap();
+    let id = s.begin_experiment(&new_experiment()).unwrap();
+    for seq in 0..n {
+        s.add_step(id, &step(seq)).unwrap();
+    }
+    id
+}
+
+fn one_line(err: &StoreError, path: &Path) -> String {
+    let text = err.to_string();
+    assert!(
+        text.contains(&path.display().to_string()),
+        "names the file: {text}"
+    );
+    assert!(!text.contains('\n'), "{text}");
+    text
+}
+
+#[test]
+fn a_file_header_says_whether_it_can_be_a_store() {
+    let d = dir("header");
+    let path = d.join("real.db");
+    store_with_steps(&path, 3);
+    let real = std::fs::read(&path).unwrap();
+    let len = real.len() as u64;
+    let head = &real[..100];
+    for (what, head, len, want) in [
+        ("empty: SQLite makes a store in it", &b""[..], 0, None),
+        ("a whole store", head, len, None),
+        (
+            "a store grown past its header (WAL)",
+            head,
+            len + 4096,
+            None,
+        ),
+        (
+            "a store cut in half",
+            head,
+            len / 2,
+            Some(FileProblem::CutShort {
+                len: len / 2,
+                expected: len,
+            }),
+        ),
+        (
+            "only the start of the magic",
+            &real[..10],
+            10,
+            Some(FileProblem::CutShort {
+                len: 10,
+                expected: 100,
+            }),
+        ),
+        (
+            "text",
+            &b"name,qps\n1,2\n"[..],
+            12,
+            Some(FileProblem::NotSqlite),
+        ),
+        (
+            "random bytes",
+            &[0x9d, 0x17, 0xee, 0x02, 0x55, 0x00, 0xff, 0x31][..],
+            8192,
+            Some(FileProblem::NotSqlite),
+        ),
+    ] {
+        assert_eq!(file_problem(head, len), want, "{what}");
+    }
+    std::fs::remove_dir_all(d).unwrap();
+}
+
 #[test]
 fn files_that_cannot_be_used_are_refused_in_one_line() {
     let d = dir("bad");
-    let text = d.join("x.db");
-    std::fs::write(
-        &text,
-        "this is not sqlite, just text that is long enough to matter",
-    )
-    .unwrap();
+    let real = d.join("real.db");
+    store_with_steps(&real, 6);
+    let bytes = std::fs::read(&real).unwrap();
+    let cases: Vec<(&str, Vec<u8>, String)> = vec![
+        (
+            "text.db",
+            b"this is not sqlite, just text that is long enough to matter".to_vec(),
+            "is not a results store (not an SQLite file)".into(),
+        ),
+        (
+            "random.db",
+            (0..8192u32)
+                .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+                .collect(),
+            "is not a results store (not an SQLite file)".into(),
+        ),
+        (
+            "half.db",
+            bytes[..bytes.len() / 2].to_vec(),
+            format!(
+                "is damaged (cut short: {} bytes where its header says {})",
+                bytes.len() / 2,
+                bytes.len()
+            ),
+        ),
+        (
+            "head.db",
+            bytes[..60].to_vec(),
+            "is damaged (cut short: 60 bytes where its header says 100)".into(),
+        ),
+    ];
+    for (name, content, needle) in &cases {
+        let path = d.join(name);
+        std::fs::write(&path, content).unwrap();
+        let err = Store::open(&path).err().unwrap();
+        let text = one_line(&err, &path);
+        assert!(text.contains(needle.as_str()), "{name}: {text}");
+        assert!(text.contains("give another --store"), "{name}: {text}");
+        assert_eq!(
+            &std::fs::read(&path).unwrap(),
+            content,
+            "{name}: left as it was"
+        );
+        assert!(!d.join(format!("{name}-wal")).exists(), "{name}");
+    }
     let newer = d.join("newer.db");
     rusqlite::Connection::open(&newer)
         .unwrap()
         .execute_batch("PRAGMA user_version = 99;")
         .unwrap();
-    for (path, needle) in [
-        (&text, "cannot open the results store"),
-        (
-            &newer,
-            "schema version 99 is newer than this meshbench understands (2)",
-        ),
-    ] {
-        let err = Store::open(path).err().unwrap().to_string();
-        assert!(err.contains(needle), "{err}");
-        assert!(
-            err.contains(&path.display().to_string()),
-            "names the file: {err}"
+    let err = Store::open(&newer).err().unwrap();
+    let text = one_line(&err, &newer);
+    assert!(
+        text.contains("schema version 99 is newer than this meshbench understands (2)"),
+        "{text}"
+    );
+    std::fs::remove_dir_all(d).unwrap();
+}
+
+#[test]
+fn a_store_damaged_inside_is_named_when_read() {
+    let d = dir("damaged");
+    let path = d.join("results.db");
+    let id = store_with_steps(&path, 8);
+    // The header and the schema page intact, every page after them overwritten.
+    let mut bytes = std::fs::read(&path).unwrap();
+    let page = u16::from_be_bytes([bytes[16], bytes[17]]) as usize;
+    for (i, b) in bytes.iter_mut().enumerate().skip(page) {
+        *b = (i % 251) as u8;
+    }
+    std::fs::write(&path, &bytes).unwrap();
+    let err = Store::open(&path)
+        .and_then(|s| s.experiment("latest").map(|_| s))
+        .and_then(|s| s.steps(id))
+        .expect_err("a damaged store is not read as if whole");
+    let text = one_line(&err, &path);
+    assert!(matches!(err, StoreError::Damaged { .. }), "{text}");
+    std::fs::remove_dir_all(d).unwrap();
+}
+
+#[test]
+fn writers_in_parallel_lose_no_step() {
+    // Four connections (SQLite locks the same way across processes), one new file, opened
+    // at the same moment: the schema is made once and every step of every writer is kept.
+    let d = dir("parallel");
+    let path = d.join("results.db");
+    let (writers, steps) = (4, 25);
+    let start = std::sync::Arc::new(std::sync::Barrier::new(writers));
+    let handles: Vec<_> = (0..writers)
+        .map(|_| {
+            let (path, start) = (path.clone(), start.clone());
+            std::thread::spawn(move || {
+                start.wait();
+                let mut s = Store::open(&path).unwrap();
+                let id = s.begin_experiment(&new_experiment()).unwrap();
+                for seq in 0..steps {
+                    s.add_step(id, &step(seq)).unwrap();
+                }
+                s.finish_experiment(id, ExperimentStatus::Done, "2026-11-22T00:01:00Z")
+                    .unwrap();
+                id
+            })
+        })
+        .collect();
+    let mut ids: Vec<i64> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    ids.sort();
+    assert_eq!(ids, [1, 2, 3, 4]);
+    let s = Store::open(&path).unwrap();
+    for id in ids {
+        let stored = s.steps(id).unwrap();
+        let seqs: Vec<u32> = stored.iter().map(|x| x.step.seq).collect();
+        assert_eq!(seqs, (0..steps).collect::<Vec<_>>(), "experiment {id}");
+        assert_eq!(
+            s.experiment(&id.to_string()).unwrap().status,
+            ExperimentStatus::Done
         );
-        assert!(!err.contains('\n'));
+    }
+    std::fs::remove_dir_all(d).unwrap();
+}
+
+#[test]
+fn a_full_store_keeps_every_step_written_before_it_filled() {
+    // SQLite's own page limit fills the database the way a full disk does (SQLITE_FULL); the
+    // black-box test does it with a small tmpfs.
+    let d = dir("full");
+    let path = d.join("results.db");
+    let mut s = Store::open(&path).unwrap();
+    let id = s.begin_experiment(&new_experiment()).unwrap();
+    let pages: i64 = s
+        .conn
+        .pragma_query_value(None, "page_count", |r| r.get(0))
+        .unwrap();
+    s.conn
+        .pragma_update(None, "max_page_count", pages + 12)
+        .unwrap();
+    let mut stored = 0;
+    let err = loop {
+        match s.add_step(id, &step(stored)) {
+            Ok(_) => stored += 1,
+            Err(e) => break e,
+        }
+        assert!(stored < 1000, "never filled");
+    };
+    assert!(stored >= 1, "some steps fit before it filled");
+    assert!(err.disk_full(), "{err}");
+    let text = one_line(&err, &path);
+    assert!(text.contains("its disk is full"), "{text}");
+    drop(s);
+    let s = Store::open(&path).unwrap();
+    let steps = s.steps(id).unwrap();
+    assert_eq!(steps.len() as u32, stored);
+    for (seq, st) in steps.iter().enumerate() {
+        assert_eq!(st.step.seq, seq as u32);
+        assert_eq!(st.step.summary(), step(0).summary(), "read back whole");
+        assert_eq!(s.samples(st.id).unwrap(), step(0).samples);
     }
     std::fs::remove_dir_all(d).unwrap();
 }
