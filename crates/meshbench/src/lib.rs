@@ -7,8 +7,46 @@
 //! not be written, a server could not start); 2 bad input (the message says what to change);
 //! 130 / 143 interrupted by SIGINT / SIGTERM after writing the partial result.
 
+/// `print!` to stdout, except that a reader gone away (`meshbench ... | head`) ends the process
+/// quietly with exit 0 instead of a panic: what it wanted was read.
+macro_rules! out {
+    ($($arg:tt)*) => {
+        $crate::write_stdout(format_args!($($arg)*))
+    };
+}
+
+/// `println!` the same way as [`out!`].
+macro_rules! outln {
+    () => {
+        $crate::write_stdout(format_args!("\n"))
+    };
+    ($($arg:tt)*) => {{
+        $crate::write_stdout(format_args!($($arg)*));
+        $crate::write_stdout(format_args!("\n"));
+    }};
+}
+
 pub mod cli;
 pub mod cmd;
+
+/// Writes to stdout for [`out!`]; a closed pipe exits 0, another failure is ignored as `print!`
+/// would have had it panic.
+pub fn write_stdout(args: std::fmt::Arguments) {
+    use std::io::Write;
+    if let Err(e) = std::io::stdout().write_fmt(args) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(exit::OK.into());
+        }
+    }
+}
+
+/// Whether `e` is stdout's reader going away.
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
 
 use std::ffi::OsString;
 
@@ -73,6 +111,7 @@ pub fn main_with(args: impl IntoIterator<Item = OsString>) -> u8 {
     };
     match cmd::dispatch(cli) {
         Ok(code) => code,
+        Err(e) if is_broken_pipe(&e) => exit::OK,
         Err(e) => {
             // A measured step that neither the store nor a file could take is printed rather
             // than lost; the line below says so.

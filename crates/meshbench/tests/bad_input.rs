@@ -459,3 +459,20 @@ fn a_malformed_targets_file_names_line_and_column() {
     }
     let _ = std::fs::remove_file(&path);
 }
+
+#[test]
+fn a_reader_that_goes_away_is_no_panic() {
+    // `meshbench ... | head`: the reader closes the pipe before the output is written.
+    let mut child = std::process::Command::new(bin())
+        .args(["experiment", "examples/sidecar-overhead.yaml", "--dry-run"])
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let err = stderr(&out);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(out.status.code(), Some(0), "{err}");
+}

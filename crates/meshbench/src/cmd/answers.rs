@@ -30,7 +30,7 @@ pub fn check(thresholds: &[Threshold], observe: impl Fn(Metric) -> Vec<(String, 
     for t in thresholds {
         let o = threshold::check(t, observe(t.metric));
         ok &= o.passed;
-        println!("{o}");
+        outln!("{o}");
     }
     ok
 }
@@ -156,7 +156,7 @@ pub fn compare(args: CompareArgs) -> Result<u8> {
     let (a_name, a) = side(&args.a, &args.store)?;
     let (b_name, b) = side(&args.b, &args.store)?;
     let pairs = pair_up(&a_name, a, &b_name, b).map_err(|e| usage(e.to_string()))?;
-    print!(
+    out!(
         "{}",
         meshbench_report::answers::compare_text(&a_name, &b_name, &pairs)
     );
@@ -242,14 +242,14 @@ pub fn size(args: SizeArgs) -> Result<u8> {
     }
     for (name, model) in &models {
         match sizing::size(model, &req) {
-            Ok(s) => print!(
+            Ok(s) => out!(
                 "{}",
                 meshbench_report::answers::sizing_text(name, args.target_rps, &s)
             ),
             Err(e @ (sizing::SizingError::Headroom | sizing::SizingError::Target)) => {
                 return Err(usage(e.to_string()))
             }
-            Err(e) => println!("{name}: {e}"),
+            Err(e) => outln!("{name}: {e}"),
         }
     }
     Ok(exit::OK)

@@ -61,7 +61,7 @@ pub fn execute(args: BackendArgs) -> Result<u8> {
         let drip = super::parse_duration("--drip", &args.drip)?;
         let server = HostileServer::start(addr, how, drip)
             .with_context(|| format!("cannot listen on {addr}"))?;
-        println!(
+        outln!(
             "listening on http://{} (hostile: {})",
             server.addr(),
             how.name()
@@ -74,7 +74,7 @@ pub fn execute(args: BackendArgs) -> Result<u8> {
     if !args.tls && !args.http2 {
         let backend =
             Backend::start(addr, cfg).with_context(|| format!("cannot listen on {addr}"))?;
-        println!("listening on http://{}", backend.addr());
+        outln!("listening on http://{}", backend.addr());
         let _ = std::io::stdout().flush();
         wait_for_signal(&signals);
         backend.stop();
@@ -88,7 +88,7 @@ pub fn execute(args: BackendArgs) -> Result<u8> {
     let scheme = if tls.is_some() { "https" } else { "http" };
     let backend =
         HyperBackend::start(addr, cfg, tls).with_context(|| format!("cannot listen on {addr}"))?;
-    println!("listening on {scheme}://{}", backend.addr());
+    outln!("listening on {scheme}://{}", backend.addr());
     let _ = std::io::stdout().flush();
     wait_for_signal(&signals);
     drop(backend);
@@ -114,7 +114,7 @@ fn server_tls(args: &BackendArgs) -> Result<std::sync::Arc<rustls::ServerConfig>
                 std::env::temp_dir().join(format!("meshbench-tls-{}", std::process::id()))
             });
             meshbench_lab::pki::write_lab_set(&dir, &args.tls_names)?;
-            println!(
+            outln!(
                 "generated TLS files in {}: ca.pem, server.pem, server-key.pem, client.pem, client-key.pem",
                 dir.display()
             );

@@ -162,7 +162,7 @@ fn conclude(session: Session, signals: &Signals, found: Result<(u8, String)>) ->
     let finished = session.finish()?;
     print_finished(&finished);
     let (code, line) = found?;
-    println!("{line}");
+    outln!("{line}");
     Ok(if code == exit::OK {
         super::experiment::exit_code(signals, &finished)
     } else {

@@ -33,14 +33,14 @@ pub fn execute(args: DemoArgs) -> Result<u8> {
     let (done, code) = super::experiment::run(&e, &store_path, args.quiet)?;
     let store = meshbench_store::Store::open(&store_path)?;
     let h = super::answers::headline(&store, done.id)?;
-    print!("\n{}", meshbench_report::answers::headline_text(&h));
+    out!("\n{}", meshbench_report::answers::headline_text(&h));
     let csv = args.out.join("sidecar-overhead.csv");
     std::fs::write(
         &csv,
         meshbench_report::export::istio_csv(&store.steps(done.id)?),
     )
     .with_context(|| format!("cannot write {}", csv.display()))?;
-    println!(
+    outln!(
         "\nstored in {} (experiment {}); Istio-style CSV in {}",
         store_path.display(),
         done.id,

@@ -20,7 +20,7 @@ pub fn execute(args: ExperimentArgs) -> Result<u8> {
     let e =
         meshbench_experiment::load(&args.file, &args.set).map_err(|err| usage(err.to_string()))?;
     if args.dry_run {
-        print!("{}", describe_plan(&e, &Plan::compile(&e)));
+        out!("{}", describe_plan(&e, &Plan::compile(&e)));
         return Ok(exit::OK);
     }
     let thresholds = super::answers::parse_thresholds(&args.thresholds)?;
@@ -31,7 +31,7 @@ pub fn execute(args: ExperimentArgs) -> Result<u8> {
     let (done, code) = run(&e, &store_path, args.quiet)?;
     let store = Store::open(&store_path)?;
     let h = super::answers::headline(&store, done.id)?;
-    print!("{}", meshbench_report::answers::headline_text(&h));
+    out!("{}", meshbench_report::answers::headline_text(&h));
     let passed = super::answers::check_headline(&thresholds, &h);
     let _ = std::io::stdout().flush();
     Ok(match code {
@@ -65,7 +65,7 @@ pub fn exit_code(signals: &Signals, done: &Finished) -> u8 {
 /// The step table on stdout and one closing line on stderr.
 pub fn print_finished(done: &Finished) {
     let view: Vec<TableRow> = done.steps.iter().map(TableRow::of).collect();
-    print!("{}", table(&view));
+    out!("{}", table(&view));
     let _ = std::io::stdout().flush();
     eprintln!(
         "experiment {} {} in {}: {} steps stored, {} failed; `meshbench results show {}`",

@@ -69,7 +69,7 @@ pub fn gateway(a: GatewayArgs) -> Result<u8> {
     };
     let started = Instant::now();
     let generated = gateway::generate(&plan, target)?;
-    println!(
+    outln!(
         "wrote {} files for {} ({} routes) into {} in {:.1} s",
         generated.files.len(),
         target.name(),
@@ -77,7 +77,7 @@ pub fn gateway(a: GatewayArgs) -> Result<u8> {
         a.out.display(),
         started.elapsed().as_secs_f64()
     );
-    println!("load every route with:\n  {}", generated.run_hint);
+    outln!("load every route with:\n  {}", generated.run_hint);
     Ok(exit::OK)
 }
 
@@ -88,7 +88,7 @@ pub fn certs(a: CertsArgs) -> Result<u8> {
         ));
     }
     meshbench_lab::pki::write_lab_set(&a.out, &a.names)?;
-    println!(
+    outln!(
         "wrote ca.pem, server.pem, server-key.pem (for {}), client.pem, client-key.pem into {}",
         a.names.join(", "),
         a.out.display()

@@ -48,7 +48,7 @@ pub fn execute(args: ReportArgs) -> Result<u8> {
         failed,
     });
     let written = html::write(&report, &args.out)?;
-    println!(
+    outln!(
         "{} ({} charts, each also as SVG and PNG in {})",
         written.html.display(),
         written.svgs,

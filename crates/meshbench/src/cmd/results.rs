@@ -22,12 +22,12 @@ pub fn execute(c: ResultsCommand) -> Result<u8> {
 
 fn list(s: &StoreArg) -> Result<u8> {
     let store = open_store(s)?;
-    println!(
+    outln!(
         "{:>4}  {:<24} {:<21} {:<12} {:>5}",
         "id", "name", "started", "status", "steps"
     );
     for e in store.experiments()? {
-        println!(
+        outln!(
             "{:>4}  {:<24} {:<21} {:<12} {:>5}",
             e.id, e.name, e.started_at, e.status, e.steps
         );
@@ -39,17 +39,17 @@ fn show(key: &str, s: &StoreArg) -> Result<u8> {
     let store = open_store(s)?;
     let e = store.experiment(key)?;
     let steps = store.steps(e.id)?;
-    println!(
+    outln!(
         "experiment {} '{}' ({}), started {}, meshbench {}",
         e.id, e.name, e.status, e.started_at, e.meshbench_version
     );
     if let Some(v) = steps.first().map(|s| &s.step.versions) {
-        println!("versions: {}", serde_json::to_string(v)?);
+        outln!("versions: {}", serde_json::to_string(v)?);
     }
     let view: Vec<TableRow> = steps.iter().map(|r| TableRow::of(&r.step)).collect();
-    print!("{}", table(&view));
+    out!("{}", table(&view));
     let h = super::answers::headline(&store, e.id)?;
-    print!("{}", meshbench_report::answers::headline_text(&h));
+    out!("{}", meshbench_report::answers::headline_text(&h));
     Ok(exit::OK)
 }
 

@@ -25,7 +25,7 @@ pub fn execute(args: RunArgs) -> Result<u8> {
     if let Some(path) = &args.json {
         write_json(path, &result)?;
     }
-    print!("{}", meshbench_report::summary(&result));
+    out!("{}", meshbench_report::summary(&result));
     let mut passed = true;
     if !thresholds.is_empty() {
         let run = meshbench_analysis::Run::from_result("run", result)
