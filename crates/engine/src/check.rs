@@ -19,6 +19,10 @@ pub const SYMPTOM_SHARE: f64 = 0.01;
 pub const CPU_BOUND: f64 = 0.9;
 /// A worker thread that waited this share of its time for a CPU shared it with other work.
 pub const CPU_CONTENDED: f64 = 0.1;
+/// Late sends are put down to other processes rather than the clock when a worker waited this
+/// share of its time for a CPU: a wait of a few milliseconds now and then is what makes the
+/// 99th percentile of schedule lag, long before it is a tenth of the run.
+pub const CPU_CONTENDED_WHEN_LATE: f64 = 0.01;
 /// Sleeps ending this late at the 99th percentile make a clock slow.
 pub const SLOW_CLOCK_US: u64 = 100;
 /// Connections are too few when even the target's fastest tenth of answers would keep more
@@ -118,20 +122,24 @@ pub struct Figures {
 pub fn judge(f: &Figures) -> SelfCheck {
     let share = |n: u64| n as f64 / f.sends.max(1) as f64;
     let cpu_bound = f.busiest_thread_busy >= CPU_BOUND;
-    let contended = f.most_waiting_thread >= CPU_CONTENDED;
+    let late = f.rate_rps.is_some() && share(f.late_sends) > SYMPTOM_SHARE;
+    let contended = f.most_waiting_thread >= CPU_CONTENDED
+        || (late && !cpu_bound && f.most_waiting_thread >= CPU_CONTENDED_WHEN_LATE);
     let mut findings = Vec::new();
     let mut add = |cause, message| findings.push(Finding { cause, message });
     if contended {
         add(
             Cause::CpuContention,
             format!(
-                "CPU contention: a generator thread waited {:.0} % of the run for a CPU that other processes held; its sends and reads were late for that, not for the target: pin the generator to CPUs of its own (taskset, the experiment's client_cpus) or run it on a quieter machine",
-                100.0 * f.most_waiting_thread
+                "CPU contention: a generator thread waited {:.1} % of the run for a CPU that other processes held ({:.1} % of sends more than 1 ms late, schedule lag p99 {} µs); its sends and reads were late for that, not for the target: pin the generator to CPUs of its own (taskset, the experiment's client_cpus) or run it on a quieter machine",
+                100.0 * f.most_waiting_thread,
+                100.0 * share(f.late_sends),
+                f.lag_p99_us
             ),
         );
     }
     if let Some(rate) = f.rate_rps {
-        if share(f.late_sends) > SYMPTOM_SHARE && !cpu_bound && !contended {
+        if late && !cpu_bound && !contended {
             add(
                 Cause::TimerLateness,
                 format!(
@@ -202,6 +210,18 @@ mod tests {
         let found: Vec<Cause> = check.findings.iter().map(|f| f.cause).collect();
         assert_eq!(found, [Cause::CpuContention]);
         assert!(!check.valid && check.why_invalid().unwrap().message.contains("taskset"));
+        // A little waiting explains late sends; without them it is no finding.
+        let causes = |waiting: f64, late_sends: u64| -> Vec<Cause> {
+            let figures = Figures {
+                late_sends,
+                most_waiting_thread: waiting,
+                ..open(5000.0)
+            };
+            judge(&figures).findings.iter().map(|f| f.cause).collect()
+        };
+        assert_eq!(causes(0.025, 300), [Cause::CpuContention]);
+        assert_eq!(causes(0.025, 0), []);
+        assert_eq!(causes(0.005, 300), [Cause::TimerLateness]);
     }
 
     fn open(rate: f64) -> Figures {

@@ -24,12 +24,20 @@ fn list(s: &StoreArg) -> Result<u8> {
     let store = open_store(s)?;
     outln!(
         "{:>4}  {:<24} {:<21} {:<12} {:>5}",
-        "id", "name", "started", "status", "steps"
+        "id",
+        "name",
+        "started",
+        "status",
+        "steps"
     );
     for e in store.experiments()? {
         outln!(
             "{:>4}  {:<24} {:<21} {:<12} {:>5}",
-            e.id, e.name, e.started_at, e.status, e.steps
+            e.id,
+            e.name,
+            e.started_at,
+            e.status,
+            e.steps
         );
     }
     Ok(exit::OK)
@@ -41,7 +49,11 @@ fn show(key: &str, s: &StoreArg) -> Result<u8> {
     let steps = store.steps(e.id)?;
     outln!(
         "experiment {} '{}' ({}), started {}, meshbench {}",
-        e.id, e.name, e.status, e.started_at, e.meshbench_version
+        e.id,
+        e.name,
+        e.status,
+        e.started_at,
+        e.meshbench_version
     );
     if let Some(v) = steps.first().map(|s| &s.step.versions) {
         outln!("versions: {}", serde_json::to_string(v)?);
