@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use meshbench_engine::Stop;
+use meshbench_net::clock::monotonic_ns;
 use signal_hook::consts::{SIGINT, SIGTERM};
 
 /// Signals closer than this to the last one that counted are its echo, not a new request.
@@ -67,7 +68,7 @@ impl Signals {
                 }
             };
             // SAFETY: the handler only does atomic loads and stores, reads CLOCK_MONOTONIC
-            // (async-signal-safe) and may call _exit.
+            // (`monotonic_ns`: async-signal-safe) and may call _exit.
             unsafe { signal_hook::low_level::register(sig, handler)? };
         }
         Ok(Signals { stop, which })
@@ -81,14 +82,4 @@ impl Signals {
             _ => Some(crate::exit::SIGINT),
         }
     }
-}
-
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: ts is a valid out-pointer; clock_gettime is async-signal-safe.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
