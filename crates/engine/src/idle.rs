@@ -58,8 +58,10 @@ impl IdleStrategy {
 
 /// How late `auto` lets a send be at the 99th percentile before it spends CPU on spinning.
 pub const AUTO_ALLOWANCE_NS: u64 = 25_000;
-/// The longest margin `auto` and `hybrid` spin: beyond it the machine is too slow to help.
-pub const MAX_MARGIN_NS: u64 = 2_000_000;
+/// The longest margin `auto` and `hybrid` spin: a clock whose p99 error is worse than this is
+/// a machine too loaded (or too descheduled by its hypervisor) for spinning to buy more than
+/// it costs.
+pub const MAX_MARGIN_NS: u64 = 500_000;
 /// Wake-up errors remembered (the percentile is taken over these).
 pub const RING: usize = 1024;
 /// The margin is recomputed after this many sleeps.
