@@ -176,7 +176,7 @@ fn open_loop_latency_includes_queueing_when_the_target_is_slow() {
     for proto in Proto::ALL {
         // One connection (one stream), 10 ms per answer: the target does 100 req/s, asked 200.
         let backend = ProtoBackend::start(proto, &["--delay", "10ms"]);
-        let (_, r) = run_json_owned(
+        let (out, r) = run_json_owned(
             &format!("co-{proto:?}"),
             &backend.args("/", &["-r", "200", "-d", "2s", "-c", "1"]),
             LIMIT,
@@ -207,6 +207,13 @@ fn open_loop_latency_includes_queueing_when_the_target_is_slow() {
             "{proto:?}: {findings:?}"
         );
         assert_eq!(r["generator"]["check"]["valid"], false, "{proto:?}");
+        let invalid: Vec<String> = stdout(&out)
+            .lines()
+            .filter(|l| l.trim_start().starts_with("INVALID: too few connections"))
+            .map(str::to_string)
+            .collect();
+        assert_eq!(invalid.len(), 1, "one line says why: {}", stdout(&out));
+        assert!(invalid[0].contains("raise -c"), "{}", invalid[0]);
         assert!(
             u(&r, "/requests/unfinished") > 0,
             "{proto:?}: requests due but never sent are reported"
