@@ -39,30 +39,15 @@ URL=http://127.0.0.1:$PORT/
 echo "== floor: one timer wake-up on this machine (CPU $GEN_CPU)" >&2
 rustc -O --edition 2021 -o "$WORK/floor" "$HERE/wakeup_floor.rs" && taskset -c "$GEN_CPU" "$WORK/floor" | tee "$WORK/floor.tsv"
 
-cat > "$WORK/nginx.conf" <<NGINX
-worker_processes 1;
-worker_rlimit_nofile 65536;
-user root;
-pid $WORK/nginx.pid;
-error_log $WORK/error.log warn;
-events { worker_connections 16384; }
-http {
-  access_log off; keepalive_requests 1000000; keepalive_timeout 65s;
-  default_type text/plain; server_tokens off;
-  client_body_temp_path $WORK/b; proxy_temp_path $WORK/p; fastcgi_temp_path $WORK/f;
-  uwsgi_temp_path $WORK/u; scgi_temp_path $WORK/s;
-  server { listen 127.0.0.1:$PORT backlog=4096; location / { return 200 "pacer bench body of some length"; } }
-}
-NGINX
-taskset -c "$SRV_CPU" nginx -p "$WORK" -c "$WORK/nginx.conf" -e "$WORK/error.log" -g 'daemon off;' &
-NGINX_PID=$!
+. "$HERE/nginx.sh"
+start_nginx "$WORK" "$PORT" "$SRV_CPU" "pacer bench body of some length" || exit 1
 BPORT=$((PORT + 1))
 taskset -c "$SRV_CPU" "$MB" backend --listen 127.0.0.1:$BPORT --size 64 --work ${WORK_MS}ms > /dev/null &
 BACKEND_PID=$!
 cleanup() { kill -QUIT $NGINX_PID 2>/dev/null; kill $BACKEND_PID 2>/dev/null; wait 2>/dev/null; rm -rf "$WORK"; }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-for _ in $(seq 50); do curl -sf -o /dev/null "$URL" && curl -sf -o /dev/null "http://127.0.0.1:$BPORT/" && break; sleep 0.1; done
+for _ in $(seq 50); do curl -sf -o /dev/null "http://127.0.0.1:$BPORT/" && break; sleep 0.1; done
 
 printf 'phase\ttool\trep\trequests\tgen_cpu_s\treq_per_cpu_s\tlag_p50_us\tlag_p99_us\tp50_ms\textra\n' > "$OUT"
 # one PHASE TOOL REP RATE

@@ -24,25 +24,11 @@ if [ -z "${MB:-}" ]; then  # MB=/path/to/meshbench soaks that binary as it is
   MB=$ROOT/target/release/meshbench
   (cd "$ROOT" && cargo build --release --locked -q) || { echo "build failed" >&2; exit 1; }
 fi
-cat > "$WORK/nginx.conf" <<NGINX
-worker_processes 1;
-user root;
-pid $WORK/nginx.pid;
-error_log $WORK/error.log warn;
-events { worker_connections 16384; }
-http {
-  access_log off; keepalive_requests 1000000; keepalive_timeout 65s;
-  client_body_temp_path $WORK/b; proxy_temp_path $WORK/p; fastcgi_temp_path $WORK/f;
-  uwsgi_temp_path $WORK/u; scgi_temp_path $WORK/s;
-  server { listen 127.0.0.1:$PORT backlog=4096; location / { return 200 "soak"; } }
-}
-NGINX
-nginx -p "$WORK" -c "$WORK/nginx.conf" -e "$WORK/error.log" -g 'daemon off;' &
-NGINX_PID=$!
+. "$HERE/nginx.sh"
+start_nginx "$WORK" "$PORT" "" soak || exit 1
 cleanup() { kill -QUIT $NGINX_PID 2>/dev/null; [ -n "${MB_PID:-}" ] && kill -INT $MB_PID 2>/dev/null; wait 2>/dev/null; rm -rf "$WORK"; }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-for _ in $(seq 50); do curl -sf -o /dev/null "http://127.0.0.1:$PORT/" && break; sleep 0.1; done
 
 # shellcheck disable=SC2086
 "$MB" run -q -c "$CONNS" -r "$RATE" -d "${DUR}s" --json "$WORK/soak.json" $ARGS "http://127.0.0.1:$PORT/" > "$WORK/summary.txt" &

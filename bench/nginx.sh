@@ -1,0 +1,31 @@
+# bench/nginx.sh - sourced by the bench scripts: start_nginx WORK PORT CPU BODY starts nginx with
+# one worker (pinned to CPU, or unpinned when CPU is empty) returning BODY on 127.0.0.1:PORT,
+# its files under WORK; sets NGINX_PID and returns once it answers.
+start_nginx() {
+  local work=$1 port=$2 cpu=$3 body=$4
+  cat > "$work/nginx.conf" <<NGINX
+worker_processes 1;
+worker_rlimit_nofile 65536;
+user root;
+pid $work/nginx.pid;
+error_log $work/error.log warn;
+events { worker_connections 16384; }
+http {
+  access_log off; keepalive_requests 1000000; keepalive_timeout 65s;
+  default_type text/plain; server_tokens off;
+  client_body_temp_path $work/b; proxy_temp_path $work/p; fastcgi_temp_path $work/f;
+  uwsgi_temp_path $work/u; scgi_temp_path $work/s;
+  server { listen 127.0.0.1:$port backlog=4096; location / { return 200 "$body"; } }
+}
+NGINX
+  if [ -n "$cpu" ]; then
+    taskset -c "$cpu" nginx -p "$work" -c "$work/nginx.conf" -e "$work/error.log" -g 'daemon off;' &
+  else
+    nginx -p "$work" -c "$work/nginx.conf" -e "$work/error.log" -g 'daemon off;' &
+  fi
+  NGINX_PID=$!
+  for _ in $(seq 50); do curl -sf -o /dev/null "http://127.0.0.1:$port/" && return 0; sleep 0.1; done
+  echo "nginx did not start" >&2
+  cat "$work/error.log" >&2
+  return 1
+}
