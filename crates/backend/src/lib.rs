@@ -9,5 +9,5 @@ pub mod options;
 pub mod server;
 
 pub use hyper_server::{HyperBackend, ServerTls};
-pub use options::{BackendConfig, Delay, OptionError, RequestOptions, StatusMix};
+pub use options::{BackendConfig, Delay, DelayMode, OptionError, RequestOptions, StatusMix};
 pub use server::Backend;
