@@ -1,12 +1,13 @@
 //! `meshbench compare A B`: per-percentile differences of B over A with 95 % intervals and a
-//! verdict. Each side is one run or the repeats of a measurement; repeats are merged as
-//! histograms for the point and summarised as median and spread, never averaged.
+//! verdict (one test, [`crate::verdict`]). Each side is one run or the repeats of a
+//! measurement; repeats are merged as histograms for the pooled difference and summarised as
+//! median and spread, never averaged.
 
-use meshbench_stats::{mann_whitney, spread, Spread};
+use meshbench_stats::{spread, Spread};
 use thiserror::Error;
 
 use crate::headline::{delta, Delta};
-use crate::runs::{percentile_name, Group, PERCENTILES};
+use crate::runs::{Group, PERCENTILES};
 
 #[derive(Debug, Error, PartialEq)]
 pub enum CompareError {
@@ -29,9 +30,6 @@ pub struct Line {
     pub a: SideFigure,
     pub b: SideFigure,
     pub delta: Delta,
-    /// Mann-Whitney p-value over the same samples the interval used (a check that does not
-    /// assume normality).
-    pub mann_whitney_p: Option<f64>,
 }
 
 /// Two matched measurements compared.
@@ -56,22 +54,10 @@ impl Pair {
                             .collect::<Vec<_>>(),
                     ),
                 };
-                let d = delta(&a, &b, q);
-                let samples = |g: &Group| -> Vec<f64> {
-                    if matches!(d.basis, crate::headline::Basis::Repeats(_)) {
-                        g.runs
-                            .iter()
-                            .map(|r| r.latency.value_at_quantile(q) as f64 / 1000.0)
-                            .collect()
-                    } else {
-                        g.runs.iter().flat_map(|r| r.per_second_ms(q)).collect()
-                    }
-                };
                 Line {
                     a: figure(&a),
                     b: figure(&b),
-                    mann_whitney_p: mann_whitney(&samples(&a), &samples(&b)).map(|(_, p)| p),
-                    delta: d,
+                    delta: delta(&a, &b, q),
                 }
             })
             .collect();
@@ -116,30 +102,4 @@ pub fn pair_up(
         });
     }
     Ok(pairs)
-}
-
-/// The verdict on one percentile, in one sentence.
-pub fn verdict(d: &Delta) -> String {
-    let name = percentile_name(d.q);
-    let ci = format!("95 % CI [{:+.3}, {:+.3}] ms", d.ci.0, d.ci.1);
-    let p = d.p.map(|p| format!(", p={p:.3}")).unwrap_or_default();
-    if d.basis == crate::headline::Basis::None {
-        return format!(
-            "{name}: B {:+.3} ms, too few runs or seconds for an interval",
-            d.ms
-        );
-    }
-    if d.significant() {
-        let how = if d.ms >= 0.0 { "slower" } else { "faster" };
-        format!(
-            "{name}: B {how} by {:.3} ms ({ci}{p}, from {})",
-            d.ms.abs(),
-            d.basis
-        )
-    } else {
-        format!(
-            "{name}: no significant difference (B {:+.3} ms, {ci}{p}, from {})",
-            d.ms, d.basis
-        )
-    }
 }

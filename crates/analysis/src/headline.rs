@@ -3,9 +3,10 @@
 //! adds over the baseline per percentile with a 95 % interval, and where each curve bends: the
 //! knee of latency against throughput and the load at which a proxy used 90 % of its CPU.
 
-use meshbench_stats::{knee, linear_fit, one_sample, welch, Line};
+use meshbench_stats::{knee, linear_fit, Line};
 
 use crate::runs::{distinct, Group, LoadKey, RoleUse, PERCENTILES};
+use crate::verdict::{decide, enough, Test, Unit, Verdict};
 
 /// Confidence level of every interval.
 pub const LEVEL: f64 = 0.95;
@@ -67,106 +68,57 @@ pub struct CostFit {
     pub memory: Line,
 }
 
-/// How an interval was obtained.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Basis {
-    /// From the spread of this many repeats (paired by repeat when the sides match).
-    Repeats(usize),
-    /// From per-second values of a single run (batch means), this many seconds a side.
-    Seconds(usize),
-    /// Too little data for an interval.
-    None,
-}
-
-impl std::fmt::Display for Basis {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Basis::Repeats(n) => write!(f, "{n} repeats"),
-            Basis::Seconds(n) => write!(f, "{n} one-second intervals"),
-            Basis::None => f.write_str("no interval"),
-        }
-    }
-}
-
-/// A difference in milliseconds with its interval.
+/// The difference of B over A at one percentile, with the one test's answer.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Delta {
     pub q: f64,
-    /// Merged percentile of B minus merged percentile of A.
-    pub ms: f64,
-    /// 95 % interval of the difference (equal bounds without one).
-    pub ci: (f64, f64),
-    /// Two-sided p-value of "no difference" (Welch), when there is an interval.
-    pub p: Option<f64>,
-    pub basis: Basis,
+    /// Merged percentile of B minus merged percentile of A: the difference of the pooled
+    /// traffic, which the `added_pN` and `delta_pN` thresholds gate on.
+    pub merged_ms: f64,
+    /// The test of the per-run or per-second percentiles: the shift, its 95 % interval, p and
+    /// the verdict read from the interval.
+    pub test: Test,
 }
 
 impl Delta {
-    /// Whether the interval excludes zero.
+    pub fn verdict(&self) -> Verdict {
+        self.test.verdict
+    }
+
+    /// Whether the test says B differs from A.
     pub fn significant(&self) -> bool {
-        self.basis != Basis::None && (self.ci.0 > 0.0 || self.ci.1 < 0.0)
+        self.test.verdict.significant()
+    }
+
+    /// The difference to print beside the verdict: the test's own estimate (inside its
+    /// interval), or the merged difference when there was no test.
+    pub fn point_ms(&self) -> f64 {
+        self.test.shift.map_or(self.merged_ms, |s| s.estimate)
     }
 }
 
 /// The difference of group `b` over group `a` at percentile `q`.
 ///
-/// The point is the difference of the merged histograms' percentiles. Its interval comes from
-/// the spread of the runs' own percentiles when both sides have two runs or more (the
-/// per-repeat differences when the repeats pair up, else Welch), and otherwise from the
-/// one-second values of the runs (Welch over the seconds of each side).
+/// The merged histograms give the pooled difference. Whether it is more than noise is the one
+/// test's ([`decide`]), over the runs' own percentiles when there are enough repeats for the
+/// test to show a difference, else over the one-second percentiles of all the runs of a side.
 pub fn delta(a: &Group, b: &Group, q: f64) -> Delta {
-    let ms = b.latency_ms(q) - a.latency_ms(q);
-    // The interval's half-width, placed around the point.
-    let around = |t: Option<meshbench_stats::Welch>, basis: Basis| match t {
-        Some(t) => {
-            let half = (t.ci.1 - t.ci.0) / 2.0;
-            Delta {
-                q,
-                ms,
-                ci: (ms - half, ms + half),
-                p: Some(t.p),
-                basis,
-            }
-        }
-        None => Delta {
-            q,
-            ms,
-            ci: (ms, ms),
-            p: None,
-            basis: Basis::None,
-        },
-    };
-    let pct = |g: &Group| -> Vec<(u32, f64)> {
+    let merged_ms = b.latency_ms(q) - a.latency_ms(q);
+    let runs = |g: &Group| -> Vec<f64> {
         g.runs
             .iter()
-            .map(|r| (r.repeat, r.latency.value_at_quantile(q) as f64 / 1000.0))
+            .map(|r| r.latency.value_at_quantile(q) as f64 / 1000.0)
             .collect()
     };
-    let (ra, rb) = (pct(a), pct(b));
-    if ra.len() >= 2 && rb.len() >= 2 {
-        let mut pairs: Vec<f64> = Vec::new();
-        for (rep, vb) in &rb {
-            if let Some((_, va)) = ra.iter().find(|(r, _)| r == rep) {
-                pairs.push(vb - va);
-            }
-        }
-        let paired = pairs.len() == ra.len() && pairs.len() == rb.len();
-        if let Some(t) = paired.then(|| one_sample(&pairs, LEVEL)).flatten() {
-            return around(Some(t), Basis::Repeats(pairs.len()));
-        }
-        let va: Vec<f64> = ra.iter().map(|p| p.1).collect();
-        let vb: Vec<f64> = rb.iter().map(|p| p.1).collect();
-        return around(
-            welch(&va, &vb, LEVEL),
-            Basis::Repeats(va.len().min(vb.len())),
-        );
-    }
-    let secs = |g: &Group| -> Vec<f64> { g.runs.iter().flat_map(|r| r.per_second_ms(q)).collect() };
-    let (sa, sb) = (secs(a), secs(b));
-    around(
-        welch(&sa, &sb, LEVEL),
-        Basis::Seconds(sa.len().min(sb.len())),
-    )
+    let (ra, rb) = (runs(a), runs(b));
+    let test = if enough(ra.len(), rb.len()) {
+        decide(&ra, &rb, Unit::Repeats)
+    } else {
+        let secs =
+            |g: &Group| -> Vec<f64> { g.runs.iter().flat_map(|r| r.per_second_ms(q)).collect() };
+        decide(&secs(a), &secs(b), Unit::Seconds)
+    };
+    Delta { q, merged_ms, test }
 }
 
 /// Latency a variant adds over the baseline at one load point.
@@ -463,6 +415,7 @@ pub fn observe(h: &Headline, metric: crate::threshold::Metric) -> Vec<(String, f
 mod tests {
     use super::*;
     use crate::runs::{group, Run};
+    use crate::verdict::Basis;
     use meshbench_engine::recorder::new_histogram;
     use meshbench_engine::result::{encode_histogram, RunResult, TimelinePoint};
 
@@ -496,11 +449,11 @@ mod tests {
     }
 
     #[test]
-    fn added_latency_from_paired_repeats_matches_scipy() {
-        // Per-repeat p50 differences 0.3, 0.4, 0.3 ms: st.ttest_1samp gives p 0.009852 and
-        // t(0.975, 2) x sem = 0.143422.
+    fn added_latency_of_enough_repeats_is_tested_over_the_runs() {
+        // Four repeats a side, every variant run above every baseline run: the test over the
+        // runs' p50s says slower, and its interval is that of complete separation.
         let mut runs = Vec::new();
-        for (rep, (b, v)) in [(1000, 1300), (1100, 1500), (1200, 1500)]
+        for (rep, (b, v)) in [(1000, 1300), (1100, 1500), (1200, 1500), (1050, 1400)]
             .into_iter()
             .enumerate()
         {
@@ -509,29 +462,77 @@ mod tests {
         }
         let h = Headline::of(group(runs));
         let d = h.added[0].deltas[0];
-        assert_eq!(d.basis, Basis::Repeats(3));
-        // The point is the merged histograms' p50 difference: 1.5 - 1.1 ms.
-        close(d.ms, 0.4, 1e-9);
-        close(d.ci.1 - d.ms, 0.14342175765831544, 1e-6);
-        close(d.p.unwrap(), 0.009852457023325694, 1e-6);
-        assert!(d.significant());
+        assert_eq!(
+            d.test.basis,
+            Basis {
+                unit: Unit::Repeats,
+                a: 4,
+                b: 4
+            }
+        );
+        // The merged histograms' p50 difference: 1.4 - 1.05 ms.
+        close(d.merged_ms, 0.35, 1e-9);
+        let s = d.test.shift.unwrap();
+        close(s.p, 2.0 / 70.0, 1e-12);
+        // Pairwise differences run from 1.3 - 1.2 to 1.5 - 1.0 ms.
+        close(s.ci.0, 0.1, 1e-9);
+        close(s.ci.1, 0.5, 1e-9);
+        assert!(s.ci.0 <= d.point_ms() && d.point_ms() <= s.ci.1);
+        assert_eq!(d.verdict(), Verdict::Slower);
     }
 
     #[test]
-    fn added_latency_of_single_runs_uses_seconds_and_matches_scipy() {
-        // st.ttest_ind(b, a, equal_var=False): p 0.000130707, CI half-width 0.141273.
+    fn added_latency_of_single_runs_is_tested_over_their_seconds() {
         let runs = vec![
             run("baseline", 0, 1000, &[1.0, 1.1, 0.9, 1.0]),
             run("both", 0, 1500, &[1.5, 1.4, 1.6, 1.5]),
         ];
         let h = Headline::of(group(runs));
         let d = h.added[0].deltas[0];
-        assert_eq!(d.basis, Basis::Seconds(4));
-        close(d.ms, 0.5, 1e-9);
-        close(d.ci.1 - d.ms, 0.14127252159418394, 1e-6);
-        close(d.p.unwrap(), 0.0001307066503394685, 1e-6);
-        // p90 has no per-second values here: no interval, said so.
-        assert_eq!(h.added[0].deltas[1].basis, Basis::None);
-        assert!(!h.added[0].deltas[1].significant());
+        assert_eq!(d.test.basis.to_string(), "4 one-second intervals a side");
+        close(d.merged_ms, 0.5, 1e-9);
+        let s = d.test.shift.unwrap();
+        close(s.ci.0, 0.3, 1e-9);
+        close(s.ci.1, 0.7, 1e-9);
+        close(s.estimate, 0.5, 1e-9);
+        assert!(d.significant());
+        // p90 has no per-second values here: too short to tell, said so.
+        let p90 = h.added[0].deltas[1];
+        assert!(matches!(
+            p90.verdict(),
+            Verdict::TooShort {
+                n: 0,
+                unit: Unit::Seconds,
+                ..
+            }
+        ));
+        assert!(!p90.significant());
+        close(p90.point_ms(), p90.merged_ms, 0.0);
+    }
+
+    #[test]
+    fn a_partial_last_second_is_not_a_sample() {
+        let mut r = run("a", 0, 1000, &[1.0, 1.1, 0.9, 1.0, 3.9]);
+        r.result.timeline[4].requests = 2;
+        assert_eq!(r.per_second_ms(0.5), vec![1.0, 1.1, 0.9, 1.0]);
+        r.result.timeline[4].requests = 60;
+        assert_eq!(r.per_second_ms(0.5).len(), 5);
+    }
+
+    #[test]
+    fn too_few_repeats_fall_back_to_the_seconds_of_every_run() {
+        // Two repeats a side cannot show a difference between runs; their eight seconds can.
+        let runs = vec![
+            run("baseline", 0, 1000, &[1.0, 1.1, 0.9, 1.0]),
+            run("baseline", 1, 1000, &[1.0, 1.05, 0.95, 1.0]),
+            run("both", 0, 1000, &[1.0, 1.02, 0.98, 1.0]),
+            run("both", 1, 1000, &[1.1, 0.9, 1.0, 1.0]),
+        ];
+        let h = Headline::of(group(runs));
+        let d = h.added[0].deltas[0];
+        assert_eq!(d.test.basis.to_string(), "8 one-second intervals a side");
+        assert_eq!(d.verdict(), Verdict::WithinNoise);
+        let s = d.test.shift.unwrap();
+        assert!(s.ci.0 <= 0.0 && 0.0 <= s.ci.1, "{s:?}");
     }
 }

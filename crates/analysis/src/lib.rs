@@ -1,6 +1,6 @@
 //! Answers from measurements: the headline figures of an experiment (what each proxy costs,
 //! the latency it adds, where the curves bend), comparisons with confidence intervals and a
-//! verdict, thresholds for CI pipelines, the capacity search and replica sizing. Pure: the
+//! typed verdict from one test (`verdict`), thresholds for CI pipelines, the capacity search and replica sizing. Pure: the
 //! runs come in (from the store or a result file), typed answers go out; printing and plotting
 //! are the binary's and the report's.
 
@@ -10,6 +10,7 @@ pub mod headline;
 pub mod runs;
 pub mod sizing;
 pub mod threshold;
+pub mod verdict;
 
 pub use headline::Headline;
 pub use runs::{group, Group, LoadKey, Run};

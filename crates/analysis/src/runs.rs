@@ -121,10 +121,18 @@ impl Run {
         })
     }
 
-    /// The per-second values of a percentile (seconds without requests left out).
+    /// The per-second values of a percentile, one sample per second of the timeline. Seconds
+    /// without requests are left out, and so is a last second holding fewer than half the
+    /// requests of the median second: the few responses that close a run are not a second's
+    /// percentile (the p99.9 of two requests is their maximum), so they are not a sample of the
+    /// same thing as the others.
     pub fn per_second_ms(&self, q: f64) -> Vec<f64> {
-        self.result
-            .timeline
+        let t = &self.result.timeline;
+        let mut counts: Vec<u64> = t.iter().map(|p| p.requests).filter(|&n| n > 0).collect();
+        counts.sort_unstable();
+        let median = counts.get(counts.len() / 2).copied().unwrap_or(0);
+        let partial = t.len() > 1 && t.last().is_some_and(|p| p.requests * 2 < median);
+        t[..t.len() - usize::from(partial)]
             .iter()
             .filter(|p| p.requests > 0)
             .filter_map(|p| {

@@ -13,5 +13,5 @@ pub mod server;
 
 pub use hostile::{Hostile, HostileServer, Speaks, UnknownHostile};
 pub use hyper_server::{HyperBackend, ServerTls};
-pub use options::{BackendConfig, Delay, OptionError, RequestOptions, StatusMix};
+pub use options::{BackendConfig, Delay, DelayMode, OptionError, RequestOptions, StatusMix};
 pub use server::Backend;

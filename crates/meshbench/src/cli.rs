@@ -299,6 +299,12 @@ pub struct GatewayArgs {
     pub out: PathBuf,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DelayModeArg {
+    Sleep,
+    Spin,
+}
+
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum ArrivalArg {
     Uniform,
@@ -488,6 +494,11 @@ pub struct BackendArgs {
     /// Delay before answering: 5ms, uniform:1ms..5ms or exp:2ms (per request: ?delay=).
     #[arg(long, value_name = "DELAY")]
     pub delay: Option<String>,
+    /// How delays are waited out: sleep (no CPU; the timer's lateness is added) or spin
+    /// (sleeps until 300 us before the response is due, then polls: the delay is exact, for up
+    /// to 300 us of CPU per delayed response). Plain HTTP/1.1 only.
+    #[arg(long, value_enum, default_value = "sleep")]
+    pub delay_mode: DelayModeArg,
     /// CPU time spent on each request, holding its thread (unlike --delay): the backend then
     /// saturates at --threads / WORK requests per second. 1ms, 250us.
     #[arg(long, value_name = "DURATION")]

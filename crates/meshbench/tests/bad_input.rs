@@ -316,6 +316,11 @@ fn bad_flags_get_one_line_and_exit_code_2() {
             "--status",
         ),
         (
+            "backend spun delay over TLS",
+            &["backend", "--delay-mode", "spin", "--tls"],
+            "--delay-mode spin is served by the plain HTTP/1.1 server only",
+        ),
+        (
             "backend certificate file missing",
             &[
                 "backend",

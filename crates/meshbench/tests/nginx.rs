@@ -104,6 +104,19 @@ fn the_demo_runs_end_to_end() {
     let text = stdout(&out);
     // The same headline as `meshbench experiment`: what the sidecars add, with intervals,
     // and what each costs.
+    // Each difference says what the test made of it; with 1 s steps, one second a side is
+    // too short to tell, never a bare (perhaps negative) cost.
+    let added: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("Latency added over the baseline"))
+        .skip(2)
+        .take_while(|l| l.starts_with("  "))
+        .collect();
+    assert_eq!(added.len(), 2, "serveronly and both:\n{text}");
+    for row in added {
+        assert_eq!(row.matches(" too short").count(), 4, "{row}");
+        assert!(row.contains("one-second interval"), "{row}");
+    }
     for needle in [
         "Latency added over the baseline",
         "serveronly",

@@ -4,10 +4,11 @@
 
 use std::fmt::Write as _;
 
-use meshbench_analysis::compare::{verdict, Pair};
-use meshbench_analysis::headline::{Basis, Headline};
+use meshbench_analysis::compare::Pair;
+use meshbench_analysis::headline::{Delta, Headline};
 use meshbench_analysis::runs::{percentile_name, PERCENTILES};
 use meshbench_analysis::sizing::Sizing;
+use meshbench_analysis::verdict::Verdict;
 
 use crate::thousands;
 
@@ -65,7 +66,60 @@ pub fn per_day(rps: f64) -> String {
     }
 }
 
-/// Latency added over the baseline: one row per variant and load.
+/// A difference in a table cell, always with what the test made of it: the shift with its
+/// 95 % interval and `slower`, `faster` or `within noise`, or the merged difference and `too
+/// short` when there were too few samples to test. Never a bare number that noise could have
+/// made.
+pub fn delta_cell(d: &Delta) -> String {
+    match d.test.shift {
+        Some(s) => format!(
+            "{:+.3} [{:+.3}, {:+.3}] {}",
+            s.estimate,
+            s.ci.0,
+            s.ci.1,
+            d.verdict().short()
+        ),
+        None => format!("{:+.3} {}", d.merged_ms, d.verdict().short()),
+    }
+}
+
+fn p_value(p: f64) -> String {
+    if p < 0.001 {
+        "p<0.001".into()
+    } else {
+        format!("p={p:.3}")
+    }
+}
+
+/// The verdict on one percentile, in one sentence: what the test found and from what.
+pub fn verdict_line(d: &Delta) -> String {
+    let name = percentile_name(d.q);
+    let Some(s) = d.test.shift else {
+        return format!(
+            "{name}: {} (merged B - A {:+.3} ms)",
+            d.verdict(),
+            d.merged_ms
+        );
+    };
+    let detail = format!(
+        "95 % CI [{:+.3}, {:+.3}] ms, Mann-Whitney {}, over {}",
+        s.ci.0,
+        s.ci.1,
+        p_value(s.p),
+        d.test.basis
+    );
+    match d.verdict() {
+        v @ (Verdict::Slower | Verdict::Faster) => format!(
+            "{name}: B {} by {:.3} ms ({detail})",
+            v.short(),
+            s.estimate.abs()
+        ),
+        v => format!("{name}: {}: B {:+.3} ms ({detail})", v.short(), s.estimate),
+    }
+}
+
+/// Latency added over the baseline: one row per variant and load, each difference with its
+/// interval and verdict ([`delta_cell`]).
 pub fn added_table(h: &Headline) -> Table {
     let mut t = vec![{
         let mut head = vec!["variant".to_string(), "load".to_string()];
@@ -74,22 +128,16 @@ pub fn added_table(h: &Headline) -> Table {
                 .iter()
                 .map(|q| format!("{} ms [95 % CI]", percentile_name(*q))),
         );
-        head.push("interval from".into());
+        head.push("tested over".into());
         head
     }];
     for a in &h.added {
         let mut row = vec![a.variant.clone(), a.load.to_string()];
-        for d in &a.deltas {
-            row.push(if d.basis == Basis::None {
-                format!("{:+.3}", d.ms)
-            } else {
-                format!("{:+.3} [{:+.3}, {:+.3}]", d.ms, d.ci.0, d.ci.1)
-            });
-        }
+        row.extend(a.deltas.iter().map(delta_cell));
         row.push(
             a.deltas
                 .first()
-                .map(|d| d.basis.to_string())
+                .map(|d| d.test.basis.to_string())
                 .unwrap_or_default(),
         );
         t.push(row);
@@ -212,7 +260,7 @@ pub fn headline_text(h: &Headline) -> String {
     if !h.added.is_empty() {
         let _ = writeln!(
             o,
-            "Latency added over the baseline (B - baseline, merged histograms):"
+            "Latency added over the baseline (variant - baseline: the shift, its 95 % interval and whether it is more than noise):"
         );
         o.push_str(&text_table(&added_table(h)));
     }
@@ -254,9 +302,8 @@ pub fn compare_text(a: &str, b: &str, pairs: &[Pair]) -> String {
             "B ms",
             "B runs: median (min..max)",
             "B - A ms",
-            "95 % CI",
-            "Welch p",
-            "Mann-Whitney p",
+            "shift ms [95 % CI]",
+            "p",
         ]
         .map(String::from)
         .to_vec()];
@@ -271,21 +318,18 @@ pub fn compare_text(a: &str, b: &str, pairs: &[Pair]) -> String {
                 runs(&l.a),
                 num(l.b.merged_ms, 3),
                 runs(&l.b),
-                format!("{:+.3}", l.delta.ms),
-                if l.delta.basis == Basis::None {
-                    "-".into()
-                } else {
-                    format!("[{:+.3}, {:+.3}]", l.delta.ci.0, l.delta.ci.1)
-                },
-                l.delta.p.map(|p| num(p, 3)).unwrap_or_else(|| "-".into()),
-                l.mann_whitney_p
-                    .map(|p| num(p, 3))
+                format!("{:+.3}", l.delta.merged_ms),
+                delta_cell(&l.delta),
+                l.delta
+                    .test
+                    .shift
+                    .map(|s| num(s.p, 3))
                     .unwrap_or_else(|| "-".into()),
             ]);
         }
         o.push_str(&text_table(&t));
         for l in &p.lines {
-            let _ = writeln!(o, "  {}", verdict(&l.delta));
+            let _ = writeln!(o, "  {}", verdict_line(&l.delta));
         }
     }
     o
@@ -312,4 +356,64 @@ pub fn sizing_text(role: &str, target: f64, s: &Sizing) -> String {
         let _ = writeln!(o, "  - {a}");
     }
     o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use meshbench_analysis::verdict::{decide, Unit};
+
+    fn delta(a: &[f64], b: &[f64], merged_ms: f64) -> Delta {
+        Delta {
+            q: 0.5,
+            merged_ms,
+            test: decide(a, b, Unit::Seconds),
+        }
+    }
+
+    #[test]
+    fn a_negative_difference_within_noise_is_shown_as_noise_not_as_a_saving() {
+        // A sidecar that "saves" 0.02 ms: B's seconds sit among A's.
+        let d = delta(
+            &[1.00, 1.10, 0.95, 1.05, 1.02],
+            &[0.98, 1.08, 0.96, 1.01, 1.00],
+            -0.02,
+        );
+        assert!(d.point_ms() < 0.0);
+        let cell = delta_cell(&d);
+        assert!(cell.ends_with(" within noise"), "{cell}");
+        let s = d.test.shift.unwrap();
+        assert_eq!(
+            cell,
+            format!(
+                "{:+.3} [{:+.3}, {:+.3}] within noise",
+                s.estimate, s.ci.0, s.ci.1
+            )
+        );
+        assert!(s.ci.0 < 0.0 && s.ci.1 > 0.0);
+        let line = verdict_line(&d);
+        assert!(line.starts_with("p50: within noise: B -"), "{line}");
+        assert!(
+            line.contains("over 5 one-second intervals a side"),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn significant_and_too_short_differences_say_so() {
+        let d = delta(&[1.0, 1.1, 0.9, 1.0], &[1.5, 1.4, 1.6, 1.5], 0.5);
+        assert_eq!(delta_cell(&d), "+0.500 [+0.300, +0.700] slower");
+        assert_eq!(
+            verdict_line(&d),
+            "p50: B slower by 0.500 ms (95 % CI [+0.300, +0.700] ms, Mann-Whitney p=0.029, over 4 one-second intervals a side)"
+        );
+        let d = delta(&[1.5, 1.4, 1.6, 1.5], &[1.0, 1.1, 0.9, 1.0], -0.5);
+        assert_eq!(delta_cell(&d), "-0.500 [-0.700, -0.300] faster");
+        let d = delta(&[1.0, 1.1, 0.9], &[1.5, 1.4, 1.6], 0.5);
+        assert_eq!(delta_cell(&d), "+0.500 too short");
+        assert_eq!(
+            verdict_line(&d),
+            "p50: too short to tell: 3 one-second intervals; run longer or repeat (merged B - A +0.500 ms)"
+        );
+    }
 }

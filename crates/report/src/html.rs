@@ -112,7 +112,7 @@ fn headline_section(input: &Input) -> Section {
     let mut blocks = Vec::new();
     if !h.added.is_empty() {
         blocks.push(Block::Text(
-            "Latency each variant adds over the baseline at the same load, per percentile: the difference of the merged histograms, with its 95 % confidence interval (from the spread of the repeats, or of one-second intervals when there is one run).".into(),
+            "Latency each variant adds over the baseline at the same load, per percentile: the shift (Hodges-Lehmann) with its 95 % confidence interval from one test (Mann-Whitney) over the repeats' percentiles, or over the one-second percentiles when there are too few repeats, and what the test says: slower, faster, within noise, or too short to tell.".into(),
         ));
         blocks.push(Block::Table(added_table(h)));
     }

@@ -6,11 +6,11 @@ use std::net::{SocketAddr, ToSocketAddrs};
 
 use anyhow::{Context, Result};
 use meshbench_backend::{
-    Backend, BackendConfig, Delay, HostileServer, HyperBackend, ServerTls, StatusMix,
+    Backend, BackendConfig, Delay, DelayMode, HostileServer, HyperBackend, ServerTls, StatusMix,
 };
 use meshbench_net::tls;
 
-use crate::cli::BackendArgs;
+use crate::cli::{BackendArgs, DelayModeArg};
 use crate::usage;
 
 pub fn execute(args: BackendArgs) -> Result<u8> {
@@ -34,6 +34,15 @@ pub fn execute(args: BackendArgs) -> Result<u8> {
             .map_err(|e| usage(format!("--delay: {e}")))?,
         None => Delay::None,
     };
+    let delay_mode = match args.delay_mode {
+        DelayModeArg::Sleep => DelayMode::Sleep,
+        DelayModeArg::Spin => DelayMode::Spin,
+    };
+    if delay_mode == DelayMode::Spin && (args.tls || args.http2) {
+        return Err(usage(
+            "--delay-mode spin is served by the plain HTTP/1.1 server only; drop --tls and --http2",
+        ));
+    }
     let status = match &args.status {
         Some(s) => s
             .parse::<StatusMix>()
@@ -47,6 +56,7 @@ pub fn execute(args: BackendArgs) -> Result<u8> {
     let cfg = BackendConfig {
         size: args.size,
         delay,
+        delay_mode,
         work,
         status,
         threads: args.threads,
