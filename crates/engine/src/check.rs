@@ -82,14 +82,12 @@ impl SelfCheck {
 
     /// The generator, not the target, limited the run (a capacity search must not trust it).
     pub fn generator_limited(&self) -> bool {
-        self.findings
-            .iter()
-            .any(|f| {
-                matches!(
-                    f.cause,
-                    Cause::TimerLateness | Cause::CpuSaturation | Cause::CpuContention
-                )
-            })
+        self.findings.iter().any(|f| {
+            matches!(
+                f.cause,
+                Cause::TimerLateness | Cause::CpuSaturation | Cause::CpuContention
+            )
+        })
     }
 }
 

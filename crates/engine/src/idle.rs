@@ -145,7 +145,10 @@ impl Idle {
             IdleStrategy::Auto => AUTO_ALLOWANCE_NS,
             IdleStrategy::Hybrid => 0,
         };
-        self.margin_ns = self.p99_error_ns().saturating_sub(allowance).min(self.cap_ns);
+        self.margin_ns = self
+            .p99_error_ns()
+            .saturating_sub(allowance)
+            .min(self.cap_ns);
     }
 }
 

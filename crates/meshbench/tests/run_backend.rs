@@ -221,7 +221,17 @@ fn the_idle_strategy_is_kept_and_reported() {
     for (idle, spins) in [("sleep", false), ("spin", true), ("auto", false)] {
         let (out, r) = run_json(
             &format!("idle-{idle}"),
-            &[&url, "-r", "200", "-d", "1s", "-c", "4", "--idle-strategy", idle],
+            &[
+                &url,
+                "-r",
+                "200",
+                "-d",
+                "1s",
+                "-c",
+                "4",
+                "--idle-strategy",
+                idle,
+            ],
             LIMIT,
         );
         assert!(out.status.success(), "{idle}: {}", stderr(&out));
