@@ -1,6 +1,7 @@
 //! One client connection's bookkeeping: its state from closed to ready, the host it is aimed
 //! at, its byte stream (plain, TLS, or handed to h2), what it carries, when it may retry after a
-//! failed connect, and how many of its bytes the recorder has seen.
+//! failed connect, how many of its bytes the recorder has seen, and its previous socket while
+//! that waits for the server to close it first ([`Linger`]).
 //!
 //! It exists so that the worker's loop reads in steps ("open", "closed", "back off", "one more
 //! request") and so that the slot pool can ask about connections ([`ConnFacts`]) without
@@ -41,6 +42,18 @@ pub enum State {
     Ready,
 }
 
+/// The socket of a connection that has carried its last response and waits for the server to
+/// close it first (see [`Conn::linger`]). It has its own epoll token, [`LINGER_TOKEN`] plus
+/// the connection's index, so that the connection can meanwhile open a new socket.
+pub struct Linger {
+    pub stream: Stream,
+    /// When to stop waiting and close it anyway (run clock).
+    pub until: u64,
+}
+
+/// Marks the epoll token of a lingering socket (connection indices stay below it).
+pub const LINGER_TOKEN: u32 = 1 << 31;
+
 pub struct Conn {
     pub state: State,
     /// The host it is open (or was last aimed) to: index into the target list's hosts.
@@ -75,6 +88,10 @@ pub struct Conn {
     /// The current connect back-off, and when the next attempt may be made.
     pub backoff_ns: u64,
     pub retry_at: u64,
+    /// The previous socket, done with, waiting for the server's close: the side that closes
+    /// first keeps the TIME_WAIT, so the client lets the server go first. Independent of
+    /// `state`: the connection is Closed (or already open again) meanwhile.
+    pub linger: Option<Linger>,
 }
 
 impl Conn {
@@ -101,6 +118,7 @@ impl Conn {
             tcp_at: 0,
             backoff_ns: 0,
             retry_at: 0,
+            linger: None,
         }
     }
 

@@ -40,10 +40,11 @@ mod stop;
 
 pub use h2conn::H2Request;
 pub use idle::IdleStrategy;
-pub use meshbench_net::http1::encode_request;
+pub use meshbench_net::http1::{closing_variant, encode_request};
 pub use result::RunResult;
 pub use run::{run, Live, RunError};
 pub use spec::{
-    ConnSpec, Host, LoadSpec, Mode, Order, Protocol, RequestSpec, StopAt, Target, Targets, Wire,
+    CloseFirst, ConnSpec, Host, LoadSpec, Mode, Order, Protocol, RequestSpec, StopAt, Target,
+    Targets, Wire,
 };
 pub use stop::Stop;

@@ -36,6 +36,10 @@ pub enum ErrorKind {
     GoAway,
     /// The HTTP/2 server reset this request's stream (RST_STREAM).
     StreamReset,
+    /// No local port was free to connect from (`EADDRNOTAVAIL`, or `EADDRINUSE` at bind or
+    /// connect): the ephemeral range towards the target is taken, most often by the TIME_WAIT
+    /// sockets of connections the client closed first.
+    PortsExhausted,
 }
 
 /// Distinct error messages kept per worker; more are folded into the counts only.
@@ -46,7 +50,7 @@ const MAX_MESSAGES: usize = 32;
 pub const MAX_TRACKED_HOSTS: usize = 10_000;
 
 impl ErrorKind {
-    pub const ALL: [ErrorKind; 8] = [
+    pub const ALL: [ErrorKind; 9] = [
         ErrorKind::Connect,
         ErrorKind::Timeout,
         ErrorKind::Reset,
@@ -55,6 +59,7 @@ impl ErrorKind {
         ErrorKind::Tls,
         ErrorKind::GoAway,
         ErrorKind::StreamReset,
+        ErrorKind::PortsExhausted,
     ];
 
     pub fn name(self) -> &'static str {
@@ -67,6 +72,18 @@ impl ErrorKind {
             ErrorKind::Tls => "tls",
             ErrorKind::GoAway => "goaway",
             ErrorKind::StreamReset => "stream_reset",
+            ErrorKind::PortsExhausted => "ports_exhausted",
+        }
+    }
+
+    /// Classifies a failure to open a connection: the socket, its bind or `connect`, at once
+    /// or as the socket's pending error.
+    pub fn of_connect(err: &std::io::Error) -> ErrorKind {
+        use std::io::ErrorKind as Io;
+        match err.kind() {
+            Io::AddrNotAvailable | Io::AddrInUse => ErrorKind::PortsExhausted,
+            _ if err.raw_os_error().is_some() => ErrorKind::Connect,
+            _ => ErrorKind::Other,
         }
     }
 
@@ -126,7 +143,7 @@ pub struct Recorder {
     pub lag: Histogram<u64>,
     /// Responses per status code; index = code (codes outside 100..=599 land in 0).
     status: Vec<u64>,
-    errors: [u64; 8],
+    errors: [u64; 9],
     /// Failures counted by "kind: message" (TLS reasons, GOAWAY and reset codes), bounded.
     pub messages: BTreeMap<String, u64>,
     pub bytes_sent: u64,
@@ -160,9 +177,15 @@ pub struct ConnRecorder {
     /// TLS handshakes completed, and how many of them resumed a session.
     pub handshakes: u64,
     pub resumed: u64,
-    /// Connections the generator closed on purpose (`--requests-per-connection`, or too many
-    /// failures in a row on one HTTP/2 connection).
+    /// Connections the generator closed first, leaving the TIME_WAIT here: ended by
+    /// `--requests-per-connection` without asking the server to close (HTTP/2, `--close-first
+    /// client`, a `Connection` header of the user's), too many failures in a row on one HTTP/2
+    /// connection, or a server that did not close in time.
     pub closed_by_client: u64,
+    /// Connections the server closed first (the generator closed its end after the server's):
+    /// after a response that ended the connection (the generator asked with `Connection: close`
+    /// on its last request, or the server said so itself), or while idle.
+    pub closed_by_server: u64,
 }
 
 impl Default for ConnRecorder {
@@ -174,6 +197,7 @@ impl Default for ConnRecorder {
             handshakes: 0,
             resumed: 0,
             closed_by_client: 0,
+            closed_by_server: 0,
         }
     }
 }
@@ -191,7 +215,7 @@ impl Recorder {
             service: new_histogram(),
             lag: new_histogram(),
             status: vec![0; 600],
-            errors: [0; 8],
+            errors: [0; 9],
             messages: BTreeMap::new(),
             bytes_sent: 0,
             bytes_received: 0,
@@ -347,6 +371,7 @@ impl AddAssign<&Recorder> for Recorder {
         a.handshakes += b.handshakes;
         a.resumed += b.resumed;
         a.closed_by_client += b.closed_by_client;
+        a.closed_by_server += b.closed_by_server;
     }
 }
 
@@ -358,30 +383,30 @@ mod tests {
     fn counts_table() {
         // (what happens, total, ok, errors by kind [connect, timeout, reset, protocol, other])
         type Step = fn(&mut Recorder);
-        type Case = (&'static str, &'static [Step], u64, u64, [u64; 8]);
+        type Case = (&'static str, &'static [Step], u64, u64, [u64; 9]);
         let cases: &[Case] = &[
-            ("nothing", &[], 0, 0, [0; 8]),
-            ("one 200", &[|r| r.response(200, 1000, 900)], 1, 1, [0; 8]),
+            ("nothing", &[], 0, 0, [0; 9]),
+            ("one 200", &[|r| r.response(200, 1000, 900)], 1, 1, [0; 9]),
             (
                 "a 503 is a failed request",
                 &[|r| r.response(503, 1000, 900)],
                 1,
                 0,
-                [0; 8],
+                [0; 9],
             ),
             (
                 "a 302 is fine",
                 &[|r| r.response(302, 1000, 900)],
                 1,
                 1,
-                [0; 8],
+                [0; 9],
             ),
             (
                 "odd status",
                 &[|r| r.response(999, 1000, 900)],
                 1,
                 0,
-                [0; 8],
+                [0; 9],
             ),
             (
                 "mixed",
@@ -392,7 +417,7 @@ mod tests {
                 ],
                 3,
                 1,
-                [1, 0, 1, 0, 0, 0, 0, 0],
+                [1, 0, 1, 0, 0, 0, 0, 0, 0],
             ),
             (
                 "tls, goaway and stream resets are failures of their own",
@@ -403,7 +428,7 @@ mod tests {
                 ],
                 3,
                 0,
-                [0, 0, 0, 0, 0, 1, 1, 1],
+                [0, 0, 0, 0, 0, 1, 1, 1, 0],
             ),
         ];
         for (name, steps, total, ok, errs) in cases {
@@ -536,5 +561,32 @@ mod tests {
             ErrorKind::Timeout
         );
         assert_eq!(ErrorKind::of_io(&Error::other("x")), ErrorKind::Other);
+    }
+
+    #[test]
+    fn connect_errors_are_classified() {
+        use std::io::Error;
+        // (errno, kind)
+        let cases = [
+            (99, ErrorKind::PortsExhausted), // EADDRNOTAVAIL
+            (98, ErrorKind::PortsExhausted), // EADDRINUSE
+            (111, ErrorKind::Connect),       // ECONNREFUSED
+            (113, ErrorKind::Connect),       // EHOSTUNREACH
+            (24, ErrorKind::Connect),        // EMFILE
+        ];
+        for (errno, kind) in cases {
+            assert_eq!(
+                ErrorKind::of_connect(&Error::from_raw_os_error(errno)),
+                kind,
+                "errno {errno}"
+            );
+        }
+        assert_eq!(ErrorKind::of_connect(&Error::other("x")), ErrorKind::Other);
+        let mut r = Recorder::new();
+        r.error(ErrorKind::PortsExhausted);
+        let mut sum = Recorder::new();
+        sum += &r;
+        assert_eq!(sum.errors(ErrorKind::PortsExhausted), 1);
+        assert_eq!(ErrorKind::PortsExhausted.name(), "ports_exhausted");
     }
 }

@@ -86,6 +86,14 @@ pub struct Settings {
     /// `round-robin` or `random`.
     pub target_order: String,
     pub requests_per_connection: Option<u64>,
+    /// Who closes first when `requests_per_connection` ends a connection (`server`, `client`;
+    /// `null` without it).
+    #[serde(default)]
+    pub close_first: Option<String>,
+    /// Local addresses new connections leave from in turn (`--source-address`; 0: the kernel's
+    /// choice).
+    #[serde(default)]
+    pub source_addresses: usize,
     pub connection_rate: Option<f64>,
     pub tls_resume: Option<bool>,
     /// How the open loop waited for its sends (`auto`, `sleep`, `hybrid`, `spin`).
@@ -109,8 +117,15 @@ pub struct Connections {
     pub opened: u64,
     /// Opened per second of the measured window.
     pub rate_per_sec: f64,
-    /// Closed by the generator after `--requests-per-connection`.
+    /// Closed by the generator first (each leaves a TIME_WAIT socket on this machine for 60 s):
+    /// ended by `--requests-per-connection` without asking the server to close, or the server
+    /// did not close within min(timeout, 1 s) of a response that said it would.
     pub closed_by_client: u64,
+    /// Closed by the server first: after a response that ended the connection (asked for with
+    /// `Connection: close` on the last request of `--requests-per-connection`, or the server's
+    /// own), or while idle.
+    #[serde(default)]
+    pub closed_by_server: u64,
     pub tls_handshakes: u64,
     pub tls_resumed: u64,
     /// tls_resumed / tls_handshakes (0 without TLS).
@@ -143,6 +158,9 @@ pub struct Errors {
     pub tls: u64,
     pub goaway: u64,
     pub stream_reset: u64,
+    /// Connects that found no free local port (`EADDRNOTAVAIL`, `EADDRINUSE`).
+    #[serde(default)]
+    pub ports_exhausted: u64,
     /// Responses with a status of 400 or more (see `status_codes`).
     pub http_status: u64,
     /// Counts by "kind: what happened" (TLS reasons, GOAWAY and reset codes; at most 32).
@@ -301,6 +319,7 @@ impl Errors {
             tls: r.errors(ErrorKind::Tls),
             goaway: r.errors(ErrorKind::GoAway),
             stream_reset: r.errors(ErrorKind::StreamReset),
+            ports_exhausted: r.errors(ErrorKind::PortsExhausted),
             http_status: r.http_errors(),
             messages: r.messages.clone(),
         }
@@ -385,6 +404,12 @@ impl RunResult {
         if interrupted {
             warnings.push("the run was interrupted: this is a partial result".to_string());
         }
+        let no_port = rec.errors(ErrorKind::PortsExhausted);
+        if no_port > 0 {
+            warnings.push(format!(
+                "{no_port} connects found no free local port (EADDRNOTAVAIL): the ports towards the target are taken, most likely by TIME_WAIT sockets of connections closed here first; let the server close first (the default of --requests-per-connection over HTTP/1.1), spread connections with --source-address, widen net.ipv4.ip_local_port_range, or open fewer connections per second (--connection-rate)"
+            ));
+        }
         let (rate_rps, arrival) = match spec.mode {
             Mode::Closed => (None, None),
             Mode::Open { rate_rps, arrival } => (
@@ -437,6 +462,11 @@ impl RunResult {
                 }
                 .to_string(),
                 requests_per_connection: spec.conn.requests_per_connection,
+                close_first: spec
+                    .conn
+                    .requests_per_connection
+                    .map(|_| spec.conn.close_first.name().to_string()),
+                source_addresses: spec.conn.source_addrs.len(),
                 connection_rate: spec.conn.connection_rate,
                 tls_resume: tls.then_some(spec.conn.tls_resume),
                 idle_strategy: open.then_some(spec.idle),
@@ -475,6 +505,7 @@ impl RunResult {
                     0.0
                 },
                 closed_by_client: rec.conns.closed_by_client,
+                closed_by_server: rec.conns.closed_by_server,
                 tls_handshakes: rec.conns.handshakes,
                 tls_resumed: rec.conns.resumed,
                 resumption_ratio: if rec.conns.handshakes > 0 {
@@ -749,6 +780,69 @@ mod tests {
         assert_eq!(result.hosts.len(), 1);
         assert!(result.connections.tls_handshake_us.is_none());
         assert!(decode_histogram(&result.histogram.latency_us).is_ok());
+    }
+
+    #[test]
+    fn ports_running_out_is_an_error_of_its_own_with_advice() {
+        let mut rec = Recorder::new();
+        rec.response(200, 1_000_000, 1_000_000);
+        for _ in 0..7 {
+            rec.error(ErrorKind::PortsExhausted);
+        }
+        rec.conns.closed_by_client = 3;
+        rec.conns.closed_by_server = 5;
+        let mut churn = spec(Mode::Closed);
+        churn.conn.requests_per_connection = Some(1);
+        churn.conn.source_addrs = vec!["10.0.0.2".parse().unwrap()];
+        let result = RunResult::build(
+            &churn,
+            Measured {
+                threads: 2,
+                recorder: &rec,
+                window_ns: 1_000_000_000,
+                max_thread_utilization: 0.1,
+                max_thread_busy: 0.1,
+                max_thread_waiting: None,
+                timeline: Vec::new(),
+                wall_start: SystemTime::UNIX_EPOCH,
+                cpu_secs: 0.1,
+                rss_max_bytes: 0,
+                interrupted: false,
+            },
+        );
+        assert_eq!(result.errors.ports_exhausted, 7);
+        assert_eq!(result.requests.errors, 7);
+        assert_eq!(
+            (
+                result.connections.closed_by_client,
+                result.connections.closed_by_server
+            ),
+            (3, 5)
+        );
+        assert_eq!(result.settings.close_first.as_deref(), Some("server"));
+        assert_eq!(result.settings.source_addresses, 1);
+        let advice = &result.generator.warnings;
+        assert_eq!(advice.len(), 1, "{advice:?}");
+        for words in [
+            "7 connects found no free local port",
+            "--source-address",
+            "net.ipv4.ip_local_port_range",
+            "--connection-rate",
+        ] {
+            assert!(advice[0].contains(words), "{words}: {}", advice[0]);
+        }
+        // Read back from a result written before these fields existed.
+        let mut old = serde_json::to_value(&result).unwrap();
+        old["errors"]
+            .as_object_mut()
+            .unwrap()
+            .remove("ports_exhausted");
+        old["connections"]
+            .as_object_mut()
+            .unwrap()
+            .remove("closed_by_server");
+        let back: RunResult = serde_json::from_value(old).unwrap();
+        assert_eq!(back.errors.ports_exhausted, 0);
     }
 
     #[test]

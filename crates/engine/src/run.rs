@@ -263,6 +263,7 @@ fn plan_workers(spec: &LoadSpec, threads: usize) -> Vec<WorkerPlan> {
                 pacer,
                 connect_pacer,
                 first_target: w * n_targets / threads,
+                first_source: w * spec.conn.source_addrs.len() / threads,
                 seed: seed.rotate_left(17),
                 budget,
                 measure_start: warmup,

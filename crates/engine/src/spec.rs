@@ -2,7 +2,7 @@
 //! its protocol, TLS settings built, numbers checked. The binary builds a [`LoadSpec`] from flags
 //! (and later the experiment file will too); the engine never parses user input itself.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -80,6 +80,11 @@ pub struct Target {
     pub wire: Wire,
     /// A HEAD request: its response has no body whatever it says.
     pub head: bool,
+    /// HTTP/1.1 with `--requests-per-connection` and the server closing first: the same request
+    /// with `Connection: close`, serialised once, sent as a connection's last request so that
+    /// the server closes and keeps the TIME_WAIT. `None` when the request names a `Connection`
+    /// of its own (or over HTTP/2): the client then closes first.
+    pub closing: Option<Box<[u8]>>,
 }
 
 /// A request serialised once for its protocol.
@@ -111,6 +116,7 @@ impl Targets {
                 host: 0,
                 wire: Wire::Http1(request.into_boxed_slice()),
                 head,
+                closing: None,
             }],
             order: Order::RoundRobin,
         }
@@ -129,7 +135,31 @@ pub struct RequestSpec {
     pub headers: Vec<(String, String)>,
 }
 
-/// Connection behaviour: TLS, HTTP version, churn.
+/// Who closes a connection first when `--requests-per-connection` ends it. The side that closes
+/// first keeps the connection's TIME_WAIT (60 s on Linux), and with it the 4-tuple: a client
+/// that closes first runs out of local ports towards one address after ~28,000 connections a
+/// minute (`tcp_tw_reuse` helps on loopback only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CloseFirst {
+    /// HTTP/1.1: the last request says `Connection: close`; the client waits for the server's
+    /// close (at most min(timeout, 1 s)) before closing its end.
+    #[default]
+    Server,
+    /// The client closes after the last response (always so over HTTP/2).
+    Client,
+}
+
+impl CloseFirst {
+    pub fn name(self) -> &'static str {
+        match self {
+            CloseFirst::Server => "server",
+            CloseFirst::Client => "client",
+        }
+    }
+}
+
+/// Connection behaviour: TLS, HTTP version, churn, source addresses.
 #[derive(Debug, Clone)]
 pub struct ConnSpec {
     pub protocol: Protocol,
@@ -139,6 +169,12 @@ pub struct ConnSpec {
     pub streams: usize,
     /// Close and reconnect after this many requests on a connection.
     pub requests_per_connection: Option<u64>,
+    /// Who closes first when `requests_per_connection` ends a connection (the requests carry
+    /// the closing variant accordingly, see [`Target::closing`]).
+    pub close_first: CloseFirst,
+    /// Local addresses new connections leave from, in turn (`--source-address`); empty: the
+    /// kernel's choice.
+    pub source_addrs: Vec<IpAddr>,
     /// New connections per second at most, on an open-loop schedule.
     pub connection_rate: Option<f64>,
     /// Whether `tls` was built with session resumption (for the report).
@@ -152,6 +188,8 @@ impl Default for ConnSpec {
             tls: None,
             streams: 1,
             requests_per_connection: None,
+            close_first: CloseFirst::Server,
+            source_addrs: Vec::new(),
             connection_rate: None,
             tls_resume: true,
         }

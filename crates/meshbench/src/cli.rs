@@ -331,6 +331,16 @@ pub enum OrderArg {
     Random,
 }
 
+/// Who closes first when --requests-per-connection ends a connection.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum CloseFirstArg {
+    /// The last request says `Connection: close`; the server closes and keeps the TIME_WAIT.
+    Server,
+    /// The client closes after the last response and keeps the TIME_WAIT (one local port for
+    /// 60 s per connection).
+    Client,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum OnOff {
     On,
@@ -438,6 +448,14 @@ pub struct RequestFlags {
     /// per request).
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub requests_per_connection: Option<i64>,
+    /// Who closes first when --requests-per-connection ends a connection [default: server over
+    /// HTTP/1.1, client over HTTP/2].
+    #[arg(long, value_enum, value_name = "SIDE")]
+    pub close_first: Option<CloseFirstArg>,
+    /// Local addresses new connections leave from, in turn: ADDR or CIDR, comma-separated or
+    /// repeated (each address brings its own range of ephemeral ports).
+    #[arg(long = "source-address", value_name = "ADDR[,ADDR|CIDR...]")]
+    pub source_addresses: Vec<String>,
     /// Open new connections at this rate at most (per second), on an open-loop schedule.
     #[arg(long, value_name = "PER_SEC", allow_negative_numbers = true)]
     pub connection_rate: Option<f64>,

@@ -87,6 +87,31 @@ fn bad_flags_get_one_line_and_exit_code_2() {
             "--requests-per-connection",
         ),
         (
+            "a source address that is not one",
+            &[
+                "run",
+                "http://127.0.0.1:1/",
+                "--source-address",
+                "127.0.0.1,10.0.0.300",
+            ],
+            "--source-address '10.0.0.300': not an IP address",
+        ),
+        (
+            "a source address this machine does not have",
+            &[
+                "run",
+                "http://127.0.0.1:1/",
+                "--source-address",
+                "192.0.2.9",
+            ],
+            "not an address of this machine",
+        ),
+        (
+            "the client closing first without churn",
+            &["run", "http://127.0.0.1:1/", "--close-first", "client"],
+            "add it",
+        ),
+        (
             "negative connection rate",
             &["run", "http://127.0.0.1:1/", "--connection-rate", "-1"],
             "--connection-rate",

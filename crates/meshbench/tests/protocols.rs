@@ -359,8 +359,11 @@ fn connection_churn_and_session_resumption() {
         (995..=1000).contains(&opened),
         "one connection per request: {opened}"
     );
-    assert!(u(&r, "/connections/closed_by_client") >= 995);
+    // The last request asks the server to close: it closes first, the client after it.
+    assert!(u(&r, "/connections/closed_by_server") >= 995);
+    assert_eq!(u(&r, "/connections/closed_by_client"), 0);
     assert_eq!(r["settings"]["requests_per_connection"], 1);
+    assert_eq!(r["settings"]["close_first"], "server");
     // TLS with and without resumption.
     for proto in [Proto::H1Tls, Proto::H2Tls] {
         let backend = ProtoBackend::start(proto, &[]);
@@ -395,6 +398,18 @@ fn connection_churn_and_session_resumption() {
                 assert_eq!(ratio, 0.0, "{proto:?}");
             }
             assert!(u(&r, "/connections/tls_handshake_us/count") >= 395);
+            let (by_server, by_client) = (
+                u(&r, "/connections/closed_by_server"),
+                u(&r, "/connections/closed_by_client"),
+            );
+            if proto.h2() {
+                assert!(by_client >= 395, "{proto:?}: the h2 client closes first");
+            } else {
+                assert!(
+                    by_server >= 395 && by_client == 0,
+                    "{proto:?}: {by_server}/{by_client}"
+                );
+            }
         }
     }
     // HTTP/2: ten requests per connection over four streams.

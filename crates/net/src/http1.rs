@@ -485,9 +485,59 @@ pub fn encode_request(
     out
 }
 
+/// The same serialised request announcing its connection's end (`Connection: close` before the
+/// blank line), so that the server closes first; `None` if the request names a `Connection` of
+/// its own (the caller's choice stands) or has no complete head.
+pub fn closing_variant(request: &[u8]) -> Option<Vec<u8>> {
+    let end = request.windows(4).position(|w| w == b"\r\n\r\n")? + 2;
+    let (head, rest) = request.split_at(end);
+    let names_connection = head
+        .split(|&b| b == b'\n')
+        .skip(1)
+        .filter_map(|line| line.iter().position(|&b| b == b':').map(|i| &line[..i]))
+        .any(|name| name.trim_ascii().eq_ignore_ascii_case(b"connection"));
+    if names_connection {
+        return None;
+    }
+    const CLOSE: &[u8] = b"Connection: close\r\n";
+    let mut out = Vec::with_capacity(request.len() + CLOSE.len());
+    out.extend_from_slice(head);
+    out.extend_from_slice(CLOSE);
+    out.extend_from_slice(rest);
+    Some(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_closing_variant_announces_the_end_once() {
+        let plain = encode_request("GET", "/", "h", &[], b"");
+        let closing = closing_variant(&plain).unwrap();
+        let text = String::from_utf8(closing.clone()).unwrap();
+        assert!(text.ends_with("\r\nConnection: close\r\n\r\n"), "{text:?}");
+        assert_eq!(closing.len(), plain.len() + "Connection: close\r\n".len());
+        // The body stays after the blank line, untouched (even one that looks like a head).
+        let body = b"a: b\r\n\r\nconnection: keep-alive\r\n\r\n";
+        let post = encode_request("POST", "/", "h", &[], body);
+        let closing = closing_variant(&post).unwrap();
+        assert!(closing.ends_with(body));
+        assert!(String::from_utf8_lossy(&closing).contains("Connection: close\r\n\r\na: b"));
+        // The caller's own Connection header stands, whatever its case.
+        for (name, value) in [("Connection", "keep-alive"), ("CONNECTION", "close")] {
+            let own = encode_request("GET", "/", "h", &[(name.into(), value.into())], b"");
+            assert_eq!(closing_variant(&own), None, "{name}: {value}");
+        }
+        // A header that merely contains the word is not one.
+        let other = encode_request("GET", "/", "h", &[("X-Connection".into(), "1".into())], b"");
+        assert!(closing_variant(&other).is_some());
+        assert_eq!(
+            closing_variant(b"GET / HTTP/1.1\r\n"),
+            None,
+            "no complete head"
+        );
+    }
 
     fn complete(status: u16, keep_alive: bool, consumed: usize) -> Progress {
         Progress::Complete {

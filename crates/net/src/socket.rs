@@ -2,7 +2,7 @@
 //! hot path (`send` with `MSG_NOSIGNAL`, `recv`) without any buffering in between.
 
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
@@ -15,14 +15,19 @@ pub enum Connect {
     InProgress(OwnedFd),
 }
 
-/// Starts a non-blocking TCP connection with `TCP_NODELAY` set.
-pub fn connect(addr: &SocketAddr) -> io::Result<Connect> {
+/// Starts a non-blocking TCP connection with `TCP_NODELAY` set, from `source` if given (see
+/// [`bind_source`]). Running out of local ports shows as `EADDRNOTAVAIL` here (or from the bind,
+/// `EADDRINUSE`), never as a pending error of the socket.
+pub fn connect(addr: &SocketAddr, source: Option<IpAddr>) -> io::Result<Connect> {
     let sock = Socket::new(
         Domain::for_address(*addr),
         Type::STREAM.nonblocking().cloexec(),
         Some(Protocol::TCP),
     )?;
     sock.set_tcp_nodelay(true)?;
+    if let Some(ip) = source {
+        bind_source(&sock, ip)?;
+    }
     match sock.connect(&SockAddr::from(*addr)) {
         Ok(()) => Ok(Connect::Done(into_fd(sock))),
         Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {
@@ -30,6 +35,48 @@ pub fn connect(addr: &SocketAddr) -> io::Result<Connect> {
         }
         Err(e) => Err(e),
     }
+}
+
+/// Binds a client socket to the local address `ip` with `IP_BIND_ADDRESS_NO_PORT`, so that
+/// the kernel still picks the port at `connect`, per 4-tuple: every source address then has the
+/// whole ephemeral range towards each destination. (A bind with port 0 and without the option
+/// would pick a port unique to the address alone, which exhausts sooner.) Kernels before 4.2
+/// ignore the option's absence: the bind then picks the port.
+pub fn bind_source(sock: &Socket, ip: IpAddr) -> io::Result<()> {
+    let one: libc::c_int = 1;
+    // SAFETY: `one` lives across the call. Failure (an old kernel) leaves a plain bind.
+    unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::IPPROTO_IP,
+            libc::IP_BIND_ADDRESS_NO_PORT,
+            &one as *const _ as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
+    }
+    sock.bind(&SockAddr::from(SocketAddr::new(ip, 0)))
+}
+
+/// Whether `ip` can be a source address here (it is one of this machine's, in this network
+/// namespace): binds a throwaway socket to it, without taking a port.
+pub fn check_source(ip: IpAddr) -> io::Result<()> {
+    let domain = if ip.is_ipv4() {
+        Domain::IPV4
+    } else {
+        Domain::IPV6
+    };
+    let sock = Socket::new(domain, Type::STREAM.cloexec(), Some(Protocol::TCP))?;
+    bind_source(&sock, ip)
+}
+
+/// Whether an error of `connect` (or of its bind) means no local address and port was free:
+/// `EADDRNOTAVAIL` (every ephemeral port towards the destination is taken, often by TIME_WAIT
+/// sockets, or the source address is gone) or `EADDRINUSE`.
+pub fn is_port_exhaustion(err: &io::Error) -> bool {
+    matches!(
+        err.raw_os_error(),
+        Some(libc::EADDRNOTAVAIL) | Some(libc::EADDRINUSE)
+    )
 }
 
 fn into_fd(sock: Socket) -> OwnedFd {
@@ -244,4 +291,33 @@ pub fn recv_timestamped(fd: RawFd, buf: &mut [u8]) -> io::Result<(usize, Option<
         }
     }
     Ok((n as usize, stamp))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_source_address_must_be_local() {
+        assert!(check_source("127.0.0.1".parse().unwrap()).is_ok());
+        // TEST-NET-1: never an address of this machine.
+        let err = check_source("192.0.2.77".parse().unwrap()).unwrap_err();
+        assert!(is_port_exhaustion(&err), "{err}");
+        assert!(!is_port_exhaustion(&io::Error::from_raw_os_error(
+            libc::ECONNREFUSED
+        )));
+    }
+
+    #[test]
+    fn a_bound_connect_leaves_from_the_source() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let to = listener.local_addr().unwrap();
+        let source: IpAddr = "127.0.0.2".parse().unwrap();
+        let fd = match connect(&to, Some(source)).unwrap() {
+            Connect::Done(fd) | Connect::InProgress(fd) => fd,
+        };
+        let (_, peer) = listener.accept().unwrap();
+        assert_eq!(peer.ip(), source);
+        assert_eq!(local_addr(&fd).unwrap().ip(), source);
+    }
 }

@@ -82,6 +82,12 @@ impl Stream {
         self.io.stamp.get()
     }
 
+    /// The socket may have something to read (epoll said so, or a close is expected): the next
+    /// [`Stream::read_some`] asks the kernel instead of answering `WouldBlock` at once.
+    pub fn mark_readable(&self) {
+        self.io.read_ready.set(true);
+    }
+
     /// Whether output is waiting for the socket to drain.
     pub fn write_blocked(&self) -> bool {
         self.io.write_blocked.get()

@@ -145,6 +145,7 @@ pub fn summary(r: &RunResult) -> String {
         ("tls", e.tls),
         ("goaway", e.goaway),
         ("stream reset", e.stream_reset),
+        ("ports exhausted", e.ports_exhausted),
         ("http >= 400", e.http_status),
     ]
     .iter()
@@ -192,6 +193,14 @@ pub fn summary(r: &RunResult) -> String {
                 ms(h.p99),
                 thousands(c.tls_resumed),
                 thousands(c.tls_handshakes)
+            );
+        }
+        if c.closed_by_client + c.closed_by_server > 0 {
+            let _ = write!(
+                line,
+                "; closed first by the server {}, by the client {}",
+                thousands(c.closed_by_server),
+                thousands(c.closed_by_client)
             );
         }
         let _ = writeln!(o, "{line}");

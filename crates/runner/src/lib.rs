@@ -21,6 +21,7 @@ pub mod measure;
 pub mod observer;
 pub mod rig;
 pub mod session;
+pub mod source_addrs;
 pub mod targets;
 
 use thiserror::Error;

@@ -14,12 +14,13 @@ use std::time::Duration;
 use bytes::Bytes;
 use meshbench_engine::pacer::Arrival;
 use meshbench_engine::{
-    ConnSpec, IdleStrategy, LoadSpec, Mode, Order, Protocol, RequestSpec, StopAt,
+    CloseFirst, ConnSpec, IdleStrategy, LoadSpec, Mode, Order, Protocol, RequestSpec, StopAt,
 };
 use meshbench_net::tls::ClientTlsOptions;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+use crate::source_addrs;
 use crate::targets::{self, BuildOptions, ConnectTo, Source};
 
 /// Options that cannot be run, in one line that says what to change.
@@ -105,6 +106,13 @@ pub struct LoadOptions {
     pub tls: TlsOptions,
     /// Close and reopen a connection after this many requests.
     pub requests_per_connection: Option<u64>,
+    /// Who closes first when `requests_per_connection` ends a connection (`None`: the server
+    /// over HTTP/1.1, the client over HTTP/2).
+    #[serde(default)]
+    pub close_first: Option<CloseFirst>,
+    /// Local addresses and CIDR blocks new connections leave from, in turn, as given.
+    #[serde(default)]
+    pub source_addresses: Vec<String>,
     /// New connections per second at most.
     pub connection_rate: Option<f64>,
     pub connections: usize,
@@ -139,6 +147,8 @@ impl LoadOptions {
             streams: 1,
             tls: TlsOptions::default(),
             requests_per_connection: None,
+            close_first: None,
+            source_addresses: Vec::new(),
             connection_rate: None,
             connections: 16,
             concurrency: None,
@@ -228,6 +238,20 @@ impl LoadOptions {
         if self.requests_per_connection == Some(0) {
             return bad("--requests-per-connection 0: must be at least 1".into());
         }
+        let close_first = match (self.close_first, self.protocol) {
+            (Some(_), _) if self.requests_per_connection.is_none() => {
+                return bad(
+                    "--close-first applies to connections ended by --requests-per-connection; add it"
+                        .into(),
+                )
+            }
+            (Some(CloseFirst::Server), Protocol::Http2) => {
+                return bad("--close-first server: an HTTP/2 client cannot ask the server to close first (a GOAWAY of its own is a client close); drop it, or use HTTP/1.1".into())
+            }
+            (_, Protocol::Http2) => CloseFirst::Client,
+            (asked, Protocol::Http1) => asked.unwrap_or_default(),
+        };
+        let source_addrs = source_addrs::parse(&self.source_addresses)?;
         if let Some(r) = self.connection_rate {
             if !r.is_finite() || r <= 0.0 {
                 return bad(format!(
@@ -243,7 +267,15 @@ impl LoadOptions {
                 protocol: self.protocol,
                 order: self.target_order,
                 connect_to: &self.connect_to,
+                announce_close: self.requests_per_connection.is_some()
+                    && close_first == CloseFirst::Server,
             },
+        )?;
+        let host_addrs: Vec<_> = built.targets.hosts.iter().map(|h| h.addr).collect();
+        source_addrs::check(
+            &source_addrs,
+            &host_addrs,
+            meshbench_net::socket::check_source,
         )?;
         if !built.tls && self.tls.given() {
             return bad("--insecure, --cacert and --cert apply to https:// URLs only".into());
@@ -278,6 +310,8 @@ impl LoadOptions {
                 tls,
                 streams: self.streams,
                 requests_per_connection: self.requests_per_connection,
+                close_first,
+                source_addrs,
                 connection_rate: self.connection_rate,
                 tls_resume: self.tls.resume,
             },
@@ -469,6 +503,48 @@ mod tests {
                 "--requests-per-connection 0",
             ),
             (
+                "close-first without churn",
+                LoadOptions {
+                    close_first: Some(CloseFirst::Client),
+                    ..url()
+                },
+                "--close-first applies",
+            ),
+            (
+                "server closing first over h2",
+                LoadOptions {
+                    close_first: Some(CloseFirst::Server),
+                    requests_per_connection: Some(1),
+                    protocol: Protocol::Http2,
+                    ..url()
+                },
+                "--close-first server",
+            ),
+            (
+                "a source address of another family",
+                LoadOptions {
+                    source_addresses: vec!["::1".into()],
+                    ..url()
+                },
+                "cannot reach the target 127.0.0.1:9",
+            ),
+            (
+                "a source address not of this machine",
+                LoadOptions {
+                    source_addresses: vec!["192.0.2.7".into()],
+                    ..url()
+                },
+                "--source-address '192.0.2.7': not an address of this machine",
+            ),
+            (
+                "a source address that is not one",
+                LoadOptions {
+                    source_addresses: vec!["10.0.0.1,x".into()],
+                    ..url()
+                },
+                "--source-address 'x'",
+            ),
+            (
                 "negative connection rate",
                 LoadOptions {
                     connection_rate: Some(-1.0),
@@ -543,6 +619,59 @@ mod tests {
         assert_eq!(spec.request.method, "POST");
         assert_eq!(spec.request.body_len, 3);
         assert_eq!(spec.targets.requests.len(), 1);
+    }
+
+    #[test]
+    fn the_last_request_asks_the_server_to_close() {
+        let last = |opts: LoadOptions| {
+            let spec = opts.resolve().unwrap();
+            let target = &spec.targets.requests[0];
+            (
+                spec.conn.close_first,
+                target
+                    .closing
+                    .as_ref()
+                    .map(|b| String::from_utf8_lossy(b).into_owned()),
+            )
+        };
+        let churn = |n| LoadOptions {
+            requests_per_connection: Some(n),
+            ..url()
+        };
+        let (who, closing) = last(churn(3));
+        assert_eq!(who, CloseFirst::Server, "the default");
+        let closing = closing.expect("a closing variant");
+        assert!(closing.ends_with("Connection: close\r\n\r\n"), "{closing}");
+        // Not asked for: no churn, the client closing first, or a Connection of the user's.
+        assert_eq!(last(url()).1, None, "connections kept open");
+        let client = LoadOptions {
+            close_first: Some(CloseFirst::Client),
+            ..churn(3)
+        };
+        assert_eq!(last(client), (CloseFirst::Client, None));
+        let own = LoadOptions {
+            headers: vec![("connection".into(), "keep-alive".into())],
+            ..churn(3)
+        };
+        assert_eq!(last(own).1, None, "the user's Connection header stands");
+        // HTTP/2: the client closes.
+        let h2 = LoadOptions {
+            protocol: Protocol::Http2,
+            ..churn(3)
+        };
+        assert_eq!(last(h2), (CloseFirst::Client, None));
+    }
+
+    #[test]
+    fn source_addresses_reach_the_engine() {
+        let opts = LoadOptions {
+            source_addresses: vec!["127.0.0.1,127.0.0.2".into(), "127.0.0.2".into()],
+            ..url()
+        };
+        let spec = opts.resolve().unwrap();
+        let want: Vec<std::net::IpAddr> =
+            vec!["127.0.0.1".parse().unwrap(), "127.0.0.2".parse().unwrap()];
+        assert_eq!(spec.conn.source_addrs, want);
     }
 
     #[test]

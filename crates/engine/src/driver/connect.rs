@@ -13,8 +13,8 @@ use meshbench_net::poller::Interest;
 use meshbench_net::socket::{self, Connect};
 use meshbench_net::stream::{self, Handshake, Stream};
 
-use super::Worker;
-use crate::conn::State;
+use super::{Worker, SECOND};
+use crate::conn::{Linger, State, LINGER_TOKEN};
 use crate::h2conn::H2Conn;
 use crate::recorder::ErrorKind;
 use crate::spec::Protocol;
@@ -27,7 +27,15 @@ impl Worker<'_> {
         if self.measuring {
             self.rec.conns.opened += 1;
         }
-        let (fd, done) = match socket::connect(&addr)? {
+        let source = match self.plan.conn.source_addrs.as_slice() {
+            [] => None,
+            all => {
+                let ip = all[self.next_source % all.len()];
+                self.next_source = self.next_source.wrapping_add(1);
+                Some(ip)
+            }
+        };
+        let (fd, done) = match socket::connect(&addr, source)? {
             Connect::Done(fd) => (fd, true),
             Connect::InProgress(fd) => (fd, false),
         };
@@ -157,8 +165,12 @@ impl Worker<'_> {
     }
 
     /// Adds the bytes conn `c` moved since the last look to the recorder (measured window only).
+    /// A lingering socket's token names no connection: nothing to add.
     pub(super) fn account(&mut self, c: u32) {
-        let (received, sent) = self.conns[c as usize].bytes_moved();
+        let Some(conn) = self.conns.get_mut(c as usize) else {
+            return;
+        };
+        let (received, sent) = conn.bytes_moved();
         if self.measuring {
             self.rec.bytes_received += received;
             self.rec.bytes_sent += sent;
@@ -175,6 +187,101 @@ impl Worker<'_> {
             wire.h2 = None;
             wire.written = 0;
             self.set_streaming(s, false);
+        }
+    }
+
+    /// Conn `c` carried its last response and the server is to close it (the response said so,
+    /// or the client asked with `Connection: close`). Whoever closes first keeps the TIME_WAIT
+    /// (and so a local port, towards a real network, for 60 s), so the client waits for the
+    /// server's close, at most min(timeout, 1 s), and closes its end after it. The connection
+    /// is Closed at once (its slot may open a new one); the old socket waits in
+    /// [`Conn::linger`] under its own epoll token. The server's FIN has often arrived with the
+    /// response: one read finds it and closes without waiting.
+    pub(super) fn await_close(&mut self, c: u32, now: u64) {
+        self.account(c);
+        let Some(stream) = self.conns[c as usize].stream.take() else {
+            return self.close(c);
+        };
+        let fd = self.conns[c as usize].fd;
+        self.close(c);
+        stream.mark_readable();
+        let mut linger = Linger {
+            stream,
+            until: now + self.plan.timeout_ns.min(SECOND),
+        };
+        if !self.read_linger(&mut linger) {
+            return;
+        }
+        if self
+            .poller
+            .modify(fd, u64::from(LINGER_TOKEN | c), Interest::READ)
+            .is_err()
+        {
+            return self.count_close(false);
+        }
+        match self.conns[c as usize].linger.replace(linger) {
+            // The previous socket's server still has not closed: the client does.
+            Some(_) => self.count_close(false),
+            None => self.lingering.push(c),
+        }
+    }
+
+    /// Epoll reported conn `c`'s lingering socket.
+    pub(super) fn on_linger(&mut self, c: u32) {
+        let Some(mut linger) = self.conns[c as usize].linger.take() else {
+            return;
+        };
+        linger.stream.mark_readable();
+        if self.read_linger(&mut linger) {
+            self.conns[c as usize].linger = Some(linger);
+        }
+    }
+
+    /// Reads a lingering socket; false when it is done with (the socket is then closed by the
+    /// caller dropping it): the server closed (or reset) it, or sent bytes nobody asked for.
+    fn read_linger(&mut self, linger: &mut Linger) -> bool {
+        match linger.stream.read_some(&mut self.buf) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => true,
+            Ok(0) | Err(_) => {
+                self.count_close(true);
+                false
+            }
+            Ok(_) => {
+                self.count_close(false);
+                false
+            }
+        }
+    }
+
+    /// Closes the lingering sockets whose server has not closed them in time (the client then
+    /// closes first after all) and forgets the connections that no longer linger.
+    pub(super) fn end_lingers(&mut self, now: u64) {
+        let mut i = 0;
+        while i < self.lingering.len() {
+            let c = self.lingering[i] as usize;
+            match &self.conns[c].linger {
+                Some(l) if l.until > now => i += 1,
+                Some(_) => {
+                    self.conns[c].linger = None;
+                    self.count_close(false);
+                    self.lingering.swap_remove(i);
+                }
+                None => {
+                    self.lingering.swap_remove(i);
+                }
+            }
+        }
+    }
+
+    /// Counts who closed a connection first (measured window only).
+    pub(super) fn count_close(&mut self, by_server: bool) {
+        if self.measuring {
+            let conns = &mut self.rec.conns;
+            if by_server {
+                conns.closed_by_server += 1;
+            } else {
+                conns.closed_by_client += 1;
+            }
         }
     }
 

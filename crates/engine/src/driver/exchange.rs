@@ -14,7 +14,7 @@ use meshbench_net::socket;
 use meshbench_net::stream;
 
 use super::Worker;
-use crate::conn::State;
+use crate::conn::{State, LINGER_TOKEN};
 use crate::h2conn::StreamPoll;
 use crate::recorder::ErrorKind;
 use crate::request::arrival;
@@ -62,11 +62,17 @@ impl Worker<'_> {
     pub(super) fn write_h1(&mut self, s: u32, now: u64) {
         let c = self.slots.conn_of(s);
         let targets = self.targets;
-        let Wire::Http1(request) = &targets.requests[self.slots.request(s).target() as usize].wire
-        else {
+        let target = &targets.requests[self.slots.request(s).target() as usize];
+        let Wire::Http1(request) = &target.wire else {
             return;
         };
-        let Some(stream) = self.conns[c as usize].stream.as_mut() else {
+        let conn = &mut self.conns[c as usize];
+        // A connection's last request asks the server to close (when the request allows it).
+        let request = match &target.closing {
+            Some(closing) if conn.draining => closing,
+            _ => request,
+        };
+        let Some(stream) = conn.stream.as_mut() else {
             return;
         };
         let wire = &mut self.wire[s as usize];
@@ -99,6 +105,9 @@ impl Worker<'_> {
 
     /// Handles what epoll reported for conn `c`, whatever its state.
     pub(super) fn on_event(&mut self, c: u32, readable: bool, writable: bool, now: u64) {
+        if c & LINGER_TOKEN != 0 {
+            return self.on_linger(c & !LINGER_TOKEN);
+        }
         if readable {
             if let Some(io) = &self.conns[c as usize].io {
                 io.read_ready.set(true);
@@ -107,11 +116,13 @@ impl Worker<'_> {
         match self.conns[c as usize].state {
             State::Connecting => {
                 let fd = self.conns[c as usize].fd;
-                if matches!(socket::take_error(fd), Ok(None)) {
-                    self.set_write_interest(c, false);
-                    self.tcp_connected(c, now);
-                } else {
-                    self.fail_conn(c, ErrorKind::Connect, None, now);
+                match socket::take_error(fd) {
+                    Ok(None) => {
+                        self.set_write_interest(c, false);
+                        self.tcp_connected(c, now);
+                    }
+                    Ok(Some(e)) => self.fail_conn(c, ErrorKind::of_connect(&e), None, now),
+                    Err(_) => self.fail_conn(c, ErrorKind::Connect, None, now),
                 }
             }
             State::Handshaking if self.conns[c as usize].h2.is_some() => self.drive_h2(c, now),
@@ -146,6 +157,10 @@ impl Worker<'_> {
         };
         match stream.read_some(&mut self.buf) {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Ok(0) => {
+                self.count_close(true);
+                self.close(c);
+            }
             _ => self.close(c),
         }
     }
@@ -316,21 +331,25 @@ impl Worker<'_> {
         conn.answered_one();
         // It carried a request through: its next failure starts a fresh back-off.
         conn.backoff_ns = 0;
-        if !keep_alive {
-            self.close(c);
+        let asked_to_close = conn.is_drained()
+            && self.targets.requests[answered.due.target as usize]
+                .closing
+                .is_some();
+        if !keep_alive || asked_to_close {
+            // The server closes (it said so, or was asked to): let it go first.
+            self.await_close(c, arrived);
         } else {
-            self.close_if_drained(c, measured);
+            self.close_if_drained(c);
         }
         self.slots.release(s, &self.conns);
     }
 
-    /// Closes conn `c` if it drains (`--requests-per-connection`, or too many failures in a
-    /// row) and its last request just ended, answered or failed; `measured` counts the close.
-    fn close_if_drained(&mut self, c: u32, measured: bool) {
+    /// Closes conn `c` from this side if it drains (`--requests-per-connection` without a
+    /// closing request, or too many failures in a row) and its last request just ended,
+    /// answered or failed.
+    fn close_if_drained(&mut self, c: u32) {
         if self.conns[c as usize].is_drained() {
-            if measured {
-                self.rec.conns.closed_by_client += 1;
-            }
+            self.count_close(false);
             self.close(c);
         }
     }
@@ -351,7 +370,7 @@ impl Worker<'_> {
         self.set_streaming(s, false);
         // A draining connection whose last request failed closes too, or its slots would never
         // be taken again.
-        self.close_if_drained(c, failed.measured);
+        self.close_if_drained(c);
         self.slots.release(s, &self.conns);
     }
 }

@@ -69,6 +69,8 @@ pub struct WorkerPlan {
     pub connect_pacer: Option<Pacer>,
     /// Where this worker starts in the target list (round-robin) and its random stream.
     pub first_target: usize,
+    /// Where this worker starts in `conn.source_addrs` (round-robin per new connection).
+    pub first_source: usize,
     pub seed: u64,
     /// Measured requests this worker may start (`-n`), if bounded.
     pub budget: Option<u64>,
@@ -138,6 +140,9 @@ struct Worker<'a> {
     backing_off: Vec<u32>,
     /// HTTP/2 connections with requests queued since their last poll.
     dirty: Vec<u32>,
+    /// Connections with a socket waiting for the server's close ([`Conn::linger`]); may hold
+    /// connections whose wait has ended since (skipped when scanned).
+    lingering: Vec<u32>,
     rec: Recorder,
     interval: Interval,
     next_second: u64,
@@ -152,6 +157,8 @@ struct Worker<'a> {
     /// timestamps on the run clock.
     realtime_offset: i64,
     next_target: usize,
+    /// The next of `conn.source_addrs` to connect from.
+    next_source: usize,
     rng: SplitMix64,
     /// Whether the worker is in its measured window (connection figures count from then).
     measuring: bool,
@@ -194,6 +201,7 @@ pub fn run_worker(
         wire: (0..slots).map(|_| SlotWire::default()).collect(),
         backing_off: Vec::new(),
         dirty: Vec::new(),
+        lingering: Vec::new(),
         rec: Recorder::new(),
         interval: Interval::new(0),
         next_second: plan.measure_start + SECOND,
@@ -203,6 +211,7 @@ pub fn run_worker(
         streaming: 0,
         timestamps: true,
         next_target: plan.first_target,
+        next_source: plan.first_source,
         rng: SplitMix64(plan.seed),
         measuring: false,
         idle: Idle::new(plan.idle, plan.pacer.mean_gap_ns().unwrap_or(0)),
@@ -630,13 +639,8 @@ impl Worker<'_> {
         }
         if self.conns[c as usize].state == State::Closed {
             if let Err(e) = self.open(c, now) {
-                let kind = if e.raw_os_error().is_some() {
-                    ErrorKind::Connect
-                } else {
-                    ErrorKind::Other
-                };
                 self.conns[c as usize].waiting.push_back(s);
-                return self.fail_conn(c, kind, None, now);
+                return self.fail_conn(c, ErrorKind::of_connect(&e), None, now);
             }
         }
         let conn = &mut self.conns[c as usize];
@@ -664,8 +668,12 @@ impl Worker<'_> {
         self.interval.errors += 1;
     }
 
-    /// Fails every request in flight for longer than the timeout.
+    /// Fails every request in flight for longer than the timeout; closes the sockets whose
+    /// server did not close them in time.
     fn expire(&mut self, now: u64, timeout: u64) {
+        if !self.lingering.is_empty() {
+            self.end_lingers(now);
+        }
         let multiplexed = self.slots.streams() > 1;
         for s in 0..self.slots.len() as u32 {
             if !self.slots.request(s).is_overdue(now, timeout) {

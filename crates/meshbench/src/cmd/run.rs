@@ -8,12 +8,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use meshbench_engine::pacer::Arrival;
-use meshbench_engine::{IdleStrategy, LoadSpec, Order, Protocol, RunResult, Stop, StopAt};
+use meshbench_engine::{
+    CloseFirst, IdleStrategy, LoadSpec, Order, Protocol, RunResult, Stop, StopAt,
+};
 use meshbench_runner::targets::ConnectTo;
 use meshbench_runner::{Body, LoadOptions, TargetSource, TlsOptions};
 
 use super::parse_duration;
-use crate::cli::{ArrivalArg, IdleArg, OnOff, OrderArg, RequestFlags, RunArgs};
+use crate::cli::{ArrivalArg, CloseFirstArg, IdleArg, OnOff, OrderArg, RequestFlags, RunArgs};
 use crate::{exit, usage};
 
 pub fn execute(args: RunArgs) -> Result<u8> {
@@ -166,6 +168,11 @@ pub fn apply_request_flags(o: &mut LoadOptions, r: &RequestFlags) -> Result<()> 
         .requests_per_connection
         .map(|n| positive("--requests-per-connection", n))
         .transpose()?;
+    o.close_first = r.close_first.map(|c| match c {
+        CloseFirstArg::Server => CloseFirst::Server,
+        CloseFirstArg::Client => CloseFirst::Client,
+    });
+    o.source_addresses = r.source_addresses.clone();
     o.connection_rate = r.connection_rate;
     o.method = r.method.clone();
     o.headers = r

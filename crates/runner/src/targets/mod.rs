@@ -101,6 +101,9 @@ pub struct BuildOptions<'a> {
     pub protocol: Protocol,
     pub order: Order,
     pub connect_to: &'a [ConnectTo],
+    /// HTTP/1.1: also serialise each request's closing variant (`Connection: close`), for a
+    /// connection's last request when the server is to close first.
+    pub announce_close: bool,
 }
 
 /// The built list, and whether it is TLS (all https) or not (all http).
@@ -205,23 +208,29 @@ pub fn build(sources: &[Source], opts: &BuildOptions) -> Result<Built> {
                 Some(p) => format!("{host}:{p}"),
                 None => host.clone(),
             };
-            let wire = match opts.protocol {
-                Protocol::Http1 => Wire::Http1(
-                    meshbench_engine::encode_request(
+            let (wire, closing) = match opts.protocol {
+                Protocol::Http1 => {
+                    let bytes = meshbench_engine::encode_request(
                         &src.method,
                         &path,
                         &authority,
                         &src.headers,
                         &src.body,
-                    )
-                    .into_boxed_slice(),
-                ),
-                Protocol::Http2 => Wire::Http2(Box::new(h2_request(src, &url, &text)?)),
+                    );
+                    let closing = opts
+                        .announce_close
+                        .then(|| meshbench_engine::closing_variant(&bytes))
+                        .flatten()
+                        .map(Vec::into_boxed_slice);
+                    (Wire::Http1(bytes.into_boxed_slice()), closing)
+                }
+                Protocol::Http2 => (Wire::Http2(Box::new(h2_request(src, &url, &text)?)), None),
             };
             requests.push(Target {
                 host: host_id,
                 wire,
                 head: src.method == "HEAD",
+                closing,
             });
         }
     }
@@ -364,6 +373,7 @@ mod tests {
                 protocol: Protocol::Http1,
                 order: Order::RoundRobin,
                 connect_to: &rules,
+                announce_close: false,
             },
         )
         .unwrap();
