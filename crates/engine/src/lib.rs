@@ -19,10 +19,13 @@
 //! - [`pacer`]: when the next request is due (closed loop, or an open-loop schedule).
 //! - [`recorder`]: what a worker measured, in constant memory, merged by adding.
 //! - [`result`]: the `meshbench/result/v1` document, built from the merged recorder.
+//! - [`histogram`]: a histogram's transport form (V2 + DEFLATE, base64) and a decoder that
+//!   bounds what hostile text can cost.
 
 mod conn;
 pub mod driver;
 pub mod h2conn;
+pub mod histogram;
 pub mod pacer;
 pub mod recorder;
 mod request;
