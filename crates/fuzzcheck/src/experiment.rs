@@ -1,7 +1,7 @@
 //! `experiment_file`: an experiment file (and `--set` overrides) read, checked and planned. A
 //! file is either refused with its problems listed or accepted; an accepted file compiles to a
-//! plan of bounded size whose every step can be described, and whose durations are ones the
-//! runner can turn into `std::time::Duration`s.
+//! plan of at most `MAX_STEPS` steps, each of which can be described, asks for at most
+//! `MAX_ROUTES` gateway routes, and has durations the runner can turn into `Duration`s.
 //!
 //! Input: the file's text; after a NUL byte, if there is one, `--set KEY=VALUE` overrides, one
 //! per line.
@@ -9,7 +9,10 @@
 use std::time::Duration;
 
 use meshbench_experiment::config::parse_cpuset;
+use meshbench_experiment::plan::{PlanSize, MAX_STEPS};
 use meshbench_experiment::{parse, ConfigError, Plan};
+use meshbench_lab::gateway::MAX_ROUTES;
+use meshbench_lab::Topology;
 
 /// The check of one experiment file.
 pub fn experiment_file(data: &[u8]) {
@@ -48,8 +51,15 @@ pub fn experiment_file(data: &[u8]) {
             assert!(parse_cpuset(set).is_some(), "accepted cpuset {set:?}");
         }
     }
+    let size = PlanSize::of(&e);
+    assert!(size.steps() <= MAX_STEPS, "accepted a plan of {size:?}");
+    if e.topologies.contains(&Topology::Gateway) {
+        let routes = u64::from(e.gateway.domains) * u64::from(e.gateway.paths);
+        assert!(routes <= MAX_ROUTES, "accepted {routes} gateway routes");
+    }
     let plan = Plan::compile(&e);
     assert!(!plan.steps.is_empty(), "an accepted file plans no step");
+    assert!(plan.steps.len() as u64 <= size.steps());
     for (i, step) in plan.steps.iter().enumerate() {
         assert_eq!(step.index, i);
         assert!(step.repeat < e.repeats);
