@@ -65,7 +65,9 @@ pub fn decode_histogram(s: &str) -> Result<Histogram<u64>, DecodeError> {
             let compressed = bytes
                 .get(8..)
                 .and_then(|rest| rest.get(..len))
-                .ok_or_else(|| format(format!("{len} compressed bytes announced, fewer present")))?;
+                .ok_or_else(|| {
+                    format(format!("{len} compressed bytes announced, fewer present"))
+                })?;
             plain = inflate(compressed)?;
             &plain
         }
@@ -105,9 +107,11 @@ fn check_v2(v2: &[u8]) -> Result<(), DecodeError> {
     let digits = be_u32(header, 12).unwrap_or(0);
     let low = be_u64(header, 16).unwrap_or(0);
     let high = be_u64(header, 24).unwrap_or(0);
-    let payload = v2[HEADER_BYTES..]
-        .get(..payload_len)
-        .ok_or_else(|| format(format!("{payload_len} payload bytes announced, fewer present")))?;
+    let payload = v2[HEADER_BYTES..].get(..payload_len).ok_or_else(|| {
+        format(format!(
+            "{payload_len} payload bytes announced, fewer present"
+        ))
+    })?;
     let counts = counts_len(low, high, digits).ok_or_else(|| {
         format(format!(
             "bounds {low}..{high} with {digits} significant digits make no histogram"
@@ -141,14 +145,14 @@ fn check_v2(v2: &[u8]) -> Result<(), DecodeError> {
         let n = ((value >> 1) as i64) ^ -((value & 1) as i64);
         if n < 0 {
             // A run of -n zero counters; i64::MIN has no negation.
-            let zeros = n.checked_neg().ok_or_else(|| format("a run of 2^63 zeros"))?;
+            let zeros = n
+                .checked_neg()
+                .ok_or_else(|| format("a run of 2^63 zeros"))?;
             index = index.saturating_add(zeros as u64);
         } else {
             if n > 0 {
                 if index >= counts {
-                    return Err(format(format!(
-                        "a count at position {index} of {counts}"
-                    )));
+                    return Err(format(format!("a count at position {index} of {counts}")));
                 }
                 total = total
                     .checked_add(n as u64)
@@ -288,17 +292,53 @@ mod tests {
         let cases: &[(&str, String, &str)] = &[
             ("not base64", "not base64!".into(), "not base64"),
             ("empty", String::new(), "shorter than its cookie"),
-            ("unknown cookie", b64(b"\x1c\x84\x93\x02rest"), "unknown cookie"),
-            ("header only", b64(&header(0, 3, 1, 60_000_000)[..39]), "shorter than its header"),
-            ("4 GiB payload announced", b64(&header(u32::MAX, 3, 1, 60_000_000)), "payload bytes announced"),
-            ("50 MB of counters", b64(&header(0, 5, 1, u64::MAX)), "counters"),
-            ("bad bounds", b64(&header(0, 3, 10, 11)), "make no histogram"),
-            ("deflate bomb", b64(&deflated(&bomb)), "inflates to more than"),
-            ("short compressed", b64(&deflated(&header(0, 3, 1, 9))[..12]), "compressed bytes announced"),
+            (
+                "unknown cookie",
+                b64(b"\x1c\x84\x93\x02rest"),
+                "unknown cookie",
+            ),
+            (
+                "header only",
+                b64(&header(0, 3, 1, 60_000_000)[..39]),
+                "shorter than its header",
+            ),
+            (
+                "4 GiB payload announced",
+                b64(&header(u32::MAX, 3, 1, 60_000_000)),
+                "payload bytes announced",
+            ),
+            (
+                "50 MB of counters",
+                b64(&header(0, 5, 1, u64::MAX)),
+                "counters",
+            ),
+            (
+                "bad bounds",
+                b64(&header(0, 3, 10, 11)),
+                "make no histogram",
+            ),
+            (
+                "deflate bomb",
+                b64(&deflated(&bomb)),
+                "inflates to more than",
+            ),
+            (
+                "short compressed",
+                b64(&deflated(&header(0, 3, 1, 9))[..12]),
+                "compressed bytes announced",
+            ),
             ("run of 2^63 zeros", b64(&run_of_2_pow_63), "2^63"),
             ("counts overflow", b64(&count_overflow), "2^64"),
             ("count past the end", b64(&beyond), "position"),
-            ("cut number", b64(&{ let mut b = header(1, 3, 1, 9); b.push(0x80); b }), "inside a number"),
+            (
+                "cut number",
+                b64(&{
+                    let mut b = header(1, 3, 1, 9);
+                    b.push(0x80);
+                    b
+                }),
+                "inside a number",
+            ),
         ];
         for (name, text, words) in cases {
             let Err(e) = decode_histogram(text) else {

@@ -12,8 +12,11 @@ pub mod histogram;
 pub mod http1;
 pub mod targets;
 
+/// A check: returns for a correct answer, panics for a broken property.
+pub type Check = fn(&[u8]);
+
 /// Every fuzz target by name, as its corpus directory and its fuzz target are named.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[(&str, Check)] = &[
     ("http1_response", http1::http1_response),
     ("url_template", targets::url_template),
     ("targets_file", targets::targets_file),

@@ -82,7 +82,11 @@ pub fn targets_file(data: &[u8]) {
             }
         }
         Err(e) => {
-            assert!((1..=lines).contains(&e.line), "line {} of {lines}: {e}", e.line);
+            assert!(
+                (1..=lines).contains(&e.line),
+                "line {} of {lines}: {e}",
+                e.line
+            );
             assert!(e.column >= 1, "{e}");
         }
     }

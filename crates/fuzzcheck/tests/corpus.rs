@@ -6,7 +6,9 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 
 fn corpus_dir(target: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus").join(target)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fuzz/corpus")
+        .join(target)
 }
 
 #[test]
@@ -28,9 +30,17 @@ fn every_corpus_file_passes_its_check() {
                     .map(String::as_str)
                     .or_else(|| panic.downcast_ref::<&str>().copied())
                     .unwrap_or("(no message)");
-                failed.push(format!("{target}/{}: {why}", path.file_name().unwrap().to_string_lossy()));
+                failed.push(format!(
+                    "{target}/{}: {why}",
+                    path.file_name().unwrap().to_string_lossy()
+                ));
             }
         }
     }
-    assert!(failed.is_empty(), "{} corpus files fail:\n{}", failed.len(), failed.join("\n"));
+    assert!(
+        failed.is_empty(),
+        "{} corpus files fail:\n{}",
+        failed.len(),
+        failed.join("\n")
+    );
 }
