@@ -101,7 +101,7 @@ impl Run {
 
     /// A `meshbench run --json` document, named `name`.
     pub fn from_result(name: &str, result: RunResult) -> Result<Run, String> {
-        let latency = decode_histogram(&result.histogram.latency_us)?;
+        let latency = decode_histogram(&result.histogram.latency_us).map_err(|e| e.to_string())?;
         let s = &result.settings;
         Ok(Run {
             step_id: None,

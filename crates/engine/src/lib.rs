@@ -23,12 +23,15 @@
 //! - [`check`]: the generator's verdict on its run: timer lateness, CPU saturation, a slow
 //!   target or too few connections, each with its advice.
 //! - `stop`: the shared handle that ends a run early ([`Stop`]: stop, then hurry).
+//! - [`histogram`]: a histogram's transport form (V2 + DEFLATE, base64) and a decoder that
+//!   bounds what hostile text can cost.
 
 pub mod check;
 mod conn;
 pub mod driver;
 pub mod h2conn;
 pub mod idle;
+pub mod histogram;
 pub mod pacer;
 pub mod recorder;
 mod request;

@@ -1,17 +1,16 @@
 //! The result of a run: the `meshbench/result/v1` JSON document (described by
 //! `docs/result.schema.json`), `RunResult::build` that fills it from the merged recorders, and
-//! the helpers that summarise and encode histograms.
+//! the helpers that summarise histograms (their transport form is [`crate::histogram`]'s).
 
 use std::collections::BTreeMap;
 use std::time::SystemTime;
 
-use base64::Engine as _;
-use hdrhistogram::serialization::{Deserializer, Serializer, V2DeflateSerializer};
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
 use crate::check::{self, Figures, SelfCheck};
 use crate::idle::IdleStrategy;
+pub use crate::histogram::{decode_histogram, encode_histogram, DecodeError};
 use crate::pacer::Arrival;
 use crate::recorder::{ErrorKind, Recorder};
 use crate::spec::{LoadSpec, Mode, Order, Protocol, StopAt};
@@ -286,26 +285,6 @@ pub struct Generator {
     /// Sends that waited for a free connection.
     pub queued_sends: u64,
     pub warnings: Vec<String>,
-}
-
-/// Encodes a histogram as base64 of its compressed V2 form.
-pub fn encode_histogram(h: &Histogram<u64>) -> String {
-    let mut buf = Vec::new();
-    // Serialising into a Vec cannot fail for histograms built by this crate.
-    if V2DeflateSerializer::new().serialize(h, &mut buf).is_err() {
-        return String::new();
-    }
-    base64::engine::general_purpose::STANDARD.encode(buf)
-}
-
-/// Decodes what [`encode_histogram`] wrote.
-pub fn decode_histogram(s: &str) -> Result<Histogram<u64>, String> {
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(s)
-        .map_err(|e| format!("histogram is not base64: {e}"))?;
-    Deserializer::new()
-        .deserialize(&mut bytes.as_slice())
-        .map_err(|e| format!("histogram is not HdrHistogram V2: {e:?}"))
 }
 
 impl Errors {

@@ -14,7 +14,9 @@ use serde_yaml_ng::{Mapping, Value};
 
 use meshbench_engine::{IdleStrategy, Protocol};
 
+use crate::plan::{PlanSize, MAX_STEPS};
 use crate::ConfigError;
+use meshbench_lab::gateway::MAX_ROUTES;
 
 /// A whole experiment file.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -220,6 +222,10 @@ pub struct RoleLimits {
     pub cpuset: Option<String>,
     pub memory_mib: Option<u64>,
 }
+
+/// Longest `duration_secs`, `warmup_secs` or `cooldown_secs`: a week (the runner turns them
+/// into `Duration`s and deadlines, which 1e300 seconds is not).
+pub const MAX_SECS: f64 = 7.0 * 86_400.0;
 
 /// Keys of the top-level mapping, in the order they are read.
 const SECTIONS: &[&str] = &[
@@ -446,6 +452,17 @@ impl Experiment {
                 p.push(format!("{key}: expected 0 or more seconds, found {v}"));
             }
         }
+        for (key, v) in [
+            ("duration_secs", self.duration_secs),
+            ("warmup_secs", self.warmup_secs),
+            ("cooldown_secs", self.cooldown_secs),
+        ] {
+            if v > MAX_SECS {
+                p.push(format!(
+                    "{key}: expected at most {MAX_SECS} seconds (a week), found {v}"
+                ));
+            }
+        }
         if self.repeats == 0 {
             p.push("repeats: expected at least 1".into());
         }
@@ -525,6 +542,13 @@ impl Experiment {
             if self.gateway.domains == 0 || self.gateway.paths == 0 {
                 p.push("gateway: domains and paths must be at least 1".into());
             }
+            let routes = u64::from(self.gateway.domains) * u64::from(self.gateway.paths);
+            if routes > MAX_ROUTES {
+                p.push(format!(
+                    "gateway: {} domains x {} paths is {routes} routes; at most {MAX_ROUTES} are generated",
+                    self.gateway.domains, self.gateway.paths
+                ));
+            }
         }
         for (role, r) in [
             ("proxy", &self.limits.proxy),
@@ -538,7 +562,8 @@ impl Experiment {
             if let Some(set) = &r.cpuset {
                 if parse_cpuset(set).is_none() {
                     p.push(format!(
-                        "limits.{role}.cpuset: '{set}' is not a CPU list such as 0, 0-1 or 0,2"
+                        "limits.{role}.cpuset: '{set}' is not a CPU list such as 0, 0-1 or 0,2 (CPUs 0 to {})",
+                        MAX_CPUS - 1
                     ));
                 }
             }
@@ -563,24 +588,42 @@ impl Experiment {
         if sweeps > 1 {
             p.push("limits: only one role's cpus may list several values (the CPU sweep)".into());
         }
+        let size = PlanSize::of(self);
+        if size.steps() > MAX_STEPS {
+            p.push(format!(
+                "the plan has {} steps ({} load points x {} variants x {} repeats); at most {MAX_STEPS} are run: shorten a list of load or limits, or lower repeats",
+                size.steps(),
+                size.load_points,
+                size.variants,
+                size.repeats
+            ));
+        }
         p
     }
 }
 
-/// `0`, `0-3`, `0,2-3` into CPU numbers.
+/// CPU numbers run below this: the largest `NR_CPUS` a Linux kernel can be built with.
+pub const MAX_CPUS: usize = 8192;
+
+/// `0`, `0-3`, `0,2-3` into CPU numbers; None if it is not such a list or names a CPU at or
+/// above [`MAX_CPUS`] (so that `0-99999999999` is not a list of 10^11 numbers).
 pub fn parse_cpuset(s: &str) -> Option<Vec<usize>> {
     let mut cpus = Vec::new();
     for part in s.split(',') {
         let part = part.trim();
+        let cpu = |n: &str| n.trim().parse::<usize>().ok().filter(|&c| c < MAX_CPUS);
         match part.split_once('-') {
             Some((a, b)) => {
-                let (a, b): (usize, usize) = (a.trim().parse().ok()?, b.trim().parse().ok()?);
+                let (a, b) = (cpu(a)?, cpu(b)?);
                 if a > b {
                     return None;
                 }
                 cpus.extend(a..=b);
             }
-            None => cpus.push(part.parse().ok()?),
+            None => cpus.push(cpu(part)?),
+        }
+        if cpus.len() > MAX_CPUS {
+            return None;
         }
     }
     (!cpus.is_empty()).then_some(cpus)
@@ -671,6 +714,41 @@ mod tests {
         assert_eq!(parse_cpuset("0-2,5"), Some(vec![0, 1, 2, 5]));
         assert_eq!(parse_cpuset("2-1"), None);
         assert_eq!(parse_cpuset(""), None);
+        assert_eq!(parse_cpuset("8191"), Some(vec![8191]));
+        // fuzz/corpus/experiment_file/oom-cpuset-of-10-pow-12-cpus.yaml
+        assert_eq!(parse_cpuset("0-999999999999"), None);
+        assert_eq!(parse_cpuset("0-8191,0-8191"), None);
+    }
+
+    /// Found while writing the `experiment_file` fuzz target (and confirmed on it): tiny files
+    /// that asked for billions of steps, a duration no `Duration` holds, or billions of gateway
+    /// routes. Each is a case of fuzz/corpus/experiment_file.
+    #[test]
+    fn a_tiny_file_cannot_ask_for_unbounded_work() {
+        let cases = [
+            ("repeats: 4294967295\n", "at most 100000 are run"),
+            (
+                "load:\n  qps: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]\n  connections: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]\n  response_bytes: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]\n  jitter: [false, true]\nrepeats: 50\n",
+                "200000 steps (2000 load points x 2 variants x 50 repeats)",
+            ),
+            ("duration_secs: 1e300\n", "duration_secs: expected at most 604800"),
+            ("warmup_secs: 1e20\n", "warmup_secs: expected at most"),
+            ("gateway:\n  domains: 4000000000\n  paths: 4000000000\n", "at most 1000000 are generated"),
+        ];
+        for (rest, words) in cases {
+            let text = format!("name: t\ntopologies: [baseline, gateway]\n{rest}");
+            let err = parse("t.yaml", &text, &[]).unwrap_err().to_string();
+            assert!(err.contains(words), "{rest}: {err}");
+        }
+        let e = parse(
+            "t.yaml",
+            "name: t\ntopologies: [baseline]\nload:\n  mode: closed\n  jitter: [false, true]\nrepeats: 3\n",
+            &[],
+        )
+        .unwrap();
+        let size = PlanSize::of(&e);
+        assert_eq!((size.load_points, size.variants, size.steps()), (1, 1, 3));
+        assert_eq!(crate::Plan::compile(&e).steps.len(), 3);
     }
 
     #[test]

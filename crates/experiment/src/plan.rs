@@ -92,6 +92,78 @@ impl Step {
     }
 }
 
+/// Most steps a plan may hold. At a second per step that is more than a day; a file that asks
+/// for more (a long list, a large `repeats`, lists multiplied together) is refused by
+/// [`Experiment::validate`] before a step is made.
+pub const MAX_STEPS: u64 = 100_000;
+
+/// How many steps an experiment plans, counted without making them (products saturate).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PlanSize {
+    /// Cells of the load matrix (duplicate list values counted).
+    pub load_points: u64,
+    /// Topologies, each CPU value of a sweep counting for the topologies it applies to.
+    pub variants: u64,
+    pub repeats: u64,
+}
+
+impl PlanSize {
+    pub fn of(e: &Experiment) -> PlanSize {
+        let len = |n: usize| n as u64;
+        let rates = match e.load.mode {
+            LoopMode::Open => len(e.load.qps.len()),
+            LoopMode::Closed => 1,
+        };
+        let load_points = [
+            len(e.load.connections.len()),
+            len(e.load.response_bytes.len()),
+            len(jitters(e).len()),
+        ]
+        .into_iter()
+        .fold(rates, u64::saturating_mul);
+        let sweep = sweep(e);
+        let variants = e
+            .topologies
+            .iter()
+            .map(|t| match sweep {
+                Some((role, cpus)) if t.has(role) => len(cpus.len()),
+                _ => 1,
+            })
+            .fold(0, u64::saturating_add);
+        PlanSize {
+            load_points,
+            variants,
+            repeats: u64::from(e.repeats),
+        }
+    }
+
+    /// The steps of the plan (at most: [`Plan::compile`] drops repeated load points).
+    pub fn steps(&self) -> u64 {
+        self.load_points
+            .saturating_mul(self.variants)
+            .saturating_mul(self.repeats)
+    }
+}
+
+/// Jitter shapes arrivals: meaningless in a closed loop, where only `false` is planned.
+fn jitters(e: &Experiment) -> &[bool] {
+    match e.load.mode {
+        LoopMode::Open => &e.load.jitter,
+        LoopMode::Closed => &[false],
+    }
+}
+
+/// The swept role and its CPU values, when one role's `cpus` lists several.
+fn sweep(e: &Experiment) -> Option<(Class, &Vec<f64>)> {
+    [
+        (Class::Proxy, &e.limits.proxy.cpus),
+        (Class::Tunnel, &e.limits.tunnel.cpus),
+        (Class::Backend, &e.limits.backend.cpus),
+    ]
+    .into_iter()
+    .find(|(_, c)| c.len() > 1)
+}
+
 /// The whole run order.
 #[derive(Debug, Clone, Serialize)]
 pub struct Plan {
@@ -101,6 +173,8 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// The steps of `e`, which [`Experiment::validate`] passed (as [`crate::parse`] makes sure):
+    /// at most [`MAX_STEPS`] of them.
     pub fn compile(e: &Experiment) -> Plan {
         let mut loads = Vec::new();
         let rates: Vec<Option<f64>> = match e.load.mode {
@@ -110,26 +184,19 @@ impl Plan {
         for &qps in &rates {
             for &connections in &e.load.connections {
                 for &response_bytes in &e.load.response_bytes {
-                    for &jitter in &e.load.jitter {
+                    for &jitter in jitters(e) {
                         loads.push(LoadPoint {
                             qps,
                             connections,
                             response_bytes,
-                            // Jitter shapes arrivals: meaningless in a closed loop.
-                            jitter: jitter && qps.is_some(),
+                            jitter,
                         });
                     }
                 }
             }
         }
         loads.dedup();
-        let sweep = [
-            (Class::Proxy, &e.limits.proxy.cpus),
-            (Class::Tunnel, &e.limits.tunnel.cpus),
-            (Class::Backend, &e.limits.backend.cpus),
-        ]
-        .into_iter()
-        .find(|(_, c)| c.len() > 1);
+        let sweep = sweep(e);
         let mut variants = Vec::new();
         for &t in &e.topologies {
             match sweep {

@@ -48,6 +48,11 @@ pub enum CertLayout {
     Shared,
 }
 
+/// Most routes (domains x paths) a generated gateway may serve: every route is a line of the
+/// gateway's configuration and a request the load generator prepares, so a mistyped count must
+/// not become billions of them.
+pub const MAX_ROUTES: u64 = 1_000_000;
+
 /// What to generate.
 #[derive(Debug, Clone)]
 pub struct GatewayPlan {
@@ -136,6 +141,12 @@ pub fn generate(plan: &GatewayPlan, target: &dyn Target) -> Result<Generated, La
         return Err(LabError::Io(
             "--domains and --paths must be at least 1".into(),
         ));
+    }
+    let routes = (plan.domains as u64).saturating_mul(plan.paths as u64);
+    if routes > MAX_ROUTES {
+        return Err(LabError::Io(format!(
+            "--domains x --paths is {routes} routes; at most {MAX_ROUTES} are generated"
+        )));
     }
     std::fs::create_dir_all(&plan.out)
         .map_err(|e| LabError::Io(format!("cannot create {}: {e}", plan.out.display())))?;

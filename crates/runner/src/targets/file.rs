@@ -56,6 +56,19 @@ fn fail(line: usize, column: usize, message: impl Into<String>) -> FileError {
 
 /// Parses the text of a targets file; `dir` is where `@FILE` bodies are looked up.
 pub fn parse(text: &str, dir: &Path) -> Result<Vec<FileTarget>, FileError> {
+    parse_with(text, |file| {
+        let path = dir.join(file);
+        std::fs::read(&path).map_err(|e| format!("cannot read body file {}: {e}", path.display()))
+    })
+}
+
+/// Parses the text of a targets file, reading each `@FILE` body with `read_body` (given the
+/// name as written, trimmed; it answers the bytes or why not). [`parse`] reads them from disk;
+/// a test or a fuzz target can hand them over without touching the file system.
+pub fn parse_with(
+    text: &str,
+    mut read_body: impl FnMut(&str) -> Result<Vec<u8>, String>,
+) -> Result<Vec<FileTarget>, FileError> {
     let mut out: Vec<FileTarget> = Vec::new();
     let mut open = false; // the last target may still take headers and a body
     for (idx, raw) in text.lines().enumerate() {
@@ -99,14 +112,7 @@ pub fn parse(text: &str, dir: &Path) -> Result<Vec<FileTarget>, FileError> {
             if target.body.is_some() {
                 return Err(fail(n, indent + 1, "this request already has a body"));
             }
-            let path = dir.join(file.trim());
-            let body = std::fs::read(&path).map_err(|e| {
-                fail(
-                    n,
-                    indent + 2,
-                    format!("cannot read body file {}: {e}", path.display()),
-                )
-            })?;
+            let body = read_body(file.trim()).map_err(|e| fail(n, indent + 2, e))?;
             target.body = Some(body);
             continue;
         }

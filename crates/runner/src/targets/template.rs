@@ -170,7 +170,8 @@ fn parse_group(text: &str, open: usize, inner: &str) -> Result<Part, TemplateErr
         };
         return Ok(Part::Range {
             from,
-            len: to - from + 1,
+            // {0..18446744073709551615} has 2^64 values: saturated, it is refused as too many.
+            len: (to - from).saturating_add(1),
             width,
         });
     }
@@ -220,6 +221,8 @@ mod tests {
             ("http://a/{a,,b}", 10, "between its commas"),
             ("http://é/{a{b}}", 10, "do not nest"),
             ("http://a/{1..9999}{1..9999}", 1, "at most"),
+            // Found by fuzzing (fuzz/corpus/url_template/crash-range-of-2-pow-64.txt).
+            ("http://a/{0..18446744073709551615}", 1, "at most"),
         ];
         for (text, column, words) in cases {
             let e = Template::parse(text).unwrap_err();
