@@ -9,8 +9,8 @@ use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
 use crate::check::{self, Figures, SelfCheck};
-use crate::idle::IdleStrategy;
 pub use crate::histogram::{decode_histogram, encode_histogram, DecodeError};
+use crate::idle::IdleStrategy;
 use crate::pacer::Arrival;
 use crate::recorder::{ErrorKind, Recorder};
 use crate::spec::{LoadSpec, Mode, Order, Protocol, StopAt};

@@ -442,11 +442,16 @@ impl Worker<'_> {
     /// idle margin before it and spins the rest (see [`crate::idle`]).
     fn idle_until(&mut self, now: u64, wake: u64, for_send: bool, lazy: bool) -> io::Result<usize> {
         let clock = self.ctl.clock;
-        let sleep_to = if for_send {
+        let target = if for_send {
             self.idle.sleep_until(wake)
         } else {
             wake
         };
+        // A far send is approached in two stages; the loop comes back for the second.
+        let first_stage = for_send
+            .then(|| self.idle.stage_before(now, target))
+            .flatten();
+        let sleep_to = first_stage.unwrap_or(target);
         if sleep_to > now {
             let wait = Duration::from_nanos(sleep_to - now);
             let n = if lazy {
@@ -459,9 +464,19 @@ impl Worker<'_> {
                 return Ok(n);
             }
             let woke = clock.now();
-            let error = self.idle.woke(sleep_to, woke);
             if self.measuring {
-                self.rec.wake_error(error);
+                self.rec.wake_error(woke.saturating_sub(sleep_to));
+            }
+            if first_stage.is_some() {
+                return if lazy {
+                    self.poller.wait(Some(Duration::ZERO))
+                } else {
+                    Ok(0)
+                };
+            }
+            if for_send {
+                // The margin covers the last sleep before a send: learn from those alone.
+                self.idle.woke(sleep_to, woke);
             }
             if !lazy && woke >= wake {
                 return Ok(0);
