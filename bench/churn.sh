@@ -73,23 +73,10 @@ client_ns() {
 
 # ---------------------------------------------------------------- nginx ----
 body=$(python3 -c 'import string; s=(string.ascii_letters+string.digits)*20; print(s[:1024], end="")')
-cat > "$WORK/nginx.conf" <<NGINX
-worker_processes 1;
-worker_rlimit_nofile 65536;
-user root;
-pid $WORK/nginx.pid;
-error_log $WORK/error.log warn;
-events { worker_connections 16384; }
-http {
-  access_log off; keepalive_requests 1000000; keepalive_timeout 65s;
-  default_type text/plain; server_tokens off;
-  client_body_temp_path $WORK/b; proxy_temp_path $WORK/p; fastcgi_temp_path $WORK/f;
-  uwsgi_temp_path $WORK/u; scgi_temp_path $WORK/s;
-  server { listen $PORT backlog=4096; location / { return 200 "$body"; } }
-}
-NGINX
-# start_nginx NS: nginx in namespace NS, ready; stop_nginx: stopped.
-start_nginx() {
+. "$HERE/nginx.sh"
+nginx_conf "$WORK" "$PORT" "$body"
+# start_nginx_in NS: nginx in namespace NS, ready; stop_nginx: stopped.
+start_nginx_in() {
   ip netns exec "$1" taskset -c "$SRV_CPU" nginx -p "$WORK" -c "$WORK/nginx.conf" -e "$WORK/error.log" -g 'daemon off;' &
   NGINX_PID=$!
   for _ in $(seq 50); do ip netns exec "$1" curl -sf -o /dev/null "http://127.0.0.1:$PORT/" && break; sleep 0.1; done
@@ -101,7 +88,7 @@ case $LINK in
   veth)
     ip netns add "$SRV" || { echo "ip netns add failed: needs root" >&2; exit 1; }
     ip -n "$SRV" link set lo up
-    start_nginx "$SRV" ;;
+    start_nginx_in "$SRV" ;;
   loopback) ;;
   *) echo "LINK=$LINK: veth or loopback" >&2; exit 2 ;;
 esac
@@ -117,7 +104,7 @@ run_one() {
     client_ns "$k"
   else
     ip netns add "$ns" && ip -n "$ns" link set lo up
-    start_nginx "$ns"
+    start_nginx_in "$ns"
     url=http://127.0.0.1:$PORT/
   fi
   local cmd=()
