@@ -47,6 +47,17 @@ pub enum Cause {
 }
 
 impl Cause {
+    /// The name the JSON uses.
+    pub fn name(self) -> &'static str {
+        match self {
+            Cause::TimerLateness => "timer_lateness",
+            Cause::CpuSaturation => "cpu_saturation",
+            Cause::CpuContention => "cpu_contention",
+            Cause::SlowTarget => "slow_target",
+            Cause::TooFewConnections => "too_few_connections",
+        }
+    }
+
     /// Whether this cause makes the figures the generator's rather than the target's.
     pub fn invalidates(self) -> bool {
         !matches!(self, Cause::SlowTarget)

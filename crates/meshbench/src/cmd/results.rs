@@ -1,10 +1,12 @@
 //! `meshbench results list|show|export`: the results store read back, as a table, as JSON, as
 //! Istio perf/benchmark CSV, or as one fortio JSON file per step.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::Path;
 
 use anyhow::{Context, Result};
+use meshbench_engine::check::Cause;
 use meshbench_experiment::StepParams;
 use meshbench_store::{LoadSummary, RoleUsage, StepRecord, StepStatus};
 
@@ -117,6 +119,8 @@ pub struct TableRow<'a> {
     pub error: Option<&'a str>,
     /// Interrupted before its end: its figures cover only part of the step.
     pub partial: bool,
+    /// Why the generator's self-check calls the step invalid, if it does.
+    pub invalid: Option<Cause>,
     pub usage: &'a [RoleUsage],
 }
 
@@ -129,6 +133,11 @@ impl<'a> TableRow<'a> {
             summary: r.summary(),
             error: r.error.as_deref(),
             partial: r.status == StepStatus::Partial,
+            invalid: r
+                .result
+                .as_ref()
+                .and_then(|res| res.generator.check.why_invalid())
+                .map(|f| f.cause),
             usage: &r.usage,
         }
     }
@@ -168,11 +177,14 @@ pub fn table(rows: &[TableRow]) -> String {
                 )
             })
             .collect();
-        let error = match (r.error, r.partial) {
+        let mut error = match (r.error, r.partial) {
             (Some(e), _) => format!("  FAILED: {e}"),
             (None, true) => "  PARTIAL (interrupted)".to_string(),
             (None, false) => String::new(),
         };
+        if let Some(cause) = r.invalid {
+            error.push_str(&format!("  INVALID: {}", cause.name()));
+        }
         match &r.summary {
             Some(s) => out.push_str(&format!(
                 "{:>4} {:<26} {:<22} {:>9.1} {:>7} {:>7} {:>7} {:>6}  {}{error}\n",
@@ -194,6 +206,19 @@ pub fn table(rows: &[TableRow]) -> String {
                 r.error.unwrap_or("")
             )),
         }
+    }
+    let mut causes: BTreeMap<&str, usize> = BTreeMap::new();
+    for cause in rows.iter().filter_map(|r| r.invalid) {
+        *causes.entry(cause.name()).or_default() += 1;
+    }
+    if !causes.is_empty() {
+        let counted: Vec<String> = causes.iter().map(|(c, n)| format!("{c}: {n}")).collect();
+        out.push_str(&format!(
+            "INVALID by the generator's own check: {} of {} steps ({}); their figures may be the generator's, not the target's; the JSON export says why, step by step (docs/result.md, the self-check)\n",
+            causes.values().sum::<usize>(),
+            rows.len(),
+            counted.join(", ")
+        ));
     }
     out
 }
