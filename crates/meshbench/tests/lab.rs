@@ -591,7 +591,9 @@ mem_Mi_avg_server_proxy,mem_Mi_avg_backend,mem_Mi_avg_sampler"
             "{r:?}"
         );
         if r[2].contains("_default_") {
-            assert_eq!(r[col("ActualQPS")], "200", "{r:?}");
+            // Evenly spaced arrivals hold the rate within a request or two a second.
+            let actual: u64 = r[col("ActualQPS")].parse().unwrap();
+            assert!((198..=202).contains(&actual), "{r:?}");
         }
         assert_eq!(r[col("RequestedQPS")], "200", "{r:?}");
         let p50: u64 = r[5].parse().unwrap();
