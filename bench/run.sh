@@ -41,29 +41,11 @@ URL=http://127.0.0.1:$PORT/
 # ---------------------------------------------------------------- nginx ----
 body=$(python3 -c 'import string; s=(string.ascii_letters+string.digits)*20; print(s[:1024], end="")')
 mask=$(printf '%x' $((1 << SRV_CPU)))
-cat > "$WORK/nginx.conf" <<NGINX
-worker_processes 1;
-worker_cpu_affinity $(python3 -c "print(bin($((1 << SRV_CPU)))[2:])");
-worker_rlimit_nofile 65536;
-user root;
-pid $WORK/nginx.pid;
-error_log $WORK/error.log warn;
-events { worker_connections 16384; }
-http {
-  access_log off; keepalive_requests 1000000; keepalive_timeout 65s;
-  default_type text/plain; server_tokens off;
-  client_body_temp_path $WORK/b; proxy_temp_path $WORK/p; fastcgi_temp_path $WORK/f;
-  uwsgi_temp_path $WORK/u; scgi_temp_path $WORK/s;
-  server { listen 127.0.0.1:$PORT backlog=4096; location / { return 200 "$body"; } }
-}
-NGINX
-taskset -c "$SRV_CPU" nginx -p "$WORK" -c "$WORK/nginx.conf" -e "$WORK/error.log" -g 'daemon off;' &
-NGINX_PID=$!
+. "$HERE/nginx.sh"
+start_nginx "$WORK" "$PORT" "$SRV_CPU" "$body" || exit 1
 cleanup() { kill -QUIT $NGINX_PID 2>/dev/null; wait $NGINX_PID 2>/dev/null; [ -n "${BACKEND_PID:-}" ] && kill $BACKEND_PID 2>/dev/null; rm -rf "$WORK"; }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-for _ in $(seq 50); do curl -sf -o /dev/null "$URL" && break; sleep 0.1; done
-curl -sf -o /dev/null "$URL" || { echo "nginx did not start" >&2; cat "$WORK/error.log" >&2; exit 1; }
 echo "nginx $(nginx -v 2>&1 | cut -d/ -f2) pinned to CPU $SRV_CPU (mask $mask); generators on CPU $GEN_CPU; work $WORK" >&2
 
 # ------------------------------------------------------------- one run ----
