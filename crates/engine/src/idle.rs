@@ -53,6 +53,11 @@ pub enum IdleStrategy {
 }
 
 impl IdleStrategy {
+    /// Whether it spins a margin learnt from the clock (and so calibrates and stages).
+    pub fn learns(self) -> bool {
+        matches!(self, IdleStrategy::Auto | IdleStrategy::Hybrid)
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             IdleStrategy::Auto => "auto",
@@ -83,6 +88,8 @@ pub struct Idle {
     strategy: IdleStrategy,
     /// Recent wake-up errors in nanoseconds (saturated at u32::MAX).
     ring: Box<[u32; RING]>,
+    /// Where the percentile is taken, so that no update allocates.
+    scratch: Box<[u32; RING]>,
     filled: usize,
     next: usize,
     since_update: u32,
@@ -105,6 +112,7 @@ impl Idle {
         Idle {
             strategy,
             ring: Box::new([0; RING]),
+            scratch: Box::new([0; RING]),
             filled: 0,
             next: 0,
             since_update: 0,
@@ -139,8 +147,9 @@ impl Idle {
     /// Where a sleep towards `sleep_to` should stop first, if the send is far enough off to be
     /// approached in two stages (see the module header).
     pub fn stage_before(&self, now: u64, sleep_to: u64) -> Option<u64> {
-        let spins = matches!(self.strategy, IdleStrategy::Auto | IdleStrategy::Hybrid);
-        (spins && !self.contended && sleep_to.saturating_sub(now) > STAGE_NS + STAGE_NS / 2)
+        (self.strategy.learns()
+            && !self.contended
+            && sleep_to.saturating_sub(now) > STAGE_NS + STAGE_NS / 2)
             .then(|| sleep_to - STAGE_NS)
     }
 
@@ -165,11 +174,12 @@ impl Idle {
     }
 
     /// The 99th percentile of the remembered errors, in nanoseconds.
-    pub fn p99_error_ns(&self) -> u64 {
+    pub fn p99_error_ns(&mut self) -> u64 {
         if self.filled == 0 {
             return 0;
         }
-        let mut seen = self.ring[..self.filled].to_vec();
+        let seen = &mut self.scratch[..self.filled];
+        seen.copy_from_slice(&self.ring[..self.filled]);
         let k = (self.filled * 99).div_ceil(100) - 1;
         let (_, v, _) = seen.select_nth_unstable(k);
         *v as u64

@@ -165,12 +165,8 @@ impl Worker<'_> {
     }
 
     /// Adds the bytes conn `c` moved since the last look to the recorder (measured window only).
-    /// A lingering socket's token names no connection: nothing to add.
     pub(super) fn account(&mut self, c: u32) {
-        let Some(conn) = self.conns.get_mut(c as usize) else {
-            return;
-        };
-        let (received, sent) = conn.bytes_moved();
+        let (received, sent) = self.conns[c as usize].bytes_moved();
         if self.measuring {
             self.rec.bytes_received += received;
             self.rec.bytes_sent += sent;

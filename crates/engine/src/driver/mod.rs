@@ -34,7 +34,7 @@ use meshbench_net::http1::ResponseReader;
 use meshbench_net::poller::Poller;
 use meshbench_net::rng::SplitMix64;
 
-use crate::conn::{Conn, State};
+use crate::conn::{Conn, State, LINGER_TOKEN};
 use crate::h2conn::H2Stream;
 use crate::idle::{Idle, IdleStrategy, CALIBRATION};
 use crate::pacer::Pacer;
@@ -380,7 +380,10 @@ impl Worker<'_> {
                 let ev = self.poller.event(e);
                 let c = ev.token as u32;
                 self.on_event(c, ev.readable || ev.closed, ev.writable, now);
-                self.account(c);
+                // A lingering socket (its own token) moves no counted bytes.
+                if c & LINGER_TOKEN == 0 {
+                    self.account(c);
+                }
             }
             if !self.backing_off.is_empty() {
                 self.end_backoffs(now);
@@ -411,8 +414,8 @@ impl Worker<'_> {
                 if let Some(p) = &self.plan.connect_pacer {
                     wake = wake.min(p.wake_at().unwrap_or(u64::MAX));
                 }
-            } else if self.slots.has_free() {
-                wake = wake.min(self.plan.pacer.wake_at().unwrap_or(u64::MAX));
+            } else if let Some(send) = self.send_due_at() {
+                wake = wake.min(send);
             }
             if let Some(end) = self.plan.send_until.filter(|&end| end > now) {
                 wake = wake.min(end);
@@ -509,10 +512,7 @@ impl Worker<'_> {
 
     /// Learns the clock before the start: a few short sleeps give the first margin.
     fn calibrate_idle(&mut self) {
-        if !matches!(
-            self.idle.strategy(),
-            IdleStrategy::Auto | IdleStrategy::Hybrid
-        ) {
+        if !self.idle.strategy().learns() {
             return;
         }
         let clock = self.ctl.clock;
