@@ -3,7 +3,9 @@
 # nginx (with its stream module, for L4 tunnels), haproxy and caddy (the real proxies and
 # gateways the tests start), iproute2 (network namespaces), wrk, h2load and ab (benchmark peers),
 # GNU time, util-linux `script` (a pty for the progress-line test), chromium (renders the HTML
-# report headless in its test) and DejaVu fonts (the report's PNG charts measure text with them).
+# report headless in its test, and the live page in its test), DejaVu fonts (the report's PNG
+# charts measure text with them), and Prometheus with promtool and the process exporter (the
+# live stream's /metrics, remote write and the external topology are tested against them).
 # Then a Python environment with pandas and matplotlib for the test that runs Istio's own graph
 # plotter on the exported CSV (scripts/install-istio-plotter.sh: once, about a minute; without
 # it that test says it is skipped and why).
@@ -22,6 +24,8 @@ command -v h2load >/dev/null 2>&1 || need+=(nghttp2-client)
 command -v curl >/dev/null 2>&1 || need+=(curl)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 [ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need+=(fonts-dejavu-core)
+command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
+command -v prometheus-process-exporter >/dev/null 2>&1 || need+=(prometheus-process-exporter)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}" >&2
   export DEBIAN_FRONTEND=noninteractive

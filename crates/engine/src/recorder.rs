@@ -2,8 +2,9 @@
 //!
 //! Each worker owns one [`Recorder`]: three HdrHistograms in microseconds (latency from the
 //! intended send time, service time from the actual send, schedule lag), counts per status code
-//! and per error kind, and bytes. Nothing grows with the number of requests. Once a second the
-//! worker also hands over an [`Interval`] (a coarse histogram and counts) for the timeline.
+//! and per error kind ([`Counts`]), and bytes. Nothing grows with the number of requests. Once a
+//! second the worker also hands over an [`Interval`] (the same counts, the latency histogram
+//! and a coarse lag histogram) for the timeline and the live stream.
 
 use std::collections::BTreeMap;
 use std::ops::AddAssign;
@@ -111,24 +112,129 @@ pub fn new_interval_histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, HIST_MAX_US, 2).expect("static histogram bounds are valid")
 }
 
-/// What one worker measured in one second of the run.
+/// Finished requests counted by status code and by kind of failure: what the result and every
+/// second of the live stream count alike, merged by adding.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Counts {
+    /// Responses per status code; index = code (codes outside 100..=599 land in 0).
+    status: Vec<u64>,
+    errors: [u64; ErrorKind::ALL.len()],
+}
+
+impl Default for Counts {
+    fn default() -> Self {
+        Self {
+            status: vec![0; 600],
+            errors: [0; ErrorKind::ALL.len()],
+        }
+    }
+}
+
+impl Counts {
+    /// A complete response with this status.
+    #[inline]
+    pub fn response(&mut self, status: u16) {
+        let idx = if (100..600).contains(&status) {
+            status as usize
+        } else {
+            0
+        };
+        self.status[idx] += 1;
+    }
+
+    /// A failed request.
+    #[inline]
+    pub fn error(&mut self, kind: ErrorKind) {
+        self.errors[kind as usize] += 1;
+    }
+
+    /// Counts per status code, ascending; code 0 collects out-of-range codes.
+    pub fn status_codes(&self) -> impl Iterator<Item = (u16, u64)> + '_ {
+        self.status
+            .iter()
+            .enumerate()
+            .filter(|(_, &n)| n > 0)
+            .map(|(code, &n)| (code as u16, n))
+    }
+
+    pub fn errors(&self, kind: ErrorKind) -> u64 {
+        self.errors[kind as usize]
+    }
+
+    /// Responses with a status of 400 or more (they count as failed requests).
+    pub fn http_errors(&self) -> u64 {
+        self.status[400..].iter().sum::<u64>() + self.status[0]
+    }
+
+    pub fn responses(&self) -> u64 {
+        self.status.iter().sum()
+    }
+
+    pub fn transport_errors(&self) -> u64 {
+        self.errors.iter().sum()
+    }
+
+    /// Finished requests: every response plus every failure.
+    pub fn total(&self) -> u64 {
+        self.responses() + self.transport_errors()
+    }
+
+    /// Responses with a status below 400.
+    pub fn ok(&self) -> u64 {
+        self.responses() - self.http_errors()
+    }
+
+    /// Failed requests: transport failures and responses of 400 or more.
+    pub fn failed(&self) -> u64 {
+        self.total() - self.ok()
+    }
+}
+
+impl AddAssign<&Counts> for Counts {
+    fn add_assign(&mut self, o: &Counts) {
+        for (a, b) in self.status.iter_mut().zip(&o.status) {
+            *a += b;
+        }
+        for (a, b) in self.errors.iter_mut().zip(&o.errors) {
+            *a += b;
+        }
+    }
+}
+
+/// What one worker measured in one second of the measured window (or, merged, every worker).
 #[derive(Debug, Clone)]
 pub struct Interval {
     /// Second of the measured window this covers (0 = the first).
     pub second: u32,
-    pub requests: u64,
-    pub errors: u64,
+    pub counts: Counts,
+    /// Requests put on the wire.
+    pub sends: u64,
+    /// Latency as the result counts it, 3 significant digits like the result's own, so that
+    /// what the live stream exports reads the same percentiles.
     pub latency: Histogram<u64>,
+    /// Schedule lag of the sends, 2 significant digits.
+    pub lag: Histogram<u64>,
 }
 
 impl Interval {
     pub fn new(second: u32) -> Self {
         Self {
             second,
-            requests: 0,
-            errors: 0,
-            latency: new_interval_histogram(),
+            counts: Counts::default(),
+            sends: 0,
+            latency: new_histogram(),
+            lag: new_interval_histogram(),
         }
+    }
+}
+
+impl AddAssign<&Interval> for Interval {
+    fn add_assign(&mut self, o: &Interval) {
+        self.counts += &o.counts;
+        self.sends += o.sends;
+        // The bounds are equal by construction, so adding cannot fail.
+        self.latency.add(&o.latency).expect("same histogram bounds");
+        self.lag.add(&o.lag).expect("same histogram bounds");
     }
 }
 
@@ -141,9 +247,7 @@ pub struct Recorder {
     pub service: Histogram<u64>,
     /// Intended to actual send time (open loop).
     pub lag: Histogram<u64>,
-    /// Responses per status code; index = code (codes outside 100..=599 land in 0).
-    status: Vec<u64>,
-    errors: [u64; 9],
+    pub counts: Counts,
     /// Failures counted by "kind: message" (TLS reasons, GOAWAY and reset codes), bounded.
     pub messages: BTreeMap<String, u64>,
     pub bytes_sent: u64,
@@ -214,8 +318,7 @@ impl Recorder {
             latency: new_histogram(),
             service: new_histogram(),
             lag: new_histogram(),
-            status: vec![0; 600],
-            errors: [0; 9],
+            counts: Counts::default(),
             messages: BTreeMap::new(),
             bytes_sent: 0,
             bytes_received: 0,
@@ -248,12 +351,7 @@ impl Recorder {
     /// A complete response: status and times in nanoseconds.
     #[inline]
     pub fn response(&mut self, status: u16, latency_ns: u64, service_ns: u64) {
-        let idx = if (100..600).contains(&status) {
-            status as usize
-        } else {
-            0
-        };
-        self.status[idx] += 1;
+        self.counts.response(status);
         self.latency.saturating_record(latency_ns / 1000);
         self.service.saturating_record(service_ns / 1000);
     }
@@ -261,7 +359,7 @@ impl Recorder {
     /// A failed request.
     #[inline]
     pub fn error(&mut self, kind: ErrorKind) {
-        self.errors[kind as usize] += 1;
+        self.counts.error(kind);
     }
 
     /// A failed request with a message worth keeping (allocates: error path only).
@@ -284,42 +382,6 @@ impl Recorder {
         self.late_sends += generator_late as u64;
         self.queued_sends += queued as u64;
     }
-
-    /// Counts per status code, ascending; code 0 collects out-of-range codes.
-    pub fn status_codes(&self) -> impl Iterator<Item = (u16, u64)> + '_ {
-        self.status
-            .iter()
-            .enumerate()
-            .filter(|(_, &n)| n > 0)
-            .map(|(code, &n)| (code as u16, n))
-    }
-
-    pub fn errors(&self, kind: ErrorKind) -> u64 {
-        self.errors[kind as usize]
-    }
-
-    /// Responses with a status of 400 or more (they count as failed requests).
-    pub fn http_errors(&self) -> u64 {
-        self.status[400..].iter().sum::<u64>() + self.status[0]
-    }
-
-    pub fn responses(&self) -> u64 {
-        self.status.iter().sum()
-    }
-
-    pub fn transport_errors(&self) -> u64 {
-        self.errors.iter().sum()
-    }
-
-    /// Finished requests: every response plus every failure.
-    pub fn total(&self) -> u64 {
-        self.responses() + self.transport_errors()
-    }
-
-    /// Responses with a status below 400.
-    pub fn ok(&self) -> u64 {
-        self.responses() - self.http_errors()
-    }
 }
 
 fn add_message(messages: &mut BTreeMap<String, u64>, key: String, n: u64) {
@@ -340,12 +402,7 @@ impl AddAssign<&Recorder> for Recorder {
             .add(&o.wake_error)
             .expect("same histogram bounds");
         self.spin_ns += o.spin_ns;
-        for (a, b) in self.status.iter_mut().zip(&o.status) {
-            *a += b;
-        }
-        for (a, b) in self.errors.iter_mut().zip(&o.errors) {
-            *a += b;
-        }
+        self.counts += &o.counts;
         self.bytes_sent += o.bytes_sent;
         self.bytes_received += o.bytes_received;
         self.sends += o.sends;
@@ -434,13 +491,13 @@ mod tests {
         for (name, steps, total, ok, errs) in cases {
             let mut r = Recorder::new();
             steps.iter().for_each(|s| s(&mut r));
-            assert_eq!(r.total(), *total, "{name}: total");
-            assert_eq!(r.ok(), *ok, "{name}: ok");
-            let got: Vec<u64> = ErrorKind::ALL.iter().map(|k| r.errors(*k)).collect();
+            assert_eq!(r.counts.total(), *total, "{name}: total");
+            assert_eq!(r.counts.ok(), *ok, "{name}: ok");
+            let got: Vec<u64> = ErrorKind::ALL.iter().map(|k| r.counts.errors(*k)).collect();
             assert_eq!(got, errs.to_vec(), "{name}: errors");
             assert_eq!(
-                r.ok() + r.http_errors() + r.transport_errors(),
-                r.total(),
+                r.counts.ok() + r.counts.http_errors() + r.counts.transport_errors(),
+                r.counts.total(),
                 "{name}: sum"
             );
         }
@@ -456,7 +513,7 @@ mod tests {
         }
         assert_eq!(r.messages["tls: certificate expired"], 2);
         assert_eq!(r.messages.len(), MAX_MESSAGES);
-        assert_eq!(r.errors(ErrorKind::StreamReset), 100);
+        assert_eq!(r.counts.errors(ErrorKind::StreamReset), 100);
         let mut sum = Recorder::new();
         sum += &r;
         sum += &r;
@@ -500,7 +557,7 @@ mod tests {
         merged += &b;
         assert_eq!(merged.latency, both.latency);
         assert_eq!(merged.service, both.service);
-        assert_eq!(merged.total(), both.total());
+        assert_eq!(merged.counts.total(), both.counts.total());
         assert_eq!(merged.bytes_sent, 15);
         for q in [0.5, 0.9, 0.99, 0.999] {
             assert_eq!(
@@ -538,7 +595,7 @@ mod tests {
             before,
             "histogram storage is fixed up front"
         );
-        assert_eq!(r.status.len(), 600);
+        assert_eq!(r.counts.status.len(), 600);
     }
 
     #[test]
@@ -586,7 +643,7 @@ mod tests {
         r.error(ErrorKind::PortsExhausted);
         let mut sum = Recorder::new();
         sum += &r;
-        assert_eq!(sum.errors(ErrorKind::PortsExhausted), 1);
+        assert_eq!(sum.counts.errors(ErrorKind::PortsExhausted), 1);
         assert_eq!(ErrorKind::PortsExhausted.name(), "ports_exhausted");
     }
 }

@@ -290,16 +290,16 @@ pub struct Generator {
 impl Errors {
     pub fn from_recorder(r: &Recorder) -> Self {
         Errors {
-            connect: r.errors(ErrorKind::Connect),
-            timeout: r.errors(ErrorKind::Timeout),
-            reset: r.errors(ErrorKind::Reset),
-            protocol: r.errors(ErrorKind::Protocol),
-            other: r.errors(ErrorKind::Other),
-            tls: r.errors(ErrorKind::Tls),
-            goaway: r.errors(ErrorKind::GoAway),
-            stream_reset: r.errors(ErrorKind::StreamReset),
-            ports_exhausted: r.errors(ErrorKind::PortsExhausted),
-            http_status: r.http_errors(),
+            connect: r.counts.errors(ErrorKind::Connect),
+            timeout: r.counts.errors(ErrorKind::Timeout),
+            reset: r.counts.errors(ErrorKind::Reset),
+            protocol: r.counts.errors(ErrorKind::Protocol),
+            other: r.counts.errors(ErrorKind::Other),
+            tls: r.counts.errors(ErrorKind::Tls),
+            goaway: r.counts.errors(ErrorKind::GoAway),
+            stream_reset: r.counts.errors(ErrorKind::StreamReset),
+            ports_exhausted: r.counts.errors(ErrorKind::PortsExhausted),
+            http_status: r.counts.http_errors(),
             messages: r.messages.clone(),
         }
     }
@@ -351,7 +351,7 @@ impl RunResult {
             interrupted,
         } = measured;
         let duration_secs = window_ns as f64 / 1e9;
-        let total = rec.total();
+        let total = rec.counts.total();
         let lag = Stats::of(&rec.lag);
         let service = Stats::of(&rec.service);
         let wake_error = Stats::of(&rec.wake_error);
@@ -383,7 +383,7 @@ impl RunResult {
         if interrupted {
             warnings.push("the run was interrupted: this is a partial result".to_string());
         }
-        let no_port = rec.errors(ErrorKind::PortsExhausted);
+        let no_port = rec.counts.errors(ErrorKind::PortsExhausted);
         if no_port > 0 {
             warnings.push(format!(
                 "{no_port} connects found no free local port (EADDRNOTAVAIL): the ports towards the target are taken, most likely by TIME_WAIT sockets of connections closed here first; let the server close first (the default of --requests-per-connection over HTTP/1.1), spread connections with --source-address, widen net.ipv4.ip_local_port_range, or open fewer connections per second (--connection-rate)"
@@ -455,8 +455,8 @@ impl RunResult {
             partial: interrupted,
             requests: Requests {
                 total,
-                ok: rec.ok(),
-                errors: total - rec.ok(),
+                ok: rec.counts.ok(),
+                errors: total - rec.counts.ok(),
                 unfinished: rec.unfinished,
             },
             throughput_rps: if duration_secs > 0.0 {
@@ -465,6 +465,7 @@ impl RunResult {
                 0.0
             },
             status_codes: rec
+                .counts
                 .status_codes()
                 .map(|(c, n)| (c.to_string(), n))
                 .collect(),

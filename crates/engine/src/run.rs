@@ -2,6 +2,7 @@
 //! per-second intervals into a timeline (and a live view), merges their recorders and judges
 //! whether the generator kept up.
 
+use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
@@ -36,9 +37,11 @@ pub enum RunError {
     WorkerPanicked,
 }
 
-/// What the live progress line shows.
+/// The run as it goes, handed to the caller about every 200 ms: progress for a status line,
+/// and every second of the measured window that all workers have reported since the last call.
+/// The seconds add up exactly to the result's counts (the same requests, counted once).
 #[derive(Debug, Clone, Copy)]
-pub struct Live {
+pub struct Live<'a> {
     /// Seconds since the start, warm-up included.
     pub elapsed_secs: f64,
     pub warming_up: bool,
@@ -49,6 +52,8 @@ pub struct Live {
     pub last_second_rps: u64,
     pub p50_us: u64,
     pub p99_us: u64,
+    /// Seconds completed since the last call, in order, merged over the workers.
+    pub seconds: &'a [Interval],
 }
 
 /// Runs `spec` to completion or until `stop` is asked; calls `on_live` about every 200 ms.
@@ -57,6 +62,7 @@ pub fn run(
     stop: Stop,
     mut on_live: impl FnMut(&Live),
 ) -> Result<RunResult, RunError> {
+    let warmup_ns = spec.warmup.as_nanos() as u64;
     let limit = meshbench_net::socket::raise_nofile_limit();
     let needed = spec.connections as u64 + 64;
     if spec.targets.requests.is_empty() {
@@ -80,9 +86,7 @@ pub fn run(
         started: Barrier::new(threads + 1),
     };
     let (tx, rx) = mpsc::channel();
-    let mut timeline = Vec::new();
-    let mut so_far = new_interval_histogram();
-    let (mut requests, mut errors) = (0u64, 0u64);
+    let mut gathered = Gathered::default();
     let (reports, wall_start, cpu_before) = std::thread::scope(|s| {
         let handles: Vec<_> = plans
             .into_iter()
@@ -108,44 +112,45 @@ pub fn run(
         ctl.started.wait();
 
         let mut pending: BTreeMap<u32, (usize, Interval)> = BTreeMap::new();
-        let mut last_rps = 0;
-        let warmup_ns = spec.warmup.as_nanos() as u64;
+        let mut completed: Vec<Interval> = Vec::new();
+        let elapsed_ns = || ctl.clock.now().saturating_sub(start_ns);
         loop {
             let msg = rx.recv_timeout(Duration::from_millis(200));
             match msg {
                 Ok(WorkerEvent::Interval(iv)) => {
-                    let entry = pending
-                        .entry(iv.second)
-                        .or_insert_with(|| (0, Interval::new(iv.second)));
-                    merge_interval(&mut entry.1, &iv);
-                    entry.0 += 1;
+                    match pending.entry(iv.second) {
+                        Entry::Vacant(v) => {
+                            v.insert((1, *iv));
+                        }
+                        Entry::Occupied(o) => {
+                            let (n, merged) = o.into_mut();
+                            *merged += &iv;
+                            *n += 1;
+                        }
+                    }
                     while pending
                         .first_key_value()
                         .is_some_and(|(_, (n, _))| *n == threads)
                     {
                         let (_, (_, iv)) = pending.pop_first().expect("checked non-empty");
-                        last_rps = iv.requests;
-                        push_point(&mut timeline, &mut so_far, &mut requests, &mut errors, &iv);
+                        gathered.push(&iv);
+                        completed.push(iv);
                     }
                 }
                 Ok(WorkerEvent::Ready) => {}
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
                 Err(mpsc::RecvTimeoutError::Disconnected) => break,
             }
-            let elapsed = ctl.clock.now().saturating_sub(start_ns);
-            on_live(&Live {
-                elapsed_secs: elapsed as f64 / 1e9,
-                warming_up: elapsed < warmup_ns,
-                requests,
-                errors,
-                last_second_rps: last_rps,
-                p50_us: so_far.value_at_quantile(0.5),
-                p99_us: so_far.value_at_quantile(0.99),
-            });
+            on_live(&gathered.live(elapsed_ns(), warmup_ns, &completed));
+            completed.clear();
         }
         // Workers that ended at different times leave seconds not everyone reported.
         for (_, (_, iv)) in pending {
-            push_point(&mut timeline, &mut so_far, &mut requests, &mut errors, &iv);
+            gathered.push(&iv);
+            completed.push(iv);
+        }
+        if !completed.is_empty() {
+            on_live(&gathered.live(elapsed_ns(), warmup_ns, &completed));
         }
         let reports: Vec<_> = handles.into_iter().map(|h| h.join()).collect();
         (reports, wall_start, cpu_before)
@@ -157,6 +162,7 @@ pub fn run(
         merged += &report.recorder;
         workers.push(report);
     }
+    let mut timeline = gathered.timeline;
     while timeline
         .last()
         .is_some_and(|p: &TimelinePoint| p.requests == 0)
@@ -193,32 +199,58 @@ pub fn run(
     ))
 }
 
-fn merge_interval(into: &mut Interval, from: &Interval) {
-    into.requests += from.requests;
-    into.errors += from.errors;
-    // Same bounds by construction.
-    let _ = into.latency.add(&from.latency);
+/// The seconds every worker has reported, as the timeline and the figures so far.
+struct Gathered {
+    timeline: Vec<TimelinePoint>,
+    so_far: Histogram<u64>,
+    requests: u64,
+    errors: u64,
+    last_second_rps: u64,
 }
 
-fn push_point(
-    timeline: &mut Vec<TimelinePoint>,
-    so_far: &mut Histogram<u64>,
-    requests: &mut u64,
-    errors: &mut u64,
-    iv: &Interval,
-) {
-    let _ = so_far.add(&iv.latency);
-    *requests += iv.requests;
-    *errors += iv.errors;
-    timeline.push(TimelinePoint {
-        second: iv.second,
-        requests: iv.requests,
-        errors: iv.errors,
-        p50_us: iv.latency.value_at_quantile(0.5),
-        p90_us: iv.latency.value_at_quantile(0.9),
-        p99_us: iv.latency.value_at_quantile(0.99),
-        p999_us: iv.latency.value_at_quantile(0.999),
-    });
+impl Default for Gathered {
+    fn default() -> Self {
+        Self {
+            timeline: Vec::new(),
+            so_far: new_interval_histogram(),
+            requests: 0,
+            errors: 0,
+            last_second_rps: 0,
+        }
+    }
+}
+
+impl Gathered {
+    fn push(&mut self, iv: &Interval) {
+        // Same bounds by construction.
+        let _ = self.so_far.add(&iv.latency);
+        let (total, failed) = (iv.counts.total(), iv.counts.failed());
+        self.requests += total;
+        self.errors += failed;
+        self.last_second_rps = total;
+        self.timeline.push(TimelinePoint {
+            second: iv.second,
+            requests: total,
+            errors: failed,
+            p50_us: iv.latency.value_at_quantile(0.5),
+            p90_us: iv.latency.value_at_quantile(0.9),
+            p99_us: iv.latency.value_at_quantile(0.99),
+            p999_us: iv.latency.value_at_quantile(0.999),
+        });
+    }
+
+    fn live<'a>(&self, elapsed_ns: u64, warmup_ns: u64, seconds: &'a [Interval]) -> Live<'a> {
+        Live {
+            elapsed_secs: elapsed_ns as f64 / 1e9,
+            warming_up: elapsed_ns < warmup_ns,
+            requests: self.requests,
+            errors: self.errors,
+            last_second_rps: self.last_second_rps,
+            p50_us: self.so_far.value_at_quantile(0.5),
+            p99_us: self.so_far.value_at_quantile(0.99),
+            seconds,
+        }
+    }
 }
 
 /// Splits connections, rate and request budget evenly over `threads` workers. Times are

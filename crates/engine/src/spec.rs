@@ -22,6 +22,16 @@ pub enum Mode {
     Open { rate_rps: f64, arrival: Arrival },
 }
 
+impl Mode {
+    /// The asked rate of an open loop.
+    pub fn rate_rps(&self) -> Option<f64> {
+        match self {
+            Mode::Closed => None,
+            Mode::Open { rate_rps, .. } => Some(*rate_rps),
+        }
+    }
+}
+
 /// When the run stops sending.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -223,5 +233,23 @@ impl LoadSpec {
     /// How long in-flight requests may take to finish once sending stops.
     pub fn drain(&self) -> Duration {
         self.timeout.min(Duration::from_secs(2))
+    }
+
+    /// Seconds the load is planned to take, warm-up included (the warm-up alone when it stops
+    /// after a number of requests).
+    pub fn planned_secs(&self) -> f64 {
+        let measured = match self.stop {
+            StopAt::Duration(d) => d.as_secs_f64(),
+            StopAt::Requests(_) => 0.0,
+        };
+        self.warmup.as_secs_f64() + measured
+    }
+
+    /// The load in words: `1000 rps x 16 conn` or `closed loop x 16 conn`.
+    pub fn describe(&self) -> String {
+        match self.mode {
+            Mode::Closed => format!("closed loop x {} conn", self.connections),
+            Mode::Open { rate_rps, .. } => format!("{rate_rps} rps x {} conn", self.connections),
+        }
     }
 }

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -154,8 +154,12 @@ pub fn attribute_bytes(
 /// Samples taken on a thread until [`Sampler::finish`].
 pub struct Sampler {
     stop: Arc<AtomicBool>,
+    latest: Latest,
     handle: JoinHandle<Sampled>,
 }
+
+/// The newest reading of each role, for whoever watches the run live.
+pub type Latest = Arc<Mutex<Vec<(String, Sample)>>>;
 
 /// Everything a sampler read.
 #[derive(Debug, Default)]
@@ -171,11 +175,22 @@ impl Sampler {
     pub fn start(watches: Vec<Watch>, interval: Duration) -> Sampler {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
+        let latest = Latest::default();
+        let newest = latest.clone();
         let handle = std::thread::Builder::new()
             .name("sampler".into())
-            .spawn(move || sample_loop(&watches, interval, &flag))
+            .spawn(move || sample_loop(&watches, interval, &flag, &newest))
             .expect("a thread can be started");
-        Sampler { stop, handle }
+        Sampler {
+            stop,
+            latest,
+            handle,
+        }
+    }
+
+    /// The newest reading of each role (cumulative CPU and bytes, memory now).
+    pub fn latest(&self) -> Vec<(String, Sample)> {
+        self.latest.lock().map(|l| l.clone()).unwrap_or_default()
     }
 
     /// Takes a last sample and returns them all.
@@ -186,7 +201,12 @@ impl Sampler {
     }
 }
 
-fn sample_loop(watches: &[Watch], interval: Duration, stop: &AtomicBool) -> Sampled {
+fn sample_loop(
+    watches: &[Watch],
+    interval: Duration,
+    stop: &AtomicBool,
+    latest: &Latest,
+) -> Sampled {
     // SAFETY: sysconf has no preconditions.
     let clk_tck = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
     let read = |p: &str| std::fs::read_to_string(p).ok();
@@ -215,6 +235,13 @@ fn sample_loop(watches: &[Watch], interval: Duration, stop: &AtomicBool) -> Samp
             let net = diag.as_ref().map(|_| totals[i]);
             let s = read_role(w, t_ms, &read, &members, net, clk_tck);
             out.roles.entry(w.role.clone()).or_default().push(s);
+        }
+        if let Ok(mut newest) = latest.lock() {
+            newest.clear();
+            newest.extend(watches.iter().filter_map(|w| {
+                let last = out.roles.get(&w.role).and_then(|s| s.last())?;
+                Some((w.role.clone(), *last))
+            }));
         }
         if stop.load(Ordering::Relaxed) {
             break;

@@ -175,6 +175,8 @@ pub struct ExperimentArgs {
     /// 'errors<0.1%', 'proxy_cpu_per_1k_rps<0.6', 'added_p99<2ms'; repeatable.
     #[arg(long = "threshold", value_name = "METRIC<VALUE")]
     pub thresholds: Vec<String>,
+    #[command(flatten)]
+    pub live: LiveFlags,
 }
 
 #[derive(Debug, Subcommand)]
@@ -347,6 +349,24 @@ pub enum OnOff {
     Off,
 }
 
+/// Watching a run while it goes: `/metrics`, remote write, the live page (`run`, `experiment`).
+#[derive(Debug, Args, Default)]
+pub struct LiveFlags {
+    /// Serve /metrics for Prometheus while it runs: PORT (loopback) or HOST:PORT.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<String>,
+    /// Push the same series to a Prometheus remote-write receiver, e.g.
+    /// http://127.0.0.1:9090/api/v1/write.
+    #[arg(long, value_name = "URL")]
+    pub prometheus_remote_write: Option<String>,
+    /// A header on every remote-write push, e.g. 'Authorization: Bearer TOKEN'; repeatable.
+    #[arg(long = "prometheus-remote-write-header", value_name = "NAME: VALUE")]
+    pub remote_write_headers: Vec<String>,
+    /// Serve a live page of the run: PORT (loopback) or HOST:PORT.
+    #[arg(long, value_name = "ADDR")]
+    pub web: Option<String>,
+}
+
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// The URL to load, e.g. http://127.0.0.1:8080/ or a template such as
@@ -405,6 +425,8 @@ pub struct RunArgs {
     /// repeatable.
     #[arg(long = "threshold", value_name = "METRIC<VALUE")]
     pub thresholds: Vec<String>,
+    #[command(flatten)]
+    pub live: LiveFlags,
 }
 
 /// How each request is made and carried: `meshbench run`'s flags, also taken by `meshbench

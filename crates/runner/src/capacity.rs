@@ -105,7 +105,7 @@ pub fn url_step(
     options: &LoadOptions,
     rate: f64,
     n: usize,
-    on_live: impl FnMut(&Live),
+    mut on_live: impl FnMut(&Live),
 ) -> Result<StepRecord, RunnerError> {
     let options = LoadOptions {
         rate_rps: Some(rate),
@@ -117,7 +117,7 @@ pub fn url_step(
     record.label = format!("capacity_qps_{rate}_c_{}", options.connections);
     record.started_at = now_rfc3339();
     match options.resolve() {
-        Ok(spec) => match measure(&spec, None, None, session.stop.clone(), on_live) {
+        Ok(spec) => match measure(&spec, None, None, session.stop.clone(), |l, _| on_live(l)) {
             Ok(m) => record.set_result(m.result),
             Err(err) => record.fail(format!("the load generator failed: {err}")),
         },

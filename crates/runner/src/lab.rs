@@ -132,7 +132,7 @@ impl Lab {
             Some(sampling),
             client_cpus.as_deref(),
             stop.clone(),
-            |l| observer.live(at, l),
+            |l, roles| observer.live(at, l, roles),
         );
         let dead = rig.dead_role();
         let measured = match measured {

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use meshbench_engine::{Live, LoadSpec, RunError, RunResult, Stop};
-use meshbench_lab::sampler::{self, Sampled, Sampler, Watch};
+use meshbench_lab::sampler::{self, Sample, Sampled, Sampler, Watch};
 
 /// Roles to sample while the load runs.
 pub struct Sampling {
@@ -27,18 +27,25 @@ pub struct Measured {
 }
 
 /// Drives `spec` (until it ends or `stop` is asked), sampling `sampling`'s roles meanwhile, with
-/// the generator pinned to `client_cpus` if given; `on_live` sees the run about every 200 ms.
+/// the generator pinned to `client_cpus` if given; `on_live` sees the run about every 200 ms, with
+/// the newest reading of each role whenever a second of the run is complete.
 pub fn measure(
     spec: &LoadSpec,
     sampling: Option<Sampling>,
     client_cpus: Option<&[usize]>,
     stop: Stop,
-    on_live: impl FnMut(&Live),
+    mut on_live: impl FnMut(&Live, &[(String, Sample)]),
 ) -> Result<Measured, RunError> {
     let sampler = sampling.map(|s| Sampler::start(s.watches, s.interval));
     let started_ms = sampler::now_ms();
     let pinned = client_cpus.map(Pinned::to);
-    let result = meshbench_engine::run(spec, stop, on_live);
+    let result = meshbench_engine::run(spec, stop, |live| {
+        let roles = match &sampler {
+            Some(s) if !live.seconds.is_empty() => s.latest(),
+            _ => Vec::new(),
+        };
+        on_live(live, &roles)
+    });
     drop(pinned);
     let sampled = sampler.map(Sampler::finish);
     let result = result?;

@@ -5,6 +5,7 @@
 
 use meshbench_engine::Live;
 use meshbench_experiment::Step;
+use meshbench_lab::sampler::Sample;
 use meshbench_store::StepRecord;
 
 /// Where a step stands in its experiment.
@@ -24,8 +25,9 @@ pub trait Observer {
     fn experiment_started(&mut self, _id: i64, _steps: usize, _secs: f64) {}
     /// The rig of a step is about to start.
     fn step_started(&mut self, _at: &StepAt) {}
-    /// The load of a step, about every 200 ms.
-    fn live(&mut self, _at: &StepAt, _live: &Live) {}
+    /// The load of a step, about every 200 ms: progress, the seconds completed since the last
+    /// call, and (with them) the newest reading of each role of the rig.
+    fn live(&mut self, _at: &StepAt, _live: &Live, _roles: &[(String, Sample)]) {}
     /// Something could not be done as asked (and what was done instead).
     fn warning(&mut self, _text: &str) {}
     /// A step was stored.

@@ -317,10 +317,7 @@ impl Worker<'_> {
                 .response(status, answered.latency_ns, answered.service_ns);
             let host = self.targets.requests[answered.due.target as usize].host;
             self.rec.host(host, status >= 400);
-            self.interval.requests += 1;
-            if status >= 400 {
-                self.interval.errors += 1;
-            }
+            self.interval.counts.response(status);
             self.interval
                 .latency
                 .saturating_record(answered.latency_ns / 1000);

@@ -100,7 +100,7 @@ pub enum WorkerEvent {
     /// Pre-connection is done; the worker waits for the start signal.
     Ready,
     /// One second (or the final part of one) of the measured window.
-    Interval(Interval),
+    Interval(Box<Interval>),
 }
 
 /// Shared between the run and its workers.
@@ -582,6 +582,8 @@ impl Worker<'_> {
             };
             if due.measured {
                 self.rec.send(times.lag_ns, times.late, times.queued);
+                self.interval.sends += 1;
+                self.interval.lag.saturating_record(times.lag_ns / 1000);
             }
             self.start(s, host, now);
         }
@@ -679,8 +681,7 @@ impl Worker<'_> {
             Some(m) => self.rec.error_with(kind, m),
             None => self.rec.error(kind),
         }
-        self.interval.requests += 1;
-        self.interval.errors += 1;
+        self.interval.counts.error(kind);
     }
 
     /// Fails every request in flight for longer than the timeout; closes the sockets whose
@@ -728,6 +729,6 @@ impl Worker<'_> {
         let second = self.interval.second;
         let done = std::mem::replace(&mut self.interval, Interval::new(second + 1));
         self.next_second += SECOND;
-        let _ = events.send(WorkerEvent::Interval(done));
+        let _ = events.send(WorkerEvent::Interval(Box::new(done)));
     }
 }

@@ -8,9 +8,12 @@ use std::path::Path;
 use anyhow::Result;
 use meshbench_engine::Live;
 use meshbench_experiment::{Experiment, Plan};
+use meshbench_lab::sampler::Sample;
+use meshbench_live::{Done, Scope, StepInfo};
 use meshbench_runner::{Finished, Observer, StepAt};
 use meshbench_store::{StepRecord, Store};
 
+use super::live::Faces;
 use super::results::{table, TableRow};
 use super::signals::Signals;
 use crate::cli::ExperimentArgs;
@@ -28,7 +31,14 @@ pub fn execute(args: ExperimentArgs) -> Result<u8> {
         .store
         .clone()
         .unwrap_or_else(meshbench_store::default_path);
-    let (done, code) = run(&e, &store_path, args.quiet)?;
+    let faces = super::live::Faces::start(&args.live)?;
+    let (done, code) = run(&e, &store_path, args.quiet, faces.as_ref())?;
+    if let Some(faces) = faces {
+        faces.finish(Done {
+            report: None,
+            outcome: done.status.to_string(),
+        });
+    }
     let store = Store::open(&store_path)?;
     let h = super::answers::headline(&store, done.id)?;
     out!("{}", meshbench_report::answers::headline_text(&h));
@@ -42,10 +52,16 @@ pub fn execute(args: ExperimentArgs) -> Result<u8> {
 
 /// Runs every step of `e` into `store_path` with a progress line, prints the step table and
 /// a closing line; returns what was stored and the exit code (a signal's, or 1 if a step
-/// failed).
-pub fn run(e: &Experiment, store_path: &Path, quiet: bool) -> Result<(Finished, u8)> {
+/// failed). Live faces, if any, see every step.
+pub fn run(
+    e: &Experiment,
+    store_path: &Path,
+    quiet: bool,
+    faces: Option<&Faces>,
+) -> Result<(Finished, u8)> {
     let signals = Signals::install()?;
     let mut progress = Progress::new(quiet, &e.name, store_path);
+    progress.faces = faces;
     let done =
         meshbench_runner::run_experiment(e, store_path, signals.stop.clone(), &mut progress)?;
     let code = exit_code(&signals, &done);
@@ -113,12 +129,13 @@ pub fn human_secs(s: f64) -> String {
 }
 
 /// The experiment's progress on stderr: a line redrawn four times a second on a terminal,
-/// warnings and failed steps always.
+/// warnings and failed steps always; and every second to the live faces, if any.
 pub struct Progress<'a> {
     live: bool,
     name: &'a str,
     store: &'a Path,
     last_draw: std::time::Instant,
+    pub faces: Option<&'a Faces>,
 }
 
 impl<'a> Progress<'a> {
@@ -128,6 +145,7 @@ impl<'a> Progress<'a> {
             name,
             store,
             last_draw: std::time::Instant::now(),
+            faces: None,
         }
     }
 
@@ -152,6 +170,26 @@ impl<'a> Progress<'a> {
         );
     }
 
+    fn scope(&self, at: &StepAt) -> Scope {
+        Scope {
+            experiment: self.name.to_string(),
+            step: at.step.index as u32,
+            variant: at.step.variant(),
+        }
+    }
+
+    fn step_info(&self, at: &StepAt) -> StepInfo {
+        StepInfo {
+            scope: self.scope(at),
+            load: at.step.load_text(),
+            target_rps: at.step.load.qps,
+            steps: at.steps,
+            step_secs: at.step_secs,
+            left_after_secs: at.left_after_secs,
+            started_ms: meshbench_lab::sampler::now_ms(),
+        }
+    }
+
     fn clear(&self) {
         if self.live {
             eprint!("\r\x1b[2K");
@@ -171,12 +209,18 @@ impl Observer for Progress<'_> {
 
     fn step_started(&mut self, at: &StepAt) {
         self.draw(at, 0.0, 0);
+        if let Some(f) = self.faces {
+            f.hub.step_started(self.step_info(at));
+        }
     }
 
-    fn live(&mut self, at: &StepAt, l: &Live) {
+    fn live(&mut self, at: &StepAt, l: &Live, roles: &[(String, Sample)]) {
         if self.last_draw.elapsed() >= std::time::Duration::from_millis(250) {
             self.last_draw = std::time::Instant::now();
             self.draw(at, l.elapsed_secs, l.last_second_rps);
+        }
+        if let Some(f) = self.faces {
+            f.live(&self.scope(at), l, roles);
         }
     }
 
@@ -187,6 +231,9 @@ impl Observer for Progress<'_> {
 
     fn step_finished(&mut self, at: &StepAt, record: &StepRecord) {
         self.clear();
+        if let Some(f) = self.faces {
+            f.hub.step_finished(&self.scope(at));
+        }
         if record.failed() {
             eprintln!(
                 "step {}/{} ({}, {}) failed: {}",

@@ -6,6 +6,7 @@ pub mod capacity;
 pub mod demo;
 pub mod experiment;
 pub mod gen;
+mod live;
 pub mod report;
 pub mod results;
 pub mod run;

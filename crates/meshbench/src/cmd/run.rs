@@ -11,9 +11,11 @@ use meshbench_engine::pacer::Arrival;
 use meshbench_engine::{
     CloseFirst, IdleStrategy, LoadSpec, Order, Protocol, RunResult, Stop, StopAt,
 };
+use meshbench_live::Done;
 use meshbench_runner::targets::ConnectTo;
 use meshbench_runner::{Body, LoadOptions, TargetSource, TlsOptions};
 
+use super::live::Faces;
 use super::parse_duration;
 use crate::cli::{ArrivalArg, CloseFirstArg, IdleArg, OnOff, OrderArg, RequestFlags, RunArgs};
 use crate::{exit, usage};
@@ -21,9 +23,22 @@ use crate::{exit, usage};
 pub fn execute(args: RunArgs) -> Result<u8> {
     let spec = resolve(&load_options(&args)?)?;
     let thresholds = super::answers::parse_thresholds(&args.thresholds)?;
+    let faces = super::live::Faces::start(&args.live)?;
     let signals = super::signals::Signals::install()?;
     let live = !args.quiet && std::io::stderr().is_terminal();
-    let result = measure(&spec, signals.stop.clone(), live)?;
+    let result = measure(&spec, signals.stop.clone(), live, faces.as_ref());
+    if let Some(faces) = faces {
+        let outcome = match &result {
+            Ok(r) if r.partial => "interrupted".to_string(),
+            Ok(_) => "done".to_string(),
+            Err(e) => format!("failed: {e}"),
+        };
+        faces.finish(Done {
+            report: None,
+            outcome,
+        });
+    }
+    let result = result?;
     if let Some(path) = &args.json {
         write_json(path, &result)?;
     }
@@ -46,12 +61,27 @@ pub fn resolve(options: &LoadOptions) -> Result<LoadSpec> {
     options.resolve().map_err(|e| usage(e.to_string()))
 }
 
-/// Measures a spec with no system under test watched, optionally drawing a progress line.
-fn measure(spec: &LoadSpec, stop: Stop, live: bool) -> Result<RunResult> {
+/// Measures a spec with no system under test watched, optionally drawing a progress line and
+/// feeding live faces.
+fn measure(spec: &LoadSpec, stop: Stop, live: bool, faces: Option<&Faces>) -> Result<RunResult> {
     let mut line = ProgressLine::new(live);
-    let measured = meshbench_runner::measure(spec, None, None, stop, |l| line.draw(l))?;
+    let step = faces.map(|f| {
+        let info =
+            super::live::run_step(spec.mode.rate_rps(), spec.describe(), spec.planned_secs());
+        f.hub.step_started(info.clone());
+        info.scope
+    });
+    let measured = meshbench_runner::measure(spec, None, None, stop, |l, roles| {
+        line.draw(l);
+        if let (Some(f), Some(scope)) = (faces, &step) {
+            f.live(scope, l, roles);
+        }
+    });
+    if let (Some(f), Some(scope)) = (faces, &step) {
+        f.hub.step_finished(scope);
+    }
     line.clear();
-    Ok(measured.result)
+    Ok(measured?.result)
 }
 
 /// `meshbench run`'s live line on stderr, at most four times a second.
