@@ -170,7 +170,14 @@ mod tests {
             x = x
                 .wrapping_mul(6364136223846793005)
                 .wrapping_add(1442695040888963407);
-            values.push(50 + (x >> 33) % 2_000 + if (x >> 20) % 100 == 0 { 15_000 } else { 0 });
+            values.push(
+                50 + (x >> 33) % 2_000
+                    + if (x >> 20).is_multiple_of(100) {
+                        15_000
+                    } else {
+                        0
+                    },
+            );
         }
         let h = hist(&values);
         let b = Buckets::of_micros(&h);
