@@ -24,6 +24,7 @@ pub use hub::{Board, Done, Frame, Hub, RoleFrame, Scope, StepInfo, StepState, To
 pub mod grafana;
 pub mod metrics;
 pub mod remote_write;
+pub mod series;
 pub mod web;
 
 use std::net::SocketAddr;
