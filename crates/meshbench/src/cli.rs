@@ -185,7 +185,8 @@ pub enum ResultsCommand {
     List(StoreArg),
     /// One experiment's steps: load, latency, and each role's CPU and memory.
     Show(ShowArgs),
-    /// One experiment as CSV (Istio perf/benchmark columns), JSON, or fortio JSON per step.
+    /// One experiment as CSV (Istio perf/benchmark columns), JSON, fortio JSON per step, or
+    /// Service Mesh Performance (SMP) documents.
     Export(ExportArgs),
 }
 
@@ -210,6 +211,8 @@ pub enum ExportFormat {
     Csv,
     Json,
     Fortio,
+    /// Service Mesh Performance documents, one per step (lossy: see docs/cli.md).
+    Smp,
 }
 
 #[derive(Debug, Args)]

@@ -652,6 +652,71 @@ mem_Mi_avg_server_proxy,mem_Mi_avg_backend,mem_Mi_avg_sampler"
     );
     assert_eq!(f["RetCodes"]["200"].as_u64().unwrap(), count);
     assert_eq!(f["Jitter"], false);
+    // SMP: one document per step, the same figures as the JSON export, in ms.
+    let json_out = meshbench(
+        &[
+            "results", "export", "e1", "--format", "json", "--store", &store,
+        ],
+        LIMIT,
+    );
+    let full: serde_json::Value = serde_json::from_str(&stdout(&json_out)).unwrap();
+    let out = meshbench(
+        &[
+            "results", "export", "e1", "--format", "smp", "--store", &store,
+        ],
+        LIMIT,
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let smp: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let docs = smp.as_array().unwrap();
+    assert_eq!(docs.len(), 4);
+    for (doc, step) in docs.iter().zip(full["steps"].as_array().unwrap()) {
+        let r = &doc["performanceTestResult"];
+        let lat = &step["result"]["latency_us"];
+        let ms = |v: &serde_json::Value| v.as_f64().unwrap() / 1000.0;
+        for (smp_key, us_key) in [
+            ("min", "min"),
+            ("p50", "p50"),
+            ("p90", "p90"),
+            ("p99", "p99"),
+            ("max", "max"),
+        ] {
+            assert_eq!(
+                r["latenciesMs"][smp_key].as_f64().unwrap(),
+                ms(&lat[us_key]),
+                "{smp_key}"
+            );
+        }
+        assert_eq!(r["actualQPS"], step["result"]["throughput_rps"]);
+        assert_eq!(r["smpVersion"], "v0.0.1");
+        assert!(r["endTime"].as_str().unwrap() > r["startTime"].as_str().unwrap());
+        let client = &doc["performanceTestConfig"]["clients"][0];
+        assert_eq!(client["rps"], "200", "int64 is a string in protobuf JSON");
+        assert_eq!(client["connections"], 4);
+        // Every role but the sampler is a workload, CPU in millicores as stored.
+        let workloads = doc["environmentConfig"]["individualWorkloads"]
+            .as_array()
+            .unwrap();
+        let roles: Vec<&serde_json::Value> = step["usage"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|u| u["program"] != "meshbench")
+            .collect();
+        assert_eq!(workloads.len(), roles.len());
+        for (w, u) in workloads.iter().zip(&roles) {
+            assert_eq!(w["name"], u["role"]);
+            assert_eq!(
+                w["cpuMCores"].as_i64().unwrap(),
+                u["cpu_millicores_avg"].as_f64().unwrap().round() as i64
+            );
+        }
+        let serveronly = step["variant"] == "serveronly";
+        assert_eq!(
+            doc["serviceMeshConfig"]["sidecar"]["count"].as_u64(),
+            serveronly.then_some(1)
+        );
+    }
 }
 
 #[test]

@@ -11,6 +11,7 @@ pub mod answers;
 pub mod export;
 pub mod html;
 pub mod plot;
+pub mod smp;
 
 use std::fmt::Write as _;
 

@@ -88,6 +88,10 @@ fn export(key: &str, format: ExportFormat, out: Option<&Path>, s: &StoreArg) -> 
             let doc = serde_json::json!({ "experiment": e, "steps": steps });
             write(serde_json::to_string_pretty(&doc)? + "\n")?;
         }
+        ExportFormat::Smp => {
+            let doc = meshbench_report::smp::smp(&e, &steps);
+            write(serde_json::to_string_pretty(&doc)? + "\n")?;
+        }
         ExportFormat::Fortio => {
             let dir = out.ok_or_else(|| {
                 crate::usage("--format fortio writes one file per step: give --out DIR")
