@@ -362,6 +362,31 @@ fn bad_flags_get_one_line_and_exit_code_2() {
             &["backend", "--listen", "nowhere"],
             "--listen",
         ),
+        (
+            "a metrics address that is not one",
+            &[
+                "run",
+                "http://127.0.0.1:1/",
+                "--metrics-listen",
+                "localhost",
+            ],
+            "--metrics-listen: 'localhost' is not a listen address",
+        ),
+        (
+            "a web address that is not one",
+            &["run", "http://127.0.0.1:1/", "--web", "12.3"],
+            "--web: '12.3' is not a listen address",
+        ),
+        (
+            "a remote-write header without remote write",
+            &[
+                "run",
+                "http://127.0.0.1:1/",
+                "--prometheus-remote-write-header",
+                "Authorization: Bearer x",
+            ],
+            "needs --prometheus-remote-write",
+        ),
     ];
     for (name, args, needle) in cases {
         let out = meshbench(args, Duration::from_secs(20));
