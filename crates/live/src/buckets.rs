@@ -10,7 +10,9 @@
 //!   take native histograms.
 //!
 //! Values come from the histogram's recorded buckets (3 significant digits: 0.1 % wide), so the
-//! count of every bucket is exact and the sum is exact to that resolution.
+//! count of every bucket is exact and the sum is exact to that resolution. A value of 0 (a
+//! send exactly on schedule: no lag) has no exponential bucket; it is counted in
+//! [`Buckets::zero`], the native histogram's zero bucket and a classic `le="0"` bucket.
 
 use std::collections::BTreeMap;
 
@@ -25,6 +27,8 @@ const PER_OCTAVE: f64 = (1u32 << SCHEMA) as f64;
 pub struct Buckets {
     /// Count per bucket index (non-empty buckets only), ascending.
     pub counts: BTreeMap<i32, u64>,
+    /// Values of 0 (in no bucket of `counts`; included in `count`).
+    pub zero: u64,
     pub count: u64,
     /// Sum of the values, seconds.
     pub sum: f64,
@@ -55,7 +59,11 @@ impl Buckets {
         for v in h.iter_recorded() {
             let n = v.count_since_last_iteration();
             let secs = h.highest_equivalent(v.value_iterated_to()) as f64 / 1e6;
-            *b.counts.entry(index_of(secs)).or_default() += n;
+            if secs > 0.0 {
+                *b.counts.entry(index_of(secs)).or_default() += n;
+            } else {
+                b.zero += n;
+            }
             b.count += n;
             b.sum += secs * n as f64;
         }
@@ -63,10 +71,13 @@ impl Buckets {
     }
 
     /// Classic cumulative buckets `(le, count)`, ascending, ending with `+Inf`: every non-empty
-    /// bucket's upper boundary and the boundary below it.
+    /// bucket's upper boundary and the boundary below it, and `le="0"` when there are zeros.
     pub fn classic(&self) -> Vec<(f64, u64)> {
-        let mut out: Vec<(f64, u64)> = Vec::with_capacity(self.counts.len() * 2 + 1);
-        let mut below = 0;
+        let mut out: Vec<(f64, u64)> = Vec::with_capacity(self.counts.len() * 2 + 2);
+        if self.zero > 0 {
+            out.push((0.0, self.zero));
+        }
+        let mut below = self.zero;
         let mut last: Option<i32> = None;
         for (&i, &n) in &self.counts {
             if last != Some(i - 1) {
@@ -186,6 +197,29 @@ mod tests {
             let read = b.classic_quantile(q);
             assert!(((read - hdr) / hdr).abs() < 0.02, "q{q}: {read} vs {hdr}");
         }
+    }
+
+    #[test]
+    fn zeros_have_their_own_bucket() {
+        let mut h = Histogram::new_with_bounds(1, 60_000_000, 3).unwrap();
+        h.record_n(0, 5).unwrap();
+        h.record(1_000).unwrap();
+        let b = Buckets::of_micros(&h);
+        assert_eq!((b.zero, b.count), (5, 6));
+        assert_eq!(b.counts.values().sum::<u64>(), 1);
+        let c = b.classic();
+        assert_eq!(c[0], (0.0, 5));
+        assert_eq!(
+            c[1].1, 5,
+            "the boundary below the 1 ms bucket has the zeros"
+        );
+        assert_eq!(c.last().unwrap(), &(f64::INFINITY, 6));
+        assert_eq!(b.classic_quantile(0.5), 0.0);
+        // Only zeros: le=0 and +Inf.
+        let mut z = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).unwrap();
+        z.record(0).unwrap();
+        let c = Buckets::of_micros(&z).classic();
+        assert_eq!(c, vec![(0.0, 1), (f64::INFINITY, 1)]);
     }
 
     #[test]
