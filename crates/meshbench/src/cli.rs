@@ -358,6 +358,10 @@ pub struct LiveFlags {
     /// Serve /metrics for Prometheus while it runs: PORT (loopback) or HOST:PORT.
     #[arg(long, value_name = "ADDR")]
     pub metrics_listen: Option<String>,
+    /// After the run, keep serving /metrics until a scrape has read the final values or this
+    /// long has passed (give at least the scrape interval), e.g. 5s.
+    #[arg(long, value_name = "DURATION", default_value = "0s")]
+    pub metrics_linger: String,
     /// Push the same series to a Prometheus remote-write receiver, e.g.
     /// http://127.0.0.1:9090/api/v1/write.
     #[arg(long, value_name = "URL")]

@@ -22,6 +22,8 @@ const FINAL_PUSH: Duration = Duration::from_secs(5);
 pub struct Faces {
     pub hub: Hub,
     metrics: Option<MetricsServer>,
+    /// `--metrics-linger`: how long the finished run waits for a scrape of its final values.
+    metrics_linger: Duration,
     remote: Option<RemoteWriter>,
     web: Option<WebServer>,
 }
@@ -29,6 +31,10 @@ pub struct Faces {
 impl Faces {
     /// Starts what `flags` ask for; a bad address or URL is bad input (exit 2).
     pub fn start(flags: &LiveFlags) -> Result<Option<Faces>> {
+        let metrics_linger = super::parse_duration("--metrics-linger", &flags.metrics_linger)?;
+        if flags.metrics_listen.is_none() && !metrics_linger.is_zero() {
+            return Err(usage("--metrics-linger needs --metrics-listen ADDR"));
+        }
         if flags.metrics_listen.is_none()
             && flags.prometheus_remote_write.is_none()
             && flags.web.is_none()
@@ -87,6 +93,7 @@ impl Faces {
         Ok(Some(Faces {
             hub,
             metrics,
+            metrics_linger,
             remote,
             web,
         }))
@@ -103,8 +110,9 @@ impl Faces {
         }
     }
 
-    /// The run is over: the last push goes out (stale markers included), the page shows the
-    /// end and links the report; the servers stop with the process.
+    /// The run is over: the last push goes out (stale markers included), `/metrics` waits up
+    /// to `--metrics-linger` for a scrape of the final values, the page shows the end and
+    /// links the report; the servers stop with the process.
     pub fn finish(self, done: Done) {
         self.hub.finished(done);
         if let Some(remote) = self.remote {
@@ -117,6 +125,12 @@ impl Faces {
             }
         }
         if let Some(m) = self.metrics {
+            if !self.metrics_linger.is_zero() && !m.wait_scraped(self.metrics_linger) {
+                eprintln!(
+                    "warning: metrics: no scrape read the final values within {}",
+                    humantime::format_duration(self.metrics_linger)
+                );
+            }
             m.stop();
         }
         if let Some(w) = self.web {
