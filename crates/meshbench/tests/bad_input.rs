@@ -387,6 +387,23 @@ fn bad_flags_get_one_line_and_exit_code_2() {
             ],
             "needs --prometheus-remote-write",
         ),
+        (
+            "a metrics linger that is not a duration",
+            &[
+                "run",
+                "http://127.0.0.1:1/",
+                "--metrics-listen",
+                "0",
+                "--metrics-linger",
+                "soon",
+            ],
+            "--metrics-linger soon: not a duration",
+        ),
+        (
+            "a metrics linger without /metrics",
+            &["run", "http://127.0.0.1:1/", "--metrics-linger", "5s"],
+            "--metrics-linger needs --metrics-listen",
+        ),
     ];
     for (name, args, needle) in cases {
         let out = meshbench(args, Duration::from_secs(20));
