@@ -458,7 +458,11 @@ pub(crate) mod tests {
 
     #[test]
     fn connections_are_bounded() {
-        let limits = quick();
+        // Idle connections must outlive the test's steps: a long head timeout.
+        let limits = Limits {
+            head_timeout: Duration::from_secs(10),
+            ..quick()
+        };
         let s = server(limits.clone());
         let idle: Vec<TcpStream> = (0..limits.max_connections).map(|_| connect(&s)).collect();
         // Let the acceptor take them all.
