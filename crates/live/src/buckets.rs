@@ -10,9 +10,7 @@
 //!   take native histograms.
 //!
 //! Values come from the histogram's recorded buckets (3 significant digits: 0.1 % wide), so the
-//! count of every bucket is exact and the sum is exact to that resolution. A value of 0 (a
-//! send exactly on schedule: no lag) has no exponential bucket; it is counted in
-//! [`Buckets::zero`], the native histogram's zero bucket and a classic `le="0"` bucket.
+//! count of every bucket is exact and the sum is exact to that resolution.
 
 use std::collections::BTreeMap;
 
@@ -27,8 +25,6 @@ const PER_OCTAVE: f64 = (1u32 << SCHEMA) as f64;
 pub struct Buckets {
     /// Count per bucket index (non-empty buckets only), ascending.
     pub counts: BTreeMap<i32, u64>,
-    /// Values of 0 (in no bucket of `counts`; included in `count`).
-    pub zero: u64,
     pub count: u64,
     /// Sum of the values, seconds.
     pub sum: f64,
@@ -53,17 +49,16 @@ pub fn index_of(value: f64) -> i32 {
 }
 
 impl Buckets {
-    /// The buckets of an HDR histogram of microseconds.
+    /// The buckets of an HDR histogram of microseconds. A recorded 0 (a send exactly on
+    /// schedule) counts in the bucket of 1 µs, the histogram's resolution: the exponential
+    /// buckets have no place for zero, and the classic ones then still count it below every
+    /// boundary.
     pub fn of_micros(h: &Histogram<u64>) -> Buckets {
         let mut b = Buckets::default();
         for v in h.iter_recorded() {
             let n = v.count_since_last_iteration();
             let secs = h.highest_equivalent(v.value_iterated_to()) as f64 / 1e6;
-            if secs > 0.0 {
-                *b.counts.entry(index_of(secs)).or_default() += n;
-            } else {
-                b.zero += n;
-            }
+            *b.counts.entry(index_of(secs.max(1e-6))).or_default() += n;
             b.count += n;
             b.sum += secs * n as f64;
         }
@@ -71,13 +66,10 @@ impl Buckets {
     }
 
     /// Classic cumulative buckets `(le, count)`, ascending, ending with `+Inf`: every non-empty
-    /// bucket's upper boundary and the boundary below it, and `le="0"` when there are zeros.
+    /// bucket's upper boundary and the boundary below it.
     pub fn classic(&self) -> Vec<(f64, u64)> {
-        let mut out: Vec<(f64, u64)> = Vec::with_capacity(self.counts.len() * 2 + 2);
-        if self.zero > 0 {
-            out.push((0.0, self.zero));
-        }
-        let mut below = self.zero;
+        let mut out: Vec<(f64, u64)> = Vec::with_capacity(self.counts.len() * 2 + 1);
+        let mut below = 0;
         let mut last: Option<i32> = None;
         for (&i, &n) in &self.counts {
             if last != Some(i - 1) {
@@ -173,6 +165,14 @@ mod tests {
     }
 
     #[test]
+    fn a_zero_counts_in_the_lowest_bucket() {
+        let b = Buckets::of_micros(&hist(&[0, 0, 5]));
+        assert_eq!(b.count, 3);
+        assert_eq!(b.counts.get(&index_of(1e-6)), Some(&2));
+        assert_eq!(b.classic().first().unwrap().1, 0);
+    }
+
+    #[test]
     fn quantiles_read_back_within_a_bucket() {
         // A spread of latencies 50 µs .. 20 ms.
         let mut values = Vec::new();
@@ -197,29 +197,6 @@ mod tests {
             let read = b.classic_quantile(q);
             assert!(((read - hdr) / hdr).abs() < 0.02, "q{q}: {read} vs {hdr}");
         }
-    }
-
-    #[test]
-    fn zeros_have_their_own_bucket() {
-        let mut h = Histogram::new_with_bounds(1, 60_000_000, 3).unwrap();
-        h.record_n(0, 5).unwrap();
-        h.record(1_000).unwrap();
-        let b = Buckets::of_micros(&h);
-        assert_eq!((b.zero, b.count), (5, 6));
-        assert_eq!(b.counts.values().sum::<u64>(), 1);
-        let c = b.classic();
-        assert_eq!(c[0], (0.0, 5));
-        assert_eq!(
-            c[1].1, 5,
-            "the boundary below the 1 ms bucket has the zeros"
-        );
-        assert_eq!(c.last().unwrap(), &(f64::INFINITY, 6));
-        assert_eq!(b.classic_quantile(0.5), 0.0);
-        // Only zeros: le=0 and +Inf.
-        let mut z = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).unwrap();
-        z.record(0).unwrap();
-        let c = Buckets::of_micros(&z).classic();
-        assert_eq!(c, vec![(0.0, 1), (f64::INFINITY, 1)]);
     }
 
     #[test]

@@ -9,10 +9,11 @@
 //! - the classic cumulative `le` buckets (sparse, as [`Buckets::classic`] gives them, `+Inf`
 //!   included), for a scraper that keeps classic histograms;
 //! - the native fields: schema [`SCHEMA`], the positive spans and count deltas of
-//!   [`Buckets::native_spans`], and the zero bucket holding [`Buckets::zero`] (values of
-//!   exactly 0: sends on schedule). Its threshold is 2^-128 (what Prometheus's Go client
-//!   uses) rather than 0, because a scraper tells a native histogram from a classic one by a
-//!   non-zero threshold or a span, and a histogram with no observations yet has no span.
+//!   [`Buckets::native_spans`], and an empty zero bucket ([`Buckets::of_micros`] counts a
+//!   recorded 0 in the 1 µs bucket, as remote write does). Its threshold is 2^-128 (what
+//!   Prometheus's Go client uses) rather than 0, because a scraper tells a native histogram
+//!   from a classic one by a non-zero threshold or a span, and a histogram with no
+//!   observations yet has no span.
 //!
 //! Counters are named with their `_total` (the protobuf family name is the sample name).
 
@@ -187,7 +188,7 @@ fn histogram(b: &Buckets) -> Histogram {
             .collect(),
         schema: SCHEMA,
         zero_threshold: ZERO_THRESHOLD,
-        zero_count: b.zero,
+        zero_count: 0,
         positive_span,
         positive_delta: deltas,
     }
@@ -268,30 +269,25 @@ mod tests {
     }
 
     #[test]
-    fn zeros_go_to_the_zero_bucket() {
+    fn zeros_count_in_the_native_buckets() {
         let decoded = decode(&encode(&sample_families())).unwrap();
         let lag = decoded
             .iter()
             .find(|f| f.name == names::SCHEDULE_LAG)
             .unwrap();
         let h = lag.metric[0].histogram.as_ref().unwrap();
-        // Two sends of 200 a second on schedule, three seconds.
-        assert_eq!(h.zero_count, 6);
-        assert_eq!(
-            (h.bucket[0].upper_bound, h.bucket[0].cumulative_count),
-            (0.0, 6)
-        );
-        let native: i64 = {
-            let mut c = 0;
-            h.positive_delta
-                .iter()
-                .map(|d| {
-                    c += d;
-                    c
-                })
-                .sum()
-        };
-        assert_eq!(native as u64 + h.zero_count, h.sample_count);
+        // Sends on schedule (lag 0) are among the sample; every one is in a bucket.
+        let mut running = 0;
+        let in_buckets: i64 = h
+            .positive_delta
+            .iter()
+            .map(|d| {
+                running += d;
+                running
+            })
+            .sum();
+        assert_eq!(in_buckets as u64 + h.zero_count, h.sample_count);
+        assert_eq!(h.bucket.last().unwrap().cumulative_count, h.sample_count);
     }
 
     #[test]
