@@ -49,13 +49,16 @@ pub fn index_of(value: f64) -> i32 {
 }
 
 impl Buckets {
-    /// The buckets of an HDR histogram of microseconds.
+    /// The buckets of an HDR histogram of microseconds. A recorded 0 (a send exactly on
+    /// schedule) counts in the bucket of 1 µs, the histogram's resolution: the exponential
+    /// buckets have no place for zero, and the classic ones then still count it below every
+    /// boundary.
     pub fn of_micros(h: &Histogram<u64>) -> Buckets {
         let mut b = Buckets::default();
         for v in h.iter_recorded() {
             let n = v.count_since_last_iteration();
             let secs = h.highest_equivalent(v.value_iterated_to()) as f64 / 1e6;
-            *b.counts.entry(index_of(secs)).or_default() += n;
+            *b.counts.entry(index_of(secs.max(1e-6))).or_default() += n;
             b.count += n;
             b.sum += secs * n as f64;
         }
@@ -159,6 +162,14 @@ mod tests {
         assert_eq!(at(250e-6), 3);
         assert_eq!(at(1e-3), 6);
         assert!((b.sum - 0.04345).abs() < 0.04345 * 0.002, "{}", b.sum);
+    }
+
+    #[test]
+    fn a_zero_counts_in_the_lowest_bucket() {
+        let b = Buckets::of_micros(&hist(&[0, 0, 5]));
+        assert_eq!(b.count, 3);
+        assert_eq!(b.counts.get(&index_of(1e-6)), Some(&2));
+        assert_eq!(b.classic().first().unwrap().1, 0);
     }
 
     #[test]
