@@ -11,8 +11,8 @@
 //! - a running step's series once per `interval` of its data (a push per completed second by
 //!   default), stamped with the wall-clock time of its newest second;
 //! - when a step ends (or at [`RemoteWriter::finish`]): its final values, then a stale marker
-//!   for every series it ever pushed, so the series end in PromQL instead of lingering for the
-//!   five minutes of lookback;
+//!   one millisecond later for every series it ever pushed, so the series end in PromQL where
+//!   the step did instead of lingering for the five minutes of lookback;
 //! - classic histograms always (`_bucket{le}`, `_count`, `_sum`); native histograms too, in
 //!   requests of their own, until the receiver refuses one (see [`Natives`]): the classic data
 //!   never rides with them, so a refusal loses nothing.
@@ -20,7 +20,9 @@
 //! Failures: 5xx, 429 and transport errors are retried (exponential backoff with jitter, or the
 //! receiver's `Retry-After`); any other 4xx drops the request and records the error. The queue
 //! holds at most [`MAX_PENDING_REQUESTS`] requests and drops its oldest beyond that; every
-//! value is cumulative, so what a later request carries makes up for a dropped one.
+//! value is cumulative, so what a later request carries makes up for a dropped one. At the
+//! end, a receiver that answers gets the caller's time limit for the last pushes; one that is
+//! failing gets one more try and at most [`FAILING_GRACE`].
 
 pub mod batch;
 pub mod proto;
@@ -32,8 +34,6 @@ use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-
-use meshbench_lab::sampler::now_ms;
 
 use crate::series::families_of;
 use crate::{Hub, LiveError, Scope, StepState};
@@ -134,26 +134,35 @@ struct Shared {
     report: PushReport,
     /// Samples in the queue.
     queued: u64,
-    /// The push under way: since when, and its samples.
-    in_flight: Option<(Instant, u64)>,
+    /// Since when the push under way has waited (its samples are in `queued`).
+    in_flight: Option<Instant>,
     /// The last try failed in a way worth retrying (the receiver is down or overloaded).
     failing: bool,
 }
 
-/// `finish` telling the thread to wrap up by a deadline.
+/// `finish` telling the thread to wrap up.
+#[derive(Debug, Clone, Copy)]
+struct Stop {
+    /// Whatever is not pushed by then is dropped.
+    deadline: Instant,
+    /// The receiver was well at the end: failures are retried until the deadline. When it was
+    /// failing already, the first failure ends the pushing.
+    patient: bool,
+}
+
 #[derive(Default)]
 struct Control {
-    stop: Mutex<Option<Instant>>,
+    stop: Mutex<Option<Stop>>,
     wake: Condvar,
 }
 
 impl Control {
-    fn stop_at(&self) -> Option<Instant> {
+    fn stop_at(&self) -> Option<Stop> {
         *self.stop.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn stop(&self, deadline: Instant) {
-        *self.stop.lock().unwrap_or_else(|p| p.into_inner()) = Some(deadline);
+    fn stop(&self, stop: Stop) {
+        *self.stop.lock().unwrap_or_else(|p| p.into_inner()) = Some(stop);
         self.wake.notify_all();
     }
 
@@ -230,18 +239,21 @@ impl RemoteWriter {
     /// Pushes what is left (the last values and the stale markers), waiting at most `timeout`;
     /// at most [`FAILING_GRACE`] if the receiver is failing already.
     pub fn finish(mut self, timeout: Duration) -> PushReport {
-        let budget = {
+        let failing = {
             let s = lock(&self.shared);
-            let hanging = s
-                .in_flight
-                .is_some_and(|(since, _)| since.elapsed() > FAILING_GRACE);
-            if s.failing || hanging {
-                timeout.min(FAILING_GRACE)
-            } else {
-                timeout
-            }
+            s.failing
+                || s.in_flight
+                    .is_some_and(|since| since.elapsed() > FAILING_GRACE)
         };
-        self.control.stop(Instant::now() + budget);
+        let budget = if failing {
+            timeout.min(FAILING_GRACE)
+        } else {
+            timeout
+        };
+        self.control.stop(Stop {
+            deadline: Instant::now() + budget,
+            patient: !failing,
+        });
         // The thread keeps to the deadline itself; only a push that began before it and hangs
         // can hold it longer. Then it is left behind (it ends with the process).
         let outcome = self.done.recv_timeout(budget + POLL * 2);
@@ -254,9 +266,9 @@ impl RemoteWriter {
         }
         let s = lock(&self.shared);
         let mut r = s.report.clone();
-        r.samples_dropped += s.queued + s.in_flight.map_or(0, |(_, n)| n);
+        r.samples_dropped += s.queued;
         r.last_error = Some(match (outcome, s.in_flight) {
-            (Err(mpsc::RecvTimeoutError::Timeout), Some((since, _))) => format!(
+            (Err(mpsc::RecvTimeoutError::Timeout), Some(since)) => format!(
                 "{}: no answer: a push was still waiting after {:.1} s when the run ended",
                 self.shown,
                 since.elapsed().as_secs_f64()
@@ -274,7 +286,10 @@ impl Drop for RemoteWriter {
     fn drop(&mut self) {
         // Dropped without `finish`: stop now, wait for nothing.
         if self.thread.is_some() {
-            self.control.stop(Instant::now());
+            self.control.stop(Stop {
+                deadline: Instant::now(),
+                patient: false,
+            });
         }
     }
 }
@@ -282,6 +297,8 @@ impl Drop for RemoteWriter {
 /// What the thread remembers of a step.
 #[derive(Debug, Default)]
 struct Track {
+    /// When the step started: a step run again under the same scope is a new one.
+    started_ms: u64,
     /// Wall clock of the newest second pushed, ms.
     pushed_ms: u64,
     /// Every series pushed, for the stale markers.
@@ -311,16 +328,20 @@ impl Writer {
             let stop = self.control.stop_at();
             self.look(stop.is_some());
             let now = Instant::now();
-            if let Some(deadline) = stop {
+            if let Some(stop) = stop {
                 if self.queue.is_empty() {
                     break;
                 }
-                if now >= deadline {
+                if now >= stop.deadline {
                     self.give_up();
                     break;
                 }
             }
-            let due = self.queue.head().map(|h| h.not_before);
+            let mut due = self.queue.head().map(|h| h.not_before);
+            if stop.is_some_and(|s| !s.patient) {
+                // A failing receiver gets one more try at once, not after its backoff.
+                due = due.map(|t| t.min(now));
+            }
             if due.is_some_and(|t| t <= now) {
                 self.try_head(stop);
                 continue;
@@ -329,8 +350,8 @@ impl Writer {
             if let Some(t) = due {
                 wake = wake.min(t);
             }
-            if let Some(d) = stop {
-                wake = wake.min(d);
+            if let Some(stop) = stop {
+                wake = wake.min(stop.deadline);
             }
             self.control.sleep(wake);
         }
@@ -343,6 +364,7 @@ impl Writer {
         let interval_ms = (self.config.interval.as_millis() as u64).max(1);
         let mut work: Vec<(Scope, Option<StepState>, bool)> = Vec::new();
         let mut on_board: BTreeSet<Scope> = BTreeSet::new();
+        let mut restarted: Vec<Track> = Vec::new();
         {
             let board = self.hub.board();
             if !stopping && self.seen == Some(board.seq) {
@@ -353,6 +375,19 @@ impl Writer {
                 let scope = &s.info.scope;
                 on_board.insert(scope.clone());
                 let track = self.tracks.entry(scope.clone()).or_default();
+                if track.started_ms != s.info.started_ms {
+                    let old = std::mem::replace(
+                        track,
+                        Track {
+                            started_ms: s.info.started_ms,
+                            ..Track::default()
+                        },
+                    );
+                    if !old.ended {
+                        // The scope's earlier run never ended here: end it before this one.
+                        restarted.push(old);
+                    }
+                }
                 if track.ended {
                     continue;
                 }
@@ -369,11 +404,17 @@ impl Writer {
                 }
             }
         }
-        // Steps that left the board before their end was seen end now.
+        // Steps that left the board before their end was seen end now; ended ones that left
+        // are forgotten.
         for (scope, track) in &self.tracks {
             if !track.ended && !on_board.contains(scope) {
                 work.push((scope.clone(), None, true));
             }
+        }
+        self.tracks
+            .retain(|scope, t| !t.ended || on_board.contains(scope));
+        for old in restarted {
+            self.queue_stale(old);
         }
         for (scope, step, ending) in work {
             if let Some(mut step) = step {
@@ -406,16 +447,28 @@ impl Writer {
         }
     }
 
+    /// A step ended: stale markers for its series, which it then forgets.
     fn queue_end(&mut self, scope: &Scope) {
-        let max = self.config.max_samples_per_request;
-        let natives = self.natives != Natives::Refused;
         let Some(track) = self.tracks.get_mut(scope) else {
             return;
         };
         track.ended = true;
-        let t_ms = now_ms().max(track.pushed_ms + 1) as i64;
+        let series = Track {
+            pushed_ms: track.pushed_ms,
+            classic: std::mem::take(&mut track.classic),
+            native: std::mem::take(&mut track.native),
+            ..Track::default()
+        };
+        self.queue_stale(series);
+    }
+
+    fn queue_stale(&mut self, track: Track) {
+        let max = self.config.max_samples_per_request;
+        // Just after the last value: the series ends where the step did, and a scope run again
+        // starts after it.
+        let t_ms = track.pushed_ms as i64 + 1;
         let mut batches = batch::stale(&track.classic, Lane::Classic, t_ms, max);
-        if natives {
+        if self.natives != Natives::Refused {
             batches.extend(batch::stale(&track.native, Lane::Native, t_ms, max));
         }
         for b in batches {
@@ -446,7 +499,7 @@ impl Writer {
     }
 
     /// One try of the oldest request.
-    fn try_head(&mut self, stop: Option<Instant>) {
+    fn try_head(&mut self, stop: Option<Stop>) {
         let Some(head) = self.queue.head() else {
             return;
         };
@@ -456,11 +509,10 @@ impl Writer {
             return;
         }
         let mut timeout = self.config.request_timeout;
-        if let Some(deadline) = stop {
-            timeout = timeout.min(deadline.saturating_duration_since(Instant::now()));
+        if let Some(stop) = stop {
+            timeout = timeout.min(stop.deadline.saturating_duration_since(Instant::now()));
         }
-        let n = head.all_samples();
-        lock(&self.shared).in_flight = Some((Instant::now(), n));
+        lock(&self.shared).in_flight = Some(Instant::now());
         let result = self.sender.post(&head.body, timeout);
         {
             let mut s = lock(&self.shared);
@@ -478,12 +530,12 @@ impl Writer {
                 s.report.samples_sent += done.samples;
                 s.report.histograms_sent += done.histograms;
             }
-            Err(f) => self.failed(f),
+            Err(f) => self.failed(f, stop),
         }
         lock(&self.shared).queued = self.queue.samples();
     }
 
-    fn failed(&mut self, f: Failure) {
+    fn failed(&mut self, f: Failure, stop: Option<Stop>) {
         let lane = self.queue.head().map(|h| h.lane);
         let message = format!("{}: {}", self.sender.shown(), f.message);
         if lane == Some(Lane::Native) && self.natives != Natives::Taken {
@@ -500,7 +552,10 @@ impl Writer {
             }
         }
         lock(&self.shared).report.last_error = Some(message);
-        if f.retryable() {
+        if f.retryable() && stop.is_some_and(|s| !s.patient) {
+            // Failing before the end and failing still: no use waiting out the grace.
+            self.give_up();
+        } else if f.retryable() {
             let head = self.queue.head_mut().expect("the head was there");
             head.failures += 1;
             let wait = f
@@ -519,6 +574,8 @@ impl Writer {
     fn refuse_natives(&mut self, why: String) {
         self.natives = Natives::Refused;
         self.queue.remove_lane(Lane::Native);
+        // The receiver answered: it is not failing, it only does not take these.
+        lock(&self.shared).failing = false;
         for t in self.tracks.values_mut() {
             t.native.clear();
         }
@@ -551,6 +608,7 @@ mod tests {
     use super::*;
     use crate::{names, StepInfo};
     use meshbench_engine::recorder::{ErrorKind, Interval};
+    use meshbench_lab::sampler::now_ms;
     use std::io::{Read, Write};
     use std::net::{SocketAddr, TcpListener, TcpStream};
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -671,8 +729,15 @@ mod tests {
 
     /// A step of `seconds` seconds, each of 50 × 200, 2 × 500 and a timeout, `gap` apart.
     fn feed(hub: &Hub, seconds: u32, gap: Duration) -> u64 {
+        let n = feed_step(hub, &scope(), seconds, gap);
+        hub.step_finished(&scope());
+        n
+    }
+
+    /// `feed` without the end: the step stays running.
+    fn feed_step(hub: &Hub, scope: &Scope, seconds: u32, gap: Duration) -> u64 {
         hub.step_started(StepInfo {
-            scope: scope(),
+            scope: scope.clone(),
             load: "50 rps".into(),
             target_rps: Some(53.0),
             steps: 1,
@@ -688,10 +753,9 @@ mod tests {
             }
             iv.counts.error(ErrorKind::Timeout);
             iv.sends = 53;
-            hub.second(&scope(), &iv, &[], now_ms());
+            hub.second(scope, &iv, &[], now_ms());
             std::thread::sleep(gap);
         }
-        hub.step_finished(&scope());
         seconds as u64 * 53
     }
 
@@ -770,6 +834,56 @@ mod tests {
         }
         let counts = values(&reqs, &format!("{}_count", names::LATENCY));
         assert_eq!(counts[counts.len() - 2], 3.0 * 52.0);
+    }
+
+    /// Samples of `name` by step label, in the order received; their timestamps increase.
+    fn by_step(reqs: &[WriteRequest], name: &str) -> BTreeMap<String, Vec<f64>> {
+        let mut out: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+        let mut times: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+        for s in reqs.iter().flat_map(|r| &r.timeseries) {
+            if s.label("__name__") == Some(name) {
+                let step = s.label(names::STEP).unwrap_or_default().to_string();
+                times
+                    .entry(step.clone())
+                    .or_default()
+                    .extend(s.samples.iter().map(|x| x.timestamp));
+                out.entry(step)
+                    .or_default()
+                    .extend(s.samples.iter().map(|x| x.value));
+            }
+        }
+        for t in times.values() {
+            assert!(t.windows(2).all(|w| w[0] < w[1]), "{t:?}");
+        }
+        out
+    }
+
+    #[test]
+    fn each_step_ends_with_its_own_stale_markers() {
+        let rx = Receiver::start(Some(ok));
+        let hub = Hub::new();
+        let w = RemoteWriter::start(config(rx.url()), hub.clone()).unwrap();
+        let first = scope();
+        let second = Scope { step: 1, ..scope() };
+        let n0 = feed_step(&hub, &first, 2, Duration::from_millis(150));
+        // Starting the next step ends the one before.
+        let n1 = feed_step(&hub, &second, 3, Duration::from_millis(150));
+        std::thread::sleep(POLL * 2);
+        // The same scope run again is a new series history: the old one ends first.
+        std::thread::sleep(Duration::from_millis(5));
+        let n1b = feed_step(&hub, &second, 1, Duration::from_millis(150));
+        let report = w.finish(Duration::from_secs(5));
+        assert_eq!(report.samples_dropped, 0, "{report:?}");
+        let steps = by_step(&rx.requests(), names::REQUESTS);
+        let s0 = &steps["0"];
+        assert_eq!(s0[s0.len() - 2], n0 as f64);
+        assert!(is_stale(s0[s0.len() - 1]));
+        let s1 = &steps["1"];
+        let stale_at: Vec<usize> = (0..s1.len()).filter(|&i| is_stale(s1[i])).collect();
+        assert_eq!(stale_at.len(), 2, "{s1:?}");
+        assert_eq!(s1[stale_at[0] - 1], n1 as f64);
+        assert_eq!(s1[stale_at[1] - 1], n1b as f64);
+        assert_eq!(stale_at[1], s1.len() - 1);
     }
 
     #[test]
@@ -851,7 +965,8 @@ mod tests {
         feed(&hub, 4, Duration::from_millis(150));
         let t = Instant::now();
         let report = w.finish(Duration::from_secs(10));
-        assert!(t.elapsed() < FAILING_GRACE + POLL * 3, "{:?}", t.elapsed());
+        // Failing before the end: one more try, refused at once, and no waiting after it.
+        assert!(t.elapsed() < FAILING_GRACE / 2, "{:?}", t.elapsed());
         assert_eq!(report.requests_sent, 0);
         assert!(report.samples_dropped > 0);
         assert!(report.last_error.unwrap().ends_with("connection refused"));
