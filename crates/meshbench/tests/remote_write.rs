@@ -165,7 +165,7 @@ fn noisy_backend() -> BackendProc {
     BackendProc::start(&["--delay", "exp:2ms", "--status", "500:3%"])
 }
 
-const RUN: [&str; 6] = ["--rate", "500", "-d", "5s", "--timeout", "12ms"];
+const RUN: [&str; 6] = ["--rate", "500", "-d", "5s", "--timeout", "8ms"];
 
 /// Runs against a real Prometheus and checks PromQL against the JSON at the run's end.
 fn against_prometheus(natives: bool) {
@@ -227,7 +227,7 @@ fn against_prometheus(natives: bool) {
         assert_eq!(value(s), json, "kind {kind}");
         transport += json;
     }
-    assert!(transport > 0.0, "timeouts at 12 ms: {}", r["errors"]);
+    assert!(transport > 0.0, "timeouts at 8 ms: {}", r["errors"]);
     // The histogram counts responses (any status), not requests that got none.
     let responses: f64 = json_codes.values().sum();
     assert_eq!(responses, total as f64 - transport);
