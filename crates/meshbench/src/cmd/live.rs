@@ -77,6 +77,7 @@ impl Faces {
                     url: url.clone(),
                     headers,
                     interval: Duration::from_secs(1),
+                    ..RemoteWriteConfig::default()
                 };
                 Some(RemoteWriter::start(config, hub.clone()).map_err(|e| usage(e.to_string()))?)
             }
@@ -117,10 +118,19 @@ impl Faces {
         self.hub.finished(done);
         if let Some(remote) = self.remote {
             let report = remote.finish(FINAL_PUSH);
-            if let Some(err) = report.last_error {
+            if report.samples_dropped > 0 {
                 eprintln!(
-                    "warning: remote write: {} samples pushed, {} dropped; last error: {err}",
-                    report.samples_sent, report.samples_dropped
+                    "warning: remote write: {} samples pushed, {} dropped; last error: {}",
+                    report.samples_sent + report.histograms_sent,
+                    report.samples_dropped,
+                    report.last_error.as_deref().unwrap_or("none")
+                );
+            }
+            if let Some(why) = report.natives_refused {
+                eprintln!(
+                    "note: remote write: the receiver refused native histograms ({why}); \
+                     classic buckets only (Prometheus takes them with \
+                     --enable-feature=native-histograms)"
                 );
             }
         }
