@@ -236,6 +236,21 @@ pub enum GenCommand {
     Gateway(GatewayArgs),
     /// A CA, a server certificate and a client certificate (PEM), for TLS and mutual TLS labs.
     Certs(CertsArgs),
+    /// A Grafana dashboard (JSON) of the live stream: rate, latency percentiles, errors,
+    /// schedule lag, CPU and memory per role, per step, from the series of --metrics-listen
+    /// and --prometheus-remote-write.
+    Grafana(GrafanaArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct GrafanaArgs {
+    /// Where to write the dashboard (stdout without it).
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+    /// The uid of the Prometheus data source the dashboard starts on (the `datasource`
+    /// variable still offers every Prometheus).
+    #[arg(long, value_name = "UID")]
+    pub datasource_uid: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -372,6 +387,10 @@ pub struct LiveFlags {
     /// Serve a live page of the run: PORT (loopback) or HOST:PORT.
     #[arg(long, value_name = "ADDR")]
     pub web: Option<String>,
+    /// Keep serving the live page this long after the run ends (Ctrl-C ends it sooner), e.g.
+    /// 10m; the page then shows the final numbers and links the HTML report.
+    #[arg(long, value_name = "DURATION", requires = "web", default_value = "0s")]
+    pub web_linger: String,
 }
 
 #[derive(Debug, Args)]

@@ -33,21 +33,62 @@ pub fn execute(args: ExperimentArgs) -> Result<u8> {
         .unwrap_or_else(meshbench_store::default_path);
     let faces = super::live::Faces::start(&args.live)?;
     let (done, code) = run(&e, &store_path, args.quiet, faces.as_ref())?;
-    if let Some(faces) = faces {
+    let linger = faces.map(|faces| {
+        let report = if faces.has_web() {
+            live_report(&store_path, done.id)
+        } else {
+            None
+        };
         faces.finish(Done {
-            report: None,
+            report,
             outcome: done.status.to_string(),
-        });
-    }
+        })
+    });
     let store = Store::open(&store_path)?;
     let h = super::answers::headline(&store, done.id)?;
     out!("{}", meshbench_report::answers::headline_text(&h));
     let passed = super::answers::check_headline(&thresholds, &h);
     let _ = std::io::stdout().flush();
+    // A signal that stopped the run asked to leave: the page does not linger then.
+    if let Some(linger) = linger.filter(|_| code != exit::SIGINT && code != exit::SIGTERM) {
+        linger.wait();
+    }
     Ok(match code {
         exit::OK if !passed => exit::FAILED,
         code => code,
     })
+}
+
+/// Where `--web` writes the report of experiment `id`: beside the store, in
+/// `STORE-NAME-reports/ID/` (`results.db` -> `results-reports/7/report.html`).
+pub fn live_report_dir(store_path: &Path, id: i64) -> std::path::PathBuf {
+    let stem = store_path
+        .file_stem()
+        .map_or_else(|| "results".into(), |s| s.to_string_lossy());
+    store_path
+        .parent()
+        .unwrap_or(Path::new(""))
+        .join(format!("{stem}-reports"))
+        .join(id.to_string())
+}
+
+/// Writes the experiment's HTML report for the live page's link; a report that cannot be
+/// written (no measured step, no font, a full disk) is a warning, not a failed run.
+fn live_report(store_path: &Path, id: i64) -> Option<String> {
+    let dir = live_report_dir(store_path, id);
+    let written = Store::open(store_path)
+        .map_err(anyhow::Error::from)
+        .and_then(|store| super::report::write(&store, &id.to_string(), None, &dir));
+    match written {
+        Ok(w) => {
+            eprintln!("report: {}", w.html.display());
+            Some(w.html.display().to_string())
+        }
+        Err(e) => {
+            eprintln!("warning: no HTML report for the live page: {e:#}");
+            None
+        }
+    }
 }
 
 /// Runs every step of `e` into `store_path` with a progress line, prints the step table and

@@ -1,14 +1,15 @@
-//! `meshbench gen gateway` and `gen certs`: check the flags and write a gateway's configuration,
-//! certificates and a targets file (see `meshbench_lab::gateway`), or a lab CA and certificates.
+//! `meshbench gen gateway`, `gen certs` and `gen grafana`: check the flags and write a gateway's
+//! configuration, certificates and a targets file (see `meshbench_lab::gateway`), a lab CA and
+//! certificates, or the live stream's Grafana dashboard (`meshbench_live::grafana`).
 
 use std::net::SocketAddr;
 use std::time::Instant;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use meshbench_lab::gateway::{self, istio::Istio, CertLayout, GatewayPlan, Target};
 use meshbench_lab::Program;
 
-use crate::cli::{CertsArg, CertsArgs, GatewayArgs, GatewayFlavor};
+use crate::cli::{CertsArg, CertsArgs, GatewayArgs, GatewayFlavor, GrafanaArgs};
 use crate::{exit, usage};
 
 /// More routes than this would take minutes to load into most gateways.
@@ -93,5 +94,24 @@ pub fn certs(a: CertsArgs) -> Result<u8> {
         a.names.join(", "),
         a.out.display()
     );
+    Ok(exit::OK)
+}
+
+pub fn grafana(a: GrafanaArgs) -> Result<u8> {
+    let dashboard = meshbench_live::grafana::dashboard(a.datasource_uid.as_deref())
+        .map_err(|e| usage(e.to_string()))?;
+    let text = serde_json::to_string_pretty(&dashboard)? + "\n";
+    match &a.out {
+        Some(path) => {
+            std::fs::write(path, &text)
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            eprintln!(
+                "wrote {} ({} panels); import it in Grafana (Dashboards > New > Import)",
+                path.display(),
+                meshbench_live::grafana::panels().len()
+            );
+        }
+        None => out!("{text}"),
+    }
     Ok(exit::OK)
 }

@@ -1,8 +1,10 @@
 //! The live faces a command was asked for (`--metrics-listen`, `--prometheus-remote-write`,
 //! `--web`), started before the load and fed from it: the command's progress callbacks hand
-//! every completed second to one [`Hub`], which each face reads on its own thread.
+//! every completed second to one [`Hub`], which each face reads on its own thread. At the end,
+//! [`Faces::finish`] tells the faces how the run ended and hands back a [`Linger`]: the live
+//! page kept up for `--web-linger` after the command has printed its results.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use meshbench_engine::Live;
@@ -15,6 +17,9 @@ use meshbench_live::{listen_addr, Done, Hub, Scope, StepInfo};
 use crate::cli::LiveFlags;
 use crate::usage;
 
+use super::experiment::human_secs;
+use super::signals::Signals;
+
 /// How long the last remote-write push may take once the run is over.
 const FINAL_PUSH: Duration = Duration::from_secs(5);
 
@@ -26,6 +31,8 @@ pub struct Faces {
     metrics_linger: Duration,
     remote: Option<RemoteWriter>,
     web: Option<WebServer>,
+    /// `--web-linger`: how long the page stays up after the run.
+    linger: Duration,
 }
 
 impl Faces {
@@ -83,13 +90,18 @@ impl Faces {
             }
             None => None,
         };
-        let web = match &flags.web {
+        let (web, linger) = match &flags.web {
             Some(a) => {
-                let server = WebServer::start(addr("--web", a)?, hub.clone())?;
+                let addr = addr("--web", a)?;
+                let linger = match flags.web_linger.trim() {
+                    "" => Duration::ZERO,
+                    text => super::parse_duration("--web-linger", text)?,
+                };
+                let server = WebServer::start(addr, hub.clone())?;
                 eprintln!("live view: http://{}/", server.local_addr());
-                Some(server)
+                (Some(server), linger)
             }
-            None => None,
+            None => (None, Duration::ZERO),
         };
         Ok(Some(Faces {
             hub,
@@ -97,7 +109,13 @@ impl Faces {
             metrics_linger,
             remote,
             web,
+            linger,
         }))
+    }
+
+    /// Whether the live page is served (and so whether a report is worth linking).
+    pub fn has_web(&self) -> bool {
+        self.web.is_some()
     }
 
     /// Every second in `live` into the hub.
@@ -112,9 +130,10 @@ impl Faces {
     }
 
     /// The run is over: the last push goes out (stale markers included), `/metrics` waits up
-    /// to `--metrics-linger` for a scrape of the final values, the page shows the end and
-    /// links the report; the servers stop with the process.
-    pub fn finish(self, done: Done) {
+    /// to `--metrics-linger` for a scrape of the final values and stops, the page shows the end
+    /// and links the report. The page stays up for as long as the returned [`Linger`] is kept,
+    /// and `--web-linger` more with [`Linger::wait`].
+    pub fn finish(self, done: Done) -> Linger {
         self.hub.finished(done);
         if let Some(remote) = self.remote {
             let report = remote.finish(FINAL_PUSH);
@@ -143,9 +162,54 @@ impl Faces {
             }
             m.stop();
         }
-        if let Some(w) = self.web {
-            w.stop();
+        Linger {
+            web: self.web,
+            time: self.linger,
         }
+    }
+}
+
+/// The live page after the run: served while this is kept, stopped when it is dropped.
+#[must_use = "dropping it stops the live page at once; call wait() for --web-linger"]
+pub struct Linger {
+    web: Option<WebServer>,
+    time: Duration,
+}
+
+impl Linger {
+    /// Keeps serving the page for `--web-linger`, or until Ctrl-C or SIGTERM (which then
+    /// only ends the wait: the run's exit code stands), then stops it. Callers skip this
+    /// when a signal already stopped the run: that signal asked to leave.
+    pub fn wait(self) {
+        let Some(web) = self.web else {
+            return;
+        };
+        if self.time.is_zero() {
+            web.stop();
+            return;
+        }
+        let signals = match Signals::install() {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("warning: --web-linger: cannot watch for Ctrl-C ({e}); not lingering");
+                web.stop();
+                return;
+            }
+        };
+        eprintln!(
+            "live view: http://{}/ stays up for {} (--web-linger); Ctrl-C ends it",
+            web.local_addr(),
+            human_secs(self.time.as_secs_f64())
+        );
+        let until = Instant::now() + self.time;
+        while !signals.stop.requested() {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            std::thread::sleep(left.min(Duration::from_millis(100)));
+        }
+        web.stop();
     }
 }
 

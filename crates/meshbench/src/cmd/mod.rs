@@ -23,6 +23,7 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
         Command::Demo(args) => demo::execute(args),
         Command::Gen(crate::cli::GenCommand::Gateway(args)) => gen::gateway(args),
         Command::Gen(crate::cli::GenCommand::Certs(args)) => gen::certs(args),
+        Command::Gen(crate::cli::GenCommand::Grafana(args)) => gen::grafana(args),
         Command::Experiment(args) => experiment::execute(args),
         Command::Results(c) => results::execute(c),
         Command::Compare(args) => answers::compare(args),

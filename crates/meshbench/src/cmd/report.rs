@@ -1,8 +1,13 @@
 //! `meshbench report EXPERIMENT --out DIR`: the stored experiment's headline, charts and
 //! per-step timelines as one self-contained HTML file, and each chart as SVG and PNG.
+//! [`write`] is also what `meshbench experiment --web` calls at the end, for the live page's
+//! report link.
+
+use std::path::Path;
 
 use anyhow::Result;
-use meshbench_report::html::{self, Input};
+use meshbench_report::html::{self, Input, Written};
+use meshbench_store::Store;
 
 use super::answers::{headline, open_store};
 use crate::cli::ReportArgs;
@@ -14,10 +19,21 @@ pub fn execute(args: ReportArgs) -> Result<u8> {
         None => None,
     };
     let store = open_store(&args.store)?;
-    let e = store
-        .experiment(&args.experiment)
-        .map_err(|e| usage(e.to_string()))?;
-    let h = headline(&store, e.id)?;
+    let written = write(&store, &args.experiment, slo_p99_ms, &args.out)?;
+    outln!(
+        "{} ({} charts, each also as SVG and PNG in {})",
+        written.html.display(),
+        written.svgs,
+        args.out.join("plots").display()
+    );
+    Ok(exit::OK)
+}
+
+/// Writes the report of the experiment `key` names (id, name or `latest`) in `store` into
+/// `out`: report.html and plots/.
+pub fn write(store: &Store, key: &str, slo_p99_ms: Option<f64>, out: &Path) -> Result<Written> {
+    let e = store.experiment(key).map_err(|e| usage(e.to_string()))?;
+    let h = headline(store, e.id)?;
     if h.groups.is_empty() {
         return Err(usage(format!(
             "experiment {} has no measured step to report (`meshbench results show {}` lists why)",
@@ -47,12 +63,5 @@ pub fn execute(args: ReportArgs) -> Result<u8> {
         slo_p99_ms,
         failed,
     });
-    let written = html::write(&report, &args.out)?;
-    outln!(
-        "{} ({} charts, each also as SVG and PNG in {})",
-        written.html.display(),
-        written.svgs,
-        args.out.join("plots").display()
-    );
-    Ok(exit::OK)
+    Ok(html::write(&report, out)?)
 }

@@ -27,7 +27,7 @@ pub fn execute(args: RunArgs) -> Result<u8> {
     let signals = super::signals::Signals::install()?;
     let live = !args.quiet && std::io::stderr().is_terminal();
     let result = measure(&spec, signals.stop.clone(), live, faces.as_ref());
-    if let Some(faces) = faces {
+    let linger = faces.map(|faces| {
         let outcome = match &result {
             Ok(r) if r.partial => "interrupted".to_string(),
             Ok(_) => "done".to_string(),
@@ -36,8 +36,8 @@ pub fn execute(args: RunArgs) -> Result<u8> {
         faces.finish(Done {
             report: None,
             outcome,
-        });
-    }
+        })
+    });
     let result = result?;
     if let Some(path) = &args.json {
         write_json(path, &result)?;
@@ -51,9 +51,13 @@ pub fn execute(args: RunArgs) -> Result<u8> {
         passed = super::answers::check_headline(&thresholds, &h);
     }
     let _ = std::io::stdout().flush();
-    Ok(signals
-        .exit_code()
-        .unwrap_or(if passed { exit::OK } else { exit::FAILED }))
+    // Read before lingering: a Ctrl-C that ends the linger does not change how the run went.
+    let code = signals.exit_code();
+    // A signal that stopped the run asked to leave: the page does not linger then.
+    if let Some(linger) = linger.filter(|_| code.is_none()) {
+        linger.wait();
+    }
+    Ok(code.unwrap_or(if passed { exit::OK } else { exit::FAILED }))
 }
 
 /// Resolves options; what cannot be run is bad input (exit 2).
