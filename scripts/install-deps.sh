@@ -8,7 +8,9 @@
 # live stream's /metrics, remote write and the external topology are tested against them).
 # Then a Python environment with pandas and matplotlib for the test that runs Istio's own graph
 # plotter on the exported CSV (scripts/install-istio-plotter.sh: once, about a minute; without
-# it that test says it is skipped and why).
+# it that test says it is skipped and why). Last, the pinned npm packages of the live page's
+# browser test and the Grafana dashboard's type check (scripts/install-web-test.sh: Node.js,
+# playwright-core, @grafana/schema, typescript; without them those two tests fail and say why).
 set -euo pipefail
 need=()
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need+=(nginx)
@@ -35,3 +37,5 @@ fi
 scripts_dir="$(dirname "$0")"
 "$scripts_dir/install-istio-plotter.sh" \
   || echo "warning: no Python with pandas and matplotlib; tests/istio_plotter.rs will be skipped" >&2
+"$scripts_dir/install-web-test.sh" \
+  || echo "warning: no npm packages for tests/web.rs and tests/grafana.rs; they will fail (run scripts/install-web-test.sh)" >&2

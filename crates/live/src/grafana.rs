@@ -333,7 +333,6 @@ fn label_variable(name: &str, label: &str, query: &str, multi: bool) -> Value {
         "type": "query",
         "datasource": datasource(),
         "query": query,
-        "definition": query,
         "refresh": 2,
         "sort": if multi { 3 } else { 1 },
         "multi": multi,
@@ -565,7 +564,7 @@ mod tests {
         assert_eq!(d["templating"]["list"][0]["current"]["value"], "prom-1");
         assert_eq!(d["schemaVersion"], SCHEMA_VERSION);
         let panels = d["panels"].as_array().unwrap();
-        assert_eq!(panels.len(), panels().len());
+        assert_eq!(panels.len(), super::panels().len());
         let ids: std::collections::BTreeSet<u64> =
             panels.iter().map(|p| p["id"].as_u64().unwrap()).collect();
         assert_eq!(ids.len(), panels.len(), "panel ids are unique");

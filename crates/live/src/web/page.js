@@ -119,7 +119,7 @@
     } else {
       let hi = Math.max(opts.minMax || 0, ...all);
       if (!(hi > 0)) hi = 1;
-      const step = niceStep(hi, 4);
+      const step = niceStep(hi, 5);
       hi = Math.ceil((hi * 1.05) / step) * step;
       y = (v) => H - m.b - (v / hi) * (H - m.t - m.b);
       for (let i = 0; i * step <= hi + step / 2; i++) yTicks.push([i * step, step]);

@@ -157,11 +157,12 @@ try {
     if (end.link !== '/report') fail(`no report link at the end (${JSON.stringify(end)})`);
     else {
       const r = await page.request.get(new URL(end.link, base).href);
-      const body = await r.text();
+      const bytes = await r.body();
+      const body = bytes.toString('utf8');
       if (r.status() !== 200 || !/<html/i.test(body) || !/<svg/i.test(body)) {
         fail(`the report link answered ${r.status()} with ${body.length} bytes, not the HTML report`);
       }
-      seen.end.reportBytes = body.length;
+      seen.end.reportBytes = bytes.length;
     }
   }
   await page.screenshot({ path: shot, fullPage: true });
