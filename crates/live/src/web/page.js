@@ -96,10 +96,20 @@
     if (frames.length === 0 || series.length === 0 || (opts.log && !all.some((v) => v > 0))) {
       const t = svgEl('text', { x: W / 2, y: H / 2, 'text-anchor': 'middle', class: 'empty' }, svg);
       t.textContent = frames.length === 0 ? 'waiting for the first measured second…' : opts.empty || 'nothing to draw';
+      hovers.delete(svgId);
+      delete legend.dataset.at;
       return;
     }
-    const t0 = frames[0].t_ms - 1000;
-    const t1 = Math.max(frames[frames.length - 1].t_ms, t0 + 5000);
+    // Each frame's time: a step's seconds are one second apart, whatever time each was
+    // handed over at (the run may hand over two at once), counted from the step's first.
+    const ts = [];
+    let anchor = frames[0];
+    frames.forEach((f, i) => {
+      if (i > 0 && !sameScope(f.scope, frames[i - 1].scope)) anchor = f;
+      ts.push(anchor.t_ms + (f.second - anchor.second) * 1000);
+    });
+    const t0 = ts[0] - 1000;
+    const t1 = Math.max(ts[ts.length - 1], t0 + 5000);
     const x = (t) => m.l + ((t - t0) / (t1 - t0)) * (W - m.l - m.r);
     let y;
     let yTicks = [];
@@ -141,23 +151,24 @@
     // Where each step begins.
     frames.forEach((f, i) => {
       if (i > 0 && sameScope(f.scope, frames[i - 1].scope)) return;
-      const xx = x(f.t_ms - 1000);
+      const xx = x(ts[i] - 1000);
       svgEl('line', { x1: xx, x2: xx, y1: m.t - 4, y2: H - m.b, class: 'marker' }, svg);
       const lab = svgEl('text', { x: xx + 3, y: m.t - 5 }, svg);
       lab.textContent = 'step ' + (f.scope.step + 1);
     });
+    const values = []; // the legend's value elements, by series
     for (const s of series) {
       let d = '';
       let pen = false;
       s.values.forEach((v, i) => {
         const f = frames[i];
         const prev = frames[i - 1];
-        const broken = !prev || !sameScope(f.scope, prev.scope) || f.t_ms - prev.t_ms > 2500;
+        const broken = !prev || !sameScope(f.scope, prev.scope) || ts[i] - ts[i - 1] > 2500;
         if (v === null || !Number.isFinite(v) || (opts.log && !(v > 0))) {
           pen = false;
           return;
         }
-        d += `${pen && !broken ? 'L' : 'M'}${x(f.t_ms).toFixed(1)},${y(v).toFixed(1)}`;
+        d += `${pen && !broken ? 'L' : 'M'}${x(ts[i]).toFixed(1)},${y(v).toFixed(1)}`;
         pen = true;
       });
       if (d) {
@@ -178,7 +189,57 @@
       val.textContent = last === undefined ? '–' : (s.fmt || fmt)(last);
       item.append(sw, name, val);
       legend.appendChild(item);
+      values.push(val);
     }
+    const cursor = svgEl('line', { x1: 0, x2: 0, y1: m.t, y2: H - m.b, class: 'cursor', visibility: 'hidden' }, svg);
+    hovers.set(svgId, { frames, ts, series, values, fmt, x, cursor, legend, W });
+    // Redrawn under the pointer: keep showing the second it points at.
+    if (pointers.has(svgId)) hover(svgId, pointers.get(svgId));
+    else delete legend.dataset.at;
+  }
+
+  // Hovering a chart: a cursor at the nearest second, and the legend shows that second's
+  // values (and its time) instead of the last ones.
+  const hovers = new Map();
+  const pointers = new Map(); // the pointer's clientX over each chart
+  function hover(svgId, clientX) {
+    const h = hovers.get(svgId);
+    if (!h || h.frames.length === 0) return;
+    const box = $(svgId).getBoundingClientRect();
+    const px = ((clientX - box.left) / box.width) * h.W;
+    let best = 0;
+    h.ts.forEach((t, i) => {
+      if (Math.abs(h.x(t) - px) < Math.abs(h.x(h.ts[best]) - px)) best = i;
+    });
+    const xx = h.x(h.ts[best]);
+    h.cursor.setAttribute('x1', xx);
+    h.cursor.setAttribute('x2', xx);
+    h.cursor.setAttribute('visibility', 'visible');
+    h.series.forEach((s, i) => {
+      const v = s.values[best];
+      h.values[i].textContent = v === null || !Number.isFinite(v) ? '–' : (s.fmt || h.fmt)(v);
+    });
+    h.legend.dataset.at = `at ${fmtClock(h.ts[best])}, step ${h.frames[best].scope.step + 1}`;
+  }
+  function unhover(svgId) {
+    const h = hovers.get(svgId);
+    if (!h) return;
+    h.cursor.setAttribute('visibility', 'hidden');
+    h.series.forEach((s, i) => {
+      const last = [...s.values].reverse().find((v) => v !== null && Number.isFinite(v));
+      h.values[i].textContent = last === undefined ? '–' : (s.fmt || h.fmt)(last);
+    });
+    delete h.legend.dataset.at;
+  }
+  for (const svg of document.querySelectorAll('svg.chart')) {
+    svg.addEventListener('mousemove', (e) => {
+      pointers.set(svg.id, e.clientX);
+      hover(svg.id, e.clientX);
+    });
+    svg.addEventListener('mouseleave', () => {
+      pointers.delete(svg.id);
+      unhover(svg.id);
+    });
   }
 
   // Series for one value per role (CPU, memory), in a steady order.
@@ -361,6 +422,7 @@
 
   function draw() {
     const v = state.view;
+    document.body.dataset.boardSeq = String(v.seq); // what the page shows is this answer
     const s = shownStep(v);
     if (s) {
       setText('experiment', s.scope.experiment);
@@ -368,6 +430,8 @@
       setText('step-state', v.current ? 'running' : v.done ? 'the last step' : 'finished; the next step is starting');
       setText('step-seconds', fmtCount(s.seconds));
     }
+    const f = state.frames[state.frames.length - 1];
+    if (!v.done && f) document.title = `${fmtCount(f.requests)} req/s · ${s ? `step ${s.number}/${s.steps}` : ''} · meshbench live`;
     if (v.done) setStatus('ended', 'ended: ' + v.done.outcome);
     else if (v.current) setStatus('running', 'running');
     else if (s) setStatus('between', 'between steps');
