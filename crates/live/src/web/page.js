@@ -112,10 +112,10 @@
     const t1 = Math.max(ts[ts.length - 1], t0 + 5000);
     const x = (t) => m.l + ((t - t0) / (t1 - t0)) * (W - m.l - m.r);
     let y;
-    let yTicks = [];
+    const yTicks = [];
     if (opts.log) {
       const pos = all.filter((v) => v > 0);
-      let lo = Math.pow(10, Math.floor(Math.log10(Math.min(...pos))));
+      const lo = Math.pow(10, Math.floor(Math.log10(Math.min(...pos))));
       let hi = Math.pow(10, Math.ceil(Math.log10(Math.max(...pos))));
       if (hi <= lo) hi = lo * 10;
       const L0 = Math.log10(lo);
