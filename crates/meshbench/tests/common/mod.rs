@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod prometheus;
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::AsRawFd;
