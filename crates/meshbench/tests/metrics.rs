@@ -13,11 +13,11 @@ mod common;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use common::prometheus::{Prometheus, PrometheusOptions};
 use common::*;
 
 /// One native bucket's width: the most a quantile read from the buckets can differ from the
@@ -64,132 +64,13 @@ fn header<'a>(hs: &'a [(String, String)], name: &str) -> &'a str {
         .map_or("", |(_, v)| v.as_str())
 }
 
-/// A real Prometheus scraping one target every second, in a directory of its own.
-struct Prometheus {
-    process: Option<Guard>,
-    addr: SocketAddr,
-    dir: PathBuf,
-}
-
-impl Prometheus {
-    fn start(target: SocketAddr, native: bool) -> Prometheus {
-        let dir = std::env::temp_dir().join(format!(
-            "meshbench-test-prometheus-{}-{}",
-            std::process::id(),
-            if native { "native" } else { "classic" }
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let config = dir.join("prometheus.yml");
-        std::fs::write(
-            &config,
-            format!(
-                "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  - job_name: meshbench\n    static_configs:\n      - targets: ['{target}']\n"
-            ),
-        )
-        .unwrap();
-        let addr = free_addr();
-        let log = std::fs::File::create(dir.join("prometheus.log")).unwrap();
-        let mut cmd = Command::new("prometheus");
-        cmd.arg(format!("--config.file={}", config.display()))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.join("data").display()
-            ))
-            .arg(format!("--web.listen-address={addr}"))
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log);
-        if native {
-            cmd.arg("--enable-feature=native-histograms");
-        }
-        let child = cmd
-            .spawn()
-            .expect("prometheus runs (scripts/install-deps.sh installs it)");
-        let p = Prometheus {
-            process: Some(Guard(child)),
-            addr,
-            dir,
-        };
-        let t = Instant::now();
-        while !matches!(http_get(addr, "/-/ready", None), Ok((200, _, _))) {
-            assert!(
-                t.elapsed() < Duration::from_secs(30),
-                "prometheus not ready in 30 s: {}",
-                p.log()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        p
-    }
-
-    fn log(&self) -> String {
-        let text = std::fs::read_to_string(self.dir.join("prometheus.log")).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(10)..].join("\n")
-    }
-
-    /// An API call's `data`.
-    fn api(&self, path: &str, params: &[(&str, &str)]) -> serde_json::Value {
-        let query: String = url::form_urlencoded::Serializer::new(String::new())
-            .extend_pairs(params)
-            .finish();
-        let (status, _, body) = http_get(self.addr, &format!("{path}?{query}"), None)
-            .unwrap_or_else(|e| panic!("{path}: {e}"));
-        let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_else(|e| {
-            panic!("{path}: {e}: {}", String::from_utf8_lossy(&body));
-        });
-        assert_eq!(status, 200, "{path} {params:?}: {v}");
-        v["data"].clone()
-    }
-
-    /// An instant query at `time` (Unix seconds): the result vector.
-    fn query(&self, q: &str, time: f64) -> Vec<serde_json::Value> {
-        let t = format!("{time:.3}");
-        let data = self.api("/api/v1/query", &[("query", q), ("time", &t)]);
-        data["result"].as_array().cloned().unwrap_or_default()
-    }
-
-    /// The one float a query gives at `time`.
-    fn scalar(&self, q: &str, time: f64) -> f64 {
-        let r = self.query(q, time);
-        assert_eq!(r.len(), 1, "{q} at {time}: {r:?}");
-        r[0]["value"][1]
-            .as_str()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("{q}: {:?}", r[0]))
-    }
-
-    /// The health of the only target (`up`, `down`, `unknown`: not scraped yet).
-    fn target_health(&self) -> String {
-        let data = self.api("/api/v1/targets", &[]);
-        data["activeTargets"][0]["health"]
-            .as_str()
-            .unwrap_or("unknown")
-            .to_string()
-    }
-
-    /// Waits for the first scrape of the target (failed: nothing listens yet). Prometheus
-    /// applies its targets some seconds after it is ready; a run started before would miss
-    /// its first seconds.
-    fn wait_first_scrape(&self) {
-        let t = Instant::now();
-        while self.target_health() == "unknown" {
-            assert!(
-                t.elapsed() < Duration::from_secs(20),
-                "prometheus never scraped: {}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
-impl Drop for Prometheus {
-    fn drop(&mut self) {
-        drop(self.process.take());
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
+/// A real Prometheus scraping `target` every second.
+fn prometheus(target: SocketAddr, native: bool) -> Prometheus {
+    Prometheus::start(&PrometheusOptions {
+        scrape: vec![target],
+        native_histograms: native,
+        ..PrometheusOptions::default()
+    })
 }
 
 /// `promtool check metrics` on `text`: its exit status and what it said.
@@ -244,7 +125,7 @@ struct Seen {
 fn run_scraped(native: bool) -> Seen {
     let backend = BackendProc::start(&["--status", "503:2%", "--delay", "uniform:200us..2ms"]);
     let metrics = free_addr();
-    let prometheus = Prometheus::start(metrics, native);
+    let prometheus = prometheus(metrics, native);
     prometheus.wait_first_scrape();
     let json_path = temp_json(if native { "metrics-native" } else { "metrics" });
     let _ = std::fs::remove_file(&json_path);

@@ -11,122 +11,26 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use common::prometheus::{value, Prometheus, PrometheusOptions};
 use common::*;
 use meshbench_live::remote_write::proto::{decode_body, is_stale, WriteRequest};
-use serde_json::Value;
 
 const LIMIT: Duration = Duration::from_secs(60);
 /// What the run may take beyond its duration when the receiver is down or hangs: the writer
 /// gives a failing receiver one second at the end, the rest is starting and stopping.
 const SLACK: Duration = Duration::from_millis(2_500);
 
-/// A Prometheus with the remote-write receiver on and nothing to scrape, in a directory of
-/// its own; killed and removed when dropped.
-struct Prometheus {
-    child: Child,
-    dir: PathBuf,
-    addr: SocketAddr,
-}
-
-impl Prometheus {
-    fn start(natives: bool) -> Prometheus {
-        let bin = ["/usr/bin/prometheus", "/usr/local/bin/prometheus"]
-            .into_iter()
-            .map(PathBuf::from)
-            .find(|p| p.exists())
-            .expect("prometheus is not installed: run scripts/install-deps.sh");
-        let dir = std::env::temp_dir().join(format!(
-            "meshbench-test-prom-{}-{}",
-            std::process::id(),
-            natives
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let config = dir.join("prometheus.yml");
-        std::fs::write(&config, "global:\n  scrape_interval: 1m\n").unwrap();
-        let addr = free_addr();
-        let log = std::fs::File::create(dir.join("prometheus.log")).unwrap();
-        let mut cmd = Command::new(bin);
-        cmd.arg(format!("--config.file={}", config.display()))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.join("data").display()
-            ))
-            .arg(format!("--web.listen-address={addr}"))
-            .arg("--web.enable-remote-write-receiver")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log);
-        if natives {
-            cmd.arg("--enable-feature=native-histograms");
-        }
-        let mut p = Prometheus {
-            child: cmd.spawn().expect("start prometheus"),
-            dir,
-            addr,
-        };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while http_get(addr, "/-/ready").map(|(s, _)| s) != Some(200) {
-            if let Ok(Some(status)) = p.child.try_wait() {
-                panic!("prometheus exited ({status}): {}", p.log());
-            }
-            assert!(
-                Instant::now() < deadline,
-                "prometheus not ready: {}",
-                p.log()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        p
-    }
-
-    fn write_url(&self) -> String {
-        format!("http://{}/api/v1/write", self.addr)
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("prometheus.log")).unwrap_or_default()
-    }
-
-    /// An instant query at `time` (seconds since the epoch): the result vector.
-    fn query(&self, expr: &str, time: f64) -> Vec<Value> {
-        let path = format!(
-            "/api/v1/query?query={}&time={time:.3}",
-            percent_encoded(expr)
-        );
-        let (status, body) = http_get(self.addr, &path).expect("prometheus answers");
-        let v: Value = serde_json::from_str(&body).expect("JSON");
-        assert_eq!(status, 200, "{expr}: {body}");
-        v["data"]["result"].as_array().cloned().unwrap_or_default()
-    }
-
-    /// The one value of an instant query.
-    fn scalar(&self, expr: &str, time: f64) -> f64 {
-        let r = self.query(expr, time);
-        assert_eq!(r.len(), 1, "{expr}: {r:?}");
-        value(&r[0])
-    }
-}
-
-impl Drop for Prometheus {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn value(sample: &Value) -> f64 {
-    sample["value"][1]
-        .as_str()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("no value in {sample}"))
+/// A Prometheus with the remote-write receiver on and nothing to scrape.
+fn receiver(natives: bool) -> Prometheus {
+    Prometheus::start(&PrometheusOptions {
+        remote_write_receiver: true,
+        native_histograms: natives,
+        ..PrometheusOptions::default()
+    })
 }
 
 fn now_secs() -> f64 {
@@ -134,29 +38,6 @@ fn now_secs() -> f64 {
         .duration_since(UNIX_EPOCH)
         .unwrap()
         .as_secs_f64()
-}
-
-fn percent_encoded(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
-/// A GET over plain HTTP/1.0 on loopback: status and body.
-fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
-    let mut text = String::new();
-    s.read_to_string(&mut text).ok()?;
-    let (head, body) = text.split_once("\r\n\r\n")?;
-    let status = head.split_whitespace().nth(1)?.parse().ok()?;
-    Some((status, body.to_string()))
 }
 
 /// The backend with a share of 500s and an exponential delay, and the run flags that turn the
@@ -170,7 +51,7 @@ const RUN: [&str; 6] = ["--rate", "500", "-d", "5s", "--timeout", "8ms"];
 /// Runs against a real Prometheus and checks PromQL against the JSON at the run's end.
 fn against_prometheus(natives: bool) {
     let backend = noisy_backend();
-    let prom = Prometheus::start(natives);
+    let prom = receiver(natives);
     let url = backend.url("/");
     let write = prom.write_url();
     let mut args: Vec<&str> = vec![&url];
