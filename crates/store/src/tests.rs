@@ -45,43 +45,52 @@ fn step(seq: u32) -> StepRecord {
     s.started_at = "2026-11-22T00:00:00Z".into();
     s.versions = BTreeMap::from([("nginx".to_string(), "nginx/1.22.1".to_string())]);
     s.set_result(result());
-    s.usage = vec![RoleUsage {
-        role: "server_proxy".into(),
-        program: "nginx".into(),
-        workers: 2,
-        cpu_limit: Some(0.5),
-        usage: Usage {
-            samples: 3,
-            cpu_millicores_avg: 120.5,
-            cpu_millicores_max: 130.0,
-            rss_mib_avg: 10.0,
-            rss_mib_max: 11.0,
-            working_set_mib_avg: None,
-            working_set_mib_max: None,
-            rx_bytes_per_sec: 1e5,
-            tx_bytes_per_sec: 2e5,
-            connections_avg: 4.0,
-            connections_max: 4,
+    s.usage = vec![
+        RoleUsage {
+            role: "server_proxy".into(),
+            program: "nginx".into(),
+            workers: 2,
+            cpu_limit: Some(0.5),
+            usage: Usage {
+                samples: 3,
+                cpu_millicores_avg: 120.5,
+                cpu_millicores_max: 130.0,
+                rss_mib_avg: 10.0,
+                rss_mib_max: 11.0,
+                working_set_mib_avg: None,
+                working_set_mib_max: None,
+                rx_bytes_per_sec: 1e5,
+                tx_bytes_per_sec: 2e5,
+                connections_avg: 4.0,
+                connections_max: 4,
+            },
+            missing: BTreeMap::new(),
         },
-        missing: BTreeMap::new(),
-    }, RoleUsage {
-        role: "edge".into(),
-        program: "process".into(),
-        workers: 0,
-        cpu_limit: None,
-        usage: Usage {
-            samples: 5,
-            cpu_millicores_avg: 250.0,
-            cpu_millicores_max: 260.0,
-            rss_mib_avg: 8.0,
-            rss_mib_max: 8.5,
-            ..Usage::default()
+        RoleUsage {
+            role: "edge".into(),
+            program: "process".into(),
+            workers: 0,
+            cpu_limit: None,
+            usage: Usage {
+                samples: 5,
+                cpu_millicores_avg: 250.0,
+                cpu_millicores_max: 260.0,
+                rss_mib_avg: 8.0,
+                rss_mib_max: 8.5,
+                ..Usage::default()
+            },
+            missing: BTreeMap::from([
+                (
+                    Figure::Rx,
+                    "process-exporter has no network series".to_string(),
+                ),
+                (
+                    Figure::Tx,
+                    "process-exporter has no network series".to_string(),
+                ),
+            ]),
         },
-        missing: BTreeMap::from([
-            (Figure::Rx, "process-exporter has no network series".to_string()),
-            (Figure::Tx, "process-exporter has no network series".to_string()),
-        ]),
-    }];
+    ];
     s.samples = BTreeMap::from([(
         "server_proxy".to_string(),
         vec![Sample {

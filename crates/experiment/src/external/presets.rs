@@ -320,7 +320,8 @@ mod tests {
 
     #[test]
     fn a_sidecar_reads_its_container_and_its_pods_network() {
-        let q = Preset::IstioSidecar.queries(&m(&[("namespace", "bench"), ("pod", "fortioserver-.*")]));
+        let q =
+            Preset::IstioSidecar.queries(&m(&[("namespace", "bench"), ("pod", "fortioserver-.*")]));
         assert_eq!(
             q.get(Figure::Cpu).unwrap().expr,
             r#"sum(rate(container_cpu_usage_seconds_total{container="istio-proxy",namespace=~"bench",pod=~"fortioserver-.*"}[$window]))"#
@@ -335,7 +336,9 @@ mod tests {
         );
         assert_eq!(
             q.get(Figure::Cpu).unwrap().counter.as_deref(),
-            Some(r#"container_cpu_usage_seconds_total{container="istio-proxy",namespace=~"bench",pod=~"fortioserver-.*"}"#)
+            Some(
+                r#"container_cpu_usage_seconds_total{container="istio-proxy",namespace=~"bench",pod=~"fortioserver-.*"}"#
+            )
         );
         assert!(q.get(Figure::Connections).is_err());
     }
@@ -350,7 +353,10 @@ mod tests {
         // A container given in the match is a regular expression like any other.
         let q = Preset::Contour.queries(&m(&[("container", "envoy|shutdown-manager")]));
         assert!(
-            q.get(Figure::Cpu).unwrap().expr.contains(r#"container=~"envoy|shutdown-manager""#),
+            q.get(Figure::Cpu)
+                .unwrap()
+                .expr
+                .contains(r#"container=~"envoy|shutdown-manager""#),
             "{:?}",
             q.get(Figure::Cpu)
         );

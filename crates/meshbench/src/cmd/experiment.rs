@@ -134,11 +134,18 @@ fn describe_external(e: &Experiment, x: &meshbench_experiment::external::Externa
         x.prometheus_url, e.sample_interval_ms, window
     );
     for v in &x.variants {
-        out.push_str(&format!("  {}  {}
-", v.name, v.url));
+        out.push_str(&format!(
+            "  {}  {}
+",
+            v.name, v.url
+        ));
         for r in &v.roles {
-            out.push_str(&format!("    role {} ({})
-", r.name, r.program()));
+            out.push_str(&format!(
+                "    role {} ({})
+",
+                r.name,
+                r.program()
+            ));
             let q = r.queries();
             for f in Figure::ALL {
                 match q.get(f) {
@@ -147,9 +154,7 @@ fn describe_external(e: &Experiment, x: &meshbench_experiment::external::Externa
                         f.name(),
                         with_window(&q.expr, window)
                     )),
-                    Err(why) => {
-                        out.push_str(&format!("      {:<12} missing: {why}\n", f.name()))
-                    }
+                    Err(why) => out.push_str(&format!("      {:<12} missing: {why}\n", f.name())),
                 }
             }
         }

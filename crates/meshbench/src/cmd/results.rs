@@ -174,7 +174,9 @@ pub fn table(rows: &[TableRow]) -> String {
             .filter(|u| u.role != "sampler")
             .map(|u| {
                 // A figure not measured (an external role's query failed) is `-`.
-                let cpu = u.cpu_millicores().map_or("-".into(), |c| format!("{c:.0}m"));
+                let cpu = u
+                    .cpu_millicores()
+                    .map_or("-".into(), |c| format!("{c:.0}m"));
                 let mem = u.memory_mib().map_or("-".into(), |m| format!("{m:.1}"));
                 format!("{} {cpu}/{mem}", u.role)
             })

@@ -190,7 +190,9 @@ impl Prometheus {
         })?;
         if answer.status != "success" {
             return Err(PromError::Refused {
-                kind: answer.error_type.unwrap_or_else(|| format!("HTTP {status}")),
+                kind: answer
+                    .error_type
+                    .unwrap_or_else(|| format!("HTTP {status}")),
                 message: answer.error.unwrap_or_default(),
             });
         }
@@ -218,7 +220,12 @@ impl Prometheus {
                     .values
                     .into_iter()
                     .chain(r.value)
-                    .filter_map(|(t, v)| v.parse::<f64>().ok().filter(|v| v.is_finite()).map(|v| (t, v)))
+                    .filter_map(|(t, v)| {
+                        v.parse::<f64>()
+                            .ok()
+                            .filter(|v| v.is_finite())
+                            .map(|v| (t, v))
+                    })
                     .collect(),
             })
             .collect())
@@ -270,8 +277,9 @@ mod tests {
         assert!(err.is_fatal());
         assert!(started.elapsed() < Duration::from_secs(2));
         assert!(
-            err.to_string()
-                .starts_with(&format!("Prometheus at http://127.0.0.1:{port} did not answer")),
+            err.to_string().starts_with(&format!(
+                "Prometheus at http://127.0.0.1:{port} did not answer"
+            )),
             "{err}"
         );
     }

@@ -75,6 +75,7 @@ pub fn read_roles(prom: &Prometheus, roles: &[Role], w: &Window) -> Reading {
         let mut problems: Vec<String> = Vec::new();
         let queries = role.queries();
         let mut counters: BTreeSet<String> = BTreeSet::new();
+        let mut restarted = false;
         for f in Figure::ALL {
             let q = match queries.get(f) {
                 Ok(q) => q,
@@ -144,6 +145,7 @@ pub fn read_roles(prom: &Prometheus, roles: &[Role], w: &Window) -> Reading {
                     problems.push(format!(
                         "its series restarted during the window ({what}): a container restarted or a pod or process was replaced, so its figures are not a steady state; every figure is marked missing"
                     ));
+                    restarted = true;
                     for f in read.keys() {
                         missing.insert(*f, format!("series restarted in the window: {what}"));
                     }
@@ -155,10 +157,15 @@ pub fn read_roles(prom: &Prometheus, roles: &[Role], w: &Window) -> Reading {
         }
         if !problems.is_empty() {
             reading.warnings.push(format!(
-                "role {} ({}): {}; what is not read is marked missing",
+                "role {} ({}): {}{}",
                 role.name,
                 role.program(),
-                problems.join("; ")
+                problems.join("; "),
+                if restarted {
+                    ""
+                } else {
+                    "; what is not read is marked missing"
+                }
             ));
         }
         let samples = to_samples(&read, &grid);
@@ -278,7 +285,7 @@ fn restarts(
     for sel in counters {
         let reset = prom.query(&format!("resets({sel}[{}]) > 0", duration(lookback)), end)?;
         if let Some(s) = reset.first() {
-            return Ok(Some(format!("counter reset: {}", s.labels_text())));
+            return Ok(Some(format!("counter reset: {}", which(s))));
         }
         let changed = prom.query(
             &format!("({sel} unless {sel} @ {start:.3}) or ({sel} @ {start:.3} unless {sel})"),
@@ -287,11 +294,26 @@ fn restarts(
         if let Some(s) = changed.first() {
             return Ok(Some(format!(
                 "series not there for the whole window: {}",
-                s.labels_text()
+                which(s)
             )));
         }
     }
     Ok(None)
+}
+
+/// The labels that tell a series apart to a reader (namespace, pod, container, groupname),
+/// or all of them when it has none of those.
+fn which(s: &Series) -> String {
+    const TELLING: [&str; 4] = ["namespace", "pod", "container", "groupname"];
+    let picked: Vec<String> = TELLING
+        .iter()
+        .filter_map(|k| s.labels.get(*k).map(|v| format!("{k}={v:?}")))
+        .collect();
+    if picked.is_empty() {
+        s.labels_text()
+    } else {
+        format!("{{{}}}", picked.join(", "))
+    }
 }
 
 #[cfg(test)]
