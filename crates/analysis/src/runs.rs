@@ -84,7 +84,12 @@ impl Run {
         Some(Run {
             step_id: Some(stored.id),
             repeat: s.repeat,
-            topology: topology_name::text(s.topology).to_string(),
+            // An external variant plays its own topology: the one named `baseline` is what
+            // the others are compared with, as a lab baseline is.
+            topology: match s.topology {
+                Some(t) if !t.is_lab() => s.variant.clone(),
+                t => topology_name::text(t).to_string(),
+            },
             variant: s.variant.clone(),
             load: LoadKey {
                 qps_milli: p.qps.map(|q| (q * 1000.0).round() as u64),

@@ -745,8 +745,10 @@ external:
   prometheus_url: http://{closed}
   scrape_interval_secs: 0.25
   variants:
+    - name: baseline
+      url: {0}
     - name: sidecar
-      url: {}
+      url: {0}
       roles:
         - {{name: edge, preset: process, match: {{groupname: nginx}}}}
         - {{name: proxy, preset: istio-sidecar, match: {{namespace: bench, pod: 'p-.*'}}}}
@@ -772,8 +774,15 @@ external:
     ] {
         assert!(w[0].contains(words), "{words}: {}", w[0]);
     }
+    // The external variant named baseline is what the other is compared with.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("Latency added over the baseline"),
+        "{stdout}"
+    );
     let doc = export_json(&store);
-    let step = &doc["steps"][0];
+    let step = &doc["steps"][1];
+    assert_eq!(step["variant"], "sidecar");
     assert_eq!(step["status"], "ok");
     assert!(step["summary"]["requests"].as_u64().unwrap() > 0);
     for name in ["edge", "proxy"] {
