@@ -133,8 +133,11 @@ impl External {
     /// The rate window in milliseconds: 4 scrape intervals, and at least one sample
     /// interval plus one scrape interval (Grafana's `$__rate_interval`).
     pub fn window_ms(&self, sample_interval_ms: u64) -> u64 {
+        // Saturating: a file that says 1e300 is refused by `validate`, which asks this first.
         let scrape = (self.scrape_interval_secs * 1000.0).round() as u64;
-        (4 * scrape).max(sample_interval_ms + scrape)
+        scrape
+            .saturating_mul(4)
+            .max(sample_interval_ms.saturating_add(scrape))
     }
 
     /// The variant called `name`.
@@ -266,9 +269,9 @@ fn validate_role(r: &Role, at: &str, p: &mut Vec<String>) {
 }
 
 fn is_http_url(u: &str) -> bool {
-    ["http://", "https://"]
-        .iter()
-        .any(|s| u.len() > s.len() && u[..s.len()].eq_ignore_ascii_case(s))
+    ["http://", "https://"].iter().any(|s| {
+        u.len() > s.len() && u.get(..s.len()).is_some_and(|head| head.eq_ignore_ascii_case(s))
+    })
 }
 
 /// Reads the `external` section's YAML for mistakes, one line each, key by key, so that a
@@ -477,6 +480,18 @@ external:
         ] {
             assert!(err.contains(words), "{words} in {err}");
         }
+    }
+
+    /// Found by reading the checks as a fuzzer would: a URL whose fifth byte is inside a
+    /// character, and a scrape interval no window holds.
+    #[test]
+    fn odd_values_are_refused_not_a_panic() {
+        let text = FILE
+            .replace("http://127.0.0.1:9090", "'httpé://x'")
+            .replace("scrape_interval_secs: 1", "scrape_interval_secs: 1e300");
+        let err = parse("t.yaml", &text, &[]).unwrap_err().to_string();
+        assert!(err.contains("is not an http:// or https:// URL"), "{err}");
+        assert!(err.contains("external.scrape_interval_secs: expected"), "{err}");
     }
 
     #[test]
