@@ -84,7 +84,12 @@ impl Run {
         Some(Run {
             step_id: Some(stored.id),
             repeat: s.repeat,
-            topology: topology_name::text(s.topology).to_string(),
+            // An external variant plays its own topology: the one named `baseline` is what
+            // the others are compared with, as a lab baseline is.
+            topology: match s.topology {
+                Some(t) if !t.is_lab() => s.variant.clone(),
+                t => topology_name::text(t).to_string(),
+            },
             variant: s.variant.clone(),
             load: LoadKey {
                 qps_milli: p.qps.map(|q| (q * 1000.0).round() as u64),
@@ -173,6 +178,7 @@ pub fn is_proxy_role(role: &str) -> bool {
 pub struct RoleUse {
     pub role: String,
     pub program: String,
+    /// NaN when not measured in any repeat (so are the two below).
     pub cpu_millicores: f64,
     /// Working set where the cgroup reports one, else RSS.
     pub memory_mib: f64,
@@ -191,6 +197,17 @@ pub struct Group {
     pub runs: Vec<Run>,
     /// Every run's latency histogram added together.
     pub merged: Histogram<u64>,
+}
+
+/// The median of the values measured; NaN (printed `-`, left out of fits) when none was: an
+/// external role whose query failed in every repeat.
+fn median_known(values: impl Iterator<Item = Option<f64>>) -> f64 {
+    let known: Vec<f64> = values.flatten().collect();
+    if known.is_empty() {
+        f64::NAN
+    } else {
+        median(known)
+    }
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -243,15 +260,9 @@ impl Group {
                 let rows = &by_role[&role];
                 RoleUse {
                     program: rows[0].program.clone(),
-                    cpu_millicores: median(
-                        rows.iter().map(|u| u.usage.cpu_millicores_avg).collect(),
-                    ),
-                    memory_mib: median(rows.iter().map(|u| u.memory_mib_avg()).collect()),
-                    bytes_per_sec: median(
-                        rows.iter()
-                            .map(|u| u.usage.rx_bytes_per_sec + u.usage.tx_bytes_per_sec)
-                            .collect(),
-                    ),
+                    cpu_millicores: median_known(rows.iter().map(|u| u.cpu_millicores())),
+                    memory_mib: median_known(rows.iter().map(|u| u.memory_mib())),
+                    bytes_per_sec: median_known(rows.iter().map(|u| u.bytes_per_sec())),
                     cpu_limit: rows[0].cpu_limit,
                     role,
                 }

@@ -14,6 +14,7 @@ use serde_yaml_ng::{Mapping, Value};
 
 use meshbench_engine::{IdleStrategy, Protocol};
 
+use crate::external::External;
 use crate::plan::{PlanSize, MAX_STEPS};
 use crate::ConfigError;
 use meshbench_lab::gateway::MAX_ROUTES;
@@ -56,6 +57,10 @@ pub struct Experiment {
     pub backend: Backend,
     #[serde(default)]
     pub limits: Limits,
+    /// Systems meshbench does not start (topology `external`): URLs under load, roles read
+    /// from Prometheus.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external: Option<External>,
 }
 
 fn default_duration() -> f64 {
@@ -245,6 +250,7 @@ const SECTIONS: &[&str] = &[
     "gateway",
     "backend",
     "limits",
+    "external",
 ];
 
 /// Reads an experiment file, applies `key=value` overrides, checks everything.
@@ -377,11 +383,12 @@ fn check_section(section: &str, v: &Value, problems: &mut Vec<String>) {
         "gateway" => read_keys::<Gateway>(section, v, problems),
         "backend" => read_keys::<Backend>(section, v, problems),
         "limits" => read_keys::<Limits>(section, v, problems),
+        "external" => crate::external::check(v, problems),
         _ => {}
     }
 }
 
-fn describe(path: &str, e: &serde_yaml_ng::Error) -> String {
+pub(crate) fn describe(path: &str, e: &serde_yaml_ng::Error) -> String {
     let msg = e.to_string();
     // serde's wording names the Rust type; say it in the file's terms.
     let msg = msg
@@ -436,8 +443,9 @@ impl Experiment {
             p.push("name: must not be empty".into());
         }
         if self.topologies.is_empty() {
-            p.push("topologies: expected at least one of baseline, serveronly, clientonly, both, gateway, ambient, waypoint".into());
+            p.push("topologies: expected at least one of baseline, serveronly, clientonly, both, gateway, ambient, waypoint, external".into());
         }
+        self.validate_external(&mut p);
         let positive = |key: &str, v: f64, p: &mut Vec<String>| {
             if !(v.is_finite() && v > 0.0) {
                 p.push(format!("{key}: expected a number above 0, found {v}"));
@@ -599,6 +607,42 @@ impl Experiment {
             ));
         }
         p
+    }
+}
+
+impl Experiment {
+    /// The rules of `external`: the section and the topology go together, the section's own
+    /// rules, and what of the rest of the file cannot apply to systems meshbench does not
+    /// start.
+    fn validate_external(&self, p: &mut Vec<String>) {
+        let listed = self.topologies.contains(&Topology::External);
+        match (&self.external, listed) {
+            (None, true) => p.push(
+                "external: topologies lists external; this section is needed (prometheus_url, variants)"
+                    .into(),
+            ),
+            (Some(_), false) => {
+                p.push("external: given, but topologies does not list external".into())
+            }
+            (Some(x), true) => {
+                x.validate(self.warmup_secs, self.sample_interval_ms, p);
+                if self.load.response_bytes.len() > 1 {
+                    p.push("load.response_bytes: the external variants' servers choose their responses; list one value".into());
+                }
+                if self.topologies.iter().all(|t| !t.is_lab()) {
+                    for (role, r) in [
+                        ("proxy", &self.limits.proxy),
+                        ("tunnel", &self.limits.tunnel),
+                        ("backend", &self.limits.backend),
+                    ] {
+                        if *r != RoleLimits::default() {
+                            p.push(format!("limits.{role}: meshbench limits the roles it starts; the external roles are not among them"));
+                        }
+                    }
+                }
+            }
+            (None, false) => {}
+        }
     }
 }
 

@@ -60,7 +60,11 @@ impl Step {
         StepParams {
             qps: self.load.qps,
             connections: self.load.connections,
-            response_bytes: self.load.response_bytes,
+            // An external server chooses its responses (0: the target is not ours).
+            response_bytes: match self.external {
+                Some(_) => 0,
+                None => self.load.response_bytes,
+            },
             request_bytes: e.load.request_bytes,
             jitter: self.load.jitter,
             mode: e.load.mode,

@@ -33,11 +33,18 @@ pub struct Step {
     /// The swept class's CPU quota in cores, when `limits.<class>.cpus` lists values.
     pub cpu: Option<(Class, f64)>,
     pub load: LoadPoint,
+    /// Topology `external`: the name of its variant in the file's `external.variants`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub external: Option<String>,
 }
 
 impl Step {
-    /// A short name of the variant: topology, and the CPU allotment when swept.
+    /// A short name of the variant: topology, and the CPU allotment when swept; an external
+    /// variant's own name.
     pub fn variant(&self) -> String {
+        if let Some(name) = &self.external {
+            return name.clone();
+        }
         match self.cpu {
             Some((role, c)) => format!("{} {}={}cpu", self.topology, role.name(), c),
             None => self.topology.to_string(),
@@ -50,11 +57,11 @@ impl Step {
             Some(q) => format!("{q} qps"),
             None => "max qps".into(),
         };
-        let _ = write!(
-            s,
-            " x {} conns, {} B",
-            self.load.connections, self.load.response_bytes
-        );
+        let _ = write!(s, " x {} conns", self.load.connections);
+        // An external server chooses its responses.
+        if self.external.is_none() {
+            let _ = write!(s, ", {} B", self.load.response_bytes);
+        }
         if self.load.jitter {
             s.push_str(", jitter");
         }
@@ -83,11 +90,19 @@ impl Step {
         } else {
             variant.join("-")
         };
+        // An external variant is its own mode (name it `both`, `serveronly`, `ingress`... for
+        // Istio's graph_plotter).
+        let mode = self
+            .external
+            .as_deref()
+            .unwrap_or(self.topology.istio_mode());
+        let size = match self.external {
+            Some(_) => 0,
+            None => self.load.response_bytes,
+        };
         format!(
-            "{id}_qps_{q}_c_{}_{}_{variant}_{}",
+            "{id}_qps_{q}_c_{}_{size}_{variant}_{mode}",
             self.load.connections,
-            self.load.response_bytes,
-            self.topology.istio_mode()
         )
     }
 }
@@ -126,6 +141,7 @@ impl PlanSize {
             .topologies
             .iter()
             .map(|t| match sweep {
+                _ if !t.is_lab() => len(external_names(e).len()),
                 Some((role, cpus)) if t.has(role) => len(cpus.len()),
                 _ => 1,
             })
@@ -151,6 +167,14 @@ fn jitters(e: &Experiment) -> &[bool] {
         LoopMode::Open => &e.load.jitter,
         LoopMode::Closed => &[false],
     }
+}
+
+/// The names of the external variants (none without an `external` section).
+fn external_names(e: &Experiment) -> Vec<String> {
+    e.external
+        .iter()
+        .flat_map(|x| x.variants.iter().map(|v| v.name.clone()))
+        .collect()
 }
 
 /// The swept role and its CPU values, when one role's `cpus` lists several.
@@ -200,24 +224,30 @@ impl Plan {
         let mut variants = Vec::new();
         for &t in &e.topologies {
             match sweep {
-                Some((role, cpus)) if t.has(role) => {
-                    for &c in cpus {
-                        variants.push((t, Some((role, c))));
+                _ if !t.is_lab() => {
+                    for name in external_names(e) {
+                        variants.push((t, None, Some(name)));
                     }
                 }
-                _ => variants.push((t, None)),
+                Some((role, cpus)) if t.has(role) => {
+                    for &c in cpus {
+                        variants.push((t, Some((role, c)), None));
+                    }
+                }
+                _ => variants.push((t, None, None)),
             }
         }
         let mut steps = Vec::new();
         for repeat in 0..e.repeats {
             for load in &loads {
-                for (topology, cpu) in &variants {
+                for (topology, cpu, external) in &variants {
                     steps.push(Step {
                         index: steps.len(),
                         repeat,
                         topology: *topology,
                         cpu: *cpu,
                         load: *load,
+                        external: external.clone(),
                     });
                 }
             }
@@ -296,6 +326,33 @@ mod tests {
             plan.steps[2].istio_label("gw", Protocol::Http1),
             "gw_qps_max_c_8_1024_proxy0.5cpu_ingress"
         );
+    }
+
+    #[test]
+    fn external_variants_are_steps_named_after_them() {
+        let e = parse(
+            "t.yaml",
+            "name: t\ntopologies: [baseline, external]\nrepeats: 2\nwarmup_secs: 4\nload:\n  qps: [100]\n  connections: [4]\nlimits:\n  proxy:\n    cpus: [0.5, 1]\nexternal:\n  prometheus_url: http://127.0.0.1:9090\n  scrape_interval_secs: 1\n  variants:\n    - {name: direct, url: 'http://127.0.0.1:1/'}\n    - name: both\n      url: http://127.0.0.1:2/\n      roles: [{name: p, preset: process, match: {groupname: nginx}}]\n",
+            &[],
+        )
+        .unwrap();
+        let plan = Plan::compile(&e);
+        let variants: Vec<String> = plan.steps.iter().map(Step::variant).collect();
+        // The CPU sweep multiplies no external variant (meshbench limits nothing there).
+        assert_eq!(
+            variants,
+            ["baseline", "direct", "both", "baseline", "direct", "both"]
+        );
+        assert_eq!(PlanSize::of(&e).steps(), 6);
+        let both = &plan.steps[2];
+        assert_eq!(both.external.as_deref(), Some("both"));
+        assert_eq!(both.topology, Topology::External);
+        assert_eq!(
+            both.istio_label("x", Protocol::Http1),
+            "x_qps_100_c_4_0_default_both"
+        );
+        assert_eq!(both.params(&e).response_bytes, 0);
+        assert_eq!(both.load_text(), "100 qps x 4 conns");
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! inbound connections. Files are read through a function, so tests feed fixtures; the figures
 //! over a window (the steady state of a step) come from [`summarize`].
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -279,21 +279,96 @@ fn thread_cpu_ns() -> u64 {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RoleUsage {
     pub role: String,
-    /// nginx, haproxy, caddy, envoy, command, backend; `meshbench` for the sampler itself.
+    /// nginx, haproxy, caddy, envoy, command, backend; `meshbench` for the sampler itself; an
+    /// external role's preset (`istio-sidecar`, `process`...) or `promql`.
     pub program: String,
     pub workers: u32,
     /// Cores, when limited.
     pub cpu_limit: Option<f64>,
     #[serde(flatten)]
     pub usage: Usage,
+    /// Figures that were not measured, each with why: an external role's query that failed,
+    /// returned nothing or saw its series restart, or a figure its source does not have. Their
+    /// numbers in `usage` are zeros (or null) and mean nothing; readers go through
+    /// [`RoleUsage::cpu_millicores`], [`RoleUsage::memory_mib`] and the like. Empty (and not
+    /// written) for a role sampled here, so stores written before it read back unchanged.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub missing: BTreeMap<Figure, String>,
+}
+
+/// A figure of a role's use, as `missing` names it (the external role keys of the same names
+/// give its query).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Figure {
+    /// `cpu_millicores_avg`, `cpu_millicores_max`.
+    Cpu,
+    /// The working set: `working_set_mib_avg`, `working_set_mib_max`.
+    Memory,
+    /// `rss_mib_avg`, `rss_mib_max`.
+    Rss,
+    /// `rx_bytes_per_sec`.
+    Rx,
+    /// `tx_bytes_per_sec`.
+    Tx,
+    /// `connections_avg`, `connections_max`.
+    Connections,
+}
+
+impl Figure {
+    pub const ALL: [Figure; 6] = [
+        Figure::Cpu,
+        Figure::Memory,
+        Figure::Rss,
+        Figure::Rx,
+        Figure::Tx,
+        Figure::Connections,
+    ];
+
+    /// The word of the file, the store and the messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Figure::Cpu => "cpu",
+            Figure::Memory => "memory",
+            Figure::Rss => "rss",
+            Figure::Rx => "rx",
+            Figure::Tx => "tx",
+            Figure::Connections => "connections",
+        }
+    }
 }
 
 impl RoleUsage {
-    /// Memory as the answers count it: the cgroup's working set where there is one, else RSS.
+    /// Whether `f` was measured.
+    pub fn has(&self, f: Figure) -> bool {
+        !self.missing.contains_key(&f)
+    }
+
+    /// Average CPU over the window, unless it was not measured.
+    pub fn cpu_millicores(&self) -> Option<f64> {
+        self.has(Figure::Cpu)
+            .then_some(self.usage.cpu_millicores_avg)
+    }
+
+    /// Memory as the answers count it: the working set where there is one (a cgroup's, or
+    /// cAdvisor's), else RSS; `None` when neither was measured.
+    pub fn memory_mib(&self) -> Option<f64> {
+        match self.usage.working_set_mib_avg {
+            Some(w) if self.has(Figure::Memory) => Some(w),
+            _ => self.has(Figure::Rss).then_some(self.usage.rss_mib_avg),
+        }
+    }
+
+    /// Bytes received plus sent per second, unless either was not measured.
+    pub fn bytes_per_sec(&self) -> Option<f64> {
+        (self.has(Figure::Rx) && self.has(Figure::Tx))
+            .then_some(self.usage.rx_bytes_per_sec + self.usage.tx_bytes_per_sec)
+    }
+
+    /// [`RoleUsage::memory_mib`], or 0 when it was not measured (for sums that count what
+    /// they have).
     pub fn memory_mib_avg(&self) -> f64 {
-        self.usage
-            .working_set_mib_avg
-            .unwrap_or(self.usage.rss_mib_avg)
+        self.memory_mib().unwrap_or(0.0)
     }
 }
 

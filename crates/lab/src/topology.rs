@@ -26,6 +26,9 @@ pub enum Topology {
     Ambient,
     /// client -> L4 tunnel -> L7 waypoint -> L4 tunnel -> backend.
     Waypoint,
+    /// Systems meshbench does not start: the experiment file's `external` variants, each a URL
+    /// whose roles are read from Prometheus. No chain, no class, no rig.
+    External,
 }
 
 /// What kind of role a process plays: limits, CPU sweeps and programs are set per class.
@@ -84,7 +87,13 @@ impl Topology {
             Topology::Gateway => "gateway",
             Topology::Ambient => "ambient",
             Topology::Waypoint => "waypoint",
+            Topology::External => "external",
         }
+    }
+
+    /// Whether meshbench starts this topology's roles (every one but `external`).
+    pub fn is_lab(self) -> bool {
+        self != Topology::External
     }
 
     /// The mode word of Istio's perf/benchmark labels.
@@ -97,6 +106,8 @@ impl Topology {
             Topology::Gateway => "ingress",
             Topology::Ambient => "ambient",
             Topology::Waypoint => "waypoint",
+            // An external step's label ends with its variant's name instead (plan.rs).
+            Topology::External => "external",
         }
     }
 
@@ -116,12 +127,14 @@ impl Topology {
             Topology::Gateway => &[GATEWAY],
             Topology::Ambient => &[ZTUNNEL_CLIENT, ZTUNNEL_SERVER],
             Topology::Waypoint => &[ZTUNNEL_CLIENT, WAYPOINT, ZTUNNEL_SERVER],
+            Topology::External => &[],
         }
     }
 
-    /// Whether a role of this class is part of the topology (every one has the backend).
+    /// Whether a role of this class is part of the topology (every lab topology has the
+    /// backend; `external` has no role meshbench starts, so no class).
     pub fn has(self, class: Class) -> bool {
-        class == Class::Backend || self.chain().iter().any(|r| r.class == class)
+        self.is_lab() && (class == Class::Backend || self.chain().iter().any(|r| r.class == class))
     }
 }
 
@@ -168,5 +181,6 @@ mod tests {
         assert!(!Topology::Ambient.has(Class::Proxy));
         assert!(Topology::Waypoint.has(Class::Tunnel));
         assert!(!Topology::Both.has(Class::Tunnel));
+        assert!(!Topology::External.has(Class::Backend));
     }
 }

@@ -87,8 +87,17 @@ pub fn istio_csv(steps: &[StoredStep]) -> String {
         let l = &r.latency_us;
         let total = r.requests.total.max(1);
         let usage = |role: &str| s.step.usage.iter().find(|u| u.role == role);
-        let cpu = |role: &str| usage(role).map(|u| format!("{:.3}", u.usage.cpu_millicores_avg));
-        let mem = |role: &str| usage(role).map(|u| format!("{:.3}", u.memory_mib_avg()));
+        // A figure not measured is an empty cell, as a role absent from the step is.
+        let cpu = |role: &str| {
+            usage(role)
+                .and_then(|u| u.cpu_millicores())
+                .map(|c| format!("{c:.3}"))
+        };
+        let mem = |role: &str| {
+            usage(role)
+                .and_then(|u| u.memory_mib())
+                .map(|m| format!("{m:.3}"))
+        };
         let _ = write!(
             out,
             "{},{},{},{},{},{},{},{},{}",

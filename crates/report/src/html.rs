@@ -284,7 +284,12 @@ fn cost_vs_qps(h: &Headline) -> Vec<Chart> {
                         },
                     )
                 })
+                // Not measured (an external role's query failed): no point.
+                .filter(|p| p.1.is_finite())
                 .collect();
+            if pts.is_empty() {
+                continue;
+            }
             pts.sort_by(|a, b| a.0.total_cmp(&b.0));
             c.series.push(Series {
                 name: format!("{v} {role}"),

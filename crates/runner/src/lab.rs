@@ -55,7 +55,7 @@ pub struct Lab {
     /// The meshbench binary, which plays the backend role.
     exe: PathBuf,
     /// The version line of every program the experiment starts.
-    versions: BTreeMap<String, String>,
+    pub(crate) versions: BTreeMap<String, String>,
 }
 
 impl Lab {
@@ -97,6 +97,9 @@ impl Lab {
         observer: &mut dyn Observer,
     ) -> StepRecord {
         let step = at.step;
+        if let (false, Some(x)) = (step.topology.is_lab(), &e.external) {
+            return self.run_external_step(e, x, at, stop, observer);
+        }
         let mut record = StepRecord::new(step.index as u32, step.params(e));
         record.repeat = step.repeat;
         record.topology = Some(step.topology);
@@ -152,6 +155,7 @@ impl Lab {
                 workers: role.workers,
                 cpu_limit: spec.limits(role.class).cpus,
                 usage: sampler::summarize(&samples, from, to),
+                missing: Default::default(),
             });
             record.samples.insert(role.name.clone(), samples);
         }
@@ -172,7 +176,7 @@ pub fn load_options(e: &Experiment, step: &Step, rig: &Rig) -> LoadOptions {
         Some(g) => TargetSource::File(g.targets.clone()),
         None => TargetSource::Url(format!("http://{}/", rig.entry)),
     };
-    let mut o = LoadOptions::new(source);
+    let mut o = load_for(e, step, source);
     if let Some(g) = &rig.gateway {
         o.target_order = Order::Random;
         o.connect_to = vec![ConnectTo {
@@ -183,6 +187,13 @@ pub fn load_options(e: &Experiment, step: &Step, rig: &Rig) -> LoadOptions {
         }];
         o.tls.ca_file = Some(g.ca.clone());
     }
+    o
+}
+
+/// The experiment's `load` keys at the step's load point, against `source`: what a lab step
+/// and an external step share.
+pub fn load_for(e: &Experiment, step: &Step, source: TargetSource) -> LoadOptions {
+    let mut o = LoadOptions::new(source);
     o.stop = StopAt::Duration(Duration::from_secs_f64(e.duration_secs));
     o.warmup = Duration::from_secs_f64(e.warmup_secs);
     o.connections = match e.load.connection_pool {
@@ -216,7 +227,7 @@ pub fn load_options(e: &Experiment, step: &Step, rig: &Rig) -> LoadOptions {
 }
 
 /// The sampler's own cost, stored as a pseudo-role so that it can be checked.
-fn sampler_usage(s: &Sampled) -> RoleUsage {
+pub(crate) fn sampler_usage(s: &Sampled) -> RoleUsage {
     let mc = meshbench_lab::sample::millicores(0, s.own_cpu_ns, s.wall_ns);
     RoleUsage {
         role: "sampler".into(),
@@ -229,6 +240,7 @@ fn sampler_usage(s: &Sampled) -> RoleUsage {
             cpu_millicores_max: mc,
             ..Usage::default()
         },
+        missing: Default::default(),
     }
 }
 

@@ -6,6 +6,8 @@
 //! Experiment ──► Plan ──► lab::run_experiment ──► for each step: rig (rig) started, the load
 //!                         aimed at it (lab::load_options), measured, each role summarised
 //!                         ──► StepRecord ──► Session (store), Observer (progress)
+//!                         (an `external` variant: no rig; the load aimed at its URL, measured,
+//!                         its roles read from Prometheus over the same window: external)
 //! capacity::search: analysis's search picks each rate, a step measures it, the stored step
 //!                   becomes a probe
 //! ```
@@ -15,6 +17,7 @@
 //! warnings go to an [`Observer`].
 
 pub mod capacity;
+pub mod external;
 pub mod lab;
 pub mod load;
 pub mod measure;

@@ -28,7 +28,7 @@ use meshbench_experiment::{CpuAllotment, StepParams};
 use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
 use thiserror::Error;
 
-pub use meshbench_lab::sampler::{RoleUsage, Sample, Usage};
+pub use meshbench_lab::sampler::{Figure, RoleUsage, Sample, Usage};
 pub use record::{
     topology_name, ExperimentRow, ExperimentStatus, LoadSummary, NewExperiment, StepRecord,
     StepStatus, StoredStep,
@@ -361,7 +361,7 @@ fn read_usage(conn: &Connection, step: i64) -> rusqlite::Result<Vec<RoleUsage>> 
     let mut q = conn.prepare_cached(
         "SELECT role, program, workers, cpu_limit, samples, cpu_millicores_avg, cpu_millicores_max,
                 rss_mib_avg, rss_mib_max, working_set_mib_avg, working_set_mib_max,
-                rx_bytes_per_sec, tx_bytes_per_sec, connections_avg, connections_max
+                rx_bytes_per_sec, tx_bytes_per_sec, connections_avg, connections_max, missing
          FROM usage WHERE step_id = ?1 ORDER BY rowid",
     )?;
     let rows = q.query_map([step], |r| {
@@ -382,6 +382,16 @@ fn read_usage(conn: &Connection, step: i64) -> rusqlite::Result<Vec<RoleUsage>> 
                 tx_bytes_per_sec: r.get(12)?,
                 connections_avg: r.get(13)?,
                 connections_max: r.get::<_, i64>(14)? as u64,
+            },
+            missing: match r.get::<_, Option<String>>(15)? {
+                Some(text) => serde_json::from_str(&text).map_err(|e| {
+                    rusqlite::Error::FromSqlConversionFailure(
+                        15,
+                        rusqlite::types::Type::Text,
+                        Box::new(e),
+                    )
+                })?,
+                None => BTreeMap::new(),
             },
         })
     })?;
@@ -477,7 +487,7 @@ fn write_step(conn: &mut Connection, experiment: i64, s: &StepRecord) -> rusqlit
             }
         }
         let mut q = tx.prepare(
-            "INSERT INTO usage VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+            "INSERT INTO usage VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
         )?;
         for r in &s.usage {
             let u = &r.usage;
@@ -498,6 +508,7 @@ fn write_step(conn: &mut Connection, experiment: i64, s: &StepRecord) -> rusqlit
                 u.tx_bytes_per_sec,
                 u.connections_avg,
                 u.connections_max as i64,
+                (!r.missing.is_empty()).then(|| to_json(&r.missing)),
             ])?;
         }
         let mut q =
@@ -540,6 +551,7 @@ fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {
                 path: path.to_path_buf(),
                 reason: format!("cannot migrate it from schema version 1 to 2: {e}"),
             })?,
+            2 => tx.execute_batch(schema::MIGRATE_V2_TO_V3).named(path)?,
             v if v > VERSION => return Err(newer(path, v)),
             v => unreachable!("schema version {v}: every version below VERSION has a migration"),
         }

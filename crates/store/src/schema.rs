@@ -6,6 +6,9 @@
 //! - v2: every step's `params` rewritten as the typed `StepParams` (every key present, in one
 //!   form), statuses checked against their enums, and `topology` 'capacity' (a step with no rig,
 //!   as v1's capacity search wrote it) renamed 'url'. Nothing is dropped.
+//! - v3: `usage.missing`, the figures of a role that were not measured and why (JSON object,
+//!   `{"cpu": "..."}`; NULL when every figure was): an external role read from Prometheus can
+//!   lack some. Rows from before read as complete, as they were.
 
 /// The schema as version 1 created it; [`MIGRATIONS`] bring it to [`VERSION`].
 pub const SCHEMA_V1: &str = "
@@ -87,5 +90,8 @@ CREATE INDEX usage_by_step ON usage(step_id);
 CREATE INDEX samples_by_step ON samples(step_id);
 ";
 
+/// v2 -> v3: the figures of a role that were not measured.
+pub const MIGRATE_V2_TO_V3: &str = "ALTER TABLE usage ADD COLUMN missing TEXT;";
+
 /// The version this meshbench writes.
-pub const VERSION: i64 = 2;
+pub const VERSION: i64 = 3;

@@ -8,7 +8,7 @@ use meshbench_engine::Protocol;
 use meshbench_engine::RunResult;
 use meshbench_experiment::config::LoopMode;
 use meshbench_experiment::{CpuAllotment, StepParams};
-use meshbench_lab::sampler::{RoleUsage, Sample, Usage};
+use meshbench_lab::sampler::{Figure, RoleUsage, Sample, Usage};
 use meshbench_lab::{Class, Topology};
 
 use super::*;
@@ -45,25 +45,52 @@ fn step(seq: u32) -> StepRecord {
     s.started_at = "2026-11-22T00:00:00Z".into();
     s.versions = BTreeMap::from([("nginx".to_string(), "nginx/1.22.1".to_string())]);
     s.set_result(result());
-    s.usage = vec![RoleUsage {
-        role: "server_proxy".into(),
-        program: "nginx".into(),
-        workers: 2,
-        cpu_limit: Some(0.5),
-        usage: Usage {
-            samples: 3,
-            cpu_millicores_avg: 120.5,
-            cpu_millicores_max: 130.0,
-            rss_mib_avg: 10.0,
-            rss_mib_max: 11.0,
-            working_set_mib_avg: None,
-            working_set_mib_max: None,
-            rx_bytes_per_sec: 1e5,
-            tx_bytes_per_sec: 2e5,
-            connections_avg: 4.0,
-            connections_max: 4,
+    s.usage = vec![
+        RoleUsage {
+            role: "server_proxy".into(),
+            program: "nginx".into(),
+            workers: 2,
+            cpu_limit: Some(0.5),
+            usage: Usage {
+                samples: 3,
+                cpu_millicores_avg: 120.5,
+                cpu_millicores_max: 130.0,
+                rss_mib_avg: 10.0,
+                rss_mib_max: 11.0,
+                working_set_mib_avg: None,
+                working_set_mib_max: None,
+                rx_bytes_per_sec: 1e5,
+                tx_bytes_per_sec: 2e5,
+                connections_avg: 4.0,
+                connections_max: 4,
+            },
+            missing: BTreeMap::new(),
         },
-    }];
+        RoleUsage {
+            role: "edge".into(),
+            program: "process".into(),
+            workers: 0,
+            cpu_limit: None,
+            usage: Usage {
+                samples: 5,
+                cpu_millicores_avg: 250.0,
+                cpu_millicores_max: 260.0,
+                rss_mib_avg: 8.0,
+                rss_mib_max: 8.5,
+                ..Usage::default()
+            },
+            missing: BTreeMap::from([
+                (
+                    Figure::Rx,
+                    "process-exporter has no network series".to_string(),
+                ),
+                (
+                    Figure::Tx,
+                    "process-exporter has no network series".to_string(),
+                ),
+            ]),
+        },
+    ];
     s.samples = BTreeMap::from([(
         "server_proxy".to_string(),
         vec![Sample {
@@ -137,6 +164,15 @@ fn steps_are_written_and_read_back_whole_and_typed() {
     assert_eq!(json["topology"], "both");
     assert_eq!(json["params"]["cpu"]["role"], "proxy");
     assert_eq!(json["usage"][0]["cpu_millicores_avg"], 120.5);
+    // A role whose figures were all measured says nothing of `missing`; one that lacks some
+    // names them with why.
+    assert!(json["usage"][0].get("missing").is_none());
+    assert_eq!(
+        json["usage"][1]["missing"]["rx"],
+        "process-exporter has no network series"
+    );
+    assert_eq!(a.step.usage[1].bytes_per_sec(), None);
+    assert_eq!(a.step.usage[1].memory_mib(), Some(8.0));
     assert_eq!(serde_json::to_value(b).unwrap()["topology"], "url");
     std::fs::remove_dir_all(d).unwrap();
 }
@@ -317,7 +353,7 @@ fn files_that_cannot_be_used_are_refused_in_one_line() {
     let err = Store::open(&newer).err().unwrap();
     let text = one_line(&err, &newer);
     assert!(
-        text.contains("schema version 99 is newer than this meshbench understands (2)"),
+        text.contains("schema version 99 is newer than this meshbench understands (3)"),
         "{text}"
     );
     std::fs::remove_dir_all(d).unwrap();

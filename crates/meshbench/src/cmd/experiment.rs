@@ -157,6 +157,49 @@ pub fn describe_plan(e: &Experiment, plan: &Plan) -> String {
             s.istio_label(&e.name, e.load.protocol)
         ));
     }
+    if let Some(x) = &e.external {
+        out.push_str(&describe_external(e, x));
+    }
+    out
+}
+
+/// The external variants of `--dry-run`: each URL, and every query each role will make (the
+/// rate window filled in), or why a figure has none.
+fn describe_external(e: &Experiment, x: &meshbench_experiment::external::External) -> String {
+    use meshbench_experiment::external::promql::with_window;
+    use meshbench_lab::sampler::Figure;
+    let window = x.window_ms(e.sample_interval_ms);
+    let mut out = format!(
+        "external variants: roles read from {} after each step's load, a point every {} ms over the steady window, rates over {} ms
+",
+        x.prometheus_url, e.sample_interval_ms, window
+    );
+    for v in &x.variants {
+        out.push_str(&format!(
+            "  {}  {}
+",
+            v.name, v.url
+        ));
+        for r in &v.roles {
+            out.push_str(&format!(
+                "    role {} ({})
+",
+                r.name,
+                r.program()
+            ));
+            let q = r.queries();
+            for f in Figure::ALL {
+                match q.get(f) {
+                    Ok(q) => out.push_str(&format!(
+                        "      {:<12} {}\n",
+                        f.name(),
+                        with_window(&q.expr, window)
+                    )),
+                    Err(why) => out.push_str(&format!("      {:<12} missing: {why}\n", f.name())),
+                }
+            }
+        }
+    }
     out
 }
 

@@ -173,12 +173,12 @@ pub fn table(rows: &[TableRow]) -> String {
             .iter()
             .filter(|u| u.role != "sampler")
             .map(|u| {
-                format!(
-                    "{} {:.0}m/{:.1}",
-                    u.role,
-                    u.usage.cpu_millicores_avg,
-                    u.memory_mib_avg()
-                )
+                // A figure not measured (an external role's query failed) is `-`.
+                let cpu = u
+                    .cpu_millicores()
+                    .map_or("-".into(), |c| format!("{c:.0}m"));
+                let mem = u.memory_mib().map_or("-".into(), |m| format!("{m:.1}"));
+                format!("{} {cpu}/{mem}", u.role)
             })
             .collect();
         let mut error = match (r.error, r.partial) {

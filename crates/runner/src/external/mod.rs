@@ -1,0 +1,137 @@
+//! A step of an `external` variant: a system meshbench does not start. The load is exactly a
+//! `meshbench run` of the variant's URL with the file's load (the same [`LoadOptions`] a lab
+//! step builds, through [`measure`]); then, after the load, the variant's roles are read from
+//! Prometheus over the steady window ([`read`]), each into the [`RoleUsage`] a lab role gets.
+//! Whatever goes wrong with Prometheus leaves the step stored with its load figures and the
+//! roles' figures marked missing, with one warning line each through the [`Observer`]; the
+//! reading is bounded in time (a query at most `query_timeout_secs`, the step's reading at
+//! most three times that) and never starts before the load has ended.
+//!
+//! Stored like any step: topology `external`, the variant's name as the variant, its roles'
+//! use, and their points on the sample grid as samples.
+
+pub mod prometheus;
+pub mod read;
+
+use std::time::{Duration, Instant};
+
+use meshbench_experiment::config::{parse_cpuset, Experiment};
+use meshbench_experiment::external::{External, Variant};
+use meshbench_lab::sampler;
+use meshbench_store::StepRecord;
+
+use crate::lab::load_for;
+use crate::load::{LoadOptions, TargetSource};
+use crate::observer::{Observer, StepAt};
+use crate::session::now_rfc3339;
+use crate::{measure, Lab};
+
+use prometheus::Prometheus;
+use read::{read_roles, Window};
+
+/// The load of an external step: the file's load at the step's load point, at the URL.
+pub fn load_options(e: &Experiment, at: &StepAt, v: &Variant) -> LoadOptions {
+    let mut o = load_for(e, at.step, TargetSource::Url(v.url.trim().to_string()));
+    o.headers = v
+        .headers
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    o.tls.insecure = v.insecure;
+    o
+}
+
+/// The longest the queries wait after the window for Prometheus to have stored its last
+/// scrapes (a scrape stamped inside the window is stored once it has been read).
+const SETTLE_MAX: Duration = Duration::from_secs(2);
+
+impl Lab {
+    /// Runs one external step; every failure ends up in the record (a step the load could not
+    /// reach fails; Prometheus' failures only mark roles missing).
+    pub(crate) fn run_external_step(
+        &self,
+        e: &Experiment,
+        x: &External,
+        at: &StepAt,
+        stop: &meshbench_engine::Stop,
+        observer: &mut dyn Observer,
+    ) -> StepRecord {
+        let step = at.step;
+        let mut record = StepRecord::new(step.index as u32, step.params(e));
+        record.repeat = step.repeat;
+        record.topology = Some(step.topology);
+        record.variant = step.variant();
+        record.label = step.istio_label(&e.name, e.load.protocol);
+        record.started_at = now_rfc3339();
+        record.versions = self.versions.clone();
+        let name = step.external.as_deref().unwrap_or_default();
+        let Some(variant) = x.variant(name) else {
+            record.fail(format!("no external variant is called '{name}'"));
+            return record;
+        };
+        let load = match load_options(e, at, variant).resolve() {
+            Ok(s) => s,
+            Err(err) => {
+                record.fail(format!("the load could not be set up: {err}"));
+                return record;
+            }
+        };
+        let client_cpus = e.limits.client.cpuset.as_deref().and_then(parse_cpuset);
+        let measured = measure(
+            &load,
+            None,
+            client_cpus.as_deref(),
+            stop.clone(),
+            |l, roles| observer.live(at, l, roles),
+        );
+        let measured = match measured {
+            Ok(m) => m,
+            Err(err) => {
+                record.fail(format!("the load generator failed: {err}"));
+                return record;
+            }
+        };
+        let (from_ms, to_ms) = measured.window_ms;
+        record.set_result(measured.result);
+        if variant.roles.is_empty() || to_ms <= from_ms {
+            return record;
+        }
+        let window = Window {
+            from_ms,
+            to_ms,
+            step_ms: e.sample_interval_ms,
+            rate_window_ms: x.window_ms(e.sample_interval_ms),
+        };
+        settle(x, to_ms, stop);
+        let timeout = Duration::from_secs_f64(x.query_timeout_secs);
+        let prom = Prometheus::new(&x.prometheus_url, timeout, 3 * timeout);
+        let reading = read_roles(&prom, &variant.roles, &window);
+        for w in &reading.warnings {
+            observer.warning(&format!(
+                "step {}/{} ({}): {w}",
+                step.index + 1,
+                at.steps,
+                record.variant
+            ));
+        }
+        for r in reading.roles {
+            if !r.samples.is_empty() {
+                record.samples.insert(r.usage.role.clone(), r.samples);
+            }
+            record.usage.push(r.usage);
+        }
+        record
+    }
+}
+
+/// Waits until Prometheus has had time to store the last scrapes inside the window: one scrape
+/// interval after it, at most [`SETTLE_MAX`], less what the load's drain already took; at
+/// once when a stop was asked.
+fn settle(x: &External, to_ms: u64, stop: &meshbench_engine::Stop) {
+    let wait = Duration::from_secs_f64(x.scrape_interval_secs).min(SETTLE_MAX);
+    let until_ms = to_ms + wait.as_millis() as u64;
+    let end = Instant::now() + Duration::from_millis(until_ms.saturating_sub(sampler::now_ms()));
+    while Instant::now() < end && !stop.requested() {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
