@@ -24,6 +24,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::prometheus::{Prometheus as TestPrometheus, PrometheusOptions};
 use common::{free_addr, meshbench, BackendProc, LabRole};
 use meshbench_lab::cgroup::{Cgroup, Cgroups, Limits};
 use meshbench_lab::process::{Placement, RoleProcess};
@@ -51,30 +52,14 @@ impl Drop for Scratch {
     }
 }
 
-/// A real Prometheus on loopback scraping `targets` every second, its data in `dir`.
-fn start_prometheus(dir: &Path, targets: &[SocketAddr]) -> (LabRole, String) {
-    let addr = free_addr();
-    let list: Vec<String> = targets.iter().map(|t| format!("'{t}'")).collect();
-    let config = dir.join("prometheus.yml");
-    std::fs::write(
-        &config,
-        format!(
-            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  - job_name: t\n    honor_labels: true\n    static_configs:\n      - targets: [{}]\n",
-            list.join(", ")
-        ),
-    )
-    .unwrap();
-    let mut cmd = Command::new("/usr/bin/prometheus");
-    cmd.arg(format!("--config.file={}", config.display()))
-        .arg(format!(
-            "--storage.tsdb.path={}",
-            dir.join("data").display()
-        ))
-        .arg(format!("--web.listen-address={addr}"))
-        .arg("--log.level=warn");
-    let role = LabRole::start("prometheus", cmd, addr, dir)
-        .expect("prometheus starts (scripts/install-deps.sh installs it)");
-    (role, format!("http://{addr}"))
+/// A real Prometheus on loopback scraping `targets` every second, and its URL.
+fn start_prometheus(targets: &[SocketAddr]) -> (TestPrometheus, String) {
+    let p = TestPrometheus::start(&PrometheusOptions {
+        scrape: targets.to_vec(),
+        ..PrometheusOptions::default()
+    });
+    let url = format!("http://{}", p.addr);
+    (p, url)
 }
 
 /// Waits (at most 30 s) until `query` returns a series at Prometheus `url`.
@@ -219,7 +204,7 @@ fn process_exporter_agrees_with_the_cgroup_sampler_on_a_limited_nginx() {
         .arg("-gather-smaps=false");
     let _exporter = LabRole::start("process-exporter", cmd, exporter_addr, dir)
         .expect("prometheus-process-exporter starts (scripts/install-deps.sh installs it)");
-    let (_prometheus, url) = start_prometheus(dir, &[exporter_addr]);
+    let (_prometheus, url) = start_prometheus(&[exporter_addr]);
     wait_for_series(
         &url,
         &format!("namedprocess_namegroup_num_procs{{groupname=\"{group_name}\"}} >= 2"),
@@ -537,7 +522,7 @@ fn every_kubernetes_preset_reads_what_a_cadvisor_fixture_implies() {
     let scratch = Scratch::new("cadvisor");
     let dir = &scratch.0;
     let fixture = Exposition::start(cadvisor_text);
-    let (_prometheus, url) = start_prometheus(dir, &[fixture.addr]);
+    let (_prometheus, url) = start_prometheus(&[fixture.addr]);
     wait_for_series(&url, "container_cpu_usage_seconds_total");
     let backend = BackendProc::start(&[]);
 

@@ -270,7 +270,9 @@ fn validate_role(r: &Role, at: &str, p: &mut Vec<String>) {
 
 fn is_http_url(u: &str) -> bool {
     ["http://", "https://"].iter().any(|s| {
-        u.len() > s.len() && u.get(..s.len()).is_some_and(|head| head.eq_ignore_ascii_case(s))
+        u.len() > s.len()
+            && u.get(..s.len())
+                .is_some_and(|head| head.eq_ignore_ascii_case(s))
     })
 }
 
@@ -491,7 +493,10 @@ external:
             .replace("scrape_interval_secs: 1", "scrape_interval_secs: 1e300");
         let err = parse("t.yaml", &text, &[]).unwrap_err().to_string();
         assert!(err.contains("is not an http:// or https:// URL"), "{err}");
-        assert!(err.contains("external.scrape_interval_secs: expected"), "{err}");
+        assert!(
+            err.contains("external.scrape_interval_secs: expected"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -15,7 +15,8 @@ use super::free_addr;
 /// What the Prometheus of a test does.
 #[derive(Debug, Clone, Default)]
 pub struct PrometheusOptions {
-    /// Targets scraped every second (job `meshbench`), each a `HOST:PORT` serving /metrics.
+    /// Targets scraped every second (job `meshbench`, the targets' own labels kept), each a
+    /// `HOST:PORT` serving /metrics.
     pub scrape: Vec<SocketAddr>,
     /// Takes remote write at /api/v1/write.
     pub remote_write_receiver: bool,
@@ -43,7 +44,7 @@ impl Prometheus {
         if !o.scrape.is_empty() {
             let targets: Vec<String> = o.scrape.iter().map(|t| format!("'{t}'")).collect();
             yml.push_str(&format!(
-                "scrape_configs:\n  - job_name: meshbench\n    static_configs:\n      - targets: [{}]\n",
+                "scrape_configs:\n  - job_name: meshbench\n    honor_labels: true\n    static_configs:\n      - targets: [{}]\n",
                 targets.join(", ")
             ));
         }
