@@ -9,10 +9,6 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::prometheus::{value, Prometheus, PrometheusOptions};
@@ -216,90 +212,16 @@ fn a_receiver_that_never_answers_does_not_hold_the_run() {
     assert!(line.contains("no answer"), "{line}");
 }
 
-/// One push as a loopback receiver got it.
+/// A push as the receiver saw it: headers and the decoded request.
 struct Push {
     headers: Vec<(String, String)>,
     request: WriteRequest,
 }
 
-/// Takes every push on loopback, answers 204, keeps headers and the decoded request.
-struct Capture {
-    addr: SocketAddr,
-    got: Arc<Mutex<Vec<Push>>>,
-    stop: Arc<AtomicBool>,
-}
-
-impl Capture {
-    fn start() -> Capture {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.set_nonblocking(true).unwrap();
-        let addr = listener.local_addr().unwrap();
-        let got = Arc::new(Mutex::new(Vec::new()));
-        let stop = Arc::new(AtomicBool::new(false));
-        let (g, st) = (got.clone(), stop.clone());
-        std::thread::spawn(move || {
-            while !st.load(Ordering::Relaxed) {
-                match listener.accept() {
-                    Ok((conn, _)) => {
-                        let g = g.clone();
-                        std::thread::spawn(move || capture(conn, g));
-                    }
-                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
-                }
-            }
-        });
-        Capture { addr, got, stop }
-    }
-}
-
-impl Drop for Capture {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-    }
-}
-
-fn capture(mut conn: TcpStream, got: Arc<Mutex<Vec<Push>>>) {
-    let _ = conn.set_nonblocking(false);
-    let _ = conn.set_read_timeout(Some(Duration::from_secs(30)));
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 65536];
-    loop {
-        loop {
-            let mut headers = [httparse::EMPTY_HEADER; 32];
-            let mut req = httparse::Request::new(&mut headers);
-            let Ok(httparse::Status::Complete(head)) = req.parse(&buf) else {
-                break;
-            };
-            let all = header_list(req.headers);
-            let length: usize = all
-                .iter()
-                .find(|(n, _)| n == "content-length")
-                .and_then(|(_, v)| v.trim().parse().ok())
-                .unwrap_or(0);
-            if buf.len() < head + length {
-                break;
-            }
-            let request = decode_body(&buf[head..head + length]).expect("snappy protobuf");
-            buf.drain(..head + length);
-            got.lock().unwrap().push(Push {
-                headers: all,
-                request,
-            });
-            if conn.write_all(b"HTTP/1.1 204 No Content\r\n\r\n").is_err() {
-                return;
-            }
-        }
-        match conn.read(&mut chunk) {
-            Ok(0) | Err(_) => return,
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-        }
-    }
-}
-
 #[test]
 fn pushes_carry_the_header_and_decode_to_the_runs_figures() {
     let backend = noisy_backend();
-    let rx = Capture::start();
+    let rx = RecordingServer::start();
     let url = backend.url("/");
     let write = format!("http://{}/api/v1/write", rx.addr);
     let (out, r) = run_json(
@@ -319,7 +241,13 @@ fn pushes_carry_the_header_and_decode_to_the_runs_figures() {
     );
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(!stderr(&out).contains("remote write"), "{}", stderr(&out));
-    let got = std::mem::take(&mut *rx.got.lock().unwrap());
+    let got: Vec<Push> = std::mem::take(&mut *rx.seen.lock().unwrap())
+        .into_iter()
+        .map(|seen| Push {
+            request: decode_body(&seen.body).expect("snappy protobuf"),
+            headers: seen.headers,
+        })
+        .collect();
     assert!(got.len() >= 3, "{} pushes", got.len());
 
     for p in &got {

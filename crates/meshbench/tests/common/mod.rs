@@ -448,10 +448,11 @@ pub struct Seen {
     pub target: String,
     pub host: String,
     pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
 }
 
-/// A plain HTTP/1.1 upstream that records every request (method, target, Host) and answers 200
-/// with an empty body: to check what reached the backend through a gateway, and in what order.
+/// A plain HTTP/1.1 upstream that records every request (method, target, Host, headers, body)
+/// and answers 200 with a short body: to check what reached the backend through a gateway, and in what order.
 pub struct RecordingServer {
     pub addr: SocketAddr,
     pub seen: Arc<std::sync::Mutex<Vec<Seen>>>,
@@ -522,6 +523,7 @@ fn serve_recording(mut conn: std::net::TcpStream, seen: Arc<std::sync::Mutex<Vec
                     .map(|(_, v)| v.clone())
                     .unwrap_or_default(),
                 headers: all.clone(),
+                body: buf[head..head + length].to_vec(),
             });
             buf.drain(..head + length);
             if conn
