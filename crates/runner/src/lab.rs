@@ -87,6 +87,18 @@ impl Lab {
         Ok(stored)
     }
 
+    /// A step's record before it runs: its place, parameters, variant, label, start and the
+    /// versions of the programs (lab and external steps alike).
+    pub(crate) fn new_record(&self, e: &Experiment, step: &Step) -> StepRecord {
+        let mut record = StepRecord::new(step.index as u32, step.params(e));
+        record.repeat = step.repeat;
+        record.topology = Some(step.topology);
+        record.variant = step.variant();
+        record.label = step.istio_label(&e.name, e.load.protocol);
+        record.started_at = now_rfc3339();
+        record.versions = self.versions.clone();
+        record
+    }
     /// Runs one step; every failure ends up in the record, never as an error.
     pub fn run_step(
         &self,
@@ -100,13 +112,7 @@ impl Lab {
         if let (false, Some(x)) = (step.topology.is_lab(), &e.external) {
             return self.run_external_step(e, x, at, stop, observer);
         }
-        let mut record = StepRecord::new(step.index as u32, step.params(e));
-        record.repeat = step.repeat;
-        record.topology = Some(step.topology);
-        record.variant = step.variant();
-        record.label = step.istio_label(&e.name, e.load.protocol);
-        record.started_at = now_rfc3339();
-        record.versions = self.versions.clone();
+        let mut record = self.new_record(e, step);
         let spec = crate::rig::rig_spec(e, step, experiment_id, self.exe.clone());
         let mut rig = match Rig::start(&spec) {
             Ok(r) => r,

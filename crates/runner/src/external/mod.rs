@@ -23,7 +23,6 @@ use meshbench_store::StepRecord;
 use crate::lab::load_for;
 use crate::load::{LoadOptions, TargetSource};
 use crate::observer::{Observer, StepAt};
-use crate::session::now_rfc3339;
 use crate::{measure, Lab};
 
 use prometheus::Prometheus;
@@ -57,13 +56,7 @@ impl Lab {
         observer: &mut dyn Observer,
     ) -> StepRecord {
         let step = at.step;
-        let mut record = StepRecord::new(step.index as u32, step.params(e));
-        record.repeat = step.repeat;
-        record.topology = Some(step.topology);
-        record.variant = step.variant();
-        record.label = step.istio_label(&e.name, e.load.protocol);
-        record.started_at = now_rfc3339();
-        record.versions = self.versions.clone();
+        let mut record = self.new_record(e, step);
         let name = step.external.as_deref().unwrap_or_default();
         let Some(variant) = x.variant(name) else {
             record.fail(format!("no external variant is called '{name}'"));
