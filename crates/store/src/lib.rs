@@ -194,8 +194,7 @@ impl Store {
         check_file(path)?;
         let mut conn = Connection::open(path).map_err(|e| StoreError::sqlite(path, e))?;
         conn.busy_timeout(BUSY_TIMEOUT).named(path)?;
-        conn.pragma_update(None, "journal_mode", "WAL")
-            .named(path)?;
+        wal(&conn).named(path)?;
         conn.pragma_update(None, "synchronous", "NORMAL")
             .named(path)?;
         let version: i64 = conn
@@ -531,6 +530,24 @@ fn write_step(conn: &mut Connection, experiment: i64, s: &StepRecord) -> rusqlit
     }
     tx.commit()?;
     Ok(step)
+}
+
+/// Puts the store in WAL mode. Switching needs the file to itself and SQLite does not wait for
+/// it with the busy handler: two processes creating one store at the same moment see `BUSY`
+/// at once, so the switch is retried here for as long as a writer would wait.
+fn wal(conn: &Connection) -> rusqlite::Result<()> {
+    let started = std::time::Instant::now();
+    loop {
+        match conn.pragma_update(None, "journal_mode", "WAL") {
+            Err(e)
+                if e.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy)
+                    && started.elapsed() < BUSY_TIMEOUT =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            done => return done,
+        }
+    }
 }
 
 /// Brings a store below [`VERSION`] up to it, one version per transaction. The version is read
