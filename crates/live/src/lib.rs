@@ -22,6 +22,7 @@ pub mod names;
 pub use hub::{Board, Done, Frame, Hub, RoleFrame, Scope, StepInfo, StepState, Totals};
 
 pub mod grafana;
+mod http;
 pub mod metrics;
 pub mod remote_write;
 pub mod series;
@@ -35,6 +36,11 @@ pub enum LiveError {
     #[error("cannot listen on {addr}: {source}; pick another address or port")]
     Bind {
         addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("cannot start the {face} server's thread: {source}")]
+    Thread {
+        face: &'static str,
         source: std::io::Error,
     },
     #[error("{0}")]

@@ -10,27 +10,29 @@
 //!   Prometheus asks for with native histograms on;
 //! - the Prometheus text format 0.0.4 ([`text`]) for anyone else (`curl`, `promtool`).
 //!
-//! The HTTP side ([`http`]) runs on its own threads and bounds what a peer can take: head
-//! size, head and write time, concurrent connections. [`MetricsServer::wait_scraped`] lets a
+//! The HTTP side is the crate's one server ([`crate::http`]) with this face's [`Limits`]:
+//! connections are kept alive for the next scrape, and [`MetricsServer::wait_scraped`] lets a
 //! run that is over keep serving until a scrape has read its final values.
+//!
+//! `GET` and `HEAD` of `/metrics` (any query string) are served; other paths `404`, other
+//! methods `405`. The body is rendered (the board's lock held only while the families are
+//! built) before a byte is written.
 
-mod http;
 mod negotiate;
 mod openmetrics;
 pub mod proto;
 mod text;
 
-use std::collections::HashMap;
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::thread::JoinHandle;
+use std::net::SocketAddr;
+use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
 use meshbench_lab::sampler::now_ms;
 
+pub use crate::http::{Limits, WriteLimit};
 pub use negotiate::Format;
 
+use crate::http::{Body, Request, Response, Routes, Server};
 use crate::series::{self, Steps};
 use crate::{Hub, LiveError};
 
@@ -46,62 +48,63 @@ pub enum EncodeError {
     Format(&'static str),
 }
 
-/// What one peer may take from the server.
-#[derive(Debug, Clone)]
-pub struct Limits {
-    /// Connections served at once; one more gets `503`.
-    pub max_connections: usize,
-    /// A request head larger than this gets `431`.
-    pub max_head_bytes: usize,
-    /// Time for a whole request head, from the connection's start or the head's first byte.
-    pub head_timeout: Duration,
-    /// Time a kept-alive connection may wait for its next request.
-    pub idle_timeout: Duration,
-    /// Time for the peer to take a whole response.
-    pub write_timeout: Duration,
-}
+/// The path served.
+const PATH: &str = "/metrics";
 
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            max_connections: 32,
-            max_head_bytes: 8 * 1024,
-            head_timeout: Duration::from_secs(10),
-            // Longer than the usual scrape intervals (15 s, 30 s) so a scraper keeps its
-            // connection; a shorter interval's scraper reconnects, which costs nothing.
-            idle_timeout: Duration::from_secs(65),
-            write_timeout: Duration::from_secs(10),
-        }
+/// What a scraper may take: a request head within 10 s and 8 KiB, a response within 10 s, 32
+/// connections at once, each kept alive for the next scrape.
+pub fn limits() -> Limits {
+    Limits {
+        max_connections: 32,
+        max_head_bytes: 8 * 1024,
+        head_timeout: Duration::from_secs(10),
+        answer_late_heads: true,
+        // Longer than the usual scrape intervals (15 s, 30 s) so a scraper keeps its
+        // connection; a shorter interval's scraper reconnects, which costs nothing.
+        keep_alive: Some(Duration::from_secs(65)),
+        write: WriteLimit::Whole(Duration::from_secs(10)),
     }
 }
 
-/// State the acceptor, the connections and the handle share.
-struct Shared {
+/// The face's routes, and what it knows of the scrapes served.
+struct Scrapes {
     hub: Hub,
-    limits: Limits,
-    stopping: AtomicBool,
-    /// Connections being served.
-    open: AtomicUsize,
-    next_id: AtomicU64,
-    /// A clone of each open connection's socket, to shut it down at stop.
-    connections: Mutex<HashMap<u64, TcpStream>>,
     /// The newest board sequence a complete scrape response carried, `None` before the first.
     served: Mutex<Option<u64>>,
     served_changed: Condvar,
 }
 
-impl Shared {
-    fn connections(&self) -> MutexGuard<'_, HashMap<u64, TcpStream>> {
-        // Only inserts and removes happen under this lock; a panic cannot leave it half done.
-        self.connections.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
+impl Scrapes {
     fn served_guard(&self) -> MutexGuard<'_, Option<u64>> {
         self.served.lock().unwrap_or_else(|p| p.into_inner())
     }
+}
 
-    /// A scrape response carrying the board at `seq` was written out.
-    fn served(&self, seq: u64) {
+impl Routes for Scrapes {
+    /// The board sequence a `GET` scrape carried.
+    type Receipt = Option<u64>;
+
+    fn answer(&self, request: &Request) -> (Response, Option<u64>) {
+        if request.path != PATH {
+            let r = Response::text(404, "not found: the metrics are at /metrics");
+            return (r, None);
+        }
+        if request.method != "GET" && request.method != "HEAD" {
+            let r = Response::text(405, "/metrics takes GET (or HEAD)").with("Allow", "GET, HEAD");
+            return (r, None);
+        }
+        let format = negotiate::choose(request.accept.as_deref());
+        match render(&self.hub, format) {
+            Ok((seq, body)) => (
+                Response::new(200, format.content_type(), Body::Owned(body)).with("Vary", "Accept"),
+                (request.method == "GET").then_some(seq),
+            ),
+            Err(e) => (Response::text(500, &e.to_string()), None),
+        }
+    }
+
+    fn written(&self, seq: Option<u64>) {
+        let Some(seq) = seq else { return };
         let mut s = self.served_guard();
         *s = Some(s.map_or(seq, |old| old.max(seq)));
         drop(s);
@@ -111,16 +114,14 @@ impl Shared {
 
 /// A running `/metrics` server; stops when dropped.
 pub struct MetricsServer {
-    addr: SocketAddr,
-    shared: Arc<Shared>,
-    acceptor: Option<JoinHandle<()>>,
+    server: Server<Scrapes>,
 }
 
 impl MetricsServer {
     /// Serves the hub's board at `http://addr/metrics` on its own threads, with the default
-    /// [`Limits`].
+    /// [`limits`].
     pub fn start(addr: SocketAddr, hub: Hub) -> Result<MetricsServer, LiveError> {
-        MetricsServer::start_with(addr, hub, Limits::default())
+        MetricsServer::start_with(addr, hub, limits())
     }
 
     /// [`MetricsServer::start`] with other limits.
@@ -129,43 +130,27 @@ impl MetricsServer {
         hub: Hub,
         limits: Limits,
     ) -> Result<MetricsServer, LiveError> {
-        let bind = |source| LiveError::Bind { addr, source };
-        let listener = TcpListener::bind(addr).map_err(bind)?;
-        let local = listener.local_addr().map_err(bind)?;
-        let shared = Arc::new(Shared {
+        let scrapes = Scrapes {
             hub,
-            limits,
-            stopping: AtomicBool::new(false),
-            open: AtomicUsize::new(0),
-            next_id: AtomicU64::new(0),
-            connections: Mutex::new(HashMap::new()),
             served: Mutex::new(None),
             served_changed: Condvar::new(),
-        });
-        let s = shared.clone();
-        let acceptor = std::thread::Builder::new()
-            .name("metrics-accept".into())
-            .spawn(move || http::accept_loop(listener, s))
-            .map_err(|e| LiveError::Config(format!("cannot start the /metrics thread: {e}")))?;
-        Ok(MetricsServer {
-            addr: local,
-            shared,
-            acceptor: Some(acceptor),
-        })
+        };
+        let server = Server::start(addr, "metrics", scrapes, limits)?;
+        Ok(MetricsServer { server })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
-        self.addr
+        self.server.local_addr()
     }
 
     /// Waits until a scrape has read the board as it is now (its final values, once the run
     /// is over), or `timeout` passes; true if one did. A scrape counts once its whole response
     /// was handed to the socket.
     pub fn wait_scraped(&self, timeout: Duration) -> bool {
-        let now = self.shared.hub.board().seq;
-        let served = self.shared.served_guard();
-        let (served, _) = self
-            .shared
+        let scrapes = self.server.routes();
+        let now = scrapes.hub.board().seq;
+        let served = scrapes.served_guard();
+        let (served, _) = scrapes
             .served_changed
             .wait_timeout_while(served, timeout, |s| s.is_none_or(|s| s < now))
             .unwrap_or_else(|p| p.into_inner());
@@ -175,30 +160,6 @@ impl MetricsServer {
     /// Stops serving: no new connections, and open ones are shut down.
     pub fn stop(self) {
         drop(self);
-    }
-}
-
-impl Drop for MetricsServer {
-    fn drop(&mut self) {
-        self.shared.stopping.store(true, Ordering::Release);
-        // Wake the acceptor with a connection of our own.
-        let mut wake = self.addr;
-        if wake.ip().is_unspecified() {
-            wake.set_ip(match wake {
-                SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
-                SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
-            });
-        }
-        let woke = TcpStream::connect_timeout(&wake, Duration::from_secs(1)).is_ok();
-        for (_, c) in self.shared.connections().drain() {
-            let _ = c.shutdown(Shutdown::Both);
-        }
-        if let Some(acceptor) = self.acceptor.take() {
-            // Without the wake-up the acceptor stays blocked; it ends with the process.
-            if woke {
-                let _ = acceptor.join();
-            }
-        }
     }
 }
 
@@ -219,6 +180,7 @@ pub fn render(hub: &Hub, format: Format) -> Result<(u64, Vec<u8>), EncodeError> 
 #[cfg(test)]
 pub(crate) mod tests {
     use std::io::{Read, Write};
+    use std::net::TcpStream;
     use std::time::Instant;
 
     use meshbench_engine::recorder::{ErrorKind, Interval};
@@ -286,8 +248,9 @@ pub(crate) mod tests {
             max_connections: 4,
             max_head_bytes: 1024,
             head_timeout: Duration::from_millis(500),
-            idle_timeout: Duration::from_secs(2),
-            write_timeout: Duration::from_secs(2),
+            keep_alive: Some(Duration::from_secs(2)),
+            write: WriteLimit::Whole(Duration::from_secs(2)),
+            ..limits()
         }
     }
 
@@ -467,7 +430,7 @@ pub(crate) mod tests {
         let idle: Vec<TcpStream> = (0..limits.max_connections).map(|_| connect(&s)).collect();
         // Let the acceptor take them all.
         let t = Instant::now();
-        while s.shared.open.load(Ordering::Acquire) < limits.max_connections {
+        while s.server.open() < limits.max_connections {
             assert!(t.elapsed() < Duration::from_secs(5));
             std::thread::sleep(Duration::from_millis(5));
         }
@@ -495,7 +458,7 @@ pub(crate) mod tests {
         // (The server marks the scrape just after the write that the client has seen.)
         assert!(s.wait_scraped(Duration::from_secs(2)));
         // The board changes: the earlier scrape no longer counts; a HEAD does not either.
-        s.shared.hub.finished(crate::Done {
+        s.server.routes().hub.finished(crate::Done {
             report: None,
             outcome: "done".into(),
         });

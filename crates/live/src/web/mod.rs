@@ -10,28 +10,22 @@
 //!   one request per change and no stream to keep open through proxies;
 //! - `/report`: the HTML report named by [`Done::report`](crate::Done), once the run wrote one.
 //!
-//! The server is the standard library's: an acceptor thread and a thread per connection, at
-//! most [`MAX_CONNECTIONS`] at once (more get a 503 and are closed), every request head read in
-//! [`http::HEAD_TIMEOUT`] and [`http::MAX_HEAD`] bytes, every response closing its connection.
-//! A face that answers a few browsers once a second needs no async runtime, and keeping it on
-//! plain threads keeps it off the runtime and the cores the load uses. Bound to loopback (the
-//! default, see [`listen_addr`](crate::listen_addr)), it also answers only requests whose
-//! `Host` is a loopback name, against DNS rebinding.
+//! The server is the crate's one ([`crate::http`]) with this face's [`limits`]: at most
+//! [`MAX_CONNECTIONS`] at once (more get a 503), every request head read within 5 s and 8 KiB
+//! (a slower one is dropped unanswered), every response closing its connection. A face that
+//! answers a few browsers once a second needs no async runtime, and keeping it on plain threads
+//! keeps it off the runtime and the cores the load uses. Bound to loopback (the default, see
+//! [`listen_addr`](crate::listen_addr)), it also answers only requests whose `Host` is a
+//! loopback name, against DNS rebinding.
 
-mod http;
 mod view;
 
 pub use view::{view, BoardView, DoneView, StepView, REPORT_URL};
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use http::{Body, HeadError, Request, Response};
-
+use crate::http::{Body, Limits, Request, Response, Routes, Server, WriteLimit};
 use crate::{Hub, LiveError};
 
 /// Connections served at once; more are answered 503 and closed.
@@ -40,8 +34,6 @@ pub const MAX_CONNECTIONS: usize = 32;
 pub const MAX_WAIT: Duration = Duration::from_secs(10);
 /// A report larger than this is not served (a real one is a few MB of inline SVG).
 const MAX_REPORT_BYTES: u64 = 512 << 20;
-/// How often the acceptor looks at the stop flag while no one connects.
-const STOP_POLL_MS: i32 = 200;
 
 const PAGE_HTML: &str = include_str!("page.html");
 const PAGE_CSS: &str = include_str!("page.css");
@@ -55,180 +47,66 @@ const PAGE_CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self';
 const REPORT_CSP: &str = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; \
     base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
-/// What every connection's thread reads.
-struct Shared {
+/// What a browser may take: one request per connection, its head within 5 s and 8 KiB; a
+/// reader that stalls for 10 s is dropped (a report of many MB may take longer as a whole).
+fn limits() -> Limits {
+    Limits {
+        max_connections: MAX_CONNECTIONS,
+        max_head_bytes: 8 * 1024,
+        head_timeout: Duration::from_secs(5),
+        answer_late_heads: false,
+        keep_alive: None,
+        write: WriteLimit::Stall(Duration::from_secs(10)),
+    }
+}
+
+/// The page's routes.
+struct Page {
     hub: Hub,
     /// Only loopback `Host`s are answered (the server is bound to loopback).
     loopback_only: bool,
-    active: AtomicUsize,
+}
+
+impl Routes for Page {
+    type Receipt = ();
+
+    fn answer(&self, request: &Request) -> (Response, ()) {
+        (route(request, self), ())
+    }
 }
 
 /// A running page server; stops when stopped or dropped.
 pub struct WebServer {
-    addr: SocketAddr,
-    stop: Arc<AtomicBool>,
-    acceptor: Option<JoinHandle<()>>,
+    server: Server<Page>,
 }
 
 impl WebServer {
     /// Binds `addr` and serves the page of `hub` on its own threads.
     pub fn start(addr: SocketAddr, hub: Hub) -> Result<WebServer, LiveError> {
-        let listener =
-            TcpListener::bind(addr).map_err(|source| LiveError::Bind { addr, source })?;
-        let bound = listener
-            .local_addr()
-            .and_then(|a| listener.set_nonblocking(true).map(|()| a))
-            .map_err(|source| LiveError::Bind { addr, source })?;
-        let shared = Arc::new(Shared {
+        let page = Page {
             hub,
-            loopback_only: bound.ip().is_loopback(),
-            active: AtomicUsize::new(0),
-        });
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let acceptor = std::thread::Builder::new()
-            .name("meshbench-web".into())
-            .spawn(move || accept_loop(listener, shared, flag))
-            .map_err(|e| LiveError::Config(format!("cannot start the web page's thread: {e}")))?;
-        Ok(WebServer {
-            addr: bound,
-            stop,
-            acceptor: Some(acceptor),
-        })
+            // Binding keeps the address's IP: loopback asked is loopback bound.
+            loopback_only: addr.ip().is_loopback(),
+        };
+        let server = Server::start(addr, "web", page, limits())?;
+        Ok(WebServer { server })
     }
 
     /// The address bound (the real port when 0 was asked for).
     pub fn local_addr(&self) -> SocketAddr {
-        self.addr
+        self.server.local_addr()
     }
 
-    /// Stops accepting; requests being answered finish on their own.
+    /// Stops serving: no new connections, and open ones are shut down.
     pub fn stop(self) {
         drop(self);
     }
 }
 
-impl Drop for WebServer {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.acceptor.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-/// Waits up to [`STOP_POLL_MS`] for a connection on `listener`.
-fn readable(listener: &TcpListener) -> bool {
-    let mut fd = libc::pollfd {
-        fd: listener.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd, for the length given.
-    unsafe { libc::poll(&mut fd, 1, STOP_POLL_MS) > 0 }
-}
-
-fn accept_loop(listener: TcpListener, shared: Arc<Shared>, stop: Arc<AtomicBool>) {
-    let mut refused = Refused::default();
-    while !stop.load(Ordering::Relaxed) {
-        refused.tend();
-        if !readable(&listener) {
-            continue;
-        }
-        let stream = match listener.accept() {
-            Ok((s, _)) => s,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
-            // Out of descriptors and the like: wait for connections to end.
-            Err(_) => {
-                std::thread::sleep(Duration::from_millis(50));
-                continue;
-            }
-        };
-        if stream.set_nonblocking(false).is_err() {
-            continue;
-        }
-        if shared.active.fetch_add(1, Ordering::AcqRel) >= MAX_CONNECTIONS {
-            shared.active.fetch_sub(1, Ordering::AcqRel);
-            refused.add(stream);
-            continue;
-        }
-        let s = shared.clone();
-        let spawned = std::thread::Builder::new()
-            .name("meshbench-web-conn".into())
-            .spawn(move || {
-                serve(stream, &s);
-                s.active.fetch_sub(1, Ordering::AcqRel);
-            });
-        if spawned.is_err() {
-            shared.active.fetch_sub(1, Ordering::AcqRel);
-        }
-    }
-}
-
-/// Connections over [`MAX_CONNECTIONS`]: each is answered 503 at once (if its socket takes
-/// the bytes without waiting), then kept by the acceptor for up to [`Refused::KEEP`] while
-/// what the client sent is read and thrown away, so that closing it does not reset the
-/// connection under the 503. At most [`Refused::MAX`] are kept; more are closed at once.
-#[derive(Default)]
-struct Refused {
-    kept: Vec<(TcpStream, std::time::Instant)>,
-}
-
-impl Refused {
-    const KEEP: Duration = Duration::from_secs(1);
-    const MAX: usize = 64;
-
-    fn add(&mut self, mut stream: TcpStream) {
-        if stream.set_nonblocking(true).is_err() {
-            return;
-        }
-        let _ = std::io::Write::write_all(
-            &mut stream,
-            b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\
-              Retry-After: 1\r\n\r\n",
-        );
-        let _ = stream.shutdown(std::net::Shutdown::Write);
-        if self.kept.len() < Self::MAX {
-            self.kept.push((stream, std::time::Instant::now()));
-        }
-    }
-
-    /// Reads what the kept connections sent; closes those that closed or waited long enough.
-    fn tend(&mut self) {
-        let mut scratch = [0u8; 4096];
-        self.kept.retain_mut(|(stream, since)| loop {
-            match std::io::Read::read(stream, &mut scratch) {
-                Ok(0) => return false,
-                Ok(_) => continue,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    return since.elapsed() < Self::KEEP
-                }
-                Err(_) => return false,
-            }
-        });
-    }
-}
-
-fn serve(mut stream: TcpStream, shared: &Shared) {
-    let _ = stream.set_nodelay(true);
-    let (response, head_only) = match http::read_head(&mut stream) {
-        Ok(req) => {
-            let head_only = req.method == "HEAD";
-            (route(&req, shared), head_only)
-        }
-        Err(HeadError::Gone) => return,
-        Err(HeadError::TooLarge) => (Response::text(431, "request head too large"), false),
-        Err(HeadError::Malformed) => (Response::text(400, "not an HTTP/1.1 request"), false),
-    };
-    if http::write_response(&mut stream, response, head_only).is_ok() {
-        let _ = stream.shutdown(std::net::Shutdown::Write);
-    }
-}
-
-fn route(req: &Request, shared: &Shared) -> Response {
+fn route(req: &Request, shared: &Page) -> Response {
     if shared.loopback_only {
         if let Some(host) = &req.host {
-            if !http::is_loopback_host(host) {
+            if !is_loopback_host(host) {
                 return Response::text(403, "this page answers only to localhost");
             }
         }
@@ -251,10 +129,10 @@ fn route(req: &Request, shared: &Shared) -> Response {
     }
 }
 
-fn board(req: &Request, shared: &Shared) -> Response {
+fn board(req: &Request, shared: &Page) -> Response {
     let (since, wait) = match (
-        http::query_u64(&req.query, "since"),
-        http::query_u64(&req.query, "wait"),
+        query_u64(&req.query, "since"),
+        query_u64(&req.query, "wait"),
     ) {
         (Ok(s), Ok(w)) => (s.unwrap_or(0), w.unwrap_or(0)),
         (Err(e), _) | (_, Err(e)) => return Response::text(400, &e),
@@ -275,7 +153,7 @@ fn board(req: &Request, shared: &Shared) -> Response {
     }
 }
 
-fn report(shared: &Shared) -> Response {
+fn report(shared: &Page) -> Response {
     let path = shared
         .hub
         .board()
@@ -298,5 +176,80 @@ fn report(shared: &Shared) -> Response {
             404,
             "the report file is gone; see the run's output for its path",
         ),
+    }
+}
+
+/// Whether a `Host` header names this machine's loopback (`localhost`, `127.0.0.1:8080`,
+/// `[::1]:9000`): a page bound to loopback answers only those, so that a web site whose name
+/// was rebound to 127.0.0.1 cannot read the board from a browser on this machine.
+pub fn is_loopback_host(host: &str) -> bool {
+    let name = if let Some(rest) = host.strip_prefix('[') {
+        match rest.split_once(']') {
+            Some((inside, after)) if after.is_empty() || after.starts_with(':') => inside,
+            _ => return false,
+        }
+    } else {
+        match host.rsplit_once(':') {
+            Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+            Some(_) => return false,
+            None => host,
+        }
+    };
+    name.eq_ignore_ascii_case("localhost")
+        || name.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+/// One query parameter as a number; absent is `None`, present but not a number an error.
+pub fn query_u64(query: &str, key: &str) -> Result<Option<u64>, String> {
+    for pair in query.split('&') {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        if k == key {
+            return v
+                .parse::<u64>()
+                .map(Some)
+                .map_err(|_| format!("'{key}' must be a whole number"));
+        }
+    }
+    Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{is_loopback_host, query_u64};
+
+    #[test]
+    fn loopback_hosts() {
+        for ok in [
+            "localhost",
+            "LOCALHOST:80",
+            "127.0.0.1",
+            "127.0.0.1:9000",
+            "127.3.4.5:1",
+            "[::1]",
+            "[::1]:8080",
+        ] {
+            assert!(is_loopback_host(ok), "{ok}");
+        }
+        for bad in [
+            "example.com",
+            "example.com:80",
+            "10.0.0.1:80",
+            "localhost.evil.com",
+            "[::1]x",
+            "127.0.0.1:80x",
+            "",
+            "[2001:db8::1]:80",
+        ] {
+            assert!(!is_loopback_host(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn query_numbers() {
+        assert_eq!(query_u64("since=12&wait=500", "wait"), Ok(Some(500)));
+        assert_eq!(query_u64("since=12", "wait"), Ok(None));
+        assert_eq!(query_u64("", "since"), Ok(None));
+        assert!(query_u64("since=-1", "since").is_err());
+        assert!(query_u64("since=99999999999999999999999", "since").is_err());
     }
 }
