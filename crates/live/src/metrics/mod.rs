@@ -10,7 +10,7 @@
 //!   Prometheus asks for with native histograms on;
 //! - the Prometheus text format 0.0.4 ([`text`]) for anyone else (`curl`, `promtool`).
 //!
-//! The HTTP side is the crate's one server ([`crate::http`]) with this face's [`Limits`]:
+//! The HTTP side is the crate's one server (`crate::http`) with this face's [`Limits`]:
 //! connections are kept alive for the next scrape, and [`MetricsServer::wait_scraped`] lets a
 //! run that is over keep serving until a scrape has read its final values.
 //!

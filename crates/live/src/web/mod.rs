@@ -10,7 +10,7 @@
 //!   one request per change and no stream to keep open through proxies;
 //! - `/report`: the HTML report named by [`Done::report`](crate::Done), once the run wrote one.
 //!
-//! The server is the crate's one ([`crate::http`]) with this face's [`limits`]: at most
+//! The server is the crate's one (`crate::http`) with this face's `limits()`: at most
 //! [`MAX_CONNECTIONS`] at once (more get a 503), every request head read within 5 s and 8 KiB
 //! (a slower one is dropped unanswered), every response closing its connection. A face that
 //! answers a few browsers once a second needs no async runtime, and keeping it on plain threads
