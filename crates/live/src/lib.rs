@@ -18,6 +18,7 @@
 pub mod buckets;
 mod hub;
 pub mod names;
+mod proto;
 
 pub use hub::{Board, Done, Frame, Hub, RoleFrame, Scope, StepInfo, StepState, Totals};
 

@@ -22,6 +22,8 @@ use prost::Message;
 use crate::buckets::{Buckets, SCHEMA};
 use crate::series::{Family, Kind, Value};
 
+pub use crate::proto::{BucketSpan, Label as LabelPair};
+
 /// Width of the zero bucket: 2^-128.
 pub const ZERO_THRESHOLD: f64 = 2.938_735_877_055_719e-39;
 
@@ -58,14 +60,6 @@ pub struct Metric {
     pub counter: Option<Counter>,
     #[prost(message, optional, tag = "7")]
     pub histogram: Option<Histogram>,
-}
-
-#[derive(Clone, PartialEq, Message)]
-pub struct LabelPair {
-    #[prost(string, tag = "1")]
-    pub name: String,
-    #[prost(string, tag = "2")]
-    pub value: String,
 }
 
 #[derive(Clone, PartialEq, Message)]
@@ -108,15 +102,6 @@ pub struct Bucket {
     pub cumulative_count: u64,
     #[prost(double, tag = "2")]
     pub upper_bound: f64,
-}
-
-#[derive(Clone, PartialEq, Message)]
-pub struct BucketSpan {
-    /// From index 0 for the first span, from the end of the previous span for the others.
-    #[prost(sint32, tag = "1")]
-    pub offset: i32,
-    #[prost(uint32, tag = "2")]
-    pub length: u32,
 }
 
 /// The families as length-delimited `MetricFamily` messages.

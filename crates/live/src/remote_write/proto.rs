@@ -8,6 +8,8 @@
 
 use prost::Message;
 
+pub use crate::proto::{BucketSpan, Label};
+
 /// The stale marker: the NaN that tells a receiver a series ended here (not the ordinary NaN).
 pub const STALE_NAN: u64 = 0x7ff0_0000_0000_0002;
 
@@ -41,14 +43,6 @@ pub struct TimeSeries {
     // Tag 3 carries exemplars, which meshbench does not send.
     #[prost(message, repeated, tag = "4")]
     pub histograms: Vec<Histogram>,
-}
-
-#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Message)]
-pub struct Label {
-    #[prost(string, tag = "1")]
-    pub name: String,
-    #[prost(string, tag = "2")]
-    pub value: String,
 }
 
 #[derive(Clone, PartialEq, Message)]
@@ -119,16 +113,6 @@ pub enum Count {
 pub enum ZeroCount {
     #[prost(uint64, tag = "6")]
     Int(u64),
-}
-
-/// A run of consecutive buckets: `offset` from the end of the span before (the first from
-/// index 0), `length` buckets.
-#[derive(Clone, PartialEq, Message)]
-pub struct BucketSpan {
-    #[prost(sint32, tag = "1")]
-    pub offset: i32,
-    #[prost(uint32, tag = "2")]
-    pub length: u32,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, prost::Enumeration)]

@@ -303,7 +303,8 @@ impl Observer for Progress<'_> {
             self.last_draw = std::time::Instant::now();
             self.draw(at, l.elapsed_secs, l.last_second_rps);
         }
-        if let Some(f) = self.faces {
+        // The scope is built only when a second came (every 200 ms otherwise).
+        if let Some(f) = self.faces.filter(|_| !l.seconds.is_empty()) {
             f.live(&self.scope(at), l, roles);
         }
     }
