@@ -41,6 +41,48 @@ fn format(why: impl Into<String>) -> DecodeError {
     DecodeError::Format(why.into())
 }
 
+/// `#[serde(with = ...)]` forms of the engine's histograms in a message (an agent's seconds and
+/// its recorder): the transport text, decoded into a histogram of the engine's own bounds, so
+/// that whatever a peer sent adds to the engine's histograms without error.
+macro_rules! serde_form {
+    ($name:ident, $fresh:path, $doc:literal) => {
+        #[doc = $doc]
+        pub mod $name {
+            use hdrhistogram::Histogram;
+            use serde::{de::Error as _, Deserialize, Deserializer, Serializer};
+
+            pub fn serialize<S: Serializer>(h: &Histogram<u64>, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(&super::encode_histogram(h))
+            }
+
+            pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Histogram<u64>, D::Error> {
+                let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+                let sent = super::decode_histogram(&text).map_err(D::Error::custom)?;
+                let mut h = $fresh();
+                h.add(&sent).map_err(|_| {
+                    D::Error::custom(format!(
+                        "histogram holds {} µs, beyond the engine's {} µs",
+                        sent.max(),
+                        crate::recorder::HIST_MAX_US
+                    ))
+                })?;
+                Ok(h)
+            }
+        }
+    };
+}
+
+serde_form!(
+    latency_form,
+    crate::recorder::new_histogram,
+    "A 3-digit histogram (latency, service time) in a message."
+);
+serde_form!(
+    coarse_form,
+    crate::recorder::new_interval_histogram,
+    "A 2-digit histogram (a second's schedule lag) in a message."
+);
+
 /// Encodes a histogram as base64 of its compressed V2 form.
 pub fn encode_histogram(h: &Histogram<u64>) -> String {
     let mut buf = Vec::new();

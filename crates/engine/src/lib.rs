@@ -45,9 +45,9 @@ pub use h2conn::H2Request;
 pub use idle::IdleStrategy;
 pub use meshbench_net::http1::{closing_variant, encode_request};
 pub use result::RunResult;
-pub use run::{run, Live, RunError};
+pub use run::{merge, run, run_part, Gathered, Live, Part, RunError, Seconds, WorkerFigures};
 pub use spec::{
-    CloseFirst, ConnSpec, Host, LoadSpec, Mode, Order, Protocol, RequestSpec, StopAt, Target,
-    Targets, Wire,
+    CloseFirst, ConnSpec, Host, LoadSpec, Mode, Order, Protocol, RequestSpec, Segment, StopAt,
+    Target, Targets, Wire,
 };
 pub use stop::Stop;

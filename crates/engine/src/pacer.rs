@@ -8,6 +8,8 @@
 
 pub use meshbench_net::rng::SplitMix64;
 
+use crate::spec::Segment;
+
 /// How arrivals are spaced in an open loop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -99,8 +101,11 @@ pub struct Schedule {
     start: u64,
     /// Mean gap between requests in nanoseconds.
     gap_ns: f64,
-    /// Requests handed out so far (uniform times are computed from it, so they never drift).
+    /// Arrivals of the whole schedule handed out so far, this part's or not (uniform times are
+    /// computed from it, so they never drift).
     taken: u64,
+    /// Arrivals of the whole schedule per arrival of this part.
+    stride: u64,
     arrival: Arrival,
     rng: SplitMix64,
 }
@@ -116,21 +121,39 @@ impl Schedule {
         self.gap_ns as u64
     }
 
-    /// `rate_rps` requests per second from `start` (ns) on.
-    pub fn new(rate_rps: f64, start: u64, arrival: Arrival, seed: u64) -> Self {
+    /// Part `segment` of a schedule of `rate_rps` requests per second from `start` (ns) on:
+    /// its arrivals `segment.index`, `segment.index + segment.count`, ... Every part computes
+    /// the whole schedule from `seed` and keeps its own arrivals, so the parts together are
+    /// exactly the undivided schedule, Poisson included.
+    pub fn new(rate_rps: f64, start: u64, arrival: Arrival, seed: u64, segment: Segment) -> Self {
         let gap_ns = 1e9 / rate_rps;
         let mut s = Self {
             next: start,
             start,
             gap_ns,
             taken: 0,
+            stride: segment.count,
             arrival,
             rng: SplitMix64(seed),
         };
-        if arrival == Arrival::Poisson {
-            s.next = start + s.exp_gap();
-        }
+        s.next = s.advance(start, segment.index + 1);
         s
+    }
+
+    /// The time of the arrival `n` arrivals after the one at `from`, counting `taken` on.
+    fn advance(&mut self, mut from: u64, n: u64) -> u64 {
+        match self.arrival {
+            Arrival::Uniform => {
+                self.taken += n;
+                self.start + ((self.taken - 1) as f64 * self.gap_ns) as u64
+            }
+            Arrival::Poisson => {
+                for _ in 0..n {
+                    from += self.exp_gap();
+                }
+                from
+            }
+        }
     }
 
     fn exp_gap(&mut self) -> u64 {
@@ -151,11 +174,7 @@ impl Schedule {
             return None;
         }
         let t = self.next;
-        self.taken += 1;
-        self.next = match self.arrival {
-            Arrival::Uniform => self.start + (self.taken as f64 * self.gap_ns) as u64,
-            Arrival::Poisson => self.next + self.exp_gap(),
-        };
+        self.next = self.advance(t, self.stride);
         Some(t)
     }
 }
@@ -182,7 +201,7 @@ mod tests {
 
     #[test]
     fn pacer_table() {
-        let uniform = |rate, start| Pacer::Open(Schedule::new(rate, start, Arrival::Uniform, 1));
+        let uniform = |rate, start| Pacer::Open(Schedule::new(rate, start, Arrival::Uniform, 1, Segment::WHOLE));
         let cases: Vec<(&str, Pacer, Vec<u64>, Vec<u64>)> = vec![
             (
                 "closed: intended is now",
@@ -222,7 +241,7 @@ mod tests {
 
     #[test]
     fn backlog_waited_too_long_is_timed_out() {
-        let uniform = || Pacer::Open(Schedule::new(1000.0, 0, Arrival::Uniform, 1));
+        let uniform = || Pacer::Open(Schedule::new(1000.0, 0, Arrival::Uniform, 1, Segment::WHOLE));
         // (until, measured from, stale before, backlog)
         let cases = [
             (9 * MS, 0, 0, (0, 10)),
@@ -245,7 +264,7 @@ mod tests {
 
     #[test]
     fn wake_at_is_the_next_intended_time() {
-        let mut p = Pacer::Open(Schedule::new(1000.0, 0, Arrival::Uniform, 1));
+        let mut p = Pacer::Open(Schedule::new(1000.0, 0, Arrival::Uniform, 1, Segment::WHOLE));
         assert_eq!(p.wake_at(), Some(0));
         p.due(0);
         assert_eq!(p.wake_at(), Some(MS));
@@ -254,7 +273,7 @@ mod tests {
 
     #[test]
     fn poisson_has_the_asked_mean_and_exponential_spread() {
-        let mut s = Schedule::new(10_000.0, 0, Arrival::Poisson, 42);
+        let mut s = Schedule::new(10_000.0, 0, Arrival::Poisson, 42, Segment::WHOLE);
         let n = 200_000u64;
         let mut prev = 0u64;
         let mut gaps = Vec::with_capacity(n as usize);
@@ -276,10 +295,50 @@ mod tests {
             "coefficient of variation {cv}, want 1"
         );
         // Same seed, same schedule.
-        let mut a = Schedule::new(500.0, 0, Arrival::Poisson, 7);
-        let mut b = Schedule::new(500.0, 0, Arrival::Poisson, 7);
+        let mut a = Schedule::new(500.0, 0, Arrival::Poisson, 7, Segment::WHOLE);
+        let mut b = Schedule::new(500.0, 0, Arrival::Poisson, 7, Segment::WHOLE);
         for _ in 0..100 {
             assert_eq!(a.due(u64::MAX), b.due(u64::MAX));
+        }
+    }
+
+    #[test]
+    fn segments_together_are_exactly_the_whole_schedule() {
+        for arrival in [Arrival::Uniform, Arrival::Poisson] {
+            let whole: Vec<u64> = {
+                let mut s = Schedule::new(3_000.0, 5, arrival, 9, Segment::WHOLE);
+                (0..6_000).map(|_| s.due(u64::MAX).unwrap()).collect()
+            };
+            // Three agents of two threads each: parts of parts.
+            for (agents, threads) in [(3u64, 2u64), (1, 2), (7, 1)] {
+                let mut union = Vec::new();
+                for a in 0..agents {
+                    for t in 0..threads {
+                        let seg = Segment::new(a, agents).split(t, threads);
+                        let mut s = Schedule::new(3_000.0, 5, arrival, 9, seg);
+                        let mine: Vec<u64> = (0..whole.len() as u64 / (agents * threads))
+                            .map(|_| s.due(u64::MAX).unwrap())
+                            .collect();
+                        for (m, &at) in mine.iter().enumerate() {
+                            let k = seg.index + seg.count * m as u64;
+                            assert_eq!(at, whole[k as usize], "{arrival:?} {seg:?} arrival {m}");
+                        }
+                        union.extend(mine);
+                    }
+                }
+                union.sort_unstable();
+                let n = union.len();
+                assert_eq!(union, whole[..n], "{arrival:?} {agents}x{threads}");
+            }
+        }
+    }
+
+    #[test]
+    fn segment_shares_add_up() {
+        for (total, n) in [(10u64, 3u64), (1, 4), (0, 2), (1_000_001, 7)] {
+            let parts: Vec<u64> = (0..n).map(|i| Segment::new(i, n).share(total)).collect();
+            assert_eq!(parts.iter().sum::<u64>(), total);
+            assert!(parts.iter().max().unwrap() - parts.iter().min().unwrap() <= 1);
         }
     }
 }

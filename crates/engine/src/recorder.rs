@@ -10,6 +10,9 @@ use std::collections::BTreeMap;
 use std::ops::AddAssign;
 
 use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+
+use crate::histogram::{coarse_form, latency_form};
 
 /// Largest value a histogram holds: 60 s in microseconds.
 pub const HIST_MAX_US: u64 = 60_000_000;
@@ -63,6 +66,11 @@ impl ErrorKind {
         ErrorKind::PortsExhausted,
     ];
 
+    /// The kind [`ErrorKind::name`] names.
+    pub fn from_name(name: &str) -> Option<ErrorKind> {
+        ErrorKind::ALL.into_iter().find(|k| k.name() == name)
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             ErrorKind::Connect => "connect",
@@ -113,8 +121,10 @@ pub fn new_interval_histogram() -> Histogram<u64> {
 }
 
 /// Finished requests counted by status code and by kind of failure: what the result and every
-/// second of the live stream count alike, merged by adding.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// second of the live stream count alike, merged by adding. In a message it is two sparse maps
+/// (code to count, error kind to count).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(into = "CountsForm", try_from = "CountsForm")]
 pub struct Counts {
     /// Responses per status code; index = code (codes outside 100..=599 land in 0).
     status: Vec<u64>,
@@ -190,6 +200,47 @@ impl Counts {
     }
 }
 
+/// [`Counts`] as sent: only what is not zero.
+#[derive(Serialize, Deserialize)]
+struct CountsForm {
+    status: BTreeMap<u16, u64>,
+    errors: BTreeMap<String, u64>,
+}
+
+impl From<Counts> for CountsForm {
+    fn from(c: Counts) -> Self {
+        CountsForm {
+            status: c.status_codes().collect(),
+            errors: ErrorKind::ALL
+                .into_iter()
+                .filter(|&k| c.errors(k) > 0)
+                .map(|k| (k.name().to_string(), c.errors(k)))
+                .collect(),
+        }
+    }
+}
+
+impl TryFrom<CountsForm> for Counts {
+    type Error = String;
+
+    fn try_from(f: CountsForm) -> Result<Self, String> {
+        let mut c = Counts::default();
+        for (code, n) in f.status {
+            let slot = c
+                .status
+                .get_mut(code as usize)
+                .ok_or_else(|| format!("status code {code} is not one the engine counts"))?;
+            *slot = n;
+        }
+        for (name, n) in f.errors {
+            let kind = ErrorKind::from_name(&name)
+                .ok_or_else(|| format!("unknown kind of error '{name}'"))?;
+            c.errors[kind as usize] = n;
+        }
+        Ok(c)
+    }
+}
+
 impl AddAssign<&Counts> for Counts {
     fn add_assign(&mut self, o: &Counts) {
         for (a, b) in self.status.iter_mut().zip(&o.status) {
@@ -201,8 +252,9 @@ impl AddAssign<&Counts> for Counts {
     }
 }
 
-/// What one worker measured in one second of the measured window (or, merged, every worker).
-#[derive(Debug, Clone)]
+/// What one worker measured in one second of the measured window (or, merged, every worker;
+/// or, sent by an agent, every worker of that agent).
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Interval {
     /// Second of the measured window this covers (0 = the first).
     pub second: u32,
@@ -211,8 +263,10 @@ pub struct Interval {
     pub sends: u64,
     /// Latency as the result counts it, 3 significant digits like the result's own, so that
     /// what the live stream exports reads the same percentiles.
+    #[serde(with = "latency_form")]
     pub latency: Histogram<u64>,
     /// Schedule lag of the sends, 2 significant digits.
+    #[serde(with = "coarse_form")]
     pub lag: Histogram<u64>,
 }
 
@@ -238,14 +292,17 @@ impl AddAssign<&Interval> for Interval {
     }
 }
 
-/// Everything one worker measured; merge several with `+=`.
-#[derive(Debug, Clone)]
+/// Everything one worker measured; merge several with `+=` (an agent sends its merged one).
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Recorder {
     /// Intended send to complete response (coordinated-omission corrected in an open loop).
+    #[serde(with = "latency_form")]
     pub latency: Histogram<u64>,
     /// Actual send to complete response.
+    #[serde(with = "latency_form")]
     pub service: Histogram<u64>,
     /// Intended to actual send time (open loop).
+    #[serde(with = "latency_form")]
     pub lag: Histogram<u64>,
     pub counts: Counts,
     /// Failures counted by "kind: message" (TLS reasons, GOAWAY and reset codes), bounded.
@@ -261,6 +318,7 @@ pub struct Recorder {
     /// Requests sent but neither answered nor failed when the run ended.
     pub unfinished: u64,
     /// How late the worker's sleeps ended (µs): the machine's wake-up error.
+    #[serde(with = "latency_form")]
     pub wake_error: Histogram<u64>,
     /// Time spent spinning before sends on purpose (the idle strategy's margin), ns.
     pub spin_ns: u64,
@@ -270,11 +328,13 @@ pub struct Recorder {
 }
 
 /// Connection set-up during the measured window: how many, how long, how many resumed.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ConnRecorder {
     /// TCP connect, from `connect()` to the socket being writable.
+    #[serde(with = "latency_form")]
     pub connect: Histogram<u64>,
     /// TLS handshake, from TCP connected to the handshake done.
+    #[serde(with = "latency_form")]
     pub handshake: Histogram<u64>,
     /// Connections opened (attempted).
     pub opened: u64,

@@ -572,6 +572,8 @@ mod tests {
             warmup: Duration::ZERO,
             timeout: Duration::from_secs(5),
             seed: 1,
+            segment: crate::spec::Segment::WHOLE,
+            start_at: None,
         }
     }
 

@@ -13,10 +13,11 @@ use hdrhistogram::Histogram;
 use meshbench_net::clock::{process_usage, Clock};
 use thiserror::Error;
 
-use crate::driver::{run_worker, Control, WorkerEvent, WorkerPlan, WorkerReport};
+use crate::driver::{run_worker, Control, WorkerEvent, WorkerPlan};
 use crate::pacer::{Arrival, Pacer, Schedule};
 use crate::recorder::{new_interval_histogram, Interval, Recorder};
 use crate::result::{Measured, RunResult, TimelinePoint};
+use serde::{Deserialize, Serialize};
 use crate::spec::{LoadSpec, Mode, StopAt};
 use crate::stop::Stop;
 
@@ -33,6 +34,8 @@ pub enum RunError {
     Setup(#[from] std::io::Error),
     #[error("the target list is empty")]
     NoTargets,
+    #[error("this part of the plan has no connection: give at least one connection per agent")]
+    NoConnections,
     #[error("a worker thread panicked")]
     WorkerPanicked,
 }
@@ -56,27 +59,121 @@ pub struct Live<'a> {
     pub seconds: &'a [Interval],
 }
 
+/// What one process measured of its part of a plan: its workers' recorders merged, and what
+/// the result's verdict on the generator needs. `run` builds its result from one; a
+/// coordinator builds one result from its agents' (see [`merge`]).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Part {
+    pub recorder: Recorder,
+    pub workers: Vec<WorkerFigures>,
+    /// User + system CPU seconds of the process during the run.
+    pub cpu_secs: f64,
+    pub rss_max_bytes: u64,
+    /// The run clock's zero (the common start when one was given), on CLOCK_MONOTONIC.
+    pub start_monotonic_ns: u64,
+    /// When the first request went out, on CLOCK_MONOTONIC.
+    pub first_send_monotonic_ns: Option<u64>,
+    /// Wall-clock start of the measured window.
+    pub wall_start: SystemTime,
+    /// Stopped (a signal, or the coordinator) before its end.
+    pub interrupted: bool,
+    /// This part's own seconds.
+    pub timeline: Vec<TimelinePoint>,
+}
+
+/// One worker thread's figures over its measured window.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct WorkerFigures {
+    pub window_ns: u64,
+    pub cpu_ns: u64,
+    /// Time it waited for a CPU (`None`: not known).
+    pub run_delay_ns: Option<u64>,
+    /// Time it spun before sends on purpose.
+    pub spin_ns: u64,
+}
+
 /// Runs `spec` to completion or until `stop` is asked; calls `on_live` about every 200 ms.
 pub fn run(
     spec: &LoadSpec,
     stop: Stop,
-    mut on_live: impl FnMut(&Live),
+    on_live: impl FnMut(&Live),
 ) -> Result<RunResult, RunError> {
+    let part = run_part(spec, stop, on_live)?;
+    let timeline = part.timeline.clone();
+    Ok(merge(
+        spec,
+        std::slice::from_ref(&part),
+        timeline,
+        part.wall_start,
+        part.interrupted,
+    ))
+}
+
+/// The result of `spec` from the parts that drove it (one process's, or every agent's): the
+/// recorders added (exact: HDR histograms add), the settings as asked, the generator judged by
+/// its busiest worker anywhere. `timeline` is the parts' seconds merged ([`Seconds`]).
+pub fn merge(
+    spec: &LoadSpec,
+    parts: &[Part],
+    timeline: Vec<TimelinePoint>,
+    wall_start: SystemTime,
+    interrupted: bool,
+) -> RunResult {
+    let mut merged = Recorder::new();
+    for p in parts {
+        merged += &p.recorder;
+    }
+    let workers = || parts.iter().flat_map(|p| &p.workers);
+    let share = |ns: u64, w: &WorkerFigures| ns as f64 / w.window_ns.max(1) as f64;
+    RunResult::build(
+        spec,
+        Measured {
+            threads: workers().count(),
+            recorder: &merged,
+            window_ns: workers().map(|w| w.window_ns).max().unwrap_or(0),
+            max_thread_utilization: workers().map(|w| share(w.cpu_ns, w)).fold(0.0, f64::max),
+            max_thread_waiting: workers()
+                .filter_map(|w| w.run_delay_ns.map(|d| share(d, w)))
+                .reduce(f64::max),
+            max_thread_busy: workers()
+                .map(|w| share(w.cpu_ns.saturating_sub(w.spin_ns), w))
+                .fold(0.0, f64::max),
+            timeline,
+            wall_start,
+            cpu_secs: parts.iter().map(|p| p.cpu_secs).sum(),
+            rss_max_bytes: parts.iter().map(|p| p.rss_max_bytes).sum(),
+            interrupted: interrupted || parts.iter().any(|p| p.interrupted),
+        },
+    )
+}
+
+/// Drives this process's part of `spec` (its [`Segment`](crate::spec::Segment)) and returns
+/// what it measured; `on_live` sees the run about every 200 ms.
+pub fn run_part(
+    spec: &LoadSpec,
+    stop: Stop,
+    mut on_live: impl FnMut(&Live),
+) -> Result<Part, RunError> {
     let warmup_ns = spec.warmup.as_nanos() as u64;
     let limit = meshbench_net::socket::raise_nofile_limit();
-    let needed = spec.connections as u64 + 64;
+    let connections = spec.segment.share(spec.connections as u64) as usize;
+    let needed = connections as u64 + 64;
     if spec.targets.requests.is_empty() {
         return Err(RunError::NoTargets);
     }
+    if connections == 0 {
+        return Err(RunError::NoConnections);
+    }
     if needed > limit {
         return Err(RunError::TooFewFiles {
-            connections: spec.connections,
+            connections,
             needed,
             limit,
         });
     }
     // No more threads than connections, nor than requests allowed in flight.
-    let busy = spec.concurrency.unwrap_or(usize::MAX).min(spec.connections);
+    let concurrency = spec.concurrency.map(|c| spec.segment.share(c as u64) as usize);
+    let busy = concurrency.unwrap_or(usize::MAX).min(connections);
     let threads = spec.threads.clamp(1, busy.max(1));
     let plans = plan_workers(spec, threads);
     let ctl = Control {
@@ -87,7 +184,7 @@ pub fn run(
     };
     let (tx, rx) = mpsc::channel();
     let mut gathered = Gathered::default();
-    let (reports, wall_start, cpu_before) = std::thread::scope(|s| {
+    let (reports, wall_start, cpu_before, start_ns) = std::thread::scope(|s| {
         let handles: Vec<_> = plans
             .into_iter()
             .map(|plan| {
@@ -106,101 +203,139 @@ pub fn run(
             }
         }
         let cpu_before = process_usage().0;
-        let start_ns = ctl.clock.now() + 200_000;
+        let now = ctl.clock.now();
+        // A common start in the future is kept; one already past (or none) is now.
+        let start_ns = spec
+            .start_at
+            .map(|at| ctl.clock.from_monotonic(at))
+            .unwrap_or(0)
+            .max(now + 200_000);
         ctl.start_at.store(start_ns, Ordering::Release);
-        let wall_start = SystemTime::now() + Duration::from_nanos(200_000) + spec.warmup;
+        let wall_start =
+            SystemTime::now() + Duration::from_nanos(start_ns - now) + spec.warmup;
         ctl.started.wait();
 
-        let mut pending: BTreeMap<u32, (usize, Interval)> = BTreeMap::new();
+        let mut seconds = Seconds::new(threads);
         let mut completed: Vec<Interval> = Vec::new();
         let elapsed_ns = || ctl.clock.now().saturating_sub(start_ns);
         loop {
-            let msg = rx.recv_timeout(Duration::from_millis(200));
-            match msg {
-                Ok(WorkerEvent::Interval(iv)) => {
-                    match pending.entry(iv.second) {
-                        Entry::Vacant(v) => {
-                            v.insert((1, *iv));
-                        }
-                        Entry::Occupied(o) => {
-                            let (n, merged) = o.into_mut();
-                            *merged += &iv;
-                            *n += 1;
-                        }
-                    }
-                    while pending
-                        .first_key_value()
-                        .is_some_and(|(_, (n, _))| *n == threads)
-                    {
-                        let (_, (_, iv)) = pending.pop_first().expect("checked non-empty");
-                        gathered.push(&iv);
-                        completed.push(iv);
-                    }
-                }
-                Ok(WorkerEvent::Ready) => {}
-                Err(mpsc::RecvTimeoutError::Timeout) => {}
+            match rx.recv_timeout(Duration::from_millis(200)) {
+                Ok(WorkerEvent::Interval(w, iv)) => seconds.add(w, *iv, &mut completed),
+                Ok(WorkerEvent::Ready) | Err(mpsc::RecvTimeoutError::Timeout) => {}
                 Err(mpsc::RecvTimeoutError::Disconnected) => break,
             }
+            completed.iter().for_each(|iv| gathered.push(iv));
             on_live(&gathered.live(elapsed_ns(), warmup_ns, &completed));
             completed.clear();
         }
         // Workers that ended at different times leave seconds not everyone reported.
-        for (_, (_, iv)) in pending {
-            gathered.push(&iv);
-            completed.push(iv);
-        }
+        seconds.finish(&mut completed);
         if !completed.is_empty() {
+            completed.iter().for_each(|iv| gathered.push(iv));
             on_live(&gathered.live(elapsed_ns(), warmup_ns, &completed));
         }
         let reports: Vec<_> = handles.into_iter().map(|h| h.join()).collect();
-        (reports, wall_start, cpu_before)
+        (reports, wall_start, cpu_before, start_ns)
     });
-    let mut merged = Recorder::new();
-    let mut workers: Vec<WorkerReport> = Vec::new();
+    let mut recorder = Recorder::new();
+    let mut workers = Vec::new();
+    let mut first_send: Option<u64> = None;
     for r in reports {
         let report = r.map_err(|_| RunError::WorkerPanicked)??;
-        merged += &report.recorder;
-        workers.push(report);
-    }
-    let mut timeline = gathered.timeline;
-    while timeline
-        .last()
-        .is_some_and(|p: &TimelinePoint| p.requests == 0)
-    {
-        timeline.pop();
+        recorder += &report.recorder;
+        first_send = match (first_send, report.first_send_ns) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        workers.push(WorkerFigures {
+            window_ns: report.window_ns,
+            cpu_ns: report.cpu_ns,
+            run_delay_ns: report.run_delay_ns,
+            spin_ns: report.recorder.spin_ns,
+        });
     }
     let (cpu_after, rss) = process_usage();
-    Ok(RunResult::build(
-        spec,
-        Measured {
-            threads,
-            recorder: &merged,
-            window_ns: workers.iter().map(|w| w.window_ns).max().unwrap_or(0),
-            max_thread_utilization: workers
-                .iter()
-                .map(|w| w.cpu_ns as f64 / w.window_ns.max(1) as f64)
-                .fold(0.0, f64::max),
-            max_thread_waiting: workers
-                .iter()
-                .filter_map(|w| w.run_delay_ns.map(|d| d as f64 / w.window_ns.max(1) as f64))
-                .reduce(f64::max),
-            max_thread_busy: workers
-                .iter()
-                .map(|w| {
-                    w.cpu_ns.saturating_sub(w.recorder.spin_ns) as f64 / w.window_ns.max(1) as f64
-                })
-                .fold(0.0, f64::max),
-            timeline,
-            wall_start,
-            cpu_secs: cpu_after - cpu_before,
-            rss_max_bytes: rss,
-            interrupted: stop.requested(),
-        },
-    ))
+    Ok(Part {
+        recorder,
+        workers,
+        cpu_secs: cpu_after - cpu_before,
+        rss_max_bytes: rss,
+        start_monotonic_ns: ctl.clock.to_monotonic(start_ns),
+        first_send_monotonic_ns: first_send.map(|t| ctl.clock.to_monotonic(t)),
+        wall_start,
+        interrupted: stop.requested(),
+        timeline: gathered.into_timeline(),
+    })
 }
 
-/// The seconds every worker has reported, as the timeline and the figures so far.
-struct Gathered {
+/// Seconds from several sources (the workers of a run, the agents of a coordinator), merged in
+/// order. Each source reports its seconds in order; a second is complete once every source
+/// still there has reported it or a later one. A source that is gone (an agent lost) no
+/// longer holds the others back, and what it reported stays counted.
+pub struct Seconds {
+    /// Per source: the last second it reported; `None` before its first.
+    last: Vec<Option<u32>>,
+    gone: Vec<bool>,
+    pending: BTreeMap<u32, Interval>,
+}
+
+impl Seconds {
+    pub fn new(sources: usize) -> Seconds {
+        Seconds {
+            last: vec![None; sources],
+            gone: vec![false; sources],
+            pending: BTreeMap::new(),
+        }
+    }
+
+    /// Source `source` reported `iv`; seconds now complete are appended to `done`, in order.
+    pub fn add(&mut self, source: usize, iv: Interval, done: &mut Vec<Interval>) {
+        let Some(last) = self.last.get_mut(source) else {
+            return;
+        };
+        *last = Some(iv.second.max(last.unwrap_or(0)));
+        match self.pending.entry(iv.second) {
+            Entry::Vacant(v) => {
+                v.insert(iv);
+            }
+            Entry::Occupied(mut o) => *o.get_mut() += &iv,
+        }
+        self.release(done);
+    }
+
+    /// Source `source` will report no more.
+    pub fn gone(&mut self, source: usize, done: &mut Vec<Interval>) {
+        if let Some(g) = self.gone.get_mut(source) {
+            *g = true;
+        }
+        self.release(done);
+    }
+
+    /// Every source has ended: what is pending is complete.
+    pub fn finish(&mut self, done: &mut Vec<Interval>) {
+        done.extend(std::mem::take(&mut self.pending).into_values());
+    }
+
+    fn release(&mut self, done: &mut Vec<Interval>) {
+        let mut horizon = u32::MAX;
+        for (last, gone) in self.last.iter().zip(&self.gone) {
+            match (gone, last) {
+                (true, _) => {}
+                (false, None) => return,
+                (false, Some(s)) => horizon = horizon.min(*s),
+            }
+        }
+        while let Some(entry) = self.pending.first_entry() {
+            if *entry.key() > horizon {
+                break;
+            }
+            done.push(entry.remove());
+        }
+    }
+}
+
+/// The completed seconds so far, as the timeline and the figures a status line shows.
+pub struct Gathered {
     timeline: Vec<TimelinePoint>,
     so_far: Histogram<u64>,
     requests: u64,
@@ -221,7 +356,8 @@ impl Default for Gathered {
 }
 
 impl Gathered {
-    fn push(&mut self, iv: &Interval) {
+    /// One more completed second.
+    pub fn push(&mut self, iv: &Interval) {
         // Same bounds by construction.
         let _ = self.so_far.add(&iv.latency);
         let (total, failed) = (iv.counts.total(), iv.counts.failed());
@@ -239,7 +375,8 @@ impl Gathered {
         });
     }
 
-    fn live<'a>(&self, elapsed_ns: u64, warmup_ns: u64, seconds: &'a [Interval]) -> Live<'a> {
+    /// The run as it goes, with `seconds` the ones completed since the last call.
+    pub fn live<'a>(&self, elapsed_ns: u64, warmup_ns: u64, seconds: &'a [Interval]) -> Live<'a> {
         Live {
             elapsed_secs: elapsed_ns as f64 / 1e9,
             warming_up: elapsed_ns < warmup_ns,
@@ -251,52 +388,61 @@ impl Gathered {
             seconds,
         }
     }
+
+    /// The timeline, without the empty seconds at its end (the drain after the last response).
+    pub fn into_timeline(self) -> Vec<TimelinePoint> {
+        let mut timeline = self.timeline;
+        while timeline.last().is_some_and(|p| p.requests == 0) {
+            timeline.pop();
+        }
+        timeline
+    }
 }
 
-/// Splits connections, rate and request budget evenly over `threads` workers. Times are
-/// relative to the run start; workers shift them once the clock starts.
+/// Splits this process's part of the plan over `threads` workers: worker `w` takes part `w` of
+/// the segment again (its arrivals, its requests' places in the target list, its share of a
+/// request budget), and its share of the segment's connections. Times are relative to the run
+/// start; workers shift them once the clock starts.
 fn plan_workers(spec: &LoadSpec, threads: usize) -> Vec<WorkerPlan> {
     let warmup = spec.warmup.as_nanos() as u64;
-    let n_targets = spec.targets.requests.len();
+    let n_targets = spec.targets.requests.len() as u64;
+    let n_sources = spec.conn.source_addrs.len() as u64;
+    let own_connections = spec.segment.share(spec.connections as u64);
+    let own_concurrency = spec.concurrency.map(|c| spec.segment.share(c as u64));
     (0..threads)
         .map(|w| {
-            let connections = share(spec.connections as u64, threads, w) as usize;
+            let part = spec.segment.split(w as u64, threads as u64);
+            let connections = share(own_connections, threads, w) as usize;
             let slots = connections * spec.conn.streams.max(1);
-            let max_in_flight = match spec.concurrency {
-                Some(c) => (share(c as u64, threads, w) as usize).min(slots),
+            let max_in_flight = match own_concurrency {
+                Some(c) => (share(c, threads, w) as usize).min(slots),
                 None => slots,
             };
-            let part = connections as f64 / spec.connections as f64;
-            let seed = spec.seed ^ (w as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
             let pacer = match spec.mode {
                 Mode::Closed => Pacer::Closed,
                 Mode::Open { rate_rps, arrival } => {
-                    // Stagger uniform workers so that together they are evenly spaced.
-                    let offset = match arrival {
-                        Arrival::Uniform => (w as f64 * 1e9 / rate_rps) as u64,
-                        Arrival::Poisson => 0,
-                    };
-                    Pacer::Open(Schedule::new(rate_rps * part, offset, arrival, seed))
+                    Pacer::Open(Schedule::new(rate_rps, 0, arrival, spec.seed, part))
                 }
             };
             let connect_pacer = spec.conn.connection_rate.map(|rate| {
-                let offset = (w as f64 * 1e9 / rate) as u64;
-                Pacer::Open(Schedule::new(rate * part, offset, Arrival::Uniform, seed))
+                Pacer::Open(Schedule::new(rate, 0, Arrival::Uniform, spec.seed, part))
             });
             let (budget, send_until) = match spec.stop {
-                StopAt::Requests(n) => (Some(share(n, threads, w)), None),
+                StopAt::Requests(n) => (Some(part.share(n)), None),
                 StopAt::Duration(d) => (None, Some(warmup + d.as_nanos() as u64)),
             };
             WorkerPlan {
+                index: w,
                 targets: spec.targets.clone(),
                 conn: spec.conn.clone(),
                 connections,
                 max_in_flight,
                 pacer,
                 connect_pacer,
-                first_target: w * n_targets / threads,
-                first_source: w * spec.conn.source_addrs.len() / threads,
-                seed: seed.rotate_left(17),
+                first_target: (part.index % n_targets) as usize,
+                target_stride: (part.count % n_targets) as usize,
+                first_source: (part.index * n_sources / part.count) as usize,
+                seed: (spec.seed ^ part.index.wrapping_mul(0x9E37_79B9_7F4A_7C15)).rotate_left(17),
                 budget,
                 measure_start: warmup,
                 send_until,
@@ -325,4 +471,70 @@ mod tests {
             assert!(parts.iter().max().unwrap() - parts.iter().min().unwrap() <= 1);
         }
     }
+
+    use super::Seconds;
+    use crate::recorder::{Interval, Recorder};
+
+    fn second(s: u32, requests: u64) -> Interval {
+        let mut iv = Interval::new(s);
+        for i in 0..requests {
+            iv.counts.response(200);
+            iv.latency.record(100 + i).unwrap();
+        }
+        iv
+    }
+
+    #[test]
+    fn seconds_complete_when_every_source_still_there_reported_them() {
+        let mut merger = Seconds::new(3);
+        let mut done = Vec::new();
+        merger.add(0, second(0, 1), &mut done);
+        merger.add(1, second(0, 2), &mut done);
+        assert!(done.is_empty(), "source 2 has not reported second 0");
+        merger.add(2, second(0, 4), &mut done);
+        assert_eq!(done.len(), 1);
+        assert_eq!(done[0].counts.total(), 7);
+        // Source 2 is lost after second 0: second 1 needs only 0 and 1 now.
+        merger.add(0, second(1, 1), &mut done);
+        merger.gone(2, &mut done);
+        assert_eq!(done.len(), 1);
+        merger.add(1, second(1, 1), &mut done);
+        assert_eq!(done.len(), 2);
+        assert_eq!(done[1].counts.total(), 2);
+        // One source ahead waits for the other; the end releases everything.
+        merger.add(0, second(2, 3), &mut done);
+        assert_eq!(done.len(), 2);
+        merger.finish(&mut done);
+        assert_eq!(done.iter().map(|iv| iv.counts.total()).sum::<u64>(), 12);
+        assert_eq!(done.iter().map(|iv| iv.second).collect::<Vec<_>>(), [0, 1, 2]);
+    }
+
+    #[test]
+    fn a_second_and_a_recorder_survive_the_wire_exactly() {
+        let iv = second(3, 500);
+        let text = serde_json::to_string(&iv).unwrap();
+        let back: Interval = serde_json::from_str(&text).unwrap();
+        assert_eq!(back.counts, iv.counts);
+        assert_eq!(back.latency, iv.latency);
+        let mut rec = Recorder::new();
+        rec.response(503, 2_000_000, 1_500_000);
+        rec.error_with(crate::recorder::ErrorKind::Tls, "unknown CA");
+        rec.bytes_sent = 77;
+        let back: Recorder = serde_json::from_str(&serde_json::to_string(&rec).unwrap()).unwrap();
+        assert_eq!(back.counts, rec.counts);
+        assert_eq!(back.latency, rec.latency);
+        assert_eq!(back.messages, rec.messages);
+        assert_eq!(back.bytes_sent, 77);
+        // A histogram beyond the engine's bounds, a code or a kind it does not know: refused.
+        let mut wide = hdrhistogram::Histogram::<u64>::new_with_bounds(1, 1 << 40, 3).unwrap();
+        wide.record(1 << 39).unwrap();
+        let bad = text.replace(
+            &crate::histogram::encode_histogram(&iv.latency),
+            &crate::histogram::encode_histogram(&wide),
+        );
+        assert!(serde_json::from_str::<Interval>(&bad).is_err());
+        let bad = text.replace("\"200\"", "\"700\"");
+        assert!(serde_json::from_str::<Interval>(&bad).is_err(), "{bad}");
+    }
 }
+

@@ -227,6 +227,49 @@ pub struct LoadSpec {
     pub timeout: Duration,
     /// Seed for Poisson arrivals and random target order, so that a run can be repeated exactly.
     pub seed: u64,
+    /// The part of the plan this process drives (all of it unless an agent of several).
+    pub segment: Segment,
+    /// When the clock starts, on CLOCK_MONOTONIC (ns): a coordinator's common start, converted
+    /// to this machine's clock. `None`: as soon as every connection is open.
+    pub start_at: Option<u64>,
+}
+
+/// One part of a plan divided over `count` parts (agents, and each agent's threads): part
+/// `index` takes arrivals `index`, `index + count`, ... of the whole schedule (uniform or
+/// Poisson, from the same seed), requests the same way through the target list, and its share of
+/// connections and of a request budget. The union of all parts is exactly the undivided plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Segment {
+    pub index: u64,
+    pub count: u64,
+}
+
+impl Default for Segment {
+    fn default() -> Self {
+        Segment::WHOLE
+    }
+}
+
+impl Segment {
+    /// The whole plan.
+    pub const WHOLE: Segment = Segment { index: 0, count: 1 };
+
+    /// Part `index` of `count` (`index < count`, `count >= 1`).
+    pub fn new(index: u64, count: u64) -> Segment {
+        debug_assert!(count >= 1 && index < count, "segment {index}/{count}");
+        Segment { index, count }
+    }
+
+    /// Part `w` of this part divided again into `n`: arrival `index + count * (w + n * m)`.
+    pub fn split(self, w: u64, n: u64) -> Segment {
+        Segment::new(self.index + self.count * w, self.count * n)
+    }
+
+    /// This part's share of `total` things (connections, a request budget): the shares of all
+    /// parts differ by at most one and add up to `total`.
+    pub fn share(self, total: u64) -> u64 {
+        total / self.count + u64::from(self.index < total % self.count)
+    }
 }
 
 impl LoadSpec {

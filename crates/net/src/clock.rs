@@ -10,6 +10,9 @@ use std::time::Instant;
 #[derive(Clone, Copy, Debug)]
 pub struct Clock {
     origin: Instant,
+    /// CLOCK_MONOTONIC at `origin`: run-clock times converted for another process (an agent
+    /// tells its coordinator when it started, in this clock).
+    origin_monotonic: u64,
 }
 
 impl Clock {
@@ -17,7 +20,18 @@ impl Clock {
     pub fn start() -> Self {
         Self {
             origin: Instant::now(),
+            origin_monotonic: monotonic_ns(),
         }
+    }
+
+    /// A time of this clock on CLOCK_MONOTONIC.
+    pub fn to_monotonic(&self, t: u64) -> u64 {
+        self.origin_monotonic + t
+    }
+
+    /// A CLOCK_MONOTONIC time on this clock (0 if before its start).
+    pub fn from_monotonic(&self, mono: u64) -> u64 {
+        mono.saturating_sub(self.origin_monotonic)
     }
 
     /// Nanoseconds elapsed since the clock started.

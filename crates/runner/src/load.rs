@@ -324,6 +324,8 @@ impl LoadOptions {
             warmup: self.warmup,
             timeout: self.timeout,
             seed: self.seed,
+            segment: meshbench_engine::Segment::WHOLE,
+            start_at: None,
         })
     }
 

@@ -59,6 +59,8 @@ const WAKE_EVERY_NS: u64 = 50_000;
 
 /// One worker's part of a run.
 pub struct WorkerPlan {
+    /// Which worker of the run this is (0-based).
+    pub index: usize,
     pub targets: Arc<Targets>,
     pub conn: ConnSpec,
     pub connections: usize,
@@ -67,8 +69,10 @@ pub struct WorkerPlan {
     pub pacer: Pacer,
     /// Paces new connections (`--connection-rate`), if limited.
     pub connect_pacer: Option<Pacer>,
-    /// Where this worker starts in the target list (round-robin) and its random stream.
+    /// Where this worker starts in the target list (round-robin), and how far it moves on
+    /// after each request: its part's arrivals in the whole plan, each taking the next target.
     pub first_target: usize,
+    pub target_stride: usize,
     /// Where this worker starts in `conn.source_addrs` (round-robin per new connection).
     pub first_source: usize,
     pub seed: u64,
@@ -93,14 +97,16 @@ pub struct WorkerReport {
     pub run_delay_ns: Option<u64>,
     /// Wall time of the measured window as this worker saw it.
     pub window_ns: u64,
+    /// When this worker put its first request on the wire (run clock, ns), if it did.
+    pub first_send_ns: Option<u64>,
 }
 
 /// Messages a worker sends while it runs.
 pub enum WorkerEvent {
     /// Pre-connection is done; the worker waits for the start signal.
     Ready,
-    /// One second (or the final part of one) of the measured window.
-    Interval(Box<Interval>),
+    /// One second (or the final part of one) of the measured window, from worker `.0`.
+    Interval(usize, Box<Interval>),
 }
 
 /// Shared between the run and its workers.
@@ -157,6 +163,8 @@ struct Worker<'a> {
     /// timestamps on the run clock.
     realtime_offset: i64,
     next_target: usize,
+    /// Run-clock time of the first send (`u64::MAX` before it).
+    first_send_ns: u64,
     /// The next of `conn.source_addrs` to connect from.
     next_source: usize,
     rng: SplitMix64,
@@ -211,6 +219,7 @@ pub fn run_worker(
         streaming: 0,
         timestamps: true,
         next_target: plan.first_target,
+        first_send_ns: u64::MAX,
         next_source: plan.first_source,
         rng: SplitMix64(plan.seed),
         measuring: false,
@@ -401,6 +410,7 @@ impl Worker<'_> {
             cpu_ns,
             run_delay_ns,
             window_ns: end.saturating_sub(self.plan.measure_start),
+            first_send_ns: (self.first_send_ns != u64::MAX).then_some(self.first_send_ns),
         })
     }
 
@@ -580,6 +590,7 @@ impl Worker<'_> {
             let Some((s, times)) = self.slots.assign(due, host, now, &self.conns, tokens) else {
                 return;
             };
+            self.first_send_ns = self.first_send_ns.min(now);
             if due.measured {
                 self.rec.send(times.lag_ns, times.late, times.queued);
                 self.interval.sends += 1;
@@ -634,7 +645,7 @@ impl Worker<'_> {
         match self.targets.order {
             Order::RoundRobin => {
                 let t = self.next_target % n;
-                self.next_target = t + 1;
+                self.next_target = t + self.plan.target_stride;
                 t as u32
             }
             Order::Random => (self.rng.next_u64() % n as u64) as u32,
@@ -729,6 +740,6 @@ impl Worker<'_> {
         let second = self.interval.second;
         let done = std::mem::replace(&mut self.interval, Interval::new(second + 1));
         self.next_second += SECOND;
-        let _ = events.send(WorkerEvent::Interval(Box::new(done)));
+        let _ = events.send(WorkerEvent::Interval(self.plan.index, Box::new(done)));
     }
 }
