@@ -55,7 +55,9 @@ macro_rules! serde_form {
                 s.serialize_str(&super::encode_histogram(h))
             }
 
-            pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Histogram<u64>, D::Error> {
+            pub fn deserialize<'de, D: Deserializer<'de>>(
+                d: D,
+            ) -> Result<Histogram<u64>, D::Error> {
                 let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
                 let sent = super::decode_histogram(&text).map_err(D::Error::custom)?;
                 let mut h = $fresh();

@@ -201,7 +201,15 @@ mod tests {
 
     #[test]
     fn pacer_table() {
-        let uniform = |rate, start| Pacer::Open(Schedule::new(rate, start, Arrival::Uniform, 1, Segment::WHOLE));
+        let uniform = |rate, start| {
+            Pacer::Open(Schedule::new(
+                rate,
+                start,
+                Arrival::Uniform,
+                1,
+                Segment::WHOLE,
+            ))
+        };
         let cases: Vec<(&str, Pacer, Vec<u64>, Vec<u64>)> = vec![
             (
                 "closed: intended is now",
@@ -241,7 +249,15 @@ mod tests {
 
     #[test]
     fn backlog_waited_too_long_is_timed_out() {
-        let uniform = || Pacer::Open(Schedule::new(1000.0, 0, Arrival::Uniform, 1, Segment::WHOLE));
+        let uniform = || {
+            Pacer::Open(Schedule::new(
+                1000.0,
+                0,
+                Arrival::Uniform,
+                1,
+                Segment::WHOLE,
+            ))
+        };
         // (until, measured from, stale before, backlog)
         let cases = [
             (9 * MS, 0, 0, (0, 10)),
@@ -264,7 +280,13 @@ mod tests {
 
     #[test]
     fn wake_at_is_the_next_intended_time() {
-        let mut p = Pacer::Open(Schedule::new(1000.0, 0, Arrival::Uniform, 1, Segment::WHOLE));
+        let mut p = Pacer::Open(Schedule::new(
+            1000.0,
+            0,
+            Arrival::Uniform,
+            1,
+            Segment::WHOLE,
+        ));
         assert_eq!(p.wake_at(), Some(0));
         p.due(0);
         assert_eq!(p.wake_at(), Some(MS));

@@ -393,6 +393,20 @@ impl Recorder {
         }
     }
 
+    /// Adds what one second of the live stream holds (counts, sends, latency, lag): all that
+    /// is known of a part whose own recorder never came (an agent lost mid-step).
+    pub fn add_second(&mut self, iv: &Interval) {
+        self.counts += &iv.counts;
+        self.sends += iv.sends;
+        // The engine's own bounds, by construction (a message's are re-homed when decoded).
+        self.latency
+            .add(&iv.latency)
+            .expect("same histogram bounds");
+        self.lag
+            .add(&iv.lag)
+            .expect("lag within the histogram's bounds");
+    }
+
     /// A finished request to host `host` (index into the target list's hosts).
     #[inline]
     pub fn host(&mut self, host: u32, failed: bool) {

@@ -53,6 +53,56 @@ pub struct RunResult {
     pub timeline: Vec<TimelinePoint>,
     pub histogram: Histograms,
     pub generator: Generator,
+    /// Driven by several agents: how they started together and what each did (absent for a
+    /// run of one process).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agents: Option<Agents>,
+}
+
+/// A run several agents drove, each a segment of one plan; the rest of the result is their
+/// parts merged exactly.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Agents {
+    /// Spread of the agents' first sends on the coordinator's clock, µs.
+    pub start_skew_us: f64,
+    /// The largest uncertainty of a measured clock offset (half the best round trip), µs.
+    pub clock_error_us: f64,
+    pub agents: Vec<AgentPart>,
+}
+
+/// One agent's part of a run.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct AgentPart {
+    pub name: String,
+    /// Where the coordinator reached it (or it came from).
+    pub address: String,
+    /// Its segment: arrivals `segment`, `segment + of`, ... of the plan.
+    pub segment: u64,
+    pub of: u64,
+    pub connections: usize,
+    pub threads: usize,
+    pub requests: u64,
+    pub errors: u64,
+    pub p50_us: u64,
+    pub p99_us: u64,
+    /// CPU seconds it spent (0 when it was lost before its report).
+    pub cpu_secs: f64,
+    /// Its clock minus the coordinator's, µs, and the round trip it was measured over.
+    pub clock_offset_us: f64,
+    pub round_trip_us: f64,
+    /// Its first send after the earliest agent's, µs (`None`: it sent nothing).
+    pub first_send_us: Option<f64>,
+    /// Lost during the step (died, cut off, silent): when and why. Only the seconds it
+    /// reported before are in the result.
+    pub lost: Option<Lost>,
+}
+
+/// When and why an agent was lost.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Lost {
+    /// Seconds after the step's start.
+    pub after_secs: f64,
+    pub reason: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -535,6 +585,7 @@ impl RunResult {
                 queued_sends: rec.queued_sends,
                 warnings,
             },
+            agents: None,
         }
     }
 }
@@ -573,7 +624,6 @@ mod tests {
             timeout: Duration::from_secs(5),
             seed: 1,
             segment: crate::spec::Segment::WHOLE,
-            start_at: None,
         }
     }
 

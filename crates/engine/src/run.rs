@@ -17,9 +17,9 @@ use crate::driver::{run_worker, Control, WorkerEvent, WorkerPlan};
 use crate::pacer::{Arrival, Pacer, Schedule};
 use crate::recorder::{new_interval_histogram, Interval, Recorder};
 use crate::result::{Measured, RunResult, TimelinePoint};
-use serde::{Deserialize, Serialize};
 use crate::spec::{LoadSpec, Mode, StopAt};
 use crate::stop::Stop;
+use serde::{Deserialize, Serialize};
 
 /// Why a run could not be carried out (failures of the target are data, not errors).
 #[derive(Debug, Error)]
@@ -93,12 +93,8 @@ pub struct WorkerFigures {
 }
 
 /// Runs `spec` to completion or until `stop` is asked; calls `on_live` about every 200 ms.
-pub fn run(
-    spec: &LoadSpec,
-    stop: Stop,
-    on_live: impl FnMut(&Live),
-) -> Result<RunResult, RunError> {
-    let part = run_part(spec, stop, on_live)?;
+pub fn run(spec: &LoadSpec, stop: Stop, on_live: impl FnMut(&Live)) -> Result<RunResult, RunError> {
+    let part = run_part(spec, stop, || None, on_live)?;
     let timeline = part.timeline.clone();
     Ok(merge(
         spec,
@@ -148,10 +144,13 @@ pub fn merge(
 }
 
 /// Drives this process's part of `spec` (its [`Segment`](crate::spec::Segment)) and returns
-/// what it measured; `on_live` sees the run about every 200 ms.
+/// what it measured; `on_live` sees the run about every 200 ms. Once every connection is open,
+/// `ready` is asked when to start: a time on CLOCK_MONOTONIC (an agent waits for its
+/// coordinator's common start), or `None` for now.
 pub fn run_part(
     spec: &LoadSpec,
     stop: Stop,
+    ready: impl FnOnce() -> Option<u64>,
     mut on_live: impl FnMut(&Live),
 ) -> Result<Part, RunError> {
     let warmup_ns = spec.warmup.as_nanos() as u64;
@@ -172,7 +171,9 @@ pub fn run_part(
         });
     }
     // No more threads than connections, nor than requests allowed in flight.
-    let concurrency = spec.concurrency.map(|c| spec.segment.share(c as u64) as usize);
+    let concurrency = spec
+        .concurrency
+        .map(|c| spec.segment.share(c as u64) as usize);
     let busy = concurrency.unwrap_or(usize::MAX).min(connections);
     let threads = spec.threads.clamp(1, busy.max(1));
     let plans = plan_workers(spec, threads);
@@ -194,25 +195,24 @@ pub fn run_part(
             })
             .collect();
         drop(tx);
-        let mut ready = 0;
-        while ready < threads {
+        let mut connected = 0;
+        while connected < threads {
             match rx.recv() {
-                Ok(WorkerEvent::Ready) => ready += 1,
+                Ok(WorkerEvent::Ready) => connected += 1,
                 Ok(_) => {}
                 Err(_) => break,
             }
         }
+        let start_at = ready();
         let cpu_before = process_usage().0;
         let now = ctl.clock.now();
         // A common start in the future is kept; one already past (or none) is now.
-        let start_ns = spec
-            .start_at
+        let start_ns = start_at
             .map(|at| ctl.clock.from_monotonic(at))
             .unwrap_or(0)
             .max(now + 200_000);
         ctl.start_at.store(start_ns, Ordering::Release);
-        let wall_start =
-            SystemTime::now() + Duration::from_nanos(start_ns - now) + spec.warmup;
+        let wall_start = SystemTime::now() + Duration::from_nanos(start_ns - now) + spec.warmup;
         ctl.started.wait();
 
         let mut seconds = Seconds::new(threads);
@@ -424,9 +424,10 @@ fn plan_workers(spec: &LoadSpec, threads: usize) -> Vec<WorkerPlan> {
                     Pacer::Open(Schedule::new(rate_rps, 0, arrival, spec.seed, part))
                 }
             };
-            let connect_pacer = spec.conn.connection_rate.map(|rate| {
-                Pacer::Open(Schedule::new(rate, 0, Arrival::Uniform, spec.seed, part))
-            });
+            let connect_pacer = spec
+                .conn
+                .connection_rate
+                .map(|rate| Pacer::Open(Schedule::new(rate, 0, Arrival::Uniform, spec.seed, part)));
             let (budget, send_until) = match spec.stop {
                 StopAt::Requests(n) => (Some(part.share(n)), None),
                 StopAt::Duration(d) => (None, Some(warmup + d.as_nanos() as u64)),
@@ -506,7 +507,10 @@ mod tests {
         assert_eq!(done.len(), 2);
         merger.finish(&mut done);
         assert_eq!(done.iter().map(|iv| iv.counts.total()).sum::<u64>(), 12);
-        assert_eq!(done.iter().map(|iv| iv.second).collect::<Vec<_>>(), [0, 1, 2]);
+        assert_eq!(
+            done.iter().map(|iv| iv.second).collect::<Vec<_>>(),
+            [0, 1, 2]
+        );
     }
 
     #[test]
@@ -537,4 +541,3 @@ mod tests {
         assert!(serde_json::from_str::<Interval>(&bad).is_err(), "{bad}");
     }
 }
-

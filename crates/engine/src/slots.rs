@@ -521,7 +521,13 @@ mod tests {
                 true,
             ),
         ];
-        let mut tokens = Pacer::Open(Schedule::new(100.0, 0, Arrival::Uniform, 1, crate::spec::Segment::WHOLE));
+        let mut tokens = Pacer::Open(Schedule::new(
+            100.0,
+            0,
+            Arrival::Uniform,
+            1,
+            crate::spec::Segment::WHOLE,
+        ));
         let mut granted = 0;
         for (case, now, want) in cases {
             let mut pool = SlotPool::new(1, 1, 1, false);

@@ -229,9 +229,6 @@ pub struct LoadSpec {
     pub seed: u64,
     /// The part of the plan this process drives (all of it unless an agent of several).
     pub segment: Segment,
-    /// When the clock starts, on CLOCK_MONOTONIC (ns): a coordinator's common start, converted
-    /// to this machine's clock. `None`: as soon as every connection is open.
-    pub start_at: Option<u64>,
 }
 
 /// One part of a plan divided over `count` parts (agents, and each agent's threads): part

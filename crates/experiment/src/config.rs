@@ -61,6 +61,28 @@ pub struct Experiment {
     /// from Prometheus.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub external: Option<External>,
+    /// Send every step's load from agents (`meshbench agent`) instead of this process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agents: Option<Agents>,
+}
+
+/// `agents:`: how many agents dial in and where, or which listening agents to dial. The token
+/// is never in the file: it comes from `--token-file` or `MESHBENCH_AGENT_TOKEN`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Agents {
+    /// Agents that dial this coordinator: how many to wait for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<usize>,
+    /// Where they dial in (default 127.0.0.1:7700).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listen: Option<String>,
+    /// How long to wait for them, seconds (default 60).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_secs: Option<f64>,
+    /// Or: agents that listen, dialled by this coordinator (HOST:PORT each).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub addresses: Vec<String>,
 }
 
 fn default_duration() -> f64 {
@@ -251,6 +273,7 @@ const SECTIONS: &[&str] = &[
     "backend",
     "limits",
     "external",
+    "agents",
 ];
 
 /// Reads an experiment file, applies `key=value` overrides, checks everything.
@@ -384,6 +407,23 @@ fn check_section(section: &str, v: &Value, problems: &mut Vec<String>) {
         "backend" => read_keys::<Backend>(section, v, problems),
         "limits" => read_keys::<Limits>(section, v, problems),
         "external" => crate::external::check(v, problems),
+        "agents" => {
+            read::<Agents>(section, v, problems);
+            if let Ok(a) = serde_yaml_ng::from_value::<Agents>(v.clone()) {
+                match (a.count, a.addresses.is_empty()) {
+                    (Some(0), _) => problems.push("agents.count: must be at least 1".into()),
+                    (Some(_), false) => problems.push(
+                        "agents: give count (agents dial in) or addresses (agents listen), not both"
+                            .into(),
+                    ),
+                    (None, true) => problems.push(
+                        "agents: give count (how many dial in) or addresses (agents that listen)"
+                            .into(),
+                    ),
+                    _ => {}
+                }
+            }
+        }
         _ => {}
     }
 }

@@ -45,6 +45,62 @@ pub enum Command {
     Size(SizeArgs),
     /// Write an experiment's report: one self-contained HTML file, and every plot as SVG and PNG.
     Report(ReportArgs),
+    /// Send load for a coordinator (`run`/`experiment --agents`): listen for it, or dial it; the
+    /// shared token comes from --token-file or MESHBENCH_AGENT_TOKEN.
+    Agent(AgentArgs),
+}
+
+/// `meshbench agent`.
+#[derive(Debug, Args)]
+pub struct AgentArgs {
+    /// Wait for coordinators on this address (default 127.0.0.1:7700 unless --coordinator).
+    #[arg(long, value_name = "ADDR", conflicts_with = "coordinator")]
+    pub listen: Option<String>,
+    /// Dial this coordinator (HOST:PORT) and serve it until it ends the session.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub coordinator: Option<String>,
+    /// This agent's name in results (default: the host name).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Give up dialling after this long without a coordinator, e.g. 2m.
+    #[arg(long, value_name = "DURATION", default_value = "2m")]
+    pub patience: String,
+    #[command(flatten)]
+    pub auth: AgentAuthFlags,
+}
+
+/// The shared token and optional mutual TLS, on agents and coordinators alike.
+#[derive(Debug, Args, Default)]
+pub struct AgentAuthFlags {
+    /// Read the shared agent token from this file (else from MESHBENCH_AGENT_TOKEN).
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// Mutual TLS on the control connection: this side's certificate (PEM).
+    #[arg(long, value_name = "FILE", requires_all = ["agent_tls_key", "agent_tls_ca"])]
+    pub agent_tls_cert: Option<PathBuf>,
+    /// Its private key (PEM).
+    #[arg(long, value_name = "FILE", requires = "agent_tls_cert")]
+    pub agent_tls_key: Option<PathBuf>,
+    /// The CA that signed the peer's certificate (PEM).
+    #[arg(long, value_name = "FILE", requires = "agent_tls_cert")]
+    pub agent_tls_ca: Option<PathBuf>,
+}
+
+/// Sending the load from agents (`run`, `experiment`).
+#[derive(Debug, Args, Default)]
+pub struct AgentsFlags {
+    /// Send the load from agents: N (they dial --agents-listen) or ADDR,ADDR,... (agents that
+    /// listen). Each drives its segment of the plan; the result is merged exactly.
+    #[arg(long, value_name = "N|ADDR,...")]
+    pub agents: Option<String>,
+    /// Where N agents dial in.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7700")]
+    pub agents_listen: String,
+    /// How long to wait for N agents to dial in, e.g. 60s.
+    #[arg(long, value_name = "DURATION", default_value = "60s")]
+    pub agents_wait: String,
+    #[command(flatten)]
+    pub auth: AgentAuthFlags,
 }
 
 #[derive(Debug, Args)]
@@ -177,6 +233,8 @@ pub struct ExperimentArgs {
     pub thresholds: Vec<String>,
     #[command(flatten)]
     pub live: LiveFlags,
+    #[command(flatten)]
+    pub agents: AgentsFlags,
 }
 
 #[derive(Debug, Subcommand)]
@@ -453,6 +511,8 @@ pub struct RunArgs {
     pub thresholds: Vec<String>,
     #[command(flatten)]
     pub live: LiveFlags,
+    #[command(flatten)]
+    pub agents: AgentsFlags,
 }
 
 /// How each request is made and carried: `meshbench run`'s flags, also taken by `meshbench

@@ -13,7 +13,9 @@ use meshbench_experiment::plan::LoadPoint;
 use meshbench_experiment::{Experiment, Step, StepParams};
 use meshbench_store::StepRecord;
 
-use crate::{measure, now_rfc3339, Lab, LoadOptions, Observer, RunnerError, Session, StepAt};
+use crate::{
+    measure, now_rfc3339, Generator, Lab, LoadOptions, Observer, RunnerError, Session, StepAt,
+};
 
 /// How a search ended.
 #[derive(Debug)]
@@ -117,7 +119,14 @@ pub fn url_step(
     record.label = format!("capacity_qps_{rate}_c_{}", options.connections);
     record.started_at = now_rfc3339();
     match options.resolve() {
-        Ok(spec) => match measure(&spec, None, None, session.stop.clone(), |l, _| on_live(l)) {
+        Ok(spec) => match measure(
+            Generator::Local,
+            &spec,
+            None,
+            None,
+            session.stop.clone(),
+            |l, _| on_live(l),
+        ) {
             Ok(m) => record.set_result(m.result),
             Err(err) => record.fail(format!("the load generator failed: {err}")),
         },

@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use meshbench_engine::pacer::Arrival;
@@ -17,23 +18,28 @@ use meshbench_lab::rig::{self, Rig};
 use meshbench_lab::sampler::{self, RoleUsage, Sampled, Usage};
 use meshbench_store::StepRecord;
 
+use crate::agents::Fleet;
 use crate::load::{Body, LoadOptions, TargetSource};
 use crate::observer::{Observer, StepAt};
 use crate::session::{new_experiment, now_rfc3339, Finished, Session};
 use crate::targets::ConnectTo;
-use crate::{measure, RunnerError, Sampling};
+use crate::{measure, Generator, RunnerError, Sampling};
 
 /// Runs every step of `e` in plan order, storing each in `store_path`, until the plan ends or
 /// `stop` is set.
 pub fn run_experiment(
     e: &Experiment,
     store_path: &Path,
+    fleet: Option<Fleet>,
     stop: Stop,
     observer: &mut dyn Observer,
 ) -> Result<Finished, RunnerError> {
     let plan = Plan::compile(e);
     let mut session = Session::begin(store_path, &new_experiment(e), stop)?;
-    let lab = Lab::new(e)?;
+    let mut lab = Lab::new(e)?;
+    if let Some(fleet) = fleet {
+        lab = lab.with_fleet(fleet);
+    }
     observer.experiment_started(session.id, plan.steps.len(), plan.total_secs(e));
     for step in &plan.steps {
         let at = StepAt {
@@ -54,6 +60,8 @@ pub fn run_experiment(
 pub struct Lab {
     /// The meshbench binary, which plays the backend role.
     exe: PathBuf,
+    /// Agents that send every step's load instead of this process (`agents:`).
+    fleet: Option<Mutex<Fleet>>,
     /// The version line of every program the experiment starts.
     pub(crate) versions: BTreeMap<String, String>,
 }
@@ -64,8 +72,23 @@ impl Lab {
         rig::remove_stale();
         Ok(Lab {
             exe: std::env::current_exe().map_err(RunnerError::Exe)?,
+            fleet: None,
             versions: crate::rig::program_versions(e),
         })
+    }
+
+    /// Every step's load sent by these agents.
+    pub fn with_fleet(mut self, fleet: Fleet) -> Lab {
+        self.fleet = Some(Mutex::new(fleet));
+        self
+    }
+
+    /// Who sends a step's load of `options`.
+    pub(crate) fn generator<'a>(&'a self, options: &'a LoadOptions) -> Generator<'a> {
+        match &self.fleet {
+            Some(fleet) => Generator::Agents { fleet, options },
+            None => Generator::Local,
+        }
     }
 
     /// Runs `at.step` on a fresh rig, stores it and cools down; returns the step as stored.
@@ -124,7 +147,8 @@ impl Lab {
         for w in &rig.warnings {
             observer.warning(w);
         }
-        let load = match load_options(e, step, &rig).resolve() {
+        let options = load_options(e, step, &rig);
+        let load = match options.resolve() {
             Ok(s) => s,
             Err(err) => {
                 record.fail(format!("the load could not be set up: {err}"));
@@ -137,6 +161,7 @@ impl Lab {
         };
         let client_cpus = e.limits.client.cpuset.as_deref().and_then(parse_cpuset);
         let measured = measure(
+            self.generator(&options),
             &load,
             Some(sampling),
             client_cpus.as_deref(),

@@ -16,6 +16,7 @@
 //! [`measure`], with typed options; nothing here parses a command line or prints. Progress and
 //! warnings go to an [`Observer`].
 
+pub mod agents;
 pub mod capacity;
 pub mod external;
 pub mod lab;
@@ -31,7 +32,7 @@ use thiserror::Error;
 
 pub use lab::{load_options, run_experiment, Lab};
 pub use load::{Body, LoadError, LoadOptions, TargetSource, TlsOptions};
-pub use measure::{measure, Measured, Sampling};
+pub use measure::{measure, Generator, MeasureError, Measured, Sampling};
 pub use observer::{Observer, Quiet, StepAt};
 pub use session::{new_experiment, now_rfc3339, Finished, Kept, NotStored, Session};
 

@@ -325,7 +325,6 @@ impl LoadOptions {
             timeout: self.timeout,
             seed: self.seed,
             segment: meshbench_engine::Segment::WHOLE,
-            start_at: None,
         })
     }
 

@@ -5,10 +5,36 @@
 //! The generator can be pinned to CPUs for the duration (`limits.client.cpuset`): the engine's
 //! worker threads inherit the calling thread's affinity, which is restored afterwards.
 
+use std::sync::Mutex;
 use std::time::Duration;
 
 use meshbench_engine::{Live, LoadSpec, RunError, RunResult, Stop};
 use meshbench_lab::sampler::{self, Sample, Sampled, Sampler, Watch};
+use thiserror::Error;
+
+use crate::agents::{Fleet, FleetError};
+use crate::LoadOptions;
+
+/// Who sends the load.
+#[derive(Clone, Copy)]
+pub enum Generator<'a> {
+    /// This process's threads.
+    Local,
+    /// A fleet of agents, each driving its segment of `options` (which resolve to the spec).
+    Agents {
+        fleet: &'a Mutex<Fleet>,
+        options: &'a LoadOptions,
+    },
+}
+
+/// Why a measurement could not be made (the target's failures are data, not this).
+#[derive(Debug, Error)]
+pub enum MeasureError {
+    #[error(transparent)]
+    Engine(#[from] RunError),
+    #[error(transparent)]
+    Agents(#[from] FleetError),
+}
 
 /// Roles to sample while the load runs.
 pub struct Sampling {
@@ -26,27 +52,40 @@ pub struct Measured {
     pub window_ms: (u64, u64),
 }
 
-/// Drives `spec` (until it ends or `stop` is asked), sampling `sampling`'s roles meanwhile, with
-/// the generator pinned to `client_cpus` if given; `on_live` sees the run about every 200 ms, with
-/// the newest reading of each role whenever a second of the run is complete.
+/// Drives `spec` from `generator` (until it ends or `stop` is asked), sampling `sampling`'s
+/// roles meanwhile, with a local generator pinned to `client_cpus` if given; `on_live` sees the
+/// run about every 200 ms, with the newest reading of each role whenever a second of the run is
+/// complete.
 pub fn measure(
+    generator: Generator,
     spec: &LoadSpec,
     sampling: Option<Sampling>,
     client_cpus: Option<&[usize]>,
     stop: Stop,
     mut on_live: impl FnMut(&Live, &[(String, Sample)]),
-) -> Result<Measured, RunError> {
+) -> Result<Measured, MeasureError> {
     let sampler = sampling.map(|s| Sampler::start(s.watches, s.interval));
     let started_ms = sampler::now_ms();
-    let pinned = client_cpus.map(Pinned::to);
-    let result = meshbench_engine::run(spec, stop, |live| {
+    let live = |live: &Live| {
         let roles = match &sampler {
             Some(s) if !live.seconds.is_empty() => s.latest(),
             _ => Vec::new(),
         };
         on_live(live, &roles)
-    });
-    drop(pinned);
+    };
+    let result = match generator {
+        Generator::Local => {
+            let pinned = client_cpus.map(Pinned::to);
+            let result = meshbench_engine::run(spec, stop, live);
+            drop(pinned);
+            result.map_err(MeasureError::from)
+        }
+        Generator::Agents { fleet, options } => fleet
+            .lock()
+            .expect("one step at a time")
+            .measure(options, spec, &stop, live)
+            .map_err(MeasureError::from),
+    };
     let sampled = sampler.map(Sampler::finish);
     let result = result?;
     let from = started_ms + spec.warmup.as_millis() as u64;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use meshbench_backend::{Backend, BackendConfig};
 use meshbench_engine::recorder::{new_histogram, Counts, ErrorKind};
 use meshbench_engine::{Stop, StopAt};
-use meshbench_runner::{measure, LoadOptions, TargetSource};
+use meshbench_runner::{measure, Generator, LoadOptions, TargetSource};
 
 #[test]
 fn seconds_sum_to_the_result_exactly() {
@@ -32,14 +32,21 @@ fn seconds_sum_to_the_result_exactly() {
         let mut sends = 0;
         let mut latency = new_histogram();
         let mut seconds = Vec::new();
-        let m = measure(&spec, None, None, Stop::new(), |live, _| {
-            for s in live.seconds {
-                counts += &s.counts;
-                sends += s.sends;
-                latency.add(&s.latency).unwrap();
-                seconds.push(s.second);
-            }
-        })
+        let m = measure(
+            Generator::Local,
+            &spec,
+            None,
+            None,
+            Stop::new(),
+            |live, _| {
+                for s in live.seconds {
+                    counts += &s.counts;
+                    sends += s.sends;
+                    latency.add(&s.latency).unwrap();
+                    seconds.push(s.second);
+                }
+            },
+        )
         .unwrap();
         let r = &m.result;
         assert_eq!(counts.total(), r.requests.total, "{threads} threads");

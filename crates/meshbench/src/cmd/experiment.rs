@@ -10,6 +10,7 @@ use meshbench_engine::Live;
 use meshbench_experiment::{Experiment, Plan};
 use meshbench_lab::sampler::Sample;
 use meshbench_live::{Done, Scope, StepInfo};
+use meshbench_runner::agents::Fleet;
 use meshbench_runner::{Finished, Observer, StepAt};
 use meshbench_store::{StepRecord, Store};
 
@@ -32,7 +33,8 @@ pub fn execute(args: ExperimentArgs) -> Result<u8> {
         .clone()
         .unwrap_or_else(meshbench_store::default_path);
     let faces = super::live::Faces::start(&args.live)?;
-    let (done, code) = run(&e, &store_path, args.quiet, faces.as_ref())?;
+    let fleet = super::agents::gather(&args.agents, e.agents.as_ref())?;
+    let (done, code) = run(&e, &store_path, args.quiet, faces.as_ref(), fleet)?;
     let linger = faces.map(|faces| {
         let report = if faces.has_web() {
             live_report(&store_path, done.id)
@@ -93,18 +95,24 @@ fn live_report(store_path: &Path, id: i64) -> Option<String> {
 
 /// Runs every step of `e` into `store_path` with a progress line, prints the step table and
 /// a closing line; returns what was stored and the exit code (a signal's, or 1 if a step
-/// failed). Live faces, if any, see every step.
+/// failed). Live faces, if any, see every step; `fleet`'s agents send the load, if given.
 pub fn run(
     e: &Experiment,
     store_path: &Path,
     quiet: bool,
     faces: Option<&Faces>,
+    fleet: Option<Fleet>,
 ) -> Result<(Finished, u8)> {
     let signals = Signals::install()?;
     let mut progress = Progress::new(quiet, &e.name, store_path);
     progress.faces = faces;
-    let done =
-        meshbench_runner::run_experiment(e, store_path, signals.stop.clone(), &mut progress)?;
+    let done = meshbench_runner::run_experiment(
+        e,
+        store_path,
+        fleet,
+        signals.stop.clone(),
+        &mut progress,
+    )?;
     let code = exit_code(&signals, &done);
     print_finished(&done);
     Ok((done, code))

@@ -1,5 +1,7 @@
 //! One module per subcommand; each turns parsed flags into work and an exit code.
 
+pub mod agent;
+mod agents;
 pub mod answers;
 pub mod backend;
 pub mod capacity;
@@ -30,6 +32,7 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
         Command::Size(args) => answers::size(args),
         Command::Capacity(args) => capacity::execute(args),
         Command::Report(args) => report::execute(args),
+        Command::Agent(args) => agent::execute(args),
     }
 }
 

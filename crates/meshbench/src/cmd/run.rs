@@ -4,6 +4,7 @@
 
 use std::io::{IsTerminal, Write};
 use std::path::Path;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
@@ -13,7 +14,7 @@ use meshbench_engine::{
 };
 use meshbench_live::Done;
 use meshbench_runner::targets::ConnectTo;
-use meshbench_runner::{Body, LoadOptions, TargetSource, TlsOptions};
+use meshbench_runner::{Body, Generator, LoadOptions, TargetSource, TlsOptions};
 
 use super::live::Faces;
 use super::parse_duration;
@@ -21,12 +22,26 @@ use crate::cli::{ArrivalArg, CloseFirstArg, IdleArg, OnOff, OrderArg, RequestFla
 use crate::{exit, usage};
 
 pub fn execute(args: RunArgs) -> Result<u8> {
-    let spec = resolve(&load_options(&args)?)?;
+    let options = load_options(&args)?;
+    let spec = resolve(&options)?;
     let thresholds = super::answers::parse_thresholds(&args.thresholds)?;
     let faces = super::live::Faces::start(&args.live)?;
     let signals = super::signals::Signals::install()?;
+    let fleet = super::agents::gather(&args.agents, None)?.map(Mutex::new);
+    let generator = match &fleet {
+        Some(fleet) => Generator::Agents {
+            fleet,
+            options: &options,
+        },
+        None => Generator::Local,
+    };
     let live = !args.quiet && std::io::stderr().is_terminal();
-    let result = measure(&spec, signals.stop.clone(), live, faces.as_ref());
+    let result = measure(generator, &spec, signals.stop.clone(), live, faces.as_ref());
+    if let Some(fleet) = &fleet {
+        for note in fleet.lock().expect("the run is over").take_notes() {
+            eprintln!("meshbench: {note}");
+        }
+    }
     let linger = faces.map(|faces| {
         let outcome = match &result {
             Ok(r) if r.partial => "interrupted".to_string(),
@@ -67,7 +82,13 @@ pub fn resolve(options: &LoadOptions) -> Result<LoadSpec> {
 
 /// Measures a spec with no system under test watched, optionally drawing a progress line and
 /// feeding live faces.
-fn measure(spec: &LoadSpec, stop: Stop, live: bool, faces: Option<&Faces>) -> Result<RunResult> {
+fn measure(
+    generator: Generator,
+    spec: &LoadSpec,
+    stop: Stop,
+    live: bool,
+    faces: Option<&Faces>,
+) -> Result<RunResult> {
     let mut line = ProgressLine::new(live);
     let step = faces.map(|f| {
         let info =
@@ -75,7 +96,7 @@ fn measure(spec: &LoadSpec, stop: Stop, live: bool, faces: Option<&Faces>) -> Re
         f.hub.step_started(info.clone());
         info.scope
     });
-    let measured = meshbench_runner::measure(spec, None, None, stop, |l, roles| {
+    let measured = meshbench_runner::measure(generator, spec, None, None, stop, |l, roles| {
         line.draw(l);
         if let (Some(f), Some(scope)) = (faces, &step) {
             f.live(scope, l, roles);

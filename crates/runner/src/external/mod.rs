@@ -62,7 +62,8 @@ impl Lab {
             record.fail(format!("no external variant is called '{name}'"));
             return record;
         };
-        let load = match load_options(e, at, variant).resolve() {
+        let options = load_options(e, at, variant);
+        let load = match options.resolve() {
             Ok(s) => s,
             Err(err) => {
                 record.fail(format!("the load could not be set up: {err}"));
@@ -71,6 +72,7 @@ impl Lab {
         };
         let client_cpus = e.limits.client.cpuset.as_deref().and_then(parse_cpuset);
         let measured = measure(
+            self.generator(&options),
             &load,
             None,
             client_cpus.as_deref(),

@@ -1,0 +1,853 @@
+//! The coordinator's side: a [`Fleet`] of agents held for a whole command (a run, an
+//! experiment), and [`Fleet::measure`], one step driven by all of them and merged into one
+//! result exactly as `engine::run` merges its threads.
+//!
+//! Each agent has one I/O thread (its control connection, heartbeats, clock probes); the
+//! coordinating thread only plans, starts, merges and watches the deadline. A step:
+//! 1. newcomers (agents that dialled in since, up to the fleet's size) join; missing dialled
+//!    agents are dialled again;
+//! 2. each agent's clock offset is measured (8 round trips, the shortest kept, as NTP does);
+//! 3. agent i of n gets `Prepare(options, segment i of n)` and opens its connections;
+//! 4. all ready, each gets `Start` at one instant, converted to its own clock;
+//! 5. seconds are merged as they come (`engine::Seconds`), parts when they end (`engine::merge`).
+//!
+//! An agent that closes, breaks or goes quiet for [`PEER_SILENT`] is *lost*: its seconds so
+//! far stay counted, the step ends on time without it and is partial, naming it and when.
+
+use std::collections::BTreeMap;
+use std::net::{TcpListener, TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime};
+
+use meshbench_engine::recorder::{Interval, Recorder};
+use meshbench_engine::result::{AgentPart, Agents, Lost};
+use meshbench_engine::{Gathered, Live, LoadSpec, Part, RunResult, Seconds, Segment, Stop, StopAt};
+use meshbench_net::clock::monotonic_ns;
+use thiserror::Error;
+
+use super::auth::{handshake, Hello, Role, Token};
+use super::link::{Link, Tls};
+use super::wire::{Framed, Message};
+use super::{HandshakeError, HEARTBEAT, PEER_SILENT};
+use crate::LoadOptions;
+
+const HANDSHAKE_WAIT: Duration = Duration::from_secs(5);
+/// Clock probes per agent and step.
+const SYNC_ROUNDS: u32 = 8;
+
+/// How the coordinator meets its agents.
+pub enum Reach {
+    /// Listen and wait for `agents` to dial in (at most `wait`); later ones take the seats of
+    /// lost ones at the next step, any beyond are refused.
+    Listen {
+        listener: TcpListener,
+        agents: usize,
+        wait: Duration,
+    },
+    /// Dial agents that listen; a lost one is dialled again before the next step.
+    Dial(Vec<String>),
+}
+
+/// Why a fleet could not be gathered or a step not driven at all.
+#[derive(Debug, Error)]
+pub enum FleetError {
+    #[error("only {joined} of {wanted} agents joined within {waited:?} (listening on {listen}); start the rest with `meshbench agent --coordinator {listen}`, or ask for fewer with --agents")]
+    TooFew {
+        joined: usize,
+        wanted: usize,
+        waited: Duration,
+        listen: String,
+    },
+    #[error("agent {addr}: {why}")]
+    Dial { addr: String, why: String },
+    #[error(transparent)]
+    Handshake(#[from] HandshakeError),
+    #[error("no agent is left to drive the step")]
+    NoAgents,
+    #[error("--connections {connections} cannot be divided over {agents} agents; give at least one connection per agent")]
+    TooFewConnections { connections: usize, agents: usize },
+    #[error("agent {name} cannot drive step {step}: {reason}")]
+    AgentFailed {
+        name: String,
+        step: u32,
+        reason: String,
+    },
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Orders to an agent's I/O thread.
+enum Command {
+    Send(Message),
+    /// Measure the clock offset (the thread does the round trips itself, so that the times
+    /// are taken next to the socket).
+    Sync,
+    Close,
+}
+
+/// What an agent's I/O thread reports.
+enum Event {
+    Message(Message),
+    Clock { offset_ns: i64, round_trip_ns: u64 },
+    Lost(String),
+}
+
+/// An event and the id of the agent it is from.
+type Tagged = (u64, Event);
+
+/// One agent in the fleet.
+struct Member {
+    id: u64,
+    name: String,
+    address: String,
+    /// Dialled agents: the address to dial again.
+    dial: Option<String>,
+    to: Sender<Command>,
+    io: Option<JoinHandle<usize>>,
+    lost: bool,
+}
+
+/// A handshaken connection waiting to join at the next step.
+struct Joiner {
+    framed: Framed,
+    hello: Hello,
+}
+
+/// The agents of one command.
+pub struct Fleet {
+    members: Vec<Member>,
+    /// How many agents the fleet holds at most.
+    seats: usize,
+    events: (Sender<Tagged>, Receiver<Tagged>),
+    joiners: Option<Receiver<Joiner>>,
+    acceptor: Option<(Arc<AtomicBool>, JoinHandle<()>)>,
+    token: Token,
+    tls: Option<Tls>,
+    name: String,
+    next_id: u64,
+    step: u32,
+    notes: Arc<Mutex<Vec<String>>>,
+    /// The largest control message sent to any agent so far, bytes.
+    largest_message: usize,
+}
+
+impl Fleet {
+    /// Gathers the agents: waits for them to dial in, or dials them.
+    pub fn gather(reach: Reach, token: Token, tls: Option<Tls>) -> Result<Fleet, FleetError> {
+        let name = format!(
+            "coordinator {}",
+            std::env::var("HOSTNAME").unwrap_or_else(|_| std::process::id().to_string())
+        );
+        let mut fleet = Fleet {
+            members: Vec::new(),
+            seats: 0,
+            events: mpsc::channel(),
+            joiners: None,
+            acceptor: None,
+            token,
+            tls,
+            name,
+            next_id: 0,
+            step: 0,
+            notes: Arc::default(),
+            largest_message: 0,
+        };
+        match reach {
+            Reach::Dial(addrs) => {
+                fleet.seats = addrs.len();
+                for addr in addrs {
+                    let (framed, hello) = fleet.dial(&addr)?;
+                    fleet.add(framed, hello, Some(addr));
+                }
+            }
+            Reach::Listen {
+                listener,
+                agents,
+                wait,
+            } => {
+                fleet.seats = agents;
+                let listen = listener.local_addr()?.to_string();
+                fleet.listen(listener)?;
+                let deadline = Instant::now() + wait;
+                while fleet.members.len() < agents {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    let joiners = fleet.joiners.as_ref().expect("listening");
+                    match joiners.recv_timeout(left.min(Duration::from_millis(200))) {
+                        Ok(j) => fleet.add(j.framed, j.hello, None),
+                        Err(_) if left.is_zero() => {
+                            return Err(FleetError::TooFew {
+                                joined: fleet.members.len(),
+                                wanted: agents,
+                                waited: wait,
+                                listen,
+                            })
+                        }
+                        Err(_) => {}
+                    }
+                }
+            }
+        }
+        Ok(fleet)
+    }
+
+    /// Agents in the fleet now.
+    pub fn len(&self) -> usize {
+        self.members.iter().filter(|m| !m.lost).count()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The largest control message sent so far, bytes.
+    pub fn largest_message(&self) -> usize {
+        self.largest_message
+    }
+
+    /// Things worth a line that happened on the fleet's threads (a connection turned away).
+    pub fn take_notes(&self) -> Vec<String> {
+        std::mem::take(&mut *self.notes.lock().expect("notes lock"))
+    }
+
+    fn note(&self, line: String) {
+        self.notes.lock().expect("notes lock").push(line);
+    }
+
+    fn dial(&self, addr: &str) -> Result<(Framed, Hello), FleetError> {
+        let fail = |why: String| FleetError::Dial {
+            addr: addr.to_string(),
+            why,
+        };
+        let sock = addr
+            .to_socket_addrs()
+            .map_err(|e| fail(e.to_string()))?
+            .next()
+            .ok_or_else(|| fail("no address".into()))?;
+        let tcp = TcpStream::connect_timeout(&sock, Duration::from_secs(3)).map_err(|e| {
+            fail(format!(
+                "{e}; is `meshbench agent --listen {addr}` running?"
+            ))
+        })?;
+        let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let mut framed = Framed::new(
+            Link::dialled(tcp, host, self.tls.as_ref()).map_err(|e| fail(e.to_string()))?,
+        );
+        let hello = handshake(
+            &mut framed,
+            &Hello::ours(Role::Coordinator, &self.name),
+            &self.token,
+            HANDSHAKE_WAIT,
+        )?;
+        Ok((framed, hello))
+    }
+
+    /// Accepts agents on their own threads (each handshake on its own, so that a slow or
+    /// hostile connection holds nothing up) and queues them to join.
+    fn listen(&mut self, listener: TcpListener) -> Result<(), FleetError> {
+        listener.set_nonblocking(true)?;
+        let (tx, rx) = mpsc::channel();
+        let quit = Arc::new(AtomicBool::new(false));
+        let (token, tls, notes) = (self.token.clone(), self.tls.clone(), self.notes.clone());
+        let hello_name = self.name.clone();
+        let stop = quit.clone();
+        let handle = std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let tcp = match listener.accept() {
+                    Ok((tcp, _)) => tcp,
+                    Err(_) => {
+                        std::thread::sleep(Duration::from_millis(50));
+                        continue;
+                    }
+                };
+                let _ = tcp.set_nonblocking(false);
+                let (tx, token, tls, notes) =
+                    (tx.clone(), token.clone(), tls.clone(), notes.clone());
+                let ours = Hello::ours(Role::Coordinator, &hello_name);
+                std::thread::spawn(move || {
+                    let Ok(link) = Link::accepted(tcp, tls.as_ref()) else {
+                        return;
+                    };
+                    let mut framed = Framed::new(link);
+                    match handshake(&mut framed, &ours, &token, HANDSHAKE_WAIT) {
+                        Ok(hello) => {
+                            let _ = tx.send(Joiner { framed, hello });
+                        }
+                        Err(e) => notes
+                            .lock()
+                            .expect("notes lock")
+                            .push(format!("turned away an agent: {e}")),
+                    }
+                });
+            }
+        });
+        self.joiners = Some(rx);
+        self.acceptor = Some((quit, handle));
+        Ok(())
+    }
+
+    fn add(&mut self, framed: Framed, hello: Hello, dial: Option<String>) {
+        let id = self.next_id;
+        self.next_id += 1;
+        let (to, commands) = mpsc::channel();
+        let events = self.events.0.clone();
+        let address = framed.peer();
+        let io = std::thread::spawn(move || pump(id, framed, commands, events));
+        self.members.push(Member {
+            id,
+            name: hello.name,
+            address,
+            dial,
+            to,
+            io: Some(io),
+            lost: false,
+        });
+    }
+
+    /// Before a step: lost agents leave, newcomers take free seats (the rest are refused),
+    /// dialled agents that were lost are dialled once more.
+    fn admit(&mut self) {
+        let mut redial = Vec::new();
+        for m in self.members.iter_mut().filter(|m| m.lost) {
+            if let Some(h) = m.io.take() {
+                self.largest_message = self.largest_message.max(h.join().unwrap_or(0));
+            }
+            if let Some(addr) = m.dial.clone() {
+                redial.push(addr);
+            }
+        }
+        self.members.retain(|m| !m.lost);
+        for addr in redial {
+            match self.dial(&addr) {
+                Ok((framed, hello)) => self.add(framed, hello, Some(addr)),
+                Err(e) => self.note(format!("agent {addr} is still lost: {e}")),
+            }
+        }
+        let Some(joiners) = &self.joiners else {
+            return;
+        };
+        let waiting: Vec<Joiner> = joiners.try_iter().collect();
+        for mut j in waiting {
+            if self.members.len() < self.seats {
+                self.note(format!("agent {} joined", j.hello.name));
+                self.add(j.framed, j.hello, None);
+            } else {
+                let _ = j.framed.send(&Message::Refused {
+                    reason: format!(
+                        "the coordinator already has its {} agents; this one is not needed",
+                        self.seats
+                    ),
+                });
+                self.note(format!(
+                    "refused agent {}: every seat is taken",
+                    j.hello.name
+                ));
+            }
+        }
+    }
+
+    fn send(&self, m: &Member, msg: Message) {
+        let _ = m.to.send(Command::Send(msg));
+    }
+
+    /// Drives one step of `options` (resolved as `spec`, for the result's settings) over every
+    /// agent, and merges what they measured. `on_live` sees the merged seconds as they come.
+    pub fn measure(
+        &mut self,
+        options: &LoadOptions,
+        spec: &LoadSpec,
+        stop: &Stop,
+        mut on_live: impl FnMut(&Live),
+    ) -> Result<RunResult, FleetError> {
+        self.admit();
+        let ids: Vec<u64> = self.members.iter().map(|m| m.id).collect();
+        if ids.is_empty() {
+            return Err(FleetError::NoAgents);
+        }
+        let clocks = self.sync_clocks();
+        let agents: Vec<usize> = (0..self.members.len())
+            .filter(|&i| clocks.contains_key(&self.members[i].id))
+            .collect();
+        if agents.is_empty() {
+            return Err(FleetError::NoAgents);
+        }
+        let n = agents.len();
+        if options.connections < n {
+            return Err(FleetError::TooFewConnections {
+                connections: options.connections,
+                agents: n,
+            });
+        }
+        self.step += 1;
+        let step = self.step;
+        let mut slots: Vec<Slot> = agents
+            .iter()
+            .enumerate()
+            .map(|(k, &i)| {
+                let m = &self.members[i];
+                Slot::new(m, Segment::new(k as u64, n as u64), clocks[&m.id], options)
+            })
+            .collect();
+        for s in &slots {
+            let m = &self.members[agents[s.index]];
+            self.send(
+                m,
+                Message::Prepare {
+                    step,
+                    options: Box::new(options.clone()),
+                    segment: s.segment,
+                },
+            );
+        }
+        // Every agent connected (or lost, or failed: then nobody starts).
+        let ready_by =
+            Instant::now() + options.timeout.max(Duration::from_secs(5)) + Duration::from_secs(30);
+        let mut ready = vec![false; n];
+        while ready
+            .iter()
+            .zip(&slots)
+            .any(|(r, s)| !r && s.lost.is_none())
+        {
+            let left = ready_by.saturating_duration_since(Instant::now());
+            if left.is_zero() || stop.requested() {
+                for s in slots.iter_mut().filter(|s| s.lost.is_none()) {
+                    s.lost = Some(("no ready in time".into(), 0.0));
+                }
+                break;
+            }
+            let Some((k, event)) = self.next_event(&agents, left.min(Duration::from_millis(200)))
+            else {
+                continue;
+            };
+            match event {
+                Event::Message(Message::Ready { step: s }) if s == step => ready[k] = true,
+                Event::Message(Message::Failed { step: s, reason }) if s == step => {
+                    self.stop_all(&agents, step, true);
+                    return Err(FleetError::AgentFailed {
+                        name: slots[k].name.clone(),
+                        step,
+                        reason,
+                    });
+                }
+                Event::Lost(why) => {
+                    slots[k].lost = Some((why, 0.0));
+                    self.members[agents[k]].lost = true;
+                }
+                _ => {}
+            }
+        }
+        // One instant for all, far enough ahead for the slowest round trip.
+        let worst_rtt = slots.iter().map(|s| s.round_trip_ns).max().unwrap_or(0);
+        let lead = (3 * worst_rtt).max(50_000_000);
+        let start = monotonic_ns() + lead;
+        let wall_start = SystemTime::now() + Duration::from_nanos(lead) + spec.warmup;
+        for s in slots.iter().filter(|s| s.lost.is_none()) {
+            let at_ns = (start as i64 + s.offset_ns).max(0) as u64;
+            self.send(
+                &self.members[agents[s.index]],
+                Message::Start { step, at_ns },
+            );
+        }
+        // The step: merge seconds as they come, until every agent is done or lost.
+        let warmup_ns = spec.warmup.as_nanos() as u64;
+        let deadline = match spec.stop {
+            StopAt::Duration(d) => Some(
+                Instant::now()
+                    + Duration::from_nanos(lead)
+                    + spec.warmup
+                    + d
+                    + spec.drain()
+                    + PEER_SILENT
+                    + Duration::from_secs(2),
+            ),
+            StopAt::Requests(_) => None,
+        };
+        let mut seconds = Seconds::new(n);
+        let mut gathered = Gathered::default();
+        let mut completed: Vec<Interval> = Vec::new();
+        for (k, s) in slots.iter().enumerate() {
+            if s.lost.is_some() {
+                seconds.gone(k, &mut completed);
+            }
+        }
+        let mut told = (false, false);
+        let elapsed = || monotonic_ns().saturating_sub(start);
+        while slots.iter().any(|s| s.part.is_none() && s.lost.is_none()) {
+            if stop.requested() && !told.0 || stop.hurried() && !told.1 {
+                told = (true, stop.hurried());
+                self.stop_all(&agents, step, stop.hurried());
+            }
+            if deadline.is_some_and(|d| Instant::now() > d) {
+                let at = elapsed() as f64 / 1e9;
+                for (k, s) in slots.iter_mut().enumerate() {
+                    if s.part.is_none() && s.lost.is_none() {
+                        s.lost = Some(("no final report by the step's end".into(), at));
+                        seconds.gone(k, &mut completed);
+                    }
+                }
+                break;
+            }
+            if let Some((k, event)) = self.next_event(&agents, Duration::from_millis(200)) {
+                match event {
+                    Event::Message(Message::Second { step: s, interval }) if s == step => {
+                        slots[k].seen.add_second(&interval);
+                        seconds.add(k, *interval, &mut completed);
+                    }
+                    Event::Message(Message::Done { step: s, part }) if s == step => {
+                        slots[k].part = Some(*part);
+                        seconds.gone(k, &mut completed);
+                    }
+                    Event::Message(Message::Failed { step: s, reason }) if s == step => {
+                        slots[k].lost = Some((format!("failed: {reason}"), elapsed() as f64 / 1e9));
+                        seconds.gone(k, &mut completed);
+                    }
+                    Event::Lost(why) => {
+                        if slots[k].part.is_none() && slots[k].lost.is_none() {
+                            slots[k].lost = Some((why, elapsed() as f64 / 1e9));
+                            seconds.gone(k, &mut completed);
+                        }
+                        self.members[agents[k]].lost = true;
+                    }
+                    _ => {}
+                }
+            }
+            completed.iter().for_each(|iv| gathered.push(iv));
+            on_live(&gathered.live(elapsed(), warmup_ns, &completed));
+            completed.clear();
+        }
+        seconds.finish(&mut completed);
+        if !completed.is_empty() {
+            completed.iter().for_each(|iv| gathered.push(iv));
+            on_live(&gathered.live(elapsed(), warmup_ns, &completed));
+        }
+        Ok(merge(
+            spec,
+            slots,
+            gathered,
+            start,
+            wall_start,
+            stop.requested(),
+        ))
+    }
+
+    /// The next event from one of the step's agents (`agents` maps slot to member), as the
+    /// slot's index.
+    fn next_event(&mut self, agents: &[usize], wait: Duration) -> Option<(usize, Event)> {
+        let deadline = Instant::now() + wait;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.events.1.recv_timeout(left) {
+                Ok((id, event)) => {
+                    if let Some(k) = agents.iter().position(|&i| self.members[i].id == id) {
+                        return Some((k, event));
+                    }
+                    if let (Event::Lost(_), Some(m)) =
+                        (&event, self.members.iter_mut().find(|m| m.id == id))
+                    {
+                        m.lost = true;
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => {
+                    return None
+                }
+            }
+        }
+    }
+
+    fn stop_all(&self, agents: &[usize], step: u32, hurry: bool) {
+        for &i in agents {
+            self.send(&self.members[i], Message::Stop { step, hurry });
+        }
+    }
+
+    /// Every agent's clock offset; agents that do not answer are lost.
+    fn sync_clocks(&mut self) -> BTreeMap<u64, (i64, u64)> {
+        for m in &self.members {
+            let _ = m.to.send(Command::Sync);
+        }
+        let mut clocks = BTreeMap::new();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while clocks.len() + self.members.iter().filter(|m| m.lost).count() < self.members.len() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            let Ok((id, event)) = self.events.1.recv_timeout(left) else {
+                break;
+            };
+            match event {
+                Event::Clock {
+                    offset_ns,
+                    round_trip_ns,
+                } => {
+                    clocks.insert(id, (offset_ns, round_trip_ns));
+                }
+                Event::Lost(why) => {
+                    if let Some(m) = self.members.iter_mut().find(|m| m.id == id) {
+                        m.lost = true;
+                        let line = format!("agent {} lost before the step: {why}", m.name);
+                        self.note(line);
+                    }
+                }
+                Event::Message(_) => {}
+            }
+        }
+        clocks
+    }
+}
+
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        if let Some((quit, handle)) = self.acceptor.take() {
+            quit.store(true, Ordering::Relaxed);
+            let _ = handle.join();
+        }
+        for m in &self.members {
+            let _ = m.to.send(Command::Close);
+        }
+        for m in &mut self.members {
+            if let Some(h) = m.io.take() {
+                let _ = h.join();
+            }
+        }
+    }
+}
+
+/// One agent's place in a step.
+struct Slot {
+    index: usize,
+    name: String,
+    address: String,
+    segment: Segment,
+    connections: usize,
+    offset_ns: i64,
+    round_trip_ns: u64,
+    /// What its seconds added up to (all that is known of it if it is lost).
+    seen: Recorder,
+    part: Option<Part>,
+    /// Why and when (seconds after the start) it was lost.
+    lost: Option<(String, f64)>,
+}
+
+impl Slot {
+    fn new(
+        m: &Member,
+        segment: Segment,
+        (offset_ns, round_trip_ns): (i64, u64),
+        o: &LoadOptions,
+    ) -> Slot {
+        Slot {
+            index: segment.index as usize,
+            name: m.name.clone(),
+            address: m.address.clone(),
+            segment,
+            connections: segment.share(o.connections as u64) as usize,
+            offset_ns,
+            round_trip_ns,
+            seen: Recorder::new(),
+            part: None,
+            lost: None,
+        }
+    }
+}
+
+/// The step's result from its slots: the parts that came (and for lost agents, their seconds)
+/// merged by the engine, with each agent's share and the start's skew.
+fn merge(
+    spec: &LoadSpec,
+    slots: Vec<Slot>,
+    gathered: Gathered,
+    start: u64,
+    wall_start: SystemTime,
+    interrupted: bool,
+) -> RunResult {
+    // First sends on the coordinator's clock.
+    let firsts: Vec<Option<i64>> = slots
+        .iter()
+        .map(|s| {
+            s.part
+                .as_ref()
+                .and_then(|p| p.first_send_monotonic_ns)
+                .map(|t| t as i64 - s.offset_ns)
+        })
+        .collect();
+    let earliest = firsts.iter().flatten().min().copied();
+    let latest = firsts.iter().flatten().max().copied();
+    let mut reports = Vec::new();
+    let mut parts = Vec::new();
+    let mut any_lost = false;
+    for (s, first) in slots.into_iter().zip(&firsts) {
+        let part = s.part.unwrap_or_else(|| Part {
+            recorder: s.seen.clone(),
+            workers: Vec::new(),
+            cpu_secs: 0.0,
+            rss_max_bytes: 0,
+            start_monotonic_ns: start,
+            first_send_monotonic_ns: None,
+            wall_start,
+            interrupted: true,
+            timeline: Vec::new(),
+        });
+        any_lost |= s.lost.is_some();
+        let rec = &part.recorder;
+        reports.push(AgentPart {
+            name: s.name,
+            address: s.address,
+            segment: s.segment.index,
+            of: s.segment.count,
+            connections: s.connections,
+            threads: part.workers.len(),
+            requests: rec.counts.total(),
+            errors: rec.counts.failed(),
+            p50_us: rec.latency.value_at_quantile(0.5),
+            p99_us: rec.latency.value_at_quantile(0.99),
+            cpu_secs: (part.cpu_secs * 1000.0).round() / 1000.0,
+            clock_offset_us: (s.offset_ns as f64 / 100.0).round() / 10.0,
+            round_trip_us: (s.round_trip_ns as f64 / 100.0).round() / 10.0,
+            first_send_us: first
+                .zip(earliest)
+                .map(|(f, e)| ((f - e) as f64 / 100.0).round() / 10.0),
+            lost: s.lost.map(|(reason, after)| Lost {
+                after_secs: (after * 1000.0).round() / 1000.0,
+                reason,
+            }),
+        });
+        parts.push(part);
+    }
+    let mut result = meshbench_engine::merge(
+        spec,
+        &parts,
+        gathered.into_timeline(),
+        wall_start,
+        interrupted,
+    );
+    result.partial |= any_lost;
+    result.agents = Some(Agents {
+        start_skew_us: earliest
+            .zip(latest)
+            .map_or(0.0, |(e, l)| ((l - e) as f64 / 100.0).round() / 10.0),
+        clock_error_us: reports
+            .iter()
+            .map(|r| r.round_trip_us / 2.0)
+            .fold(0.0, f64::max),
+        agents: reports,
+    });
+    result
+}
+
+/// An agent's control connection: sends what the fleet says, forwards what the agent says,
+/// pings every second, and reports the agent lost when it closes, breaks or goes quiet.
+/// Returns the largest message it sent.
+fn pump(
+    id: u64,
+    mut framed: Framed,
+    commands: Receiver<Command>,
+    events: Sender<(u64, Event)>,
+) -> usize {
+    let mut last_heard = Instant::now();
+    let mut last_sent = Instant::now();
+    let lost = |why: String| {
+        let _ = events.send((id, Event::Lost(why)));
+    };
+    loop {
+        loop {
+            match commands.try_recv() {
+                Ok(Command::Send(m)) => {
+                    if let Err(e) = framed.send(&m) {
+                        lost(format!("cannot send: {e}"));
+                        return framed.largest_sent;
+                    }
+                    last_sent = Instant::now();
+                }
+                Ok(Command::Sync) => match probe(&mut framed, id, &events) {
+                    Ok((offset_ns, round_trip_ns)) => {
+                        last_heard = Instant::now();
+                        let _ = events.send((
+                            id,
+                            Event::Clock {
+                                offset_ns,
+                                round_trip_ns,
+                            },
+                        ));
+                    }
+                    Err(why) => {
+                        lost(why);
+                        return framed.largest_sent;
+                    }
+                },
+                Ok(Command::Close) | Err(mpsc::TryRecvError::Disconnected) => {
+                    let _ = framed.send(&Message::Bye);
+                    return framed.largest_sent;
+                }
+                Err(mpsc::TryRecvError::Empty) => break,
+            }
+        }
+        if last_sent.elapsed() >= HEARTBEAT {
+            if framed.send(&Message::Ping { id: 0 }).is_err() {
+                lost("the connection broke".into());
+                return framed.largest_sent;
+            }
+            last_sent = Instant::now();
+        }
+        match framed.recv(Duration::from_millis(20)) {
+            Ok(Some(m)) => {
+                last_heard = Instant::now();
+                match m {
+                    Message::Alive | Message::Pong { .. } => {}
+                    m => {
+                        let _ = events.send((id, Event::Message(m)));
+                    }
+                }
+            }
+            Ok(None) if last_heard.elapsed() > PEER_SILENT => {
+                lost(format!("silent for {}s", PEER_SILENT.as_secs()));
+                return framed.largest_sent;
+            }
+            Ok(None) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                lost("it closed the connection".into());
+                return framed.largest_sent;
+            }
+            Err(e) => {
+                lost(e.to_string());
+                return framed.largest_sent;
+            }
+        }
+    }
+}
+
+/// Round trips to the agent's clock: its offset (its clock minus ours) from the shortest.
+fn probe(
+    framed: &mut Framed,
+    id: u64,
+    events: &Sender<(u64, Event)>,
+) -> Result<(i64, u64), String> {
+    let mut best: Option<(i64, u64)> = None;
+    for round in 1..=SYNC_ROUNDS {
+        let t0 = monotonic_ns();
+        framed
+            .send(&Message::Ping { id: round })
+            .map_err(|e| format!("cannot send: {e}"))?;
+        let answered = loop {
+            match framed.recv(Duration::from_secs(2)) {
+                Ok(Some(Message::Pong { id: r, clock_ns })) if r == round => break clock_ns,
+                Ok(Some(Message::Pong { .. } | Message::Alive)) => {}
+                Ok(Some(m)) => {
+                    let _ = events.send((id, Event::Message(m)));
+                }
+                Ok(None) => return Err("no answer to a clock probe within 2s".into()),
+                Err(e) => return Err(e.to_string()),
+            }
+        };
+        let t2 = monotonic_ns();
+        let rtt = t2 - t0;
+        let offset = answered as i64 - (t0 + rtt / 2) as i64;
+        if best.is_none_or(|(_, r)| rtt < r) {
+            best = Some((offset, rtt));
+        }
+    }
+    Ok(best.expect("at least one round"))
+}
