@@ -200,17 +200,20 @@ impl Counts {
     }
 }
 
-/// [`Counts`] as sent: only what is not zero.
+/// [`Counts`] as sent: only what is not zero (codes as text, as JSON keys are).
 #[derive(Serialize, Deserialize)]
 struct CountsForm {
-    status: BTreeMap<u16, u64>,
+    status: BTreeMap<String, u64>,
     errors: BTreeMap<String, u64>,
 }
 
 impl From<Counts> for CountsForm {
     fn from(c: Counts) -> Self {
         CountsForm {
-            status: c.status_codes().collect(),
+            status: c
+                .status_codes()
+                .map(|(code, n)| (code.to_string(), n))
+                .collect(),
             errors: ErrorKind::ALL
                 .into_iter()
                 .filter(|&k| c.errors(k) > 0)
@@ -226,9 +229,10 @@ impl TryFrom<CountsForm> for Counts {
     fn try_from(f: CountsForm) -> Result<Self, String> {
         let mut c = Counts::default();
         for (code, n) in f.status {
-            let slot = c
-                .status
-                .get_mut(code as usize)
+            let slot = code
+                .parse::<usize>()
+                .ok()
+                .and_then(|i| c.status.get_mut(i))
                 .ok_or_else(|| format!("status code {code} is not one the engine counts"))?;
             *slot = n;
         }

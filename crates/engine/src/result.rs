@@ -63,7 +63,8 @@ pub struct RunResult {
 /// parts merged exactly.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Agents {
-    /// Spread of the agents' first sends on the coordinator's clock, µs.
+    /// Spread of the instants the agents' schedules began (each one's start plus how late its
+    /// first send went out), on the coordinator's clock, µs.
     pub start_skew_us: f64,
     /// The largest uncertainty of a measured clock offset (half the best round trip), µs.
     pub clock_error_us: f64,
@@ -90,8 +91,8 @@ pub struct AgentPart {
     /// Its clock minus the coordinator's, µs, and the round trip it was measured over.
     pub clock_offset_us: f64,
     pub round_trip_us: f64,
-    /// Its first send after the earliest agent's, µs (`None`: it sent nothing).
-    pub first_send_us: Option<f64>,
+    /// When its schedule began after the earliest agent's, µs (`None`: it sent nothing).
+    pub start_us: Option<f64>,
     /// Lost during the step (died, cut off, silent): when and why. Only the seconds it
     /// reported before are in the result.
     pub lost: Option<Lost>,

@@ -71,8 +71,9 @@ pub struct Part {
     pub rss_max_bytes: u64,
     /// The run clock's zero (the common start when one was given), on CLOCK_MONOTONIC.
     pub start_monotonic_ns: u64,
-    /// When the first request went out, on CLOCK_MONOTONIC.
-    pub first_send_monotonic_ns: Option<u64>,
+    /// How late the earliest-intended first send went out after its intended time (ns): with
+    /// `start_monotonic_ns`, when this part's schedule really began.
+    pub first_send_late_ns: Option<u64>,
     /// Wall-clock start of the measured window.
     pub wall_start: SystemTime,
     /// Stopped (a signal, or the coordinator) before its end.
@@ -239,11 +240,11 @@ pub fn run_part(
     });
     let mut recorder = Recorder::new();
     let mut workers = Vec::new();
-    let mut first_send: Option<u64> = None;
+    let mut first_send: Option<(u64, u64)> = None;
     for r in reports {
         let report = r.map_err(|_| RunError::WorkerPanicked)??;
         recorder += &report.recorder;
-        first_send = match (first_send, report.first_send_ns) {
+        first_send = match (first_send, report.first_send) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
@@ -261,7 +262,11 @@ pub fn run_part(
         cpu_secs: cpu_after - cpu_before,
         rss_max_bytes: rss,
         start_monotonic_ns: ctl.clock.to_monotonic(start_ns),
-        first_send_monotonic_ns: first_send.map(|t| ctl.clock.to_monotonic(t)),
+        // A closed loop's sends are intended when they go out; its schedule is the start.
+        first_send_late_ns: first_send.map(|(intended, sent)| match spec.mode {
+            Mode::Open { .. } => sent.saturating_sub(intended),
+            Mode::Closed => sent.saturating_sub(start_ns),
+        }),
         wall_start,
         interrupted: stop.requested(),
         timeline: gathered.into_timeline(),

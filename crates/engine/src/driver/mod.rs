@@ -97,8 +97,9 @@ pub struct WorkerReport {
     pub run_delay_ns: Option<u64>,
     /// Wall time of the measured window as this worker saw it.
     pub window_ns: u64,
-    /// When this worker put its first request on the wire (run clock, ns), if it did.
-    pub first_send_ns: Option<u64>,
+    /// This worker's first request, if it sent one: when it was intended and when it went on
+    /// the wire (run clock, ns).
+    pub first_send: Option<(u64, u64)>,
 }
 
 /// Messages a worker sends while it runs.
@@ -163,8 +164,8 @@ struct Worker<'a> {
     /// timestamps on the run clock.
     realtime_offset: i64,
     next_target: usize,
-    /// Run-clock time of the first send (`u64::MAX` before it).
-    first_send_ns: u64,
+    /// The first send's intended and actual run-clock times (`None` before it).
+    first_send: Option<(u64, u64)>,
     /// The next of `conn.source_addrs` to connect from.
     next_source: usize,
     rng: SplitMix64,
@@ -219,7 +220,7 @@ pub fn run_worker(
         streaming: 0,
         timestamps: true,
         next_target: plan.first_target,
-        first_send_ns: u64::MAX,
+        first_send: None,
         next_source: plan.first_source,
         rng: SplitMix64(plan.seed),
         measuring: false,
@@ -410,7 +411,7 @@ impl Worker<'_> {
             cpu_ns,
             run_delay_ns,
             window_ns: end.saturating_sub(self.plan.measure_start),
-            first_send_ns: (self.first_send_ns != u64::MAX).then_some(self.first_send_ns),
+            first_send: self.first_send,
         })
     }
 
@@ -590,7 +591,9 @@ impl Worker<'_> {
             let Some((s, times)) = self.slots.assign(due, host, now, &self.conns, tokens) else {
                 return;
             };
-            self.first_send_ns = self.first_send_ns.min(now);
+            if self.first_send.is_none() {
+                self.first_send = Some((due.intended, now));
+            }
             if due.measured {
                 self.rec.send(times.lag_ns, times.late, times.queued);
                 self.interval.sends += 1;

@@ -236,6 +236,13 @@ fn dial(
                 match end {
                     End::Bye | End::Shutdown => return Ok(()),
                     End::Lost(_) => since = Instant::now(),
+                    End::Refused(reason) => {
+                        return Err(HandshakeError::Refused {
+                            peer: framed.peer(),
+                            reason,
+                        }
+                        .into())
+                    }
                 }
             }
             // A coordinator that is there but will not have this agent: say so and end.
@@ -263,6 +270,8 @@ fn connect(addr: &str) -> std::io::Result<TcpStream> {
 enum End {
     Bye,
     Lost(String),
+    /// The coordinator does not want this agent (every seat taken, the session over).
+    Refused(String),
     Shutdown,
 }
 
@@ -270,7 +279,7 @@ impl End {
     fn event(&self, peer: String) -> AgentEvent {
         match self {
             End::Bye | End::Shutdown => AgentEvent::SessionEnded { peer },
-            End::Lost(why) => AgentEvent::CoordinatorLost {
+            End::Lost(why) | End::Refused(why) => AgentEvent::CoordinatorLost {
                 peer,
                 why: why.clone(),
             },
@@ -397,7 +406,7 @@ fn session(framed: &mut Framed, shutdown: &Stop, report: &(dyn Fn(AgentEvent) + 
                 }
             }
             Message::Bye => break End::Bye,
-            Message::Refused { reason } => break End::Lost(format!("refused: {reason}")),
+            Message::Refused { reason } => break End::Refused(reason),
             // Nothing else is for an agent; a confused coordinator is not a reason to stop.
             _ => {}
         }

@@ -605,6 +605,11 @@ impl Drop for Fleet {
             quit.store(true, Ordering::Relaxed);
             let _ = handle.join();
         }
+        for mut j in self.joiners.iter().flat_map(|j| j.try_iter()) {
+            let _ = j.framed.send(&Message::Refused {
+                reason: "the coordinator's session is over".into(),
+            });
+        }
         for m in &self.members {
             let _ = m.to.send(Command::Close);
         }
@@ -664,14 +669,15 @@ fn merge(
     wall_start: SystemTime,
     interrupted: bool,
 ) -> RunResult {
-    // First sends on the coordinator's clock.
+    // When each agent's schedule really began (its clock's zero plus how late its first send
+    // was), on the coordinator's clock: an open loop's segments start at their own first
+    // arrivals, which is the plan, not skew.
     let firsts: Vec<Option<i64>> = slots
         .iter()
         .map(|s| {
-            s.part
-                .as_ref()
-                .and_then(|p| p.first_send_monotonic_ns)
-                .map(|t| t as i64 - s.offset_ns)
+            let p = s.part.as_ref()?;
+            let late = p.first_send_late_ns?;
+            Some((p.start_monotonic_ns + late) as i64 - s.offset_ns)
         })
         .collect();
     let earliest = firsts.iter().flatten().min().copied();
@@ -679,14 +685,14 @@ fn merge(
     let mut reports = Vec::new();
     let mut parts = Vec::new();
     let mut any_lost = false;
-    for (s, first) in slots.into_iter().zip(&firsts) {
+    for (s, began) in slots.into_iter().zip(&firsts) {
         let part = s.part.unwrap_or_else(|| Part {
             recorder: s.seen.clone(),
             workers: Vec::new(),
             cpu_secs: 0.0,
             rss_max_bytes: 0,
             start_monotonic_ns: start,
-            first_send_monotonic_ns: None,
+            first_send_late_ns: None,
             wall_start,
             interrupted: true,
             timeline: Vec::new(),
@@ -707,7 +713,7 @@ fn merge(
             cpu_secs: (part.cpu_secs * 1000.0).round() / 1000.0,
             clock_offset_us: (s.offset_ns as f64 / 100.0).round() / 10.0,
             round_trip_us: (s.round_trip_ns as f64 / 100.0).round() / 10.0,
-            first_send_us: first
+            start_us: began
                 .zip(earliest)
                 .map(|(f, e)| ((f - e) as f64 / 100.0).round() / 10.0),
             lost: s.lost.map(|(reason, after)| Lost {
