@@ -100,10 +100,14 @@ pub fn summary(r: &RunResult) -> String {
         r.settings.method,
         r.url,
         describe_load(r),
-        if r.partial {
-            "  [PARTIAL: interrupted]"
-        } else {
-            ""
+        match &r.agents {
+            _ if !r.partial => String::new(),
+            Some(a) if a.agents.iter().any(|p| p.lost.is_some()) => format!(
+                "  [PARTIAL: {} of {} agents lost]",
+                a.agents.iter().filter(|p| p.lost.is_some()).count(),
+                a.agents.len()
+            ),
+            _ => "  [PARTIAL: interrupted]".to_string(),
         }
     );
     let _ = writeln!(
@@ -205,6 +209,38 @@ pub fn summary(r: &RunResult) -> String {
             );
         }
         let _ = writeln!(o, "{line}");
+    }
+    if let Some(a) = &r.agents {
+        let _ = writeln!(
+            o,
+            "  agents     {}: started within {:.0} µs of each other (clocks known to ±{:.0} µs)",
+            a.agents.len(),
+            a.start_skew_us,
+            a.clock_error_us
+        );
+        for p in &a.agents {
+            let _ = write!(
+                o,
+                "             {} ({}) segment {}/{}: {} requests, {} errors, p50 {} p99 {} ms, {} conn",
+                p.name,
+                p.address,
+                p.segment,
+                p.of,
+                thousands(p.requests),
+                thousands(p.errors),
+                ms(p.p50_us),
+                ms(p.p99_us),
+                p.connections
+            );
+            match &p.lost {
+                Some(l) => {
+                    let _ = writeln!(o, "; LOST after {:.1} s: {}", l.after_secs, l.reason);
+                }
+                None => {
+                    let _ = writeln!(o);
+                }
+            }
+        }
     }
     let _ = writeln!(
         o,

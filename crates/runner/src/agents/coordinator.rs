@@ -16,7 +16,7 @@
 
 use std::collections::BTreeMap;
 use std::net::{TcpListener, TcpStream, ToSocketAddrs};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -106,7 +106,7 @@ struct Member {
     /// Dialled agents: the address to dial again.
     dial: Option<String>,
     to: Sender<Command>,
-    io: Option<JoinHandle<usize>>,
+    io: Option<JoinHandle<()>>,
     lost: bool,
 }
 
@@ -131,7 +131,7 @@ pub struct Fleet {
     step: u32,
     notes: Arc<Mutex<Vec<String>>>,
     /// The largest control message sent to any agent so far, bytes.
-    largest_message: usize,
+    largest_message: Arc<AtomicUsize>,
 }
 
 impl Fleet {
@@ -153,7 +153,7 @@ impl Fleet {
             next_id: 0,
             step: 0,
             notes: Arc::default(),
-            largest_message: 0,
+            largest_message: Arc::default(),
         };
         match reach {
             Reach::Dial(addrs) => {
@@ -204,7 +204,7 @@ impl Fleet {
 
     /// The largest control message sent so far, bytes.
     pub fn largest_message(&self) -> usize {
-        self.largest_message
+        self.largest_message.load(Ordering::Relaxed)
     }
 
     /// Things worth a line that happened on the fleet's threads (a connection turned away).
@@ -295,7 +295,8 @@ impl Fleet {
         let (to, commands) = mpsc::channel();
         let events = self.events.0.clone();
         let address = framed.peer();
-        let io = std::thread::spawn(move || pump(id, framed, commands, events));
+        let largest = self.largest_message.clone();
+        let io = std::thread::spawn(move || pump(id, framed, commands, events, &largest));
         self.members.push(Member {
             id,
             name: hello.name,
@@ -313,7 +314,7 @@ impl Fleet {
         let mut redial = Vec::new();
         for m in self.members.iter_mut().filter(|m| m.lost) {
             if let Some(h) = m.io.take() {
-                self.largest_message = self.largest_message.max(h.join().unwrap_or(0));
+                let _ = h.join();
             }
             if let Some(addr) = m.dial.clone() {
                 redial.push(addr);
@@ -731,6 +732,14 @@ fn merge(
         interrupted,
     );
     result.partial |= any_lost;
+    for p in &reports {
+        if let Some(l) = &p.lost {
+            result.generator.warnings.push(format!(
+                "agent {} was lost {:.1} s after the start ({}): what it reported before is counted, the rest of its segment was not sent",
+                p.name, l.after_secs, l.reason
+            ));
+        }
+    }
     result.agents = Some(Agents {
         start_skew_us: earliest
             .zip(latest)
@@ -746,13 +755,14 @@ fn merge(
 
 /// An agent's control connection: sends what the fleet says, forwards what the agent says,
 /// pings every second, and reports the agent lost when it closes, breaks or goes quiet.
-/// Returns the largest message it sent.
+/// Keeps `largest` at the largest message sent.
 fn pump(
     id: u64,
     mut framed: Framed,
     commands: Receiver<Command>,
-    events: Sender<(u64, Event)>,
-) -> usize {
+    events: Sender<Tagged>,
+    largest: &AtomicUsize,
+) {
     let mut last_heard = Instant::now();
     let mut last_sent = Instant::now();
     let lost = |why: String| {
@@ -764,9 +774,10 @@ fn pump(
                 Ok(Command::Send(m)) => {
                     if let Err(e) = framed.send(&m) {
                         lost(format!("cannot send: {e}"));
-                        return framed.largest_sent;
+                        return;
                     }
                     last_sent = Instant::now();
+                    largest.fetch_max(framed.largest_sent, Ordering::Relaxed);
                 }
                 Ok(Command::Sync) => match probe(&mut framed, id, &events) {
                     Ok((offset_ns, round_trip_ns)) => {
@@ -781,12 +792,12 @@ fn pump(
                     }
                     Err(why) => {
                         lost(why);
-                        return framed.largest_sent;
+                        return;
                     }
                 },
                 Ok(Command::Close) | Err(mpsc::TryRecvError::Disconnected) => {
                     let _ = framed.send(&Message::Bye);
-                    return framed.largest_sent;
+                    return;
                 }
                 Err(mpsc::TryRecvError::Empty) => break,
             }
@@ -794,7 +805,7 @@ fn pump(
         if last_sent.elapsed() >= HEARTBEAT {
             if framed.send(&Message::Ping { id: 0 }).is_err() {
                 lost("the connection broke".into());
-                return framed.largest_sent;
+                return;
             }
             last_sent = Instant::now();
         }
@@ -810,16 +821,16 @@ fn pump(
             }
             Ok(None) if last_heard.elapsed() > PEER_SILENT => {
                 lost(format!("silent for {}s", PEER_SILENT.as_secs()));
-                return framed.largest_sent;
+                return;
             }
             Ok(None) => {}
             Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
                 lost("it closed the connection".into());
-                return framed.largest_sent;
+                return;
             }
             Err(e) => {
                 lost(e.to_string());
-                return framed.largest_sent;
+                return;
             }
         }
     }

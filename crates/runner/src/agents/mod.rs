@@ -65,3 +65,6 @@ pub enum AgentError {
     #[error("{0}")]
     Io(#[from] std::io::Error),
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,165 @@
+//! The coordinator against many in-process agents that only answer control (no load): the
+//! whole protocol at a scale this machine cannot drive for real, with what it costs.
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+use meshbench_engine::recorder::{Interval, Recorder};
+use meshbench_engine::{Part, Stop};
+use meshbench_net::clock::{monotonic_ns, process_usage, thread_cpu_ns};
+
+use super::auth::{handshake, Hello, Role, Token};
+use super::coordinator::{Fleet, Reach};
+use super::link::Link;
+use super::wire::{Framed, Message};
+use crate::{LoadOptions, TargetSource};
+
+fn token() -> Token {
+    Token::new("a-test-token-of-32-bytes-exactly").expect("long enough")
+}
+
+/// An agent that answers control only: pings, then for each step `Ready`, two seconds of ten
+/// made-up responses each, and its part. Returns the CPU its thread used.
+fn control_only_agent(coordinator: SocketAddr, name: String) -> u64 {
+    let tcp = TcpStream::connect(coordinator).expect("the coordinator listens");
+    let mut framed = Framed::new(Link::dialled(tcp, "127.0.0.1", None).expect("plain"));
+    handshake(
+        &mut framed,
+        &Hello::ours(Role::Agent, &name),
+        &token(),
+        Duration::from_secs(60),
+    )
+    .expect("same token and version");
+    loop {
+        let msg = match framed.recv(Duration::from_secs(30)) {
+            Ok(Some(m)) => m,
+            Ok(None) | Err(_) => break,
+        };
+        match msg {
+            Message::Ping { id } => {
+                let _ = framed.send(&Message::Pong {
+                    id,
+                    clock_ns: monotonic_ns(),
+                });
+            }
+            Message::Prepare { step, .. } => {
+                let _ = framed.send(&Message::Ready { step });
+            }
+            Message::Start { step, at_ns } => {
+                std::thread::sleep(Duration::from_nanos(at_ns.saturating_sub(monotonic_ns())));
+                let mut part = Recorder::new();
+                for second in 0..2 {
+                    let mut iv = Interval::new(second);
+                    for i in 0..10 {
+                        iv.counts.response(200);
+                        iv.latency.record(500 + i).expect("in range");
+                    }
+                    part.add_second(&iv);
+                    let _ = framed.send(&Message::Second {
+                        step,
+                        interval: Box::new(iv),
+                    });
+                }
+                let part = Part {
+                    recorder: part,
+                    workers: Vec::new(),
+                    cpu_secs: 0.0,
+                    rss_max_bytes: 0,
+                    start_monotonic_ns: at_ns,
+                    first_send_late_ns: Some(0),
+                    wall_start: std::time::SystemTime::now(),
+                    interrupted: false,
+                    timeline: Vec::new(),
+                };
+                let _ = framed.send(&Message::Done {
+                    step,
+                    part: Box::new(part),
+                });
+            }
+            Message::Bye => break,
+            _ => {}
+        }
+    }
+    thread_cpu_ns()
+}
+
+#[test]
+fn a_thousand_agents_share_one_plan_with_small_messages() {
+    const AGENTS: usize = 1000;
+    meshbench_net::socket::raise_nofile_limit();
+    let listener = TcpListener::bind("127.0.0.1:0").expect("a loopback port");
+    let addr = listener.local_addr().expect("bound");
+    let agents: Vec<_> = (0..AGENTS)
+        .map(|i| {
+            std::thread::Builder::new()
+                .stack_size(256 * 1024)
+                .spawn(move || control_only_agent(addr, format!("sim-{i}")))
+                .expect("a thread")
+        })
+        .collect();
+    let gathered = Instant::now();
+    let mut fleet = Fleet::gather(
+        Reach::Listen {
+            listener,
+            agents: AGENTS,
+            wait: Duration::from_secs(120),
+        },
+        token(),
+        None,
+    )
+    .expect("every agent joins");
+    let gather_secs = gathered.elapsed().as_secs_f64();
+    let mut options = LoadOptions::new(TargetSource::Url("http://127.0.0.1:9/".into()));
+    options.connections = 4 * AGENTS;
+    options.rate_rps = Some(100_000.0);
+    options.stop = meshbench_engine::StopAt::Duration(Duration::from_secs(2));
+    let spec = options.resolve().expect("valid options");
+    let cpu_before = process_usage().0;
+    let started = Instant::now();
+    let result = fleet
+        .measure(&options, &spec, &Stop::new(), |_| {})
+        .expect("a step");
+    let step_secs = started.elapsed().as_secs_f64();
+    let cpu_step = process_usage().0 - cpu_before;
+    let largest = fleet.largest_message();
+    drop(fleet);
+    let agent_cpu: u64 = agents
+        .into_iter()
+        .map(|h| h.join().expect("agent thread"))
+        .sum();
+
+    let a = result.agents.as_ref().expect("an agents section");
+    assert_eq!(a.agents.len(), AGENTS);
+    assert!(a.agents.iter().all(|p| p.lost.is_none()), "no agent lost");
+    assert_eq!(
+        result.requests.total,
+        20 * AGENTS as u64,
+        "every second merged once"
+    );
+    assert_eq!(
+        result.timeline.iter().map(|p| p.requests).sum::<u64>(),
+        20 * AGENTS as u64
+    );
+    let mut segments: Vec<u64> = a.agents.iter().map(|p| p.segment).collect();
+    segments.sort_unstable();
+    assert_eq!(
+        segments,
+        (0..AGENTS as u64).collect::<Vec<_>>(),
+        "each segment once"
+    );
+    assert!(a.agents.iter().all(|p| p.connections == 4));
+    // The plan's largest control message (Prepare: options and a segment) stays small.
+    assert!(largest < 4096, "largest control message {largest} bytes");
+    // What the coordinator itself spent: the process less the simulated agents' threads.
+    let coordinator_cpu = (cpu_step - agent_cpu as f64 / 1e9).max(0.0);
+    let per_agent_share = coordinator_cpu / step_secs / AGENTS as f64;
+    eprintln!(
+        "1000 agents: gathered in {gather_secs:.2} s; step {step_secs:.2} s; largest message \
+         {largest} B; coordinator {coordinator_cpu:.2} CPU-s = {:.4} % of a core per agent",
+        per_agent_share * 100.0
+    );
+    assert!(
+        per_agent_share < 0.01,
+        "coordinator CPU per agent {per_agent_share}"
+    );
+}
