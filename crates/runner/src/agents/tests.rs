@@ -30,11 +30,7 @@ fn control_only_agent(coordinator: SocketAddr, name: String) -> u64 {
         Duration::from_secs(60),
     )
     .expect("same token and version");
-    loop {
-        let msg = match framed.recv(Duration::from_secs(30)) {
-            Ok(Some(m)) => m,
-            Ok(None) | Err(_) => break,
-        };
+    while let Ok(Some(msg)) = framed.recv(Duration::from_secs(30)) {
         match msg {
             Message::Ping { id } => {
                 let _ = framed.send(&Message::Pong {
