@@ -695,7 +695,8 @@ fn merge(
             start_monotonic_ns: start,
             first_send_late_ns: None,
             wall_start,
-            interrupted: true,
+            // Lost, not stopped: the warning below says so.
+            interrupted: false,
             timeline: Vec::new(),
         });
         any_lost |= s.lost.is_some();
