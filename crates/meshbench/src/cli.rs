@@ -48,6 +48,9 @@ pub enum Command {
     /// Send load for a coordinator (`run`/`experiment --agents`): listen for it, or dial it; the
     /// shared token comes from --token-file or MESHBENCH_AGENT_TOKEN.
     Agent(AgentArgs),
+    /// Kubernetes as the engine: agents as an Indexed Job, coordinated from here.
+    #[command(subcommand)]
+    K8s(K8sCommand),
 }
 
 /// `meshbench agent`.
@@ -298,6 +301,85 @@ pub enum GenCommand {
     /// schedule lag, CPU and memory per role, per step, from the series of --metrics-listen
     /// and --prometheus-remote-write.
     Grafana(GrafanaArgs),
+    /// The Kubernetes objects of a run from agents: a Secret (token), a ConfigMap (the
+    /// experiment), a headless Service and an Indexed Job of N agents that dial --coordinator.
+    K8s(K8sGenArgs),
+}
+
+/// What the Kubernetes objects are made of (`gen k8s`, `k8s run`).
+#[derive(Debug, Args)]
+pub struct K8sPlanFlags {
+    /// The experiment file (YAML; see docs/experiment.md), put in the ConfigMap.
+    pub file: PathBuf,
+    /// Agent pods.
+    #[arg(long, value_name = "N")]
+    pub agents: u32,
+    /// The agent image (deploy/Containerfile builds one).
+    #[arg(long, value_name = "IMAGE")]
+    pub image: String,
+    /// Prefix of every object's name.
+    #[arg(long, default_value = "meshbench")]
+    pub name: String,
+    #[arg(long, default_value = "default")]
+    pub namespace: String,
+    /// CPU of each agent (requests = limits), e.g. 2 or 500m.
+    #[arg(long, value_name = "QUANTITY")]
+    pub cpu: Option<String>,
+    /// Memory of each agent (requests = limits), e.g. 1Gi.
+    #[arg(long, value_name = "QUANTITY")]
+    pub memory: Option<String>,
+    /// A pod sysctl, e.g. --sysctl 'net.ipv4.ip_local_port_range=1024 65535'; repeatable.
+    #[arg(long = "sysctl", value_name = "KEY=VALUE")]
+    pub sysctls: Vec<String>,
+    /// How agents spread over nodes: preferred (one per node if it can), required, none.
+    #[arg(long, value_name = "HOW", default_value = "preferred")]
+    pub anti_affinity: String,
+    /// Read the shared token from this file (else MESHBENCH_AGENT_TOKEN, else a new one).
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct K8sGenArgs {
+    #[command(flatten)]
+    pub plan: K8sPlanFlags,
+    /// HOST:PORT the agents dial (where `meshbench experiment --agents N` listens).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub coordinator: String,
+    /// Where to write the YAML (stdout without it).
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+}
+
+/// `meshbench k8s ...`.
+#[derive(Debug, Subcommand)]
+pub enum K8sCommand {
+    /// Apply the objects, wait for the agent pods, run the experiment from them, delete all.
+    Run(K8sRunArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct K8sRunArgs {
+    #[command(flatten)]
+    pub plan: K8sPlanFlags,
+    /// Where this coordinator listens for its agents.
+    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:7700")]
+    pub listen: String,
+    /// HOST:PORT the agents dial (default: this machine's address towards the API server and
+    /// the --listen port).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub advertise: Option<String>,
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// How long the agent pods may take to be ready (and then to dial in), e.g. 2m.
+    #[arg(long, value_name = "DURATION", default_value = "2m")]
+    pub ready_timeout: String,
+    /// The results store (SQLite).
+    #[arg(long, value_name = "FILE")]
+    pub store: Option<PathBuf>,
+    /// Leave the objects in the cluster afterwards.
+    #[arg(long)]
+    pub keep: bool,
 }
 
 #[derive(Debug, Args)]

@@ -33,7 +33,14 @@ pub fn execute(args: DemoArgs) -> Result<u8> {
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("cannot create {}", args.out.display()))?;
     let store_path = args.out.join("results.db");
-    let (done, code) = super::experiment::run(&e, &store_path, args.quiet, None, None)?;
+    let (done, code) = super::experiment::run(
+        &e,
+        &store_path,
+        args.quiet,
+        None,
+        None,
+        &super::signals::Signals::install()?,
+    )?;
     let store = meshbench_store::Store::open(&store_path)?;
     let h = super::answers::headline(&store, done.id)?;
     out!("\n{}", meshbench_report::answers::headline_text(&h));

@@ -34,7 +34,8 @@ pub fn execute(args: ExperimentArgs) -> Result<u8> {
         .unwrap_or_else(meshbench_store::default_path);
     let faces = super::live::Faces::start(&args.live)?;
     let fleet = super::agents::gather(&args.agents, e.agents.as_ref())?;
-    let (done, code) = run(&e, &store_path, args.quiet, faces.as_ref(), fleet)?;
+    let signals = Signals::install()?;
+    let (done, code) = run(&e, &store_path, args.quiet, faces.as_ref(), fleet, &signals)?;
     let linger = faces.map(|faces| {
         let report = if faces.has_web() {
             live_report(&store_path, done.id)
@@ -102,8 +103,8 @@ pub fn run(
     quiet: bool,
     faces: Option<&Faces>,
     fleet: Option<Fleet>,
+    signals: &Signals,
 ) -> Result<(Finished, u8)> {
-    let signals = Signals::install()?;
     let mut progress = Progress::new(quiet, &e.name, store_path);
     progress.faces = faces;
     let done = meshbench_runner::run_experiment(
@@ -113,7 +114,7 @@ pub fn run(
         signals.stop.clone(),
         &mut progress,
     )?;
-    let code = exit_code(&signals, &done);
+    let code = exit_code(signals, &done);
     print_finished(&done);
     Ok((done, code))
 }

@@ -8,6 +8,7 @@ pub mod capacity;
 pub mod demo;
 pub mod experiment;
 pub mod gen;
+pub mod k8s;
 mod live;
 pub mod report;
 pub mod results;
@@ -26,6 +27,8 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
         Command::Gen(crate::cli::GenCommand::Gateway(args)) => gen::gateway(args),
         Command::Gen(crate::cli::GenCommand::Certs(args)) => gen::certs(args),
         Command::Gen(crate::cli::GenCommand::Grafana(args)) => gen::grafana(args),
+        Command::Gen(crate::cli::GenCommand::K8s(args)) => k8s::gen(args),
+        Command::K8s(crate::cli::K8sCommand::Run(args)) => k8s::run(args),
         Command::Experiment(args) => experiment::execute(args),
         Command::Results(c) => results::execute(c),
         Command::Compare(args) => answers::compare(args),

@@ -124,7 +124,7 @@ pub fn free_addr() -> SocketAddr {
 }
 
 /// A fresh directory under the system's temporary directory.
-fn scratch_dir(name: &str) -> PathBuf {
+pub fn scratch_dir(name: &str) -> PathBuf {
     static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let dir = std::env::temp_dir().join(format!(
         "meshbench-test-role-{}-{}-{name}",

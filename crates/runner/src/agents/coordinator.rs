@@ -54,12 +54,14 @@ pub enum Reach {
 /// Why a fleet could not be gathered or a step not driven at all.
 #[derive(Debug, Error)]
 pub enum FleetError {
-    #[error("only {joined} of {wanted} agents joined within {waited:?} (listening on {listen}); start the rest with `meshbench agent --coordinator {listen}`, or ask for fewer with --agents")]
+    #[error("only {joined} of {wanted} agents joined within {waited:?} (listening on {listen}); start the rest with `meshbench agent --coordinator {listen}`, or ask for fewer with --agents{turned_away}")]
     TooFew {
         joined: usize,
         wanted: usize,
         waited: Duration,
         listen: String,
+        /// Why connections were turned away meanwhile (`; turned away ...`), if any were.
+        turned_away: String,
     },
     #[error("agent {addr}: {why}")]
     Dial { addr: String, why: String },
@@ -178,12 +180,18 @@ impl Fleet {
                     match joiners.recv_timeout(left.min(Duration::from_millis(200))) {
                         Ok(j) => fleet.add(j.framed, j.hello, None),
                         Err(_) if left.is_zero() => {
+                            let turned_away: String = fleet
+                                .take_notes()
+                                .iter()
+                                .map(|n| format!("; {n}"))
+                                .collect();
                             return Err(FleetError::TooFew {
                                 joined: fleet.members.len(),
                                 wanted: agents,
                                 waited: wait,
                                 listen,
-                            })
+                                turned_away,
+                            });
                         }
                         Err(_) => {}
                     }

@@ -1,0 +1,517 @@
+//! `meshbench k8s run` against a real Kubernetes control plane: etcd, kube-apiserver and
+//! kube-controller-manager (built by scripts/install-k8s.sh from k8s.io/kubernetes v1.34.2),
+//! on loopback. There is no scheduler and no kubelet: the test plays the node. It starts each
+//! agent pod's container command as a local process (the image's `/meshbench` is this build's
+//! binary; the token resolved from the Secret the pod names, `$(POD_NAME)` expanded), reports
+//! the pod Running and Ready, and Succeeded or Failed when the process exits, so the Job
+//! controller sees its pods end. Everything else (server-side apply and validation, the Indexed
+//! Job's pods and completion indexes, the coordinator, the deletes) is the real thing.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{bin, free_addr, stderr};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+use serde_json::json;
+
+const TOKEN: &str = "k8s-test-token-0123456789abcdef";
+const API_TOKEN: &str = "meshbench-test-admin-token";
+
+fn k8s_bin() -> PathBuf {
+    PathBuf::from(
+        std::env::var("K8S_BIN").unwrap_or_else(|_| "/var/cache/meshbench/k8s/v1.34.2/bin".into()),
+    )
+}
+
+/// etcd, kube-apiserver and kube-controller-manager on loopback, killed when dropped.
+struct ControlPlane {
+    dir: PathBuf,
+    procs: Vec<Child>,
+    kubeconfig: PathBuf,
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        for p in self.procs.iter_mut().rev() {
+            let _ = p.kill();
+            let _ = p.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn spawn_logged(dir: &Path, name: &str, program: &Path, args: &[String]) -> Child {
+    let log = std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();
+    Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap_or_else(|e| panic!("{}: {e}; run scripts/install-k8s.sh", program.display()))
+}
+
+impl ControlPlane {
+    fn start() -> ControlPlane {
+        let bins = k8s_bin();
+        assert!(
+            bins.join("kube-apiserver").exists(),
+            "no kube-apiserver in {}: run scripts/install-k8s.sh",
+            bins.display()
+        );
+        let dir = std::env::temp_dir().join(format!("meshbench-k8s-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut cp = ControlPlane {
+            dir: dir.clone(),
+            procs: Vec::new(),
+            kubeconfig: dir.join("kubeconfig"),
+        };
+        let (client, peer, api) = (free_addr().port(), free_addr().port(), free_addr().port());
+        cp.procs.push(spawn_logged(
+            &dir,
+            "etcd",
+            Path::new("etcd"),
+            &[
+                format!("--data-dir={}", dir.join("etcd").display()),
+                format!("--listen-client-urls=http://127.0.0.1:{client}"),
+                format!("--advertise-client-urls=http://127.0.0.1:{client}"),
+                format!("--listen-peer-urls=http://127.0.0.1:{peer}"),
+                format!("--initial-advertise-peer-urls=http://127.0.0.1:{peer}"),
+                format!("--initial-cluster=default=http://127.0.0.1:{peer}"),
+            ],
+        ));
+        let key = dir.join("sa.key");
+        let ok = Command::new("openssl")
+            .args(["genrsa", "-out"])
+            .arg(&key)
+            .arg("2048")
+            .stderr(Stdio::null())
+            .status()
+            .expect("openssl");
+        assert!(ok.success());
+        std::fs::write(
+            dir.join("tokens.csv"),
+            format!("{API_TOKEN},admin,admin,system:masters\n"),
+        )
+        .unwrap();
+        cp.procs.push(spawn_logged(
+            &dir,
+            "kube-apiserver",
+            &bins.join("kube-apiserver"),
+            &[
+                format!("--etcd-servers=http://127.0.0.1:{client}"),
+                "--bind-address=127.0.0.1".into(),
+                "--advertise-address=127.0.0.1".into(),
+                format!("--secure-port={api}"),
+                format!("--cert-dir={}", dir.join("certs").display()),
+                format!("--token-auth-file={}", dir.join("tokens.csv").display()),
+                "--authorization-mode=AlwaysAllow".into(),
+                "--service-account-issuer=https://kubernetes.default.svc".into(),
+                format!("--service-account-key-file={}", key.display()),
+                format!("--service-account-signing-key-file={}", key.display()),
+                "--service-cluster-ip-range=10.96.0.0/16".into(),
+                "--disable-admission-plugins=ServiceAccount".into(),
+            ],
+        ));
+        std::fs::write(
+            &cp.kubeconfig,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: https://127.0.0.1:{api}\n    insecure-skip-tls-verify: true\nusers:\n- name: admin\n  user:\n    token: {API_TOKEN}\ncontexts:\n- name: test\n  context: {{cluster: test, user: admin}}\ncurrent-context: test\n"
+            ),
+        )
+        .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            let ready = Command::new("curl")
+                .args(["-skf", "-m", "2", "-H"])
+                .arg(format!("Authorization: Bearer {API_TOKEN}"))
+                .arg(format!("https://127.0.0.1:{api}/readyz"))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if ready {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "kube-apiserver not ready: {}",
+                std::fs::read_to_string(dir.join("kube-apiserver.log")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        cp.procs.push(spawn_logged(
+            &dir,
+            "kube-controller-manager",
+            &bins.join("kube-controller-manager"),
+            &[
+                format!("--kubeconfig={}", cp.kubeconfig.display()),
+                "--controllers=job-controller,garbage-collector-controller".into(),
+                "--leader-elect=false".into(),
+                "--secure-port=0".into(),
+                "--use-service-account-credentials=false".into(),
+            ],
+        ));
+        cp
+    }
+
+    fn client(&self, rt: &tokio::runtime::Runtime) -> Client {
+        rt.block_on(async {
+            let kc = Kubeconfig::read_from(&self.kubeconfig).unwrap();
+            let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+                .await
+                .unwrap();
+            Client::try_from(config).unwrap()
+        })
+    }
+}
+
+/// Plays the node for the pods of `namespace`: starts each one's agent as a local process,
+/// reports it Running and Ready, then Succeeded or Failed with the process. Pods named in
+/// `refuse` are left Pending, as a full cluster would.
+struct Node {
+    quit: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<Vec<String>>>,
+}
+
+impl Node {
+    fn play(client: Client, namespace: &str, refuse: Vec<u32>) -> Node {
+        let quit = Arc::new(AtomicBool::new(false));
+        let q = quit.clone();
+        let ns = namespace.to_string();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+            let secrets: Api<Secret> = Api::namespaced(client, &ns);
+            let mut running: BTreeMap<String, Child> = BTreeMap::new();
+            let mut seen = Vec::new();
+            let logs = Arc::new(Mutex::new(Vec::new()));
+            while !q.load(Ordering::Relaxed) {
+                let list = rt
+                    .block_on(pods.list(&ListParams::default()))
+                    .map(|l| l.items);
+                for pod in list.unwrap_or_default() {
+                    let name = pod.metadata.name.clone().unwrap_or_default();
+                    if seen.contains(&name) {
+                        continue;
+                    }
+                    let index: Option<u32> = pod
+                        .metadata
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.get("batch.kubernetes.io/job-completion-index"))
+                        .and_then(|i| i.parse().ok());
+                    if index.is_some_and(|i| refuse.contains(&i)) {
+                        continue;
+                    }
+                    seen.push(name.clone());
+                    let child = start_container(&rt, &pod, &secrets);
+                    let ready = json!({"status": {"phase": "Running", "podIP": "127.0.0.1",
+                        "conditions": [{"type": "Ready", "status": "True"}]}});
+                    rt.block_on(pods.patch_status(
+                        &name,
+                        &PatchParams::default(),
+                        &Patch::Merge(&ready),
+                    ))
+                    .expect("the pod's status is writable");
+                    running.insert(name, child);
+                }
+                let ended: Vec<String> = running
+                    .iter_mut()
+                    .filter_map(|(n, c)| c.try_wait().ok().flatten().map(|_| n.clone()))
+                    .collect();
+                for name in ended {
+                    let mut child = running.remove(&name).unwrap();
+                    let code = child.wait().unwrap().code().unwrap_or(137);
+                    let mut err = String::new();
+                    if let Some(mut e) = child.stderr.take() {
+                        let _ = std::io::Read::read_to_string(&mut e, &mut err);
+                    }
+                    logs.lock()
+                        .unwrap()
+                        .push(format!("{name} exit {code}: {err}"));
+                    let phase = if code == 0 { "Succeeded" } else { "Failed" };
+                    let done = json!({"status": {"phase": phase, "conditions": [{"type": "Ready", "status": "False"}],
+                        "containerStatuses": [{"name": "agent", "image": "meshbench", "imageID": "", "ready": false, "restartCount": 0,
+                            "state": {"terminated": {"exitCode": code, "reason": phase}}}]}});
+                    let _ = rt.block_on(pods.patch_status(
+                        &name,
+                        &PatchParams::default(),
+                        &Patch::Merge(&done),
+                    ));
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            for (_, mut c) in running {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+            let logs = logs.lock().unwrap().clone();
+            logs
+        });
+        Node {
+            quit,
+            thread: Some(thread),
+        }
+    }
+
+    fn stop(mut self) -> Vec<String> {
+        self.quit.store(true, Ordering::Relaxed);
+        self.thread.take().unwrap().join().unwrap()
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.quit.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The pod's container as a local process: `/meshbench` is this build, env resolved.
+fn start_container(rt: &tokio::runtime::Runtime, pod: &Pod, secrets: &Api<Secret>) -> Child {
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    let spec = pod.spec.as_ref().expect("a pod spec");
+    let c = &spec.containers[0];
+    assert_eq!(c.command.as_deref(), Some(&["/meshbench".to_string()][..]));
+    let mut env = BTreeMap::new();
+    for e in c.env.iter().flatten() {
+        let value = match (&e.value, &e.value_from) {
+            (Some(v), _) => v.clone(),
+            (None, Some(from)) => {
+                if let Some(s) = &from.secret_key_ref {
+                    let secret = rt
+                        .block_on(secrets.get(&s.name))
+                        .expect("the Secret exists");
+                    let bytes = secret.data.unwrap()[&s.key].0.clone();
+                    String::from_utf8(bytes).unwrap()
+                } else if from
+                    .field_ref
+                    .as_ref()
+                    .is_some_and(|f| f.field_path == "metadata.name")
+                {
+                    name.clone()
+                } else {
+                    panic!("an env source the test node does not know: {from:?}")
+                }
+            }
+            (None, None) => String::new(),
+        };
+        env.insert(e.name.clone(), value);
+    }
+    let args: Vec<String> = c
+        .args
+        .iter()
+        .flatten()
+        .map(|a| {
+            env.iter()
+                .fold(a.clone(), |a, (k, v)| a.replace(&format!("$({k})"), v))
+        })
+        .collect();
+    Command::new(bin())
+        .args(&args)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .envs(&env)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the agent starts")
+}
+
+fn experiment(dir: &Path) -> PathBuf {
+    let file = dir.join("k8s-experiment.yaml");
+    std::fs::write(
+        &file,
+        "name: k8s-agents\ntopologies: [baseline]\nduration_secs: 2\nwarmup_secs: 0.5\ncooldown_secs: 0\nload:\n  qps: [400]\n  connections: [4]\n",
+    )
+    .unwrap();
+    file
+}
+
+fn k8s_run(
+    cp: &ControlPlane,
+    file: &Path,
+    store: &Path,
+    agents: &str,
+    extra: &[&str],
+) -> std::process::Output {
+    let listen = format!("127.0.0.1:{}", free_addr().port());
+    let mut cmd = Command::new(bin());
+    cmd.args(["k8s", "run"])
+        .arg(file)
+        .args([
+            "--agents",
+            agents,
+            "--image",
+            "meshbench:test",
+            "--namespace",
+            "load",
+            "--name",
+            "itest",
+        ])
+        .args(["--listen", &listen, "--kubeconfig"])
+        .arg(&cp.kubeconfig)
+        .arg("--store")
+        .arg(store)
+        .args(extra)
+        .env("MESHBENCH_AGENT_TOKEN", TOKEN)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    common::wait_with_limit(&mut cmd.spawn().unwrap(), Duration::from_secs(180))
+}
+
+fn all_gone(rt: &tokio::runtime::Runtime, client: &Client) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let left = rt.block_on(async {
+            let ns = "load";
+            let pods = Api::<Pod>::namespaced(client.clone(), ns)
+                .list(&ListParams::default().labels("app.kubernetes.io/instance=itest"))
+                .await
+                .unwrap()
+                .items
+                .len();
+            let job = Api::<Job>::namespaced(client.clone(), ns)
+                .get_opt("itest-agents")
+                .await
+                .unwrap()
+                .is_some();
+            let svc = Api::<Service>::namespaced(client.clone(), ns)
+                .get_opt("itest-agents")
+                .await
+                .unwrap()
+                .is_some();
+            let cm = Api::<ConfigMap>::namespaced(client.clone(), ns)
+                .get_opt("itest-experiment")
+                .await
+                .unwrap()
+                .is_some();
+            let secret = Api::<Secret>::namespaced(client.clone(), ns)
+                .get_opt("itest-token")
+                .await
+                .unwrap()
+                .is_some();
+            (pods, job, svc, cm, secret)
+        });
+        if left == (0, false, false, false, false) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "left in the cluster: {left:?}");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+#[test]
+fn k8s_run_applies_waits_coordinates_collects_and_deletes() {
+    let cp = ControlPlane::start();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let client = cp.client(&rt);
+    let dir = common::scratch_dir("k8s");
+    let file = experiment(&dir);
+    let store = dir.join("results.db");
+
+    // `gen k8s` renders what `k8s run` applies; every object parses back into its type.
+    let out = common::meshbench(
+        &[
+            "gen",
+            "k8s",
+            file.to_str().unwrap(),
+            "--agents",
+            "2",
+            "--image",
+            "meshbench:test",
+            "--coordinator",
+            "10.0.0.1:7700",
+            "--cpu",
+            "1",
+            "--memory",
+            "256Mi",
+            "--sysctl",
+            "net.ipv4.ip_local_port_range=1024 65535",
+        ],
+        Duration::from_secs(20),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let yaml = String::from_utf8_lossy(&out.stdout).to_string();
+    let docs: Vec<&str> = yaml.split("---\n").collect();
+    assert_eq!(docs.len(), 4, "{yaml}");
+    let _: Secret = serde_yaml_ng::from_str(docs[0]).unwrap();
+    let _: ConfigMap = serde_yaml_ng::from_str(docs[1]).unwrap();
+    let _: Service = serde_yaml_ng::from_str(docs[2]).unwrap();
+    let job: Job = serde_yaml_ng::from_str(docs[3]).unwrap();
+    assert_eq!(
+        job.spec.unwrap().completion_mode.as_deref(),
+        Some("Indexed")
+    );
+
+    let node = Node::play(client.clone(), "load", Vec::new());
+    let out = k8s_run(&cp, &file, &store, "2", &["--ready-timeout", "60s"]);
+    let logs = node.stop();
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}\nnode: {logs:?}");
+    assert!(err.contains("2 of 2 agent pod(s) ready"), "{err}");
+    assert!(
+        err.contains("itest-agents-0") && err.contains("itest-agents-1"),
+        "pods of both indexes: {err}"
+    );
+    assert!(err.contains("deleted the Job"), "{err}");
+    assert_eq!(logs.len(), 2, "both agents ended: {logs:?}");
+    assert!(
+        logs.iter().all(|l| l.contains("exit 0")),
+        "agents end with their session: {logs:?}"
+    );
+    // The step was driven by the two agents and stored.
+    let shown = common::meshbench(
+        &[
+            "results",
+            "export",
+            "latest",
+            "--format",
+            "json",
+            "--store",
+            store.to_str().unwrap(),
+        ],
+        Duration::from_secs(20),
+    );
+    let export: serde_json::Value = serde_json::from_slice(&shown.stdout).expect("JSON export");
+    let text = export.to_string();
+    assert!(
+        text.contains("\"agents\"") && text.contains("itest-agents-0"),
+        "{text:.2000}"
+    );
+    all_gone(&rt, &client);
+
+    // Not enough pods become ready: one line naming the pod left Pending, and nothing left.
+    let node = Node::play(client.clone(), "load", vec![1]);
+    let out = k8s_run(&cp, &file, &store, "2", &["--ready-timeout", "5s"]);
+    node.stop();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("only 1 of 2 agent pods were ready") && err.contains("Pending"),
+        "{err}"
+    );
+    all_gone(&rt, &client);
+}
