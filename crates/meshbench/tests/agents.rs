@@ -223,7 +223,7 @@ fn three_agents_divide_the_plan_merge_exactly_and_start_together() {
         assert_eq!(segments, [0, 1, 2]);
         for p in parts {
             let n = p["requests"].as_u64().unwrap() as f64;
-            let bound = if arrival == "uniform" { 3.0 } else { 300.0 };
+            let bound = if arrival == "uniform" { 30.0 } else { 300.0 };
             assert!(
                 (n - 3000.0).abs() <= bound,
                 "{arrival}: agent share {n} of 9000"
