@@ -666,3 +666,85 @@ fn bad_agent_input_is_one_line_and_exit_2() {
     }
     let _ = meshbench;
 }
+
+#[test]
+fn mutual_tls_on_the_control_connection() {
+    let dir = common::scratch_dir("agents-tls");
+    let out = meshbench(
+        &["gen", "certs", "--out", dir.to_str().unwrap()],
+        Duration::from_secs(20),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let pem = |f: &str| dir.join(f).to_str().unwrap().to_string();
+    let backend = common::BackendProc::start(&[]);
+    let port = free_addr().port();
+    let listen = format!("127.0.0.1:{port}");
+    let json = common::temp_json("agents-tls");
+    // The coordinator accepts, so it is the TLS server; the agent presents a client certificate.
+    let run = coordinator(&[
+        "run",
+        &backend.url("/"),
+        "-d",
+        "1",
+        "-c",
+        "2",
+        "--agents",
+        "1",
+        "--agents-listen",
+        &listen,
+        "--agents-wait",
+        "20s",
+        "-q",
+        "--json",
+        json.to_str().unwrap(),
+        "--agent-tls-cert",
+        &pem("server.pem"),
+        "--agent-tls-key",
+        &pem("server-key.pem"),
+        "--agent-tls-ca",
+        &pem("ca.pem"),
+    ]);
+    // An agent without TLS cannot join; it gives up after its patience.
+    let mut plain = Command::new(bin())
+        .args(["agent", "--coordinator", &listen, "--patience", "2s"])
+        .env("MESHBENCH_AGENT_TOKEN", TOKEN)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let plain_out = common::wait_with_limit(&mut plain, Duration::from_secs(20));
+    assert_eq!(plain_out.status.code(), Some(1), "{}", stderr(&plain_out));
+    let mut agent = Command::new(bin())
+        .args(["agent", "--coordinator", &listen, "--name", "tls"])
+        .args([
+            "--agent-tls-cert",
+            &pem("client.pem"),
+            "--agent-tls-key",
+            &pem("client-key.pem"),
+        ])
+        .args(["--agent-tls-ca", &pem("ca.pem")])
+        .env("MESHBENCH_AGENT_TOKEN", TOKEN)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (out, _) = finish(run, Duration::from_secs(60));
+    let agent_out = common::wait_with_limit(&mut agent, Duration::from_secs(20));
+    assert!(
+        out.status.success(),
+        "{}\nagent: {}",
+        stderr(&out),
+        stderr(&agent_out)
+    );
+    assert_eq!(
+        agent_out.status.code(),
+        Some(0),
+        "the session ended: {}",
+        stderr(&agent_out)
+    );
+    let r = read_json(&json);
+    assert_eq!(r["agents"]["agents"][0]["name"], "tls");
+    assert!(u(&r, "/requests/total") > 0);
+}

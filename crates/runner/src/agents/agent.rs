@@ -385,7 +385,7 @@ fn session(framed: &mut Framed, shutdown: &Stop, report: &(dyn Fn(AgentEvent) + 
                             step,
                             segment: format!("{} of {}", segment.index, segment.count),
                         });
-                        run = Some(start_step(step, spec, out_tx.clone(), report));
+                        run = Some(start_step(step, spec, out_tx.clone()));
                     }
                 }
             }
@@ -441,12 +441,9 @@ fn flush(
     Ok(())
 }
 
-fn start_step(
-    step: u32,
-    spec: meshbench_engine::LoadSpec,
-    out: Sender<Message>,
-    _report: &(dyn Fn(AgentEvent) + Sync),
-) -> Running {
+/// Drives `spec` on a thread of its own: `Ready` once connected, then the start it is given,
+/// each second as it completes, and `Done` (or `Failed`) at the end.
+fn start_step(step: u32, spec: meshbench_engine::LoadSpec, out: Sender<Message>) -> Running {
     let stop = Stop::new();
     let (start_tx, start_rx) = mpsc::channel::<u64>();
     let engine_stop = stop.clone();
