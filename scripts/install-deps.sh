@@ -28,6 +28,7 @@ command -v chromium >/dev/null 2>&1 || need+=(chromium)
 [ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need+=(fonts-dejavu-core)
 command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
 command -v prometheus-process-exporter >/dev/null 2>&1 || need+=(prometheus-process-exporter)
+command -v openssl >/dev/null 2>&1 || need+=(openssl)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}" >&2
   export DEBIAN_FRONTEND=noninteractive
@@ -39,3 +40,5 @@ scripts_dir="$(dirname "$0")"
   || echo "warning: no Python with pandas and matplotlib; tests/istio_plotter.rs will be skipped" >&2
 "$scripts_dir/install-web-test.sh" \
   || echo "warning: no npm packages for tests/web.rs and tests/grafana.rs; they will fail (run scripts/install-web-test.sh)" >&2
+# A Kubernetes control plane for tests/k8s.rs (built once from Go modules, then cached).
+"$scripts_dir/install-k8s.sh"

@@ -252,13 +252,18 @@ import socket, threading, time, sys
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 s.bind(("{}", {record_port})); s.listen(64)
 first = {{}}
+lock = threading.Lock()
 def serve(c, ip):
     while True:
         d = c.recv(65536)
         if not d: return
-        if ip not in first:
-            first[ip] = time.monotonic_ns()
-            print(ip, first[ip], flush=True)
+        t = time.monotonic_ns()
+        with lock:
+            if ip not in first:
+                first[ip] = t
+                # One write per line under the lock: threads' prints must not interleave.
+                sys.stdout.write(f"{{ip}} {{t}}\n")
+                sys.stdout.flush()
         c.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
 while True:
     c, a = s.accept()
