@@ -166,15 +166,21 @@ impl ControlPlane {
         cp
     }
 
+    /// A client that works while `rt` runs: kube's client serves its requests from a task on
+    /// the runtime it was made in, so every thread makes its own.
     fn client(&self, rt: &tokio::runtime::Runtime) -> Client {
-        rt.block_on(async {
-            let kc = Kubeconfig::read_from(&self.kubeconfig).unwrap();
-            let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-                .await
-                .unwrap();
-            Client::try_from(config).unwrap()
-        })
+        client(&self.kubeconfig, rt)
     }
+}
+
+fn client(kubeconfig: &Path, rt: &tokio::runtime::Runtime) -> Client {
+    rt.block_on(async {
+        let kc = Kubeconfig::read_from(kubeconfig).unwrap();
+        let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+            .await
+            .unwrap();
+        Client::try_from(config).unwrap()
+    })
 }
 
 /// Plays the node for the pods of `namespace`: starts each one's agent as a local process,
@@ -186,24 +192,39 @@ struct Node {
 }
 
 impl Node {
-    fn play(client: Client, namespace: &str, refuse: Vec<u32>) -> Node {
+    fn play(cp: &ControlPlane, namespace: &str, refuse: Vec<u32>) -> Node {
         let quit = Arc::new(AtomicBool::new(false));
         let q = quit.clone();
         let ns = namespace.to_string();
+        let kubeconfig = cp.kubeconfig.clone();
         let thread = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .unwrap();
+            let client = client(&kubeconfig, &rt);
             let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
             let secrets: Api<Secret> = Api::namespaced(client, &ns);
             let mut running: BTreeMap<String, Child> = BTreeMap::new();
             let mut seen = Vec::new();
             let logs = Arc::new(Mutex::new(Vec::new()));
-            while !q.load(Ordering::Relaxed) {
-                let list = rt
-                    .block_on(pods.list(&ListParams::default()))
-                    .map(|l| l.items);
+            // Once told to quit, the agents still running get a few seconds to end by
+            // themselves (they end with their session), as a kubelet's grace period.
+            let mut drain_until: Option<Instant> = None;
+            loop {
+                if q.load(Ordering::Relaxed) {
+                    let until =
+                        *drain_until.get_or_insert(Instant::now() + Duration::from_secs(10));
+                    if running.is_empty() || Instant::now() > until {
+                        break;
+                    }
+                }
+                let list = if drain_until.is_some() {
+                    Ok(Vec::new())
+                } else {
+                    rt.block_on(pods.list(&ListParams::default()))
+                        .map(|l| l.items)
+                };
                 for pod in list.unwrap_or_default() {
                     let name = pod.metadata.name.clone().unwrap_or_default();
                     if seen.contains(&name) {
@@ -254,11 +275,14 @@ impl Node {
                         &Patch::Merge(&done),
                     ));
                 }
-                std::thread::sleep(Duration::from_millis(200));
+                std::thread::sleep(Duration::from_millis(100));
             }
-            for (_, mut c) in running {
+            for (name, mut c) in running {
                 let _ = c.kill();
                 let _ = c.wait();
+                logs.lock()
+                    .unwrap()
+                    .push(format!("{name} killed: still running"));
             }
             let logs = logs.lock().unwrap().clone();
             logs
@@ -286,7 +310,6 @@ impl Drop for Node {
 
 /// The pod's container as a local process: `/meshbench` is this build, env resolved.
 fn start_container(rt: &tokio::runtime::Runtime, pod: &Pod, secrets: &Api<Secret>) -> Child {
-    let name = pod.metadata.name.clone().unwrap_or_default();
     let spec = pod.spec.as_ref().expect("a pod spec");
     let c = &spec.containers[0];
     assert_eq!(c.command.as_deref(), Some(&["/meshbench".to_string()][..]));
@@ -301,12 +324,8 @@ fn start_container(rt: &tokio::runtime::Runtime, pod: &Pod, secrets: &Api<Secret
                         .expect("the Secret exists");
                     let bytes = secret.data.unwrap()[&s.key].0.clone();
                     String::from_utf8(bytes).unwrap()
-                } else if from
-                    .field_ref
-                    .as_ref()
-                    .is_some_and(|f| f.field_path == "metadata.name")
-                {
-                    name.clone()
+                } else if let Some(f) = &from.field_ref {
+                    field(pod, &f.field_path)
                 } else {
                     panic!("an env source the test node does not know: {from:?}")
                 }
@@ -334,6 +353,23 @@ fn start_container(rt: &tokio::runtime::Runtime, pod: &Pod, secrets: &Api<Secret
         .stderr(Stdio::piped())
         .spawn()
         .expect("the agent starts")
+}
+
+/// A downward-API field of the pod, as the kubelet resolves it (the pod's IP is loopback here).
+fn field(pod: &Pod, path: &str) -> String {
+    let m = &pod.metadata;
+    let keyed = |prefix: &str, map: &Option<BTreeMap<String, String>>| {
+        let key = path.strip_prefix(prefix)?.strip_suffix("']")?;
+        map.as_ref()?.get(key).cloned()
+    };
+    match path {
+        "metadata.name" => m.name.clone().unwrap_or_default(),
+        "metadata.namespace" => m.namespace.clone().unwrap_or_default(),
+        "status.podIP" => "127.0.0.1".into(),
+        _ => keyed("metadata.labels['", &m.labels)
+            .or_else(|| keyed("metadata.annotations['", &m.annotations))
+            .unwrap_or_else(|| panic!("a field the test node does not know: {path}")),
+    }
 }
 
 fn experiment(dir: &Path) -> PathBuf {
@@ -466,10 +502,11 @@ fn k8s_run_applies_waits_coordinates_collects_and_deletes() {
         Some("Indexed")
     );
 
-    let node = Node::play(client.clone(), "load", Vec::new());
+    let node = Node::play(&cp, "load", Vec::new());
     let out = k8s_run(&cp, &file, &store, "2", &["--ready-timeout", "60s"]);
     let logs = node.stop();
     let err = stderr(&out);
+    eprintln!("meshbench k8s run said:\n{err}\nthe node saw: {logs:?}");
     assert!(out.status.success(), "{err}\nnode: {logs:?}");
     assert!(err.contains("2 of 2 agent pod(s) ready"), "{err}");
     assert!(
@@ -504,7 +541,7 @@ fn k8s_run_applies_waits_coordinates_collects_and_deletes() {
     all_gone(&rt, &client);
 
     // Not enough pods become ready: one line naming the pod left Pending, and nothing left.
-    let node = Node::play(client.clone(), "load", vec![1]);
+    let node = Node::play(&cp, "load", vec![1]);
     let out = k8s_run(&cp, &file, &store, "2", &["--ready-timeout", "5s"]);
     node.stop();
     let err = stderr(&out);

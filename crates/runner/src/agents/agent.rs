@@ -9,7 +9,7 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use meshbench_engine::Stop;
+use meshbench_engine::{Segment, Stop};
 use meshbench_net::clock::monotonic_ns;
 
 use super::auth::{handshake, Hello, Role, Token};
@@ -57,7 +57,7 @@ pub enum AgentEvent {
     },
     Step {
         step: u32,
-        segment: String,
+        segment: Segment,
     },
     StepEnded {
         step: u32,
@@ -86,7 +86,11 @@ impl fmt::Display for AgentEvent {
             }
             AgentEvent::Turned { peer, why } => write!(f, "turned away {peer}: {why}"),
             AgentEvent::Step { step, segment } => {
-                write!(f, "step {step}: driving segment {segment}")
+                let (i, n) = (segment.index, segment.count);
+                write!(
+                    f,
+                    "step {step}: driving arrivals {i}, {i}+{n}, {i}+2*{n}, ... of the plan"
+                )
             }
             AgentEvent::StepEnded { step, requests } => {
                 write!(f, "step {step}: done, {requests} requests")
@@ -381,10 +385,7 @@ fn session(framed: &mut Framed, shutdown: &Stop, report: &(dyn Fn(AgentEvent) + 
                     }
                     Ok(mut spec) => {
                         spec.segment = segment;
-                        report(AgentEvent::Step {
-                            step,
-                            segment: format!("{} of {}", segment.index, segment.count),
-                        });
+                        report(AgentEvent::Step { step, segment });
                         run = Some(start_step(step, spec, out_tx.clone()));
                     }
                 }
