@@ -3,19 +3,30 @@
 //! delay, status, echo; per request by query or `x-meshbench-*` header). The plain server stays
 //! the fast path for HTTP/1.1 without TLS; this one exists because a TLS and HTTP/2 stack is
 //! not something to write twice.
+//!
+//! A request with `content-type: application/grpc` is a gRPC call: fortio's ping
+//! (`fgrpc.PingServer/Ping`: the message echoed, its `delayNanos` waited out, its deadline
+//! kept) and the standard health check are answered, anything else is UNIMPLEMENTED. Injected
+//! statuses (`--status 503:1%`) become the gRPC code a client would read from them.
 
 use std::convert::Infallible;
 use std::io;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::thread::JoinHandle;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
-use hyper::body::Incoming;
+use http::HeaderMap;
+use http_body_util::{BodyExt, Limited};
+use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use meshbench_net::grpc::{self, Code, PingMessage};
 use meshbench_net::rng::SplitMix64;
+use prost::Message;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
 use rustls::{RootCertStore, ServerConfig};
@@ -152,10 +163,60 @@ struct Shared {
     rng: Mutex<SplitMix64>,
 }
 
+/// A response body: its bytes, then its trailers if it has any (a gRPC call's status).
+pub struct Reply {
+    data: Option<Bytes>,
+    trailers: Option<HeaderMap>,
+}
+
+impl Reply {
+    fn bytes(data: Bytes) -> Reply {
+        Reply {
+            data: Some(data),
+            trailers: None,
+        }
+    }
+
+    fn empty() -> Reply {
+        Reply::bytes(Bytes::new())
+    }
+}
+
+impl Body for Reply {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        let this = self.get_mut();
+        if let Some(data) = this.data.take().filter(|d| !d.is_empty()) {
+            return Poll::Ready(Some(Ok(Frame::data(data))));
+        }
+        Poll::Ready(this.trailers.take().map(|t| Ok(Frame::trailers(t))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.data.as_ref().is_none_or(Bytes::is_empty) && self.trailers.is_none()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(self.data.as_ref().map_or(0, |d| d.len() as u64))
+    }
+}
+
 async fn answer(
     shared: Arc<Shared>,
     req: Request<Incoming>,
-) -> Result<Response<Full<Bytes>>, Infallible> {
+) -> Result<Response<Reply>, Infallible> {
+    if req
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(grpc::CONTENT_TYPE.as_bytes()))
+    {
+        return Ok(answer_grpc(&shared, req).await);
+    }
     let mut opts = RequestOptions::default();
     if let Some(q) = req.uri().query() {
         opts.from_target(format!("?{q}").as_bytes());
@@ -180,8 +241,8 @@ async fn answer(
             Err(_) => {
                 return Ok(Response::builder()
                     .status(413)
-                    .body(Full::new(Bytes::new()))
-                    .unwrap_or_default())
+                    .body(Reply::empty())
+                    .expect("a valid response"))
             }
         }
     } else {
@@ -198,6 +259,102 @@ async fn answer(
     Ok(Response::builder()
         .status(status)
         .header("content-type", "application/octet-stream")
-        .body(Full::new(body))
-        .unwrap_or_default())
+        .body(Reply::bytes(body))
+        .expect("a valid response"))
+}
+
+/// A gRPC call: the ping, the health check, or UNIMPLEMENTED.
+async fn answer_grpc(shared: &Shared, req: Request<Incoming>) -> Response<Reply> {
+    let deadline = req
+        .headers()
+        .get("grpc-timeout")
+        .and_then(|v| grpc::parse_timeout(v.as_bytes()));
+    let path = req.uri().path().to_string();
+    crate::options::burn(shared.cfg.work);
+    let (injected, delay_ns) = {
+        let mut rng = shared.rng.lock().unwrap_or_else(|p| p.into_inner());
+        let status = shared.cfg.status.pick(&mut rng);
+        (status, shared.cfg.delay.sample_ns(&mut rng))
+    };
+    let body = match Limited::new(req.into_body(), grpc::MAX_MESSAGE + 5)
+        .collect()
+        .await
+    {
+        Ok(b) => b.to_bytes(),
+        Err(_) => return grpc_status(Code::RESOURCE_EXHAUSTED, "the message is over 4 MiB"),
+    };
+    let message = match grpc::unframe(&body) {
+        Ok(m) => m,
+        Err(e) => return grpc_status(Code::INTERNAL, &e.to_string()),
+    };
+    let reply = match path.as_str() {
+        grpc::PING_PATH => match PingMessage::decode(message) {
+            Ok(mut ping) => {
+                let delay = Duration::from_nanos(delay_ns.max(ping.delay_nanos.max(0) as u64));
+                if let Some(d) = deadline.filter(|&d| d < delay) {
+                    tokio::time::sleep(d).await;
+                    return grpc_status(
+                        Code::DEADLINE_EXCEEDED,
+                        "the ping's delay is past its deadline",
+                    );
+                }
+                if !delay.is_zero() {
+                    tokio::time::sleep(delay).await;
+                }
+                ping.ts = SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos() as i64);
+                grpc::frame(&ping)
+            }
+            Err(e) => return grpc_status(Code::INTERNAL, &format!("not a PingMessage: {e}")),
+        },
+        grpc::HEALTH_PATH => grpc::frame(&grpc::HealthCheckResponse { status: 1 }),
+        other => {
+            return grpc_status(
+                Code::UNIMPLEMENTED,
+                &format!(
+                    "{other}: this backend answers {} and {}",
+                    grpc::PING_PATH,
+                    grpc::HEALTH_PATH
+                ),
+            )
+        }
+    };
+    if injected != 200 {
+        return grpc_status(Code::from_http(injected), "injected by --status");
+    }
+    let mut trailers = HeaderMap::new();
+    trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+    Response::builder()
+        .status(200)
+        .header(http::header::CONTENT_TYPE, grpc::CONTENT_TYPE)
+        .body(Reply {
+            data: Some(Bytes::from(reply)),
+            trailers: Some(trailers),
+        })
+        .expect("a valid response")
+}
+
+/// A call that ends in its headers (gRPC's trailers-only response).
+fn grpc_status(code: Code, message: &str) -> Response<Reply> {
+    let mut b = Response::builder()
+        .status(200)
+        .header(http::header::CONTENT_TYPE, grpc::CONTENT_TYPE)
+        .header("grpc-status", code.number().to_string());
+    // grpc-message is percent-encoded; keep to what needs no encoding.
+    let clean: String = message
+        .chars()
+        .map(|c| {
+            if c.is_ascii_graphic() || c == ' ' {
+                c
+            } else {
+                '?'
+            }
+        })
+        .map(|c| if c == '%' { '?' } else { c })
+        .collect();
+    if let Ok(v) = http::HeaderValue::from_str(&clean) {
+        b = b.header("grpc-message", v);
+    }
+    b.body(Reply::empty()).expect("a valid response")
 }

@@ -2,7 +2,8 @@
 //! stream states; the loop polls it with a no-op waker whenever epoll reports the connection's
 //! socket ready. Nothing runs in the background, so every future here is polled again after
 //! each event on its connection: the connection first (it reads and writes frames), then the
-//! streams waiting for their responses.
+//! streams waiting for their responses. A gRPC call is an HTTP/2 stream whose outcome is the
+//! `grpc-status` of its trailers (or of its headers, in a trailers-only answer).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -11,9 +12,10 @@ use std::task::{Context, Poll, Waker};
 use bytes::Bytes;
 use h2::client::{Connection, ResponseFuture, SendRequest};
 use h2::RecvStream;
+use meshbench_net::grpc::Code;
 use meshbench_net::stream::Stream;
 
-use crate::recorder::ErrorKind;
+use crate::recorder::{ErrorKind, Status};
 
 type Handshake = Pin<
     Box<dyn Future<Output = Result<(SendRequest<Bytes>, Connection<Stream, Bytes>), h2::Error>>>,
@@ -26,6 +28,8 @@ pub struct H2Request {
     pub uri: http::Uri,
     pub headers: http::HeaderMap,
     pub body: Bytes,
+    /// A gRPC call: its outcome is its `grpc-status`, not its HTTP status.
+    pub grpc: bool,
 }
 
 /// An HTTP/2 client connection owned by the loop.
@@ -39,18 +43,31 @@ pub enum H2Conn {
 
 /// A stream in flight.
 pub enum H2Stream {
-    Head(ResponseFuture),
-    Body { status: u16, body: RecvStream },
+    Head {
+        response: ResponseFuture,
+        grpc: bool,
+    },
+    Body {
+        status: u16,
+        body: RecvStream,
+        grpc: bool,
+    },
 }
 
 /// What polling a stream gave.
 pub enum StreamPoll {
     Pending,
     /// The whole response has arrived.
-    Done {
-        status: u16,
-    },
+    Done(Status),
     Failed(ErrorKind, String),
+}
+
+/// A gRPC call's code from its `grpc-status`, or, when there is none, from the HTTP status.
+fn grpc_code(headers: Option<&http::HeaderMap>, status: u16) -> Code {
+    match headers.and_then(|h| h.get("grpc-status")) {
+        Some(v) => Code::parse(v.as_bytes()),
+        None => Code::from_http(status),
+    }
 }
 
 fn cx() -> Context<'static> {
@@ -122,7 +139,10 @@ impl H2Conn {
             body.send_data(req.body.clone(), true)
                 .map_err(|e| classify(&e))?;
         }
-        Ok(Some(H2Stream::Head(response)))
+        Ok(Some(H2Stream::Head {
+            response,
+            grpc: req.grpc,
+        }))
     }
 }
 
@@ -131,24 +151,49 @@ impl H2Stream {
         let mut cx = cx();
         loop {
             match self {
-                H2Stream::Head(response) => match Pin::new(&mut *response).poll(&mut cx) {
-                    Poll::Pending => return StreamPoll::Pending,
-                    Poll::Ready(Err(e)) => {
-                        let (kind, msg) = classify(&e);
-                        return StreamPoll::Failed(kind, msg);
-                    }
-                    Poll::Ready(Ok(resp)) => {
-                        let status = resp.status().as_u16();
-                        let body = resp.into_body();
-                        if body.is_end_stream() {
-                            return StreamPoll::Done { status };
+                H2Stream::Head { response, grpc } => {
+                    match Pin::new(&mut *response).poll(&mut cx) {
+                        Poll::Pending => return StreamPoll::Pending,
+                        Poll::Ready(Err(e)) => {
+                            let (kind, msg) = classify(&e);
+                            return StreamPoll::Failed(kind, msg);
                         }
-                        *self = H2Stream::Body { status, body };
+                        Poll::Ready(Ok(resp)) => {
+                            let status = resp.status().as_u16();
+                            let grpc = *grpc;
+                            if grpc && resp.headers().contains_key("grpc-status") {
+                                // Trailers-only: the call ended in its headers.
+                                let code = grpc_code(Some(resp.headers()), status);
+                                return StreamPoll::Done(Status::Grpc(code));
+                            }
+                            let body = resp.into_body();
+                            if body.is_end_stream() {
+                                return StreamPoll::Done(if grpc {
+                                    Status::Grpc(Code::from_http(status))
+                                } else {
+                                    Status::Http(status)
+                                });
+                            }
+                            *self = H2Stream::Body { status, body, grpc };
+                        }
                     }
-                },
-                H2Stream::Body { status, body } => match body.poll_data(&mut cx) {
+                }
+                H2Stream::Body { status, body, grpc } => match body.poll_data(&mut cx) {
                     Poll::Pending => return StreamPoll::Pending,
-                    Poll::Ready(None) => return StreamPoll::Done { status: *status },
+                    Poll::Ready(None) if !*grpc => return StreamPoll::Done(Status::Http(*status)),
+                    Poll::Ready(None) => {
+                        return match body.poll_trailers(&mut cx) {
+                            Poll::Pending => StreamPoll::Pending,
+                            Poll::Ready(Ok(trailers)) => StreamPoll::Done(Status::Grpc(grpc_code(
+                                trailers.as_ref(),
+                                *status,
+                            ))),
+                            Poll::Ready(Err(e)) => {
+                                let (kind, msg) = classify(&e);
+                                StreamPoll::Failed(kind, msg)
+                            }
+                        }
+                    }
                     Poll::Ready(Some(Ok(data))) => {
                         let _ = body.flow_control().release_capacity(data.len());
                     }

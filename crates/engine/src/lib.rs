@@ -43,7 +43,9 @@ mod stop;
 
 pub use h2conn::H2Request;
 pub use idle::IdleStrategy;
+pub use meshbench_net::grpc;
 pub use meshbench_net::http1::{closing_variant, encode_request};
+pub use recorder::Status;
 pub use result::RunResult;
 pub use run::{merge, run, run_part, Gathered, Live, Part, RunError, Seconds, WorkerFigures};
 pub use spec::{

@@ -13,6 +13,7 @@ use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
 use crate::histogram::{coarse_form, latency_form};
+use meshbench_net::grpc::Code;
 
 /// Largest value a histogram holds: 60 s in microseconds.
 pub const HIST_MAX_US: u64 = 60_000_000;
@@ -120,6 +121,30 @@ pub fn new_interval_histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, HIST_MAX_US, 2).expect("static histogram bounds are valid")
 }
 
+/// How a response ended: its HTTP status, or, for a gRPC call, its gRPC status (the HTTP
+/// status of a gRPC call is nearly always 200 and says nothing about the call).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    Http(u16),
+    Grpc(Code),
+}
+
+impl Status {
+    /// A failed request: an HTTP status of 400 or more (or out of range), a gRPC code not OK.
+    pub fn failed(self) -> bool {
+        match self {
+            Status::Http(s) => !(100..400).contains(&s),
+            Status::Grpc(c) => !c.is_ok(),
+        }
+    }
+}
+
+impl From<u16> for Status {
+    fn from(status: u16) -> Status {
+        Status::Http(status)
+    }
+}
+
 /// Finished requests counted by status code and by kind of failure: what the result and every
 /// second of the live stream count alike, merged by adding. In a message it is two sparse maps
 /// (code to count, error kind to count).
@@ -128,6 +153,8 @@ pub fn new_interval_histogram() -> Histogram<u64> {
 pub struct Counts {
     /// Responses per status code; index = code (codes outside 100..=599 land in 0).
     status: Vec<u64>,
+    /// gRPC calls per gRPC status code (index = code).
+    grpc: [u64; Code::COUNT],
     errors: [u64; ErrorKind::ALL.len()],
 }
 
@@ -135,6 +162,7 @@ impl Default for Counts {
     fn default() -> Self {
         Self {
             status: vec![0; 600],
+            grpc: [0; Code::COUNT],
             errors: [0; ErrorKind::ALL.len()],
         }
     }
@@ -143,13 +171,27 @@ impl Default for Counts {
 impl Counts {
     /// A complete response with this status.
     #[inline]
-    pub fn response(&mut self, status: u16) {
-        let idx = if (100..600).contains(&status) {
-            status as usize
-        } else {
-            0
-        };
-        self.status[idx] += 1;
+    pub fn response(&mut self, status: impl Into<Status>) {
+        match status.into() {
+            Status::Http(status) => {
+                let idx = if (100..600).contains(&status) {
+                    status as usize
+                } else {
+                    0
+                };
+                self.status[idx] += 1;
+            }
+            Status::Grpc(code) => self.grpc[code.number() as usize] += 1,
+        }
+    }
+
+    /// gRPC calls per gRPC status, by code; only codes seen.
+    pub fn grpc_codes(&self) -> impl Iterator<Item = (Code, u64)> + '_ {
+        self.grpc
+            .iter()
+            .enumerate()
+            .filter(|(_, &n)| n > 0)
+            .map(|(code, &n)| (Code::new(code as u32), n))
     }
 
     /// A failed request.
@@ -171,13 +213,24 @@ impl Counts {
         self.errors[kind as usize]
     }
 
-    /// Responses with a status of 400 or more (they count as failed requests).
-    pub fn http_errors(&self) -> u64 {
+    /// Responses that count as failed requests: an HTTP status of 400 or more, a gRPC status
+    /// other than OK.
+    pub fn failed_responses(&self) -> u64 {
+        self.http_failures() + self.grpc_failures()
+    }
+
+    /// Responses with an HTTP status of 400 or more (or out of range).
+    pub fn http_failures(&self) -> u64 {
         self.status[400..].iter().sum::<u64>() + self.status[0]
     }
 
+    /// gRPC calls that ended with a status other than OK.
+    pub fn grpc_failures(&self) -> u64 {
+        self.grpc[1..].iter().sum()
+    }
+
     pub fn responses(&self) -> u64 {
-        self.status.iter().sum()
+        self.status.iter().sum::<u64>() + self.grpc.iter().sum::<u64>()
     }
 
     pub fn transport_errors(&self) -> u64 {
@@ -189,9 +242,9 @@ impl Counts {
         self.responses() + self.transport_errors()
     }
 
-    /// Responses with a status below 400.
+    /// Responses with a status below 400 or a gRPC status of OK.
     pub fn ok(&self) -> u64 {
-        self.responses() - self.http_errors()
+        self.responses() - self.failed_responses()
     }
 
     /// Failed requests: transport failures and responses of 400 or more.
@@ -204,6 +257,9 @@ impl Counts {
 #[derive(Serialize, Deserialize)]
 struct CountsForm {
     status: BTreeMap<String, u64>,
+    /// gRPC codes by name (`OK`, `UNAVAILABLE`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    grpc: BTreeMap<String, u64>,
     errors: BTreeMap<String, u64>,
 }
 
@@ -213,6 +269,10 @@ impl From<Counts> for CountsForm {
             status: c
                 .status_codes()
                 .map(|(code, n)| (code.to_string(), n))
+                .collect(),
+            grpc: c
+                .grpc_codes()
+                .map(|(code, n)| (code.name().to_string(), n))
                 .collect(),
             errors: ErrorKind::ALL
                 .into_iter()
@@ -236,6 +296,11 @@ impl TryFrom<CountsForm> for Counts {
                 .ok_or_else(|| format!("status code {code} is not one the engine counts"))?;
             *slot = n;
         }
+        for (name, n) in f.grpc {
+            let code =
+                Code::from_name(&name).ok_or_else(|| format!("unknown gRPC status '{name}'"))?;
+            c.grpc[code.number() as usize] = n;
+        }
         for (name, n) in f.errors {
             let kind = ErrorKind::from_name(&name)
                 .ok_or_else(|| format!("unknown kind of error '{name}'"))?;
@@ -248,6 +313,9 @@ impl TryFrom<CountsForm> for Counts {
 impl AddAssign<&Counts> for Counts {
     fn add_assign(&mut self, o: &Counts) {
         for (a, b) in self.status.iter_mut().zip(&o.status) {
+            *a += b;
+        }
+        for (a, b) in self.grpc.iter_mut().zip(&o.grpc) {
             *a += b;
         }
         for (a, b) in self.errors.iter_mut().zip(&o.errors) {
@@ -428,7 +496,7 @@ impl Recorder {
 
     /// A complete response: status and times in nanoseconds.
     #[inline]
-    pub fn response(&mut self, status: u16, latency_ns: u64, service_ns: u64) {
+    pub fn response(&mut self, status: impl Into<Status>, latency_ns: u64, service_ns: u64) {
         self.counts.response(status);
         self.latency.saturating_record(latency_ns / 1000);
         self.service.saturating_record(service_ns / 1000);
@@ -574,7 +642,7 @@ mod tests {
             let got: Vec<u64> = ErrorKind::ALL.iter().map(|k| r.counts.errors(*k)).collect();
             assert_eq!(got, errs.to_vec(), "{name}: errors");
             assert_eq!(
-                r.counts.ok() + r.counts.http_errors() + r.counts.transport_errors(),
+                r.counts.ok() + r.counts.failed_responses() + r.counts.transport_errors(),
                 r.counts.total(),
                 "{name}: sum"
             );

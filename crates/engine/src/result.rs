@@ -36,6 +36,10 @@ pub struct RunResult {
     pub throughput_rps: f64,
     /// Responses per HTTP status code.
     pub status_codes: BTreeMap<String, u64>,
+    /// gRPC calls per gRPC status (`OK`, `UNAVAILABLE`, ...): a gRPC run counts these, not
+    /// HTTP statuses.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub grpc_status: BTreeMap<String, u64>,
     /// Failed requests by kind; their sum is `requests.errors`.
     pub errors: Errors,
     /// From the intended send time to the complete response (corrected for coordinated
@@ -213,6 +217,9 @@ pub struct Errors {
     pub ports_exhausted: u64,
     /// Responses with a status of 400 or more (see `status_codes`).
     pub http_status: u64,
+    /// gRPC calls with a status other than OK (see `grpc_status`).
+    #[serde(default)]
+    pub grpc_status: u64,
     /// Counts by "kind: what happened" (TLS reasons, GOAWAY and reset codes; at most 32).
     pub messages: BTreeMap<String, u64>,
 }
@@ -350,7 +357,8 @@ impl Errors {
             goaway: r.counts.errors(ErrorKind::GoAway),
             stream_reset: r.counts.errors(ErrorKind::StreamReset),
             ports_exhausted: r.counts.errors(ErrorKind::PortsExhausted),
-            http_status: r.counts.http_errors(),
+            http_status: r.counts.http_failures(),
+            grpc_status: r.counts.grpc_failures(),
             messages: r.messages.clone(),
         }
     }
@@ -482,7 +490,7 @@ impl RunResult {
                 tls,
                 streams: match spec.conn.protocol {
                     Protocol::Http1 => 1,
-                    Protocol::Http2 => spec.conn.streams,
+                    Protocol::Http2 | Protocol::Grpc => spec.conn.streams,
                 },
                 targets: spec.targets.requests.len(),
                 hosts: spec.targets.hosts.len(),
@@ -519,6 +527,11 @@ impl RunResult {
                 .counts
                 .status_codes()
                 .map(|(c, n)| (c.to_string(), n))
+                .collect(),
+            grpc_status: rec
+                .counts
+                .grpc_codes()
+                .map(|(c, n)| (c.name().to_string(), n))
                 .collect(),
             errors: Errors::from_recorder(rec),
             latency_us: Stats::of(&rec.latency),

@@ -50,6 +50,9 @@ pub enum Protocol {
     Http1,
     /// ALPN h2 over TLS, prior-knowledge h2c over plain TCP.
     Http2,
+    /// gRPC calls over HTTP/2 (as `Http2` on the wire); each call's outcome is its
+    /// `grpc-status`.
+    Grpc,
 }
 
 impl Protocol {
@@ -57,7 +60,13 @@ impl Protocol {
         match self {
             Protocol::Http1 => "http/1.1",
             Protocol::Http2 => "h2",
+            Protocol::Grpc => "grpc",
         }
+    }
+
+    /// Carried by HTTP/2 streams (HTTP/2 and gRPC).
+    pub fn is_http2(self) -> bool {
+        matches!(self, Protocol::Http2 | Protocol::Grpc)
     }
 }
 

@@ -254,10 +254,10 @@ impl Hub {
                 errors_by_kind: meshbench_engine::recorder::ErrorKind::ALL
                     .iter()
                     .map(|&k| (k.name().to_string(), second.counts.errors(k)))
-                    .chain(std::iter::once((
-                        "http_status".to_string(),
-                        second.counts.http_errors(),
-                    )))
+                    .chain([
+                        ("http_status".to_string(), second.counts.http_failures()),
+                        ("grpc_status".to_string(), second.counts.grpc_failures()),
+                    ])
                     .filter(|(_, n)| *n > 0)
                     .collect(),
                 p50_us: q(0.5),

@@ -16,6 +16,8 @@ pub const VARIANT: &str = "variant";
 pub const ROLE: &str = "role";
 /// Label of [`RESPONSES`]: the HTTP status code.
 pub const CODE: &str = "code";
+/// Label of [`GRPC_CALLS`]: the gRPC status by name (`OK`, `UNAVAILABLE`).
+pub const GRPC_STATUS: &str = "grpc_status";
 /// Label of [`TRANSPORT_ERRORS`]: the kind of failure (`timeout`, `connect`, ...).
 pub const KIND: &str = "kind";
 
@@ -26,6 +28,8 @@ pub const REQUESTS: &str = "meshbench_requests_total";
 pub const ERRORS: &str = "meshbench_request_errors_total";
 /// Counter: responses by status code.
 pub const RESPONSES: &str = "meshbench_responses_total";
+/// Counter: gRPC calls by gRPC status (a gRPC run's responses; their HTTP status is not kept).
+pub const GRPC_CALLS: &str = "meshbench_grpc_calls_total";
 /// Counter: requests that failed without a response, by kind.
 pub const TRANSPORT_ERRORS: &str = "meshbench_transport_errors_total";
 /// Counter: requests put on the wire (the achieved rate).

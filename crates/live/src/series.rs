@@ -107,6 +107,12 @@ pub fn families_of(steps: &[&StepState], now_ms: u64) -> Vec<Family> {
         Kind::Counter,
         None,
     );
+    let mut grpc = family(
+        GRPC_CALLS,
+        "gRPC calls by gRPC status.",
+        Kind::Counter,
+        None,
+    );
     let mut transport = family(
         TRANSPORT_ERRORS,
         "Requests that failed without a response, by kind.",
@@ -182,6 +188,12 @@ pub fn families_of(steps: &[&StepState], now_ms: u64) -> Vec<Family> {
                 Value::Counter(n as f64),
             ));
         }
+        for (code, n) in t.counts.grpc_codes() {
+            grpc.members.push(member(
+                with(labels.clone(), GRPC_STATUS, code.name().to_string()),
+                Value::Counter(n as f64),
+            ));
+        }
         for kind in ErrorKind::ALL {
             transport.members.push(member(
                 with(labels.clone(), KIND, kind.name().to_string()),
@@ -233,7 +245,7 @@ pub fn families_of(steps: &[&StepState], now_ms: u64) -> Vec<Family> {
         }
     }
     [
-        requests, errors, responses, transport, sends, target, remaining, latency, lag, cpu,
+        requests, errors, responses, grpc, transport, sends, target, remaining, latency, lag, cpu,
         memory, rx, tx, conns,
     ]
     .into_iter()

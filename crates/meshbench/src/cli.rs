@@ -611,6 +611,15 @@ pub struct RequestFlags {
     /// HTTP/2: ALPN h2 over TLS, prior-knowledge h2c over plain TCP.
     #[arg(long)]
     pub http2: bool,
+    /// gRPC unary calls over HTTP/2 (h2c or TLS): a bare URL calls fortio's ping
+    /// (/fgrpc.PingServer/Ping), a URL path names the method (/pkg.Service/Method) and --body
+    /// or --body-file is its protobuf message. Calls are counted by grpc-status; --timeout is
+    /// sent as the call's deadline.
+    #[arg(long, conflicts_with = "http2")]
+    pub grpc: bool,
+    /// gRPC ping: bytes of payload in each ping message (without --body).
+    #[arg(long, value_name = "BYTES", default_value_t = 0)]
+    pub grpc_payload: usize,
     /// Concurrent HTTP/2 streams per connection.
     #[arg(
         long,

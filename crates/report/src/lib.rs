@@ -74,6 +74,8 @@ pub fn describe_load(r: &RunResult) -> String {
     let proto = match (s.protocol.as_str(), s.tls) {
         ("h2", true) => format!("HTTP/2 over TLS, {} streams/conn, ", s.streams),
         ("h2", false) => format!("h2c, {} streams/conn, ", s.streams),
+        ("grpc", true) => format!("gRPC over TLS, {} streams/conn, ", s.streams),
+        ("grpc", false) => format!("gRPC over h2c, {} streams/conn, ", s.streams),
         (_, true) => "HTTP/1.1 over TLS, ".to_string(),
         _ => String::new(),
     };
@@ -131,15 +133,25 @@ pub fn summary(r: &RunResult) -> String {
         .iter()
         .map(|(c, n)| format!("{c}: {}", thousands(*n)))
         .collect();
-    let _ = writeln!(
-        o,
-        "  status     {}",
-        if codes.is_empty() {
-            "no responses".to_string()
-        } else {
-            codes.join(", ")
-        }
-    );
+    if !codes.is_empty() || r.grpc_status.is_empty() {
+        let _ = writeln!(
+            o,
+            "  status     {}",
+            if codes.is_empty() {
+                "no responses".to_string()
+            } else {
+                codes.join(", ")
+            }
+        );
+    }
+    if !r.grpc_status.is_empty() {
+        let grpc: Vec<String> = r
+            .grpc_status
+            .iter()
+            .map(|(c, n)| format!("{c}: {}", thousands(*n)))
+            .collect();
+        let _ = writeln!(o, "  grpc       {}", grpc.join(", "));
+    }
     let e = &r.errors;
     let kinds: Vec<String> = [
         ("connect", e.connect),
@@ -152,6 +164,7 @@ pub fn summary(r: &RunResult) -> String {
         ("stream reset", e.stream_reset),
         ("ports exhausted", e.ports_exhausted),
         ("http >= 400", e.http_status),
+        ("grpc not OK", e.grpc_status),
     ]
     .iter()
     .filter(|(_, n)| *n > 0)

@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::source_addrs;
-use crate::targets::{self, BuildOptions, ConnectTo, Source};
+use crate::targets::{self, BuildOptions, ConnectTo, GrpcCall, Source};
 
 /// Options that cannot be run, in one line that says what to change.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
@@ -103,6 +103,9 @@ pub struct LoadOptions {
     pub protocol: Protocol,
     /// Concurrent HTTP/2 streams per connection.
     pub streams: usize,
+    /// gRPC: the ping's payload in bytes, when the request has no message of its own.
+    #[serde(default)]
+    pub grpc_payload: usize,
     pub tls: TlsOptions,
     /// Close and reopen a connection after this many requests.
     pub requests_per_connection: Option<u64>,
@@ -145,6 +148,7 @@ impl LoadOptions {
             body: Body::Empty,
             protocol: Protocol::Http1,
             streams: 1,
+            grpc_payload: 0,
             tls: TlsOptions::default(),
             requests_per_connection: None,
             close_first: None,
@@ -208,7 +212,11 @@ impl LoadOptions {
             Some(t) => t,
             None => std::thread::available_parallelism().map_or(1, |n| n.get()),
         };
-        let method = self.method.trim().to_ascii_uppercase();
+        let mut method = self.method.trim().to_ascii_uppercase();
+        if self.protocol == Protocol::Grpc {
+            // Every gRPC call is a POST.
+            method = "POST".into();
+        }
         if method.is_empty() || !method.bytes().all(|b| b.is_ascii_alphabetic() || b == b'-') {
             return bad(format!(
                 "--method '{}': not an HTTP method such as GET or POST",
@@ -218,8 +226,11 @@ impl LoadOptions {
         if self.streams == 0 {
             return bad("--streams 0: must be at least 1".into());
         }
-        if self.streams > 1 && self.protocol != Protocol::Http2 {
-            return bad("--streams applies to HTTP/2 only; add --http2".into());
+        if self.streams > 1 && !self.protocol.is_http2() {
+            return bad("--streams applies to HTTP/2 and gRPC only; add --http2".into());
+        }
+        if self.grpc_payload > 0 && self.protocol != Protocol::Grpc {
+            return bad("--grpc-payload applies to gRPC only; add --grpc".into());
         }
         let concurrency = match self.concurrency {
             None => None,
@@ -245,10 +256,10 @@ impl LoadOptions {
                         .into(),
                 )
             }
-            (Some(CloseFirst::Server), Protocol::Http2) => {
+            (Some(CloseFirst::Server), Protocol::Http2 | Protocol::Grpc) => {
                 return bad("--close-first server: an HTTP/2 client cannot ask the server to close first (a GOAWAY of its own is a client close); drop it, or use HTTP/1.1".into())
             }
-            (_, Protocol::Http2) => CloseFirst::Client,
+            (_, Protocol::Http2 | Protocol::Grpc) => CloseFirst::Client,
             (asked, Protocol::Http1) => asked.unwrap_or_default(),
         };
         let source_addrs = source_addrs::parse(&self.source_addresses)?;
@@ -269,6 +280,10 @@ impl LoadOptions {
                 connect_to: &self.connect_to,
                 announce_close: self.requests_per_connection.is_some()
                     && close_first == CloseFirst::Server,
+                grpc: GrpcCall {
+                    ping_payload: self.grpc_payload,
+                    deadline: self.timeout,
+                },
             },
         )?;
         let host_addrs: Vec<_> = built.targets.hosts.iter().map(|h| h.addr).collect();
@@ -283,7 +298,7 @@ impl LoadOptions {
         let tls = if built.tls {
             let alpn = match self.protocol {
                 Protocol::Http1 => vec![b"http/1.1".to_vec()],
-                Protocol::Http2 => vec![b"h2".to_vec()],
+                Protocol::Http2 | Protocol::Grpc => vec![b"h2".to_vec()],
             };
             let opts = ClientTlsOptions {
                 insecure: self.tls.insecure,

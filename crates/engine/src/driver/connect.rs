@@ -114,7 +114,7 @@ impl Worker<'_> {
                         .handshake
                         .saturating_record((now - conn.tcp_at) / 1000);
                 }
-                if self.plan.conn.protocol == Protocol::Http2 && alpn.as_deref() != Some(b"h2") {
+                if self.plan.conn.protocol.is_http2() && alpn.as_deref() != Some(b"h2") {
                     let chose = alpn.map_or("no protocol".to_string(), |p| {
                         String::from_utf8_lossy(&p).into_owned()
                     });
@@ -145,7 +145,7 @@ impl Worker<'_> {
                 self.set_write_interest(c, false);
                 self.send_waiting(c, now);
             }
-            Protocol::Http2 => {
+            Protocol::Http2 | Protocol::Grpc => {
                 let stream = conn.stream.take().expect("an open connection has a stream");
                 conn.h2 = Some(H2Conn::start(stream));
                 conn.state = State::Handshaking;

@@ -16,7 +16,7 @@ use meshbench_net::stream;
 use super::Worker;
 use crate::conn::{State, LINGER_TOKEN};
 use crate::h2conn::StreamPoll;
-use crate::recorder::ErrorKind;
+use crate::recorder::{ErrorKind, Status};
 use crate::request::arrival;
 use crate::spec::Wire;
 
@@ -284,7 +284,7 @@ impl Worker<'_> {
             };
             match stream.poll() {
                 StreamPoll::Pending => continue,
-                StreamPoll::Done { status } => {
+                StreamPoll::Done(status) => {
                     wire.h2 = None;
                     self.finish(s, status, true, arrived);
                 }
@@ -308,7 +308,14 @@ impl Worker<'_> {
     }
 
     /// A complete response that arrived at `arrived` (no earlier than its request was sent).
-    pub(super) fn finish(&mut self, s: u32, status: u16, keep_alive: bool, arrived: u64) {
+    pub(super) fn finish(
+        &mut self,
+        s: u32,
+        status: impl Into<Status>,
+        keep_alive: bool,
+        arrived: u64,
+    ) {
+        let status = status.into();
         let c = self.slots.conn_of(s);
         let answered = self.slots.request_mut(s).answer(arrived);
         let measured = answered.due.measured;
@@ -316,7 +323,7 @@ impl Worker<'_> {
             self.rec
                 .response(status, answered.latency_ns, answered.service_ns);
             let host = self.targets.requests[answered.due.target as usize].host;
-            self.rec.host(host, status >= 400);
+            self.rec.host(host, status.failed());
             self.interval.counts.response(status);
             self.interval
                 .latency

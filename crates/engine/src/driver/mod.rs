@@ -195,7 +195,7 @@ pub fn run_worker(
     let targets = Arc::clone(&plan.targets);
     let streams = match plan.conn.protocol {
         Protocol::Http1 => 1,
-        Protocol::Http2 => plan.conn.streams.max(1),
+        Protocol::Http2 | Protocol::Grpc => plan.conn.streams.max(1),
     };
     let slots = plan.connections * streams;
     let mut w = Worker {

@@ -207,11 +207,14 @@ pub fn apply_request_flags(o: &mut LoadOptions, r: &RequestFlags) -> Result<()> 
         .iter()
         .map(|c| c.parse::<ConnectTo>().map_err(usage))
         .collect::<Result<_>>()?;
-    o.protocol = if r.http2 {
+    o.protocol = if r.grpc {
+        Protocol::Grpc
+    } else if r.http2 {
         Protocol::Http2
     } else {
         Protocol::Http1
     };
+    o.grpc_payload = r.grpc_payload;
     o.streams = positive("--streams", r.streams)? as usize;
     o.tls = TlsOptions {
         insecure: r.insecure,

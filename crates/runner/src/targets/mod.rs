@@ -104,6 +104,18 @@ pub struct BuildOptions<'a> {
     /// HTTP/1.1: also serialise each request's closing variant (`Connection: close`), for a
     /// connection's last request when the server is to close first.
     pub announce_close: bool,
+    /// gRPC: what a call carries when its source has no body of its own.
+    pub grpc: GrpcCall,
+}
+
+/// The call of a gRPC run. A URL with a path names the method (`/pkg.Service/Method`); a bare
+/// URL calls fortio's ping. A source's body is the request message, already serialised as
+/// protobuf (framed here); without one the call is a ping of `ping_payload` bytes.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct GrpcCall {
+    pub ping_payload: usize,
+    /// Sent as `grpc-timeout`: the server gives up (DEADLINE_EXCEEDED) after this long.
+    pub deadline: Duration,
 }
 
 /// The built list, and whether it is TLS (all https) or not (all http).
@@ -225,6 +237,10 @@ pub fn build(sources: &[Source], opts: &BuildOptions) -> Result<Built> {
                     (Wire::Http1(bytes.into_boxed_slice()), closing)
                 }
                 Protocol::Http2 => (Wire::Http2(Box::new(h2_request(src, &url, &text)?)), None),
+                Protocol::Grpc => (
+                    Wire::Http2(Box::new(grpc_request(src, &url, &text, opts.grpc)?)),
+                    None,
+                ),
             };
             requests.push(Target {
                 host: host_id,
@@ -285,7 +301,58 @@ fn h2_request(src: &Source, url: &url::Url, text: &str) -> Result<H2Request> {
         uri,
         headers,
         body: src.body.clone(),
+        grpc: false,
     })
+}
+
+/// A gRPC call as HTTP/2 carries it: POST to the method's path, `application/grpc`,
+/// `te: trailers`, the deadline, the message framed.
+fn grpc_request(src: &Source, url: &url::Url, text: &str, call: GrpcCall) -> Result<H2Request> {
+    use meshbench_net::grpc;
+    let mut req = h2_request(src, url, text)?;
+    if url.path() == "/" || url.path().is_empty() {
+        let mut with_method = url.clone();
+        with_method.set_path(grpc::PING_PATH);
+        req.uri = with_method.as_str().parse().map_err(|e| {
+            LoadError::new(format!(
+                "{}: '{text}' with the ping method: {e}",
+                src.origin
+            ))
+        })?;
+    }
+    req.method = http::Method::POST;
+    let message = if src.body.is_empty() {
+        let ping = grpc::PingMessage::with_payload(call.ping_payload, Duration::ZERO);
+        grpc::frame(&ping)
+    } else if src.body.len() > grpc::MAX_MESSAGE {
+        return Err(LoadError::new(format!(
+            "{}: a {}-byte gRPC message is over the 4 MiB limit",
+            src.origin,
+            src.body.len()
+        )));
+    } else {
+        let mut framed = Vec::with_capacity(src.body.len() + 5);
+        framed.push(0);
+        framed.extend_from_slice(&(src.body.len() as u32).to_be_bytes());
+        framed.extend_from_slice(&src.body);
+        framed
+    };
+    req.body = Bytes::from(message);
+    let h = &mut req.headers;
+    h.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static(grpc::CONTENT_TYPE),
+    );
+    h.insert(http::header::TE, http::HeaderValue::from_static("trailers"));
+    if !call.deadline.is_zero() {
+        let timeout = grpc::timeout_header(call.deadline);
+        h.insert(
+            "grpc-timeout",
+            http::HeaderValue::from_str(&timeout).expect("digits and a unit"),
+        );
+    }
+    req.grpc = true;
+    Ok(req)
 }
 
 /// Where to connect for `host:port`, after `--connect-to`.
@@ -374,6 +441,7 @@ mod tests {
                 order: Order::RoundRobin,
                 connect_to: &rules,
                 announce_close: false,
+                grpc: GrpcCall::default(),
             },
         )
         .unwrap();
