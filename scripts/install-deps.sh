@@ -40,5 +40,7 @@ scripts_dir="$(dirname "$0")"
   || echo "warning: no Python with pandas and matplotlib; tests/istio_plotter.rs will be skipped" >&2
 "$scripts_dir/install-web-test.sh" \
   || echo "warning: no npm packages for tests/web.rs and tests/grafana.rs; they will fail (run scripts/install-web-test.sh)" >&2
+# fortio, an independent gRPC peer for tests/grpc.rs (built once from its Go module).
+"$scripts_dir/install-fortio.sh"
 # A Kubernetes control plane for tests/k8s.rs (built once from Go modules, then cached).
 "$scripts_dir/install-k8s.sh"

@@ -82,8 +82,10 @@ impl Step {
         if self.load.jitter {
             variant.push("jitter".into());
         }
-        if protocol == Protocol::Http2 {
-            variant.push("h2".into());
+        match protocol {
+            Protocol::Http2 => variant.push("h2".into()),
+            Protocol::Grpc => variant.push("grpc".into()),
+            Protocol::Http1 => {}
         }
         let variant = if variant.is_empty() {
             "default".to_string()

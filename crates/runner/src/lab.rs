@@ -247,7 +247,7 @@ pub fn load_for(e: &Experiment, step: &Step, source: TargetSource) -> LoadOption
         o.threads = Some(e.load.threads as usize);
     }
     o.protocol = e.load.protocol;
-    if o.protocol == Protocol::Http2 {
+    if o.protocol.is_http2() {
         o.streams = e.load.streams.max(1) as usize;
     }
     if e.load.request_bytes > 0 {

@@ -99,7 +99,7 @@ pub fn rig_spec(e: &Experiment, step: &Step, id: i64, exe: PathBuf) -> RigSpec {
         proxy_limits: limits(&e.limits.proxy, swept(Class::Proxy)),
         tunnel_limits: limits(&e.limits.tunnel, swept(Class::Tunnel)),
         backend_limits: limits(&e.limits.backend, swept(Class::Backend)),
-        http2: e.load.protocol == Protocol::Http2,
+        http2: e.load.protocol.is_http2(),
         netns: e.isolation == meshbench_experiment::config::Isolation::Netns,
         id: format!("{}-{id}-{}", std::process::id(), step.index),
         dir: std::env::temp_dir().join(format!(

@@ -1,0 +1,333 @@
+//! gRPC against a server and a client no one here wrote: fortio (built from its Go module by
+//! scripts/install-fortio.sh). meshbench calls fortio's gRPC ping server; fortio's gRPC client
+//! calls meshbench's backend; both clients read the latency of the same fortio server side by
+//! side; statuses are counted by grpc-status.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+fn fortio_bin() -> PathBuf {
+    let path = PathBuf::from(
+        std::env::var("FORTIO").unwrap_or_else(|_| "/var/cache/meshbench/fortio/bin/fortio".into()),
+    );
+    assert!(
+        path.exists(),
+        "no fortio at {}: run scripts/install-fortio.sh",
+        path.display()
+    );
+    path
+}
+
+/// `fortio server` with only its gRPC port open, killed when dropped.
+struct FortioServer {
+    child: Child,
+    port: u16,
+}
+
+impl FortioServer {
+    fn start() -> FortioServer {
+        let port = free_addr().port();
+        let child = Command::new(fortio_bin())
+            .args(["server", "-grpc-port"])
+            .arg(format!("127.0.0.1:{port}"))
+            .args(["-http-port", "disabled", "-redirect-port", "disabled"])
+            .args(["-tcp-port", "disabled", "-udp-port", "disabled"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("fortio server");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "fortio's gRPC port did not open");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        FortioServer { child, port }
+    }
+}
+
+impl Drop for FortioServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `fortio load` with `args`; its JSON result.
+fn fortio_load(args: &[&str]) -> serde_json::Value {
+    let json = temp_json("fortio-load");
+    let out = Command::new(fortio_bin())
+        .arg("load")
+        .args(["-json"])
+        .arg(&json)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("fortio load");
+    assert!(
+        out.status.success(),
+        "fortio load {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&json).expect("fortio's JSON");
+    let _ = std::fs::remove_file(&json);
+    serde_json::from_str(&text).expect("fortio's JSON parses")
+}
+
+/// fortio's percentile `p` in milliseconds.
+fn fortio_percentile_ms(r: &serde_json::Value, p: f64) -> f64 {
+    r["DurationHistogram"]["Percentiles"]
+        .as_array()
+        .expect("percentiles")
+        .iter()
+        .find(|x| x["Percentile"].as_f64() == Some(p))
+        .and_then(|x| x["Value"].as_f64())
+        .expect("the percentile")
+        * 1e3
+}
+
+/// A PingMessage as protobuf bytes, written by hand: field 4 (`delayNanos`), a varint.
+fn ping_with_delay(delay: Duration) -> Vec<u8> {
+    let mut out = vec![4 << 3];
+    let mut n = delay.as_nanos() as u64;
+    loop {
+        let byte = (n & 0x7f) as u8;
+        n >>= 7;
+        if n == 0 {
+            out.push(byte);
+            return out;
+        }
+        out.push(byte | 0x80);
+    }
+}
+
+/// `meshbench run` arguments for a gRPC call to `backend` (its TLS flags, no --http2).
+fn grpc_args(backend: &ProtoBackend, rest: &[&str]) -> Vec<String> {
+    let mut a: Vec<String> = backend
+        .args("/", rest)
+        .into_iter()
+        .filter(|a| a != "--http2")
+        .collect();
+    a.push("--grpc".into());
+    a
+}
+
+#[test]
+fn meshbench_calls_fortios_grpc_server() {
+    let server = FortioServer::start();
+    let url = format!("http://127.0.0.1:{}/", server.port);
+    let (out, r) = run_json(
+        "grpc-fortio",
+        &[
+            &url,
+            "--grpc",
+            "--grpc-payload",
+            "1000",
+            "-c",
+            "4",
+            "-n",
+            "2000",
+        ],
+        LIMIT,
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(u(&r, "/requests/total"), 2000, "{}", r["errors"]);
+    assert_eq!(u(&r, "/grpc_status/OK"), 2000, "{}", r["grpc_status"]);
+    assert_eq!(u(&r, "/requests/errors"), 0);
+    assert_eq!(r["settings"]["protocol"], "grpc");
+    assert!(r["status_codes"].as_object().unwrap().is_empty());
+    // fortio echoes the payload: 1000 bytes each way per call, plus framing and heads.
+    assert!(u(&r, "/bytes/sent") >= 2000 * 1000, "{}", r["bytes"]);
+    assert!(u(&r, "/bytes/received") >= 2000 * 1000, "{}", r["bytes"]);
+
+    // A method fortio does not have: every call counted as UNIMPLEMENTED, a failure.
+    let missing = format!("http://127.0.0.1:{}/nope.Service/Call", server.port);
+    let (out, r) = run_json(
+        "grpc-fortio-missing",
+        &[&missing, "--grpc", "-c", "2", "-n", "200"],
+        LIMIT,
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        u(&r, "/grpc_status/UNIMPLEMENTED"),
+        200,
+        "{}",
+        r["grpc_status"]
+    );
+    assert_eq!(u(&r, "/requests/errors"), 200);
+    assert_eq!(u(&r, "/errors/grpc_status"), 200);
+}
+
+#[test]
+fn fortios_grpc_client_calls_meshbenchs_backend() {
+    let backend = ProtoBackend::start(Proto::H2c, &[]);
+    let addr = backend.backend.addr.to_string();
+    let r = fortio_load(&[
+        "-grpc",
+        "-ping",
+        "-payload-size",
+        "500",
+        "-c",
+        "2",
+        "-n",
+        "1000",
+        "-qps",
+        "0",
+        &addr,
+    ]);
+    let codes = r["RetCodes"].as_object().expect("RetCodes");
+    let total: u64 = codes.values().map(|v| v.as_u64().unwrap()).sum();
+    assert_eq!(total, 1000, "{codes:?}");
+    assert_eq!(codes.get("SERVING").and_then(|v| v.as_u64()), Some(1000));
+    // The standard health check too.
+    let r = fortio_load(&["-grpc", "-c", "1", "-n", "100", "-qps", "0", &addr]);
+    assert_eq!(
+        r["RetCodes"]["SERVING"].as_u64(),
+        Some(100),
+        "{}",
+        r["RetCodes"]
+    );
+
+    // Over TLS, the backend's generated CA trusted by fortio.
+    let tls = ProtoBackend::start(Proto::H2Tls, &[]);
+    let ca = tls.tls_dir.join("ca.pem");
+    let r = fortio_load(&[
+        "-grpc",
+        "-ping",
+        "-cacert",
+        ca.to_str().unwrap(),
+        "-c",
+        "1",
+        "-n",
+        "200",
+        "-qps",
+        "0",
+        &format!("https://localhost:{}", tls.backend.addr.port()),
+    ]);
+    assert_eq!(
+        r["RetCodes"]["SERVING"].as_u64(),
+        Some(200),
+        "{}",
+        r["RetCodes"]
+    );
+    // And meshbench over the same TLS port.
+    let (out, r) = run_json_owned(
+        "grpc-tls",
+        &grpc_args(&tls, &["-c", "2", "-n", "500"]),
+        LIMIT,
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(u(&r, "/grpc_status/OK"), 500, "{}", r["errors"]);
+    assert_eq!(r["settings"]["tls"], true);
+}
+
+#[test]
+fn both_clients_read_the_same_latency_from_fortios_server() {
+    let server = FortioServer::start();
+    let delay = Duration::from_millis(2);
+    let dir = scratch_dir("grpc-ping");
+    let message = dir.join("ping.bin");
+    std::fs::write(&message, ping_with_delay(delay)).unwrap();
+    let url = format!("http://127.0.0.1:{}/", server.port);
+    let addr = format!("127.0.0.1:{}", server.port);
+    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+    // Interleaved, so that the machine's noise falls on both alike.
+    for round in 0..3 {
+        let (out, r) = run_json(
+            &format!("grpc-side-{round}"),
+            &[
+                &url,
+                "--grpc",
+                "--body",
+                &format!("@{}", message.display()),
+                "-c",
+                "2",
+                "-n",
+                "600",
+            ],
+            LIMIT,
+        );
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert_eq!(u(&r, "/grpc_status/OK"), 600, "{}", r["errors"]);
+        ours.push(f(&r, "/latency_us/p50") / 1e3);
+        let fr = fortio_load(&[
+            "-grpc",
+            "-ping",
+            "-grpc-ping-delay",
+            "2ms",
+            "-c",
+            "2",
+            "-n",
+            "600",
+            "-qps",
+            "0",
+            &addr,
+        ]);
+        theirs.push(fortio_percentile_ms(&fr, 50.0));
+    }
+    ours.sort_by(f64::total_cmp);
+    theirs.sort_by(f64::total_cmp);
+    let (a, b) = (ours[1], theirs[1]);
+    eprintln!(
+        "p50 on fortio's server with a 2 ms ping delay: meshbench {a:.3} ms, fortio {b:.3} ms"
+    );
+    assert!(a >= 2.0 && b >= 2.0, "both see the delay: {a} {b}");
+    assert!(
+        (a - b).abs() < 1.0,
+        "the same server, the same latency: meshbench {a:.3} ms, fortio {b:.3} ms"
+    );
+}
+
+#[test]
+fn injected_failures_are_counted_by_grpc_status() {
+    let backend = ProtoBackend::start(Proto::H2c, &["--status", "503:20%"]);
+    let (out, r) = run_json_owned(
+        "grpc-status",
+        &grpc_args(&backend, &["-c", "4", "-n", "3000"]),
+        LIMIT,
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let unavailable = u(&r, "/grpc_status/UNAVAILABLE");
+    let ok = u(&r, "/grpc_status/OK");
+    assert_eq!(unavailable + ok, 3000, "{}", r["grpc_status"]);
+    assert!(
+        (450..=750).contains(&unavailable),
+        "about 20 %: {unavailable}"
+    );
+    assert_eq!(u(&r, "/requests/errors"), unavailable);
+    assert_eq!(u(&r, "/errors/grpc_status"), unavailable);
+    let text = meshbench(
+        &["run", &backend.url("/"), "--grpc", "-c", "1", "-n", "10"],
+        LIMIT,
+    );
+    let summary = stdout(&text);
+    assert!(summary.contains("grpc       OK"), "{summary}");
+}
+
+#[test]
+fn grpc_flags_out_of_place_are_one_line_and_exit_2() {
+    for args in [
+        &[
+            "run",
+            "http://127.0.0.1:9/",
+            "--grpc-payload",
+            "10",
+            "-n",
+            "1",
+        ][..],
+        &["run", "http://127.0.0.1:9/", "--grpc", "--http2", "-n", "1"][..],
+    ] {
+        let out = meshbench(args, LIMIT);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert!(err.contains("grpc"), "{err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}
