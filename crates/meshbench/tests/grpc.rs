@@ -312,6 +312,34 @@ fn injected_failures_are_counted_by_grpc_status() {
 }
 
 #[test]
+fn a_call_past_its_deadline_is_deadline_exceeded() {
+    // The backend would answer after 200 ms; the deadline (--timeout) is 20 ms. Whether the
+    // server's DEADLINE_EXCEEDED or the client's own expiry comes first, the call is counted
+    // as DEADLINE_EXCEEDED and its connection is kept.
+    let backend = ProtoBackend::start(Proto::H2c, &["--delay", "200ms"]);
+    let (out, r) = run_json_owned(
+        "grpc-deadline",
+        &grpc_args(&backend, &["-c", "2", "-n", "40", "--timeout", "20ms"]),
+        LIMIT,
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        u(&r, "/grpc_status/DEADLINE_EXCEEDED"),
+        40,
+        "{} {}",
+        r["grpc_status"],
+        r["errors"]
+    );
+    assert_eq!(u(&r, "/errors/timeout"), 0);
+    assert_eq!(u(&r, "/requests/errors"), 40);
+    assert!(
+        u(&r, "/connections/opened") <= 4,
+        "calls are cancelled, connections kept: {}",
+        r["connections"]
+    );
+}
+
+#[test]
 fn grpc_flags_out_of_place_are_one_line_and_exit_2() {
     for args in [
         &[

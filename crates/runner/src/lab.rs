@@ -11,7 +11,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use meshbench_engine::pacer::Arrival;
-use meshbench_engine::{Order, Protocol, Stop, StopAt};
+use meshbench_engine::{Order, Stop, StopAt};
 use meshbench_experiment::config::{parse_cpuset, Experiment};
 use meshbench_experiment::{Plan, Step};
 use meshbench_lab::rig::{self, Rig};

@@ -5,7 +5,6 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use meshbench_engine::Protocol;
 use meshbench_experiment::config::Experiment;
 use meshbench_experiment::Step;
 use meshbench_lab::cgroup::Limits;

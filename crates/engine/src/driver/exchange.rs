@@ -367,6 +367,26 @@ impl Worker<'_> {
             self.rec.host(host, true);
             self.count_error(kind, msg);
         }
+        self.release_failed(s, c);
+    }
+
+    /// A gRPC call whose deadline passed: counted as DEADLINE_EXCEEDED (no latency: it has no
+    /// response), its stream reset.
+    pub(super) fn deadline_passed(&mut self, s: u32, now: u64) {
+        let c = self.slots.conn_of(s);
+        let failed = self.slots.request_mut(s).fail(now);
+        if failed.measured {
+            let host = self.targets.requests[failed.target as usize].host;
+            self.rec.host(host, true);
+            let status = Status::Grpc(meshbench_net::grpc::Code::DEADLINE_EXCEEDED);
+            self.rec.counts.response(status);
+            self.interval.counts.response(status);
+        }
+        self.release_failed(s, c);
+    }
+
+    /// Frees slot `s` of conn `c` after its request failed.
+    fn release_failed(&mut self, s: u32, c: u32) {
         self.conns[c as usize].failed_one();
         let wire = &mut self.wire[s as usize];
         wire.h2 = None;

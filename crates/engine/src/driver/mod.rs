@@ -705,12 +705,18 @@ impl Worker<'_> {
             self.end_lingers(now);
         }
         let multiplexed = self.slots.streams() > 1;
+        let grpc = self.plan.conn.protocol == Protocol::Grpc;
         for s in 0..self.slots.len() as u32 {
             if !self.slots.request(s).is_overdue(now, timeout) {
                 continue;
             }
             let c = self.slots.conn_of(s);
-            if multiplexed && self.conns[c as usize].state == State::Ready {
+            let ready = self.conns[c as usize].state == State::Ready;
+            if grpc && ready && self.slots.request(s).phase() != Phase::Sending {
+                // A gRPC call past its deadline ends as gRPC clients end it: cancelled (its
+                // stream reset, the connection kept) with DEADLINE_EXCEEDED.
+                self.deadline_passed(s, now);
+            } else if multiplexed && ready {
                 // One late stream: cancel it (dropping it resets it), keep the connection. One
                 // the peer's stream limit held back leaves the connection's queue.
                 if self.slots.request(s).phase() == Phase::Sending {
