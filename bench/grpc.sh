@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # bench/grpc.sh - gRPC unary calls per generator CPU-second: meshbench against fortio's gRPC
-# client (and ghz when it is on PATH), side by side in one run.
+# client and ghz (built from their Go modules, cached), side by side in one run.
 #
 #   server    : fortio's own gRPC ping server (GOMAXPROCS=1) pinned to CPU $SRV_CPU, so that
 #               neither client talks to its own code
 #   generator : pinned to CPU $GEN_CPU; meshbench `run --grpc --threads 1`, fortio `load -grpc
-#               -ping` (GOMAXPROCS=1), both closed loops of $CONNS connections, $PAYLOAD-byte pings
+#               -ping` (GOMAXPROCS=1), ghz `--cpus 1` (the method found by server reflection);
+#               all closed loops of $CONNS connections, one call in flight each, $PAYLOAD-byte pings
 #   reps      : $REPS, interleaved
 #
 # Prints the median calls per second and calls per generator CPU-second (user + system of the
@@ -24,9 +25,13 @@ mkdir -p "$ROOT/bench/results"
 OUT=${OUT:-$ROOT/bench/results/grpc-$(date +%Y%m%d-%H%M%S).tsv}
 MB=$ROOT/target/release/meshbench
 FORTIO=${FORTIO:-/var/cache/meshbench/fortio/bin/fortio}
+GHZ_BIN=${GHZ_BIN:-/var/cache/meshbench/ghz/bin}
+GHZ_VERSION=v0.93.0  # what the Go proxy here serves as latest
 WORK=$(mktemp -d /tmp/meshbench-grpc.XXXXXX)
 
 "$ROOT/scripts/install-fortio.sh"
+[ -x "$GHZ_BIN/ghz" ] || GOBIN="$GHZ_BIN" nice go install "github.com/bojand/ghz/cmd/ghz@$GHZ_VERSION" \
+  || echo "ghz did not build; comparing with fortio only" >&2
 command -v /usr/bin/time >/dev/null || apt-get install -y -q time >/dev/null
 (cd "$ROOT" && cargo build --release --locked -q) || { echo "build failed" >&2; exit 1; }
 
@@ -53,8 +58,13 @@ for rep in $(seq 1 "$REPS"); do
   calls=$(python3 -c "import json; print(json.load(open('$WORK/f.json'))['RetCodes'].get('SERVING', 0))")
   record fortio "$rep" "$calls" "$(awk '{ print $1 + $2 }' "$WORK/time")"
 
-  if command -v ghz >/dev/null; then
-    echo "ghz found but not wired in: see docs/benchmarks.md" >&2
+  if [ -x "$GHZ_BIN/ghz" ]; then
+    payload=$(head -c "$PAYLOAD" /dev/zero | tr '\0' x)
+    /usr/bin/time -f '%U %S' -o "$WORK/time" taskset -c "$GEN_CPU" "$GHZ_BIN/ghz" --insecure --cpus 1 \
+      --call fgrpc.PingServer/Ping -d "{\"payload\":\"$payload\"}" --connections "$CONNS" -c "$CONNS" \
+      -z "${DUR}s" -O json -o "$WORK/g.json" "127.0.0.1:$PORT" >/dev/null 2>&1
+    calls=$(python3 -c "import json; print(json.load(open('$WORK/g.json'))['statusCodeDistribution'].get('OK', 0))")
+    record ghz "$rep" "$calls" "$(awk '{ print $1 + $2 }' "$WORK/time")"
   fi
 done
 
@@ -67,8 +77,9 @@ for c in sorted({r['client'] for r in rows}):
     med[c] = (statistics.median(float(r['calls_per_cpu_s']) for r in rs),
               statistics.median(float(r['calls_per_s']) for r in rs))
     print(f"{c:10s} median {med[c][1]:9.0f} calls/s  {med[c][0]:9.0f} calls per CPU-s")
-if 'fortio' in med:
-    print(f"meshbench/fortio: {med['meshbench'][0] / med['fortio'][0]:.2f}x calls per CPU-s, "
-          f"{med['meshbench'][1] / med['fortio'][1]:.2f}x calls/s")
+for peer in ('fortio', 'ghz'):
+    if peer in med:
+        print(f"meshbench/{peer}: {med['meshbench'][0] / med[peer][0]:.2f}x calls per CPU-s, "
+              f"{med['meshbench'][1] / med[peer][1]:.2f}x calls/s")
 PY
 echo "rows in $OUT" >&2

@@ -53,6 +53,8 @@ pub struct RigSpec {
     pub backend_limits: Limits,
     /// Accept HTTP/2 from the client (h2c on plain listeners, ALPN h2 on TLS ones).
     pub http2: bool,
+    /// gRPC end to end: every L7 hop speaks HTTP/2 on both sides.
+    pub grpc: bool,
     pub netns: bool,
     /// Unique to this rig among those alive (cgroup and namespace names).
     pub id: String,
@@ -239,7 +241,8 @@ fn hops(spec: &RigSpec, chain: &[RolePlan], slots: &[Slot]) -> Vec<Hop> {
                 listen_tls: (i > 0 && mtls).then(listen_tls),
                 upstream: slots[i + 1].addr,
                 upstream_tls: (i + 1 < chain.len() && mtls).then(upstream_tls),
-                http2: spec.http2 && i == 0,
+                http2: spec.grpc || (spec.http2 && i == 0),
+                grpc: spec.grpc,
                 workers: spec.workers(role),
                 dir: spec.dir.clone(),
             }

@@ -359,3 +359,47 @@ fn grpc_flags_out_of_place_are_one_line_and_exit_2() {
         assert!(!err.contains("panicked"), "{err}");
     }
 }
+
+#[test]
+fn the_lab_carries_grpc_through_every_proxy_and_mutual_tls() {
+    let dir = scratch_dir("grpc-lab");
+    for program in ["nginx", "haproxy", "caddy"] {
+        let file = dir.join(format!("{program}.yaml"));
+        std::fs::write(
+            &file,
+            format!(
+                "name: grpc-{program}\ntopologies: [serveronly, both]\nduration_secs: 1\nwarmup_secs: 0.3\ncooldown_secs: 0\nload:\n  protocol: grpc\n  mode: open\n  qps: [300]\n  connections: [2]\nproxy:\n  type: {program}\n  mtls: true\n"
+            ),
+        )
+        .unwrap();
+        let store = dir.join(format!("{program}.db"));
+        let store = store.to_str().unwrap();
+        let out = meshbench(
+            &["experiment", file.to_str().unwrap(), "--store", store],
+            Duration::from_secs(120),
+        );
+        assert!(out.status.success(), "{program}: {}", stderr(&out));
+        let export = meshbench(
+            &[
+                "results", "export", "latest", "--format", "json", "--store", store,
+            ],
+            LIMIT,
+        );
+        let e: serde_json::Value = serde_json::from_slice(&export.stdout).expect("JSON");
+        let steps = e["steps"].as_array().expect("steps");
+        assert_eq!(steps.len(), 2, "{program}");
+        for s in steps {
+            let r = &s["result"];
+            let total = u(r, "/requests/total");
+            assert!(total >= 250, "{program} {}: {total}", s["topology"]);
+            assert_eq!(
+                u(r, "/grpc_status/OK"),
+                total,
+                "{program} {}: {} {}",
+                s["topology"],
+                r["grpc_status"],
+                r["errors"]
+            );
+        }
+    }
+}

@@ -73,7 +73,16 @@ pub fn hop_config(hop: &Hop) -> Result<String, LabError> {
         if let Some((cert, key)) = &t.client {
             let _ = writeln!(transport, "      tls_client_auth {} {}", p(cert), p(key));
         }
-        transport.push_str("    }\n  }");
+        transport.push_str("    }\n");
+        if hop.grpc {
+            // Over HTTP/2 a TLS server answers 421 to a Host its certificate does not name.
+            transport = transport.replace("      tls\n", "      tls\n      versions 2\n");
+            let _ = writeln!(transport, "    header_up Host {}", t.server_name);
+        }
+        transport.push_str("  }");
+    } else if hop.grpc && hop.layer == Layer::L7 {
+        // HTTP/2 in the clear to the upstream (prior knowledge).
+        transport.push_str(" {\n    transport http {\n      versions h2c 2\n    }\n  }");
     }
     Ok(format!(
         "{globals}

@@ -426,6 +426,7 @@ mod tests {
                 client: Some((d.join("client.pem"), d.join("client-key.pem"))),
             }),
             http2: false,
+            grpc: false,
             workers: 1,
             dir: PathBuf::from("/tmp"),
         }

@@ -65,6 +65,14 @@ pub fn hop_config(hop: &Hop) -> Result<String, LabError> {
             let _ = write!(server, " crt {}", p(&pem));
         }
     }
+    if hop.grpc && hop.layer == Layer::L7 {
+        // HTTP/2 to the upstream: ALPN over TLS, prior knowledge in the clear.
+        server.push_str(if hop.upstream_tls.is_some() {
+            " alpn h2"
+        } else {
+            " proto h2"
+        });
+    }
     let reuse = if hop.layer == Layer::L7 {
         "  http-reuse always\n"
     } else {

@@ -101,6 +101,8 @@ pub struct Hop {
     pub upstream_tls: Option<UpstreamTls>,
     /// Accept HTTP/2 from the client: h2c on a plain listener, ALPN h2 with TLS (L7 only).
     pub http2: bool,
+    /// Carry gRPC (L7): HTTP/2 in and HTTP/2 out, trailers kept.
+    pub grpc: bool,
     pub workers: u32,
     /// Where its configuration, logs and temporary files go.
     pub dir: PathBuf,
@@ -249,6 +251,12 @@ impl ProgramSpec {
             Program::Nginx => nginx::hop_config(hop)?.into_bytes(),
             Program::Haproxy => haproxy::hop_config(hop)?.into_bytes(),
             Program::Caddy => caddy::hop_config(hop)?.into_bytes(),
+            Program::Envoy if hop.grpc && hop.layer == Layer::L7 => {
+                return Err(LabError::Missing {
+                    program: "an envoy gRPC hop".into(),
+                    hint: "the lab renders envoy's L7 hops for HTTP/1.1 and h2 only; use nginx, haproxy or caddy for gRPC".into(),
+                })
+            }
             Program::Envoy => envoy::hop_bootstrap(hop).encode_to_vec(),
             Program::Command => return command::prepare(&bin, &self.command, hop, &config),
         };
@@ -287,6 +295,7 @@ pub(crate) mod tests {
             upstream: "127.0.0.1:8002".parse().unwrap(),
             upstream_tls: None,
             http2: false,
+            grpc: false,
             workers: 2,
             dir,
         }

@@ -90,6 +90,38 @@ pub fn hop_config(hop: &Hop) -> Result<String, LabError> {
         }
     }
     match hop.layer {
+        Layer::L7 if hop.grpc => {
+            // grpc_pass: HTTP/2 to the upstream, trailers passed through.
+            let scheme = if hop.upstream_tls.is_some() {
+                "grpcs"
+            } else {
+                "grpc"
+            };
+            let tls_out = tls_out.replace("proxy_ssl_", "grpc_ssl_");
+            let _ = write!(
+                c,
+                "http {{
+  access_log off;
+  keepalive_requests 1000000;
+{temp}  upstream next {{
+    server {up};
+    keepalive 512;
+    keepalive_requests 1000000;
+    keepalive_timeout 300s;
+  }}
+  server {{
+    listen {listen}{listen_ssl} reuseport;
+{tls_in}    location / {{
+      grpc_pass {scheme}://next;
+{tls_out}    }}
+  }}
+}}
+",
+                temp = temp_paths(&hop.dir),
+                up = hop.upstream,
+                listen = hop.listen,
+            );
+        }
         Layer::L7 => {
             let scheme = if hop.upstream_tls.is_some() {
                 "https"

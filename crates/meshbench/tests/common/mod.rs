@@ -217,6 +217,7 @@ pub fn nginx_proxy(upstream: SocketAddr) -> Result<LabRole, LabError> {
         upstream,
         upstream_tls: None,
         http2: false,
+        grpc: false,
         workers: 1,
         dir: dir.clone(),
     };
