@@ -218,7 +218,12 @@ pub fn fortio_json(e: &ExperimentRow, stored: &StoredStep) -> Option<Value> {
         },
         "Exactly": 0,
         "Jitter": r.settings.arrival.as_deref() == Some("poisson"),
-        "RetCodes": r.status_codes.iter().map(|(k, v)| (k.clone(), json!(v))).collect::<serde_json::Map<_, _>>(),
+        // fortio's gRPC results name a call by its status, a successful ping SERVING.
+        "RetCodes": r.status_codes.iter().map(|(k, v)| (k.clone(), json!(v)))
+            .chain(r.grpc_status.iter().map(|(k, v)| {
+                (if k == "OK" { "SERVING".to_string() } else { k.clone() }, json!(v))
+            }))
+            .collect::<serde_json::Map<_, _>>(),
         "Sizes": {"Count": count, "Avg": r.bytes.received as f64 / count.max(1) as f64},
         "URL": r.url,
         "SocketCount": r.connections.opened,
