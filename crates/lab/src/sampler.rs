@@ -606,9 +606,11 @@ mod tests {
 
     #[test]
     fn the_sampler_agrees_with_proc_for_a_busy_process() {
-        // A child that spins for a while: its CPU per the sampler matches /proc's own count.
+        // A child that spins (bounded, but far longer than the 300 ms it is read after: a
+        // finished child is a zombie without a resident set): its CPU per the sampler matches
+        // /proc's own count.
         let mut child = std::process::Command::new("sh")
-            .args(["-c", "i=0; while [ $i -lt 400000 ]; do i=$((i+1)); done"])
+            .args(["-c", "i=0; while [ $i -lt 20000000 ]; do i=$((i+1)); done"])
             .spawn()
             .unwrap();
         let pid = child.id();
