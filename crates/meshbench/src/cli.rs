@@ -620,6 +620,10 @@ pub struct RequestFlags {
     /// gRPC ping: bytes of payload in each ping message (without --body).
     #[arg(long, value_name = "BYTES", default_value_t = 0)]
     pub grpc_payload: usize,
+    /// gRPC: the service's .proto (compiled here; imports beside it); --body is then JSON of
+    /// the method's request message, the method named by the URL's path.
+    #[arg(long, value_name = "FILE")]
+    pub proto: Option<PathBuf>,
     /// Concurrent HTTP/2 streams per connection.
     #[arg(
         long,

@@ -106,6 +106,9 @@ pub struct LoadOptions {
     /// gRPC: the ping's payload in bytes, when the request has no message of its own.
     #[serde(default)]
     pub grpc_payload: usize,
+    /// gRPC: the user's `.proto`; the body is then JSON of the method's request message.
+    #[serde(default)]
+    pub grpc_proto: Option<PathBuf>,
     pub tls: TlsOptions,
     /// Close and reopen a connection after this many requests.
     pub requests_per_connection: Option<u64>,
@@ -149,6 +152,7 @@ impl LoadOptions {
             protocol: Protocol::Http1,
             streams: 1,
             grpc_payload: 0,
+            grpc_proto: None,
             tls: TlsOptions::default(),
             requests_per_connection: None,
             close_first: None,
@@ -232,6 +236,15 @@ impl LoadOptions {
         if self.grpc_payload > 0 && self.protocol != Protocol::Grpc {
             return bad("--grpc-payload applies to gRPC only; add --grpc".into());
         }
+        if self.grpc_proto.is_some() && self.protocol != Protocol::Grpc {
+            return bad("--proto applies to gRPC only; add --grpc".into());
+        }
+        let proto = match &self.grpc_proto {
+            Some(file) => Some(std::sync::Arc::new(
+                targets::proto::Proto::compile(file, &[]).map_err(LoadError)?,
+            )),
+            None => None,
+        };
         let concurrency = match self.concurrency {
             None => None,
             Some(_) if self.rate_rps.is_some() => {
@@ -283,6 +296,7 @@ impl LoadOptions {
                 grpc: GrpcCall {
                     ping_payload: self.grpc_payload,
                     deadline: self.timeout,
+                    proto,
                 },
             },
         )?;

@@ -301,6 +301,52 @@ pub(crate) mod tests {
         }
     }
 
+    /// A client-side gRPC hop: plain h2c in, mutual TLS out to the next proxy.
+    pub(crate) fn grpc_hop(tls_out: bool) -> Hop {
+        let mut h = hop(Layer::L7, false);
+        h.http2 = true;
+        h.grpc = true;
+        h.upstream_tls = tls_out.then(|| UpstreamTls {
+            ca: PathBuf::from("/tmp/x/ca.pem"),
+            server_name: "mesh.local".into(),
+            client: Some(("/tmp/x/c.pem".into(), "/tmp/x/c-key.pem".into())),
+        });
+        h
+    }
+
+    #[test]
+    fn every_program_forwards_grpc_over_http2() {
+        let nginx = nginx::hop_config(&grpc_hop(true)).unwrap();
+        assert!(nginx.contains("grpc_pass grpcs://next;"), "{nginx}");
+        assert!(
+            nginx.contains("grpc_ssl_certificate /tmp/x/c.pem;"),
+            "{nginx}"
+        );
+        assert!(!nginx.contains("proxy_ssl_"), "{nginx}");
+        assert!(nginx.contains(" http2 reuseport;"), "{nginx}");
+        let plain = nginx::hop_config(&grpc_hop(false)).unwrap();
+        assert!(plain.contains("grpc_pass grpc://next;"), "{plain}");
+
+        // haproxy reads the client certificate to combine it with its key: none here.
+        let mut no_client = grpc_hop(true);
+        no_client.upstream_tls.as_mut().expect("TLS out").client = None;
+        let haproxy = haproxy::hop_config(&no_client).unwrap();
+        assert!(haproxy.contains(" alpn h2 maxconn"), "{haproxy}");
+        assert!(
+            haproxy.contains("bind 127.0.0.1:8001 proto h2"),
+            "{haproxy}"
+        );
+        let plain = haproxy::hop_config(&grpc_hop(false)).unwrap();
+        assert!(plain.contains(" proto h2 maxconn"), "{plain}");
+
+        let caddy = caddy::hop_config(&grpc_hop(true)).unwrap();
+        assert!(caddy.contains("versions 2"), "{caddy}");
+        assert!(caddy.contains("header_up Host mesh.local"), "{caddy}");
+        let plain = caddy::hop_config(&grpc_hop(false)).unwrap();
+        assert!(plain.contains("versions h2c 2"), "{plain}");
+        assert!(plain.contains("protocols h1 h2c"), "{plain}");
+    }
+
     #[test]
     fn the_file_names_the_programs_in_lowercase() {
         let p: Program = serde_yaml_ng::from_str("haproxy").unwrap();

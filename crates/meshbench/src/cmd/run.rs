@@ -215,6 +215,7 @@ pub fn apply_request_flags(o: &mut LoadOptions, r: &RequestFlags) -> Result<()> 
         Protocol::Http1
     };
     o.grpc_payload = r.grpc_payload;
+    o.grpc_proto = r.proto.clone();
     o.streams = positive("--streams", r.streams)? as usize;
     o.tls = TlsOptions {
         insecure: r.insecure,

@@ -6,10 +6,12 @@
 //! without DNS, so a thousand gateway domains can all go to one local gateway.
 
 pub mod file;
+pub mod proto;
 pub mod template;
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -109,13 +111,16 @@ pub struct BuildOptions<'a> {
 }
 
 /// The call of a gRPC run. A URL with a path names the method (`/pkg.Service/Method`); a bare
-/// URL calls fortio's ping. A source's body is the request message, already serialised as
-/// protobuf (framed here); without one the call is a ping of `ping_payload` bytes.
-#[derive(Debug, Clone, Copy, Default)]
+/// URL calls fortio's ping. A source's body is the request message: JSON when a `.proto` is
+/// given, else already serialised as protobuf (framed here); without one the call is a ping of
+/// `ping_payload` bytes.
+#[derive(Debug, Clone, Default)]
 pub struct GrpcCall {
     pub ping_payload: usize,
     /// Sent as `grpc-timeout`: the server gives up (DEADLINE_EXCEEDED) after this long.
     pub deadline: Duration,
+    /// The user's `.proto`: bodies are JSON of the method's request message.
+    pub proto: Option<Arc<proto::Proto>>,
 }
 
 /// The built list, and whether it is TLS (all https) or not (all http).
@@ -238,7 +243,7 @@ pub fn build(sources: &[Source], opts: &BuildOptions) -> Result<Built> {
                 }
                 Protocol::Http2 => (Wire::Http2(Box::new(h2_request(src, &url, &text)?)), None),
                 Protocol::Grpc => (
-                    Wire::Http2(Box::new(grpc_request(src, &url, &text, opts.grpc)?)),
+                    Wire::Http2(Box::new(grpc_request(src, &url, &text, &opts.grpc)?)),
                     None,
                 ),
             };
@@ -307,9 +312,18 @@ fn h2_request(src: &Source, url: &url::Url, text: &str) -> Result<H2Request> {
 
 /// A gRPC call as HTTP/2 carries it: POST to the method's path, `application/grpc`,
 /// `te: trailers`, the deadline, the message framed.
-fn grpc_request(src: &Source, url: &url::Url, text: &str, call: GrpcCall) -> Result<H2Request> {
+fn grpc_request(src: &Source, url: &url::Url, text: &str, call: &GrpcCall) -> Result<H2Request> {
     use meshbench_net::grpc;
     let mut req = h2_request(src, url, text)?;
+    let from_json = match &call.proto {
+        Some(proto) => {
+            let bad = |e: String| LoadError::new(format!("{}: {e}", src.origin));
+            let method = proto.method(url.path()).map_err(bad)?;
+            Some(proto.request(&method, &src.body).map_err(bad)?)
+        }
+        None => None,
+    };
+    let body = from_json.map_or_else(|| src.body.clone(), Bytes::from);
     if url.path() == "/" || url.path().is_empty() {
         let mut with_method = url.clone();
         with_method.set_path(grpc::PING_PATH);
@@ -321,20 +335,20 @@ fn grpc_request(src: &Source, url: &url::Url, text: &str, call: GrpcCall) -> Res
         })?;
     }
     req.method = http::Method::POST;
-    let message = if src.body.is_empty() {
+    let message = if body.is_empty() && call.proto.is_none() {
         let ping = grpc::PingMessage::with_payload(call.ping_payload, Duration::ZERO);
         grpc::frame(&ping)
-    } else if src.body.len() > grpc::MAX_MESSAGE {
+    } else if body.len() > grpc::MAX_MESSAGE {
         return Err(LoadError::new(format!(
             "{}: a {}-byte gRPC message is over the 4 MiB limit",
             src.origin,
-            src.body.len()
+            body.len()
         )));
     } else {
-        let mut framed = Vec::with_capacity(src.body.len() + 5);
+        let mut framed = Vec::with_capacity(body.len() + 5);
         framed.push(0);
-        framed.extend_from_slice(&(src.body.len() as u32).to_be_bytes());
-        framed.extend_from_slice(&src.body);
+        framed.extend_from_slice(&(body.len() as u32).to_be_bytes());
+        framed.extend_from_slice(&body);
         framed
     };
     req.body = Bytes::from(message);
