@@ -368,7 +368,7 @@ fn the_lab_carries_grpc_through_every_proxy_and_mutual_tls() {
         std::fs::write(
             &file,
             format!(
-                "name: grpc-{program}\ntopologies: [serveronly, both]\nduration_secs: 1\nwarmup_secs: 0.3\ncooldown_secs: 0\nload:\n  protocol: grpc\n  mode: open\n  qps: [300]\n  connections: [2]\nproxy:\n  type: {program}\n  mtls: true\n"
+                "name: grpc-{program}\ntopologies: [serveronly, both]\nduration_secs: 1\nwarmup_secs: 0.3\ncooldown_secs: 0\nload:\n  protocol: grpc\n  mode: open\n  qps: [300]\n  connections: [2]\n  request_bytes: 200\nproxy:\n  type: {program}\n  mtls: true\n"
             ),
         )
         .unwrap();
@@ -400,6 +400,9 @@ fn the_lab_carries_grpc_through_every_proxy_and_mutual_tls() {
                 r["grpc_status"],
                 r["errors"]
             );
+            // request_bytes is the ping's payload, echoed back through every hop.
+            assert!(u(r, "/bytes/sent") >= total * 200, "{}", r["bytes"]);
+            assert!(u(r, "/bytes/received") >= total * 200, "{}", r["bytes"]);
         }
     }
 }
@@ -483,4 +486,71 @@ fn a_users_proto_and_json_body_make_the_call() {
         assert!(err.contains(says), "{all:?}: {err}");
         assert_eq!(err.trim().lines().count(), 1, "{err}");
     }
+}
+
+#[test]
+fn agents_make_grpc_calls_and_merge_their_statuses() {
+    let backend = ProtoBackend::start(Proto::H2c, &["--status", "503:10%"]);
+    let token = "grpc-agents-token-0123456789";
+    let addrs: Vec<String> = (0..2).map(|_| free_addr().to_string()).collect();
+    let mut agents: Vec<Child> = addrs
+        .iter()
+        .map(|a| {
+            Command::new(bin())
+                .args(["agent", "--listen", a])
+                .env("MESHBENCH_AGENT_TOKEN", token)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("an agent")
+        })
+        .collect();
+    for a in &addrs {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(a).is_err() {
+            assert!(Instant::now() < deadline, "agent {a} did not listen");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    let json = temp_json("grpc-agents");
+    let mut cmd = Command::new(bin());
+    cmd.args([
+        "run",
+        &backend.url("/"),
+        "--grpc",
+        "-c",
+        "4",
+        "-n",
+        "2000",
+        "-q",
+    ])
+    .args(["--agents", &addrs.join(","), "--json"])
+    .arg(&json)
+    .env("MESHBENCH_AGENT_TOKEN", token)
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    let out = wait_with_limit(&mut cmd.spawn().unwrap(), LIMIT);
+    for a in &mut agents {
+        let _ = a.kill();
+        let _ = a.wait();
+    }
+    assert!(out.status.success(), "{}", stderr(&out));
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_valid(&r);
+    let (ok, unavailable) = (u(&r, "/grpc_status/OK"), u(&r, "/grpc_status/UNAVAILABLE"));
+    assert_eq!(
+        ok + unavailable,
+        u(&r, "/requests/total"),
+        "{}",
+        r["grpc_status"]
+    );
+    assert!(unavailable > 0, "{}", r["grpc_status"]);
+    assert_eq!(u(&r, "/errors/grpc_status"), unavailable);
+    let parts = r["agents"]["agents"].as_array().expect("per-agent parts");
+    assert_eq!(parts.len(), 2);
+    let by_agent: u64 = parts.iter().map(|p| p["requests"].as_u64().unwrap()).sum();
+    assert_eq!(by_agent, u(&r, "/requests/total"));
 }

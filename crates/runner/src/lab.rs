@@ -250,7 +250,10 @@ pub fn load_for(e: &Experiment, step: &Step, source: TargetSource) -> LoadOption
     if o.protocol.is_http2() {
         o.streams = e.load.streams.max(1) as usize;
     }
-    if e.load.request_bytes > 0 {
+    if e.load.request_bytes > 0 && o.protocol == meshbench_engine::Protocol::Grpc {
+        // A gRPC step pings with this much payload (the backend echoes it back).
+        o.grpc_payload = e.load.request_bytes as usize;
+    } else if e.load.request_bytes > 0 {
         o.method = "POST".into();
         o.body = Body::Size(e.load.request_bytes);
     }
