@@ -554,3 +554,45 @@ fn agents_make_grpc_calls_and_merge_their_statuses() {
     let by_agent: u64 = parts.iter().map(|p| p["requests"].as_u64().unwrap()).sum();
     assert_eq!(by_agent, u(&r, "/requests/total"));
 }
+
+#[test]
+fn metrics_count_grpc_calls_by_status() {
+    use std::io::{Read, Write};
+    let backend = ProtoBackend::start(Proto::H2c, &[]);
+    let metrics = free_addr();
+    let mut args = grpc_args(&backend, &["-c", "2", "-n", "500", "-q"]);
+    args.extend([
+        "--metrics-listen".into(),
+        metrics.to_string(),
+        "--metrics-linger".into(),
+        "10s".into(),
+    ]);
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut all = vec!["run"];
+    all.extend(refs);
+    let mut run = spawn_meshbench(&all);
+    // Scrape until the final count shows (the linger ends with that scrape).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut last = String::new();
+    let found = loop {
+        if let Ok(mut s) = std::net::TcpStream::connect(metrics) {
+            let _ = s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+            last.clear();
+            let _ = s.read_to_string(&mut last);
+            if let Some(line) = last.lines().find(|l| {
+                l.starts_with("meshbench_grpc_calls_total{") && l.contains("grpc_status=\"OK\"")
+            }) {
+                if line.trim_end().ends_with(" 500") {
+                    break true;
+                }
+            }
+        }
+        if Instant::now() > deadline {
+            break false;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let out = wait_with_limit(&mut run, LIMIT);
+    assert!(found, "no final gRPC count in /metrics: {last}");
+    assert!(out.status.success(), "{}", stderr(&out));
+}
