@@ -344,14 +344,11 @@ fn grpc_status(code: Code, message: &str) -> Response<Reply> {
     // grpc-message is percent-encoded; keep to what needs no encoding.
     let clean: String = message
         .chars()
-        .map(|c| {
-            if c.is_ascii_graphic() || c == ' ' {
-                c
-            } else {
-                '?'
-            }
+        .map(|c| match c {
+            '%' => '?',
+            c if c.is_ascii_graphic() || c == ' ' => c,
+            _ => '?',
         })
-        .map(|c| if c == '%' { '?' } else { c })
         .collect();
     if let Ok(v) = http::HeaderValue::from_str(&clean) {
         b = b.header("grpc-message", v);

@@ -59,13 +59,25 @@ pub struct HealthCheckResponse {
 /// A message in gRPC's length-prefixed framing: a compression flag (0), its length (u32 big
 /// endian), the bytes.
 pub fn frame(message: &impl Message) -> Vec<u8> {
-    let len = message.encoded_len();
-    let mut out = Vec::with_capacity(5 + len);
-    out.push(0);
-    out.extend_from_slice(&(len as u32).to_be_bytes());
+    let mut out = prefix(message.encoded_len());
     message
         .encode(&mut out)
         .expect("a Vec grows to take any message");
+    out
+}
+
+/// An already serialised message, framed.
+pub fn frame_bytes(message: &[u8]) -> Vec<u8> {
+    let mut out = prefix(message.len());
+    out.extend_from_slice(message);
+    out
+}
+
+/// The 5-byte prefix of a `len`-byte message, in a buffer with room for the message.
+fn prefix(len: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(5 + len);
+    out.push(0);
+    out.extend_from_slice(&(len as u32).to_be_bytes());
     out
 }
 

@@ -62,33 +62,45 @@ pub fn hop_config(hop: &Hop) -> Result<String, LabError> {
             None => site.push('\n'),
         }
     }
-    let mut transport = String::new();
+    // The lines of `transport http { ... }`, then the other lines of `reverse_proxy`.
+    let mut transport: Vec<String> = Vec::new();
+    let mut proxy: Vec<String> = Vec::new();
     if let Some(t) = &hop.upstream_tls {
-        let _ = write!(
-            transport,
-            " {{\n    transport http {{\n      tls\n      tls_trusted_ca_certs {}\n      tls_server_name {}\n",
-            p(&t.ca),
-            t.server_name
-        );
+        transport.push("tls".into());
+        transport.push(format!("tls_trusted_ca_certs {}", p(&t.ca)));
+        transport.push(format!("tls_server_name {}", t.server_name));
         if let Some((cert, key)) = &t.client {
-            let _ = writeln!(transport, "      tls_client_auth {} {}", p(cert), p(key));
+            transport.push(format!("tls_client_auth {} {}", p(cert), p(key)));
         }
-        transport.push_str("    }\n");
         if hop.grpc {
+            transport.push("versions 2".into());
             // Over HTTP/2 a TLS server answers 421 to a Host its certificate does not name.
-            transport = transport.replace("      tls\n", "      tls\n      versions 2\n");
-            let _ = writeln!(transport, "    header_up Host {}", t.server_name);
+            proxy.push(format!("header_up Host {}", t.server_name));
         }
-        transport.push_str("  }");
-    } else if hop.grpc && hop.layer == Layer::L7 {
+    } else if hop.grpc {
         // HTTP/2 in the clear to the upstream (prior knowledge).
-        transport.push_str(" {\n    transport http {\n      versions h2c 2\n    }\n  }");
+        transport.push("versions h2c 2".into());
+    }
+    let mut block = String::new();
+    if !transport.is_empty() || !proxy.is_empty() {
+        block.push_str(" {\n");
+        if !transport.is_empty() {
+            block.push_str("    transport http {\n");
+            for line in &transport {
+                let _ = writeln!(block, "      {line}");
+            }
+            block.push_str("    }\n");
+        }
+        for line in &proxy {
+            let _ = writeln!(block, "    {line}");
+        }
+        block.push_str("  }");
     }
     Ok(format!(
         "{globals}
 {scheme}://:{port} {{
   bind {ip}
-{site}  reverse_proxy {up}{transport}
+{site}  reverse_proxy {up}{block}
 }}
 ",
         globals = globals(&hop.dir, hop.http2, hop.listen_tls.is_some()),

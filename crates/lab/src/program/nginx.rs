@@ -90,43 +90,23 @@ pub fn hop_config(hop: &Hop) -> Result<String, LabError> {
         }
     }
     match hop.layer {
-        Layer::L7 if hop.grpc => {
-            // grpc_pass: HTTP/2 to the upstream, trailers passed through.
-            let scheme = if hop.upstream_tls.is_some() {
-                "grpcs"
-            } else {
-                "grpc"
-            };
-            let tls_out = tls_out.replace("proxy_ssl_", "grpc_ssl_");
-            let _ = write!(
-                c,
-                "http {{
-  access_log off;
-  keepalive_requests 1000000;
-{temp}  upstream next {{
-    server {up};
-    keepalive 512;
-    keepalive_requests 1000000;
-    keepalive_timeout 300s;
-  }}
-  server {{
-    listen {listen}{listen_ssl} reuseport;
-{tls_in}    location / {{
-      grpc_pass {scheme}://next;
-{tls_out}    }}
-  }}
-}}
-",
-                temp = temp_paths(&hop.dir),
-                up = hop.upstream,
-                listen = hop.listen,
-            );
-        }
         Layer::L7 => {
-            let scheme = if hop.upstream_tls.is_some() {
-                "https"
+            let tls = hop.upstream_tls.is_some();
+            // gRPC: grpc_pass speaks HTTP/2 to the upstream and passes trailers through; its
+            // TLS directives are the proxy ones under another prefix.
+            let (pass, tls_out) = if hop.grpc {
+                (
+                    format!("grpc_pass {}://next;", if tls { "grpcs" } else { "grpc" }),
+                    tls_out.replace("proxy_ssl_", "grpc_ssl_"),
+                )
             } else {
-                "http"
+                (
+                    format!(
+                        "proxy_pass {}://next;\n      proxy_http_version 1.1;\n      proxy_set_header Connection \"\";\n      proxy_set_header Host $host;\n      proxy_buffering off;",
+                        if tls { "https" } else { "http" }
+                    ),
+                    tls_out,
+                )
             };
             let _ = write!(
                 c,
@@ -142,11 +122,7 @@ pub fn hop_config(hop: &Hop) -> Result<String, LabError> {
   server {{
     listen {listen}{listen_ssl} reuseport;
 {tls_in}    location / {{
-      proxy_pass {scheme}://next;
-      proxy_http_version 1.1;
-      proxy_set_header Connection \"\";
-      proxy_set_header Host $host;
-      proxy_buffering off;
+      {pass}
 {tls_out}    }}
   }}
 }}

@@ -345,11 +345,7 @@ fn grpc_request(src: &Source, url: &url::Url, text: &str, call: &GrpcCall) -> Re
             body.len()
         )));
     } else {
-        let mut framed = Vec::with_capacity(body.len() + 5);
-        framed.push(0);
-        framed.extend_from_slice(&(body.len() as u32).to_be_bytes());
-        framed.extend_from_slice(&body);
-        framed
+        grpc::frame_bytes(&body)
     };
     req.body = Bytes::from(message);
     let h = &mut req.headers;
