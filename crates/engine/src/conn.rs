@@ -1,5 +1,5 @@
 //! One client connection's bookkeeping: its state from closed to ready, the host it is aimed
-//! at, its byte stream (plain, TLS, or handed to h2), what it carries, when it may retry after a
+//! at, its byte stream (plain, TLS, or handed to h2) or its QUIC connection (HTTP/3), what it carries, when it may retry after a
 //! failed connect, how many of its bytes the recorder has seen, and its previous socket while
 //! that waits for the server to close it first ([`Linger`]).
 //!
@@ -16,6 +16,7 @@ use std::rc::Rc;
 use meshbench_net::stream::{IoState, Stream};
 
 use crate::h2conn::H2Conn;
+use crate::h3conn::H3Conn;
 use crate::slots::ConnFacts;
 
 /// First and last pause after a failed connect or handshake, so that a dead target is not
@@ -36,7 +37,7 @@ pub enum State {
     Closed,
     /// Non-blocking TCP connect under way.
     Connecting,
-    /// TLS or HTTP/2 handshake under way.
+    /// TLS, HTTP/2 or QUIC handshake under way.
     Handshaking,
     /// Requests can go out.
     Ready,
@@ -62,6 +63,8 @@ pub struct Conn {
     /// The HTTP/1.1 byte stream (HTTP/2 connections hand theirs to `h2`).
     pub stream: Option<Stream>,
     pub h2: Option<H2Conn>,
+    /// HTTP/3: the QUIC connection, which owns the UDP socket.
+    pub h3: Option<H3Conn>,
     /// Byte counts, receive stamp and readiness of the socket, whoever owns the stream.
     pub io: Option<Rc<IoState>>,
     /// Slots whose requests wait for this connection to be ready (or for a free HTTP/2 stream).
@@ -103,6 +106,7 @@ impl Conn {
             fd: -1,
             stream: None,
             h2: None,
+            h3: None,
             io: None,
             waiting: VecDeque::new(),
             in_flight: 0,
@@ -125,24 +129,43 @@ impl Conn {
     /// A socket `fd` was opened at `now` with its plain `stream` (which owns it); `connected`
     /// when the connect completed at once, else the socket is watched for writability.
     pub fn attach(&mut self, fd: RawFd, stream: Stream, connected: bool, now: u64) {
-        self.fd = fd;
+        self.fresh(fd, stream.state(), now);
         self.want_write = !connected;
+        self.state = State::Connecting;
+        self.stream = Some(stream);
+    }
+
+    /// A QUIC connection was started at `now` on its UDP socket `fd` (which it owns).
+    pub fn attach_quic(&mut self, fd: RawFd, h3: H3Conn, now: u64) {
+        self.fresh(fd, h3.io(), now);
+        self.tcp_at = now;
+        self.state = State::Handshaking;
+        self.h3 = Some(h3);
+    }
+
+    fn fresh(&mut self, fd: RawFd, io: Rc<IoState>, now: u64) {
+        self.fd = fd;
+        self.want_write = false;
         self.opened_at = now;
         self.started = 0;
         self.answered = 0;
         self.failed_in_a_row = 0;
         self.draining = false;
-        self.state = State::Connecting;
-        self.io = Some(stream.state());
+        self.io = Some(io);
         self.counted_in = 0;
         self.counted_out = 0;
-        self.stream = Some(stream);
+    }
+
+    /// Multiplexed (HTTP/2 or HTTP/3): requests are batched and polled.
+    pub fn is_multiplexed(&self) -> bool {
+        self.h2.is_some() || self.h3.is_some()
     }
 
     /// Drops the socket (whatever the state), leaving the requests on it to the caller.
     pub fn detach(&mut self) {
         self.stream = None; // closing the fd also removes it from epoll
         self.h2 = None;
+        self.h3 = None;
         self.io = None;
         self.fd = -1;
         self.state = State::Closed;

@@ -16,21 +16,11 @@ use meshbench_net::grpc::Code;
 use meshbench_net::stream::Stream;
 
 use crate::recorder::{ErrorKind, Status};
+use crate::spec::HttpRequest;
 
 type Handshake = Pin<
     Box<dyn Future<Output = Result<(SendRequest<Bytes>, Connection<Stream, Bytes>), h2::Error>>>,
 >;
-
-/// One request as h2 sends it: the head is cloned per request (cheap: the URI is shared bytes).
-#[derive(Debug, Clone)]
-pub struct H2Request {
-    pub method: http::Method,
-    pub uri: http::Uri,
-    pub headers: http::HeaderMap,
-    pub body: Bytes,
-    /// A gRPC call: its outcome is its `grpc-status`, not its HTTP status.
-    pub grpc: bool,
-}
 
 /// An HTTP/2 client connection owned by the loop.
 pub enum H2Conn {
@@ -118,7 +108,7 @@ impl H2Conn {
     }
 
     /// Opens a stream for `req`; `Ok(None)` when the peer's stream limit is reached for now.
-    pub fn send(&mut self, req: &H2Request) -> Result<Option<H2Stream>, (ErrorKind, String)> {
+    pub fn send(&mut self, req: &HttpRequest) -> Result<Option<H2Stream>, (ErrorKind, String)> {
         let H2Conn::Open { send, .. } = self else {
             return Ok(None);
         };

@@ -1,5 +1,5 @@
 //! The load engine: pacers decide when requests are due, one driver per thread sends them over
-//! HTTP/1.1 or HTTP/2, plain or TLS, and records what comes back, and [`run()`] ties the threads
+//! HTTP/1.1 or HTTP/2, plain or TLS, or HTTP/3, and records what comes back, and [`run()`] ties the threads
 //! into one result.
 //!
 //! The engine knows nothing of reports, stores or the lab; it takes a resolved [`LoadSpec`] and
@@ -16,6 +16,8 @@
 //!   arrived; latency, service time, schedule lag).
 //! - `conn`: one connection's bookkeeping (state, host, stream, back-off, bytes counted).
 //! - [`h2conn`]: HTTP/2 through the h2 crate, polled by the loop.
+//! - [`h3conn`]: HTTP/3 through the h3 crate over quinn-proto's QUIC (`quic`), polled by the
+//!   loop, one UDP socket per connection.
 //! - [`pacer`]: when the next request is due (closed loop, or an open-loop schedule).
 //! - [`idle`]: how long to sleep before a send and how long to spin, from the measured clock.
 //! - [`recorder`]: what a worker measured, in constant memory, merged by adding.
@@ -30,9 +32,11 @@ pub mod check;
 mod conn;
 pub mod driver;
 pub mod h2conn;
+pub mod h3conn;
 pub mod histogram;
 pub mod idle;
 pub mod pacer;
+mod quic;
 pub mod recorder;
 mod request;
 pub mod result;
@@ -41,7 +45,7 @@ mod slots;
 pub mod spec;
 mod stop;
 
-pub use h2conn::H2Request;
+pub use h3conn::QuicSpec;
 pub use idle::IdleStrategy;
 pub use meshbench_net::grpc;
 pub use meshbench_net::http1::{closing_variant, encode_request};
@@ -49,7 +53,7 @@ pub use recorder::Status;
 pub use result::RunResult;
 pub use run::{merge, run, run_part, Gathered, Live, Part, RunError, Seconds, WorkerFigures};
 pub use spec::{
-    CloseFirst, ConnSpec, Host, LoadSpec, Mode, Order, Protocol, RequestSpec, Segment, StopAt,
-    Target, Targets, Wire,
+    CloseFirst, ConnSpec, Host, HttpRequest, LoadSpec, Mode, Order, Protocol, RequestSpec,
+    Segment, StopAt, Target, Targets, Wire,
 };
 pub use stop::Stop;

@@ -402,10 +402,10 @@ pub struct Recorder {
 /// Connection set-up during the measured window: how many, how long, how many resumed.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ConnRecorder {
-    /// TCP connect, from `connect()` to the socket being writable.
+    /// TCP connect, from `connect()` to the socket being writable (none over QUIC).
     #[serde(with = "latency_form")]
     pub connect: Histogram<u64>,
-    /// TLS handshake, from TCP connected to the handshake done.
+    /// TLS handshake, from TCP connected to the handshake done (QUIC: from the first packet).
     #[serde(with = "latency_form")]
     pub handshake: Histogram<u64>,
     /// Connections opened (attempted).
@@ -413,6 +413,12 @@ pub struct ConnRecorder {
     /// TLS handshakes completed, and how many of them resumed a session.
     pub handshakes: u64,
     pub resumed: u64,
+    /// QUIC handshakes where the server accepted the requests sent as 0-RTT early data.
+    #[serde(default)]
+    pub zero_rtt: u64,
+    /// QUIC connections moved to a new local port (`--h3-rebind-every`), carrying on.
+    #[serde(default)]
+    pub migrations: u64,
     /// Connections the generator closed first, leaving the TIME_WAIT here: ended by
     /// `--requests-per-connection` without asking the server to close (HTTP/2, `--close-first
     /// client`, a `Connection` header of the user's), too many failures in a row on one HTTP/2
@@ -432,6 +438,8 @@ impl Default for ConnRecorder {
             opened: 0,
             handshakes: 0,
             resumed: 0,
+            zero_rtt: 0,
+            migrations: 0,
             closed_by_client: 0,
             closed_by_server: 0,
         }
@@ -573,6 +581,8 @@ impl AddAssign<&Recorder> for Recorder {
         a.opened += b.opened;
         a.handshakes += b.handshakes;
         a.resumed += b.resumed;
+        a.zero_rtt += b.zero_rtt;
+        a.migrations += b.migrations;
         a.closed_by_client += b.closed_by_client;
         a.closed_by_server += b.closed_by_server;
     }

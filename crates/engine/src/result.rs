@@ -13,7 +13,7 @@ pub use crate::histogram::{decode_histogram, encode_histogram, DecodeError};
 use crate::idle::IdleStrategy;
 use crate::pacer::Arrival;
 use crate::recorder::{ErrorKind, Recorder};
-use crate::spec::{LoadSpec, Mode, Order, Protocol, StopAt};
+use crate::spec::{LoadSpec, Mode, Order, StopAt};
 
 /// The value of the `schema` key.
 pub const SCHEMA: &str = "meshbench/result/v1";
@@ -184,6 +184,12 @@ pub struct Connections {
     pub tls_resumed: u64,
     /// tls_resumed / tls_handshakes (0 without TLS).
     pub resumption_ratio: f64,
+    /// HTTP/3: handshakes where the server accepted 0-RTT early data (`--h3-0rtt`).
+    #[serde(default)]
+    pub quic_0rtt_accepted: u64,
+    /// HTTP/3: connections moved to a new local port mid-run (`--h3-rebind-every`).
+    #[serde(default)]
+    pub quic_migrations: u64,
     /// TCP connect time.
     pub connect_us: Stats,
     /// TLS handshake time, after TCP (none without TLS).
@@ -395,7 +401,7 @@ impl RunResult {
     /// from the merged recorder, and the generator's verdict on itself (warnings, `saturated`).
     pub(crate) fn build(spec: &LoadSpec, measured: Measured) -> RunResult {
         let open = matches!(spec.mode, Mode::Open { .. });
-        let tls = spec.conn.tls.is_some();
+        let tls = spec.conn.tls.is_some() || spec.conn.quic.is_some();
         let Measured {
             threads,
             recorder: rec,
@@ -488,9 +494,10 @@ impl RunResult {
                 seed: spec.seed,
                 protocol: spec.conn.protocol.name().to_string(),
                 tls,
-                streams: match spec.conn.protocol {
-                    Protocol::Http1 => 1,
-                    Protocol::Http2 | Protocol::Grpc => spec.conn.streams,
+                streams: if spec.conn.protocol.is_multiplexed() {
+                    spec.conn.streams
+                } else {
+                    1
                 },
                 targets: spec.targets.requests.len(),
                 hosts: spec.targets.hosts.len(),
@@ -558,6 +565,8 @@ impl RunResult {
                 } else {
                     0.0
                 },
+                quic_0rtt_accepted: rec.conns.zero_rtt,
+                quic_migrations: rec.conns.migrations,
                 connect_us: Stats::of(&rec.conns.connect),
                 tls_handshake_us: tls.then(|| Stats::of(&rec.conns.handshake)),
             },

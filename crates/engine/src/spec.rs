@@ -9,7 +9,7 @@ use std::time::Duration;
 use rustls::pki_types::ServerName;
 use serde::{Deserialize, Serialize};
 
-use crate::h2conn::H2Request;
+use crate::h3conn::QuicSpec;
 use crate::idle::IdleStrategy;
 use crate::pacer::Arrival;
 
@@ -42,7 +42,8 @@ pub enum StopAt {
     Requests(u64),
 }
 
-/// HTTP version on the wire. Named `http1` and `http2` in files and stored parameters.
+/// HTTP version on the wire. Named `http1`, `http2`, `grpc` and `h3` in files and stored
+/// parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Protocol {
@@ -53,6 +54,9 @@ pub enum Protocol {
     /// gRPC calls over HTTP/2 (as `Http2` on the wire); each call's outcome is its
     /// `grpc-status`.
     Grpc,
+    /// HTTP/3 over QUIC (always TLS, ALPN h3). Named `h3` in files (`http3` is accepted).
+    #[serde(rename = "h3", alias = "http3")]
+    Http3,
 }
 
 impl Protocol {
@@ -61,7 +65,13 @@ impl Protocol {
             Protocol::Http1 => "http/1.1",
             Protocol::Http2 => "h2",
             Protocol::Grpc => "grpc",
+            Protocol::Http3 => "h3",
         }
+    }
+
+    /// Several requests at once per connection, each on its own stream.
+    pub fn is_multiplexed(self) -> bool {
+        self != Protocol::Http1
     }
 
     /// Carried by HTTP/2 streams (HTTP/2 and gRPC).
@@ -111,7 +121,20 @@ pub struct Target {
 pub enum Wire {
     /// Request line, headers and body.
     Http1(Box<[u8]>),
-    Http2(Box<H2Request>),
+    /// Head and body as parts: HTTP/2 and gRPC (h2 frames them), HTTP/3 (h3 does).
+    Parts(Box<HttpRequest>),
+}
+
+/// One request as h2 and h3 send it: the head is cloned per request (cheap: the URI is shared
+/// bytes).
+#[derive(Debug, Clone)]
+pub struct HttpRequest {
+    pub method: http::Method,
+    pub uri: http::Uri,
+    pub headers: http::HeaderMap,
+    pub body: bytes::Bytes,
+    /// A gRPC call: its outcome is its `grpc-status`, not its HTTP status.
+    pub grpc: bool,
 }
 
 /// Every request a run may send, and the hosts they go to.
@@ -184,7 +207,9 @@ pub struct ConnSpec {
     pub protocol: Protocol,
     /// TLS settings (trust, client certificate, ALPN, resumption); `None` for plain TCP.
     pub tls: Option<Arc<rustls::ClientConfig>>,
-    /// Concurrent HTTP/2 streams per connection (1 for HTTP/1.1).
+    /// HTTP/3: QUIC's TLS client and transport settings (`None` for every other protocol).
+    pub quic: Option<QuicSpec>,
+    /// Concurrent streams per connection, HTTP/2 or HTTP/3 (1 for HTTP/1.1).
     pub streams: usize,
     /// Close and reconnect after this many requests on a connection.
     pub requests_per_connection: Option<u64>,
@@ -205,6 +230,7 @@ impl Default for ConnSpec {
         ConnSpec {
             protocol: Protocol::Http1,
             tls: None,
+            quic: None,
             streams: 1,
             requests_per_connection: None,
             close_first: CloseFirst::Server,

@@ -85,6 +85,7 @@ impl Step {
         match protocol {
             Protocol::Http2 => variant.push("h2".into()),
             Protocol::Grpc => variant.push("grpc".into()),
+            Protocol::Http3 => variant.push("h3".into()),
             Protocol::Http1 => {}
         }
         let variant = if variant.is_empty() {

@@ -617,6 +617,18 @@ pub struct RequestFlags {
     /// sent as the call's deadline.
     #[arg(long, conflicts_with = "http2")]
     pub grpc: bool,
+    /// HTTP/3 over QUIC (https:// URLs only; UDP to the URL's port). Each connection is its
+    /// own UDP socket; --streams requests at once on each.
+    #[arg(long, conflicts_with_all = ["http2", "grpc"])]
+    pub http3: bool,
+    /// HTTP/3: send the first requests of a resumed connection as 0-RTT early data (new
+    /// connections after the first to a host resume its session).
+    #[arg(long = "h3-0rtt")]
+    pub h3_0rtt: bool,
+    /// HTTP/3: move each connection to a new local UDP port after every N responses
+    /// (connection migration, as after a NAT rebinding); the server must follow.
+    #[arg(long, value_name = "N")]
+    pub h3_rebind_every: Option<u64>,
     /// gRPC ping: bytes of payload in each ping message (without --body).
     #[arg(long, value_name = "BYTES", default_value_t = 0)]
     pub grpc_payload: usize,
@@ -624,7 +636,7 @@ pub struct RequestFlags {
     /// the method's request message, the method named by the URL's path.
     #[arg(long, value_name = "FILE")]
     pub proto: Option<PathBuf>,
-    /// Concurrent HTTP/2 streams per connection.
+    /// Concurrent streams per connection (HTTP/2, gRPC, HTTP/3).
     #[arg(
         long,
         value_name = "N",

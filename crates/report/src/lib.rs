@@ -76,6 +76,7 @@ pub fn describe_load(r: &RunResult) -> String {
         ("h2", false) => format!("h2c, {} streams/conn, ", s.streams),
         ("grpc", true) => format!("gRPC over TLS, {} streams/conn, ", s.streams),
         ("grpc", false) => format!("gRPC over h2c, {} streams/conn, ", s.streams),
+        ("h3", _) => format!("HTTP/3 over QUIC, {} streams/conn, ", s.streams),
         (_, true) => "HTTP/1.1 over TLS, ".to_string(),
         _ => String::new(),
     };
@@ -195,22 +196,41 @@ pub fn summary(r: &RunResult) -> String {
         );
     }
     let c = &r.connections;
-    if c.opened > 0 {
+    let quic = r.settings.protocol == "h3";
+    if c.opened > 0 || c.quic_migrations > 0 {
         let mut line = format!(
-            "  conns      {} opened ({:.1}/s), connect p50 {} p99 {} ms",
+            "  conns      {} opened ({:.1}/s)",
             thousands(c.opened),
-            c.rate_per_sec,
-            ms(c.connect_us.p50),
-            ms(c.connect_us.p99)
+            c.rate_per_sec
         );
-        if let Some(h) = c.tls_handshake_us.as_ref().filter(|_| c.tls_handshakes > 0) {
+        if !quic {
             let _ = write!(
                 line,
-                "; TLS handshake p50 {} p99 {} ms, {} of {} resumed",
+                ", connect p50 {} p99 {} ms",
+                ms(c.connect_us.p50),
+                ms(c.connect_us.p99)
+            );
+        }
+        if let Some(h) = c.tls_handshake_us.as_ref().filter(|_| c.tls_handshakes > 0) {
+            let (what, resumed) = if quic {
+                ("QUIC handshake", "with 0-RTT accepted")
+            } else {
+                ("TLS handshake", "resumed")
+            };
+            let _ = write!(
+                line,
+                "; {what} p50 {} p99 {} ms, {} of {} {resumed}",
                 ms(h.p50),
                 ms(h.p99),
                 thousands(c.tls_resumed),
                 thousands(c.tls_handshakes)
+            );
+        }
+        if c.quic_migrations > 0 {
+            let _ = write!(
+                line,
+                "; {} moved to a new local port",
+                thousands(c.quic_migrations)
             );
         }
         if c.closed_by_client + c.closed_by_server > 0 {

@@ -14,7 +14,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use meshbench_engine::pacer::Arrival;
 use meshbench_engine::{
-    CloseFirst, ConnSpec, IdleStrategy, LoadSpec, Mode, Order, Protocol, RequestSpec, StopAt,
+    CloseFirst, ConnSpec, IdleStrategy, LoadSpec, Mode, Order, Protocol, QuicSpec, RequestSpec,
+    StopAt,
 };
 use meshbench_net::tls::ClientTlsOptions;
 use serde::{Deserialize, Serialize};
@@ -82,6 +83,15 @@ impl Default for TlsOptions {
     }
 }
 
+/// HTTP/3 settings of the QUIC transport.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct QuicOptions {
+    /// Send the first requests of a resumed connection as 0-RTT early data.
+    pub zero_rtt: bool,
+    /// Move each connection to a new local port after this many responses (migration).
+    pub rebind_every: Option<u64>,
+}
+
 impl TlsOptions {
     fn given(&self) -> bool {
         self.insecure || self.ca_file.is_some() || self.client_cert.is_some()
@@ -110,6 +120,9 @@ pub struct LoadOptions {
     #[serde(default)]
     pub grpc_proto: Option<PathBuf>,
     pub tls: TlsOptions,
+    /// HTTP/3: 0-RTT and connection migration.
+    #[serde(default)]
+    pub quic: QuicOptions,
     /// Close and reopen a connection after this many requests.
     pub requests_per_connection: Option<u64>,
     /// Who closes first when `requests_per_connection` ends a connection (`None`: the server
@@ -154,6 +167,7 @@ impl LoadOptions {
             grpc_payload: 0,
             grpc_proto: None,
             tls: TlsOptions::default(),
+            quic: QuicOptions::default(),
             requests_per_connection: None,
             close_first: None,
             source_addresses: Vec::new(),
@@ -230,8 +244,21 @@ impl LoadOptions {
         if self.streams == 0 {
             return bad("--streams 0: must be at least 1".into());
         }
-        if self.streams > 1 && !self.protocol.is_http2() {
-            return bad("--streams applies to HTTP/2 and gRPC only; add --http2".into());
+        if self.streams > 1 && !self.protocol.is_multiplexed() {
+            return bad(
+                "--streams applies to HTTP/2, gRPC and HTTP/3 only; add --http2, --grpc or --http3"
+                    .into(),
+            );
+        }
+        let h3 = self.protocol == Protocol::Http3;
+        if !h3 && self.quic != QuicOptions::default() {
+            return bad("--h3-0rtt and --h3-rebind-every apply to HTTP/3 only; add --http3".into());
+        }
+        if self.quic.rebind_every == Some(0) {
+            return bad("--h3-rebind-every 0: must be at least 1 response".into());
+        }
+        if self.quic.zero_rtt && !self.tls.resume {
+            return bad("--h3-0rtt needs session resumption (0-RTT resumes a session); drop --no-tls-resume".into());
         }
         if self.grpc_payload > 0 && self.protocol != Protocol::Grpc {
             return bad("--grpc-payload applies to gRPC only; add --grpc".into());
@@ -269,10 +296,10 @@ impl LoadOptions {
                         .into(),
                 )
             }
-            (Some(CloseFirst::Server), Protocol::Http2 | Protocol::Grpc) => {
-                return bad("--close-first server: an HTTP/2 client cannot ask the server to close first (a GOAWAY of its own is a client close); drop it, or use HTTP/1.1".into())
+            (Some(CloseFirst::Server), Protocol::Http2 | Protocol::Grpc | Protocol::Http3) => {
+                return bad("--close-first server: an HTTP/2 or HTTP/3 client cannot ask the server to close first (a GOAWAY of its own is a client close); drop it, or use HTTP/1.1".into())
             }
-            (_, Protocol::Http2 | Protocol::Grpc) => CloseFirst::Client,
+            (_, Protocol::Http2 | Protocol::Grpc | Protocol::Http3) => CloseFirst::Client,
             (asked, Protocol::Http1) => asked.unwrap_or_default(),
         };
         let source_addrs = source_addrs::parse(&self.source_addresses)?;
@@ -306,6 +333,9 @@ impl LoadOptions {
             &host_addrs,
             meshbench_net::socket::check_source,
         )?;
+        if h3 && !built.tls {
+            return bad("--http3 needs https:// URLs: QUIC is always TLS".into());
+        }
         if !built.tls && self.tls.given() {
             return bad("--insecure, --cacert and --cert apply to https:// URLs only".into());
         }
@@ -313,6 +343,7 @@ impl LoadOptions {
             let alpn = match self.protocol {
                 Protocol::Http1 => vec![b"http/1.1".to_vec()],
                 Protocol::Http2 | Protocol::Grpc => vec![b"h2".to_vec()],
+                Protocol::Http3 => vec![b"h3".to_vec()],
             };
             let opts = ClientTlsOptions {
                 insecure: self.tls.insecure,
@@ -324,6 +355,20 @@ impl LoadOptions {
             Some(meshbench_net::tls::client_config(&opts).map_err(|e| LoadError(e.to_string()))?)
         } else {
             None
+        };
+        // HTTP/3 carries its TLS inside QUIC: the TLS client moves there.
+        let (tls, quic) = match tls {
+            Some(config) if h3 => {
+                let quic = QuicSpec::new(
+                    &config,
+                    self.streams,
+                    self.quic.zero_rtt,
+                    self.quic.rebind_every,
+                )
+                .map_err(LoadError)?;
+                (None, Some(quic))
+            }
+            other => (other, None),
         };
         let first_body = sources.first().map_or(0, |s| s.body.len());
         Ok(LoadSpec {
@@ -337,6 +382,7 @@ impl LoadOptions {
             conn: ConnSpec {
                 protocol: self.protocol,
                 tls,
+                quic,
                 streams: self.streams,
                 requests_per_connection: self.requests_per_connection,
                 close_first,

@@ -16,6 +16,7 @@ use meshbench_net::stream::{self, Handshake, Stream};
 use super::{Worker, SECOND};
 use crate::conn::{Linger, State, LINGER_TOKEN};
 use crate::h2conn::H2Conn;
+use crate::h3conn::H3Conn;
 use crate::recorder::ErrorKind;
 use crate::spec::Protocol;
 
@@ -35,6 +36,9 @@ impl Worker<'_> {
                 Some(ip)
             }
         };
+        if self.plan.conn.protocol == Protocol::Http3 {
+            return self.open_quic(c, addr, source, now);
+        }
         let (fd, done) = match socket::connect(&addr, source)? {
             Connect::Done(fd) => (fd, true),
             Connect::InProgress(fd) => (fd, false),
@@ -59,6 +63,56 @@ impl Worker<'_> {
             self.tcp_connected(c, now);
         }
         Ok(())
+    }
+
+    /// Starts QUIC for conn `c` on a new UDP socket: Handshaking until h3 is set up.
+    fn open_quic(
+        &mut self,
+        c: u32,
+        addr: std::net::SocketAddr,
+        source: Option<std::net::IpAddr>,
+        now: u64,
+    ) -> Result<(), io::Error> {
+        let fd = socket::udp_connect(&addr, source)?;
+        let raw = fd.as_raw_fd();
+        self.poller.add(raw, c as u64, Interest::READ)?;
+        if socket::enable_rx_timestamps(raw).is_err() {
+            self.timestamps = false;
+        }
+        let host = &self.targets.hosts[self.conns[c as usize].host as usize];
+        let name = match &host.server_name {
+            Some(rustls::pki_types::ServerName::DnsName(n)) => n.as_ref().to_string(),
+            _ => host.addr.ip().to_string(),
+        };
+        let quic = self
+            .plan
+            .conn
+            .quic
+            .as_ref()
+            .expect("an HTTP/3 run has QUIC settings");
+        match H3Conn::connect(fd, addr, &name, quic, now) {
+            Ok(h3) => {
+                self.conns[c as usize].attach_quic(raw, h3, now);
+                Ok(())
+            }
+            Err((kind, msg)) => {
+                self.fail_conn(c, kind, Some(&msg), now);
+                Ok(())
+            }
+        }
+    }
+
+    /// QUIC's handshake completed on conn `c` (counted once): its time from the first packet,
+    /// and whether the server took the 0-RTT requests.
+    pub(super) fn quic_handshake_done(&mut self, c: u32, now: u64, accepted_0rtt: bool) {
+        if self.measuring {
+            let conns = &mut self.rec.conns;
+            let opened = self.conns[c as usize].opened_at;
+            conns.handshakes += 1;
+            conns.resumed += accepted_0rtt as u64;
+            conns.zero_rtt += accepted_0rtt as u64;
+            conns.handshake.saturating_record((now - opened) / 1000);
+        }
     }
 
     /// TCP is up: record the connect time and start TLS, HTTP/2, or go.
@@ -145,6 +199,8 @@ impl Worker<'_> {
                 self.set_write_interest(c, false);
                 self.send_waiting(c, now);
             }
+            // QUIC connections are opened by `open_quic` and never carry a byte stream.
+            Protocol::Http3 => {}
             Protocol::Http2 | Protocol::Grpc => {
                 let stream = conn.stream.take().expect("an open connection has a stream");
                 conn.h2 = Some(H2Conn::start(stream));
@@ -175,12 +231,18 @@ impl Worker<'_> {
 
     /// Closes conn `c` (whatever state), leaving its requests to the caller.
     pub(super) fn close(&mut self, c: u32) {
+        if let Some(h3) = self.conns[c as usize].h3.as_mut() {
+            // CONNECTION_CLOSE, so that the server frees the connection now, not at its idle
+            // timeout.
+            h3.close(self.ctl.clock.now());
+        }
         self.account(c);
         self.conns[c as usize].detach();
         for s in self.slots.slots_of(c) {
             let wire = &mut self.wire[s as usize];
             wire.reader.reset();
             wire.h2 = None;
+            wire.h3 = None;
             wire.written = 0;
             self.set_streaming(s, false);
         }
@@ -289,7 +351,7 @@ impl Worker<'_> {
         let conn = &self.conns[c as usize];
         let establishing = conn.state != State::Ready
             || kind == ErrorKind::Tls
-            || (conn.h2.is_some() && conn.answered == 0);
+            || (conn.is_multiplexed() && conn.answered == 0);
         let waiting = std::mem::take(&mut self.conns[c as usize].waiting);
         let busy: Vec<u32> = self
             .slots

@@ -1,5 +1,7 @@
 //! Requests and responses on the wire, per protocol: HTTP/1.1 writes and parses on the
-//! connection's own stream (plain or TLS), HTTP/2 polls the h2 connection and its streams.
+//! connection's own stream (plain or TLS), HTTP/2 polls the h2 connection and its streams,
+//! HTTP/3 reads the datagrams, polls the h3 connection and its requests, and sends what QUIC
+//! has ready.
 //! Every ending goes through [`Worker::finish`] or [`Worker::fail_slot`], which record the
 //! outcome from the slot's request times and give the slot back to the pool.
 //!
@@ -10,6 +12,7 @@ use std::io;
 use std::task::Poll;
 
 use meshbench_net::http1::Progress;
+use meshbench_net::poller::Interest;
 use meshbench_net::socket;
 use meshbench_net::stream;
 
@@ -21,11 +24,16 @@ use crate::request::arrival;
 use crate::spec::Wire;
 
 impl Worker<'_> {
-    /// Polls the HTTP/2 connections that got new requests, so that their frames go out.
+    /// Polls the HTTP/2 and HTTP/3 connections that got new requests, so that their frames go
+    /// out.
     pub(super) fn flush_dirty(&mut self, now: u64) {
         while let Some(c) = self.dirty.pop() {
             self.conns[c as usize].dirty = false;
-            self.drive_h2(c, now);
+            if self.conns[c as usize].h3.is_some() {
+                self.drive_h3(c, now);
+            } else {
+                self.drive_h2(c, now);
+            }
             self.account(c);
         }
     }
@@ -40,7 +48,17 @@ impl Worker<'_> {
                     self.conns[c as usize].waiting.pop_front();
                     self.write_h1(s, now);
                 }
-                Wire::Http2(req) => {
+                Wire::Parts(req) => {
+                    if let Some(h3) = self.conns[c as usize].h3.as_mut() {
+                        // The request waits inside for the peer's stream limit, if need be.
+                        let Some(stream) = h3.send(req) else {
+                            return;
+                        };
+                        self.conns[c as usize].waiting.pop_front();
+                        self.wire[s as usize].h3 = Some(stream);
+                        self.slots.request_mut(s).on_wire();
+                        continue;
+                    }
                     let Some(h2) = self.conns[c as usize].h2.as_mut() else {
                         return;
                     };
@@ -112,6 +130,9 @@ impl Worker<'_> {
             if let Some(io) = &self.conns[c as usize].io {
                 io.read_ready.set(true);
             }
+        }
+        if self.conns[c as usize].h3.is_some() {
+            return self.drive_h3(c, now);
         }
         match self.conns[c as usize].state {
             State::Connecting => {
@@ -298,6 +319,99 @@ impl Worker<'_> {
         ended
     }
 
+    /// Drives an HTTP/3 connection after an event or when QUIC's timer is due: reads what
+    /// arrived, polls h3 and the requests, sends what QUIC has ready.
+    pub(super) fn drive_h3(&mut self, c: u32, now: u64) {
+        let conn = &mut self.conns[c as usize];
+        let Some(h3) = conn.h3.as_mut() else {
+            return;
+        };
+        if let Err(e) = h3.receive(&mut self.buf, now) {
+            let kind = match ErrorKind::of_io(&e) {
+                // A port unreachable: nothing listens on that UDP port.
+                ErrorKind::Connect => ErrorKind::Connect,
+                _ if conn.state != State::Ready => ErrorKind::Connect,
+                other => other,
+            };
+            let msg = format!("UDP: {e}");
+            return self.fail_conn(c, kind, Some(&msg), now);
+        }
+        if let Some(accepted_0rtt) = h3.take_handshake() {
+            self.quic_handshake_done(c, now, accepted_0rtt);
+        }
+        let conn = &mut self.conns[c as usize];
+        let Some(h3) = conn.h3.as_mut() else {
+            return;
+        };
+        let polled = h3.poll();
+        if h3.is_open() && conn.state == State::Handshaking {
+            conn.state = State::Ready;
+        }
+        if let Poll::Ready(Err((kind, msg))) = polled {
+            h3.transmit(now);
+            return self.fail_conn(c, kind, Some(&msg), now);
+        }
+        self.send_waiting(c, now);
+        self.poll_h3_streams(c, now);
+        if let Some(h3) = self.conns[c as usize].h3.as_mut() {
+            h3.transmit(now);
+        }
+    }
+
+    /// Polls the requests in flight on HTTP/3 conn `c`.
+    fn poll_h3_streams(&mut self, c: u32, now: u64) {
+        let arrived = self.last_arrival(c, now);
+        for s in self.slots.slots_of(c) {
+            let Some(stream) = self.wire[s as usize].h3.as_mut() else {
+                continue;
+            };
+            match stream.poll() {
+                Poll::Pending => continue,
+                Poll::Ready(Ok(status)) => {
+                    self.wire[s as usize].h3 = None;
+                    self.finish(s, status, true, arrived);
+                    self.maybe_rebind(c);
+                }
+                Poll::Ready(Err((kind, msg))) => {
+                    self.wire[s as usize].h3 = None;
+                    self.fail_slot(s, kind, Some(&msg), now);
+                }
+            }
+            // The connection may have closed (drained) with this request.
+            if self.conns[c as usize].h3.is_none() {
+                return;
+            }
+        }
+    }
+
+    /// After a response on HTTP/3 conn `c`: moves it to a new local port every
+    /// `--h3-rebind-every` responses (the server must follow the migration).
+    fn maybe_rebind(&mut self, c: u32) {
+        let rebind_every = self.plan.conn.quic.as_ref().and_then(|q| q.rebind_every);
+        let conn = &mut self.conns[c as usize];
+        let Some(h3) = conn.h3.as_mut() else {
+            return;
+        };
+        if !h3.answered(rebind_every) {
+            return;
+        }
+        let addr = self.targets.hosts[conn.host as usize].addr;
+        let Ok(fd) = socket::udp_connect(&addr, None) else {
+            return; // no new port now: the connection stays where it is
+        };
+        let raw = std::os::fd::AsRawFd::as_raw_fd(&fd);
+        if self.poller.add(raw, c as u64, Interest::READ).is_err() {
+            return;
+        }
+        let _ = socket::enable_rx_timestamps(raw);
+        // Dropping the old socket closes it, which also takes it out of epoll.
+        drop(h3.rebind(fd));
+        conn.fd = raw;
+        if self.measuring {
+            self.rec.conns.migrations += 1;
+        }
+    }
+
     /// When the latest bytes on conn `c` arrived, on the run clock.
     fn last_arrival(&self, c: u32, now: u64) -> u64 {
         let stamp = self.conns[c as usize]
@@ -390,6 +504,7 @@ impl Worker<'_> {
         self.conns[c as usize].failed_one();
         let wire = &mut self.wire[s as usize];
         wire.h2 = None;
+        wire.h3 = None;
         wire.reader.reset();
         self.set_streaming(s, false);
         // A draining connection whose last request failed closes too, or its slots would never

@@ -36,6 +36,7 @@ use meshbench_net::rng::SplitMix64;
 
 use crate::conn::{Conn, State, LINGER_TOKEN};
 use crate::h2conn::H2Stream;
+use crate::h3conn::H3Stream;
 use crate::idle::{Idle, IdleStrategy, CALIBRATION};
 use crate::pacer::Pacer;
 use crate::recorder::{ErrorKind, Interval, Recorder};
@@ -128,6 +129,8 @@ struct SlotWire {
     reader: ResponseReader,
     /// HTTP/2: the request's stream, once the peer took it.
     h2: Option<H2Stream>,
+    /// HTTP/3: the request in flight (its stream opens when the peer's limit allows).
+    h3: Option<H3Stream>,
     /// An HTTP/1.1 transfer is half done.
     streaming: bool,
 }
@@ -193,9 +196,10 @@ pub fn run_worker(
         }
     };
     let targets = Arc::clone(&plan.targets);
-    let streams = match plan.conn.protocol {
-        Protocol::Http1 => 1,
-        Protocol::Http2 | Protocol::Grpc => plan.conn.streams.max(1),
+    let streams = if plan.conn.protocol.is_multiplexed() {
+        plan.conn.streams.max(1)
+    } else {
+        1
     };
     let slots = plan.connections * streams;
     let mut w = Worker {
@@ -337,6 +341,7 @@ impl Worker<'_> {
         let mut now = clock.now();
         let mut last_wake = 0;
         let lazy_protocol = self.plan.conn.protocol == Protocol::Http1;
+        let quic = self.plan.conn.protocol == Protocol::Http3;
         loop {
             if cpu_at_start.is_none() && now >= self.plan.measure_start {
                 cpu_at_start = Some(thread_cpu_ns());
@@ -398,6 +403,9 @@ impl Worker<'_> {
             if !self.backing_off.is_empty() {
                 self.end_backoffs(now);
             }
+            if quic {
+                self.quic_timers(now);
+            }
         }
         let end = clock.now();
         self.rec.unfinished += self.slots.in_flight() as u64;
@@ -440,6 +448,34 @@ impl Worker<'_> {
             .map(|&c| self.conns[c as usize].retry_at)
             .min();
         wake.min(backoff.unwrap_or(u64::MAX))
+            .min(self.next_quic_timer().unwrap_or(u64::MAX))
+    }
+
+    /// When QUIC next needs a connection (loss detection, acknowledgements, idle), over HTTP/3:
+    /// a scan of the connections, which HTTP/3 runs have few of.
+    fn next_quic_timer(&self) -> Option<u64> {
+        if self.plan.conn.protocol != Protocol::Http3 {
+            return None;
+        }
+        self.conns
+            .iter()
+            .filter_map(|c| c.h3.as_ref().and_then(|h3| h3.timer()))
+            .min()
+    }
+
+    /// Drives the QUIC connections whose timer is due.
+    fn quic_timers(&mut self, now: u64) {
+        for c in 0..self.conns.len() as u32 {
+            let due = self.conns[c as usize]
+                .h3
+                .as_ref()
+                .and_then(|h3| h3.timer())
+                .is_some_and(|t| t <= now);
+            if due {
+                self.drive_h3(c, now);
+                self.account(c);
+            }
+        }
     }
 
     /// When the next send is due, if one may go out then (a slot is free for it).
@@ -678,7 +714,7 @@ impl Worker<'_> {
         conn.start_one(self.plan.conn.requests_per_connection);
         conn.waiting.push_back(s);
         if conn.state == State::Ready {
-            if conn.h2.is_some() {
+            if conn.is_multiplexed() {
                 // Batched: the loop polls the connection once for all requests queued now.
                 if !conn.dirty {
                     conn.dirty = true;
@@ -728,6 +764,7 @@ impl Worker<'_> {
                 // Say where it stuck when it is not the server's answer.
                 let msg = match conn.state {
                     State::Connecting => Some("TCP connect not finished"),
+                    State::Handshaking if conn.h3.is_some() => Some("QUIC handshake not finished"),
                     State::Handshaking if conn.h2.is_none() => Some("TLS handshake not finished"),
                     State::Handshaking => Some("HTTP/2 handshake not finished"),
                     _ if self.wire[s as usize].reader.in_progress() => Some("response incomplete"),

@@ -209,12 +209,18 @@ pub fn apply_request_flags(o: &mut LoadOptions, r: &RequestFlags) -> Result<()> 
         .collect::<Result<_>>()?;
     o.protocol = if r.grpc {
         Protocol::Grpc
+    } else if r.http3 {
+        Protocol::Http3
     } else if r.http2 {
         Protocol::Http2
     } else {
         Protocol::Http1
     };
     o.grpc_payload = r.grpc_payload;
+    o.quic = meshbench_runner::QuicOptions {
+        zero_rtt: r.h3_0rtt,
+        rebind_every: r.h3_rebind_every,
+    };
     o.grpc_proto = r.proto.clone();
     o.streams = positive("--streams", r.streams)? as usize;
     o.tls = TlsOptions {

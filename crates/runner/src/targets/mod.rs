@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use meshbench_engine::{H2Request, Host, Order, Protocol, Target, Targets, Wire};
+use meshbench_engine::{HttpRequest, Host, Order, Protocol, Target, Targets, Wire};
 
 use serde::{Deserialize, Serialize};
 use template::Template;
@@ -241,9 +241,11 @@ pub fn build(sources: &[Source], opts: &BuildOptions) -> Result<Built> {
                         .map(Vec::into_boxed_slice);
                     (Wire::Http1(bytes.into_boxed_slice()), closing)
                 }
-                Protocol::Http2 => (Wire::Http2(Box::new(h2_request(src, &url, &text)?)), None),
+                Protocol::Http2 | Protocol::Http3 => {
+                    (Wire::Parts(Box::new(http_request(src, &url, &text)?)), None)
+                }
                 Protocol::Grpc => (
-                    Wire::Http2(Box::new(grpc_request(src, &url, &text, &opts.grpc)?)),
+                    Wire::Parts(Box::new(grpc_request(src, &url, &text, &opts.grpc)?)),
                     None,
                 ),
             };
@@ -265,16 +267,16 @@ pub fn build(sources: &[Source], opts: &BuildOptions) -> Result<Built> {
     })
 }
 
-/// The HTTP/2 form of a request: connection-specific headers are dropped (HTTP/2 forbids them)
-/// and `Host` becomes the `:authority` of the URL.
-fn h2_request(src: &Source, url: &url::Url, text: &str) -> Result<H2Request> {
+/// The HTTP/2 and HTTP/3 form of a request: connection-specific headers are dropped (both
+/// forbid them) and `Host` becomes the `:authority` of the URL.
+fn http_request(src: &Source, url: &url::Url, text: &str) -> Result<HttpRequest> {
     let bad = |what: String| LoadError::new(format!("{}: {what}", src.origin));
     let method = http::Method::from_bytes(src.method.as_bytes())
         .map_err(|_| bad(format!("'{}' is not an HTTP method", src.method)))?;
     let uri: http::Uri = url
         .as_str()
         .parse()
-        .map_err(|e| bad(format!("'{text}' is not a valid HTTP/2 URI: {e}")))?;
+        .map_err(|e| bad(format!("'{text}' is not a valid URI: {e}")))?;
     let mut headers = http::HeaderMap::new();
     for (name, value) in &src.headers {
         let lower = name.to_ascii_lowercase();
@@ -301,7 +303,7 @@ fn h2_request(src: &Source, url: &url::Url, text: &str) -> Result<H2Request> {
             http::HeaderValue::from_static(concat!("meshbench/", env!("CARGO_PKG_VERSION"))),
         );
     }
-    Ok(H2Request {
+    Ok(HttpRequest {
         method,
         uri,
         headers,
@@ -312,9 +314,9 @@ fn h2_request(src: &Source, url: &url::Url, text: &str) -> Result<H2Request> {
 
 /// A gRPC call as HTTP/2 carries it: POST to the method's path, `application/grpc`,
 /// `te: trailers`, the deadline, the message framed.
-fn grpc_request(src: &Source, url: &url::Url, text: &str, call: &GrpcCall) -> Result<H2Request> {
+fn grpc_request(src: &Source, url: &url::Url, text: &str, call: &GrpcCall) -> Result<HttpRequest> {
     use meshbench_net::grpc;
-    let mut req = h2_request(src, url, text)?;
+    let mut req = http_request(src, url, text)?;
     let from_json = match &call.proto {
         Some(proto) => {
             let bad = |e: String| LoadError::new(format!("{}: {e}", src.origin));
