@@ -74,11 +74,13 @@ pub struct HyperBackend {
 
 impl HyperBackend {
     /// Listens on `addr` (port 0 picks one): TLS when `tls` is given, else plain HTTP/1.1 and
-    /// h2c, each connection's protocol detected from its first bytes.
+    /// h2c, each connection's protocol detected from its first bytes. With `http3` (and TLS),
+    /// HTTP/3 too, on the same port over UDP.
     pub fn start(
         addr: SocketAddr,
         cfg: BackendConfig,
         tls: Option<Arc<ServerConfig>>,
+        http3: bool,
     ) -> io::Result<HyperBackend> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(cfg.threads.max(1))
@@ -87,10 +89,14 @@ impl HyperBackend {
         let listener = std::net::TcpListener::bind(addr)?;
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
+        let quic = match http3 && tls.is_some() {
+            true => Some(std::net::UdpSocket::bind(addr)?),
+            false => None,
+        };
         let (tx, rx) = oneshot::channel();
         let thread = std::thread::Builder::new()
             .name("backend-hyper".into())
-            .spawn(move || runtime.block_on(serve(listener, cfg, tls, rx)))?;
+            .spawn(move || runtime.block_on(serve(listener, quic, cfg, tls, rx)))?;
         Ok(HyperBackend {
             addr,
             shutdown: Some(tx),
@@ -116,6 +122,7 @@ impl Drop for HyperBackend {
 
 async fn serve(
     listener: std::net::TcpListener,
+    quic: Option<std::net::UdpSocket>,
     cfg: BackendConfig,
     tls: Option<Arc<ServerConfig>>,
     mut stop: oneshot::Receiver<()>,
@@ -123,12 +130,13 @@ async fn serve(
     let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
         return;
     };
+    let shared = Arc::new(Shared::new(cfg));
+    if let Some(udp) = quic {
+        if let Some(tls) = &tls {
+            crate::h3_server::spawn(udp, tls, Arc::clone(&shared));
+        }
+    }
     let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
-    let shared = Arc::new(Shared {
-        body: Bytes::from(vec![b'x'; cfg.size]),
-        rng: Mutex::new(SplitMix64(cfg.seed)),
-        cfg,
-    });
     loop {
         let accepted = tokio::select! {
             _ = &mut stop => return,
@@ -156,11 +164,61 @@ async fn serve(
     }
 }
 
-struct Shared {
-    cfg: BackendConfig,
+/// What every connection's requests share: the settings, the default body, the random
+/// source of injected statuses and delays. HTTP/3 ([`crate::h3_server`]) answers from it too.
+pub(crate) struct Shared {
+    pub(crate) cfg: BackendConfig,
     /// The default body, shared by every response of the default size.
     body: Bytes,
     rng: Mutex<SplitMix64>,
+}
+
+/// How one request is to be answered.
+pub(crate) struct Answer {
+    pub(crate) opts: RequestOptions,
+    pub(crate) status: u16,
+    pub(crate) delay_ns: u64,
+}
+
+impl Shared {
+    pub(crate) fn new(cfg: BackendConfig) -> Shared {
+        Shared {
+            body: Bytes::from(vec![b'x'; cfg.size]),
+            rng: Mutex::new(SplitMix64(cfg.seed)),
+            cfg,
+        }
+    }
+
+    /// The request's options (query, then `x-meshbench-*` headers), its status and delay
+    /// (given, or drawn from the server's mix), after the server's `--work` is spent.
+    pub(crate) fn decide(&self, uri: &http::Uri, headers: &HeaderMap) -> Answer {
+        let mut opts = RequestOptions::default();
+        if let Some(q) = uri.query() {
+            opts.from_target(format!("?{q}").as_bytes());
+        }
+        for (name, value) in headers {
+            if let Some(option) = name.as_str().strip_prefix("x-meshbench-") {
+                opts.set(option.as_bytes(), value.as_bytes());
+            }
+        }
+        crate::options::burn(self.cfg.work);
+        let mut rng = self.rng.lock().unwrap_or_else(|p| p.into_inner());
+        let status = opts.status.unwrap_or_else(|| self.cfg.status.pick(&mut rng));
+        let delay_ns = opts.delay.unwrap_or(self.cfg.delay).sample_ns(&mut rng);
+        Answer {
+            opts,
+            status,
+            delay_ns,
+        }
+    }
+
+    /// The body of a response that echoes nothing: the default one, or `?size=` bytes.
+    pub(crate) fn body_of(&self, opts: &RequestOptions) -> Bytes {
+        match opts.size {
+            Some(n) if n as usize != self.body.len() => Bytes::from(vec![b'x'; n as usize]),
+            _ => self.body.clone(),
+        }
+    }
 }
 
 /// A response body: its bytes, then its trailers if it has any (a gRPC call's status).
@@ -217,24 +275,11 @@ async fn answer(
     {
         return Ok(answer_grpc(&shared, req).await);
     }
-    let mut opts = RequestOptions::default();
-    if let Some(q) = req.uri().query() {
-        opts.from_target(format!("?{q}").as_bytes());
-    }
-    for (name, value) in req.headers() {
-        if let Some(option) = name.as_str().strip_prefix("x-meshbench-") {
-            opts.set(option.as_bytes(), value.as_bytes());
-        }
-    }
-    crate::options::burn(shared.cfg.work);
-    let (status, delay_ns) = {
-        let mut rng = shared.rng.lock().unwrap_or_else(|p| p.into_inner());
-        let status = opts
-            .status
-            .unwrap_or_else(|| shared.cfg.status.pick(&mut rng));
-        let delay = opts.delay.unwrap_or(shared.cfg.delay).sample_ns(&mut rng);
-        (status, delay)
-    };
+    let Answer {
+        opts,
+        status,
+        delay_ns,
+    } = shared.decide(req.uri(), req.headers());
     let body = if opts.echo {
         match Limited::new(req.into_body(), MAX_ECHO).collect().await {
             Ok(b) => b.to_bytes(),
@@ -248,10 +293,7 @@ async fn answer(
     } else {
         // Read (and drop) the request body so flow control keeps moving.
         let _ = req.into_body().collect().await;
-        match opts.size {
-            Some(n) if n as usize != shared.body.len() => Bytes::from(vec![b'x'; n as usize]),
-            _ => shared.body.clone(),
-        }
+        shared.body_of(&opts)
     };
     if delay_ns > 0 {
         tokio::time::sleep(std::time::Duration::from_nanos(delay_ns)).await;

@@ -2,10 +2,12 @@
 //! chosen delay, with injected error statuses, or echoes the request. It must never be the
 //! bottleneck in place of the proxy under test, so plain HTTP/1.1 shares the engine's wire layer:
 //! one `recv` and one `send` per request, no allocation. TLS, HTTP/2, h2c and mutual TLS are
-//! served by hyper ([`hyper_server`]) with the same options. [`hostile`] is the same command
+//! served by hyper ([`hyper_server`]) with the same options, HTTP/3 by h3 over quinn
+//! ([`h3_server`]) beside it. [`hostile`] is the same command
 //! turned against its client: one chosen way of breaking HTTP, for tests of what a client or a
 //! proxy does with a broken server.
 
+mod h3_server;
 pub mod hostile;
 pub mod hyper_server;
 pub mod options;

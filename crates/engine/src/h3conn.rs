@@ -400,18 +400,21 @@ fn is_crypto(code: quinn_proto::TransportErrorCode) -> bool {
 fn classify_conn(e: &ConnectionError) -> (ErrorKind, String) {
     use h3::quic::ConnectionErrorIncoming as Incoming;
     use quinn_proto::ConnectionError as Quic;
+    if let ConnectionError::Remote(Incoming::Undefined(inner)) = e {
+        if let Some(quic) = inner.downcast_ref::<Quic>() {
+            let kind = match quic {
+                Quic::TransportError(t) if is_crypto(t.code) => ErrorKind::Tls,
+                Quic::ConnectionClosed(c) if is_crypto(c.error_code) => ErrorKind::Tls,
+                Quic::TransportError(_) => ErrorKind::Protocol,
+                Quic::ConnectionClosed(_) | Quic::Reset => ErrorKind::Reset,
+                Quic::TimedOut => ErrorKind::Timeout,
+                _ => ErrorKind::Other,
+            };
+            return (kind, format!("QUIC: {quic}"));
+        }
+    }
     let kind = match e {
         ConnectionError::Timeout | ConnectionError::Remote(Incoming::Timeout) => ErrorKind::Timeout,
-        ConnectionError::Remote(Incoming::Undefined(inner)) => {
-            match inner.downcast_ref::<Quic>() {
-                Some(Quic::TransportError(t)) if is_crypto(t.code) => ErrorKind::Tls,
-                Some(Quic::ConnectionClosed(c)) if is_crypto(c.error_code) => ErrorKind::Tls,
-                Some(Quic::TransportError(_)) => ErrorKind::Protocol,
-                Some(Quic::ConnectionClosed(_)) | Some(Quic::Reset) => ErrorKind::Reset,
-                Some(Quic::TimedOut) => ErrorKind::Timeout,
-                _ => ErrorKind::Other,
-            }
-        }
         _ => ErrorKind::Reset,
     };
     (kind, format!("HTTP/3: {e}"))

@@ -749,6 +749,9 @@ pub struct BackendArgs {
     /// Also accept prior-knowledge HTTP/2 (h2c) on a plain port.
     #[arg(long)]
     pub http2: bool,
+    /// Also serve HTTP/3 (QUIC) on the same port number over UDP; needs --tls.
+    #[arg(long, requires = "tls")]
+    pub http3: bool,
     /// Server certificate chain (PEM) instead of a generated one; needs --key.
     #[arg(long, value_name = "FILE", requires = "key")]
     pub cert: Option<PathBuf>,

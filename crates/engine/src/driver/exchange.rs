@@ -333,7 +333,11 @@ impl Worker<'_> {
                 _ if conn.state != State::Ready => ErrorKind::Connect,
                 other => other,
             };
-            let msg = format!("UDP: {e}");
+            let msg = if e.kind() == io::ErrorKind::ConnectionRefused {
+                "nothing listens on that UDP port (ICMP port unreachable)".to_string()
+            } else {
+                format!("UDP: {e}")
+            };
             return self.fail_conn(c, kind, Some(&msg), now);
         }
         if let Some(accepted_0rtt) = h3.take_handshake() {
