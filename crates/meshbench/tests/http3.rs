@@ -1,0 +1,230 @@
+//! HTTP/3 against a server no one here wrote (Debian's caddy, quic-go inside, with HTTP/3 on)
+//! and against the backend's own HTTP/3 (h3 over quinn: a stack the generator shares no driving
+//! code with): closed and open loop, 0-RTT, connection migration, failures counted as data,
+//! bad flags refused with one line.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// Debian's caddy serving `body_bytes` bytes over HTTP/1.1, HTTP/2 and HTTP/3 on one port
+/// (TCP and UDP), with a certificate of the lab's CA; its access log in `dir/access.log`.
+fn caddy_h3(dir: &Path, body_bytes: usize) -> LabRole {
+    let names = vec!["127.0.0.1".to_string(), "localhost".to_string()];
+    meshbench_lab::pki::write_lab_set(dir, &names).expect("certificates");
+    let addr = free_addr();
+    let body = "x".repeat(body_bytes);
+    // Without SNI (an IP address) quic-go's caddy picks no certificate: default_sni names one.
+    let config = format!(
+        "{{\n\tadmin off\n\tauto_https off\n\tdefault_sni 127.0.0.1\n\
+         \tstorage file_system {dir}/data\n\tservers {{\n\t\tprotocols h1 h2 h3\n\t}}\n}}\n\
+         https://127.0.0.1:{port} {{\n\ttls {dir}/server.pem {dir}/server-key.pem\n\
+         \tlog {{\n\t\toutput file {dir}/access.log\n\t\tformat json\n\t}}\n\
+         \trespond \"{body}\" 200\n}}\n",
+        dir = dir.display(),
+        port = addr.port(),
+    );
+    let file = dir.join("Caddyfile");
+    std::fs::write(&file, config).expect("Caddyfile");
+    let mut cmd = Command::new("caddy");
+    cmd.args(["run", "--adapter", "caddyfile", "--config"])
+        .arg(&file)
+        .env("HOME", dir)
+        .env("XDG_DATA_HOME", dir)
+        .env("XDG_CONFIG_HOME", dir);
+    LabRole::start("caddy", cmd, addr, dir).expect("caddy starts")
+}
+
+fn h3_args(url: String, ca: &Path, rest: &[&str]) -> Vec<String> {
+    let mut a = vec![
+        url,
+        "--http3".to_string(),
+        "--cacert".to_string(),
+        ca.display().to_string(),
+    ];
+    a.extend(rest.iter().map(|s| s.to_string()));
+    a
+}
+
+/// Whether one of the result's error messages says `what`.
+fn message(r: &serde_json::Value, what: &str) -> bool {
+    r["errors"]["messages"]
+        .as_object()
+        .is_some_and(|m| m.keys().any(|k| k.contains(what)))
+}
+
+#[test]
+fn meshbench_speaks_http3_to_caddy() {
+    let dir = scratch_dir("h3-caddy");
+    let caddy = caddy_h3(&dir, 2048);
+    let url = format!("https://127.0.0.1:{}/", caddy.addr.port());
+    let args = h3_args(
+        url,
+        &dir.join("ca.pem"),
+        &["-c", "2", "--streams", "8", "-n", "2000"],
+    );
+    let (out, r) = run_json_owned("h3-caddy", &args, LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_valid(&r);
+    assert_eq!(r["settings"]["protocol"], "h3");
+    assert_eq!(u(&r, "/requests/ok"), 2000, "{}", r["errors"]);
+    assert_eq!(u(&r, "/status_codes/200"), 2000);
+    assert!(
+        u(&r, "/bytes/received") > 2000 * 2048,
+        "QUIC payloads carry the bodies"
+    );
+    // caddy saw HTTP/3, not a TCP protocol.
+    let log = std::fs::read_to_string(dir.join("access.log")).expect("caddy's access log");
+    let h3 = log.lines().filter(|l| l.contains("\"HTTP/3.0\"")).count();
+    assert!(h3 >= 2000, "caddy logged {h3} HTTP/3 requests");
+    drop(caddy);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn open_loop_over_http3_counts_from_the_intended_time() {
+    // One connection, one stream, 50 ms per answer: 20 req/s at most, asked for 60. The
+    // requests queue; their latency counts the wait (coordinated omission corrected) while the
+    // service time stays the server's.
+    let backend = ProtoBackend::start(Proto::H1Tls, &["--http3", "--delay", "50ms"]);
+    let ca = backend.tls_dir.join("ca.pem");
+    let args = h3_args(
+        backend.url("/"),
+        &ca,
+        &["-c", "1", "--rate", "60", "-d", "2s", "--timeout", "10s"],
+    );
+    let (out, r) = run_json_owned("h3-open", &args, LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_valid(&r);
+    let service_p50 = f(&r, "/service_time_us/p50");
+    let latency_p99 = f(&r, "/latency_us/p99");
+    assert!(
+        (50_000.0..80_000.0).contains(&service_p50),
+        "service time p50 {service_p50} µs: the server's 50 ms"
+    );
+    assert!(
+        latency_p99 > 600_000.0,
+        "latency p99 {latency_p99} µs: the queue's wait must count"
+    );
+}
+
+#[test]
+fn http3_resumes_with_0rtt_and_follows_migration() {
+    let backend = ProtoBackend::start(Proto::H1Tls, &["--http3"]);
+    let ca = backend.tls_dir.join("ca.pem");
+    // New connections every 20 requests resume the first one's session in 0-RTT.
+    let args = h3_args(
+        backend.url("/"),
+        &ca,
+        &["-c", "2", "-n", "400", "--h3-0rtt", "--requests-per-connection", "20"],
+    );
+    let (out, r) = run_json_owned("h3-0rtt", &args, LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(u(&r, "/requests/ok"), 400, "{}", r["errors"]);
+    let accepted = u(&r, "/connections/quic_0rtt_accepted");
+    assert!(accepted >= 10, "{accepted} handshakes with 0-RTT accepted");
+    // Every 50 responses each connection moves to a new local port; nothing is lost.
+    let args = h3_args(
+        backend.url("/"),
+        &ca,
+        &["-c", "2", "--streams", "2", "-n", "1000", "--h3-rebind-every", "50"],
+    );
+    let (out, r) = run_json_owned("h3-migrate", &args, LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(u(&r, "/requests/ok"), 1000, "{}", r["errors"]);
+    let moved = u(&r, "/connections/quic_migrations");
+    assert!(moved >= 15, "{moved} migrations");
+}
+
+/// What Debian's caddy (2.6.2, an older quic-go) does when a client migrates: measured, not
+/// assumed. It does not follow: the connection stalls after the move, its request times out,
+/// and the client reconnects (the backend's quinn follows every move, above). Each lost move
+/// is counted as data; nothing else is lost.
+#[test]
+fn caddy_does_not_follow_a_migrating_http3_client() {
+    let dir = scratch_dir("h3-caddy-migrate");
+    let caddy = caddy_h3(&dir, 100);
+    let url = format!("https://127.0.0.1:{}/", caddy.addr.port());
+    let args = h3_args(
+        url,
+        &dir.join("ca.pem"),
+        &["-c", "1", "-n", "600", "--h3-rebind-every", "100", "--timeout", "1s"],
+    );
+    let (out, r) = run_json_owned("h3-caddy-migrate", &args, LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let moved = u(&r, "/connections/quic_migrations");
+    let (ok, timeouts) = (u(&r, "/requests/ok"), u(&r, "/errors/timeout"));
+    assert!(moved >= 5, "{moved} migrations");
+    assert_eq!(ok + timeouts, 600, "{}", r["errors"]);
+    assert!(timeouts <= moved, "{timeouts} lost for {moved} moves");
+    // Each stalled connection was replaced by a new one.
+    assert_eq!(u(&r, "/connections/opened"), timeouts, "{}", r["connections"]);
+    drop(caddy);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn http3_failures_are_counted_not_fatal() {
+    // Nothing on the UDP port: ICMP port unreachable, counted as connect errors.
+    let port = free_addr().port();
+    let (out, r) = run_json(
+        "h3-nothing",
+        &[
+            &format!("https://127.0.0.1:{port}/"),
+            "--http3",
+            "-k",
+            "-d",
+            "1s",
+            "-c",
+            "1",
+        ],
+        LIMIT,
+    );
+    assert!(out.status.code().is_some(), "{}", stderr(&out));
+    assert!(u(&r, "/errors/connect") > 0, "{}", r["errors"]);
+    assert!(message(&r, "nothing listens on that UDP port"), "{}", r["errors"]);
+    // A certificate from a CA the client does not trust: TLS errors, with the reason.
+    let backend = ProtoBackend::start(Proto::H1Tls, &["--http3"]);
+    let (out, r) = run_json(
+        "h3-untrusted",
+        &[&backend.url("/"), "--http3", "-d", "1s", "-c", "1"],
+        LIMIT,
+    );
+    assert!(out.status.code().is_some(), "{}", stderr(&out));
+    assert!(u(&r, "/errors/tls") > 0, "{}", r["errors"]);
+    assert!(message(&r, "UnknownIssuer"), "{}", r["errors"]);
+}
+
+#[test]
+fn bad_http3_flags_get_one_line_and_exit_2() {
+    for (args, says) in [
+        (
+            vec!["http://127.0.0.1:1/", "--http3", "-n", "1"],
+            "QUIC is always TLS",
+        ),
+        (
+            vec!["https://127.0.0.1:1/", "--h3-0rtt", "-n", "1"],
+            "apply to HTTP/3 only",
+        ),
+        (
+            vec!["https://127.0.0.1:1/", "--http3", "--h3-rebind-every", "0", "-n", "1"],
+            "--h3-rebind-every 0",
+        ),
+        (
+            vec!["https://127.0.0.1:1/", "--http3", "--http2", "-n", "1"],
+            "cannot be used with",
+        ),
+    ] {
+        let out = meshbench(&[&["run"], args.as_slice()].concat(), LIMIT);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}
