@@ -67,13 +67,8 @@ fn endpoint(udp: std::net::UdpSocket, tls: &ServerConfig) -> Result<quinn::Endpo
         .send_window(16 << 20);
     config.transport_config(Arc::new(transport));
     let runtime = quinn::default_runtime().ok_or("no async runtime for QUIC")?;
-    quinn::Endpoint::new(
-        quinn::EndpointConfig::default(),
-        Some(config),
-        udp,
-        runtime,
-    )
-    .map_err(|e| format!("UDP socket: {e}"))
+    quinn::Endpoint::new(quinn::EndpointConfig::default(), Some(config), udp, runtime)
+        .map_err(|e| format!("UDP socket: {e}"))
 }
 
 async fn serve_connection(conn: quinn::Connection, shared: Arc<Shared>) {

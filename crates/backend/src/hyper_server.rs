@@ -203,7 +203,9 @@ impl Shared {
         }
         crate::options::burn(self.cfg.work);
         let mut rng = self.rng.lock().unwrap_or_else(|p| p.into_inner());
-        let status = opts.status.unwrap_or_else(|| self.cfg.status.pick(&mut rng));
+        let status = opts
+            .status
+            .unwrap_or_else(|| self.cfg.status.pick(&mut rng));
         let delay_ns = opts.delay.unwrap_or(self.cfg.delay).sample_ns(&mut rng);
         Answer {
             opts,

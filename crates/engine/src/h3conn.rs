@@ -101,7 +101,10 @@ fn transport(streams: usize) -> quinn_proto::TransportConfig {
 enum Phase {
     /// h3 opens its control stream and sends its settings (waits for QUIC to allow streams).
     Setup(Setup),
-    Open { driver: Driver, send: Sender },
+    Open {
+        driver: Box<Driver>,
+        send: Sender,
+    },
 }
 
 /// An HTTP/3 client connection owned by the loop.
@@ -145,12 +148,8 @@ impl H3Conn {
             .map_err(|e| (ErrorKind::Tls, format!("QUIC connect: {e}")))?;
         let shared = Rc::new(RefCell::new(Shared { conn, lost: None }));
         let quic = QuicConn(Rc::clone(&shared));
-        let setup: Setup = Box::pin(async move {
-            h3::client::builder()
-                .send_grease(false)
-                .build(quic)
-                .await
-        });
+        let setup: Setup =
+            Box::pin(async move { h3::client::builder().send_grease(false).build(quic).await });
         let io = Rc::new(IoState::default());
         io.read_ready.set(true);
         let mut h3 = H3Conn {
@@ -254,7 +253,12 @@ impl H3Conn {
             match setup.as_mut().poll(&mut cx) {
                 Poll::Pending => return self.lost(),
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(classify_conn(&e))),
-                Poll::Ready(Ok((driver, send))) => self.phase = Phase::Open { driver, send },
+                Poll::Ready(Ok((driver, send))) => {
+                    self.phase = Phase::Open {
+                        driver: Box::new(driver),
+                        send,
+                    }
+                }
             }
         }
         let Phase::Open { driver, .. } = &mut self.phase else {

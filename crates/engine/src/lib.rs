@@ -53,7 +53,7 @@ pub use recorder::Status;
 pub use result::RunResult;
 pub use run::{merge, run, run_part, Gathered, Live, Part, RunError, Seconds, WorkerFigures};
 pub use spec::{
-    CloseFirst, ConnSpec, Host, HttpRequest, LoadSpec, Mode, Order, Protocol, RequestSpec,
-    Segment, StopAt, Target, Targets, Wire,
+    CloseFirst, ConnSpec, Host, HttpRequest, LoadSpec, Mode, Order, Protocol, RequestSpec, Segment,
+    StopAt, Target, Targets, Wire,
 };
 pub use stop::Stop;

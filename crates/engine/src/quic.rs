@@ -58,7 +58,10 @@ impl Drop for SendHalf {
         if !self.done {
             let mut shared = self.shared.borrow_mut();
             if shared.lost.is_none() {
-                let _ = shared.conn.send_stream(self.id).reset(VarInt::from_u32(CANCELLED));
+                let _ = shared
+                    .conn
+                    .send_stream(self.id)
+                    .reset(VarInt::from_u32(CANCELLED));
             }
         }
     }
@@ -69,7 +72,10 @@ impl Drop for RecvHalf {
         if !self.done {
             let mut shared = self.shared.borrow_mut();
             if shared.lost.is_none() {
-                let _ = shared.conn.recv_stream(self.id).stop(VarInt::from_u32(CANCELLED));
+                let _ = shared
+                    .conn
+                    .recv_stream(self.id)
+                    .stop(VarInt::from_u32(CANCELLED));
             }
         }
     }
@@ -317,9 +323,11 @@ impl quic::RecvStream for RecvHalf {
             Ok(Some(chunk)) => Poll::Ready(Ok(Some(chunk.bytes))),
             Ok(None) => Poll::Ready(Ok(None)),
             Err(ReadError::Blocked) => Poll::Pending,
-            Err(ReadError::Reset(code)) => Poll::Ready(Err(StreamErrorIncoming::StreamTerminated {
-                error_code: code.into_inner(),
-            })),
+            Err(ReadError::Reset(code)) => {
+                Poll::Ready(Err(StreamErrorIncoming::StreamTerminated {
+                    error_code: code.into_inner(),
+                }))
+            }
         }
     }
 

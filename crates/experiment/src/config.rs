@@ -546,8 +546,10 @@ impl Experiment {
         if l.streams == 0 {
             p.push("load.streams: expected at least 1".into());
         }
-        if l.streams > 1 && !l.protocol.is_http2() {
-            p.push("load.streams: more than 1 stream needs load.protocol: http2 or grpc".into());
+        if l.streams > 1 && !l.protocol.is_multiplexed() {
+            p.push(
+                "load.streams: more than 1 stream needs load.protocol: http2, grpc or h3".into(),
+            );
         }
         if l.connection_pool > 0 {
             if l.mode != LoopMode::Closed {

@@ -55,6 +55,9 @@ pub struct RigSpec {
     pub http2: bool,
     /// gRPC end to end: every L7 hop speaks HTTP/2 on both sides.
     pub grpc: bool,
+    /// HTTP/3 from the client: the entry (a caddy hop, the gateway, or the backend itself when
+    /// there is no hop) listens with TLS and QUIC; what it forwards is unchanged.
+    pub http3: bool,
     pub netns: bool,
     /// Unique to this rig among those alive (cgroup and namespace names).
     pub id: String,
@@ -83,6 +86,14 @@ pub struct GatewayEntry {
     pub ca: PathBuf,
 }
 
+/// How the client checks an entry that speaks TLS to it (HTTP/3): trust this CA, ask for this
+/// name (its certificate's), connect to the rig's entry address.
+#[derive(Debug, Clone)]
+pub struct EntryTls {
+    pub ca: PathBuf,
+    pub server_name: String,
+}
+
 /// A running system under test.
 pub struct Rig {
     /// From the client's side to the backend.
@@ -90,6 +101,8 @@ pub struct Rig {
     /// Where the client sends its requests.
     pub entry: SocketAddr,
     pub gateway: Option<GatewayEntry>,
+    /// The entry's TLS towards the client, when it has one outside the gateway topology.
+    pub entry_tls: Option<EntryTls>,
     /// What could not be done as asked, and what was done instead.
     pub warnings: Vec<String>,
     namespaces: Option<Namespaces>,
@@ -219,10 +232,10 @@ pub fn backend_command(exe: &Path, listen: SocketAddr, args: &[String]) -> Comma
 /// of the mesh (never towards the client or the backend), HTTP/2 from the client.
 fn hops(spec: &RigSpec, chain: &[RolePlan], slots: &[Slot]) -> Vec<Hop> {
     let pki = spec.dir.join("pki");
-    let listen_tls = || ListenTls {
+    let listen_tls = |client_ca: bool| ListenTls {
         cert: pki.join("server.pem"),
         key: pki.join("server-key.pem"),
-        client_ca: Some(pki.join("ca.pem")),
+        client_ca: client_ca.then(|| pki.join("ca.pem")),
     };
     let upstream_tls = || UpstreamTls {
         ca: pki.join("ca.pem"),
@@ -234,15 +247,23 @@ fn hops(spec: &RigSpec, chain: &[RolePlan], slots: &[Slot]) -> Vec<Hop> {
         .enumerate()
         .map(|(i, role)| {
             let mtls = spec.mtls(role.class);
+            // The client's HTTP/3 ends at the entry hop, over TLS without a client certificate.
+            let http3 = spec.http3 && i == 0;
+            let listen_tls = if http3 {
+                Some(listen_tls(false))
+            } else {
+                (i > 0 && mtls).then(|| listen_tls(true))
+            };
             Hop {
                 name: role.name.to_string(),
                 layer: role.layer,
                 listen: slots[i].addr,
-                listen_tls: (i > 0 && mtls).then(listen_tls),
+                listen_tls,
                 upstream: slots[i + 1].addr,
                 upstream_tls: (i + 1 < chain.len() && mtls).then(upstream_tls),
                 http2: spec.grpc || (spec.http2 && i == 0),
                 grpc: spec.grpc,
+                http3,
                 workers: spec.workers(role),
                 dir: spec.dir.clone(),
             }
@@ -251,10 +272,18 @@ fn hops(spec: &RigSpec, chain: &[RolePlan], slots: &[Slot]) -> Vec<Hop> {
 }
 
 /// The backend, last in the chain.
-fn backend_launch(spec: &RigSpec, slot: Slot) -> Launch<'static> {
+fn backend_launch(spec: &RigSpec, slot: Slot, entry: bool) -> Launch<'static> {
     let mut args = spec.backend_args.clone();
     if spec.http2 {
         args.push("--http2".into());
+    }
+    if spec.http3 && entry {
+        // No hop in front: the backend itself answers the client's HTTP/3.
+        let pki = spec.dir.join("pki");
+        args.extend(["--tls".into(), "--http3".into(), "--cert".into()]);
+        args.push(pki.join("server.pem").display().to_string());
+        args.push("--key".into());
+        args.push(pki.join("server-key.pem").display().to_string());
     }
     Launch {
         name: "backend",
@@ -277,6 +306,7 @@ impl Rig {
             roles: Vec::new(),
             entry: SocketAddr::from(([127, 0, 0, 1], 0)),
             gateway: None,
+            entry_tls: None,
             warnings: Vec::new(),
             namespaces: spec.netns.then(|| Namespaces::new(&short_prefix(&spec.id))),
             dir: spec.dir.clone(),
@@ -285,15 +315,27 @@ impl Rig {
         let chain = spec.topology.chain();
         let mut slots = rig.slots(chain.len() + 1)?;
         let hops = hops(spec, chain, &slots);
-        if hops
-            .iter()
-            .any(|h| h.listen_tls.is_some() || h.upstream_tls.is_some())
+        let entry_tls = spec.http3 && spec.topology != Topology::Gateway;
+        if entry_tls
+            || hops
+                .iter()
+                .any(|h| h.listen_tls.is_some() || h.upstream_tls.is_some())
         {
             pki::write_lab_set(&spec.dir.join("pki"), &[MESH_NAME.to_string()])?;
         }
+        if entry_tls {
+            rig.entry_tls = Some(EntryTls {
+                ca: spec.dir.join("pki").join("ca.pem"),
+                server_name: MESH_NAME.into(),
+            });
+        }
         rig.entry = slots[0].addr;
         if let Some(slot) = slots.pop() {
-            rig.start_role(spec, cgroups.as_ref(), backend_launch(spec, slot))?;
+            rig.start_role(
+                spec,
+                cgroups.as_ref(),
+                backend_launch(spec, slot, chain.is_empty()),
+            )?;
         }
         // The hops, server side first.
         for ((role, hop), slot) in chain.iter().zip(&hops).zip(slots).rev() {
@@ -379,6 +421,7 @@ impl Rig {
             paths: spec.gateway.paths,
             tls: true,
             http2: spec.http2,
+            http3: spec.http3,
             certs: CertLayout::PerDomain,
             backend: hop.upstream,
             listen: hop.listen,

@@ -445,6 +445,9 @@ pub struct GatewayArgs {
     /// Offer HTTP/1.1 only (no h2 over ALPN, no h2c).
     #[arg(long)]
     pub no_http2: bool,
+    /// Offer HTTP/3 too (QUIC on the same port over UDP): caddy and envoy; needs --tls.
+    #[arg(long)]
+    pub http3: bool,
     /// Address of the backend every route goes to.
     #[arg(long, value_name = "ADDR:PORT")]
     pub backend: String,

@@ -122,7 +122,15 @@ fn http3_resumes_with_0rtt_and_follows_migration() {
     let args = h3_args(
         backend.url("/"),
         &ca,
-        &["-c", "2", "-n", "400", "--h3-0rtt", "--requests-per-connection", "20"],
+        &[
+            "-c",
+            "2",
+            "-n",
+            "400",
+            "--h3-0rtt",
+            "--requests-per-connection",
+            "20",
+        ],
     );
     let (out, r) = run_json_owned("h3-0rtt", &args, LIMIT);
     assert!(out.status.success(), "{}", stderr(&out));
@@ -133,7 +141,16 @@ fn http3_resumes_with_0rtt_and_follows_migration() {
     let args = h3_args(
         backend.url("/"),
         &ca,
-        &["-c", "2", "--streams", "2", "-n", "1000", "--h3-rebind-every", "50"],
+        &[
+            "-c",
+            "2",
+            "--streams",
+            "2",
+            "-n",
+            "1000",
+            "--h3-rebind-every",
+            "50",
+        ],
     );
     let (out, r) = run_json_owned("h3-migrate", &args, LIMIT);
     assert!(out.status.success(), "{}", stderr(&out));
@@ -154,7 +171,16 @@ fn caddy_does_not_follow_a_migrating_http3_client() {
     let args = h3_args(
         url,
         &dir.join("ca.pem"),
-        &["-c", "1", "-n", "600", "--h3-rebind-every", "100", "--timeout", "1s"],
+        &[
+            "-c",
+            "1",
+            "-n",
+            "600",
+            "--h3-rebind-every",
+            "100",
+            "--timeout",
+            "1s",
+        ],
     );
     let (out, r) = run_json_owned("h3-caddy-migrate", &args, LIMIT);
     assert!(out.status.success(), "{}", stderr(&out));
@@ -164,7 +190,12 @@ fn caddy_does_not_follow_a_migrating_http3_client() {
     assert_eq!(ok + timeouts, 600, "{}", r["errors"]);
     assert!(timeouts <= moved, "{timeouts} lost for {moved} moves");
     // Each stalled connection was replaced by a new one.
-    assert_eq!(u(&r, "/connections/opened"), timeouts, "{}", r["connections"]);
+    assert_eq!(
+        u(&r, "/connections/opened"),
+        timeouts,
+        "{}",
+        r["connections"]
+    );
     drop(caddy);
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -188,7 +219,11 @@ fn http3_failures_are_counted_not_fatal() {
     );
     assert!(out.status.code().is_some(), "{}", stderr(&out));
     assert!(u(&r, "/errors/connect") > 0, "{}", r["errors"]);
-    assert!(message(&r, "nothing listens on that UDP port"), "{}", r["errors"]);
+    assert!(
+        message(&r, "nothing listens on that UDP port"),
+        "{}",
+        r["errors"]
+    );
     // A certificate from a CA the client does not trust: TLS errors, with the reason.
     let backend = ProtoBackend::start(Proto::H1Tls, &["--http3"]);
     let (out, r) = run_json(
@@ -213,7 +248,14 @@ fn bad_http3_flags_get_one_line_and_exit_2() {
             "apply to HTTP/3 only",
         ),
         (
-            vec!["https://127.0.0.1:1/", "--http3", "--h3-rebind-every", "0", "-n", "1"],
+            vec![
+                "https://127.0.0.1:1/",
+                "--http3",
+                "--h3-rebind-every",
+                "0",
+                "-n",
+                "1",
+            ],
             "--h3-rebind-every 0",
         ),
         (
@@ -227,4 +269,69 @@ fn bad_http3_flags_get_one_line_and_exit_2() {
         assert!(err.contains(says), "{args:?}: {err}");
         assert!(!err.contains("panicked"), "{err}");
     }
+}
+
+#[test]
+fn the_lab_puts_caddy_with_http3_in_front() {
+    // baseline: the backend answers HTTP/3 itself; serveronly and both: caddy terminates the
+    // client's HTTP/3 and forwards HTTP/1.1 (both: mutual TLS between the two caddies);
+    // gateway: caddy's generated gateway offers HTTP/3, each domain's certificate by SNI.
+    let dir = scratch_dir("h3-lab");
+    let file = dir.join("h3.yaml");
+    std::fs::write(
+        &file,
+        "name: h3-lab\ntopologies: [baseline, serveronly, both, gateway]\nduration_secs: 1\nwarmup_secs: 0.3\ncooldown_secs: 0\nload:\n  protocol: h3\n  mode: open\n  qps: [300]\n  connections: [2]\n  streams: 4\nproxy:\n  type: caddy\n  mtls: true\ngateway:\n  type: caddy\n  domains: 3\n  paths: 2\n",
+    )
+    .unwrap();
+    let store = dir.join("h3.db");
+    let store = store.to_str().unwrap();
+    let out = meshbench(
+        &["experiment", file.to_str().unwrap(), "--store", store],
+        Duration::from_secs(120),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let export = meshbench(
+        &[
+            "results", "export", "latest", "--format", "json", "--store", store,
+        ],
+        LIMIT,
+    );
+    let e: serde_json::Value = serde_json::from_slice(&export.stdout).expect("JSON");
+    let steps = e["steps"].as_array().expect("steps");
+    assert_eq!(steps.len(), 4);
+    for s in steps {
+        let r = &s["result"];
+        assert_eq!(r["settings"]["protocol"], "h3", "{}", s["topology"]);
+        let total = u(r, "/requests/total");
+        assert!(total >= 250, "{}: {total}", s["topology"]);
+        assert_eq!(
+            u(r, "/requests/ok"),
+            total,
+            "{}: {}",
+            s["topology"],
+            r["errors"]
+        );
+    }
+    // The CSV export names the protocol too.
+    let csv = meshbench(
+        &[
+            "results", "export", "latest", "--format", "csv", "--store", store,
+        ],
+        LIMIT,
+    );
+    assert!(csv.status.success(), "{}", stderr(&csv));
+    // nginx cannot be the HTTP/3 entry here: the step fails with the reason, nothing panics.
+    let nginx = dir.join("nginx.yaml");
+    std::fs::write(
+        &nginx,
+        "name: h3-nginx\ntopologies: [serveronly]\nduration_secs: 1\nwarmup_secs: 0\ncooldown_secs: 0\nload:\n  protocol: h3\n  qps: [100]\n  connections: [1]\nproxy:\n  type: nginx\n",
+    )
+    .unwrap();
+    let out = meshbench(
+        &["experiment", nginx.to_str().unwrap(), "--store", store],
+        Duration::from_secs(60),
+    );
+    let all = format!("{}{}", stdout(&out), stderr(&out));
+    assert!(all.contains("built without QUIC"), "{all}");
+    assert!(!all.contains("panicked"), "{all}");
 }

@@ -201,22 +201,33 @@ impl Lab {
 
 /// The load of one step against a running rig: the experiment's `load` keys at the step's load
 /// point, aimed at the rig's entry (the gateway topology: every route of its targets file, in
-/// random order, over TLS trusting the rig's CA).
+/// random order, over TLS trusting the rig's CA; an HTTP/3 entry: its certificate's name over
+/// TLS trusting the rig's CA).
 pub fn load_options(e: &Experiment, step: &Step, rig: &Rig) -> LoadOptions {
-    let source = match &rig.gateway {
-        Some(g) => TargetSource::File(g.targets.clone()),
-        None => TargetSource::Url(format!("http://{}/", rig.entry)),
+    let source = match (&rig.gateway, &rig.entry_tls) {
+        (Some(g), _) => TargetSource::File(g.targets.clone()),
+        (None, Some(t)) => {
+            TargetSource::Url(format!("https://{}:{}/", t.server_name, rig.entry.port()))
+        }
+        (None, None) => TargetSource::Url(format!("http://{}/", rig.entry)),
     };
     let mut o = load_for(e, step, source);
-    if let Some(g) = &rig.gateway {
-        o.target_order = Order::Random;
+    let ca = match (&rig.gateway, &rig.entry_tls) {
+        (Some(g), _) => Some(g.ca.clone()),
+        (None, Some(t)) => Some(t.ca.clone()),
+        (None, None) => None,
+    };
+    if let Some(ca) = ca {
+        if rig.gateway.is_some() {
+            o.target_order = Order::Random;
+        }
         o.connect_to = vec![ConnectTo {
             host: None,
             port: None,
             to_host: Some(rig.entry.ip().to_string()),
             to_port: Some(rig.entry.port()),
         }];
-        o.tls.ca_file = Some(g.ca.clone());
+        o.tls.ca_file = Some(ca);
     }
     o
 }
@@ -247,7 +258,7 @@ pub fn load_for(e: &Experiment, step: &Step, source: TargetSource) -> LoadOption
         o.threads = Some(e.load.threads as usize);
     }
     o.protocol = e.load.protocol;
-    if o.protocol.is_http2() {
+    if o.protocol.is_multiplexed() {
         o.streams = e.load.streams.max(1) as usize;
     }
     if e.load.request_bytes > 0 && o.protocol == meshbench_engine::Protocol::Grpc {

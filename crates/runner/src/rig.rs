@@ -100,6 +100,7 @@ pub fn rig_spec(e: &Experiment, step: &Step, id: i64, exe: PathBuf) -> RigSpec {
         backend_limits: limits(&e.limits.backend, swept(Class::Backend)),
         http2: e.load.protocol.is_http2(),
         grpc: e.load.protocol == meshbench_engine::Protocol::Grpc,
+        http3: e.load.protocol == meshbench_engine::Protocol::Http3,
         netns: e.isolation == meshbench_experiment::config::Isolation::Netns,
         id: format!("{}-{id}-{}", std::process::id(), step.index),
         dir: std::env::temp_dir().join(format!(

@@ -24,6 +24,19 @@ pub trait Target {
     /// Its name in messages and in the targets file.
     fn name(&self) -> &'static str;
 
+    /// Serves HTTP/3 (QUIC on the listener's port over UDP) when the plan asks for it.
+    fn speaks_http3(&self) -> bool {
+        false
+    }
+
+    /// Why it cannot serve HTTP/3 here, and what to use instead.
+    fn no_http3(&self) -> String {
+        format!(
+            "{} renders no HTTP/3 listener; use caddy or envoy",
+            self.name()
+        )
+    }
+
     /// Reached by host name on the scheme's default port (a cluster's ingress), rather than
     /// at the plan's `listen` address.
     fn by_name(&self) -> bool {
@@ -61,6 +74,8 @@ pub struct GatewayPlan {
     pub tls: bool,
     /// Offer HTTP/2 (ALPN h2 over TLS; h2c where the gateway supports it) besides HTTP/1.1.
     pub http2: bool,
+    /// Offer HTTP/3 too: QUIC on the listener's port over UDP (needs `tls`).
+    pub http3: bool,
     pub certs: CertLayout,
     /// Where the backend listens.
     pub backend: SocketAddr,
@@ -148,6 +163,17 @@ pub fn generate(plan: &GatewayPlan, target: &dyn Target) -> Result<Generated, La
             "--domains x --paths is {routes} routes; at most {MAX_ROUTES} are generated"
         )));
     }
+    if plan.http3 && !plan.tls {
+        return Err(LabError::Io(
+            "--http3 needs --tls: QUIC is always TLS".into(),
+        ));
+    }
+    if plan.http3 && !target.speaks_http3() {
+        return Err(LabError::Missing {
+            program: format!("{} with HTTP/3", target.name()),
+            hint: target.no_http3(),
+        });
+    }
     std::fs::create_dir_all(&plan.out)
         .map_err(|e| LabError::Io(format!("cannot create {}: {e}", plan.out.display())))?;
     let mut files = Vec::new();
@@ -179,6 +205,9 @@ pub fn generate(plan: &GatewayPlan, target: &dyn Target) -> Result<Generated, La
     }
     if plan.tls {
         hint.push_str(&format!(" --cacert {}", plan.path("ca.pem").display()));
+    }
+    if plan.http3 {
+        hint.push_str(" --http3");
     }
     Ok(Generated {
         files,

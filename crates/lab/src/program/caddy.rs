@@ -103,7 +103,7 @@ pub fn hop_config(hop: &Hop) -> Result<String, LabError> {
 {site}  reverse_proxy {up}{block}
 }}
 ",
-        globals = globals(&hop.dir, hop.http2, hop.listen_tls.is_some()),
+        globals = globals(&hop.dir, hop.http2, hop.listen_tls.is_some(), hop.http3),
         port = hop.listen.port(),
         ip = hop.listen.ip(),
         up = hop.upstream,
@@ -142,18 +142,20 @@ pub fn write_gateway(plan: &GatewayPlan) -> Result<Vec<PathBuf>, LabError> {
         domains = plan.domains,
         npaths = plan.paths,
         backend = plan.backend,
-        globals = globals(&plan.out, plan.http2, plan.tls),
+        globals = globals(&plan.out, plan.http2, plan.tls, plan.http3),
     );
     Ok(vec![write_file(plan.path(CONFIG), conf)?])
 }
 
 /// Caddy's global options as the lab runs it: no admin endpoint, no automatic HTTPS (the lab's
-/// CA signs everything), storage in `dir`, the HTTP versions offered, errors only.
-fn globals(dir: &Path, http2: bool, tls: bool) -> String {
-    let protocols = match (http2, tls) {
-        (true, true) => "h1 h2",
-        (true, false) => "h1 h2c",
-        (false, _) => "h1",
+/// CA signs everything), storage in `dir`, the HTTP versions offered (HTTP/3 over UDP on the
+/// same port when asked: TLS only), errors only.
+fn globals(dir: &Path, http2: bool, tls: bool, http3: bool) -> String {
+    let protocols = match (http2, tls, http3) {
+        (_, true, true) => "h1 h2 h3",
+        (true, true, false) => "h1 h2",
+        (true, false, _) => "h1 h2c",
+        (false, _, _) => "h1",
     };
     format!(
         "{{

@@ -25,7 +25,7 @@ use envoy_types::pb::envoy::config::endpoint::v3::{
     lb_endpoint, ClusterLoadAssignment, Endpoint, LbEndpoint, LocalityLbEndpoints,
 };
 use envoy_types::pb::envoy::config::listener::v3::{
-    filter, Filter, FilterChain, FilterChainMatch, Listener,
+    filter, Filter, FilterChain, FilterChainMatch, Listener, QuicProtocolOptions, UdpListenerConfig,
 };
 use envoy_types::pb::envoy::config::route::v3::{
     route, route_action, route_match, Route, RouteAction, RouteConfiguration, RouteMatch,
@@ -36,6 +36,7 @@ use envoy_types::pb::envoy::extensions::filters::network::http_connection_manage
     http_connection_manager, http_filter, HttpConnectionManager, HttpFilter,
 };
 use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{tcp_proxy, TcpProxy};
+use envoy_types::pb::envoy::extensions::transport_sockets::quic::v3::QuicDownstreamTransport;
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
     common_tls_context, CertificateValidationContext, CommonTlsContext, DownstreamTlsContext,
     TlsCertificate, UpstreamTlsContext,
@@ -113,6 +114,7 @@ pub fn hop_bootstrap(hop: &Hop) -> Bootstrap {
                 }],
                 ..Default::default()
             }],
+            http_connection_manager::CodecType::Auto,
         ),
         Layer::L4 => Filter {
             name: "envoy.filters.network.tcp_proxy".into(),
@@ -222,7 +224,9 @@ pub fn write_gateway(plan: &GatewayPlan) -> Result<Vec<PathBuf>, LabError> {
 pub fn gateway_bootstrap(plan: &GatewayPlan) -> Bootstrap {
     Bootstrap {
         static_resources: Some(StaticResources {
-            listeners: vec![listener(plan)],
+            listeners: std::iter::once(listener(plan))
+                .chain(plan.http3.then(|| quic_listener(plan)))
+                .collect(),
             clusters: vec![backend_cluster(plan.backend)],
             ..Default::default()
         }),
@@ -231,8 +235,13 @@ pub fn gateway_bootstrap(plan: &GatewayPlan) -> Bootstrap {
 }
 
 fn socket(addr: SocketAddr) -> Address {
+    socket_of(addr, socket_address::Protocol::Tcp)
+}
+
+fn socket_of(addr: SocketAddr, protocol: socket_address::Protocol) -> Address {
     Address {
         address: Some(address::Address::SocketAddress(SocketAddress {
+            protocol: protocol as i32,
             address: addr.ip().to_string(),
             port_specifier: Some(socket_address::PortSpecifier::PortValue(u32::from(
                 addr.port(),
@@ -253,19 +262,7 @@ fn listener(plan: &GatewayPlan) -> Listener {
     let filter_chains = if plan.tls {
         plan.domain_names()
             .map(|domain| {
-                let (crt, key) = plan.cert_files(&domain);
-                let tls = DownstreamTlsContext {
-                    common_tls_context: Some(CommonTlsContext {
-                        tls_certificates: vec![TlsCertificate {
-                            certificate_chain: file(plan.path(&crt).display().to_string()),
-                            private_key: file(plan.path(&key).display().to_string()),
-                            ..Default::default()
-                        }],
-                        alpn_protocols: plan.alpn().iter().map(|p| p.to_string()).collect(),
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                };
+                let tls = domain_tls(plan, &domain, plan.alpn());
                 FilterChain {
                     filter_chain_match: Some(FilterChainMatch {
                         server_names: vec![domain.clone()],
@@ -298,24 +295,85 @@ fn listener(plan: &GatewayPlan) -> Listener {
     }
 }
 
+/// A domain's certificate, offering `alpn`.
+fn domain_tls(plan: &GatewayPlan, domain: &str, alpn: &[&str]) -> DownstreamTlsContext {
+    let (crt, key) = plan.cert_files(domain);
+    DownstreamTlsContext {
+        common_tls_context: Some(CommonTlsContext {
+            tls_certificates: vec![TlsCertificate {
+                certificate_chain: file(plan.path(&crt).display().to_string()),
+                private_key: file(plan.path(&key).display().to_string()),
+                ..Default::default()
+            }],
+            alpn_protocols: alpn.iter().map(|p| p.to_string()).collect(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// HTTP/3: a second listener on the same port over UDP, QUIC with each domain's certificate
+/// (chosen by SNI, ALPN h3), the same routes behind an HTTP/3 connection manager.
+fn quic_listener(plan: &GatewayPlan) -> Listener {
+    let filter_chains = plan
+        .domain_names()
+        .map(|domain| {
+            let quic = QuicDownstreamTransport {
+                downstream_tls_context: Some(domain_tls(plan, &domain, &["h3"])),
+                ..Default::default()
+            };
+            FilterChain {
+                filter_chain_match: Some(FilterChainMatch {
+                    server_names: vec![domain.clone()],
+                    ..Default::default()
+                }),
+                filters: vec![http_connection_manager(
+                    "gateway_quic",
+                    &format!("routes-quic-{}", plan.listen.port()),
+                    vec![virtual_host(plan, &domain)],
+                    http_connection_manager::CodecType::Http3,
+                )],
+                transport_socket: Some(TransportSocket {
+                    name: "envoy.transport_sockets.quic".into(),
+                    config_type: Some(transport_socket::ConfigType::TypedConfig(pack_any(quic))),
+                }),
+                ..Default::default()
+            }
+        })
+        .collect();
+    Listener {
+        name: "gateway-quic".into(),
+        address: Some(socket_of(plan.listen, socket_address::Protocol::Udp)),
+        udp_listener_config: Some(UdpListenerConfig {
+            quic_options: Some(QuicProtocolOptions::default()),
+            ..Default::default()
+        }),
+        filter_chains,
+        ..Default::default()
+    }
+}
+
 fn http_manager(plan: &GatewayPlan, virtual_hosts: Vec<VirtualHost>) -> Filter {
     http_connection_manager(
         "gateway",
         &format!("routes-{}", plan.listen.port()),
         virtual_hosts,
+        http_connection_manager::CodecType::Auto,
     )
 }
 
-/// An HTTP connection manager (codec AUTO: HTTP/1.1, h2, and h2c with prior knowledge) with
-/// inline routes and the router filter: the L7 filter of the gateway and of every Envoy hop.
+/// An HTTP connection manager (codec AUTO: HTTP/1.1, h2, and h2c with prior knowledge; or
+/// HTTP3 on a QUIC listener) with inline routes and the router filter: the L7 filter of the
+/// gateway and of every Envoy hop.
 fn http_connection_manager(
     stat_prefix: &str,
     route_name: &str,
     virtual_hosts: Vec<VirtualHost>,
+    codec: http_connection_manager::CodecType,
 ) -> Filter {
     let hcm = HttpConnectionManager {
         stat_prefix: stat_prefix.into(),
-        codec_type: http_connection_manager::CodecType::Auto as i32,
+        codec_type: codec as i32,
         route_specifier: Some(http_connection_manager::RouteSpecifier::RouteConfig(
             RouteConfiguration {
                 name: route_name.into(),
@@ -427,6 +485,7 @@ mod tests {
             }),
             http2: false,
             grpc: false,
+            http3: false,
             workers: 1,
             dir: PathBuf::from("/tmp"),
         }
@@ -493,5 +552,63 @@ mod tests {
             Some(tcp_proxy::ClusterSpecifier::Cluster(NEXT.into()))
         );
         assert!(res.clusters[0].transport_socket.is_none());
+    }
+
+    #[test]
+    fn an_http3_gateway_adds_a_quic_listener_on_the_same_port() {
+        let plan = GatewayPlan {
+            domains: 2,
+            paths: 3,
+            tls: true,
+            http2: true,
+            http3: true,
+            certs: crate::gateway::CertLayout::PerDomain,
+            backend: "127.0.0.1:9000".parse().unwrap(),
+            listen: "127.0.0.1:8443".parse().unwrap(),
+            workers: 1,
+            out: PathBuf::from("/gw"),
+        };
+        let bytes = gateway_bootstrap(&plan).encode_to_vec();
+        let b = Bootstrap::decode(bytes.as_slice()).unwrap();
+        let listeners = b.static_resources.unwrap().listeners;
+        assert_eq!(listeners.len(), 2);
+        let quic = &listeners[1];
+        let Some(address::Address::SocketAddress(sa)) =
+            quic.address.as_ref().and_then(|a| a.address.as_ref())
+        else {
+            panic!("no socket address")
+        };
+        assert_eq!(sa.protocol, socket_address::Protocol::Udp as i32);
+        assert_eq!(
+            sa.port_specifier,
+            Some(socket_address::PortSpecifier::PortValue(8443))
+        );
+        assert!(quic
+            .udp_listener_config
+            .as_ref()
+            .unwrap()
+            .quic_options
+            .is_some());
+        assert_eq!(quic.filter_chains.len(), 2, "one chain per domain, by SNI");
+        let chain = &quic.filter_chains[0];
+        let ts = chain.transport_socket.as_ref().unwrap();
+        assert_eq!(ts.name, "envoy.transport_sockets.quic");
+        let q: QuicDownstreamTransport = unpack(typed(&chain.transport_socket));
+        let common = q
+            .downstream_tls_context
+            .unwrap()
+            .common_tls_context
+            .unwrap();
+        assert_eq!(common.alpn_protocols, vec!["h3".to_string()]);
+        let Some(filter::ConfigType::TypedConfig(any)) = &chain.filters[0].config_type else {
+            panic!("no typed config")
+        };
+        let hcm: HttpConnectionManager = unpack(any);
+        assert_eq!(
+            hcm.codec_type,
+            http_connection_manager::CodecType::Http3 as i32
+        );
+        // The TCP listener is unchanged.
+        assert_eq!(listeners[0].name, "gateway");
     }
 }

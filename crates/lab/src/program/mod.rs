@@ -103,6 +103,9 @@ pub struct Hop {
     pub http2: bool,
     /// Carry gRPC (L7): HTTP/2 in and HTTP/2 out, trailers kept.
     pub grpc: bool,
+    /// Accept HTTP/3 from the client: QUIC on the listener's port over UDP (a TLS listener;
+    /// caddy only). What it forwards is HTTP/1.1 (or HTTP/2 for gRPC) as usual.
+    pub http3: bool,
     pub workers: u32,
     /// Where its configuration, logs and temporary files go.
     pub dir: PathBuf,
@@ -193,6 +196,18 @@ impl gateway::Target for Program {
         Program::name(*self)
     }
 
+    fn speaks_http3(&self) -> bool {
+        matches!(self, Program::Caddy | Program::Envoy)
+    }
+
+    fn no_http3(&self) -> String {
+        match self {
+            Program::Nginx => "Debian's nginx (1.22) is built without QUIC (nginx 1.25+ has it); use caddy for HTTP/3 (meshbench gen gateway: caddy or envoy)".into(),
+            Program::Haproxy => "Debian's haproxy is built without QUIC (it needs a QUIC-capable TLS library); use caddy for HTTP/3 (meshbench gen gateway: caddy or envoy)".into(),
+            _ => format!("{} renders no HTTP/3 listener; use caddy or envoy", self.name()),
+        }
+    }
+
     fn write(&self, plan: &GatewayPlan, _: &[(String, Issued)]) -> Result<Vec<PathBuf>, LabError> {
         match self {
             Program::Nginx => nginx::write_gateway(plan),
@@ -247,6 +262,15 @@ impl ProgramSpec {
         let config = hop
             .dir
             .join(format!("{}.{}", hop.name, self.program.config_file()));
+        if hop.http3 && self.program != Program::Caddy {
+            return Err(LabError::Missing {
+                program: format!("{} with HTTP/3 in front", self.program.name()),
+                hint: match self.program {
+                    Program::Nginx | Program::Haproxy => gateway::Target::no_http3(&self.program),
+                    _ => "the lab's HTTP/3 entry hop is caddy; set proxy.kind: caddy".into(),
+                },
+            });
+        }
         let text: Vec<u8> = match self.program {
             Program::Nginx => nginx::hop_config(hop)?.into_bytes(),
             Program::Haproxy => haproxy::hop_config(hop)?.into_bytes(),
@@ -296,6 +320,7 @@ pub(crate) mod tests {
             upstream_tls: None,
             http2: false,
             grpc: false,
+            http3: false,
             workers: 2,
             dir,
         }
@@ -312,6 +337,41 @@ pub(crate) mod tests {
             client: Some(("/tmp/x/c.pem".into(), "/tmp/x/c-key.pem".into())),
         });
         h
+    }
+
+    #[test]
+    fn only_caddy_takes_http3_in_front() {
+        let mut h = hop(Layer::L7, false);
+        h.http3 = true;
+        h.listen_tls = Some(ListenTls {
+            cert: "/tmp/x/s.pem".into(),
+            key: "/tmp/x/s-key.pem".into(),
+            client_ca: None,
+        });
+        let caddy = caddy::hop_config(&h).unwrap();
+        assert!(caddy.contains("protocols h1 h2 h3"), "{caddy}");
+        assert!(caddy.contains("https://:8001"), "{caddy}");
+        for program in [Program::Nginx, Program::Haproxy] {
+            let err = ProgramSpec::from(program).prepare_hop(&h).unwrap_err();
+            assert!(err.to_string().contains("without QUIC"), "{err}");
+        }
+        let plan = GatewayPlan {
+            domains: 1,
+            paths: 1,
+            tls: true,
+            http2: true,
+            http3: true,
+            certs: gateway::CertLayout::Shared,
+            backend: "127.0.0.1:9000".parse().unwrap(),
+            listen: "127.0.0.1:8443".parse().unwrap(),
+            workers: 1,
+            out: std::env::temp_dir().join(format!("meshbench-h3-plan-{}", std::process::id())),
+        };
+        let err = gateway::generate(&plan, &Program::Nginx).unwrap_err();
+        assert!(err.to_string().contains("nginx with HTTP/3"), "{err}");
+        let plain = GatewayPlan { tls: false, ..plan };
+        let err = gateway::generate(&plain, &Program::Caddy).unwrap_err();
+        assert!(err.to_string().contains("needs --tls"), "{err}");
     }
 
     #[test]

@@ -96,11 +96,13 @@ pub fn execute(args: BackendArgs) -> Result<u8> {
         None
     };
     let scheme = if tls.is_some() { "https" } else { "http" };
-    let backend =
-        HyperBackend::start(addr, cfg, tls, args.http3)
-            .with_context(|| format!("cannot listen on {addr}"))?;
+    let backend = HyperBackend::start(addr, cfg, tls, args.http3)
+        .with_context(|| format!("cannot listen on {addr}"))?;
     if args.http3 {
-        outln!("listening on {scheme}://{} (and HTTP/3 over UDP)", backend.addr());
+        outln!(
+            "listening on {scheme}://{} (and HTTP/3 over UDP)",
+            backend.addr()
+        );
     } else {
         outln!("listening on {scheme}://{}", backend.addr());
     }

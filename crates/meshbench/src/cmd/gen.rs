@@ -59,6 +59,7 @@ pub fn gateway(a: GatewayArgs) -> Result<u8> {
         paths: a.paths as usize,
         tls: a.tls,
         http2: !a.no_http2,
+        http3: a.http3,
         certs: match a.certs {
             CertsArg::PerDomain => CertLayout::PerDomain,
             CertsArg::Shared => CertLayout::Shared,

@@ -218,6 +218,7 @@ pub fn nginx_proxy(upstream: SocketAddr) -> Result<LabRole, LabError> {
         upstream_tls: None,
         http2: false,
         grpc: false,
+        http3: false,
         workers: 1,
         dir: dir.clone(),
     };

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use meshbench_engine::{HttpRequest, Host, Order, Protocol, Target, Targets, Wire};
+use meshbench_engine::{Host, HttpRequest, Order, Protocol, Target, Targets, Wire};
 
 use serde::{Deserialize, Serialize};
 use template::Template;
