@@ -312,14 +312,66 @@ fn the_lab_puts_caddy_with_http3_in_front() {
             r["errors"]
         );
     }
-    // The CSV export names the protocol too.
-    let csv = meshbench(
+    // Every export carries the steps: Istio's CSV labels them h3, fortio's JSON is an HTTP run
+    // with every response, SMP's client speaks http.
+    let export = |format: &str| {
+        let out = meshbench(
+            &[
+                "results", "export", "latest", "--format", format, "--store", store,
+            ],
+            LIMIT,
+        );
+        assert!(out.status.success(), "{format}: {}", stderr(&out));
+        stdout(&out)
+    };
+    let csv = export("csv");
+    let labelled = csv.lines().filter(|l| l.contains("_h3_")).count();
+    assert_eq!(labelled, 4, "{csv}");
+    let fortio_dir = dir.join("fortio");
+    let out = meshbench(
         &[
-            "results", "export", "latest", "--format", "csv", "--store", store,
+            "results",
+            "export",
+            "latest",
+            "--format",
+            "fortio",
+            "--store",
+            store,
+            "--out",
+            fortio_dir.to_str().unwrap(),
         ],
         LIMIT,
     );
-    assert!(csv.status.success(), "{}", stderr(&csv));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let mut runs: Vec<serde_json::Value> = std::fs::read_dir(&fortio_dir)
+        .expect("fortio files")
+        .map(|f| {
+            let text = std::fs::read_to_string(f.unwrap().path()).unwrap();
+            serde_json::from_str(&text).expect("fortio JSON")
+        })
+        .collect();
+    assert_eq!(runs.len(), 4);
+    let mut ok: Vec<u64> = steps
+        .iter()
+        .map(|s| u(&s["result"], "/requests/ok"))
+        .collect();
+    let mut answered: Vec<u64> = runs
+        .iter_mut()
+        .map(|run| {
+            assert_eq!(run["RunType"], "HTTP");
+            run["RetCodes"]["200"].as_u64().unwrap()
+        })
+        .collect();
+    ok.sort_unstable();
+    answered.sort_unstable();
+    assert_eq!(ok, answered);
+    let smp: serde_json::Value = serde_json::from_str(&export("smp")).expect("JSON");
+    for doc in smp.as_array().expect("documents") {
+        assert_eq!(
+            doc["performanceTestConfig"]["clients"][0]["protocol"],
+            "http"
+        );
+    }
     // nginx cannot be the HTTP/3 entry here: the step fails with the reason, nothing panics.
     let nginx = dir.join("nginx.yaml");
     std::fs::write(

@@ -197,7 +197,8 @@ pub fn fortio_json(e: &ExperimentRow, stored: &StoredStep) -> Option<Value> {
         None => "max".into(),
     };
     Some(json!({
-        "RunType": "HTTP",
+        // fortio names its gRPC runs so; HTTP/1.1, HTTP/2 and HTTP/3 are all HTTP to it.
+        "RunType": if r.settings.protocol == "grpc" { "GRPC Ping" } else { "HTTP" },
         "Labels": s.label,
         "StartTime": s.started_at,
         "RequestedQPS": requested_qps,

@@ -72,10 +72,11 @@ fn step(e: &ExperimentRow, stored: &StoredStep) -> Option<Value> {
     if let Some(end) = end_time {
         result["endTime"] = json!(end);
     }
-    let protocol = if r.settings.protocol.starts_with("http") {
-        "http"
+    // SMP's client protocols: gRPC is its own; HTTP/1.1, HTTP/2 and HTTP/3 are all http.
+    let protocol = if r.settings.protocol == "grpc" {
+        "grpc"
     } else {
-        "tcp"
+        "http"
     };
     let mut client = json!({
         "internal": true,
