@@ -63,8 +63,9 @@ pub struct Conn {
     /// The HTTP/1.1 byte stream (HTTP/2 connections hand theirs to `h2`).
     pub stream: Option<Stream>,
     pub h2: Option<H2Conn>,
-    /// HTTP/3: the QUIC connection, which owns the UDP socket.
-    pub h3: Option<H3Conn>,
+    /// HTTP/3: the QUIC connection, which owns the UDP socket (boxed: it is large, and most
+    /// runs have none).
+    pub h3: Option<Box<H3Conn>>,
     /// Byte counts, receive stamp and readiness of the socket, whoever owns the stream.
     pub io: Option<Rc<IoState>>,
     /// Slots whose requests wait for this connection to be ready (or for a free HTTP/2 stream).
@@ -140,7 +141,7 @@ impl Conn {
         self.fresh(fd, h3.io(), now);
         self.tcp_at = now;
         self.state = State::Handshaking;
-        self.h3 = Some(h3);
+        self.h3 = Some(Box::new(h3));
     }
 
     fn fresh(&mut self, fd: RawFd, io: Rc<IoState>, now: u64) {

@@ -422,6 +422,7 @@ impl Rig {
             tls: true,
             http2: spec.http2,
             http3: spec.http3,
+            grpc: spec.grpc,
             certs: CertLayout::PerDomain,
             backend: hop.upstream,
             listen: hop.listen,

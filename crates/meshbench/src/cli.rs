@@ -448,6 +448,11 @@ pub struct GatewayArgs {
     /// Offer HTTP/3 too (QUIC on the same port over UDP): caddy and envoy; needs --tls.
     #[arg(long)]
     pub http3: bool,
+    /// Route gRPC: each domain routes the backend's gRPC methods (fortio's ping, the health
+    /// check) unchanged over HTTP/2 (h2c to the backend, which needs --http2); --paths does
+    /// not apply.
+    #[arg(long, conflicts_with_all = ["no_http2", "paths"])]
+    pub grpc: bool,
     /// Address of the backend every route goes to.
     #[arg(long, value_name = "ADDR:PORT")]
     pub backend: String,

@@ -377,7 +377,7 @@ fn istio_yaml_parses_back_into_gateways_and_virtual_services() {
         assert_eq!(vs.body.spec.http.len(), PATHS);
         for (i, route) in vs.body.spec.http.iter().enumerate() {
             assert_eq!(route.matches[0].uri.exact, format!("/get/{}", i + 1));
-            assert_eq!(route.rewrite.uri, "/");
+            assert_eq!(route.rewrite.as_ref().unwrap().uri, "/");
             assert_eq!(route.route[0].destination.port.number, 8080);
         }
     }
@@ -390,6 +390,50 @@ fn istio_yaml_parses_back_into_gateways_and_virtual_services() {
     assert!(String::from_utf8(crt)
         .unwrap()
         .starts_with("-----BEGIN CERTIFICATE-----"));
+
+    // gRPC in the clear: a GRPC port per domain, the methods routed without a rewrite.
+    let dir = out_dir("istio-grpc");
+    let out = meshbench(
+        &[
+            "gen",
+            "gateway",
+            "--for",
+            "istio",
+            "--grpc",
+            "--domains",
+            "3",
+            "--backend",
+            "127.0.0.1:8080",
+            "--out",
+            dir.to_str().unwrap(),
+        ],
+        LIMIT,
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap();
+    let gateways: Vec<Gateway> = istio::parse_all(&read("istio-gateways.yaml")).unwrap();
+    assert!(gateways[0]
+        .body
+        .spec
+        .servers
+        .iter()
+        .all(|s| s.port.protocol == "GRPC"));
+    let services: Vec<VirtualService> =
+        istio::parse_all(&read("istio-virtualservices.yaml")).unwrap();
+    for vs in &services {
+        let exact: Vec<&str> = vs
+            .body
+            .spec
+            .http
+            .iter()
+            .map(|r| r.matches[0].uri.exact.as_str())
+            .collect();
+        assert_eq!(
+            exact,
+            ["/fgrpc.PingServer/Ping", "/grpc.health.v1.Health/Check"]
+        );
+        assert!(vs.body.spec.http.iter().all(|r| r.rewrite.is_none()));
+    }
 }
 
 #[test]

@@ -368,7 +368,7 @@ fn the_lab_carries_grpc_through_every_proxy_and_mutual_tls() {
         std::fs::write(
             &file,
             format!(
-                "name: grpc-{program}\ntopologies: [serveronly, both]\nduration_secs: 1\nwarmup_secs: 0.3\ncooldown_secs: 0\nload:\n  protocol: grpc\n  mode: open\n  qps: [300]\n  connections: [2]\n  request_bytes: 200\nproxy:\n  type: {program}\n  mtls: true\n"
+                "name: grpc-{program}\ntopologies: [serveronly, both, gateway]\nduration_secs: 1\nwarmup_secs: 0.3\ncooldown_secs: 0\nload:\n  protocol: grpc\n  mode: open\n  qps: [300]\n  connections: [2]\n  request_bytes: 200\nproxy:\n  type: {program}\n  mtls: true\ngateway:\n  type: {program}\n  domains: 3\n"
             ),
         )
         .unwrap();
@@ -387,7 +387,7 @@ fn the_lab_carries_grpc_through_every_proxy_and_mutual_tls() {
         );
         let e: serde_json::Value = serde_json::from_slice(&export.stdout).expect("JSON");
         let steps = e["steps"].as_array().expect("steps");
-        assert_eq!(steps.len(), 2, "{program}");
+        assert_eq!(steps.len(), 3, "{program}");
         for s in steps {
             let r = &s["result"];
             let total = u(r, "/requests/total");
@@ -595,4 +595,75 @@ fn metrics_count_grpc_calls_by_status() {
     let out = wait_with_limit(&mut run, LIMIT);
     assert!(found, "no final gRPC count in /metrics: {last}");
     assert!(out.status.success(), "{}", stderr(&out));
+}
+
+#[test]
+fn the_generated_gateways_route_grpc_by_domain() {
+    // The backend speaks h2c; each gateway terminates TLS for 20 domains and forwards the ping
+    // unchanged over HTTP/2.
+    let backend = ProtoBackend::start(Proto::H2c, &[]);
+    for (program, kind) in [
+        ("nginx", meshbench_lab::Program::Nginx),
+        ("haproxy", meshbench_lab::Program::Haproxy),
+        ("caddy", meshbench_lab::Program::Caddy),
+    ] {
+        let dir = scratch_dir(&format!("grpc-gw-{program}"));
+        let listen = free_addr();
+        let out = meshbench(
+            &[
+                "gen",
+                "gateway",
+                "--for",
+                program,
+                "--grpc",
+                "--tls",
+                "--domains",
+                "20",
+                "--backend",
+                &backend.backend.addr.to_string(),
+                "--listen",
+                &listen.to_string(),
+                "--out",
+                dir.to_str().unwrap(),
+            ],
+            LIMIT,
+        );
+        assert!(out.status.success(), "{program}: {}", stderr(&out));
+        assert!(stdout(&out).contains("40 routes"), "{}", stdout(&out));
+        let gw =
+            start_gateway(kind, &dir, listen).unwrap_or_else(|e| panic!("{program} starts: {e}"));
+        let targets = dir.join("targets.txt");
+        let ca = dir.join("ca.pem");
+        let (out, r) = run_json(
+            &format!("grpc-gw-{program}"),
+            &[
+                "--targets",
+                targets.to_str().unwrap(),
+                "--connect-to",
+                &format!("::127.0.0.1:{}", listen.port()),
+                "--cacert",
+                ca.to_str().unwrap(),
+                "--grpc",
+                "--grpc-payload",
+                "64",
+                "-n",
+                "400",
+                "-c",
+                "4",
+            ],
+            LIMIT,
+        );
+        assert!(out.status.success(), "{program}: {}", stderr(&out));
+        assert_eq!(
+            u(&r, "/grpc_status/OK"),
+            400,
+            "{program}: {} {}; log: {}",
+            r["grpc_status"],
+            r["errors"],
+            gw.log_tail()
+        );
+        assert_eq!(u(&r, "/settings/hosts"), 20, "{program}");
+        drop(gw);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -258,7 +258,7 @@ impl LoadOptions {
             return bad("--h3-rebind-every 0: must be at least 1 response".into());
         }
         if self.quic.zero_rtt && !self.tls.resume {
-            return bad("--h3-0rtt needs session resumption (0-RTT resumes a session); drop --no-tls-resume".into());
+            return bad("--h3-0rtt needs session resumption (0-RTT resumes a session); drop --tls-resume off".into());
         }
         if self.grpc_payload > 0 && self.protocol != Protocol::Grpc {
             return bad("--grpc-payload applies to gRPC only; add --grpc".into());

@@ -84,7 +84,9 @@ pub struct VirtualServiceSpec {
 pub struct HttpRoute {
     #[serde(rename = "match")]
     pub matches: Vec<HttpMatch>,
-    pub rewrite: Rewrite,
+    /// None for gRPC: the method's path is the route.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub rewrite: Option<Rewrite>,
     pub route: Vec<RouteDestination>,
 }
 
@@ -173,6 +175,9 @@ pub fn resources(plan: &GatewayPlan) -> (Vec<Gateway>, Vec<VirtualService>) {
                     credential_name: credential,
                 }),
             )
+        } else if plan.grpc {
+            // h2c with prior knowledge.
+            (80, "GRPC", None)
         } else {
             (80, "HTTP", None)
         };
@@ -199,7 +204,7 @@ pub fn resources(plan: &GatewayPlan) -> (Vec<Gateway>, Vec<VirtualService>) {
                             matches: vec![HttpMatch {
                                 uri: StringMatch { exact: path },
                             }],
-                            rewrite: Rewrite { uri: "/".into() },
+                            rewrite: (!plan.grpc).then(|| Rewrite { uri: "/".into() }),
                             route: vec![RouteDestination {
                                 destination: Destination {
                                     host: BACKEND_SERVICE.into(),

@@ -76,6 +76,9 @@ pub struct GatewayPlan {
     pub http2: bool,
     /// Offer HTTP/3 too: QUIC on the listener's port over UDP (needs `tls`).
     pub http3: bool,
+    /// Carry gRPC: each domain's routes are the backend's gRPC methods ([`GRPC_ROUTES`]),
+    /// forwarded unchanged over HTTP/2 (h2c to the backend); `paths` does not apply.
+    pub grpc: bool,
     pub certs: CertLayout,
     /// Where the backend listens.
     pub backend: SocketAddr,
@@ -96,14 +99,27 @@ impl GatewayPlan {
         (0..self.domains).map(domain_name)
     }
 
-    /// Request paths, `/get/1` .. `/get/M`.
-    pub fn path_list(&self) -> impl Iterator<Item = String> + '_ {
-        (1..=self.paths).map(|p| format!("/get/{p}"))
+    /// Request paths, `/get/1` .. `/get/M`; with gRPC, the methods the backend serves.
+    pub fn path_list(&self) -> Box<dyn Iterator<Item = String> + '_> {
+        if self.grpc {
+            Box::new(GRPC_ROUTES.iter().map(|m| m.to_string()))
+        } else {
+            Box::new((1..=self.paths).map(|p| format!("/get/{p}")))
+        }
+    }
+
+    /// Routes per domain.
+    pub fn routes_per_domain(&self) -> usize {
+        if self.grpc {
+            GRPC_ROUTES.len()
+        } else {
+            self.paths
+        }
     }
 
     /// ALPN protocols the gateway offers.
     pub fn alpn(&self) -> &'static [&'static str] {
-        if self.http2 {
+        if self.http2 || self.grpc {
             &["h2", "http/1.1"]
         } else {
             &["http/1.1"]
@@ -131,6 +147,10 @@ impl GatewayPlan {
     }
 }
 
+/// The gRPC methods a gRPC gateway routes: fortio's ping and the standard health check, both
+/// served by the backend (and by fortio's server).
+pub const GRPC_ROUTES: [&str; 2] = ["/fgrpc.PingServer/Ping", "/grpc.health.v1.Health/Check"];
+
 /// `workspace-{w}-domain-{d}.com`, 100 domains per workspace, both counted from 1.
 pub fn domain_name(n: usize) -> String {
     format!(
@@ -157,7 +177,7 @@ pub fn generate(plan: &GatewayPlan, target: &dyn Target) -> Result<Generated, La
             "--domains and --paths must be at least 1".into(),
         ));
     }
-    let routes = (plan.domains as u64).saturating_mul(plan.paths as u64);
+    let routes = (plan.domains as u64).saturating_mul(plan.routes_per_domain() as u64);
     if routes > MAX_ROUTES {
         return Err(LabError::Io(format!(
             "--domains x --paths is {routes} routes; at most {MAX_ROUTES} are generated"
@@ -209,9 +229,12 @@ pub fn generate(plan: &GatewayPlan, target: &dyn Target) -> Result<Generated, La
     if plan.http3 {
         hint.push_str(" --http3");
     }
+    if plan.grpc {
+        hint.push_str(" --grpc");
+    }
     Ok(Generated {
         files,
-        routes: plan.domains * plan.paths,
+        routes: plan.domains * plan.routes_per_domain(),
         run_hint: hint,
     })
 }
@@ -245,12 +268,20 @@ fn write_cert(plan: &GatewayPlan, name: &str, issued: &Issued) -> Result<Vec<Pat
 /// One URL template per workspace (or per domain for a partial last workspace), so that the
 /// list covers every domain x path exactly once.
 pub fn targets_file(plan: &GatewayPlan, target: &dyn Target) -> String {
-    let mut out = format!(
-        "# every route of the generated {} gateway: {} domains x {} paths\n",
-        target.name(),
-        plan.domains,
-        plan.paths
-    );
+    let mut out = if plan.grpc {
+        format!(
+            "# fortio's gRPC ping on every domain of the generated {} gateway: {} domains\n",
+            target.name(),
+            plan.domains
+        )
+    } else {
+        format!(
+            "# every route of the generated {} gateway: {} domains x {} paths\n",
+            target.name(),
+            plan.domains,
+            plan.paths
+        )
+    };
     let port = if target.by_name() {
         String::new()
     } else {
@@ -258,16 +289,21 @@ pub fn targets_file(plan: &GatewayPlan, target: &dyn Target) -> String {
     };
     let full = plan.domains / DOMAINS_PER_WORKSPACE;
     let scheme = plan.scheme();
-    let paths = plan.paths;
+    // gRPC: the ping (a call is a POST; `meshbench run --grpc` makes it one).
+    let path = if plan.grpc {
+        GRPC_ROUTES[0].to_string()
+    } else {
+        format!("/get/{{1..{}}}", plan.paths)
+    };
     if full > 0 {
         out.push_str(&format!(
-            "GET {scheme}://workspace-{{1..{full}}}-domain-{{1..{DOMAINS_PER_WORKSPACE}}}.com{port}/get/{{1..{paths}}}\n"
+            "GET {scheme}://workspace-{{1..{full}}}-domain-{{1..{DOMAINS_PER_WORKSPACE}}}.com{port}{path}\n"
         ));
     }
     let rest = plan.domains % DOMAINS_PER_WORKSPACE;
     if rest > 0 {
         out.push_str(&format!(
-            "GET {scheme}://workspace-{}-domain-{{1..{rest}}}.com{port}/get/{{1..{paths}}}\n",
+            "GET {scheme}://workspace-{}-domain-{{1..{rest}}}.com{port}{path}\n",
             full + 1
         ));
     }

@@ -128,9 +128,18 @@ pub fn write_gateway(plan: &GatewayPlan) -> Result<Vec<PathBuf>, LabError> {
             let (crt, key) = plan.cert_files(&domain);
             let _ = writeln!(sites, "  tls {d}/{crt} {d}/{key}");
         }
+        // gRPC: the method's path unchanged, HTTP/2 to the backend (h2c).
+        let (rewrite, transport) = if plan.grpc {
+            (
+                "",
+                " {\n      transport http {\n        versions h2c 2\n      }\n    }",
+            )
+        } else {
+            ("    rewrite * /\n", "")
+        };
         let _ = writeln!(
             sites,
-            "  @routes path {matcher}\n  handle @routes {{\n    rewrite * /\n    reverse_proxy {backend}\n  }}\n  respond 404\n}}",
+            "  @routes path {matcher}\n  handle @routes {{\n{rewrite}    reverse_proxy {backend}{transport}\n  }}\n  respond 404\n}}",
             backend = plan.backend
         );
     }
@@ -142,7 +151,7 @@ pub fn write_gateway(plan: &GatewayPlan) -> Result<Vec<PathBuf>, LabError> {
         domains = plan.domains,
         npaths = plan.paths,
         backend = plan.backend,
-        globals = globals(&plan.out, plan.http2, plan.tls, plan.http3),
+        globals = globals(&plan.out, plan.http2 || plan.grpc, plan.tls, plan.http3),
     );
     Ok(vec![write_file(plan.path(CONFIG), conf)?])
 }

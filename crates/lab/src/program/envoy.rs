@@ -41,6 +41,10 @@ use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
     common_tls_context, CertificateValidationContext, CommonTlsContext, DownstreamTlsContext,
     TlsCertificate, UpstreamTlsContext,
 };
+use envoy_types::pb::envoy::extensions::upstreams::http::v3::{
+    http_protocol_options, HttpProtocolOptions,
+};
+use envoy_types::pb::google::protobuf::Any;
 use envoy_types::pb::google::protobuf::{BoolValue, Duration};
 use envoy_types::util::pack_any;
 use prost::Message;
@@ -154,10 +158,16 @@ pub fn hop_bootstrap(hop: &Hop) -> Bootstrap {
             ..Default::default()
         })
     });
+    let grpc = hop.grpc && hop.layer == Layer::L7;
     let mut cluster = static_cluster(NEXT, hop.upstream);
+    if grpc {
+        cluster.typed_extension_protocol_options = http2_upstream();
+    }
     cluster.transport_socket = hop.upstream_tls.as_ref().map(|t| {
         tls_socket(UpstreamTlsContext {
             common_tls_context: Some(CommonTlsContext {
+                // gRPC: HTTP/2 to the next hop, by ALPN over TLS.
+                alpn_protocols: if grpc { vec!["h2".into()] } else { Vec::new() },
                 tls_certificates: t
                     .client
                     .iter()
@@ -227,7 +237,7 @@ pub fn gateway_bootstrap(plan: &GatewayPlan) -> Bootstrap {
             listeners: std::iter::once(listener(plan))
                 .chain(plan.http3.then(|| quic_listener(plan)))
                 .collect(),
-            clusters: vec![backend_cluster(plan.backend)],
+            clusters: vec![backend_cluster(plan)],
             ..Default::default()
         }),
         ..Default::default()
@@ -414,7 +424,8 @@ fn virtual_host(plan: &GatewayPlan, domain: &str) -> VirtualHost {
                     cluster_specifier: Some(route_action::ClusterSpecifier::Cluster(
                         BACKEND_CLUSTER.into(),
                     )),
-                    prefix_rewrite: "/".into(),
+                    // gRPC: the method's path is the route, unchanged.
+                    prefix_rewrite: if plan.grpc { String::new() } else { "/".into() },
                     ..Default::default()
                 })),
                 ..Default::default()
@@ -424,8 +435,35 @@ fn virtual_host(plan: &GatewayPlan, domain: &str) -> VirtualHost {
     }
 }
 
-fn backend_cluster(backend: SocketAddr) -> Cluster {
-    static_cluster(BACKEND_CLUSTER, backend)
+fn backend_cluster(plan: &GatewayPlan) -> Cluster {
+    let mut cluster = static_cluster(BACKEND_CLUSTER, plan.backend);
+    if plan.grpc {
+        cluster.typed_extension_protocol_options = http2_upstream();
+    }
+    cluster
+}
+
+/// A cluster's options for HTTP/2 to its endpoints (h2c in the clear, ALPN h2 over TLS): what
+/// gRPC needs.
+fn http2_upstream() -> std::collections::HashMap<String, Any> {
+    let options = HttpProtocolOptions {
+        upstream_protocol_options: Some(
+            http_protocol_options::UpstreamProtocolOptions::ExplicitHttpConfig(
+                http_protocol_options::ExplicitHttpConfig {
+                    protocol_config: Some(
+                        http_protocol_options::explicit_http_config::ProtocolConfig::Http2ProtocolOptions(
+                            Default::default(),
+                        ),
+                    ),
+                },
+            ),
+        ),
+        ..Default::default()
+    };
+    std::collections::HashMap::from([(
+        "envoy.extensions.upstreams.http.v3.HttpProtocolOptions".to_string(),
+        pack_any(options),
+    )])
 }
 
 /// A cluster of one static endpoint.
@@ -562,6 +600,7 @@ mod tests {
             tls: true,
             http2: true,
             http3: true,
+            grpc: false,
             certs: crate::gateway::CertLayout::PerDomain,
             backend: "127.0.0.1:9000".parse().unwrap(),
             listen: "127.0.0.1:8443".parse().unwrap(),
@@ -610,5 +649,80 @@ mod tests {
         );
         // The TCP listener is unchanged.
         assert_eq!(listeners[0].name, "gateway");
+    }
+
+    /// The HTTP/2 protocol option a cluster carries for gRPC, if any.
+    fn http2_option(cluster: &Cluster) -> bool {
+        cluster
+            .typed_extension_protocol_options
+            .get("envoy.extensions.upstreams.http.v3.HttpProtocolOptions")
+            .map(|any| unpack::<HttpProtocolOptions>(any))
+            .is_some_and(|o| {
+                matches!(
+                    o.upstream_protocol_options,
+                    Some(http_protocol_options::UpstreamProtocolOptions::ExplicitHttpConfig(
+                        http_protocol_options::ExplicitHttpConfig {
+                            protocol_config: Some(
+                                http_protocol_options::explicit_http_config::ProtocolConfig::Http2ProtocolOptions(_)
+                            )
+                        }
+                    ))
+                )
+            })
+    }
+
+    #[test]
+    fn grpc_goes_over_http2_upstream_with_its_path_unchanged() {
+        let plan = GatewayPlan {
+            domains: 2,
+            paths: 10,
+            tls: true,
+            http2: true,
+            http3: false,
+            grpc: true,
+            certs: crate::gateway::CertLayout::Shared,
+            backend: "127.0.0.1:9000".parse().unwrap(),
+            listen: "127.0.0.1:8443".parse().unwrap(),
+            workers: 1,
+            out: PathBuf::from("/gw"),
+        };
+        let b = Bootstrap::decode(gateway_bootstrap(&plan).encode_to_vec().as_slice()).unwrap();
+        let res = b.static_resources.unwrap();
+        assert!(http2_option(&res.clusters[0]));
+        let Some(filter::ConfigType::TypedConfig(any)) =
+            &res.listeners[0].filter_chains[0].filters[0].config_type
+        else {
+            panic!("no typed config")
+        };
+        let hcm: HttpConnectionManager = unpack(any);
+        let Some(http_connection_manager::RouteSpecifier::RouteConfig(rc)) = hcm.route_specifier
+        else {
+            panic!("inline routes")
+        };
+        let routes = &rc.virtual_hosts[0].routes;
+        assert_eq!(
+            routes.len(),
+            2,
+            "the ping and the health check, not --paths"
+        );
+        let Some(route::Action::Route(action)) = &routes[0].action else {
+            panic!("a route")
+        };
+        assert_eq!(action.prefix_rewrite, "", "the method's path unchanged");
+        // A gRPC hop: HTTP/2 to the next hop, ALPN h2 over its mutual TLS.
+        let mut h = hop(Layer::L7);
+        h.grpc = true;
+        h.http2 = true;
+        let res = hop_bootstrap(&h).static_resources.unwrap();
+        assert!(http2_option(&res.clusters[0]));
+        let up: UpstreamTlsContext = unpack(typed(&res.clusters[0].transport_socket));
+        assert_eq!(up.common_tls_context.unwrap().alpn_protocols, vec!["h2"]);
+        // Plain HTTP/1.1 hops stay as they were.
+        assert!(!http2_option(
+            &hop_bootstrap(&hop(Layer::L7))
+                .static_resources
+                .unwrap()
+                .clusters[0]
+        ));
     }
 }

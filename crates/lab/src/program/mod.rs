@@ -275,12 +275,6 @@ impl ProgramSpec {
             Program::Nginx => nginx::hop_config(hop)?.into_bytes(),
             Program::Haproxy => haproxy::hop_config(hop)?.into_bytes(),
             Program::Caddy => caddy::hop_config(hop)?.into_bytes(),
-            Program::Envoy if hop.grpc && hop.layer == Layer::L7 => {
-                return Err(LabError::Missing {
-                    program: "an envoy gRPC hop".into(),
-                    hint: "the lab renders envoy's L7 hops for HTTP/1.1 and h2 only; use nginx, haproxy or caddy for gRPC".into(),
-                })
-            }
             Program::Envoy => envoy::hop_bootstrap(hop).encode_to_vec(),
             Program::Command => return command::prepare(&bin, &self.command, hop, &config),
         };
@@ -361,6 +355,7 @@ pub(crate) mod tests {
             tls: true,
             http2: true,
             http3: true,
+            grpc: false,
             certs: gateway::CertLayout::Shared,
             backend: "127.0.0.1:9000".parse().unwrap(),
             listen: "127.0.0.1:8443".parse().unwrap(),

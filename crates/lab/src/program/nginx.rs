@@ -166,15 +166,25 @@ pub fn write_gateway(plan: &GatewayPlan) -> Result<Vec<PathBuf>, LabError> {
     let d = plan.out.display();
     let mut routes = String::new();
     for path in plan.path_list() {
-        let _ = writeln!(
-            routes,
-            "location = {path} {{\n  proxy_pass http://meshbench_backend/;\n  proxy_http_version 1.1;\n  proxy_set_header Connection \"\";\n  proxy_set_header Host $host;\n}}"
-        );
+        if plan.grpc {
+            // The method's path unchanged, HTTP/2 to the backend, trailers passed through.
+            let _ = writeln!(
+                routes,
+                "location = {path} {{\n  grpc_pass grpc://meshbench_backend;\n}}"
+            );
+        } else {
+            let _ = writeln!(
+                routes,
+                "location = {path} {{\n  proxy_pass http://meshbench_backend/;\n  proxy_http_version 1.1;\n  proxy_set_header Connection \"\";\n  proxy_set_header Host $host;\n}}"
+            );
+        }
     }
     let listen = plan.listen;
-    let ssl = match (plan.tls, plan.http2) {
+    let ssl = match (plan.tls, plan.http2 || plan.grpc) {
         (true, true) => " ssl http2",
         (true, false) => " ssl",
+        // gRPC in the clear: h2c with prior knowledge.
+        (false, _) if plan.grpc => " http2",
         (false, _) => "",
     };
     let mut servers = String::new();

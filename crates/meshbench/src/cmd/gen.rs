@@ -60,6 +60,7 @@ pub fn gateway(a: GatewayArgs) -> Result<u8> {
         tls: a.tls,
         http2: !a.no_http2,
         http3: a.http3,
+        grpc: a.grpc,
         certs: match a.certs {
             CertsArg::PerDomain => CertLayout::PerDomain,
             CertsArg::Shared => CertLayout::Shared,
