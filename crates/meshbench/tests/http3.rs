@@ -387,3 +387,111 @@ fn the_lab_puts_caddy_with_http3_in_front() {
     assert!(all.contains("built without QUIC"), "{all}");
     assert!(!all.contains("panicked"), "{all}");
 }
+
+/// Starts meshbench as the leader of a process group of its own, as a shell job would be.
+fn spawn_in_own_group(args: &[String]) -> std::process::Child {
+    use std::os::unix::process::CommandExt;
+    Command::new(bin())
+        .args(args)
+        .process_group(0)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn meshbench")
+}
+
+#[test]
+fn ctrl_c_to_the_group_mid_http3_run_leaves_the_partial_result() {
+    let backend = ProtoBackend::start(Proto::H1Tls, &["--http3"]);
+    let ca = backend.tls_dir.join("ca.pem");
+    let json = temp_json("h3-sigint");
+    let _ = std::fs::remove_file(&json);
+    let mut args = vec!["run".to_string(), "-q".to_string()];
+    args.extend(h3_args(
+        backend.url("/"),
+        &ca,
+        &[
+            "-r",
+            "400",
+            "-c",
+            "4",
+            "-d",
+            "60s",
+            "--json",
+            json.to_str().unwrap(),
+        ],
+    ));
+    let mut child = spawn_in_own_group(&args);
+    std::thread::sleep(Duration::from_millis(1200));
+    let sent = std::time::Instant::now();
+    for _ in 0..2 {
+        // SAFETY: killpg(2) on the group our own child leads.
+        let rc = unsafe { libc::killpg(child.id() as i32, libc::SIGINT) };
+        assert_eq!(rc, 0);
+    }
+    let out = wait_with_limit(&mut child, LIMIT);
+    assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
+    assert!(
+        sent.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        sent.elapsed()
+    );
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("partial JSON")).unwrap();
+    assert_valid(&r);
+    assert_eq!(r["partial"], true);
+    assert!(u(&r, "/requests/ok") > 100, "{}", r["requests"]);
+    let _ = std::fs::remove_file(&json);
+}
+
+#[test]
+fn an_http3_server_that_vanishes_mid_run_is_counted_not_fatal() {
+    let backend = ProtoBackend::start(Proto::H1Tls, &["--http3"]);
+    let ca = backend.tls_dir.join("ca.pem");
+    let json = temp_json("h3-vanish");
+    let _ = std::fs::remove_file(&json);
+    let mut args = vec!["run".to_string(), "-q".to_string()];
+    args.extend(h3_args(
+        backend.url("/"),
+        &ca,
+        &[
+            "-r",
+            "300",
+            "-c",
+            "2",
+            "-d",
+            "3s",
+            "--timeout",
+            "500ms",
+            "--json",
+            json.to_str().unwrap(),
+        ],
+    ));
+    let mut child = Command::new(bin())
+        .args(&args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn meshbench");
+    std::thread::sleep(Duration::from_millis(1200));
+    // The pod goes away: its port stops answering (the client read the CA at its start).
+    drop(backend);
+    let out = wait_with_limit(&mut child, LIMIT);
+    assert!(out.status.code().is_some(), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("JSON")).unwrap();
+    assert_valid(&r);
+    let ok = u(&r, "/requests/ok");
+    let failed = u(&r, "/errors/connect") + u(&r, "/errors/timeout") + u(&r, "/errors/reset");
+    assert!(ok > 200, "measured before it vanished: {}", r["requests"]);
+    assert!(failed > 100, "counted after it vanished: {}", r["errors"]);
+    assert_eq!(
+        ok + u(&r, "/requests/errors"),
+        u(&r, "/requests/total"),
+        "{}",
+        r["requests"]
+    );
+    let _ = std::fs::remove_file(&json);
+}
