@@ -215,13 +215,13 @@ impl H3Conn {
         if self.timer().is_some_and(|t| t <= now) {
             self.shared.borrow_mut().conn.handle_timeout(at);
         }
-        self.events(at);
+        self.events();
         Ok(())
     }
 
     /// QUIC's events: the handshake's end, the connection's loss, and what the endpoint must
     /// hear of (connection ids).
-    fn events(&mut self, at: Instant) {
+    fn events(&mut self) {
         let mut shared = self.shared.borrow_mut();
         while let Some(event) = shared.conn.poll() {
             match event {
@@ -237,7 +237,6 @@ impl H3Conn {
                 shared.conn.handle_event(back);
             }
         }
-        let _ = at;
     }
 
     /// Once, after QUIC's handshake completed: whether the server accepted 0-RTT.
@@ -329,7 +328,7 @@ impl H3Conn {
                 break;
             }
         }
-        self.events(at);
+        self.events();
     }
 
     fn send_datagram(&self, datagram: &[u8]) -> bool {

@@ -327,11 +327,11 @@ impl Worker<'_> {
             return;
         };
         if let Err(e) = h3.receive(&mut self.buf, now) {
-            let kind = match ErrorKind::of_io(&e) {
-                // A port unreachable: nothing listens on that UDP port.
-                ErrorKind::Connect => ErrorKind::Connect,
-                _ if conn.state != State::Ready => ErrorKind::Connect,
-                other => other,
+            // Before the connection is up, any socket error is a failure to connect.
+            let kind = if conn.state == State::Ready {
+                ErrorKind::of_io(&e)
+            } else {
+                ErrorKind::Connect
             };
             let msg = if e.kind() == io::ErrorKind::ConnectionRefused {
                 "nothing listens on that UDP port (ICMP port unreachable)".to_string()
