@@ -269,6 +269,35 @@ fn bad_http3_flags_get_one_line_and_exit_2() {
         assert!(err.contains(says), "{args:?}: {err}");
         assert!(!err.contains("panicked"), "{err}");
     }
+    // gen gateway: HTTP/3 without TLS, or from a program built without QUIC.
+    let dir = scratch_dir("h3-gen-bad");
+    let out_dir = dir.join("gw");
+    let out_dir = out_dir.to_str().unwrap();
+    for (args, says) in [
+        (vec!["--for", "caddy", "--http3"], "needs --tls"),
+        (
+            vec!["--for", "nginx", "--http3", "--tls"],
+            "built without QUIC",
+        ),
+        (
+            vec!["--for", "haproxy", "--http3", "--tls"],
+            "built without QUIC",
+        ),
+        (vec!["--for", "istio", "--http3", "--tls"], "no HTTP/3"),
+    ] {
+        let common = [
+            "gen",
+            "gateway",
+            "--backend",
+            "127.0.0.1:9",
+            "--out",
+            out_dir,
+        ];
+        let out = meshbench(&[common.as_slice(), args.as_slice()].concat(), LIMIT);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains(says), "{args:?}: {}", stderr(&out));
+        assert!(!dir.join("gw").exists(), "{args:?}: nothing written");
+    }
 }
 
 #[test]

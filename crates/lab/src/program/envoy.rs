@@ -656,7 +656,7 @@ mod tests {
         cluster
             .typed_extension_protocol_options
             .get("envoy.extensions.upstreams.http.v3.HttpProtocolOptions")
-            .map(|any| unpack::<HttpProtocolOptions>(any))
+            .map(unpack::<HttpProtocolOptions>)
             .is_some_and(|o| {
                 matches!(
                     o.upstream_protocol_options,

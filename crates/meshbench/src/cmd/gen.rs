@@ -54,6 +54,17 @@ pub fn gateway(a: GatewayArgs) -> Result<u8> {
         GatewayFlavor::Envoy => &Program::Envoy,
         GatewayFlavor::Istio => &Istio,
     };
+    // The flags that cannot work, before anything is written (the lab checks them again).
+    if a.http3 && !a.tls {
+        return Err(usage("--http3 needs --tls: QUIC is always TLS"));
+    }
+    if a.http3 && !target.speaks_http3() {
+        return Err(usage(format!(
+            "--http3: {} with HTTP/3 is not available: {}",
+            target.name(),
+            target.no_http3()
+        )));
+    }
     let plan = GatewayPlan {
         domains: a.domains as usize,
         paths: a.paths as usize,
