@@ -283,7 +283,11 @@ pub fn load(path: &Path, overrides: &[String]) -> Result<Experiment, ConfigError
         file: file.clone(),
         reason: e.to_string(),
     })?;
-    parse(&file, &text, overrides)
+    let mut e = parse(&file, &text, overrides)?;
+    if let (Some(x), Some(dir)) = (e.external.as_mut(), path.parent()) {
+        x.resolve_paths(dir);
+    }
+    Ok(e)
 }
 
 /// Parses experiment YAML (`file` names it in messages).
@@ -668,6 +672,7 @@ impl Experiment {
             }
             (Some(x), true) => {
                 x.validate(self.warmup_secs, self.sample_interval_ms, p);
+                self.validate_requests(x, p);
                 if self.load.response_bytes.len() > 1 {
                     p.push("load.response_bytes: the external variants' servers choose their responses; list one value".into());
                 }
@@ -684,6 +689,32 @@ impl Experiment {
                 }
             }
             (None, false) => {}
+        }
+    }
+}
+
+impl Experiment {
+    /// What each external variant sends: a `.proto` describes gRPC calls, a gRPC body is the
+    /// JSON of the `.proto`'s message, and one body at a time.
+    fn validate_requests(&self, x: &External, p: &mut Vec<String>) {
+        let grpc = self.load.protocol == Protocol::Grpc;
+        for (i, v) in x.variants.iter().enumerate() {
+            let at = format!("external.variants[{i}]");
+            if v.proto.is_some() && !grpc {
+                p.push(format!(
+                    "{at}.proto: a .proto describes gRPC calls; set load.protocol: grpc"
+                ));
+            }
+            if v.body.is_some() && grpc && v.proto.is_none() {
+                p.push(format!(
+                    "{at}.body: a gRPC body is JSON of the request message; give the service's .proto in {at}.proto (or drop body: the ping's payload is load.request_bytes)"
+                ));
+            }
+            if self.load.request_bytes > 0 && (v.body.is_some() || v.proto.is_some()) {
+                p.push(format!(
+                    "load.request_bytes: {at} sends its own request (body, proto); drop one of them"
+                ));
+            }
         }
     }
 }

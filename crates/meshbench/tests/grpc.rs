@@ -667,3 +667,132 @@ fn the_generated_gateways_route_grpc_by_domain() {
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
+
+/// An external variant of an experiment file calls a user's service: its `.proto` (beside the
+/// file, named relative to it) and the JSON body of the request message. Run once from this
+/// process and once through an agent that has no copy of the file (its working directory and
+/// the file's directory differ, and the file is gone before the step): the agent gets the
+/// compiled descriptors from the coordinator.
+#[test]
+fn an_experiment_calls_a_users_proto_locally_and_through_agents() {
+    let server = FortioServer::start();
+    let dir = scratch_dir("grpc-experiment");
+    std::fs::write(dir.join("ping.proto"), PING_PROTO).unwrap();
+    let file = dir.join("calls.yaml");
+    let write = |agents: &str| {
+        std::fs::write(
+            &file,
+            format!(
+                "name: grpc-external\ntopologies: [external]\nduration_secs: 1\nwarmup_secs: 0.2\ncooldown_secs: 0\nload:\n  protocol: grpc\n  mode: open\n  qps: [200]\n  connections: [2]\n  response_bytes: [0]\n{agents}external:\n  prometheus_url: http://127.0.0.1:9\n  variants:\n    - name: baseline\n      url: http://127.0.0.1:{}/fgrpc.PingServer/Ping\n      proto: ping.proto\n      body: '{{\"payload\": \"hello\", \"delayNanos\": \"3000000\"}}'\n",
+                server.port
+            ),
+        )
+        .unwrap();
+    };
+    let stored = |store: &std::path::Path| {
+        let s = meshbench_store::Store::open(store).unwrap();
+        let e = s.experiment("latest").unwrap();
+        let steps = s.steps(e.id).unwrap();
+        steps[0].step.result.clone().expect("a result")
+    };
+    let store = dir.join("local.db");
+    write("");
+    let out = meshbench(
+        &[
+            "experiment",
+            file.to_str().unwrap(),
+            "--store",
+            store.to_str().unwrap(),
+            "-q",
+        ],
+        LIMIT,
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let r = stored(&store);
+    assert!(r.requests.total >= 150, "{:?}", r.requests);
+    assert_eq!(
+        r.grpc_status.get("OK"),
+        Some(&r.requests.total),
+        "{:?}",
+        r.grpc_status
+    );
+    // fortio's server waits the delayNanos of the message: the JSON arrived as written.
+    assert!(r.latency_us.p50 >= 3000, "{:?}", r.latency_us);
+
+    // The same through an agent that cannot see the file: it runs in its own mount namespace
+    // with an empty tmpfs over the file's directory. It gets the compiled descriptors from the
+    // coordinator.
+    let token = "grpc-experiment-token-0123456789";
+    let addr = free_addr().to_string();
+    let mut agent = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c"])
+        .arg(r#"mount -t tmpfs none "$1" && test ! -e "$1/ping.proto" && exec "$2" agent --listen "$3""#)
+        .args(["agent-without-the-file", dir.to_str().unwrap(), bin(), &addr])
+        .env("MESHBENCH_AGENT_TOKEN", token)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("an agent");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(&addr).is_err() {
+        assert!(
+            agent.try_wait().unwrap().is_none(),
+            "the agent without the file did not start"
+        );
+        assert!(Instant::now() < deadline, "agent {addr} did not listen");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    write(&format!("agents:\n  addresses: [\"{addr}\"]\n"));
+    let store = dir.join("agents.db");
+    let mut coordinator = Command::new(bin());
+    coordinator
+        .args(["experiment", file.to_str().unwrap(), "--store"])
+        .arg(&store)
+        .arg("-q")
+        .env("MESHBENCH_AGENT_TOKEN", token)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let out = wait_with_limit(&mut coordinator.spawn().unwrap(), LIMIT);
+    let _ = agent.kill();
+    let _ = agent.wait();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let r = stored(&store);
+    assert!(r.requests.total >= 150, "{:?}", r.requests);
+    assert_eq!(
+        r.grpc_status.get("OK"),
+        Some(&r.requests.total),
+        "{:?}",
+        r.grpc_status
+    );
+    assert!(r.latency_us.p50 >= 3000, "{:?}", r.latency_us);
+    assert_eq!(r.agents.as_ref().map(|a| a.agents.len()), Some(1));
+
+    // Mistakes of the section: one line each, exit 2, before any load.
+    for (variant, says) in [
+        ("      proto: nowhere.proto\n", "nowhere.proto"),
+        (
+            "      proto: ping.proto\n      body: '{\"nope\": 1}'\n",
+            "fgrpc.PingMessage",
+        ),
+        (
+            "      body: '{\"payload\": \"x\"}'\n",
+            "give the service's .proto",
+        ),
+    ] {
+        std::fs::write(
+            &file,
+            format!(
+                "name: bad\ntopologies: [external]\nload:\n  protocol: grpc\n  response_bytes: [0]\nexternal:\n  prometheus_url: http://127.0.0.1:9\n  variants:\n    - name: baseline\n      url: http://127.0.0.1:{}/fgrpc.PingServer/Ping\n{variant}",
+                server.port
+            ),
+        )
+        .unwrap();
+        let out = meshbench(&["experiment", file.to_str().unwrap(), "--dry-run"], LIMIT);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{variant}: {err}");
+        assert!(err.contains(says), "{variant}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+    }
+}

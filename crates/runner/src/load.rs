@@ -43,6 +43,23 @@ pub enum TargetSource {
     Url(String),
     /// A targets file: blocks of `METHOD URL`, header lines, an optional `@BODYFILE`.
     File(PathBuf),
+    /// A targets file as the coordinator read it (bodies included), for agents on machines
+    /// that do not have the file; `name` is the file's name on the coordinator.
+    Read {
+        name: String,
+        targets: Vec<targets::file::FileTarget>,
+    },
+}
+
+/// The user's `.proto` of a gRPC load.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProtoSource {
+    /// Compiled when the options are resolved (imports beside it).
+    File(PathBuf),
+    /// As the coordinator compiled it: the encoded `FileDescriptorSet`, for agents on machines
+    /// that do not have the file; `name` is the file's name on the coordinator.
+    Compiled { name: String, descriptors: Vec<u8> },
 }
 
 /// The request body.
@@ -118,7 +135,7 @@ pub struct LoadOptions {
     pub grpc_payload: usize,
     /// gRPC: the user's `.proto`; the body is then JSON of the method's request message.
     #[serde(default)]
-    pub grpc_proto: Option<PathBuf>,
+    pub grpc_proto: Option<ProtoSource>,
     pub tls: TlsOptions,
     /// HTTP/3: 0-RTT and connection migration.
     #[serde(default)]
@@ -267,8 +284,8 @@ impl LoadOptions {
             return bad("--proto applies to gRPC only; add --grpc".into());
         }
         let proto = match &self.grpc_proto {
-            Some(file) => Some(std::sync::Arc::new(
-                targets::proto::Proto::compile(file, &[]).map_err(LoadError)?,
+            Some(source) => Some(std::sync::Arc::new(
+                compile_proto(source).map_err(|e| LoadError(format!("--proto {e}")))?,
             )),
             None => None,
         };
@@ -417,36 +434,67 @@ impl LoadOptions {
         })
     }
 
+    /// The same load with every file it reads (the body, the targets file and its bodies, the
+    /// `.proto`) read into it: what agents on other machines are sent, since the paths name
+    /// the coordinator's files. (TLS files are not carried: an agent needs its own copy.)
+    pub fn self_contained(&self) -> Result<LoadOptions, LoadError> {
+        let mut o = self.clone();
+        if let Body::File(_) = &o.body {
+            o.body = Body::Bytes(self.body_bytes()?.to_vec());
+        }
+        if let TargetSource::File(path) = &o.source {
+            o.source = TargetSource::Read {
+                name: path.display().to_string(),
+                targets: read_targets(path)?,
+            };
+        }
+        if let Some(ProtoSource::File(file)) = &o.grpc_proto {
+            let proto = targets::proto::Proto::compile(file, &[])
+                .map_err(|e| LoadError(format!("--proto {e}")))?;
+            o.grpc_proto = Some(ProtoSource::Compiled {
+                name: file.display().to_string(),
+                descriptors: proto.descriptors().to_vec(),
+            });
+        }
+        Ok(o)
+    }
+
+    /// A targets file's blocks as sources, each with the common headers and, without a body
+    /// of its own, the common body.
+    fn file_sources(
+        &self,
+        name: &str,
+        blocks: Vec<targets::file::FileTarget>,
+        body: &Bytes,
+    ) -> (Vec<Source>, String) {
+        let list = blocks
+            .into_iter()
+            .map(|b| {
+                let mut all = self.headers.clone();
+                all.extend(b.headers);
+                Source {
+                    method: b.method,
+                    url: b.url,
+                    headers: all,
+                    body: b.body.map_or_else(|| body.clone(), Into::into),
+                    origin: format!("--targets {name} line {}", b.line),
+                }
+            })
+            .collect();
+        (list, format!("@{name}"))
+    }
+
     /// The URL (or template), or every block of the targets file; and how to name them in
     /// reports.
     fn sources(&self, method: &str, body: Bytes) -> Result<(Vec<Source>, String), LoadError> {
         match &self.source {
             TargetSource::File(path) => {
-                let text = std::fs::read_to_string(path).map_err(|e| {
-                    LoadError(format!(
-                        "--targets {}: cannot read the file: {e}",
-                        path.display()
-                    ))
-                })?;
-                let dir = path.parent().unwrap_or(Path::new("."));
                 let name = path.display().to_string();
-                let blocks = targets::file::parse(&text, dir)
-                    .map_err(|e| LoadError(format!("--targets {name}: {e}")))?;
-                let list = blocks
-                    .into_iter()
-                    .map(|b| {
-                        let mut all = self.headers.clone();
-                        all.extend(b.headers);
-                        Source {
-                            method: b.method,
-                            url: b.url,
-                            headers: all,
-                            body: b.body.map_or_else(|| body.clone(), Into::into),
-                            origin: format!("--targets {name} line {}", b.line),
-                        }
-                    })
-                    .collect();
-                Ok((list, format!("@{name}")))
+                let blocks = read_targets(path)?;
+                Ok(self.file_sources(&name, blocks, &body))
+            }
+            TargetSource::Read { name, targets } => {
+                Ok(self.file_sources(name, targets.clone(), &body))
             }
             TargetSource::Url(url) => Ok((
                 vec![Source {
@@ -458,6 +506,25 @@ impl LoadOptions {
                 }],
                 url.clone(),
             )),
+        }
+    }
+}
+
+/// A targets file's blocks, bodies read (relative to the file).
+fn read_targets(path: &Path) -> Result<Vec<targets::file::FileTarget>, LoadError> {
+    let name = path.display();
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| LoadError(format!("--targets {name}: cannot read the file: {e}")))?;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    targets::file::parse(&text, dir).map_err(|e| LoadError(format!("--targets {name}: {e}")))
+}
+
+/// The `.proto`'s services, from the file or as the coordinator compiled them.
+fn compile_proto(source: &ProtoSource) -> Result<targets::proto::Proto, String> {
+    match source {
+        ProtoSource::File(file) => targets::proto::Proto::compile(file, &[]),
+        ProtoSource::Compiled { name, descriptors } => {
+            targets::proto::Proto::from_descriptors(name, descriptors.clone())
         }
     }
 }
@@ -760,5 +827,51 @@ mod tests {
         };
         let text = serde_json::to_string(&opts).unwrap();
         assert_eq!(serde_json::from_str::<LoadOptions>(&text).unwrap(), opts);
+    }
+
+    #[test]
+    fn self_contained_options_need_none_of_the_files() {
+        let dir =
+            std::env::temp_dir().join(format!("meshbench-self-contained-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("order.json"), "{\"id\": 7}").unwrap();
+        std::fs::write(dir.join("common.bin"), "common body").unwrap();
+        std::fs::write(
+            dir.join("targets.txt"),
+            "POST http://127.0.0.1:9/orders\nContent-Type: application/json\n@order.json\n\nGET http://127.0.0.1:9/w-{1..3}\n",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.join("ping.proto"),
+            "syntax = \"proto3\";\npackage fgrpc;\nmessage PingMessage { string payload = 3; }\nservice PingServer { rpc Ping (PingMessage) returns (PingMessage) {} }\n",
+        )
+        .unwrap();
+        let from_file = LoadOptions {
+            body: Body::File(dir.join("common.bin")),
+            ..LoadOptions::new(TargetSource::File(dir.join("targets.txt")))
+        };
+        let grpc = LoadOptions {
+            protocol: Protocol::Grpc,
+            grpc_proto: Some(ProtoSource::File(dir.join("ping.proto"))),
+            body: Body::Bytes(br#"{"payload": "hi"}"#.to_vec()),
+            ..LoadOptions::new(TargetSource::Url(
+                "http://127.0.0.1:9/fgrpc.PingServer/Ping".into(),
+            ))
+        };
+        let requests = |o: &LoadOptions| format!("{:?}", o.resolve().unwrap().targets.requests);
+        let before = [requests(&from_file), requests(&grpc)];
+        let shipped = [
+            from_file.self_contained().unwrap(),
+            grpc.self_contained().unwrap(),
+        ];
+        std::fs::remove_dir_all(&dir).unwrap();
+        for (o, want) in shipped.iter().zip(&before) {
+            // As an agent gets them: through JSON, on a machine without the files.
+            let text = serde_json::to_string(o).unwrap();
+            let o: LoadOptions = serde_json::from_str(&text).unwrap();
+            assert!(!text.contains("common.bin") && !text.contains("order.json"));
+            assert_eq!(&requests(&o), want);
+        }
+        assert!(from_file.resolve().is_err(), "the files are gone");
     }
 }

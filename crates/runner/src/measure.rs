@@ -34,6 +34,8 @@ pub enum MeasureError {
     Engine(#[from] RunError),
     #[error(transparent)]
     Agents(#[from] FleetError),
+    #[error(transparent)]
+    Load(#[from] crate::load::LoadError),
 }
 
 /// Roles to sample while the load runs.
@@ -80,11 +82,15 @@ pub fn measure(
             drop(pinned);
             result.map_err(MeasureError::from)
         }
-        Generator::Agents { fleet, options } => fleet
-            .lock()
-            .expect("one step at a time")
-            .measure(options, spec, &stop, live)
-            .map_err(MeasureError::from),
+        // Agents elsewhere do not have this machine's files: they get their contents.
+        Generator::Agents { fleet, options } => match options.self_contained() {
+            Ok(options) => fleet
+                .lock()
+                .expect("one step at a time")
+                .measure(&options, spec, &stop, live)
+                .map_err(MeasureError::from),
+            Err(e) => Err(MeasureError::Load(e)),
+        },
     };
     let sampled = sampler.map(Sampler::finish);
     let result = result?;

@@ -10,6 +10,7 @@ pub mod presets;
 pub mod promql;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
 
 use meshbench_lab::sampler::Figure;
 use serde::de::DeserializeOwned;
@@ -58,6 +59,12 @@ pub struct Variant {
     pub headers: BTreeMap<String, String>,
     /// https: do not verify the server's certificate.
     pub insecure: bool,
+    /// gRPC: the service's `.proto` (a relative path is beside the experiment file); `body` is
+    /// then JSON of the request message of the method the URL's path names.
+    pub proto: Option<PathBuf>,
+    /// The request body: with `proto`, the gRPC request message in JSON; over HTTP, sent with
+    /// POST.
+    pub body: Option<String>,
     /// The roles whose resources are read; none for a baseline without proxies.
     pub roles: Vec<Role>,
 }
@@ -138,6 +145,16 @@ impl External {
         scrape
             .saturating_mul(4)
             .max(sample_interval_ms.saturating_add(scrape))
+    }
+
+    /// Relative `proto` paths made relative to `dir` (the experiment file's directory), so
+    /// that a file means the same wherever meshbench is started.
+    pub fn resolve_paths(&mut self, dir: &Path) {
+        for v in &mut self.variants {
+            if let Some(p) = v.proto.as_mut().filter(|p| p.is_relative()) {
+                *p = dir.join(&*p);
+            }
+        }
     }
 
     /// The variant called `name`.
@@ -514,5 +531,73 @@ external:
             err.contains("limits.proxy: meshbench limits the roles it starts"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_variants_own_request_fits_the_load() {
+        let with = |load: &str, variant: &str| {
+            let text = FILE
+                .replace(
+                    "topologies: [external]",
+                    &format!("topologies: [external]\nload:\n{load}"),
+                )
+                .replace(
+                    "      url: http://127.0.0.1:8080/echo\n",
+                    &format!("      url: http://127.0.0.1:8080/echo\n{variant}"),
+                );
+            parse("t.yaml", &text, &[]).map_err(|e| e.to_string())
+        };
+        let grpc = "  protocol: grpc\n";
+        let e = with(grpc, "      proto: svc.proto\n      body: '{\"a\": 1}'\n").unwrap();
+        let v = &e.external.as_ref().unwrap().variants[0];
+        assert_eq!(v.proto.as_deref(), Some(Path::new("svc.proto")));
+        assert_eq!(v.body.as_deref(), Some("{\"a\": 1}"));
+        assert!(with("  protocol: http1\n", "      body: 'text'\n").is_ok());
+        for (load, variant, says) in [
+            (
+                "  protocol: http2\n",
+                "      proto: svc.proto\n",
+                "external.variants[0].proto: a .proto describes gRPC calls",
+            ),
+            (
+                grpc,
+                "      body: '{}'\n",
+                "external.variants[0].body: a gRPC body is JSON",
+            ),
+            (
+                "  request_bytes: 10\n",
+                "      body: 'x'\n",
+                "load.request_bytes: external.variants[0] sends its own request",
+            ),
+        ] {
+            let err = with(load, variant).unwrap_err();
+            assert!(err.contains(says), "{says} in {err}");
+        }
+    }
+
+    #[test]
+    fn a_relative_proto_is_beside_the_experiment_file() {
+        let dir = std::env::temp_dir().join(format!("meshbench-proto-path-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("e.yaml");
+        let text = FILE
+            .replace(
+                "topologies: [external]",
+                "topologies: [external]\nload:\n  protocol: grpc",
+            )
+            .replace(
+                "      url: http://127.0.0.1:8080/echo\n",
+                "      url: http://127.0.0.1:8080/echo\n      proto: svc.proto\n",
+            )
+            .replace(
+                "      url: http://127.0.0.1:8081/echo\n",
+                "      url: http://127.0.0.1:8081/echo\n      proto: /etc/svc.proto\n",
+            );
+        std::fs::write(&file, text).unwrap();
+        let e = crate::load(&file, &[]).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        let x = e.external.unwrap();
+        assert_eq!(x.variants[0].proto, Some(dir.join("svc.proto")));
+        assert_eq!(x.variants[1].proto, Some(PathBuf::from("/etc/svc.proto")));
     }
 }

@@ -61,8 +61,7 @@ pub fn execute(args: CapacityArgs) -> Result<u8> {
     };
     match &args.experiment {
         Some(file) => {
-            let mut e = meshbench_experiment::load(file, &args.set)
-                .map_err(|err| usage(err.to_string()))?;
+            let mut e = super::experiment::load(file, &args.set)?;
             let topology = match &args.topology {
                 Some(t) => *e.topologies.iter().find(|x| x.name() == t).ok_or_else(|| {
                     usage(format!(

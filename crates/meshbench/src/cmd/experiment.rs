@@ -21,8 +21,7 @@ use crate::cli::ExperimentArgs;
 use crate::{exit, usage};
 
 pub fn execute(args: ExperimentArgs) -> Result<u8> {
-    let e =
-        meshbench_experiment::load(&args.file, &args.set).map_err(|err| usage(err.to_string()))?;
+    let e = load(&args.file, &args.set)?;
     if args.dry_run {
         out!("{}", describe_plan(&e, &Plan::compile(&e)));
         return Ok(exit::OK);
@@ -60,6 +59,22 @@ pub fn execute(args: ExperimentArgs) -> Result<u8> {
         exit::OK if !passed => exit::FAILED,
         code => code,
     })
+}
+
+/// Reads an experiment file with its `--set` overrides; every mistake is bad input (exit 2),
+/// including external requests that cannot be built (a `.proto` that does not compile, a body
+/// that is not its message).
+pub fn load(file: &Path, set: &[String]) -> Result<Experiment> {
+    let e = meshbench_experiment::load(file, set).map_err(|err| usage(err.to_string()))?;
+    let problems = meshbench_runner::external::request_problems(&e);
+    if problems.is_empty() {
+        return Ok(e);
+    }
+    let file = file.display();
+    Err(usage(format!(
+        "{file}: {}",
+        problems.join(&format!("\n{file}: "))
+    )))
 }
 
 /// Where `--web` writes the report of experiment `id`: beside the store, in

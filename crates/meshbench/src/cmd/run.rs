@@ -14,7 +14,7 @@ use meshbench_engine::{
 };
 use meshbench_live::Done;
 use meshbench_runner::targets::ConnectTo;
-use meshbench_runner::{Body, Generator, LoadOptions, TargetSource, TlsOptions};
+use meshbench_runner::{Body, Generator, LoadOptions, ProtoSource, TargetSource, TlsOptions};
 
 use super::live::Faces;
 use super::parse_duration;
@@ -221,7 +221,7 @@ pub fn apply_request_flags(o: &mut LoadOptions, r: &RequestFlags) -> Result<()> 
         zero_rtt: r.h3_0rtt,
         rebind_every: r.h3_rebind_every,
     };
-    o.grpc_proto = r.proto.clone();
+    o.grpc_proto = r.proto.clone().map(ProtoSource::File);
     o.streams = positive("--streams", r.streams)? as usize;
     o.tls = TlsOptions {
         insecure: r.insecure,

@@ -21,9 +21,11 @@ use meshbench_lab::sampler;
 use meshbench_store::StepRecord;
 
 use crate::lab::load_for;
-use crate::load::{LoadOptions, TargetSource};
+use crate::load::{Body, LoadOptions, ProtoSource, TargetSource};
 use crate::observer::{Observer, StepAt};
+use crate::targets::proto::Proto;
 use crate::{measure, Lab};
+use meshbench_engine::Protocol;
 
 use prometheus::Prometheus;
 use read::{read_roles, Window};
@@ -37,7 +39,42 @@ pub fn load_options(e: &Experiment, at: &StepAt, v: &Variant) -> LoadOptions {
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     o.tls.insecure = v.insecure;
+    if let Some(proto) = &v.proto {
+        o.grpc_proto = Some(ProtoSource::File(proto.clone()));
+    }
+    if let Some(body) = &v.body {
+        o.body = Body::Bytes(body.clone().into_bytes());
+        if o.protocol != Protocol::Grpc {
+            o.method = "POST".into();
+        }
+    }
     o
+}
+
+/// Every external variant's request that cannot be built, one line each, before anything
+/// runs: its `.proto` does not compile, has no method the URL's path names, or its body is not
+/// JSON of the method's request message. (The rest of a request is checked when its step
+/// starts, as for `meshbench run`; a target that cannot be reached is a failed step.)
+pub fn request_problems(e: &Experiment) -> Vec<String> {
+    let mut problems = Vec::new();
+    let Some(x) = &e.external else {
+        return problems;
+    };
+    for (i, v) in x.variants.iter().enumerate() {
+        let Some(file) = &v.proto else { continue };
+        let at = format!("external.variants[{i}]");
+        let path = url::Url::parse(v.url.trim())
+            .map(|u| u.path().to_string())
+            .unwrap_or_default();
+        let built = Proto::compile(file, &[]).and_then(|proto| {
+            let method = proto.method(&path)?;
+            proto.request(&method, v.body.as_deref().unwrap_or("").as_bytes())
+        });
+        if let Err(why) = built {
+            problems.push(format!("{at}: {why}"));
+        }
+    }
+    problems
 }
 
 /// The longest the queries wait after the window for Prometheus to have stored its last

@@ -17,8 +17,9 @@
 use std::fmt;
 use std::path::Path;
 
-/// A request as the file gives it, before the URL template is expanded.
-#[derive(Debug, Clone, PartialEq)]
+/// A request as the file gives it, before the URL template is expanded (sent to agents as
+/// is: they may not have the file).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct FileTarget {
     pub method: String,
     pub url: String,

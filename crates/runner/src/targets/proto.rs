@@ -12,10 +12,13 @@ use prost_reflect::{DescriptorPool, DynamicMessage, MethodDescriptor};
 pub struct Proto {
     file: PathBuf,
     pool: DescriptorPool,
+    /// The encoded `FileDescriptorSet` the pool was built from (what agents are sent).
+    descriptors: Vec<u8>,
 }
 
 impl Proto {
-    /// Compiles `file`; imports are looked up beside it and in `includes`.
+    /// Compiles `file`; imports are looked up beside it and in `includes`. An error names the
+    /// file.
     pub fn compile(file: &Path, includes: &[PathBuf]) -> Result<Proto, String> {
         let name = file.display();
         let dir = file
@@ -25,13 +28,25 @@ impl Proto {
             .to_path_buf();
         let mut paths = vec![dir];
         paths.extend(includes.iter().cloned());
-        let set = protox::compile([file], &paths).map_err(|e| format!("--proto {name}: {e}"))?;
-        let pool = DescriptorPool::decode(set.encode_to_vec().as_slice())
-            .map_err(|e| format!("--proto {name}: {e}"))?;
+        let set = protox::compile([file], &paths).map_err(|e| format!("{name}: {e}"))?;
+        Proto::from_descriptors(&name.to_string(), set.encode_to_vec())
+    }
+
+    /// The services of an encoded `FileDescriptorSet` (as [`Proto::descriptors`] gives it);
+    /// `name` is the `.proto` it came from, for messages.
+    pub fn from_descriptors(name: &str, descriptors: Vec<u8>) -> Result<Proto, String> {
+        let pool =
+            DescriptorPool::decode(descriptors.as_slice()).map_err(|e| format!("{name}: {e}"))?;
         Ok(Proto {
-            file: file.to_path_buf(),
+            file: PathBuf::from(name),
             pool,
+            descriptors,
         })
+    }
+
+    /// The encoded `FileDescriptorSet` of the file and its imports.
+    pub fn descriptors(&self) -> &[u8] {
+        &self.descriptors
     }
 
     /// The method a gRPC path names: `/package.Service/Method`.
@@ -125,7 +140,7 @@ mod tests {
         let bad = dir.join("bad.proto");
         std::fs::write(&bad, "syntax = \"proto3\";\nmessage {").unwrap();
         let err = Proto::compile(&bad, &[]).unwrap_err();
-        assert!(err.starts_with("--proto"), "{err}");
+        assert!(err.contains("bad.proto"), "{err}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
