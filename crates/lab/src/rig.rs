@@ -16,7 +16,7 @@ use crate::netns::{Member, Namespaces};
 use crate::process::{Placement, RoleProcess};
 use crate::program::{Hop, ListenTls, Program, ProgramSpec, UpstreamTls};
 use crate::sampler::Watch;
-use crate::topology::{Class, RolePlan, Topology};
+use crate::topology::{Class, Part, RolePlan, Topology};
 use crate::{pki, LabError};
 
 /// The gateway topology's settings.
@@ -73,6 +73,8 @@ pub struct Role {
     pub program: String,
     pub listen: SocketAddr,
     pub workers: u32,
+    /// The program's admin endpoint (Envoy's), read after each step as a second witness.
+    pub admin: Option<SocketAddr>,
     // Field order matters: the process stops before its cgroup is removed.
     pub process: RoleProcess,
     pub cgroup: Option<Cgroup>,
@@ -126,6 +128,7 @@ struct Launch<'a> {
     command: Command,
     slot: Slot,
     workers: u32,
+    admin: Option<SocketAddr>,
 }
 
 impl RigSpec {
@@ -229,8 +232,10 @@ pub fn backend_command(exe: &Path, listen: SocketAddr, args: &[String]) -> Comma
 }
 
 /// What each role of the chain does: its addresses, mutual TLS on the links between two hops
-/// of the mesh (never towards the client or the backend), HTTP/2 from the client.
-fn hops(spec: &RigSpec, chain: &[RolePlan], slots: &[Slot]) -> Vec<Hop> {
+/// of the mesh (never towards the client or the backend), HTTP/2 from the client. Envoy
+/// tunnels speak HBONE to their neighbours (the waypoint between them too), and every Envoy
+/// role gets an admin endpoint on its listener's address.
+fn hops(spec: &RigSpec, chain: &[RolePlan], slots: &[Slot]) -> Result<Vec<Hop>, LabError> {
     let pki = spec.dir.join("pki");
     let listen_tls = |client_ca: bool| ListenTls {
         cert: pki.join("server.pem"),
@@ -242,6 +247,8 @@ fn hops(spec: &RigSpec, chain: &[RolePlan], slots: &[Slot]) -> Vec<Hop> {
         server_name: MESH_NAME.into(),
         client: Some((pki.join("client.pem"), pki.join("client-key.pem"))),
     };
+    let hbone = spec.tunnel.program == Program::Envoy;
+    let destination = slots[chain.len()].addr;
     chain
         .iter()
         .enumerate()
@@ -254,8 +261,17 @@ fn hops(spec: &RigSpec, chain: &[RolePlan], slots: &[Slot]) -> Vec<Hop> {
             } else {
                 (i > 0 && mtls).then(|| listen_tls(true))
             };
-            Hop {
+            let program = match spec.topology {
+                Topology::Gateway => spec.gateway.program,
+                _ => spec.program(role.class).program,
+            };
+            let admin = match program {
+                Program::Envoy => Some(SocketAddr::new(slots[i].addr.ip(), admin_port(slots[i].addr)?)),
+                _ => None,
+            };
+            Ok(Hop {
                 name: role.name.to_string(),
+                part: role.part,
                 layer: role.layer,
                 listen: slots[i].addr,
                 listen_tls,
@@ -266,9 +282,23 @@ fn hops(spec: &RigSpec, chain: &[RolePlan], slots: &[Slot]) -> Vec<Hop> {
                 http3,
                 workers: spec.workers(role),
                 dir: spec.dir.clone(),
-            }
+                destination,
+                hbone_in: hbone && matches!(role.part, Part::ServerTunnel | Part::Waypoint),
+                hbone_out: hbone && matches!(role.part, Part::ClientTunnel | Part::Waypoint),
+                admin,
+            })
         })
         .collect()
+}
+
+/// A port for a role's admin endpoint: Envoy's own (15000) inside a role's namespace, a free
+/// loopback port otherwise.
+fn admin_port(listen: SocketAddr) -> Result<u16, LabError> {
+    if listen.ip().is_loopback() {
+        free_port()
+    } else {
+        Ok(15000)
+    }
 }
 
 /// The backend, last in the chain.
@@ -292,6 +322,7 @@ fn backend_launch(spec: &RigSpec, slot: Slot, entry: bool) -> Launch<'static> {
         command: backend_command(&spec.backend_exe, slot.addr, &args),
         slot,
         workers: 0,
+        admin: None,
     }
 }
 
@@ -314,7 +345,7 @@ impl Rig {
         let cgroups = rig.cgroups(spec);
         let chain = spec.topology.chain();
         let mut slots = rig.slots(chain.len() + 1)?;
-        let hops = hops(spec, chain, &slots);
+        let hops = hops(spec, chain, &slots)?;
         let entry_tls = spec.http3 && spec.topology != Topology::Gateway;
         if entry_tls
             || hops
@@ -409,6 +440,7 @@ impl Rig {
             command,
             slot,
             workers: hop.workers,
+            admin: hop.admin,
         })
     }
 
@@ -483,6 +515,7 @@ impl Rig {
                 program: launch.program.to_string(),
                 listen,
                 workers: launch.workers,
+                admin: launch.admin,
                 process,
                 cgroup,
                 member,

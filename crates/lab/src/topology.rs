@@ -52,6 +52,24 @@ pub enum Layer {
     L4,
 }
 
+/// The part a role plays in the mesh it stands for: what a program configured as the real
+/// mesh configures itself for (Envoy as Istio's sidecar, gateway, waypoint or ztunnel).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    /// The client's sidecar: outbound traffic, originating mutual TLS.
+    ClientSidecar,
+    /// The server's sidecar: inbound traffic, terminating mutual TLS (or plaintext).
+    ServerSidecar,
+    /// The ingress gateway: TLS from outside, one virtual host per domain.
+    Gateway,
+    /// Ambient's L7 proxy between the two node tunnels.
+    Waypoint,
+    /// The client node's ztunnel: takes plain TCP, originates the tunnel.
+    ClientTunnel,
+    /// The server node's ztunnel: terminates the tunnel, plain TCP to the workload.
+    ServerTunnel,
+}
+
 /// One role of a topology's chain, before it has an address or a program.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RolePlan {
@@ -59,21 +77,24 @@ pub struct RolePlan {
     pub name: &'static str,
     pub class: Class,
     pub layer: Layer,
+    pub part: Part,
 }
 
-const fn l7(name: &'static str) -> RolePlan {
+const fn l7(name: &'static str, part: Part) -> RolePlan {
     RolePlan {
         name,
         class: Class::Proxy,
         layer: Layer::L7,
+        part,
     }
 }
 
-const fn l4(name: &'static str) -> RolePlan {
+const fn l4(name: &'static str, part: Part) -> RolePlan {
     RolePlan {
         name,
         class: Class::Tunnel,
         layer: Layer::L4,
+        part,
     }
 }
 
@@ -113,12 +134,12 @@ impl Topology {
 
     /// The roles between the client and the backend, client side first.
     pub fn chain(self) -> &'static [RolePlan] {
-        const CLIENT_PROXY: RolePlan = l7("client_proxy");
-        const SERVER_PROXY: RolePlan = l7("server_proxy");
-        const GATEWAY: RolePlan = l7("gateway");
-        const WAYPOINT: RolePlan = l7("waypoint");
-        const ZTUNNEL_CLIENT: RolePlan = l4("ztunnel_client");
-        const ZTUNNEL_SERVER: RolePlan = l4("ztunnel_server");
+        const CLIENT_PROXY: RolePlan = l7("client_proxy", Part::ClientSidecar);
+        const SERVER_PROXY: RolePlan = l7("server_proxy", Part::ServerSidecar);
+        const GATEWAY: RolePlan = l7("gateway", Part::Gateway);
+        const WAYPOINT: RolePlan = l7("waypoint", Part::Waypoint);
+        const ZTUNNEL_CLIENT: RolePlan = l4("ztunnel_client", Part::ClientTunnel);
+        const ZTUNNEL_SERVER: RolePlan = l4("ztunnel_server", Part::ServerTunnel);
         match self {
             Topology::Baseline => &[],
             Topology::Serveronly => &[SERVER_PROXY],

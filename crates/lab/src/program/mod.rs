@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::gateway::{self, GatewayPlan};
 use crate::pki::Issued;
-use crate::topology::Layer;
+use crate::topology::{Layer, Part};
 use crate::{write_file, LabError};
 
 /// The program that plays a proxy role: the `type:` of the experiment file's `proxy`, `tunnel`
@@ -94,6 +94,8 @@ pub struct UpstreamTls {
 pub struct Hop {
     /// The role's name, also the stem of its files.
     pub name: String,
+    /// The part it plays in the mesh (Envoy configures itself as Istio's for that part).
+    pub part: Part,
     pub layer: Layer,
     pub listen: SocketAddr,
     pub listen_tls: Option<ListenTls>,
@@ -109,6 +111,15 @@ pub struct Hop {
     pub workers: u32,
     /// Where its configuration, logs and temporary files go.
     pub dir: PathBuf,
+    /// The workload at the end of the chain (the backend): the authority a tunnel asks for.
+    pub destination: SocketAddr,
+    /// The mesh's tunnels (ambient) are HBONE (HTTP CONNECT over HTTP/2 over mutual TLS, as
+    /// ztunnel's): this hop terminates the tunnel on its listener (Envoy only).
+    pub hbone_in: bool,
+    /// ... and originates one towards its upstream (Envoy only).
+    pub hbone_out: bool,
+    /// Where the program's own admin endpoint listens (Envoy's, read after each step).
+    pub admin: Option<SocketAddr>,
 }
 
 /// A written configuration and how to run it: what a program's command line is built from.
@@ -303,6 +314,7 @@ pub(crate) mod tests {
         let dir = PathBuf::from("/tmp/x");
         Hop {
             name: "server_proxy".into(),
+            part: Part::ServerSidecar,
             layer,
             listen: "127.0.0.1:8001".parse().unwrap(),
             listen_tls: tls.then(|| ListenTls {
@@ -317,6 +329,10 @@ pub(crate) mod tests {
             http3: false,
             workers: 2,
             dir,
+            destination: "127.0.0.1:8002".parse().unwrap(),
+            hbone_in: false,
+            hbone_out: false,
+            admin: None,
         }
     }
 

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use meshbench_lab::process::Placement;
 use meshbench_lab::program::{nginx, Hop, ProgramSpec, Run};
-use meshbench_lab::topology::Layer;
+use meshbench_lab::topology::{Layer, Part};
 use meshbench_lab::{rig, LabError, Program, RoleProcess};
 
 pub fn bin() -> &'static str {
@@ -211,6 +211,7 @@ pub fn nginx_proxy(upstream: SocketAddr) -> Result<LabRole, LabError> {
     let dir = scratch_dir("nginx-proxy");
     let hop = Hop {
         name: "nginx".into(),
+        part: Part::ServerSidecar,
         layer: Layer::L7,
         listen: free_addr(),
         listen_tls: None,
@@ -221,6 +222,10 @@ pub fn nginx_proxy(upstream: SocketAddr) -> Result<LabRole, LabError> {
         http3: false,
         workers: 1,
         dir: dir.clone(),
+        destination: upstream,
+        hbone_in: false,
+        hbone_out: false,
+        admin: None,
     };
     let cmd = ProgramSpec::from(Program::Nginx).prepare_hop(&hop)?;
     let mut role = LabRole::start("nginx", cmd, hop.listen, &dir)?;

@@ -508,6 +508,7 @@ mod tests {
         let d = PathBuf::from("/pki");
         Hop {
             name: "waypoint".into(),
+            part: crate::topology::Part::Waypoint,
             layer,
             listen: "127.0.0.1:9001".parse().unwrap(),
             listen_tls: Some(ListenTls {
@@ -526,6 +527,10 @@ mod tests {
             http3: false,
             workers: 1,
             dir: PathBuf::from("/tmp"),
+            destination: "127.0.0.1:9003".parse().unwrap(),
+            hbone_in: false,
+            hbone_out: false,
+            admin: None,
         }
     }
 
