@@ -57,14 +57,26 @@ pub enum LabError {
         addr: SocketAddr,
         log: String,
     },
-    #[error("{server} rejected its configuration: {log}")]
-    BadConfig { server: String, log: String },
+    #[error("{server} rejected its configuration{}: {log}", config_note(.config.as_deref()))]
+    BadConfig {
+        server: String,
+        /// The file it was given, when known.
+        config: Option<PathBuf>,
+        /// How it ended and the tail of its own output (its message).
+        log: String,
+    },
     #[error("{program} is not available: {hint}")]
     Missing { program: String, hint: String },
     #[error("certificate generation failed: {0}")]
     Pki(String),
     #[error("{0}")]
     Io(String),
+}
+
+fn config_note(config: Option<&std::path::Path>) -> String {
+    config
+        .map(|c| format!(" {}", c.display()))
+        .unwrap_or_default()
 }
 
 /// Writes a configuration or certificate file, creating its directory.

@@ -159,7 +159,8 @@ impl RoleProcess {
             if let Some(status) = self.exited() {
                 return Err(LabError::BadConfig {
                     server: self.name.clone(),
-                    log: format!("exited ({status}): {}", self.log_tail(5)),
+                    config: None,
+                    log: format!("exited ({status}): {}", self.failure_message()),
                 });
             }
             if Instant::now() > deadline {
@@ -181,6 +182,16 @@ impl RoleProcess {
         }
     }
 
+    /// Why it stopped, in its own words and on one line: the first line it logged as
+    /// critical or as an error (Envoy's `[critical]` line, stripped of its timestamp and
+    /// source location, cut at 400 characters), else its last 5 lines.
+    pub fn failure_message(&self) -> String {
+        let text = fs::read_to_string(&self.log).unwrap_or_default();
+        text.lines()
+            .find_map(severe_line)
+            .unwrap_or_else(|| self.log_tail(5))
+    }
+
     /// The last `n` lines of its output, joined with " | ".
     pub fn log_tail(&self, n: usize) -> String {
         let text = fs::read_to_string(&self.log).unwrap_or_default();
@@ -192,6 +203,24 @@ impl RoleProcess {
     pub fn tree(&self) -> Vec<u32> {
         group_members(self.child.id())
     }
+}
+
+/// A log line at critical or error level, without Envoy's bracketed prefix
+/// (`[time][thread][critical][main] [source/file.cc:449] `), shortened to one readable line.
+fn severe_line(line: &str) -> Option<String> {
+    let level = ["[critical]", "[error]"]
+        .iter()
+        .find(|l| line.contains(*l))?;
+    let after = &line[line.find(level)? + level.len()..];
+    // Skip the component and the source location, each in brackets.
+    let mut rest = after.trim_start();
+    for _ in 0..2 {
+        if let Some(r) = rest.strip_prefix('[') {
+            rest = r.split_once(']').map_or(r, |(_, tail)| tail).trim_start();
+        }
+    }
+    let message: String = rest.chars().take(400).collect();
+    Some(message.trim().to_string())
 }
 
 /// A plain TCP connect with a short timeout.
@@ -242,6 +271,16 @@ impl Drop for RoleProcess {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_critical_line_is_the_failure_message_without_its_prefix() {
+        let line = "[2026-11-25 07:36:20.101][7587][critical][main] [source/server/server.cc:449] error initializing configuration 'x.pb': Unable to parse";
+        assert_eq!(
+            severe_line(line).unwrap(),
+            "error initializing configuration 'x.pb': Unable to parse"
+        );
+        assert_eq!(severe_line("[info] fine"), None);
+    }
 
     #[test]
     fn the_process_group_is_read_after_the_command_name() {

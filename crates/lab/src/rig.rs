@@ -129,6 +129,8 @@ struct Launch<'a> {
     slot: Slot,
     workers: u32,
     admin: Option<SocketAddr>,
+    /// Its configuration file, named when the program refuses it.
+    config: Option<PathBuf>,
 }
 
 impl RigSpec {
@@ -326,6 +328,7 @@ fn backend_launch(spec: &RigSpec, slot: Slot, entry: bool) -> Launch<'static> {
         slot,
         workers: 0,
         admin: None,
+        config: None,
     }
 }
 
@@ -426,14 +429,17 @@ impl Rig {
         hop: &Hop,
         slot: Slot,
     ) -> Result<Launch<'a>, LabError> {
-        let (command, program) = match spec.topology {
+        let (command, program, config) = match spec.topology {
             Topology::Gateway => (
                 self.prepare_gateway(spec, hop)?,
                 spec.gateway.program.name(),
+                spec.gateway
+                    .program
+                    .gateway_config(&spec.dir.join("gateway")),
             ),
             _ => {
                 let p = spec.program(role.class);
-                (p.prepare_hop(hop)?, p.program.name())
+                (p.prepare_hop(hop)?, p.program.name(), p.hop_config(hop))
             }
         };
         Ok(Launch {
@@ -444,6 +450,7 @@ impl Rig {
             slot,
             workers: hop.workers,
             admin: hop.admin,
+            config: Some(config),
         })
     }
 
@@ -510,7 +517,15 @@ impl Rig {
         };
         let log = spec.dir.join(format!("{}.log", launch.name));
         let listen = launch.slot.addr;
-        let process = RoleProcess::start(launch.name, launch.command, &log, &place, listen)?;
+        let process = RoleProcess::start(launch.name, launch.command, &log, &place, listen)
+            .map_err(|e| match e {
+                LabError::BadConfig { server, log, .. } => LabError::BadConfig {
+                    server: format!("{server} ({})", launch.program),
+                    config: launch.config.clone(),
+                    log,
+                },
+                other => other,
+            })?;
         self.roles.insert(
             0,
             Role {

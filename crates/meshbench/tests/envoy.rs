@@ -263,3 +263,119 @@ fn waypoint_between_hbone_tunnels_and_between_haproxy_tunnels() {
     };
     serve(Topology::Waypoint, haproxy, "waypoint-haproxy-tunnels");
 }
+
+/// An experiment of Envoy sidecars with mutual TLS, as a user runs it: every step ok, every
+/// role named envoy, the sidecars carrying the load.
+#[test]
+fn an_experiment_of_envoy_sidecars_with_mutual_tls_runs_and_stores_every_step() {
+    envoy_bin();
+    let dir = scratch_dir("envoy-experiment");
+    let file = dir.join("e.yaml");
+    std::fs::write(
+        &file,
+        "name: envoy-both\ntopologies: [baseline, both]\nduration_secs: 2\nwarmup_secs: 0.5\ncooldown_secs: 0\nload:\n  qps: [200]\n  connections: [4]\nproxy:\n  type: envoy\n  mtls: true\n",
+    )
+    .unwrap();
+    let store = dir.join("results.db").display().to_string();
+    let f = file.display().to_string();
+    let out = meshbench(&["experiment", &f, "--store", &store, "--quiet"], LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let export = meshbench(
+        &[
+            "results", "export", "latest", "--format", "json", "--store", &store,
+        ],
+        LIMIT,
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&export.stdout).unwrap();
+    let steps = doc["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 2);
+    for s in steps {
+        assert_eq!(s["status"], "ok", "{}", s["error"]);
+        assert_eq!(s["summary"]["errors"], 0, "{}", s["result"]["errors"]);
+    }
+    let both = &steps[1];
+    for role in ["client_proxy", "server_proxy"] {
+        let u = both["usage"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|u| u["role"] == role)
+            .unwrap_or_else(|| panic!("{role}: {}", both["usage"]));
+        assert_eq!(u["program"], "envoy");
+        assert!(u["cpu_millicores_avg"].as_f64().unwrap() > 0.0, "{u}");
+        assert!(u["rx_bytes_per_sec"].as_f64().unwrap() > 1000.0, "{u}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Must hold (issue 23): an Envoy that refuses its configuration is one line naming the role,
+/// the file and Envoy's own message, exit 1, and the steps already measured are kept. The
+/// real Envoy is given a damaged bootstrap by a wrapper first on PATH.
+#[test]
+fn an_envoy_that_refuses_its_configuration_is_one_line_and_earlier_steps_are_kept() {
+    let real = envoy_bin();
+    let dir = scratch_dir("envoy-refuses");
+    let wrappers = dir.join("bin");
+    std::fs::create_dir_all(&wrappers).unwrap();
+    let wrapper = wrappers.join("envoy");
+    // Cuts the bootstrap in half (a damaged file), then runs the real Envoy on it.
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nprev=\"\"\nfor a in \"$@\"; do\n  if [ \"$prev\" = --config-path ]; then n=$(wc -c < \"$a\"); head -c $((n / 2)) \"$a\" > \"$a.half\"; mv \"$a.half\" \"$a\"; fi\n  prev=\"$a\"\ndone\nexec {} \"$@\"\n",
+            real.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let file = dir.join("e.yaml");
+    std::fs::write(
+        &file,
+        "name: envoy-refuses\ntopologies: [baseline, serveronly]\nduration_secs: 1\nwarmup_secs: 0\ncooldown_secs: 0\nload:\n  qps: [100]\n  connections: [2]\nproxy:\n  type: envoy\n",
+    )
+    .unwrap();
+    let store = dir.join("results.db").display().to_string();
+    let path = format!(
+        "{}:{}",
+        wrappers.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = std::process::Command::new(bin())
+        .args([
+            "experiment",
+            &file.display().to_string(),
+            "--store",
+            &store,
+            "--quiet",
+        ])
+        .env("PATH", path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(!err.contains("panicked"), "{err}");
+    let export = meshbench(
+        &[
+            "results", "export", "latest", "--format", "json", "--store", &store,
+        ],
+        LIMIT,
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&export.stdout).unwrap();
+    let steps = doc["steps"].as_array().unwrap();
+    assert_eq!(
+        steps[0]["status"], "ok",
+        "the baseline was measured and kept"
+    );
+    assert!(steps[0]["summary"]["requests"].as_u64().unwrap() >= 90);
+    assert_eq!(steps[1]["status"], "failed");
+    let line = steps[1]["error"].as_str().unwrap();
+    assert!(!line.contains('\n'), "one line: {line}");
+    assert!(line.contains("server_proxy (envoy)"), "the role: {line}");
+    assert!(line.contains("server_proxy.envoy.pb"), "the file: {line}");
+    assert!(
+        line.contains("Unable to") || line.contains("error initializing"),
+        "Envoy's own message: {line}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

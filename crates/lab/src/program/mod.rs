@@ -169,6 +169,11 @@ impl Program {
         cmd
     }
 
+    /// The configuration file of a gateway written into `dir`.
+    pub fn gateway_config(self, dir: &Path) -> PathBuf {
+        dir.join(self.config_file())
+    }
+
     /// The command line that runs a gateway whose configuration [`gateway::generate`] wrote
     /// into `dir` for this program, in the foreground.
     pub fn gateway_command(self, dir: &Path, workers: u32) -> Result<Command, LabError> {
@@ -267,12 +272,16 @@ impl ProgramSpec {
         }
     }
 
+    /// Where a hop's configuration is written.
+    pub fn hop_config(&self, hop: &Hop) -> PathBuf {
+        hop.dir
+            .join(format!("{}.{}", hop.name, self.program.config_file()))
+    }
+
     /// Writes the hop's configuration into its directory and builds the command that runs it.
     pub fn prepare_hop(&self, hop: &Hop) -> Result<Command, LabError> {
         let bin = self.binary()?;
-        let config = hop
-            .dir
-            .join(format!("{}.{}", hop.name, self.program.config_file()));
+        let config = self.hop_config(hop);
         if hop.http3 && self.program != Program::Caddy {
             return Err(LabError::Missing {
                 program: format!("{} with HTTP/3 in front", self.program.name()),
