@@ -15,6 +15,8 @@ pub mod hbone;
 pub mod istio;
 pub mod sidecar;
 
+pub mod yaml;
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
