@@ -158,14 +158,29 @@ fn hop(dir: &Path, layer: Layer) -> Hop {
 fn envoy_accepts_the_hop_bootstraps_as_yaml() {
     let s = Scratch::new("hops");
     pki::write_lab_set(&s.0, &["mesh.local".to_string()]).unwrap();
-    validate(&s.0, "l7-mtls", &hop_bootstrap(&hop(&s.0, Layer::L7)));
-    validate(&s.0, "l4-mtls", &hop_bootstrap(&hop(&s.0, Layer::L4)));
-    let mut grpc = hop(&s.0, Layer::L7);
-    (grpc.grpc, grpc.http2) = (true, true);
-    validate(&s.0, "l7-grpc", &hop_bootstrap(&grpc));
-    let mut plain = hop(&s.0, Layer::L4);
-    (plain.listen_tls, plain.upstream_tls) = (None, None);
-    validate(&s.0, "l4-plain", &hop_bootstrap(&plain));
+    // Every part the lab's Envoy plays, with and without mutual TLS, HTTP/1.1 and gRPC.
+    let parts = [
+        (Part::ClientSidecar, Layer::L7, false),
+        (Part::ServerSidecar, Layer::L7, false),
+        (Part::Waypoint, Layer::L7, false),
+        (Part::Waypoint, Layer::L7, true),
+        (Part::ClientTunnel, Layer::L4, true),
+        (Part::ServerTunnel, Layer::L4, true),
+    ];
+    for (part, layer, hbone) in parts {
+        for (tls, grpc) in [(true, false), (true, true), (false, false)] {
+            let mut h = hop(&s.0, layer);
+            h.part = part;
+            h.hbone_in = hbone && matches!(part, Part::ServerTunnel | Part::Waypoint);
+            h.hbone_out = hbone && matches!(part, Part::ClientTunnel | Part::Waypoint);
+            (h.grpc, h.http2) = (grpc, grpc);
+            if !tls {
+                (h.listen_tls, h.upstream_tls) = (None, None);
+            }
+            let name = format!("{part:?}-hbone{hbone}-tls{tls}-grpc{grpc}");
+            validate(&s.0, &name, &hop_bootstrap(&h, Vec::new()));
+        }
+    }
 }
 
 fn plan(dir: &Path, listen: SocketAddr) -> GatewayPlan {
@@ -180,6 +195,7 @@ fn plan(dir: &Path, listen: SocketAddr) -> GatewayPlan {
         backend: "127.0.0.1:9000".parse().unwrap(),
         listen,
         workers: 1,
+        admin: None,
         out: dir.to_path_buf(),
     }
 }
@@ -353,7 +369,8 @@ fn envoy_runs_the_tls_http3_gateway_from_its_yaml_as_from_its_protobuf() {
     p.http3 = true;
     let p = generated(p);
     let dump = runs_the_same(&s.0, "gateway", gateway_bootstrap(&p), listen);
-    for wanted in ["name: gateway-quic", "workspace-1-domain-3.com", "/get/4"] {
+    let quic = format!("name: 0.0.0.0_{}_quic", listen.port());
+    for wanted in [quic.as_str(), "workspace-1-domain-3.com", "/get/4"] {
         assert!(dump.contains(wanted), "no {wanted} in\n{dump}");
     }
 }

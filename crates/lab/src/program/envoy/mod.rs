@@ -100,6 +100,9 @@ pub fn hop_bootstrap(hop: &Hop, telemetry: Vec<HttpFilter>) -> Bootstrap {
 pub fn write_gateway(plan: &GatewayPlan) -> Result<Vec<PathBuf>, LabError> {
     let bootstrap = gateway::bootstrap(plan);
     let path = write_file(plan.path(CONFIG), bootstrap.encode_to_vec())?;
+    let text = yaml::bootstrap_yaml(&bootstrap)
+        .map_err(|e| LabError::Io(format!("cannot write {CONFIG_YAML}: {e}")))?;
+    let readable = write_file(plan.path(CONFIG_YAML), text)?;
     let admin = plan
         .admin
         .map(|a| format!("Its admin endpoint (stats, memory) is on http://{a}/.\n"))
@@ -114,6 +117,7 @@ pub fn write_gateway(plan: &GatewayPlan) -> Result<Vec<PathBuf>, LabError> {
     );
     Ok(vec![
         path,
+        readable,
         write_file(plan.path("envoy-README.txt"), readme)?,
     ])
 }
@@ -185,21 +189,22 @@ fn static_cluster_at(name: &str, address: Address) -> Cluster {
     }
 }
 
+/// Fast checks of Istio's conventions in the rendered structs; that each bootstrap works is
+/// proven by serving traffic through a real Envoy (tests/envoy.rs) and by `envoy --mode
+/// validate` (crates/lab/tests/envoy_yaml.rs), not here.
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::program::{ListenTls, UpstreamTls};
     use envoy_types::pb::envoy::config::core::v3::transport_socket::ConfigType;
-    use envoy_types::pb::google::protobuf::Any;
-    use prost::Message;
-    use std::path::PathBuf;
+    use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::UpstreamTlsContext;
 
-    fn hop(layer: Layer) -> Hop {
+    fn hop(part: Part) -> Hop {
         let d = PathBuf::from("/pki");
         Hop {
-            name: "waypoint".into(),
-            part: crate::topology::Part::Waypoint,
-            layer,
+            name: "client_proxy".into(),
+            part,
+            layer: crate::topology::Layer::L7,
             listen: "127.0.0.1:9001".parse().unwrap(),
             listen_tls: Some(ListenTls {
                 cert: d.join("server.pem"),
@@ -215,211 +220,104 @@ mod tests {
             http2: false,
             grpc: false,
             http3: false,
-            workers: 1,
+            workers: 2,
             dir: PathBuf::from("/tmp"),
             destination: "127.0.0.1:9003".parse().unwrap(),
             hbone_in: false,
             hbone_out: false,
-            admin: None,
+            admin: Some("127.0.0.1:15000".parse().unwrap()),
         }
     }
 
-    fn unpack<M: Message + Default>(any: &Any) -> M {
-        M::decode(any.value.as_slice()).unwrap()
-    }
-
-    fn typed(ts: &Option<TransportSocket>) -> &Any {
-        match ts.as_ref().unwrap().config_type.as_ref().unwrap() {
-            ConfigType::TypedConfig(a) => a,
-        }
-    }
-
-    #[test]
-    fn an_l7_hop_with_mutual_tls_on_both_sides_decodes_back() {
-        let bytes = hop_bootstrap(&hop(Layer::L7)).encode_to_vec();
-        let b = Bootstrap::decode(bytes.as_slice()).unwrap();
-        let res = b.static_resources.unwrap();
-        let chain = &res.listeners[0].filter_chains[0];
-        assert_eq!(
-            chain.filters[0].name,
-            "envoy.filters.network.http_connection_manager"
-        );
-        let down: DownstreamTlsContext = unpack(typed(&chain.transport_socket));
-        assert!(down.require_client_certificate.unwrap().value);
-        let common = down.common_tls_context.unwrap();
-        assert_eq!(common.tls_certificates.len(), 1);
-        let Some(filter::ConfigType::TypedConfig(any)) = &chain.filters[0].config_type else {
-            panic!("no typed config")
-        };
-        let hcm: HttpConnectionManager = unpack(any);
-        let Some(http_connection_manager::RouteSpecifier::RouteConfig(rc)) = hcm.route_specifier
-        else {
-            panic!("no inline routes")
-        };
-        assert_eq!(rc.virtual_hosts[0].domains, ["*"]);
-        let cluster = &res.clusters[0];
-        assert_eq!(cluster.name, NEXT);
-        let up: UpstreamTlsContext = unpack(typed(&cluster.transport_socket));
-        assert_eq!(up.sni, "mesh.local");
-        assert_eq!(
-            up.common_tls_context.unwrap().tls_certificates.len(),
-            1,
-            "the client certificate"
-        );
-    }
-
-    #[test]
-    fn an_l4_hop_is_a_tcp_proxy_to_the_next_cluster() {
-        let mut h = hop(Layer::L4);
-        h.upstream_tls = None;
-        let b = hop_bootstrap(&h);
-        let res = b.static_resources.unwrap();
-        let f = &res.listeners[0].filter_chains[0].filters[0];
-        assert_eq!(f.name, "envoy.filters.network.tcp_proxy");
-        let Some(filter::ConfigType::TypedConfig(any)) = &f.config_type else {
-            panic!("no typed config")
-        };
-        let tcp: TcpProxy = unpack(any);
-        assert_eq!(
-            tcp.cluster_specifier,
-            Some(tcp_proxy::ClusterSpecifier::Cluster(NEXT.into()))
-        );
-        assert!(res.clusters[0].transport_socket.is_none());
-    }
-
-    #[test]
-    fn an_http3_gateway_adds_a_quic_listener_on_the_same_port() {
-        let plan = GatewayPlan {
-            domains: 2,
-            paths: 3,
-            tls: true,
-            http2: true,
-            http3: true,
-            grpc: false,
-            certs: crate::gateway::CertLayout::PerDomain,
-            backend: "127.0.0.1:9000".parse().unwrap(),
-            listen: "127.0.0.1:8443".parse().unwrap(),
-            workers: 1,
-            admin: None,
-            out: PathBuf::from("/gw"),
-        };
-        let bytes = gateway_bootstrap(&plan).encode_to_vec();
-        let b = Bootstrap::decode(bytes.as_slice()).unwrap();
-        let listeners = b.static_resources.unwrap().listeners;
-        assert_eq!(listeners.len(), 2);
-        let quic = &listeners[1];
-        let Some(address::Address::SocketAddress(sa)) =
-            quic.address.as_ref().and_then(|a| a.address.as_ref())
-        else {
-            panic!("no socket address")
-        };
-        assert_eq!(sa.protocol, socket_address::Protocol::Udp as i32);
-        assert_eq!(
-            sa.port_specifier,
-            Some(socket_address::PortSpecifier::PortValue(8443))
-        );
-        assert!(quic
-            .udp_listener_config
+    fn upstream_tls(c: &Cluster) -> UpstreamTlsContext {
+        let Some(ConfigType::TypedConfig(any)) = c
+            .transport_socket
             .as_ref()
-            .unwrap()
-            .quic_options
-            .is_some());
-        assert_eq!(quic.filter_chains.len(), 2, "one chain per domain, by SNI");
-        let chain = &quic.filter_chains[0];
-        let ts = chain.transport_socket.as_ref().unwrap();
-        assert_eq!(ts.name, "envoy.transport_sockets.quic");
-        let q: QuicDownstreamTransport = unpack(typed(&chain.transport_socket));
-        let common = q
-            .downstream_tls_context
-            .unwrap()
-            .common_tls_context
-            .unwrap();
-        assert_eq!(common.alpn_protocols, vec!["h3".to_string()]);
-        let Some(filter::ConfigType::TypedConfig(any)) = &chain.filters[0].config_type else {
-            panic!("no typed config")
+            .and_then(|t| t.config_type.as_ref())
+        else {
+            panic!("{}: no TLS", c.name)
         };
-        let hcm: HttpConnectionManager = unpack(any);
-        assert_eq!(
-            hcm.codec_type,
-            http_connection_manager::CodecType::Http3 as i32
-        );
-        // The TCP listener is unchanged.
-        assert_eq!(listeners[0].name, "gateway");
-    }
-
-    /// The HTTP/2 protocol option a cluster carries for gRPC, if any.
-    fn http2_option(cluster: &Cluster) -> bool {
-        cluster
-            .typed_extension_protocol_options
-            .get("envoy.extensions.upstreams.http.v3.HttpProtocolOptions")
-            .map(unpack::<HttpProtocolOptions>)
-            .is_some_and(|o| {
-                matches!(
-                    o.upstream_protocol_options,
-                    Some(http_protocol_options::UpstreamProtocolOptions::ExplicitHttpConfig(
-                        http_protocol_options::ExplicitHttpConfig {
-                            protocol_config: Some(
-                                http_protocol_options::explicit_http_config::ProtocolConfig::Http2ProtocolOptions(_)
-                            )
-                        }
-                    ))
-                )
-            })
+        UpstreamTlsContext::decode(any.value.as_slice()).unwrap()
     }
 
     #[test]
-    fn grpc_goes_over_http2_upstream_with_its_path_unchanged() {
-        let plan = GatewayPlan {
-            domains: 2,
-            paths: 10,
-            tls: true,
-            http2: true,
-            http3: false,
-            grpc: true,
-            certs: crate::gateway::CertLayout::Shared,
-            backend: "127.0.0.1:9000".parse().unwrap(),
-            listen: "127.0.0.1:8443".parse().unwrap(),
-            workers: 1,
-            admin: None,
-            out: PathBuf::from("/gw"),
-        };
-        let b = Bootstrap::decode(gateway_bootstrap(&plan).encode_to_vec().as_slice()).unwrap();
-        let res = b.static_resources.unwrap();
-        assert!(http2_option(&res.clusters[0]));
-        let Some(filter::ConfigType::TypedConfig(any)) =
-            &res.listeners[0].filter_chains[0].filters[0].config_type
-        else {
-            panic!("no typed config")
-        };
-        let hcm: HttpConnectionManager = unpack(any);
-        let Some(http_connection_manager::RouteSpecifier::RouteConfig(rc)) = hcm.route_specifier
-        else {
-            panic!("inline routes")
-        };
-        let routes = &rc.virtual_hosts[0].routes;
+    fn the_client_sidecar_speaks_istio_mutual_tls_http11_unless_grpc() {
+        let b = hop_bootstrap(&hop(Part::ClientSidecar), Vec::new());
+        let res = b.static_resources.as_ref().unwrap();
+        let l = &res.listeners[0];
+        assert_eq!(l.name, "0.0.0.0_9001");
         assert_eq!(
-            routes.len(),
-            2,
-            "the ping and the health check, not --paths"
+            l.listener_filters[0].name,
+            "envoy.filters.listener.http_inspector"
         );
-        let Some(route::Action::Route(action)) = &routes[0].action else {
-            panic!("a route")
-        };
-        assert_eq!(action.prefix_rewrite, "", "the method's path unchanged");
-        // A gRPC hop: HTTP/2 to the next hop, ALPN h2 over its mutual TLS.
-        let mut h = hop(Layer::L7);
-        h.grpc = true;
-        h.http2 = true;
-        let res = hop_bootstrap(&h).static_resources.unwrap();
-        assert!(http2_option(&res.clusters[0]));
-        let up: UpstreamTlsContext = unpack(typed(&res.clusters[0].transport_socket));
-        assert_eq!(up.common_tls_context.unwrap().alpn_protocols, vec!["h2"]);
-        // Plain HTTP/1.1 hops stay as they were.
-        assert!(!http2_option(
-            &hop_bootstrap(&hop(Layer::L7))
-                .static_resources
-                .unwrap()
-                .clusters[0]
-        ));
+        let c = &res.clusters[0];
+        assert_eq!(c.name, "outbound|9001||backend.default.svc.cluster.local");
+        let tls = upstream_tls(c);
+        assert_eq!(
+            tls.sni,
+            "outbound_.9001_._.backend.default.svc.cluster.local"
+        );
+        assert_eq!(
+            tls.common_tls_context.unwrap().alpn_protocols,
+            istio::MTLS_HTTP11_ALPN
+        );
+        assert!(
+            c.typed_extension_protocol_options.is_empty(),
+            "no h2 upgrade"
+        );
+        assert!(b.admin.is_some(), "the admin endpoint the lab reads");
+        let mut grpc = hop(Part::ClientSidecar);
+        grpc.grpc = true;
+        let b = hop_bootstrap(&grpc, Vec::new());
+        let c = &b.static_resources.as_ref().unwrap().clusters[0];
+        assert_eq!(
+            upstream_tls(c).common_tls_context.unwrap().alpn_protocols,
+            istio::MTLS_H2_ALPN
+        );
+        assert!(!c.typed_extension_protocol_options.is_empty());
+    }
+
+    #[test]
+    fn the_server_sidecar_is_permissive_behind_both_inspectors() {
+        let b = hop_bootstrap(&hop(Part::ServerSidecar), Vec::new());
+        let l = &b.static_resources.as_ref().unwrap().listeners[0];
+        let names: Vec<_> = l.listener_filters.iter().map(|f| f.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "envoy.filters.listener.tls_inspector",
+                "envoy.filters.listener.http_inspector"
+            ]
+        );
+        let matches: Vec<_> = l
+            .filter_chains
+            .iter()
+            .map(|c| c.filter_chain_match.clone().unwrap().transport_protocol)
+            .collect();
+        assert_eq!(matches, ["tls", "raw_buffer"]);
+    }
+
+    #[test]
+    fn tunnels_speak_hbone_and_the_waypoint_has_internal_listeners() {
+        let mut w = hop(Part::Waypoint);
+        (w.hbone_in, w.hbone_out) = (true, true);
+        let b = hop_bootstrap(&w, Vec::new());
+        let res = b.static_resources.as_ref().unwrap();
+        let names: Vec<_> = res.listeners.iter().map(|l| l.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["connect_terminate", "main_internal", "connect_originate"]
+        );
+        assert_eq!(b.bootstrap_extensions.len(), 1);
+        let mut c = hop(Part::ClientTunnel);
+        c.hbone_out = true;
+        let b = hop_bootstrap(&c, Vec::new());
+        let tunnel = &b.static_resources.as_ref().unwrap().clusters[0];
+        let common = upstream_tls(tunnel).common_tls_context.unwrap();
+        assert_eq!(common.alpn_protocols, ["h2"]);
+        assert_eq!(
+            common.tls_params.unwrap().tls_minimum_protocol_version,
+            envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::tls_parameters::TlsProtocol::TlSv13 as i32
+        );
     }
 }

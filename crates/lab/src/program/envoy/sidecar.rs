@@ -135,12 +135,7 @@ pub fn outbound(hop: &Hop, telemetry: Vec<HttpFilter>) -> Bootstrap {
         } else {
             &istio::MTLS_HTTP11_ALPN
         };
-        istio::upstream_tls(
-            t,
-            Versions::Sidecar,
-            alpn,
-            istio::outbound_sni(hop.upstream.port()),
-        )
+        istio::upstream_tls(t, Versions::Sidecar, alpn, istio::outbound_sni(port))
     });
     let passthrough = istio::with_defaults(static_cluster(PASSTHROUGH, hop.upstream), false);
     let b = Bootstrap {
