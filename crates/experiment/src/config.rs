@@ -184,6 +184,15 @@ pub struct Proxy {
     pub command: Vec<String>,
     /// For `type: command`: the configuration file's text, with the same placeholders.
     pub config_template: String,
+    /// The program to measure instead when `type`'s is not installed here (the presets name
+    /// envoy with nginx as its stand-in); the run says so in one line. Unset: a missing
+    /// program fails the steps that need it.
+    pub fallback: Option<Program>,
+    /// Envoy only: add upstream stand-ins for what Istio's telemetry filters do per request
+    /// (a Lua filter exchanging peer metadata headers, the stats access logger recording a
+    /// request counter and duration and size histograms with Istio's labels). Off: Envoy with
+    /// Istio's filter chain less its own filters (docs/envoy.md).
+    pub istio_telemetry: bool,
 }
 
 impl Proxy {
@@ -201,6 +210,8 @@ impl Proxy {
 pub struct Gateway {
     #[serde(rename = "type")]
     pub kind: Program,
+    /// The program to measure instead when `type`'s is not installed here.
+    pub fallback: Option<Program>,
     pub domains: u32,
     pub paths: u32,
     pub workers: u32,
@@ -210,6 +221,7 @@ impl Default for Gateway {
     fn default() -> Self {
         Gateway {
             kind: Program::Nginx,
+            fallback: None,
             domains: 10,
             paths: 10,
             workers: 0,

@@ -39,6 +39,8 @@ pub struct RigSpec {
     pub proxy_workers: u32,
     /// Mutual TLS between the two proxies of `both`.
     pub proxy_mtls: bool,
+    /// Envoy proxies: add the stand-ins for Istio's per-request telemetry.
+    pub proxy_istio_telemetry: bool,
     /// The L4 tunnels' program.
     pub tunnel: ProgramSpec,
     pub tunnel_workers: u32,
@@ -291,6 +293,7 @@ fn hops(spec: &RigSpec, chain: &[RolePlan], slots: &[Slot]) -> Result<Vec<Hop>, 
                 hbone_in: hbone && matches!(role.part, Part::ServerTunnel | Part::Waypoint),
                 hbone_out: hbone && matches!(role.part, Part::ClientTunnel | Part::Waypoint),
                 admin,
+                istio_telemetry: spec.proxy_istio_telemetry && role.class == Class::Proxy,
             })
         })
         .collect()

@@ -151,6 +151,7 @@ fn hop(dir: &Path, layer: Layer) -> Hop {
         hbone_in: false,
         hbone_out: false,
         admin: None,
+        istio_telemetry: false,
     }
 }
 
@@ -174,11 +175,12 @@ fn envoy_accepts_the_hop_bootstraps_as_yaml() {
             h.hbone_in = hbone && matches!(part, Part::ServerTunnel | Part::Waypoint);
             h.hbone_out = hbone && matches!(part, Part::ClientTunnel | Part::Waypoint);
             (h.grpc, h.http2) = (grpc, grpc);
+            h.istio_telemetry = tls;
             if !tls {
                 (h.listen_tls, h.upstream_tls) = (None, None);
             }
             let name = format!("{part:?}-hbone{hbone}-tls{tls}-grpc{grpc}");
-            validate(&s.0, &name, &hop_bootstrap(&h, Vec::new()));
+            validate(&s.0, &name, &hop_bootstrap(&h));
         }
     }
 }

@@ -34,6 +34,8 @@ struct Case {
     http3: bool,
     /// The tunnels' program (Envoy unless said).
     tunnel: Option<Program>,
+    /// The stand-ins for Istio's telemetry filters.
+    telemetry: bool,
 }
 
 fn spec(topology: Topology, case: Case, name: &str) -> RigSpec {
@@ -43,6 +45,7 @@ fn spec(topology: Topology, case: Case, name: &str) -> RigSpec {
         proxy: ProgramSpec::from(Program::Envoy),
         proxy_workers: 2,
         proxy_mtls: case.mtls,
+        proxy_istio_telemetry: case.telemetry,
         tunnel: ProgramSpec::from(case.tunnel.unwrap_or(Program::Envoy)),
         tunnel_workers: 1,
         tunnel_mtls: case.mtls,
@@ -167,8 +170,48 @@ fn serve(topology: Topology, case: Case, name: &str) -> serde_json::Value {
         "{name}: every request answered through Envoy: {requests} {}",
         doc["errors"]
     );
+    if case.telemetry {
+        // The stand-in for istio.stats recorded every request on each sidecar, with Istio's
+        // labels (the reporter among them), readable at the sidecar's admin endpoint.
+        for role in rig.roles.iter().filter(|r| r.program == "envoy") {
+            let admin = role.admin.expect("an Envoy role has an admin endpoint");
+            let stats = http_get(admin, "/stats?filter=istio_requests_total");
+            let total: u64 = stats
+                .lines()
+                .filter_map(|l| {
+                    l.rsplit_once(": ")
+                        .and_then(|(_, v)| v.trim().parse::<u64>().ok())
+                })
+                .sum();
+            assert!(total >= 200, "{name}/{}: {stats}", role.name);
+            assert!(stats.contains("reporter"), "{name}/{}: {stats}", role.name);
+        }
+    }
     drop(rig);
     doc
+}
+
+/// A GET on loopback, the body as text.
+fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).unwrap();
+    body
+}
+
+#[test]
+fn both_with_the_istio_telemetry_stand_ins() {
+    let case = Case {
+        telemetry: true,
+        ..tls()
+    };
+    serve(Topology::Both, case, "both-telemetry");
 }
 
 fn tls() -> Case {
@@ -376,6 +419,69 @@ fn an_envoy_that_refuses_its_configuration_is_one_line_and_earlier_steps_are_kep
     assert!(
         line.contains("Unable to") || line.contains("error initializing"),
         "Envoy's own message: {line}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Must hold (issue 23): without Envoy the presets still run, measuring their fallback, and
+/// say so in one line; the demo's embedded preset does the same. `MESHBENCH_ENVOY` names a
+/// missing binary to stand for a machine without Envoy.
+#[test]
+fn without_envoy_a_preset_measures_its_fallback_and_says_so() {
+    let dir = scratch_dir("envoy-fallback");
+    let preset = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/istio-sidecar-cost.yaml"
+    );
+    let store = dir.join("results.db").display().to_string();
+    let out = std::process::Command::new(bin())
+        .args([
+            "experiment",
+            preset,
+            "--store",
+            &store,
+            "--quiet",
+            "--set",
+            "topologies=[serveronly]",
+            "--set",
+            "load.jitter=[false]",
+            "--set",
+            "duration_secs=1",
+            "--set",
+            "warmup_secs=0",
+            "--set",
+            "cooldown_secs=0",
+            "--set",
+            "load.qps=[100]",
+        ])
+        .env(envoy::ENV, "/nonexistent/envoy")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let notes: Vec<_> = stderr(&out)
+        .lines()
+        .filter(|l| l.starts_with("note:"))
+        .map(String::from)
+        .collect();
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(
+        notes[0].contains("envoy is not installed here, so this run measures nginx in its place")
+            && notes[0].contains("scripts/install-envoy.sh"),
+        "{notes:?}"
+    );
+    let export = meshbench(
+        &[
+            "results", "export", "latest", "--format", "json", "--store", &store,
+        ],
+        LIMIT,
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&export.stdout).unwrap();
+    let usage = doc["steps"][0]["usage"].as_array().unwrap();
+    assert!(
+        usage
+            .iter()
+            .any(|u| u["role"] == "server_proxy" && u["program"] == "nginx"),
+        "{usage:?}"
     );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -776,31 +776,36 @@ fn experiment_file_mistakes_are_reported_at_once() {
     );
 }
 
+/// Envoy hops run (Envoy installed by scripts/install-envoy.sh); where Envoy is missing
+/// (`MESHBENCH_ENVOY` naming no file) and the file names no fallback, the step fails with one
+/// line saying how to install it, and the run exits 1 without a trace.
 #[test]
-fn envoy_hops_run_where_envoy_is_installed_and_say_what_is_missing_elsewhere() {
+fn envoy_hops_run_and_a_missing_envoy_is_one_line_on_how_to_install_it() {
+    meshbench_lab::program::envoy::binary()
+        .unwrap_or_else(|e| panic!("Envoy is not installed: run scripts/install-envoy.sh ({e})"));
     let lab = Lab::new("envoy");
     let file = lab.file(
         "envoy.yaml",
         "name: envoy\ntopologies: [serveronly]\nduration_secs: 1\nwarmup_secs: 0\ncooldown_secs: 0\nload:\n  qps: [50]\n  connections: [1]\nproxy:\n  type: envoy\n",
     );
     let out = lab.experiment(&file, &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(lab.exported()["steps"][0]["status"], "ok");
+
+    let store = lab.store();
+    let missing = std::process::Command::new(bin())
+        .args(["experiment", &file, "--store", &store, "--quiet"])
+        .env("MESHBENCH_ENVOY", "/nonexistent/envoy")
+        .output()
+        .unwrap();
+    assert_eq!(missing.status.code(), Some(1));
     let doc = lab.exported();
     let step = &doc["steps"][0];
-    let on_path = std::process::Command::new("sh")
-        .args(["-c", "command -v envoy"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if on_path {
-        assert!(out.status.success(), "{}", stderr(&out));
-        assert_eq!(step["status"], "ok");
-    } else {
-        assert_eq!(out.status.code(), Some(1));
-        assert_eq!(step["status"], "failed");
-        let error = step["error"].as_str().unwrap();
-        assert!(
-            error.contains("envoy is not available") && error.contains("PATH"),
-            "one line on what to install: {error}"
-        );
-        assert!(!stderr(&out).contains("panicked"));
-    }
+    assert_eq!(step["status"], "failed");
+    let error = step["error"].as_str().unwrap();
+    assert!(
+        error.contains("envoy is not available") && error.contains("scripts/install-envoy.sh"),
+        "one line on what to install: {error}"
+    );
+    assert!(!stderr(&missing).contains("panicked"));
 }

@@ -8,9 +8,9 @@ use std::path::PathBuf;
 use meshbench_experiment::config::Experiment;
 use meshbench_experiment::Step;
 use meshbench_lab::cgroup::Limits;
-use meshbench_lab::program::{CommandTemplate, ProgramSpec};
+use meshbench_lab::program::{envoy, CommandTemplate, ProgramSpec};
 use meshbench_lab::rig::{GatewaySpec, RigSpec};
-use meshbench_lab::{Class, Topology};
+use meshbench_lab::{Class, Program, Topology};
 
 /// The program of a `proxy` or `tunnel` section, with its command template.
 fn program_spec(p: &meshbench_experiment::config::Proxy) -> ProgramSpec {
@@ -21,6 +21,32 @@ fn program_spec(p: &meshbench_experiment::config::Proxy) -> ProgramSpec {
             config: p.config_template.clone(),
         },
     }
+}
+
+/// Puts each section's `fallback` in place of its program where that program cannot run here
+/// (Envoy not installed), for the sections the experiment's topologies use; one line per
+/// substitution says what is measured instead and how to get the real one.
+pub fn stand_ins(e: &mut Experiment) -> Vec<String> {
+    let proxies = e
+        .topologies
+        .iter()
+        .any(|t| *t != Topology::Gateway && t.has(Class::Proxy));
+    let tunnels = e.topologies.iter().any(|t| t.has(Class::Tunnel));
+    let gateway = e.topologies.contains(&Topology::Gateway);
+    let mut notes = Vec::new();
+    let mut swap = |section: &str, used: bool, kind: &mut Program, fallback: Option<Program>| {
+        if let (true, Some(instead)) = (used && !kind.runs_here(), fallback) {
+            notes.push(format!(
+                "{section}: {kind} is not installed here, so this run measures {instead} in its place ({kind}: {})",
+                envoy::INSTALL_HINT
+            ));
+            *kind = instead;
+        }
+    };
+    swap("proxy", proxies, &mut e.proxy.kind, e.proxy.fallback);
+    swap("tunnel", tunnels, &mut e.tunnel.kind, e.tunnel.fallback);
+    swap("gateway", gateway, &mut e.gateway.kind, e.gateway.fallback);
+    notes
 }
 
 /// The version line of each program the experiment starts.
@@ -84,6 +110,7 @@ pub fn rig_spec(e: &Experiment, step: &Step, id: i64, exe: PathBuf) -> RigSpec {
         proxy: program_spec(&e.proxy),
         proxy_workers: e.proxy.workers,
         proxy_mtls: e.proxy.mtls,
+        proxy_istio_telemetry: e.proxy.istio_telemetry,
         tunnel: program_spec(&e.tunnel),
         tunnel_workers: e.tunnel.workers,
         tunnel_mtls: e.tunnel.mtls,

@@ -120,6 +120,8 @@ pub struct Hop {
     pub hbone_out: bool,
     /// Where the program's own admin endpoint listens (Envoy's, read after each step).
     pub admin: Option<SocketAddr>,
+    /// Envoy only: the stand-ins for Istio's per-request telemetry (`envoy::telemetry`).
+    pub istio_telemetry: bool,
 }
 
 /// A written configuration and how to run it: what a program's command line is built from.
@@ -167,6 +169,15 @@ impl Program {
         };
         cmd.current_dir(run.dir);
         cmd
+    }
+
+    /// Whether the program can run here: the Debian packages are installed when missing, a
+    /// command is the user's own; Envoy only where it is installed (scripts/install-envoy.sh).
+    pub fn runs_here(self) -> bool {
+        match self {
+            Program::Envoy => envoy::available(),
+            _ => true,
+        }
     }
 
     /// The configuration file of a gateway written into `dir`.
@@ -301,7 +312,7 @@ impl ProgramSpec {
             Program::Nginx => nginx::hop_config(hop)?.into_bytes(),
             Program::Haproxy => haproxy::hop_config(hop)?.into_bytes(),
             Program::Caddy => caddy::hop_config(hop)?.into_bytes(),
-            Program::Envoy => envoy::hop_bootstrap(hop, Vec::new()).encode_to_vec(),
+            Program::Envoy => envoy::hop_bootstrap(hop).encode_to_vec(),
             Program::Command => return command::prepare(&bin, &self.command, hop, &config),
         };
         write_file(&config, text)?;
@@ -348,6 +359,7 @@ pub(crate) mod tests {
             hbone_in: false,
             hbone_out: false,
             admin: None,
+            istio_telemetry: false,
         }
     }
 

@@ -28,8 +28,9 @@ const SHORTER: &[&str] = &[
 pub fn execute(args: DemoArgs) -> Result<u8> {
     let mut overrides: Vec<String> = SHORTER.iter().map(|s| s.to_string()).collect();
     overrides.extend(args.set.iter().cloned());
-    let e = meshbench_experiment::parse("sidecar-overhead.yaml (embedded)", PRESET, &overrides)
+    let mut e = meshbench_experiment::parse("sidecar-overhead.yaml (embedded)", PRESET, &overrides)
         .map_err(|err| usage(err.to_string()))?;
+    super::experiment::announce_stand_ins(&mut e);
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("cannot create {}", args.out.display()))?;
     let store_path = args.out.join("results.db");

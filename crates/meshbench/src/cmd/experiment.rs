@@ -65,7 +65,8 @@ pub fn execute(args: ExperimentArgs) -> Result<u8> {
 /// including external requests that cannot be built (a `.proto` that does not compile, a body
 /// that is not its message).
 pub fn load(file: &Path, set: &[String]) -> Result<Experiment> {
-    let e = meshbench_experiment::load(file, set).map_err(|err| usage(err.to_string()))?;
+    let mut e = meshbench_experiment::load(file, set).map_err(|err| usage(err.to_string()))?;
+    announce_stand_ins(&mut e);
     let problems = meshbench_runner::external::request_problems(&e);
     if problems.is_empty() {
         return Ok(e);
@@ -75,6 +76,14 @@ pub fn load(file: &Path, set: &[String]) -> Result<Experiment> {
         "{file}: {}",
         problems.join(&format!("\n{file}: "))
     )))
+}
+
+/// Puts the file's fallbacks in place of programs that cannot run here and says so, one line
+/// each (the presets name Envoy, with nginx where it is not installed).
+pub fn announce_stand_ins(e: &mut Experiment) {
+    for note in meshbench_runner::rig::stand_ins(e) {
+        eprintln!("note: {note}");
+    }
 }
 
 /// Where `--web` writes the report of experiment `id`: beside the store, in

@@ -226,6 +226,7 @@ pub fn nginx_proxy(upstream: SocketAddr) -> Result<LabRole, LabError> {
         hbone_in: false,
         hbone_out: false,
         admin: None,
+        istio_telemetry: false,
     };
     let cmd = ProgramSpec::from(Program::Nginx).prepare_hop(&hop)?;
     let mut role = LabRole::start("nginx", cmd, hop.listen, &dir)?;

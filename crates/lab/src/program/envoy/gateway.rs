@@ -182,7 +182,7 @@ fn manager(
         routes,
         Direction::Gateway,
         codec,
-        istio::http_filters(Vec::new()),
+        istio::http_filters(),
     ))
 }
 

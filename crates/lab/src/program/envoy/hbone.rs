@@ -28,7 +28,6 @@ use envoy_types::pb::envoy::config::route::v3::{
 };
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
     http_connection_manager::{self, CodecType},
-    HttpFilter,
 };
 use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{tcp_proxy, TcpProxy};
 use envoy_types::pb::google::protobuf::{BoolValue, UInt32Value};
@@ -36,6 +35,7 @@ use envoy_types::util::pack_any;
 
 use super::istio::{self, Direction, Versions};
 use super::sidecar::hcm_filter;
+use super::telemetry;
 use super::{socket, static_cluster, static_cluster_at};
 use crate::program::Hop;
 
@@ -91,11 +91,11 @@ pub fn server(hop: &Hop) -> Bootstrap {
 }
 
 /// The waypoint: HBONE in, its L7 connection manager, HBONE out.
-pub fn waypoint(hop: &Hop, telemetry: Vec<HttpFilter>) -> Bootstrap {
+pub fn waypoint(hop: &Hop) -> Bootstrap {
     let port = hop.listen.port();
     let terminate = terminate_listener(hop, "connect_terminate", MAIN);
     let stat_prefix = format!("inbound_{}", istio::port_name(port));
-    let l7 = hcm_filter(istio::connection_manager(
+    let mut l7 = istio::connection_manager(
         stat_prefix.clone(),
         RouteConfiguration {
             name: istio::outbound_cluster(port),
@@ -115,8 +115,12 @@ pub fn waypoint(hop: &Hop, telemetry: Vec<HttpFilter>) -> Bootstrap {
         },
         Direction::Inbound,
         CodecType::Auto,
-        istio::http_filters(telemetry),
-    ));
+        istio::http_filters(),
+    );
+    if hop.istio_telemetry {
+        telemetry::add(&mut l7, &hop.name, Direction::Inbound);
+    }
+    let l7 = hcm_filter(l7);
     let main = internal_listener(MAIN, l7);
     let out = internal_listener(ORIGINATE, originate(hop, ORIGINATE));
     let to_main = istio::with_defaults(internal_cluster(MAIN), false);
@@ -209,7 +213,7 @@ fn terminate_listener(hop: &Hop, name: &str, cluster: &str) -> Listener {
         },
         Direction::Inbound,
         CodecType::Http2,
-        istio::http_filters(Vec::new())
+        istio::http_filters()
             .into_iter()
             .filter(|f| f.name == "envoy.filters.http.router")
             .collect(),

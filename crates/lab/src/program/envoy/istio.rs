@@ -135,9 +135,9 @@ fn http_filter<M: prost::Name>(name: &str, config: M) -> HttpFilter {
 }
 
 /// Istio's HTTP filters in its order, less its own (`istio.metadata_exchange`, `istio.alpn`,
-/// `istio.stats`: contrib builds only): grpc_stats, fault, cors, router. `extra` (the
-/// telemetry stand-in, when switched on) goes before the router, where `istio.stats` sits.
-pub fn http_filters(extra: Vec<HttpFilter>) -> Vec<HttpFilter> {
+/// `istio.stats`: contrib builds only): grpc_stats, fault, cors, router. The telemetry
+/// stand-ins, when switched on, go before the router (`telemetry::add`).
+pub fn http_filters() -> Vec<HttpFilter> {
     let grpc_stats = GrpcStats {
         emit_filter_state: true,
         per_method_stat_specifier: Some(filter_config::PerMethodStatSpecifier::StatsForAllMethods(
@@ -150,7 +150,6 @@ pub fn http_filters(extra: Vec<HttpFilter>) -> Vec<HttpFilter> {
         http_filter("envoy.filters.http.fault", HttpFault::default()),
         http_filter("envoy.filters.http.cors", Cors::default()),
     ];
-    filters.extend(extra);
     filters.push(http_filter("envoy.filters.http.router", Router::default()));
     filters
 }

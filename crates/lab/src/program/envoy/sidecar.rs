@@ -21,13 +21,14 @@ use envoy_types::pb::envoy::config::listener::v3::{
 };
 use envoy_types::pb::envoy::config::route::v3::{RouteConfiguration, VirtualHost};
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
-    http_connection_manager::CodecType, HttpFilter,
+    http_connection_manager::CodecType,
 };
 use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{tcp_proxy, TcpProxy};
 use envoy_types::pb::google::protobuf::UInt32Value;
 use envoy_types::util::pack_any;
 
 use super::istio::{self, Direction, Versions};
+use super::telemetry;
 use super::{socket, static_cluster};
 use crate::program::Hop;
 use crate::topology::Part;
@@ -47,7 +48,7 @@ pub fn hcm_filter(
 }
 
 /// The client's sidecar (Istio's outbound side).
-pub fn outbound(hop: &Hop, telemetry: Vec<HttpFilter>) -> Bootstrap {
+pub fn outbound(hop: &Hop) -> Bootstrap {
     let port = hop.listen.port();
     let cluster_name = istio::outbound_cluster(port);
     let stat_prefix = format!("outbound_{}", istio::port_name(port));
@@ -83,7 +84,7 @@ pub fn outbound(hop: &Hop, telemetry: Vec<HttpFilter>) -> Bootstrap {
         )],
         ..Default::default()
     };
-    let hcm = istio::connection_manager(
+    let mut hcm = istio::connection_manager(
         stat_prefix.clone(),
         RouteConfiguration {
             name: port.to_string(),
@@ -93,8 +94,11 @@ pub fn outbound(hop: &Hop, telemetry: Vec<HttpFilter>) -> Bootstrap {
         },
         Direction::Outbound,
         CodecType::Auto,
-        istio::http_filters(telemetry),
+        istio::http_filters(),
     );
+    if hop.istio_telemetry {
+        telemetry::add(&mut hcm, &hop.name, Direction::Outbound);
+    }
     let http_chain = FilterChain {
         name: format!("{}_http", istio::port_name(port)),
         filter_chain_match: Some(FilterChainMatch {
@@ -151,7 +155,7 @@ pub fn outbound(hop: &Hop, telemetry: Vec<HttpFilter>) -> Bootstrap {
 
 /// The server's sidecar (Istio's inbound side, PERMISSIVE), or a waypoint between plain TLS
 /// tunnels.
-pub fn inbound(hop: &Hop, telemetry: Vec<HttpFilter>) -> Bootstrap {
+pub fn inbound(hop: &Hop) -> Bootstrap {
     let port = hop.listen.port();
     let cluster_name = istio::inbound_cluster(port);
     let stat_prefix = format!("inbound_{}", istio::port_name(port));
@@ -173,13 +177,17 @@ pub fn inbound(hop: &Hop, telemetry: Vec<HttpFilter>) -> Bootstrap {
         ..Default::default()
     };
     let hcm = || {
-        hcm_filter(istio::connection_manager(
+        let mut hcm = istio::connection_manager(
             stat_prefix.clone(),
             routes.clone(),
             Direction::Inbound,
             CodecType::Auto,
-            istio::http_filters(telemetry.clone()),
-        ))
+            istio::http_filters(),
+        );
+        if hop.istio_telemetry {
+            telemetry::add(&mut hcm, &hop.name, Direction::Inbound);
+        }
+        hcm_filter(hcm)
     };
     let on_port = || {
         Some(UInt32Value {
