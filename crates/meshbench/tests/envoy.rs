@@ -36,6 +36,8 @@ struct Case {
     tunnel: Option<Program>,
     /// The stand-ins for Istio's telemetry filters.
     telemetry: bool,
+    /// Each role in its own network namespace.
+    netns: bool,
 }
 
 fn spec(topology: Topology, case: Case, name: &str) -> RigSpec {
@@ -63,7 +65,7 @@ fn spec(topology: Topology, case: Case, name: &str) -> RigSpec {
         http2: case.http2 || case.grpc,
         grpc: case.grpc,
         http3: case.http3,
-        netns: false,
+        netns: case.netns,
         id: format!("{}-envoytest-{name}", std::process::id()),
         dir,
     }
@@ -241,8 +243,25 @@ fn serveronly_h2c_and_grpc() {
 }
 
 #[test]
-fn clientonly_plain_http1() {
+fn clientonly_plain_http1_and_grpc() {
     serve(Topology::Clientonly, Case::default(), "clientonly-h1");
+    let grpc = Case {
+        grpc: true,
+        ..Case::default()
+    };
+    serve(Topology::Clientonly, grpc, "clientonly-grpc");
+}
+
+/// Each role in its own network namespace: the sidecars and the HBONE tunnels reach each
+/// other over veth pairs, not loopback.
+#[test]
+fn both_and_ambient_across_network_namespaces() {
+    let isolated = Case {
+        netns: true,
+        ..tls()
+    };
+    serve(Topology::Both, isolated, "both-netns");
+    serve(Topology::Ambient, isolated, "ambient-netns");
 }
 
 #[test]
