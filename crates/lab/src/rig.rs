@@ -266,7 +266,10 @@ fn hops(spec: &RigSpec, chain: &[RolePlan], slots: &[Slot]) -> Result<Vec<Hop>, 
                 _ => spec.program(role.class).program,
             };
             let admin = match program {
-                Program::Envoy => Some(SocketAddr::new(slots[i].addr.ip(), admin_port(slots[i].addr)?)),
+                Program::Envoy => Some(SocketAddr::new(
+                    slots[i].addr.ip(),
+                    admin_port(slots[i].addr)?,
+                )),
                 _ => None,
             };
             Ok(Hop {

@@ -793,6 +793,28 @@ fn envoy_hops_run_where_envoy_is_installed_and_say_what_is_missing_elsewhere() {
     if on_path {
         assert!(out.status.success(), "{}", stderr(&out));
         assert_eq!(step["status"], "ok");
+        // Its admin is read before and after the load: its own counts, or why there are none
+        // (a bootstrap without an admin); either way the step is kept.
+        let role = usage(step, "server_proxy");
+        match role.get("proxy") {
+            Some(proxy) => {
+                assert!(
+                    proxy["requests"]["total"].as_u64().unwrap()
+                        >= step["result"]["requests"]["ok"].as_u64().unwrap(),
+                    "{proxy}"
+                );
+                assert!(!stdout(&out).contains("DISAGREES"), "{}", stdout(&out));
+            }
+            None => {
+                let why = role["missing"]["proxy"].as_str().unwrap();
+                assert!(why.contains("Envoy's admin at"), "{why}");
+            }
+        }
+        assert!(
+            stdout(&out).contains("server_proxy (envoy)"),
+            "its own counts under the step: {}",
+            stdout(&out)
+        );
     } else {
         assert_eq!(out.status.code(), Some(1));
         assert_eq!(step["status"], "failed");

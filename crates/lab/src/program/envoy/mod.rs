@@ -11,6 +11,7 @@
 //! exact-path route per path, rewritten to `/` and sent to a static `backend` cluster. No
 //! Envoy binary exists on the machines this is built on: both are tested by decoding them back.
 
+pub mod admin;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
