@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cgroup::CgroupFiles;
 use crate::process::group_members;
+pub use crate::program::envoy::admin::ProxyCounters;
 use crate::sample;
 
 /// What to watch for one role.
@@ -294,6 +295,12 @@ pub struct RoleUsage {
     /// written) for a role sampled here, so stores written before it read back unchanged.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub missing: BTreeMap<Figure, String>,
+    /// An Envoy role's own counts over the step, read from its admin endpoint before the load
+    /// and after it: counters as differences, gauges (connections, memory) at the end. Absent
+    /// (and not written) for every other role and for stores written before it; when the
+    /// admin could not be read, absent with why in `missing` under [`Figure::Proxy`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy: Option<ProxyCounters>,
 }
 
 /// A figure of a role's use, as `missing` names it (the external role keys of the same names
@@ -313,9 +320,13 @@ pub enum Figure {
     Tx,
     /// `connections_avg`, `connections_max`.
     Connections,
+    /// `proxy`: an Envoy role's own counts, from its admin endpoint (lab roles only; not in
+    /// [`Figure::ALL`], which are the figures of resource use an external role is queried for).
+    Proxy,
 }
 
 impl Figure {
+    /// The figures of resource use (every one an external role is queried for).
     pub const ALL: [Figure; 6] = [
         Figure::Cpu,
         Figure::Memory,
@@ -334,6 +345,7 @@ impl Figure {
             Figure::Rx => "rx",
             Figure::Tx => "tx",
             Figure::Connections => "connections",
+            Figure::Proxy => "proxy",
         }
     }
 }

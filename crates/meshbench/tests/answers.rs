@@ -385,9 +385,8 @@ limits:
 
     let st = meshbench_store::Store::open(&store).unwrap();
     let e = st.experiment("answers-test").unwrap();
-    let runs: Vec<_> = st
-        .steps(e.id)
-        .unwrap()
+    let steps = st.steps(e.id).unwrap();
+    let runs: Vec<_> = steps
         .iter()
         .filter_map(meshbench_analysis::Run::from_step)
         .collect();
@@ -401,6 +400,7 @@ limits:
         warmup_secs: 0.5,
         slo_p99_ms: Some(2.0),
         failed: Vec::new(),
+        steps: &steps,
     });
     golden(
         "report-outline.txt",

@@ -790,7 +790,23 @@ fn envoy_hops_run_and_a_missing_envoy_is_one_line_on_how_to_install_it() {
     );
     let out = lab.experiment(&file, &[]);
     assert!(out.status.success(), "{}", stderr(&out));
-    assert_eq!(lab.exported()["steps"][0]["status"], "ok");
+    let doc = lab.exported();
+    let step = &doc["steps"][0];
+    assert_eq!(step["status"], "ok");
+    // Envoy as a second witness: its admin read before and after the load, its own count of
+    // requests at least what the engine saw answered, and no disagreement flagged.
+    let proxy = &usage(step, "server_proxy")["proxy"];
+    assert!(
+        proxy["requests"]["total"].as_u64().unwrap()
+            >= step["result"]["requests"]["ok"].as_u64().unwrap(),
+        "{proxy}"
+    );
+    assert!(!stdout(&out).contains("DISAGREES"), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("server_proxy (envoy)"),
+        "its own counts under the step: {}",
+        stdout(&out)
+    );
 
     let store = lab.store();
     let missing = std::process::Command::new(bin())

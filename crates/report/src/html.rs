@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use meshbench_analysis::headline::{Headline, Saturation};
 use meshbench_analysis::runs::{distinct, percentile_name, Group, PERCENTILES};
+use meshbench_store::StoredStep;
 use thiserror::Error;
 
 use crate::answers::{added_table, cost_table, findings, latency_table, Table};
@@ -59,6 +60,8 @@ pub struct Input<'a> {
     pub slo_p99_ms: Option<f64>,
     /// Steps that failed, with their error (listed, not plotted).
     pub failed: Vec<String>,
+    /// Every stored step: their Envoy roles' own counts get a table of their own.
+    pub steps: &'a [StoredStep],
 }
 
 fn variant_colors(h: &Headline) -> impl Fn(&str) -> usize + '_ {
@@ -70,6 +73,29 @@ fn variant_colors(h: &Headline) -> impl Fn(&str) -> usize + '_ {
 pub fn build(input: &Input) -> Report {
     let h = input.headline;
     let mut sections = vec![headline_section(input)];
+    if let Some(t) = crate::proxies::table(input.steps) {
+        let flagged = input
+            .steps
+            .iter()
+            .filter(|s| crate::proxies::flagged(&s.step))
+            .count();
+        let mut blocks = vec![
+            Block::Text(format!(
+                "Envoy's own counts: each Envoy role's admin read before the load and after it (requests seen by response class, upstream failures, connections open and memory at the end), beside the requests the engine measured. A role whose count lies outside what the window's edges can hold (warm-up, requests in flight at either end, unfinished, retries) is marked {}; tunnels (L4) show the connections they carried and are never compared.",
+                crate::proxies::FLAG
+            )),
+            Block::Table(t),
+        ];
+        if flagged > 0 {
+            blocks.push(Block::Finding(format!(
+                "{flagged} step(s) have an Envoy whose own count disagrees with the engine's: check what went around the proxy or what the generator counted before trusting their figures."
+            )));
+        }
+        sections.push(Section {
+            title: "Envoy's own counts".into(),
+            blocks,
+        });
+    }
     let mut charts = Vec::new();
     charts.extend(latency_vs_qps(h));
     charts.extend(latency_vs_connections(h));

@@ -3,7 +3,8 @@
 //! - this file: the summary `meshbench run` prints, and number formatting;
 //! - [`answers`]: the headline, comparison and sizing tables for the terminal;
 //! - [`export`]: stored steps as Istio perf/benchmark CSV and fortio JSON;
-//! - [`html`] and [`plot`]: the self-contained HTML report and its SVG/PNG charts.
+//! - [`html`] and [`plot`]: the self-contained HTML report and its SVG/PNG charts;
+//! - [`proxies`]: each Envoy role's own counts and the flag, for `results show` and the HTML.
 //!
 //! (The JSON result is the engine's `RunResult` itself, serialised.)
 
@@ -11,6 +12,7 @@ pub mod answers;
 pub mod export;
 pub mod html;
 pub mod plot;
+pub mod proxies;
 pub mod smp;
 
 use std::fmt::Write as _;

@@ -1,7 +1,8 @@
 //! A lab step, and an experiment as a sequence of them. For each step: start the rig under its
 //! limits, aim the load at it (the same [`LoadOptions`] as `meshbench run`, built from the
-//! experiment's keys), measure it while sampling every role, summarise each role over the
-//! steady window, store the step, stop the rig, cool down. A role that dies fails its step with
+//! experiment's keys), measure it while sampling every role (and reading each Envoy's admin
+//! right before the load and right after it: its own counts, a second witness), summarise each
+//! role over the steady window, store the step, stop the rig, cool down. A role that dies fails its step with
 //! the tail of its output and the experiment goes on; a stop (Ctrl-C, SIGTERM) stores the step
 //! in progress as partial and ends the experiment.
 
@@ -14,8 +15,9 @@ use meshbench_engine::pacer::Arrival;
 use meshbench_engine::{Order, Stop, StopAt};
 use meshbench_experiment::config::{parse_cpuset, Experiment};
 use meshbench_experiment::{Plan, Step};
+use meshbench_lab::program::envoy::admin::{self, AdminError};
 use meshbench_lab::rig::{self, Rig};
-use meshbench_lab::sampler::{self, RoleUsage, Sampled, Usage};
+use meshbench_lab::sampler::{self, Figure, ProxyCounters, RoleUsage, Sampled, Usage};
 use meshbench_store::StepRecord;
 
 use crate::agents::Fleet;
@@ -160,6 +162,8 @@ impl Lab {
             interval: Duration::from_millis(e.sample_interval_ms),
         };
         let client_cpus = e.limits.client.cpuset.as_deref().and_then(parse_cpuset);
+        // The rig's readiness was a TCP connect: each Envoy's own count starts here.
+        let before = read_admins(&rig);
         let measured = measure(
             self.generator(&options),
             &load,
@@ -169,6 +173,7 @@ impl Lab {
             |l, roles| observer.live(at, l, roles),
         );
         let dead = rig.dead_role();
+        let after = read_admins(&rig);
         let measured = match measured {
             Ok(m) => m,
             Err(err) => {
@@ -180,14 +185,28 @@ impl Lab {
         let (from, to) = measured.window_ms;
         for role in &rig.roles {
             let samples = sampled.roles.get(&role.name).cloned().unwrap_or_default();
-            record.usage.push(RoleUsage {
+            let mut usage = RoleUsage {
                 role: role.name.clone(),
                 program: role.program.clone(),
                 workers: role.workers,
                 cpu_limit: spec.limits(role.class).cpus,
                 usage: sampler::summarize(&samples, from, to),
                 missing: Default::default(),
-            });
+                proxy: None,
+            };
+            if let Some(reading) = witness(&role.name, &before, &after) {
+                match reading {
+                    Ok(counters) => usage.proxy = Some(counters),
+                    Err(why) => {
+                        observer.warning(&format!(
+                            "{}: {why}; its own counts are not kept (the step is)",
+                            role.name
+                        ));
+                        usage.missing.insert(Figure::Proxy, why.to_string());
+                    }
+                }
+            }
+            record.usage.push(usage);
             record.samples.insert(role.name.clone(), samples);
         }
         record.usage.push(sampler_usage(&sampled));
@@ -286,6 +305,30 @@ pub(crate) fn sampler_usage(s: &Sampled) -> RoleUsage {
             ..Usage::default()
         },
         missing: Default::default(),
+        proxy: None,
+    }
+}
+
+/// One reading of every role with an admin endpoint (Envoy's), by role name. Each is bounded
+/// (`admin::DEADLINE`), so a rig of three Envoys whose admins are all silent costs the step at
+/// most a few seconds outside its measured window.
+fn read_admins(rig: &Rig) -> BTreeMap<String, Result<ProxyCounters, AdminError>> {
+    rig.roles
+        .iter()
+        .filter_map(|r| Some((r.name.clone(), admin::read(r.admin?))))
+        .collect()
+}
+
+/// A role's own counts over the step: the reading after the load since the one before it, or
+/// why there is none (the first reading that failed); `None` for a role without an admin.
+fn witness(
+    role: &str,
+    before: &BTreeMap<String, Result<ProxyCounters, AdminError>>,
+    after: &BTreeMap<String, Result<ProxyCounters, AdminError>>,
+) -> Option<Result<ProxyCounters, AdminError>> {
+    match (before.get(role)?, after.get(role)?) {
+        (Ok(b), Ok(a)) => Some(Ok(a.since(b))),
+        (Err(e), _) | (_, Err(e)) => Some(Err(e.clone())),
     }
 }
 

@@ -360,7 +360,7 @@ fn read_usage(conn: &Connection, step: i64) -> rusqlite::Result<Vec<RoleUsage>> 
     let mut q = conn.prepare_cached(
         "SELECT role, program, workers, cpu_limit, samples, cpu_millicores_avg, cpu_millicores_max,
                 rss_mib_avg, rss_mib_max, working_set_mib_avg, working_set_mib_max,
-                rx_bytes_per_sec, tx_bytes_per_sec, connections_avg, connections_max, missing
+                rx_bytes_per_sec, tx_bytes_per_sec, connections_avg, connections_max, missing, proxy
          FROM usage WHERE step_id = ?1 ORDER BY rowid",
     )?;
     let rows = q.query_map([step], |r| {
@@ -391,6 +391,16 @@ fn read_usage(conn: &Connection, step: i64) -> rusqlite::Result<Vec<RoleUsage>> 
                     )
                 })?,
                 None => BTreeMap::new(),
+            },
+            proxy: match r.get::<_, Option<String>>(16)? {
+                Some(text) => Some(serde_json::from_str(&text).map_err(|e| {
+                    rusqlite::Error::FromSqlConversionFailure(
+                        16,
+                        rusqlite::types::Type::Text,
+                        Box::new(e),
+                    )
+                })?),
+                None => None,
             },
         })
     })?;
@@ -486,7 +496,7 @@ fn write_step(conn: &mut Connection, experiment: i64, s: &StepRecord) -> rusqlit
             }
         }
         let mut q = tx.prepare(
-            "INSERT INTO usage VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
+            "INSERT INTO usage VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
         )?;
         for r in &s.usage {
             let u = &r.usage;
@@ -508,6 +518,7 @@ fn write_step(conn: &mut Connection, experiment: i64, s: &StepRecord) -> rusqlit
                 u.connections_avg,
                 u.connections_max as i64,
                 (!r.missing.is_empty()).then(|| to_json(&r.missing)),
+                r.proxy.as_ref().map(to_json),
             ])?;
         }
         let mut q =
@@ -569,6 +580,7 @@ fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {
                 reason: format!("cannot migrate it from schema version 1 to 2: {e}"),
             })?,
             2 => tx.execute_batch(schema::MIGRATE_V2_TO_V3).named(path)?,
+            3 => tx.execute_batch(schema::MIGRATE_V3_TO_V4).named(path)?,
             v if v > VERSION => return Err(newer(path, v)),
             v => unreachable!("schema version {v}: every version below VERSION has a migration"),
         }

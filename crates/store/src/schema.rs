@@ -9,6 +9,9 @@
 //! - v3: `usage.missing`, the figures of a role that were not measured and why (JSON object,
 //!   `{"cpu": "..."}`; NULL when every figure was): an external role read from Prometheus can
 //!   lack some. Rows from before read as complete, as they were.
+//! - v4: `usage.proxy`, an Envoy role's own counts over the step from its admin endpoint
+//!   (JSON object, the lab's `ProxyCounters`; NULL for every other role and every row from
+//!   before).
 
 /// The schema as version 1 created it; [`MIGRATIONS`] bring it to [`VERSION`].
 pub const SCHEMA_V1: &str = "
@@ -93,5 +96,8 @@ CREATE INDEX samples_by_step ON samples(step_id);
 /// v2 -> v3: the figures of a role that were not measured.
 pub const MIGRATE_V2_TO_V3: &str = "ALTER TABLE usage ADD COLUMN missing TEXT;";
 
+/// v3 -> v4: an Envoy role's own counts.
+pub const MIGRATE_V3_TO_V4: &str = "ALTER TABLE usage ADD COLUMN proxy TEXT;";
+
 /// The version this meshbench writes.
-pub const VERSION: i64 = 3;
+pub const VERSION: i64 = 4;

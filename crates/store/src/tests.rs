@@ -8,6 +8,7 @@ use meshbench_engine::Protocol;
 use meshbench_engine::RunResult;
 use meshbench_experiment::config::LoopMode;
 use meshbench_experiment::{CpuAllotment, StepParams};
+use meshbench_lab::program::envoy::admin::{ProxyCounters, Requests, UpstreamFailures};
 use meshbench_lab::sampler::{Figure, RoleUsage, Sample, Usage};
 use meshbench_lab::{Class, Topology};
 
@@ -65,6 +66,7 @@ fn step(seq: u32) -> StepRecord {
                 connections_max: 4,
             },
             missing: BTreeMap::new(),
+            proxy: None,
         },
         RoleUsage {
             role: "edge".into(),
@@ -89,6 +91,34 @@ fn step(seq: u32) -> StepRecord {
                     "process-exporter has no network series".to_string(),
                 ),
             ]),
+            proxy: None,
+        },
+        RoleUsage {
+            role: "gateway".into(),
+            program: "envoy".into(),
+            workers: 2,
+            cpu_limit: None,
+            usage: Usage {
+                samples: 3,
+                ..Usage::default()
+            },
+            missing: BTreeMap::new(),
+            proxy: Some(ProxyCounters {
+                requests: Some(Requests {
+                    total: 1200,
+                    status_2xx: 1199,
+                    status_5xx: 1,
+                    ..Requests::default()
+                }),
+                upstream_failures: UpstreamFailures {
+                    connect_fail: 1,
+                    ..UpstreamFailures::default()
+                },
+                connections_active: 4,
+                tunnel_connections: None,
+                memory_allocated_bytes: 6 << 20,
+                memory_heap_size_bytes: 10 << 20,
+            }),
         },
     ];
     s.samples = BTreeMap::from([(
@@ -174,6 +204,48 @@ fn steps_are_written_and_read_back_whole_and_typed() {
     assert_eq!(a.step.usage[1].bytes_per_sec(), None);
     assert_eq!(a.step.usage[1].memory_mib(), Some(8.0));
     assert_eq!(serde_json::to_value(b).unwrap()["topology"], "url");
+    // An Envoy role's own counts ride along under its role; other roles have no `proxy`.
+    assert!(json["usage"][0].get("proxy").is_none());
+    assert_eq!(json["usage"][2]["proxy"]["requests"]["status_2xx"], 1199);
+    assert_eq!(
+        json["usage"][2]["proxy"]["memory_heap_size_bytes"],
+        10 << 20
+    );
+    std::fs::remove_dir_all(d).unwrap();
+}
+
+#[test]
+fn a_v3_store_is_migrated_and_its_roles_have_no_proxy_counts() {
+    let d = dir("v3");
+    let path = d.join("v3.db");
+    {
+        let c = rusqlite::Connection::open(&path).unwrap();
+        c.execute_batch(schema::SCHEMA_V1).unwrap();
+        c.execute_batch(schema::MIGRATE_V2_TO_V3).unwrap();
+        c.execute_batch(
+            "PRAGMA user_version = 3;
+             INSERT INTO experiments VALUES (1, 't', '', '{}', '{}', '2026-01-01T00:00:00Z', NULL, 'done', '0.1.0');
+             INSERT INTO steps (experiment_id, seq, repeat, topology, variant, label, params, started_at, status, versions)
+               VALUES (1, 0, 0, 'serveronly', 'serveronly', 'x',
+                 '{\"qps\":100.0,\"connections\":4,\"response_bytes\":0,\"request_bytes\":0,\"jitter\":false,\"mode\":\"open\",\"protocol\":\"http1\",\"cpu\":null}',
+                 '2026-01-01T00:00:00Z', 'ok', '{}');
+             INSERT INTO usage VALUES (1, 'server_proxy', 'envoy', 2, NULL, 3, 1.0, 2.0, 3.0, 4.0, NULL, NULL, 5.0, 6.0, 7.0, 8, NULL);",
+        )
+        .unwrap();
+    }
+    let s = Store::open(&path).unwrap();
+    let steps = s.steps(1).unwrap();
+    let role = &steps[0].step.usage[0];
+    assert_eq!(
+        (role.role.as_str(), role.proxy.as_ref()),
+        ("server_proxy", None)
+    );
+    assert!(serde_json::to_value(role).unwrap().get("proxy").is_none());
+    let version: i64 = s
+        .conn
+        .pragma_query_value(None, "user_version", |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, VERSION);
     std::fs::remove_dir_all(d).unwrap();
 }
 
@@ -353,7 +425,9 @@ fn files_that_cannot_be_used_are_refused_in_one_line() {
     let err = Store::open(&newer).err().unwrap();
     let text = one_line(&err, &newer);
     assert!(
-        text.contains("schema version 99 is newer than this meshbench understands (3)"),
+        text.contains(&format!(
+            "schema version 99 is newer than this meshbench understands ({VERSION})"
+        )),
         "{text}"
     );
     std::fs::remove_dir_all(d).unwrap();

@@ -40,16 +40,16 @@ pub fn write(store: &Store, key: &str, slo_p99_ms: Option<f64>, out: &Path) -> R
             e.id, e.id
         )));
     }
-    let failed = store
-        .steps(e.id)?
-        .into_iter()
+    let steps = store.steps(e.id)?;
+    let failed = steps
+        .iter()
         .filter(|s| s.step.failed())
         .map(|s| {
             format!(
                 "step {} ({}): {}",
                 s.step.seq + 1,
                 s.step.variant,
-                s.step.error.unwrap_or_default()
+                s.step.error.as_deref().unwrap_or_default()
             )
         })
         .collect();
@@ -62,6 +62,7 @@ pub fn write(store: &Store, key: &str, slo_p99_ms: Option<f64>, out: &Path) -> R
         warmup_secs: e.config["warmup_secs"].as_f64().unwrap_or(0.0),
         slo_p99_ms,
         failed,
+        steps: &steps,
     });
     Ok(html::write(&report, out)?)
 }

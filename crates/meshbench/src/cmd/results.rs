@@ -1,5 +1,6 @@
-//! `meshbench results list|show|export`: the results store read back, as a table, as JSON, as
-//! Istio perf/benchmark CSV, or as one fortio JSON file per step.
+//! `meshbench results list|show|export`: the results store read back, as a table (with each
+//! Envoy role's own counts under its step), as JSON, as Istio perf/benchmark CSV, or as one
+//! fortio JSON file per step.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -126,6 +127,10 @@ pub struct TableRow<'a> {
     /// Why the generator's self-check calls the step invalid, if it does.
     pub invalid: Option<Cause>,
     pub usage: &'a [RoleUsage],
+    /// Each Envoy role's own counts, one line each, and whether one disagrees with the
+    /// engine's (`analysis::witness`).
+    pub proxies: Vec<String>,
+    pub disagrees: bool,
 }
 
 impl<'a> TableRow<'a> {
@@ -143,6 +148,8 @@ impl<'a> TableRow<'a> {
                 .and_then(|res| res.generator.check.why_invalid())
                 .map(|f| f.cause),
             usage: &r.usage,
+            proxies: meshbench_report::proxies::step_lines(r),
+            disagrees: meshbench_report::proxies::flagged(r),
         }
     }
 }
@@ -189,6 +196,12 @@ pub fn table(rows: &[TableRow]) -> String {
         if let Some(cause) = r.invalid {
             error.push_str(&format!("  INVALID: {}", cause.name()));
         }
+        if r.disagrees {
+            error.push_str(&format!(
+                "  {}: an Envoy's own count",
+                meshbench_report::proxies::FLAG
+            ));
+        }
         match &r.summary {
             Some(s) => out.push_str(&format!(
                 "{:>4} {:<26} {:<22} {:>9.1} {:>7} {:>7} {:>7} {:>6}  {}{error}\n",
@@ -210,10 +223,21 @@ pub fn table(rows: &[TableRow]) -> String {
                 r.error.unwrap_or("")
             )),
         }
+        for line in &r.proxies {
+            out.push_str(&format!("{:>4} {line}\n", ""));
+        }
     }
     let mut causes: BTreeMap<&str, usize> = BTreeMap::new();
     for cause in rows.iter().filter_map(|r| r.invalid) {
         *causes.entry(cause.name()).or_default() += 1;
+    }
+    let disagree = rows.iter().filter(|r| r.disagrees).count();
+    if disagree > 0 {
+        out.push_str(&format!(
+            "{}: {disagree} of {} steps have an Envoy whose own request count lies outside what the measured window and its edges can hold (warm-up, requests in flight, unfinished, retries); something went around the proxy or was counted twice (docs/answers.md, Envoy as a second witness)\n",
+            meshbench_report::proxies::FLAG,
+            rows.len()
+        ));
     }
     if !causes.is_empty() {
         let counted: Vec<String> = causes.iter().map(|(c, n)| format!("{c}: {n}")).collect();

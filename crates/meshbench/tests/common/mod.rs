@@ -100,11 +100,31 @@ pub fn run_json(name: &str, args: &[&str], limit: Duration) -> (Output, serde_js
 
 /// Checks a result against docs/result.schema.json.
 pub fn assert_valid(json: &serde_json::Value) {
+    assert_valid_as(json, &result_schema());
+}
+
+/// docs/result.schema.json, parsed.
+fn result_schema() -> serde_json::Value {
     let schema_path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/result.schema.json");
-    let schema: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(schema_path).expect("schema file"))
-            .expect("schema JSON");
-    let validator = jsonschema::validator_for(&schema).expect("a valid schema");
+    serde_json::from_str(&std::fs::read_to_string(schema_path).expect("schema file"))
+        .expect("schema JSON")
+}
+
+/// Checks a value against one of docs/result.schema.json's `$defs` (the parts of other
+/// outputs it describes, such as an exported role's `proxy`).
+pub fn assert_valid_def(json: &serde_json::Value, def: &str) {
+    let defs = result_schema()["$defs"].clone();
+    assert!(defs.get(def).is_some(), "no $defs/{def} in the schema");
+    let schema = serde_json::json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$defs": defs,
+        "$ref": format!("#/$defs/{def}"),
+    });
+    assert_valid_as(json, &schema);
+}
+
+fn assert_valid_as(json: &serde_json::Value, schema: &serde_json::Value) {
+    let validator = jsonschema::validator_for(schema).expect("a valid schema");
     let errors: Vec<String> = validator
         .iter_errors(json)
         .map(|e| format!("{} at {}", e, e.instance_path))

@@ -182,6 +182,7 @@ pub fn read_roles(prom: &Prometheus, roles: &[Role], w: &Window) -> Reading {
                 cpu_limit: None,
                 usage,
                 missing,
+                proxy: None,
             },
             samples,
         });

@@ -425,15 +425,23 @@ pub fn upstream_tls(
     })
 }
 
-/// Stats the lab reads from each Envoy's admin endpoint after a step (requests by class,
-/// upstream failures, connections), beside Istio's inclusion list: prefixes of the connection
-/// managers' and clusters' own stats, so that only those are created.
+/// Stats the lab reads from each Envoy's admin endpoint around a step (`admin.rs`: requests by
+/// class, upstream failures, connections), beside Istio's inclusion list: prefixes of this
+/// bootstrap's own connection managers and clusters, so that only those are created rather than
+/// all of `admin::STATS_NEEDED`'s.
 fn witness_patterns(stat_prefixes: &[String], clusters: &[String]) -> Vec<StringMatcher> {
     let prefix = |p: String| StringMatcher {
         match_pattern: Some(string_matcher::MatchPattern::Prefix(p)),
         ..Default::default()
     };
     let mut out = Vec::new();
+    // Active connections per listener (Istio includes this suffix when it drains on zero).
+    out.push(StringMatcher {
+        match_pattern: Some(string_matcher::MatchPattern::Suffix(
+            "downstream_cx_active".into(),
+        )),
+        ..Default::default()
+    });
     for s in stat_prefixes {
         out.push(prefix(format!("http.{s}.downstream_rq_")));
         out.push(prefix(format!("http.{s}.downstream_cx_")));

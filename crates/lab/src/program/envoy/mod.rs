@@ -18,6 +18,7 @@ pub mod telemetry;
 
 pub mod yaml;
 
+pub mod admin;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;

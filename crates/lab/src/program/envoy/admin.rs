@@ -1,0 +1,712 @@
+//! Envoy's own account of a step, read from its admin endpoint: a second witness beside the
+//! engine's counts. The engine says what it sent and what came back; an Envoy role says how
+//! many requests it served (by response class), how often its upstreams failed, how many
+//! connections it holds open and how much memory it allocated. When the two disagree beyond
+//! what the window's edges can explain, one of them did not see what the other did.
+//!
+//! One reading is one blocking HTTP/1.1 `GET /stats?filter=...` (plain text, `name: value`
+//! lines) over a plain TCP socket, bounded in time (connect and each read [`TIMEOUT`], the whole
+//! answer [`DEADLINE`]) and in size ([`MAX_ANSWER`]). The answer is decoded by
+//! [`decode_response`] and read by [`parse_stats`], both pure functions of their input, tested
+//! on text captured from Envoy 1.40. Failures are typed ([`AdminError`]): unreachable, timed
+//! out, or not an Envoy admin answer; a reading that fails is a note on the role, never a
+//! failed step (the runner decides that).
+//!
+//! Which stats the reading needs is [`STATS_NEEDED`]: a bootstrap that limits the stats Envoy
+//! creates (Istio's `stats_config.stats_matcher.inclusion_list`) must include these prefixes,
+//! or the reading finds no request counts.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+/// The stat name prefixes this reading needs, for a bootstrap's
+/// `stats_config.stats_matcher.inclusion_list` (each as a `prefix` matcher):
+///
+/// - `http.`: every HTTP connection manager's `downstream_rq_total` and `downstream_rq_1xx`
+///   ... `downstream_rq_5xx` (the admin's own `http.admin.` is read and left out);
+/// - `cluster.`: each cluster's upstream failures (`upstream_cx_connect_fail`,
+///   `upstream_rq_timeout`, `upstream_rq_per_try_timeout`,
+///   `upstream_cx_destroy_remote_with_active_rq`, `upstream_rq_retry`,
+///   `upstream_rq_pending_overflow`);
+/// - `tcp.`: each TCP proxy's `downstream_cx_total` (the connections an L4 tunnel carried);
+/// - `listener.`: each listener's `downstream_cx_active` (connections open now);
+/// - `server.`: `server.memory_allocated` and `server.memory_heap_size` (also the sign that
+///   the answer is Envoy's).
+///
+/// The request filter of a reading is built from the same list, so what is read is exactly
+/// what is asked for.
+pub const STATS_NEEDED: &[&str] = &["http.", "cluster.", "tcp.", "listener.", "server."];
+
+/// Connect and each read or write: an admin on the same machine answers in milliseconds.
+pub const TIMEOUT: Duration = Duration::from_secs(1);
+/// The whole answer.
+pub const DEADLINE: Duration = Duration::from_secs(2);
+/// The largest answer read (a rig's Envoy writes ~30 KiB of these stats; Istio's clusters and
+/// listeners can write a few MiB).
+pub const MAX_ANSWER: usize = 8 << 20;
+
+/// The cluster of Istio's control plane connection: its failures are not the traffic's.
+const CONTROL_PLANE_CLUSTER: &str = "xds-grpc";
+
+/// What an Envoy said about itself: counters (summed over its connection managers, clusters
+/// and listeners) and gauges. A single reading holds totals since Envoy started; a step keeps
+/// [`ProxyCounters::since`] its reading before the load: the counters' differences and the
+/// gauges' values at the end.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub struct ProxyCounters {
+    /// Requests its HTTP connection managers served; `None` when it has none (an L4 tunnel) or
+    /// their stats were not created (a stats matcher without `http.`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests: Option<Requests>,
+    /// Upstream failures summed over its clusters (Istio's `xds-grpc` left out).
+    pub upstream_failures: UpstreamFailures,
+    /// Downstream connections open at the reading (`listener.<listener>.downstream_cx_active`
+    /// over its traffic listeners; the admin's listener and the per-worker copies left out): a
+    /// gauge.
+    pub connections_active: u64,
+    /// Connections its TCP proxies carried (`tcp.<prefix>.downstream_cx_total` summed): what an
+    /// L4 tunnel has instead of requests; `None` when it has no TCP proxy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tunnel_connections: Option<u64>,
+    /// `server.memory_allocated`: bytes its allocator handed out, a gauge.
+    pub memory_allocated_bytes: u64,
+    /// `server.memory_heap_size`: bytes its allocator reserved from the system, a gauge.
+    pub memory_heap_size_bytes: u64,
+}
+
+/// Requests served, summed over every HTTP connection manager (`http.<prefix>.`) except the
+/// admin's own (`http.admin.`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub struct Requests {
+    /// `downstream_rq_total`: every request whose headers the manager began to decode.
+    pub total: u64,
+    /// `downstream_rq_1xx` ... `downstream_rq_5xx`: responses it sent, by class (a request
+    /// reset before any response is in `total` only).
+    pub status_1xx: u64,
+    pub status_2xx: u64,
+    pub status_3xx: u64,
+    pub status_4xx: u64,
+    pub status_5xx: u64,
+}
+
+/// Upstream failures summed over the clusters, each under the name of its Envoy counter
+/// (`cluster.<name>.<counter>`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub struct UpstreamFailures {
+    /// `upstream_cx_connect_fail`: connections to an upstream that failed.
+    pub connect_fail: u64,
+    /// `upstream_rq_timeout`: requests that timed out waiting for the upstream's answer.
+    pub rq_timeout: u64,
+    /// `upstream_rq_per_try_timeout`: tries that timed out (with a retry policy).
+    pub rq_per_try_timeout: u64,
+    /// `upstream_cx_destroy_remote_with_active_rq`: connections the upstream closed with a
+    /// request in flight.
+    pub remote_closed_active_rq: u64,
+    /// `upstream_rq_retry`: requests sent again; each is one more request the next hop sees.
+    pub rq_retry: u64,
+    /// `upstream_rq_pending_overflow`: requests refused by the circuit breaker.
+    pub rq_pending_overflow: u64,
+}
+
+impl UpstreamFailures {
+    /// Every failure and retry added up: one number for a table (a connect failure that was
+    /// retried counts twice, once as each).
+    pub fn total(&self) -> u64 {
+        self.connect_fail
+            + self.rq_timeout
+            + self.rq_per_try_timeout
+            + self.remote_closed_active_rq
+            + self.rq_retry
+            + self.rq_pending_overflow
+    }
+
+    fn since(&self, before: &UpstreamFailures) -> UpstreamFailures {
+        UpstreamFailures {
+            connect_fail: self.connect_fail.saturating_sub(before.connect_fail),
+            rq_timeout: self.rq_timeout.saturating_sub(before.rq_timeout),
+            rq_per_try_timeout: self
+                .rq_per_try_timeout
+                .saturating_sub(before.rq_per_try_timeout),
+            remote_closed_active_rq: self
+                .remote_closed_active_rq
+                .saturating_sub(before.remote_closed_active_rq),
+            rq_retry: self.rq_retry.saturating_sub(before.rq_retry),
+            rq_pending_overflow: self
+                .rq_pending_overflow
+                .saturating_sub(before.rq_pending_overflow),
+        }
+    }
+}
+
+impl Requests {
+    fn since(&self, before: &Requests) -> Requests {
+        Requests {
+            total: self.total.saturating_sub(before.total),
+            status_1xx: self.status_1xx.saturating_sub(before.status_1xx),
+            status_2xx: self.status_2xx.saturating_sub(before.status_2xx),
+            status_3xx: self.status_3xx.saturating_sub(before.status_3xx),
+            status_4xx: self.status_4xx.saturating_sub(before.status_4xx),
+            status_5xx: self.status_5xx.saturating_sub(before.status_5xx),
+        }
+    }
+}
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+impl ProxyCounters {
+    /// What happened between `before` and this reading: counters as differences (an Envoy
+    /// restarted in between would have counted from zero again: its differences floor at 0),
+    /// gauges (connections, memory) as this reading has them.
+    pub fn since(&self, before: &ProxyCounters) -> ProxyCounters {
+        ProxyCounters {
+            requests: match (self.requests, before.requests) {
+                (Some(now), Some(then)) => Some(now.since(&then)),
+                (now, _) => now,
+            },
+            upstream_failures: self.upstream_failures.since(&before.upstream_failures),
+            connections_active: self.connections_active,
+            tunnel_connections: self
+                .tunnel_connections
+                .map(|n| n.saturating_sub(before.tunnel_connections.unwrap_or(0))),
+            memory_allocated_bytes: self.memory_allocated_bytes,
+            memory_heap_size_bytes: self.memory_heap_size_bytes,
+        }
+    }
+
+    pub fn memory_allocated_mib(&self) -> f64 {
+        self.memory_allocated_bytes as f64 / MIB
+    }
+
+    pub fn memory_heap_size_mib(&self) -> f64 {
+        self.memory_heap_size_bytes as f64 / MIB
+    }
+}
+
+/// Why an admin endpoint could not be read.
+#[derive(Debug, Clone, PartialEq, Error)]
+pub enum AdminError {
+    #[error("Envoy's admin at {addr} is unreachable ({reason})")]
+    Unreachable { addr: SocketAddr, reason: String },
+    #[error("Envoy's admin at {addr} did not answer within {secs} s")]
+    TimedOut { addr: SocketAddr, secs: f64 },
+    #[error("{addr} did not give an Envoy admin answer: {why}")]
+    NotEnvoy { addr: SocketAddr, why: NotEnvoy },
+}
+
+/// What was wrong with an answer (the part of [`AdminError::NotEnvoy`] the pure functions
+/// find, without an address).
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum NotEnvoy {
+    #[error("no HTTP response head")]
+    NoHead,
+    #[error("status {0}")]
+    Status(String),
+    #[error("malformed chunked body")]
+    Chunked,
+    #[error("the body is shorter than its Content-Length")]
+    Short,
+    #[error("more than {} MiB", MAX_ANSWER >> 20)]
+    TooLarge,
+    #[error("no server.memory_allocated in its stats (not Envoy's /stats, or `server.` not included by its stats matcher)")]
+    NoServerStats,
+}
+
+/// Reads the admin endpoint at `addr` once.
+pub fn read(addr: SocketAddr) -> Result<ProxyCounters, AdminError> {
+    let answer = fetch(addr, &stats_path())?;
+    let not_envoy = |why| AdminError::NotEnvoy { addr, why };
+    let body = decode_response(&answer).map_err(not_envoy)?;
+    parse_stats(&String::from_utf8_lossy(&body)).map_err(not_envoy)
+}
+
+/// `/stats?filter=^(http\.|cluster\.|...)`: the stats [`STATS_NEEDED`] names, as plain text.
+pub fn stats_path() -> String {
+    let alternatives: Vec<String> = STATS_NEEDED.iter().map(|p| p.replace('.', "\\.")).collect();
+    format!(
+        "/stats?filter={}",
+        percent_encode(&format!("^({})", alternatives.join("|")))
+    )
+}
+
+fn percent_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() * 3);
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// One `GET path` with `Connection: close`, read to the end (or to the length its head gives),
+/// bounded in time and size.
+fn fetch(addr: SocketAddr, path: &str) -> Result<Vec<u8>, AdminError> {
+    let started = Instant::now();
+    let timed_out = || AdminError::TimedOut {
+        addr,
+        secs: DEADLINE.as_secs_f64(),
+    };
+    let io = |e: std::io::Error| match e.kind() {
+        std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => timed_out(),
+        _ => AdminError::Unreachable {
+            addr,
+            reason: e.to_string(),
+        },
+    };
+    let mut s = TcpStream::connect_timeout(&addr, TIMEOUT).map_err(io)?;
+    s.set_read_timeout(Some(TIMEOUT)).map_err(io)?;
+    s.set_write_timeout(Some(TIMEOUT)).map_err(io)?;
+    let request = format!(
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: meshbench\r\nAccept: text/plain\r\nConnection: close\r\n\r\n"
+    );
+    s.write_all(request.as_bytes()).map_err(io)?;
+    let mut answer = Vec::with_capacity(64 * 1024);
+    let mut buf = [0u8; 16 * 1024];
+    loop {
+        if started.elapsed() > DEADLINE {
+            return Err(timed_out());
+        }
+        let n = match s.read(&mut buf) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(io(e)),
+        };
+        if n == 0 {
+            return Ok(answer);
+        }
+        answer.extend_from_slice(&buf[..n]);
+        if answer.len() > MAX_ANSWER {
+            return Err(AdminError::NotEnvoy {
+                addr,
+                why: NotEnvoy::TooLarge,
+            });
+        }
+        // Envoy closes after `Connection: close`; an answer that says where it ends is done
+        // there even if the close is late.
+        if complete(&answer) {
+            return Ok(answer);
+        }
+    }
+}
+
+/// Whether `answer` holds a whole response (a chunked body up to its last chunk, or as many
+/// bytes as its Content-Length); a body delimited by the close is never complete early.
+fn complete(answer: &[u8]) -> bool {
+    let Some((head, body)) = split_head(answer) else {
+        return false;
+    };
+    match framing(head) {
+        Framing::Chunked => matches!(dechunk(body), Ok(Some(_))),
+        Framing::Length(n) => body.len() >= n,
+        Framing::Close => false,
+    }
+}
+
+enum Framing {
+    Chunked,
+    Length(usize),
+    Close,
+}
+
+fn split_head(answer: &[u8]) -> Option<(&str, &[u8])> {
+    let end = answer.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = std::str::from_utf8(&answer[..end]).ok()?;
+    Some((head, &answer[end + 4..]))
+}
+
+fn framing(head: &str) -> Framing {
+    let mut framing = Framing::Close;
+    for line in head.lines().skip(1) {
+        let Some((name, value)) = line.split_once(':') else {
+            continue;
+        };
+        let value = value.trim();
+        if name.eq_ignore_ascii_case("transfer-encoding")
+            && value.to_ascii_lowercase().contains("chunked")
+        {
+            return Framing::Chunked;
+        }
+        if name.eq_ignore_ascii_case("content-length") {
+            if let Ok(n) = value.parse() {
+                framing = Framing::Length(n);
+            }
+        }
+    }
+    framing
+}
+
+/// The body of a complete HTTP/1.1 response with status 200: chunked, by Content-Length, or up
+/// to the close.
+pub fn decode_response(answer: &[u8]) -> Result<Vec<u8>, NotEnvoy> {
+    let (head, body) = split_head(answer).ok_or(NotEnvoy::NoHead)?;
+    let status = head.lines().next().unwrap_or("");
+    let mut parts = status.splitn(3, ' ');
+    let (version, code) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    if !version.starts_with("HTTP/1.") {
+        return Err(NotEnvoy::NoHead);
+    }
+    if code != "200" {
+        let said: String = status.chars().skip(version.len() + 1).take(60).collect();
+        return Err(NotEnvoy::Status(said));
+    }
+    match framing(head) {
+        Framing::Chunked => dechunk(body)?.ok_or(NotEnvoy::Chunked),
+        Framing::Length(n) if body.len() >= n => Ok(body[..n].to_vec()),
+        Framing::Length(_) => Err(NotEnvoy::Short),
+        Framing::Close => Ok(body.to_vec()),
+    }
+}
+
+/// A chunked body decoded: `Ok(None)` while its last chunk has not arrived.
+fn dechunk(mut body: &[u8]) -> Result<Option<Vec<u8>>, NotEnvoy> {
+    let mut out = Vec::with_capacity(body.len());
+    loop {
+        let Some(eol) = body.windows(2).position(|w| w == b"\r\n") else {
+            return Ok(None);
+        };
+        let line = std::str::from_utf8(&body[..eol]).map_err(|_| NotEnvoy::Chunked)?;
+        let size = line.split(';').next().unwrap_or("").trim();
+        let size = usize::from_str_radix(size, 16).map_err(|_| NotEnvoy::Chunked)?;
+        if size > MAX_ANSWER {
+            return Err(NotEnvoy::TooLarge);
+        }
+        let data = &body[eol + 2..];
+        if size == 0 {
+            // Trailers, if any, are not read.
+            return Ok(Some(out));
+        }
+        if data.len() < size + 2 {
+            return Ok(None);
+        }
+        if &data[size..size + 2] != b"\r\n" {
+            return Err(NotEnvoy::Chunked);
+        }
+        out.extend_from_slice(&data[..size]);
+        body = &data[size + 2..];
+    }
+}
+
+/// Reads `/stats` plain text (`name: value` lines; histograms, text readouts and anything
+/// else that is not a whole number are skipped) into the figures, summed as
+/// [`ProxyCounters`] says. Refused when `server.memory_allocated` is not there: every Envoy
+/// has it, so without it the text is not Envoy's stats (or `server.` was excluded).
+pub fn parse_stats(text: &str) -> Result<ProxyCounters, NotEnvoy> {
+    let mut c = ProxyCounters::default();
+    let mut requests: Option<Requests> = None;
+    let mut allocated = None;
+    for line in text.lines() {
+        let Some((name, value)) = line.split_once(": ") else {
+            continue;
+        };
+        let Ok(v) = value.trim().parse::<u64>() else {
+            continue;
+        };
+        if let Some(rest) = name.strip_prefix("http.") {
+            let Some((prefix, stat)) = rest.rsplit_once('.') else {
+                continue;
+            };
+            // The admin's own requests (this reading among them) and per-user-agent copies.
+            if prefix == "admin" || prefix.contains(".user_agent.") {
+                continue;
+            }
+            let r = match stat {
+                "downstream_rq_total"
+                | "downstream_rq_1xx"
+                | "downstream_rq_2xx"
+                | "downstream_rq_3xx"
+                | "downstream_rq_4xx"
+                | "downstream_rq_5xx" => requests.get_or_insert_with(Requests::default),
+                _ => continue,
+            };
+            match stat {
+                "downstream_rq_total" => r.total += v,
+                "downstream_rq_1xx" => r.status_1xx += v,
+                "downstream_rq_2xx" => r.status_2xx += v,
+                "downstream_rq_3xx" => r.status_3xx += v,
+                "downstream_rq_4xx" => r.status_4xx += v,
+                _ => r.status_5xx += v,
+            }
+        } else if let Some(rest) = name.strip_prefix("cluster.") {
+            let Some((cluster, stat)) = rest.rsplit_once('.') else {
+                continue;
+            };
+            if cluster == CONTROL_PLANE_CLUSTER {
+                continue;
+            }
+            let f = &mut c.upstream_failures;
+            match stat {
+                "upstream_cx_connect_fail" => f.connect_fail += v,
+                "upstream_rq_timeout" => f.rq_timeout += v,
+                "upstream_rq_per_try_timeout" => f.rq_per_try_timeout += v,
+                "upstream_cx_destroy_remote_with_active_rq" => f.remote_closed_active_rq += v,
+                "upstream_rq_retry" => f.rq_retry += v,
+                "upstream_rq_pending_overflow" => f.rq_pending_overflow += v,
+                _ => {}
+            }
+        } else if let Some(rest) = name.strip_prefix("listener.") {
+            let Some(listener) = rest.strip_suffix(".downstream_cx_active") else {
+                continue;
+            };
+            // Listener names are addresses (`127.0.0.1_8080`), dots and all: the per-thread
+            // copies end in `.worker_N` or `.main_thread`, the admin's listener is `admin`.
+            let last = listener.rsplit('.').next().unwrap_or(listener);
+            if listener == "admin"
+                || listener.starts_with("admin.")
+                || last.starts_with("worker_")
+                || last == "main_thread"
+            {
+                continue;
+            }
+            c.connections_active += v;
+        } else if let Some(rest) = name.strip_prefix("tcp.") {
+            if rest.ends_with(".downstream_cx_total") {
+                *c.tunnel_connections.get_or_insert(0) += v;
+            }
+        } else if name == "server.memory_allocated" {
+            allocated = Some(v);
+        } else if name == "server.memory_heap_size" {
+            c.memory_heap_size_bytes = v;
+        }
+    }
+    c.memory_allocated_bytes = allocated.ok_or(NotEnvoy::NoServerStats)?;
+    c.requests = requests;
+    Ok(c)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Lines of `GET /stats?filter=...` from Envoy 1.40.0 (BoringSSL build) with an L7
+    /// listener (`server_proxy`, 2 workers) and an L4 one (`ztunnel`) in front of one cluster
+    /// (`next`): three 200s, a 404 from the upstream, two 503s after the upstream was stopped
+    /// (connect failures), two connections held open on the L7 listener, one tunnel connection
+    /// closed for want of an upstream. Captured by hand and trimmed to a sample of each kind
+    /// of line, the ones read among them.
+    const CAPTURED: &str = "\
+cluster.next.assignment_stale: 0
+cluster.next.circuit_breakers.default.rq_pending_open: 0
+cluster.next.external.upstream_rq_time: P0(nan,1.0333333333333334) P25(nan,1.0333333333333334) P50(nan,1.0666666666666667) P75(nan,3.033333333333333) P90(nan,3.066666666666667) P95(nan,3.066666666666667) P99(nan,3.066666666666667) P99.5(nan,3.066666666666667) P99.9(nan,3.066666666666667) P100(nan,3.066666666666667)
+cluster.next.upstream_cx_connect_fail: 3
+cluster.next.upstream_cx_connect_ms: P0(nan,0) P25(nan,0) P50(nan,0) P75(nan,0) P90(nan,1.05) P95(nan,1.05) P99(nan,1.05) P99.5(nan,1.05) P99.9(nan,1.05) P100(nan,1.05)
+cluster.next.upstream_cx_destroy_remote_with_active_rq: 0
+cluster.next.upstream_rq_pending_overflow: 0
+cluster.next.upstream_rq_per_try_timeout: 0
+cluster.next.upstream_rq_retry: 0
+cluster.next.upstream_rq_retry_backoff_exponential: 0
+cluster.next.upstream_rq_retry_limit_exceeded: 0
+cluster.next.upstream_rq_retry_success: 0
+cluster.next.upstream_rq_timeout: 0
+http.admin.downstream_cx_active: 1
+http.admin.downstream_rq_1xx: 0
+http.admin.downstream_rq_2xx: 6
+http.admin.downstream_rq_3xx: 0
+http.admin.downstream_rq_4xx: 2
+http.admin.downstream_rq_5xx: 0
+http.admin.downstream_rq_time: No recorded values
+http.admin.downstream_rq_total: 8
+http.async-client.no_cluster: 0
+http.server_proxy.downstream_cx_active: 2
+http.server_proxy.downstream_cx_total: 6
+http.server_proxy.downstream_rq_1xx: 0
+http.server_proxy.downstream_rq_2xx: 3
+http.server_proxy.downstream_rq_3xx: 0
+http.server_proxy.downstream_rq_4xx: 1
+http.server_proxy.downstream_rq_5xx: 2
+http.server_proxy.downstream_rq_timeout: 0
+http.server_proxy.downstream_rq_total: 6
+listener.127.0.0.1_19902.downstream_cx_active: 2
+listener.127.0.0.1_19902.downstream_cx_total: 6
+listener.127.0.0.1_19902.http.server_proxy.downstream_rq_2xx: 3
+listener.127.0.0.1_19902.worker_0.downstream_cx_active: 2
+listener.127.0.0.1_19902.worker_1.downstream_cx_active: 0
+listener.127.0.0.1_19903.downstream_cx_active: 0
+listener.127.0.0.1_19903.worker_0.downstream_cx_active: 0
+listener.127.0.0.1_19903.worker_1.downstream_cx_active: 0
+listener.admin.downstream_cx_active: 1
+listener.admin.http.admin.downstream_rq_2xx: 6
+listener.admin.main_thread.downstream_cx_active: 1
+server.memory_allocated: 6453272
+server.memory_heap_size: 10485760
+server.memory_physical_size: 13560638
+tcp.ztunnel.downstream_cx_rx_bytes_total: 79
+tcp.ztunnel.downstream_cx_total: 2
+tcp.ztunnel.upstream_flush_active: 0
+";
+
+    #[test]
+    fn captured_stats_are_read_and_summed() {
+        let c = parse_stats(CAPTURED).unwrap();
+        assert_eq!(
+            c.requests,
+            Some(Requests {
+                total: 6,
+                status_1xx: 0,
+                status_2xx: 3,
+                status_3xx: 0,
+                status_4xx: 1,
+                status_5xx: 2,
+            }),
+            "the admin's own 8 requests are not counted"
+        );
+        assert_eq!(c.upstream_failures.connect_fail, 3);
+        assert_eq!(c.upstream_failures.total(), 3);
+        assert_eq!(
+            c.connections_active, 2,
+            "listeners only: no admin, no per-worker copy"
+        );
+        assert_eq!(c.tunnel_connections, Some(2));
+        assert_eq!(c.memory_allocated_bytes, 6_453_272);
+        assert_eq!(c.memory_heap_size_bytes, 10_485_760);
+        assert!((c.memory_heap_size_mib() - 10.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn managers_and_clusters_add_up_and_the_control_plane_is_left_out() {
+        let text = "\
+http.inbound_0.0.0.0_8080.downstream_rq_total: 10
+http.inbound_0.0.0.0_8080.downstream_rq_2xx: 9
+http.inbound_0.0.0.0_8080.downstream_rq_5xx: 1
+http.outbound.downstream_rq_total: 5
+http.outbound.downstream_rq_2xx: 5
+http.outbound.user_agent.curl.downstream_rq_total: 5
+cluster.a.upstream_rq_retry: 2
+cluster.outbound|8080||svc.ns.svc.cluster.local.upstream_rq_timeout: 4
+cluster.xds-grpc.upstream_cx_connect_fail: 7
+cluster.b.upstream_rq_pending_overflow: 1
+cluster.b.upstream_cx_destroy_remote_with_active_rq: 1
+cluster.b.upstream_rq_per_try_timeout: 1
+server.memory_allocated: 1
+";
+        let c = parse_stats(text).unwrap();
+        let r = c.requests.unwrap();
+        assert_eq!((r.total, r.status_2xx, r.status_5xx), (15, 14, 1));
+        let f = c.upstream_failures;
+        assert_eq!(
+            (
+                f.connect_fail,
+                f.rq_retry,
+                f.rq_timeout,
+                f.rq_pending_overflow,
+                f.remote_closed_active_rq,
+                f.rq_per_try_timeout
+            ),
+            (0, 2, 4, 1, 1, 1)
+        );
+        assert_eq!(c.tunnel_connections, None, "no TCP proxy");
+        assert_eq!(c.memory_heap_size_bytes, 0);
+    }
+
+    #[test]
+    fn an_l4_envoy_has_no_requests_and_text_that_is_not_envoys_is_refused() {
+        let c = parse_stats("tcp.t.downstream_cx_total: 4\nserver.memory_allocated: 9\n").unwrap();
+        assert_eq!((c.requests, c.tunnel_connections), (None, Some(4)));
+        for text in [
+            "",
+            "<html>hello</html>",
+            "http.x.downstream_rq_total: 3\n",
+            "server.memory_allocated: lots\n",
+        ] {
+            assert_eq!(parse_stats(text), Err(NotEnvoy::NoServerStats), "{text}");
+        }
+    }
+
+    #[test]
+    fn a_reading_since_another_differences_counters_and_keeps_gauges() {
+        let before = parse_stats(
+            "http.p.downstream_rq_total: 4\nhttp.p.downstream_rq_2xx: 4\ncluster.c.upstream_rq_retry: 1\n\
+             tcp.t.downstream_cx_total: 2\nlistener.1.2.3.4_80.downstream_cx_active: 9\n\
+             server.memory_allocated: 100\nserver.memory_heap_size: 200\n",
+        )
+        .unwrap();
+        let after = parse_stats(
+            "http.p.downstream_rq_total: 14\nhttp.p.downstream_rq_2xx: 13\nhttp.p.downstream_rq_5xx: 1\n\
+             cluster.c.upstream_rq_retry: 3\ntcp.t.downstream_cx_total: 7\n\
+             listener.1.2.3.4_80.downstream_cx_active: 1\n\
+             server.memory_allocated: 150\nserver.memory_heap_size: 400\n",
+        )
+        .unwrap();
+        let d = after.since(&before);
+        let r = d.requests.unwrap();
+        assert_eq!((r.total, r.status_2xx, r.status_5xx), (10, 9, 1));
+        assert_eq!(d.upstream_failures.rq_retry, 2);
+        assert_eq!(d.tunnel_connections, Some(5));
+        assert_eq!(d.connections_active, 1);
+        assert_eq!(
+            (d.memory_allocated_bytes, d.memory_heap_size_bytes),
+            (150, 400)
+        );
+        // A restarted Envoy counts from zero: nothing goes negative.
+        assert_eq!(before.since(&after).requests.unwrap().total, 0);
+    }
+
+    #[test]
+    fn responses_are_decoded_chunked_by_length_or_to_the_close() {
+        let chunked = b"HTTP/1.1 200 OK\r\ncontent-type: text/plain; charset=UTF-8\r\nserver: envoy\r\ntransfer-encoding: chunked\r\n\r\n1a\r\nserver.memory_allocated: 1\r\n6\r\n\nx: 2\n\r\n0\r\n\r\n";
+        assert_eq!(
+            decode_response(chunked).unwrap(),
+            b"server.memory_allocated: 1\nx: 2\n"
+        );
+        assert!(complete(chunked));
+        assert!(!complete(&chunked[..chunked.len() - 5]));
+        assert_eq!(
+            decode_response(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nabcdef").unwrap(),
+            b"abc"
+        );
+        assert_eq!(
+            decode_response(b"HTTP/1.1 200 OK\r\n\r\nto the end").unwrap(),
+            b"to the end"
+        );
+        assert_eq!(
+            decode_response(b"HTTP/1.1 404 Not Found\r\n\r\n"),
+            Err(NotEnvoy::Status("404 Not Found".into()))
+        );
+        assert_eq!(
+            decode_response(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nabc"),
+            Err(NotEnvoy::Short)
+        );
+        assert_eq!(
+            decode_response(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"),
+            Err(NotEnvoy::Chunked)
+        );
+        assert_eq!(
+            decode_response(b"SSH-2.0-OpenSSH\r\n"),
+            Err(NotEnvoy::NoHead)
+        );
+        assert_eq!(decode_response(b"garbage\r\n\r\n"), Err(NotEnvoy::NoHead));
+    }
+
+    #[test]
+    fn the_filter_asks_for_what_is_read() {
+        assert_eq!(
+            stats_path(),
+            "/stats?filter=%5E%28http%5C.%7Ccluster%5C.%7Ctcp%5C.%7Clistener%5C.%7Cserver%5C.%29"
+        );
+    }
+
+    #[test]
+    fn an_admin_that_is_not_there_is_unreachable_and_a_silent_one_times_out() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        drop(l);
+        assert!(
+            matches!(read(addr), Err(AdminError::Unreachable { .. })),
+            "a closed port"
+        );
+        // Accepts (the kernel's backlog) and never answers.
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let started = Instant::now();
+        let got = read(silent.local_addr().unwrap());
+        assert!(matches!(got, Err(AdminError::TimedOut { .. })), "{got:?}");
+        assert!(started.elapsed() < DEADLINE + TIMEOUT);
+    }
+}
