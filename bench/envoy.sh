@@ -90,9 +90,9 @@ def role(step, name):
 def pct(step, q):
     return step["summary"][q + "_us"] / 1000
 med = lambda xs: statistics.median(xs) if xs else float("nan")
-print("\nsidecars: client + server proxy, mutual TLS, HTTP/1.1, 1 KB, 16 connections, 2 workers, 1 core each")
+print("\nsidecars (vCPU and MiB per sidecar): client + server proxy, mutual TLS, HTTP/1.1, 1 KB, 16 connections, 2 workers, 1 core each")
 print("median of %d interleaved repetitions" % reps)
-print("%-8s %10s %14s %14s %10s %10s %8s" % ("proxy", "req/s", "vCPU/1k RPS", "(each, avg)", "+p50 ms", "+p99 ms", "MiB"))
+print("%-8s %10s %14s %10s %10s %8s" % ("proxy", "req/s", "vCPU/1k RPS", "+p50 ms", "+p99 ms", "MiB"))
 rows = {}
 for p in proxies:
     cpu, mib, a50, a99, rps = [], [], [], [], []
@@ -109,7 +109,7 @@ for p in proxies:
         a99.append(pct(both, "p99") - pct(base, "p99"))
         rps.append(thr)
     rows[p] = (med(cpu), med(a50), med(a99), med(mib))
-    print("%-8s %10.0f %14.3f %14s %10.3f %10.3f %8.1f" % (p, med(rps), med(cpu), "", med(a50), med(a99), med(mib)))
+    print("%-8s %10.0f %14.3f %10.3f %10.3f %8.1f" % (p, med(rps), med(cpu), med(a50), med(a99), med(mib)))
 print("\ngateway: TLS, domains x 10 paths, closed loop, 1 core")
 print("%-8s %10s %14s %10s %8s" % ("proxy", "req/s", "vCPU/1k RPS", "RPS/core", "MiB"))
 gw = {}

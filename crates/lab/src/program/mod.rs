@@ -277,7 +277,12 @@ impl ProgramSpec {
                     String::from_utf8_lossy(&o.stdout),
                     String::from_utf8_lossy(&o.stderr)
                 );
-                text.lines().next().unwrap_or("").trim().to_string()
+                // The first line that says something (Envoy prints an empty one first).
+                text.lines()
+                    .map(str::trim)
+                    .find(|l| !l.is_empty())
+                    .unwrap_or("")
+                    .to_string()
             }
             Err(_) => "unknown".into(),
         }
