@@ -22,9 +22,6 @@ use envoy_types::pb::envoy::config::core::v3::{
     transport_socket, Address, DataSource, EnvoyInternalAddress, SocketAddress, TransportSocket,
     TypedExtensionConfig,
 };
-use envoy_types::pb::envoy::config::endpoint::v3::{
-    lb_endpoint, ClusterLoadAssignment, Endpoint, LbEndpoint, LocalityLbEndpoints,
-};
 use envoy_types::pb::envoy::config::listener::v3::{
     filter, listener, listener_filter, Filter, FilterChain, FilterChainMatch, Listener,
     ListenerFilter, QuicProtocolOptions, UdpListenerConfig,
@@ -73,7 +70,7 @@ use prost::Message;
 use serde_yaml_ng::Value as Yaml;
 
 use meshbench_lab::gateway::{self, CertLayout, GatewayPlan};
-use meshbench_lab::program::envoy::{gateway_bootstrap, hop_bootstrap, yaml::bootstrap_yaml};
+use meshbench_lab::program::envoy::{self, gateway_bootstrap, hop_bootstrap, yaml::bootstrap_yaml};
 use meshbench_lab::program::{Hop, ListenTls, UpstreamTls};
 use meshbench_lab::topology::{Layer, Part};
 use meshbench_lab::{pki, Program};
@@ -810,26 +807,8 @@ fn full_hcm(codec: hcm::CodecType) -> HttpConnectionManager {
 
 fn static_cluster(name: &str, address: Address) -> Cluster {
     Cluster {
-        name: name.into(),
-        cluster_discovery_type: Some(cluster::ClusterDiscoveryType::Type(
-            cluster::DiscoveryType::Static as i32,
-        )),
         connect_timeout: millis(250),
-        load_assignment: Some(ClusterLoadAssignment {
-            cluster_name: name.into(),
-            endpoints: vec![LocalityLbEndpoints {
-                lb_endpoints: vec![LbEndpoint {
-                    host_identifier: Some(lb_endpoint::HostIdentifier::Endpoint(Endpoint {
-                        address: Some(address),
-                        ..Default::default()
-                    })),
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }],
-            ..Default::default()
-        }),
-        ..Default::default()
+        ..envoy::static_cluster_at(name, address)
     }
 }
 

@@ -58,21 +58,13 @@ fn listener(plan: &GatewayPlan) -> Listener {
     let (filter_chains, listener_filters) = if plan.tls {
         let chains = plan
             .domain_names()
-            .map(|domain| FilterChain {
-                name: format!("https.{port}.{domain}"),
-                filter_chain_match: Some(FilterChainMatch {
-                    server_names: vec![domain.clone()],
-                    ..Default::default()
-                }),
-                filters: vec![manager(
-                    plan,
-                    &domain,
-                    vec![virtual_host(plan, &domain)],
-                    false,
-                )],
-                transport_socket: Some(tls_socket(domain_tls(plan, &domain, plan.alpn()))),
-                transport_socket_connect_timeout: istio::secs(15),
-                ..Default::default()
+            .map(|domain| {
+                let tls = tls_socket(domain_tls(plan, &domain, plan.alpn()));
+                FilterChain {
+                    name: format!("https.{port}.{domain}"),
+                    transport_socket_connect_timeout: istio::secs(15),
+                    ..server_chain(plan, &domain, tls, false)
+                }
             })
             .collect();
         (chains, vec![istio::tls_inspector()])
@@ -92,6 +84,30 @@ fn listener(plan: &GatewayPlan) -> Listener {
         address: Some(socket(plan.listen)),
         listener_filters,
         filter_chains,
+        ..Default::default()
+    }
+}
+
+/// A Gateway server's filter chain: matched by its domain's SNI, its own connection manager
+/// and routes behind `socket` (TLS, or QUIC).
+fn server_chain(
+    plan: &GatewayPlan,
+    domain: &str,
+    socket: TransportSocket,
+    quic: bool,
+) -> FilterChain {
+    FilterChain {
+        filter_chain_match: Some(FilterChainMatch {
+            server_names: vec![domain.to_string()],
+            ..Default::default()
+        }),
+        filters: vec![manager(
+            plan,
+            domain,
+            vec![virtual_host(plan, domain)],
+            quic,
+        )],
+        transport_socket: Some(socket),
         ..Default::default()
     }
 }
@@ -123,23 +139,11 @@ fn quic_listener(plan: &GatewayPlan) -> Listener {
                 downstream_tls_context: Some(domain_tls(plan, &domain, &["h3"])),
                 ..Default::default()
             };
-            FilterChain {
-                filter_chain_match: Some(FilterChainMatch {
-                    server_names: vec![domain.clone()],
-                    ..Default::default()
-                }),
-                filters: vec![manager(
-                    plan,
-                    &domain,
-                    vec![virtual_host(plan, &domain)],
-                    true,
-                )],
-                transport_socket: Some(TransportSocket {
-                    name: "envoy.transport_sockets.quic".into(),
-                    config_type: Some(transport_socket::ConfigType::TypedConfig(pack_any(quic))),
-                }),
-                ..Default::default()
-            }
+            let socket = TransportSocket {
+                name: "envoy.transport_sockets.quic".into(),
+                config_type: Some(transport_socket::ConfigType::TypedConfig(pack_any(quic))),
+            };
+            server_chain(plan, &domain, socket, true)
         })
         .collect();
     Listener {

@@ -183,7 +183,7 @@ fn static_cluster(name: &str, endpoint: SocketAddr) -> Cluster {
 }
 
 /// A cluster of one static endpoint at any address (a socket, or an internal listener).
-fn static_cluster_at(name: &str, address: Address) -> Cluster {
+pub fn static_cluster_at(name: &str, address: Address) -> Cluster {
     Cluster {
         name: name.into(),
         connect_timeout: istio::secs(5),
