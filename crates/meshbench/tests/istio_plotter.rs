@@ -117,7 +117,9 @@ fn istios_graph_plotter_draws_every_point_from_the_exported_csv() {
         } else {
             u["cpu_millicores_avg"].as_f64().unwrap()
         };
-        (v * 1000.0).round() / 1000.0
+        // Formatted as the CSV formats it: `{:.3}` rounds an exact tie (a working set of
+        // 15.5625 MiB is one) to even, where `round()` would round it up.
+        format!("{v:.3}").parse::<f64>().unwrap()
     };
 
     let pngs = dir.join("plots");

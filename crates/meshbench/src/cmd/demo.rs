@@ -1,6 +1,7 @@
 //! `meshbench demo`: the README's first command, a short version of
 //! `examples/sidecar-overhead.yaml` (embedded in the binary). The backend alone, behind a real
-//! nginx sidecar, and behind a client and a server sidecar talking mutual TLS, at three rates;
+//! Envoy sidecar configured as Istio's (nginx, its fallback, where Envoy is not installed: one
+//! line says so), and behind a client and a server sidecar talking mutual TLS, at three rates;
 //! it runs as any experiment does and prints the same headline: what the sidecars add per
 //! percentile, each with its interval and whether it is more than noise (the one verdict of
 //! `analysis::verdict`), and what they cost in CPU and memory. Results go to a store and
