@@ -83,24 +83,56 @@ fn nginx_stopping_mid_run_is_counted_not_fatal() {
     let _ = std::fs::remove_file(&path);
 }
 
+/// The demo measures Envoy sidecars (installed by scripts/install-envoy.sh).
 #[test]
 fn the_demo_runs_end_to_end() {
+    demo_measures("envoy", None);
+}
+
+/// Must hold (issue 23): without Envoy the demo still runs, measuring nginx in its place, and
+/// says so in one line (`MESHBENCH_ENVOY` naming no file stands for a machine without Envoy).
+#[test]
+fn the_demo_measures_nginx_in_envoys_place_without_envoy() {
+    demo_measures("nginx", Some("/nonexistent/envoy"));
+}
+
+fn demo_measures(program: &str, envoy: Option<&str>) {
     // The embedded sidecar-overhead experiment, shortened further: one rate, 1 s steps.
-    let dir = std::env::temp_dir().join(format!("meshbench-demo-test-{}", std::process::id()));
-    let out = meshbench(
-        &[
-            "demo",
-            "--set",
-            "duration_secs=1",
-            "--set",
-            "load.qps=[300]",
-            "--quiet",
-            "--out",
-            dir.to_str().unwrap(),
-        ],
-        Duration::from_secs(120),
-    );
+    let dir = std::env::temp_dir().join(format!(
+        "meshbench-demo-test-{}-{program}",
+        std::process::id()
+    ));
+    let mut cmd = std::process::Command::new(bin());
+    cmd.args([
+        "demo",
+        "--set",
+        "duration_secs=1",
+        "--set",
+        "load.qps=[300]",
+        "--quiet",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    if let Some(path) = envoy {
+        cmd.env("MESHBENCH_ENVOY", path);
+    }
+    cmd.stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let out = wait_with_limit(&mut cmd.spawn().unwrap(), Duration::from_secs(120));
     assert!(out.status.success(), "{}", stderr(&out));
+    let notes: Vec<String> = stderr(&out)
+        .lines()
+        .filter(|l| l.starts_with("note:"))
+        .map(String::from)
+        .collect();
+    match envoy {
+        Some(_) => assert!(
+            notes.len() == 1 && notes[0].contains("measures nginx in its place"),
+            "one line says what is measured instead: {notes:?}"
+        ),
+        None => assert!(notes.is_empty(), "{notes:?}"),
+    }
     let text = stdout(&out);
     // The same headline as `meshbench experiment`: what the sidecars add, with intervals,
     // and what each costs.
@@ -121,7 +153,7 @@ fn the_demo_runs_end_to_end() {
         "Latency added over the baseline",
         "serveronly",
         "both",
-        "client_proxy (nginx)",
+        &format!("client_proxy ({program})"),
         "What each proxy costs",
         "vCPU/1k RPS",
     ] {
