@@ -6,7 +6,8 @@ set -euo pipefail
 html=$(realpath "$1"); shot=$2
 browser=$(command -v chromium || command -v chromium-browser || command -v google-chrome || true)
 [ -n "$browser" ] || { echo "check-report: no chromium; run scripts/install-deps.sh" >&2; exit 2; }
-flags=(--headless --no-sandbox --disable-gpu --hide-scrollbars --no-first-run
+flags=(--headless --no-sandbox --disable-gpu --hide-scrollbars --no-first-run --disable-quic
+       --disable-background-networking --disable-component-update --disable-sync
        --user-data-dir="$(mktemp -d)" --window-size=1200,2400)
 log=$(mktemp)
 # Chromium's own complaints about D-Bus and GPU in a container are not the page's errors.
