@@ -20,7 +20,7 @@ use envoy_types::pb::envoy::config::core::v3::{
     address, envoy_internal_address, Address, EnvoyInternalAddress, Http2ProtocolOptions,
 };
 use envoy_types::pb::envoy::config::listener::v3::{
-    filter, listener, Filter, FilterChain, Listener, ListenerFilter,
+    filter, listener, Filter, FilterChain, Listener,
 };
 use envoy_types::pb::envoy::config::route::v3::{
     route, route_action, route_match, Route, RouteAction, RouteConfiguration, RouteMatch,
@@ -129,7 +129,7 @@ pub fn waypoint(hop: &Hop) -> Bootstrap {
         // The connection manager forwards gRPC as HTTP/2 inside the tunnel.
         to_originate.typed_extension_protocol_options = istio::http2_upstream(0, 0, 0);
     }
-    let mut b = Bootstrap {
+    let b = Bootstrap {
         static_resources: Some(StaticResources {
             listeners: vec![terminate, main, out],
             clusters: vec![to_main, to_originate, tunnel_cluster(hop)],
@@ -138,13 +138,12 @@ pub fn waypoint(hop: &Hop) -> Bootstrap {
         bootstrap_extensions: vec![istio::internal_listener_extension()],
         ..Default::default()
     };
-    b = istio::finish(
+    istio::finish(
         b,
         &hop.name,
         hop.admin,
         &["connect_terminate".into(), stat_prefix, ORIGINATE.into()],
-    );
-    b
+    )
 }
 
 /// `tcp_proxy` sending each connection as a CONNECT stream to the tunnel cluster.
@@ -213,10 +212,7 @@ fn terminate_listener(hop: &Hop, name: &str, cluster: &str) -> Listener {
         },
         Direction::Inbound,
         CodecType::Http2,
-        istio::http_filters()
-            .into_iter()
-            .filter(|f| f.name == "envoy.filters.http.router")
-            .collect(),
+        vec![istio::router()],
     );
     hcm.tracing = None;
     hcm.http2_protocol_options = Some(Http2ProtocolOptions {
@@ -237,11 +233,9 @@ fn terminate_listener(hop: &Hop, name: &str, cluster: &str) -> Listener {
         enabled: Some(BoolValue { value: true }),
         ..Default::default()
     }];
-    let listener_filters: Vec<ListenerFilter> = Vec::new();
     Listener {
         name: name.into(),
         address: Some(socket(hop.listen)),
-        listener_filters,
         filter_chains: vec![FilterChain {
             filters: vec![hcm_filter(hcm)],
             transport_socket: hop

@@ -47,7 +47,7 @@ use envoy_types::pb::envoy::r#type::v3::Percent;
 use envoy_types::pb::google::protobuf::{Any, BoolValue, Duration, UInt32Value};
 use envoy_types::util::pack_any;
 
-use super::{file, socket, tls_socket};
+use super::{file, socket, socket_address, tls_socket};
 use crate::pki;
 use crate::program::{ListenTls, UpstreamTls};
 
@@ -145,13 +145,17 @@ pub fn http_filters() -> Vec<HttpFilter> {
         )),
         ..Default::default()
     };
-    let mut filters = vec![
+    vec![
         http_filter("envoy.filters.http.grpc_stats", grpc_stats),
         http_filter("envoy.filters.http.fault", HttpFault::default()),
         http_filter("envoy.filters.http.cors", Cors::default()),
-    ];
-    filters.push(http_filter("envoy.filters.http.router", Router::default()));
-    filters
+        router(),
+    ]
+}
+
+/// The router alone: what a connection manager that only forwards needs (HBONE's ends).
+pub fn router() -> HttpFilter {
+    http_filter("envoy.filters.http.router", Router::default())
 }
 
 /// Which side of a workload a connection manager serves.
@@ -308,14 +312,10 @@ pub fn with_defaults(mut cluster: Cluster, least_request: bool) -> Cluster {
 /// An inbound cluster's source address: Istio's 127.0.0.6 where the workload is on loopback.
 pub fn inbound_bind(upstream: SocketAddr) -> Option<BindConfig> {
     upstream.ip().is_loopback().then(|| BindConfig {
-        source_address: Some(
-            match socket("127.0.0.6:0".parse().expect("an address")).address {
-                Some(
-                    envoy_types::pb::envoy::config::core::v3::address::Address::SocketAddress(s),
-                ) => s,
-                _ => unreachable!("a socket address"),
-            },
-        ),
+        source_address: Some(socket_address(
+            ([127, 0, 0, 6], 0).into(),
+            envoy_types::pb::envoy::config::core::v3::socket_address::Protocol::Tcp,
+        )),
         ..Default::default()
     })
 }

@@ -159,14 +159,20 @@ fn socket(addr: SocketAddr) -> Address {
 
 fn socket_of(addr: SocketAddr, protocol: socket_address::Protocol) -> Address {
     Address {
-        address: Some(address::Address::SocketAddress(SocketAddress {
-            protocol: protocol as i32,
-            address: addr.ip().to_string(),
-            port_specifier: Some(socket_address::PortSpecifier::PortValue(u32::from(
-                addr.port(),
-            ))),
-            ..Default::default()
-        })),
+        address: Some(address::Address::SocketAddress(socket_address(
+            addr, protocol,
+        ))),
+    }
+}
+
+fn socket_address(addr: SocketAddr, protocol: socket_address::Protocol) -> SocketAddress {
+    SocketAddress {
+        protocol: protocol as i32,
+        address: addr.ip().to_string(),
+        port_specifier: Some(socket_address::PortSpecifier::PortValue(u32::from(
+            addr.port(),
+        ))),
+        ..Default::default()
     }
 }
 
