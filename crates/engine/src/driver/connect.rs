@@ -59,6 +59,7 @@ impl Worker<'_> {
         }
         // Until TLS or h2 takes it over, the plain stream owns the socket.
         self.conns[c as usize].attach(raw, Stream::plain(fd), done, now);
+        self.opening += 1;
         if done {
             self.tcp_connected(c, now);
         }
@@ -93,6 +94,7 @@ impl Worker<'_> {
         match H3Conn::connect(fd, addr, &name, quic, now) {
             Ok(h3) => {
                 self.conns[c as usize].attach_quic(raw, h3, now);
+                self.opening += 1;
                 Ok(())
             }
             Err((kind, msg)) => {
@@ -195,7 +197,7 @@ impl Worker<'_> {
         let conn = &mut self.conns[c as usize];
         match self.plan.conn.protocol {
             Protocol::Http1 => {
-                conn.state = State::Ready;
+                self.opened(c);
                 self.set_write_interest(c, false);
                 self.send_waiting(c, now);
             }
@@ -229,8 +231,23 @@ impl Worker<'_> {
         }
     }
 
+    /// Conn `c` finished opening (TCP, TLS, HTTP/2 or QUIC handshakes): it is Ready.
+    pub(super) fn opened(&mut self, c: u32) {
+        let conn = &mut self.conns[c as usize];
+        if matches!(conn.state, State::Connecting | State::Handshaking) {
+            self.opening -= 1;
+        }
+        conn.state = State::Ready;
+    }
+
     /// Closes conn `c` (whatever state), leaving its requests to the caller.
     pub(super) fn close(&mut self, c: u32) {
+        if matches!(
+            self.conns[c as usize].state,
+            State::Connecting | State::Handshaking
+        ) {
+            self.opening -= 1;
+        }
         if let Some(h3) = self.conns[c as usize].h3.as_mut() {
             // CONNECTION_CLOSE, so that the server frees the connection now, not at its idle
             // timeout.

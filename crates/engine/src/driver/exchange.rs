@@ -272,6 +272,8 @@ impl Worker<'_> {
             let read = io.bytes_in.get() != before;
             let opened = h2.is_open() && conn.state == State::Handshaking;
             if opened {
+                // Handshaking, so counted as opening (see `Worker::opened`).
+                self.opening -= 1;
                 conn.state = State::Ready;
             }
             match polled {
@@ -349,6 +351,8 @@ impl Worker<'_> {
         };
         let polled = h3.poll();
         if h3.is_open() && conn.state == State::Handshaking {
+            // Counted as opening (see `Worker::opened`).
+            self.opening -= 1;
             conn.state = State::Ready;
         }
         if let Poll::Ready(Err((kind, msg))) = polled {

@@ -160,6 +160,10 @@ struct Worker<'a> {
     buf: Box<[u8]>,
     /// Connections in the middle of a transfer: the loop must not sleep through them.
     streaming: usize,
+    /// Connections opening (TCP connect or a handshake under way): the loop must not sleep
+    /// through them either, or each step would wait for the next send to be noticed and a new
+    /// connection's every request would carry the pacer's idle time.
+    opening: usize,
     /// The kernel stamps received data (cleared at the first read without a stamp). Without it
     /// the loop never sleeps through arrivals, which would otherwise add to latency.
     timestamps: bool,
@@ -222,6 +226,7 @@ pub fn run_worker(
         buf: vec![0u8; 64 * 1024].into_boxed_slice(),
         realtime_offset: 0,
         streaming: 0,
+        opening: 0,
         timestamps: true,
         next_target: plan.first_target,
         first_send: None,
@@ -571,14 +576,16 @@ impl Worker<'_> {
     }
 
     /// Whether the loop may sleep until its next send and read what arrived meanwhile (see the
-    /// module header): an open loop, sending, with a free slot, no transfer half done, and
-    /// kernel receive timestamps to date the arrivals.
+    /// module header): an open loop, sending, with a free slot, no transfer half done, no
+    /// connection opening (its connect and handshake need an answer from the loop, which the
+    /// kernel cannot timestamp for it), and kernel receive timestamps to date the arrivals.
     fn may_sleep_through_arrivals(&self) -> bool {
         self.sending
             && self.plan.pacer.is_open()
             && self.slots.has_free()
             && !self.slots.is_holding()
             && self.streaming == 0
+            && self.opening == 0
             && self.timestamps
     }
 
