@@ -5,10 +5,9 @@
 //! what the window's edges can explain, one of them did not see what the other did.
 //!
 //! One reading is one blocking HTTP/1.1 `GET /stats?filter=...` (plain text, `name: value`
-//! lines) over a plain TCP socket, bounded in time (connect and each read [`TIMEOUT`], the whole
-//! answer [`DEADLINE`]) and in size ([`MAX_ANSWER`]). The answer is decoded by
-//! [`decode_response`] and read by [`parse_stats`], both pure functions of their input, tested
-//! on text captured from Envoy 1.40. Failures are typed ([`AdminError`]): unreachable, timed
+//! lines) with ureq, as the runner reads Prometheus, bounded in time (connect [`TIMEOUT`], the
+//! whole answer [`DEADLINE`]) and in size ([`MAX_ANSWER`]). The text is read by
+//! [`parse_stats`], a pure function of its input, tested on text captured from Envoy 1.40. Failures are typed ([`AdminError`]): unreachable, timed
 //! out, or not an Envoy admin answer; a reading that fails is a note on the role, never a
 //! failed step (the runner decides that).
 //!
@@ -16,9 +15,8 @@
 //! creates (Istio's `stats_config.stats_matcher.inclusion_list`) must include these prefixes,
 //! or the reading finds no request counts.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::time::{Duration, Instant};
+use std::net::SocketAddr;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
@@ -41,7 +39,7 @@ use thiserror::Error;
 /// what is asked for.
 pub const STATS_NEEDED: &[&str] = &["http.", "cluster.", "tcp.", "listener.", "server."];
 
-/// Connect and each read or write: an admin on the same machine answers in milliseconds.
+/// The connect: an admin on the same machine answers in milliseconds.
 pub const TIMEOUT: Duration = Duration::from_secs(1);
 /// The whole answer.
 pub const DEADLINE: Duration = Duration::from_secs(2);
@@ -204,14 +202,10 @@ pub enum AdminError {
 /// find, without an address).
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum NotEnvoy {
-    #[error("no HTTP response head")]
-    NoHead,
+    #[error("not an HTTP/1.1 answer ({0})")]
+    Http(String),
     #[error("status {0}")]
     Status(String),
-    #[error("malformed chunked body")]
-    Chunked,
-    #[error("the body is shorter than its Content-Length")]
-    Short,
     #[error("more than {} MiB", MAX_ANSWER >> 20)]
     TooLarge,
     #[error("no server.memory_allocated in its stats (not Envoy's /stats, or `server.` not included by its stats matcher)")]
@@ -220,10 +214,8 @@ pub enum NotEnvoy {
 
 /// Reads the admin endpoint at `addr` once.
 pub fn read(addr: SocketAddr) -> Result<ProxyCounters, AdminError> {
-    let answer = fetch(addr, &stats_path())?;
-    let not_envoy = |why| AdminError::NotEnvoy { addr, why };
-    let body = decode_response(&answer).map_err(not_envoy)?;
-    parse_stats(&String::from_utf8_lossy(&body)).map_err(not_envoy)
+    let body = fetch(addr, &stats_path())?;
+    parse_stats(&String::from_utf8_lossy(&body)).map_err(|why| AdminError::NotEnvoy { addr, why })
 }
 
 /// `/stats?filter=^(http\.|cluster\.|...)`: the stats [`STATS_NEEDED`] names, as plain text.
@@ -247,152 +239,56 @@ fn percent_encode(s: &str) -> String {
     out
 }
 
-/// One `GET path` with `Connection: close`, read to the end (or to the length its head gives),
-/// bounded in time and size.
+/// One `GET path` over HTTP/1.1 with ureq, bounded in time (connect [`TIMEOUT`], the whole
+/// answer [`DEADLINE`]) and size ([`MAX_ANSWER`]); the body of a 200 answer.
 fn fetch(addr: SocketAddr, path: &str) -> Result<Vec<u8>, AdminError> {
-    let started = Instant::now();
-    let timed_out = || AdminError::TimedOut {
-        addr,
-        secs: DEADLINE.as_secs_f64(),
-    };
-    let io = |e: std::io::Error| match e.kind() {
-        std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => timed_out(),
-        _ => AdminError::Unreachable {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_connect(Some(TIMEOUT))
+        .timeout_global(Some(DEADLINE))
+        .http_status_as_error(false)
+        .user_agent("meshbench")
+        .build()
+        .into();
+    let failed = |e: ureq::Error| match e {
+        ureq::Error::Timeout(_) => AdminError::TimedOut {
             addr,
-            reason: e.to_string(),
+            secs: DEADLINE.as_secs_f64(),
         },
-    };
-    let mut s = TcpStream::connect_timeout(&addr, TIMEOUT).map_err(io)?;
-    s.set_read_timeout(Some(TIMEOUT)).map_err(io)?;
-    s.set_write_timeout(Some(TIMEOUT)).map_err(io)?;
-    let request = format!(
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: meshbench\r\nAccept: text/plain\r\nConnection: close\r\n\r\n"
-    );
-    s.write_all(request.as_bytes()).map_err(io)?;
-    let mut answer = Vec::with_capacity(64 * 1024);
-    let mut buf = [0u8; 16 * 1024];
-    loop {
-        if started.elapsed() > DEADLINE {
-            return Err(timed_out());
-        }
-        let n = match s.read(&mut buf) {
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(io(e)),
-        };
-        if n == 0 {
-            return Ok(answer);
-        }
-        answer.extend_from_slice(&buf[..n]);
-        if answer.len() > MAX_ANSWER {
-            return Err(AdminError::NotEnvoy {
+        ureq::Error::Io(io) if io.kind() == std::io::ErrorKind::ConnectionRefused => {
+            AdminError::Unreachable {
                 addr,
-                why: NotEnvoy::TooLarge,
-            });
-        }
-        // Envoy closes after `Connection: close`; an answer that says where it ends is done
-        // there even if the close is late.
-        if complete(&answer) {
-            return Ok(answer);
-        }
-    }
-}
-
-/// Whether `answer` holds a whole response (a chunked body up to its last chunk, or as many
-/// bytes as its Content-Length); a body delimited by the close is never complete early.
-fn complete(answer: &[u8]) -> bool {
-    let Some((head, body)) = split_head(answer) else {
-        return false;
-    };
-    match framing(head) {
-        Framing::Chunked => matches!(dechunk(body), Ok(Some(_))),
-        Framing::Length(n) => body.len() >= n,
-        Framing::Close => false,
-    }
-}
-
-enum Framing {
-    Chunked,
-    Length(usize),
-    Close,
-}
-
-fn split_head(answer: &[u8]) -> Option<(&str, &[u8])> {
-    let end = answer.windows(4).position(|w| w == b"\r\n\r\n")?;
-    let head = std::str::from_utf8(&answer[..end]).ok()?;
-    Some((head, &answer[end + 4..]))
-}
-
-fn framing(head: &str) -> Framing {
-    let mut framing = Framing::Close;
-    for line in head.lines().skip(1) {
-        let Some((name, value)) = line.split_once(':') else {
-            continue;
-        };
-        let value = value.trim();
-        if name.eq_ignore_ascii_case("transfer-encoding")
-            && value.to_ascii_lowercase().contains("chunked")
-        {
-            return Framing::Chunked;
-        }
-        if name.eq_ignore_ascii_case("content-length") {
-            if let Ok(n) = value.parse() {
-                framing = Framing::Length(n);
+                reason: io.to_string(),
             }
         }
+        ureq::Error::ConnectionFailed => AdminError::Unreachable {
+            addr,
+            reason: "connection failed".into(),
+        },
+        ureq::Error::BodyExceedsLimit(_) => AdminError::NotEnvoy {
+            addr,
+            why: NotEnvoy::TooLarge,
+        },
+        other => AdminError::NotEnvoy {
+            addr,
+            why: NotEnvoy::Http(other.to_string()),
+        },
+    };
+    let mut answer = agent
+        .get(format!("http://{addr}{path}"))
+        .header("Accept", "text/plain")
+        .call()
+        .map_err(failed)?;
+    let status = answer.status();
+    if status != 200 {
+        let why = NotEnvoy::Status(status.to_string());
+        return Err(AdminError::NotEnvoy { addr, why });
     }
-    framing
-}
-
-/// The body of a complete HTTP/1.1 response with status 200: chunked, by Content-Length, or up
-/// to the close.
-pub fn decode_response(answer: &[u8]) -> Result<Vec<u8>, NotEnvoy> {
-    let (head, body) = split_head(answer).ok_or(NotEnvoy::NoHead)?;
-    let status = head.lines().next().unwrap_or("");
-    let mut parts = status.splitn(3, ' ');
-    let (version, code) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    if !version.starts_with("HTTP/1.") {
-        return Err(NotEnvoy::NoHead);
-    }
-    if code != "200" {
-        let said: String = status.chars().skip(version.len() + 1).take(60).collect();
-        return Err(NotEnvoy::Status(said));
-    }
-    match framing(head) {
-        Framing::Chunked => dechunk(body)?.ok_or(NotEnvoy::Chunked),
-        Framing::Length(n) if body.len() >= n => Ok(body[..n].to_vec()),
-        Framing::Length(_) => Err(NotEnvoy::Short),
-        Framing::Close => Ok(body.to_vec()),
-    }
-}
-
-/// A chunked body decoded: `Ok(None)` while its last chunk has not arrived.
-fn dechunk(mut body: &[u8]) -> Result<Option<Vec<u8>>, NotEnvoy> {
-    let mut out = Vec::with_capacity(body.len());
-    loop {
-        let Some(eol) = body.windows(2).position(|w| w == b"\r\n") else {
-            return Ok(None);
-        };
-        let line = std::str::from_utf8(&body[..eol]).map_err(|_| NotEnvoy::Chunked)?;
-        let size = line.split(';').next().unwrap_or("").trim();
-        let size = usize::from_str_radix(size, 16).map_err(|_| NotEnvoy::Chunked)?;
-        if size > MAX_ANSWER {
-            return Err(NotEnvoy::TooLarge);
-        }
-        let data = &body[eol + 2..];
-        if size == 0 {
-            // Trailers, if any, are not read.
-            return Ok(Some(out));
-        }
-        if data.len() < size + 2 {
-            return Ok(None);
-        }
-        if &data[size..size + 2] != b"\r\n" {
-            return Err(NotEnvoy::Chunked);
-        }
-        out.extend_from_slice(&data[..size]);
-        body = &data[size + 2..];
-    }
+    answer
+        .body_mut()
+        .with_config()
+        .limit(MAX_ANSWER as u64)
+        .read_to_vec()
+        .map_err(failed)
 }
 
 /// Reads `/stats` plain text (`name: value` lines; histograms, text readouts and anything
@@ -649,40 +545,40 @@ server.memory_allocated: 1
         assert_eq!(before.since(&after).requests.unwrap().total, 0);
     }
 
+    /// A server on loopback that answers every connection with `answer`, then closes.
+    fn liar(answer: &'static [u8]) -> SocketAddr {
+        use std::io::{Read, Write};
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        std::thread::spawn(move || {
+            for mut s in l.incoming().flatten() {
+                let _ = s.read(&mut [0u8; 4096]);
+                let _ = s.write_all(answer);
+            }
+        });
+        addr
+    }
+
     #[test]
-    fn responses_are_decoded_chunked_by_length_or_to_the_close() {
-        let chunked = b"HTTP/1.1 200 OK\r\ncontent-type: text/plain; charset=UTF-8\r\nserver: envoy\r\ntransfer-encoding: chunked\r\n\r\n1a\r\nserver.memory_allocated: 1\r\n6\r\n\nx: 2\n\r\n0\r\n\r\n";
-        assert_eq!(
-            decode_response(chunked).unwrap(),
-            b"server.memory_allocated: 1\nx: 2\n"
-        );
-        assert!(complete(chunked));
-        assert!(!complete(&chunked[..chunked.len() - 5]));
-        assert_eq!(
-            decode_response(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nabcdef").unwrap(),
-            b"abc"
-        );
-        assert_eq!(
-            decode_response(b"HTTP/1.1 200 OK\r\n\r\nto the end").unwrap(),
-            b"to the end"
-        );
-        assert_eq!(
-            decode_response(b"HTTP/1.1 404 Not Found\r\n\r\n"),
-            Err(NotEnvoy::Status("404 Not Found".into()))
-        );
-        assert_eq!(
-            decode_response(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nabc"),
-            Err(NotEnvoy::Short)
-        );
-        assert_eq!(
-            decode_response(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"),
-            Err(NotEnvoy::Chunked)
-        );
-        assert_eq!(
-            decode_response(b"SSH-2.0-OpenSSH\r\n"),
-            Err(NotEnvoy::NoHead)
-        );
-        assert_eq!(decode_response(b"garbage\r\n\r\n"), Err(NotEnvoy::NoHead));
+    fn an_answer_that_is_not_a_200_from_an_http_server_is_not_envoy() {
+        type Expected = fn(&NotEnvoy) -> bool;
+        let cases: [(&[u8], Expected); 3] = [
+            (
+                b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n",
+                |w| *w == NotEnvoy::Status("404 Not Found".into()),
+            ),
+            (b"SSH-2.0-OpenSSH\r\n", |w| matches!(w, NotEnvoy::Http(_))),
+            (
+                b"HTTP/1.1 200 OK\r\ncontent-length: 14\r\n\r\nnot envoy: yes",
+                |w| *w == NotEnvoy::NoServerStats,
+            ),
+        ];
+        for (answer, expected) in cases {
+            match read(liar(answer)) {
+                Err(AdminError::NotEnvoy { why, .. }) if expected(&why) => {}
+                other => panic!("{:?}: {other:?}", String::from_utf8_lossy(answer)),
+            }
+        }
     }
 
     #[test]
@@ -704,7 +600,7 @@ server.memory_allocated: 1
         );
         // Accepts (the kernel's backlog) and never answers.
         let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let started = Instant::now();
+        let started = std::time::Instant::now();
         let got = read(silent.local_addr().unwrap());
         assert!(matches!(got, Err(AdminError::TimedOut { .. })), "{got:?}");
         assert!(started.elapsed() < DEADLINE + TIMEOUT);
