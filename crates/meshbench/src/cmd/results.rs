@@ -23,23 +23,28 @@ pub fn execute(c: ResultsCommand) -> Result<u8> {
     }
 }
 
+/// Every experiment, newest first; its status says when a step failed or was cut short
+/// (`partial 2/3: failed at step 2`), never `done` over a failed step.
 fn list(s: &StoreArg) -> Result<u8> {
     let store = open_store(s)?;
+    let experiments = store.experiments()?;
+    let outcomes: Vec<String> = experiments.iter().map(|e| e.outcome()).collect();
+    let width = outcomes.iter().map(|o| o.len()).max().unwrap_or(0).max(12);
     outln!(
-        "{:>4}  {:<24} {:<21} {:<12} {:>5}",
+        "{:>4}  {:<24} {:<21} {:<width$} {:>5}",
         "id",
         "name",
         "started",
         "status",
         "steps"
     );
-    for e in store.experiments()? {
+    for (e, outcome) in experiments.iter().zip(&outcomes) {
         outln!(
-            "{:>4}  {:<24} {:<21} {:<12} {:>5}",
+            "{:>4}  {:<24} {:<21} {:<width$} {:>5}",
             e.id,
             e.name,
             e.started_at,
-            e.status,
+            outcome,
             e.steps
         );
     }
@@ -54,7 +59,7 @@ fn show(key: &str, s: &StoreArg) -> Result<u8> {
         "experiment {} '{}' ({}), started {}, meshbench {}",
         e.id,
         e.name,
-        e.status,
+        e.outcome(),
         e.started_at,
         e.meshbench_version
     );
