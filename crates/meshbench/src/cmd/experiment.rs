@@ -192,19 +192,20 @@ pub fn exit_code(signals: &Signals, done: &Finished) -> u8 {
     })
 }
 
-/// The step table on stdout and one closing line on stderr.
+/// The step table on stdout and one closing line on stderr, ending with the command that
+/// shows the experiment again from the store it is in.
 pub fn print_finished(done: &Finished) {
     let view: Vec<TableRow> = done.steps.iter().map(TableRow::of).collect();
     out!("{}", table(&view));
     let _ = std::io::stdout().flush();
     eprintln!(
-        "experiment {} {} in {}: {} steps stored, {} failed; `meshbench results show {}`",
+        "experiment {} {} in {}: {} steps stored, {} failed; `{}`",
         done.id,
         done.status,
         human_secs(done.elapsed.as_secs_f64()),
         done.steps.len(),
         done.failed(),
-        done.id
+        super::results::show_command(done.id, &done.store)
     );
 }
 

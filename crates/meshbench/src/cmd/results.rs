@@ -51,6 +51,27 @@ fn list(s: &StoreArg) -> Result<u8> {
     Ok(exit::OK)
 }
 
+/// `meshbench results show ID`, with `--store FILE` unless `store` is the default one: the
+/// command, as a user types it into a POSIX shell, that shows experiment `id` again.
+pub fn show_command(id: i64, store: &Path) -> String {
+    let mut command = format!("meshbench results show {id}");
+    if store != meshbench_store::default_path() {
+        command.push_str(" --store ");
+        command.push_str(&shell_word(&store.to_string_lossy()));
+    }
+    command
+}
+
+/// `text` as one word of a POSIX shell: as it is when nothing in it is special, else quoted.
+fn shell_word(text: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "/._-+,:=@%".contains(c);
+    if !text.is_empty() && text.chars().all(plain) {
+        text.to_string()
+    } else {
+        format!("'{}'", text.replace('\'', "'\\''"))
+    }
+}
+
 fn show(key: &str, s: &StoreArg) -> Result<u8> {
     let store = open_store(s)?;
     let e = store.experiment(key)?;
