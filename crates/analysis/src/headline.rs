@@ -6,7 +6,7 @@
 use meshbench_stats::{knee, linear_fit, Line};
 
 use crate::runs::{distinct, Group, LoadKey, RoleUse, PERCENTILES};
-use crate::verdict::{decide, enough, Test, Unit, Verdict};
+use crate::verdict::{decide, enough, margin_for, Margin, Test, Unit, Verdict};
 
 /// Confidence level of every interval.
 pub const LEVEL: f64 = 0.95;
@@ -101,8 +101,9 @@ impl Delta {
 ///
 /// The merged histograms give the pooled difference. Whether it is more than noise is the one
 /// test's ([`decide`]), over the runs' own percentiles when there are enough repeats for the
-/// test to show a difference, else over the one-second percentiles of all the runs of a side.
-pub fn delta(a: &Group, b: &Group, q: f64) -> Delta {
+/// test to show a difference, else over the one-second percentiles of all the runs of a side,
+/// whose interval must then clear `margin` (what identical runs differ by, [`margin_for`]).
+pub fn delta(a: &Group, b: &Group, q: f64, margin: Margin) -> Delta {
     let merged_ms = b.latency_ms(q) - a.latency_ms(q);
     let runs = |g: &Group| -> Vec<f64> {
         g.runs
@@ -112,11 +113,12 @@ pub fn delta(a: &Group, b: &Group, q: f64) -> Delta {
     };
     let (ra, rb) = (runs(a), runs(b));
     let test = if enough(ra.len(), rb.len()) {
-        decide(&ra, &rb, Unit::Repeats)
+        decide(&ra, &rb, Unit::Repeats, None)
     } else {
         let secs =
             |g: &Group| -> Vec<f64> { g.runs.iter().flat_map(|r| r.per_second_ms(q)).collect() };
-        decide(&secs(a), &secs(b), Unit::Seconds)
+        let margin = margin_for(margin, q, a.latency_ms(q), &ra, &rb);
+        decide(&secs(a), &secs(b), Unit::Seconds, margin)
     };
     Delta { q, merged_ms, test }
 }
@@ -265,7 +267,10 @@ fn added(groups: &[Group]) -> Vec<Added> {
             Some(Added {
                 variant: g.variant.clone(),
                 load: g.load.clone(),
-                deltas: PERCENTILES.iter().map(|&q| delta(base, g, q)).collect(),
+                deltas: PERCENTILES
+                    .iter()
+                    .map(|&q| delta(base, g, q, Margin::DEFAULT))
+                    .collect(),
             })
         })
         .collect()

@@ -109,12 +109,19 @@ pub struct AgentsFlags {
 
 #[derive(Debug, Args)]
 pub struct CompareArgs {
-    /// A: a `meshbench run --json` file, or EXPERIMENT, EXPERIMENT:VARIANT or EXPERIMENT#STEP
-    /// from the store (EXPERIMENT is an id, a name or `latest`; STEP as `results show` numbers
-    /// them).
+    /// A: a `meshbench run --json` file (or several, separated by commas: repeats of one
+    /// measurement), or EXPERIMENT, EXPERIMENT:VARIANT or EXPERIMENT#STEP from the store
+    /// (EXPERIMENT is an id, a name or `latest`; STEP as `results show` numbers them).
     pub a: String,
     /// B, in the same forms; the differences are B - A.
     pub b: String,
+    /// What identical runs differ by: a difference tested over one-second intervals is called
+    /// one only when its whole 95 % interval lies beyond it. Shares of A's value, for every
+    /// percentile (10%) or one (p99=50%), and a floor (50us); 0 for none (the test alone).
+    /// Default p50=5%,p90=25%,p99=50%,p99.9=50%,50us, measured here (docs/answers.md). Not
+    /// used when each side has 4 repeats or more: they are tested over the runs.
+    #[arg(long, value_name = "SHARES,FLOOR")]
+    pub margin: Option<String>,
     /// Fail (exit 1) unless this holds, e.g. 'delta_p99<1ms' or 'p99<10ms' (B's); repeatable.
     #[arg(long = "threshold", value_name = "METRIC<VALUE")]
     pub thresholds: Vec<String>,

@@ -825,3 +825,132 @@ fn envoy_hops_run_and_a_missing_envoy_is_one_line_on_how_to_install_it() {
     );
     assert!(!stderr(&missing).contains("panicked"));
 }
+
+/// Runs the binary with `MESHBENCH_ENVOY` naming no file: a machine without Envoy.
+fn without_envoy(args: &[&str]) -> std::process::Output {
+    let mut cmd = std::process::Command::new(bin());
+    cmd.args(args)
+        .env("MESHBENCH_ENVOY", "/nonexistent/envoy")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    wait_with_limit(&mut cmd.spawn().unwrap(), LIMIT)
+}
+
+/// Must hold (issue 24): `--dry-run` finds a program the plan needs that is not installed.
+/// Without a fallback it is one line and exit 1, before anything runs; with one, the dry run
+/// says which program stands in and the plan is fine.
+#[test]
+fn dry_run_finds_a_missing_program_and_says_which_stands_in() {
+    let lab = Lab::new("dryrun-programs");
+    let file = lab.file(
+        "envoy.yaml",
+        "name: envoy-dry\ntopologies: [baseline, serveronly]\nload:\n  qps: [100]\nproxy:\n  type: envoy\n",
+    );
+    let out = without_envoy(&["experiment", &file, "--dry-run"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("meshbench: the plan cannot run here: proxy: envoy is not available")
+            && err.contains("fallback"),
+        "{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+    // The same plan with a fallback: nginx stands in, said in one line, and the plan is fine.
+    let out = without_envoy(&[
+        "experiment",
+        &file,
+        "--dry-run",
+        "--set",
+        "proxy.fallback=nginx",
+    ]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("proxy: envoy is not installed here, so this run measures nginx in its place"),
+        "{err}"
+    );
+    assert!(
+        !Path::new(&lab.store()).exists(),
+        "a dry run stores nothing"
+    );
+}
+
+/// Must hold (issue 24): steps shorter than a verdict needs are said before anything runs,
+/// by `--dry-run` and by the run itself, with the verdict's own count (four one-second
+/// intervals a side, or four repeats).
+#[test]
+fn steps_too_short_for_a_verdict_are_said_before_the_run() {
+    let lab = Lab::new("short-steps");
+    let file = lab.file(
+        "short.yaml",
+        "name: short\ntopologies: [baseline]\nduration_secs: 2\nwarmup_secs: 0\ncooldown_secs: 0\nload:\n  qps: [50]\n  connections: [1]\n",
+    );
+    let warned = |err: &str| {
+        err.lines()
+            .filter(|l| {
+                l.starts_with(
+                    "warning: duration_secs=2 gives each step 2 whole one-second intervals",
+                ) && l.contains("needs 4 a side")
+                    && l.contains("too short")
+            })
+            .count()
+    };
+    let out = lab.experiment(&file, &["--dry-run"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(warned(&stderr(&out)), 1, "{}", stderr(&out));
+    let out = lab.experiment(&file, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(warned(&stderr(&out)), 1, "{}", stderr(&out));
+    // Long enough, or repeated often enough: nothing to say.
+    for set in ["duration_secs=4", "repeats=4"] {
+        let out = lab.experiment(&file, &["--dry-run", "--set", set]);
+        assert!(
+            !stderr(&out).contains("warning:"),
+            "{set}: {}",
+            stderr(&out)
+        );
+    }
+}
+
+/// Must hold (issue 24): an experiment whose step failed (Envoy missing at step 2, no
+/// fallback) is not listed as `done`: `results list` and `results show` say how many steps
+/// measured and where the first failed.
+#[test]
+fn results_list_shows_an_experiment_with_a_failed_step_as_partial() {
+    let lab = Lab::new("partial");
+    let file = lab.file(
+        "envoy.yaml",
+        "name: envoy-missing\ntopologies: [baseline, serveronly]\nduration_secs: 1\nwarmup_secs: 0\ncooldown_secs: 0\nload:\n  qps: [50]\n  connections: [1]\nproxy:\n  type: envoy\n",
+    );
+    let store = lab.store();
+    let out = without_envoy(&["experiment", &file, "--store", &store, "--quiet"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("warning: proxy: envoy is not available"),
+        "said before the run: {}",
+        stderr(&out)
+    );
+    let listed = meshbench(&["results", "list", "--store", &store], LIMIT);
+    let row = stdout(&listed)
+        .lines()
+        .find(|l| l.contains("envoy-missing"))
+        .map(String::from)
+        .unwrap_or_default();
+    assert!(
+        row.contains("partial 1/2: failed at step 2"),
+        "{}",
+        stdout(&listed)
+    );
+    assert!(!row.contains(" done "), "{row}");
+    let shown = meshbench(
+        &["results", "show", "envoy-missing", "--store", &store],
+        LIMIT,
+    );
+    assert!(
+        stdout(&shown).starts_with("experiment 1 'envoy-missing' (partial 1/2: failed at step 2)"),
+        "{}",
+        stdout(&shown)
+    );
+}

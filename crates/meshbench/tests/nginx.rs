@@ -96,6 +96,74 @@ fn the_demo_measures_nginx_in_envoys_place_without_envoy() {
     demo_measures("nginx", Some("/nonexistent/envoy"));
 }
 
+/// Must hold (issue 24): the command the demo's last line prints, and every other `results
+/// show` it prints, opens the store the demo wrote: run as printed, with no default store to
+/// fall back on, it shows the demo's experiment.
+#[test]
+fn the_demos_printed_command_opens_the_store_it_wrote() {
+    let dir = std::env::temp_dir().join(format!("meshbench-demo-show-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    // The default store lives under XDG_DATA_HOME: an empty directory here.
+    let data_home = dir.join("data-home");
+    std::fs::create_dir_all(&data_home).unwrap();
+    let out_dir = dir.join("out");
+    let mut cmd = std::process::Command::new(bin());
+    cmd.args([
+        "demo",
+        "--set",
+        "duration_secs=1",
+        "--set",
+        "load.qps=[300]",
+        "--quiet",
+        "--out",
+        out_dir.to_str().unwrap(),
+    ])
+    .env("MESHBENCH_ENVOY", "/nonexistent/envoy")
+    .env("XDG_DATA_HOME", &data_home)
+    .stdin(std::process::Stdio::null())
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped());
+    let out = wait_with_limit(&mut cmd.spawn().unwrap(), Duration::from_secs(120));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let printed = |text: &str| -> Vec<String> {
+        text.split('`')
+            .skip(1)
+            .step_by(2)
+            .filter(|c| c.starts_with("meshbench results show"))
+            .map(String::from)
+            .collect()
+    };
+    let text = stdout(&out);
+    let last = text.lines().last().unwrap_or_default();
+    assert_eq!(
+        printed(last).len(),
+        1,
+        "the last line says how to see it: {last}"
+    );
+    let commands = [printed(&text), printed(&stderr(&out))].concat();
+    for command in commands {
+        // The demo's paths need no quoting: the words are as a shell splits them.
+        assert!(!command.contains(['\'', '"']), "{command}");
+        let words: Vec<&str> = command.split_whitespace().collect();
+        let shown = std::process::Command::new(bin())
+            .args(&words[1..])
+            .env("XDG_DATA_HOME", &data_home)
+            .output()
+            .unwrap();
+        assert!(
+            shown.status.success(),
+            "`{command}` as printed: {}",
+            stderr(&shown)
+        );
+        assert!(
+            stdout(&shown).starts_with("experiment 1 'sidecar-overhead-demo'"),
+            "`{command}` shows the demo's experiment: {}",
+            stdout(&shown)
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 fn demo_measures(program: &str, envoy: Option<&str>) {
     // The embedded sidecar-overhead experiment, shortened further: one rate, 1 s steps.
     let dir = std::env::temp_dir().join(format!(

@@ -8,7 +8,7 @@ use meshbench_analysis::compare::Pair;
 use meshbench_analysis::headline::{Delta, Headline};
 use meshbench_analysis::runs::{percentile_name, PERCENTILES};
 use meshbench_analysis::sizing::Sizing;
-use meshbench_analysis::verdict::Verdict;
+use meshbench_analysis::verdict::{needed, Margin, Unit, Verdict};
 
 use crate::thousands;
 
@@ -91,7 +91,9 @@ fn p_value(p: f64) -> String {
     }
 }
 
-/// The verdict on one percentile, in one sentence: what the test found and from what.
+/// The verdict on one percentile, in one sentence: what the test found, from what, and which
+/// rule decided (the test's interval against zero, or against the margin identical runs
+/// differ by).
 pub fn verdict_line(d: &Delta) -> String {
     let name = percentile_name(d.q);
     let Some(s) = d.test.shift else {
@@ -108,14 +110,56 @@ pub fn verdict_line(d: &Delta) -> String {
         p_value(s.p),
         d.test.basis
     );
-    match d.verdict() {
-        v @ (Verdict::Slower | Verdict::Faster) => format!(
+    match (d.verdict(), d.test.margin) {
+        (v @ (Verdict::Slower | Verdict::Faster), Some(m)) => format!(
+            "{name}: B {} by {:.3} ms, beyond the margin of {m} ({detail})",
+            v.short(),
+            s.estimate.abs()
+        ),
+        (v @ (Verdict::Slower | Verdict::Faster), None) => format!(
             "{name}: B {} by {:.3} ms ({detail})",
             v.short(),
             s.estimate.abs()
         ),
-        v => format!("{name}: {}: B {:+.3} ms ({detail})", v.short(), s.estimate),
+        (Verdict::WithinMargin, Some(m)) if s.ci.0 >= -m.ms && s.ci.1 <= m.ms => format!(
+            "{name}: no difference: B {:+.3} ms, its interval within the margin of {m} that identical runs differ by ({detail})",
+            s.estimate
+        ),
+        (Verdict::WithinMargin, Some(m)) => format!(
+            "{name}: not beyond the margin: B {:+.3} ms, but its interval reaches within the margin of {m} that identical runs differ by ({detail})",
+            s.estimate
+        ),
+        (v, _) => format!("{name}: {}: B {:+.3} ms ({detail})", v.short(), s.estimate),
     }
+}
+
+/// What decides the verdicts of a comparison, in one line: the test over repeats (whose
+/// spread is the run-to-run variation), or the test over one-second intervals held to a
+/// margin (`margin`, what identical runs differ by).
+pub fn rule_line(p: &Pair) -> Option<String> {
+    let d = &p.lines.first()?.delta;
+    let margin = p.margin;
+    let repeated = p.a.runs.len() > 1 || p.b.runs.len() > 1;
+    Some(match (d.test.basis.unit, d.test.margin) {
+        (Unit::Repeats, _) => format!(
+            "tested over {}: the runs themselves show how much runs differ, so no margin",
+            d.test.basis
+        ),
+        (Unit::Seconds, Some(_)) => format!(
+            "tested over {}, which cannot show how much one run differs from the next: a difference must clear the margin identical runs differ by, {margin}{}; {} repeats a side are tested over the runs instead",
+            d.test.basis,
+            if repeated {
+                ", or the widest difference between repeats of one side when wider"
+            } else {
+                ""
+            },
+            needed()
+        ),
+        (Unit::Seconds, None) => format!(
+            "tested over {} with no margin: a difference may be the runs' own, not A's and B's",
+            d.test.basis
+        ),
+    })
 }
 
 /// Latency added over the baseline: one row per variant and load, each difference with its
@@ -134,15 +178,24 @@ pub fn added_table(h: &Headline) -> Table {
     for a in &h.added {
         let mut row = vec![a.variant.clone(), a.load.to_string()];
         row.extend(a.deltas.iter().map(delta_cell));
-        row.push(
-            a.deltas
-                .first()
-                .map(|d| d.test.basis.to_string())
-                .unwrap_or_default(),
-        );
+        row.push(a.deltas.first().map(tested_over).unwrap_or_default());
         t.push(row);
     }
     t
+}
+
+/// Under the added-latency table: what `+ margin` means.
+pub fn margin_note(margin: &Margin) -> String {
+    format!("+ margin: the seconds of one run cannot show how much one run differs from the next, so a difference over them must also clear the margin identical runs differ by, {margin}, or the widest difference between repeats of one side when wider (docs/answers.md)")
+}
+
+/// What a difference was tested over, and whether it had to clear a margin:
+/// `8 one-second intervals a side + margin`.
+fn tested_over(d: &Delta) -> String {
+    match d.test.margin {
+        Some(_) => format!("{} + margin", d.test.basis),
+        None => d.test.basis.to_string(),
+    }
 }
 
 /// What each proxy costs at each load.
@@ -260,9 +313,16 @@ pub fn headline_text(h: &Headline) -> String {
     if !h.added.is_empty() {
         let _ = writeln!(
             o,
-            "Latency added over the baseline (variant - baseline: the shift, its 95 % interval and whether it is more than noise):"
+            "Latency added over the baseline (variant - baseline, A being the baseline: the shift, its 95 % interval and whether it is more than noise and, over one-second intervals, more than the margin identical runs differ by):"
         );
         o.push_str(&text_table(&added_table(h)));
+        if h.added
+            .iter()
+            .flat_map(|a| &a.deltas)
+            .any(|d| d.test.margin.is_some())
+        {
+            let _ = writeln!(o, "{}", margin_note(&Margin::DEFAULT));
+        }
     }
     let _ = writeln!(o, "Latency and throughput:");
     o.push_str(&text_table(&latency_table(h)));
@@ -328,6 +388,9 @@ pub fn compare_text(a: &str, b: &str, pairs: &[Pair]) -> String {
             ]);
         }
         o.push_str(&text_table(&t));
+        if let Some(rule) = rule_line(p) {
+            let _ = writeln!(o, "  {rule}");
+        }
         for l in &p.lines {
             let _ = writeln!(o, "  {}", verdict_line(&l.delta));
         }
@@ -367,7 +430,7 @@ mod tests {
         Delta {
             q: 0.5,
             merged_ms,
-            test: decide(a, b, Unit::Seconds),
+            test: decide(a, b, Unit::Seconds, None),
         }
     }
 
@@ -395,6 +458,51 @@ mod tests {
         assert!(line.starts_with("p50: within noise: B -"), "{line}");
         assert!(
             line.contains("over 5 one-second intervals a side"),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn a_difference_inside_the_margin_is_no_difference_and_one_beyond_it_says_so() {
+        use meshbench_analysis::verdict::{Cleared, MarginFrom};
+        let margin = Some(Cleared {
+            ms: 0.105,
+            from: MarginFrom::Stated {
+                share: 0.05,
+                floor_ms: 0.05,
+            },
+        });
+        let a = [2.081, 2.079, 2.084, 2.080, 2.078, 2.083, 2.082, 2.080];
+        let at = |shift: f64| -> Delta {
+            let b: Vec<f64> = a.iter().map(|v| v + shift).collect();
+            Delta {
+                q: 0.5,
+                merged_ms: shift,
+                test: decide(&a, &b, Unit::Seconds, margin),
+            }
+        };
+        // Issue 24's drift: clear of zero, inside the margin.
+        let d = at(0.02);
+        assert_eq!(d.verdict(), Verdict::WithinMargin);
+        assert!(
+            delta_cell(&d).ends_with(" within margin"),
+            "{}",
+            delta_cell(&d)
+        );
+        let line = verdict_line(&d);
+        assert!(
+            line.starts_with("p50: no difference: B +0.020 ms, its interval within the margin of ±0.105 ms (5 % of A, at least 0.050 ms) that identical runs differ by (95 % CI ["),
+            "{line}"
+        );
+        // Estimated beyond the margin, its interval across it: not shown beyond it.
+        let line = verdict_line(&at(0.106));
+        assert!(
+            line.starts_with("p50: not beyond the margin: B +0.106 ms"),
+            "{line}"
+        );
+        let line = verdict_line(&at(1.0));
+        assert!(
+            line.starts_with("p50: B slower by 1.000 ms, beyond the margin of ±0.105 ms (5 % of A, at least 0.050 ms) (95 % CI ["),
             "{line}"
         );
     }

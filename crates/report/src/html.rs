@@ -138,7 +138,7 @@ fn headline_section(input: &Input) -> Section {
     let mut blocks = Vec::new();
     if !h.added.is_empty() {
         blocks.push(Block::Text(
-            "Latency each variant adds over the baseline at the same load, per percentile: the shift (Hodges-Lehmann) with its 95 % confidence interval from one test (Mann-Whitney) over the repeats' percentiles, or over the one-second percentiles when there are too few repeats, and what the test says: slower, faster, within noise, or too short to tell.".into(),
+            format!("Latency each variant adds over the baseline at the same load, per percentile: the shift (Hodges-Lehmann) with its 95 % confidence interval from one test (Mann-Whitney) over the repeats' percentiles, or over the one-second percentiles when there are too few repeats, and what the test says: slower, faster, within noise, within margin, or too short to tell. {}.", crate::answers::margin_note(&meshbench_analysis::verdict::Margin::DEFAULT)),
         ));
         blocks.push(Block::Table(added_table(h)));
     }

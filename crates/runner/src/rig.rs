@@ -49,6 +49,37 @@ pub fn stand_ins(e: &mut Experiment) -> Vec<String> {
     notes
 }
 
+/// One line for each program the experiment's topologies need that cannot run here and that
+/// no `fallback` took the place of (call [`stand_ins`] first): which section, why, and what to
+/// do. Nothing is installed or started, so `--dry-run` can ask.
+pub fn missing_programs(e: &Experiment) -> Vec<String> {
+    let proxies = e
+        .topologies
+        .iter()
+        .any(|t| *t != Topology::Gateway && t.has(Class::Proxy));
+    let tunnels = e.topologies.iter().any(|t| t.has(Class::Tunnel));
+    let gateway = e.topologies.contains(&Topology::Gateway);
+    [
+        ("proxy", proxies, program_spec(&e.proxy)),
+        ("tunnel", tunnels, program_spec(&e.tunnel)),
+        ("gateway", gateway, ProgramSpec::from(e.gateway.kind)),
+    ]
+    .into_iter()
+    .filter(|(_, used, _)| *used)
+    .filter_map(|(section, _, spec)| {
+        let why = spec.unavailable()?;
+        // A fallback stands in only for a program that is not installed (Envoy).
+        let instead = match spec.program {
+            Program::Envoy => format!(
+                "; or name a program to measure in its place (`fallback: nginx` in the file's {section} section)"
+            ),
+            _ => String::new(),
+        };
+        Some(format!("{section}: {why}{instead}"))
+    })
+    .collect()
+}
+
 /// The version line of each program the experiment starts.
 pub fn program_versions(e: &Experiment) -> BTreeMap<String, String> {
     let mut v = BTreeMap::new();

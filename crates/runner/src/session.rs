@@ -104,6 +104,8 @@ impl std::error::Error for NotStored {}
 #[derive(Debug)]
 pub struct Finished {
     pub id: i64,
+    /// The store it is in, for the command that shows it again.
+    pub store: PathBuf,
     pub status: ExperimentStatus,
     pub steps: Vec<StepRecord>,
     pub elapsed: Duration,
@@ -206,6 +208,7 @@ impl Session {
             .finish_experiment(self.id, status, &now_rfc3339())?;
         Ok(Finished {
             id: self.id,
+            store: self.store.path().to_path_buf(),
             status,
             steps: self.steps,
             elapsed: self.started.elapsed(),

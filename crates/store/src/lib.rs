@@ -308,10 +308,15 @@ impl Store {
 fn read_experiments(conn: &Connection) -> rusqlite::Result<Vec<ExperimentRow>> {
     let mut q = conn.prepare(
         "SELECT e.id, e.name, e.description, e.labels, e.config, e.started_at, e.finished_at,
-                e.status, e.meshbench_version, (SELECT COUNT(*) FROM steps s WHERE s.experiment_id = e.id)
+                e.status, e.meshbench_version, (SELECT COUNT(*) FROM steps s WHERE s.experiment_id = e.id),
+                (SELECT COUNT(*) FROM steps s WHERE s.experiment_id = e.id AND s.status = ?1),
+                (SELECT COUNT(*) FROM steps s WHERE s.experiment_id = e.id AND s.status = ?2),
+                (SELECT MIN(s.seq) + 1 FROM steps s WHERE s.experiment_id = e.id AND s.status = ?1)
          FROM experiments e ORDER BY e.id DESC",
     )?;
-    let rows = q.query_map([], |r| {
+    let failed = StepStatus::Failed.as_str();
+    let partial = StepStatus::Partial.as_str();
+    let rows = q.query_map(params![failed, partial], |r| {
         let status: String = r.get(7)?;
         Ok(ExperimentRow {
             id: r.get(0)?,
@@ -326,6 +331,9 @@ fn read_experiments(conn: &Connection) -> rusqlite::Result<Vec<ExperimentRow>> {
             status: status.parse().unwrap_or(ExperimentStatus::Failed),
             meshbench_version: r.get(8)?,
             steps: r.get(9)?,
+            failed_steps: r.get(10)?,
+            partial_steps: r.get(11)?,
+            first_failed_step: r.get(12)?,
         })
     })?;
     rows.collect()

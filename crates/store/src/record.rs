@@ -96,6 +96,36 @@ pub struct ExperimentRow {
     pub meshbench_version: String,
     /// Steps stored so far.
     pub steps: i64,
+    /// Of those, the steps that failed (nothing usable measured, or a role died)...
+    pub failed_steps: i64,
+    /// ... and those interrupted before their end.
+    pub partial_steps: i64,
+    /// The first failed step's number as `results show` prints it (from 1).
+    pub first_failed_step: Option<i64>,
+}
+
+impl ExperimentRow {
+    /// How it ended, in a few words, for `results list`: the status when every step measured
+    /// to its end, else how many did and where the first failed (`partial 2/3: failed at step
+    /// 2`, `failed at step 1: 0/2 ok`, `interrupted 1/2`). A run that went through its plan
+    /// is `done` only when every step is good.
+    pub fn outcome(&self) -> String {
+        let ok = self.steps - self.failed_steps - self.partial_steps;
+        if ok == self.steps {
+            return self.status.to_string();
+        }
+        let failed_at = self
+            .first_failed_step
+            .map(|n| format!("failed at step {n}"));
+        match (self.status, failed_at) {
+            (ExperimentStatus::Done, Some(at)) if ok == 0 && self.partial_steps == 0 => {
+                format!("{at}: 0/{} ok", self.steps)
+            }
+            (ExperimentStatus::Done, Some(at)) => format!("partial {ok}/{}: {at}", self.steps),
+            (status, Some(at)) => format!("{status} {ok}/{}: {at}", self.steps),
+            (status, None) => format!("{status} {ok}/{}", self.steps),
+        }
+    }
 }
 
 /// A step, written whole in one transaction. `Default` is a step that has measured nothing.

@@ -274,6 +274,11 @@ fn a_v1_store_is_migrated_with_every_step_it_had() {
     let s = Store::open(&path).unwrap();
     let steps = s.steps(1).unwrap();
     assert_eq!(steps.len(), 2);
+    // Its list line says what its steps were, from the rows it had.
+    assert_eq!(
+        s.experiments().unwrap()[0].outcome(),
+        "partial 0/2: failed at step 2"
+    );
     let capacity = &steps[0].step;
     assert_eq!(capacity.topology, None);
     assert_eq!(capacity.status, StepStatus::Partial);
@@ -293,6 +298,61 @@ fn a_v1_store_is_migrated_with_every_step_it_had() {
         .pragma_query_value(None, "user_version", |r| r.get(0))
         .unwrap();
     assert_eq!(version, VERSION);
+    std::fs::remove_dir_all(d).unwrap();
+}
+
+#[test]
+fn an_experiment_with_a_failed_step_is_listed_as_partial_not_done() {
+    // Issue 24: Envoy missing at step 2 of 3; the run went on and was marked done, and
+    // `results list` said `done` with no sign of the failed step.
+    let d = dir("outcome");
+    let path = d.join("s.db");
+    let mut s = Store::open(&path).unwrap();
+    let listed = |s: &Store, id: i64| {
+        s.experiments()
+            .unwrap()
+            .into_iter()
+            .find(|e| e.id == id)
+            .unwrap()
+    };
+    let good = s.begin_experiment(&new_experiment()).unwrap();
+    let mixed = s.begin_experiment(&new_experiment()).unwrap();
+    let broken = s.begin_experiment(&new_experiment()).unwrap();
+    let stopped = s.begin_experiment(&new_experiment()).unwrap();
+    for seq in 0..3 {
+        s.add_step(good, &step(seq)).unwrap();
+        let mut st = step(seq);
+        if seq > 0 {
+            st.fail("the rig did not start: envoy is not available");
+        }
+        s.add_step(mixed, &st).unwrap();
+    }
+    for seq in 0..2 {
+        let mut st = step(seq);
+        st.fail("the rig did not start");
+        s.add_step(broken, &st).unwrap();
+    }
+    let mut cut = step(1);
+    cut.status = StepStatus::Partial;
+    s.add_step(stopped, &step(0)).unwrap();
+    s.add_step(stopped, &cut).unwrap();
+    for id in [good, mixed, broken] {
+        s.finish_experiment(id, ExperimentStatus::Done, "2026-11-22T00:01:00Z")
+            .unwrap();
+    }
+    s.finish_experiment(
+        stopped,
+        ExperimentStatus::Interrupted,
+        "2026-11-22T00:01:00Z",
+    )
+    .unwrap();
+    let e = listed(&s, mixed);
+    assert_eq!((e.steps, e.failed_steps, e.partial_steps), (3, 2, 0));
+    assert_eq!(e.first_failed_step, Some(2));
+    assert_eq!(e.outcome(), "partial 1/3: failed at step 2");
+    assert_eq!(listed(&s, good).outcome(), "done");
+    assert_eq!(listed(&s, broken).outcome(), "failed at step 1: 0/2 ok");
+    assert_eq!(listed(&s, stopped).outcome(), "interrupted 1/2");
     std::fs::remove_dir_all(d).unwrap();
 }
 

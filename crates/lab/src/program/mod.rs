@@ -258,6 +258,16 @@ impl ProgramSpec {
         }
     }
 
+    /// Why the program cannot run here, found without installing or starting anything (for
+    /// `--dry-run`): Envoy not installed, a command's program not found. `None` for the
+    /// Debian packages, which a run installs when they are missing.
+    pub fn unavailable(&self) -> Option<LabError> {
+        match self.program {
+            Program::Envoy | Program::Command => self.binary().err(),
+            Program::Nginx | Program::Haproxy | Program::Caddy => None,
+        }
+    }
+
     /// The version line the program prints (stored with the results); a command's path.
     pub fn version(&self) -> String {
         let Ok(bin) = self.binary() else {

@@ -7,8 +7,10 @@ use std::path::Path;
 use anyhow::Result;
 use meshbench_analysis::compare::pair_up;
 use meshbench_analysis::headline::{observe, Headline};
+use meshbench_analysis::runs::{percentile_name, PERCENTILES};
 use meshbench_analysis::sizing::{self, Model, Request};
 use meshbench_analysis::threshold::{self, Metric, Threshold};
+use meshbench_analysis::verdict::Margin;
 use meshbench_analysis::{group, Group, Run};
 use meshbench_engine::RunResult;
 use meshbench_store::Store;
@@ -84,23 +86,43 @@ pub fn headline(store: &Store, experiment: i64) -> Result<Headline> {
     Ok(Headline::of(group(runs_of(store, experiment)?)))
 }
 
-/// One side of a comparison: a result file, or a selection from the store.
+/// Whether `spec` names result files: one, or several separated by commas (repeats of one
+/// measurement).
+fn is_result_files(spec: &str) -> bool {
+    spec.split(',')
+        .all(|f| f.ends_with(".json") || Path::new(f).is_file())
+}
+
+/// A `meshbench run --json` file as a run named `name`, the `repeat`-th of its side.
+fn result_file(file: &str, name: &str, repeat: u32) -> Result<Run> {
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| usage(format!("{file}: cannot read it ({e})")))?;
+    let result: RunResult = serde_json::from_str(&text).map_err(|e| {
+        usage(format!(
+            "{file}: not a meshbench run --json result ({e}); write one with `meshbench run --json FILE`"
+        ))
+    })?;
+    let mut run = Run::from_result(name, result).map_err(|e| usage(format!("{file}: {e}")))?;
+    run.repeat = repeat;
+    Ok(run)
+}
+
+/// One side of a comparison: result files (one run, or repeats of one measurement separated
+/// by commas, named after the first), or a selection from the store.
 fn side(spec: &str, store: &StoreArg) -> Result<(String, Vec<Group>)> {
-    let path = Path::new(spec);
-    if spec.ends_with(".json") || path.is_file() {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| usage(format!("{spec}: cannot read it ({e})")))?;
-        let result: RunResult = serde_json::from_str(&text).map_err(|e| {
-            usage(format!(
-                "{spec}: not a meshbench run --json result ({e}); write one with `meshbench run --json FILE`"
-            ))
-        })?;
-        let name = path
+    if is_result_files(spec) {
+        let files: Vec<&str> = spec.split(',').collect();
+        let first = Path::new(files[0]);
+        let name = first
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_else(|| spec.to_string());
-        let run = Run::from_result(&name, result).map_err(|e| usage(format!("{spec}: {e}")))?;
-        return Ok((spec.to_string(), group(vec![run])));
+        let runs = files
+            .iter()
+            .zip(0..)
+            .map(|(file, repeat)| result_file(file, &name, repeat))
+            .collect::<Result<Vec<Run>>>()?;
+        return Ok((spec.to_string(), group(runs)));
     }
     let store = open_store(store)?;
     let (key, pick) = match (spec.split_once('#'), spec.split_once(':')) {
@@ -151,11 +173,54 @@ enum Pick {
     Step(u32),
 }
 
+/// Reads `--margin`: comma-separated items, each a share of A's value for every percentile
+/// (`10%`), for one (`p99=50%`, after the share for all if both are given), or the floor (a
+/// duration, `50us`). What is not given is zero, so `0` is no margin.
+pub fn parse_margin(text: &str) -> Result<Margin> {
+    let bad = || {
+        usage(format!(
+            "--margin {text}: give shares of A's value and a floor, like 10%,50us or p50=5%,p99=50%,0.1ms (0 for none)"
+        ))
+    };
+    let mut margin = Margin::NONE;
+    let mut floor = None;
+    let (mut every, mut one): (Option<f64>, Vec<(usize, f64)>) = (None, Vec::new());
+    for item in text.split(',').map(str::trim) {
+        if let Some((name, share)) = item.split_once('=') {
+            let i = PERCENTILES
+                .iter()
+                .position(|q| percentile_name(*q) == name.trim())
+                .ok_or_else(bad)?;
+            if !share.trim().ends_with('%') {
+                return Err(bad());
+            }
+            one.push((i, parse_percent("--margin", share).map_err(|_| bad())?));
+        } else if item.ends_with('%') && every.is_none() {
+            every = Some(parse_percent("--margin", item).map_err(|_| bad())?);
+        } else if !item.is_empty() && !item.ends_with('%') && floor.is_none() {
+            let d = super::parse_duration("--margin", item).map_err(|_| bad())?;
+            floor = Some(d.as_secs_f64() * 1000.0);
+        } else {
+            return Err(bad());
+        }
+    }
+    margin.shares = [every.unwrap_or(0.0); 4];
+    for (i, share) in one {
+        margin.shares[i] = share;
+    }
+    margin.floor_ms = floor.unwrap_or(0.0);
+    Ok(margin)
+}
+
 pub fn compare(args: CompareArgs) -> Result<u8> {
     let thresholds = parse_thresholds(&args.thresholds)?;
+    let margin = match &args.margin {
+        Some(text) => parse_margin(text)?,
+        None => Margin::DEFAULT,
+    };
     let (a_name, a) = side(&args.a, &args.store)?;
     let (b_name, b) = side(&args.b, &args.store)?;
-    let pairs = pair_up(&a_name, a, &b_name, b).map_err(|e| usage(e.to_string()))?;
+    let pairs = pair_up(&a_name, a, &b_name, b, margin).map_err(|e| usage(e.to_string()))?;
     out!(
         "{}",
         meshbench_report::answers::compare_text(&a_name, &b_name, &pairs)

@@ -52,11 +52,13 @@ pub fn execute(args: DemoArgs) -> Result<u8> {
         meshbench_report::export::istio_csv(&store.steps(done.id)?),
     )
     .with_context(|| format!("cannot write {}", csv.display()))?;
+    // The last line names the store the demo wrote, not the default one.
     outln!(
-        "\nstored in {} (experiment {}); Istio-style CSV in {}",
+        "\nstored in {} (experiment {}); Istio-style CSV in {}; to see it again: `{}`",
         store_path.display(),
         done.id,
-        csv.display()
+        csv.display(),
+        super::results::show_command(done.id, &store_path)
     );
     Ok(code)
 }

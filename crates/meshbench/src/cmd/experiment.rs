@@ -24,6 +24,18 @@ pub fn execute(args: ExperimentArgs) -> Result<u8> {
     let e = load(&args.file, &args.set)?;
     if args.dry_run {
         out!("{}", describe_plan(&e, &Plan::compile(&e)));
+        if let Some(w) = short_steps(&e) {
+            eprintln!("warning: {w}");
+        }
+        // A program the plan needs that is missing, with no fallback: the run would fail
+        // those steps, so the plan cannot run here.
+        let missing = meshbench_runner::rig::missing_programs(&e);
+        if !missing.is_empty() {
+            return Err(anyhow::anyhow!(
+                "the plan cannot run here: {}",
+                missing.join("; and ")
+            ));
+        }
         return Ok(exit::OK);
     }
     let thresholds = super::answers::parse_thresholds(&args.thresholds)?;
@@ -78,6 +90,26 @@ pub fn load(file: &Path, set: &[String]) -> Result<Experiment> {
     )))
 }
 
+/// One line when the steps are too short for any verdict on a difference: each needs
+/// [`verdict::needed`](meshbench_analysis::verdict::needed) one-second intervals a side, or as
+/// many repeats (the verdict's own rule, `verdict::enough_for`).
+pub fn short_steps(e: &Experiment) -> Option<String> {
+    use meshbench_analysis::verdict::{enough_for, needed};
+    if enough_for(e.duration_secs, e.repeats) {
+        return None;
+    }
+    let n = needed();
+    let seconds = e.duration_secs.max(0.0).floor();
+    Some(format!(
+        "duration_secs={} gives each step {seconds} whole one-second interval{} and there {} {} repeat{}: a verdict on a difference (the latency added over the baseline, `compare`) needs {n} a side, so every one will say \"too short\"; set duration_secs={n} or more, or repeats={n}",
+        e.duration_secs,
+        if seconds == 1.0 { "" } else { "s" },
+        if e.repeats == 1 { "is" } else { "are" },
+        e.repeats,
+        if e.repeats == 1 { "" } else { "s" },
+    ))
+}
+
 /// Puts the file's fallbacks in place of programs that cannot run here and says so, one line
 /// each (the presets name Envoy, with nginx where it is not installed).
 pub fn announce_stand_ins(e: &mut Experiment) {
@@ -129,6 +161,14 @@ pub fn run(
     fleet: Option<Fleet>,
     signals: &Signals,
 ) -> Result<(Finished, u8)> {
+    // What the dry run says, said again before anything starts: too short for a verdict,
+    // and a program missing (its steps will fail; the others still run).
+    if let Some(w) = short_steps(e) {
+        eprintln!("warning: {w}");
+    }
+    for missing in meshbench_runner::rig::missing_programs(e) {
+        eprintln!("warning: {missing}; the steps that need it will fail");
+    }
     let mut progress = Progress::new(quiet, &e.name, store_path);
     progress.faces = faces;
     let done = meshbench_runner::run_experiment(
@@ -152,19 +192,20 @@ pub fn exit_code(signals: &Signals, done: &Finished) -> u8 {
     })
 }
 
-/// The step table on stdout and one closing line on stderr.
+/// The step table on stdout and one closing line on stderr, ending with the command that
+/// shows the experiment again from the store it is in.
 pub fn print_finished(done: &Finished) {
     let view: Vec<TableRow> = done.steps.iter().map(TableRow::of).collect();
     out!("{}", table(&view));
     let _ = std::io::stdout().flush();
     eprintln!(
-        "experiment {} {} in {}: {} steps stored, {} failed; `meshbench results show {}`",
+        "experiment {} {} in {}: {} steps stored, {} failed; `{}`",
         done.id,
         done.status,
         human_secs(done.elapsed.as_secs_f64()),
         done.steps.len(),
         done.failed(),
-        done.id
+        super::results::show_command(done.id, &done.store)
     );
 }
 

@@ -36,8 +36,9 @@ pub fn write(store: &Store, key: &str, slo_p99_ms: Option<f64>, out: &Path) -> R
     let h = headline(store, e.id)?;
     if h.groups.is_empty() {
         return Err(usage(format!(
-            "experiment {} has no measured step to report (`meshbench results show {}` lists why)",
-            e.id, e.id
+            "experiment {} has no measured step to report (`{}` lists why)",
+            e.id,
+            super::results::show_command(e.id, store.path())
         )));
     }
     let steps = store.steps(e.id)?;

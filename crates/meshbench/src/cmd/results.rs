@@ -23,27 +23,53 @@ pub fn execute(c: ResultsCommand) -> Result<u8> {
     }
 }
 
+/// Every experiment, newest first; its status says when a step failed or was cut short
+/// (`partial 2/3: failed at step 2`), never `done` over a failed step.
 fn list(s: &StoreArg) -> Result<u8> {
     let store = open_store(s)?;
+    let experiments = store.experiments()?;
+    let outcomes: Vec<String> = experiments.iter().map(|e| e.outcome()).collect();
+    let width = outcomes.iter().map(|o| o.len()).max().unwrap_or(0).max(12);
     outln!(
-        "{:>4}  {:<24} {:<21} {:<12} {:>5}",
+        "{:>4}  {:<24} {:<21} {:<width$} {:>5}",
         "id",
         "name",
         "started",
         "status",
         "steps"
     );
-    for e in store.experiments()? {
+    for (e, outcome) in experiments.iter().zip(&outcomes) {
         outln!(
-            "{:>4}  {:<24} {:<21} {:<12} {:>5}",
+            "{:>4}  {:<24} {:<21} {:<width$} {:>5}",
             e.id,
             e.name,
             e.started_at,
-            e.status,
+            outcome,
             e.steps
         );
     }
     Ok(exit::OK)
+}
+
+/// `meshbench results show ID`, with `--store FILE` unless `store` is the default one: the
+/// command, as a user types it into a POSIX shell, that shows experiment `id` again.
+pub fn show_command(id: i64, store: &Path) -> String {
+    let mut command = format!("meshbench results show {id}");
+    if store != meshbench_store::default_path() {
+        command.push_str(" --store ");
+        command.push_str(&shell_word(&store.to_string_lossy()));
+    }
+    command
+}
+
+/// `text` as one word of a POSIX shell: as it is when nothing in it is special, else quoted.
+fn shell_word(text: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "/._-+,:=@%".contains(c);
+    if !text.is_empty() && text.chars().all(plain) {
+        text.to_string()
+    } else {
+        format!("'{}'", text.replace('\'', "'\\''"))
+    }
 }
 
 fn show(key: &str, s: &StoreArg) -> Result<u8> {
@@ -54,7 +80,7 @@ fn show(key: &str, s: &StoreArg) -> Result<u8> {
         "experiment {} '{}' ({}), started {}, meshbench {}",
         e.id,
         e.name,
-        e.status,
+        e.outcome(),
         e.started_at,
         e.meshbench_version
     );
