@@ -13,8 +13,15 @@ SHA256=a88a3ed5b48bf80f523b9a00956ad1e5bcf5aab750bd2c2f3023c37e1ccf1884
 ENVOY_HOME=${ENVOY_HOME:-/var/cache/meshbench/envoy/$VERSION}
 LINK=${ENVOY_LINK:-/usr/local/bin/envoy}
 
+# The version is read from Envoy's version field (`version: SHA/1.40.0/Clean/...`), never from
+# anywhere in the text: the text names the binary's own path, which holds the version too. The
+# output is taken whole, not piped to `grep -q`: under pipefail, grep leaving at its first match
+# made Envoy's next write fail with SIGPIPE, and a run in three took the installed Envoy for none.
 installed() {
-  [ -x "$ENVOY_HOME/envoy" ] && "$ENVOY_HOME/envoy" --version 2>/dev/null | grep -q "/$VERSION/"
+  local said
+  [ -x "$ENVOY_HOME/envoy" ] || return 1
+  said=$("$ENVOY_HOME/envoy" --version 2>/dev/null) || return 1
+  [[ $said =~ version:\ [0-9a-f]+/${VERSION//./\\.}/ ]]
 }
 
 if ! installed; then
