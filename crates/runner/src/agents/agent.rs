@@ -82,7 +82,7 @@ impl fmt::Display for AgentEvent {
             AgentEvent::Listening(a) => write!(f, "agent listening on {a}"),
             AgentEvent::Dialling(a) => write!(f, "agent dialling its coordinator at {a}"),
             AgentEvent::Joined { coordinator, name } => {
-                write!(f, "joined coordinator {name} at {coordinator}")
+                write!(f, "joined {name} at {coordinator}")
             }
             AgentEvent::Turned { peer, why } => write!(f, "turned away {peer}: {why}"),
             AgentEvent::Step { step, segment } => {
@@ -490,5 +490,19 @@ fn start_step(step: u32, spec: meshbench_engine::LoadSpec, out: Sender<Message>)
         stop,
         start: Some(start_tx),
         handle,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_join_line_names_the_coordinator_once() {
+        let e = AgentEvent::Joined {
+            coordinator: "127.0.0.1:7700".into(),
+            name: "coordinator 4242".into(),
+        };
+        assert_eq!(e.to_string(), "joined coordinator 4242 at 127.0.0.1:7700");
     }
 }
