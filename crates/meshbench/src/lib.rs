@@ -4,7 +4,8 @@
 //! runner for anything that sends traffic, analysis and report for answers) and prints.
 //!
 //! Exit codes (also in the README): 0 success; 1 the run could not be carried out (a file could
-//! not be written, a server could not start); 2 bad input (the message says what to change);
+//! not be written, a server could not start) or measured nothing (no request succeeded); 2 bad
+//! input (the message says what to change; also no command, or an unknown experiment);
 //! 130 / 143 interrupted by SIGINT / SIGTERM after writing the partial result.
 
 /// `print!` to stdout, except that a reader gone away (`meshbench ... | head`) ends the process

@@ -1,4 +1,5 @@
-//! Bad input gets one line and exit code 2; a misbehaving target is counted data, never a crash.
+//! Bad input gets one line and exit code 2; a misbehaving target is counted data, never a crash
+//! (and a run in which every request failed measured nothing: exit 1).
 
 mod common;
 
@@ -447,8 +448,8 @@ fn misbehaving_targets_are_counted_by_kind() {
         );
         assert_eq!(
             out.status.code(),
-            Some(0),
-            "{name}: a failing target is data; {}",
+            Some(1),
+            "{name}: a failing target is data, and nothing but failures measured nothing; {}",
             stderr(&out)
         );
         assert_eq!(
@@ -477,13 +478,13 @@ fn a_silent_target_times_out() {
         &[&server.url(), "-d", "1s", "-c", "2", "--timeout", "200ms"],
         Duration::from_secs(30),
     );
-    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(out.status.code(), Some(1), "nothing measured");
     assert!(u(&r, "/errors/timeout") >= 4, "{}", r["errors"]);
     assert_eq!(u(&r, "/requests/ok"), 0);
 }
 
 #[test]
-fn a_refused_connection_is_a_connect_error() {
+fn every_connection_refused_is_nothing_measured_and_exit_1() {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -494,11 +495,27 @@ fn a_refused_connection_is_a_connect_error() {
         let mut args = vec![url.as_str(), "-d", "1s"];
         args.extend_from_slice(mode);
         let (out, r) = run_json("refused", &args, Duration::from_secs(30));
-        assert_eq!(out.status.code(), Some(0));
-        assert!(u(&r, "/errors/connect") > 0, "{}", r["errors"]);
+        let text = stdout(&out);
+        assert_eq!(out.status.code(), Some(1), "{mode:?}: {text}");
+        let refused = u(&r, "/errors/connect");
+        assert!(refused > 0, "{}", r["errors"]);
         assert_eq!(u(&r, "/requests/ok"), 0);
         // Back-off keeps a dead target from becoming a busy loop.
-        assert!(u(&r, "/errors/connect") < 5_000, "{}", r["errors"]);
+        assert!(refused < 5_000, "{}", r["errors"]);
+        // One line says so; no latency is printed from zero samples.
+        let said: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains("nothing measured"))
+            .collect();
+        assert_eq!(said.len(), 1, "{mode:?}: {text}");
+        assert!(
+            said[0].contains(&format!("{refused} of {refused} requests"))
+                && said[0].contains("refused"),
+            "{mode:?}: {}",
+            said[0]
+        );
+        assert!(!text.contains("latency    p50"), "{mode:?}: {text}");
+        assert!(!text.contains("connect p50 0.000"), "{mode:?}: {text}");
     }
 }
 
