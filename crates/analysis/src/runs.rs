@@ -29,7 +29,9 @@ pub struct LoadKey {
     /// Offered rate in milli-requests per second (`None`: as fast as possible).
     pub qps_milli: Option<u64>,
     pub connections: u32,
-    pub response_bytes: u64,
+    /// Response body size the backend was asked for; `None` where it is not known (a
+    /// `meshbench run --json` file, an external target): never labelled as a size then.
+    pub response_bytes: Option<u64>,
     pub jitter: bool,
 }
 
@@ -46,8 +48,8 @@ impl fmt::Display for LoadKey {
             None => f.write_str("max qps")?,
         }
         write!(f, " x {} conns", self.connections)?;
-        if self.response_bytes != 1024 {
-            write!(f, ", {} B", self.response_bytes)?;
+        if let Some(bytes) = self.response_bytes.filter(|&b| b != 1024) {
+            write!(f, ", {bytes} B")?;
         }
         if self.jitter {
             f.write_str(", jitter")?;
@@ -94,7 +96,12 @@ impl Run {
             load: LoadKey {
                 qps_milli: p.qps.map(|q| (q * 1000.0).round() as u64),
                 connections: p.connections,
-                response_bytes: p.response_bytes,
+                // Only a rig's backend is asked for a size; a URL or an external server
+                // chooses its responses (the stored 0 means not known).
+                response_bytes: s
+                    .topology
+                    .is_some_and(|t| t.is_lab())
+                    .then_some(p.response_bytes),
                 jitter: p.jitter,
             },
             cpu: p.cpu.map(|c| (c.role.name().to_string(), c.cores)),
@@ -116,7 +123,8 @@ impl Run {
             load: LoadKey {
                 qps_milli: s.rate_rps.map(|q| (q * 1000.0).round() as u64),
                 connections: s.connections as u32,
-                response_bytes: 0,
+                // A run's result does not record the size of the responses it got.
+                response_bytes: None,
                 jitter: false,
             },
             cpu: None,

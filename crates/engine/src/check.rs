@@ -1,17 +1,31 @@
 //! The generator's verdict on its own run: were the figures the target's, and if not, why.
 //!
+//! Findings are ordered by evidence. First what the target answered: a run in which no request
+//! succeeded measured nothing, and one in which most failed measured failures; both name the
+//! failure that dominated and what to do about it, and the late or queued sends such a run also
+//! shows are put down to the failures (connections that fail are reopened after a back-off, so
+//! requests wait), not to the generator. Then the generator.
+//!
 //! A symptom has more than one cause, and each cause wants different advice. Sends that went
 //! out late may come from a thread that had no CPU left (add threads), from other processes
 //! that took its CPU (the kernel's run-queue delay says so: pin it, or quiet the machine), or
 //! from a machine whose sleeps end late while the CPU idles (change the idle strategy, or the
 //! machine). Requests
 //! that waited for a free connection may come from a target that slowed down under the rate
-//! (that is a finding about the target) or from too few connections for the target's ordinary
-//! service time (Little's law: rate × service time connections are busy on average; that is a
-//! mistake in the run). [`judge`] tells them apart from figures the run measured anyway, so a
-//! user reads one line naming the cause and what to do, and a program reads [`Cause`].
+//! (its limit: a finding about the target) or from too few connections for the target's
+//! ordinary service time (Little's law: rate × service time connections are busy on average;
+//! that is a mistake in the run). Under its limit a target queues requests itself, so every
+//! answer but the first is slow and its service time says nothing of its ordinary speed: the
+//! ordinary speed is the fastest answer seen, in this run or (when the caller knows one) at a
+//! lower load. [`judge`] tells them apart from figures the run measured anyway, so a user reads
+//! one line naming the cause and what to do, and a program reads [`Cause`].
+
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
+
+use crate::recorder::{Counts, ErrorKind};
+use meshbench_net::grpc::Code;
 
 /// Share of sends (late, or waiting for a connection) above which a symptom counts.
 pub const SYMPTOM_SHARE: f64 = 0.01;
@@ -25,22 +39,29 @@ pub const CPU_CONTENDED: f64 = 0.1;
 pub const CPU_CONTENDED_WHEN_LATE: f64 = 0.01;
 /// Sleeps ending this late at the 99th percentile make a clock slow.
 pub const SLOW_CLOCK_US: u64 = 100;
-/// Connections are too few when even the target's fastest tenth of answers would keep more
-/// than this share of them busy.
+/// Connections are too few when even the target's fastest answer would keep more than this
+/// share of them busy.
 pub const CONNECTIONS_BUSY: f64 = 0.5;
+/// More than this share of finished requests failed: the run measured mostly failures.
+pub const MOSTLY_FAILED: f64 = 0.5;
 
 /// Why a run's figures may not be the target's alone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Cause {
+    /// No request succeeded (every one failed, or none finished): there is no figure to read.
+    NothingMeasured,
+    /// Most requests failed: the figures describe failures more than the target's service.
+    TargetErrors,
     /// Sends went out late while the CPU idled: the machine's sleeps end late.
     TimerLateness,
     /// The busiest worker thread had no CPU to spare.
     CpuSaturation,
     /// Other processes took the generator's CPU: its threads waited to run.
     CpuContention,
-    /// The target slowed down under the rate: requests waited for connections that would have
-    /// sufficed at its ordinary speed. A finding about the target, not a fault of the run.
+    /// The target could not keep up with the rate (its limit): requests waited for connections
+    /// that would have sufficed at its ordinary speed. A finding about the target, not a fault
+    /// of the run.
     SlowTarget,
     /// Too few connections to carry the rate even at the target's ordinary speed.
     TooFewConnections,
@@ -50,6 +71,8 @@ impl Cause {
     /// The name the JSON uses.
     pub fn name(self) -> &'static str {
         match self {
+            Cause::NothingMeasured => "nothing_measured",
+            Cause::TargetErrors => "target_errors",
             Cause::TimerLateness => "timer_lateness",
             Cause::CpuSaturation => "cpu_saturation",
             Cause::CpuContention => "cpu_contention",
@@ -58,7 +81,8 @@ impl Cause {
         }
     }
 
-    /// Whether this cause makes the figures the generator's rather than the target's.
+    /// Whether this cause makes the figures unfit to describe the target's service: the
+    /// generator's rather than the target's, or failures (or nothing) rather than service.
     pub fn invalidates(self) -> bool {
         !matches!(self, Cause::SlowTarget)
     }
@@ -95,6 +119,13 @@ impl SelfCheck {
         self.findings.iter().find(|f| f.cause.invalidates())
     }
 
+    /// No request succeeded: the run measured nothing (`meshbench run` exits 1).
+    pub fn measured_nothing(&self) -> bool {
+        self.findings
+            .iter()
+            .any(|f| f.cause == Cause::NothingMeasured)
+    }
+
     /// The generator, not the target, limited the run (a capacity search must not trust it).
     pub fn generator_limited(&self) -> bool {
         self.findings.iter().any(|f| {
@@ -106,12 +137,149 @@ impl SelfCheck {
     }
 }
 
+/// What failed: a kind of transport failure, an HTTP status, a gRPC status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureKind {
+    Transport(ErrorKind),
+    Status(u16),
+    Grpc(Code),
+}
+
+/// The failure that dominated a run: its kind, how many requests it ended and the message the
+/// run kept most often for that kind ("certificate signed by an unknown CA").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    pub kind: FailureKind,
+    pub count: u64,
+    pub message: Option<String>,
+}
+
+impl Failure {
+    /// The most frequent failure among `counts` (`None` when nothing failed), with the most
+    /// frequent of `messages` (keyed `kind: message`, as the recorder keeps them) for its kind.
+    pub fn most_frequent(counts: &Counts, messages: &BTreeMap<String, u64>) -> Option<Failure> {
+        let transport = ErrorKind::ALL
+            .into_iter()
+            .map(|k| (FailureKind::Transport(k), counts.errors(k)));
+        let statuses = counts
+            .status_codes()
+            .filter(|&(code, _)| !(100..400).contains(&code))
+            .map(|(code, n)| (FailureKind::Status(code), n));
+        let grpc = counts
+            .grpc_codes()
+            .filter(|(code, _)| !code.is_ok())
+            .map(|(code, n)| (FailureKind::Grpc(code), n));
+        // The first of the largest: transport failures before statuses, lower codes first.
+        let (kind, count) = transport
+            .chain(statuses)
+            .chain(grpc)
+            .filter(|&(_, n)| n > 0)
+            .fold(
+                None,
+                |best: Option<(FailureKind, u64)>, (k, n)| match best {
+                    Some((_, m)) if m >= n => best,
+                    _ => Some((k, n)),
+                },
+            )?;
+        let message = match kind {
+            FailureKind::Transport(k) => {
+                let prefix = format!("{}: ", k.name());
+                messages
+                    .iter()
+                    .filter_map(|(m, &n)| m.strip_prefix(&prefix).map(|m| (m, n)))
+                    .fold(None, |best: Option<(&str, u64)>, (m, n)| match best {
+                        Some((_, most)) if most >= n => best,
+                        _ => Some((m, n)),
+                    })
+                    .map(|(m, _)| m.to_string())
+            }
+            _ => None,
+        };
+        Some(Failure {
+            kind,
+            count,
+            message,
+        })
+    }
+
+    /// What failed, in a few words: "the TLS handshake (certificate signed by an unknown CA)".
+    fn what(&self) -> String {
+        let kind = match self.kind {
+            FailureKind::Transport(ErrorKind::Connect) => "connect".to_string(),
+            FailureKind::Transport(ErrorKind::Tls) => "the TLS handshake".to_string(),
+            FailureKind::Transport(ErrorKind::PortsExhausted) => {
+                "connect, with no free local port".to_string()
+            }
+            FailureKind::Transport(k) => k.name().replace('_', " "),
+            FailureKind::Status(code) => format!("HTTP status {code}"),
+            FailureKind::Grpc(code) => format!("gRPC status {}", code.name()),
+        };
+        match (&self.message, self.kind) {
+            (Some(m), _) => format!("{kind} ({m})"),
+            (None, FailureKind::Transport(ErrorKind::Connect)) => {
+                format!("{kind} (refused, or the address unreachable)")
+            }
+            (None, _) => kind,
+        }
+    }
+
+    /// What to do about it, naming only flags `meshbench run` has.
+    fn advice(&self) -> &'static str {
+        let message = self.message.as_deref().unwrap_or("");
+        match self.kind {
+            FailureKind::Transport(ErrorKind::Connect) => {
+                "check that the target is up and listens at the URL's host and port"
+            }
+            FailureKind::Transport(ErrorKind::Tls) if message.contains("client certificate") => {
+                "give --cert and --key: a client certificate signed by a CA the server trusts"
+            }
+            FailureKind::Transport(ErrorKind::Tls) if message.contains("ALPN") => {
+                "the server does not speak the protocol offered: leave out --http2"
+            }
+            FailureKind::Transport(ErrorKind::Tls) => {
+                "trust the CA that signed the server's certificate with --cacert FILE, or accept any certificate with --insecure"
+            }
+            FailureKind::Transport(ErrorKind::Timeout) => {
+                "the target did not answer within --timeout: check that it answers at all, or give a longer --timeout"
+            }
+            FailureKind::Transport(ErrorKind::Reset) => {
+                "the target closed connections before answering: check that it speaks HTTP on that port (https:// for TLS)"
+            }
+            FailureKind::Transport(ErrorKind::Protocol) => {
+                "the target's answers are not the HTTP asked for: https:// for a TLS port, --http2 for a server that speaks only HTTP/2"
+            }
+            FailureKind::Transport(ErrorKind::GoAway | ErrorKind::StreamReset) => {
+                "the HTTP/2 server refused the streams: fewer --streams, or see its limits"
+            }
+            FailureKind::Transport(ErrorKind::PortsExhausted) => {
+                "see the warning about local ports below"
+            }
+            FailureKind::Transport(ErrorKind::Other) => "see the error messages above",
+            FailureKind::Status(code) if (400..500).contains(&code) => {
+                "the target refused the requests: check the URL, method, headers and body"
+            }
+            FailureKind::Status(_) => "the target (or what is behind it) is failing",
+            FailureKind::Grpc(_) => {
+                "check the method (the URL's path), the message (--body, --proto) and the server"
+            }
+        }
+    }
+}
+
 /// What [`judge`] looks at, all measured by the run itself.
 #[derive(Debug, Clone, Default)]
 pub struct Figures {
     /// Open loop at this rate; `None` for a closed loop (nothing is late or queued there).
     pub rate_rps: Option<f64>,
     pub connections: usize,
+    /// Requests that finished in the measured window, answered or failed.
+    pub requests: u64,
+    /// Of them, failed: transport failures and failing statuses.
+    pub failed: u64,
+    /// The failure that ended the most requests.
+    pub top_failure: Option<Failure>,
+    /// Finished requests per second of the measured window.
+    pub throughput_rps: f64,
     pub sends: u64,
     /// Sends more than 1 ms late while a connection was free.
     pub late_sends: u64,
@@ -124,25 +292,68 @@ pub struct Figures {
     pub busiest_thread_busy: f64,
     /// The largest share of its wall time a worker thread waited for a CPU.
     pub most_waiting_thread: f64,
-    pub service_p10_us: u64,
+    /// The fastest answer of the run (0 when there was none).
+    pub service_min_us: u64,
+    /// The fastest answer the caller saw the same target give at a lower load (an earlier step
+    /// of a capacity search): its ordinary speed, which a run above its limit cannot show.
+    pub service_at_lower_load_us: Option<u64>,
     pub service_p50_us: u64,
     pub service_p99_us: u64,
 }
 
-/// Judges a run from its figures.
+/// Judges a run from its figures: what the target answered first, then the generator.
 pub fn judge(f: &Figures) -> SelfCheck {
     let share = |n: u64| n as f64 / f.sends.max(1) as f64;
+    let succeeded = f.requests.saturating_sub(f.failed);
+    let mostly_failed = f.failed as f64 > MOSTLY_FAILED * f.requests as f64;
+    // Failing connections are reopened after a back-off, so requests wait and go out late:
+    // in a run of failures those symptoms are the failures', not the generator's.
+    let symptoms_count = succeeded > 0 && !mostly_failed;
     let cpu_bound = f.busiest_thread_busy >= CPU_BOUND;
-    let late = f.rate_rps.is_some() && share(f.late_sends) > SYMPTOM_SHARE;
+    let late = symptoms_count && f.rate_rps.is_some() && share(f.late_sends) > SYMPTOM_SHARE;
     let contended = f.most_waiting_thread >= CPU_CONTENDED
         || (late && !cpu_bound && f.most_waiting_thread >= CPU_CONTENDED_WHEN_LATE);
     let mut findings = Vec::new();
     let mut add = |cause, message| findings.push(Finding { cause, message });
+    let failure = |f: &Figures| match &f.top_failure {
+        Some(top) => format!(
+            "{} of {} requests failed, {} at {}; {}",
+            f.failed,
+            f.requests,
+            if top.count == f.failed {
+                "every one".to_string()
+            } else {
+                format!("{} of them", top.count)
+            },
+            top.what(),
+            top.advice()
+        ),
+        None => format!("{} of {} requests failed", f.failed, f.requests),
+    };
+    if f.requests == 0 {
+        add(
+            Cause::NothingMeasured,
+            "nothing measured: no request finished in the measured window; check that the target answers, and measure for longer than its answers take (-d, --timeout)".to_string(),
+        );
+    } else if succeeded == 0 {
+        add(
+            Cause::NothingMeasured,
+            format!("nothing measured: {}", failure(f)),
+        );
+    } else if mostly_failed {
+        add(
+            Cause::TargetErrors,
+            format!(
+                "target errors: {}; the latency figures describe failures more than the target's service",
+                failure(f)
+            ),
+        );
+    }
     if contended {
         add(
             Cause::CpuContention,
             format!(
-                "CPU contention: a generator thread waited {:.1} % of the run for a CPU that other processes held ({:.1} % of sends more than 1 ms late, schedule lag p99 {} µs); its sends and reads were late for that, not for the target: pin the generator to CPUs of its own (taskset, the experiment's client_cpus) or run it on a quieter machine",
+                "CPU contention: a generator thread waited {:.1} % of the run for a CPU that other processes held ({:.1} % of sends more than 1 ms late, schedule lag p99 {} µs); its sends and reads were late for that, not for the target: pin the generator to CPUs of its own (taskset, or the experiment's limits.client.cpuset) or run it on a quieter machine",
                 100.0 * f.most_waiting_thread,
                 100.0 * share(f.late_sends),
                 f.lag_p99_us
@@ -162,15 +373,20 @@ pub fn judge(f: &Figures) -> SelfCheck {
                 ),
             );
         }
-        if share(f.queued_sends) > SYMPTOM_SHARE {
-            let busy_at_best = rate * f.service_p10_us as f64 / 1e6;
+        if symptoms_count && share(f.queued_sends) > SYMPTOM_SHARE {
+            let (fastest, seen) = match f.service_at_lower_load_us {
+                Some(before) if before < f.service_min_us => (before, " at a lower rate"),
+                _ => (f.service_min_us, ""),
+            };
+            let busy_at_fastest = rate * fastest as f64 / 1e6;
             let busy_typical = rate * f.service_p50_us as f64 / 1e6;
-            if busy_at_best > CONNECTIONS_BUSY * f.connections as f64 {
+            if busy_at_fastest > CONNECTIONS_BUSY * f.connections as f64 {
                 add(
                     Cause::TooFewConnections,
                     format!(
-                        "too few connections: {} connections cannot carry {rate} req/s at the target's service time (p50 {:.3} ms keeps about {:.0} busy); {:.1} % of requests waited for one: raise -c to at least {:.0}",
+                        "too few connections: {} connections cannot carry {rate} req/s even at the target's fastest answer ({:.3} ms; p50 {:.3} ms keeps about {:.0} busy); {:.1} % of requests waited for one: raise -c to at least {:.0} (unless the target answers faster at a lower rate: then this rate is past its limit)",
                         f.connections,
+                        fastest as f64 / 1e3,
                         f.service_p50_us as f64 / 1e3,
                         busy_typical,
                         100.0 * share(f.queued_sends),
@@ -181,11 +397,14 @@ pub fn judge(f: &Figures) -> SelfCheck {
                 add(
                     Cause::SlowTarget,
                     format!(
-                        "slow target: the target did not keep up with {rate} req/s: {:.1} % of requests waited for a free connection, though {} connections carry the rate at its ordinary speed (service p10 {:.3} ms); its service time rose to p99 {:.3} ms. This is the target's limit at this rate (see `meshbench capacity`); latency includes the wait",
+                        "target at its limit: it did not keep up with {rate} req/s, answering {:.1} req/s while its answers slowed from {:.3} ms (its fastest{seen}) to p50 {:.3} ms, p99 {:.3} ms; the generator had room (busiest thread {:.0} % busy) and {:.1} % of requests waited for one of the {} connections, which carry the rate at the target's fastest answers: more connections would only queue at the target. This is the target's limit, not a fault of the run (`meshbench capacity` finds the highest rate it carries); latency includes the wait",
+                        f.throughput_rps,
+                        fastest as f64 / 1e3,
+                        f.service_p50_us as f64 / 1e3,
+                        f.service_p99_us as f64 / 1e3,
+                        100.0 * f.busiest_thread_busy,
                         100.0 * share(f.queued_sends),
                         f.connections,
-                        f.service_p10_us as f64 / 1e3,
-                        f.service_p99_us as f64 / 1e3
                     ),
                 );
             }
@@ -239,15 +458,186 @@ mod tests {
         Figures {
             rate_rps: Some(rate),
             connections: 50,
+            requests: 10_000,
+            throughput_rps: rate,
             sends: 10_000,
             lag_p99_us: 40,
             wake_error_p99_us: 60,
             busiest_thread_busy: 0.2,
-            service_p10_us: 100,
+            service_min_us: 80,
             service_p50_us: 150,
             service_p99_us: 400,
             ..Figures::default()
         }
+    }
+
+    /// `n` requests failed by `kind`, with `message`.
+    fn failing(n: u64, kind: FailureKind, message: Option<&str>) -> Figures {
+        Figures {
+            failed: n,
+            top_failure: Some(Failure {
+                kind,
+                count: n,
+                message: message.map(str::to_string),
+            }),
+            ..open(200.0)
+        }
+    }
+
+    fn causes(f: &Figures) -> Vec<Cause> {
+        judge(f).findings.iter().map(|f| f.cause).collect()
+    }
+
+    #[test]
+    fn failures_of_the_target_come_before_the_generators_causes() {
+        // Most requests failed, and a thread also waited a fifth of the run for a CPU.
+        let mostly = Figures {
+            most_waiting_thread: 0.2,
+            busiest_thread_busy: 0.95,
+            ..failing(6_000, FailureKind::Status(503), None)
+        };
+        assert_eq!(
+            causes(&mostly),
+            [
+                Cause::TargetErrors,
+                Cause::CpuContention,
+                Cause::CpuSaturation
+            ]
+        );
+        let check = judge(&mostly);
+        assert!(!check.valid && !check.measured_nothing());
+        let said = &check.findings[0].message;
+        assert!(
+            said.contains("6000 of 10000 requests failed") && said.contains("HTTP status 503"),
+            "{said}"
+        );
+        // Half failed is not most.
+        assert_eq!(causes(&failing(5_000, FailureKind::Status(503), None)), []);
+    }
+
+    #[test]
+    fn a_run_of_failures_puts_its_late_and_queued_sends_down_to_them() {
+        // Every TLS handshake failed; the failed connections' back-off made sends late and
+        // queued, on a thread that waited a little for a CPU.
+        let tls = Figures {
+            late_sends: 3_000,
+            queued_sends: 3_000,
+            lag_p99_us: 90_000,
+            most_waiting_thread: 0.02,
+            ..failing(
+                10_000,
+                FailureKind::Transport(ErrorKind::Tls),
+                Some("certificate signed by an unknown CA"),
+            )
+        };
+        let check = judge(&tls);
+        assert_eq!(causes(&tls), [Cause::NothingMeasured]);
+        assert!(check.measured_nothing() && !check.generator_limited());
+        let said = &check.findings[0].message;
+        for words in [
+            "nothing measured: 10000 of 10000 requests failed, every one at the TLS handshake",
+            "unknown CA",
+            "--cacert FILE",
+            "--insecure",
+        ] {
+            assert!(said.contains(words), "{words:?} in {said}");
+        }
+        let refused = failing(300, FailureKind::Transport(ErrorKind::Connect), None);
+        let refused = Figures {
+            requests: 300,
+            ..refused
+        };
+        let said = judge(&refused).findings[0].message.clone();
+        assert!(
+            said.starts_with(
+                "nothing measured: 300 of 300 requests failed, every one at connect (refused"
+            ),
+            "{said}"
+        );
+        // Nothing finished at all.
+        let silent = Figures {
+            requests: 0,
+            ..open(200.0)
+        };
+        assert_eq!(causes(&silent), [Cause::NothingMeasured]);
+    }
+
+    #[test]
+    fn a_target_past_its_limit_is_named_by_its_fastest_answer_at_a_lower_load() {
+        // 1,600 req/s at a target that answers in 1 ms alone but holds 64 requests in its
+        // queue: after the warm-up even its fastest answer in the run waited behind others.
+        let past_limit = Figures {
+            connections: 64,
+            throughput_rps: 1000.0,
+            queued_sends: 9_000,
+            service_min_us: 55_000,
+            service_p50_us: 64_000,
+            service_p99_us: 70_000,
+            ..open(1600.0)
+        };
+        assert_eq!(causes(&past_limit), [Cause::TooFewConnections]);
+        let known = Figures {
+            service_at_lower_load_us: Some(1_000),
+            ..past_limit.clone()
+        };
+        assert_eq!(causes(&known), [Cause::SlowTarget]);
+        let said = judge(&known).findings[0].message.clone();
+        assert!(
+            said.contains("target at its limit")
+                && said.contains("1.000 ms (its fastest at a lower rate)"),
+            "{said}"
+        );
+        // Without a warm-up the run itself saw the target's first, unqueued answers.
+        let cold = Figures {
+            service_min_us: 1_000,
+            ..past_limit
+        };
+        assert_eq!(causes(&cold), [Cause::SlowTarget]);
+        // A slower answer at a lower load is no evidence.
+        let slower_before = Figures {
+            service_min_us: 80_000,
+            service_p50_us: 90_000,
+            service_at_lower_load_us: Some(85_000),
+            queued_sends: 500,
+            ..open(1000.0)
+        };
+        assert_eq!(causes(&slower_before), [Cause::TooFewConnections]);
+    }
+
+    #[test]
+    fn the_failure_that_ended_the_most_requests_is_found_with_its_message() {
+        let mut counts = Counts::default();
+        for _ in 0..5 {
+            counts.error(ErrorKind::Connect);
+        }
+        for _ in 0..7 {
+            counts.error(ErrorKind::Tls);
+        }
+        for _ in 0..9 {
+            counts.response(200);
+        }
+        let messages: BTreeMap<String, u64> = [
+            ("tls: certificate expired".to_string(), 2),
+            ("tls: certificate signed by an unknown CA".to_string(), 5),
+            ("timeout: TCP connect not finished".to_string(), 9),
+        ]
+        .into();
+        let top = Failure::most_frequent(&counts, &messages).unwrap();
+        assert_eq!(top.kind, FailureKind::Transport(ErrorKind::Tls));
+        assert_eq!(top.count, 7);
+        assert_eq!(
+            top.message.as_deref(),
+            Some("certificate signed by an unknown CA")
+        );
+        for _ in 0..8 {
+            counts.response(404);
+        }
+        let top = Failure::most_frequent(&counts, &messages).unwrap();
+        assert_eq!((top.kind, top.count), (FailureKind::Status(404), 8));
+        assert_eq!(top.message, None);
+        let mut fine = Counts::default();
+        fine.response(200);
+        assert_eq!(Failure::most_frequent(&fine, &messages), None);
     }
 
     #[test]
@@ -289,7 +679,7 @@ mod tests {
                 "queued at 1,000 rps, 50 connections, 80 ms answers: too few connections",
                 Figures {
                     queued_sends: 500,
-                    service_p10_us: 80_000,
+                    service_min_us: 80_000,
                     service_p50_us: 90_000,
                     ..open(1000.0)
                 },
@@ -356,12 +746,20 @@ mod tests {
         assert!(cpu.contains("--threads"), "{cpu}");
         let conns = said(Figures {
             queued_sends: 500,
-            service_p10_us: 80_000,
+            service_min_us: 80_000,
             service_p50_us: 90_000,
             ..open(1000.0)
         });
         assert!(conns.contains("raise -c to at least 180"), "{conns}");
-        for message in [clock, cpu, conns] {
+        let contention = said(Figures {
+            most_waiting_thread: 0.3,
+            ..open(1000.0)
+        });
+        assert!(
+            contention.contains("limits.client.cpuset") && !contention.contains("client_cpus"),
+            "{contention}"
+        );
+        for message in [clock, cpu, conns, contention] {
             assert!(!message.contains('\n'), "one line: {message}");
         }
     }

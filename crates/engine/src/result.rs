@@ -8,7 +8,7 @@ use std::time::SystemTime;
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
-use crate::check::{self, Figures, SelfCheck};
+use crate::check::{self, Failure, Figures, SelfCheck};
 pub use crate::histogram::{decode_histogram, encode_histogram, DecodeError};
 use crate::idle::IdleStrategy;
 use crate::pacer::Arrival;
@@ -420,12 +420,21 @@ impl RunResult {
         let lag = Stats::of(&rec.lag);
         let service = Stats::of(&rec.service);
         let wake_error = Stats::of(&rec.wake_error);
+        let throughput_rps = if duration_secs > 0.0 {
+            total as f64 / duration_secs
+        } else {
+            0.0
+        };
         let check = check::judge(&Figures {
             rate_rps: match spec.mode {
                 Mode::Open { rate_rps, .. } => Some(rate_rps),
                 Mode::Closed => None,
             },
             connections: spec.connections,
+            requests: total,
+            failed: rec.counts.failed(),
+            top_failure: Failure::most_frequent(&rec.counts, &rec.messages),
+            throughput_rps,
             sends: rec.sends,
             late_sends: rec.late_sends,
             queued_sends: rec.queued_sends,
@@ -433,7 +442,8 @@ impl RunResult {
             wake_error_p99_us: wake_error.p99,
             busiest_thread_busy: max_thread_busy,
             most_waiting_thread: max_thread_waiting.unwrap_or(0.0),
-            service_p10_us: rec.service.value_at_quantile(0.1),
+            service_min_us: service.min,
+            service_at_lower_load_us: spec.service_at_lower_load_us,
             service_p50_us: service.p50,
             service_p99_us: service.p99,
         });
@@ -525,11 +535,7 @@ impl RunResult {
                 errors: total - rec.counts.ok(),
                 unfinished: rec.unfinished,
             },
-            throughput_rps: if duration_secs > 0.0 {
-                (total as f64 / duration_secs * 100.0).round() / 100.0
-            } else {
-                0.0
-            },
+            throughput_rps: (throughput_rps * 100.0).round() / 100.0,
             status_codes: rec
                 .counts
                 .status_codes()
@@ -647,6 +653,7 @@ mod tests {
             timeout: Duration::from_secs(5),
             seed: 1,
             segment: crate::spec::Segment::WHOLE,
+            service_at_lower_load_us: None,
         }
     }
 
@@ -750,6 +757,9 @@ mod tests {
             cases
         {
             let mut rec = Recorder::new();
+            for _ in 0..1000 {
+                rec.response(200, 1_000_000, 500_000);
+            }
             rec.sends = 1000;
             rec.late_sends = late;
             rec.queued_sends = queued;
@@ -785,6 +795,46 @@ mod tests {
                 "{case}"
             );
         }
+    }
+
+    #[test]
+    fn a_run_without_one_success_measured_nothing_and_says_what_failed() {
+        let mut rec = Recorder::new();
+        for _ in 0..40 {
+            rec.error(ErrorKind::Connect);
+        }
+        rec.sends = 40;
+        // Sends waited for the failed connections' back-off: not the generator's doing.
+        rec.late_sends = 20;
+        rec.queued_sends = 20;
+        let result = RunResult::build(
+            &spec(Mode::Open {
+                rate_rps: 40.0,
+                arrival: Arrival::Uniform,
+            }),
+            Measured {
+                threads: 2,
+                recorder: &rec,
+                window_ns: 1_000_000_000,
+                max_thread_utilization: 0.01,
+                max_thread_busy: 0.01,
+                max_thread_waiting: Some(0.02),
+                timeline: Vec::new(),
+                wall_start: SystemTime::UNIX_EPOCH,
+                cpu_secs: 0.01,
+                rss_max_bytes: 0,
+                interrupted: false,
+            },
+        );
+        let check = &result.generator.check;
+        assert!(check.measured_nothing() && !check.valid);
+        assert_eq!(check.findings.len(), 1, "{:?}", check.findings);
+        assert!(!result.generator.saturated);
+        let said = &check.findings[0].message;
+        assert!(
+            said.contains("40 of 40 requests failed, every one at connect (refused"),
+            "{said}"
+        );
     }
 
     #[test]

@@ -264,6 +264,10 @@ pub struct LoadSpec {
     pub seed: u64,
     /// The part of the plan this process drives (all of it unless an agent of several).
     pub segment: Segment,
+    /// The fastest answer (service time, µs) the caller saw this target give at a lower load,
+    /// such as an earlier step of a capacity search: the self-check's evidence of the target's
+    /// ordinary speed when this run, past its limit, cannot show it. Changes nothing sent.
+    pub service_at_lower_load_us: Option<u64>,
 }
 
 /// One part of a plan divided over `count` parts (agents, and each agent's threads): part

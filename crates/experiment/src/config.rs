@@ -257,9 +257,44 @@ pub struct Limits {
 pub struct RoleLimits {
     /// CPU quotas in cores (0.25 = a quarter of one core); each value is one variant.
     pub cpus: Vec<f64>,
-    /// CPUs to pin to, as the kernel writes them ("0", "0-1", "0,2").
+    /// CPUs to pin to, as the kernel writes them ("0", "0-1", "0,2"); a lone CPU may be a
+    /// number (`cpuset: 0`, `--set limits.client.cpuset=0`), as YAML reads it.
+    #[serde(deserialize_with = "cpu_list")]
     pub cpuset: Option<String>,
     pub memory_mib: Option<u64>,
+}
+
+/// A cpuset as text, whether YAML read it as text (`0-1`, `0,2`) or as a number (`0`).
+fn cpu_list<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    struct CpuList;
+    impl<'de> serde::de::Visitor<'de> for CpuList {
+        type Value = Option<String>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a CPU list such as 0, 0-1 or 0,2")
+        }
+        fn visit_none<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_any(CpuList)
+        }
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+            Ok(Some(v.to_string()))
+        }
+        fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Self::Value, E> {
+            Ok(Some(v.to_string()))
+        }
+        fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Self::Value, E> {
+            match u64::try_from(v) {
+                Ok(cpu) => self.visit_u64(cpu),
+                Err(_) => Err(E::invalid_value(serde::de::Unexpected::Signed(v), &self)),
+            }
+        }
+    }
+    d.deserialize_option(CpuList)
 }
 
 /// Longest `duration_secs`, `warmup_secs` or `cooldown_secs`: a week (the runner turns them
@@ -343,7 +378,7 @@ pub fn parse(file: &str, text: &str, overrides: &[String]) -> Result<Experiment,
     if !problems.is_empty() {
         return Err(ConfigError::Invalid {
             file: file.to_string(),
-            problems,
+            problems: how_to_set(problems, overrides),
         });
     }
     let experiment: Experiment = match serde_path_to_error::deserialize(tree) {
@@ -352,7 +387,7 @@ pub fn parse(file: &str, text: &str, overrides: &[String]) -> Result<Experiment,
             let path = e.path().to_string();
             return Err(ConfigError::Invalid {
                 file: file.to_string(),
-                problems: vec![describe(&path, e.inner())],
+                problems: how_to_set(vec![describe(&path, e.inner())], overrides),
             });
         }
     };
@@ -457,6 +492,40 @@ pub(crate) fn describe(path: &str, e: &serde_yaml_ng::Error) -> String {
     } else {
         format!("{path}: {msg}")
     }
+}
+
+/// Adds to each type mistake that a `--set` made how to write its value: `--set` reads VALUE
+/// as YAML, so `--set name=1234` gives a number where text is wanted (`--set 'name="1234"'`)
+/// and `--set topologies=baseline` one word where a list is (`--set 'topologies=[baseline]'`).
+fn how_to_set(problems: Vec<String>, overrides: &[String]) -> Vec<String> {
+    problems
+        .into_iter()
+        .map(|problem| {
+            let hint = overrides.iter().find_map(|o| {
+                let (key, raw) = o.split_once('=')?;
+                let (key, raw) = (key.trim(), raw.trim());
+                let told = problem.strip_prefix(key)?;
+                if !(told.starts_with(": ") || told.starts_with('[') || told.starts_with('.')) {
+                    return None;
+                }
+                if told.contains("expected a string") {
+                    Some(format!(
+                        "--set reads the value as YAML, so {raw} is not text there; quote it: --set '{key}=\"{raw}\"'"
+                    ))
+                } else if told.contains("expected a list") && !raw.starts_with('[') {
+                    Some(format!(
+                        "--set reads the value as YAML; write a list: --set '{key}=[{raw}]'"
+                    ))
+                } else {
+                    None
+                }
+            });
+            match hint {
+                Some(hint) => format!("{problem} ({hint})"),
+                None => problem,
+            }
+        })
+        .collect()
 }
 
 /// Applies `a.b.c=VALUE` (VALUE read as YAML: `3`, `[1, 2]`, `nginx`) to the tree.
@@ -821,6 +890,62 @@ mod tests {
             .to_string();
         assert!(err.contains("expected KEY=VALUE"), "{err}");
         assert!(err.contains("load.qps: invalid type: map"), "{err}");
+    }
+
+    #[test]
+    fn a_lone_cpu_is_a_cpuset_written_as_a_number_too() {
+        let e = parse("t.yaml", MINIMAL, &["limits.client.cpuset=0".into()]).unwrap();
+        assert_eq!(e.limits.client.cpuset.as_deref(), Some("0"));
+        let file = format!("{MINIMAL}limits:\n  proxy:\n    cpuset: 1\n");
+        let e = parse("t.yaml", &file, &[]).unwrap();
+        assert_eq!(e.limits.proxy.cpuset.as_deref(), Some("1"));
+        let err = parse("t.yaml", MINIMAL, &["limits.client.cpuset=[0, 1]".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("limits.client.cpuset")
+                && err.contains("a CPU list such as 0, 0-1 or 0,2"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_set_value_of_the_wrong_type_says_how_to_write_it() {
+        for (set, written) in [
+            ("name=1234", r#"--set 'name="1234"'"#),
+            ("labels.build=42", r#"--set 'labels.build="42"'"#),
+            ("topologies=baseline", "--set 'topologies=[baseline]'"),
+        ] {
+            let err = parse("t.yaml", MINIMAL, &[set.into()])
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(written), "{set}: want {written} in {err}");
+        }
+        // A mistake in the file itself is not blamed on --set.
+        let err = parse("t.yaml", "name: 7\ntopologies: [baseline]\n", &[])
+            .unwrap_err()
+            .to_string();
+        assert!(!err.contains("--set"), "{err}");
+    }
+
+    #[test]
+    fn the_self_checks_advice_names_a_key_that_set_accepts() {
+        use meshbench_engine::check::{judge, Cause, Figures};
+        let check = judge(&Figures {
+            requests: 100,
+            sends: 100,
+            most_waiting_thread: 0.5,
+            ..Figures::default()
+        });
+        let advice = &check.findings[0];
+        assert_eq!(advice.cause, Cause::CpuContention);
+        let key = advice
+            .message
+            .split(|c: char| c.is_whitespace() || c == ')' || c == ',')
+            .find(|w| w.starts_with("limits."))
+            .unwrap_or_else(|| panic!("no experiment key in {}", advice.message));
+        let e = parse("t.yaml", MINIMAL, &[format!("{key}=0")]).unwrap();
+        assert_eq!(e.limits.client.cpuset.as_deref(), Some("0"));
     }
 
     #[test]

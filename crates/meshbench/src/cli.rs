@@ -629,8 +629,8 @@ pub struct RequestFlags {
     pub http2: bool,
     /// gRPC unary calls over HTTP/2 (h2c or TLS): a bare URL calls fortio's ping
     /// (/fgrpc.PingServer/Ping), a URL path names the method (/pkg.Service/Method) and --body
-    /// or --body-file is its protobuf message. Calls are counted by grpc-status; --timeout is
-    /// sent as the call's deadline.
+    /// (TEXT, or @FILE to read it from a file) is its protobuf message. Calls are counted by
+    /// grpc-status; --timeout is sent as the call's deadline.
     #[arg(long, conflicts_with = "http2")]
     pub grpc: bool,
     /// HTTP/3 over QUIC (https:// URLs only; UDP to the URL's port). Each connection is its

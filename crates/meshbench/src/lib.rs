@@ -4,7 +4,8 @@
 //! runner for anything that sends traffic, analysis and report for answers) and prints.
 //!
 //! Exit codes (also in the README): 0 success; 1 the run could not be carried out (a file could
-//! not be written, a server could not start); 2 bad input (the message says what to change);
+//! not be written, a server could not start) or measured nothing (no request succeeded); 2 bad
+//! input (the message says what to change; also no command, or an unknown experiment);
 //! 130 / 143 interrupted by SIGINT / SIGTERM after writing the partial result.
 
 /// `print!` to stdout, except that a reader gone away (`meshbench ... | head`) ends the process
@@ -78,34 +79,80 @@ pub fn usage(msg: impl Into<String>) -> anyhow::Error {
     anyhow::Error::new(UsageError(msg.into()))
 }
 
+/// A command line clap refused, in one line: what was wrong, clap's suggestion if it has one
+/// (`did you mean '--rate'?`), and the help of the command `args` named.
+fn parse_error_line(e: &clap::Error, args: &[OsString]) -> String {
+    use clap::error::{ContextKind, ContextValue};
+    let text = e.to_string();
+    // The first line, plus the indented lines clap lists under it (missing arguments).
+    let mut lines = text.lines();
+    let mut line = lines
+        .next()
+        .unwrap_or("invalid arguments")
+        .trim_start_matches("error: ")
+        .to_string();
+    for more in lines.take_while(|l| l.starts_with(' ')) {
+        line.push(' ');
+        line.push_str(more.trim());
+    }
+    let suggested: Vec<String> = [
+        ContextKind::SuggestedArg,
+        ContextKind::SuggestedSubcommand,
+        ContextKind::SuggestedValue,
+    ]
+    .into_iter()
+    .filter_map(|kind| match e.get(kind)? {
+        ContextValue::String(s) => Some(vec![s.clone()]),
+        ContextValue::Strings(v) => Some(v.clone()),
+        _ => None,
+    })
+    .flatten()
+    .collect();
+    if !suggested.is_empty() {
+        let quoted: Vec<String> = suggested.iter().map(|s| format!("'{s}'")).collect();
+        line.push_str(&format!("; did you mean {}?", quoted.join(" or ")));
+    }
+    format!("{line} (see `{} --help`)", command_path(args))
+}
+
+/// The (sub)command the words of `args` name, as typed: `meshbench results show`.
+fn command_path(args: &[OsString]) -> String {
+    use clap::CommandFactory;
+    let mut command = cli::Cli::command();
+    let mut path = vec!["meshbench".to_string()];
+    for word in args.iter().skip(1).filter_map(|a| a.to_str()) {
+        match command.find_subcommand(word) {
+            Some(sub) => {
+                path.push(sub.get_name().to_string());
+                command = sub.clone();
+            }
+            None if word.starts_with('-') => continue,
+            None => break,
+        }
+    }
+    path.join(" ")
+}
+
 /// Parses `args`, runs the command and returns the exit code; errors are printed as one line.
 pub fn main_with(args: impl IntoIterator<Item = OsString>) -> u8 {
-    let cli = match cli::Cli::try_parse_from(args) {
+    let args: Vec<OsString> = args.into_iter().collect();
+    let cli = match cli::Cli::try_parse_from(&args) {
         Ok(cli) => cli,
         Err(e) => {
             use clap::error::ErrorKind;
-            if matches!(
-                e.kind(),
-                ErrorKind::DisplayHelp
-                    | ErrorKind::DisplayVersion
-                    | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
-            ) {
-                let _ = e.print();
-                return exit::OK;
+            match e.kind() {
+                ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+                    let _ = e.print();
+                    return exit::OK;
+                }
+                // `meshbench` or `meshbench gen` alone: the usage (on stderr), a usage error.
+                ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+                    let _ = e.print();
+                    return exit::USAGE;
+                }
+                _ => {}
             }
-            let text = e.to_string();
-            // The first line, plus the indented lines clap lists under it (missing arguments).
-            let mut lines = text.lines();
-            let mut first = lines
-                .next()
-                .unwrap_or("invalid arguments")
-                .trim_start_matches("error: ")
-                .to_string();
-            for more in lines.take_while(|l| l.starts_with(' ')) {
-                first.push(' ');
-                first.push_str(more.trim());
-            }
-            eprintln!("meshbench: {first} (see `meshbench --help`)");
+            eprintln!("meshbench: {}", parse_error_line(&e, &args));
             return exit::USAGE;
         }
     };

@@ -1,4 +1,5 @@
-//! Bad input gets one line and exit code 2; a misbehaving target is counted data, never a crash.
+//! Bad input gets one line and exit code 2; a misbehaving target is counted data, never a crash
+//! (and a run in which every request failed measured nothing: exit 1).
 
 mod common;
 
@@ -447,8 +448,8 @@ fn misbehaving_targets_are_counted_by_kind() {
         );
         assert_eq!(
             out.status.code(),
-            Some(0),
-            "{name}: a failing target is data; {}",
+            Some(1),
+            "{name}: a failing target is data, and nothing but failures measured nothing; {}",
             stderr(&out)
         );
         assert_eq!(
@@ -477,13 +478,13 @@ fn a_silent_target_times_out() {
         &[&server.url(), "-d", "1s", "-c", "2", "--timeout", "200ms"],
         Duration::from_secs(30),
     );
-    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(out.status.code(), Some(1), "nothing measured");
     assert!(u(&r, "/errors/timeout") >= 4, "{}", r["errors"]);
     assert_eq!(u(&r, "/requests/ok"), 0);
 }
 
 #[test]
-fn a_refused_connection_is_a_connect_error() {
+fn every_connection_refused_is_nothing_measured_and_exit_1() {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -494,11 +495,27 @@ fn a_refused_connection_is_a_connect_error() {
         let mut args = vec![url.as_str(), "-d", "1s"];
         args.extend_from_slice(mode);
         let (out, r) = run_json("refused", &args, Duration::from_secs(30));
-        assert_eq!(out.status.code(), Some(0));
-        assert!(u(&r, "/errors/connect") > 0, "{}", r["errors"]);
+        let text = stdout(&out);
+        assert_eq!(out.status.code(), Some(1), "{mode:?}: {text}");
+        let refused = u(&r, "/errors/connect");
+        assert!(refused > 0, "{}", r["errors"]);
         assert_eq!(u(&r, "/requests/ok"), 0);
         // Back-off keeps a dead target from becoming a busy loop.
-        assert!(u(&r, "/errors/connect") < 5_000, "{}", r["errors"]);
+        assert!(refused < 5_000, "{}", r["errors"]);
+        // One line says so; no latency is printed from zero samples.
+        let said: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains("nothing measured"))
+            .collect();
+        assert_eq!(said.len(), 1, "{mode:?}: {text}");
+        assert!(
+            said[0].contains(&format!("{refused} of {refused} requests"))
+                && said[0].contains("refused"),
+            "{mode:?}: {}",
+            said[0]
+        );
+        assert!(!text.contains("latency    p50"), "{mode:?}: {text}");
+        assert!(!text.contains("connect p50 0.000"), "{mode:?}: {text}");
     }
 }
 
@@ -547,4 +564,204 @@ fn a_reader_that_goes_away_is_no_panic() {
     let err = stderr(&out);
     assert!(!err.contains("panicked"), "{err}");
     assert_eq!(out.status.code(), Some(0), "{err}");
+}
+
+/// The flags a help text defines (`  -c, --connections <N>`, `      --rate <RPS>`).
+fn defined_flags(help: &str) -> Vec<String> {
+    help.lines()
+        .filter_map(|l| {
+            let l = l.trim_start();
+            let l = match l.strip_prefix('-') {
+                Some(rest) if !rest.starts_with('-') => rest.split_once(", ")?.1,
+                _ => l,
+            };
+            let name = l.strip_prefix("--")?;
+            let end = name
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+                .unwrap_or(name.len());
+            Some(format!("--{}", &name[..end]))
+        })
+        .collect()
+}
+
+/// Every `--flag` a help text mentions anywhere.
+fn mentioned_flags(help: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut rest = help;
+    while let Some(at) = rest.find("--") {
+        let after = &rest[at + 2..];
+        let end = after
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+            .unwrap_or(after.len());
+        if end > 0 && after.as_bytes()[0].is_ascii_alphabetic() {
+            found.push(format!("--{}", &after[..end]));
+        }
+        rest = &after[end..];
+    }
+    found
+}
+
+#[test]
+fn every_flag_a_help_text_names_exists() {
+    let commands: &[&[&str]] = &[
+        &["run"],
+        &["backend"],
+        &["demo"],
+        &["gen", "gateway"],
+        &["gen", "certs"],
+        &["gen", "grafana"],
+        &["experiment"],
+        &["results", "show"],
+        &["results", "export"],
+        &["compare"],
+        &["capacity"],
+        &["size"],
+        &["report"],
+        &["agent"],
+    ];
+    let helps: Vec<(String, String)> = commands
+        .iter()
+        .map(|c| {
+            let mut args = c.to_vec();
+            args.push("--help");
+            let out = meshbench(&args, Duration::from_secs(20));
+            assert!(out.status.success(), "{c:?}: {}", stderr(&out));
+            (c.join(" "), stdout(&out))
+        })
+        .collect();
+    let defined: Vec<String> = helps.iter().flat_map(|(_, h)| defined_flags(h)).collect();
+    assert!(defined.contains(&"--rate".to_string()), "{defined:?}");
+    for (command, help) in &helps {
+        for flag in mentioned_flags(help) {
+            assert!(
+                defined.contains(&flag),
+                "`meshbench {command} --help` names {flag}, which no command has"
+            );
+        }
+    }
+}
+
+#[test]
+fn an_unknown_flag_gets_a_suggestion_and_its_commands_help() {
+    let cases: &[(&[&str], &str, &str)] = &[
+        (
+            &["run", "--rat", "5", "http://127.0.0.1:1/"],
+            "--rate",
+            "`meshbench run --help`",
+        ),
+        (
+            &["results", "show", "--stor", "x.db"],
+            "--store",
+            "`meshbench results show --help`",
+        ),
+        (
+            &["run", "--arrival", "unifrom", "http://127.0.0.1:1/"],
+            "uniform",
+            "`meshbench run --help`",
+        ),
+        (&["resluts", "list"], "results", "`meshbench --help`"),
+    ];
+    for (args, suggested, help) in cases {
+        let out = meshbench(args, Duration::from_secs(20));
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(&format!("'{suggested}'")), "{args:?}: {err}");
+        assert!(err.contains(help), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn bare_meshbench_prints_the_usage_and_exits_2() {
+    let out = meshbench(&[], Duration::from_secs(20));
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("Usage: meshbench <COMMAND>"), "{err}");
+    assert!(stdout(&out).is_empty(), "{}", stdout(&out));
+}
+
+#[test]
+fn an_unknown_experiment_is_bad_input_in_every_command() {
+    let dir = scratch_dir("unknown-experiment");
+    let store = dir.join("results.db");
+    meshbench_store::Store::open(&store).unwrap();
+    let store = store.to_str().unwrap();
+    let out_dir = dir.join("report");
+    let cases: &[&[&str]] = &[
+        &["results", "show", "nope"],
+        &["results", "export", "nope"],
+        &["size", "--experiment", "nope", "--target-rps", "1000"],
+        &["report", "nope", "--out", out_dir.to_str().unwrap()],
+        &["compare", "nope", "nope:baseline"],
+    ];
+    for args in cases {
+        let mut all = args.to_vec();
+        all.extend(["--store", store]);
+        let out = meshbench(&all, Duration::from_secs(20));
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains("no experiment 'nope'"), "{args:?}: {err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn compare_of_two_run_files_labels_no_response_size_they_did_not_record() {
+    let backend = BackendProc::start(&[]);
+    let dir = scratch_dir("compare-files");
+    let files: Vec<String> = ["a", "b"]
+        .iter()
+        .map(|side| {
+            let file = dir.join(format!("{side}.json"));
+            let file = file.to_str().unwrap().to_string();
+            let out = meshbench(
+                &[
+                    "run",
+                    "-q",
+                    &backend.url("/"),
+                    "-n",
+                    "400",
+                    "-c",
+                    "2",
+                    "--json",
+                    &file,
+                ],
+                Duration::from_secs(30),
+            );
+            assert!(out.status.success(), "{}", stderr(&out));
+            file
+        })
+        .collect();
+    let out = meshbench(&["compare", &files[0], &files[1]], Duration::from_secs(30));
+    let text = stdout(&out);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(text.contains("conns"), "{text}");
+    assert!(
+        !text.contains(" 0 B"),
+        "1 KiB responses labelled 0 B: {text}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn every_backend_flag_is_in_the_cli_reference() {
+    let out = meshbench(&["backend", "--help"], Duration::from_secs(20));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let docs =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/cli.md")).unwrap();
+    let section = docs
+        .split("## `meshbench backend`")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .expect("docs/cli.md has a backend section");
+    for flag in defined_flags(&stdout(&out)) {
+        if flag == "--help" {
+            continue;
+        }
+        assert!(
+            section.contains(&format!("`{flag}")) || section.contains(&format!(" {flag}")),
+            "docs/cli.md's backend section does not describe {flag}"
+        );
+    }
 }

@@ -154,7 +154,12 @@ fn meshbench_calls_fortios_grpc_server() {
         &[&missing, "--grpc", "-c", "2", "-n", "200"],
         LIMIT,
     );
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "nothing measured: {}",
+        stderr(&out)
+    );
     assert_eq!(
         u(&r, "/grpc_status/UNIMPLEMENTED"),
         200,
@@ -322,7 +327,12 @@ fn a_call_past_its_deadline_is_deadline_exceeded() {
         &grpc_args(&backend, &["-c", "2", "-n", "40", "--timeout", "20ms"]),
         LIMIT,
     );
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "nothing measured: {}",
+        stderr(&out)
+    );
     assert_eq!(
         u(&r, "/grpc_status/DEADLINE_EXCEEDED"),
         40,

@@ -85,8 +85,8 @@ enum Expect {
 }
 
 /// Runs `meshbench run URL FLAGS` against `server`, with the common duration, timeout and
-/// threads, and checks what every run must: exit 0, no panic, the deadline, memory, and the
-/// expectation.
+/// threads, and checks what every run must: exit 0 (1 when every request failed: it measured
+/// nothing), no panic, the deadline, memory, and the expectation.
 fn check(server: &Hostile, mode: &str, flags: &[&str], expect: Expect) -> Measured {
     let label = format!("{} ({mode})", server.name);
     let tls = flags.contains(&"--insecure");
@@ -133,10 +133,14 @@ fn check(server: &Hostile, mode: &str, flags: &[&str], expect: Expect) -> Measur
         peak_rss_kib,
     };
     assert!(!m.stderr.contains("panicked"), "{label}: {}", m.stderr);
+    let code = match expect {
+        Expect::Answered => 0,
+        Expect::Failed(..) | Expect::AllFailed => 1,
+    };
     assert_eq!(
         m.status.code(),
-        Some(0),
-        "{label}: a failing target is data; stderr: {}",
+        Some(code),
+        "{label}: a failing target is data, and a run of nothing but failures measured nothing; stderr: {}",
         m.stderr
     );
     assert!(

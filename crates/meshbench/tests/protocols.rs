@@ -56,9 +56,10 @@ fn tls_failures_are_counted_with_what_went_wrong() {
         ],
         LIMIT,
     );
-    assert!(
-        out.status.success(),
-        "a failing target is data: {}",
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "a failing target is data, and nothing but failures measured nothing: {}",
         stderr(&out)
     );
     assert!(
@@ -246,7 +247,7 @@ fn http2_resets_and_goaway_are_counted_by_kind() {
         ],
         LIMIT,
     );
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     assert_eq!(u(&r, "/errors/stream_reset"), 400, "{}", r["errors"]);
     assert!(
         r["errors"]["messages"]["stream_reset: RST_STREAM (REFUSED_STREAM)"].as_u64() == Some(400),
@@ -259,7 +260,7 @@ fn http2_resets_and_goaway_are_counted_by_kind() {
         &[&format!("http://{away}/"), "--http2", "-c", "2", "-d", "1s"],
         LIMIT,
     );
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let total = u(&r, "/requests/total");
     assert!(total > 0);
     assert_eq!(u(&r, "/errors/goaway"), total, "{}", r["errors"]);

@@ -124,9 +124,14 @@ pub fn summary(r: &RunResult) -> String {
         r.duration_secs,
         r.throughput_rps
     );
-    let _ = writeln!(o, "  latency    {}", stats_line(&r.latency_us));
-    if r.schedule_lag_us.is_some() {
-        let _ = writeln!(o, "  service    {}", stats_line(&r.service_time_us));
+    // No figure is printed from zero samples: a run without one response has no latency.
+    if r.latency_us.count == 0 {
+        let _ = writeln!(o, "  latency    none: no response was measured");
+    } else {
+        let _ = writeln!(o, "  latency    {}", stats_line(&r.latency_us));
+        if r.schedule_lag_us.is_some() {
+            let _ = writeln!(o, "  service    {}", stats_line(&r.service_time_us));
+        }
     }
     if let Some(lag) = &r.schedule_lag_us {
         let _ = writeln!(o, "  send lag   {}", stats_line(lag));
@@ -205,7 +210,7 @@ pub fn summary(r: &RunResult) -> String {
             thousands(c.opened),
             c.rate_per_sec
         );
-        if !quic {
+        if !quic && c.connect_us.count > 0 {
             let _ = write!(
                 line,
                 ", connect p50 {} p99 {} ms",

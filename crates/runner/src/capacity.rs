@@ -2,13 +2,16 @@
 //! rate to try next; each rate is a step the caller runs and stores (a URL step or a lab step:
 //! `run_at`), and the stored step becomes a [`Probe`]: the SLO checked on the step's own
 //! headline, the carried rate, whether the generator saturated. [`url_step`] and [`lab_step`]
-//! are the two kinds of step.
+//! are the two kinds of step. Each step is also handed the fastest answer the target gave at a
+//! lower rate: a step past the target's limit starts (after its warm-up) with the target's
+//! queue full, so only the earlier steps show the target's own speed, and the step's
+//! self-check needs it to tell the target's limit from too few connections.
 
 use meshbench_analysis::capacity::{Answer, Next, Probe, Search, Settings};
 use meshbench_analysis::headline::observe;
 use meshbench_analysis::threshold::{self, Threshold};
 use meshbench_analysis::{group, Headline, Run};
-use meshbench_engine::Live;
+use meshbench_engine::{Live, LoadSpec};
 use meshbench_experiment::plan::LoadPoint;
 use meshbench_experiment::{Experiment, Step, StepParams};
 use meshbench_store::StepRecord;
@@ -37,23 +40,38 @@ impl Outcome {
     }
 }
 
-/// Runs the search: `run_at(session, rate, step number)` measures and stores one step and
-/// returns it; `on_probe` sees each step's verdict as it comes.
+/// Runs the search: `run_at(session, rate, step number, fastest answer at a lower rate)`
+/// measures and stores one step and returns it; `on_probe` sees each step's verdict as it
+/// comes.
 pub fn search(
     settings: Settings,
     slo: &[Threshold],
     session: &mut Session,
-    mut run_at: impl FnMut(&mut Session, f64, usize) -> Result<StepRecord, RunnerError>,
+    mut run_at: impl FnMut(&mut Session, f64, usize, Option<u64>) -> Result<StepRecord, RunnerError>,
     mut on_probe: impl FnMut(usize, &Probe),
 ) -> Result<Outcome, RunnerError> {
     let mut s = Search::new(settings);
+    // (rate, fastest answer) of every step that had one.
+    let mut fastest: Vec<(f64, u64)> = Vec::new();
     let answer = loop {
         let (rate, confirmation) = match s.next() {
             Next::Done(a) => break Some(a),
             Next::Run { rate, confirmation } => (rate, confirmation),
         };
         let n = s.probes.len();
-        let record = run_at(session, rate, n)?;
+        let lower = fastest
+            .iter()
+            .filter(|&&(at, _)| at < rate)
+            .map(|&(_, us)| us)
+            .min();
+        let record = run_at(session, rate, n, lower)?;
+        if let Some(r) = record
+            .result
+            .as_ref()
+            .filter(|r| r.service_time_us.count > 0)
+        {
+            fastest.push((rate, r.service_time_us.min));
+        }
         if session.stopped() {
             break None;
         }
@@ -101,12 +119,14 @@ pub fn probe(
 }
 
 /// One step of a search against a URL: `options` at `rate`, measured with no rig, stored as
-/// step `n` (topology `url`, variant `capacity`).
+/// step `n` (topology `url`, variant `capacity`); `lower` is the fastest answer of an earlier
+/// step at a lower rate.
 pub fn url_step(
     session: &mut Session,
     options: &LoadOptions,
     rate: f64,
     n: usize,
+    lower: Option<u64>,
     mut on_live: impl FnMut(&Live),
 ) -> Result<StepRecord, RunnerError> {
     let options = LoadOptions {
@@ -121,7 +141,10 @@ pub fn url_step(
     match options.resolve() {
         Ok(spec) => match measure(
             Generator::Local,
-            &spec,
+            &LoadSpec {
+                service_at_lower_load_us: lower,
+                ..spec
+            },
             None,
             None,
             session.stop.clone(),
@@ -136,7 +159,9 @@ pub fn url_step(
 }
 
 /// One step of a search on an experiment's rig: the plan's first step (`template`) at `rate`,
-/// as a lab step (fresh rig, limits, sampling), stored as step `n`.
+/// as a lab step (fresh rig, limits, sampling), stored as step `n`; `lower` as for
+/// [`url_step`].
+#[allow(clippy::too_many_arguments)]
 pub fn lab_step(
     session: &mut Session,
     lab: &Lab,
@@ -144,6 +169,7 @@ pub fn lab_step(
     template: &Step,
     rate: f64,
     n: usize,
+    lower: Option<u64>,
     observer: &mut dyn Observer,
 ) -> Result<StepRecord, RunnerError> {
     let step = Step {
@@ -159,6 +185,7 @@ pub fn lab_step(
         steps: n + 1,
         step_secs: e.warmup_secs + e.duration_secs,
         left_after_secs: 0.0,
+        service_at_lower_load_us: lower,
     };
     Ok(lab.step(session, e, &at, observer)?.clone())
 }

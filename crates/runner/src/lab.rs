@@ -12,7 +12,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use meshbench_engine::pacer::Arrival;
-use meshbench_engine::{Order, Stop, StopAt};
+use meshbench_engine::{LoadSpec, Order, Stop, StopAt};
 use meshbench_experiment::config::{parse_cpuset, Experiment};
 use meshbench_experiment::{Plan, Step};
 use meshbench_lab::program::envoy::admin::{self, AdminError};
@@ -49,6 +49,7 @@ pub fn run_experiment(
             steps: plan.steps.len(),
             step_secs: e.warmup_secs + e.duration_secs,
             left_after_secs: (plan.steps.len() - step.index - 1) as f64 * plan.step_secs(e),
+            service_at_lower_load_us: None,
         };
         lab.step(&mut session, e, &at, observer)?;
         if session.stopped() {
@@ -151,7 +152,10 @@ impl Lab {
         }
         let options = load_options(e, step, &rig);
         let load = match options.resolve() {
-            Ok(s) => s,
+            Ok(s) => LoadSpec {
+                service_at_lower_load_us: at.service_at_lower_load_us,
+                ..s
+            },
             Err(err) => {
                 record.fail(format!("the load could not be set up: {err}"));
                 return record;

@@ -417,6 +417,7 @@ impl LoadOptions {
             timeout: self.timeout,
             seed: self.seed,
             segment: meshbench_engine::Segment::WHOLE,
+            service_at_lower_load_us: None,
         })
     }
 

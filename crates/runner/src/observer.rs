@@ -18,6 +18,10 @@ pub struct StepAt<'a> {
     pub step_secs: f64,
     /// Seconds the steps after this one will take.
     pub left_after_secs: f64,
+    /// The fastest answer of the target seen at a lower load (a capacity search's earlier
+    /// steps): evidence for the self-check, which the step's load carries
+    /// (`LoadSpec::service_at_lower_load_us`).
+    pub service_at_lower_load_us: Option<u64>,
 }
 
 pub trait Observer {

@@ -13,7 +13,7 @@ use meshbench_analysis::threshold::{self, Metric, Threshold};
 use meshbench_analysis::verdict::Margin;
 use meshbench_analysis::{group, Group, Run};
 use meshbench_engine::RunResult;
-use meshbench_store::Store;
+use meshbench_store::{ExperimentRow, Store, StoreError};
 
 use crate::cli::{CompareArgs, SizeArgs, StoreArg};
 use crate::{exit, usage};
@@ -70,6 +70,15 @@ pub fn open_store(s: &StoreArg) -> Result<Store> {
         )));
     }
     Ok(Store::open(&path)?)
+}
+
+/// An experiment of the store by id, name or `latest`. A name the store does not hold is bad
+/// input (exit 2) in every command; a store that cannot be read is not (exit 1).
+pub fn find_experiment(store: &Store, key: &str) -> Result<ExperimentRow> {
+    store.experiment(key).map_err(|e| match e {
+        StoreError::NotFound(_) => usage(e.to_string()),
+        e => e.into(),
+    })
 }
 
 /// The measured runs of an experiment.
@@ -137,7 +146,7 @@ fn side(spec: &str, store: &StoreArg) -> Result<(String, Vec<Group>)> {
         (None, Some((k, v))) => (k, Pick::Variant(v.to_string())),
         (None, None) => (spec, Pick::All),
     };
-    let e = store.experiment(key).map_err(|e| usage(e.to_string()))?;
+    let e = find_experiment(&store, key)?;
     let steps = store.steps(e.id)?;
     let runs: Vec<Run> = steps
         .iter()
@@ -264,9 +273,7 @@ pub fn size(args: SizeArgs) -> Result<u8> {
         models.push(("proxy".into(), Model::from_figures(rpc, args.memory_mib)));
     } else {
         let store = open_store(&args.store)?;
-        let e = store
-            .experiment(&args.experiment)
-            .map_err(|e| usage(e.to_string()))?;
+        let e = find_experiment(&store, &args.experiment)?;
         let h = headline(&store, e.id)?;
         for f in &h.fits {
             if args.role.as_ref().is_some_and(|r| *r != f.role)

@@ -88,8 +88,8 @@ pub fn execute(args: CapacityArgs) -> Result<u8> {
                 Session::begin(&store_path, &new_experiment(&e), signals.stop.clone())?;
             let lab = Lab::new(&e)?;
             let mut progress = Progress::new(args.quiet, &e.name, &store_path);
-            let found = goal.search(&mut session, |session, rate, n| {
-                capacity::lab_step(session, &lab, &e, &template, rate, n, &mut progress)
+            let found = goal.search(&mut session, |session, rate, n, lower| {
+                capacity::lab_step(session, &lab, &e, &template, rate, n, lower, &mut progress)
             });
             conclude(session, &signals, found)
         }
@@ -138,9 +138,9 @@ pub fn execute(args: CapacityArgs) -> Result<u8> {
             };
             let mut session = Session::begin(&store_path, &new, signals.stop.clone())?;
             let live = !args.quiet && std::io::IsTerminal::is_terminal(&std::io::stderr());
-            let found = goal.search(&mut session, |session, rate, n| {
+            let found = goal.search(&mut session, |session, rate, n, lower| {
                 let mut line = super::run::ProgressLine::new(live);
-                let stored = capacity::url_step(session, &base, rate, n, |l| line.draw(l))?;
+                let stored = capacity::url_step(session, &base, rate, n, lower, |l| line.draw(l))?;
                 line.clear();
                 if stored.failed() {
                     eprintln!(
@@ -183,7 +183,7 @@ impl Goal<'_> {
     fn search(
         &self,
         session: &mut Session,
-        run_at: impl FnMut(&mut Session, f64, usize) -> Result<StepRecord, RunnerError>,
+        run_at: impl FnMut(&mut Session, f64, usize, Option<u64>) -> Result<StepRecord, RunnerError>,
     ) -> Result<(u8, String)> {
         let (slo, signals) = (self.slo, self.signals);
         let outcome = capacity::search(self.settings.clone(), slo, session, run_at, |n, p| {

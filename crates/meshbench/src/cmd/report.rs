@@ -9,7 +9,7 @@ use anyhow::Result;
 use meshbench_report::html::{self, Input, Written};
 use meshbench_store::Store;
 
-use super::answers::{headline, open_store};
+use super::answers::{find_experiment, headline, open_store};
 use crate::cli::ReportArgs;
 use crate::{exit, usage};
 
@@ -32,7 +32,7 @@ pub fn execute(args: ReportArgs) -> Result<u8> {
 /// Writes the report of the experiment `key` names (id, name or `latest`) in `store` into
 /// `out`: report.html and plots/.
 pub fn write(store: &Store, key: &str, slo_p99_ms: Option<f64>, out: &Path) -> Result<Written> {
-    let e = store.experiment(key).map_err(|e| usage(e.to_string()))?;
+    let e = find_experiment(store, key)?;
     let h = headline(store, e.id)?;
     if h.groups.is_empty() {
         return Err(usage(format!(

@@ -11,7 +11,7 @@ use meshbench_engine::check::Cause;
 use meshbench_experiment::StepParams;
 use meshbench_store::{LoadSummary, RoleUsage, StepRecord, StepStatus};
 
-use super::answers::open_store;
+use super::answers::{find_experiment, open_store};
 use crate::cli::{ExportFormat, ResultsCommand, StoreArg};
 use crate::exit;
 
@@ -74,7 +74,7 @@ fn shell_word(text: &str) -> String {
 
 fn show(key: &str, s: &StoreArg) -> Result<u8> {
     let store = open_store(s)?;
-    let e = store.experiment(key)?;
+    let e = find_experiment(&store, key)?;
     let steps = store.steps(e.id)?;
     outln!(
         "experiment {} '{}' ({}), started {}, meshbench {}",
@@ -96,7 +96,7 @@ fn show(key: &str, s: &StoreArg) -> Result<u8> {
 
 fn export(key: &str, format: ExportFormat, out: Option<&Path>, s: &StoreArg) -> Result<u8> {
     let store = open_store(s)?;
-    let e = store.experiment(key)?;
+    let e = find_experiment(&store, key)?;
     let steps = store.steps(e.id)?;
     let write = |text: String| -> Result<()> {
         match out {

@@ -58,6 +58,9 @@ pub fn execute(args: RunArgs) -> Result<u8> {
         write_json(path, &result)?;
     }
     out!("{}", meshbench_report::summary(&result));
+    // Every request failed (or none finished): the summary's first finding says what failed;
+    // the figures are kept in the JSON, but the run measured nothing (exit 1).
+    let measured_nothing = result.generator.check.measured_nothing();
     let mut passed = true;
     if !thresholds.is_empty() {
         let run = meshbench_analysis::Run::from_result("run", result)
@@ -72,7 +75,11 @@ pub fn execute(args: RunArgs) -> Result<u8> {
     if let Some(linger) = linger.filter(|_| code.is_none()) {
         linger.wait();
     }
-    Ok(code.unwrap_or(if passed { exit::OK } else { exit::FAILED }))
+    Ok(code.unwrap_or(if passed && !measured_nothing {
+        exit::OK
+    } else {
+        exit::FAILED
+    }))
 }
 
 /// Resolves options; what cannot be run is bad input (exit 2).

@@ -25,7 +25,7 @@ use crate::load::{Body, LoadOptions, ProtoSource, TargetSource};
 use crate::observer::{Observer, StepAt};
 use crate::targets::proto::Proto;
 use crate::{measure, Lab};
-use meshbench_engine::Protocol;
+use meshbench_engine::{LoadSpec, Protocol};
 
 use prometheus::Prometheus;
 use read::{read_roles, Window};
@@ -101,7 +101,10 @@ impl Lab {
         };
         let options = load_options(e, at, variant);
         let load = match options.resolve() {
-            Ok(s) => s,
+            Ok(s) => LoadSpec {
+                service_at_lower_load_us: at.service_at_lower_load_us,
+                ..s
+            },
             Err(err) => {
                 record.fail(format!("the load could not be set up: {err}"));
                 return record;
