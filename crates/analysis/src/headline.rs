@@ -73,7 +73,7 @@ pub struct CostFit {
 pub struct Delta {
     pub q: f64,
     /// Merged percentile of B minus merged percentile of A: the difference of the pooled
-    /// traffic, which the `added_pN` and `delta_pN` thresholds gate on.
+    /// traffic, shown (and gated on) only when there are too few samples for the test.
     pub merged_ms: f64,
     /// The test of the per-run or per-second percentiles: the shift, its 95 % interval, p and
     /// the verdict read from the interval.
@@ -91,7 +91,8 @@ impl Delta {
     }
 
     /// The difference to print beside the verdict: the test's own estimate (inside its
-    /// interval), or the merged difference when there was no test.
+    /// interval), or the merged difference when there was no test. The one figure of B over A:
+    /// the tables print it and the `added_pN` and `delta_pN` thresholds gate on it.
     pub fn point_ms(&self) -> f64 {
         self.test.shift.map_or(self.merged_ms, |s| s.estimate)
     }
@@ -398,13 +399,15 @@ pub fn observe(h: &Headline, metric: crate::threshold::Metric) -> Vec<(String, f
                 Some((at(g), v))
             })
             .collect(),
+        // The figure the added table prints (the test's shift, or the merged difference when
+        // too short to test), from the same function.
         Metric::Added(q) => h
             .groups
             .iter()
             .filter(|g| g.topology != "baseline")
             .filter_map(|g| {
                 let base = baseline_for(&h.groups, g)?;
-                Some((at(g), g.latency_ms(q) - base.latency_ms(q)))
+                Some((at(g), delta(base, g, q).point_ms()))
             })
             .collect(),
         Metric::Delta(_) => Vec::new(),
@@ -508,6 +511,45 @@ mod tests {
         ));
         assert!(!p90.significant());
         close(p90.point_ms(), p90.merged_ms, 0.0);
+    }
+
+    /// A run whose every request took `us`, with these per-second p99s (ms).
+    fn run_p99(variant: &str, us: u64, seconds_ms: &[f64]) -> Run {
+        let mut r = run(variant, 0, us, seconds_ms);
+        for p in &mut r.result.timeline {
+            p.p99_us = p.p50_us;
+        }
+        r
+    }
+
+    #[test]
+    fn the_added_threshold_gates_on_the_figure_the_added_table_shows() {
+        // The merged p99s differ by 0.5 ms, the per-second p99s by about 0.2 ms: the table
+        // shows the test's shift, and the threshold must name and judge that same figure.
+        let runs = vec![
+            run_p99("baseline", 1000, &[1.0, 1.1, 0.9, 1.0, 1.05]),
+            run_p99("both", 1500, &[1.2, 1.3, 1.25, 1.2, 1.15]),
+        ];
+        let h = Headline::of(group(runs));
+        let shown = h.added[0].deltas[2];
+        assert_eq!(shown.q, 0.99);
+        assert!(
+            (shown.point_ms() - shown.merged_ms).abs() > 0.1,
+            "{shown:?}"
+        );
+        let t: crate::threshold::Threshold = "added_p99<0.3ms".parse().unwrap();
+        let observed = observe(&h, t.metric);
+        let at = "both @ max qps x 1 conns, 0 B".to_string();
+        assert_eq!(observed, vec![(at.clone(), shown.point_ms())]);
+        let o = crate::threshold::check(&t, observed);
+        assert!(o.passed, "{o}");
+        assert_eq!(
+            o.to_string(),
+            format!(
+                "PASS added_p99<0.3ms: worst {:+.3} ms ({at})",
+                shown.point_ms()
+            )
+        );
     }
 
     #[test]

@@ -74,12 +74,12 @@ pub fn delta_cell(d: &Delta) -> String {
     match d.test.shift {
         Some(s) => format!(
             "{:+.3} [{:+.3}, {:+.3}] {}",
-            s.estimate,
+            d.point_ms(),
             s.ci.0,
             s.ci.1,
             d.verdict().short()
         ),
-        None => format!("{:+.3} {}", d.merged_ms, d.verdict().short()),
+        None => format!("{:+.3} {}", d.point_ms(), d.verdict().short()),
     }
 }
 

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use anyhow::Result;
 use meshbench_analysis::compare::pair_up;
-use meshbench_analysis::headline::{observe, Headline};
+use meshbench_analysis::headline::{delta, observe, Headline};
 use meshbench_analysis::sizing::{self, Model, Request};
 use meshbench_analysis::threshold::{self, Metric, Threshold};
 use meshbench_analysis::{group, Group, Run};
@@ -165,6 +165,7 @@ pub fn compare(args: CompareArgs) -> Result<u8> {
     }
     let b_headline = Headline::of(pairs.iter().map(|p| p.b.clone()).collect());
     let ok = check(&thresholds, |m| match m {
+        // The shift the table prints, from the same function.
         Metric::Delta(q) => pairs
             .iter()
             .map(|p| {
@@ -173,7 +174,7 @@ pub fn compare(args: CompareArgs) -> Result<u8> {
                 } else {
                     format!("{} @ {}", p.b.variant, p.b.load)
                 };
-                (at, p.b.latency_ms(q) - p.a.latency_ms(q))
+                (at, delta(&p.a, &p.b, q).point_ms())
             })
             .collect(),
         m => observe(&b_headline, m),
