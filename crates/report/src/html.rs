@@ -6,13 +6,17 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use meshbench_analysis::headline::{Headline, Saturation};
+use meshbench_analysis::headline::{Allotment, Headline, Saturation};
 use meshbench_analysis::runs::{distinct, percentile_name, Group, PERCENTILES};
 use meshbench_store::StoredStep;
 use thiserror::Error;
 
-use crate::answers::{added_table, cost_table, findings, latency_table, Table};
+use crate::answers::{
+    added_table, cost_table, cpu_words, findings, latency_table, memory_words, per_core_words,
+    Table,
+};
 use crate::plot::{self, Chart, Draw, Series, XAxis};
+use meshbench_analysis::trend::Trend;
 
 #[derive(Debug, Error)]
 pub enum ReportError {
@@ -144,7 +148,7 @@ fn headline_section(input: &Input) -> Section {
     }
     if !h.costs.is_empty() {
         blocks.push(Block::Text(
-            "What each proxy costs: CPU in millicores and in vCPU per 1000 requests per second, requests per second one core carries, memory, bandwidth per 1000 RPS, and requests per day at the measured rate.".into(),
+            "What each proxy costs: CPU in millicores and in vCPU per 1000 requests per second, requests per second one core carries where the proxy ran at its CPU limit (90 % of its allotment or more; below it, ≥ what its allotted cores carried, a lower bound), memory, bandwidth per 1000 RPS, and requests per day at the measured rate.".into(),
         ));
         blocks.push(Block::Table(cost_table(h)));
     }
@@ -323,8 +327,15 @@ fn cost_vs_qps(h: &Headline) -> Vec<Chart> {
                 draw: Draw::Points,
                 color: i,
             });
-            if let Some(f) = h.fits.iter().find(|f| f.variant == *v && f.role == *role) {
-                let line = if what == "CPU" { f.cpu } else { f.memory };
+            let fit = h.fits.iter().find(|f| f.variant == *v && f.role == *role);
+            let line = fit.and_then(|f| {
+                if what == "CPU" {
+                    f.cpu.line()
+                } else {
+                    f.memory.line()
+                }
+            });
+            if let Some(line) = line {
                 let (x0, x1) = (pts[0].0, pts[pts.len() - 1].0);
                 c.series.push(Series {
                     name: format!("{v} {role} fit"),
@@ -334,20 +345,39 @@ fn cost_vs_qps(h: &Headline) -> Vec<Chart> {
                 });
             }
         }
-        c.sentence = match (what, h.fits.iter().max_by(|a, b| a.cpu.slope.total_cmp(&b.cpu.slope))) {
-            ("CPU", Some(f)) => format!(
-                "The costliest proxy per request is {} in {}: {:.3} vCPU per 1000 RPS on top of {:.0} millicores idle (dashed: the fitted line).",
-                f.role, f.variant, f.cpu.slope, f.cpu.intercept
-            ),
-            (_, Some(_)) => {
-                let f = h.fits.iter().max_by(|a, b| a.memory.at(0.0).total_cmp(&b.memory.at(0.0)));
-                f.map(|f| format!(
-                    "Memory is mostly fixed: the largest is {} in {} at {:.1} MiB, growing {:.2} MiB per 1000 RPS.",
-                    f.role, f.variant, f.memory.intercept, f.memory.slope * 1000.0
-                ))
-                .unwrap_or_default()
+        let trend = |f: &meshbench_analysis::headline::CostFit| {
+            if what == "CPU" {
+                f.cpu
+            } else {
+                f.memory
             }
-            _ => "Each point is one load; there are too few loads for a fitted line.".into(),
+        };
+        let words = |t: &Trend| {
+            if what == "CPU" {
+                cpu_words(t)
+            } else {
+                memory_words(t)
+            }
+        };
+        let steepest = h
+            .fits
+            .iter()
+            .filter_map(|f| Some((f, trend(f).line()?)))
+            .max_by(|a, b| a.1.slope.total_cmp(&b.1.slope));
+        c.sentence = match (steepest, h.fits.first()) {
+            (Some((f, _)), _) => format!(
+                "The {what} that grows most with load is {} in {}'s: {} (dashed: the fitted line).",
+                f.role,
+                f.variant,
+                words(&trend(f))
+            ),
+            (None, Some(f)) => format!(
+                "Each point is one load; no line: {} {}'s {what} is {}.",
+                f.variant,
+                f.role,
+                words(&trend(f))
+            ),
+            (None, None) => "Each point is one load.".into(),
         };
         out.push(c);
     }
@@ -361,29 +391,41 @@ fn rps_vs_allotment(h: &Headline) -> Vec<Chart> {
         .map(|(i, p)| {
             let mut c = Chart::new(
                 &format!("rps_vs_cpu_{}_{}", p.topology, i),
-                &format!("Throughput vs {} CPU allotment ({}, {})", p.role, p.topology, p.load),
+                &format!(
+                    "Throughput vs {} CPU allotment ({}, {})",
+                    p.role, p.topology, p.load
+                ),
                 &format!("{} CPU allotment (cores)", p.role),
                 "throughput (requests per second)",
             );
-            let (x0, x1) = p
-                .points
-                .iter()
-                .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), q| (a.min(q.0), b.max(q.0)));
-            c.series.push(Series {
-                name: "measured".into(),
-                points: p.points.clone(),
-                draw: Draw::Points,
-                color: 0,
-            });
-            c.series.push(Series {
-                name: format!("fit: {:.0} RPS per core", p.fit.slope),
-                points: vec![(x0, p.fit.at(x0)), (x1, p.fit.at(x1))],
-                draw: Draw::Dashed,
-                color: 1,
-            });
+            let (limited, below): (Vec<Allotment>, Vec<Allotment>) =
+                p.points.iter().partition(|a| a.at_limit());
+            for (name, points, color) in [
+                ("at its CPU limit", limited, 0),
+                ("below its limit", below, 7),
+            ] {
+                if !points.is_empty() {
+                    c.series.push(Series {
+                        name: name.into(),
+                        points: points.iter().map(|a| (a.cores, a.throughput_rps)).collect(),
+                        draw: Draw::Points,
+                        color,
+                    });
+                }
+            }
+            if let Some(fit) = p.fit {
+                let at = p.at_limit();
+                let (x0, x1) = (at[0].cores, at[at.len() - 1].cores);
+                c.series.push(Series {
+                    name: format!("fit: {:.0} RPS per added core", fit.slope),
+                    points: vec![(x0, fit.at(x0)), (x1, fit.at(x1))],
+                    draw: Draw::Dashed,
+                    color: 1,
+                });
+            }
             c.sentence = format!(
-                "Each core given to {} adds {:.0} requests per second (r² {:.3}); this is the figure `meshbench size` divides by.",
-                p.role, p.fit.slope, p.fit.r2
+                "{}. `meshbench size` uses the RPS per core measured at the limit.",
+                per_core_words(p)
             );
             c
         })
