@@ -242,6 +242,10 @@ pub struct Headline {
     pub per_core: Vec<PerCore>,
 }
 
+/// The fewest points of a latency/throughput curve a knee is looked for on
+/// (`stats::knee` needs a first, a last and one between).
+pub const KNEE_MIN_LOADS: usize = 3;
+
 /// The share of its allotment at which a proxy counts as saturated.
 pub const SATURATED_AT: f64 = 0.9;
 
@@ -282,7 +286,7 @@ impl Headline {
     }
 
     /// The most loads any latency/throughput curve (a variant at a connection count) has: a
-    /// knee is looked for only on curves of three points or more.
+    /// knee is looked for only on curves of [`KNEE_MIN_LOADS`] points or more.
     pub fn most_loads_on_a_curve(&self) -> usize {
         distinct(
             self.groups

@@ -441,7 +441,7 @@ pub fn sizing_text(role: &str, target: f64, s: &Sizing) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use meshbench_analysis::verdict::{decide, Unit};
     use meshbench_analysis::{group, Run};
@@ -450,7 +450,7 @@ mod tests {
 
     /// A measured run of `variant` at `qps` (offered) carrying `rps`, its proxy using `mc`
     /// millicores and `mib` MiB, limited to `limit` cores (swept when `swept`).
-    fn measured(
+    pub(crate) fn measured(
         variant: &str,
         qps: Option<f64>,
         rps: f64,

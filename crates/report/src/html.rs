@@ -6,7 +6,7 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use meshbench_analysis::headline::{Allotment, Headline, Saturation};
+use meshbench_analysis::headline::{Allotment, Headline, Saturation, KNEE_MIN_LOADS};
 use meshbench_analysis::runs::{distinct, percentile_name, Group, PERCENTILES};
 use meshbench_store::StoredStep;
 use thiserror::Error;
@@ -34,7 +34,11 @@ pub enum Block {
     Text(String),
     /// A sentence computed from the data (how many there are depends on it).
     Finding(String),
-    Table(Table),
+    /// A table under its caption (every table has one: it says what the rows are).
+    Table {
+        caption: String,
+        table: Table,
+    },
     Chart(Box<Chart>),
 }
 
@@ -88,7 +92,10 @@ pub fn build(input: &Input) -> Report {
                 "Envoy's own counts: each Envoy role's admin read before the load and after it (requests seen by response class, upstream failures, connections open and memory at the end), beside the requests the engine measured. A role whose count lies outside what the window's edges can hold (warm-up, requests in flight at either end, unfinished, retries) is marked {}; tunnels (L4) show the connections they carried and are never compared.",
                 crate::proxies::FLAG
             )),
-            Block::Table(t),
+            Block::Table {
+                caption: "Envoy's own counts beside the engine's".into(),
+                table: t,
+            },
         ];
         if flagged > 0 {
             blocks.push(Block::Finding(format!(
@@ -144,15 +151,27 @@ fn headline_section(input: &Input) -> Section {
         blocks.push(Block::Text(
             "Latency each variant adds over the baseline at the same load, per percentile: the shift (Hodges-Lehmann) with its 95 % confidence interval from one test (Mann-Whitney) over the repeats' percentiles, or over the one-second percentiles when there are too few repeats, and what the test says: slower, faster, within noise, or too short to tell.".into(),
         ));
-        blocks.push(Block::Table(added_table(h)));
+        blocks.push(Block::Table {
+            caption:
+                "Latency added over the baseline (ms: the shift, its 95 % interval and the verdict)"
+                    .into(),
+            table: added_table(h),
+        });
     }
     if !h.costs.is_empty() {
         blocks.push(Block::Text(
             "What each proxy costs: CPU in millicores and in vCPU per 1000 requests per second, requests per second one core carries where the proxy ran at its CPU limit (90 % of its allotment or more; below it, ≥ what its allotted cores carried, a lower bound), memory, bandwidth per 1000 RPS, and requests per day at the measured rate.".into(),
         ));
-        blocks.push(Block::Table(cost_table(h)));
+        blocks.push(Block::Table {
+            caption: "What each proxy costs (medians over repeats)".into(),
+            table: cost_table(h),
+        });
     }
-    blocks.push(Block::Table(latency_table(h)));
+    blocks.push(Block::Table {
+        caption: "Latency and throughput of every measurement (merged percentiles, median req/s)"
+            .into(),
+        table: latency_table(h),
+    });
     for f in findings(h) {
         blocks.push(Block::Finding(f));
     }
@@ -476,7 +495,12 @@ fn latency_throughput(h: &Headline, slo: Option<f64>) -> Vec<Chart> {
         c.hline = Some((ms, format!("SLO p99 < {ms} ms")));
     }
     let sat: Vec<&Saturation> = h.saturation.iter().collect();
-    c.sentence = if h.knees.is_empty() {
+    let loads = h.most_loads_on_a_curve();
+    c.sentence = if h.knees.is_empty() && loads < KNEE_MIN_LOADS {
+        format!(
+            "There are not enough loads to look for a knee ({loads} measured, needs {KNEE_MIN_LOADS})."
+        )
+    } else if h.knees.is_empty() {
         "The curves do not bend upward within the loads measured: no knee yet.".into()
     } else {
         let k = &h.knees[0];
@@ -620,8 +644,13 @@ pub fn outline(r: &Report) -> String {
                         t.split(':').next().unwrap_or("").chars().take(60).collect();
                     let _ = writeln!(o, "text: {words}");
                 }
-                Block::Table(t) => {
-                    let _ = writeln!(o, "table: {} ({} rows)", t[0].join(" | "), t.len() - 1);
+                Block::Table { caption, table: t } => {
+                    let _ = writeln!(
+                        o,
+                        "table: {caption}: {} ({} rows)",
+                        t[0].join(" | "),
+                        t.len() - 1
+                    );
                 }
                 Block::Chart(c) => {
                     let _ = writeln!(
@@ -663,7 +692,7 @@ const STYLE: &str = "body{font-family:sans-serif;max-width:1100px;margin:2em aut
 h1{font-size:1.6em;margin-bottom:.2em}h2{border-bottom:1px solid #ccc;padding-bottom:.2em;margin-top:2em}
 .sub{color:#666;margin-top:0}table{border-collapse:collapse;margin:1em 0;font-size:.85em}
 th,td{border:1px solid #ddd;padding:3px 7px;text-align:right;white-space:nowrap}
-th{background:#f3f3f3}td:nth-child(-n+2),th:nth-child(-n+2){text-align:left}
+th{background:#f3f3f3}caption{text-align:left;font-weight:bold;padding:.3em 0}td:nth-child(-n+2),th:nth-child(-n+2){text-align:left}
 figure{margin:1.5em 0;page-break-inside:avoid}figcaption{color:#444;max-width:760px}
 svg{max-width:100%;height:auto}@media print{body{max-width:none}h2{page-break-before:auto}}";
 
@@ -767,8 +796,8 @@ pub fn write(r: &Report, dir: &Path) -> Result<Written, ReportError> {
                 Block::Text(t) | Block::Finding(t) => {
                     let _ = writeln!(html, "<p>{}</p>", esc(t));
                 }
-                Block::Table(t) => {
-                    html.push_str("<table>\n<tr>");
+                Block::Table { caption, table: t } => {
+                    let _ = write!(html, "<table>\n<caption>{}</caption>\n<tr>", esc(caption));
                     for h in &t[0] {
                         let _ = write!(html, "<th>{}</th>", esc(h));
                     }
@@ -807,4 +836,66 @@ pub fn write(r: &Report, dir: &Path) -> Result<Written, ReportError> {
         svgs: charts.len(),
         pngs: charts.len(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::answers::tests::measured;
+    use meshbench_analysis::group;
+
+    fn report(loads: &[f64]) -> Report {
+        let mut runs = Vec::new();
+        for &q in loads {
+            for v in ["baseline", "gateway"] {
+                runs.push(measured(v, Some(q), q, (q / 10.0, 9.0), None, false));
+            }
+        }
+        let h = Headline::of(group(runs));
+        build(&Input {
+            name: "t",
+            id: 1,
+            started_at: "",
+            status: "done",
+            headline: &h,
+            warmup_secs: 0.0,
+            slo_p99_ms: None,
+            failed: Vec::new(),
+            steps: &[],
+        })
+    }
+
+    #[test]
+    fn every_table_has_a_caption() {
+        let dir = std::env::temp_dir().join(format!("mb-report-captions-{}", std::process::id()));
+        let written = write(&report(&[300.0, 600.0]), &dir).unwrap();
+        let html = std::fs::read_to_string(written.html).unwrap();
+        let tables = html.matches("<table>").count();
+        assert!(tables >= 3, "{tables}");
+        assert_eq!(html.matches("<caption>").count(), tables, "{html}");
+        assert!(!html.contains("<caption></caption>"));
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn a_knee_is_looked_for_only_with_three_loads() {
+        let sentence = |r: &Report| {
+            r.sections
+                .iter()
+                .flat_map(|s| &s.blocks)
+                .find_map(|b| match b {
+                    Block::Chart(c) if c.id == "latency_throughput" => Some(c.sentence.clone()),
+                    _ => None,
+                })
+                .unwrap()
+        };
+        let two = sentence(&report(&[300.0, 600.0]));
+        assert!(
+            two.contains("not enough loads to look for a knee (2 measured, needs 3)"),
+            "{two}"
+        );
+        assert!(!two.contains("no knee yet"), "{two}");
+        let three = sentence(&report(&[300.0, 600.0, 1200.0]));
+        assert!(three.contains("no knee yet"), "{three}");
+    }
 }
