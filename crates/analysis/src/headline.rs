@@ -35,35 +35,27 @@ impl Cost {
         }
     }
 
-    /// Requests per second per core used at this load (its efficiency here, not its
-    /// capacity: see [`Cost::per_core`]).
-    pub fn rps_per_core(&self) -> f64 {
-        if self.usage.cpu_millicores > 0.0 {
-            self.throughput_rps / (self.usage.cpu_millicores / 1000.0)
-        } else {
-            f64::NAN
-        }
-    }
-
     /// Whether the role used [`SATURATED_AT`] of its CPU allotment or more: the load found
     /// its limit, so what it carried is what its cores carry.
     pub fn at_limit(&self) -> bool {
         self.cpu_utilization().is_some_and(|u| u >= SATURATED_AT)
     }
 
-    /// What one core of this role carries, as far as this load shows. At its CPU limit, the
-    /// RPS per core used is its capacity, measured. Below it, the load set the rate, not the
-    /// cores: all that is known is that its allotted cores carried at least this much each.
-    /// Without an allotment, nothing.
+    /// What one core of this role carries, as far as this load shows: the RPS its allotted
+    /// cores carried, per core. At its CPU limit that is its capacity, measured (what the
+    /// allotment carried, not a projection of the last few percent). Below it, the load set
+    /// the rate, not the cores: its cores carry at least that much. Without an allotment,
+    /// nothing.
     pub fn per_core(&self) -> Option<PerCoreFigure> {
         let limit = self.usage.cpu_limit.filter(|l| *l > 0.0)?;
         if !self.throughput_rps.is_finite() || !self.usage.cpu_millicores.is_finite() {
             return None;
         }
+        let per_core = self.throughput_rps / limit;
         Some(if self.at_limit() {
-            PerCoreFigure::AtLimit(self.rps_per_core())
+            PerCoreFigure::AtLimit(per_core)
         } else {
-            PerCoreFigure::AtLeast(self.throughput_rps / limit)
+            PerCoreFigure::AtLeast(per_core)
         })
     }
 

@@ -5,7 +5,7 @@
 //!
 //! What one replica carries comes, in this order, from:
 //! 1. the proxy at its CPU limit (90 % of its allotment or more, e.g. a closed loop through a
-//!    limited gateway): the RPS it carried per core used is its capacity, measured;
+//!    limited gateway): the RPS its allotted cores carried, per core, is its capacity, measured;
 //! 2. a line of millicores against RPS over three loads or more that rises (`trend`): CPU =
 //!    idle + slope x RPS, so C cores carry (C x 1000 - idle) / slope;
 //! 3. figures given by hand (`--rps-per-core`).
@@ -19,7 +19,7 @@
 use meshbench_stats::Line;
 use thiserror::Error;
 
-use crate::headline::{trend_of, Cost, Headline};
+use crate::headline::{trend_of, Cost, Headline, PerCoreFigure};
 use crate::runs::{distinct, Group};
 use crate::trend::{Trend, MIN_LOADS};
 
@@ -34,6 +34,13 @@ pub enum Cpu {
     /// Requests per second one core carries (measured at the CPU limit, or given); CPU is
     /// proportional to load.
     PerCore(f64),
+    /// Requests per second one core carries at least: a proxy that never reached its CPU
+    /// limit carried this much per allotted core. CPU is taken as proportional to load at the
+    /// millicores per RPS it used there. A replica count from it is the most needed.
+    AtLeast {
+        per_core: f64,
+        millicores_per_rps: f64,
+    },
 }
 
 impl Cpu {
@@ -42,6 +49,7 @@ impl Cpu {
         match self {
             Cpu::Line(l) => (cores * 1000.0 - l.intercept) / l.slope,
             Cpu::PerCore(rps) => rps * cores,
+            Cpu::AtLeast { per_core, .. } => per_core * cores,
         }
     }
 
@@ -50,6 +58,9 @@ impl Cpu {
         match self {
             Cpu::Line(l) => l.at(rps),
             Cpu::PerCore(per_core) => rps / per_core * 1000.0,
+            Cpu::AtLeast {
+                millicores_per_rps, ..
+            } => rps * millicores_per_rps,
         }
     }
 }
@@ -122,21 +133,28 @@ impl Measured {
             "add a load of {load} to the experiment's loads: {}",
             self.with_load(load)
         );
-        match (cpu, &self.class) {
-            (Cpu::PerCore(_), Some(class)) if !self.qps.is_empty() => format!(
-                "measure it with {cores} cores at its limit: {} {}",
-                self.with_cores(class, cores),
-                self.with_load(load)
-            ),
-            (Cpu::PerCore(_), Some(class)) => format!(
-                "measure it with {cores} cores at its limit: {}",
+        // An allotment swept already was measured, only not at its limit.
+        let with_cores = |class: &str| {
+            if self.cores.contains(&cores) {
+                format!("its {cores}-core step did not reach its limit: give that step more load (more connections, or a higher rate) or the generator CPUs of its own (limits.client.cpuset)")
+            } else {
                 self.with_cores(class, cores)
+            }
+        };
+        match (cpu, &self.class) {
+            (Cpu::PerCore(_) | Cpu::AtLeast { .. }, Some(class)) if !self.qps.is_empty() => {
+                format!(
+                    "measure it with {cores} cores at its limit: {} {}",
+                    with_cores(class),
+                    self.with_load(load)
+                )
+            }
+            (Cpu::PerCore(_) | Cpu::AtLeast { .. }, Some(class)) => format!(
+                "measure it with {cores} cores at its limit: {}",
+                with_cores(class)
             ),
             _ if !self.qps.is_empty() => format!("measure up to {load} RPS: {add_load}"),
-            (_, Some(class)) => format!(
-                "measure it at its CPU limit: {}",
-                self.with_cores(class, cores)
-            ),
+            (_, Some(class)) => format!("measure it at its CPU limit: {}", with_cores(class)),
             _ => format!("measure up to {load} RPS"),
         }
     }
@@ -351,33 +369,28 @@ fn model(
         Trend::Rising(l) => Memory::Line(l),
         _ => Memory::Fixed(finite_max(&|c| c.usage.memory_mib).unwrap_or(f64::NAN)),
     };
-    let distance = |c: &Cost| {
-        c.usage
-            .cpu_limit
-            .map_or(f64::INFINITY, |l| (l - cores_per_replica).abs())
-    };
-    let at_limit = costs
-        .iter()
-        .filter(|c| c.at_limit() && c.rps_per_core().is_finite())
-        .min_by(|a, b| {
-            distance(a)
-                .total_cmp(&distance(b))
-                .then(b.throughput_rps.total_cmp(&a.throughput_rps))
-        });
-    if let Some(c) = at_limit {
-        let per_core = c.rps_per_core();
+    let at_limit = closest(
+        costs
+            .iter()
+            .filter_map(|c| match c.per_core() {
+                Some(PerCoreFigure::AtLimit(v)) if v > 0.0 => Some((*c, v)),
+                _ => None,
+            })
+            .collect(),
+        cores_per_replica,
+    );
+    if let Some((c, per_core)) = at_limit {
         return Ok(Model {
             cpu: Cpu::PerCore(per_core),
             memory,
             measured_up_to,
             source: format!(
-                "{source}, {} at {}: {role} at its CPU limit ({:.0} % of {} cores) carried {:.0} req/s on {:.2} cores: {per_core:.0} RPS per core, measured",
+                "{source}, {} at {}: {role} at its CPU limit ({:.0} % of {} cores) carried {:.0} req/s: {per_core:.0} RPS per core, measured",
                 c.variant,
                 c.load,
                 c.cpu_utilization().unwrap_or(f64::NAN) * 100.0,
                 c.usage.cpu_limit.unwrap_or(f64::NAN),
-                c.throughput_rps,
-                c.usage.cpu_millicores / 1000.0
+                c.throughput_rps
             ),
             measured,
         });
@@ -387,26 +400,76 @@ fn model(
         .filter_map(|c| c.cpu_utilization())
         .filter(|u| u.is_finite())
         .reduce(f64::max);
-    match trend_of(costs, |c| c.usage.cpu_millicores) {
-        Trend::Rising(line) => Ok(Model {
+    let trend = trend_of(costs, |c| c.usage.cpu_millicores);
+    if let Trend::Rising(line) = trend {
+        return Ok(Model {
             cpu: Cpu::Line(line),
             memory,
             measured_up_to,
             source: format!("{source}, {topology} {role} fitted over {} loads", line.n),
             measured,
-        }),
+        });
+    }
+    let below = closest(
+        costs
+            .iter()
+            .filter_map(|c| match c.per_core() {
+                Some(PerCoreFigure::AtLeast(v)) if v > 0.0 && c.usage.cpu_millicores > 0.0 => {
+                    Some((*c, v))
+                }
+                _ => None,
+            })
+            .collect(),
+        cores_per_replica,
+    );
+    if let Some((c, per_core)) = below {
+        return Ok(Model {
+            cpu: Cpu::AtLeast {
+                per_core,
+                millicores_per_rps: c.usage.cpu_millicores / c.throughput_rps,
+            },
+            memory,
+            measured_up_to,
+            source: format!(
+                "{source}, {} at {}: {role} below its CPU limit ({:.0} % of {} cores) carried {:.0} req/s: at least {per_core:.0} RPS per core, a lower bound",
+                c.variant,
+                c.load,
+                c.cpu_utilization().unwrap_or(f64::NAN) * 100.0,
+                c.usage.cpu_limit.unwrap_or(f64::NAN),
+                c.throughput_rps
+            ),
+            measured,
+        });
+    }
+    match trend {
         Trend::Flat { level, loads } => Err(Unmeasured::Flat {
             loads,
             level,
             most_of_limit,
             advice: measured.to_model(),
         }),
-        Trend::NotEnoughLoads { loads } => Err(Unmeasured::NotEnoughLoads {
-            loads,
+        // (A rising line was returned above.)
+        trend => Err(Unmeasured::NotEnoughLoads {
+            loads: trend.loads(),
             most_of_limit,
             advice: measured.to_model(),
         }),
     }
+}
+
+/// Of the costs found (each with its RPS per core), the one whose allotment is closest to
+/// `cores_per_replica`, the one that carried most among equals.
+fn closest(found: Vec<(&Cost, f64)>, cores_per_replica: f64) -> Option<(&Cost, f64)> {
+    let distance = |c: &Cost| {
+        c.usage
+            .cpu_limit
+            .map_or(f64::INFINITY, |l| (l - cores_per_replica).abs())
+    };
+    found.into_iter().min_by(|a, b| {
+        distance(a.0)
+            .total_cmp(&distance(b.0))
+            .then(b.0.throughput_rps.total_cmp(&a.0.throughput_rps))
+    })
 }
 
 /// The sizing asked for.
@@ -434,6 +497,8 @@ pub struct Sizing {
     pub cpu_per_replica_mc: f64,
     pub memory_per_replica_mib: f64,
     pub total_cores: f64,
+    /// The capacity is a lower bound ([`Cpu::AtLeast`]): `replicas` is the most needed.
+    pub at_most: bool,
     pub assumptions: Vec<String>,
 }
 
@@ -466,7 +531,7 @@ pub fn size(model: &Model, req: &Request) -> Result<Sizing, SizingError> {
     if capacity.is_nan() || capacity <= 0.0 {
         let idle = match model.cpu {
             Cpu::Line(l) => l.intercept,
-            Cpu::PerCore(_) => 0.0,
+            Cpu::PerCore(_) | Cpu::AtLeast { .. } => 0.0,
         };
         return Err(SizingError::TooSmall(req.cores_per_replica, idle));
     }
@@ -491,6 +556,14 @@ pub fn size(model: &Model, req: &Request) -> Result<Sizing, SizingError> {
         ),
         Cpu::PerCore(rps) => format!(
             "CPU is proportional to load: {rps:.0} RPS per core, with no idle cost"
+        ),
+        Cpu::AtLeast {
+            per_core,
+            millicores_per_rps,
+        } => format!(
+            "capacity is a lower bound: the proxy never ran at its CPU limit, so one core carries at least {per_core:.0} RPS and the replica count is the most needed; CPU is proportional to load at the {:.3} vCPU per 1000 RPS it used; for the exact count, {}",
+            millicores_per_rps,
+            model.measured.to_model()
         ),
     };
     let memory = match model.memory {
@@ -540,6 +613,7 @@ pub fn size(model: &Model, req: &Request) -> Result<Sizing, SizingError> {
         cpu_per_replica_mc: model.cpu.millicores_at(per_replica),
         memory_per_replica_mib: model.memory.mib_at(per_replica),
         total_cores: replicas as f64 * req.cores_per_replica,
+        at_most: matches!(model.cpu, Cpu::AtLeast { .. }),
         assumptions,
     })
 }
@@ -659,6 +733,14 @@ mod tests {
             ),
             "{err}"
         );
+        // Asked of an allotment swept already: it was measured, only not at its limit.
+        at_limit.cpu = Cpu::PerCore(5000.0);
+        let err = size(&at_limit, &request(50_000.0, 0.3, 1.0)).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("its 1-core step did not reach its limit"),
+            "{err}"
+        );
     }
 
     /// A run of `variant` (topology: its first word) at `qps` (None: closed loop) carrying
@@ -729,13 +811,45 @@ mod tests {
             1.0,
         );
         let m = c.model.unwrap();
-        assert_eq!(m.cpu, Cpu::PerCore(9320.0 / 0.499));
+        assert_eq!(m.cpu, Cpu::PerCore(9320.0 / 0.5));
         assert_eq!(m.measured_up_to, 11360.0);
         assert_eq!(m.memory, Memory::Fixed(23.7));
         assert!(m.source.contains("at its CPU limit"), "{}", m.source);
-        // 18,677 RPS per core: 25,000 RPS with 30 % headroom is 2 replicas of 1 core.
+        // 18,640 RPS per core: 25,000 RPS with 30 % headroom is 2 replicas of 1 core.
         let s = size(&m, &request(25_000.0, 0.3, 1.0)).unwrap();
         assert_eq!(s.replicas, 2);
+    }
+
+    #[test]
+    fn a_sweep_below_its_limit_is_sized_from_a_lower_bound_and_says_so() {
+        // A busy machine's generator filled neither allotment (75 % and 40 %): the 1-core
+        // step carried 7,600 req/s, so a core carries at least that.
+        let c = only_candidate(
+            vec![
+                measured("gateway proxy=0.5cpu", None, 7000.0, 375.0, 23.7, Some(0.5)),
+                measured("gateway proxy=1cpu", None, 7600.0, 400.0, 23.3, Some(1.0)),
+            ],
+            1.0,
+        );
+        let m = c.model.unwrap();
+        assert_eq!(
+            m.cpu,
+            Cpu::AtLeast {
+                per_core: 7600.0,
+                millicores_per_rps: 400.0 / 7600.0
+            }
+        );
+        assert!(m.source.contains("a lower bound"), "{}", m.source);
+        // 25,000 / (7,600 x 0.7) = 4.7: at most 5 replicas.
+        let s = size(&m, &request(25_000.0, 0.3, 1.0)).unwrap();
+        assert_eq!((s.replicas, s.at_most), (5, true));
+        assert!(
+            s.assumptions
+                .iter()
+                .any(|a| a.starts_with("capacity is a lower bound")),
+            "{:?}",
+            s.assumptions
+        );
     }
 
     #[test]

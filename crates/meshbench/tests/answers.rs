@@ -199,7 +199,9 @@ fn bad_answer_flags_get_one_line_and_exit_2() {
 fn size_answers_the_readme_gateway_sweep_and_after_a_capacity_run() {
     // The README's `size --experiment gateway-cpu-sweep`, after that example at a small scale:
     // a closed loop through the gateway at 0.5 and 1 core, one load each. There is no line
-    // over loads; the gateway at its 0.5-core limit says what a core carries.
+    // over loads: the gateway at its limit says what a core carries, or, where this busy
+    // machine's generator could not take it there, what its cores carried says at least that
+    // (and the answer is the most replicas needed).
     let d = dir("readme-size");
     let store = d.join("results.db");
     let example =
@@ -247,7 +249,12 @@ fn size_answers_the_readme_gateway_sweep_and_after_a_capacity_run() {
         text.contains("gateway gateway: ") && text.contains(" replicas x 1 cores for 25,000 RPS"),
         "{text}"
     );
-    assert!(text.contains("at its CPU limit"), "{text}");
+    let at_limit = text.contains(" at its CPU limit (");
+    let bound = text.contains(": at most ") && text.contains("capacity is a lower bound");
+    assert!(
+        at_limit != bound,
+        "measured at the limit or said to be a bound: {text}"
+    );
 
     // A capacity search against a URL measures no proxy: plain `size` afterwards sizes from
     // the sweep and says so.

@@ -422,7 +422,8 @@ pub fn sizing_text(role: &str, target: f64, s: &Sizing) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
-        "{role}: {} replicas x {} cores for {} RPS ({} cores in all)",
+        "{role}: {}{} replicas x {} cores for {} RPS ({} cores in all)",
+        if s.at_most { "at most " } else { "" },
         s.replicas,
         s.cores_per_replica,
         thousands(target.round() as u64),
@@ -430,8 +431,12 @@ pub fn sizing_text(role: &str, target: f64, s: &Sizing) -> String {
     );
     let _ = writeln!(
         o,
-        "  each replica: {:.0} RPS at the target, {:.0} millicores, {:.1} MiB; carries {:.0} RPS at full use",
-        s.load_per_replica_rps, s.cpu_per_replica_mc, s.memory_per_replica_mib, s.replica_capacity_rps
+        "  each replica: {:.0} RPS at the target, {:.0} millicores, {:.1} MiB; carries {}{:.0} RPS at full use",
+        s.load_per_replica_rps,
+        s.cpu_per_replica_mc,
+        s.memory_per_replica_mib,
+        if s.at_most { "at least " } else { "" },
+        s.replica_capacity_rps
     );
     let _ = writeln!(o, "  assumptions:");
     for a in &s.assumptions {
@@ -535,7 +540,7 @@ pub(crate) mod tests {
             table[1][col], "≥ 2001",
             "1000.5 req/s on 0.5 cores: {table:?}"
         );
-        // At its limit, what one core carried is the capacity, measured.
+        // At its limit (96 %), what its cores carried is the capacity, measured.
         let at_limit = Headline::of(group(vec![measured(
             "gateway proxy=0.5cpu",
             None,
@@ -544,7 +549,7 @@ pub(crate) mod tests {
             Some(0.5),
             true,
         )]));
-        assert_eq!(cost_table(&at_limit)[1][col], "18750");
+        assert_eq!(cost_table(&at_limit)[1][col], "18000");
     }
 
     fn delta(a: &[f64], b: &[f64], merged_ms: f64) -> Delta {

@@ -346,19 +346,23 @@ fn cost_vs_qps(h: &Headline) -> Vec<Chart> {
                 draw: Draw::Points,
                 color: i,
             });
-            let fit = h.fits.iter().find(|f| f.variant == *v && f.role == *role);
-            let line = fit.and_then(|f| {
-                if what == "CPU" {
-                    f.cpu.line()
-                } else {
-                    f.memory.line()
-                }
-            });
-            if let Some(line) = line {
-                let (x0, x1) = (pts[0].0, pts[pts.len() - 1].0);
+            // The trend where one is defined (three loads or more): its line, or level when
+            // flat; none with fewer loads.
+            let trend = h
+                .fits
+                .iter()
+                .find(|f| f.variant == *v && f.role == *role)
+                .map(|f| if what == "CPU" { f.cpu } else { f.memory });
+            let (x0, x1) = (pts[0].0, pts[pts.len() - 1].0);
+            let drawn = match trend {
+                Some(Trend::Rising(l)) => Some(("fit", l.at(x0), l.at(x1))),
+                Some(Trend::Flat { level, .. }) => Some(("flat", level, level)),
+                _ => None,
+            };
+            if let Some((how, y0, y1)) = drawn {
                 c.series.push(Series {
-                    name: format!("{v} {role} fit"),
-                    points: vec![(x0, line.at(x0)), (x1, line.at(x1))],
+                    name: format!("{v} {role} {how}"),
+                    points: vec![(x0, y0), (x1, y1)],
                     draw: Draw::Dashed,
                     color: i,
                 });
@@ -385,7 +389,7 @@ fn cost_vs_qps(h: &Headline) -> Vec<Chart> {
             .max_by(|a, b| a.1.slope.total_cmp(&b.1.slope));
         c.sentence = match (steepest, h.fits.first()) {
             (Some((f, _)), _) => format!(
-                "The {what} that grows most with load is {} in {}'s: {} (dashed: the fitted line).",
+                "The {what} that grows most with load is {} in {}'s: {} (dashed: the fitted line, or the level of a flat one).",
                 f.role,
                 f.variant,
                 words(&trend(f))
