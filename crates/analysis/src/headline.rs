@@ -1,11 +1,14 @@
 //! The headline figures of an experiment: what each proxy costs (vCPU per 1000 RPS, MiB,
-//! bandwidth per 1000 RPS, RPS per core, at each load and fitted across loads), the latency it
-//! adds over the baseline per percentile with a 95 % interval, and where each curve bends: the
-//! knee of latency against throughput and the load at which a proxy used 90 % of its CPU.
+//! bandwidth per 1000 RPS, at each load and as a trend across loads where one is defined), the
+//! RPS one core carries where a proxy ran at its CPU limit (and only a lower bound below it),
+//! the latency it adds over the baseline per percentile with a 95 % interval, and where each
+//! curve bends: the knee of latency against throughput and the load at which a proxy used
+//! 90 % of its CPU.
 
 use meshbench_stats::{knee, linear_fit, Line};
 
 use crate::runs::{distinct, Group, LoadKey, RoleUse, PERCENTILES};
+use crate::trend::{Trend, MIN_LOADS};
 use crate::verdict::{decide, enough, margin_for, Margin, Test, Unit, Verdict};
 
 /// Confidence level of every interval.
@@ -14,6 +17,8 @@ pub const LEVEL: f64 = 0.95;
 /// A proxy role's cost in one group.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Cost {
+    /// The group's topology: the variants of a CPU sweep share it.
+    pub topology: String,
     pub variant: String,
     pub load: LoadKey,
     pub throughput_rps: f64,
@@ -30,13 +35,28 @@ impl Cost {
         }
     }
 
-    /// Requests per second one full core carries at this load's efficiency.
-    pub fn rps_per_core(&self) -> f64 {
-        if self.usage.cpu_millicores > 0.0 {
-            self.throughput_rps / (self.usage.cpu_millicores / 1000.0)
-        } else {
-            f64::NAN
+    /// Whether the role used [`SATURATED_AT`] of its CPU allotment or more: the load found
+    /// its limit, so what it carried is what its cores carry.
+    pub fn at_limit(&self) -> bool {
+        self.cpu_utilization().is_some_and(|u| u >= SATURATED_AT)
+    }
+
+    /// What one core of this role carries, as far as this load shows: the RPS its allotted
+    /// cores carried, per core. At its CPU limit that is its capacity, measured (what the
+    /// allotment carried, not a projection of the last few percent). Below it, the load set
+    /// the rate, not the cores: its cores carry at least that much. Without an allotment,
+    /// nothing.
+    pub fn per_core(&self) -> Option<PerCoreFigure> {
+        let limit = self.usage.cpu_limit.filter(|l| *l > 0.0)?;
+        if !self.throughput_rps.is_finite() || !self.usage.cpu_millicores.is_finite() {
+            return None;
         }
+        let per_core = self.throughput_rps / limit;
+        Some(if self.at_limit() {
+            PerCoreFigure::AtLimit(per_core)
+        } else {
+            PerCoreFigure::AtLeast(per_core)
+        })
     }
 
     /// MiB moved (in plus out) per 1000 requests.
@@ -57,15 +77,25 @@ impl Cost {
     }
 }
 
-/// A role's cost fitted across the loads of a variant: CPU and memory as lines in RPS.
+/// RPS one core carries, as one load shows it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum PerCoreFigure {
+    /// Measured at the CPU limit: the role's capacity per core.
+    AtLimit(f64),
+    /// Below the limit: its allotted cores each carried this much, and could carry more.
+    AtLeast(f64),
+}
+
+/// A role's cost across the loads of a variant: CPU and memory against RPS, each a line only
+/// where one is defined ([`Trend`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct CostFit {
     pub variant: String,
     pub role: String,
-    /// Millicores = intercept + slope x RPS: slope is vCPU per 1000 RPS.
-    pub cpu: Line,
-    /// MiB = intercept + slope x RPS.
-    pub memory: Line,
+    /// Millicores against RPS: a rising line's slope is vCPU per 1000 RPS.
+    pub cpu: Trend,
+    /// MiB against RPS.
+    pub memory: Trend,
 }
 
 /// The difference of B over A at one percentile, with the one test's answer.
@@ -73,7 +103,7 @@ pub struct CostFit {
 pub struct Delta {
     pub q: f64,
     /// Merged percentile of B minus merged percentile of A: the difference of the pooled
-    /// traffic, which the `added_pN` and `delta_pN` thresholds gate on.
+    /// traffic, shown (and gated on) only when there are too few samples for the test.
     pub merged_ms: f64,
     /// The test of the per-run or per-second percentiles: the shift, its 95 % interval, p and
     /// the verdict read from the interval.
@@ -91,7 +121,8 @@ impl Delta {
     }
 
     /// The difference to print beside the verdict: the test's own estimate (inside its
-    /// interval), or the merged difference when there was no test.
+    /// interval), or the merged difference when there was no test. The one figure of B over A:
+    /// the tables print it and the `added_pN` and `delta_pN` thresholds gate on it.
     pub fn point_ms(&self) -> f64 {
         self.test.shift.map_or(self.merged_ms, |s| s.estimate)
     }
@@ -151,16 +182,46 @@ pub struct Saturation {
     pub utilization: f64,
 }
 
-/// Throughput against a role's CPU allotment: the RPS one core carries.
+/// One allotment of a CPU sweep at one load.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Allotment {
+    pub cores: f64,
+    pub throughput_rps: f64,
+    /// The largest share of its allotment a swept role used (NaN when not measured).
+    pub utilization: f64,
+}
+
+impl Allotment {
+    /// Whether the swept role ran at its limit here, so that the cores set the rate.
+    pub fn at_limit(&self) -> bool {
+        self.utilization >= SATURATED_AT
+    }
+}
+
+/// Throughput against a swept role's CPU allotment at one load. Only allotments at which the
+/// role ran at its limit say what a core carries: below it the load set the rate.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PerCore {
     pub topology: String,
+    /// The swept class (`proxy`, `tunnel`).
     pub role: String,
     pub load: LoadKey,
-    /// RPS = intercept + slope x cores.
-    pub fit: Line,
-    /// (cores, RPS) measured.
-    pub points: Vec<(f64, f64)>,
+    /// Every allotment measured, fewest cores first.
+    pub points: Vec<Allotment>,
+    /// RPS = intercept + slope x cores over the allotments at the limit: only with
+    /// [`MIN_LOADS`] of them or more and a slope above zero (RPS each added core carries).
+    pub fit: Option<Line>,
+}
+
+impl PerCore {
+    /// The allotments at which the role ran at its limit.
+    pub fn at_limit(&self) -> Vec<Allotment> {
+        self.points
+            .iter()
+            .copied()
+            .filter(|p| p.at_limit())
+            .collect()
+    }
 }
 
 /// Everything the headline table and the report say about an experiment.
@@ -175,6 +236,10 @@ pub struct Headline {
     pub per_core: Vec<PerCore>,
 }
 
+/// The fewest points of a latency/throughput curve a knee is looked for on
+/// (`stats::knee` needs a first, a last and one between).
+pub const KNEE_MIN_LOADS: usize = 3;
+
 /// The share of its allotment at which a proxy counts as saturated.
 pub const SATURATED_AT: f64 = 0.9;
 
@@ -185,6 +250,7 @@ impl Headline {
             let rps = g.throughput();
             for u in g.proxies() {
                 costs.push(Cost {
+                    topology: g.topology.clone(),
                     variant: g.variant.clone(),
                     load: g.load.clone(),
                     throughput_rps: rps,
@@ -196,7 +262,7 @@ impl Headline {
         let added = added(&groups);
         let knees = knees(&groups);
         let saturation = saturation(&costs);
-        let per_core = per_core(&groups);
+        let per_core = per_core(&groups, &costs);
         Headline {
             groups,
             costs,
@@ -212,6 +278,40 @@ impl Headline {
     pub fn variants(&self) -> Vec<String> {
         distinct(self.groups.iter().map(|g| g.variant.clone()))
     }
+
+    /// The most loads any latency/throughput curve (a variant at a connection count) has: a
+    /// knee is looked for only on curves of [`KNEE_MIN_LOADS`] points or more.
+    pub fn most_loads_on_a_curve(&self) -> usize {
+        distinct(
+            self.groups
+                .iter()
+                .map(|g| (g.variant.clone(), g.load.connections)),
+        )
+        .into_iter()
+        .map(|(v, c)| {
+            self.groups
+                .iter()
+                .filter(|g| g.variant == v && g.load.connections == c)
+                .count()
+        })
+        .max()
+        .unwrap_or(0)
+    }
+}
+
+/// The trend of a cost over `costs` (one role's, at several loads): the finite points, and
+/// the loads they cover.
+pub fn trend_of(costs: &[&Cost], figure: impl Fn(&Cost) -> f64) -> Trend {
+    let known: Vec<&&Cost> = costs
+        .iter()
+        .filter(|c| c.throughput_rps.is_finite() && figure(c).is_finite())
+        .collect();
+    let loads = distinct(known.iter().map(|c| c.load.clone())).len();
+    let points: Vec<(f64, f64)> = known
+        .iter()
+        .map(|c| (c.throughput_rps, figure(c)))
+        .collect();
+    Trend::of(&points, loads)
 }
 
 fn fits(costs: &[Cost]) -> Vec<CostFit> {
@@ -221,27 +321,17 @@ fn fits(costs: &[Cost]) -> Vec<CostFit> {
             .map(|c| (c.variant.clone(), c.usage.role.clone())),
     )
     .into_iter()
-    .filter_map(|(variant, role)| {
+    .map(|(variant, role)| {
         let pts: Vec<&Cost> = costs
             .iter()
             .filter(|c| c.variant == variant && c.usage.role == role)
             .collect();
-        let cpu = linear_fit(
-            &pts.iter()
-                .map(|c| (c.throughput_rps, c.usage.cpu_millicores))
-                .collect::<Vec<_>>(),
-        )?;
-        let memory = linear_fit(
-            &pts.iter()
-                .map(|c| (c.throughput_rps, c.usage.memory_mib))
-                .collect::<Vec<_>>(),
-        )?;
-        Some(CostFit {
+        CostFit {
+            cpu: trend_of(&pts, |c| c.usage.cpu_millicores),
+            memory: trend_of(&pts, |c| c.usage.memory_mib),
             variant,
             role,
-            cpu,
-            memory,
-        })
+        }
     })
     .collect()
 }
@@ -327,28 +417,52 @@ fn saturation(costs: &[Cost]) -> Vec<Saturation> {
     out
 }
 
-fn per_core(groups: &[Group]) -> Vec<PerCore> {
+fn per_core(groups: &[Group], costs: &[Cost]) -> Vec<PerCore> {
     distinct(groups.iter().filter_map(|g| {
         let (role, _) = g.cpu.as_ref()?;
         Some((g.topology.clone(), role.clone(), g.load.clone()))
     }))
     .into_iter()
     .filter_map(|(topology, role, load)| {
-        let points: Vec<(f64, f64)> = groups
+        let mut points: Vec<Allotment> = groups
             .iter()
             .filter(|g| g.topology == topology && g.load == load)
             .filter_map(|g| {
                 let (r, cores) = g.cpu.as_ref()?;
-                (*r == role).then_some((*cores, g.throughput()))
+                let utilization = costs
+                    .iter()
+                    .filter(|c| c.variant == g.variant && c.load == g.load)
+                    .filter_map(Cost::cpu_utilization)
+                    .filter(|u| u.is_finite())
+                    .reduce(f64::max)
+                    .unwrap_or(f64::NAN);
+                (*r == role).then_some(Allotment {
+                    cores: *cores,
+                    throughput_rps: g.throughput(),
+                    utilization,
+                })
             })
             .collect();
-        let fit = linear_fit(&points)?;
+        if points.len() < 2 {
+            return None;
+        }
+        points.sort_by(|a, b| a.cores.total_cmp(&b.cores));
+        let limited: Vec<(f64, f64)> = points
+            .iter()
+            .filter(|p| p.at_limit())
+            .map(|p| (p.cores, p.throughput_rps))
+            .collect();
+        let fit = if limited.len() >= MIN_LOADS {
+            linear_fit(&limited).filter(|l| l.slope > 0.0)
+        } else {
+            None
+        };
         Some(PerCore {
             topology,
             role,
             load,
-            fit,
             points,
+            fit,
         })
     })
     .collect()
@@ -403,13 +517,15 @@ pub fn observe(h: &Headline, metric: crate::threshold::Metric) -> Vec<(String, f
                 Some((at(g), v))
             })
             .collect(),
+        // The figure the added table prints (the test's shift, or the merged difference when
+        // too short to test), from the same function.
         Metric::Added(q) => h
             .groups
             .iter()
             .filter(|g| g.topology != "baseline")
             .filter_map(|g| {
                 let base = baseline_for(&h.groups, g)?;
-                Some((at(g), g.latency_ms(q) - base.latency_ms(q)))
+                Some((at(g), delta(base, g, q, Margin::DEFAULT).point_ms()))
             })
             .collect(),
         Metric::Delta(_) => Vec::new(),
@@ -513,6 +629,45 @@ mod tests {
         ));
         assert!(!p90.significant());
         close(p90.point_ms(), p90.merged_ms, 0.0);
+    }
+
+    /// A run whose every request took `us`, with these per-second p99s (ms).
+    fn run_p99(variant: &str, us: u64, seconds_ms: &[f64]) -> Run {
+        let mut r = run(variant, 0, us, seconds_ms);
+        for p in &mut r.result.timeline {
+            p.p99_us = p.p50_us;
+        }
+        r
+    }
+
+    #[test]
+    fn the_added_threshold_gates_on_the_figure_the_added_table_shows() {
+        // The merged p99s differ by 0.5 ms, the per-second p99s by about 0.2 ms: the table
+        // shows the test's shift, and the threshold must name and judge that same figure.
+        let runs = vec![
+            run_p99("baseline", 1000, &[1.0, 1.1, 0.9, 1.0, 1.05]),
+            run_p99("both", 1500, &[1.2, 1.3, 1.25, 1.2, 1.15]),
+        ];
+        let h = Headline::of(group(runs));
+        let shown = h.added[0].deltas[2];
+        assert_eq!(shown.q, 0.99);
+        assert!(
+            (shown.point_ms() - shown.merged_ms).abs() > 0.1,
+            "{shown:?}"
+        );
+        let t: crate::threshold::Threshold = "added_p99<0.3ms".parse().unwrap();
+        let observed = observe(&h, t.metric);
+        let at = "both @ max qps x 1 conns, 0 B".to_string();
+        assert_eq!(observed, vec![(at.clone(), shown.point_ms())]);
+        let o = crate::threshold::check(&t, observed);
+        assert!(o.passed, "{o}");
+        assert_eq!(
+            o.to_string(),
+            format!(
+                "PASS added_p99<0.3ms: worst {:+.3} ms ({at})",
+                shown.point_ms()
+            )
+        );
     }
 
     #[test]

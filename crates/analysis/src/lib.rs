@@ -1,9 +1,10 @@
 //! Answers from measurements: the headline figures of an experiment (what each proxy costs,
 //! the latency it adds, where the curves bend), comparisons with confidence intervals and a
 //! typed verdict from one test (`verdict`), thresholds for CI pipelines, the capacity search
-//! and replica sizing, and whether each Envoy's own request count agrees with the engine's
-//! (`witness`). Pure: the runs come in (from the store or a result file), typed answers go out;
-//! printing and plotting are the binary's and the report's.
+//! and replica sizing (from costs that are lines only where one is defined, `trend`), and
+//! whether each Envoy's own request count agrees with the engine's (`witness`). Pure: the runs
+//! come in (from the store or a result file), typed answers go out; printing and plotting are
+//! the binary's and the report's.
 
 pub mod capacity;
 pub mod compare;
@@ -11,6 +12,7 @@ pub mod headline;
 pub mod runs;
 pub mod sizing;
 pub mod threshold;
+pub mod trend;
 pub mod verdict;
 pub mod witness;
 

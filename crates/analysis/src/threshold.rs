@@ -48,6 +48,8 @@ impl Metric {
             Metric::ProxyCpuPer1kRps => format!("{v:.3} vCPU per 1000 RPS"),
             Metric::ProxyCpuMillicores => format!("{v:.0} millicores"),
             Metric::ProxyMemMib => format!("{v:.1} MiB"),
+            // A difference, signed as the tables print it.
+            Metric::Added(_) | Metric::Delta(_) => format!("{v:+.3} ms"),
             _ => format!("{v:.3} ms"),
         }
     }

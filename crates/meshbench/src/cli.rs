@@ -188,15 +188,21 @@ pub struct SizeArgs {
     /// Cores allotted to each replica.
     #[arg(long, default_value_t = 1.0, value_name = "CORES")]
     pub cores_per_replica: f64,
-    /// The measured experiment to size from (id, name or `latest`), unless --rps-per-core.
+    /// The measured experiment to size from (id or name), unless --rps-per-core; `latest`: the
+    /// newest one that measured what a replica carries (it says which).
     #[arg(long, default_value = "latest")]
     pub experiment: String,
     /// Only this proxy role (default: every proxy role measured).
     #[arg(long)]
     pub role: Option<String>,
-    /// Only this variant (default: every variant with a proxy).
+    /// Only this variant, or a topology with all its CPU allotments (default: every one with a
+    /// proxy).
     #[arg(long)]
     pub variant: Option<String>,
+    /// Size even when one replica would carry more than twice the highest load measured
+    /// (without it, such a sizing is refused with the step that would measure it).
+    #[arg(long)]
+    pub extrapolate: bool,
     /// Size from a known figure instead of an experiment.
     #[arg(long, value_name = "RPS")]
     pub rps_per_core: Option<f64>,

@@ -198,6 +198,107 @@ fn bad_answer_flags_get_one_line_and_exit_2() {
     std::fs::remove_dir_all(d).unwrap();
 }
 
+#[test]
+fn size_answers_the_readme_gateway_sweep_and_after_a_capacity_run() {
+    // The README's `size --experiment gateway-cpu-sweep`, after that example at a small scale:
+    // a closed loop through the gateway at 0.5 and 1 core, one load each. There is no line
+    // over loads: the gateway at its limit says what a core carries, or, where this busy
+    // machine's generator could not take it there, what its cores carried says at least that
+    // (and the answer is the most replicas needed).
+    let d = dir("readme-size");
+    let store = d.join("results.db");
+    let example =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/gateway-cpu-sweep.yaml");
+    let out = meshbench(
+        &[
+            "experiment",
+            s(&example),
+            "--set",
+            "gateway.domains=10",
+            "--set",
+            "gateway.paths=10",
+            "--set",
+            "duration_secs=2",
+            "--set",
+            "warmup_secs=0.5",
+            "--set",
+            "cooldown_secs=0",
+            "--store",
+            s(&store),
+            "-q",
+        ],
+        Duration::from_secs(180),
+    );
+    assert!(out.status.code().is_some(), "{}", stderr(&out));
+    let readme = [
+        "size",
+        "--target-rps",
+        "25000",
+        "--headroom",
+        "30%",
+        "--experiment",
+        "gateway-cpu-sweep",
+        "--store",
+        s(&store),
+    ];
+    let out = meshbench(&readme, LIMIT);
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}\n{}", stderr(&out));
+    assert!(
+        text.starts_with("sizing from experiment 1 'gateway-cpu-sweep'\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("gateway gateway: ") && text.contains(" replicas x 1 cores for 25,000 RPS"),
+        "{text}"
+    );
+    let at_limit = text.contains(" at its CPU limit (");
+    let bound = text.contains(": at most ") && text.contains("capacity is a lower bound");
+    assert!(
+        at_limit != bound,
+        "measured at the limit or said to be a bound: {text}"
+    );
+
+    // A capacity search against a URL measures no proxy: plain `size` afterwards sizes from
+    // the sweep and says so.
+    let backend = BackendProc::start(&[]);
+    let out = meshbench(
+        &[
+            "capacity",
+            &backend.url("/"),
+            "--slo",
+            "errors<50%",
+            "--start",
+            "50",
+            "--max-rps",
+            "100",
+            "--step-duration",
+            "0.5s",
+            "--warmup",
+            "0s",
+            "--store",
+            s(&store),
+            "-q",
+        ],
+        LIMIT,
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = meshbench(
+        &["size", "--target-rps", "25000", "--store", s(&store)],
+        LIMIT,
+    );
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}\n{}", stderr(&out));
+    assert!(
+        text.starts_with(
+            "sizing from experiment 1 'gateway-cpu-sweep', the newest that size can use (experiment 2 'capacity' measured no proxy"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("gateway gateway: "), "{text}");
+    std::fs::remove_dir_all(d).unwrap();
+}
+
 /// One 8 s open-loop run at 100 req/s against `url`, written to `file`.
 fn run_into(url: &str, file: &Path) {
     let out = meshbench(
@@ -417,9 +518,10 @@ limits:
         stdout(&out)
     );
 
-    // Sizing from the fitted proxy cost.
-    let out = meshbench(
-        &[
+    // Sizing from the proxy's CPU line over 300-1200 req/s: a core carries far more than
+    // twice that, so the answer is refused with the load to measure, unless asked for.
+    let size = |more: &[&str]| {
+        let mut args = vec![
             "size",
             "--target-rps",
             "20000",
@@ -429,9 +531,22 @@ limits:
             "answers-test",
             "--store",
             s(&store),
-        ],
-        LIMIT,
+        ];
+        args.extend_from_slice(more);
+        meshbench(&args, LIMIT)
+    };
+    let out = size(&[]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}\n{}", stderr(&out));
+    assert!(
+        text.contains("serveronly server_proxy: cannot size: one replica of 1 cores would carry "),
+        "{text}"
     );
+    assert!(
+        text.contains("to the experiment's loads: --set 'load.qps=[300,600,1200,"),
+        "{text}"
+    );
+    let out = size(&["--extrapolate"]);
     let text = stdout(&out);
     assert!(out.status.success(), "{text}\n{}", stderr(&out));
     assert!(text.contains("serveronly server_proxy: "), "{text}");
@@ -440,6 +555,7 @@ limits:
         "{text}"
     );
     assert!(text.contains("headroom 30 %"), "{text}");
+    assert!(text.contains("as --extrapolate asked"), "{text}");
 
     // The report: files, structure, and a real browser.
     let report_dir = d.join("report");

@@ -5,9 +5,10 @@
 use std::fmt::Write as _;
 
 use meshbench_analysis::compare::Pair;
-use meshbench_analysis::headline::{Delta, Headline};
+use meshbench_analysis::headline::{Delta, Headline, PerCoreFigure};
 use meshbench_analysis::runs::{percentile_name, PERCENTILES};
 use meshbench_analysis::sizing::Sizing;
+use meshbench_analysis::trend::{Trend, MIN_LOADS};
 use meshbench_analysis::verdict::{needed, Margin, Unit, Verdict};
 
 use crate::thousands;
@@ -74,12 +75,12 @@ pub fn delta_cell(d: &Delta) -> String {
     match d.test.shift {
         Some(s) => format!(
             "{:+.3} [{:+.3}, {:+.3}] {}",
-            s.estimate,
+            d.point_ms(),
             s.ci.0,
             s.ci.1,
             d.verdict().short()
         ),
-        None => format!("{:+.3} {}", d.merged_ms, d.verdict().short()),
+        None => format!("{:+.3} {}", d.point_ms(), d.verdict().short()),
     }
 }
 
@@ -208,7 +209,7 @@ pub fn cost_table(h: &Headline) -> Table {
         "req/day",
         "millicores",
         "vCPU/1k RPS",
-        "RPS/core",
+        "RPS/core at limit",
         "MiB",
         "MiB/s per 1k RPS",
         "CPU of limit",
@@ -224,7 +225,11 @@ pub fn cost_table(h: &Headline) -> Table {
             per_day(c.throughput_rps),
             num(c.usage.cpu_millicores, 0),
             num(c.vcpu_per_1k_rps(), 3),
-            num(c.rps_per_core(), 0),
+            match c.per_core() {
+                Some(PerCoreFigure::AtLimit(v)) => num(v, 0),
+                Some(PerCoreFigure::AtLeast(v)) => format!("≥ {v:.0}"),
+                None => "-".into(),
+            },
             num(c.usage.memory_mib, 1),
             num(c.mib_per_1k_requests(), 3),
             c.cpu_utilization()
@@ -261,21 +266,65 @@ pub fn latency_table(h: &Headline) -> Table {
     t
 }
 
-/// The sentences under the tables: fits, knees, saturation, RPS per core.
+/// A role's CPU against load in words: a line only where one is defined, never a negative
+/// figure.
+pub fn cpu_words(t: &Trend) -> String {
+    match t {
+        Trend::Rising(l) if l.intercept > 0.0 => format!(
+            "{:.0} millicores idle + {:.3} vCPU per 1000 RPS (r² {:.3})",
+            l.intercept, l.slope, l.r2
+        ),
+        Trend::Rising(l) => format!(
+            "{:.3} vCPU per 1000 RPS and no idle cost (the line through the loads would start below zero, so it is held at zero; r² {:.3})",
+            l.slope, l.r2
+        ),
+        Trend::Flat { level, .. } => {
+            format!("flat at {level:.0} millicores (it does not grow with load)")
+        }
+        Trend::NotEnoughLoads { loads } => not_enough_loads(*loads),
+    }
+}
+
+/// A role's memory against load in words, as [`cpu_words`].
+pub fn memory_words(t: &Trend) -> String {
+    match t {
+        Trend::Rising(l) if l.intercept > 0.0 => format!(
+            "{:.1} MiB + {:.2} MiB per 1000 RPS (r² {:.3})",
+            l.intercept,
+            l.slope * 1000.0,
+            l.r2
+        ),
+        Trend::Rising(l) => format!(
+            "{:.2} MiB per 1000 RPS from zero (r² {:.3})",
+            l.slope * 1000.0,
+            l.r2
+        ),
+        Trend::Flat { level, .. } => format!("flat at {level:.1} MiB"),
+        Trend::NotEnoughLoads { loads } => not_enough_loads(*loads),
+    }
+}
+
+fn not_enough_loads(loads: usize) -> String {
+    format!("not enough loads for a line ({loads} measured, needs {MIN_LOADS})")
+}
+
+/// The sentences under the tables: trends, knees, saturation, RPS per core.
 pub fn findings(h: &Headline) -> Vec<String> {
     let mut out = Vec::new();
     for f in &h.fits {
-        out.push(format!(
-            "{} {}: {:.0} millicores idle + {:.3} vCPU per 1000 RPS (r² {:.3}); memory {:.1} MiB + {:.2} MiB per 1000 RPS, fitted over {} loads",
-            f.variant,
-            f.role,
-            f.cpu.intercept,
-            f.cpu.slope,
-            f.cpu.r2,
-            f.memory.intercept,
-            f.memory.slope * 1000.0,
-            f.cpu.n
-        ));
+        out.push(match (&f.cpu, &f.memory) {
+            (Trend::NotEnoughLoads { loads }, Trend::NotEnoughLoads { .. }) => {
+                format!("{} {}: {}", f.variant, f.role, not_enough_loads(*loads))
+            }
+            (cpu, memory) => format!(
+                "{} {}: CPU {}; memory {}, over {} loads",
+                f.variant,
+                f.role,
+                cpu_words(cpu),
+                memory_words(memory),
+                cpu.loads().max(memory.loads())
+            ),
+        });
     }
     for k in &h.knees {
         out.push(format!(
@@ -294,17 +343,50 @@ pub fn findings(h: &Headline) -> Vec<String> {
         ));
     }
     for p in &h.per_core {
-        out.push(format!(
-            "{} with {} limited: {:.0} RPS per core at {} (fit over {} allotments, r² {:.3})",
-            p.topology,
-            p.role,
-            p.fit.slope,
-            p.load,
-            p.points.len(),
-            p.fit.r2
-        ));
+        out.push(per_core_words(p));
     }
     out
+}
+
+/// What a CPU sweep says one core carries: a line only over three allotments or more at the
+/// role's limit; the allotments at the limit as measured; or, when it never reached its limit,
+/// that the load set the rate and only a lower bound is known.
+pub fn per_core_words(p: &meshbench_analysis::headline::PerCore) -> String {
+    let head = format!("{} with {} limited, at {}", p.topology, p.role, p.load);
+    let at_limit = p.at_limit();
+    if let Some(fit) = p.fit {
+        return format!(
+            "{head}: each added core carries {:.0} RPS (fit over {} allotments at the limit, r² {:.3})",
+            fit.slope,
+            at_limit.len(),
+            fit.r2
+        );
+    }
+    if !at_limit.is_empty() {
+        let list: Vec<String> = at_limit
+            .iter()
+            .map(|a| format!("{:.0} req/s on {} cores", a.throughput_rps, a.cores))
+            .collect();
+        return format!(
+            "{head}: at its limit, {}; a line over allotments needs {MIN_LOADS} at the limit",
+            list.join(", ")
+        );
+    }
+    let most = p
+        .points
+        .iter()
+        .map(|a| a.utilization)
+        .filter(|u| u.is_finite())
+        .fold(0.0, f64::max);
+    let carried = p
+        .points
+        .iter()
+        .map(|a| a.throughput_rps / a.cores)
+        .fold(0.0, f64::max);
+    format!(
+        "{head}: below its CPU limit at every allotment (at most {:.0} %), so the load set the rate, not its cores: what one core carries is not measured here, only that each carried at least {carried:.0} RPS",
+        most * 100.0
+    )
 }
 
 /// The whole headline for the terminal.
@@ -403,7 +485,8 @@ pub fn sizing_text(role: &str, target: f64, s: &Sizing) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
-        "{role}: {} replicas x {} cores for {} RPS ({} cores in all)",
+        "{role}: {}{} replicas x {} cores for {} RPS ({} cores in all)",
+        if s.at_most { "at most " } else { "" },
         s.replicas,
         s.cores_per_replica,
         thousands(target.round() as u64),
@@ -411,8 +494,12 @@ pub fn sizing_text(role: &str, target: f64, s: &Sizing) -> String {
     );
     let _ = writeln!(
         o,
-        "  each replica: {:.0} RPS at the target, {:.0} millicores, {:.1} MiB; carries {:.0} RPS at full use",
-        s.load_per_replica_rps, s.cpu_per_replica_mc, s.memory_per_replica_mib, s.replica_capacity_rps
+        "  each replica: {:.0} RPS at the target, {:.0} millicores, {:.1} MiB; carries {}{:.0} RPS at full use",
+        s.load_per_replica_rps,
+        s.cpu_per_replica_mc,
+        s.memory_per_replica_mib,
+        if s.at_most { "at least " } else { "" },
+        s.replica_capacity_rps
     );
     let _ = writeln!(o, "  assumptions:");
     for a in &s.assumptions {
@@ -422,9 +509,111 @@ pub fn sizing_text(role: &str, target: f64, s: &Sizing) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use meshbench_analysis::verdict::{decide, Unit};
+    use meshbench_analysis::{group, Run};
+    use meshbench_engine::RunResult;
+    use meshbench_store::RoleUsage;
+
+    /// A measured run of `variant` at `qps` (offered) carrying `rps`, its proxy using `mc`
+    /// millicores and `mib` MiB, limited to `limit` cores (swept when `swept`).
+    pub(crate) fn measured(
+        variant: &str,
+        qps: Option<f64>,
+        rps: f64,
+        (mc, mib): (f64, f64),
+        limit: Option<f64>,
+        swept: bool,
+    ) -> Run {
+        let mut r: RunResult =
+            serde_json::from_str(include_str!("../../analysis/src/fixture-run.json")).unwrap();
+        r.throughput_rps = rps;
+        let mut run = Run::from_result(variant, r).unwrap();
+        let topology = variant.split(' ').next().unwrap().to_string();
+        run.topology = topology;
+        run.load.qps_milli = qps.map(|q| (q * 1000.0) as u64);
+        run.cpu = limit.filter(|_| swept).map(|c| ("proxy".to_string(), c));
+        let mut u: RoleUsage = serde_json::from_value(serde_json::json!({
+            "role": "gateway", "program": "envoy", "workers": 1, "cpu_limit": limit,
+            "samples": 10, "cpu_millicores_avg": mc, "cpu_millicores_max": mc,
+            "rss_mib_avg": mib, "rss_mib_max": mib, "working_set_mib_avg": mib,
+            "working_set_mib_max": mib, "rx_bytes_per_sec": 0.0, "tx_bytes_per_sec": 0.0,
+            "connections_avg": 1.0, "connections_max": 1
+        }))
+        .unwrap();
+        u.cpu_limit = limit;
+        run.usage = vec![u];
+        run
+    }
+
+    #[test]
+    fn a_fit_is_shown_only_where_it_is_defined() {
+        // Two loads: any line passes through two points (r² 1), so there is none to show.
+        let two = Headline::of(group(vec![
+            measured("gateway", Some(300.0), 299.0, (40.0, 9.2), None, false),
+            measured("gateway", Some(600.0), 598.0, (53.0, 8.9), None, false),
+        ]));
+        let text = findings(&two).join("\n");
+        assert!(text.contains("not enough loads"), "{text}");
+        assert!(!text.contains("r²"), "{text}");
+        // Three loads: CPU whose free line starts below zero, memory that shrinks with load.
+        let three = Headline::of(group(vec![
+            measured("gateway", Some(100.0), 100.0, (5.0, 9.3), None, false),
+            measured("gateway", Some(200.0), 200.0, (30.0, 9.1), None, false),
+            measured("gateway", Some(300.0), 300.0, (55.0, 8.8), None, false),
+        ]));
+        let text = findings(&three).join("\n");
+        assert!(text.contains("memory flat at 9.1 MiB"), "{text}");
+        assert!(text.contains("vCPU per 1000 RPS"), "{text}");
+        assert!(
+            !text.contains(" -") && !text.contains("(-"),
+            "no negative quantity: {text}"
+        );
+    }
+
+    #[test]
+    fn rps_per_core_is_a_capacity_only_at_the_cpu_limit() {
+        // An open loop at 1000 req/s through a gateway allotted 0.5, 1 and 2 cores: 8 to 2 %
+        // of its limit. Throughput does not follow the cores: no RPS per core to show, only
+        // what its cores carried, as a lower bound.
+        let runs = [0.5, 1.0, 2.0]
+            .map(|c| {
+                measured(
+                    &format!("gateway proxy={c}cpu"),
+                    Some(1000.0),
+                    1000.0 + c,
+                    (40.0, 9.0),
+                    Some(c),
+                    true,
+                )
+            })
+            .to_vec();
+        let h = Headline::of(group(runs));
+        let text = findings(&h).join("\n");
+        assert!(!text.contains("RPS per core at"), "{text}");
+        assert!(!text.contains("r²"), "{text}");
+        assert!(text.contains("below its CPU limit"), "{text}");
+        let table = cost_table(&h);
+        let col = table[0]
+            .iter()
+            .position(|c| c.starts_with("RPS/core"))
+            .unwrap();
+        assert_eq!(
+            table[1][col], "≥ 2001",
+            "1000.5 req/s on 0.5 cores: {table:?}"
+        );
+        // At its limit (96 %), what its cores carried is the capacity, measured.
+        let at_limit = Headline::of(group(vec![measured(
+            "gateway proxy=0.5cpu",
+            None,
+            9000.0,
+            (480.0, 20.0),
+            Some(0.5),
+            true,
+        )]));
+        assert_eq!(cost_table(&at_limit)[1][col], "18000");
+    }
 
     fn delta(a: &[f64], b: &[f64], merged_ms: f64) -> Delta {
         Delta {

@@ -6,13 +6,17 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use meshbench_analysis::headline::{Headline, Saturation};
+use meshbench_analysis::headline::{Allotment, Headline, Saturation, KNEE_MIN_LOADS};
 use meshbench_analysis::runs::{distinct, percentile_name, Group, PERCENTILES};
 use meshbench_store::StoredStep;
 use thiserror::Error;
 
-use crate::answers::{added_table, cost_table, findings, latency_table, Table};
+use crate::answers::{
+    added_table, cost_table, cpu_words, findings, latency_table, memory_words, per_core_words,
+    Table,
+};
 use crate::plot::{self, Chart, Draw, Series, XAxis};
+use meshbench_analysis::trend::Trend;
 
 #[derive(Debug, Error)]
 pub enum ReportError {
@@ -30,7 +34,11 @@ pub enum Block {
     Text(String),
     /// A sentence computed from the data (how many there are depends on it).
     Finding(String),
-    Table(Table),
+    /// A table under its caption (every table has one: it says what the rows are).
+    Table {
+        caption: String,
+        table: Table,
+    },
     Chart(Box<Chart>),
 }
 
@@ -84,7 +92,10 @@ pub fn build(input: &Input) -> Report {
                 "Envoy's own counts: each Envoy role's admin read before the load and after it (requests seen by response class, upstream failures, connections open and memory at the end), beside the requests the engine measured. A role whose count lies outside what the window's edges can hold (warm-up, requests in flight at either end, unfinished, retries) is marked {}; tunnels (L4) show the connections they carried and are never compared.",
                 crate::proxies::FLAG
             )),
-            Block::Table(t),
+            Block::Table {
+                caption: "Envoy's own counts beside the engine's".into(),
+                table: t,
+            },
         ];
         if flagged > 0 {
             blocks.push(Block::Finding(format!(
@@ -140,15 +151,27 @@ fn headline_section(input: &Input) -> Section {
         blocks.push(Block::Text(
             format!("Latency each variant adds over the baseline at the same load, per percentile: the shift (Hodges-Lehmann) with its 95 % confidence interval from one test (Mann-Whitney) over the repeats' percentiles, or over the one-second percentiles when there are too few repeats, and what the test says: slower, faster, within noise, within margin, or too short to tell. {}.", crate::answers::margin_note(&meshbench_analysis::verdict::Margin::DEFAULT)),
         ));
-        blocks.push(Block::Table(added_table(h)));
+        blocks.push(Block::Table {
+            caption:
+                "Latency added over the baseline (ms: the shift, its 95 % interval and the verdict)"
+                    .into(),
+            table: added_table(h),
+        });
     }
     if !h.costs.is_empty() {
         blocks.push(Block::Text(
-            "What each proxy costs: CPU in millicores and in vCPU per 1000 requests per second, requests per second one core carries, memory, bandwidth per 1000 RPS, and requests per day at the measured rate.".into(),
+            "What each proxy costs: CPU in millicores and in vCPU per 1000 requests per second, requests per second one core carries where the proxy ran at its CPU limit (90 % of its allotment or more; below it, ≥ what its allotted cores carried, a lower bound), memory, bandwidth per 1000 RPS, and requests per day at the measured rate.".into(),
         ));
-        blocks.push(Block::Table(cost_table(h)));
+        blocks.push(Block::Table {
+            caption: "What each proxy costs (medians over repeats)".into(),
+            table: cost_table(h),
+        });
     }
-    blocks.push(Block::Table(latency_table(h)));
+    blocks.push(Block::Table {
+        caption: "Latency and throughput of every measurement (merged percentiles, median req/s)"
+            .into(),
+        table: latency_table(h),
+    });
     for f in findings(h) {
         blocks.push(Block::Finding(f));
     }
@@ -323,31 +346,61 @@ fn cost_vs_qps(h: &Headline) -> Vec<Chart> {
                 draw: Draw::Points,
                 color: i,
             });
-            if let Some(f) = h.fits.iter().find(|f| f.variant == *v && f.role == *role) {
-                let line = if what == "CPU" { f.cpu } else { f.memory };
-                let (x0, x1) = (pts[0].0, pts[pts.len() - 1].0);
+            // The trend where one is defined (three loads or more): its line, or level when
+            // flat; none with fewer loads.
+            let trend = h
+                .fits
+                .iter()
+                .find(|f| f.variant == *v && f.role == *role)
+                .map(|f| if what == "CPU" { f.cpu } else { f.memory });
+            let (x0, x1) = (pts[0].0, pts[pts.len() - 1].0);
+            let drawn = match trend {
+                Some(Trend::Rising(l)) => Some(("fit", l.at(x0), l.at(x1))),
+                Some(Trend::Flat { level, .. }) => Some(("flat", level, level)),
+                _ => None,
+            };
+            if let Some((how, y0, y1)) = drawn {
                 c.series.push(Series {
-                    name: format!("{v} {role} fit"),
-                    points: vec![(x0, line.at(x0)), (x1, line.at(x1))],
+                    name: format!("{v} {role} {how}"),
+                    points: vec![(x0, y0), (x1, y1)],
                     draw: Draw::Dashed,
                     color: i,
                 });
             }
         }
-        c.sentence = match (what, h.fits.iter().max_by(|a, b| a.cpu.slope.total_cmp(&b.cpu.slope))) {
-            ("CPU", Some(f)) => format!(
-                "The costliest proxy per request is {} in {}: {:.3} vCPU per 1000 RPS on top of {:.0} millicores idle (dashed: the fitted line).",
-                f.role, f.variant, f.cpu.slope, f.cpu.intercept
-            ),
-            (_, Some(_)) => {
-                let f = h.fits.iter().max_by(|a, b| a.memory.at(0.0).total_cmp(&b.memory.at(0.0)));
-                f.map(|f| format!(
-                    "Memory is mostly fixed: the largest is {} in {} at {:.1} MiB, growing {:.2} MiB per 1000 RPS.",
-                    f.role, f.variant, f.memory.intercept, f.memory.slope * 1000.0
-                ))
-                .unwrap_or_default()
+        let trend = |f: &meshbench_analysis::headline::CostFit| {
+            if what == "CPU" {
+                f.cpu
+            } else {
+                f.memory
             }
-            _ => "Each point is one load; there are too few loads for a fitted line.".into(),
+        };
+        let words = |t: &Trend| {
+            if what == "CPU" {
+                cpu_words(t)
+            } else {
+                memory_words(t)
+            }
+        };
+        let steepest = h
+            .fits
+            .iter()
+            .filter_map(|f| Some((f, trend(f).line()?)))
+            .max_by(|a, b| a.1.slope.total_cmp(&b.1.slope));
+        c.sentence = match (steepest, h.fits.first()) {
+            (Some((f, _)), _) => format!(
+                "The {what} that grows most with load is {} in {}'s: {} (dashed: the fitted line, or the level of a flat one).",
+                f.role,
+                f.variant,
+                words(&trend(f))
+            ),
+            (None, Some(f)) => format!(
+                "Each point is one load; no line: {} {}'s {what} is {}.",
+                f.variant,
+                f.role,
+                words(&trend(f))
+            ),
+            (None, None) => "Each point is one load.".into(),
         };
         out.push(c);
     }
@@ -361,29 +414,41 @@ fn rps_vs_allotment(h: &Headline) -> Vec<Chart> {
         .map(|(i, p)| {
             let mut c = Chart::new(
                 &format!("rps_vs_cpu_{}_{}", p.topology, i),
-                &format!("Throughput vs {} CPU allotment ({}, {})", p.role, p.topology, p.load),
+                &format!(
+                    "Throughput vs {} CPU allotment ({}, {})",
+                    p.role, p.topology, p.load
+                ),
                 &format!("{} CPU allotment (cores)", p.role),
                 "throughput (requests per second)",
             );
-            let (x0, x1) = p
-                .points
-                .iter()
-                .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), q| (a.min(q.0), b.max(q.0)));
-            c.series.push(Series {
-                name: "measured".into(),
-                points: p.points.clone(),
-                draw: Draw::Points,
-                color: 0,
-            });
-            c.series.push(Series {
-                name: format!("fit: {:.0} RPS per core", p.fit.slope),
-                points: vec![(x0, p.fit.at(x0)), (x1, p.fit.at(x1))],
-                draw: Draw::Dashed,
-                color: 1,
-            });
+            let (limited, below): (Vec<Allotment>, Vec<Allotment>) =
+                p.points.iter().partition(|a| a.at_limit());
+            for (name, points, color) in [
+                ("at its CPU limit", limited, 0),
+                ("below its limit", below, 7),
+            ] {
+                if !points.is_empty() {
+                    c.series.push(Series {
+                        name: name.into(),
+                        points: points.iter().map(|a| (a.cores, a.throughput_rps)).collect(),
+                        draw: Draw::Points,
+                        color,
+                    });
+                }
+            }
+            if let Some(fit) = p.fit {
+                let at = p.at_limit();
+                let (x0, x1) = (at[0].cores, at[at.len() - 1].cores);
+                c.series.push(Series {
+                    name: format!("fit: {:.0} RPS per added core", fit.slope),
+                    points: vec![(x0, fit.at(x0)), (x1, fit.at(x1))],
+                    draw: Draw::Dashed,
+                    color: 1,
+                });
+            }
             c.sentence = format!(
-                "Each core given to {} adds {:.0} requests per second (r² {:.3}); this is the figure `meshbench size` divides by.",
-                p.role, p.fit.slope, p.fit.r2
+                "{}. `meshbench size` uses the RPS per core measured at the limit.",
+                per_core_words(p)
             );
             c
         })
@@ -434,7 +499,12 @@ fn latency_throughput(h: &Headline, slo: Option<f64>) -> Vec<Chart> {
         c.hline = Some((ms, format!("SLO p99 < {ms} ms")));
     }
     let sat: Vec<&Saturation> = h.saturation.iter().collect();
-    c.sentence = if h.knees.is_empty() {
+    let loads = h.most_loads_on_a_curve();
+    c.sentence = if h.knees.is_empty() && loads < KNEE_MIN_LOADS {
+        format!(
+            "There are not enough loads to look for a knee ({loads} measured, needs {KNEE_MIN_LOADS})."
+        )
+    } else if h.knees.is_empty() {
         "The curves do not bend upward within the loads measured: no knee yet.".into()
     } else {
         let k = &h.knees[0];
@@ -578,8 +648,13 @@ pub fn outline(r: &Report) -> String {
                         t.split(':').next().unwrap_or("").chars().take(60).collect();
                     let _ = writeln!(o, "text: {words}");
                 }
-                Block::Table(t) => {
-                    let _ = writeln!(o, "table: {} ({} rows)", t[0].join(" | "), t.len() - 1);
+                Block::Table { caption, table: t } => {
+                    let _ = writeln!(
+                        o,
+                        "table: {caption}: {} ({} rows)",
+                        t[0].join(" | "),
+                        t.len() - 1
+                    );
                 }
                 Block::Chart(c) => {
                     let _ = writeln!(
@@ -621,7 +696,7 @@ const STYLE: &str = "body{font-family:sans-serif;max-width:1100px;margin:2em aut
 h1{font-size:1.6em;margin-bottom:.2em}h2{border-bottom:1px solid #ccc;padding-bottom:.2em;margin-top:2em}
 .sub{color:#666;margin-top:0}table{border-collapse:collapse;margin:1em 0;font-size:.85em}
 th,td{border:1px solid #ddd;padding:3px 7px;text-align:right;white-space:nowrap}
-th{background:#f3f3f3}td:nth-child(-n+2),th:nth-child(-n+2){text-align:left}
+th{background:#f3f3f3}caption{text-align:left;font-weight:bold;padding:.3em 0}td:nth-child(-n+2),th:nth-child(-n+2){text-align:left}
 figure{margin:1.5em 0;page-break-inside:avoid}figcaption{color:#444;max-width:760px}
 svg{max-width:100%;height:auto}@media print{body{max-width:none}h2{page-break-before:auto}}";
 
@@ -725,8 +800,8 @@ pub fn write(r: &Report, dir: &Path) -> Result<Written, ReportError> {
                 Block::Text(t) | Block::Finding(t) => {
                     let _ = writeln!(html, "<p>{}</p>", esc(t));
                 }
-                Block::Table(t) => {
-                    html.push_str("<table>\n<tr>");
+                Block::Table { caption, table: t } => {
+                    let _ = write!(html, "<table>\n<caption>{}</caption>\n<tr>", esc(caption));
                     for h in &t[0] {
                         let _ = write!(html, "<th>{}</th>", esc(h));
                     }
@@ -765,4 +840,66 @@ pub fn write(r: &Report, dir: &Path) -> Result<Written, ReportError> {
         svgs: charts.len(),
         pngs: charts.len(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::answers::tests::measured;
+    use meshbench_analysis::group;
+
+    fn report(loads: &[f64]) -> Report {
+        let mut runs = Vec::new();
+        for &q in loads {
+            for v in ["baseline", "gateway"] {
+                runs.push(measured(v, Some(q), q, (q / 10.0, 9.0), None, false));
+            }
+        }
+        let h = Headline::of(group(runs));
+        build(&Input {
+            name: "t",
+            id: 1,
+            started_at: "",
+            status: "done",
+            headline: &h,
+            warmup_secs: 0.0,
+            slo_p99_ms: None,
+            failed: Vec::new(),
+            steps: &[],
+        })
+    }
+
+    #[test]
+    fn every_table_has_a_caption() {
+        let dir = std::env::temp_dir().join(format!("mb-report-captions-{}", std::process::id()));
+        let written = write(&report(&[300.0, 600.0]), &dir).unwrap();
+        let html = std::fs::read_to_string(written.html).unwrap();
+        let tables = html.matches("<table>").count();
+        assert!(tables >= 3, "{tables}");
+        assert_eq!(html.matches("<caption>").count(), tables, "{html}");
+        assert!(!html.contains("<caption></caption>"));
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn a_knee_is_looked_for_only_with_three_loads() {
+        let sentence = |r: &Report| {
+            r.sections
+                .iter()
+                .flat_map(|s| &s.blocks)
+                .find_map(|b| match b {
+                    Block::Chart(c) if c.id == "latency_throughput" => Some(c.sentence.clone()),
+                    _ => None,
+                })
+                .unwrap()
+        };
+        let two = sentence(&report(&[300.0, 600.0]));
+        assert!(
+            two.contains("not enough loads to look for a knee (2 measured, needs 3)"),
+            "{two}"
+        );
+        assert!(!two.contains("no knee yet"), "{two}");
+        let three = sentence(&report(&[300.0, 600.0, 1200.0]));
+        assert!(three.contains("no knee yet"), "{three}");
+    }
 }

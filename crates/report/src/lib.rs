@@ -133,9 +133,6 @@ pub fn summary(r: &RunResult) -> String {
             let _ = writeln!(o, "  service    {}", stats_line(&r.service_time_us));
         }
     }
-    if let Some(lag) = &r.schedule_lag_us {
-        let _ = writeln!(o, "  send lag   {}", stats_line(lag));
-    }
     let codes: Vec<String> = r
         .status_codes
         .iter()
@@ -297,21 +294,35 @@ pub fn summary(r: &RunResult) -> String {
         bytes(g.rss_max_bytes),
         if g.saturated { "YES" } else { "no" }
     );
-    if let (Some(lag), Some(idle)) = (&r.schedule_lag_us, r.settings.idle_strategy) {
-        let wake = g
-            .wakeup_error_us
-            .as_ref()
-            .map_or("no sleep measured".to_string(), |w| {
-                format!("sleeps ended p50 {} p99 {} µs late", w.p50, w.p99)
-            });
+    // The schedule lag (intended to actual send) is said once, by the JSON's name and in its
+    // unit (µs), as the self-check's findings say it too.
+    if let Some(lag) = &r.schedule_lag_us {
         let _ = writeln!(
             o,
-            "  pacing     schedule lag p50 {} p99 {} µs; idle {}: {wake}, spun {:.2} CPU-s",
-            lag.p50,
-            lag.p99,
-            idle.name(),
-            g.spin_secs
+            "  pacing     schedule lag p50 {}  p90 {}  p99 {}  p99.9 {}  max {} µs  (min {}, mean {:.0} ± {:.0})",
+            thousands(lag.p50),
+            thousands(lag.p90),
+            thousands(lag.p99),
+            thousands(lag.p99_9),
+            thousands(lag.max),
+            thousands(lag.min),
+            lag.mean,
+            lag.stdev
         );
+        if let Some(idle) = r.settings.idle_strategy {
+            let wake = g
+                .wakeup_error_us
+                .as_ref()
+                .map_or("no sleep measured".to_string(), |w| {
+                    format!("sleeps ended p50 {} p99 {} µs late", w.p50, w.p99)
+                });
+            let _ = writeln!(
+                o,
+                "             idle {}: {wake}, spun {:.2} CPU-s",
+                idle.name(),
+                g.spin_secs
+            );
+        }
     }
     for f in &g.check.findings {
         let tag = if f.cause.invalidates() {
@@ -341,6 +352,35 @@ mod tests {
         ] {
             assert_eq!(thousands(n), want);
         }
+    }
+
+    #[test]
+    fn the_summary_names_the_schedule_lag_once_in_one_unit() {
+        let mut r: RunResult =
+            serde_json::from_str(include_str!("../../analysis/src/fixture-run.json")).unwrap();
+        r.settings.rate_rps = Some(1000.0);
+        r.settings.idle_strategy = Some(meshbench_engine::IdleStrategy::Auto);
+        r.schedule_lag_us = Some(Stats {
+            count: 20,
+            min: 3,
+            mean: 14.2,
+            stdev: 6.1,
+            p50: 12,
+            p75: 15,
+            p90: 21,
+            p99: 42,
+            p99_9: 57,
+            p99_99: 57,
+            max: 57,
+        });
+        let text = summary(&r);
+        let lag: Vec<&str> = text.lines().filter(|l| l.contains("lag")).collect();
+        assert_eq!(lag.len(), 1, "one line says the lag: {text}");
+        assert!(
+            lag[0].contains("schedule lag p50 12  p90 21  p99 42  p99.9 57  max 57 µs"),
+            "named as the JSON names it, in µs as the self-check says it: {text}"
+        );
+        assert!(!lag[0].contains(" ms"), "{text}");
     }
 
     #[test]

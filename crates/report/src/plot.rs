@@ -1,6 +1,8 @@
 //! Charts: a small description of a chart (series of points, an optional second y axis, a
 //! threshold line, marked points, a shaded span) drawn with plotters to SVG (inline in the HTML
 //! report, and as files) and to PNG. Axes are scaled to the data; latency is in milliseconds.
+//! The legend is drawn in a strip of its own under the plot, never inside it: a legend box in
+//! a corner of the plot hid the points that fell there.
 
 use std::path::Path;
 
@@ -149,47 +151,117 @@ fn dashes(points: &[(f64, f64)]) -> Vec<Vec<(f64, f64)>> {
     out
 }
 
-/// Draws one series with `$method` (draw_series or draw_secondary_series), labelled.
+/// Draws one series with `$method` (draw_series or draw_secondary_series).
 macro_rules! series {
     ($chart:expr, $method:ident, $s:expr, $e:expr) => {{
         let s: &Series = $s;
         let c = color(s.color);
         let style = c.stroke_width(2);
-        let legend_line =
-            move |(x, y): (i32, i32)| PathElement::new(vec![(x, y), (x + 20, y)], style);
-        match s.draw {
-            Draw::Line | Draw::LinePoints => {
-                $chart
-                    .$method(std::iter::once(PathElement::new(s.points.clone(), style)))
-                    .map_err($e)?
-                    .label(s.name.clone())
-                    .legend(legend_line);
-                if s.draw == Draw::LinePoints {
-                    $chart
-                        .$method(s.points.iter().map(|p| Circle::new(*p, 4, c.filled())))
-                        .map_err($e)?;
-                }
-            }
-            Draw::Points => {
-                $chart
-                    .$method(s.points.iter().map(|p| Circle::new(*p, 4, c.filled())))
-                    .map_err($e)?
-                    .label(s.name.clone())
-                    .legend(move |(x, y)| Circle::new((x + 10, y), 4, c.filled()));
-            }
-            Draw::Dashed => {
-                $chart
-                    .$method(
-                        dashes(&s.points)
-                            .into_iter()
-                            .map(|d| PathElement::new(d, style)),
-                    )
-                    .map_err($e)?
-                    .label(s.name.clone())
-                    .legend(legend_line);
-            }
+        if matches!(s.draw, Draw::Line | Draw::LinePoints) {
+            $chart
+                .$method(std::iter::once(PathElement::new(s.points.clone(), style)))
+                .map_err($e)?;
+        }
+        if matches!(s.draw, Draw::Points | Draw::LinePoints) {
+            $chart
+                .$method(s.points.iter().map(|p| Circle::new(*p, 4, c.filled())))
+                .map_err($e)?;
+        }
+        if s.draw == Draw::Dashed {
+            $chart
+                .$method(
+                    dashes(&s.points)
+                        .into_iter()
+                        .map(|d| PathElement::new(d, style)),
+                )
+                .map_err($e)?;
         }
     }};
+}
+
+/// One entry of the legend: how its series is drawn, its colour and its name.
+struct Entry {
+    draw: Draw,
+    color: RGBColor,
+    name: String,
+}
+
+const LEGEND_ROW: i32 = 18;
+const LEGEND_PAD: i32 = 6;
+/// Left of the plot: the chart's margin plus its y label area, where the legend starts.
+const PLOT_LEFT: i32 = 12 + 62;
+
+/// The legend's entries laid out in rows.
+struct LegendLayout {
+    /// Each entry's top-left corner inside the box's padding.
+    at: Vec<(i32, i32)>,
+    /// The box around them all: width, height.
+    size: (i32, i32),
+}
+
+/// Entries `widths` wide laid out in rows within a chart `width` wide; `None` without entries.
+fn legend_layout(widths: &[i32], width: i32) -> Option<LegendLayout> {
+    if widths.is_empty() {
+        return None;
+    }
+    let room = (width - PLOT_LEFT - 12 - 2 * LEGEND_PAD).max(1);
+    let (mut x, mut y, mut widest) = (0, 0, 0);
+    let mut at = Vec::with_capacity(widths.len());
+    for &w in widths {
+        if x > 0 && x + w > room {
+            x = 0;
+            y += LEGEND_ROW;
+        }
+        at.push((x, y));
+        x += w;
+        widest = widest.max(x);
+    }
+    Some(LegendLayout {
+        at,
+        size: (widest + 2 * LEGEND_PAD, y + LEGEND_ROW + 2 * LEGEND_PAD),
+    })
+}
+
+/// Draws the legend into `area` (a strip under the plot), left-aligned with the plot.
+fn draw_legend<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    entries: &[Entry],
+    layout: &LegendLayout,
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    let (w, h) = layout.size;
+    let (x0, y0) = (PLOT_LEFT, 2);
+    area.draw(&Rectangle::new(
+        [(x0, y0), (x0 + w, y0 + h)],
+        WHITE.filled(),
+    ))?;
+    area.draw(&Rectangle::new(
+        [(x0, y0), (x0 + w, y0 + h)],
+        RGBColor(190, 190, 190),
+    ))?;
+    for (e, (x, y)) in entries.iter().zip(&layout.at) {
+        let (x, y) = (x0 + LEGEND_PAD + x, y0 + LEGEND_PAD + y + LEGEND_ROW / 2);
+        let style = e.color.stroke_width(2);
+        match e.draw {
+            Draw::Line | Draw::LinePoints => {
+                area.draw(&PathElement::new(vec![(x, y), (x + 20, y)], style))?
+            }
+            Draw::Dashed => {
+                for k in [0, 8, 16] {
+                    area.draw(&PathElement::new(vec![(x + k, y), (x + k + 4, y)], style))?;
+                }
+            }
+            Draw::Points => {}
+        }
+        if matches!(e.draw, Draw::Points | Draw::LinePoints) {
+            area.draw(&Circle::new((x + 10, y), 4, e.color.filled()))?;
+        }
+        area.draw(&Text::new(
+            e.name.clone(),
+            (x + 26, y - 7),
+            ("sans-serif", 12).into_font(),
+        ))?;
+    }
+    Ok(())
 }
 
 /// Draws `c` on `area`.
@@ -199,6 +271,38 @@ where
 {
     let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
     area.fill(&WHITE).map_err(e)?;
+    let mut entries: Vec<Entry> = c
+        .series
+        .iter()
+        .chain(c.right.iter().flat_map(|r| r.1.iter()))
+        .map(|s| Entry {
+            draw: s.draw,
+            color: color(s.color),
+            name: s.name.clone(),
+        })
+        .collect();
+    if let Some((_, label)) = &c.hline {
+        entries.push(Entry {
+            draw: Draw::Line,
+            color: RGBColor(200, 0, 0),
+            name: label.clone(),
+        });
+    }
+    let font: TextStyle = ("sans-serif", 12).into_font().into();
+    let widths: Vec<i32> = entries
+        .iter()
+        .map(|en| {
+            let text = area
+                .estimate_text_size(&en.name, &font)
+                .map_or(7 * en.name.chars().count() as i32, |(w, _)| w as i32);
+            26 + text + 16
+        })
+        .collect();
+    let (width, height) = area.dim_in_pixel();
+    let legend = legend_layout(&widths, width as i32);
+    let strip = legend.as_ref().map_or(0, |l| l.size.1 + 6);
+    let (area, legend_area) = area.split_vertically((height as i32 - strip).max(1));
+    let area = &area;
     let all_x = c
         .series
         .iter()
@@ -290,16 +394,14 @@ where
             series!(chart, draw_secondary_series, s, e);
         }
     }
-    if let Some((y, label)) = &c.hline {
+    if let Some((y, _)) = &c.hline {
         let red = RGBColor(200, 0, 0);
         chart
             .draw_series(std::iter::once(PathElement::new(
                 vec![(x0, *y), (x1, *y)],
                 red.stroke_width(1),
             )))
-            .map_err(e)?
-            .label(label.clone())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], red));
+            .map_err(e)?;
     }
     for (x, y, label) in &c.marks {
         chart
@@ -314,15 +416,12 @@ where
             ])
             .map_err(e)?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.85))
-        .border_style(RGBColor(190, 190, 190))
-        .label_font(("sans-serif", 12))
-        .draw()
-        .map_err(e)?;
+    // Drawn last, as a legend is: after every point, in its own strip.
+    if let Some(layout) = &legend {
+        draw_legend(&legend_area, &entries, layout).map_err(e)?;
+    }
     area.present().map_err(e)?;
+    legend_area.present().map_err(e)?;
     Ok(())
 }
 
@@ -369,6 +468,81 @@ pub fn load_font() -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The numeric attribute `name` of an SVG element's text.
+    fn attribute(element: &str, name: &str) -> Option<f64> {
+        let at = element.find(&format!(" {name}=\""))? + name.len() + 3;
+        let end = element[at..].find('"')? + at;
+        element[at..end].parse().ok()
+    }
+
+    /// A box: x0, y0, x1, y1.
+    type Corners = (f64, f64, f64, f64);
+
+    /// The legend's box and the centres of the points drawn before it (the
+    /// data; the legend's own markers come after its box).
+    fn legend_and_points(svg: &str) -> (Corners, Vec<(f64, f64)>) {
+        let elements: Vec<&str> = svg.split('<').collect();
+        let legend = elements
+            .iter()
+            .position(|e| e.starts_with("rect") && e.contains("stroke=\"#BEBEBE\""))
+            .expect("a legend box");
+        let r = elements[legend];
+        let (x, y) = (attribute(r, "x").unwrap(), attribute(r, "y").unwrap());
+        let (w, h) = (
+            attribute(r, "width").unwrap(),
+            attribute(r, "height").unwrap(),
+        );
+        let points = elements[..legend]
+            .iter()
+            .filter(|e| e.starts_with("circle"))
+            .map(|e| (attribute(e, "cx").unwrap(), attribute(e, "cy").unwrap()))
+            .collect();
+        ((x, y, x + w, y + h), points)
+    }
+
+    #[test]
+    fn the_legend_never_covers_a_point() {
+        // plotters measures text with a font, as the report does (it refuses without one).
+        assert!(
+            load_font().is_some(),
+            "no TrueType font: install fonts-dejavu-core"
+        );
+        // The report's p50-vs-load chart of the issue: both variants highest at the lowest
+        // load, in the top left corner where a legend inside the plot sits; and points in
+        // every other corner too.
+        let mut c = Chart::new("p50", "p50 latency vs offered load", "load", "p50 (ms)");
+        for (i, name) in ["baseline", "serveronly"].iter().enumerate() {
+            let k = i as f64 * 0.05;
+            c.series.push(Series {
+                name: name.to_string(),
+                points: vec![
+                    (500.0, 9.0 + k),
+                    (1000.0, 0.1 + k),
+                    (2000.0, 4.0 + k),
+                    (4000.0, 9.5 + k),
+                ],
+                draw: if i == 0 {
+                    Draw::LinePoints
+                } else {
+                    Draw::Points
+                },
+                color: i,
+            });
+        }
+        c.hline = Some((5.0, "SLO".into()));
+        let svg = svg(&c).unwrap();
+        let ((x0, y0, x1, y1), points) = legend_and_points(&svg);
+        assert_eq!(points.len(), 8, "every point drawn: {points:?}");
+        for (x, y) in points {
+            // A point's marker has a radius of 4: its whole disc stays clear of the box.
+            let inside = x + 4.0 >= x0 && x - 4.0 <= x1 && y + 4.0 >= y0 && y - 4.0 <= y1;
+            assert!(
+                !inside,
+                "point ({x}, {y}) under the legend ({x0}, {y0})-({x1}, {y1})"
+            );
+        }
+    }
 
     #[test]
     fn spectrum_labels_read_as_percentiles() {

@@ -91,6 +91,49 @@ pub fn linear_fit(points: &[(f64, f64)]) -> Option<Line> {
     })
 }
 
+/// Least squares with neither coefficient below zero: `y = intercept + slope * x` with
+/// `intercept >= 0` and `slope >= 0`, as a cost against load must be (nothing runs below zero
+/// and no cost shrinks as load grows). When the unconstrained line breaks a bound, the best
+/// line lies on it: through the origin (`intercept` 0, `slope` = Σxy / Σx²) or flat at the
+/// mean (`slope` 0), whichever leaves the smaller sum of squares. r² is 1 - SSE / SST of the
+/// line returned (0 for a flat line). `None` with fewer than two distinct x or a non-finite
+/// value.
+pub fn nonnegative_fit(points: &[(f64, f64)]) -> Option<Line> {
+    let free = linear_fit(points)?;
+    if free.slope >= 0.0 && free.intercept >= 0.0 {
+        return Some(free);
+    }
+    let n = points.len() as f64;
+    let my = points.iter().map(|p| p.1).sum::<f64>() / n;
+    let sst: f64 = points.iter().map(|p| (p.1 - my).powi(2)).sum();
+    let sse = |intercept: f64, slope: f64| -> f64 {
+        points
+            .iter()
+            .map(|p| (p.1 - intercept - slope * p.0).powi(2))
+            .sum()
+    };
+    let sxy: f64 = points.iter().map(|p| p.0 * p.1).sum();
+    let sxx: f64 = points.iter().map(|p| p.0 * p.0).sum();
+    let through_origin = (0.0, (sxy / sxx).max(0.0));
+    let flat = (my.max(0.0), 0.0);
+    let (intercept, slope) = if sse(through_origin.0, through_origin.1) < sse(flat.0, flat.1) {
+        through_origin
+    } else {
+        flat
+    };
+    let r2 = if sst == 0.0 {
+        1.0
+    } else {
+        1.0 - sse(intercept, slope) / sst
+    };
+    Some(Line {
+        slope,
+        intercept,
+        r2,
+        n: points.len(),
+    })
+}
+
 /// The knee of an increasing, convex curve such as latency against throughput: with both axes
 /// scaled to [0, 1], the point farthest below the chord from the first to the last point (the
 /// Kneedle method of Satopää et al., 2011). Returns its index in `points` (sorted by x), or
@@ -192,6 +235,32 @@ mod tests {
         close(l.r2, 0.9995044288808645, 1e-12);
         close(l.at(1000.0), 1.9375 + 98.97177419354838, 1e-9);
         assert_eq!(linear_fit(&[(1.0, 2.0), (1.0, 3.0)]), None);
+    }
+
+    #[test]
+    fn a_cost_line_never_has_a_negative_slope_or_intercept() {
+        // Inside the bounds it is the ordinary line.
+        let rising = [(100.0, 30.0), (200.0, 41.0), (400.0, 59.0)];
+        assert_eq!(nonnegative_fit(&rising), linear_fit(&rising));
+        // The ordinary line starts at -20: the best line with intercept >= 0 goes through the
+        // origin with slope Σxy/Σx², and at it the sum of squares would only grow with the
+        // intercept (its derivative there, -2 Σ residuals, is >= 0) and is flat in the slope.
+        let steep = [(100.0, 5.0), (200.0, 30.0), (300.0, 55.0)];
+        assert!(linear_fit(&steep).unwrap().intercept < 0.0);
+        let l = nonnegative_fit(&steep).unwrap();
+        assert_eq!(l.intercept, 0.0);
+        close(l.slope, 23_000.0 / 140_000.0, 1e-12);
+        let residuals: Vec<f64> = steep.iter().map(|p| p.1 - l.at(p.0)).collect();
+        assert!(-2.0 * residuals.iter().sum::<f64>() >= 0.0);
+        let d_slope: f64 = steep.iter().zip(&residuals).map(|(p, r)| p.0 * r).sum();
+        close(d_slope, 0.0, 1e-9);
+        assert!(l.r2 > 0.0 && l.r2 < 1.0, "{l:?}");
+        // Falling: flat at the mean, r² 0.
+        let falling = [(100.0, 10.0), (200.0, 9.0), (300.0, 8.5)];
+        let l = nonnegative_fit(&falling).unwrap();
+        assert_eq!((l.slope, l.r2), (0.0, 0.0));
+        close(l.intercept, 27.5 / 3.0, 1e-12);
+        assert_eq!(nonnegative_fit(&[(1.0, 2.0), (1.0, 3.0)]), None);
     }
 
     #[test]

@@ -6,9 +6,9 @@ use std::path::Path;
 
 use anyhow::Result;
 use meshbench_analysis::compare::pair_up;
-use meshbench_analysis::headline::{observe, Headline};
+use meshbench_analysis::headline::{delta, observe, Headline};
 use meshbench_analysis::runs::{percentile_name, PERCENTILES};
-use meshbench_analysis::sizing::{self, Model, Request};
+use meshbench_analysis::sizing::{self, Candidate, Model, Only, Request, SizingError};
 use meshbench_analysis::threshold::{self, Metric, Threshold};
 use meshbench_analysis::verdict::Margin;
 use meshbench_analysis::{group, Group, Run};
@@ -239,6 +239,7 @@ pub fn compare(args: CompareArgs) -> Result<u8> {
     }
     let b_headline = Headline::of(pairs.iter().map(|p| p.b.clone()).collect());
     let ok = check(&thresholds, |m| match m {
+        // The shift the table prints, from the same function.
         Metric::Delta(q) => pairs
             .iter()
             .map(|p| {
@@ -247,7 +248,7 @@ pub fn compare(args: CompareArgs) -> Result<u8> {
                 } else {
                     format!("{} @ {}", p.b.variant, p.b.load)
                 };
-                (at, p.b.latency_ms(q) - p.a.latency_ms(q))
+                (at, delta(&p.a, &p.b, q, p.margin).point_ms())
             })
             .collect(),
         m => observe(&b_headline, m),
@@ -257,72 +258,126 @@ pub fn compare(args: CompareArgs) -> Result<u8> {
 
 pub fn size(args: SizeArgs) -> Result<u8> {
     let headroom = parse_percent("--headroom", &args.headroom)?;
+    if args.cores_per_replica.is_nan() || args.cores_per_replica <= 0.0 {
+        return Err(usage("--cores-per-replica must be above 0"));
+    }
     let req = Request {
         target_rps: args.target_rps,
         headroom,
         cores_per_replica: args.cores_per_replica,
+        extrapolate: args.extrapolate,
     };
-    if args.cores_per_replica.is_nan() || args.cores_per_replica <= 0.0 {
-        return Err(usage("--cores-per-replica must be above 0"));
-    }
-    let mut models: Vec<(String, Model)> = Vec::new();
-    if let Some(rpc) = args.rps_per_core {
-        if rpc.is_nan() || rpc <= 0.0 {
-            return Err(usage("--rps-per-core must be above 0"));
+    let candidates = match args.rps_per_core {
+        Some(rpc) if rpc.is_nan() || rpc <= 0.0 => {
+            return Err(usage("--rps-per-core must be above 0"))
         }
-        models.push(("proxy".into(), Model::from_figures(rpc, args.memory_mib)));
-    } else {
-        let store = open_store(&args.store)?;
-        let e = find_experiment(&store, &args.experiment)?;
-        let h = headline(&store, e.id)?;
-        for f in &h.fits {
-            if args.role.as_ref().is_some_and(|r| *r != f.role)
-                || args.variant.as_ref().is_some_and(|v| *v != f.variant)
-            {
-                continue;
+        Some(rpc) => vec![Candidate {
+            name: "proxy".into(),
+            model: Ok(Model::from_figures(rpc, args.memory_mib)),
+        }],
+        None => {
+            let store = open_store(&args.store)?;
+            let only = Only {
+                role: args.role.clone(),
+                variant: args.variant.clone(),
+            };
+            let (used, candidates) =
+                sizable(&store, &args.experiment, args.cores_per_replica, &only)?;
+            outln!("{used}");
+            candidates
+        }
+    };
+    let mut answered = 0;
+    for c in &candidates {
+        match c.model.as_ref().map(|m| sizing::size(m, &req)) {
+            Ok(Ok(s)) => {
+                answered += 1;
+                out!(
+                    "{}",
+                    meshbench_report::answers::sizing_text(&c.name, args.target_rps, &s)
+                )
             }
-            let measured_up_to = h
-                .costs
-                .iter()
-                .filter(|c| c.variant == f.variant && c.usage.role == f.role)
-                .map(|c| c.throughput_rps)
-                .fold(0.0, f64::max);
-            models.push((
-                format!("{} {}", f.variant, f.role),
-                Model {
-                    cpu: f.cpu,
-                    memory: f.memory,
-                    measured_up_to,
-                    source: format!(
-                        "experiment {} '{}', {} {} fitted over {} loads",
-                        e.id, e.name, f.variant, f.role, f.cpu.n
-                    ),
-                },
-            ));
-        }
-        if models.is_empty() {
-            return Err(usage(format!(
-                "experiment {} has no proxy measured at two loads or more{}; run one with several qps values, or give --rps-per-core",
-                e.id,
-                if args.role.is_some() || args.variant.is_some() {
-                    " matching --role/--variant"
-                } else {
-                    ""
-                }
-            )));
-        }
-    }
-    for (name, model) in &models {
-        match sizing::size(model, &req) {
-            Ok(s) => out!(
-                "{}",
-                meshbench_report::answers::sizing_text(name, args.target_rps, &s)
-            ),
-            Err(e @ (sizing::SizingError::Headroom | sizing::SizingError::Target)) => {
+            Ok(Err(e @ (SizingError::Headroom | SizingError::Target))) => {
                 return Err(usage(e.to_string()))
             }
-            Err(e) => outln!("{name}: {e}"),
+            Ok(Err(e)) => outln!("{}: cannot size: {e}", c.name),
+            Err(why) => outln!("{}: cannot size: {why}", c.name),
         }
     }
-    Ok(exit::OK)
+    Ok(if answered > 0 { exit::OK } else { exit::FAILED })
+}
+
+/// The experiment to size from and its proxies, with a line saying which it is. `latest` is
+/// the newest experiment with a proxy that can be sized from (a capacity search against a URL
+/// measures no proxy, so the experiment before it is used, and the line says why).
+fn sizable(
+    store: &Store,
+    key: &str,
+    cores_per_replica: f64,
+    only: &Only,
+) -> Result<(String, Vec<Candidate>)> {
+    let of = |e: &meshbench_store::ExperimentRow| -> Result<Vec<Candidate>> {
+        let h = headline(store, e.id)?;
+        let source = format!("experiment {} '{}'", e.id, e.name);
+        Ok(sizing::candidates(&h, &source, cores_per_replica, only))
+    };
+    let why_not = |e: &meshbench_store::ExperimentRow, c: &[Candidate]| -> String {
+        let name = format!("experiment {} '{}'", e.id, e.name);
+        if c.is_empty() {
+            let what = if only.role.is_some() || only.variant.is_some() {
+                "no proxy matching --role/--variant"
+            } else {
+                "no proxy (a URL, or the baseline alone)"
+            };
+            return format!("{name} measured {what}");
+        }
+        let each: Vec<String> = c
+            .iter()
+            .filter_map(|c| {
+                c.model
+                    .as_ref()
+                    .err()
+                    .map(|why| format!("{}: {why}", c.name))
+            })
+            .collect();
+        format!("{name} cannot be sized from: {}", each.join("; "))
+    };
+    let usable = |c: &[Candidate]| c.iter().any(|c| c.model.is_ok());
+    if key != "latest" {
+        let e = store.experiment(key).map_err(|e| usage(e.to_string()))?;
+        let c = of(&e)?;
+        if !usable(&c) {
+            anyhow::bail!("{}", why_not(&e, &c));
+        }
+        return Ok((format!("sizing from experiment {} '{}'", e.id, e.name), c));
+    }
+    let all = store.experiments()?;
+    let Some(newest) = all.first() else {
+        return Err(usage(format!(
+            "{} holds no experiment; run one first (`meshbench experiment FILE`) or give --rps-per-core",
+            store.path().display()
+        )));
+    };
+    let mut newest_why = None;
+    for e in &all {
+        let c = of(e)?;
+        if usable(&c) {
+            let used = match newest_why {
+                None => format!("sizing from experiment {} '{}', the newest", e.id, e.name),
+                Some(why) => format!(
+                    "sizing from experiment {} '{}', the newest that size can use ({why})",
+                    e.id, e.name
+                ),
+            };
+            return Ok((used, c));
+        }
+        if e.id == newest.id {
+            newest_why = Some(why_not(e, &c));
+        }
+    }
+    anyhow::bail!(
+        "no experiment in {} can be sized from; the newest: {}",
+        store.path().display(),
+        newest_why.unwrap_or_default()
+    )
 }
