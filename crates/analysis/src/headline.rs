@@ -657,7 +657,7 @@ mod tests {
         );
         let t: crate::threshold::Threshold = "added_p99<0.3ms".parse().unwrap();
         let observed = observe(&h, t.metric);
-        let at = "both @ max qps x 1 conns, 0 B".to_string();
+        let at = "both @ max qps x 1 conns".to_string();
         assert_eq!(observed, vec![(at.clone(), shown.point_ms())]);
         let o = crate::threshold::check(&t, observed);
         assert!(o.passed, "{o}");
