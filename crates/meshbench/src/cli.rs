@@ -476,6 +476,9 @@ pub struct GatewayArgs {
     /// Worker processes or threads of the gateway.
     #[arg(long, default_value_t = 1, allow_negative_numbers = true)]
     pub workers: i64,
+    /// Where Envoy's admin endpoint listens (stats, memory; envoy only).
+    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:15000")]
+    pub admin: String,
     /// Output directory.
     #[arg(long, value_name = "DIR")]
     pub out: PathBuf,

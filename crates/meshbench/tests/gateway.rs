@@ -278,6 +278,244 @@ fn envoy_gateway_serves_every_domain_and_path_by_sni() {
     every_route_answers(Program::Envoy);
 }
 
+/// What `gen gateway` printed under `heading` (its indented lines).
+fn printed(out: &str, heading: &str) -> Vec<String> {
+    out.lines()
+        .skip_while(|l| *l != heading)
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .map(|l| l.trim_start().to_string())
+        .collect()
+}
+
+/// `line` run by `sh` in `cwd`, its output piped.
+fn shell(line: &str, cwd: &Path) -> std::process::Command {
+    let mut cmd = std::process::Command::new("sh");
+    cmd.args(["-c", line])
+        .current_dir(cwd)
+        .stdin(std::process::Stdio::null());
+    cmd
+}
+
+/// Regression (issue 24): `gen gateway --out gw` (a relative directory, as the README writes
+/// it) wrote configurations that named their own files relative to where they were written:
+/// nginx looked for gw/gw/routes.conf, haproxy's ACL lists were not found when it started
+/// elsewhere ("no such ACL"), and nothing said how to start the gateway. Generated in one
+/// directory, then started by the printed start command and loaded by the printed run command
+/// from another, every route answers through the real program.
+fn printed_commands_work_from_another_directory(program: Program) {
+    let upstream = RecordingServer::start();
+    let listen = free_addr();
+    let (generated_in, started_in) = (scratch_dir("gen-cwd"), scratch_dir("start-cwd"));
+    let (b, l, admin) = (
+        upstream.addr.to_string(),
+        listen.to_string(),
+        free_addr().to_string(),
+    );
+    let mut gen = std::process::Command::new(bin());
+    gen.args([
+        "gen",
+        "gateway",
+        "--for",
+        program.name(),
+        "--domains",
+        "3",
+        "--paths",
+        "2",
+        "--tls",
+        "--backend",
+        &b,
+        "--listen",
+        &l,
+        "--out",
+        "gw",
+    ]);
+    if program == Program::Envoy {
+        // Its admin endpoint where no other Envoy is (the default is Istio's 15000).
+        gen.args(["--admin", &admin]);
+    }
+    gen.current_dir(&generated_in)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let out = wait_with_limit(&mut gen.spawn().unwrap(), LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let start = printed(&text, "start it with:");
+    let load = printed(&text, "load every route with:");
+    assert_eq!(start.len(), 1, "one start command: {text}");
+    assert_eq!(load.len(), 1, "one run command: {text}");
+
+    let gw = LabRole::start(
+        program.name(),
+        shell(&format!("exec {}", start[0]), &started_in),
+        listen,
+        &started_in,
+    )
+    .unwrap_or_else(|e| panic!("{} starts as printed ({}): {e}", program.name(), start[0]));
+    let json = temp_json(&format!("printed-{}", program.name()));
+    let line = format!("{} -n 60 -c 2 -q --json {}", load[0], json.display());
+    let run = wait_with_limit(
+        &mut shell(&line, &started_in)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+        LIMIT,
+    );
+    assert!(run.status.success(), "{line}: {}", stderr(&run));
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&json);
+    assert_eq!(
+        u(&r, "/status_codes/200"),
+        60,
+        "{}: {} {}; log: {}",
+        program.name(),
+        r["status_codes"],
+        r["errors"],
+        gw.log_tail()
+    );
+    assert_eq!(u(&r, "/settings/hosts"), 3, "every domain asked");
+    assert_eq!(
+        upstream.take().len(),
+        60,
+        "every request reached the backend"
+    );
+    drop(gw);
+    let _ = std::fs::remove_dir_all(&generated_in);
+    let _ = std::fs::remove_dir_all(&started_in);
+}
+
+#[test]
+fn nginx_gateway_runs_as_printed_from_another_directory() {
+    printed_commands_work_from_another_directory(Program::Nginx);
+}
+
+#[test]
+fn haproxy_gateway_runs_as_printed_from_another_directory() {
+    printed_commands_work_from_another_directory(Program::Haproxy);
+}
+
+#[test]
+fn caddy_gateway_runs_as_printed_from_another_directory() {
+    printed_commands_work_from_another_directory(Program::Caddy);
+}
+
+#[test]
+fn envoy_gateway_runs_as_printed_from_another_directory() {
+    envoy::binary()
+        .unwrap_or_else(|e| panic!("Envoy is not installed: run scripts/install-envoy.sh ({e})"));
+    printed_commands_work_from_another_directory(Program::Envoy);
+}
+
+/// Regression (issue 24): `--for istio --backend 127.0.0.1:18080` routed every request to
+/// backend.default.svc.cluster.local:18080 without a word, and its run command had no
+/// `--connect-to`, so the generated host names reached nothing. Now a ServiceEntry names the
+/// backend at the address given, the routes go to it, the output says how the traffic gets
+/// there, and the run command connects to the ingress's address asked of the cluster.
+#[test]
+fn istio_routes_to_the_backend_given_and_its_run_command_reaches_the_ingress() {
+    use meshbench_lab::gateway::istio::{self, ServiceEntry, VirtualService};
+    let dir = out_dir("istio-backend");
+    let o = dir.display().to_string();
+    let out = meshbench(
+        &[
+            "gen",
+            "gateway",
+            "--for",
+            "istio",
+            "--domains",
+            "2",
+            "--paths",
+            "2",
+            "--tls",
+            "--backend",
+            "10.1.2.3:18080",
+            "--out",
+            &o,
+        ],
+        LIMIT,
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap();
+    let entries: Vec<ServiceEntry> = istio::parse_all(&read("istio-serviceentry.yaml")).unwrap();
+    assert_eq!(entries.len(), 1);
+    let spec = &entries[0].body.spec;
+    assert_eq!(entries[0].kind, "ServiceEntry");
+    assert_eq!(spec.resolution, "STATIC");
+    assert_eq!(spec.endpoints.len(), 1);
+    assert_eq!(spec.endpoints[0].address, "10.1.2.3");
+    assert_eq!(spec.ports[0].number, 18080);
+    let services: Vec<VirtualService> =
+        istio::parse_all(&read("istio-virtualservices.yaml")).unwrap();
+    for vs in &services {
+        for route in &vs.body.spec.http {
+            let to = &route.route[0].destination;
+            assert_eq!(
+                (to.host.as_str(), to.port.number),
+                (spec.hosts[0].as_str(), 18080),
+                "every route goes to the ServiceEntry's host"
+            );
+        }
+    }
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("note: ") && l.contains("10.1.2.3")),
+        "the output says where the traffic goes: {text}"
+    );
+    let apply = printed(&text, "apply it to the cluster with:");
+    assert_eq!(apply.len(), 1, "{text}");
+    for file in [
+        "istio-secrets.yaml",
+        "istio-serviceentry.yaml",
+        "istio-gateways.yaml",
+        "istio-virtualservices.yaml",
+    ] {
+        assert!(
+            apply[0].contains(&format!("-f {}", dir.join(file).display())),
+            "{file} applied: {}",
+            apply[0]
+        );
+    }
+    let load = printed(&text, "load every route with:");
+    assert_eq!(load.len(), 2, "the ingress's address, then the run: {text}");
+    assert!(
+        load[0].starts_with("INGRESS_HOST=$(kubectl "),
+        "{}",
+        load[0]
+    );
+    assert!(
+        load[1].contains(" --connect-to \"::$INGRESS_HOST:443\""),
+        "{}",
+        load[1]
+    );
+    // A loopback backend is each gateway pod itself: said plainly.
+    let out = meshbench(
+        &[
+            "gen",
+            "gateway",
+            "--for",
+            "istio",
+            "--backend",
+            "127.0.0.1:18080",
+            "--out",
+            &o,
+        ],
+        LIMIT,
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out)
+            .lines()
+            .any(|l| l.starts_with("note: 127.0.0.1 is") && l.contains("--backend")),
+        "{}",
+        stdout(&out)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn istio_yaml_parses_back_into_gateways_and_virtual_services() {
     use meshbench_lab::gateway::istio::{self, Gateway, Secret, VirtualService};

@@ -55,7 +55,10 @@ pub const ISTIO_MAX_QPS: u64 = 99_999_999;
 /// `errorPercent`; then meshbench's own figures: `meshbench_actual_qps`,
 /// `meshbench_duration_secs` (as measured) and `cpu_mili_avg_<role>`, `mem_Mi_avg_<role>` for
 /// every role under meshbench's names. One row per step with a result; a role absent from a
-/// step is an empty cell (read as NaN: no proxy is not a proxy using nothing).
+/// step is an empty cell (read as NaN: no proxy is not a proxy using nothing). `ActualQPS` is
+/// what was achieved, never the rate asked for: a step that fell short of its rate by half a
+/// request per second keeps its row and every cell, and their plotter, which selects by
+/// `ActualQPS == rate`, has no point for it (docs/cli.md says when that happens).
 pub fn istio_csv(steps: &[StoredStep]) -> String {
     let mut roles: Vec<String> = steps
         .iter()
@@ -290,6 +293,38 @@ mod tests {
                     .collect()
             })
             .collect()
+    }
+
+    /// Issue 24: Istio's plotter had no `both` point at 100 qps in a CSV of 0.6 s steps. The
+    /// step was there with every cell; its achieved rate, 60 requests over 0.6036 s, is 99.4,
+    /// and `ActualQPS` says so: the row is kept whole, keyed by what was achieved.
+    #[test]
+    fn a_step_short_of_its_rate_keeps_its_row_and_every_cell() {
+        let mut short = step(
+            1,
+            "both",
+            Some(100.0),
+            99.4,
+            &[("client_proxy", 2.5), ("server_proxy", 2.25)],
+        );
+        short.step.result.as_mut().unwrap().duration_secs = 0.603641;
+        let csv = istio_csv(&[short]);
+        let rows = rows(&csv);
+        assert_eq!(rows.len(), 1);
+        let row = &rows[0];
+        assert_eq!(row["ActualQPS"], "99");
+        assert_eq!(row["RequestedQPS"], "100");
+        assert_eq!(row["meshbench_actual_qps"], "99.4");
+        for column in [
+            "cpu_mili_avg_istio_proxy_fortioclient",
+            "cpu_mili_avg_istio_proxy_fortioserver",
+            "mem_Mi_avg_istio_proxy_fortioclient",
+            "mem_Mi_avg_istio_proxy_fortioserver",
+            "p50",
+            "p999",
+        ] {
+            assert!(!row[column].is_empty(), "{column}: {row:?}");
+        }
     }
 
     #[test]

@@ -1,8 +1,10 @@
 //! Istio: what the capacity study applied to its cluster, as typed structs serialised to YAML:
 //! per workspace a `Gateway` with one HTTPS server per domain (credential by name), per domain
 //! a `VirtualService` with one exact-path match per path, rewritten to `/` and routed to the
-//! backend service; and the `kubernetes.io/tls` Secrets the credentials name. There is no
-//! cluster here: the output is tested by parsing it back into the same types.
+//! backend; a `ServiceEntry` that names the backend at the address given to `--backend` (its
+//! one static endpoint), so that the routes go where the flag says; and the
+//! `kubernetes.io/tls` Secrets the credentials name. There is no cluster here: the output is
+//! tested by parsing it back into the same types.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -16,8 +18,13 @@ use crate::{write_file, LabError};
 
 /// Namespace of the gateway, its Secrets and the routes.
 pub const NAMESPACE: &str = "istio-system";
-/// The service the routes send to (the backend's port is the one given to `--backend`).
-pub const BACKEND_SERVICE: &str = "backend.default.svc.cluster.local";
+/// The host the routes send to: the [`ServiceEntry`] whose one endpoint is the address given
+/// to `--backend`, on its port.
+pub const BACKEND_HOST: &str = "meshbench-backend.internal";
+/// The file of the backend's ServiceEntry.
+pub const SERVICE_ENTRY_FILE: &str = "istio-serviceentry.yaml";
+/// The ingress gateway's Service, whose address `meshbench run` connects to.
+pub const INGRESS_SERVICE: &str = "istio-ingressgateway";
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -128,9 +135,57 @@ pub struct SecretBody {
     pub data: BTreeMap<String, String>,
 }
 
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ServiceEntryBody {
+    pub spec: ServiceEntrySpec,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ServiceEntrySpec {
+    pub hosts: Vec<String>,
+    /// `MESH_EXTERNAL`: the backend has no sidecar, the gateway speaks to it in the clear.
+    pub location: String,
+    pub ports: Vec<Port>,
+    /// `STATIC`: the endpoints are addresses, not names to resolve.
+    pub resolution: String,
+    pub endpoints: Vec<ServiceEndpoint>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ServiceEndpoint {
+    pub address: String,
+}
+
 pub type Gateway = Resource<GatewayBody>;
 pub type VirtualService = Resource<VirtualServiceBody>;
 pub type Secret = Resource<SecretBody>;
+pub type ServiceEntry = Resource<ServiceEntryBody>;
+
+/// The backend as the mesh knows it: [`BACKEND_HOST`] on the backend's port, its one endpoint
+/// the backend's address (HTTP, or gRPC in the clear).
+pub fn backend_entry(plan: &GatewayPlan) -> ServiceEntry {
+    let protocol = if plan.grpc { "GRPC" } else { "HTTP" };
+    Resource {
+        api_version: "networking.istio.io/v1beta1".into(),
+        kind: "ServiceEntry".into(),
+        metadata: meta("meshbench-backend".into()),
+        body: ServiceEntryBody {
+            spec: ServiceEntrySpec {
+                hosts: vec![BACKEND_HOST.into()],
+                location: "MESH_EXTERNAL".into(),
+                ports: vec![Port {
+                    number: plan.backend.port(),
+                    name: protocol.to_ascii_lowercase(),
+                    protocol: protocol.into(),
+                }],
+                resolution: "STATIC".into(),
+                endpoints: vec![ServiceEndpoint {
+                    address: plan.backend.ip().to_string(),
+                }],
+            },
+        },
+    }
+}
 
 fn meta(name: String) -> Metadata {
     Metadata {
@@ -207,7 +262,7 @@ pub fn resources(plan: &GatewayPlan) -> (Vec<Gateway>, Vec<VirtualService>) {
                             rewrite: (!plan.grpc).then(|| Rewrite { uri: "/".into() }),
                             route: vec![RouteDestination {
                                 destination: Destination {
-                                    host: BACKEND_SERVICE.into(),
+                                    host: BACKEND_HOST.into(),
                                     port: PortSelector {
                                         number: plan.backend.port(),
                                     },
@@ -260,17 +315,62 @@ impl Target for Istio {
                 },
             })
             .collect();
-        let mut files = vec![
-            write_file(plan.path("istio-gateways.yaml"), to_yaml(&gateways)?)?,
-            write_file(plan.path("istio-virtualservices.yaml"), to_yaml(&services)?)?,
-        ];
+        let mut files = Vec::new();
+        // In the order they are applied: what a resource names exists before it.
         if !secrets.is_empty() {
             files.push(write_file(
                 plan.path("istio-secrets.yaml"),
                 to_yaml(&secrets)?,
             )?);
         }
+        files.extend([
+            write_file(
+                plan.path(SERVICE_ENTRY_FILE),
+                to_yaml(&[backend_entry(plan)])?,
+            )?,
+            write_file(plan.path("istio-gateways.yaml"), to_yaml(&gateways)?)?,
+            write_file(plan.path("istio-virtualservices.yaml"), to_yaml(&services)?)?,
+        ]);
         Ok(files)
+    }
+
+    /// `kubectl apply` of every file written, in order.
+    fn start(&self, _: &GatewayPlan, written: &[PathBuf]) -> Result<Vec<String>, LabError> {
+        let mut line = String::from("kubectl apply");
+        for file in written {
+            line.push_str(" -f ");
+            line.push_str(&super::shell_word(&file.display().to_string()));
+        }
+        Ok(vec![line])
+    }
+
+    fn start_heading(&self) -> &'static str {
+        "apply it to the cluster with"
+    }
+
+    /// The ingress gateway's external address, asked of the cluster, on the scheme's port.
+    fn connect_to(&self, plan: &GatewayPlan) -> (Vec<String>, String) {
+        let port = if plan.tls { 443 } else { 80 };
+        (
+            vec![format!(
+                "INGRESS_HOST=$(kubectl -n {NAMESPACE} get service {INGRESS_SERVICE} -o jsonpath='{{.status.loadBalancer.ingress[0].ip}}')"
+            )],
+            format!("\"::$INGRESS_HOST:{port}\""),
+        )
+    }
+
+    fn notes(&self, plan: &GatewayPlan) -> Vec<String> {
+        let ip = plan.backend.ip();
+        let mut notes = vec![format!(
+            "every route goes to {BACKEND_HOST}:{port}, the ServiceEntry in {SERVICE_ENTRY_FILE} whose one endpoint is {ip}: the ingress gateway's pods must reach {ip}:{port}",
+            port = plan.backend.port()
+        )];
+        if ip.is_loopback() || ip.is_unspecified() {
+            notes.push(format!(
+                "{ip} is each gateway pod's own address, not the backend's: give --backend an address the pods reach (a pod, node or load balancer IP)"
+            ));
+        }
+        notes
     }
 
     fn name(&self) -> &'static str {

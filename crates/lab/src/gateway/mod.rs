@@ -50,6 +50,60 @@ pub trait Target {
         plan: &GatewayPlan,
         certs: &[(String, Issued)],
     ) -> Result<Vec<PathBuf>, LabError>;
+
+    /// Shell lines that start the gateway on what [`Target::write`] wrote (`written`), valid
+    /// from any directory.
+    fn start(&self, plan: &GatewayPlan, written: &[PathBuf]) -> Result<Vec<String>, LabError>;
+
+    /// What the start lines do, as the heading they are printed under.
+    fn start_heading(&self) -> &'static str {
+        "start it with"
+    }
+
+    /// How `meshbench run` reaches the gateway for the targets' host names: the shell lines
+    /// to run first, and the `--connect-to` value as one shell word.
+    fn connect_to(&self, plan: &GatewayPlan) -> (Vec<String>, String) {
+        (
+            Vec::new(),
+            shell_word(&format!("::{}:{}", plan.listen.ip(), plan.listen.port())),
+        )
+    }
+
+    /// What the printed commands alone do not say about where the traffic goes.
+    fn notes(&self, _plan: &GatewayPlan) -> Vec<String> {
+        Vec::new()
+    }
+}
+
+/// `word` as one word of a POSIX shell line: as it is when it holds nothing the shell reads,
+/// else in single quotes.
+pub fn shell_word(word: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "_-./:=@%+,".contains(c);
+    if !word.is_empty() && word.chars().all(plain) {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', "'\\''"))
+    }
+}
+
+/// A command as one POSIX shell line: its environment first (through `env`), then the
+/// program and its arguments, each quoted as [`shell_word`] quotes it. The working directory
+/// is not part of the line: what it names must hold from anywhere.
+pub fn shell_line(cmd: &std::process::Command) -> String {
+    let mut words = Vec::new();
+    let envs: Vec<String> = cmd
+        .get_envs()
+        .filter_map(|(k, v)| {
+            v.map(|v| shell_word(&format!("{}={}", k.to_string_lossy(), v.to_string_lossy())))
+        })
+        .collect();
+    if !envs.is_empty() {
+        words.push("env".to_string());
+        words.extend(envs);
+    }
+    words.push(shell_word(&cmd.get_program().to_string_lossy()));
+    words.extend(cmd.get_args().map(|a| shell_word(&a.to_string_lossy())));
+    words.join(" ")
 }
 
 /// How certificates are cut.
@@ -163,17 +217,40 @@ pub fn domain_name(n: usize) -> String {
     )
 }
 
-/// What was written.
+/// What was written, and how to start and load it.
 #[derive(Debug, Clone)]
 pub struct Generated {
     pub files: Vec<PathBuf>,
     /// Routes configured (domains x paths).
     pub routes: usize,
-    /// A `meshbench run` command line that spreads requests over every route.
-    pub run_hint: String,
+    /// Where everything was written, absolute: every file refers to the others by this path.
+    pub dir: PathBuf,
+    /// Shell lines that start the gateway ([`Target::start`]).
+    pub start: Vec<String>,
+    /// Shell lines to run before `meshbench run` (finding a cluster's ingress).
+    pub load_setup: Vec<String>,
+    /// The arguments of a `meshbench run` that spreads requests over every route, as shell
+    /// words.
+    pub load_args: Vec<String>,
+    /// What the commands alone do not say ([`Target::notes`]).
+    pub notes: Vec<String>,
 }
 
-/// Writes the CA, the certificates, the target's configuration and `targets.txt`.
+impl Generated {
+    /// The shell lines that load every route, `meshbench` being the program's path.
+    pub fn load(&self, meshbench: &str) -> Vec<String> {
+        let mut lines = self.load_setup.clone();
+        lines.push(format!(
+            "{} run {}",
+            shell_word(meshbench),
+            self.load_args.join(" ")
+        ));
+        lines
+    }
+}
+
+/// Writes the CA, the certificates, the target's configuration and `targets.txt` into the
+/// plan's directory, made absolute first so that what refers to a file does so from anywhere.
 pub fn generate(plan: &GatewayPlan, target: &dyn Target) -> Result<Generated, LabError> {
     if plan.domains == 0 || plan.paths == 0 {
         return Err(LabError::Io(
@@ -199,6 +276,14 @@ pub fn generate(plan: &GatewayPlan, target: &dyn Target) -> Result<Generated, La
     }
     std::fs::create_dir_all(&plan.out)
         .map_err(|e| LabError::Io(format!("cannot create {}: {e}", plan.out.display())))?;
+    let dir = std::fs::canonicalize(&plan.out).map_err(|e| LabError::Files {
+        path: plan.out.clone(),
+        source: e,
+    })?;
+    let plan = &GatewayPlan {
+        out: dir.clone(),
+        ..plan.clone()
+    };
     let mut files = Vec::new();
     let mut certs = Vec::new();
     if plan.tls {
@@ -210,35 +295,40 @@ pub fn generate(plan: &GatewayPlan, target: &dyn Target) -> Result<Generated, La
             files.extend(write_cert(plan, name, issued)?);
         }
     }
-    files.extend(target.write(plan, &certs)?);
+    let written = target.write(plan, &certs)?;
+    let start = target.start(plan, &written)?;
+    files.extend(written);
     files.push(write_file(
         plan.path("targets.txt"),
         targets_file(plan, target),
     )?);
-    let mut hint = format!(
-        "meshbench run --targets {} --target-order random",
-        plan.path("targets.txt").display()
-    );
-    if !target.by_name() {
-        hint.push_str(&format!(
-            " --connect-to ::{}:{}",
-            plan.listen.ip(),
-            plan.listen.port()
-        ));
-    }
+    let path = |p: PathBuf| shell_word(&p.display().to_string());
+    let (load_setup, connect_to) = target.connect_to(plan);
+    let mut load_args = vec![
+        "--targets".to_string(),
+        path(plan.path("targets.txt")),
+        "--target-order".into(),
+        "random".into(),
+        "--connect-to".into(),
+        connect_to,
+    ];
     if plan.tls {
-        hint.push_str(&format!(" --cacert {}", plan.path("ca.pem").display()));
+        load_args.extend(["--cacert".to_string(), path(plan.path("ca.pem"))]);
     }
     if plan.http3 {
-        hint.push_str(" --http3");
+        load_args.push("--http3".into());
     }
     if plan.grpc {
-        hint.push_str(" --grpc");
+        load_args.push("--grpc".into());
     }
     Ok(Generated {
         files,
         routes: plan.domains * plan.routes_per_domain(),
-        run_hint: hint,
+        dir,
+        start,
+        load_setup,
+        load_args,
+        notes: target.notes(plan),
     })
 }
 
@@ -316,6 +406,24 @@ pub fn targets_file(plan: &GatewayPlan, target: &dyn Target) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shell_words_are_quoted_only_when_the_shell_would_read_them() {
+        assert_eq!(shell_word("/tmp/gw/nginx.conf"), "/tmp/gw/nginx.conf");
+        assert_eq!(shell_word("::127.0.0.1:8080"), "::127.0.0.1:8080");
+        assert_eq!(shell_word("HOME=/tmp/gw"), "HOME=/tmp/gw");
+        assert_eq!(shell_word("/tmp/my gw"), "'/tmp/my gw'");
+        assert_eq!(shell_word("it's"), "'it'\\''s'");
+        assert_eq!(shell_word(""), "''");
+        let mut cmd = std::process::Command::new("/usr/bin/caddy");
+        cmd.args(["run", "--config", "/tmp/a b/Caddyfile"])
+            .env("HOME", "/tmp/a b")
+            .current_dir("/tmp");
+        assert_eq!(
+            shell_line(&cmd),
+            "env 'HOME=/tmp/a b' /usr/bin/caddy run --config '/tmp/a b/Caddyfile'"
+        );
+    }
 
     #[test]
     fn domain_names_follow_the_study() {

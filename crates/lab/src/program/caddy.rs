@@ -18,9 +18,12 @@ use crate::{install, write_file, LabError};
 pub const CONFIG: &str = "Caddyfile";
 pub const VERSION_FLAG: &str = "version";
 
+/// Where caddy is looked for besides PATH.
+pub const LOCATIONS: &[&str] = &["/usr/bin/caddy"];
+
 /// The caddy binary, installing the Debian package first if there is none.
 pub fn binary() -> Result<PathBuf, LabError> {
-    install::program("caddy", &["/usr/bin/caddy"])
+    install::program("caddy", LOCATIONS)
 }
 
 /// `caddy run` on the Caddyfile, its home and data in the role's directory.

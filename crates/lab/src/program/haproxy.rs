@@ -19,9 +19,12 @@ use crate::{install, write_file, LabError};
 pub const CONFIG: &str = "haproxy.cfg";
 pub const VERSION_FLAG: &str = "-v";
 
+/// Where haproxy is looked for besides PATH.
+pub const LOCATIONS: &[&str] = &["/usr/sbin/haproxy"];
+
 /// The haproxy binary, installing the Debian package first if there is none.
 pub fn binary() -> Result<PathBuf, LabError> {
-    install::program("haproxy", &["/usr/sbin/haproxy"])
+    install::program("haproxy", LOCATIONS)
 }
 
 /// In the foreground, logging to stderr.

@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 use crate::gateway::{self, GatewayPlan};
 use crate::pki::Issued;
 use crate::topology::{Layer, Part};
-use crate::{write_file, LabError};
+use crate::{install, write_file, LabError};
 
 /// The program that plays a proxy role: the `type:` of the experiment file's `proxy`, `tunnel`
 /// and `gateway` sections.
@@ -192,6 +192,10 @@ impl Program {
             return Err(no_gateway());
         }
         let bin = ProgramSpec::from(self).binary()?;
+        Ok(self.gateway_command_with(&bin, dir, workers))
+    }
+
+    fn gateway_command_with(self, bin: &Path, dir: &Path, workers: u32) -> Command {
         let config = dir.join(self.config_file());
         let run = Run {
             config: &config,
@@ -199,7 +203,18 @@ impl Program {
             name: "gateway",
             workers,
         };
-        Ok(self.command(&bin, &run))
+        self.command(bin, &run)
+    }
+
+    /// Where the program is installed, without installing it; `None` when it is not.
+    pub fn installed(self) -> Option<PathBuf> {
+        match self {
+            Program::Nginx => install::find("nginx", nginx::LOCATIONS),
+            Program::Haproxy => install::find("haproxy", haproxy::LOCATIONS),
+            Program::Caddy => install::find("caddy", caddy::LOCATIONS),
+            Program::Envoy => envoy::binary().ok(),
+            Program::Command => None,
+        }
     }
 }
 
@@ -243,6 +258,20 @@ impl gateway::Target for Program {
             Program::Envoy => envoy::write_gateway(plan),
             Program::Command => Err(no_gateway()),
         }
+    }
+
+    /// The command the lab runs the gateway with, as one shell line: the binary where it is
+    /// installed (its bare name when it is not), its environment, every path absolute.
+    fn start(&self, plan: &GatewayPlan, _: &[PathBuf]) -> Result<Vec<String>, LabError> {
+        if *self == Program::Command {
+            return Err(no_gateway());
+        }
+        let bin = self
+            .installed()
+            .unwrap_or_else(|| PathBuf::from(self.name()));
+        let workers = u32::try_from(plan.workers).unwrap_or(u32::MAX);
+        let cmd = self.gateway_command_with(&bin, &plan.out, workers);
+        Ok(vec![gateway::shell_line(&cmd)])
     }
 }
 

@@ -21,16 +21,16 @@ use crate::{install, write_file, LabError};
 pub const CONFIG: &str = "nginx.conf";
 pub const VERSION_FLAG: &str = "-v";
 
+/// Where nginx is looked for besides PATH.
+pub const LOCATIONS: &[&str] = &[
+    "/usr/sbin/nginx",
+    "/usr/local/sbin/nginx",
+    "/usr/local/nginx/sbin/nginx",
+];
+
 /// The nginx binary, installing the Debian package first if there is none.
 pub fn binary() -> Result<PathBuf, LabError> {
-    install::program(
-        "nginx",
-        &[
-            "/usr/sbin/nginx",
-            "/usr/local/sbin/nginx",
-            "/usr/local/nginx/sbin/nginx",
-        ],
-    )
+    install::program("nginx", LOCATIONS)
 }
 
 /// In the foreground (`daemon off` is in the configuration), prefix and early log in the

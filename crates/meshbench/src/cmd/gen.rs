@@ -40,6 +40,7 @@ pub fn gateway(a: GatewayArgs) -> Result<u8> {
         )));
     }
     let backend = address("--backend", &a.backend)?;
+    let admin = address("--admin", &a.admin)?;
     let default_listen = if a.tls {
         "127.0.0.1:8443"
     } else {
@@ -79,8 +80,8 @@ pub fn gateway(a: GatewayArgs) -> Result<u8> {
         backend,
         listen,
         workers: a.workers as usize,
-        // Envoy's admin endpoint, on loopback at Istio's port (stats and memory).
-        admin: Some(std::net::SocketAddr::from(([127, 0, 0, 1], 15000))),
+        // Envoy's admin endpoint (stats and memory); by default Istio's port, on loopback.
+        admin: Some(admin),
         out: a.out.clone(),
     };
     let started = Instant::now();
@@ -90,10 +91,24 @@ pub fn gateway(a: GatewayArgs) -> Result<u8> {
         generated.files.len(),
         target.name(),
         generated.routes,
-        a.out.display(),
+        generated.dir.display(),
         started.elapsed().as_secs_f64()
     );
-    outln!("load every route with:\n  {}", generated.run_hint);
+    for note in &generated.notes {
+        outln!("note: {note}");
+    }
+    // Both commands name everything by absolute path: they work from any directory.
+    outln!("{}:", target.start_heading());
+    for line in &generated.start {
+        outln!("  {line}");
+    }
+    let meshbench = std::env::current_exe()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| "meshbench".into());
+    outln!("load every route with:");
+    for line in generated.load(&meshbench) {
+        outln!("  {line}");
+    }
     Ok(exit::OK)
 }
 
