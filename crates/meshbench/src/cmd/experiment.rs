@@ -162,12 +162,15 @@ pub fn run(
     signals: &Signals,
 ) -> Result<(Finished, u8)> {
     // What the dry run says, said again before anything starts: too short for a verdict,
-    // and a program missing (its steps will fail; the others still run).
-    if let Some(w) = short_steps(e) {
-        eprintln!("warning: {w}");
-    }
-    for missing in meshbench_runner::rig::missing_programs(e) {
-        eprintln!("warning: {missing}; the steps that need it will fail");
+    // and a program missing (its steps will fail; the others still run). Not for a store that
+    // cannot be opened: the run stops at once with that store's one line.
+    if Store::open(store_path).is_ok() {
+        if let Some(w) = short_steps(e) {
+            eprintln!("warning: {w}");
+        }
+        for missing in meshbench_runner::rig::missing_programs(e) {
+            eprintln!("warning: {missing}; the steps that need it will fail");
+        }
     }
     let mut progress = Progress::new(quiet, &e.name, store_path);
     progress.faces = faces;
