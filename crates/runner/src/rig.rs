@@ -23,16 +23,35 @@ fn program_spec(p: &meshbench_experiment::config::Proxy) -> ProgramSpec {
     }
 }
 
+/// Which of the experiment's program sections its topologies use.
+struct Sections {
+    proxies: bool,
+    tunnels: bool,
+    gateway: bool,
+}
+
+impl Sections {
+    fn used(e: &Experiment) -> Sections {
+        Sections {
+            proxies: e
+                .topologies
+                .iter()
+                .any(|t| *t != Topology::Gateway && t.has(Class::Proxy)),
+            tunnels: e.topologies.iter().any(|t| t.has(Class::Tunnel)),
+            gateway: e.topologies.contains(&Topology::Gateway),
+        }
+    }
+}
+
 /// Puts each section's `fallback` in place of its program where that program cannot run here
 /// (Envoy not installed), for the sections the experiment's topologies use; one line per
 /// substitution says what is measured instead and how to get the real one.
 pub fn stand_ins(e: &mut Experiment) -> Vec<String> {
-    let proxies = e
-        .topologies
-        .iter()
-        .any(|t| *t != Topology::Gateway && t.has(Class::Proxy));
-    let tunnels = e.topologies.iter().any(|t| t.has(Class::Tunnel));
-    let gateway = e.topologies.contains(&Topology::Gateway);
+    let Sections {
+        proxies,
+        tunnels,
+        gateway,
+    } = Sections::used(e);
     let mut notes = Vec::new();
     let mut swap = |section: &str, used: bool, kind: &mut Program, fallback: Option<Program>| {
         if let (true, Some(instead)) = (used && !kind.runs_here(), fallback) {
@@ -53,12 +72,11 @@ pub fn stand_ins(e: &mut Experiment) -> Vec<String> {
 /// no `fallback` took the place of (call [`stand_ins`] first): which section, why, and what to
 /// do. Nothing is installed or started, so `--dry-run` can ask.
 pub fn missing_programs(e: &Experiment) -> Vec<String> {
-    let proxies = e
-        .topologies
-        .iter()
-        .any(|t| *t != Topology::Gateway && t.has(Class::Proxy));
-    let tunnels = e.topologies.iter().any(|t| t.has(Class::Tunnel));
-    let gateway = e.topologies.contains(&Topology::Gateway);
+    let Sections {
+        proxies,
+        tunnels,
+        gateway,
+    } = Sections::used(e);
     [
         ("proxy", proxies, program_spec(&e.proxy)),
         ("tunnel", tunnels, program_spec(&e.tunnel)),

@@ -272,9 +272,7 @@ impl Worker<'_> {
             let read = io.bytes_in.get() != before;
             let opened = h2.is_open() && conn.state == State::Handshaking;
             if opened {
-                // Handshaking, so counted as opening (see `Worker::opened`).
-                self.opening -= 1;
-                conn.state = State::Ready;
+                self.opened(c);
             }
             match polled {
                 Poll::Ready(Err((kind, msg))) => return self.fail_conn(c, kind, Some(&msg), now),
@@ -350,14 +348,13 @@ impl Worker<'_> {
             return;
         };
         let polled = h3.poll();
-        if h3.is_open() && conn.state == State::Handshaking {
-            // Counted as opening (see `Worker::opened`).
-            self.opening -= 1;
-            conn.state = State::Ready;
-        }
+        let opened = h3.is_open() && conn.state == State::Handshaking;
         if let Poll::Ready(Err((kind, msg))) = polled {
             h3.transmit(now);
             return self.fail_conn(c, kind, Some(&msg), now);
+        }
+        if opened {
+            self.opened(c);
         }
         self.send_waiting(c, now);
         self.poll_h3_streams(c, now);
