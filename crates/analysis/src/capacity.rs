@@ -4,8 +4,11 @@
 //! a confirmation run at the answer. A step passes when every SLO threshold holds and the
 //! target carried at least 95 % of the offered rate. A failed step in which the load generator
 //! itself saturated is run once more (a busy machine can delay a generator for a moment); when
-//! it saturates again the search ends with a refusal, since nothing above it was measured. A
-//! step that passed is a pass whatever the generator said: the target kept up.
+//! it saturates again the search ends with a refusal, since nothing above it was measured,
+//! unless a rate above it already failed the SLO with the generator keeping up: then the
+//! answer is already bracketed, and the search stops refining and confirms the highest pass at
+//! the precision it reached (the answer says so). A step that passed is a pass whatever the
+//! generator said: the target kept up.
 //!
 //! The search is a state machine fed by the caller: [`Search::next`] says which rate to run,
 //! [`Search::observe`] takes what happened. The binary runs real steps; the tests feed it
@@ -37,7 +40,13 @@ impl Probe {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Answer {
     /// The highest rate that met the SLO; `confirmed` when the confirmation run passed too.
-    Found { rate: f64, confirmed: bool },
+    /// `refinement_stopped_at`: the generator saturated twice at this rate, between the answer
+    /// and a rate that failed the SLO, so the answer is only as precise as that bracket.
+    Found {
+        rate: f64,
+        confirmed: bool,
+        refinement_stopped_at: Option<f64>,
+    },
     /// Even the lowest rate tried failed.
     BelowFloor { floor: f64 },
     /// Every rate up to the ceiling passed.
@@ -89,6 +98,8 @@ pub struct Search {
     /// A failed, generator-saturated rate to run once more.
     retry: Option<(f64, bool)>,
     retried: Vec<f64>,
+    /// The generator saturated twice at this rate inside the bracket: refine no further.
+    refinement_stopped_at: Option<f64>,
     done: Option<Answer>,
 }
 
@@ -102,6 +113,7 @@ impl Search {
             confirmations: 0,
             retry: None,
             retried: Vec::new(),
+            refinement_stopped_at: None,
             done: None,
         }
     }
@@ -136,7 +148,7 @@ impl Search {
                 }
             }
             (Some(p), Some(f)) => {
-                if (f - p) / p <= s.precision {
+                if (f - p) / p <= s.precision || self.refinement_stopped_at.is_some() {
                     Next::Run {
                         rate: p,
                         confirmation: true,
@@ -148,6 +160,11 @@ impl Search {
         }
     }
 
+    /// A rate below `rate` passed and one above it failed with the generator keeping up.
+    fn bracketed_around(&self, rate: f64) -> bool {
+        matches!((self.pass, self.fail), (Some(p), Some(f)) if p < rate && rate < f)
+    }
+
     /// Takes the outcome of the step [`Search::next`] asked for.
     pub fn observe(&mut self, probe: Probe) {
         let passed = probe.passed();
@@ -156,11 +173,13 @@ impl Search {
         self.probes.push(probe);
         self.retry = None;
         if saturated && !passed {
-            if self.retried.contains(&rate) {
-                self.done = Some(Answer::GeneratorSaturated { rate });
-            } else {
+            if !self.retried.contains(&rate) {
                 self.retried.push(rate);
                 self.retry = Some((rate, confirmation));
+            } else if !confirmation && self.bracketed_around(rate) {
+                self.refinement_stopped_at = Some(rate);
+            } else {
+                self.done = Some(Answer::GeneratorSaturated { rate });
             }
             return;
         }
@@ -170,6 +189,7 @@ impl Search {
                 self.done = Some(Answer::Found {
                     rate,
                     confirmed: true,
+                    refinement_stopped_at: self.refinement_stopped_at,
                 });
                 return;
             }
@@ -186,6 +206,7 @@ impl Search {
                     Some(p) => Answer::Found {
                         rate: p,
                         confirmed: false,
+                        refinement_stopped_at: self.refinement_stopped_at,
                     },
                     None => Answer::BelowFloor {
                         floor: self.settings.floor,
@@ -230,7 +251,10 @@ mod tests {
     #[test]
     fn finds_the_rate_within_the_precision_and_confirms_it() {
         let (a, probes) = search(1e9, 3_333.0, 1e9, Settings::default());
-        let Answer::Found { rate, confirmed } = a else {
+        let Answer::Found {
+            rate, confirmed, ..
+        } = a
+        else {
             panic!("{a:?}")
         };
         assert!(confirmed);
@@ -258,7 +282,7 @@ mod tests {
         };
         let (a, probes) = search(1e9, 700.0, 1e9, s);
         assert!(
-            matches!(a, Answer::Found { rate, confirmed: true } if (686.0..=700.0).contains(&rate))
+            matches!(a, Answer::Found { rate, confirmed: true, .. } if (686.0..=700.0).contains(&rate))
         );
         assert_eq!(&probes[..5], &[10_000.0, 5_000.0, 2_500.0, 1_250.0, 625.0]);
     }
@@ -310,6 +334,43 @@ mod tests {
                 confirmation: false
             }
         );
+    }
+
+    #[test]
+    fn a_generator_saturating_inside_the_bracket_stops_the_refinement_not_the_answer() {
+        // The target meets the SLO up to 500; the generator saturates above 510 but not at 525.
+        let mut s = Search::new(Settings::default());
+        let mut rates = Vec::new();
+        for _ in 0..30 {
+            let Next::Run { rate, confirmation } = s.next() else {
+                break;
+            };
+            rates.push(rate);
+            let saturated = rate > 510.0 && rate < 520.0;
+            s.observe(Probe {
+                rate,
+                achieved_rps: rate.min(500.0),
+                slo_met: rate <= 500.0,
+                generator_saturated: saturated,
+                failures: Vec::new(),
+                confirmation,
+            });
+        }
+        let Next::Done(answer) = s.next() else {
+            panic!("the search did not end: {rates:?}")
+        };
+        let Answer::Found {
+            rate,
+            confirmed,
+            refinement_stopped_at: Some(stopped),
+        } = answer
+        else {
+            panic!("{answer:?} after {rates:?}")
+        };
+        assert!(confirmed, "{rates:?}");
+        assert!((490.0..=500.0).contains(&rate), "{rate} after {rates:?}");
+        assert!((510.0..520.0).contains(&stopped), "{stopped}");
+        assert_eq!(rates.iter().filter(|r| **r == stopped).count(), 2);
     }
 
     #[test]

@@ -221,16 +221,26 @@ impl Goal<'_> {
                 ),
             )
         }
-        Some(Answer::Found { rate, confirmed }) => (
+        Some(Answer::Found {
+            rate,
+            confirmed,
+            refinement_stopped_at,
+        }) => (
             exit::OK,
             format!(
-                "capacity: {rate} req/s meets {} ({} steps{}; experiment {id})",
+                "capacity: {rate} req/s meets {} ({} steps{}{}; experiment {id})",
                 args_text(slo),
                 steps,
                 if confirmed {
                     ", confirmed by a second run"
                 } else {
                     "; NOT confirmed: the rate passed once and failed on its confirmation, the boundary is noisy at this precision"
+                },
+                match refinement_stopped_at {
+                    Some(stopped) => format!(
+                        "; refined no further than {stopped} req/s, where the load generator saturated twice: the capacity may lie between the two"
+                    ),
+                    None => String::new(),
                 }
             ),
         ),
