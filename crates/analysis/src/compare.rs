@@ -124,13 +124,13 @@ mod tests {
     use super::*;
     use crate::runs::{group, Run};
     use crate::verdict::Verdict;
-    use meshbench_engine::recorder::new_histogram;
-    use meshbench_engine::result::{encode_histogram, RunResult, TimelinePoint};
+    use meshbench_results::{
+        histogram::encode_histogram, histogram::new_histogram, run::TimelinePoint, RunResult,
+    };
 
     /// One run of `name` whose one-second p50s are these (ms), its histogram at the first.
     fn run(name: &str, seconds_ms: &[f64]) -> Run {
-        let mut r: RunResult =
-            serde_json::from_str(include_str!("fixture-run.json")).expect("the fixture parses");
+        let mut r: RunResult = meshbench_results::fixtures::run_result();
         let mut h = new_histogram();
         h.record_n((seconds_ms[0] * 1000.0) as u64, 1000)
             .expect("a value in range");

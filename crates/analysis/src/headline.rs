@@ -537,12 +537,13 @@ mod tests {
     use super::*;
     use crate::runs::{group, Run};
     use crate::verdict::Basis;
-    use meshbench_engine::recorder::new_histogram;
-    use meshbench_engine::result::{encode_histogram, RunResult, TimelinePoint};
+    use meshbench_results::{
+        histogram::encode_histogram, histogram::new_histogram, run::TimelinePoint, RunResult,
+    };
 
     /// A run whose every request took `us`, with these per-second p50s (ms).
     fn run(variant: &str, repeat: u32, us: u64, seconds_ms: &[f64]) -> Run {
-        let mut r: RunResult = serde_json::from_str(include_str!("fixture-run.json")).unwrap();
+        let mut r: RunResult = meshbench_results::fixtures::run_result();
         let mut h = new_histogram();
         h.record_n(us, 1000).unwrap();
         r.histogram.latency_us = encode_histogram(&h);

@@ -6,9 +6,10 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use hdrhistogram::Histogram;
-use meshbench_engine::recorder::new_histogram;
-use meshbench_engine::result::{decode_histogram, RunResult};
-use meshbench_store::{topology_name, RoleUsage, StoredStep};
+use meshbench_results::{
+    histogram::decode_histogram, histogram::new_histogram, RoleUsage, RunResult,
+};
+use meshbench_store::{topology_name, StoredStep};
 
 /// The four percentiles every answer is given at.
 pub const PERCENTILES: [f64; 4] = [0.5, 0.9, 0.99, 0.999];
@@ -94,7 +95,7 @@ impl Run {
             },
             variant: s.variant.clone(),
             load: LoadKey {
-                qps_milli: p.qps.map(|q| (q * 1000.0).round() as u64),
+                qps_milli: p.load.rate_rps().map(|q| (q * 1000.0).round() as u64),
                 connections: p.connections,
                 // Only a rig's backend is asked for a size; a URL or an external server
                 // chooses its responses (the stored 0 means not known).
@@ -102,7 +103,7 @@ impl Run {
                     .topology
                     .is_some_and(|t| t.is_lab())
                     .then_some(p.response_bytes),
-                jitter: p.jitter,
+                jitter: p.load.is_poisson(),
             },
             cpu: p.cpu.map(|c| (c.role.name().to_string(), c.cores)),
             latency: decode_histogram(&result.histogram.latency_us).ok()?,

@@ -279,7 +279,7 @@ impl Only {
 
 /// The class whose `limits` key limits a role (`server_proxy` -> `proxy`).
 fn class_of(role: &str) -> Option<String> {
-    use meshbench_lab::Topology;
+    use meshbench_results::Topology;
     [Topology::Both, Topology::Gateway, Topology::Waypoint]
         .iter()
         .flat_map(|t| t.chain())
@@ -753,8 +753,7 @@ mod tests {
         mib: f64,
         limit: Option<f64>,
     ) -> crate::Run {
-        let mut r: meshbench_engine::RunResult =
-            serde_json::from_str(include_str!("fixture-run.json")).unwrap();
+        let mut r: meshbench_results::RunResult = meshbench_results::fixtures::run_result();
         r.throughput_rps = rps;
         let mut run = crate::Run::from_result(variant, r).unwrap();
         run.topology = variant.split(' ').next().unwrap().to_string();

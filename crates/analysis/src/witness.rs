@@ -11,12 +11,9 @@
 //! L4 roles (tunnels) have no requests: their connections are shown, never compared. Computed
 //! from stored data on every read, so steps stored before this check get it too.
 
-use meshbench_engine::RunResult;
-use meshbench_lab::topology::Layer;
-use meshbench_store::{Figure, StepRecord};
+use meshbench_results::{Arrival, Figure, Layer, ProxyCounters, RunResult};
+use meshbench_store::StepRecord;
 use serde::Serialize;
-
-pub use meshbench_lab::program::envoy::admin::{ProxyCounters, Requests, UpstreamFailures};
 
 /// How far a proxy's request count may lie from the engine's, and why; every bound is a count
 /// of requests.
@@ -59,7 +56,7 @@ impl Tolerance {
         let warmup = match s.rate_rps {
             Some(rate) => {
                 let n = (rate.max(0.0) * warmup_secs).ceil();
-                let spread = if s.arrival.as_deref() == Some("poisson") {
+                let spread = if s.arrival == Some(Arrival::Poisson) {
                     (3.0 * n.sqrt()).ceil()
                 } else {
                     0.0
@@ -193,21 +190,20 @@ pub fn witnesses(step: &StepRecord) -> Vec<RoleWitness<'_>> {
 mod tests {
     use std::collections::BTreeMap;
 
-    use meshbench_experiment::StepParams;
-    use meshbench_lab::Topology;
-    use meshbench_store::{NewExperiment, RoleUsage, Store, Usage};
+    use meshbench_results::{ProxyRequests, RoleUsage, StepParams, Topology, Usage};
+    use meshbench_store::{NewExperiment, Store};
 
     use super::*;
 
     fn result() -> RunResult {
-        serde_json::from_str(include_str!("fixture-run.json")).unwrap()
+        meshbench_results::fixtures::run_result()
     }
 
     /// An open loop at 1000 req/s, 2 s of warm-up, 8 connections, 10,000 requests measured.
     fn open_loop() -> RunResult {
         let mut r = result();
         r.settings.rate_rps = Some(1000.0);
-        r.settings.arrival = Some("uniform".into());
+        r.settings.arrival = Some(Arrival::Uniform);
         r.settings.warmup_secs = 2.0;
         r.settings.connections = 8;
         r.requests.total = 10_000;
@@ -233,7 +229,7 @@ mod tests {
         // Poisson arrivals: three standard deviations more warm-up; HTTP/2 streams multiply
         // what is in flight.
         let mut r = open_loop();
-        r.settings.arrival = Some("poisson".into());
+        r.settings.arrival = Some(Arrival::Poisson);
         r.settings.streams = 10;
         let t = Tolerance::of(&r, 0);
         assert_eq!((t.warmup, t.in_flight), (2_000 + 135, 80));
@@ -257,10 +253,10 @@ mod tests {
             usage: Usage::default(),
             missing: BTreeMap::new(),
             proxy: Some(ProxyCounters {
-                requests: requests.map(|n| Requests {
+                requests: requests.map(|n| ProxyRequests {
                     total: n,
                     status_2xx: n,
-                    ..Requests::default()
+                    ..ProxyRequests::default()
                 }),
                 tunnel_connections: tunnel,
                 memory_allocated_bytes: 5 << 20,

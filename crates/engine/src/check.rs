@@ -22,10 +22,9 @@
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
-
 use crate::recorder::{Counts, ErrorKind};
 use meshbench_net::grpc::Code;
+use meshbench_results::self_check::{Cause, Finding, SelfCheck};
 
 /// Share of sends (late, or waiting for a connection) above which a symptom counts.
 pub const SYMPTOM_SHARE: f64 = 0.01;
@@ -44,98 +43,6 @@ pub const SLOW_CLOCK_US: u64 = 100;
 pub const CONNECTIONS_BUSY: f64 = 0.5;
 /// More than this share of finished requests failed: the run measured mostly failures.
 pub const MOSTLY_FAILED: f64 = 0.5;
-
-/// Why a run's figures may not be the target's alone.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Cause {
-    /// No request succeeded (every one failed, or none finished): there is no figure to read.
-    NothingMeasured,
-    /// Most requests failed: the figures describe failures more than the target's service.
-    TargetErrors,
-    /// Sends went out late while the CPU idled: the machine's sleeps end late.
-    TimerLateness,
-    /// The busiest worker thread had no CPU to spare.
-    CpuSaturation,
-    /// Other processes took the generator's CPU: its threads waited to run.
-    CpuContention,
-    /// The target could not keep up with the rate (its limit): requests waited for connections
-    /// that would have sufficed at its ordinary speed. A finding about the target, not a fault
-    /// of the run.
-    SlowTarget,
-    /// Too few connections to carry the rate even at the target's ordinary speed.
-    TooFewConnections,
-}
-
-impl Cause {
-    /// The name the JSON uses.
-    pub fn name(self) -> &'static str {
-        match self {
-            Cause::NothingMeasured => "nothing_measured",
-            Cause::TargetErrors => "target_errors",
-            Cause::TimerLateness => "timer_lateness",
-            Cause::CpuSaturation => "cpu_saturation",
-            Cause::CpuContention => "cpu_contention",
-            Cause::SlowTarget => "slow_target",
-            Cause::TooFewConnections => "too_few_connections",
-        }
-    }
-
-    /// Whether this cause makes the figures unfit to describe the target's service: the
-    /// generator's rather than the target's, or failures (or nothing) rather than service.
-    pub fn invalidates(self) -> bool {
-        !matches!(self, Cause::SlowTarget)
-    }
-}
-
-/// One cause found, with the line that explains it and says what to do.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Finding {
-    pub cause: Cause,
-    pub message: String,
-}
-
-/// The verdict: valid unless a finding invalidates the run.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SelfCheck {
-    pub valid: bool,
-    pub findings: Vec<Finding>,
-}
-
-/// Results stored before the self-check existed read as unjudged: valid, nothing found (their
-/// `saturated` flag still says what was known then).
-impl Default for SelfCheck {
-    fn default() -> Self {
-        SelfCheck {
-            valid: true,
-            findings: Vec::new(),
-        }
-    }
-}
-
-impl SelfCheck {
-    /// The first finding that invalidates the run: why, in one line.
-    pub fn why_invalid(&self) -> Option<&Finding> {
-        self.findings.iter().find(|f| f.cause.invalidates())
-    }
-
-    /// No request succeeded: the run measured nothing (`meshbench run` exits 1).
-    pub fn measured_nothing(&self) -> bool {
-        self.findings
-            .iter()
-            .any(|f| f.cause == Cause::NothingMeasured)
-    }
-
-    /// The generator, not the target, limited the run (a capacity search must not trust it).
-    pub fn generator_limited(&self) -> bool {
-        self.findings.iter().any(|f| {
-            matches!(
-                f.cause,
-                Cause::TimerLateness | Cause::CpuSaturation | Cause::CpuContention
-            )
-        })
-    }
-}
 
 /// What failed: a kind of transport failure, an HTTP status, a gRPC status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -35,38 +35,7 @@
 //! This module only does arithmetic on times it is given (unit-tested with plain numbers); the
 //! driver does the sleeping and spinning.
 
-use serde::{Deserialize, Serialize};
-
-/// How a worker spends the time before its next send (`--idle-strategy`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum IdleStrategy {
-    /// Spin only as much as keeps sends within [`AUTO_ALLOWANCE_NS`] of their time.
-    #[default]
-    Auto,
-    /// Sleep until the send is due.
-    Sleep,
-    /// Sleep until the 99th percentile wake-up error before the send, then spin.
-    Hybrid,
-    /// Never sleep while a send is pending.
-    Spin,
-}
-
-impl IdleStrategy {
-    /// Whether it spins a margin learnt from the clock (and so calibrates and stages).
-    pub fn learns(self) -> bool {
-        matches!(self, IdleStrategy::Auto | IdleStrategy::Hybrid)
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            IdleStrategy::Auto => "auto",
-            IdleStrategy::Sleep => "sleep",
-            IdleStrategy::Hybrid => "hybrid",
-            IdleStrategy::Spin => "spin",
-        }
-    }
-}
+use meshbench_results::load::IdleStrategy;
 
 /// How late `auto` lets a send be at the 99th percentile before it spends CPU on spinning.
 pub const AUTO_ALLOWANCE_NS: u64 = 25_000;

@@ -3,7 +3,8 @@
 //! into one result.
 //!
 //! The engine knows nothing of reports, stores or the lab; it takes a resolved [`LoadSpec`] and
-//! returns a [`RunResult`]. Its modules, from the outside in:
+//! returns a `meshbench_results::RunResult`, whose words (protocol, arrival, idle strategy...)
+//! are the contracts crate's. Its modules, from the outside in:
 //!
 //! - [`spec`]: what a run is asked to do, fully resolved ([`LoadSpec`], [`Targets`], ...).
 //! - [`run`](mod@run): splits the load over worker threads, gathers their seconds into a
@@ -21,19 +22,17 @@
 //! - [`pacer`]: when the next request is due (closed loop, or an open-loop schedule).
 //! - [`idle`]: how long to sleep before a send and how long to spin, from the measured clock.
 //! - [`recorder`]: what a worker measured, in constant memory, merged by adding.
-//! - [`result`]: the `meshbench/result/v1` document, built from the merged recorder.
+//! - [`result`]: fills the `meshbench/result/v1` document (`meshbench_results::RunResult`)
+//!   from the merged recorder.
 //! - [`check`]: the generator's verdict on its run: timer lateness, CPU saturation, a slow
 //!   target or too few connections, each with its advice.
 //! - `stop`: the shared handle that ends a run early ([`Stop`]: stop, then hurry).
-//! - [`histogram`]: a histogram's transport form (V2 + DEFLATE, base64) and a decoder that
-//!   bounds what hostile text can cost.
 
 pub mod check;
 mod conn;
 pub mod driver;
 pub mod h2conn;
 pub mod h3conn;
-pub mod histogram;
 pub mod idle;
 pub mod pacer;
 mod quic;
@@ -46,14 +45,12 @@ pub mod spec;
 mod stop;
 
 pub use h3conn::QuicSpec;
-pub use idle::IdleStrategy;
 pub use meshbench_net::grpc;
 pub use meshbench_net::http1::{closing_variant, encode_request};
 pub use recorder::Status;
-pub use result::RunResult;
 pub use run::{merge, run, run_part, Gathered, Live, Part, RunError, Seconds, WorkerFigures};
 pub use spec::{
-    CloseFirst, ConnSpec, Host, HttpRequest, LoadSpec, Mode, Order, Protocol, RequestSpec, Segment,
-    StopAt, Target, Targets, Wire,
+    ConnSpec, Host, HttpRequest, LoadSpec, Mode, RequestSpec, Segment, StopAt, Target, Targets,
+    Wire,
 };
 pub use stop::Stop;

@@ -9,16 +9,7 @@
 pub use meshbench_net::rng::SplitMix64;
 
 use crate::spec::Segment;
-
-/// How arrivals are spaced in an open loop.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Arrival {
-    /// Evenly spaced, one every 1/rate seconds.
-    Uniform,
-    /// Exponentially distributed gaps: a Poisson process of the given mean rate.
-    Poisson,
-}
+use meshbench_results::load::Arrival;
 
 /// The source of intended send times for one worker.
 #[derive(Debug, Clone)]

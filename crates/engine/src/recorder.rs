@@ -12,11 +12,9 @@ use std::ops::AddAssign;
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
-use crate::histogram::{coarse_form, latency_form};
 use meshbench_net::grpc::Code;
-
-/// Largest value a histogram holds: 60 s in microseconds.
-pub const HIST_MAX_US: u64 = 60_000_000;
+use meshbench_results::histogram::{coarse_form, latency_form};
+pub(crate) use meshbench_results::histogram::{new_histogram, new_interval_histogram};
 
 /// Kinds of failed request, counted separately.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,16 +107,6 @@ impl ErrorKind {
             _ => ErrorKind::Other,
         }
     }
-}
-
-/// A latency histogram in microseconds, 1 µs to 60 s, 3 significant digits.
-pub fn new_histogram() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, HIST_MAX_US, 3).expect("static histogram bounds are valid")
-}
-
-/// A coarse histogram (2 significant digits, ~30 KiB) for once-a-second timeline points.
-pub fn new_interval_histogram() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, HIST_MAX_US, 2).expect("static histogram bounds are valid")
 }
 
 /// How a response ended: its HTTP status, or, for a gRPC call, its gRPC status (the HTTP
@@ -731,7 +719,10 @@ mod tests {
         r.response(200, 1_234_567_000, 1); // 1.234567 s
         assert_eq!(r.latency.len(), 3);
         assert_eq!(r.latency.min(), 0);
-        assert!(r.latency.max() >= HIST_MAX_US && r.latency.max() <= HIST_MAX_US * 1001 / 1000);
+        assert!(
+            r.latency.max() >= meshbench_results::histogram::HIST_MAX_US
+                && r.latency.max() <= meshbench_results::histogram::HIST_MAX_US * 1001 / 1000
+        );
         let v = r.latency.value_at_quantile(0.5);
         assert!(
             (v as f64 - 1_234_567.0).abs() / 1_234_567.0 < 0.001,

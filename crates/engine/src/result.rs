@@ -1,358 +1,22 @@
-//! The result of a run: the `meshbench/result/v1` JSON document (described by
-//! `docs/result.schema.json`), `RunResult::build` that fills it from the merged recorders, and
-//! the helpers that summarise histograms (their transport form is [`crate::histogram`]'s).
+//! Filling a run's result (`meshbench_results::RunResult`, the `meshbench/result/v1` document)
+//! from what the run measured: [`build`] takes the settings as asked, the figures from the
+//! merged recorder, and the generator's verdict on itself (the self-check, warnings).
 
-use std::collections::BTreeMap;
 use std::time::SystemTime;
 
-use hdrhistogram::Histogram;
-use serde::{Deserialize, Serialize};
+use meshbench_results::run::{
+    Bytes, Connections, Errors, Generator, Histograms, HostCount, Requests, RunResult, Settings,
+    Stats, TimelinePoint, SCHEMA,
+};
+use meshbench_results::{histogram::encode_histogram, load::LoopMode};
 
-use crate::check::{self, Failure, Figures, SelfCheck};
-pub use crate::histogram::{decode_histogram, encode_histogram, DecodeError};
-use crate::idle::IdleStrategy;
-use crate::pacer::Arrival;
+use crate::check::{self, Failure, Figures};
 use crate::recorder::{ErrorKind, Recorder};
-use crate::spec::{LoadSpec, Mode, Order, StopAt};
+use crate::spec::{LoadSpec, Mode, StopAt};
 
-/// The value of the `schema` key.
-pub const SCHEMA: &str = "meshbench/result/v1";
-
-/// One run, as written by `--json`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct RunResult {
-    pub schema: String,
-    pub meshbench_version: String,
-    pub url: String,
-    pub settings: Settings,
-    /// Wall-clock start of the measured window, RFC 3339 UTC.
-    pub start_time: String,
-    /// Length of the measured window (after the warm-up, until the last response).
-    pub duration_secs: f64,
-    /// True when the run was interrupted (Ctrl-C, SIGTERM) before its end.
-    pub partial: bool,
-    pub requests: Requests,
-    /// Finished requests per second of the measured window.
-    pub throughput_rps: f64,
-    /// Responses per HTTP status code.
-    pub status_codes: BTreeMap<String, u64>,
-    /// gRPC calls per gRPC status (`OK`, `UNAVAILABLE`, ...): a gRPC run counts these, not
-    /// HTTP statuses.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub grpc_status: BTreeMap<String, u64>,
-    /// Failed requests by kind; their sum is `requests.errors`.
-    pub errors: Errors,
-    /// From the intended send time to the complete response (corrected for coordinated
-    /// omission in an open loop; equal to the service time in a closed loop).
-    pub latency_us: Stats,
-    /// From the actual send to the complete response.
-    pub service_time_us: Stats,
-    /// From the intended to the actual send time (open loop only).
-    pub schedule_lag_us: Option<Stats>,
-    pub bytes: Bytes,
-    /// Connection set-up during the measured window.
-    pub connections: Connections,
-    /// Finished requests per host of the target list (the first 1,000 hosts).
-    pub hosts: Vec<HostCount>,
-    pub timeline: Vec<TimelinePoint>,
-    pub histogram: Histograms,
-    pub generator: Generator,
-    /// Driven by several agents: how they started together and what each did (absent for a
-    /// run of one process).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub agents: Option<Agents>,
-}
-
-/// A run several agents drove, each a segment of one plan; the rest of the result is their
-/// parts merged exactly.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct Agents {
-    /// Spread of the instants the agents' schedules began (each one's start plus how late its
-    /// first send went out), on the coordinator's clock, µs.
-    pub start_skew_us: f64,
-    /// The largest uncertainty of a measured clock offset (half the best round trip), µs.
-    pub clock_error_us: f64,
-    pub agents: Vec<AgentPart>,
-}
-
-/// One agent's part of a run.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct AgentPart {
-    pub name: String,
-    /// Where the coordinator reached it (or it came from).
-    pub address: String,
-    /// Its segment: arrivals `segment`, `segment + of`, ... of the plan.
-    pub segment: u64,
-    pub of: u64,
-    pub connections: usize,
-    pub threads: usize,
-    pub requests: u64,
-    pub errors: u64,
-    pub p50_us: u64,
-    pub p99_us: u64,
-    /// CPU seconds it spent (0 when it was lost before its report).
-    pub cpu_secs: f64,
-    /// Its clock minus the coordinator's, µs, and the round trip it was measured over.
-    pub clock_offset_us: f64,
-    pub round_trip_us: f64,
-    /// When its schedule began after the earliest agent's, µs (`None`: it sent nothing).
-    pub start_us: Option<f64>,
-    /// Lost during the step (died, cut off, silent): when and why. Only the seconds it
-    /// reported before are in the result.
-    pub lost: Option<Lost>,
-}
-
-/// When and why an agent was lost.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct Lost {
-    /// Seconds after the step's start.
-    pub after_secs: f64,
-    pub reason: String,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Settings {
-    /// `closed` or `open`.
-    pub mode: String,
-    pub connections: usize,
-    /// Closed loop: requests in flight at most (`--concurrency`), when fewer than the slots.
-    #[serde(default)]
-    pub concurrency: Option<usize>,
-    pub threads: usize,
-    pub rate_rps: Option<f64>,
-    pub arrival: Option<String>,
-    pub duration_secs: Option<f64>,
-    pub requests: Option<u64>,
-    pub warmup_secs: f64,
-    pub timeout_secs: f64,
-    pub method: String,
-    pub headers: Vec<[String; 2]>,
-    pub body_bytes: usize,
-    pub seed: u64,
-    /// `http/1.1` or `h2`.
-    pub protocol: String,
-    pub tls: bool,
-    /// Concurrent streams per connection (1 for HTTP/1.1).
-    pub streams: usize,
-    /// Distinct requests in the target list, and the hosts they go to.
-    pub targets: usize,
-    pub hosts: usize,
-    /// `round-robin` or `random`.
-    pub target_order: String,
-    pub requests_per_connection: Option<u64>,
-    /// Who closes first when `requests_per_connection` ends a connection (`server`, `client`;
-    /// `null` without it).
-    #[serde(default)]
-    pub close_first: Option<String>,
-    /// Local addresses new connections leave from in turn (`--source-address`; 0: the kernel's
-    /// choice).
-    #[serde(default)]
-    pub source_addresses: usize,
-    pub connection_rate: Option<f64>,
-    pub tls_resume: Option<bool>,
-    /// How the open loop waited for its sends (`auto`, `sleep`, `hybrid`, `spin`).
-    #[serde(default)]
-    pub idle_strategy: Option<IdleStrategy>,
-}
-
-/// One host's share of the finished requests.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct HostCount {
-    /// `name:port` from the URL.
-    pub host: String,
-    pub requests: u64,
-    /// Transport failures and statuses of 400 or more.
-    pub errors: u64,
-}
-
-/// Connections opened during the measured window.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Connections {
-    pub opened: u64,
-    /// Opened per second of the measured window.
-    pub rate_per_sec: f64,
-    /// Closed by the generator first (each leaves a TIME_WAIT socket on this machine for 60 s):
-    /// ended by `--requests-per-connection` without asking the server to close, or the server
-    /// did not close within min(timeout, 1 s) of a response that said it would.
-    pub closed_by_client: u64,
-    /// Closed by the server first: after a response that ended the connection (asked for with
-    /// `Connection: close` on the last request of `--requests-per-connection`, or the server's
-    /// own), or while idle.
-    #[serde(default)]
-    pub closed_by_server: u64,
-    pub tls_handshakes: u64,
-    pub tls_resumed: u64,
-    /// tls_resumed / tls_handshakes (0 without TLS).
-    pub resumption_ratio: f64,
-    /// HTTP/3: handshakes where the server accepted 0-RTT early data (`--h3-0rtt`).
-    #[serde(default)]
-    pub quic_0rtt_accepted: u64,
-    /// HTTP/3: connections moved to a new local port mid-run (`--h3-rebind-every`).
-    #[serde(default)]
-    pub quic_migrations: u64,
-    /// TCP connect time.
-    pub connect_us: Stats,
-    /// TLS handshake time, after TCP (none without TLS).
-    pub tls_handshake_us: Option<Stats>,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Requests {
-    /// ok + errors.
-    pub total: u64,
-    /// Responses with a status below 400.
-    pub ok: u64,
-    /// Transport failures plus responses with a status of 400 or more.
-    pub errors: u64,
-    /// Sent but neither answered nor failed when the run ended (not in `total`).
-    pub unfinished: u64,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Errors {
-    pub connect: u64,
-    pub timeout: u64,
-    pub reset: u64,
-    pub protocol: u64,
-    pub other: u64,
-    pub tls: u64,
-    pub goaway: u64,
-    pub stream_reset: u64,
-    /// Connects that found no free local port (`EADDRNOTAVAIL`, `EADDRINUSE`).
-    #[serde(default)]
-    pub ports_exhausted: u64,
-    /// Responses with a status of 400 or more (see `status_codes`).
-    pub http_status: u64,
-    /// gRPC calls with a status other than OK (see `grpc_status`).
-    #[serde(default)]
-    pub grpc_status: u64,
-    /// Counts by "kind: what happened" (TLS reasons, GOAWAY and reset codes; at most 32).
-    pub messages: BTreeMap<String, u64>,
-}
-
-/// Summary of one histogram, in microseconds.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct Stats {
-    pub count: u64,
-    pub min: u64,
-    pub mean: f64,
-    pub stdev: f64,
-    pub p50: u64,
-    pub p75: u64,
-    pub p90: u64,
-    pub p99: u64,
-    pub p99_9: u64,
-    pub p99_99: u64,
-    pub max: u64,
-}
-
-impl Stats {
-    pub fn of(h: &Histogram<u64>) -> Self {
-        if h.is_empty() {
-            return Stats {
-                count: 0,
-                min: 0,
-                mean: 0.0,
-                stdev: 0.0,
-                p50: 0,
-                p75: 0,
-                p90: 0,
-                p99: 0,
-                p99_9: 0,
-                p99_99: 0,
-                max: 0,
-            };
-        }
-        let q = |x| h.value_at_quantile(x);
-        Stats {
-            count: h.len(),
-            min: h.min(),
-            mean: round2(h.mean()),
-            stdev: round2(h.stdev()),
-            p50: q(0.5),
-            p75: q(0.75),
-            p90: q(0.9),
-            p99: q(0.99),
-            p99_9: q(0.999),
-            p99_99: q(0.9999),
-            max: h.max(),
-        }
-    }
-}
-
-fn round2(x: f64) -> f64 {
-    (x * 100.0).round() / 100.0
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Bytes {
-    pub sent: u64,
-    pub received: u64,
-}
-
-/// One second of the measured window (the last point may cover less than a second).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct TimelinePoint {
-    pub second: u32,
-    pub requests: u64,
-    pub errors: u64,
-    pub p50_us: u64,
-    /// Added after the first results were stored; 0 when read from those.
-    #[serde(default)]
-    pub p90_us: u64,
-    pub p99_us: u64,
-    #[serde(default)]
-    pub p999_us: u64,
-}
-
-/// Full histograms, HdrHistogram V2 + DEFLATE, base64: results of several processes merge
-/// exactly by decoding and adding these.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Histograms {
-    pub latency_us: String,
-    pub service_time_us: String,
-    pub schedule_lag_us: Option<String>,
-    pub connect_us: String,
-    pub tls_handshake_us: Option<String>,
-}
-
-/// The load generator's view of itself.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Generator {
-    /// User + system CPU seconds of the whole process during the run.
-    pub cpu_secs: f64,
-    /// Busiest worker thread's CPU time over its wall time (1.0 = a full core).
-    pub max_thread_utilization: f64,
-    /// The same without the time it spun before sends on purpose (the idle strategy's).
-    #[serde(default)]
-    pub max_thread_busy: f64,
-    /// The largest share of its window a worker thread spent runnable but waiting for a CPU
-    /// (other processes on the generator's CPU); absent where the kernel does not say.
-    #[serde(default)]
-    pub max_thread_waiting: Option<f64>,
-    /// CPU seconds spent spinning before sends on purpose, all threads.
-    #[serde(default)]
-    pub spin_secs: f64,
-    /// How late the workers' sleeps ended: this machine's wake-up error (open loop).
-    #[serde(default)]
-    pub wakeup_error_us: Option<Stats>,
-    pub rss_max_bytes: u64,
-    pub threads: usize,
-    /// True when the generator, not the target, may have limited the run (timer lateness or
-    /// CPU saturation in `check`).
-    pub saturated: bool,
-    /// The generator's verdict on its run: valid or not, and each cause found with its advice.
-    #[serde(default)]
-    pub check: SelfCheck,
-    /// Sends more than 1 ms late while a connection was free.
-    pub late_sends: u64,
-    /// Sends that waited for a free connection.
-    pub queued_sends: u64,
-    pub warnings: Vec<String>,
-}
-
-impl Errors {
-    pub fn from_recorder(r: &Recorder) -> Self {
+/// The failures a recorder counted, by kind.
+pub fn errors_of(r: &Recorder) -> Errors {
+    {
         Errors {
             connect: r.counts.errors(ErrorKind::Connect),
             timeout: r.counts.errors(ErrorKind::Timeout),
@@ -373,7 +37,7 @@ impl Errors {
 /// Hosts listed one by one in the result.
 const MAX_REPORTED_HOSTS: usize = 1000;
 
-/// What a run measured, for [`RunResult::build`].
+/// What a run measured, for [`build`].
 pub(crate) struct Measured<'a> {
     pub threads: usize,
     /// Every worker's recorder, merged.
@@ -396,10 +60,10 @@ pub(crate) struct Measured<'a> {
     pub interrupted: bool,
 }
 
-impl RunResult {
-    /// The result document of `spec`'s run from what it measured: settings as asked, figures
-    /// from the merged recorder, and the generator's verdict on itself (warnings, `saturated`).
-    pub(crate) fn build(spec: &LoadSpec, measured: Measured) -> RunResult {
+/// The result document of `spec`'s run from what it measured: settings as asked, figures
+/// from the merged recorder, and the generator's verdict on itself (warnings, `saturated`).
+pub(crate) fn build(spec: &LoadSpec, measured: Measured) -> RunResult {
+    {
         let open = matches!(spec.mode, Mode::Open { .. });
         let tls = spec.conn.tls.is_some() || spec.conn.quic.is_some();
         let Measured {
@@ -466,13 +130,7 @@ impl RunResult {
         }
         let (rate_rps, arrival) = match spec.mode {
             Mode::Closed => (None, None),
-            Mode::Open { rate_rps, arrival } => (
-                Some(rate_rps),
-                Some(match arrival {
-                    Arrival::Uniform => "uniform".to_string(),
-                    Arrival::Poisson => "poisson".to_string(),
-                }),
-            ),
+            Mode::Open { rate_rps, arrival } => (Some(rate_rps), Some(arrival)),
         };
         let (duration, requests) = match spec.stop {
             StopAt::Duration(d) => (Some(d.as_secs_f64()), None),
@@ -483,7 +141,11 @@ impl RunResult {
             meshbench_version: env!("CARGO_PKG_VERSION").to_string(),
             url: spec.request.url.clone(),
             settings: Settings {
-                mode: if open { "open" } else { "closed" }.to_string(),
+                mode: if open {
+                    LoopMode::Open
+                } else {
+                    LoopMode::Closed
+                },
                 connections: spec.connections,
                 concurrency: spec.concurrency,
                 threads,
@@ -502,7 +164,7 @@ impl RunResult {
                     .collect(),
                 body_bytes: spec.request.body_len,
                 seed: spec.seed,
-                protocol: spec.conn.protocol.name().to_string(),
+                protocol: spec.conn.protocol,
                 tls,
                 streams: if spec.conn.protocol.is_multiplexed() {
                     spec.conn.streams
@@ -511,16 +173,12 @@ impl RunResult {
                 },
                 targets: spec.targets.requests.len(),
                 hosts: spec.targets.hosts.len(),
-                target_order: match spec.targets.order {
-                    Order::RoundRobin => "round-robin",
-                    Order::Random => "random",
-                }
-                .to_string(),
+                target_order: spec.targets.order,
                 requests_per_connection: spec.conn.requests_per_connection,
                 close_first: spec
                     .conn
                     .requests_per_connection
-                    .map(|_| spec.conn.close_first.name().to_string()),
+                    .map(|_| spec.conn.close_first),
                 source_addresses: spec.conn.source_addrs.len(),
                 connection_rate: spec.conn.connection_rate,
                 tls_resume: tls.then_some(spec.conn.tls_resume),
@@ -546,7 +204,7 @@ impl RunResult {
                 .grpc_codes()
                 .map(|(c, n)| (c.name().to_string(), n))
                 .collect(),
-            errors: Errors::from_recorder(rec),
+            errors: errors_of(rec),
             latency_us: Stats::of(&rec.latency),
             service_time_us: service,
             schedule_lag_us: open.then_some(lag),
@@ -625,8 +283,8 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::recorder::new_histogram;
     use crate::spec::{ConnSpec, RequestSpec, Targets};
+    use meshbench_results::{histogram::decode_histogram, histogram::new_histogram, Arrival};
 
     fn spec(mode: Mode) -> LoadSpec {
         let addr = "127.0.0.1:8080".parse().expect("a literal address");
@@ -647,7 +305,7 @@ mod tests {
             concurrency: None,
             threads: 2,
             mode,
-            idle: crate::IdleStrategy::Auto,
+            idle: meshbench_results::IdleStrategy::Auto,
             stop: StopAt::Duration(Duration::from_secs(10)),
             warmup: Duration::ZERO,
             timeout: Duration::from_secs(5),
@@ -659,7 +317,7 @@ mod tests {
 
     #[test]
     fn the_generator_judges_itself_table() {
-        use crate::check::Cause;
+        use meshbench_results::Cause;
         let open = Mode::Open {
             rate_rps: 1000.0,
             arrival: Arrival::Uniform,
@@ -764,7 +422,7 @@ mod tests {
             rec.late_sends = late;
             rec.queued_sends = queued;
             rec.unfinished = unfinished;
-            let result = RunResult::build(
+            let result = build(
                 &spec(mode),
                 Measured {
                     threads: 2,
@@ -807,7 +465,7 @@ mod tests {
         // Sends waited for the failed connections' back-off: not the generator's doing.
         rec.late_sends = 20;
         rec.queued_sends = 20;
-        let result = RunResult::build(
+        let result = build(
             &spec(Mode::Open {
                 rate_rps: 40.0,
                 arrival: Arrival::Uniform,
@@ -845,7 +503,7 @@ mod tests {
         }
         rec.response(503, 2_000_000, 1_000_000);
         rec.conns.opened = 20;
-        let result = RunResult::build(
+        let result = build(
             &spec(Mode::Closed),
             Measured {
                 threads: 2,
@@ -861,12 +519,15 @@ mod tests {
                 interrupted: false,
             },
         );
-        assert_eq!(result.settings.mode, "closed");
+        assert_eq!(result.settings.mode, LoopMode::Closed);
         assert_eq!(
             (result.settings.connections, result.settings.threads),
             (4, 2)
         );
-        assert_eq!(result.settings.target_order, "round-robin");
+        assert_eq!(
+            result.settings.target_order,
+            meshbench_results::load::Order::RoundRobin
+        );
         assert_eq!(result.start_time, "1970-01-01T00:00:00.000Z");
         assert_eq!(result.duration_secs, 2.0);
         assert_eq!(
@@ -899,7 +560,7 @@ mod tests {
         let mut churn = spec(Mode::Closed);
         churn.conn.requests_per_connection = Some(1);
         churn.conn.source_addrs = vec!["10.0.0.2".parse().unwrap()];
-        let result = RunResult::build(
+        let result = build(
             &churn,
             Measured {
                 threads: 2,
@@ -924,7 +585,10 @@ mod tests {
             ),
             (3, 5)
         );
-        assert_eq!(result.settings.close_first.as_deref(), Some("server"));
+        assert_eq!(
+            result.settings.close_first,
+            Some(meshbench_results::load::CloseFirst::Server)
+        );
         assert_eq!(result.settings.source_addresses, 1);
         let advice = &result.generator.warnings;
         assert_eq!(advice.len(), 1, "{advice:?}");

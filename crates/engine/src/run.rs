@@ -14,11 +14,14 @@ use meshbench_net::clock::{process_usage, Clock};
 use thiserror::Error;
 
 use crate::driver::{run_worker, Control, WorkerEvent, WorkerPlan};
-use crate::pacer::{Arrival, Pacer, Schedule};
-use crate::recorder::{new_interval_histogram, Interval, Recorder};
-use crate::result::{Measured, RunResult, TimelinePoint};
+use crate::pacer::{Pacer, Schedule};
+use crate::recorder::{Interval, Recorder};
+use crate::result::Measured;
 use crate::spec::{LoadSpec, Mode, StopAt};
 use crate::stop::Stop;
+use meshbench_results::{
+    histogram::new_interval_histogram, run::TimelinePoint, Arrival, RunResult,
+};
 use serde::{Deserialize, Serialize};
 
 /// Why a run could not be carried out (failures of the target are data, not errors).
@@ -122,7 +125,7 @@ pub fn merge(
     }
     let workers = || parts.iter().flat_map(|p| &p.workers);
     let share = |ns: u64, w: &WorkerFigures| ns as f64 / w.window_ns.max(1) as f64;
-    RunResult::build(
+    crate::result::build(
         spec,
         Measured {
             threads: workers().count(),
@@ -538,8 +541,8 @@ mod tests {
         let mut wide = hdrhistogram::Histogram::<u64>::new_with_bounds(1, 1 << 40, 3).unwrap();
         wide.record(1 << 39).unwrap();
         let bad = text.replace(
-            &crate::histogram::encode_histogram(&iv.latency),
-            &crate::histogram::encode_histogram(&wide),
+            &meshbench_results::histogram::encode_histogram(&iv.latency),
+            &meshbench_results::histogram::encode_histogram(&wide),
         );
         assert!(serde_json::from_str::<Interval>(&bad).is_err());
         let bad = text.replace("\"200\"", "\"700\"");

@@ -308,7 +308,8 @@ fn take_token(tokens: &mut Pacer, now: u64) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pacer::{Arrival, Schedule};
+    use crate::pacer::Schedule;
+    use meshbench_results::Arrival;
 
     const MS: u64 = 1_000_000;
 

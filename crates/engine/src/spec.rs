@@ -10,8 +10,7 @@ use rustls::pki_types::ServerName;
 use serde::{Deserialize, Serialize};
 
 use crate::h3conn::QuicSpec;
-use crate::idle::IdleStrategy;
-use crate::pacer::Arrival;
+use meshbench_results::load::{Arrival, CloseFirst, IdleStrategy, Order, Protocol};
 
 /// Closed or open loop.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -40,54 +39,6 @@ pub enum StopAt {
     Duration(Duration),
     /// After this many measured requests.
     Requests(u64),
-}
-
-/// HTTP version on the wire. Named `http1`, `http2`, `grpc` and `h3` in files and stored
-/// parameters.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Protocol {
-    #[default]
-    Http1,
-    /// ALPN h2 over TLS, prior-knowledge h2c over plain TCP.
-    Http2,
-    /// gRPC calls over HTTP/2 (as `Http2` on the wire); each call's outcome is its
-    /// `grpc-status`.
-    Grpc,
-    /// HTTP/3 over QUIC (always TLS, ALPN h3). Named `h3` in files (`http3` is accepted).
-    #[serde(rename = "h3", alias = "http3")]
-    Http3,
-}
-
-impl Protocol {
-    pub fn name(self) -> &'static str {
-        match self {
-            Protocol::Http1 => "http/1.1",
-            Protocol::Http2 => "h2",
-            Protocol::Grpc => "grpc",
-            Protocol::Http3 => "h3",
-        }
-    }
-
-    /// Several requests at once per connection, each on its own stream.
-    pub fn is_multiplexed(self) -> bool {
-        self != Protocol::Http1
-    }
-
-    /// Carried by HTTP/2 streams (HTTP/2 and gRPC).
-    pub fn is_http2(self) -> bool {
-        matches!(self, Protocol::Http2 | Protocol::Grpc)
-    }
-}
-
-/// In which order requests go through the target list.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Order {
-    #[default]
-    RoundRobin,
-    /// Uniformly at random, from `--seed`.
-    Random,
 }
 
 /// Where connections go: one per distinct (address, TLS name) pair. Connections are pooled
@@ -175,30 +126,6 @@ pub struct RequestSpec {
     pub body_len: usize,
     /// Extra headers, as given.
     pub headers: Vec<(String, String)>,
-}
-
-/// Who closes a connection first when `--requests-per-connection` ends it. The side that closes
-/// first keeps the connection's TIME_WAIT (60 s on Linux), and with it the 4-tuple: a client
-/// that closes first runs out of local ports towards one address after ~28,000 connections a
-/// minute (`tcp_tw_reuse` helps on loopback only).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum CloseFirst {
-    /// HTTP/1.1: the last request says `Connection: close`; the client waits for the server's
-    /// close (at most min(timeout, 1 s)) before closing its end.
-    #[default]
-    Server,
-    /// The client closes after the last response (always so over HTTP/2).
-    Client,
-}
-
-impl CloseFirst {
-    pub fn name(self) -> &'static str {
-        match self {
-            CloseFirst::Server => "server",
-            CloseFirst::Client => "client",
-        }
-    }
 }
 
 /// Connection behaviour: TLS, HTTP version, churn, source addresses.

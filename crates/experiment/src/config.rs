@@ -1,18 +1,19 @@
 //! The experiment file: what to start, how to limit it, what load to drive, how often to repeat.
 //! Read from YAML into typed sections; `--set key=value` edits the YAML tree before it is read.
 //! Every mistake in the file is reported at once, each with its file, key and what was expected
-//! (docs/experiment.md is the key-by-key reference). Topologies and proxy programs are the
-//! lab's own types (`meshbench_lab::{Topology, Program}`), read straight from the file.
+//! (docs/experiment.md is the key-by-key reference). Topologies, protocols and loop modes are
+//! the contracts' types (`meshbench_results`), proxy programs the lab's (`meshbench_lab::Program`),
+//! read straight from the file.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use meshbench_lab::{Class, Program, Topology};
+use meshbench_lab::Program;
+use meshbench_results::{Class, IdleStrategy, LoopMode, Protocol, Topology};
+
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_yaml_ng::{Mapping, Value};
-
-use meshbench_engine::{IdleStrategy, Protocol};
 
 use crate::external::External;
 use crate::plan::{PlanSize, MAX_STEPS};
@@ -109,16 +110,6 @@ pub enum Isolation {
     Loopback,
     /// Every role in its own network namespace, joined by veth pairs.
     Netns,
-}
-
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum LoopMode {
-    /// Requests at fixed rates (`qps`), latency from the intended send time.
-    #[default]
-    Open,
-    /// Each connection sends its next request when the last one is answered.
-    Closed,
 }
 
 /// The load matrix: every combination of the lists is one load point.
@@ -930,7 +921,8 @@ mod tests {
 
     #[test]
     fn the_self_checks_advice_names_a_key_that_set_accepts() {
-        use meshbench_engine::check::{judge, Cause, Figures};
+        use meshbench_engine::check::{judge, Figures};
+        use meshbench_results::Cause;
         let check = judge(&Figures {
             requests: 100,
             sends: 100,

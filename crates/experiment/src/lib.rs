@@ -14,7 +14,7 @@ pub mod plan;
 use thiserror::Error;
 
 pub use config::{load, parse, Experiment};
-pub use params::{CpuAllotment, StepParams};
+
 pub use plan::{Plan, Step};
 
 /// Why an experiment file could not be used.

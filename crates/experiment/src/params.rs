@@ -1,64 +1,27 @@
-//! What one step asked for, typed: the rate, connections, sizes, loop, protocol and CPU
-//! allotment. The plan produces it for every step, a capacity search for each rate it tries,
-//! and the store keeps it (as JSON in the step's `params` column, whose form the store's schema
-//! version governs), so every reader gets the same type back instead of looking up keys.
+//! A planned step's parameters ([`meshbench_results::StepParams`], the type the store keeps
+//! and every reader gets back): the plan's load point under the experiment's settings.
 
-use serde::{Deserialize, Serialize};
+use meshbench_results::{Arrival, CpuAllotment, Load, LoopMode, StepParams};
 
-use crate::config::{Experiment, LoopMode};
+use crate::config::Experiment;
 use crate::plan::Step;
-use meshbench_engine::Protocol;
-use meshbench_lab::Class;
-
-/// The CPU quota a sweep gave one role of a step.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CpuAllotment {
-    pub role: Class,
-    pub cores: f64,
-}
-
-/// A step's parameters.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct StepParams {
-    /// Offered rate in requests per second; `None` in a closed loop.
-    pub qps: Option<f64>,
-    /// Connections (a closed loop with a connection pool: requests in flight).
-    pub connections: u32,
-    /// Response body size the backend was asked for (0 when the target is not ours).
-    pub response_bytes: u64,
-    /// Request body size (POST when above 0).
-    pub request_bytes: u64,
-    /// Poisson arrivals instead of evenly spaced ones.
-    pub jitter: bool,
-    pub mode: LoopMode,
-    pub protocol: Protocol,
-    /// The swept role's CPU quota, when the experiment sweeps one.
-    pub cpu: Option<CpuAllotment>,
-}
-
-impl StepParams {
-    /// An open-loop step at `qps` against a target that is not a rig (a URL).
-    pub fn open(qps: f64, connections: u32, protocol: Protocol) -> StepParams {
-        StepParams {
-            qps: Some(qps),
-            connections,
-            response_bytes: 0,
-            request_bytes: 0,
-            jitter: false,
-            mode: LoopMode::Open,
-            protocol,
-            cpu: None,
-        }
-    }
-}
 
 impl Step {
     /// This step's parameters under experiment `e`.
     pub fn params(&self, e: &Experiment) -> StepParams {
         StepParams {
-            qps: self.load.qps,
+            load: match (e.load.mode, self.load.qps) {
+                (LoopMode::Open, Some(rate_rps)) => Load::Open {
+                    rate_rps,
+                    arrival: if self.load.jitter {
+                        Arrival::Poisson
+                    } else {
+                        Arrival::Uniform
+                    },
+                },
+                // The plan gives every open-loop step a rate (`Plan::compile`).
+                (LoopMode::Open, None) | (LoopMode::Closed, _) => Load::Closed,
+            },
             connections: self.load.connections,
             // An external server chooses its responses (0: the target is not ours).
             response_bytes: match self.external {
@@ -66,8 +29,6 @@ impl Step {
                 None => self.load.response_bytes,
             },
             request_bytes: e.load.request_bytes,
-            jitter: self.load.jitter,
-            mode: e.load.mode,
             protocol: e.load.protocol,
             cpu: self.cpu.map(|(role, cores)| CpuAllotment { role, cores }),
         }
@@ -79,6 +40,7 @@ mod tests {
     use super::*;
     use crate::config::parse;
     use crate::Plan;
+    use meshbench_results::Class;
 
     #[test]
     fn a_swept_step_names_its_role_and_cores_and_reads_back_equal() {
@@ -89,7 +51,7 @@ mod tests {
         )
         .unwrap();
         let p = Plan::compile(&e).steps[1].params(&e);
-        assert_eq!(p.qps, Some(250.0));
+        assert_eq!(p.load.rate_rps(), Some(250.0));
         assert_eq!(p.request_bytes, 64);
         assert_eq!(
             p.cpu,

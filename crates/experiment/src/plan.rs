@@ -7,10 +7,9 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use meshbench_lab::{Class, Topology};
+use meshbench_results::{Class, LoopMode, Protocol, Topology};
 
-use crate::config::{Experiment, LoopMode};
-use meshbench_engine::Protocol;
+use crate::config::Experiment;
 
 /// One cell of the load matrix.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]

@@ -12,7 +12,7 @@ use meshbench_experiment::config::parse_cpuset;
 use meshbench_experiment::plan::{PlanSize, MAX_STEPS};
 use meshbench_experiment::{parse, ConfigError, Plan};
 use meshbench_lab::gateway::MAX_ROUTES;
-use meshbench_lab::Topology;
+use meshbench_results::Topology;
 
 /// The check of one experiment file.
 pub fn experiment_file(data: &[u8]) {

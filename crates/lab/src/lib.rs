@@ -28,7 +28,6 @@ pub mod rig;
 pub mod sample;
 pub mod sampler;
 pub mod sockdiag;
-pub mod topology;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -37,7 +36,6 @@ use thiserror::Error;
 
 pub use process::RoleProcess;
 pub use program::{Program, ProgramSpec};
-pub use topology::{Class, Topology};
 
 /// Why a system under test could not be prepared or started.
 #[derive(Debug, Error)]

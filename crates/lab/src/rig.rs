@@ -16,8 +16,11 @@ use crate::netns::{Member, Namespaces};
 use crate::process::{Placement, RoleProcess};
 use crate::program::{Hop, ListenTls, Program, ProgramSpec, UpstreamTls};
 use crate::sampler::Watch;
-use crate::topology::{Class, Part, RolePlan, Topology};
 use crate::{pki, LabError};
+use meshbench_results::{
+    topology::{Part, RolePlan},
+    Class, Topology,
+};
 
 /// The gateway topology's settings.
 #[derive(Debug, Clone)]

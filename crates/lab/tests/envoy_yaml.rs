@@ -72,8 +72,8 @@ use serde_yaml_ng::Value as Yaml;
 use meshbench_lab::gateway::{self, CertLayout, GatewayPlan};
 use meshbench_lab::program::envoy::{self, gateway_bootstrap, hop_bootstrap, yaml::bootstrap_yaml};
 use meshbench_lab::program::{Hop, ListenTls, UpstreamTls};
-use meshbench_lab::topology::{Layer, Part};
 use meshbench_lab::{pki, Program};
+use meshbench_results::{topology::Part, Layer};
 
 /// The Envoy binary; a test without it fails rather than passes.
 fn envoy() -> PathBuf {

@@ -11,8 +11,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
-use meshbench_engine::recorder::{new_histogram, new_interval_histogram, Counts, Interval};
-use meshbench_lab::sampler::Sample;
+use meshbench_engine::recorder::{Counts, Interval};
+use meshbench_results::{histogram::new_histogram, histogram::new_interval_histogram, Sample};
 use serde::Serialize;
 
 /// Frames kept for the web page: ten minutes of seconds.

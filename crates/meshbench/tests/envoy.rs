@@ -15,7 +15,8 @@ use common::*;
 use meshbench_lab::cgroup::Limits;
 use meshbench_lab::program::envoy;
 use meshbench_lab::rig::{GatewaySpec, Rig, RigSpec};
-use meshbench_lab::{Program, ProgramSpec, Topology};
+use meshbench_lab::{Program, ProgramSpec};
+use meshbench_results::Topology;
 
 const LIMIT: Duration = Duration::from_secs(120);
 

@@ -16,7 +16,8 @@ use std::time::Duration;
 
 use common::*;
 use meshbench_analysis::witness::{Agreement, Tolerance};
-use meshbench_lab::program::envoy::admin::{self, AdminError, NotEnvoy, ProxyCounters};
+use meshbench_lab::program::envoy::admin::{self, AdminError, NotEnvoy};
+use meshbench_results::ProxyCounters;
 
 const ENVOY: &str = "/usr/local/bin/envoy";
 
@@ -242,7 +243,7 @@ fn meshbench_run_and_envoy_agree_within_what_the_edges_hold() {
         .requests
         .unwrap()
         .total;
-    let result: meshbench_engine::RunResult = serde_json::from_value(json).unwrap();
+    let result: meshbench_results::RunResult = serde_json::from_value(json).unwrap();
     assert!(
         seen > result.requests.total + 100,
         "Envoy counted the warm-up the engine leaves out: {seen} vs {}",

@@ -48,7 +48,7 @@ fn closed_loop_counts_every_request_exactly() {
             "{proto:?}: the timeline accounts for every request"
         );
         // The encoded histogram decodes to the same counts: results of several processes merge.
-        let h = meshbench_engine::result::decode_histogram(
+        let h = meshbench_results::histogram::decode_histogram(
             r["histogram"]["latency_us"].as_str().unwrap(),
         )
         .unwrap();

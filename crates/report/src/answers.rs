@@ -513,8 +513,7 @@ pub(crate) mod tests {
     use super::*;
     use meshbench_analysis::verdict::{decide, Unit};
     use meshbench_analysis::{group, Run};
-    use meshbench_engine::RunResult;
-    use meshbench_store::RoleUsage;
+    use meshbench_results::{RoleUsage, RunResult};
 
     /// A measured run of `variant` at `qps` (offered) carrying `rps`, its proxy using `mc`
     /// millicores and `mib` MiB, limited to `limit` cores (swept when `swept`).
@@ -526,8 +525,7 @@ pub(crate) mod tests {
         limit: Option<f64>,
         swept: bool,
     ) -> Run {
-        let mut r: RunResult =
-            serde_json::from_str(include_str!("../../analysis/src/fixture-run.json")).unwrap();
+        let mut r: RunResult = meshbench_results::fixtures::run_result();
         r.throughput_rps = rps;
         let mut run = Run::from_result(variant, r).unwrap();
         let topology = variant.split(' ').next().unwrap().to_string();

@@ -6,7 +6,8 @@
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
-use meshbench_engine::result::decode_histogram;
+use meshbench_results::histogram::decode_histogram;
+use meshbench_results::{Arrival, Protocol};
 use meshbench_store::{ExperimentRow, StoredStep};
 use serde_json::{json, Value};
 
@@ -124,7 +125,8 @@ pub fn istio_csv(steps: &[StoredStep]) -> String {
         let requested = s
             .step
             .params
-            .qps
+            .load
+            .rate_rps()
             .map_or(ISTIO_MAX_QPS, |q| q.round_ties_even() as u64);
         let _ = write!(
             out,
@@ -201,7 +203,10 @@ pub fn fortio_json(e: &ExperimentRow, stored: &StoredStep) -> Option<Value> {
     };
     Some(json!({
         // fortio names its gRPC runs so; HTTP/1.1, HTTP/2 and HTTP/3 are all HTTP to it.
-        "RunType": if r.settings.protocol == "grpc" { "GRPC Ping" } else { "HTTP" },
+        "RunType": match r.settings.protocol {
+            Protocol::Grpc => "GRPC Ping",
+            Protocol::Http1 | Protocol::Http2 | Protocol::Http3 => "HTTP",
+        },
         "Labels": s.label,
         "StartTime": s.started_at,
         "RequestedQPS": requested_qps,
@@ -221,7 +226,7 @@ pub fn fortio_json(e: &ExperimentRow, stored: &StoredStep) -> Option<Value> {
             "Percentiles": percentiles,
         },
         "Exactly": 0,
-        "Jitter": r.settings.arrival.as_deref() == Some("poisson"),
+        "Jitter": r.settings.arrival == Some(Arrival::Poisson),
         // fortio's gRPC results name a call by its status, a successful ping SERVING.
         "RetCodes": r.status_codes.iter().map(|(k, v)| (k.clone(), json!(v)))
             .chain(r.grpc_status.iter().map(|(k, v)| {
@@ -249,7 +254,7 @@ mod tests {
         roles: &[(&str, f64)],
     ) -> StoredStep {
         let mut result: Value =
-            serde_json::from_str(include_str!("../../analysis/src/fixture-run.json")).unwrap();
+            serde_json::from_str(meshbench_results::fixtures::RUN_RESULT_JSON).unwrap();
         result["throughput_rps"] = rps.into();
         result["duration_secs"] = 2.000093.into();
         result["settings"]["connections"] = 4.into();

@@ -17,7 +17,7 @@ pub mod smp;
 
 use std::fmt::Write as _;
 
-use meshbench_engine::result::{RunResult, Stats};
+use meshbench_results::{run::Stats, Protocol, RunResult};
 
 /// Formats an integer with thousands separators.
 pub fn thousands(n: u64) -> String {
@@ -69,23 +69,25 @@ fn stats_line(s: &Stats) -> String {
 /// What the load was, in one phrase: "closed loop, 16 connections".
 pub fn describe_load(r: &RunResult) -> String {
     let s = &r.settings;
-    let how = match (s.rate_rps, &s.arrival) {
-        (Some(rate), Some(arr)) => format!("open loop at {rate} req/s ({arr})"),
+    let how = match (s.rate_rps, s.arrival) {
+        (Some(rate), Some(arr)) => format!("open loop at {rate} req/s ({})", arr.name()),
         _ => "closed loop".to_string(),
     };
-    let proto = match (s.protocol.as_str(), s.tls) {
-        ("h2", true) => format!("HTTP/2 over TLS, {} streams/conn, ", s.streams),
-        ("h2", false) => format!("h2c, {} streams/conn, ", s.streams),
-        ("grpc", true) => format!("gRPC over TLS, {} streams/conn, ", s.streams),
-        ("grpc", false) => format!("gRPC over h2c, {} streams/conn, ", s.streams),
-        ("h3", _) => format!("HTTP/3 over QUIC, {} streams/conn, ", s.streams),
-        (_, true) => "HTTP/1.1 over TLS, ".to_string(),
-        _ => String::new(),
+    let proto = match (s.protocol, s.tls) {
+        (Protocol::Http2, true) => format!("HTTP/2 over TLS, {} streams/conn, ", s.streams),
+        (Protocol::Http2, false) => format!("h2c, {} streams/conn, ", s.streams),
+        (Protocol::Grpc, true) => format!("gRPC over TLS, {} streams/conn, ", s.streams),
+        (Protocol::Grpc, false) => format!("gRPC over h2c, {} streams/conn, ", s.streams),
+        (Protocol::Http3, _) => format!("HTTP/3 over QUIC, {} streams/conn, ", s.streams),
+        (Protocol::Http1, true) => "HTTP/1.1 over TLS, ".to_string(),
+        (Protocol::Http1, false) => String::new(),
     };
     let targets = if s.targets > 1 {
         format!(
             ", {} targets on {} hosts ({})",
-            s.targets, s.hosts, s.target_order
+            s.targets,
+            s.hosts,
+            s.target_order.name()
         )
     } else {
         String::new()
@@ -200,7 +202,7 @@ pub fn summary(r: &RunResult) -> String {
         );
     }
     let c = &r.connections;
-    let quic = r.settings.protocol == "h3";
+    let quic = r.settings.protocol == Protocol::Http3;
     if c.opened > 0 || c.quic_migrations > 0 {
         let mut line = format!(
             "  conns      {} opened ({:.1}/s)",
@@ -356,10 +358,9 @@ mod tests {
 
     #[test]
     fn the_summary_names_the_schedule_lag_once_in_one_unit() {
-        let mut r: RunResult =
-            serde_json::from_str(include_str!("../../analysis/src/fixture-run.json")).unwrap();
+        let mut r: RunResult = meshbench_results::fixtures::run_result();
         r.settings.rate_rps = Some(1000.0);
-        r.settings.idle_strategy = Some(meshbench_engine::IdleStrategy::Auto);
+        r.settings.idle_strategy = Some(meshbench_results::IdleStrategy::Auto);
         r.schedule_lag_us = Some(Stats {
             count: 20,
             min: 3,

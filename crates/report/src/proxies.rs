@@ -3,9 +3,8 @@
 //! open, memory allocated and heap, and the flag when its count and the engine's disagree
 //! beyond the window's edges (`analysis::witness`). One set of words and cells for both faces.
 
-use meshbench_analysis::witness::{
-    witnesses, Agreement, Finding, ProxyCounters, RoleWitness, Tolerance, UpstreamFailures,
-};
+use meshbench_analysis::witness::{witnesses, Agreement, Finding, RoleWitness, Tolerance};
+use meshbench_results::{ProxyCounters, UpstreamFailures};
 use meshbench_store::{StepRecord, StoredStep};
 
 use crate::answers::Table;
@@ -208,18 +207,18 @@ pub fn table(steps: &[StoredStep]) -> Option<Table> {
 
 #[cfg(test)]
 mod tests {
-    use meshbench_analysis::witness::Requests;
+    use meshbench_results::ProxyRequests;
 
     use super::*;
 
     #[test]
     fn cells_name_what_is_there() {
         let c = ProxyCounters {
-            requests: Some(Requests {
+            requests: Some(ProxyRequests {
                 total: 12_000,
                 status_2xx: 11_996,
                 status_5xx: 4,
-                ..Requests::default()
+                ..ProxyRequests::default()
             }),
             upstream_failures: UpstreamFailures {
                 connect_fail: 2,

@@ -13,6 +13,7 @@
 
 use std::time::Duration;
 
+use meshbench_results::Protocol;
 use meshbench_store::{ExperimentRow, StoredStep};
 use serde_json::{json, Map, Value};
 
@@ -73,10 +74,9 @@ fn step(e: &ExperimentRow, stored: &StoredStep) -> Option<Value> {
         result["endTime"] = json!(end);
     }
     // SMP's client protocols: gRPC is its own; HTTP/1.1, HTTP/2 and HTTP/3 are all http.
-    let protocol = if r.settings.protocol == "grpc" {
-        "grpc"
-    } else {
-        "http"
+    let protocol = match r.settings.protocol {
+        Protocol::Grpc => "grpc",
+        Protocol::Http1 | Protocol::Http2 | Protocol::Http3 => "http",
     };
     let mut client = json!({
         "internal": true,

@@ -13,7 +13,8 @@ use meshbench_analysis::threshold::{self, Threshold};
 use meshbench_analysis::{group, Headline, Run};
 use meshbench_engine::{Live, LoadSpec};
 use meshbench_experiment::plan::LoadPoint;
-use meshbench_experiment::{Experiment, Step, StepParams};
+use meshbench_experiment::{Experiment, Step};
+use meshbench_results::StepParams;
 use meshbench_store::StepRecord;
 
 use crate::{

@@ -11,13 +11,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use meshbench_engine::pacer::Arrival;
-use meshbench_engine::{LoadSpec, Order, Stop, StopAt};
+use meshbench_engine::{LoadSpec, Stop, StopAt};
 use meshbench_experiment::config::{parse_cpuset, Experiment};
 use meshbench_experiment::{Plan, Step};
 use meshbench_lab::program::envoy::admin::{self, AdminError};
 use meshbench_lab::rig::{self, Rig};
-use meshbench_lab::sampler::{self, Figure, ProxyCounters, RoleUsage, Sampled, Usage};
+use meshbench_lab::sampler::{self, Sampled};
+use meshbench_results::{Arrival, Figure, Order, ProxyCounters, RoleUsage, Usage};
 use meshbench_store::StepRecord;
 
 use crate::agents::Fleet;
@@ -284,7 +284,7 @@ pub fn load_for(e: &Experiment, step: &Step, source: TargetSource) -> LoadOption
     if o.protocol.is_multiplexed() {
         o.streams = e.load.streams.max(1) as usize;
     }
-    if e.load.request_bytes > 0 && o.protocol == meshbench_engine::Protocol::Grpc {
+    if e.load.request_bytes > 0 && o.protocol == meshbench_results::Protocol::Grpc {
         // A gRPC step pings with this much payload (the backend echoes it back).
         o.grpc_payload = e.load.request_bytes as usize;
     } else if e.load.request_bytes > 0 {

@@ -12,12 +12,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use meshbench_engine::pacer::Arrival;
-use meshbench_engine::{
-    CloseFirst, ConnSpec, IdleStrategy, LoadSpec, Mode, Order, Protocol, QuicSpec, RequestSpec,
-    StopAt,
-};
+use meshbench_engine::{ConnSpec, LoadSpec, Mode, QuicSpec, RequestSpec, StopAt};
 use meshbench_net::tls::ClientTlsOptions;
+use meshbench_results::{Arrival, CloseFirst, IdleStrategy, Order, Protocol};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 

@@ -8,8 +8,9 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use meshbench_engine::{Live, LoadSpec, RunError, RunResult, Stop};
-use meshbench_lab::sampler::{self, Sample, Sampled, Sampler, Watch};
+use meshbench_engine::{Live, LoadSpec, RunError, Stop};
+use meshbench_lab::sampler::{self, Sampled, Sampler, Watch};
+use meshbench_results::{RunResult, Sample};
 use thiserror::Error;
 
 use crate::agents::{Fleet, FleetError};

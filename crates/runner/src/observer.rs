@@ -5,7 +5,7 @@
 
 use meshbench_engine::Live;
 use meshbench_experiment::Step;
-use meshbench_lab::sampler::Sample;
+use meshbench_results::Sample;
 use meshbench_store::StepRecord;
 
 /// Where a step stands in its experiment.

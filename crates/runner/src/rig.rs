@@ -10,7 +10,8 @@ use meshbench_experiment::Step;
 use meshbench_lab::cgroup::Limits;
 use meshbench_lab::program::{envoy, CommandTemplate, ProgramSpec};
 use meshbench_lab::rig::{GatewaySpec, RigSpec};
-use meshbench_lab::{Class, Program, Topology};
+use meshbench_lab::Program;
+use meshbench_results::{Class, Topology};
 
 /// The program of a `proxy` or `tunnel` section, with its command template.
 fn program_spec(p: &meshbench_experiment::config::Proxy) -> ProgramSpec {
@@ -175,8 +176,8 @@ pub fn rig_spec(e: &Experiment, step: &Step, id: i64, exe: PathBuf) -> RigSpec {
         tunnel_limits: limits(&e.limits.tunnel, swept(Class::Tunnel)),
         backend_limits: limits(&e.limits.backend, swept(Class::Backend)),
         http2: e.load.protocol.is_http2(),
-        grpc: e.load.protocol == meshbench_engine::Protocol::Grpc,
-        http3: e.load.protocol == meshbench_engine::Protocol::Http3,
+        grpc: e.load.protocol == meshbench_results::Protocol::Grpc,
+        http3: e.load.protocol == meshbench_results::Protocol::Http3,
         netns: e.isolation == meshbench_experiment::config::Isolation::Netns,
         id: format!("{}-{id}-{}", std::process::id(), step.index),
         dir: std::env::temp_dir().join(format!(

@@ -220,8 +220,7 @@ impl Session {
 mod tests {
     use std::collections::BTreeMap;
 
-    use meshbench_engine::Protocol;
-    use meshbench_experiment::StepParams;
+    use meshbench_results::{Protocol, StepParams};
 
     use super::*;
 

@@ -7,8 +7,9 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use meshbench_backend::{Backend, BackendConfig};
-use meshbench_engine::recorder::{new_histogram, Counts, ErrorKind};
+use meshbench_engine::recorder::{Counts, ErrorKind};
 use meshbench_engine::{Stop, StopAt};
+use meshbench_results::histogram::new_histogram;
 use meshbench_runner::{measure, Generator, LoadOptions, TargetSource};
 
 #[test]

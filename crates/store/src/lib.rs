@@ -24,11 +24,12 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use meshbench_experiment::{CpuAllotment, StepParams};
+use meshbench_results::{
+    Arrival, CpuAllotment, Load, LoopMode, RoleUsage, Sample, StepParams, Usage,
+};
 use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
 use thiserror::Error;
 
-pub use meshbench_lab::sampler::{Figure, RoleUsage, Sample, Usage};
 pub use record::{
     topology_name, ExperimentRow, ExperimentStatus, LoadSummary, NewExperiment, StepRecord,
     StepStatus, StoredStep,
@@ -737,14 +738,27 @@ fn v1_params(text: &str) -> Result<StepParams, String> {
         serde_json::Value::Null => None,
         c => Some(serde_json::from_value::<CpuAllotment>(c.clone()).map_err(|e| e.to_string())?),
     };
+    // v1 wrote `mode` only for experiment steps; a capacity step was open at its `qps`.
+    let mode: LoopMode =
+        serde_json::from_value(pick("mode", if qps.is_some() { "open" } else { "closed" })?)
+            .map_err(|e| e.to_string())?;
+    let load = match (mode, qps) {
+        (LoopMode::Open, Some(rate_rps)) => Load::Open {
+            rate_rps,
+            arrival: if v["jitter"].as_bool().unwrap_or(false) {
+                Arrival::Poisson
+            } else {
+                Arrival::Uniform
+            },
+        },
+        (LoopMode::Open, None) => return Err("an open-loop step without a rate (`qps`)".into()),
+        (LoopMode::Closed, _) => Load::Closed,
+    };
     Ok(StepParams {
-        qps,
+        load,
         connections: v["connections"].as_u64().unwrap_or(0) as u32,
         response_bytes: v["response_bytes"].as_u64().unwrap_or(0),
         request_bytes: v["request_bytes"].as_u64().unwrap_or(0),
-        jitter: v["jitter"].as_bool().unwrap_or(false),
-        mode: serde_json::from_value(pick("mode", if qps.is_some() { "open" } else { "closed" })?)
-            .map_err(|e| e.to_string())?,
         protocol: serde_json::from_value(pick("protocol", "http1")?).map_err(|e| e.to_string())?,
         cpu,
     })

@@ -7,10 +7,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 
-use meshbench_engine::RunResult;
-use meshbench_experiment::StepParams;
-use meshbench_lab::sampler::{RoleUsage, Sample};
-use meshbench_lab::Topology;
+use meshbench_results::{RoleUsage, RunResult, Sample, StepParams, Topology};
 use serde::{Deserialize, Serialize};
 
 /// How a step ended.
@@ -260,7 +257,7 @@ impl LoadSummary {
 
 /// A topology column: a lab topology's name, or `url` for a step with no rig.
 pub mod topology_name {
-    use meshbench_lab::Topology;
+    use meshbench_results::Topology;
     use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
     pub const URL: &str = "url";

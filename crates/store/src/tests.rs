@@ -4,18 +4,15 @@
 
 use std::collections::BTreeMap;
 
-use meshbench_engine::Protocol;
-use meshbench_engine::RunResult;
-use meshbench_experiment::config::LoopMode;
-use meshbench_experiment::{CpuAllotment, StepParams};
-use meshbench_lab::program::envoy::admin::{ProxyCounters, Requests, UpstreamFailures};
-use meshbench_lab::sampler::{Figure, RoleUsage, Sample, Usage};
-use meshbench_lab::{Class, Topology};
+use meshbench_results::{
+    Class, CpuAllotment, Figure, Load, Protocol, ProxyCounters, ProxyRequests, RoleUsage,
+    RunResult, Sample, StepParams, Topology, UpstreamFailures, Usage,
+};
 
 use super::*;
 
 fn result() -> RunResult {
-    serde_json::from_str(include_str!("../../analysis/src/fixture-run.json")).unwrap()
+    meshbench_results::fixtures::run_result()
 }
 
 fn dir(name: &str) -> PathBuf {
@@ -27,12 +24,10 @@ fn dir(name: &str) -> PathBuf {
 
 fn step(seq: u32) -> StepRecord {
     let params = StepParams {
-        qps: Some(100.0),
+        load: Load::open(100.0),
         connections: 4,
         response_bytes: 1024,
         request_bytes: 0,
-        jitter: false,
-        mode: LoopMode::Open,
         protocol: Protocol::Http1,
         cpu: Some(CpuAllotment {
             role: Class::Proxy,
@@ -104,11 +99,11 @@ fn step(seq: u32) -> StepRecord {
             },
             missing: BTreeMap::new(),
             proxy: Some(ProxyCounters {
-                requests: Some(Requests {
+                requests: Some(ProxyRequests {
                     total: 1200,
                     status_2xx: 1199,
                     status_5xx: 1,
-                    ..Requests::default()
+                    ..ProxyRequests::default()
                 }),
                 upstream_failures: UpstreamFailures {
                     connect_fail: 1,
@@ -289,8 +284,8 @@ fn a_v1_store_is_migrated_with_every_step_it_had() {
     let swept = &steps[1].step;
     assert_eq!(swept.topology, Some(Topology::Serveronly));
     assert_eq!(
-        (swept.params.mode, swept.params.protocol),
-        (LoopMode::Closed, Protocol::Http2)
+        (swept.params.load, swept.params.protocol),
+        (Load::Closed, Protocol::Http2)
     );
     assert_eq!(swept.params.cpu.map(|c| c.cores), Some(0.5));
     let version: i64 = s

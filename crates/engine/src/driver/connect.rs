@@ -18,7 +18,7 @@ use crate::conn::{Linger, State, LINGER_TOKEN};
 use crate::h2conn::H2Conn;
 use crate::h3conn::H3Conn;
 use crate::recorder::ErrorKind;
-use crate::spec::Protocol;
+use meshbench_results::Protocol;
 
 impl Worker<'_> {
     /// Starts a TCP connection for conn `c` to its host; leaves it Connecting, or further if

@@ -37,13 +37,14 @@ use meshbench_net::rng::SplitMix64;
 use crate::conn::{Conn, State, LINGER_TOKEN};
 use crate::h2conn::H2Stream;
 use crate::h3conn::H3Stream;
-use crate::idle::{Idle, IdleStrategy, CALIBRATION};
+use crate::idle::{Idle, CALIBRATION};
 use crate::pacer::Pacer;
 use crate::recorder::{ErrorKind, Interval, Recorder};
 use crate::request::{Due, Phase};
 use crate::slots::SlotPool;
-use crate::spec::{ConnSpec, Order, Protocol, Targets};
+use crate::spec::{ConnSpec, Targets};
 use crate::stop::Stop;
+use meshbench_results::{IdleStrategy, Order, Protocol};
 
 const SECOND: u64 = 1_000_000_000;
 /// Longest sleep in the loop, so that a stop request is seen promptly.

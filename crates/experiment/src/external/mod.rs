@@ -12,7 +12,7 @@ pub mod promql;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use meshbench_lab::sampler::Figure;
+use meshbench_results::Figure;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_yaml_ng::{Mapping, Value};

@@ -15,7 +15,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use meshbench_lab::sampler::Figure;
+use meshbench_results::Figure;
 use serde::{Deserialize, Serialize};
 
 use super::promql::{selector, Matcher, WINDOW};

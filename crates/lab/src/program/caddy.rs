@@ -11,8 +11,8 @@ use std::process::Command;
 
 use super::{p, Hop, Run};
 use crate::gateway::GatewayPlan;
-use crate::topology::Layer;
 use crate::{install, write_file, LabError};
+use meshbench_results::Layer;
 
 /// The gateway's configuration file.
 pub const CONFIG: &str = "Caddyfile";

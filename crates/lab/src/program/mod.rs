@@ -25,8 +25,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::gateway::{self, GatewayPlan};
 use crate::pki::Issued;
-use crate::topology::{Layer, Part};
 use crate::{install, write_file, LabError};
+use meshbench_results::{topology::Part, Layer};
 
 /// The program that plays a proxy role: the `type:` of the experiment file's `proxy`, `tunnel`
 /// and `gateway` sections.

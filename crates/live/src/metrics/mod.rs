@@ -184,7 +184,7 @@ pub(crate) mod tests {
     use std::time::Instant;
 
     use meshbench_engine::recorder::{ErrorKind, Interval};
-    use meshbench_lab::sampler::Sample;
+    use meshbench_results::Sample;
 
     use super::*;
     use crate::series::Family;

@@ -12,7 +12,7 @@ use meshbench_analysis::sizing::{self, Candidate, Model, Only, Request, SizingEr
 use meshbench_analysis::threshold::{self, Metric, Threshold};
 use meshbench_analysis::verdict::Margin;
 use meshbench_analysis::{group, Group, Run};
-use meshbench_engine::RunResult;
+use meshbench_results::RunResult;
 use meshbench_store::{ExperimentRow, Store, StoreError};
 
 use crate::cli::{CompareArgs, SizeArgs, StoreArg};

@@ -8,8 +8,8 @@ use std::path::Path;
 use anyhow::Result;
 use meshbench_engine::Live;
 use meshbench_experiment::{Experiment, Plan};
-use meshbench_lab::sampler::Sample;
 use meshbench_live::{Done, Scope, StepInfo};
+use meshbench_results::Sample;
 use meshbench_runner::agents::Fleet;
 use meshbench_runner::{Finished, Observer, StepAt};
 use meshbench_store::{StepRecord, Store};
@@ -244,7 +244,7 @@ pub fn describe_plan(e: &Experiment, plan: &Plan) -> String {
 /// rate window filled in), or why a figure has none.
 fn describe_external(e: &Experiment, x: &meshbench_experiment::external::External) -> String {
     use meshbench_experiment::external::promql::with_window;
-    use meshbench_lab::sampler::Figure;
+    use meshbench_results::Figure;
     let window = x.window_ms(e.sample_interval_ms);
     let mut out = format!(
         "external variants: roles read from {} after each step's load, a point every {} ms over the steady window, rates over {} ms

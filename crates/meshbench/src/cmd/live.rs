@@ -8,11 +8,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use meshbench_engine::Live;
-use meshbench_lab::sampler::{now_ms, Sample};
+use meshbench_lab::sampler::now_ms;
 use meshbench_live::metrics::MetricsServer;
 use meshbench_live::remote_write::{RemoteWriteConfig, RemoteWriter};
 use meshbench_live::web::WebServer;
 use meshbench_live::{listen_addr, Done, Hub, Scope, StepInfo};
+use meshbench_results::Sample;
 
 use crate::cli::LiveFlags;
 use crate::usage;

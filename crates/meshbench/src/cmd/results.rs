@@ -7,9 +7,8 @@ use std::io::Write;
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use meshbench_engine::check::Cause;
-use meshbench_experiment::StepParams;
-use meshbench_store::{LoadSummary, RoleUsage, StepRecord, StepStatus};
+use meshbench_results::{Cause, RoleUsage, StepParams};
+use meshbench_store::{LoadSummary, StepRecord, StepStatus};
 
 use super::answers::{find_experiment, open_store};
 use crate::cli::{ExportFormat, ResultsCommand, StoreArg};
@@ -198,7 +197,10 @@ pub fn table(rows: &[TableRow]) -> String {
     for r in rows {
         let load = format!(
             "{} x {}c",
-            r.params.qps.map_or("max".into(), |q| format!("{q} qps")),
+            r.params
+                .load
+                .rate_rps()
+                .map_or("max".into(), |q| format!("{q} qps")),
             r.params.connections
         );
         let roles: Vec<String> = r

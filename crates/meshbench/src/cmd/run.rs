@@ -8,11 +8,9 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use meshbench_engine::pacer::Arrival;
-use meshbench_engine::{
-    CloseFirst, IdleStrategy, LoadSpec, Order, Protocol, RunResult, Stop, StopAt,
-};
+use meshbench_engine::{LoadSpec, Stop, StopAt};
 use meshbench_live::Done;
+use meshbench_results::{Arrival, CloseFirst, IdleStrategy, Order, Protocol, RunResult};
 use meshbench_runner::targets::ConnectTo;
 use meshbench_runner::{Body, Generator, LoadOptions, ProtoSource, TargetSource, TlsOptions};
 

@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use meshbench_lab::process::Placement;
 use meshbench_lab::program::{nginx, Hop, ProgramSpec, Run};
-use meshbench_lab::topology::{Layer, Part};
 use meshbench_lab::{rig, LabError, Program, RoleProcess};
+use meshbench_results::{topology::Part, Layer};
 
 pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_meshbench")

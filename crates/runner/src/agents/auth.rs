@@ -8,7 +8,7 @@ use std::fmt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use meshbench_engine::result::SCHEMA;
+use meshbench_results::run::SCHEMA;
 use ring::hmac;
 use ring::rand::{SecureRandom, SystemRandom};
 use serde::{Deserialize, Serialize};

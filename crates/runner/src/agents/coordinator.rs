@@ -23,9 +23,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
 use meshbench_engine::recorder::{Interval, Recorder};
-use meshbench_engine::result::{AgentPart, Agents, Lost};
-use meshbench_engine::{Gathered, Live, LoadSpec, Part, RunResult, Seconds, Segment, Stop, StopAt};
+use meshbench_engine::{Gathered, Live, LoadSpec, Part, Seconds, Segment, Stop, StopAt};
 use meshbench_net::clock::monotonic_ns;
+use meshbench_results::{run::AgentPart, run::Agents, run::Lost, RunResult};
 use thiserror::Error;
 
 use super::auth::{handshake, Hello, Role, Token};

@@ -25,7 +25,8 @@ use crate::load::{Body, LoadOptions, ProtoSource, TargetSource};
 use crate::observer::{Observer, StepAt};
 use crate::targets::proto::Proto;
 use crate::{measure, Lab};
-use meshbench_engine::{LoadSpec, Protocol};
+use meshbench_engine::LoadSpec;
+use meshbench_results::Protocol;
 
 use prometheus::Prometheus;
 use read::{read_roles, Window};

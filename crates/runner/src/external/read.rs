@@ -19,7 +19,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use meshbench_experiment::external::promql::{duration, with_window};
 use meshbench_experiment::external::Role;
-use meshbench_lab::sampler::{self, Figure, RoleUsage, Sample, Usage};
+use meshbench_lab::sampler::{self};
+use meshbench_results::{Figure, RoleUsage, Sample, Usage};
 
 use super::prometheus::{PromError, Prometheus, Series};
 

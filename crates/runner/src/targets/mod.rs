@@ -15,7 +15,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use meshbench_engine::{Host, HttpRequest, Order, Protocol, Target, Targets, Wire};
+use meshbench_engine::{Host, HttpRequest, Target, Targets, Wire};
+use meshbench_results::{Order, Protocol};
 
 use serde::{Deserialize, Serialize};
 use template::Template;

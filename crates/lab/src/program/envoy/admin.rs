@@ -18,7 +18,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
+use meshbench_results::{ProxyCounters, ProxyRequests};
 use thiserror::Error;
 
 /// The stat name prefixes this reading needs, for a bootstrap's
@@ -49,143 +49,6 @@ pub const MAX_ANSWER: usize = 8 << 20;
 
 /// The cluster of Istio's control plane connection: its failures are not the traffic's.
 const CONTROL_PLANE_CLUSTER: &str = "xds-grpc";
-
-/// What an Envoy said about itself: counters (summed over its connection managers, clusters
-/// and listeners) and gauges. A single reading holds totals since Envoy started; a step keeps
-/// [`ProxyCounters::since`] its reading before the load: the counters' differences and the
-/// gauges' values at the end.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub struct ProxyCounters {
-    /// Requests its HTTP connection managers served; `None` when it has none (an L4 tunnel) or
-    /// their stats were not created (a stats matcher without `http.`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub requests: Option<Requests>,
-    /// Upstream failures summed over its clusters (Istio's `xds-grpc` left out).
-    pub upstream_failures: UpstreamFailures,
-    /// Downstream connections open at the reading (`listener.<listener>.downstream_cx_active`
-    /// over its traffic listeners; the admin's listener and the per-worker copies left out): a
-    /// gauge.
-    pub connections_active: u64,
-    /// Connections its TCP proxies carried (`tcp.<prefix>.downstream_cx_total` summed): what an
-    /// L4 tunnel has instead of requests; `None` when it has no TCP proxy.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tunnel_connections: Option<u64>,
-    /// `server.memory_allocated`: bytes its allocator handed out, a gauge.
-    pub memory_allocated_bytes: u64,
-    /// `server.memory_heap_size`: bytes its allocator reserved from the system, a gauge.
-    pub memory_heap_size_bytes: u64,
-}
-
-/// Requests served, summed over every HTTP connection manager (`http.<prefix>.`) except the
-/// admin's own (`http.admin.`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub struct Requests {
-    /// `downstream_rq_total`: every request whose headers the manager began to decode.
-    pub total: u64,
-    /// `downstream_rq_1xx` ... `downstream_rq_5xx`: responses it sent, by class (a request
-    /// reset before any response is in `total` only).
-    pub status_1xx: u64,
-    pub status_2xx: u64,
-    pub status_3xx: u64,
-    pub status_4xx: u64,
-    pub status_5xx: u64,
-}
-
-/// Upstream failures summed over the clusters, each under the name of its Envoy counter
-/// (`cluster.<name>.<counter>`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub struct UpstreamFailures {
-    /// `upstream_cx_connect_fail`: connections to an upstream that failed.
-    pub connect_fail: u64,
-    /// `upstream_rq_timeout`: requests that timed out waiting for the upstream's answer.
-    pub rq_timeout: u64,
-    /// `upstream_rq_per_try_timeout`: tries that timed out (with a retry policy).
-    pub rq_per_try_timeout: u64,
-    /// `upstream_cx_destroy_remote_with_active_rq`: connections the upstream closed with a
-    /// request in flight.
-    pub remote_closed_active_rq: u64,
-    /// `upstream_rq_retry`: requests sent again; each is one more request the next hop sees.
-    pub rq_retry: u64,
-    /// `upstream_rq_pending_overflow`: requests refused by the circuit breaker.
-    pub rq_pending_overflow: u64,
-}
-
-impl UpstreamFailures {
-    /// Every failure and retry added up: one number for a table (a connect failure that was
-    /// retried counts twice, once as each).
-    pub fn total(&self) -> u64 {
-        self.connect_fail
-            + self.rq_timeout
-            + self.rq_per_try_timeout
-            + self.remote_closed_active_rq
-            + self.rq_retry
-            + self.rq_pending_overflow
-    }
-
-    fn since(&self, before: &UpstreamFailures) -> UpstreamFailures {
-        UpstreamFailures {
-            connect_fail: self.connect_fail.saturating_sub(before.connect_fail),
-            rq_timeout: self.rq_timeout.saturating_sub(before.rq_timeout),
-            rq_per_try_timeout: self
-                .rq_per_try_timeout
-                .saturating_sub(before.rq_per_try_timeout),
-            remote_closed_active_rq: self
-                .remote_closed_active_rq
-                .saturating_sub(before.remote_closed_active_rq),
-            rq_retry: self.rq_retry.saturating_sub(before.rq_retry),
-            rq_pending_overflow: self
-                .rq_pending_overflow
-                .saturating_sub(before.rq_pending_overflow),
-        }
-    }
-}
-
-impl Requests {
-    fn since(&self, before: &Requests) -> Requests {
-        Requests {
-            total: self.total.saturating_sub(before.total),
-            status_1xx: self.status_1xx.saturating_sub(before.status_1xx),
-            status_2xx: self.status_2xx.saturating_sub(before.status_2xx),
-            status_3xx: self.status_3xx.saturating_sub(before.status_3xx),
-            status_4xx: self.status_4xx.saturating_sub(before.status_4xx),
-            status_5xx: self.status_5xx.saturating_sub(before.status_5xx),
-        }
-    }
-}
-
-const MIB: f64 = 1024.0 * 1024.0;
-
-impl ProxyCounters {
-    /// What happened between `before` and this reading: counters as differences (an Envoy
-    /// restarted in between would have counted from zero again: its differences floor at 0),
-    /// gauges (connections, memory) as this reading has them.
-    pub fn since(&self, before: &ProxyCounters) -> ProxyCounters {
-        ProxyCounters {
-            requests: match (self.requests, before.requests) {
-                (Some(now), Some(then)) => Some(now.since(&then)),
-                (now, _) => now,
-            },
-            upstream_failures: self.upstream_failures.since(&before.upstream_failures),
-            connections_active: self.connections_active,
-            tunnel_connections: self
-                .tunnel_connections
-                .map(|n| n.saturating_sub(before.tunnel_connections.unwrap_or(0))),
-            memory_allocated_bytes: self.memory_allocated_bytes,
-            memory_heap_size_bytes: self.memory_heap_size_bytes,
-        }
-    }
-
-    pub fn memory_allocated_mib(&self) -> f64 {
-        self.memory_allocated_bytes as f64 / MIB
-    }
-
-    pub fn memory_heap_size_mib(&self) -> f64 {
-        self.memory_heap_size_bytes as f64 / MIB
-    }
-}
 
 /// Why an admin endpoint could not be read.
 #[derive(Debug, Clone, PartialEq, Error)]
@@ -297,7 +160,7 @@ fn fetch(addr: SocketAddr, path: &str) -> Result<Vec<u8>, AdminError> {
 /// has it, so without it the text is not Envoy's stats (or `server.` was excluded).
 pub fn parse_stats(text: &str) -> Result<ProxyCounters, NotEnvoy> {
     let mut c = ProxyCounters::default();
-    let mut requests: Option<Requests> = None;
+    let mut requests: Option<ProxyRequests> = None;
     let mut allocated = None;
     for line in text.lines() {
         let Some((name, value)) = line.split_once(": ") else {
@@ -320,7 +183,7 @@ pub fn parse_stats(text: &str) -> Result<ProxyCounters, NotEnvoy> {
                 | "downstream_rq_2xx"
                 | "downstream_rq_3xx"
                 | "downstream_rq_4xx"
-                | "downstream_rq_5xx" => requests.get_or_insert_with(Requests::default),
+                | "downstream_rq_5xx" => requests.get_or_insert_with(ProxyRequests::default),
                 _ => continue,
             };
             match stat {
@@ -444,7 +307,7 @@ tcp.ztunnel.upstream_flush_active: 0
         let c = parse_stats(CAPTURED).unwrap();
         assert_eq!(
             c.requests,
-            Some(Requests {
+            Some(ProxyRequests {
                 total: 6,
                 status_1xx: 0,
                 status_2xx: 3,

@@ -37,8 +37,8 @@ use prost::Message;
 
 use super::{Hop, Run};
 use crate::gateway::GatewayPlan;
-use crate::topology::Part;
 use crate::{install, write_file, LabError};
+use meshbench_results::topology::Part;
 
 /// The gateway's configuration file.
 pub const CONFIG: &str = "envoy.pb";
@@ -229,7 +229,7 @@ mod tests {
         Hop {
             name: "client_proxy".into(),
             part,
-            layer: crate::topology::Layer::L7,
+            layer: meshbench_results::Layer::L7,
             listen: "127.0.0.1:9001".parse().unwrap(),
             listen_tls: Some(ListenTls {
                 cert: d.join("server.pem"),

@@ -31,7 +31,7 @@ use super::istio::{self, Direction, Versions};
 use super::telemetry;
 use super::{socket, static_cluster};
 use crate::program::Hop;
-use crate::topology::Part;
+use meshbench_results::topology::Part;
 
 /// The cluster Istio's outbound side passes unknown traffic to (here: the same next hop, in
 /// the clear).

@@ -1,4 +1,4 @@
-//! The transport form of a histogram: HdrHistogram's V2 encoding, DEFLATE-compressed, in base64
+//! The histograms a result carries: their bounds ([`new_histogram`]) and their transport form: HdrHistogram's V2 encoding, DEFLATE-compressed, in base64
 //! (what a stored step, a `--json` result and an agent's report carry), and its decoder.
 //!
 //! The decoder reads text that may come from anywhere (a store file, a result someone sent), so
@@ -15,6 +15,20 @@ use flate2::read::ZlibDecoder;
 use hdrhistogram::serialization::{Deserializer, Serializer, V2DeflateSerializer};
 use hdrhistogram::Histogram;
 use thiserror::Error;
+
+/// Largest value a histogram holds: 60 s in microseconds.
+pub const HIST_MAX_US: u64 = 60_000_000;
+
+/// A latency histogram in microseconds, 1 µs to 60 s, 3 significant digits: the bounds of
+/// every histogram a result carries, so that any two add exactly.
+pub fn new_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, HIST_MAX_US, 3).expect("static histogram bounds are valid")
+}
+
+/// A coarse histogram (2 significant digits, ~30 KiB) for once-a-second timeline points.
+pub fn new_interval_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, HIST_MAX_US, 2).expect("static histogram bounds are valid")
+}
 
 /// Most counters a decoded histogram may have: 16 MiB of them. The engine's own latency
 /// histogram (1 µs to 60 s, 3 digits) has 17,408; a 5-digit one up to an hour still fits.
@@ -65,7 +79,7 @@ macro_rules! serde_form {
                     D::Error::custom(format!(
                         "histogram holds {} µs, beyond the engine's {} µs",
                         sent.max(),
-                        crate::recorder::HIST_MAX_US
+                        crate::histogram::HIST_MAX_US
                     ))
                 })?;
                 Ok(h)
@@ -76,12 +90,12 @@ macro_rules! serde_form {
 
 serde_form!(
     latency_form,
-    crate::recorder::new_histogram,
+    crate::histogram::new_histogram,
     "A 3-digit histogram (latency, service time) in a message."
 );
 serde_form!(
     coarse_form,
-    crate::recorder::new_interval_histogram,
+    crate::histogram::new_interval_histogram,
     "A 2-digit histogram (a second's schedule lag) in a message."
 );
 
@@ -251,7 +265,6 @@ mod tests {
     use std::io::Write as _;
 
     use super::*;
-    use crate::recorder::{new_histogram, new_interval_histogram};
 
     /// An uncompressed V2 header.
     fn header(payload_len: u32, digits: u32, low: u64, high: u64) -> Vec<u8> {
@@ -282,8 +295,8 @@ mod tests {
     #[test]
     fn the_counter_count_is_the_crates() {
         for (low, high, digits) in [
-            (1, crate::recorder::HIST_MAX_US, 3),
-            (1, crate::recorder::HIST_MAX_US, 2),
+            (1, crate::histogram::HIST_MAX_US, 3),
+            (1, crate::histogram::HIST_MAX_US, 2),
             (1, 2, 0),
             (1, u64::MAX, 5),
             (1000, 3_600_000_000, 4),
@@ -302,7 +315,10 @@ mod tests {
         assert_eq!(counts_len(0, 10, 3), None);
         assert_eq!(counts_len(10, 19, 3), None);
         assert_eq!(counts_len(1 << 60, u64::MAX, 3), None);
-        assert_eq!(counts_len(1, crate::recorder::HIST_MAX_US, 3), Some(17_408));
+        assert_eq!(
+            counts_len(1, crate::histogram::HIST_MAX_US, 3),
+            Some(17_408)
+        );
     }
 
     #[test]

@@ -1,0 +1,35 @@
+//! The contracts between meshbench's crates: the types that cross from the crates that measure
+//! (`engine`, `lab`, `runner`) to those that keep and read what was measured (`store`,
+//! `analysis`, `report`). Serde types and pure functions of them only: no I/O, no protocol
+//! stack, so a reader of results compiles neither QUIC nor Envoy's API.
+//!
+//! - [`run`]: the result of one run ([`RunResult`], the `meshbench/result/v1` document).
+//! - [`histogram`]: the histograms a result carries, their bounds and their transport form.
+//! - [`self_check`]: the generator's verdict on its run, inside a result.
+//! - [`load`]: the words of a load (loop mode, arrival, protocol, order, close side, idle
+//!   strategy), typed.
+//! - [`step`]: what one step asked for ([`StepParams`]).
+//! - [`topology`]: who talks to whom ([`Topology`]), each role's class and layer.
+//! - [`usage`]: what a role used over a step ([`RoleUsage`], [`Sample`]).
+//! - [`proxy`]: an Envoy role's own counts ([`ProxyCounters`]).
+//! - `fixtures` (feature `fixtures`): a stored run's result, for other crates' tests.
+
+pub mod histogram;
+pub mod load;
+pub mod proxy;
+pub mod run;
+pub mod self_check;
+pub mod step;
+pub mod topology;
+pub mod usage;
+
+#[cfg(feature = "fixtures")]
+pub mod fixtures;
+
+pub use load::{Arrival, CloseFirst, IdleStrategy, LoopMode, Order, Protocol};
+pub use proxy::{ProxyCounters, ProxyRequests, UpstreamFailures};
+pub use run::RunResult;
+pub use self_check::{Cause, Finding, SelfCheck};
+pub use step::{CpuAllotment, Load, StepParams};
+pub use topology::{Class, Layer, Topology};
+pub use usage::{Figure, RoleUsage, Sample, Usage};
