@@ -40,7 +40,7 @@ duration_secs: 2
 warmup_secs: 0.5
 cooldown_secs: 0
 load:
-  qps: [200, 400, 800, 1600, 3200]
+  rate_rps: [200, 400, 800, 1600, 3200]
   connections: [8]
 proxy:
   type: nginx

@@ -34,7 +34,7 @@ duration_secs: $DUR
 warmup_secs: 2
 cooldown_secs: 0.5
 load:
-  qps: [$QPS]
+  rate_rps: [$QPS]
   connections: [16]
   response_bytes: [1024]
 proxy:

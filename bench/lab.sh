@@ -35,7 +35,7 @@ warmup_secs: $WARM
 cooldown_secs: 0
 repeats: $STEPS
 load:
-  qps: [200]
+  rate_rps: [200]
   connections: [4]
 proxy:
   type: haproxy

@@ -27,24 +27,26 @@ pub fn percentile_name(q: f64) -> String {
 /// What load a step offered: the key that repeats of the same measurement share.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct LoadKey {
-    /// Offered rate in milli-requests per second (`None`: as fast as possible).
-    pub qps_milli: Option<u64>,
+    /// Offered rate in thousandths of a request per second (`None`: as fast as possible), so
+    /// that the key is exact.
+    pub rate_rps_milli: Option<u64>,
     pub connections: u32,
     /// Response body size the backend was asked for; `None` where it is not known (a
     /// `meshbench run --json` file, an external target): never labelled as a size then.
     pub response_bytes: Option<u64>,
-    pub jitter: bool,
+    /// Poisson arrivals.
+    pub poisson: bool,
 }
 
 impl LoadKey {
-    pub fn qps(&self) -> Option<f64> {
-        self.qps_milli.map(|m| m as f64 / 1000.0)
+    pub fn rate_rps(&self) -> Option<f64> {
+        self.rate_rps_milli.map(|m| m as f64 / 1000.0)
     }
 }
 
 impl fmt::Display for LoadKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.qps() {
+        match self.rate_rps() {
             Some(q) => write!(f, "{q} qps")?,
             None => f.write_str("max qps")?,
         }
@@ -52,7 +54,7 @@ impl fmt::Display for LoadKey {
         if let Some(bytes) = self.response_bytes.filter(|&b| b != 1024) {
             write!(f, ", {bytes} B")?;
         }
-        if self.jitter {
+        if self.poisson {
             f.write_str(", jitter")?;
         }
         Ok(())
@@ -95,7 +97,7 @@ impl Run {
             },
             variant: s.variant.clone(),
             load: LoadKey {
-                qps_milli: p.load.rate_rps().map(|q| (q * 1000.0).round() as u64),
+                rate_rps_milli: p.load.rate_rps().map(|q| (q * 1000.0).round() as u64),
                 connections: p.connections,
                 // Only a rig's backend is asked for a size; a URL or an external server
                 // chooses its responses (the stored 0 means not known).
@@ -103,7 +105,7 @@ impl Run {
                     .topology
                     .is_some_and(|t| t.is_lab())
                     .then_some(p.response_bytes),
-                jitter: p.load.is_poisson(),
+                poisson: p.load.is_poisson(),
             },
             cpu: p.cpu.map(|c| (c.role.name().to_string(), c.cores)),
             latency: decode_histogram(&result.histogram.latency_us).ok()?,
@@ -122,11 +124,11 @@ impl Run {
             topology: name.to_string(),
             variant: name.to_string(),
             load: LoadKey {
-                qps_milli: s.rate_rps.map(|q| (q * 1000.0).round() as u64),
+                rate_rps_milli: s.rate_rps.map(|q| (q * 1000.0).round() as u64),
                 connections: s.connections as u32,
                 // A run's result does not record the size of the responses it got.
                 response_bytes: None,
-                jitter: false,
+                poisson: false,
             },
             cpu: None,
             latency,

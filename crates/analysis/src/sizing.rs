@@ -88,7 +88,7 @@ impl Memory {
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Measured {
     /// The offered rates, lowest first (empty for a closed loop).
-    pub qps: Vec<f64>,
+    pub rate_rps: Vec<f64>,
     /// The class `limits.CLASS.cpus` limits (`proxy`, `tunnel`), when known.
     pub class: Option<String>,
     /// The allotments swept, fewest cores first (empty when not swept).
@@ -113,10 +113,10 @@ fn round_up(x: f64) -> f64 {
 }
 
 impl Measured {
-    fn with_load(&self, qps: f64) -> String {
-        let mut v = self.qps.clone();
-        v.push(qps);
-        format!("--set 'load.qps={}'", list(&v))
+    fn with_load(&self, rate_rps: f64) -> String {
+        let mut v = self.rate_rps.clone();
+        v.push(rate_rps);
+        format!("--set 'load.rate_rps={}'", list(&v))
     }
 
     fn with_cores(&self, class: &str, cores: f64) -> String {
@@ -142,7 +142,7 @@ impl Measured {
             }
         };
         match (cpu, &self.class) {
-            (Cpu::PerCore(_) | Cpu::AtLeast { .. }, Some(class)) if !self.qps.is_empty() => {
+            (Cpu::PerCore(_) | Cpu::AtLeast { .. }, Some(class)) if !self.rate_rps.is_empty() => {
                 format!(
                     "measure it with {cores} cores at its limit: {} {}",
                     with_cores(class),
@@ -153,7 +153,7 @@ impl Measured {
                 "measure it with {cores} cores at its limit: {}",
                 with_cores(class)
             ),
-            _ if !self.qps.is_empty() => format!("measure up to {load} RPS: {add_load}"),
+            _ if !self.rate_rps.is_empty() => format!("measure up to {load} RPS: {add_load}"),
             (_, Some(class)) => format!("measure it at its CPU limit: {}", with_cores(class)),
             _ => format!("measure up to {load} RPS"),
         }
@@ -161,21 +161,21 @@ impl Measured {
 
     /// What to measure when nothing measured says what one replica carries.
     pub fn to_model(&self) -> String {
-        match (self.qps.last(), &self.class) {
+        match (self.rate_rps.last(), &self.class) {
             (Some(&top), _) => {
-                let mut more = self.qps.clone();
+                let mut more = self.rate_rps.clone();
                 let mut next = top;
                 while more.len() < MIN_LOADS {
                     next *= 2.0;
                     more.push(next);
                 }
-                if more.len() == self.qps.len() {
+                if more.len() == self.rate_rps.len() {
                     // Loads enough, but the CPU did not grow over them: go higher.
                     more.push(top * 2.0);
                     more.push(top * 4.0);
                 }
                 format!(
-                    "measure it at {MIN_LOADS} loads or more, higher ones included: --set 'load.qps={}'",
+                    "measure it at {MIN_LOADS} loads or more, higher ones included: --set 'load.rate_rps={}'",
                     list(&more)
                 )
             }
@@ -339,14 +339,14 @@ fn model(
             .reduce(f64::max)
     };
     let measured_up_to = finite_max(&|c| c.throughput_rps).unwrap_or(0.0);
-    let mut qps: Vec<f64> = distinct(groups.iter().filter_map(|g| g.load.qps_milli))
+    let mut rate_rps: Vec<f64> = distinct(groups.iter().filter_map(|g| g.load.rate_rps_milli))
         .into_iter()
         .map(|m| m as f64 / 1000.0)
         .collect();
-    if groups.iter().any(|g| g.load.qps_milli.is_none()) {
-        qps.clear();
+    if groups.iter().any(|g| g.load.rate_rps_milli.is_none()) {
+        rate_rps.clear();
     }
-    qps.sort_by(f64::total_cmp);
+    rate_rps.sort_by(f64::total_cmp);
     let mut cores: Vec<f64> = groups
         .iter()
         .filter_map(|g| g.cpu.as_ref().map(|c| c.1))
@@ -354,7 +354,7 @@ fn model(
     cores.sort_by(f64::total_cmp);
     cores.dedup();
     let measured = Measured {
-        qps,
+        rate_rps,
         class: groups
             .iter()
             .find_map(|g| g.cpu.as_ref().map(|c| c.0.clone()))
@@ -663,7 +663,7 @@ mod tests {
             measured_up_to,
             source: "test".into(),
             measured: Measured {
-                qps: vec![250.0, 500.0, 1000.0, 2000.0],
+                rate_rps: vec![250.0, 500.0, 1000.0, 2000.0],
                 class: Some("proxy".into()),
                 cores: Vec::new(),
                 most_cores_used: 1.1,
@@ -701,7 +701,7 @@ mod tests {
         assert!((capacity - 7800.0).abs() < 1e-9);
         assert_eq!(
             advice,
-            "measure up to 7800 RPS: add a load of 7800 to the experiment's loads: --set 'load.qps=[250,500,1000,2000,7800]'"
+            "measure up to 7800 RPS: add a load of 7800 to the experiment's loads: --set 'load.rate_rps=[250,500,1000,2000,7800]'"
         );
         assert!(err.to_string().contains("3.9 times"), "{err}");
         let asked = Request {
@@ -724,7 +724,7 @@ mod tests {
         // A capacity measured at 0.5 cores asked of 4: the sweep needs 4 cores.
         let mut at_limit = line_model(2000.0);
         at_limit.cpu = Cpu::PerCore(2000.0);
-        at_limit.measured.qps.clear();
+        at_limit.measured.rate_rps.clear();
         at_limit.measured.cores = vec![0.5, 1.0];
         let err = size(&at_limit, &request(50_000.0, 0.3, 4.0)).unwrap_err();
         assert!(
@@ -743,11 +743,11 @@ mod tests {
         );
     }
 
-    /// A run of `variant` (topology: its first word) at `qps` (None: closed loop) carrying
+    /// A run of `variant` (topology: its first word) at `rate_rps` (None: closed loop) carrying
     /// `rps`, its gateway using `mc` millicores and `mib` MiB of `limit` cores (swept).
     fn measured(
         variant: &str,
-        qps: Option<f64>,
+        rate_rps: Option<f64>,
         rps: f64,
         mc: f64,
         mib: f64,
@@ -757,7 +757,7 @@ mod tests {
         r.throughput_rps = rps;
         let mut run = crate::Run::from_result(variant, r).unwrap();
         run.topology = variant.split(' ').next().unwrap().to_string();
-        run.load.qps_milli = qps.map(|q| (q * 1000.0) as u64);
+        run.load.rate_rps_milli = rate_rps.map(|q| (q * 1000.0) as u64);
         run.cpu = limit.map(|c| ("proxy".to_string(), c));
         run.usage = vec![serde_json::from_value(serde_json::json!({
             "role": "gateway", "program": "envoy", "workers": 1, "cpu_limit": limit,
@@ -793,7 +793,8 @@ mod tests {
             "{why}"
         );
         assert!(
-            why.to_string().ends_with("--set 'load.qps=[300,600,1200]'"),
+            why.to_string()
+                .ends_with("--set 'load.rate_rps=[300,600,1200]'"),
             "{why}"
         );
     }

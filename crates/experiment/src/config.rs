@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use meshbench_lab::Program;
-use meshbench_results::{Class, IdleStrategy, LoopMode, Protocol, Topology};
+use meshbench_results::{Arrival, Class, IdleStrategy, LoopMode, Protocol, Topology};
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -65,6 +65,10 @@ pub struct Experiment {
     /// Send every step's load from agents (`meshbench agent`) instead of this process.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agents: Option<Agents>,
+    /// One note per old key the file or its `--set`s used (`load.qps`...), for the caller to
+    /// print: they are read as their new names.
+    #[serde(skip)]
+    pub old_words: Vec<String>,
 }
 
 /// `agents:`: how many agents dial in and where, or which listening agents to dial. The token
@@ -117,16 +121,16 @@ pub enum Isolation {
 #[serde(deny_unknown_fields, default)]
 pub struct Load {
     pub mode: LoopMode,
-    /// Requests per second (open loop).
-    pub qps: Vec<f64>,
+    /// Requests per second (open loop); the file's old word `qps` is still read.
+    pub rate_rps: Vec<f64>,
     pub connections: Vec<u32>,
     /// Response body size the backend sends.
     pub response_bytes: Vec<u64>,
     /// Request body size (POST when above 0).
     pub request_bytes: u64,
-    /// Off: evenly spaced arrivals. On: Poisson arrivals (random gaps), a stronger form of
-    /// fortio's ±10 % jitter.
-    pub jitter: Vec<bool>,
+    /// `uniform`: evenly spaced arrivals. `poisson`: random gaps, a stronger form of fortio's
+    /// ±10 % jitter. The file's old word `jitter` (`false`, `true`) is still read.
+    pub arrival: Vec<Arrival>,
     /// How the open loop waits for its sends (`meshbench run --idle-strategy`).
     pub idle_strategy: IdleStrategy,
     pub protocol: Protocol,
@@ -145,11 +149,11 @@ impl Default for Load {
     fn default() -> Self {
         Load {
             mode: LoopMode::Open,
-            qps: vec![1000.0],
+            rate_rps: vec![1000.0],
             connections: vec![16],
             response_bytes: vec![1024],
             request_bytes: 0,
-            jitter: vec![false],
+            arrival: vec![Arrival::Uniform],
             idle_strategy: IdleStrategy::Auto,
             protocol: Protocol::Http1,
             streams: 1,
@@ -338,11 +342,14 @@ pub fn parse(file: &str, text: &str, overrides: &[String]) -> Result<Experiment,
         tree = Value::Mapping(Mapping::new());
     }
     let mut problems = Vec::new();
+    let mut old_words = OldWords::default();
+    old_words.in_file(&mut tree, &mut problems);
     for o in overrides {
-        if let Err(p) = apply_override(&mut tree, o) {
+        if let Err(p) = apply_override(&mut tree, &old_words.in_override(o)) {
             problems.push(p);
         }
     }
+    old_words.jitter_as_arrival(&mut tree);
     let Value::Mapping(map) = &tree else {
         return Err(ConfigError::Invalid {
             file: file.to_string(),
@@ -367,22 +374,32 @@ pub fn parse(file: &str, text: &str, overrides: &[String]) -> Result<Experiment,
         }
     }
     if !problems.is_empty() {
+        let problems = problems
+            .into_iter()
+            .map(|p| old_words.in_their_words(p))
+            .collect();
         return Err(ConfigError::Invalid {
             file: file.to_string(),
             problems: how_to_set(problems, overrides),
         });
     }
-    let experiment: Experiment = match serde_path_to_error::deserialize(tree) {
+    let mut experiment: Experiment = match serde_path_to_error::deserialize(tree) {
         Ok(e) => e,
         Err(e) => {
             let path = e.path().to_string();
+            let problem = old_words.in_their_words(describe(&path, e.inner()));
             return Err(ConfigError::Invalid {
                 file: file.to_string(),
-                problems: how_to_set(vec![describe(&path, e.inner())], overrides),
+                problems: how_to_set(vec![problem], overrides),
             });
         }
     };
-    let problems = experiment.validate();
+    let problems: Vec<String> = experiment
+        .validate()
+        .into_iter()
+        .map(|p| old_words.in_their_words(p))
+        .collect();
+    experiment.old_words = old_words.notes;
     if problems.is_empty() {
         Ok(experiment)
     } else {
@@ -520,6 +537,101 @@ fn how_to_set(problems: Vec<String>, overrides: &[String]) -> Vec<String> {
 }
 
 /// Applies `a.b.c=VALUE` (VALUE read as YAML: `3`, `[1, 2]`, `nginx`) to the tree.
+/// The `load` keys renamed to the words the rest of meshbench uses (units in the name, as the
+/// engine's `rate_rps`), old word first. The old words are still read, with a note each.
+const RENAMED_LOAD_KEYS: [(&str, &str); 2] = [("qps", "rate_rps"), ("jitter", "arrival")];
+
+/// The old `load` words a file or its `--set`s used: read as the new ones, each with a note.
+#[derive(Default)]
+struct OldWords {
+    notes: Vec<String>,
+    /// (old, new) of each renamed key used.
+    used: Vec<(&'static str, &'static str)>,
+    /// `jitter` was used: its `true`/`false` are `arrival`'s `poisson`/`uniform`.
+    jitter: bool,
+}
+
+impl OldWords {
+    fn note(&mut self, old: &'static str, new: &'static str) {
+        if !self.used.contains(&(old, new)) {
+            self.used.push((old, new));
+        }
+        let note = format!(
+            "load.{old} is an old name, read as load.{new}: write load.{new} instead{}",
+            if old == "jitter" {
+                " (false: uniform, true: poisson)"
+            } else {
+                " (the same values)"
+            }
+        );
+        if !self.notes.contains(&note) {
+            self.notes.push(note);
+        }
+        self.jitter |= old == "jitter";
+    }
+
+    /// A problem about a renamed key, in the words the file used (`load.qps[1]: ...`).
+    fn in_their_words(&self, problem: String) -> String {
+        self.used.iter().fold(problem, |p, (old, new)| {
+            let (was, is) = (format!("load.{old}"), format!("load.{new}"));
+            match p.strip_prefix(&is) {
+                Some(rest) if rest.starts_with([':', '[']) => format!("{was}{rest}"),
+                _ => p,
+            }
+        })
+    }
+
+    /// Renames the file's old `load` keys.
+    fn in_file(&mut self, tree: &mut Value, problems: &mut Vec<String>) {
+        let Some(Value::Mapping(load)) = tree.get_mut("load") else {
+            return;
+        };
+        for (old, new) in RENAMED_LOAD_KEYS {
+            let Some(value) = load.remove(old) else {
+                continue;
+            };
+            if load.contains_key(new) {
+                problems.push(format!(
+                    "load.{old}: given with load.{new}, its new name; keep only load.{new}"
+                ));
+            }
+            self.note(old, new);
+            load.insert(Value::String(new.into()), value);
+        }
+    }
+
+    /// `spec` with an old `load` key renamed (`load.qps=[100]` -> `load.rate_rps=[100]`).
+    fn in_override(&mut self, spec: &str) -> String {
+        for (old, new) in RENAMED_LOAD_KEYS {
+            let key = format!("load.{old}");
+            if let Some(rest) = spec.trim_start().strip_prefix(&key) {
+                if rest.starts_with(['=', '.', '[']) {
+                    self.note(old, new);
+                    return format!("load.{new}{rest}");
+                }
+            }
+        }
+        spec.to_string()
+    }
+
+    /// `jitter`'s booleans as `arrival`'s words.
+    fn jitter_as_arrival(&self, tree: &mut Value) {
+        if !self.jitter {
+            return;
+        }
+        let word = |v: &mut Value| {
+            if let Value::Bool(b) = v {
+                *v = Value::String(if *b { "poisson" } else { "uniform" }.into());
+            }
+        };
+        match tree.get_mut("load").and_then(|l| l.get_mut("arrival")) {
+            Some(Value::Sequence(list)) => list.iter_mut().for_each(word),
+            Some(one) => word(one),
+            None => {}
+        }
+    }
+}
+
 fn apply_override(tree: &mut Value, spec: &str) -> Result<(), String> {
     let (key, raw) = spec
         .split_once('=')
@@ -598,11 +710,11 @@ impl Experiment {
         }
         let l = &self.load;
         if l.mode == LoopMode::Open {
-            if l.qps.is_empty() {
-                p.push("load.qps: an open loop needs at least one rate".into());
+            if l.rate_rps.is_empty() {
+                p.push("load.rate_rps: an open loop needs at least one rate".into());
             }
-            for (i, q) in l.qps.iter().enumerate() {
-                positive(&format!("load.qps[{i}]"), *q, &mut p);
+            for (i, q) in l.rate_rps.iter().enumerate() {
+                positive(&format!("load.rate_rps[{i}]"), *q, &mut p);
             }
         }
         if l.connections.is_empty() {
@@ -616,8 +728,8 @@ impl Experiment {
         if l.response_bytes.is_empty() {
             p.push("load.response_bytes: expected at least one size".into());
         }
-        if l.jitter.is_empty() {
-            p.push("load.jitter: expected [false], [true] or [false, true]".into());
+        if l.arrival.is_empty() {
+            p.push("load.arrival: expected [uniform], [poisson] or [uniform, poisson]".into());
         }
         if l.streams == 0 {
             p.push("load.streams: expected at least 1".into());
@@ -829,7 +941,7 @@ mod tests {
         let e = parse("t.yaml", MINIMAL, &[]).unwrap();
         assert_eq!(e.topologies, vec![Topology::Baseline, Topology::Serveronly]);
         assert_eq!(e.duration_secs, 10.0);
-        assert_eq!(e.load.qps, vec![1000.0]);
+        assert_eq!(e.load.rate_rps, vec![1000.0]);
         assert_eq!(e.tunnel.kind, Program::Haproxy);
         assert!(e.tunnel.mtls);
     }
@@ -866,21 +978,68 @@ mod tests {
             MINIMAL,
             &[
                 "duration_secs=3".into(),
-                "load.qps=[10, 20]".into(),
+                "load.rate_rps=[10, 20]".into(),
                 "limits.proxy.cpus=[0.5]".into(),
                 "proxy.type=haproxy".into(),
             ],
         )
         .unwrap();
         assert_eq!(e.duration_secs, 3.0);
-        assert_eq!(e.load.qps, vec![10.0, 20.0]);
+        assert_eq!(e.load.rate_rps, vec![10.0, 20.0]);
+        assert!(e.old_words.is_empty(), "{:?}", e.old_words);
         assert_eq!(e.limits.proxy.cpus, vec![0.5]);
         assert_eq!(e.proxy.kind, Program::Haproxy);
-        let err = parse("t.yaml", MINIMAL, &["nokey".into(), "load.qps.x=1".into()])
-            .unwrap_err()
-            .to_string();
+        let err = parse(
+            "t.yaml",
+            MINIMAL,
+            &["nokey".into(), "load.rate_rps.x=1".into()],
+        )
+        .unwrap_err()
+        .to_string();
         assert!(err.contains("expected KEY=VALUE"), "{err}");
-        assert!(err.contains("load.qps: invalid type: map"), "{err}");
+        assert!(err.contains("load.rate_rps: invalid type: map"), "{err}");
+    }
+
+    #[test]
+    fn the_old_load_words_are_read_as_the_new_with_a_note_each() {
+        let old =
+            "name: t\ntopologies: [baseline]\nload:\n  qps: [100, 200]\n  jitter: [false, true]\n";
+        let new = "name: t\ntopologies: [baseline]\nload:\n  rate_rps: [100, 200]\n  arrival: [uniform, poisson]\n";
+        let (e_old, e_new) = (
+            parse("t.yaml", old, &[]).unwrap(),
+            parse("t.yaml", new, &[]).unwrap(),
+        );
+        assert_eq!(e_old.load, e_new.load);
+        assert_eq!(
+            crate::Plan::compile(&e_old).steps,
+            crate::Plan::compile(&e_new).steps
+        );
+        assert!(e_new.old_words.is_empty());
+        assert_eq!(
+            e_old.old_words,
+            [
+                "load.qps is an old name, read as load.rate_rps: write load.rate_rps instead (the same values)",
+                "load.jitter is an old name, read as load.arrival: write load.arrival instead (false: uniform, true: poisson)",
+            ]
+        );
+        // In a --set, the old key renames the new one's values.
+        let e = parse(
+            "t.yaml",
+            new,
+            &["load.qps=[300]".into(), "load.jitter=[true]".into()],
+        )
+        .unwrap();
+        assert_eq!(e.load.rate_rps, vec![300.0]);
+        assert_eq!(e.load.arrival, vec![Arrival::Poisson]);
+        assert_eq!(e.old_words.len(), 2);
+        let both = "name: t\ntopologies: [baseline]\nload:\n  qps: [1]\n  rate_rps: [2]\n";
+        let err = parse("t.yaml", both, &[]).unwrap_err().to_string();
+        assert!(
+            err.contains(
+                "load.qps: given with load.rate_rps, its new name; keep only load.rate_rps"
+            ),
+            "{err}"
+        );
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! A planned step's parameters ([`meshbench_results::StepParams`], the type the store keeps
 //! and every reader gets back): the plan's load point under the experiment's settings.
 
-use meshbench_results::{Arrival, CpuAllotment, Load, LoopMode, StepParams};
+use meshbench_results::{CpuAllotment, Load, LoopMode, StepParams};
 
 use crate::config::Experiment;
 use crate::plan::Step;
@@ -10,14 +10,10 @@ impl Step {
     /// This step's parameters under experiment `e`.
     pub fn params(&self, e: &Experiment) -> StepParams {
         StepParams {
-            load: match (e.load.mode, self.load.qps) {
+            load: match (e.load.mode, self.load.rate_rps) {
                 (LoopMode::Open, Some(rate_rps)) => Load::Open {
                     rate_rps,
-                    arrival: if self.load.jitter {
-                        Arrival::Poisson
-                    } else {
-                        Arrival::Uniform
-                    },
+                    arrival: self.load.arrival,
                 },
                 // The plan gives every open-loop step a rate (`Plan::compile`).
                 (LoopMode::Open, None) | (LoopMode::Closed, _) => Load::Closed,
@@ -46,7 +42,7 @@ mod tests {
     fn a_swept_step_names_its_role_and_cores_and_reads_back_equal() {
         let e = parse(
             "t.yaml",
-            "name: t\ntopologies: [serveronly]\nload:\n  qps: [250]\n  request_bytes: 64\nlimits:\n  proxy:\n    cpus: [0.5, 1]\n",
+            "name: t\ntopologies: [serveronly]\nload:\n  rate_rps: [250]\n  request_bytes: 64\nlimits:\n  proxy:\n    cpus: [0.5, 1]\n",
             &[],
         )
         .unwrap();

@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use meshbench_results::{Class, LoopMode, Protocol, Topology};
+use meshbench_results::{Arrival, Class, LoopMode, Protocol, Topology};
 
 use crate::config::Experiment;
 
@@ -15,10 +15,10 @@ use crate::config::Experiment;
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct LoadPoint {
     /// None in a closed loop.
-    pub qps: Option<f64>,
+    pub rate_rps: Option<f64>,
     pub connections: u32,
     pub response_bytes: u64,
-    pub jitter: bool,
+    pub arrival: Arrival,
 }
 
 /// One step: a variant under a load point, in one repeat.
@@ -52,7 +52,7 @@ impl Step {
 
     /// A one-line description of the load point.
     pub fn load_text(&self) -> String {
-        let mut s = match self.load.qps {
+        let mut s = match self.load.rate_rps {
             Some(q) => format!("{q} qps"),
             None => "max qps".into(),
         };
@@ -61,7 +61,7 @@ impl Step {
         if self.external.is_none() {
             let _ = write!(s, ", {} B", self.load.response_bytes);
         }
-        if self.load.jitter {
+        if self.load.arrival == Arrival::Poisson {
             s.push_str(", jitter");
         }
         s
@@ -69,7 +69,7 @@ impl Step {
 
     /// Istio perf/benchmark's label: `{id}_qps_{q}_c_{c}_{size}_{variant}_{mode}`.
     pub fn istio_label(&self, id: &str, protocol: Protocol) -> String {
-        let q = match self.load.qps {
+        let q = match self.load.rate_rps {
             Some(q) if q.fract() == 0.0 => format!("{q:.0}"),
             Some(q) => format!("{q}"),
             None => "max".into(),
@@ -78,7 +78,7 @@ impl Step {
         if let Some((role, c)) = self.cpu {
             variant.push(format!("{}{c}cpu", role.name()));
         }
-        if self.load.jitter {
+        if self.load.arrival == Arrival::Poisson {
             variant.push("jitter".into());
         }
         match protocol {
@@ -128,13 +128,13 @@ impl PlanSize {
     pub fn of(e: &Experiment) -> PlanSize {
         let len = |n: usize| n as u64;
         let rates = match e.load.mode {
-            LoopMode::Open => len(e.load.qps.len()),
+            LoopMode::Open => len(e.load.rate_rps.len()),
             LoopMode::Closed => 1,
         };
         let load_points = [
             len(e.load.connections.len()),
             len(e.load.response_bytes.len()),
-            len(jitters(e).len()),
+            len(arrivals(e).len()),
         ]
         .into_iter()
         .fold(rates, u64::saturating_mul);
@@ -163,11 +163,11 @@ impl PlanSize {
     }
 }
 
-/// Jitter shapes arrivals: meaningless in a closed loop, where only `false` is planned.
-fn jitters(e: &Experiment) -> &[bool] {
+/// Arrivals are an open loop's: a closed loop plans `uniform` only.
+fn arrivals(e: &Experiment) -> &[Arrival] {
     match e.load.mode {
-        LoopMode::Open => &e.load.jitter,
-        LoopMode::Closed => &[false],
+        LoopMode::Open => &e.load.arrival,
+        LoopMode::Closed => &[Arrival::Uniform],
     }
 }
 
@@ -204,18 +204,18 @@ impl Plan {
     pub fn compile(e: &Experiment) -> Plan {
         let mut loads = Vec::new();
         let rates: Vec<Option<f64>> = match e.load.mode {
-            LoopMode::Open => e.load.qps.iter().map(|q| Some(*q)).collect(),
+            LoopMode::Open => e.load.rate_rps.iter().map(|q| Some(*q)).collect(),
             LoopMode::Closed => vec![None],
         };
-        for &qps in &rates {
+        for &rate_rps in &rates {
             for &connections in &e.load.connections {
                 for &response_bytes in &e.load.response_bytes {
-                    for &jitter in jitters(e) {
+                    for &arrival in arrivals(e) {
                         loads.push(LoadPoint {
-                            qps,
+                            rate_rps,
                             connections,
                             response_bytes,
-                            jitter,
+                            arrival,
                         });
                     }
                 }
@@ -279,7 +279,7 @@ mod tests {
     fn repeats_interleave_variants_at_every_load_point() {
         let e = parse(
             "t.yaml",
-            "name: t\ntopologies: [baseline, both]\nrepeats: 2\nload:\n  qps: [100, 200]\n  connections: [4]\n",
+            "name: t\ntopologies: [baseline, both]\nrepeats: 2\nload:\n  rate_rps: [100, 200]\n  connections: [4]\n",
             &[],
         )
         .unwrap();
@@ -287,7 +287,7 @@ mod tests {
         let order: Vec<(u32, Option<f64>, &str)> = plan
             .steps
             .iter()
-            .map(|s| (s.repeat, s.load.qps, s.topology.name()))
+            .map(|s| (s.repeat, s.load.rate_rps, s.topology.name()))
             .collect();
         assert_eq!(
             order,
@@ -334,7 +334,7 @@ mod tests {
     fn external_variants_are_steps_named_after_them() {
         let e = parse(
             "t.yaml",
-            "name: t\ntopologies: [baseline, external]\nrepeats: 2\nwarmup_secs: 4\nload:\n  qps: [100]\n  connections: [4]\nlimits:\n  proxy:\n    cpus: [0.5, 1]\nexternal:\n  prometheus_url: http://127.0.0.1:9090\n  scrape_interval_secs: 1\n  variants:\n    - {name: direct, url: 'http://127.0.0.1:1/'}\n    - name: both\n      url: http://127.0.0.1:2/\n      roles: [{name: p, preset: process, match: {groupname: nginx}}]\n",
+            "name: t\ntopologies: [baseline, external]\nrepeats: 2\nwarmup_secs: 4\nload:\n  rate_rps: [100]\n  connections: [4]\nlimits:\n  proxy:\n    cpus: [0.5, 1]\nexternal:\n  prometheus_url: http://127.0.0.1:9090\n  scrape_interval_secs: 1\n  variants:\n    - {name: direct, url: 'http://127.0.0.1:1/'}\n    - name: both\n      url: http://127.0.0.1:2/\n      roles: [{name: p, preset: process, match: {groupname: nginx}}]\n",
             &[],
         )
         .unwrap();
@@ -361,7 +361,7 @@ mod tests {
     fn labels_follow_istio_perf_benchmark() {
         let e = parse(
             "t.yaml",
-            "name: t\ntopologies: [baseline, serveronly, both]\nload:\n  qps: [1000]\n  connections: [16]\n  jitter: [false, true]\n",
+            "name: t\ntopologies: [baseline, serveronly, both]\nload:\n  rate_rps: [1000]\n  connections: [16]\n  arrival: [uniform, poisson]\n",
             &[],
         )
         .unwrap();

@@ -232,7 +232,7 @@ pub struct ReportArgs {
 pub struct ExperimentArgs {
     /// The experiment file (YAML; see docs/experiment.md and examples/).
     pub file: PathBuf,
-    /// Override a key of the file, e.g. --set duration_secs=3 --set 'load.qps=[100,200]'.
+    /// Override a key of the file, e.g. --set duration_secs=3 --set 'load.rate_rps=[100,200]'.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub set: Vec<String>,
     /// Print the steps and the total time, start nothing.

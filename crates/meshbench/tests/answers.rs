@@ -428,7 +428,7 @@ cooldown_secs: 0
 repeats: 2
 load:
   mode: open
-  qps: [300, 600, 1200]
+  rate_rps: [300, 600, 1200]
   connections: [8]
 proxy:
   type: nginx
@@ -543,7 +543,7 @@ limits:
         "{text}"
     );
     assert!(
-        text.contains("to the experiment's loads: --set 'load.qps=[300,600,1200,"),
+        text.contains("to the experiment's loads: --set 'load.rate_rps=[300,600,1200,"),
         "{text}"
     );
     let out = size(&["--extrapolate"]);

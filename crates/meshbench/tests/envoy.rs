@@ -336,7 +336,7 @@ fn an_experiment_of_envoy_sidecars_with_mutual_tls_runs_and_stores_every_step() 
     let file = dir.join("e.yaml");
     std::fs::write(
         &file,
-        "name: envoy-both\ntopologies: [baseline, both]\nduration_secs: 2\nwarmup_secs: 0.5\ncooldown_secs: 0\nload:\n  qps: [200]\n  connections: [4]\nproxy:\n  type: envoy\n  mtls: true\n",
+        "name: envoy-both\ntopologies: [baseline, both]\nduration_secs: 2\nwarmup_secs: 0.5\ncooldown_secs: 0\nload:\n  rate_rps: [200]\n  connections: [4]\nproxy:\n  type: envoy\n  mtls: true\n",
     )
     .unwrap();
     let store = dir.join("results.db").display().to_string();
@@ -395,7 +395,7 @@ fn an_envoy_that_refuses_its_configuration_is_one_line_and_earlier_steps_are_kep
     let file = dir.join("e.yaml");
     std::fs::write(
         &file,
-        "name: envoy-refuses\ntopologies: [baseline, serveronly]\nduration_secs: 1\nwarmup_secs: 0\ncooldown_secs: 0\nload:\n  qps: [100]\n  connections: [2]\nproxy:\n  type: envoy\n",
+        "name: envoy-refuses\ntopologies: [baseline, serveronly]\nduration_secs: 1\nwarmup_secs: 0\ncooldown_secs: 0\nload:\n  rate_rps: [100]\n  connections: [2]\nproxy:\n  type: envoy\n",
     )
     .unwrap();
     let store = dir.join("results.db").display().to_string();
@@ -464,7 +464,7 @@ fn without_envoy_a_preset_measures_its_fallback_and_says_so() {
             "--set",
             "topologies=[serveronly]",
             "--set",
-            "load.jitter=[false]",
+            "load.arrival=[uniform]",
             "--set",
             "duration_secs=1",
             "--set",
@@ -472,7 +472,7 @@ fn without_envoy_a_preset_measures_its_fallback_and_says_so() {
             "--set",
             "cooldown_secs=0",
             "--set",
-            "load.qps=[100]",
+            "load.rate_rps=[100]",
         ])
         .env(envoy::ENV, "/nonexistent/envoy")
         .output()

@@ -558,7 +558,7 @@ warmup_secs: 4
 duration_secs: 6
 cooldown_secs: 0
 load:
-  qps: [100]
+  rate_rps: [100]
   connections: [2]
   threads: 1
 external:
@@ -723,7 +723,7 @@ warmup_secs: 2
 duration_secs: 2
 cooldown_secs: 0
 load:
-  qps: [100]
+  rate_rps: [100]
   connections: [2]
   threads: 1
 external:

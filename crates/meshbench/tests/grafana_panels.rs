@@ -54,7 +54,7 @@ fn every_panel_query_finds_data_in_a_real_prometheus() {
     std::fs::write(
         &file,
         "name: panels\ntopologies: [serveronly]\nduration_secs: 4\nwarmup_secs: 0.5\n\
-         cooldown_secs: 0\nsample_interval_ms: 250\nload:\n  qps: [300]\n  connections: [4]\n",
+         cooldown_secs: 0\nsample_interval_ms: 250\nload:\n  rate_rps: [300]\n  connections: [4]\n",
     )
     .unwrap();
     let store = dir.join("results.db");

@@ -378,7 +378,7 @@ fn the_lab_carries_grpc_through_every_proxy_and_mutual_tls() {
         std::fs::write(
             &file,
             format!(
-                "name: grpc-{program}\ntopologies: [serveronly, both, gateway]\nduration_secs: 1\nwarmup_secs: 0.3\ncooldown_secs: 0\nload:\n  protocol: grpc\n  mode: open\n  qps: [300]\n  connections: [2]\n  request_bytes: 200\nproxy:\n  type: {program}\n  mtls: true\ngateway:\n  type: {program}\n  domains: 3\n"
+                "name: grpc-{program}\ntopologies: [serveronly, both, gateway]\nduration_secs: 1\nwarmup_secs: 0.3\ncooldown_secs: 0\nload:\n  protocol: grpc\n  mode: open\n  rate_rps: [300]\n  connections: [2]\n  request_bytes: 200\nproxy:\n  type: {program}\n  mtls: true\ngateway:\n  type: {program}\n  domains: 3\n"
             ),
         )
         .unwrap();
@@ -693,7 +693,7 @@ fn an_experiment_calls_a_users_proto_locally_and_through_agents() {
         std::fs::write(
             &file,
             format!(
-                "name: grpc-external\ntopologies: [external]\nduration_secs: 1\nwarmup_secs: 0.2\ncooldown_secs: 0\nload:\n  protocol: grpc\n  mode: open\n  qps: [200]\n  connections: [2]\n  response_bytes: [0]\n{agents}external:\n  prometheus_url: http://127.0.0.1:9\n  variants:\n    - name: baseline\n      url: http://127.0.0.1:{}/fgrpc.PingServer/Ping\n      proto: ping.proto\n      body: '{{\"payload\": \"hello\", \"delayNanos\": \"3000000\"}}'\n",
+                "name: grpc-external\ntopologies: [external]\nduration_secs: 1\nwarmup_secs: 0.2\ncooldown_secs: 0\nload:\n  protocol: grpc\n  mode: open\n  rate_rps: [200]\n  connections: [2]\n  response_bytes: [0]\n{agents}external:\n  prometheus_url: http://127.0.0.1:9\n  variants:\n    - name: baseline\n      url: http://127.0.0.1:{}/fgrpc.PingServer/Ping\n      proto: ping.proto\n      body: '{{\"payload\": \"hello\", \"delayNanos\": \"3000000\"}}'\n",
                 server.port
             ),
         )

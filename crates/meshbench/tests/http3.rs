@@ -309,7 +309,7 @@ fn the_lab_puts_caddy_with_http3_in_front() {
     let file = dir.join("h3.yaml");
     std::fs::write(
         &file,
-        "name: h3-lab\ntopologies: [baseline, serveronly, both, gateway]\nduration_secs: 1\nwarmup_secs: 0.3\ncooldown_secs: 0\nload:\n  protocol: h3\n  mode: open\n  qps: [300]\n  connections: [2]\n  streams: 4\nproxy:\n  type: caddy\n  mtls: true\ngateway:\n  type: caddy\n  domains: 3\n  paths: 2\n",
+        "name: h3-lab\ntopologies: [baseline, serveronly, both, gateway]\nduration_secs: 1\nwarmup_secs: 0.3\ncooldown_secs: 0\nload:\n  protocol: h3\n  mode: open\n  rate_rps: [300]\n  connections: [2]\n  streams: 4\nproxy:\n  type: caddy\n  mtls: true\ngateway:\n  type: caddy\n  domains: 3\n  paths: 2\n",
     )
     .unwrap();
     let store = dir.join("h3.db");
@@ -405,7 +405,7 @@ fn the_lab_puts_caddy_with_http3_in_front() {
     let nginx = dir.join("nginx.yaml");
     std::fs::write(
         &nginx,
-        "name: h3-nginx\ntopologies: [serveronly]\nduration_secs: 1\nwarmup_secs: 0\ncooldown_secs: 0\nload:\n  protocol: h3\n  qps: [100]\n  connections: [1]\nproxy:\n  type: nginx\n",
+        "name: h3-nginx\ntopologies: [serveronly]\nduration_secs: 1\nwarmup_secs: 0\ncooldown_secs: 0\nload:\n  protocol: h3\n  rate_rps: [100]\n  connections: [1]\nproxy:\n  type: nginx\n",
     )
     .unwrap();
     let out = meshbench(

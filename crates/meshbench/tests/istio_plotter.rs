@@ -65,7 +65,7 @@ fn run_and_export(name: &str) -> Exported {
         &file,
         format!(
             "name: ip\ntopologies: [baseline, both]\nduration_secs: 1\nwarmup_secs: 0.2\n\
-             cooldown_secs: 0\nsample_interval_ms: 100\nload:\n  qps: [{}]\n  \
+             cooldown_secs: 0\nsample_interval_ms: 100\nload:\n  rate_rps: [{}]\n  \
              connections: [{CONNECTIONS}]\nproxy:\n  type: nginx\n",
             rates.join(", ")
         ),

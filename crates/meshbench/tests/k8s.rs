@@ -376,7 +376,7 @@ fn experiment(dir: &Path) -> PathBuf {
     let file = dir.join("k8s-experiment.yaml");
     std::fs::write(
         &file,
-        "name: k8s-agents\ntopologies: [baseline]\nduration_secs: 2\nwarmup_secs: 0.5\ncooldown_secs: 0\nload:\n  qps: [400]\n  connections: [4]\n",
+        "name: k8s-agents\ntopologies: [baseline]\nduration_secs: 2\nwarmup_secs: 0.5\ncooldown_secs: 0\nload:\n  rate_rps: [400]\n  connections: [4]\n",
     )
     .unwrap();
     file

@@ -163,7 +163,7 @@ fn every_topology_carries_traffic_through_real_nginx_and_haproxy() {
             "name: all-topologies
 topologies: [baseline, serveronly, clientonly, both, gateway, ambient, waypoint]
 {SHORT}load:
-  qps: [200]
+  rate_rps: [200]
   connections: [4]
 proxy:
   type: nginx
@@ -223,7 +223,7 @@ fn haproxy_and_caddy_sidecars_and_nginx_tunnels_work_too() {
             "name: haproxy-sidecars
 topologies: [both, ambient]
 {SHORT}load:
-  qps: [200]
+  rate_rps: [200]
   connections: [4]
 proxy:
   type: haproxy
@@ -305,7 +305,7 @@ fn roles_in_network_namespaces_joined_by_veth_pairs() {
 topologies: [baseline, both]
 isolation: netns
 {SHORT}load:
-  qps: [200]
+  rate_rps: [200]
   connections: [4]
 proxy:
   type: nginx
@@ -340,7 +340,7 @@ duration_secs: 3
 warmup_secs: 0.5
 cooldown_secs: 0
 load:
-  qps: [100]
+  rate_rps: [100]
   connections: [2]
 proxy:
   type: command
@@ -454,7 +454,7 @@ warmup_secs: 0.2
 cooldown_secs: 0
 repeats: 20
 load:
-  qps: [100]
+  rate_rps: [100]
   connections: [2]
 proxy:
   type: nginx
@@ -510,7 +510,7 @@ fn the_store_survives_sigkill_and_the_next_run_cleans_up() {
     let csv = meshbench(&["results", "export", "latest", "--store", &store], LIMIT);
     assert!(csv.status.success(), "{}", stderr(&csv));
     // The next experiment removes what the killed one left (cgroups, and their processes).
-    let quick = lab.file("quick.yaml", "name: quick\ntopologies: [baseline]\nduration_secs: 0.5\nwarmup_secs: 0\ncooldown_secs: 0\nload:\n  qps: [50]\n  connections: [1]\n");
+    let quick = lab.file("quick.yaml", "name: quick\ntopologies: [baseline]\nduration_secs: 0.5\nwarmup_secs: 0\ncooldown_secs: 0\nload:\n  rate_rps: [50]\n  connections: [1]\n");
     let out = lab.experiment(&quick, &[]);
     assert!(out.status.success(), "{}", stderr(&out));
     let cgroups: Vec<String> = leftovers(pid)
@@ -535,9 +535,9 @@ fn exports_follow_istio_csv_and_fortio_json() {
             "name: e1
 topologies: [baseline, serveronly]
 {SHORT}load:
-  qps: [200]
+  rate_rps: [200]
   connections: [4]
-  jitter: [false, true]
+  arrival: [uniform, poisson]
 "
         ),
     );
@@ -724,7 +724,7 @@ fn experiment_file_mistakes_are_reported_at_once() {
     let lab = Lab::new("badfile");
     let file = lab.file(
         "bad.yaml",
-        "name: bad\ntopologies: [baseline, sidecar]\nduration: 3\nload:\n  qps: [100, fast]\n  conections: [4]\n",
+        "name: bad\ntopologies: [baseline, sidecar]\nduration: 3\nload:\n  rate_rps: [100, fast]\n  conections: [4]\n",
     );
     let out = lab.experiment(&file, &[]);
     assert_eq!(out.status.code(), Some(2));
@@ -734,7 +734,7 @@ fn experiment_file_mistakes_are_reported_at_once() {
     for key in [
         "topologies[1]",
         "duration:",
-        "load.qps[1]",
+        "load.rate_rps[1]",
         "load.conections",
     ] {
         assert!(err.contains(key), "{key} in {err}");
@@ -758,7 +758,7 @@ fn experiment_file_mistakes_are_reported_at_once() {
         &[
             "--dry-run",
             "--set",
-            "load.qps=[10,20]",
+            "load.rate_rps=[10,20]",
             "--set",
             "repeats=2",
         ],
@@ -786,7 +786,7 @@ fn envoy_hops_run_and_a_missing_envoy_is_one_line_on_how_to_install_it() {
     let lab = Lab::new("envoy");
     let file = lab.file(
         "envoy.yaml",
-        "name: envoy\ntopologies: [serveronly]\nduration_secs: 1\nwarmup_secs: 0\ncooldown_secs: 0\nload:\n  qps: [50]\n  connections: [1]\nproxy:\n  type: envoy\n",
+        "name: envoy\ntopologies: [serveronly]\nduration_secs: 1\nwarmup_secs: 0\ncooldown_secs: 0\nload:\n  rate_rps: [50]\n  connections: [1]\nproxy:\n  type: envoy\n",
     );
     let out = lab.experiment(&file, &[]);
     assert!(out.status.success(), "{}", stderr(&out));
@@ -845,7 +845,7 @@ fn dry_run_finds_a_missing_program_and_says_which_stands_in() {
     let lab = Lab::new("dryrun-programs");
     let file = lab.file(
         "envoy.yaml",
-        "name: envoy-dry\ntopologies: [baseline, serveronly]\nload:\n  qps: [100]\nproxy:\n  type: envoy\n",
+        "name: envoy-dry\ntopologies: [baseline, serveronly]\nload:\n  rate_rps: [100]\nproxy:\n  type: envoy\n",
     );
     let out = without_envoy(&["experiment", &file, "--dry-run"]);
     let err = stderr(&out);
@@ -885,7 +885,7 @@ fn steps_too_short_for_a_verdict_are_said_before_the_run() {
     let lab = Lab::new("short-steps");
     let file = lab.file(
         "short.yaml",
-        "name: short\ntopologies: [baseline]\nduration_secs: 2\nwarmup_secs: 0\ncooldown_secs: 0\nload:\n  qps: [50]\n  connections: [1]\n",
+        "name: short\ntopologies: [baseline]\nduration_secs: 2\nwarmup_secs: 0\ncooldown_secs: 0\nload:\n  rate_rps: [50]\n  connections: [1]\n",
     );
     let warned = |err: &str| {
         err.lines()
@@ -922,7 +922,7 @@ fn results_list_shows_an_experiment_with_a_failed_step_as_partial() {
     let lab = Lab::new("partial");
     let file = lab.file(
         "envoy.yaml",
-        "name: envoy-missing\ntopologies: [baseline, serveronly]\nduration_secs: 1\nwarmup_secs: 0\ncooldown_secs: 0\nload:\n  qps: [50]\n  connections: [1]\nproxy:\n  type: envoy\n",
+        "name: envoy-missing\ntopologies: [baseline, serveronly]\nduration_secs: 1\nwarmup_secs: 0\ncooldown_secs: 0\nload:\n  rate_rps: [50]\n  connections: [1]\nproxy:\n  type: envoy\n",
     );
     let store = lab.store();
     let out = without_envoy(&["experiment", &file, "--store", &store, "--quiet"]);

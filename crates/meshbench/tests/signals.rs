@@ -137,7 +137,7 @@ fn group_signals_mid_experiment_keep_the_step_and_the_summary() {
     let file = dir.join("long.yaml");
     std::fs::write(
         &file,
-        "name: signals\ntopologies: [baseline]\nduration_secs: 60\nwarmup_secs: 0\ncooldown_secs: 0\nload:\n  qps: [200]\n  connections: [2]\n",
+        "name: signals\ntopologies: [baseline]\nduration_secs: 60\nwarmup_secs: 0\ncooldown_secs: 0\nload:\n  rate_rps: [200]\n  connections: [2]\n",
     )
     .unwrap();
     for (round, signal) in [libc::SIGINT, libc::SIGTERM, libc::SIGINT]

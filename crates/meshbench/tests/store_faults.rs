@@ -37,7 +37,7 @@ impl Dir {
             &p,
             format!(
                 "name: {name}\ntopologies: [baseline]\nduration_secs: 0.2\nwarmup_secs: 0\n\
-                 cooldown_secs: 0\nrepeats: {steps}\nload:\n  qps: [50]\n  connections: [1]\n"
+                 cooldown_secs: 0\nrepeats: {steps}\nload:\n  rate_rps: [50]\n  connections: [1]\n"
             ),
         )
         .unwrap();

@@ -75,7 +75,7 @@ fn an_experiments_page_shows_the_stream_and_links_the_report() {
     std::fs::write(
         &file,
         "name: webpage\ntopologies: [baseline]\nduration_secs: 4\nwarmup_secs: 0.5\n\
-         cooldown_secs: 0\nsample_interval_ms: 200\nload:\n  qps: [200, 400]\n  \
+         cooldown_secs: 0\nsample_interval_ms: 200\nload:\n  rate_rps: [200, 400]\n  \
          connections: [2]\n",
     )
     .unwrap();

@@ -515,11 +515,11 @@ pub(crate) mod tests {
     use meshbench_analysis::{group, Run};
     use meshbench_results::{RoleUsage, RunResult};
 
-    /// A measured run of `variant` at `qps` (offered) carrying `rps`, its proxy using `mc`
+    /// A measured run of `variant` at `rate_rps` (offered) carrying `rps`, its proxy using `mc`
     /// millicores and `mib` MiB, limited to `limit` cores (swept when `swept`).
     pub(crate) fn measured(
         variant: &str,
-        qps: Option<f64>,
+        rate_rps: Option<f64>,
         rps: f64,
         (mc, mib): (f64, f64),
         limit: Option<f64>,
@@ -530,7 +530,7 @@ pub(crate) mod tests {
         let mut run = Run::from_result(variant, r).unwrap();
         let topology = variant.split(' ').next().unwrap().to_string();
         run.topology = topology;
-        run.load.qps_milli = qps.map(|q| (q * 1000.0) as u64);
+        run.load.rate_rps_milli = rate_rps.map(|q| (q * 1000.0) as u64);
         run.cpu = limit.filter(|_| swept).map(|c| ("proxy".to_string(), c));
         let mut u: RoleUsage = serde_json::from_value(serde_json::json!({
             "role": "gateway", "program": "envoy", "workers": 1, "cpu_limit": limit,

@@ -193,7 +193,7 @@ fn main_connections(h: &Headline) -> Option<u32> {
 }
 
 fn latency_vs_qps(h: &Headline) -> Vec<Chart> {
-    let qps = distinct(h.groups.iter().filter_map(|g| g.load.qps_milli));
+    let qps = distinct(h.groups.iter().filter_map(|g| g.load.rate_rps_milli));
     let Some(conns) = main_connections(h) else {
         return Vec::new();
     };
@@ -217,7 +217,7 @@ fn latency_vs_qps(h: &Headline) -> Vec<Chart> {
                     .groups
                     .iter()
                     .filter(|g| g.variant == v && g.load.connections == conns)
-                    .filter_map(|g| Some((g.load.qps()?, g.latency_ms(q))))
+                    .filter_map(|g| Some((g.load.rate_rps()?, g.latency_ms(q))))
                     .collect();
                 pts.sort_by(|a, b| a.0.total_cmp(&b.0));
                 if let Some(last) = pts.last() {
@@ -255,10 +255,15 @@ fn latency_vs_connections(h: &Headline) -> Vec<Chart> {
     }
     let col = variant_colors(h);
     // At the rate most groups share (or the closed loop).
-    let rates = distinct(h.groups.iter().map(|g| g.load.qps_milli));
+    let rates = distinct(h.groups.iter().map(|g| g.load.rate_rps_milli));
     let rate = rates
         .into_iter()
-        .max_by_key(|r| h.groups.iter().filter(|g| g.load.qps_milli == *r).count())
+        .max_by_key(|r| {
+            h.groups
+                .iter()
+                .filter(|g| g.load.rate_rps_milli == *r)
+                .count()
+        })
         .flatten();
     [0.5, 0.99]
         .iter()
@@ -276,7 +281,7 @@ fn latency_vs_connections(h: &Headline) -> Vec<Chart> {
                 let mut pts: Vec<(f64, f64)> = h
                     .groups
                     .iter()
-                    .filter(|g| g.variant == v && g.load.qps_milli == rate)
+                    .filter(|g| g.variant == v && g.load.rate_rps_milli == rate)
                     .map(|g| (g.load.connections as f64, g.latency_ms(q)))
                     .collect();
                 pts.sort_by(|a, b| a.0.total_cmp(&b.0));
@@ -527,7 +532,8 @@ fn spectrum_load(h: &Headline) -> Option<meshbench_analysis::LoadKey> {
     let loads = distinct(h.groups.iter().map(|g| g.load.clone()));
     loads.into_iter().max_by(|a, b| {
         let n = |l: &meshbench_analysis::LoadKey| h.groups.iter().filter(|g| g.load == *l).count();
-        n(a).cmp(&n(b)).then(a.qps_milli.cmp(&b.qps_milli))
+        n(a).cmp(&n(b))
+            .then(a.rate_rps_milli.cmp(&b.rate_rps_milli))
     })
 }
 

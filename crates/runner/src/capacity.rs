@@ -176,7 +176,7 @@ pub fn lab_step(
     let step = Step {
         index: n,
         load: LoadPoint {
-            qps: Some(rate),
+            rate_rps: Some(rate),
             ..template.load
         },
         ..template.clone()

@@ -270,9 +270,9 @@ pub fn load_for(e: &Experiment, step: &Step, source: TargetSource) -> LoadOption
     }
     o.timeout = Duration::from_millis(e.load.timeout_ms);
     o.seed = step.index as u64 + 1;
-    if let Some(q) = step.load.qps {
+    if let Some(q) = step.load.rate_rps {
         o.rate_rps = Some(q);
-        if step.load.jitter {
+        if step.load.arrival == Arrival::Poisson {
             o.arrival = Some(Arrival::Poisson);
         }
         o.idle = Some(e.load.idle_strategy);

@@ -92,7 +92,7 @@ pub fn missing_programs(e: &Experiment) -> Vec<String> {
             Program::Envoy => format!(
                 "; or name a program to measure in its place (`fallback: nginx` in the file's {section} section)"
             ),
-            _ => String::new(),
+            Program::Nginx | Program::Haproxy | Program::Caddy | Program::Command => String::new(),
         };
         Some(format!("{section}: {why}{instead}"))
     })

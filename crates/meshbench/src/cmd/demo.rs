@@ -23,7 +23,7 @@ const SHORTER: &[&str] = &[
     "duration_secs=4",
     "warmup_secs=1",
     "cooldown_secs=0.5",
-    "load.qps=[500, 1000, 2000]",
+    "load.rate_rps=[500, 1000, 2000]",
 ];
 
 pub fn execute(args: DemoArgs) -> Result<u8> {

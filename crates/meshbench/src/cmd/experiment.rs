@@ -78,6 +78,9 @@ pub fn execute(args: ExperimentArgs) -> Result<u8> {
 /// that is not its message).
 pub fn load(file: &Path, set: &[String]) -> Result<Experiment> {
     let mut e = meshbench_experiment::load(file, set).map_err(|err| usage(err.to_string()))?;
+    for note in &e.old_words {
+        eprintln!("note: {}: {note}", file.display());
+    }
     announce_stand_ins(&mut e);
     let problems = meshbench_runner::external::request_problems(&e);
     if problems.is_empty() {
@@ -343,7 +346,7 @@ impl<'a> Progress<'a> {
         StepInfo {
             scope: self.scope(at),
             load: at.step.load_text(),
-            target_rps: at.step.load.qps,
+            target_rps: at.step.load.rate_rps,
             steps: at.steps,
             step_secs: at.step_secs,
             left_after_secs: at.left_after_secs,
