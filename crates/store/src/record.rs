@@ -1,7 +1,8 @@
 //! The store's contract, typed: what is written (an experiment's row, a [`StepRecord`]) and what
 //! is read back ([`ExperimentRow`], [`StoredStep`]). Statuses are enums, a step's parameters are
-//! [`StepParams`], its load result is the engine's [`RunResult`] and its resource use the
-//! lab's [`RoleUsage`]: no reader looks up a key or compares a status string.
+//! [`StepParams`], its load result a [`RunResult`] and its resource use [`RoleUsage`]s (all
+//! three the contracts of `meshbench_results`): no reader looks up a key or compares a status
+//! string.
 
 use std::collections::BTreeMap;
 use std::fmt;
