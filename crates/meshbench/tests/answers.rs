@@ -64,11 +64,22 @@ fn capacity_search_finds_the_rate_a_known_service_time_allows() {
         .parse()
         .unwrap();
     // A queue builds slowly just above 500 req/s: within a one-second step it may stay
-    // under the SLO, so the answer can pass 500 by the backlog one step holds (2-3 %).
-    assert!(
-        (425.0..=515.0).contains(&rate),
-        "the answer is about 500 req/s: {line}"
-    );
+    // under the SLO, so the answer can pass 500 by the backlog one step holds (2-3 %). On a
+    // busy machine the generator may saturate inside the bracket: the search then stops
+    // refining and says where, and the capacity must lie between the answer and that rate.
+    let stopped: Option<f64> = line
+        .split_once("refined no further than ")
+        .map(|(_, rest)| rest.split(' ').next().unwrap().parse().unwrap());
+    match stopped {
+        None => assert!(
+            (425.0..=515.0).contains(&rate),
+            "the answer is about 500 req/s: {line}"
+        ),
+        Some(stopped) => assert!(
+            rate <= 515.0 && stopped >= 425.0 && rate < stopped,
+            "500 req/s lies between the answer and where the refinement stopped: {line}"
+        ),
+    }
     assert!(line.contains("confirmed by a second run"), "{line}");
     // Every step, the confirmation included, is stored as an experiment.
     let shown = meshbench(
