@@ -9,7 +9,7 @@ use std::time::Duration;
 use meshbench_backend::{Backend, BackendConfig};
 use meshbench_engine::recorder::{new_histogram, Counts, ErrorKind};
 use meshbench_engine::{Stop, StopAt};
-use meshbench_runner::{measure, Generator, LoadOptions, TargetSource};
+use meshbench_runner::{measure, LoadOptions, LoadSource, TargetSource};
 
 #[test]
 fn seconds_sum_to_the_result_exactly() {
@@ -33,7 +33,7 @@ fn seconds_sum_to_the_result_exactly() {
         let mut latency = new_histogram();
         let mut seconds = Vec::new();
         let m = measure(
-            Generator::Local,
+            LoadSource::Local,
             &spec,
             None,
             None,
