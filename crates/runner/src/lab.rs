@@ -163,7 +163,7 @@ impl Lab {
         };
         let sampling = Sampling {
             watches: rig.watches(),
-            interval: Duration::from_millis(e.sample_interval_ms),
+            every: Duration::from_millis(e.sample_interval_ms),
         };
         let client_cpus = e.limits.client.cpuset.as_deref().and_then(parse_cpuset);
         // The rig's readiness was a TCP connect: each Envoy's own count starts here.

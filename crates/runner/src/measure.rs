@@ -41,7 +41,8 @@ pub enum MeasureError {
 /// Roles to sample while the load runs.
 pub struct Sampling {
     pub watches: Vec<Watch>,
-    pub interval: Duration,
+    /// How often each role is read (the file's `sample_interval_ms`).
+    pub every: Duration,
 }
 
 /// What a measurement produced.
@@ -66,7 +67,7 @@ pub fn measure(
     stop: Stop,
     mut on_live: impl FnMut(&Live, &[(String, Sample)]),
 ) -> Result<Measured, MeasureError> {
-    let sampler = sampling.map(|s| Sampler::start(s.watches, s.interval));
+    let sampler = sampling.map(|s| Sampler::start(s.watches, s.every));
     let started_ms = sampler::now_ms();
     let live = |live: &Live| {
         let roles = match &sampler {
