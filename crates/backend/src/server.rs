@@ -124,7 +124,8 @@ struct Server {
     listener: OwnedFd,
     conns: Vec<Option<Conn>>,
     generation: Vec<u32>,
-    free_slots: Vec<usize>,
+    /// Indices of `conns` that are free, taken again before the table grows.
+    free_conns: Vec<usize>,
     timers: BinaryHeap<Reverse<(u64, usize, u32)>>,
     cfg: BackendConfig,
     rng: SplitMix64,
@@ -184,7 +185,7 @@ impl Server {
             listener,
             conns: Vec::new(),
             generation: Vec::new(),
-            free_slots: Vec::new(),
+            free_conns: Vec::new(),
             timers: BinaryHeap::new(),
             rng: SplitMix64(seed),
             clock: Clock::start(),
@@ -217,12 +218,12 @@ impl Server {
                     self.accept();
                     continue;
                 }
-                let slot = ev.token as usize;
+                let conn = ev.token as usize;
                 if ev.writable {
-                    self.flush(slot);
+                    self.flush(conn);
                 }
                 if ev.readable || ev.closed {
-                    self.on_readable(slot);
+                    self.on_readable(conn);
                 }
             }
             self.fire_timers();
@@ -235,20 +236,20 @@ impl Server {
                 Ok(fd) => fd,
                 Err(_) => return,
             };
-            let slot = self.free_slots.pop().unwrap_or_else(|| {
+            let conn = self.free_conns.pop().unwrap_or_else(|| {
                 self.conns.push(None);
                 self.generation.push(0);
                 self.conns.len() - 1
             });
             if self
                 .poller
-                .add(fd.as_raw_fd(), slot as u64, Interest::READ)
+                .add(fd.as_raw_fd(), conn as u64, Interest::READ)
                 .is_err()
             {
-                self.free_slots.push(slot);
+                self.free_conns.push(conn);
                 continue;
             }
-            self.conns[slot] = Some(Conn {
+            self.conns[conn] = Some(Conn {
                 fd,
                 inbuf: Vec::new(),
                 reading_body: None,
@@ -262,24 +263,24 @@ impl Server {
         }
     }
 
-    fn close(&mut self, slot: usize) {
-        if self.conns[slot].take().is_some() {
-            self.generation[slot] = self.generation[slot].wrapping_add(1);
-            self.free_slots.push(slot);
+    fn close(&mut self, conn: usize) {
+        if self.conns[conn].take().is_some() {
+            self.generation[conn] = self.generation[conn].wrapping_add(1);
+            self.free_conns.push(conn);
         }
     }
 
-    fn set_interest(&mut self, slot: usize, interest: Interest) {
-        if let Some(c) = self.conns[slot].as_mut() {
+    fn set_interest(&mut self, conn: usize, interest: Interest) {
+        if let Some(c) = self.conns[conn].as_mut() {
             if c.interest != interest {
                 c.interest = interest;
-                let _ = self.poller.modify(c.fd.as_raw_fd(), slot as u64, interest);
+                let _ = self.poller.modify(c.fd.as_raw_fd(), conn as u64, interest);
             }
         }
     }
 
-    fn on_readable(&mut self, slot: usize) {
-        let Some(c) = self.conns[slot].as_mut() else {
+    fn on_readable(&mut self, conn: usize) {
+        let Some(c) = self.conns[conn].as_mut() else {
             return;
         };
         if c.busy() {
@@ -288,33 +289,33 @@ impl Server {
         let mut buf = std::mem::take(&mut self.buf);
         let r = socket::recv(c.fd.as_raw_fd(), &mut buf);
         match r {
-            Ok(0) => self.close(slot),
+            Ok(0) => self.close(conn),
             Ok(n) => {
                 if c.inbuf.is_empty() {
-                    let used = self.process(slot, &buf[..n]);
-                    if let Some(c) = self.conns[slot].as_mut() {
+                    let used = self.process(conn, &buf[..n]);
+                    if let Some(c) = self.conns[conn].as_mut() {
                         c.inbuf.extend_from_slice(&buf[used..n]);
                     }
                 } else {
                     c.inbuf.extend_from_slice(&buf[..n]);
-                    self.resume(slot);
+                    self.resume(conn);
                 }
-                self.check_head_limit(slot);
+                self.check_head_limit(conn);
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-            Err(_) => self.close(slot),
+            Err(_) => self.close(conn),
         }
         self.buf = buf;
     }
 
     /// Processes input kept in the connection's buffer.
-    fn resume(&mut self, slot: usize) {
-        let Some(c) = self.conns[slot].as_mut() else {
+    fn resume(&mut self, conn: usize) {
+        let Some(c) = self.conns[conn].as_mut() else {
             return;
         };
         let input = std::mem::take(&mut c.inbuf);
-        let used = self.process(slot, &input);
-        if let Some(c) = self.conns[slot].as_mut() {
+        let used = self.process(conn, &input);
+        if let Some(c) = self.conns[conn].as_mut() {
             let mut rest = input;
             rest.drain(..used);
             rest.extend_from_slice(&c.inbuf);
@@ -322,28 +323,28 @@ impl Server {
         }
     }
 
-    fn check_head_limit(&mut self, slot: usize) {
-        let too_big = self.conns[slot].as_ref().is_some_and(|c| {
+    fn check_head_limit(&mut self, conn: usize) {
+        let too_big = self.conns[conn].as_ref().is_some_and(|c| {
             c.reading_body.is_none() && !c.busy() && c.inbuf.len() > MAX_HEAD_BYTES
         });
         if too_big {
-            self.reply_error(slot, 431);
+            self.reply_error(conn, 431);
         }
     }
 
-    fn reply_error(&mut self, slot: usize, status: u16) {
-        if let Some(c) = self.conns[slot].as_mut() {
+    fn reply_error(&mut self, conn: usize, status: u16) {
+        if let Some(c) = self.conns[conn].as_mut() {
             c.inbuf.clear();
             c.reading_body = None;
         }
-        self.write_response(slot, status, Pending::default());
+        self.write_response(conn, status, Pending::default());
     }
 
     /// Handles as many requests from `data` as can be answered now; returns the bytes used.
-    fn process(&mut self, slot: usize, data: &[u8]) -> usize {
+    fn process(&mut self, conn: usize, data: &[u8]) -> usize {
         let mut pos = 0;
         loop {
-            let Some(c) = self.conns[slot].as_mut() else {
+            let Some(c) = self.conns[conn].as_mut() else {
                 return data.len();
             };
             if c.busy() || c.close_after {
@@ -351,7 +352,7 @@ impl Server {
             }
             if let Some((body, pending)) = c.reading_body.as_mut() {
                 let Ok((used, done)) = body.feed(&data[pos..]) else {
-                    self.reply_error(slot, 400);
+                    self.reply_error(conn, 400);
                     return data.len();
                 };
                 if pending.opts.echo && pending.echo.len() < MAX_ECHO {
@@ -363,7 +364,7 @@ impl Server {
                     return pos;
                 }
                 let (_, pending) = c.reading_body.take().expect("checked above");
-                self.respond(slot, pending);
+                self.respond(conn, pending);
                 continue;
             }
             if pos == data.len() {
@@ -375,7 +376,7 @@ impl Server {
                 Ok(httparse::Status::Complete(len)) => len,
                 Ok(httparse::Status::Partial) => return pos,
                 Err(_) => {
-                    self.reply_error(slot, 400);
+                    self.reply_error(conn, 400);
                     return data.len();
                 }
             };
@@ -392,7 +393,7 @@ impl Server {
             let info = match head_info(req.version.unwrap_or(1), req.headers, false, true) {
                 Ok(info) => info,
                 Err(_) => {
-                    self.reply_error(slot, 400);
+                    self.reply_error(conn, 400);
                     return data.len();
                 }
             };
@@ -403,14 +404,14 @@ impl Server {
             pos += len;
             let body = BodyReader::new(info.framing);
             if body == BodyReader::Done {
-                self.respond(slot, pending);
-            } else if let Some(c) = self.conns[slot].as_mut() {
+                self.respond(conn, pending);
+            } else if let Some(c) = self.conns[conn].as_mut() {
                 c.reading_body = Some((body, pending));
             }
         }
     }
 
-    fn respond(&mut self, slot: usize, pending: Pending) {
+    fn respond(&mut self, conn: usize, pending: Pending) {
         crate::options::burn(self.cfg.work);
         let status = pending
             .opts
@@ -422,39 +423,39 @@ impl Server {
             .unwrap_or(self.cfg.delay)
             .sample_ns(&mut self.rng);
         if delay == 0 {
-            self.write_response(slot, status, pending);
+            self.write_response(conn, status, pending);
             return;
         }
         let due = self.clock.now() + delay;
         self.timers
-            .push(Reverse((due, slot, self.generation[slot])));
-        if let Some(c) = self.conns[slot].as_mut() {
+            .push(Reverse((due, conn, self.generation[conn])));
+        if let Some(c) = self.conns[conn].as_mut() {
             c.delayed = Some((status, pending));
         }
-        self.set_interest(slot, Interest::NONE);
+        self.set_interest(conn, Interest::NONE);
     }
 
     fn fire_timers(&mut self) {
         let now = self.clock.now();
-        while let Some(&Reverse((due, slot, generation))) = self.timers.peek() {
+        while let Some(&Reverse((due, conn, generation))) = self.timers.peek() {
             if due > now {
                 break;
             }
             self.timers.pop();
-            if self.generation[slot] != generation {
+            if self.generation[conn] != generation {
                 continue;
             }
             if let Some((status, pending)) =
-                self.conns[slot].as_mut().and_then(|c| c.delayed.take())
+                self.conns[conn].as_mut().and_then(|c| c.delayed.take())
             {
-                self.write_response(slot, status, pending);
+                self.write_response(conn, status, pending);
             }
         }
     }
 
-    fn write_response(&mut self, slot: usize, status: u16, p: Pending) {
+    fn write_response(&mut self, conn: usize, status: u16, p: Pending) {
         let size = p.opts.size.unwrap_or(self.cfg.size as u64);
-        let Some(c) = self.conns[slot].as_mut() else {
+        let Some(c) = self.conns[conn].as_mut() else {
             return;
         };
         c.close_after = !p.keep_alive;
@@ -467,7 +468,7 @@ impl Server {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     c.out.extend_from_slice(&self.canned)
                 }
-                Err(_) => return self.close(slot),
+                Err(_) => return self.close(conn),
             }
         } else {
             let length = if p.opts.echo {
@@ -484,12 +485,12 @@ impl Server {
                 }
             }
         }
-        self.flush(slot);
+        self.flush(conn);
     }
 
     /// Writes pending output; when done, goes back to reading (or closes).
-    fn flush(&mut self, slot: usize) {
-        let Some(c) = self.conns[slot].as_mut() else {
+    fn flush(&mut self, conn: usize) {
+        let Some(c) = self.conns[conn].as_mut() else {
             return;
         };
         let fd = c.fd.as_raw_fd();
@@ -511,23 +512,23 @@ impl Server {
                     c.body_left -= (n - from_head) as u64;
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    self.set_interest(slot, Interest::WRITE);
+                    self.set_interest(conn, Interest::WRITE);
                     return;
                 }
-                Err(_) => return self.close(slot),
+                Err(_) => return self.close(conn),
             }
         }
         c.out.clear();
         c.out_pos = 0;
         if c.close_after {
-            return self.close(slot);
+            return self.close(conn);
         }
-        self.set_interest(slot, Interest::READ);
-        if self.conns[slot]
+        self.set_interest(conn, Interest::READ);
+        if self.conns[conn]
             .as_ref()
             .is_some_and(|c| !c.inbuf.is_empty())
         {
-            self.resume(slot);
+            self.resume(conn);
         }
     }
 }

@@ -1,10 +1,12 @@
 //! Per-worker measurements in constant memory, merged by adding (STYLE.md #4).
 //!
-//! Each worker owns one [`Recorder`]: three HdrHistograms in microseconds (latency from the
-//! intended send time, service time from the actual send, schedule lag), counts per status code
-//! and per error kind ([`Counts`]), and bytes. Nothing grows with the number of requests. Once a
-//! second the worker also hands over an [`Interval`] (the same counts, the latency histogram
-//! and a coarse lag histogram) for the timeline and the live stream.
+//! Each worker owns one [`Recorder`]: six HdrHistograms in microseconds (latency from the
+//! intended send time, service time from the actual send, schedule lag, the worker's wake-up
+//! error, and in [`ConnRecorder`] TCP connect and TLS handshake times), counts per status code
+//! and per error kind ([`Counts`]), failure messages (bounded), sends (late, queued), bytes and
+//! per-host counts. Nothing grows with the number of requests. Once a second the worker also
+//! hands over an [`Interval`] (the same counts, the latency histogram and a coarse lag
+//! histogram) for the timeline and the live stream.
 
 use std::collections::BTreeMap;
 use std::ops::AddAssign;

@@ -2,16 +2,16 @@
 //! connection each one is open to, the request held back for want of a suitable slot, and how
 //! many requests are in flight against `--concurrency`.
 //!
-//! A connection offers *slots*: one for HTTP/1.1, `--streams` for HTTP/2; slot `s` belongs to
-//! connection `s / streams` and carries one [`Request`] at a time. Free slots wait in one queue,
-//! longest-free first, so that "waited for a connection" is judged fairly. A due request takes
-//! the first free slot whose connection is open to its host, or, failing that, the longest-free
-//! one whose connection is idle and may be re-aimed (closed and reopened to the new host, which
-//! costs a `--connection-rate` token when that is set). With several hosts, every freed slot
-//! whose connection is open is also filed under its host, so that a request finds one in O(1);
-//! those entries are checked when taken (they go stale as connections change), and the index is
-//! rebuilt when stale entries pile up. A request that finds no usable slot is *held*, and goes
-//! before anything the pacer has since made due.
+//! A connection offers *slots*: one for HTTP/1.1, `--streams` for HTTP/2 and HTTP/3; slot `s`
+//! belongs to connection `s / streams` and carries one [`Request`] at a time. Free slots wait in
+//! one queue, longest-free first, so that "waited for a connection" is judged fairly. A due
+//! request takes the first free slot whose connection is open to its host, or, failing that, the
+//! longest-free one whose connection is idle and may be re-aimed (closed and reopened to the new
+//! host, which costs a `--connection-rate` token when that is set). With several hosts, every
+//! freed slot whose connection is open is also filed under its host, so that a request finds one
+//! in O(1); those entries are checked when taken (they go stale as connections change), and the
+//! index is rebuilt when stale entries pile up. A request that finds no usable slot is *held*,
+//! and goes before anything the pacer has since made due.
 //!
 //! Contract: pure bookkeeping, no sockets and no clock: connections are seen only through
 //! [`ConnFacts`], time is a number handed in. Taking and releasing a slot allocate nothing (the

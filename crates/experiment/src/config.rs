@@ -64,18 +64,20 @@ pub struct Experiment {
     pub external: Option<External>,
     /// Send every step's load from agents (`meshbench agent`) instead of this process.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub agents: Option<Agents>,
+    pub agents: Option<FleetConfig>,
     /// One note per old key the file or its `--set`s used (`load.qps`...), for the caller to
     /// print: they are read as their new names.
     #[serde(skip)]
     pub old_words: Vec<String>,
 }
 
-/// `agents:`: how many agents dial in and where, or which listening agents to dial. The token
-/// is never in the file: it comes from `--token-file` or `MESHBENCH_AGENT_TOKEN`.
+/// `agents:`, how the fleet is gathered: how many agents dial in and where, or which listening
+/// agents to dial. The token is never in the file: it comes from `--token-file` or
+/// `MESHBENCH_AGENT_TOKEN`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Agents {
+// Named `Agents` to serde, whose messages say the type's name ("expected struct Agents").
+#[serde(deny_unknown_fields, rename = "Agents")]
+pub struct FleetConfig {
     /// Agents that dial this coordinator: how many to wait for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub count: Option<usize>,
@@ -467,8 +469,8 @@ fn check_section(section: &str, v: &Value, problems: &mut Vec<String>) {
         "limits" => read_keys::<Limits>(section, v, problems),
         "external" => crate::external::check(v, problems),
         "agents" => {
-            read::<Agents>(section, v, problems);
-            if let Ok(a) = serde_yaml_ng::from_value::<Agents>(v.clone()) {
+            read::<FleetConfig>(section, v, problems);
+            if let Ok(a) = serde_yaml_ng::from_value::<FleetConfig>(v.clone()) {
                 match (a.count, a.addresses.is_empty()) {
                     (Some(0), _) => problems.push("agents.count: must be at least 1".into()),
                     (Some(_), false) => problems.push(

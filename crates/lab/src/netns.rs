@@ -14,13 +14,13 @@ const FORWARD: &str = "/proc/sys/net/ipv4/ip_forward";
 #[derive(Debug)]
 pub struct Namespaces {
     prefix: String,
-    created: Vec<Member>,
+    created: Vec<RoleNamespace>,
     forward_was: Option<String>,
 }
 
 /// One role's namespace.
 #[derive(Debug, Clone)]
-pub struct Member {
+pub struct RoleNamespace {
     pub netns: String,
     /// The veth end in the root namespace.
     pub host_veth: String,
@@ -58,7 +58,7 @@ impl Namespaces {
     }
 
     /// Creates the namespace for the `n`-th role (n < 250).
-    pub fn add(&mut self, n: usize) -> Result<Member, LabError> {
+    pub fn add(&mut self, n: usize) -> Result<RoleNamespace, LabError> {
         if self.forward_was.is_none() {
             let was = std::fs::read_to_string(FORWARD).unwrap_or_else(|_| "0".into());
             std::fs::write(FORWARD, "1").map_err(|e| {
@@ -74,12 +74,12 @@ impl Namespaces {
         let host_ip = format!("10.213.{n}.1");
         let addr = Ipv4Addr::new(10, 213, n as u8, 2);
         ip(&["netns", "add", &netns])?;
-        let member = Member {
+        let namespace = RoleNamespace {
             netns: netns.clone(),
             host_veth: host_veth.clone(),
             addr: IpAddr::V4(addr),
         };
-        self.created.push(member.clone());
+        self.created.push(namespace.clone());
         ip(&[
             "link", "add", &host_veth, "type", "veth", "peer", "name", &inner,
         ])?;
@@ -95,7 +95,7 @@ impl Namespaces {
         inside(&["link", "set", &inner, "up"])?;
         inside(&["link", "set", "lo", "up"])?;
         inside(&["route", "add", "default", "via", &host_ip])?;
-        Ok(member)
+        Ok(namespace)
     }
 }
 

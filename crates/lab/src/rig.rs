@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use crate::cgroup::{Cgroup, Cgroups, Limits};
 use crate::gateway::{self, CertLayout, GatewayPlan};
-use crate::netns::{Member, Namespaces};
+use crate::netns::{Namespaces, RoleNamespace};
 use crate::process::{Placement, RoleProcess};
 use crate::program::{Hop, ListenTls, Program, ProgramSpec, UpstreamTls};
 use crate::sampler::Watch;
@@ -83,7 +83,7 @@ pub struct Role {
     // Field order matters: the process stops before its cgroup is removed.
     pub process: RoleProcess,
     pub cgroup: Option<Cgroup>,
-    pub member: Option<Member>,
+    pub namespace: Option<RoleNamespace>,
 }
 
 /// How the client reaches the gateway topology.
@@ -120,9 +120,9 @@ pub struct Rig {
 const MESH_NAME: &str = "mesh.local";
 
 /// Where a role listens: an address, and the namespace it lives in when isolated.
-struct Slot {
+struct RoleAddress {
     addr: SocketAddr,
-    member: Option<Member>,
+    namespace: Option<RoleNamespace>,
 }
 
 /// One role ready to start: its command line written, its address chosen.
@@ -131,7 +131,7 @@ struct Launch<'a> {
     class: Class,
     program: &'static str,
     command: Command,
-    slot: Slot,
+    address: RoleAddress,
     workers: u32,
     admin: Option<SocketAddr>,
     /// Its configuration file, named when the program refuses it.
@@ -242,7 +242,11 @@ pub fn backend_command(exe: &Path, listen: SocketAddr, args: &[String]) -> Comma
 /// of the mesh (never towards the client or the backend), HTTP/2 from the client. Envoy
 /// tunnels speak HBONE to their neighbours (the waypoint between them too), and every Envoy
 /// role gets an admin endpoint on its listener's address.
-fn hops(spec: &RigSpec, chain: &[RolePlan], slots: &[Slot]) -> Result<Vec<Hop>, LabError> {
+fn hops(
+    spec: &RigSpec,
+    chain: &[RolePlan],
+    addresses: &[RoleAddress],
+) -> Result<Vec<Hop>, LabError> {
     let pki = spec.dir.join("pki");
     let listen_tls = |client_ca: bool| ListenTls {
         cert: pki.join("server.pem"),
@@ -255,7 +259,7 @@ fn hops(spec: &RigSpec, chain: &[RolePlan], slots: &[Slot]) -> Result<Vec<Hop>, 
         client: Some((pki.join("client.pem"), pki.join("client-key.pem"))),
     };
     let hbone = spec.tunnel.program == Program::Envoy;
-    let destination = slots[chain.len()].addr;
+    let destination = addresses[chain.len()].addr;
     chain
         .iter()
         .enumerate()
@@ -274,8 +278,8 @@ fn hops(spec: &RigSpec, chain: &[RolePlan], slots: &[Slot]) -> Result<Vec<Hop>, 
             };
             let admin = match program {
                 Program::Envoy => Some(SocketAddr::new(
-                    slots[i].addr.ip(),
-                    admin_port(slots[i].addr)?,
+                    addresses[i].addr.ip(),
+                    admin_port(addresses[i].addr)?,
                 )),
                 _ => None,
             };
@@ -283,9 +287,9 @@ fn hops(spec: &RigSpec, chain: &[RolePlan], slots: &[Slot]) -> Result<Vec<Hop>, 
                 name: role.name.to_string(),
                 part: role.part,
                 layer: role.layer,
-                listen: slots[i].addr,
+                listen: addresses[i].addr,
                 listen_tls,
-                upstream: slots[i + 1].addr,
+                upstream: addresses[i + 1].addr,
                 upstream_tls: (i + 1 < chain.len() && mtls).then(upstream_tls),
                 http2: spec.grpc || (spec.http2 && i == 0),
                 grpc: spec.grpc,
@@ -313,7 +317,7 @@ fn admin_port(listen: SocketAddr) -> Result<u16, LabError> {
 }
 
 /// The backend, last in the chain.
-fn backend_launch(spec: &RigSpec, slot: Slot, entry: bool) -> Launch<'static> {
+fn backend_launch(spec: &RigSpec, address: RoleAddress, entry: bool) -> Launch<'static> {
     let mut args = spec.backend_args.clone();
     if spec.http2 {
         args.push("--http2".into());
@@ -330,8 +334,8 @@ fn backend_launch(spec: &RigSpec, slot: Slot, entry: bool) -> Launch<'static> {
         name: "backend",
         class: Class::Backend,
         program: "backend",
-        command: backend_command(&spec.backend_exe, slot.addr, &args),
-        slot,
+        command: backend_command(&spec.backend_exe, address.addr, &args),
+        address,
         workers: 0,
         admin: None,
         config: None,
@@ -356,8 +360,8 @@ impl Rig {
         };
         let cgroups = rig.cgroups(spec);
         let chain = spec.topology.chain();
-        let mut slots = rig.slots(chain.len() + 1)?;
-        let hops = hops(spec, chain, &slots)?;
+        let mut addresses = rig.addresses(chain.len() + 1)?;
+        let hops = hops(spec, chain, &addresses)?;
         let entry_tls = spec.http3 && spec.topology != Topology::Gateway;
         if entry_tls
             || hops
@@ -372,17 +376,17 @@ impl Rig {
                 server_name: MESH_NAME.into(),
             });
         }
-        rig.entry = slots[0].addr;
-        if let Some(slot) = slots.pop() {
+        rig.entry = addresses[0].addr;
+        if let Some(address) = addresses.pop() {
             rig.start_role(
                 spec,
                 cgroups.as_ref(),
-                backend_launch(spec, slot, chain.is_empty()),
+                backend_launch(spec, address, chain.is_empty()),
             )?;
         }
         // The hops, server side first.
-        for ((role, hop), slot) in chain.iter().zip(&hops).zip(slots).rev() {
-            let launch = rig.hop_launch(spec, role, hop, slot)?;
+        for ((role, hop), address) in chain.iter().zip(&hops).zip(addresses).rev() {
+            let launch = rig.hop_launch(spec, role, hop, address)?;
             rig.start_role(spec, cgroups.as_ref(), launch)?;
         }
         Ok(rig)
@@ -409,19 +413,19 @@ impl Rig {
 
     /// One address per role, the backend's last: each in its own namespace when isolated,
     /// else a free loopback port.
-    fn slots(&mut self, n: usize) -> Result<Vec<Slot>, LabError> {
+    fn addresses(&mut self, n: usize) -> Result<Vec<RoleAddress>, LabError> {
         (0..n)
             .map(|i| match &mut self.namespaces {
                 Some(ns) => {
                     let m = ns.add(i)?;
-                    Ok(Slot {
+                    Ok(RoleAddress {
                         addr: SocketAddr::new(m.addr, 8080),
-                        member: Some(m),
+                        namespace: Some(m),
                     })
                 }
-                None => Ok(Slot {
+                None => Ok(RoleAddress {
                     addr: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), free_port()?),
-                    member: None,
+                    namespace: None,
                 }),
             })
             .collect()
@@ -433,7 +437,7 @@ impl Rig {
         spec: &RigSpec,
         role: &'a RolePlan,
         hop: &Hop,
-        slot: Slot,
+        address: RoleAddress,
     ) -> Result<Launch<'a>, LabError> {
         let (command, program, config) = match spec.topology {
             Topology::Gateway => (
@@ -453,7 +457,7 @@ impl Rig {
             class: role.class,
             program,
             command,
-            slot,
+            address,
             workers: hop.workers,
             admin: hop.admin,
             config: Some(config),
@@ -515,14 +519,14 @@ impl Rig {
         } else {
             None
         };
-        let member = launch.slot.member;
+        let namespace = launch.address.namespace;
         let place = Placement {
             cgroup: cgroup.as_ref(),
             affinity,
-            netns: member.as_ref().map(|m| m.netns.clone()),
+            netns: namespace.as_ref().map(|m| m.netns.clone()),
         };
         let log = spec.dir.join(format!("{}.log", launch.name));
-        let listen = launch.slot.addr;
+        let listen = launch.address.addr;
         let process = RoleProcess::start(launch.name, launch.command, &log, &place, listen)
             .map_err(|e| match e {
                 LabError::BadConfig { server, log, .. } => LabError::BadConfig {
@@ -543,7 +547,7 @@ impl Rig {
                 admin: launch.admin,
                 process,
                 cgroup,
-                member,
+                namespace,
             },
         );
         Ok(())
@@ -561,7 +565,7 @@ impl Rig {
                 port: Some(r.listen.port()),
                 // Roles are listed client side first: the next one is this one's upstream.
                 upstream_port: self.roles.get(i + 1).map(|n| n.listen.port()),
-                veth: r.member.as_ref().map(|m| m.host_veth.clone()),
+                veth: r.namespace.as_ref().map(|m| m.host_veth.clone()),
             })
             .collect()
     }

@@ -298,28 +298,29 @@ fn accept_loop<R: Routes>(listener: TcpListener, shared: Arc<Shared<R>>, name: &
         if let Ok(clone) = stream.try_clone() {
             shared.connections().insert(id, clone);
         }
-        let slot = Slot {
+        let permit = Permit {
             shared: shared.clone(),
             id,
         };
-        // If the thread cannot start, the closure and with it the slot are dropped here.
+        // If the thread cannot start, the closure and with it the permit are dropped here.
         let _ = std::thread::Builder::new()
             .name(format!("{name}-conn"))
             .spawn(move || {
                 if stream.set_nonblocking(false).is_ok() {
-                    serve(&slot.shared, stream);
+                    serve(&permit.shared, stream);
                 }
             });
     }
 }
 
-/// A connection's place among the open ones, given back when it ends (a panic included).
-struct Slot<R> {
+/// A connection's permit to be open (one of [`Limits::max_connections`]), given back when it
+/// ends (a panic included).
+struct Permit<R> {
     shared: Arc<Shared<R>>,
     id: u64,
 }
 
-impl<R> Drop for Slot<R> {
+impl<R> Drop for Permit<R> {
     fn drop(&mut self) {
         self.shared.connections().remove(&self.id);
         self.shared.open.fetch_sub(1, Ordering::AcqRel);

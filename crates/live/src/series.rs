@@ -26,7 +26,7 @@ pub enum Value {
 
 /// A series of a family: its labels (in a fixed order) and its value.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Member {
+pub struct FamilyMember {
     pub labels: Vec<(&'static str, String)>,
     pub value: Value,
 }
@@ -40,7 +40,7 @@ pub struct Family {
     pub kind: Kind,
     /// The unit, when the name ends in one (`seconds`, `bytes`).
     pub unit: Option<&'static str>,
-    pub members: Vec<Member>,
+    pub members: Vec<FamilyMember>,
 }
 
 /// Which steps a caller wants.
@@ -173,7 +173,7 @@ pub fn families_of(steps: &[&StepState], now_ms: u64) -> Vec<Family> {
     for s in steps {
         let labels = step_labels(s);
         let t = &s.totals;
-        let member = |labels: Vec<(&'static str, String)>, value| Member { labels, value };
+        let member = |labels: Vec<(&'static str, String)>, value| FamilyMember { labels, value };
         requests.members.push(member(
             labels.clone(),
             Value::Counter(t.counts.total() as f64),

@@ -13,14 +13,14 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{bin, free_addr, meshbench, stderr, u};
-use meshbench_lab::netns::{Member, Namespaces};
+use meshbench_lab::netns::{Namespaces, RoleNamespace};
 
 const TOKEN: &str = "agents-test-token-0123456789";
 
 /// Three agent namespaces and a target namespace (the backend in it), torn down when dropped.
 struct Net {
-    agents: Vec<Member>,
-    target: Member,
+    agents: Vec<RoleNamespace>,
+    target: RoleNamespace,
     backend: Child,
     // Last: the processes above go before their namespaces.
     _ns: Namespaces,
@@ -31,7 +31,7 @@ const TARGET_PORT: u16 = 18_480;
 impl Net {
     fn new(tag: &str) -> Net {
         let mut ns = Namespaces::new(&format!("mba{tag}"));
-        let agents: Vec<Member> = (0..3)
+        let agents: Vec<RoleNamespace> = (0..3)
             .map(|i| ns.add(101 + i).expect("netns works (root)"))
             .collect();
         let target = ns.add(104).expect("netns works (root)");
@@ -85,7 +85,7 @@ impl Net {
     }
 
     /// Established connections from namespace `m` to the target.
-    fn connections_to_target(&self, m: &Member) -> usize {
+    fn connections_to_target(&self, m: &RoleNamespace) -> usize {
         let out = Command::new("ip")
             .args([
                 "netns",
@@ -111,7 +111,7 @@ impl Drop for Net {
 }
 
 /// The binary in namespace `m`, in a process group of its own, output piped.
-fn in_netns(m: &Member, args: &[&str], env: &[(&str, &str)]) -> Child {
+fn in_netns(m: &RoleNamespace, args: &[&str], env: &[(&str, &str)]) -> Child {
     let mut cmd = Command::new("ip");
     cmd.args(["netns", "exec", &m.netns, bin()])
         .args(args)

@@ -18,7 +18,7 @@ use meshbench_results::StepParams;
 use meshbench_store::StepRecord;
 
 use crate::{
-    measure, now_rfc3339, Generator, Lab, LoadOptions, Observer, RunnerError, Session, StepAt,
+    measure, now_rfc3339, Lab, LoadOptions, LoadSource, Observer, RunnerError, Session, StepAt,
 };
 
 /// How a search ended.
@@ -141,7 +141,7 @@ pub fn url_step(
     record.started_at = now_rfc3339();
     match options.resolve() {
         Ok(spec) => match measure(
-            Generator::Local,
+            LoadSource::Local,
             &LoadSpec {
                 service_at_lower_load_us: lower,
                 ..spec

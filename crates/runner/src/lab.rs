@@ -25,7 +25,7 @@ use crate::load::{Body, LoadOptions, TargetSource};
 use crate::observer::{Observer, StepAt};
 use crate::session::{new_experiment, now_rfc3339, Finished, Session};
 use crate::targets::ConnectTo;
-use crate::{measure, Generator, RunnerError, Sampling};
+use crate::{measure, LoadSource, RunnerError, Sampling};
 
 /// Runs every step of `e` in plan order, storing each in `store_path`, until the plan ends or
 /// `stop` is set.
@@ -87,10 +87,10 @@ impl Lab {
     }
 
     /// Who sends a step's load of `options`.
-    pub(crate) fn generator<'a>(&'a self, options: &'a LoadOptions) -> Generator<'a> {
+    pub(crate) fn load_source<'a>(&'a self, options: &'a LoadOptions) -> LoadSource<'a> {
         match &self.fleet {
-            Some(fleet) => Generator::Agents { fleet, options },
-            None => Generator::Local,
+            Some(fleet) => LoadSource::Agents { fleet, options },
+            None => LoadSource::Local,
         }
     }
 
@@ -163,13 +163,13 @@ impl Lab {
         };
         let sampling = Sampling {
             watches: rig.watches(),
-            interval: Duration::from_millis(e.sample_interval_ms),
+            every: Duration::from_millis(e.sample_interval_ms),
         };
         let client_cpus = e.limits.client.cpuset.as_deref().and_then(parse_cpuset);
         // The rig's readiness was a TCP connect: each Envoy's own count starts here.
         let before = read_admins(&rig);
         let measured = measure(
-            self.generator(&options),
+            self.load_source(&options),
             &load,
             Some(sampling),
             client_cpus.as_deref(),

@@ -32,7 +32,7 @@ use thiserror::Error;
 
 pub use lab::{load_options, run_experiment, Lab};
 pub use load::{Body, LoadError, LoadOptions, ProtoSource, QuicOptions, TargetSource, TlsOptions};
-pub use measure::{measure, Generator, MeasureError, Measured, Sampling};
+pub use measure::{measure, LoadSource, MeasureError, Measured, Sampling};
 pub use observer::{Observer, Quiet, StepAt};
 pub use session::{new_experiment, now_rfc3339, Finished, Kept, NotStored, Session};
 

@@ -18,7 +18,7 @@ use crate::LoadOptions;
 
 /// Who sends the load.
 #[derive(Clone, Copy)]
-pub enum Generator<'a> {
+pub enum LoadSource<'a> {
     /// This process's threads.
     Local,
     /// A fleet of agents, each driving its segment of `options` (which resolve to the spec).
@@ -42,7 +42,8 @@ pub enum MeasureError {
 /// Roles to sample while the load runs.
 pub struct Sampling {
     pub watches: Vec<Watch>,
-    pub interval: Duration,
+    /// How often each role is read (the file's `sample_interval_ms`).
+    pub every: Duration,
 }
 
 /// What a measurement produced.
@@ -55,19 +56,19 @@ pub struct Measured {
     pub window_ms: (u64, u64),
 }
 
-/// Drives `spec` from `generator` (until it ends or `stop` is asked), sampling `sampling`'s
+/// Drives `spec` from `load_source` (until it ends or `stop` is asked), sampling `sampling`'s
 /// roles meanwhile, with a local generator pinned to `client_cpus` if given; `on_live` sees the
 /// run about every 200 ms, with the newest reading of each role whenever a second of the run is
 /// complete.
 pub fn measure(
-    generator: Generator,
+    load_source: LoadSource,
     spec: &LoadSpec,
     sampling: Option<Sampling>,
     client_cpus: Option<&[usize]>,
     stop: Stop,
     mut on_live: impl FnMut(&Live, &[(String, Sample)]),
 ) -> Result<Measured, MeasureError> {
-    let sampler = sampling.map(|s| Sampler::start(s.watches, s.interval));
+    let sampler = sampling.map(|s| Sampler::start(s.watches, s.every));
     let started_ms = sampler::now_ms();
     let live = |live: &Live| {
         let roles = match &sampler {
@@ -76,15 +77,15 @@ pub fn measure(
         };
         on_live(live, &roles)
     };
-    let result = match generator {
-        Generator::Local => {
+    let result = match load_source {
+        LoadSource::Local => {
             let pinned = client_cpus.map(Pinned::to);
             let result = meshbench_engine::run(spec, stop, live);
             drop(pinned);
             result.map_err(MeasureError::from)
         }
         // Agents elsewhere do not have this machine's files: they get their contents.
-        Generator::Agents { fleet, options } => match options.self_contained() {
+        LoadSource::Agents { fleet, options } => match options.self_contained() {
             Ok(options) => fleet
                 .lock()
                 .expect("one step at a time")

@@ -10,7 +10,7 @@ use meshbench_backend::{Backend, BackendConfig};
 use meshbench_engine::recorder::{Counts, ErrorKind};
 use meshbench_engine::{Stop, StopAt};
 use meshbench_results::histogram::new_histogram;
-use meshbench_runner::{measure, Generator, LoadOptions, TargetSource};
+use meshbench_runner::{measure, LoadOptions, LoadSource, TargetSource};
 
 #[test]
 fn seconds_sum_to_the_result_exactly() {
@@ -34,7 +34,7 @@ fn seconds_sum_to_the_result_exactly() {
         let mut latency = new_histogram();
         let mut seconds = Vec::new();
         let m = measure(
-            Generator::Local,
+            LoadSource::Local,
             &spec,
             None,
             None,

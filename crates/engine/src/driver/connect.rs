@@ -1,5 +1,6 @@
 //! A connection's life as the worker drives it: open a socket to the connection's host,
-//! shake hands (TLS, then HTTP/2), count bytes, close, and fail with back-off.
+//! shake hands (TLS, then HTTP/2; for HTTP/3, QUIC on a UDP socket), count bytes, close, and
+//! fail with back-off.
 //!
 //! Split from the loop so that [`super`] reads as scheduling and [`super::exchange`] as
 //! requests on the wire. Contract: these are the only places that create or drop sockets and

@@ -1,24 +1,25 @@
 //! The request loop: one thread, one epoll, a share of the connections, one pacer, one recorder,
 //! for every protocol. [`run_worker`] is what [`crate::run()`] starts on each thread.
 //!
-//! The loop reads in terms of its parts: the pacer says when a request is due
+//! The loop reads in terms of its pieces: the pacer says when a request is due
 //! ([`crate::pacer`]); the slot pool (`slots`) says which slot it may take, or holds it; the
 //! slot's request (`request`) keeps its times from intended to arrived; each connection (`conn`)
 //! keeps its state from closed to ready. This module owns the loop itself: when to wake, what to
 //! send, when to stop. Its two halves are `connect` (opening, handshakes, closing, back-off) and
 //! `exchange` (requests and responses on the wire: HTTP/1.1 plain or TLS, HTTP/2 through
-//! [`crate::h2conn`]).
+//! [`crate::h2conn`], HTTP/3 through [`crate::h3conn`] over QUIC, whose timers the loop also
+//! wakes for).
 //!
 //! Per plain HTTP/1.1 request the loop makes one `send` and one `recv` and shares one
 //! `epoll_pwait2` with every other socket that became ready at the same moment; there is no
 //! timer per request (timeouts are found by a periodic scan) and no allocation.
 //!
-//! A response ends when the kernel says its last segment arrived (`SO_TIMESTAMPNS`), not when the
+//! A response ends when the kernel says its last packet arrived (`SO_TIMESTAMPNS`), not when the
 //! loop got round to reading it. That lets an open HTTP/1.1 loop with free connections sleep
 //! until its next send and pick up the responses that came in meanwhile: one wake-up per request
 //! instead of two, with latency exact to the kernel's clock. When a request would have to wait
-//! for a connection (or in a closed loop, over HTTP/2, or while draining) the loop wakes on every
-//! arrival instead.
+//! for a connection (or in a closed loop, over HTTP/2 or HTTP/3, or while draining) the loop
+//! wakes on every arrival instead.
 
 mod connect;
 mod exchange;

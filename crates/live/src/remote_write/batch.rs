@@ -286,7 +286,7 @@ fn pack(units: Vec<Unit>, lane: Lane, families: &[Family], max_samples: usize) -
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::series::Member;
+    use crate::series::FamilyMember;
     use crate::{buckets, names};
     use hdrhistogram::Histogram as Hdr;
 
@@ -309,7 +309,7 @@ mod tests {
                 help: "Requests.",
                 kind: Kind::Counter,
                 unit: None,
-                members: vec![Member {
+                members: vec![FamilyMember {
                     labels: labels(),
                     value: Value::Counter(spread as f64),
                 }],
@@ -319,7 +319,7 @@ mod tests {
                 help: "Latency.",
                 kind: Kind::Histogram,
                 unit: Some("seconds"),
-                members: vec![Member {
+                members: vec![FamilyMember {
                     labels: labels(),
                     value: Value::Histogram(Buckets::of_micros(&h)),
                 }],

@@ -142,7 +142,7 @@ struct Shared {
 
 /// `finish` telling the thread to wrap up.
 #[derive(Debug, Clone, Copy)]
-struct Stop {
+struct WrapUp {
     /// Whatever is not pushed by then is dropped.
     deadline: Instant,
     /// The receiver was well at the end: failures are retried until the deadline. When it was
@@ -150,18 +150,19 @@ struct Stop {
     patient: bool,
 }
 
+/// Where `finish` (or drop) leaves the thread its [`WrapUp`], with the condvar that wakes it.
 #[derive(Default)]
-struct Control {
-    stop: Mutex<Option<Stop>>,
+struct Mailbox {
+    stop: Mutex<Option<WrapUp>>,
     wake: Condvar,
 }
 
-impl Control {
-    fn stop_at(&self) -> Option<Stop> {
+impl Mailbox {
+    fn stop_at(&self) -> Option<WrapUp> {
         *self.stop.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn stop(&self, stop: Stop) {
+    fn stop(&self, stop: WrapUp) {
         *self.stop.lock().unwrap_or_else(|p| p.into_inner()) = Some(stop);
         self.wake.notify_all();
     }
@@ -186,7 +187,7 @@ impl Control {
 
 /// A running pusher.
 pub struct RemoteWriter {
-    control: Arc<Control>,
+    mailbox: Arc<Mailbox>,
     shared: Arc<Mutex<Shared>>,
     done: mpsc::Receiver<PushReport>,
     thread: Option<JoinHandle<()>>,
@@ -202,7 +203,7 @@ impl RemoteWriter {
     pub fn start(config: RemoteWriteConfig, hub: Hub) -> Result<RemoteWriter, LiveError> {
         let sender = Sender::new(&config.url, &config.headers, config.connect_timeout)?;
         let shown = sender.shown().to_string();
-        let control = Arc::new(Control::default());
+        let mailbox = Arc::new(Mailbox::default());
         let shared = Arc::new(Mutex::new(Shared::default()));
         let (tx, done) = mpsc::channel();
         let seed = std::time::SystemTime::now()
@@ -214,7 +215,7 @@ impl RemoteWriter {
             queue: Queue::new(config.max_pending_requests),
             backoff: Backoff::new(BACKOFF_FIRST, BACKOFF_MAX, seed),
             config,
-            control: control.clone(),
+            mailbox: mailbox.clone(),
             shared: shared.clone(),
             tracks: BTreeMap::new(),
             seen: None,
@@ -228,7 +229,7 @@ impl RemoteWriter {
             })
             .map_err(|e| LiveError::Config(format!("cannot start the remote-write thread: {e}")))?;
         Ok(RemoteWriter {
-            control,
+            mailbox,
             shared,
             done,
             thread: Some(thread),
@@ -250,7 +251,7 @@ impl RemoteWriter {
         } else {
             timeout
         };
-        self.control.stop(Stop {
+        self.mailbox.stop(WrapUp {
             deadline: Instant::now() + budget,
             patient: !failing,
         });
@@ -286,7 +287,7 @@ impl Drop for RemoteWriter {
     fn drop(&mut self) {
         // Dropped without `finish`: stop now, wait for nothing.
         if self.thread.is_some() {
-            self.control.stop(Stop {
+            self.mailbox.stop(WrapUp {
                 deadline: Instant::now(),
                 patient: false,
             });
@@ -314,7 +315,7 @@ struct Writer {
     config: RemoteWriteConfig,
     queue: Queue,
     backoff: Backoff,
-    control: Arc<Control>,
+    mailbox: Arc<Mailbox>,
     shared: Arc<Mutex<Shared>>,
     tracks: BTreeMap<Scope, Track>,
     /// The board's sequence number at the last look.
@@ -325,7 +326,7 @@ struct Writer {
 impl Writer {
     fn run(&mut self) -> PushReport {
         loop {
-            let stop = self.control.stop_at();
+            let stop = self.mailbox.stop_at();
             self.look(stop.is_some());
             let now = Instant::now();
             if let Some(stop) = stop {
@@ -353,7 +354,7 @@ impl Writer {
             if let Some(stop) = stop {
                 wake = wake.min(stop.deadline);
             }
-            self.control.sleep(wake);
+            self.mailbox.sleep(wake);
         }
         lock(&self.shared).report.clone()
     }
@@ -499,7 +500,7 @@ impl Writer {
     }
 
     /// One try of the oldest request.
-    fn try_head(&mut self, stop: Option<Stop>) {
+    fn try_head(&mut self, stop: Option<WrapUp>) {
         let Some(head) = self.queue.head() else {
             return;
         };
@@ -535,7 +536,7 @@ impl Writer {
         lock(&self.shared).queued = self.queue.samples();
     }
 
-    fn failed(&mut self, f: Failure, stop: Option<Stop>) {
+    fn failed(&mut self, f: Failure, stop: Option<WrapUp>) {
         let lane = self.queue.head().map(|h| h.lane);
         let message = format!("{}: {}", self.sender.shown(), f.message);
         if lane == Some(Lane::Native) && self.natives != Natives::Taken {

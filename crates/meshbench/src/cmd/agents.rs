@@ -5,7 +5,7 @@ use std::net::TcpListener;
 use std::time::Duration;
 
 use anyhow::Result;
-use meshbench_experiment::config::Agents;
+use meshbench_experiment::config::FleetConfig;
 use meshbench_runner::agents::{Fleet, FleetReach};
 
 use super::parse_duration;
@@ -13,7 +13,7 @@ use crate::cli::AgentsFlags;
 use crate::usage;
 
 /// The fleet the flags (or else the file) ask for; `None`: this process sends the load.
-pub fn gather(flags: &AgentsFlags, file: Option<&Agents>) -> Result<Option<Fleet>> {
+pub fn gather(flags: &AgentsFlags, file: Option<&FleetConfig>) -> Result<Option<Fleet>> {
     let reach = match (&flags.agents, file) {
         (Some(given), _) => reach_from_flag(given, flags)?,
         (None, Some(a)) if !a.addresses.is_empty() => FleetReach::Dial(a.addresses.clone()),

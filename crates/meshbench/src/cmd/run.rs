@@ -12,7 +12,7 @@ use meshbench_engine::{LoadSpec, Stop, StopAt};
 use meshbench_live::Done;
 use meshbench_results::{Arrival, CloseFirst, IdleStrategy, Order, Protocol, RunResult};
 use meshbench_runner::targets::ConnectTo;
-use meshbench_runner::{Body, Generator, LoadOptions, ProtoSource, TargetSource, TlsOptions};
+use meshbench_runner::{Body, LoadOptions, LoadSource, ProtoSource, TargetSource, TlsOptions};
 
 use super::live::Faces;
 use super::parse_duration;
@@ -26,15 +26,21 @@ pub fn execute(args: RunArgs) -> Result<u8> {
     let faces = super::live::Faces::start(&args.live)?;
     let signals = super::signals::Signals::install()?;
     let fleet = super::agents::gather(&args.agents, None)?.map(Mutex::new);
-    let generator = match &fleet {
-        Some(fleet) => Generator::Agents {
+    let load_source = match &fleet {
+        Some(fleet) => LoadSource::Agents {
             fleet,
             options: &options,
         },
-        None => Generator::Local,
+        None => LoadSource::Local,
     };
     let live = !args.quiet && std::io::stderr().is_terminal();
-    let result = measure(generator, &spec, signals.stop.clone(), live, faces.as_ref());
+    let result = measure(
+        load_source,
+        &spec,
+        signals.stop.clone(),
+        live,
+        faces.as_ref(),
+    );
     if let Some(fleet) = &fleet {
         for note in fleet.lock().expect("the run is over").take_notes() {
             eprintln!("meshbench: {note}");
@@ -88,7 +94,7 @@ pub fn resolve(options: &LoadOptions) -> Result<LoadSpec> {
 /// Measures a spec with no system under test watched, optionally drawing a progress line and
 /// feeding live faces.
 fn measure(
-    generator: Generator,
+    load_source: LoadSource,
     spec: &LoadSpec,
     stop: Stop,
     live: bool,
@@ -101,7 +107,7 @@ fn measure(
         f.hub.step_started(info.clone());
         info.scope
     });
-    let measured = meshbench_runner::measure(generator, spec, None, None, stop, |l, roles| {
+    let measured = meshbench_runner::measure(load_source, spec, None, None, stop, |l, roles| {
         line.draw(l);
         if let (Some(f), Some(scope)) = (faces, &step) {
             f.live(scope, l, roles);

@@ -392,15 +392,15 @@ impl Fleet {
         }
         self.step += 1;
         let step = self.step;
-        let mut slots: Vec<Slot> = agents
+        let mut places: Vec<Place> = agents
             .iter()
             .enumerate()
             .map(|(k, &i)| {
                 let m = &self.members[i];
-                Slot::new(m, Segment::new(k as u64, n as u64), clocks[&m.id], options)
+                Place::new(m, Segment::new(k as u64, n as u64), clocks[&m.id], options)
             })
             .collect();
-        for s in &slots {
+        for s in &places {
             let m = &self.members[agents[s.index]];
             self.send(
                 m,
@@ -417,13 +417,13 @@ impl Fleet {
         let mut ready = vec![false; n];
         while ready
             .iter()
-            .zip(&slots)
+            .zip(&places)
             .any(|(r, s)| !r && s.lost.is_none())
         {
             let left = ready_by.saturating_duration_since(Instant::now());
             if left.is_zero() || stop.requested() {
-                for s in slots.iter_mut().filter(|s| s.lost.is_none()) {
-                    s.lost = Some(("no ready in time".into(), 0.0));
+                for s in places.iter_mut().filter(|s| s.lost.is_none()) {
+                    s.lose("no ready in time".into(), 0.0);
                 }
                 break;
             }
@@ -436,24 +436,24 @@ impl Fleet {
                 Event::Message(Message::Failed { step: s, reason }) if s == step => {
                     self.stop_all(&agents, step, true);
                     return Err(FleetError::AgentFailed {
-                        name: slots[k].name.clone(),
+                        name: places[k].name.clone(),
                         step,
                         reason,
                     });
                 }
                 Event::Lost(why) => {
-                    slots[k].lost = Some((why, 0.0));
+                    places[k].lose(why, 0.0);
                     self.members[agents[k]].lost = true;
                 }
                 _ => {}
             }
         }
         // One instant for all, far enough ahead for the slowest round trip.
-        let worst_rtt = slots.iter().map(|s| s.round_trip_ns).max().unwrap_or(0);
+        let worst_rtt = places.iter().map(|s| s.round_trip_ns).max().unwrap_or(0);
         let lead = (3 * worst_rtt).max(50_000_000);
         let start = monotonic_ns() + lead;
         let wall_start = SystemTime::now() + Duration::from_nanos(lead) + spec.warmup;
-        for s in slots.iter().filter(|s| s.lost.is_none()) {
+        for s in places.iter().filter(|s| s.lost.is_none()) {
             let at_ns = (start as i64 + s.offset_ns).max(0) as u64;
             self.send(
                 &self.members[agents[s.index]],
@@ -477,23 +477,26 @@ impl Fleet {
         let mut seconds = Seconds::new(n);
         let mut gathered = Gathered::default();
         let mut completed: Vec<Interval> = Vec::new();
-        for (k, s) in slots.iter().enumerate() {
+        for (k, s) in places.iter().enumerate() {
             if s.lost.is_some() {
                 seconds.gone(k, &mut completed);
             }
         }
-        let mut told = (false, false);
+        let mut told = Told::default();
         let elapsed = || monotonic_ns().saturating_sub(start);
-        while slots.iter().any(|s| s.part.is_none() && s.lost.is_none()) {
-            if stop.requested() && !told.0 || stop.hurried() && !told.1 {
-                told = (true, stop.hurried());
+        while places.iter().any(|s| s.part.is_none() && s.lost.is_none()) {
+            if stop.requested() && !told.stop || stop.hurried() && !told.hurry {
+                told = Told {
+                    stop: true,
+                    hurry: stop.hurried(),
+                };
                 self.stop_all(&agents, step, stop.hurried());
             }
             if deadline.is_some_and(|d| Instant::now() > d) {
                 let at = elapsed() as f64 / 1e9;
-                for (k, s) in slots.iter_mut().enumerate() {
+                for (k, s) in places.iter_mut().enumerate() {
                     if s.part.is_none() && s.lost.is_none() {
-                        s.lost = Some(("no final report by the step's end".into(), at));
+                        s.lose("no final report by the step's end".into(), at);
                         seconds.gone(k, &mut completed);
                     }
                 }
@@ -502,20 +505,20 @@ impl Fleet {
             if let Some((k, event)) = self.next_event(&agents, Duration::from_millis(200)) {
                 match event {
                     Event::Message(Message::Second { step: s, interval }) if s == step => {
-                        slots[k].seen.add_second(&interval);
+                        places[k].seen.add_second(&interval);
                         seconds.add(k, *interval, &mut completed);
                     }
                     Event::Message(Message::Done { step: s, part }) if s == step => {
-                        slots[k].part = Some(*part);
+                        places[k].part = Some(*part);
                         seconds.gone(k, &mut completed);
                     }
                     Event::Message(Message::Failed { step: s, reason }) if s == step => {
-                        slots[k].lost = Some((format!("failed: {reason}"), elapsed() as f64 / 1e9));
+                        places[k].lose(format!("failed: {reason}"), elapsed() as f64 / 1e9);
                         seconds.gone(k, &mut completed);
                     }
                     Event::Lost(why) => {
-                        if slots[k].part.is_none() && slots[k].lost.is_none() {
-                            slots[k].lost = Some((why, elapsed() as f64 / 1e9));
+                        if places[k].part.is_none() && places[k].lost.is_none() {
+                            places[k].lose(why, elapsed() as f64 / 1e9);
                             seconds.gone(k, &mut completed);
                         }
                         self.members[agents[k]].lost = true;
@@ -534,7 +537,7 @@ impl Fleet {
         }
         Ok(merge(
             spec,
-            slots,
+            places,
             gathered,
             start,
             wall_start,
@@ -542,8 +545,8 @@ impl Fleet {
         ))
     }
 
-    /// The next event from one of the step's agents (`agents` maps slot to member), as the
-    /// slot's index.
+    /// The next event from one of the step's agents (`agents` maps place to member), as the
+    /// place's index.
     fn next_event(&mut self, agents: &[usize], wait: Duration) -> Option<(usize, Event)> {
         let deadline = Instant::now() + wait;
         loop {
@@ -630,8 +633,15 @@ impl Drop for Fleet {
     }
 }
 
-/// One agent's place in a step.
-struct Slot {
+/// What the step's agents have been told so far: to stop (and drain), and to hurry.
+#[derive(Default)]
+struct Told {
+    stop: bool,
+    hurry: bool,
+}
+
+/// One agent's place in a step: its segment, its clock, what it reported, whether it was lost.
+struct Place {
     index: usize,
     name: String,
     address: String,
@@ -642,18 +652,18 @@ struct Slot {
     /// What its seconds added up to (all that is known of it if it is lost).
     seen: Recorder,
     part: Option<Part>,
-    /// Why and when (seconds after the start) it was lost.
-    lost: Option<(String, f64)>,
+    /// Why and when (`after_secs`: seconds after the start) it was lost.
+    lost: Option<Lost>,
 }
 
-impl Slot {
+impl Place {
     fn new(
         m: &Member,
         segment: Segment,
         (offset_ns, round_trip_ns): (i64, u64),
         o: &LoadOptions,
-    ) -> Slot {
-        Slot {
+    ) -> Place {
+        Place {
             index: segment.index as usize,
             name: m.name.clone(),
             address: m.address.clone(),
@@ -666,13 +676,18 @@ impl Slot {
             lost: None,
         }
     }
+
+    /// It is lost, for `reason`, `after_secs` seconds after the start.
+    fn lose(&mut self, reason: String, after_secs: f64) {
+        self.lost = Some(Lost { after_secs, reason });
+    }
 }
 
-/// The step's result from its slots: the parts that came (and for lost agents, their seconds)
+/// The step's result from its places: the parts that came (and for lost agents, their seconds)
 /// merged by the engine, with each agent's share and the start's skew.
 fn merge(
     spec: &LoadSpec,
-    slots: Vec<Slot>,
+    places: Vec<Place>,
     gathered: Gathered,
     start: u64,
     wall_start: SystemTime,
@@ -681,7 +696,7 @@ fn merge(
     // When each agent's schedule really began (its clock's zero plus how late its first send
     // was), on the coordinator's clock: an open loop's segments start at their own first
     // arrivals, which is the plan, not skew.
-    let firsts: Vec<Option<i64>> = slots
+    let firsts: Vec<Option<i64>> = places
         .iter()
         .map(|s| {
             let p = s.part.as_ref()?;
@@ -694,7 +709,7 @@ fn merge(
     let mut reports = Vec::new();
     let mut parts = Vec::new();
     let mut any_lost = false;
-    for (s, began) in slots.into_iter().zip(&firsts) {
+    for (s, began) in places.into_iter().zip(&firsts) {
         let part = s.part.unwrap_or_else(|| Part {
             recorder: s.seen.clone(),
             workers: Vec::new(),
@@ -726,9 +741,9 @@ fn merge(
             start_us: began
                 .zip(earliest)
                 .map(|(f, e)| ((f - e) as f64 / 100.0).round() / 10.0),
-            lost: s.lost.map(|(reason, after)| Lost {
-                after_secs: (after * 1000.0).round() / 1000.0,
-                reason,
+            lost: s.lost.map(|l| Lost {
+                after_secs: (l.after_secs * 1000.0).round() / 1000.0,
+                reason: l.reason,
             }),
         });
         parts.push(part);

@@ -113,7 +113,7 @@ impl Lab {
         };
         let client_cpus = e.limits.client.cpuset.as_deref().and_then(parse_cpuset);
         let measured = measure(
-            self.generator(&options),
+            self.load_source(&options),
             &load,
             None,
             client_cpus.as_deref(),
