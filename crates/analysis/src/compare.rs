@@ -125,7 +125,9 @@ mod tests {
     use crate::runs::{group, Run};
     use crate::verdict::Verdict;
     use meshbench_results::{
-        histogram::encode_histogram, histogram::new_histogram, run::TimelinePoint, RunResult,
+        histogram::{encode_histogram, new_histogram},
+        run::TimelinePoint,
+        RunResult,
     };
 
     /// One run of `name` whose one-second p50s are these (ms), its histogram at the first.

@@ -538,7 +538,9 @@ mod tests {
     use crate::runs::{group, Run};
     use crate::verdict::Basis;
     use meshbench_results::{
-        histogram::encode_histogram, histogram::new_histogram, run::TimelinePoint, RunResult,
+        histogram::{encode_histogram, new_histogram},
+        run::TimelinePoint,
+        RunResult,
     };
 
     /// A run whose every request took `us`, with these per-second p50s (ms).

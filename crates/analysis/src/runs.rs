@@ -7,7 +7,8 @@ use std::fmt;
 
 use hdrhistogram::Histogram;
 use meshbench_results::{
-    histogram::decode_histogram, histogram::new_histogram, RoleUsage, RunResult,
+    histogram::{decode_histogram, new_histogram},
+    RoleUsage, RunResult,
 };
 use meshbench_store::{topology_name, StoredStep};
 

@@ -284,7 +284,10 @@ mod tests {
 
     use super::*;
     use crate::spec::{ConnSpec, RequestSpec, Targets};
-    use meshbench_results::{histogram::decode_histogram, histogram::new_histogram, Arrival};
+    use meshbench_results::{
+        histogram::{decode_histogram, new_histogram},
+        Arrival,
+    };
 
     fn spec(mode: Mode) -> LoadSpec {
         let addr = "127.0.0.1:8080".parse().expect("a literal address");

@@ -8,9 +8,7 @@
 //! base64 (so the fuzzer reaches the headers and the compressed stream, not only the alphabet).
 
 use base64::Engine as _;
-use meshbench_results::{
-    histogram::decode_histogram, histogram::encode_histogram, histogram::new_histogram,
-};
+use meshbench_results::histogram::{decode_histogram, encode_histogram, new_histogram};
 
 /// The check of one input.
 pub fn histogram_decode(data: &[u8]) {

@@ -12,7 +12,10 @@ use std::time::Duration;
 
 use hdrhistogram::Histogram;
 use meshbench_engine::recorder::{Counts, Interval};
-use meshbench_results::{histogram::new_histogram, histogram::new_interval_histogram, Sample};
+use meshbench_results::{
+    histogram::{new_histogram, new_interval_histogram},
+    Sample,
+};
 use serde::Serialize;
 
 /// Frames kept for the web page: ten minutes of seconds.

@@ -25,7 +25,10 @@ use std::time::{Duration, Instant, SystemTime};
 use meshbench_engine::recorder::{Interval, Recorder};
 use meshbench_engine::{Gathered, Live, LoadSpec, Part, Seconds, Segment, Stop, StopAt};
 use meshbench_net::clock::monotonic_ns;
-use meshbench_results::{run::AgentPart, run::Agents, run::Lost, RunResult};
+use meshbench_results::{
+    run::{AgentPart, Agents, Lost},
+    RunResult,
+};
 use thiserror::Error;
 
 use super::auth::{handshake, Hello, Role, Token};
