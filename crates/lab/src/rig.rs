@@ -18,7 +18,7 @@ use crate::program::{Hop, ListenTls, Program, ProgramSpec, UpstreamTls};
 use crate::sampler::Watch;
 use crate::{pki, LabError};
 use meshbench_results::{
-    topology::{Part, RolePlan},
+    topology::{Duty, RolePlan},
     Class, Topology,
 };
 
@@ -285,7 +285,7 @@ fn hops(
             };
             Ok(Hop {
                 name: role.name.to_string(),
-                part: role.part,
+                duty: role.duty,
                 layer: role.layer,
                 listen: addresses[i].addr,
                 listen_tls,
@@ -297,8 +297,8 @@ fn hops(
                 workers: spec.workers(role),
                 dir: spec.dir.clone(),
                 destination,
-                hbone_in: hbone && matches!(role.part, Part::ServerTunnel | Part::Waypoint),
-                hbone_out: hbone && matches!(role.part, Part::ClientTunnel | Part::Waypoint),
+                hbone_in: hbone && matches!(role.duty, Duty::ServerTunnel | Duty::Waypoint),
+                hbone_out: hbone && matches!(role.duty, Duty::ClientTunnel | Duty::Waypoint),
                 admin,
                 istio_telemetry: spec.proxy_istio_telemetry && role.class == Class::Proxy,
             })

@@ -73,7 +73,7 @@ use meshbench_lab::gateway::{self, CertLayout, GatewayPlan};
 use meshbench_lab::program::envoy::{self, gateway_bootstrap, hop_bootstrap, yaml::bootstrap_yaml};
 use meshbench_lab::program::{Hop, ListenTls, UpstreamTls};
 use meshbench_lab::{pki, Program};
-use meshbench_results::{topology::Part, Layer};
+use meshbench_results::{topology::Duty, Layer};
 
 /// The Envoy binary; a test without it fails rather than passes.
 fn envoy() -> PathBuf {
@@ -125,7 +125,7 @@ fn validate(dir: &Path, name: &str, b: &Bootstrap) -> PathBuf {
 fn hop(dir: &Path, layer: Layer) -> Hop {
     Hop {
         name: "waypoint".into(),
-        part: Part::Waypoint,
+        duty: Duty::Waypoint,
         layer,
         listen: "127.0.0.1:9001".parse().unwrap(),
         listen_tls: Some(ListenTls {
@@ -158,19 +158,19 @@ fn envoy_accepts_the_hop_bootstraps_as_yaml() {
     pki::write_lab_set(&s.0, &["mesh.local".to_string()]).unwrap();
     // Every part the lab's Envoy plays, with and without mutual TLS, HTTP/1.1 and gRPC.
     let parts = [
-        (Part::ClientSidecar, Layer::L7, false),
-        (Part::ServerSidecar, Layer::L7, false),
-        (Part::Waypoint, Layer::L7, false),
-        (Part::Waypoint, Layer::L7, true),
-        (Part::ClientTunnel, Layer::L4, true),
-        (Part::ServerTunnel, Layer::L4, true),
+        (Duty::ClientSidecar, Layer::L7, false),
+        (Duty::ServerSidecar, Layer::L7, false),
+        (Duty::Waypoint, Layer::L7, false),
+        (Duty::Waypoint, Layer::L7, true),
+        (Duty::ClientTunnel, Layer::L4, true),
+        (Duty::ServerTunnel, Layer::L4, true),
     ];
     for (part, layer, hbone) in parts {
         for (tls, grpc) in [(true, false), (true, true), (false, false)] {
             let mut h = hop(&s.0, layer);
-            h.part = part;
-            h.hbone_in = hbone && matches!(part, Part::ServerTunnel | Part::Waypoint);
-            h.hbone_out = hbone && matches!(part, Part::ClientTunnel | Part::Waypoint);
+            h.duty = part;
+            h.hbone_in = hbone && matches!(part, Duty::ServerTunnel | Duty::Waypoint);
+            h.hbone_out = hbone && matches!(part, Duty::ClientTunnel | Duty::Waypoint);
             (h.grpc, h.http2) = (grpc, grpc);
             h.istio_telemetry = tls;
             if !tls {

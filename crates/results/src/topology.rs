@@ -52,10 +52,10 @@ pub enum Layer {
     L4,
 }
 
-/// The part a role plays in the mesh it stands for: what a program configured as the real
+/// The duty a role takes on in the mesh it stands for: what a program configured as the real
 /// mesh configures itself for (Envoy as Istio's sidecar, gateway, waypoint or ztunnel).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Part {
+pub enum Duty {
     /// The client's sidecar: outbound traffic, originating mutual TLS.
     ClientSidecar,
     /// The server's sidecar: inbound traffic, terminating mutual TLS (or plaintext).
@@ -77,24 +77,24 @@ pub struct RolePlan {
     pub name: &'static str,
     pub class: Class,
     pub layer: Layer,
-    pub part: Part,
+    pub duty: Duty,
 }
 
-const fn l7(name: &'static str, part: Part) -> RolePlan {
+const fn l7(name: &'static str, duty: Duty) -> RolePlan {
     RolePlan {
         name,
         class: Class::Proxy,
         layer: Layer::L7,
-        part,
+        duty,
     }
 }
 
-const fn l4(name: &'static str, part: Part) -> RolePlan {
+const fn l4(name: &'static str, duty: Duty) -> RolePlan {
     RolePlan {
         name,
         class: Class::Tunnel,
         layer: Layer::L4,
-        part,
+        duty,
     }
 }
 
@@ -134,12 +134,12 @@ impl Topology {
 
     /// The roles between the client and the backend, client side first.
     pub fn chain(self) -> &'static [RolePlan] {
-        const CLIENT_PROXY: RolePlan = l7("client_proxy", Part::ClientSidecar);
-        const SERVER_PROXY: RolePlan = l7("server_proxy", Part::ServerSidecar);
-        const GATEWAY: RolePlan = l7("gateway", Part::Gateway);
-        const WAYPOINT: RolePlan = l7("waypoint", Part::Waypoint);
-        const ZTUNNEL_CLIENT: RolePlan = l4("ztunnel_client", Part::ClientTunnel);
-        const ZTUNNEL_SERVER: RolePlan = l4("ztunnel_server", Part::ServerTunnel);
+        const CLIENT_PROXY: RolePlan = l7("client_proxy", Duty::ClientSidecar);
+        const SERVER_PROXY: RolePlan = l7("server_proxy", Duty::ServerSidecar);
+        const GATEWAY: RolePlan = l7("gateway", Duty::Gateway);
+        const WAYPOINT: RolePlan = l7("waypoint", Duty::Waypoint);
+        const ZTUNNEL_CLIENT: RolePlan = l4("ztunnel_client", Duty::ClientTunnel);
+        const ZTUNNEL_SERVER: RolePlan = l4("ztunnel_server", Duty::ServerTunnel);
         match self {
             Topology::Baseline => &[],
             Topology::Serveronly => &[SERVER_PROXY],

@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 use crate::gateway::{self, GatewayPlan};
 use crate::pki::Issued;
 use crate::{install, write_file, LabError};
-use meshbench_results::{topology::Part, Layer};
+use meshbench_results::{topology::Duty, Layer};
 
 /// The program that plays a proxy role: the `type:` of the experiment file's `proxy`, `tunnel`
 /// and `gateway` sections.
@@ -94,8 +94,8 @@ pub struct UpstreamTls {
 pub struct Hop {
     /// The role's name, also the stem of its files.
     pub name: String,
-    /// The part it plays in the mesh (Envoy configures itself as Istio's for that part).
-    pub part: Part,
+    /// The duty it takes on in the mesh (Envoy configures itself as Istio's for that duty).
+    pub duty: Duty,
     pub layer: Layer,
     pub listen: SocketAddr,
     pub listen_tls: Option<ListenTls>,
@@ -384,7 +384,7 @@ pub(crate) mod tests {
         let dir = PathBuf::from("/tmp/x");
         Hop {
             name: "server_proxy".into(),
-            part: Part::ServerSidecar,
+            duty: Duty::ServerSidecar,
             layer,
             listen: "127.0.0.1:8001".parse().unwrap(),
             listen_tls: tls.then(|| ListenTls {

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use meshbench_lab::process::Placement;
 use meshbench_lab::program::{nginx, Hop, ProgramSpec, Run};
 use meshbench_lab::{rig, LabError, Program, RoleProcess};
-use meshbench_results::{topology::Part, Layer};
+use meshbench_results::{topology::Duty, Layer};
 
 pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_meshbench")
@@ -231,7 +231,7 @@ pub fn nginx_proxy(upstream: SocketAddr) -> Result<LabRole, LabError> {
     let dir = scratch_dir("nginx-proxy");
     let hop = Hop {
         name: "nginx".into(),
-        part: Part::ServerSidecar,
+        duty: Duty::ServerSidecar,
         layer: Layer::L7,
         listen: free_addr(),
         listen_tls: None,

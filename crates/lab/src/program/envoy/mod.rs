@@ -38,7 +38,7 @@ use prost::Message;
 use super::{Hop, Run};
 use crate::gateway::GatewayPlan;
 use crate::{install, write_file, LabError};
-use meshbench_results::topology::Part;
+use meshbench_results::topology::Duty;
 
 /// The gateway's configuration file.
 pub const CONFIG: &str = "envoy.pb";
@@ -104,13 +104,13 @@ pub const BACKEND_CLUSTER: &str = "backend";
 /// another program is an inbound side over their TLS), with the [`telemetry`] stand-ins when
 /// the hop asks for them.
 pub fn hop_bootstrap(hop: &Hop) -> Bootstrap {
-    match hop.part {
-        Part::ClientSidecar => sidecar::outbound(hop),
-        Part::ServerSidecar | Part::Gateway => sidecar::inbound(hop),
-        Part::Waypoint if hop.hbone_in => hbone::waypoint(hop),
-        Part::Waypoint => sidecar::inbound(hop),
-        Part::ClientTunnel => hbone::client(hop),
-        Part::ServerTunnel => hbone::server(hop),
+    match hop.duty {
+        Duty::ClientSidecar => sidecar::outbound(hop),
+        Duty::ServerSidecar | Duty::Gateway => sidecar::inbound(hop),
+        Duty::Waypoint if hop.hbone_in => hbone::waypoint(hop),
+        Duty::Waypoint => sidecar::inbound(hop),
+        Duty::ClientTunnel => hbone::client(hop),
+        Duty::ServerTunnel => hbone::server(hop),
     }
 }
 
@@ -224,11 +224,11 @@ mod tests {
     use envoy_types::pb::envoy::config::core::v3::transport_socket::ConfigType;
     use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::UpstreamTlsContext;
 
-    fn hop(part: Part) -> Hop {
+    fn hop(duty: Duty) -> Hop {
         let d = PathBuf::from("/pki");
         Hop {
             name: "client_proxy".into(),
-            part,
+            duty,
             layer: meshbench_results::Layer::L7,
             listen: "127.0.0.1:9001".parse().unwrap(),
             listen_tls: Some(ListenTls {
@@ -268,7 +268,7 @@ mod tests {
 
     #[test]
     fn the_client_sidecar_speaks_istio_mutual_tls_http11_unless_grpc() {
-        let b = hop_bootstrap(&hop(Part::ClientSidecar));
+        let b = hop_bootstrap(&hop(Duty::ClientSidecar));
         let res = b.static_resources.as_ref().unwrap();
         let l = &res.listeners[0];
         assert_eq!(l.name, "0.0.0.0_9001");
@@ -292,7 +292,7 @@ mod tests {
             "no h2 upgrade"
         );
         assert!(b.admin.is_some(), "the admin endpoint the lab reads");
-        let mut grpc = hop(Part::ClientSidecar);
+        let mut grpc = hop(Duty::ClientSidecar);
         grpc.grpc = true;
         let b = hop_bootstrap(&grpc);
         let c = &b.static_resources.as_ref().unwrap().clusters[0];
@@ -305,7 +305,7 @@ mod tests {
 
     #[test]
     fn the_server_sidecar_is_permissive_behind_both_inspectors() {
-        let b = hop_bootstrap(&hop(Part::ServerSidecar));
+        let b = hop_bootstrap(&hop(Duty::ServerSidecar));
         let l = &b.static_resources.as_ref().unwrap().listeners[0];
         let names: Vec<_> = l.listener_filters.iter().map(|f| f.name.as_str()).collect();
         assert_eq!(
@@ -325,7 +325,7 @@ mod tests {
 
     #[test]
     fn tunnels_speak_hbone_and_the_waypoint_has_internal_listeners() {
-        let mut w = hop(Part::Waypoint);
+        let mut w = hop(Duty::Waypoint);
         (w.hbone_in, w.hbone_out) = (true, true);
         let b = hop_bootstrap(&w);
         let res = b.static_resources.as_ref().unwrap();
@@ -335,7 +335,7 @@ mod tests {
             ["connect_terminate", "main_internal", "connect_originate"]
         );
         assert_eq!(b.bootstrap_extensions.len(), 1);
-        let mut c = hop(Part::ClientTunnel);
+        let mut c = hop(Duty::ClientTunnel);
         c.hbone_out = true;
         let b = hop_bootstrap(&c);
         let tunnel = &b.static_resources.as_ref().unwrap().clusters[0];

@@ -31,7 +31,7 @@ use super::istio::{self, Direction, Versions};
 use super::telemetry;
 use super::{socket, static_cluster};
 use crate::program::Hop;
-use meshbench_results::topology::Part;
+use meshbench_results::topology::Duty;
 
 /// The cluster Istio's outbound side passes unknown traffic to (here: the same next hop, in
 /// the clear).
@@ -199,8 +199,8 @@ pub fn inbound(hop: &Hop) -> Bootstrap {
     if let Some(tls) = &hop.listen_tls {
         // The sidecar sees Istio's mutual-TLS ALPNs from the client's sidecar; a waypoint
         // between other programs' tunnels sees none.
-        let alpns = match hop.part {
-            Part::ServerSidecar => istio::MTLS_HTTP_ALPNS
+        let alpns = match hop.duty {
+            Duty::ServerSidecar => istio::MTLS_HTTP_ALPNS
                 .iter()
                 .map(|a| a.to_string())
                 .collect(),
@@ -223,7 +223,7 @@ pub fn inbound(hop: &Hop) -> Bootstrap {
             ..Default::default()
         });
     }
-    if hop.listen_tls.is_none() || hop.part == Part::ServerSidecar {
+    if hop.listen_tls.is_none() || hop.duty == Duty::ServerSidecar {
         // PERMISSIVE: plaintext HTTP too, told apart by http_inspector.
         listener_filters.push(istio::http_inspector());
         chains.push(FilterChain {
