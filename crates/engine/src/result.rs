@@ -16,21 +16,19 @@ use crate::spec::{LoadSpec, Mode, StopAt};
 
 /// The failures a recorder counted, by kind.
 pub fn errors_of(r: &Recorder) -> Errors {
-    {
-        Errors {
-            connect: r.counts.errors(ErrorKind::Connect),
-            timeout: r.counts.errors(ErrorKind::Timeout),
-            reset: r.counts.errors(ErrorKind::Reset),
-            protocol: r.counts.errors(ErrorKind::Protocol),
-            other: r.counts.errors(ErrorKind::Other),
-            tls: r.counts.errors(ErrorKind::Tls),
-            goaway: r.counts.errors(ErrorKind::GoAway),
-            stream_reset: r.counts.errors(ErrorKind::StreamReset),
-            ports_exhausted: r.counts.errors(ErrorKind::PortsExhausted),
-            http_status: r.counts.http_failures(),
-            grpc_status: r.counts.grpc_failures(),
-            messages: r.messages.clone(),
-        }
+    Errors {
+        connect: r.counts.errors(ErrorKind::Connect),
+        timeout: r.counts.errors(ErrorKind::Timeout),
+        reset: r.counts.errors(ErrorKind::Reset),
+        protocol: r.counts.errors(ErrorKind::Protocol),
+        other: r.counts.errors(ErrorKind::Other),
+        tls: r.counts.errors(ErrorKind::Tls),
+        goaway: r.counts.errors(ErrorKind::GoAway),
+        stream_reset: r.counts.errors(ErrorKind::StreamReset),
+        ports_exhausted: r.counts.errors(ErrorKind::PortsExhausted),
+        http_status: r.counts.http_failures(),
+        grpc_status: r.counts.grpc_failures(),
+        messages: r.messages.clone(),
     }
 }
 
@@ -60,221 +58,251 @@ pub(crate) struct Measured<'a> {
     pub interrupted: bool,
 }
 
-/// The result document of `spec`'s run from what it measured: settings as asked, figures
-/// from the merged recorder, and the generator's verdict on itself (warnings, `saturated`).
+/// `x` rounded to `digits` decimals.
+fn round(x: f64, digits: i32) -> f64 {
+    let scale = 10f64.powi(digits);
+    (x * scale).round() / scale
+}
+
+/// The result document of `spec`'s run from what it measured: the settings as asked, the
+/// figures from the merged recorder, and the generator's view of itself.
 pub(crate) fn build(spec: &LoadSpec, measured: Measured) -> RunResult {
-    {
-        let open = matches!(spec.mode, Mode::Open { .. });
-        let tls = spec.conn.tls.is_some() || spec.conn.quic.is_some();
-        let Measured {
-            threads,
-            recorder: rec,
-            window_ns,
-            max_thread_utilization: max_util,
-            max_thread_busy,
-            max_thread_waiting,
-            timeline,
-            wall_start,
-            cpu_secs,
-            rss_max_bytes,
-            interrupted,
-        } = measured;
-        let duration_secs = window_ns as f64 / 1e9;
-        let total = rec.counts.total();
-        let lag = Stats::of(&rec.lag);
-        let service = Stats::of(&rec.service);
-        let wake_error = Stats::of(&rec.wake_error);
-        let throughput_rps = if duration_secs > 0.0 {
-            total as f64 / duration_secs
+    let rec = measured.recorder;
+    let duration_secs = measured.window_ns as f64 / 1e9;
+    let per_sec = |n: f64| {
+        if duration_secs > 0.0 {
+            n / duration_secs
         } else {
             0.0
-        };
-        let check = check::judge(&Figures {
-            rate_rps: match spec.mode {
-                Mode::Open { rate_rps, .. } => Some(rate_rps),
-                Mode::Closed => None,
-            },
-            connections: spec.connections,
-            requests: total,
-            failed: rec.counts.failed(),
-            top_failure: Failure::most_frequent(&rec.counts, &rec.messages),
-            throughput_rps,
-            sends: rec.sends,
-            late_sends: rec.late_sends,
-            queued_sends: rec.queued_sends,
-            lag_p99_us: lag.p99,
-            wake_error_p99_us: wake_error.p99,
-            busiest_thread_busy: max_thread_busy,
-            most_waiting_thread: max_thread_waiting.unwrap_or(0.0),
-            service_min_us: service.min,
-            service_at_lower_load_us: spec.service_at_lower_load_us,
-            service_p50_us: service.p50,
-            service_p99_us: service.p99,
-        });
-        let saturated = check.generator_limited();
-        let mut warnings = Vec::new();
-        if rec.unfinished > 0 {
-            warnings.push(format!(
-                "{} requests were due or in flight when the run ended and are not in the totals",
-                rec.unfinished
-            ));
         }
-        if interrupted {
-            warnings.push("the run was interrupted: this is a partial result".to_string());
-        }
-        let no_port = rec.counts.errors(ErrorKind::PortsExhausted);
-        if no_port > 0 {
-            warnings.push(format!(
-                "{no_port} connects found no free local port (EADDRNOTAVAIL): the ports towards the target are taken, most likely by TIME_WAIT sockets of connections closed here first; let the server close first (the default of --requests-per-connection over HTTP/1.1), spread connections with --source-address, widen net.ipv4.ip_local_port_range, or open fewer connections per second (--connection-rate)"
-            ));
-        }
-        let (rate_rps, arrival) = match spec.mode {
-            Mode::Closed => (None, None),
-            Mode::Open { rate_rps, arrival } => (Some(rate_rps), Some(arrival)),
-        };
-        let (duration, requests) = match spec.stop {
-            StopAt::Duration(d) => (Some(d.as_secs_f64()), None),
-            StopAt::Requests(n) => (None, Some(n)),
-        };
-        RunResult {
-            schema: SCHEMA.to_string(),
-            meshbench_version: env!("CARGO_PKG_VERSION").to_string(),
-            url: spec.request.url.clone(),
-            settings: Settings {
-                mode: if open {
-                    LoopMode::Open
-                } else {
-                    LoopMode::Closed
-                },
-                connections: spec.connections,
-                concurrency: spec.concurrency,
-                threads,
-                rate_rps,
-                arrival,
-                duration_secs: duration,
-                requests,
-                warmup_secs: spec.warmup.as_secs_f64(),
-                timeout_secs: spec.timeout.as_secs_f64(),
-                method: spec.request.method.clone(),
-                headers: spec
-                    .request
-                    .headers
-                    .iter()
-                    .map(|(n, v)| [n.clone(), v.clone()])
-                    .collect(),
-                body_bytes: spec.request.body_len,
-                seed: spec.seed,
-                protocol: spec.conn.protocol,
-                tls,
-                streams: if spec.conn.protocol.is_multiplexed() {
-                    spec.conn.streams
-                } else {
-                    1
-                },
-                targets: spec.targets.requests.len(),
-                hosts: spec.targets.hosts.len(),
-                target_order: spec.targets.order,
-                requests_per_connection: spec.conn.requests_per_connection,
-                close_first: spec
-                    .conn
-                    .requests_per_connection
-                    .map(|_| spec.conn.close_first),
-                source_addresses: spec.conn.source_addrs.len(),
-                connection_rate: spec.conn.connection_rate,
-                tls_resume: tls.then_some(spec.conn.tls_resume),
-                idle_strategy: open.then_some(spec.idle),
-            },
-            start_time: humantime::format_rfc3339_millis(wall_start).to_string(),
-            duration_secs: (duration_secs * 1e6).round() / 1e6,
-            partial: interrupted,
-            requests: Requests {
-                total,
-                ok: rec.counts.ok(),
-                errors: total - rec.counts.ok(),
-                unfinished: rec.unfinished,
-            },
-            throughput_rps: (throughput_rps * 100.0).round() / 100.0,
-            status_codes: rec
-                .counts
-                .status_codes()
-                .map(|(c, n)| (c.to_string(), n))
-                .collect(),
-            grpc_status: rec
-                .counts
-                .grpc_codes()
-                .map(|(c, n)| (c.name().to_string(), n))
-                .collect(),
-            errors: errors_of(rec),
-            latency_us: Stats::of(&rec.latency),
-            service_time_us: service,
-            schedule_lag_us: open.then_some(lag),
-            bytes: Bytes {
-                sent: rec.bytes_sent,
-                received: rec.bytes_received,
-            },
-            connections: Connections {
-                opened: rec.conns.opened,
-                rate_per_sec: if duration_secs > 0.0 {
-                    (rec.conns.opened as f64 / duration_secs * 100.0).round() / 100.0
-                } else {
-                    0.0
-                },
-                closed_by_client: rec.conns.closed_by_client,
-                closed_by_server: rec.conns.closed_by_server,
-                tls_handshakes: rec.conns.handshakes,
-                tls_resumed: rec.conns.resumed,
-                resumption_ratio: if rec.conns.handshakes > 0 {
-                    (rec.conns.resumed as f64 / rec.conns.handshakes as f64 * 1000.0).round()
-                        / 1000.0
-                } else {
-                    0.0
-                },
-                quic_0rtt_accepted: rec.conns.zero_rtt,
-                quic_migrations: rec.conns.migrations,
-                connect_us: Stats::of(&rec.conns.connect),
-                tls_handshake_us: tls.then(|| Stats::of(&rec.conns.handshake)),
-            },
-            hosts: spec
-                .targets
-                .hosts
-                .iter()
-                .take(MAX_REPORTED_HOSTS)
-                .enumerate()
-                .map(|(i, h)| {
-                    let [requests, errors] = rec.per_host.get(i).copied().unwrap_or_default();
-                    HostCount {
-                        host: h.name.clone(),
-                        requests,
-                        errors,
-                    }
-                })
-                .collect(),
-            timeline,
-            histogram: Histograms {
-                latency_us: encode_histogram(&rec.latency),
-                service_time_us: encode_histogram(&rec.service),
-                schedule_lag_us: open.then(|| encode_histogram(&rec.lag)),
-                connect_us: encode_histogram(&rec.conns.connect),
-                tls_handshake_us: tls.then(|| encode_histogram(&rec.conns.handshake)),
-            },
-            generator: Generator {
-                cpu_secs: (cpu_secs * 1000.0).round() / 1000.0,
-                max_thread_utilization: (max_util * 1000.0).round() / 1000.0,
-                max_thread_busy: (max_thread_busy * 1000.0).round() / 1000.0,
-                max_thread_waiting: max_thread_waiting.map(|w| (w * 1000.0).round() / 1000.0),
-                spin_secs: (rec.spin_ns as f64 / 1e6).round() / 1e3,
-                wakeup_error_us: (!rec.wake_error.is_empty()).then_some(wake_error),
-                rss_max_bytes,
-                threads,
-                saturated,
-                check,
-                late_sends: rec.late_sends,
-                queued_sends: rec.queued_sends,
-                warnings,
-            },
-            agents: None,
-        }
+    };
+    let total = rec.counts.total();
+    let throughput_rps = per_sec(total as f64);
+    let open = matches!(spec.mode, Mode::Open { .. });
+    RunResult {
+        schema: SCHEMA.to_string(),
+        meshbench_version: env!("CARGO_PKG_VERSION").to_string(),
+        url: spec.request.url.clone(),
+        settings: settings_of(spec, measured.threads),
+        start_time: humantime::format_rfc3339_millis(measured.wall_start).to_string(),
+        duration_secs: round(duration_secs, 6),
+        partial: measured.interrupted,
+        requests: Requests {
+            total,
+            ok: rec.counts.ok(),
+            errors: total - rec.counts.ok(),
+            unfinished: rec.unfinished,
+        },
+        throughput_rps: round(throughput_rps, 2),
+        status_codes: rec
+            .counts
+            .status_codes()
+            .map(|(c, n)| (c.to_string(), n))
+            .collect(),
+        grpc_status: rec
+            .counts
+            .grpc_codes()
+            .map(|(c, n)| (c.name().to_string(), n))
+            .collect(),
+        errors: errors_of(rec),
+        latency_us: Stats::of(&rec.latency),
+        service_time_us: Stats::of(&rec.service),
+        schedule_lag_us: open.then(|| Stats::of(&rec.lag)),
+        bytes: Bytes {
+            sent: rec.bytes_sent,
+            received: rec.bytes_received,
+        },
+        connections: connections_of(spec, rec, round(per_sec(rec.conns.opened as f64), 2)),
+        hosts: hosts_of(spec, rec),
+        histogram: histograms_of(spec, rec),
+        generator: generator_of(spec, &measured, throughput_rps),
+        timeline: measured.timeline,
+        agents: None,
     }
+}
+
+/// The settings as asked: what `--json` readers compare runs by.
+fn settings_of(spec: &LoadSpec, threads: usize) -> Settings {
+    let open = matches!(spec.mode, Mode::Open { .. });
+    let tls = is_tls(spec);
+    let (rate_rps, arrival) = match spec.mode {
+        Mode::Closed => (None, None),
+        Mode::Open { rate_rps, arrival } => (Some(rate_rps), Some(arrival)),
+    };
+    let (duration_secs, requests) = match spec.stop {
+        StopAt::Duration(d) => (Some(d.as_secs_f64()), None),
+        StopAt::Requests(n) => (None, Some(n)),
+    };
+    Settings {
+        mode: if open {
+            LoopMode::Open
+        } else {
+            LoopMode::Closed
+        },
+        connections: spec.connections,
+        concurrency: spec.concurrency,
+        threads,
+        rate_rps,
+        arrival,
+        duration_secs,
+        requests,
+        warmup_secs: spec.warmup.as_secs_f64(),
+        timeout_secs: spec.timeout.as_secs_f64(),
+        method: spec.request.method.clone(),
+        headers: spec
+            .request
+            .headers
+            .iter()
+            .map(|(n, v)| [n.clone(), v.clone()])
+            .collect(),
+        body_bytes: spec.request.body_len,
+        seed: spec.seed,
+        protocol: spec.conn.protocol,
+        tls,
+        streams: if spec.conn.protocol.is_multiplexed() {
+            spec.conn.streams
+        } else {
+            1
+        },
+        targets: spec.targets.requests.len(),
+        hosts: spec.targets.hosts.len(),
+        target_order: spec.targets.order,
+        requests_per_connection: spec.conn.requests_per_connection,
+        close_first: spec
+            .conn
+            .requests_per_connection
+            .map(|_| spec.conn.close_first),
+        source_addresses: spec.conn.source_addrs.len(),
+        connection_rate: spec.conn.connection_rate,
+        tls_resume: tls.then_some(spec.conn.tls_resume),
+        idle_strategy: open.then_some(spec.idle),
+    }
+}
+
+/// TLS over TCP, or QUIC (always TLS).
+fn is_tls(spec: &LoadSpec) -> bool {
+    spec.conn.tls.is_some() || spec.conn.quic.is_some()
+}
+
+/// Connection set-up during the measured window.
+fn connections_of(spec: &LoadSpec, rec: &Recorder, rate_per_sec: f64) -> Connections {
+    let c = &rec.conns;
+    Connections {
+        opened: c.opened,
+        rate_per_sec,
+        closed_by_client: c.closed_by_client,
+        closed_by_server: c.closed_by_server,
+        tls_handshakes: c.handshakes,
+        tls_resumed: c.resumed,
+        resumption_ratio: if c.handshakes > 0 {
+            round(c.resumed as f64 / c.handshakes as f64, 3)
+        } else {
+            0.0
+        },
+        quic_0rtt_accepted: c.zero_rtt,
+        quic_migrations: c.migrations,
+        connect_us: Stats::of(&c.connect),
+        tls_handshake_us: is_tls(spec).then(|| Stats::of(&c.handshake)),
+    }
+}
+
+/// Finished requests per host, the first [`MAX_REPORTED_HOSTS`] of the target list.
+fn hosts_of(spec: &LoadSpec, rec: &Recorder) -> Vec<HostCount> {
+    spec.targets
+        .hosts
+        .iter()
+        .take(MAX_REPORTED_HOSTS)
+        .enumerate()
+        .map(|(i, h)| {
+            let [requests, errors] = rec.per_host.get(i).copied().unwrap_or_default();
+            HostCount {
+                host: h.name.clone(),
+                requests,
+                errors,
+            }
+        })
+        .collect()
+}
+
+/// The full histograms, in their transport form.
+fn histograms_of(spec: &LoadSpec, rec: &Recorder) -> Histograms {
+    let open = matches!(spec.mode, Mode::Open { .. });
+    Histograms {
+        latency_us: encode_histogram(&rec.latency),
+        service_time_us: encode_histogram(&rec.service),
+        schedule_lag_us: open.then(|| encode_histogram(&rec.lag)),
+        connect_us: encode_histogram(&rec.conns.connect),
+        tls_handshake_us: is_tls(spec).then(|| encode_histogram(&rec.conns.handshake)),
+    }
+}
+
+/// The generator's view of itself: its costs, the self-check's verdict on the run and the
+/// warnings about what the totals leave out.
+fn generator_of(spec: &LoadSpec, m: &Measured, throughput_rps: f64) -> Generator {
+    let rec = m.recorder;
+    let wake_error = Stats::of(&rec.wake_error);
+    let check = check::judge(&figures_of(spec, m, throughput_rps, &wake_error));
+    Generator {
+        cpu_secs: round(m.cpu_secs, 3),
+        max_thread_utilization: round(m.max_thread_utilization, 3),
+        max_thread_busy: round(m.max_thread_busy, 3),
+        max_thread_waiting: m.max_thread_waiting.map(|w| round(w, 3)),
+        spin_secs: (rec.spin_ns as f64 / 1e6).round() / 1e3,
+        wakeup_error_us: (!rec.wake_error.is_empty()).then_some(wake_error),
+        rss_max_bytes: m.rss_max_bytes,
+        threads: m.threads,
+        saturated: check.generator_limited(),
+        check,
+        late_sends: rec.late_sends,
+        queued_sends: rec.queued_sends,
+        warnings: warnings_of(rec, m.interrupted),
+    }
+}
+
+/// What the self-check judges, all measured by the run itself.
+fn figures_of(spec: &LoadSpec, m: &Measured, throughput_rps: f64, wake_error: &Stats) -> Figures {
+    let rec = m.recorder;
+    let (lag, service) = (Stats::of(&rec.lag), Stats::of(&rec.service));
+    Figures {
+        rate_rps: spec.mode.rate_rps(),
+        connections: spec.connections,
+        requests: rec.counts.total(),
+        failed: rec.counts.failed(),
+        top_failure: Failure::most_frequent(&rec.counts, &rec.messages),
+        throughput_rps,
+        sends: rec.sends,
+        late_sends: rec.late_sends,
+        queued_sends: rec.queued_sends,
+        lag_p99_us: lag.p99,
+        wake_error_p99_us: wake_error.p99,
+        busiest_thread_busy: m.max_thread_busy,
+        most_waiting_thread: m.max_thread_waiting.unwrap_or(0.0),
+        service_min_us: service.min,
+        service_at_lower_load_us: spec.service_at_lower_load_us,
+        service_p50_us: service.p50,
+        service_p99_us: service.p99,
+    }
+}
+
+/// What the totals leave out, each with what to do about it.
+fn warnings_of(rec: &Recorder, interrupted: bool) -> Vec<String> {
+    let mut warnings = Vec::new();
+    if rec.unfinished > 0 {
+        warnings.push(format!(
+            "{} requests were due or in flight when the run ended and are not in the totals",
+            rec.unfinished
+        ));
+    }
+    if interrupted {
+        warnings.push("the run was interrupted: this is a partial result".to_string());
+    }
+    let no_port = rec.counts.errors(ErrorKind::PortsExhausted);
+    if no_port > 0 {
+        warnings.push(format!(
+            "{no_port} connects found no free local port (EADDRNOTAVAIL): the ports towards the target are taken, most likely by TIME_WAIT sockets of connections closed here first; let the server close first (the default of --requests-per-connection over HTTP/1.1), spread connections with --source-address, widen net.ipv4.ip_local_port_range, or open fewer connections per second (--connection-rate)"
+        ));
+    }
+    warnings
 }
 
 #[cfg(test)]
