@@ -374,9 +374,34 @@ impl Fleet {
         stop: &Stop,
         mut on_live: impl FnMut(&Live),
     ) -> Result<RunResult, FleetError> {
+        let (agents, mut places) = self.prepare(options)?;
+        self.await_ready(&agents, &mut places, options, stop)?;
+        let (start, lead) = self.start_together(&agents, &places);
+        let wall_start = SystemTime::now() + Duration::from_nanos(lead) + spec.warmup;
+        let gathered = self.merge_as_they_come(
+            &agents,
+            &mut places,
+            spec,
+            stop,
+            (start, lead),
+            &mut on_live,
+        );
+        Ok(merge(
+            spec,
+            places,
+            gathered,
+            start,
+            wall_start,
+            stop.requested(),
+        ))
+    }
+
+    /// Steps 1 to 3: admits newcomers, measures each agent's clock, gives agent i of n its
+    /// place (segment i of n) and sends it `Prepare`. Returns the members taking part (place
+    /// index to member index) and their places.
+    fn prepare(&mut self, options: &LoadOptions) -> Result<(Vec<usize>, Vec<Place>), FleetError> {
         self.admit();
-        let ids: Vec<u64> = self.members.iter().map(|m| m.id).collect();
-        if ids.is_empty() {
+        if self.members.is_empty() {
             return Err(FleetError::NoAgents);
         }
         let clocks = self.sync_clocks();
@@ -394,8 +419,7 @@ impl Fleet {
             });
         }
         self.step += 1;
-        let step = self.step;
-        let mut places: Vec<Place> = agents
+        let places: Vec<Place> = agents
             .iter()
             .enumerate()
             .map(|(k, &i)| {
@@ -408,19 +432,31 @@ impl Fleet {
             self.send(
                 m,
                 Message::Prepare {
-                    step,
+                    step: self.step,
                     options: Box::new(options.clone()),
                     segment: s.segment,
                 },
             );
         }
-        // Every agent connected (or lost, or failed: then nobody starts).
+        Ok((agents, places))
+    }
+
+    /// Waits until every agent has connected (or is lost); an agent that failed stops them
+    /// all, and nobody starts.
+    fn await_ready(
+        &mut self,
+        agents: &[usize],
+        places: &mut [Place],
+        options: &LoadOptions,
+        stop: &Stop,
+    ) -> Result<(), FleetError> {
+        let step = self.step;
         let ready_by =
             Instant::now() + options.timeout.max(Duration::from_secs(5)) + Duration::from_secs(30);
-        let mut ready = vec![false; n];
+        let mut ready = vec![false; places.len()];
         while ready
             .iter()
-            .zip(&places)
+            .zip(places.iter())
             .any(|(r, s)| !r && s.lost.is_none())
         {
             let left = ready_by.saturating_duration_since(Instant::now());
@@ -430,14 +466,14 @@ impl Fleet {
                 }
                 break;
             }
-            let Some((k, event)) = self.next_event(&agents, left.min(Duration::from_millis(200)))
+            let Some((k, event)) = self.next_event(agents, left.min(Duration::from_millis(200)))
             else {
                 continue;
             };
             match event {
                 Event::Message(Message::Ready { step: s }) if s == step => ready[k] = true,
                 Event::Message(Message::Failed { step: s, reason }) if s == step => {
-                    self.stop_all(&agents, step, true);
+                    self.stop_all(agents, step, true);
                     return Err(FleetError::AgentFailed {
                         name: places[k].name.clone(),
                         step,
@@ -451,19 +487,41 @@ impl Fleet {
                 _ => {}
             }
         }
-        // One instant for all, far enough ahead for the slowest round trip.
+        Ok(())
+    }
+
+    /// Step 4: one instant for all, far enough ahead for the slowest round trip, sent to each
+    /// agent on its own clock. Returns the instant (the coordinator's monotonic clock, ns) and
+    /// how far ahead it was set.
+    fn start_together(&self, agents: &[usize], places: &[Place]) -> (u64, u64) {
         let worst_rtt = places.iter().map(|s| s.round_trip_ns).max().unwrap_or(0);
         let lead = (3 * worst_rtt).max(50_000_000);
         let start = monotonic_ns() + lead;
-        let wall_start = SystemTime::now() + Duration::from_nanos(lead) + spec.warmup;
         for s in places.iter().filter(|s| s.lost.is_none()) {
             let at_ns = (start as i64 + s.offset_ns).max(0) as u64;
             self.send(
                 &self.members[agents[s.index]],
-                Message::Start { step, at_ns },
+                Message::Start {
+                    step: self.step,
+                    at_ns,
+                },
             );
         }
-        // The step: merge seconds as they come, until every agent is done or lost.
+        (start, lead)
+    }
+
+    /// Step 5: merges seconds as they come, until every agent is done or lost; passes on the
+    /// caller's stop and hurry; loses agents that have not reported by the step's end.
+    fn merge_as_they_come(
+        &mut self,
+        agents: &[usize],
+        places: &mut [Place],
+        spec: &LoadSpec,
+        stop: &Stop,
+        (start, lead): (u64, u64),
+        on_live: &mut impl FnMut(&Live),
+    ) -> Gathered {
+        let step = self.step;
         let warmup_ns = spec.warmup.as_nanos() as u64;
         let deadline = match spec.stop {
             StopAt::Duration(d) => Some(
@@ -477,7 +535,7 @@ impl Fleet {
             ),
             StopAt::Requests(_) => None,
         };
-        let mut seconds = Seconds::new(n);
+        let mut seconds = Seconds::new(places.len());
         let mut gathered = Gathered::default();
         let mut completed: Vec<Interval> = Vec::new();
         for (k, s) in places.iter().enumerate() {
@@ -493,7 +551,7 @@ impl Fleet {
                     stop: true,
                     hurry: stop.hurried(),
                 };
-                self.stop_all(&agents, step, stop.hurried());
+                self.stop_all(agents, step, stop.hurried());
             }
             if deadline.is_some_and(|d| Instant::now() > d) {
                 let at = elapsed() as f64 / 1e9;
@@ -505,7 +563,7 @@ impl Fleet {
                 }
                 break;
             }
-            if let Some((k, event)) = self.next_event(&agents, Duration::from_millis(200)) {
+            if let Some((k, event)) = self.next_event(agents, Duration::from_millis(200)) {
                 match event {
                     Event::Message(Message::Second { step: s, interval }) if s == step => {
                         places[k].seen.add_second(&interval);
@@ -538,14 +596,7 @@ impl Fleet {
             completed.iter().for_each(|iv| gathered.push(iv));
             on_live(&gathered.live(elapsed(), warmup_ns, &completed));
         }
-        Ok(merge(
-            spec,
-            places,
-            gathered,
-            start,
-            wall_start,
-            stop.requested(),
-        ))
+        gathered
     }
 
     /// The next event from one of the step's agents (`agents` maps place to member), as the
