@@ -205,6 +205,63 @@ impl LoadOptions {
     /// Checks everything and builds the run. Nothing is sent here; host names are looked up,
     /// files are read and TLS settings are built.
     pub fn resolve(&self) -> Result<LoadSpec, LoadError> {
+        let mode = self.loop_mode()?;
+        let threads = self.thread_count()?;
+        let method = self.request_method()?;
+        self.check_protocol_options()?;
+        let proto = self.proto()?;
+        let concurrency = self.concurrency_cap()?;
+        let close_first = self.who_closes_first()?;
+        let source_addrs = source_addrs::parse(&self.source_addresses)?;
+        self.check_connection_rate()?;
+        let body = self.body_bytes()?;
+        let (sources, description) = self.sources(&method, body)?;
+        let built = self.build_targets(&sources, close_first, proto)?;
+        let host_addrs: Vec<_> = built.targets.hosts.iter().map(|h| h.addr).collect();
+        source_addrs::check(
+            &source_addrs,
+            &host_addrs,
+            meshbench_net::socket::check_source,
+        )?;
+        let tls = self.tls_client(built.tls)?;
+        let (tls, quic) = self.quic_transport(tls)?;
+        let first_body = sources.first().map_or(0, |s| s.body.len());
+        Ok(LoadSpec {
+            request: RequestSpec {
+                method,
+                url: description,
+                body_len: first_body,
+                headers: self.headers.clone(),
+            },
+            targets: Arc::new(built.targets),
+            conn: ConnSpec {
+                protocol: self.protocol,
+                tls,
+                quic,
+                streams: self.streams,
+                requests_per_connection: self.requests_per_connection,
+                close_first,
+                source_addrs,
+                connection_rate: self.connection_rate,
+                tls_resume: self.tls.resume,
+            },
+            connections: self.connections,
+            concurrency,
+            threads,
+            mode,
+            idle: self.idle.unwrap_or_default(),
+            stop: self.stop,
+            warmup: self.warmup,
+            timeout: self.timeout,
+            seed: self.seed,
+            segment: meshbench_engine::Segment::WHOLE,
+            service_at_lower_load_us: None,
+        })
+    }
+
+    /// Checks the connections, the loop's shape (rate, arrival, idle strategy), the stop and
+    /// the timeout; the closed or open loop they make.
+    fn loop_mode(&self) -> Result<Mode, LoadError> {
         let bad = |m: String| Err(LoadError(m));
         if self.connections == 0 {
             return bad("--connections 0: must be at least 1".into());
@@ -242,22 +299,37 @@ impl LoadOptions {
         if self.timeout.is_zero() {
             return bad("--timeout must be longer than 0".into());
         }
-        let threads = match self.threads {
-            Some(0) => return bad("--threads 0: must be at least 1".into()),
-            Some(t) => t,
-            None => std::thread::available_parallelism().map_or(1, |n| n.get()),
-        };
+        Ok(mode)
+    }
+
+    /// The worker threads asked for, or the CPUs this process may use.
+    fn thread_count(&self) -> Result<usize, LoadError> {
+        match self.threads {
+            Some(0) => Err(LoadError("--threads 0: must be at least 1".into())),
+            Some(t) => Ok(t),
+            None => Ok(std::thread::available_parallelism().map_or(1, |n| n.get())),
+        }
+    }
+
+    /// The HTTP method, upper-cased (always POST for gRPC), checked to be a token.
+    fn request_method(&self) -> Result<String, LoadError> {
         let mut method = self.method.trim().to_ascii_uppercase();
         if self.protocol == Protocol::Grpc {
             // Every gRPC call is a POST.
             method = "POST".into();
         }
         if method.is_empty() || !method.bytes().all(|b| b.is_ascii_alphabetic() || b == b'-') {
-            return bad(format!(
+            return Err(LoadError(format!(
                 "--method '{}': not an HTTP method such as GET or POST",
                 self.method
-            ));
+            )));
         }
+        Ok(method)
+    }
+
+    /// Checks that streams, QUIC and gRPC options are in range and fit the protocol.
+    fn check_protocol_options(&self) -> Result<(), LoadError> {
+        let bad = |m: String| Err(LoadError(m));
         if self.streams == 0 {
             return bad("--streams 0: must be at least 1".into());
         }
@@ -283,54 +355,80 @@ impl LoadOptions {
         if self.grpc_proto.is_some() && self.protocol != Protocol::Grpc {
             return bad("--proto applies to gRPC only; add --grpc".into());
         }
-        let proto = match &self.grpc_proto {
+        Ok(())
+    }
+
+    /// The user's `.proto`, compiled (or decoded as the coordinator compiled it), if given.
+    fn proto(&self) -> Result<Option<Arc<targets::proto::Proto>>, LoadError> {
+        Ok(match &self.grpc_proto {
             Some(source) => Some(std::sync::Arc::new(
                 compile_proto(source).map_err(|e| LoadError(format!("--proto {e}")))?,
             )),
             None => None,
-        };
-        let concurrency = match self.concurrency {
-            None => None,
+        })
+    }
+
+    /// The closed loop's cap on requests in flight, checked against the loop and the connections.
+    fn concurrency_cap(&self) -> Result<Option<usize>, LoadError> {
+        let bad = |m: String| Err(LoadError(m));
+        match self.concurrency {
+            None => Ok(None),
             Some(_) if self.rate_rps.is_some() => {
-                return bad("--concurrency caps a closed loop; an open loop's rate sets its own (drop --rate or --concurrency)".into())
+                bad("--concurrency caps a closed loop; an open loop's rate sets its own (drop --rate or --concurrency)".into())
             }
-            Some(0) => return bad("--concurrency 0: must be at least 1".into()),
+            Some(0) => bad("--concurrency 0: must be at least 1".into()),
             Some(n) if n > self.connections * self.streams => {
-                return bad(format!(
+                bad(format!(
                     "--concurrency {n}: more than the {} connections (x streams) can carry; raise --connections",
                     self.connections
                 ))
             }
-            Some(n) => Some(n),
-        };
+            Some(n) => Ok(Some(n)),
+        }
+    }
+
+    /// Checks `--requests-per-connection`; who closes a connection it ends, for this protocol.
+    fn who_closes_first(&self) -> Result<CloseFirst, LoadError> {
+        let bad = |m: String| Err(LoadError(m));
         if self.requests_per_connection == Some(0) {
             return bad("--requests-per-connection 0: must be at least 1".into());
         }
-        let close_first = match (self.close_first, self.protocol) {
+        match (self.close_first, self.protocol) {
             (Some(_), _) if self.requests_per_connection.is_none() => {
-                return bad(
+                bad(
                     "--close-first applies to connections ended by --requests-per-connection; add it"
                         .into(),
                 )
             }
             (Some(CloseFirst::Server), Protocol::Http2 | Protocol::Grpc | Protocol::Http3) => {
-                return bad("--close-first server: an HTTP/2 or HTTP/3 client cannot ask the server to close first (a GOAWAY of its own is a client close); drop it, or use HTTP/1.1".into())
+                bad("--close-first server: an HTTP/2 or HTTP/3 client cannot ask the server to close first (a GOAWAY of its own is a client close); drop it, or use HTTP/1.1".into())
             }
-            (_, Protocol::Http2 | Protocol::Grpc | Protocol::Http3) => CloseFirst::Client,
-            (asked, Protocol::Http1) => asked.unwrap_or_default(),
-        };
-        let source_addrs = source_addrs::parse(&self.source_addresses)?;
+            (_, Protocol::Http2 | Protocol::Grpc | Protocol::Http3) => Ok(CloseFirst::Client),
+            (asked, Protocol::Http1) => Ok(asked.unwrap_or_default()),
+        }
+    }
+
+    /// Checks that `--connection-rate`, if given, is a positive number.
+    fn check_connection_rate(&self) -> Result<(), LoadError> {
         if let Some(r) = self.connection_rate {
             if !r.is_finite() || r <= 0.0 {
-                return bad(format!(
+                return Err(LoadError(format!(
                     "--connection-rate {r}: must be a positive number of connections per second"
-                ));
+                )));
             }
         }
-        let body = self.body_bytes()?;
-        let (sources, description) = self.sources(&method, body)?;
-        let built = targets::build(
-            &sources,
+        Ok(())
+    }
+
+    /// The targets of these sources: templates expanded, host names looked up.
+    fn build_targets(
+        &self,
+        sources: &[Source],
+        close_first: CloseFirst,
+        proto: Option<Arc<targets::proto::Proto>>,
+    ) -> Result<targets::Built, LoadError> {
+        targets::build(
+            sources,
             &BuildOptions {
                 protocol: self.protocol,
                 order: self.target_order,
@@ -343,39 +441,48 @@ impl LoadOptions {
                     proto,
                 },
             },
-        )?;
-        let host_addrs: Vec<_> = built.targets.hosts.iter().map(|h| h.addr).collect();
-        source_addrs::check(
-            &source_addrs,
-            &host_addrs,
-            meshbench_net::socket::check_source,
-        )?;
-        if h3 && !built.tls {
+        )
+    }
+
+    /// Checks the TLS options against the URLs' scheme; the TLS client, with the protocol's
+    /// ALPN, when the URLs are https://.
+    fn tls_client(&self, https: bool) -> Result<Option<Arc<rustls::ClientConfig>>, LoadError> {
+        let bad = |m: String| Err(LoadError(m));
+        let h3 = self.protocol == Protocol::Http3;
+        if h3 && !https {
             return bad("--http3 needs https:// URLs: QUIC is always TLS".into());
         }
-        if !built.tls && self.tls.given() {
+        if !https && self.tls.given() {
             return bad("--insecure, --cacert and --cert apply to https:// URLs only".into());
         }
-        let tls = if built.tls {
-            let alpn = match self.protocol {
-                Protocol::Http1 => vec![b"http/1.1".to_vec()],
-                Protocol::Http2 | Protocol::Grpc => vec![b"h2".to_vec()],
-                Protocol::Http3 => vec![b"h3".to_vec()],
-            };
-            let opts = ClientTlsOptions {
-                insecure: self.tls.insecure,
-                ca_file: self.tls.ca_file.clone(),
-                client_cert: self.tls.client_cert.clone(),
-                alpn,
-                resume: self.tls.resume,
-            };
-            Some(meshbench_net::tls::client_config(&opts).map_err(|e| LoadError(e.to_string()))?)
-        } else {
-            None
+        if !https {
+            return Ok(None);
+        }
+        let alpn = match self.protocol {
+            Protocol::Http1 => vec![b"http/1.1".to_vec()],
+            Protocol::Http2 | Protocol::Grpc => vec![b"h2".to_vec()],
+            Protocol::Http3 => vec![b"h3".to_vec()],
         };
-        // HTTP/3 carries its TLS inside QUIC: the TLS client moves there.
-        let (tls, quic) = match tls {
-            Some(config) if h3 => {
+        let opts = ClientTlsOptions {
+            insecure: self.tls.insecure,
+            ca_file: self.tls.ca_file.clone(),
+            client_cert: self.tls.client_cert.clone(),
+            alpn,
+            resume: self.tls.resume,
+        };
+        Ok(Some(
+            meshbench_net::tls::client_config(&opts).map_err(|e| LoadError(e.to_string()))?,
+        ))
+    }
+
+    /// HTTP/3 carries its TLS inside QUIC: the TLS client moves there. The TLS client of a
+    /// TCP connection, and the QUIC transport of an HTTP/3 one.
+    fn quic_transport(
+        &self,
+        tls: Option<Arc<rustls::ClientConfig>>,
+    ) -> Result<(Option<Arc<rustls::ClientConfig>>, Option<QuicSpec>), LoadError> {
+        Ok(match tls {
+            Some(config) if self.protocol == Protocol::Http3 => {
                 let quic = QuicSpec::new(
                     &config,
                     self.streams,
@@ -386,38 +493,6 @@ impl LoadOptions {
                 (None, Some(quic))
             }
             other => (other, None),
-        };
-        let first_body = sources.first().map_or(0, |s| s.body.len());
-        Ok(LoadSpec {
-            request: RequestSpec {
-                method,
-                url: description,
-                body_len: first_body,
-                headers: self.headers.clone(),
-            },
-            targets: Arc::new(built.targets),
-            conn: ConnSpec {
-                protocol: self.protocol,
-                tls,
-                quic,
-                streams: self.streams,
-                requests_per_connection: self.requests_per_connection,
-                close_first,
-                source_addrs,
-                connection_rate: self.connection_rate,
-                tls_resume: self.tls.resume,
-            },
-            connections: self.connections,
-            concurrency,
-            threads,
-            mode,
-            idle: self.idle.unwrap_or_default(),
-            stop: self.stop,
-            warmup: self.warmup,
-            timeout: self.timeout,
-            seed: self.seed,
-            segment: meshbench_engine::Segment::WHOLE,
-            service_at_lower_load_us: None,
         })
     }
 
