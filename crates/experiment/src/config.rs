@@ -665,23 +665,41 @@ fn apply_override(tree: &mut Value, spec: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Adds a problem unless `v` is a finite number above 0.
+fn positive(key: &str, v: f64, p: &mut Vec<String>) {
+    if !(v.is_finite() && v > 0.0) {
+        p.push(format!("{key}: expected a number above 0, found {v}"));
+    }
+}
+
 impl Experiment {
     /// Checks that need more than one key or a range: every problem, not just the first.
     pub fn validate(&self) -> Vec<String> {
         let mut p = Vec::new();
+        self.validate_plan(&mut p);
+        self.validate_external(&mut p);
+        self.validate_timing(&mut p);
+        self.validate_load(&mut p);
+        self.validate_programs(&mut p);
+        self.validate_gateway(&mut p);
+        self.validate_limits(&mut p);
+        self.validate_size(&mut p);
+        p
+    }
+
+    /// The plan has a name and at least one topology.
+    fn validate_plan(&self, p: &mut Vec<String>) {
         if self.name.trim().is_empty() {
             p.push("name: must not be empty".into());
         }
         if self.topologies.is_empty() {
             p.push("topologies: expected at least one of baseline, serveronly, clientonly, both, gateway, ambient, waypoint, external".into());
         }
-        self.validate_external(&mut p);
-        let positive = |key: &str, v: f64, p: &mut Vec<String>| {
-            if !(v.is_finite() && v > 0.0) {
-                p.push(format!("{key}: expected a number above 0, found {v}"));
-            }
-        };
-        positive("duration_secs", self.duration_secs, &mut p);
+    }
+
+    /// Durations, repeats and the sampling interval are in range.
+    fn validate_timing(&self, p: &mut Vec<String>) {
+        positive("duration_secs", self.duration_secs, p);
         for (key, v) in [
             ("warmup_secs", self.warmup_secs),
             ("cooldown_secs", self.cooldown_secs),
@@ -710,13 +728,17 @@ impl Experiment {
                 self.sample_interval_ms
             ));
         }
+    }
+
+    /// The `load` section: rates, connections, sizes, streams, pool and timeout.
+    fn validate_load(&self, p: &mut Vec<String>) {
         let l = &self.load;
         if l.mode == LoopMode::Open {
             if l.rate_rps.is_empty() {
                 p.push("load.rate_rps: an open loop needs at least one rate".into());
             }
             for (i, q) in l.rate_rps.iter().enumerate() {
-                positive(&format!("load.rate_rps[{i}]"), *q, &mut p);
+                positive(&format!("load.rate_rps[{i}]"), *q, p);
             }
         }
         if l.connections.is_empty() {
@@ -757,6 +779,10 @@ impl Experiment {
         if l.timeout_ms == 0 {
             p.push("load.timeout_ms: expected at least 1".into());
         }
+    }
+
+    /// The proxy and tunnel programs: `command` goes with type command only; a tunnel needs L4.
+    fn validate_programs(&self, p: &mut Vec<String>) {
         for (section, proxy) in [("proxy", &self.proxy), ("tunnel", &self.tunnel)] {
             if proxy.kind == Program::Command {
                 if proxy.command.is_empty() {
@@ -775,6 +801,10 @@ impl Experiment {
         if tunnels && self.tunnel.kind == Program::Caddy {
             p.push("tunnel.type: caddy has no L4 proxy in Debian's package; use haproxy, nginx, envoy or command".into());
         }
+    }
+
+    /// The gateway topology: its program and how many routes it generates.
+    fn validate_gateway(&self, p: &mut Vec<String>) {
         if self.topologies.contains(&Topology::Gateway) {
             if self.gateway.kind == Program::Command {
                 p.push("gateway.type: expected nginx, haproxy, caddy or envoy".into());
@@ -790,6 +820,10 @@ impl Experiment {
                 ));
             }
         }
+    }
+
+    /// The per-role `limits`: CPUs, cpusets, memory, and at most one CPU sweep.
+    fn validate_limits(&self, p: &mut Vec<String>) {
         for (role, r) in [
             ("proxy", &self.limits.proxy),
             ("tunnel", &self.limits.tunnel),
@@ -797,7 +831,7 @@ impl Experiment {
             ("client", &self.limits.client),
         ] {
             for (i, c) in r.cpus.iter().enumerate() {
-                positive(&format!("limits.{role}.cpus[{i}]"), *c, &mut p);
+                positive(&format!("limits.{role}.cpus[{i}]"), *c, p);
             }
             if let Some(set) = &r.cpuset {
                 if parse_cpuset(set).is_none() {
@@ -828,6 +862,10 @@ impl Experiment {
         if sweeps > 1 {
             p.push("limits: only one role's cpus may list several values (the CPU sweep)".into());
         }
+    }
+
+    /// The plan is not more steps than are run.
+    fn validate_size(&self, p: &mut Vec<String>) {
         let size = PlanSize::of(self);
         if size.steps() > MAX_STEPS {
             p.push(format!(
@@ -838,7 +876,6 @@ impl Experiment {
                 size.repeats
             ));
         }
-        p
     }
 }
 

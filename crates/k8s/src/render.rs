@@ -212,8 +212,17 @@ impl Plan {
 
     /// The objects of this plan (check it first).
     pub fn render(&self) -> Objects {
-        let agents_name = format!("{}-agents", self.name);
-        let secret = Secret {
+        Objects {
+            secret: self.secret(),
+            config_map: self.config_map(),
+            service: self.service(),
+            job: self.job(),
+        }
+    }
+
+    /// The Secret holding the agents' shared token.
+    fn secret(&self) -> Secret {
+        Secret {
             metadata: self.meta("token", "token"),
             data: Some(BTreeMap::from([(
                 TOKEN_KEY.to_string(),
@@ -221,27 +230,38 @@ impl Plan {
             )])),
             type_: Some("Opaque".into()),
             ..Default::default()
-        };
-        let config_map = ConfigMap {
+        }
+    }
+
+    /// The ConfigMap holding the experiment file.
+    fn config_map(&self) -> ConfigMap {
+        ConfigMap {
             metadata: self.meta("experiment", "experiment"),
             data: Some(BTreeMap::from([(
                 self.experiment_file_name.clone(),
                 self.experiment.clone(),
             )])),
             ..Default::default()
-        };
-        let agent_labels = self.labels("agent");
-        let service = Service {
+        }
+    }
+
+    /// The headless Service that gives each agent pod a DNS name.
+    fn service(&self) -> Service {
+        Service {
             metadata: self.meta("agents", "agent"),
             spec: Some(ServiceSpec {
                 cluster_ip: Some("None".into()),
-                selector: Some(agent_labels.clone()),
+                selector: Some(self.labels("agent")),
                 publish_not_ready_addresses: Some(true),
                 ..Default::default()
             }),
             ..Default::default()
-        };
-        let resources = {
+        }
+    }
+
+    /// The agent container's CPU and memory, as both requests and limits, if any is set.
+    fn resources(&self) -> Option<ResourceRequirements> {
+        {
             let mut r = BTreeMap::new();
             if let Some(c) = &self.cpu {
                 r.insert("cpu".to_string(), Quantity(c.clone()));
@@ -254,16 +274,20 @@ impl Plan {
                 limits: Some(r),
                 ..Default::default()
             })
-        };
+        }
+    }
+
+    /// How agent pods avoid sharing a node, if they should.
+    fn anti_affinity(&self) -> Option<PodAntiAffinity> {
         let same_job = PodAffinityTerm {
             label_selector: Some(LabelSelector {
-                match_labels: Some(agent_labels.clone()),
+                match_labels: Some(self.labels("agent")),
                 ..Default::default()
             }),
             topology_key: "kubernetes.io/hostname".into(),
             ..Default::default()
         };
-        let affinity = match self.anti_affinity {
+        match self.anti_affinity {
             AntiAffinity::None => None,
             AntiAffinity::Preferred => Some(PodAntiAffinity {
                 preferred_during_scheduling_ignored_during_execution: Some(vec![
@@ -278,8 +302,12 @@ impl Plan {
                 required_during_scheduling_ignored_during_execution: Some(vec![same_job]),
                 ..Default::default()
             }),
-        };
-        let container = Container {
+        }
+    }
+
+    /// The agent container: `meshbench agent` dialing the coordinator with the Secret's token.
+    fn container(&self) -> Container {
+        Container {
             name: "agent".into(),
             image: Some(self.image.clone()),
             image_pull_policy: Some("IfNotPresent".into()),
@@ -316,7 +344,7 @@ impl Plan {
                     ..Default::default()
                 },
             ]),
-            resources,
+            resources: self.resources(),
             security_context: Some(SecurityContext {
                 allow_privilege_escalation: Some(false),
                 read_only_root_filesystem: Some(true),
@@ -329,12 +357,16 @@ impl Plan {
                 ..Default::default()
             }]),
             ..Default::default()
-        };
-        let pod = PodSpec {
-            containers: vec![container],
+        }
+    }
+
+    /// The agent pod: non-root, its sysctls, the experiment mounted, never restarted.
+    fn pod(&self) -> PodSpec {
+        PodSpec {
+            containers: vec![self.container()],
             restart_policy: Some("Never".into()),
-            subdomain: Some(agents_name.clone()),
-            affinity: affinity.map(|a| Affinity {
+            subdomain: Some(format!("{}-agents", self.name)),
+            affinity: self.anti_affinity().map(|a| Affinity {
                 pod_anti_affinity: Some(a),
                 ..Default::default()
             }),
@@ -362,8 +394,12 @@ impl Plan {
                 ..Default::default()
             }]),
             ..Default::default()
-        };
-        let job = Job {
+        }
+    }
+
+    /// The Indexed Job that runs one pod per agent.
+    fn job(&self) -> Job {
+        Job {
             metadata: self.meta("agents", "agent"),
             spec: Some(JobSpec {
                 completion_mode: Some("Indexed".into()),
@@ -372,20 +408,14 @@ impl Plan {
                 backoff_limit: Some(0),
                 template: PodTemplateSpec {
                     metadata: Some(ObjectMeta {
-                        labels: Some(agent_labels),
+                        labels: Some(self.labels("agent")),
                         ..Default::default()
                     }),
-                    spec: Some(pod),
+                    spec: Some(self.pod()),
                 },
                 ..Default::default()
             }),
             ..Default::default()
-        };
-        Objects {
-            secret,
-            config_map,
-            service,
-            job,
         }
     }
 }

@@ -101,6 +101,23 @@ pub fn describe_load(r: &RunResult) -> String {
 /// The summary printed after `meshbench run`.
 pub fn summary(r: &RunResult) -> String {
     let mut o = String::new();
+    write_heading(&mut o, r);
+    write_requests(&mut o, r);
+    write_latency(&mut o, r);
+    write_statuses(&mut o, r);
+    write_errors(&mut o, r);
+    write_hosts(&mut o, r);
+    write_connections(&mut o, r);
+    write_agents(&mut o, r);
+    write_bytes(&mut o, r);
+    write_generator(&mut o, r);
+    write_pacing(&mut o, r);
+    write_findings(&mut o, r);
+    o
+}
+
+/// The first line: method, URL, the load in one phrase, and whether the run is partial.
+fn write_heading(o: &mut String, r: &RunResult) {
     let _ = writeln!(
         o,
         "{} {}  {}{}",
@@ -117,6 +134,10 @@ pub fn summary(r: &RunResult) -> String {
             _ => "  [PARTIAL: interrupted]".to_string(),
         }
     );
+}
+
+/// The `requests` line: totals and throughput.
+fn write_requests(o: &mut String, r: &RunResult) {
     let _ = writeln!(
         o,
         "  requests   {} total, {} ok, {} errors in {:.3} s = {:.1} req/s",
@@ -126,6 +147,10 @@ pub fn summary(r: &RunResult) -> String {
         r.duration_secs,
         r.throughput_rps
     );
+}
+
+/// The `latency` line, and the `service` line of an open-loop run.
+fn write_latency(o: &mut String, r: &RunResult) {
     // No figure is printed from zero samples: a run without one response has no latency.
     if r.latency_us.count == 0 {
         let _ = writeln!(o, "  latency    none: no response was measured");
@@ -135,6 +160,10 @@ pub fn summary(r: &RunResult) -> String {
             let _ = writeln!(o, "  service    {}", stats_line(&r.service_time_us));
         }
     }
+}
+
+/// The `status` line (HTTP codes) and the `grpc` line (gRPC statuses), each when it has something to say.
+fn write_statuses(o: &mut String, r: &RunResult) {
     let codes: Vec<String> = r
         .status_codes
         .iter()
@@ -159,6 +188,10 @@ pub fn summary(r: &RunResult) -> String {
             .collect();
         let _ = writeln!(o, "  grpc       {}", grpc.join(", "));
     }
+}
+
+/// The `errors` line by kind, then one line per distinct error message.
+fn write_errors(o: &mut String, r: &RunResult) {
     let e = &r.errors;
     let kinds: Vec<String> = [
         ("connect", e.connect),
@@ -189,6 +222,10 @@ pub fn summary(r: &RunResult) -> String {
     for (what, n) in &e.messages {
         let _ = writeln!(o, "             {what}: {}", thousands(*n));
     }
+}
+
+/// The `hosts` line, when requests went to more than one host.
+fn write_hosts(o: &mut String, r: &RunResult) {
     if r.hosts.len() > 1 {
         let counts: Vec<u64> = r.hosts.iter().map(|h| h.requests).collect();
         let failing = r.hosts.iter().filter(|h| h.errors > 0).count();
@@ -201,6 +238,10 @@ pub fn summary(r: &RunResult) -> String {
             thousands(failing as u64)
         );
     }
+}
+
+/// The `conns` line: connections opened, connect and handshake times, migrations and closes.
+fn write_connections(o: &mut String, r: &RunResult) {
     let c = &r.connections;
     let quic = r.settings.protocol == Protocol::Http3;
     if c.opened > 0 || c.quic_migrations > 0 {
@@ -249,6 +290,10 @@ pub fn summary(r: &RunResult) -> String {
         }
         let _ = writeln!(o, "{line}");
     }
+}
+
+/// The `agents` line of a distributed run, then one line per agent.
+fn write_agents(o: &mut String, r: &RunResult) {
     if let Some(a) = &r.agents {
         let _ = writeln!(
             o,
@@ -281,12 +326,20 @@ pub fn summary(r: &RunResult) -> String {
             }
         }
     }
+}
+
+/// The `bytes` line: sent and received.
+fn write_bytes(o: &mut String, r: &RunResult) {
     let _ = writeln!(
         o,
         "  bytes      sent {}, received {}",
         bytes(r.bytes.sent),
         bytes(r.bytes.received)
     );
+}
+
+/// The `generator` line: its own CPU, memory and whether it saturated.
+fn write_generator(o: &mut String, r: &RunResult) {
     let g = &r.generator;
     let _ = writeln!(
         o,
@@ -296,6 +349,11 @@ pub fn summary(r: &RunResult) -> String {
         bytes(g.rss_max_bytes),
         if g.saturated { "YES" } else { "no" }
     );
+}
+
+/// The `pacing` lines of an open-loop run: schedule lag, and how the idle strategy slept.
+fn write_pacing(o: &mut String, r: &RunResult) {
+    let g = &r.generator;
     // The schedule lag (intended to actual send) is said once, by the JSON's name and in its
     // unit (µs), as the self-check's findings say it too.
     if let Some(lag) = &r.schedule_lag_us {
@@ -326,6 +384,11 @@ pub fn summary(r: &RunResult) -> String {
             );
         }
     }
+}
+
+/// The self-check's findings (INVALID or NOTE) and the generator's warnings, one line each.
+fn write_findings(o: &mut String, r: &RunResult) {
+    let g = &r.generator;
     for f in &g.check.findings {
         let tag = if f.cause.invalidates() {
             "INVALID"
@@ -337,7 +400,6 @@ pub fn summary(r: &RunResult) -> String {
     for w in &g.warnings {
         let _ = writeln!(o, "  WARNING: {w}");
     }
-    o
 }
 
 #[cfg(test)]

@@ -130,11 +130,9 @@ pub fn url_step(
     lower: Option<u64>,
     mut on_live: impl FnMut(&Live),
 ) -> Result<StepRecord, RunnerError> {
-    let options = LoadOptions {
-        rate_rps: Some(rate),
-        ..options.clone()
-    };
-    let params = StepParams::open(rate, options.connections as u32, options.protocol);
+    let mut options = options.clone();
+    options.pace.rate_rps = Some(rate);
+    let params = StepParams::open(rate, options.connections as u32, options.connect.protocol);
     let mut record = StepRecord::new(n as u32, params);
     record.variant = "capacity".into();
     record.label = format!("capacity_qps_{rate}_c_{}", options.connections);

@@ -242,15 +242,15 @@ pub fn load_options(e: &Experiment, step: &Step, rig: &Rig) -> LoadOptions {
     };
     if let Some(ca) = ca {
         if rig.gateway.is_some() {
-            o.target_order = Order::Random;
+            o.send.target_order = Order::Random;
         }
-        o.connect_to = vec![ConnectTo {
+        o.send.connect_to = vec![ConnectTo {
             host: None,
             port: None,
             to_host: Some(rig.entry.ip().to_string()),
             to_port: Some(rig.entry.port()),
         }];
-        o.tls.ca_file = Some(ca);
+        o.connect.tls.ca_file = Some(ca);
     }
     o
 }
@@ -259,37 +259,37 @@ pub fn load_options(e: &Experiment, step: &Step, rig: &Rig) -> LoadOptions {
 /// and an external step share.
 pub fn load_for(e: &Experiment, step: &Step, source: TargetSource) -> LoadOptions {
     let mut o = LoadOptions::new(source);
-    o.stop = StopAt::Duration(Duration::from_secs_f64(e.duration_secs));
-    o.warmup = Duration::from_secs_f64(e.warmup_secs);
+    o.window.stop = StopAt::Duration(Duration::from_secs_f64(e.duration_secs));
+    o.window.warmup = Duration::from_secs_f64(e.warmup_secs);
     o.connections = match e.load.connection_pool {
         0 => step.load.connections,
         pool => pool,
     } as usize;
     if e.load.connection_pool > 0 {
-        o.concurrency = Some(step.load.connections as usize);
+        o.pace.concurrency = Some(step.load.connections as usize);
     }
     o.timeout = Duration::from_millis(e.load.timeout_ms);
-    o.seed = step.index as u64 + 1;
+    o.pace.seed = step.index as u64 + 1;
     if let Some(q) = step.load.rate_rps {
-        o.rate_rps = Some(q);
+        o.pace.rate_rps = Some(q);
         if step.load.arrival == Arrival::Poisson {
-            o.arrival = Some(Arrival::Poisson);
+            o.pace.arrival = Some(Arrival::Poisson);
         }
-        o.idle = Some(e.load.idle_strategy);
+        o.pace.idle = Some(e.load.idle_strategy);
     }
     if e.load.threads > 0 {
-        o.threads = Some(e.load.threads as usize);
+        o.pace.threads = Some(e.load.threads as usize);
     }
-    o.protocol = e.load.protocol;
-    if o.protocol.is_multiplexed() {
-        o.streams = e.load.streams.max(1) as usize;
+    o.connect.protocol = e.load.protocol;
+    if o.connect.protocol.is_multiplexed() {
+        o.connect.streams = e.load.streams.max(1) as usize;
     }
-    if e.load.request_bytes > 0 && o.protocol == meshbench_results::Protocol::Grpc {
+    if e.load.request_bytes > 0 && o.connect.protocol == meshbench_results::Protocol::Grpc {
         // A gRPC step pings with this much payload (the backend echoes it back).
-        o.grpc_payload = e.load.request_bytes as usize;
+        o.send.grpc_payload = e.load.request_bytes as usize;
     } else if e.load.request_bytes > 0 {
-        o.method = "POST".into();
-        o.body = Body::Size(e.load.request_bytes);
+        o.send.method = "POST".into();
+        o.send.body = Body::Size(e.load.request_bytes);
     }
     o
 }

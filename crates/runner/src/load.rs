@@ -113,8 +113,29 @@ impl TlsOptions {
 }
 
 /// A load test, unresolved. [`LoadOptions::new`] gives `meshbench run`'s defaults.
+///
+/// Its parts are flattened: the JSON (what agents are sent) has every option at the top.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LoadOptions {
+    /// What to send: targets, method, headers, body.
+    #[serde(flatten)]
+    pub send: SendOptions,
+    /// How to connect: protocol, TLS, QUIC, and how connections are opened and closed.
+    #[serde(flatten)]
+    pub connect: ConnectOptions,
+    pub connections: usize,
+    /// How to pace: the loop (closed or open), its rate, and the workers that drive it.
+    #[serde(flatten)]
+    pub pace: PaceOptions,
+    /// When to measure and when to stop.
+    #[serde(flatten)]
+    pub window: WindowOptions,
+    pub timeout: Duration,
+}
+
+/// What a load sends: where the requests go and what they carry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SendOptions {
     pub source: TargetSource,
     pub target_order: Order,
     /// `HOST:PORT:ADDR:PORT` rules, as curl's `--connect-to`.
@@ -124,15 +145,20 @@ pub struct LoadOptions {
     /// Extra headers on every request.
     pub headers: Vec<(String, String)>,
     pub body: Body,
-    pub protocol: Protocol,
-    /// Concurrent HTTP/2 streams per connection.
-    pub streams: usize,
     /// gRPC: the ping's payload in bytes, when the request has no message of its own.
     #[serde(default)]
     pub grpc_payload: usize,
     /// gRPC: the user's `.proto`; the body is then JSON of the method's request message.
     #[serde(default)]
     pub grpc_proto: Option<ProtoSource>,
+}
+
+/// How a load connects: the protocol and its transport, and each connection's life.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ConnectOptions {
+    pub protocol: Protocol,
+    /// Concurrent HTTP/2 streams per connection.
+    pub streams: usize,
     pub tls: TlsOptions,
     /// HTTP/3: 0-RTT and connection migration.
     #[serde(default)]
@@ -148,7 +174,11 @@ pub struct LoadOptions {
     pub source_addresses: Vec<String>,
     /// New connections per second at most.
     pub connection_rate: Option<f64>,
-    pub connections: usize,
+}
+
+/// How a load is paced: a closed loop (capped or not) or an open one, and its workers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PaceOptions {
     /// Closed loop: requests in flight at most (fewer than the connections, which then pool).
     pub concurrency: Option<usize>,
     /// Open loop at this total rate; `None` is a closed loop.
@@ -157,62 +187,131 @@ pub struct LoadOptions {
     pub arrival: Option<Arrival>,
     /// How an open loop waits for its next send (`auto` unless given).
     pub idle: Option<IdleStrategy>,
-    pub stop: StopAt,
-    pub warmup: Duration,
-    pub timeout: Duration,
     /// Worker threads; `None`: the CPUs this process may use.
     pub threads: Option<usize>,
     /// Seed for Poisson arrivals and random target order.
     pub seed: u64,
 }
 
+/// When a load is measured: after the warmup, until the stop.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WindowOptions {
+    pub stop: StopAt,
+    pub warmup: Duration,
+}
+
 impl LoadOptions {
     /// A closed loop of 16 connections for 10 s against `source`, GET, 10 s timeout.
     pub fn new(source: TargetSource) -> LoadOptions {
         LoadOptions {
-            source,
-            target_order: Order::RoundRobin,
-            connect_to: Vec::new(),
-            method: "GET".into(),
-            headers: Vec::new(),
-            body: Body::Empty,
-            protocol: Protocol::Http1,
-            streams: 1,
-            grpc_payload: 0,
-            grpc_proto: None,
-            tls: TlsOptions::default(),
-            quic: QuicOptions::default(),
-            requests_per_connection: None,
-            close_first: None,
-            source_addresses: Vec::new(),
-            connection_rate: None,
+            send: SendOptions {
+                source,
+                target_order: Order::RoundRobin,
+                connect_to: Vec::new(),
+                method: "GET".into(),
+                headers: Vec::new(),
+                body: Body::Empty,
+                grpc_payload: 0,
+                grpc_proto: None,
+            },
+            connect: ConnectOptions {
+                protocol: Protocol::Http1,
+                streams: 1,
+                tls: TlsOptions::default(),
+                quic: QuicOptions::default(),
+                requests_per_connection: None,
+                close_first: None,
+                source_addresses: Vec::new(),
+                connection_rate: None,
+            },
             connections: 16,
-            concurrency: None,
-            rate_rps: None,
-            arrival: None,
-            idle: None,
-            stop: StopAt::Duration(Duration::from_secs(10)),
-            warmup: Duration::ZERO,
+            pace: PaceOptions {
+                concurrency: None,
+                rate_rps: None,
+                arrival: None,
+                idle: None,
+                threads: None,
+                seed: 1,
+            },
+            window: WindowOptions {
+                stop: StopAt::Duration(Duration::from_secs(10)),
+                warmup: Duration::ZERO,
+            },
             timeout: Duration::from_secs(10),
-            threads: None,
-            seed: 1,
         }
     }
 
     /// Checks everything and builds the run. Nothing is sent here; host names are looked up,
     /// files are read and TLS settings are built.
     pub fn resolve(&self) -> Result<LoadSpec, LoadError> {
+        let mode = self.loop_mode()?;
+        let threads = self.thread_count()?;
+        let method = self.request_method()?;
+        self.check_protocol_options()?;
+        let proto = self.proto()?;
+        let concurrency = self.concurrency_cap()?;
+        let close_first = self.who_closes_first()?;
+        let source_addrs = source_addrs::parse(&self.connect.source_addresses)?;
+        self.check_connection_rate()?;
+        let body = self.body_bytes()?;
+        let (sources, description) = self.sources(&method, body)?;
+        let built = self.build_targets(&sources, close_first, proto)?;
+        let host_addrs: Vec<_> = built.targets.hosts.iter().map(|h| h.addr).collect();
+        source_addrs::check(
+            &source_addrs,
+            &host_addrs,
+            meshbench_net::socket::check_source,
+        )?;
+        let tls = self.tls_client(built.tls)?;
+        let (tls, quic) = self.quic_transport(tls)?;
+        let first_body = sources.first().map_or(0, |s| s.body.len());
+        Ok(LoadSpec {
+            request: RequestSpec {
+                method,
+                url: description,
+                body_len: first_body,
+                headers: self.send.headers.clone(),
+            },
+            targets: Arc::new(built.targets),
+            conn: ConnSpec {
+                protocol: self.connect.protocol,
+                tls,
+                quic,
+                streams: self.connect.streams,
+                requests_per_connection: self.connect.requests_per_connection,
+                close_first,
+                source_addrs,
+                connection_rate: self.connect.connection_rate,
+                tls_resume: self.connect.tls.resume,
+            },
+            connections: self.connections,
+            concurrency,
+            threads,
+            mode,
+            idle: self.pace.idle.unwrap_or_default(),
+            stop: self.window.stop,
+            warmup: self.window.warmup,
+            timeout: self.timeout,
+            seed: self.pace.seed,
+            segment: meshbench_engine::Segment::WHOLE,
+            service_at_lower_load_us: None,
+        })
+    }
+
+    /// Checks the connections, the loop's shape (rate, arrival, idle strategy), the stop and
+    /// the timeout; the closed or open loop they make.
+    fn loop_mode(&self) -> Result<Mode, LoadError> {
         let bad = |m: String| Err(LoadError(m));
         if self.connections == 0 {
             return bad("--connections 0: must be at least 1".into());
         }
-        if self.rate_rps.is_none() && self.idle.is_some() {
+        if self.pace.rate_rps.is_none() && self.pace.idle.is_some() {
             return bad(
                 "--idle-strategy applies to an open loop only (a closed loop waits on responses); add --rate RPS"
                     .into(),
             );
         }
-        let mode = match (self.rate_rps, self.arrival) {
+        let mode = match (self.pace.rate_rps, self.pace.arrival) {
             (None, Some(_)) => {
                 return bad("--arrival applies to an open loop only; add --rate RPS".into())
             }
@@ -229,7 +328,7 @@ impl LoadOptions {
                 }
             }
         };
-        match self.stop {
+        match self.window.stop {
             StopAt::Duration(d) if d.is_zero() => {
                 return bad("--duration must be longer than 0".into())
             }
@@ -239,187 +338,205 @@ impl LoadOptions {
         if self.timeout.is_zero() {
             return bad("--timeout must be longer than 0".into());
         }
-        let threads = match self.threads {
-            Some(0) => return bad("--threads 0: must be at least 1".into()),
-            Some(t) => t,
-            None => std::thread::available_parallelism().map_or(1, |n| n.get()),
-        };
-        let mut method = self.method.trim().to_ascii_uppercase();
-        if self.protocol == Protocol::Grpc {
+        Ok(mode)
+    }
+
+    /// The worker threads asked for, or the CPUs this process may use.
+    fn thread_count(&self) -> Result<usize, LoadError> {
+        match self.pace.threads {
+            Some(0) => Err(LoadError("--threads 0: must be at least 1".into())),
+            Some(t) => Ok(t),
+            None => Ok(std::thread::available_parallelism().map_or(1, |n| n.get())),
+        }
+    }
+
+    /// The HTTP method, upper-cased (always POST for gRPC), checked to be a token.
+    fn request_method(&self) -> Result<String, LoadError> {
+        let mut method = self.send.method.trim().to_ascii_uppercase();
+        if self.connect.protocol == Protocol::Grpc {
             // Every gRPC call is a POST.
             method = "POST".into();
         }
         if method.is_empty() || !method.bytes().all(|b| b.is_ascii_alphabetic() || b == b'-') {
-            return bad(format!(
+            return Err(LoadError(format!(
                 "--method '{}': not an HTTP method such as GET or POST",
-                self.method
-            ));
+                self.send.method
+            )));
         }
-        if self.streams == 0 {
+        Ok(method)
+    }
+
+    /// Checks that streams, QUIC and gRPC options are in range and fit the protocol.
+    fn check_protocol_options(&self) -> Result<(), LoadError> {
+        let bad = |m: String| Err(LoadError(m));
+        if self.connect.streams == 0 {
             return bad("--streams 0: must be at least 1".into());
         }
-        if self.streams > 1 && !self.protocol.is_multiplexed() {
+        if self.connect.streams > 1 && !self.connect.protocol.is_multiplexed() {
             return bad(
                 "--streams applies to HTTP/2, gRPC and HTTP/3 only; add --http2, --grpc or --http3"
                     .into(),
             );
         }
-        let h3 = self.protocol == Protocol::Http3;
-        if !h3 && self.quic != QuicOptions::default() {
+        let h3 = self.connect.protocol == Protocol::Http3;
+        if !h3 && self.connect.quic != QuicOptions::default() {
             return bad("--h3-0rtt and --h3-rebind-every apply to HTTP/3 only; add --http3".into());
         }
-        if self.quic.rebind_every == Some(0) {
+        if self.connect.quic.rebind_every == Some(0) {
             return bad("--h3-rebind-every 0: must be at least 1 response".into());
         }
-        if self.quic.zero_rtt && !self.tls.resume {
+        if self.connect.quic.zero_rtt && !self.connect.tls.resume {
             return bad("--h3-0rtt needs session resumption (0-RTT resumes a session); drop --tls-resume off".into());
         }
-        if self.grpc_payload > 0 && self.protocol != Protocol::Grpc {
+        if self.send.grpc_payload > 0 && self.connect.protocol != Protocol::Grpc {
             return bad("--grpc-payload applies to gRPC only; add --grpc".into());
         }
-        if self.grpc_proto.is_some() && self.protocol != Protocol::Grpc {
+        if self.send.grpc_proto.is_some() && self.connect.protocol != Protocol::Grpc {
             return bad("--proto applies to gRPC only; add --grpc".into());
         }
-        let proto = match &self.grpc_proto {
+        Ok(())
+    }
+
+    /// The user's `.proto`, compiled (or decoded as the coordinator compiled it), if given.
+    fn proto(&self) -> Result<Option<Arc<targets::proto::Proto>>, LoadError> {
+        Ok(match &self.send.grpc_proto {
             Some(source) => Some(std::sync::Arc::new(
                 compile_proto(source).map_err(|e| LoadError(format!("--proto {e}")))?,
             )),
             None => None,
-        };
-        let concurrency = match self.concurrency {
-            None => None,
-            Some(_) if self.rate_rps.is_some() => {
-                return bad("--concurrency caps a closed loop; an open loop's rate sets its own (drop --rate or --concurrency)".into())
+        })
+    }
+
+    /// The closed loop's cap on requests in flight, checked against the loop and the connections.
+    fn concurrency_cap(&self) -> Result<Option<usize>, LoadError> {
+        let bad = |m: String| Err(LoadError(m));
+        match self.pace.concurrency {
+            None => Ok(None),
+            Some(_) if self.pace.rate_rps.is_some() => {
+                bad("--concurrency caps a closed loop; an open loop's rate sets its own (drop --rate or --concurrency)".into())
             }
-            Some(0) => return bad("--concurrency 0: must be at least 1".into()),
-            Some(n) if n > self.connections * self.streams => {
-                return bad(format!(
+            Some(0) => bad("--concurrency 0: must be at least 1".into()),
+            Some(n) if n > self.connections * self.connect.streams => {
+                bad(format!(
                     "--concurrency {n}: more than the {} connections (x streams) can carry; raise --connections",
                     self.connections
                 ))
             }
-            Some(n) => Some(n),
-        };
-        if self.requests_per_connection == Some(0) {
+            Some(n) => Ok(Some(n)),
+        }
+    }
+
+    /// Checks `--requests-per-connection`; who closes a connection it ends, for this protocol.
+    fn who_closes_first(&self) -> Result<CloseFirst, LoadError> {
+        let bad = |m: String| Err(LoadError(m));
+        if self.connect.requests_per_connection == Some(0) {
             return bad("--requests-per-connection 0: must be at least 1".into());
         }
-        let close_first = match (self.close_first, self.protocol) {
-            (Some(_), _) if self.requests_per_connection.is_none() => {
-                return bad(
+        match (self.connect.close_first, self.connect.protocol) {
+            (Some(_), _) if self.connect.requests_per_connection.is_none() => {
+                bad(
                     "--close-first applies to connections ended by --requests-per-connection; add it"
                         .into(),
                 )
             }
             (Some(CloseFirst::Server), Protocol::Http2 | Protocol::Grpc | Protocol::Http3) => {
-                return bad("--close-first server: an HTTP/2 or HTTP/3 client cannot ask the server to close first (a GOAWAY of its own is a client close); drop it, or use HTTP/1.1".into())
+                bad("--close-first server: an HTTP/2 or HTTP/3 client cannot ask the server to close first (a GOAWAY of its own is a client close); drop it, or use HTTP/1.1".into())
             }
-            (_, Protocol::Http2 | Protocol::Grpc | Protocol::Http3) => CloseFirst::Client,
-            (asked, Protocol::Http1) => asked.unwrap_or_default(),
-        };
-        let source_addrs = source_addrs::parse(&self.source_addresses)?;
-        if let Some(r) = self.connection_rate {
+            (_, Protocol::Http2 | Protocol::Grpc | Protocol::Http3) => Ok(CloseFirst::Client),
+            (asked, Protocol::Http1) => Ok(asked.unwrap_or_default()),
+        }
+    }
+
+    /// Checks that `--connection-rate`, if given, is a positive number.
+    fn check_connection_rate(&self) -> Result<(), LoadError> {
+        if let Some(r) = self.connect.connection_rate {
             if !r.is_finite() || r <= 0.0 {
-                return bad(format!(
+                return Err(LoadError(format!(
                     "--connection-rate {r}: must be a positive number of connections per second"
-                ));
+                )));
             }
         }
-        let body = self.body_bytes()?;
-        let (sources, description) = self.sources(&method, body)?;
-        let built = targets::build(
-            &sources,
+        Ok(())
+    }
+
+    /// The targets of these sources: templates expanded, host names looked up.
+    fn build_targets(
+        &self,
+        sources: &[Source],
+        close_first: CloseFirst,
+        proto: Option<Arc<targets::proto::Proto>>,
+    ) -> Result<targets::Built, LoadError> {
+        targets::build(
+            sources,
             &BuildOptions {
-                protocol: self.protocol,
-                order: self.target_order,
-                connect_to: &self.connect_to,
-                announce_close: self.requests_per_connection.is_some()
+                protocol: self.connect.protocol,
+                order: self.send.target_order,
+                connect_to: &self.send.connect_to,
+                announce_close: self.connect.requests_per_connection.is_some()
                     && close_first == CloseFirst::Server,
                 grpc: GrpcCall {
-                    ping_payload: self.grpc_payload,
+                    ping_payload: self.send.grpc_payload,
                     deadline: self.timeout,
                     proto,
                 },
             },
-        )?;
-        let host_addrs: Vec<_> = built.targets.hosts.iter().map(|h| h.addr).collect();
-        source_addrs::check(
-            &source_addrs,
-            &host_addrs,
-            meshbench_net::socket::check_source,
-        )?;
-        if h3 && !built.tls {
+        )
+    }
+
+    /// Checks the TLS options against the URLs' scheme; the TLS client, with the protocol's
+    /// ALPN, when the URLs are https://.
+    fn tls_client(&self, https: bool) -> Result<Option<Arc<rustls::ClientConfig>>, LoadError> {
+        let bad = |m: String| Err(LoadError(m));
+        let h3 = self.connect.protocol == Protocol::Http3;
+        if h3 && !https {
             return bad("--http3 needs https:// URLs: QUIC is always TLS".into());
         }
-        if !built.tls && self.tls.given() {
+        if !https && self.connect.tls.given() {
             return bad("--insecure, --cacert and --cert apply to https:// URLs only".into());
         }
-        let tls = if built.tls {
-            let alpn = match self.protocol {
-                Protocol::Http1 => vec![b"http/1.1".to_vec()],
-                Protocol::Http2 | Protocol::Grpc => vec![b"h2".to_vec()],
-                Protocol::Http3 => vec![b"h3".to_vec()],
-            };
-            let opts = ClientTlsOptions {
-                insecure: self.tls.insecure,
-                ca_file: self.tls.ca_file.clone(),
-                client_cert: self.tls.client_cert.clone(),
-                alpn,
-                resume: self.tls.resume,
-            };
-            Some(meshbench_net::tls::client_config(&opts).map_err(|e| LoadError(e.to_string()))?)
-        } else {
-            None
+        if !https {
+            return Ok(None);
+        }
+        let alpn = match self.connect.protocol {
+            Protocol::Http1 => vec![b"http/1.1".to_vec()],
+            Protocol::Http2 | Protocol::Grpc => vec![b"h2".to_vec()],
+            Protocol::Http3 => vec![b"h3".to_vec()],
         };
-        // HTTP/3 carries its TLS inside QUIC: the TLS client moves there.
-        let (tls, quic) = match tls {
-            Some(config) if h3 => {
+        let opts = ClientTlsOptions {
+            insecure: self.connect.tls.insecure,
+            ca_file: self.connect.tls.ca_file.clone(),
+            client_cert: self.connect.tls.client_cert.clone(),
+            alpn,
+            resume: self.connect.tls.resume,
+        };
+        Ok(Some(
+            meshbench_net::tls::client_config(&opts).map_err(|e| LoadError(e.to_string()))?,
+        ))
+    }
+
+    /// HTTP/3 carries its TLS inside QUIC: the TLS client moves there. The TLS client of a
+    /// TCP connection, and the QUIC transport of an HTTP/3 one.
+    fn quic_transport(
+        &self,
+        tls: Option<Arc<rustls::ClientConfig>>,
+    ) -> Result<(Option<Arc<rustls::ClientConfig>>, Option<QuicSpec>), LoadError> {
+        Ok(match tls {
+            Some(config) if self.connect.protocol == Protocol::Http3 => {
                 let quic = QuicSpec::new(
                     &config,
-                    self.streams,
-                    self.quic.zero_rtt,
-                    self.quic.rebind_every,
+                    self.connect.streams,
+                    self.connect.quic.zero_rtt,
+                    self.connect.quic.rebind_every,
                 )
                 .map_err(LoadError)?;
                 (None, Some(quic))
             }
             other => (other, None),
-        };
-        let first_body = sources.first().map_or(0, |s| s.body.len());
-        Ok(LoadSpec {
-            request: RequestSpec {
-                method,
-                url: description,
-                body_len: first_body,
-                headers: self.headers.clone(),
-            },
-            targets: Arc::new(built.targets),
-            conn: ConnSpec {
-                protocol: self.protocol,
-                tls,
-                quic,
-                streams: self.streams,
-                requests_per_connection: self.requests_per_connection,
-                close_first,
-                source_addrs,
-                connection_rate: self.connection_rate,
-                tls_resume: self.tls.resume,
-            },
-            connections: self.connections,
-            concurrency,
-            threads,
-            mode,
-            idle: self.idle.unwrap_or_default(),
-            stop: self.stop,
-            warmup: self.warmup,
-            timeout: self.timeout,
-            seed: self.seed,
-            segment: meshbench_engine::Segment::WHOLE,
-            service_at_lower_load_us: None,
         })
     }
 
     fn body_bytes(&self) -> Result<Bytes, LoadError> {
-        Ok(match &self.body {
+        Ok(match &self.send.body {
             Body::Empty => Bytes::new(),
             Body::Bytes(b) => Bytes::from(b.clone()),
             Body::Size(n) => Bytes::from(vec![b'x'; *n as usize]),
@@ -437,19 +554,19 @@ impl LoadOptions {
     /// the coordinator's files. (TLS files are not carried: an agent needs its own copy.)
     pub fn self_contained(&self) -> Result<LoadOptions, LoadError> {
         let mut o = self.clone();
-        if let Body::File(_) = &o.body {
-            o.body = Body::Bytes(self.body_bytes()?.to_vec());
+        if let Body::File(_) = &o.send.body {
+            o.send.body = Body::Bytes(self.body_bytes()?.to_vec());
         }
-        if let TargetSource::File(path) = &o.source {
-            o.source = TargetSource::Read {
+        if let TargetSource::File(path) = &o.send.source {
+            o.send.source = TargetSource::Read {
                 name: path.display().to_string(),
                 targets: read_targets(path)?,
             };
         }
-        if let Some(ProtoSource::File(file)) = &o.grpc_proto {
+        if let Some(ProtoSource::File(file)) = &o.send.grpc_proto {
             let proto = targets::proto::Proto::compile(file, &[])
                 .map_err(|e| LoadError(format!("--proto {e}")))?;
-            o.grpc_proto = Some(ProtoSource::Compiled {
+            o.send.grpc_proto = Some(ProtoSource::Compiled {
                 name: file.display().to_string(),
                 descriptors: proto.descriptors().to_vec(),
             });
@@ -468,7 +585,7 @@ impl LoadOptions {
         let list = blocks
             .into_iter()
             .map(|b| {
-                let mut all = self.headers.clone();
+                let mut all = self.send.headers.clone();
                 all.extend(b.headers);
                 Source {
                     method: b.method,
@@ -485,7 +602,7 @@ impl LoadOptions {
     /// The URL (or template), or every block of the targets file; and how to name them in
     /// reports.
     fn sources(&self, method: &str, body: Bytes) -> Result<(Vec<Source>, String), LoadError> {
-        match &self.source {
+        match &self.send.source {
             TargetSource::File(path) => {
                 let name = path.display().to_string();
                 let blocks = read_targets(path)?;
@@ -498,7 +615,7 @@ impl LoadOptions {
                 vec![Source {
                     method: method.to_string(),
                     url: url.clone(),
-                    headers: self.headers.clone(),
+                    headers: self.send.headers.clone(),
                     body,
                     origin: "the URL".to_string(),
                 }],
@@ -535,181 +652,134 @@ mod tests {
         LoadOptions::new(TargetSource::Url("http://127.0.0.1:9/".into()))
     }
 
+    /// These options with `change` made to them.
+    fn with(mut o: LoadOptions, change: impl FnOnce(&mut LoadOptions)) -> LoadOptions {
+        change(&mut o);
+        o
+    }
+
     #[test]
     fn every_contradiction_is_refused_before_any_traffic() {
         let cases: Vec<(&str, LoadOptions, &str)> = vec![
             (
                 "no connections",
-                LoadOptions {
-                    connections: 0,
-                    ..url()
-                },
+                with(url(), |o| o.connections = 0),
                 "--connections 0",
             ),
             (
                 "zero rate",
-                LoadOptions {
-                    rate_rps: Some(0.0),
-                    ..url()
-                },
+                with(url(), |o| o.pace.rate_rps = Some(0.0)),
                 "--rate 0",
             ),
             (
                 "nan rate",
-                LoadOptions {
-                    rate_rps: Some(f64::NAN),
-                    ..url()
-                },
+                with(url(), |o| o.pace.rate_rps = Some(f64::NAN)),
                 "--rate NaN",
             ),
             (
                 "arrival without rate",
-                LoadOptions {
-                    arrival: Some(Arrival::Poisson),
-                    ..url()
-                },
+                with(url(), |o| o.pace.arrival = Some(Arrival::Poisson)),
                 "--arrival",
             ),
             (
                 "zero duration",
-                LoadOptions {
-                    stop: StopAt::Duration(Duration::ZERO),
-                    ..url()
-                },
+                with(url(), |o| o.window.stop = StopAt::Duration(Duration::ZERO)),
                 "--duration",
             ),
             (
                 "zero requests",
-                LoadOptions {
-                    stop: StopAt::Requests(0),
-                    ..url()
-                },
+                with(url(), |o| o.window.stop = StopAt::Requests(0)),
                 "--requests 0",
             ),
             (
                 "zero timeout",
-                LoadOptions {
-                    timeout: Duration::ZERO,
-                    ..url()
-                },
+                with(url(), |o| o.timeout = Duration::ZERO),
                 "--timeout",
             ),
             (
                 "zero threads",
-                LoadOptions {
-                    threads: Some(0),
-                    ..url()
-                },
+                with(url(), |o| o.pace.threads = Some(0)),
                 "--threads 0",
             ),
             (
                 "bad method",
-                LoadOptions {
-                    method: "G T".into(),
-                    ..url()
-                },
+                with(url(), |o| o.send.method = "G T".into()),
                 "--method 'G T'",
             ),
             (
                 "streams on h1",
-                LoadOptions {
-                    streams: 4,
-                    ..url()
-                },
+                with(url(), |o| o.connect.streams = 4),
                 "--streams applies to HTTP/2",
             ),
             (
                 "concurrency in open loop",
-                LoadOptions {
-                    concurrency: Some(2),
-                    rate_rps: Some(5.0),
-                    ..url()
-                },
+                with(url(), |o| {
+                    o.pace.concurrency = Some(2);
+                    o.pace.rate_rps = Some(5.0);
+                }),
                 "--concurrency caps",
             ),
             (
                 "concurrency over slots",
-                LoadOptions {
-                    concurrency: Some(17),
-                    ..url()
-                },
+                with(url(), |o| o.pace.concurrency = Some(17)),
                 "--concurrency 17",
             ),
             (
                 "zero churn",
-                LoadOptions {
-                    requests_per_connection: Some(0),
-                    ..url()
-                },
+                with(url(), |o| o.connect.requests_per_connection = Some(0)),
                 "--requests-per-connection 0",
             ),
             (
                 "close-first without churn",
-                LoadOptions {
-                    close_first: Some(CloseFirst::Client),
-                    ..url()
-                },
+                with(url(), |o| o.connect.close_first = Some(CloseFirst::Client)),
                 "--close-first applies",
             ),
             (
                 "server closing first over h2",
-                LoadOptions {
-                    close_first: Some(CloseFirst::Server),
-                    requests_per_connection: Some(1),
-                    protocol: Protocol::Http2,
-                    ..url()
-                },
+                with(url(), |o| {
+                    o.connect.close_first = Some(CloseFirst::Server);
+                    o.connect.requests_per_connection = Some(1);
+                    o.connect.protocol = Protocol::Http2;
+                }),
                 "--close-first server",
             ),
             (
                 "a source address of another family",
-                LoadOptions {
-                    source_addresses: vec!["::1".into()],
-                    ..url()
-                },
+                with(url(), |o| o.connect.source_addresses = vec!["::1".into()]),
                 "cannot reach the target 127.0.0.1:9",
             ),
             (
                 "a source address not of this machine",
-                LoadOptions {
-                    source_addresses: vec!["192.0.2.7".into()],
-                    ..url()
-                },
+                with(url(), |o| {
+                    o.connect.source_addresses = vec!["192.0.2.7".into()]
+                }),
                 "--source-address '192.0.2.7': not an address of this machine",
             ),
             (
                 "a source address that is not one",
-                LoadOptions {
-                    source_addresses: vec!["10.0.0.1,x".into()],
-                    ..url()
-                },
+                with(url(), |o| {
+                    o.connect.source_addresses = vec!["10.0.0.1,x".into()]
+                }),
                 "--source-address 'x'",
             ),
             (
                 "negative connection rate",
-                LoadOptions {
-                    connection_rate: Some(-1.0),
-                    ..url()
-                },
+                with(url(), |o| o.connect.connection_rate = Some(-1.0)),
                 "--connection-rate -1",
             ),
             (
                 "tls flags on http",
-                LoadOptions {
-                    tls: TlsOptions {
+                with(url(), |o| {
+                    o.connect.tls = TlsOptions {
                         insecure: true,
                         ..TlsOptions::default()
-                    },
-                    ..url()
-                },
+                    }
+                }),
                 "apply to https://",
             ),
             (
                 "missing body file",
-                LoadOptions {
-                    body: Body::File("/nonexistent/b".into()),
-                    ..url()
-                },
+                with(url(), |o| o.send.body = Body::File("/nonexistent/b".into())),
                 "cannot read the file",
             ),
             (
@@ -735,18 +805,17 @@ mod tests {
 
     #[test]
     fn resolved_options_carry_every_setting_to_the_engine() {
-        let opts = LoadOptions {
-            rate_rps: Some(250.0),
-            arrival: Some(Arrival::Poisson),
-            connections: 4,
-            threads: Some(2),
-            body: Body::Size(3),
-            method: "post".into(),
-            stop: StopAt::Requests(100),
-            warmup: Duration::from_secs(1),
-            seed: 7,
-            ..url()
-        };
+        let opts = with(url(), |o| {
+            o.pace.rate_rps = Some(250.0);
+            o.pace.arrival = Some(Arrival::Poisson);
+            o.connections = 4;
+            o.pace.threads = Some(2);
+            o.send.body = Body::Size(3);
+            o.send.method = "post".into();
+            o.window.stop = StopAt::Requests(100);
+            o.window.warmup = Duration::from_secs(1);
+            o.pace.seed = 7;
+        });
         let spec = opts.resolve().unwrap();
         assert_eq!(
             spec.mode,
@@ -775,40 +844,31 @@ mod tests {
                     .map(|b| String::from_utf8_lossy(b).into_owned()),
             )
         };
-        let churn = |n| LoadOptions {
-            requests_per_connection: Some(n),
-            ..url()
-        };
+        let churn = |n| with(url(), |o| o.connect.requests_per_connection = Some(n));
         let (who, closing) = last(churn(3));
         assert_eq!(who, CloseFirst::Server, "the default");
         let closing = closing.expect("a closing variant");
         assert!(closing.ends_with("Connection: close\r\n\r\n"), "{closing}");
         // Not asked for: no churn, the client closing first, or a Connection of the user's.
         assert_eq!(last(url()).1, None, "connections kept open");
-        let client = LoadOptions {
-            close_first: Some(CloseFirst::Client),
-            ..churn(3)
-        };
+        let client = with(churn(3), |o| {
+            o.connect.close_first = Some(CloseFirst::Client)
+        });
         assert_eq!(last(client), (CloseFirst::Client, None));
-        let own = LoadOptions {
-            headers: vec![("connection".into(), "keep-alive".into())],
-            ..churn(3)
-        };
+        let own = with(churn(3), |o| {
+            o.send.headers = vec![("connection".into(), "keep-alive".into())]
+        });
         assert_eq!(last(own).1, None, "the user's Connection header stands");
         // HTTP/2: the client closes.
-        let h2 = LoadOptions {
-            protocol: Protocol::Http2,
-            ..churn(3)
-        };
+        let h2 = with(churn(3), |o| o.connect.protocol = Protocol::Http2);
         assert_eq!(last(h2), (CloseFirst::Client, None));
     }
 
     #[test]
     fn source_addresses_reach_the_engine() {
-        let opts = LoadOptions {
-            source_addresses: vec!["127.0.0.1,127.0.0.2".into(), "127.0.0.2".into()],
-            ..url()
-        };
+        let opts = with(url(), |o| {
+            o.connect.source_addresses = vec!["127.0.0.1,127.0.0.2".into(), "127.0.0.2".into()]
+        });
         let spec = opts.resolve().unwrap();
         let want: Vec<std::net::IpAddr> =
             vec!["127.0.0.1".parse().unwrap(), "127.0.0.2".parse().unwrap()];
@@ -817,14 +877,50 @@ mod tests {
 
     #[test]
     fn options_travel_as_json_and_come_back_equal() {
-        let opts = LoadOptions {
-            rate_rps: Some(1000.0),
-            connect_to: vec!["::127.0.0.1:8443".parse().unwrap()],
-            headers: vec![("X-A".into(), "1".into())],
-            ..url()
-        };
+        let opts = with(url(), |o| {
+            o.pace.rate_rps = Some(1000.0);
+            o.send.connect_to = vec!["::127.0.0.1:8443".parse().unwrap()];
+            o.send.headers = vec![("X-A".into(), "1".into())];
+        });
         let text = serde_json::to_string(&opts).unwrap();
         assert_eq!(serde_json::from_str::<LoadOptions>(&text).unwrap(), opts);
+    }
+
+    #[test]
+    fn the_json_has_every_option_at_the_top() {
+        let v = serde_json::to_value(url()).unwrap();
+        let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(|k| k.as_str()).collect();
+        keys.sort_unstable();
+        let mut want = vec![
+            "source",
+            "target_order",
+            "connect_to",
+            "method",
+            "headers",
+            "body",
+            "grpc_payload",
+            "grpc_proto",
+            "protocol",
+            "streams",
+            "tls",
+            "quic",
+            "requests_per_connection",
+            "close_first",
+            "source_addresses",
+            "connection_rate",
+            "connections",
+            "concurrency",
+            "rate_rps",
+            "arrival",
+            "idle",
+            "threads",
+            "seed",
+            "stop",
+            "warmup",
+            "timeout",
+        ];
+        want.sort_unstable();
+        assert_eq!(keys, want);
     }
 
     #[test]
@@ -844,18 +940,20 @@ mod tests {
             "syntax = \"proto3\";\npackage fgrpc;\nmessage PingMessage { string payload = 3; }\nservice PingServer { rpc Ping (PingMessage) returns (PingMessage) {} }\n",
         )
         .unwrap();
-        let from_file = LoadOptions {
-            body: Body::File(dir.join("common.bin")),
-            ..LoadOptions::new(TargetSource::File(dir.join("targets.txt")))
-        };
-        let grpc = LoadOptions {
-            protocol: Protocol::Grpc,
-            grpc_proto: Some(ProtoSource::File(dir.join("ping.proto"))),
-            body: Body::Bytes(br#"{"payload": "hi"}"#.to_vec()),
-            ..LoadOptions::new(TargetSource::Url(
+        let from_file = with(
+            LoadOptions::new(TargetSource::File(dir.join("targets.txt"))),
+            |o| o.send.body = Body::File(dir.join("common.bin")),
+        );
+        let grpc = with(
+            LoadOptions::new(TargetSource::Url(
                 "http://127.0.0.1:9/fgrpc.PingServer/Ping".into(),
-            ))
-        };
+            )),
+            |o| {
+                o.connect.protocol = Protocol::Grpc;
+                o.send.grpc_proto = Some(ProtoSource::File(dir.join("ping.proto")));
+                o.send.body = Body::Bytes(br#"{"payload": "hi"}"#.to_vec());
+            },
+        );
         let requests = |o: &LoadOptions| format!("{:?}", o.resolve().unwrap().targets.requests);
         let before = [requests(&from_file), requests(&grpc)];
         let shipped = [

@@ -22,11 +22,11 @@ fn seconds_sum_to_the_result_exactly() {
     let backend = Backend::start(SocketAddr::from(([127, 0, 0, 1], 0)), cfg).unwrap();
     for threads in [1, 2] {
         let mut o = LoadOptions::new(TargetSource::Url(format!("http://{}/", backend.addr())));
-        o.rate_rps = Some(400.0);
+        o.pace.rate_rps = Some(400.0);
         o.connections = 4;
-        o.threads = Some(threads);
-        o.stop = StopAt::Duration(Duration::from_secs(3));
-        o.warmup = Duration::from_millis(500);
+        o.pace.threads = Some(threads);
+        o.window.stop = StopAt::Duration(Duration::from_secs(3));
+        o.window.warmup = Duration::from_millis(500);
         o.timeout = Duration::from_secs(2);
         let spec = o.resolve().unwrap();
         let mut counts = Counts::default();

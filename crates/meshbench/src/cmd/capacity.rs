@@ -108,14 +108,14 @@ pub fn execute(args: CapacityArgs) -> Result<u8> {
             let mut base = LoadOptions::new(meshbench_runner::TargetSource::Url(url.clone()));
             super::run::apply_request_flags(&mut base, &passed.request)?;
             base.connections = args.connections;
-            base.stop = StopAt::Duration(parse_duration("--step-duration", &args.step_duration)?);
-            base.warmup = parse_duration("--warmup", &args.warmup)?;
+            base.window.stop =
+                StopAt::Duration(parse_duration("--step-duration", &args.step_duration)?);
+            base.window.warmup = parse_duration("--warmup", &args.warmup)?;
             // Every step's options are checked once before any traffic.
-            super::run::resolve(&LoadOptions {
-                rate_rps: Some(args.start),
-                ..base.clone()
-            })?;
-            let duration = match base.stop {
+            let mut first = base.clone();
+            first.pace.rate_rps = Some(args.start);
+            super::run::resolve(&first)?;
+            let duration = match base.window.stop {
                 StopAt::Duration(d) => d,
                 StopAt::Requests(_) => Duration::ZERO,
             };
@@ -130,7 +130,7 @@ pub fn execute(args: CapacityArgs) -> Result<u8> {
                     "max_rps": args.max_rps,
                     "precision": precision,
                     "step_duration_secs": duration.as_secs_f64(),
-                    "warmup_secs": base.warmup.as_secs_f64(),
+                    "warmup_secs": base.window.warmup.as_secs_f64(),
                     "load": base,
                 }),
                 started_at: now_rfc3339(),

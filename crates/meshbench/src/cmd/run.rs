@@ -183,42 +183,42 @@ pub fn load_options(a: &RunArgs) -> Result<LoadOptions> {
     let mut o = LoadOptions::new(source);
     apply_request_flags(&mut o, &a.request)?;
     o.connections = a.connections;
-    o.concurrency = a
+    o.pace.concurrency = a
         .concurrency
         .map(|n| positive("--concurrency", n).map(|n| n as usize))
         .transpose()?;
-    o.rate_rps = a.rate;
-    o.arrival = a.arrival.map(|a| match a {
+    o.pace.rate_rps = a.rate;
+    o.pace.arrival = a.arrival.map(|a| match a {
         ArrivalArg::Uniform => Arrival::Uniform,
         ArrivalArg::Poisson => Arrival::Poisson,
     });
-    o.idle = a.idle_strategy.map(|i| match i {
+    o.pace.idle = a.idle_strategy.map(|i| match i {
         IdleArg::Auto => IdleStrategy::Auto,
         IdleArg::Sleep => IdleStrategy::Sleep,
         IdleArg::Hybrid => IdleStrategy::Hybrid,
         IdleArg::Spin => IdleStrategy::Spin,
     });
-    o.stop = match (&a.duration, a.requests) {
+    o.window.stop = match (&a.duration, a.requests) {
         (Some(_), Some(_)) => return Err(usage("give --duration or --requests, not both")),
         (_, Some(n)) => StopAt::Requests(positive("--requests", n)?),
         (d, None) => StopAt::Duration(parse_duration("--duration", d.as_deref().unwrap_or("10s"))?),
     };
-    o.warmup = parse_duration("--warmup", &a.warmup)?;
+    o.window.warmup = parse_duration("--warmup", &a.warmup)?;
     Ok(o)
 }
 
 /// The per-request flags shared by `run` and `capacity ... --`.
 pub fn apply_request_flags(o: &mut LoadOptions, r: &RequestFlags) -> Result<()> {
-    o.target_order = match r.target_order {
+    o.send.target_order = match r.target_order {
         OrderArg::RoundRobin => Order::RoundRobin,
         OrderArg::Random => Order::Random,
     };
-    o.connect_to = r
+    o.send.connect_to = r
         .connect_to
         .iter()
         .map(|c| c.parse::<ConnectTo>().map_err(usage))
         .collect::<Result<_>>()?;
-    o.protocol = if r.grpc {
+    o.connect.protocol = if r.grpc {
         Protocol::Grpc
     } else if r.http3 {
         Protocol::Http3
@@ -227,31 +227,31 @@ pub fn apply_request_flags(o: &mut LoadOptions, r: &RequestFlags) -> Result<()> 
     } else {
         Protocol::Http1
     };
-    o.grpc_payload = r.grpc_payload;
-    o.quic = meshbench_runner::QuicOptions {
+    o.send.grpc_payload = r.grpc_payload;
+    o.connect.quic = meshbench_runner::QuicOptions {
         zero_rtt: r.h3_0rtt,
         rebind_every: r.h3_rebind_every,
     };
-    o.grpc_proto = r.proto.clone().map(ProtoSource::File);
-    o.streams = positive("--streams", r.streams)? as usize;
-    o.tls = TlsOptions {
+    o.send.grpc_proto = r.proto.clone().map(ProtoSource::File);
+    o.connect.streams = positive("--streams", r.streams)? as usize;
+    o.connect.tls = TlsOptions {
         insecure: r.insecure,
         ca_file: r.cacert.clone(),
         client_cert: r.cert.clone().zip(r.key.clone()),
         resume: r.tls_resume == OnOff::On,
     };
-    o.requests_per_connection = r
+    o.connect.requests_per_connection = r
         .requests_per_connection
         .map(|n| positive("--requests-per-connection", n))
         .transpose()?;
-    o.close_first = r.close_first.map(|c| match c {
+    o.connect.close_first = r.close_first.map(|c| match c {
         CloseFirstArg::Server => CloseFirst::Server,
         CloseFirstArg::Client => CloseFirst::Client,
     });
-    o.source_addresses = r.source_addresses.clone();
-    o.connection_rate = r.connection_rate;
-    o.method = r.method.clone();
-    o.headers = r
+    o.connect.source_addresses = r.source_addresses.clone();
+    o.connect.connection_rate = r.connection_rate;
+    o.send.method = r.method.clone();
+    o.send.headers = r
         .headers
         .iter()
         .map(|h| {
@@ -261,7 +261,7 @@ pub fn apply_request_flags(o: &mut LoadOptions, r: &RequestFlags) -> Result<()> 
                 .ok_or_else(|| usage(format!("--header '{h}': must look like 'Name: value'")))
         })
         .collect::<Result<_>>()?;
-    o.body = match (&r.body, r.body_size) {
+    o.send.body = match (&r.body, r.body_size) {
         (Some(_), Some(_)) => return Err(usage("give --body or --body-size, not both")),
         (Some(b), None) => match b.strip_prefix('@') {
             Some(file) => Body::File(file.into()),
@@ -274,10 +274,10 @@ pub fn apply_request_flags(o: &mut LoadOptions, r: &RequestFlags) -> Result<()> 
         (None, None) => Body::Empty,
     };
     o.timeout = parse_duration("--timeout", &r.timeout)?;
-    o.threads = r
+    o.pace.threads = r
         .threads
         .map(|t| positive("--threads", t).map(|t| t as usize))
         .transpose()?;
-    o.seed = r.seed;
+    o.pace.seed = r.seed;
     Ok(())
 }

@@ -107,8 +107,8 @@ fn a_thousand_agents_share_one_plan_with_small_messages() {
     let gather_secs = gathered.elapsed().as_secs_f64();
     let mut options = LoadOptions::new(TargetSource::Url("http://127.0.0.1:9/".into()));
     options.connections = 4 * AGENTS;
-    options.rate_rps = Some(100_000.0);
-    options.stop = meshbench_engine::StopAt::Duration(Duration::from_secs(2));
+    options.pace.rate_rps = Some(100_000.0);
+    options.window.stop = meshbench_engine::StopAt::Duration(Duration::from_secs(2));
     let spec = options.resolve().expect("valid options");
     let cpu_before = process_usage().0;
     let started = Instant::now();

@@ -34,19 +34,19 @@ use read::{read_roles, Window};
 /// The load of an external step: the file's load at the step's load point, at the URL.
 pub fn load_options(e: &Experiment, at: &StepAt, v: &Variant) -> LoadOptions {
     let mut o = load_for(e, at.step, TargetSource::Url(v.url.trim().to_string()));
-    o.headers = v
+    o.send.headers = v
         .headers
         .iter()
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
-    o.tls.insecure = v.insecure;
+    o.connect.tls.insecure = v.insecure;
     if let Some(proto) = &v.proto {
-        o.grpc_proto = Some(ProtoSource::File(proto.clone()));
+        o.send.grpc_proto = Some(ProtoSource::File(proto.clone()));
     }
     if let Some(body) = &v.body {
-        o.body = Body::Bytes(body.clone().into_bytes());
-        if o.protocol != Protocol::Grpc {
-            o.method = "POST".into();
+        o.send.body = Body::Bytes(body.clone().into_bytes());
+        if o.connect.protocol != Protocol::Grpc {
+            o.send.method = "POST".into();
         }
     }
     o
