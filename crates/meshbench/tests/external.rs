@@ -131,10 +131,12 @@ fn missing(u: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// The warnings about the steps: the plan's own (a duration too short for a verdict, which
+/// these short tests choose) left out.
 fn warnings(stderr: &str) -> Vec<&str> {
     stderr
         .lines()
-        .filter(|l| l.starts_with("warning:"))
+        .filter(|l| l.starts_with("warning:") && !l.contains("too short"))
         .collect()
 }
 
