@@ -1,7 +1,7 @@
 //! A planned step's parameters ([`meshbench_results::StepParams`], the type the store keeps
 //! and every reader gets back): the plan's load point under the experiment's settings.
 
-use meshbench_results::{CpuAllotment, Load, LoopMode, StepParams};
+use meshbench_results::{CpuAllotment, Load, StepParams};
 
 use crate::config::Experiment;
 use crate::plan::Step;
@@ -10,14 +10,9 @@ impl Step {
     /// This step's parameters under experiment `e`.
     pub fn params(&self, e: &Experiment) -> StepParams {
         StepParams {
-            load: match (e.load.mode, self.load.rate_rps) {
-                (LoopMode::Open, Some(rate_rps)) => Load::Open {
-                    rate_rps,
-                    arrival: self.load.arrival,
-                },
-                // The plan gives every open-loop step a rate (`Plan::compile`).
-                (LoopMode::Open, None) | (LoopMode::Closed, _) => Load::Closed,
-            },
+            // The plan gives every open-loop step a rate (`Plan::compile`).
+            load: Load::of(e.load.mode, self.load.rate_rps, self.load.arrival)
+                .unwrap_or(Load::Closed),
             connections: self.load.connections,
             // An external server chooses its responses (0: the target is not ours).
             response_bytes: match self.external {

@@ -178,6 +178,27 @@ pub mod result_words {
     use serde::de::Error as _;
     use serde::{Deserialize, Deserializer, Serializer};
 
+    /// The one of `all` whose `name` is the next word of `d`; else an error listing them.
+    fn by_name<'de, D: Deserializer<'de>, T: Copy>(
+        d: D,
+        all: &[T],
+        name: fn(T) -> &'static str,
+        what: &str,
+    ) -> Result<T, D::Error> {
+        let word = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        all.iter()
+            .copied()
+            .find(|t| name(*t) == word)
+            .ok_or_else(|| {
+                let names: Vec<&str> = all.iter().map(|t| name(*t)).collect();
+                let (last, rest) = names.split_last().expect("a list of words");
+                D::Error::custom(format!(
+                    "unknown {what} {word:?}: expected {} or {last}",
+                    rest.join(", ")
+                ))
+            })
+    }
+
     /// `http/1.1`, `h2`, `grpc`, `h3`.
     pub mod protocol {
         use super::*;
@@ -188,15 +209,7 @@ pub mod result_words {
         }
 
         pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Protocol, D::Error> {
-            let word = <std::borrow::Cow<'de, str>>::deserialize(d)?;
-            Protocol::ALL
-                .into_iter()
-                .find(|p| p.name() == word)
-                .ok_or_else(|| {
-                    D::Error::custom(format!(
-                        "unknown protocol {word:?}: expected http/1.1, h2, grpc or h3"
-                    ))
-                })
+            by_name(d, &Protocol::ALL, Protocol::name, "protocol")
         }
     }
 
@@ -210,15 +223,12 @@ pub mod result_words {
         }
 
         pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Order, D::Error> {
-            let word = <std::borrow::Cow<'de, str>>::deserialize(d)?;
-            [Order::RoundRobin, Order::Random]
-                .into_iter()
-                .find(|o| o.name() == word)
-                .ok_or_else(|| {
-                    D::Error::custom(format!(
-                        "unknown target order {word:?}: expected round-robin or random"
-                    ))
-                })
+            by_name(
+                d,
+                &[Order::RoundRobin, Order::Random],
+                Order::name,
+                "target order",
+            )
         }
     }
 }

@@ -31,6 +31,16 @@ pub enum Load {
 }
 
 impl Load {
+    /// The load of a loop in `mode`: open at `rate_rps` with `arrival`, or closed (which has
+    /// neither). `None` for an open loop without a rate.
+    pub fn of(mode: LoopMode, rate_rps: Option<f64>, arrival: Arrival) -> Option<Load> {
+        match (mode, rate_rps) {
+            (LoopMode::Open, Some(rate_rps)) => Some(Load::Open { rate_rps, arrival }),
+            (LoopMode::Open, None) => None,
+            (LoopMode::Closed, _) => Some(Load::Closed),
+        }
+    }
+
     /// Evenly spaced arrivals at `rate_rps`.
     pub fn open(rate_rps: f64) -> Load {
         Load::Open {
@@ -113,23 +123,16 @@ struct StoredParams {
 }
 
 impl TryFrom<StoredParams> for StepParams {
-    type Error = String;
+    type Error = &'static str;
 
-    fn try_from(s: StoredParams) -> Result<StepParams, String> {
-        let load = match (s.mode, s.qps) {
-            (LoopMode::Open, Some(rate_rps)) => Load::Open {
-                rate_rps,
-                arrival: if s.jitter {
-                    Arrival::Poisson
-                } else {
-                    Arrival::Uniform
-                },
-            },
-            (LoopMode::Open, None) => {
-                return Err("an open-loop step without a rate (`qps`)".to_string())
-            }
-            (LoopMode::Closed, _) => Load::Closed,
+    fn try_from(s: StoredParams) -> Result<StepParams, &'static str> {
+        let arrival = if s.jitter {
+            Arrival::Poisson
+        } else {
+            Arrival::Uniform
         };
+        let load =
+            Load::of(s.mode, s.qps, arrival).ok_or("an open-loop step without a rate (`qps`)")?;
         Ok(StepParams {
             load,
             connections: s.connections,

@@ -24,9 +24,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use meshbench_results::{
-    Arrival, CpuAllotment, Load, LoopMode, RoleUsage, Sample, StepParams, Usage,
-};
+use meshbench_results::{RoleUsage, Sample, StepParams, Usage};
 use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
 use thiserror::Error;
 
@@ -724,44 +722,27 @@ fn migrate_v1_to_v2(tx: &Transaction) -> Result<(), String> {
     Ok(())
 }
 
-/// v1 wrote params as loose JSON: a capacity step had no `protocol`, `request_bytes` or `cpu`.
+/// v1 wrote params as loose JSON: a capacity step had no `protocol`, `request_bytes` or `cpu`,
+/// and no `mode` (it was open at its `qps`). The missing keys get those defaults, then the
+/// params read as any stored params do.
 fn v1_params(text: &str) -> Result<StepParams, String> {
     let v: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
-    let qps = v["qps"].as_f64();
-    let pick = |key: &str, default: &str| -> Result<serde_json::Value, String> {
-        Ok(match &v[key] {
-            serde_json::Value::Null => serde_json::Value::String(default.into()),
-            other => other.clone(),
-        })
+    let or = |key: &str, default: serde_json::Value| match &v[key] {
+        serde_json::Value::Null => default,
+        given => given.clone(),
     };
-    let cpu = match &v["cpu"] {
-        serde_json::Value::Null => None,
-        c => Some(serde_json::from_value::<CpuAllotment>(c.clone()).map_err(|e| e.to_string())?),
-    };
-    // v1 wrote `mode` only for experiment steps; a capacity step was open at its `qps`.
-    let mode: LoopMode =
-        serde_json::from_value(pick("mode", if qps.is_some() { "open" } else { "closed" })?)
-            .map_err(|e| e.to_string())?;
-    let load = match (mode, qps) {
-        (LoopMode::Open, Some(rate_rps)) => Load::Open {
-            rate_rps,
-            arrival: if v["jitter"].as_bool().unwrap_or(false) {
-                Arrival::Poisson
-            } else {
-                Arrival::Uniform
-            },
-        },
-        (LoopMode::Open, None) => return Err("an open-loop step without a rate (`qps`)".into()),
-        (LoopMode::Closed, _) => Load::Closed,
-    };
-    Ok(StepParams {
-        load,
-        connections: v["connections"].as_u64().unwrap_or(0) as u32,
-        response_bytes: v["response_bytes"].as_u64().unwrap_or(0),
-        request_bytes: v["request_bytes"].as_u64().unwrap_or(0),
-        protocol: serde_json::from_value(pick("protocol", "http1")?).map_err(|e| e.to_string())?,
-        cpu,
-    })
+    let mode = if v["qps"].is_null() { "closed" } else { "open" };
+    let typed = serde_json::json!({
+        "qps": v["qps"],
+        "connections": or("connections", 0.into()),
+        "response_bytes": or("response_bytes", 0.into()),
+        "request_bytes": or("request_bytes", 0.into()),
+        "jitter": or("jitter", false.into()),
+        "mode": or("mode", mode.into()),
+        "protocol": or("protocol", "http1".into()),
+        "cpu": v["cpu"],
+    });
+    serde_json::from_value(typed).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
