@@ -1,60 +1,80 @@
-//! How a worker waits for its next send: the machine's clock decides how much to trust a sleep.
+//! How a worker waits for its next send: a budget of precision, spent as cheaply as this
+//! machine's clock allows.
+//!
+//! The budget is the *slack* (`--pacing-slack`): the most a send may leave after its intended
+//! instant. Latency is always measured from the intended instant, so the slack changes what the
+//! target sees (how even the arrivals are), never a figure's truth; the schedule lag shows what
+//! was spent.
 //!
 //! A sleep ends late by the machine's wake-up error: a few µs on bare metal, 30-120 µs on a
-//! nested virtual machine, where it also costs 20-40 µs of CPU. A send that waits on such a
-//! sleep goes out late, and the lag goes into every corrected latency. So the worker sleeps
-//! until a *margin* before the send is due, then spins on the clock (or, when it must watch its
-//! sockets, busy-polls them) for the rest. The margin comes from the wake-up errors the worker
-//! measures on itself as it runs: every sleep's lateness goes into a ring of the last
-//! [`RING`] and, every [`UPDATE_EVERY`] sleeps, the margin becomes their 99th percentile less
-//! what the strategy allows a send to be late:
+//! nested virtual machine, where a wake-up also costs 20-40 µs of CPU. The worker learns the
+//! error's 99th percentile `L` from its own sleeps (a ring of the last [`RING`], recomputed every
+//! [`UPDATE_EVERY`]) and aims each sleep at `due + slack − L`, so that at the 99th percentile it
+//! wakes within the budget:
 //!
-//! | strategy | margin | at most | cost |
-//! | --- | --- | --- | --- |
-//! | `sleep` | 0 | | one wake-up per send; late by the wake-up error |
-//! | `auto` (default) | p99 error − 25 µs | ¼ of the gap | spins only where the clock is worse than 25 µs |
-//! | `hybrid` | p99 error | ½ of the gap | on time for 99 % of sends; spins for the error's spread |
-//! | `spin` | unbounded | | never sleeps while a send is pending: a full core, exact |
+//! - **slack ≥ L**: the aim is past the due instant. The sends falling due meanwhile ride the
+//!   same wake-up: at rates whose gap is under the slack one wake-up carries several sends, and
+//!   an even schedule costs a wake-up per slack, not per send.
+//! - **slack < L**: the aim is before the due instant, and the rest (`L − slack`, the *margin*)
+//!   must be spun on the clock (or, when the loop must watch its sockets, busy-polled). The idle
+//!   strategy says how much of that it may spend:
 //!
-//! So `auto` is a plain sleep on a machine whose wake-ups land on time and a hybrid on one whose
-//! do not. The cap (a share of the mean gap between one worker's sends, and never more than
-//! [`MAX_MARGIN_NS`]) bounds the CPU spent spinning to that share of the thread: on a machine
-//! so loaded that sleeps end milliseconds late, spinning would only take CPU from the processes
-//! that delay it. For the same reason `auto` and `hybrid` do not spin at all in a second after
-//! one in which the thread waited a tenth of the time for a CPU other processes held (the
-//! driver reads the kernel's run-queue delay once a second and says so with
-//! [`Idle::contended`]). The JSON reports the wake-up error measured, the time spun and the
-//! strategy.
+//! | strategy | margin spun at most |
+//! | --- | --- |
+//! | `sleep` | none: sends are late by the clock's error beyond the slack |
+//! | `auto` (default) | ¼ of the gap between the worker's sends; none under a CPU quota, none in a second after one in which other processes held the CPU |
+//! | `hybrid` | ½ of the gap (and not stopped by a quota or contention) |
+//! | `spin` | unbounded: never sleeps while a send is pending, a full core |
+//!
+//! Every margin is also capped at [`MAX_MARGIN_NS`]: on a machine so loaded that sleeps end
+//! milliseconds late, spinning would only take CPU from the processes that delay it. Under a
+//! CPU quota (a pod's limit) a spin spends the quota the sends need, so `auto` never spins there.
+//!
+//! The **auto** slack is chosen from the clock the worker measured before the start and keeps
+//! learning: the 99th percentile of its sleeps' error (what a sleeping loop is late by anyway,
+//! so batching within it costs no evenness the clock had not already lost), and at least
+//! [`WAKE_COST_SHARE`] times the CPU of one wake-up (so that wake-ups take at most that share of
+//! the thread however high the rate), within [`AUTO_SLACK_MIN_NS`] and [`AUTO_SLACK_MAX_NS`]
+//! (the precision a schedule lag p99 is judged by). On a clock worse than that maximum, `auto`
+//! spins the difference where the table above lets it.
 //!
 //! A long sleep ends later than a short one on a virtual machine: an idle vCPU is descheduled
 //! by its host and takes longer to come back (here p99 of 0.9 ms after 5 ms asleep, 0.1 ms after
-//! 1 ms). So `auto` and `hybrid` approach a send that is far off in two stages: a long sleep to
-//! [`STAGE_NS`] before the margin, then a short one to the margin. The second wake-up costs
-//! CPU only at rates below about 700 per worker per second, and the margin is learnt from the
-//! short sleeps alone, which are the ones it has to cover.
+//! 1 ms). So the strategies that spin (`auto`, `hybrid`) approach a send that is far off in two
+//! stages: a long sleep to [`STAGE_NS`] before the aim, then a short one. The second wake-up
+//! costs CPU only at rates below about 700 per worker per second, and the error is learnt from
+//! the short sleeps alone, which are the ones the aim has to cover.
+//!
 //! This module only does arithmetic on times it is given (unit-tested with plain numbers); the
 //! driver does the sleeping and spinning.
 
-use meshbench_results::load::IdleStrategy;
+use meshbench_results::load::{IdleStrategy, PacingSlack};
 
-/// How late `auto` lets a send be at the 99th percentile before it spends CPU on spinning.
-pub const AUTO_ALLOWANCE_NS: u64 = 25_000;
-/// The longest margin `auto` and `hybrid` spin: a clock whose p99 error is worse than this is
-/// a machine too loaded (or too descheduled by its hypervisor) for spinning to buy more than
-/// it costs.
+/// The least slack `auto` chooses.
+pub const AUTO_SLACK_MIN_NS: u64 = 20_000;
+/// The most slack `auto` chooses: beyond it, the clock is helped by a spin where affordable.
+pub const AUTO_SLACK_MAX_NS: u64 = 100_000;
+/// `auto` chooses a slack of at least this many wake-ups' CPU: with one wake-up per slack at
+/// most, wake-ups take at most 1/this of the thread at any rate.
+pub const WAKE_COST_SHARE: u64 = 4;
+/// The longest margin any strategy but `spin` spins (see the module header).
 pub const MAX_MARGIN_NS: u64 = 500_000;
 /// A send further off than this (and half again) is approached by a long sleep to this much
-/// before the margin, then a short one.
+/// before the aim, then a short one.
 pub const STAGE_NS: u64 = 1_000_000;
 /// Wake-up errors remembered (the percentile is taken over these).
 pub const RING: usize = 1024;
-/// The margin is recomputed after this many sleeps.
+/// The error's percentile is recomputed after this many sleeps.
 pub const UPDATE_EVERY: u32 = 64;
+/// Sleeps a worker takes before the start to learn the clock (an estimate from the first sleeps
+/// is taken as soon as this many are in).
+pub const CALIBRATION: usize = 32;
 
 /// One worker's idle policy and what it learnt of the clock.
 #[derive(Debug, Clone)]
 pub struct Idle {
     strategy: IdleStrategy,
+    slack: PacingSlack,
     /// Recent wake-up errors in nanoseconds (saturated at u32::MAX).
     ring: Box<[u32; RING]>,
     /// Where the percentile is taken, so that no update allocates.
@@ -62,36 +82,40 @@ pub struct Idle {
     filled: usize,
     next: usize,
     since_update: u32,
-    margin_ns: u64,
+    /// The 99th percentile of the remembered errors.
+    late_p99_ns: u64,
+    /// CPU of one wake-up, measured before the start (0 until then).
+    wake_cost_ns: u64,
     /// The most the margin may be (see the module header).
     cap_ns: u64,
     /// Other processes hold the CPU: spinning would only delay them, and so this thread.
     contended: bool,
+    /// The process runs under a CPU quota: a spin spends what the sends need.
+    under_quota: bool,
 }
 
 impl Idle {
     /// The policy for a worker whose sends are `gap_ns` apart on average.
-    pub fn new(strategy: IdleStrategy, gap_ns: u64) -> Self {
+    pub fn new(strategy: IdleStrategy, slack: PacingSlack, gap_ns: u64) -> Self {
         let cap_ns = match strategy {
-            IdleStrategy::Auto => gap_ns / 4,
-            IdleStrategy::Hybrid => gap_ns / 2,
-            IdleStrategy::Sleep | IdleStrategy::Spin => 0,
-        }
-        .min(MAX_MARGIN_NS);
+            IdleStrategy::Auto => (gap_ns / 4).min(MAX_MARGIN_NS),
+            IdleStrategy::Hybrid => (gap_ns / 2).min(MAX_MARGIN_NS),
+            IdleStrategy::Sleep => 0,
+            IdleStrategy::Spin => u64::MAX,
+        };
         Idle {
             strategy,
+            slack,
             ring: Box::new([0; RING]),
             scratch: Box::new([0; RING]),
             filled: 0,
             next: 0,
             since_update: 0,
-            margin_ns: if strategy == IdleStrategy::Spin {
-                u64::MAX
-            } else {
-                0
-            },
+            late_p99_ns: 0,
+            wake_cost_ns: 0,
             cap_ns,
             contended: false,
+            under_quota: false,
         }
     }
 
@@ -99,25 +123,60 @@ impl Idle {
         self.strategy
     }
 
-    /// How long before a send the worker stops sleeping and spins.
-    pub fn margin_ns(&self) -> u64 {
-        if self.contended && self.strategy != IdleStrategy::Spin {
-            0
-        } else {
-            self.margin_ns
+    /// Whether the worker sleeps before sends at all (and so learns its clock).
+    pub fn sleeps(&self) -> bool {
+        self.strategy != IdleStrategy::Spin
+    }
+
+    /// The budget: the most a send may leave after its intended instant.
+    pub fn slack_ns(&self) -> u64 {
+        match self.slack {
+            PacingSlack::Within { us } => us.saturating_mul(1_000),
+            PacingSlack::Auto => self
+                .late_p99_ns
+                .max(WAKE_COST_SHARE * self.wake_cost_ns)
+                .clamp(AUTO_SLACK_MIN_NS, AUTO_SLACK_MAX_NS),
         }
     }
 
-    /// Until when to sleep when the next thing due is a send at `send_at`.
+    /// What one wake-up cost before the start, in nanoseconds.
+    pub fn wake_cost_ns(&self) -> u64 {
+        self.wake_cost_ns
+    }
+
+    /// The calibration's wake-ups cost `cpu_ns` of CPU in all, `n` of them.
+    pub fn calibrated(&mut self, cpu_ns: u64, n: u64) {
+        self.wake_cost_ns = cpu_ns / n.max(1);
+    }
+
+    /// How long before a send the worker stops sleeping and spins.
+    pub fn margin_ns(&self) -> u64 {
+        let cap = match self.strategy {
+            IdleStrategy::Auto if self.contended || self.under_quota => 0,
+            IdleStrategy::Hybrid if self.contended => 0,
+            _ => self.cap_ns,
+        };
+        if cap == u64::MAX {
+            return u64::MAX;
+        }
+        self.late_p99_ns.saturating_sub(self.slack_ns()).min(cap)
+    }
+
+    /// Until when to sleep when the next thing due is a send at `send_at`: past it by what the
+    /// slack leaves after the clock's error, or before it by the margin to spin.
     pub fn sleep_until(&self, send_at: u64) -> u64 {
-        send_at.saturating_sub(self.margin_ns())
+        let margin = self.margin_ns();
+        if margin > 0 {
+            return send_at.saturating_sub(margin);
+        }
+        send_at + self.slack_ns().saturating_sub(self.late_p99_ns)
     }
 
     /// Where a sleep towards `sleep_to` should stop first, if the send is far enough off to be
     /// approached in two stages (see the module header).
     pub fn stage_before(&self, now: u64, sleep_to: u64) -> Option<u64> {
         (self.strategy.learns()
-            && !self.contended
+            && self.margin_ns() > 0
             && sleep_to.saturating_sub(now) > STAGE_NS + STAGE_NS / 2)
             .then(|| sleep_to - STAGE_NS)
     }
@@ -125,6 +184,11 @@ impl Idle {
     /// Whether the thread shared its CPU with other processes in the last second.
     pub fn contended(&mut self, contended: bool) {
         self.contended = contended;
+    }
+
+    /// Whether the process runs under a CPU quota.
+    pub fn under_quota(&mut self, under_quota: bool) {
+        self.under_quota = under_quota;
     }
 
     /// A sleep asked to end at `asked` ended at `woke`: its error joins the estimate. Returns
@@ -137,7 +201,7 @@ impl Idle {
         self.since_update += 1;
         if self.since_update >= UPDATE_EVERY || self.filled == CALIBRATION {
             self.since_update = 0;
-            self.update_margin();
+            self.late_p99_ns = self.p99_error_ns();
         }
         error
     }
@@ -153,23 +217,7 @@ impl Idle {
         let (_, v, _) = seen.select_nth_unstable(k);
         *v as u64
     }
-
-    fn update_margin(&mut self) {
-        let allowance = match self.strategy {
-            IdleStrategy::Sleep | IdleStrategy::Spin => return,
-            IdleStrategy::Auto => AUTO_ALLOWANCE_NS,
-            IdleStrategy::Hybrid => 0,
-        };
-        self.margin_ns = self
-            .p99_error_ns()
-            .saturating_sub(allowance)
-            .min(self.cap_ns);
-    }
 }
-
-/// Sleeps a worker takes before the start to learn the clock (an estimate from the first sleeps
-/// is taken as soon as this many are in).
-pub const CALIBRATION: usize = 32;
 
 #[cfg(test)]
 mod tests {
@@ -180,74 +228,154 @@ mod tests {
     /// A gap that caps nothing in these tests (200 rps).
     const GAP: u64 = 5_000 * US;
 
-    /// Feeds `n` sleeps with errors cycling through `errors_us` and returns the margin (µs).
-    fn margin_after(strategy: IdleStrategy, errors_us: &[u64], n: usize) -> u64 {
-        let mut idle = Idle::new(strategy, GAP);
+    /// A slow clock: 97 sleeps in 100 end 40 µs late, three 300 µs late.
+    fn slow() -> Vec<u64> {
+        let mut errors = vec![40; 97];
+        errors.extend([300; 3]);
+        errors
+    }
+
+    /// A good clock: 5 µs, and 20 µs three times in 100.
+    fn good() -> Vec<u64> {
+        let mut errors = vec![5; 97];
+        errors.extend([20; 3]);
+        errors
+    }
+
+    /// A policy fed `n` sleeps with errors cycling through `errors_us`.
+    fn learnt(strategy: IdleStrategy, slack: PacingSlack, errors_us: &[u64], n: usize) -> Idle {
+        let mut idle = Idle::new(strategy, slack, GAP);
         for i in 0..n {
             let asked = i as u64 * 1_000_000;
             idle.woke(asked, asked + errors_us[i % errors_us.len()] * US);
         }
-        idle.margin_ns() / US
+        idle
+    }
+
+    const AUTO: PacingSlack = PacingSlack::Auto;
+
+    #[test]
+    fn the_auto_slack_follows_the_clock_and_the_wake_cost() {
+        // (case, errors, wake cost µs, slack µs)
+        let cases = [
+            ("a slow clock: capped at the max", slow(), 0, 100),
+            ("a good clock: the minimum", good(), 0, 20),
+            ("a good clock, costly wake-ups", good(), 21, 84),
+            ("a clock 60 µs late at p99", vec![60; 100], 10, 60),
+        ];
+        for (case, errors, cost_us, want_us) in cases {
+            let mut idle = learnt(IdleStrategy::Auto, AUTO, &errors, 1000);
+            idle.calibrated(cost_us * US * 32, 32);
+            assert_eq!(idle.slack_ns() / US, want_us, "{case}");
+        }
+        let given = learnt(
+            IdleStrategy::Auto,
+            PacingSlack::Within { us: 700 },
+            &slow(),
+            100,
+        );
+        assert_eq!(given.slack_ns(), 700 * US, "a given slack is kept");
     }
 
     #[test]
-    fn margin_by_strategy_and_clock() {
-        // A slow clock: 97 sleeps in 100 end 40 µs late, three 300 µs late.
-        let mut slow = vec![40; 97];
-        slow.extend([300; 3]);
-        // A good clock: 5 µs, and 20 µs three times in 100.
-        let mut good = vec![5; 97];
-        good.extend([20; 3]);
+    fn the_margin_is_what_the_slack_leaves_of_the_clock_and_the_strategy_allows() {
+        let tight = PacingSlack::Within { us: 0 };
+        // (case, strategy, slack, errors, margin µs)
         let cases = [
-            ("sleep never spins", IdleStrategy::Sleep, &slow, 0),
+            ("sleep never spins", IdleStrategy::Sleep, tight, slow(), 0),
             (
                 "hybrid covers the p99 error",
                 IdleStrategy::Hybrid,
-                &slow,
+                tight,
+                slow(),
                 300,
             ),
-            ("auto allows 25 µs", IdleStrategy::Auto, &slow, 275),
+            (
+                "auto, no slack: covers it too",
+                IdleStrategy::Auto,
+                tight,
+                slow(),
+                300,
+            ),
+            (
+                "auto slack: 100 of 300 µs",
+                IdleStrategy::Auto,
+                AUTO,
+                slow(),
+                200,
+            ),
             (
                 "auto on a good clock only sleeps",
                 IdleStrategy::Auto,
-                &good,
+                AUTO,
+                good(),
                 0,
             ),
             (
-                "hybrid on a good clock spins a little",
+                "a slack wider than the clock's error: no spin",
                 IdleStrategy::Hybrid,
-                &good,
-                20,
+                PacingSlack::Within { us: 500 },
+                slow(),
+                0,
             ),
         ];
-        for (name, strategy, errors, want) in cases {
-            assert_eq!(margin_after(strategy, errors, 1000), want, "{name}");
+        for (case, strategy, slack, errors, want) in cases {
+            assert_eq!(
+                learnt(strategy, slack, &errors, 1000).margin_ns() / US,
+                want,
+                "{case}"
+            );
         }
-        assert_eq!(margin_after(IdleStrategy::Spin, &slow, 10), u64::MAX / US);
+        assert_eq!(
+            learnt(IdleStrategy::Spin, AUTO, &slow(), 10).margin_ns(),
+            u64::MAX
+        );
+    }
+
+    #[test]
+    fn a_slack_wider_than_the_clock_aims_past_the_send() {
+        // Error p99 40 µs, slack 1 ms: aim 960 µs past the send, so the sends due meanwhile
+        // ride the same wake-up and the last lands within the budget at p99.
+        let idle = learnt(
+            IdleStrategy::Auto,
+            PacingSlack::Within { us: 1_000 },
+            &[40],
+            100,
+        );
+        assert_eq!(idle.sleep_until(10_000 * US), 10_960 * US);
+        // Error p99 300 µs, slack 100 µs: auto spins 200 µs before the send.
+        let idle = learnt(IdleStrategy::Auto, AUTO, &slow(), 1000);
+        assert_eq!(idle.sleep_until(10_000 * US), 9_800 * US);
+        assert_eq!(
+            idle.sleep_until(50 * US),
+            0,
+            "never before the clock's start"
+        );
     }
 
     #[test]
     fn the_margin_is_capped_and_follows_the_clock() {
+        let tight = PacingSlack::Within { us: 0 };
         // Sleeps 800 µs late at 1,000 rps: hybrid spins at most half the 1 ms gap.
-        let mut half = Idle::new(IdleStrategy::Hybrid, 1_000 * US);
+        let mut half = Idle::new(IdleStrategy::Hybrid, tight, 1_000 * US);
         for i in 0..200 {
             half.woke(i, i + 800 * US);
         }
         assert_eq!(half.margin_ns(), 500 * US);
         // At 5,000 rps (200 µs apart) auto spins at most 50 µs of each gap.
-        let mut fast = Idle::new(IdleStrategy::Auto, 200 * US);
+        let mut fast = Idle::new(IdleStrategy::Auto, tight, 200 * US);
         for i in 0..200 {
             fast.woke(i, i + 300 * US);
         }
         assert_eq!(fast.margin_ns(), 50 * US);
         // At 1 rps the cap is MAX_MARGIN_NS.
-        let mut slow = Idle::new(IdleStrategy::Hybrid, 1_000_000 * US);
+        let mut slow_rate = Idle::new(IdleStrategy::Hybrid, tight, 1_000_000 * US);
         for i in 0..200 {
-            slow.woke(i, i + 10_000 * US);
+            slow_rate.woke(i, i + 10_000 * US);
         }
-        assert_eq!(slow.margin_ns(), MAX_MARGIN_NS);
+        assert_eq!(slow_rate.margin_ns(), MAX_MARGIN_NS);
         // The clock gets better: after a ring's worth of good sleeps the margin follows.
-        let mut idle = Idle::new(IdleStrategy::Hybrid, GAP);
+        let mut idle = Idle::new(IdleStrategy::Hybrid, tight, GAP);
         for i in 0..RING as u64 {
             idle.woke(i, i + 200 * US);
         }
@@ -259,35 +387,40 @@ mod tests {
     }
 
     #[test]
-    fn a_contended_thread_does_not_spin_unless_told_to() {
-        let mut slow = vec![40; 97];
-        slow.extend([300; 3]);
-        for (strategy, margin_us) in [(IdleStrategy::Hybrid, 0), (IdleStrategy::Spin, u64::MAX)] {
-            let mut idle = Idle::new(strategy, GAP);
-            for i in 0..200 {
-                idle.woke(i, i + slow[i as usize % 100] * US);
-            }
-            idle.contended(true);
-            assert_eq!(idle.margin_ns() / US, margin_us / US, "{strategy:?}");
-            idle.contended(false);
-            if strategy == IdleStrategy::Hybrid {
-                assert_eq!(idle.margin_ns(), 300 * US);
-            }
+    fn contention_and_a_quota_stop_the_spin_unless_told_to_spin() {
+        let tight = PacingSlack::Within { us: 0 };
+        // (strategy, contended, under a quota, margin µs)
+        let cases = [
+            (IdleStrategy::Auto, true, false, 0),
+            (IdleStrategy::Auto, false, true, 0),
+            (IdleStrategy::Auto, false, false, 300),
+            (IdleStrategy::Hybrid, true, false, 0),
+            (IdleStrategy::Hybrid, false, true, 300),
+            (IdleStrategy::Spin, true, true, u64::MAX / US),
+        ];
+        for (strategy, contended, quota, want) in cases {
+            let mut idle = learnt(strategy, tight, &slow(), 200);
+            idle.contended(contended);
+            idle.under_quota(quota);
+            assert_eq!(
+                idle.margin_ns() / US,
+                want,
+                "{strategy:?} contended {contended} quota {quota}"
+            );
         }
     }
 
     #[test]
-    fn far_sends_are_approached_in_two_stages() {
+    fn far_sends_are_approached_in_two_stages_by_the_strategies_that_spin() {
         let ms = 1_000 * US;
-        let auto = Idle::new(IdleStrategy::Auto, GAP);
+        let tight = PacingSlack::Within { us: 0 };
+        let auto = learnt(IdleStrategy::Auto, tight, &slow(), 200);
         assert_eq!(auto.stage_before(0, 5 * ms), Some(4 * ms));
         assert_eq!(auto.stage_before(0, ms + ms / 2), None, "near enough");
         assert_eq!(auto.stage_before(4 * ms, 5 * ms), None);
-        assert_eq!(
-            Idle::new(IdleStrategy::Sleep, GAP).stage_before(0, 5 * ms),
-            None
-        );
-        let mut contended = Idle::new(IdleStrategy::Hybrid, GAP);
+        let sleep = learnt(IdleStrategy::Sleep, tight, &slow(), 200);
+        assert_eq!(sleep.stage_before(0, 5 * ms), None);
+        let mut contended = learnt(IdleStrategy::Hybrid, tight, &slow(), 200);
         contended.contended(true);
         assert_eq!(
             contended.stage_before(0, 5 * ms),
@@ -297,18 +430,15 @@ mod tests {
     }
 
     #[test]
-    fn calibration_sets_a_margin_before_the_first_update() {
-        let mut idle = Idle::new(IdleStrategy::Hybrid, GAP);
+    fn calibration_sets_an_estimate_before_the_first_update() {
+        let mut idle = Idle::new(IdleStrategy::Hybrid, PacingSlack::Within { us: 0 }, GAP);
         for i in 0..CALIBRATION as u64 {
             idle.woke(i, i + 100 * US);
         }
         assert_eq!(idle.margin_ns(), 100 * US);
         assert_eq!(idle.sleep_until(1_000 * US), 900 * US);
-        assert_eq!(
-            idle.sleep_until(50 * US),
-            0,
-            "never before the clock's start"
-        );
         assert_eq!(idle.woke(10, 5), 0, "early is no error");
+        idle.calibrated(640 * US, 32);
+        assert_eq!(idle.wake_cost_ns(), 20 * US);
     }
 }

@@ -384,6 +384,13 @@ pub struct Recorder {
     pub wake_error: Histogram<u64>,
     /// Time spent spinning before sends on purpose (the idle strategy's margin), ns.
     pub spin_ns: u64,
+    /// Measured sends each wake-up that sent carried (open loop).
+    #[serde(with = "latency_form", default = "new_histogram")]
+    pub sends_per_wake: Histogram<u64>,
+    /// The most measured sends one worker made within one millisecond of the run clock (the
+    /// largest of the workers' once merged).
+    #[serde(default)]
+    pub largest_burst_per_ms: u64,
     pub conns: ConnRecorder,
     /// Per host index: [finished requests, failed ones (transport or status >= 400)].
     pub per_host: Vec<[u64; 2]>,
@@ -458,6 +465,8 @@ impl Recorder {
             unfinished: 0,
             wake_error: new_histogram(),
             spin_ns: 0,
+            sends_per_wake: new_histogram(),
+            largest_burst_per_ms: 0,
             conns: ConnRecorder::default(),
             per_host: Vec::new(),
         }
@@ -518,6 +527,12 @@ impl Recorder {
         self.wake_error.saturating_record(error_ns / 1000);
     }
 
+    /// A wake-up that put `n` measured requests on the wire.
+    #[inline]
+    pub fn sends_per_wake(&mut self, n: u64) {
+        self.sends_per_wake.saturating_record(n);
+    }
+
     /// A request put on the wire `lag_ns` after its intended time.
     #[inline]
     pub fn send(&mut self, lag_ns: u64, generator_late: bool, queued: bool) {
@@ -546,6 +561,10 @@ impl AddAssign<&Recorder> for Recorder {
             .add(&o.wake_error)
             .expect("same histogram bounds");
         self.spin_ns += o.spin_ns;
+        self.sends_per_wake
+            .add(&o.sends_per_wake)
+            .expect("same histogram bounds");
+        self.largest_burst_per_ms = self.largest_burst_per_ms.max(o.largest_burst_per_ms);
         self.counts += &o.counts;
         self.bytes_sent += o.bytes_sent;
         self.bytes_received += o.bytes_received;

@@ -5,10 +5,13 @@
 use std::time::SystemTime;
 
 use meshbench_results::run::{
-    Bytes, Connections, Errors, Generator, Histograms, HostCount, Requests, RunResult, Settings,
-    Stats, TimelinePoint, SCHEMA,
+    Bytes, Connections, Errors, Generator, Histograms, HostCount, Pacing, Requests, RunResult,
+    Settings, Stats, TimelinePoint, SCHEMA,
 };
-use meshbench_results::{histogram::encode_histogram, load::LoopMode};
+use meshbench_results::{
+    histogram::encode_histogram,
+    load::{LoopMode, PacingSlack},
+};
 
 use crate::check::{self, Failure, Figures};
 use crate::recorder::{ErrorKind, Recorder};
@@ -48,6 +51,10 @@ pub(crate) struct Measured<'a> {
     pub max_thread_busy: f64,
     /// The largest share of its window a worker waited for a CPU (`None`: not known).
     pub max_thread_waiting: Option<f64>,
+    /// The largest pacing budget a worker kept, ns (0 in a closed loop).
+    pub slack_ns: u64,
+    /// The median of the workers' CPU per wake-up, ns (0 when none slept).
+    pub wake_cost_ns: u64,
     pub timeline: Vec<TimelinePoint>,
     /// Wall-clock start of the measured window.
     pub wall_start: SystemTime,
@@ -176,6 +183,8 @@ fn settings_of(spec: &LoadSpec, threads: usize) -> Settings {
         connection_rate: spec.conn.connection_rate,
         tls_resume: tls.then_some(spec.conn.tls_resume),
         idle_strategy: open.then_some(spec.idle),
+        pacing_slack_us: open.then(|| spec.slack.given_us()).flatten(),
+        send_early: open && spec.send_early,
     }
 }
 
@@ -249,6 +258,7 @@ fn generator_of(spec: &LoadSpec, m: &Measured, throughput_rps: f64) -> Generator
         max_thread_waiting: m.max_thread_waiting.map(|w| round(w, 3)),
         spin_secs: (rec.spin_ns as f64 / 1e6).round() / 1e3,
         wakeup_error_us: (!rec.wake_error.is_empty()).then_some(wake_error),
+        pacing: pacing_of(spec, m),
         rss_max_bytes: m.rss_max_bytes,
         threads: m.threads,
         saturated: check.generator_limited(),
@@ -257,6 +267,20 @@ fn generator_of(spec: &LoadSpec, m: &Measured, throughput_rps: f64) -> Generator
         queued_sends: rec.queued_sends,
         warnings: warnings_of(rec, m.interrupted),
     }
+}
+
+/// How the open loop kept its schedule; `None` for a closed loop.
+fn pacing_of(spec: &LoadSpec, m: &Measured) -> Option<Pacing> {
+    let Mode::Open { .. } = spec.mode else {
+        return None;
+    };
+    Some(Pacing {
+        slack_us: m.slack_ns / 1000,
+        slack_auto: spec.slack == PacingSlack::Auto,
+        wake_cost_us: round(m.wake_cost_ns as f64 / 1e3, 1),
+        sends_per_wake: Stats::of(&m.recorder.sends_per_wake),
+        largest_thread_burst_per_ms: m.recorder.largest_burst_per_ms,
+    })
 }
 
 /// What the self-check judges, all measured by the run itself.
@@ -337,6 +361,8 @@ mod tests {
             threads: 2,
             mode,
             idle: meshbench_results::IdleStrategy::Auto,
+            slack: PacingSlack::Auto,
+            send_early: false,
             stop: StopAt::Duration(Duration::from_secs(10)),
             warmup: Duration::ZERO,
             timeout: Duration::from_secs(5),

@@ -94,6 +94,12 @@ pub struct WorkerFigures {
     pub run_delay_ns: Option<u64>,
     /// Time it spun before sends on purpose.
     pub spin_ns: u64,
+    /// The pacing budget it kept at the end (ns; 0 in a closed loop).
+    #[serde(default)]
+    pub slack_ns: u64,
+    /// CPU of one wake-up, measured before the start (ns; 0 when it did not sleep).
+    #[serde(default)]
+    pub wake_cost_ns: u64,
 }
 
 /// Runs `spec` to completion or until `stop` is asked; calls `on_live` about every 200 ms.
@@ -138,6 +144,8 @@ pub fn merge(
             max_thread_busy: workers()
                 .map(|w| share(w.cpu_ns.saturating_sub(w.spin_ns), w))
                 .fold(0.0, f64::max),
+            slack_ns: workers().map(|w| w.slack_ns).max().unwrap_or(0),
+            wake_cost_ns: median(workers().map(|w| w.wake_cost_ns).filter(|&ns| ns > 0)),
             timeline,
             wall_start,
             cpu_secs: parts.iter().map(|p| p.cpu_secs).sum(),
@@ -145,6 +153,13 @@ pub fn merge(
             interrupted: interrupted || parts.iter().any(|p| p.interrupted),
         },
     )
+}
+
+/// The median of `values` (the lower of the middle two); 0 when there are none.
+fn median(values: impl Iterator<Item = u64>) -> u64 {
+    let mut v: Vec<u64> = values.collect();
+    v.sort_unstable();
+    v.get(v.len().saturating_sub(1) / 2).copied().unwrap_or(0)
 }
 
 /// Drives this process's part of `spec` (its [`Segment`](crate::spec::Segment)) and returns
@@ -256,6 +271,8 @@ pub fn run_part(
             cpu_ns: report.cpu_ns,
             run_delay_ns: report.run_delay_ns,
             spin_ns: report.recorder.spin_ns,
+            slack_ns: report.slack_ns,
+            wake_cost_ns: report.wake_cost_ns,
         });
     }
     let (cpu_after, rss) = process_usage();
@@ -458,6 +475,9 @@ fn plan_workers(spec: &LoadSpec, threads: usize) -> Vec<WorkerPlan> {
                 timeout_ns: spec.timeout.as_nanos() as u64,
                 drain_ns: spec.drain().as_nanos() as u64,
                 idle: spec.idle,
+                slack: spec.slack,
+                send_early: spec.send_early,
+                under_quota: false,
             }
         })
         .collect()

@@ -10,7 +10,7 @@ use rustls::pki_types::ServerName;
 use serde::{Deserialize, Serialize};
 
 use crate::h3conn::QuicSpec;
-use meshbench_results::load::{Arrival, CloseFirst, IdleStrategy, Order, Protocol};
+use meshbench_results::load::{Arrival, CloseFirst, IdleStrategy, Order, PacingSlack, Protocol};
 
 /// Closed or open loop.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -184,6 +184,10 @@ pub struct LoadSpec {
     pub mode: Mode,
     /// How workers wait for their next send in an open loop (`--idle-strategy`).
     pub idle: IdleStrategy,
+    /// The most an open-loop send may leave after its intended instant (`--pacing-slack`).
+    pub slack: PacingSlack,
+    /// Sends due within the slack after a wake-up go out at it, early (`--send-early`).
+    pub send_early: bool,
     pub stop: StopAt,
     pub warmup: Duration,
     pub timeout: Duration,

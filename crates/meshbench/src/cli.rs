@@ -586,6 +586,16 @@ pub struct RunArgs {
     /// How an open loop waits for its next send [default: auto].
     #[arg(long, value_enum, value_name = "STRATEGY")]
     pub idle_strategy: Option<IdleArg>,
+    /// How late an open-loop send may leave after its intended instant, e.g. 100us, 1ms, or
+    /// auto (from this machine's clock). Sends falling due within it share one wake-up, which
+    /// makes the loop cheaper and the arrivals burstier; latency still counts from each
+    /// intended instant [default: auto].
+    #[arg(long, value_name = "DURATION")]
+    pub pacing_slack: Option<String>,
+    /// Let sends due within the pacing slack after a wake-up go out at it, early; their
+    /// latency then counts from the real send.
+    #[arg(long)]
+    pub send_early: bool,
     /// How long to measure, e.g. 10s, 2m (default 10s unless --requests is given).
     #[arg(
         short = 'd',

@@ -26,7 +26,7 @@ pub mod usage;
 #[cfg(feature = "fixtures")]
 pub mod fixtures;
 
-pub use load::{Arrival, CloseFirst, IdleStrategy, LoopMode, Order, Protocol};
+pub use load::{Arrival, CloseFirst, IdleStrategy, LoopMode, Order, PacingSlack, Protocol};
 pub use proxy::{ProxyCounters, ProxyRequests, UpstreamFailures};
 pub use run::RunResult;
 pub use self_check::{Cause, Finding, SelfCheck};

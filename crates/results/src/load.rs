@@ -172,6 +172,36 @@ impl IdleStrategy {
     }
 }
 
+/// How precisely an open loop keeps its schedule (`--pacing-slack`): the most a send may leave
+/// after its intended instant. Sends falling due within it of a wake-up go out in that wake-up,
+/// each still timed from its own instant; the idle strategy spins only where the machine's
+/// clock cannot keep within it by sleeping.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PacingSlack {
+    /// Chosen by each worker from this machine's clock: its sleeps' lateness and the CPU of a
+    /// wake-up (see the engine's `idle` module).
+    #[default]
+    Auto,
+    /// Given, in microseconds.
+    Within { us: u64 },
+}
+
+impl PacingSlack {
+    /// The given budget in microseconds; `None` for auto.
+    pub fn given_us(self) -> Option<u64> {
+        match self {
+            PacingSlack::Auto => None,
+            PacingSlack::Within { us } => Some(us),
+        }
+    }
+
+    /// `None` (absent in a file or a result) is auto.
+    pub fn from_us(us: Option<u64>) -> PacingSlack {
+        us.map_or(PacingSlack::Auto, |us| PacingSlack::Within { us })
+    }
+}
+
 /// The result document's words for [`Protocol`] and [`Order`] (`#[serde(with = ...)]`): the
 /// `name()` of each, written and read back exactly.
 pub mod result_words {

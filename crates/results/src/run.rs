@@ -152,6 +152,31 @@ pub struct Settings {
     /// How the open loop waited for its sends (`auto`, `sleep`, `hybrid`, `spin`).
     #[serde(default)]
     pub idle_strategy: Option<IdleStrategy>,
+    /// The pacing budget asked (`--pacing-slack`), µs; absent: auto (the budget each worker
+    /// chose is `generator.pacing.slack_us`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pacing_slack_us: Option<u64>,
+    /// Sends due within the budget after a wake-up went out at it, early (`--send-early`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub send_early: bool,
+}
+
+/// How an open loop kept its schedule, as its workers measured it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Pacing {
+    /// The budget: the most a send was allowed to leave after its intended instant (µs; the
+    /// largest any worker used).
+    pub slack_us: u64,
+    /// Whether each worker chose it from this machine's clock (`auto`) or it was given.
+    pub slack_auto: bool,
+    /// CPU one timer wake-up cost a worker before the start (µs, the median of the workers'):
+    /// what an even schedule pays per wake-up on this machine.
+    pub wake_cost_us: f64,
+    /// Sends each wake-up that sent carried.
+    pub sends_per_wake: Stats,
+    /// The most sends one worker thread made within one millisecond of the run clock (bins on
+    /// whole milliseconds).
+    pub largest_thread_burst_per_ms: u64,
 }
 
 /// One host's share of the finished requests.
@@ -335,6 +360,10 @@ pub struct Generator {
     /// How late the workers' sleeps ended: this machine's wake-up error (open loop).
     #[serde(default)]
     pub wakeup_error_us: Option<Stats>,
+    /// How the open loop spent its pacing budget: the budget, what a wake-up cost, how many
+    /// sends each carried (open loop; absent in results before the budget existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pacing: Option<Pacing>,
     pub rss_max_bytes: u64,
     pub threads: usize,
     /// True when the generator, not the target, may have limited the run (timer lateness or

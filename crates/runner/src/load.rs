@@ -14,11 +14,15 @@ use std::time::Duration;
 use bytes::Bytes;
 use meshbench_engine::{ConnSpec, LoadSpec, Mode, QuicSpec, RequestSpec, StopAt};
 use meshbench_net::tls::ClientTlsOptions;
-use meshbench_results::{Arrival, CloseFirst, IdleStrategy, Order, Protocol};
+use meshbench_results::{Arrival, CloseFirst, IdleStrategy, Order, PacingSlack, Protocol};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::source_addrs;
+
+/// The widest pacing budget accepted (µs): 10 ms is already a burst every 10 ms, which is what
+/// a generator that paces per connection does (h2load's `--rps`).
+pub const MAX_SLACK_US: u64 = 10_000;
 use crate::targets::{self, BuildOptions, ConnectTo, GrpcCall, Source};
 
 /// Options that cannot be run, in one line that says what to change.
@@ -187,6 +191,12 @@ pub struct PaceOptions {
     pub arrival: Option<Arrival>,
     /// How an open loop waits for its next send (`auto` unless given).
     pub idle: Option<IdleStrategy>,
+    /// How precisely an open loop keeps its schedule (`--pacing-slack`).
+    #[serde(default)]
+    pub slack: PacingSlack,
+    /// Sends due within the slack after a wake-up go out at it (`--send-early`).
+    #[serde(default)]
+    pub send_early: bool,
     /// Worker threads; `None`: the CPUs this process may use.
     pub threads: Option<usize>,
     /// Seed for Poisson arrivals and random target order.
@@ -230,6 +240,8 @@ impl LoadOptions {
                 rate_rps: None,
                 arrival: None,
                 idle: None,
+                slack: PacingSlack::Auto,
+                send_early: false,
                 threads: None,
                 seed: 1,
             },
@@ -289,6 +301,8 @@ impl LoadOptions {
             threads,
             mode,
             idle: self.pace.idle.unwrap_or_default(),
+            slack: self.pace.slack,
+            send_early: self.pace.send_early,
             stop: self.window.stop,
             warmup: self.window.warmup,
             timeout: self.timeout,
@@ -310,6 +324,23 @@ impl LoadOptions {
                 "--idle-strategy applies to an open loop only (a closed loop waits on responses); add --rate RPS"
                     .into(),
             );
+        }
+        if self.pace.rate_rps.is_none() && self.pace.slack != PacingSlack::Auto {
+            return bad("--pacing-slack applies to an open loop only; add --rate RPS".into());
+        }
+        if self.pace.rate_rps.is_none() && self.pace.send_early {
+            return bad("--send-early applies to an open loop only; add --rate RPS".into());
+        }
+        if self
+            .pace
+            .slack
+            .given_us()
+            .is_some_and(|us| us > MAX_SLACK_US)
+        {
+            return bad(format!(
+                "--pacing-slack is at most {} ms: a wider budget would no longer be a schedule",
+                MAX_SLACK_US / 1000
+            ));
         }
         let mode = match (self.pace.rate_rps, self.pace.arrival) {
             (None, Some(_)) => {
@@ -913,6 +944,8 @@ mod tests {
             "rate_rps",
             "arrival",
             "idle",
+            "slack",
+            "send_early",
             "threads",
             "seed",
             "stop",

@@ -41,11 +41,11 @@ use crate::h3conn::H3Stream;
 use crate::idle::{Idle, CALIBRATION};
 use crate::pacer::Pacer;
 use crate::recorder::{ErrorKind, Interval, Recorder};
-use crate::request::{Due, Phase};
+use crate::request::{Due, Phase, LATE_NS};
 use crate::slots::SlotPool;
 use crate::spec::{ConnSpec, Targets};
 use crate::stop::Stop;
-use meshbench_results::{IdleStrategy, Order, Protocol};
+use meshbench_results::{IdleStrategy, Order, PacingSlack, Protocol};
 
 const SECOND: u64 = 1_000_000_000;
 /// Longest sleep in the loop, so that a stop request is seen promptly.
@@ -89,6 +89,13 @@ pub struct WorkerPlan {
     pub drain_ns: u64,
     /// How the worker waits for its next send.
     pub idle: IdleStrategy,
+    /// The most a send may leave after its intended instant (see [`crate::idle`]).
+    pub slack: PacingSlack,
+    /// Sends due within the slack after a wake-up go out at it, early (their latency counts
+    /// from the real send).
+    pub send_early: bool,
+    /// The process runs under a CPU quota (`auto` then never spins).
+    pub under_quota: bool,
 }
 
 /// What a worker hands back when it ends.
@@ -103,6 +110,10 @@ pub struct WorkerReport {
     /// This worker's first request, if it sent one: when it was intended and when it went on
     /// the wire (run clock, ns).
     pub first_send: Option<(u64, u64)>,
+    /// The pacing budget it kept at the end (ns; 0 in a closed loop).
+    pub slack_ns: u64,
+    /// CPU of one wake-up, measured before the start (ns; 0 when it did not sleep).
+    pub wake_cost_ns: u64,
 }
 
 /// Messages a worker sends while it runs.
@@ -184,6 +195,9 @@ struct Worker<'a> {
     idle: Idle,
     /// The thread's run-queue delay at the last second boundary.
     run_delay_seen: Option<u64>,
+    /// The millisecond of the run clock the last sends went out in, and how many did.
+    burst_ms: u64,
+    burst: u64,
 }
 
 /// Runs one worker to completion.
@@ -235,13 +249,16 @@ pub fn run_worker(
         next_source: plan.first_source,
         rng: SplitMix64(plan.seed),
         measuring: false,
-        idle: Idle::new(plan.idle, plan.pacer.mean_gap_ns().unwrap_or(0)),
+        idle: Idle::new(plan.idle, plan.slack, plan.pacer.mean_gap_ns().unwrap_or(0)),
         run_delay_seen: None,
+        burst_ms: 0,
+        burst: 0,
         targets: &targets,
         plan,
         ctl,
     };
     meshbench_net::clock::set_timer_slack(1_000);
+    w.idle.under_quota(w.plan.under_quota);
     w.preconnect();
     if w.plan.pacer.is_open() {
         w.calibrate_idle();
@@ -427,6 +444,12 @@ impl Worker<'_> {
             run_delay_ns,
             window_ns: end.saturating_sub(self.plan.measure_start),
             first_send: self.first_send,
+            slack_ns: if self.plan.pacer.is_open() {
+                self.idle.slack_ns()
+            } else {
+                0
+            },
+            wake_cost_ns: self.idle.wake_cost_ns(),
         })
     }
 
@@ -564,17 +587,21 @@ impl Worker<'_> {
         }
     }
 
-    /// Learns the clock before the start: a few short sleeps give the first margin.
+    /// Learns the clock before the start: a few short sleeps give the first estimate of their
+    /// error, and the CPU they took the cost of a wake-up.
     fn calibrate_idle(&mut self) {
-        if !self.idle.strategy().learns() {
+        if !self.idle.sleeps() {
             return;
         }
         let clock = self.ctl.clock;
+        let cpu_before = thread_cpu_ns();
         for _ in 0..CALIBRATION {
             let asked = clock.now() + 100_000;
             std::thread::sleep(Duration::from_nanos(100_000));
             self.idle.woke(asked, clock.now());
         }
+        self.idle
+            .calibrated(thread_cpu_ns() - cpu_before, CALIBRATION as u64);
     }
 
     /// Whether the loop may sleep until its next send and read what arrived meanwhile (see the
@@ -623,35 +650,62 @@ impl Worker<'_> {
     /// Hands out due requests to free slots, a held request first; stops at one that finds no
     /// slot (the pool holds it).
     fn dispatch(&mut self, now: u64) {
+        let mut sent = 0;
         while self.sending && self.slots.may_start() {
             let due = match self.slots.take_held() {
                 Some(d) => d,
                 None => match self.next_request(now) {
                     Some(d) => d,
-                    None => return,
+                    None => break,
                 },
             };
             let host = self.targets.requests[due.target as usize].host;
             let tokens = self.plan.connect_pacer.as_mut();
             let Some((s, times)) = self.slots.assign(due, host, now, &self.conns, tokens) else {
-                return;
+                break;
             };
             if self.first_send.is_none() {
                 self.first_send = Some((due.intended, now));
             }
             if due.measured {
-                self.rec.send(times.lag_ns, times.late, times.queued);
+                // Late is late beyond the budget: within it is by design.
+                let late = times.late && times.lag_ns - LATE_NS > self.idle.slack_ns();
+                self.rec.send(times.lag_ns, late, times.queued);
                 self.interval.sends += 1;
                 self.interval.lag.saturating_record(times.lag_ns / 1000);
+                sent += 1;
             }
             self.start(s, host, now);
         }
+        if sent > 0 {
+            self.sent_in_wake(now, sent);
+        }
+    }
+
+    /// `n` measured sends went out in the wake-up at `now`: how many a wake-up carries, and the
+    /// largest burst in a millisecond of the run clock.
+    fn sent_in_wake(&mut self, now: u64, n: u64) {
+        self.rec.sends_per_wake(n);
+        let ms = now / 1_000_000;
+        if ms == self.burst_ms {
+            self.burst += n;
+        } else {
+            self.burst_ms = ms;
+            self.burst = n;
+        }
+        self.rec.largest_burst_per_ms = self.rec.largest_burst_per_ms.max(self.burst);
     }
 
     /// The next due request. Stops sending when the duration or the request budget is reached.
     /// In an open loop, a request that waited longer than the timeout for a free connection is
-    /// counted as timed out without being sent.
+    /// counted as timed out without being sent. With `--send-early`, a request due within the
+    /// slack is due now, and intended now (its latency counts from the real send).
     fn next_request(&mut self, now: u64) -> Option<Due> {
+        let horizon = if self.plan.send_early {
+            now + self.idle.slack_ns()
+        } else {
+            now
+        };
         loop {
             if let Some(end) = self.plan.send_until {
                 // Nothing intended at or after the end goes out; the loop itself stops sending
@@ -660,7 +714,7 @@ impl Worker<'_> {
                     return None;
                 }
             }
-            let t = self.plan.pacer.due(now)?;
+            let t = self.plan.pacer.due(horizon)?.min(now);
             let measured = t >= self.plan.measure_start;
             if measured {
                 if let Some(b) = &mut self.plan.budget {

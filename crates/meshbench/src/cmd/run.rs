@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use meshbench_engine::{LoadSpec, Stop, StopAt};
 use meshbench_live::Done;
-use meshbench_results::{Arrival, CloseFirst, IdleStrategy, Order, Protocol, RunResult};
+use meshbench_results::{
+    Arrival, CloseFirst, IdleStrategy, Order, PacingSlack, Protocol, RunResult,
+};
 use meshbench_runner::targets::ConnectTo;
 use meshbench_runner::{Body, LoadOptions, LoadSource, ProtoSource, TargetSource, TlsOptions};
 
@@ -198,6 +200,13 @@ pub fn load_options(a: &RunArgs) -> Result<LoadOptions> {
         IdleArg::Hybrid => IdleStrategy::Hybrid,
         IdleArg::Spin => IdleStrategy::Spin,
     });
+    o.pace.slack = match a.pacing_slack.as_deref() {
+        None | Some("auto") => PacingSlack::Auto,
+        Some(d) => PacingSlack::Within {
+            us: parse_duration("--pacing-slack", d)?.as_micros() as u64,
+        },
+    };
+    o.pace.send_early = a.send_early;
     o.window.stop = match (&a.duration, a.requests) {
         (Some(_), Some(_)) => return Err(usage("give --duration or --requests, not both")),
         (_, Some(n)) => StopAt::Requests(positive("--requests", n)?),
