@@ -10,7 +10,12 @@
 //! out late may come from a thread that had no CPU left (add threads), from other processes
 //! that took its CPU (the kernel's run-queue delay says so: pin it, or quiet the machine), or
 //! from a machine whose sleeps end late while the CPU idles (change the idle strategy, or the
-//! machine). Requests
+//! machine). A generator in a cgroup with a CPU quota (a pod's CPU limit) that used the quota
+//! up was stopped by the kernel, every thread, until the period ended: that explains late sends
+//! before the clock or other processes do, and its threads' wait for a CPU is the quota's (the
+//! kernel counts it as run-queue delay), so a throttled run is not also judged for timer
+//! lateness, contention or a slow target (connections whose answers a stopped generator read
+//! late look busy), and the advice is the limit's. Requests
 //! that waited for a free connection may come from a target that slowed down under the rate
 //! (its limit: a finding about the target) or from too few connections for the target's
 //! ordinary service time (Little's law: rate × service time connections are busy on average;
@@ -24,6 +29,7 @@ use std::collections::BTreeMap;
 
 use crate::recorder::{Counts, ErrorKind};
 use meshbench_net::grpc::Code;
+use meshbench_results::run::CpuQuotaUse;
 use meshbench_results::self_check::{Cause, Finding, SelfCheck};
 
 /// Share of sends (late, or waiting for a connection) above which a symptom counts.
@@ -36,6 +42,13 @@ pub const CPU_CONTENDED: f64 = 0.1;
 /// share of its time for a CPU: a wait of a few milliseconds now and then is what makes the
 /// 99th percentile of schedule lag, long before it is a tenth of the run.
 pub const CPU_CONTENDED_WHEN_LATE: f64 = 0.01;
+/// A CPU quota that stopped the generator in this share of the window's periods, or for this
+/// share of the window, delayed sends: each throttled period stops every thread until the
+/// period ends (up to 95 ms of every 100 at 0.05 cores), and every send due meanwhile goes out
+/// late, so throttling in 1 % of the periods makes about 1 % of the window's sends late, the
+/// share at which late sends count ([`SYMPTOM_SHARE`]). Time is the second test because a
+/// window with few active periods can be stopped long in each.
+pub const THROTTLED_SHARE: f64 = SYMPTOM_SHARE;
 /// Sleeps ending this late at the 99th percentile make a clock slow.
 pub const SLOW_CLOCK_US: u64 = 100;
 /// Connections are too few when even the target's fastest answer would keep more than this
@@ -206,6 +219,11 @@ pub struct Figures {
     pub service_at_lower_load_us: Option<u64>,
     pub service_p50_us: u64,
     pub service_p99_us: u64,
+    /// The measured window, seconds.
+    pub window_secs: f64,
+    /// The generator's CPU quota and how often it was throttled in the window (`None`: no
+    /// quota).
+    pub cpu_quota: Option<CpuQuotaUse>,
 }
 
 /// Judges a run from its figures: what the target answered first, then the generator.
@@ -218,8 +236,14 @@ pub fn judge(f: &Figures) -> SelfCheck {
     let symptoms_count = succeeded > 0 && !mostly_failed;
     let cpu_bound = f.busiest_thread_busy >= CPU_BOUND;
     let late = symptoms_count && f.rate_rps.is_some() && share(f.late_sends) > SYMPTOM_SHARE;
-    let contended = f.most_waiting_thread >= CPU_CONTENDED
-        || (late && !cpu_bound && f.most_waiting_thread >= CPU_CONTENDED_WHEN_LATE);
+    let throttled = f.cpu_quota.as_ref().filter(|q| {
+        q.throttled_periods > 0
+            && (q.throttled_share() >= THROTTLED_SHARE
+                || q.throttled_secs >= THROTTLED_SHARE * f.window_secs)
+    });
+    let contended = throttled.is_none()
+        && (f.most_waiting_thread >= CPU_CONTENDED
+            || (late && !cpu_bound && f.most_waiting_thread >= CPU_CONTENDED_WHEN_LATE));
     let mut findings = Vec::new();
     let mut add = |cause, message| findings.push(Finding { cause, message });
     let failure = |f: &Figures| match &f.top_failure {
@@ -256,6 +280,20 @@ pub fn judge(f: &Figures) -> SelfCheck {
             ),
         );
     }
+    if let Some(q) = throttled {
+        add(
+            Cause::CpuThrottled,
+            format!(
+                "CPU throttled: the generator's cgroup may use {} cores (its CPU quota) and the kernel stopped it for using them up in {} of {} periods ({:.0} %), {:.2} s over the {:.1} s window; its threads sat stopped until each period ended, so sends and reads were late for that, not for the target: raise the pod's CPU limit, or lower the rate or --threads, and do not use --idle-strategy spin or hybrid under a quota",
+                q.cores,
+                q.throttled_periods,
+                q.periods,
+                100.0 * q.throttled_share(),
+                q.throttled_secs,
+                f.window_secs
+            ),
+        );
+    }
     if contended {
         add(
             Cause::CpuContention,
@@ -268,7 +306,7 @@ pub fn judge(f: &Figures) -> SelfCheck {
         );
     }
     if let Some(rate) = f.rate_rps {
-        if late && !cpu_bound && !contended {
+        if late && !cpu_bound && !contended && throttled.is_none() {
             add(
                 Cause::TimerLateness,
                 format!(
@@ -300,7 +338,7 @@ pub fn judge(f: &Figures) -> SelfCheck {
                         (2.0 * busy_typical).ceil().max(f.connections as f64 + 1.0)
                     ),
                 );
-            } else {
+            } else if throttled.is_none() {
                 add(
                     Cause::SlowTarget,
                     format!(
@@ -374,7 +412,117 @@ mod tests {
             service_min_us: 80,
             service_p50_us: 150,
             service_p99_us: 400,
+            window_secs: 10.0,
             ..Figures::default()
+        }
+    }
+
+    /// A quota of `cores`, throttled in `throttled` of `periods` for `secs` seconds.
+    fn quota(cores: f64, periods: u64, throttled: u64, secs: f64) -> Option<CpuQuotaUse> {
+        Some(CpuQuotaUse {
+            cores,
+            periods,
+            throttled_periods: throttled,
+            throttled_secs: secs,
+        })
+    }
+
+    #[test]
+    fn a_throttled_generator_is_the_quotas_not_the_clocks_nor_other_processes() {
+        // Late sends, a thread kept waiting (the kernel counts a throttled thread's wait as
+        // run-queue delay) and sleeps that end late: all the quota's.
+        let throttled = Figures {
+            late_sends: 3_000,
+            most_waiting_thread: 0.6,
+            wake_error_p99_us: 40_000,
+            lag_p99_us: 90_000,
+            queued_sends: 500,
+            service_p99_us: 40_000,
+            cpu_quota: quota(0.05, 100, 90, 8.5),
+            ..open(5000.0)
+        };
+        assert_eq!(causes(&throttled), [Cause::CpuThrottled]);
+        let check = judge(&throttled);
+        assert!(!check.valid && check.generator_limited());
+        let said = &check.findings[0].message;
+        for words in [
+            "0.05 cores",
+            "90 of 100 periods (90 %)",
+            "8.50 s over the 10.0 s window",
+            "raise the pod's CPU limit",
+            "--threads",
+            "--idle-strategy spin or hybrid",
+        ] {
+            assert!(said.contains(words), "{words:?} in {said}");
+        }
+        assert!(!said.contains('\n'), "one line: {said}");
+        // The same run without a quota: the thread that waited says contention, the queued
+        // sends a slow target.
+        let unlimited = Figures {
+            cpu_quota: None,
+            ..throttled.clone()
+        };
+        assert_eq!(
+            causes(&unlimited),
+            [Cause::CpuContention, Cause::SlowTarget]
+        );
+        // A closed loop is judged too: a stopped generator sends and reads late there as well.
+        let closed = Figures {
+            rate_rps: None,
+            ..throttled.clone()
+        };
+        assert_eq!(causes(&closed), [Cause::CpuThrottled]);
+        // What the target answered still comes first; too few connections is arithmetic, and
+        // stays.
+        let failing_too = Figures {
+            cpu_quota: quota(0.5, 100, 50, 2.0),
+            ..failing(6_000, FailureKind::Status(503), None)
+        };
+        assert_eq!(
+            causes(&failing_too),
+            [Cause::TargetErrors, Cause::CpuThrottled]
+        );
+        let few = Figures {
+            queued_sends: 500,
+            service_min_us: 80_000,
+            service_p50_us: 90_000,
+            cpu_quota: quota(0.5, 100, 50, 2.0),
+            ..open(1000.0)
+        };
+        assert_eq!(
+            causes(&few),
+            [Cause::CpuThrottled, Cause::TooFewConnections]
+        );
+    }
+
+    #[test]
+    fn throttling_counts_from_one_percent_of_periods_or_of_the_window() {
+        let cases = [
+            ("no quota", None, vec![]),
+            ("a quota never reached", quota(2.0, 100, 0, 0.0), vec![]),
+            ("1 of 200 periods, 10 ms", quota(1.0, 200, 1, 0.01), vec![]),
+            (
+                "2 of 200 periods",
+                quota(1.0, 200, 2, 0.02),
+                vec![Cause::CpuThrottled],
+            ),
+            (
+                "1 of 200 periods, but 0.1 s of the 10 s window",
+                quota(1.0, 200, 1, 0.1),
+                vec![Cause::CpuThrottled],
+            ),
+            (
+                "counters that could not be read",
+                quota(0.5, 0, 0, 0.0),
+                vec![],
+            ),
+        ];
+        for (name, cpu_quota, expected) in cases {
+            let figures = Figures {
+                cpu_quota,
+                ..open(1000.0)
+            };
+            assert_eq!(causes(&figures), expected, "{name}");
         }
     }
 

@@ -26,6 +26,8 @@
 //!   from the merged recorder.
 //! - [`check`]: the generator's verdict on its run: timer lateness, CPU saturation, a slow
 //!   target or too few connections, each with its advice.
+//! - [`quota`]: the generator's CPU quota (cgroup) and its throttling over the measured window;
+//!   [`quota::cpu_quota`] tells the idle strategy whether a quota exists.
 //! - `stop`: the shared handle that ends a run early ([`Stop`]: stop, then hurry).
 
 pub mod check;
@@ -36,6 +38,7 @@ pub mod h3conn;
 pub mod idle;
 pub mod pacer;
 mod quic;
+pub mod quota;
 pub mod recorder;
 mod request;
 pub mod result;

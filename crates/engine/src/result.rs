@@ -5,8 +5,8 @@
 use std::time::SystemTime;
 
 use meshbench_results::run::{
-    Bytes, Connections, Errors, Generator, Histograms, HostCount, Pacing, Requests, RunResult,
-    Settings, Stats, TimelinePoint, SCHEMA,
+    Bytes, Connections, CpuQuotaUse, Errors, Generator, Histograms, HostCount, Pacing, Requests,
+    RunResult, Settings, Stats, TimelinePoint, SCHEMA,
 };
 use meshbench_results::{
     histogram::encode_histogram,
@@ -63,6 +63,8 @@ pub(crate) struct Measured<'a> {
     pub rss_max_bytes: u64,
     /// Stopped by the caller (a signal) before its end.
     pub interrupted: bool,
+    /// The CPU quota and its throttling over the window (the most throttled part's).
+    pub cpu_quota: Option<CpuQuotaUse>,
 }
 
 /// `x` rounded to `digits` decimals.
@@ -259,6 +261,7 @@ fn generator_of(spec: &LoadSpec, m: &Measured, throughput_rps: f64) -> Generator
         spin_secs: (rec.spin_ns as f64 / 1e6).round() / 1e3,
         wakeup_error_us: (!rec.wake_error.is_empty()).then_some(wake_error),
         pacing: pacing_of(spec, m),
+        cpu_quota: m.cpu_quota.clone(),
         rss_max_bytes: m.rss_max_bytes,
         threads: m.threads,
         saturated: check.generator_limited(),
@@ -305,6 +308,8 @@ fn figures_of(spec: &LoadSpec, m: &Measured, throughput_rps: f64, wake_error: &S
         service_at_lower_load_us: spec.service_at_lower_load_us,
         service_p50_us: service.p50,
         service_p99_us: service.p99,
+        window_secs: m.window_ns as f64 / 1e9,
+        cpu_quota: m.cpu_quota.clone(),
     }
 }
 
@@ -493,6 +498,7 @@ mod tests {
                     cpu_secs: 1.0,
                     rss_max_bytes: 0,
                     interrupted,
+                    cpu_quota: None,
                 },
             );
             let g = &result.generator;
@@ -539,6 +545,7 @@ mod tests {
                 cpu_secs: 0.01,
                 rss_max_bytes: 0,
                 interrupted: false,
+                cpu_quota: None,
             },
         );
         let check = &result.generator.check;
@@ -574,6 +581,7 @@ mod tests {
                 cpu_secs: 0.5,
                 rss_max_bytes: 1 << 20,
                 interrupted: false,
+                cpu_quota: None,
             },
         );
         assert_eq!(result.settings.mode, LoopMode::Closed);
@@ -631,6 +639,7 @@ mod tests {
                 cpu_secs: 0.1,
                 rss_max_bytes: 0,
                 interrupted: false,
+                cpu_quota: None,
             },
         );
         assert_eq!(result.errors.ports_exhausted, 7);

@@ -15,12 +15,15 @@ use thiserror::Error;
 
 use crate::driver::{run_worker, Control, WorkerEvent, WorkerPlan};
 use crate::pacer::{Pacer, Schedule};
+use crate::quota::{self, CpuQuota};
 use crate::recorder::{Interval, Recorder};
 use crate::result::Measured;
 use crate::spec::{LoadSpec, Mode, StopAt};
 use crate::stop::Stop;
 use meshbench_results::{
-    histogram::new_interval_histogram, run::TimelinePoint, Arrival, RunResult,
+    histogram::new_interval_histogram,
+    run::{CpuQuotaUse, TimelinePoint},
+    Arrival, RunResult,
 };
 use serde::{Deserialize, Serialize};
 
@@ -83,6 +86,10 @@ pub struct Part {
     pub interrupted: bool,
     /// This part's own seconds.
     pub timeline: Vec<TimelinePoint>,
+    /// The process's CPU quota and its throttling over the measured window (`None`: no quota;
+    /// absent from agents that predate it).
+    #[serde(default)]
+    pub cpu_quota: Option<CpuQuotaUse>,
 }
 
 /// One worker thread's figures over its measured window.
@@ -151,6 +158,7 @@ pub fn merge(
             cpu_secs: parts.iter().map(|p| p.cpu_secs).sum(),
             rss_max_bytes: parts.iter().map(|p| p.rss_max_bytes).sum(),
             interrupted: interrupted || parts.iter().any(|p| p.interrupted),
+            cpu_quota: most_throttled(parts),
         },
     )
 }
@@ -160,6 +168,19 @@ fn median(values: impl Iterator<Item = u64>) -> u64 {
     let mut v: Vec<u64> = values.collect();
     v.sort_unstable();
     v.get(v.len().saturating_sub(1) / 2).copied().unwrap_or(0)
+}
+
+/// The quota of the part throttled in the largest share of its periods (the first of equals):
+/// agents each have their own, and the worst one is what may have delayed sends.
+fn most_throttled(parts: &[Part]) -> Option<CpuQuotaUse> {
+    parts
+        .iter()
+        .filter_map(|p| p.cpu_quota.as_ref())
+        .fold(None, |worst: Option<&CpuQuotaUse>, q| match worst {
+            Some(w) if w.throttled_share() >= q.throttled_share() => worst,
+            _ => Some(q),
+        })
+        .cloned()
 }
 
 /// Drives this process's part of `spec` (its [`Segment`](crate::spec::Segment)) and returns
@@ -195,16 +216,19 @@ pub fn run_part(
         .map(|c| spec.segment.share(c as u64) as usize);
     let busy = concurrency.unwrap_or(usize::MAX).min(connections);
     let threads = spec.threads.clamp(1, busy.max(1));
-    let plans = plan_workers(spec, threads);
+    // Read once; its throttling counters at both ends of the measured window.
+    let cpu_quota = quota::cpu_quota();
+    let plans = plan_workers(spec, threads, cpu_quota.is_some());
     let ctl = Control {
         clock: Clock::start(),
         stop: stop.clone(),
         start_at: AtomicU64::new(0),
         started: Barrier::new(threads + 1),
     };
+    let throttling = || cpu_quota.as_ref().and_then(CpuQuota::throttling);
     let (tx, rx) = mpsc::channel();
     let mut gathered = Gathered::default();
-    let (reports, wall_start, cpu_before, start_ns) = std::thread::scope(|s| {
+    let (reports, wall_start, cpu_before, start_ns, quota_window) = std::thread::scope(|s| {
         let handles: Vec<_> = plans
             .into_iter()
             .map(|plan| {
@@ -237,12 +261,27 @@ pub fn run_part(
         let mut seconds = Seconds::new(threads);
         let mut completed: Vec<Interval> = Vec::new();
         let elapsed_ns = || ctl.clock.now().saturating_sub(start_ns);
+        let window_ns = start_ns + warmup_ns;
+        let mut quota_window = quota::Window::new(
+            cpu_quota.as_ref(),
+            window_ns,
+            match spec.stop {
+                StopAt::Duration(d) => Some(window_ns + d.as_nanos() as u64),
+                StopAt::Requests(_) => None,
+            },
+        );
         loop {
-            match rx.recv_timeout(Duration::from_millis(200)) {
+            // Every 200 ms, or sooner when the quota's counters are due.
+            let wait = quota_window
+                .due()
+                .map_or(200_000_000, |at| at.saturating_sub(ctl.clock.now()))
+                .min(200_000_000);
+            match rx.recv_timeout(Duration::from_nanos(wait)) {
                 Ok(WorkerEvent::Interval(w, iv)) => seconds.add(w, *iv, &mut completed),
                 Ok(WorkerEvent::Ready) | Err(mpsc::RecvTimeoutError::Timeout) => {}
                 Err(mpsc::RecvTimeoutError::Disconnected) => break,
             }
+            quota_window.read_due(ctl.clock.now(), throttling);
             completed.iter().for_each(|iv| gathered.push(iv));
             on_live(&gathered.live(elapsed_ns(), warmup_ns, &completed));
             completed.clear();
@@ -254,7 +293,7 @@ pub fn run_part(
             on_live(&gathered.live(elapsed_ns(), warmup_ns, &completed));
         }
         let reports: Vec<_> = handles.into_iter().map(|h| h.join()).collect();
-        (reports, wall_start, cpu_before, start_ns)
+        (reports, wall_start, cpu_before, start_ns, quota_window)
     });
     let mut recorder = Recorder::new();
     let mut workers = Vec::new();
@@ -290,6 +329,7 @@ pub fn run_part(
         wall_start,
         interrupted: stop.requested(),
         timeline: gathered.into_timeline(),
+        cpu_quota: quota_window.finish(throttling),
     })
 }
 
@@ -428,7 +468,7 @@ impl Gathered {
 /// the segment again (its arrivals, its requests' places in the target list, its share of a
 /// request budget), and its share of the segment's connections. Times are relative to the run
 /// start; workers shift them once the clock starts.
-fn plan_workers(spec: &LoadSpec, threads: usize) -> Vec<WorkerPlan> {
+fn plan_workers(spec: &LoadSpec, threads: usize, under_quota: bool) -> Vec<WorkerPlan> {
     let warmup = spec.warmup.as_nanos() as u64;
     let n_targets = spec.targets.requests.len() as u64;
     let n_sources = spec.conn.source_addrs.len() as u64;
@@ -477,7 +517,7 @@ fn plan_workers(spec: &LoadSpec, threads: usize) -> Vec<WorkerPlan> {
                 idle: spec.idle,
                 slack: spec.slack,
                 send_early: spec.send_early,
-                under_quota: false,
+                under_quota,
             }
         })
         .collect()

@@ -135,6 +135,10 @@ pub struct Load {
     pub arrival: Vec<Arrival>,
     /// How the open loop waits for its sends (`meshbench run --idle-strategy`).
     pub idle_strategy: IdleStrategy,
+    /// The open loop's pacing budget in µs: how late a send may leave after its intended
+    /// instant (`meshbench run --pacing-slack`); absent: auto, from the machine's clock.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pacing_slack_us: Option<u64>,
     pub protocol: Protocol,
     /// HTTP/2 streams per connection.
     pub streams: u32,
@@ -157,6 +161,7 @@ impl Default for Load {
             request_bytes: 0,
             arrival: vec![Arrival::Uniform],
             idle_strategy: IdleStrategy::Auto,
+            pacing_slack_us: None,
             protocol: Protocol::Http1,
             streams: 1,
             connection_pool: 0,

@@ -261,6 +261,107 @@ fn the_idle_strategy_is_kept_and_reported() {
     }
 }
 
+/// The pacing budget: a given slack is kept and sends due within it share a wake-up (each still
+/// timed from its own instant, so the schedule lag stays within the budget plus the clock's
+/// lateness); auto chooses one from the clock; --send-early sends ahead instead of behind.
+#[test]
+fn the_pacing_slack_batches_sends_within_the_budget() {
+    let backend = BackendProc::start(&[]);
+    let url = backend.url("/");
+    let run = |name: &str, extra: &[&str]| {
+        let mut args = vec![
+            url.as_str(),
+            "-r",
+            "4000",
+            "-d",
+            "2s",
+            "-c",
+            "16",
+            "-t",
+            "1",
+        ];
+        args.extend_from_slice(extra);
+        let (out, r) = run_json(name, &args, LIMIT);
+        assert!(out.status.success(), "{name}: {}", stderr(&out));
+        assert!(u(&r, "/requests/ok") >= 7_600, "{name}: {}", r["requests"]);
+        r
+    };
+    let wide = run(
+        "slack-2ms",
+        &["--pacing-slack", "2ms", "--idle-strategy", "sleep"],
+    );
+    assert_eq!(u(&wide, "/settings/pacing_slack_us"), 2_000);
+    let pacing = &wide["generator"]["pacing"];
+    assert_eq!(pacing["slack_us"], 2_000);
+    assert_eq!(pacing["slack_auto"], false);
+    // 4,000 req/s is a send every 250 µs: a 2 ms budget carries several per wake-up.
+    let per_wake = f(&wide, "/generator/pacing/sends_per_wake/mean");
+    assert!(per_wake >= 3.0, "sends per wake-up {per_wake}");
+    // (The mean is rounded to two decimals.)
+    let wakes = u(&wide, "/generator/pacing/sends_per_wake/count") as f64;
+    let total = u(&wide, "/requests/total") as f64;
+    assert!(
+        (wakes * per_wake - total).abs() <= wakes * 0.005 + 1.0,
+        "every measured send is in one wake-up: {wakes} x {per_wake} vs {total}"
+    );
+    // Sent late by design, but no later than the budget at the median.
+    let lag_p50 = u(&wide, "/schedule_lag_us/p50");
+    assert!((200..=2_000).contains(&lag_p50), "lag p50 {lag_p50} µs");
+    assert!(
+        u(&wide, "/generator/late_sends") < 80,
+        "within the budget is not late"
+    );
+
+    let auto = run("slack-auto", &[]);
+    assert!(auto["settings"]["pacing_slack_us"].is_null());
+    let slack = u(&auto, "/generator/pacing/slack_us");
+    assert!((20..=100).contains(&slack), "auto slack {slack} µs");
+    assert_eq!(auto["generator"]["pacing"]["slack_auto"], true);
+    assert!(f(&auto, "/generator/pacing/wake_cost_us") > 0.0);
+    assert!(
+        f(&auto, "/generator/pacing/sends_per_wake/mean") < per_wake,
+        "a narrower budget, fewer sends per wake-up"
+    );
+
+    let early = run(
+        "slack-early",
+        &[
+            "--pacing-slack",
+            "2ms",
+            "--send-early",
+            "--idle-strategy",
+            "sleep",
+        ],
+    );
+    assert_eq!(early["settings"]["send_early"], true);
+    // Sent ahead: their lag is 0, so at least the median is under the late run's.
+    let early_p50 = u(&early, "/schedule_lag_us/p50");
+    assert!(
+        early_p50 < lag_p50,
+        "early lag p50 {early_p50} µs vs {lag_p50}"
+    );
+}
+
+#[test]
+fn the_pacing_slack_is_refused_where_it_cannot_apply() {
+    for (args, says) in [
+        (vec!["-c", "2", "--pacing-slack", "1ms"], "open loop only"),
+        (vec!["-r", "100", "--pacing-slack", "50ms"], "at most 10 ms"),
+        (
+            vec!["-r", "100", "--pacing-slack", "soon"],
+            "not a duration",
+        ),
+        (vec!["-c", "2", "--send-early"], "open loop only"),
+    ] {
+        let mut all = vec!["run", "http://127.0.0.1:9/", "-d", "1s"];
+        all.extend(args.iter());
+        let out = meshbench(&all, LIMIT);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains(says), "{args:?}: {}", stderr(&out));
+        assert_eq!(stderr(&out).trim().lines().count(), 1, "{}", stderr(&out));
+    }
+}
+
 #[test]
 fn per_request_size_and_request_bodies() {
     for proto in Proto::ALL {

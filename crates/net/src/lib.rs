@@ -6,6 +6,7 @@
 //! hot path: one `send` and one `recv` per request, no allocation, no per-request timer.
 
 pub mod clock;
+pub mod cpu_quota;
 pub mod grpc;
 pub mod http1;
 pub mod poller;

@@ -340,6 +340,29 @@ pub struct Histograms {
     pub tls_handshake_us: Option<String>,
 }
 
+/// The generator's CPU quota and what it cost during the measured window. Under a quota the
+/// kernel lets the generator's group use `cores` CPUs' worth of time per scheduling period
+/// (100 ms by default); a group that uses it up is stopped, every thread, until the period
+/// ends, and whatever was due meanwhile goes out late.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CpuQuotaUse {
+    /// The quota in cores (the smallest of the generator's group and its ancestors).
+    pub cores: f64,
+    /// Scheduling periods of the window in which the group had work to do.
+    pub periods: u64,
+    /// Of them, periods in which it used the quota up and was stopped until the period ended.
+    pub throttled_periods: u64,
+    /// How long it stayed stopped so, summed over CPUs, seconds.
+    pub throttled_secs: f64,
+}
+
+impl CpuQuotaUse {
+    /// The share of the window's periods in which the group was stopped (0 without periods).
+    pub fn throttled_share(&self) -> f64 {
+        self.throttled_periods as f64 / self.periods.max(1) as f64
+    }
+}
+
 /// The load generator's view of itself.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Generator {
@@ -364,6 +387,11 @@ pub struct Generator {
     /// sends each carried (open loop; absent in results before the budget existed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pacing: Option<Pacing>,
+    /// The CPU limit of the generator's cgroup (a pod's CPU limit) and how often it stopped
+    /// the generator during the measured window; `None` without a quota (and in results
+    /// written before it was read).
+    #[serde(default)]
+    pub cpu_quota: Option<CpuQuotaUse>,
     pub rss_max_bytes: u64,
     pub threads: usize,
     /// True when the generator, not the target, may have limited the run (timer lateness or
@@ -377,4 +405,49 @@ pub struct Generator {
     /// Sends that waited for a free connection.
     pub queued_sends: u64,
     pub warnings: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::self_check::{Cause, Finding};
+
+    #[test]
+    fn a_result_written_before_the_quota_was_read_has_none() {
+        let old = include_str!("fixture-run.json");
+        assert!(!old.contains("cpu_quota"));
+        let run: RunResult = serde_json::from_str(old).expect("an older result reads");
+        assert_eq!(run.generator.cpu_quota, None);
+        // Written back, it says so: null.
+        let text = serde_json::to_value(&run).expect("a result writes");
+        assert!(text["generator"]["cpu_quota"].is_null());
+    }
+
+    #[test]
+    fn a_throttled_run_carries_its_quota_and_its_cause() {
+        let mut run: RunResult =
+            serde_json::from_str(include_str!("fixture-run.json")).expect("the fixture reads");
+        run.generator.cpu_quota = Some(CpuQuotaUse {
+            cores: 0.05,
+            periods: 30,
+            throttled_periods: 27,
+            throttled_secs: 2.6,
+        });
+        run.generator.check.findings.push(Finding {
+            cause: Cause::CpuThrottled,
+            message: "CPU throttled".into(),
+        });
+        let text = serde_json::to_value(&run).expect("a result writes");
+        assert_eq!(text["generator"]["cpu_quota"]["throttled_periods"], 27);
+        assert_eq!(
+            text["generator"]["check"]["findings"][0]["cause"],
+            "cpu_throttled"
+        );
+        let back: RunResult = serde_json::from_value(text).expect("and reads back");
+        assert_eq!(back.generator.cpu_quota, run.generator.cpu_quota);
+        assert!((back.generator.cpu_quota.unwrap().throttled_share() - 0.9).abs() < 1e-9);
+        assert!(Cause::CpuThrottled.invalidates());
+        assert_eq!(Cause::CpuThrottled.name(), "cpu_throttled");
+        assert!(back.generator.check.generator_limited());
+    }
 }

@@ -19,6 +19,9 @@ pub enum Cause {
     CpuSaturation,
     /// Other processes took the generator's CPU: its threads waited to run.
     CpuContention,
+    /// The generator's cgroup used up its CPU quota (a pod's CPU limit) and the kernel stopped
+    /// its threads until the period ended: sends went out late for that.
+    CpuThrottled,
     /// The target could not keep up with the rate (its limit): requests waited for connections
     /// that would have sufficed at its ordinary speed. A finding about the target, not a fault
     /// of the run.
@@ -36,6 +39,7 @@ impl Cause {
             Cause::TimerLateness => "timer_lateness",
             Cause::CpuSaturation => "cpu_saturation",
             Cause::CpuContention => "cpu_contention",
+            Cause::CpuThrottled => "cpu_throttled",
             Cause::SlowTarget => "slow_target",
             Cause::TooFewConnections => "too_few_connections",
         }
@@ -91,7 +95,10 @@ impl SelfCheck {
         self.findings.iter().any(|f| {
             matches!(
                 f.cause,
-                Cause::TimerLateness | Cause::CpuSaturation | Cause::CpuContention
+                Cause::TimerLateness
+                    | Cause::CpuSaturation
+                    | Cause::CpuContention
+                    | Cause::CpuThrottled
             )
         })
     }

@@ -17,7 +17,7 @@ use meshbench_experiment::{Plan, Step};
 use meshbench_lab::program::envoy::admin::{self, AdminError};
 use meshbench_lab::rig::{self, Rig};
 use meshbench_lab::sampler::{self, Sampled};
-use meshbench_results::{Arrival, Figure, Order, ProxyCounters, RoleUsage, Usage};
+use meshbench_results::{Arrival, Figure, Order, PacingSlack, ProxyCounters, RoleUsage, Usage};
 use meshbench_store::StepRecord;
 
 use crate::agents::Fleet;
@@ -276,6 +276,7 @@ pub fn load_for(e: &Experiment, step: &Step, source: TargetSource) -> LoadOption
             o.pace.arrival = Some(Arrival::Poisson);
         }
         o.pace.idle = Some(e.load.idle_strategy);
+        o.pace.slack = PacingSlack::from_us(e.load.pacing_slack_us);
     }
     if e.load.threads > 0 {
         o.pace.threads = Some(e.load.threads as usize);

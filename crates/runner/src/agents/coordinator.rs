@@ -775,6 +775,7 @@ fn merge(
             // Lost, not stopped: the warning below says so.
             interrupted: false,
             timeline: Vec::new(),
+            cpu_quota: None,
         });
         any_lost |= s.lost.is_some();
         let rec = &part.recorder;

@@ -66,6 +66,7 @@ fn control_only_agent(coordinator: SocketAddr, name: String) -> u64 {
                     wall_start: std::time::SystemTime::now(),
                     interrupted: false,
                     timeline: Vec::new(),
+                    cpu_quota: None,
                 };
                 let _ = framed.send(&Message::Done {
                     step,
