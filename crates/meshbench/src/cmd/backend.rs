@@ -49,15 +49,6 @@ pub fn execute(args: BackendArgs) -> Result<u8> {
             args.arrivals_trim
         ))
     })?;
-    // Created now, so that a path that cannot be written fails before any load, not after it.
-    let arrivals_file = match &args.arrivals {
-        Some(path) => Some((
-            std::fs::File::create(path)
-                .map_err(|e| usage(format!("--arrivals {}: {e}", path.display())))?,
-            path,
-        )),
-        None => None,
-    };
     if delay_mode == DelayMode::Spin && (args.tls || args.http2) {
         return Err(usage(
             "--delay-mode spin is served by the plain HTTP/1.1 server only; drop --tls and --http2",
@@ -87,6 +78,16 @@ pub fn execute(args: BackendArgs) -> Result<u8> {
     if tls_flags && !args.tls {
         return Err(usage("--cert, --mtls and --tls-dir need --tls"));
     }
+    // Created once every flag is checked, so that a path that cannot be written fails before
+    // any load, not after it.
+    let arrivals_file = match &args.arrivals {
+        Some(path) => Some((
+            std::fs::File::create(path)
+                .map_err(|e| usage(format!("--arrivals {}: {e}", path.display())))?,
+            path,
+        )),
+        None => None,
+    };
     let signals = super::signals::Signals::install()?;
     if let Some(how) = args.hostile {
         let drip = super::parse_duration("--drip", &args.drip)?;
