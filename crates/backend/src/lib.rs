@@ -5,14 +5,17 @@
 //! served by hyper ([`hyper_server`]) with the same options, HTTP/3 by h3 over quinn
 //! ([`h3_server`]) beside it. [`hostile`] is the same command
 //! turned against its client: one chosen way of breaking HTTP, for tests of what a client or a
-//! proxy does with a broken server.
+//! proxy does with a broken server. [`arrivals`] is the target's own record of when requests
+//! arrived (`--arrivals`), to see how evenly a generator's load reaches it.
 
+pub mod arrivals;
 mod h3_server;
 pub mod hostile;
 pub mod hyper_server;
 pub mod options;
 pub mod server;
 
+pub use arrivals::{ArrivalLog, Gaps, Summary};
 pub use hostile::{Hostile, HostileServer, Speaks, UnknownHostile};
 pub use hyper_server::{HyperBackend, ServerTls};
 pub use options::{BackendConfig, Delay, DelayMode, OptionError, RequestOptions, StatusMix};

@@ -157,6 +157,9 @@ pub struct BackendConfig {
     /// Event-loop threads, each with its own `SO_REUSEPORT` listener.
     pub threads: usize,
     pub seed: u64,
+    /// Record the kernel's receive time of every request (`--arrivals`; plain HTTP/1.1 only):
+    /// off, nothing is stamped and the read path is the plain `recv`.
+    pub record_arrivals: bool,
 }
 
 impl Default for BackendConfig {
@@ -169,6 +172,7 @@ impl Default for BackendConfig {
             status: StatusMix::default(),
             threads: 1,
             seed: 1,
+            record_arrivals: false,
         }
     }
 }

@@ -3,7 +3,9 @@
 //! response when nothing special was asked). Delays use a timer heap per thread, not a sleep,
 //! so a delayed request never holds up any other connection; with `DelayMode::Spin` the thread
 //! stops blocking shortly before a response is due and polls until it is, so that the delay is
-//! exact rather than the timer's lateness added to it.
+//! exact rather than the timer's lateness added to it. With `record_arrivals` each thread also
+//! keeps the kernel's receive time of every request's first segment ([`crate::arrivals`]),
+//! handed back by [`Backend::stop_with_arrivals`].
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -21,6 +23,7 @@ use meshbench_net::poller::{Interest, Poller};
 use meshbench_net::rng::SplitMix64;
 use meshbench_net::socket;
 
+use crate::arrivals::{ArrivalLog, MAX_ARRIVALS};
 use crate::options::{BackendConfig, DelayMode, RequestOptions, SPIN_WINDOW};
 
 const LISTENER: u64 = u64::MAX;
@@ -32,7 +35,8 @@ const MAX_ECHO: usize = 1 << 20;
 pub struct Backend {
     addr: SocketAddr,
     stop: Arc<AtomicBool>,
-    threads: Vec<JoinHandle<()>>,
+    /// Each thread hands back its arrivals (`None` unless `record_arrivals`).
+    threads: Vec<JoinHandle<Option<ArrivalLog>>>,
 }
 
 impl Backend {
@@ -53,7 +57,10 @@ impl Backend {
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("backend-{i}"))
-                    .spawn(move || server.serve(&stop))?,
+                    .spawn(move || {
+                        server.serve(&stop);
+                        server.arrivals.take()
+                    })?,
             );
         }
         Ok(Backend {
@@ -73,11 +80,21 @@ impl Backend {
         self.shutdown();
     }
 
-    fn shutdown(&mut self) {
+    /// Stops as [`Backend::stop`] does and returns every thread's arrivals together (empty
+    /// unless the backend was started with `record_arrivals`).
+    pub fn stop_with_arrivals(mut self) -> ArrivalLog {
+        self.shutdown()
+    }
+
+    fn shutdown(&mut self) -> ArrivalLog {
         self.stop.store(true, Ordering::Relaxed);
+        let mut all = ArrivalLog::default();
         for t in self.threads.drain(..) {
-            let _ = t.join();
+            if let Ok(Some(log)) = t.join() {
+                all.merge(log);
+            }
         }
+        all
     }
 }
 
@@ -134,6 +151,8 @@ struct Server {
     canned: Vec<u8>,
     pattern: Vec<u8>,
     buf: Box<[u8]>,
+    /// The receive time of each request's first segment, when asked for (`--arrivals`).
+    arrivals: Option<ArrivalLog>,
 }
 
 fn reason(code: u16) -> &'static str {
@@ -192,6 +211,9 @@ impl Server {
             canned,
             pattern,
             buf: vec![0u8; 64 * 1024].into_boxed_slice(),
+            arrivals: cfg
+                .record_arrivals
+                .then(|| ArrivalLog::new(MAX_ARRIVALS / cfg.threads.max(1))),
             cfg,
         })
     }
@@ -236,6 +258,10 @@ impl Server {
                 Ok(fd) => fd,
                 Err(_) => return,
             };
+            if self.arrivals.is_some() {
+                // Without the kernel's stamp an arrival is timed at the read instead.
+                let _ = socket::enable_rx_timestamps(fd.as_raw_fd());
+            }
             let conn = self.free_conns.pop().unwrap_or_else(|| {
                 self.conns.push(None);
                 self.generation.push(0);
@@ -287,7 +313,23 @@ impl Server {
             return;
         }
         let mut buf = std::mem::take(&mut self.buf);
-        let r = socket::recv(c.fd.as_raw_fd(), &mut buf);
+        let r = match self.arrivals.as_mut() {
+            None => socket::recv(c.fd.as_raw_fd(), &mut buf),
+            Some(log) => {
+                let r = socket::recv_timestamped(c.fd.as_raw_fd(), &mut buf);
+                // Only a segment that begins a request is an arrival, not the rest of a head
+                // or a body.
+                if let Ok((n, stamp)) = r {
+                    if n > 0 && c.inbuf.is_empty() && c.reading_body.is_none() {
+                        match stamp {
+                            Some(ns) => log.record(ns),
+                            None => log.record_now(),
+                        }
+                    }
+                }
+                r.map(|(n, _)| n)
+            }
+        };
         match r {
             Ok(0) => self.close(conn),
             Ok(n) => {

@@ -808,6 +808,19 @@ pub struct BackendArgs {
         default_value = "localhost,127.0.0.1,::1"
     )]
     pub tls_names: Vec<String>,
+    /// Record when every request arrives (the kernel's receive time of its first segment) and,
+    /// on stopping, write the steady state's gaps and bursts to FILE as JSON: how evenly a
+    /// generator's load reaches the target. Plain HTTP/1.1 only.
+    #[arg(long, value_name = "FILE")]
+    pub arrivals: Option<PathBuf>,
+    /// With --arrivals: seconds left out at each end of the arrivals (ramp-up and drain).
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value_t = 1.0,
+        requires = "arrivals"
+    )]
+    pub arrivals_trim: f64,
     /// Misbehave instead of answering, to see what a client or proxy does with a broken server:
     /// slowloris, endless-header, informational, informational-flood, chunked-lie,
     /// chunked-lie-stall, short-body, short-body-stall, early-close, rst (HTTP/1.1);
@@ -816,7 +829,7 @@ pub struct BackendArgs {
         long,
         value_name = "BEHAVIOUR",
         value_parser = parse_hostile,
-        conflicts_with_all = ["tls", "http2", "delay", "work", "status", "cert", "mtls", "tls_dir"]
+        conflicts_with_all = ["tls", "http2", "delay", "work", "status", "cert", "mtls", "tls_dir", "arrivals"]
     )]
     pub hostile: Option<meshbench_backend::Hostile>,
     /// With --hostile slowloris: the pause between two bytes.

@@ -1,5 +1,5 @@
 //! `meshbench backend`: runs the test server (or, with `--hostile`, a deliberately broken one)
-//! until Ctrl-C or SIGTERM.
+//! until Ctrl-C or SIGTERM; with `--arrivals FILE`, then writes the arrivals' summary.
 
 use std::io::Write;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -38,6 +38,17 @@ pub fn execute(args: BackendArgs) -> Result<u8> {
         DelayModeArg::Sleep => DelayMode::Sleep,
         DelayModeArg::Spin => DelayMode::Spin,
     };
+    if args.arrivals.is_some() && (args.tls || args.http2) {
+        return Err(usage(
+            "--arrivals is recorded by the plain HTTP/1.1 server only; drop --tls and --http2",
+        ));
+    }
+    let trim = std::time::Duration::try_from_secs_f64(args.arrivals_trim).map_err(|_| {
+        usage(format!(
+            "--arrivals-trim {}: not a number of seconds >= 0",
+            args.arrivals_trim
+        ))
+    })?;
     if delay_mode == DelayMode::Spin && (args.tls || args.http2) {
         return Err(usage(
             "--delay-mode spin is served by the plain HTTP/1.1 server only; drop --tls and --http2",
@@ -61,11 +72,22 @@ pub fn execute(args: BackendArgs) -> Result<u8> {
         status,
         threads: args.threads,
         seed: 1,
+        record_arrivals: args.arrivals.is_some(),
     };
     let tls_flags = args.cert.is_some() || args.mtls.is_some() || args.tls_dir.is_some();
     if tls_flags && !args.tls {
         return Err(usage("--cert, --mtls and --tls-dir need --tls"));
     }
+    // Created once every flag is checked, so that a path that cannot be written fails before
+    // any load, not after it.
+    let arrivals_file = match &args.arrivals {
+        Some(path) => Some((
+            std::fs::File::create(path)
+                .map_err(|e| usage(format!("--arrivals {}: {e}", path.display())))?,
+            path,
+        )),
+        None => None,
+    };
     let signals = super::signals::Signals::install()?;
     if let Some(how) = args.hostile {
         let drip = super::parse_duration("--drip", &args.drip)?;
@@ -87,7 +109,19 @@ pub fn execute(args: BackendArgs) -> Result<u8> {
         outln!("listening on http://{}", backend.addr());
         let _ = std::io::stdout().flush();
         wait_for_signal(&signals);
-        backend.stop();
+        match arrivals_file {
+            Some((file, path)) => {
+                let (stamps, dropped) = backend.stop_with_arrivals().into_parts();
+                let summary = meshbench_backend::arrivals::summarize(stamps, trim, dropped);
+                let mut out = std::io::BufWriter::new(file);
+                serde_json::to_writer_pretty(&mut out, &summary)
+                    .map_err(std::io::Error::from)
+                    .and_then(|()| writeln!(out))
+                    .and_then(|()| out.flush())
+                    .with_context(|| format!("cannot write {}", path.display()))?;
+            }
+            None => backend.stop(),
+        }
         return Ok(crate::exit::OK);
     }
     let tls = if args.tls {
