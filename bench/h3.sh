@@ -27,15 +27,11 @@ mkdir -p "$ROOT/bench/results"
 OUT=${OUT:-$ROOT/bench/results/h3-$(date +%Y%m%d-%H%M%S).tsv}
 MB=$ROOT/target/release/meshbench
 OHA_ROOT=${OHA_ROOT:-/var/cache/meshbench/oha}
-OHA_VERSION=1.16.0
 WORK=$(mktemp -d /tmp/meshbench-h3.XXXXXX)
 
 command -v caddy >/dev/null || apt-get install -y -q caddy >/dev/null
 command -v /usr/bin/time >/dev/null || apt-get install -y -q time >/dev/null
-# oha's lock file names crates newer than the toolchain here allows unless --locked.
-[ -x "$OHA_ROOT/bin/oha" ] || nice cargo install oha --version "$OHA_VERSION" --locked \
-  --features http3 --root "$OHA_ROOT" >/dev/null 2>&1 \
-  || echo "oha did not build; measuring meshbench alone" >&2
+OHA_ROOT="$OHA_ROOT" "$ROOT/scripts/install-oha.sh" || echo "oha did not build; measuring meshbench alone" >&2
 (cd "$ROOT" && cargo build --release --locked -q) || { echo "build failed" >&2; exit 1; }
 
 body=$(head -c "$SIZE" /dev/zero | tr '\0' x)

@@ -734,7 +734,8 @@ pub struct RequestFlags {
         allow_hyphen_values = true
     )]
     pub timeout: String,
-    /// Worker threads (default: the CPUs this process may use, at most one per connection).
+    /// Worker threads (default: the CPUs this process may use, no more than its CPU quota
+    /// rounded up, at most one per connection).
     #[arg(short = 't', long, value_name = "N", allow_negative_numbers = true)]
     pub threads: Option<i64>,
     /// Seed for Poisson arrivals and --target-order random.

@@ -372,12 +372,19 @@ impl LoadOptions {
         Ok(mode)
     }
 
-    /// The worker threads asked for, or the CPUs this process may use.
+    /// The worker threads asked for, or the CPUs this process may use: those it may run on,
+    /// and no more than its CPU quota rounded up (a pod limited to 1.1 CPUs gets 2 threads, not
+    /// one per CPU of its node, each of which the quota would stop in turn).
     fn thread_count(&self) -> Result<usize, LoadError> {
         match self.pace.threads {
             Some(0) => Err(LoadError("--threads 0: must be at least 1".into())),
             Some(t) => Ok(t),
-            None => Ok(std::thread::available_parallelism().map_or(1, |n| n.get())),
+            None => {
+                let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+                let quota = meshbench_engine::quota::cpu_quota()
+                    .map_or(usize::MAX, |q| (q.cores.ceil() as usize).max(1));
+                Ok(cpus.min(quota))
+            }
         }
     }
 
