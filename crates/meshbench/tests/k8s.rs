@@ -1,6 +1,8 @@
-//! `meshbench k8s run` against a real Kubernetes control plane: etcd, kube-apiserver and
-//! kube-controller-manager (built by scripts/install-k8s.sh from k8s.io/kubernetes v1.34.2),
-//! on loopback. There is no scheduler and no kubelet: the test plays the node. It starts each
+//! `meshbench k8s run` against a real Kubernetes control plane with a *played* node, for
+//! machines where a real kubelet cannot run (tests/k8s_node.rs runs the real node where it
+//! can; this test is quick, so it runs everywhere). etcd, kube-apiserver and
+//! kube-controller-manager (built by scripts/install-k8s.sh from k8s.io/kubernetes v1.34.2) on
+//! loopback, from common/cluster.rs; no scheduler and no kubelet: the test plays the node. It starts each
 //! agent pod's container command as a local process (the image's `/meshbench` is this build's
 //! binary; the token resolved from the Secret the pod names, `$(POD_NAME)` expanded), reports
 //! the pod Running and Ready, and Succeeded or Failed when the process exits, so the Job
@@ -16,172 +18,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::cluster::{client, TestCluster};
 use common::{bin, free_addr, stderr};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
 use kube::api::{Api, ListParams, Patch, PatchParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Client, Config};
+use kube::Client;
 use serde_json::json;
 
 const TOKEN: &str = "k8s-test-token-0123456789abcdef";
-const API_TOKEN: &str = "meshbench-test-admin-token";
-
-fn k8s_bin() -> PathBuf {
-    PathBuf::from(
-        std::env::var("K8S_BIN").unwrap_or_else(|_| "/var/cache/meshbench/k8s/v1.34.2/bin".into()),
-    )
-}
-
-/// etcd, kube-apiserver and kube-controller-manager on loopback, killed when dropped.
-struct ControlPlane {
-    dir: PathBuf,
-    procs: Vec<Child>,
-    kubeconfig: PathBuf,
-}
-
-impl Drop for ControlPlane {
-    fn drop(&mut self) {
-        for p in self.procs.iter_mut().rev() {
-            let _ = p.kill();
-            let _ = p.wait();
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn spawn_logged(dir: &Path, name: &str, program: &Path, args: &[String]) -> Child {
-    let log = std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();
-    Command::new(program)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .unwrap_or_else(|e| panic!("{}: {e}; run scripts/install-k8s.sh", program.display()))
-}
-
-impl ControlPlane {
-    fn start() -> ControlPlane {
-        let bins = k8s_bin();
-        assert!(
-            bins.join("kube-apiserver").exists(),
-            "no kube-apiserver in {}: run scripts/install-k8s.sh",
-            bins.display()
-        );
-        let dir = std::env::temp_dir().join(format!("meshbench-k8s-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let mut cp = ControlPlane {
-            dir: dir.clone(),
-            procs: Vec::new(),
-            kubeconfig: dir.join("kubeconfig"),
-        };
-        let (client, peer, api) = (free_addr().port(), free_addr().port(), free_addr().port());
-        cp.procs.push(spawn_logged(
-            &dir,
-            "etcd",
-            Path::new("etcd"),
-            &[
-                format!("--data-dir={}", dir.join("etcd").display()),
-                format!("--listen-client-urls=http://127.0.0.1:{client}"),
-                format!("--advertise-client-urls=http://127.0.0.1:{client}"),
-                format!("--listen-peer-urls=http://127.0.0.1:{peer}"),
-                format!("--initial-advertise-peer-urls=http://127.0.0.1:{peer}"),
-                format!("--initial-cluster=default=http://127.0.0.1:{peer}"),
-            ],
-        ));
-        let key = dir.join("sa.key");
-        let ok = Command::new("openssl")
-            .args(["genrsa", "-out"])
-            .arg(&key)
-            .arg("2048")
-            .stderr(Stdio::null())
-            .status()
-            .expect("openssl");
-        assert!(ok.success());
-        std::fs::write(
-            dir.join("tokens.csv"),
-            format!("{API_TOKEN},admin,admin,system:masters\n"),
-        )
-        .unwrap();
-        cp.procs.push(spawn_logged(
-            &dir,
-            "kube-apiserver",
-            &bins.join("kube-apiserver"),
-            &[
-                format!("--etcd-servers=http://127.0.0.1:{client}"),
-                "--bind-address=127.0.0.1".into(),
-                "--advertise-address=127.0.0.1".into(),
-                format!("--secure-port={api}"),
-                format!("--cert-dir={}", dir.join("certs").display()),
-                format!("--token-auth-file={}", dir.join("tokens.csv").display()),
-                "--authorization-mode=AlwaysAllow".into(),
-                "--service-account-issuer=https://kubernetes.default.svc".into(),
-                format!("--service-account-key-file={}", key.display()),
-                format!("--service-account-signing-key-file={}", key.display()),
-                "--service-cluster-ip-range=10.96.0.0/16".into(),
-                "--disable-admission-plugins=ServiceAccount".into(),
-            ],
-        ));
-        std::fs::write(
-            &cp.kubeconfig,
-            format!(
-                "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: https://127.0.0.1:{api}\n    insecure-skip-tls-verify: true\nusers:\n- name: admin\n  user:\n    token: {API_TOKEN}\ncontexts:\n- name: test\n  context: {{cluster: test, user: admin}}\ncurrent-context: test\n"
-            ),
-        )
-        .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(90);
-        loop {
-            let ready = Command::new("curl")
-                .args(["-skf", "-m", "2", "-H"])
-                .arg(format!("Authorization: Bearer {API_TOKEN}"))
-                .arg(format!("https://127.0.0.1:{api}/readyz"))
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success());
-            if ready {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "kube-apiserver not ready: {}",
-                std::fs::read_to_string(dir.join("kube-apiserver.log")).unwrap_or_default()
-            );
-            std::thread::sleep(Duration::from_millis(300));
-        }
-        cp.procs.push(spawn_logged(
-            &dir,
-            "kube-controller-manager",
-            &bins.join("kube-controller-manager"),
-            &[
-                format!("--kubeconfig={}", cp.kubeconfig.display()),
-                "--controllers=job-controller,garbage-collector-controller".into(),
-                "--leader-elect=false".into(),
-                "--secure-port=0".into(),
-                "--use-service-account-credentials=false".into(),
-            ],
-        ));
-        cp
-    }
-
-    /// A client that works while `rt` runs: kube's client serves its requests from a task on
-    /// the runtime it was made in, so every thread makes its own.
-    fn client(&self, rt: &tokio::runtime::Runtime) -> Client {
-        client(&self.kubeconfig, rt)
-    }
-}
-
-fn client(kubeconfig: &Path, rt: &tokio::runtime::Runtime) -> Client {
-    rt.block_on(async {
-        let kc = Kubeconfig::read_from(kubeconfig).unwrap();
-        let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-            .await
-            .unwrap();
-        Client::try_from(config).unwrap()
-    })
-}
 
 /// Plays the node for the pods of `namespace`: starts each one's agent as a local process,
 /// reports it Running and Ready, then Succeeded or Failed with the process. Pods named in
@@ -192,7 +37,7 @@ struct Node {
 }
 
 impl Node {
-    fn play(cp: &ControlPlane, namespace: &str, refuse: Vec<u32>) -> Node {
+    fn play(cp: &TestCluster, namespace: &str, refuse: Vec<u32>) -> Node {
         let quit = Arc::new(AtomicBool::new(false));
         let q = quit.clone();
         let ns = namespace.to_string();
@@ -383,7 +228,7 @@ fn experiment(dir: &Path) -> PathBuf {
 }
 
 fn k8s_run(
-    cp: &ControlPlane,
+    cp: &TestCluster,
     file: &Path,
     store: &Path,
     agents: &str,
@@ -458,7 +303,7 @@ fn all_gone(rt: &tokio::runtime::Runtime, client: &Client) {
 
 #[test]
 fn k8s_run_applies_waits_coordinates_collects_and_deletes() {
-    let cp = ControlPlane::start();
+    let cp = TestCluster::control_plane();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
