@@ -391,6 +391,9 @@ impl TestCluster {
             ],
         );
         run_ok("ip", &["link", "set", BRIDGE, "up"]);
+        // The Service range leads to the bridge too: what kube-proxy has not (yet) rewritten to
+        // a pod ends there instead of following this machine's default route out.
+        run_ok("ip", &["route", "add", SERVICE_RANGE, "dev", BRIDGE]);
         let cni = dir.join("cni");
         std::fs::create_dir_all(&cni).unwrap();
         std::fs::write(cni.join("10-meshbench.conflist"), cni_conflist(&dir)).unwrap();
@@ -424,7 +427,9 @@ impl TestCluster {
                 format!("--kubeconfig={kubeconfig}"),
                 format!("--root-dir={}", dir.join("kubelet").display()),
                 format!("--hostname-override={NODE}"),
-                "--node-ip=127.0.0.1".into(),
+                // The gateway, not loopback: the kubelet refuses to report a loopback node IP,
+                // and kube-proxy waits 30 s for the node's address before it starts.
+                format!("--node-ip={GATEWAY}"),
             ],
         );
         let kc = self.kubeconfig.clone();
@@ -458,14 +463,19 @@ impl TestCluster {
         );
         let deadline = Instant::now() + Duration::from_secs(30);
         let url = format!("http://127.0.0.1:{proxy_health}/healthz");
-        while !http_ok(&url) {
+        loop {
+            let (code, body) = http_get(&url);
+            if code == 200 {
+                eprintln!("cluster: kube-proxy healthy");
+                break;
+            }
             let exited = self
                 .daemons
                 .last_mut()
                 .and_then(|(_, c)| c.try_wait().ok().flatten());
             if Instant::now() > deadline || exited.is_some() {
                 self.kube_proxy_unavailable = Some(format!(
-                    "kube-proxy not healthy after 30 s (exit: {exited:?}): {}",
+                    "kube-proxy's /healthz said {code} {body:?} for 30 s (exited: {exited:?})\n{}",
                     log_tail(&self.logs.join("kube-proxy.log"), LOG_TAIL_LINES)
                 ));
                 break;
@@ -522,9 +532,11 @@ impl TestCluster {
         log: &str,
         mut ready: impl FnMut() -> bool,
     ) {
-        let deadline = Instant::now() + limit;
+        let began = Instant::now();
+        let deadline = began + limit;
         loop {
             if ready() {
+                eprintln!("cluster: {what} after {:.1} s", began.elapsed().as_secs_f64());
                 return;
             }
             for (name, child) in &mut self.daemons {
@@ -635,8 +647,17 @@ fn https_ok(url: &str, token: Option<&str>) -> bool {
         .is_ok_and(|s| s.success())
 }
 
-fn http_ok(url: &str) -> bool {
-    https_ok(url, None)
+/// A plain GET by curl: the status (0 when nothing answered) and the body.
+fn http_get(url: &str) -> (u16, String) {
+    let out = Command::new("curl")
+        .args(["-s", "-m", "2", "-w", "\n%{http_code}", url])
+        .output();
+    let text = out.map_or_else(
+        |_| String::new(),
+        |o| String::from_utf8_lossy(&o.stdout).into_owned(),
+    );
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
+    (code.trim().parse().unwrap_or(0), body.to_string())
 }
 
 /// Whether node `name` reports Ready.
@@ -967,7 +988,8 @@ fn remove_kube_chains(tool: &str) {
         let rules = String::from_utf8_lossy(&out.stdout).to_string();
         let mut chains = Vec::new();
         for line in rules.lines() {
-            let words: Vec<&str> = line.split_whitespace().collect();
+            let words = shell_words(line);
+            let words: Vec<&str> = words.iter().map(String::as_str).collect();
             match words.as_slice() {
                 ["-N", chain] if chain.starts_with("KUBE-") => chains.push(chain.to_string()),
                 ["-A", chain, ..] if !chain.starts_with("KUBE-") && line.contains(" KUBE-") => {
@@ -989,6 +1011,37 @@ fn remove_kube_chains(tool: &str) {
                 .output();
         }
     }
+}
+
+/// The words of a line of `iptables -S`, whose comments are double-quoted with `\"` inside.
+fn shell_words(line: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut word = String::new();
+    let (mut quoted, mut escaped, mut any) = (false, false, false);
+    for ch in line.chars() {
+        match ch {
+            _ if escaped => {
+                word.push(ch);
+                escaped = false;
+            }
+            '\\' if quoted => escaped = true,
+            '"' => {
+                quoted = !quoted;
+                any = true;
+            }
+            c if c.is_whitespace() && !quoted => {
+                if any || !word.is_empty() {
+                    words.push(std::mem::take(&mut word));
+                }
+                any = false;
+            }
+            c => word.push(c),
+        }
+    }
+    if any || !word.is_empty() {
+        words.push(word);
+    }
+    words
 }
 
 /// What the kubelet set on a pod's cgroup: the CPU quota in cores (None: unlimited) and the
