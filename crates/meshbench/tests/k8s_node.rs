@@ -314,6 +314,24 @@ fn assert_nothing_left() {
         "bridge {} left",
         cluster::BRIDGE
     );
+    for p in [
+        "/var/lib/kubelet",
+        "/var/lib/cni/results",
+        "/var/log/containers",
+    ] {
+        let ours = std::fs::read_dir(p)
+            .map(|rd| {
+                rd.flatten()
+                    .filter(|e| {
+                        !p.ends_with("results")
+                            || e.file_name().to_string_lossy().starts_with("meshbench-")
+                    })
+                    .map(|e| e.path().display().to_string())
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default();
+        assert!(ours.is_empty(), "left in {p}: {ours:?}");
+    }
     assert!(
         !Path::new(cluster::CONTAINERD_SOCK).exists(),
         "containerd's socket left"
@@ -434,6 +452,35 @@ fn k8s_run_on_a_real_node_schedules_limits_dials_loads_a_service_and_cleans_up()
     );
     let agents = format!("app.kubernetes.io/instance={RUN}");
     all_gone(&rt, &client, &c, &agents);
+
+    // The kubelet's cAdvisor serves container-level series (containerd found at its default
+    // socket), labelled by namespace, pod and container: what Prometheus scrapes (item 3).
+    let port = c.kubelet_port.expect("the kubelet's port");
+    let out = Command::new("curl")
+        .args(["-sk", "-m", "10"])
+        .arg(format!("https://127.0.0.1:{port}/metrics/cadvisor"))
+        .output()
+        .expect("curl");
+    let metrics = String::from_utf8_lossy(&out.stdout);
+    let backend_cpu: Vec<&str> = metrics
+        .lines()
+        .filter(|l| {
+            l.starts_with("container_cpu_usage_seconds_total{")
+                && l.contains("container=\"backend\"")
+                && l.contains("pod=\"backend\"")
+                && l.contains(&format!("namespace=\"{NS}\""))
+        })
+        .collect();
+    eprintln!("cadvisor: {backend_cpu:?}");
+    assert!(
+        !backend_cpu.is_empty(),
+        "no container-level CPU series for the backend in /metrics/cadvisor:\n{:.3000}",
+        metrics
+            .lines()
+            .filter(|l| l.starts_with("container_cpu_usage_seconds_total"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
 
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
     let _ = rt.block_on(pods.delete("backend", &DeleteParams::default()));

@@ -263,6 +263,8 @@ impl TestCluster {
         for d in [&logs, &dir.join("pids")] {
             std::fs::create_dir_all(d).unwrap();
         }
+        // Its time marks what the node wrote outside STATE (the CNI result cache).
+        std::fs::write(dir.join("started"), "").unwrap();
         make_cgroups();
         let mut c = TestCluster {
             kubeconfig: dir.join("kubeconfig"),
@@ -426,6 +428,7 @@ impl TestCluster {
                 format!("--config={}", kubelet_config.display()),
                 format!("--kubeconfig={kubeconfig}"),
                 format!("--root-dir={}", dir.join("kubelet").display()),
+                format!("--cert-dir={}", dir.join("kubelet/pki").display()),
                 format!("--hostname-override={NODE}"),
                 // The gateway, not loopback: the kubelet refuses to report a loopback node IP,
                 // and kube-proxy waits 30 s for the node's address before it starts.
@@ -536,7 +539,10 @@ impl TestCluster {
         let deadline = began + limit;
         loop {
             if ready() {
-                eprintln!("cluster: {what} after {:.1} s", began.elapsed().as_secs_f64());
+                eprintln!(
+                    "cluster: {what} after {:.1} s",
+                    began.elapsed().as_secs_f64()
+                );
                 return;
             }
             for (name, child) in &mut self.daemons {
@@ -956,6 +962,30 @@ pub fn sweep() {
         }
     }
     let _ = std::fs::remove_dir("/var/log/containers");
+    // Paths the kubelet and libcni do not let us move: the device plugins' socket and the
+    // CNI result cache (ours: named after our network, `meshbench-*`, or containerd's
+    // loopback, `cni-loopback-*`, written since the cluster started; no other containerd runs).
+    let _ = std::fs::remove_file("/var/lib/kubelet/device-plugins/kubelet.sock");
+    for d in ["/var/lib/kubelet/device-plugins", "/var/lib/kubelet"] {
+        let _ = std::fs::remove_dir(d);
+    }
+    let since = std::fs::metadata(dir.join("started"))
+        .and_then(|m| m.modified())
+        .ok();
+    if let (Ok(rd), Some(since)) = (std::fs::read_dir("/var/lib/cni/results"), since) {
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let made = e.metadata().and_then(|m| m.modified()).ok();
+            if (name.starts_with("meshbench-") || name.starts_with("cni-loopback-"))
+                && made.is_some_and(|t| t >= since)
+            {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+    for d in ["/var/lib/cni/results", "/var/lib/cni"] {
+        let _ = std::fs::remove_dir(d);
+    }
     if let Err(e) = std::fs::remove_dir_all(&dir) {
         if e.kind() != std::io::ErrorKind::NotFound {
             eprintln!("sweep: {}: {e}", dir.display());
