@@ -17,7 +17,7 @@ use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::cluster::{self, TestCluster, GATEWAY, NODE};
@@ -41,7 +41,7 @@ struct Seen {
     limits: Result<(Option<f64>, u64), String>,
 }
 
-fn rt() -> tokio::runtime::Runtime {
+fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -171,7 +171,7 @@ fn watch_agents(
     quit: Arc<AtomicBool>,
 ) -> std::thread::JoinHandle<BTreeMap<String, Seen>> {
     std::thread::spawn(move || {
-        let rt = rt();
+        let rt = runtime();
         let client = cluster::client(&kubeconfig, &rt);
         let pods: Api<Pod> = Api::namespaced(client, NS);
         let lp = ListParams::default().labels(&format!("app.kubernetes.io/instance={RUN}"));
@@ -209,7 +209,7 @@ fn watch_agents(
     })
 }
 
-fn k8s_run(c: &TestCluster, file: &Path, store: &Path) -> std::process::Output {
+fn k8s_run(c: &TestCluster, file: &Path, store: &Path, extra: &[&str]) -> std::process::Output {
     let port = TcpListener::bind((GATEWAY, 0))
         .expect("the bridge's gateway address is this machine's")
         .local_addr()
@@ -230,16 +230,12 @@ fn k8s_run(c: &TestCluster, file: &Path, store: &Path) -> std::process::Output {
         ])
         .args(["--cpu", "250m", "--memory", "256Mi"])
         .args(["--sysctl", "net.ipv4.ip_local_port_range=1024 65535"])
-        .args([
-            "--listen",
-            &format!("{GATEWAY}:{port}"),
-            "--ready-timeout",
-            "90s",
-        ])
+        .args(["--listen", &format!("{GATEWAY}:{port}")])
         .arg("--kubeconfig")
         .arg(&c.kubeconfig)
         .arg("--store")
         .arg(store)
+        .args(extra)
         .env("MESHBENCH_AGENT_TOKEN", TOKEN)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -358,7 +354,7 @@ fn k8s_run_on_a_real_node_schedules_limits_dials_loads_a_service_and_cleans_up()
     let began = Instant::now();
     let c = TestCluster::with_node();
     let started_in = c.started_in;
-    let rt = rt();
+    let rt = runtime();
     let client = c.client(&rt);
     let dir = common::scratch_dir("k8s-node");
     let rootfs = cluster::meshbench_rootfs(&dir);
@@ -390,7 +386,7 @@ fn k8s_run_on_a_real_node_schedules_limits_dials_loads_a_service_and_cleans_up()
     let quit = Arc::new(AtomicBool::new(false));
     let watcher = watch_agents(c.kubeconfig.clone(), quit.clone());
     let run_began = Instant::now();
-    let out = k8s_run(&c, &file, &store);
+    let out = k8s_run(&c, &file, &store, &["--ready-timeout", "90s"]);
     let run_took = run_began.elapsed();
     quit.store(true, Ordering::Relaxed);
     let seen = watcher.join().unwrap();
@@ -453,6 +449,22 @@ fn k8s_run_on_a_real_node_schedules_limits_dials_loads_a_service_and_cleans_up()
     let agents = format!("app.kubernetes.io/instance={RUN}");
     all_gone(&rt, &client, &c, &agents);
 
+    // The real scheduler honours the rendered anti-affinity: `required` puts at most one agent
+    // on a node, so on one node the second stays Pending and `k8s run` says why, then cleans up.
+    let out = k8s_run(
+        &c,
+        &file,
+        &store,
+        &["--anti-affinity", "required", "--ready-timeout", "8s"],
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("only 1 of 2 agent pods were ready") && err.contains("anti-affinity"),
+        "{err}"
+    );
+    all_gone(&rt, &client, &c, &agents);
+
     // The kubelet's cAdvisor serves container-level series (containerd found at its default
     // socket), labelled by namespace, pod and container: what Prometheus scrapes (item 3).
     let port = c.kubelet_port.expect("the kubelet's port");
@@ -502,5 +514,51 @@ fn k8s_run_on_a_real_node_schedules_limits_dials_loads_a_service_and_cleans_up()
     assert!(
         stopped_in < Duration::from_secs(60),
         "stop took {stopped_in:?}"
+    );
+}
+
+/// A test killed with SIGKILL leaves running pods behind (containerd's shims and the containers
+/// outlive the daemons); the next start sweeps them, starts a node that works, and its stop
+/// leaves nothing.
+#[test]
+fn a_cluster_killed_with_pods_running_is_swept_by_the_next_start() {
+    let c = TestCluster::with_node();
+    let rt = runtime();
+    let client = c.client(&rt);
+    let dir = common::scratch_dir("k8s-node-killed");
+    c.load_image(
+        &cluster::meshbench_rootfs(&dir),
+        IMAGE,
+        "/meshbench",
+        "65532:65532",
+    );
+    start_backend(&rt, &client);
+    wait_pod_ready(&rt, &client, &c, "backend", Duration::from_secs(60));
+    drop(client);
+    c.abandon();
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(
+        mounts.contains(cluster::STATE)
+            && Path::new("/sys/class/net").join(cluster::BRIDGE).exists(),
+        "the killed run left its containers' mounts and the bridge (else this test shows nothing)"
+    );
+
+    let began = Instant::now();
+    let c = TestCluster::with_node();
+    let swept_and_started = began.elapsed();
+    let rt2 = runtime();
+    let client = c.client(&rt2);
+    let pods = rt2
+        .block_on(Api::<Pod>::namespaced(client.clone(), NS).list(&ListParams::default()))
+        .unwrap();
+    assert!(pods.items.is_empty(), "a new cluster starts empty");
+    drop(client);
+    let stopped_in = c.stop();
+    assert_nothing_left();
+    let _ = std::fs::remove_dir_all(&dir);
+    eprintln!(
+        "swept and started again in {:.1} s, stopped in {:.1} s",
+        swept_and_started.as_secs_f64(),
+        stopped_in.as_secs_f64()
     );
 }

@@ -257,7 +257,13 @@ impl TestCluster {
         let lock =
             File::create(lock_path()).unwrap_or_else(|e| panic!("{}: {e}", lock_path().display()));
         lock.lock().expect("the cluster lock");
+        let locked = began.elapsed();
         sweep();
+        eprintln!(
+            "cluster: the lock after {:.1} s, swept after {:.1} s",
+            locked.as_secs_f64(),
+            began.elapsed().as_secs_f64()
+        );
         let dir = state();
         let logs = dir.join("logs");
         for d in [&logs, &dir.join("pids")] {
@@ -600,6 +606,17 @@ impl TestCluster {
     /// long it took.
     pub fn stop(mut self) -> Duration {
         self.shutdown()
+    }
+
+    /// What a SIGKILL of the test leaves: the daemons die at once (as the parent-death signal
+    /// kills them), the lock is released, and nothing is swept: containerd's shims, the
+    /// containers, their mounts, the bridge, the chains and the cgroups stay for the next start.
+    pub fn abandon(mut self) {
+        for (_, child) in &mut self.daemons {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        self.daemons.clear();
     }
 
     fn shutdown(&mut self) -> Duration {
