@@ -36,14 +36,15 @@ const DOMAINS: usize = 10;
 const PATHS: usize = 10;
 const LIMIT: Duration = Duration::from_secs(120);
 
-/// istiod's environment: upstream Envoy refuses listeners carrying Istio's ALPN and metadata
-/// exchange filters (docs/istio.md).
+/// istiod's environment: upstream Envoy refuses clusters and listeners carrying Istio's metadata
+/// exchange filters, and listeners carrying its ALPN filter (docs/istio.md).
 const ISTIOD_ENV: &[(&str, &str)] = &[
     ("PILOT_ENABLE_ALPN_FILTER", "false"),
     ("PILOT_ENABLE_METADATA_EXCHANGE", "false"),
 ];
-/// The mesh configuration: no automatic mutual TLS to the (plain HTTP) backend.
-const MESH: &str = "enableAutoMtls: false\n";
+/// The mesh configuration: Istio's defaults. (Auto mutual TLS stays on: its clusters wait for
+/// the workload certificate and root, SDS `default` and `ROOTCA`, which pilot-agent serves.)
+const MESH: &str = "{}\n";
 
 fn envoy_binary() -> PathBuf {
     let p = std::env::var_os("MESHBENCH_ENVOY")
