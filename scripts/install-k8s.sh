@@ -16,7 +16,8 @@ VERSION=1.34.2
 K8S_CACHE=${K8S_CACHE:-/var/cache/meshbench/k8s/v$VERSION}
 K8S_BIN=${K8S_BIN:-$K8S_CACHE/bin}
 DEBS="etcd-server=3.4.23-4+b4 containerd=1.6.20~ds1-1+deb12u3 runc=1.1.5+ds1-1+deb12u1
-  containernetworking-plugins=1.1.1+ds1-3+b5 iptables=1.8.9-2 conntrack=1:1.4.7-1+b2"
+  containernetworking-plugins=1.1.1+ds1-3+b5 iptables=1.8.9-2 conntrack=1:1.4.7-1+b2
+  podman=4.3.1+ds1-8+deb12u1+b3"
 missing=()
 for d in $DEBS; do
   [ "$(dpkg-query -W -f='${Status}' "${d%%=*}" 2>/dev/null)" = "install ok installed" ] || missing+=("$d")

@@ -13,9 +13,9 @@
 //! limit; Envoy carried the load (requests, no errors).
 //!
 //! One knob differs from a default kubelet: cAdvisor's housekeeping (how often the kubelet
-//! refreshes container stats, 10 s by default) is 1 s here, through a `kubelet` wrapper in the
-//! directory `K8S_BIN` names, so that a load of a few seconds has fresh points under a 1 s
-//! scrape. On a real cluster the same queries work with `scrape_interval_secs` >= 10 and a
+//! refreshes container stats, 10 s by default) is 1 s on the test cluster's kubelet
+//! (common/cluster.rs, [`HOUSEKEEPING`]), so that a load of a few seconds has fresh points under
+//! a 1 s scrape. On a real cluster the same queries work with `scrape_interval_secs` >= 20 and a
 //! warm-up of at least four times that (docs/kubernetes.md).
 //!
 //! Where a kubelet cannot run, the test fails with `node_unavailable()`'s reason.
@@ -31,7 +31,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::cluster::{self, TestCluster, GATEWAY};
+use common::cluster::{self, TestCluster, GATEWAY, HOUSEKEEPING};
 use common::{bin, free_addr, stderr};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret, Service};
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -51,8 +51,6 @@ const DOMAIN: &str = "workspace-1-domain-1.com";
 /// The gateway's limits (requests = limits: Guaranteed QoS, as the kubelet's cgroup shows).
 const GATEWAY_CPU_MILLI: u64 = 500;
 const GATEWAY_MEMORY: u64 = 256 << 20;
-/// cAdvisor's housekeeping here (see the header).
-const HOUSEKEEPING: &str = "1s";
 
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -66,37 +64,6 @@ fn now_ms() -> u64 {
         .duration_since(UNIX_EPOCH)
         .unwrap()
         .as_millis() as u64
-}
-
-/// A `K8S_BIN` directory: the installed binaries, and a `kubelet` that runs the installed one
-/// with cAdvisor's housekeeping at [`HOUSEKEEPING`].
-fn k8s_bin_with_fast_housekeeping(dir: &Path) -> PathBuf {
-    let real = cluster::k8s_bin();
-    let out = dir.join("k8s-bin");
-    std::fs::create_dir_all(&out).unwrap();
-    for b in [
-        "kube-apiserver",
-        "kube-controller-manager",
-        "kube-scheduler",
-        "kube-proxy",
-    ] {
-        std::os::unix::fs::symlink(real.join(b), out.join(b)).unwrap();
-    }
-    let wrapper = out.join("kubelet");
-    std::fs::write(
-        &wrapper,
-        format!(
-            "#!/bin/sh\nexec {} --housekeeping-interval={HOUSEKEEPING} \"$@\"\n",
-            real.join("kubelet").display()
-        ),
-    )
-    .unwrap();
-    std::fs::set_permissions(
-        &wrapper,
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
-    out
 }
 
 /// The Envoy the lab runs (`$MESHBENCH_ENVOY`, else /usr/local/bin/envoy).
@@ -742,18 +709,12 @@ fn envoy_gateway_pod_read_through_kubelet_cadvisor_matches_its_cgroup_within_10_
         panic!("a real Kubernetes node cannot run here: {why}");
     }
     let dir = common::scratch_dir("k8s-gateway-cadvisor");
-    std::env::set_var("K8S_BIN", k8s_bin_with_fast_housekeeping(&dir));
     let c = TestCluster::with_node();
     let rt = rt();
     let client = c.client(&rt);
 
     // Images: meshbench (agents, backend) and Envoy, packaged here and imported, never pulled.
-    c.load_image(
-        &cluster::meshbench_rootfs(&dir),
-        MESHBENCH_IMAGE,
-        "/meshbench",
-        "65532:65532",
-    );
+    c.load_meshbench_image(MESHBENCH_IMAGE);
     c.load_image(
         &envoy_rootfs(&dir),
         ENVOY_IMAGE,

@@ -357,8 +357,7 @@ fn k8s_run_on_a_real_node_schedules_limits_dials_loads_a_service_and_cleans_up()
     let rt = runtime();
     let client = c.client(&rt);
     let dir = common::scratch_dir("k8s-node");
-    let rootfs = cluster::meshbench_rootfs(&dir);
-    c.load_image(&rootfs, IMAGE, "/meshbench", "65532:65532");
+    c.load_meshbench_image(IMAGE);
 
     start_backend(&rt, &client);
     let backend_ip = wait_pod_ready(&rt, &client, &c, "backend", Duration::from_secs(60));
@@ -526,12 +525,7 @@ fn a_cluster_killed_with_pods_running_is_swept_by_the_next_start() {
     let rt = runtime();
     let client = c.client(&rt);
     let dir = common::scratch_dir("k8s-node-killed");
-    c.load_image(
-        &cluster::meshbench_rootfs(&dir),
-        IMAGE,
-        "/meshbench",
-        "65532:65532",
-    );
+    c.load_meshbench_image(IMAGE);
     start_backend(&rt, &client);
     wait_pod_ready(&rt, &client, &c, "backend", Duration::from_secs(60));
     drop(client);

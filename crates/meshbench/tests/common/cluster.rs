@@ -21,10 +21,8 @@
 //! next. A lock file keeps two test processes from sharing it. Daemons also die with the test
 //! (parent-death signal); the containers they started wait for the next sweep.
 
-use std::collections::BTreeMap;
 use std::ffi::CString;
 use std::fs::File;
-use std::io::Read;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -50,6 +48,8 @@ pub const SERVICE_RANGE: &str = "10.96.0.0/16";
 /// containerd's default socket: cAdvisor inside the kubelet looks for containerd there (with
 /// another path only pod-level series appear in /metrics/cadvisor).
 pub const CONTAINERD_SOCK: &str = "/run/containerd/containerd.sock";
+/// How often the kubelet's cAdvisor refreshes container stats.
+pub const HOUSEKEEPING: &str = "1s";
 /// containerd's sandbox image, built from deploy/pause/pause.c by scripts/install-k8s.sh.
 pub const PAUSE_IMAGE: &str = "localhost/meshbench-pause:1";
 const API_TOKEN: &str = "meshbench-test-admin-token";
@@ -439,6 +439,11 @@ impl TestCluster {
                 // The gateway, not loopback: the kubelet refuses to report a loopback node IP,
                 // and kube-proxy waits 30 s for the node's address before it starts.
                 format!("--node-ip={GATEWAY}"),
+                // cAdvisor refreshes container stats every 1 s, not every 10 s (plus jitter), so
+                // that a load of a few seconds has fresh points in /metrics/cadvisor
+                // (tests/k8s_gateway_cadvisor.rs); the one setting that differs from a default
+                // kubelet, said in docs/kubernetes.md.
+                format!("--housekeeping-interval={HOUSEKEEPING}"),
             ],
         );
         let kc = self.kubeconfig.clone();
@@ -580,6 +585,28 @@ impl TestCluster {
         if let Err(e) = ctr(&["images", "import", &archive.display().to_string()]) {
             panic!("importing {}: {e}", archive.display());
         }
+    }
+
+    /// The meshbench image as users build it, from deploy/Containerfile (scripts/build-image.sh,
+    /// podman) with this build's binary, saved as an OCI archive, imported as `name` and removed
+    /// from podman's storage again.
+    pub fn load_meshbench_image(&self, name: &str) {
+        let archive = state().join("image-meshbench.tar");
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/build-image.sh");
+        let out = Command::new(script)
+            .env("TAG", name)
+            .env("BIN", super::bin())
+            .env("OCI_ARCHIVE", &archive)
+            .env("RMI", "1")
+            .output()
+            .expect("scripts/build-image.sh");
+        assert!(
+            out.status.success(),
+            "build-image.sh: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        self.import_image(&archive);
+        let _ = std::fs::remove_file(&archive);
     }
 
     /// Packages `rootfs` as image `name` (scripts/oci-archive.sh) and imports it.
@@ -1134,42 +1161,4 @@ pub fn pod_cgroup_limits(uid: &str) -> Result<(Option<f64>, u64), String> {
             Ok((quota.map(|q| q / period), limit))
         }
     }
-}
-
-/// A root filesystem with this build's binary as `/meshbench`, the shared libraries it links
-/// (and the loader), and user and group 65532: what deploy/Containerfile packages.
-pub fn meshbench_rootfs(dir: &Path) -> PathBuf {
-    let root = dir.join("rootfs");
-    std::fs::create_dir_all(root.join("etc")).unwrap();
-    std::fs::create_dir_all(root.join("tmp")).unwrap();
-    std::fs::set_permissions(
-        root.join("tmp"),
-        std::os::unix::fs::PermissionsExt::from_mode(0o1777),
-    )
-    .unwrap();
-    std::fs::copy(super::bin(), root.join("meshbench")).unwrap();
-    let ldd = Command::new("ldd").arg(super::bin()).output().expect("ldd");
-    let mut libs = BTreeMap::new();
-    for word in String::from_utf8_lossy(&ldd.stdout).split_whitespace() {
-        if word.starts_with('/') {
-            libs.insert(word.to_string(), ());
-        }
-    }
-    for lib in libs.keys() {
-        let to = root.join(lib.trim_start_matches('/'));
-        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
-        let mut bytes = Vec::new();
-        File::open(lib)
-            .and_then(|mut f| f.read_to_end(&mut bytes))
-            .unwrap_or_else(|e| panic!("{lib}: {e}"));
-        std::fs::write(&to, bytes).unwrap();
-        let _ = std::fs::set_permissions(&to, std::os::unix::fs::PermissionsExt::from_mode(0o755));
-    }
-    std::fs::write(
-        root.join("etc/passwd"),
-        "meshbench:x:65532:65532:meshbench:/tmp:/meshbench\n",
-    )
-    .unwrap();
-    std::fs::write(root.join("etc/group"), "meshbench:x:65532:\n").unwrap();
-    root
 }
