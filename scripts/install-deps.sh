@@ -45,5 +45,9 @@ scripts_dir="$(dirname "$0")"
 "$scripts_dir/install-envoy.sh"
 # fortio, an independent gRPC peer for tests/grpc.rs (built once from its Go module).
 "$scripts_dir/install-fortio.sh"
-# A Kubernetes control plane for tests/k8s.rs (built once from Go modules, then cached).
+# A Kubernetes cluster for the k8s tests: the control plane, kube-scheduler, kubelet, kube-proxy
+# (built once from Go modules, then cached), containerd, runc, CNI plugins and podman from Debian.
 "$scripts_dir/install-k8s.sh"
+# istiod (pilot-discovery) and pilot-agent for tests/istio_gateway.rs (built once from
+# istio.io/istio at a pinned pseudo-version, then cached).
+"$scripts_dir/install-istio.sh"
