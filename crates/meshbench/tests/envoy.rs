@@ -22,8 +22,7 @@ const LIMIT: Duration = Duration::from_secs(120);
 
 /// The Envoy binary, or a failure that says how to install it.
 fn envoy_bin() -> PathBuf {
-    envoy::binary()
-        .unwrap_or_else(|e| panic!("Envoy is not installed: run scripts/install-envoy.sh ({e})"))
+    common::envoy_binary()
 }
 
 /// How a case is set up.

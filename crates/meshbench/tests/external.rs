@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::prometheus::{Prometheus as TestPrometheus, PrometheusOptions};
-use common::{free_addr, meshbench, BackendProc, LabRole};
+use common::{export_json, free_addr, meshbench, BackendProc, LabRole};
 use meshbench_lab::cgroup::{Cgroup, Cgroups, Limits};
 use meshbench_lab::process::{Placement, RoleProcess};
 use meshbench_lab::program::{nginx, ProgramSpec, Run};
@@ -91,28 +91,6 @@ fn experiment(file: &Path, store: &Path) -> std::process::Output {
         ],
         Duration::from_secs(50),
     )
-}
-
-/// The stored experiment as `results export --format json` writes it.
-fn export_json(store: &Path) -> Value {
-    let out = meshbench(
-        &[
-            "results",
-            "export",
-            "latest",
-            "--format",
-            "json",
-            "--store",
-            store.to_str().unwrap(),
-        ],
-        Duration::from_secs(10),
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("JSON")
 }
 
 fn role<'a>(step: &'a Value, name: &str) -> &'a Value {

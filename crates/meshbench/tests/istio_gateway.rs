@@ -46,18 +46,6 @@ const ISTIOD_ENV: &[(&str, &str)] = &[
 /// the workload certificate and root, SDS `default` and `ROOTCA`, which pilot-agent serves.)
 const MESH: &str = "{}\n";
 
-fn envoy_binary() -> PathBuf {
-    let p = std::env::var_os("MESHBENCH_ENVOY")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/usr/local/bin/envoy"));
-    assert!(
-        p.exists(),
-        "{} is missing: run scripts/install-envoy.sh",
-        p.display()
-    );
-    p
-}
-
 fn scratch(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("meshbench-istio-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
@@ -143,7 +131,7 @@ fn rejected(admin: SocketAddr) -> Vec<(String, u64)> {
 #[test]
 fn istiod_configures_upstream_envoy_for_the_generated_gateway_and_every_route_answers() {
     let mut not_installed = istio::missing();
-    let envoy = envoy_binary();
+    let envoy = common::envoy_binary();
     if !common::cluster::k8s_bin().join("kube-apiserver").exists() {
         not_installed.push("kube-apiserver is missing: run scripts/install-k8s.sh".into());
     }

@@ -365,19 +365,7 @@ fn k8s_run_applies_waits_coordinates_collects_and_deletes() {
         "agents end with their session: {logs:?}"
     );
     // The step was driven by the two agents and stored.
-    let shown = common::meshbench(
-        &[
-            "results",
-            "export",
-            "latest",
-            "--format",
-            "json",
-            "--store",
-            store.to_str().unwrap(),
-        ],
-        Duration::from_secs(20),
-    );
-    let export: serde_json::Value = serde_json::from_slice(&shown.stdout).expect("JSON export");
+    let export: serde_json::Value = common::export_json(&store);
     let text = export.to_string();
     assert!(
         text.contains("\"agents\"") && text.contains("itest-agents-0"),

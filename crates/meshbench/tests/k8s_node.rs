@@ -414,19 +414,7 @@ fn k8s_run_on_a_real_node_schedules_limits_dials_loads_a_service_and_cleans_up()
     }
 
     // The step was driven by the two agent pods against the backend, merged and stored.
-    let shown = common::meshbench(
-        &[
-            "results",
-            "export",
-            "latest",
-            "--format",
-            "json",
-            "--store",
-            store.to_str().unwrap(),
-        ],
-        Duration::from_secs(20),
-    );
-    let export: serde_json::Value = serde_json::from_slice(&shown.stdout).expect("JSON export");
+    let export: serde_json::Value = common::export_json(&store);
     let text = export.to_string();
     assert!(
         text.contains("\"agents\"")

@@ -582,3 +582,28 @@ pub fn header_list(headers: &[httparse::Header]) -> Vec<(String, String)> {
         })
         .collect()
 }
+
+/// The latest experiment of `store` as `results export --format json` writes it.
+pub fn export_json(store: &Path) -> serde_json::Value {
+    let out = meshbench(
+        &[
+            "results",
+            "export",
+            "latest",
+            "--format",
+            "json",
+            "--store",
+            store.to_str().unwrap(),
+        ],
+        Duration::from_secs(20),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    serde_json::from_slice(&out.stdout).expect("a JSON export")
+}
+
+/// The Envoy the lab runs (`$MESHBENCH_ENVOY`, PATH, /usr/local/bin/envoy), or a failure that
+/// says how to install it.
+pub fn envoy_binary() -> PathBuf {
+    meshbench_lab::program::envoy::binary()
+        .unwrap_or_else(|e| panic!("Envoy is not installed: run scripts/install-envoy.sh ({e})"))
+}

@@ -22,6 +22,10 @@ pub struct PrometheusOptions {
     pub remote_write_receiver: bool,
     /// `--enable-feature=native-histograms`.
     pub native_histograms: bool,
+    /// A kubelet on 127.0.0.1 at this port, whose `/metrics/cadvisor` is scraped every second
+    /// (job `kubelet-cadvisor`, HTTPS with the kubelet's self-signed certificate, read
+    /// anonymously), as a cluster's Prometheus scrapes every node's.
+    pub kubelet_cadvisor: Option<u16>,
 }
 
 pub struct Prometheus {
@@ -41,11 +45,19 @@ impl Prometheus {
         std::fs::create_dir_all(&dir).unwrap();
         let config = dir.join("prometheus.yml");
         let mut yml = String::from("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n");
+        if !o.scrape.is_empty() || o.kubelet_cadvisor.is_some() {
+            yml.push_str("scrape_configs:\n");
+        }
         if !o.scrape.is_empty() {
             let targets: Vec<String> = o.scrape.iter().map(|t| format!("'{t}'")).collect();
             yml.push_str(&format!(
-                "scrape_configs:\n  - job_name: meshbench\n    honor_labels: true\n    static_configs:\n      - targets: [{}]\n",
+                "  - job_name: meshbench\n    honor_labels: true\n    static_configs:\n      - targets: [{}]\n",
                 targets.join(", ")
+            ));
+        }
+        if let Some(port) = o.kubelet_cadvisor {
+            yml.push_str(&format!(
+                "  - job_name: kubelet-cadvisor\n    scheme: https\n    metrics_path: /metrics/cadvisor\n    tls_config:\n      insecure_skip_verify: true\n    static_configs:\n      - targets: ['127.0.0.1:{port}']\n"
             ));
         }
         std::fs::write(&config, yml).unwrap();
@@ -114,6 +126,12 @@ impl Prometheus {
     pub fn query(&self, q: &str, time: f64) -> Vec<Value> {
         let t = format!("{time:.3}");
         let data = self.api("/api/v1/query", &[("query", q), ("time", &t)]);
+        data["result"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// An instant query now: the result vector.
+    pub fn query_now(&self, q: &str) -> Vec<Value> {
+        let data = self.api("/api/v1/query", &[("query", q)]);
         data["result"].as_array().cloned().unwrap_or_default()
     }
 
