@@ -20,7 +20,6 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use common::cluster::TestCluster;
@@ -45,13 +44,6 @@ const ISTIOD_ENV: &[(&str, &str)] = &[
 /// The mesh configuration: Istio's defaults. (Auto mutual TLS stays on: its clusters wait for
 /// the workload certificate and root, SDS `default` and `ROOTCA`, which pilot-agent serves.)
 const MESH: &str = "{}\n";
-
-fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("meshbench-istio-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
 
 /// What is still missing from Envoy's configuration, or empty when every listener, route,
 /// secret and endpoint istiod should send has been accepted.
@@ -160,7 +152,7 @@ fn istiod_configures_upstream_envoy_for_the_generated_gateway_and_every_route_an
         t.elapsed().as_secs_f64()
     );
 
-    let istiod_dir = scratch("istiod");
+    let istiod_dir = common::scratch_dir("istio-istiod");
     let mut istiod = Istiod::start(&istiod_dir, &cluster.kubeconfig, MESH, ISTIOD_ENV);
     let istiod_ready = istiod.wait_ready(LIMIT);
 
@@ -204,7 +196,7 @@ fn istiod_configures_upstream_envoy_for_the_generated_gateway_and_every_route_an
         .token;
 
     // The gateway, with no Gateway objects yet: Envoy up and its bootstrap accepted.
-    let gw_dir = scratch("gateway");
+    let gw_dir = common::scratch_dir("istio-gateway");
     let mut gw = IngressGateway::start(&gw_dir, &istiod, &root_cert, &token, &envoy);
     let admin = gw.admin;
     let envoy_live = istio::wait_until(
@@ -216,7 +208,7 @@ fn istiod_configures_upstream_envoy_for_the_generated_gateway_and_every_route_an
 
     // The backend, then the generated objects, applied while the gateway runs.
     let backend = BackendProc::start(&[]);
-    let out_dir = scratch("gen");
+    let out_dir = common::scratch_dir("istio-gen");
     let (d, p, b, o) = (
         DOMAINS.to_string(),
         PATHS.to_string(),

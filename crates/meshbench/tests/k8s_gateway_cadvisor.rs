@@ -300,56 +300,6 @@ fn start_gateway(rt: &tokio::runtime::Runtime, client: &Client, yaml: &str, crt:
     );
 }
 
-/// Waits (at most `limit`) until a pod is Ready: the pod as it then is.
-fn wait_pod_ready(
-    rt: &tokio::runtime::Runtime,
-    client: &Client,
-    c: &TestCluster,
-    ns: &str,
-    name: &str,
-    limit: Duration,
-) -> Pod {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let deadline = Instant::now() + limit;
-    loop {
-        let pod = rt.block_on(pods.get(name)).expect("the pod");
-        let status = pod.status.clone().unwrap_or_default();
-        if status
-            .conditions
-            .iter()
-            .flatten()
-            .any(|c| c.type_ == "Ready" && c.status == "True")
-        {
-            return pod;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "pod {ns}/{name} not Ready after {limit:?}: {status:?}\n{}\n{}",
-            cluster::log_tail(&c.logs.join("kubelet.log"), 20),
-            container_log(ns, name)
-        );
-        std::thread::sleep(Duration::from_millis(300));
-    }
-}
-
-/// The last lines a pod's containers wrote (the kubelet's pod logs under its state directory).
-fn container_log(ns: &str, pod: &str) -> String {
-    let root = Path::new(cluster::STATE).join("pod-logs");
-    let mut out = String::new();
-    for e in std::fs::read_dir(&root).into_iter().flatten().flatten() {
-        let name = e.file_name().to_string_lossy().to_string();
-        if name.starts_with(&format!("{ns}_{pod}_")) {
-            for c in std::fs::read_dir(e.path()).into_iter().flatten().flatten() {
-                for f in std::fs::read_dir(c.path()).into_iter().flatten().flatten() {
-                    out.push_str(&cluster::log_tail(&f.path(), 15));
-                    out.push('\n');
-                }
-            }
-        }
-    }
-    out
-}
-
 /// The gateway container's cgroups, as the kubelet made them (cgroup v1: the cpuacct and
 /// memory hierarchies; v2: one directory).
 #[derive(Debug, Clone)]
@@ -516,6 +466,9 @@ fn close(a: f64, b: f64, tolerance: f64) -> bool {
 /// window 8 s and the warm-up as long. With 1 (a 4-s window holding two or three points,
 /// the newest up to 2 s old), rate()'s extrapolation read 10 % low. The measured window is
 /// 16 s, two rate windows: with 8 s, one run in about eight still read 10 % off the cgroup.
+/// The rate window the experiment's `scrape_interval_secs: 2` gives (four scrape intervals).
+const RATE_WINDOW_MS: u64 = 8_000;
+
 fn experiment(dir: &Path, url: &str, prometheus: SocketAddr) -> PathBuf {
     let file = dir.join("k8s-gateway-cadvisor.yaml");
     std::fs::write(
@@ -596,7 +549,7 @@ fn envoy_gateway_pod_read_through_kubelet_cadvisor_matches_its_cgroup_within_10_
     apply_namespace(&rt, &client, NS);
     apply_namespace(&rt, &client, GATEWAY_NS);
     start_backend(&rt, &client);
-    let backend = wait_pod_ready(&rt, &client, &c, NS, "backend", Duration::from_secs(60));
+    let backend = c.wait_pod_ready(&rt, &client, NS, "backend", Duration::from_secs(60));
     let service_ip = |ns: &str, name: &str| -> String {
         rt.block_on(Api::<Service>::namespaced(client.clone(), ns).get(name))
             .unwrap()
@@ -613,10 +566,9 @@ fn envoy_gateway_pod_read_through_kubelet_cadvisor_matches_its_cgroup_within_10_
     };
     let (yaml, crt, key) = gateway_config(&dir, &backend_addr);
     start_gateway(&rt, &client, &yaml, &crt, &key);
-    let gw = wait_pod_ready(
+    let gw = c.wait_pod_ready(
         &rt,
         &client,
-        &c,
         GATEWAY_NS,
         GATEWAY_POD,
         Duration::from_secs(90),
@@ -749,7 +701,7 @@ fn envoy_gateway_pod_read_through_kubelet_cadvisor_matches_its_cgroup_within_10_
         out.status.success(),
         "{err}\n{}\n{}\n{}",
         cluster::log_tail(&c.logs.join("kubelet.log"), 20),
-        container_log(GATEWAY_NS, GATEWAY_POD),
+        cluster::container_log(GATEWAY_NS, GATEWAY_POD),
         prom.log()
     );
     assert!(err.contains("2 of 2 agent pod(s) ready"), "{err}");
@@ -793,8 +745,19 @@ fn envoy_gateway_pod_read_through_kubelet_cadvisor_matches_its_cgroup_within_10_
     let (from, to) = (points[0].t_ms, points[points.len() - 1].t_ms);
     assert!(to > from, "{points:?}");
 
-    // The cgroup over the same window: CPU by its counter's change, the working set's mean.
-    let cg_mc = (cpu_at(&cgroup, to) - cpu_at(&cgroup, from)) / ((to - from) as f64 * 1e6) * 1000.0;
+    // The cgroup as the stored figure sees it: each stored point is a rate over the rate
+    // window ending at the point's instant, and the figure is their mean, so the cgroup's CPU
+    // is the mean over the same instants of its counter's change over the same window (the
+    // warm-up covers the first one). The working set is the window's mean.
+    let cg_mc = points
+        .iter()
+        .map(|p| {
+            (cpu_at(&cgroup, p.t_ms) - cpu_at(&cgroup, p.t_ms - RATE_WINDOW_MS))
+                / (RATE_WINDOW_MS as f64 * 1e6)
+                * 1000.0
+        })
+        .sum::<f64>()
+        / points.len() as f64;
     let inside: Vec<&CgroupSample> = cgroup
         .iter()
         .filter(|s| s.t_ms >= from && s.t_ms <= to)

@@ -90,36 +90,6 @@ fn start_backend(rt: &tokio::runtime::Runtime, client: &Client) {
 }
 
 /// Waits (at most `limit`) until pod `name` is Ready; its IP.
-fn wait_pod_ready(
-    rt: &tokio::runtime::Runtime,
-    client: &Client,
-    c: &TestCluster,
-    name: &str,
-    limit: Duration,
-) -> String {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    let deadline = Instant::now() + limit;
-    loop {
-        let pod = rt.block_on(pods.get(name)).expect("the pod");
-        let status = pod.status.clone().unwrap_or_default();
-        let ready = status
-            .conditions
-            .iter()
-            .flatten()
-            .any(|c| c.type_ == "Ready" && c.status == "True");
-        if ready {
-            return status.pod_ip.expect("a Ready pod has an IP");
-        }
-        assert!(
-            Instant::now() < deadline,
-            "pod {name} not Ready after {limit:?}: {:?}\n{}",
-            status,
-            cluster::log_tail(&c.logs.join("kubelet.log"), 20)
-        );
-        std::thread::sleep(Duration::from_millis(300));
-    }
-}
-
 /// Waits until `url` answers 200 (at most `limit`), else fails with kube-proxy's log.
 fn wait_answers(url: &str, limit: Duration, c: &TestCluster) {
     let deadline = Instant::now() + limit;
@@ -360,7 +330,11 @@ fn k8s_run_on_a_real_node_schedules_limits_dials_loads_a_service_and_cleans_up()
     c.load_meshbench_image(IMAGE);
 
     start_backend(&rt, &client);
-    let backend_ip = wait_pod_ready(&rt, &client, &c, "backend", Duration::from_secs(60));
+    let backend_ip = c
+        .wait_pod_ready(&rt, &client, NS, "backend", Duration::from_secs(60))
+        .status
+        .and_then(|s| s.pod_ip)
+        .expect("a Ready pod has an IP");
     // Through the Service, which kube-proxy programs here (iptables mode; it answers from
     // this machine too, as the host's OUTPUT chain is rewritten like a pod's traffic). Only
     // where kube-proxy itself says it cannot run do the agents aim at the backend pod instead.
@@ -515,7 +489,7 @@ fn a_cluster_killed_with_pods_running_is_swept_by_the_next_start() {
     let dir = common::scratch_dir("k8s-node-killed");
     c.load_meshbench_image(IMAGE);
     start_backend(&rt, &client);
-    wait_pod_ready(&rt, &client, &c, "backend", Duration::from_secs(60));
+    c.wait_pod_ready(&rt, &client, NS, "backend", Duration::from_secs(60));
     drop(client);
     c.abandon();
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();

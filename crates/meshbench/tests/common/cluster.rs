@@ -28,6 +28,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::Api;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 
@@ -577,6 +579,39 @@ impl TestCluster {
     /// the runtime it was made in, so every thread makes its own.
     pub fn client(&self, rt: &tokio::runtime::Runtime) -> Client {
         client(&self.kubeconfig, rt)
+    }
+
+    /// Waits (at most `limit`) until a pod is Ready: the pod as it then is. Fails with the
+    /// kubelet's log and the pod's own.
+    pub fn wait_pod_ready(
+        &self,
+        rt: &tokio::runtime::Runtime,
+        client: &Client,
+        ns: &str,
+        name: &str,
+        limit: Duration,
+    ) -> Pod {
+        let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+        let deadline = Instant::now() + limit;
+        loop {
+            let pod = rt.block_on(pods.get(name)).expect("the pod");
+            let status = pod.status.clone().unwrap_or_default();
+            if status
+                .conditions
+                .iter()
+                .flatten()
+                .any(|c| c.type_ == "Ready" && c.status == "True")
+            {
+                return pod;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "pod {ns}/{name} not Ready after {limit:?}: {status:?}\n{}\n{}",
+                log_tail(&self.logs.join("kubelet.log"), 20),
+                container_log(ns, name)
+            );
+            std::thread::sleep(Duration::from_millis(300));
+        }
     }
 
     /// Imports an OCI image archive into the node's containerd (namespace k8s.io), where the
@@ -1161,4 +1196,22 @@ pub fn pod_cgroup_limits(uid: &str) -> Result<(Option<f64>, u64), String> {
             Ok((quota.map(|q| q / period), limit))
         }
     }
+}
+
+/// The last lines a pod's containers wrote (the kubelet's pod logs under the state directory).
+pub fn container_log(ns: &str, pod: &str) -> String {
+    let root = state().join("pod-logs");
+    let mut out = String::new();
+    for e in std::fs::read_dir(&root).into_iter().flatten().flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        if name.starts_with(&format!("{ns}_{pod}_")) {
+            for c in std::fs::read_dir(e.path()).into_iter().flatten().flatten() {
+                for f in std::fs::read_dir(c.path()).into_iter().flatten().flatten() {
+                    out.push_str(&log_tail(&f.path(), 15));
+                    out.push('\n');
+                }
+            }
+        }
+    }
+    out
 }
