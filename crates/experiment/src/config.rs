@@ -789,7 +789,11 @@ impl Experiment {
     /// The proxy and tunnel programs: `command` goes with type command only; a tunnel needs L4.
     fn validate_programs(&self, p: &mut Vec<String>) {
         for (section, proxy) in [("proxy", &self.proxy), ("tunnel", &self.tunnel)] {
-            if proxy.kind == Program::Command {
+            if proxy.kind == Program::Istio {
+                p.push(format!(
+                    "{section}.type: istio configures the gateway only (gateway.type: istio); use envoy for Istio's sidecars and tunnels"
+                ));
+            } else if proxy.kind == Program::Command {
                 if proxy.command.is_empty() {
                     p.push(format!(
                         "{section}.command: type command needs the program and its arguments"
@@ -812,7 +816,10 @@ impl Experiment {
     fn validate_gateway(&self, p: &mut Vec<String>) {
         if self.topologies.contains(&Topology::Gateway) {
             if self.gateway.kind == Program::Command {
-                p.push("gateway.type: expected nginx, haproxy, caddy or envoy".into());
+                p.push("gateway.type: expected nginx, haproxy, caddy, envoy or istio".into());
+            }
+            if self.gateway.kind == Program::Istio && self.isolation == Isolation::Netns {
+                p.push("gateway.type: istio runs its control plane on loopback, which a role in its own network namespace cannot reach; use isolation: process".into());
             }
             if self.gateway.domains == 0 || self.gateway.paths == 0 {
                 p.push("gateway: domains and paths must be at least 1".into());

@@ -20,6 +20,7 @@
 pub mod cgroup;
 pub mod gateway;
 pub mod install;
+pub mod istio;
 pub mod netns;
 pub mod pki;
 pub mod process;

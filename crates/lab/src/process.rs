@@ -299,7 +299,9 @@ mod tests {
             RoleProcess::spawn("sleepers", cmd, &dir.join("log"), &Placement::default()).unwrap();
         let pgid = role.pid();
         let deadline = Instant::now() + Duration::from_secs(5);
-        while role.tree().len() < 3 && Instant::now() < deadline {
+        // sh forks both sleeps before it echoes: wait for the line as well as the tree.
+        while (role.tree().len() < 3 || role.log_tail(1) != "started") && Instant::now() < deadline
+        {
             std::thread::sleep(Duration::from_millis(10));
         }
         assert_eq!(role.tree().len(), 3, "sh and two sleeps");

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use crate::cgroup::{Cgroup, Cgroups, Limits};
 use crate::gateway::{self, CertLayout, GatewayPlan};
+use crate::istio::{ready, ControlPlane};
 use crate::netns::{Namespaces, RoleNamespace};
 use crate::process::{Placement, RoleProcess};
 use crate::program::{Hop, ListenTls, Program, ProgramSpec, UpstreamTls};
@@ -113,8 +114,61 @@ pub struct Rig {
     pub entry_tls: Option<EntryTls>,
     /// What could not be done as asked, and what was done instead.
     pub warnings: Vec<String>,
+    /// The Istio gateway's control plane (`gateway.type: istio`), stopped after the roles.
+    pub istio: Option<IstioGateway>,
     namespaces: Option<Namespaces>,
     dir: PathBuf,
+}
+
+/// The control plane of an Istio gateway, and what its start cost.
+pub struct IstioGateway {
+    pub control_plane: ControlPlane,
+    /// What its Envoy must hold before the role counts as started.
+    pub expected: ready::Expected,
+    /// From applying the generated objects until Envoy had accepted all of them.
+    pub applied_in: Duration,
+    /// From the agent's start until its Envoy had accepted everything (istiod's first push).
+    pub pushed_in: Option<Duration>,
+    /// The VirtualServices' file, for a change to time.
+    virtual_services: PathBuf,
+}
+
+impl IstioGateway {
+    /// One line for the record: how long each part of the configuration took to reach Envoy
+    /// (admin at `admin`), how large Envoy's config dump is, and istiod's push time for one
+    /// route added (measured here, before the load).
+    pub fn summary(&self, admin: Option<SocketAddr>) -> String {
+        let mut line = format!(
+            "istio: istiod ready in {:.1} s; {} routes applied in {:.2} s; Envoy held all of them {} after its agent started",
+            self.control_plane.istiod_ready_in.as_secs_f64(),
+            self.expected.routes,
+            self.applied_in.as_secs_f64(),
+            self.pushed_in
+                .map_or("?".to_string(), |d| format!("{:.1} s", d.as_secs_f64())),
+        );
+        let Some(admin) = admin else {
+            return line;
+        };
+        match ready::http_get(admin, "/config_dump") {
+            Ok((200, dump)) => {
+                line.push_str(&format!("; config dump {:.1} MB", dump.len() as f64 / 1e6))
+            }
+            Ok((code, _)) => line.push_str(&format!("; config dump: {code}")),
+            Err(e) => line.push_str(&format!("; config dump: {e}")),
+        }
+        match self.control_plane.time_route_change(
+            admin,
+            &self.virtual_services,
+            Duration::from_secs(60),
+        ) {
+            Ok(d) => line.push_str(&format!(
+                "; one route added reached Envoy in {:.0} ms",
+                d.as_secs_f64() * 1e3
+            )),
+            Err(e) => line.push_str(&format!("; a route change: {e}")),
+        }
+        line
+    }
 }
 
 /// The name the mesh's certificates are issued for and checked against.
@@ -137,6 +191,17 @@ struct Launch<'a> {
     admin: Option<SocketAddr>,
     /// Its configuration file, named when the program refuses it.
     config: Option<PathBuf>,
+    /// When it counts as started.
+    ready: Ready,
+}
+
+/// When a started role counts as ready.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ready {
+    /// Its listener accepts a connection.
+    Accepts,
+    /// Its Envoy holds all that istiod should send ([`Rig::istio`]'s `expected`).
+    ConfiguredByIstio,
 }
 
 impl RigSpec {
@@ -200,7 +265,7 @@ pub fn workers_for(set: u32, limits: &Limits) -> u32 {
 /// connection, and roles start one after another (an Envoy already running dials its upstream
 /// from such a port). Ports are taken in turn from a start that differs per process, free for
 /// TCP and UDP (HTTP/3) alike; the kernel's choice is the fallback.
-fn free_port() -> Result<u16, LabError> {
+pub(crate) fn free_port() -> Result<u16, LabError> {
     static NEXT: AtomicU32 = AtomicU32::new(0);
     const FLOOR: u32 = 10_000;
     let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
@@ -304,7 +369,7 @@ fn hops(
                 _ => spec.program(role.class).program,
             };
             let admin = match program {
-                Program::Envoy => Some(SocketAddr::new(
+                Program::Envoy | Program::Istio => Some(SocketAddr::new(
                     addresses[i].addr.ip(),
                     admin_port(addresses[i].addr)?,
                 )),
@@ -366,6 +431,7 @@ fn backend_launch(spec: &RigSpec, address: RoleAddress, entry: bool) -> Launch<'
         workers: 0,
         admin: None,
         config: None,
+        ready: Ready::Accepts,
     }
 }
 
@@ -382,6 +448,7 @@ impl Rig {
             gateway: None,
             entry_tls: None,
             warnings: Vec::new(),
+            istio: None,
             namespaces: spec.netns.then(|| Namespaces::new(&short_prefix(&spec.id))),
             dir: spec.dir.clone(),
         };
@@ -467,6 +534,11 @@ impl Rig {
         address: RoleAddress,
     ) -> Result<Launch<'a>, LabError> {
         let (command, program, config) = match spec.topology {
+            Topology::Gateway if spec.gateway.program == Program::Istio => (
+                self.prepare_istio_gateway(spec, hop)?,
+                Program::Istio.name(),
+                spec.dir.join("gateway"),
+            ),
             Topology::Gateway => (
                 self.prepare_gateway(spec, hop)?,
                 spec.gateway.program.name(),
@@ -488,6 +560,11 @@ impl Rig {
             workers: hop.workers,
             admin: hop.admin,
             config: Some(config),
+            ready: if self.istio.is_some() && role.class == Class::Proxy {
+                Ready::ConfiguredByIstio
+            } else {
+                Ready::Accepts
+            },
         })
     }
 
@@ -495,6 +572,55 @@ impl Rig {
     /// hop's addresses, and notes how the client reaches it.
     fn prepare_gateway(&mut self, spec: &RigSpec, hop: &Hop) -> Result<Command, LabError> {
         let out = spec.dir.join("gateway");
+        self.write_gateway_plan(spec, hop, &out)?;
+        spec.gateway.program.gateway_command(&out, hop.workers)
+    }
+
+    /// The Istio gateway: its control plane started, the plan's objects (Secrets, the
+    /// backend's ServiceEntry, Gateways bound to the hop's address, VirtualServices) applied
+    /// to it, and the agent's command.
+    fn prepare_istio_gateway(&mut self, spec: &RigSpec, hop: &Hop) -> Result<Command, LabError> {
+        let out = spec.dir.join("gateway");
+        let (plan, generated) = self.write_gateway_plan(spec, hop, &out)?;
+        // The objects, in the order they are applied (what one names exists before it).
+        let objects: Vec<PathBuf> = generated
+            .files
+            .into_iter()
+            .filter(|f| f.extension().is_some_and(|e| e == "yaml"))
+            .collect();
+        let control_plane = ControlPlane::start(&spec.dir.join("istio"))?;
+        let began = std::time::Instant::now();
+        control_plane.api.apply_files(&objects)?;
+        let applied_in = began.elapsed();
+        let admin = hop
+            .admin
+            .ok_or_else(|| LabError::Io("the Istio gateway has no admin port".into()))?;
+        let command =
+            control_plane.gateway_command(&spec.dir.join("gateway-agent"), admin, hop.workers)?;
+        let tls = plan.tls;
+        self.istio = Some(IstioGateway {
+            control_plane,
+            expected: ready::Expected {
+                listener: format!("{}_{}", hop.listen.ip(), hop.listen.port()),
+                filter_chains: if tls { plan.domains } else { 1 },
+                routes: plan.domains * plan.routes_per_domain(),
+                certificates: if tls { plan.domains } else { 0 },
+                endpoint: format!("{}::{}::", gateway::istio::BACKEND_HOST, hop.upstream),
+            },
+            applied_in,
+            pushed_in: None,
+            virtual_services: out.join(gateway::istio::VIRTUAL_SERVICES_FILE),
+        });
+        Ok(command)
+    }
+
+    /// The gateway plan for the hop, written into `out`, and how the client reaches it.
+    fn write_gateway_plan(
+        &mut self,
+        spec: &RigSpec,
+        hop: &Hop,
+        out: &Path,
+    ) -> Result<(GatewayPlan, gateway::Generated), LabError> {
         let plan = GatewayPlan {
             domains: spec.gateway.domains,
             paths: spec.gateway.paths,
@@ -507,14 +633,14 @@ impl Rig {
             listen: hop.listen,
             workers: hop.workers as usize,
             admin: hop.admin,
-            out: out.clone(),
+            out: out.to_path_buf(),
         };
-        gateway::generate(&plan, &spec.gateway.program)?;
+        let generated = gateway::generate(&plan, &spec.gateway.program)?;
         self.gateway = Some(GatewayEntry {
             targets: out.join("targets.txt"),
             ca: out.join("ca.pem"),
         });
-        spec.gateway.program.gateway_command(&out, hop.workers)
+        Ok((plan, generated))
     }
 
     /// Starts one role in its cgroup (or pinned to CPUs) and namespace, waits until it accepts,
@@ -554,15 +680,20 @@ impl Rig {
         };
         let log = spec.dir.join(format!("{}.log", launch.name));
         let listen = launch.address.addr;
-        let process = RoleProcess::start(launch.name, launch.command, &log, &place, listen)
-            .map_err(|e| match e {
-                LabError::BadConfig { server, log, .. } => LabError::BadConfig {
-                    server: format!("{server} ({})", launch.program),
-                    config: launch.config.clone(),
-                    log,
-                },
-                other => other,
-            })?;
+        let process = match launch.ready {
+            Ready::Accepts => RoleProcess::start(launch.name, launch.command, &log, &place, listen),
+            Ready::ConfiguredByIstio => {
+                self.start_istio_agent(launch.name, launch.command, &log, &place, launch.admin)
+            }
+        }
+        .map_err(|e| match e {
+            LabError::BadConfig { server, log, .. } => LabError::BadConfig {
+                server: format!("{server} ({})", launch.program),
+                config: launch.config.clone(),
+                log,
+            },
+            other => other,
+        })?;
         self.roles.insert(
             0,
             Role {
@@ -578,6 +709,39 @@ impl Rig {
             },
         );
         Ok(())
+    }
+
+    /// Starts the Istio gateway's agent and waits until its Envoy holds all the control plane
+    /// should have sent (a minute, and a second more per 1,000 routes).
+    fn start_istio_agent(
+        &mut self,
+        name: &str,
+        command: Command,
+        log: &Path,
+        place: &Placement,
+        admin: Option<SocketAddr>,
+    ) -> Result<RoleProcess, LabError> {
+        let (Some(istio), Some(admin)) = (self.istio.as_mut(), admin) else {
+            return Err(LabError::Io(
+                "the Istio gateway started without its control plane".into(),
+            ));
+        };
+        let mut agent = RoleProcess::spawn(name, command, log, place)?;
+        let limit = Duration::from_secs(60 + istio.expected.routes as u64 / 1000);
+        let waited = ready::wait_acked(&mut agent, admin, &istio.expected, limit);
+        if let Some(why) = istio.control_plane.istiod_exited() {
+            return Err(LabError::Io(why));
+        }
+        istio.pushed_in = Some(waited?);
+        Ok(agent)
+    }
+
+    /// The gateway's (or first proxy's) admin endpoint, if it has one.
+    pub fn gateway_admin(&self) -> Option<SocketAddr> {
+        self.roles
+            .iter()
+            .find(|r| r.class == Class::Proxy)
+            .and_then(|r| r.admin)
     }
 
     /// What the sampler should read for each role.

@@ -150,6 +150,9 @@ impl Lab {
         for w in &rig.warnings {
             observer.warning(w);
         }
+        if let Some(istio) = &rig.istio {
+            observer.note(&istio.summary(rig.gateway_admin()));
+        }
         let options = load_options(e, step, &rig);
         let load = match options.resolve() {
             Ok(s) => LoadSpec {

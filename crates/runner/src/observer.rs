@@ -34,6 +34,9 @@ pub trait Observer {
     fn live(&mut self, _at: &StepAt, _live: &Live, _roles: &[(String, Sample)]) {}
     /// Something could not be done as asked (and what was done instead).
     fn warning(&mut self, _text: &str) {}
+    /// What setting a step's rig up cost, for the record (Istio's control plane pushing the
+    /// gateway's configuration): not a figure of the load.
+    fn note(&mut self, _text: &str) {}
     /// A step was stored.
     fn step_finished(&mut self, _at: &StepAt, _record: &StepRecord) {}
 }

@@ -56,9 +56,11 @@ pub fn stand_ins(e: &mut Experiment) -> Vec<String> {
     let mut notes = Vec::new();
     let mut swap = |section: &str, used: bool, kind: &mut Program, fallback: Option<Program>| {
         if let (true, Some(instead)) = (used && !kind.runs_here(), fallback) {
+            let why = ProgramSpec::from(*kind)
+                .unavailable()
+                .map_or_else(|| envoy::INSTALL_HINT.to_string(), |e| e.to_string());
             notes.push(format!(
-                "{section}: {kind} is not installed here, so this run measures {instead} in its place ({kind}: {})",
-                envoy::INSTALL_HINT
+                "{section}: {kind} is not installed here, so this run measures {instead} in its place ({why})"
             ));
             *kind = instead;
         }
@@ -91,6 +93,9 @@ pub fn missing_programs(e: &Experiment) -> Vec<String> {
         let instead = match spec.program {
             Program::Envoy => format!(
                 "; or name a program to measure in its place (`fallback: nginx` in the file's {section} section)"
+            ),
+            Program::Istio => format!(
+                "; or name a program to measure in its place (`fallback: envoy` in the file's {section} section)"
             ),
             Program::Nginx | Program::Haproxy | Program::Caddy | Program::Command => String::new(),
         };

@@ -23,6 +23,8 @@ pub const NAMESPACE: &str = "istio-system";
 pub const BACKEND_HOST: &str = "meshbench-backend.internal";
 /// The file of the backend's ServiceEntry.
 pub const SERVICE_ENTRY_FILE: &str = "istio-serviceentry.yaml";
+/// The file of the VirtualServices.
+pub const VIRTUAL_SERVICES_FILE: &str = "istio-virtualservices.yaml";
 /// The ingress gateway's Service, whose address `meshbench run` connects to.
 pub const INGRESS_SERVICE: &str = "istio-ingressgateway";
 
@@ -56,6 +58,9 @@ pub struct GatewaySpec {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Server {
     pub port: Port,
+    /// The address the gateway's listener binds (Istio's default: every address).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub bind: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub tls: Option<ServerTls>,
     pub hosts: Vec<String>,
@@ -198,8 +203,10 @@ fn workspace_of(domain_index: usize) -> usize {
     domain_index / DOMAINS_PER_WORKSPACE + 1
 }
 
-/// The Gateways (one per workspace) and VirtualServices (one per domain).
-pub fn resources(plan: &GatewayPlan) -> (Vec<Gateway>, Vec<VirtualService>) {
+/// The Gateways (one per workspace) and VirtualServices (one per domain). With `at_listen`,
+/// every server binds the plan's `listen` address and port (the lab's gateway), else Istio's
+/// ports on every address (a cluster's ingress).
+pub fn resources(plan: &GatewayPlan, at_listen: bool) -> (Vec<Gateway>, Vec<VirtualService>) {
     let workspaces = plan.domains.div_ceil(DOMAINS_PER_WORKSPACE);
     let mut gateways: Vec<Gateway> = (1..=workspaces)
         .map(|w| Resource {
@@ -236,7 +243,13 @@ pub fn resources(plan: &GatewayPlan) -> (Vec<Gateway>, Vec<VirtualService>) {
         } else {
             (80, "HTTP", None)
         };
+        let number = if at_listen {
+            plan.listen.port()
+        } else {
+            number
+        };
         gateways[w - 1].body.spec.servers.push(Server {
+            bind: at_listen.then(|| plan.listen.ip().to_string()),
             port: Port {
                 number,
                 name: format!("{}-{domain}", protocol.to_ascii_lowercase()),
@@ -287,9 +300,18 @@ fn to_yaml<T: Serialize>(docs: &[T]) -> Result<String, LabError> {
 }
 
 /// Istio as a gateway [`Target`]: YAML to apply to a cluster, whose ingress is reached by
-/// host name on the default port.
+/// host name on the default port ([`Istio::CLUSTER`]); or to the lab's own control plane,
+/// whose gateway listens at the plan's address ([`Istio::LAB`]).
 #[derive(Debug, Clone, Copy)]
-pub struct Istio;
+pub struct Istio {
+    /// Bind every server to the plan's `listen` address and port.
+    pub at_listen: bool,
+}
+
+impl Istio {
+    pub const CLUSTER: Istio = Istio { at_listen: false };
+    pub const LAB: Istio = Istio { at_listen: true };
+}
 
 impl Target for Istio {
     /// The Gateways, VirtualServices and (with TLS) Secrets, one YAML file each.
@@ -298,7 +320,7 @@ impl Target for Istio {
         plan: &GatewayPlan,
         certs: &[(String, Issued)],
     ) -> Result<Vec<PathBuf>, LabError> {
-        let (gateways, services) = resources(plan);
+        let (gateways, services) = resources(plan, self.at_listen);
         let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
         let secrets: Vec<Secret> = certs
             .iter()
@@ -329,7 +351,7 @@ impl Target for Istio {
                 to_yaml(&[backend_entry(plan)])?,
             )?,
             write_file(plan.path("istio-gateways.yaml"), to_yaml(&gateways)?)?,
-            write_file(plan.path("istio-virtualservices.yaml"), to_yaml(&services)?)?,
+            write_file(plan.path(VIRTUAL_SERVICES_FILE), to_yaml(&services)?)?,
         ]);
         Ok(files)
     }
@@ -350,6 +372,12 @@ impl Target for Istio {
 
     /// The ingress gateway's external address, asked of the cluster, on the scheme's port.
     fn connect_to(&self, plan: &GatewayPlan) -> (Vec<String>, String) {
+        if self.at_listen {
+            return (
+                Vec::new(),
+                super::shell_word(&format!("::{}:{}", plan.listen.ip(), plan.listen.port())),
+            );
+        }
         let port = if plan.tls { 443 } else { 80 };
         (
             vec![format!(
@@ -378,7 +406,7 @@ impl Target for Istio {
     }
 
     fn by_name(&self) -> bool {
-        true
+        !self.at_listen
     }
 }
 

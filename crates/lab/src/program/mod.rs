@@ -42,6 +42,9 @@ pub enum Program {
     Envoy,
     /// Any program, from a [`CommandTemplate`].
     Command,
+    /// The gateway only: Envoy configured by Istio's control plane (`crate::istio`), which the
+    /// lab starts for it. Needs scripts/install-istio.sh and scripts/install-k8s.sh.
+    Istio,
 }
 
 /// For [`Program::Command`]: the program and its arguments, and its configuration file's text.
@@ -143,6 +146,7 @@ impl Program {
             Program::Caddy => "caddy",
             Program::Envoy => "envoy",
             Program::Command => "command",
+            Program::Istio => "istio",
         }
     }
 
@@ -154,6 +158,7 @@ impl Program {
             Program::Caddy => caddy::CONFIG,
             Program::Envoy => envoy::CONFIG,
             Program::Command => command::CONFIG,
+            Program::Istio => ISTIO_OBJECTS,
         }
     }
 
@@ -164,8 +169,9 @@ impl Program {
             Program::Haproxy => haproxy::command(bin, run),
             Program::Caddy => caddy::command(bin, run),
             Program::Envoy => envoy::command(bin, run),
-            // Its arguments come from its template (see `command::prepare`).
-            Program::Command => Command::new(bin),
+            // Its arguments come from its template (see `command::prepare`); the Istio
+            // gateway's from its control plane (`crate::istio::ControlPlane`).
+            Program::Command | Program::Istio => Command::new(bin),
         };
         cmd.current_dir(run.dir);
         cmd
@@ -176,6 +182,7 @@ impl Program {
     pub fn runs_here(self) -> bool {
         match self {
             Program::Envoy => envoy::available(),
+            Program::Istio => crate::istio::unavailable().is_none(),
             _ => true,
         }
     }
@@ -188,8 +195,10 @@ impl Program {
     /// The command line that runs a gateway whose configuration [`gateway::generate`] wrote
     /// into `dir` for this program, in the foreground.
     pub fn gateway_command(self, dir: &Path, workers: u32) -> Result<Command, LabError> {
-        if self == Program::Command {
-            return Err(no_gateway());
+        match self {
+            Program::Command => return Err(no_gateway()),
+            Program::Istio => return Err(istio_gateway_only()),
+            _ => {}
         }
         let bin = ProgramSpec::from(self).binary()?;
         Ok(self.gateway_command_with(&bin, dir, workers))
@@ -214,14 +223,27 @@ impl Program {
             Program::Caddy => install::find("caddy", caddy::LOCATIONS),
             Program::Envoy => envoy::binary().ok(),
             Program::Command => None,
+            Program::Istio => Some(crate::istio::cache().join("bin/pilot-agent"))
+                .filter(|_| crate::istio::unavailable().is_none()),
         }
+    }
+}
+
+/// The file of the Istio gateway's objects that names its Gateways (the others are beside it).
+const ISTIO_OBJECTS: &str = "istio-gateways.yaml";
+
+/// Istio plays the gateway only, through its control plane, which the rig starts.
+fn istio_gateway_only() -> LabError {
+    LabError::Missing {
+        program: "istio outside the gateway".into(),
+        hint: "istio configures the gateway topology only (gateway.type: istio); the lab starts its control plane, so there is no command line to print".into(),
     }
 }
 
 fn no_gateway() -> LabError {
     LabError::Missing {
         program: "a command gateway".into(),
-        hint: "the gateway is rendered for nginx, haproxy, caddy or envoy".into(),
+        hint: "the gateway is rendered for nginx, haproxy, caddy, envoy or istio".into(),
     }
 }
 
@@ -250,21 +272,28 @@ impl gateway::Target for Program {
         }
     }
 
-    fn write(&self, plan: &GatewayPlan, _: &[(String, Issued)]) -> Result<Vec<PathBuf>, LabError> {
+    fn write(
+        &self,
+        plan: &GatewayPlan,
+        certs: &[(String, Issued)],
+    ) -> Result<Vec<PathBuf>, LabError> {
         match self {
             Program::Nginx => nginx::write_gateway(plan),
             Program::Haproxy => haproxy::write_gateway(plan),
             Program::Caddy => caddy::write_gateway(plan),
             Program::Envoy => envoy::write_gateway(plan),
             Program::Command => Err(no_gateway()),
+            Program::Istio => gateway::istio::Istio::LAB.write(plan, certs),
         }
     }
 
     /// The command the lab runs the gateway with, as one shell line: the binary where it is
     /// installed (its bare name when it is not), its environment, every path absolute.
-    fn start(&self, plan: &GatewayPlan, _: &[PathBuf]) -> Result<Vec<String>, LabError> {
-        if *self == Program::Command {
-            return Err(no_gateway());
+    fn start(&self, plan: &GatewayPlan, written: &[PathBuf]) -> Result<Vec<String>, LabError> {
+        match self {
+            Program::Command => return Err(no_gateway()),
+            Program::Istio => return gateway::istio::Istio::LAB.start(plan, written),
+            _ => {}
         }
         let bin = self
             .installed()
@@ -284,6 +313,10 @@ impl ProgramSpec {
             Program::Caddy => caddy::binary(),
             Program::Envoy => envoy::binary(),
             Program::Command => command::binary(&self.command),
+            Program::Istio => match crate::istio::unavailable() {
+                Some(e) => Err(e),
+                None => Ok(crate::istio::cache().join("bin/pilot-agent")),
+            },
         }
     }
 
@@ -292,7 +325,7 @@ impl ProgramSpec {
     /// Debian packages, which a run installs when they are missing.
     pub fn unavailable(&self) -> Option<LabError> {
         match self.program {
-            Program::Envoy | Program::Command => self.binary().err(),
+            Program::Envoy | Program::Command | Program::Istio => self.binary().err(),
             Program::Nginx | Program::Haproxy | Program::Caddy => None,
         }
     }
@@ -308,6 +341,7 @@ impl ProgramSpec {
             Program::Caddy => caddy::VERSION_FLAG,
             Program::Envoy => envoy::VERSION_FLAG,
             Program::Command => return bin.display().to_string(),
+            Program::Istio => return crate::istio::version(),
         };
         match Command::new(&bin).arg(flag).output() {
             Ok(o) => {
@@ -358,6 +392,7 @@ impl ProgramSpec {
             Program::Caddy => caddy::hop_config(hop)?.into_bytes(),
             Program::Envoy => envoy::hop_bootstrap(hop).encode_to_vec(),
             Program::Command => return command::prepare(&bin, &self.command, hop, &config),
+            Program::Istio => return Err(istio_gateway_only()),
         };
         write_file(&config, text)?;
         let run = Run {

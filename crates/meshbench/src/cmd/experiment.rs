@@ -394,6 +394,11 @@ impl Observer for Progress<'_> {
         eprintln!("warning: {text}");
     }
 
+    fn note(&mut self, text: &str) {
+        self.clear();
+        eprintln!("{text}");
+    }
+
     fn step_finished(&mut self, at: &StepAt, record: &StepRecord) {
         self.clear();
         if let Some(f) = self.faces {

@@ -53,7 +53,7 @@ pub fn gateway(a: GatewayArgs) -> Result<u8> {
         GatewayFlavor::Haproxy => &Program::Haproxy,
         GatewayFlavor::Caddy => &Program::Caddy,
         GatewayFlavor::Envoy => &Program::Envoy,
-        GatewayFlavor::Istio => &Istio,
+        GatewayFlavor::Istio => &Istio::CLUSTER,
     };
     // The flags that cannot work, before anything is written (the lab checks them again).
     if a.http3 && !a.tls {

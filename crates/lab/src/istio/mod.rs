@@ -1,0 +1,356 @@
+//! `gateway.type: istio`: the gateway as Istio runs it. Envoy takes its listeners, routes,
+//! clusters and certificates from istiod over ADS, not from a file this project wrote.
+//!
+//! The control plane ([`ControlPlane`]) is the smallest one istiod runs against. It has etcd
+//! and a kube-apiserver ([`kube::ApiServer`]) with Istio's CRDs, and istiod (`pilot-discovery`)
+//! on loopback. Both are built by scripts/install-k8s.sh and scripts/install-istio.sh. The
+//! gateway role is `pilot-agent proxy router`, with the identity a pod would have mounted: a
+//! ServiceAccount token and the mesh's root certificate. The agent gets its workload
+//! certificate from istiod's CA and starts the project's upstream Envoy. Its CPU and memory are
+//! the role's, agent and Envoy together, as the `istio-proxy` container's are in a pod. The
+//! generated objects are applied before the agent starts. The role counts as started only once
+//! Envoy has accepted all of them ([`ready`]).
+//!
+//! Upstream Envoy has none of Istio's own filters, so istiod runs with [`ISTIOD_ENV`]
+//! (docs/istio.md lists what Envoy refuses otherwise). Every server binds loopback. The Gateway
+//! binds its servers to the hop's address, not to Istio's wildcard (`servers[].bind`).
+
+pub mod kube;
+pub mod ready;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::process::{Placement, RoleProcess};
+use crate::{write_file, LabError};
+pub use kube::ApiServer;
+
+/// The istio.io/istio pseudo-version scripts/install-istio.sh builds.
+pub const VERSION: &str = "v0.0.0-20260827124520-eed52ebb66ad";
+/// The Kubernetes release scripts/install-k8s.sh builds.
+pub const K8S_VERSION: &str = "v1.34.2";
+/// Istio's own namespace: istiod, the gateway, its Secrets and the routes.
+pub const NAMESPACE: &str = "istio-system";
+/// The Kubernetes cluster id istiod and the proxy agree on.
+pub const CLUSTER_ID: &str = "Kubernetes";
+/// How the gateway identifies itself: its pod and its ServiceAccount.
+pub const GATEWAY_POD: &str = "istio-ingressgateway-0";
+pub const GATEWAY_SERVICE_ACCOUNT: &str = "istio-ingressgateway";
+/// istiod's environment: upstream Envoy refuses clusters and listeners that carry Istio's
+/// metadata exchange filters, and listeners that carry its ALPN filter.
+pub const ISTIOD_ENV: &[(&str, &str)] = &[
+    ("PILOT_ENABLE_ALPN_FILTER", "false"),
+    ("PILOT_ENABLE_METADATA_EXCHANGE", "false"),
+];
+/// The mesh configuration: Istio's defaults.
+const MESH: &str = "{}\n";
+/// How long istiod may take to become ready and to publish the mesh's root certificate.
+const ISTIOD_WITHIN: Duration = Duration::from_secs(60);
+const INSTALL_HINT: &str = "run scripts/install-istio.sh (istiod and pilot-agent from istio.io/istio) and scripts/install-k8s.sh (etcd and kube-apiserver)";
+
+/// Where scripts/install-istio.sh puts what it builds and extracts (`$ISTIO_CACHE` if set).
+pub fn cache() -> PathBuf {
+    std::env::var_os("ISTIO_CACHE").map_or_else(
+        || PathBuf::from(format!("/var/cache/meshbench/istio/{VERSION}")),
+        PathBuf::from,
+    )
+}
+
+/// Where scripts/install-k8s.sh puts the Kubernetes binaries (`$K8S_CACHE/bin` if set).
+pub fn k8s_bin() -> PathBuf {
+    std::env::var_os("K8S_CACHE")
+        .map_or_else(
+            || PathBuf::from(format!("/var/cache/meshbench/k8s/{K8S_VERSION}")),
+            PathBuf::from,
+        )
+        .join("bin")
+}
+
+/// What the Istio gateway needs that is not installed here, as one error naming it all and
+/// the scripts that install it; None when everything is there.
+pub fn unavailable() -> Option<LabError> {
+    let cache = cache();
+    let mut missing: Vec<String> = [
+        "bin/pilot-discovery",
+        "bin/pilot-agent",
+        "crd-all.gen.yaml",
+        "envoy_bootstrap_tmpl.json",
+    ]
+    .iter()
+    .map(|f| cache.join(f))
+    .chain([k8s_bin().join("kube-apiserver")])
+    .filter(|p| !p.is_file())
+    .map(|p| p.display().to_string())
+    .collect();
+    if crate::install::find("etcd", &["/usr/bin/etcd"]).is_none() {
+        missing.push("etcd".into());
+    }
+    if let Err(e) = crate::program::envoy::binary() {
+        missing.push(format!("envoy ({e})"));
+    }
+    (!missing.is_empty()).then(|| LabError::Missing {
+        program: "istio".into(),
+        hint: format!("missing {}; {INSTALL_HINT}", missing.join(", ")),
+    })
+}
+
+/// `pilot-agent version -s`, or why it could not be read.
+pub fn version() -> String {
+    let agent = cache().join("bin/pilot-agent");
+    Command::new(&agent)
+        .args(["version", "-s"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| format!("istio {}", String::from_utf8_lossy(&o.stdout).trim()))
+        .unwrap_or_else(|| format!("istio {VERSION} ({} did not answer)", agent.display()))
+}
+
+/// istiod and the API server it watches; everything stops when dropped.
+pub struct ControlPlane {
+    pub api: ApiServer,
+    /// Authenticated xDS and the CA (Istio's 15012).
+    pub secure_grpc: SocketAddr,
+    /// The mesh's root certificate, as istiod publishes it (`istio-ca-root-cert`).
+    pub root_cert: String,
+    /// How long istiod took to become ready.
+    pub istiod_ready_in: Duration,
+    istiod: RoleProcess,
+}
+
+impl ControlPlane {
+    /// Starts the API server and istiod in `dir`, with Istio's CRDs, its namespace and the
+    /// gateway's ServiceAccount; returns once istiod is ready and has published its root.
+    pub fn start(dir: &Path) -> Result<ControlPlane, LabError> {
+        if let Some(e) = unavailable() {
+            return Err(e);
+        }
+        std::fs::create_dir_all(dir).map_err(|e| LabError::Files {
+            path: dir.to_path_buf(),
+            source: e,
+        })?;
+        let api = ApiServer::start(dir, &k8s_bin())?;
+        api.apply_files(&[cache().join("crd-all.gen.yaml")])?;
+        api.apply(&json!({"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": NAMESPACE}}))?;
+        api.apply(&json!({"apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": {"name": GATEWAY_SERVICE_ACCOUNT, "namespace": NAMESPACE}}))?;
+
+        let free = || crate::rig::free_port().map(|p| SocketAddr::from(([127, 0, 0, 1], p)));
+        let (grpc, secure_grpc, http, https, monitoring) =
+            (free()?, free()?, free()?, free()?, free()?);
+        let istiod_dir = dir.join("istiod");
+        let mesh = write_file(istiod_dir.join("mesh.yaml"), MESH)?;
+        let mut cmd = Command::new(cache().join("bin/pilot-discovery"));
+        cmd.current_dir(&istiod_dir)
+            .arg("discovery")
+            .arg(format!("--kubeconfig={}", api.kubeconfig.display()))
+            .arg(format!("--meshConfig={}", mesh.display()))
+            .arg(format!("--grpcAddr={grpc}"))
+            .arg(format!("--secureGRPCAddr={secure_grpc}"))
+            .arg(format!("--httpAddr={http}"))
+            .arg(format!("--httpsAddr={https}"))
+            .arg(format!("--monitoringAddr={monitoring}"))
+            .arg(format!("--clusterID={CLUSTER_ID}"))
+            .arg("--keepaliveMaxServerConnectionAge=30m")
+            .env("POD_NAMESPACE", NAMESPACE)
+            .env("POD_NAME", "istiod-0")
+            .env("KUBECONFIG", &api.kubeconfig)
+            .envs(ISTIOD_ENV.iter().copied());
+        let began = Instant::now();
+        let mut istiod = RoleProcess::spawn(
+            "istiod",
+            cmd,
+            &dir.join("istiod.log"),
+            &Placement::default(),
+        )?;
+        let root_path = format!("/api/v1/namespaces/{NAMESPACE}/configmaps/istio-ca-root-cert");
+        let deadline = began + ISTIOD_WITHIN;
+        let root_cert = loop {
+            let ready = ready::http_get(http, "/ready").is_ok_and(|(code, _)| code == 200);
+            if ready {
+                if let Some(cm) = api.get(&root_path)? {
+                    if let Some(pem) = cm["data"]["root-cert.pem"].as_str() {
+                        break pem.to_string();
+                    }
+                }
+            }
+            if let Some(status) = istiod.exited() {
+                return Err(LabError::BadConfig {
+                    server: "istiod".into(),
+                    config: None,
+                    log: format!("exited ({status}): {}", istiod.log_tail(5)),
+                });
+            }
+            if Instant::now() > deadline {
+                return Err(LabError::Io(format!(
+                    "istiod was not ready with its root certificate within {} s: {}",
+                    ISTIOD_WITHIN.as_secs(),
+                    istiod.log_tail(5)
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        };
+        Ok(ControlPlane {
+            api,
+            secure_grpc,
+            root_cert,
+            istiod_ready_in: began.elapsed(),
+            istiod,
+        })
+    }
+
+    /// Whether istiod still runs (why not, if it stopped).
+    pub fn istiod_exited(&mut self) -> Option<String> {
+        self.istiod
+            .exited()
+            .map(|s| format!("istiod exited ({s}): {}", self.istiod.log_tail(5)))
+    }
+
+    /// The gateway's command: `pilot-agent proxy router` in `dir` (its working directory,
+    /// where it reads its token and root certificate and writes Envoy's bootstrap), Envoy's
+    /// admin endpoint at `admin`, `workers` Envoy worker threads.
+    pub fn gateway_command(
+        &self,
+        dir: &Path,
+        admin: SocketAddr,
+        workers: u32,
+    ) -> Result<Command, LabError> {
+        let token = self
+            .api
+            .token(NAMESPACE, GATEWAY_SERVICE_ACCOUNT, "istio-ca")?;
+        // Where pilot-agent reads them by default, relative to its working directory.
+        write_file(
+            dir.join("var/run/secrets/istio/root-cert.pem"),
+            &self.root_cert,
+        )?;
+        write_file(dir.join("var/run/secrets/tokens/istio-token"), token)?;
+        std::fs::create_dir_all(dir.join("etc/istio/proxy")).map_err(|e| LabError::Files {
+            path: dir.join("etc/istio/proxy"),
+            source: e,
+        })?;
+        // pilot-agent does not tie Envoy's life to its own: through this wrapper Envoy dies
+        // with the agent, so a run killed outright leaves no Envoy behind.
+        let envoy = crate::program::envoy::binary()?;
+        let wrapper = write_file(
+            dir.join("envoy"),
+            format!(
+                "#!/bin/sh\nexec setpriv --pdeathsig KILL {} \"$@\"\n",
+                envoy.display()
+            ),
+        )?;
+        std::fs::set_permissions(
+            &wrapper,
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .map_err(|e| LabError::Files {
+            path: wrapper.clone(),
+            source: e,
+        })?;
+        let free = crate::rig::free_port;
+        let (status, envoy_status, prometheus) = (free()?, free()?, free()?);
+        // A ProxyConfig, as the mesh's `defaultConfig` or a pod's annotation sets it.
+        let proxy_config = format!(
+            "discoveryAddress: {}\nbinaryPath: {}\nconfigPath: ./etc/istio/proxy\n\
+             proxyBootstrapTemplatePath: {}\nproxyAdminPort: {}\nstatusPort: {status}\n\
+             concurrency: {}\ndrainDuration: 1s\nterminationDrainDuration: 1s\n",
+            self.secure_grpc,
+            wrapper.display(),
+            cache().join("envoy_bootstrap_tmpl.json").display(),
+            admin.port(),
+            workers.max(1),
+        );
+        let mut cmd = Command::new(cache().join("bin/pilot-agent"));
+        cmd.current_dir(dir)
+            .args([
+                "proxy",
+                "router",
+                "--domain",
+                &format!("{NAMESPACE}.svc.cluster.local"),
+                "--proxyLogLevel=warning",
+                "--log_output_level=default:info",
+            ])
+            .env("PROXY_CONFIG", proxy_config)
+            .env("POD_NAME", GATEWAY_POD)
+            .env("POD_NAMESPACE", NAMESPACE)
+            .env("INSTANCE_IP", "127.0.0.1")
+            .env("SERVICE_ACCOUNT", GATEWAY_SERVICE_ACCOUNT)
+            .env("ISTIO_META_CLUSTER_ID", CLUSTER_ID)
+            .env("ISTIO_META_WORKLOAD_NAME", GATEWAY_SERVICE_ACCOUNT)
+            .env(
+                "ISTIO_METAJSON_LABELS",
+                r#"{"istio":"ingressgateway","app":"istio-ingressgateway"}"#,
+            )
+            // istiod's serving certificate names its Service, not the loopback address dialled.
+            .env("ISTIOD_SAN", format!("istiod.{NAMESPACE}.svc"))
+            .env("ENVOY_STATUS_PORT", envoy_status.to_string())
+            .env("ENVOY_PROMETHEUS_PORT", prometheus.to_string());
+        Ok(cmd)
+    }
+}
+
+/// The path of the route [`ControlPlane::time_route_change`] adds.
+pub const PROBE_PATH: &str = "/meshbench-push-probe";
+
+impl ControlPlane {
+    /// istiod's push time for one change, as a user makes one: one more exact-path route on
+    /// the first VirtualService of `virtual_services` (a file the lab applied), from the apply
+    /// until the gateway's Envoy (admin at `admin`) serves it, read from the one route
+    /// configuration that holds it. The route stays (nothing sends to it).
+    pub fn time_route_change(
+        &self,
+        admin: SocketAddr,
+        virtual_services: &Path,
+        limit: Duration,
+    ) -> Result<Duration, LabError> {
+        let text = std::fs::read_to_string(virtual_services).map_err(|e| LabError::Files {
+            path: virtual_services.to_path_buf(),
+            source: e,
+        })?;
+        let first = serde_yaml_ng::Deserializer::from_str(&text)
+            .filter_map(|d| <Value as serde::Deserialize>::deserialize(d).ok())
+            .find(|v| !v.is_null())
+            .ok_or_else(|| {
+                LabError::Io(format!("{}: no VirtualService", virtual_services.display()))
+            })?;
+        let domain = first["spec"]["hosts"][0]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let mut changed = first.clone();
+        let template = first["spec"]["http"][0].clone();
+        let mut probe = template;
+        probe["match"] = json!([{"uri": {"exact": PROBE_PATH}}]);
+        if let Some(routes) = changed["spec"]["http"].as_array_mut() {
+            routes.push(probe);
+        }
+        let served = || -> bool {
+            // The domain's own route configuration (its dots match themselves too).
+            let query = format!("dynamic_route_configs&name_regex=.*{domain}.*");
+            ready::config_section(admin, &query)
+                .map(|dump| dump.to_string().contains(PROBE_PATH))
+                .unwrap_or(false)
+        };
+        if served() {
+            return Err(LabError::Io(format!("{PROBE_PATH} is already routed")));
+        }
+        let began = Instant::now();
+        self.api.apply(&changed)?;
+        loop {
+            if served() {
+                return Ok(began.elapsed());
+            }
+            if began.elapsed() > limit {
+                return Err(LabError::Io(format!(
+                    "istiod's change (a route on {domain}) did not reach Envoy within {} s",
+                    limit.as_secs()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
