@@ -1,214 +1,63 @@
-//! Issue 28: Istio's own control plane turns what `meshbench gen gateway --for istio` writes
-//! into Envoy configuration, and the upstream Envoy carries traffic on it.
+//! Issue 28: Istio's own control plane configures the gateway, and the upstream Envoy carries
+//! traffic on what it sends.
 //!
-//! A real kube-apiserver ([`TestCluster::control_plane`]) with Istio's CRDs; istiod
-//! (`pilot-discovery`, built from istio.io/istio by scripts/install-istio.sh) on loopback; the
-//! generated Secrets, ServiceEntry, Gateways and VirtualServices (10 domains x 10 paths, TLS)
-//! applied; an ingress gateway as Istio runs one (`pilot-agent proxy router`, its identity a
-//! ServiceAccount token, its Envoy the project's upstream Envoy 1.40); a `meshbench backend`.
+//! Both tests run the real programs: etcd and a kube-apiserver (scripts/install-k8s.sh) with
+//! Istio's CRDs, istiod (`pilot-discovery`) and Istio's ingress gateway (`pilot-agent proxy
+//! router`) running the project's Envoy, both from istio.io/istio (scripts/install-istio.sh).
+//! `meshbench_lab::istio` starts them, as `gateway.type: istio` does; a missing binary fails the
+//! test and names the script.
 //!
-//! The contract guarded: Envoy ACKs everything istiod pushes (no `update_rejected`), ends with
-//! the one `0.0.0.0_443` listener holding a filter chain per domain, a route configuration per
-//! domain with every path, every domain's certificate (SDS `kubernetes://NAME-cert`, served by
-//! istiod to the authenticated agent only) and the backend's endpoint; then every route answers
-//! 200 through it. Upstream Envoy has none of Istio's own filters, so istiod runs with the
-//! settings that leave them out (docs/istio.md lists what Envoy refuses otherwise).
-//!
-//! Nothing installed is skipped silently: a missing binary fails the test and says how to
-//! install it.
+//! - What `meshbench gen gateway --for istio` writes for a cluster (Secrets, a ServiceEntry,
+//!   Gateways on Istio's port 443, VirtualServices), applied while the gateway runs: Envoy ACKs
+//!   all of it (no `update_rejected`), and every route answers 200 through `0.0.0.0_443`.
+//! - `meshbench experiment` with `gateway.type: istio`: the step is measured through the Istio
+//!   gateway with no error, its CPU and memory are the role's (agent and Envoy), and the
+//!   control plane's line says what istiod's pushes cost.
+//! - Bad input: `istio` outside the gateway, or with its roles in network namespaces, is refused
+//!   before anything starts; a missing installation is named by `--dry-run`.
 
 mod common;
 
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use common::cluster::TestCluster;
-use common::istio::{
-    self, dump_section, IngressGateway, Istiod, GATEWAY_SERVICE_ACCOUNT, NAMESPACE,
-};
 use common::{meshbench, run_json, stderr, u, BackendProc};
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
-use kube::api::{Api, PostParams};
+use meshbench_lab::istio::{self, ready, ControlPlane};
+use meshbench_lab::process::{Placement, RoleProcess};
 
 const DOMAINS: usize = 10;
 const PATHS: usize = 10;
 const LIMIT: Duration = Duration::from_secs(120);
 
-/// istiod's environment: upstream Envoy refuses clusters and listeners carrying Istio's metadata
-/// exchange filters, and listeners carrying its ALPN filter (docs/istio.md).
-const ISTIOD_ENV: &[(&str, &str)] = &[
-    ("PILOT_ENABLE_ALPN_FILTER", "false"),
-    ("PILOT_ENABLE_METADATA_EXCHANGE", "false"),
-];
-/// The mesh configuration: Istio's defaults. (Auto mutual TLS stays on: its clusters wait for
-/// the workload certificate and root, SDS `default` and `ROOTCA`, which pilot-agent serves.)
-const MESH: &str = "{}\n";
-
-/// What is still missing from Envoy's configuration, or empty when every listener, route,
-/// secret and endpoint istiod should send has been accepted.
-fn incomplete(admin: SocketAddr, backend_port: u16) -> Result<Vec<String>, String> {
-    let dump = istio::config_dump(admin)?;
-    let mut missing = Vec::new();
-    let listeners = dump_section(&dump, "ListenersConfigDump")
-        .and_then(|s| s["dynamic_listeners"].as_array().cloned())
-        .unwrap_or_default();
-    match listeners.iter().find(|l| l["name"] == "0.0.0.0_443") {
-        None => missing.push("listener 0.0.0.0_443".to_string()),
-        Some(l) => {
-            let chains = l["active_state"]["listener"]["filter_chains"]
-                .as_array()
-                .map_or(0, Vec::len);
-            if chains != DOMAINS {
-                missing.push(format!(
-                    "0.0.0.0_443 active with {DOMAINS} filter chains (has {chains}, warming: {})",
-                    !l["warming_state"].is_null()
-                ));
-            }
-        }
+fn installed() {
+    if let Some(e) = istio::unavailable() {
+        panic!("{e}");
     }
-    let routes = dump_section(&dump, "RoutesConfigDump")
-        .and_then(|s| s["dynamic_route_configs"].as_array().cloned())
-        .unwrap_or_default();
-    let paths: usize = routes
-        .iter()
-        .flat_map(|r| r["route_config"]["virtual_hosts"].as_array().cloned())
-        .flatten()
-        .filter(|vh| {
-            vh["domains"].as_array().is_some_and(|d| {
-                d.iter()
-                    .any(|d| d.as_str().is_some_and(|d| d.starts_with("workspace-")))
-            })
-        })
-        .map(|vh| vh["routes"].as_array().map_or(0, Vec::len))
-        .sum();
-    if paths != DOMAINS * PATHS {
-        missing.push(format!(
-            "{} routes (has {paths} in {} route configurations)",
-            DOMAINS * PATHS,
-            routes.len()
-        ));
-    }
-    let secrets = dump_section(&dump, "SecretsConfigDump")
-        .and_then(|s| s["dynamic_active_secrets"].as_array().cloned())
-        .unwrap_or_default();
-    let certs = secrets
-        .iter()
-        .filter(|s| {
-            s["name"]
-                .as_str()
-                .is_some_and(|n| n.starts_with("kubernetes://workspace-"))
-        })
-        .count();
-    if certs != DOMAINS {
-        missing.push(format!("{DOMAINS} domain certificates (has {certs})"));
-    }
-    let (_, clusters) = istio::http_get(admin, "/clusters")?;
-    let endpoint = format!("meshbench-backend.internal::127.0.0.1:{backend_port}::");
-    if !clusters.contains(&endpoint) {
-        missing.push(format!("the backend's endpoint ({endpoint})"));
-    }
-    Ok(missing)
-}
-
-/// Every xDS update Envoy refused so far (counter name, count).
-fn rejected(admin: SocketAddr) -> Vec<(String, u64)> {
-    istio::stats(admin, "update_rejected")
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|(_, v)| *v > 0)
-        .collect()
 }
 
 #[test]
 fn istiod_configures_upstream_envoy_for_the_generated_gateway_and_every_route_answers() {
-    let mut not_installed = istio::missing();
-    let envoy = common::envoy_binary();
-    if !common::cluster::k8s_bin().join("kube-apiserver").exists() {
-        not_installed.push("kube-apiserver is missing: run scripts/install-k8s.sh".into());
-    }
-    assert!(not_installed.is_empty(), "{}", not_installed.join("\n"));
+    installed();
     let began = Instant::now();
+    let dir = common::scratch_dir("istio-gen-gateway");
+    let control = ControlPlane::start(&dir.join("control-plane"))
+        .unwrap_or_else(|e| panic!("the control plane: {e}"));
 
-    let cluster = TestCluster::control_plane();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let client = cluster.client(&rt);
-
-    // Istio's CRDs, then its namespace and the gateway's ServiceAccount.
-    let t = Instant::now();
-    let crds = std::fs::read_to_string(istio::istio_cache().join("crd-all.gen.yaml")).unwrap();
-    let n = istio::apply_yaml(&rt, &client, &crds, Duration::from_secs(30))
-        .unwrap_or_else(|e| panic!("applying Istio's CRDs: {e}"));
-    let base = format!(
-        "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {NAMESPACE}}}\n---\n\
-         apiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: {GATEWAY_SERVICE_ACCOUNT}, namespace: {NAMESPACE}}}\n"
-    );
-    istio::apply_yaml(&rt, &client, &base, Duration::from_secs(30)).unwrap();
-    eprintln!(
-        "istio: {n} CRDs applied in {:.1} s",
-        t.elapsed().as_secs_f64()
-    );
-
-    let istiod_dir = common::scratch_dir("istio-istiod");
-    let mut istiod = Istiod::start(&istiod_dir, &cluster.kubeconfig, MESH, ISTIOD_ENV);
-    let istiod_ready = istiod.wait_ready(LIMIT);
-
-    // What a gateway pod has mounted: the mesh's root certificate (the ConfigMap istiod writes
-    // into every namespace) and a service-account token for istiod's audience.
-    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), NAMESPACE);
-    let mut root_cert = String::new();
-    istio::wait_until(
-        "the istio-ca-root-cert ConfigMap",
-        LIMIT,
-        &mut [&mut istiod.daemon],
-        || {
-            let cm = rt
-                .block_on(config_maps.get_opt("istio-ca-root-cert"))
-                .map_err(|e| e.to_string())?;
-            if let Some(pem) = cm.and_then(|c| c.data?.get("root-cert.pem").cloned()) {
-                root_cert = pem;
-                return Ok(true);
-            }
-            Ok(false)
-        },
-    );
-    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), NAMESPACE);
-    let token = rt
-        .block_on(accounts.create_token_request(
-            GATEWAY_SERVICE_ACCOUNT,
-            &PostParams::default(),
-            &TokenRequest {
-                metadata: Default::default(),
-                spec: TokenRequestSpec {
-                    audiences: vec!["istio-ca".into()],
-                    expiration_seconds: Some(3600),
-                    bound_object_ref: None,
-                },
-                status: None,
-            },
-        ))
-        .unwrap_or_else(|e| panic!("a token for {GATEWAY_SERVICE_ACCOUNT}: {e}"))
-        .status
-        .expect("the token request's status")
-        .token;
-
-    // The gateway, with no Gateway objects yet: Envoy up and its bootstrap accepted.
-    let gw_dir = common::scratch_dir("istio-gateway");
-    let mut gw = IngressGateway::start(&gw_dir, &istiod, &root_cert, &token, &envoy);
-    let admin = gw.admin;
-    let envoy_live = istio::wait_until(
-        "Envoy LIVE (its workload certificate and first xDS answers)",
-        LIMIT,
-        &mut [&mut gw.agent, &mut istiod.daemon],
-        || Ok(istio::http_get(admin, "/ready").is_ok_and(|(c, b)| c == 200 && b.contains("LIVE"))),
-    );
+    // The gateway, with no Gateway objects yet: its agent and Envoy up.
+    let admin = common::free_addr();
+    let cmd = control
+        .gateway_command(&dir.join("agent"), admin, 2)
+        .unwrap_or_else(|e| panic!("the gateway's command: {e}"));
+    let mut agent = RoleProcess::spawn(
+        "pilot-agent",
+        cmd,
+        &dir.join("agent.log"),
+        &Placement::default(),
+    )
+    .unwrap();
 
     // The backend, then the generated objects, applied while the gateway runs.
     let backend = BackendProc::start(&[]);
-    let out_dir = common::scratch_dir("istio-gen");
+    let out_dir = dir.join("gen");
     let (d, p, b, o) = (
         DOMAINS.to_string(),
         PATHS.to_string(),
@@ -234,42 +83,38 @@ fn istiod_configures_upstream_envoy_for_the_generated_gateway_and_every_route_an
         LIMIT,
     );
     assert!(out.status.success(), "gen gateway: {}", stderr(&out));
-    let pushed = Instant::now();
-    for f in [
+    let files: Vec<_> = [
         "istio-secrets.yaml",
         "istio-serviceentry.yaml",
         "istio-gateways.yaml",
         "istio-virtualservices.yaml",
-    ] {
-        let text = std::fs::read_to_string(out_dir.join(f)).unwrap();
-        istio::apply_yaml(&rt, &client, &text, Duration::from_secs(10))
-            .unwrap_or_else(|e| panic!("applying {f}: {e}"));
-    }
-    let applied = pushed.elapsed();
+    ]
+    .iter()
+    .map(|f| out_dir.join(f))
+    .collect();
+    let objects = control
+        .api
+        .apply_files(&files)
+        .unwrap_or_else(|e| panic!("applying the generated objects: {e}"));
+    assert_eq!(
+        objects,
+        DOMAINS + 1 + 1 + DOMAINS,
+        "secrets, entry, gateway, routes"
+    );
 
-    let port = backend.addr.port();
-    let acked = istio::wait_until(
-        "every listener, route, certificate and endpoint in Envoy",
-        LIMIT,
-        &mut [&mut gw.agent, &mut istiod.daemon],
-        || {
-            let r = rejected(admin);
-            if !r.is_empty() {
-                return Err(format!("Envoy rejected updates: {r:?}"));
-            }
-            let missing = incomplete(admin, port)?;
-            if missing.is_empty() {
-                return Ok(true);
-            }
-            Err(format!("still missing: {}", missing.join("; ")))
-        },
-    ) + applied;
-    let r = rejected(admin);
+    let expected = ready::Expected {
+        listener: "0.0.0.0_443".into(),
+        filter_chains: DOMAINS,
+        routes: DOMAINS * PATHS,
+        certificates: DOMAINS,
+        endpoint: format!("meshbench-backend.internal::{}::", backend.addr),
+    };
+    let acked = ready::wait_acked(&mut agent, admin, &expected, LIMIT)
+        .unwrap_or_else(|e| panic!("{e}\n{}", agent.log_tail(20)));
     assert!(
-        r.is_empty(),
-        "Envoy rejected updates: {r:?}\n{}\n{}",
-        gw.agent.tail(),
-        istiod.daemon.tail()
+        ready::rejected(admin).is_empty(),
+        "{:?}",
+        ready::rejected(admin)
     );
 
     // Every route, through the gateway on 443.
@@ -300,15 +145,14 @@ fn istiod_configures_upstream_envoy_for_the_generated_gateway_and_every_route_an
         out.status.success(),
         "{}\n{}",
         stderr(&out),
-        gw.agent.tail()
+        agent.log_tail(20)
     );
     assert_eq!(
         u(&r, "/status_codes/200"),
         (DOMAINS * PATHS) as u64,
-        "{} {}\n{}",
+        "{} {}",
         r["status_codes"],
-        r["errors"],
-        gw.agent.tail()
+        r["errors"]
     );
     let hosts = r["hosts"].as_array().unwrap();
     assert_eq!(hosts.len(), DOMAINS, "{hosts:?}");
@@ -319,18 +163,127 @@ fn istiod_configures_upstream_envoy_for_the_generated_gateway_and_every_route_an
         "every domain answered each of its paths: {hosts:?}"
     );
     eprintln!(
-        "istio: istiod ready {:.1} s, Envoy live {:.1} s, objects applied to all ACKed {:.1} s, \
-         {} routes 200, {:.1} s in all",
-        istiod_ready.as_secs_f64(),
-        envoy_live.as_secs_f64(),
+        "istio: istiod ready {:.1} s, objects applied to all ACKed {:.1} s, {} routes 200, {:.1} s in all",
+        control.istiod_ready_in.as_secs_f64(),
         acked.as_secs_f64(),
         DOMAINS * PATHS,
         began.elapsed().as_secs_f64()
     );
-    drop(gw);
-    drop(istiod);
-    drop(cluster);
-    for d in [istiod_dir, gw_dir, out_dir] {
-        let _ = std::fs::remove_dir_all(d);
-    }
+    drop(agent);
+    drop(control);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn an_experiment_measures_the_gateway_istiod_configured() {
+    installed();
+    let dir = common::scratch_dir("istio-experiment");
+    let file = dir.join("istio.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            "name: istio-gateway-test\ntopologies: [gateway]\nduration_secs: 3\nwarmup_secs: 1\n\
+             cooldown_secs: 0.5\nload:\n  rate_rps: [200]\n  connections: [8]\n  response_bytes: [1024]\n\
+             gateway:\n  type: istio\n  domains: {DOMAINS}\n  paths: {PATHS}\n"
+        ),
+    )
+    .unwrap();
+    let store = dir.join("store");
+    let (f, s) = (file.display().to_string(), store.display().to_string());
+    let out = meshbench(&["experiment", &f, "--store", &s], LIMIT);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(!err.contains("failed:"), "{err}");
+    let note = err
+        .lines()
+        .find(|l| l.starts_with("istio: istiod ready in"))
+        .unwrap_or_else(|| panic!("no control-plane line: {err}"));
+    assert!(
+        note.contains(&format!("{} routes applied", DOMAINS * PATHS))
+            && note.contains("config dump")
+            && note.contains("one route added reached Envoy in"),
+        "{note}"
+    );
+
+    let export = common::export_json(&store);
+    let step = &export["steps"][0];
+    assert_eq!(step["status"], "ok", "{step}");
+    let summary = &step["summary"];
+    assert!(u(summary, "/requests") >= 400, "{summary}");
+    assert_eq!(u(summary, "/errors"), 0, "{summary}");
+    let gateway = step["usage"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["role"] == "gateway")
+        .unwrap_or_else(|| panic!("no gateway role: {}", step["usage"]));
+    assert_eq!(gateway["program"], "istio");
+    assert!(
+        gateway["cpu_millicores_avg"].as_f64().unwrap_or(0.0) > 0.0,
+        "{gateway}"
+    );
+    // Envoy's own counts and allocator, read from the admin endpoint pilot-agent gave it: every
+    // request the client counted went through it.
+    assert!(
+        u(gateway, "/proxy/requests/status_2xx") >= u(summary, "/requests"),
+        "{gateway}"
+    );
+    assert!(
+        u(gateway, "/proxy/memory_allocated_bytes") > 1 << 20,
+        "{gateway}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn istio_outside_the_gateway_or_in_namespaces_or_not_installed_is_refused_up_front() {
+    let dir = common::scratch_dir("istio-refused");
+    let write = |name: &str, text: &str| {
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        p.display().to_string()
+    };
+    let sidecar = write(
+        "sidecar.yaml",
+        "name: x\ntopologies: [both]\nproxy:\n  type: istio\n",
+    );
+    let out = meshbench(&["experiment", &sidecar, "--dry-run"], LIMIT);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("proxy.type: istio configures the gateway only"),
+        "{}",
+        stderr(&out)
+    );
+    let netns = write(
+        "netns.yaml",
+        "name: x\ntopologies: [gateway]\nisolation: netns\ngateway:\n  type: istio\n",
+    );
+    let out = meshbench(&["experiment", &netns, "--dry-run"], LIMIT);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("use isolation: process"),
+        "{}",
+        stderr(&out)
+    );
+
+    let gateway = write(
+        "gateway.yaml",
+        "name: x\ntopologies: [gateway]\ngateway:\n  type: istio\n",
+    );
+    let mut child = std::process::Command::new(common::bin())
+        .args(["experiment", &gateway, "--dry-run"])
+        .env("ISTIO_CACHE", "/nonexistent/istio")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = common::wait_with_limit(&mut child, LIMIT);
+    let err = stderr(&out);
+    assert_ne!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("/nonexistent/istio/bin/pilot-discovery")
+            && err.contains("scripts/install-istio.sh"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
 }

@@ -253,16 +253,24 @@ impl ControlPlane {
         })?;
         let free = crate::rig::free_port;
         let (status, envoy_status, prometheus) = (free()?, free()?, free()?);
+        // The stats the lab reads after each step, beside Istio's own inclusion list (which
+        // has no request counts): the same prefixes the lab's own Envoy gateway keeps.
+        let stats: Vec<String> = crate::program::envoy::admin::STATS_NEEDED
+            .iter()
+            .map(|p| format!("\"{p}\""))
+            .collect();
         // A ProxyConfig, as the mesh's `defaultConfig` or a pod's annotation sets it.
         let proxy_config = format!(
             "discoveryAddress: {}\nbinaryPath: {}\nconfigPath: ./etc/istio/proxy\n\
              proxyBootstrapTemplatePath: {}\nproxyAdminPort: {}\nstatusPort: {status}\n\
-             concurrency: {}\ndrainDuration: 1s\nterminationDrainDuration: 1s\n",
+             concurrency: {}\ndrainDuration: 1s\nterminationDrainDuration: 1s\n\
+             proxyStatsMatcher: {{inclusionPrefixes: [{}]}}\n",
             self.secure_grpc,
             wrapper.display(),
             cache().join("envoy_bootstrap_tmpl.json").display(),
             admin.port(),
             workers.max(1),
+            stats.join(", "),
         );
         let mut cmd = Command::new(cache().join("bin/pilot-agent"));
         cmd.current_dir(dir)

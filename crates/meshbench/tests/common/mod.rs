@@ -5,7 +5,6 @@
 #![allow(dead_code)]
 
 pub mod cluster;
-pub mod istio;
 pub mod prometheus;
 
 use std::io::{Read, Write};
