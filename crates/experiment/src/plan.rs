@@ -190,6 +190,19 @@ fn sweep(e: &Experiment) -> Option<(Class, &Vec<f64>)> {
     .find(|(_, c)| c.len() > 1)
 }
 
+/// Seconds a step's rig takes to start and stop: about one, except for an Istio gateway, whose
+/// control plane starts for each step (about 6 s here) and whose routes are applied and pushed
+/// before the load (about 36 s for 100,000 routes on a 2-core machine, docs/seeds.md).
+fn setup_secs(e: &Experiment) -> f64 {
+    if e.topologies.contains(&Topology::Gateway) && e.gateway.kind == meshbench_lab::Program::Istio
+    {
+        let routes = f64::from(e.gateway.domains) * f64::from(e.gateway.paths);
+        6.0 + routes / 2_800.0
+    } else {
+        1.0
+    }
+}
+
 /// The whole run order.
 #[derive(Debug, Clone, Serialize)]
 pub struct Plan {
@@ -256,7 +269,7 @@ impl Plan {
         }
         Plan {
             steps,
-            setup_secs: 1.0,
+            setup_secs: setup_secs(e),
         }
     }
 
@@ -303,6 +316,19 @@ mod tests {
             ]
         );
         assert_eq!(plan.total_secs(&e), 8.0 * (2.0 + 10.0 + 1.0 + 1.0));
+    }
+
+    #[test]
+    fn an_istio_gateway_step_counts_its_control_plane_and_pushes_in_the_estimate() {
+        let gateway = |kind: &str, domains: u32| {
+            let text = format!(
+                "name: t\ntopologies: [gateway]\ngateway:\n  type: {kind}\n  domains: {domains}\n  paths: 100\n"
+            );
+            Plan::compile(&parse("t.yaml", &text, &[]).unwrap()).setup_secs
+        };
+        assert_eq!(gateway("envoy", 1000), 1.0);
+        assert!((gateway("istio", 10) - 6.36).abs() < 0.01);
+        assert!((gateway("istio", 1000) - 41.7).abs() < 0.1);
     }
 
     #[test]

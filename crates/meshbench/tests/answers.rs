@@ -634,7 +634,9 @@ limits:
         &meshbench_report::html::outline(&report),
     );
 
-    let shot = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/report-screenshot.png");
+    // Cargo's scratch directory for integration tests: it exists wherever the target directory
+    // is (`CARGO_TARGET_DIR` included).
+    let shot = Path::new(env!("CARGO_TARGET_TMPDIR")).join("report-screenshot.png");
     let check = std::process::Command::new("bash")
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/check-report.sh"))
         .arg(report_dir.join("report.html"))
