@@ -38,6 +38,15 @@ pub struct ApiServer {
     _etcd: RoleProcess,
 }
 
+/// What a request asks of the API server.
+enum Request<'a> {
+    Get,
+    /// Server-side apply of this document (JSON is YAML too).
+    Apply(&'a str),
+    /// POST of this JSON.
+    Create(&'a str),
+}
+
 /// What was refused, as one line.
 fn refused(what: &str, e: impl std::fmt::Display) -> LabError {
     LabError::Io(format!("the Kubernetes API server refused {what}: {e}"))
@@ -154,7 +163,7 @@ impl ApiServer {
     fn wait_ready(&mut self) -> Result<(), LabError> {
         let deadline = Instant::now() + READY_WITHIN;
         loop {
-            if matches!(self.request("GET", "/readyz", None), Ok((200, _))) {
+            if matches!(self.request(Request::Get, "/readyz"), Ok((200, _))) {
                 return Ok(());
             }
             for p in [&mut self._etcd, &mut self._apiserver] {
@@ -178,30 +187,23 @@ impl ApiServer {
     }
 
     /// One request with the admin token; the status and the body.
-    fn request(
-        &self,
-        method: &str,
-        path: &str,
-        body: Option<(&str, &str)>,
-    ) -> Result<(u16, String), ureq::Error> {
+    fn request(&self, request: Request, path: &str) -> Result<(u16, String), ureq::Error> {
         let url = format!("{}{path}", self.url);
         let auth = format!("Bearer {ADMIN_TOKEN}");
-        let mut answer = match (method, body) {
-            ("GET", _) => self.agent.get(&url).header("Authorization", &auth).call()?,
-            (_, Some((content_type, text))) => {
-                let req = match method {
-                    "PATCH" => self.agent.patch(&url),
-                    _ => self.agent.post(&url),
-                };
-                req.header("Authorization", &auth)
-                    .header("Content-Type", content_type)
-                    .send(text)?
-            }
-            (_, None) => self
+        let mut answer = match request {
+            Request::Get => self.agent.get(&url).header("Authorization", &auth).call()?,
+            Request::Apply(yaml) => self
+                .agent
+                .patch(&url)
+                .header("Authorization", &auth)
+                .header("Content-Type", "application/apply-patch+yaml")
+                .send(yaml)?,
+            Request::Create(json) => self
                 .agent
                 .post(&url)
                 .header("Authorization", &auth)
-                .send_empty()?,
+                .header("Content-Type", "application/json")
+                .send(json)?,
         };
         let status = answer.status().as_u16();
         let text = answer.body_mut().read_to_string()?;
@@ -258,11 +260,7 @@ impl ApiServer {
         let body = object.to_string();
         let deadline = Instant::now() + ESTABLISH_WITHIN;
         loop {
-            match self.request(
-                "PATCH",
-                &query,
-                Some(("application/apply-patch+yaml", &body)),
-            ) {
+            match self.request(Request::Apply(&body), &query) {
                 Ok((200 | 201, _)) => return Ok(()),
                 Ok((404, _)) if Instant::now() < deadline => {
                     std::thread::sleep(Duration::from_millis(200));
@@ -277,7 +275,7 @@ impl ApiServer {
 
     /// One object's JSON, by its API path.
     pub fn get(&self, path: &str) -> Result<Option<Value>, LabError> {
-        match self.request("GET", path, None) {
+        match self.request(Request::Get, path) {
             Ok((200, text)) => serde_json::from_str(&text)
                 .map(Some)
                 .map_err(|e| refused(path, e)),
@@ -302,7 +300,7 @@ impl ApiServer {
         })
         .to_string();
         let what = format!("a token for {namespace}/{account}");
-        match self.request("POST", &path, Some(("application/json", &body))) {
+        match self.request(Request::Create(&body), &path) {
             Ok((200 | 201, text)) => {
                 let v: Value = serde_json::from_str(&text).map_err(|e| refused(&what, e))?;
                 v["status"]["token"]
