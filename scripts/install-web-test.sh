@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The npm packages of the browser and dashboard tests, pinned in
-# crates/meshbench/tests/browser/package.json and package-lock.json: playwright-core (drives
-# Debian's Chromium for tests/web.rs; it downloads no browser), @grafana/schema and typescript
-# (type-check the Grafana dashboard for tests/grafana.rs). Installs Node.js from Debian when
+# crates/meshbench/tests/it/browser/package.json and package-lock.json: playwright-core (drives
+# Debian's Chromium for tests/it/web.rs; it downloads no browser), @grafana/schema and typescript
+# (type-check the Grafana dashboard for tests/it/grafana.rs). Installs Node.js from Debian when
 # there is none. Does nothing when the pinned versions are already installed. About 40 MB, once.
 set -euo pipefail
-dir="$(cd "$(dirname "$0")/../crates/meshbench/tests/browser" && pwd)"
+dir="$(cd "$(dirname "$0")/../crates/meshbench/tests/it/browser" && pwd)"
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
   echo "installing: nodejs npm" >&2
   export DEBIAN_FRONTEND=noninteractive

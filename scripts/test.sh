@@ -8,4 +8,4 @@ cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 # One test at a time: the black-box tests measure real latency and rates, and two of them
 # sharing the machine's two cores would measure each other.
-cargo test --workspace --release --locked -- --test-threads=1
+cargo test --workspace --profile test-release --locked -- --test-threads=1

@@ -1,7 +1,7 @@
 //! The backend turned hostile (`meshbench backend --hostile NAME`): a server that breaks HTTP
 //! in one chosen way on every connection. It exists so that what a load generator (or a proxy)
 //! does with a broken upstream can be checked against a real process: meshbench's own
-//! black-box tests start it (crates/meshbench/tests/hostile.rs), and a user can put it behind
+//! black-box tests start it (crates/meshbench/tests/it/hostile.rs), and a user can put it behind
 //! their proxy to see what the proxy makes of a slowloris or a lying `Content-Length`.
 //!
 //! Contract: one behaviour per server, named by [`Hostile`]; plain TCP on loopback or any

@@ -10,7 +10,7 @@
 //! Every metric and label name comes from [`names`](crate::names); the panels are declared
 //! once ([`panels`]) and both [`dashboard`] and [`queries`] are read from them, so a test can
 //! run every query against a real Prometheus. The JSON is checked against Grafana's own types
-//! (`@grafana/schema`, pinned in the test's package.json) by `tests/grafana.rs`.
+//! (`@grafana/schema`, pinned in the test's package.json) by `tests/it/grafana.rs`.
 
 use serde_json::{json, Value};
 

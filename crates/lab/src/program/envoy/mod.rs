@@ -5,7 +5,7 @@
 //!
 //! Every configuration is a static bootstrap built from the typed Envoy API (the envoy-types
 //! crate), so its structure is checked by the compiler, written as binary protobuf and run
-//! with `--config-path`; tests/envoy.rs serves traffic through each one with a real Envoy and
+//! with `--config-path`; tests/it/envoy.rs serves traffic through each one with a real Envoy and
 //! passes each to `envoy --mode validate`. One module per part the lab's Envoy plays:
 //! [`sidecar`] (outbound and inbound), [`gateway`], [`hbone`] (ambient's tunnels and the
 //! waypoint); [`istio`] holds what they share, the way Istio sets each piece.
@@ -215,7 +215,7 @@ pub fn static_cluster_at(name: &str, address: Address) -> Cluster {
 }
 
 /// Fast checks of Istio's conventions in the rendered structs; that each bootstrap works is
-/// proven by serving traffic through a real Envoy (tests/envoy.rs) and by `envoy --mode
+/// proven by serving traffic through a real Envoy (tests/it/envoy.rs) and by `envoy --mode
 /// validate` (crates/lab/tests/envoy_yaml.rs), not here.
 #[cfg(test)]
 mod tests {

@@ -1,0 +1,41 @@
+//! The black-box tests of the binary, one test binary for all of them (one link instead of one
+//! per file): each module is what used to be its own file under tests/, `common` their helpers.
+//! They start real servers (the backend, nginx, Envoy, istiod, a Kubernetes node) on loopback
+//! or in network namespaces they create; scripts/test.sh runs them one at a time.
+
+mod browser;
+mod common;
+
+mod agents;
+mod answers;
+mod arrivals;
+mod backend;
+mod bad_input;
+mod churn;
+mod cpu_quota;
+mod envoy;
+mod envoy_admin;
+mod external;
+mod gateway;
+mod grafana;
+mod grafana_panels;
+mod grpc;
+mod hostile;
+mod http3;
+mod install_envoy;
+mod istio_gateway;
+mod istio_plotter;
+mod k8s;
+mod k8s_gateway_cadvisor;
+mod k8s_node;
+mod lab;
+mod metrics;
+mod nginx;
+mod open_loop_churn;
+mod protocols;
+mod remote_write;
+mod run_backend;
+mod self_check;
+mod signals;
+mod store_faults;
+mod web;
