@@ -8,4 +8,13 @@ cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 # One test at a time: the black-box tests measure real latency and rates, and two of them
 # sharing the machine's two cores would measure each other.
-cargo test --workspace --profile test-release --locked -- --test-threads=1
+# Every scratch directory the tests and the programs they start make (stores, certificates,
+# role directories, the test cluster's) goes under one directory, removed when the suite
+# passes and kept, with its path said, when it fails.
+scratch=$(mktemp -d -t meshbench-suite.XXXXXX)
+if TMPDIR="$scratch" cargo test --workspace --profile test-release --locked -- --test-threads=1; then
+  rm -rf "$scratch"
+else
+  echo "test.sh: a test failed; its scratch directories are kept in $scratch" >&2
+  exit 1
+fi

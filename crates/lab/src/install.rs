@@ -1,6 +1,8 @@
-//! Finding a server binary, and installing its Debian package with apt-get when it is missing
-//! (the machines this runs on are Debian with root; anywhere else the error says what to
-//! install by hand).
+//! Finding a server binary, and installing it when it is missing: its Debian package with
+//! apt-get (the machines this runs on are Debian with root; anywhere else the error says what to
+//! install by hand), or, for a program Debian does not package at the pinned version (Envoy), the
+//! project's own install script, embedded in the binary so that one pin serves the scripts, the
+//! tests and a user's first run.
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -55,4 +57,32 @@ pub fn ensure(
             reason: "see apt-get's output above".to_string(),
         }),
     }
+}
+
+/// Runs `script` (a bash script's text, embedded from scripts/) as `$0 = name` with `env` added,
+/// its output kept back: on success nothing is shown, on failure the error carries the last line
+/// it wrote (its own one-line reason: every project script ends a failure with one).
+pub fn script(name: &str, script: &str, env: &[(&str, &std::ffi::OsStr)]) -> Result<(), LabError> {
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(script)
+        .arg(name)
+        .envs(env.iter().map(|(k, v)| (*k, *v)))
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| LabError::Spawn(format!("bash for {name}"), e))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let said = String::from_utf8_lossy(&out.stderr);
+    let reason = said
+        .lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .map_or_else(|| format!("it ended with {}", out.status), str::to_string);
+    Err(LabError::ScriptFailed {
+        script: name.to_string(),
+        reason,
+    })
 }

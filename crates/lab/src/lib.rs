@@ -43,6 +43,8 @@ pub use program::{Program, ProgramSpec};
 pub enum LabError {
     #[error("{package} is not installed and `apt-get install -y {package}` failed ({reason}); install it by hand (Debian package {package})")]
     InstallFailed { package: String, reason: String },
+    #[error("{script} failed: {reason}")]
+    ScriptFailed { script: String, reason: String },
     #[error("could not prepare {path}: {source}")]
     Files {
         path: PathBuf,

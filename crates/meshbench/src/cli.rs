@@ -24,7 +24,8 @@ pub enum Command {
     /// Run the built-in test server.
     Backend(BackendArgs),
     /// A short version of examples/sidecar-overhead.yaml: the backend alone, behind an Envoy
-    /// sidecar configured as Istio's (nginx where Envoy is not installed, said in one line), and
+    /// sidecar configured as Istio's (installed first where missing; nginx only where that
+    /// fails, said in one line), and
     /// behind two with mutual TLS, at 500, 1000 and 2000 qps; what the sidecars add.
     Demo(DemoArgs),
     /// Generate configurations for systems under test.

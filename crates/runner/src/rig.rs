@@ -44,10 +44,23 @@ impl Sections {
     }
 }
 
-/// Puts each section's `fallback` in place of its program where that program cannot run here
-/// (Envoy not installed), for the sections the experiment's topologies use; one line per
-/// substitution says what is measured instead and how to get the real one.
-pub fn stand_ins(e: &mut Experiment) -> Vec<String> {
+/// What to do about a program an experiment needs that is not installed here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Provision {
+    /// A run: install a missing Envoy (scripts/install-envoy.sh, embedded in the binary), as
+    /// a missing nginx is installed with apt-get; the section's `fallback` takes its place
+    /// only where that fails.
+    Install,
+    /// A dry run: install nothing; say that the run will install Envoy, and stand in only
+    /// where it could not.
+    Plan,
+}
+
+/// Installs Envoy where a section the experiment's topologies use names it and it is missing
+/// ([`Provision::Install`]), and puts the section's `fallback` in place of a program that
+/// still cannot run here; one line per install refused or substitution says what is measured
+/// instead and why. (The install itself says so in one line of its own.)
+pub fn stand_ins(e: &mut Experiment, provision: Provision) -> Vec<String> {
     let Sections {
         proxies,
         tunnels,
@@ -55,15 +68,46 @@ pub fn stand_ins(e: &mut Experiment) -> Vec<String> {
     } = Sections::used(e);
     let mut notes = Vec::new();
     let mut swap = |section: &str, used: bool, kind: &mut Program, fallback: Option<Program>| {
-        if let (true, Some(instead)) = (used && !kind.runs_here(), fallback) {
-            let why = ProgramSpec::from(*kind)
-                .unavailable()
-                .map_or_else(|| envoy::INSTALL_HINT.to_string(), |e| e.to_string());
-            notes.push(format!(
-                "{section}: {kind} is not installed here, so this run measures {instead} in its place ({why})"
-            ));
-            *kind = instead;
+        if !used || kind.runs_here() {
+            return;
         }
+        let installable = *kind == Program::Envoy && envoy::not_installable().is_none();
+        let refused = match (installable, provision) {
+            (false, _) => None,
+            (true, Provision::Plan) => {
+                notes.push(format!(
+                    "{section}: envoy is not installed here; the run will install Envoy {} first (scripts/install-envoy.sh)",
+                    envoy::pinned_version()
+                ));
+                return;
+            }
+            (true, Provision::Install) => match envoy::install() {
+                Ok(_) => return,
+                Err(e) => Some(e.to_string()),
+            },
+        };
+        let Some(instead) = fallback else {
+            if let Some(why) = refused {
+                notes.push(format!(
+                    "{section}: {kind} could not be installed here ({why}); the steps that need it will fail"
+                ));
+            }
+            return;
+        };
+        notes.push(match refused {
+            Some(why) => format!(
+                "{section}: {kind} could not be installed here ({why}), so this run measures {instead} in its place"
+            ),
+            None => {
+                let why = ProgramSpec::from(*kind)
+                    .unavailable()
+                    .map_or_else(|| envoy::INSTALL_HINT.to_string(), |e| e.to_string());
+                format!(
+                    "{section}: {kind} is not installed here, so this run measures {instead} in its place ({why})"
+                )
+            }
+        });
+        *kind = instead;
     };
     swap("proxy", proxies, &mut e.proxy.kind, e.proxy.fallback);
     swap("tunnel", tunnels, &mut e.tunnel.kind, e.tunnel.fallback);

@@ -321,11 +321,16 @@ impl ProgramSpec {
     }
 
     /// Why the program cannot run here, found without installing or starting anything (for
-    /// `--dry-run`): Envoy not installed, a command's program not found. `None` for the
-    /// Debian packages, which a run installs when they are missing.
+    /// `--dry-run`): Envoy neither installed nor installable, a command's program not found.
+    /// `None` for the Debian packages and an installable Envoy, which a run installs when they
+    /// are missing.
     pub fn unavailable(&self) -> Option<LabError> {
         match self.program {
-            Program::Envoy | Program::Command | Program::Istio => self.binary().err(),
+            Program::Envoy => self
+                .binary()
+                .err()
+                .filter(|_| envoy::not_installable().is_some()),
+            Program::Command | Program::Istio => self.binary().err(),
             Program::Nginx | Program::Haproxy | Program::Caddy => None,
         }
     }

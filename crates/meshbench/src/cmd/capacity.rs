@@ -61,7 +61,11 @@ pub fn execute(args: CapacityArgs) -> Result<u8> {
     };
     match &args.experiment {
         Some(file) => {
-            let mut e = super::experiment::load(file, &args.set)?;
+            let mut e = super::experiment::load(
+                file,
+                &args.set,
+                meshbench_runner::rig::Provision::Install,
+            )?;
             let topology = match &args.topology {
                 Some(t) => *e.topologies.iter().find(|x| x.name() == t).ok_or_else(|| {
                     usage(format!(

@@ -1,7 +1,7 @@
 //! `meshbench demo`: the README's first command, a short version of
 //! `examples/sidecar-overhead.yaml` (embedded in the binary). The backend alone, behind a real
-//! Envoy sidecar configured as Istio's (nginx, its fallback, where Envoy is not installed: one
-//! line says so), and behind a client and a server sidecar talking mutual TLS, at three rates;
+//! Envoy sidecar configured as Istio's (installed first where it is missing, as nginx is; nginx,
+//! its fallback, only where that fails: one line says why), and behind a client and a server sidecar talking mutual TLS, at three rates;
 //! it runs as any experiment does and prints the same headline: what the sidecars add per
 //! percentile, each with its interval and whether it is more than noise (the one verdict of
 //! `analysis::verdict`), and what they cost in CPU and memory. Results go to a store and
@@ -31,7 +31,7 @@ pub fn execute(args: DemoArgs) -> Result<u8> {
     overrides.extend(args.set.iter().cloned());
     let mut e = meshbench_experiment::parse("sidecar-overhead.yaml (embedded)", PRESET, &overrides)
         .map_err(|err| usage(err.to_string()))?;
-    super::experiment::announce_stand_ins(&mut e);
+    super::experiment::announce_stand_ins(&mut e, meshbench_runner::rig::Provision::Install);
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("cannot create {}", args.out.display()))?;
     let store_path = args.out.join("results.db");

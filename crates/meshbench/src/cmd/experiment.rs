@@ -11,6 +11,7 @@ use meshbench_experiment::{Experiment, Plan};
 use meshbench_live::{Done, Scope, StepInfo};
 use meshbench_results::Sample;
 use meshbench_runner::agents::Fleet;
+use meshbench_runner::rig::Provision;
 use meshbench_runner::{Finished, Observer, StepAt};
 use meshbench_store::{StepRecord, Store};
 
@@ -21,7 +22,11 @@ use crate::cli::ExperimentArgs;
 use crate::{exit, usage};
 
 pub fn execute(args: ExperimentArgs) -> Result<u8> {
-    let e = load(&args.file, &args.set)?;
+    let provision = match args.dry_run {
+        true => Provision::Plan,
+        false => Provision::Install,
+    };
+    let e = load(&args.file, &args.set, provision)?;
     if args.dry_run {
         out!("{}", describe_plan(&e, &Plan::compile(&e)));
         if let Some(w) = short_steps(&e) {
@@ -75,13 +80,13 @@ pub fn execute(args: ExperimentArgs) -> Result<u8> {
 
 /// Reads an experiment file with its `--set` overrides; every mistake is bad input (exit 2),
 /// including external requests that cannot be built (a `.proto` that does not compile, a body
-/// that is not its message).
-pub fn load(file: &Path, set: &[String]) -> Result<Experiment> {
+/// that is not its message). A missing Envoy is installed or stood in for as `provision` says.
+pub fn load(file: &Path, set: &[String], provision: Provision) -> Result<Experiment> {
     let mut e = meshbench_experiment::load(file, set).map_err(|err| usage(err.to_string()))?;
     for note in &e.old_words {
         eprintln!("note: {}: {note}", file.display());
     }
-    announce_stand_ins(&mut e);
+    announce_stand_ins(&mut e, provision);
     let problems = meshbench_runner::external::request_problems(&e);
     if problems.is_empty() {
         return Ok(e);
@@ -113,10 +118,11 @@ pub fn short_steps(e: &Experiment) -> Option<String> {
     ))
 }
 
-/// Puts the file's fallbacks in place of programs that cannot run here and says so, one line
-/// each (the presets name Envoy, with nginx where it is not installed).
-pub fn announce_stand_ins(e: &mut Experiment) {
-    for note in meshbench_runner::rig::stand_ins(e) {
+/// Installs a missing Envoy (`Provision::Install`) and puts the file's fallbacks in place of
+/// programs that still cannot run here, saying so, one line each (the presets name Envoy, with
+/// nginx where it cannot be installed).
+pub fn announce_stand_ins(e: &mut Experiment, provision: Provision) {
+    for note in meshbench_runner::rig::stand_ins(e, provision) {
         eprintln!("note: {note}");
     }
 }

@@ -15,13 +15,14 @@ use super::parse_duration;
 use super::signals::Signals;
 use crate::cli::{K8sGenArgs, K8sPlanFlags, K8sRunArgs};
 use crate::{exit, usage};
+use meshbench_runner::rig::Provision;
 
 /// The plan the flags describe, every mistake found (bad input: exit 2).
 fn plan(flags: &K8sPlanFlags, coordinator: &str) -> Result<Plan> {
     let experiment = std::fs::read_to_string(&flags.file)
         .map_err(|e| usage(format!("{}: cannot read it: {e}", flags.file.display())))?;
     // The file must be a valid experiment before anything is rendered from it.
-    super::experiment::load(&flags.file, &[])?;
+    super::experiment::load(&flags.file, &[], Provision::Plan)?;
     let token = match Token::load(flags.token_file.as_deref()) {
         Ok(_) if flags.token_file.is_some() => {
             std::fs::read_to_string(flags.token_file.as_deref().expect("given"))?
@@ -105,7 +106,7 @@ pub fn gen(a: K8sGenArgs) -> Result<u8> {
 }
 
 pub fn run(a: K8sRunArgs) -> Result<u8> {
-    let e = super::experiment::load(&a.plan.file, &[])?;
+    let e = super::experiment::load(&a.plan.file, &[], Provision::Install)?;
     let ready_timeout = parse_duration("--ready-timeout", &a.ready_timeout)?;
     let listener = TcpListener::bind(&a.listen)
         .map_err(|err| usage(format!("--listen {}: cannot listen there: {err}", a.listen)))?;

