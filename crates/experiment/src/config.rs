@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use meshbench_lab::Program;
-use meshbench_results::{Arrival, Class, IdleStrategy, LoopMode, Protocol, Topology};
+use meshbench_results::{Arrival, Class, IdleStrategy, LoadPoint, LoopMode, Protocol, Topology};
 
 use serde::{Deserialize, Serialize};
 use serde_yaml_ng::{Mapping, Value};
@@ -159,7 +159,7 @@ impl Default for LoadSection {
             mode: LoopMode::Open,
             rate_rps: vec![1000.0],
             connections: vec![16],
-            response_bytes: vec![1024],
+            response_bytes: vec![LoadPoint::DEFAULT_RESPONSE_BYTES],
             request_bytes: 0,
             arrival: vec![Arrival::Uniform],
             idle_strategy: IdleStrategy::Auto,
