@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use hdrhistogram::Histogram;
 use meshbench_results::{
     histogram::{decode_histogram, new_histogram},
-    LoadPoint, Pacing, RoleUsage, RunResult,
+    LoadPoint, Offer, RoleUsage, RunResult,
 };
 use meshbench_store::{topology_name, StoredStep};
 
@@ -76,7 +76,7 @@ impl Run {
             topology: name.to_string(),
             variant: name.to_string(),
             load: LoadPoint {
-                pacing: s.rate_rps.map_or(Pacing::Closed, Pacing::open),
+                offer: s.rate_rps.map_or(Offer::Closed, Offer::open),
                 connections: s.connections as u32,
                 // A run's result does not record the size of the responses it got.
                 response_bytes: None,

@@ -757,9 +757,9 @@ mod tests {
         r.throughput_rps = rps;
         let mut run = crate::Run::from_result(variant, r).unwrap();
         run.topology = variant.split(' ').next().unwrap().to_string();
-        run.load.pacing = rate_rps.map_or(
-            meshbench_results::Pacing::Closed,
-            meshbench_results::Pacing::open,
+        run.load.offer = rate_rps.map_or(
+            meshbench_results::Offer::Closed,
+            meshbench_results::Offer::open,
         );
         run.cpu = limit.map(|c| ("proxy".to_string(), c));
         run.usage = vec![serde_json::from_value(serde_json::json!({

@@ -10,7 +10,7 @@ impl Step {
     /// This step's parameters under experiment `e`.
     pub fn params(&self, e: &Experiment) -> StepParams {
         StepParams {
-            pacing: self.load.pacing,
+            offer: self.load.offer,
             connections: self.load.connections,
             // An external server chooses its responses (0: the target is not ours).
             response_bytes: self.load.response_bytes.unwrap_or(0),
@@ -37,7 +37,7 @@ mod tests {
         )
         .unwrap();
         let p = Plan::compile(&e).steps[1].params(&e);
-        assert_eq!(p.pacing.rate_rps(), Some(250.0));
+        assert_eq!(p.offer.rate_rps(), Some(250.0));
         assert_eq!(p.request_bytes, 64);
         assert_eq!(
             p.cpu,

@@ -3,7 +3,7 @@
 //! repeat walks every load point, and at every load point every variant runs in turn, so slow
 //! drift of the machine spreads across the variants instead of landing on one.
 
-use meshbench_results::{Arrival, Class, LoadPoint, LoopMode, Pacing, Protocol, Topology};
+use meshbench_results::{Arrival, Class, LoadPoint, LoopMode, Offer, Protocol, Topology};
 
 use crate::config::Experiment;
 
@@ -47,7 +47,7 @@ impl Step {
         if let Some((role, c)) = self.cpu {
             variant.push(format!("{}{c}cpu", role.name()));
         }
-        if self.load.pacing.is_poisson() {
+        if self.load.offer.is_poisson() {
             variant.push("jitter".into());
         }
         match protocol {
@@ -191,10 +191,10 @@ impl Plan {
                 for &response_bytes in &e.load.response_bytes {
                     for &arrival in arrivals(e) {
                         // `validate` gives an open loop at least one rate.
-                        let pacing =
-                            Pacing::of(e.load.mode, rate_rps, arrival).unwrap_or(Pacing::Closed);
+                        let offer =
+                            Offer::of(e.load.mode, rate_rps, arrival).unwrap_or(Offer::Closed);
                         loads.push(LoadPoint {
-                            pacing,
+                            offer,
                             connections,
                             response_bytes: Some(response_bytes),
                         });

@@ -530,9 +530,9 @@ pub(crate) mod tests {
         let mut run = Run::from_result(variant, r).unwrap();
         let topology = variant.split(' ').next().unwrap().to_string();
         run.topology = topology;
-        run.load.pacing = rate_rps.map_or(
-            meshbench_results::Pacing::Closed,
-            meshbench_results::Pacing::open,
+        run.load.offer = rate_rps.map_or(
+            meshbench_results::Offer::Closed,
+            meshbench_results::Offer::open,
         );
         run.cpu = limit.filter(|_| swept).map(|c| ("proxy".to_string(), c));
         let mut u: RoleUsage = serde_json::from_value(serde_json::json!({

@@ -1,4 +1,4 @@
-//! What one step asked for, typed: its pacing (open at a rate, or closed), connections, sizes,
+//! What one step asked for, typed: its offer (open at a rate, or closed), connections, sizes,
 //! protocol and CPU allotment. The experiment's plan produces it for every step, a capacity
 //! search for each rate it tries, and the store keeps it (as JSON in the step's `params`
 //! column, whose form the store's schema version governs), so every reader gets the same type
@@ -6,7 +6,7 @@
 //! groups its repeats is a [`LoadPoint`], whose text is the one every output prints.
 //!
 //! The stored form keeps the words it was first written with (`qps`, `jitter`, `mode`); in
-//! memory the pacing is one [`Pacing`], so an open loop without a rate, or a closed one with
+//! memory the offer is one [`Offer`], so an open loop without a rate, or a closed one with
 //! arrivals, cannot be represented.
 
 use std::cmp::Ordering;
@@ -26,29 +26,30 @@ pub struct CpuAllotment {
     pub cores: f64,
 }
 
-/// How a step offered its requests: the loop, and an open loop's rate and arrivals.
+/// How a load offers its requests: the loop, and an open loop's rate and arrivals (the
+/// engine's pacer is made from it).
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Pacing {
+pub enum Offer {
     /// `rate_rps` requests per second in total, on a schedule that does not wait for answers.
     Open { rate_rps: f64, arrival: Arrival },
     /// Each connection sends its next request when the last one is answered.
     Closed,
 }
 
-impl Pacing {
-    /// The pacing of a loop in `mode`: open at `rate_rps` with `arrival`, or closed (which has
+impl Offer {
+    /// The offer of a loop in `mode`: open at `rate_rps` with `arrival`, or closed (which has
     /// neither). `None` for an open loop without a rate.
-    pub fn of(mode: LoopMode, rate_rps: Option<f64>, arrival: Arrival) -> Option<Pacing> {
+    pub fn of(mode: LoopMode, rate_rps: Option<f64>, arrival: Arrival) -> Option<Offer> {
         match (mode, rate_rps) {
-            (LoopMode::Open, Some(rate_rps)) => Some(Pacing::Open { rate_rps, arrival }),
+            (LoopMode::Open, Some(rate_rps)) => Some(Offer::Open { rate_rps, arrival }),
             (LoopMode::Open, None) => None,
-            (LoopMode::Closed, _) => Some(Pacing::Closed),
+            (LoopMode::Closed, _) => Some(Offer::Closed),
         }
     }
 
     /// Evenly spaced arrivals at `rate_rps`.
-    pub fn open(rate_rps: f64) -> Pacing {
-        Pacing::Open {
+    pub fn open(rate_rps: f64) -> Offer {
+        Offer::Open {
             rate_rps,
             arrival: Arrival::Uniform,
         }
@@ -57,8 +58,8 @@ impl Pacing {
     /// The offered rate of an open loop.
     pub fn rate_rps(&self) -> Option<f64> {
         match self {
-            Pacing::Open { rate_rps, .. } => Some(*rate_rps),
-            Pacing::Closed => None,
+            Offer::Open { rate_rps, .. } => Some(*rate_rps),
+            Offer::Closed => None,
         }
     }
 
@@ -66,7 +67,7 @@ impl Pacing {
     pub fn is_poisson(&self) -> bool {
         matches!(
             self,
-            Pacing::Open {
+            Offer::Open {
                 arrival: Arrival::Poisson,
                 ..
             }
@@ -75,21 +76,21 @@ impl Pacing {
 
     pub fn mode(&self) -> LoopMode {
         match self {
-            Pacing::Open { .. } => LoopMode::Open,
-            Pacing::Closed => LoopMode::Closed,
+            Offer::Open { .. } => LoopMode::Open,
+            Offer::Closed => LoopMode::Closed,
         }
     }
 
     /// The same loop at another rate (a closed loop has none).
-    pub fn with_rate(self, rate_rps: f64) -> Pacing {
+    pub fn with_rate(self, rate_rps: f64) -> Offer {
         match self {
-            Pacing::Open { arrival, .. } => Pacing::Open { rate_rps, arrival },
-            Pacing::Closed => Pacing::Closed,
+            Offer::Open { arrival, .. } => Offer::Open { rate_rps, arrival },
+            Offer::Closed => Offer::Closed,
         }
     }
 }
 
-/// One step's load: its pacing, over how many connections, for responses of what size. The
+/// One step's load: its offer, over how many connections, for responses of what size. The
 /// plan makes one for each cell of the experiment file's load matrix; the analysis reads one
 /// back from every stored step and groups repeats by it. Its text ([`fmt::Display`]) is how
 /// every output names a load (`1000 qps x 16 conns, 4096 B, jitter`), and its order is the
@@ -99,7 +100,7 @@ impl Pacing {
 /// repeats of one step group together however their rate was computed.
 #[derive(Debug, Clone, Copy)]
 pub struct LoadPoint {
-    pub pacing: Pacing,
+    pub offer: Offer,
     pub connections: u32,
     /// Response body size the backend was asked for; `None` where the target chooses its
     /// responses (a URL, an external server, a `meshbench run --json` file): never labelled
@@ -114,7 +115,7 @@ impl LoadPoint {
 
     /// The offered rate of an open loop.
     pub fn rate_rps(&self) -> Option<f64> {
-        self.pacing.rate_rps()
+        self.offer.rate_rps()
     }
 
     /// The offered rate in thousandths of a request per second, exact, for grouping and order.
@@ -128,7 +129,7 @@ impl LoadPoint {
             self.rate_rps_milli(),
             self.connections,
             self.response_bytes,
-            self.pacing.is_poisson(),
+            self.offer.is_poisson(),
         )
     }
 }
@@ -175,7 +176,7 @@ impl fmt::Display for LoadPoint {
         {
             text.push_str(&format!(", {bytes} B"));
         }
-        if self.pacing.is_poisson() {
+        if self.offer.is_poisson() {
             text.push_str(", jitter");
         }
         f.pad(&text)
@@ -186,7 +187,7 @@ impl fmt::Display for LoadPoint {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(try_from = "StoredParams", into = "StoredParams")]
 pub struct StepParams {
-    pub pacing: Pacing,
+    pub offer: Offer,
     /// Connections (a closed loop with a connection pool: requests in flight).
     pub connections: u32,
     /// Response body size the backend was asked for (0 when the target is not ours).
@@ -202,7 +203,7 @@ impl StepParams {
     /// An open-loop step at `rate_rps` against a target that is not a rig (a URL).
     pub fn open(rate_rps: f64, connections: u32, protocol: Protocol) -> StepParams {
         StepParams {
-            pacing: Pacing::open(rate_rps),
+            offer: Offer::open(rate_rps),
             connections,
             response_bytes: 0,
             request_bytes: 0,
@@ -237,10 +238,10 @@ impl TryFrom<StoredParams> for StepParams {
         } else {
             Arrival::Uniform
         };
-        let pacing =
-            Pacing::of(s.mode, s.qps, arrival).ok_or("an open-loop step without a rate (`qps`)")?;
+        let offer =
+            Offer::of(s.mode, s.qps, arrival).ok_or("an open-loop step without a rate (`qps`)")?;
         Ok(StepParams {
-            pacing,
+            offer,
             connections: s.connections,
             response_bytes: s.response_bytes,
             request_bytes: s.request_bytes,
@@ -253,12 +254,12 @@ impl TryFrom<StoredParams> for StepParams {
 impl From<StepParams> for StoredParams {
     fn from(p: StepParams) -> StoredParams {
         StoredParams {
-            qps: p.pacing.rate_rps(),
+            qps: p.offer.rate_rps(),
             connections: p.connections,
             response_bytes: p.response_bytes,
             request_bytes: p.request_bytes,
-            jitter: p.pacing.is_poisson(),
-            mode: p.pacing.mode(),
+            jitter: p.offer.is_poisson(),
+            mode: p.offer.mode(),
             protocol: p.protocol,
             cpu: p.cpu,
         }
@@ -272,7 +273,7 @@ mod tests {
     #[test]
     fn the_stored_form_keeps_its_first_words_and_reads_back_equal() {
         let p = StepParams {
-            pacing: Pacing::Open {
+            offer: Offer::Open {
                 rate_rps: 250.0,
                 arrival: Arrival::Poisson,
             },
@@ -293,18 +294,18 @@ mod tests {
         assert_eq!(serde_json::from_str::<StepParams>(&text).unwrap(), p);
         let closed = r#"{"qps":null,"connections":8,"response_bytes":0,"request_bytes":0,"jitter":false,"mode":"closed","protocol":"http2","cpu":null}"#;
         let back: StepParams = serde_json::from_str(closed).unwrap();
-        assert_eq!(back.pacing, Pacing::Closed);
+        assert_eq!(back.offer, Offer::Closed);
         assert_eq!(serde_json::to_string(&back).unwrap(), closed);
     }
 
     #[test]
     fn a_load_point_reads_as_the_tables_print_it() {
-        let point = |pacing, response_bytes| LoadPoint {
-            pacing,
+        let point = |offer, response_bytes| LoadPoint {
+            offer,
             connections: 16,
             response_bytes,
         };
-        let open = Pacing::open(1000.0);
+        let open = Offer::open(1000.0);
         assert_eq!(point(open, Some(1024)).to_string(), "1000 qps x 16 conns");
         assert_eq!(
             format!("[{:<21}]", point(open, None)),
@@ -312,10 +313,10 @@ mod tests {
         );
         assert_eq!(point(open, None).to_string(), "1000 qps x 16 conns");
         assert_eq!(
-            point(Pacing::open(333.33333), Some(4096)).to_string(),
+            point(Offer::open(333.33333), Some(4096)).to_string(),
             "333.333 qps x 16 conns, 4096 B"
         );
-        let poisson = Pacing::Open {
+        let poisson = Offer::Open {
             rate_rps: 250.5,
             arrival: Arrival::Poisson,
         };
@@ -323,13 +324,10 @@ mod tests {
             point(poisson, Some(0)).to_string(),
             "250.5 qps x 16 conns, 0 B, jitter"
         );
-        assert_eq!(
-            point(Pacing::Closed, None).to_string(),
-            "max qps x 16 conns"
-        );
+        assert_eq!(point(Offer::Closed, None).to_string(), "max qps x 16 conns");
         // Ordered as the tables are: closed first, then by rate; equal to a thousandth.
-        assert!(point(Pacing::Closed, None) < point(open, None));
-        assert_eq!(point(open, None), point(Pacing::open(1000.0001), None));
+        assert!(point(Offer::Closed, None) < point(open, None));
+        assert_eq!(point(open, None), point(Offer::open(1000.0001), None));
     }
 
     #[test]

@@ -173,7 +173,7 @@ pub fn lab_step(
     let step = Step {
         index: n,
         load: LoadPoint {
-            pacing: template.load.pacing.with_rate(rate),
+            offer: template.load.offer.with_rate(rate),
             ..template.load
         },
         ..template.clone()

@@ -18,7 +18,7 @@ use meshbench_lab::program::envoy::admin::{self, AdminError};
 use meshbench_lab::rig::{self, Rig};
 use meshbench_lab::sampler::{self, Sampled};
 use meshbench_results::{
-    Arrival, Figure, Order, Pacing, PacingSlack, ProxyCounters, RoleUsage, Usage,
+    Arrival, Figure, Offer, Order, PacingSlack, ProxyCounters, RoleUsage, Usage,
 };
 use meshbench_store::StepRecord;
 
@@ -275,7 +275,7 @@ pub fn load_for(e: &Experiment, step: &Step, source: TargetSource) -> LoadOption
     }
     o.timeout = Duration::from_millis(e.load.timeout_ms);
     o.pace.seed = step.index as u64 + 1;
-    if let Pacing::Open { rate_rps, arrival } = step.load.pacing {
+    if let Offer::Open { rate_rps, arrival } = step.load.offer {
         o.pace.rate_rps = Some(rate_rps);
         if arrival == Arrival::Poisson {
             o.pace.arrival = Some(Arrival::Poisson);

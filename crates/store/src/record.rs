@@ -202,7 +202,7 @@ impl StepRecord {
     pub fn load_point(&self) -> LoadPoint {
         let p = &self.params;
         LoadPoint {
-            pacing: p.pacing,
+            offer: p.offer,
             connections: p.connections,
             response_bytes: self
                 .topology

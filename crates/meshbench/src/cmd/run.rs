@@ -105,7 +105,7 @@ fn measure(
     let mut line = ProgressLine::new(live);
     let step = faces.map(|f| {
         let info =
-            super::live::run_step(spec.mode.rate_rps(), spec.describe(), spec.planned_secs());
+            super::live::run_step(spec.offer.rate_rps(), spec.describe(), spec.planned_secs());
         f.hub.step_started(info.clone());
         info.scope
     });
