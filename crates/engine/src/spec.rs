@@ -237,12 +237,4 @@ impl LoadSpec {
         };
         self.warmup.as_secs_f64() + measured
     }
-
-    /// The load in words: `1000 rps x 16 conn` or `closed loop x 16 conn`.
-    pub fn describe(&self) -> String {
-        match self.offer {
-            Offer::Closed => format!("closed loop x {} conn", self.connections),
-            Offer::Open { rate_rps, .. } => format!("{rate_rps} rps x {} conn", self.connections),
-        }
-    }
 }
