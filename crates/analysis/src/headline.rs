@@ -7,9 +7,10 @@
 
 use meshbench_stats::{knee, linear_fit, Line};
 
-use crate::runs::{distinct, Group, LoadKey, RoleUse, PERCENTILES};
+use crate::runs::{distinct, Group, RoleUse, PERCENTILES};
 use crate::trend::{Trend, MIN_LOADS};
 use crate::verdict::{decide, enough, margin_for, Margin, Test, Unit, Verdict};
+use meshbench_results::LoadPoint;
 
 /// Confidence level of every interval.
 pub const LEVEL: f64 = 0.95;
@@ -20,7 +21,7 @@ pub struct Cost {
     /// The group's topology: the variants of a CPU sweep share it.
     pub topology: String,
     pub variant: String,
-    pub load: LoadKey,
+    pub load: LoadPoint,
     pub throughput_rps: f64,
     pub usage: RoleUse,
 }
@@ -158,7 +159,7 @@ pub fn delta(a: &Group, b: &Group, q: f64, margin: Margin) -> Delta {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Added {
     pub variant: String,
-    pub load: LoadKey,
+    pub load: LoadPoint,
     pub deltas: Vec<Delta>,
 }
 
@@ -177,7 +178,7 @@ pub struct Knee {
 pub struct Saturation {
     pub variant: String,
     pub role: String,
-    pub load: LoadKey,
+    pub load: LoadPoint,
     pub throughput_rps: f64,
     pub utilization: f64,
 }
@@ -205,7 +206,7 @@ pub struct PerCore {
     pub topology: String,
     /// The swept class (`proxy`, `tunnel`).
     pub role: String,
-    pub load: LoadKey,
+    pub load: LoadPoint,
     /// Every allotment measured, fewest cores first.
     pub points: Vec<Allotment>,
     /// RPS = intercept + slope x cores over the allotments at the limit: only with
@@ -252,7 +253,7 @@ impl Headline {
                 costs.push(Cost {
                     topology: g.topology.clone(),
                     variant: g.variant.clone(),
-                    load: g.load.clone(),
+                    load: g.load,
                     throughput_rps: rps,
                     usage: u,
                 });
@@ -306,7 +307,7 @@ pub fn trend_of(costs: &[&Cost], figure: impl Fn(&Cost) -> f64) -> Trend {
         .iter()
         .filter(|c| c.throughput_rps.is_finite() && figure(c).is_finite())
         .collect();
-    let loads = distinct(known.iter().map(|c| c.load.clone())).len();
+    let loads = distinct(known.iter().map(|c| c.load)).len();
     let points: Vec<(f64, f64)> = known
         .iter()
         .map(|c| (c.throughput_rps, figure(c)))
@@ -356,7 +357,7 @@ fn added(groups: &[Group]) -> Vec<Added> {
             let base = baseline_for(groups, g)?;
             Some(Added {
                 variant: g.variant.clone(),
-                load: g.load.clone(),
+                load: g.load,
                 deltas: PERCENTILES
                     .iter()
                     .map(|&q| delta(base, g, q, Margin::DEFAULT))
@@ -409,7 +410,7 @@ fn saturation(costs: &[Cost]) -> Vec<Saturation> {
         out.push(Saturation {
             variant: c.variant.clone(),
             role: c.usage.role.clone(),
-            load: c.load.clone(),
+            load: c.load,
             throughput_rps: c.throughput_rps,
             utilization: u,
         });
@@ -420,7 +421,7 @@ fn saturation(costs: &[Cost]) -> Vec<Saturation> {
 fn per_core(groups: &[Group], costs: &[Cost]) -> Vec<PerCore> {
     distinct(groups.iter().filter_map(|g| {
         let (role, _) = g.cpu.as_ref()?;
-        Some((g.topology.clone(), role.clone(), g.load.clone()))
+        Some((g.topology.clone(), role.clone(), g.load))
     }))
     .into_iter()
     .filter_map(|(topology, role, load)| {

@@ -17,4 +17,4 @@ pub mod verdict;
 pub mod witness;
 
 pub use headline::Headline;
-pub use runs::{group, Group, LoadKey, Run};
+pub use runs::{group, Group, Run};

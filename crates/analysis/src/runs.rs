@@ -3,12 +3,11 @@
 //! what was measured (variant x load point) so that repeats are merged, never averaged.
 
 use std::collections::BTreeMap;
-use std::fmt;
 
 use hdrhistogram::Histogram;
 use meshbench_results::{
     histogram::{decode_histogram, new_histogram},
-    RoleUsage, RunResult,
+    LoadPoint, Offer, RoleUsage, RunResult,
 };
 use meshbench_store::{topology_name, StoredStep};
 
@@ -25,43 +24,6 @@ pub fn percentile_name(q: f64) -> String {
     }
 }
 
-/// What load a step offered: the key that repeats of the same measurement share.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct LoadKey {
-    /// Offered rate in thousandths of a request per second (`None`: as fast as possible), so
-    /// that the key is exact.
-    pub rate_rps_milli: Option<u64>,
-    pub connections: u32,
-    /// Response body size the backend was asked for; `None` where it is not known (a
-    /// `meshbench run --json` file, an external target): never labelled as a size then.
-    pub response_bytes: Option<u64>,
-    /// Poisson arrivals.
-    pub poisson: bool,
-}
-
-impl LoadKey {
-    pub fn rate_rps(&self) -> Option<f64> {
-        self.rate_rps_milli.map(|m| m as f64 / 1000.0)
-    }
-}
-
-impl fmt::Display for LoadKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.rate_rps() {
-            Some(q) => write!(f, "{q} qps")?,
-            None => f.write_str("max qps")?,
-        }
-        write!(f, " x {} conns", self.connections)?;
-        if let Some(bytes) = self.response_bytes.filter(|&b| b != 1024) {
-            write!(f, ", {bytes} B")?;
-        }
-        if self.poisson {
-            f.write_str(", jitter")?;
-        }
-        Ok(())
-    }
-}
-
 /// One measured run.
 #[derive(Debug, Clone)]
 pub struct Run {
@@ -70,7 +32,7 @@ pub struct Run {
     pub topology: String,
     /// Topology plus the CPU allotment when swept (`both server_proxy=0.5cpu`).
     pub variant: String,
-    pub load: LoadKey,
+    pub load: LoadPoint,
     /// The swept role and its cores.
     pub cpu: Option<(String, f64)>,
     pub result: RunResult,
@@ -86,7 +48,6 @@ impl Run {
             return None;
         }
         let result = s.result.clone()?;
-        let p = &s.params;
         Some(Run {
             step_id: Some(stored.id),
             repeat: s.repeat,
@@ -97,18 +58,8 @@ impl Run {
                 t => topology_name::text(t).to_string(),
             },
             variant: s.variant.clone(),
-            load: LoadKey {
-                rate_rps_milli: p.load.rate_rps().map(|q| (q * 1000.0).round() as u64),
-                connections: p.connections,
-                // Only a rig's backend is asked for a size; a URL or an external server
-                // chooses its responses (the stored 0 means not known).
-                response_bytes: s
-                    .topology
-                    .is_some_and(|t| t.is_lab())
-                    .then_some(p.response_bytes),
-                poisson: p.load.is_poisson(),
-            },
-            cpu: p.cpu.map(|c| (c.role.name().to_string(), c.cores)),
+            load: s.load_point(),
+            cpu: s.params.cpu.map(|c| (c.role.name().to_string(), c.cores)),
             latency: decode_histogram(&result.histogram.latency_us).ok()?,
             result,
             usage: s.usage.clone(),
@@ -124,12 +75,11 @@ impl Run {
             repeat: 0,
             topology: name.to_string(),
             variant: name.to_string(),
-            load: LoadKey {
-                rate_rps_milli: s.rate_rps.map(|q| (q * 1000.0).round() as u64),
+            load: LoadPoint {
+                offer: s.rate_rps.map_or(Offer::Closed, Offer::open),
                 connections: s.connections as u32,
                 // A run's result does not record the size of the responses it got.
                 response_bytes: None,
-                poisson: false,
             },
             cpu: None,
             latency,
@@ -204,7 +154,7 @@ pub struct RoleUse {
 pub struct Group {
     pub topology: String,
     pub variant: String,
-    pub load: LoadKey,
+    pub load: LoadPoint,
     pub cpu: Option<(String, f64)>,
     pub runs: Vec<Run>,
     /// Every run's latency histogram added together.
@@ -287,7 +237,7 @@ impl Group {
 /// then by load.
 pub fn group(runs: Vec<Run>) -> Vec<Group> {
     let mut variants: Vec<String> = Vec::new();
-    let mut map: BTreeMap<(usize, LoadKey), Vec<Run>> = BTreeMap::new();
+    let mut map: BTreeMap<(usize, LoadPoint), Vec<Run>> = BTreeMap::new();
     for r in runs {
         let v = match variants.iter().position(|v| *v == r.variant) {
             Some(i) => i,
@@ -296,7 +246,7 @@ pub fn group(runs: Vec<Run>) -> Vec<Group> {
                 variants.len() - 1
             }
         };
-        map.entry((v, r.load.clone())).or_default().push(r);
+        map.entry((v, r.load)).or_default().push(r);
     }
     map.into_values()
         .map(|runs| {
@@ -308,7 +258,7 @@ pub fn group(runs: Vec<Run>) -> Vec<Group> {
             Group {
                 topology: runs[0].topology.clone(),
                 variant: runs[0].variant.clone(),
-                load: runs[0].load.clone(),
+                load: runs[0].load,
                 cpu: runs[0].cpu.clone(),
                 merged,
                 runs,

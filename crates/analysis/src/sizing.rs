@@ -339,11 +339,11 @@ fn model(
             .reduce(f64::max)
     };
     let measured_up_to = finite_max(&|c| c.throughput_rps).unwrap_or(0.0);
-    let mut rate_rps: Vec<f64> = distinct(groups.iter().filter_map(|g| g.load.rate_rps_milli))
+    let mut rate_rps: Vec<f64> = distinct(groups.iter().filter_map(|g| g.load.rate_rps_milli()))
         .into_iter()
         .map(|m| m as f64 / 1000.0)
         .collect();
-    if groups.iter().any(|g| g.load.rate_rps_milli.is_none()) {
+    if groups.iter().any(|g| g.load.rate_rps_milli().is_none()) {
         rate_rps.clear();
     }
     rate_rps.sort_by(f64::total_cmp);
@@ -757,7 +757,10 @@ mod tests {
         r.throughput_rps = rps;
         let mut run = crate::Run::from_result(variant, r).unwrap();
         run.topology = variant.split(' ').next().unwrap().to_string();
-        run.load.rate_rps_milli = rate_rps.map(|q| (q * 1000.0) as u64);
+        run.load.offer = rate_rps.map_or(
+            meshbench_results::Offer::Closed,
+            meshbench_results::Offer::open,
+        );
         run.cpu = limit.map(|c| ("proxy".to_string(), c));
         run.usage = vec![serde_json::from_value(serde_json::json!({
             "role": "gateway", "program": "envoy", "workers": 1, "cpu_limit": limit,

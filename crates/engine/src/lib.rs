@@ -53,7 +53,6 @@ pub use meshbench_net::http1::{closing_variant, encode_request};
 pub use recorder::Status;
 pub use run::{merge, run, run_part, Gathered, Live, Part, RunError, Seconds, WorkerFigures};
 pub use spec::{
-    ConnSpec, Host, HttpRequest, LoadSpec, Mode, RequestSpec, Segment, StopAt, Target, Targets,
-    Wire,
+    ConnSpec, Host, HttpRequest, LoadSpec, RequestSpec, Segment, StopAt, Target, Targets, Wire,
 };
 pub use stop::Stop;

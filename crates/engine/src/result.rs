@@ -15,7 +15,8 @@ use meshbench_results::{
 
 use crate::check::{self, Failure, Figures};
 use crate::recorder::{ErrorKind, Recorder};
-use crate::spec::{LoadSpec, Mode, StopAt};
+use crate::spec::{LoadSpec, StopAt};
+use meshbench_results::Offer;
 
 /// The failures a recorder counted, by kind.
 pub fn errors_of(r: &Recorder) -> Errors {
@@ -87,7 +88,7 @@ pub(crate) fn build(spec: &LoadSpec, measured: Measured) -> RunResult {
     };
     let total = rec.counts.total();
     let throughput_rps = per_sec(total as f64);
-    let open = matches!(spec.mode, Mode::Open { .. });
+    let open = matches!(spec.offer, Offer::Open { .. });
     RunResult {
         schema: SCHEMA.to_string(),
         meshbench_version: env!("CARGO_PKG_VERSION").to_string(),
@@ -132,11 +133,11 @@ pub(crate) fn build(spec: &LoadSpec, measured: Measured) -> RunResult {
 
 /// The settings as asked: what `--json` readers compare runs by.
 fn settings_of(spec: &LoadSpec, threads: usize) -> Settings {
-    let open = matches!(spec.mode, Mode::Open { .. });
+    let open = matches!(spec.offer, Offer::Open { .. });
     let tls = is_tls(spec);
-    let (rate_rps, arrival) = match spec.mode {
-        Mode::Closed => (None, None),
-        Mode::Open { rate_rps, arrival } => (Some(rate_rps), Some(arrival)),
+    let (rate_rps, arrival) = match spec.offer {
+        Offer::Closed => (None, None),
+        Offer::Open { rate_rps, arrival } => (Some(rate_rps), Some(arrival)),
     };
     let (duration_secs, requests) = match spec.stop {
         StopAt::Duration(d) => (Some(d.as_secs_f64()), None),
@@ -237,7 +238,7 @@ fn hosts_of(spec: &LoadSpec, rec: &Recorder) -> Vec<HostCount> {
 
 /// The full histograms, in their transport form.
 fn histograms_of(spec: &LoadSpec, rec: &Recorder) -> Histograms {
-    let open = matches!(spec.mode, Mode::Open { .. });
+    let open = matches!(spec.offer, Offer::Open { .. });
     Histograms {
         latency_us: encode_histogram(&rec.latency),
         service_time_us: encode_histogram(&rec.service),
@@ -274,7 +275,7 @@ fn generator_of(spec: &LoadSpec, m: &Measured, throughput_rps: f64) -> Generator
 
 /// How the open loop kept its schedule; `None` for a closed loop.
 fn pacing_of(spec: &LoadSpec, m: &Measured) -> Option<Pacing> {
-    let Mode::Open { .. } = spec.mode else {
+    let Offer::Open { .. } = spec.offer else {
         return None;
     };
     Some(Pacing {
@@ -291,7 +292,7 @@ fn figures_of(spec: &LoadSpec, m: &Measured, throughput_rps: f64, wake_error: &S
     let rec = m.recorder;
     let (lag, service) = (Stats::of(&rec.lag), Stats::of(&rec.service));
     Figures {
-        rate_rps: spec.mode.rate_rps(),
+        rate_rps: spec.offer.rate_rps(),
         connections: spec.connections,
         requests: rec.counts.total(),
         failed: rec.counts.failed(),
@@ -346,7 +347,7 @@ mod tests {
         Arrival,
     };
 
-    fn spec(mode: Mode) -> LoadSpec {
+    fn spec(offer: Offer) -> LoadSpec {
         let addr = "127.0.0.1:8080".parse().expect("a literal address");
         LoadSpec {
             request: RequestSpec {
@@ -364,7 +365,7 @@ mod tests {
             connections: 4,
             concurrency: None,
             threads: 2,
-            mode,
+            offer,
             idle: meshbench_results::IdleStrategy::Auto,
             slack: PacingSlack::Auto,
             send_early: false,
@@ -380,15 +381,15 @@ mod tests {
     #[test]
     fn the_generator_judges_itself_table() {
         use meshbench_results::Cause;
-        let open = Mode::Open {
+        let open = Offer::Open {
             rate_rps: 1000.0,
             arrival: Arrival::Uniform,
         };
-        // Out of 1,000 sends: (case, mode, late sends, queued sends, busiest thread's busy
+        // Out of 1,000 sends: (case, offer, late sends, queued sends, busiest thread's busy
         // share, unfinished, interrupted, saturated, causes found, what the warnings say)
         type Row = (
             &'static str,
-            Mode,
+            Offer,
             u64,
             u64,
             f64,
@@ -414,7 +415,7 @@ mod tests {
             ),
             (
                 "a thread at 90 % of a core",
-                Mode::Closed,
+                Offer::Closed,
                 0,
                 0,
                 0.9,
@@ -450,7 +451,7 @@ mod tests {
             ),
             (
                 "interrupted",
-                Mode::Closed,
+                Offer::Closed,
                 0,
                 0,
                 0.5,
@@ -473,7 +474,7 @@ mod tests {
                 &[],
             ),
         ];
-        for (case, mode, late, queued, busy, unfinished, interrupted, saturated, causes, said) in
+        for (case, offer, late, queued, busy, unfinished, interrupted, saturated, causes, said) in
             cases
         {
             let mut rec = Recorder::new();
@@ -485,7 +486,7 @@ mod tests {
             rec.queued_sends = queued;
             rec.unfinished = unfinished;
             let result = build(
-                &spec(mode),
+                &spec(offer),
                 Measured {
                     threads: 2,
                     recorder: &rec,
@@ -514,7 +515,7 @@ mod tests {
             assert_eq!(result.partial, interrupted, "{case}");
             assert_eq!(
                 result.schedule_lag_us.is_some(),
-                mode != Mode::Closed,
+                offer != Offer::Closed,
                 "{case}"
             );
         }
@@ -531,7 +532,7 @@ mod tests {
         rec.late_sends = 20;
         rec.queued_sends = 20;
         let result = build(
-            &spec(Mode::Open {
+            &spec(Offer::Open {
                 rate_rps: 40.0,
                 arrival: Arrival::Uniform,
             }),
@@ -572,7 +573,7 @@ mod tests {
         rec.response(503, 2_000_000, 1_000_000);
         rec.conns.opened = 20;
         let result = build(
-            &spec(Mode::Closed),
+            &spec(Offer::Closed),
             Measured {
                 threads: 2,
                 recorder: &rec,
@@ -628,7 +629,7 @@ mod tests {
         }
         rec.conns.closed_by_client = 3;
         rec.conns.closed_by_server = 5;
-        let mut churn = spec(Mode::Closed);
+        let mut churn = spec(Offer::Closed);
         churn.conn.requests_per_connection = Some(1);
         churn.conn.source_addrs = vec!["10.0.0.2".parse().unwrap()];
         let result = build(

@@ -18,8 +18,9 @@ use crate::pacer::{Pacer, Schedule};
 use crate::quota::{self, CpuQuota};
 use crate::recorder::{Interval, Recorder};
 use crate::result::Measured;
-use crate::spec::{LoadSpec, Mode, StopAt};
+use crate::spec::{LoadSpec, StopAt};
 use crate::stop::Stop;
+use meshbench_results::Offer;
 use meshbench_results::{
     histogram::new_interval_histogram,
     run::{CpuQuotaUse, TimelinePoint},
@@ -322,9 +323,9 @@ pub fn run_part(
         rss_max_bytes: rss,
         start_monotonic_ns: ctl.clock.to_monotonic(start_ns),
         // A closed loop's sends are intended when they go out; its schedule is the start.
-        first_send_late_ns: first_send.map(|(intended, sent)| match spec.mode {
-            Mode::Open { .. } => sent.saturating_sub(intended),
-            Mode::Closed => sent.saturating_sub(start_ns),
+        first_send_late_ns: first_send.map(|(intended, sent)| match spec.offer {
+            Offer::Open { .. } => sent.saturating_sub(intended),
+            Offer::Closed => sent.saturating_sub(start_ns),
         }),
         wall_start,
         interrupted: stop.requested(),
@@ -483,9 +484,9 @@ fn plan_workers(spec: &LoadSpec, threads: usize, under_quota: bool) -> Vec<Worke
                 Some(c) => (share(c, threads, w) as usize).min(slots),
                 None => slots,
             };
-            let pacer = match spec.mode {
-                Mode::Closed => Pacer::Closed,
-                Mode::Open { rate_rps, arrival } => {
+            let pacer = match spec.offer {
+                Offer::Closed => Pacer::Closed,
+                Offer::Open { rate_rps, arrival } => {
                     Pacer::Open(Schedule::new(rate_rps, 0, arrival, spec.seed, part))
                 }
             };

@@ -10,26 +10,8 @@ use rustls::pki_types::ServerName;
 use serde::{Deserialize, Serialize};
 
 use crate::h3conn::QuicSpec;
-use meshbench_results::load::{Arrival, CloseFirst, IdleStrategy, Order, PacingSlack, Protocol};
-
-/// Closed or open loop.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Mode {
-    /// Each connection sends its next request as soon as the previous one is answered.
-    Closed,
-    /// Requests are sent on a schedule of `rate_rps` in total, whatever the responses do.
-    Open { rate_rps: f64, arrival: Arrival },
-}
-
-impl Mode {
-    /// The asked rate of an open loop.
-    pub fn rate_rps(&self) -> Option<f64> {
-        match self {
-            Mode::Closed => None,
-            Mode::Open { rate_rps, .. } => Some(*rate_rps),
-        }
-    }
-}
+use meshbench_results::load::{CloseFirst, IdleStrategy, Order, PacingSlack, Protocol};
+use meshbench_results::Offer;
 
 /// When the run stops sending.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -181,7 +163,8 @@ pub struct LoadSpec {
     pub concurrency: Option<usize>,
     /// Worker threads; each owns an equal share of connections and of the rate.
     pub threads: usize,
-    pub mode: Mode,
+    /// Closed loop, or open at a rate with its arrivals.
+    pub offer: Offer,
     /// How workers wait for their next send in an open loop (`--idle-strategy`).
     pub idle: IdleStrategy,
     /// The most an open-loop send may leave after its intended instant (`--pacing-slack`).
@@ -253,13 +236,5 @@ impl LoadSpec {
             StopAt::Requests(_) => 0.0,
         };
         self.warmup.as_secs_f64() + measured
-    }
-
-    /// The load in words: `1000 rps x 16 conn` or `closed loop x 16 conn`.
-    pub fn describe(&self) -> String {
-        match self.mode {
-            Mode::Closed => format!("closed loop x {} conn", self.connections),
-            Mode::Open { rate_rps, .. } => format!("{rate_rps} rps x {} conn", self.connections),
-        }
     }
 }

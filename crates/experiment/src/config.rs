@@ -9,14 +9,14 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use meshbench_lab::Program;
-use meshbench_results::{Arrival, Class, IdleStrategy, LoopMode, Protocol, Topology};
+use meshbench_results::{Arrival, Class, IdleStrategy, LoadPoint, LoopMode, Protocol, Topology};
 
-use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_yaml_ng::{Mapping, Value};
 
 use crate::external::External;
 use crate::plan::{PlanSize, MAX_STEPS};
+use crate::read::Mistake;
 use crate::ConfigError;
 use meshbench_lab::gateway::MAX_ROUTES;
 
@@ -45,7 +45,7 @@ pub struct Experiment {
     #[serde(default)]
     pub isolation: Isolation,
     #[serde(default)]
-    pub load: Load,
+    pub load: LoadSection,
     /// The L7 proxy of serveronly, clientonly, both, waypoint.
     #[serde(default)]
     pub proxy: Proxy,
@@ -118,10 +118,12 @@ pub enum Isolation {
     Netns,
 }
 
-/// The load matrix: every combination of the lists is one load point.
+/// The file's `load:` section: the load matrix (every combination of its lists is one
+/// [`meshbench_results::LoadPoint`] of the plan) and the settings every step shares.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
-pub struct Load {
+// Named `Load` to serde, whose messages say the type's name ("expected struct Load").
+#[serde(deny_unknown_fields, default, rename = "Load")]
+pub struct LoadSection {
     pub mode: LoopMode,
     /// Requests per second (open loop); the file's old word `qps` is still read.
     pub rate_rps: Vec<f64>,
@@ -151,13 +153,13 @@ pub struct Load {
     pub timeout_ms: u64,
 }
 
-impl Default for Load {
+impl Default for LoadSection {
     fn default() -> Self {
-        Load {
+        LoadSection {
             mode: LoopMode::Open,
             rate_rps: vec![1000.0],
             connections: vec![16],
-            response_bytes: vec![1024],
+            response_bytes: vec![LoadPoint::DEFAULT_RESPONSE_BYTES],
             request_bytes: 0,
             arrival: vec![Arrival::Uniform],
             idle_strategy: IdleStrategy::Auto,
@@ -299,31 +301,31 @@ fn cpu_list<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D:
     d.deserialize_option(CpuList)
 }
 
+impl FleetConfig {
+    /// The fleet is gathered one way: agents that dial in, or agents that listen.
+    fn validate(&self, p: &mut Vec<String>) {
+        let FleetConfig {
+            count,
+            listen: _,
+            wait_secs: _,
+            addresses,
+        } = self;
+        match (count, addresses.is_empty()) {
+            (Some(0), _) => p.push("agents.count: must be at least 1".into()),
+            (Some(_), false) => p.push(
+                "agents: give count (agents dial in) or addresses (agents listen), not both".into(),
+            ),
+            (None, true) => p.push(
+                "agents: give count (how many dial in) or addresses (agents that listen)".into(),
+            ),
+            (Some(_), true) | (None, false) => {}
+        }
+    }
+}
+
 /// Longest `duration_secs`, `warmup_secs` or `cooldown_secs`: a week (the runner turns them
 /// into `Duration`s and deadlines, which 1e300 seconds is not).
 pub const MAX_SECS: f64 = 7.0 * 86_400.0;
-
-/// Keys of the top-level mapping, in the order they are read.
-const SECTIONS: &[&str] = &[
-    "name",
-    "description",
-    "labels",
-    "topologies",
-    "duration_secs",
-    "warmup_secs",
-    "cooldown_secs",
-    "repeats",
-    "sample_interval_ms",
-    "isolation",
-    "load",
-    "proxy",
-    "tunnel",
-    "gateway",
-    "backend",
-    "limits",
-    "external",
-    "agents",
-];
 
 /// Reads an experiment file, applies `key=value` overrides, checks everything.
 pub fn load(path: &Path, overrides: &[String]) -> Result<Experiment, ConfigError> {
@@ -357,47 +359,29 @@ pub fn parse(file: &str, text: &str, overrides: &[String]) -> Result<Experiment,
         }
     }
     old_words.jitter_as_arrival(&mut tree);
-    let Value::Mapping(map) = &tree else {
+    if !tree.is_mapping() {
         return Err(ConfigError::Invalid {
             file: file.to_string(),
             problems: vec![
                 "the file must be a mapping of keys (name:, topologies:, load: ...)".into(),
             ],
         });
-    };
-    for key in map.keys() {
-        let k = key.as_str().unwrap_or("?");
-        if !SECTIONS.contains(&k) {
-            problems.push(format!(
-                "{k}: unknown key; expected one of {}",
-                SECTIONS.join(", ")
-            ));
-        }
     }
-    // Each section is read on its own so that a mistake in one does not hide the others.
-    for section in SECTIONS {
-        if let Some(v) = map.get(*section) {
-            check_section(section, v, &mut problems);
-        }
+    // The types are the schema: every key's type, every unknown key, at once.
+    let read = crate::read::every_mistake::<Experiment>(tree);
+    if let Err(mistakes) = &read {
+        problems.extend(mistakes.iter().map(Mistake::message));
     }
-    if !problems.is_empty() {
-        let problems = problems
-            .into_iter()
-            .map(|p| old_words.in_their_words(p))
-            .collect();
-        return Err(ConfigError::Invalid {
-            file: file.to_string(),
-            problems: how_to_set(problems, overrides),
-        });
-    }
-    let mut experiment: Experiment = match serde_path_to_error::deserialize(tree) {
-        Ok(e) => e,
-        Err(e) => {
-            let path = e.path().to_string();
-            let problem = old_words.in_their_words(describe(&path, e.inner()));
+    let mut experiment = match read {
+        Ok(e) if problems.is_empty() => e,
+        _ => {
+            let problems = problems
+                .into_iter()
+                .map(|p| old_words.in_their_words(p))
+                .collect();
             return Err(ConfigError::Invalid {
                 file: file.to_string(),
-                problems: how_to_set(vec![problem], overrides),
+                problems: how_to_set(problems, overrides),
             });
         }
     };
@@ -414,98 +398,6 @@ pub fn parse(file: &str, text: &str, overrides: &[String]) -> Result<Experiment,
             file: file.to_string(),
             problems,
         })
-    }
-}
-
-fn check_section(section: &str, v: &Value, problems: &mut Vec<String>) {
-    fn read<T: DeserializeOwned>(section: &str, v: &Value, problems: &mut Vec<String>) {
-        if let Err(e) = serde_path_to_error::deserialize::<_, T>(v.clone()) {
-            problems.push(describe(&join(section, &e.path().to_string()), e.inner()));
-        }
-    }
-    /// A mapping section key by key, so that each key's mistake is reported: unknown keys
-    /// against the keys the section's default has, and each known key read on its own.
-    fn read_keys<T: DeserializeOwned + Serialize + Default>(
-        section: &str,
-        v: &Value,
-        problems: &mut Vec<String>,
-    ) {
-        let (Value::Mapping(given), Ok(Value::Mapping(known))) =
-            (v, serde_yaml_ng::to_value(T::default()))
-        else {
-            return read::<T>(section, v, problems);
-        };
-        for (k, value) in given {
-            let name = k.as_str().unwrap_or("?");
-            if !known.contains_key(k) {
-                let names: Vec<&str> = known.keys().filter_map(Value::as_str).collect();
-                problems.push(format!(
-                    "{section}.{name}: unknown key; expected one of {}",
-                    names.join(", ")
-                ));
-                continue;
-            }
-            let mut one = Mapping::new();
-            one.insert(k.clone(), value.clone());
-            if let Err(e) = serde_path_to_error::deserialize::<_, T>(Value::Mapping(one)) {
-                problems.push(describe(&join(section, &e.path().to_string()), e.inner()));
-            }
-        }
-    }
-    fn join(section: &str, inner: &str) -> String {
-        match inner {
-            "." => section.to_string(),
-            i if i.starts_with('[') => format!("{section}{i}"),
-            i => format!("{section}.{i}"),
-        }
-    }
-    match section {
-        "name" | "description" => read::<String>(section, v, problems),
-        "labels" => read::<BTreeMap<String, String>>(section, v, problems),
-        "topologies" => read::<Vec<Topology>>(section, v, problems),
-        "duration_secs" | "warmup_secs" | "cooldown_secs" => read::<f64>(section, v, problems),
-        "repeats" => read::<u32>(section, v, problems),
-        "sample_interval_ms" => read::<u64>(section, v, problems),
-        "isolation" => read::<Isolation>(section, v, problems),
-        "load" => read_keys::<Load>(section, v, problems),
-        "proxy" | "tunnel" => read_keys::<Proxy>(section, v, problems),
-        "gateway" => read_keys::<Gateway>(section, v, problems),
-        "backend" => read_keys::<Backend>(section, v, problems),
-        "limits" => read_keys::<Limits>(section, v, problems),
-        "external" => crate::external::check(v, problems),
-        "agents" => {
-            read::<FleetConfig>(section, v, problems);
-            if let Ok(a) = serde_yaml_ng::from_value::<FleetConfig>(v.clone()) {
-                match (a.count, a.addresses.is_empty()) {
-                    (Some(0), _) => problems.push("agents.count: must be at least 1".into()),
-                    (Some(_), false) => problems.push(
-                        "agents: give count (agents dial in) or addresses (agents listen), not both"
-                            .into(),
-                    ),
-                    (None, true) => problems.push(
-                        "agents: give count (how many dial in) or addresses (agents that listen)"
-                            .into(),
-                    ),
-                    _ => {}
-                }
-            }
-        }
-        _ => {}
-    }
-}
-
-pub(crate) fn describe(path: &str, e: &serde_yaml_ng::Error) -> String {
-    let msg = e.to_string();
-    // serde's wording names the Rust type; say it in the file's terms.
-    let msg = msg
-        .replace("u64", "a whole number")
-        .replace("u32", "a whole number")
-        .replace("f64", "a number")
-        .replace("a sequence", "a list");
-    if path.is_empty() || path == "." {
-        msg
-    } else {
-        format!("{path}: {msg}")
     }
 }
 
@@ -679,7 +571,36 @@ fn positive(key: &str, v: f64, p: &mut Vec<String>) {
 
 impl Experiment {
     /// Checks that need more than one key or a range: every problem, not just the first.
+    ///
+    /// Every key of the file is named below with the check that covers it beyond its type, so
+    /// that a key added to the struct does not compile until someone decides its checks.
     pub fn validate(&self) -> Vec<String> {
+        let Experiment {
+            name: _,        // validate_plan
+            description: _, // free text
+            labels: _,      // free text
+            topologies: _,  // validate_plan, and every check that depends on a topology
+            duration_secs: _,
+            warmup_secs: _,
+            cooldown_secs: _,
+            repeats: _,
+            sample_interval_ms: _, // validate_timing
+            isolation: _,          // validate_gateway
+            load: _,               // validate_load
+            proxy: _,
+            tunnel: _,  // validate_programs
+            gateway: _, // validate_gateway
+            // Any delay and thread count its type reads is one.
+            backend:
+                Backend {
+                    delay_ms: _,
+                    threads: _,
+                },
+            limits: _,    // validate_limits
+            external: _,  // validate_external
+            agents: _,    // FleetConfig::validate
+            old_words: _, // not read from the file
+        } = self;
         let mut p = Vec::new();
         self.validate_plan(&mut p);
         self.validate_external(&mut p);
@@ -689,6 +610,9 @@ impl Experiment {
         self.validate_gateway(&mut p);
         self.validate_limits(&mut p);
         self.validate_size(&mut p);
+        if let Some(agents) = &self.agents {
+            agents.validate(&mut p);
+        }
         p
     }
 
@@ -737,51 +661,64 @@ impl Experiment {
 
     /// The `load` section: rates, connections, sizes, streams, pool and timeout.
     fn validate_load(&self, p: &mut Vec<String>) {
-        let l = &self.load;
-        if l.mode == LoopMode::Open {
-            if l.rate_rps.is_empty() {
+        let LoadSection {
+            mode,
+            rate_rps,
+            connections,
+            response_bytes,
+            request_bytes: _, // validate_requests
+            arrival,
+            idle_strategy: _,
+            pacing_slack_us: _,
+            protocol,
+            streams,
+            connection_pool,
+            threads: _, // 0 is one per core, any other a count
+            timeout_ms,
+        } = &self.load;
+        if *mode == LoopMode::Open {
+            if rate_rps.is_empty() {
                 p.push("load.rate_rps: an open loop needs at least one rate".into());
             }
-            for (i, q) in l.rate_rps.iter().enumerate() {
+            for (i, q) in rate_rps.iter().enumerate() {
                 positive(&format!("load.rate_rps[{i}]"), *q, p);
             }
         }
-        if l.connections.is_empty() {
+        if connections.is_empty() {
             p.push("load.connections: expected at least one count".into());
         }
-        for (i, c) in l.connections.iter().enumerate() {
+        for (i, c) in connections.iter().enumerate() {
             if *c == 0 {
                 p.push(format!("load.connections[{i}]: expected at least 1"));
             }
         }
-        if l.response_bytes.is_empty() {
+        if response_bytes.is_empty() {
             p.push("load.response_bytes: expected at least one size".into());
         }
-        if l.arrival.is_empty() {
+        if arrival.is_empty() {
             p.push("load.arrival: expected [uniform], [poisson] or [uniform, poisson]".into());
         }
-        if l.streams == 0 {
+        if *streams == 0 {
             p.push("load.streams: expected at least 1".into());
         }
-        if l.streams > 1 && !l.protocol.is_multiplexed() {
+        if *streams > 1 && !protocol.is_multiplexed() {
             p.push(
                 "load.streams: more than 1 stream needs load.protocol: http2, grpc or h3".into(),
             );
         }
-        if l.connection_pool > 0 {
-            if l.mode != LoopMode::Closed {
+        if *connection_pool > 0 {
+            if *mode != LoopMode::Closed {
                 p.push("load.connection_pool: applies to a closed loop (load.mode: closed)".into());
             }
-            if let Some(&most) = l.connections.iter().max() {
-                if l.connection_pool < most {
+            if let Some(&most) = connections.iter().max() {
+                if *connection_pool < most {
                     p.push(format!(
-                        "load.connection_pool: {} is fewer than the {most} connections in flight",
-                        l.connection_pool
+                        "load.connection_pool: {connection_pool} is fewer than the {most} connections in flight"
                     ));
                 }
             }
         }
-        if l.timeout_ms == 0 {
+        if *timeout_ms == 0 {
             p.push("load.timeout_ms: expected at least 1".into());
         }
     }
@@ -789,6 +726,15 @@ impl Experiment {
     /// The proxy and tunnel programs: `command` goes with type command only; a tunnel needs L4.
     fn validate_programs(&self, p: &mut Vec<String>) {
         for (section, proxy) in [("proxy", &self.proxy), ("tunnel", &self.tunnel)] {
+            let Proxy {
+                kind: _,
+                workers: _, // 0 follows the CPU allotment, any other a count
+                mtls: _,
+                command: _,
+                config_template: _,
+                fallback: _, // any program may stand in
+                istio_telemetry: _,
+            } = proxy;
             if proxy.kind == Program::Istio {
                 p.push(format!(
                     "{section}.type: istio configures the gateway only (gateway.type: istio); use envoy for Istio's sidecars and tunnels"
@@ -814,6 +760,13 @@ impl Experiment {
 
     /// The gateway topology: its program and how many routes it generates.
     fn validate_gateway(&self, p: &mut Vec<String>) {
+        let Gateway {
+            kind: _,
+            fallback: _, // any program may stand in
+            domains: _,
+            paths: _,
+            workers: _, // 0 follows the CPU allotment, any other a count
+        } = &self.gateway;
         if self.topologies.contains(&Topology::Gateway) {
             if self.gateway.kind == Program::Command {
                 p.push("gateway.type: expected nginx, haproxy, caddy, envoy or istio".into());
@@ -836,12 +789,23 @@ impl Experiment {
 
     /// The per-role `limits`: CPUs, cpusets, memory, and at most one CPU sweep.
     fn validate_limits(&self, p: &mut Vec<String>) {
+        let Limits {
+            proxy: _,
+            tunnel: _,
+            backend: _,
+            client: _,
+        } = &self.limits; // each one below
         for (role, r) in [
             ("proxy", &self.limits.proxy),
             ("tunnel", &self.limits.tunnel),
             ("backend", &self.limits.backend),
             ("client", &self.limits.client),
         ] {
+            let RoleLimits {
+                cpus: _,
+                cpuset: _,
+                memory_mib: _,
+            } = r;
             for (i, c) in r.cpus.iter().enumerate() {
                 positive(&format!("limits.{role}.cpus[{i}]"), *c, p);
             }
@@ -1020,6 +984,35 @@ mod tests {
         for key in ["repeats", "limits.proxy.cpus[0]", "limits.proxy.cpuset"] {
             assert!(err.contains(key), "{key} in {err}");
         }
+    }
+
+    /// The keys are the struct's: `pacing_slack_us`, which the section's default leaves
+    /// out when written, was once refused as unknown because the known keys were read off
+    /// that default.
+    #[test]
+    fn every_key_of_the_struct_is_a_key_of_the_file() {
+        let e = parse("t.yaml", MINIMAL, &["load.pacing_slack_us=50".into()]).unwrap();
+        assert_eq!(e.load.pacing_slack_us, Some(50));
+        let err = parse("t.yaml", MINIMAL, &["load.pacing_slack=50".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("load.pacing_slack: unknown key; expected one of mode, rate_rps, connections, response_bytes, request_bytes, arrival, idle_strategy, pacing_slack_us, protocol"),
+            "{err}"
+        );
+        let err = parse(
+            "t.yaml",
+            MINIMAL,
+            &["agents.count=0".into(), "agent=1".into()],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains(
+                "agent: unknown key; expected one of name, description, labels, topologies"
+            ),
+            "{err}"
+        );
     }
 
     #[test]

@@ -10,6 +10,7 @@ pub mod config;
 pub mod external;
 pub mod params;
 pub mod plan;
+mod read;
 
 use thiserror::Error;
 

@@ -1,7 +1,7 @@
 //! A planned step's parameters ([`meshbench_results::StepParams`], the type the store keeps
 //! and every reader gets back): the plan's load point under the experiment's settings.
 
-use meshbench_results::{CpuAllotment, Load, StepParams};
+use meshbench_results::{CpuAllotment, StepParams};
 
 use crate::config::Experiment;
 use crate::plan::Step;
@@ -10,15 +10,10 @@ impl Step {
     /// This step's parameters under experiment `e`.
     pub fn params(&self, e: &Experiment) -> StepParams {
         StepParams {
-            // The plan gives every open-loop step a rate (`Plan::compile`).
-            load: Load::of(e.load.mode, self.load.rate_rps, self.load.arrival)
-                .unwrap_or(Load::Closed),
+            offer: self.load.offer,
             connections: self.load.connections,
             // An external server chooses its responses (0: the target is not ours).
-            response_bytes: match self.external {
-                Some(_) => 0,
-                None => self.load.response_bytes,
-            },
+            response_bytes: self.load.response_bytes.unwrap_or(0),
             request_bytes: e.load.request_bytes,
             protocol: e.load.protocol,
             cpu: self.cpu.map(|(role, cores)| CpuAllotment { role, cores }),
@@ -42,7 +37,7 @@ mod tests {
         )
         .unwrap();
         let p = Plan::compile(&e).steps[1].params(&e);
-        assert_eq!(p.load.rate_rps(), Some(250.0));
+        assert_eq!(p.offer.rate_rps(), Some(250.0));
         assert_eq!(p.request_bytes, 64);
         assert_eq!(
             p.cpu,

@@ -3,26 +3,12 @@
 //! repeat walks every load point, and at every load point every variant runs in turn, so slow
 //! drift of the machine spreads across the variants instead of landing on one.
 
-use std::fmt::Write as _;
-
-use serde::Serialize;
-
-use meshbench_results::{Arrival, Class, LoopMode, Protocol, Topology};
+use meshbench_results::{Arrival, Class, LoadPoint, LoopMode, Offer, Protocol, Topology};
 
 use crate::config::Experiment;
 
-/// One cell of the load matrix.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct LoadPoint {
-    /// None in a closed loop.
-    pub rate_rps: Option<f64>,
-    pub connections: u32,
-    pub response_bytes: u64,
-    pub arrival: Arrival,
-}
-
 /// One step: a variant under a load point, in one repeat.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Step {
     /// 0-based position in the run order.
     pub index: usize,
@@ -31,9 +17,9 @@ pub struct Step {
     pub topology: Topology,
     /// The swept class's CPU quota in cores, when `limits.<class>.cpus` lists values.
     pub cpu: Option<(Class, f64)>,
+    /// Its load; an external variant's has no response size (its server chooses).
     pub load: LoadPoint,
     /// Topology `external`: the name of its variant in the file's `external.variants`.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub external: Option<String>,
 }
 
@@ -50,26 +36,9 @@ impl Step {
         }
     }
 
-    /// A one-line description of the load point.
-    pub fn load_text(&self) -> String {
-        let mut s = match self.load.rate_rps {
-            Some(q) => format!("{q} qps"),
-            None => "max qps".into(),
-        };
-        let _ = write!(s, " x {} conns", self.load.connections);
-        // An external server chooses its responses.
-        if self.external.is_none() {
-            let _ = write!(s, ", {} B", self.load.response_bytes);
-        }
-        if self.load.arrival == Arrival::Poisson {
-            s.push_str(", jitter");
-        }
-        s
-    }
-
     /// Istio perf/benchmark's label: `{id}_qps_{q}_c_{c}_{size}_{variant}_{mode}`.
     pub fn istio_label(&self, id: &str, protocol: Protocol) -> String {
-        let q = match self.load.rate_rps {
+        let q = match self.load.rate_rps() {
             Some(q) if q.fract() == 0.0 => format!("{q:.0}"),
             Some(q) => format!("{q}"),
             None => "max".into(),
@@ -78,7 +47,7 @@ impl Step {
         if let Some((role, c)) = self.cpu {
             variant.push(format!("{}{c}cpu", role.name()));
         }
-        if self.load.arrival == Arrival::Poisson {
+        if self.load.offer.is_poisson() {
             variant.push("jitter".into());
         }
         match protocol {
@@ -98,10 +67,7 @@ impl Step {
             .external
             .as_deref()
             .unwrap_or(self.topology.istio_mode());
-        let size = match self.external {
-            Some(_) => 0,
-            None => self.load.response_bytes,
-        };
+        let size = self.load.response_bytes.unwrap_or(0);
         format!(
             "{id}_qps_{q}_c_{}_{size}_{variant}_{mode}",
             self.load.connections,
@@ -204,7 +170,7 @@ fn setup_secs(e: &Experiment) -> f64 {
 }
 
 /// The whole run order.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone)]
 pub struct Plan {
     pub steps: Vec<Step>,
     /// Seconds each step takes beyond its load (starting and stopping the rig), for estimates.
@@ -224,11 +190,13 @@ impl Plan {
             for &connections in &e.load.connections {
                 for &response_bytes in &e.load.response_bytes {
                     for &arrival in arrivals(e) {
+                        // `validate` gives an open loop at least one rate.
+                        let offer =
+                            Offer::of(e.load.mode, rate_rps, arrival).unwrap_or(Offer::Closed);
                         loads.push(LoadPoint {
-                            rate_rps,
+                            offer,
                             connections,
-                            response_bytes,
-                            arrival,
+                            response_bytes: Some(response_bytes),
                         });
                     }
                 }
@@ -261,7 +229,11 @@ impl Plan {
                         repeat,
                         topology: *topology,
                         cpu: *cpu,
-                        load: *load,
+                        // An external server chooses its responses.
+                        load: LoadPoint {
+                            response_bytes: load.response_bytes.filter(|_| external.is_none()),
+                            ..*load
+                        },
                         external: external.clone(),
                     });
                 }
@@ -288,6 +260,8 @@ mod tests {
     use super::*;
     use crate::config::parse;
 
+    const MINIMAL_LAB: &str = "name: t\ntopologies: [baseline]\n";
+
     #[test]
     fn repeats_interleave_variants_at_every_load_point() {
         let e = parse(
@@ -300,7 +274,7 @@ mod tests {
         let order: Vec<(u32, Option<f64>, &str)> = plan
             .steps
             .iter()
-            .map(|s| (s.repeat, s.load.rate_rps, s.topology.name()))
+            .map(|s| (s.repeat, s.load.rate_rps(), s.topology.name()))
             .collect();
         assert_eq!(
             order,
@@ -380,7 +354,17 @@ mod tests {
             "x_qps_100_c_4_0_default_both"
         );
         assert_eq!(both.params(&e).response_bytes, 0);
-        assert_eq!(both.load_text(), "100 qps x 4 conns");
+        assert_eq!(both.load.to_string(), "100 qps x 4 conns");
+        // A lab step's size is said when it is not the default.
+        let e = parse(
+            "t.yaml",
+            MINIMAL_LAB,
+            &["load.response_bytes=[1024, 0]".into()],
+        )
+        .unwrap();
+        let plan = Plan::compile(&e);
+        assert_eq!(plan.steps[0].load.to_string(), "1000 qps x 16 conns");
+        assert_eq!(plan.steps[1].load.to_string(), "1000 qps x 16 conns, 0 B");
     }
 
     #[test]

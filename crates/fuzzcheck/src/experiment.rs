@@ -63,7 +63,7 @@ pub fn experiment_file(data: &[u8]) {
     for (i, step) in plan.steps.iter().enumerate() {
         assert_eq!(step.index, i);
         assert!(step.repeat < e.repeats);
-        let _ = (step.params(&e), step.variant(), step.load_text());
+        let _ = (step.params(&e), step.variant(), step.load.to_string());
         let _ = step.istio_label("fuzz", e.load.protocol);
     }
     let _ = plan.total_secs(&e);

@@ -530,7 +530,10 @@ pub(crate) mod tests {
         let mut run = Run::from_result(variant, r).unwrap();
         let topology = variant.split(' ').next().unwrap().to_string();
         run.topology = topology;
-        run.load.rate_rps_milli = rate_rps.map(|q| (q * 1000.0) as u64);
+        run.load.offer = rate_rps.map_or(
+            meshbench_results::Offer::Closed,
+            meshbench_results::Offer::open,
+        );
         run.cpu = limit.filter(|_| swept).map(|c| ("proxy".to_string(), c));
         let mut u: RoleUsage = serde_json::from_value(serde_json::json!({
             "role": "gateway", "program": "envoy", "workers": 1, "cpu_limit": limit,

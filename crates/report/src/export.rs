@@ -125,7 +125,7 @@ pub fn istio_csv(steps: &[StoredStep]) -> String {
         let requested = s
             .step
             .params
-            .load
+            .offer
             .rate_rps()
             .map_or(ISTIO_MAX_QPS, |q| q.round_ties_even() as u64);
         let _ = write!(

@@ -193,7 +193,7 @@ fn main_connections(h: &Headline) -> Option<u32> {
 }
 
 fn latency_vs_qps(h: &Headline) -> Vec<Chart> {
-    let qps = distinct(h.groups.iter().filter_map(|g| g.load.rate_rps_milli));
+    let qps = distinct(h.groups.iter().filter_map(|g| g.load.rate_rps_milli()));
     let Some(conns) = main_connections(h) else {
         return Vec::new();
     };
@@ -255,13 +255,13 @@ fn latency_vs_connections(h: &Headline) -> Vec<Chart> {
     }
     let col = variant_colors(h);
     // At the rate most groups share (or the closed loop).
-    let rates = distinct(h.groups.iter().map(|g| g.load.rate_rps_milli));
+    let rates = distinct(h.groups.iter().map(|g| g.load.rate_rps_milli()));
     let rate = rates
         .into_iter()
         .max_by_key(|r| {
             h.groups
                 .iter()
-                .filter(|g| g.load.rate_rps_milli == *r)
+                .filter(|g| g.load.rate_rps_milli() == *r)
                 .count()
         })
         .flatten();
@@ -281,7 +281,7 @@ fn latency_vs_connections(h: &Headline) -> Vec<Chart> {
                 let mut pts: Vec<(f64, f64)> = h
                     .groups
                     .iter()
-                    .filter(|g| g.variant == v && g.load.rate_rps_milli == rate)
+                    .filter(|g| g.variant == v && g.load.rate_rps_milli() == rate)
                     .map(|g| (g.load.connections as f64, g.latency_ms(q)))
                     .collect();
                 pts.sort_by(|a, b| a.0.total_cmp(&b.0));
@@ -528,12 +528,12 @@ fn latency_throughput(h: &Headline, slo: Option<f64>) -> Vec<Chart> {
 }
 
 /// The load at which the spectrum compares variants: the one most variants share, highest.
-fn spectrum_load(h: &Headline) -> Option<meshbench_analysis::LoadKey> {
-    let loads = distinct(h.groups.iter().map(|g| g.load.clone()));
+fn spectrum_load(h: &Headline) -> Option<meshbench_results::LoadPoint> {
+    let loads = distinct(h.groups.iter().map(|g| g.load));
     loads.into_iter().max_by(|a, b| {
-        let n = |l: &meshbench_analysis::LoadKey| h.groups.iter().filter(|g| g.load == *l).count();
+        let n = |l: &meshbench_results::LoadPoint| h.groups.iter().filter(|g| g.load == *l).count();
         n(a).cmp(&n(b))
-            .then(a.rate_rps_milli.cmp(&b.rate_rps_milli))
+            .then(a.rate_rps_milli().cmp(&b.rate_rps_milli()))
     })
 }
 

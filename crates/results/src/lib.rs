@@ -30,6 +30,6 @@ pub use load::{Arrival, CloseFirst, IdleStrategy, LoopMode, Order, PacingSlack, 
 pub use proxy::{ProxyCounters, ProxyRequests, UpstreamFailures};
 pub use run::RunResult;
 pub use self_check::{Cause, Finding, SelfCheck};
-pub use step::{CpuAllotment, Load, StepParams};
+pub use step::{CpuAllotment, LoadPoint, Offer, StepParams};
 pub use topology::{Class, Layer, Topology};
 pub use usage::{Figure, RoleUsage, Sample, Usage};

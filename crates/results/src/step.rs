@@ -1,12 +1,17 @@
-//! What one step asked for, typed: the load (open at a rate, or closed), connections, sizes,
+//! What one step asked for, typed: its offer (open at a rate, or closed), connections, sizes,
 //! protocol and CPU allotment. The experiment's plan produces it for every step, a capacity
 //! search for each rate it tries, and the store keeps it (as JSON in the step's `params`
 //! column, whose form the store's schema version governs), so every reader gets the same type
-//! back instead of looking up keys.
+//! back instead of looking up keys. The part of it that names a step's load in tables and
+//! groups its repeats is a [`LoadPoint`], whose text is the one every output prints.
 //!
 //! The stored form keeps the words it was first written with (`qps`, `jitter`, `mode`); in
-//! memory the load is one [`Load`], so an open loop without a rate, or a closed one with
+//! memory the offer is one [`Offer`], so an open loop without a rate, or a closed one with
 //! arrivals, cannot be represented.
+
+use std::cmp::Ordering;
+use std::fmt;
+use std::hash::{Hash, Hasher};
 
 use serde::{Deserialize, Serialize};
 
@@ -21,29 +26,30 @@ pub struct CpuAllotment {
     pub cores: f64,
 }
 
-/// How a step offered its requests.
+/// How a load offers its requests: the loop, and an open loop's rate and arrivals (the
+/// engine's pacer is made from it).
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Load {
+pub enum Offer {
     /// `rate_rps` requests per second in total, on a schedule that does not wait for answers.
     Open { rate_rps: f64, arrival: Arrival },
     /// Each connection sends its next request when the last one is answered.
     Closed,
 }
 
-impl Load {
-    /// The load of a loop in `mode`: open at `rate_rps` with `arrival`, or closed (which has
+impl Offer {
+    /// The offer of a loop in `mode`: open at `rate_rps` with `arrival`, or closed (which has
     /// neither). `None` for an open loop without a rate.
-    pub fn of(mode: LoopMode, rate_rps: Option<f64>, arrival: Arrival) -> Option<Load> {
+    pub fn of(mode: LoopMode, rate_rps: Option<f64>, arrival: Arrival) -> Option<Offer> {
         match (mode, rate_rps) {
-            (LoopMode::Open, Some(rate_rps)) => Some(Load::Open { rate_rps, arrival }),
+            (LoopMode::Open, Some(rate_rps)) => Some(Offer::Open { rate_rps, arrival }),
             (LoopMode::Open, None) => None,
-            (LoopMode::Closed, _) => Some(Load::Closed),
+            (LoopMode::Closed, _) => Some(Offer::Closed),
         }
     }
 
     /// Evenly spaced arrivals at `rate_rps`.
-    pub fn open(rate_rps: f64) -> Load {
-        Load::Open {
+    pub fn open(rate_rps: f64) -> Offer {
+        Offer::Open {
             rate_rps,
             arrival: Arrival::Uniform,
         }
@@ -52,8 +58,8 @@ impl Load {
     /// The offered rate of an open loop.
     pub fn rate_rps(&self) -> Option<f64> {
         match self {
-            Load::Open { rate_rps, .. } => Some(*rate_rps),
-            Load::Closed => None,
+            Offer::Open { rate_rps, .. } => Some(*rate_rps),
+            Offer::Closed => None,
         }
     }
 
@@ -61,7 +67,7 @@ impl Load {
     pub fn is_poisson(&self) -> bool {
         matches!(
             self,
-            Load::Open {
+            Offer::Open {
                 arrival: Arrival::Poisson,
                 ..
             }
@@ -70,9 +76,110 @@ impl Load {
 
     pub fn mode(&self) -> LoopMode {
         match self {
-            Load::Open { .. } => LoopMode::Open,
-            Load::Closed => LoopMode::Closed,
+            Offer::Open { .. } => LoopMode::Open,
+            Offer::Closed => LoopMode::Closed,
         }
+    }
+
+    /// The same loop at another rate (a closed loop has none).
+    pub fn with_rate(self, rate_rps: f64) -> Offer {
+        match self {
+            Offer::Open { arrival, .. } => Offer::Open { rate_rps, arrival },
+            Offer::Closed => Offer::Closed,
+        }
+    }
+}
+
+/// One step's load: its offer, over how many connections, for responses of what size. The
+/// plan makes one for each cell of the experiment file's load matrix; the analysis reads one
+/// back from every stored step and groups repeats by it. Its text ([`fmt::Display`]) is how
+/// every output names a load (`1000 qps x 16 conns, 4096 B, jitter`), and its order is the
+/// order of the tables.
+///
+/// Two points are the same when their rates agree to a thousandth of a request per second:
+/// repeats of one step group together however their rate was computed.
+#[derive(Debug, Clone, Copy)]
+pub struct LoadPoint {
+    pub offer: Offer,
+    pub connections: u32,
+    /// Response body size the backend was asked for; `None` where the target chooses its
+    /// responses (a URL, an external server, a `meshbench run --json` file): never labelled
+    /// as a size then.
+    pub response_bytes: Option<u64>,
+}
+
+impl LoadPoint {
+    /// The response size an experiment asks for unless it says otherwise, which the text
+    /// leaves unsaid.
+    pub const DEFAULT_RESPONSE_BYTES: u64 = 1024;
+
+    /// The offered rate of an open loop.
+    pub fn rate_rps(&self) -> Option<f64> {
+        self.offer.rate_rps()
+    }
+
+    /// The offered rate in thousandths of a request per second, exact, for grouping and order.
+    pub fn rate_rps_milli(&self) -> Option<u64> {
+        self.rate_rps().map(|q| (q * 1000.0).round() as u64)
+    }
+
+    /// What orders and identifies a load point.
+    fn key(&self) -> (Option<u64>, u32, Option<u64>, bool) {
+        (
+            self.rate_rps_milli(),
+            self.connections,
+            self.response_bytes,
+            self.offer.is_poisson(),
+        )
+    }
+}
+
+impl PartialEq for LoadPoint {
+    fn eq(&self, other: &Self) -> bool {
+        self.key() == other.key()
+    }
+}
+
+impl Eq for LoadPoint {}
+
+impl PartialOrd for LoadPoint {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for LoadPoint {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.key().cmp(&other.key())
+    }
+}
+
+impl Hash for LoadPoint {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.key().hash(state);
+    }
+}
+
+/// `1000 qps x 16 conns`, `max qps x 4 conns, 4096 B, jitter`: the rate to a thousandth, the
+/// response size when it is known and not the default, `jitter` for Poisson arrivals. Width
+/// and alignment apply (`{:<28}`), as for text.
+impl fmt::Display for LoadPoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut text = match self.rate_rps_milli() {
+            Some(milli) => format!("{} qps", milli as f64 / 1000.0),
+            None => "max qps".to_string(),
+        };
+        text.push_str(&format!(" x {} conns", self.connections));
+        if let Some(bytes) = self
+            .response_bytes
+            .filter(|&b| b != Self::DEFAULT_RESPONSE_BYTES)
+        {
+            text.push_str(&format!(", {bytes} B"));
+        }
+        if self.offer.is_poisson() {
+            text.push_str(", jitter");
+        }
+        f.pad(&text)
     }
 }
 
@@ -80,7 +187,7 @@ impl Load {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(try_from = "StoredParams", into = "StoredParams")]
 pub struct StepParams {
-    pub load: Load,
+    pub offer: Offer,
     /// Connections (a closed loop with a connection pool: requests in flight).
     pub connections: u32,
     /// Response body size the backend was asked for (0 when the target is not ours).
@@ -96,7 +203,7 @@ impl StepParams {
     /// An open-loop step at `rate_rps` against a target that is not a rig (a URL).
     pub fn open(rate_rps: f64, connections: u32, protocol: Protocol) -> StepParams {
         StepParams {
-            load: Load::open(rate_rps),
+            offer: Offer::open(rate_rps),
             connections,
             response_bytes: 0,
             request_bytes: 0,
@@ -131,10 +238,10 @@ impl TryFrom<StoredParams> for StepParams {
         } else {
             Arrival::Uniform
         };
-        let load =
-            Load::of(s.mode, s.qps, arrival).ok_or("an open-loop step without a rate (`qps`)")?;
+        let offer =
+            Offer::of(s.mode, s.qps, arrival).ok_or("an open-loop step without a rate (`qps`)")?;
         Ok(StepParams {
-            load,
+            offer,
             connections: s.connections,
             response_bytes: s.response_bytes,
             request_bytes: s.request_bytes,
@@ -147,12 +254,12 @@ impl TryFrom<StoredParams> for StepParams {
 impl From<StepParams> for StoredParams {
     fn from(p: StepParams) -> StoredParams {
         StoredParams {
-            qps: p.load.rate_rps(),
+            qps: p.offer.rate_rps(),
             connections: p.connections,
             response_bytes: p.response_bytes,
             request_bytes: p.request_bytes,
-            jitter: p.load.is_poisson(),
-            mode: p.load.mode(),
+            jitter: p.offer.is_poisson(),
+            mode: p.offer.mode(),
             protocol: p.protocol,
             cpu: p.cpu,
         }
@@ -166,7 +273,7 @@ mod tests {
     #[test]
     fn the_stored_form_keeps_its_first_words_and_reads_back_equal() {
         let p = StepParams {
-            load: Load::Open {
+            offer: Offer::Open {
                 rate_rps: 250.0,
                 arrival: Arrival::Poisson,
             },
@@ -187,8 +294,40 @@ mod tests {
         assert_eq!(serde_json::from_str::<StepParams>(&text).unwrap(), p);
         let closed = r#"{"qps":null,"connections":8,"response_bytes":0,"request_bytes":0,"jitter":false,"mode":"closed","protocol":"http2","cpu":null}"#;
         let back: StepParams = serde_json::from_str(closed).unwrap();
-        assert_eq!(back.load, Load::Closed);
+        assert_eq!(back.offer, Offer::Closed);
         assert_eq!(serde_json::to_string(&back).unwrap(), closed);
+    }
+
+    #[test]
+    fn a_load_point_reads_as_the_tables_print_it() {
+        let point = |offer, response_bytes| LoadPoint {
+            offer,
+            connections: 16,
+            response_bytes,
+        };
+        let open = Offer::open(1000.0);
+        assert_eq!(point(open, Some(1024)).to_string(), "1000 qps x 16 conns");
+        assert_eq!(
+            format!("[{:<21}]", point(open, None)),
+            "[1000 qps x 16 conns  ]"
+        );
+        assert_eq!(point(open, None).to_string(), "1000 qps x 16 conns");
+        assert_eq!(
+            point(Offer::open(333.33333), Some(4096)).to_string(),
+            "333.333 qps x 16 conns, 4096 B"
+        );
+        let poisson = Offer::Open {
+            rate_rps: 250.5,
+            arrival: Arrival::Poisson,
+        };
+        assert_eq!(
+            point(poisson, Some(0)).to_string(),
+            "250.5 qps x 16 conns, 0 B, jitter"
+        );
+        assert_eq!(point(Offer::Closed, None).to_string(), "max qps x 16 conns");
+        // Ordered as the tables are: closed first, then by rate; equal to a thousandth.
+        assert!(point(Offer::Closed, None) < point(open, None));
+        assert_eq!(point(open, None), point(Offer::open(1000.0001), None));
     }
 
     #[test]

@@ -12,9 +12,8 @@ use meshbench_analysis::headline::observe;
 use meshbench_analysis::threshold::{self, Threshold};
 use meshbench_analysis::{group, Headline, Run};
 use meshbench_engine::{Live, LoadSpec};
-use meshbench_experiment::plan::LoadPoint;
 use meshbench_experiment::{Experiment, Step};
-use meshbench_results::StepParams;
+use meshbench_results::{LoadPoint, StepParams};
 use meshbench_store::StepRecord;
 
 use crate::{
@@ -174,7 +173,7 @@ pub fn lab_step(
     let step = Step {
         index: n,
         load: LoadPoint {
-            rate_rps: Some(rate),
+            offer: template.load.offer.with_rate(rate),
             ..template.load
         },
         ..template.clone()

@@ -17,7 +17,9 @@ use meshbench_experiment::{Plan, Step};
 use meshbench_lab::program::envoy::admin::{self, AdminError};
 use meshbench_lab::rig::{self, Rig};
 use meshbench_lab::sampler::{self, Sampled};
-use meshbench_results::{Arrival, Figure, Order, PacingSlack, ProxyCounters, RoleUsage, Usage};
+use meshbench_results::{
+    Arrival, Figure, Offer, Order, PacingSlack, ProxyCounters, RoleUsage, Usage,
+};
 use meshbench_store::StepRecord;
 
 use crate::agents::Fleet;
@@ -273,9 +275,9 @@ pub fn load_for(e: &Experiment, step: &Step, source: TargetSource) -> LoadOption
     }
     o.timeout = Duration::from_millis(e.load.timeout_ms);
     o.pace.seed = step.index as u64 + 1;
-    if let Some(q) = step.load.rate_rps {
-        o.pace.rate_rps = Some(q);
-        if step.load.arrival == Arrival::Poisson {
+    if let Offer::Open { rate_rps, arrival } = step.load.offer {
+        o.pace.rate_rps = Some(rate_rps);
+        if arrival == Arrival::Poisson {
             o.pace.arrival = Some(Arrival::Poisson);
         }
         o.pace.idle = Some(e.load.idle_strategy);

@@ -12,9 +12,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use meshbench_engine::{ConnSpec, LoadSpec, Mode, QuicSpec, RequestSpec, StopAt};
+use meshbench_engine::{ConnSpec, LoadSpec, QuicSpec, RequestSpec, StopAt};
 use meshbench_net::tls::ClientTlsOptions;
-use meshbench_results::{Arrival, CloseFirst, IdleStrategy, Order, PacingSlack, Protocol};
+use meshbench_results::{Arrival, CloseFirst, IdleStrategy, Offer, Order, PacingSlack, Protocol};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
@@ -256,7 +256,7 @@ impl LoadOptions {
     /// Checks everything and builds the run. Nothing is sent here; host names are looked up,
     /// files are read and TLS settings are built.
     pub fn resolve(&self) -> Result<LoadSpec, LoadError> {
-        let mode = self.loop_mode()?;
+        let offer = self.offer()?;
         let threads = self.thread_count()?;
         let method = self.request_method()?;
         self.check_protocol_options()?;
@@ -299,7 +299,7 @@ impl LoadOptions {
             connections: self.connections,
             concurrency,
             threads,
-            mode,
+            offer,
             idle: self.pace.idle.unwrap_or_default(),
             slack: self.pace.slack,
             send_early: self.pace.send_early,
@@ -314,7 +314,7 @@ impl LoadOptions {
 
     /// Checks the connections, the loop's shape (rate, arrival, idle strategy), the stop and
     /// the timeout; the closed or open loop they make.
-    fn loop_mode(&self) -> Result<Mode, LoadError> {
+    fn offer(&self) -> Result<Offer, LoadError> {
         let bad = |m: String| Err(LoadError(m));
         if self.connections == 0 {
             return bad("--connections 0: must be at least 1".into());
@@ -342,18 +342,18 @@ impl LoadOptions {
                 MAX_SLACK_US / 1000
             ));
         }
-        let mode = match (self.pace.rate_rps, self.pace.arrival) {
+        let offer = match (self.pace.rate_rps, self.pace.arrival) {
             (None, Some(_)) => {
                 return bad("--arrival applies to an open loop only; add --rate RPS".into())
             }
-            (None, None) => Mode::Closed,
+            (None, None) => Offer::Closed,
             (Some(r), arrival) => {
                 if !r.is_finite() || r <= 0.0 {
                     return bad(format!(
                         "--rate {r}: must be a positive number of requests per second"
                     ));
                 }
-                Mode::Open {
+                Offer::Open {
                     rate_rps: r,
                     arrival: arrival.unwrap_or(Arrival::Uniform),
                 }
@@ -369,7 +369,7 @@ impl LoadOptions {
         if self.timeout.is_zero() {
             return bad("--timeout must be longer than 0".into());
         }
-        Ok(mode)
+        Ok(offer)
     }
 
     /// The worker threads asked for, or the CPUs this process may use: those it may run on,
@@ -856,8 +856,8 @@ mod tests {
         });
         let spec = opts.resolve().unwrap();
         assert_eq!(
-            spec.mode,
-            Mode::Open {
+            spec.offer,
+            Offer::Open {
                 rate_rps: 250.0,
                 arrival: Arrival::Poisson
             }

@@ -193,7 +193,8 @@ pub fn rig_spec(e: &Experiment, step: &Step, id: i64, exe: PathBuf) -> RigSpec {
     let swept = |class: Class| step.cpu.filter(|(c, _)| *c == class).map(|(_, c)| c);
     let mut backend_args = vec![
         "--size".to_string(),
-        step.load.response_bytes.to_string(),
+        // A lab step always asks for a size (only an external variant's server chooses).
+        step.load.response_bytes.unwrap_or_default().to_string(),
         "--threads".to_string(),
         match e.backend.threads {
             0 => std::thread::available_parallelism().map_or(1, |n| n.get()),

@@ -29,7 +29,7 @@ use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBe
 use thiserror::Error;
 
 pub use record::{
-    topology_name, ExperimentRow, ExperimentStatus, LoadSummary, NewExperiment, StepRecord,
+    topology_name, ExperimentRow, ExperimentStatus, NewExperiment, ResultSummary, StepRecord,
     StepStatus, StoredStep,
 };
 pub use schema::VERSION;

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 
-use meshbench_results::{RoleUsage, RunResult, Sample, StepParams, Topology};
+use meshbench_results::{LoadPoint, RoleUsage, RunResult, Sample, StepParams, Topology};
 use serde::{Deserialize, Serialize};
 
 /// How a step ended.
@@ -196,9 +196,24 @@ impl StepRecord {
         self.status == StepStatus::Failed
     }
 
+    /// Its load point, as tables name it and the analysis groups it: the response size is
+    /// known for a rig's step only (a URL or an external server chooses its responses, and
+    /// the stored 0 then means not known).
+    pub fn load_point(&self) -> LoadPoint {
+        let p = &self.params;
+        LoadPoint {
+            offer: p.offer,
+            connections: p.connections,
+            response_bytes: self
+                .topology
+                .is_some_and(|t| t.is_lab())
+                .then_some(p.response_bytes),
+        }
+    }
+
     /// The summary columns of its result.
-    pub fn summary(&self) -> Option<LoadSummary> {
-        self.result.as_ref().map(LoadSummary::of)
+    pub fn summary(&self) -> Option<ResultSummary> {
+        self.result.as_ref().map(ResultSummary::of)
     }
 }
 
@@ -215,7 +230,7 @@ impl Serialize for StoredStep {
         #[derive(Serialize)]
         struct Exported<'a> {
             id: i64,
-            summary: Option<LoadSummary>,
+            summary: Option<ResultSummary>,
             #[serde(flatten)]
             step: &'a StepRecord,
         }
@@ -228,9 +243,10 @@ impl Serialize for StoredStep {
     }
 }
 
-/// The summary columns of a step's load result (for SQL queries and tables).
+/// The summary columns of a step's result (for SQL queries and tables): its duration,
+/// counts, throughput and latency percentiles.
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
-pub struct LoadSummary {
+pub struct ResultSummary {
     pub duration_secs: f64,
     pub requests: u64,
     pub errors: u64,
@@ -241,9 +257,9 @@ pub struct LoadSummary {
     pub p999_us: u64,
 }
 
-impl LoadSummary {
-    pub fn of(r: &RunResult) -> LoadSummary {
-        LoadSummary {
+impl ResultSummary {
+    pub fn of(r: &RunResult) -> ResultSummary {
+        ResultSummary {
             duration_secs: r.duration_secs,
             requests: r.requests.total,
             errors: r.requests.errors,

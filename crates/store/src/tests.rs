@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use meshbench_results::{
-    Class, CpuAllotment, Figure, Load, Protocol, ProxyCounters, ProxyRequests, RoleUsage,
+    Class, CpuAllotment, Figure, Offer, Protocol, ProxyCounters, ProxyRequests, RoleUsage,
     RunResult, Sample, StepParams, Topology, UpstreamFailures, Usage,
 };
 
@@ -24,7 +24,7 @@ fn dir(name: &str) -> PathBuf {
 
 fn step(seq: u32) -> StepRecord {
     let params = StepParams {
-        load: Load::open(100.0),
+        offer: Offer::open(100.0),
         connections: 4,
         response_bytes: 1024,
         request_bytes: 0,
@@ -284,8 +284,8 @@ fn a_v1_store_is_migrated_with_every_step_it_had() {
     let swept = &steps[1].step;
     assert_eq!(swept.topology, Some(Topology::Serveronly));
     assert_eq!(
-        (swept.params.load, swept.params.protocol),
-        (Load::Closed, Protocol::Http2)
+        (swept.params.offer, swept.params.protocol),
+        (Offer::Closed, Protocol::Http2)
     );
     assert_eq!(swept.params.cpu.map(|c| c.cores), Some(0.5));
     let version: i64 = s

@@ -13,9 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use meshbench_results::Figure;
-use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use serde_yaml_ng::{Mapping, Value};
 
 pub use presets::{Preset, Queries, Query};
 
@@ -165,6 +163,13 @@ impl External {
     /// Every problem of the section (`warmup_secs` and `sample_interval_ms` decide whether
     /// its rate windows fit the load).
     pub fn validate(&self, warmup_secs: f64, sample_interval_ms: u64, p: &mut Vec<String>) {
+        // Every key, so that a new one does not compile until its checks are decided.
+        let External {
+            prometheus_url: _,
+            scrape_interval_secs: _,
+            query_timeout_secs: _,
+            variants: _,
+        } = self;
         let u = self.prometheus_url.trim();
         if u.is_empty() {
             p.push("external.prometheus_url: required, e.g. http://127.0.0.1:9090".into());
@@ -191,6 +196,15 @@ impl External {
         let mut names = BTreeSet::new();
         for (i, v) in self.variants.iter().enumerate() {
             let at = format!("external.variants[{i}]");
+            let Variant {
+                name: _,
+                url: _,
+                headers: _, // any text; a Host header picks a virtual host
+                insecure: _,
+                proto: _, // Experiment::validate_requests
+                body: _,  // Experiment::validate_requests
+                roles: _,
+            } = v;
             if !is_name(&v.name) {
                 p.push(format!(
                     "{at}.name: '{}' must be 1 to 64 letters, digits, '-', '_' or '.'",
@@ -236,6 +250,18 @@ impl External {
 }
 
 fn validate_role(r: &Role, at: &str, p: &mut Vec<String>) {
+    let Role {
+        name: _, // External::validate
+        preset: _,
+        matches: _,
+        // The queries, in `given` below.
+        cpu: _,
+        memory: _,
+        rss: _,
+        rx: _,
+        tx: _,
+        connections: _,
+    } = r;
     let given: Vec<Figure> = r
         .given()
         .iter()
@@ -291,100 +317,6 @@ fn is_http_url(u: &str) -> bool {
             && u.get(..s.len())
                 .is_some_and(|head| head.eq_ignore_ascii_case(s))
     })
-}
-
-/// Reads the `external` section's YAML for mistakes, one line each, key by key, so that a
-/// mistake in one variant or role does not hide the others.
-pub fn check(v: &Value, p: &mut Vec<String>) {
-    let Value::Mapping(map) = v else {
-        return read_whole::<External>("external", v, p);
-    };
-    for (k, value) in map {
-        let key = k.as_str().unwrap_or("?");
-        let at = format!("external.{key}");
-        match key {
-            "variants" => match value {
-                Value::Sequence(items) => {
-                    for (i, item) in items.iter().enumerate() {
-                        check_variant(item, &format!("{at}[{i}]"), p);
-                    }
-                }
-                other => read_whole::<Vec<Variant>>(&at, other, p),
-            },
-            _ => read_key::<External>("external", k, value, p),
-        }
-    }
-}
-
-fn check_variant(v: &Value, at: &str, p: &mut Vec<String>) {
-    let Value::Mapping(map) = v else {
-        return read_whole::<Variant>(at, v, p);
-    };
-    for (k, value) in map {
-        let key = k.as_str().unwrap_or("?");
-        match (key, value) {
-            ("roles", Value::Sequence(items)) => {
-                for (j, item) in items.iter().enumerate() {
-                    let at = format!("{at}.roles[{j}]");
-                    match item {
-                        Value::Mapping(role) => {
-                            for (rk, rv) in role {
-                                read_key::<Role>(&at, rk, rv, p);
-                            }
-                        }
-                        other => read_whole::<Role>(&at, other, p),
-                    }
-                }
-            }
-            _ => read_key::<Variant>(at, k, value, p),
-        }
-    }
-}
-
-/// One key of a mapping section: unknown against the keys `T`'s default has, else read alone.
-fn read_key<T: DeserializeOwned + Serialize + Default>(
-    at: &str,
-    key: &Value,
-    value: &Value,
-    p: &mut Vec<String>,
-) {
-    let name = key.as_str().unwrap_or("?");
-    let Ok(Value::Mapping(known)) = serde_yaml_ng::to_value(T::default()) else {
-        return;
-    };
-    if !known.contains_key(key) {
-        let names: Vec<&str> = known.keys().filter_map(Value::as_str).collect();
-        p.push(format!(
-            "{at}.{name}: unknown key; expected one of {}",
-            names.join(", ")
-        ));
-        return;
-    }
-    let mut one = Mapping::new();
-    one.insert(key.clone(), value.clone());
-    if let Err(e) = serde_path_to_error::deserialize::<_, T>(Value::Mapping(one)) {
-        p.push(crate::config::describe(
-            &join(at, &e.path().to_string()),
-            e.inner(),
-        ));
-    }
-}
-
-fn read_whole<T: DeserializeOwned>(at: &str, v: &Value, p: &mut Vec<String>) {
-    if let Err(e) = serde_path_to_error::deserialize::<_, T>(v.clone()) {
-        p.push(crate::config::describe(
-            &join(at, &e.path().to_string()),
-            e.inner(),
-        ));
-    }
-}
-
-fn join(at: &str, inner: &str) -> String {
-    match inner {
-        "." => at.to_string(),
-        i if i.starts_with('[') => format!("{at}{i}"),
-        i => format!("{at}.{i}"),
-    }
 }
 
 #[cfg(test)]

@@ -239,7 +239,7 @@ pub fn describe_plan(e: &Experiment, plan: &Plan) -> String {
             s.index + 1,
             s.repeat + 1,
             s.variant(),
-            s.load_text(),
+            s.load,
             s.istio_label(&e.name, e.load.protocol)
         ));
     }
@@ -333,7 +333,7 @@ impl<'a> Progress<'a> {
             at.step.index + 1,
             at.steps,
             at.step.variant(),
-            at.step.load_text(),
+            at.step.load,
             meshbench_report::thousands(rps),
             human_secs(left),
             human_secs(left + at.left_after_secs)
@@ -351,8 +351,8 @@ impl<'a> Progress<'a> {
     fn step_info(&self, at: &StepAt) -> StepInfo {
         StepInfo {
             scope: self.scope(at),
-            load: at.step.load_text(),
-            target_rps: at.step.load.rate_rps,
+            load: at.step.load.to_string(),
+            target_rps: at.step.load.rate_rps(),
             steps: at.steps,
             step_secs: at.step_secs,
             left_after_secs: at.left_after_secs,
@@ -416,7 +416,7 @@ impl Observer for Progress<'_> {
                 at.step.index + 1,
                 at.steps,
                 at.step.variant(),
-                at.step.load_text(),
+                at.step.load,
                 record.error.as_deref().unwrap_or("unknown")
             );
         }

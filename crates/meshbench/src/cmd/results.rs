@@ -7,8 +7,8 @@ use std::io::Write;
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use meshbench_results::{Cause, RoleUsage, StepParams};
-use meshbench_store::{LoadSummary, StepRecord, StepStatus};
+use meshbench_results::{Cause, LoadPoint, RoleUsage};
+use meshbench_store::{ResultSummary, StepRecord, StepStatus};
 
 use super::answers::{find_experiment, open_store};
 use crate::cli::{ExportFormat, ResultsCommand, StoreArg};
@@ -144,8 +144,8 @@ fn export(key: &str, format: ExportFormat, out: Option<&Path>, s: &StoreArg) -> 
 pub struct TableRow<'a> {
     pub seq: u32,
     pub variant: &'a str,
-    pub params: &'a StepParams,
-    pub summary: Option<LoadSummary>,
+    pub load: LoadPoint,
+    pub summary: Option<ResultSummary>,
     pub error: Option<&'a str>,
     /// Interrupted before its end: its figures cover only part of the step.
     pub partial: bool,
@@ -163,7 +163,7 @@ impl<'a> TableRow<'a> {
         TableRow {
             seq: r.seq,
             variant: &r.variant,
-            params: &r.params,
+            load: r.load_point(),
             summary: r.summary(),
             error: r.error.as_deref(),
             partial: r.status == StepStatus::Partial,
@@ -183,7 +183,7 @@ impl<'a> TableRow<'a> {
 /// cgroup's working set where there is one, else RSS).
 pub fn table(rows: &[TableRow]) -> String {
     let mut out = format!(
-        "{:>4} {:<26} {:<22} {:>9} {:>7} {:>7} {:>7} {:>6}  {}\n",
+        "{:>4} {:<26} {:<28} {:>9} {:>7} {:>7} {:>7} {:>6}  {}\n",
         "step",
         "variant",
         "load",
@@ -195,14 +195,7 @@ pub fn table(rows: &[TableRow]) -> String {
         "role millicores/MiB"
     );
     for r in rows {
-        let load = format!(
-            "{} x {}c",
-            r.params
-                .load
-                .rate_rps()
-                .map_or("max".into(), |q| format!("{q} qps")),
-            r.params.connections
-        );
+        let load = r.load.to_string();
         let roles: Vec<String> = r
             .usage
             .iter()
@@ -232,7 +225,7 @@ pub fn table(rows: &[TableRow]) -> String {
         }
         match &r.summary {
             Some(s) => out.push_str(&format!(
-                "{:>4} {:<26} {:<22} {:>9.1} {:>7} {:>7} {:>7} {:>6}  {}{error}\n",
+                "{:>4} {:<26} {:<28} {:>9.1} {:>7} {:>7} {:>7} {:>6}  {}{error}\n",
                 r.seq + 1,
                 r.variant,
                 load,
@@ -244,7 +237,7 @@ pub fn table(rows: &[TableRow]) -> String {
                 roles.join(", ")
             )),
             None => out.push_str(&format!(
-                "{:>4} {:<26} {:<22} FAILED: {}\n",
+                "{:>4} {:<26} {:<28} FAILED: {}\n",
                 r.seq + 1,
                 r.variant,
                 load,

@@ -11,7 +11,7 @@ use anyhow::{Context, Result};
 use meshbench_engine::{LoadSpec, Stop, StopAt};
 use meshbench_live::Done;
 use meshbench_results::{
-    Arrival, CloseFirst, IdleStrategy, Order, PacingSlack, Protocol, RunResult,
+    Arrival, CloseFirst, IdleStrategy, LoadPoint, Order, PacingSlack, Protocol, RunResult,
 };
 use meshbench_runner::targets::ConnectTo;
 use meshbench_runner::{Body, LoadOptions, LoadSource, ProtoSource, TargetSource, TlsOptions};
@@ -104,8 +104,13 @@ fn measure(
 ) -> Result<RunResult> {
     let mut line = ProgressLine::new(live);
     let step = faces.map(|f| {
-        let info =
-            super::live::run_step(spec.mode.rate_rps(), spec.describe(), spec.planned_secs());
+        // Named as every load is (a run's target chooses its response size).
+        let load = LoadPoint {
+            offer: spec.offer,
+            connections: u32::try_from(spec.connections).unwrap_or(u32::MAX),
+            response_bytes: None,
+        };
+        let info = super::live::run_step(load.rate_rps(), load.to_string(), spec.planned_secs());
         f.hub.step_started(info.clone());
         info.scope
     });

@@ -171,7 +171,7 @@ fn a_runs_page_shows_the_stream_and_the_end() {
         "the page was compared with the stream while the run went: {seen}"
     );
     for x in s {
-        assert_eq!(x["step"], "step 1/1 · url · 300 rps x 4 conn");
+        assert_eq!(x["step"], "step 1/1 · url · 300 qps x 4 conns");
     }
 }
 
