@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 
-use meshbench_results::{RoleUsage, RunResult, Sample, StepParams, Topology};
+use meshbench_results::{Role, RoleUsage, RunResult, Sample, StepFailure, StepParams, Topology};
 use serde::{Deserialize, Serialize};
 
 /// How a step ended.
@@ -142,7 +142,8 @@ pub struct StepRecord {
     pub params: StepParams,
     pub started_at: String,
     pub status: StepStatus,
-    pub error: Option<String>,
+    /// Why it failed; stored as its line (read back as [`StepFailure::Recorded`]).
+    pub error: Option<StepFailure>,
     /// Program -> its version line.
     pub versions: BTreeMap<String, String>,
     /// The load result (as `meshbench run --json` writes it); summary columns, histograms and
@@ -153,7 +154,7 @@ pub struct StepRecord {
     /// Raw samples per role: written with the step, read back by [`crate::Store::samples`]
     /// only (a step's table and answers do not need them).
     #[serde(skip)]
-    pub samples: BTreeMap<String, Vec<Sample>>,
+    pub samples: BTreeMap<Role, Vec<Sample>>,
 }
 
 impl StepRecord {
@@ -187,9 +188,14 @@ impl StepRecord {
     }
 
     /// Marks the step failed, saying why.
-    pub fn fail(&mut self, why: impl Into<String>) {
+    pub fn fail(&mut self, why: StepFailure) {
         self.status = StepStatus::Failed;
-        self.error = Some(why.into());
+        self.error = Some(why);
+    }
+
+    /// Whether it was a step of an external variant (whose roles are named by its file).
+    pub fn is_external(&self) -> bool {
+        self.topology.is_some_and(|t| !t.is_lab())
     }
 
     pub fn failed(&self) -> bool {
