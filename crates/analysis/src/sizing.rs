@@ -16,6 +16,7 @@
 //! highest load measured is refused unless asked for ([`Request::extrapolate`]), naming the
 //! step that would measure it.
 
+use meshbench_results::{Class, Role, Subject};
 use meshbench_stats::Line;
 use thiserror::Error;
 
@@ -263,28 +264,30 @@ pub struct Only {
 
 impl Only {
     fn keeps(&self, c: &Cost) -> bool {
-        self.role.as_ref().is_none_or(|r| *r == c.usage.role)
+        self.role.as_ref().is_none_or(|r| r == c.usage.role.name())
             && self
                 .variant
                 .as_ref()
-                .is_none_or(|v| *v == c.variant || *v == c.topology)
+                .is_none_or(|v| *v == c.variant || v == c.topology.name())
     }
 
     fn keeps_group(&self, g: &Group) -> bool {
         self.variant
             .as_ref()
-            .is_none_or(|v| *v == g.variant || *v == g.topology)
+            .is_none_or(|v| *v == g.variant || v == g.topology.name())
     }
 }
 
-/// The class whose `limits` key limits a role (`server_proxy` -> `proxy`).
-fn class_of(role: &str) -> Option<String> {
-    use meshbench_results::Topology;
-    [Topology::Both, Topology::Gateway, Topology::Waypoint]
-        .iter()
-        .flat_map(|t| t.chain())
-        .find(|r| r.name == role)
-        .map(|r| r.class.name().to_string())
+/// The class whose `limits` key limits a role (`server_proxy` -> `proxy`): a proxy's or a
+/// tunnel's; the backend, the sampler and an external role have none to size by.
+fn class_of(role: &Role) -> Option<String> {
+    match role {
+        Role::Lab(r) => match r.class() {
+            class @ (Class::Proxy | Class::Tunnel) => Some(class.name().to_string()),
+            Class::Backend => None,
+        },
+        Role::Sampler | Role::External(_) => None,
+    }
 }
 
 /// Every proxy of an experiment (one per topology and role, the CPU allotments of a sweep
@@ -325,8 +328,8 @@ pub fn candidates(
 
 fn model(
     source: &str,
-    topology: &str,
-    role: &str,
+    topology: &Subject,
+    role: &Role,
     costs: &[&Cost],
     groups: &[&Group],
     cores_per_replica: f64,
@@ -756,7 +759,10 @@ mod tests {
         let mut r: meshbench_results::RunResult = meshbench_results::fixtures::run_result();
         r.throughput_rps = rps;
         let mut run = crate::Run::from_result(variant, r).unwrap();
-        run.topology = variant.split(' ').next().unwrap().to_string();
+        run.topology = meshbench_results::Subject::Lab(
+            meshbench_results::Topology::from_word(variant.split(' ').next().unwrap())
+                .expect("a topology"),
+        );
         run.load.rate_rps_milli = rate_rps.map(|q| (q * 1000.0) as u64);
         run.cpu = limit.map(|c| ("proxy".to_string(), c));
         run.usage = vec![serde_json::from_value(serde_json::json!({

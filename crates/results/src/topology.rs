@@ -106,6 +106,22 @@ const fn l4(role: LabRole, duty: Duty) -> RolePlan {
 }
 
 impl Topology {
+    pub const ALL: [Topology; 8] = [
+        Topology::Baseline,
+        Topology::Serveronly,
+        Topology::Clientonly,
+        Topology::Both,
+        Topology::Gateway,
+        Topology::Ambient,
+        Topology::Waypoint,
+        Topology::External,
+    ];
+
+    /// The topology this word names, if any.
+    pub fn from_word(word: &str) -> Option<Topology> {
+        Topology::ALL.into_iter().find(|t| t.name() == word)
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Topology::Baseline => "baseline",
