@@ -282,7 +282,7 @@ impl Only {
 /// tunnel's; the backend, the sampler and an external role have none to size by.
 fn class_of(role: &Role) -> Option<String> {
     match role {
-        Role::Lab(r) => match r.class() {
+        Role::Chain(r) => match r.class() {
             class @ (Class::Proxy | Class::Tunnel) => Some(class.name().to_string()),
             Class::Backend => None,
         },

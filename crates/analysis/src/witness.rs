@@ -12,7 +12,7 @@
 //! from stored data on every read, so steps stored before this check get it too.
 
 use meshbench_results::{
-    Arrival, Figure, LabRole, Layer, PlayedBy, ProxyCounters, Role, RunResult,
+    Arrival, Figure, ChainRole, Layer, PlayedBy, ProxyCounters, Role, RunResult,
 };
 use meshbench_store::StepRecord;
 use serde::Serialize;
@@ -158,7 +158,7 @@ pub fn witnesses(step: &StepRecord) -> Vec<RoleWitness<'_>> {
     step.usage
         .iter()
         .filter_map(|u| {
-            let layer = u.role.lab().and_then(LabRole::layer);
+            let layer = u.role.chain_role().and_then(ChainRole::layer);
             let finding = match (&u.proxy, u.missing.get(&Figure::Proxy)) {
                 (Some(p), _) => match (layer, p.requests, tolerance) {
                     (Some(Layer::L4), _, _) | (None, None, _) => Finding::Tunnel {
@@ -243,9 +243,9 @@ mod tests {
         assert_eq!(Tolerance::of(&r, 0).high, 10_000 + 3 + 16);
     }
 
-    fn envoy_role(role: LabRole, requests: Option<u64>, tunnel: Option<u64>) -> RoleUsage {
+    fn envoy_role(role: ChainRole, requests: Option<u64>, tunnel: Option<u64>) -> RoleUsage {
         RoleUsage {
-            role: Role::Lab(role),
+            role: Role::Chain(role),
             program: PlayedBy::Proxy(Program::Envoy),
             workers: 2,
             cpu_limit: None,
@@ -272,11 +272,11 @@ mod tests {
         step.set_result(open_loop());
         step.usage = vec![
             // Saw the window, the warm-up and a little more: agrees.
-            envoy_role(LabRole::ClientProxy, Some(12_004), None),
+            envoy_role(ChainRole::ClientProxy, Some(12_004), None),
             // Saw a tenth of it: the flag.
-            envoy_role(LabRole::ServerProxy, Some(1_000), None),
+            envoy_role(ChainRole::ServerProxy, Some(1_000), None),
         ];
-        let mut unread = envoy_role(LabRole::Backend, None, None);
+        let mut unread = envoy_role(ChainRole::Backend, None, None);
         unread.proxy = None;
         unread.program = PlayedBy::Backend;
         step.usage.push(unread);
@@ -301,7 +301,7 @@ mod tests {
 
         let w = witnesses(&stored);
         assert_eq!(w.len(), 2, "the backend has no admin: no witness");
-        assert_eq!(w[0].role, &Role::Lab(LabRole::ClientProxy));
+        assert_eq!(w[0].role, &Role::Chain(ChainRole::ClientProxy));
         assert!(!w[0].finding.flagged());
         assert!(w[1].finding.flagged());
         assert!(matches!(
@@ -319,7 +319,7 @@ mod tests {
         let mut step = StepRecord::new(0, StepParams::open(1000.0, 8, Default::default()));
         step.topology = Some(Topology::Waypoint);
         step.set_result(open_loop());
-        let mut unread = envoy_role(LabRole::Waypoint, None, None);
+        let mut unread = envoy_role(ChainRole::Waypoint, None, None);
         unread.proxy = None;
         unread.missing.insert(
             Figure::Proxy,
@@ -328,9 +328,9 @@ mod tests {
         step.usage = vec![
             // An HBONE tunnel terminates CONNECT in a connection manager: its "requests" are
             // tunnels, not the load's, so its layer decides, not its stats.
-            envoy_role(LabRole::ZtunnelClient, Some(40), Some(8)),
+            envoy_role(ChainRole::ZtunnelClient, Some(40), Some(8)),
             unread,
-            envoy_role(LabRole::ZtunnelServer, None, Some(8)),
+            envoy_role(ChainRole::ZtunnelServer, None, Some(8)),
         ];
         let w = witnesses(&step);
         assert_eq!(
@@ -345,11 +345,11 @@ mod tests {
         // A failed step has no load to compare with.
         let mut failed = StepRecord::new(0, StepParams::open(1000.0, 8, Default::default()));
         failed.topology = Some(Topology::Serveronly);
-        failed.usage = vec![envoy_role(LabRole::ServerProxy, Some(5), None)];
+        failed.usage = vec![envoy_role(ChainRole::ServerProxy, Some(5), None)];
         assert_eq!(witnesses(&failed)[0].finding, Finding::NoLoad);
         // An L7 role whose stats matcher dropped `http.`.
         failed.set_result(open_loop());
-        failed.usage = vec![envoy_role(LabRole::ServerProxy, None, None)];
+        failed.usage = vec![envoy_role(ChainRole::ServerProxy, None, None)];
         assert_eq!(witnesses(&failed)[0].finding, Finding::NoRequests);
     }
 }

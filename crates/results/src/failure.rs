@@ -7,7 +7,7 @@ use std::fmt;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::role::LabRole;
+use crate::role::ChainRole;
 
 /// Why a step measured nothing usable, or why what it measured does not count.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -20,7 +20,7 @@ pub enum StepFailure {
     /// The engine (or the agents sending the load) failed: why.
     LoadGeneratorFailed(String),
     /// A role of the rig exited during the step: which, and the last lines of its log.
-    RoleExited { role: LabRole, log_tail: String },
+    RoleExited { role: ChainRole, log_tail: String },
     /// The step names an external variant the experiment does not have.
     NoSuchVariant(String),
     /// A failure as the store keeps it: its line.
@@ -77,7 +77,7 @@ mod tests {
             ),
             (
                 StepFailure::RoleExited {
-                    role: LabRole::ServerProxy,
+                    role: ChainRole::ServerProxy,
                     log_tail: "killed".into(),
                 },
                 "server_proxy exited during the step (killed)",

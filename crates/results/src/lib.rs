@@ -11,7 +11,7 @@
 //! - [`step`]: what one step asked for ([`StepParams`]).
 //! - [`topology`]: who talks to whom ([`Topology`]), each role's class and layer, and what a
 //!   measured run is compared as ([`Subject`]).
-//! - [`role`]: who played what ([`Role`], [`LabRole`]), the proxy programs ([`Program`]) and
+//! - [`role`]: who played what ([`Role`], [`ChainRole`]), the proxy programs ([`Program`]) and
 //!   what played a role ([`PlayedBy`]).
 //! - [`failure`]: why a step failed ([`StepFailure`]).
 //! - [`usage`]: what a role used over a step ([`RoleUsage`], [`Sample`]).
@@ -35,7 +35,7 @@ pub mod fixtures;
 pub use failure::StepFailure;
 pub use load::{Arrival, CloseFirst, IdleStrategy, LoopMode, Order, PacingSlack, Protocol};
 pub use proxy::{ProxyCounters, ProxyRequests, UpstreamFailures};
-pub use role::{LabRole, PlayedBy, Program, Role};
+pub use role::{ChainRole, PlayedBy, Program, Role};
 pub use run::RunResult;
 pub use self_check::{Cause, Finding, SelfCheck};
 pub use step::{CpuAllotment, Load, StepParams};

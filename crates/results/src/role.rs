@@ -1,7 +1,6 @@
-//! Who played what in a step, typed: the [`Role`] (a lab role of a topology's chain or the
-//! backend, meshbench's own sampler, or an external variant's role by the name its file gives
-//! it), the proxy [`Program`]s the experiment file names, and what played a role
-//! ([`PlayedBy`]). Each is written with the word stored since the first schema (`server_proxy`,
+//! Who played what in a step, typed: the [`Role`] (a role of a topology's chain or the backend,
+//! meshbench's own sampler, or an external variant's role by the name its file gives it), the
+//! proxy [`Program`]s the experiment file names, and what played a role ([`PlayedBy`]). Each is written with the word stored since the first schema (`server_proxy`,
 //! `sampler`, `nginx`, `meshbench`...), so every store reads back into these types; readers
 //! match them instead of comparing words.
 
@@ -12,10 +11,12 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::topology::{Class, Duty, Layer};
 
-/// A role meshbench starts in the lab: the proxies and tunnels of a topology's chain, and the
-/// backend at its end.
+/// A role of a topology's chain, or the backend at its end: what the lab starts. An external
+/// variant's role named with one of these words stands for it (Istio's CSV columns and SMP's
+/// sidecar and ingress components read it so: `examples/external-istio.yaml` names its roles
+/// `server_proxy` and `gateway`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum LabRole {
+pub enum ChainRole {
     /// The client's sidecar (`client_proxy`).
     ClientProxy,
     /// The server's sidecar (`server_proxy`).
@@ -32,38 +33,38 @@ pub enum LabRole {
     Backend,
 }
 
-impl LabRole {
-    pub const ALL: [LabRole; 7] = [
-        LabRole::ClientProxy,
-        LabRole::ServerProxy,
-        LabRole::Gateway,
-        LabRole::Waypoint,
-        LabRole::ZtunnelClient,
-        LabRole::ZtunnelServer,
-        LabRole::Backend,
+impl ChainRole {
+    pub const ALL: [ChainRole; 7] = [
+        ChainRole::ClientProxy,
+        ChainRole::ServerProxy,
+        ChainRole::Gateway,
+        ChainRole::Waypoint,
+        ChainRole::ZtunnelClient,
+        ChainRole::ZtunnelServer,
+        ChainRole::Backend,
     ];
 
     /// Its word in results, and the stem of its files.
     pub fn name(self) -> &'static str {
         match self {
-            LabRole::ClientProxy => "client_proxy",
-            LabRole::ServerProxy => "server_proxy",
-            LabRole::Gateway => "gateway",
-            LabRole::Waypoint => "waypoint",
-            LabRole::ZtunnelClient => "ztunnel_client",
-            LabRole::ZtunnelServer => "ztunnel_server",
-            LabRole::Backend => "backend",
+            ChainRole::ClientProxy => "client_proxy",
+            ChainRole::ServerProxy => "server_proxy",
+            ChainRole::Gateway => "gateway",
+            ChainRole::Waypoint => "waypoint",
+            ChainRole::ZtunnelClient => "ztunnel_client",
+            ChainRole::ZtunnelServer => "ztunnel_server",
+            ChainRole::Backend => "backend",
         }
     }
 
     /// Which limits and programs it gets.
     pub fn class(self) -> Class {
         match self {
-            LabRole::ClientProxy | LabRole::ServerProxy | LabRole::Gateway | LabRole::Waypoint => {
+            ChainRole::ClientProxy | ChainRole::ServerProxy | ChainRole::Gateway | ChainRole::Waypoint => {
                 Class::Proxy
             }
-            LabRole::ZtunnelClient | LabRole::ZtunnelServer => Class::Tunnel,
-            LabRole::Backend => Class::Backend,
+            ChainRole::ZtunnelClient | ChainRole::ZtunnelServer => Class::Tunnel,
+            ChainRole::Backend => Class::Backend,
         }
     }
 
@@ -79,23 +80,23 @@ impl LabRole {
     /// The duty it takes on in the mesh it stands for; `None` for the backend.
     pub fn duty(self) -> Option<Duty> {
         match self {
-            LabRole::ClientProxy => Some(Duty::ClientSidecar),
-            LabRole::ServerProxy => Some(Duty::ServerSidecar),
-            LabRole::Gateway => Some(Duty::Gateway),
-            LabRole::Waypoint => Some(Duty::Waypoint),
-            LabRole::ZtunnelClient => Some(Duty::ClientTunnel),
-            LabRole::ZtunnelServer => Some(Duty::ServerTunnel),
-            LabRole::Backend => None,
+            ChainRole::ClientProxy => Some(Duty::ClientSidecar),
+            ChainRole::ServerProxy => Some(Duty::ServerSidecar),
+            ChainRole::Gateway => Some(Duty::Gateway),
+            ChainRole::Waypoint => Some(Duty::Waypoint),
+            ChainRole::ZtunnelClient => Some(Duty::ClientTunnel),
+            ChainRole::ZtunnelServer => Some(Duty::ServerTunnel),
+            ChainRole::Backend => None,
         }
     }
 
-    /// The lab role this word names, if any.
-    pub fn from_word(word: &str) -> Option<LabRole> {
-        LabRole::ALL.into_iter().find(|r| r.name() == word)
+    /// The chain role this word names, if any.
+    pub fn from_word(word: &str) -> Option<ChainRole> {
+        ChainRole::ALL.into_iter().find(|r| r.name() == word)
     }
 }
 
-impl fmt::Display for LabRole {
+impl fmt::Display for ChainRole {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
     }
@@ -104,13 +105,13 @@ impl fmt::Display for LabRole {
 /// One role of a step, as its usage row names it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Role {
-    /// A role of the lab's rig.
-    Lab(LabRole),
+    /// A role of a topology's chain or the backend (in the lab, or an external role named so).
+    Chain(ChainRole),
     /// meshbench's own sampler, stored as a pseudo-role (`sampler`) so that its cost can be
     /// checked; never a proxy.
     Sampler,
     /// A role of an external variant, read from Prometheus, by the name its experiment file
-    /// gives it (any name but `sampler`, which the file refuses).
+    /// gives it: none of the chain's words, nor `sampler` (which the file refuses).
     External(String),
 }
 
@@ -118,29 +119,19 @@ impl Role {
     /// Its word in results.
     pub fn name(&self) -> &str {
         match self {
-            Role::Lab(r) => r.name(),
+            Role::Chain(r) => r.name(),
             Role::Sampler => "sampler",
             Role::External(name) => name,
         }
     }
 
-    /// A word as a step of a lab topology (or an older store) wrote it: a lab role's word, the
-    /// sampler's, or else an external role's name.
+    /// A word as a step wrote it: a chain role's, the sampler's, or else an external role's
+    /// name.
     pub fn from_word(word: &str) -> Role {
-        match LabRole::from_word(word) {
-            Some(r) => Role::Lab(r),
+        match ChainRole::from_word(word) {
+            Some(r) => Role::Chain(r),
             None if word == Role::Sampler.name() => Role::Sampler,
             None => Role::External(word.to_string()),
-        }
-    }
-
-    /// A word as a step wrote it, knowing whether the step was an external variant's: there
-    /// every role is the file's own (named as it likes, a lab role's word included).
-    pub fn read(word: &str, external_step: bool) -> Role {
-        if external_step {
-            Role::External(word.to_string())
-        } else {
-            Role::from_word(word)
         }
     }
 
@@ -148,7 +139,7 @@ impl Role {
     /// external role (the file names the roles it wants costed).
     pub fn is_on_path(&self) -> bool {
         match self {
-            Role::Lab(r) => match r.class() {
+            Role::Chain(r) => match r.class() {
                 Class::Proxy | Class::Tunnel => true,
                 Class::Backend => false,
             },
@@ -157,26 +148,26 @@ impl Role {
         }
     }
 
-    /// The lab role, if it is one.
-    pub fn lab(&self) -> Option<LabRole> {
+    /// The chain role, if it is one.
+    pub fn chain_role(&self) -> Option<ChainRole> {
         match self {
-            Role::Lab(r) => Some(*r),
+            Role::Chain(r) => Some(*r),
             Role::Sampler | Role::External(_) => None,
         }
     }
 
     fn rank(&self) -> u8 {
         match self {
-            Role::Lab(_) => 0,
+            Role::Chain(_) => 0,
             Role::Sampler => 1,
             Role::External(_) => 2,
         }
     }
 }
 
-impl From<LabRole> for Role {
-    fn from(r: LabRole) -> Role {
-        Role::Lab(r)
+impl From<ChainRole> for Role {
+    fn from(r: ChainRole) -> Role {
+        Role::Chain(r)
     }
 }
 
@@ -291,8 +282,8 @@ impl PlayedBy {
         }
     }
 
-    /// A word as a lab step (or an older store) wrote it: a program's, the backend's,
-    /// meshbench's, or else what read an external role.
+    /// A word as a step wrote it: a program's, the backend's, meshbench's, or else what read
+    /// an external role (no preset is named like a program).
     pub fn from_word(word: &str) -> PlayedBy {
         if let Some(p) = Program::from_word(word) {
             return PlayedBy::Proxy(p);
@@ -301,16 +292,6 @@ impl PlayedBy {
             .into_iter()
             .find(|p| p.name() == word)
             .unwrap_or_else(|| PlayedBy::External(word.to_string()))
-    }
-
-    /// A word as a step wrote it, knowing whether the step was an external variant's (where
-    /// every role was read with a preset or PromQL).
-    pub fn read(word: &str, external_step: bool) -> PlayedBy {
-        if external_step {
-            PlayedBy::External(word.to_string())
-        } else {
-            PlayedBy::from_word(word)
-        }
     }
 }
 
@@ -345,18 +326,13 @@ mod tests {
 
     #[test]
     fn every_word_reads_back_as_what_wrote_it() {
-        for r in LabRole::ALL {
-            assert_eq!(Role::from_word(r.name()), Role::Lab(r));
+        for r in ChainRole::ALL {
+            assert_eq!(Role::from_word(r.name()), Role::Chain(r));
         }
         assert_eq!(Role::from_word("sampler"), Role::Sampler);
         assert_eq!(
             Role::from_word("edge"),
             Role::External("edge".to_string())
-        );
-        // An external variant may call its role like a lab role; its step says which it is.
-        assert_eq!(
-            Role::read("gateway", true),
-            Role::External("gateway".to_string())
         );
         for p in Program::ALL {
             assert_eq!(PlayedBy::from_word(p.name()), PlayedBy::Proxy(p));
@@ -367,7 +343,7 @@ mod tests {
             PlayedBy::from_word("promql"),
             PlayedBy::External("promql".to_string())
         );
-        let text = serde_json::to_string(&(Role::Lab(LabRole::ZtunnelClient), PlayedBy::Meshbench))
+        let text = serde_json::to_string(&(Role::Chain(ChainRole::ZtunnelClient), PlayedBy::Meshbench))
             .unwrap();
         assert_eq!(text, r#"["ztunnel_client","meshbench"]"#);
     }
@@ -376,8 +352,8 @@ mod tests {
     fn roles_sort_by_name_as_their_words_did() {
         let mut roles = vec![
             Role::Sampler,
-            Role::Lab(LabRole::ServerProxy),
-            Role::Lab(LabRole::Backend),
+            Role::Chain(ChainRole::ServerProxy),
+            Role::Chain(ChainRole::Backend),
             Role::External("edge".into()),
         ];
         roles.sort();
@@ -387,10 +363,10 @@ mod tests {
 
     #[test]
     fn the_cost_is_of_the_roles_on_the_path() {
-        assert!(Role::Lab(LabRole::Gateway).is_on_path());
-        assert!(Role::Lab(LabRole::ZtunnelServer).is_on_path());
+        assert!(Role::Chain(ChainRole::Gateway).is_on_path());
+        assert!(Role::Chain(ChainRole::ZtunnelServer).is_on_path());
         assert!(Role::External("mesh".into()).is_on_path());
-        assert!(!Role::Lab(LabRole::Backend).is_on_path());
+        assert!(!Role::Chain(ChainRole::Backend).is_on_path());
         assert!(!Role::Sampler.is_on_path());
     }
 }

@@ -8,7 +8,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::role::LabRole;
+use crate::role::ChainRole;
 
 /// The most routes (domains x paths) the gateway topology's plan may have: the lab generates
 /// them all, and the experiment file is checked against it.
@@ -81,13 +81,13 @@ pub enum Duty {
 pub struct RolePlan {
     /// Which role it is: its name in results and the stem of its files (`server_proxy`,
     /// `ztunnel_client`...).
-    pub role: LabRole,
+    pub role: ChainRole,
     pub class: Class,
     pub layer: Layer,
     pub duty: Duty,
 }
 
-const fn l7(role: LabRole, duty: Duty) -> RolePlan {
+const fn l7(role: ChainRole, duty: Duty) -> RolePlan {
     RolePlan {
         role,
         class: Class::Proxy,
@@ -96,7 +96,7 @@ const fn l7(role: LabRole, duty: Duty) -> RolePlan {
     }
 }
 
-const fn l4(role: LabRole, duty: Duty) -> RolePlan {
+const fn l4(role: ChainRole, duty: Duty) -> RolePlan {
     RolePlan {
         role,
         class: Class::Tunnel,
@@ -157,12 +157,12 @@ impl Topology {
 
     /// The roles between the client and the backend, client side first.
     pub fn chain(self) -> &'static [RolePlan] {
-        const CLIENT_PROXY: RolePlan = l7(LabRole::ClientProxy, Duty::ClientSidecar);
-        const SERVER_PROXY: RolePlan = l7(LabRole::ServerProxy, Duty::ServerSidecar);
-        const GATEWAY: RolePlan = l7(LabRole::Gateway, Duty::Gateway);
-        const WAYPOINT: RolePlan = l7(LabRole::Waypoint, Duty::Waypoint);
-        const ZTUNNEL_CLIENT: RolePlan = l4(LabRole::ZtunnelClient, Duty::ClientTunnel);
-        const ZTUNNEL_SERVER: RolePlan = l4(LabRole::ZtunnelServer, Duty::ServerTunnel);
+        const CLIENT_PROXY: RolePlan = l7(ChainRole::ClientProxy, Duty::ClientSidecar);
+        const SERVER_PROXY: RolePlan = l7(ChainRole::ServerProxy, Duty::ServerSidecar);
+        const GATEWAY: RolePlan = l7(ChainRole::Gateway, Duty::Gateway);
+        const WAYPOINT: RolePlan = l7(ChainRole::Waypoint, Duty::Waypoint);
+        const ZTUNNEL_CLIENT: RolePlan = l4(ChainRole::ZtunnelClient, Duty::ClientTunnel);
+        const ZTUNNEL_SERVER: RolePlan = l4(ChainRole::ZtunnelServer, Duty::ServerTunnel);
         match self {
             Topology::Baseline => &[],
             Topology::Serveronly => &[SERVER_PROXY],

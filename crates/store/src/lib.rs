@@ -280,7 +280,7 @@ impl Store {
         for r in raw {
             let id = r.id;
             let mut step = r.typed(&self.path)?;
-            step.usage = read_usage(&self.conn, id, step.is_external()).named(&self.path)?;
+            step.usage = read_usage(&self.conn, id).named(&self.path)?;
             steps.push(StoredStep { id, step });
         }
         Ok(steps)
@@ -288,17 +288,7 @@ impl Store {
 
     /// The raw samples of a step, per role, in time order.
     pub fn samples(&self, step: i64) -> Result<BTreeMap<Role, Vec<Sample>>, StoreError> {
-        let topology: Option<String> = self
-            .conn
-            .query_row("SELECT topology FROM steps WHERE id = ?1", [step], |r| {
-                r.get(0)
-            })
-            .optional()
-            .named(&self.path)?;
-        let external = topology
-            .and_then(|t| topology_name::parse(&t).ok().flatten())
-            .is_some_and(|t| !t.is_lab());
-        read_samples(&self.conn, step, external).named(&self.path)
+        read_samples(&self.conn, step).named(&self.path)
     }
 
     /// A step's encoded histogram by name (HdrHistogram V2 + DEFLATE, base64).
@@ -373,9 +363,9 @@ fn read_raw_steps(conn: &Connection, experiment: i64) -> rusqlite::Result<Vec<Ra
     rows.collect()
 }
 
-/// A step's usage rows; `external`: the step was an external variant's, whose roles and
-/// programs are its file's words ([`Role::read`], [`PlayedBy::read`]).
-fn read_usage(conn: &Connection, step: i64, external: bool) -> rusqlite::Result<Vec<RoleUsage>> {
+/// A step's usage rows, their roles and programs read from their words ([`Role::from_word`],
+/// [`PlayedBy::from_word`]).
+fn read_usage(conn: &Connection, step: i64) -> rusqlite::Result<Vec<RoleUsage>> {
     let mut q = conn.prepare_cached(
         "SELECT role, program, workers, cpu_limit, samples, cpu_millicores_avg, cpu_millicores_max,
                 rss_mib_avg, rss_mib_max, working_set_mib_avg, working_set_mib_max,
@@ -384,8 +374,8 @@ fn read_usage(conn: &Connection, step: i64, external: bool) -> rusqlite::Result<
     )?;
     let rows = q.query_map([step], |r| {
         Ok(RoleUsage {
-            role: Role::read(&r.get::<_, String>(0)?, external),
-            program: PlayedBy::read(&r.get::<_, String>(1)?, external),
+            role: Role::from_word(&r.get::<_, String>(0)?),
+            program: PlayedBy::from_word(&r.get::<_, String>(1)?),
             workers: r.get(2)?,
             cpu_limit: r.get(3)?,
             usage: Usage {
@@ -426,11 +416,7 @@ fn read_usage(conn: &Connection, step: i64, external: bool) -> rusqlite::Result<
     rows.collect()
 }
 
-fn read_samples(
-    conn: &Connection,
-    step: i64,
-    external: bool,
-) -> rusqlite::Result<BTreeMap<Role, Vec<Sample>>> {
+fn read_samples(conn: &Connection, step: i64) -> rusqlite::Result<BTreeMap<Role, Vec<Sample>>> {
     let mut q = conn.prepare(
         "SELECT role, t_ms, cpu_ns, rss_bytes, working_set_bytes, rx_bytes, tx_bytes, connections
          FROM samples WHERE step_id = ?1 ORDER BY rowid",
@@ -452,7 +438,7 @@ fn read_samples(
     })?;
     for row in rows {
         let (role, s) = row?;
-        out.entry(Role::read(&role, external)).or_default().push(s);
+        out.entry(Role::from_word(&role)).or_default().push(s);
     }
     Ok(out)
 }

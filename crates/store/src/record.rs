@@ -193,11 +193,6 @@ impl StepRecord {
         self.error = Some(why);
     }
 
-    /// Whether it was a step of an external variant (whose roles are named by its file).
-    pub fn is_external(&self) -> bool {
-        self.topology.is_some_and(|t| !t.is_lab())
-    }
-
     pub fn failed(&self) -> bool {
         self.status == StepStatus::Failed
     }

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use meshbench_results::{
-    Class, CpuAllotment, Figure, LabRole, Load, PlayedBy, Program, Protocol, ProxyCounters,
+    Class, CpuAllotment, Figure, ChainRole, Load, PlayedBy, Program, Protocol, ProxyCounters,
     ProxyRequests, Role, RoleUsage, RunResult, Sample, StepFailure, StepParams, Topology,
     UpstreamFailures, Usage,
 };
@@ -44,7 +44,7 @@ fn step(seq: u32) -> StepRecord {
     s.set_result(result());
     s.usage = vec![
         RoleUsage {
-            role: Role::Lab(LabRole::ServerProxy),
+            role: Role::Chain(ChainRole::ServerProxy),
             program: PlayedBy::Proxy(Program::Nginx),
             workers: 2,
             cpu_limit: Some(0.5),
@@ -90,7 +90,7 @@ fn step(seq: u32) -> StepRecord {
             proxy: None,
         },
         RoleUsage {
-            role: Role::Lab(LabRole::Gateway),
+            role: Role::Chain(ChainRole::Gateway),
             program: PlayedBy::Proxy(Program::Envoy),
             workers: 2,
             cpu_limit: None,
@@ -118,7 +118,7 @@ fn step(seq: u32) -> StepRecord {
         },
     ];
     s.samples = BTreeMap::from([(
-        Role::Lab(LabRole::ServerProxy),
+        Role::Chain(ChainRole::ServerProxy),
         vec![Sample {
             t_ms: 1,
             cpu_ns: 2,
@@ -228,27 +228,26 @@ fn steps_are_written_and_read_back_whole_and_typed() {
 }
 
 #[test]
-fn an_external_steps_roles_are_its_files_whatever_their_names() {
+fn an_external_steps_roles_read_back_as_the_words_it_gave_them() {
     let d = dir("external-roles");
     let mut s = Store::open(&d.join("results.db")).unwrap();
     let id = s.begin_experiment(&new_experiment()).unwrap();
     let mut st = step(0);
     st.topology = Some(Topology::External);
-    st.variant = "mesh".into();
-    for u in &mut st.usage {
-        u.role = Role::External(u.role.name().to_string());
-        u.program = PlayedBy::External(u.program.name().to_string());
-    }
-    st.samples = BTreeMap::from([(Role::External("gateway".into()), vec![])]);
-    st.samples.insert(
-        Role::External("gateway".into()),
+    st.variant = "ingress".into();
+    // Named like the chain's gateway, it stands for it (Istio's CSV columns read it so); any
+    // other name is the file's own.
+    st.usage[0].role = Role::Chain(ChainRole::Gateway);
+    st.usage[0].program = PlayedBy::External("istio-ingressgateway".into());
+    st.usage[2].role = Role::External("mesh".into());
+    st.usage[2].program = PlayedBy::External("promql".into());
+    st.samples = BTreeMap::from([(
+        Role::External("mesh".into()),
         step(0).samples.into_values().next().unwrap(),
-    );
+    )]);
     let step_id = s.add_step(id, &st).unwrap();
     let back = &s.steps(id).unwrap()[0].step;
     assert_eq!(back.usage, st.usage);
-    assert_eq!(back.usage[2].role, Role::External("gateway".into()));
-    assert_eq!(back.usage[2].program, PlayedBy::External("envoy".into()));
     assert_eq!(s.samples(step_id).unwrap(), st.samples);
 }
 
@@ -277,7 +276,7 @@ fn a_v3_store_is_migrated_and_its_roles_have_no_proxy_counts() {
     assert_eq!(
         (&role.role, &role.program, role.proxy.as_ref()),
         (
-            &Role::Lab(LabRole::ServerProxy),
+            &Role::Chain(ChainRole::ServerProxy),
             &PlayedBy::Proxy(Program::Envoy),
             None
         )

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::prometheus::{Prometheus as TestPrometheus, PrometheusOptions};
-use common::{export_json, free_addr, meshbench, BackendProc, LabRole};
+use common::{export_json, free_addr, meshbench, BackendProc, ChainRole};
 use meshbench_lab::cgroup::{Cgroup, Cgroups, Limits};
 use meshbench_lab::process::{Placement, RoleProcess};
 use meshbench_lab::program::{nginx, ProgramSpec, Run};
@@ -182,7 +182,7 @@ fn process_exporter_agrees_with_the_cgroup_sampler_on_a_limited_nginx() {
         .arg(exporter_addr.to_string())
         .arg("-threads=false")
         .arg("-gather-smaps=false");
-    let _exporter = LabRole::start("process-exporter", cmd, exporter_addr, dir)
+    let _exporter = ChainRole::start("process-exporter", cmd, exporter_addr, dir)
         .expect("prometheus-process-exporter starts (scripts/install-deps.sh installs it)");
     let (_prometheus, url) = start_prometheus(&[exporter_addr]);
     wait_for_series(
