@@ -528,8 +528,10 @@ pub(crate) mod tests {
         let mut r: RunResult = meshbench_results::fixtures::run_result();
         r.throughput_rps = rps;
         let mut run = Run::from_result(variant, r).unwrap();
-        let topology = variant.split(' ').next().unwrap().to_string();
-        run.topology = topology;
+        let topology = variant.split(' ').next().unwrap();
+        run.topology = meshbench_results::Subject::Lab(
+            meshbench_results::Topology::from_word(topology).expect("a topology"),
+        );
         run.load.rate_rps_milli = rate_rps.map(|q| (q * 1000.0) as u64);
         run.cpu = limit.filter(|_| swept).map(|c| ("proxy".to_string(), c));
         let mut u: RoleUsage = serde_json::from_value(serde_json::json!({
