@@ -32,7 +32,7 @@ fn envoy_binary() -> &'static Path {
 
 /// A real Envoy started from a bootstrap this test writes.
 struct Envoy {
-    _role: ChainRole,
+    _role: LabRole,
     admin: SocketAddr,
     l7: SocketAddr,
     l4: SocketAddr,
@@ -120,7 +120,7 @@ static_resources:
             "warn",
             "--disable-hot-restart",
         ]);
-        let role = ChainRole::start("envoy", cmd, l7, &dir)
+        let role = LabRole::start("envoy", cmd, l7, &dir)
             .unwrap_or_else(|e| panic!("Envoy did not start: {e}"));
         // Every listener is bound before Envoy's workers accept: the L4 one is up too.
         Envoy {

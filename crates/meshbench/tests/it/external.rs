@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::prometheus::{Prometheus as TestPrometheus, PrometheusOptions};
-use common::{export_json, free_addr, meshbench, BackendProc, ChainRole};
+use common::{export_json, free_addr, meshbench, BackendProc, LabRole};
 use meshbench_lab::cgroup::{Cgroup, Cgroups, Limits};
 use meshbench_lab::process::{Placement, RoleProcess};
 use meshbench_lab::program::{nginx, ProgramSpec, Run};
@@ -182,7 +182,7 @@ fn process_exporter_agrees_with_the_cgroup_sampler_on_a_limited_nginx() {
         .arg(exporter_addr.to_string())
         .arg("-threads=false")
         .arg("-gather-smaps=false");
-    let _exporter = ChainRole::start("process-exporter", cmd, exporter_addr, dir)
+    let _exporter = LabRole::start("process-exporter", cmd, exporter_addr, dir)
         .expect("prometheus-process-exporter starts (scripts/install-deps.sh installs it)");
     let (_prometheus, url) = start_prometheus(&[exporter_addr]);
     wait_for_series(
@@ -243,9 +243,13 @@ external:
     let step = &steps[0];
     assert_eq!(step.step.variant, "nginx");
     assert!(step.step.result.as_ref().unwrap().requests.ok > 1000);
-    let edge = step.step.usage.iter().find(|u| u.role == "edge").unwrap();
-    assert_eq!(edge.program, "process");
-    let grid = &s.samples(step.id).unwrap()["edge"];
+    let edge_role = meshbench_results::Role::External("edge".into());
+    let edge = step.step.usage.iter().find(|u| u.role == edge_role).unwrap();
+    assert_eq!(
+        edge.program,
+        meshbench_results::PlayedBy::External("process".into())
+    );
+    let grid = &s.samples(step.id).unwrap()[&edge_role];
     let (from, to) = (grid[0].t_ms, grid[grid.len() - 1].t_ms);
     let cgroup = sampler::summarize(&local.roles["nginx"], from, to);
     let promql_mc = edge.cpu_millicores().expect("CPU read");

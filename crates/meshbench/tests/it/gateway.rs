@@ -346,7 +346,7 @@ fn printed_commands_work_from_another_directory(program: Program) {
     assert_eq!(start.len(), 1, "one start command: {text}");
     assert_eq!(load.len(), 1, "one run command: {text}");
 
-    let gw = ChainRole::start(
+    let gw = LabRole::start(
         program.name(),
         shell(&format!("exec {}", start[0]), &started_in),
         listen,

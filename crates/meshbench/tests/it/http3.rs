@@ -15,7 +15,7 @@ const LIMIT: Duration = Duration::from_secs(60);
 
 /// Debian's caddy serving `body_bytes` bytes over HTTP/1.1, HTTP/2 and HTTP/3 on one port
 /// (TCP and UDP), with a certificate of the lab's CA; its access log in `dir/access.log`.
-fn caddy_h3(dir: &Path, body_bytes: usize) -> ChainRole {
+fn caddy_h3(dir: &Path, body_bytes: usize) -> LabRole {
     let names = vec!["127.0.0.1".to_string(), "localhost".to_string()];
     meshbench_lab::pki::write_lab_set(dir, &names).expect("certificates");
     let addr = free_addr();
@@ -38,7 +38,7 @@ fn caddy_h3(dir: &Path, body_bytes: usize) -> ChainRole {
         .env("HOME", dir)
         .env("XDG_DATA_HOME", dir)
         .env("XDG_CONFIG_HOME", dir);
-    ChainRole::start("caddy", cmd, addr, dir).expect("caddy starts")
+    LabRole::start("caddy", cmd, addr, dir).expect("caddy starts")
 }
 
 fn h3_args(url: String, ca: &Path, rest: &[&str]) -> Vec<String> {

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use meshbench_lab::process::Placement;
-use meshbench_lab::program::{nginx, Hop, ProgramSpec, Run};
+use meshbench_lab::program::{nginx, Hop, LabProgram, ProgramSpec, Run};
 use meshbench_lab::{rig, LabError, Program, RoleProcess};
 use meshbench_results::{topology::Duty, Layer};
 
@@ -159,22 +159,22 @@ pub fn scratch_dir(name: &str) -> PathBuf {
 /// A process started as the lab starts a role (its one handle, [`RoleProcess`]): its output in
 /// `DIR/NAME.log`, ready once `addr` accepts; stopped when dropped, and its directory removed
 /// when the test did not give one.
-pub struct ChainRole {
+pub struct LabRole {
     process: Option<RoleProcess>,
     pub addr: SocketAddr,
     scratch: Option<PathBuf>,
 }
 
-impl ChainRole {
+impl LabRole {
     pub fn start(
         name: &str,
         cmd: Command,
         addr: SocketAddr,
         dir: &Path,
-    ) -> Result<ChainRole, LabError> {
+    ) -> Result<LabRole, LabError> {
         let log = dir.join(format!("{name}.log"));
         let process = RoleProcess::start(name, cmd, &log, &Placement::default(), addr)?;
-        Ok(ChainRole {
+        Ok(LabRole {
             process: Some(process),
             addr,
             scratch: None,
@@ -189,7 +189,7 @@ impl ChainRole {
     }
 }
 
-impl Drop for ChainRole {
+impl Drop for LabRole {
     fn drop(&mut self) {
         drop(self.process.take());
         if let Some(dir) = &self.scratch {
@@ -204,13 +204,13 @@ pub fn start_gateway(
     program: Program,
     dir: &Path,
     listen: SocketAddr,
-) -> Result<ChainRole, LabError> {
+) -> Result<LabRole, LabError> {
     let cmd = program.gateway_command(dir, 1)?;
-    ChainRole::start(program.name(), cmd, listen, dir)
+    LabRole::start(program.name(), cmd, listen, dir)
 }
 
 /// A real nginx (one worker) answering every request with a body of `body_bytes` bytes.
-pub fn nginx_static(body_bytes: usize) -> Result<ChainRole, LabError> {
+pub fn nginx_static(body_bytes: usize) -> Result<LabRole, LabError> {
     let dir = scratch_dir("nginx");
     let addr = free_addr();
     let config = dir.join("nginx.conf");
@@ -222,13 +222,13 @@ pub fn nginx_static(body_bytes: usize) -> Result<ChainRole, LabError> {
         name: "nginx",
         workers: 1,
     };
-    let mut role = ChainRole::start("nginx", nginx::command(&bin, &run), addr, &dir)?;
+    let mut role = LabRole::start("nginx", nginx::command(&bin, &run), addr, &dir)?;
     role.scratch = Some(dir);
     Ok(role)
 }
 
 /// A real nginx (one worker) as an L7 hop in front of `upstream`.
-pub fn nginx_proxy(upstream: SocketAddr) -> Result<ChainRole, LabError> {
+pub fn nginx_proxy(upstream: SocketAddr) -> Result<LabRole, LabError> {
     let dir = scratch_dir("nginx-proxy");
     let hop = Hop {
         name: "nginx".into(),
@@ -250,14 +250,14 @@ pub fn nginx_proxy(upstream: SocketAddr) -> Result<ChainRole, LabError> {
         istio_telemetry: false,
     };
     let cmd = ProgramSpec::from(Program::Nginx).prepare_hop(&hop)?;
-    let mut role = ChainRole::start("nginx", cmd, hop.listen, &dir)?;
+    let mut role = LabRole::start("nginx", cmd, hop.listen, &dir)?;
     role.scratch = Some(dir);
     Ok(role)
 }
 
 /// The backend, as a separate process, on a free port.
 pub struct BackendProc {
-    _role: ChainRole,
+    _role: LabRole,
     pub addr: SocketAddr,
 }
 
@@ -267,7 +267,7 @@ impl BackendProc {
         let addr = free_addr();
         let args: Vec<String> = extra.iter().map(|a| a.to_string()).collect();
         let cmd = rig::backend_command(Path::new(bin()), addr, &args);
-        let mut role = ChainRole::start("backend", cmd, addr, &dir).expect("the backend starts");
+        let mut role = LabRole::start("backend", cmd, addr, &dir).expect("the backend starts");
         role.scratch = Some(dir);
         BackendProc { _role: role, addr }
     }
