@@ -5,7 +5,7 @@
 //! curve bends: the knee of latency against throughput and the load at which a proxy used
 //! 90 % of its CPU.
 
-use meshbench_results::{Role, Subject};
+use meshbench_results::{Class, Role, Subject};
 use meshbench_stats::{knee, linear_fit, Line};
 
 use crate::runs::{distinct, Group, LoadKey, RoleUse, PERCENTILES};
@@ -205,7 +205,7 @@ impl Allotment {
 pub struct PerCore {
     pub topology: Subject,
     /// The swept class (`proxy`, `tunnel`).
-    pub role: String,
+    pub role: Class,
     pub load: LoadKey,
     /// Every allotment measured, fewest cores first.
     pub points: Vec<Allotment>,
@@ -420,8 +420,8 @@ fn saturation(costs: &[Cost]) -> Vec<Saturation> {
 
 fn per_core(groups: &[Group], costs: &[Cost]) -> Vec<PerCore> {
     distinct(groups.iter().filter_map(|g| {
-        let (role, _) = g.cpu.as_ref()?;
-        Some((g.topology.clone(), role.clone(), g.load.clone()))
+        let swept = g.cpu.as_ref()?;
+        Some((g.topology.clone(), swept.role, g.load.clone()))
     }))
     .into_iter()
     .filter_map(|(topology, role, load)| {
@@ -429,7 +429,7 @@ fn per_core(groups: &[Group], costs: &[Cost]) -> Vec<PerCore> {
             .iter()
             .filter(|g| g.topology == topology && g.load == load)
             .filter_map(|g| {
-                let (r, cores) = g.cpu.as_ref()?;
+                let swept = g.cpu.as_ref()?;
                 let utilization = costs
                     .iter()
                     .filter(|c| c.variant == g.variant && c.load == g.load)
@@ -437,8 +437,8 @@ fn per_core(groups: &[Group], costs: &[Cost]) -> Vec<PerCore> {
                     .filter(|u| u.is_finite())
                     .reduce(f64::max)
                     .unwrap_or(f64::NAN);
-                (*r == role).then_some(Allotment {
-                    cores: *cores,
+                (swept.role == role).then_some(Allotment {
+                    cores: swept.cores,
                     throughput_rps: g.throughput(),
                     utilization,
                 })
@@ -565,10 +565,8 @@ mod tests {
             .collect();
         let mut run = Run::from_result(variant, r).unwrap();
         // A lab topology's name, else a file's.
-        run.topology = Topology::from_word(variant).map_or_else(
-            || Subject::File(variant.to_string()),
-            Subject::Lab,
-        );
+        run.topology = Topology::from_word(variant)
+            .map_or_else(|| Subject::File(variant.to_string()), Subject::Lab);
         run.repeat = repeat;
         run
     }

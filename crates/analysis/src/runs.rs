@@ -8,7 +8,7 @@ use std::fmt;
 use hdrhistogram::Histogram;
 use meshbench_results::{
     histogram::{decode_histogram, new_histogram},
-    PlayedBy, Role, RoleUsage, RunResult, Subject,
+    CpuAllotment, PlayedBy, Role, RoleUsage, RunResult, Subject,
 };
 use meshbench_store::StoredStep;
 
@@ -72,8 +72,8 @@ pub struct Run {
     /// Topology plus the CPU allotment when swept (`both server_proxy=0.5cpu`).
     pub variant: String,
     pub load: LoadKey,
-    /// The swept role and its cores.
-    pub cpu: Option<(String, f64)>,
+    /// The swept class and its cores.
+    pub cpu: Option<CpuAllotment>,
     pub result: RunResult,
     pub latency: Histogram<u64>,
     pub usage: Vec<RoleUsage>,
@@ -106,7 +106,7 @@ impl Run {
                     .then_some(p.response_bytes),
                 poisson: p.load.is_poisson(),
             },
-            cpu: p.cpu.map(|c| (c.role.name().to_string(), c.cores)),
+            cpu: p.cpu,
             latency: decode_histogram(&result.histogram.latency_us).ok()?,
             result,
             usage: s.usage.clone(),
@@ -199,7 +199,7 @@ pub struct Group {
     pub topology: Subject,
     pub variant: String,
     pub load: LoadKey,
-    pub cpu: Option<(String, f64)>,
+    pub cpu: Option<CpuAllotment>,
     pub runs: Vec<Run>,
     /// Every run's latency histogram added together.
     pub merged: Histogram<u64>,

@@ -91,7 +91,7 @@ pub struct Measured {
     /// The offered rates, lowest first (empty for a closed loop).
     pub rate_rps: Vec<f64>,
     /// The class `limits.CLASS.cpus` limits (`proxy`, `tunnel`), when known.
-    pub class: Option<String>,
+    pub class: Option<Class>,
     /// The allotments swept, fewest cores first (empty when not swept).
     pub cores: Vec<f64>,
     /// The most cores the proxy used at any load.
@@ -120,7 +120,7 @@ impl Measured {
         format!("--set 'load.rate_rps={}'", list(&v))
     }
 
-    fn with_cores(&self, class: &str, cores: f64) -> String {
+    fn with_cores(&self, class: Class, cores: f64) -> String {
         let mut v = self.cores.clone();
         v.push(cores);
         format!("--set 'limits.{class}.cpus={}'", list(&v))
@@ -135,7 +135,7 @@ impl Measured {
             self.with_load(load)
         );
         // An allotment swept already was measured, only not at its limit.
-        let with_cores = |class: &str| {
+        let with_cores = |class: Class| {
             if self.cores.contains(&cores) {
                 format!("its {cores}-core step did not reach its limit: give that step more load (more connections, or a higher rate) or the generator CPUs of its own (limits.client.cpuset)")
             } else {
@@ -146,16 +146,16 @@ impl Measured {
             (Cpu::PerCore(_) | Cpu::AtLeast { .. }, Some(class)) if !self.rate_rps.is_empty() => {
                 format!(
                     "measure it with {cores} cores at its limit: {} {}",
-                    with_cores(class),
+                    with_cores(*class),
                     self.with_load(load)
                 )
             }
             (Cpu::PerCore(_) | Cpu::AtLeast { .. }, Some(class)) => format!(
                 "measure it with {cores} cores at its limit: {}",
-                with_cores(class)
+                with_cores(*class)
             ),
             _ if !self.rate_rps.is_empty() => format!("measure up to {load} RPS: {add_load}"),
-            (_, Some(class)) => format!("measure it at its CPU limit: {}", with_cores(class)),
+            (_, Some(class)) => format!("measure it at its CPU limit: {}", with_cores(*class)),
             _ => format!("measure up to {load} RPS"),
         }
     }
@@ -280,10 +280,10 @@ impl Only {
 
 /// The class whose `limits` key limits a role (`server_proxy` -> `proxy`): a proxy's or a
 /// tunnel's; the backend, the sampler and an external role have none to size by.
-fn class_of(role: &Role) -> Option<String> {
+fn class_of(role: &Role) -> Option<Class> {
     match role {
         Role::Chain(r) => match r.class() {
-            class @ (Class::Proxy | Class::Tunnel) => Some(class.name().to_string()),
+            class @ (Class::Proxy | Class::Tunnel) => Some(class),
             Class::Backend => None,
         },
         Role::Sampler | Role::External(_) => None,
@@ -352,7 +352,7 @@ fn model(
     rate_rps.sort_by(f64::total_cmp);
     let mut cores: Vec<f64> = groups
         .iter()
-        .filter_map(|g| g.cpu.as_ref().map(|c| c.1))
+        .filter_map(|g| g.cpu.as_ref().map(|c| c.cores))
         .collect();
     cores.sort_by(f64::total_cmp);
     cores.dedup();
@@ -360,7 +360,7 @@ fn model(
         rate_rps,
         class: groups
             .iter()
-            .find_map(|g| g.cpu.as_ref().map(|c| c.0.clone()))
+            .find_map(|g| g.cpu.as_ref().map(|c| c.role))
             .or_else(|| class_of(role)),
         cores,
         most_cores_used: finite_max(&|c| c.usage.cpu_millicores).unwrap_or(0.0) / 1000.0,
@@ -764,7 +764,10 @@ mod tests {
                 .expect("a topology"),
         );
         run.load.rate_rps_milli = rate_rps.map(|q| (q * 1000.0) as u64);
-        run.cpu = limit.map(|c| ("proxy".to_string(), c));
+        run.cpu = limit.map(|cores| meshbench_results::CpuAllotment {
+            role: Class::Proxy,
+            cores,
+        });
         run.usage = vec![serde_json::from_value(serde_json::json!({
             "role": "gateway", "program": "envoy", "workers": 1, "cpu_limit": limit,
             "samples": 10, "cpu_millicores_avg": mc, "cpu_millicores_max": mc,

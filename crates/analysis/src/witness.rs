@@ -12,7 +12,7 @@
 //! from stored data on every read, so steps stored before this check get it too.
 
 use meshbench_results::{
-    Arrival, Figure, ChainRole, Layer, PlayedBy, ProxyCounters, Role, RunResult,
+    Arrival, ChainRole, Figure, Layer, PlayedBy, ProxyCounters, Role, RunResult,
 };
 use meshbench_store::StepRecord;
 use serde::Serialize;

@@ -773,10 +773,7 @@ impl Rig {
     pub fn dead_role(&mut self) -> Option<(ChainRole, String)> {
         self.roles.iter_mut().find_map(|r| {
             let status = r.process.exited()?;
-            Some((
-                r.name,
-                format!("{status}: {}", r.process.log_tail(5)),
-            ))
+            Some((r.name, format!("{status}: {}", r.process.log_tail(5))))
         })
     }
 }

@@ -533,7 +533,12 @@ pub(crate) mod tests {
             meshbench_results::Topology::from_word(topology).expect("a topology"),
         );
         run.load.rate_rps_milli = rate_rps.map(|q| (q * 1000.0) as u64);
-        run.cpu = limit.filter(|_| swept).map(|c| ("proxy".to_string(), c));
+        run.cpu = limit
+            .filter(|_| swept)
+            .map(|cores| meshbench_results::CpuAllotment {
+                role: meshbench_results::Class::Proxy,
+                cores,
+            });
         let mut u: RoleUsage = serde_json::from_value(serde_json::json!({
             "role": "gateway", "program": "envoy", "workers": 1, "cpu_limit": limit,
             "samples": 10, "cpu_millicores_avg": mc, "cpu_millicores_max": mc,

@@ -60,9 +60,10 @@ impl ChainRole {
     /// Which limits and programs it gets.
     pub fn class(self) -> Class {
         match self {
-            ChainRole::ClientProxy | ChainRole::ServerProxy | ChainRole::Gateway | ChainRole::Waypoint => {
-                Class::Proxy
-            }
+            ChainRole::ClientProxy
+            | ChainRole::ServerProxy
+            | ChainRole::Gateway
+            | ChainRole::Waypoint => Class::Proxy,
             ChainRole::ZtunnelClient | ChainRole::ZtunnelServer => Class::Tunnel,
             ChainRole::Backend => Class::Backend,
         }
@@ -330,10 +331,7 @@ mod tests {
             assert_eq!(Role::from_word(r.name()), Role::Chain(r));
         }
         assert_eq!(Role::from_word("sampler"), Role::Sampler);
-        assert_eq!(
-            Role::from_word("edge"),
-            Role::External("edge".to_string())
-        );
+        assert_eq!(Role::from_word("edge"), Role::External("edge".to_string()));
         for p in Program::ALL {
             assert_eq!(PlayedBy::from_word(p.name()), PlayedBy::Proxy(p));
         }
@@ -343,8 +341,9 @@ mod tests {
             PlayedBy::from_word("promql"),
             PlayedBy::External("promql".to_string())
         );
-        let text = serde_json::to_string(&(Role::Chain(ChainRole::ZtunnelClient), PlayedBy::Meshbench))
-            .unwrap();
+        let text =
+            serde_json::to_string(&(Role::Chain(ChainRole::ZtunnelClient), PlayedBy::Meshbench))
+                .unwrap();
         assert_eq!(text, r#"["ztunnel_client","meshbench"]"#);
     }
 

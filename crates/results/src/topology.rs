@@ -198,6 +198,12 @@ impl Class {
     }
 }
 
+impl fmt::Display for Class {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// What a measured run is compared as: the system it measured. The answers group runs by it
 /// and compare every subject with the baseline's.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -297,7 +303,10 @@ mod tests {
         assert!(!Subject::of_step(None, "baseline").is_baseline());
         assert!(!Subject::File("baseline".into()).is_baseline());
         assert_eq!(Subject::of_step(None, "").name(), "url");
-        assert_eq!(Subject::of_step(Some(Topology::External), "mesh").name(), "mesh");
+        assert_eq!(
+            Subject::of_step(Some(Topology::External), "mesh").name(),
+            "mesh"
+        );
     }
 
     #[test]

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use meshbench_results::{
-    Class, CpuAllotment, Figure, ChainRole, Load, PlayedBy, Program, Protocol, ProxyCounters,
+    ChainRole, Class, CpuAllotment, Figure, Load, PlayedBy, Program, Protocol, ProxyCounters,
     ProxyRequests, Role, RoleUsage, RunResult, Sample, StepFailure, StepParams, Topology,
     UpstreamFailures, Usage,
 };

@@ -244,7 +244,12 @@ external:
     assert_eq!(step.step.variant, "nginx");
     assert!(step.step.result.as_ref().unwrap().requests.ok > 1000);
     let edge_role = meshbench_results::Role::External("edge".into());
-    let edge = step.step.usage.iter().find(|u| u.role == edge_role).unwrap();
+    let edge = step
+        .step
+        .usage
+        .iter()
+        .find(|u| u.role == edge_role)
+        .unwrap();
     assert_eq!(
         edge.program,
         meshbench_results::PlayedBy::External("process".into())
