@@ -303,7 +303,7 @@ pub fn group(runs: Vec<Run>) -> Vec<Group> {
                 topology: runs[0].topology.clone(),
                 variant: runs[0].variant.clone(),
                 load: runs[0].load.clone(),
-                cpu: runs[0].cpu.clone(),
+                cpu: runs[0].cpu,
                 merged,
                 runs,
             }

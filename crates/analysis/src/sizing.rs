@@ -667,7 +667,7 @@ mod tests {
             source: "test".into(),
             measured: Measured {
                 rate_rps: vec![250.0, 500.0, 1000.0, 2000.0],
-                class: Some("proxy".into()),
+                class: Some(Class::Proxy),
                 cores: Vec::new(),
                 most_cores_used: 1.1,
             },

@@ -135,10 +135,7 @@ pub fn istio_csv(steps: &[StoredStep]) -> String {
             r.throughput_rps,
             r.duration_secs
         );
-        let cells = roles
-            .iter()
-            .map(|role| cpu(role))
-            .chain(roles.iter().map(|role| mem(role)));
+        let cells = roles.iter().map(&cpu).chain(roles.iter().map(&mem));
         for cell in cells {
             let _ = write!(out, ",{}", cell.unwrap_or_default());
         }

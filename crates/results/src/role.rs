@@ -349,7 +349,7 @@ mod tests {
 
     #[test]
     fn roles_sort_by_name_as_their_words_did() {
-        let mut roles = vec![
+        let mut roles = [
             Role::Sampler,
             Role::Chain(ChainRole::ServerProxy),
             Role::Chain(ChainRole::Backend),
