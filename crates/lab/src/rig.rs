@@ -220,7 +220,8 @@ impl RigSpec {
     fn program(&self, class: Class) -> &ProgramSpec {
         match class {
             Class::Tunnel => &self.tunnel,
-            _ => &self.proxy,
+            // The backend is no hop: it has no program of its own.
+            Class::Proxy | Class::Backend => &self.proxy,
         }
     }
 
@@ -229,7 +230,7 @@ impl RigSpec {
         let set = match (self.topology, role.class) {
             (Topology::Gateway, _) => self.gateway.workers,
             (_, Class::Tunnel) => self.tunnel_workers,
-            _ => self.proxy_workers,
+            (_, Class::Proxy | Class::Backend) => self.proxy_workers,
         };
         workers_for(set, self.limits(role.class))
     }
@@ -375,7 +376,7 @@ fn hops(
                     addresses[i].addr.ip(),
                     admin_port(addresses[i].addr)?,
                 )),
-                _ => None,
+                Program::Nginx | Program::Haproxy | Program::Caddy | Program::Command => None,
             };
             Ok(Hop {
                 name: role.role.name().to_string(),

@@ -240,14 +240,19 @@ impl gateway::Target for Program {
     }
 
     fn speaks_http3(&self) -> bool {
-        matches!(self, Program::Caddy | Program::Envoy)
+        match self {
+            Program::Caddy | Program::Envoy => true,
+            Program::Nginx | Program::Haproxy | Program::Command | Program::Istio => false,
+        }
     }
 
     fn no_http3(&self) -> String {
         match self {
             Program::Nginx => "Debian's nginx (1.22) is built without QUIC (nginx 1.25+ has it); use caddy for HTTP/3 (meshbench gen gateway: caddy or envoy)".into(),
             Program::Haproxy => "Debian's haproxy is built without QUIC (it needs a QUIC-capable TLS library); use caddy for HTTP/3 (meshbench gen gateway: caddy or envoy)".into(),
-            _ => format!("{} renders no HTTP/3 listener; use caddy or envoy", self.name()),
+            Program::Caddy | Program::Envoy | Program::Command | Program::Istio => {
+                format!("{} renders no HTTP/3 listener; use caddy or envoy", self.name())
+            }
         }
     }
 
@@ -272,7 +277,7 @@ impl gateway::Target for Program {
         match self {
             Program::Command => return Err(no_gateway()),
             Program::Istio => return gateway::istio::Istio::LAB.start(plan, written),
-            _ => {}
+            Program::Nginx | Program::Haproxy | Program::Caddy | Program::Envoy => {}
         }
         let bin = self
             .installed()
@@ -355,7 +360,9 @@ impl ProgramSpec {
                 program: format!("{} with HTTP/3 in front", self.program.name()),
                 hint: match self.program {
                     Program::Nginx | Program::Haproxy => gateway::Target::no_http3(&self.program),
-                    _ => "the lab's HTTP/3 entry hop is caddy; set proxy.kind: caddy".into(),
+                    Program::Caddy | Program::Envoy | Program::Command | Program::Istio => {
+                        "the lab's HTTP/3 entry hop is caddy; set proxy.kind: caddy".into()
+                    }
                 },
             });
         }
