@@ -5,6 +5,7 @@
 //! curve bends: the knee of latency against throughput and the load at which a proxy used
 //! 90 % of its CPU.
 
+use meshbench_results::{Class, Role, Subject};
 use meshbench_stats::{knee, linear_fit, Line};
 
 use crate::runs::{distinct, Group, RoleUse, PERCENTILES};
@@ -19,7 +20,7 @@ pub const LEVEL: f64 = 0.95;
 #[derive(Debug, Clone, PartialEq)]
 pub struct Cost {
     /// The group's topology: the variants of a CPU sweep share it.
-    pub topology: String,
+    pub topology: Subject,
     pub variant: String,
     pub load: LoadPoint,
     pub throughput_rps: f64,
@@ -92,7 +93,7 @@ pub enum PerCoreFigure {
 #[derive(Debug, Clone, PartialEq)]
 pub struct CostFit {
     pub variant: String,
-    pub role: String,
+    pub role: Role,
     /// Millicores against RPS: a rising line's slope is vCPU per 1000 RPS.
     pub cpu: Trend,
     /// MiB against RPS.
@@ -177,7 +178,7 @@ pub struct Knee {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Saturation {
     pub variant: String,
-    pub role: String,
+    pub role: Role,
     pub load: LoadPoint,
     pub throughput_rps: f64,
     pub utilization: f64,
@@ -203,9 +204,9 @@ impl Allotment {
 /// role ran at its limit say what a core carries: below it the load set the rate.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PerCore {
-    pub topology: String,
+    pub topology: Subject,
     /// The swept class (`proxy`, `tunnel`).
-    pub role: String,
+    pub role: Class,
     pub load: LoadPoint,
     /// Every allotment measured, fewest cores first.
     pub points: Vec<Allotment>,
@@ -340,7 +341,7 @@ fn fits(costs: &[Cost]) -> Vec<CostFit> {
 /// The baseline group that `g` is compared with: the same load, and the same CPU allotment
 /// when the baseline was swept too.
 pub fn baseline_for<'a>(groups: &'a [Group], g: &Group) -> Option<&'a Group> {
-    let same_load = |b: &&Group| b.topology == "baseline" && b.load == g.load;
+    let same_load = |b: &&Group| b.topology.is_baseline() && b.load == g.load;
     groups
         .iter()
         .filter(same_load)
@@ -352,7 +353,7 @@ pub fn baseline_for<'a>(groups: &'a [Group], g: &Group) -> Option<&'a Group> {
 fn added(groups: &[Group]) -> Vec<Added> {
     groups
         .iter()
-        .filter(|g| g.topology != "baseline")
+        .filter(|g| !g.topology.is_baseline())
         .filter_map(|g| {
             let base = baseline_for(groups, g)?;
             Some(Added {
@@ -420,8 +421,8 @@ fn saturation(costs: &[Cost]) -> Vec<Saturation> {
 
 fn per_core(groups: &[Group], costs: &[Cost]) -> Vec<PerCore> {
     distinct(groups.iter().filter_map(|g| {
-        let (role, _) = g.cpu.as_ref()?;
-        Some((g.topology.clone(), role.clone(), g.load))
+        let swept = g.cpu.as_ref()?;
+        Some((g.topology.clone(), swept.role, g.load))
     }))
     .into_iter()
     .filter_map(|(topology, role, load)| {
@@ -429,7 +430,7 @@ fn per_core(groups: &[Group], costs: &[Cost]) -> Vec<PerCore> {
             .iter()
             .filter(|g| g.topology == topology && g.load == load)
             .filter_map(|g| {
-                let (r, cores) = g.cpu.as_ref()?;
+                let swept = g.cpu.as_ref()?;
                 let utilization = costs
                     .iter()
                     .filter(|c| c.variant == g.variant && c.load == g.load)
@@ -437,8 +438,8 @@ fn per_core(groups: &[Group], costs: &[Cost]) -> Vec<PerCore> {
                     .filter(|u| u.is_finite())
                     .reduce(f64::max)
                     .unwrap_or(f64::NAN);
-                (*r == role).then_some(Allotment {
-                    cores: *cores,
+                (swept.role == role).then_some(Allotment {
+                    cores: swept.cores,
                     throughput_rps: g.throughput(),
                     utilization,
                 })
@@ -523,7 +524,7 @@ pub fn observe(h: &Headline, metric: crate::threshold::Metric) -> Vec<(String, f
         Metric::Added(q) => h
             .groups
             .iter()
-            .filter(|g| g.topology != "baseline")
+            .filter(|g| !g.topology.is_baseline())
             .filter_map(|g| {
                 let base = baseline_for(&h.groups, g)?;
                 Some((at(g), delta(base, g, q, Margin::DEFAULT).point_ms()))
@@ -541,7 +542,7 @@ mod tests {
     use meshbench_results::{
         histogram::{encode_histogram, new_histogram},
         run::TimelinePoint,
-        RunResult,
+        RunResult, Topology,
     };
 
     /// A run whose every request took `us`, with these per-second p50s (ms).
@@ -564,7 +565,9 @@ mod tests {
             })
             .collect();
         let mut run = Run::from_result(variant, r).unwrap();
-        run.topology = variant.into();
+        // A lab topology's name, else a file's.
+        run.topology = Topology::from_word(variant)
+            .map_or_else(|| Subject::File(variant.to_string()), Subject::Lab);
         run.repeat = repeat;
         run
     }

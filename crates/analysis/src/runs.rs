@@ -7,9 +7,9 @@ use std::collections::BTreeMap;
 use hdrhistogram::Histogram;
 use meshbench_results::{
     histogram::{decode_histogram, new_histogram},
-    LoadPoint, Offer, RoleUsage, RunResult,
+    CpuAllotment, LoadPoint, Offer, PlayedBy, Role, RoleUsage, RunResult, Subject,
 };
-use meshbench_store::{topology_name, StoredStep};
+use meshbench_store::StoredStep;
 
 /// The four percentiles every answer is given at.
 pub const PERCENTILES: [f64; 4] = [0.5, 0.9, 0.99, 0.999];
@@ -29,12 +29,13 @@ pub fn percentile_name(q: f64) -> String {
 pub struct Run {
     pub step_id: Option<i64>,
     pub repeat: u32,
-    pub topology: String,
+    /// What it is compared as: its topology, or an external variant's or a file's name.
+    pub topology: Subject,
     /// Topology plus the CPU allotment when swept (`both server_proxy=0.5cpu`).
     pub variant: String,
     pub load: LoadPoint,
-    /// The swept role and its cores.
-    pub cpu: Option<(String, f64)>,
+    /// The swept class and its cores.
+    pub cpu: Option<CpuAllotment>,
     pub result: RunResult,
     pub latency: Histogram<u64>,
     pub usage: Vec<RoleUsage>,
@@ -53,13 +54,10 @@ impl Run {
             repeat: s.repeat,
             // An external variant plays its own topology: the one named `baseline` is what
             // the others are compared with, as a lab baseline is.
-            topology: match s.topology {
-                Some(t) if !t.is_lab() => s.variant.clone(),
-                t => topology_name::text(t).to_string(),
-            },
+            topology: Subject::of_step(s.topology, &s.variant),
             variant: s.variant.clone(),
             load: s.load_point(),
-            cpu: s.params.cpu.map(|c| (c.role.name().to_string(), c.cores)),
+            cpu: s.params.cpu,
             latency: decode_histogram(&result.histogram.latency_us).ok()?,
             result,
             usage: s.usage.clone(),
@@ -73,7 +71,7 @@ impl Run {
         Ok(Run {
             step_id: None,
             repeat: 0,
-            topology: name.to_string(),
+            topology: Subject::File(name.to_string()),
             variant: name.to_string(),
             load: LoadPoint {
                 offer: s.rate_rps.map_or(Offer::Closed, Offer::open),
@@ -130,16 +128,11 @@ pub fn distinct<T: PartialEq>(items: impl Iterator<Item = T>) -> Vec<T> {
     v
 }
 
-/// Whether a role is a proxy on the path (its cost is what the answers are about).
-pub fn is_proxy_role(role: &str) -> bool {
-    !matches!(role, "backend" | "sampler" | "client")
-}
-
 /// One role's resource use in a group: medians over the repeats.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RoleUse {
-    pub role: String,
-    pub program: String,
+    pub role: Role,
+    pub program: PlayedBy,
     /// NaN when not measured in any repeat (so are the two below).
     pub cpu_millicores: f64,
     /// Working set where the cgroup reports one, else RSS.
@@ -152,10 +145,11 @@ pub struct RoleUse {
 /// Repeats of one measurement (a variant under a load point), merged.
 #[derive(Debug, Clone)]
 pub struct Group {
-    pub topology: String,
+    /// What it is compared as (the runs' [`Run::topology`]).
+    pub topology: Subject,
     pub variant: String,
     pub load: LoadPoint,
-    pub cpu: Option<(String, f64)>,
+    pub cpu: Option<CpuAllotment>,
     pub runs: Vec<Run>,
     /// Every run's latency histogram added together.
     pub merged: Histogram<u64>,
@@ -206,10 +200,10 @@ impl Group {
 
     /// The proxies' resource use, medians over the repeats, in the order first seen.
     pub fn proxies(&self) -> Vec<RoleUse> {
-        let mut order: Vec<String> = Vec::new();
-        let mut by_role: BTreeMap<String, Vec<&RoleUsage>> = BTreeMap::new();
+        let mut order: Vec<Role> = Vec::new();
+        let mut by_role: BTreeMap<Role, Vec<&RoleUsage>> = BTreeMap::new();
         for r in &self.runs {
-            for u in r.usage.iter().filter(|u| is_proxy_role(&u.role)) {
+            for u in r.usage.iter().filter(|u| u.role.is_on_path()) {
                 if !order.contains(&u.role) {
                     order.push(u.role.clone());
                 }
@@ -259,7 +253,7 @@ pub fn group(runs: Vec<Run>) -> Vec<Group> {
                 topology: runs[0].topology.clone(),
                 variant: runs[0].variant.clone(),
                 load: runs[0].load,
-                cpu: runs[0].cpu.clone(),
+                cpu: runs[0].cpu,
                 merged,
                 runs,
             }

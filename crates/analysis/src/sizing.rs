@@ -16,6 +16,7 @@
 //! highest load measured is refused unless asked for ([`Request::extrapolate`]), naming the
 //! step that would measure it.
 
+use meshbench_results::{Class, Role, Subject};
 use meshbench_stats::Line;
 use thiserror::Error;
 
@@ -90,7 +91,7 @@ pub struct Measured {
     /// The offered rates, lowest first (empty for a closed loop).
     pub rate_rps: Vec<f64>,
     /// The class `limits.CLASS.cpus` limits (`proxy`, `tunnel`), when known.
-    pub class: Option<String>,
+    pub class: Option<Class>,
     /// The allotments swept, fewest cores first (empty when not swept).
     pub cores: Vec<f64>,
     /// The most cores the proxy used at any load.
@@ -119,7 +120,7 @@ impl Measured {
         format!("--set 'load.rate_rps={}'", list(&v))
     }
 
-    fn with_cores(&self, class: &str, cores: f64) -> String {
+    fn with_cores(&self, class: Class, cores: f64) -> String {
         let mut v = self.cores.clone();
         v.push(cores);
         format!("--set 'limits.{class}.cpus={}'", list(&v))
@@ -134,7 +135,7 @@ impl Measured {
             self.with_load(load)
         );
         // An allotment swept already was measured, only not at its limit.
-        let with_cores = |class: &str| {
+        let with_cores = |class: Class| {
             if self.cores.contains(&cores) {
                 format!("its {cores}-core step did not reach its limit: give that step more load (more connections, or a higher rate) or the generator CPUs of its own (limits.client.cpuset)")
             } else {
@@ -145,16 +146,16 @@ impl Measured {
             (Cpu::PerCore(_) | Cpu::AtLeast { .. }, Some(class)) if !self.rate_rps.is_empty() => {
                 format!(
                     "measure it with {cores} cores at its limit: {} {}",
-                    with_cores(class),
+                    with_cores(*class),
                     self.with_load(load)
                 )
             }
             (Cpu::PerCore(_) | Cpu::AtLeast { .. }, Some(class)) => format!(
                 "measure it with {cores} cores at its limit: {}",
-                with_cores(class)
+                with_cores(*class)
             ),
             _ if !self.rate_rps.is_empty() => format!("measure up to {load} RPS: {add_load}"),
-            (_, Some(class)) => format!("measure it at its CPU limit: {}", with_cores(class)),
+            (_, Some(class)) => format!("measure it at its CPU limit: {}", with_cores(*class)),
             _ => format!("measure up to {load} RPS"),
         }
     }
@@ -263,28 +264,30 @@ pub struct Only {
 
 impl Only {
     fn keeps(&self, c: &Cost) -> bool {
-        self.role.as_ref().is_none_or(|r| *r == c.usage.role)
+        self.role.as_ref().is_none_or(|r| r == c.usage.role.name())
             && self
                 .variant
                 .as_ref()
-                .is_none_or(|v| *v == c.variant || *v == c.topology)
+                .is_none_or(|v| *v == c.variant || v == c.topology.name())
     }
 
     fn keeps_group(&self, g: &Group) -> bool {
         self.variant
             .as_ref()
-            .is_none_or(|v| *v == g.variant || *v == g.topology)
+            .is_none_or(|v| *v == g.variant || v == g.topology.name())
     }
 }
 
-/// The class whose `limits` key limits a role (`server_proxy` -> `proxy`).
-fn class_of(role: &str) -> Option<String> {
-    use meshbench_results::Topology;
-    [Topology::Both, Topology::Gateway, Topology::Waypoint]
-        .iter()
-        .flat_map(|t| t.chain())
-        .find(|r| r.name == role)
-        .map(|r| r.class.name().to_string())
+/// The class whose `limits` key limits a role (`server_proxy` -> `proxy`): a proxy's or a
+/// tunnel's; the backend, the sampler and an external role have none to size by.
+fn class_of(role: &Role) -> Option<Class> {
+    match role {
+        Role::Chain(r) => match r.class() {
+            class @ (Class::Proxy | Class::Tunnel) => Some(class),
+            Class::Backend => None,
+        },
+        Role::Sampler | Role::External(_) => None,
+    }
 }
 
 /// Every proxy of an experiment (one per topology and role, the CPU allotments of a sweep
@@ -325,8 +328,8 @@ pub fn candidates(
 
 fn model(
     source: &str,
-    topology: &str,
-    role: &str,
+    topology: &Subject,
+    role: &Role,
     costs: &[&Cost],
     groups: &[&Group],
     cores_per_replica: f64,
@@ -349,7 +352,7 @@ fn model(
     rate_rps.sort_by(f64::total_cmp);
     let mut cores: Vec<f64> = groups
         .iter()
-        .filter_map(|g| g.cpu.as_ref().map(|c| c.1))
+        .filter_map(|g| g.cpu.as_ref().map(|c| c.cores))
         .collect();
     cores.sort_by(f64::total_cmp);
     cores.dedup();
@@ -357,7 +360,7 @@ fn model(
         rate_rps,
         class: groups
             .iter()
-            .find_map(|g| g.cpu.as_ref().map(|c| c.0.clone()))
+            .find_map(|g| g.cpu.as_ref().map(|c| c.role))
             .or_else(|| class_of(role)),
         cores,
         most_cores_used: finite_max(&|c| c.usage.cpu_millicores).unwrap_or(0.0) / 1000.0,
@@ -664,7 +667,7 @@ mod tests {
             source: "test".into(),
             measured: Measured {
                 rate_rps: vec![250.0, 500.0, 1000.0, 2000.0],
-                class: Some("proxy".into()),
+                class: Some(Class::Proxy),
                 cores: Vec::new(),
                 most_cores_used: 1.1,
             },
@@ -756,12 +759,18 @@ mod tests {
         let mut r: meshbench_results::RunResult = meshbench_results::fixtures::run_result();
         r.throughput_rps = rps;
         let mut run = crate::Run::from_result(variant, r).unwrap();
-        run.topology = variant.split(' ').next().unwrap().to_string();
+        run.topology = meshbench_results::Subject::Lab(
+            meshbench_results::Topology::from_word(variant.split(' ').next().unwrap())
+                .expect("a topology"),
+        );
         run.load.offer = rate_rps.map_or(
             meshbench_results::Offer::Closed,
             meshbench_results::Offer::open,
         );
-        run.cpu = limit.map(|c| ("proxy".to_string(), c));
+        run.cpu = limit.map(|cores| meshbench_results::CpuAllotment {
+            role: Class::Proxy,
+            cores,
+        });
         run.usage = vec![serde_json::from_value(serde_json::json!({
             "role": "gateway", "program": "envoy", "workers": 1, "cpu_limit": limit,
             "samples": 10, "cpu_millicores_avg": mc, "cpu_millicores_max": mc,

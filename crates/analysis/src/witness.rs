@@ -11,7 +11,9 @@
 //! L4 roles (tunnels) have no requests: their connections are shown, never compared. Computed
 //! from stored data on every read, so steps stored before this check get it too.
 
-use meshbench_results::{Arrival, Figure, Layer, ProxyCounters, RunResult};
+use meshbench_results::{
+    Arrival, ChainRole, Figure, Layer, PlayedBy, ProxyCounters, Role, RunResult,
+};
 use meshbench_store::StepRecord;
 use serde::Serialize;
 
@@ -138,8 +140,8 @@ impl Finding {
 /// One role's witness: its counts (when read) and the finding.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RoleWitness<'a> {
-    pub role: &'a str,
-    pub program: &'a str,
+    pub role: &'a Role,
+    pub program: &'a PlayedBy,
     pub counters: Option<&'a ProxyCounters>,
     pub finding: Finding,
 }
@@ -156,10 +158,7 @@ pub fn witnesses(step: &StepRecord) -> Vec<RoleWitness<'_>> {
     step.usage
         .iter()
         .filter_map(|u| {
-            let layer = step
-                .topology
-                .and_then(|t| t.chain().iter().find(|p| p.name == u.role))
-                .map(|p| p.layer);
+            let layer = u.role.chain_role().and_then(ChainRole::layer);
             let finding = match (&u.proxy, u.missing.get(&Figure::Proxy)) {
                 (Some(p), _) => match (layer, p.requests, tolerance) {
                     (Some(Layer::L4), _, _) | (None, None, _) => Finding::Tunnel {
@@ -190,7 +189,7 @@ pub fn witnesses(step: &StepRecord) -> Vec<RoleWitness<'_>> {
 mod tests {
     use std::collections::BTreeMap;
 
-    use meshbench_results::{ProxyRequests, RoleUsage, StepParams, Topology, Usage};
+    use meshbench_results::{Program, ProxyRequests, RoleUsage, StepParams, Topology, Usage};
     use meshbench_store::{NewExperiment, Store};
 
     use super::*;
@@ -244,10 +243,10 @@ mod tests {
         assert_eq!(Tolerance::of(&r, 0).high, 10_000 + 3 + 16);
     }
 
-    fn envoy_role(role: &str, requests: Option<u64>, tunnel: Option<u64>) -> RoleUsage {
+    fn envoy_role(role: ChainRole, requests: Option<u64>, tunnel: Option<u64>) -> RoleUsage {
         RoleUsage {
-            role: role.into(),
-            program: "envoy".into(),
+            role: Role::Chain(role),
+            program: PlayedBy::Proxy(Program::Envoy),
             workers: 2,
             cpu_limit: None,
             usage: Usage::default(),
@@ -273,13 +272,13 @@ mod tests {
         step.set_result(open_loop());
         step.usage = vec![
             // Saw the window, the warm-up and a little more: agrees.
-            envoy_role("client_proxy", Some(12_004), None),
+            envoy_role(ChainRole::ClientProxy, Some(12_004), None),
             // Saw a tenth of it: the flag.
-            envoy_role("server_proxy", Some(1_000), None),
+            envoy_role(ChainRole::ServerProxy, Some(1_000), None),
         ];
-        let mut unread = envoy_role("backend", None, None);
+        let mut unread = envoy_role(ChainRole::Backend, None, None);
         unread.proxy = None;
-        unread.program = "backend".into();
+        unread.program = PlayedBy::Backend;
         step.usage.push(unread);
 
         // Through the store and back, as `results show` and the report read it.
@@ -302,7 +301,7 @@ mod tests {
 
         let w = witnesses(&stored);
         assert_eq!(w.len(), 2, "the backend has no admin: no witness");
-        assert_eq!(w[0].role, "client_proxy");
+        assert_eq!(w[0].role, &Role::Chain(ChainRole::ClientProxy));
         assert!(!w[0].finding.flagged());
         assert!(w[1].finding.flagged());
         assert!(matches!(
@@ -320,7 +319,7 @@ mod tests {
         let mut step = StepRecord::new(0, StepParams::open(1000.0, 8, Default::default()));
         step.topology = Some(Topology::Waypoint);
         step.set_result(open_loop());
-        let mut unread = envoy_role("waypoint", None, None);
+        let mut unread = envoy_role(ChainRole::Waypoint, None, None);
         unread.proxy = None;
         unread.missing.insert(
             Figure::Proxy,
@@ -329,9 +328,9 @@ mod tests {
         step.usage = vec![
             // An HBONE tunnel terminates CONNECT in a connection manager: its "requests" are
             // tunnels, not the load's, so its layer decides, not its stats.
-            envoy_role("ztunnel_client", Some(40), Some(8)),
+            envoy_role(ChainRole::ZtunnelClient, Some(40), Some(8)),
             unread,
-            envoy_role("ztunnel_server", None, Some(8)),
+            envoy_role(ChainRole::ZtunnelServer, None, Some(8)),
         ];
         let w = witnesses(&step);
         assert_eq!(
@@ -346,11 +345,11 @@ mod tests {
         // A failed step has no load to compare with.
         let mut failed = StepRecord::new(0, StepParams::open(1000.0, 8, Default::default()));
         failed.topology = Some(Topology::Serveronly);
-        failed.usage = vec![envoy_role("server_proxy", Some(5), None)];
+        failed.usage = vec![envoy_role(ChainRole::ServerProxy, Some(5), None)];
         assert_eq!(witnesses(&failed)[0].finding, Finding::NoLoad);
         // An L7 role whose stats matcher dropped `http.`.
         failed.set_result(open_loop());
-        failed.usage = vec![envoy_role("server_proxy", None, None)];
+        failed.usage = vec![envoy_role(ChainRole::ServerProxy, None, None)];
         assert_eq!(witnesses(&failed)[0].finding, Finding::NoRequests);
     }
 }

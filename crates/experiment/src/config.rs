@@ -2,13 +2,13 @@
 //! Read from YAML into typed sections; `--set key=value` edits the YAML tree before it is read.
 //! Every mistake in the file is reported at once, each with its file, key and what was expected
 //! (docs/experiment.md is the key-by-key reference). Topologies, protocols and loop modes are
-//! the contracts' types (`meshbench_results`), proxy programs the lab's (`meshbench_lab::Program`),
-//! read straight from the file.
+//! the contracts' types (`meshbench_results`), proxy programs included (`Program`), read
+//! straight from the file.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use meshbench_lab::Program;
+use meshbench_results::Program;
 use meshbench_results::{Arrival, Class, IdleStrategy, LoadPoint, LoopMode, Protocol, Topology};
 
 use serde::{Deserialize, Serialize};
@@ -18,7 +18,7 @@ use crate::external::External;
 use crate::plan::{PlanSize, MAX_STEPS};
 use crate::read::Mistake;
 use crate::ConfigError;
-use meshbench_lab::gateway::MAX_ROUTES;
+use meshbench_results::topology::MAX_ROUTES;
 
 /// A whole experiment file.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

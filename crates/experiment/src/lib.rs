@@ -1,7 +1,7 @@
 //! Experiments: the file a user writes ([`config`]) and the ordered steps it expands to
-//! ([`plan`]). The file's words for topologies, programs and role classes are the lab's own
-//! types (`meshbench_lab::{Topology, Program, Class}`), read straight from the YAML; nothing
-//! here starts a process. Systems meshbench does not start are the file's `external` section
+//! ([`plan`]). The file's words for topologies, programs and role classes are the contracts'
+//! types (`meshbench_results::{Topology, Program, Class}`), read straight from the YAML;
+//! nothing here starts a process (nor depends on the lab). Systems meshbench does not start are the file's `external` section
 //! ([`external`]): URLs and the PromQL that reads their roles. Each step's typed parameters are [`params::StepParams`]. Running the
 //! steps is the runner's (`meshbench-runner`); this crate stays pure so that every rule of the
 //! file is tested without a process.

@@ -160,7 +160,8 @@ fn sweep(e: &Experiment) -> Option<(Class, &Vec<f64>)> {
 /// control plane starts for each step (about 6 s here) and whose routes are applied and pushed
 /// before the load (about 36 s for 100,000 routes on a 2-core machine, docs/seeds.md).
 fn setup_secs(e: &Experiment) -> f64 {
-    if e.topologies.contains(&Topology::Gateway) && e.gateway.kind == meshbench_lab::Program::Istio
+    if e.topologies.contains(&Topology::Gateway)
+        && e.gateway.kind == meshbench_results::Program::Istio
     {
         let routes = f64::from(e.gateway.domains) * f64::from(e.gateway.paths);
         6.0 + routes / 2_800.0

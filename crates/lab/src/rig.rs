@@ -16,12 +16,12 @@ use crate::gateway::{self, CertLayout, GatewayPlan};
 use crate::istio::{ready, ControlPlane};
 use crate::netns::{Namespaces, RoleNamespace};
 use crate::process::{Placement, RoleProcess};
-use crate::program::{Hop, ListenTls, Program, ProgramSpec, UpstreamTls};
+use crate::program::{Hop, LabProgram, ListenTls, Program, ProgramSpec, UpstreamTls};
 use crate::sampler::Watch;
 use crate::{pki, LabError};
 use meshbench_results::{
     topology::{Duty, RolePlan},
-    Class, Topology,
+    ChainRole, Class, PlayedBy, Topology,
 };
 
 /// The gateway topology's settings.
@@ -74,10 +74,12 @@ pub struct RigSpec {
 /// One running role.
 #[derive(Debug)]
 pub struct Role {
-    pub name: String,
+    /// Which role of the chain it plays (its name in results, the stem of its files).
+    pub name: ChainRole,
     pub class: Class,
-    /// The program's name (nginx, haproxy, caddy, envoy, command) or backend.
-    pub program: String,
+    /// The program that plays it (nginx, haproxy, caddy, envoy, command, istio), or the
+    /// backend.
+    pub program: PlayedBy,
     pub listen: SocketAddr,
     pub workers: u32,
     /// The program's admin endpoint (Envoy's), read after each step as a second witness.
@@ -181,10 +183,10 @@ struct RoleAddress {
 }
 
 /// One role ready to start: its command line written, its address chosen.
-struct Launch<'a> {
-    name: &'a str,
+struct Launch {
+    name: ChainRole,
     class: Class,
-    program: &'static str,
+    program: PlayedBy,
     command: Command,
     address: RoleAddress,
     workers: u32,
@@ -218,7 +220,8 @@ impl RigSpec {
     fn program(&self, class: Class) -> &ProgramSpec {
         match class {
             Class::Tunnel => &self.tunnel,
-            _ => &self.proxy,
+            // The backend is no hop: it has no program of its own.
+            Class::Proxy | Class::Backend => &self.proxy,
         }
     }
 
@@ -227,7 +230,7 @@ impl RigSpec {
         let set = match (self.topology, role.class) {
             (Topology::Gateway, _) => self.gateway.workers,
             (_, Class::Tunnel) => self.tunnel_workers,
-            _ => self.proxy_workers,
+            (_, Class::Proxy | Class::Backend) => self.proxy_workers,
         };
         workers_for(set, self.limits(role.class))
     }
@@ -373,10 +376,10 @@ fn hops(
                     addresses[i].addr.ip(),
                     admin_port(addresses[i].addr)?,
                 )),
-                _ => None,
+                Program::Nginx | Program::Haproxy | Program::Caddy | Program::Command => None,
             };
             Ok(Hop {
-                name: role.name.to_string(),
+                name: role.role.name().to_string(),
                 duty: role.duty,
                 layer: role.layer,
                 listen: addresses[i].addr,
@@ -409,7 +412,7 @@ fn admin_port(listen: SocketAddr) -> Result<u16, LabError> {
 }
 
 /// The backend, last in the chain.
-fn backend_launch(spec: &RigSpec, address: RoleAddress, entry: bool) -> Launch<'static> {
+fn backend_launch(spec: &RigSpec, address: RoleAddress, entry: bool) -> Launch {
     let mut args = spec.backend_args.clone();
     if spec.http2 {
         args.push("--http2".into());
@@ -423,9 +426,9 @@ fn backend_launch(spec: &RigSpec, address: RoleAddress, entry: bool) -> Launch<'
         args.push(pki.join("server-key.pem").display().to_string());
     }
     Launch {
-        name: "backend",
+        name: ChainRole::Backend,
         class: Class::Backend,
-        program: "backend",
+        program: PlayedBy::Backend,
         command: backend_command(&spec.backend_exe, address.addr, &args),
         address,
         workers: 0,
@@ -526,35 +529,35 @@ impl Rig {
     }
 
     /// A role of the chain: the gateway's configuration for the gateway, else the hop's.
-    fn hop_launch<'a>(
+    fn hop_launch(
         &mut self,
         spec: &RigSpec,
-        role: &'a RolePlan,
+        role: &RolePlan,
         hop: &Hop,
         address: RoleAddress,
-    ) -> Result<Launch<'a>, LabError> {
+    ) -> Result<Launch, LabError> {
         let (command, program, config) = match spec.topology {
             Topology::Gateway if spec.gateway.program == Program::Istio => (
                 self.prepare_istio_gateway(spec, hop)?,
-                Program::Istio.name(),
+                Program::Istio,
                 spec.dir.join("gateway"),
             ),
             Topology::Gateway => (
                 self.prepare_gateway(spec, hop)?,
-                spec.gateway.program.name(),
+                spec.gateway.program,
                 spec.gateway
                     .program
                     .gateway_config(&spec.dir.join("gateway")),
             ),
             _ => {
                 let p = spec.program(role.class);
-                (p.prepare_hop(hop)?, p.program.name(), p.hop_config(hop))
+                (p.prepare_hop(hop)?, p.program, p.hop_config(hop))
             }
         };
         Ok(Launch {
-            name: role.name,
+            name: role.role,
             class: role.class,
-            program,
+            program: PlayedBy::Proxy(program),
             command,
             address,
             workers: hop.workers,
@@ -681,10 +684,16 @@ impl Rig {
         let log = spec.dir.join(format!("{}.log", launch.name));
         let listen = launch.address.addr;
         let process = match launch.ready {
-            Ready::Accepts => RoleProcess::start(launch.name, launch.command, &log, &place, listen),
-            Ready::ConfiguredByIstio => {
-                self.start_istio_agent(launch.name, launch.command, &log, &place, launch.admin)
+            Ready::Accepts => {
+                RoleProcess::start(launch.name.name(), launch.command, &log, &place, listen)
             }
+            Ready::ConfiguredByIstio => self.start_istio_agent(
+                launch.name.name(),
+                launch.command,
+                &log,
+                &place,
+                launch.admin,
+            ),
         }
         .map_err(|e| match e {
             LabError::BadConfig { server, log, .. } => LabError::BadConfig {
@@ -697,9 +706,9 @@ impl Rig {
         self.roles.insert(
             0,
             Role {
-                name: launch.name.to_string(),
+                name: launch.name,
                 class: launch.class,
-                program: launch.program.to_string(),
+                program: launch.program,
                 listen,
                 workers: launch.workers,
                 admin: launch.admin,
@@ -750,7 +759,7 @@ impl Rig {
             .iter()
             .enumerate()
             .map(|(i, r)| Watch {
-                role: r.name.clone(),
+                role: r.name.name().to_string(),
                 pgid: r.process.pid(),
                 cgroup: r.cgroup.as_ref().map(Cgroup::files),
                 port: Some(r.listen.port()),
@@ -762,13 +771,10 @@ impl Rig {
     }
 
     /// The first role found dead, with the tail of its output.
-    pub fn dead_role(&mut self) -> Option<(String, String)> {
+    pub fn dead_role(&mut self) -> Option<(ChainRole, String)> {
         self.roles.iter_mut().find_map(|r| {
             let status = r.process.exited()?;
-            Some((
-                r.name.clone(),
-                format!("{status}: {}", r.process.log_tail(5)),
-            ))
+            Some((r.name, format!("{status}: {}", r.process.log_tail(5))))
         })
     }
 }

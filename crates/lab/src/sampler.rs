@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use meshbench_results::{Sample, Usage};
 
@@ -244,11 +244,9 @@ fn sample_loop(
     out
 }
 
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
+/// The clock of a [`Sample`]'s `t_ms`: the results crate's, so that the live stream reads it
+/// without the lab.
+pub use meshbench_results::usage::now_ms;
 
 fn thread_cpu_ns() -> u64 {
     let mut ts = libc::timespec {

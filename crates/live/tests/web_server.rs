@@ -28,7 +28,7 @@ fn started_hub() -> Hub {
         steps: 1,
         step_secs: 30.0,
         left_after_secs: 0.0,
-        started_ms: meshbench_lab::sampler::now_ms(),
+        started_ms: meshbench_results::usage::now_ms(),
     });
     hub
 }
@@ -40,7 +40,7 @@ fn second(hub: &Hub, n: u32) {
         iv.latency.record(400 + i).unwrap();
     }
     iv.sends = 100;
-    hub.second(&scope(), &iv, &[], meshbench_lab::sampler::now_ms());
+    hub.second(&scope(), &iv, &[], meshbench_results::usage::now_ms());
 }
 
 fn start(hub: &Hub) -> (WebServer, SocketAddr) {

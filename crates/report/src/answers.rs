@@ -528,13 +528,20 @@ pub(crate) mod tests {
         let mut r: RunResult = meshbench_results::fixtures::run_result();
         r.throughput_rps = rps;
         let mut run = Run::from_result(variant, r).unwrap();
-        let topology = variant.split(' ').next().unwrap().to_string();
-        run.topology = topology;
+        let topology = variant.split(' ').next().unwrap();
+        run.topology = meshbench_results::Subject::Lab(
+            meshbench_results::Topology::from_word(topology).expect("a topology"),
+        );
         run.load.offer = rate_rps.map_or(
             meshbench_results::Offer::Closed,
             meshbench_results::Offer::open,
         );
-        run.cpu = limit.filter(|_| swept).map(|c| ("proxy".to_string(), c));
+        run.cpu = limit
+            .filter(|_| swept)
+            .map(|cores| meshbench_results::CpuAllotment {
+                role: meshbench_results::Class::Proxy,
+                cores,
+            });
         let mut u: RoleUsage = serde_json::from_value(serde_json::json!({
             "role": "gateway", "program": "envoy", "workers": 1, "cpu_limit": limit,
             "samples": 10, "cpu_millicores_avg": mc, "cpu_millicores_max": mc,

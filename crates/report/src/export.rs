@@ -7,39 +7,36 @@ use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
 use meshbench_results::histogram::decode_histogram;
-use meshbench_results::{Arrival, Protocol};
+use meshbench_results::{Arrival, ChainRole, Protocol, Role};
 use meshbench_store::{ExperimentRow, StoredStep};
 use serde_json::{json, Value};
 
-/// The order roles appear in, client side first.
-const ROLE_ORDER: &[&str] = &[
-    "client_proxy",
-    "ztunnel_client",
-    "gateway",
-    "waypoint",
-    "server_proxy",
-    "ztunnel_server",
-    "backend",
-];
-
-fn role_rank(r: &str) -> (usize, String) {
-    (
-        ROLE_ORDER
-            .iter()
-            .position(|x| *x == r)
-            .unwrap_or(ROLE_ORDER.len()),
-        r.to_string(),
-    )
+/// The order roles' columns appear in: the chain's client side first, then every other role
+/// (the sampler, an external variant's own) by name.
+fn role_rank(r: &Role) -> (u8, &str) {
+    let rank = match r {
+        Role::Chain(c) => match c {
+            ChainRole::ClientProxy => 0,
+            ChainRole::ZtunnelClient => 1,
+            ChainRole::Gateway => 2,
+            ChainRole::Waypoint => 3,
+            ChainRole::ServerProxy => 4,
+            ChainRole::ZtunnelServer => 5,
+            ChainRole::Backend => 6,
+        },
+        Role::Sampler | Role::External(_) => 7,
+    };
+    (rank, r.name())
 }
 
 /// The pods of Istio's perf/benchmark whose `istio-proxy` containers its scripts measure,
 /// for meshbench's roles: the client's sidecar runs in the `fortioclient` pod, the server's in
 /// `fortioserver`, the ingress gateway is `istio-ingressgateway`. Ambient's tunnels and
 /// waypoint have no column there (their scripts measure sidecars and the gateway only).
-pub const ISTIO_PODS: [(&str, &str); 3] = [
-    ("client_proxy", "fortioclient"),
-    ("server_proxy", "fortioserver"),
-    ("gateway", "istio-ingressgateway"),
+pub const ISTIO_PODS: [(ChainRole, &str); 3] = [
+    (ChainRole::ClientProxy, "fortioclient"),
+    (ChainRole::ServerProxy, "fortioserver"),
+    (ChainRole::Gateway, "istio-ingressgateway"),
 ];
 
 /// What Istio's fortio.py writes as `RequestedQPS` for a run at no set rate ("max").
@@ -61,13 +58,13 @@ pub const ISTIO_MAX_QPS: u64 = 99_999_999;
 /// request per second keeps its row and every cell, and their plotter, which selects by
 /// `ActualQPS == rate`, has no point for it (docs/cli.md says when that happens).
 pub fn istio_csv(steps: &[StoredStep]) -> String {
-    let mut roles: Vec<String> = steps
+    let mut roles: Vec<Role> = steps
         .iter()
         .flat_map(|s| s.step.usage.iter().map(|u| u.role.clone()))
         .collect::<BTreeSet<_>>()
         .into_iter()
         .collect();
-    roles.sort_by_key(|r| role_rank(r));
+    roles.sort_by(|a, b| role_rank(a).cmp(&role_rank(b)));
     let mut out =
         String::from("StartTime,ActualDuration,Labels,NumThreads,ActualQPS,p50,p90,p99,p999");
     for (_, pod) in ISTIO_PODS {
@@ -90,14 +87,14 @@ pub fn istio_csv(steps: &[StoredStep]) -> String {
         let Some(r) = &s.step.result else { continue };
         let l = &r.latency_us;
         let total = r.requests.total.max(1);
-        let usage = |role: &str| s.step.usage.iter().find(|u| u.role == role);
+        let usage = |role: &Role| s.step.usage.iter().find(|u| u.role == *role);
         // A figure not measured is an empty cell, as a role absent from the step is.
-        let cpu = |role: &str| {
+        let cpu = |role: &Role| {
             usage(role)
                 .and_then(|u| u.cpu_millicores())
                 .map(|c| format!("{c:.3}"))
         };
-        let mem = |role: &str| {
+        let mem = |role: &Role| {
             usage(role)
                 .and_then(|u| u.memory_mib())
                 .map(|m| format!("{m:.3}"))
@@ -117,8 +114,8 @@ pub fn istio_csv(steps: &[StoredStep]) -> String {
         );
         let cells = ISTIO_PODS
             .iter()
-            .map(|(role, _)| cpu(role))
-            .chain(ISTIO_PODS.iter().map(|(role, _)| mem(role)));
+            .map(|(role, _)| cpu(&Role::Chain(*role)))
+            .chain(ISTIO_PODS.iter().map(|(role, _)| mem(&Role::Chain(*role))));
         for cell in cells {
             let _ = write!(out, ",{}", cell.unwrap_or_default());
         }
@@ -138,10 +135,7 @@ pub fn istio_csv(steps: &[StoredStep]) -> String {
             r.throughput_rps,
             r.duration_secs
         );
-        let cells = roles
-            .iter()
-            .map(|role| cpu(role))
-            .chain(roles.iter().map(|role| mem(role)));
+        let cells = roles.iter().map(&cpu).chain(roles.iter().map(&mem));
         for cell in cells {
             let _ = write!(out, ",{}", cell.unwrap_or_default());
         }

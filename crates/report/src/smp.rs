@@ -13,16 +13,43 @@
 
 use std::time::Duration;
 
-use meshbench_results::Protocol;
+use meshbench_results::{ChainRole, Protocol, Role};
 use meshbench_store::{ExperimentRow, StoredStep};
 use serde_json::{json, Map, Value};
 
 /// The SMP version these documents follow.
 pub const SMP_VERSION: &str = "v0.0.1";
 
-/// Roles that are sidecars in SMP's sense, and the one that is the ingress gateway.
-const SIDECAR_ROLES: &[&str] = &["client_proxy", "server_proxy"];
-const INGRESS_ROLE: &str = "gateway";
+/// The parts of SMP's mesh config a role is summed into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MeshPart {
+    Sidecar,
+    IngressGateway,
+}
+
+/// The sidecars in SMP's sense and the ingress gateway; SMP has no part for ambient's tunnels
+/// and waypoint, the backend, meshbench's sampler or a role it has no word for.
+fn mesh_part(role: &Role) -> Option<MeshPart> {
+    match role {
+        Role::Chain(r) => match r {
+            ChainRole::ClientProxy | ChainRole::ServerProxy => Some(MeshPart::Sidecar),
+            ChainRole::Gateway => Some(MeshPart::IngressGateway),
+            ChainRole::Waypoint
+            | ChainRole::ZtunnelClient
+            | ChainRole::ZtunnelServer
+            | ChainRole::Backend => None,
+        },
+        Role::Sampler | Role::External(_) => None,
+    }
+}
+
+/// Whether a role is a workload of the environment: every one but meshbench's own sampler.
+fn is_workload(role: &Role) -> bool {
+    match role {
+        Role::Chain(_) | Role::External(_) => true,
+        Role::Sampler => false,
+    }
+}
 
 /// Every step with a result, as one SMP document each (a JSON array).
 pub fn smp(e: &ExperimentRow, steps: &[StoredStep]) -> Value {
@@ -100,7 +127,7 @@ fn step(e: &ExperimentRow, stored: &StoredStep) -> Option<Value> {
     let workloads: Vec<Value> = s
         .usage
         .iter()
-        .filter(|u| u.program != "meshbench")
+        .filter(|u| is_workload(&u.role))
         .map(|u| {
             json!({
                 "name": u.role,
@@ -115,11 +142,11 @@ fn step(e: &ExperimentRow, stored: &StoredStep) -> Option<Value> {
         "id": format!("{id}-env"),
         "individualWorkloads": workloads,
     });
-    let component = |roles: &[&str]| -> Option<Value> {
+    let component = |part: MeshPart| -> Option<Value> {
         let used: Vec<_> = s
             .usage
             .iter()
-            .filter(|u| roles.contains(&u.role.as_str()))
+            .filter(|u| mesh_part(&u.role) == Some(part))
             .collect();
         if used.is_empty() {
             return None;
@@ -135,12 +162,12 @@ fn step(e: &ExperimentRow, stored: &StoredStep) -> Option<Value> {
     let mut mesh = json!({
         "smpVersion": SMP_VERSION,
         "id": format!("{id}-mesh"),
-        "labels": {"meshbench.topology": s.topology.map(|t| t.to_string()).unwrap_or_else(|| "url".into())},
+        "labels": {"meshbench.topology": meshbench_store::topology_name::text(s.topology)},
     });
-    if let Some(sidecar) = component(SIDECAR_ROLES) {
+    if let Some(sidecar) = component(MeshPart::Sidecar) {
         mesh["sidecar"] = sidecar;
     }
-    if let Some(ingress) = component(&[INGRESS_ROLE]) {
+    if let Some(ingress) = component(MeshPart::IngressGateway) {
         mesh["ingressGateway"] = ingress;
     }
     Some(json!({

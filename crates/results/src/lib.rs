@@ -9,14 +9,20 @@
 //! - [`load`]: the words of a load (loop mode, arrival, protocol, order, close side, idle
 //!   strategy), typed.
 //! - [`step`]: what one step asked for ([`StepParams`]).
-//! - [`topology`]: who talks to whom ([`Topology`]), each role's class and layer.
+//! - [`topology`]: who talks to whom ([`Topology`]), each role's class and layer, and what a
+//!   measured run is compared as ([`Subject`]).
+//! - [`role`]: who played what ([`Role`], [`ChainRole`]), the proxy programs ([`Program`]) and
+//!   what played a role ([`PlayedBy`]).
+//! - [`failure`]: why a step failed ([`StepFailure`]).
 //! - [`usage`]: what a role used over a step ([`RoleUsage`], [`Sample`]).
 //! - [`proxy`]: an Envoy role's own counts ([`ProxyCounters`]).
 //! - `fixtures` (feature `fixtures`): a stored run's result, for other crates' tests.
 
+pub mod failure;
 pub mod histogram;
 pub mod load;
 pub mod proxy;
+pub mod role;
 pub mod run;
 pub mod self_check;
 pub mod step;
@@ -26,10 +32,12 @@ pub mod usage;
 #[cfg(feature = "fixtures")]
 pub mod fixtures;
 
+pub use failure::StepFailure;
 pub use load::{Arrival, CloseFirst, IdleStrategy, LoopMode, Order, PacingSlack, Protocol};
 pub use proxy::{ProxyCounters, ProxyRequests, UpstreamFailures};
+pub use role::{ChainRole, PlayedBy, Program, Role};
 pub use run::RunResult;
 pub use self_check::{Cause, Finding, SelfCheck};
 pub use step::{CpuAllotment, LoadPoint, Offer, StepParams};
-pub use topology::{Class, Layer, Topology};
+pub use topology::{Class, Layer, Subject, Topology};
 pub use usage::{Figure, RoleUsage, Sample, Usage};

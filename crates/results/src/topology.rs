@@ -8,6 +8,12 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use crate::role::ChainRole;
+
+/// The most routes (domains x paths) the gateway topology's plan may have: the lab generates
+/// them all, and the experiment file is checked against it.
+pub const MAX_ROUTES: u64 = 1_000_000;
+
 /// Who talks to whom.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[serde(rename_all = "lowercase")]
@@ -73,25 +79,26 @@ pub enum Duty {
 /// One role of a topology's chain, before it has an address or a program.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RolePlan {
-    /// Its name in results and the stem of its files (`server_proxy`, `ztunnel_client`...).
-    pub name: &'static str,
+    /// Which role it is: its name in results and the stem of its files (`server_proxy`,
+    /// `ztunnel_client`...).
+    pub role: ChainRole,
     pub class: Class,
     pub layer: Layer,
     pub duty: Duty,
 }
 
-const fn l7(name: &'static str, duty: Duty) -> RolePlan {
+const fn l7(role: ChainRole, duty: Duty) -> RolePlan {
     RolePlan {
-        name,
+        role,
         class: Class::Proxy,
         layer: Layer::L7,
         duty,
     }
 }
 
-const fn l4(name: &'static str, duty: Duty) -> RolePlan {
+const fn l4(role: ChainRole, duty: Duty) -> RolePlan {
     RolePlan {
-        name,
+        role,
         class: Class::Tunnel,
         layer: Layer::L4,
         duty,
@@ -99,6 +106,22 @@ const fn l4(name: &'static str, duty: Duty) -> RolePlan {
 }
 
 impl Topology {
+    pub const ALL: [Topology; 8] = [
+        Topology::Baseline,
+        Topology::Serveronly,
+        Topology::Clientonly,
+        Topology::Both,
+        Topology::Gateway,
+        Topology::Ambient,
+        Topology::Waypoint,
+        Topology::External,
+    ];
+
+    /// The topology this word names, if any.
+    pub fn from_word(word: &str) -> Option<Topology> {
+        Topology::ALL.into_iter().find(|t| t.name() == word)
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Topology::Baseline => "baseline",
@@ -134,12 +157,12 @@ impl Topology {
 
     /// The roles between the client and the backend, client side first.
     pub fn chain(self) -> &'static [RolePlan] {
-        const CLIENT_PROXY: RolePlan = l7("client_proxy", Duty::ClientSidecar);
-        const SERVER_PROXY: RolePlan = l7("server_proxy", Duty::ServerSidecar);
-        const GATEWAY: RolePlan = l7("gateway", Duty::Gateway);
-        const WAYPOINT: RolePlan = l7("waypoint", Duty::Waypoint);
-        const ZTUNNEL_CLIENT: RolePlan = l4("ztunnel_client", Duty::ClientTunnel);
-        const ZTUNNEL_SERVER: RolePlan = l4("ztunnel_server", Duty::ServerTunnel);
+        const CLIENT_PROXY: RolePlan = l7(ChainRole::ClientProxy, Duty::ClientSidecar);
+        const SERVER_PROXY: RolePlan = l7(ChainRole::ServerProxy, Duty::ServerSidecar);
+        const GATEWAY: RolePlan = l7(ChainRole::Gateway, Duty::Gateway);
+        const WAYPOINT: RolePlan = l7(ChainRole::Waypoint, Duty::Waypoint);
+        const ZTUNNEL_CLIENT: RolePlan = l4(ChainRole::ZtunnelClient, Duty::ClientTunnel);
+        const ZTUNNEL_SERVER: RolePlan = l4(ChainRole::ZtunnelServer, Duty::ServerTunnel);
         match self {
             Topology::Baseline => &[],
             Topology::Serveronly => &[SERVER_PROXY],
@@ -175,13 +198,79 @@ impl Class {
     }
 }
 
+impl fmt::Display for Class {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What a measured run is compared as: the system it measured. The answers group runs by it
+/// and compare every subject with the baseline's.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Subject {
+    /// A lab topology meshbench started.
+    Lab(Topology),
+    /// A step with no rig: the load aimed at a URL (stored as `url`).
+    Url,
+    /// An external variant, by the name its experiment file gives it; the one named like the
+    /// baseline topology (`baseline`) is what the others are compared with, as a lab
+    /// baseline is.
+    External(String),
+    /// A `meshbench run --json` file, by the name it is given (its file's stem, or `run`).
+    File(String),
+}
+
+impl Subject {
+    /// What a stored step measured: its topology (`None`: a URL), and for an external step its
+    /// variant's name.
+    pub fn of_step(topology: Option<Topology>, variant: &str) -> Subject {
+        match topology {
+            None => Subject::Url,
+            Some(Topology::External) => Subject::External(variant.to_string()),
+            Some(
+                t @ (Topology::Baseline
+                | Topology::Serveronly
+                | Topology::Clientonly
+                | Topology::Both
+                | Topology::Gateway
+                | Topology::Ambient
+                | Topology::Waypoint),
+            ) => Subject::Lab(t),
+        }
+    }
+
+    /// Its word in tables and exports: the topology's, `url`, or the variant's or file's name.
+    pub fn name(&self) -> &str {
+        match self {
+            Subject::Lab(t) => t.name(),
+            Subject::Url => "url",
+            Subject::External(name) | Subject::File(name) => name,
+        }
+    }
+
+    /// Whether the others are compared with it.
+    pub fn is_baseline(&self) -> bool {
+        match self {
+            Subject::Lab(t) => *t == Topology::Baseline,
+            Subject::External(name) => name == Topology::Baseline.name(),
+            Subject::Url | Subject::File(_) => false,
+        }
+    }
+}
+
+impl fmt::Display for Subject {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn topologies_are_chains_of_hops() {
-        let names = |t: Topology| t.chain().iter().map(|p| p.name).collect::<Vec<_>>();
+        let names = |t: Topology| t.chain().iter().map(|p| p.role.name()).collect::<Vec<_>>();
         assert!(names(Topology::Baseline).is_empty());
         assert_eq!(names(Topology::Both), ["client_proxy", "server_proxy"]);
         assert_eq!(
@@ -192,6 +281,32 @@ mod tests {
             .chain()
             .iter()
             .all(|p| p.layer == Layer::L4));
+    }
+
+    #[test]
+    fn a_plan_agrees_with_its_role() {
+        for t in [Topology::Both, Topology::Gateway, Topology::Waypoint] {
+            for p in t.chain() {
+                assert_eq!(p.role.class(), p.class);
+                assert_eq!(p.role.layer(), Some(p.layer));
+                assert_eq!(p.role.duty(), Some(p.duty));
+            }
+        }
+    }
+
+    #[test]
+    fn the_baseline_is_a_lab_baseline_or_an_external_variant_named_so() {
+        assert!(Subject::of_step(Some(Topology::Baseline), "baseline").is_baseline());
+        assert!(Subject::of_step(Some(Topology::External), "baseline").is_baseline());
+        assert!(!Subject::of_step(Some(Topology::External), "mesh").is_baseline());
+        assert!(!Subject::of_step(Some(Topology::Both), "baseline").is_baseline());
+        assert!(!Subject::of_step(None, "baseline").is_baseline());
+        assert!(!Subject::File("baseline".into()).is_baseline());
+        assert_eq!(Subject::of_step(None, "").name(), "url");
+        assert_eq!(
+            Subject::of_step(Some(Topology::External), "mesh").name(),
+            "mesh"
+        );
     }
 
     #[test]

@@ -5,10 +5,20 @@
 //! them.
 
 use std::collections::BTreeMap;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
 use crate::proxy::ProxyCounters;
+use crate::role::{PlayedBy, Role};
+
+/// The clock of [`Sample::t_ms`]: wall-clock time, milliseconds since the Unix epoch (0 for a
+/// clock set before it).
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
 
 /// One reading of one role.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -29,10 +39,10 @@ pub struct Sample {
 /// object per role.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RoleUsage {
-    pub role: String,
-    /// nginx, haproxy, caddy, envoy, command, backend; `meshbench` for the sampler itself; an
-    /// external role's preset (`istio-sidecar`, `process`...) or `promql`.
-    pub program: String,
+    pub role: Role,
+    /// nginx, haproxy, caddy, envoy, command, istio, backend; `meshbench` for the sampler
+    /// itself; an external role's preset (`istio-sidecar`, `process`...) or `promql`.
+    pub program: PlayedBy,
     pub workers: u32,
     /// Cores, when limited.
     pub cpu_limit: Option<f64>,

@@ -13,7 +13,7 @@ use meshbench_analysis::threshold::{self, Threshold};
 use meshbench_analysis::{group, Headline, Run};
 use meshbench_engine::{Live, LoadSpec};
 use meshbench_experiment::{Experiment, Step};
-use meshbench_results::{LoadPoint, StepParams};
+use meshbench_results::{LoadPoint, StepFailure, StepParams};
 use meshbench_store::StepRecord;
 
 use crate::{
@@ -78,7 +78,10 @@ pub fn search(
         let p = probe(rate, confirmation, &record, slo).ok_or_else(|| RunnerError::Unmeasured {
             step: n + 1,
             rate,
-            why: record.error.clone().unwrap_or_else(|| "no result".into()),
+            why: record
+                .error
+                .as_ref()
+                .map_or_else(|| "no result".into(), StepFailure::to_string),
         })?;
         on_probe(n, &p);
         s.observe(p);
@@ -149,9 +152,9 @@ pub fn url_step(
             |l, _| on_live(l),
         ) {
             Ok(m) => record.set_result(m.result),
-            Err(err) => record.fail(format!("the load generator failed: {err}")),
+            Err(err) => record.fail(StepFailure::LoadGeneratorFailed(err.to_string())),
         },
-        Err(err) => record.fail(format!("the load could not be set up: {err}")),
+        Err(err) => record.fail(StepFailure::LoadNotSetUp(err.to_string())),
     }
     Ok(session.record(record)?.clone())
 }

@@ -18,7 +18,8 @@ use meshbench_lab::program::envoy::admin::{self, AdminError};
 use meshbench_lab::rig::{self, Rig};
 use meshbench_lab::sampler::{self, Sampled};
 use meshbench_results::{
-    Arrival, Figure, Offer, Order, PacingSlack, ProxyCounters, RoleUsage, Usage,
+    Arrival, ChainRole, Figure, Offer, Order, PacingSlack, PlayedBy, ProxyCounters, Role,
+    RoleUsage, StepFailure, Usage,
 };
 use meshbench_store::StepRecord;
 
@@ -145,7 +146,7 @@ impl Lab {
         let mut rig = match Rig::start(&spec) {
             Ok(r) => r,
             Err(err) => {
-                record.fail(format!("the rig did not start: {err}"));
+                record.fail(StepFailure::RigDidNotStart(err.to_string()));
                 return record;
             }
         };
@@ -162,7 +163,7 @@ impl Lab {
                 ..s
             },
             Err(err) => {
-                record.fail(format!("the load could not be set up: {err}"));
+                record.fail(StepFailure::LoadNotSetUp(err.to_string()));
                 return record;
             }
         };
@@ -186,16 +187,20 @@ impl Lab {
         let measured = match measured {
             Ok(m) => m,
             Err(err) => {
-                record.fail(format!("the load generator failed: {err}"));
+                record.fail(StepFailure::LoadGeneratorFailed(err.to_string()));
                 return record;
             }
         };
         let sampled = measured.sampled.unwrap_or_default();
         let (from, to) = measured.window_ms;
         for role in &rig.roles {
-            let samples = sampled.roles.get(&role.name).cloned().unwrap_or_default();
+            let samples = sampled
+                .roles
+                .get(role.name.name())
+                .cloned()
+                .unwrap_or_default();
             let mut usage = RoleUsage {
-                role: role.name.clone(),
+                role: Role::Chain(role.name),
                 program: role.program.clone(),
                 workers: role.workers,
                 cpu_limit: spec.limits(role.class).cpus,
@@ -203,7 +208,7 @@ impl Lab {
                 missing: Default::default(),
                 proxy: None,
             };
-            if let Some(reading) = witness(&role.name, &before, &after) {
+            if let Some(reading) = witness(role.name, &before, &after) {
                 match reading {
                     Ok(counters) => usage.proxy = Some(counters),
                     Err(why) => {
@@ -216,12 +221,12 @@ impl Lab {
                 }
             }
             record.usage.push(usage);
-            record.samples.insert(role.name.clone(), samples);
+            record.samples.insert(Role::Chain(role.name), samples);
         }
         record.usage.push(sampler_usage(&sampled));
         record.set_result(measured.result);
-        if let Some((role, tail)) = dead {
-            record.fail(format!("{role} exited during the step ({tail})"));
+        if let Some((role, log_tail)) = dead {
+            record.fail(StepFailure::RoleExited { role, log_tail });
         }
         record
     }
@@ -304,8 +309,8 @@ pub fn load_for(e: &Experiment, step: &Step, source: TargetSource) -> LoadOption
 pub(crate) fn sampler_usage(s: &Sampled) -> RoleUsage {
     let mc = meshbench_lab::sample::millicores(0, s.own_cpu_ns, s.wall_ns);
     RoleUsage {
-        role: "sampler".into(),
-        program: "meshbench".into(),
+        role: Role::Sampler,
+        program: PlayedBy::Meshbench,
         workers: 1,
         cpu_limit: None,
         usage: Usage {
@@ -322,21 +327,21 @@ pub(crate) fn sampler_usage(s: &Sampled) -> RoleUsage {
 /// One reading of every role with an admin endpoint (Envoy's), by role name. Each is bounded
 /// (`admin::DEADLINE`), so a rig of three Envoys whose admins are all silent costs the step at
 /// most a few seconds outside its measured window.
-fn read_admins(rig: &Rig) -> BTreeMap<String, Result<ProxyCounters, AdminError>> {
+fn read_admins(rig: &Rig) -> BTreeMap<ChainRole, Result<ProxyCounters, AdminError>> {
     rig.roles
         .iter()
-        .filter_map(|r| Some((r.name.clone(), admin::read(r.admin?))))
+        .filter_map(|r| Some((r.name, admin::read(r.admin?))))
         .collect()
 }
 
 /// A role's own counts over the step: the reading after the load since the one before it, or
 /// why there is none (the first reading that failed); `None` for a role without an admin.
 fn witness(
-    role: &str,
-    before: &BTreeMap<String, Result<ProxyCounters, AdminError>>,
-    after: &BTreeMap<String, Result<ProxyCounters, AdminError>>,
+    role: ChainRole,
+    before: &BTreeMap<ChainRole, Result<ProxyCounters, AdminError>>,
+    after: &BTreeMap<ChainRole, Result<ProxyCounters, AdminError>>,
 ) -> Option<Result<ProxyCounters, AdminError>> {
-    match (before.get(role)?, after.get(role)?) {
+    match (before.get(&role)?, after.get(&role)?) {
         (Ok(b), Ok(a)) => Some(Ok(a.since(b))),
         (Err(e), _) | (_, Err(e)) => Some(Err(e.clone())),
     }

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use meshbench_experiment::config::Experiment;
 use meshbench_experiment::Step;
 use meshbench_lab::cgroup::Limits;
-use meshbench_lab::program::{envoy, CommandTemplate, ProgramSpec};
+use meshbench_lab::program::{envoy, CommandTemplate, LabProgram, ProgramSpec};
 use meshbench_lab::rig::{GatewaySpec, RigSpec};
 use meshbench_lab::Program;
 use meshbench_results::{Class, Topology};

@@ -24,7 +24,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use meshbench_results::{RoleUsage, Sample, StepParams, Usage};
+use meshbench_results::{PlayedBy, Role, RoleUsage, Sample, StepFailure, StepParams, Usage};
 use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
 use thiserror::Error;
 
@@ -287,7 +287,7 @@ impl Store {
     }
 
     /// The raw samples of a step, per role, in time order.
-    pub fn samples(&self, step: i64) -> Result<BTreeMap<String, Vec<Sample>>, StoreError> {
+    pub fn samples(&self, step: i64) -> Result<BTreeMap<Role, Vec<Sample>>, StoreError> {
         read_samples(&self.conn, step).named(&self.path)
     }
 
@@ -363,6 +363,8 @@ fn read_raw_steps(conn: &Connection, experiment: i64) -> rusqlite::Result<Vec<Ra
     rows.collect()
 }
 
+/// A step's usage rows, their roles and programs read from their words ([`Role::from_word`],
+/// [`PlayedBy::from_word`]).
 fn read_usage(conn: &Connection, step: i64) -> rusqlite::Result<Vec<RoleUsage>> {
     let mut q = conn.prepare_cached(
         "SELECT role, program, workers, cpu_limit, samples, cpu_millicores_avg, cpu_millicores_max,
@@ -372,8 +374,8 @@ fn read_usage(conn: &Connection, step: i64) -> rusqlite::Result<Vec<RoleUsage>> 
     )?;
     let rows = q.query_map([step], |r| {
         Ok(RoleUsage {
-            role: r.get(0)?,
-            program: r.get(1)?,
+            role: Role::from_word(&r.get::<_, String>(0)?),
+            program: PlayedBy::from_word(&r.get::<_, String>(1)?),
             workers: r.get(2)?,
             cpu_limit: r.get(3)?,
             usage: Usage {
@@ -414,12 +416,12 @@ fn read_usage(conn: &Connection, step: i64) -> rusqlite::Result<Vec<RoleUsage>> 
     rows.collect()
 }
 
-fn read_samples(conn: &Connection, step: i64) -> rusqlite::Result<BTreeMap<String, Vec<Sample>>> {
+fn read_samples(conn: &Connection, step: i64) -> rusqlite::Result<BTreeMap<Role, Vec<Sample>>> {
     let mut q = conn.prepare(
         "SELECT role, t_ms, cpu_ns, rss_bytes, working_set_bytes, rx_bytes, tx_bytes, connections
          FROM samples WHERE step_id = ?1 ORDER BY rowid",
     )?;
-    let mut out: BTreeMap<String, Vec<Sample>> = BTreeMap::new();
+    let mut out: BTreeMap<Role, Vec<Sample>> = BTreeMap::new();
     let rows = q.query_map([step], |r| {
         Ok((
             r.get::<_, String>(0)?,
@@ -436,7 +438,7 @@ fn read_samples(conn: &Connection, step: i64) -> rusqlite::Result<BTreeMap<Strin
     })?;
     for row in rows {
         let (role, s) = row?;
-        out.entry(role).or_default().push(s);
+        out.entry(Role::from_word(&role)).or_default().push(s);
     }
     Ok(out)
 }
@@ -461,7 +463,7 @@ fn write_step(conn: &mut Connection, experiment: i64, s: &StepRecord) -> rusqlit
             to_json(&s.params),
             s.started_at,
             s.status.as_str(),
-            s.error,
+            s.error.as_ref().map(StepFailure::to_string),
             to_json(&s.versions),
             sum.as_ref().map(|x| x.duration_secs),
             sum.as_ref().map(|x| x.requests as i64),
@@ -509,8 +511,8 @@ fn write_step(conn: &mut Connection, experiment: i64, s: &StepRecord) -> rusqlit
             let u = &r.usage;
             q.execute(params![
                 step,
-                r.role,
-                r.program,
+                r.role.name(),
+                r.program.name(),
                 r.workers,
                 r.cpu_limit,
                 u.samples as i64,
@@ -534,7 +536,7 @@ fn write_step(conn: &mut Connection, experiment: i64, s: &StepRecord) -> rusqlit
             for m in samples {
                 q.execute(params![
                     step,
-                    role,
+                    role.name(),
                     m.t_ms as i64,
                     m.cpu_ns as i64,
                     m.rss_bytes as i64,
@@ -644,6 +646,7 @@ struct RawStep {
     params: String,
     started_at: String,
     status: String,
+    /// Why the step failed, as stored: its line.
     error: Option<String>,
     versions: String,
     result: Option<String>,
@@ -667,7 +670,7 @@ impl RawStep {
                 .map_err(|e| corrupt("params", e.to_string()))?,
             started_at: self.started_at,
             status: self.status.parse().map_err(|e| corrupt("status", e))?,
-            error: self.error,
+            error: self.error.map(StepFailure::Recorded),
             versions: serde_json::from_str(&self.versions)
                 .map_err(|e| corrupt("versions", e.to_string()))?,
             result: match &self.result {

@@ -8,7 +8,9 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 
-use meshbench_results::{LoadPoint, RoleUsage, RunResult, Sample, StepParams, Topology};
+use meshbench_results::{
+    LoadPoint, Role, RoleUsage, RunResult, Sample, StepFailure, StepParams, Topology,
+};
 use serde::{Deserialize, Serialize};
 
 /// How a step ended.
@@ -142,7 +144,8 @@ pub struct StepRecord {
     pub params: StepParams,
     pub started_at: String,
     pub status: StepStatus,
-    pub error: Option<String>,
+    /// Why it failed; stored as its line (read back as [`StepFailure::Recorded`]).
+    pub error: Option<StepFailure>,
     /// Program -> its version line.
     pub versions: BTreeMap<String, String>,
     /// The load result (as `meshbench run --json` writes it); summary columns, histograms and
@@ -153,7 +156,7 @@ pub struct StepRecord {
     /// Raw samples per role: written with the step, read back by [`crate::Store::samples`]
     /// only (a step's table and answers do not need them).
     #[serde(skip)]
-    pub samples: BTreeMap<String, Vec<Sample>>,
+    pub samples: BTreeMap<Role, Vec<Sample>>,
 }
 
 impl StepRecord {
@@ -187,9 +190,9 @@ impl StepRecord {
     }
 
     /// Marks the step failed, saying why.
-    pub fn fail(&mut self, why: impl Into<String>) {
+    pub fn fail(&mut self, why: StepFailure) {
         self.status = StepStatus::Failed;
-        self.error = Some(why.into());
+        self.error = Some(why);
     }
 
     pub fn failed(&self) -> bool {

@@ -5,8 +5,9 @@
 use std::collections::BTreeMap;
 
 use meshbench_results::{
-    Class, CpuAllotment, Figure, Offer, Protocol, ProxyCounters, ProxyRequests, RoleUsage,
-    RunResult, Sample, StepParams, Topology, UpstreamFailures, Usage,
+    ChainRole, Class, CpuAllotment, Figure, Offer, PlayedBy, Program, Protocol, ProxyCounters,
+    ProxyRequests, Role, RoleUsage, RunResult, Sample, StepFailure, StepParams, Topology,
+    UpstreamFailures, Usage,
 };
 
 use super::*;
@@ -43,8 +44,8 @@ fn step(seq: u32) -> StepRecord {
     s.set_result(result());
     s.usage = vec![
         RoleUsage {
-            role: "server_proxy".into(),
-            program: "nginx".into(),
+            role: Role::Chain(ChainRole::ServerProxy),
+            program: PlayedBy::Proxy(Program::Nginx),
             workers: 2,
             cpu_limit: Some(0.5),
             usage: Usage {
@@ -64,8 +65,8 @@ fn step(seq: u32) -> StepRecord {
             proxy: None,
         },
         RoleUsage {
-            role: "edge".into(),
-            program: "process".into(),
+            role: Role::External("edge".into()),
+            program: PlayedBy::External("process".into()),
             workers: 0,
             cpu_limit: None,
             usage: Usage {
@@ -89,8 +90,8 @@ fn step(seq: u32) -> StepRecord {
             proxy: None,
         },
         RoleUsage {
-            role: "gateway".into(),
-            program: "envoy".into(),
+            role: Role::Chain(ChainRole::Gateway),
+            program: PlayedBy::Proxy(Program::Envoy),
             workers: 2,
             cpu_limit: None,
             usage: Usage {
@@ -117,7 +118,7 @@ fn step(seq: u32) -> StepRecord {
         },
     ];
     s.samples = BTreeMap::from([(
-        "server_proxy".to_string(),
+        Role::Chain(ChainRole::ServerProxy),
         vec![Sample {
             t_ms: 1,
             cpu_ns: 2,
@@ -150,7 +151,9 @@ fn steps_are_written_and_read_back_whole_and_typed() {
     let id = s.begin_experiment(&new_experiment()).unwrap();
     let step_id = s.add_step(id, &step(0)).unwrap();
     let mut failed = StepRecord::new(1, step(1).params);
-    failed.fail("the rig did not start: nginx rejected its configuration");
+    failed.fail(StepFailure::RigDidNotStart(
+        "nginx rejected its configuration".into(),
+    ));
     s.add_step(id, &failed).unwrap();
     s.finish_experiment(id, ExperimentStatus::Done, "2026-11-22T00:01:00Z")
         .unwrap();
@@ -176,6 +179,13 @@ fn steps_are_written_and_read_back_whole_and_typed() {
         result().requests.total
     );
     assert!(b.step.failed() && b.step.summary().is_none() && b.step.result.is_none());
+    // A failure is stored as its line and read back as that line.
+    assert_eq!(
+        b.step.error,
+        Some(StepFailure::Recorded(
+            "the rig did not start: nginx rejected its configuration".into()
+        ))
+    );
     assert_eq!(b.step.topology, None);
     assert_eq!(s.samples(step_id).unwrap(), step(0).samples);
     assert_eq!(
@@ -189,6 +199,14 @@ fn steps_are_written_and_read_back_whole_and_typed() {
     assert_eq!(json["topology"], "both");
     assert_eq!(json["params"]["cpu"]["role"], "proxy");
     assert_eq!(json["usage"][0]["cpu_millicores_avg"], 120.5);
+    assert_eq!(
+        (&json["usage"][0]["role"], &json["usage"][0]["program"]),
+        (&"server_proxy".into(), &"nginx".into())
+    );
+    assert_eq!(
+        (&json["usage"][1]["role"], &json["usage"][1]["program"]),
+        (&"edge".into(), &"process".into())
+    );
     // A role whose figures were all measured says nothing of `missing`; one that lacks some
     // names them with why.
     assert!(json["usage"][0].get("missing").is_none());
@@ -207,6 +225,30 @@ fn steps_are_written_and_read_back_whole_and_typed() {
         10 << 20
     );
     std::fs::remove_dir_all(d).unwrap();
+}
+
+#[test]
+fn an_external_steps_roles_read_back_as_the_words_it_gave_them() {
+    let d = dir("external-roles");
+    let mut s = Store::open(&d.join("results.db")).unwrap();
+    let id = s.begin_experiment(&new_experiment()).unwrap();
+    let mut st = step(0);
+    st.topology = Some(Topology::External);
+    st.variant = "ingress".into();
+    // Named like the chain's gateway, it stands for it (Istio's CSV columns read it so); any
+    // other name is the file's own.
+    st.usage[0].role = Role::Chain(ChainRole::Gateway);
+    st.usage[0].program = PlayedBy::External("istio-ingressgateway".into());
+    st.usage[2].role = Role::External("mesh".into());
+    st.usage[2].program = PlayedBy::External("promql".into());
+    st.samples = BTreeMap::from([(
+        Role::External("mesh".into()),
+        step(0).samples.into_values().next().unwrap(),
+    )]);
+    let step_id = s.add_step(id, &st).unwrap();
+    let back = &s.steps(id).unwrap()[0].step;
+    assert_eq!(back.usage, st.usage);
+    assert_eq!(s.samples(step_id).unwrap(), st.samples);
 }
 
 #[test]
@@ -232,8 +274,12 @@ fn a_v3_store_is_migrated_and_its_roles_have_no_proxy_counts() {
     let steps = s.steps(1).unwrap();
     let role = &steps[0].step.usage[0];
     assert_eq!(
-        (role.role.as_str(), role.proxy.as_ref()),
-        ("server_proxy", None)
+        (&role.role, &role.program, role.proxy.as_ref()),
+        (
+            &Role::Chain(ChainRole::ServerProxy),
+            &PlayedBy::Proxy(Program::Envoy),
+            None
+        )
     );
     assert!(serde_json::to_value(role).unwrap().get("proxy").is_none());
     let version: i64 = s
@@ -318,13 +364,13 @@ fn an_experiment_with_a_failed_step_is_listed_as_partial_not_done() {
         s.add_step(good, &step(seq)).unwrap();
         let mut st = step(seq);
         if seq > 0 {
-            st.fail("the rig did not start: envoy is not available");
+            st.fail(StepFailure::RigDidNotStart("envoy is not available".into()));
         }
         s.add_step(mixed, &st).unwrap();
     }
     for seq in 0..2 {
         let mut st = step(seq);
-        st.fail("the rig did not start");
+        st.fail(StepFailure::Recorded("the rig did not start".into()));
         s.add_step(broken, &st).unwrap();
     }
     let mut cut = step(1);

@@ -12,7 +12,7 @@ pub mod promql;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use meshbench_results::Figure;
+use meshbench_results::{Figure, Role as ResultsRole};
 use serde::{Deserialize, Serialize};
 
 pub use presets::{Preset, Queries, Query};
@@ -227,7 +227,7 @@ impl External {
                         "{at}.name: '{}' must be 1 to 64 letters, digits, '-', '_' or '.'",
                         r.name
                     ));
-                } else if r.name == "sampler" {
+                } else if matches!(ResultsRole::from_word(&r.name), ResultsRole::Sampler) {
                     p.push(format!(
                         "{at}.name: 'sampler' is the name of meshbench's own sampler; pick another"
                     ));

@@ -117,8 +117,9 @@ pub enum CertLayout {
 
 /// Most routes (domains x paths) a generated gateway may serve: every route is a line of the
 /// gateway's configuration and a request the load generator prepares, so a mistyped count must
-/// not become billions of them.
-pub const MAX_ROUTES: u64 = 1_000_000;
+/// not become billions of them. The results crate's, so that the experiment file is checked
+/// against it without the lab.
+pub use meshbench_results::topology::MAX_ROUTES;
 
 /// What to generate.
 #[derive(Debug, Clone)]

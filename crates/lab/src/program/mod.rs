@@ -15,37 +15,21 @@ pub mod envoy;
 pub mod haproxy;
 pub mod nginx;
 
-use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use prost::Message;
-use serde::{Deserialize, Serialize};
 
 use crate::gateway::{self, GatewayPlan};
 use crate::pki::Issued;
 use crate::{install, write_file, LabError};
-use meshbench_results::{topology::Duty, Layer};
+use meshbench_results::{topology::Duty, ChainRole, Layer};
 
-/// The program that plays a proxy role: the `type:` of the experiment file's `proxy`, `tunnel`
-/// and `gateway` sections.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Hash, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum Program {
-    /// The default proxy (a Debian package, installed when missing).
-    #[default]
-    Nginx,
-    Haproxy,
-    Caddy,
-    /// Needs an `envoy` binary on PATH (Envoy has no Debian package).
-    Envoy,
-    /// Any program, from a [`CommandTemplate`].
-    Command,
-    /// The gateway only: Envoy configured by Istio's control plane (`crate::istio`), which the
-    /// lab starts for it. Needs scripts/install-istio.sh and scripts/install-k8s.sh.
-    Istio,
-}
+/// The program that plays a proxy role: the results crate's, the `type:` of the experiment
+/// file's `proxy`, `tunnel` and `gateway` sections. What the lab does with each is
+/// [`LabProgram`]'s.
+pub use meshbench_results::Program;
 
 /// For [`Program::Command`]: the program and its arguments, and its configuration file's text.
 /// Both may hold `{config}` (the written file's path), `{listen}`, `{listen_port}`,
@@ -138,85 +122,86 @@ pub struct Run<'a> {
     pub workers: u32,
 }
 
-impl Program {
-    pub fn name(self) -> &'static str {
-        match self {
-            Program::Nginx => "nginx",
-            Program::Haproxy => "haproxy",
-            Program::Caddy => "caddy",
-            Program::Envoy => "envoy",
-            Program::Command => "command",
-            Program::Istio => "istio",
-        }
-    }
-
-    /// The name of its configuration file (a hop's is prefixed with the role's name).
-    fn config_file(self) -> &'static str {
-        match self {
-            Program::Nginx => nginx::CONFIG,
-            Program::Haproxy => haproxy::CONFIG,
-            Program::Caddy => caddy::CONFIG,
-            Program::Envoy => envoy::CONFIG,
-            Program::Command => command::CONFIG,
-            Program::Istio => ISTIO_OBJECTS,
-        }
-    }
-
-    /// Its command line on a written configuration.
-    fn command(self, bin: &Path, run: &Run) -> Command {
-        let mut cmd = match self {
-            Program::Nginx => nginx::command(bin, run),
-            Program::Haproxy => haproxy::command(bin, run),
-            Program::Caddy => caddy::command(bin, run),
-            Program::Envoy => envoy::command(bin, run),
-            // Its arguments come from its template (see `command::prepare`); the Istio
-            // gateway's from its control plane (`crate::istio::ControlPlane`).
-            Program::Command | Program::Istio => Command::new(bin),
-        };
-        cmd.current_dir(run.dir);
-        cmd
-    }
-
+/// What the lab knows of running a program: where it is installed, whether it can run here,
+/// and a gateway's configuration file and command line.
+pub trait LabProgram {
     /// Whether the program can run here: the Debian packages are installed when missing, a
     /// command is the user's own; Envoy only where it is installed (scripts/install-envoy.sh).
-    pub fn runs_here(self) -> bool {
-        match self {
-            Program::Envoy => envoy::available(),
-            Program::Istio => crate::istio::unavailable().is_none(),
-            _ => true,
-        }
-    }
+    fn runs_here(self) -> bool;
 
     /// The configuration file of a gateway written into `dir`.
-    pub fn gateway_config(self, dir: &Path) -> PathBuf {
-        dir.join(self.config_file())
-    }
+    fn gateway_config(self, dir: &Path) -> PathBuf;
 
     /// The command line that runs a gateway whose configuration [`gateway::generate`] wrote
     /// into `dir` for this program, in the foreground.
-    pub fn gateway_command(self, dir: &Path, workers: u32) -> Result<Command, LabError> {
+    fn gateway_command(self, dir: &Path, workers: u32) -> Result<Command, LabError>;
+
+    /// Where the program is installed, without installing it; `None` when it is not.
+    fn installed(self) -> Option<PathBuf>;
+}
+
+/// The name of its configuration file (a hop's is prefixed with the role's name).
+fn config_file(program: Program) -> &'static str {
+    match program {
+        Program::Nginx => nginx::CONFIG,
+        Program::Haproxy => haproxy::CONFIG,
+        Program::Caddy => caddy::CONFIG,
+        Program::Envoy => envoy::CONFIG,
+        Program::Command => command::CONFIG,
+        Program::Istio => ISTIO_OBJECTS,
+    }
+}
+
+/// Its command line on a written configuration.
+fn command_line(program: Program, bin: &Path, run: &Run) -> Command {
+    let mut cmd = match program {
+        Program::Nginx => nginx::command(bin, run),
+        Program::Haproxy => haproxy::command(bin, run),
+        Program::Caddy => caddy::command(bin, run),
+        Program::Envoy => envoy::command(bin, run),
+        // Its arguments come from its template (see `command::prepare`); the Istio
+        // gateway's from its control plane (`crate::istio::ControlPlane`).
+        Program::Command | Program::Istio => Command::new(bin),
+    };
+    cmd.current_dir(run.dir);
+    cmd
+}
+
+fn gateway_command_with(program: Program, bin: &Path, dir: &Path, workers: u32) -> Command {
+    let config = dir.join(config_file(program));
+    let run = Run {
+        config: &config,
+        dir,
+        name: ChainRole::Gateway.name(),
+        workers,
+    };
+    command_line(program, bin, &run)
+}
+
+impl LabProgram for Program {
+    fn runs_here(self) -> bool {
+        match self {
+            Program::Envoy => envoy::available(),
+            Program::Istio => crate::istio::unavailable().is_none(),
+            Program::Nginx | Program::Haproxy | Program::Caddy | Program::Command => true,
+        }
+    }
+
+    fn gateway_config(self, dir: &Path) -> PathBuf {
+        dir.join(config_file(self))
+    }
+
+    fn gateway_command(self, dir: &Path, workers: u32) -> Result<Command, LabError> {
         match self {
             Program::Command => return Err(no_gateway()),
             Program::Istio => return Err(istio_gateway_only()),
-            _ => {}
+            Program::Nginx | Program::Haproxy | Program::Caddy | Program::Envoy => {}
         }
         let bin = ProgramSpec::from(self).binary()?;
-        Ok(self.gateway_command_with(&bin, dir, workers))
+        Ok(gateway_command_with(self, &bin, dir, workers))
     }
 
-    fn gateway_command_with(self, bin: &Path, dir: &Path, workers: u32) -> Command {
-        let config = dir.join(self.config_file());
-        let run = Run {
-            config: &config,
-            dir,
-            name: "gateway",
-            workers,
-        };
-        self.command(bin, &run)
-    }
-
-    /// Where the program is installed, without installing it; `None` when it is not.
-    pub fn installed(self) -> Option<PathBuf> {
+    fn installed(self) -> Option<PathBuf> {
         match self {
             Program::Nginx => install::find("nginx", nginx::LOCATIONS),
             Program::Haproxy => install::find("haproxy", haproxy::LOCATIONS),
@@ -247,12 +232,6 @@ fn no_gateway() -> LabError {
     }
 }
 
-impl fmt::Display for Program {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
 /// A program renders the gateway's configuration for itself; [`gateway::generate`] writes the
 /// certificates and the targets file around it.
 impl gateway::Target for Program {
@@ -261,14 +240,19 @@ impl gateway::Target for Program {
     }
 
     fn speaks_http3(&self) -> bool {
-        matches!(self, Program::Caddy | Program::Envoy)
+        match self {
+            Program::Caddy | Program::Envoy => true,
+            Program::Nginx | Program::Haproxy | Program::Command | Program::Istio => false,
+        }
     }
 
     fn no_http3(&self) -> String {
         match self {
             Program::Nginx => "Debian's nginx (1.22) is built without QUIC (nginx 1.25+ has it); use caddy for HTTP/3 (meshbench gen gateway: caddy or envoy)".into(),
             Program::Haproxy => "Debian's haproxy is built without QUIC (it needs a QUIC-capable TLS library); use caddy for HTTP/3 (meshbench gen gateway: caddy or envoy)".into(),
-            _ => format!("{} renders no HTTP/3 listener; use caddy or envoy", self.name()),
+            Program::Caddy | Program::Envoy | Program::Command | Program::Istio => {
+                format!("{} renders no HTTP/3 listener; use caddy or envoy", self.name())
+            }
         }
     }
 
@@ -293,13 +277,13 @@ impl gateway::Target for Program {
         match self {
             Program::Command => return Err(no_gateway()),
             Program::Istio => return gateway::istio::Istio::LAB.start(plan, written),
-            _ => {}
+            Program::Nginx | Program::Haproxy | Program::Caddy | Program::Envoy => {}
         }
         let bin = self
             .installed()
             .unwrap_or_else(|| PathBuf::from(self.name()));
         let workers = u32::try_from(plan.workers).unwrap_or(u32::MAX);
-        let cmd = self.gateway_command_with(&bin, &plan.out, workers);
+        let cmd = gateway_command_with(*self, &bin, &plan.out, workers);
         Ok(vec![gateway::shell_line(&cmd)])
     }
 }
@@ -369,7 +353,7 @@ impl ProgramSpec {
     /// Where a hop's configuration is written.
     pub fn hop_config(&self, hop: &Hop) -> PathBuf {
         hop.dir
-            .join(format!("{}.{}", hop.name, self.program.config_file()))
+            .join(format!("{}.{}", hop.name, config_file(self.program)))
     }
 
     /// Writes the hop's configuration into its directory and builds the command that runs it.
@@ -381,7 +365,9 @@ impl ProgramSpec {
                 program: format!("{} with HTTP/3 in front", self.program.name()),
                 hint: match self.program {
                     Program::Nginx | Program::Haproxy => gateway::Target::no_http3(&self.program),
-                    _ => "the lab's HTTP/3 entry hop is caddy; set proxy.kind: caddy".into(),
+                    Program::Caddy | Program::Envoy | Program::Command | Program::Istio => {
+                        "the lab's HTTP/3 entry hop is caddy; set proxy.kind: caddy".into()
+                    }
                 },
             });
         }
@@ -406,7 +392,7 @@ impl ProgramSpec {
             name: &hop.name,
             workers: hop.workers,
         };
-        Ok(self.program.command(&bin, &run))
+        Ok(command_line(self.program, &bin, &run))
     }
 }
 

@@ -27,7 +27,7 @@ use std::net::SocketAddr;
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
-use meshbench_lab::sampler::now_ms;
+use meshbench_results::usage::now_ms;
 
 pub use crate::http::{Limits, WriteLimit};
 pub use negotiate::Format;

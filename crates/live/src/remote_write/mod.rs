@@ -609,7 +609,7 @@ mod tests {
     use super::*;
     use crate::{names, StepInfo};
     use meshbench_engine::recorder::{ErrorKind, Interval};
-    use meshbench_lab::sampler::now_ms;
+    use meshbench_results::usage::now_ms;
     use std::io::{Read, Write};
     use std::net::{SocketAddr, TcpListener, TcpStream};
     use std::sync::atomic::{AtomicBool, Ordering};

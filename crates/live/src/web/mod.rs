@@ -144,7 +144,7 @@ fn board(req: &Request, shared: &Page) -> Response {
         } else {
             shared.hub.wait(since, wait)
         };
-        view(&board, since, meshbench_lab::sampler::now_ms())
+        view(&board, since, meshbench_results::usage::now_ms())
     };
     match serde_json::to_vec(&cut) {
         Ok(json) => Response::new(200, "application/json", Body::Owned(json))

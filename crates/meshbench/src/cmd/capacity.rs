@@ -13,7 +13,7 @@ use meshbench_analysis::capacity::{Answer, Settings};
 use meshbench_analysis::threshold::{self, Threshold};
 use meshbench_engine::StopAt;
 use meshbench_experiment::Plan;
-use meshbench_results::LoopMode;
+use meshbench_results::{LoopMode, StepFailure};
 use meshbench_runner::capacity;
 use meshbench_runner::{new_experiment, now_rfc3339, Lab, LoadOptions, RunnerError, Session};
 use meshbench_store::{NewExperiment, StepRecord};
@@ -150,7 +150,10 @@ pub fn execute(args: CapacityArgs) -> Result<u8> {
                     eprintln!(
                         "step {} ({rate} req/s) failed: {}",
                         n + 1,
-                        stored.error.as_deref().unwrap_or("unknown")
+                        stored
+                            .error
+                            .as_ref()
+                            .map_or_else(|| "unknown".into(), StepFailure::to_string)
                     );
                 }
                 Ok(stored)

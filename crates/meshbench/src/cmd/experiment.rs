@@ -9,7 +9,7 @@ use anyhow::Result;
 use meshbench_engine::Live;
 use meshbench_experiment::{Experiment, Plan};
 use meshbench_live::{Done, Scope, StepInfo};
-use meshbench_results::Sample;
+use meshbench_results::{Sample, StepFailure};
 use meshbench_runner::agents::Fleet;
 use meshbench_runner::rig::Provision;
 use meshbench_runner::{Finished, Observer, StepAt};
@@ -417,7 +417,10 @@ impl Observer for Progress<'_> {
                 at.steps,
                 at.step.variant(),
                 at.step.load,
-                record.error.as_deref().unwrap_or("unknown")
+                record
+                    .error
+                    .as_ref()
+                    .map_or_else(|| "unknown".into(), StepFailure::to_string)
             );
         }
     }

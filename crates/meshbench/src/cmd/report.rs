@@ -7,6 +7,7 @@ use std::path::Path;
 
 use anyhow::Result;
 use meshbench_report::html::{self, Input, Written};
+use meshbench_results::StepFailure;
 use meshbench_store::Store;
 
 use super::answers::{find_experiment, headline, open_store};
@@ -50,7 +51,11 @@ pub fn write(store: &Store, key: &str, slo_p99_ms: Option<f64>, out: &Path) -> R
                 "step {} ({}): {}",
                 s.step.seq + 1,
                 s.step.variant,
-                s.step.error.as_deref().unwrap_or_default()
+                s.step
+                    .error
+                    .as_ref()
+                    .map(StepFailure::to_string)
+                    .unwrap_or_default()
             )
         })
         .collect();

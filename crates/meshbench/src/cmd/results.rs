@@ -7,7 +7,7 @@ use std::io::Write;
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use meshbench_results::{Cause, LoadPoint, RoleUsage};
+use meshbench_results::{Cause, LoadPoint, Role, RoleUsage, StepFailure};
 use meshbench_store::{ResultSummary, StepRecord, StepStatus};
 
 use super::answers::{find_experiment, open_store};
@@ -146,7 +146,7 @@ pub struct TableRow<'a> {
     pub variant: &'a str,
     pub load: LoadPoint,
     pub summary: Option<ResultSummary>,
-    pub error: Option<&'a str>,
+    pub error: Option<&'a StepFailure>,
     /// Interrupted before its end: its figures cover only part of the step.
     pub partial: bool,
     /// Why the generator's self-check calls the step invalid, if it does.
@@ -165,7 +165,7 @@ impl<'a> TableRow<'a> {
             variant: &r.variant,
             load: r.load_point(),
             summary: r.summary(),
-            error: r.error.as_deref(),
+            error: r.error.as_ref(),
             partial: r.status == StepStatus::Partial,
             invalid: r
                 .result
@@ -176,6 +176,15 @@ impl<'a> TableRow<'a> {
             proxies: meshbench_report::proxies::step_lines(r),
             disagrees: meshbench_report::proxies::flagged(r),
         }
+    }
+}
+
+/// Whether a role's figures are printed on its step's row: every role of the system under test,
+/// not meshbench's own sampler (checked apart, as the generator's self-check).
+fn shown_with_its_step(role: &Role) -> bool {
+    match role {
+        Role::Chain(_) | Role::External(_) => true,
+        Role::Sampler => false,
     }
 }
 
@@ -199,7 +208,7 @@ pub fn table(rows: &[TableRow]) -> String {
         let roles: Vec<String> = r
             .usage
             .iter()
-            .filter(|u| u.role != "sampler")
+            .filter(|u| shown_with_its_step(&u.role))
             .map(|u| {
                 // A figure not measured (an external role's query failed) is `-`.
                 let cpu = u
@@ -241,7 +250,7 @@ pub fn table(rows: &[TableRow]) -> String {
                 r.seq + 1,
                 r.variant,
                 load,
-                r.error.unwrap_or("")
+                r.error.map(StepFailure::to_string).unwrap_or_default()
             )),
         }
         for line in &r.proxies {

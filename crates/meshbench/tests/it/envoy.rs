@@ -16,7 +16,7 @@ use meshbench_lab::cgroup::Limits;
 use meshbench_lab::program::envoy;
 use meshbench_lab::rig::{GatewaySpec, Rig, RigSpec};
 use meshbench_lab::{Program, ProgramSpec};
-use meshbench_results::Topology;
+use meshbench_results::{PlayedBy, Topology};
 
 const LIMIT: Duration = Duration::from_secs(120);
 
@@ -120,7 +120,11 @@ fn serve(topology: Topology, case: Case, name: &str) -> serde_json::Value {
     let spec = spec(topology, case, name);
     let rig = Rig::start(&spec).unwrap_or_else(|e| panic!("{name}: the rig did not start: {e}"));
     let files = bootstraps(&spec.dir);
-    let envoys = rig.roles.iter().filter(|r| r.program == "envoy").count();
+    let envoys = rig
+        .roles
+        .iter()
+        .filter(|r| r.program == PlayedBy::Proxy(Program::Envoy))
+        .count();
     assert!(envoys >= 1, "{name}: no Envoy role");
     assert!(files.len() >= envoys, "{name}: {files:?}");
     for f in &files {
@@ -175,7 +179,11 @@ fn serve(topology: Topology, case: Case, name: &str) -> serde_json::Value {
     if case.telemetry {
         // The stand-in for istio.stats recorded every request on each sidecar, with Istio's
         // labels (the reporter among them), readable at the sidecar's admin endpoint.
-        for role in rig.roles.iter().filter(|r| r.program == "envoy") {
+        for role in rig
+            .roles
+            .iter()
+            .filter(|r| r.program == PlayedBy::Proxy(Program::Envoy))
+        {
             let admin = role.admin.expect("an Envoy role has an admin endpoint");
             let stats = http_get(admin, "/stats?filter=istio_requests_total");
             let total: u64 = stats

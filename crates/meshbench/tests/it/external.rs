@@ -243,9 +243,18 @@ external:
     let step = &steps[0];
     assert_eq!(step.step.variant, "nginx");
     assert!(step.step.result.as_ref().unwrap().requests.ok > 1000);
-    let edge = step.step.usage.iter().find(|u| u.role == "edge").unwrap();
-    assert_eq!(edge.program, "process");
-    let grid = &s.samples(step.id).unwrap()["edge"];
+    let edge_role = meshbench_results::Role::External("edge".into());
+    let edge = step
+        .step
+        .usage
+        .iter()
+        .find(|u| u.role == edge_role)
+        .unwrap();
+    assert_eq!(
+        edge.program,
+        meshbench_results::PlayedBy::External("process".into())
+    );
+    let grid = &s.samples(step.id).unwrap()[&edge_role];
     let (from, to) = (grid[0].t_ms, grid[grid.len() - 1].t_ms);
     let cgroup = sampler::summarize(&local.roles["nginx"], from, to);
     let promql_mc = edge.cpu_millicores().expect("CPU read");

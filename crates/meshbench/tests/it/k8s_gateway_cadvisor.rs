@@ -741,7 +741,11 @@ fn envoy_gateway_pod_read_through_kubelet_cadvisor_matches_its_cgroup_within_10_
     let exp = st.experiment("latest").unwrap();
     let steps = st.steps(exp.id).unwrap();
     let samples = st.samples(steps[0].id).unwrap();
-    let points = samples.get("gateway").expect("the gateway's points");
+    let points = samples
+        .get(&meshbench_results::Role::Chain(
+            meshbench_results::ChainRole::Gateway,
+        ))
+        .expect("the gateway's points");
     let (from, to) = (points[0].t_ms, points[points.len() - 1].t_ms);
     assert!(to > from, "{points:?}");
 

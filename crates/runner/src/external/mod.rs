@@ -26,7 +26,7 @@ use crate::observer::{Observer, StepAt};
 use crate::targets::proto::Proto;
 use crate::{measure, Lab};
 use meshbench_engine::LoadSpec;
-use meshbench_results::Protocol;
+use meshbench_results::{Protocol, StepFailure};
 
 use prometheus::Prometheus;
 use read::{read_roles, Window};
@@ -97,7 +97,7 @@ impl Lab {
         let mut record = self.new_record(e, step);
         let name = step.external.as_deref().unwrap_or_default();
         let Some(variant) = x.variant(name) else {
-            record.fail(format!("no external variant is called '{name}'"));
+            record.fail(StepFailure::NoSuchVariant(name.to_string()));
             return record;
         };
         let options = load_options(e, at, variant);
@@ -107,7 +107,7 @@ impl Lab {
                 ..s
             },
             Err(err) => {
-                record.fail(format!("the load could not be set up: {err}"));
+                record.fail(StepFailure::LoadNotSetUp(err.to_string()));
                 return record;
             }
         };
@@ -123,7 +123,7 @@ impl Lab {
         let measured = match measured {
             Ok(m) => m,
             Err(err) => {
-                record.fail(format!("the load generator failed: {err}"));
+                record.fail(StepFailure::LoadGeneratorFailed(err.to_string()));
                 return record;
             }
         };

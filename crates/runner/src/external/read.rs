@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use meshbench_experiment::external::promql::{duration, with_window};
 use meshbench_experiment::external::Role;
 use meshbench_lab::sampler::{self};
-use meshbench_results::{Figure, RoleUsage, Sample, Usage};
+use meshbench_results::{Figure, PlayedBy, RoleUsage, Sample, Usage};
 
 use super::prometheus::{PromError, Prometheus, Series};
 
@@ -177,8 +177,10 @@ pub fn read_roles(prom: &Prometheus, roles: &[Role], w: &Window) -> Reading {
         };
         reading.roles.push(RoleRead {
             usage: RoleUsage {
-                role: role.name.clone(),
-                program: role.program().into(),
+                // Named like a chain role, it stands for it (the exports' columns); any other
+                // name is the file's own.
+                role: meshbench_results::Role::from_word(&role.name),
+                program: PlayedBy::External(role.program().to_string()),
                 workers: 0,
                 cpu_limit: None,
                 usage,

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use meshbench_lab::process::Placement;
-use meshbench_lab::program::{nginx, Hop, ProgramSpec, Run};
+use meshbench_lab::program::{nginx, Hop, LabProgram, ProgramSpec, Run};
 use meshbench_lab::{rig, LabError, Program, RoleProcess};
 use meshbench_results::{topology::Duty, Layer};
 

@@ -1,0 +1,99 @@
+//! Why a step failed, typed: each kind the runner produces ([`StepFailure`]), rendered to the
+//! one line a table, an export and the store's `error` column show. The store keeps that line
+//! (its column has always held text), so a step read back carries it as
+//! [`StepFailure::Recorded`]: the kind is known while the step runs, the words once stored.
+
+use std::fmt;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::role::ChainRole;
+
+/// Why a step measured nothing usable, or why what it measured does not count.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StepFailure {
+    /// The rig did not start (a program missing, a configuration refused, a port taken...):
+    /// why.
+    RigDidNotStart(String),
+    /// The step's load could not be resolved into what the engine sends: why.
+    LoadNotSetUp(String),
+    /// The engine (or the agents sending the load) failed: why.
+    LoadGeneratorFailed(String),
+    /// A role of the rig exited during the step: which, and the last lines of its log.
+    RoleExited { role: ChainRole, log_tail: String },
+    /// The step names an external variant the experiment does not have.
+    NoSuchVariant(String),
+    /// A failure as the store keeps it: its line.
+    Recorded(String),
+}
+
+impl fmt::Display for StepFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StepFailure::RigDidNotStart(why) => write!(f, "the rig did not start: {why}"),
+            StepFailure::LoadNotSetUp(why) => write!(f, "the load could not be set up: {why}"),
+            StepFailure::LoadGeneratorFailed(why) => write!(f, "the load generator failed: {why}"),
+            StepFailure::RoleExited { role, log_tail } => {
+                write!(f, "{role} exited during the step ({log_tail})")
+            }
+            StepFailure::NoSuchVariant(name) => {
+                write!(f, "no external variant is called '{name}'")
+            }
+            StepFailure::Recorded(line) => f.write_str(line),
+        }
+    }
+}
+
+impl Serialize for StepFailure {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for StepFailure {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<StepFailure, D::Error> {
+        String::deserialize(d).map(StepFailure::Recorded)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_kind_says_what_it_said_as_text() {
+        let cases = [
+            (
+                StepFailure::RigDidNotStart("envoy is not available".into()),
+                "the rig did not start: envoy is not available",
+            ),
+            (
+                StepFailure::LoadNotSetUp("bad URL".into()),
+                "the load could not be set up: bad URL",
+            ),
+            (
+                StepFailure::LoadGeneratorFailed("no threads".into()),
+                "the load generator failed: no threads",
+            ),
+            (
+                StepFailure::RoleExited {
+                    role: ChainRole::ServerProxy,
+                    log_tail: "killed".into(),
+                },
+                "server_proxy exited during the step (killed)",
+            ),
+            (
+                StepFailure::NoSuchVariant("mesh".into()),
+                "no external variant is called 'mesh'",
+            ),
+        ];
+        for (failure, text) in cases {
+            assert_eq!(failure.to_string(), text);
+            let json = serde_json::to_string(&failure).unwrap();
+            assert_eq!(json, serde_json::to_string(text).unwrap());
+            let back: StepFailure = serde_json::from_str(&json).unwrap();
+            assert_eq!(back, StepFailure::Recorded(text.to_string()));
+            assert_eq!(back.to_string(), text);
+        }
+    }
+}
