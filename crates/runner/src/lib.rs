@@ -3,8 +3,8 @@
 //! ```text
 //! LoadOptions ──resolve──► LoadSpec ──► measure: engine + sampler over one window ──► Measured
 //!   (load, targets)                       (measure)
-//! Experiment ──► Plan ──► lab::run_experiment ──► for each step: rig (rig) started, the load
-//!                         aimed at it (lab::load_options), measured, each role summarised
+//! Experiment ──► Plan ──► steps::run_experiment ──► for each step: rig (setup) started, the load
+//!                         aimed at it (steps::load_options), measured, each role summarised
 //!                         ──► StepRecord ──► Session (store), Observer (progress)
 //!                         (an `external` variant: no rig; the load aimed at its URL, measured,
 //!                         its roles read from Prometheus over the same window: external)
@@ -19,18 +19,18 @@
 pub mod agents;
 pub mod capacity;
 pub mod external;
-pub mod lab;
+pub mod steps;
 pub mod load;
 pub mod measure;
 pub mod observer;
-pub mod rig;
+pub mod setup;
 pub mod session;
 pub mod source_addrs;
 pub mod targets;
 
 use thiserror::Error;
 
-pub use lab::{load_options, run_experiment, Lab};
+pub use steps::{load_options, run_experiment, Lab};
 pub use load::{Body, LoadError, LoadOptions, ProtoSource, QuicOptions, TargetSource, TlsOptions};
 pub use measure::{measure, LoadSource, MeasureError, Measured, Sampling};
 pub use observer::{Observer, Quiet, StepAt};

@@ -64,7 +64,7 @@ pub fn execute(args: CapacityArgs) -> Result<u8> {
             let mut e = super::experiment::load(
                 file,
                 &args.set,
-                meshbench_runner::rig::Provision::Install,
+                meshbench_runner::setup::Provision::Install,
             )?;
             let topology = match &args.topology {
                 Some(t) => *e.topologies.iter().find(|x| x.name() == t).ok_or_else(|| {

@@ -31,7 +31,7 @@ pub fn execute(args: DemoArgs) -> Result<u8> {
     overrides.extend(args.set.iter().cloned());
     let mut e = meshbench_experiment::parse("sidecar-overhead.yaml (embedded)", PRESET, &overrides)
         .map_err(|err| usage(err.to_string()))?;
-    super::experiment::announce_stand_ins(&mut e, meshbench_runner::rig::Provision::Install);
+    super::experiment::announce_stand_ins(&mut e, meshbench_runner::setup::Provision::Install);
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("cannot create {}", args.out.display()))?;
     let store_path = args.out.join("results.db");

@@ -11,7 +11,7 @@ use meshbench_experiment::{Experiment, Plan};
 use meshbench_live::{Done, Scope, StepInfo};
 use meshbench_results::{Sample, StepFailure};
 use meshbench_runner::agents::Fleet;
-use meshbench_runner::rig::Provision;
+use meshbench_runner::setup::Provision;
 use meshbench_runner::{Finished, Observer, StepAt};
 use meshbench_store::{StepRecord, Store};
 
@@ -34,7 +34,7 @@ pub fn execute(args: ExperimentArgs) -> Result<u8> {
         }
         // A program the plan needs that is missing, with no fallback: the run would fail
         // those steps, so the plan cannot run here.
-        let missing = meshbench_runner::rig::missing_programs(&e);
+        let missing = meshbench_runner::setup::missing_programs(&e);
         if !missing.is_empty() {
             return Err(anyhow::anyhow!(
                 "the plan cannot run here: {}",
@@ -122,7 +122,7 @@ pub fn short_steps(e: &Experiment) -> Option<String> {
 /// programs that still cannot run here, saying so, one line each (the presets name Envoy, with
 /// nginx where it cannot be installed).
 pub fn announce_stand_ins(e: &mut Experiment, provision: Provision) {
-    for note in meshbench_runner::rig::stand_ins(e, provision) {
+    for note in meshbench_runner::setup::stand_ins(e, provision) {
         eprintln!("note: {note}");
     }
 }
@@ -177,7 +177,7 @@ pub fn run(
         if let Some(w) = short_steps(e) {
             eprintln!("warning: {w}");
         }
-        for missing in meshbench_runner::rig::missing_programs(e) {
+        for missing in meshbench_runner::setup::missing_programs(e) {
             eprintln!("warning: {missing}; the steps that need it will fail");
         }
     }

@@ -15,7 +15,7 @@ use super::parse_duration;
 use super::signals::Signals;
 use crate::cli::{K8sGenArgs, K8sPlanFlags, K8sRunArgs};
 use crate::{exit, usage};
-use meshbench_runner::rig::Provision;
+use meshbench_runner::setup::Provision;
 
 /// The plan the flags describe, every mistake found (bad input: exit 2).
 fn plan(flags: &K8sPlanFlags, coordinator: &str) -> Result<Plan> {

@@ -20,7 +20,7 @@ use meshbench_experiment::external::{External, Variant};
 use meshbench_lab::sampler;
 use meshbench_store::StepRecord;
 
-use crate::lab::load_for;
+use crate::steps::load_for;
 use crate::load::{Body, LoadOptions, ProtoSource, TargetSource};
 use crate::observer::{Observer, StepAt};
 use crate::targets::proto::Proto;

@@ -79,7 +79,7 @@ impl Lab {
         Ok(Lab {
             exe: std::env::current_exe().map_err(RunnerError::Exe)?,
             fleet: None,
-            versions: crate::rig::program_versions(e),
+            versions: crate::setup::program_versions(e),
         })
     }
 
@@ -142,7 +142,7 @@ impl Lab {
             return self.run_external_step(e, x, at, stop, observer);
         }
         let mut record = self.new_record(e, step);
-        let spec = crate::rig::rig_spec(e, step, experiment_id, self.exe.clone());
+        let spec = crate::setup::rig_spec(e, step, experiment_id, self.exe.clone());
         let mut rig = match Rig::start(&spec) {
             Ok(r) => r,
             Err(err) => {
