@@ -608,11 +608,15 @@ impl Rig {
                 filter_chains: if tls { plan.domains } else { 1 },
                 routes: plan.domains * plan.routes_per_domain(),
                 certificates: if tls { plan.domains } else { 0 },
-                endpoint: format!("{}::{}::", gateway::istio::BACKEND_HOST, hop.upstream),
+                endpoint: format!(
+                    "{}::{}::",
+                    gateway::istio_objects::BACKEND_HOST,
+                    hop.upstream
+                ),
             },
             applied_in,
             pushed_in: None,
-            virtual_services: out.join(gateway::istio::VIRTUAL_SERVICES_FILE),
+            virtual_services: out.join(gateway::istio_objects::VIRTUAL_SERVICES_FILE),
         });
         Ok(command)
     }

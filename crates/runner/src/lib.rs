@@ -19,22 +19,22 @@
 pub mod agents;
 pub mod capacity;
 pub mod external;
-pub mod steps;
 pub mod load;
 pub mod measure;
 pub mod observer;
-pub mod setup;
 pub mod session;
+pub mod setup;
 pub mod source_addrs;
+pub mod steps;
 pub mod targets;
 
 use thiserror::Error;
 
-pub use steps::{load_options, run_experiment, Lab};
 pub use load::{Body, LoadError, LoadOptions, ProtoSource, QuicOptions, TargetSource, TlsOptions};
 pub use measure::{measure, LoadSource, MeasureError, Measured, Sampling};
 pub use observer::{Observer, Quiet, StepAt};
 pub use session::{new_experiment, now_rfc3339, Finished, Kept, NotStored, Session};
+pub use steps::{load_options, run_experiment, Lab};
 
 /// Why an experiment could not be carried out (a failed step is not one: it is stored).
 #[derive(Debug, Error)]

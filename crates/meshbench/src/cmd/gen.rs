@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use meshbench_lab::gateway::{self, istio::Istio, CertLayout, GatewayPlan, Target};
+use meshbench_lab::gateway::{self, istio_objects::Istio, CertLayout, GatewayPlan, Target};
 use meshbench_lab::Program;
 
 use crate::cli::{CertsArg, CertsArgs, GatewayArgs, GatewayFlavor, GrafanaArgs};

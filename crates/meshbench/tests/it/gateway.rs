@@ -416,7 +416,7 @@ fn envoy_gateway_runs_as_printed_from_another_directory() {
 /// there, and the run command connects to the ingress's address asked of the cluster.
 #[test]
 fn istio_routes_to_the_backend_given_and_its_run_command_reaches_the_ingress() {
-    use meshbench_lab::gateway::istio::{self, ServiceEntry, VirtualService};
+    use meshbench_lab::gateway::istio_objects::{self, ServiceEntry, VirtualService};
     let dir = out_dir("istio-backend");
     let o = dir.display().to_string();
     let out = meshbench(
@@ -440,7 +440,8 @@ fn istio_routes_to_the_backend_given_and_its_run_command_reaches_the_ingress() {
     assert!(out.status.success(), "{}", stderr(&out));
     let text = stdout(&out);
     let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap();
-    let entries: Vec<ServiceEntry> = istio::parse_all(&read("istio-serviceentry.yaml")).unwrap();
+    let entries: Vec<ServiceEntry> =
+        istio_objects::parse_all(&read("istio-serviceentry.yaml")).unwrap();
     assert_eq!(entries.len(), 1);
     let spec = &entries[0].body.spec;
     assert_eq!(entries[0].kind, "ServiceEntry");
@@ -449,7 +450,7 @@ fn istio_routes_to_the_backend_given_and_its_run_command_reaches_the_ingress() {
     assert_eq!(spec.endpoints[0].address, "10.1.2.3");
     assert_eq!(spec.ports[0].number, 18080);
     let services: Vec<VirtualService> =
-        istio::parse_all(&read("istio-virtualservices.yaml")).unwrap();
+        istio_objects::parse_all(&read("istio-virtualservices.yaml")).unwrap();
     for vs in &services {
         for route in &vs.body.spec.http {
             let to = &route.route[0].destination;
@@ -518,7 +519,7 @@ fn istio_routes_to_the_backend_given_and_its_run_command_reaches_the_ingress() {
 
 #[test]
 fn istio_yaml_parses_back_into_gateways_and_virtual_services() {
-    use meshbench_lab::gateway::istio::{self, Gateway, Secret, VirtualService};
+    use meshbench_lab::gateway::istio_objects::{self, Gateway, Secret, VirtualService};
     let dir = out_dir("istio");
     generate(
         "istio",
@@ -528,10 +529,10 @@ fn istio_yaml_parses_back_into_gateways_and_virtual_services() {
         &["--tls"],
     );
     let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap();
-    let gateways: Vec<Gateway> = istio::parse_all(&read("istio-gateways.yaml")).unwrap();
+    let gateways: Vec<Gateway> = istio_objects::parse_all(&read("istio-gateways.yaml")).unwrap();
     let services: Vec<VirtualService> =
-        istio::parse_all(&read("istio-virtualservices.yaml")).unwrap();
-    let secrets: Vec<Secret> = istio::parse_all(&read("istio-secrets.yaml")).unwrap();
+        istio_objects::parse_all(&read("istio-virtualservices.yaml")).unwrap();
+    let secrets: Vec<Secret> = istio_objects::parse_all(&read("istio-secrets.yaml")).unwrap();
     assert_eq!(gateways.len(), 1, "100 domains are one workspace");
     assert_eq!(gateways[0].kind, "Gateway");
     assert_eq!(gateways[0].body.spec.servers.len(), DOMAINS);
@@ -582,7 +583,7 @@ fn istio_yaml_parses_back_into_gateways_and_virtual_services() {
     );
     assert!(out.status.success(), "{}", stderr(&out));
     let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap();
-    let gateways: Vec<Gateway> = istio::parse_all(&read("istio-gateways.yaml")).unwrap();
+    let gateways: Vec<Gateway> = istio_objects::parse_all(&read("istio-gateways.yaml")).unwrap();
     assert!(gateways[0]
         .body
         .spec
@@ -590,7 +591,7 @@ fn istio_yaml_parses_back_into_gateways_and_virtual_services() {
         .iter()
         .all(|s| s.port.protocol == "GRPC"));
     let services: Vec<VirtualService> =
-        istio::parse_all(&read("istio-virtualservices.yaml")).unwrap();
+        istio_objects::parse_all(&read("istio-virtualservices.yaml")).unwrap();
     for vs in &services {
         let exact: Vec<&str> = vs
             .body

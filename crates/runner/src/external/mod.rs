@@ -20,9 +20,9 @@ use meshbench_experiment::external::{External, Variant};
 use meshbench_lab::sampler;
 use meshbench_store::StepRecord;
 
-use crate::steps::load_for;
 use crate::load::{Body, LoadOptions, ProtoSource, TargetSource};
 use crate::observer::{Observer, StepAt};
+use crate::steps::load_for;
 use crate::targets::proto::Proto;
 use crate::{measure, Lab};
 use meshbench_engine::LoadSpec;

@@ -22,14 +22,14 @@ use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
 };
 use envoy_types::util::pack_any;
 
-use super::istio::{self, Direction};
+use super::istio_shape::{self, Direction};
 use super::sidecar::hcm_filter;
 use super::{file, socket, socket_of, static_cluster, tls_socket, BACKEND_CLUSTER};
 use crate::gateway::GatewayPlan;
 
 /// The gateway's connection managers' stat prefix (Istio's gateway: `outbound_0.0.0.0_<port>`).
 fn stat_prefix(plan: &GatewayPlan) -> String {
-    format!("outbound_{}", istio::port_name(plan.listen.port()))
+    format!("outbound_{}", istio_shape::port_name(plan.listen.port()))
 }
 
 /// The gateway's whole bootstrap.
@@ -50,7 +50,7 @@ pub fn bootstrap(plan: &GatewayPlan) -> Bootstrap {
     if plan.http3 {
         prefixes.push(format!("{}_quic", stat_prefix(plan)));
     }
-    istio::finish(b, "gateway", plan.admin, &prefixes)
+    istio_shape::finish(b, "gateway", plan.admin, &prefixes)
 }
 
 fn listener(plan: &GatewayPlan) -> Listener {
@@ -62,12 +62,12 @@ fn listener(plan: &GatewayPlan) -> Listener {
                 let tls = tls_socket(domain_tls(plan, &domain, plan.alpn()));
                 FilterChain {
                     name: format!("https.{port}.{domain}"),
-                    transport_socket_connect_timeout: istio::secs(15),
+                    transport_socket_connect_timeout: istio_shape::secs(15),
                     ..server_chain(plan, &domain, tls, false)
                 }
             })
             .collect();
-        (chains, vec![istio::tls_inspector()])
+        (chains, vec![istio_shape::tls_inspector()])
     } else {
         let hosts = plan
             .domain_names()
@@ -80,7 +80,7 @@ fn listener(plan: &GatewayPlan) -> Listener {
         (vec![chain], Vec::new())
     };
     Listener {
-        name: istio::port_name(port),
+        name: istio_shape::port_name(port),
         address: Some(socket(plan.listen)),
         listener_filters,
         filter_chains,
@@ -147,7 +147,7 @@ fn quic_listener(plan: &GatewayPlan) -> Listener {
         })
         .collect();
     Listener {
-        name: format!("{}_quic", istio::port_name(plan.listen.port())),
+        name: format!("{}_quic", istio_shape::port_name(plan.listen.port())),
         address: Some(socket_of(plan.listen, socket_address::Protocol::Udp)),
         udp_listener_config: Some(UdpListenerConfig {
             quic_options: Some(QuicProtocolOptions::default()),
@@ -181,12 +181,12 @@ fn manager(
         validate_clusters: Some(envoy_types::pb::google::protobuf::BoolValue { value: false }),
         ..Default::default()
     };
-    hcm_filter(istio::connection_manager(
+    hcm_filter(istio_shape::connection_manager(
         prefix,
         routes,
         Direction::Gateway,
         codec,
-        istio::http_filters(),
+        istio_shape::http_filters(),
     ))
 }
 
@@ -201,12 +201,12 @@ fn virtual_host(plan: &GatewayPlan, domain: &str) -> VirtualHost {
         routes: plan
             .path_list()
             .map(|path| {
-                istio::route(
+                istio_shape::route(
                     BACKEND_CLUSTER,
                     Some(path),
                     rewrite,
                     Direction::Gateway,
-                    format!("{}:{}/*", istio::SERVICE, plan.backend.port()),
+                    format!("{}:{}/*", istio_shape::SERVICE, plan.backend.port()),
                 )
             })
             .collect(),
@@ -215,9 +215,10 @@ fn virtual_host(plan: &GatewayPlan, domain: &str) -> VirtualHost {
 }
 
 fn backend_cluster(plan: &GatewayPlan) -> Cluster {
-    let mut cluster = istio::with_defaults(static_cluster(BACKEND_CLUSTER, plan.backend), true);
+    let mut cluster =
+        istio_shape::with_defaults(static_cluster(BACKEND_CLUSTER, plan.backend), true);
     if plan.grpc {
-        cluster.typed_extension_protocol_options = istio::http2_upstream(0, 0, 0);
+        cluster.typed_extension_protocol_options = istio_shape::http2_upstream(0, 0, 0);
     }
     cluster
 }

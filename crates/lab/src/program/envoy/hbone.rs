@@ -33,7 +33,7 @@ use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{tcp_pr
 use envoy_types::pb::google::protobuf::{BoolValue, UInt32Value};
 use envoy_types::util::pack_any;
 
-use super::istio::{self, Direction, Versions};
+use super::istio_shape::{self, Direction, Versions};
 use super::sidecar::hcm_filter;
 use super::telemetry;
 use super::{socket, static_cluster, static_cluster_at};
@@ -72,7 +72,7 @@ pub fn client(hop: &Hop) -> Bootstrap {
         }),
         ..Default::default()
     };
-    istio::finish(b, &hop.name, hop.admin, &["ztunnel_outbound".into()])
+    istio_shape::finish(b, &hop.name, hop.admin, &["ztunnel_outbound".into()])
 }
 
 /// The server node's tunnel.
@@ -82,32 +82,32 @@ pub fn server(hop: &Hop) -> Bootstrap {
     let b = Bootstrap {
         static_resources: Some(StaticResources {
             listeners: vec![listener],
-            clusters: vec![istio::with_defaults(workload, false)],
+            clusters: vec![istio_shape::with_defaults(workload, false)],
             ..Default::default()
         }),
         ..Default::default()
     };
-    istio::finish(b, &hop.name, hop.admin, &["ztunnel_inbound".into()])
+    istio_shape::finish(b, &hop.name, hop.admin, &["ztunnel_inbound".into()])
 }
 
 /// The waypoint: HBONE in, its L7 connection manager, HBONE out.
 pub fn waypoint(hop: &Hop) -> Bootstrap {
     let port = hop.listen.port();
     let terminate = terminate_listener(hop, "connect_terminate", MAIN);
-    let stat_prefix = format!("inbound_{}", istio::port_name(port));
-    let mut l7 = istio::connection_manager(
+    let stat_prefix = format!("inbound_{}", istio_shape::port_name(port));
+    let mut l7 = istio_shape::connection_manager(
         stat_prefix.clone(),
         RouteConfiguration {
-            name: istio::outbound_cluster(port),
+            name: istio_shape::outbound_cluster(port),
             virtual_hosts: vec![VirtualHost {
-                name: format!("{}:{port}", istio::SERVICE),
+                name: format!("{}:{port}", istio_shape::SERVICE),
                 domains: vec!["*".into()],
-                routes: vec![istio::route(
+                routes: vec![istio_shape::route(
                     ORIGINATE,
                     None,
                     "",
                     Direction::Outbound,
-                    format!("{}:{port}/*", istio::SERVICE),
+                    format!("{}:{port}/*", istio_shape::SERVICE),
                 )],
                 ..Default::default()
             }],
@@ -115,7 +115,7 @@ pub fn waypoint(hop: &Hop) -> Bootstrap {
         },
         Direction::Inbound,
         CodecType::Auto,
-        istio::http_filters(),
+        istio_shape::http_filters(),
     );
     if hop.istio_telemetry {
         telemetry::add(&mut l7, &hop.name, Direction::Inbound);
@@ -123,11 +123,11 @@ pub fn waypoint(hop: &Hop) -> Bootstrap {
     let l7 = hcm_filter(l7);
     let main = internal_listener(MAIN, l7);
     let out = internal_listener(ORIGINATE, originate(hop, ORIGINATE));
-    let to_main = istio::with_defaults(internal_cluster(MAIN), false);
-    let mut to_originate = istio::with_defaults(internal_cluster(ORIGINATE), true);
+    let to_main = istio_shape::with_defaults(internal_cluster(MAIN), false);
+    let mut to_originate = istio_shape::with_defaults(internal_cluster(ORIGINATE), true);
     if hop.grpc {
         // The connection manager forwards gRPC as HTTP/2 inside the tunnel.
-        to_originate.typed_extension_protocol_options = istio::http2_upstream(0, 0, 0);
+        to_originate.typed_extension_protocol_options = istio_shape::http2_upstream(0, 0, 0);
     }
     let b = Bootstrap {
         static_resources: Some(StaticResources {
@@ -135,10 +135,10 @@ pub fn waypoint(hop: &Hop) -> Bootstrap {
             clusters: vec![to_main, to_originate, tunnel_cluster(hop)],
             ..Default::default()
         }),
-        bootstrap_extensions: vec![istio::internal_listener_extension()],
+        bootstrap_extensions: vec![istio_shape::internal_listener_extension()],
         ..Default::default()
     };
-    istio::finish(
+    istio_shape::finish(
         b,
         &hop.name,
         hop.admin,
@@ -165,13 +165,13 @@ fn originate(hop: &Hop, stat_prefix: &str) -> Filter {
 /// The cluster of the next tunnel end: HTTP/2 with ztunnel's windows, TLS 1.3 with the client
 /// certificate (when the mesh uses mutual TLS), ALPN h2.
 fn tunnel_cluster(hop: &Hop) -> Cluster {
-    let mut c = istio::with_defaults(static_cluster(TUNNEL, hop.upstream), true);
+    let mut c = istio_shape::with_defaults(static_cluster(TUNNEL, hop.upstream), true);
     c.typed_extension_protocol_options =
-        istio::http2_upstream(STREAM_WINDOW, CONNECTION_WINDOW, CLIENT_STREAMS);
+        istio_shape::http2_upstream(STREAM_WINDOW, CONNECTION_WINDOW, CLIENT_STREAMS);
     c.transport_socket = hop
         .upstream_tls
         .as_ref()
-        .map(|t| istio::upstream_tls(t, Versions::Hbone, &["h2"], t.server_name.clone()));
+        .map(|t| istio_shape::upstream_tls(t, Versions::Hbone, &["h2"], t.server_name.clone()));
     c
 }
 
@@ -192,13 +192,13 @@ fn terminate_listener(hop: &Hop, name: &str, cluster: &str) -> Listener {
                 connect_config: Some(route_action::upgrade_config::ConnectConfig::default()),
                 ..Default::default()
             }],
-            timeout: istio::secs(0),
+            timeout: istio_shape::secs(0),
             ..Default::default()
         })),
         name: "connect".into(),
         ..Default::default()
     };
-    let mut hcm = istio::connection_manager(
+    let mut hcm = istio_shape::connection_manager(
         name.into(),
         RouteConfiguration {
             name: name.into(),
@@ -212,7 +212,7 @@ fn terminate_listener(hop: &Hop, name: &str, cluster: &str) -> Listener {
         },
         Direction::Inbound,
         CodecType::Http2,
-        vec![istio::router()],
+        vec![istio_shape::router()],
     );
     hcm.tracing = None;
     hcm.http2_protocol_options = Some(Http2ProtocolOptions {
@@ -241,7 +241,7 @@ fn terminate_listener(hop: &Hop, name: &str, cluster: &str) -> Listener {
             transport_socket: hop
                 .listen_tls
                 .as_ref()
-                .map(|t| istio::downstream_tls(t, Versions::Hbone, &["h2"])),
+                .map(|t| istio_shape::downstream_tls(t, Versions::Hbone, &["h2"])),
             ..Default::default()
         }],
         ..Default::default()

@@ -9,11 +9,11 @@
 //! with `--config-path`; tests/it/envoy.rs serves traffic through each one with a real Envoy and
 //! passes each to `envoy --mode validate`. One module per part the lab's Envoy plays:
 //! [`sidecar`] (outbound and inbound), [`gateway`], [`hbone`] (ambient's tunnels and the
-//! waypoint); [`istio`] holds what they share, the way Istio sets each piece.
+//! waypoint); [`istio_shape`] holds what they share, the way Istio sets each piece.
 
 pub mod gateway;
 pub mod hbone;
-pub mod istio;
+pub mod istio_shape;
 pub mod sidecar;
 pub mod telemetry;
 
@@ -250,7 +250,7 @@ fn static_cluster(name: &str, endpoint: SocketAddr) -> Cluster {
 pub fn static_cluster_at(name: &str, address: Address) -> Cluster {
     Cluster {
         name: name.into(),
-        connect_timeout: istio::secs(5),
+        connect_timeout: istio_shape::secs(5),
         cluster_discovery_type: Some(cluster::ClusterDiscoveryType::Type(
             cluster::DiscoveryType::Static as i32,
         )),
@@ -343,7 +343,7 @@ mod tests {
         );
         assert_eq!(
             tls.common_tls_context.unwrap().alpn_protocols,
-            istio::MTLS_HTTP11_ALPN
+            istio_shape::MTLS_HTTP11_ALPN
         );
         assert!(
             c.typed_extension_protocol_options.is_empty(),
@@ -356,7 +356,7 @@ mod tests {
         let c = &b.static_resources.as_ref().unwrap().clusters[0];
         assert_eq!(
             upstream_tls(c).common_tls_context.unwrap().alpn_protocols,
-            istio::MTLS_H2_ALPN
+            istio_shape::MTLS_H2_ALPN
         );
         assert!(!c.typed_extension_protocol_options.is_empty());
     }

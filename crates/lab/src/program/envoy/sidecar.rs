@@ -27,7 +27,7 @@ use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{tcp_pr
 use envoy_types::pb::google::protobuf::UInt32Value;
 use envoy_types::util::pack_any;
 
-use super::istio::{self, Direction, Versions};
+use super::istio_shape::{self, Direction, Versions};
 use super::telemetry;
 use super::{socket, static_cluster};
 use crate::program::Hop;
@@ -50,32 +50,32 @@ pub fn hcm_filter(
 /// The client's sidecar (Istio's outbound side).
 pub fn outbound(hop: &Hop) -> Bootstrap {
     let port = hop.listen.port();
-    let cluster_name = istio::outbound_cluster(port);
-    let stat_prefix = format!("outbound_{}", istio::port_name(port));
+    let cluster_name = istio_shape::outbound_cluster(port);
+    let stat_prefix = format!("outbound_{}", istio_shape::port_name(port));
     let ip = hop.listen.ip().to_string();
     let service = VirtualHost {
-        name: format!("{}:{port}", istio::SERVICE),
+        name: format!("{}:{port}", istio_shape::SERVICE),
         domains: vec![
-            istio::SERVICE.to_string(),
-            format!("{}:{port}", istio::SERVICE),
+            istio_shape::SERVICE.to_string(),
+            format!("{}:{port}", istio_shape::SERVICE),
             "backend".into(),
             format!("backend:{port}"),
             ip.clone(),
             format!("{ip}:{port}"),
         ],
-        routes: vec![istio::route(
+        routes: vec![istio_shape::route(
             &cluster_name,
             None,
             "",
             Direction::Outbound,
-            format!("{}:{port}/*", istio::SERVICE),
+            format!("{}:{port}/*", istio_shape::SERVICE),
         )],
         ..Default::default()
     };
     let allow_any = VirtualHost {
         name: "allow_any".into(),
         domains: vec!["*".into()],
-        routes: vec![istio::route(
+        routes: vec![istio_shape::route(
             PASSTHROUGH,
             None,
             "",
@@ -84,7 +84,7 @@ pub fn outbound(hop: &Hop) -> Bootstrap {
         )],
         ..Default::default()
     };
-    let mut hcm = istio::connection_manager(
+    let mut hcm = istio_shape::connection_manager(
         stat_prefix.clone(),
         RouteConfiguration {
             name: port.to_string(),
@@ -94,13 +94,13 @@ pub fn outbound(hop: &Hop) -> Bootstrap {
         },
         Direction::Outbound,
         CodecType::Auto,
-        istio::http_filters(),
+        istio_shape::http_filters(),
     );
     if hop.istio_telemetry {
         telemetry::add(&mut hcm, &hop.name, Direction::Outbound);
     }
     let http_chain = FilterChain {
-        name: format!("{}_http", istio::port_name(port)),
+        name: format!("{}_http", istio_shape::port_name(port)),
         filter_chain_match: Some(FilterChainMatch {
             application_protocols: vec!["http/1.1".into(), "h2c".into()],
             ..Default::default()
@@ -121,27 +121,27 @@ pub fn outbound(hop: &Hop) -> Bootstrap {
         ..Default::default()
     };
     let listener = Listener {
-        name: istio::port_name(port),
+        name: istio_shape::port_name(port),
         address: Some(socket(hop.listen)),
         traffic_direction: TrafficDirection::Outbound as i32,
-        listener_filters: vec![istio::http_inspector()],
+        listener_filters: vec![istio_shape::http_inspector()],
         filter_chains: vec![http_chain],
         default_filter_chain: Some(passthrough_chain),
         ..Default::default()
     };
-    let mut cluster = istio::with_defaults(static_cluster(&cluster_name, hop.upstream), true);
+    let mut cluster = istio_shape::with_defaults(static_cluster(&cluster_name, hop.upstream), true);
     if hop.grpc {
-        cluster.typed_extension_protocol_options = istio::http2_upstream(0, 0, 0);
+        cluster.typed_extension_protocol_options = istio_shape::http2_upstream(0, 0, 0);
     }
     cluster.transport_socket = hop.upstream_tls.as_ref().map(|t| {
         let alpn: &[&str] = if hop.grpc {
-            &istio::MTLS_H2_ALPN
+            &istio_shape::MTLS_H2_ALPN
         } else {
-            &istio::MTLS_HTTP11_ALPN
+            &istio_shape::MTLS_HTTP11_ALPN
         };
-        istio::upstream_tls(t, Versions::Sidecar, alpn, istio::outbound_sni(port))
+        istio_shape::upstream_tls(t, Versions::Sidecar, alpn, istio_shape::outbound_sni(port))
     });
-    let passthrough = istio::with_defaults(static_cluster(PASSTHROUGH, hop.upstream), false);
+    let passthrough = istio_shape::with_defaults(static_cluster(PASSTHROUGH, hop.upstream), false);
     let b = Bootstrap {
         static_resources: Some(StaticResources {
             listeners: vec![listener],
@@ -150,26 +150,26 @@ pub fn outbound(hop: &Hop) -> Bootstrap {
         }),
         ..Default::default()
     };
-    istio::finish(b, &hop.name, hop.admin, &[stat_prefix, PASSTHROUGH.into()])
+    istio_shape::finish(b, &hop.name, hop.admin, &[stat_prefix, PASSTHROUGH.into()])
 }
 
 /// The server's sidecar (Istio's inbound side, PERMISSIVE), or a waypoint between plain TLS
 /// tunnels.
 pub fn inbound(hop: &Hop) -> Bootstrap {
     let port = hop.listen.port();
-    let cluster_name = istio::inbound_cluster(port);
-    let stat_prefix = format!("inbound_{}", istio::port_name(port));
+    let cluster_name = istio_shape::inbound_cluster(port);
+    let stat_prefix = format!("inbound_{}", istio_shape::port_name(port));
     let routes = RouteConfiguration {
         name: format!("inbound|{port}||"),
         virtual_hosts: vec![VirtualHost {
             name: format!("inbound|http|{port}"),
             domains: vec!["*".into()],
-            routes: vec![istio::route(
+            routes: vec![istio_shape::route(
                 &cluster_name,
                 None,
                 "",
                 Direction::Inbound,
-                format!("{}:{port}/*", istio::SERVICE),
+                format!("{}:{port}/*", istio_shape::SERVICE),
             )],
             ..Default::default()
         }],
@@ -177,12 +177,12 @@ pub fn inbound(hop: &Hop) -> Bootstrap {
         ..Default::default()
     };
     let hcm = || {
-        let mut hcm = istio::connection_manager(
+        let mut hcm = istio_shape::connection_manager(
             stat_prefix.clone(),
             routes.clone(),
             Direction::Inbound,
             CodecType::Auto,
-            istio::http_filters(),
+            istio_shape::http_filters(),
         );
         if hop.istio_telemetry {
             telemetry::add(&mut hcm, &hop.name, Direction::Inbound);
@@ -195,19 +195,19 @@ pub fn inbound(hop: &Hop) -> Bootstrap {
         })
     };
     let mut chains = Vec::new();
-    let mut listener_filters = vec![istio::tls_inspector()];
+    let mut listener_filters = vec![istio_shape::tls_inspector()];
     if let Some(tls) = &hop.listen_tls {
         // The sidecar sees Istio's mutual-TLS ALPNs from the client's sidecar; a waypoint
         // between other programs' tunnels sees none.
         let alpns = match hop.duty {
-            Duty::ServerSidecar => istio::MTLS_HTTP_ALPNS
+            Duty::ServerSidecar => istio_shape::MTLS_HTTP_ALPNS
                 .iter()
                 .map(|a| a.to_string())
                 .collect(),
             _ => Vec::new(),
         };
         chains.push(FilterChain {
-            name: format!("{}_mtls_http", istio::port_name(port)),
+            name: format!("{}_mtls_http", istio_shape::port_name(port)),
             filter_chain_match: Some(FilterChainMatch {
                 destination_port: on_port(),
                 transport_protocol: "tls".into(),
@@ -215,7 +215,7 @@ pub fn inbound(hop: &Hop) -> Bootstrap {
                 ..Default::default()
             }),
             filters: vec![hcm()],
-            transport_socket: Some(istio::downstream_tls(
+            transport_socket: Some(istio_shape::downstream_tls(
                 tls,
                 Versions::Sidecar,
                 &["h2", "http/1.1"],
@@ -225,9 +225,9 @@ pub fn inbound(hop: &Hop) -> Bootstrap {
     }
     if hop.listen_tls.is_none() || hop.duty == Duty::ServerSidecar {
         // PERMISSIVE: plaintext HTTP too, told apart by http_inspector.
-        listener_filters.push(istio::http_inspector());
+        listener_filters.push(istio_shape::http_inspector());
         chains.push(FilterChain {
-            name: format!("{}_plaintext_http", istio::port_name(port)),
+            name: format!("{}_plaintext_http", istio_shape::port_name(port)),
             filter_chain_match: Some(FilterChainMatch {
                 destination_port: on_port(),
                 transport_protocol: "raw_buffer".into(),
@@ -247,14 +247,15 @@ pub fn inbound(hop: &Hop) -> Bootstrap {
         filter_chains: chains,
         ..Default::default()
     };
-    let mut cluster = istio::with_defaults(static_cluster(&cluster_name, hop.upstream), false);
-    cluster.upstream_bind_config = istio::inbound_bind(hop.upstream);
+    let mut cluster =
+        istio_shape::with_defaults(static_cluster(&cluster_name, hop.upstream), false);
+    cluster.upstream_bind_config = istio_shape::inbound_bind(hop.upstream);
     if hop.grpc {
-        cluster.typed_extension_protocol_options = istio::http2_upstream(0, 0, 0);
+        cluster.typed_extension_protocol_options = istio_shape::http2_upstream(0, 0, 0);
     }
     cluster.transport_socket = hop.upstream_tls.as_ref().map(|t| {
         let alpn: &[&str] = if hop.grpc { &["h2"] } else { &[] };
-        istio::upstream_tls(t, Versions::Sidecar, alpn, t.server_name.clone())
+        istio_shape::upstream_tls(t, Versions::Sidecar, alpn, t.server_name.clone())
     });
     let b = Bootstrap {
         static_resources: Some(StaticResources {
@@ -264,5 +265,5 @@ pub fn inbound(hop: &Hop) -> Bootstrap {
         }),
         ..Default::default()
     };
-    istio::finish(b, &hop.name, hop.admin, &[stat_prefix])
+    istio_shape::finish(b, &hop.name, hop.admin, &[stat_prefix])
 }

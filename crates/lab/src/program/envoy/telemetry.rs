@@ -24,7 +24,7 @@ use envoy_types::pb::envoy::extensions::filters::network::http_connection_manage
 use envoy_types::pb::google::protobuf::UInt64Value;
 use envoy_types::util::pack_any;
 
-use super::istio::{Direction, SERVICE};
+use super::istio_shape::{Direction, SERVICE};
 use crate::pki;
 
 /// What a sidecar says about itself in the exchange: Istio's node metadata fields, with
