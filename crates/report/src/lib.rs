@@ -399,7 +399,9 @@ fn write_pacing(o: &mut String, r: &RunResult) {
     }
 }
 
-/// The self-check's findings (INVALID or NOTE) and the generator's warnings, one line each.
+/// The self-check's findings (INVALID or NOTE) and the generator's warnings, one paragraph
+/// each: its first line starts with the tag, the rest are indented under it, none wider than
+/// [`answers::WIDTH`].
 fn write_findings(o: &mut String, r: &RunResult) {
     let g = &r.generator;
     for f in &g.check.findings {
@@ -408,10 +410,10 @@ fn write_findings(o: &mut String, r: &RunResult) {
         } else {
             "NOTE"
         };
-        let _ = writeln!(o, "  {tag}: {}", f.message);
+        o.push_str(&answers::wrap(&f.message, &format!("  {tag}: "), "    "));
     }
     for w in &g.warnings {
-        let _ = writeln!(o, "  WARNING: {w}");
+        o.push_str(&answers::wrap(w, "  WARNING: ", "    "));
     }
 }
 
