@@ -997,7 +997,7 @@ h1{font-size:1.6em;margin-bottom:.2em}h2{border-bottom:1px solid #ccc;padding-bo
 table{border-collapse:collapse;font-size:.85em}
 th,td{border:1px solid #ddd;padding:3px 6px;text-align:right;white-space:nowrap;vertical-align:top}
 th{background:#f3f3f3;white-space:normal;font-weight:600}td small{color:#666;font-size:.85em}
-tr.load th{text-align:left;background:#fafafa;font-weight:normal;font-style:italic}
+td.w{text-align:left}tr.load th{text-align:left;background:#fafafa;font-weight:normal;font-style:italic}
 caption{text-align:left;font-weight:bold;padding:.3em 0}td:first-child,th:first-child{text-align:left;white-space:normal}
 figure{margin:1.5em 0;page-break-inside:avoid}figcaption{color:#444;max-width:760px}
 svg{max-width:100%;height:auto}@media print{body{max-width:none}h2{page-break-before:auto}}";
@@ -1124,7 +1124,14 @@ pub fn write(r: &Report, dir: &Path) -> Result<Written, ReportError> {
                         }
                         html.push_str("<tr>");
                         for cell in row {
-                            let _ = write!(html, "<td>{}</td>", cell_html(cell));
+                            // Words (a role, a finding) read from the left, figures from the right.
+                            let words = cell.chars().next().is_some_and(char::is_alphabetic);
+                            let _ = write!(
+                                html,
+                                "<td{}>{}</td>",
+                                if words { " class=\"w\"" } else { "" },
+                                cell_html(cell)
+                            );
                         }
                         html.push_str("</tr>\n");
                     }
