@@ -935,11 +935,20 @@ pub fn outline(r: &Report) -> String {
                     let _ = writeln!(o, "text: {words}");
                 }
                 Block::Table { caption, table: t } => {
+                    let headings = t[1..]
+                        .iter()
+                        .filter(|r| crate::answers::is_heading(r))
+                        .count();
                     let _ = writeln!(
                         o,
-                        "table: {caption}: {} ({} rows)",
+                        "table: {caption}: {} ({} rows{})",
                         t[0].join(" | ").replace('\n', " "),
-                        t.len() - 1
+                        t.len() - 1 - headings,
+                        if headings > 0 {
+                            format!(" under {headings} loads")
+                        } else {
+                            String::new()
+                        }
                     );
                 }
                 Block::Chart(c) => {

@@ -319,19 +319,27 @@ pub fn table(rows: &[TableRow]) -> String {
     }
     let disagree = rows.iter().filter(|r| r.disagrees).count();
     if disagree > 0 {
-        out.push_str(&format!(
-            "{}: {disagree} of {} steps have an Envoy whose own request count lies outside what the measured window and its edges can hold (warm-up, requests in flight, unfinished, retries); something went around the proxy or was counted twice (docs/answers.md, Envoy as a second witness)\n",
-            meshbench_report::proxies::FLAG,
-            rows.len()
+        out.push_str(&meshbench_report::answers::wrap(
+            &format!(
+                "{}: {disagree} of {} steps have an Envoy whose own request count lies outside what the measured window and its edges can hold (warm-up, requests in flight, unfinished, retries); something went around the proxy or was counted twice (docs/answers.md, Envoy as a second witness)",
+                meshbench_report::proxies::FLAG,
+                rows.len()
+            ),
+            "",
+            "  ",
         ));
     }
     if !causes.is_empty() {
         let counted: Vec<String> = causes.iter().map(|(c, n)| format!("{c}: {n}")).collect();
-        out.push_str(&format!(
-            "INVALID by the generator's own check: {} of {} steps ({}); their figures may be the generator's, not the target's; the JSON export says why, step by step (docs/result.md, the self-check)\n",
-            causes.values().sum::<usize>(),
-            rows.len(),
-            counted.join(", ")
+        out.push_str(&meshbench_report::answers::wrap(
+            &format!(
+                "INVALID by the generator's own check: {} of {} steps ({}); their figures may be the generator's, not the target's; the JSON export says why, step by step (docs/result.md, the self-check)",
+                causes.values().sum::<usize>(),
+                rows.len(),
+                counted.join(", ")
+            ),
+            "",
+            "  ",
         ));
     }
     out
