@@ -385,9 +385,8 @@ fn write_pacing(o: &mut String, r: &RunResult) {
         }
         if let Some(p) = &g.pacing {
             let early = if r.settings.send_early { ", early" } else { "" };
-            let _ = writeln!(
-                o,
-                "             slack {} µs ({}{early}): {:.1} sends per wake-up (max {}), at most {} in 1 ms per thread; a wake-up costs {:.1} µs of CPU",
+            let slack = format!(
+                "slack {} µs ({}{early}): {:.1} sends per wake-up (max {}), at most {} in 1 ms per thread; a wake-up costs {:.1} µs of CPU",
                 p.slack_us,
                 if p.slack_auto { "auto" } else { "given" },
                 p.sends_per_wake.mean,
@@ -395,6 +394,7 @@ fn write_pacing(o: &mut String, r: &RunResult) {
                 p.largest_thread_burst_per_ms,
                 p.wake_cost_us
             );
+            o.push_str(&answers::wrap(&slack, "             ", "               "));
         }
     }
 }
