@@ -4,7 +4,8 @@
 //! succeeded measured nothing, and one in which most failed measured failures; both name the
 //! failure that dominated and what to do about it, and the late or queued sends such a run also
 //! shows are put down to the failures (connections that fail are reopened after a back-off, so
-//! requests wait), not to the generator. Then the generator.
+//! requests wait), not to the generator. A run that measured nothing gets no finding about the
+//! generator at all: there is no figure its CPU could have spoiled. Then the generator.
 //!
 //! A symptom has more than one cause, and each cause wants different advice. Sends that went
 //! out late may come from a thread that had no CPU left (add threads), from other processes
@@ -241,7 +242,14 @@ pub fn judge(f: &Figures) -> SelfCheck {
             && (q.throttled_share() >= THROTTLED_SHARE
                 || q.throttled_secs >= THROTTLED_SHARE * f.window_secs)
     });
-    let contended = throttled.is_none()
+    // A run in which no request succeeded has no figures for the generator to have spoiled:
+    // it says that it measured nothing and why, and only that. (A run of a millisecond against a
+    // refused port spends its window starting threads, whose wait for a CPU is no contention.)
+    let measured = succeeded > 0;
+    let throttled = throttled.filter(|_| measured);
+    let cpu_bound = measured && cpu_bound;
+    let contended = measured
+        && throttled.is_none()
         && (f.most_waiting_thread >= CPU_CONTENDED
             || (late && !cpu_bound && f.most_waiting_thread >= CPU_CONTENDED_WHEN_LATE));
     let mut findings = Vec::new();
@@ -541,6 +549,35 @@ mod tests {
 
     fn causes(f: &Figures) -> Vec<Cause> {
         judge(f).findings.iter().map(|f| f.cause).collect()
+    }
+
+    #[test]
+    fn a_run_that_measured_nothing_says_that_and_only_that() {
+        // Issue 33: a 1 ms run against a refused port, its one thread waiting 30.9 % of that
+        // millisecond for a CPU (starting up), busy and throttled too: none of it spoiled a
+        // figure, because there is none.
+        let quota = CpuQuotaUse {
+            cores: 1.0,
+            periods: 10,
+            throttled_periods: 5,
+            throttled_secs: 0.5,
+        };
+        let refused = Figures {
+            requests: 3,
+            most_waiting_thread: 0.309,
+            busiest_thread_busy: 0.95,
+            cpu_quota: Some(quota),
+            window_secs: 0.001,
+            ..failing(3, FailureKind::Transport(ErrorKind::Connect), None)
+        };
+        assert_eq!(causes(&refused), [Cause::NothingMeasured]);
+        let silent = Figures {
+            requests: 0,
+            failed: 0,
+            top_failure: None,
+            ..refused
+        };
+        assert_eq!(causes(&silent), [Cause::NothingMeasured]);
     }
 
     #[test]

@@ -5,6 +5,20 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+/// How to read the headline's added-latency table, for `--help` of the commands that print it:
+/// the run prints one legend line, and the rest is here and in docs/answers.md.
+pub const READING_THE_HEADLINE: &str = "Reading the headline: each cell of \"Latency added over the baseline\" is the \
+variant's shift over the baseline at that percentile, in ms, with a one-word verdict, and its 95 % interval on the \
+line under it.
+  slower / faster  the whole interval lies above (below) 0 and, when the test was over one-second intervals \
+(\"+ margin\" in the last column), beyond the margin identical runs differ by: by default 5 % of the baseline at \
+p50, 25 % at p90, 50 % at p99 and p99.9, at least 0.050 ms (see `compare --margin`)
+  noise            the interval holds 0: no difference shown
+  margin           clear of 0 but not of the margin: no more than identical runs differ by
+  short            too few samples to test (4 a side: one-second intervals, or repeats); run longer or repeat
+With 4 repeats a side or more the test is over the runs (\"runs\" in the last column) and needs no margin. \
+Method: docs/answers.md.";
+
 #[derive(Debug, Parser)]
 #[command(
     name = "meshbench",
@@ -27,12 +41,14 @@ pub enum Command {
     /// sidecar configured as Istio's (installed first where missing; nginx only where that
     /// fails, said in one line), and
     /// behind two with mutual TLS, at 500, 1000 and 2000 qps; what the sidecars add.
+    #[command(after_long_help = READING_THE_HEADLINE)]
     Demo(DemoArgs),
     /// Generate configurations for systems under test.
     #[command(subcommand)]
     Gen(GenCommand),
     /// Run an experiment file: start each topology's real processes under their limits, drive
     /// the load matrix, sample their CPU, memory and bytes, store every step.
+    #[command(after_long_help = READING_THE_HEADLINE)]
     Experiment(ExperimentArgs),
     /// Read the results store: list experiments, show one, export it.
     #[command(subcommand)]
@@ -260,6 +276,7 @@ pub enum ResultsCommand {
     /// Every stored experiment, newest first.
     List(StoreArg),
     /// One experiment's steps: load, latency, and each role's CPU and memory.
+    #[command(after_long_help = READING_THE_HEADLINE)]
     Show(ShowArgs),
     /// One experiment as CSV (Istio perf/benchmark columns), JSON, fortio JSON per step, or
     /// Service Mesh Performance (SMP) documents.

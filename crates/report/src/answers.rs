@@ -1,6 +1,12 @@
 //! The answers in the terminal: the headline tables of an experiment (added latency with its
 //! interval, what each proxy costs, the fitted lines, knees, saturation, RPS per core), the
 //! comparison of two measurements, and a sizing. The HTML report shows the same tables.
+//!
+//! The terminal's are read at a glance on a 120-column terminal ([`WIDTH`]): a difference is its
+//! value and a one-word verdict, its 95 % interval on the line under it, and one legend line
+//! says what the words mean; what they rest on (the test, the margin) is in docs/answers.md and
+//! `--help`, not repeated by every run. A cell may hold more than one line (`\n`): the terminal
+//! lays each line out under the one before, the HTML breaks the line.
 
 use std::fmt::Write as _;
 
@@ -10,40 +16,126 @@ use meshbench_analysis::runs::{percentile_name, PERCENTILES};
 use meshbench_analysis::sizing::Sizing;
 use meshbench_analysis::trend::{Trend, MIN_LOADS};
 use meshbench_analysis::verdict::{needed, Margin, Unit, Verdict};
+use meshbench_results::LoadPoint;
 
 use crate::thousands;
 
 /// A table as rows of cells, the first row the header; shared by the terminal and the HTML.
 pub type Table = Vec<Vec<String>>;
 
-/// Lays a table out in aligned columns (left for the first two, right for the rest).
-pub fn text_table(t: &Table) -> String {
+/// The columns a terminal line of ours may take: every line of the headline, a comparison
+/// and a run's summary fits in it.
+pub const WIDTH: usize = 120;
+
+/// A row of one cell in a table of more columns: a heading over the rows under it (the load
+/// they share), not a row of figures.
+pub fn is_heading(row: &[String]) -> bool {
+    row.len() == 1
+}
+
+/// `rows` (each with its load) under a heading row per load when there is more than one load,
+/// in the order the loads first come; with one load, the rows alone (the caller says it once).
+fn under_loads(rows: Vec<(&LoadPoint, Vec<String>)>) -> Vec<Vec<String>> {
+    let mut loads: Vec<&LoadPoint> = Vec::new();
+    for (l, _) in &rows {
+        if !loads.contains(l) {
+            loads.push(l);
+        }
+    }
+    if loads.len() < 2 {
+        return rows.into_iter().map(|(_, r)| r).collect();
+    }
+    let mut out = Vec::new();
+    for load in loads {
+        out.push(vec![format!("at {load}")]);
+        out.extend(
+            rows.iter()
+                .filter(|(l, _)| *l == load)
+                .map(|(_, r)| r.clone()),
+        );
+    }
+    out
+}
+
+/// The title of a table whose rows `loads` has: `what at 1000 qps x 16 conns` when they share
+/// one load, else `what` (the loads head their rows).
+pub fn titled<'a>(what: &str, loads: impl Iterator<Item = &'a LoadPoint>) -> String {
+    match one_load(loads) {
+        Some(load) => format!("{what} at {load}"),
+        None => what.to_string(),
+    }
+}
+
+/// Lays a table out in aligned columns (the first `left` to the left, the figures after them
+/// to the right), two spaces apart; a cell of several lines (`\n`) takes as many lines, each under the one before.
+pub fn text_table(t: &Table, left: usize) -> String {
     let cols = t.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..cols)
         .map(|c| {
             t.iter()
-                .map(|r| r.get(c).map_or(0, |s| s.chars().count()))
+                .filter(|r| !is_heading(r))
+                .filter_map(|r| r.get(c))
+                .flat_map(|cell| cell.lines())
+                .map(|l| l.chars().count())
                 .max()
                 .unwrap_or(0)
         })
         .collect();
     let mut out = String::new();
     for row in t {
-        let mut line = String::from(" ");
-        for (c, cell) in row.iter().enumerate() {
-            let pad = widths[c].saturating_sub(cell.chars().count());
-            line.push(' ');
-            if c < 2 {
-                line.push_str(cell);
-                line.push_str(&" ".repeat(pad));
-            } else {
-                line.push_str(&" ".repeat(pad));
-                line.push_str(cell);
-            }
+        if is_heading(row) {
+            let _ = writeln!(out, "  {}", row[0]);
+            continue;
         }
-        out.push_str(line.trim_end());
-        out.push('\n');
+        let height = row
+            .iter()
+            .map(|c| c.lines().count())
+            .max()
+            .unwrap_or(0)
+            .max(1);
+        for at in 0..height {
+            let mut line = String::from(" ");
+            for (c, cell) in row.iter().enumerate() {
+                let text = cell.lines().nth(at).unwrap_or("");
+                let pad = widths[c].saturating_sub(text.chars().count());
+                line.push_str(if c == 0 { " " } else { "  " });
+                if c < left {
+                    line.push_str(text);
+                    line.push_str(&" ".repeat(pad));
+                } else {
+                    line.push_str(&" ".repeat(pad));
+                    line.push_str(text);
+                }
+            }
+            out.push_str(line.trim_end());
+            out.push('\n');
+        }
     }
+    out
+}
+
+/// `text` in lines of at most [`WIDTH`] columns, broken between words: the first line after
+/// `first`, the others after `rest` (a hanging indent).
+pub fn wrap(text: &str, first: &str, rest: &str) -> String {
+    let mut out = String::new();
+    let mut line = first.to_string();
+    let mut empty = true;
+    for word in text.split(' ').filter(|w| !w.is_empty()) {
+        let fits = line.chars().count() + 1 + word.chars().count() <= WIDTH;
+        if !empty && !fits {
+            out.push_str(&line);
+            out.push('\n');
+            line = rest.to_string();
+            empty = true;
+        }
+        if !empty {
+            line.push(' ');
+        }
+        line.push_str(word);
+        empty = false;
+    }
+    out.push_str(&line);
+    out.push('\n');
     out
 }
 
@@ -67,20 +159,66 @@ pub fn per_day(rps: f64) -> String {
     }
 }
 
-/// A difference in a table cell, always with what the test made of it: the shift with its
-/// 95 % interval and `slower`, `faster` or `within noise`, or the merged difference and `too
-/// short` when there were too few samples to test. Never a bare number that noise could have
-/// made.
+/// Milliseconds with as many decimals as a difference needs to be read: three under 10 ms, two
+/// under 100, one above; `digits_for` picks them for a set of figures shown together.
+fn digits_for(values: &[f64]) -> usize {
+    let most = values
+        .iter()
+        .filter(|v| v.is_finite())
+        .fold(0.0f64, |m, v| m.max(v.abs()));
+    if most < 10.0 {
+        3
+    } else if most < 100.0 {
+        2
+    } else {
+        1
+    }
+}
+
+/// A verdict in a table cell, one word: `slower`, `faster`, `noise` (within noise), `margin`
+/// (within the margin identical runs differ by), `short` (too short to tell); the words of
+/// `compare` and of the JSON's `verdict` (`within_noise`, `within_margin`, `too_short`) cut to
+/// the one that tells them apart.
+pub fn verdict_word(v: Verdict) -> &'static str {
+    match v {
+        Verdict::Slower => "slower",
+        Verdict::Faster => "faster",
+        Verdict::WithinNoise => "noise",
+        Verdict::WithinMargin => "margin",
+        Verdict::TooShort { .. } => "short",
+    }
+}
+
+/// What the one-word verdicts mean, in one line (under every table of differences; `margin`
+/// when a difference had to clear one); the long explanation is docs/answers.md's.
+pub fn verdict_legend(margin: bool) -> &'static str {
+    if margin {
+        "slower/faster: the interval clears 0 (and the margin) · noise: it holds 0 · margin: it clears 0 only · short: too few"
+    } else {
+        "slower/faster: the interval lies clear of 0 · noise: it holds 0 · short: too few samples to test"
+    }
+}
+
+/// A difference in a table cell, always with what the test made of it: the shift and its
+/// one-word verdict ([`verdict_word`]), and its 95 % interval on the line under it; or the
+/// merged difference and `short` when there were too few samples to test. Never a bare number
+/// that noise could have made.
 pub fn delta_cell(d: &Delta) -> String {
+    let word = verdict_word(d.verdict());
     match d.test.shift {
-        Some(s) => format!(
-            "{:+.3} [{:+.3}, {:+.3}] {}",
-            d.point_ms(),
-            s.ci.0,
-            s.ci.1,
-            d.verdict().short()
-        ),
-        None => format!("{:+.3} {}", d.point_ms(), d.verdict().short()),
+        Some(s) => {
+            let n = digits_for(&[d.point_ms(), s.ci.0, s.ci.1]);
+            format!(
+                "{:+.n$} {word}\n[{:+.n$}, {:+.n$}]",
+                d.point_ms(),
+                s.ci.0,
+                s.ci.1
+            )
+        }
+        None => {
+            let n = digits_for(&[d.point_ms()]);
+            format!("{:+.n$} {word}", d.point_ms())
+        }
     }
 }
 
@@ -147,7 +285,7 @@ pub fn rule_line(p: &Pair) -> Option<String> {
             d.test.basis
         ),
         (Unit::Seconds, Some(_)) => format!(
-            "tested over {}, which cannot show how much one run differs from the next: a difference must clear the margin identical runs differ by, {margin}{}; {} repeats a side are tested over the runs instead",
+            "tested over {}: a difference must clear the margin identical runs differ by, {margin}{}; {} repeats a side are tested over the runs instead (docs/answers.md)",
             d.test.basis,
             if repeated {
                 ", or the widest difference between repeats of one side when wider"
@@ -164,24 +302,27 @@ pub fn rule_line(p: &Pair) -> Option<String> {
 }
 
 /// Latency added over the baseline: one row per variant and load, each difference with its
-/// interval and verdict ([`delta_cell`]).
+/// verdict and interval ([`delta_cell`]), and what it was tested over ([`tested_over`]).
 pub fn added_table(h: &Headline) -> Table {
-    let mut t = vec![{
-        let mut head = vec!["variant".to_string(), "load".to_string()];
-        head.extend(
-            PERCENTILES
-                .iter()
-                .map(|q| format!("{} ms [95 % CI]", percentile_name(*q))),
-        );
-        head.push("tested over".into());
-        head
-    }];
-    for a in &h.added {
-        let mut row = vec![a.variant.clone(), a.load.to_string()];
-        row.extend(a.deltas.iter().map(delta_cell));
-        row.push(a.deltas.first().map(tested_over).unwrap_or_default());
-        t.push(row);
-    }
+    let mut head = vec!["variant".to_string()];
+    head.extend(
+        PERCENTILES
+            .iter()
+            .map(|q| format!("{} ms", percentile_name(*q))),
+    );
+    head.push("tested over".into());
+    let rows = h
+        .added
+        .iter()
+        .map(|a| {
+            let mut row = vec![a.variant.clone()];
+            row.extend(a.deltas.iter().map(delta_cell));
+            row.push(a.deltas.first().map(tested_over).unwrap_or_default());
+            (&a.load, row)
+        })
+        .collect();
+    let mut t = vec![head];
+    t.extend(under_loads(rows));
     t
 }
 
@@ -190,79 +331,111 @@ pub fn margin_note(margin: &Margin) -> String {
     format!("+ margin: the seconds of one run cannot show how much one run differs from the next, so a difference over them must also clear the margin identical runs differ by, {margin}, or the widest difference between repeats of one side when wider (docs/answers.md)")
 }
 
-/// What a difference was tested over, and whether it had to clear a margin:
-/// `8 one-second intervals a side + margin`.
-fn tested_over(d: &Delta) -> String {
+/// What a difference was tested over, a side, and whether it had to clear a margin: `8 s +
+/// margin` (eight one-second percentiles a side), `5 runs` (five repeats a side), `8 s / 6 s`.
+pub fn tested_over(d: &Delta) -> String {
+    let b = d.test.basis;
+    let unit = match b.unit {
+        Unit::Seconds => "s",
+        Unit::Repeats => "runs",
+    };
+    let sides = if b.a == b.b {
+        format!("{} {unit}", b.a)
+    } else {
+        format!("{} {unit} / {} {unit}", b.a, b.b)
+    };
     match d.test.margin {
-        Some(_) => format!("{} + margin", d.test.basis),
-        None => d.test.basis.to_string(),
+        Some(_) => format!("{sides} + margin"),
+        None => sides,
     }
 }
 
-/// What each proxy costs at each load.
+/// The load every row of `loads` shares, when they share one: said once above a table
+/// instead of in a column of its own.
+fn one_load<'a>(mut loads: impl Iterator<Item = &'a LoadPoint>) -> Option<&'a LoadPoint> {
+    let first = loads.next()?;
+    loads.all(|l| l == first).then_some(first)
+}
+
+/// What each proxy costs at each load (the loads head their rows, [`under_loads`]). Headers of
+/// two lines (`\n`) keep the columns as narrow as their figures.
 pub fn cost_table(h: &Headline) -> Table {
-    let mut t = vec![[
-        "variant",
-        "role (program)",
-        "load",
-        "req/s",
-        "req/day",
-        "millicores",
-        "vCPU/1k RPS",
-        "RPS/core at limit",
-        "MiB",
-        "MiB/s per 1k RPS",
-        "CPU of limit",
-    ]
-    .map(String::from)
-    .to_vec()];
-    for c in &h.costs {
-        t.push(vec![
-            c.variant.clone(),
-            format!("{} ({})", c.usage.role, c.usage.program),
-            c.load.to_string(),
-            num(c.throughput_rps, 1),
-            per_day(c.throughput_rps),
-            num(c.usage.cpu_millicores, 0),
-            num(c.vcpu_per_1k_rps(), 3),
-            match c.per_core() {
-                Some(PerCoreFigure::AtLimit(v)) => num(v, 0),
-                Some(PerCoreFigure::AtLeast(v)) => format!("≥ {v:.0}"),
-                None => "-".into(),
-            },
-            num(c.usage.memory_mib, 1),
-            num(c.mib_per_1k_requests(), 3),
-            c.cpu_utilization()
-                .map(|u| format!("{:.0} %", u * 100.0))
-                .unwrap_or_else(|| "-".into()),
-        ]);
+    cost_rows(h, true)
+}
+
+/// [`cost_table`], with or without requests per day (the terminal leaves it to the HTML).
+fn cost_rows(h: &Headline, per_day_column: bool) -> Table {
+    let mut head: Vec<String> = vec!["variant".into(), "role (program)".into(), "req/s".into()];
+    if per_day_column {
+        head.push("req/day".into());
     }
+    head.extend(
+        [
+            "CPU\nmillicores",
+            "vCPU/1k RPS",
+            "RPS/core\nat limit",
+            "memory\nMiB",
+            "MiB/s per\n1k RPS",
+            "CPU of\nlimit",
+        ]
+        .map(String::from),
+    );
+    let rows = h
+        .costs
+        .iter()
+        .map(|c| {
+            let mut row = vec![
+                c.variant.clone(),
+                format!("{} ({})", c.usage.role, c.usage.program),
+                num(c.throughput_rps, 1),
+            ];
+            if per_day_column {
+                row.push(per_day(c.throughput_rps));
+            }
+            row.extend([
+                num(c.usage.cpu_millicores, 0),
+                num(c.vcpu_per_1k_rps(), 3),
+                match c.per_core() {
+                    Some(PerCoreFigure::AtLimit(v)) => num(v, 0),
+                    Some(PerCoreFigure::AtLeast(v)) => format!("≥ {v:.0}"),
+                    None => "-".into(),
+                },
+                num(c.usage.memory_mib, 1),
+                num(c.mib_per_1k_requests(), 3),
+                c.cpu_utilization()
+                    .map(|u| format!("{:.0} %", u * 100.0))
+                    .unwrap_or_else(|| "-".into()),
+            ]);
+            (&c.load, row)
+        })
+        .collect();
+    let mut t = vec![head];
+    t.extend(under_loads(rows));
     t
 }
 
 /// Latency and throughput of every measurement (baseline included).
 pub fn latency_table(h: &Headline) -> Table {
-    let mut t = vec![{
-        let mut head = vec!["variant".to_string(), "load".to_string(), "req/s".into()];
-        head.extend(
-            PERCENTILES
-                .iter()
-                .map(|q| format!("{} ms", percentile_name(*q))),
-        );
-        head.extend(["errors".to_string(), "runs".into()]);
-        head
-    }];
-    for g in &h.groups {
-        let mut row = vec![
-            g.variant.clone(),
-            g.load.to_string(),
-            num(g.throughput(), 1),
-        ];
-        row.extend(PERCENTILES.iter().map(|q| num(g.latency_ms(*q), 3)));
-        row.push(format!("{:.3} %", g.error_ratio() * 100.0));
-        row.push(g.runs.len().to_string());
-        t.push(row);
-    }
+    let mut head = vec!["variant".to_string(), "req/s".into()];
+    head.extend(
+        PERCENTILES
+            .iter()
+            .map(|q| format!("{} ms", percentile_name(*q))),
+    );
+    head.extend(["errors".to_string(), "runs".into()]);
+    let rows = h
+        .groups
+        .iter()
+        .map(|g| {
+            let mut row = vec![g.variant.clone(), num(g.throughput(), 1)];
+            row.extend(PERCENTILES.iter().map(|q| num(g.latency_ms(*q), 3)));
+            row.push(format!("{:.3} %", g.error_ratio() * 100.0));
+            row.push(g.runs.len().to_string());
+            (&g.load, row)
+        })
+        .collect();
+    let mut t = vec![head];
+    t.extend(under_loads(rows));
     t
 }
 
@@ -389,31 +562,38 @@ pub fn per_core_words(p: &meshbench_analysis::headline::PerCore) -> String {
     )
 }
 
-/// The whole headline for the terminal.
+/// The whole headline for the terminal, every line at most [`WIDTH`] columns for the names
+/// experiments use: the added latency (value, verdict, interval under it) with its one legend
+/// line, every measurement's latency and throughput, what each proxy costs, then the findings.
 pub fn headline_text(h: &Headline) -> String {
     let mut o = String::new();
     if !h.added.is_empty() {
+        let title = titled(
+            "Latency added over the baseline",
+            h.added.iter().map(|a| &a.load),
+        );
         let _ = writeln!(
             o,
-            "Latency added over the baseline (variant - baseline, A being the baseline: the shift, its 95 % interval and whether it is more than noise and, over one-second intervals, more than the margin identical runs differ by):"
+            "{title}, in ms, its 95 % interval under it (docs/answers.md):"
         );
-        o.push_str(&text_table(&added_table(h)));
-        if h.added
+        o.push_str(&text_table(&added_table(h), 1));
+        let margin = h
+            .added
             .iter()
             .flat_map(|a| &a.deltas)
-            .any(|d| d.test.margin.is_some())
-        {
-            let _ = writeln!(o, "{}", margin_note(&Margin::DEFAULT));
-        }
+            .any(|d| d.test.margin.is_some());
+        let _ = writeln!(o, "  {}", verdict_legend(margin));
     }
-    let _ = writeln!(o, "Latency and throughput:");
-    o.push_str(&text_table(&latency_table(h)));
+    let title = titled("Latency and throughput", h.groups.iter().map(|g| &g.load));
+    let _ = writeln!(o, "{title}:");
+    o.push_str(&text_table(&latency_table(h), 1));
     if !h.costs.is_empty() {
-        let _ = writeln!(o, "What each proxy costs (medians over repeats):");
-        o.push_str(&text_table(&cost_table(h)));
+        let title = titled("What each proxy costs", h.costs.iter().map(|c| &c.load));
+        let _ = writeln!(o, "{title} (medians over repeats):");
+        o.push_str(&text_table(&cost_rows(h, false), 2));
     }
     for f in findings(h) {
-        let _ = writeln!(o, "  {f}");
+        o.push_str(&wrap(&f, "  ", "    "));
     }
     o
 }
@@ -425,7 +605,7 @@ pub fn compare_text(a: &str, b: &str, pairs: &[Pair]) -> String {
     for p in pairs {
         let _ = writeln!(
             o,
-            "\n{} @ {} ({} run{}, {:.1} req/s)  vs  {} @ {} ({} run{}, {:.1} req/s)",
+            "\n{} @ {} ({} run{}, {:.1} req/s)\n  vs {} @ {} ({} run{}, {:.1} req/s)",
             p.a.variant,
             p.a.load,
             p.a.runs.len(),
@@ -469,12 +649,12 @@ pub fn compare_text(a: &str, b: &str, pairs: &[Pair]) -> String {
                     .unwrap_or_else(|| "-".into()),
             ]);
         }
-        o.push_str(&text_table(&t));
+        o.push_str(&text_table(&t, 1));
         if let Some(rule) = rule_line(p) {
-            let _ = writeln!(o, "  {rule}");
+            o.push_str(&wrap(&rule, "  ", "    "));
         }
         for l in &p.lines {
-            let _ = writeln!(o, "  {}", verdict_line(&l.delta));
+            o.push_str(&wrap(&verdict_line(&l.delta), "  ", "    "));
         }
     }
     o
@@ -553,6 +733,127 @@ pub(crate) mod tests {
         u.cpu_limit = limit;
         run.usage = vec![u];
         run
+    }
+
+    /// A difference of `ms` at `q` tested over eight one-second intervals a side, with the
+    /// default margin: an interval to show.
+    fn tested(q: f64, ms: f64) -> Delta {
+        use meshbench_analysis::verdict::{Cleared, MarginFrom};
+        let a = [2.081, 2.179, 2.084, 2.280, 2.078, 2.183, 2.082, 2.380];
+        let b: Vec<f64> = a.iter().map(|v| v * 1.1 + ms).collect();
+        let margin = Some(Cleared {
+            ms: 0.105,
+            from: MarginFrom::Stated {
+                share: 0.05,
+                floor_ms: 0.05,
+            },
+        });
+        Delta {
+            q,
+            merged_ms: ms,
+            test: decide(&a, &b, Unit::Seconds, margin),
+        }
+    }
+
+    /// The lines of `text` wider than a terminal line.
+    fn too_wide(text: &str) -> Vec<String> {
+        text.lines()
+            .filter(|l| l.chars().count() > WIDTH)
+            .map(|l| format!("{} columns: {l}", l.chars().count()))
+            .collect()
+    }
+
+    /// The demo's shape: a baseline and two sidecar variants at one load, one-second steps
+    /// (every verdict too short), each proxy's costs.
+    fn demo_headline() -> Headline {
+        Headline::of(group(
+            ["baseline", "serveronly", "both"]
+                .iter()
+                .map(|v| measured(v, Some(300.0), 299.6, (48.0, 9.1), None, false))
+                .collect(),
+        ))
+    }
+
+    /// A wide experiment: long variant names (a CPU sweep), loads with jitter swept over three
+    /// rates, and differences of tens of milliseconds with their intervals.
+    fn wide_headline() -> Headline {
+        let mut runs = Vec::new();
+        for rate in [1000.0, 10_000.0, 100_000.0] {
+            for v in [
+                "baseline",
+                "both server_proxy=0.5cpu",
+                "both server_proxy=16cpu",
+            ] {
+                let mut run =
+                    measured(v, Some(rate), rate - 0.4, (1234.0, 123.4), Some(16.0), true);
+                run.load.offer = meshbench_results::Offer::Open {
+                    rate_rps: rate,
+                    arrival: meshbench_results::Arrival::Poisson,
+                };
+                run.load.response_bytes = Some(65_536);
+                runs.push(run);
+            }
+        }
+        let mut h = Headline::of(group(runs));
+        for a in &mut h.added {
+            a.deltas = PERCENTILES
+                .iter()
+                .zip([-0.02, 2.5, 12.345, 123.456])
+                .map(|(q, ms)| tested(*q, ms))
+                .collect();
+        }
+        h
+    }
+
+    #[test]
+    fn the_headline_fits_a_120_column_terminal() {
+        for (shape, h) in [("demo", demo_headline()), ("wide", wide_headline())] {
+            assert!(!h.added.is_empty() && !h.costs.is_empty(), "{shape}");
+            let text = headline_text(&h);
+            assert_eq!(too_wide(&text), Vec::<String>::new(), "{shape}:\n{text}");
+            // One legend line, under the table of differences.
+            let legends = text
+                .lines()
+                .filter(|l| l.contains("slower/faster:"))
+                .count();
+            assert_eq!(legends, 1, "{shape}:\n{text}");
+        }
+        let wide = headline_text(&wide_headline());
+        // Each difference: value and verdict, its interval on the line under it.
+        let lines: Vec<&str> = wide.lines().collect();
+        let row = lines
+            .iter()
+            .position(|l| l.contains("both server_proxy=0.5cpu") && l.contains("slower"))
+            .expect("a row of differences");
+        assert!(lines[row].contains("+123.7 slower"), "{wide}");
+        assert!(lines[row].contains("8 s + margin"), "{wide}");
+        assert!(lines[row + 1].trim_start().starts_with('['), "{wide}");
+        assert!(lines[row + 1].matches(", ").count() == 4, "{wide}");
+        assert!(wide.contains("margin: it clears 0 only"), "{wide}");
+        let demo = headline_text(&demo_headline());
+        assert!(
+            demo.contains("What each proxy costs at 300 qps x 1 conns ("),
+            "one load, said once: {demo}"
+        );
+    }
+
+    #[test]
+    fn a_comparison_fits_a_120_column_terminal() {
+        use meshbench_analysis::compare::Pair;
+        let h = wide_headline();
+        let (a, b) = (h.groups[0].clone(), h.groups[1].clone());
+        let mut pair = Pair::of(a, b, Margin::DEFAULT);
+        for (line, ms) in pair.lines.iter_mut().zip([-0.02, 2.5, 12.345, 123.456]) {
+            line.delta = tested(line.delta.q, ms);
+            line.a.runs = meshbench_stats::spread(&[101.234, 123.456, 145.678]);
+            line.b.runs = meshbench_stats::spread(&[201.234, 223.456, 245.678]);
+        }
+        let text = compare_text(
+            "experiment 12 istio-sidecar-cost baseline",
+            "experiment 13 istio-sidecar-cost both server_proxy=0.5cpu",
+            &[pair],
+        );
+        assert_eq!(too_wide(&text), Vec::<String>::new(), "{text}");
     }
 
     #[test]
@@ -641,14 +942,11 @@ pub(crate) mod tests {
         );
         assert!(d.point_ms() < 0.0);
         let cell = delta_cell(&d);
-        assert!(cell.ends_with(" within noise"), "{cell}");
+        assert!(cell.starts_with("-0.020 noise\n"), "{cell}");
         let s = d.test.shift.unwrap();
         assert_eq!(
             cell,
-            format!(
-                "{:+.3} [{:+.3}, {:+.3}] within noise",
-                s.estimate, s.ci.0, s.ci.1
-            )
+            format!("{:+.3} noise\n[{:+.3}, {:+.3}]", s.estimate, s.ci.0, s.ci.1)
         );
         assert!(s.ci.0 < 0.0 && s.ci.1 > 0.0);
         let line = verdict_line(&d);
@@ -682,7 +980,7 @@ pub(crate) mod tests {
         let d = at(0.02);
         assert_eq!(d.verdict(), Verdict::WithinMargin);
         assert!(
-            delta_cell(&d).ends_with(" within margin"),
+            delta_cell(&d).starts_with("+0.020 margin\n["),
             "{}",
             delta_cell(&d)
         );
@@ -707,15 +1005,15 @@ pub(crate) mod tests {
     #[test]
     fn significant_and_too_short_differences_say_so() {
         let d = delta(&[1.0, 1.1, 0.9, 1.0], &[1.5, 1.4, 1.6, 1.5], 0.5);
-        assert_eq!(delta_cell(&d), "+0.500 [+0.300, +0.700] slower");
+        assert_eq!(delta_cell(&d), "+0.500 slower\n[+0.300, +0.700]");
         assert_eq!(
             verdict_line(&d),
             "p50: B slower by 0.500 ms (95 % CI [+0.300, +0.700] ms, Mann-Whitney p=0.029, over 4 one-second intervals a side)"
         );
         let d = delta(&[1.5, 1.4, 1.6, 1.5], &[1.0, 1.1, 0.9, 1.0], -0.5);
-        assert_eq!(delta_cell(&d), "-0.500 [-0.700, -0.300] faster");
+        assert_eq!(delta_cell(&d), "-0.500 faster\n[-0.700, -0.300]");
         let d = delta(&[1.0, 1.1, 0.9], &[1.5, 1.4, 1.6], 0.5);
-        assert_eq!(delta_cell(&d), "+0.500 too short");
+        assert_eq!(delta_cell(&d), "+0.500 short");
         assert_eq!(
             verdict_line(&d),
             "p50: too short to tell: 3 one-second intervals; run longer or repeat (merged B - A +0.500 ms)"

@@ -108,11 +108,25 @@ pub fn build(input: &Input) -> Report {
         });
     }
     let mut charts = Vec::new();
-    charts.extend(latency_vs_qps(h));
-    charts.extend(latency_vs_connections(h));
-    charts.extend(cost_vs_qps(h));
-    charts.extend(rps_vs_allotment(h));
-    charts.extend(latency_throughput(h, input.slo_p99_ms));
+    match shape(h) {
+        Shape::OneLoad => {
+            charts.extend(latency_by_variant(h));
+            charts.extend(cost_by_variant(h));
+        }
+        Shape::LoadSweep => {
+            charts.extend(latency_vs_qps(h));
+            charts.extend(latency_vs_connections(h));
+            charts.extend(cost_vs_qps(h));
+            charts.extend(latency_throughput(h, input.slo_p99_ms));
+        }
+        Shape::CpuSweep => {
+            charts.extend(latency_vs_qps(h));
+            charts.extend(latency_vs_connections(h));
+            charts.extend(over_allotment(h));
+            charts.extend(rps_vs_allotment(h));
+            charts.extend(latency_throughput(h, input.slo_p99_ms));
+        }
+    }
     charts.extend(spectrum(h));
     if !charts.is_empty() {
         sections.push(Section {
@@ -148,13 +162,20 @@ fn headline_section(input: &Input) -> Section {
     let h = input.headline;
     let mut blocks = Vec::new();
     if !h.added.is_empty() {
-        blocks.push(Block::Text(
-            format!("Latency each variant adds over the baseline at the same load, per percentile: the shift (Hodges-Lehmann) with its 95 % confidence interval from one test (Mann-Whitney) over the repeats' percentiles, or over the one-second percentiles when there are too few repeats, and what the test says: slower, faster, within noise, within margin, or too short to tell. {}.", crate::answers::margin_note(&meshbench_analysis::verdict::Margin::DEFAULT)),
-        ));
+        let margin = h
+            .added
+            .iter()
+            .flat_map(|a| &a.deltas)
+            .any(|d| d.test.margin.is_some());
+        blocks.push(Block::Text(format!(
+            "Latency each variant adds over the baseline at the same load: per percentile, the shift in ms with its 95 % interval under it, and the verdict ({}; how it is tested: docs/answers.md).",
+            crate::answers::verdict_legend(margin)
+        )));
         blocks.push(Block::Table {
-            caption:
-                "Latency added over the baseline (ms: the shift, its 95 % interval and the verdict)"
-                    .into(),
+            caption: crate::answers::titled(
+                "Latency added over the baseline (ms)",
+                h.added.iter().map(|a| &a.load),
+            ),
             table: added_table(h),
         });
     }
@@ -163,13 +184,21 @@ fn headline_section(input: &Input) -> Section {
             "What each proxy costs: CPU in millicores and in vCPU per 1000 requests per second, requests per second one core carries where the proxy ran at its CPU limit (90 % of its allotment or more; below it, ≥ what its allotted cores carried, a lower bound), memory, bandwidth per 1000 RPS, and requests per day at the measured rate.".into(),
         ));
         blocks.push(Block::Table {
-            caption: "What each proxy costs (medians over repeats)".into(),
+            caption: format!(
+                "{} (medians over repeats)",
+                crate::answers::titled("What each proxy costs", h.costs.iter().map(|c| &c.load))
+            ),
             table: cost_table(h),
         });
     }
     blocks.push(Block::Table {
-        caption: "Latency and throughput of every measurement (merged percentiles, median req/s)"
-            .into(),
+        caption: format!(
+            "{} (merged percentiles, median req/s)",
+            crate::answers::titled(
+                "Latency and throughput of every measurement",
+                h.groups.iter().map(|g| &g.load)
+            )
+        ),
         table: latency_table(h),
     });
     for f in findings(h) {
@@ -182,6 +211,253 @@ fn headline_section(input: &Input) -> Section {
         title: "Headline".into(),
         blocks,
     }
+}
+
+/// What an experiment varies, which decides what its charts plot against what (as the seeds
+/// draw theirs): a chart over a quantity the experiment did not vary has an x axis of noise
+/// (992..1000 req/s for one offered rate).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    /// One offered rate at one connection count (arrivals or response sizes may differ): bars
+    /// per variant, one bar per load.
+    OneLoad,
+    /// The offered rate or the connections swept: lines over the load.
+    LoadSweep,
+    /// A role's CPU allotment swept: lines over the allotment.
+    CpuSweep,
+}
+
+/// The shape of the experiment `h` measured.
+pub fn shape(h: &Headline) -> Shape {
+    let rates = distinct(h.groups.iter().map(|g| g.load.rate_rps_milli())).len();
+    let conns = distinct(h.groups.iter().map(|g| g.load.connections)).len();
+    if h.groups.iter().any(|g| g.cpu.is_some()) {
+        Shape::CpuSweep
+    } else if rates > 1 || conns > 1 {
+        Shape::LoadSweep
+    } else {
+        Shape::OneLoad
+    }
+}
+
+/// The loads of `h` in the order they first come: one bar series each.
+fn loads_of(h: &Headline) -> Vec<meshbench_results::LoadPoint> {
+    distinct(h.groups.iter().map(|g| g.load))
+}
+
+/// One load: a chart of bars per percentile, a category per variant, a bar per load.
+fn latency_by_variant(h: &Headline) -> Vec<Chart> {
+    let variants = h.variants();
+    let loads = loads_of(h);
+    PERCENTILES
+        .iter()
+        .map(|&q| {
+            let name = percentile_name(q);
+            let mut c = Chart::new(
+                &format!("latency_{}_by_variant", name.replace('.', "")),
+                &format!("{name} latency by variant"),
+                "variant",
+                &format!("{name} latency (ms)"),
+            );
+            c.x_axis = XAxis::Categories(variants.clone());
+            for (i, load) in loads.iter().enumerate() {
+                c.series.push(Series {
+                    name: load.to_string(),
+                    points: variants
+                        .iter()
+                        .enumerate()
+                        .filter_map(|(x, v)| {
+                            let g = h.groups.iter().find(|g| g.variant == *v && g.load == *load)?;
+                            Some((x as f64, g.latency_ms(q)))
+                        })
+                        .collect(),
+                    draw: Draw::Bars,
+                    color: i,
+                });
+            }
+            let highest = h
+                .groups
+                .iter()
+                .max_by(|a, b| a.latency_ms(q).total_cmp(&b.latency_ms(q)));
+            let lowest = h
+                .groups
+                .iter()
+                .min_by(|a, b| a.latency_ms(q).total_cmp(&b.latency_ms(q)));
+            c.sentence = match (highest, lowest) {
+                (Some(hi), Some(lo)) => format!(
+                    "{name} is highest for {} at {} ({:.3} ms) and lowest for {} at {} ({:.3} ms); the table above says which differences are more than noise.",
+                    hi.variant,
+                    hi.load,
+                    hi.latency_ms(q),
+                    lo.variant,
+                    lo.load,
+                    lo.latency_ms(q)
+                ),
+                _ => String::new(),
+            };
+            c
+        })
+        .collect()
+}
+
+/// One load: each proxy's CPU and memory as bars, a category per variant and role, a bar per
+/// load.
+fn cost_by_variant(h: &Headline) -> Vec<Chart> {
+    if h.costs.is_empty() {
+        return Vec::new();
+    }
+    let keys = distinct(
+        h.costs
+            .iter()
+            .map(|c| (c.variant.clone(), c.usage.role.clone())),
+    );
+    let loads = loads_of(h);
+    let names: Vec<String> = keys.iter().map(|(v, r)| format!("{v} {r}")).collect();
+    let mut out = Vec::new();
+    for (what, unit) in [("CPU", "millicores"), ("memory", "MiB")] {
+        let figure = |c: &meshbench_analysis::headline::Cost| {
+            if what == "CPU" {
+                c.usage.cpu_millicores
+            } else {
+                c.usage.memory_mib
+            }
+        };
+        let mut c = Chart::new(
+            &format!("proxy_{}_by_variant", what.to_lowercase()),
+            &format!("Proxy {what} by variant"),
+            "variant and role",
+            &format!("{what} ({unit})"),
+        );
+        c.x_axis = XAxis::Categories(names.clone());
+        for (i, load) in loads.iter().enumerate() {
+            let points: Vec<(f64, f64)> =
+                keys.iter()
+                    .enumerate()
+                    .filter_map(|(x, (v, role))| {
+                        let cost = h.costs.iter().find(|c| {
+                            c.variant == *v && c.usage.role == *role && c.load == *load
+                        })?;
+                        // Not measured (an external role's query failed): no bar.
+                        Some((x as f64, figure(cost))).filter(|p| p.1.is_finite())
+                    })
+                    .collect();
+            if !points.is_empty() {
+                c.series.push(Series {
+                    name: load.to_string(),
+                    points,
+                    draw: Draw::Bars,
+                    color: i,
+                });
+            }
+        }
+        let most = h
+            .costs
+            .iter()
+            .filter(|c| figure(c).is_finite())
+            .max_by(|a, b| figure(a).total_cmp(&figure(b)));
+        c.sentence = match most {
+            Some(m) => format!(
+                "Each bar is one load, medians over repeats; the most {what} is {} in {} at {} ({:.1} {unit}).",
+                m.usage.role,
+                m.variant,
+                m.load,
+                figure(m)
+            ),
+            None => "No proxy's figure was measured.".into(),
+        };
+        out.push(c);
+    }
+    out
+}
+
+/// A CPU sweep: p50 and p99 latency, and each limited proxy's CPU and memory, as lines over
+/// the swept role's allotment (one line per topology and load).
+fn over_allotment(h: &Headline) -> Vec<Chart> {
+    let swept: Vec<&Group> = h.groups.iter().filter(|g| g.cpu.is_some()).collect();
+    let Some(role) = swept.first().and_then(|g| g.cpu.as_ref()).map(|c| c.role) else {
+        return Vec::new();
+    };
+    let many_loads = distinct(swept.iter().map(|g| g.load)).len() > 1;
+    let lines = distinct(swept.iter().map(|g| (g.topology.clone(), g.load)));
+    let label = |topology: &meshbench_results::Subject, load: &meshbench_results::LoadPoint| {
+        if many_loads {
+            format!("{topology}, {load}")
+        } else {
+            topology.to_string()
+        }
+    };
+    let cores = |g: &Group| g.cpu.as_ref().map_or(0.0, |c| c.cores);
+    let mut out = Vec::new();
+    for q in [0.5, 0.99] {
+        let name = percentile_name(q);
+        let mut c = Chart::new(
+            &format!("latency_{}_vs_cpu", name.replace('.', "")),
+            &format!("{name} latency vs {role} CPU allotment"),
+            &format!("{role} CPU allotment (cores)"),
+            &format!("{name} latency (ms)"),
+        );
+        for (i, (topology, load)) in lines.iter().enumerate() {
+            let mut points: Vec<(f64, f64)> = swept
+                .iter()
+                .filter(|g| g.topology == *topology && g.load == *load)
+                .map(|g| (cores(g), g.latency_ms(q)))
+                .collect();
+            points.sort_by(|a, b| a.0.total_cmp(&b.0));
+            c.series.push(Series {
+                name: label(topology, load),
+                points,
+                draw: Draw::LinePoints,
+                color: i,
+            });
+        }
+        c.sentence = format!(
+            "{name} latency at each CPU allotment of {role}; the throughput chart below says where it reached its limit."
+        );
+        out.push(c);
+    }
+    for (what, unit) in [("CPU", "millicores"), ("memory", "MiB")] {
+        let mut c = Chart::new(
+            &format!("proxy_{}_vs_cpu", what.to_lowercase()),
+            &format!("Proxy {what} vs {role} CPU allotment"),
+            &format!("{role} CPU allotment (cores)"),
+            &format!("{what} ({unit})"),
+        );
+        let keys = distinct(h.costs.iter().filter_map(|c| {
+            let g = swept
+                .iter()
+                .find(|g| g.variant == c.variant && g.load == c.load)?;
+            Some((g.topology.clone(), c.usage.role.clone(), c.load))
+        }));
+        for (i, (topology, proxy, load)) in keys.iter().enumerate() {
+            let mut points: Vec<(f64, f64)> = h
+                .costs
+                .iter()
+                .filter(|c| c.usage.role == *proxy && c.load == *load)
+                .filter_map(|c| {
+                    let g = swept.iter().find(|g| {
+                        g.variant == c.variant && g.load == c.load && g.topology == *topology
+                    })?;
+                    let y = if what == "CPU" {
+                        c.usage.cpu_millicores
+                    } else {
+                        c.usage.memory_mib
+                    };
+                    Some((cores(g), y)).filter(|p| p.1.is_finite())
+                })
+                .collect();
+            points.sort_by(|a, b| a.0.total_cmp(&b.0));
+            c.series.push(Series {
+                name: format!("{} {proxy}", label(topology, load)),
+                points,
+                draw: Draw::LinePoints,
+                color: i,
+            });
+        }
+        c.sentence =
+            format!("Each proxy's {what} at each CPU allotment of {role}, medians over repeats.");
+        out.push(c);
+    }
+    out
 }
 
 /// The connection count most groups use (the one the QPS charts are drawn at).
@@ -655,11 +931,20 @@ pub fn outline(r: &Report) -> String {
                     let _ = writeln!(o, "text: {words}");
                 }
                 Block::Table { caption, table: t } => {
+                    let headings = t[1..]
+                        .iter()
+                        .filter(|r| crate::answers::is_heading(r))
+                        .count();
                     let _ = writeln!(
                         o,
-                        "table: {caption}: {} ({} rows)",
-                        t[0].join(" | "),
-                        t.len() - 1
+                        "table: {caption}: {} ({} rows{})",
+                        t[0].join(" | ").replace('\n', " "),
+                        t.len() - 1 - headings,
+                        if headings > 0 {
+                            format!(" under {headings} loads")
+                        } else {
+                            String::new()
+                        }
                     );
                 }
                 Block::Chart(c) => {
@@ -678,10 +963,10 @@ pub fn outline(r: &Report) -> String {
                         } else {
                             ""
                         },
-                        if c.x_axis == XAxis::Spectrum {
-                            ", percentile axis"
-                        } else {
-                            ""
+                        match c.x_axis {
+                            XAxis::Spectrum => ", percentile axis",
+                            XAxis::Categories(_) => ", bars by variant",
+                            XAxis::Linear => "",
                         },
                     );
                 }
@@ -698,11 +983,27 @@ fn esc(s: &str) -> String {
         .replace('"', "&quot;")
 }
 
+/// A table cell: its first line as it is, the lines under it (a difference's interval) smaller.
+fn cell_html(cell: &str) -> String {
+    let mut lines = cell.lines();
+    let mut out = esc(lines.next().unwrap_or(""));
+    for more in lines {
+        let _ = write!(out, "<br><small>{}</small>", esc(more));
+    }
+    out
+}
+
+/// The page's style. Tables fit a 1280-pixel window: headers wrap between words, a figure
+/// never does, intervals are smaller, and a table wider than the page (very long variant names)
+/// scrolls inside its own box rather than pushing the page wider.
 const STYLE: &str = "body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
 h1{font-size:1.6em;margin-bottom:.2em}h2{border-bottom:1px solid #ccc;padding-bottom:.2em;margin-top:2em}
-.sub{color:#666;margin-top:0}table{border-collapse:collapse;margin:1em 0;font-size:.85em}
-th,td{border:1px solid #ddd;padding:3px 7px;text-align:right;white-space:nowrap}
-th{background:#f3f3f3}caption{text-align:left;font-weight:bold;padding:.3em 0}td:nth-child(-n+2),th:nth-child(-n+2){text-align:left}
+.sub{color:#666;margin-top:0}.table{max-width:100%;overflow-x:auto;margin:1em 0}
+table{border-collapse:collapse;font-size:.85em}
+th,td{border:1px solid #ddd;padding:3px 6px;text-align:right;white-space:nowrap;vertical-align:top}
+th{background:#f3f3f3;white-space:normal;font-weight:600}td small{color:#666;font-size:.85em}
+td.w{text-align:left}tr.load th{text-align:left;background:#fafafa;font-weight:normal;font-style:italic}
+caption{text-align:left;font-weight:bold;padding:.3em 0}td:first-child,th:first-child{text-align:left;white-space:normal}
 figure{margin:1.5em 0;page-break-inside:avoid}figcaption{color:#444;max-width:760px}
 svg{max-width:100%;height:auto}@media print{body{max-width:none}h2{page-break-before:auto}}";
 
@@ -807,19 +1108,39 @@ pub fn write(r: &Report, dir: &Path) -> Result<Written, ReportError> {
                     let _ = writeln!(html, "<p>{}</p>", esc(t));
                 }
                 Block::Table { caption, table: t } => {
-                    let _ = write!(html, "<table>\n<caption>{}</caption>\n<tr>", esc(caption));
+                    let _ = write!(
+                        html,
+                        "<div class=\"table\"><table>\n<caption>{}</caption>\n<tr>",
+                        esc(caption)
+                    );
                     for h in &t[0] {
-                        let _ = write!(html, "<th>{}</th>", esc(h));
+                        let _ = write!(html, "<th>{}</th>", esc(h).replace('\n', "<br>"));
                     }
                     html.push_str("</tr>\n");
                     for row in &t[1..] {
+                        if crate::answers::is_heading(row) {
+                            let _ = writeln!(
+                                html,
+                                "<tr class=\"load\"><th colspan=\"{}\">{}</th></tr>",
+                                t[0].len(),
+                                esc(&row[0])
+                            );
+                            continue;
+                        }
                         html.push_str("<tr>");
                         for cell in row {
-                            let _ = write!(html, "<td>{}</td>", esc(cell));
+                            // Words (a role, a finding) read from the left, figures from the right.
+                            let words = cell.chars().next().is_some_and(char::is_alphabetic);
+                            let _ = write!(
+                                html,
+                                "<td{}>{}</td>",
+                                if words { " class=\"w\"" } else { "" },
+                                cell_html(cell)
+                            );
                         }
                         html.push_str("</tr>\n");
                     }
-                    html.push_str("</table>\n");
+                    html.push_str("</table></div>\n");
                 }
                 Block::Chart(c) => {
                     let svg = next_svg.next().unwrap_or_default();
@@ -873,6 +1194,134 @@ mod tests {
             failed: Vec::new(),
             steps: &[],
         })
+    }
+
+    /// The charts of the Charts section (the timelines are over time, whatever the shape).
+    fn charts(r: &Report) -> Vec<&Chart> {
+        r.sections
+            .iter()
+            .filter(|s| s.title == "Charts")
+            .flat_map(|s| &s.blocks)
+            .filter_map(|b| match b {
+                Block::Chart(c) => Some(c.as_ref()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn build_of(runs: Vec<meshbench_analysis::Run>) -> (Shape, Report) {
+        let h = Headline::of(group(runs));
+        let r = build(&Input {
+            name: "t",
+            id: 1,
+            started_at: "",
+            status: "done",
+            headline: &h,
+            warmup_secs: 0.0,
+            slo_p99_ms: None,
+            failed: Vec::new(),
+            steps: &[],
+        });
+        (shape(&h), r)
+    }
+
+    #[test]
+    fn each_chart_fits_the_shape_of_the_experiment() {
+        // examples/istio-sidecar-cost.yaml: one rate, three variants, jitter off and on. Its
+        // proxies' CPU once plotted against 992..1000 req/s; now a bar per variant and load.
+        let mut runs = Vec::new();
+        for poisson in [false, true] {
+            for (v, rps) in [("baseline", 999.0), ("serveronly", 996.0), ("both", 992.0)] {
+                let mut run = measured(v, Some(1000.0), rps, (120.0, 30.0), None, false);
+                if poisson {
+                    run.load.offer = meshbench_results::Offer::Open {
+                        rate_rps: 1000.0,
+                        arrival: meshbench_results::Arrival::Poisson,
+                    };
+                }
+                runs.push(run);
+            }
+        }
+        let (one, r) = build_of(runs);
+        assert_eq!(one, Shape::OneLoad);
+        let drawn = charts(&r);
+        let p99 = drawn
+            .iter()
+            .find(|c| c.id == "latency_p99_by_variant")
+            .expect("p99 by variant");
+        assert_eq!(
+            p99.x_axis,
+            XAxis::Categories(vec!["baseline".into(), "serveronly".into(), "both".into()])
+        );
+        assert_eq!(p99.series.len(), 2, "a bar per load: jitter off and on");
+        assert!(p99
+            .series
+            .iter()
+            .all(|s| s.draw == Draw::Bars && s.points.len() == 3));
+        let cpu = drawn
+            .iter()
+            .find(|c| c.id == "proxy_cpu_by_variant")
+            .expect("CPU by variant");
+        assert!(
+            matches!(&cpu.x_axis, XAxis::Categories(n) if n.len() == 3),
+            "{:?}",
+            cpu.x_axis
+        );
+        for c in &drawn {
+            assert!(
+                matches!(c.x_axis, XAxis::Categories(_) | XAxis::Spectrum),
+                "{} plots against a quantity the experiment did not vary",
+                c.id
+            );
+        }
+
+        // Rates swept: lines over offered load.
+        let (sweep, r) = build_of(
+            [300.0, 600.0, 1200.0]
+                .iter()
+                .flat_map(|&q| {
+                    ["baseline", "gateway"]
+                        .map(|v| measured(v, Some(q), q, (q / 10.0, 9.0), None, false))
+                })
+                .collect(),
+        );
+        assert_eq!(sweep, Shape::LoadSweep);
+        let drawn = charts(&r);
+        let p50 = drawn.iter().find(|c| c.id == "latency_p50_vs_qps").unwrap();
+        assert!(p50
+            .series
+            .iter()
+            .all(|s| s.draw == Draw::LinePoints && s.points.len() == 3));
+        assert!(drawn.iter().any(|c| c.id == "proxy_cpu_vs_qps"));
+        assert!(!drawn
+            .iter()
+            .any(|c| matches!(c.x_axis, XAxis::Categories(_))));
+
+        // CPU swept at one rate: lines over the allotment.
+        let (cpu, r) = build_of(
+            [0.5, 1.0, 2.0]
+                .iter()
+                .map(|&c| {
+                    measured(
+                        &format!("gateway proxy={c}cpu"),
+                        Some(1000.0),
+                        999.0,
+                        (400.0, 9.0),
+                        Some(c),
+                        true,
+                    )
+                })
+                .collect(),
+        );
+        assert_eq!(cpu, Shape::CpuSweep);
+        let drawn = charts(&r);
+        let p99 = drawn.iter().find(|c| c.id == "latency_p99_vs_cpu").unwrap();
+        assert_eq!(p99.series.len(), 1, "one line for the gateway");
+        let xs: Vec<f64> = p99.series[0].points.iter().map(|p| p.0).collect();
+        assert_eq!(xs, [0.5, 1.0, 2.0]);
+        assert!(drawn.iter().any(|c| c.id == "proxy_cpu_vs_cpu"));
+        assert!(drawn.iter().any(|c| c.id.starts_with("rps_vs_cpu_")));
+        assert!(!drawn.iter().any(|c| c.id == "proxy_cpu_vs_qps"));
     }
 
     #[test]

@@ -385,9 +385,8 @@ fn write_pacing(o: &mut String, r: &RunResult) {
         }
         if let Some(p) = &g.pacing {
             let early = if r.settings.send_early { ", early" } else { "" };
-            let _ = writeln!(
-                o,
-                "             slack {} µs ({}{early}): {:.1} sends per wake-up (max {}), at most {} in 1 ms per thread; a wake-up costs {:.1} µs of CPU",
+            let slack = format!(
+                "slack {} µs ({}{early}): {:.1} sends per wake-up (max {}), at most {} in 1 ms per thread; a wake-up costs {:.1} µs of CPU",
                 p.slack_us,
                 if p.slack_auto { "auto" } else { "given" },
                 p.sends_per_wake.mean,
@@ -395,11 +394,14 @@ fn write_pacing(o: &mut String, r: &RunResult) {
                 p.largest_thread_burst_per_ms,
                 p.wake_cost_us
             );
+            o.push_str(&answers::wrap(&slack, "             ", "               "));
         }
     }
 }
 
-/// The self-check's findings (INVALID or NOTE) and the generator's warnings, one line each.
+/// The self-check's findings (INVALID or NOTE) and the generator's warnings, one paragraph
+/// each: its first line starts with the tag, the rest are indented under it, none wider than
+/// [`answers::WIDTH`].
 fn write_findings(o: &mut String, r: &RunResult) {
     let g = &r.generator;
     for f in &g.check.findings {
@@ -408,10 +410,10 @@ fn write_findings(o: &mut String, r: &RunResult) {
         } else {
             "NOTE"
         };
-        let _ = writeln!(o, "  {tag}: {}", f.message);
+        o.push_str(&answers::wrap(&f.message, &format!("  {tag}: "), "    "));
     }
     for w in &g.warnings {
-        let _ = writeln!(o, "  WARNING: {w}");
+        o.push_str(&answers::wrap(w, "  WARNING: ", "    "));
     }
 }
 

@@ -2,7 +2,8 @@
 //! threshold line, marked points, a shaded span) drawn with plotters to SVG (inline in the HTML
 //! report, and as files) and to PNG. Axes are scaled to the data; latency is in milliseconds.
 //! The legend is drawn in a strip of its own under the plot, never inside it: a legend box in
-//! a corner of the plot hid the points that fell there.
+//! a corner of the plot hid the points that fell there. An x axis of categories (variants)
+//! carries bars, side by side within each category, one bar series each.
 
 use std::path::Path;
 
@@ -16,6 +17,9 @@ pub enum Draw {
     Points,
     LinePoints,
     Dashed,
+    /// A bar from zero at each point of an axis of [`XAxis::Categories`]; the bar series of a
+    /// chart stand side by side within each category.
+    Bars,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -28,11 +32,13 @@ pub struct Series {
 }
 
 /// How x values are labelled.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum XAxis {
     Linear,
     /// x is log10(1 / (1 - q)): labelled as percentiles (90 %, 99 %, 99.9 %...).
     Spectrum,
+    /// x is the index of a category (a variant), labelled with its name: a chart of bars.
+    Categories(Vec<String>),
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -135,6 +141,23 @@ fn number_label(v: f64) -> String {
     } else {
         format!("{v:.2}")
     }
+}
+
+/// The name of the category at `x` (an index); none between categories.
+fn category_label(names: &[String], x: f64) -> String {
+    let at = x.round();
+    if (x - at).abs() > 1e-6 || at < 0.0 {
+        return String::new();
+    }
+    names.get(at as usize).cloned().unwrap_or_default()
+}
+
+/// Where bar `slot` of `slots` stands within the category at `x`: the category's middle 80 %,
+/// shared equally.
+fn bar_span(x: f64, slot: usize, slots: usize) -> (f64, f64) {
+    let width = 0.8 / slots.max(1) as f64;
+    let left = x - 0.4 + slot as f64 * width;
+    (left, left + width)
 }
 
 /// The segments of a dashed line through `points` (drawn as short paths, so that both
@@ -251,6 +274,10 @@ fn draw_legend<DB: DrawingBackend>(
                 }
             }
             Draw::Points => {}
+            Draw::Bars => area.draw(&Rectangle::new(
+                [(x + 4, y - 6), (x + 16, y + 6)],
+                e.color.filled(),
+            ))?,
         }
         if matches!(e.draw, Draw::Points | Draw::LinePoints) {
             area.draw(&Circle::new((x + 10, y), 4, e.color.filled()))?;
@@ -309,7 +336,10 @@ where
         .chain(c.right.iter().flat_map(|r| r.1.iter()))
         .flat_map(|s| s.points.iter().map(|p| p.0))
         .chain(c.shade.iter().flat_map(|s| [s.0, s.1]));
-    let (x0, x1) = range(all_x, false);
+    let (x0, x1) = match &c.x_axis {
+        XAxis::Categories(names) => (-0.5, names.len().max(1) as f64 - 0.5),
+        XAxis::Linear | XAxis::Spectrum => range(all_x, false),
+    };
     let ys = c
         .series
         .iter()
@@ -338,31 +368,31 @@ where
             );
             r0..r1
         });
-    let spectrum = c.x_axis == XAxis::Spectrum;
-    let x_fmt = move |x: &f64| {
-        if spectrum {
-            spectrum_label(*x)
-        } else {
-            number_label(*x)
-        }
+    let x_fmt = |x: &f64| match &c.x_axis {
+        XAxis::Spectrum => spectrum_label(*x),
+        XAxis::Linear => number_label(*x),
+        XAxis::Categories(names) => category_label(names, *x),
     };
     let y_fmt = |y: &f64| number_label(*y);
-    chart
-        .configure_mesh()
-        .x_desc(&c.x_label)
+    let mut mesh = chart.configure_mesh();
+    mesh.x_desc(&c.x_label)
         .y_desc(&c.y_label)
         .x_label_formatter(&x_fmt)
         .y_label_formatter(&y_fmt)
-        .x_labels(if spectrum {
-            (x1.ceil() as usize) + 1
-        } else {
-            8
+        .x_labels(match &c.x_axis {
+            XAxis::Spectrum => (x1.ceil() as usize) + 1,
+            XAxis::Linear => 8,
+            // Plotters places labels at round steps: asked for enough of them, every whole
+            // number (a category) is among them, and the ones between are left blank.
+            XAxis::Categories(names) => 4 * names.len() + 4,
         })
         .light_line_style(RGBColor(235, 235, 235))
         .label_style(("sans-serif", 12))
-        .axis_desc_style(("sans-serif", 13))
-        .draw()
-        .map_err(e)?;
+        .axis_desc_style(("sans-serif", 13));
+    if matches!(c.x_axis, XAxis::Categories(_)) {
+        mesh.disable_x_mesh();
+    }
+    mesh.draw().map_err(e)?;
     if let Some((a, b, label)) = &c.shade {
         chart
             .draw_series(std::iter::once(Rectangle::new(
@@ -378,7 +408,16 @@ where
             )))
             .map_err(e)?;
     }
-    for s in &c.series {
+    let bars: Vec<&Series> = c.series.iter().filter(|s| s.draw == Draw::Bars).collect();
+    for (slot, s) in bars.iter().enumerate() {
+        chart
+            .draw_series(s.points.iter().map(|&(x, y)| {
+                let (left, right) = bar_span(x, slot, bars.len());
+                Rectangle::new([(left, 0.0), (right, y)], color(s.color).filled())
+            }))
+            .map_err(e)?;
+    }
+    for s in c.series.iter().filter(|s| s.draw != Draw::Bars) {
         series!(chart, draw_series, s, e);
     }
     if let Some((label, right)) = &c.right {
@@ -540,6 +579,53 @@ mod tests {
             assert!(
                 !inside,
                 "point ({x}, {y}) under the legend ({x0}, {y0})-({x1}, {y1})"
+            );
+        }
+    }
+
+    #[test]
+    fn bars_stand_side_by_side_within_their_category() {
+        assert_eq!(bar_span(1.0, 0, 1), (0.6, 1.4));
+        let (a, b) = (bar_span(2.0, 0, 2), bar_span(2.0, 1, 2));
+        assert!(
+            (a.1 - b.0).abs() < 1e-9 && a.0 > 1.5 && b.1 < 2.5,
+            "{a:?} {b:?}"
+        );
+        let names = ["baseline".to_string(), "both".to_string()];
+        assert_eq!(category_label(&names, 1.0), "both");
+        assert_eq!(category_label(&names, 0.5), "");
+        assert_eq!(category_label(&names, 2.0), "");
+        assert!(load_font().is_some(), "no TrueType font");
+        let mut c = Chart::new("bars", "p99 by variant", "variant", "p99 (ms)");
+        c.x_axis = XAxis::Categories(names.to_vec());
+        for (i, load) in ["uniform", "poisson"].iter().enumerate() {
+            c.series.push(Series {
+                name: load.to_string(),
+                points: vec![(0.0, 1.0 + i as f64), (1.0, 3.0 + i as f64)],
+                draw: Draw::Bars,
+                color: i,
+            });
+        }
+        let svg = svg(&c).unwrap();
+        // Four bars and the legend's two squares, each name under its category.
+        let filled = svg
+            .split('<')
+            .filter(|e| e.starts_with("rect") && e.contains("fill=\"#1F77B4\""))
+            .count();
+        assert_eq!(
+            filled, 3,
+            "two bars and a legend square in the first colour: {svg}"
+        );
+        let texts: Vec<&str> = svg
+            .split("<text")
+            .skip(1)
+            .filter_map(|t| Some(t.split_once('>')?.1.split('<').next()?.trim()))
+            .collect();
+        for name in ["baseline", "both", "uniform", "poisson"] {
+            assert_eq!(
+                texts.iter().filter(|t| **t == name).count(),
+                1,
+                "{name} once: {texts:?}"
             );
         }
     }

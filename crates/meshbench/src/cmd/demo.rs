@@ -52,9 +52,10 @@ pub fn execute(args: DemoArgs) -> Result<u8> {
         meshbench_report::export::istio_csv(&store.steps(done.id)?),
     )
     .with_context(|| format!("cannot write {}", csv.display()))?;
-    // The last line names the store the demo wrote, not the default one.
+    // The last line names the store the demo wrote, not the default one. One line each, so
+    // that each fits a terminal line unless its path alone is longer.
     outln!(
-        "\nstored in {} (experiment {}); Istio-style CSV in {}; to see it again: `{}`",
+        "\nstored in {} (experiment {})\nIstio-style CSV in {}\nto see it again: `{}`",
         store_path.display(),
         done.id,
         csv.display(),

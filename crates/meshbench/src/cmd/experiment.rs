@@ -224,13 +224,13 @@ pub fn print_finished(done: &Finished) {
 /// What `--dry-run` prints.
 pub fn describe_plan(e: &Experiment, plan: &Plan) -> String {
     let mut out = format!(
-        "experiment '{}': {} steps x ({}s warm-up + {}s + {}s cool-down + ~{}s setup) = about {}\n",
+        "experiment '{}': {} steps x ({} warm-up + {} + {} cool-down + ~{} setup) = about {}\n",
         e.name,
         plan.steps.len(),
-        e.warmup_secs,
-        e.duration_secs,
-        e.cooldown_secs,
-        plan.setup_secs,
+        step_secs(e.warmup_secs),
+        step_secs(e.duration_secs),
+        step_secs(e.cooldown_secs),
+        step_secs(plan.setup_secs),
         human_secs(plan.total_secs(e))
     );
     for s in &plan.steps {
@@ -289,6 +289,21 @@ fn describe_external(e: &Experiment, x: &meshbench_experiment::external::Externa
     out
 }
 
+/// A part of a step in seconds, as a person writes it: `3s`, `0.5s`, `6.4s` (one decimal at
+/// most, never a float's every digit), and `human_secs` from a minute up.
+pub fn step_secs(s: f64) -> String {
+    if !s.is_finite() || s >= 60.0 {
+        return human_secs(s);
+    }
+    let tenths = (s * 10.0).round() / 10.0;
+    if tenths == tenths.trunc() {
+        format!("{tenths:.0}s")
+    } else {
+        format!("{tenths:.1}s")
+    }
+}
+
+/// A duration in seconds for a person: `42s`, `3m05s`, `1h02m`.
 pub fn human_secs(s: f64) -> String {
     let s = s.round() as u64;
     match s {
@@ -423,5 +438,21 @@ impl Observer for Progress<'_> {
                     .map_or_else(|| "unknown".into(), StepFailure::to_string)
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn step_parts_read_as_a_person_writes_them() {
+        // Issue 33: an Istio gateway's setup estimate was printed as "~6.357142857142857s".
+        assert_eq!(step_secs(6.357142857142857), "6.4s");
+        assert_eq!(step_secs(1.0), "1s");
+        assert_eq!(step_secs(0.5), "0.5s");
+        assert_eq!(step_secs(15.0), "15s");
+        assert_eq!(step_secs(0.0), "0s");
+        assert_eq!(step_secs(90.0), "1m30s");
     }
 }

@@ -190,9 +190,50 @@ fn shown_with_its_step(role: &Role) -> bool {
 
 /// Steps with their load, latency, and each role's CPU (millicores) and memory (MiB: the
 /// cgroup's working set where there is one, else RSS).
+/// `items` after `figures` two spaces apart, on as many lines as keep each within the
+/// terminal's width (`answers::WIDTH`), the later ones indented under the step; an item is
+/// never broken.
+fn beside(figures: &str, items: &[String]) -> String {
+    const INDENT: &str = "       ";
+    let width = meshbench_report::answers::WIDTH;
+    let mut out = String::new();
+    let mut line = figures.to_string();
+    let mut first = true;
+    for item in items {
+        let gap = if first { "  " } else { " " };
+        let fits = line.chars().count() + gap.len() + item.chars().count() <= width;
+        if !fits && line != INDENT {
+            out.push_str(line.trim_end());
+            out.push('\n');
+            line = INDENT.to_string();
+            line.push_str(item.trim_start());
+        } else {
+            line.push_str(gap);
+            line.push_str(item);
+        }
+        first = false;
+    }
+    out.push_str(line.trim_end());
+    out.push('\n');
+    out
+}
+
 pub fn table(rows: &[TableRow]) -> String {
+    // Columns as wide as their words, so that the roles fit beside the figures.
+    let vw = rows
+        .iter()
+        .map(|r| r.variant.chars().count())
+        .chain([7])
+        .max()
+        .unwrap_or(7);
+    let lw = rows
+        .iter()
+        .map(|r| r.load.to_string().chars().count())
+        .chain([4])
+        .max()
+        .unwrap_or(4);
     let mut out = format!(
-        "{:>4} {:<26} {:<28} {:>9} {:>7} {:>7} {:>7} {:>6}  {}\n",
+        "{:>4} {:<vw$} {:<lw$} {:>9} {:>7} {:>7} {:>7} {:>6}  {}\n",
         "step",
         "variant",
         "load",
@@ -218,43 +259,60 @@ pub fn table(rows: &[TableRow]) -> String {
                 format!("{} {cpu}/{mem}", u.role)
             })
             .collect();
-        let mut error = match (r.error, r.partial) {
-            (Some(e), _) => format!("  FAILED: {e}"),
-            (None, true) => "  PARTIAL (interrupted)".to_string(),
-            (None, false) => String::new(),
-        };
+        let mut marks: Vec<String> = Vec::new();
+        match (r.error, r.partial) {
+            (Some(e), _) => marks.push(format!("FAILED: {e}")),
+            (None, true) => marks.push("PARTIAL (interrupted)".to_string()),
+            (None, false) => {}
+        }
         if let Some(cause) = r.invalid {
-            error.push_str(&format!("  INVALID: {}", cause.name()));
+            marks.push(format!("INVALID: {}", cause.name()));
         }
         if r.disagrees {
-            error.push_str(&format!(
-                "  {}: an Envoy's own count",
+            marks.push(format!(
+                "{}: an Envoy's own count",
                 meshbench_report::proxies::FLAG
             ));
         }
         match &r.summary {
-            Some(s) => out.push_str(&format!(
-                "{:>4} {:<26} {:<28} {:>9.1} {:>7} {:>7} {:>7} {:>6}  {}{error}\n",
-                r.seq + 1,
-                r.variant,
-                load,
-                s.throughput_rps,
-                meshbench_report::ms(s.p50_us),
-                meshbench_report::ms(s.p90_us),
-                meshbench_report::ms(s.p99_us),
-                s.errors,
-                roles.join(", ")
-            )),
-            None => out.push_str(&format!(
-                "{:>4} {:<26} {:<28} FAILED: {}\n",
-                r.seq + 1,
-                r.variant,
-                load,
-                r.error.map(StepFailure::to_string).unwrap_or_default()
+            Some(s) => {
+                let figures = format!(
+                    "{:>4} {:<vw$} {:<lw$} {:>9.1} {:>7} {:>7} {:>7} {:>6}",
+                    r.seq + 1,
+                    r.variant,
+                    load,
+                    s.throughput_rps,
+                    meshbench_report::ms(s.p50_us),
+                    meshbench_report::ms(s.p90_us),
+                    meshbench_report::ms(s.p99_us),
+                    s.errors,
+                );
+                let last = roles.len().saturating_sub(1);
+                let items: Vec<String> = roles
+                    .iter()
+                    .enumerate()
+                    .map(|(i, role)| {
+                        if i < last {
+                            format!("{role},")
+                        } else {
+                            role.clone()
+                        }
+                    })
+                    .chain(marks.iter().map(|m| format!(" {m}")))
+                    .collect();
+                out.push_str(&beside(&figures, &items));
+            }
+            None => out.push_str(&meshbench_report::answers::wrap(
+                &format!(
+                    "FAILED: {}",
+                    r.error.map(StepFailure::to_string).unwrap_or_default()
+                ),
+                &format!("{:>4} {:<vw$} {:<lw$} ", r.seq + 1, r.variant, load),
+                "       ",
             )),
         }
         for line in &r.proxies {
-            out.push_str(&format!("{:>4} {line}\n", ""));
+            out.push_str(&meshbench_report::answers::wrap(line, "     ", "       "));
         }
     }
     let mut causes: BTreeMap<&str, usize> = BTreeMap::new();
@@ -263,20 +321,63 @@ pub fn table(rows: &[TableRow]) -> String {
     }
     let disagree = rows.iter().filter(|r| r.disagrees).count();
     if disagree > 0 {
-        out.push_str(&format!(
-            "{}: {disagree} of {} steps have an Envoy whose own request count lies outside what the measured window and its edges can hold (warm-up, requests in flight, unfinished, retries); something went around the proxy or was counted twice (docs/answers.md, Envoy as a second witness)\n",
-            meshbench_report::proxies::FLAG,
-            rows.len()
+        out.push_str(&meshbench_report::answers::wrap(
+            &format!(
+                "{}: {disagree} of {} steps have an Envoy whose own request count lies outside what the measured window and its edges can hold (warm-up, requests in flight, unfinished, retries); something went around the proxy or was counted twice (docs/answers.md, Envoy as a second witness)",
+                meshbench_report::proxies::FLAG,
+                rows.len()
+            ),
+            "",
+            "  ",
         ));
     }
     if !causes.is_empty() {
         let counted: Vec<String> = causes.iter().map(|(c, n)| format!("{c}: {n}")).collect();
-        out.push_str(&format!(
-            "INVALID by the generator's own check: {} of {} steps ({}); their figures may be the generator's, not the target's; the JSON export says why, step by step (docs/result.md, the self-check)\n",
-            causes.values().sum::<usize>(),
-            rows.len(),
-            counted.join(", ")
+        out.push_str(&meshbench_report::answers::wrap(
+            &format!(
+                "INVALID by the generator's own check: {} of {} steps ({}); their figures may be the generator's, not the target's; the JSON export says why, step by step (docs/result.md, the self-check)",
+                causes.values().sum::<usize>(),
+                rows.len(),
+                counted.join(", ")
+            ),
+            "",
+            "  ",
         ));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_step_row_keeps_within_a_terminal_line_and_breaks_no_role() {
+        let figures = format!(
+            "{:>4} {:<10} {:<14} {:>9.1} {:>7} {:>7} {:>7} {:>6}",
+            3, "both", "1000 qps x 16c", 999.3, "1.640", "7.051", "21.151", 0
+        );
+        let items = [
+            "client_proxy 186m/16.1,",
+            "server_proxy 211m/16.0,",
+            "backend 39m/2.0",
+            " INVALID: cpu_contention",
+        ]
+        .map(String::from);
+        let text = beside(&figures, &items);
+        for line in text.lines() {
+            assert!(line.chars().count() <= 120, "{text}");
+        }
+        assert!(
+            text.starts_with(&format!("{figures}  client_proxy 186m/16.1,")),
+            "{text}"
+        );
+        for item in &items {
+            assert!(text.contains(item.trim_start()), "{item} whole in {text}");
+        }
+        assert_eq!(
+            beside(&figures, &items[2..3]),
+            format!("{figures}  backend 39m/2.0\n")
+        );
+    }
 }

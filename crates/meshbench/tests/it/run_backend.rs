@@ -207,12 +207,12 @@ fn open_loop_latency_includes_queueing_when_the_target_is_slow() {
             "{proto:?}: {findings:?}"
         );
         assert_eq!(r["generator"]["check"]["valid"], false, "{proto:?}");
-        let invalid: Vec<String> = stdout(&out)
-            .lines()
-            .filter(|l| l.trim_start().starts_with("INVALID: too few connections"))
-            .map(str::to_string)
+        let invalid = common::findings(&stdout(&out));
+        let invalid: Vec<&String> = invalid
+            .iter()
+            .filter(|f| f.starts_with("INVALID: too few connections"))
             .collect();
-        assert_eq!(invalid.len(), 1, "one line says why: {}", stdout(&out));
+        assert_eq!(invalid.len(), 1, "one finding says why: {}", stdout(&out));
         assert!(invalid[0].contains("raise -c"), "{}", invalid[0]);
         assert!(
             u(&r, "/requests/unfinished") > 0,

@@ -161,3 +161,27 @@ fn a_capacity_search_names_the_targets_limit_not_too_few_connections() {
         "a step above the limit says so: {all:?}"
     );
 }
+
+/// Issue 33: a run of a millisecond against a port nothing listens on measured nothing, and
+/// says that and only that. Its one thread spent most of that millisecond starting, waiting
+/// for a CPU as it did; over a run with no figure that is no finding about the generator.
+#[test]
+fn a_refused_port_gets_one_verdict_and_only_that() {
+    let closed = free_addr();
+    let url = format!("http://{closed}/");
+    let (out, r) = run_json("refused-port", &[&url, "-d", "1ms"], LIMIT);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}{}", stderr(&out));
+    assert_eq!(causes(&r), ["nothing_measured"], "{text}");
+    let verdicts: Vec<String> = findings(&text)
+        .into_iter()
+        .filter(|f| f.starts_with("INVALID: ") || f.starts_with("NOTE: "))
+        .collect();
+    assert_eq!(verdicts.len(), 1, "{text}");
+    assert!(
+        verdicts[0].starts_with("INVALID: nothing measured"),
+        "{text}"
+    );
+    let wide: Vec<&str> = text.lines().filter(|l| l.chars().count() > 120).collect();
+    assert!(wide.is_empty(), "lines wider than 120 columns: {wide:?}");
+}

@@ -364,6 +364,32 @@ pub fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).to_string()
 }
 
+/// The self-check's findings and the warnings in a run's summary, each joined into one
+/// string (`INVALID: ...`, `NOTE: ...`, `WARNING: ...`): the summary wraps a finding at 120
+/// columns, its later lines indented under its first.
+pub fn findings(summary: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut open = false;
+    for line in summary.lines() {
+        let text = line.trim_start();
+        let tagged = ["INVALID: ", "NOTE: ", "WARNING: "]
+            .iter()
+            .any(|t| text.starts_with(t));
+        if line.starts_with("  ") && tagged {
+            out.push(text.to_string());
+            open = true;
+        } else if open && line.starts_with("    ") {
+            if let Some(last) = out.last_mut() {
+                last.push(' ');
+                last.push_str(text);
+            }
+        } else {
+            open = false;
+        }
+    }
+    out
+}
+
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).to_string()
 }
