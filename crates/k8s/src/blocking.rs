@@ -313,6 +313,8 @@ impl BlockingClient {
             config.connect_timeout = Some(CONNECT_WITHIN);
             config.read_timeout = Some(REQUEST_WITHIN);
             config.write_timeout = Some(REQUEST_WITHIN);
+            // No retries hidden under a call: what is waited for, and how long, is said here.
+            config.default_retry = false;
             Client::try_from(config).map_err(|e| ApiError::Config(e.to_string()))
         })?;
         Ok(BlockingClient {

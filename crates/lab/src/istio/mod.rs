@@ -118,11 +118,12 @@ pub fn version() -> String {
 }
 
 /// Whether istiod says it is ready: its plain HTTP endpoint (`--httpAddr`) answers `GET
-/// /ready` with 200, within a second to connect and two to answer.
+/// /ready` with 200, within a second to connect and [`ISTIOD_WITHIN`] in all. istiod is not
+/// Envoy: this one probe is its only reader.
 fn istiod_ready(http: SocketAddr) -> bool {
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .timeout_connect(Some(Duration::from_secs(1)))
-        .timeout_global(Some(Duration::from_secs(2)))
+        .timeout_global(Some(ISTIOD_WITHIN))
         .http_status_as_error(false)
         .user_agent("meshbench")
         .build()

@@ -11,9 +11,9 @@
 //!
 //! One reading is one blocking HTTP/1.1 `GET` with ureq, as the runner reads Prometheus,
 //! bounded in time and size: the stats (`/stats?filter=...`, plain text, `name: value` lines)
-//! connect within [`TIMEOUT`] and answer within [`DEADLINE`] and [`MAX_ANSWER`]; a config dump
-//! or the clusters of a gateway with thousands of routes, within [`DUMP_DEADLINE`] and
-//! [`MAX_DUMP`]. The stats text is read by [`parse_stats`], a pure function of its input,
+//! connect within [`TIMEOUT`] and answer within [`DEADLINE`] and [`MAX_ANSWER`]; what a
+//! gateway's readiness reads (a config dump, the clusters, the rejected updates) may take
+//! [`DUMP_DEADLINE`] and [`MAX_DUMP`], as a gateway with thousands of routes needs. The stats text is read by [`parse_stats`], a pure function of its input,
 //! tested on text captured from Envoy 1.40. Failures are typed ([`AdminError`]): unreachable,
 //! timed out, or not an Envoy admin answer; a reading that fails is a note on the role, never
 //! a failed step (the runner decides that).
@@ -75,9 +75,10 @@ const STATS_BUDGET: Budget = Budget {
     max_bytes: MAX_ANSWER,
     accept: "text/plain",
 };
-/// A configuration: large at thousands of routes, read while a gateway starts, in the form
-/// the endpoint gives (JSON for a config dump, text for `/clusters`).
-const DUMP_BUDGET: Budget = Budget {
+/// A configuration and whether it was accepted: large at thousands of routes, read while a
+/// gateway starts, in the form the endpoint gives (JSON for a config dump, text for
+/// `/clusters` and the rejected updates).
+const CONFIG_BUDGET: Budget = Budget {
     deadline: DUMP_DEADLINE,
     max_bytes: MAX_DUMP,
     accept: "*/*",
@@ -147,7 +148,7 @@ pub fn config_dump(
 ) -> Result<Value, AdminError> {
     let filter = name_regex.map_or(String::new(), |r| format!("&name_regex={r}"));
     let path = format!("/config_dump?resource={}{filter}", section.resource());
-    let body = fetch(addr, &path, DUMP_BUDGET)?;
+    let body = fetch(addr, &path, CONFIG_BUDGET)?;
     serde_json::from_slice(&body).map_err(|e| AdminError::NotEnvoy {
         addr,
         why: NotEnvoy::NotJson(e.to_string()),
@@ -156,17 +157,17 @@ pub fn config_dump(
 
 /// The size in bytes of the whole config dump of the admin at `addr`.
 pub fn config_dump_bytes(addr: SocketAddr) -> Result<usize, AdminError> {
-    fetch(addr, "/config_dump", DUMP_BUDGET).map(|body| body.len())
+    fetch(addr, "/config_dump", CONFIG_BUDGET).map(|body| body.len())
 }
 
 /// `/clusters` of the admin at `addr`, as text (`CLUSTER::HOST:PORT::STAT::VALUE` lines).
 pub fn clusters(addr: SocketAddr) -> Result<String, AdminError> {
-    fetch(addr, "/clusters", DUMP_BUDGET).map(|body| String::from_utf8_lossy(&body).into_owned())
+    fetch(addr, "/clusters", CONFIG_BUDGET).map(|body| String::from_utf8_lossy(&body).into_owned())
 }
 
 /// Every xDS update the Envoy at `addr` refused so far, as `counter: count` (empty: none).
 pub fn rejected_updates(addr: SocketAddr) -> Result<Vec<String>, AdminError> {
-    let body = fetch(addr, "/stats?filter=update_rejected", STATS_BUDGET)?;
+    let body = fetch(addr, "/stats?filter=update_rejected", CONFIG_BUDGET)?;
     Ok(parse_rejected(&String::from_utf8_lossy(&body)))
 }
 
