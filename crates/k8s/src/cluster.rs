@@ -42,6 +42,20 @@ fn api_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> ClusterError 
     }
 }
 
+/// How to reach the cluster: as `kubeconfig` says, else `$KUBECONFIG`, `~/.kube/config` or
+/// the pod's service account; why not, as one line.
+pub(crate) async fn config_from(kubeconfig: Option<&Path>) -> Result<Config, String> {
+    match kubeconfig {
+        Some(path) => {
+            let kc = Kubeconfig::read_from(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+                .await
+                .map_err(|e| e.to_string())
+        }
+        None => Config::infer().await.map_err(|e| e.to_string()),
+    }
+}
+
 /// An agent pod that is ready.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AgentPod {
@@ -59,18 +73,9 @@ pub struct Cluster {
 impl Cluster {
     /// From `kubeconfig`, else `$KUBECONFIG`, `~/.kube/config` or the pod's service account.
     pub async fn connect(kubeconfig: Option<&Path>) -> Result<Cluster, ClusterError> {
-        let config = match kubeconfig {
-            Some(path) => {
-                let kc = Kubeconfig::read_from(path)
-                    .map_err(|e| ClusterError::Config(format!("{}: {e}", path.display())))?;
-                Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-                    .await
-                    .map_err(|e| ClusterError::Config(e.to_string()))?
-            }
-            None => Config::infer()
-                .await
-                .map_err(|e| ClusterError::Config(e.to_string()))?,
-        };
+        let config = config_from(kubeconfig)
+            .await
+            .map_err(ClusterError::Config)?;
         let client = Client::try_from(config).map_err(|e| ClusterError::Config(e.to_string()))?;
         Ok(Cluster { client })
     }

@@ -4,9 +4,17 @@
 //! apply, waits until every agent pod is ready (never forever: the error names each pod that
 //! is not, and why), and deletes them. The coordinator itself is the runner's, in the process
 //! that called `meshbench k8s run`.
+//!
+//! This crate is also the project's one Kubernetes client (kube-rs): `blocking` is the same
+//! client behind a small synchronous façade, for the lab's own API server (`gateway.type:
+//! istio`). `k8s_openapi` is re-exported so that its callers build typed objects with the
+//! one Kubernetes API version this crate is built for.
 
+pub mod blocking;
 pub mod cluster;
 pub mod render;
 
+pub use blocking::{ApiError, BlockingClient};
 pub use cluster::{AgentPod, Cluster, ClusterError};
+pub use k8s_openapi;
 pub use render::{AntiAffinity, Objects, Plan, PlanError};

@@ -72,6 +72,9 @@ pub enum LabError {
     Pki(String),
     #[error("{0}")]
     Io(String),
+    /// The lab's own Kubernetes API server (`gateway.type: istio`) refused or did not answer.
+    #[error(transparent)]
+    Kubernetes(#[from] meshbench_k8s::ApiError),
 }
 
 fn config_note(config: Option<&std::path::Path>) -> String {

@@ -151,11 +151,8 @@ impl IstioGateway {
         let Some(admin) = admin else {
             return line;
         };
-        match ready::http_get(admin, "/config_dump") {
-            Ok((200, dump)) => {
-                line.push_str(&format!("; config dump {:.1} MB", dump.len() as f64 / 1e6))
-            }
-            Ok((code, _)) => line.push_str(&format!("; config dump: {code}")),
+        match crate::program::envoy::admin::config_dump_bytes(admin) {
+            Ok(bytes) => line.push_str(&format!("; config dump {:.1} MB", bytes as f64 / 1e6)),
             Err(e) => line.push_str(&format!("; config dump: {e}")),
         }
         match self.control_plane.time_route_change(

@@ -1,55 +1,40 @@
 //! The smallest Kubernetes API server istiod can run against: etcd and kube-apiserver on
 //! loopback, from the binaries scripts/install-k8s.sh builds, with a serving certificate and a
-//! service-account signing key cut here, one static admin token, and no node. Spoken to over
-//! HTTPS with ureq: server-side apply of YAML documents, one ConfigMap read, one TokenRequest.
+//! service-account signing key cut here, one static admin token, and no node.
 //!
-//! Objects are applied by path from their `apiVersion`, `kind` and `metadata` (no discovery):
-//! every kind the lab applies has a regular plural ([`plural`]).
+//! It is spoken to with the project's one Kubernetes client, `meshbench_k8s::BlockingClient`
+//! (kube-rs, blocking), authenticated as the kubeconfig written here says (the admin token,
+//! and the CA cut here), the same file istiod reads: server-side apply of YAML documents (each
+//! kind's resource named by the API server's discovery), typed objects, one ConfigMap read,
+//! one TokenRequest.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use meshbench_k8s::BlockingClient;
+use serde_json::Value;
 
 use crate::pki::{Ca, Usage};
 use crate::process::{Placement, RoleProcess};
 use crate::{write_file, LabError};
 
-/// The field manager of every apply.
-const MANAGER: &str = "meshbench";
 /// The one identity the lab's kubeconfig and requests carry (group `system:masters`).
 const ADMIN_TOKEN: &str = "meshbench-lab-admin";
 /// How long the API server may take to answer `/readyz` (about 5 s here; more on a busy VM).
 const READY_WITHIN: Duration = Duration::from_secs(90);
-/// How long a custom resource may be refused (404) after its definition was applied, while the
-/// API server establishes it.
-const ESTABLISH_WITHIN: Duration = Duration::from_secs(30);
-/// Parallel applies of one file's documents.
-const APPLIERS: usize = 4;
+/// How long a token asked for the gateway is valid (a day, as a projected volume's may be).
+const TOKEN_LIFETIME: Duration = Duration::from_secs(86400);
 
 /// A running etcd and kube-apiserver; both stop when dropped.
 pub struct ApiServer {
     pub url: String,
     pub kubeconfig: PathBuf,
-    agent: ureq::Agent,
+    /// The API server, as the kubeconfig reaches it.
+    pub client: BlockingClient,
     // Field order: the API server stops before its store.
     _apiserver: RoleProcess,
     _etcd: RoleProcess,
-}
-
-/// What a request asks of the API server.
-enum Request<'a> {
-    Get,
-    /// Server-side apply of this document (JSON is YAML too).
-    Apply(&'a str),
-    /// POST of this JSON.
-    Create(&'a str),
-}
-
-/// What was refused, as one line.
-fn refused(what: &str, e: impl std::fmt::Display) -> LabError {
-    LabError::Io(format!("the Kubernetes API server refused {what}: {e}"))
 }
 
 impl ApiServer {
@@ -136,23 +121,11 @@ impl ApiServer {
                 pki.join("ca.pem").display()
             ),
         )?;
-        let root = ureq::tls::Certificate::from_pem(ca.cert_pem.as_bytes())
-            .map_err(|e| LabError::Pki(e.to_string()))?;
-        let tls = ureq::tls::TlsConfig::builder()
-            .root_certs(ureq::tls::RootCerts::new_with_certs(&[root]))
-            .build();
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .tls_config(tls)
-            .timeout_connect(Some(Duration::from_secs(2)))
-            .timeout_global(Some(Duration::from_secs(60)))
-            .http_status_as_error(false)
-            .user_agent("meshbench")
-            .build()
-            .into();
+        let client = BlockingClient::from_kubeconfig(&kubeconfig)?;
         let mut server = ApiServer {
             url,
             kubeconfig,
-            agent,
+            client,
             _apiserver: apiserver,
             _etcd: etcd,
         };
@@ -163,7 +136,7 @@ impl ApiServer {
     fn wait_ready(&mut self) -> Result<(), LabError> {
         let deadline = Instant::now() + READY_WITHIN;
         loop {
-            if matches!(self.request(Request::Get, "/readyz"), Ok((200, _))) {
+            if self.client.ready().is_ok() {
                 return Ok(());
             }
             for p in [&mut self._etcd, &mut self._apiserver] {
@@ -186,53 +159,12 @@ impl ApiServer {
         }
     }
 
-    /// One request with the admin token; the status and the body.
-    fn request(&self, request: Request, path: &str) -> Result<(u16, String), ureq::Error> {
-        let url = format!("{}{path}", self.url);
-        let auth = format!("Bearer {ADMIN_TOKEN}");
-        let mut answer = match request {
-            Request::Get => self.agent.get(&url).header("Authorization", &auth).call()?,
-            Request::Apply(yaml) => self
-                .agent
-                .patch(&url)
-                .header("Authorization", &auth)
-                .header("Content-Type", "application/apply-patch+yaml")
-                .send(yaml)?,
-            Request::Create(json) => self
-                .agent
-                .post(&url)
-                .header("Authorization", &auth)
-                .header("Content-Type", "application/json")
-                .send(json)?,
-        };
-        let status = answer.status().as_u16();
-        let text = answer.body_mut().read_to_string()?;
-        Ok((status, text))
-    }
-
-    /// Server-side applies every document of `yaml` (a `---` stream), `APPLIERS` at a time;
-    /// returns how many. A custom resource whose definition is not yet established is retried.
+    /// Server-side applies every document of `yaml` (a `---` stream), several at a time;
+    /// returns how many. A custom resource whose definition is not yet established waits
+    /// for it.
     pub fn apply_yaml(&self, yaml: &str) -> Result<usize, LabError> {
-        let mut docs = Vec::new();
-        for doc in serde_yaml_ng::Deserializer::from_str(yaml) {
-            let v: Value = serde::Deserialize::deserialize(doc)
-                .map_err(|e| LabError::Io(format!("a document to apply is not YAML: {e}")))?;
-            if !v.is_null() {
-                docs.push(v);
-            }
-        }
-        let chunk = docs.len().div_ceil(APPLIERS).max(1);
-        std::thread::scope(|s| {
-            let workers: Vec<_> = docs
-                .chunks(chunk)
-                .map(|part| s.spawn(move || part.iter().try_for_each(|d| self.apply(d))))
-                .collect();
-            workers.into_iter().try_for_each(|w| {
-                w.join()
-                    .unwrap_or_else(|_| Err(LabError::Io("an apply thread panicked".into())))
-            })
-        })?;
-        Ok(docs.len())
+        let documents = meshbench_k8s::blocking::documents(yaml)?;
+        Ok(self.client.apply_all(documents)?)
     }
 
     /// Applies every file, in order.
@@ -248,41 +180,9 @@ impl ApiServer {
         Ok(n)
     }
 
-    /// Server-side apply of one object.
+    /// Server-side apply of one document.
     pub fn apply(&self, object: &Value) -> Result<(), LabError> {
-        let path = object_path(object)?;
-        let what = format!(
-            "{} {} ({path})",
-            object["kind"].as_str().unwrap_or("?"),
-            object["metadata"]["name"].as_str().unwrap_or("?")
-        );
-        let query = format!("{path}?fieldManager={MANAGER}&force=true");
-        let body = object.to_string();
-        let deadline = Instant::now() + ESTABLISH_WITHIN;
-        loop {
-            match self.request(Request::Apply(&body), &query) {
-                Ok((200 | 201, _)) => return Ok(()),
-                Ok((404, _)) if Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(200));
-                }
-                Ok((code, text)) => {
-                    return Err(refused(&what, format!("{code}: {}", message(&text))))
-                }
-                Err(e) => return Err(refused(&what, e)),
-            }
-        }
-    }
-
-    /// One object's JSON, by its API path.
-    pub fn get(&self, path: &str) -> Result<Option<Value>, LabError> {
-        match self.request(Request::Get, path) {
-            Ok((200, text)) => serde_json::from_str(&text)
-                .map(Some)
-                .map_err(|e| refused(path, e)),
-            Ok((404, _)) => Ok(None),
-            Ok((code, text)) => Err(refused(path, format!("{code}: {}", message(&text)))),
-            Err(e) => Err(refused(path, e)),
-        }
+        Ok(self.client.apply(object)?)
     }
 
     /// A token for `account` in `namespace`, for `audience`, as a pod's projected volume holds it.
@@ -292,100 +192,8 @@ impl ApiServer {
         account: &str,
         audience: &str,
     ) -> Result<String, LabError> {
-        let path = format!("/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token");
-        let body = json!({
-            "apiVersion": "authentication.k8s.io/v1",
-            "kind": "TokenRequest",
-            "spec": {"audiences": [audience], "expirationSeconds": 86400},
-        })
-        .to_string();
-        let what = format!("a token for {namespace}/{account}");
-        match self.request(Request::Create(&body), &path) {
-            Ok((200 | 201, text)) => {
-                let v: Value = serde_json::from_str(&text).map_err(|e| refused(&what, e))?;
-                v["status"]["token"]
-                    .as_str()
-                    .map(str::to_string)
-                    .ok_or_else(|| refused(&what, "no status.token in the answer"))
-            }
-            Ok((code, text)) => Err(refused(&what, format!("{code}: {}", message(&text)))),
-            Err(e) => Err(refused(&what, e)),
-        }
-    }
-}
-
-/// The `message` of a Kubernetes `Status`, else the text itself (cut).
-fn message(text: &str) -> String {
-    serde_json::from_str::<Value>(text)
-        .ok()
-        .and_then(|v| v["message"].as_str().map(str::to_string))
-        .unwrap_or_else(|| text.chars().take(300).collect())
-}
-
-/// The lower-case plural of a kind, as the API server names its resource: a consonant and
-/// `-y` become `-ies` (`serviceentries`), anything else takes `-s` (`gateways`), as for every
-/// kind the lab applies.
-pub fn plural(kind: &str) -> String {
-    let lower = kind.to_ascii_lowercase();
-    match lower.strip_suffix('y') {
-        Some(stem) if !stem.ends_with(['a', 'e', 'i', 'o', 'u']) => format!("{stem}ies"),
-        _ => format!("{lower}s"),
-    }
-}
-
-/// The object's path: `/api/v1` for the core group, `/apis/GROUP/VERSION` otherwise, then its
-/// namespace if it has one, its resource and its name.
-pub fn object_path(object: &Value) -> Result<String, LabError> {
-    let field = |v: &Value, name: &str| {
-        v.as_str()
-            .map(str::to_string)
-            .ok_or_else(|| LabError::Io(format!("an object to apply has no {name}: {object}")))
-    };
-    let api_version = field(&object["apiVersion"], "apiVersion")?;
-    let kind = field(&object["kind"], "kind")?;
-    let name = field(&object["metadata"]["name"], "metadata.name")?;
-    let base = if api_version.contains('/') {
-        format!("/apis/{api_version}")
-    } else {
-        format!("/api/{api_version}")
-    };
-    let ns = match object["metadata"]["namespace"].as_str() {
-        Some(ns) => format!("/namespaces/{ns}"),
-        None => String::new(),
-    };
-    Ok(format!("{base}{ns}/{}/{name}", plural(&kind)))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn paths_follow_the_group_namespace_and_plural() {
-        let vs = json!({"apiVersion": "networking.istio.io/v1beta1", "kind": "VirtualService",
-            "metadata": {"name": "a.com", "namespace": "istio-system"}});
-        assert_eq!(
-            object_path(&vs).unwrap(),
-            "/apis/networking.istio.io/v1beta1/namespaces/istio-system/virtualservices/a.com"
-        );
-        let se = json!({"apiVersion": "networking.istio.io/v1beta1", "kind": "ServiceEntry",
-            "metadata": {"name": "b", "namespace": "istio-system"}});
-        assert!(object_path(&se).unwrap().ends_with("/serviceentries/b"));
-        let gw = json!({"apiVersion": "networking.istio.io/v1beta1", "kind": "Gateway",
-            "metadata": {"name": "g", "namespace": "istio-system"}});
-        assert!(object_path(&gw).unwrap().ends_with("/gateways/g"));
-        let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "x"}});
-        assert_eq!(object_path(&ns).unwrap(), "/api/v1/namespaces/x");
-        let crd = json!({"apiVersion": "apiextensions.k8s.io/v1",
-            "kind": "CustomResourceDefinition", "metadata": {"name": "gateways.networking.istio.io"}});
-        assert_eq!(
-            object_path(&crd).unwrap(),
-            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/gateways.networking.istio.io"
-        );
-        let nameless = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {}});
-        assert!(object_path(&nameless)
-            .unwrap_err()
-            .to_string()
-            .contains("metadata.name"));
+        Ok(self
+            .client
+            .service_account_token(namespace, account, audience, TOKEN_LIFETIME)?)
     }
 }

@@ -23,9 +23,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use meshbench_k8s::k8s_openapi::api::core::v1::{ConfigMap, Namespace, ServiceAccount};
+use meshbench_k8s::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::{json, Value};
 
 use crate::process::{Placement, RoleProcess};
+use crate::program::envoy::admin::{self, DumpSection};
 use crate::{write_file, LabError};
 pub use kube::ApiServer;
 
@@ -46,6 +49,10 @@ pub const ISTIOD_ENV: &[(&str, &str)] = &[
     ("PILOT_ENABLE_ALPN_FILTER", "false"),
     ("PILOT_ENABLE_METADATA_EXCHANGE", "false"),
 ];
+/// The ConfigMap istiod publishes the mesh's root certificate in, in every namespace, and
+/// its key.
+const ROOT_CERT_CONFIG_MAP: &str = "istio-ca-root-cert";
+const ROOT_CERT_KEY: &str = "root-cert.pem";
 /// The mesh configuration: Istio's defaults.
 const MESH: &str = "{}\n";
 /// How long istiod may take to become ready and to publish the mesh's root certificate.
@@ -110,6 +117,23 @@ pub fn version() -> String {
         .unwrap_or_else(|| format!("istio {VERSION} ({} did not answer)", agent.display()))
 }
 
+/// Whether istiod says it is ready: its plain HTTP endpoint (`--httpAddr`) answers `GET
+/// /ready` with 200, within a second to connect and [`ISTIOD_WITHIN`] in all. istiod is not
+/// Envoy: this one probe is its only reader.
+fn istiod_ready(http: SocketAddr) -> bool {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_connect(Some(Duration::from_secs(1)))
+        .timeout_global(Some(ISTIOD_WITHIN))
+        .http_status_as_error(false)
+        .user_agent("meshbench")
+        .build()
+        .into();
+    agent
+        .get(format!("http://{http}/ready"))
+        .call()
+        .is_ok_and(|answer| answer.status() == 200)
+}
+
 /// istiod and the API server it watches; everything stops when dropped.
 pub struct ControlPlane {
     pub api: ApiServer,
@@ -135,10 +159,21 @@ impl ControlPlane {
         })?;
         let api = ApiServer::start(dir, &k8s_bin())?;
         api.apply_files(&[cache().join("crd-all.gen.yaml")])?;
-        api.apply(&json!({"apiVersion": "v1", "kind": "Namespace",
-            "metadata": {"name": NAMESPACE}}))?;
-        api.apply(&json!({"apiVersion": "v1", "kind": "ServiceAccount",
-            "metadata": {"name": GATEWAY_SERVICE_ACCOUNT, "namespace": NAMESPACE}}))?;
+        api.client.apply_typed(&Namespace {
+            metadata: ObjectMeta {
+                name: Some(NAMESPACE.into()),
+                ..ObjectMeta::default()
+            },
+            ..Namespace::default()
+        })?;
+        api.client.apply_typed(&ServiceAccount {
+            metadata: ObjectMeta {
+                name: Some(GATEWAY_SERVICE_ACCOUNT.into()),
+                namespace: Some(NAMESPACE.into()),
+                ..ObjectMeta::default()
+            },
+            ..ServiceAccount::default()
+        })?;
 
         let free = || crate::rig::free_port().map(|p| SocketAddr::from(([127, 0, 0, 1], p)));
         let (grpc, secure_grpc, http, https, monitoring) =
@@ -168,15 +203,15 @@ impl ControlPlane {
             &dir.join("istiod.log"),
             &Placement::default(),
         )?;
-        let root_path = format!("/api/v1/namespaces/{NAMESPACE}/configmaps/istio-ca-root-cert");
         let deadline = began + ISTIOD_WITHIN;
         let root_cert = loop {
-            let ready = ready::http_get(http, "/ready").is_ok_and(|(code, _)| code == 200);
-            if ready {
-                if let Some(cm) = api.get(&root_path)? {
-                    if let Some(pem) = cm["data"]["root-cert.pem"].as_str() {
-                        break pem.to_string();
-                    }
+            if istiod_ready(http) {
+                let published = api
+                    .client
+                    .get::<ConfigMap>(NAMESPACE, ROOT_CERT_CONFIG_MAP)?
+                    .and_then(|cm| cm.data?.remove(ROOT_CERT_KEY));
+                if let Some(pem) = published {
+                    break pem;
                 }
             }
             if let Some(status) = istiod.exited() {
@@ -338,8 +373,8 @@ impl ControlPlane {
         }
         let served = || -> bool {
             // The domain's own route configuration (its dots match themselves too).
-            let query = format!("dynamic_route_configs&name_regex=.*{domain}.*");
-            ready::config_section(admin, &query)
+            let name_regex = format!(".*{domain}.*");
+            admin::config_dump(admin, DumpSection::DynamicRouteConfigs, Some(&name_regex))
                 .map(|dump| dump.to_string().contains(PROBE_PATH))
                 .unwrap_or(false)
         };

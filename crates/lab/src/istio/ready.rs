@@ -1,8 +1,9 @@
 //! When an Istio gateway is ready: its Envoy has accepted everything istiod should send.
 //! That is the listener with a filter chain per domain, every route, every domain's
 //! certificate and the backend's endpoint, with no update rejected. All of it is read from
-//! Envoy's admin endpoint: `/config_dump` one section at a time (the routes are the largest
-//! part), `/clusters` and `/stats`.
+//! Envoy's admin endpoint through the project's one admin reader
+//! (`crate::program::envoy::admin`): `/config_dump` one section at a time (the routes are the
+//! largest part), `/clusters` and `/stats`; what is missing is a pure function of those.
 //!
 //! A rejected update fails at once, with Envoy's own message. Waiting for it to pass would
 //! only end at the time limit.
@@ -13,6 +14,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::process::RoleProcess;
+use crate::program::envoy::admin::{self, AdminError, DumpSection};
 use crate::LabError;
 
 /// What Envoy should hold once istiod's configuration has arrived.
@@ -28,41 +30,6 @@ pub struct Expected {
     pub certificates: usize,
     /// The backend as `/clusters` lists its endpoint: `HOST::IP:PORT::`.
     pub endpoint: String,
-}
-
-/// The largest admin answer read: a config dump at 1,000 domains x 100 paths is about 130 MB.
-const MAX_ANSWER: u64 = 1 << 30;
-
-/// `GET path` from Envoy's (or istiod's) plain HTTP endpoint: the status and the body.
-pub fn http_get(addr: SocketAddr, path: &str) -> Result<(u16, String), String> {
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .timeout_connect(Some(Duration::from_secs(1)))
-        .timeout_global(Some(Duration::from_secs(60)))
-        .http_status_as_error(false)
-        .build()
-        .into();
-    let mut answer = agent
-        .get(format!("http://{addr}{path}"))
-        .call()
-        .map_err(|e| format!("GET {path}: {e}"))?;
-    let status = answer.status().as_u16();
-    let body = answer
-        .body_mut()
-        .with_config()
-        .limit(MAX_ANSWER)
-        .read_to_string()
-        .map_err(|e| format!("GET {path}: {e}"))?;
-    Ok((status, body))
-}
-
-/// One section of Envoy's `/config_dump` (`dynamic_listeners`, `dynamic_route_configs`,
-/// `dynamic_active_secrets`), parsed.
-pub fn config_section(admin: SocketAddr, resource: &str) -> Result<Value, String> {
-    let (code, body) = http_get(admin, &format!("/config_dump?resource={resource}"))?;
-    if code != 200 {
-        return Err(format!("/config_dump?resource={resource}: {code}"));
-    }
-    serde_json::from_str(&body).map_err(|e| format!("/config_dump: {e}"))
 }
 
 /// The items of a `?resource=` dump (each under `configs`).
@@ -132,15 +99,10 @@ pub fn missing(
     out
 }
 
-/// Every xDS update Envoy refused so far, as `counter: count` (empty: none).
+/// Every xDS update Envoy refused so far, as `counter: count` (empty: none, or the admin did
+/// not answer).
 pub fn rejected(admin: SocketAddr) -> Vec<String> {
-    let Ok((_, text)) = http_get(admin, "/stats?filter=update_rejected") else {
-        return Vec::new();
-    };
-    text.lines()
-        .filter(|l| l.split_once(": ").is_some_and(|(_, v)| v.trim() != "0"))
-        .map(str::to_string)
-        .collect()
+    admin::rejected_updates(admin).unwrap_or_default()
 }
 
 /// Waits until Envoy (admin at `admin`, run by `agent`) holds everything `expected` says, at
@@ -174,17 +136,17 @@ pub fn wait_acked(
                 ),
             });
         }
-        let read = || -> Result<Vec<String>, String> {
-            let secrets = config_section(admin, "dynamic_active_secrets")?;
-            let listeners = config_section(admin, "dynamic_listeners")?;
-            let routes = config_section(admin, "dynamic_route_configs")?;
-            let (_, clusters) = http_get(admin, "/clusters")?;
+        let read = || -> Result<Vec<String>, AdminError> {
+            let secrets = admin::config_dump(admin, DumpSection::DynamicActiveSecrets, None)?;
+            let listeners = admin::config_dump(admin, DumpSection::DynamicListeners, None)?;
+            let routes = admin::config_dump(admin, DumpSection::DynamicRouteConfigs, None)?;
+            let clusters = admin::clusters(admin)?;
             Ok(missing(expected, &listeners, &routes, &secrets, &clusters))
         };
         match read() {
             Ok(m) if m.is_empty() => return Ok(began.elapsed()),
             Ok(m) => last = m,
-            Err(e) => last = vec![e],
+            Err(e) => last = vec![e.to_string()],
         }
         if began.elapsed() > limit {
             return Err(LabError::Io(format!(

@@ -4,12 +4,19 @@
 //! connections it holds open and how much memory it allocated. When the two disagree beyond
 //! what the window's edges can explain, one of them did not see what the other did.
 //!
-//! One reading is one blocking HTTP/1.1 `GET /stats?filter=...` (plain text, `name: value`
-//! lines) with ureq, as the runner reads Prometheus, bounded in time (connect [`TIMEOUT`], the
-//! whole answer [`DEADLINE`]) and in size ([`MAX_ANSWER`]). The text is read by
-//! [`parse_stats`], a pure function of its input, tested on text captured from Envoy 1.40. Failures are typed ([`AdminError`]): unreachable, timed
-//! out, or not an Envoy admin answer; a reading that fails is a note on the role, never a
-//! failed step (the runner decides that).
+//! This module is the project's one reader of Envoy's admin endpoint. Besides the stats it
+//! reads what an Istio gateway's readiness needs (`crate::istio::ready`): a section of
+//! `/config_dump` ([`config_dump`]), the whole dump's size, `/clusters` and the rejected xDS
+//! updates.
+//!
+//! One reading is one blocking HTTP/1.1 `GET` with ureq, as the runner reads Prometheus,
+//! bounded in time and size: the stats (`/stats?filter=...`, plain text, `name: value` lines)
+//! connect within [`TIMEOUT`] and answer within [`DEADLINE`] and [`MAX_ANSWER`]; what a
+//! gateway's readiness reads (a config dump, the clusters, the rejected updates) may take
+//! [`DUMP_DEADLINE`] and [`MAX_DUMP`], as a gateway with thousands of routes needs. The stats text is read by [`parse_stats`], a pure function of its input,
+//! tested on text captured from Envoy 1.40. Failures are typed ([`AdminError`]): unreachable,
+//! timed out, or not an Envoy admin answer; a reading that fails is a note on the role, never
+//! a failed step (the runner decides that).
 //!
 //! Which stats the reading needs is [`STATS_NEEDED`]: a bootstrap that limits the stats Envoy
 //! creates (Istio's `stats_config.stats_matcher.inclusion_list`) must include these prefixes,
@@ -19,6 +26,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use meshbench_results::{ProxyCounters, ProxyRequests};
+use serde_json::Value;
 use thiserror::Error;
 
 /// The stat name prefixes this reading needs, for a bootstrap's
@@ -47,6 +55,35 @@ pub const DEADLINE: Duration = Duration::from_secs(2);
 /// listeners can write a few MiB).
 pub const MAX_ANSWER: usize = 8 << 20;
 
+/// The whole answer of a config dump or `/clusters`.
+pub const DUMP_DEADLINE: Duration = Duration::from_secs(60);
+/// The largest config dump read: at 1,000 domains x 100 paths an Istio gateway's is about
+/// 130 MB.
+pub const MAX_DUMP: usize = 1 << 30;
+
+/// How long one reading may take, how large its answer may be, and what it accepts.
+#[derive(Debug, Clone, Copy)]
+struct Budget {
+    deadline: Duration,
+    max_bytes: usize,
+    accept: &'static str,
+}
+
+/// The stats: small and quick, read on every step, as plain text.
+const STATS_BUDGET: Budget = Budget {
+    deadline: DEADLINE,
+    max_bytes: MAX_ANSWER,
+    accept: "text/plain",
+};
+/// A configuration and whether it was accepted: large at thousands of routes, read while a
+/// gateway starts, in the form the endpoint gives (JSON for a config dump, text for
+/// `/clusters` and the rejected updates).
+const CONFIG_BUDGET: Budget = Budget {
+    deadline: DUMP_DEADLINE,
+    max_bytes: MAX_DUMP,
+    accept: "*/*",
+};
+
 /// The cluster of Istio's control plane connection: its failures are not the traffic's.
 const CONTROL_PLANE_CLUSTER: &str = "xds-grpc";
 
@@ -69,16 +106,77 @@ pub enum NotEnvoy {
     Http(String),
     #[error("status {0}")]
     Status(String),
-    #[error("more than {} MiB", MAX_ANSWER >> 20)]
-    TooLarge,
+    #[error("more than {mib} MiB")]
+    TooLarge { mib: usize },
+    #[error("not JSON ({0})")]
+    NotJson(String),
     #[error("no server.memory_allocated in its stats (not Envoy's /stats, or `server.` not included by its stats matcher)")]
     NoServerStats,
 }
 
 /// Reads the admin endpoint at `addr` once.
 pub fn read(addr: SocketAddr) -> Result<ProxyCounters, AdminError> {
-    let body = fetch(addr, &stats_path())?;
+    let body = fetch(addr, &stats_path(), STATS_BUDGET)?;
     parse_stats(&String::from_utf8_lossy(&body)).map_err(|why| AdminError::NotEnvoy { addr, why })
+}
+
+/// A section of Envoy's `/config_dump` (`?resource=`), each item under `configs`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DumpSection {
+    DynamicListeners,
+    DynamicRouteConfigs,
+    DynamicActiveSecrets,
+}
+
+impl DumpSection {
+    /// Its name as Envoy's `resource` parameter takes it.
+    pub fn resource(self) -> &'static str {
+        match self {
+            DumpSection::DynamicListeners => "dynamic_listeners",
+            DumpSection::DynamicRouteConfigs => "dynamic_route_configs",
+            DumpSection::DynamicActiveSecrets => "dynamic_active_secrets",
+        }
+    }
+}
+
+/// One section of the config dump of the admin at `addr`, parsed; only the items whose name
+/// matches `name_regex` (Envoy's `name_regex`, as given), when there is one.
+pub fn config_dump(
+    addr: SocketAddr,
+    section: DumpSection,
+    name_regex: Option<&str>,
+) -> Result<Value, AdminError> {
+    let filter = name_regex.map_or(String::new(), |r| format!("&name_regex={r}"));
+    let path = format!("/config_dump?resource={}{filter}", section.resource());
+    let body = fetch(addr, &path, CONFIG_BUDGET)?;
+    serde_json::from_slice(&body).map_err(|e| AdminError::NotEnvoy {
+        addr,
+        why: NotEnvoy::NotJson(e.to_string()),
+    })
+}
+
+/// The size in bytes of the whole config dump of the admin at `addr`.
+pub fn config_dump_bytes(addr: SocketAddr) -> Result<usize, AdminError> {
+    fetch(addr, "/config_dump", CONFIG_BUDGET).map(|body| body.len())
+}
+
+/// `/clusters` of the admin at `addr`, as text (`CLUSTER::HOST:PORT::STAT::VALUE` lines).
+pub fn clusters(addr: SocketAddr) -> Result<String, AdminError> {
+    fetch(addr, "/clusters", CONFIG_BUDGET).map(|body| String::from_utf8_lossy(&body).into_owned())
+}
+
+/// Every xDS update the Envoy at `addr` refused so far, as `counter: count` (empty: none).
+pub fn rejected_updates(addr: SocketAddr) -> Result<Vec<String>, AdminError> {
+    let body = fetch(addr, "/stats?filter=update_rejected", CONFIG_BUDGET)?;
+    Ok(parse_rejected(&String::from_utf8_lossy(&body)))
+}
+
+/// The `update_rejected` counters of `/stats` text that are not 0, as their lines.
+pub fn parse_rejected(text: &str) -> Vec<String> {
+    text.lines()
+        .filter(|l| l.split_once(": ").is_some_and(|(_, v)| v.trim() != "0"))
+        .map(str::to_string)
+        .collect()
 }
 
 /// `/stats?filter=^(http\.|cluster\.|...)`: the stats [`STATS_NEEDED`] names, as plain text.
@@ -103,11 +201,11 @@ fn percent_encode(s: &str) -> String {
 }
 
 /// One `GET path` over HTTP/1.1 with ureq, bounded in time (connect [`TIMEOUT`], the whole
-/// answer [`DEADLINE`]) and size ([`MAX_ANSWER`]); the body of a 200 answer.
-fn fetch(addr: SocketAddr, path: &str) -> Result<Vec<u8>, AdminError> {
+/// answer the budget's deadline) and size (the budget's bytes); the body of a 200 answer.
+fn fetch(addr: SocketAddr, path: &str, budget: Budget) -> Result<Vec<u8>, AdminError> {
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .timeout_connect(Some(TIMEOUT))
-        .timeout_global(Some(DEADLINE))
+        .timeout_global(Some(budget.deadline))
         .http_status_as_error(false)
         .user_agent("meshbench")
         .build()
@@ -115,7 +213,7 @@ fn fetch(addr: SocketAddr, path: &str) -> Result<Vec<u8>, AdminError> {
     let failed = |e: ureq::Error| match e {
         ureq::Error::Timeout(_) => AdminError::TimedOut {
             addr,
-            secs: DEADLINE.as_secs_f64(),
+            secs: budget.deadline.as_secs_f64(),
         },
         ureq::Error::Io(io) if io.kind() == std::io::ErrorKind::ConnectionRefused => {
             AdminError::Unreachable {
@@ -129,7 +227,9 @@ fn fetch(addr: SocketAddr, path: &str) -> Result<Vec<u8>, AdminError> {
         },
         ureq::Error::BodyExceedsLimit(_) => AdminError::NotEnvoy {
             addr,
-            why: NotEnvoy::TooLarge,
+            why: NotEnvoy::TooLarge {
+                mib: budget.max_bytes >> 20,
+            },
         },
         other => AdminError::NotEnvoy {
             addr,
@@ -138,7 +238,7 @@ fn fetch(addr: SocketAddr, path: &str) -> Result<Vec<u8>, AdminError> {
     };
     let mut answer = agent
         .get(format!("http://{addr}{path}"))
-        .header("Accept", "text/plain")
+        .header("Accept", budget.accept)
         .call()
         .map_err(failed)?;
     let status = answer.status();
@@ -149,7 +249,7 @@ fn fetch(addr: SocketAddr, path: &str) -> Result<Vec<u8>, AdminError> {
     answer
         .body_mut()
         .with_config()
-        .limit(MAX_ANSWER as u64)
+        .limit(budget.max_bytes as u64)
         .read_to_vec()
         .map_err(failed)
 }
@@ -442,6 +542,40 @@ server.memory_allocated: 1
                 other => panic!("{:?}: {other:?}", String::from_utf8_lossy(answer)),
             }
         }
+    }
+
+    #[test]
+    fn a_config_dump_is_json_and_an_answer_that_is_not_is_refused() {
+        let dump =
+            b"HTTP/1.1 200 OK\r\ncontent-length: 28\r\n\r\n{\"configs\": [{\"name\": \"l\"}]}";
+        let got = config_dump(liar(dump), DumpSection::DynamicListeners, None).unwrap();
+        assert_eq!(got["configs"][0]["name"], "l");
+        assert_eq!(config_dump_bytes(liar(dump)).unwrap(), 28);
+        let text = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello";
+        match config_dump(
+            liar(text),
+            DumpSection::DynamicRouteConfigs,
+            Some(".*a.com.*"),
+        ) {
+            Err(AdminError::NotEnvoy {
+                why: NotEnvoy::NotJson(_),
+                ..
+            }) => {}
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(clusters(liar(text)).unwrap(), "hello");
+    }
+
+    #[test]
+    fn only_updates_rejected_at_least_once_are_named() {
+        let text = "cluster_manager.cds.update_rejected: 0\n\
+                    listener_manager.lds.update_rejected: 2\n\
+                    http.http.rds.http.5443.update_rejected: 0\n";
+        assert_eq!(
+            parse_rejected(text),
+            ["listener_manager.lds.update_rejected: 2"]
+        );
+        assert!(parse_rejected("").is_empty());
     }
 
     #[test]
