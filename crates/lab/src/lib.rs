@@ -18,9 +18,9 @@
 //! its handle is dropped.
 
 pub mod cgroup;
+pub mod control_plane;
 pub mod gateway;
 pub mod install;
-pub mod istio;
 pub mod netns;
 pub mod pki;
 pub mod process;

@@ -12,8 +12,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use crate::cgroup::{Cgroup, Cgroups, Limits};
+use crate::control_plane::{ready, ControlPlane};
 use crate::gateway::{self, CertLayout, GatewayPlan};
-use crate::istio::{ready, ControlPlane};
 use crate::netns::{Namespaces, RoleNamespace};
 use crate::process::{Placement, RoleProcess};
 use crate::program::{Hop, LabProgram, ListenTls, Program, ProgramSpec, UpstreamTls};

@@ -160,7 +160,7 @@ fn command_line(program: Program, bin: &Path, run: &Run) -> Command {
         Program::Caddy => caddy::command(bin, run),
         Program::Envoy => envoy::command(bin, run),
         // Its arguments come from its template (see `command::prepare`); the Istio
-        // gateway's from its control plane (`crate::istio::ControlPlane`).
+        // gateway's from its control plane (`crate::control_plane::ControlPlane`).
         Program::Command | Program::Istio => Command::new(bin),
     };
     cmd.current_dir(run.dir);
@@ -182,7 +182,7 @@ impl LabProgram for Program {
     fn runs_here(self) -> bool {
         match self {
             Program::Envoy => envoy::available(),
-            Program::Istio => crate::istio::unavailable().is_none(),
+            Program::Istio => crate::control_plane::unavailable().is_none(),
             Program::Nginx | Program::Haproxy | Program::Caddy | Program::Command => true,
         }
     }
@@ -208,8 +208,8 @@ impl LabProgram for Program {
             Program::Caddy => install::find("caddy", caddy::LOCATIONS),
             Program::Envoy => envoy::binary().ok(),
             Program::Command => None,
-            Program::Istio => Some(crate::istio::cache().join("bin/pilot-agent"))
-                .filter(|_| crate::istio::unavailable().is_none()),
+            Program::Istio => Some(crate::control_plane::cache().join("bin/pilot-agent"))
+                .filter(|_| crate::control_plane::unavailable().is_none()),
         }
     }
 }
@@ -297,9 +297,9 @@ impl ProgramSpec {
             Program::Caddy => caddy::binary(),
             Program::Envoy => envoy::binary(),
             Program::Command => command::binary(&self.command),
-            Program::Istio => match crate::istio::unavailable() {
+            Program::Istio => match crate::control_plane::unavailable() {
                 Some(e) => Err(e),
-                None => Ok(crate::istio::cache().join("bin/pilot-agent")),
+                None => Ok(crate::control_plane::cache().join("bin/pilot-agent")),
             },
         }
     }
@@ -330,7 +330,7 @@ impl ProgramSpec {
             Program::Caddy => caddy::VERSION_FLAG,
             Program::Envoy => envoy::VERSION_FLAG,
             Program::Command => return bin.display().to_string(),
-            Program::Istio => return crate::istio::version(),
+            Program::Istio => return crate::control_plane::version(),
         };
         match Command::new(&bin).arg(flag).output() {
             Ok(o) => {
