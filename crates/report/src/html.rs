@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use meshbench_analysis::headline::{Allotment, Headline, Saturation, KNEE_MIN_LOADS};
 use meshbench_analysis::runs::{distinct, percentile_name, Group, PERCENTILES};
+use meshbench_results::Role;
 use meshbench_store::StoredStep;
 use thiserror::Error;
 
@@ -300,17 +301,23 @@ fn latency_by_variant(h: &Headline) -> Vec<Chart> {
         .collect()
 }
 
+/// The (variant, role) pairs whose cost was measured, in the order they first come: one
+/// category or line each in the cost charts.
+fn cost_keys(h: &Headline) -> Vec<(String, Role)> {
+    distinct(
+        h.costs
+            .iter()
+            .map(|c| (c.variant.clone(), c.usage.role.clone())),
+    )
+}
+
 /// One load: each proxy's CPU and memory as bars, a category per variant and role, a bar per
 /// load.
 fn cost_by_variant(h: &Headline) -> Vec<Chart> {
     if h.costs.is_empty() {
         return Vec::new();
     }
-    let keys = distinct(
-        h.costs
-            .iter()
-            .map(|c| (c.variant.clone(), c.usage.role.clone())),
-    );
+    let keys = cost_keys(h);
     let loads = loads_of(h);
     let names: Vec<String> = keys.iter().map(|(v, r)| format!("{v} {r}")).collect();
     let mut out = Vec::new();
@@ -586,11 +593,7 @@ fn cost_vs_qps(h: &Headline) -> Vec<Chart> {
     if h.costs.is_empty() {
         return Vec::new();
     }
-    let keys = distinct(
-        h.costs
-            .iter()
-            .map(|c| (c.variant.clone(), c.usage.role.clone())),
-    );
+    let keys = cost_keys(h);
     let mut out = Vec::new();
     for (what, unit) in [("CPU", "millicores"), ("memory", "MiB")] {
         let mut c = Chart::new(

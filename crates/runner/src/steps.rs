@@ -157,13 +157,10 @@ impl Lab {
             observer.note(&istio.summary(rig.gateway_admin()));
         }
         let options = load_options(e, step, &rig);
-        let load = match options.resolve() {
-            Ok(s) => LoadSpec {
-                service_at_lower_load_us: at.service_at_lower_load_us,
-                ..s
-            },
-            Err(err) => {
-                record.fail(StepFailure::LoadNotSetUp(err.to_string()));
+        let load = match resolve_at(&options, at) {
+            Ok(load) => load,
+            Err(failure) => {
+                record.fail(failure);
                 return record;
             }
         };
@@ -235,6 +232,18 @@ impl Lab {
 /// The load of one step against a running rig: the experiment's `load` keys at the step's load
 /// point, aimed at the rig's entry (the gateway topology: every route of its targets file, in
 /// random order, over TLS trusting the rig's CA; an HTTP/3 entry: its certificate's name over
+/// A step's options resolved for the engine, with the service time measured at the step's
+/// lower load (the self-check's reference); a contradiction fails the step.
+pub(crate) fn resolve_at(options: &LoadOptions, at: &StepAt) -> Result<LoadSpec, StepFailure> {
+    options
+        .resolve()
+        .map(|spec| LoadSpec {
+            service_at_lower_load_us: at.service_at_lower_load_us,
+            ..spec
+        })
+        .map_err(|err| StepFailure::LoadNotSetUp(err.to_string()))
+}
+
 /// TLS trusting the rig's CA).
 pub fn load_options(e: &Experiment, step: &Step, rig: &Rig) -> LoadOptions {
     let source = match (&rig.gateway, &rig.entry_tls) {

@@ -22,10 +22,9 @@ use meshbench_store::StepRecord;
 
 use crate::load::{Body, LoadOptions, ProtoSource, TargetSource};
 use crate::observer::{Observer, StepAt};
-use crate::steps::load_for;
+use crate::steps::{load_for, resolve_at};
 use crate::targets::proto::Proto;
 use crate::{measure, Lab};
-use meshbench_engine::LoadSpec;
 use meshbench_results::{Protocol, StepFailure};
 
 use prometheus::Prometheus;
@@ -101,13 +100,10 @@ impl Lab {
             return record;
         };
         let options = load_options(e, at, variant);
-        let load = match options.resolve() {
-            Ok(s) => LoadSpec {
-                service_at_lower_load_us: at.service_at_lower_load_us,
-                ..s
-            },
-            Err(err) => {
-                record.fail(StepFailure::LoadNotSetUp(err.to_string()));
+        let load = match resolve_at(&options, at) {
+            Ok(load) => load,
+            Err(failure) => {
+                record.fail(failure);
                 return record;
             }
         };
