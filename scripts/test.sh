@@ -12,7 +12,8 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 # role directories, the test cluster's) goes under one directory, removed when the suite
 # passes and kept, with its path said, when it fails.
 scratch=$(mktemp -d -t meshbench-suite.XXXXXX)
-if TMPDIR="$scratch" cargo test --workspace --profile test-release --locked -- --test-threads=1; then
+# --no-fail-fast: a failing test binary does not hide the results of the ones after it.
+if TMPDIR="$scratch" cargo test --workspace --profile test-release --locked --no-fail-fast -- --test-threads=1; then
   rm -rf "$scratch"
 else
   echo "test.sh: a test failed; its scratch directories are kept in $scratch" >&2

@@ -218,7 +218,10 @@ fn demo_measures(program: &str, envoy: Option<&str>) {
         // Tested over one-second intervals ("1 s"), not over repeats ("runs").
         assert!(row.trim_end().ends_with(" s"), "{row}");
     }
-    let wide: Vec<&str> = text.lines().filter(|l| l.chars().count() > 120).collect();
+    // meshbench's own text fits 120 columns; the store's path is the user's (here the test's
+    // scratch directory, as long as its TMPDIR makes it), so it counts as one word.
+    let own = text.replace(dir.to_str().unwrap(), "DIR");
+    let wide: Vec<&str> = own.lines().filter(|l| l.chars().count() > 120).collect();
     assert!(wide.is_empty(), "lines wider than 120 columns: {wide:?}");
     for needle in [
         "Latency added over the baseline",
