@@ -9,7 +9,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use meshbench_results::Program;
-use meshbench_results::{Arrival, Class, IdleStrategy, LoadPoint, LoopMode, Protocol, Topology};
+use meshbench_results::{
+    Arrival, Class, IdleStrategy, LoadPoint, LoopMode, PeerAuthentication, Protocol, Topology,
+};
 
 use serde::{Deserialize, Serialize};
 use serde_yaml_ng::{Mapping, Value};
@@ -183,6 +185,10 @@ pub struct Proxy {
     pub workers: u32,
     /// Mutual TLS between the two proxies of `both`, and between the tunnels.
     pub mtls: bool,
+    /// `type: istio` only: the mesh's PeerAuthentication when `mtls` is on (absent: Istio's
+    /// default, permissive).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peer_authentication: Option<PeerAuthentication>,
     /// For `type: command`: the program and its arguments. `{config}` is the rendered
     /// template's path; `{listen_port}`, `{upstream_port}` and `{workers}` are filled in.
     pub command: Vec<String>,
@@ -730,15 +736,20 @@ impl Experiment {
                 kind: _,
                 workers: _, // 0 follows the CPU allotment, any other a count
                 mtls: _,
+                peer_authentication,
                 command: _,
                 config_template: _,
                 fallback: _, // any program may stand in
                 istio_telemetry: _,
             } = proxy;
-            if proxy.kind == Program::Istio {
+            if peer_authentication.is_some() && proxy.kind != Program::Istio {
                 p.push(format!(
-                    "{section}.type: istio configures the gateway only (gateway.type: istio); use envoy for Istio's sidecars and tunnels"
+                    "{section}.peer_authentication: only for type istio (this one is {})",
+                    proxy.kind.name()
                 ));
+            }
+            if proxy.kind == Program::Istio {
+                self.validate_istio_sidecars(section, p);
             } else if proxy.kind == Program::Command {
                 if proxy.command.is_empty() {
                     p.push(format!(
@@ -755,6 +766,48 @@ impl Experiment {
         let tunnels = self.topologies.iter().any(|t| t.has(Class::Tunnel));
         if tunnels && self.tunnel.kind == Program::Caddy {
             p.push("tunnel.type: caddy has no L4 proxy in Debian's package; use haproxy, nginx, envoy or command".into());
+        }
+    }
+
+    /// `proxy.type: istio`: Istio's sidecars, which run in pods (network namespaces), for the
+    /// sidecar topologies only.
+    fn validate_istio_sidecars(&self, section: &str, p: &mut Vec<String>) {
+        if section != "proxy" {
+            p.push(format!(
+                "{section}.type: istio runs Istio's sidecars (proxy.type) and gateway (gateway.type); use envoy for the tunnels"
+            ));
+            return;
+        }
+        let others: Vec<&str> = self
+            .topologies
+            .iter()
+            .filter(|t| {
+                !matches!(
+                    t,
+                    Topology::Baseline
+                        | Topology::Serveronly
+                        | Topology::Clientonly
+                        | Topology::Both
+                        | Topology::Gateway
+                )
+            })
+            .map(|t| t.name())
+            .collect();
+        if !others.is_empty() {
+            p.push(format!(
+                "proxy.type: istio runs Istio's sidecars (baseline, serveronly, clientonly, both), not {}; use envoy there",
+                others.join(", ")
+            ));
+        }
+        let sidecars = self
+            .topologies
+            .iter()
+            .any(|t| *t != Topology::Gateway && t.has(Class::Proxy));
+        if sidecars && self.isolation != Isolation::Netns {
+            p.push("proxy.type: istio runs each workload in a pod of its own, captured by Istio's iptables: add isolation: netns".into());
+        }
+        if self.agents.is_some() {
+            p.push("proxy.type: istio sends the load from inside the client pod, from this process: remove the agents section".into());
         }
     }
 

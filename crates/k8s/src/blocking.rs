@@ -398,6 +398,40 @@ impl BlockingClient {
         ))
     }
 
+    /// Server-side apply of the `status` of a namespaced object built here (what a kubelet
+    /// reports of a pod it runs, for a pod no kubelet runs).
+    pub fn apply_status<K>(&self, object: &K) -> Result<(), ApiError>
+    where
+        K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+            + Serialize
+            + DeserializeOwned
+            + Clone
+            + std::fmt::Debug,
+    {
+        let meta = object.meta();
+        let incomplete = |field| ApiError::Incomplete {
+            field,
+            object: format!("{object:?}"),
+        };
+        let name = meta
+            .name
+            .clone()
+            .ok_or_else(|| incomplete("metadata.name"))?;
+        let namespace = meta
+            .namespace
+            .clone()
+            .ok_or_else(|| incomplete("metadata.namespace"))?;
+        let api: Api<K> = Api::namespaced(self.shared.client.clone(), &namespace);
+        let what = format!("the status of {} {namespace}/{name}", K::kind(&()));
+        let params = PatchParams::apply(MANAGER).force();
+        self.runtime
+            .block_on(bounded(
+                &what,
+                api.patch_status(&name, &params, &Patch::Apply(object)),
+            ))
+            .map(drop)
+    }
+
     /// One namespaced object, None when there is none.
     pub fn get<K>(&self, namespace: &str, name: &str) -> Result<Option<K>, ApiError>
     where

@@ -2,7 +2,13 @@
 //! joined to the root namespace by a veth pair (10.213.N.1 on the host end, 10.213.N.2 inside),
 //! the root namespace routing between them. The host end's counters give a role's bytes in
 //! and out. Everything is removed when dropped; IP forwarding is restored to what it was.
+//!
+//! A thread can also work inside a namespace ([`Entered`], [`within`]): the threads it starts
+//! and the sockets it opens stay there. That is how the load leaves from inside an Istio
+//! client pod and how an Envoy admin bound to a pod's own loopback is read.
 
+use std::ffi::CString;
+use std::io;
 use std::net::{IpAddr, Ipv4Addr};
 use std::process::Command;
 
@@ -24,6 +30,8 @@ pub struct RoleNamespace {
     pub netns: String,
     /// The veth end in the root namespace.
     pub host_veth: String,
+    /// The address of that end: the namespace's way to this machine.
+    pub host_addr: IpAddr,
     /// The role's address inside its namespace.
     pub addr: IpAddr,
 }
@@ -77,6 +85,7 @@ impl Namespaces {
         let namespace = RoleNamespace {
             netns: netns.clone(),
             host_veth: host_veth.clone(),
+            host_addr: IpAddr::V4(Ipv4Addr::new(10, 213, n as u8, 1)),
             addr: IpAddr::V4(addr),
         };
         self.created.push(namespace.clone());
@@ -112,4 +121,76 @@ impl Drop for Namespaces {
             let _ = std::fs::write(FORWARD, was.trim());
         }
     }
+}
+
+/// The calling thread inside a network namespace made with `ip netns add` until dropped;
+/// the threads it starts meanwhile, and the sockets they open, stay inside. Dropping it puts
+/// the thread back where it was.
+pub struct Entered {
+    home: libc::c_int,
+}
+
+fn open_ns(path: &str) -> io::Result<libc::c_int> {
+    let path = CString::new(path).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: a plain open(2) of a NUL-terminated path.
+    let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(fd)
+    }
+}
+
+impl Entered {
+    /// Moves the calling thread into namespace `name` (needs CAP_SYS_ADMIN).
+    pub fn new(name: &str) -> Result<Entered, LabError> {
+        let fail =
+            |e: io::Error| LabError::Io(format!("cannot enter network namespace {name}: {e}"));
+        let home = open_ns("/proc/thread-self/ns/net").map_err(fail)?;
+        let target = match open_ns(&format!("/var/run/netns/{name}")) {
+            Ok(fd) => fd,
+            Err(e) => {
+                // SAFETY: closing the descriptor opened above.
+                unsafe { libc::close(home) };
+                return Err(fail(e));
+            }
+        };
+        // SAFETY: setns(2) on a namespace descriptor; only this thread moves.
+        let moved = unsafe { libc::setns(target, libc::CLONE_NEWNET) };
+        let err = io::Error::last_os_error();
+        // SAFETY: closing the descriptor opened above.
+        unsafe { libc::close(target) };
+        if moved != 0 {
+            // SAFETY: closing the descriptor opened above.
+            unsafe { libc::close(home) };
+            return Err(fail(err));
+        }
+        Ok(Entered { home })
+    }
+}
+
+impl Drop for Entered {
+    fn drop(&mut self) {
+        // SAFETY: back to the namespace this thread was in, then the descriptor is closed.
+        unsafe {
+            libc::setns(self.home, libc::CLONE_NEWNET);
+            libc::close(self.home);
+        }
+    }
+}
+
+/// Runs `f` on a thread of its own inside namespace `name` (or here when `None`) and returns
+/// what it returns.
+pub fn within<T: Send>(name: Option<&str>, f: impl FnOnce() -> T + Send) -> Result<T, LabError> {
+    let Some(name) = name else {
+        return Ok(f());
+    };
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let _inside = Entered::new(name)?;
+            Ok(f())
+        })
+        .join()
+        .unwrap_or_else(|_| Err(LabError::Io(format!("a reader inside {name} panicked"))))
+    })
 }

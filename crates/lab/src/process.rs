@@ -27,6 +27,9 @@ pub struct Placement<'a> {
     pub affinity: Option<Vec<usize>>,
     /// A network namespace created with `ip netns add` (see [`crate::netns`]).
     pub netns: Option<String>,
+    /// Run as this user and group id (Istio's proxy runs as 1337), set after the process
+    /// has joined its cgroup and namespace and moved to its working directory.
+    pub user: Option<u32>,
 }
 
 /// A running role process; its whole process group is stopped when dropped.
@@ -100,13 +103,13 @@ impl RoleProcess {
             None => None,
         };
         let fds = procs.clone();
+        let user = place.user;
         // SAFETY: the closure only makes async-signal-safe system calls on prepared data.
         unsafe {
             cmd.pre_exec(move || {
                 if libc::setpgid(0, 0) != 0 {
                     return Err(io::Error::last_os_error());
                 }
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
                 for &fd in &fds {
                     if libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
                         return Err(io::Error::last_os_error());
@@ -123,6 +126,16 @@ impl RoleProcess {
                         return Err(io::Error::last_os_error());
                     }
                 }
+                if let Some(id) = user {
+                    if libc::setgroups(0, std::ptr::null()) != 0
+                        || libc::setgid(id) != 0
+                        || libc::setuid(id) != 0
+                    {
+                        return Err(io::Error::last_os_error());
+                    }
+                }
+                // Last: a change of user clears it.
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
                 Ok(())
             });
         }

@@ -12,7 +12,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use crate::cgroup::{Cgroup, Cgroups, Limits};
-use crate::control_plane::{ready, ControlPlane};
+use crate::control_plane::sidecars::{self, LabPod};
+use crate::control_plane::{ready, AgentPorts, AgentRole, ControlPlane, Workload};
 use crate::gateway::{self, CertLayout, GatewayPlan};
 use crate::netns::{Namespaces, RoleNamespace};
 use crate::process::{Placement, RoleProcess};
@@ -21,7 +22,7 @@ use crate::sampler::Watch;
 use crate::{pki, LabError};
 use meshbench_results::{
     topology::{Duty, RolePlan},
-    ChainRole, Class, PlayedBy, Topology,
+    ChainRole, Class, PeerAuthentication, PlayedBy, Topology,
 };
 
 /// The gateway topology's settings.
@@ -44,6 +45,9 @@ pub struct RigSpec {
     pub proxy_workers: u32,
     /// Mutual TLS between the two proxies of `both`.
     pub proxy_mtls: bool,
+    /// Istio's sidecars (`proxy.type: istio`): the mesh's PeerAuthentication when
+    /// `proxy_mtls` is on.
+    pub proxy_peer_authentication: PeerAuthentication,
     /// Envoy proxies: add the stand-ins for Istio's per-request telemetry.
     pub proxy_istio_telemetry: bool,
     /// The L4 tunnels' program.
@@ -84,6 +88,9 @@ pub struct Role {
     pub workers: u32,
     /// The program's admin endpoint (Envoy's), read after each step as a second witness.
     pub admin: Option<SocketAddr>,
+    /// The network namespace the admin endpoint is reached in (an Istio sidecar's admin is on
+    /// its pod's own loopback); None: from here.
+    pub admin_netns: Option<String>,
     // Field order matters: the process stops before its cgroup is removed.
     pub process: RoleProcess,
     pub cgroup: Option<Cgroup>,
@@ -118,6 +125,11 @@ pub struct Rig {
     pub warnings: Vec<String>,
     /// The Istio gateway's control plane (`gateway.type: istio`), stopped after the roles.
     pub istio: Option<IstioGateway>,
+    /// Istio's sidecars' control plane (`proxy.type: istio`), stopped after the roles.
+    pub mesh: Option<IstioMesh>,
+    /// The network namespace the load leaves from (the client pod of Istio's sidecars);
+    /// None: this machine's own.
+    pub client_netns: Option<String>,
     namespaces: Option<Namespaces>,
     dir: PathBuf,
 }
@@ -170,6 +182,50 @@ impl IstioGateway {
     }
 }
 
+/// The control plane of Istio's sidecars, and what their start cost.
+pub struct IstioMesh {
+    pub control_plane: ControlPlane,
+    /// Per sidecar: from its agent's start until its Envoy had accepted everything.
+    pub pushed_in: Vec<(ChainRole, Duration)>,
+    /// The probe request's status, through every sidecar.
+    pub probe_status: u16,
+}
+
+impl IstioMesh {
+    /// One line for the record: istiod's start, each sidecar's first configuration, the
+    /// probe, and each sidecar's config dump size (its admin in `roles`).
+    pub fn summary(&self, roles: &[Role]) -> String {
+        let mut line = format!(
+            "istio sidecars: istiod ready in {:.1} s",
+            self.control_plane.istiod_ready_in.as_secs_f64()
+        );
+        for (role, took) in &self.pushed_in {
+            line.push_str(&format!(
+                "; {role} configured {:.1} s after its agent started",
+                took.as_secs_f64()
+            ));
+        }
+        line.push_str(&format!(
+            "; a probe through them answered {}",
+            self.probe_status
+        ));
+        for r in roles {
+            let Some(admin) = r.admin else { continue };
+            let bytes = crate::netns::within(r.admin_netns.as_deref(), || {
+                crate::program::envoy::admin::config_dump_bytes(admin)
+            });
+            if let Ok(Ok(bytes)) = bytes {
+                line.push_str(&format!(
+                    "; {} config dump {:.0} KB",
+                    r.name,
+                    bytes as f64 / 1e3
+                ));
+            }
+        }
+        line
+    }
+}
+
 /// The name the mesh's certificates are issued for and checked against.
 const MESH_NAME: &str = "mesh.local";
 
@@ -192,15 +248,21 @@ struct Launch {
     config: Option<PathBuf>,
     /// When it counts as started.
     ready: Ready,
+    /// The user it runs as (Istio's proxy user), when not this process's.
+    user: Option<u32>,
+    /// Where its admin endpoint is reached from.
+    admin_netns: Option<String>,
 }
 
 /// When a started role counts as ready.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum Ready {
     /// Its listener accepts a connection.
     Accepts,
     /// Its Envoy holds all that istiod should send ([`Rig::istio`]'s `expected`).
     ConfiguredByIstio,
+    /// Its Envoy, a sidecar, holds all of this.
+    SidecarConfigured(ready::SidecarExpected),
 }
 
 impl RigSpec {
@@ -432,6 +494,8 @@ fn backend_launch(spec: &RigSpec, address: RoleAddress, entry: bool) -> Launch {
         admin: None,
         config: None,
         ready: Ready::Accepts,
+        user: None,
+        admin_netns: None,
     }
 }
 
@@ -449,9 +513,15 @@ impl Rig {
             entry_tls: None,
             warnings: Vec::new(),
             istio: None,
+            mesh: None,
+            client_netns: None,
             namespaces: spec.netns.then(|| Namespaces::new(&short_prefix(&spec.id))),
             dir: spec.dir.clone(),
         };
+        if spec.proxy.program == Program::Istio && spec.topology != Topology::Gateway {
+            rig.start_pods(spec)?;
+            return Ok(rig);
+        }
         let cgroups = rig.cgroups(spec);
         let chain = spec.topology.chain();
         let mut addresses = rig.addresses(chain.len() + 1)?;
@@ -565,7 +635,199 @@ impl Rig {
             } else {
                 Ready::Accepts
             },
+            user: None,
+            admin_netns: None,
         })
+    }
+
+    /// Istio's sidecars (`proxy.type: istio`), in pods: the client pod (where the load
+    /// leaves from) and the backend's pod, each a network namespace; a sidecar in each pod
+    /// the topology puts one in, configured by istiod, its traffic captured by Istio's
+    /// iptables. The load goes to the Service's address, as an application's would. The
+    /// baseline has the same pods, no sidecar and no control plane.
+    fn start_pods(&mut self, spec: &RigSpec) -> Result<(), LabError> {
+        let cgroups = self.cgroups(spec);
+        let Some(namespaces) = self.namespaces.as_mut() else {
+            return Err(LabError::Io(
+                "Istio's sidecars run in pods: use isolation: netns".into(),
+            ));
+        };
+        let (client_ns, server_ns) = (namespaces.add(0)?, namespaces.add(1)?);
+        let chain = spec.topology.chain();
+        let sidecar = |duty| chain.iter().find(|r| r.duty == duty).copied();
+        let (client_sidecar, server_sidecar) =
+            (sidecar(Duty::ClientSidecar), sidecar(Duty::ServerSidecar));
+        let client = LabPod {
+            app: "client",
+            ip: client_ns.addr,
+            sidecar: client_sidecar.is_some(),
+        };
+        let server = LabPod {
+            app: sidecars::SERVICE,
+            ip: server_ns.addr,
+            sidecar: server_sidecar.is_some(),
+        };
+        let backend = SocketAddr::new(server.ip, sidecars::SERVICE_PORT);
+        self.entry = SocketAddr::new(IpAddr::V4(sidecars::SERVICE_IP), sidecars::SERVICE_PORT);
+        self.client_netns = Some(client_ns.netns.clone());
+        let address = RoleAddress {
+            addr: backend,
+            namespace: Some(server_ns.clone()),
+        };
+        self.start_role(spec, cgroups.as_ref(), backend_launch(spec, address, false))?;
+        if !client.sidecar {
+            sidecars::service_rule(
+                &client_ns.netns,
+                backend,
+                &spec.dir.join("service-rule.log"),
+            )?;
+        }
+        if !client.sidecar && !server.sidecar {
+            return Ok(());
+        }
+        // istiod serves the pods' agents on the client pod's way to this machine.
+        let control_plane = ControlPlane::start(&spec.dir.join("istio"), client_ns.host_addr)?;
+        let mtls = if spec.proxy_mtls {
+            spec.proxy_peer_authentication
+        } else {
+            PeerAuthentication::Disable
+        };
+        sidecars::register(&control_plane.api, &[&client, &server], &server, mtls)?;
+        self.mesh = Some(IstioMesh {
+            control_plane,
+            pushed_in: Vec::new(),
+            probe_status: 0,
+        });
+        let port = sidecars::SERVICE_PORT;
+        if let Some(role) = server_sidecar {
+            let expected = ready::SidecarExpected {
+                listeners: vec!["virtualOutbound".into(), "virtualInbound".into()],
+                clusters: vec![format!("inbound|{port}||")],
+            };
+            let launch = self.sidecar_launch(spec, &role, &server, &server_ns, expected)?;
+            self.start_role(spec, cgroups.as_ref(), launch)?;
+        }
+        if let Some(role) = client_sidecar {
+            let expected = ready::SidecarExpected {
+                listeners: vec![
+                    "virtualOutbound".into(),
+                    "virtualInbound".into(),
+                    format!("0.0.0.0_{port}"),
+                ],
+                clusters: vec![format!(
+                    "outbound|{port}||{}.{}.svc.cluster.local::{backend}",
+                    sidecars::SERVICE,
+                    sidecars::APP_NAMESPACE
+                )],
+            };
+            let launch = self.sidecar_launch(spec, &role, &client, &client_ns, expected)?;
+            self.start_role(spec, cgroups.as_ref(), launch)?;
+        }
+        self.probe_sidecars(&client_ns.netns)
+    }
+
+    /// The sidecar of `pod` (in namespace `ns`), playing `role`: its agent's command, its
+    /// directory handed to Istio's proxy user, and its pod's capture written.
+    fn sidecar_launch(
+        &mut self,
+        spec: &RigSpec,
+        role: &RolePlan,
+        pod: &LabPod,
+        ns: &crate::netns::RoleNamespace,
+        expected: ready::SidecarExpected,
+    ) -> Result<Launch, LabError> {
+        let Some(mesh) = self.mesh.as_ref() else {
+            return Err(LabError::Io(
+                "a sidecar started without its control plane".into(),
+            ));
+        };
+        let dir = spec.dir.join(format!("{}-pod", pod.app));
+        let workers = spec.workers(role);
+        let name = pod.name();
+        let workload = Workload {
+            namespace: sidecars::APP_NAMESPACE,
+            pod: &name,
+            service_account: pod.app,
+            ip: pod.ip,
+            labels: pod.labels_json(),
+        };
+        let command = mesh.control_plane.agent_command(
+            AgentRole::Sidecar,
+            &workload,
+            &dir,
+            AgentPorts::ISTIO,
+            workers,
+        )?;
+        sidecars::hand_to_proxy_user(&dir)?;
+        // As istio-init does, before the pod's containers start.
+        sidecars::capture(
+            &ns.netns,
+            &spec.dir.join(format!("{}-capture.log", pod.app)),
+        )?;
+        let listen = match role.duty {
+            Duty::ClientSidecar => sidecars::OUTBOUND_CAPTURE,
+            _ => sidecars::INBOUND_CAPTURE,
+        };
+        Ok(Launch {
+            name: role.role,
+            class: role.class,
+            program: PlayedBy::Proxy(Program::Istio),
+            command,
+            address: RoleAddress {
+                addr: SocketAddr::new(pod.ip, listen),
+                namespace: Some(ns.clone()),
+            },
+            workers,
+            admin: Some(SocketAddr::from(([127, 0, 0, 1], AgentPorts::ISTIO.admin))),
+            config: None,
+            ready: Ready::SidecarConfigured(expected),
+            user: Some(sidecars::PROXY_UID),
+            admin_netns: Some(ns.netns.clone()),
+        })
+    }
+
+    /// One request from the client pod to the Service, until it answers 200 (at most 30 s);
+    /// then each sidecar's own counters must show it went through.
+    fn probe_sidecars(&mut self, client_netns: &str) -> Result<(), LabError> {
+        let began = std::time::Instant::now();
+        let status = loop {
+            let answer = sidecars::probe(client_netns, Duration::from_secs(5));
+            match answer {
+                Ok(200) => break 200,
+                _ if began.elapsed() < Duration::from_secs(30) => {
+                    std::thread::sleep(Duration::from_millis(250))
+                }
+                Ok(status) => {
+                    return Err(LabError::Io(format!(
+                        "the probe request through Istio's sidecars answered {status}"
+                    )))
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        for r in self.roles.iter().filter(|r| r.class == Class::Proxy) {
+            let Some(admin) = r.admin else { continue };
+            let read = crate::netns::within(r.admin_netns.as_deref(), || {
+                crate::program::envoy::admin::read(admin)
+            })?;
+            let ok = read
+                .as_ref()
+                .ok()
+                .and_then(|c| c.requests.as_ref())
+                .map_or(0, |q| q.status_2xx);
+            if ok == 0 {
+                return Err(LabError::Io(format!(
+                    "the probe request answered 200, but {}'s Envoy did not count it ({})",
+                    r.name,
+                    read.err()
+                        .map_or("no 2xx in its stats".into(), |e| e.to_string())
+                )));
+            }
+        }
+        if let Some(mesh) = self.mesh.as_mut() {
+            mesh.probe_status = status;
+        }
+        Ok(())
     }
 
     /// Writes the gateway plan (TLS, a certificate per domain) for the gateway role at the
@@ -588,7 +850,8 @@ impl Rig {
             .into_iter()
             .filter(|f| f.extension().is_some_and(|e| e == "yaml"))
             .collect();
-        let control_plane = ControlPlane::start(&spec.dir.join("istio"))?;
+        let control_plane =
+            ControlPlane::start(&spec.dir.join("istio"), IpAddr::V4(Ipv4Addr::LOCALHOST))?;
         let began = std::time::Instant::now();
         control_plane.api.apply_files(&objects)?;
         let applied_in = began.elapsed();
@@ -681,6 +944,7 @@ impl Rig {
             cgroup: cgroup.as_ref(),
             affinity,
             netns: namespace.as_ref().map(|m| m.netns.clone()),
+            user: launch.user,
         };
         let log = spec.dir.join(format!("{}.log", launch.name));
         let listen = launch.address.addr;
@@ -694,6 +958,14 @@ impl Rig {
                 &log,
                 &place,
                 launch.admin,
+            ),
+            Ready::SidecarConfigured(expected) => self.start_sidecar(
+                launch.name,
+                launch.command,
+                &log,
+                &place,
+                launch.admin,
+                &expected,
             ),
         }
         .map_err(|e| match e {
@@ -713,12 +985,43 @@ impl Rig {
                 listen,
                 workers: launch.workers,
                 admin: launch.admin,
+                admin_netns: launch.admin_netns,
                 process,
                 cgroup,
                 namespace,
             },
         );
         Ok(())
+    }
+
+    /// Starts an Istio sidecar's agent and waits until its Envoy holds `expected` (a minute).
+    fn start_sidecar(
+        &mut self,
+        name: ChainRole,
+        command: Command,
+        log: &Path,
+        place: &Placement,
+        admin: Option<SocketAddr>,
+        expected: &ready::SidecarExpected,
+    ) -> Result<RoleProcess, LabError> {
+        let (Some(mesh), Some(admin)) = (self.mesh.as_mut(), admin) else {
+            return Err(LabError::Io(
+                "an Istio sidecar started without its control plane".into(),
+            ));
+        };
+        let mut agent = RoleProcess::spawn(name.name(), command, log, place)?;
+        let waited = ready::wait_acked(
+            &mut agent,
+            admin,
+            place.netns.as_deref(),
+            ready::Awaited::Sidecar(expected),
+            Duration::from_secs(60),
+        );
+        if let Some(why) = mesh.control_plane.istiod_exited() {
+            return Err(LabError::Io(why));
+        }
+        mesh.pushed_in.push((name, waited?));
+        Ok(agent)
     }
 
     /// Starts the Istio gateway's agent and waits until its Envoy holds all the control plane
@@ -738,7 +1041,13 @@ impl Rig {
         };
         let mut agent = RoleProcess::spawn(name, command, log, place)?;
         let limit = Duration::from_secs(60 + istio.expected.routes as u64 / 1000);
-        let waited = ready::wait_acked(&mut agent, admin, &istio.expected, limit);
+        let waited = ready::wait_acked(
+            &mut agent,
+            admin,
+            None,
+            ready::Awaited::Gateway(&istio.expected),
+            limit,
+        );
         if let Some(why) = istio.control_plane.istiod_exited() {
             return Err(LabError::Io(why));
         }
@@ -754,8 +1063,10 @@ impl Rig {
             .and_then(|r| r.admin)
     }
 
-    /// What the sampler should read for each role.
+    /// What the sampler should read for each role. A namespace two roles share (a pod: the
+    /// backend and its sidecar) is read once, for the first of them from the client side.
     pub fn watches(&self) -> Vec<Watch> {
+        let mut read = std::collections::HashSet::new();
         self.roles
             .iter()
             .enumerate()
@@ -766,9 +1077,25 @@ impl Rig {
                 port: Some(r.listen.port()),
                 // Roles are listed client side first: the next one is this one's upstream.
                 upstream_port: self.roles.get(i + 1).map(|n| n.listen.port()),
-                veth: r.namespace.as_ref().map(|m| m.host_veth.clone()),
+                veth: r
+                    .namespace
+                    .as_ref()
+                    .filter(|m| read.insert(m.host_veth.clone()))
+                    .map(|m| m.host_veth.clone()),
             })
             .collect()
+    }
+
+    /// Reads a role's Envoy admin endpoint with `read`, from where it is reached; None when
+    /// the role has none.
+    pub fn read_admin<T: Send>(
+        role: &Role,
+        read: impl FnOnce(SocketAddr) -> T + Send,
+    ) -> Option<Result<T, LabError>> {
+        let admin = role.admin?;
+        Some(crate::netns::within(role.admin_netns.as_deref(), || {
+            read(admin)
+        }))
     }
 
     /// The first role found dead, with the tail of its output.
@@ -792,10 +1119,13 @@ fn short_prefix(id: &str) -> String {
 
 impl Drop for Rig {
     fn drop(&mut self) {
-        // Processes (and with them their cgroups) first, then the namespaces, then the files.
+        // Processes (and with them their cgroups) first, then the control planes, then the
+        // namespaces (and with them the capture), then the files.
         while let Some(r) = self.roles.pop() {
             drop(r);
         }
+        self.istio.take();
+        self.mesh.take();
         self.namespaces.take();
         let _ = std::fs::remove_dir_all(&self.dir);
     }

@@ -39,5 +39,5 @@ pub use role::{ChainRole, PlayedBy, Program, Role};
 pub use run::RunResult;
 pub use self_check::{Cause, Finding, SelfCheck};
 pub use step::{CpuAllotment, LoadPoint, Offer, StepParams};
-pub use topology::{Class, Layer, Subject, Topology};
+pub use topology::{Class, Layer, PeerAuthentication, Subject, Topology};
 pub use usage::{Figure, RoleUsage, Sample, Usage};

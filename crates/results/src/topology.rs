@@ -37,6 +37,42 @@ pub enum Topology {
     External,
 }
 
+/// Istio's mutual TLS between sidecars, as a mesh-wide PeerAuthentication sets it. Clients
+/// use Istio's auto mutual TLS either way: mutual TLS to every pod with a sidecar.
+#[derive(
+    Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord, Hash, Default,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum PeerAuthentication {
+    /// Istio's default: the server sidecar takes mutual TLS and plaintext.
+    #[default]
+    Permissive,
+    /// Mutual TLS only.
+    Strict,
+    /// Plaintext only (the file's `proxy.mtls: false`).
+    Disable,
+}
+
+impl PeerAuthentication {
+    /// Its word in the file and in variant names.
+    pub fn name(self) -> &'static str {
+        match self {
+            PeerAuthentication::Permissive => "permissive",
+            PeerAuthentication::Strict => "strict",
+            PeerAuthentication::Disable => "disable",
+        }
+    }
+
+    /// Its mode as Istio's PeerAuthentication spells it.
+    pub fn istio_mode(self) -> &'static str {
+        match self {
+            PeerAuthentication::Permissive => "PERMISSIVE",
+            PeerAuthentication::Strict => "STRICT",
+            PeerAuthentication::Disable => "DISABLE",
+        }
+    }
+}
+
 /// What kind of role a process plays: limits, CPU sweeps and programs are set per class.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[serde(rename_all = "lowercase")]

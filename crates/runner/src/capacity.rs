@@ -147,7 +147,7 @@ pub fn url_step(
                 ..spec
             },
             None,
-            None,
+            crate::ClientPlace::default(),
             session.stop.clone(),
             |l, _| on_live(l),
         ) {

@@ -31,7 +31,7 @@ pub mod targets;
 use thiserror::Error;
 
 pub use load::{Body, LoadError, LoadOptions, ProtoSource, QuicOptions, TargetSource, TlsOptions};
-pub use measure::{measure, LoadSource, MeasureError, Measured, Sampling};
+pub use measure::{measure, ClientPlace, LoadSource, MeasureError, Measured, Sampling};
 pub use observer::{Observer, Quiet, StepAt};
 pub use session::{new_experiment, now_rfc3339, Finished, Kept, NotStored, Session};
 pub use steps::{load_options, run_experiment, Lab};

@@ -2,8 +2,9 @@
 //! the sampler reads every role over the same time. Every command that sends traffic comes
 //! here (`run`, a capacity step, an experiment's lab step), so a step is exactly a run.
 //!
-//! The generator can be pinned to CPUs for the duration (`limits.client.cpuset`): the engine's
-//! worker threads inherit the calling thread's affinity, which is restored afterwards.
+//! The generator can be pinned to CPUs for the duration (`limits.client.cpuset`) and run inside
+//! a network namespace (an Istio client pod): the engine's worker threads inherit the calling
+//! thread's affinity and namespace, both restored afterwards.
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -37,6 +38,18 @@ pub enum MeasureError {
     Agents(#[from] FleetError),
     #[error(transparent)]
     Load(#[from] crate::load::LoadError),
+    /// The client's place could not be entered.
+    #[error(transparent)]
+    Place(#[from] meshbench_lab::LabError),
+}
+
+/// Where a local generator runs.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ClientPlace<'a> {
+    /// Pinned to these CPUs.
+    pub cpus: Option<&'a [usize]>,
+    /// Inside this network namespace (its sockets too).
+    pub netns: Option<&'a str>,
 }
 
 /// Roles to sample while the load runs.
@@ -57,14 +70,14 @@ pub struct Measured {
 }
 
 /// Drives `spec` from `load_source` (until it ends or `stop` is asked), sampling `sampling`'s
-/// roles meanwhile, with a local generator pinned to `client_cpus` if given; `on_live` sees the
+/// roles meanwhile, with a local generator placed at `client`; `on_live` sees the
 /// run about every 200 ms, with the newest reading of each role whenever a second of the run is
 /// complete.
 pub fn measure(
     load_source: LoadSource,
     spec: &LoadSpec,
     sampling: Option<Sampling>,
-    client_cpus: Option<&[usize]>,
+    client: ClientPlace,
     stop: Stop,
     mut on_live: impl FnMut(&Live, &[(String, Sample)]),
 ) -> Result<Measured, MeasureError> {
@@ -79,9 +92,13 @@ pub fn measure(
     };
     let result = match load_source {
         LoadSource::Local => {
-            let pinned = client_cpus.map(Pinned::to);
+            let pinned = client.cpus.map(Pinned::to);
+            let inside = client
+                .netns
+                .map(meshbench_lab::netns::Entered::new)
+                .transpose()?;
             let result = meshbench_engine::run(spec, stop, live);
-            drop(pinned);
+            drop((inside, pinned));
             result.map_err(MeasureError::from)
         }
         // Agents elsewhere do not have this machine's files: they get their contents.

@@ -28,7 +28,7 @@ use crate::load::{Body, LoadOptions, TargetSource};
 use crate::observer::{Observer, StepAt};
 use crate::session::{new_experiment, now_rfc3339, Finished, Session};
 use crate::targets::ConnectTo;
-use crate::{measure, LoadSource, RunnerError, Sampling};
+use crate::{measure, ClientPlace, LoadSource, RunnerError, Sampling};
 
 /// Runs every step of `e` in plan order, storing each in `store_path`, until the plan ends or
 /// `stop` is set.
@@ -156,6 +156,9 @@ impl Lab {
         if let Some(istio) = &rig.istio {
             observer.note(&istio.summary(rig.gateway_admin()));
         }
+        if let Some(mesh) = &rig.mesh {
+            observer.note(&mesh.summary(&rig.roles));
+        }
         let options = load_options(e, step, &rig);
         let load = match resolve_at(&options, at) {
             Ok(load) => load,
@@ -175,7 +178,10 @@ impl Lab {
             self.load_source(&options),
             &load,
             Some(sampling),
-            client_cpus.as_deref(),
+            ClientPlace {
+                cpus: client_cpus.as_deref(),
+                netns: rig.client_netns.as_deref(),
+            },
             stop.clone(),
             |l, roles| observer.live(at, l, roles),
         );
@@ -339,7 +345,18 @@ pub(crate) fn sampler_usage(s: &Sampled) -> RoleUsage {
 fn read_admins(rig: &Rig) -> BTreeMap<ChainRole, Result<ProxyCounters, AdminError>> {
     rig.roles
         .iter()
-        .filter_map(|r| Some((r.name, admin::read(r.admin?))))
+        .filter_map(|r| {
+            let read = Rig::read_admin(r, admin::read)?;
+            let addr = r.admin?;
+            // A namespace that cannot be entered is an admin that cannot be reached.
+            let read = read.unwrap_or_else(|e| {
+                Err(AdminError::Unreachable {
+                    addr,
+                    reason: e.to_string(),
+                })
+            });
+            Some((r.name, read))
+        })
         .collect()
 }
 

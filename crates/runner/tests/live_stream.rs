@@ -37,7 +37,7 @@ fn seconds_sum_to_the_result_exactly() {
             LoadSource::Local,
             &spec,
             None,
-            None,
+            Default::default(),
             Stop::new(),
             |live, _| {
                 for s in live.seconds {

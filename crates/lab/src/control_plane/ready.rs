@@ -1,6 +1,8 @@
-//! When an Istio gateway is ready: its Envoy has accepted everything istiod should send.
-//! That is the listener with a filter chain per domain, every route, every domain's
-//! certificate and the backend's endpoint, with no update rejected. All of it is read from
+//! When an Istio gateway or sidecar is ready: its Envoy has accepted everything istiod should
+//! send, with no update rejected. For a gateway that is the listener with a filter chain per
+//! domain, every route, every domain's certificate and the backend's endpoint; for a sidecar,
+//! the capture's listeners (`virtualOutbound`, `virtualInbound`), the Service's outbound
+//! listener, and the clusters to the backend pod and to the application beside it. All of it is read from
 //! Envoy's admin endpoint through the project's one admin reader
 //! (`crate::program::envoy::admin`): `/config_dump` one section at a time (the routes are the
 //! largest part), `/clusters` and `/stats`; what is missing is a pure function of those.
@@ -30,6 +32,50 @@ pub struct Expected {
     pub certificates: usize,
     /// The backend as `/clusters` lists its endpoint: `HOST::IP:PORT::`.
     pub endpoint: String,
+}
+
+/// What a sidecar's Envoy should hold once istiod's configuration has arrived.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SidecarExpected {
+    /// Listeners by name.
+    pub listeners: Vec<String>,
+    /// Clusters as `/clusters` lists them: a cluster's name, or `NAME::IP:PORT` for an
+    /// endpoint of it.
+    pub clusters: Vec<String>,
+}
+
+/// What an agent's Envoy waits for.
+#[derive(Debug, Clone, Copy)]
+pub enum Awaited<'a> {
+    Gateway(&'a Expected),
+    Sidecar(&'a SidecarExpected),
+}
+
+/// What is still missing from a sidecar's configuration (empty: all there), from its
+/// listeners' dump section and the `/clusters` text.
+pub fn missing_in_sidecar(
+    expected: &SidecarExpected,
+    listeners: &Value,
+    clusters: &str,
+) -> Vec<String> {
+    let names: Vec<&str> = items(listeners)
+        .iter()
+        .filter_map(|l| l["name"].as_str())
+        .collect();
+    let mut out: Vec<String> = expected
+        .listeners
+        .iter()
+        .filter(|l| !names.contains(&l.as_str()))
+        .map(|l| format!("listener {l}"))
+        .collect();
+    out.extend(
+        expected
+            .clusters
+            .iter()
+            .filter(|c| !clusters.contains(&format!("{c}::")))
+            .map(|c| format!("cluster {c}")),
+    );
+    out
 }
 
 /// The items of a `?resource=` dump (each under `configs`).
@@ -105,13 +151,15 @@ pub fn rejected(admin: SocketAddr) -> Vec<String> {
     admin::rejected_updates(admin).unwrap_or_default()
 }
 
-/// Waits until Envoy (admin at `admin`, run by `agent`) holds everything `expected` says, at
-/// most `limit`; returns how long it took. Fails at once when the agent exits or Envoy rejects
-/// an update, and at the limit with what is still missing.
+/// Waits until Envoy (admin at `admin`, inside network namespace `netns` when given, run by
+/// `agent`) holds everything `awaited` says, at most `limit`; returns how long it took. Fails
+/// at once when the agent exits or Envoy rejects an update, and at the limit with what is
+/// still missing.
 pub fn wait_acked(
     agent: &mut RoleProcess,
     admin: SocketAddr,
-    expected: &Expected,
+    netns: Option<&str>,
+    awaited: Awaited,
     limit: Duration,
 ) -> Result<Duration, LabError> {
     let began = Instant::now();
@@ -124,7 +172,7 @@ pub fn wait_acked(
                 log: format!("exited ({status}): {}", agent.failure_message()),
             });
         }
-        let rejections = rejected(admin);
+        let rejections = crate::netns::within(netns, || rejected(admin))?;
         if !rejections.is_empty() {
             return Err(LabError::BadConfig {
                 server: "envoy (configured by istiod)".into(),
@@ -137,20 +185,27 @@ pub fn wait_acked(
             });
         }
         let read = || -> Result<Vec<String>, AdminError> {
-            let secrets = admin::config_dump(admin, DumpSection::DynamicActiveSecrets, None)?;
             let listeners = admin::config_dump(admin, DumpSection::DynamicListeners, None)?;
-            let routes = admin::config_dump(admin, DumpSection::DynamicRouteConfigs, None)?;
             let clusters = admin::clusters(admin)?;
-            Ok(missing(expected, &listeners, &routes, &secrets, &clusters))
+            Ok(match awaited {
+                Awaited::Gateway(expected) => {
+                    let secrets =
+                        admin::config_dump(admin, DumpSection::DynamicActiveSecrets, None)?;
+                    let routes = admin::config_dump(admin, DumpSection::DynamicRouteConfigs, None)?;
+                    missing(expected, &listeners, &routes, &secrets, &clusters)
+                }
+                Awaited::Sidecar(expected) => missing_in_sidecar(expected, &listeners, &clusters),
+            })
         };
-        match read() {
+        match crate::netns::within(netns, read)? {
             Ok(m) if m.is_empty() => return Ok(began.elapsed()),
             Ok(m) => last = m,
             Err(e) => last = vec![e.to_string()],
         }
         if began.elapsed() > limit {
             return Err(LabError::Io(format!(
-                "the Istio gateway's Envoy did not receive its configuration within {} s; still missing: {}",
+                "{}'s Envoy did not receive its configuration within {} s; still missing: {}",
+                agent.name,
                 limit.as_secs(),
                 last.join("; ")
             )));

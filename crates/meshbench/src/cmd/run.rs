@@ -114,12 +114,19 @@ fn measure(
         f.hub.step_started(info.clone());
         info.scope
     });
-    let measured = meshbench_runner::measure(load_source, spec, None, None, stop, |l, roles| {
-        line.draw(l);
-        if let (Some(f), Some(scope)) = (faces, &step) {
-            f.live(scope, l, roles);
-        }
-    });
+    let measured = meshbench_runner::measure(
+        load_source,
+        spec,
+        None,
+        Default::default(),
+        stop,
+        |l, roles| {
+            line.draw(l);
+            if let (Some(f), Some(scope)) = (faces, &step) {
+                f.live(scope, l, roles);
+            }
+        },
+    );
     if let (Some(f), Some(scope)) = (faces, &step) {
         f.hub.step_finished(scope);
     }

@@ -46,6 +46,7 @@ fn spec(topology: Topology, case: Case, name: &str) -> RigSpec {
         topology,
         proxy: ProgramSpec::from(Program::Envoy),
         proxy_workers: 2,
+        proxy_peer_authentication: Default::default(),
         proxy_mtls: case.mtls,
         proxy_istio_telemetry: case.telemetry,
         tunnel: ProgramSpec::from(case.tunnel.unwrap_or(Program::Envoy)),

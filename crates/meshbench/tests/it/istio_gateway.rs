@@ -39,7 +39,7 @@ fn istiod_configures_upstream_envoy_for_the_generated_gateway_and_every_route_an
     installed();
     let began = Instant::now();
     let dir = common::scratch_dir("istio-gen-gateway");
-    let control = ControlPlane::start(&dir.join("control-plane"))
+    let control = ControlPlane::start(&dir.join("control-plane"), [127, 0, 0, 1].into())
         .unwrap_or_else(|e| panic!("the control plane: {e}"));
 
     // The gateway, with no Gateway objects yet: its agent and Envoy up.
@@ -109,8 +109,14 @@ fn istiod_configures_upstream_envoy_for_the_generated_gateway_and_every_route_an
         certificates: DOMAINS,
         endpoint: format!("meshbench-backend.internal::{}::", backend.addr),
     };
-    let acked = ready::wait_acked(&mut agent, admin, &expected, LIMIT)
-        .unwrap_or_else(|e| panic!("{e}\n{}", agent.log_tail(20)));
+    let acked = ready::wait_acked(
+        &mut agent,
+        admin,
+        None,
+        ready::Awaited::Gateway(&expected),
+        LIMIT,
+    )
+    .unwrap_or_else(|e| panic!("{e}\n{}", agent.log_tail(20)));
     assert!(
         ready::rejected(admin).is_empty(),
         "{:?}",

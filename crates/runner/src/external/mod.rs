@@ -112,7 +112,10 @@ impl Lab {
             self.load_source(&options),
             &load,
             None,
-            client_cpus.as_deref(),
+            crate::ClientPlace {
+                cpus: client_cpus.as_deref(),
+                netns: None,
+            },
             stop.clone(),
             |l, roles| observer.live(at, l, roles),
         );

@@ -1,0 +1,330 @@
+//! `proxy.type: istio`: Istio's sidecars as Istio runs them, in pods. Each workload is a pod:
+//! a network namespace of its own with a veth and an address ([`crate::netns`]), the
+//! application in it and, when the pod is in the mesh, `pilot-agent proxy sidecar` beside it
+//! as Istio's proxy user (1337), with Envoy's traffic captured by Istio's own
+//! `pilot-agent istio-iptables`: inbound to 15006 (`virtualInbound`), outbound to 15001
+//! (`virtualOutbound`), the proxy's own user excluded.
+//!
+//! istiod knows the pods as it knows them on Kubernetes, from the API server: a ServiceAccount
+//! per workload, the Service `backend`, each Pod with its status as a kubelet would report it
+//! (Running, Ready, its address), and the Service's EndpointSlice, written here because no
+//! controller manager runs. The mesh's mutual TLS is a mesh-wide PeerAuthentication.
+//!
+//! No kube-proxy runs either: in a pod without a sidecar, a rule in the pod's own namespace
+//! stands in for kube-proxy's, sending the Service's address to the backend pod. With a
+//! sidecar, the capture takes the connection first, as in a pod.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use meshbench_k8s::k8s_openapi::api::core::v1::{
+    Container, ContainerPort, Pod, PodCondition, PodIP, PodSpec, PodStatus, Service,
+    ServiceAccount, ServicePort, ServiceSpec,
+};
+use meshbench_k8s::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use meshbench_k8s::k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use meshbench_results::PeerAuthentication;
+use serde_json::json;
+
+use super::{cache, ApiServer, NAMESPACE};
+use crate::{write_file, LabError};
+
+/// The namespace the workloads run in.
+pub const APP_NAMESPACE: &str = "default";
+/// The backend's Service, its port and the port's name (Istio reads `http` as HTTP).
+pub const SERVICE: &str = "backend";
+pub const SERVICE_PORT: u16 = 8080;
+/// The Service's address: fixed, inside the lab API server's service range, so that a step
+/// without a control plane (the baseline) reaches the backend the same way.
+pub const SERVICE_IP: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 80);
+/// Istio's proxy user and group: the capture lets its own traffic through.
+pub const PROXY_UID: u32 = 1337;
+/// Where Istio's capture sends a pod's outbound and inbound TCP.
+pub const OUTBOUND_CAPTURE: u16 = 15001;
+pub const INBOUND_CAPTURE: u16 = 15006;
+/// The node every pod claims to run on.
+const NODE: &str = "meshbench-lab";
+
+/// One workload of the lab's mesh.
+#[derive(Debug, Clone)]
+pub struct LabPod {
+    /// Its app label, ServiceAccount and workload name (`client`, `backend`).
+    pub app: &'static str,
+    /// Its address in its namespace.
+    pub ip: IpAddr,
+    /// Whether Istio injected a sidecar into it.
+    pub sidecar: bool,
+}
+
+impl LabPod {
+    /// Its Pod's name.
+    pub fn name(&self) -> String {
+        format!("{}-0", self.app)
+    }
+
+    /// Its labels, as istiod reads them from the Pod and the agent from its environment.
+    fn labels(&self) -> serde_json::Map<String, serde_json::Value> {
+        let mut labels = serde_json::Map::new();
+        labels.insert("app".into(), self.app.into());
+        labels.insert("service.istio.io/canonical-name".into(), self.app.into());
+        if self.sidecar {
+            // Set by Istio's injection: it tells a client sidecar to use mutual TLS.
+            labels.insert("security.istio.io/tlsMode".into(), "istio".into());
+        }
+        labels
+    }
+
+    /// Its labels as `ISTIO_METAJSON_LABELS` carries them.
+    pub fn labels_json(&self) -> String {
+        serde_json::Value::Object(self.labels()).to_string()
+    }
+}
+
+/// Registers the pods with the API server as a cluster would hold them, and the mesh's mutual
+/// TLS; `server` is the Service's backend.
+pub fn register(
+    api: &ApiServer,
+    pods: &[&LabPod],
+    server: &LabPod,
+    mtls: PeerAuthentication,
+) -> Result<(), LabError> {
+    let meta = |name: &str| ObjectMeta {
+        name: Some(name.to_string()),
+        namespace: Some(APP_NAMESPACE.into()),
+        ..ObjectMeta::default()
+    };
+    for pod in pods {
+        api.client.apply_typed(&ServiceAccount {
+            metadata: meta(pod.app),
+            ..ServiceAccount::default()
+        })?;
+    }
+    api.client.apply_typed(&Service {
+        metadata: meta(SERVICE),
+        spec: Some(ServiceSpec {
+            selector: Some([("app".to_string(), server.app.to_string())].into()),
+            cluster_ip: Some(SERVICE_IP.to_string()),
+            ports: Some(vec![ServicePort {
+                name: Some("http".into()),
+                port: SERVICE_PORT.into(),
+                target_port: Some(IntOrString::Int(SERVICE_PORT.into())),
+                protocol: Some("TCP".into()),
+                ..ServicePort::default()
+            }]),
+            ..ServiceSpec::default()
+        }),
+        ..Service::default()
+    })?;
+    for pod in pods {
+        let labels = pod
+            .labels()
+            .into_iter()
+            .map(|(k, v)| (k, v.as_str().unwrap_or_default().to_string()))
+            .collect();
+        let object = Pod {
+            metadata: ObjectMeta {
+                labels: Some(labels),
+                ..meta(&pod.name())
+            },
+            spec: Some(PodSpec {
+                node_name: Some(NODE.into()),
+                service_account_name: Some(pod.app.into()),
+                containers: vec![Container {
+                    name: pod.app.into(),
+                    image: Some("meshbench".into()),
+                    ports: Some(vec![ContainerPort {
+                        name: Some("http".into()),
+                        container_port: SERVICE_PORT.into(),
+                        protocol: Some("TCP".into()),
+                        ..ContainerPort::default()
+                    }]),
+                    ..Container::default()
+                }],
+                ..PodSpec::default()
+            }),
+            status: None,
+        };
+        api.client.apply_typed(&object)?;
+        // What the kubelet would report of it.
+        let ready = |kind: &str| PodCondition {
+            type_: kind.into(),
+            status: "True".into(),
+            ..PodCondition::default()
+        };
+        api.client.apply_status(&Pod {
+            status: Some(PodStatus {
+                phase: Some("Running".into()),
+                pod_ip: Some(pod.ip.to_string()),
+                pod_ips: Some(vec![PodIP {
+                    ip: pod.ip.to_string(),
+                }]),
+                host_ip: Some(pod.ip.to_string()),
+                conditions: Some(vec![ready("Ready"), ready("ContainersReady")]),
+                ..PodStatus::default()
+            }),
+            ..object
+        })?;
+    }
+    api.apply(&json!({
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": format!("{SERVICE}-lab"),
+            "namespace": APP_NAMESPACE,
+            "labels": {
+                "kubernetes.io/service-name": SERVICE,
+                "endpointslice.kubernetes.io/managed-by": "meshbench",
+            },
+        },
+        "addressType": "IPv4",
+        "endpoints": [{
+            "addresses": [server.ip.to_string()],
+            "conditions": {"ready": true, "serving": true, "terminating": false},
+            "nodeName": NODE,
+            "targetRef": {"kind": "Pod", "name": server.name(), "namespace": APP_NAMESPACE},
+        }],
+        "ports": [{"name": "http", "port": SERVICE_PORT, "protocol": "TCP"}],
+    }))?;
+    api.apply(&json!({
+        "apiVersion": "security.istio.io/v1",
+        "kind": "PeerAuthentication",
+        "metadata": {"name": "default", "namespace": NAMESPACE},
+        "spec": {"mtls": {"mode": mtls.istio_mode()}},
+    }))?;
+    Ok(())
+}
+
+/// Runs `ip netns exec NETNS` with `argv`, its output kept in `log`; fails with its last lines.
+fn in_namespace(netns: &str, argv: &[&str], log: &Path, what: &str) -> Result<(), LabError> {
+    let out = Command::new("ip")
+        .args(["netns", "exec", netns])
+        .args(argv)
+        .output()
+        .map_err(|e| LabError::Spawn(what.into(), e))?;
+    let mut text = out.stdout;
+    text.extend_from_slice(&out.stderr);
+    write_file(log, &text)?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let text = String::from_utf8_lossy(&text);
+    let tail: Vec<&str> = text.lines().rev().take(3).collect();
+    Err(LabError::ScriptFailed {
+        script: what.into(),
+        reason: format!(
+            "{}: {}",
+            out.status,
+            tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
+        ),
+    })
+}
+
+/// Writes Istio's capture into pod namespace `netns` with Istio's own `istio-iptables`, as
+/// `istio-init` does in a pod: inbound TCP to [`INBOUND_CAPTURE`], outbound to
+/// [`OUTBOUND_CAPTURE`], the proxy user's own traffic and the agent's ports left alone. Its
+/// output goes to `log`.
+pub fn capture(netns: &str, log: &Path) -> Result<(), LabError> {
+    let agent = cache().join("bin/pilot-agent");
+    let agent = agent.to_string_lossy();
+    let (outbound, inbound, uid) = (
+        OUTBOUND_CAPTURE.to_string(),
+        INBOUND_CAPTURE.to_string(),
+        PROXY_UID.to_string(),
+    );
+    in_namespace(
+        netns,
+        &[
+            &agent,
+            "istio-iptables",
+            "-p",
+            &outbound,
+            "-z",
+            &inbound,
+            "-u",
+            &uid,
+            "-m",
+            "REDIRECT",
+            "-i",
+            "*",
+            "-b",
+            "*",
+            "-d",
+            "15090,15021,15020",
+        ],
+        log,
+        "istio-iptables",
+    )
+}
+
+/// kube-proxy's rule for the Service, in pod namespace `netns` (a pod without a sidecar):
+/// the Service's address and port go to the backend pod at `backend`.
+pub fn service_rule(netns: &str, backend: SocketAddr, log: &Path) -> Result<(), LabError> {
+    in_namespace(
+        netns,
+        &[
+            "iptables",
+            "-t",
+            "nat",
+            "-A",
+            "OUTPUT",
+            "-p",
+            "tcp",
+            "-d",
+            &format!("{SERVICE_IP}/32"),
+            "--dport",
+            &SERVICE_PORT.to_string(),
+            "-j",
+            "DNAT",
+            "--to-destination",
+            &backend.to_string(),
+        ],
+        log,
+        "iptables (the Service's rule)",
+    )
+}
+
+/// Makes `dir` and everything in it Istio's proxy user's, as a pod's volumes are.
+pub fn hand_to_proxy_user(dir: &Path) -> Result<(), LabError> {
+    fn walk(p: &Path) -> std::io::Result<()> {
+        std::os::unix::fs::chown(p, Some(PROXY_UID), Some(PROXY_UID))?;
+        if p.is_dir() {
+            for e in std::fs::read_dir(p)? {
+                walk(&e?.path())?;
+            }
+        }
+        Ok(())
+    }
+    walk(dir).map_err(|e| LabError::Files {
+        path: dir.to_path_buf(),
+        source: e,
+    })
+}
+
+/// One GET from inside `netns` to the Service, as the application would send it; its status.
+pub fn probe(netns: &str, limit: Duration) -> Result<u16, LabError> {
+    let url = format!("http://{SERVICE_IP}:{SERVICE_PORT}/");
+    crate::netns::within(Some(netns), || {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .timeout_global(Some(limit))
+            .http_status_as_error(false)
+            .user_agent("meshbench-probe")
+            .build()
+            .into();
+        agent
+            .get(&url)
+            .call()
+            .map(|answer| answer.status().as_u16())
+            .map_err(|e| LabError::Io(format!("the probe request to {url}: {e}")))
+    })?
+}
+
+/// Why Istio's capture cannot be written here (the iptables tools it runs are missing).
+pub fn iptables_missing() -> Option<String> {
+    let found = ["iptables", "iptables-restore", "iptables-save"]
+        .iter()
+        .all(|b| crate::install::find(b, &[&format!("/usr/sbin/{b}")]).is_some());
+    (!found)
+        .then(|| "iptables (Debian's package iptables; scripts/install-k8s.sh installs it)".into())
+}
