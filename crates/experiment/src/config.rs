@@ -809,6 +809,12 @@ impl Experiment {
         if self.agents.is_some() {
             p.push("proxy.type: istio sends the load from inside the client pod, from this process: remove the agents section".into());
         }
+        if self.proxy.mtls
+            && self.proxy.peer_authentication == Some(PeerAuthentication::Strict)
+            && self.topologies.contains(&Topology::Serveronly)
+        {
+            p.push("proxy.peer_authentication: strict refuses plaintext, and serveronly's client has no sidecar to send mutual TLS; use permissive, or leave serveronly out".into());
+        }
     }
 
     /// The gateway topology: its program and how many routes it generates.
@@ -825,7 +831,7 @@ impl Experiment {
                 p.push("gateway.type: expected nginx, haproxy, caddy, envoy or istio".into());
             }
             if self.gateway.kind == Program::Istio && self.isolation == Isolation::Netns {
-                p.push("gateway.type: istio runs its control plane on loopback, which a role in its own network namespace cannot reach; use isolation: process".into());
+                p.push("gateway.type: istio runs its control plane on loopback, which a role in its own network namespace cannot reach; use isolation: loopback".into());
             }
             if self.gateway.domains == 0 || self.gateway.paths == 0 {
                 p.push("gateway: domains and paths must be at least 1".into());

@@ -19,6 +19,9 @@ const FORWARD: &str = "/proc/sys/net/ipv4/ip_forward";
 /// The namespaces of one rig.
 #[derive(Debug)]
 pub struct Namespaces {
+    /// Of the namespaces' names: `meshbench-<owner>-<n>`.
+    owner: String,
+    /// Of the interfaces' names (15 bytes at most).
     prefix: String,
     created: Vec<RoleNamespace>,
     forward_was: Option<String>,
@@ -56,9 +59,12 @@ fn ip(args: &[&str]) -> Result<(), LabError> {
 }
 
 impl Namespaces {
-    /// `prefix` must be short (interface names hold 15 bytes) and unique to this run.
-    pub fn new(prefix: &str) -> Namespaces {
+    /// `owner` starts with this process's id and is unique to it (a rig's id): the
+    /// namespaces are named after it, so that [`remove_stale`] finds those of a run that was
+    /// killed. `prefix` names the interfaces: short (they hold 15 bytes) and unique too.
+    pub fn new(owner: &str, prefix: &str) -> Namespaces {
         Namespaces {
+            owner: owner.to_string(),
             prefix: prefix.to_string(),
             created: Vec::new(),
             forward_was: None,
@@ -76,7 +82,7 @@ impl Namespaces {
             })?;
             self.forward_was = Some(was);
         }
-        let netns = format!("{}-{n}", self.prefix);
+        let netns = format!("{NAME_PREFIX}{}-{n}", self.owner);
         let host_veth = format!("{}h{n}", self.prefix);
         let inner = format!("{}n{n}", self.prefix);
         let host_ip = format!("10.213.{n}.1");
@@ -105,6 +111,30 @@ impl Namespaces {
         inside(&["link", "set", "lo", "up"])?;
         inside(&["route", "add", "default", "via", &host_ip])?;
         Ok(namespace)
+    }
+}
+
+/// How every namespace made here is named: `meshbench-<pid>-...`.
+pub const NAME_PREFIX: &str = "meshbench-";
+
+/// Removes the namespaces (and with them their veth pairs and Istio's capture) that a run
+/// killed outright left behind: `meshbench-<pid>-*` of processes that no longer exist.
+pub fn remove_stale() {
+    let Ok(dir) = std::fs::read_dir("/var/run/netns") else {
+        return;
+    };
+    for e in dir.flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        let Some(owner) = name
+            .strip_prefix(NAME_PREFIX)
+            .and_then(|r| r.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !std::path::Path::new(&format!("/proc/{owner}")).exists() {
+            let _ = Command::new("ip").args(["netns", "del", &name]).output();
+        }
     }
 }
 

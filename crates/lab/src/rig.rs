@@ -354,7 +354,8 @@ pub(crate) fn free_port() -> Result<u16, LabError> {
 }
 
 /// Removes what a run killed with SIGKILL left behind: `meshbench-<pid>-*` cgroups of
-/// processes that no longer exist (their stragglers are killed first).
+/// processes that no longer exist (their stragglers are killed first), then such network
+/// namespaces.
 pub fn remove_stale() {
     for controller in ["", "cpu", "cpuacct", "cpuset", "memory"] {
         let root = Path::new("/sys/fs/cgroup").join(controller);
@@ -382,6 +383,7 @@ pub fn remove_stale() {
             let _ = std::fs::remove_dir(e.path());
         }
     }
+    crate::netns::remove_stale();
 }
 
 /// The command line that runs the built-in backend (`meshbench backend`) on `listen`.
@@ -515,7 +517,9 @@ impl Rig {
             istio: None,
             mesh: None,
             client_netns: None,
-            namespaces: spec.netns.then(|| Namespaces::new(&short_prefix(&spec.id))),
+            namespaces: spec
+                .netns
+                .then(|| Namespaces::new(&spec.id, &short_prefix(&spec.id))),
             dir: spec.dir.clone(),
         };
         if spec.proxy.program == Program::Istio && spec.topology != Topology::Gateway {
@@ -684,6 +688,12 @@ impl Rig {
         }
         if !client.sidecar && !server.sidecar {
             return Ok(());
+        }
+        if let Some(what) = sidecars::iptables_missing() {
+            return Err(LabError::Missing {
+                program: "iptables".into(),
+                hint: format!("Istio's capture needs {what}"),
+            });
         }
         // istiod serves the pods' agents on the client pod's way to this machine.
         let control_plane = ControlPlane::start(&spec.dir.join("istio"), client_ns.host_addr)?;

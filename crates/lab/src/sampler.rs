@@ -17,6 +17,10 @@ use crate::process::group_members;
 use crate::sample;
 pub use meshbench_results::ProxyCounters;
 
+/// The interfaces of this thread's network namespace, where the host ends of the roles'
+/// veths are. Not `/proc/net/dev`: that is the main thread's namespace, which is the client
+/// pod's while the load leaves from one (`netns::Entered`).
+const HOST_NET_DEV: &str = "/proc/thread-self/net/dev";
 /// What to watch for one role.
 #[derive(Debug, Clone)]
 pub struct Watch {
@@ -79,7 +83,7 @@ pub fn read_role(
     match (&w.veth, net) {
         (Some(veth), _) => {
             if let Some((rx, tx)) =
-                read("/proc/net/dev").and_then(|d| sample::net_dev_bytes(&d, veth).ok())
+                read(HOST_NET_DEV).and_then(|d| sample::net_dev_bytes(&d, veth).ok())
             {
                 // The host end receives what the role sends.
                 s.rx_bytes = tx;
@@ -352,7 +356,7 @@ mod tests {
     #[test]
     fn a_netns_role_is_read_from_its_veth_and_tcp_table() {
         let read = fixture(&[
-            ("/proc/net/dev", "Inter-|\n face |bytes\n mbh1: 500 5 0 0 0 0 0 0 900 9 0 0 0 0 0 0\n"),
+            (HOST_NET_DEV, "Inter-|\n face |bytes\n mbh1: 500 5 0 0 0 0 0 0 900 9 0 0 0 0 0 0\n"),
             (
                 "/proc/7/net/tcp",
                 "  sl local rem st\n 0: 0200D50A:1F90 0100D50A:D000 01 x\n 1: 0200D50A:1F90 0100D50A:D001 06 x\n",

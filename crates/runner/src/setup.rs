@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use meshbench_experiment::config::Experiment;
 use meshbench_experiment::Step;
 use meshbench_lab::cgroup::Limits;
+use meshbench_lab::control_plane::sidecars;
 use meshbench_lab::program::{envoy, CommandTemplate, LabProgram, ProgramSpec};
 use meshbench_lab::rig::{GatewaySpec, RigSpec};
 use meshbench_lab::Program;
@@ -132,7 +133,16 @@ pub fn missing_programs(e: &Experiment) -> Vec<String> {
     .into_iter()
     .filter(|(_, used, _)| *used)
     .filter_map(|(section, _, spec)| {
-        let why = spec.unavailable()?;
+        // Istio's sidecars also write Istio's capture, with the iptables tools.
+        let capture = (section == "proxy" && spec.program == Program::Istio)
+            .then(sidecars::iptables_missing)
+            .flatten()
+            .map(|what| format!("Istio's capture needs {what}"));
+        let why = match (spec.unavailable(), capture) {
+            (Some(e), _) => e.to_string(),
+            (None, Some(capture)) => capture,
+            (None, None) => return None,
+        };
         // A fallback stands in only for a program that is not installed (Envoy).
         let instead = match spec.program {
             Program::Envoy => format!(

@@ -1,5 +1,6 @@
-//! `gateway.type: istio`: the gateway as Istio runs it. Envoy takes its listeners, routes,
-//! clusters and certificates from istiod over ADS, not from a file this project wrote.
+//! `gateway.type: istio` and `proxy.type: istio`: the gateway and the sidecars as Istio runs
+//! them. Envoy takes its listeners, routes, clusters and certificates from istiod over ADS, not
+//! from a file this project wrote. The sidecars' pods are [`sidecars`].
 //!
 //! The control plane ([`ControlPlane`]) is the smallest one istiod runs against. It has etcd
 //! and a kube-apiserver ([`kube::ApiServer`]) with Istio's CRDs, and istiod (`pilot-discovery`)
@@ -12,7 +13,8 @@
 //! Envoy has accepted all of them ([`ready`]).
 //!
 //! Upstream Envoy has none of Istio's own filters, so istiod runs with [`ISTIOD_ENV`]
-//! (docs/istio.md lists what Envoy refuses otherwise). Every server binds loopback. The Gateway
+//! (docs/istio.md lists what Envoy refuses otherwise). Every server binds loopback, except
+//! istiod's port for the agents, which pods reach on the node's side of a veth. The Gateway
 //! binds its servers to the hop's address, not to Istio's wildcard (`servers[].bind`).
 
 pub mod kube;
@@ -153,6 +155,16 @@ impl ControlPlane {
     /// istiod serves its agents (xDS and the CA) on `agents_reach`: loopback for a gateway on
     /// this machine's loopback, the node's side of a pod's veth for sidecars in pods.
     pub fn start(dir: &Path, agents_reach: IpAddr) -> Result<ControlPlane, LabError> {
+        Self::start_with(dir, agents_reach, ISTIOD_ENV)
+    }
+
+    /// As [`start`](Self::start), with `istiod_env` in place of [`ISTIOD_ENV`] (`&[]`:
+    /// Istio's defaults, which upstream Envoy refuses in part: docs/istio.md).
+    pub fn start_with(
+        dir: &Path,
+        agents_reach: IpAddr,
+        istiod_env: &[(&str, &str)],
+    ) -> Result<ControlPlane, LabError> {
         if let Some(e) = unavailable() {
             return Err(e);
         }
@@ -198,7 +210,7 @@ impl ControlPlane {
             .env("POD_NAMESPACE", NAMESPACE)
             .env("POD_NAME", "istiod-0")
             .env("KUBECONFIG", &api.kubeconfig)
-            .envs(ISTIOD_ENV.iter().copied());
+            .envs(istiod_env.iter().copied());
         let began = Instant::now();
         let mut istiod = RoleProcess::spawn(
             "istiod",

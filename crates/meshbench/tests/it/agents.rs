@@ -30,7 +30,10 @@ const TARGET_PORT: u16 = 18_480;
 
 impl Net {
     fn new(tag: &str) -> Net {
-        let mut ns = Namespaces::new(&format!("mba{tag}"));
+        let mut ns = Namespaces::new(
+            &format!("{}-agents-{tag}", std::process::id()),
+            &format!("mba{tag}"),
+        );
         let agents: Vec<RoleNamespace> = (0..3)
             .map(|i| ns.add(101 + i).expect("netns works (root)"))
             .collect();

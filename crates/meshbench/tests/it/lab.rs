@@ -324,7 +324,7 @@ proxy:
         .unwrap();
     let left = String::from_utf8_lossy(&ns.stdout).to_string();
     assert!(
-        !left.lines().any(|l| l.starts_with("mb")),
+        !left.lines().any(|l| l.starts_with("meshbench-")),
         "namespaces left: {left}"
     );
 }
@@ -384,7 +384,7 @@ proxy:
     assert_eq!(doc["experiment"]["status"], "done");
 }
 
-fn leftovers(pid: u32) -> Vec<String> {
+pub(crate) fn leftovers(pid: u32) -> Vec<String> {
     let mut found = Vec::new();
     for c in ["cpu", "cpuacct", "cpuset", "memory", ""] {
         let root = Path::new("/sys/fs/cgroup").join(c);
@@ -405,12 +405,25 @@ fn leftovers(pid: u32) -> Vec<String> {
             }
         }
     }
+    // Network namespaces (and with them their veth pairs and iptables rules).
+    if let Ok(d) = std::fs::read_dir("/var/run/netns") {
+        for e in d.flatten() {
+            let n = e.file_name().to_string_lossy().to_string();
+            if n.starts_with(&format!("meshbench-{pid}-")) {
+                found.push(format!("netns {n}"));
+            }
+        }
+    }
     // Processes whose command line names this run's files.
     if let Ok(d) = std::fs::read_dir("/proc") {
         for e in d.flatten() {
             let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
             let text = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-            if text.contains(&format!("meshbench-{pid}-")) {
+            // Or whose working directory is one of them (Istio's agents and their Envoys name
+            // their files relative to it).
+            let cwd = std::fs::read_link(e.path().join("cwd")).unwrap_or_default();
+            let run = format!("meshbench-{pid}-");
+            if text.contains(&run) || cwd.to_string_lossy().contains(&run) {
                 found.push(format!(
                     "process {}: {text}",
                     e.file_name().to_string_lossy()

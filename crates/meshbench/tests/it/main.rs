@@ -25,6 +25,7 @@ mod http3;
 mod install_envoy;
 mod istio_gateway;
 mod istio_plotter;
+mod istio_sidecars;
 mod k8s;
 mod k8s_gateway_cadvisor;
 mod k8s_node;

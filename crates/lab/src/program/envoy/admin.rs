@@ -165,6 +165,12 @@ pub fn clusters(addr: SocketAddr) -> Result<String, AdminError> {
     fetch(addr, "/clusters", CONFIG_BUDGET).map(|body| String::from_utf8_lossy(&body).into_owned())
 }
 
+/// `/stats?filter=FILTER` of the admin at `addr`, as text (`name: value` lines).
+pub fn stats(addr: SocketAddr, filter: &str) -> Result<String, AdminError> {
+    let path = format!("/stats?filter={}", percent_encode(filter));
+    fetch(addr, &path, STATS_BUDGET).map(|body| String::from_utf8_lossy(&body).into_owned())
+}
+
 /// Every xDS update the Envoy at `addr` refused so far, as `counter: count` (empty: none).
 pub fn rejected_updates(addr: SocketAddr) -> Result<Vec<String>, AdminError> {
     let body = fetch(addr, "/stats?filter=update_rejected", CONFIG_BUDGET)?;
