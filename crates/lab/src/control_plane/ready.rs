@@ -230,6 +230,35 @@ mod tests {
     }
 
     #[test]
+    fn a_sidecar_misses_each_listener_and_cluster_it_does_not_hold() {
+        let expected = SidecarExpected {
+            listeners: vec!["virtualOutbound".into(), "virtualInbound".into()],
+            clusters: vec!["inbound|8080||".into()],
+        };
+        let listeners =
+            json!({"configs": [{"name": "virtualOutbound"}, {"name": "virtualInbound"}]});
+        // `/clusters` as Envoy 1.40 lists a cluster with no hosts (ORIGINAL_DST).
+        let clusters = "inbound|8080||::observability_name::inbound|8080||\n";
+        assert!(missing_in_sidecar(&expected, &listeners, clusters).is_empty());
+        let outbound = "outbound|8080||backend.default.svc.cluster.local";
+        let client = SidecarExpected {
+            listeners: vec!["0.0.0.0_8080".into()],
+            clusters: vec![format!("{outbound}::10.213.1.2:8080")],
+        };
+        assert_eq!(
+            missing_in_sidecar(
+                &client,
+                &json!({"configs": [{"name": "virtualOutbound"}]}),
+                &format!("{outbound}::10.213.1.3:8080::cx_active::0\n")
+            ),
+            [
+                "listener 0.0.0.0_8080".to_string(),
+                format!("cluster {outbound}::10.213.1.2:8080")
+            ]
+        );
+    }
+
+    #[test]
     fn a_complete_configuration_misses_nothing_and_each_gap_is_named() {
         let listeners = json!({"configs": [{"name": "127.0.0.1_8443",
             "active_state": {"listener": {"filter_chains": [{}, {}]}}}]});
