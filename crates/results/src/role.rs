@@ -220,8 +220,9 @@ pub enum Program {
     Envoy,
     /// Any program, from a command template.
     Command,
-    /// The gateway only: Envoy configured by Istio's control plane, which the lab starts for
-    /// it. Needs scripts/install-istio.sh and scripts/install-k8s.sh.
+    /// The gateway (`gateway.type`) and the sidecars in pods (`proxy.type`): Envoy configured
+    /// by Istio's control plane, which the lab starts for them. Needs scripts/install-istio.sh
+    /// and scripts/install-k8s.sh.
     Istio,
 }
 

@@ -217,11 +217,11 @@ impl LabProgram for Program {
 /// The file of the Istio gateway's objects that names its Gateways (the others are beside it).
 const ISTIO_OBJECTS: &str = "istio-gateways.yaml";
 
-/// Istio plays the gateway only, through its control plane, which the rig starts.
+/// Istio's roles are started by the rig with their control plane, never as a lone hop.
 fn istio_gateway_only() -> LabError {
     LabError::Missing {
-        program: "istio outside the gateway".into(),
-        hint: "istio configures the gateway topology only (gateway.type: istio); the lab starts its control plane, so there is no command line to print".into(),
+        program: "istio as a lone hop".into(),
+        hint: "istio's gateway and sidecars are started by the rig with their control plane (gateway.type: istio; proxy.type: istio in pods), so there is no command line to print".into(),
     }
 }
 

@@ -1,6 +1,6 @@
 //! Envoy as Istio's sidecar. The client's sidecar is Istio's outbound side: the per-port
-//! listener (`0.0.0.0_<port>`, bound here directly: the lab has no iptables redirect into
-//! `virtualOutbound`) with `http_inspector`, a chain for plaintext HTTP/1.1 and h2c into the
+//! listener (`0.0.0.0_<port>`, bound here directly: these sidecars have no iptables redirect
+//! into `virtualOutbound`; Istio's own, `proxy.type: istio`, do) with `http_inspector`, a chain for plaintext HTTP/1.1 and h2c into the
 //! connection manager, the service's virtual host and an allow-any `*` one, and a default
 //! chain passing other TCP through; its cluster `outbound|<port>||<service>` speaks mutual TLS
 //! to the next sidecar with Istio's SNI, ALPN and the server's SPIFFE id, and HTTP/1.1 (Istio
