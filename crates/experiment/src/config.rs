@@ -186,9 +186,14 @@ pub struct Proxy {
     /// Mutual TLS between the two proxies of `both`, and between the tunnels.
     pub mtls: bool,
     /// `type: istio` only: the mesh's PeerAuthentication when `mtls` is on (absent: Istio's
-    /// default, permissive).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub peer_authentication: Option<PeerAuthentication>,
+    /// default, permissive). One value or a list: with two, each sidecar topology runs once
+    /// per value, as variants.
+    #[serde(
+        default,
+        deserialize_with = "one_or_many",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub peer_authentication: Vec<PeerAuthentication>,
     /// For `type: command`: the program and its arguments. `{config}` is the rendered
     /// template's path; `{listen_port}`, `{upstream_port}` and `{workers}` are filled in.
     pub command: Vec<String>,
@@ -275,6 +280,35 @@ pub struct RoleLimits {
 }
 
 /// A cpuset as text, whether YAML read it as text (`0-1`, `0,2`) or as a number (`0`).
+/// One value (a word), or a list of them.
+fn one_or_many<'de, D, T>(d: D) -> Result<Vec<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    struct OneOrMany<T>(std::marker::PhantomData<T>);
+    impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for OneOrMany<T> {
+        type Value = Vec<T>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a word or a list of words")
+        }
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+            T::deserialize(serde::de::value::StrDeserializer::<E>::new(v)).map(|one| vec![one])
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(
+            self,
+            mut seq: A,
+        ) -> Result<Self::Value, A::Error> {
+            let mut all = Vec::new();
+            while let Some(v) = seq.next_element()? {
+                all.push(v);
+            }
+            Ok(all)
+        }
+    }
+    d.deserialize_any(OneOrMany(std::marker::PhantomData))
+}
+
 fn cpu_list<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
     struct CpuList;
     impl<'de> serde::de::Visitor<'de> for CpuList {
@@ -742,7 +776,7 @@ impl Experiment {
                 fallback: _, // any program may stand in
                 istio_telemetry: _,
             } = proxy;
-            if peer_authentication.is_some() && proxy.kind != Program::Istio {
+            if !peer_authentication.is_empty() && proxy.kind != Program::Istio {
                 p.push(format!(
                     "{section}.peer_authentication: only for type istio (this one is {})",
                     proxy.kind.name()
@@ -809,11 +843,25 @@ impl Experiment {
         if self.agents.is_some() {
             p.push("proxy.type: istio sends the load from inside the client pod, from this process: remove the agents section".into());
         }
+        let modes = &self.proxy.peer_authentication;
         if self.proxy.mtls
-            && self.proxy.peer_authentication == Some(PeerAuthentication::Strict)
+            && !modes.is_empty()
+            && modes.iter().all(|m| *m == PeerAuthentication::Strict)
             && self.topologies.contains(&Topology::Serveronly)
         {
-            p.push("proxy.peer_authentication: strict refuses plaintext, and serveronly's client has no sidecar to send mutual TLS; use permissive, or leave serveronly out".into());
+            p.push("proxy.peer_authentication: strict refuses plaintext, and serveronly's client has no sidecar to send mutual TLS; list permissive too (serveronly then runs under it only), or leave serveronly out".into());
+        }
+        if modes.contains(&PeerAuthentication::Disable) {
+            p.push("proxy.peer_authentication: expected permissive or strict (plaintext is proxy.mtls: false)".into());
+        }
+        let mut distinct = modes.clone();
+        distinct.sort();
+        distinct.dedup();
+        if distinct.len() != modes.len() {
+            p.push("proxy.peer_authentication: a value is listed twice".into());
+        }
+        if modes.len() > 1 && !self.proxy.mtls {
+            p.push("proxy.peer_authentication: several values need proxy.mtls: true (without it the mesh is plaintext)".into());
         }
     }
 
@@ -1214,6 +1262,33 @@ mod tests {
             &["load.mode=closed".into(), "load.connection_pool=640".into()],
         );
         assert_eq!(ok.unwrap().load.connection_pool, 640);
+    }
+
+    #[test]
+    fn a_peer_authentication_is_a_word_or_a_list_and_a_wrong_one_is_named() {
+        let read = |v: &str| {
+            parse(
+                "t.yaml",
+                &format!("name: t\ntopologies: [both]\nisolation: netns\nproxy:\n  type: istio\n  mtls: true\n  peer_authentication: {v}\n"),
+                &[],
+            )
+        };
+        assert_eq!(
+            read("strict").unwrap().proxy.peer_authentication,
+            [PeerAuthentication::Strict]
+        );
+        assert_eq!(
+            read("[permissive, strict]")
+                .unwrap()
+                .proxy
+                .peer_authentication,
+            [PeerAuthentication::Permissive, PeerAuthentication::Strict]
+        );
+        let wrong = read("loose").unwrap_err().to_string();
+        assert!(
+            wrong.contains("proxy.peer_authentication") && wrong.contains("permissive"),
+            "{wrong}"
+        );
     }
 
     #[test]

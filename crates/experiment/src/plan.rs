@@ -3,7 +3,9 @@
 //! repeat walks every load point, and at every load point every variant runs in turn, so slow
 //! drift of the machine spreads across the variants instead of landing on one.
 
-use meshbench_results::{Arrival, Class, LoadPoint, LoopMode, Offer, Protocol, Topology};
+use meshbench_results::{
+    Arrival, Class, LoadPoint, LoopMode, Offer, PeerAuthentication, Program, Protocol, Topology,
+};
 
 use crate::config::Experiment;
 
@@ -17,6 +19,8 @@ pub struct Step {
     pub topology: Topology,
     /// The swept class's CPU quota in cores, when `limits.<class>.cpus` lists values.
     pub cpu: Option<(Class, f64)>,
+    /// Istio's sidecars' PeerAuthentication, when `proxy.peer_authentication` lists several.
+    pub peer_authentication: Option<PeerAuthentication>,
     /// Its load; an external variant's has no response size (its server chooses).
     pub load: LoadPoint,
     /// Topology `external`: the name of its variant in the file's `external.variants`.
@@ -30,10 +34,15 @@ impl Step {
         if let Some(name) = &self.external {
             return name.clone();
         }
-        match self.cpu {
+        let mut name = match self.cpu {
             Some((role, c)) => format!("{} {}={}cpu", self.topology, role.name(), c),
             None => self.topology.to_string(),
+        };
+        if let Some(mode) = self.peer_authentication {
+            name.push(' ');
+            name.push_str(mode.name());
         }
+        name
     }
 
     /// Istio perf/benchmark's label: `{id}_qps_{q}_c_{c}_{size}_{variant}_{mode}`.
@@ -46,6 +55,9 @@ impl Step {
         let mut variant = Vec::new();
         if let Some((role, c)) = self.cpu {
             variant.push(format!("{}{c}cpu", role.name()));
+        }
+        if let Some(mode) = self.peer_authentication {
+            variant.push(mode.name().to_string());
         }
         if self.load.offer.is_poisson() {
             variant.push("jitter".into());
@@ -110,8 +122,10 @@ impl PlanSize {
             .iter()
             .map(|t| match sweep {
                 _ if !t.is_lab() => len(external_names(e).len()),
-                Some((role, cpus)) if t.has(role) => len(cpus.len()),
-                _ => 1,
+                Some((role, cpus)) if t.has(role) => {
+                    len(cpus.len()).saturating_mul(len(peer_authentications(e, *t).len()))
+                }
+                _ => len(peer_authentications(e, *t).len()),
             })
             .fold(0, u64::saturating_add);
         PlanSize {
@@ -154,6 +168,25 @@ fn sweep(e: &Experiment) -> Option<(Class, &Vec<f64>)> {
     ]
     .into_iter()
     .find(|(_, c)| c.len() > 1)
+}
+
+/// The PeerAuthentications a topology runs under, one variant each: every listed one for
+/// Istio's sidecars when the file lists several (STRICT not for `serveronly`, whose client has
+/// no sidecar), else one unnamed.
+fn peer_authentications(e: &Experiment, t: Topology) -> Vec<Option<PeerAuthentication>> {
+    let modes = &e.proxy.peer_authentication;
+    let sidecars = matches!(
+        t,
+        Topology::Serveronly | Topology::Clientonly | Topology::Both
+    );
+    if e.proxy.kind != Program::Istio || !sidecars || modes.len() < 2 {
+        return vec![None];
+    }
+    modes
+        .iter()
+        .filter(|m| !(t == Topology::Serveronly && **m == PeerAuthentication::Strict))
+        .map(|m| Some(*m))
+        .collect()
 }
 
 /// Seconds a step's rig takes to start and stop: about one, except for an Istio gateway, whose
@@ -207,29 +240,34 @@ impl Plan {
         let sweep = sweep(e);
         let mut variants = Vec::new();
         for &t in &e.topologies {
-            match sweep {
+            let cpus: Vec<Option<(Class, f64)>> = match sweep {
                 _ if !t.is_lab() => {
                     for name in external_names(e) {
-                        variants.push((t, None, Some(name)));
+                        variants.push((t, None, None, Some(name)));
                     }
+                    continue;
                 }
                 Some((role, cpus)) if t.has(role) => {
-                    for &c in cpus {
-                        variants.push((t, Some((role, c)), None));
-                    }
+                    cpus.iter().map(|&c| Some((role, c))).collect()
                 }
-                _ => variants.push((t, None, None)),
+                _ => vec![None],
+            };
+            for cpu in cpus {
+                for mode in peer_authentications(e, t) {
+                    variants.push((t, cpu, mode, None));
+                }
             }
         }
         let mut steps = Vec::new();
         for repeat in 0..e.repeats {
             for load in &loads {
-                for (topology, cpu, external) in &variants {
+                for (topology, cpu, peer_authentication, external) in &variants {
                     steps.push(Step {
                         index: steps.len(),
                         repeat,
                         topology: *topology,
                         cpu: *cpu,
+                        peer_authentication: *peer_authentication,
                         // An external server chooses its responses.
                         load: LoadPoint {
                             response_bytes: load.response_bytes.filter(|_| external.is_none()),
@@ -366,6 +404,41 @@ mod tests {
         let plan = Plan::compile(&e);
         assert_eq!(plan.steps[0].load.to_string(), "1000 qps x 16 conns");
         assert_eq!(plan.steps[1].load.to_string(), "1000 qps x 16 conns, 0 B");
+    }
+
+    #[test]
+    fn istio_sidecars_run_once_per_listed_peer_authentication_and_strict_skips_serveronly() {
+        let e = crate::config::parse(
+            "t.yaml",
+            "name: t\ntopologies: [baseline, serveronly, both]\nisolation: netns\nload:\n  rate_rps: [100]\n  connections: [4]\nproxy:\n  type: istio\n  mtls: true\n  peer_authentication: [permissive, strict]\n",
+            &[],
+        )
+        .unwrap();
+        let plan = Plan::compile(&e);
+        let variants: Vec<String> = plan.steps.iter().map(Step::variant).collect();
+        assert_eq!(
+            variants,
+            [
+                "baseline",
+                "serveronly permissive",
+                "both permissive",
+                "both strict"
+            ]
+        );
+        assert_eq!(PlanSize::of(&e).variants, 4);
+        assert_eq!(
+            plan.steps[3].istio_label("e1", Protocol::Http1),
+            "e1_qps_100_c_4_1024_strict_both"
+        );
+        // One value names no variant: the file's setting for every step.
+        let one = crate::config::parse(
+            "t.yaml",
+            "name: t\ntopologies: [both]\nisolation: netns\nproxy:\n  type: istio\n  mtls: true\n  peer_authentication: strict\n",
+            &[],
+        )
+        .unwrap();
+        assert_eq!(Plan::compile(&one).steps[0].peer_authentication, None);
+        assert_eq!(one.proxy.peer_authentication, [PeerAuthentication::Strict]);
     }
 
     #[test]

@@ -220,7 +220,10 @@ pub fn rig_spec(e: &Experiment, step: &Step, id: i64, exe: PathBuf) -> RigSpec {
         proxy: program_spec(&e.proxy),
         proxy_workers: e.proxy.workers,
         proxy_mtls: e.proxy.mtls,
-        proxy_peer_authentication: e.proxy.peer_authentication.unwrap_or_default(),
+        proxy_peer_authentication: step
+            .peer_authentication
+            .or(e.proxy.peer_authentication.first().copied())
+            .unwrap_or_default(),
         proxy_istio_telemetry: e.proxy.istio_telemetry,
         tunnel: program_spec(&e.tunnel),
         tunnel_workers: e.tunnel.workers,

@@ -67,6 +67,7 @@ load:
 proxy:
   type: istio
   mtls: true
+  peer_authentication: [permissive, strict]
 ";
 
 #[test]
@@ -89,7 +90,21 @@ fn istios_sidecars_carry_the_load_from_the_client_pod_through_the_capture_and_le
     );
     let doc = export_json(std::path::Path::new(&store));
     let steps = doc["steps"].as_array().unwrap();
-    assert_eq!(steps.len(), 4);
+    let variants: Vec<&str> = steps
+        .iter()
+        .map(|s| s["variant"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        variants,
+        [
+            "baseline",
+            "serveronly permissive",
+            "clientonly permissive",
+            "clientonly strict",
+            "both permissive",
+            "both strict"
+        ]
+    );
     for s in steps {
         let topology = s["topology"].as_str().unwrap();
         assert_eq!(s["status"], "ok", "{topology}: {}", s["error"]);
@@ -313,6 +328,7 @@ fn ctrl_c_in_a_sidecar_step_leaves_no_namespace_rule_process_or_file() {
         "long.yaml",
         &SIDECARS
             .replace("[baseline, serveronly, clientonly, both]", "[both]")
+            .replace("[permissive, strict]", "permissive")
             .replace("duration_secs: 2", "duration_secs: 60"),
     );
     let store = dir.join("results.db").display().to_string();
@@ -376,6 +392,22 @@ fn istio_sidecars_outside_pods_or_their_topologies_are_refused_up_front() {
         "envoy.yaml",
         "name: x\ntopologies: [both]\nproxy:\n  type: envoy\n  peer_authentication: strict\n",
         "only for type istio",
+    );
+    // The example lists both PeerAuthentications: each sidecar topology is one variant per
+    // value, serveronly under permissive only.
+    let example = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/istio-sidecars.yaml"
+    );
+    let out = meshbench(&["experiment", example, "--dry-run"], LIMIT);
+    let plan = format!("{}{}", stdout(&out), stderr(&out));
+    assert!(out.status.success(), "{plan}");
+    assert!(
+        plan.contains("both permissive")
+            && plan.contains("both strict")
+            && plan.contains("serveronly permissive")
+            && !plan.contains("serveronly strict"),
+        "{plan}"
     );
     // A missing installation is named before anything starts, with the script.
     let file = experiment_file(
