@@ -11,7 +11,8 @@
 //!   and [`netns`] namespace, ready when it accepts, stopped when dropped.
 //! - [`sampler`], [`sample`], [`sockdiag`]: what each role uses, read from cgroup files, /proc
 //!   and netlink.
-//! - [`pki`]: the lab's certificates; [`install`]: finding and installing binaries.
+//! - [`pki`]: the lab's certificates; [`install`]: finding and installing binaries; [`port`]:
+//!   free loopback ports.
 //!
 //! Dependencies go one way: `topology` and `gateway` know no program, `program` renders for
 //! both, `rig` joins them. Every process started here is stopped, and its files removed, when
@@ -23,6 +24,7 @@ pub mod gateway;
 pub mod install;
 pub mod netns;
 pub mod pki;
+pub mod port;
 pub mod process;
 pub mod program;
 pub mod rig;

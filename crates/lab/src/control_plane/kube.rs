@@ -52,7 +52,7 @@ impl ApiServer {
                 program: "etcd".into(),
                 hint: "install Debian's etcd-server (scripts/install-k8s.sh does)".into(),
             })?;
-        let free = || crate::rig::free_port();
+        let free = || crate::port::free_port();
         let (client, peer, api) = (free()?, free()?, free()?);
         let mut etcd = Command::new(etcd_bin);
         etcd.arg(format!("--data-dir={}", dir.join("etcd").display()))

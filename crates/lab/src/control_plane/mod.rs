@@ -190,9 +190,9 @@ impl ControlPlane {
             ..ServiceAccount::default()
         })?;
 
-        let free = || crate::rig::free_port().map(|p| SocketAddr::from(([127, 0, 0, 1], p)));
+        let free = || crate::port::free_port().map(|p| SocketAddr::from(([127, 0, 0, 1], p)));
         let (grpc, http, https, monitoring) = (free()?, free()?, free()?, free()?);
-        let secure_grpc = SocketAddr::new(agents_reach, crate::rig::free_port()?);
+        let secure_grpc = SocketAddr::new(agents_reach, crate::port::free_port()?);
         let istiod_dir = dir.join("istiod");
         let mesh = write_file(istiod_dir.join("mesh.yaml"), MESH)?;
         let mut cmd = Command::new(cache().join("bin/pilot-discovery"));
@@ -270,7 +270,7 @@ impl ControlPlane {
         admin: SocketAddr,
         workers: u32,
     ) -> Result<Command, LabError> {
-        let free = crate::rig::free_port;
+        let free = crate::port::free_port;
         let ports = AgentPorts {
             admin: admin.port(),
             status: free()?,
