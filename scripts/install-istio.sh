@@ -2,11 +2,13 @@
 # Istio's control plane for crates/meshbench/tests/it/istio_gateway.rs: istiod's `pilot-discovery`
 # and the gateway's `pilot-agent`, built from the Go module istio.io/istio at a pinned
 # pseudo-version (Istio publishes no tagged Go module; this one is `@latest` as resolved once),
-# plus two files taken from the same module: Istio's CRDs (so the test's kube-apiserver accepts
-# Gateway, VirtualService and ServiceEntry objects) and the Envoy bootstrap template pilot-agent
-# renders (an Istio image carries it at /var/lib/istio/envoy/envoy_bootstrap_tmpl.json).
-# Everything goes under $ISTIO_CACHE (default /var/cache/meshbench/istio/<version>):
-# bin/pilot-discovery, bin/pilot-agent, crd-all.gen.yaml, envoy_bootstrap_tmpl.json.
+# plus files taken from the same module: Istio's CRDs (so the test's kube-apiserver accepts
+# Gateway, VirtualService and ServiceEntry objects), the Envoy bootstrap template pilot-agent
+# renders (an Istio image carries it at /var/lib/istio/envoy/envoy_bootstrap_tmpl.json), and
+# the sidecar injection template and chart values istiod's injector renders pods with
+# (tests/it/istio_injected.rs). Everything goes under $ISTIO_CACHE (default
+# /var/cache/meshbench/istio/<version>): bin/pilot-discovery, bin/pilot-agent, crd-all.gen.yaml,
+# envoy_bootstrap_tmpl.json, injection-template.yaml, injection-values.yaml.
 # Built once (a few minutes, at `nice -n 10`); nothing is done when both binaries are there.
 set -euo pipefail
 VERSION=v0.0.0-20260827124520-eed52ebb66ad
@@ -16,7 +18,8 @@ BINARIES="pilot-discovery pilot-agent"
 build=()
 for b in $BINARIES; do [ -x "$ISTIO_BIN/$b" ] || build+=("$b"); done
 if [ ${#build[@]} -eq 0 ] && [ -s "$ISTIO_CACHE/crd-all.gen.yaml" ] \
-  && [ -s "$ISTIO_CACHE/envoy_bootstrap_tmpl.json" ]; then
+  && [ -s "$ISTIO_CACHE/envoy_bootstrap_tmpl.json" ] \
+  && [ -s "$ISTIO_CACHE/injection-template.yaml" ] && [ -s "$ISTIO_CACHE/injection-values.yaml" ]; then
   exit 0
 fi
 command -v go >/dev/null || { echo "install-istio: go is needed to build ${build[*]:-the CRDs}" >&2; exit 1; }
@@ -40,7 +43,9 @@ mkdir -p "$ISTIO_BIN"
 # from the module's own copies.
 SRC=$(go list -m -f '{{.Dir}}' istio.io/istio)
 for f in manifests/charts/base/files/crd-all.gen.yaml:crd-all.gen.yaml \
-  tools/packaging/common/envoy_bootstrap.json:envoy_bootstrap_tmpl.json; do
+  tools/packaging/common/envoy_bootstrap.json:envoy_bootstrap_tmpl.json \
+  manifests/charts/istio-control/istio-discovery/files/injection-template.yaml:injection-template.yaml \
+  manifests/charts/istio-control/istio-discovery/values.yaml:injection-values.yaml; do
   [ -s "$SRC/${f%%:*}" ] || { echo "install-istio: no ${f%%:*} in istio.io/istio@$VERSION" >&2; exit 1; }
   install -m 0644 "$SRC/${f%%:*}" "$ISTIO_CACHE/${f#*:}"
 done

@@ -2,7 +2,7 @@
 # Packages a root filesystem directory as a one-layer OCI image archive (an image layout in a
 # tar) that `ctr images import` loads, so a node can run the image without a registry:
 #
-#   scripts/oci-archive.sh ROOTFS NAME OUT.tar [--entrypoint PATH] [--user UID:GID]
+#   scripts/oci-archive.sh ROOTFS NAME OUT.tar [--entrypoint PATH] [--user UID:GID] [--env K=V]...
 #
 # NAME is the full reference the runtime will know it by (e.g. localhost/meshbench:test); it is
 # written as the `io.containerd.image.name` annotation. The layer is made reproducibly (sorted
@@ -11,11 +11,12 @@ set -euo pipefail
 [ $# -ge 3 ] || { sed -n '2,9p' "$0" >&2; exit 2; }
 ROOTFS=$1 NAME=$2 OUT=$3
 shift 3
-ENTRYPOINT="" USER_=""
+ENTRYPOINT="" USER_="" ENV_=""
 while [ $# -gt 0 ]; do
   case $1 in
     --entrypoint) ENTRYPOINT=$2; shift 2 ;;
     --user) USER_=$2; shift 2 ;;
+    --env) ENV_+="${ENV_:+,}\"$2\""; shift 2 ;;
     *) echo "oci-archive: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -38,6 +39,7 @@ layer=$(blob "$WORK/layer.tar" application/vnd.oci.image.layer.v1.tar)
 cfg='{"architecture":"amd64","os":"linux","config":{'
 cfg+="\"Entrypoint\":[${ENTRYPOINT:+\"$ENTRYPOINT\"}]"
 [ -n "$USER_" ] && cfg+=",\"User\":\"$USER_\""
+[ -n "$ENV_" ] && cfg+=",\"Env\":[$ENV_]"
 cfg+="},\"rootfs\":{\"type\":\"layers\",\"diff_ids\":[\"sha256:$diff_id\"]}}"
 printf '%s' "$cfg" > "$WORK/config.json"
 config=$(blob "$WORK/config.json" application/vnd.oci.image.config.v1+json)

@@ -130,6 +130,8 @@ pub struct Rig {
     /// None: this machine's own.
     pub client_netns: Option<String>,
     namespaces: Option<Namespaces>,
+    /// Istio's sidecars' directories, outside `dir` ([`sidecars::pod_dir`]).
+    pod_dirs: Vec<PathBuf>,
     dir: PathBuf,
 }
 
@@ -350,6 +352,7 @@ pub fn remove_stale() {
         }
     }
     crate::netns::remove_stale();
+    sidecars::remove_stale();
 }
 
 /// The command line that runs the built-in backend (`meshbench backend`) on `listen`.
@@ -483,6 +486,7 @@ impl Rig {
             istio: None,
             mesh: None,
             client_netns: None,
+            pod_dirs: Vec::new(),
             namespaces: spec
                 .netns
                 .then(|| Namespaces::new(&spec.id, &short_prefix(&spec.id))),
@@ -720,7 +724,8 @@ impl Rig {
                 "a sidecar started without its control plane".into(),
             ));
         };
-        let dir = spec.dir.join(format!("{}-pod", pod.app));
+        let dir = sidecars::pod_dir(&spec.id, pod.app)?;
+        self.pod_dirs.push(dir.clone());
         let workers = spec.workers(role);
         let name = pod.name();
         let workload = Workload {
@@ -1106,6 +1111,9 @@ impl Drop for Rig {
         self.istio.take();
         self.mesh.take();
         self.namespaces.take();
+        for d in self.pod_dirs.drain(..) {
+            let _ = std::fs::remove_dir_all(d);
+        }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

@@ -285,6 +285,45 @@ pub fn service_rule(netns: &str, backend: SocketAddr, log: &Path) -> Result<(), 
     )
 }
 
+/// Where the pods' sidecars keep their files: a directory every user can pass through, since
+/// Envoy resolves its paths from `/` and runs as the proxy user, which a private temporary
+/// directory (a test suite's, mode 0700) would shut out.
+pub const POD_DIRS: &str = "/run/meshbench/pods";
+
+/// The directory of `app`'s sidecar in the rig `owner` (a rig's id, which starts with this
+/// process's id), made with every directory above it passable.
+pub fn pod_dir(owner: &str, app: &str) -> Result<std::path::PathBuf, LabError> {
+    use std::os::unix::fs::PermissionsExt;
+    let base = Path::new(POD_DIRS);
+    std::fs::create_dir_all(base)
+        .and_then(|()| {
+            for d in [Path::new("/run/meshbench"), base] {
+                std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755))?;
+            }
+            Ok(())
+        })
+        .map_err(|e| LabError::Files {
+            path: base.to_path_buf(),
+            source: e,
+        })?;
+    Ok(base.join(format!("{}{owner}-{app}", crate::netns::NAME_PREFIX)))
+}
+
+/// Removes the pods' directories that a run killed outright left: `meshbench-<pid>-*` of
+/// processes that no longer exist.
+pub fn remove_stale() {
+    for e in std::fs::read_dir(POD_DIRS).into_iter().flatten().flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        let owner = name
+            .strip_prefix(crate::netns::NAME_PREFIX)
+            .and_then(|r| r.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok());
+        if owner.is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists()) {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+}
+
 /// Makes `dir` and everything in it Istio's proxy user's, as a pod's volumes are.
 pub fn hand_to_proxy_user(dir: &Path) -> Result<(), LabError> {
     fn walk(p: &Path) -> std::io::Result<()> {

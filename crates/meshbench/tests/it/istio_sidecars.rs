@@ -231,10 +231,8 @@ fn mutual_tls_is_what_istios_peer_authentication_makes_of_it() {
 /// accepted (Ok) or the first rejection, in Envoy's and the agent's words.
 fn server_sidecar_with(env: &[(&str, &str)], name: &str) -> Result<Duration, LabError> {
     let dir = scratch_dir(&format!("istio-nack-{name}"));
-    let mut namespaces = Namespaces::new(
-        &format!("{}-nack-{name}", std::process::id()),
-        &format!("mbk{}", &name[..2]),
-    );
+    let owner = format!("{}-nack-{name}", std::process::id());
+    let mut namespaces = Namespaces::new(&owner, &format!("mbk{}", &name[..2]));
     let (client_ns, server_ns) = (namespaces.add(0)?, namespaces.add(1)?);
     let control = ControlPlane::start_with(&dir.join("istio"), client_ns.host_addr, env)?;
     let client = LabPod {
@@ -253,7 +251,7 @@ fn server_sidecar_with(env: &[(&str, &str)], name: &str) -> Result<Duration, Lab
         &server,
         PeerAuthentication::Permissive,
     )?;
-    let agent_dir = dir.join("backend-pod");
+    let agent_dir = sidecars::pod_dir(&owner, server.app)?;
     let pod = server.name();
     let command = control.agent_command(
         AgentRole::Sidecar,
@@ -290,6 +288,7 @@ fn server_sidecar_with(env: &[(&str, &str)], name: &str) -> Result<Duration, Lab
     drop(agent);
     drop(control);
     drop(namespaces);
+    let _ = std::fs::remove_dir_all(agent_dir);
     let _ = std::fs::remove_dir_all(dir);
     acked
 }

@@ -71,7 +71,7 @@ fn now_ms() -> u64 {
 /// (`istio-proxy`), and a /tmp.
 fn envoy_rootfs(dir: &Path) -> PathBuf {
     let root = dir.join("envoy-rootfs");
-    for d in ["etc", "tmp", "usr/local/bin"] {
+    for d in ["etc", "tmp"] {
         std::fs::create_dir_all(root.join(d)).unwrap();
     }
     std::fs::set_permissions(
@@ -80,24 +80,7 @@ fn envoy_rootfs(dir: &Path) -> PathBuf {
     )
     .unwrap();
     let envoy = std::fs::canonicalize(common::envoy_binary()).unwrap();
-    std::fs::copy(&envoy, root.join("usr/local/bin/envoy")).unwrap();
-    let ldd = Command::new("ldd").arg(&envoy).output().expect("ldd");
-    let libs: BTreeSet<String> = String::from_utf8_lossy(&ldd.stdout)
-        .split_whitespace()
-        .filter(|w| w.starts_with('/'))
-        .map(str::to_string)
-        .collect();
-    assert!(
-        !libs.is_empty(),
-        "ldd listed nothing for {}",
-        envoy.display()
-    );
-    for lib in &libs {
-        let to = root.join(lib.trim_start_matches('/'));
-        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
-        // Follow symbolic links: the image holds the files under the names the loader asks.
-        std::fs::copy(lib, &to).unwrap_or_else(|e| panic!("{lib}: {e}"));
-    }
+    common::copy_with_libraries(&root, &envoy, "/usr/local/bin/envoy");
     std::fs::write(
         root.join("etc/passwd"),
         format!("istio-proxy:x:{PROXY_UID}:{PROXY_UID}:istio-proxy:/tmp:/usr/local/bin/envoy\n"),
@@ -544,6 +527,7 @@ fn envoy_gateway_pod_read_through_kubelet_cadvisor_matches_its_cgroup_within_10_
         ENVOY_IMAGE,
         "/usr/local/bin/envoy",
         &format!("{PROXY_UID}:{PROXY_UID}"),
+        &[],
     );
 
     apply_namespace(&rt, &client, NS);

@@ -405,6 +405,17 @@ pub(crate) fn leftovers(pid: u32) -> Vec<String> {
             }
         }
     }
+    // Istio's sidecars' directories, outside the temporary directory.
+    for e in std::fs::read_dir(meshbench_lab::control_plane::sidecars::POD_DIRS)
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let n = e.file_name().to_string_lossy().to_string();
+        if n.starts_with(&format!("meshbench-{pid}-")) {
+            found.push(e.path().display().to_string());
+        }
+    }
     // Network namespaces (and with them their veth pairs and iptables rules).
     if let Ok(d) = std::fs::read_dir("/var/run/netns") {
         for e in d.flatten() {

@@ -644,8 +644,16 @@ impl TestCluster {
         let _ = std::fs::remove_file(&archive);
     }
 
-    /// Packages `rootfs` as image `name` (scripts/oci-archive.sh) and imports it.
-    pub fn load_image(&self, rootfs: &Path, name: &str, entrypoint: &str, user: &str) {
+    /// Packages `rootfs` as image `name` (scripts/oci-archive.sh) with its entrypoint, user
+    /// and environment (`KEY=VALUE` each), and imports it.
+    pub fn load_image(
+        &self,
+        rootfs: &Path,
+        name: &str,
+        entrypoint: &str,
+        user: &str,
+        env: &[&str],
+    ) {
         let archive = state().join(format!("image-{}.tar", name.replace(['/', ':'], "_")));
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/oci-archive.sh");
         let out = Command::new(script)
@@ -653,6 +661,7 @@ impl TestCluster {
             .arg(name)
             .arg(&archive)
             .args(["--entrypoint", entrypoint, "--user", user])
+            .args(env.iter().flat_map(|e| ["--env", e]))
             .output()
             .expect("scripts/oci-archive.sh");
         assert!(

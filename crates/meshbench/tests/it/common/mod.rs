@@ -632,3 +632,24 @@ pub fn envoy_binary() -> PathBuf {
     meshbench_lab::program::envoy::binary()
         .unwrap_or_else(|e| panic!("Envoy is not installed: run scripts/install-envoy.sh ({e})"))
 }
+
+/// Copies `binary` into the root filesystem `root` at `dest` (a path inside it), with every
+/// shared library `ldd` lists at its own path and the loader: what an image built here from a
+/// host binary needs, without a base image.
+pub fn copy_with_libraries(root: &Path, binary: &Path, dest: &str) {
+    let to = root.join(dest.trim_start_matches('/'));
+    std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+    std::fs::copy(binary, &to).unwrap_or_else(|e| panic!("{}: {e}", binary.display()));
+    let ldd = Command::new("ldd").arg(binary).output().expect("ldd");
+    let libs: std::collections::BTreeSet<String> = String::from_utf8_lossy(&ldd.stdout)
+        .split_whitespace()
+        .filter(|w| w.starts_with('/'))
+        .map(str::to_string)
+        .collect();
+    for lib in &libs {
+        let to = root.join(lib.trim_start_matches('/'));
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        // Follow symbolic links: the image holds the files under the names the loader asks.
+        std::fs::copy(lib, &to).unwrap_or_else(|e| panic!("{lib}: {e}"));
+    }
+}
