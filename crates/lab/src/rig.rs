@@ -96,6 +96,20 @@ pub struct Role {
     pub namespace: Option<RoleNamespace>,
 }
 
+impl Role {
+    /// Reads its Envoy admin endpoint with `read`, from where the endpoint is reached (inside
+    /// its pod for an Istio sidecar); None when it has none.
+    pub fn read_admin<T: Send>(
+        &self,
+        read: impl FnOnce(SocketAddr) -> T + Send,
+    ) -> Option<Result<T, LabError>> {
+        let admin = self.admin?;
+        Some(crate::netns::within(self.admin_netns.as_deref(), || {
+            read(admin)
+        }))
+    }
+}
+
 /// How the client reaches the gateway topology.
 #[derive(Debug, Clone)]
 pub struct GatewayEntry {
@@ -211,11 +225,8 @@ impl IstioMesh {
             self.probe_status
         ));
         for r in roles {
-            let Some(admin) = r.admin else { continue };
-            let bytes = crate::netns::within(r.admin_netns.as_deref(), || {
-                crate::program::envoy::admin::config_dump_bytes(admin)
-            });
-            if let Ok(Ok(bytes)) = bytes {
+            let bytes = r.read_admin(crate::program::envoy::admin::config_dump_bytes);
+            if let Some(Ok(Ok(bytes))) = bytes {
                 line.push_str(&format!(
                     "; {} config dump {:.0} KB",
                     r.name,
@@ -790,10 +801,10 @@ impl Rig {
             }
         };
         for r in self.roles.iter().filter(|r| r.class == Class::Proxy) {
-            let Some(admin) = r.admin else { continue };
-            let read = crate::netns::within(r.admin_netns.as_deref(), || {
-                crate::program::envoy::admin::read(admin)
-            })?;
+            let Some(read) = r.read_admin(crate::program::envoy::admin::read) else {
+                continue;
+            };
+            let read = read?;
             let ok = read
                 .as_ref()
                 .ok()
@@ -1068,18 +1079,6 @@ impl Rig {
                     .map(|m| m.host_veth.clone()),
             })
             .collect()
-    }
-
-    /// Reads a role's Envoy admin endpoint with `read`, from where it is reached; None when
-    /// the role has none.
-    pub fn read_admin<T: Send>(
-        role: &Role,
-        read: impl FnOnce(SocketAddr) -> T + Send,
-    ) -> Option<Result<T, LabError>> {
-        let admin = role.admin?;
-        Some(crate::netns::within(role.admin_netns.as_deref(), || {
-            read(admin)
-        }))
     }
 
     /// The first role found dead, with the tail of its output.

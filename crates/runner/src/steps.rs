@@ -346,7 +346,7 @@ fn read_admins(rig: &Rig) -> BTreeMap<ChainRole, Result<ProxyCounters, AdminErro
     rig.roles
         .iter()
         .filter_map(|r| {
-            let read = Rig::read_admin(r, admin::read)?;
+            let read = r.read_admin(admin::read)?;
             let addr = r.admin?;
             // A namespace that cannot be entered is an admin that cannot be reached.
             let read = read.unwrap_or_else(|e| {

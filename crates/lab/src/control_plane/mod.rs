@@ -137,6 +137,39 @@ fn istiod_ready(http: SocketAddr) -> bool {
         .is_ok_and(|answer| answer.status() == 200)
 }
 
+/// Where istiod serves: plain xDS (Istio's 15010), authenticated xDS and the CA (15012),
+/// `/ready` (`--httpAddr`), the webhooks (15017) and its own metrics.
+#[derive(Debug, Clone, Copy)]
+pub struct IstiodAddrs {
+    pub grpc: SocketAddr,
+    pub secure_grpc: SocketAddr,
+    pub http: SocketAddr,
+    pub https: SocketAddr,
+    pub monitoring: SocketAddr,
+}
+
+/// istiod (`pilot-discovery discovery`) in `cwd`, watching the API server `kubeconfig` names,
+/// with the mesh configuration `mesh`, as `istiod-0` in Istio's namespace; the caller adds the
+/// environment that tunes it ([`ISTIOD_ENV`]).
+pub fn istiod_command(cwd: &Path, kubeconfig: &Path, mesh: &Path, at: &IstiodAddrs) -> Command {
+    let mut cmd = Command::new(cache().join("bin/pilot-discovery"));
+    cmd.current_dir(cwd)
+        .arg("discovery")
+        .arg(format!("--kubeconfig={}", kubeconfig.display()))
+        .arg(format!("--meshConfig={}", mesh.display()))
+        .arg(format!("--grpcAddr={}", at.grpc))
+        .arg(format!("--secureGRPCAddr={}", at.secure_grpc))
+        .arg(format!("--httpAddr={}", at.http))
+        .arg(format!("--httpsAddr={}", at.https))
+        .arg(format!("--monitoringAddr={}", at.monitoring))
+        .arg(format!("--clusterID={CLUSTER_ID}"))
+        .arg("--keepaliveMaxServerConnectionAge=30m")
+        .env("POD_NAMESPACE", NAMESPACE)
+        .env("POD_NAME", "istiod-0")
+        .env("KUBECONFIG", kubeconfig);
+    cmd
+}
+
 /// istiod and the API server it watches; everything stops when dropped.
 pub struct ControlPlane {
     pub api: ApiServer,
@@ -195,22 +228,15 @@ impl ControlPlane {
         let secure_grpc = SocketAddr::new(agents_reach, crate::port::free_port()?);
         let istiod_dir = dir.join("istiod");
         let mesh = write_file(istiod_dir.join("mesh.yaml"), MESH)?;
-        let mut cmd = Command::new(cache().join("bin/pilot-discovery"));
-        cmd.current_dir(&istiod_dir)
-            .arg("discovery")
-            .arg(format!("--kubeconfig={}", api.kubeconfig.display()))
-            .arg(format!("--meshConfig={}", mesh.display()))
-            .arg(format!("--grpcAddr={grpc}"))
-            .arg(format!("--secureGRPCAddr={secure_grpc}"))
-            .arg(format!("--httpAddr={http}"))
-            .arg(format!("--httpsAddr={https}"))
-            .arg(format!("--monitoringAddr={monitoring}"))
-            .arg(format!("--clusterID={CLUSTER_ID}"))
-            .arg("--keepaliveMaxServerConnectionAge=30m")
-            .env("POD_NAMESPACE", NAMESPACE)
-            .env("POD_NAME", "istiod-0")
-            .env("KUBECONFIG", &api.kubeconfig)
-            .envs(istiod_env.iter().copied());
+        let addrs = IstiodAddrs {
+            grpc,
+            secure_grpc,
+            http,
+            https,
+            monitoring,
+        };
+        let mut cmd = istiod_command(&istiod_dir, &api.kubeconfig, &mesh, &addrs);
+        cmd.envs(istiod_env.iter().copied());
         let began = Instant::now();
         let mut istiod = RoleProcess::spawn(
             "istiod",

@@ -27,7 +27,6 @@ use crate::common;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
@@ -223,22 +222,15 @@ fn start_istiod(
         ),
     )
     .unwrap();
-    let mut cmd = Command::new(control_plane::cache().join("bin/pilot-discovery"));
-    cmd.current_dir(&cwd)
-        .arg("discovery")
-        .arg(format!("--kubeconfig={}", c.kubeconfig.display()))
-        .arg(format!("--meshConfig={}", mesh.display()))
-        .arg(format!("--grpcAddr={grpc}"))
-        .arg(format!("--secureGRPCAddr={xds}"))
-        .arg(format!("--httpAddr={http}"))
-        .arg(format!("--httpsAddr={https}"))
-        .arg(format!("--monitoringAddr={monitoring}"))
-        .arg(format!("--clusterID={}", control_plane::CLUSTER_ID))
-        .arg("--keepaliveMaxServerConnectionAge=30m")
-        .env("POD_NAMESPACE", ISTIO_NS)
-        .env("POD_NAME", "istiod-0")
-        .env("KUBECONFIG", &c.kubeconfig)
-        .env("ISTIOD_CUSTOM_HOST", format!("127.0.0.1,{GATEWAY}"))
+    let addrs = control_plane::IstiodAddrs {
+        grpc,
+        secure_grpc: xds,
+        http,
+        https,
+        monitoring,
+    };
+    let mut cmd = control_plane::istiod_command(&cwd, &c.kubeconfig, &mesh, &addrs);
+    cmd.env("ISTIOD_CUSTOM_HOST", format!("127.0.0.1,{GATEWAY}"))
         .envs(ISTIOD_ENV.iter().copied());
     let log = dir.join("istiod.log");
     let mut istiod = RoleProcess::spawn("istiod", cmd, &log, &Placement::default()).unwrap();

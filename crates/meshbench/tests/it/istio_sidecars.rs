@@ -182,7 +182,8 @@ fn inbound_handshakes(rig: &Rig) -> u64 {
         .iter()
         .find(|r| r.name == ChainRole::ServerProxy)
         .expect("a server sidecar");
-    let text = Rig::read_admin(server, |admin| admin::stats(admin, "ssl.handshake$"))
+    let text = server
+        .read_admin(|admin| admin::stats(admin, "ssl.handshake$"))
         .expect("an admin")
         .expect("its pod's namespace")
         .expect("its stats");
