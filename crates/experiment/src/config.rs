@@ -16,6 +16,7 @@ use meshbench_results::{
 use serde::{Deserialize, Serialize};
 use serde_yaml_ng::{Mapping, Value};
 
+use crate::cluster::Cluster;
 use crate::external::External;
 use crate::plan::{PlanSize, MAX_STEPS};
 use crate::read::Mistake;
@@ -67,6 +68,9 @@ pub struct Experiment {
     /// Send every step's load from agents (`meshbench agent`) instead of this process.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agents: Option<FleetConfig>,
+    /// Realise the lab's topologies on a Kubernetes cluster instead of this machine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<Cluster>,
     /// One note per old key the file or its `--set`s used (`load.qps`...), for the caller to
     /// print: they are read as their new names.
     #[serde(skip)]
@@ -375,6 +379,9 @@ pub fn load(path: &Path, overrides: &[String]) -> Result<Experiment, ConfigError
         reason: e.to_string(),
     })?;
     let mut e = parse(&file, &text, overrides)?;
+    if let (Some(c), Some(dir)) = (e.cluster.as_mut(), path.parent()) {
+        c.resolve_paths(dir);
+    }
     if let (Some(x), Some(dir)) = (e.external.as_mut(), path.parent()) {
         x.resolve_paths(dir);
     }
@@ -639,6 +646,7 @@ impl Experiment {
             limits: _,    // validate_limits
             external: _,  // validate_external
             agents: _,    // FleetConfig::validate
+            cluster: _,   // Cluster::validate
             old_words: _, // not read from the file
         } = self;
         let mut p = Vec::new();
@@ -652,6 +660,9 @@ impl Experiment {
         self.validate_size(&mut p);
         if let Some(agents) = &self.agents {
             agents.validate(&mut p);
+        }
+        if let Some(cluster) = &self.cluster {
+            cluster.validate(self, &mut p);
         }
         p
     }
@@ -827,7 +838,8 @@ impl Experiment {
             })
             .map(|t| t.name())
             .collect();
-        if !others.is_empty() {
+        let lab = self.cluster.is_none();
+        if lab && !others.is_empty() {
             p.push(format!(
                 "proxy.type: istio runs Istio's sidecars (baseline, serveronly, clientonly, both), not {}; use envoy there",
                 others.join(", ")
@@ -837,10 +849,10 @@ impl Experiment {
             .topologies
             .iter()
             .any(|t| *t != Topology::Gateway && t.has(Class::Proxy));
-        if sidecars && self.isolation != Isolation::Netns {
+        if lab && sidecars && self.isolation != Isolation::Netns {
             p.push("proxy.type: istio runs each workload in a pod of its own, captured by Istio's iptables: add isolation: netns".into());
         }
-        if self.agents.is_some() {
+        if lab && self.agents.is_some() {
             p.push("proxy.type: istio sends the load from inside the client pod, from this process: remove the agents section".into());
         }
         let modes = &self.proxy.peer_authentication;
@@ -928,7 +940,11 @@ impl Experiment {
                 p.push(format!("limits.{role}.memory_mib: expected at least 1"));
             }
         }
-        if !self.limits.client.cpus.is_empty() || self.limits.client.memory_mib.is_some() {
+        let client_limited =
+            !self.limits.client.cpus.is_empty() || self.limits.client.memory_mib.is_some();
+        if client_limited && self.cluster.is_some() {
+            p.push("limits.client: on a cluster the agent pods send the load; give cluster.agent_cpu and cluster.agent_memory".into());
+        } else if client_limited {
             p.push(
                 "limits.client: the load generator runs in this process; only cpuset applies"
                     .into(),

@@ -19,9 +19,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
 use k8s_openapi::NamespaceResourceScope;
-use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind, Resource, TypeMeta};
 use kube::discovery::Scope;
 use kube::Client;
@@ -302,14 +302,18 @@ impl BlockingClient {
     /// A client for the API server `kubeconfig` names, as it says to authenticate (a token
     /// or a client certificate, and the CA to trust). Nothing is asked of the server yet.
     pub fn from_kubeconfig(kubeconfig: &Path) -> Result<BlockingClient, ApiError> {
+        BlockingClient::connect(Some(kubeconfig))
+    }
+
+    /// A client as `kubeconfig` says, else as `$KUBECONFIG`, `~/.kube/config` or the pod's
+    /// service account say.
+    pub fn connect(kubeconfig: Option<&Path>) -> Result<BlockingClient, ApiError> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .map_err(ApiError::Runtime)?;
         let client = runtime.block_on(async {
-            let mut config = config_from(Some(kubeconfig))
-                .await
-                .map_err(ApiError::Config)?;
+            let mut config = config_from(kubeconfig).await.map_err(ApiError::Config)?;
             config.connect_timeout = Some(CONNECT_WITHIN);
             config.read_timeout = Some(REQUEST_WITHIN);
             config.write_timeout = Some(REQUEST_WITHIN);
@@ -324,6 +328,11 @@ impl BlockingClient {
                 resources: Mutex::new(HashMap::new()),
             }),
         })
+    }
+
+    /// The kube client, for what runs on a runtime of its own (a port-forward).
+    pub(crate) fn kube_client(&self) -> Client {
+        self.shared.client.clone()
     }
 
     /// Whether the API server says it is ready (`GET /readyz` answers 200).
@@ -443,6 +452,111 @@ impl BlockingClient {
         let api: Api<K> = Api::namespaced(self.shared.client.clone(), namespace);
         let what = format!("{} {namespace}/{name}", K::kind(&()));
         self.runtime.block_on(bounded(&what, api.get_opt(name)))
+    }
+
+    /// A cluster-scoped object (a Namespace, a CustomResourceDefinition), None when there is
+    /// none.
+    pub fn get_cluster_scoped<K>(&self, name: &str) -> Result<Option<K>, ApiError>
+    where
+        K: Resource<DynamicType = (), Scope = k8s_openapi::ClusterResourceScope>
+            + DeserializeOwned
+            + Clone
+            + std::fmt::Debug,
+    {
+        let api: Api<K> = Api::all(self.shared.client.clone());
+        let what = format!("{} {name}", K::kind(&()));
+        self.runtime.block_on(bounded(&what, api.get_opt(name)))
+    }
+
+    /// Every cluster-scoped object of a kind.
+    pub fn list_cluster_scoped<K>(&self) -> Result<Vec<K>, ApiError>
+    where
+        K: Resource<DynamicType = (), Scope = k8s_openapi::ClusterResourceScope>
+            + DeserializeOwned
+            + Clone
+            + std::fmt::Debug,
+    {
+        let api: Api<K> = Api::all(self.shared.client.clone());
+        let what = format!("every {}", K::kind(&()));
+        self.runtime
+            .block_on(bounded(&what, api.list(&ListParams::default())))
+            .map(|l| l.items)
+    }
+
+    /// The namespaced objects of a kind whose labels match `selector` (`k=v,...`).
+    pub fn list<K>(&self, namespace: &str, selector: &str) -> Result<Vec<K>, ApiError>
+    where
+        K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+            + DeserializeOwned
+            + Clone
+            + std::fmt::Debug,
+    {
+        let api: Api<K> = Api::namespaced(self.shared.client.clone(), namespace);
+        let what = format!("{} in {namespace} ({selector})", K::kind(&()));
+        self.runtime
+            .block_on(bounded(
+                &what,
+                api.list(&ListParams::default().labels(selector)),
+            ))
+            .map(|l| l.items)
+    }
+
+    /// Deletes a namespace (and so everything in it); one already gone is not an error.
+    pub fn delete_namespace(&self, name: &str) -> Result<(), ApiError> {
+        let api: Api<Namespace> = Api::all(self.shared.client.clone());
+        let what = format!("deleting namespace {name}");
+        match self.runtime.block_on(bounded(
+            &what,
+            api.delete(name, &DeleteParams::background()),
+        )) {
+            Ok(_) => Ok(()),
+            Err(ApiError::Refused { code: 404, .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Deletes the pods of `namespace` that `selector` matches, given `grace` to end.
+    pub fn delete_pods(
+        &self,
+        namespace: &str,
+        selector: &str,
+        grace: Duration,
+    ) -> Result<(), ApiError> {
+        let api: Api<Pod> = Api::namespaced(self.shared.client.clone(), namespace);
+        let what = format!("deleting the pods in {namespace} ({selector})");
+        let params = DeleteParams::default().grace_period(grace.as_secs() as u32);
+        match self.runtime.block_on(bounded(
+            &what,
+            api.delete_collection(&params, &ListParams::default().labels(selector)),
+        )) {
+            Ok(_) => Ok(()),
+            Err(ApiError::Refused { code: 404, .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The agents' objects applied ([`crate::Cluster::apply`]).
+    pub fn apply_agents(&self, o: &crate::Objects) -> Result<(), crate::ClusterError> {
+        let cluster = crate::Cluster {
+            client: self.shared.client.clone(),
+        };
+        self.runtime.block_on(cluster.apply(o))
+    }
+
+    /// Waits for the agent pods ([`crate::Cluster::wait_ready`]).
+    pub fn wait_agents(
+        &self,
+        o: &crate::Objects,
+        wanted: usize,
+        timeout: Duration,
+        go_on: impl Fn() -> bool,
+        progress: impl FnMut(usize),
+    ) -> Result<Vec<crate::AgentPod>, crate::ClusterError> {
+        let cluster = crate::Cluster {
+            client: self.shared.client.clone(),
+        };
+        self.runtime
+            .block_on(cluster.wait_ready(o, wanted, timeout, go_on, progress))
     }
 
     /// A token for ServiceAccount `account` in `namespace`, for `audience`, valid for

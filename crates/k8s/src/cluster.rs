@@ -67,7 +67,7 @@ pub struct AgentPod {
 
 /// A cluster, reached as a kubeconfig says.
 pub struct Cluster {
-    client: Client,
+    pub(crate) client: Client,
 }
 
 impl Cluster {
@@ -273,7 +273,7 @@ impl Cluster {
 
 /// Why a pod is not ready, in its own words: its phase, a condition's message, a container's
 /// waiting reason (ImagePullBackOff, ...).
-fn why_not_ready(p: &Pod) -> String {
+pub(crate) fn why_not_ready(p: &Pod) -> String {
     let status = p.status.clone().unwrap_or_default();
     let mut why = status.phase.unwrap_or_else(|| "Pending".into());
     if let Some(c) = status

@@ -12,9 +12,14 @@
 
 pub mod blocking;
 pub mod cluster;
+pub mod forward;
 pub mod render;
+pub mod rollout;
+pub mod system;
+pub mod undo;
 
 pub use blocking::{ApiError, BlockingClient};
 pub use cluster::{AgentPod, Cluster, ClusterError};
+pub use forward::Forward;
 pub use k8s_openapi;
 pub use render::{AntiAffinity, Objects, Plan, PlanError};

@@ -62,6 +62,22 @@ pub struct Plan {
     pub memory: Option<String>,
     pub sysctls: Vec<(String, String)>,
     pub anti_affinity: AntiAffinity,
+    /// What the pod template carries besides the agent (an experiment on a cluster: Istio's
+    /// injection and capture, the pods to keep away from).
+    pub pod: PodExtras,
+}
+
+/// Labels and annotations of the agent pods beyond their own, the image's pull policy, and
+/// other pods to keep off the agents' nodes.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PodExtras {
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+    /// `IfNotPresent` when not given.
+    pub pull_policy: Option<String>,
+    /// Pods with these labels (the system under test) kept off the agents' nodes, this
+    /// strictly.
+    pub avoid: Option<(BTreeMap<String, String>, AntiAffinity)>,
 }
 
 /// What is wrong with a plan: one line each.
@@ -287,22 +303,38 @@ impl Plan {
             topology_key: "kubernetes.io/hostname".into(),
             ..Default::default()
         };
-        match self.anti_affinity {
-            AntiAffinity::None => None,
-            AntiAffinity::Preferred => Some(PodAntiAffinity {
-                preferred_during_scheduling_ignored_during_execution: Some(vec![
-                    WeightedPodAffinityTerm {
-                        weight: 100,
-                        pod_affinity_term: same_job,
-                    },
-                ]),
-                ..Default::default()
-            }),
-            AntiAffinity::Required => Some(PodAntiAffinity {
-                required_during_scheduling_ignored_during_execution: Some(vec![same_job]),
-                ..Default::default()
-            }),
+        let mut terms = vec![(same_job, self.anti_affinity)];
+        if let Some((labels, how)) = &self.pod.avoid {
+            terms.push((
+                PodAffinityTerm {
+                    label_selector: Some(LabelSelector {
+                        match_labels: Some(labels.clone()),
+                        ..Default::default()
+                    }),
+                    topology_key: "kubernetes.io/hostname".into(),
+                    ..Default::default()
+                },
+                *how,
+            ));
         }
+        let mut a = PodAntiAffinity::default();
+        for (term, how) in terms {
+            match how {
+                AntiAffinity::None => {}
+                AntiAffinity::Preferred => a
+                    .preferred_during_scheduling_ignored_during_execution
+                    .get_or_insert_with(Vec::new)
+                    .push(WeightedPodAffinityTerm {
+                        weight: 100,
+                        pod_affinity_term: term,
+                    }),
+                AntiAffinity::Required => a
+                    .required_during_scheduling_ignored_during_execution
+                    .get_or_insert_with(Vec::new)
+                    .push(term),
+            }
+        }
+        (a != PodAntiAffinity::default()).then_some(a)
     }
 
     /// The agent container: `meshbench agent` dialing the coordinator with the Secret's token.
@@ -310,7 +342,12 @@ impl Plan {
         Container {
             name: "agent".into(),
             image: Some(self.image.clone()),
-            image_pull_policy: Some("IfNotPresent".into()),
+            image_pull_policy: Some(
+                self.pod
+                    .pull_policy
+                    .clone()
+                    .unwrap_or_else(|| "IfNotPresent".into()),
+            ),
             command: Some(vec!["/meshbench".into()]),
             args: Some(vec![
                 "agent".into(),
@@ -408,7 +445,16 @@ impl Plan {
                 backoff_limit: Some(0),
                 template: PodTemplateSpec {
                     metadata: Some(ObjectMeta {
-                        labels: Some(self.labels("agent")),
+                        labels: Some(
+                            self.pod
+                                .labels
+                                .clone()
+                                .into_iter()
+                                .chain(self.labels("agent"))
+                                .collect(),
+                        ),
+                        annotations: (!self.pod.annotations.is_empty())
+                            .then(|| self.pod.annotations.clone()),
                         ..Default::default()
                     }),
                     spec: Some(self.pod()),
@@ -438,6 +484,7 @@ mod tests {
             memory: Some("1Gi".into()),
             sysctls: vec![("net.ipv4.ip_local_port_range".into(), "1024 65535".into())],
             anti_affinity: AntiAffinity::Preferred,
+            pod: PodExtras::default(),
         }
     }
 

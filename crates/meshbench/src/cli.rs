@@ -388,6 +388,22 @@ pub struct K8sGenArgs {
 pub enum K8sCommand {
     /// Apply the objects, wait for the agent pods, run the experiment from them, delete all.
     Run(K8sRunArgs),
+    /// Put back what a cluster experiment (a file with `cluster:`) changed and did not undo
+    /// (it was killed): the journals beside the store, or the ones named.
+    Restore(K8sRestoreArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct K8sRestoreArgs {
+    /// Journals to undo (default: every one beside the store whose run has ended).
+    pub journals: Vec<PathBuf>,
+    /// The results store whose journals are meant.
+    #[arg(long, value_name = "FILE")]
+    pub store: Option<PathBuf>,
+    /// Wait until standard input closes, then undo the journal if it is still there (the
+    /// watcher a cluster experiment starts beside itself).
+    #[arg(long, hide = true)]
+    pub when_stdin_closes: bool,
 }
 
 #[derive(Debug, Args)]

@@ -18,6 +18,7 @@
 
 pub mod agents;
 pub mod capacity;
+pub mod cluster;
 pub mod external;
 pub mod load;
 pub mod measure;
@@ -34,7 +35,7 @@ pub use load::{Body, LoadError, LoadOptions, ProtoSource, QuicOptions, TargetSou
 pub use measure::{measure, ClientPlace, LoadSource, MeasureError, Measured, Sampling};
 pub use observer::{Observer, Quiet, StepAt};
 pub use session::{new_experiment, now_rfc3339, Finished, Kept, NotStored, Session};
-pub use steps::{load_options, run_experiment, Lab};
+pub use steps::{load_options, run_experiment, Lab, Site};
 
 /// Why an experiment could not be carried out (a failed step is not one: it is stored).
 #[derive(Debug, Error)]
@@ -48,4 +49,7 @@ pub enum RunnerError {
     /// A measured step the store refused (a full disk); kept elsewhere, the run stops.
     #[error(transparent)]
     NotStored(Box<session::NotStored>),
+    /// The cluster could not be set up for the run.
+    #[error(transparent)]
+    Cluster(#[from] cluster::SiteError),
 }

@@ -7,6 +7,7 @@
 //! in progress as partial and ends the experiment.
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -24,6 +25,7 @@ use meshbench_results::{
 use meshbench_store::StepRecord;
 
 use crate::agents::Fleet;
+use crate::cluster::ClusterSite;
 use crate::load::{Body, LoadOptions, TargetSource};
 use crate::observer::{Observer, StepAt};
 use crate::session::{new_experiment, now_rfc3339, Finished, Session};
@@ -35,15 +37,20 @@ use crate::{measure, ClientPlace, LoadSource, RunnerError, Sampling};
 pub fn run_experiment(
     e: &Experiment,
     store_path: &Path,
-    fleet: Option<Fleet>,
+    site: Site,
     stop: Stop,
     observer: &mut dyn Observer,
 ) -> Result<Finished, RunnerError> {
     let plan = Plan::compile(e);
     let mut session = Session::begin(store_path, &new_experiment(e), stop)?;
     let mut lab = Lab::new(e)?;
-    if let Some(fleet) = fleet {
-        lab = lab.with_fleet(fleet);
+    match site {
+        Site::Here { fleet: None } => {}
+        Site::Here { fleet: Some(fleet) } => lab = lab.with_fleet(fleet),
+        Site::Cluster { site, fleet } => {
+            lab = lab.with_fleet(fleet);
+            lab.cluster = Some(*site);
+        }
     }
     observer.experiment_started(session.id, plan.steps.len(), plan.total_secs(e));
     for step in &plan.steps {
@@ -62,6 +69,17 @@ pub fn run_experiment(
     session.finish()
 }
 
+/// Where an experiment's steps are realised, and who sends their load.
+pub enum Site {
+    /// On this machine; the load from this process, or from these agents.
+    Here { fleet: Option<Fleet> },
+    /// On a cluster set up for the run; the load from its agent pods.
+    Cluster {
+        site: Box<ClusterSite>,
+        fleet: Fleet,
+    },
+}
+
 /// What every lab step of an experiment shares.
 pub struct Lab {
     /// The meshbench binary, which plays the backend role.
@@ -70,6 +88,8 @@ pub struct Lab {
     fleet: Option<Mutex<Fleet>>,
     /// The version line of every program the experiment starts.
     pub(crate) versions: BTreeMap<String, String>,
+    /// Where the steps are realised when not on this machine.
+    pub(crate) cluster: Option<ClusterSite>,
 }
 
 impl Lab {
@@ -80,6 +100,7 @@ impl Lab {
             exe: std::env::current_exe().map_err(RunnerError::Exe)?,
             fleet: None,
             versions: crate::setup::program_versions(e),
+            cluster: None,
         })
     }
 
@@ -140,6 +161,9 @@ impl Lab {
         let step = at.step;
         if let (false, Some(x)) = (step.topology.is_lab(), &e.external) {
             return self.run_external_step(e, x, at, stop, observer);
+        }
+        if let Some(site) = &self.cluster {
+            return self.run_cluster_step(site, e, at, stop, observer);
         }
         let mut record = self.new_record(e, step);
         let spec = crate::setup::rig_spec(e, step, experiment_id, self.exe.clone());
@@ -266,18 +290,24 @@ pub fn load_options(e: &Experiment, step: &Step, rig: &Rig) -> LoadOptions {
         (None, None) => None,
     };
     if let Some(ca) = ca {
-        if rig.gateway.is_some() {
-            o.send.target_order = Order::Random;
-        }
-        o.send.connect_to = vec![ConnectTo {
-            host: None,
-            port: None,
-            to_host: Some(rig.entry.ip().to_string()),
-            to_port: Some(rig.entry.port()),
-        }];
-        o.connect.tls.ca_file = Some(ca);
+        aim_at_gateway(&mut o, ca, rig.entry, rig.gateway.is_some());
     }
     o
+}
+
+/// Every request of `o` connected to `entry`, whatever its URL's host, over TLS trusting
+/// `ca`; a gateway's routes (`spread`) in random order.
+pub(crate) fn aim_at_gateway(o: &mut LoadOptions, ca: PathBuf, entry: SocketAddr, spread: bool) {
+    if spread {
+        o.send.target_order = Order::Random;
+    }
+    o.send.connect_to = vec![ConnectTo {
+        host: None,
+        port: None,
+        to_host: Some(entry.ip().to_string()),
+        to_port: Some(entry.port()),
+    }];
+    o.connect.tls.ca_file = Some(ca);
 }
 
 /// The experiment's `load` keys at the step's load point, against `source`: what a lab step

@@ -145,6 +145,21 @@ pub fn missing(
     out
 }
 
+/// What the Envoy whose admin is at `admin` still misses of `awaited` (empty: all there),
+/// read from its admin endpoint.
+pub fn missing_at(admin: SocketAddr, awaited: Awaited) -> Result<Vec<String>, AdminError> {
+    let listeners = admin::config_dump(admin, DumpSection::DynamicListeners, None)?;
+    let clusters = admin::clusters(admin)?;
+    Ok(match awaited {
+        Awaited::Gateway(expected) => {
+            let secrets = admin::config_dump(admin, DumpSection::DynamicActiveSecrets, None)?;
+            let routes = admin::config_dump(admin, DumpSection::DynamicRouteConfigs, None)?;
+            missing(expected, &listeners, &routes, &secrets, &clusters)
+        }
+        Awaited::Sidecar(expected) => missing_in_sidecar(expected, &listeners, &clusters),
+    })
+}
+
 /// Every xDS update Envoy refused so far, as `counter: count` (empty: none, or the admin did
 /// not answer).
 pub fn rejected(admin: SocketAddr) -> Vec<String> {
@@ -184,20 +199,7 @@ pub fn wait_acked(
                 ),
             });
         }
-        let read = || -> Result<Vec<String>, AdminError> {
-            let listeners = admin::config_dump(admin, DumpSection::DynamicListeners, None)?;
-            let clusters = admin::clusters(admin)?;
-            Ok(match awaited {
-                Awaited::Gateway(expected) => {
-                    let secrets =
-                        admin::config_dump(admin, DumpSection::DynamicActiveSecrets, None)?;
-                    let routes = admin::config_dump(admin, DumpSection::DynamicRouteConfigs, None)?;
-                    missing(expected, &listeners, &routes, &secrets, &clusters)
-                }
-                Awaited::Sidecar(expected) => missing_in_sidecar(expected, &listeners, &clusters),
-            })
-        };
-        match crate::netns::within(netns, read)? {
+        match crate::netns::within(netns, || missing_at(admin, awaited))? {
             Ok(m) if m.is_empty() => return Ok(began.elapsed()),
             Ok(m) => last = m,
             Err(e) => last = vec![e.to_string()],

@@ -173,7 +173,7 @@ pub fn backend_entry(plan: &GatewayPlan) -> ServiceEntry {
     Resource {
         api_version: "networking.istio.io/v1beta1".into(),
         kind: "ServiceEntry".into(),
-        metadata: meta("meshbench-backend".into()),
+        metadata: meta("meshbench-backend".into(), NAMESPACE),
         body: ServiceEntryBody {
             spec: ServiceEntrySpec {
                 hosts: vec![BACKEND_HOST.into()],
@@ -192,10 +192,10 @@ pub fn backend_entry(plan: &GatewayPlan) -> ServiceEntry {
     }
 }
 
-fn meta(name: String) -> Metadata {
+fn meta(name: String, namespace: &str) -> Metadata {
     Metadata {
         name,
-        namespace: NAMESPACE.to_string(),
+        namespace: namespace.to_string(),
     }
 }
 
@@ -206,16 +206,21 @@ fn workspace_of(domain_index: usize) -> usize {
 /// The Gateways (one per workspace) and VirtualServices (one per domain). With `at_listen`,
 /// every server binds the plan's `listen` address and port (the lab's gateway), else Istio's
 /// ports on every address (a cluster's ingress).
-pub fn resources(plan: &GatewayPlan, at_listen: bool) -> (Vec<Gateway>, Vec<VirtualService>) {
+pub fn resources(plan: &GatewayPlan, istio: &Istio) -> (Vec<Gateway>, Vec<VirtualService>) {
+    let at_listen = istio.at_listen;
+    let place = &istio.place;
+    let ns = place.namespace.as_str();
+    let backend_host = place.backend_host.as_deref().unwrap_or(BACKEND_HOST);
+    let backend_port = place.backend_port.unwrap_or(plan.backend.port());
     let workspaces = plan.domains.div_ceil(DOMAINS_PER_WORKSPACE);
     let mut gateways: Vec<Gateway> = (1..=workspaces)
         .map(|w| Resource {
             api_version: "networking.istio.io/v1beta1".into(),
             kind: "Gateway".into(),
-            metadata: meta(format!("workspace-{w}-gateway")),
+            metadata: meta(format!("workspace-{w}-gateway"), ns),
             body: GatewayBody {
                 spec: GatewaySpec {
-                    selector: BTreeMap::from([("istio".to_string(), "ingressgateway".to_string())]),
+                    selector: BTreeMap::from([place.selector.clone()]),
                     servers: Vec::new(),
                 },
             },
@@ -261,11 +266,11 @@ pub fn resources(plan: &GatewayPlan, at_listen: bool) -> (Vec<Gateway>, Vec<Virt
         services.push(Resource {
             api_version: "networking.istio.io/v1beta1".into(),
             kind: "VirtualService".into(),
-            metadata: meta(domain.clone()),
+            metadata: meta(domain.clone(), ns),
             body: VirtualServiceBody {
                 spec: VirtualServiceSpec {
                     hosts: vec![domain.clone()],
-                    gateways: vec![format!("{NAMESPACE}/workspace-{w}-gateway")],
+                    gateways: vec![format!("{ns}/workspace-{w}-gateway")],
                     http: plan
                         .path_list()
                         .map(|path| HttpRoute {
@@ -275,9 +280,9 @@ pub fn resources(plan: &GatewayPlan, at_listen: bool) -> (Vec<Gateway>, Vec<Virt
                             rewrite: (!plan.grpc).then(|| Rewrite { uri: "/".into() }),
                             route: vec![RouteDestination {
                                 destination: Destination {
-                                    host: BACKEND_HOST.into(),
+                                    host: backend_host.into(),
                                     port: PortSelector {
-                                        number: plan.backend.port(),
+                                        number: backend_port,
                                     },
                                 },
                             }],
@@ -300,17 +305,60 @@ fn to_yaml<T: Serialize>(docs: &[T]) -> Result<String, LabError> {
 }
 
 /// Istio as a gateway [`Target`]: YAML to apply to a cluster, whose ingress is reached by
-/// host name on the default port ([`Istio::CLUSTER`]); or to the lab's own control plane,
-/// whose gateway listens at the plan's address ([`Istio::LAB`]).
-#[derive(Debug, Clone, Copy)]
+/// host name on the default port ([`Istio::cluster`]), or to a namespace of its own there
+/// ([`Istio::within`]: an experiment's gateway on a cluster); or to the lab's own control
+/// plane, whose gateway listens at the plan's address ([`Istio::lab`]).
+#[derive(Debug, Clone)]
 pub struct Istio {
     /// Bind every server to the plan's `listen` address and port.
     pub at_listen: bool,
+    pub place: Place,
+}
+
+/// Where the objects go and what they name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Place {
+    /// Of the Gateways, VirtualServices and Secrets (the gateway pods' own namespace, where
+    /// Istio looks for the credentials).
+    pub namespace: String,
+    /// The gateway pods' label the Gateways select.
+    pub selector: (String, String),
+    /// The routes' destination: a Service's host name; none: [`BACKEND_HOST`], the
+    /// ServiceEntry at `--backend` (written too).
+    pub backend_host: Option<String>,
+    /// Its port; none: `--backend`'s.
+    pub backend_port: Option<u16>,
 }
 
 impl Istio {
-    pub const CLUSTER: Istio = Istio { at_listen: false };
-    pub const LAB: Istio = Istio { at_listen: true };
+    /// A cluster's ingress gateway: `istio: ingressgateway` in istio-system.
+    pub fn cluster() -> Istio {
+        Istio {
+            at_listen: false,
+            place: Place {
+                namespace: NAMESPACE.into(),
+                selector: ("istio".into(), "ingressgateway".into()),
+                backend_host: None,
+                backend_port: None,
+            },
+        }
+    }
+
+    /// The lab's gateway, at the plan's address.
+    pub fn lab() -> Istio {
+        Istio {
+            at_listen: true,
+            ..Istio::cluster()
+        }
+    }
+
+    /// A gateway of a cluster's, in `place`.
+    pub fn within(place: Place) -> Istio {
+        Istio {
+            at_listen: false,
+            place,
+        }
+    }
 }
 
 impl Target for Istio {
@@ -320,14 +368,14 @@ impl Target for Istio {
         plan: &GatewayPlan,
         certs: &[(String, Issued)],
     ) -> Result<Vec<PathBuf>, LabError> {
-        let (gateways, services) = resources(plan, self.at_listen);
+        let (gateways, services) = resources(plan, self);
         let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
         let secrets: Vec<Secret> = certs
             .iter()
             .map(|(name, issued)| Resource {
                 api_version: "v1".into(),
                 kind: "Secret".into(),
-                metadata: meta(format!("{name}-cert")),
+                metadata: meta(format!("{name}-cert"), &self.place.namespace),
                 body: SecretBody {
                     kind: "kubernetes.io/tls".into(),
                     data: BTreeMap::from([
@@ -345,11 +393,13 @@ impl Target for Istio {
                 to_yaml(&secrets)?,
             )?);
         }
-        files.extend([
-            write_file(
+        if self.place.backend_host.is_none() {
+            files.push(write_file(
                 plan.path(SERVICE_ENTRY_FILE),
                 to_yaml(&[backend_entry(plan)])?,
-            )?,
+            )?);
+        }
+        files.extend([
             write_file(plan.path("istio-gateways.yaml"), to_yaml(&gateways)?)?,
             write_file(plan.path(VIRTUAL_SERVICES_FILE), to_yaml(&services)?)?,
         ]);

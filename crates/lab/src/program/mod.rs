@@ -267,7 +267,7 @@ impl gateway::Target for Program {
             Program::Caddy => caddy::write_gateway(plan),
             Program::Envoy => envoy::write_gateway(plan),
             Program::Command => Err(no_gateway()),
-            Program::Istio => gateway::istio_objects::Istio::LAB.write(plan, certs),
+            Program::Istio => gateway::istio_objects::Istio::lab().write(plan, certs),
         }
     }
 
@@ -276,7 +276,7 @@ impl gateway::Target for Program {
     fn start(&self, plan: &GatewayPlan, written: &[PathBuf]) -> Result<Vec<String>, LabError> {
         match self {
             Program::Command => return Err(no_gateway()),
-            Program::Istio => return gateway::istio_objects::Istio::LAB.start(plan, written),
+            Program::Istio => return gateway::istio_objects::Istio::lab().start(plan, written),
             Program::Nginx | Program::Haproxy | Program::Caddy | Program::Envoy => {}
         }
         let bin = self

@@ -40,7 +40,7 @@ pub fn execute(args: DemoArgs) -> Result<u8> {
         &store_path,
         args.quiet,
         None,
-        None,
+        meshbench_runner::Site::Here { fleet: None },
         &super::signals::Signals::install()?,
     )?;
     let store = meshbench_store::Store::open(&store_path)?;

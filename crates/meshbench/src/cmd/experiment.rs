@@ -10,9 +10,8 @@ use meshbench_engine::Live;
 use meshbench_experiment::{Experiment, Plan};
 use meshbench_live::{Done, Scope, StepInfo};
 use meshbench_results::{Sample, StepFailure};
-use meshbench_runner::agents::Fleet;
 use meshbench_runner::setup::Provision;
-use meshbench_runner::{Finished, Observer, StepAt};
+use meshbench_runner::{Finished, Observer, Site, StepAt};
 use meshbench_store::{StepRecord, Store};
 
 use super::live::Faces;
@@ -29,6 +28,9 @@ pub fn execute(args: ExperimentArgs) -> Result<u8> {
     let e = load(&args.file, &args.set, provision)?;
     if args.dry_run {
         out!("{}", describe_plan(&e, &Plan::compile(&e)));
+        if let Some(section) = &e.cluster {
+            return super::cluster::dry_run(&e, section);
+        }
         if let Some(w) = short_steps(&e) {
             eprintln!("warning: {w}");
         }
@@ -49,9 +51,15 @@ pub fn execute(args: ExperimentArgs) -> Result<u8> {
         .clone()
         .unwrap_or_else(meshbench_store::default_path);
     let faces = super::live::Faces::start(&args.live)?;
-    let fleet = super::agents::gather(&args.agents, e.agents.as_ref())?;
-    let signals = Signals::install()?;
-    let (done, code) = run(&e, &store_path, args.quiet, faces.as_ref(), fleet, &signals)?;
+    let (done, code) = match &e.cluster {
+        Some(_) => super::cluster::run(&e, &args, &store_path, faces.as_ref())?,
+        None => {
+            let fleet = super::agents::gather(&args.agents, e.agents.as_ref())?;
+            let signals = Signals::install()?;
+            let site = Site::Here { fleet };
+            run(&e, &store_path, args.quiet, faces.as_ref(), site, &signals)?
+        }
+    };
     let linger = faces.map(|faces| {
         let report = if faces.has_web() {
             live_report(&store_path, done.id)
@@ -161,13 +169,14 @@ fn live_report(store_path: &Path, id: i64) -> Option<String> {
 
 /// Runs every step of `e` into `store_path` with a progress line, prints the step table and
 /// a closing line; returns what was stored and the exit code (a signal's, or 1 if a step
-/// failed). Live faces, if any, see every step; `fleet`'s agents send the load, if given.
+/// failed). Live faces, if any, see every step; `site` says where the steps are realised and
+/// who sends their load.
 pub fn run(
     e: &Experiment,
     store_path: &Path,
     quiet: bool,
     faces: Option<&Faces>,
-    fleet: Option<Fleet>,
+    site: Site,
     signals: &Signals,
 ) -> Result<(Finished, u8)> {
     // What the dry run says, said again before anything starts: too short for a verdict,
@@ -183,13 +192,8 @@ pub fn run(
     }
     let mut progress = Progress::new(quiet, &e.name, store_path);
     progress.faces = faces;
-    let done = meshbench_runner::run_experiment(
-        e,
-        store_path,
-        fleet,
-        signals.stop.clone(),
-        &mut progress,
-    )?;
+    let done =
+        meshbench_runner::run_experiment(e, store_path, site, signals.stop.clone(), &mut progress)?;
     let code = exit_code(signals, &done);
     print_finished(&done);
     Ok((done, code))

@@ -48,12 +48,13 @@ pub fn gateway(a: GatewayArgs) -> Result<u8> {
     };
     let listen = address("--listen", a.listen.as_deref().unwrap_or(default_listen))?;
     // Istio is a rendering target, not a program the lab starts.
+    let istio = Istio::cluster();
     let target: &dyn Target = match a.flavor {
         GatewayFlavor::Nginx => &Program::Nginx,
         GatewayFlavor::Haproxy => &Program::Haproxy,
         GatewayFlavor::Caddy => &Program::Caddy,
         GatewayFlavor::Envoy => &Program::Envoy,
-        GatewayFlavor::Istio => &Istio::CLUSTER,
+        GatewayFlavor::Istio => &istio,
     };
     // The flags that cannot work, before anything is written (the lab checks them again).
     if a.http3 && !a.tls {

@@ -23,21 +23,7 @@ fn plan(flags: &K8sPlanFlags, coordinator: &str) -> Result<Plan> {
         .map_err(|e| usage(format!("{}: cannot read it: {e}", flags.file.display())))?;
     // The file must be a valid experiment before anything is rendered from it.
     super::experiment::load(&flags.file, &[], Provision::Plan)?;
-    let token = match Token::load(flags.token_file.as_deref()) {
-        Ok(_) if flags.token_file.is_some() => {
-            std::fs::read_to_string(flags.token_file.as_deref().expect("given"))?
-                .trim()
-                .to_string()
-        }
-        Ok(_) => std::env::var(meshbench_runner::agents::TOKEN_ENV)?
-            .trim()
-            .to_string(),
-        Err(meshbench_runner::agents::TokenError::Missing) => {
-            eprintln!("meshbench: no agent token given; a new one is in the Secret");
-            new_token()
-        }
-        Err(e) => return Err(usage(e.to_string())),
-    };
+    let (_, token) = token_for_pods(flags.token_file.as_deref())?;
     let sysctls = flags
         .sysctls
         .iter()
@@ -73,6 +59,7 @@ fn plan(flags: &K8sPlanFlags, coordinator: &str) -> Result<Plan> {
         memory: flags.memory.clone(),
         sysctls,
         anti_affinity,
+        pod: meshbench_k8s::render::PodExtras::default(),
     };
     plan.check().map_err(|problems| {
         usage(
@@ -84,6 +71,26 @@ fn plan(flags: &K8sPlanFlags, coordinator: &str) -> Result<Plan> {
         )
     })?;
     Ok(plan)
+}
+
+/// The agents' shared token, and its text for their Secret: from `file`, else
+/// `MESHBENCH_AGENT_TOKEN`, else a new one (said in one line).
+pub fn token_for_pods(file: Option<&Path>) -> Result<(Token, String)> {
+    let text = match Token::load(file) {
+        Ok(_) if file.is_some() => std::fs::read_to_string(file.expect("given"))?
+            .trim()
+            .to_string(),
+        Ok(_) => std::env::var(meshbench_runner::agents::TOKEN_ENV)?
+            .trim()
+            .to_string(),
+        Err(meshbench_runner::agents::TokenError::Missing) => {
+            eprintln!("meshbench: no agent token given; a new one is in the Secret");
+            new_token()
+        }
+        Err(e) => return Err(usage(e.to_string())),
+    };
+    let token = Token::new(text.clone()).map_err(|e| usage(e.to_string()))?;
+    Ok((token, text))
 }
 
 fn new_token() -> String {
@@ -205,6 +212,7 @@ fn coordinate(
         token,
         None,
     )?;
-    let (_, code) = super::experiment::run(e, store_path, false, None, Some(fleet), signals)?;
+    let site = meshbench_runner::Site::Here { fleet: Some(fleet) };
+    let (_, code) = super::experiment::run(e, store_path, false, None, site, signals)?;
     Ok(code)
 }

@@ -16,7 +16,7 @@ pub mod read;
 use std::time::{Duration, Instant};
 
 use meshbench_experiment::config::{parse_cpuset, Experiment};
-use meshbench_experiment::external::{External, Variant};
+use meshbench_experiment::external::{External, Role, Variant};
 use meshbench_lab::sampler;
 use meshbench_store::StepRecord;
 
@@ -28,7 +28,7 @@ use crate::{measure, Lab};
 use meshbench_results::{Protocol, StepFailure};
 
 use prometheus::Prometheus;
-use read::{read_roles, Window};
+use read::{read_roles, Reading, Window};
 
 /// The load of an external step: the file's load at the step's load point, at the URL.
 pub fn load_options(e: &Experiment, at: &StepAt, v: &Variant) -> LoadOptions {
@@ -126,21 +126,9 @@ impl Lab {
                 return record;
             }
         };
-        let (from_ms, to_ms) = measured.window_ms;
+        let window_ms = measured.window_ms;
         record.set_result(measured.result);
-        if variant.roles.is_empty() || to_ms <= from_ms {
-            return record;
-        }
-        let window = Window {
-            from_ms,
-            to_ms,
-            step_ms: e.sample_interval_ms,
-            rate_window_ms: x.window_ms(e.sample_interval_ms),
-        };
-        settle(x, to_ms, stop);
-        let timeout = Duration::from_secs_f64(x.query_timeout_secs);
-        let prom = Prometheus::new(&x.prometheus_url, timeout, 3 * timeout);
-        let reading = read_roles(&prom, &variant.roles, &window);
+        let reading = read_window(e, x, &variant.roles, window_ms, stop);
         for w in &reading.warnings {
             observer.warning(&format!(
                 "step {}/{} ({}): {w}",
@@ -157,6 +145,31 @@ impl Lab {
         }
         record
     }
+}
+
+/// Reads `roles` from the Prometheus of `x` over a step's steady window (`window_ms`, wall
+/// clock), once it has had time to store the window's last scrapes; nothing when there is no
+/// role or no window.
+pub(crate) fn read_window(
+    e: &Experiment,
+    x: &External,
+    roles: &[Role],
+    (from_ms, to_ms): (u64, u64),
+    stop: &meshbench_engine::Stop,
+) -> Reading {
+    if roles.is_empty() || to_ms <= from_ms {
+        return Reading::default();
+    }
+    let window = Window {
+        from_ms,
+        to_ms,
+        step_ms: e.sample_interval_ms,
+        rate_window_ms: x.window_ms(e.sample_interval_ms),
+    };
+    settle(x, to_ms, stop);
+    let timeout = Duration::from_secs_f64(x.query_timeout_secs);
+    let prom = Prometheus::new(&x.prometheus_url, timeout, 3 * timeout);
+    read_roles(&prom, roles, &window)
 }
 
 /// Waits until Prometheus has had time to store the last scrapes inside the window: one scrape

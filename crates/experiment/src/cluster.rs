@@ -1,0 +1,305 @@
+//! The `cluster` section of an experiment file: the file's lab topologies realised on a
+//! Kubernetes cluster instead of this machine. The rest of the file keeps its meaning (the
+//! topologies, the load matrix, `limits.<class>.cpus` as the CPU sweep, `proxy.type: istio`
+//! for Istio's sidecars, `gateway.type: istio` for its ingress gateway, `agents.count` for how
+//! many agent pods send the load); this section says where and with what: the namespace
+//! meshbench creates (and deletes), the image of meshbench itself (backend and agents), the
+//! address the agent pods dial, Prometheus (which reads every role through the kubelets'
+//! cAdvisor), how long a rollout may take, and where the pods go on a cluster of many nodes.
+//! Pure: nothing here talks to a cluster; every rule is checked here, every mistake at once.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use meshbench_results::{Program, Protocol, Topology};
+use serde::{Deserialize, Serialize};
+
+use crate::config::{Experiment, Isolation, RoleLimits};
+use crate::external::External;
+
+/// The `cluster` section.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Cluster {
+    /// How to reach the cluster; else `$KUBECONFIG`, `~/.kube/config` or the pod's service
+    /// account. A relative path is beside the experiment file.
+    pub kubeconfig: Option<PathBuf>,
+    /// The namespace meshbench creates for the run and deletes at the end; it must not exist
+    /// before (meshbench never changes what it did not create).
+    pub namespace: String,
+    /// meshbench's image: the backend pods and the agent pods run it.
+    pub image: String,
+    pub image_pull_policy: PullPolicy,
+    /// `HOST:PORT` where the agent pods reach this process (the coordinator); it listens on
+    /// `agents.listen`, by default every address at that port.
+    pub coordinator: String,
+    /// CPU and memory of each agent pod (requests = limits), e.g. "2", "1Gi".
+    pub agent_cpu: Option<String>,
+    pub agent_memory: Option<String>,
+    /// Prometheus' base URL; it must scrape the kubelets' cAdvisor.
+    pub prometheus_url: String,
+    /// How often Prometheus scrapes cAdvisor.
+    pub scrape_interval_secs: f64,
+    /// The longest one query may take.
+    pub query_timeout_secs: f64,
+    /// The longest a rollout (a changed limit, the first start) may take before its step
+    /// fails.
+    pub rollout_timeout_secs: f64,
+    /// Istio's revision (`istio.io/rev`) that injects the sidecars; none: the default one
+    /// (`istio-injection: enabled`).
+    pub istio_revision: Option<String>,
+    /// Where the system under test's pods go (backend, gateway, waypoint): node labels and
+    /// the taints they tolerate, as seed 000 gave the gateway a machine of its own.
+    pub system_under_test: Placement,
+    /// How strictly the agent pods keep off the nodes of the system under test.
+    pub load_anti_affinity: AntiAffinity,
+}
+
+impl Default for Cluster {
+    fn default() -> Self {
+        Cluster {
+            kubeconfig: None,
+            namespace: "meshbench".into(),
+            image: String::new(),
+            image_pull_policy: PullPolicy::IfNotPresent,
+            coordinator: String::new(),
+            agent_cpu: None,
+            agent_memory: None,
+            prometheus_url: String::new(),
+            scrape_interval_secs: 15.0,
+            query_timeout_secs: 10.0,
+            rollout_timeout_secs: 180.0,
+            istio_revision: None,
+            system_under_test: Placement::default(),
+            load_anti_affinity: AntiAffinity::Preferred,
+        }
+    }
+}
+
+/// Kubernetes' image pull policy, as Kubernetes spells it.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+pub enum PullPolicy {
+    Always,
+    IfNotPresent,
+    Never,
+}
+
+impl PullPolicy {
+    pub fn name(self) -> &'static str {
+        match self {
+            PullPolicy::Always => "Always",
+            PullPolicy::IfNotPresent => "IfNotPresent",
+            PullPolicy::Never => "Never",
+        }
+    }
+}
+
+/// How strictly pods keep apart.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum AntiAffinity {
+    /// Preferably (a one-node cluster still runs).
+    #[default]
+    Preferred,
+    /// Strictly (pods stay Pending when the nodes run out: the step says so).
+    Required,
+    None,
+}
+
+/// Node labels and tolerations of a group of pods.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct Placement {
+    pub node_selector: BTreeMap<String, String>,
+    pub tolerations: Vec<Toleration>,
+}
+
+/// A Kubernetes toleration, as the pod spec spells it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct Toleration {
+    pub key: Option<String>,
+    /// `Equal` (the default) or `Exists`.
+    pub operator: Option<String>,
+    pub value: Option<String>,
+    /// `NoSchedule`, `PreferNoSchedule` or `NoExecute`; none: every effect.
+    pub effect: Option<String>,
+}
+
+impl Cluster {
+    /// A relative kubeconfig is beside the experiment file.
+    pub fn resolve_paths(&mut self, dir: &Path) {
+        if let Some(k) = &self.kubeconfig {
+            if k.is_relative() {
+                self.kubeconfig = Some(dir.join(k));
+            }
+        }
+    }
+
+    /// The coordinator's port (from `coordinator`, checked by [`Cluster::validate`]).
+    pub fn coordinator_port(&self) -> Option<u16> {
+        self.coordinator.rsplit_once(':')?.1.parse().ok()
+    }
+
+    /// How the roles are read from Prometheus, in the words of an `external` section (the
+    /// same reader reads both).
+    pub fn prometheus(&self) -> External {
+        External {
+            prometheus_url: self.prometheus_url.clone(),
+            scrape_interval_secs: self.scrape_interval_secs,
+            query_timeout_secs: self.query_timeout_secs,
+            variants: Vec::new(),
+        }
+    }
+
+    /// The section's own rules, and what of the rest of `e` cannot apply on a cluster.
+    pub fn validate(&self, e: &Experiment, p: &mut Vec<String>) {
+        let Cluster {
+            kubeconfig: _, // read when the run starts: a file that is not there is one line then
+            namespace,
+            image,
+            image_pull_policy: _,
+            coordinator,
+            agent_cpu,
+            agent_memory,
+            prometheus_url,
+            scrape_interval_secs,
+            query_timeout_secs,
+            rollout_timeout_secs,
+            istio_revision,
+            system_under_test,
+            load_anti_affinity: _,
+        } = self;
+        if !is_dns_label(namespace, 63) {
+            p.push(format!("cluster.namespace '{namespace}': use at most 63 lowercase letters, digits and '-' (a DNS label)"));
+        }
+        if image.trim().is_empty() || image.contains(char::is_whitespace) {
+            p.push("cluster.image: give meshbench's image (it runs the backend and the agents), e.g. ghcr.io/you/meshbench:0.1".into());
+        }
+        match coordinator.rsplit_once(':') {
+            Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0) => {}
+            _ => p.push(format!(
+                "cluster.coordinator '{coordinator}': give HOST:PORT where the agent pods reach this machine"
+            )),
+        }
+        for (key, q) in [("agent_cpu", agent_cpu), ("agent_memory", agent_memory)] {
+            if let Some(q) = q {
+                if !is_quantity(q) {
+                    p.push(format!("cluster.{key} '{q}': not a Kubernetes quantity; give one like 500m, 2, 512Mi or 1Gi"));
+                }
+            }
+        }
+        if !(prometheus_url.starts_with("http://") || prometheus_url.starts_with("https://")) {
+            p.push("cluster.prometheus_url: give Prometheus' base URL (http:// or https://); it reads each role's CPU and memory from the kubelets' cAdvisor".into());
+        }
+        for (key, v) in [
+            ("scrape_interval_secs", scrape_interval_secs),
+            ("query_timeout_secs", query_timeout_secs),
+            ("rollout_timeout_secs", rollout_timeout_secs),
+        ] {
+            if !(v.is_finite() && *v > 0.0) {
+                p.push(format!(
+                    "cluster.{key}: expected a number above 0, found {v}"
+                ));
+            }
+        }
+        if let Some(rev) = istio_revision {
+            if !is_dns_label(rev, 63) {
+                p.push(format!(
+                    "cluster.istio_revision '{rev}': not a revision name"
+                ));
+            }
+        }
+        for (i, t) in system_under_test.tolerations.iter().enumerate() {
+            if let Some(op) = &t.operator {
+                if op != "Equal" && op != "Exists" {
+                    p.push(format!("cluster.system_under_test.tolerations[{i}].operator: expected Equal or Exists, found {op}"));
+                }
+            }
+            if let Some(effect) = &t.effect {
+                if !["NoSchedule", "PreferNoSchedule", "NoExecute"].contains(&effect.as_str()) {
+                    p.push(format!("cluster.system_under_test.tolerations[{i}].effect: expected NoSchedule, PreferNoSchedule or NoExecute, found {effect}"));
+                }
+            }
+        }
+        self.validate_experiment(e, p);
+    }
+
+    /// What of the rest of the file a cluster cannot do.
+    fn validate_experiment(&self, e: &Experiment, p: &mut Vec<String>) {
+        if e.topologies.contains(&Topology::External) || e.external.is_some() {
+            p.push("cluster: realises the lab's topologies on a cluster; an external variant is read as it is, without this section: run it in a file of its own".into());
+        }
+        let sidecars = e.topologies.iter().any(|t| {
+            matches!(
+                t,
+                Topology::Serveronly | Topology::Clientonly | Topology::Both
+            )
+        });
+        if sidecars && e.proxy.kind != Program::Istio {
+            p.push(format!(
+                "proxy.type: {} has no sidecar on a cluster; Istio injects them there: use proxy.type: istio",
+                e.proxy.kind.name()
+            ));
+        }
+        if e.topologies.contains(&Topology::Gateway) && e.gateway.kind != Program::Istio {
+            p.push(format!(
+                "gateway.type: {} is not deployed on a cluster; meshbench deploys Istio's ingress gateway there: use gateway.type: istio",
+                e.gateway.kind.name()
+            ));
+        }
+        if e.isolation != Isolation::Loopback {
+            p.push(
+                "isolation: on a cluster every role is a pod of its own; remove isolation".into(),
+            );
+        }
+        if e.load.protocol == Protocol::Http3 {
+            p.push("load.protocol: http3 is not realised on a cluster yet (Istio's gateway and sidecars take HTTP/1.1, HTTP/2 and gRPC); use http1, http2 or grpc".into());
+        }
+        for (role, r) in [
+            ("proxy", &e.limits.proxy),
+            ("tunnel", &e.limits.tunnel),
+            ("backend", &e.limits.backend),
+            ("client", &e.limits.client),
+        ] {
+            if r.cpuset.is_some() {
+                p.push(format!(
+                    "limits.{role}.cpuset: a pod's CPUs are the kubelet's to choose; give cpus instead"
+                ));
+            }
+        }
+        if e.limits.tunnel != RoleLimits::default() {
+            p.push("limits.tunnel: ambient's ztunnel is the cluster's DaemonSet; meshbench does not change its limits".into());
+        }
+        if let Some(agents) = &e.agents {
+            if !agents.addresses.is_empty() {
+                p.push("agents.addresses: on a cluster the agents are pods that dial the coordinator; give agents.count".into());
+            }
+        }
+        let client_proxy = e
+            .topologies
+            .iter()
+            .any(|t| matches!(t, Topology::Clientonly | Topology::Both));
+        if e.limits.proxy.cpus.len() > 1 && client_proxy {
+            p.push("limits.proxy.cpus: on a cluster a sweep restarts the swept pods between steps, and the client's sidecar is in the agent pods, which stay for the whole run: sweep with serveronly or gateway, or give one value".into());
+        }
+    }
+}
+
+/// A DNS-1123 label of at most `max` characters.
+pub fn is_dns_label(s: &str, max: usize) -> bool {
+    !s.is_empty()
+        && s.len() <= max
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+/// A Kubernetes quantity such as 500m, 2, 512Mi or 1Gi.
+pub fn is_quantity(q: &str) -> bool {
+    let digits = q.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    let suffix = &q[digits.len()..];
+    let known = ["", "m", "k", "M", "G", "T", "Ki", "Mi", "Gi", "Ti"];
+    digits.parse::<f64>().is_ok_and(|v| v > 0.0) && known.contains(&suffix)
+}

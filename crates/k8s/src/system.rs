@@ -1,0 +1,656 @@
+//! The system under test on a cluster, rendered from a [`System`] and a step's [`Shape`]:
+//! pure, so `meshbench experiment --dry-run` prints exactly what a run applies, and tests
+//! parse every object back into its Kubernetes type.
+//!
+//! Everything lives in one namespace that meshbench creates and deletes at the end. One
+//! backend and, with a client sidecar, the agent pods serve every sidecar topology without a
+//! redeploy, as istio/tools' twopods does: the backend runs twice in its pod, on a port
+//! Istio captures and on one it leaves alone, and the Service maps four ports onto those two,
+//! each excluded or not from the client's capture:
+//!
+//! | Service port | client's sidecar | server's sidecar | topology |
+//! | --- | --- | --- | --- |
+//! | 8077 -> 8077 | excluded | excluded | baseline |
+//! | 8078 -> 8080 | excluded | captured | serveronly |
+//! | 8079 -> 8077 | captured | excluded | clientonly |
+//! | 8080 -> 8080 | captured | captured | both |
+//!
+//! The gateway is Istio's ingress gateway as Istio's own `gateway` chart deploys one (a
+//! Deployment whose `istio-proxy` container istiod's injector fills with its `gateway`
+//! template), configured by the Gateways, VirtualServices and Secrets `meshbench gen gateway
+//! --for istio` writes. Ambient and waypoint are the namespace's labels (`istio.io/
+//! dataplane-mode`, `istio.io/use-waypoint`), set for their steps only, and a waypoint
+//! Gateway. A step's limits are the rendered Deployments' resources (requests = limits: the
+//! kubelet's CFS quota is the limit), or for a sidecar Istio's `sidecar.istio.io/proxy*`
+//! annotations on the pod template; applying the objects of the next step's shape is the
+//! patch, and a changed pod template is a rollout.
+
+use std::collections::BTreeMap;
+
+use serde_json::{json, Value};
+
+/// The pods' label that says which part of the run they are.
+pub const PART: &str = "meshbench.io/part";
+/// The value of [`PART`] on every pod of the system under test.
+pub const SYSTEM_UNDER_TEST: &str = "system-under-test";
+/// The label on everything meshbench creates.
+pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "meshbench");
+pub const BACKEND: &str = "backend";
+pub const GATEWAY: &str = "gateway";
+pub const WAYPOINT: &str = "waypoint";
+/// The gateway pods' label the rendered Istio Gateways select.
+pub const GATEWAY_SELECTOR: (&str, &str) = ("istio", "meshbench-gateway");
+/// The port of the backend Istio captures.
+pub const CAPTURED: u16 = 8080;
+/// The port of the backend Istio leaves alone.
+pub const UNCAPTURED: u16 = 8077;
+/// The uid the meshbench containers run as.
+const NONROOT: i64 = 65532;
+
+/// Which proxies a request from the agents to the backend's Service passes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Path {
+    Direct,
+    ServerSidecar,
+    ClientSidecar,
+    BothSidecars,
+}
+
+impl Path {
+    /// The Service's port that takes this path.
+    pub fn port(self) -> u16 {
+        match self {
+            Path::Direct => 8077,
+            Path::ServerSidecar => 8078,
+            Path::ClientSidecar => 8079,
+            Path::BothSidecars => 8080,
+        }
+    }
+
+    /// The backend's port the Service sends it to.
+    pub fn target_port(self) -> u16 {
+        match self {
+            Path::Direct | Path::ClientSidecar => UNCAPTURED,
+            Path::ServerSidecar | Path::BothSidecars => CAPTURED,
+        }
+    }
+
+    fn port_name(self) -> &'static str {
+        match self {
+            Path::Direct => "http-direct",
+            Path::ServerSidecar => "http-server-sidecar",
+            Path::ClientSidecar => "http-client-sidecar",
+            Path::BothSidecars => "http",
+        }
+    }
+
+    pub const ALL: [Path; 4] = [
+        Path::Direct,
+        Path::ServerSidecar,
+        Path::ClientSidecar,
+        Path::BothSidecars,
+    ];
+}
+
+/// CPU and memory of a container, as both its request and its limit.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Resources {
+    pub cpu_cores: Option<f64>,
+    pub memory_mib: Option<u64>,
+}
+
+impl Resources {
+    /// Kubernetes' quantities: `1500m`, `256Mi`.
+    pub fn quantities(&self) -> BTreeMap<&'static str, String> {
+        let mut q = BTreeMap::new();
+        if let Some(c) = self.cpu_cores {
+            q.insert("cpu", format!("{}m", (c * 1000.0).round() as u64));
+        }
+        if let Some(m) = self.memory_mib {
+            q.insert("memory", format!("{m}Mi"));
+        }
+        q
+    }
+
+    fn requirements(&self) -> Value {
+        let q = self.quantities();
+        if q.is_empty() {
+            return json!({});
+        }
+        json!({"requests": q, "limits": q})
+    }
+
+    /// Istio's annotations that give an injected sidecar these resources.
+    fn sidecar_annotations(&self) -> BTreeMap<String, String> {
+        let mut a = BTreeMap::new();
+        if let Some(cpu) = self.quantities().get("cpu") {
+            a.insert("sidecar.istio.io/proxyCPU".into(), cpu.clone());
+            a.insert("sidecar.istio.io/proxyCPULimit".into(), cpu.clone());
+        }
+        if let Some(mem) = self.quantities().get("memory") {
+            a.insert("sidecar.istio.io/proxyMemory".into(), mem.clone());
+            a.insert("sidecar.istio.io/proxyMemoryLimit".into(), mem.clone());
+        }
+        a
+    }
+}
+
+/// What a run deploys, whatever the step.
+#[derive(Debug, Clone, PartialEq)]
+pub struct System {
+    pub namespace: String,
+    /// meshbench's image (the backend).
+    pub image: String,
+    pub pull_policy: String,
+    /// `meshbench backend`'s arguments besides `--listen`.
+    pub backend_args: Vec<String>,
+    /// The backend's pod has an Istio sidecar (serveronly, both).
+    pub server_sidecar: bool,
+    /// The agent pods have one (clientonly, both).
+    pub client_sidecar: bool,
+    /// Istio's ingress gateway (topology gateway).
+    pub gateway: bool,
+    /// A waypoint (topology waypoint).
+    pub waypoint: bool,
+    /// Istio's revision; none: the default injector.
+    pub revision: Option<String>,
+    /// Node labels the system under test's pods need.
+    pub node_selector: BTreeMap<String, String>,
+    /// Taints they tolerate, as the pod spec spells tolerations.
+    pub tolerations: Vec<Value>,
+    /// The coordinator's port, which the agents' capture must leave alone.
+    pub coordinator_port: u16,
+    /// The gateway's Istio objects (`gen gateway --for istio`, in this namespace).
+    pub gateway_objects: Vec<Value>,
+}
+
+/// What changes from step to step.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Shape {
+    /// The gateway's and the server sidecar's resources (`limits.proxy`).
+    pub proxy: Resources,
+    /// The client sidecar's (the first of `limits.proxy`: the agents stay for the run).
+    pub client_proxy: Resources,
+    pub backend: Resources,
+    /// The namespace is in Istio's ambient data plane.
+    pub ambient: bool,
+    /// ... and its traffic goes through the waypoint.
+    pub use_waypoint: bool,
+    /// The mesh's mTLS mode for the namespace (`PERMISSIVE`, `STRICT`), when sidecars run.
+    pub peer_authentication: Option<String>,
+}
+
+impl System {
+    fn istio(&self) -> bool {
+        self.server_sidecar || self.client_sidecar || self.gateway
+    }
+
+    /// The namespace's labels for a step of `shape`.
+    pub fn namespace_labels(&self, shape: &Shape) -> BTreeMap<String, String> {
+        let mut l = BTreeMap::from([(MANAGED_BY.0.to_string(), MANAGED_BY.1.to_string())]);
+        if self.istio() {
+            match &self.revision {
+                Some(rev) => l.insert("istio.io/rev".into(), rev.clone()),
+                None => l.insert("istio-injection".into(), "enabled".into()),
+            };
+        }
+        if shape.ambient {
+            l.insert("istio.io/dataplane-mode".into(), "ambient".into());
+        }
+        if shape.use_waypoint {
+            l.insert("istio.io/use-waypoint".into(), WAYPOINT.into());
+        }
+        l
+    }
+
+    /// The namespace (created first, deleted last).
+    pub fn namespace_object(&self, shape: &Shape) -> Value {
+        json!({
+            "apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": self.namespace, "labels": self.namespace_labels(shape)}
+        })
+    }
+
+    /// Every object of a step of `shape` in the order they are applied, the namespace first.
+    pub fn render(&self, shape: &Shape) -> Vec<Value> {
+        let mut out = vec![self.namespace_object(shape)];
+        out.push(self.service_account(BACKEND));
+        out.push(self.backend(shape));
+        out.push(self.backend_service());
+        if self.gateway {
+            out.push(self.service_account(GATEWAY));
+            out.extend(self.gateway_objects.iter().cloned());
+            out.push(self.gateway_deployment(shape));
+            out.push(self.gateway_service());
+        }
+        if self.waypoint {
+            out.push(self.waypoint_gateway());
+        }
+        if let (true, Some(mode)) = (
+            self.server_sidecar || self.client_sidecar,
+            &shape.peer_authentication,
+        ) {
+            out.push(json!({
+                "apiVersion": "security.istio.io/v1", "kind": "PeerAuthentication",
+                "metadata": {"name": "default", "namespace": self.namespace, "labels": managed()},
+                "spec": {"mtls": {"mode": mode}}
+            }));
+        }
+        out
+    }
+
+    /// The Deployments a step waits for, by name.
+    pub fn deployments(&self) -> Vec<&'static str> {
+        let mut d = vec![BACKEND];
+        if self.gateway {
+            d.push(GATEWAY);
+        }
+        d
+    }
+
+    /// The labels and annotations of the agent pods: Istio's injection, and what their capture
+    /// leaves alone (the Service's ports that skip the client's sidecar, the coordinator's).
+    pub fn agent_pod(&self, shape: &Shape) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
+        let labels = BTreeMap::from([(
+            "sidecar.istio.io/inject".to_string(),
+            self.client_sidecar.to_string(),
+        )]);
+        let mut annotations = BTreeMap::new();
+        if self.client_sidecar {
+            let excluded = [
+                Path::Direct.port(),
+                Path::ServerSidecar.port(),
+                self.coordinator_port,
+            ]
+            .map(|p| p.to_string())
+            .join(",");
+            annotations.insert(
+                "traffic.sidecar.istio.io/excludeOutboundPorts".to_string(),
+                excluded,
+            );
+            annotations.insert(
+                "proxy.istio.io/config".to_string(),
+                "{\"holdApplicationUntilProxyStarts\": true}".to_string(),
+            );
+            annotations.extend(shape.client_proxy.sidecar_annotations());
+        }
+        (labels, annotations)
+    }
+
+    fn service_account(&self, name: &str) -> Value {
+        json!({
+            "apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": {"name": name, "namespace": self.namespace, "labels": managed()}
+        })
+    }
+
+    fn pod_labels(&self, app: &str) -> Value {
+        json!({"app": app, PART: SYSTEM_UNDER_TEST})
+    }
+
+    fn placement(&self, spec: &mut Value) {
+        if !self.node_selector.is_empty() {
+            spec["nodeSelector"] = json!(self.node_selector);
+        }
+        if !self.tolerations.is_empty() {
+            spec["tolerations"] = Value::Array(self.tolerations.clone());
+        }
+    }
+
+    fn backend_container(&self, name: &str, port: u16, shape: &Shape) -> Value {
+        let mut args = vec![
+            "backend".to_string(),
+            "--listen".into(),
+            format!("0.0.0.0:{port}"),
+        ];
+        args.extend(self.backend_args.iter().cloned());
+        json!({
+            "name": name, "image": self.image, "imagePullPolicy": self.pull_policy,
+            "command": ["/meshbench"], "args": args,
+            "ports": [{"name": if port == CAPTURED { "http" } else { "http-direct" }, "containerPort": port}],
+            "readinessProbe": {"tcpSocket": {"port": port}, "periodSeconds": 1},
+            "resources": shape.backend.requirements(),
+            "securityContext": {"runAsUser": NONROOT, "runAsGroup": NONROOT, "allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true}
+        })
+    }
+
+    /// The backend: `meshbench backend` on the captured port and on the one left alone.
+    fn backend(&self, shape: &Shape) -> Value {
+        let mut labels = self.pod_labels(BACKEND);
+        labels["sidecar.istio.io/inject"] = json!(self.server_sidecar.to_string());
+        let mut annotations = json!({
+            "traffic.sidecar.istio.io/excludeInboundPorts": UNCAPTURED.to_string(),
+        });
+        if self.server_sidecar {
+            for (k, v) in shape.proxy.sidecar_annotations() {
+                annotations[k] = json!(v);
+            }
+        }
+        let mut spec = json!({
+            "serviceAccountName": BACKEND,
+            "terminationGracePeriodSeconds": 2,
+            "containers": [
+                self.backend_container("backend", CAPTURED, shape),
+                self.backend_container("backend-direct", UNCAPTURED, shape),
+            ],
+        });
+        self.placement(&mut spec);
+        self.deployment(BACKEND, labels, annotations, spec)
+    }
+
+    fn deployment(&self, name: &str, labels: Value, annotations: Value, spec: Value) -> Value {
+        json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": name, "namespace": self.namespace, "labels": managed()},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": {"app": name}},
+                // One pod at a time: a step never measures two generations side by side.
+                "strategy": {"type": "Recreate"},
+                "template": {
+                    "metadata": {"labels": labels, "annotations": annotations},
+                    "spec": spec
+                }
+            }
+        })
+    }
+
+    fn backend_service(&self) -> Value {
+        let ports: Vec<Value> = Path::ALL
+            .iter()
+            .map(|p| {
+                json!({"name": p.port_name(), "port": p.port(), "targetPort": p.target_port(), "protocol": "TCP"})
+            })
+            .collect();
+        json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": BACKEND, "namespace": self.namespace, "labels": managed()},
+            "spec": {"selector": {"app": BACKEND}, "ports": ports}
+        })
+    }
+
+    /// Istio's ingress gateway as Istio's `gateway` chart deploys it: the injector's `gateway`
+    /// template fills the `istio-proxy` container (`image: auto`).
+    fn gateway_deployment(&self, shape: &Shape) -> Value {
+        let mut labels = self.pod_labels(GATEWAY);
+        labels[GATEWAY_SELECTOR.0] = json!(GATEWAY_SELECTOR.1);
+        labels["sidecar.istio.io/inject"] = json!("true");
+        let annotations = json!({"inject.istio.io/templates": "gateway"});
+        let mut spec = json!({
+            "serviceAccountName": GATEWAY,
+            "terminationGracePeriodSeconds": 2,
+            // Envoy binds 443 as Istio's user.
+            "securityContext": {"sysctls": [{"name": "net.ipv4.ip_unprivileged_port_start", "value": "0"}]},
+            "containers": [{
+                "name": "istio-proxy", "image": "auto",
+                "ports": [{"name": "https", "containerPort": 443}, {"name": "http", "containerPort": 80}],
+                "resources": shape.proxy.requirements(),
+            }],
+        });
+        self.placement(&mut spec);
+        self.deployment(GATEWAY, labels, annotations, spec)
+    }
+
+    fn gateway_service(&self) -> Value {
+        json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": GATEWAY, "namespace": self.namespace, "labels": managed()},
+            "spec": {
+                "selector": {"app": GATEWAY},
+                "ports": [
+                    {"name": "https", "port": 443, "targetPort": 443, "protocol": "TCP"},
+                    {"name": "http", "port": 80, "targetPort": 80, "protocol": "TCP"}
+                ]
+            }
+        })
+    }
+
+    /// Istio's waypoint for the namespace's services (Gateway API, class `istio-waypoint`).
+    fn waypoint_gateway(&self) -> Value {
+        let mut spec = json!({
+            "gatewayClassName": "istio-waypoint",
+            "listeners": [{"name": "mesh", "port": 15008, "protocol": "HBONE"}]
+        });
+        if !self.node_selector.is_empty() || !self.tolerations.is_empty() {
+            // Istio renders the waypoint's Deployment; its placement is Istio's to set
+            // (a GatewayClass' parametersRef), not the Gateway's.
+            spec["infrastructure"] = json!({"labels": {PART: SYSTEM_UNDER_TEST}});
+        }
+        json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+            "metadata": {
+                "name": WAYPOINT, "namespace": self.namespace,
+                "labels": {"istio.io/waypoint-for": "service", MANAGED_BY.0: MANAGED_BY.1}
+            },
+            "spec": spec
+        })
+    }
+}
+
+fn managed() -> Value {
+    json!({MANAGED_BY.0: MANAGED_BY.1})
+}
+
+/// Multi-document YAML, as `kubectl apply -f` takes it.
+pub fn to_yaml(objects: &[Value]) -> String {
+    objects
+        .iter()
+        .map(|o| serde_yaml_ng::to_string(o).expect("JSON values serialise"))
+        .collect::<Vec<_>>()
+        .join("---\n")
+}
+
+/// One line per object, `Kind namespace/name`, for a plan a person reads.
+pub fn describe(object: &Value) -> String {
+    let m = &object["metadata"];
+    let name = m["name"].as_str().unwrap_or("?");
+    let kind = object["kind"].as_str().unwrap_or("?");
+    match m["namespace"].as_str() {
+        Some(ns) => format!("{kind} {ns}/{name}"),
+        None => format!("{kind} {name}"),
+    }
+}
+
+/// What applying `next` changes of `now` (the same system's objects for two shapes), one
+/// line each: a namespace's labels, a pod template's resources or annotations.
+pub fn changes(now: &[Value], next: &[Value]) -> Vec<String> {
+    let mut out = Vec::new();
+    for n in next {
+        let what = describe(n);
+        let Some(o) = now.iter().find(|o| describe(o) == what) else {
+            out.push(format!("{what}: created"));
+            continue;
+        };
+        if o == n {
+            continue;
+        }
+        let mut parts = Vec::new();
+        if o["metadata"]["labels"] != n["metadata"]["labels"] {
+            parts.push(format!("labels {}", n["metadata"]["labels"]));
+        }
+        let (ot, nt) = (&o["spec"]["template"], &n["spec"]["template"]);
+        if ot["metadata"]["annotations"] != nt["metadata"]["annotations"] {
+            parts.push(format!("annotations {}", nt["metadata"]["annotations"]));
+        }
+        let resources = |t: &Value| -> Vec<(String, Value)> {
+            t["spec"]["containers"]
+                .as_array()
+                .map(|cs| {
+                    cs.iter()
+                        .map(|c| {
+                            (
+                                c["name"].as_str().unwrap_or("").to_string(),
+                                c["resources"].clone(),
+                            )
+                        })
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        for ((name, r), (_, was)) in resources(nt).into_iter().zip(resources(ot)) {
+            if r != was {
+                parts.push(format!("{name} resources {r}"));
+            }
+        }
+        if parts.is_empty() {
+            parts.push("changed".into());
+        }
+        let rollout = if n["kind"] == "Deployment" && ot != nt {
+            ", then its rollout"
+        } else {
+            ""
+        };
+        out.push(format!("{what}: {}{rollout}", parts.join("; ")));
+    }
+    for o in now {
+        if !next.iter().any(|n| describe(n) == describe(o)) {
+            out.push(format!("{}: deleted", describe(o)));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::core::v1::{Namespace, Service, ServiceAccount};
+
+    fn system() -> System {
+        System {
+            namespace: "bench".into(),
+            image: "meshbench:1".into(),
+            pull_policy: "IfNotPresent".into(),
+            backend_args: vec!["--size".into(), "64".into()],
+            server_sidecar: true,
+            client_sidecar: true,
+            gateway: true,
+            waypoint: false,
+            revision: None,
+            node_selector: BTreeMap::from([("role".into(), "sut".into())]),
+            tolerations: vec![
+                json!({"key": "dedicated", "operator": "Equal", "value": "sut", "effect": "NoSchedule"}),
+            ],
+            coordinator_port: 7700,
+            gateway_objects: Vec::new(),
+        }
+    }
+
+    fn shape(cpu: f64) -> Shape {
+        Shape {
+            proxy: Resources {
+                cpu_cores: Some(cpu),
+                memory_mib: Some(256),
+            },
+            client_proxy: Resources {
+                cpu_cores: Some(1.0),
+                memory_mib: None,
+            },
+            backend: Resources::default(),
+            ambient: false,
+            use_waypoint: false,
+            peer_authentication: Some("STRICT".into()),
+        }
+    }
+
+    #[test]
+    fn every_object_is_its_kubernetes_type() {
+        for o in system().render(&shape(1.5)) {
+            let kind = o["kind"].as_str().unwrap();
+            let ok = match kind {
+                "Namespace" => serde_json::from_value::<Namespace>(o.clone()).is_ok(),
+                "ServiceAccount" => serde_json::from_value::<ServiceAccount>(o.clone()).is_ok(),
+                "Deployment" => serde_json::from_value::<Deployment>(o.clone()).is_ok(),
+                "Service" => serde_json::from_value::<Service>(o.clone()).is_ok(),
+                "PeerAuthentication" => o["spec"]["mtls"]["mode"] == "STRICT",
+                other => panic!("unexpected {other}"),
+            };
+            assert!(ok, "{o}");
+        }
+    }
+
+    #[test]
+    fn the_service_maps_each_path_onto_the_captured_or_the_uncaptured_port() {
+        let s = system();
+        let svc: Service = serde_json::from_value(s.backend_service()).unwrap();
+        let ports = svc.spec.unwrap().ports.unwrap();
+        let pairs: Vec<(i32, String)> = ports
+            .iter()
+            .map(|p| {
+                (
+                    p.port,
+                    match p.target_port.clone().unwrap() {
+                        k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(i) => {
+                            i.to_string()
+                        }
+                        k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String(s) => s,
+                    },
+                )
+            })
+            .collect();
+        assert_eq!(
+            pairs,
+            [
+                (8077, "8077".to_string()),
+                (8078, "8080".to_string()),
+                (8079, "8077".to_string()),
+                (8080, "8080".to_string())
+            ]
+        );
+        // The client's capture skips the ports whose path has no client sidecar, and the
+        // coordinator's; the server's skips its uncaptured port.
+        let (labels, annotations) = s.agent_pod(&shape(1.0));
+        assert_eq!(labels["sidecar.istio.io/inject"], "true");
+        assert_eq!(
+            annotations["traffic.sidecar.istio.io/excludeOutboundPorts"],
+            "8077,8078,7700"
+        );
+        assert_eq!(annotations["sidecar.istio.io/proxyCPULimit"], "1000m");
+        let backend: Deployment = serde_json::from_value(s.backend(&shape(1.0))).unwrap();
+        let meta = backend.spec.unwrap().template.metadata.unwrap();
+        assert_eq!(
+            meta.annotations.unwrap()["traffic.sidecar.istio.io/excludeInboundPorts"],
+            "8077"
+        );
+    }
+
+    #[test]
+    fn a_new_cpu_limit_changes_the_gateway_and_the_server_sidecar_and_nothing_else() {
+        let s = system();
+        let c = changes(&s.render(&shape(1.0)), &s.render(&shape(2.0)));
+        assert_eq!(c.len(), 2, "{c:?}");
+        assert!(
+            c[0].starts_with("Deployment bench/backend: annotations"),
+            "{c:?}"
+        );
+        assert!(
+            c[0].contains("\"sidecar.istio.io/proxyCPULimit\":\"2000m\""),
+            "{c:?}"
+        );
+        assert!(c[0].ends_with(", then its rollout"), "{c:?}");
+        assert!(
+            c[1].starts_with(
+                "Deployment bench/gateway: istio-proxy resources {\"limits\":{\"cpu\":\"2000m\""
+            ),
+            "{c:?}"
+        );
+        assert!(changes(&s.render(&shape(1.0)), &s.render(&shape(1.0))).is_empty());
+    }
+
+    #[test]
+    fn ambient_steps_label_the_namespace_and_the_waypoint_is_a_gateway_api_gateway() {
+        let mut s = system();
+        s.waypoint = true;
+        let mut sh = shape(1.0);
+        sh.ambient = true;
+        sh.use_waypoint = true;
+        let objects = s.render(&sh);
+        let labels = &objects[0]["metadata"]["labels"];
+        assert_eq!(labels["istio.io/dataplane-mode"], "ambient");
+        assert_eq!(labels["istio.io/use-waypoint"], "waypoint");
+        let w = objects.iter().find(|o| o["kind"] == "Gateway").unwrap();
+        assert_eq!(w["spec"]["gatewayClassName"], "istio-waypoint");
+        let plain = s.render(&shape(1.0));
+        assert!(changes(&objects, &plain)[0].starts_with("Namespace bench: labels"));
+    }
+}

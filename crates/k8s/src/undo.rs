@@ -1,0 +1,194 @@
+//! What a run changed on a cluster, written down before each change, so that it can be put
+//! back by whoever is left: the run itself at its end (also after an error or Ctrl-C), a
+//! watcher process that outlives a killed run, or a person (`meshbench k8s restore`).
+//!
+//! The journal is a file of JSON lines: a header (the process that writes it, the kubeconfig
+//! it reached the cluster with), then one [`Undo`] per change, each written and synced to
+//! disk *before* the change is asked of the API server. A change that was recorded but never
+//! made undoes to nothing (deleting what is not there is not an error). Once everything is
+//! put back the file is removed: a journal on disk is a run not yet undone.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Namespace;
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::blocking::{ApiError, BlockingClient};
+
+/// One change to put back.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "undo", rename_all = "snake_case")]
+pub enum Undo {
+    /// A namespace the run created: deleted, and everything in it.
+    DeleteNamespace { name: String },
+}
+
+/// The journal's first line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Header {
+    /// The process that writes it; while it lives, nobody else undoes its run.
+    pub pid: u32,
+    pub kubeconfig: Option<PathBuf>,
+}
+
+/// Why a journal could not be written, read or undone.
+#[derive(Debug, Error)]
+pub enum UndoError {
+    #[error("{path}: {why}")]
+    File { path: PathBuf, why: String },
+    #[error(transparent)]
+    Api(#[from] ApiError),
+    #[error("namespace {name} was still there {} s after it was deleted", waited.as_secs())]
+    NotGone { name: String, waited: Duration },
+}
+
+/// A run's journal, open for writing.
+#[derive(Debug)]
+pub struct Journal {
+    path: PathBuf,
+    file: std::fs::File,
+}
+
+fn file_error(path: &Path) -> impl FnOnce(std::io::Error) -> UndoError + '_ {
+    move |e| UndoError::File {
+        path: path.to_path_buf(),
+        why: e.to_string(),
+    }
+}
+
+impl Journal {
+    /// A new journal at `path` (its directory made if missing), its header written.
+    pub fn create(path: &Path, header: &Header) -> Result<Journal, UndoError> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(file_error(dir))?;
+        }
+        let file = std::fs::File::create(path).map_err(file_error(path))?;
+        let mut j = Journal {
+            path: path.to_path_buf(),
+            file,
+        };
+        j.line(&serde_json::to_string(header).expect("a header serialises"))?;
+        Ok(j)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Records a change about to be made; returns once it is on disk.
+    pub fn record(&mut self, undo: &Undo) -> Result<(), UndoError> {
+        self.line(&serde_json::to_string(undo).expect("an undo serialises"))
+    }
+
+    fn line(&mut self, text: &str) -> Result<(), UndoError> {
+        writeln!(self.file, "{text}")
+            .and_then(|()| self.file.sync_data())
+            .map_err(file_error(&self.path))
+    }
+
+    /// Everything put back: the journal goes.
+    pub fn close(self) -> Result<(), UndoError> {
+        std::fs::remove_file(&self.path).map_err(file_error(&self.path))
+    }
+}
+
+/// A journal as read back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recorded {
+    pub header: Header,
+    pub undos: Vec<Undo>,
+}
+
+/// Reads a journal; a last line cut short (the writer killed mid-line) is left out.
+pub fn read(path: &Path) -> Result<Recorded, UndoError> {
+    let text = std::fs::read_to_string(path).map_err(file_error(path))?;
+    let mut lines = text.lines();
+    let header = lines
+        .next()
+        .and_then(|l| serde_json::from_str::<Header>(l).ok())
+        .ok_or_else(|| UndoError::File {
+            path: path.to_path_buf(),
+            why: "not a meshbench journal (no header line)".into(),
+        })?;
+    let undos = lines
+        .filter_map(|l| serde_json::from_str::<Undo>(l).ok())
+        .collect();
+    Ok(Recorded { header, undos })
+}
+
+/// Puts back every change of `undos`, the last first, each waited for at most `within`;
+/// `progress` hears each one as it is done.
+pub fn restore(
+    client: &BlockingClient,
+    undos: &[Undo],
+    within: Duration,
+    mut progress: impl FnMut(&str),
+) -> Result<(), UndoError> {
+    for undo in undos.iter().rev() {
+        match undo {
+            Undo::DeleteNamespace { name } => {
+                if client.get_cluster_scoped::<Namespace>(name)?.is_none() {
+                    continue;
+                }
+                // Pods first, with no grace: a namespace waits for its slowest pod.
+                client.delete_pods(name, "", Duration::ZERO)?;
+                client.delete_namespace(name)?;
+                let began = Instant::now();
+                while client.get_cluster_scoped::<Namespace>(name)?.is_some() {
+                    if began.elapsed() >= within {
+                        return Err(UndoError::NotGone {
+                            name: name.clone(),
+                            waited: within,
+                        });
+                    }
+                    std::thread::sleep(Duration::from_millis(500));
+                }
+                progress(&format!(
+                    "deleted namespace {name} and everything in it ({:.0} s)",
+                    began.elapsed().as_secs_f64()
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_journal_reads_back_what_was_recorded_and_a_torn_last_line_is_left_out() {
+        let dir = std::env::temp_dir().join(format!("mb-undo-{}", std::process::id()));
+        let path = dir.join("run.jsonl");
+        let header = Header {
+            pid: 42,
+            kubeconfig: Some("/k".into()),
+        };
+        let mut j = Journal::create(&path, &header).unwrap();
+        let undo = Undo::DeleteNamespace {
+            name: "bench".into(),
+        };
+        j.record(&undo).unwrap();
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap()
+            .write_all(b"{\"undo\":\"delete_nam")
+            .unwrap();
+        let back = read(&path).unwrap();
+        assert_eq!(back.header, header);
+        assert_eq!(back.undos, [undo]);
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            text.contains("{\"undo\":\"delete_namespace\",\"name\":\"bench\"}\n"),
+            "{text}"
+        );
+        j.close().unwrap();
+        assert!(!path.exists());
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}
