@@ -303,3 +303,44 @@ pub fn is_quantity(q: &str) -> bool {
     let known = ["", "m", "k", "M", "G", "T", "Ki", "Mi", "Gi", "Ti"];
     digits.parse::<f64>().is_ok_and(|v| v > 0.0) && known.contains(&suffix)
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::parse;
+
+    const TWOPODS: &str = "name: t\ntopologies: [baseline, serveronly, both]\nproxy:\n  type: istio\ncluster:\n  image: meshbench:1\n  coordinator: 10.0.0.1:7700\n  prometheus_url: http://prometheus:9090\n";
+
+    #[test]
+    fn a_cluster_file_takes_istios_sidecars_without_netns_and_reads_its_defaults() {
+        let e = parse("t.yaml", TWOPODS, &[]).unwrap();
+        let c = e.cluster.unwrap();
+        assert_eq!(c.namespace, "meshbench");
+        assert_eq!(c.coordinator_port(), Some(7700));
+        assert_eq!(c.rollout_timeout_secs, 180.0);
+        assert_eq!(c.prometheus().prometheus_url, "http://prometheus:9090");
+    }
+
+    #[test]
+    fn what_a_cluster_cannot_do_is_named_at_once() {
+        let text = "name: t\ntopologies: [both, external]\nisolation: netns\nload:\n  protocol: http3\nlimits:\n  proxy:\n    cpus: [1, 2]\n    cpuset: '0'\n  client:\n    cpus: [1]\ncluster:\n  namespace: Bad_Name\n  coordinator: nowhere\n  agent_cpu: lots\n  system_under_test:\n    tolerations: [{key: k, operator: Maybe}]\n";
+        let err = parse("c.yaml", text, &[]).unwrap_err().to_string();
+        for expected in [
+            "cluster.namespace 'Bad_Name'",
+            "cluster.image: give meshbench's image",
+            "cluster.coordinator 'nowhere'",
+            "cluster.agent_cpu 'lots'",
+            "cluster.prometheus_url",
+            "tolerations[0].operator: expected Equal or Exists",
+            "proxy.type: nginx has no sidecar on a cluster",
+            "isolation: on a cluster",
+            "load.protocol: http3",
+            "limits.proxy.cpuset: a pod's CPUs are the kubelet's",
+            "limits.client: on a cluster the agent pods send the load",
+            "limits.proxy.cpus: on a cluster a sweep restarts",
+            "cluster: realises the lab's topologies",
+        ] {
+            assert!(err.contains(expected), "{expected}: {err}");
+        }
+        assert!(err.lines().all(|l| l.starts_with("c.yaml: ")), "{err}");
+    }
+}

@@ -387,7 +387,7 @@ pub struct K8sGenArgs {
 #[derive(Debug, Subcommand)]
 pub enum K8sCommand {
     /// Apply the objects, wait for the agent pods, run the experiment from them, delete all.
-    Run(K8sRunArgs),
+    Run(Box<K8sRunArgs>),
     /// Put back what a cluster experiment (a file with `cluster:`) changed and did not undo
     /// (it was killed): the journals beside the store, or the ones named.
     Restore(K8sRestoreArgs),

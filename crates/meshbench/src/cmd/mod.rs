@@ -29,7 +29,7 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
         Command::Gen(crate::cli::GenCommand::Certs(args)) => gen::certs(args),
         Command::Gen(crate::cli::GenCommand::Grafana(args)) => gen::grafana(args),
         Command::Gen(crate::cli::GenCommand::K8s(args)) => k8s::gen(args),
-        Command::K8s(crate::cli::K8sCommand::Run(args)) => k8s::run(args),
+        Command::K8s(crate::cli::K8sCommand::Run(args)) => k8s::run(*args),
         Command::K8s(crate::cli::K8sCommand::Restore(args)) => cluster::restore(args),
         Command::Experiment(args) => experiment::execute(args),
         Command::Results(c) => results::execute(c),
