@@ -5,10 +5,11 @@
 # plus files taken from the same module: Istio's CRDs (so the test's kube-apiserver accepts
 # Gateway, VirtualService and ServiceEntry objects), the Envoy bootstrap template pilot-agent
 # renders (an Istio image carries it at /var/lib/istio/envoy/envoy_bootstrap_tmpl.json), and
-# the sidecar injection template and chart values istiod's injector renders pods with
-# (tests/it/istio_injected.rs). Everything goes under $ISTIO_CACHE (default
+# the sidecar and gateway injection templates and the chart values istiod's injector renders
+# pods with (tests/it/common/istio_node.rs). Everything goes under $ISTIO_CACHE (default
 # /var/cache/meshbench/istio/<version>): bin/pilot-discovery, bin/pilot-agent, crd-all.gen.yaml,
-# envoy_bootstrap_tmpl.json, injection-template.yaml, injection-values.yaml.
+# envoy_bootstrap_tmpl.json, injection-template.yaml, gateway-injection-template.yaml,
+# injection-values.yaml.
 # Built once (a few minutes, at `nice -n 10`); nothing is done when both binaries are there.
 set -euo pipefail
 VERSION=v0.0.0-20260827124520-eed52ebb66ad
@@ -19,7 +20,8 @@ build=()
 for b in $BINARIES; do [ -x "$ISTIO_BIN/$b" ] || build+=("$b"); done
 if [ ${#build[@]} -eq 0 ] && [ -s "$ISTIO_CACHE/crd-all.gen.yaml" ] \
   && [ -s "$ISTIO_CACHE/envoy_bootstrap_tmpl.json" ] \
-  && [ -s "$ISTIO_CACHE/injection-template.yaml" ] && [ -s "$ISTIO_CACHE/injection-values.yaml" ]; then
+  && [ -s "$ISTIO_CACHE/injection-template.yaml" ] && [ -s "$ISTIO_CACHE/injection-values.yaml" ] \
+  && [ -s "$ISTIO_CACHE/gateway-injection-template.yaml" ]; then
   exit 0
 fi
 command -v go >/dev/null || { echo "install-istio: go is needed to build ${build[*]:-the CRDs}" >&2; exit 1; }
@@ -45,6 +47,7 @@ SRC=$(go list -m -f '{{.Dir}}' istio.io/istio)
 for f in manifests/charts/base/files/crd-all.gen.yaml:crd-all.gen.yaml \
   tools/packaging/common/envoy_bootstrap.json:envoy_bootstrap_tmpl.json \
   manifests/charts/istio-control/istio-discovery/files/injection-template.yaml:injection-template.yaml \
+  manifests/charts/istio-control/istio-discovery/files/gateway-injection-template.yaml:gateway-injection-template.yaml \
   manifests/charts/istio-control/istio-discovery/values.yaml:injection-values.yaml; do
   [ -s "$SRC/${f%%:*}" ] || { echo "install-istio: no ${f%%:*} in istio.io/istio@$VERSION" >&2; exit 1; }
   install -m 0644 "$SRC/${f%%:*}" "$ISTIO_CACHE/${f#*:}"

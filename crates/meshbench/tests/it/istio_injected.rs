@@ -1,15 +1,10 @@
 //! Issue 34, part 2: Istio's sidecars as Istio injects them into pods, on the real test node
 //! (common/cluster.rs: kube-apiserver, kubelet, containerd, kube-proxy, a bridge network).
 //!
-//! - istiod (`pilot-discovery`, scripts/install-istio.sh) runs on this machine against the
-//!   node's API server. It serves the pods' agents on the bridge's address, 10.217.0.1, with
-//!   that address in its serving certificate (`ISTIOD_CUSTOM_HOST`), and its injection webhook
-//!   on loopback, where the API server calls it. The injector's configuration is Istio's own
-//!   chart template and values from the same module (`injection-template.yaml`,
-//!   `injection-values.yaml`), with the image and the CA's address set as a user's values set
-//!   them.
-//! - The image `istio-proxy` is built here, from pilot-agent, the project's Envoy, Istio's
-//!   bootstrap template and Debian's nf_tables iptables, each with what `ldd` lists: no registry.
+//! - Istio as common/istio_node.rs installs it: istiod (`pilot-discovery`) on this machine
+//!   against the node's API server, serving the pods' agents on the bridge's address and its
+//!   injection webhook on loopback; the injector's configuration is Istio's own chart
+//!   templates and values; the image `istio-proxy` is built here, no registry.
 //! - In a namespace labelled `istio-injection: enabled`, the API server has istiod inject a
 //!   backend pod (`meshbench backend`) and a client pod (`meshbench run` against the Service's
 //!   address). Each gets `istio-init`, which writes Istio's capture in the pod, and
@@ -24,30 +19,20 @@
 
 use crate::common;
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use base64::Engine as _;
-use common::cluster::{self, TestCluster, GATEWAY};
+use common::cluster::{self, TestCluster};
+use common::istio_node::{http_get, IstioOnNode};
 use common::prometheus::{Prometheus, PrometheusOptions};
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
+use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::api::{Api, DeleteParams, PostParams};
 use kube::Client;
 use meshbench_k8s::BlockingClient;
-use meshbench_lab::control_plane::{self, ISTIOD_ENV};
-use meshbench_lab::process::{Placement, RoleProcess};
-use meshbench_lab::program::envoy::admin::STATS_NEEDED;
 use serde_json::{json, Value};
 
 const NS: &str = "mesh";
-const ISTIO_NS: &str = "istio-system";
-const PROXY_IMAGE: &str = "localhost/meshbench-istio-proxy:1";
 const MESHBENCH_IMAGE: &str = "localhost/meshbench:test";
-/// The image has no base to inherit a PATH from; istio-init runs iptables by name.
-const PATH: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
-const XTABLES: &str = "/usr/lib/x86_64-linux-gnu/xtables";
 /// The client's load: 200 requests a second over 4 connections for 25 s.
 const RATE: u64 = 200;
 const SECS: u64 = 25;
@@ -57,209 +42,6 @@ fn rt() -> tokio::runtime::Runtime {
         .enable_all()
         .build()
         .unwrap()
-}
-
-/// The `istio-proxy` image's root filesystem, as Istio's proxyv2 image holds it: pilot-agent
-/// (the entrypoint, for both containers), Envoy, the bootstrap template where pilot-agent
-/// looks, and nf_tables iptables with its extensions for `istio-init`.
-fn istio_proxy_rootfs(dir: &Path) -> PathBuf {
-    let root = dir.join("istio-proxy-rootfs");
-    for d in [
-        "etc/istio/proxy",
-        "tmp",
-        "var/lib/istio/envoy",
-        "var/lib/istio/data",
-        "var/run/secrets",
-        "usr/sbin",
-    ] {
-        std::fs::create_dir_all(root.join(d)).unwrap();
-    }
-    std::fs::set_permissions(
-        root.join("tmp"),
-        std::os::unix::fs::PermissionsExt::from_mode(0o1777),
-    )
-    .unwrap();
-    let cache = control_plane::cache();
-    let envoy = std::fs::canonicalize(common::envoy_binary()).unwrap();
-    common::copy_with_libraries(&root, &envoy, "/usr/local/bin/envoy");
-    common::copy_with_libraries(
-        &root,
-        &cache.join("bin/pilot-agent"),
-        "/usr/local/bin/pilot-agent",
-    );
-    std::fs::copy(
-        cache.join("envoy_bootstrap_tmpl.json"),
-        root.join("var/lib/istio/envoy/envoy_bootstrap_tmpl.json"),
-    )
-    .unwrap();
-    common::copy_with_libraries(
-        &root,
-        Path::new("/usr/sbin/xtables-nft-multi"),
-        "/usr/sbin/xtables-nft-multi",
-    );
-    for name in [
-        "iptables",
-        "iptables-save",
-        "iptables-restore",
-        "iptables-nft",
-        "iptables-nft-save",
-        "iptables-nft-restore",
-    ] {
-        std::os::unix::fs::symlink("xtables-nft-multi", root.join("usr/sbin").join(name)).unwrap();
-    }
-    for ext in std::fs::read_dir(XTABLES).unwrap().flatten() {
-        let path = ext.path();
-        common::copy_with_libraries(&root, &path, &path.display().to_string());
-    }
-    std::fs::write(
-        root.join("etc/passwd"),
-        "root:x:0:0:root:/tmp:/bin/false\nistio-proxy:x:1337:1337:istio-proxy:/tmp:/bin/false\n",
-    )
-    .unwrap();
-    std::fs::write(root.join("etc/group"), "root:x:0:\nistio-proxy:x:1337:\n").unwrap();
-    root
-}
-
-/// The injector's ConfigMap, as Istio's chart renders it: the sidecar template, and the
-/// chart's default values with the image and the CA's address set.
-fn injector_config_map(ca: &str) -> Value {
-    let cache = control_plane::cache();
-    let template = std::fs::read_to_string(cache.join("injection-template.yaml")).unwrap();
-    let chart: serde_yaml_ng::Value = serde_yaml_ng::from_str(
-        &std::fs::read_to_string(cache.join("injection-values.yaml")).unwrap(),
-    )
-    .unwrap();
-    let defaults = serde_json::to_value(&chart["_internal_defaults_do_not_set"]).unwrap();
-    let mut values = json!({
-        "global": defaults["global"],
-        "sidecarInjectorWebhook": defaults["sidecarInjectorWebhook"],
-        "revision": defaults["revision"],
-        // The chart is istiod's own: its top-level values are `pilot`'s.
-        "pilot": {"cni": defaults["cni"], "env": {}},
-        "gateways": {
-            "securityContext": defaults["gateways"]["securityContext"],
-            "seccompProfile": defaults["gateways"]["seccompProfile"],
-        },
-    });
-    values["global"]["proxy"]["image"] = PROXY_IMAGE.into();
-    values["global"]["proxy_init"]["image"] = PROXY_IMAGE.into();
-    values["global"]["caAddress"] = ca.into();
-    values["global"]["imagePullPolicy"] = "Never".into();
-    let config = json!({
-        "policy": "enabled",
-        "defaultTemplates": ["sidecar"],
-        "alwaysInjectSelector": [],
-        "neverInjectSelector": [],
-        "injectedAnnotations": {},
-        "templates": {"sidecar": template},
-    });
-    json!({
-        "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": "istio-sidecar-injector", "namespace": ISTIO_NS},
-        "data": {
-            "config": serde_yaml_ng::to_string(&config).unwrap(),
-            "values": values.to_string(),
-        },
-    })
-}
-
-/// `GET path` over HTTP/1.1 on a connection closed after it (Envoy refuses HTTP/1.0): the
-/// status and the body, de-chunked.
-fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut text = String::new();
-    s.read_to_string(&mut text).ok()?;
-    let status = text.split_whitespace().nth(1)?.parse().ok()?;
-    let (head, mut rest) = text.split_once("\r\n\r\n")?;
-    if !head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked")
-    {
-        return Some((status, rest.to_string()));
-    }
-    let mut body = String::new();
-    while let Some((size, after)) = rest.split_once("\r\n") {
-        let n = usize::from_str_radix(size.trim(), 16).ok()?;
-        if n == 0 || after.len() < n {
-            break;
-        }
-        body.push_str(&after[..n]);
-        rest = after[n..].trim_start_matches("\r\n");
-    }
-    Some((status, body))
-}
-
-/// istiod on this machine against the node's API server: xDS and the CA for the pods on the
-/// bridge's address, everything else on loopback; returns it, the webhook's address and the
-/// mesh's root certificate.
-fn start_istiod(
-    dir: &Path,
-    c: &TestCluster,
-    k: &BlockingClient,
-    xds: SocketAddr,
-) -> (RoleProcess, SocketAddr, String) {
-    let (grpc, http, https, monitoring) = (
-        common::free_addr(),
-        common::free_addr(),
-        common::free_addr(),
-        common::free_addr(),
-    );
-    let stats: Vec<String> = STATS_NEEDED.iter().map(|p| format!("\"{p}\"")).collect();
-    let cwd = dir.join("istiod");
-    std::fs::create_dir_all(&cwd).unwrap();
-    let mesh = cwd.join("mesh.yaml");
-    std::fs::write(
-        &mesh,
-        format!(
-            "defaultConfig:\n  discoveryAddress: {xds}\n  proxyStatsMatcher:\n    inclusionPrefixes: [{}]\n",
-            stats.join(", ")
-        ),
-    )
-    .unwrap();
-    let addrs = control_plane::IstiodAddrs {
-        grpc,
-        secure_grpc: xds,
-        http,
-        https,
-        monitoring,
-    };
-    let mut cmd = control_plane::istiod_command(&cwd, &c.kubeconfig, &mesh, &addrs);
-    cmd.env("ISTIOD_CUSTOM_HOST", format!("127.0.0.1,{GATEWAY}"))
-        .envs(ISTIOD_ENV.iter().copied());
-    let log = dir.join("istiod.log");
-    let mut istiod = RoleProcess::spawn("istiod", cmd, &log, &Placement::default()).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(90);
-    let root = loop {
-        if http_get(http, "/ready").is_some_and(|(s, _)| s == 200) {
-            if let Some(pem) = k
-                .get::<ConfigMap>(ISTIO_NS, "istio-ca-root-cert")
-                .unwrap()
-                .and_then(|cm| cm.data?.remove("root-cert.pem"))
-            {
-                break pem;
-            }
-        }
-        assert!(istiod.exited().is_none(), "istiod: {}", istiod.log_tail(10));
-        assert!(
-            Instant::now() < deadline,
-            "istiod not ready: {}",
-            istiod.log_tail(10)
-        );
-        std::thread::sleep(Duration::from_millis(300));
-    };
-    let text = std::fs::read_to_string(&log).unwrap_or_default();
-    assert!(
-        !text.contains("Skipping sidecar injector"),
-        "istiod found no injector configuration: {}",
-        istiod.log_tail(10)
-    );
-    (istiod, https, root)
 }
 
 /// Creates `pod` until the API server answers it injected (the webhook's configuration takes
@@ -337,17 +119,6 @@ fn istiod_injects_sidecars_into_pods_on_the_node_and_cadvisor_reads_each_istio_p
     if let Some(why) = cluster::node_unavailable() {
         panic!("a real Kubernetes node cannot run here: {why}");
     }
-    if let Some(e) = control_plane::unavailable() {
-        panic!("{e}");
-    }
-    for f in ["injection-template.yaml", "injection-values.yaml"] {
-        let p = control_plane::cache().join(f);
-        assert!(
-            p.is_file(),
-            "no {}: run scripts/install-istio.sh",
-            p.display()
-        );
-    }
     let dir = common::scratch_dir("istio-injected");
     let c = TestCluster::with_node();
     let rt = rt();
@@ -355,48 +126,7 @@ fn istiod_injects_sidecars_into_pods_on_the_node_and_cadvisor_reads_each_istio_p
     let k = BlockingClient::from_kubeconfig(&c.kubeconfig).unwrap();
 
     c.load_meshbench_image(MESHBENCH_IMAGE);
-    c.load_image(
-        &istio_proxy_rootfs(&dir),
-        PROXY_IMAGE,
-        "/usr/local/bin/pilot-agent",
-        "0:0",
-        &[PATH],
-    );
-
-    // Istio's CRDs and namespace, and the injector's configuration before istiod starts.
-    let crds = std::fs::read_to_string(control_plane::cache().join("crd-all.gen.yaml")).unwrap();
-    k.apply_all(meshbench_k8s::blocking::documents(&crds).unwrap())
-        .unwrap();
-    k.apply(&json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ISTIO_NS}}))
-        .unwrap();
-    let xds: SocketAddr = TcpListener::bind((GATEWAY, 0))
-        .expect("the bridge's address is this machine's")
-        .local_addr()
-        .unwrap();
-    k.apply(&injector_config_map(&xds.to_string())).unwrap();
-    let (istiod, webhook, root) = start_istiod(&dir, &c, &k, xds);
-
-    // The webhook, as Istio's chart declares it, at istiod's loopback address.
-    k.apply(&json!({
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "MutatingWebhookConfiguration",
-        "metadata": {"name": "meshbench-sidecar-injector"},
-        "webhooks": [{
-            "name": "namespace.sidecar-injector.istio.io",
-            "clientConfig": {
-                "url": format!("https://{webhook}/inject"),
-                "caBundle": base64::engine::general_purpose::STANDARD.encode(&root),
-            },
-            "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}],
-            "namespaceSelector": {"matchLabels": {"istio-injection": "enabled"}},
-            "sideEffects": "None",
-            "failurePolicy": "Fail",
-            "admissionReviewVersions": ["v1"],
-            "reinvocationPolicy": "Never",
-            "timeoutSeconds": 10
-        }]
-    }))
-    .unwrap();
+    let istio = IstioOnNode::install(&c, &k, &dir);
     k.apply(&json!({
         "apiVersion": "v1", "kind": "Namespace",
         "metadata": {"name": NS, "labels": {"istio-injection": "enabled"}}
@@ -406,18 +136,7 @@ fn istiod_injects_sidecars_into_pods_on_the_node_and_cadvisor_reads_each_istio_p
         k.apply(&json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": sa, "namespace": NS}}))
             .unwrap();
     }
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while k
-        .get::<ConfigMap>(NS, "istio-ca-root-cert")
-        .unwrap()
-        .is_none()
-    {
-        assert!(
-            Instant::now() < deadline,
-            "istiod did not publish its root in {NS}"
-        );
-        std::thread::sleep(Duration::from_millis(300));
-    }
+    istio.wait_root_in(&k, NS);
 
     // The backend behind a Service (port `http`, so Istio treats it as HTTP).
     let backend = create_injected(
@@ -612,7 +331,7 @@ fn istiod_injects_sidecars_into_pods_on_the_node_and_cadvisor_reads_each_istio_p
     eprintln!("the client's sidecar sent {outbound} requests, the backend's passed on {inbound}");
 
     drop(prom);
-    drop(istiod);
+    drop(istio);
     c.stop();
     let _ = std::fs::remove_dir_all(dir);
 }

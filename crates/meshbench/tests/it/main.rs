@@ -24,6 +24,7 @@ mod hostile;
 mod http3;
 mod install_envoy;
 mod istio_gateway;
+mod istio_gateway_injected;
 mod istio_injected;
 mod istio_plotter;
 mod istio_sidecars;

@@ -342,10 +342,11 @@ impl TestCluster {
             || https_ok(&format!("https://127.0.0.1:{api}/readyz"), Some(API_TOKEN)),
         );
         // A node needs its lifecycle controller (it lifts the not-ready taint every new node
-        // is given) and the EndpointSlice controller (what kube-proxy programs from).
+        // is given) and the EndpointSlice controller (what kube-proxy programs from); the
+        // Deployment and ReplicaSet controllers run workloads as Istio's charts deploy them.
         let controllers = match shape {
             Shape::ControlPlane => "job-controller,garbage-collector-controller",
-            Shape::WithNode => "job-controller,garbage-collector-controller,node-lifecycle-controller,endpointslice-controller",
+            Shape::WithNode => "job-controller,garbage-collector-controller,node-lifecycle-controller,endpointslice-controller,deployment-controller,replicaset-controller",
         };
         c.spawn(
             "kube-controller-manager",

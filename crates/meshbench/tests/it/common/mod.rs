@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod cluster;
+pub mod istio_node;
 pub mod prometheus;
 
 use std::io::{Read, Write};
