@@ -75,6 +75,8 @@ pub struct PodExtras {
     pub annotations: BTreeMap<String, String>,
     /// `IfNotPresent` when not given.
     pub pull_policy: Option<String>,
+    /// The pods' ServiceAccount (an Istio sidecar's identity); none: the namespace's default.
+    pub service_account: Option<String>,
     /// Pods with these labels (the system under test) kept off the agents' nodes, this
     /// strictly.
     pub avoid: Option<(BTreeMap<String, String>, AntiAffinity)>,
@@ -402,6 +404,7 @@ impl Plan {
         PodSpec {
             containers: vec![self.container()],
             restart_policy: Some("Never".into()),
+            service_account_name: self.pod.service_account.clone(),
             subdomain: Some(format!("{}-agents", self.name)),
             affinity: self.anti_affinity().map(|a| Affinity {
                 pod_anti_affinity: Some(a),

@@ -316,6 +316,7 @@ pub fn agents_of(
             labels,
             annotations,
             pull_policy: Some(section.image_pull_policy.name().into()),
+            service_account: Some(system::AGENTS_ACCOUNT.into()),
             avoid: Some((
                 BTreeMap::from([(
                     system::PART.to_string(),
@@ -519,6 +520,27 @@ impl ClusterSite {
             gateway,
             journal: Some(journal),
         };
+        match site.bring_up(e, &plan, coordinator, stop, observer) {
+            Ok(fleet) => Ok((site, fleet)),
+            Err(err) => {
+                // Said before the cluster is put back, which takes a while.
+                observer.warning(&format!("cluster: {err}; putting the cluster back"));
+                drop(site);
+                Err(err)
+            }
+        }
+    }
+
+    /// The first step's objects applied, the agent pods started and gathered as the fleet.
+    fn bring_up(
+        &mut self,
+        e: &Experiment,
+        plan: &Plan,
+        coordinator: Coordinator,
+        stop: &Stop,
+        observer: &mut dyn Observer,
+    ) -> Result<Fleet, SiteError> {
+        let site = self;
         // The namespace first, then the rest of the first step's shape; the pods start while
         // the agents do.
         let first = first_shape(e);
@@ -552,7 +574,7 @@ impl ClusterSite {
             coordinator.token,
             None,
         )?;
-        Ok((site, fleet))
+        Ok(fleet)
     }
 
     fn service_ip(&self, name: &str) -> Result<String, ApiError> {

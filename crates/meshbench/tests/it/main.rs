@@ -12,6 +12,7 @@ mod arrivals;
 mod backend;
 mod bad_input;
 mod churn;
+mod cluster_experiment;
 mod cpu_quota;
 mod envoy;
 mod envoy_admin;

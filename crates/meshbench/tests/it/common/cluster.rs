@@ -343,10 +343,11 @@ impl TestCluster {
         );
         // A node needs its lifecycle controller (it lifts the not-ready taint every new node
         // is given) and the EndpointSlice controller (what kube-proxy programs from); the
-        // Deployment and ReplicaSet controllers run workloads as Istio's charts deploy them.
+        // Deployment and ReplicaSet controllers run workloads as Istio's charts deploy them; the
+        // namespace controller empties a deleted namespace (an experiment on the cluster ends so).
         let controllers = match shape {
             Shape::ControlPlane => "job-controller,garbage-collector-controller",
-            Shape::WithNode => "job-controller,garbage-collector-controller,node-lifecycle-controller,endpointslice-controller,deployment-controller,replicaset-controller",
+            Shape::WithNode => "job-controller,garbage-collector-controller,node-lifecycle-controller,endpointslice-controller,deployment-controller,replicaset-controller,namespace-controller",
         };
         c.spawn(
             "kube-controller-manager",
