@@ -11,6 +11,9 @@
 //! no plural is derived from a kind here. A custom resource whose definition was applied a
 //! moment ago is not served until the API server has established it, so its apply waits for
 //! that, at most [`ESTABLISH_WITHIN`].
+//!
+//! One call leaves something running past its return: [`BlockingClient::port_forward`] gives
+//! a [`Forward`], a local address served by a thread of its own (see `crate::forward`).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -31,6 +34,7 @@ use serde_json::Value;
 use thiserror::Error;
 
 use crate::cluster::config_from;
+use crate::forward::Forward;
 
 /// The field manager of every apply (the same as the engine's objects').
 const MANAGER: &str = "meshbench";
@@ -82,6 +86,12 @@ pub enum ApiError {
     Incomplete { field: &'static str, object: String },
     #[error("the Kubernetes API server gave {what} no status.token")]
     NoToken { what: String },
+    /// A port-forward asked of a pod that is not there or not running.
+    #[error("cannot forward to {what}: the pod is {state}")]
+    PodNotRunning { what: String, state: String },
+    /// No local address to forward from.
+    #[error("no local address for a port-forward: {0}")]
+    Listen(std::io::Error),
 }
 
 impl ApiError {
@@ -110,7 +120,9 @@ impl ApiError {
             | ApiError::NotServed { .. }
             | ApiError::NotYaml(_)
             | ApiError::Incomplete { .. }
-            | ApiError::NoToken { .. } => false,
+            | ApiError::NoToken { .. }
+            | ApiError::PodNotRunning { .. }
+            | ApiError::Listen(_) => false,
         }
     }
 }
@@ -119,6 +131,8 @@ impl ApiError {
 pub struct BlockingClient {
     runtime: tokio::runtime::Runtime,
     shared: Arc<Shared>,
+    /// What the client was made from: a port-forward makes its own client on its own runtime.
+    config: kube::Config,
 }
 
 /// What the applies in flight share.
@@ -312,14 +326,16 @@ impl BlockingClient {
             .enable_all()
             .build()
             .map_err(ApiError::Runtime)?;
-        let client = runtime.block_on(async {
+        let (client, config) = runtime.block_on(async {
             let mut config = config_from(kubeconfig).await.map_err(ApiError::Config)?;
             config.connect_timeout = Some(CONNECT_WITHIN);
             config.read_timeout = Some(REQUEST_WITHIN);
             config.write_timeout = Some(REQUEST_WITHIN);
             // No retries hidden under a call: what is waited for, and how long, is said here.
             config.default_retry = false;
-            Client::try_from(config).map_err(|e| ApiError::Config(e.to_string()))
+            let client =
+                Client::try_from(config.clone()).map_err(|e| ApiError::Config(e.to_string()))?;
+            Ok::<_, ApiError>((client, config))
         })?;
         Ok(BlockingClient {
             runtime,
@@ -327,12 +343,8 @@ impl BlockingClient {
                 client,
                 resources: Mutex::new(HashMap::new()),
             }),
+            config,
         })
-    }
-
-    /// The kube client, for what runs on a runtime of its own (a port-forward).
-    pub(crate) fn kube_client(&self) -> Client {
-        self.shared.client.clone()
     }
 
     /// Whether the API server says it is ready (`GET /readyz` answers 200).
@@ -587,6 +599,37 @@ impl BlockingClient {
             .map(|s| s.token)
             .filter(|t| !t.is_empty())
             .ok_or(ApiError::NoToken { what })
+    }
+
+    /// Port `port` of pod `namespace/pod` (its own loopback included) at a local address, for
+    /// as long as the [`Forward`] lives; the pod must be running. Each local connection is a
+    /// stream of its own through the API server (see [`crate::forward`]).
+    pub fn port_forward(&self, namespace: &str, pod: &str, port: u16) -> Result<Forward, ApiError> {
+        let what = format!("Pod {namespace}/{pod}");
+        let phase = self
+            .get::<Pod>(namespace, pod)?
+            .map(|p| p.status.and_then(|s| s.phase).unwrap_or_default());
+        match phase.as_deref() {
+            Some("Running") => {}
+            Some(other) => {
+                return Err(ApiError::PodNotRunning {
+                    what,
+                    state: format!("in phase {other:?}"),
+                })
+            }
+            None => {
+                return Err(ApiError::PodNotRunning {
+                    what,
+                    state: "not there".into(),
+                })
+            }
+        }
+        let mut config = self.config.clone();
+        // A stream lives as long as its local connection, idle or not: only its opening is
+        // bounded (forward::OPEN_WITHIN).
+        config.read_timeout = None;
+        config.write_timeout = None;
+        Forward::start(config, namespace, pod, port)
     }
 }
 

@@ -7,8 +7,10 @@
 //!
 //! This crate is also the project's one Kubernetes client (kube-rs): `blocking` is the same
 //! client behind a small synchronous façade, for the lab's own API server (`gateway.type:
-//! istio`). `k8s_openapi` is re-exported so that its callers build typed objects with the
-//! one Kubernetes API version this crate is built for.
+//! istio`); `forward` reaches a pod's port (its loopback included) at a local address, as
+//! `kubectl port-forward` does, for synchronous callers too. `k8s_openapi` is re-exported so
+//! that its callers build typed objects with the one Kubernetes API version this crate is
+//! built for.
 
 pub mod blocking;
 pub mod cluster;
@@ -20,6 +22,6 @@ pub mod undo;
 
 pub use blocking::{ApiError, BlockingClient};
 pub use cluster::{AgentPod, Cluster, ClusterError};
-pub use forward::Forward;
+pub use forward::{Forward, StreamError};
 pub use k8s_openapi;
 pub use render::{AntiAffinity, Objects, Plan, PlanError};

@@ -32,6 +32,7 @@ mod istio_sidecars;
 mod k8s;
 mod k8s_gateway_cadvisor;
 mod k8s_node;
+mod k8s_port_forward;
 mod lab;
 mod metrics;
 mod nginx;

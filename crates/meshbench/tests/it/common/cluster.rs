@@ -326,6 +326,10 @@ impl TestCluster {
                 format!("--service-account-signing-key-file={}", key.display()),
                 format!("--service-cluster-ip-range={SERVICE_RANGE}"),
                 "--disable-admission-plugins=ServiceAccount".into(),
+                // The node's Hostname address names no host anyone resolves: the API server
+                // reaches the kubelet (logs, exec, port-forward) at its InternalIP, which
+                // `kubelet_reached_from_this_machine` leads to the kubelet's loopback address.
+                "--kubelet-preferred-address-types=InternalIP".into(),
             ],
         );
         std::fs::write(
@@ -429,6 +433,7 @@ impl TestCluster {
         }
         let kubelet_port = free_addr().port();
         self.kubelet_port = Some(kubelet_port);
+        kubelet_reached_from_this_machine(kubelet_port);
         let kubelet_config = dir.join("kubelet.yaml");
         std::fs::write(&kubelet_config, kubelet_config_yaml(&dir, kubelet_port)).unwrap();
         self.spawn(
@@ -1091,8 +1096,47 @@ pub fn sweep() {
     }
 }
 
-/// Deletes every `KUBE-*` chain (kube-proxy's and the kubelet's) of every table, with the
-/// rules that jump to them. The check refuses a machine with a foreign kubelet, so these are
+/// The kubelet listens on loopback only (its anonymous reads are for this machine alone), yet
+/// the API server dials the node's InternalIP, the bridge's address [`GATEWAY`], for a pod's
+/// logs, exec and port-forward. A NAT rule of this machine's own output (chain
+/// `KUBE-MESHBENCH-KUBELET`, swept with the others) leads `GATEWAY:port` to `127.0.0.1:port`;
+/// the pods' packets to that address come in through PREROUTING, which has no such rule, and
+/// are refused.
+fn kubelet_reached_from_this_machine(port: u16) {
+    const CHAIN: &str = "KUBE-MESHBENCH-KUBELET";
+    let port = port.to_string();
+    let iptables = |args: &[&str]| {
+        let mut all = vec!["-w", "5", "-t", "nat"];
+        all.extend_from_slice(args);
+        run_ok("iptables", &all);
+    };
+    iptables(&["-N", CHAIN]);
+    iptables(&[
+        "-A",
+        CHAIN,
+        "-p",
+        "tcp",
+        "-j",
+        "DNAT",
+        "--to-destination",
+        &format!("127.0.0.1:{port}"),
+    ]);
+    iptables(&[
+        "-A",
+        "OUTPUT",
+        "-d",
+        &format!("{GATEWAY}/32"),
+        "-p",
+        "tcp",
+        "--dport",
+        &port,
+        "-j",
+        CHAIN,
+    ]);
+}
+
+/// Deletes every `KUBE-*` chain (kube-proxy's, the kubelet's and ours that leads to the
+/// kubelet) of every table, with the rules that jump to them. The check refuses a machine with a foreign kubelet, so these are
 /// ours.
 fn remove_kube_chains(tool: &str) {
     for table in ["filter", "nat", "mangle", "raw"] {
