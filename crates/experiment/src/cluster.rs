@@ -29,6 +29,7 @@ pub struct Cluster {
     pub namespace: String,
     /// meshbench's image: the backend pods and the agent pods run it.
     pub image: String,
+    /// The pull policy of meshbench's image and of the gateway's proxy (Istio's).
     pub image_pull_policy: PullPolicy,
     /// `HOST:PORT` where the agent pods reach this process (the coordinator); it listens on
     /// `agents.listen`, by default every address at that port.

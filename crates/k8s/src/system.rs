@@ -143,6 +143,7 @@ pub struct System {
     pub namespace: String,
     /// meshbench's image (the backend).
     pub image: String,
+    /// Of meshbench's image and of the gateway's proxy.
     pub pull_policy: String,
     /// `meshbench backend`'s arguments besides `--listen`.
     pub backend_args: Vec<String>,
@@ -391,7 +392,9 @@ impl System {
             // Envoy binds 443 as Istio's user.
             "securityContext": {"sysctls": [{"name": "net.ipv4.ip_unprivileged_port_start", "value": "0"}]},
             "containers": [{
-                "name": "istio-proxy", "image": "auto",
+                // Filled in by the injector; an untagged `auto` would otherwise be pulled
+                // `Always`, and a cluster without a registry has the proxy's image loaded.
+                "name": "istio-proxy", "image": "auto", "imagePullPolicy": self.pull_policy,
                 "ports": [{"name": "https", "containerPort": 443}, {"name": "http", "containerPort": 80}],
                 "resources": shape.proxy.requirements(),
             }],
