@@ -46,13 +46,25 @@ pub struct ClientTlsOptions {
     /// Accept any server certificate (the handshake signatures are still checked).
     pub insecure: bool,
     /// Trust these CAs instead of the system's.
-    pub ca_file: Option<PathBuf>,
+    pub ca: Option<Roots>,
     /// Client certificate chain and key, for mutual TLS.
     pub client_cert: Option<(PathBuf, PathBuf)>,
     /// ALPN protocols to offer, most preferred first.
     pub alpn: Vec<Vec<u8>>,
     /// Reuse sessions (tickets or IDs) across connections to the same name.
     pub resume: bool,
+}
+
+/// CA certificates to trust (PEM): a file, or a file's contents carried elsewhere (an agent
+/// drives a step whose CA file is on the coordinator's machine).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Roots {
+    File(PathBuf),
+    /// `name`: the file it was read from, for messages.
+    Pem {
+        name: PathBuf,
+        pem: Vec<u8>,
+    },
 }
 
 /// The crypto provider every config uses (ring: pure Rust build, AES-NI where present).
@@ -69,8 +81,9 @@ pub fn client_config(opts: &ClientTlsOptions) -> Result<Arc<ClientConfig>, TlsEr
             .dangerous()
             .with_custom_certificate_verifier(Arc::new(AcceptAnyCertificate(provider())))
     } else {
-        let roots = match &opts.ca_file {
-            Some(path) => load_roots(path)?,
+        let roots = match &opts.ca {
+            Some(Roots::File(path)) => load_roots(path)?,
+            Some(Roots::Pem { name, pem }) => roots_from(name, pem)?,
             None => {
                 let path = Path::new(SYSTEM_CA_BUNDLE);
                 if !path.exists() {
@@ -109,8 +122,12 @@ fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
 
 /// Reads every PEM certificate in `path`.
 pub fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    let data = read(path)?;
-    let certs = CertificateDer::pem_slice_iter(&data)
+    certs_from(path, &read(path)?)
+}
+
+/// The certificates in `data` (PEM), read from `path`.
+fn certs_from(path: &Path, data: &[u8]) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let certs = CertificateDer::pem_slice_iter(data)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| TlsError::BadPem {
             path: path.to_path_buf(),
@@ -140,8 +157,13 @@ pub fn load_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
 
 /// A root store holding every certificate in `path`.
 pub fn load_roots(path: &Path) -> Result<RootCertStore, TlsError> {
+    roots_from(path, &read(path)?)
+}
+
+/// The CA certificates in `data` (PEM), read from `path`.
+fn roots_from(path: &Path, data: &[u8]) -> Result<RootCertStore, TlsError> {
     let mut roots = RootCertStore::empty();
-    for cert in load_certs(path)? {
+    for cert in certs_from(path, data)? {
         roots.add(cert).map_err(|e| TlsError::BadPem {
             path: path.to_path_buf(),
             message: format!("not a usable CA certificate: {e}"),

@@ -77,13 +77,25 @@ pub enum Body {
     File(PathBuf),
 }
 
+/// Where the CA certificates to trust come from: a file, or its contents (sent to agents, which
+/// do not have the coordinator's files).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum CaSource {
+    File(PathBuf),
+    /// `name`: the file it was read from.
+    Pem {
+        name: String,
+        pem: String,
+    },
+}
+
 /// TLS client settings (https:// targets only).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TlsOptions {
     /// Do not verify the server's certificate.
     pub insecure: bool,
     /// Trust these CA certificates (PEM) instead of the system's.
-    pub ca_file: Option<PathBuf>,
+    pub ca: Option<CaSource>,
     /// Client certificate and key (PEM) for mutual TLS.
     pub client_cert: Option<(PathBuf, PathBuf)>,
     /// Resume TLS sessions on new connections to the same host.
@@ -94,7 +106,7 @@ impl Default for TlsOptions {
     fn default() -> Self {
         TlsOptions {
             insecure: false,
-            ca_file: None,
+            ca: None,
             client_cert: None,
             resume: true,
         }
@@ -112,7 +124,7 @@ pub struct QuicOptions {
 
 impl TlsOptions {
     fn given(&self) -> bool {
-        self.insecure || self.ca_file.is_some() || self.client_cert.is_some()
+        self.insecure || self.ca.is_some() || self.client_cert.is_some()
     }
 }
 
@@ -542,7 +554,13 @@ impl LoadOptions {
         };
         let opts = ClientTlsOptions {
             insecure: self.connect.tls.insecure,
-            ca_file: self.connect.tls.ca_file.clone(),
+            ca: self.connect.tls.ca.clone().map(|c| match c {
+                CaSource::File(path) => meshbench_net::tls::Roots::File(path),
+                CaSource::Pem { name, pem } => meshbench_net::tls::Roots::Pem {
+                    name: name.into(),
+                    pem: pem.into_bytes(),
+                },
+            }),
             client_cert: self.connect.tls.client_cert.clone(),
             alpn,
             resume: self.connect.tls.resume,
@@ -588,8 +606,9 @@ impl LoadOptions {
     }
 
     /// The same load with every file it reads (the body, the targets file and its bodies, the
-    /// `.proto`) read into it: what agents on other machines are sent, since the paths name
-    /// the coordinator's files. (TLS files are not carried: an agent needs its own copy.)
+    /// `.proto`, the CA to trust) read into it: what agents on other machines are sent, since
+    /// the paths name the coordinator's files. (A client certificate and key are not carried:
+    /// an agent needs its own.)
     pub fn self_contained(&self) -> Result<LoadOptions, LoadError> {
         let mut o = self.clone();
         if let Body::File(_) = &o.send.body {
@@ -600,6 +619,14 @@ impl LoadOptions {
                 name: path.display().to_string(),
                 targets: read_targets(path)?,
             };
+        }
+        if let Some(CaSource::File(path)) = &o.connect.tls.ca {
+            let pem = std::fs::read_to_string(path)
+                .map_err(|e| LoadError(format!("cannot read {}: {e}", path.display())))?;
+            o.connect.tls.ca = Some(CaSource::Pem {
+                name: path.display().to_string(),
+                pem,
+            });
         }
         if let Some(ProtoSource::File(file)) = &o.send.grpc_proto {
             let proto = targets::proto::Proto::compile(file, &[])

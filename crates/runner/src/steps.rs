@@ -307,7 +307,7 @@ pub(crate) fn aim_at_gateway(o: &mut LoadOptions, ca: PathBuf, entry: SocketAddr
         to_host: Some(entry.ip().to_string()),
         to_port: Some(entry.port()),
     }];
-    o.connect.tls.ca_file = Some(ca);
+    o.connect.tls.ca = Some(crate::load::CaSource::File(ca));
 }
 
 /// The experiment's `load` keys at the step's load point, against `source`: what a lab step

@@ -257,7 +257,7 @@ pub fn apply_request_flags(o: &mut LoadOptions, r: &RequestFlags) -> Result<()> 
     o.connect.streams = positive("--streams", r.streams)? as usize;
     o.connect.tls = TlsOptions {
         insecure: r.insecure,
-        ca_file: r.cacert.clone(),
+        ca: r.cacert.clone().map(meshbench_runner::load::CaSource::File),
         client_cert: r.cert.clone().zip(r.key.clone()),
         resume: r.tls_resume == OnOff::On,
     };

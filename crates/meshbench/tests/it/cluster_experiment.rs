@@ -15,6 +15,8 @@
 //!    in one line with the scheduler's reason, and the others stay; everything gone.
 //! 3. A coordinator killed (SIGKILL) in the middle of a step: its watcher deletes the
 //!    namespace, and nothing meshbench made is left on the cluster.
+//! 4. Ctrl-C (SIGINT to the run's process group) in the middle of a step: the run deletes its
+//!    namespace before it exits (130).
 //!
 //! Where a kubelet cannot run, the test fails with `node_unavailable()`'s reason.
 
@@ -391,6 +393,52 @@ fn experiment_files_run_on_the_node_sweep_its_limits_and_leave_it_as_it_was() {
         std::thread::sleep(Duration::from_millis(300));
     }
     assert_gone(&k, "killed", &store);
+
+    // 4. Ctrl-C from a terminal: SIGINT to the run's whole process group, mid-step. The run
+    // stores the step as partial, deletes its namespace before it exits, and says so.
+    let mut sets = node_sets(&c, &prom, "interrupted");
+    sets.extend([
+        "load.rate_rps=[100]".to_string(),
+        "load.connections=[2]".into(),
+        "duration_secs=60".into(),
+        "limits.proxy.cpus=[0.5]".into(),
+    ]);
+    let mut cmd = Command::new(common::bin());
+    cmd.args([
+        "experiment",
+        &preset("cluster-twopods.yaml"),
+        "--quiet",
+        "--store",
+    ])
+    .arg(&store)
+    .env("MESHBENCH_AGENT_TOKEN", TOKEN)
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    for s in &sets {
+        cmd.args(["--set", s]);
+    }
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+    let child = cmd.spawn().unwrap();
+    let group = child.id() as i32;
+    let deadline = Instant::now() + Duration::from_secs(240);
+    while !k
+        .list::<Pod>("interrupted", "app.kubernetes.io/component=agent")
+        .unwrap_or_default()
+        .iter()
+        .any(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+    {
+        assert!(Instant::now() < deadline, "the agent pod did not start");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    std::thread::sleep(Duration::from_secs(15));
+    // SAFETY: a signal to the process group this test started.
+    assert_eq!(unsafe { libc::kill(-group, libc::SIGINT) }, 0);
+    let out = wait_with_limit(child, Duration::from_secs(240));
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert!(err.contains("deleted namespace interrupted"), "{err}");
+    assert_gone(&k, "interrupted", &store);
 
     drop(prom);
     drop(istio);
