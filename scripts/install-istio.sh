@@ -9,7 +9,9 @@
 # pods with (tests/it/common/istio_node.rs). Everything goes under $ISTIO_CACHE (default
 # /var/cache/meshbench/istio/<version>): bin/pilot-discovery, bin/pilot-agent, crd-all.gen.yaml,
 # envoy_bootstrap_tmpl.json, injection-template.yaml, gateway-injection-template.yaml,
-# injection-values.yaml.
+# injection-values.yaml; and the Gateway API's Gateway CRD from the version of
+# sigs.k8s.io/gateway-api Istio's go.mod requires (gateway-api-gateways.yaml: a waypoint is a
+# Gateway API Gateway, tests/it/cluster_experiment.rs).
 # Built once (a few minutes, at `nice -n 10`); nothing is done when both binaries are there.
 set -euo pipefail
 VERSION=v0.0.0-20260827124520-eed52ebb66ad
@@ -21,7 +23,8 @@ for b in $BINARIES; do [ -x "$ISTIO_BIN/$b" ] || build+=("$b"); done
 if [ ${#build[@]} -eq 0 ] && [ -s "$ISTIO_CACHE/crd-all.gen.yaml" ] \
   && [ -s "$ISTIO_CACHE/envoy_bootstrap_tmpl.json" ] \
   && [ -s "$ISTIO_CACHE/injection-template.yaml" ] && [ -s "$ISTIO_CACHE/injection-values.yaml" ] \
-  && [ -s "$ISTIO_CACHE/gateway-injection-template.yaml" ]; then
+  && [ -s "$ISTIO_CACHE/gateway-injection-template.yaml" ] \
+  && [ -s "$ISTIO_CACHE/gateway-api-gateways.yaml" ]; then
   exit 0
 fi
 command -v go >/dev/null || { echo "install-istio: go is needed to build ${build[*]:-the CRDs}" >&2; exit 1; }
@@ -52,6 +55,11 @@ for f in manifests/charts/base/files/crd-all.gen.yaml:crd-all.gen.yaml \
   [ -s "$SRC/${f%%:*}" ] || { echo "install-istio: no ${f%%:*} in istio.io/istio@$VERSION" >&2; exit 1; }
   install -m 0644 "$SRC/${f%%:*}" "$ISTIO_CACHE/${f#*:}"
 done
+GATEWAY_API=$(go list -m -f '{{.Dir}}' sigs.k8s.io/gateway-api)
+[ -s "$GATEWAY_API/config/crd/standard/gateway.networking.k8s.io_gateways.yaml" ] \
+  || { echo "install-istio: no Gateway CRD in $GATEWAY_API" >&2; exit 1; }
+install -m 0644 "$GATEWAY_API/config/crd/standard/gateway.networking.k8s.io_gateways.yaml" \
+  "$ISTIO_CACHE/gateway-api-gateways.yaml"
 [ ${#build[@]} -gt 0 ] || exit 0
 pkgs=()
 for b in "${build[@]}"; do pkgs+=("istio.io/istio/pilot/cmd/$b"); done

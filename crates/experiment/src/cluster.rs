@@ -243,6 +243,13 @@ impl Cluster {
                 e.proxy.kind.name()
             ));
         }
+        let ambient = e
+            .topologies
+            .iter()
+            .any(|t| matches!(t, Topology::Ambient | Topology::Waypoint));
+        if ambient && sidecars {
+            p.push("topologies: on a cluster ambient and waypoint share the namespace with the sidecar topologies, and a pod with a sidecar is never in ambient: run them in files of their own".into());
+        }
         if e.topologies.contains(&Topology::Gateway) && e.gateway.kind != Program::Istio {
             p.push(format!(
                 "gateway.type: {} is not deployed on a cluster; meshbench deploys Istio's ingress gateway there: use gateway.type: istio",
@@ -323,7 +330,7 @@ mod tests {
 
     #[test]
     fn what_a_cluster_cannot_do_is_named_at_once() {
-        let text = "name: t\ntopologies: [both, external]\nisolation: netns\nload:\n  protocol: http3\nlimits:\n  proxy:\n    cpus: [1, 2]\n    cpuset: '0'\n  client:\n    cpus: [1]\ncluster:\n  namespace: Bad_Name\n  coordinator: nowhere\n  agent_cpu: lots\n  system_under_test:\n    tolerations: [{key: k, operator: Maybe}]\n";
+        let text = "name: t\ntopologies: [both, external, ambient]\nisolation: netns\nload:\n  protocol: http3\nlimits:\n  proxy:\n    cpus: [1, 2]\n    cpuset: '0'\n  client:\n    cpus: [1]\ncluster:\n  namespace: Bad_Name\n  coordinator: nowhere\n  agent_cpu: lots\n  system_under_test:\n    tolerations: [{key: k, operator: Maybe}]\n";
         let err = parse("c.yaml", text, &[]).unwrap_err().to_string();
         for expected in [
             "cluster.namespace 'Bad_Name'",
@@ -339,6 +346,7 @@ mod tests {
             "limits.client: on a cluster the agent pods send the load",
             "limits.proxy.cpus: on a cluster a sweep restarts",
             "cluster: realises the lab's topologies",
+            "a pod with a sidecar is never in ambient",
         ] {
             assert!(err.contains(expected), "{expected}: {err}");
         }

@@ -753,8 +753,27 @@ impl ClusterSite {
     }
 
     /// The roles of `topology` and the backend, as Prometheus reads them (cAdvisor).
+    ///
+    /// The backend's and the gateway's pods are named as they are now: a pod of the template
+    /// before (gone since the rollout) has series that end before the window, and a series
+    /// that comes or goes in a window makes the role missing (`external::read`).
     fn roles(&self, topology: Topology) -> Vec<PromRole> {
         let ns = self.section.namespace.as_str();
+        let now = |app: &str, fallback: &str| -> String {
+            let names: Vec<String> = self
+                .pods(&format!("app={app}"))
+                .unwrap_or_default()
+                .iter()
+                .filter_map(|p| p.metadata.name.clone())
+                .collect();
+            match names.is_empty() {
+                true => fallback.to_string(),
+                // Pod names are DNS labels: nothing in them is special to a regular expression.
+                false => names.join("|"),
+            }
+        };
+        let backend_pods = now(system::BACKEND, "backend-.*");
+        let gateway_pods = now(system::GATEWAY, "gateway-.*");
         let role = |r: ChainRole, preset: Preset, matches: &[(&str, &str)]| PromRole {
             name: r.name().to_string(),
             preset: Some(preset),
@@ -777,12 +796,12 @@ impl ClusterSite {
                 ChainRole::ServerProxy => Some(role(
                     r.role,
                     Preset::IstioSidecar,
-                    &[("namespace", ns), ("pod", "backend-.*")],
+                    &[("namespace", ns), ("pod", &backend_pods)],
                 )),
                 ChainRole::Gateway => Some(role(
                     r.role,
                     Preset::IstioSidecar,
-                    &[("namespace", ns), ("pod", "gateway-.*")],
+                    &[("namespace", ns), ("pod", &gateway_pods)],
                 )),
                 ChainRole::Waypoint => Some(role(
                     r.role,
@@ -799,7 +818,7 @@ impl ClusterSite {
             Preset::IstioSidecar,
             &[
                 ("namespace", ns),
-                ("pod", "backend-.*"),
+                ("pod", &backend_pods),
                 ("container", "backend|backend-direct"),
             ],
         ));
