@@ -416,8 +416,7 @@ pub fn describe(e: &Experiment, section: &Cluster, token_note: &str) -> String {
     let Some(first) = plan.steps.first() else {
         return out;
     };
-    let mut shape = shape_of(e, first);
-    let mut objects = system.render(&shape);
+    let mut objects = system.render(&shape_of(e, first));
     out.push_str(&format!(
         "# on the cluster: namespace {} (created, deleted at the end), then in it:\n",
         section.namespace
@@ -428,8 +427,7 @@ pub fn describe(e: &Experiment, section: &Cluster, token_note: &str) -> String {
     out.push_str(&agents.to_yaml());
     out.push_str("# each step: what changes before it (a Deployment's rollout is waited for)\n");
     for step in &plan.steps {
-        let next_shape = shape_of(e, step);
-        let next = system.render(&next_shape);
+        let next = system.render(&shape_of(e, step));
         let changes = system::changes(&objects, &next);
         out.push_str(&format!(
             "# step {} ({}): {}\n",
@@ -444,9 +442,7 @@ pub fn describe(e: &Experiment, section: &Cluster, token_note: &str) -> String {
             }
         ));
         objects = next;
-        shape = next_shape;
     }
-    let _ = shape;
     out.push_str(&format!(
         "# at the end: namespace {} deleted, and everything in it\n",
         section.namespace

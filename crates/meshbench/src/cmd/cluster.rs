@@ -103,6 +103,7 @@ pub fn run(
 /// The watcher of one run's journal.
 struct Watcher {
     child: Child,
+    log: PathBuf,
 }
 
 impl Watcher {
@@ -111,8 +112,9 @@ impl Watcher {
         if let Some(dir) = journal.parent() {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         }
-        let log = std::fs::File::create(journal.with_extension("log"))
-            .with_context(|| format!("creating {}", journal.with_extension("log").display()))?;
+        let log_path = journal.with_extension("log");
+        let log = std::fs::File::create(&log_path)
+            .with_context(|| format!("creating {}", log_path.display()))?;
         let mut cmd = Command::new(exe);
         cmd.args(["k8s", "restore", "--when-stdin-closes"])
             .arg(journal)
@@ -122,13 +124,20 @@ impl Watcher {
         // A session of its own: the terminal's Ctrl-C goes to the run's process group only.
         std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
         let child = cmd.spawn().context("starting the cluster run's watcher")?;
-        Ok(Watcher { child })
+        Ok(Watcher {
+            child,
+            log: log_path,
+        })
     }
 
-    /// The run is over and has put everything back: the watcher finds nothing to do.
+    /// The run is over and has put everything back: the watcher finds nothing to do, and its
+    /// empty log goes.
     fn finish(mut self) {
         drop(self.child.stdin.take());
         let _ = self.child.wait();
+        if std::fs::metadata(&self.log).is_ok_and(|m| m.len() == 0) {
+            let _ = std::fs::remove_file(&self.log);
+        }
     }
 }
 
