@@ -1,0 +1,371 @@
+//! A step realised on a Kubernetes cluster: the same step as the lab's (topology, limits,
+//! load), the same record, answers and exports; only where the system under test lives and
+//! who reads its cost differ. The lab starts processes under cgroups and samples them; here
+//! meshbench applies the system under test ([`meshbench_k8s::system`]) in a namespace of its
+//! own, sends the load from agent pods (an Indexed Job whose agents dial this process), and
+//! reads each role's CPU and memory through Prometheus from the kubelets' cAdvisor, the
+//! reader of `external` steps.
+//!
+//! ```text
+//! start:  Istio there? namespace new? ─► journal ─► namespace, backend (+ gateway) ─► agents ─► fleet
+//! step:   shape (limits, ambient labels) ─► apply, wait for each rollout, each Envoy acked
+//!         ─► load from the agents ─► each Envoy's own counts (port-forward to its admin)
+//!         ─► roles read from Prometheus over the steady window ─► StepRecord
+//! end:    namespace deleted (and so everything), journal removed
+//! ```
+//!
+//! Everything meshbench creates is in its namespace, and the namespace is written in the
+//! journal ([`meshbench_k8s::undo`]) before it is created: the end of the run deletes it,
+//! also after an error or Ctrl-C (on drop), and a watcher process outside the run's process
+//! group deletes it when the run is killed. Nothing outside the namespace is changed.
+//!
+//! - `mod.rs`: the run's cluster: checked, set up (the journal first), put back;
+//! - `render.rs`: what an experiment deploys, from its file (pure but for the gateway's
+//!   certificates): the system, each step's shape, the agents, `--dry-run`'s description;
+//! - `step.rs`: one step there: realised, loaded, read.
+
+mod render;
+mod step;
+
+pub use render::{agents_of, describe, shape_of, system_of};
+use render::{first_shape, gateway_objects};
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use meshbench_engine::Stop;
+use meshbench_experiment::cluster::Cluster;
+use meshbench_experiment::config::Experiment;
+use meshbench_k8s::blocking::ApiError;
+use meshbench_k8s::k8s_openapi;
+use meshbench_k8s::system::{self, Shape, System};
+use meshbench_k8s::undo::{self, Header, Journal, Undo, UndoError};
+use meshbench_k8s::{BlockingClient, ClusterError, Objects, Plan};
+use meshbench_results::Topology;
+use serde_json::Value;
+use thiserror::Error;
+
+use crate::agents::{Fleet, FleetError, FleetReach, Token};
+use crate::observer::Observer;
+
+/// The agents' objects' name prefix (pods `meshbench-agents-N-...`).
+const AGENTS: &str = "meshbench";
+/// Envoy's admin port in Istio's proxies (on the pod's loopback).
+const ENVOY_ADMIN: u16 = 15000;
+/// The longest the namespace may take to go at the end.
+const GONE_WITHIN: Duration = Duration::from_secs(180);
+
+/// Why a run could not be set up on the cluster (a step that fails is not one: it is stored).
+#[derive(Debug, Error)]
+pub enum SiteError {
+    #[error(transparent)]
+    Api(#[from] ApiError),
+    #[error(transparent)]
+    Undo(#[from] UndoError),
+    #[error(transparent)]
+    Agents(#[from] ClusterError),
+    #[error(transparent)]
+    Fleet(#[from] FleetError),
+    #[error("the cluster cannot run this experiment: {}", .0.join("; "))]
+    Missing(Vec<String>),
+    #[error("namespace {0} already exists; meshbench creates its own namespace and deletes it at the end: name another (cluster.namespace), or delete it")]
+    NamespaceExists(String),
+    #[error("the gateway's objects: {0}")]
+    Gateway(String),
+}
+
+/// Where the agent pods reach this process.
+pub struct Coordinator {
+    pub listener: TcpListener,
+    pub token: Token,
+    /// The token as the agents' Secret holds it.
+    pub token_text: String,
+}
+
+/// A cluster holding one run's system under test.
+pub struct ClusterSite {
+    client: BlockingClient,
+    section: Cluster,
+    system: System,
+    agents: Objects,
+    /// The objects as last applied, and the shape they were applied for.
+    applied: Mutex<Option<(Shape, Vec<Value>)>>,
+    backend_vip: String,
+    gateway: Option<GatewayAssets>,
+    journal: Option<Journal>,
+}
+
+/// What the load of a gateway step needs.
+struct GatewayAssets {
+    targets: PathBuf,
+    ca: PathBuf,
+    vip: String,
+    domains: usize,
+    routes: usize,
+}
+
+/// What an experiment needs of Istio on the cluster, and the CRD each needs.
+fn needs(e: &Experiment) -> Vec<(&'static str, &'static str)> {
+    let has = |t: Topology| e.topologies.contains(&t);
+    let mut n = Vec::new();
+    let sidecars = has(Topology::Serveronly) || has(Topology::Clientonly) || has(Topology::Both);
+    if sidecars {
+        n.push((
+            "peerauthentications.security.istio.io",
+            "Istio's sidecars (PeerAuthentication)",
+        ));
+    }
+    if has(Topology::Gateway) {
+        n.push((
+            "gateways.networking.istio.io",
+            "Istio's ingress gateway (Gateway, VirtualService)",
+        ));
+    }
+    if has(Topology::Waypoint) {
+        n.push((
+            "gateways.gateway.networking.k8s.io",
+            "the waypoint (the Gateway API's Gateway)",
+        ));
+    }
+    n
+}
+
+/// What the cluster lacks for `e`, one line each: Istio's CRDs, its injector, ambient's
+/// ztunnel. Read only; `--dry-run` asks it too.
+pub fn missing_on_cluster(
+    client: &BlockingClient,
+    e: &Experiment,
+) -> Result<Vec<String>, ApiError> {
+    let mut missing = Vec::new();
+    for (crd, what) in needs(e) {
+        if client
+            .get_cluster_scoped::<CustomResourceDefinition>(crd)?
+            .is_none()
+        {
+            missing.push(format!(
+                "{what} needs Istio installed: the cluster has no CustomResourceDefinition {crd}"
+            ));
+        }
+    }
+    let injects = e.topologies.iter().any(|t| {
+        matches!(
+            t,
+            Topology::Serveronly | Topology::Clientonly | Topology::Both | Topology::Gateway
+        )
+    });
+    if injects {
+        let webhooks = client.list_cluster_scoped::<MutatingWebhookConfiguration>()?;
+        let injector = webhooks.iter().any(|w| {
+            w.webhooks
+                .iter()
+                .flatten()
+                .any(|h| h.name.ends_with("sidecar-injector.istio.io"))
+        });
+        if !injector {
+            missing.push("Istio's sidecar injector is not installed (no MutatingWebhookConfiguration with a *.sidecar-injector.istio.io webhook): install Istio (istioctl install, or its istiod chart)".into());
+        }
+    }
+    let ambient = e
+        .topologies
+        .iter()
+        .any(|t| matches!(t, Topology::Ambient | Topology::Waypoint));
+    if ambient {
+        let ztunnel = client.list::<DaemonSet>("istio-system", "app=ztunnel")?;
+        if ztunnel.is_empty() {
+            missing.push("ambient and waypoint need Istio's ambient data plane: no ztunnel DaemonSet in istio-system (istioctl install --set profile=ambient)".into());
+        }
+    }
+    Ok(missing)
+}
+
+/// The cluster's client for the file's section.
+pub fn connect(section: &Cluster) -> Result<BlockingClient, ApiError> {
+    BlockingClient::connect(section.kubeconfig.as_deref())
+}
+
+impl ClusterSite {
+    /// Sets the run up: checks the cluster, records the namespace in `journal`, creates it
+    /// with the backend (and gateway), starts the agent pods and gathers them as the fleet.
+    pub fn start(
+        e: &Experiment,
+        experiment_text: &str,
+        journal: &Path,
+        coordinator: Coordinator,
+        stop: &Stop,
+        observer: &mut dyn Observer,
+    ) -> Result<(ClusterSite, Fleet), SiteError> {
+        let section = e.cluster.clone().expect("a cluster experiment");
+        let client = connect(&section)?;
+        let missing = missing_on_cluster(&client, e)?;
+        if !missing.is_empty() {
+            return Err(SiteError::Missing(missing));
+        }
+        if client
+            .get_cluster_scoped::<Namespace>(&section.namespace)?
+            .is_some()
+        {
+            return Err(SiteError::NamespaceExists(section.namespace.clone()));
+        }
+        let mut system = system_of(e, &section);
+        let files = std::env::temp_dir().join(format!("meshbench-cluster-{}", std::process::id()));
+        let mut gateway = None;
+        if system.gateway {
+            let (objects, targets, ca) = gateway_objects(e, &section.namespace, &files)?;
+            system.gateway_objects = objects;
+            gateway = Some(GatewayAssets {
+                targets,
+                ca,
+                vip: String::new(),
+                domains: e.gateway.domains as usize,
+                routes: (e.gateway.domains * e.gateway.paths) as usize,
+            });
+        }
+        let plan = agents_of(
+            e,
+            &section,
+            &system,
+            &coordinator.token_text,
+            experiment_text,
+        );
+        // On disk before the namespace is asked for.
+        let mut journal = Journal::create(
+            journal,
+            &Header {
+                pid: std::process::id(),
+                kubeconfig: section.kubeconfig.clone(),
+            },
+        )?;
+        journal.record(&Undo::DeleteNamespace {
+            name: section.namespace.clone(),
+        })?;
+        let agents = plan.render();
+        let mut site = ClusterSite {
+            client,
+            section,
+            system,
+            agents,
+            applied: Mutex::new(None),
+            backend_vip: String::new(),
+            gateway,
+            journal: Some(journal),
+        };
+        match site.bring_up(e, &plan, coordinator, stop, observer) {
+            Ok(fleet) => Ok((site, fleet)),
+            Err(err) => {
+                // Said before the cluster is put back, which takes a while.
+                observer.warning(&format!("cluster: {err}; putting the cluster back"));
+                drop(site);
+                Err(err)
+            }
+        }
+    }
+
+    /// The first step's objects applied, the agent pods started and gathered as the fleet.
+    fn bring_up(
+        &mut self,
+        e: &Experiment,
+        plan: &Plan,
+        coordinator: Coordinator,
+        stop: &Stop,
+        observer: &mut dyn Observer,
+    ) -> Result<Fleet, SiteError> {
+        let site = self;
+        // The namespace first, then the rest of the first step's shape; the pods start while
+        // the agents do.
+        let first = first_shape(e);
+        let objects = site.system.render(&first);
+        site.client.apply(&objects[0])?;
+        site.client.apply_all(objects[1..].to_vec())?;
+        *site.applied.lock().expect("not poisoned") = Some((first, objects));
+        site.backend_vip = site.service_ip(system::BACKEND)?;
+        if let Some(g) = site.gateway.as_mut() {
+            g.vip = site
+                .client
+                .get::<Service>(&site.section.namespace, system::GATEWAY)?
+                .and_then(|s| s.spec?.cluster_ip)
+                .unwrap_or_default();
+        }
+        observer.note(&format!(
+            "cluster: applied namespace {} with the system under test; starting {} agent pod(s)",
+            site.section.namespace, plan.agents
+        ));
+        site.client.apply_agents(&site.agents)?;
+        let wanted = plan.agents as usize;
+        let wait = Duration::from_secs_f64(site.section.rollout_timeout_secs);
+        site.client
+            .wait_agents(&site.agents, wanted, wait, || !stop.requested(), |_| {})?;
+        let fleet = Fleet::gather(
+            FleetReach::Listen {
+                listener: coordinator.listener,
+                agents: wanted,
+                wait,
+            },
+            coordinator.token,
+            None,
+        )?;
+        Ok(fleet)
+    }
+
+    fn service_ip(&self, name: &str) -> Result<String, ApiError> {
+        Ok(self
+            .client
+            .get::<Service>(&self.section.namespace, name)?
+            .and_then(|s| s.spec?.cluster_ip)
+            .unwrap_or_default())
+    }
+
+    /// The pods of `app` (by its label) that are not going away.
+    fn pods(&self, selector: &str) -> Result<Vec<Pod>, ApiError> {
+        Ok(self
+            .client
+            .list::<Pod>(&self.section.namespace, selector)?
+            .into_iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .collect())
+    }
+
+    /// Puts the cluster back: the namespace deleted and waited for, the journal removed.
+    pub fn restore(&mut self, progress: impl FnMut(&str)) -> Result<(), UndoError> {
+        let Some(journal) = self.journal.take() else {
+            return Ok(());
+        };
+        undo::restore(
+            &self.client,
+            &[Undo::DeleteNamespace {
+                name: self.section.namespace.clone(),
+            }],
+            GONE_WITHIN,
+            progress,
+        )?;
+        journal.close()
+    }
+}
+
+impl Drop for ClusterSite {
+    /// An error or a panic between start and restore still puts the cluster back.
+    fn drop(&mut self) {
+        if self.journal.is_some() {
+            if let Err(e) = self.restore(|line| eprintln!("meshbench: {line}")) {
+                eprintln!("meshbench: warning: the cluster was not put back: {e}; `meshbench k8s restore` does it");
+            }
+        }
+    }
+}
+
+/// The journal of a run by this process, beside the store.
+pub fn journal_path(store: &Path) -> PathBuf {
+    let stem = store
+        .file_stem()
+        .map_or_else(|| "results".into(), |s| s.to_string_lossy());
+    store
+        .parent()
+        .unwrap_or(Path::new(""))
+        .join(format!("{stem}-cluster-runs"))
+        .join(format!("{}.jsonl", std::process::id()))
+}

@@ -1,0 +1,263 @@
+//! What an experiment deploys on a cluster, from its file: the system under test
+//! (`meshbench_k8s::system::System`), each step's shape (its limits, ambient labels, mTLS
+//! mode), the agents' Job, the gateway's Istio objects as `gen gateway --for istio` writes
+//! them, and `--dry-run`'s description of all of it, step by step.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use meshbench_experiment::cluster::{AntiAffinity as FileAntiAffinity, Cluster};
+use meshbench_experiment::config::Experiment;
+use meshbench_experiment::Step;
+use meshbench_k8s::render::PodExtras;
+use meshbench_k8s::system::{self, Resources, Shape, System};
+use meshbench_k8s::{AntiAffinity, Plan};
+use meshbench_lab::gateway::istio_objects::{Istio, Place};
+use meshbench_lab::gateway::{self, CertLayout, GatewayPlan};
+use meshbench_results::{Class, PeerAuthentication, Topology};
+use serde_json::Value;
+
+use super::{SiteError, AGENTS};
+
+/// The system an experiment deploys (its gateway objects come later).
+pub fn system_of(e: &Experiment, section: &Cluster) -> System {
+    let has = |t: Topology| e.topologies.contains(&t);
+    let mut backend_args = vec![
+        "--size".to_string(),
+        e.load
+            .response_bytes
+            .first()
+            .copied()
+            .unwrap_or(1024)
+            .to_string(),
+    ];
+    if e.backend.threads > 0 {
+        backend_args.extend(["--threads".into(), e.backend.threads.to_string()]);
+    }
+    if e.backend.delay_ms > 0 {
+        backend_args.extend(["--delay".into(), format!("{}ms", e.backend.delay_ms)]);
+    }
+    if e.load.protocol.is_http2() {
+        backend_args.push("--http2".into());
+    }
+    let tolerations = section
+        .system_under_test
+        .tolerations
+        .iter()
+        .map(|t| serde_json::to_value(t).expect("a toleration serialises"))
+        .map(|mut v| {
+            // The pod spec takes no nulls for the keys not given.
+            if let Some(m) = v.as_object_mut() {
+                m.retain(|_, x| !x.is_null());
+            }
+            v
+        })
+        .collect();
+    System {
+        namespace: section.namespace.clone(),
+        image: section.image.clone(),
+        pull_policy: section.image_pull_policy.name().into(),
+        backend_args,
+        server_sidecar: has(Topology::Serveronly) || has(Topology::Both),
+        client_sidecar: has(Topology::Clientonly) || has(Topology::Both),
+        gateway: has(Topology::Gateway),
+        waypoint: has(Topology::Waypoint),
+        revision: section.istio_revision.clone(),
+        node_selector: section.system_under_test.node_selector.clone(),
+        tolerations,
+        coordinator_port: section.coordinator_port().unwrap_or(0),
+        gateway_objects: Vec::new(),
+    }
+}
+
+/// The shape of `step`'s system: its limits (the swept one at the step's value), its
+/// ambient labels, its mTLS mode.
+pub fn shape_of(e: &Experiment, step: &Step) -> Shape {
+    let swept = |class: Class| step.cpu.filter(|(c, _)| *c == class).map(|(_, c)| c);
+    let resources = |class: Class, r: &meshbench_experiment::config::RoleLimits| Resources {
+        cpu_cores: swept(class).or_else(|| r.cpus.first().copied()),
+        memory_mib: r.memory_mib,
+    };
+    let sidecars = matches!(
+        step.topology,
+        Topology::Serveronly | Topology::Clientonly | Topology::Both
+    ) || e.topologies.iter().any(|t| {
+        matches!(
+            t,
+            Topology::Serveronly | Topology::Clientonly | Topology::Both
+        )
+    });
+    let mode = match (e.proxy.mtls, step.peer_authentication) {
+        (false, _) => PeerAuthentication::Disable,
+        (true, Some(m)) => m,
+        (true, None) => e
+            .proxy
+            .peer_authentication
+            .first()
+            .copied()
+            .unwrap_or_default(),
+    };
+    Shape {
+        proxy: resources(Class::Proxy, &e.limits.proxy),
+        client_proxy: Resources {
+            cpu_cores: e.limits.proxy.cpus.first().copied(),
+            memory_mib: e.limits.proxy.memory_mib,
+        },
+        backend: resources(Class::Backend, &e.limits.backend),
+        ambient: matches!(step.topology, Topology::Ambient | Topology::Waypoint),
+        use_waypoint: step.topology == Topology::Waypoint,
+        peer_authentication: sidecars.then(|| mode.name().to_ascii_uppercase()),
+    }
+}
+
+/// The agents' Job, Service, ConfigMap and Secret for `e` on `section`'s cluster.
+pub fn agents_of(
+    e: &Experiment,
+    section: &Cluster,
+    system: &System,
+    token: &str,
+    experiment_text: &str,
+) -> Plan {
+    let first = first_shape(e);
+    let (labels, annotations) = system.agent_pod(&first);
+    let how = match section.load_anti_affinity {
+        FileAntiAffinity::Preferred => AntiAffinity::Preferred,
+        FileAntiAffinity::Required => AntiAffinity::Required,
+        FileAntiAffinity::None => AntiAffinity::None,
+    };
+    Plan {
+        name: AGENTS.into(),
+        namespace: section.namespace.clone(),
+        agents: e.agents.as_ref().and_then(|a| a.count).unwrap_or(1) as u32,
+        image: section.image.clone(),
+        coordinator: section.coordinator.clone(),
+        token: token.to_string(),
+        experiment_file_name: "experiment.yaml".into(),
+        experiment: experiment_text.to_string(),
+        cpu: section.agent_cpu.clone(),
+        memory: section.agent_memory.clone(),
+        sysctls: Vec::new(),
+        anti_affinity: how,
+        pod: PodExtras {
+            labels,
+            annotations,
+            pull_policy: Some(section.image_pull_policy.name().into()),
+            service_account: Some(system::AGENTS_ACCOUNT.into()),
+            avoid: Some((
+                BTreeMap::from([(
+                    system::PART.to_string(),
+                    system::SYSTEM_UNDER_TEST.to_string(),
+                )]),
+                how,
+            )),
+        },
+    }
+}
+
+/// The shape of an experiment's first step.
+pub(super) fn first_shape(e: &Experiment) -> Shape {
+    let plan = meshbench_experiment::Plan::compile(e);
+    plan.steps
+        .first()
+        .map(|s| shape_of(e, s))
+        .unwrap_or_default()
+}
+
+/// The gateway's Istio objects, as `gen gateway --for istio` writes them for this namespace,
+/// and the files the load needs (targets, CA), written under `dir`.
+pub(super) fn gateway_objects(
+    e: &Experiment,
+    namespace: &str,
+    dir: &Path,
+) -> Result<(Vec<Value>, PathBuf, PathBuf), SiteError> {
+    let plan = GatewayPlan {
+        domains: e.gateway.domains as usize,
+        paths: e.gateway.paths as usize,
+        tls: true,
+        http2: e.load.protocol.is_http2(),
+        http3: false,
+        grpc: e.load.protocol == meshbench_results::Protocol::Grpc,
+        certs: CertLayout::PerDomain,
+        backend: SocketAddr::from(([127, 0, 0, 1], system::CAPTURED)),
+        listen: SocketAddr::from(([0, 0, 0, 0], 443)),
+        workers: 0,
+        admin: None,
+        out: dir.to_path_buf(),
+    };
+    let istio = Istio::within(Place {
+        namespace: namespace.to_string(),
+        selector: (
+            system::GATEWAY_SELECTOR.0.to_string(),
+            system::GATEWAY_SELECTOR.1.to_string(),
+        ),
+        backend_host: Some(format!("{}.{namespace}.svc.cluster.local", system::BACKEND)),
+        backend_port: Some(system::CAPTURED),
+    });
+    let generated =
+        gateway::generate(&plan, &istio).map_err(|e| SiteError::Gateway(e.to_string()))?;
+    let mut objects = Vec::new();
+    for file in generated.files.iter().filter(|f| {
+        f.file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("istio-"))
+    }) {
+        let text = std::fs::read_to_string(file)
+            .map_err(|e| SiteError::Gateway(format!("{}: {e}", file.display())))?;
+        objects.extend(
+            meshbench_k8s::blocking::documents(&text)
+                .map_err(|e| SiteError::Gateway(e.to_string()))?,
+        );
+    }
+    Ok((objects, dir.join("targets.txt"), dir.join("ca.pem")))
+}
+
+/// Every object and change a run would make, for `--dry-run`: the objects of the first step,
+/// then each step's changes.
+pub fn describe(e: &Experiment, section: &Cluster, token_note: &str) -> String {
+    let plan = meshbench_experiment::Plan::compile(e);
+    let mut system = system_of(e, section);
+    let mut out = String::new();
+    let dir = std::env::temp_dir().join(format!("meshbench-dry-run-{}", std::process::id()));
+    if system.gateway {
+        match gateway_objects(e, &section.namespace, &dir) {
+            Ok((objects, _, _)) => system.gateway_objects = objects,
+            Err(err) => out.push_str(&format!("# the gateway's objects: {err}\n")),
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let Some(first) = plan.steps.first() else {
+        return out;
+    };
+    let mut objects = system.render(&shape_of(e, first));
+    out.push_str(&format!(
+        "# on the cluster: namespace {} (created, deleted at the end), then in it:\n",
+        section.namespace
+    ));
+    out.push_str(&system::to_yaml(&objects));
+    let agents = agents_of(e, section, &system, token_note, "# the experiment file\n").render();
+    out.push_str("---\n");
+    out.push_str(&agents.to_yaml());
+    out.push_str("# each step: what changes before it (a Deployment's rollout is waited for)\n");
+    for step in &plan.steps {
+        let next = system.render(&shape_of(e, step));
+        let changes = system::changes(&objects, &next);
+        out.push_str(&format!(
+            "# step {} ({}): {}\n",
+            step.index + 1,
+            step.variant(),
+            if step.index == 0 {
+                "the objects above".to_string()
+            } else if changes.is_empty() {
+                "no change".to_string()
+            } else {
+                changes.join("; ")
+            }
+        ));
+        objects = next;
+    }
+    out.push_str(&format!(
+        "# at the end: namespace {} deleted, and everything in it\n",
+        section.namespace
+    ));
+    out
+}
