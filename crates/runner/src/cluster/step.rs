@@ -10,17 +10,20 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::Pod;
 use meshbench_engine::Stop;
 use meshbench_experiment::config::Experiment;
+use meshbench_experiment::external::promql::with_window;
 use meshbench_experiment::external::{Preset, Role as PromRole};
 use meshbench_experiment::Step;
 use meshbench_k8s::k8s_openapi;
 use meshbench_k8s::system::{self, Path as Through, Shape};
 use meshbench_lab::control_plane::ready::{self, Awaited, Expected, SidecarExpected};
 use meshbench_lab::program::envoy::admin::{self, AdminError};
+use meshbench_lab::sampler;
 use meshbench_results::{
     ChainRole, Class, Figure, PlayedBy, Program, ProxyCounters, Role, StepFailure, Topology,
 };
 use meshbench_store::StepRecord;
 
+use crate::external::prometheus::Prometheus;
 use crate::load::{LoadOptions, TargetSource};
 use crate::observer::{Observer, StepAt};
 use crate::steps::{aim_at_gateway, load_for, resolve_at};
@@ -274,6 +277,64 @@ impl ClusterSite {
         roles
     }
 
+    /// Waits until Prometheus has every role's series of the pods as they are now, and has had
+    /// them for a rate window (less the warm-up, which comes before the steady window): a pod
+    /// a rollout just made is scraped a scrape interval or more later, and a series that is
+    /// not there for the whole window makes its role missing. At most four scrape intervals
+    /// and half a minute; then why not.
+    fn wait_observable(
+        &self,
+        e: &Experiment,
+        roles: &[PromRole],
+        stop: &Stop,
+    ) -> Result<(), String> {
+        let x = self.section.prometheus();
+        let window = x.window_ms(e.sample_interval_ms);
+        let timeout = Duration::from_secs_f64(x.query_timeout_secs);
+        let limit = Duration::from_secs_f64(4.0 * x.scrape_interval_secs + 30.0);
+        let began = Instant::now();
+        let prom = Prometheus::new(&x.prometheus_url, timeout, limit + timeout);
+        let queries: Vec<(String, String)> = roles
+            .iter()
+            .filter_map(|r| {
+                let q = r.queries().get(Figure::Cpu).ok()?.expr.clone();
+                Some((r.name.clone(), with_window(&q, window)))
+            })
+            .collect();
+        let mut waiting: Vec<String> = Vec::new();
+        loop {
+            waiting.clear();
+            let now = sampler::now_ms() as f64 / 1000.0;
+            for (name, q) in &queries {
+                match prom.query(q, now) {
+                    Ok(series) if !series.is_empty() => {}
+                    Ok(_) => waiting.push(format!("{name}: no series yet")),
+                    Err(e) if e.is_fatal() => return Err(format!("Prometheus: {e}")),
+                    Err(e) => waiting.push(format!("{name}: {e}")),
+                }
+            }
+            if waiting.is_empty() {
+                break;
+            }
+            if began.elapsed() >= limit || stop.requested() {
+                return Err(format!(
+                    "Prometheus did not have the roles' series within {} s ({})",
+                    limit.as_secs(),
+                    waiting.join("; ")
+                ));
+            }
+            std::thread::sleep(Duration::from_secs(1));
+        }
+        // Seen now: a rate over the window's first point needs a window of samples.
+        let settle =
+            Duration::from_millis(window).saturating_sub(Duration::from_secs_f64(e.warmup_secs));
+        let end = Instant::now() + settle;
+        while Instant::now() < end && !stop.requested() {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Ok(())
+    }
+
     /// Each single-pod Envoy's admin, through its pod, for the witness.
     fn admins(&self, topology: Topology) -> Vec<(ChainRole, meshbench_k8s::Forward)> {
         let Ok(envoys) = self.envoys(topology) else {
@@ -308,6 +369,15 @@ impl Lab {
             record.fail(StepFailure::RigDidNotStart(why));
             return record;
         }
+        let roles = site.roles(step.topology);
+        if let Err(why) = site.wait_observable(e, &roles, stop) {
+            observer.warning(&format!(
+                "step {}/{} ({}): {why}; the step goes on, those roles may be missing",
+                step.index + 1,
+                at.steps,
+                record.variant
+            ));
+        }
         let options = site.load_options(e, step);
         let load = match resolve_at(&options, at) {
             Ok(load) => load,
@@ -340,8 +410,7 @@ impl Lab {
         let window_ms = measured.window_ms;
         record.set_result(measured.result);
         let x = site.section.prometheus();
-        let reading =
-            crate::external::read_window(e, &x, &site.roles(step.topology), window_ms, stop);
+        let reading = crate::external::read_window(e, &x, &roles, window_ms, stop);
         for w in &reading.warnings {
             observer.warning(&format!(
                 "step {}/{} ({}): {w}",
