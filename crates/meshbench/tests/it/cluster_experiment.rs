@@ -403,6 +403,17 @@ fn experiment_files_run_on_the_node_sweep_its_limits_and_leave_it_as_it_was() {
         "{why}"
     );
     assert_gone(&k, "gateway", &store);
+    // The gateway's keys and certificates on this machine went with the run.
+    let left: Vec<PathBuf> = std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("meshbench-cluster-"))
+        })
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
     eprintln!(
         "gateway: 2 limits ok, 1 refused, in {:.0} s",
         began.elapsed().as_secs_f64()

@@ -99,6 +99,18 @@ pub struct ClusterSite {
     backend_vip: String,
     gateway: Option<GatewayAssets>,
     journal: Option<Journal>,
+    /// The gateway's CA, certificates, keys and targets on this machine.
+    scratch: Scratch,
+}
+
+/// A directory of this run's files, removed with everything in it when dropped (the gateway's
+/// private keys do not outlive the run).
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// What the load of a gateway step needs.
@@ -213,10 +225,11 @@ impl ClusterSite {
             return Err(SiteError::NamespaceExists(section.namespace.clone()));
         }
         let mut system = system_of(e, &section);
-        let files = std::env::temp_dir().join(format!("meshbench-cluster-{}", std::process::id()));
+        let scratch =
+            Scratch(std::env::temp_dir().join(format!("meshbench-cluster-{}", std::process::id())));
         let mut gateway = None;
         if system.gateway {
-            let (objects, targets, ca) = gateway_objects(e, &section.namespace, &files)?;
+            let (objects, targets, ca) = gateway_objects(e, &section.namespace, &scratch.0)?;
             system.gateway_objects = objects;
             gateway = Some(GatewayAssets {
                 targets,
@@ -254,6 +267,7 @@ impl ClusterSite {
             backend_vip: String::new(),
             gateway,
             journal: Some(journal),
+            scratch,
         };
         match site.bring_up(e, &plan, coordinator, stop, observer) {
             Ok(fleet) => Ok((site, fleet)),
@@ -330,8 +344,12 @@ impl ClusterSite {
             .collect())
     }
 
-    /// Puts the cluster back: the namespace deleted and waited for, the journal removed.
+    /// Puts the cluster back: the namespace deleted and waited for, the journal removed, this
+    /// machine's copy of the gateway's files removed.
     pub fn restore(&mut self, progress: impl FnMut(&str)) -> Result<(), UndoError> {
+        // This machine's copy of the gateway's keys goes first (the directory is removed on
+        // drop as well, whatever happens below).
+        let _ = std::fs::remove_dir_all(&self.scratch.0);
         let Some(journal) = self.journal.take() else {
             return Ok(());
         };
