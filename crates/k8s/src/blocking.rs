@@ -142,6 +142,14 @@ struct Shared {
     resources: Mutex<HashMap<GroupVersionKind, (ApiResource, Scope)>>,
 }
 
+/// A deletion whose object was already gone is done.
+fn already_gone<T>(deleted: Result<T, ApiError>) -> Result<(), ApiError> {
+    match deleted {
+        Ok(_) | Err(ApiError::Refused { code: 404, .. }) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
 /// Every document of a YAML stream (`---` separated), empty ones left out.
 pub fn documents(yaml: &str) -> Result<Vec<Value>, ApiError> {
     let mut docs = Vec::new();
@@ -517,14 +525,10 @@ impl BlockingClient {
     pub fn delete_namespace(&self, name: &str) -> Result<(), ApiError> {
         let api: Api<Namespace> = Api::all(self.shared.client.clone());
         let what = format!("deleting namespace {name}");
-        match self.runtime.block_on(bounded(
+        already_gone(self.runtime.block_on(bounded(
             &what,
             api.delete(name, &DeleteParams::background()),
-        )) {
-            Ok(_) => Ok(()),
-            Err(ApiError::Refused { code: 404, .. }) => Ok(()),
-            Err(e) => Err(e),
-        }
+        )))
     }
 
     /// Deletes the pods of `namespace` that `selector` matches, given `grace` to end.
@@ -537,22 +541,22 @@ impl BlockingClient {
         let api: Api<Pod> = Api::namespaced(self.shared.client.clone(), namespace);
         let what = format!("deleting the pods in {namespace} ({selector})");
         let params = DeleteParams::default().grace_period(grace.as_secs() as u32);
-        match self.runtime.block_on(bounded(
+        already_gone(self.runtime.block_on(bounded(
             &what,
             api.delete_collection(&params, &ListParams::default().labels(selector)),
-        )) {
-            Ok(_) => Ok(()),
-            Err(ApiError::Refused { code: 404, .. }) => Ok(()),
-            Err(e) => Err(e),
+        )))
+    }
+
+    /// The engine's client on the same connection ([`crate::Cluster`]).
+    fn as_cluster(&self) -> crate::Cluster {
+        crate::Cluster {
+            client: self.shared.client.clone(),
         }
     }
 
     /// The agents' objects applied ([`crate::Cluster::apply`]).
     pub fn apply_agents(&self, o: &crate::Objects) -> Result<(), crate::ClusterError> {
-        let cluster = crate::Cluster {
-            client: self.shared.client.clone(),
-        };
-        self.runtime.block_on(cluster.apply(o))
+        self.runtime.block_on(self.as_cluster().apply(o))
     }
 
     /// Waits for the agent pods ([`crate::Cluster::wait_ready`]).
@@ -564,11 +568,10 @@ impl BlockingClient {
         go_on: impl Fn() -> bool,
         progress: impl FnMut(usize),
     ) -> Result<Vec<crate::AgentPod>, crate::ClusterError> {
-        let cluster = crate::Cluster {
-            client: self.shared.client.clone(),
-        };
-        self.runtime
-            .block_on(cluster.wait_ready(o, wanted, timeout, go_on, progress))
+        self.runtime.block_on(
+            self.as_cluster()
+                .wait_ready(o, wanted, timeout, go_on, progress),
+        )
     }
 
     /// A token for ServiceAccount `account` in `namespace`, for `audience`, valid for

@@ -50,6 +50,8 @@ pub enum UndoError {
 pub struct Journal {
     path: PathBuf,
     file: std::fs::File,
+    /// What was recorded, in order.
+    undos: Vec<Undo>,
 }
 
 fn file_error(path: &Path) -> impl FnOnce(std::io::Error) -> UndoError + '_ {
@@ -69,6 +71,7 @@ impl Journal {
         let mut j = Journal {
             path: path.to_path_buf(),
             file,
+            undos: Vec::new(),
         };
         j.line(&serde_json::to_string(header).expect("a header serialises"))?;
         Ok(j)
@@ -80,7 +83,14 @@ impl Journal {
 
     /// Records a change about to be made; returns once it is on disk.
     pub fn record(&mut self, undo: &Undo) -> Result<(), UndoError> {
-        self.line(&serde_json::to_string(undo).expect("an undo serialises"))
+        self.line(&serde_json::to_string(undo).expect("an undo serialises"))?;
+        self.undos.push(undo.clone());
+        Ok(())
+    }
+
+    /// Every change recorded so far, in order.
+    pub fn undos(&self) -> &[Undo] {
+        &self.undos
     }
 
     fn line(&mut self, text: &str) -> Result<(), UndoError> {

@@ -694,26 +694,17 @@ impl Rig {
         });
         let port = sidecars::SERVICE_PORT;
         if let Some(role) = server_sidecar {
-            let expected = ready::SidecarExpected {
-                listeners: vec!["virtualOutbound".into(), "virtualInbound".into()],
-                clusters: vec![format!("inbound|{port}||")],
-            };
+            let expected = ready::SidecarExpected::server(port);
             let launch = self.sidecar_launch(spec, &role, &server, &server_ns, expected)?;
             self.start_role(spec, cgroups.as_ref(), launch)?;
         }
         if let Some(role) = client_sidecar {
-            let expected = ready::SidecarExpected {
-                listeners: vec![
-                    "virtualOutbound".into(),
-                    "virtualInbound".into(),
-                    format!("0.0.0.0_{port}"),
-                ],
-                clusters: vec![format!(
-                    "outbound|{port}||{}.{}.svc.cluster.local::{backend}",
-                    sidecars::SERVICE,
-                    sidecars::APP_NAMESPACE
-                )],
-            };
+            let host = format!(
+                "{}.{}.svc.cluster.local",
+                sidecars::SERVICE,
+                sidecars::APP_NAMESPACE
+            );
+            let expected = ready::SidecarExpected::client(port, &host, backend);
             let launch = self.sidecar_launch(spec, &role, &client, &client_ns, expected)?;
             self.start_role(spec, cgroups.as_ref(), launch)?;
         }

@@ -24,6 +24,13 @@ pub struct StepAt<'a> {
     pub service_at_lower_load_us: Option<u64>,
 }
 
+impl StepAt<'_> {
+    /// How a warning names the step: `step 3/12 (serveronly)`.
+    pub fn tag(&self, variant: &str) -> String {
+        format!("step {}/{} ({variant})", self.step.index + 1, self.steps)
+    }
+}
+
 pub trait Observer {
     /// The experiment is stored as `id` and about to run `steps` steps, about `secs` in all.
     fn experiment_started(&mut self, _id: i64, _steps: usize, _secs: f64) {}

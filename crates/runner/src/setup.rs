@@ -198,23 +198,31 @@ fn limits(r: &meshbench_experiment::config::RoleLimits, swept: Option<f64>) -> L
     }
 }
 
+/// `meshbench backend`'s arguments besides where it listens: the response size, its threads
+/// (`None`: the backend's default), the file's delay.
+pub fn backend_args(e: &Experiment, size: u64, threads: Option<usize>) -> Vec<String> {
+    let mut args = vec!["--size".to_string(), size.to_string()];
+    if let Some(n) = threads {
+        args.extend(["--threads".into(), n.to_string()]);
+    }
+    if e.backend.delay_ms > 0 {
+        args.extend(["--delay".into(), format!("{}ms", e.backend.delay_ms)]);
+    }
+    args
+}
+
 /// The rig of one step.
 pub fn rig_spec(e: &Experiment, step: &Step, id: i64, exe: PathBuf) -> RigSpec {
     let swept = |class: Class| step.cpu.filter(|(c, _)| *c == class).map(|(_, c)| c);
-    let mut backend_args = vec![
-        "--size".to_string(),
-        // A lab step always asks for a size (only an external variant's server chooses).
-        step.load.response_bytes.unwrap_or_default().to_string(),
-        "--threads".to_string(),
-        match e.backend.threads {
+    // A lab step always asks for a size (only an external variant's server chooses).
+    let backend_args = backend_args(
+        e,
+        step.load.response_bytes.unwrap_or_default(),
+        Some(match e.backend.threads {
             0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
             n => n as usize,
-        }
-        .to_string(),
-    ];
-    if e.backend.delay_ms > 0 {
-        backend_args.extend(["--delay".into(), format!("{}ms", e.backend.delay_ms)]);
-    }
+        }),
+    );
     RigSpec {
         topology: step.topology,
         proxy: program_spec(&e.proxy),

@@ -235,18 +235,7 @@ impl Lab {
                 missing: Default::default(),
                 proxy: None,
             };
-            if let Some(reading) = witness(role.name, &before, &after) {
-                match reading {
-                    Ok(counters) => usage.proxy = Some(counters),
-                    Err(why) => {
-                        observer.warning(&format!(
-                            "{}: {why}; its own counts are not kept (the step is)",
-                            role.name
-                        ));
-                        usage.missing.insert(Figure::Proxy, why.to_string());
-                    }
-                }
-            }
+            keep_witness(&mut usage, role.name, &before, &after, observer);
             record.usage.push(usage);
             record.samples.insert(Role::Chain(role.name), samples);
         }
@@ -388,6 +377,27 @@ fn read_admins(rig: &Rig) -> BTreeMap<ChainRole, Result<ProxyCounters, AdminErro
             Some((r.name, read))
         })
         .collect()
+}
+
+/// A role's own counts over the step into its `usage` ([`witness`]); why they are missing, if
+/// they are, said once and kept with it.
+pub(crate) fn keep_witness(
+    usage: &mut RoleUsage,
+    role: ChainRole,
+    before: &BTreeMap<ChainRole, Result<ProxyCounters, AdminError>>,
+    after: &BTreeMap<ChainRole, Result<ProxyCounters, AdminError>>,
+    observer: &mut dyn Observer,
+) {
+    match witness(role, before, after) {
+        None => {}
+        Some(Ok(counters)) => usage.proxy = Some(counters),
+        Some(Err(why)) => {
+            observer.warning(&format!(
+                "{role}: {why}; its own counts are not kept (the step is)"
+            ));
+            usage.missing.insert(Figure::Proxy, why.to_string());
+        }
+    }
 }
 
 /// A role's own counts over the step: the reading after the load since the one before it, or

@@ -44,6 +44,30 @@ pub struct SidecarExpected {
     pub clusters: Vec<String>,
 }
 
+impl SidecarExpected {
+    /// A server's sidecar: the capture's listeners, and the inbound cluster to the
+    /// application on `port` beside it.
+    pub fn server(port: u16) -> SidecarExpected {
+        SidecarExpected {
+            listeners: vec!["virtualOutbound".into(), "virtualInbound".into()],
+            clusters: vec![format!("inbound|{port}||")],
+        }
+    }
+
+    /// A client's sidecar: the capture's listeners, the Service's outbound listener on
+    /// `port`, and its cluster to `host` with the backend pod's endpoint `backend`.
+    pub fn client(port: u16, host: &str, backend: std::net::SocketAddr) -> SidecarExpected {
+        SidecarExpected {
+            listeners: vec![
+                "virtualOutbound".into(),
+                "virtualInbound".into(),
+                format!("0.0.0.0_{port}"),
+            ],
+            clusters: vec![format!("outbound|{port}||{host}::{backend}")],
+        }
+    }
+}
+
 /// What an agent's Envoy waits for.
 #[derive(Debug, Clone, Copy)]
 pub enum Awaited<'a> {

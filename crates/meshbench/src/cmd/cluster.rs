@@ -56,7 +56,7 @@ pub fn run(
     faces: Option<&Faces>,
 ) -> Result<(Finished, u8)> {
     let section = e.cluster.as_ref().expect("a cluster experiment");
-    restore_ended(&journal_dir(store_path));
+    restore_ended(&cluster::journal_dir(store_path));
     let (token, token_text) = super::k8s::token_for_pods(args.agents.auth.token_file.as_deref())?;
     let port = section.coordinator_port().unwrap_or(0);
     let listen = e
@@ -141,39 +141,33 @@ impl Watcher {
     }
 }
 
-/// Where the journals of runs with this store are.
-fn journal_dir(store: &Path) -> PathBuf {
-    cluster::journal_path(store)
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_default()
-}
-
 /// Undoes the journals in `dir` whose runs have ended (their process is gone), one line each.
 fn restore_ended(dir: &Path) {
-    for path in journals(dir) {
-        match undo::read(&path) {
-            Ok(r) if Path::new(&format!("/proc/{}", r.header.pid)).exists() => {}
-            Ok(_) | Err(_) => {
-                eprintln!(
-                    "meshbench: a cluster run ended without putting everything back ({}); doing it now",
-                    path.display()
-                );
-                if let Err(err) = restore_one(&path) {
-                    eprintln!("meshbench: warning: {err:#}");
-                }
-            }
+    for path in ended_journals(dir) {
+        eprintln!(
+            "meshbench: a cluster run ended without putting everything back ({}); doing it now",
+            path.display()
+        );
+        if let Err(err) = restore_one(&path) {
+            eprintln!("meshbench: warning: {err:#}");
         }
     }
 }
 
-fn journals(dir: &Path) -> Vec<PathBuf> {
+/// The journals in `dir` whose runs have ended: their process is gone, or the file is not a
+/// journal that names one.
+fn ended_journals(dir: &Path) -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = std::fs::read_dir(dir)
         .into_iter()
         .flatten()
         .flatten()
         .map(|e| e.path())
         .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+        .filter(|p| {
+            undo::read(p).map_or(true, |r| {
+                !Path::new(&format!("/proc/{}", r.header.pid)).exists()
+            })
+        })
         .collect();
     out.sort();
     out
@@ -204,14 +198,7 @@ pub fn restore(a: K8sRestoreArgs) -> Result<u8> {
             .store
             .clone()
             .unwrap_or_else(meshbench_store::default_path);
-        journals(&journal_dir(&store))
-            .into_iter()
-            .filter(|p| {
-                undo::read(p)
-                    .map(|r| !Path::new(&format!("/proc/{}", r.header.pid)).exists())
-                    .unwrap_or(true)
-            })
-            .collect()
+        ended_journals(&cluster::journal_dir(&store))
     } else {
         a.journals.clone()
     };

@@ -43,9 +43,9 @@ fn preset(name: &str) -> String {
     format!("{}/../../examples/{name}", env!("CARGO_MANIFEST_DIR"))
 }
 
-/// `meshbench experiment` of a preset on the node, started: `--set` each of `sets`, but a
-/// flag (`--dry-run`) as it is.
-fn start(preset_file: &str, store: &Path, sets: &[String]) -> Child {
+/// `meshbench experiment` of a preset on the node: `--set` each of `sets`, but a flag
+/// (`--dry-run`) as it is.
+fn command(preset_file: &str, store: &Path, sets: &[String]) -> Command {
     let mut cmd = Command::new(common::bin());
     cmd.args(["experiment", &preset(preset_file), "--quiet", "--store"])
         .arg(store)
@@ -59,7 +59,26 @@ fn start(preset_file: &str, store: &Path, sets: &[String]) -> Child {
             false => cmd.args(["--set", s]),
         };
     }
-    cmd.spawn().expect("meshbench experiment")
+    cmd
+}
+
+/// [`command`], started.
+fn start(preset_file: &str, store: &Path, sets: &[String]) -> Child {
+    command(preset_file, store, sets)
+        .spawn()
+        .expect("meshbench experiment")
+}
+
+/// A `--dry-run` of a preset with `sets`: its exit code, stdout and stderr.
+fn dry_run(preset_file: &str, store: &Path, sets: &[String]) -> (Option<i32>, String, String) {
+    let mut sets = sets.to_vec();
+    sets.push("--dry-run".into());
+    let out = wait_with_limit(start(preset_file, store, &sets), Duration::from_secs(60));
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
 }
 
 /// The node's settings of every preset, and shorter steps.
@@ -157,17 +176,8 @@ fn experiment_files_run_on_the_node_sweep_its_limits_and_leave_it_as_it_was() {
     // missing; the RBAC docs/kubernetes.md gives is accepted by the API server.
     let mut sets = node_sets(&c, &prom, "twopods");
     sets.push("limits.proxy.cpus=[0.5]".into());
-    let mut dry = sets.clone();
-    dry.push("--dry-run".into());
-    let out = wait_with_limit(
-        start("cluster-twopods.yaml", &store, &dry),
-        Duration::from_secs(60),
-    );
-    let (text, err) = (
-        String::from_utf8_lossy(&out.stdout).to_string(),
-        String::from_utf8_lossy(&out.stderr).to_string(),
-    );
-    assert_eq!(out.status.code(), Some(1), "{err}");
+    let (code, text, err) = dry_run("cluster-twopods.yaml", &store, &sets);
+    assert_eq!(code, Some(1), "{err}");
     assert!(
         text.contains("kind: Deployment")
             && text.contains("excludeOutboundPorts")
@@ -180,20 +190,10 @@ fn experiment_files_run_on_the_node_sweep_its_limits_and_leave_it_as_it_was() {
             && err.lines().count() == 1,
         "{err}"
     );
-    let mut dry = node_sets(&c, &prom, "ambient");
-    dry.extend([
-        "topologies=[baseline, ambient, waypoint]".to_string(),
-        "--dry-run".into(),
-    ]);
-    let out = wait_with_limit(
-        start("cluster-twopods.yaml", &store, &dry),
-        Duration::from_secs(60),
-    );
-    let (text, err) = (
-        String::from_utf8_lossy(&out.stdout).to_string(),
-        String::from_utf8_lossy(&out.stderr).to_string(),
-    );
-    assert_eq!(out.status.code(), Some(1), "{err}");
+    let mut ambient = node_sets(&c, &prom, "ambient");
+    ambient.push("topologies=[baseline, ambient, waypoint]".into());
+    let (code, text, err) = dry_run("cluster-twopods.yaml", &store, &ambient);
+    assert_eq!(code, Some(1), "{err}");
     assert!(
         text.contains("gatewayClassName: istio-waypoint")
             && text.contains("step 2 (ambient): Namespace ambient: labels")
@@ -490,21 +490,7 @@ fn experiment_files_run_on_the_node_sweep_its_limits_and_leave_it_as_it_was() {
         "duration_secs=60".into(),
         "limits.proxy.cpus=[0.5]".into(),
     ]);
-    let mut cmd = Command::new(common::bin());
-    cmd.args([
-        "experiment",
-        &preset("cluster-twopods.yaml"),
-        "--quiet",
-        "--store",
-    ])
-    .arg(&store)
-    .env("MESHBENCH_AGENT_TOKEN", TOKEN)
-    .stdin(Stdio::null())
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped());
-    for s in &sets {
-        cmd.args(["--set", s]);
-    }
+    let mut cmd = command("cluster-twopods.yaml", &store, &sets);
     std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
     let child = cmd.spawn().unwrap();
     let group = child.id() as i32;

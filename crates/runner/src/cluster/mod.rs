@@ -30,7 +30,7 @@ mod step;
 pub use render::{agents_of, describe, shape_of, system_of};
 use render::{first_shape, gateway_objects};
 
-use std::net::TcpListener;
+use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -48,7 +48,6 @@ use meshbench_k8s::system::{self, Shape, System};
 use meshbench_k8s::undo::{self, Header, Journal, Undo, UndoError};
 use meshbench_k8s::{BlockingClient, ClusterError, Objects, Plan};
 use meshbench_results::Topology;
-use serde_json::Value;
 use thiserror::Error;
 
 use crate::agents::{Fleet, FleetError, FleetReach, Token};
@@ -78,6 +77,8 @@ pub enum SiteError {
     NamespaceExists(String),
     #[error("the gateway's objects: {0}")]
     Gateway(String),
+    #[error("Service {0} has no cluster IP")]
+    NoAddress(String),
 }
 
 /// Where the agent pods reach this process.
@@ -94,13 +95,15 @@ pub struct ClusterSite {
     section: Cluster,
     system: System,
     agents: Objects,
-    /// The objects as last applied, and the shape they were applied for.
-    applied: Mutex<Option<(Shape, Vec<Value>)>>,
-    backend_vip: String,
+    /// The shape last applied.
+    applied: Mutex<Option<Shape>>,
+    /// The backend Service's cluster IP.
+    backend_vip: IpAddr,
     gateway: Option<GatewayAssets>,
     journal: Option<Journal>,
-    /// The gateway's CA, certificates, keys and targets on this machine.
-    scratch: Scratch,
+    /// The gateway's CA, certificates, keys and targets on this machine (held to be removed
+    /// with the site).
+    _scratch: Scratch,
 }
 
 /// A directory of this run's files, removed with everything in it when dropped (the gateway's
@@ -117,7 +120,8 @@ impl Drop for Scratch {
 struct GatewayAssets {
     targets: PathBuf,
     ca: PathBuf,
-    vip: String,
+    /// The gateway Service's cluster IP, on 443.
+    entry: SocketAddr,
     domains: usize,
     routes: usize,
 }
@@ -234,7 +238,7 @@ impl ClusterSite {
             gateway = Some(GatewayAssets {
                 targets,
                 ca,
-                vip: String::new(),
+                entry: SocketAddr::from(([0, 0, 0, 0], 443)),
                 domains: e.gateway.domains as usize,
                 routes: (e.gateway.domains * e.gateway.paths) as usize,
             });
@@ -264,10 +268,10 @@ impl ClusterSite {
             system,
             agents,
             applied: Mutex::new(None),
-            backend_vip: String::new(),
+            backend_vip: IpAddr::from([0, 0, 0, 0]),
             gateway,
             journal: Some(journal),
-            scratch,
+            _scratch: scratch,
         };
         match site.bring_up(e, &plan, coordinator, stop, observer) {
             Ok(fleet) => Ok((site, fleet)),
@@ -289,31 +293,29 @@ impl ClusterSite {
         stop: &Stop,
         observer: &mut dyn Observer,
     ) -> Result<Fleet, SiteError> {
-        let site = self;
         // The namespace first, then the rest of the first step's shape; the pods start while
         // the agents do.
         let first = first_shape(e);
-        let objects = site.system.render(&first);
-        site.client.apply(&objects[0])?;
-        site.client.apply_all(objects[1..].to_vec())?;
-        *site.applied.lock().expect("not poisoned") = Some((first, objects));
-        site.backend_vip = site.service_ip(system::BACKEND)?;
-        if let Some(g) = site.gateway.as_mut() {
-            g.vip = site
-                .client
-                .get::<Service>(&site.section.namespace, system::GATEWAY)?
-                .and_then(|s| s.spec?.cluster_ip)
-                .unwrap_or_default();
+        let objects = self.system.render(&first);
+        self.client.apply(&objects[0])?;
+        self.client.apply_all(objects[1..].to_vec())?;
+        *self.applied.lock().expect("not poisoned") = Some(first);
+        self.backend_vip = self.service_ip(system::BACKEND)?;
+        if self.gateway.is_some() {
+            let vip = self.service_ip(system::GATEWAY)?;
+            if let Some(g) = self.gateway.as_mut() {
+                g.entry = SocketAddr::new(vip, 443);
+            }
         }
         observer.note(&format!(
             "cluster: applied namespace {} with the system under test; starting {} agent pod(s)",
-            site.section.namespace, plan.agents
+            self.section.namespace, plan.agents
         ));
-        site.client.apply_agents(&site.agents)?;
+        self.client.apply_agents(&self.agents)?;
         let wanted = plan.agents as usize;
-        let wait = Duration::from_secs_f64(site.section.rollout_timeout_secs);
-        site.client
-            .wait_agents(&site.agents, wanted, wait, || !stop.requested(), |_| {})?;
+        let wait = Duration::from_secs_f64(self.section.rollout_timeout_secs);
+        self.client
+            .wait_agents(&self.agents, wanted, wait, || !stop.requested(), |_| {})?;
         let fleet = Fleet::gather(
             FleetReach::Listen {
                 listener: coordinator.listener,
@@ -326,12 +328,12 @@ impl ClusterSite {
         Ok(fleet)
     }
 
-    fn service_ip(&self, name: &str) -> Result<String, ApiError> {
-        Ok(self
-            .client
+    /// The cluster IP the API server gave Service `name`.
+    fn service_ip(&self, name: &str) -> Result<IpAddr, SiteError> {
+        self.client
             .get::<Service>(&self.section.namespace, name)?
-            .and_then(|s| s.spec?.cluster_ip)
-            .unwrap_or_default())
+            .and_then(|s| s.spec?.cluster_ip?.parse().ok())
+            .ok_or_else(|| SiteError::NoAddress(format!("{}/{name}", self.section.namespace)))
     }
 
     /// The pods of `app` (by its label) that are not going away.
@@ -344,23 +346,13 @@ impl ClusterSite {
             .collect())
     }
 
-    /// Puts the cluster back: the namespace deleted and waited for, the journal removed, this
-    /// machine's copy of the gateway's files removed.
+    /// Puts the cluster back as the journal says (the namespace deleted and waited for), and
+    /// removes the journal.
     pub fn restore(&mut self, progress: impl FnMut(&str)) -> Result<(), UndoError> {
-        // This machine's copy of the gateway's keys goes first (the directory is removed on
-        // drop as well, whatever happens below).
-        let _ = std::fs::remove_dir_all(&self.scratch.0);
         let Some(journal) = self.journal.take() else {
             return Ok(());
         };
-        undo::restore(
-            &self.client,
-            &[Undo::DeleteNamespace {
-                name: self.section.namespace.clone(),
-            }],
-            GONE_WITHIN,
-            progress,
-        )?;
+        undo::restore(&self.client, journal.undos(), GONE_WITHIN, progress)?;
         journal.close()
     }
 }
@@ -376,8 +368,8 @@ impl Drop for ClusterSite {
     }
 }
 
-/// The journal of a run by this process, beside the store.
-pub fn journal_path(store: &Path) -> PathBuf {
+/// Where the journals of cluster runs with this store are: beside it.
+pub fn journal_dir(store: &Path) -> PathBuf {
     let stem = store
         .file_stem()
         .map_or_else(|| "results".into(), |s| s.to_string_lossy());
@@ -385,5 +377,9 @@ pub fn journal_path(store: &Path) -> PathBuf {
         .parent()
         .unwrap_or(Path::new(""))
         .join(format!("{stem}-cluster-runs"))
-        .join(format!("{}.jsonl", std::process::id()))
+}
+
+/// The journal of a run by this process.
+pub fn journal_path(store: &Path) -> PathBuf {
+    journal_dir(store).join(format!("{}.jsonl", std::process::id()))
 }

@@ -23,21 +23,12 @@ use super::{SiteError, AGENTS};
 /// The system an experiment deploys (its gateway objects come later).
 pub fn system_of(e: &Experiment, section: &Cluster) -> System {
     let has = |t: Topology| e.topologies.contains(&t);
-    let mut backend_args = vec![
-        "--size".to_string(),
-        e.load
-            .response_bytes
-            .first()
-            .copied()
-            .unwrap_or(1024)
-            .to_string(),
-    ];
-    if e.backend.threads > 0 {
-        backend_args.extend(["--threads".into(), e.backend.threads.to_string()]);
-    }
-    if e.backend.delay_ms > 0 {
-        backend_args.extend(["--delay".into(), format!("{}ms", e.backend.delay_ms)]);
-    }
+    // A pod's CPUs are not this machine's: the backend's own default when the file gives none.
+    let mut backend_args = crate::setup::backend_args(
+        e,
+        e.load.response_bytes.first().copied().unwrap_or(1024),
+        (e.backend.threads > 0).then_some(e.backend.threads as usize),
+    );
     if e.load.protocol.is_http2() {
         backend_args.push("--http2".into());
     }

@@ -4,7 +4,7 @@
 //! Prometheus over the steady window; every failure ends up in the record.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
@@ -26,7 +26,7 @@ use meshbench_store::StepRecord;
 use crate::external::prometheus::Prometheus;
 use crate::load::{LoadOptions, TargetSource};
 use crate::observer::{Observer, StepAt};
-use crate::steps::{aim_at_gateway, load_for, resolve_at};
+use crate::steps::{aim_at_gateway, keep_witness, load_for, resolve_at};
 use crate::{measure, ClientPlace, Lab};
 
 use super::{shape_of, ClusterSite, AGENTS, ENVOY_ADMIN};
@@ -52,13 +52,11 @@ impl ClusterSite {
     fn realise(&self, step: &Step, shape: &Shape, stop: &Stop) -> Result<(), String> {
         let timeout = Duration::from_secs_f64(self.section.rollout_timeout_secs);
         let mut applied = self.applied.lock().expect("not poisoned");
-        let changed = applied.as_ref().is_none_or(|(s, _)| s != shape);
-        if changed {
-            let objects = self.system.render(shape);
+        if applied.as_ref() != Some(shape) {
             self.client
-                .apply_all(objects.clone())
+                .apply_all(self.system.render(shape))
                 .map_err(|e| e.to_string())?;
-            *applied = Some((shape.clone(), objects));
+            *applied = Some(shape.clone());
         }
         drop(applied);
         for d in self.system.deployments() {
@@ -79,8 +77,9 @@ impl ClusterSite {
         let backend_ip = backend_pod
             .status
             .as_ref()
-            .and_then(|s| s.pod_ip.clone())
-            .unwrap_or_default();
+            .and_then(|s| s.pod_ip.as_deref()?.parse::<IpAddr>().ok())
+            .ok_or("the backend pod has no address yet")?;
+        let backend = SocketAddr::new(backend_ip, system::CAPTURED);
         let host = format!("{}.{ns}.svc.cluster.local", system::BACKEND);
         let name = |p: &Pod| p.metadata.name.clone().unwrap_or_default();
         let mut out = Vec::new();
@@ -89,10 +88,7 @@ impl ClusterSite {
                 ChainRole::ServerProxy => out.push((
                     r.role,
                     name(backend_pod),
-                    Holds::Sidecar(SidecarExpected {
-                        listeners: vec!["virtualOutbound".into(), "virtualInbound".into()],
-                        clusters: vec![format!("inbound|{}||", system::CAPTURED)],
-                    }),
+                    Holds::Sidecar(SidecarExpected::server(system::CAPTURED)),
                 )),
                 ChainRole::ClientProxy => {
                     let agents = self
@@ -102,18 +98,11 @@ impl ClusterSite {
                         out.push((
                             r.role,
                             name(only),
-                            Holds::Sidecar(SidecarExpected {
-                                listeners: vec![
-                                    "virtualOutbound".into(),
-                                    "virtualInbound".into(),
-                                    format!("0.0.0.0_{}", system::CAPTURED),
-                                ],
-                                clusters: vec![format!(
-                                    "outbound|{}||{host}::{backend_ip}:{}",
-                                    system::CAPTURED,
-                                    system::CAPTURED
-                                )],
-                            }),
+                            Holds::Sidecar(SidecarExpected::client(
+                                system::CAPTURED,
+                                &host,
+                                backend,
+                            )),
                         ));
                     }
                 }
@@ -134,7 +123,7 @@ impl ClusterSite {
                             filter_chains: g.domains,
                             routes: g.routes,
                             certificates: g.domains,
-                            endpoint: format!("{host}::{backend_ip}:{}::", system::CAPTURED),
+                            endpoint: format!("{host}::{backend}::"),
                         }),
                     ));
                 }
@@ -190,10 +179,7 @@ impl ClusterSite {
         match (&self.gateway, step.topology) {
             (Some(g), Topology::Gateway) => {
                 let mut o = load_for(e, step, TargetSource::File(g.targets.clone()));
-                let entry: SocketAddr = format!("{}:443", g.vip)
-                    .parse()
-                    .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 443)));
-                aim_at_gateway(&mut o, g.ca.clone(), entry, true);
+                aim_at_gateway(&mut o, g.ca.clone(), g.entry, true);
                 o
             }
             _ => load_for(
@@ -372,10 +358,8 @@ impl Lab {
         let roles = site.roles(step.topology);
         if let Err(why) = site.wait_observable(e, &roles, stop) {
             observer.warning(&format!(
-                "step {}/{} ({}): {why}; the step goes on, those roles may be missing",
-                step.index + 1,
-                at.steps,
-                record.variant
+                "{}: {why}; the step goes on, those roles may be missing",
+                at.tag(&record.variant)
             ));
         }
         let options = site.load_options(e, step);
@@ -412,12 +396,7 @@ impl Lab {
         let x = site.section.prometheus();
         let reading = crate::external::read_window(e, &x, &roles, window_ms, stop);
         for w in &reading.warnings {
-            observer.warning(&format!(
-                "step {}/{} ({}): {w}",
-                step.index + 1,
-                at.steps,
-                record.variant
-            ));
+            observer.warning(&format!("{}: {w}", at.tag(&record.variant)));
         }
         for mut r in reading.roles {
             let Role::Chain(chain) = r.usage.role.clone() else {
@@ -427,22 +406,13 @@ impl Lab {
                 ChainRole::Backend => PlayedBy::Backend,
                 _ => PlayedBy::Proxy(Program::Istio),
             };
-            r.usage.cpu_limit = match chain.class() {
-                Class::Proxy => shape.proxy.cpu_cores,
-                Class::Backend => shape.backend.cpu_cores,
-                Class::Tunnel => None,
+            r.usage.cpu_limit = match (chain, chain.class()) {
+                (ChainRole::ClientProxy, _) => shape.client_proxy.cpu_cores,
+                (_, Class::Proxy) => shape.proxy.cpu_cores,
+                (_, Class::Backend) => shape.backend.cpu_cores,
+                (_, Class::Tunnel) => None,
             };
-            if chain == ChainRole::ClientProxy {
-                r.usage.cpu_limit = shape.client_proxy.cpu_cores;
-            }
-            if let (Some(Ok(b)), Some(Ok(a))) = (before.get(&chain), after.get(&chain)) {
-                r.usage.proxy = Some(a.since(b));
-            } else if let Some(Err(why)) = after.get(&chain).or(before.get(&chain)) {
-                observer.warning(&format!(
-                    "{chain}: {why}; its own counts are not kept (the step is)"
-                ));
-                r.usage.missing.insert(Figure::Proxy, why.to_string());
-            }
+            keep_witness(&mut r.usage, chain, &before, &after, observer);
             if !r.samples.is_empty() {
                 record.samples.insert(r.usage.role.clone(), r.samples);
             }

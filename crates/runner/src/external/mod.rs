@@ -130,12 +130,7 @@ impl Lab {
         record.set_result(measured.result);
         let reading = read_window(e, x, &variant.roles, window_ms, stop);
         for w in &reading.warnings {
-            observer.warning(&format!(
-                "step {}/{} ({}): {w}",
-                step.index + 1,
-                at.steps,
-                record.variant
-            ));
+            observer.warning(&format!("{}: {w}", at.tag(&record.variant)));
         }
         for r in reading.roles {
             if !r.samples.is_empty() {
