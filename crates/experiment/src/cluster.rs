@@ -261,6 +261,9 @@ impl Cluster {
                 "isolation: on a cluster every role is a pod of its own; remove isolation".into(),
             );
         }
+        if e.load.response_bytes.len() > 1 {
+            p.push("load.response_bytes: on a cluster the backend is deployed once for the run, with one response size: list one value".into());
+        }
         if e.load.protocol == Protocol::Http3 {
             p.push("load.protocol: http3 is not realised on a cluster yet (Istio's gateway and sidecars take HTTP/1.1, HTTP/2 and gRPC); use http1, http2 or grpc".into());
         }
@@ -330,7 +333,7 @@ mod tests {
 
     #[test]
     fn what_a_cluster_cannot_do_is_named_at_once() {
-        let text = "name: t\ntopologies: [both, external, ambient]\nisolation: netns\nload:\n  protocol: http3\nlimits:\n  proxy:\n    cpus: [1, 2]\n    cpuset: '0'\n  client:\n    cpus: [1]\ncluster:\n  namespace: Bad_Name\n  coordinator: nowhere\n  agent_cpu: lots\n  system_under_test:\n    tolerations: [{key: k, operator: Maybe}]\n";
+        let text = "name: t\ntopologies: [both, external, ambient]\nisolation: netns\nload:\n  protocol: http3\n  response_bytes: [64, 1024]\nlimits:\n  proxy:\n    cpus: [1, 2]\n    cpuset: '0'\n  client:\n    cpus: [1]\ncluster:\n  namespace: Bad_Name\n  coordinator: nowhere\n  agent_cpu: lots\n  system_under_test:\n    tolerations: [{key: k, operator: Maybe}]\n";
         let err = parse("c.yaml", text, &[]).unwrap_err().to_string();
         for expected in [
             "cluster.namespace 'Bad_Name'",
@@ -347,6 +350,7 @@ mod tests {
             "limits.proxy.cpus: on a cluster a sweep restarts",
             "cluster: realises the lab's topologies",
             "a pod with a sidecar is never in ambient",
+            "load.response_bytes: on a cluster the backend is deployed once",
         ] {
             assert!(err.contains(expected), "{expected}: {err}");
         }
