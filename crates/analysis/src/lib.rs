@@ -6,6 +6,7 @@
 //! come in (from the store or a result file), typed answers go out; printing and plotting are
 //! the binary's and the report's.
 
+pub mod attribution;
 pub mod capacity;
 pub mod compare;
 pub mod headline;

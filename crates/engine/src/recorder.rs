@@ -15,6 +15,7 @@ use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
 use meshbench_net::grpc::Code;
+use meshbench_results::attribution::Sent;
 use meshbench_results::histogram::{coarse_form, latency_form};
 pub(crate) use meshbench_results::histogram::{new_histogram, new_interval_histogram};
 
@@ -394,7 +395,14 @@ pub struct Recorder {
     pub conns: ConnRecorder,
     /// Per host index: [finished requests, failed ones (transport or status >= 400)].
     pub per_host: Vec<[u64; 2]>,
+    /// The measured requests tagged for attribution that were answered (at most
+    /// [`MAX_TRACES`] per worker); empty when attribution is off.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub traces: Vec<Sent>,
 }
+
+/// The most tagged requests one worker keeps (40 bytes each).
+pub const MAX_TRACES: usize = 100_000;
 
 /// Connection set-up during the measured window: how many, how long, how many resumed.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -469,6 +477,7 @@ impl Recorder {
             largest_burst_per_ms: 0,
             conns: ConnRecorder::default(),
             per_host: Vec::new(),
+            traces: Vec::new(),
         }
     }
 
@@ -564,6 +573,7 @@ impl AddAssign<&Recorder> for Recorder {
         self.sends_per_wake
             .add(&o.sends_per_wake)
             .expect("same histogram bounds");
+        self.traces.extend_from_slice(&o.traces);
         self.largest_burst_per_ms = self.largest_burst_per_ms.max(o.largest_burst_per_ms);
         self.counts += &o.counts;
         self.bytes_sent += o.bytes_sent;

@@ -128,6 +128,7 @@ pub(crate) fn build(spec: &LoadSpec, measured: Measured) -> RunResult {
         generator: generator_of(spec, &measured, throughput_rps),
         timeline: measured.timeline,
         agents: None,
+        traces: rec.traces.clone(),
     }
 }
 
@@ -375,6 +376,7 @@ mod tests {
             seed: 1,
             segment: crate::spec::Segment::WHOLE,
             service_at_lower_load_us: None,
+            trace_every: None,
         }
     }
 

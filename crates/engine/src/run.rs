@@ -13,7 +13,7 @@ use hdrhistogram::Histogram;
 use meshbench_net::clock::{process_usage, Clock};
 use thiserror::Error;
 
-use crate::driver::{run_worker, Control, WorkerEvent, WorkerPlan};
+use crate::driver::{run_worker, Control, Tracing, WorkerEvent, WorkerPlan};
 use crate::pacer::{Pacer, Schedule};
 use crate::quota::{self, CpuQuota};
 use crate::recorder::{Interval, Recorder};
@@ -519,6 +519,10 @@ fn plan_workers(spec: &LoadSpec, threads: usize, under_quota: bool) -> Vec<Worke
                 slack: spec.slack,
                 send_early: spec.send_early,
                 under_quota,
+                trace: spec.trace_every.map(|every| Tracing {
+                    every: every.max(1),
+                    id_base: part.index << 40,
+                }),
             }
         })
         .collect()

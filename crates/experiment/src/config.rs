@@ -71,6 +71,10 @@ pub struct Experiment {
     /// Realise the lab's topologies on a Kubernetes cluster instead of this machine.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster: Option<Cluster>,
+    /// Per-hop attribution: where each step's latency goes, from a sample of requests the
+    /// lab's Envoys log (docs/answers.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attribution: Option<AttributionConfig>,
     /// One note per old key the file or its `--set`s used (`load.qps`...), for the caller to
     /// print: they are read as their new names.
     #[serde(skip)]
@@ -616,6 +620,26 @@ fn positive(key: &str, v: f64, p: &mut Vec<String>) {
     }
 }
 
+/// `attribution:`: which share of the measured requests is tagged and split.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AttributionConfig {
+    /// The share of measured requests tagged (0 < sample <= 1): one in round(1/sample).
+    #[serde(default = "AttributionConfig::default_sample")]
+    pub sample: f64,
+}
+
+impl AttributionConfig {
+    fn default_sample() -> f64 {
+        0.01
+    }
+
+    /// One measured request in this many is tagged.
+    pub fn every(&self) -> u32 {
+        (1.0 / self.sample).round().clamp(1.0, u32::MAX as f64) as u32
+    }
+}
+
 impl Experiment {
     /// Checks that need more than one key or a range: every problem, not just the first.
     ///
@@ -643,11 +667,12 @@ impl Experiment {
                     delay_ms: _,
                     threads: _,
                 },
-            limits: _,    // validate_limits
-            external: _,  // validate_external
-            agents: _,    // FleetConfig::validate
-            cluster: _,   // Cluster::validate
-            old_words: _, // not read from the file
+            limits: _,      // validate_limits
+            external: _,    // validate_external
+            agents: _,      // FleetConfig::validate
+            cluster: _,     // Cluster::validate
+            attribution: _, // validate_attribution
+            old_words: _,   // not read from the file
         } = self;
         let mut p = Vec::new();
         self.validate_plan(&mut p);
@@ -658,6 +683,7 @@ impl Experiment {
         self.validate_gateway(&mut p);
         self.validate_limits(&mut p);
         self.validate_size(&mut p);
+        self.validate_attribution(&mut p);
         if let Some(agents) = &self.agents {
             agents.validate(&mut p);
         }
@@ -665,6 +691,28 @@ impl Experiment {
             cluster.validate(self, &mut p);
         }
         p
+    }
+
+    /// Attribution samples a share in (0, 1] of the lab's own requests, over HTTP/1.1 or
+    /// HTTP/2.
+    fn validate_attribution(&self, p: &mut Vec<String>) {
+        let Some(AttributionConfig { sample }) = self.attribution else {
+            return;
+        };
+        if !(sample > 0.0 && sample <= 1.0) {
+            p.push(format!(
+                "attribution.sample: {sample} is not a share of requests; give a number above 0 and at most 1 (0.01 tags one request in 100)"
+            ));
+        }
+        if self.load.protocol == Protocol::Http3 {
+            p.push("attribution: not built for HTTP/3 yet; use load.protocol http1, http2 or grpc, or drop attribution".into());
+        }
+        if self.cluster.is_some() {
+            p.push("attribution: not built on a cluster yet (it reads the lab's Envoy logs); drop attribution or the cluster section".into());
+        }
+        if self.topologies.contains(&Topology::External) {
+            p.push("attribution: reads the logs of the Envoys meshbench starts, which an external variant has none of; drop attribution or the external topology".into());
+        }
     }
 
     /// The plan has a name and at least one topology.

@@ -49,6 +49,8 @@ pub struct RigSpec {
     pub proxy_peer_authentication: PeerAuthentication,
     /// Envoy proxies: add the stand-ins for Istio's per-request telemetry.
     pub proxy_istio_telemetry: bool,
+    /// Per-hop attribution: each L7 Envoy logs the requests the engine tagged.
+    pub attribution: bool,
     /// The L4 tunnels' program.
     pub tunnel: ProgramSpec,
     pub tunnel_workers: u32,
@@ -143,6 +145,8 @@ pub struct Rig {
     /// The network namespace the load leaves from (the client pod of Istio's sidecars);
     /// None: this machine's own.
     pub client_netns: Option<String>,
+    /// Per-hop attribution: the roles that log the tagged requests, and where.
+    pub access_logs: Vec<(ChainRole, PathBuf)>,
     namespaces: Option<Namespaces>,
     /// Istio's sidecars' directories, outside `dir` ([`sidecars::pod_dir`]).
     pod_dirs: Vec<PathBuf>,
@@ -437,6 +441,10 @@ fn hops(
                 hbone_out: hbone && matches!(role.duty, Duty::ClientTunnel | Duty::Waypoint),
                 admin,
                 istio_telemetry: spec.proxy_istio_telemetry && role.class == Class::Proxy,
+                access_log: (spec.attribution
+                    && program == Program::Envoy
+                    && role.layer == meshbench_results::Layer::L7)
+                    .then(|| spec.dir.join(format!("{}.access.log", role.role.name()))),
             })
         })
         .collect()
@@ -497,6 +505,7 @@ impl Rig {
             istio: None,
             mesh: None,
             client_netns: None,
+            access_logs: Vec::new(),
             pod_dirs: Vec::new(),
             namespaces: spec
                 .netns
@@ -511,6 +520,11 @@ impl Rig {
         let chain = spec.topology.chain();
         let mut addresses = rig.addresses(chain.len() + 1)?;
         let hops = hops(spec, chain, &addresses)?;
+        rig.access_logs = chain
+            .iter()
+            .zip(&hops)
+            .filter_map(|(role, hop)| Some((role.role, hop.access_log.clone()?)))
+            .collect();
         let entry_tls = spec.http3 && spec.topology != Topology::Gateway;
         if entry_tls
             || hops
@@ -821,7 +835,11 @@ impl Rig {
     fn prepare_gateway(&mut self, spec: &RigSpec, hop: &Hop) -> Result<Command, LabError> {
         let out = spec.dir.join("gateway");
         self.write_gateway_plan(spec, hop, &out)?;
-        spec.gateway.program.gateway_command(&out, hop.workers)
+        let mut command = spec.gateway.program.gateway_command(&out, hop.workers)?;
+        if spec.gateway.program == Program::Envoy && hop.access_log.is_some() {
+            command.args(crate::program::envoy::access_log::FLUSH_ARGS);
+        }
+        Ok(command)
     }
 
     /// The Istio gateway: its control plane started, the plan's objects (Secrets, the
@@ -887,6 +905,7 @@ impl Rig {
             workers: hop.workers as usize,
             admin: hop.admin,
             out: out.to_path_buf(),
+            access_log: hop.access_log.clone(),
         };
         let generated = gateway::generate(&plan, &spec.gateway.program)?;
         self.gateway = Some(GatewayEntry {

@@ -149,6 +149,7 @@ fn hop(dir: &Path, layer: Layer) -> Hop {
         hbone_out: false,
         admin: None,
         istio_telemetry: false,
+        access_log: None,
     }
 }
 
@@ -196,6 +197,7 @@ fn plan(dir: &Path, listen: SocketAddr) -> GatewayPlan {
         workers: 1,
         admin: None,
         out: dir.to_path_buf(),
+        access_log: None,
     }
 }
 

@@ -16,8 +16,10 @@
 //! - [`failure`]: why a step failed ([`StepFailure`]).
 //! - [`usage`]: what a role used over a step ([`RoleUsage`], [`Sample`]).
 //! - [`proxy`]: an Envoy role's own counts ([`ProxyCounters`]).
+//! - [`attribution`]: where a request's latency goes, hop by hop ([`Attribution`]).
 //! - `fixtures` (feature `fixtures`): a stored run's result, for other crates' tests.
 
+pub mod attribution;
 pub mod failure;
 pub mod histogram;
 pub mod load;
@@ -32,6 +34,7 @@ pub mod usage;
 #[cfg(feature = "fixtures")]
 pub mod fixtures;
 
+pub use attribution::Attribution;
 pub use failure::StepFailure;
 pub use load::{Arrival, CloseFirst, IdleStrategy, LoopMode, Order, PacingSlack, Protocol};
 pub use proxy::{ProxyCounters, ProxyRequests, UpstreamFailures};

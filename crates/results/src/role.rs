@@ -193,6 +193,22 @@ impl fmt::Display for Role {
     }
 }
 
+impl Serialize for ChainRole {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
+impl<'de> Deserialize<'de> for ChainRole {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<ChainRole, D::Error> {
+        let word = String::deserialize(d)?;
+        ChainRole::ALL
+            .into_iter()
+            .find(|r| r.name() == word)
+            .ok_or_else(|| serde::de::Error::custom(format!("no chain role is called {word:?}")))
+    }
+}
+
 impl Serialize for Role {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(self.name())

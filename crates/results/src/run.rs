@@ -58,6 +58,11 @@ pub struct RunResult {
     /// run of one process).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agents: Option<Agents>,
+    /// The requests sampled for per-hop attribution, as the generator saw them: handed to the
+    /// runner, which joins them with the proxies' logs ([`crate::attribution`]); never part
+    /// of the document.
+    #[serde(skip)]
+    pub traces: Vec<crate::attribution::Sent>,
 }
 
 /// A run several agents drove, each a segment of one plan; the rest of the result is their

@@ -17,6 +17,7 @@
 //! warnings go to an [`Observer`].
 
 pub mod agents;
+pub mod attribution;
 pub mod capacity;
 pub mod cluster;
 pub mod external;

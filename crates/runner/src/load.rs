@@ -167,6 +167,10 @@ pub struct SendOptions {
     /// gRPC: the user's `.proto`; the body is then JSON of the method's request message.
     #[serde(default)]
     pub grpc_proto: Option<ProtoSource>,
+    /// Per-hop attribution: one measured request in this many carries an `x-request-id`
+    /// (`None`: no request does).
+    #[serde(default)]
+    pub trace_every: Option<u32>,
 }
 
 /// How a load connects: the protocol and its transport, and each connection's life.
@@ -235,6 +239,7 @@ impl LoadOptions {
                 body: Body::Empty,
                 grpc_payload: 0,
                 grpc_proto: None,
+                trace_every: None,
             },
             connect: ConnectOptions {
                 protocol: Protocol::Http1,
@@ -277,6 +282,7 @@ impl LoadOptions {
         let close_first = self.who_closes_first()?;
         let source_addrs = source_addrs::parse(&self.connect.source_addresses)?;
         self.check_connection_rate()?;
+        self.check_tracing()?;
         let body = self.body_bytes()?;
         let (sources, description) = self.sources(&method, body)?;
         let built = self.build_targets(&sources, close_first, proto)?;
@@ -321,7 +327,37 @@ impl LoadOptions {
             seed: self.pace.seed,
             segment: meshbench_engine::Segment::WHOLE,
             service_at_lower_load_us: None,
+            trace_every: self.send.trace_every,
         })
+    }
+
+    /// Attribution's ids go on HTTP/1.1 and HTTP/2 (gRPC included), and are the only
+    /// `x-request-id` a request carries.
+    fn check_tracing(&self) -> Result<(), LoadError> {
+        let Some(every) = self.send.trace_every else {
+            return Ok(());
+        };
+        if every == 0 {
+            return Err(LoadError(
+                "attribution samples one request in 0: give at least 1".into(),
+            ));
+        }
+        if self.connect.protocol == Protocol::Http3 {
+            return Err(LoadError(
+                "attribution is not built for HTTP/3 yet: turn attribution off or use HTTP/1.1 or HTTP/2".into(),
+            ));
+        }
+        if self
+            .send
+            .headers
+            .iter()
+            .any(|(name, _)| name.eq_ignore_ascii_case(meshbench_results::attribution::ID_HEADER))
+        {
+            return Err(LoadError(
+                "the request sets its own x-request-id, which attribution uses for its ids: drop the header or turn attribution off".into(),
+            ));
+        }
+        Ok(())
     }
 
     /// Checks the connections, the loop's shape (rate, arrival, idle strategy), the stop and

@@ -233,6 +233,7 @@ pub fn rig_spec(e: &Experiment, step: &Step, id: i64, exe: PathBuf) -> RigSpec {
             .or(e.proxy.peer_authentication.first().copied())
             .unwrap_or_default(),
         proxy_istio_telemetry: e.proxy.istio_telemetry,
+        attribution: e.attribution.is_some(),
         tunnel: program_spec(&e.tunnel),
         tunnel_workers: e.tunnel.workers,
         tunnel_mtls: e.tunnel.mtls,

@@ -211,13 +211,21 @@ impl Lab {
         );
         let dead = rig.dead_role();
         let after = read_admins(&rig);
-        let measured = match measured {
+        let mut measured = match measured {
             Ok(m) => m,
             Err(err) => {
                 record.fail(StepFailure::LoadGeneratorFailed(err.to_string()));
                 return record;
             }
         };
+        if let Some(every) = load.trace_every {
+            let sent = std::mem::take(&mut measured.result.traces);
+            record.attribution = Some(crate::attribution::attribute(
+                &rig,
+                1.0 / f64::from(every),
+                &sent,
+            ));
+        }
         let sampled = measured.sampled.unwrap_or_default();
         let (from, to) = measured.window_ms;
         for role in &rig.roles {
@@ -248,9 +256,6 @@ impl Lab {
     }
 }
 
-/// The load of one step against a running rig: the experiment's `load` keys at the step's load
-/// point, aimed at the rig's entry (the gateway topology: every route of its targets file, in
-/// random order, over TLS trusting the rig's CA; an HTTP/3 entry: its certificate's name over
 /// A step's options resolved for the engine, with the service time measured at the step's
 /// lower load (the self-check's reference); a contradiction fails the step.
 pub(crate) fn resolve_at(options: &LoadOptions, at: &StepAt) -> Result<LoadSpec, StepFailure> {
@@ -263,7 +268,10 @@ pub(crate) fn resolve_at(options: &LoadOptions, at: &StepAt) -> Result<LoadSpec,
         .map_err(|err| StepFailure::LoadNotSetUp(err.to_string()))
 }
 
-/// TLS trusting the rig's CA).
+/// The load of one step against a running rig: the experiment's `load` keys at the step's load
+/// point, aimed at the rig's entry (the gateway topology: every route of its targets file, in
+/// random order, over TLS trusting the rig's CA; an HTTP/3 entry: its certificate's name over
+/// TLS trusting the rig's CA). With attribution on, a sample of the requests carries an id.
 pub fn load_options(e: &Experiment, step: &Step, rig: &Rig) -> LoadOptions {
     let source = match (&rig.gateway, &rig.entry_tls) {
         (Some(g), _) => TargetSource::File(g.targets.clone()),
@@ -281,6 +289,7 @@ pub fn load_options(e: &Experiment, step: &Step, rig: &Rig) -> LoadOptions {
     if let Some(ca) = ca {
         aim_at_gateway(&mut o, ca, rig.entry, rig.gateway.is_some());
     }
+    o.send.trace_every = e.attribution.map(|a| a.every());
     o
 }
 

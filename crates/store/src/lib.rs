@@ -341,7 +341,7 @@ fn read_experiments(conn: &Connection) -> rusqlite::Result<Vec<ExperimentRow>> {
 fn read_raw_steps(conn: &Connection, experiment: i64) -> rusqlite::Result<Vec<RawStep>> {
     let mut q = conn.prepare(
         "SELECT id, seq, repeat, topology, variant, label, params, started_at, status, error,
-                versions, result
+                versions, result, attribution
          FROM steps WHERE experiment_id = ?1 ORDER BY seq",
     )?;
     let rows = q.query_map([experiment], |r| {
@@ -358,6 +358,7 @@ fn read_raw_steps(conn: &Connection, experiment: i64) -> rusqlite::Result<Vec<Ra
             error: r.get(9)?,
             versions: r.get(10)?,
             result: r.get(11)?,
+            attribution: r.get(12)?,
         })
     })?;
     rows.collect()
@@ -451,8 +452,8 @@ fn write_step(conn: &mut Connection, experiment: i64, s: &StepRecord) -> rusqlit
     tx.execute(
         "INSERT INTO steps (experiment_id, seq, repeat, topology, variant, label, params, started_at,
            status, error, versions, duration_secs, requests, errors, throughput_rps,
-           p50_us, p90_us, p99_us, p999_us, result)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)",
+           p50_us, p90_us, p99_us, p999_us, result, attribution)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)",
         params![
             experiment,
             s.seq,
@@ -474,6 +475,7 @@ fn write_step(conn: &mut Connection, experiment: i64, s: &StepRecord) -> rusqlit
             sum.as_ref().map(|x| x.p99_us as i64),
             sum.as_ref().map(|x| x.p999_us as i64),
             s.result.as_ref().map(to_json),
+            s.attribution.as_ref().map(to_json),
         ],
     )?;
     let step = tx.last_insert_rowid();
@@ -590,6 +592,7 @@ fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {
             })?,
             2 => tx.execute_batch(schema::MIGRATE_V2_TO_V3).named(path)?,
             3 => tx.execute_batch(schema::MIGRATE_V3_TO_V4).named(path)?,
+            4 => tx.execute_batch(schema::MIGRATE_V4_TO_V5).named(path)?,
             v if v > VERSION => return Err(newer(path, v)),
             v => unreachable!("schema version {v}: every version below VERSION has a migration"),
         }
@@ -650,6 +653,7 @@ struct RawStep {
     error: Option<String>,
     versions: String,
     result: Option<String>,
+    attribution: Option<String>,
 }
 
 impl RawStep {
@@ -681,6 +685,13 @@ impl RawStep {
             },
             usage: Vec::new(),
             samples: BTreeMap::new(),
+            attribution: match &self.attribution {
+                Some(text) => Some(
+                    serde_json::from_str(text)
+                        .map_err(|e| corrupt("attribution", e.to_string()))?,
+                ),
+                None => None,
+            },
         })
     }
 }

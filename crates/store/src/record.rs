@@ -9,7 +9,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use meshbench_results::{
-    LoadPoint, Role, RoleUsage, RunResult, Sample, StepFailure, StepParams, Topology,
+    Attribution, LoadPoint, Role, RoleUsage, RunResult, Sample, StepFailure, StepParams, Topology,
 };
 use serde::{Deserialize, Serialize};
 
@@ -157,6 +157,9 @@ pub struct StepRecord {
     /// only (a step's table and answers do not need them).
     #[serde(skip)]
     pub samples: BTreeMap<Role, Vec<Sample>>,
+    /// Where the latency went, hop by hop, when attribution was on (`None`: it was off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attribution: Option<Attribution>,
 }
 
 impl StepRecord {
@@ -176,6 +179,7 @@ impl StepRecord {
             result: None,
             usage: Vec::new(),
             samples: BTreeMap::new(),
+            attribution: None,
         }
     }
 

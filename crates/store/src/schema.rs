@@ -12,6 +12,9 @@
 //! - v4: `usage.proxy`, an Envoy role's own counts over the step from its admin endpoint
 //!   (JSON object, the lab's `ProxyCounters`; NULL for every other role and every row from
 //!   before).
+//! - v5: `steps.attribution`, where the step's latency went hop by hop (JSON, the results'
+//!   `Attribution`: the path as seen, the parts, each sampled request split; NULL when
+//!   attribution was off and for every step from before).
 
 /// The schema as version 1 created it; [`MIGRATIONS`] bring it to [`VERSION`].
 pub const SCHEMA_V1: &str = "
@@ -99,5 +102,8 @@ pub const MIGRATE_V2_TO_V3: &str = "ALTER TABLE usage ADD COLUMN missing TEXT;";
 /// v3 -> v4: an Envoy role's own counts.
 pub const MIGRATE_V3_TO_V4: &str = "ALTER TABLE usage ADD COLUMN proxy TEXT;";
 
+/// v4 -> v5: per-hop attribution.
+pub const MIGRATE_V4_TO_V5: &str = "ALTER TABLE steps ADD COLUMN attribution TEXT;";
+
 /// The version this meshbench writes.
-pub const VERSION: i64 = 4;
+pub const VERSION: i64 = 5;

@@ -19,9 +19,39 @@ use meshbench_net::stream;
 use super::Worker;
 use crate::conn::{State, LINGER_TOKEN};
 use crate::h2conn::StreamPoll;
-use crate::recorder::{ErrorKind, Status};
+use crate::recorder::{ErrorKind, Status, MAX_TRACES};
 use crate::request::arrival;
-use crate::spec::Wire;
+use crate::spec::{HttpRequest, Wire};
+use meshbench_results::attribution::{self, Sent};
+
+/// `request` (HTTP/1.1 bytes) with the attribution id header after its request line, into
+/// `into` (its allocation kept for the next tagged request).
+fn tag(into: &mut Vec<u8>, request: &[u8], id: u64) {
+    let line_end = request
+        .windows(2)
+        .position(|w| w == b"\r\n")
+        .map_or(request.len(), |i| i + 2);
+    into.clear();
+    into.extend_from_slice(&request[..line_end]);
+    into.extend_from_slice(attribution::ID_HEADER.as_bytes());
+    into.extend_from_slice(b": ");
+    into.extend_from_slice(attribution::id_text(id).as_bytes());
+    into.extend_from_slice(b"\r\n");
+    into.extend_from_slice(&request[line_end..]);
+}
+
+/// An HTTP/2 or HTTP/3 request with the attribution id header (a copy: only tagged requests
+/// pay for it).
+fn with_id(request: &HttpRequest, id: u64) -> HttpRequest {
+    let mut tagged = request.clone();
+    if let Ok(value) = http::HeaderValue::from_str(&attribution::id_text(id)) {
+        tagged.headers.insert(
+            http::header::HeaderName::from_static(attribution::ID_HEADER),
+            value,
+        );
+    }
+    tagged
+}
 
 impl Worker<'_> {
     /// Polls the HTTP/2 and HTTP/3 connections that got new requests, so that their frames go
@@ -49,6 +79,14 @@ impl Worker<'_> {
                     self.write_h1(s, now);
                 }
                 Wire::Parts(req) => {
+                    let tagged;
+                    let req = match self.wire[s as usize].mark {
+                        Some(mark) => {
+                            tagged = with_id(req, mark.id);
+                            &tagged
+                        }
+                        None => req.as_ref(),
+                    };
                     if let Some(h3) = self.conns[c as usize].h3.as_mut() {
                         // The request waits inside for the peer's stream limit, if need be.
                         let Some(stream) = h3.send(req) else {
@@ -94,6 +132,15 @@ impl Worker<'_> {
             return;
         };
         let wire = &mut self.wire[s as usize];
+        let request: &[u8] = match wire.mark {
+            Some(mark) => {
+                if wire.written == 0 {
+                    tag(&mut wire.tagged, request, mark.id);
+                }
+                &wire.tagged
+            }
+            None => request,
+        };
         let result = if wire.written < request.len() {
             stream.write_some(&request[wire.written..])
         } else {
@@ -438,6 +485,20 @@ impl Worker<'_> {
         let c = self.slots.conn_of(s);
         let answered = self.slots.request_mut(s).answer(arrived);
         let measured = answered.due.measured;
+        if let Some(mark) = self.wire[s as usize].mark.take() {
+            if measured && self.rec.traces.len() < MAX_TRACES {
+                self.rec.traces.push(Sent {
+                    id: mark.id,
+                    sent_unix_ns: mark.sent_unix_ns,
+                    lag_ns: mark.lag_ns,
+                    service_ns: answered.service_ns,
+                    status: match status {
+                        Status::Http(code) => code,
+                        Status::Grpc(_) => 200,
+                    },
+                });
+            }
+        }
         if measured {
             self.rec
                 .response(status, answered.latency_ns, answered.service_ns);
@@ -510,6 +571,7 @@ impl Worker<'_> {
         let wire = &mut self.wire[s as usize];
         wire.h2 = None;
         wire.h3 = None;
+        wire.mark = None;
         wire.reader.reset();
         self.set_streaming(s, false);
         // A draining connection whose last request failed closes too, or its slots would never

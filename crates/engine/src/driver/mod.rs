@@ -96,6 +96,26 @@ pub struct WorkerPlan {
     pub send_early: bool,
     /// The process runs under a CPU quota (`auto` then never spins).
     pub under_quota: bool,
+    /// Per-hop attribution: which measured requests carry an id (`None`: none does).
+    pub trace: Option<Tracing>,
+}
+
+/// Which of a worker's measured requests are tagged for attribution, and their ids.
+#[derive(Debug, Clone, Copy)]
+pub struct Tracing {
+    /// One in this many measured sends.
+    pub every: u32,
+    /// This worker's ids start here (its part of the plan, shifted above any count it reaches),
+    /// so ids are unique across the threads and agents of a run.
+    pub id_base: u64,
+}
+
+/// A tagged request on a slot: its id and what its send looked like.
+#[derive(Debug, Clone, Copy)]
+struct Mark {
+    id: u64,
+    sent_unix_ns: u64,
+    lag_ns: u64,
 }
 
 /// What a worker hands back when it ends.
@@ -146,6 +166,10 @@ struct SlotWire {
     h3: Option<H3Stream>,
     /// An HTTP/1.1 transfer is half done.
     streaming: bool,
+    /// The request on the slot is tagged for attribution.
+    mark: Option<Mark>,
+    /// HTTP/1.1: a tagged request's bytes (its id header added), kept for the slot's next one.
+    tagged: Vec<u8>,
 }
 
 struct Worker<'a> {
@@ -198,6 +222,8 @@ struct Worker<'a> {
     /// The millisecond of the run clock the last sends went out in, and how many did.
     burst_ms: u64,
     burst: u64,
+    /// Measured sends counted for attribution's sampling.
+    traced: u64,
 }
 
 /// Runs one worker to completion.
@@ -253,6 +279,7 @@ pub fn run_worker(
         run_delay_seen: None,
         burst_ms: 0,
         burst: 0,
+        traced: 0,
         targets: &targets,
         plan,
         ctl,
@@ -675,10 +702,33 @@ impl Worker<'_> {
                 self.interval.lag.saturating_record(times.lag_ns / 1000);
                 sent += 1;
             }
+            self.mark(s, due.measured, times.lag_ns, now);
             self.start(s, host, now);
         }
         if sent > 0 {
             self.sent_in_wake(now, sent);
+        }
+    }
+
+    /// Tags the request just given to slot `s` when it is one of attribution's sample (one
+    /// measured send in `every`), else clears the slot's mark.
+    #[inline]
+    fn mark(&mut self, s: u32, measured: bool, lag_ns: u64, now: u64) {
+        let Some(t) = self.plan.trace else {
+            return;
+        };
+        let wire = &mut self.wire[s as usize];
+        wire.mark = None;
+        if !measured {
+            return;
+        }
+        self.traced += 1;
+        if self.traced % u64::from(t.every) == 0 {
+            wire.mark = Some(Mark {
+                id: t.id_base | self.traced,
+                sent_unix_ns: (now as i64 + self.realtime_offset).max(0) as u64,
+                lag_ns,
+            });
         }
     }
 

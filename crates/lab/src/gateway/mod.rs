@@ -145,6 +145,8 @@ pub struct GatewayPlan {
     /// (Envoy's: stats and memory, read by the lab after each step).
     pub admin: Option<SocketAddr>,
     pub out: PathBuf,
+    /// Envoy only: per-hop attribution's log of the tagged requests (`None`: off).
+    pub access_log: Option<PathBuf>,
 }
 
 impl GatewayPlan {
@@ -283,6 +285,7 @@ pub fn generate(plan: &GatewayPlan, target: &dyn Target) -> Result<Generated, La
     })?;
     let plan = &GatewayPlan {
         out: dir.clone(),
+        access_log: None,
         ..plan.clone()
     };
     let mut files = Vec::new();

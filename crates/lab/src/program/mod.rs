@@ -109,6 +109,9 @@ pub struct Hop {
     pub admin: Option<SocketAddr>,
     /// Envoy only: the stand-ins for Istio's per-request telemetry (`envoy::telemetry`).
     pub istio_telemetry: bool,
+    /// Envoy only, L7 hops only: per-hop attribution's log of the tagged requests
+    /// (`envoy::access_log`), written here; `None`: attribution is off.
+    pub access_log: Option<PathBuf>,
 }
 
 /// A written configuration and how to run it: what a program's command line is built from.
@@ -392,7 +395,11 @@ impl ProgramSpec {
             name: &hop.name,
             workers: hop.workers,
         };
-        Ok(command_line(self.program, &bin, &run))
+        let mut command = command_line(self.program, &bin, &run);
+        if self.program == Program::Envoy && hop.access_log.is_some() {
+            command.args(envoy::access_log::FLUSH_ARGS);
+        }
+        Ok(command)
     }
 }
 
@@ -430,6 +437,7 @@ pub(crate) mod tests {
             hbone_out: false,
             admin: None,
             istio_telemetry: false,
+            access_log: None,
         }
     }
 
@@ -475,6 +483,7 @@ pub(crate) mod tests {
             workers: 1,
             admin: None,
             out: std::env::temp_dir().join(format!("meshbench-h3-plan-{}", std::process::id())),
+            access_log: None,
         };
         let err = gateway::generate(&plan, &Program::Nginx).unwrap_err();
         assert!(err.to_string().contains("nginx with HTTP/3"), "{err}");

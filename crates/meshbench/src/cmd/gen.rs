@@ -84,6 +84,7 @@ pub fn gateway(a: GatewayArgs) -> Result<u8> {
         // Envoy's admin endpoint (stats and memory); by default Istio's port, on loopback.
         admin: Some(admin),
         out: a.out.clone(),
+        access_log: None,
     };
     let started = Instant::now();
     let generated = gateway::generate(&plan, target)?;

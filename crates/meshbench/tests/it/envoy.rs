@@ -49,6 +49,7 @@ fn spec(topology: Topology, case: Case, name: &str) -> RigSpec {
         proxy_peer_authentication: Default::default(),
         proxy_mtls: case.mtls,
         proxy_istio_telemetry: case.telemetry,
+        attribution: false,
         tunnel: ProgramSpec::from(case.tunnel.unwrap_or(Program::Envoy)),
         tunnel_workers: 1,
         tunnel_mtls: case.mtls,

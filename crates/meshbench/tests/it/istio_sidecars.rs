@@ -152,6 +152,7 @@ fn spec(topology: Topology, mtls: Option<PeerAuthentication>, name: &str) -> Rig
         proxy_mtls: mtls.is_some(),
         proxy_peer_authentication: mtls.unwrap_or_default(),
         proxy_istio_telemetry: false,
+        attribution: false,
         tunnel: ProgramSpec::from(Program::Envoy),
         tunnel_workers: 1,
         tunnel_mtls: false,

@@ -175,6 +175,7 @@ pub(super) fn gateway_objects(
         workers: 0,
         admin: None,
         out: dir.to_path_buf(),
+        access_log: None,
     };
     let istio = Istio::within(Place {
         namespace: namespace.to_string(),

@@ -181,13 +181,17 @@ fn manager(
         validate_clusters: Some(envoy_types::pb::google::protobuf::BoolValue { value: false }),
         ..Default::default()
     };
-    hcm_filter(istio_shape::connection_manager(
+    let mut hcm = istio_shape::connection_manager(
         prefix,
         routes,
         Direction::Gateway,
         codec,
         istio_shape::http_filters(),
-    ))
+    );
+    if let Some(path) = &plan.access_log {
+        super::access_log::add(&mut hcm, path);
+    }
+    hcm_filter(hcm)
 }
 
 /// One virtual host per domain; each path an exact, case-sensitive route rewritten to `/`

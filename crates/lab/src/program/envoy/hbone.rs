@@ -35,7 +35,7 @@ use envoy_types::util::pack_any;
 
 use super::istio_shape::{self, Direction, Versions};
 use super::sidecar::hcm_filter;
-use super::telemetry;
+use super::{access_log, telemetry};
 use super::{socket, static_cluster, static_cluster_at};
 use crate::program::Hop;
 
@@ -117,6 +117,9 @@ pub fn waypoint(hop: &Hop) -> Bootstrap {
         CodecType::Auto,
         istio_shape::http_filters(),
     );
+    if let Some(path) = &hop.access_log {
+        access_log::add(&mut l7, path);
+    }
     if hop.istio_telemetry {
         telemetry::add(&mut l7, &hop.name, Direction::Inbound);
     }

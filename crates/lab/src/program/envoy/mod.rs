@@ -11,6 +11,7 @@
 //! [`sidecar`] (outbound and inbound), [`gateway`], [`hbone`] (ambient's tunnels and the
 //! waypoint); [`istio_shape`] holds what they share, the way Istio sets each piece.
 
+pub mod access_log;
 pub mod gateway;
 pub mod hbone;
 pub mod istio_shape;
@@ -310,6 +311,7 @@ mod tests {
             hbone_out: false,
             admin: Some("127.0.0.1:15000".parse().unwrap()),
             istio_telemetry: false,
+            access_log: None,
         }
     }
 

@@ -28,7 +28,7 @@ use envoy_types::pb::google::protobuf::UInt32Value;
 use envoy_types::util::pack_any;
 
 use super::istio_shape::{self, Direction, Versions};
-use super::telemetry;
+use super::{access_log, telemetry};
 use super::{socket, static_cluster};
 use crate::program::Hop;
 use meshbench_results::topology::Duty;
@@ -96,6 +96,9 @@ pub fn outbound(hop: &Hop) -> Bootstrap {
         CodecType::Auto,
         istio_shape::http_filters(),
     );
+    if let Some(path) = &hop.access_log {
+        access_log::add(&mut hcm, path);
+    }
     if hop.istio_telemetry {
         telemetry::add(&mut hcm, &hop.name, Direction::Outbound);
     }
@@ -184,6 +187,9 @@ pub fn inbound(hop: &Hop) -> Bootstrap {
             CodecType::Auto,
             istio_shape::http_filters(),
         );
+        if let Some(path) = &hop.access_log {
+            access_log::add(&mut hcm, path);
+        }
         if hop.istio_telemetry {
             telemetry::add(&mut hcm, &hop.name, Direction::Inbound);
         }

@@ -249,6 +249,7 @@ pub fn nginx_proxy(upstream: SocketAddr) -> Result<LabRole, LabError> {
         hbone_out: false,
         admin: None,
         istio_telemetry: false,
+        access_log: None,
     };
     let cmd = ProgramSpec::from(Program::Nginx).prepare_hop(&hop)?;
     let mut role = LabRole::start("nginx", cmd, hop.listen, &dir)?;

@@ -1,0 +1,166 @@
+//! The access log per-hop attribution reads: each L7 Envoy of the lab writes, for the requests
+//! the engine tagged (an `x-request-id` with meshbench's prefix) and only for them, the id,
+//! when the downstream request began (wall clock) and its later points (ns after that) in
+//! one line. The format and its parser live together here, so they cannot drift apart.
+//!
+//! Only with attribution on: the connection manager then also keeps the client's request id
+//! (`preserve_external_request_id`; Envoy replaces an edge request's id otherwise) and Envoy
+//! flushes its log files often ([`FLUSH_ARGS`]). With it off nothing of this is configured.
+
+use std::path::Path;
+
+use envoy_types::pb::envoy::config::accesslog::v3::{
+    access_log, access_log_filter, AccessLog, AccessLogFilter, HeaderFilter,
+};
+use envoy_types::pb::envoy::config::core::v3::{
+    data_source, substitution_format_string, DataSource, SubstitutionFormatString,
+};
+use envoy_types::pb::envoy::config::route::v3::{header_matcher, HeaderMatcher};
+use envoy_types::pb::envoy::extensions::access_loggers::file::v3::{
+    file_access_log, FileAccessLog,
+};
+use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager;
+use envoy_types::pb::envoy::r#type::matcher::v3::{string_matcher, StringMatcher};
+use envoy_types::util::pack_any;
+use meshbench_results::attribution::{self, Logged};
+
+/// One line per tagged request: the id, the start (seconds since the epoch, 6 decimals: what
+/// Envoy's start time holds), then the points in ns after it, `-` where the request never got.
+const FORMAT: &str = "%REQ(X-REQUEST-ID)% %START_TIME(%s.%6f)% \
+%COMMON_DURATION(DS_RX_BEG:US_TX_BEG:ns)% %COMMON_DURATION(DS_RX_BEG:US_RX_BEG:ns)% \
+%COMMON_DURATION(DS_RX_BEG:DS_TX_BEG:ns)% %COMMON_DURATION(DS_RX_BEG:US_CX_BEG:ns)% \
+%COMMON_DURATION(DS_RX_BEG:US_CX_END:ns)% %UPSTREAM_REQUEST_ATTEMPT_COUNT% %RESPONSE_CODE%\n";
+
+/// Envoy's command-line flag for how often its log files are flushed (its default is 10 s):
+/// the lines are read right after the step.
+pub const FLUSH_ARGS: [&str; 2] = ["--file-flush-interval-msec", "200"];
+
+/// Adds the attribution log at `path` to a connection manager.
+pub fn add(hcm: &mut HttpConnectionManager, path: &Path) {
+    hcm.preserve_external_request_id = true;
+    let ours = AccessLogFilter {
+        filter_specifier: Some(access_log_filter::FilterSpecifier::HeaderFilter(
+            HeaderFilter {
+                header: Some(HeaderMatcher {
+                    name: attribution::ID_HEADER.into(),
+                    header_match_specifier: Some(
+                        header_matcher::HeaderMatchSpecifier::StringMatch(StringMatcher {
+                            match_pattern: Some(string_matcher::MatchPattern::Prefix(
+                                attribution::ID_PREFIX.into(),
+                            )),
+                            ..Default::default()
+                        }),
+                    ),
+                    ..Default::default()
+                }),
+            },
+        )),
+    };
+    let file = FileAccessLog {
+        path: path.display().to_string(),
+        access_log_format: Some(file_access_log::AccessLogFormat::LogFormat(
+            SubstitutionFormatString {
+                format: Some(substitution_format_string::Format::TextFormatSource(
+                    DataSource {
+                        specifier: Some(data_source::Specifier::InlineString(FORMAT.into())),
+                        ..Default::default()
+                    },
+                )),
+                ..Default::default()
+            },
+        )),
+    };
+    hcm.access_log.push(AccessLog {
+        name: "envoy.access_loggers.file".into(),
+        filter: Some(ours),
+        config_type: Some(access_log::ConfigType::TypedConfig(pack_any(file))),
+    });
+}
+
+/// One line of the log, or `None` when it is not one of the engine's requests or is torn.
+pub fn parse(line: &str) -> Option<Logged> {
+    let mut fields = line.split_ascii_whitespace();
+    let id = attribution::parse_id(fields.next()?)?;
+    let start_unix_ns = seconds_to_ns(fields.next()?)?;
+    let mut point = || -> Option<Option<u64>> {
+        match fields.next()? {
+            "-" => Some(None),
+            n => n.parse().ok().map(Some),
+        }
+    };
+    let upstream_sent_ns = point()?;
+    let upstream_answered_ns = point()?;
+    let answered_ns = point()?;
+    let connect_begin = point()?;
+    let connect_end = point()?;
+    let attempts = match fields.next()? {
+        "-" => 0,
+        n => n.parse().ok()?,
+    };
+    let status = fields.next()?.parse().unwrap_or(0);
+    Some(Logged {
+        id,
+        start_unix_ns,
+        upstream_sent_ns,
+        upstream_answered_ns,
+        answered_ns,
+        connect: connect_begin.zip(connect_end),
+        attempts,
+        status,
+    })
+}
+
+/// `1795801751.569744` as ns since the epoch, exactly (no float).
+fn seconds_to_ns(text: &str) -> Option<u64> {
+    let (secs, frac) = text.split_once('.').unwrap_or((text, ""));
+    if frac.len() > 9 || !frac.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let frac_ns: u64 = format!("{frac:0<9}").parse().ok()?;
+    secs.parse::<u64>()
+        .ok()?
+        .checked_mul(1_000_000_000)?
+        .checked_add(frac_ns)
+}
+
+/// Every line of the log at `path` that parses (a missing file: none).
+pub fn read(path: &Path) -> Vec<Logged> {
+    std::fs::read_to_string(path)
+        .map(|text| text.lines().filter_map(parse).collect())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_line_as_envoy_writes_it() {
+        let line =
+            "mb000000010000002a 1795801751.569744 453853 1767043 1900421 384961 408746 1 200";
+        let l = parse(line).unwrap();
+        assert_eq!(l.id, (1 << 32) | 42);
+        assert_eq!(l.start_unix_ns, 1_795_801_751_569_744_000);
+        assert_eq!(l.upstream_sent_ns, Some(453_853));
+        assert_eq!(l.upstream_answered_ns, Some(1_767_043));
+        assert_eq!(l.answered_ns, Some(1_900_421));
+        assert_eq!(l.connect, Some((384_961, 408_746)));
+        assert_eq!((l.attempts, l.status), (1, 200));
+    }
+
+    #[test]
+    fn points_not_reached_and_pooled_connections_are_none() {
+        let l = parse("mb0000000000000001 1.5 10 - 30 - - 1 503").unwrap();
+        assert_eq!(l.start_unix_ns, 1_500_000_000);
+        assert_eq!(l.upstream_answered_ns, None);
+        assert_eq!(l.connect, None);
+        assert_eq!(l.status, 503);
+    }
+
+    #[test]
+    fn other_ids_and_torn_lines_are_skipped() {
+        assert!(parse("6f1c5a0e-0000-4000-8000-000000000000 1.5 1 2 3 - - 1 200").is_none());
+        assert!(parse("mb0000000000000001 1.5 10 20").is_none());
+        assert!(parse("").is_none());
+    }
+}
