@@ -29,7 +29,9 @@ use std::collections::HashMap;
 use meshbench_results::attribution::{
     Attribution, HopSeen, Leg, Logged, Node, Part, Seen, Sent, Split, MAX_SPLITS,
 };
-use meshbench_results::ChainRole;
+use meshbench_results::{ChainRole, CpuAllotment, LoadPoint};
+use meshbench_store::StoredStep;
+use serde::Serialize;
 
 /// Joins the engine's `sent` with each logging hop's lines (`logs`, in path order; hops of
 /// `path` seen per request that have no entry in `logs` count as logging nothing).
@@ -162,7 +164,7 @@ fn split(s: &Sent, lines: &[&Logged]) -> Option<Vec<i64>> {
 }
 
 /// One part's mean around a percentile.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PartShare {
     pub part: Part,
     pub mean_us: f64,
@@ -171,7 +173,7 @@ pub struct PartShare {
 }
 
 /// Each part's share of one percentile.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Share {
     /// 50, 90, 99.
     pub percentile: f64,
@@ -268,7 +270,7 @@ pub fn by_hop(share: &Share) -> Vec<PartShare> {
 }
 
 /// What changed for one hop from one variant to another at one percentile.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Growth {
     pub percentile: f64,
     pub part: Part,
@@ -324,6 +326,91 @@ pub fn grew(from: &[Share], to: &[Share]) -> Vec<Growth> {
 /// Whether `seen` lets a hop's own time be split out.
 pub fn splits(seen: Seen) -> bool {
     seen == Seen::PerRequest
+}
+
+/// One variant's attribution at one load (and CPU allotment): its repeats' splits together.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Attributed {
+    pub variant: String,
+    /// Written as its words (`1000 qps x 16 conns`).
+    #[serde(serialize_with = "as_words")]
+    pub load: LoadPoint,
+    pub cpu: Option<CpuAllotment>,
+    /// Steps whose splits are in it.
+    pub steps: usize,
+    pub sample_rate: f64,
+    pub path: Vec<HopSeen>,
+    pub sampled: u64,
+    pub split: u64,
+    pub retried: u64,
+    pub unjoined: u64,
+    pub shares: Vec<Share>,
+}
+
+fn as_words<S: serde::Serializer>(load: &LoadPoint, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(load)
+}
+
+/// Every variant's attribution, per load, in the order the steps ran; steps that failed or
+/// ran without attribution are left out. Each percentile's share uses the mean of the steps'
+/// own percentiles of that variant and load.
+pub fn by_variant(steps: &[StoredStep]) -> Vec<Attributed> {
+    let mut groups: Vec<(Attributed, Attribution, Vec<[f64; 3]>)> = Vec::new();
+    for stored in steps {
+        let s = &stored.step;
+        let (Some(a), Some(result), false) = (&s.attribution, &s.result, s.failed()) else {
+            continue;
+        };
+        let l = &result.latency_us;
+        let run = [l.p50 as f64, l.p90 as f64, l.p99 as f64];
+        let (load, cpu) = (s.load_point(), s.params.cpu);
+        let same = |g: &&mut (Attributed, Attribution, Vec<[f64; 3]>)| {
+            g.0.variant == s.variant && g.0.load == load && g.0.cpu == cpu && g.1.parts == a.parts
+        };
+        match groups.iter_mut().find(|g| same(g)) {
+            Some((head, all, runs)) => {
+                head.steps += 1;
+                all.requests.extend(a.requests.iter().cloned());
+                for (x, y) in [
+                    (&mut all.sampled, a.sampled),
+                    (&mut all.retried, a.retried),
+                    (&mut all.unjoined, a.unjoined),
+                ] {
+                    *x += y;
+                }
+                runs.push(run);
+            }
+            None => groups.push((
+                Attributed {
+                    variant: s.variant.clone(),
+                    load,
+                    cpu,
+                    steps: 1,
+                    sample_rate: a.sample_rate,
+                    path: a.path.clone(),
+                    sampled: 0,
+                    split: 0,
+                    retried: 0,
+                    unjoined: 0,
+                    shares: Vec::new(),
+                },
+                a.clone(),
+                vec![run],
+            )),
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(mut head, all, runs)| {
+            let mean = |i: usize| runs.iter().map(|r| r[i]).sum::<f64>() / runs.len() as f64;
+            head.shares = shares(&all, |p| PERCENTILES.iter().position(|&q| q == p).map(mean));
+            head.sampled = all.sampled;
+            head.split = all.requests.len() as u64;
+            head.retried = all.retried;
+            head.unjoined = all.unjoined;
+            head
+        })
+        .collect()
 }
 
 #[cfg(test)]

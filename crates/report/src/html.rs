@@ -108,6 +108,9 @@ pub fn build(input: &Input) -> Report {
             blocks,
         });
     }
+    if let Some(section) = attribution_section(input.steps) {
+        sections.push(section);
+    }
     let mut charts = Vec::new();
     match shape(h) {
         Shape::OneLoad => {
@@ -229,6 +232,36 @@ pub enum Shape {
 }
 
 /// The shape of the experiment `h` measured.
+/// Where the latency goes, when a step had attribution on: the stacked bars, then per
+/// variant what was sampled and its table.
+fn attribution_section(steps: &[StoredStep]) -> Option<Section> {
+    let all = meshbench_analysis::attribution::by_variant(steps);
+    if all.is_empty() {
+        return None;
+    }
+    let mut blocks = vec![Block::Text(
+        "Per-hop attribution: a sample of the requests carried an id that each L7 Envoy on the path logged with its own instants; joined with the engine's, each request splits into parts that add up to its latency. A part's share of a percentile is its mean over the sampled requests ranked around that percentile, with a 95 % interval; the residual is the run's percentile minus the sum (docs/answers.md).".into(),
+    )];
+    blocks.extend(
+        crate::attribution::charts(&all)
+            .into_iter()
+            .map(|c| Block::Chart(Box::new(c))),
+    );
+    for a in &all {
+        blocks.push(Block::Finding(crate::attribution::sentence(a)));
+        if !a.shares.is_empty() {
+            blocks.push(Block::Table {
+                caption: format!("Where the latency goes: {} at {}", a.variant, a.load),
+                table: crate::attribution::table(a),
+            });
+        }
+    }
+    Some(Section {
+        title: "Where the latency goes".into(),
+        blocks,
+    })
+}
+
 pub fn shape(h: &Headline) -> Shape {
     let rates = distinct(h.groups.iter().map(|g| g.load.rate_rps_milli())).len();
     let conns = distinct(h.groups.iter().map(|g| g.load.connections)).len();

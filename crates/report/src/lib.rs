@@ -2,6 +2,7 @@
 //!
 //! - this file: the summary `meshbench run` prints, and number formatting;
 //! - [`answers`]: the headline, comparison and sizing tables for the terminal;
+//! - [`attribution`]: where the latency goes, hop by hop (table, stacked bars, which hop grew);
 //! - [`export`]: stored steps as Istio perf/benchmark CSV and fortio JSON;
 //! - [`html`] and [`plot`]: the self-contained HTML report and its SVG/PNG charts;
 //! - [`proxies`]: each Envoy role's own counts and the flag, for `results show` and the HTML.
@@ -9,6 +10,7 @@
 //! (The JSON result is the engine's `RunResult` itself, serialised.)
 
 pub mod answers;
+pub mod attribution;
 pub mod export;
 pub mod html;
 pub mod plot;

@@ -3,7 +3,8 @@
 //! report, and as files) and to PNG. Axes are scaled to the data; latency is in milliseconds.
 //! The legend is drawn in a strip of its own under the plot, never inside it: a legend box in
 //! a corner of the plot hid the points that fell there. An x axis of categories (variants)
-//! carries bars, side by side within each category, one bar series each.
+//! carries bars, side by side within each category, one bar series each, or stacked: the parts
+//! of one whole (where a request's latency goes) piled up in one bar.
 
 use std::path::Path;
 
@@ -20,6 +21,9 @@ pub enum Draw {
     /// A bar from zero at each point of an axis of [`XAxis::Categories`]; the bar series of a
     /// chart stand side by side within each category.
     Bars,
+    /// A segment of one bar per category: the stacked series of a chart pile up in their
+    /// order (a part below zero is drawn as none), in one slot beside any other bars.
+    Stacked,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -274,7 +278,7 @@ fn draw_legend<DB: DrawingBackend>(
                 }
             }
             Draw::Points => {}
-            Draw::Bars => area.draw(&Rectangle::new(
+            Draw::Bars | Draw::Stacked => area.draw(&Rectangle::new(
                 [(x + 4, y - 6), (x + 16, y + 6)],
                 e.color.filled(),
             ))?,
@@ -289,6 +293,28 @@ fn draw_legend<DB: DrawingBackend>(
         ))?;
     }
     Ok(())
+}
+
+/// The stacked series' segments (x, base, top, colour), piled up per category in series
+/// order; a negative value adds nothing.
+fn stack(c: &Chart) -> Vec<(f64, f64, f64, usize)> {
+    let mut tops: Vec<(f64, f64)> = Vec::new();
+    let mut segments = Vec::new();
+    for s in c.series.iter().filter(|s| s.draw == Draw::Stacked) {
+        for &(x, y) in &s.points {
+            let base = match tops.iter_mut().find(|(at, _)| *at == x) {
+                Some((_, top)) => top,
+                None => {
+                    tops.push((x, 0.0));
+                    &mut tops.last_mut().expect("just pushed").1
+                }
+            };
+            let from = *base;
+            *base += y.max(0.0);
+            segments.push((x, from, *base, s.color));
+        }
+    }
+    segments
 }
 
 /// Draws `c` on `area`.
@@ -340,10 +366,13 @@ where
         XAxis::Categories(names) => (-0.5, names.len().max(1) as f64 - 0.5),
         XAxis::Linear | XAxis::Spectrum => range(all_x, false),
     };
+    let stacked = stack(c);
     let ys = c
         .series
         .iter()
+        .filter(|s| s.draw != Draw::Stacked)
         .flat_map(|s| s.points.iter().map(|p| p.1))
+        .chain(stacked.iter().map(|seg| seg.2))
         .chain(c.hline.iter().map(|h| h.0))
         .chain(c.marks.iter().map(|m| m.1));
     let (y0, y1) = range(ys, true);
@@ -409,15 +438,26 @@ where
             .map_err(e)?;
     }
     let bars: Vec<&Series> = c.series.iter().filter(|s| s.draw == Draw::Bars).collect();
+    let slots = bars.len() + usize::from(!stacked.is_empty());
     for (slot, s) in bars.iter().enumerate() {
         chart
             .draw_series(s.points.iter().map(|&(x, y)| {
-                let (left, right) = bar_span(x, slot, bars.len());
+                let (left, right) = bar_span(x, slot, slots);
                 Rectangle::new([(left, 0.0), (right, y)], color(s.color).filled())
             }))
             .map_err(e)?;
     }
-    for s in c.series.iter().filter(|s| s.draw != Draw::Bars) {
+    chart
+        .draw_series(stacked.iter().map(|&(x, base, top, colour)| {
+            let (left, right) = bar_span(x, slots - 1, slots);
+            Rectangle::new([(left, base), (right, top)], color(colour).filled())
+        }))
+        .map_err(e)?;
+    for s in c
+        .series
+        .iter()
+        .filter(|s| !matches!(s.draw, Draw::Bars | Draw::Stacked))
+    {
         series!(chart, draw_series, s, e);
     }
     if let Some((label, right)) = &c.right {

@@ -128,12 +128,26 @@ impl Part {
         }
     }
 
-    /// The hop a part belongs to, for the short view (a proxy's legs and connect together).
+    /// Its label as a hop of the short view ([`Part::hop`]): a proxy's is its own time.
+    pub fn hop_label(&self) -> String {
+        match self {
+            Part::Proxy { role, .. } | Part::Connect { role } => {
+                format!("{} (own time)", role.name())
+            }
+            other => other.label(),
+        }
+    }
+
+    /// The hop a part belongs to, for the short view and comparisons: a proxy's legs and
+    /// connect together, the backend whichever hop is before it.
     pub fn hop(&self) -> Part {
         match *self {
             Part::Proxy { role, .. } | Part::Connect { role } => Part::Proxy {
                 role,
                 leg: Leg::Request,
+            },
+            Part::Backend { .. } => Part::Backend {
+                after: Node::Client,
             },
             other => other,
         }

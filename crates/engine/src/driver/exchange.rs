@@ -580,3 +580,37 @@ impl Worker<'_> {
         self.slots.release(s, &self.conns);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tagged_http1_request_carries_the_id_after_its_request_line_and_nothing_else_changes() {
+        let request = b"GET /x HTTP/1.1\r\nhost: a\r\n\r\nbody";
+        let mut into = Vec::new();
+        tag(&mut into, request, 0x2a);
+        assert_eq!(
+            into,
+            b"GET /x HTTP/1.1\r\nx-request-id: mb000000000000002a\r\nhost: a\r\n\r\nbody".to_vec()
+        );
+        // The buffer is reused: a second tag replaces the first.
+        tag(&mut into, request, 0x2b);
+        assert_eq!(into.len(), request.len() + 34);
+        assert!(into.windows(18).any(|w| w == b"mb000000000000002b"));
+    }
+
+    #[test]
+    fn a_tagged_h2_request_is_a_copy_with_the_id_header() {
+        let request = HttpRequest {
+            method: http::Method::GET,
+            uri: "http://a/".parse().unwrap(),
+            headers: http::HeaderMap::new(),
+            body: bytes::Bytes::new(),
+            grpc: false,
+        };
+        let tagged = with_id(&request, 7);
+        assert_eq!(tagged.headers["x-request-id"], "mb0000000000000007");
+        assert!(request.headers.is_empty());
+    }
+}

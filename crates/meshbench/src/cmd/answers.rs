@@ -5,6 +5,7 @@
 use std::path::Path;
 
 use anyhow::Result;
+use meshbench_analysis::attribution::{self, by_variant, Attributed};
 use meshbench_analysis::compare::pair_up;
 use meshbench_analysis::headline::{delta, observe, Headline};
 use meshbench_analysis::runs::{percentile_name, PERCENTILES};
@@ -118,7 +119,11 @@ fn result_file(file: &str, name: &str, repeat: u32) -> Result<Run> {
 
 /// One side of a comparison: result files (one run, or repeats of one measurement separated
 /// by commas, named after the first), or a selection from the store.
-fn side(spec: &str, store: &StoreArg) -> Result<(String, Vec<Group>)> {
+/// One side of a comparison: its name, its runs grouped, and where their latency went (when
+/// their steps had attribution on).
+type Side = (String, Vec<Group>, Vec<Attributed>);
+
+fn side(spec: &str, store: &StoreArg) -> Result<Side> {
     if is_result_files(spec) {
         let files: Vec<&str> = spec.split(',').collect();
         let first = Path::new(files[0]);
@@ -131,7 +136,7 @@ fn side(spec: &str, store: &StoreArg) -> Result<(String, Vec<Group>)> {
             .zip(0..)
             .map(|(file, repeat)| result_file(file, &name, repeat))
             .collect::<Result<Vec<Run>>>()?;
-        return Ok((spec.to_string(), group(runs)));
+        return Ok((spec.to_string(), group(runs), Vec::new()));
     }
     let store = open_store(store)?;
     let (key, pick) = match (spec.split_once('#'), spec.split_once(':')) {
@@ -148,7 +153,7 @@ fn side(spec: &str, store: &StoreArg) -> Result<(String, Vec<Group>)> {
     };
     let e = find_experiment(&store, key)?;
     let steps = store.steps(e.id)?;
-    let runs: Vec<Run> = steps
+    let picked: Vec<meshbench_store::StoredStep> = steps
         .iter()
         .filter(|s| match &pick {
             Pick::All => true,
@@ -157,8 +162,9 @@ fn side(spec: &str, store: &StoreArg) -> Result<(String, Vec<Group>)> {
                 s.step.variant == *v || meshbench_store::topology_name::text(s.step.topology) == v
             }
         })
-        .filter_map(Run::from_step)
+        .cloned()
         .collect();
+    let runs: Vec<Run> = picked.iter().filter_map(Run::from_step).collect();
     if runs.is_empty() {
         if let Pick::Variant(v) = &pick {
             let mut known: Vec<&str> = steps.iter().map(|s| s.step.variant.as_str()).collect();
@@ -173,6 +179,7 @@ fn side(spec: &str, store: &StoreArg) -> Result<(String, Vec<Group>)> {
     Ok((
         format!("{spec} (experiment {} '{}')", e.id, e.name),
         group(runs),
+        by_variant(&picked),
     ))
 }
 
@@ -227,13 +234,29 @@ pub fn compare(args: CompareArgs) -> Result<u8> {
         Some(text) => parse_margin(text)?,
         None => Margin::DEFAULT,
     };
-    let (a_name, a) = side(&args.a, &args.store)?;
-    let (b_name, b) = side(&args.b, &args.store)?;
+    let (a_name, a, a_split) = side(&args.a, &args.store)?;
+    let (b_name, b, b_split) = side(&args.b, &args.store)?;
     let pairs = pair_up(&a_name, a, &b_name, b, margin).map_err(|e| usage(e.to_string()))?;
     out!(
         "{}",
         meshbench_report::answers::compare_text(&a_name, &b_name, &pairs)
     );
+    // Where both sides split their latency at the same load: which hop grew.
+    for to in &b_split {
+        let from = a_split
+            .iter()
+            .find(|f| f.load == to.load && f.cpu == to.cpu);
+        if let Some(from) = from {
+            out!(
+                "{}",
+                meshbench_report::attribution::grew_text(
+                    &format!("{} ({})", from.variant, from.load),
+                    &to.variant,
+                    &attribution::grew(&from.shares, &to.shares)
+                )
+            );
+        }
+    }
     if thresholds.is_empty() {
         return Ok(exit::OK);
     }

@@ -90,6 +90,10 @@ fn show(key: &str, s: &StoreArg) -> Result<u8> {
     out!("{}", table(&view));
     let h = super::answers::headline(&store, e.id)?;
     out!("{}", meshbench_report::answers::headline_text(&h));
+    out!(
+        "{}",
+        meshbench_report::attribution::text(&meshbench_analysis::attribution::by_variant(&steps))
+    );
     Ok(exit::OK)
 }
 
@@ -111,7 +115,9 @@ fn export(key: &str, format: ExportFormat, out: Option<&Path>, s: &StoreArg) -> 
     match format {
         ExportFormat::Csv => write(meshbench_report::export::istio_csv(&steps))?,
         ExportFormat::Json => {
-            let doc = serde_json::json!({ "experiment": e, "steps": steps });
+            let attribution = meshbench_analysis::attribution::by_variant(&steps);
+            let doc =
+                serde_json::json!({ "experiment": e, "steps": steps, "attribution": attribution });
             write(serde_json::to_string_pretty(&doc)? + "\n")?;
         }
         ExportFormat::Smp => {

@@ -9,6 +9,7 @@ mod common;
 mod agents;
 mod answers;
 mod arrivals;
+mod attribution;
 mod backend;
 mod bad_input;
 mod churn;
