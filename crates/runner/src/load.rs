@@ -1001,6 +1001,7 @@ mod tests {
             "body",
             "grpc_payload",
             "grpc_proto",
+            "trace_every",
             "protocol",
             "streams",
             "tls",

@@ -318,3 +318,160 @@ fn a_netem_delay_on_the_client_s_link_is_attributed_to_that_link() {
     };
     only_moved(&plain, &delayed, &link.hop_label());
 }
+
+/// An experiment file in a scratch directory with `body` after its name; the directory too.
+fn experiment_file(name: &str, body: &str) -> (PathBuf, PathBuf) {
+    let dir = scratch_dir(&format!("attribution-exp-{name}"));
+    let file = dir.join("experiment.yaml");
+    std::fs::write(&file, format!("name: {name}\n{body}")).unwrap();
+    (dir, file)
+}
+
+const SHORT: &str = "duration_secs: 3
+warmup_secs: 1
+cooldown_secs: 0
+load:
+  mode: open
+  rate_rps: [200]
+  connections: [4]
+";
+
+fn run_ok(args: &[&str]) -> String {
+    let out = meshbench(args, Duration::from_secs(180));
+    assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+    stdout(&out)
+}
+
+#[test]
+fn an_experiment_with_attribution_says_where_the_latency_goes_in_every_answer() {
+    let _ = envoy_binary();
+    let body = format!(
+        "topologies: [baseline, serveronly]\n{SHORT}proxy:\n  type: envoy\n  workers: 1\nattribution:\n  sample: 0.5\n"
+    );
+    let (dir, file) = experiment_file("attr-envoy", &body);
+    let store = dir.join("store.db");
+    let s = |p: &PathBuf| p.to_str().unwrap().to_string();
+    let (file, store_arg) = (s(&file), s(&store));
+    run_ok(&["experiment", &file, "--store", &store_arg]);
+
+    let shown = run_ok(&["results", "show", "attr-envoy", "--store", &store_arg]);
+    for needle in [
+        "Where the latency goes",
+        "server_proxy (envoy) per request",
+        "link client <-> server_proxy",
+        "server_proxy (own time)",
+        "backend (and its link)",
+        "residual",
+    ] {
+        assert!(shown.contains(needle), "want {needle:?} in:\n{shown}");
+    }
+
+    let json: serde_json::Value = serde_json::from_str(&run_ok(&[
+        "results",
+        "export",
+        "attr-envoy",
+        "--format",
+        "json",
+        "--store",
+        &store_arg,
+    ]))
+    .unwrap();
+    let answers = json["attribution"].as_array().unwrap();
+    assert_eq!(answers.len(), 2, "{answers:?}");
+    assert_eq!(answers[1]["variant"], "serveronly");
+    assert_eq!(answers[1]["shares"].as_array().unwrap().len(), 3);
+    let step = &json["steps"][1]["attribution"];
+    let splits = step["requests"].as_array().unwrap();
+    // 200 rps x 3 s, one in 2.
+    assert!(splits.len() >= 250, "{} split", splits.len());
+    for split in splits {
+        let sum: i64 = split["parts_ns"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p.as_i64().unwrap())
+            .sum();
+        assert_eq!(sum, split["latency_ns"].as_i64().unwrap());
+    }
+    // The engine's own latency: the sample's median is the run's p50 within 10 %.
+    let mut latencies: Vec<i64> = splits
+        .iter()
+        .map(|s| s["latency_ns"].as_i64().unwrap())
+        .collect();
+    latencies.sort_unstable();
+    let sample_p50_us = latencies[latencies.len() / 2] as f64 / 1000.0;
+    let run_p50_us = json["steps"][1]["result"]["latency_us"]["p50"]
+        .as_f64()
+        .unwrap();
+    assert!(
+        (sample_p50_us - run_p50_us).abs() <= run_p50_us * 0.1,
+        "sampled p50 {sample_p50_us} µs, the run's {run_p50_us} µs"
+    );
+
+    let compared = run_ok(&[
+        "compare",
+        "attr-envoy:baseline",
+        "attr-envoy:serveronly",
+        "--store",
+        &store_arg,
+    ]);
+    assert!(
+        compared.contains("Which hop grew from baseline"),
+        "{compared}"
+    );
+
+    let report = dir.join("report");
+    run_ok(&[
+        "report",
+        "attr-envoy",
+        "--out",
+        &s(&report),
+        "--store",
+        &store_arg,
+    ]);
+    let html = std::fs::read_to_string(report.join("report.html")).unwrap();
+    assert!(html.contains("Where the latency goes"));
+    assert!(report.join("plots/where-latency-goes-1.svg").exists());
+}
+
+#[test]
+fn a_hop_that_logs_nothing_per_request_is_named_as_such_and_its_time_is_in_the_link() {
+    let body = format!(
+        "topologies: [serveronly]\n{SHORT}proxy:\n  type: nginx\nattribution:\n  sample: 0.5\n"
+    );
+    let (dir, file) = experiment_file("attr-nginx", &body);
+    let store = dir.join("store.db");
+    let store_arg = store.to_str().unwrap();
+    run_ok(&["experiment", file.to_str().unwrap(), "--store", store_arg]);
+    let shown = run_ok(&["results", "show", "attr-nginx", "--store", store_arg]);
+    assert!(
+        shown.contains("server_proxy (nginx) not logged per request: in the link around it"),
+        "{shown}"
+    );
+    assert!(shown.contains("backend (and its link)"), "{shown}");
+    assert!(!shown.contains("server_proxy (own time)"), "{shown}");
+}
+
+#[test]
+fn attribution_that_cannot_be_done_is_refused_in_one_line_each() {
+    for (body, needle) in [
+        (
+            "attribution:\n  sample: 0\n",
+            "attribution.sample: 0 is not a share",
+        ),
+        (
+            "attribution:\n  sample: 0.1\nload:\n  protocol: http3\n",
+            "attribution: not built for HTTP/3 yet",
+        ),
+    ] {
+        let (_, file) = experiment_file("attr-bad", &format!("topologies: [serveronly]\n{body}"));
+        let out = meshbench(
+            &["experiment", file.to_str().unwrap(), "--dry-run"],
+            Duration::from_secs(20),
+        );
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{body}: {err}");
+        assert!(err.contains(needle), "want {needle:?} in {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}
