@@ -80,7 +80,8 @@ impl Worker<'_> {
                 }
                 Wire::Parts(req) => {
                     let tagged;
-                    let req = match self.wire[s as usize].mark {
+                    let mark = self.traces.as_ref().and_then(|t| t.marks[s as usize]);
+                    let req = match mark {
                         Some(mark) => {
                             tagged = with_id(req, mark.id);
                             &tagged
@@ -132,13 +133,17 @@ impl Worker<'_> {
             return;
         };
         let wire = &mut self.wire[s as usize];
-        let request: &[u8] = match wire.mark {
-            Some(mark) => {
-                if wire.written == 0 {
-                    tag(&mut wire.tagged, request, mark.id);
+        let request: &[u8] = match self.traces.as_deref_mut() {
+            Some(t) => match t.marks[s as usize] {
+                Some(mark) => {
+                    let bytes = &mut t.tagged[s as usize];
+                    if wire.written == 0 {
+                        tag(bytes, request, mark.id);
+                    }
+                    bytes
                 }
-                &wire.tagged
-            }
+                None => request,
+            },
             None => request,
         };
         let result = if wire.written < request.len() {
@@ -485,7 +490,11 @@ impl Worker<'_> {
         let c = self.slots.conn_of(s);
         let answered = self.slots.request_mut(s).answer(arrived);
         let measured = answered.due.measured;
-        if let Some(mark) = self.wire[s as usize].mark.take() {
+        let mark = self
+            .traces
+            .as_deref_mut()
+            .and_then(|t| t.marks[s as usize].take());
+        if let Some(mark) = mark {
             if measured && self.rec.traces.len() < MAX_TRACES {
                 self.rec.traces.push(Sent {
                     id: mark.id,
@@ -571,7 +580,9 @@ impl Worker<'_> {
         let wire = &mut self.wire[s as usize];
         wire.h2 = None;
         wire.h3 = None;
-        wire.mark = None;
+        if let Some(t) = self.traces.as_deref_mut() {
+            t.marks[s as usize] = None;
+        }
         wire.reader.reset();
         self.set_streaming(s, false);
         // A draining connection whose last request failed closes too, or its slots would never

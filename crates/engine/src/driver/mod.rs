@@ -118,6 +118,18 @@ struct Mark {
     lag_ns: u64,
 }
 
+/// Attribution's state in a worker, which exists only when attribution is on (the slots'
+/// own state is the same size either way).
+struct Traces {
+    plan: Tracing,
+    /// Measured sends counted for the sampling.
+    counted: u64,
+    /// Per slot: the tagged request on it.
+    marks: Vec<Option<Mark>>,
+    /// Per slot, HTTP/1.1: the tagged request's bytes (the allocation kept for the next one).
+    tagged: Vec<Vec<u8>>,
+}
+
 /// What a worker hands back when it ends.
 pub struct WorkerReport {
     pub recorder: Recorder,
@@ -166,10 +178,6 @@ struct SlotWire {
     h3: Option<H3Stream>,
     /// An HTTP/1.1 transfer is half done.
     streaming: bool,
-    /// The request on the slot is tagged for attribution.
-    mark: Option<Mark>,
-    /// HTTP/1.1: a tagged request's bytes (its id header added), kept for the slot's next one.
-    tagged: Vec<u8>,
 }
 
 struct Worker<'a> {
@@ -222,8 +230,8 @@ struct Worker<'a> {
     /// The millisecond of the run clock the last sends went out in, and how many did.
     burst_ms: u64,
     burst: u64,
-    /// Measured sends counted for attribution's sampling.
-    traced: u64,
+    /// Attribution's tags (`None`: it is off).
+    traces: Option<Box<Traces>>,
 }
 
 /// Runs one worker to completion.
@@ -279,7 +287,14 @@ pub fn run_worker(
         run_delay_seen: None,
         burst_ms: 0,
         burst: 0,
-        traced: 0,
+        traces: plan.trace.map(|t| {
+            Box::new(Traces {
+                plan: t,
+                counted: 0,
+                marks: vec![None; slots],
+                tagged: vec![Vec::new(); slots],
+            })
+        }),
         targets: &targets,
         plan,
         ctl,
@@ -714,19 +729,19 @@ impl Worker<'_> {
     /// measured send in `every`), else clears the slot's mark.
     #[inline]
     fn mark(&mut self, s: u32, measured: bool, lag_ns: u64, now: u64) {
-        let Some(t) = self.plan.trace else {
+        let realtime_offset = self.realtime_offset;
+        let Some(t) = self.traces.as_deref_mut() else {
             return;
         };
-        let wire = &mut self.wire[s as usize];
-        wire.mark = None;
+        t.marks[s as usize] = None;
         if !measured {
             return;
         }
-        self.traced += 1;
-        if self.traced % u64::from(t.every) == 0 {
-            wire.mark = Some(Mark {
-                id: t.id_base | self.traced,
-                sent_unix_ns: (now as i64 + self.realtime_offset).max(0) as u64,
+        t.counted += 1;
+        if t.counted % u64::from(t.plan.every) == 0 {
+            t.marks[s as usize] = Some(Mark {
+                id: t.plan.id_base | t.counted,
+                sent_unix_ns: (now as i64 + realtime_offset).max(0) as u64,
                 lag_ns,
             });
         }

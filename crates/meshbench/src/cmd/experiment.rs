@@ -250,6 +250,12 @@ pub fn describe_plan(e: &Experiment, plan: &Plan) -> String {
     if let Some(x) = &e.external {
         out.push_str(&describe_external(e, x));
     }
+    if let Some(a) = &e.attribution {
+        out.push_str(&format!(
+            "attribution: 1 in {} measured requests carries an x-request-id; each L7 Envoy of the lab logs it, and each step says where its latency went, hop by hop\n",
+            a.every()
+        ));
+    }
     out
 }
 

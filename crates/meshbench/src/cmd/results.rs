@@ -115,9 +115,12 @@ fn export(key: &str, format: ExportFormat, out: Option<&Path>, s: &StoreArg) -> 
     match format {
         ExportFormat::Csv => write(meshbench_report::export::istio_csv(&steps))?,
         ExportFormat::Json => {
+            let mut doc = serde_json::json!({ "experiment": e, "steps": steps });
+            // Only when a step had attribution on: without it the document is as it was.
             let attribution = meshbench_analysis::attribution::by_variant(&steps);
-            let doc =
-                serde_json::json!({ "experiment": e, "steps": steps, "attribution": attribution });
+            if !attribution.is_empty() {
+                doc["attribution"] = serde_json::to_value(attribution)?;
+            }
             write(serde_json::to_string_pretty(&doc)? + "\n")?;
         }
         ExportFormat::Smp => {
