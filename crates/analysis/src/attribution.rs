@@ -301,9 +301,9 @@ pub fn grew(from: &[Share], to: &[Share]) -> Vec<Growth> {
             let (a_hops, b_hops) = (by_hop(a), by_hop(b));
             b_hops
                 .iter()
-                .filter_map(|h| {
+                .map(|h| {
                     let before = a_hops.iter().find(|x| x.part == h.part);
-                    Some(Growth {
+                    Growth {
                         percentile: b.percentile,
                         part: h.part,
                         from_us: before.map_or(0.0, |x| x.mean_us),
@@ -316,7 +316,7 @@ pub fn grew(from: &[Share], to: &[Share]) -> Vec<Growth> {
                             // A hop the other variant does not have: all of it is new.
                             None => h.half_width_us,
                         },
-                    })
+                    }
                 })
                 .max_by(|x, y| x.delta_us().total_cmp(&y.delta_us()))
         })
