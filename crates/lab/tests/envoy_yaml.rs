@@ -12,7 +12,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration as StdDuration, Instant};
 
-use envoy_types::pb::envoy::config::accesslog::v3::{access_log, AccessLog};
+use envoy_types::pb::envoy::config::accesslog::v3::{
+    access_log, access_log_filter, AccessLog, AccessLogFilter, HeaderFilter,
+};
 use envoy_types::pb::envoy::config::bootstrap::v3::{bootstrap::StaticResources, Admin, Bootstrap};
 use envoy_types::pb::envoy::config::cluster::v3::{
     circuit_breakers, cluster, CircuitBreakers, Cluster,
@@ -30,8 +32,8 @@ use envoy_types::pb::envoy::config::metrics::v3::{
     stats_matcher, tag_specifier, StatsConfig, StatsMatcher, TagSpecifier,
 };
 use envoy_types::pb::envoy::config::route::v3::{
-    retry_policy, route, route_action, route_match, Decorator, RetryPolicy, Route, RouteAction,
-    RouteConfiguration, RouteMatch, VirtualHost,
+    header_matcher, retry_policy, route, route_action, route_match, Decorator, HeaderMatcher,
+    RetryPolicy, Route, RouteAction, RouteConfiguration, RouteMatch, VirtualHost,
 };
 use envoy_types::pb::envoy::extensions::access_loggers::file::v3::{
     file_access_log, FileAccessLog,
@@ -174,6 +176,10 @@ fn envoy_accepts_the_hop_bootstraps_as_yaml() {
             h.hbone_out = hbone && matches!(part, Duty::ClientTunnel | Duty::Waypoint);
             (h.grpc, h.http2) = (grpc, grpc);
             h.istio_telemetry = tls;
+            // Attribution's log on the L7 parts, half of the time.
+            if layer == Layer::L7 && tls {
+                h.access_log = Some(s.0.join(format!("{part:?}-{grpc}.access.log")));
+            }
             if !tls {
                 (h.listen_tls, h.upstream_tls) = (None, None);
             }
@@ -214,9 +220,12 @@ type Variant = (&'static str, fn(&mut GatewayPlan));
 fn envoy_accepts_the_gateway_bootstraps_as_yaml() {
     let s = Scratch::new("gateways");
     let listen = "127.0.0.1:8443".parse().unwrap();
-    let variants: [Variant; 4] = [
+    let variants: [Variant; 5] = [
         ("plain", |p: &mut GatewayPlan| p.tls = false),
         ("tls", |_: &mut GatewayPlan| {}),
+        ("tls-attribution", |p: &mut GatewayPlan| {
+            p.access_log = Some(p.out.join("gateway.access.log"))
+        }),
         ("tls-http3", |p: &mut GatewayPlan| p.http3 = true),
         ("grpc-shared-http3", |p: &mut GatewayPlan| {
             (p.grpc, p.http3, p.certs) = (true, true, CertLayout::Shared)
@@ -746,7 +755,29 @@ fn full_hcm(codec: hcm::CodecType) -> HttpConnectionManager {
         stream_idle_timeout: secs(300),
         delayed_close_timeout: millis(500),
         access_log: vec![
-            access_log(
+            AccessLog {
+                // Only requests that carry an id, as attribution's log filters them.
+                filter: Some(AccessLogFilter {
+                    filter_specifier: Some(access_log_filter::FilterSpecifier::HeaderFilter(
+                        HeaderFilter {
+                            header: Some(HeaderMatcher {
+                                name: "x-request-id".into(),
+                                header_match_specifier: Some(
+                                    header_matcher::HeaderMatchSpecifier::StringMatch(
+                                        StringMatcher {
+                                            match_pattern: Some(
+                                                string_matcher::MatchPattern::Prefix("mb".into()),
+                                            ),
+                                            ..Default::default()
+                                        },
+                                    ),
+                                ),
+                                ..Default::default()
+                            }),
+                        },
+                    )),
+                }),
+                ..access_log(
                 "envoy.access_loggers.file",
                 FileAccessLog {
                     path: "/dev/stdout".into(),
@@ -761,7 +792,8 @@ fn full_hcm(codec: hcm::CodecType) -> HttpConnectionManager {
                         },
                     )),
                 },
-            ),
+            )
+            },
             access_log("envoy.access_loggers.stats", stats_logger),
         ],
         use_remote_address: yes(),

@@ -285,7 +285,6 @@ pub fn generate(plan: &GatewayPlan, target: &dyn Target) -> Result<Generated, La
     })?;
     let plan = &GatewayPlan {
         out: dir.clone(),
-        access_log: None,
         ..plan.clone()
     };
     let mut files = Vec::new();

@@ -475,3 +475,60 @@ fn attribution_that_cannot_be_done_is_refused_in_one_line_each() {
         assert!(!err.contains("panicked"), "{err}");
     }
 }
+
+#[test]
+fn the_gateway_and_the_waypoint_log_per_request_and_the_tunnels_are_named() {
+    let _ = envoy_binary();
+    let body = format!(
+        "topologies: [gateway, waypoint]\n{SHORT}proxy:\n  type: envoy\n  workers: 1\ntunnel:\n  type: envoy\ngateway:\n  type: envoy\n  domains: 2\n  paths: 2\nattribution:\n  sample: 0.5\n"
+    );
+    let (dir, file) = experiment_file("attr-edges", &body);
+    let store = dir.join("store.db");
+    let store_arg = store.to_str().unwrap();
+    run_ok(&["experiment", file.to_str().unwrap(), "--store", store_arg]);
+    let json: serde_json::Value = serde_json::from_str(&run_ok(&[
+        "results",
+        "export",
+        "attr-edges",
+        "--format",
+        "json",
+        "--store",
+        store_arg,
+    ]))
+    .unwrap();
+    let seen = |step: &serde_json::Value| -> Vec<(String, String)> {
+        step["attribution"]["path"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| {
+                (
+                    h["role"].as_str().unwrap().to_string(),
+                    h["seen"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    };
+    let steps = json["steps"].as_array().unwrap();
+    let pair = |r: &str, s: &str| (r.to_string(), s.to_string());
+    assert_eq!(seen(&steps[0]), vec![pair("gateway", "per_request")]);
+    assert_eq!(
+        seen(&steps[1]),
+        vec![
+            pair("ztunnel_client", "connections_only"),
+            pair("waypoint", "per_request"),
+            pair("ztunnel_server", "connections_only"),
+        ]
+    );
+    for step in steps {
+        let a = &step["attribution"];
+        let split = a["requests"].as_array().unwrap().len();
+        assert!(
+            split >= 250,
+            "{}: {split} split of {}",
+            step["variant"],
+            a["sampled"]
+        );
+        assert_eq!(a["unjoined"], 0, "{}", step["variant"]);
+    }
+}

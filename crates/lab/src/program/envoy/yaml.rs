@@ -603,7 +603,12 @@ messages! {
     }
     core_v3::SubstitutionFormatString { format (oneof), omit_empty_values, content_type }
     type_v3::Percent { value }
-    accesslog::AccessLog { name, config_type (oneof) }
+    accesslog::AccessLog { name, filter, config_type (oneof) }
+    accesslog::AccessLogFilter { filter_specifier (oneof) }
+    accesslog::HeaderFilter { header }
+    route::HeaderMatcher {
+        name, header_match_specifier (oneof), invert_match, treat_missing_header_as_empty,
+    }
 }
 
 oneofs! {
@@ -633,6 +638,31 @@ oneofs! {
         TextFormatSource => "text_format_source",
     }
     accesslog::access_log::ConfigType { TypedConfig => "typed_config" }
+    accesslog::access_log_filter::FilterSpecifier {
+        StatusCodeFilter => "status_code_filter" (unwritten),
+        DurationFilter => "duration_filter" (unwritten),
+        NotHealthCheckFilter => "not_health_check_filter" (unwritten),
+        TraceableFilter => "traceable_filter" (unwritten),
+        RuntimeFilter => "runtime_filter" (unwritten),
+        AndFilter => "and_filter" (unwritten),
+        OrFilter => "or_filter" (unwritten),
+        HeaderFilter => "header_filter",
+        ResponseFlagFilter => "response_flag_filter" (unwritten),
+        GrpcStatusFilter => "grpc_status_filter" (unwritten),
+        ExtensionFilter => "extension_filter" (unwritten),
+        MetadataFilter => "metadata_filter" (unwritten),
+        LogTypeFilter => "log_type_filter" (unwritten),
+    }
+    route::header_matcher::HeaderMatchSpecifier {
+        ExactMatch => "exact_match" (unwritten),
+        SafeRegexMatch => "safe_regex_match" (unwritten),
+        RangeMatch => "range_match" (unwritten),
+        PresentMatch => "present_match",
+        PrefixMatch => "prefix_match" (unwritten),
+        SuffixMatch => "suffix_match" (unwritten),
+        ContainsMatch => "contains_match" (unwritten),
+        StringMatch => "string_match",
+    }
 }
 
 // Network filters.
