@@ -100,9 +100,32 @@ pub fn text(all: &[Attributed]) -> String {
             continue;
         }
         out.push_str(&text_table(&table(a), 1));
+        if let Some(thin) = thin_bands(a) {
+            out.push_str(&wrap(&thin, "    ", "    "));
+        }
     }
     out
 }
+
+/// Under [`STEADY_BAND`] requests around a percentile, its shares rest on too few: says which
+/// and how to get more.
+pub fn thin_bands(a: &Attributed) -> Option<String> {
+    let thin: Vec<String> = a
+        .shares
+        .iter()
+        .filter(|s| s.band < STEADY_BAND)
+        .map(|s| format!("p{} on {}", s.percentile, s.band))
+        .collect();
+    (!thin.is_empty()).then(|| {
+        format!(
+            "few requests around {}: a higher attribution.sample or a longer step gives steadier shares (p99's band holds 1 % of the split requests)",
+            thin.join(", ")
+        )
+    })
+}
+
+/// Requests around a percentile below which its shares are called thin.
+pub const STEADY_BAND: usize = 10;
 
 /// A stacked bar per variant and percentile at each load: the hops' shares, piled up in path
 /// order.

@@ -249,6 +249,9 @@ fn attribution_section(steps: &[StoredStep]) -> Option<Section> {
     );
     for a in &all {
         blocks.push(Block::Finding(crate::attribution::sentence(a)));
+        if let Some(thin) = crate::attribution::thin_bands(a) {
+            blocks.push(Block::Finding(thin));
+        }
         if !a.shares.is_empty() {
             blocks.push(Block::Table {
                 caption: format!("Where the latency goes: {} at {}", a.variant, a.load),

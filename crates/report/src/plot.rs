@@ -671,6 +671,36 @@ mod tests {
     }
 
     #[test]
+    fn stacked_series_pile_up_per_category_in_their_order() {
+        let mut c = Chart::new("s", "s", "x", "y");
+        c.x_axis = XAxis::Categories(vec!["a".into(), "b".into()]);
+        for (i, points) in [vec![(0.0, 1.0), (1.0, 2.0)], vec![(0.0, 3.0), (1.0, -1.0)]]
+            .into_iter()
+            .enumerate()
+        {
+            c.series.push(Series {
+                name: format!("part {i}"),
+                points,
+                draw: Draw::Stacked,
+                color: i,
+            });
+        }
+        // A part below zero adds nothing (its bar has no height).
+        assert_eq!(
+            stack(&c),
+            vec![
+                (0.0, 0.0, 1.0, 0),
+                (1.0, 0.0, 2.0, 0),
+                (0.0, 1.0, 4.0, 1),
+                (1.0, 2.0, 2.0, 1)
+            ]
+        );
+        assert!(load_font().is_some(), "no TrueType font");
+        let svg = svg(&c).unwrap();
+        assert!(svg.contains("part 1"), "the legend names every part");
+    }
+
+    #[test]
     fn spectrum_labels_read_as_percentiles() {
         assert_eq!(spectrum_label(0.0), "0%");
         assert_eq!(spectrum_label(1.0), "90%");
