@@ -27,7 +27,7 @@
 use std::collections::HashMap;
 
 use meshbench_results::attribution::{
-    Attribution, HopSeen, Leg, Logged, Node, Part, Seen, Sent, Split, MAX_SPLITS,
+    Attribution, HopSeen, Leg, Logged, Node, Part, Sent, Split, MAX_SPLITS,
 };
 use meshbench_results::{ChainRole, CpuAllotment, LoadPoint};
 use meshbench_store::StoredStep;
@@ -323,11 +323,6 @@ pub fn grew(from: &[Share], to: &[Share]) -> Vec<Growth> {
         .collect()
 }
 
-/// Whether `seen` lets a hop's own time be split out.
-pub fn splits(seen: Seen) -> bool {
-    seen == Seen::PerRequest
-}
-
 /// One variant's attribution at one load (and CPU allotment): its repeats' splits together.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Attributed {
@@ -416,6 +411,7 @@ pub fn by_variant(steps: &[StoredStep]) -> Vec<Attributed> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use meshbench_results::attribution::Seen;
     use meshbench_results::PlayedBy;
 
     const T0: u64 = 1_795_000_000_000_000_000;
