@@ -350,7 +350,13 @@ fn as_words<S: serde::Serializer>(load: &LoadPoint, s: S) -> Result<S::Ok, S::Er
 /// ran without attribution are left out. Each percentile's share uses the mean of the steps'
 /// own percentiles of that variant and load.
 pub fn by_variant(steps: &[StoredStep]) -> Vec<Attributed> {
-    let mut groups: Vec<(Attributed, Attribution, Vec<[f64; 3]>)> = Vec::new();
+    /// One variant at one load: its steps' splits pooled, and each step's own p50/p90/p99.
+    struct Pool<'a> {
+        first: &'a StoredStep,
+        all: Attribution,
+        runs: Vec<[f64; 3]>,
+    }
+    let mut pools: Vec<Pool> = Vec::new();
     for stored in steps {
         let s = &stored.step;
         let (Some(a), Some(result), false) = (&s.attribution, &s.result, s.failed()) else {
@@ -358,52 +364,45 @@ pub fn by_variant(steps: &[StoredStep]) -> Vec<Attributed> {
         };
         let l = &result.latency_us;
         let run = [l.p50 as f64, l.p90 as f64, l.p99 as f64];
-        let (load, cpu) = (s.load_point(), s.params.cpu);
-        let same = |g: &&mut (Attributed, Attribution, Vec<[f64; 3]>)| {
-            g.0.variant == s.variant && g.0.load == load && g.0.cpu == cpu && g.1.parts == a.parts
+        let same = |p: &&mut Pool| {
+            let f = &p.first.step;
+            f.variant == s.variant
+                && f.load_point() == s.load_point()
+                && f.params.cpu == s.params.cpu
+                && p.all.parts == a.parts
         };
-        match groups.iter_mut().find(|g| same(g)) {
-            Some((head, all, runs)) => {
-                head.steps += 1;
-                all.requests.extend(a.requests.iter().cloned());
-                for (x, y) in [
-                    (&mut all.sampled, a.sampled),
-                    (&mut all.retried, a.retried),
-                    (&mut all.unjoined, a.unjoined),
-                ] {
-                    *x += y;
-                }
-                runs.push(run);
+        match pools.iter_mut().find(same) {
+            Some(p) => {
+                p.all.requests.extend(a.requests.iter().cloned());
+                p.all.sampled += a.sampled;
+                p.all.retried += a.retried;
+                p.all.unjoined += a.unjoined;
+                p.runs.push(run);
             }
-            None => groups.push((
-                Attributed {
-                    variant: s.variant.clone(),
-                    load,
-                    cpu,
-                    steps: 1,
-                    sample_rate: a.sample_rate,
-                    path: a.path.clone(),
-                    sampled: 0,
-                    split: 0,
-                    retried: 0,
-                    unjoined: 0,
-                    shares: Vec::new(),
-                },
-                a.clone(),
-                vec![run],
-            )),
+            None => pools.push(Pool {
+                first: stored,
+                all: a.clone(),
+                runs: vec![run],
+            }),
         }
     }
-    groups
+    pools
         .into_iter()
-        .map(|(mut head, all, runs)| {
+        .map(|Pool { first, all, runs }| {
             let mean = |i: usize| runs.iter().map(|r| r[i]).sum::<f64>() / runs.len() as f64;
-            head.shares = shares(&all, |p| PERCENTILES.iter().position(|&q| q == p).map(mean));
-            head.sampled = all.sampled;
-            head.split = all.requests.len() as u64;
-            head.retried = all.retried;
-            head.unjoined = all.unjoined;
-            head
+            Attributed {
+                variant: first.step.variant.clone(),
+                load: first.step.load_point(),
+                cpu: first.step.params.cpu,
+                steps: runs.len(),
+                sample_rate: all.sample_rate,
+                path: all.path.clone(),
+                sampled: all.sampled,
+                split: all.requests.len() as u64,
+                retried: all.retried,
+                unjoined: all.unjoined,
+                shares: shares(&all, |p| PERCENTILES.iter().position(|&q| q == p).map(mean)),
+            }
         })
         .collect()
 }

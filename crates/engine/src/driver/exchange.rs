@@ -580,9 +580,6 @@ impl Worker<'_> {
         let wire = &mut self.wire[s as usize];
         wire.h2 = None;
         wire.h3 = None;
-        if let Some(t) = self.traces.as_deref_mut() {
-            t.marks[s as usize] = None;
-        }
         wire.reader.reset();
         self.set_streaming(s, false);
         // A draining connection whose last request failed closes too, or its slots would never
