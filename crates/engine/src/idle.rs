@@ -2,7 +2,7 @@
 //! machine's clock allows.
 //!
 //! The budget is the *slack* (`--pacing-slack`): the most a send may leave after its intended
-//! instant. Latency is always measured from the intended instant, so the slack changes what the
+//! instant (the default instead leads, below). Latency is always measured from the intended instant, so the slack changes what the
 //! target sees (how even the arrivals are), never a figure's truth; the schedule lag shows what
 //! was spent.
 //!
@@ -22,7 +22,7 @@
 //! | strategy | margin spun at most |
 //! | --- | --- |
 //! | `sleep` | none: sends are late by the clock's error beyond the slack |
-//! | `auto` (default) | ¼ of the gap between the worker's sends; none under a CPU quota, none in a second after one in which other processes held the CPU |
+//! | `auto` with a given slack | ¼ of the gap between the worker's sends; none under a CPU quota, none in a second after one in which other processes held the CPU |
 //! | `hybrid` | ½ of the gap (and not stopped by a quota or contention) |
 //! | `spin` | unbounded: never sleeps while a send is pending, a full core |
 //!
@@ -30,7 +30,20 @@
 //! milliseconds late, spinning would only take CPU from the processes that delay it. Under a
 //! CPU quota (a pod's limit) a spin spends the quota the sends need, so `auto` never spins there.
 //!
-//! The **auto** slack is chosen from the clock the worker measured before the start and keeps
+//! **`auto` leads** (the default: `auto` strategy, `auto` slack). It never spins and never aims
+//! late: it sleeps to `due − L`, so that at the 99th percentile it is awake by the instant, and
+//! the sends falling due within [`LEAD_WINDOW_NS`] of the wake-up leave at it, early, each timed
+//! from its real send (an early send has no lag to correct for). So lag is near zero, a send
+//! leaves at most the window ahead of its instant, and at rates whose gap is under the window
+//! one wake-up carries several sends: an even schedule costs at most a wake-up per window, not
+//! per send (at 5,000 rps three sends a wake-up, where a slack of 200 µs had carried one). The
+//! target sees the sends of a wake-up together, so the window is the evenness given up, and
+//! 0.5 ms keeps it under every peer's at 1,000 and 5,000 rps (bench/pacer.sh). The window is at
+//! least `L`, which the aim is ahead by, so the send the loop woke for always goes.
+//!
+//! Leading, the slack is only the bar for calling a send late: the clock's error `L`, within
+//! [`AUTO_SLACK_MIN_NS`] and [`AUTO_SLACK_MAX_NS`]. With `hybrid` or `sleep`, the **auto** slack
+//! is chosen from the clock the worker measured before the start and keeps
 //! learning: the 99th percentile of its sleeps' error (what a sleeping loop is late by anyway,
 //! so batching within it costs no evenness the clock had not already lost), and at least
 //! [`WAKE_COST_SHARE`] times the CPU of one wake-up (so that wake-ups take at most that share of
@@ -51,6 +64,8 @@
 
 use meshbench_results::load::{IdleStrategy, PacingSlack};
 
+/// How far ahead of its instant a send may leave when `auto` leads (see the module header).
+pub const LEAD_WINDOW_NS: u64 = 500_000;
 /// The least slack `auto` chooses.
 pub const AUTO_SLACK_MIN_NS: u64 = 20_000;
 /// The most slack `auto` chooses: beyond it, the clock is helped by a spin where affordable.
@@ -124,6 +139,25 @@ impl Idle {
         self.strategy
     }
 
+    /// Whether this worker leads its sends: `auto` strategy and `auto` slack (see the module
+    /// header).
+    pub fn leads(&self) -> bool {
+        self.strategy == IdleStrategy::Auto && self.slack == PacingSlack::Auto
+    }
+
+    /// How far past the moment of a wake-up the sends it carries may be due: they leave at it,
+    /// early, and their latency counts from the real send. Leading, the window (and at least
+    /// the clock's error, which the aim is ahead by); with `send_early`, the slack; else none.
+    pub fn ahead_ns(&self, send_early: bool) -> u64 {
+        if self.leads() {
+            LEAD_WINDOW_NS.max(self.late_p99_ns)
+        } else if send_early {
+            self.slack_ns()
+        } else {
+            0
+        }
+    }
+
     /// Whether the worker sleeps before sends at all (and so learns its clock).
     pub fn sleeps(&self) -> bool {
         self.strategy != IdleStrategy::Spin
@@ -133,6 +167,9 @@ impl Idle {
     pub fn slack_ns(&self) -> u64 {
         match self.slack {
             PacingSlack::Within { us } => us.saturating_mul(1_000),
+            PacingSlack::Auto if self.leads() => {
+                self.late_p99_ns.clamp(AUTO_SLACK_MIN_NS, AUTO_SLACK_MAX_NS)
+            }
             PacingSlack::Auto => self
                 .late_p99_ns
                 .max(WAKE_COST_SHARE * self.wake_cost_ns)
@@ -152,6 +189,9 @@ impl Idle {
 
     /// How long before a send the worker stops sleeping and spins.
     pub fn margin_ns(&self) -> u64 {
+        if self.leads() {
+            return 0;
+        }
         let cap = match self.strategy {
             IdleStrategy::Auto if self.contended || self.under_quota => 0,
             IdleStrategy::Hybrid if self.contended => 0,
@@ -166,6 +206,9 @@ impl Idle {
     /// Until when to sleep when the next thing due is a send at `send_at`: past it by what the
     /// slack leaves after the clock's error, or before it by the margin to spin.
     pub fn sleep_until(&self, send_at: u64) -> u64 {
+        if self.leads() {
+            return send_at.saturating_sub(self.late_p99_ns);
+        }
         let margin = self.margin_ns();
         if margin > 0 {
             return send_at.saturating_sub(margin);
@@ -265,7 +308,7 @@ mod tests {
             ("a clock 60 µs late at p99", vec![60; 100], 10, 60),
         ];
         for (case, errors, cost_us, want_us) in cases {
-            let mut idle = learnt(IdleStrategy::Auto, AUTO, &errors, 1000);
+            let mut idle = learnt(IdleStrategy::Hybrid, AUTO, &errors, 1000);
             idle.calibrated(cost_us * US * 32, 32);
             assert_eq!(idle.slack_ns() / US, want_us, "{case}");
         }
@@ -300,7 +343,7 @@ mod tests {
             ),
             (
                 "auto slack: 200 of 300 µs",
-                IdleStrategy::Auto,
+                IdleStrategy::Hybrid,
                 AUTO,
                 slow(),
                 100,
@@ -344,14 +387,43 @@ mod tests {
             100,
         );
         assert_eq!(idle.sleep_until(10_000 * US), 10_960 * US);
-        // Error p99 300 µs, slack 200 µs: auto spins 100 µs before the send.
-        let idle = learnt(IdleStrategy::Auto, AUTO, &slow(), 1000);
+        // Error p99 300 µs, slack 200 µs: hybrid spins 100 µs before the send.
+        let idle = learnt(IdleStrategy::Hybrid, AUTO, &slow(), 1000);
         assert_eq!(idle.sleep_until(10_000 * US), 9_900 * US);
         assert_eq!(
             idle.sleep_until(50 * US),
             0,
             "never before the clock's start"
         );
+    }
+
+    #[test]
+    fn auto_leads_by_the_clock_error_and_sends_the_window_early() {
+        // Error p99 300 µs: aim 300 µs before the send, spin nothing, send what falls due within
+        // the window; the late bar is the clock's error (capped), not the wake-up cost.
+        let mut idle = learnt(IdleStrategy::Auto, AUTO, &slow(), 1000);
+        idle.calibrated(21 * US * 32, 32);
+        assert!(idle.leads());
+        assert_eq!(idle.sleep_until(10_000 * US), 9_700 * US);
+        assert_eq!(idle.margin_ns(), 0, "leading never spins");
+        assert_eq!(idle.ahead_ns(false), LEAD_WINDOW_NS);
+        assert_eq!(idle.slack_ns(), AUTO_SLACK_MAX_NS);
+        let steady = learnt(IdleStrategy::Auto, AUTO, &good(), 1000);
+        assert_eq!(steady.slack_ns(), AUTO_SLACK_MIN_NS);
+        // A clock worse than the window: the window widens to it, so the send woken for goes.
+        let awful = learnt(IdleStrategy::Auto, AUTO, &[900], 200);
+        assert_eq!(awful.ahead_ns(false), 900 * US);
+        // A given slack, or another strategy, does not lead; --send-early sends its slack early.
+        let given = learnt(
+            IdleStrategy::Auto,
+            PacingSlack::Within { us: 100 },
+            &good(),
+            1000,
+        );
+        assert!(!given.leads());
+        assert_eq!(given.ahead_ns(false), 0);
+        assert_eq!(given.ahead_ns(true), 100 * US);
+        assert!(!learnt(IdleStrategy::Hybrid, AUTO, &good(), 100).leads());
     }
 
     #[test]

@@ -54,6 +54,8 @@ pub(crate) struct Measured<'a> {
     pub max_thread_waiting: Option<f64>,
     /// The largest pacing budget a worker kept, ns (0 in a closed loop).
     pub slack_ns: u64,
+    /// The most a worker let a send leave ahead of its instant, ns (0: never early).
+    pub ahead_ns: u64,
     /// The median of the workers' CPU per wake-up, ns (0 when none slept).
     pub wake_cost_ns: u64,
     pub timeline: Vec<TimelinePoint>,
@@ -282,6 +284,7 @@ fn pacing_of(spec: &LoadSpec, m: &Measured) -> Option<Pacing> {
     Some(Pacing {
         slack_us: m.slack_ns / 1000,
         slack_auto: spec.slack == PacingSlack::Auto,
+        ahead_us: m.ahead_ns / 1000,
         wake_cost_us: round(m.wake_cost_ns as f64 / 1e3, 1),
         sends_per_wake: Stats::of(&m.recorder.sends_per_wake),
         largest_thread_burst_per_ms: m.recorder.largest_burst_per_ms,
@@ -497,6 +500,7 @@ mod tests {
                     max_thread_busy: busy,
                     max_thread_waiting: None,
                     slack_ns: 0,
+                    ahead_ns: 0,
                     wake_cost_ns: 0,
                     timeline: Vec::new(),
                     wall_start: SystemTime::UNIX_EPOCH,
@@ -546,6 +550,7 @@ mod tests {
                 max_thread_busy: 0.01,
                 max_thread_waiting: Some(0.02),
                 slack_ns: 0,
+                ahead_ns: 0,
                 wake_cost_ns: 0,
                 timeline: Vec::new(),
                 wall_start: SystemTime::UNIX_EPOCH,
@@ -584,6 +589,7 @@ mod tests {
                 max_thread_busy: 0.25,
                 max_thread_waiting: Some(0.0),
                 slack_ns: 0,
+                ahead_ns: 0,
                 wake_cost_ns: 0,
                 timeline: Vec::new(),
                 wall_start: SystemTime::UNIX_EPOCH,
@@ -644,6 +650,7 @@ mod tests {
                 max_thread_busy: 0.1,
                 max_thread_waiting: None,
                 slack_ns: 0,
+                ahead_ns: 0,
                 wake_cost_ns: 0,
                 timeline: Vec::new(),
                 wall_start: SystemTime::UNIX_EPOCH,

@@ -105,6 +105,9 @@ pub struct WorkerFigures {
     /// The pacing budget it kept at the end (ns; 0 in a closed loop).
     #[serde(default)]
     pub slack_ns: u64,
+    /// How far ahead of its instant a send could leave (ns; 0: never early).
+    #[serde(default)]
+    pub ahead_ns: u64,
     /// CPU of one wake-up, measured before the start (ns; 0 when it did not sleep).
     #[serde(default)]
     pub wake_cost_ns: u64,
@@ -153,6 +156,7 @@ pub fn merge(
                 .map(|w| share(w.cpu_ns.saturating_sub(w.spin_ns), w))
                 .fold(0.0, f64::max),
             slack_ns: workers().map(|w| w.slack_ns).max().unwrap_or(0),
+            ahead_ns: workers().map(|w| w.ahead_ns).max().unwrap_or(0),
             wake_cost_ns: median(workers().map(|w| w.wake_cost_ns).filter(|&ns| ns > 0)),
             timeline,
             wall_start,
@@ -312,6 +316,7 @@ pub fn run_part(
             run_delay_ns: report.run_delay_ns,
             spin_ns: report.recorder.spin_ns,
             slack_ns: report.slack_ns,
+            ahead_ns: report.ahead_ns,
             wake_cost_ns: report.wake_cost_ns,
         });
     }

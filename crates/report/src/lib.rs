@@ -386,7 +386,10 @@ fn write_pacing(o: &mut String, r: &RunResult) {
             );
         }
         if let Some(p) = &g.pacing {
-            let early = if r.settings.send_early { ", early" } else { "" };
+            let early = match p.ahead_us {
+                0 => String::new(),
+                us => format!(", sends up to {us} µs early"),
+            };
             let slack = format!(
                 "slack {} µs ({}{early}): {:.1} sends per wake-up (max {}), at most {} in 1 ms per thread; a wake-up costs {:.1} µs of CPU",
                 p.slack_us,

@@ -166,6 +166,10 @@ pub struct Settings {
     pub send_early: bool,
 }
 
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 /// How an open loop kept its schedule, as its workers measured it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Pacing {
@@ -174,6 +178,12 @@ pub struct Pacing {
     pub slack_us: u64,
     /// Whether each worker chose it from this machine's clock (`auto`) or it was given.
     pub slack_auto: bool,
+    /// The most a send was allowed to leave *before* its intended instant (µs; the largest any
+    /// worker used; 0: never early). The default leads: it wakes ahead of a send by its clock's
+    /// error and sends what falls due within this window at once, its latency counted from the
+    /// real send.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub ahead_us: u64,
     /// CPU one timer wake-up cost a worker before the start (µs, the median of the workers'):
     /// what an even schedule pays per wake-up on this machine.
     pub wake_cost_us: f64,

@@ -144,6 +144,8 @@ pub struct WorkerReport {
     pub first_send: Option<(u64, u64)>,
     /// The pacing budget it kept at the end (ns; 0 in a closed loop).
     pub slack_ns: u64,
+    /// How far ahead of its instant a send could leave at the end (ns; 0: never early).
+    pub ahead_ns: u64,
     /// CPU of one wake-up, measured before the start (ns; 0 when it did not sleep).
     pub wake_cost_ns: u64,
 }
@@ -491,6 +493,11 @@ impl Worker<'_> {
             } else {
                 0
             },
+            ahead_ns: if self.plan.pacer.is_open() {
+                self.idle.ahead_ns(self.plan.send_early)
+            } else {
+                0
+            },
             wake_cost_ns: self.idle.wake_cost_ns(),
         })
     }
@@ -569,6 +576,13 @@ impl Worker<'_> {
         } else {
             wake
         };
+        // Until when the loop may spin: the send's instant, unless the worker leads (it sends at
+        // its aim, early).
+        let spin_to = if for_send && self.idle.leads() {
+            target
+        } else {
+            wake
+        };
         // A far send is approached in two stages; the loop comes back for the second.
         let first_stage = for_send
             .then(|| self.idle.stage_before(now, target))
@@ -600,14 +614,14 @@ impl Worker<'_> {
                 // The margin covers the last sleep before a send: learn from those alone.
                 self.idle.woke(sleep_to, woke);
             }
-            if !lazy && woke >= wake {
+            if !lazy && woke >= spin_to {
                 return Ok(0);
             }
         }
         // The margin: spin on the clock if arrivals can wait, else poll the sockets.
         let spun_from = clock.now();
         let mut t = spun_from;
-        while t < wake {
+        while t < spin_to {
             if lazy {
                 std::hint::spin_loop();
             } else {
@@ -763,14 +777,11 @@ impl Worker<'_> {
 
     /// The next due request. Stops sending when the duration or the request budget is reached.
     /// In an open loop, a request that waited longer than the timeout for a free connection is
-    /// counted as timed out without being sent. With `--send-early`, a request due within the
-    /// slack is due now, and intended now (its latency counts from the real send).
+    /// counted as timed out without being sent. A request due within the idle policy's window
+    /// ahead ([`Idle::ahead_ns`]: the lead window by default, the slack with `--send-early`) is
+    /// due now, and intended now (its latency counts from the real send).
     fn next_request(&mut self, now: u64) -> Option<Due> {
-        let horizon = if self.plan.send_early {
-            now + self.idle.slack_ns()
-        } else {
-            now
-        };
+        let horizon = now + self.idle.ahead_ns(self.plan.send_early);
         loop {
             if let Some(end) = self.plan.send_until {
                 // Nothing intended at or after the end goes out; the loop itself stops sending
@@ -779,8 +790,10 @@ impl Worker<'_> {
                     return None;
                 }
             }
-            let t = self.plan.pacer.due(horizon)?.min(now);
-            let measured = t >= self.plan.measure_start;
+            let due_at = self.plan.pacer.due(horizon)?;
+            // Whether it counts is the schedule's say, even when it leaves early.
+            let measured = due_at >= self.plan.measure_start;
+            let t = due_at.min(now);
             if measured {
                 if let Some(b) = &mut self.plan.budget {
                     if *b == 0 {
