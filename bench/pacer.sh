@@ -2,8 +2,15 @@
 # bench/pacer.sh - does the open loop keep time on THIS machine's clock, how evenly does its load
 # reach the target, and at what CPU cost, beside the peers that also pace (issue 26)?
 #
-#   floor   : bench/wakeup_floor.rs: CPU per timer wake-up and its lateness at 200 µs-5 ms
+#   floor   : bench/wakeup_floor.rs: CPU per timer wake-up and its lateness at 50 µs-5 ms
 #             periods, a syscall, a clock read (the floor under any pacer that wakes per send)
+#   closed  : meshbench's closed loop against the same target, $CONNS connections, $DUR s: the
+#             CPU per request of the I/O alone, with no pacing at all
+#             With both, per rate, the even-schedule floor: what an open loop that keeps every
+#             send within $WINDOW_US µs of its instant must cost here (a wake-up per send while
+#             sends are further apart, else one per window, at the measured cost of a wake-up
+#             at that period, plus the closed loop's cost per request), and each meshbench
+#             row's cost as a ratio to it. $WINDOW_US is the engine's lead window (idle.rs).
 #   lag     : per rate in $RATES and per repetition, every generator against the SAME target: a
 #             fresh `meshbench backend --size 64 --arrivals FILE` on CPU $SRV_CPU for each run
 #             (its own arrivals file: the kernel's receive time of every request), the generator
@@ -32,12 +39,13 @@ CONNS=${CONNS:-50}
 REPS=${REPS:-3}
 RATES=${RATES:-"200 1000 5000 50000"}
 IDLES=${IDLES:-}
-MB_VARIANTS=${MB_VARIANTS:-"--pacing-slack=1ms"}
-FORTIO_VARIANTS=${FORTIO_VARIANTS:-"-uniform"}
+MB_VARIANTS=${MB_VARIANTS-"--pacing-slack=1ms"}
+FORTIO_VARIANTS=${FORTIO_VARIANTS-"-uniform"}
 WORK_MS=${WORK_MS:-2}
 GEN_CPU=${GEN_CPU:-0}
 SRV_CPU=${SRV_CPU:-1}
-PHASES=${PHASES:-"lag truth"}
+PHASES=${PHASES:-"closed lag truth"}
+WINDOW_US=${WINDOW_US:-500}
 BASELINE=${BASELINE:-}
 INSTALL=${INSTALL:-1}
 FORTIO=${FORTIO:-/var/cache/meshbench/fortio/bin/fortio}
@@ -139,14 +147,15 @@ one() {
                       envs=(GOMAXPROCS=1); cmd=("$FORTIO" load -qps $rate -c $CONNS -t ${DUR}s "${words[@]}" -json "$base.json" "$URL") ;;
     lag:oha)          cmd=("$OHA" -q $rate -c $CONNS -z ${DUR}s --no-tui --output-format json -o "$base.json" "$URL") ;;
     lag:k6)           envs=(GOMAXPROCS=1); cmd=("$K6" run -q --no-usage-report --summary-export "$base.json" "$(k6_script $rate)") ;;
+    closed:meshbench) cmd=("$MB" run -q -c $CONNS -d ${DUR}s --json "$base.json" "$URL") ;;
     truth:meshbench)  cmd=("$MB" run -q -c 4 -r 200 -d ${DUR}s --json "$base.json" "http://127.0.0.1:$BPORT/") ;;
     truth:wrk)        cmd=(wrk -t1 -c1 -d${DUR}s --latency "http://127.0.0.1:$BPORT/") ;;
   esac
-  if [ "$phase" = lag ]; then start_target "$base.arrivals.json" || return 0; fi
+  case $phase in lag|closed) start_target "$base.arrivals.json" || return 0 ;; esac
   timeout -k 5 $((DUR + 60)) env "${envs[@]}" taskset -c "$GEN_CPU" /usr/bin/time -f '%U %S' -o "$base.time" \
     "${cmd[@]}" > "$base.out" 2> "$base.err" < /dev/null
   rc=$?
-  if [ "$phase" = lag ]; then stop_target; fi
+  case $phase in lag|closed) stop_target ;; esac
   python3 - "$phase" "$tool" "$(label "$tool")" "$rep" "$rate" "$base" "$rc" >> "$OUT" <<'PY'
 import json, os, re, sys
 phase, tool, name, rep, rate, base, rc = sys.argv[1:8]
@@ -248,13 +257,15 @@ for rep in $(seq 1 "$REPS"); do
   for phase in $PHASES; do
     if [ "$phase" = lag ]; then
       for rate in $RATES; do for tool in $lag_tools; do one lag "$tool" "$rep" "$rate"; done; done
+    elif [ "$phase" = closed ]; then
+      one closed meshbench "$rep" 0
     else
       for tool in meshbench wrk; do one truth "$tool" "$rep" 200; done
     fi
   done
 done
 
-python3 - "$OUT" "$WORK/floor.tsv" "$CONNS" <<'PY'
+python3 - "$OUT" "$WORK/floor.tsv" "$CONNS" "$WINDOW_US" <<'PY'
 import csv, math, os, statistics, sys
 rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
 floor = {}
@@ -276,6 +287,25 @@ def fmt(x, digits=0):
 
 print("\nmedians of %d interleaved repetitions" % max(len(v) for v in groups.values()))
 rates = sorted({int(p.split("@")[1]) for p, _ in groups if p.startswith("lag@")})
+window_us = float(sys.argv[4])
+closed_rpc = med(groups.get(("closed", "meshbench"), []), "req_per_cpu_s")
+if closed_rpc:
+    print("\nclosed loop (meshbench, %s connections, same target): %.0f req/CPU-s = %.1f us of CPU per request with no pacing"
+          % (sys.argv[3], closed_rpc, 1e6 / closed_rpc))
+
+def wake_cost(period_us):
+    """The measured CPU of a wake-up at the measured period nearest to this one."""
+    p = min(floor, key=lambda q: abs(math.log(q / max(period_us, 1))))
+    return floor[p][0], p
+
+def even_floor(rate):
+    """CPU per request (us) of an even schedule within the window: (wake-ups per request) x
+    (a wake-up's CPU at that period) + the closed loop's CPU per request."""
+    if not floor or not closed_rpc:
+        return None
+    wakes = rate if 1e6 / rate >= window_us else 1e6 / window_us
+    cost, period = wake_cost(1e6 / wakes)
+    return wakes / rate * cost + 1e6 / closed_rpc, wakes, cost, period
 for rate in rates:
     phase = "lag@%d" % rate
     tools = [t for p, t in groups if p == phase]
@@ -284,22 +314,28 @@ for rate in rates:
     if floor:
         period = min(floor, key=lambda p: abs(math.log(p * rate / 1e6)))
         cpu, l50, l99 = floor[period]
-        print("   floor: a timer wake-up every %d us costs %.1f us of CPU, lands late p50 %s / p99 %s us;"
+        print("   clock: a timer wake-up every %d us costs %.1f us of CPU, lands late p50 %s / p99 %s us;"
               " one wake per send at %d/s = %.3f CPU-s per s, at most %.0f req/CPU-s"
               % (period, cpu, l50, l99, rate, cpu * rate / 1e6, 1e6 / cpu if cpu else 0))
-    print("   %-30s %5s %10s %8s %8s %8s %9s %9s %6s %7s  %s" % ("generator", "ok/n", "req/CPU-s", "x h2load", "lag p50", "lag p99", "gap p50", "gap p99", "burst", "at tgt", "notes (last rep)"))
+    ef = even_floor(rate) if floor else None
+    if ef:
+        f_us, wakes, cost, period = ef
+        print("   even-schedule floor (every send within %.0f us): %.0f wake-ups/s x %.1f us (at %d us) / %d req/s + %.1f us closed-loop I/O"
+              " = %.1f us per request = %.0f req/CPU-s" % (window_us, wakes, cost, period, rate, 1e6 / closed_rpc, f_us, 1e6 / f_us))
+    print("   %-30s %5s %10s %8s %7s %8s %8s %9s %9s %6s %7s  %s" % ("generator", "ok/n", "req/CPU-s", "x h2load", "x floor", "lag p50", "lag p99", "gap p50", "gap p99", "burst", "at tgt", "notes (last rep)"))
     for t in tools:
         rs = groups[(phase, t)]
         ok = [r for r in rs if r["status"] == "ok"]
         rpc = med(rs, "req_per_cpu_s")
         ratio = "%.2fx" % (rpc / h2) if rpc and h2 else "-"
+        over_floor = "%.2fx" % (1e6 / ef[0] / rpc) if rpc and ef and t.startswith(("meshbench", "baseline")) else "-"
         notes = rs[-1]["extra"]
         notes = " ".join(w for w in notes.split() if not w.startswith(("valid=", "spin_s=", "target_rps=")))
-        print("   %-30s %2d/%-2d %10s %8s %8s %8s %9s %9s %6s %7s  %s" % (
-            t, len(ok), len(rs), fmt(rpc), ratio, fmt(med(rs, "lag_p50_us")), fmt(med(rs, "lag_p99_us")),
+        print("   %-30s %2d/%-2d %10s %8s %7s %8s %8s %9s %9s %6s %7s  %s" % (
+            t, len(ok), len(rs), fmt(rpc), ratio, over_floor, fmt(med(rs, "lag_p50_us")), fmt(med(rs, "lag_p99_us")),
             fmt(med(rs, "gap_p50_us"), 1), fmt(med(rs, "gap_p99_us"), 1), fmt(med(rs, "burst_1ms")),
             fmt(med(rs, "target_rps")), notes))
-    # The goals (issue 26), for meshbench with its defaults and for each variant.
+    # The goals (issues 26 and 37), for meshbench with its defaults and for each variant.
     peers = [t for t in tools if not t.startswith("meshbench") and t != "baseline"]
     def goal(ok, text):
         print("   %-6s %s" % ("met" if ok else "MISSED", text))
@@ -309,12 +345,26 @@ for rate in rates:
     short = [t for t in peers if t not in kept]
     if short:
         print("   (evenness not compared with %s: less than 95 %% of the rate arrived)" % ", ".join(short))
-    # The even-pacing peers: those of fortio, oha and k6 whose arrivals at the target kept a gap
-    # p99 within twice the schedule's gap (fortio's default fires all connections in step).
-    ideal_us = 1e6 / rate
-    even = [t for t in kept if t.split()[0] in ("fortio", "oha", "k6")
-            and (med(groups[(phase, t)], "gap_p99_us") or float("inf")) <= 2 * ideal_us]
-    print("   even-pacing peers here (target gap p99 <= 2 x %.0f us): %s" % (ideal_us, ", ".join(even) or "none"))
+    # The peer whose cost the issue names at this rate: fortio (its defaults) at 1,000 and 5,000
+    # req/s, h2load above.
+    named = "fortio" if rate <= 5000 else "h2load"
+    named_rpc = med(groups.get((phase, named), []), "req_per_cpu_s")
+    least_gap = [(p_, med(groups[(phase, p_)], "gap_p99_us")) for p_ in kept]
+    least_gap = min([tv for tv in least_gap if tv[1] is not None], key=lambda tv: tv[1], default=None)
+    # The arithmetic: can any pacer on this machine be as cheap as the named peer and as even
+    # as the most even one? Cheaper than the peer leaves (its cost - the closed loop's) per
+    # request for wake-ups; as even as the most even peer needs a wake-up at least every gap
+    # p99 of its (sends of one wake-up reach the target together).
+    if named_rpc and least_gap and closed_rpc and floor:
+        spare = 1e6 / named_rpc - 1e6 / closed_rpc
+        need_period = least_gap[1]
+        wakes = rate if 1e6 / rate >= need_period else 1e6 / need_period
+        cost, period = wake_cost(1e6 / wakes)
+        need = wakes / rate * cost
+        print("   arithmetic: as cheap as %s (%.1f us/request) leaves %.1f us/request for wake-ups; as even as %s"
+              " (gap p99 %.0f us) needs %.0f wake-ups/s x %.1f us = %.1f us/request: %s"
+              % (named, 1e6 / named_rpc, spare, least_gap[0], need_period, wakes, cost, need,
+                 "possible" if need <= spare else "impossible on this machine, both at once"))
     for t in [t for t in tools if t.startswith("meshbench")]:
         mb = groups.get((phase, t), [])
         print("   goals for %s:" % t)
@@ -322,12 +372,11 @@ for rate in rates:
         if not rpc:
             print("   MISSED its own run failed")
             continue
-        others = [(p_, med(groups[(phase, p_)], "req_per_cpu_s")) for p_ in even]
-        others = [(p_, v) for p_, v in others if v]
-        if others:
-            best = max(others, key=lambda tv: tv[1])
-            goal(rpc >= best[1], "req/CPU-s %.0f >= the best even-pacing peer's (%s %.0f)" % (rpc, best[0], best[1]))
-        if h2:
+        if ef:
+            goal(1e6 / ef[0] / rpc <= 1.25, "cost %.2fx the even-schedule floor <= 1.25x" % (1e6 / ef[0] / rpc))
+        if named_rpc and rate in (1000, 5000, 50000):
+            goal(rpc >= named_rpc, "req/CPU-s %.0f >= %s's %.0f" % (rpc, named, named_rpc))
+        elif h2:
             goal(rpc >= h2, "req/CPU-s %.0f >= h2load's %.0f" % (rpc, h2))
         for key, what, digits in (("gap_p99_us", "target gap p99 (us)", 1), ("burst_1ms", "target largest 1-ms burst", 0)):
             mine = med(mb, key)
@@ -338,7 +387,7 @@ for rate in rates:
                 continue
             least = min(theirs, key=lambda tv: tv[1])
             goal(mine <= least[1], "%s %s <= every peer's (least: %s %s)" % (what, fmt(mine, digits), least[0], fmt(least[1], digits)))
-        if rate in (200, 1000, 5000) and t == "meshbench":
+        if rate in (200, 1000, 5000):
             lag = med(mb, "lag_p99_us")
             goal(lag is not None and lag < 100, "schedule lag p99 %s us < 100 us" % fmt(lag))
 t_mb, t_wrk = groups.get(("truth", "meshbench")), groups.get(("truth", "wrk"))

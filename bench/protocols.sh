@@ -11,6 +11,7 @@
 #                         (meshbench without and with session resumption, h2load with one
 #                         request per client, ab without keep-alive)
 #   reps      : $REPS, interleaved
+#   baseline  : with BASELINE=/path/to/meshbench, an older build runs the h2tls phase beside them
 #   extras    : peak RSS with one URL vs 1,000 hosts x 100 paths as targets; time to generate
 #               1,000 x 100 gateway configurations (set EXTRAS=0 to skip)
 #
@@ -29,6 +30,7 @@ GEN_CPU=${GEN_CPU:-0}
 SRV_CPU=${SRV_CPU:-1}
 PHASES=${PHASES:-"h2tls newconn"}
 EXTRAS=${EXTRAS:-1}
+BASELINE=${BASELINE:-}
 WORK=$(mktemp -d /tmp/meshbench-bench-proto.XXXXXX)
 mkdir -p "$ROOT/bench/results"
 OUT=${OUT:-$ROOT/bench/results/protocols-$(date +%Y%m%d-%H%M%S).tsv}
@@ -74,6 +76,7 @@ run_one() {
   local cmd=()
   case $phase:$tool in
     h2tls:meshbench)       cmd=("$MB" run -q -k --http2 --streams $STREAMS -c $CONNS -d ${DUR}s --json "$base.json" "$URL") ;;
+    h2tls:baseline)        cmd=("$BASELINE" run -q -k --http2 --streams $STREAMS -c $CONNS -d ${DUR}s --json "$base.json" "$URL") ;;
     h2tls:h2load)          cmd=(h2load -t1 -c$CONNS -m$STREAMS -D${DUR}s "$URL") ;;
     newconn:meshbench)     cmd=("$MB" run -q -k --requests-per-connection 1 --tls-resume off -c $CONNS -n $NEWCONN --json "$base.json" "$URL") ;;
     newconn:meshbench-resume) cmd=("$MB" run -q -k --requests-per-connection 1 --tls-resume on -c $CONNS -n $NEWCONN --json "$base.json" "$URL") ;;
@@ -90,7 +93,7 @@ user, sys_, rss = open(base + ".time").read().split()[-3:]
 cpu = float(user) + float(sys_)
 out = open(base + ".out", errors="replace").read()
 extra = ""
-if tool.startswith("meshbench"):
+if tool.startswith("meshbench") or tool == "baseline":
     r = json.load(open(base + ".json"))
     n, rps = r["requests"]["ok"], r["throughput_rps"]
     c = r["connections"]
@@ -113,7 +116,7 @@ PY
 timeout 20 taskset -c "$GEN_CPU" h2load -t1 -c$CONNS -m$STREAMS -D2s "$URL" > /dev/null 2>&1
 for rep in $(seq 1 "$REPS"); do
   for phase in $PHASES; do
-    case $phase in h2tls) tools="meshbench h2load" ;; newconn) tools="meshbench meshbench-resume h2load ab" ;; esac
+    case $phase in h2tls) tools="meshbench ${BASELINE:+baseline }h2load" ;; newconn) tools="meshbench meshbench-resume h2load ab" ;; esac
     for tool in $tools; do run_one "$phase" "$tool" "$rep"; done
   done
 done

@@ -1,7 +1,7 @@
 //! What one timer wake-up costs on this machine, and how late it lands: the floor under any
 //! pacer that wakes once per send. Built and run by bench/pacer.sh (`rustc -O`, no crates).
 //!
-//! For each period it sleeps to absolute deadlines (clock_nanosleep, TIMER_ABSTIME) for about
+//! For each period (5 ms down to 50 µs) it sleeps to absolute deadlines (clock_nanosleep, TIMER_ABSTIME) for about
 //! two seconds and prints the CPU per wake-up (getrusage) and the lateness percentiles; then the
 //! cost of a trivial syscall and of a clock read.
 
@@ -47,7 +47,7 @@ fn cpu_ns() -> u64 {
 fn main() {
     unsafe { prctl(PR_SET_TIMERSLACK, 1000, 0, 0, 0) };
     println!("period_us\twakeups\tcpu_per_wakeup_us\tlate_p50_us\tlate_p99_us");
-    for period in [5_000_000u64, 1_000_000, 200_000] {
+    for period in [5_000_000u64, 1_000_000, 500_000, 200_000, 50_000] {
         let n = (2_000_000_000 / period).min(10_000);
         let mut late = Vec::with_capacity(n as usize);
         let start = now_ns() + 1_000_000;
