@@ -145,7 +145,8 @@ impl CloseFirst {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum IdleStrategy {
-    /// Spin only as much as keeps sends within the engine's allowance of their time.
+    /// With an auto slack, lead the sends (wake ahead by the clock's error, send what falls due
+    /// within the lead window early); with a given slack, spin at most a quarter of the gap.
     #[default]
     Auto,
     /// Sleep until the send is due.

@@ -781,7 +781,11 @@ impl Worker<'_> {
     /// ahead ([`Idle::ahead_ns`]: the lead window by default, the slack with `--send-early`) is
     /// due now, and intended now (its latency counts from the real send).
     fn next_request(&mut self, now: u64) -> Option<Due> {
-        let horizon = now + self.idle.ahead_ns(self.plan.send_early);
+        let horizon = if self.plan.pacer.is_open() {
+            now + self.idle.ahead_ns(self.plan.send_early)
+        } else {
+            now
+        };
         loop {
             if let Some(end) = self.plan.send_until {
                 // Nothing intended at or after the end goes out; the loop itself stops sending
