@@ -534,7 +534,7 @@ pub enum ArrivalArg {
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum IdleArg {
     /// With an auto slack, lead: wake ahead of each send by the clock's error and send what
-    /// falls due within 0.5 ms at once, early; with a given slack, spin at most a quarter of
+    /// falls due within 0.75 ms at once, early; with a given slack, spin at most a quarter of
     /// the gap to keep within it.
     Auto,
     /// Sleep until each send: cheapest, late by the machine's wake-up error.
@@ -625,7 +625,7 @@ pub struct RunArgs {
     /// auto (from this machine's clock). Sends falling due within it share one wake-up, which
     /// makes the loop cheaper and the arrivals burstier; latency still counts from each
     /// intended instant [default: auto: with --idle-strategy auto, sends lead instead, leaving
-    /// at most 0.5 ms early and on time at p99].
+    /// at most 0.75 ms early and on time at p99].
     #[arg(long, value_name = "DURATION")]
     pub pacing_slack: Option<String>,
     /// Let sends due within the pacing slack after a wake-up go out at it, early; their
