@@ -315,7 +315,9 @@ fn the_pacing_slack_batches_sends_within_the_budget() {
     let auto = run("slack-auto", &[]);
     assert!(auto["settings"]["pacing_slack_us"].is_null());
     let slack = u(&auto, "/generator/pacing/slack_us");
-    assert!((20..=100).contains(&slack), "auto slack {slack} µs");
+    // Leading, the slack is only the bar for calling a send late: the clock's p99 lateness,
+    // within 20-200 µs.
+    assert!((20..=200).contains(&slack), "auto slack {slack} µs");
     assert_eq!(auto["generator"]["pacing"]["slack_auto"], true);
     assert!(f(&auto, "/generator/pacing/wake_cost_us") > 0.0);
     assert!(
