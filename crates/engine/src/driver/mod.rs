@@ -568,7 +568,8 @@ impl Worker<'_> {
 
     /// Waits until `wake` or, unless arrivals can wait (`lazy`), until a socket is ready;
     /// returns the number of events ready. When `wake` is a send's time, sleeps only until the
-    /// idle margin before it and spins the rest (see [`crate::idle`]).
+    /// idle margin before it and spins the rest, or, leading, only until the aim ahead of it,
+    /// spinning nothing (see [`crate::idle`]).
     fn idle_until(&mut self, now: u64, wake: u64, for_send: bool, lazy: bool) -> io::Result<usize> {
         let clock = self.ctl.clock;
         let target = if for_send {
