@@ -17,6 +17,7 @@ impl Step {
             request_bytes: e.load.request_bytes,
             protocol: e.load.protocol,
             cpu: self.cpu.map(|(role, cores)| CpuAllotment { role, cores }),
+            mesh: None,
         }
     }
 }

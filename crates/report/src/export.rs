@@ -24,7 +24,7 @@ fn role_rank(r: &Role) -> (u8, &str) {
             ChainRole::ZtunnelServer => 5,
             ChainRole::Backend => 6,
         },
-        Role::Sampler | Role::External(_) => 7,
+        Role::Istiod | Role::Sampler | Role::External(_) => 7,
     };
     (rank, r.name())
 }

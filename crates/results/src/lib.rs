@@ -16,10 +16,13 @@
 //! - [`failure`]: why a step failed ([`StepFailure`]).
 //! - [`usage`]: what a role used over a step ([`RoleUsage`], [`Sample`]).
 //! - [`proxy`]: an Envoy role's own counts ([`ProxyCounters`]).
+//! - [`control_plane`]: what a control-plane step asked istiod to serve ([`MeshScale`]) and
+//!   what it measured ([`ControlPlaneFigures`]).
 //! - [`attribution`]: where a request's latency goes, hop by hop ([`Attribution`]).
 //! - `fixtures` (feature `fixtures`): a stored run's result, for other crates' tests.
 
 pub mod attribution;
+pub mod control_plane;
 pub mod failure;
 pub mod histogram;
 pub mod load;
@@ -35,6 +38,7 @@ pub mod usage;
 pub mod fixtures;
 
 pub use attribution::Attribution;
+pub use control_plane::{ControlPlaneFigures, MeshScale, ProxyKind, XdsType};
 pub use failure::StepFailure;
 pub use load::{Arrival, CloseFirst, IdleStrategy, LoopMode, Order, PacingSlack, Protocol};
 pub use proxy::{ProxyCounters, ProxyRequests, UpstreamFailures};

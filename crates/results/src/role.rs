@@ -114,6 +114,8 @@ pub enum Role {
     /// A role of an external variant, read from Prometheus, by the name its experiment file
     /// gives it: none of the chain's words, nor `sampler` (which the file refuses).
     External(String),
+    /// Istio's control plane (`istiod`) in a `control_plane` step: not on any request's path.
+    Istiod,
 }
 
 impl Role {
@@ -123,6 +125,7 @@ impl Role {
             Role::Chain(r) => r.name(),
             Role::Sampler => "sampler",
             Role::External(name) => name,
+            Role::Istiod => "istiod",
         }
     }
 
@@ -132,6 +135,7 @@ impl Role {
         match ChainRole::from_word(word) {
             Some(r) => Role::Chain(r),
             None if word == Role::Sampler.name() => Role::Sampler,
+            None if word == Role::Istiod.name() => Role::Istiod,
             None => Role::External(word.to_string()),
         }
     }
@@ -144,7 +148,7 @@ impl Role {
                 Class::Proxy | Class::Tunnel => true,
                 Class::Backend => false,
             },
-            Role::Sampler => false,
+            Role::Sampler | Role::Istiod => false,
             Role::External(_) => true,
         }
     }
@@ -153,7 +157,7 @@ impl Role {
     pub fn chain_role(&self) -> Option<ChainRole> {
         match self {
             Role::Chain(r) => Some(*r),
-            Role::Sampler | Role::External(_) => None,
+            Role::Sampler | Role::External(_) | Role::Istiod => None,
         }
     }
 
@@ -162,6 +166,7 @@ impl Role {
             Role::Chain(_) => 0,
             Role::Sampler => 1,
             Role::External(_) => 2,
+            Role::Istiod => 3,
         }
     }
 }

@@ -15,6 +15,7 @@ use std::hash::{Hash, Hasher};
 
 use serde::{Deserialize, Serialize};
 
+use crate::control_plane::MeshScale;
 use crate::load::{Arrival, LoopMode, Protocol};
 use crate::topology::Class;
 
@@ -197,9 +198,25 @@ pub struct StepParams {
     pub protocol: Protocol,
     /// The swept role's CPU quota, when the experiment sweeps one.
     pub cpu: Option<CpuAllotment>,
+    /// A `control_plane` step's mesh: it sends no load, so its offer is closed with no
+    /// connection and this says what it asked instead.
+    pub mesh: Option<MeshScale>,
 }
 
 impl StepParams {
+    /// A `control_plane` step: no load, the mesh `scale`.
+    pub fn control_plane(scale: MeshScale) -> StepParams {
+        StepParams {
+            offer: Offer::Closed,
+            connections: 0,
+            response_bytes: 0,
+            request_bytes: 0,
+            protocol: Protocol::Http2,
+            cpu: None,
+            mesh: Some(scale),
+        }
+    }
+
     /// An open-loop step at `rate_rps` against a target that is not a rig (a URL).
     pub fn open(rate_rps: f64, connections: u32, protocol: Protocol) -> StepParams {
         StepParams {
@@ -209,6 +226,7 @@ impl StepParams {
             request_bytes: 0,
             protocol,
             cpu: None,
+            mesh: None,
         }
     }
 }
@@ -227,6 +245,8 @@ struct StoredParams {
     mode: LoopMode,
     protocol: Protocol,
     cpu: Option<CpuAllotment>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    mesh: Option<MeshScale>,
 }
 
 impl TryFrom<StoredParams> for StepParams {
@@ -247,6 +267,7 @@ impl TryFrom<StoredParams> for StepParams {
             request_bytes: s.request_bytes,
             protocol: s.protocol,
             cpu: s.cpu,
+            mesh: s.mesh,
         })
     }
 }
@@ -262,6 +283,7 @@ impl From<StepParams> for StoredParams {
             mode: p.offer.mode(),
             protocol: p.protocol,
             cpu: p.cpu,
+            mesh: p.mesh,
         }
     }
 }
@@ -285,6 +307,7 @@ mod tests {
                 role: Class::Proxy,
                 cores: 1.0,
             }),
+            mesh: None,
         };
         let text = serde_json::to_string(&p).unwrap();
         assert_eq!(

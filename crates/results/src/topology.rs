@@ -35,6 +35,11 @@ pub enum Topology {
     /// Systems meshbench does not start: the experiment file's `external` variants, each a URL
     /// whose roles are read from Prometheus. No chain, no class, no rig.
     External,
+    /// istiod with simulated proxies connected over ADS and a real Envoy among them: what the
+    /// control plane costs. No chain and no load; its steps ask a
+    /// [`crate::control_plane::MeshScale`] instead.
+    #[serde(rename = "control_plane")]
+    ControlPlane,
 }
 
 /// Istio's mutual TLS between sidecars, as a mesh-wide PeerAuthentication sets it. Clients
@@ -142,7 +147,7 @@ const fn l4(role: ChainRole, duty: Duty) -> RolePlan {
 }
 
 impl Topology {
-    pub const ALL: [Topology; 8] = [
+    pub const ALL: [Topology; 9] = [
         Topology::Baseline,
         Topology::Serveronly,
         Topology::Clientonly,
@@ -151,6 +156,7 @@ impl Topology {
         Topology::Ambient,
         Topology::Waypoint,
         Topology::External,
+        Topology::ControlPlane,
     ];
 
     /// The topology this word names, if any.
@@ -168,6 +174,7 @@ impl Topology {
             Topology::Ambient => "ambient",
             Topology::Waypoint => "waypoint",
             Topology::External => "external",
+            Topology::ControlPlane => "control_plane",
         }
     }
 
@@ -188,7 +195,13 @@ impl Topology {
             Topology::Waypoint => "waypoint",
             // An external step's label ends with its variant's name instead (plan.rs).
             Topology::External => "external",
+            Topology::ControlPlane => "control_plane",
         }
+    }
+
+    /// Whether its steps send load through a chain (every one but `control_plane`).
+    pub fn carries_load(self) -> bool {
+        self != Topology::ControlPlane
     }
 
     /// The roles between the client and the backend, client side first.
@@ -207,7 +220,7 @@ impl Topology {
             Topology::Gateway => &[GATEWAY],
             Topology::Ambient => &[ZTUNNEL_CLIENT, ZTUNNEL_SERVER],
             Topology::Waypoint => &[ZTUNNEL_CLIENT, WAYPOINT, ZTUNNEL_SERVER],
-            Topology::External => &[],
+            Topology::External | Topology::ControlPlane => &[],
         }
     }
 
@@ -270,7 +283,8 @@ impl Subject {
                 | Topology::Both
                 | Topology::Gateway
                 | Topology::Ambient
-                | Topology::Waypoint),
+                | Topology::Waypoint
+                | Topology::ControlPlane),
             ) => Subject::Lab(t),
         }
     }

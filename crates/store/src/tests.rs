@@ -34,6 +34,7 @@ fn step(seq: u32) -> StepRecord {
             role: Class::Proxy,
             cores: 0.5,
         }),
+        mesh: None,
     };
     let mut s = StepRecord::new(seq, params);
     s.topology = Some(Topology::Both);
