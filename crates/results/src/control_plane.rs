@@ -104,9 +104,7 @@ impl fmt::Display for MeshScale {
 }
 
 /// The xDS type a change reached the proxies in.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum XdsType {
     /// Clusters: a configuration change adds one.
@@ -273,7 +271,10 @@ mod tests {
         let mut lat: Vec<f64> = (1..=100).rev().map(f64::from).collect();
         let mut ninety = vec![30.0, 10.0, 20.0];
         let p = Propagation::of(XdsType::Cds, 3, 120, &mut lat, &mut ninety);
-        assert_eq!((p.p50_ms, p.p90_ms, p.p99_ms, p.max_ms), (50.0, 90.0, 99.0, 100.0));
+        assert_eq!(
+            (p.p50_ms, p.p90_ms, p.p99_ms, p.max_ms),
+            (50.0, 90.0, 99.0, 100.0)
+        );
         assert_eq!(p.to_90_percent_ms, Some(20.0));
         assert_eq!(p.missed(), 20);
         let none = Propagation::of(XdsType::Lds, 1, 10, &mut [], &mut []);

@@ -23,6 +23,9 @@ pub enum StepFailure {
     RoleExited { role: ChainRole, log_tail: String },
     /// The step names an external variant the experiment does not have.
     NoSuchVariant(String),
+    /// A control-plane step's istiod, API server or real Envoy failed while it was measured:
+    /// why.
+    ControlPlaneFailed(String),
     /// A failure as the store keeps it: its line.
     Recorded(String),
 }
@@ -38,6 +41,9 @@ impl fmt::Display for StepFailure {
             }
             StepFailure::NoSuchVariant(name) => {
                 write!(f, "no external variant is called '{name}'")
+            }
+            StepFailure::ControlPlaneFailed(why) => {
+                write!(f, "the control plane failed during the step: {why}")
             }
             StepFailure::Recorded(line) => f.write_str(line),
         }

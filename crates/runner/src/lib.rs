@@ -7,7 +7,9 @@
 //!                         aimed at it (steps::load_options), measured, each role summarised
 //!                         ──► StepRecord ──► Session (store), Observer (progress)
 //!                         (an `external` variant: no rig; the load aimed at its URL, measured,
-//!                         its roles read from Prometheus over the same window: external)
+//!                         its roles read from Prometheus over the same window: external;
+//!                         a `control_plane` step: istiod serving a simulated mesh, no load:
+//!                         control_plane)
 //! capacity::search: analysis's search picks each rate, a step measures it, the stored step
 //!                   becomes a probe
 //! ```
@@ -20,6 +22,7 @@ pub mod agents;
 pub mod attribution;
 pub mod capacity;
 pub mod cluster;
+pub mod control_plane;
 pub mod external;
 pub mod load;
 pub mod measure;

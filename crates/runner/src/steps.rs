@@ -159,6 +159,9 @@ impl Lab {
         observer: &mut dyn Observer,
     ) -> StepRecord {
         let step = at.step;
+        if !step.topology.carries_load() {
+            return self.run_control_plane_step(e, at, experiment_id, stop, observer);
+        }
         if let (false, Some(x)) = (step.topology.is_lab(), &e.external) {
             return self.run_external_step(e, x, at, stop, observer);
         }

@@ -17,9 +17,12 @@
 //! istiod's port for the agents, which pods reach on the node's side of a veth. The Gateway
 //! binds its servers to the hop's address, not to Istio's wildcard (`servers[].bind`).
 
+pub mod cost;
 pub mod kube;
+pub mod mesh;
 pub mod ready;
 pub mod sidecars;
+pub mod xds_client;
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -175,6 +178,10 @@ pub struct ControlPlane {
     pub api: ApiServer,
     /// Authenticated xDS and the CA (Istio's 15012).
     pub secure_grpc: SocketAddr,
+    /// Plain xDS on loopback (Istio's 15010), which the simulated proxies use.
+    pub grpc: SocketAddr,
+    /// istiod's own metrics (`/metrics`, Prometheus text).
+    pub monitoring: SocketAddr,
     /// The mesh's root certificate, as istiod publishes it (`istio-ca-root-cert`).
     pub root_cert: String,
     /// How long istiod took to become ready.
@@ -274,10 +281,32 @@ impl ControlPlane {
         Ok(ControlPlane {
             api,
             secure_grpc,
+            grpc,
+            monitoring,
             root_cert,
             istiod_ready_in: began.elapsed(),
             istiod,
         })
+    }
+
+    /// istiod's process (group leader), for the sampler.
+    pub fn istiod_pid(&self) -> u32 {
+        self.istiod.pid()
+    }
+
+    /// istiod's own metrics now, as Prometheus text.
+    pub fn istiod_metrics(&self) -> Result<String, LabError> {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .timeout_connect(Some(Duration::from_secs(1)))
+            .timeout_global(Some(Duration::from_secs(10)))
+            .user_agent("meshbench")
+            .build()
+            .into();
+        agent
+            .get(format!("http://{}/metrics", self.monitoring))
+            .call()
+            .and_then(|mut r| r.body_mut().read_to_string())
+            .map_err(|e| LabError::Io(format!("istiod's metrics at {}: {e}", self.monitoring)))
     }
 
     /// Whether istiod still runs (why not, if it stopped).

@@ -14,6 +14,7 @@ mod backend;
 mod bad_input;
 mod churn;
 mod cluster_experiment;
+mod control_plane;
 mod cpu_quota;
 mod envoy;
 mod envoy_admin;

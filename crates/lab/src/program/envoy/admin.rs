@@ -155,6 +155,15 @@ pub fn config_dump(
     })
 }
 
+/// The whole config dump of the admin at `addr`, endpoints included (`include_eds`), parsed.
+pub fn config_dump_all(addr: SocketAddr) -> Result<Value, AdminError> {
+    let body = fetch(addr, "/config_dump?include_eds", CONFIG_BUDGET)?;
+    serde_json::from_slice(&body).map_err(|e| AdminError::NotEnvoy {
+        addr,
+        why: NotEnvoy::NotJson(e.to_string()),
+    })
+}
+
 /// The size in bytes of the whole config dump of the admin at `addr`.
 pub fn config_dump_bytes(addr: SocketAddr) -> Result<usize, AdminError> {
     fetch(addr, "/config_dump", CONFIG_BUDGET).map(|body| body.len())

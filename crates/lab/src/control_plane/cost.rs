@@ -1,0 +1,743 @@
+//! One `control_plane` step: what istiod costs serving a mesh of a given scale. It starts the
+//! control plane as the lab does, registers the mesh ([`super::mesh`]), starts one real Envoy
+//! (pilot-agent's sidecar in a network namespace of its own, or its gateway on loopback) and
+//! waits for it to accept its configuration, then connects the simulated proxies
+//! ([`super::xds_client`]) with nodes made from the real one's and times until each holds a full
+//! configuration. One simulated proxy is the real one's twin (the same node): what it holds
+//! is compared with what the real Envoy accepted, name and version.
+//!
+//! Then, over the measured window, istiod's CPU and memory are sampled as any role's while
+//! endpoint and configuration changes are written at the asked rates (a rate of 0 still writes
+//! one change of its kind mid-window, so every step times both), and afterwards every change is
+//! waited for, at most `settle`, at every proxy. A change counts as arrived at a proxy when the
+//! proxy ACKed the response that carried it or a later change of the same object (istiod
+//! merges changes that come close together: the later one carries the earlier).
+//!
+//! Everything the step started stops when [`CostStep`] is dropped: the clients, the agent and
+//! its Envoy, istiod, the API server, the namespace.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use meshbench_results::control_plane::{Agreement, Propagation};
+use meshbench_results::{ControlPlaneFigures, MeshScale, ProxyKind, Sample, Usage, XdsType};
+use serde_json::Value;
+
+use super::mesh::{self, Change, MeshPod, Registered};
+use super::ready::{self, Awaited, SidecarExpected};
+use super::sidecars;
+use super::xds_client::{Arrival, Fleet};
+use super::{AgentPorts, AgentRole, ControlPlane, Workload};
+use crate::netns::{Namespaces, RoleNamespace};
+use crate::process::{Placement, RoleProcess};
+use crate::program::envoy::admin;
+use crate::sampler::{self, Sampler, Watch};
+use crate::LabError;
+
+/// How long the real Envoy may take to accept its configuration, and the simulated proxies
+/// theirs (per 1,000 proxies, at least a minute).
+const REAL_WITHIN: Duration = Duration::from_secs(120);
+const CONVERGE_PER_THOUSAND: Duration = Duration::from_secs(120);
+
+/// How a step runs beyond its scale.
+#[derive(Debug, Clone)]
+pub struct CostSpec {
+    pub scale: MeshScale,
+    /// Its files: the API server's, istiod's, the agent's.
+    pub dir: PathBuf,
+    /// Unique to this process and step: names the namespace and its interfaces.
+    pub owner: String,
+    pub warmup: Duration,
+    pub duration: Duration,
+    /// How long after the window a change may still take to arrive.
+    pub settle: Duration,
+    pub sample_every: Duration,
+}
+
+/// What a step measured.
+#[derive(Debug, Clone)]
+pub struct CostRun {
+    pub figures: ControlPlaneFigures,
+    /// istiod's samples and their summary over the window (ms on the samples' clock).
+    pub istiod_samples: Vec<Sample>,
+    pub istiod: Usage,
+    /// Whether a stop cut the window short.
+    pub partial: bool,
+}
+
+/// A control-plane step set up and ready to measure. Its parts stop in the order of its
+/// fields: the clients, the agent and its Envoy, istiod and the API server, the namespace, then
+/// the files.
+pub struct CostStep {
+    spec: CostSpec,
+    registered: Registered,
+    converged: Duration,
+    agreement: Agreement,
+    fleet: Fleet,
+    agent: RoleProcess,
+    control_plane: ControlPlane,
+    _namespaces: Option<Namespaces>,
+    _pod_dir: Option<Removed>,
+    _dir: Removed,
+}
+
+/// A directory removed, with everything in it, when dropped.
+struct Removed(PathBuf);
+
+impl Drop for Removed {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+impl CostStep {
+    /// Starts everything and connects every proxy; `note` hears each stage.
+    pub fn start(spec: CostSpec, note: &mut dyn FnMut(&str)) -> Result<CostStep, LabError> {
+        let scale = spec.scale;
+        if scale.services == 0 || scale.proxies == 0 {
+            return Err(LabError::Io(
+                "a control-plane step needs a service and a proxy".into(),
+            ));
+        }
+        // Locals drop in reverse: the files last.
+        let dir = Removed(spec.dir.clone());
+        // A sidecar's Envoy binds its listeners on every address: it gets a namespace.
+        let (namespaces, pod_ns) = match scale.kind {
+            ProxyKind::Sidecar => {
+                let prefix = format!("cp{}", &spec.owner[spec.owner.len().saturating_sub(6)..]);
+                let mut n = Namespaces::new(&spec.owner, &prefix);
+                let ns = n.add(0)?;
+                (Some(n), Some(ns))
+            }
+            ProxyKind::Gateway => (None, None),
+        };
+        let reach = pod_ns
+            .as_ref()
+            .map_or(IpAddr::V4(Ipv4Addr::LOCALHOST), |ns| ns.host_addr);
+        let control_plane = ControlPlane::start(&spec.dir.join("control-plane"), reach)?;
+        note(&format!(
+            "istiod ready in {:.1} s",
+            control_plane.istiod_ready_in.as_secs_f64()
+        ));
+        let real = real_pod(scale.kind, pod_ns.as_ref());
+        let mut pods: Vec<MeshPod> = (0..scale.proxies)
+            .map(|j| MeshPod::simulated(scale.kind, j, scale.services))
+            .collect();
+        pods.push(real.clone());
+        let began = Instant::now();
+        let registered = mesh::register(&control_plane.api, &scale, &pods)?;
+        note(&format!(
+            "registered {} services, {} pods, {} endpoints, {} Istio objects in {:.1} s",
+            scale.services,
+            pods.len(),
+            registered.endpoints,
+            registered.virtual_services + registered.destination_rules,
+            began.elapsed().as_secs_f64()
+        ));
+        let pod_dir = match scale.kind {
+            ProxyKind::Sidecar => Some(Removed(sidecars::pod_dir(&spec.owner, "real")?)),
+            ProxyKind::Gateway => None,
+        };
+        let (mut agent, admin) = start_real(
+            &control_plane,
+            &spec,
+            &real,
+            pod_dir.as_ref().map(|d| d.0.as_path()),
+            pod_ns.as_ref(),
+        )?;
+        let netns = pod_ns.as_ref().map(|n| n.netns.clone());
+        let last_service = format!(
+            "outbound|{}||{}.{}.svc.cluster.local",
+            mesh::SERVICE_PORT,
+            mesh::service_name(scale.services - 1),
+            mesh::APPS
+        );
+        let expected = SidecarExpected {
+            listeners: match scale.kind {
+                ProxyKind::Sidecar => vec!["virtualOutbound".into(), "virtualInbound".into()],
+                ProxyKind::Gateway => Vec::new(),
+            },
+            clusters: vec![last_service],
+        };
+        let took = ready::wait_acked(
+            &mut agent,
+            admin,
+            netns.as_deref(),
+            Awaited::Sidecar(&expected),
+            REAL_WITHIN,
+        )?;
+        note(&format!(
+            "the real Envoy accepted its configuration {:.1} s after its agent started",
+            took.as_secs_f64()
+        ));
+        let dump = crate::netns::within(netns.as_deref(), || admin::config_dump_all(admin))?
+            .map_err(|e| LabError::Io(format!("the real Envoy's configuration: {e}")))?;
+        let real_node = bootstrap_node(&dump).ok_or_else(|| {
+            LabError::Io("the real Envoy's config dump has no bootstrap node".into())
+        })?;
+        let mut nodes: Vec<_> = pods[..scale.proxies as usize]
+            .iter()
+            .map(|p| p.node(scale.kind, &real_node))
+            .collect();
+        // The twin: the real Envoy's own node, one more client.
+        nodes.push(mesh::node_of(&real_node));
+        let twin = nodes.len() - 1;
+        let fleet = Fleet::connect(control_plane.grpc, nodes, Some(twin))?;
+        let limit = CONVERGE_PER_THOUSAND
+            .mul_f64(f64::from(scale.proxies) / 1000.0)
+            .max(Duration::from_secs(60));
+        let converged = fleet.wait_converged(limit).map_err(LabError::Io)?;
+        note(&format!(
+            "{} simulated proxies held a full configuration {:.1} s after the first connected",
+            scale.proxies,
+            converged.as_secs_f64()
+        ));
+        // Nothing changed since: the twin and the real Envoy should hold the same.
+        let dump = crate::netns::within(netns.as_deref(), || admin::config_dump_all(admin))?
+            .map_err(|e| LabError::Io(format!("the real Envoy's configuration: {e}")))?;
+        let agreement = agree(
+            real_node["id"].as_str().unwrap_or_default(),
+            &held_by_envoy(&dump),
+            &fleet.held(twin),
+        );
+        Ok(CostStep {
+            spec,
+            registered,
+            fleet,
+            converged,
+            agreement,
+            agent,
+            control_plane,
+            _namespaces: namespaces,
+            _pod_dir: pod_dir,
+            _dir: dir,
+        })
+    }
+
+    /// The twin's agreement with the real Envoy.
+    pub fn agreement(&self) -> &Agreement {
+        &self.agreement
+    }
+
+    /// Warms up, measures the window while writing changes, waits for them to arrive; `stop`
+    /// ends the window early (the step is then partial).
+    pub fn measure(&mut self, stop: &dyn Fn() -> bool) -> Result<CostRun, LabError> {
+        let spec = self.spec.clone();
+        let scale = spec.scale;
+        sleep_unless(spec.warmup, stop);
+        let sampler = Sampler::start(
+            vec![Watch {
+                role: "istiod".into(),
+                pgid: self.control_plane.istiod_pid(),
+                cgroup: None,
+                port: None,
+                upstream_port: None,
+                veth: None,
+            }],
+            spec.sample_every,
+        );
+        let pushes_before = self.control_plane.istiod_metrics().map(|m| pushes(&m));
+        let bytes_before = self.fleet.bytes();
+        let clients_cpu_before = self.fleet.cpu_ns();
+        let from_ms = meshbench_results::usage::now_ms();
+        let began = Instant::now();
+        let written = self.write_changes(began, spec.duration, stop)?;
+        let window = began.elapsed();
+        let to_ms = meshbench_results::usage::now_ms();
+        let bytes = self.fleet.bytes() - bytes_before;
+        let clients_cpu = self.fleet.cpu_ns() - clients_cpu_before;
+        let pushes_after = self.control_plane.istiod_metrics().map(|m| pushes(&m));
+        let sampled = sampler.finish();
+        let partial = stop();
+        if let Some(why) = self.control_plane.istiod_exited() {
+            return Err(LabError::Io(why));
+        }
+        if let Some(status) = self.agent.exited() {
+            return Err(LabError::Io(format!(
+                "the real Envoy's agent exited ({status}): {}",
+                self.agent.log_tail(5)
+            )));
+        }
+        // Every change, at every proxy, or the settle time.
+        let connected = self.fleet.connected();
+        let wait_until = Instant::now() + spec.settle;
+        let expected_of = |xds: XdsType| match (xds, scale.kind) {
+            (XdsType::Lds, ProxyKind::Gateway) => 0,
+            _ => u64::from(connected),
+        };
+        let complete = |arrivals: &[Vec<Arrival>]| {
+            XdsType::ALL.iter().all(|&xds| {
+                let last = written
+                    .iter()
+                    .filter(|w| w.xds_of(xds))
+                    .map(|w| w.change)
+                    .max();
+                let Some(last) = last else { return true };
+                expected_of(xds) == 0
+                    || arrivals
+                        .iter()
+                        .filter(|a| a.iter().any(|x| x.xds == xds && x.change >= last))
+                        .count() as u64
+                        >= expected_of(xds)
+            })
+        };
+        let mut arrivals = self.fleet.arrivals();
+        while !complete(&arrivals) && Instant::now() < wait_until && !stop() {
+            std::thread::sleep(Duration::from_millis(100));
+            arrivals = self.fleet.arrivals();
+        }
+        let propagation = XdsType::ALL
+            .iter()
+            .filter_map(|&xds| {
+                propagate(xds, &written, &arrivals, expected_of(xds), scale.services)
+            })
+            .collect();
+        let samples = sampled.roles.get("istiod").cloned().unwrap_or_default();
+        let istiod = sampler::summarize(&samples, from_ms, to_ms);
+        let secs = window.as_secs_f64().max(1e-9);
+        let figures = ControlPlaneFigures {
+            connected,
+            real_proxies: 1,
+            services: self.registered.services,
+            endpoints: self.registered.endpoints,
+            virtual_services: self.registered.virtual_services,
+            destination_rules: self.registered.destination_rules,
+            converged_secs: self.converged.as_secs_f64(),
+            propagation,
+            pushes: match (pushes_before, pushes_after) {
+                (Ok(b), Ok(a)) => a
+                    .iter()
+                    .map(|(t, n)| (t.clone(), n.saturating_sub(b.get(t).copied().unwrap_or(0))))
+                    .filter(|(_, n)| *n > 0)
+                    .collect(),
+                _ => BTreeMap::new(),
+            },
+            xds_bytes: bytes,
+            xds_bytes_per_sec: bytes as f64 / secs,
+            clients_cpu_millicores: clients_cpu as f64 / 1e6 / secs,
+            agreement: self.agreement.clone(),
+        };
+        Ok(CostRun {
+            figures,
+            istiod_samples: samples,
+            istiod,
+            partial,
+        })
+    }
+
+    /// Writes the window's changes at their rates (a rate of 0: one mid-window); returns
+    /// each with the instant its write began.
+    fn write_changes(
+        &mut self,
+        began: Instant,
+        window: Duration,
+        stop: &dyn Fn() -> bool,
+    ) -> Result<Vec<Written>, LabError> {
+        let scale = self.spec.scale;
+        let schedule = schedule(scale, window);
+        let mut written = Vec::with_capacity(schedule.len());
+        let mut counts = [0u32; 2];
+        for (at, kind) in schedule {
+            while began.elapsed() < at {
+                if stop() {
+                    return Ok(written);
+                }
+                std::thread::sleep((at - began.elapsed()).min(Duration::from_millis(20)));
+            }
+            let n = counts[kind as usize];
+            if n >= mesh::MAX_CHANGES - 1 {
+                continue;
+            }
+            counts[kind as usize] += 1;
+            let now = Instant::now();
+            match kind {
+                ChangeKind::Endpoint => {
+                    mesh::write_endpoint_change(&self.control_plane.api, scale.services, n)?
+                }
+                ChangeKind::Config => mesh::write_config_change(&self.control_plane.api, n)?,
+            }
+            written.push(Written {
+                kind,
+                change: Change(n),
+                at: now,
+            });
+        }
+        sleep_until(began + window, stop);
+        Ok(written)
+    }
+}
+
+/// The two kinds of change a step writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ChangeKind {
+    Endpoint = 0,
+    Config = 1,
+}
+
+/// One change written, and when its write began.
+#[derive(Debug, Clone, Copy)]
+struct Written {
+    kind: ChangeKind,
+    change: Change,
+    at: Instant,
+}
+
+impl Written {
+    /// Whether it reaches the proxies in `xds`.
+    fn xds_of(&self, xds: XdsType) -> bool {
+        match self.kind {
+            ChangeKind::Endpoint => xds == XdsType::Eds,
+            ChangeKind::Config => matches!(xds, XdsType::Cds | XdsType::Lds),
+        }
+    }
+}
+
+/// When each change is written within the window: each kind evenly at its rate, or once at
+/// the middle when its rate is 0; in time order.
+fn schedule(scale: MeshScale, window: Duration) -> Vec<(Duration, ChangeKind)> {
+    let mut at = Vec::new();
+    for (rate, kind) in [
+        (scale.endpoint_churn_per_s, ChangeKind::Endpoint),
+        (scale.config_churn_per_s, ChangeKind::Config),
+    ] {
+        if rate > 0.0 {
+            let period = Duration::from_secs_f64(1.0 / rate);
+            let mut t = period / 2;
+            while t < window {
+                at.push((t, kind));
+                t += period;
+            }
+        } else {
+            at.push((window / 2, kind));
+        }
+    }
+    at.sort_by_key(|(t, k)| (*t, *k as u8));
+    at
+}
+
+/// The propagation of the changes of type `xds`: per proxy, each change arrived when it or a
+/// later change of the same object was ACKed (the same service's for endpoints; the one
+/// ServiceEntry for configuration). `None` when no change of its kind was written or no proxy
+/// should get it.
+fn propagate(
+    xds: XdsType,
+    written: &[Written],
+    arrivals: &[Vec<Arrival>],
+    expected_proxies: u64,
+    services: u32,
+) -> Option<Propagation> {
+    let changes: Vec<&Written> = written.iter().filter(|w| w.xds_of(xds)).collect();
+    if changes.is_empty() || expected_proxies == 0 {
+        return None;
+    }
+    let same_object = |a: Change, b: Change| match xds {
+        XdsType::Eds => a.0 % services.max(1) == b.0 % services.max(1),
+        XdsType::Cds | XdsType::Lds => true,
+    };
+    let mut latencies = Vec::new();
+    let mut per_change: HashMap<Change, Vec<f64>> = HashMap::new();
+    for proxy in arrivals {
+        let mine: Vec<&Arrival> = proxy.iter().filter(|a| a.xds == xds).collect();
+        for w in &changes {
+            let arrived = mine
+                .iter()
+                .filter(|a| a.change >= w.change && same_object(a.change, w.change))
+                .map(|a| a.acked_at)
+                .min();
+            if let Some(at) = arrived {
+                let ms = at.saturating_duration_since(w.at).as_secs_f64() * 1e3;
+                latencies.push(ms);
+                per_change.entry(w.change).or_default().push(ms);
+            }
+        }
+    }
+    let ninety = (expected_proxies as f64 * 0.9).ceil() as usize;
+    let mut to_ninety: Vec<f64> = per_change
+        .into_values()
+        .filter(|v| v.len() >= ninety.max(1))
+        .map(|mut v| {
+            v.sort_by(f64::total_cmp);
+            v[ninety.max(1) - 1]
+        })
+        .collect();
+    Some(Propagation::of(
+        xds,
+        changes.len() as u32,
+        changes.len() as u64 * expected_proxies,
+        &mut latencies,
+        &mut to_ninety,
+    ))
+}
+
+/// The real Envoy's pod: a sidecar of the first service in its namespace, or a gateway on
+/// loopback.
+fn real_pod(kind: ProxyKind, ns: Option<&RoleNamespace>) -> MeshPod {
+    match (kind, ns) {
+        (ProxyKind::Sidecar, Some(ns)) => MeshPod::sidecar("real-0", 0, ns.addr),
+        _ => MeshPod::gateway(super::GATEWAY_POD, IpAddr::V4(Ipv4Addr::LOCALHOST)),
+    }
+}
+
+/// Starts pilot-agent and its Envoy for the real pod; returns it and Envoy's admin.
+fn start_real(
+    cp: &ControlPlane,
+    spec: &CostSpec,
+    pod: &MeshPod,
+    pod_dir: Option<&Path>,
+    ns: Option<&RoleNamespace>,
+) -> Result<(RoleProcess, SocketAddr), LabError> {
+    let log = spec.dir.join("real-envoy.log");
+    match (pod_dir, ns) {
+        (Some(dir), Some(ns)) => {
+            let workload = Workload {
+                namespace: &pod.namespace,
+                pod: &pod.name,
+                service_account: &pod.service_account,
+                ip: pod.ip,
+                labels: Value::Object(pod.labels.clone()).to_string(),
+            };
+            let command =
+                cp.agent_command(AgentRole::Sidecar, &workload, dir, AgentPorts::ISTIO, 1)?;
+            sidecars::hand_to_proxy_user(dir)?;
+            let place = Placement {
+                netns: Some(ns.netns.clone()),
+                user: Some(sidecars::PROXY_UID),
+                ..Placement::default()
+            };
+            let agent = RoleProcess::spawn("real-envoy", command, &log, &place)?;
+            Ok((
+                agent,
+                SocketAddr::from(([127, 0, 0, 1], AgentPorts::ISTIO.admin)),
+            ))
+        }
+        _ => {
+            let admin = SocketAddr::from(([127, 0, 0, 1], crate::port::free_port()?));
+            let dir = spec.dir.join("real-gateway");
+            std::fs::create_dir_all(&dir).map_err(|e| LabError::Files {
+                path: dir.clone(),
+                source: e,
+            })?;
+            let command = cp.gateway_command(&dir, admin, 1)?;
+            let agent = RoleProcess::spawn("real-envoy", command, &log, &Placement::default())?;
+            Ok((agent, admin))
+        }
+    }
+}
+
+/// The node of a config dump's bootstrap, as JSON.
+fn bootstrap_node(dump: &Value) -> Option<Value> {
+    dump["configs"]
+        .as_array()?
+        .iter()
+        .find_map(|c| c["bootstrap"].get("node").cloned())
+}
+
+/// What an Envoy's config dump holds from xDS: per short type, name -> version.
+pub fn held_by_envoy(dump: &Value) -> BTreeMap<&'static str, BTreeMap<String, String>> {
+    let mut held: BTreeMap<&'static str, BTreeMap<String, String>> = BTreeMap::new();
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+    for config in dump["configs"].as_array().into_iter().flatten() {
+        let items = |key: &str| config[key].as_array().cloned().unwrap_or_default();
+        for c in items("dynamic_active_clusters") {
+            held.entry("cds")
+                .or_default()
+                .insert(text(&c["cluster"]["name"]), text(&c["version_info"]));
+        }
+        for l in items("dynamic_listeners") {
+            if let Some(active) = l.get("active_state") {
+                held.entry("lds")
+                    .or_default()
+                    .insert(text(&l["name"]), text(&active["version_info"]));
+            }
+        }
+        for r in items("dynamic_route_configs") {
+            held.entry("rds")
+                .or_default()
+                .insert(text(&r["route_config"]["name"]), text(&r["version_info"]));
+        }
+        for e in items("dynamic_endpoint_configs") {
+            held.entry("eds").or_default().insert(
+                text(&e["endpoint_config"]["cluster_name"]),
+                text(&e["version_info"]),
+            );
+        }
+    }
+    held
+}
+
+/// The real Envoy's holdings against its twin's: every name and version of each type.
+pub fn agree(
+    node: &str,
+    real: &BTreeMap<&'static str, BTreeMap<String, String>>,
+    twin: &BTreeMap<&'static str, BTreeMap<String, String>>,
+) -> Agreement {
+    let empty = BTreeMap::new();
+    let mut differences = Vec::new();
+    let mut resources = BTreeMap::new();
+    for t in ["cds", "eds", "lds", "rds"] {
+        let r = real.get(t).unwrap_or(&empty);
+        let s = twin.get(t).unwrap_or(&empty);
+        resources.insert(t.to_string(), r.len() as u32);
+        for (name, version) in r {
+            match s.get(name) {
+                None => differences.push(format!("{t} {name}: only the real Envoy holds it")),
+                Some(v) if v != version => differences.push(format!(
+                    "{t} {name}: version {version:?} at the real Envoy, {v:?} at its twin"
+                )),
+                Some(_) => {}
+            }
+        }
+        for name in s.keys().filter(|n| !r.contains_key(*n)) {
+            differences.push(format!("{t} {name}: only the simulated twin holds it"));
+        }
+    }
+    differences.truncate(20);
+    Agreement {
+        node: node.to_string(),
+        resources,
+        differences,
+    }
+}
+
+/// istiod's `pilot_xds_pushes` by type, from its Prometheus text.
+pub fn pushes(metrics: &str) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    for line in metrics
+        .lines()
+        .filter(|l| l.starts_with("pilot_xds_pushes{"))
+    {
+        let Some((labels, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let Some(kind) = labels
+            .split("type=\"")
+            .nth(1)
+            .and_then(|rest| rest.split('"').next())
+        else {
+            continue;
+        };
+        let n = value.parse::<f64>().unwrap_or(0.0) as u64;
+        *out.entry(kind.to_string()).or_insert(0) += n;
+    }
+    out
+}
+
+fn sleep_unless(d: Duration, stop: &dyn Fn() -> bool) {
+    sleep_until(Instant::now() + d, stop);
+}
+
+fn sleep_until(end: Instant, stop: &dyn Fn() -> bool) {
+    while Instant::now() < end && !stop() {
+        std::thread::sleep((end - Instant::now()).min(Duration::from_millis(20)));
+    }
+}
+
+/// The step's directory, as the runner names it.
+pub fn step_dir(root: &Path, index: usize) -> PathBuf {
+    root.join(format!("control-plane-{index}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_schedule_spreads_each_rate_and_writes_one_of_a_kind_without_one() {
+        let scale = MeshScale {
+            kind: ProxyKind::Sidecar,
+            proxies: 1,
+            services: 1,
+            istio_objects: 0,
+            endpoint_churn_per_s: 2.0,
+            config_churn_per_s: 0.0,
+        };
+        let s = schedule(scale, Duration::from_secs(3));
+        let endpoints: Vec<_> = s
+            .iter()
+            .filter(|(_, k)| *k == ChangeKind::Endpoint)
+            .collect();
+        assert_eq!(endpoints.len(), 6);
+        assert_eq!(
+            s.iter().filter(|(_, k)| *k == ChangeKind::Config).count(),
+            1
+        );
+        assert!(s.windows(2).all(|w| w[0].0 <= w[1].0));
+    }
+
+    #[test]
+    fn a_later_change_of_the_same_object_carries_an_earlier_one() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let written = vec![
+            Written {
+                kind: ChangeKind::Config,
+                change: Change(0),
+                at: at(0),
+            },
+            Written {
+                kind: ChangeKind::Config,
+                change: Change(1),
+                at: at(50),
+            },
+        ];
+        // The proxy only ever saw change 1 (istiod merged them), at 300 ms.
+        let arrivals = vec![vec![Arrival {
+            xds: XdsType::Cds,
+            change: Change(1),
+            acked_at: at(300),
+        }]];
+        let p = propagate(XdsType::Cds, &written, &arrivals, 1, 4).unwrap();
+        assert_eq!((p.changes, p.expected, p.acked), (2, 2, 2));
+        assert_eq!((p.p50_ms, p.max_ms), (250.0, 300.0));
+        assert_eq!(p.to_90_percent_ms, Some(250.0));
+        // Endpoints: a later change of another service carries nothing.
+        let written = vec![
+            Written {
+                kind: ChangeKind::Endpoint,
+                change: Change(0),
+                at: at(0),
+            },
+            Written {
+                kind: ChangeKind::Endpoint,
+                change: Change(1),
+                at: at(0),
+            },
+        ];
+        let arrivals = vec![vec![Arrival {
+            xds: XdsType::Eds,
+            change: Change(1),
+            acked_at: at(10),
+        }]];
+        let p = propagate(XdsType::Eds, &written, &arrivals, 1, 4).unwrap();
+        assert_eq!((p.acked, p.missed()), (1, 1));
+    }
+
+    #[test]
+    fn istiods_pushes_are_summed_by_type() {
+        let text = "# HELP pilot_xds_pushes x\npilot_xds_pushes{type=\"cds\"} 12\npilot_xds_pushes{type=\"eds\"} 40\npilot_xds_pushes{type=\"cds_senderr\"} 1\npilot_xds 3\n";
+        let p = pushes(text);
+        assert_eq!(p["cds"], 12);
+        assert_eq!(p["eds"], 40);
+        assert_eq!(p["cds_senderr"], 1);
+    }
+
+    #[test]
+    fn the_twin_agrees_only_with_the_same_names_and_versions() {
+        let real: BTreeMap<_, _> = [("cds", [("a".to_string(), "1".to_string())].into())].into();
+        let same = real.clone();
+        assert!(agree("n", &real, &same).agrees());
+        let other: BTreeMap<_, _> = [(
+            "cds",
+            [
+                ("a".to_string(), "2".to_string()),
+                ("b".to_string(), String::new()),
+            ]
+            .into(),
+        )]
+        .into();
+        let a = agree("n", &real, &other);
+        assert_eq!(a.differences.len(), 2, "{:?}", a.differences);
+    }
+}
