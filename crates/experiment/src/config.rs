@@ -3,14 +3,16 @@
 //! Every mistake in the file is reported at once, each with its file, key and what was expected
 //! (docs/experiment.md is the key-by-key reference). Topologies, protocols and loop modes are
 //! the contracts' types (`meshbench_results`), proxy programs included (`Program`), read
-//! straight from the file.
+//! straight from the file. Two matrices make the plan's cells: `load` for the topologies that
+//! carry load, `control_plane` for the topology of that name, which runs alone.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use meshbench_results::Program;
 use meshbench_results::{
-    Arrival, Class, IdleStrategy, LoadPoint, LoopMode, PeerAuthentication, Protocol, Topology,
+    Arrival, Class, IdleStrategy, LoadPoint, LoopMode, PeerAuthentication, Protocol, ProxyKind,
+    Topology,
 };
 
 use serde::{Deserialize, Serialize};
@@ -49,6 +51,10 @@ pub struct Experiment {
     pub isolation: Isolation,
     #[serde(default)]
     pub load: LoadSection,
+    /// Topology `control_plane`'s matrix: the meshes istiod serves, one step per cell. Absent:
+    /// its defaults; given without that topology: refused (it would be ignored).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control_plane: Option<ControlPlaneSection>,
     /// The L7 proxy of serveronly, clientonly, both, waypoint.
     #[serde(default)]
     pub proxy: Proxy,
@@ -183,6 +189,111 @@ impl Default for LoadSection {
     }
 }
 
+/// The file's `control_plane:` section: the control-plane matrix (every combination of its five
+/// lists is one [`meshbench_results::MeshScale`] of the plan, as `load`'s lists make load
+/// points) and what every such step shares. Each list key takes one number or a list.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+// Named `ControlPlane` to serde, whose messages say the type's name.
+#[serde(deny_unknown_fields, default, rename = "ControlPlane")]
+pub struct ControlPlaneSection {
+    /// Simulated proxies connected to istiod over ADS (the one real Envoy comes on top).
+    #[serde(deserialize_with = "number_or_list")]
+    pub proxies: Vec<u32>,
+    /// Kubernetes Services, each with its EndpointSlice (the simulated proxies are its pods).
+    #[serde(deserialize_with = "number_or_list")]
+    pub services: Vec<u32>,
+    /// Istio objects: VirtualServices and DestinationRules.
+    #[serde(deserialize_with = "number_or_list")]
+    pub istio_objects: Vec<u32>,
+    /// Endpoint changes written per second during the window (an EndpointSlice edited); 0
+    /// still writes one, mid-window.
+    #[serde(deserialize_with = "number_or_list")]
+    pub endpoint_churn_per_s: Vec<f64>,
+    /// Configuration changes written per second during the window (a ServiceEntry edited); 0
+    /// still writes one, mid-window.
+    #[serde(deserialize_with = "number_or_list")]
+    pub config_churn_per_s: Vec<f64>,
+    /// What the proxies connect as, one value for every step.
+    pub kind: ProxyKind,
+    /// How long after the window a written change may still take to reach every proxy; a
+    /// (change, proxy) pair not ACKed by then is counted as missed.
+    pub settle_secs: f64,
+}
+
+impl Default for ControlPlaneSection {
+    fn default() -> Self {
+        ControlPlaneSection {
+            proxies: vec![100],
+            services: vec![50],
+            istio_objects: vec![0],
+            endpoint_churn_per_s: vec![0.0],
+            config_churn_per_s: vec![0.0],
+            kind: ProxyKind::Sidecar,
+            settle_secs: 30.0,
+        }
+    }
+}
+
+/// Most simulated proxies, services or Istio objects a control-plane cell may ask for.
+pub const MAX_MESH_COUNT: u32 = 20_000;
+
+/// Most changes of one kind a control-plane step writes per second.
+pub const MAX_CHURN_PER_S: f64 = 1000.0;
+
+/// Longest `control_plane.settle_secs`.
+pub const MAX_SETTLE_SECS: f64 = 600.0;
+
+impl ControlPlaneSection {
+    /// Every list has a value and every value is in its range.
+    fn validate(&self, p: &mut Vec<String>) {
+        let ControlPlaneSection {
+            proxies,
+            services,
+            istio_objects,
+            endpoint_churn_per_s,
+            config_churn_per_s,
+            kind: _, // either word its type reads is one
+            settle_secs,
+        } = self;
+        for (key, values, least) in [
+            ("proxies", proxies, 1),
+            ("services", services, 1),
+            ("istio_objects", istio_objects, 0),
+        ] {
+            if values.is_empty() {
+                p.push(format!("control_plane.{key}: expected at least one count"));
+            }
+            for (i, v) in values.iter().enumerate() {
+                if !(least..=MAX_MESH_COUNT).contains(v) {
+                    p.push(format!(
+                        "control_plane.{key}[{i}]: expected a whole number from {least} to {MAX_MESH_COUNT}, found {v}"
+                    ));
+                }
+            }
+        }
+        for (key, values) in [
+            ("endpoint_churn_per_s", endpoint_churn_per_s),
+            ("config_churn_per_s", config_churn_per_s),
+        ] {
+            if values.is_empty() {
+                p.push(format!("control_plane.{key}: expected at least one rate"));
+            }
+            for (i, v) in values.iter().enumerate() {
+                if !(v.is_finite() && (0.0..=MAX_CHURN_PER_S).contains(v)) {
+                    p.push(format!(
+                        "control_plane.{key}[{i}]: expected changes per second from 0 to {MAX_CHURN_PER_S}, found {v}"
+                    ));
+                }
+            }
+        }
+        if !(settle_secs.is_finite() && *settle_secs > 0.0 && *settle_secs <= MAX_SETTLE_SECS) {
+            p.push(format!(
+                "control_plane.settle_secs: expected a number of seconds above 0 and at most {MAX_SETTLE_SECS}, found {settle_secs}"
+            ));
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
 #[serde(deny_unknown_fields, default)]
 pub struct Proxy {
@@ -287,7 +398,6 @@ pub struct RoleLimits {
     pub memory_mib: Option<u64>,
 }
 
-/// A cpuset as text, whether YAML read it as text (`0-1`, `0,2`) or as a number (`0`).
 /// One value (a word), or a list of them.
 fn one_or_many<'de, D, T>(d: D) -> Result<Vec<T>, D::Error>
 where
@@ -317,6 +427,44 @@ where
     d.deserialize_any(OneOrMany(std::marker::PhantomData))
 }
 
+/// One number, or a list of them (the `control_plane` matrix keys: `proxies: 100` is
+/// `proxies: [100]`).
+fn number_or_list<'de, D, T>(d: D) -> Result<Vec<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    use serde::de::value::{F64Deserializer, I64Deserializer, U64Deserializer};
+    struct NumberOrList<T>(std::marker::PhantomData<T>);
+    impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for NumberOrList<T> {
+        type Value = Vec<T>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a number or a list of numbers")
+        }
+        fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Self::Value, E> {
+            T::deserialize(U64Deserializer::<E>::new(v)).map(|one| vec![one])
+        }
+        fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Self::Value, E> {
+            T::deserialize(I64Deserializer::<E>::new(v)).map(|one| vec![one])
+        }
+        fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Self::Value, E> {
+            T::deserialize(F64Deserializer::<E>::new(v)).map(|one| vec![one])
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(
+            self,
+            mut seq: A,
+        ) -> Result<Self::Value, A::Error> {
+            let mut all = Vec::new();
+            while let Some(v) = seq.next_element()? {
+                all.push(v);
+            }
+            Ok(all)
+        }
+    }
+    d.deserialize_any(NumberOrList(std::marker::PhantomData))
+}
+
+/// A cpuset as text, whether YAML read it as text (`0-1`, `0,2`) or as a number (`0`).
 fn cpu_list<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
     struct CpuList;
     impl<'de> serde::de::Visitor<'de> for CpuList {
@@ -658,6 +806,7 @@ impl Experiment {
             sample_interval_ms: _, // validate_timing
             isolation: _,          // validate_gateway
             load: _,               // validate_load
+            control_plane: _,      // validate_control_plane
             proxy: _,
             tunnel: _,  // validate_programs
             gateway: _, // validate_gateway
@@ -677,6 +826,7 @@ impl Experiment {
         let mut p = Vec::new();
         self.validate_plan(&mut p);
         self.validate_external(&mut p);
+        self.validate_control_plane(&mut p);
         self.validate_timing(&mut p);
         self.validate_load(&mut p);
         self.validate_programs(&mut p);
@@ -721,7 +871,7 @@ impl Experiment {
             p.push("name: must not be empty".into());
         }
         if self.topologies.is_empty() {
-            p.push("topologies: expected at least one of baseline, serveronly, clientonly, both, gateway, ambient, waypoint, external".into());
+            p.push("topologies: expected at least one of baseline, serveronly, clientonly, both, gateway, ambient, waypoint, external, control_plane".into());
         }
     }
 
@@ -1014,15 +1164,90 @@ impl Experiment {
     /// The plan is not more steps than are run.
     fn validate_size(&self, p: &mut Vec<String>) {
         let size = PlanSize::of(self);
-        if size.steps() > MAX_STEPS {
+        if size.steps() <= MAX_STEPS {
+            return;
+        }
+        let (factors, lists) = match (size.variants, size.mesh_points) {
+            (_, 0) => (
+                format!(
+                    "{} load points x {} variants x {} repeats",
+                    size.load_points, size.variants, size.repeats
+                ),
+                "a list of load or limits",
+            ),
+            (0, mesh) => (
+                format!("{mesh} control-plane cells x {} repeats", size.repeats),
+                "a list of control_plane",
+            ),
+            (variants, mesh) => (
+                format!(
+                    "({} load points x {variants} variants + {mesh} control-plane cells) x {} repeats",
+                    size.load_points, size.repeats
+                ),
+                "a list of load, limits or control_plane",
+            ),
+        };
+        p.push(format!(
+            "the plan has {} steps ({factors}); at most {MAX_STEPS} are run: shorten {lists}, or lower repeats",
+            size.steps()
+        ));
+    }
+
+    /// Topology `control_plane` runs alone: no other topology, no section that is about load
+    /// or where it is sent from, no CPU sweep. Its section goes with it, in range.
+    fn validate_control_plane(&self, p: &mut Vec<String>) {
+        let listed = self.topologies.contains(&Topology::ControlPlane);
+        if let Some(section) = &self.control_plane {
+            if !listed {
+                p.push("control_plane: given, but topologies does not list control_plane (the section would be ignored)".into());
+            }
+            section.validate(p);
+        }
+        if !listed {
+            return;
+        }
+        let mut others: Vec<&str> = self
+            .topologies
+            .iter()
+            .filter(|t| t.carries_load())
+            .map(|t| t.name())
+            .collect();
+        others.dedup();
+        if !others.is_empty() {
             p.push(format!(
-                "the plan has {} steps ({} load points x {} variants x {} repeats); at most {MAX_STEPS} are run: shorten a list of load or limits, or lower repeats",
-                size.steps(),
-                size.load_points,
-                size.variants,
-                size.repeats
+                "topologies: control_plane runs alone (it sends no load); put it in its own file, without {}",
+                others.join(", ")
             ));
         }
+        let why = "a control_plane step runs istiod and its simulated proxies on this machine";
+        for (key, given) in [
+            ("cluster", self.cluster.is_some()),
+            ("agents", self.agents.is_some()),
+            ("external", self.external.is_some()),
+            ("attribution", self.attribution.is_some()),
+        ] {
+            if given {
+                p.push(format!(
+                    "{key}: {why}, with no load; drop this section or the control_plane topology"
+                ));
+            }
+        }
+        for (role, r) in [
+            ("proxy", &self.limits.proxy),
+            ("tunnel", &self.limits.tunnel),
+            ("backend", &self.limits.backend),
+        ] {
+            if r.cpus.len() > 1 {
+                p.push(format!(
+                    "limits.{role}.cpus: a control_plane step sweeps no CPU; list one value at most"
+                ));
+            }
+        }
+    }
+
+    /// The control-plane matrix the plan walks: the file's section, else its defaults.
+    pub fn control_plane_matrix(&self) -> ControlPlaneSection {
+        self.control_plane.clone().unwrap_or_default()
     }
 }
 
@@ -1037,6 +1262,8 @@ impl Experiment {
                 "external: topologies lists external; this section is needed (prometheus_url, variants)"
                     .into(),
             ),
+            // With control_plane listed, validate_control_plane refuses the section.
+            (Some(_), false) if self.topologies.contains(&Topology::ControlPlane) => {}
             (Some(_), false) => {
                 p.push("external: given, but topologies does not list external".into())
             }
@@ -1184,6 +1411,205 @@ mod tests {
             ),
             "{err}"
         );
+        assert!(err.contains("load, control_plane, proxy"), "{err}");
+        let err = parse("t.yaml", CONTROL_PLANE, &["control_plane.proxy=1".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("control_plane.proxy: unknown key; expected one of proxies, services, istio_objects, endpoint_churn_per_s, config_churn_per_s, kind, settle_secs"),
+            "{err}"
+        );
+    }
+
+    const CONTROL_PLANE: &str = "name: t\ntopologies: [control_plane]\n";
+
+    #[test]
+    fn a_control_plane_section_reads_numbers_or_lists_and_takes_its_defaults() {
+        let e = parse("t.yaml", CONTROL_PLANE, &[]).unwrap();
+        assert_eq!(e.control_plane, None);
+        let m = e.control_plane_matrix();
+        assert_eq!(m, ControlPlaneSection::default());
+        assert_eq!(
+            (
+                m.proxies,
+                m.services,
+                m.istio_objects,
+                m.kind,
+                m.settle_secs
+            ),
+            (vec![100], vec![50], vec![0], ProxyKind::Sidecar, 30.0)
+        );
+        assert_eq!(
+            (m.endpoint_churn_per_s, m.config_churn_per_s),
+            (vec![0.0], vec![0.0])
+        );
+        let file = format!(
+            "{CONTROL_PLANE}control_plane:\n  proxies: [50, 100]\n  services: 20\n  endpoint_churn_per_s: 0.5\n  config_churn_per_s: [0, 1.5]\n  kind: gateway\n  settle_secs: 10\n"
+        );
+        let e = parse("t.yaml", &file, &["control_plane.istio_objects=40".into()]).unwrap();
+        let m = e.control_plane.unwrap();
+        assert_eq!(m.proxies, [50, 100]);
+        assert_eq!(m.services, [20]);
+        assert_eq!(m.istio_objects, [40]);
+        assert_eq!(m.endpoint_churn_per_s, [0.5]);
+        assert_eq!(m.config_churn_per_s, [0.0, 1.5]);
+        assert_eq!((m.kind, m.settle_secs), (ProxyKind::Gateway, 10.0));
+        // Wrong types, each named with its key.
+        let err = parse(
+            "t.yaml",
+            CONTROL_PLANE,
+            &[
+                "control_plane.proxies=lots".into(),
+                "control_plane.services=[1.5]".into(),
+                "control_plane.istio_objects=-1".into(),
+                "control_plane.kind=router".into(),
+            ],
+        )
+        .unwrap_err()
+        .to_string();
+        for want in [
+            "control_plane.proxies: invalid type: string \"lots\", expected a number or a list of numbers",
+            "control_plane.services[0]: invalid type: floating point `1.5`, expected a whole number",
+            "control_plane.istio_objects: invalid value: integer `-1`, expected a whole number",
+            "control_plane.kind: unknown variant `router`, expected `sidecar` or `gateway`",
+        ] {
+            assert!(err.contains(want), "{want} in {err}");
+        }
+    }
+
+    #[test]
+    fn control_plane_runs_alone_and_its_section_goes_with_it() {
+        let file = "name: t\ntopologies: [control_plane, baseline, both]\nagents:\n  count: 2\nattribution: {sample: 0.1}\ncluster:\n  image: meshbench:1\n  coordinator: 10.0.0.1:7700\n  prometheus_url: http://prometheus:9090\nexternal:\n  prometheus_url: http://127.0.0.1:9090\n  variants:\n    - {name: direct, url: 'http://127.0.0.1:1/'}\nlimits:\n  backend:\n    cpus: [1, 2]\n";
+        let err = parse("t.yaml", file, &[]).unwrap_err().to_string();
+        assert!(
+            err.contains("t.yaml: topologies: control_plane runs alone (it sends no load); put it in its own file, without baseline, both"),
+            "{err}"
+        );
+        for key in ["cluster", "agents", "external", "attribution"] {
+            let line = format!("t.yaml: {key}: a control_plane step runs istiod");
+            assert_eq!(err.matches(&line).count(), 1, "{line} in {err}");
+        }
+        assert!(
+            err.contains("t.yaml: limits.backend.cpus: a control_plane step sweeps no CPU"),
+            "{err}"
+        );
+        // The external section is refused once, by the control-plane rule.
+        let err = parse(
+            "t.yaml",
+            &format!("{CONTROL_PLANE}external:\n  prometheus_url: http://127.0.0.1:9090\n  variants:\n    - {{name: direct, url: 'http://127.0.0.1:1/'}}\n"),
+            &[],
+        )
+        .unwrap_err()
+        .to_string();
+        assert_eq!(
+            err.lines().filter(|l| l.contains("external")).count(),
+            1,
+            "{err}"
+        );
+        // One CPU value is no sweep.
+        assert!(parse("t.yaml", CONTROL_PLANE, &["limits.proxy.cpus=[2]".into()]).is_ok());
+        // The section without the topology would be ignored.
+        let err = parse("t.yaml", MINIMAL, &["control_plane.proxies=10".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(
+                "t.yaml: control_plane: given, but topologies does not list control_plane"
+            ),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn every_control_plane_bound_is_refused_with_its_key() {
+        let cases = [
+            ("proxies=0", "control_plane.proxies[0]: expected a whole number from 1 to 20000, found 0"),
+            ("proxies=[100, 20001]", "control_plane.proxies[1]: expected a whole number from 1 to 20000, found 20001"),
+            ("proxies=[]", "control_plane.proxies: expected at least one count"),
+            ("services=0", "control_plane.services[0]: expected a whole number from 1 to 20000"),
+            ("services=20001", "control_plane.services[0]: expected a whole number from 1 to 20000"),
+            ("istio_objects=20001", "control_plane.istio_objects[0]: expected a whole number from 0 to 20000"),
+            ("endpoint_churn_per_s=-1", "control_plane.endpoint_churn_per_s[0]: expected changes per second from 0 to 1000, found -1"),
+            ("endpoint_churn_per_s=[]", "control_plane.endpoint_churn_per_s: expected at least one rate"),
+            ("config_churn_per_s=1000.5", "control_plane.config_churn_per_s[0]: expected changes per second from 0 to 1000"),
+            ("config_churn_per_s=[0, .nan]", "control_plane.config_churn_per_s[1]: expected changes per second from 0 to 1000, found NaN"),
+            ("settle_secs=0", "control_plane.settle_secs: expected a number of seconds above 0 and at most 600, found 0"),
+            ("settle_secs=600.5", "control_plane.settle_secs: expected a number of seconds above 0 and at most 600"),
+            ("settle_secs=.inf", "control_plane.settle_secs: expected a number of seconds above 0"),
+        ];
+        for (set, want) in cases {
+            let err = parse("t.yaml", CONTROL_PLANE, &[format!("control_plane.{set}")])
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(want), "{set}: want {want} in {err}");
+        }
+        // Every problem at once, and the bounds themselves are accepted.
+        let file = format!("{CONTROL_PLANE}control_plane:\n  proxies: 0\n  services: 20001\n  istio_objects: 20001\n  endpoint_churn_per_s: -1\n  config_churn_per_s: 1001\n  settle_secs: 0\n");
+        let err = parse("t.yaml", &file, &[]).unwrap_err().to_string();
+        let keys: Vec<&str> = err
+            .lines()
+            .filter_map(|l| l.strip_prefix("t.yaml: control_plane."))
+            .filter_map(|l| l.split([':', '[']).next())
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                "proxies",
+                "services",
+                "istio_objects",
+                "endpoint_churn_per_s",
+                "config_churn_per_s",
+                "settle_secs"
+            ],
+            "{err}"
+        );
+        let edges = [
+            "control_plane.proxies=[1, 20000]",
+            "control_plane.services=[1, 20000]",
+            "control_plane.istio_objects=[0, 20000]",
+            "control_plane.endpoint_churn_per_s=[0, 1000]",
+            "control_plane.config_churn_per_s=[0, 0.25, 1000]",
+            "control_plane.settle_secs=600",
+        ]
+        .map(String::from);
+        assert!(parse("t.yaml", CONTROL_PLANE, &edges).is_ok());
+    }
+
+    #[test]
+    fn the_plan_size_counts_the_control_plane_matrix() {
+        let ten = "[1, 2, 3, 4, 5, 6, 7, 8, 9, 10]";
+        let sets: Vec<String> = [
+            "proxies",
+            "services",
+            "istio_objects",
+            "endpoint_churn_per_s",
+            "config_churn_per_s",
+        ]
+        .iter()
+        .map(|k| format!("control_plane.{k}={ten}"))
+        .chain(["repeats=2".to_string()])
+        .collect();
+        let err = parse("t.yaml", CONTROL_PLANE, &sets)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("the plan has 200000 steps (100000 control-plane cells x 2 repeats); at most 100000 are run: shorten a list of control_plane, or lower repeats"),
+            "{err}"
+        );
+        // The load matrix counts for nothing here.
+        let e = parse(
+            "t.yaml",
+            CONTROL_PLANE,
+            &[
+                "load.rate_rps=[1, 2, 3]".into(),
+                "control_plane.proxies=[1, 2]".into(),
+                "repeats=3".into(),
+            ],
+        )
+        .unwrap();
+        let size = PlanSize::of(&e);
+        assert_eq!((size.variants, size.mesh_points, size.steps()), (0, 2, 6));
+        assert_eq!(crate::Plan::compile(&e).steps.len(), 6);
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! A planned step's parameters ([`meshbench_results::StepParams`], the type the store keeps
-//! and every reader gets back): the plan's load point under the experiment's settings.
+//! and every reader gets back): the plan's load point under the experiment's settings, or a
+//! control-plane step's cell.
 
 use meshbench_results::{CpuAllotment, StepParams};
 
@@ -9,6 +10,9 @@ use crate::plan::Step;
 impl Step {
     /// This step's parameters under experiment `e`.
     pub fn params(&self, e: &Experiment) -> StepParams {
+        if let Some(scale) = self.mesh {
+            return StepParams::control_plane(scale);
+        }
         StepParams {
             offer: self.load.offer,
             connections: self.load.connections,

@@ -1,15 +1,20 @@
 //! From an experiment to the ordered list of steps it runs. A variant is one rig (topology and
 //! CPU allotment); a load point is one cell of the load matrix. Repeats are interleaved: every
 //! repeat walks every load point, and at every load point every variant runs in turn, so slow
-//! drift of the machine spreads across the variants instead of landing on one.
+//! drift of the machine spreads across the variants instead of landing on one. Topology
+//! `control_plane` sends no load: its steps are the cells of the control-plane matrix
+//! ([`MeshScale`]), walked once per repeat in the same way.
+
+use std::collections::BTreeSet;
 
 use meshbench_results::{
-    Arrival, Class, LoadPoint, LoopMode, Offer, PeerAuthentication, Program, Protocol, Topology,
+    Arrival, Class, LoadPoint, LoopMode, MeshScale, Offer, PeerAuthentication, Program, Protocol,
+    Topology,
 };
 
-use crate::config::Experiment;
+use crate::config::{ControlPlaneSection, Experiment};
 
-/// One step: a variant under a load point, in one repeat.
+/// One step: a variant under a load point, or a control-plane cell, in one repeat.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Step {
     /// 0-based position in the run order.
@@ -21,15 +26,29 @@ pub struct Step {
     pub cpu: Option<(Class, f64)>,
     /// Istio's sidecars' PeerAuthentication, when `proxy.peer_authentication` lists several.
     pub peer_authentication: Option<PeerAuthentication>,
-    /// Its load; an external variant's has no response size (its server chooses).
+    /// Its load; an external variant's has no response size (its server chooses). A
+    /// control-plane step sends none: a closed loop of 0 connections with no response size
+    /// ([`Step::no_load`]); what it asks is `mesh`.
     pub load: LoadPoint,
     /// Topology `external`: the name of its variant in the file's `external.variants`.
     pub external: Option<String>,
+    /// Topology `control_plane`: the cell of the control-plane matrix, the mesh istiod serves.
+    pub mesh: Option<MeshScale>,
 }
 
 impl Step {
+    /// The load of a step that sends none (a control-plane step's).
+    pub fn no_load() -> LoadPoint {
+        LoadPoint {
+            offer: Offer::Closed,
+            connections: 0,
+            response_bytes: None,
+        }
+    }
+
     /// A short name of the variant: topology, and the CPU allotment when swept; an external
-    /// variant's own name.
+    /// variant's own name; a control-plane step's topology (`control_plane`: its cell is
+    /// `mesh`, as a load point is `load`).
     pub fn variant(&self) -> String {
         if let Some(name) = &self.external {
             return name.clone();
@@ -45,11 +64,23 @@ impl Step {
         name
     }
 
-    /// Istio perf/benchmark's label: `{id}_qps_{q}_c_{c}_{size}_{variant}_{mode}`.
+    /// Istio perf/benchmark's label: `{id}_qps_{q}_c_{c}_{size}_{variant}_{mode}`; a
+    /// control-plane step's, in the same manner:
+    /// `{id}_cp_p{proxies}_s{services}_o{objects}_e{endpoint churn}_c{config churn}_{kind}`.
     pub fn istio_label(&self, id: &str, protocol: Protocol) -> String {
+        if let Some(m) = &self.mesh {
+            return format!(
+                "{id}_cp_p{}_s{}_o{}_e{}_c{}_{}",
+                m.proxies,
+                m.services,
+                m.istio_objects,
+                label_number(m.endpoint_churn_per_s),
+                label_number(m.config_churn_per_s),
+                m.kind.name()
+            );
+        }
         let q = match self.load.rate_rps() {
-            Some(q) if q.fract() == 0.0 => format!("{q:.0}"),
-            Some(q) => format!("{q}"),
+            Some(q) => label_number(q),
             None => "max".into(),
         };
         let mut variant = Vec::new();
@@ -87,6 +118,15 @@ impl Step {
     }
 }
 
+/// A number as labels write it: a whole one without decimals (`100`), else as it is (`0.5`).
+fn label_number(n: f64) -> String {
+    if n.fract() == 0.0 {
+        format!("{n:.0}")
+    } else {
+        format!("{n}")
+    }
+}
+
 /// Most steps a plan may hold. At a second per step that is more than a day; a file that asks
 /// for more (a long list, a large `repeats`, lists multiplied together) is refused by
 /// [`Experiment::validate`] before a step is made.
@@ -97,8 +137,12 @@ pub const MAX_STEPS: u64 = 100_000;
 pub struct PlanSize {
     /// Cells of the load matrix (duplicate list values counted).
     pub load_points: u64,
-    /// Topologies, each CPU value of a sweep counting for the topologies it applies to.
+    /// Topologies that carry load, each CPU value of a sweep counting for the topologies it
+    /// applies to.
     pub variants: u64,
+    /// Cells of the control-plane matrix when topologies lists `control_plane` (duplicate list
+    /// values counted), else 0: that topology's steps per repeat, instead of load points.
+    pub mesh_points: u64,
     pub repeats: u64,
 }
 
@@ -121,6 +165,7 @@ impl PlanSize {
             .topologies
             .iter()
             .map(|t| match sweep {
+                _ if !t.carries_load() => 0,
                 _ if !t.is_lab() => len(external_names(e).len()),
                 Some((role, cpus)) if t.has(role) => {
                     len(cpus.len()).saturating_mul(len(peer_authentications(e, *t).len()))
@@ -128,19 +173,70 @@ impl PlanSize {
                 _ => len(peer_authentications(e, *t).len()),
             })
             .fold(0, u64::saturating_add);
+        let mesh_points = if e.topologies.contains(&Topology::ControlPlane) {
+            let m = e.control_plane_matrix();
+            [
+                m.proxies.len(),
+                m.istio_objects.len(),
+                m.endpoint_churn_per_s.len(),
+                m.config_churn_per_s.len(),
+            ]
+            .into_iter()
+            .map(len)
+            .fold(len(m.services.len()), u64::saturating_mul)
+        } else {
+            0
+        };
         PlanSize {
             load_points,
             variants,
+            mesh_points,
             repeats: u64::from(e.repeats),
         }
     }
 
-    /// The steps of the plan (at most: [`Plan::compile`] drops repeated load points).
+    /// The steps of the plan (at most: [`Plan::compile`] drops repeated load points and
+    /// control-plane cells).
     pub fn steps(&self) -> u64 {
         self.load_points
             .saturating_mul(self.variants)
+            .saturating_add(self.mesh_points)
             .saturating_mul(self.repeats)
     }
+}
+
+/// The cells of the control-plane matrix in run order: services outermost, then proxies,
+/// Istio objects, endpoint churn and configuration churn; a cell listed twice runs once.
+fn mesh_cells(m: &ControlPlaneSection) -> Vec<MeshScale> {
+    let mut cells = Vec::new();
+    for &services in &m.services {
+        for &proxies in &m.proxies {
+            for &istio_objects in &m.istio_objects {
+                for &endpoint_churn_per_s in &m.endpoint_churn_per_s {
+                    for &config_churn_per_s in &m.config_churn_per_s {
+                        cells.push(MeshScale {
+                            kind: m.kind,
+                            proxies,
+                            services,
+                            istio_objects,
+                            endpoint_churn_per_s,
+                            config_churn_per_s,
+                        });
+                    }
+                }
+            }
+        }
+    }
+    let mut seen = BTreeSet::new();
+    cells.retain(|c| seen.insert(*c));
+    cells
+}
+
+/// Estimated seconds before a control-plane step's window opens: istiod and the API server
+/// start (about 10 s), then the proxies connect and the services are registered (about 5 ms a
+/// proxy and 10 ms a service). An estimate for the plan's total, not measured.
+fn control_plane_start_secs(m: &MeshScale) -> f64 {
+    10.0 + 0.005 * f64::from(m.proxies) + 0.01 * f64::from(m.services)
 }
 
 /// Arrivals are an open loop's: a closed loop plans `uniform` only.
@@ -208,7 +304,11 @@ fn setup_secs(e: &Experiment) -> f64 {
 pub struct Plan {
     pub steps: Vec<Step>,
     /// Seconds each step takes beyond its load (starting and stopping the rig), for estimates.
+    /// For a plan of control-plane steps, which run alone, the mean over its steps of their
+    /// start-up and settle time ([`Plan::secs_of`] is each one's).
     pub setup_secs: f64,
+    /// `control_plane.settle_secs`: a control-plane step's wait after its window.
+    settle_secs: f64,
 }
 
 impl Plan {
@@ -237,10 +337,18 @@ impl Plan {
             }
         }
         loads.dedup();
+        let matrix = e.control_plane_matrix();
+        let cells = if e.topologies.contains(&Topology::ControlPlane) {
+            mesh_cells(&matrix)
+        } else {
+            Vec::new()
+        };
         let sweep = sweep(e);
         let mut variants = Vec::new();
         for &t in &e.topologies {
             let cpus: Vec<Option<(Class, f64)>> = match sweep {
+                // Its steps are the control-plane matrix's cells, below.
+                _ if !t.carries_load() => continue,
                 _ if !t.is_lab() => {
                     for name in external_names(e) {
                         variants.push((t, None, None, Some(name)));
@@ -274,23 +382,63 @@ impl Plan {
                             ..*load
                         },
                         external: external.clone(),
+                        mesh: None,
                     });
                 }
             }
+            for cell in &cells {
+                steps.push(Step {
+                    index: steps.len(),
+                    repeat,
+                    topology: Topology::ControlPlane,
+                    cpu: None,
+                    peer_authentication: None,
+                    load: Step::no_load(),
+                    external: None,
+                    mesh: Some(*cell),
+                });
+            }
         }
+        let settle_secs = matrix.settle_secs;
+        let mesh_setup: Vec<f64> = cells
+            .iter()
+            .map(|c| control_plane_start_secs(c) + settle_secs)
+            .collect();
+        let setup_secs = if variants.is_empty() && !mesh_setup.is_empty() {
+            mesh_setup.iter().sum::<f64>() / mesh_setup.len() as f64
+        } else {
+            setup_secs(e)
+        };
         Plan {
             steps,
-            setup_secs: setup_secs(e),
+            setup_secs,
+            settle_secs,
         }
     }
 
-    /// Seconds one step takes, start to end.
+    /// Seconds one step takes, start to end (a control-plane step's on average:
+    /// [`Plan::secs_of`] is each one's).
     pub fn step_secs(&self, e: &Experiment) -> f64 {
         e.warmup_secs + e.duration_secs + e.cooldown_secs + self.setup_secs
     }
 
+    /// Seconds `step` takes, start to end: a control-plane step's warm-up, window, settle time,
+    /// cool-down and estimated start-up (which grows with its proxies and services).
+    pub fn secs_of(&self, step: &Step, e: &Experiment) -> f64 {
+        match &step.mesh {
+            Some(m) => {
+                e.warmup_secs
+                    + e.duration_secs
+                    + e.cooldown_secs
+                    + self.settle_secs
+                    + control_plane_start_secs(m)
+            }
+            None => e.warmup_secs + e.duration_secs + e.cooldown_secs + setup_secs(e),
+        }
+    }
+
     pub fn total_secs(&self, e: &Experiment) -> f64 {
-        self.steps.len() as f64 * self.step_secs(e)
+        self.steps.iter().map(|s| self.secs_of(s, e)).sum()
     }
 }
 
@@ -298,6 +446,7 @@ impl Plan {
 mod tests {
     use super::*;
     use crate::config::parse;
+    use meshbench_results::{ProxyKind, StepParams};
 
     const MINIMAL_LAB: &str = "name: t\ntopologies: [baseline]\n";
 
@@ -439,6 +588,90 @@ mod tests {
         .unwrap();
         assert_eq!(Plan::compile(&one).steps[0].peer_authentication, None);
         assert_eq!(one.proxy.peer_authentication, [PeerAuthentication::Strict]);
+    }
+
+    #[test]
+    fn control_plane_steps_are_the_matrix_cells_times_repeats_with_their_scale() {
+        let e = parse(
+            "t.yaml",
+            "name: t\ntopologies: [control_plane]\nrepeats: 2\ncontrol_plane:\n  proxies: [50, 100]\n  services: [10, 20]\n  istio_objects: 4\n  endpoint_churn_per_s: [0, 2]\n  config_churn_per_s: 0.5\n  kind: gateway\n  settle_secs: 20\n",
+            &[],
+        )
+        .unwrap();
+        let plan = Plan::compile(&e);
+        assert_eq!(plan.steps.len(), 2 * 2 * 2 * 2);
+        assert_eq!(PlanSize::of(&e).steps(), 16);
+        let cells: Vec<(u32, u32, u32, f64)> = plan.steps[..8]
+            .iter()
+            .map(|s| {
+                let m = s.mesh.unwrap();
+                (s.repeat, m.services, m.proxies, m.endpoint_churn_per_s)
+            })
+            .collect();
+        assert_eq!(
+            cells,
+            [
+                (0, 10, 50, 0.0),
+                (0, 10, 50, 2.0),
+                (0, 10, 100, 0.0),
+                (0, 10, 100, 2.0),
+                (0, 20, 50, 0.0),
+                (0, 20, 50, 2.0),
+                (0, 20, 100, 0.0),
+                (0, 20, 100, 2.0),
+            ]
+        );
+        for (i, s) in plan.steps.iter().enumerate() {
+            assert_eq!((s.index, s.repeat), (i, (i / 8) as u32));
+            assert_eq!(s.mesh, plan.steps[i % 8].mesh);
+            assert_eq!(s.topology, Topology::ControlPlane);
+            assert_eq!(s.variant(), "control_plane");
+            assert_eq!(s.load, Step::no_load());
+            assert_eq!(
+                (s.cpu, s.peer_authentication, &s.external),
+                (None, None, &None)
+            );
+            let m = s.mesh.unwrap();
+            assert_eq!(
+                (m.kind, m.istio_objects, m.config_churn_per_s),
+                (ProxyKind::Gateway, 4, 0.5)
+            );
+            let p = s.params(&e);
+            assert_eq!(p, StepParams::control_plane(m));
+            assert_eq!(
+                (p.mesh, p.offer, p.connections),
+                (Some(m), Offer::Closed, 0)
+            );
+            let text = serde_json::to_string(&p).unwrap();
+            assert_eq!(serde_json::from_str::<StepParams>(&text).unwrap(), p);
+        }
+        assert_eq!(
+            plan.steps[7].istio_label("cp", Protocol::Http1),
+            "cp_cp_p100_s20_o4_e2_c0.5_gateway"
+        );
+        // Each step: warm-up 2, window 10, cool-down 1, settle 20, start-up 10 s plus 5 ms a
+        // proxy and 10 ms a service.
+        let expected: f64 = plan
+            .steps
+            .iter()
+            .map(|s| {
+                let m = s.mesh.unwrap();
+                33.0 + 10.0 + 0.005 * f64::from(m.proxies) + 0.01 * f64::from(m.services)
+            })
+            .sum();
+        assert!((plan.total_secs(&e) - expected).abs() < 1e-9);
+        assert!((plan.secs_of(&plan.steps[7], &e) - 43.7).abs() < 1e-9);
+        assert!((plan.step_secs(&e) * 16.0 - expected).abs() < 1e-9);
+        // A cell listed twice runs once.
+        let twice = parse(
+            "t.yaml",
+            "name: t\ntopologies: [control_plane]\ncontrol_plane:\n  proxies: [50, 50]\n",
+            &[],
+        )
+        .unwrap();
+        assert_eq!(Plan::compile(&twice).steps.len(), 1);
+        let label = Plan::compile(&twice).steps[0].istio_label("x", Protocol::Http2);
+        assert_eq!(label, "x_cp_p50_s50_o0_e0_c0_sidecar");
     }
 
     #[test]
