@@ -46,6 +46,15 @@ impl Step {
         }
     }
 
+    /// What the step asks, as progress lines and the dry run name it: its mesh (a
+    /// control-plane step's), else its load.
+    pub fn work(&self) -> String {
+        match &self.mesh {
+            Some(mesh) => mesh.to_string(),
+            None => self.load.to_string(),
+        }
+    }
+
     /// A short name of the variant: topology, and the CPU allotment when swept; an external
     /// variant's own name; a control-plane step's topology (`control_plane`: its cell is
     /// `mesh`, as a load point is `load`).

@@ -40,7 +40,7 @@ impl Lab {
             owner,
             warmup: Duration::from_secs_f64(e.warmup_secs),
             duration: Duration::from_secs_f64(e.duration_secs),
-            settle: Duration::from_secs_f64(e.control_plane.settle_secs),
+            settle: Duration::from_secs_f64(e.control_plane_matrix().settle_secs),
             sample_every: Duration::from_millis(e.sample_interval_ms),
         };
         let started = CostStep::start(spec, &mut |line| observer.note(&format!("istiod: {line}")));

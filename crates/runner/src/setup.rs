@@ -155,6 +155,14 @@ pub fn missing_programs(e: &Experiment) -> Vec<String> {
         };
         Some(format!("{section}: {why}{instead}"))
     })
+    .chain(
+        // istiod, the API server and the real Envoy of a control-plane step.
+        e.topologies
+            .contains(&Topology::ControlPlane)
+            .then(meshbench_lab::control_plane::unavailable)
+            .flatten()
+            .map(|why| format!("control_plane: {why}")),
+    )
     .collect()
 }
 
@@ -182,6 +190,11 @@ pub fn program_versions(e: &Experiment) -> BTreeMap<String, String> {
     if e.topologies.contains(&Topology::Gateway) {
         let p = ProgramSpec::from(e.gateway.kind);
         v.insert(format!("gateway:{}", p.program), p.version());
+    }
+    if e.topologies.contains(&Topology::ControlPlane) {
+        // istiod and pilot-agent, and the Envoy of the real proxy.
+        let p = ProgramSpec::from(Program::Istio);
+        v.insert(format!("control_plane:{}", p.program), p.version());
     }
     v
 }

@@ -243,7 +243,7 @@ pub fn describe_plan(e: &Experiment, plan: &Plan) -> String {
             s.index + 1,
             s.repeat + 1,
             s.variant(),
-            s.load,
+            s.work(),
             s.istio_label(&e.name, e.load.protocol)
         ));
     }
@@ -358,7 +358,7 @@ impl<'a> Progress<'a> {
             at.step.index + 1,
             at.steps,
             at.step.variant(),
-            at.step.load,
+            at.step.work(),
             meshbench_report::thousands(rps),
             human_secs(left),
             human_secs(left + at.left_after_secs)
@@ -376,7 +376,7 @@ impl<'a> Progress<'a> {
     fn step_info(&self, at: &StepAt) -> StepInfo {
         StepInfo {
             scope: self.scope(at),
-            load: at.step.load.to_string(),
+            load: at.step.work(),
             target_rps: at.step.load.rate_rps(),
             steps: at.steps,
             step_secs: at.step_secs,
@@ -441,7 +441,7 @@ impl Observer for Progress<'_> {
                 at.step.index + 1,
                 at.steps,
                 at.step.variant(),
-                at.step.load,
+                at.step.work(),
                 record
                     .error
                     .as_ref()
