@@ -1,9 +1,9 @@
 //! The results store: one SQLite file (embedded, no server) holding every experiment, its
 //! steps with their parameters, load results (the full JSON, summary columns for queries,
-//! encoded histograms, per-second series), each role's resource use and raw samples, and the
-//! versions of meshbench and of each program. Each step is written in one transaction and the
-//! journal is WAL, so a run killed at any moment leaves a readable store with its finished
-//! steps.
+//! encoded histograms, per-second series), each role's resource use and raw samples, a
+//! control-plane step's figures (it has no load result), and the versions of meshbench and of
+//! each program. Each step is written in one transaction and the journal is WAL, so a run
+//! killed at any moment leaves a readable store with its finished steps.
 //!
 //! The API is typed ([`record`]): a [`StepRecord`] goes in, [`StoredStep`]s come out. The
 //! schema is versioned ([`schema`]); older files are migrated when opened, newer ones are
@@ -341,7 +341,7 @@ fn read_experiments(conn: &Connection) -> rusqlite::Result<Vec<ExperimentRow>> {
 fn read_raw_steps(conn: &Connection, experiment: i64) -> rusqlite::Result<Vec<RawStep>> {
     let mut q = conn.prepare(
         "SELECT id, seq, repeat, topology, variant, label, params, started_at, status, error,
-                versions, result, attribution
+                versions, result, attribution, control_plane
          FROM steps WHERE experiment_id = ?1 ORDER BY seq",
     )?;
     let rows = q.query_map([experiment], |r| {
@@ -359,6 +359,7 @@ fn read_raw_steps(conn: &Connection, experiment: i64) -> rusqlite::Result<Vec<Ra
             versions: r.get(10)?,
             result: r.get(11)?,
             attribution: r.get(12)?,
+            control_plane: r.get(13)?,
         })
     })?;
     rows.collect()
@@ -452,8 +453,8 @@ fn write_step(conn: &mut Connection, experiment: i64, s: &StepRecord) -> rusqlit
     tx.execute(
         "INSERT INTO steps (experiment_id, seq, repeat, topology, variant, label, params, started_at,
            status, error, versions, duration_secs, requests, errors, throughput_rps,
-           p50_us, p90_us, p99_us, p999_us, result, attribution)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)",
+           p50_us, p90_us, p99_us, p999_us, result, attribution, control_plane)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22)",
         params![
             experiment,
             s.seq,
@@ -476,6 +477,7 @@ fn write_step(conn: &mut Connection, experiment: i64, s: &StepRecord) -> rusqlit
             sum.as_ref().map(|x| x.p999_us as i64),
             s.result.as_ref().map(to_json),
             s.attribution.as_ref().map(to_json),
+            s.control_plane.as_ref().map(to_json),
         ],
     )?;
     let step = tx.last_insert_rowid();
@@ -593,6 +595,7 @@ fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {
             2 => tx.execute_batch(schema::MIGRATE_V2_TO_V3).named(path)?,
             3 => tx.execute_batch(schema::MIGRATE_V3_TO_V4).named(path)?,
             4 => tx.execute_batch(schema::MIGRATE_V4_TO_V5).named(path)?,
+            5 => tx.execute_batch(schema::MIGRATE_V5_TO_V6).named(path)?,
             v if v > VERSION => return Err(newer(path, v)),
             v => unreachable!("schema version {v}: every version below VERSION has a migration"),
         }
@@ -654,6 +657,7 @@ struct RawStep {
     versions: String,
     result: Option<String>,
     attribution: Option<String>,
+    control_plane: Option<String>,
 }
 
 impl RawStep {
@@ -689,6 +693,13 @@ impl RawStep {
                 Some(text) => Some(
                     serde_json::from_str(text)
                         .map_err(|e| corrupt("attribution", e.to_string()))?,
+                ),
+                None => None,
+            },
+            control_plane: match &self.control_plane {
+                Some(text) => Some(
+                    serde_json::from_str(text)
+                        .map_err(|e| corrupt("control_plane", e.to_string()))?,
                 ),
                 None => None,
             },

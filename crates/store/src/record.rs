@@ -1,15 +1,16 @@
 //! The store's contract, typed: what is written (an experiment's row, a [`StepRecord`]) and what
 //! is read back ([`ExperimentRow`], [`StoredStep`]). Statuses are enums, a step's parameters are
-//! [`StepParams`], its load result a [`RunResult`] and its resource use [`RoleUsage`]s (all
-//! three the contracts of `meshbench_results`): no reader looks up a key or compares a status
-//! string.
+//! [`StepParams`], its load result a [`RunResult`], its resource use [`RoleUsage`]s and a
+//! control-plane step's figures [`ControlPlaneFigures`] (all the contracts of
+//! `meshbench_results`): no reader looks up a key or compares a status string.
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 
 use meshbench_results::{
-    Attribution, LoadPoint, Role, RoleUsage, RunResult, Sample, StepFailure, StepParams, Topology,
+    Attribution, ControlPlaneFigures, LoadPoint, Role, RoleUsage, RunResult, Sample, StepFailure,
+    StepParams, Topology,
 };
 use serde::{Deserialize, Serialize};
 
@@ -149,7 +150,8 @@ pub struct StepRecord {
     /// Program -> its version line.
     pub versions: BTreeMap<String, String>,
     /// The load result (as `meshbench run --json` writes it); summary columns, histograms and
-    /// per-second series are stored from it.
+    /// per-second series are stored from it. `None` for a step that failed before measuring,
+    /// and for a `control_plane` step, which sends no load (its figures are `control_plane`).
     pub result: Option<RunResult>,
     /// Each role's use over the steady window, and the sampler's own as role `sampler`.
     pub usage: Vec<RoleUsage>,
@@ -160,6 +162,11 @@ pub struct StepRecord {
     /// Where the latency went, hop by hop, when attribution was on (`None`: it was off).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attribution: Option<Attribution>,
+    /// What a `control_plane` step measured besides istiod's usage (which is a usage row, role
+    /// `istiod`): propagation per xDS type, pushes, xDS bytes, convergence, agreement. `None`
+    /// for every other step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control_plane: Option<ControlPlaneFigures>,
 }
 
 impl StepRecord {
@@ -180,6 +187,7 @@ impl StepRecord {
             usage: Vec::new(),
             samples: BTreeMap::new(),
             attribution: None,
+            control_plane: None,
         }
     }
 

@@ -15,6 +15,9 @@
 //! - v5: `steps.attribution`, where the step's latency went hop by hop (JSON, the results'
 //!   `Attribution`: the path as seen, the parts, each sampled request split; NULL when
 //!   attribution was off and for every step from before).
+//! - v6: `steps.control_plane`, what a `control_plane` step measured besides istiod's usage
+//!   (JSON, the results' `ControlPlaneFigures`: propagation per xDS type, pushes, xDS bytes,
+//!   convergence, agreement; NULL for every other step and every step from before).
 
 /// The schema as version 1 created it; [`MIGRATIONS`] bring it to [`VERSION`].
 pub const SCHEMA_V1: &str = "
@@ -105,5 +108,8 @@ pub const MIGRATE_V3_TO_V4: &str = "ALTER TABLE usage ADD COLUMN proxy TEXT;";
 /// v4 -> v5: per-hop attribution.
 pub const MIGRATE_V4_TO_V5: &str = "ALTER TABLE steps ADD COLUMN attribution TEXT;";
 
+/// v5 -> v6: a control-plane step's figures.
+pub const MIGRATE_V5_TO_V6: &str = "ALTER TABLE steps ADD COLUMN control_plane TEXT;";
+
 /// The version this meshbench writes.
-pub const VERSION: i64 = 5;
+pub const VERSION: i64 = 6;

@@ -1,13 +1,15 @@
-//! The store's contract, read back whole: typed steps in and out, v1 files migrated, files
-//! that are not stores, are cut short, damaged or newer refused in one line naming them;
-//! writers in parallel; a full database keeps every step written before it filled.
+//! The store's contract, read back whole: typed steps in and out (a control-plane step with
+//! its figures and no load result among them), v1 files migrated, files that are not stores,
+//! are cut short, damaged or newer refused in one line naming them; writers in parallel; a
+//! full database keeps every step written before it filled.
 
 use std::collections::BTreeMap;
 
+use meshbench_results::control_plane::{Agreement, Propagation};
 use meshbench_results::{
-    ChainRole, Class, CpuAllotment, Figure, Offer, PlayedBy, Program, Protocol, ProxyCounters,
-    ProxyRequests, Role, RoleUsage, RunResult, Sample, StepFailure, StepParams, Topology,
-    UpstreamFailures, Usage,
+    ChainRole, Class, ControlPlaneFigures, CpuAllotment, Figure, MeshScale, Offer, PlayedBy,
+    Program, Protocol, ProxyCounters, ProxyKind, ProxyRequests, Role, RoleUsage, RunResult, Sample,
+    StepFailure, StepParams, Topology, UpstreamFailures, Usage, XdsType,
 };
 
 use super::*;
@@ -133,6 +135,70 @@ fn step(seq: u32) -> StepRecord {
     s
 }
 
+/// A `control_plane` step as the runner stores it: no load result, status ok, istiod's usage
+/// as a role and the figures beside it.
+fn control_plane_step(seq: u32) -> StepRecord {
+    let scale = MeshScale {
+        kind: ProxyKind::Sidecar,
+        proxies: 200,
+        services: 100,
+        istio_objects: 20,
+        endpoint_churn_per_s: 1.0,
+        config_churn_per_s: 0.2,
+    };
+    let mut s = StepRecord::new(seq, StepParams::control_plane(scale));
+    s.topology = Some(Topology::ControlPlane);
+    s.variant = "control_plane".into();
+    s.label = format!("control_plane_200_sidecars_{seq}");
+    s.started_at = "2026-11-28T00:00:00Z".into();
+    s.status = StepStatus::Ok;
+    s.usage = vec![RoleUsage {
+        role: Role::Istiod,
+        program: PlayedBy::Proxy(Program::Istio),
+        workers: 0,
+        cpu_limit: Some(2.0),
+        usage: Usage {
+            samples: 30,
+            cpu_millicores_avg: 412.0,
+            cpu_millicores_max: 900.0,
+            rss_mib_avg: 170.0,
+            rss_mib_max: 190.0,
+            working_set_mib_avg: Some(180.25),
+            working_set_mib_max: Some(200.0),
+            ..Usage::default()
+        },
+        missing: BTreeMap::new(),
+        proxy: None,
+    }];
+    let mut cds: Vec<f64> = (1..=200).map(f64::from).collect();
+    s.control_plane = Some(ControlPlaneFigures {
+        connected: 200,
+        real_proxies: 1,
+        services: 101,
+        endpoints: 300,
+        virtual_services: 10,
+        destination_rules: 10,
+        converged_secs: 4.25,
+        propagation: vec![Propagation::of(
+            XdsType::Cds,
+            1,
+            201,
+            &mut cds,
+            &mut [180.0],
+        )],
+        pushes: BTreeMap::from([("cds".to_string(), 402), ("eds".to_string(), 6000)]),
+        xds_bytes: 30_000_000,
+        xds_bytes_per_sec: 1_000_000.0,
+        clients_cpu_millicores: 150.0,
+        agreement: Agreement {
+            node: "sidecar~10.0.0.1~sim-0.default~default.svc.cluster.local".into(),
+            resources: BTreeMap::from([("cds".to_string(), 104)]),
+            differences: vec![],
+        },
+    });
+    s
+}
+
 fn new_experiment() -> NewExperiment {
     NewExperiment {
         name: "t".into(),
@@ -225,6 +291,118 @@ fn steps_are_written_and_read_back_whole_and_typed() {
         json["usage"][2]["proxy"]["memory_heap_size_bytes"],
         10 << 20
     );
+    std::fs::remove_dir_all(d).unwrap();
+}
+
+#[test]
+fn a_control_plane_step_reads_back_with_its_figures_and_no_load_result() {
+    let d = dir("control-plane");
+    let path = d.join("results.db");
+    let mut s = Store::open(&path).unwrap();
+    let id = s.begin_experiment(&new_experiment()).unwrap();
+    let written = control_plane_step(0);
+    let step_id = s.add_step(id, &written).unwrap();
+    s.add_step(id, &step(1)).unwrap();
+    s.finish_experiment(id, ExperimentStatus::Done, "2026-11-28T00:01:00Z")
+        .unwrap();
+    drop(s);
+    let s = Store::open(&path).unwrap();
+    // No load result and status ok: a good step, listed as one.
+    assert_eq!(s.experiment("t").unwrap().outcome(), "done");
+    let steps = s.steps(id).unwrap();
+    let (cp, load) = (&steps[0].step, &steps[1].step);
+    assert_eq!(cp.status, StepStatus::Ok);
+    assert!(cp.result.is_none() && cp.summary().is_none() && !cp.failed());
+    assert_eq!(cp.topology, Some(Topology::ControlPlane));
+    assert_eq!(cp.params, written.params);
+    assert_eq!(cp.control_plane, written.control_plane);
+    assert_eq!(cp.usage, written.usage);
+    assert_eq!(cp.usage[0].role, Role::Istiod);
+    assert_eq!(cp.usage[0].memory_mib(), Some(180.25));
+    assert!(load.control_plane.is_none());
+    // Nothing of a load is stored for it: no histogram, no summary columns.
+    assert_eq!(s.histogram(step_id, "latency_us").unwrap(), None);
+    let requests: Option<i64> = s
+        .conn
+        .query_row("SELECT requests FROM steps WHERE id = ?1", [step_id], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(requests, None);
+    // Exported with its figures, `summary` null; a load step has no `control_plane` key.
+    let json = serde_json::to_value(&steps[0]).unwrap();
+    assert_eq!(json["topology"], "control_plane");
+    assert!(json["summary"].is_null() && json["result"].is_null());
+    assert_eq!(json["params"]["mesh"]["proxies"], 200);
+    assert_eq!(json["usage"][0]["role"], "istiod");
+    assert_eq!(json["usage"][0]["program"], "istio");
+    assert_eq!(json["control_plane"]["propagation"][0]["xds"], "cds");
+    assert_eq!(
+        json["control_plane"]["propagation"][0]["to_90_percent_ms"],
+        180.0
+    );
+    assert!(serde_json::to_value(&steps[1])
+        .unwrap()
+        .get("control_plane")
+        .is_none());
+    std::fs::remove_dir_all(d).unwrap();
+}
+
+#[test]
+fn control_plane_figures_that_do_not_parse_are_named_with_their_step() {
+    let d = dir("control-plane-corrupt");
+    let path = d.join("results.db");
+    let mut s = Store::open(&path).unwrap();
+    let id = s.begin_experiment(&new_experiment()).unwrap();
+    let step_id = s.add_step(id, &control_plane_step(0)).unwrap();
+    s.conn
+        .execute(
+            "UPDATE steps SET control_plane = '{\"connected\": ' WHERE id = ?1",
+            [step_id],
+        )
+        .unwrap();
+    let err = s.steps(id).unwrap_err();
+    let text = one_line(&err, &path);
+    assert!(
+        matches!(err, StoreError::Corrupt { step, .. } if step == step_id),
+        "{text}"
+    );
+    assert!(text.contains("control_plane: "), "{text}");
+    std::fs::remove_dir_all(d).unwrap();
+}
+
+#[test]
+fn a_v5_store_is_migrated_and_its_steps_have_no_control_plane_figures() {
+    let d = dir("v5");
+    let path = d.join("v5.db");
+    {
+        let c = rusqlite::Connection::open(&path).unwrap();
+        c.execute_batch(schema::SCHEMA_V1).unwrap();
+        for m in [
+            schema::MIGRATE_V2_TO_V3,
+            schema::MIGRATE_V3_TO_V4,
+            schema::MIGRATE_V4_TO_V5,
+        ] {
+            c.execute_batch(m).unwrap();
+        }
+        c.execute_batch(
+            "PRAGMA user_version = 5;
+             INSERT INTO experiments VALUES (1, 't', '', '{}', '{}', '2026-01-01T00:00:00Z', NULL, 'done', '0.1.0');
+             INSERT INTO steps (experiment_id, seq, repeat, topology, variant, label, params, started_at, status, versions)
+               VALUES (1, 0, 0, 'serveronly', 'serveronly', 'x',
+                 '{\"qps\":100.0,\"connections\":4,\"response_bytes\":0,\"request_bytes\":0,\"jitter\":false,\"mode\":\"open\",\"protocol\":\"http1\",\"cpu\":null}',
+                 '2026-01-01T00:00:00Z', 'ok', '{}');",
+        )
+        .unwrap();
+    }
+    let s = Store::open(&path).unwrap();
+    let steps = s.steps(1).unwrap();
+    assert!(steps[0].step.control_plane.is_none());
+    let version: i64 = s
+        .conn
+        .pragma_query_value(None, "user_version", |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, VERSION);
     std::fs::remove_dir_all(d).unwrap();
 }
 
