@@ -114,6 +114,33 @@ pub fn text_table(t: &Table, left: usize) -> String {
     out
 }
 
+/// `items` after `figures` two spaces apart, on as many lines as keep each within [`WIDTH`],
+/// the later ones indented under the step (`results show`'s step tables); an item is never
+/// broken.
+pub fn beside(figures: &str, items: &[String]) -> String {
+    const INDENT: &str = "       ";
+    let mut out = String::new();
+    let mut line = figures.to_string();
+    let mut first = true;
+    for item in items {
+        let gap = if first { "  " } else { " " };
+        let fits = line.chars().count() + gap.len() + item.chars().count() <= WIDTH;
+        if !fits && line != INDENT {
+            out.push_str(line.trim_end());
+            out.push('\n');
+            line = INDENT.to_string();
+            line.push_str(item.trim_start());
+        } else {
+            line.push_str(gap);
+            line.push_str(item);
+        }
+        first = false;
+    }
+    out.push_str(line.trim_end());
+    out.push('\n');
+    out
+}
+
 /// `text` in lines of at most [`WIDTH`] columns, broken between words: the first line after
 /// `first`, the others after `rest` (a hanging indent).
 pub fn wrap(text: &str, first: &str, rest: &str) -> String {
@@ -565,8 +592,13 @@ pub fn per_core_words(p: &meshbench_analysis::headline::PerCore) -> String {
 /// The whole headline for the terminal, every line at most [`WIDTH`] columns for the names
 /// experiments use: the added latency (value, verdict, interval under it) with its one legend
 /// line, every measurement's latency and throughput, what each proxy costs, then the findings.
+/// Nothing when no step measured a load (every step failed, or an experiment of `control_plane`
+/// steps, whose table is `control_plane::table`): no table of headers over no rows.
 pub fn headline_text(h: &Headline) -> String {
     let mut o = String::new();
+    if h.groups.is_empty() {
+        return o;
+    }
     if !h.added.is_empty() {
         let title = titled(
             "Latency added over the baseline",
@@ -694,6 +726,36 @@ pub(crate) mod tests {
     use meshbench_analysis::verdict::{decide, Unit};
     use meshbench_analysis::{group, Run};
     use meshbench_results::{RoleUsage, RunResult};
+
+    #[test]
+    fn a_step_row_keeps_within_a_terminal_line_and_breaks_no_role() {
+        let figures = format!(
+            "{:>4} {:<10} {:<14} {:>9.1} {:>7} {:>7} {:>7} {:>6}",
+            3, "both", "1000 qps x 16c", 999.3, "1.640", "7.051", "21.151", 0
+        );
+        let items = [
+            "client_proxy 186m/16.1,",
+            "server_proxy 211m/16.0,",
+            "backend 39m/2.0",
+            " INVALID: cpu_contention",
+        ]
+        .map(String::from);
+        let text = beside(&figures, &items);
+        for line in text.lines() {
+            assert!(line.chars().count() <= 120, "{text}");
+        }
+        assert!(
+            text.starts_with(&format!("{figures}  client_proxy 186m/16.1,")),
+            "{text}"
+        );
+        for item in &items {
+            assert!(text.contains(item.trim_start()), "{item} whole in {text}");
+        }
+        assert_eq!(
+            beside(&figures, &items[2..3]),
+            format!("{figures}  backend 39m/2.0\n")
+        );
+    }
 
     /// A measured run of `variant` at `rate_rps` (offered) carrying `rps`, its proxy using `mc`
     /// millicores and `mib` MiB, limited to `limit` cores (swept when `swept`).

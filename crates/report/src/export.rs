@@ -2,6 +2,8 @@
 //! perf/benchmark scripts, written as they write them (so that their graph_plotter and
 //! spreadsheets take it as their own, meshbench's precise figures in extra columns), and one
 //! fortio-compatible JSON per step (so that fortio's UI and scripts read meshbench results).
+//! Both are of a load: a step without a result (failed before measuring, or a `control_plane`
+//! step, which sends none) has no row and no file.
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -53,13 +55,17 @@ pub const ISTIO_MAX_QPS: u64 = 99_999_999;
 /// `errorPercent`; then meshbench's own figures: `meshbench_actual_qps`,
 /// `meshbench_duration_secs` (as measured) and `cpu_mili_avg_<role>`, `mem_Mi_avg_<role>` for
 /// every role under meshbench's names. One row per step with a result; a role absent from a
-/// step is an empty cell (read as NaN: no proxy is not a proxy using nothing). `ActualQPS` is
+/// step is an empty cell (read as NaN: no proxy is not a proxy using nothing). A
+/// `control_plane` step has no row and adds no column: every column of theirs is of a load
+/// (their scripts measure the data plane), and it sends none; its figures are in the JSON and
+/// SMP exports. `ActualQPS` is
 /// what was achieved, never the rate asked for: a step that fell short of its rate by half a
 /// request per second keeps its row and every cell, and their plotter, which selects by
 /// `ActualQPS == rate`, has no point for it (docs/cli.md says when that happens).
 pub fn istio_csv(steps: &[StoredStep]) -> String {
     let mut roles: Vec<Role> = steps
         .iter()
+        .filter(|s| s.step.result.is_some())
         .flat_map(|s| s.step.usage.iter().map(|u| u.role.clone()))
         .collect::<BTreeSet<_>>()
         .into_iter()
@@ -330,6 +336,12 @@ mod tests {
     fn the_istio_csv_has_their_columns_first_written_as_they_write_them() {
         let mut failed = step(4, "both", Some(200.0), 0.0, &[]);
         failed.step.result = None;
+        // A control-plane step: no load, istiod's usage; neither a row nor a column of its own.
+        let control_plane = StoredStep {
+            id: 6,
+            step: crate::control_plane::fixture::step(5),
+        };
+        assert!(fortio_json(&crate::smp::tests::experiment(), &control_plane).is_none());
         let steps = [
             step(
                 0,
@@ -365,6 +377,7 @@ mod tests {
                 &[("ztunnel_client", 30.0), ("ztunnel_server", 31.0)],
             ),
             failed,
+            control_plane,
         ];
         let csv = istio_csv(&steps);
         assert_eq!(
@@ -381,7 +394,11 @@ mod tests {
              mem_Mi_avg_backend,mem_Mi_avg_sampler"
         );
         let rows = rows(&csv);
-        assert_eq!(rows.len(), 4, "a step without a result has no row");
+        assert_eq!(
+            rows.len(),
+            4,
+            "a step without a result (failed, control plane) has no row"
+        );
         let cell = |row: usize, col: &str| rows[row][col].as_str();
         // ActualQPS as fortio.py's int(round(x)): the nearest integer, ties to even.
         let actual: Vec<&str> = (0..4).map(|r| cell(r, "ActualQPS")).collect();

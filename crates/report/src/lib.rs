@@ -3,7 +3,10 @@
 //! - this file: the summary `meshbench run` prints, and number formatting;
 //! - [`answers`]: the headline, comparison and sizing tables for the terminal;
 //! - [`attribution`]: where the latency goes, hop by hop (table, stacked bars, which hop grew);
+//! - [`control_plane`]: the `control_plane` steps' table (istiod's cost, propagation per xDS
+//!   type, pushes, agreement) for `results show`;
 //! - [`export`]: stored steps as Istio perf/benchmark CSV and fortio JSON;
+//! - [`smp`]: stored steps as Service Mesh Performance documents (the control plane's too);
 //! - [`html`] and [`plot`]: the self-contained HTML report and its SVG/PNG charts;
 //! - [`proxies`]: each Envoy role's own counts and the flag, for `results show` and the HTML.
 //!
@@ -11,6 +14,7 @@
 
 pub mod answers;
 pub mod attribution;
+pub mod control_plane;
 pub mod export;
 pub mod html;
 pub mod plot;

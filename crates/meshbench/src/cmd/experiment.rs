@@ -15,7 +15,7 @@ use meshbench_runner::{Finished, Observer, Site, StepAt};
 use meshbench_store::{StepRecord, Store};
 
 use super::live::Faces;
-use super::results::{table, TableRow};
+use super::results::tables;
 use super::signals::Signals;
 use crate::cli::ExperimentArgs;
 use crate::{exit, usage};
@@ -211,8 +211,8 @@ pub fn exit_code(signals: &Signals, done: &Finished) -> u8 {
 /// The step table on stdout and one closing line on stderr, ending with the command that
 /// shows the experiment again from the store it is in.
 pub fn print_finished(done: &Finished) {
-    let view: Vec<TableRow> = done.steps.iter().map(TableRow::of).collect();
-    out!("{}", table(&view));
+    let records: Vec<&StepRecord> = done.steps.iter().collect();
+    out!("{}", tables(&records));
     let _ = std::io::stdout().flush();
     eprintln!(
         "experiment {} {} in {}: {} steps stored, {} failed; `{}`",

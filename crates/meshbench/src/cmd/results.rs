@@ -1,6 +1,7 @@
 //! `meshbench results list|show|export`: the results store read back, as a table (with each
-//! Envoy role's own counts under its step), as JSON, as Istio perf/benchmark CSV, or as one
-//! fortio JSON file per step.
+//! Envoy role's own counts under its step, and the `control_plane` steps in a table of their
+//! own), as JSON, as Istio perf/benchmark CSV, as SMP documents, or as one fortio JSON file
+//! per step.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -86,8 +87,8 @@ fn show(key: &str, s: &StoreArg) -> Result<u8> {
     if let Some(v) = steps.first().map(|s| &s.step.versions) {
         outln!("versions: {}", serde_json::to_string(v)?);
     }
-    let view: Vec<TableRow> = steps.iter().map(|r| TableRow::of(&r.step)).collect();
-    out!("{}", table(&view));
+    let records: Vec<&StepRecord> = steps.iter().map(|s| &s.step).collect();
+    out!("{}", tables(&records));
     let h = super::answers::headline(&store, e.id)?;
     out!("{}", meshbench_report::answers::headline_text(&h));
     out!(
@@ -149,6 +150,22 @@ fn export(key: &str, format: ExportFormat, out: Option<&Path>, s: &StoreArg) -> 
     Ok(exit::OK)
 }
 
+/// The step tables, from fresh records or stored ones: the load table of the steps that send
+/// load (printed too when there is no step at all, as its header), then the control plane's
+/// (`meshbench_report::control_plane`) of the `control_plane` steps, which send none and are
+/// not rows of the load table.
+pub fn tables(steps: &[&StepRecord]) -> String {
+    let (control_plane, load): (Vec<&StepRecord>, Vec<&StepRecord>) =
+        steps.iter().partition(|s| s.params.mesh.is_some());
+    let mut out = String::new();
+    if !load.is_empty() || control_plane.is_empty() {
+        let view: Vec<TableRow> = load.iter().map(|r| TableRow::of(r)).collect();
+        out.push_str(&table(&view));
+    }
+    out.push_str(&meshbench_report::control_plane::table(&control_plane));
+    out
+}
+
 /// One line of the step table, from a fresh record or a stored one.
 pub struct TableRow<'a> {
     pub seq: u32,
@@ -199,34 +216,6 @@ fn shown_with_its_step(role: &Role) -> bool {
 
 /// Steps with their load, latency, and each role's CPU (millicores) and memory (MiB: the
 /// cgroup's working set where there is one, else RSS).
-/// `items` after `figures` two spaces apart, on as many lines as keep each within the
-/// terminal's width (`answers::WIDTH`), the later ones indented under the step; an item is
-/// never broken.
-fn beside(figures: &str, items: &[String]) -> String {
-    const INDENT: &str = "       ";
-    let width = meshbench_report::answers::WIDTH;
-    let mut out = String::new();
-    let mut line = figures.to_string();
-    let mut first = true;
-    for item in items {
-        let gap = if first { "  " } else { " " };
-        let fits = line.chars().count() + gap.len() + item.chars().count() <= width;
-        if !fits && line != INDENT {
-            out.push_str(line.trim_end());
-            out.push('\n');
-            line = INDENT.to_string();
-            line.push_str(item.trim_start());
-        } else {
-            line.push_str(gap);
-            line.push_str(item);
-        }
-        first = false;
-    }
-    out.push_str(line.trim_end());
-    out.push('\n');
-    out
-}
-
 pub fn table(rows: &[TableRow]) -> String {
     // Columns as wide as their words, so that the roles fit beside the figures.
     let vw = rows
@@ -309,7 +298,7 @@ pub fn table(rows: &[TableRow]) -> String {
                     })
                     .chain(marks.iter().map(|m| format!(" {m}")))
                     .collect();
-                out.push_str(&beside(&figures, &items));
+                out.push_str(&meshbench_report::answers::beside(&figures, &items));
             }
             None => out.push_str(&meshbench_report::answers::wrap(
                 &format!(
@@ -354,39 +343,4 @@ pub fn table(rows: &[TableRow]) -> String {
         ));
     }
     out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_step_row_keeps_within_a_terminal_line_and_breaks_no_role() {
-        let figures = format!(
-            "{:>4} {:<10} {:<14} {:>9.1} {:>7} {:>7} {:>7} {:>6}",
-            3, "both", "1000 qps x 16c", 999.3, "1.640", "7.051", "21.151", 0
-        );
-        let items = [
-            "client_proxy 186m/16.1,",
-            "server_proxy 211m/16.0,",
-            "backend 39m/2.0",
-            " INVALID: cpu_contention",
-        ]
-        .map(String::from);
-        let text = beside(&figures, &items);
-        for line in text.lines() {
-            assert!(line.chars().count() <= 120, "{text}");
-        }
-        assert!(
-            text.starts_with(&format!("{figures}  client_proxy 186m/16.1,")),
-            "{text}"
-        );
-        for item in &items {
-            assert!(text.contains(item.trim_start()), "{item} whole in {text}");
-        }
-        assert_eq!(
-            beside(&figures, &items[2..3]),
-            format!("{figures}  backend 39m/2.0\n")
-        );
-    }
 }
