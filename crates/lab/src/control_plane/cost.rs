@@ -1,7 +1,7 @@
 //! One `control_plane` step: what istiod costs serving a mesh of a given scale. It starts the
 //! control plane as the lab does, registers the mesh ([`super::mesh`]), starts one real Envoy
-//! (pilot-agent's sidecar in a network namespace of its own, or its gateway on loopback) and
-//! waits for it to accept its configuration, then connects the simulated proxies
+//! (pilot-agent's sidecar or gateway, in a network namespace of its own: its agent and
+//! listeners bind every address there) and waits for it to accept its configuration, then connects the simulated proxies
 //! ([`super::xds_client`]) with nodes made from the real one's and times until each holds a full
 //! configuration. One simulated proxy is the real one's twin (the same node): what it holds
 //! is compared with what the real Envoy accepted, name and version.
@@ -17,7 +17,7 @@
 //! its Envoy, istiod, the API server, the namespace.
 
 use std::collections::{BTreeMap, HashMap};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -78,8 +78,8 @@ pub struct CostStep {
     fleet: Fleet,
     agent: RoleProcess,
     control_plane: ControlPlane,
-    _namespaces: Option<Namespaces>,
-    _pod_dir: Option<Removed>,
+    _namespaces: Namespaces,
+    _pod_dir: Removed,
     _dir: Removed,
 }
 
@@ -103,25 +103,17 @@ impl CostStep {
         }
         // Locals drop in reverse: the files last.
         let dir = Removed(spec.dir.clone());
-        // A sidecar's Envoy binds its listeners on every address: it gets a namespace.
-        let (namespaces, pod_ns) = match scale.kind {
-            ProxyKind::Sidecar => {
-                let prefix = format!("cp{}", &spec.owner[spec.owner.len().saturating_sub(6)..]);
-                let mut n = Namespaces::new(&spec.owner, &prefix);
-                let ns = n.add(0)?;
-                (Some(n), Some(ns))
-            }
-            ProxyKind::Gateway => (None, None),
-        };
-        let reach = pod_ns
-            .as_ref()
-            .map_or(IpAddr::V4(Ipv4Addr::LOCALHOST), |ns| ns.host_addr);
+        // The real Envoy's agent and listeners bind every address: it gets a namespace.
+        let prefix = format!("cp{}", &spec.owner[spec.owner.len().saturating_sub(6)..]);
+        let mut namespaces = Namespaces::new(&spec.owner, &prefix);
+        let pod_ns = namespaces.add(0)?;
+        let reach = pod_ns.host_addr;
         let control_plane = ControlPlane::start(&spec.dir.join("control-plane"), reach)?;
         note(&format!(
             "istiod ready in {:.1} s",
             control_plane.istiod_ready_in.as_secs_f64()
         ));
-        let real = real_pod(scale.kind, pod_ns.as_ref());
+        let real = real_pod(scale.kind, pod_ns.addr);
         let mut pods: Vec<MeshPod> = (0..scale.proxies)
             .map(|j| MeshPod::simulated(scale.kind, j, scale.services))
             .collect();
@@ -136,18 +128,10 @@ impl CostStep {
             registered.virtual_services + registered.destination_rules,
             began.elapsed().as_secs_f64()
         ));
-        let pod_dir = match scale.kind {
-            ProxyKind::Sidecar => Some(Removed(sidecars::pod_dir(&spec.owner, "real")?)),
-            ProxyKind::Gateway => None,
-        };
-        let (mut agent, admin) = start_real(
-            &control_plane,
-            &spec,
-            &real,
-            pod_dir.as_ref().map(|d| d.0.as_path()),
-            pod_ns.as_ref(),
-        )?;
-        let netns = pod_ns.as_ref().map(|n| n.netns.clone());
+        let pod_dir = Removed(sidecars::pod_dir(&spec.owner, "real")?);
+        let mut agent = start_real(&control_plane, &spec, &real, &pod_dir.0, &pod_ns)?;
+        let admin = SocketAddr::from(([127, 0, 0, 1], AgentPorts::ISTIO.admin));
+        let netns = Some(pod_ns.netns.clone());
         let last_service = format!(
             "outbound|{}||{}.{}.svc.cluster.local",
             mesh::SERVICE_PORT,
@@ -471,59 +455,48 @@ fn propagate(
     ))
 }
 
-/// The real Envoy's pod: a sidecar of the first service in its namespace, or a gateway on
-/// loopback.
-fn real_pod(kind: ProxyKind, ns: Option<&RoleNamespace>) -> MeshPod {
-    match (kind, ns) {
-        (ProxyKind::Sidecar, Some(ns)) => MeshPod::sidecar("real-0", 0, ns.addr),
-        _ => MeshPod::gateway(super::GATEWAY_POD, IpAddr::V4(Ipv4Addr::LOCALHOST)),
+/// The real Envoy's pod, at `ip` in its namespace: a sidecar of the first service, or a
+/// gateway.
+fn real_pod(kind: ProxyKind, ip: IpAddr) -> MeshPod {
+    match kind {
+        ProxyKind::Sidecar => MeshPod::sidecar("real-0", 0, ip),
+        ProxyKind::Gateway => MeshPod::gateway(super::GATEWAY_POD, ip),
     }
 }
 
-/// Starts pilot-agent and its Envoy for the real pod; returns it and Envoy's admin.
+/// Starts pilot-agent and its Envoy for the real pod in its namespace `ns`, as Istio's proxy
+/// user, in `dir`; Envoy's admin is Istio's 15000 on the namespace's loopback.
 fn start_real(
     cp: &ControlPlane,
     spec: &CostSpec,
     pod: &MeshPod,
-    pod_dir: Option<&Path>,
-    ns: Option<&RoleNamespace>,
-) -> Result<(RoleProcess, SocketAddr), LabError> {
-    let log = spec.dir.join("real-envoy.log");
-    match (pod_dir, ns) {
-        (Some(dir), Some(ns)) => {
-            let workload = Workload {
-                namespace: &pod.namespace,
-                pod: &pod.name,
-                service_account: &pod.service_account,
-                ip: pod.ip,
-                labels: Value::Object(pod.labels.clone()).to_string(),
-            };
-            let command =
-                cp.agent_command(AgentRole::Sidecar, &workload, dir, AgentPorts::ISTIO, 1)?;
-            sidecars::hand_to_proxy_user(dir)?;
-            let place = Placement {
-                netns: Some(ns.netns.clone()),
-                user: Some(sidecars::PROXY_UID),
-                ..Placement::default()
-            };
-            let agent = RoleProcess::spawn("real-envoy", command, &log, &place)?;
-            Ok((
-                agent,
-                SocketAddr::from(([127, 0, 0, 1], AgentPorts::ISTIO.admin)),
-            ))
-        }
-        _ => {
-            let admin = SocketAddr::from(([127, 0, 0, 1], crate::port::free_port()?));
-            let dir = spec.dir.join("real-gateway");
-            std::fs::create_dir_all(&dir).map_err(|e| LabError::Files {
-                path: dir.clone(),
-                source: e,
-            })?;
-            let command = cp.gateway_command(&dir, admin, 1)?;
-            let agent = RoleProcess::spawn("real-envoy", command, &log, &Placement::default())?;
-            Ok((agent, admin))
-        }
-    }
+    dir: &Path,
+    ns: &RoleNamespace,
+) -> Result<RoleProcess, LabError> {
+    let role = match spec.scale.kind {
+        ProxyKind::Sidecar => AgentRole::Sidecar,
+        ProxyKind::Gateway => AgentRole::Gateway,
+    };
+    let workload = Workload {
+        namespace: &pod.namespace,
+        pod: &pod.name,
+        service_account: &pod.service_account,
+        ip: pod.ip,
+        labels: Value::Object(pod.labels.clone()).to_string(),
+    };
+    let command = cp.agent_command(role, &workload, dir, AgentPorts::ISTIO, 1)?;
+    sidecars::hand_to_proxy_user(dir)?;
+    let place = Placement {
+        netns: Some(ns.netns.clone()),
+        user: Some(sidecars::PROXY_UID),
+        ..Placement::default()
+    };
+    RoleProcess::spawn(
+        "real-envoy",
+        command,
+        &spec.dir.join("real-envoy.log"),
+        &place,
+    )
 }
 
 /// The node of a config dump's bootstrap, as JSON.
@@ -563,6 +536,30 @@ pub fn held_by_envoy(dump: &Value) -> BTreeMap<&'static str, BTreeMap<String, St
                 text(&e["version_info"]),
             );
         }
+    }
+    // Envoy lists the endpoints of every cluster; only EDS clusters' came over xDS.
+    let eds: std::collections::HashSet<String> = dump["configs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|c| {
+            c["dynamic_active_clusters"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .filter(|c| c["cluster"]["type"] == "EDS")
+        .map(|c| {
+            let service = text(&c["cluster"]["eds_cluster_config"]["service_name"]);
+            if service.is_empty() {
+                text(&c["cluster"]["name"])
+            } else {
+                service
+            }
+        })
+        .collect();
+    if let Some(endpoints) = held.get_mut("eds") {
+        endpoints.retain(|name, _| eds.contains(name));
     }
     held
 }
