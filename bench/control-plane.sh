@@ -11,8 +11,8 @@
 #   window : $DUR s measured after $WARMUP s, every change then awaited up to $SETTLE s
 #   objects: $OBJECTS Istio objects (VirtualServices and DestinationRules in turn)
 #
-# Each point is one `meshbench experiment examples/control-plane.yaml` (its churn list the
-# matrix), stored in $STORE; then one row per step: istiod's CPU (millicores, average over the
+# Each point and churn is one `meshbench experiment examples/control-plane.yaml` of one step,
+# stored in $STORE; then one row per step: istiod's CPU (millicores, average over the
 # window) and memory (MiB, RSS average and peak), how long the proxies took to hold a full
 # configuration, propagation p50/p90/p99 and the time to 90 % of proxies per xDS type, pushes,
 # xDS bytes/s, the simulated clients' own CPU, and whether the real Envoy's twin agreed. Then
@@ -36,30 +36,31 @@ MB=${MB:-$ROOT/target/release/meshbench}
 mkdir -p "$OUT"
 [ -x "$MB" ] || (cd "$ROOT" && cargo build --release --locked -q -p meshbench) || exit 1
 
-eps=() cfgs=()
-for c in $CHURN; do eps+=("${c%%:*}"); cfgs+=("${c##*:}"); done
-list() { local IFS=,; echo "[$*]"; }
-
+names=()
 for point in $POINTS; do
   proxies=${point%%:*} services=${point##*:}
-  echo "== $proxies proxies x $services services, churn $CHURN" >&2
-  if ! "$MB" experiment "$ROOT/examples/control-plane.yaml" --store "$STORE" \
-      --set "name=\"cp-$proxies-$services\"" \
-      --set duration_secs="$DUR" --set warmup_secs="$WARMUP" --set cooldown_secs=2 \
-      --set control_plane.settle_secs="$SETTLE" \
-      --set "control_plane.proxies=[$proxies]" --set "control_plane.services=[$services]" \
-      --set "control_plane.istio_objects=[$OBJECTS]" \
-      --set "control_plane.endpoint_churn_per_s=$(list "${eps[@]}")" \
-      --set "control_plane.config_churn_per_s=$(list "${cfgs[@]}")" \
-      2> "$OUT/cp-$proxies-$services.log"; then
-    echo "FAILED: $proxies x $services (log: $OUT/cp-$proxies-$services.log)"
-    tail -3 "$OUT/cp-$proxies-$services.log" >&2
-  fi
+  for churn in $CHURN; do
+    ep=${churn%%:*} cfg=${churn##*:}
+    name="cp-$proxies-$services-$ep-$cfg"
+    echo "== $proxies proxies x $services services, churn $ep endpoint + $cfg config changes/s" >&2
+    if "$MB" experiment "$ROOT/examples/control-plane.yaml" --store "$STORE" \
+        --set "name=\"$name\"" \
+        --set duration_secs="$DUR" --set warmup_secs="$WARMUP" --set cooldown_secs=2 \
+        --set control_plane.settle_secs="$SETTLE" \
+        --set "control_plane.proxies=[$proxies]" --set "control_plane.services=[$services]" \
+        --set "control_plane.istio_objects=[$OBJECTS]" \
+        --set "control_plane.endpoint_churn_per_s=[$ep]" \
+        --set "control_plane.config_churn_per_s=[$cfg]" \
+        2> "$OUT/$name.log"; then :; else
+      echo "FAILED: $name (log: $OUT/$name.log)"
+      tail -3 "$OUT/$name.log" >&2
+    fi
+    names+=("$name")
+  done
 done
 
 files=()
-for point in $POINTS; do
-  name="cp-${point%%:*}-${point##*:}"
+for name in "${names[@]}"; do
   "$MB" results export "$name" --format json --store "$STORE" > "$OUT/$name.json" 2>/dev/null \
     && files+=("$OUT/$name.json")
 done

@@ -28,7 +28,7 @@ use serde_json::Value;
 use super::mesh::{self, Change, MeshPod, Registered};
 use super::ready::{self, Awaited, SidecarExpected};
 use super::sidecars;
-use super::xds_client::{Arrival, Fleet};
+use super::xds_client::{Arrival, Fleet, CONNECTS_PER_SEC};
 use super::{AgentPorts, AgentRole, ControlPlane, Workload};
 use crate::netns::{Namespaces, RoleNamespace};
 use crate::process::{Placement, RoleProcess};
@@ -37,9 +37,9 @@ use crate::sampler::{self, Sampler, Watch};
 use crate::LabError;
 
 /// How long the real Envoy may take to accept its configuration, and the simulated proxies
-/// theirs (per 1,000 proxies, at least a minute).
+/// theirs once the last has begun to connect.
 const REAL_WITHIN: Duration = Duration::from_secs(120);
-const CONVERGE_PER_THOUSAND: Duration = Duration::from_secs(120);
+const CONVERGE_AFTER_CONNECTS: Duration = Duration::from_secs(120);
 
 /// How a step runs beyond its scale.
 #[derive(Debug, Clone)]
@@ -169,14 +169,17 @@ impl CostStep {
         nodes.push(mesh::node_of(&real_node));
         let twin = nodes.len() - 1;
         let fleet = Fleet::connect(control_plane.grpc, nodes, Some(twin))?;
-        let limit = CONVERGE_PER_THOUSAND
-            .mul_f64(f64::from(scale.proxies) / 1000.0)
-            .max(Duration::from_secs(60));
+        // The connections are paced (istiod admits so many new streams a second); then each
+        // client needs its full configuration.
+        let limit = Duration::from_secs_f64(f64::from(scale.proxies + 1) / CONNECTS_PER_SEC)
+            + CONVERGE_AFTER_CONNECTS;
         let converged = fleet.wait_converged(limit).map_err(LabError::Io)?;
         note(&format!(
-            "{} simulated proxies held a full configuration {:.1} s after the first connected",
+            "{} simulated proxies held a full configuration {:.1} s after the first connected ({} connections a second; {} reconnects)",
             scale.proxies,
-            converged.as_secs_f64()
+            converged.as_secs_f64(),
+            CONNECTS_PER_SEC,
+            fleet.reconnects()
         ));
         // Nothing changed since: the twin and the real Envoy should hold the same.
         let dump = crate::netns::within(netns.as_deref(), || admin::config_dump_all(admin))?

@@ -30,6 +30,12 @@ use tokio::sync::mpsc;
 use super::mesh::{self, Change};
 use crate::LabError;
 
+/// How many clients begin to connect per second: under istiod's own admission rate on two
+/// cores (25), so that a fleet's start is paced by meshbench rather than by refusals.
+pub const CONNECTS_PER_SEC: f64 = 20.0;
+/// A refused or cut-off client's first pause before it reconnects, and the longest.
+const RECONNECT_FIRST: Duration = Duration::from_millis(500);
+const RECONNECT_MOST: Duration = Duration::from_secs(8);
 /// The clients' runtime threads' name, by which their CPU time is read.
 pub const THREAD_NAME: &str = "meshbench-xds";
 const CDS: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
@@ -176,7 +182,9 @@ struct ClientState {
     /// Changes already seen, so that a later response holding the same one is not a second
     /// arrival.
     seen: HashSet<(XdsType, Change)>,
+    /// Why its last stream ended, and how many times it reconnected.
     ended: Option<String>,
+    reconnects: u32,
 }
 
 /// What every client shares with the fleet.
@@ -196,9 +204,11 @@ pub struct Fleet {
 }
 
 impl Fleet {
-    /// Connects one client per node to istiod's plain xDS port `istiod`, a few at a time so
-    /// that istiod is not asked for thousands of full configurations in the same instant (a
-    /// rollout does not start every pod at once either). The client at `twin` keeps versions.
+    /// Connects one client per node to istiod's plain xDS port `istiod`, [`CONNECTS_PER_SEC`]
+    /// at a time: istiod admits new streams at a rate of its own (25 a second on two cores,
+    /// `PILOT_MAX_REQUESTS_PER_SECOND`) and refuses the rest, as a rollout of many pods finds.
+    /// A client refused or cut off reconnects, as Envoy does, after a growing pause. The
+    /// client at `twin` keeps versions.
     pub fn connect(
         istiod: SocketAddr,
         nodes: Vec<Node>,
@@ -225,13 +235,22 @@ impl Fleet {
             let state = Arc::clone(&clients[i]);
             let shared = Arc::clone(&shared);
             let keep_versions = twin == Some(i);
-            // At most 50 connections begin per 100 ms.
-            let delay = Duration::from_millis(100 * (i as u64 / 50));
+            let delay = Duration::from_secs_f64(i as f64 / CONNECTS_PER_SEC);
             runtime.spawn(async move {
                 tokio::time::sleep(delay).await;
-                let ended = run_client(istiod, node, keep_versions, &state, &shared).await;
-                let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
-                s.ended = Some(ended.err().unwrap_or_else(|| "closed".into()));
+                let mut pause = RECONNECT_FIRST;
+                while !shared.stop.load(Ordering::Relaxed) {
+                    let ended = run_client(istiod, &node, keep_versions, &state, &shared).await;
+                    let Err(why) = ended else { break };
+                    {
+                        let mut s = lock(&state);
+                        s.ended = Some(why);
+                        s.reconnects += 1;
+                        s.forget();
+                    }
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(RECONNECT_MOST);
+                }
             });
         }
         Ok(Fleet {
@@ -240,6 +259,12 @@ impl Fleet {
             clients,
             started,
         })
+    }
+
+    /// How many times a client reconnected so far (refused by istiod's admission rate, or
+    /// cut off), all clients together.
+    pub fn reconnects(&self) -> u32 {
+        self.clients.iter().map(|c| lock(c).reconnects).sum()
     }
 
     /// Clients connected now.
@@ -346,7 +371,7 @@ pub fn threads_cpu_ns(name: &str) -> u64 {
 /// stops.
 async fn run_client(
     istiod: SocketAddr,
-    node: Node,
+    node: &Node,
     keep_versions: bool,
     state: &Mutex<ClientState>,
     shared: &Shared,
@@ -362,7 +387,7 @@ async fn run_client(
     };
     // The node goes with the first request; clusters and listeners are wildcard.
     let first = DeltaDiscoveryRequest {
-        node: Some(node),
+        node: Some(node.clone()),
         ..request(CDS)
     };
     let _ = send.send(first);
@@ -407,6 +432,15 @@ async fn run_client(
 }
 
 impl ClientState {
+    /// Forgets what a stream brought, for the next one (what arrived stays counted).
+    fn forget(&mut self) {
+        self.held.clear();
+        self.eds_names.clear();
+        self.rds_names.clear();
+        self.pending.clear();
+        self.answered.clear();
+    }
+
     /// Clusters and listeners answered, and every endpoint and route subscribed received.
     fn is_converged(&self) -> bool {
         self.answered.contains(CDS)
