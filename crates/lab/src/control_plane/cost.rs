@@ -634,11 +634,6 @@ fn sleep_until(end: Instant, stop: &dyn Fn() -> bool) {
     }
 }
 
-/// The step's directory, as the runner names it.
-pub fn step_dir(root: &Path, index: usize) -> PathBuf {
-    root.join(format!("control-plane-{index}"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
