@@ -104,10 +104,11 @@ fn measured(rig: &Rig, url: &str) -> Attribution {
             "the parts add up to the latency"
         );
         // One clock, but Envoy stamps its points from its event loop: a busy proxy's point can
-        // be late by tens of µs (seen: 44 µs), which moves that time from it to the next link.
+        // be late (seen: 44 µs on one VM, 1.46 ms on another whose timer lands 1.1 ms late at
+        // p99), which moves that time from it to the next link.
         assert!(
-            split.parts_ns.iter().all(|&p| p > -100_000),
-            "no part below -0.1 ms: {:?}",
+            split.parts_ns.iter().all(|&p| p > -2_000_000),
+            "no part below -2 ms: {:?}",
             split.parts_ns
         );
     }

@@ -325,8 +325,10 @@ fn the_pacing_slack_batches_sends_within_the_budget() {
         "a narrower budget, fewer sends per wake-up"
     );
     // The default leads: a wake-up sends what falls due within 0.75 ms (three sends or more at
-    // 250 µs apart) ahead of time, so the median send leaves on time or early.
-    assert_eq!(u(&auto, "/generator/pacing/ahead_us"), 750);
+    // 250 µs apart) ahead of time, so the median send leaves on time or early. The window is
+    // the clock's p99 lateness where that is larger (1.14 ms on one 2-core VM).
+    let ahead = u(&auto, "/generator/pacing/ahead_us");
+    assert!((750..=10_000).contains(&ahead), "ahead {ahead} µs");
     let auto_per_wake = f(&auto, "/generator/pacing/sends_per_wake/mean");
     assert!(auto_per_wake >= 2.0, "sends per wake-up {auto_per_wake}");
     let auto_lag_p50 = u(&auto, "/schedule_lag_us/p50");
