@@ -127,17 +127,22 @@ pub fn version() -> String {
 /// /ready` with 200, within a second to connect and [`ISTIOD_WITHIN`] in all. istiod is not
 /// Envoy: this one probe is its only reader.
 fn istiod_ready(http: SocketAddr) -> bool {
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .timeout_connect(Some(Duration::from_secs(1)))
-        .timeout_global(Some(ISTIOD_WITHIN))
-        .http_status_as_error(false)
-        .user_agent("meshbench")
-        .build()
-        .into();
-    agent
+    istiod_reader(ISTIOD_WITHIN)
         .get(format!("http://{http}/ready"))
         .call()
         .is_ok_and(|answer| answer.status() == 200)
+}
+
+/// The one HTTP reader of istiod's plain endpoints (`/ready`, `/metrics`): a second to
+/// connect, `within` in all, a status that is not 200 left to the caller.
+fn istiod_reader(within: Duration) -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .timeout_connect(Some(Duration::from_secs(1)))
+        .timeout_global(Some(within))
+        .http_status_as_error(false)
+        .user_agent("meshbench")
+        .build()
+        .into()
 }
 
 /// Where istiod serves: plain xDS (Istio's 15010), authenticated xDS and the CA (15012),
@@ -296,17 +301,19 @@ impl ControlPlane {
 
     /// istiod's own metrics now, as Prometheus text.
     pub fn istiod_metrics(&self) -> Result<String, LabError> {
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .timeout_connect(Some(Duration::from_secs(1)))
-            .timeout_global(Some(Duration::from_secs(10)))
-            .user_agent("meshbench")
-            .build()
-            .into();
-        agent
+        let failed =
+            |e: String| LabError::Io(format!("istiod's metrics at {}: {e}", self.monitoring));
+        let mut answer = istiod_reader(Duration::from_secs(10))
             .get(format!("http://{}/metrics", self.monitoring))
             .call()
-            .and_then(|mut r| r.body_mut().read_to_string())
-            .map_err(|e| LabError::Io(format!("istiod's metrics at {}: {e}", self.monitoring)))
+            .map_err(|e| failed(e.to_string()))?;
+        if answer.status() != 200 {
+            return Err(failed(format!("status {}", answer.status())));
+        }
+        answer
+            .body_mut()
+            .read_to_string()
+            .map_err(|e| failed(e.to_string()))
     }
 
     /// Whether istiod still runs (why not, if it stopped).
