@@ -32,16 +32,20 @@
 //!
 //! **`auto` leads** (the default: `auto` strategy, `auto` slack). It never spins and never aims
 //! late: it sleeps to `due − L`, so that at the 99th percentile it is awake by the instant, and
-//! the sends falling due within [`LEAD_WINDOW_NS`] of the wake-up leave at it, early, each timed
-//! from its real send (an early send has no lag to correct for). So lag is near zero, a send
-//! leaves at most the window ahead of its instant, and at rates whose gap is under the window
-//! one wake-up carries several sends: an even schedule costs at most a wake-up per window, not
-//! per send (at 5,000 rps four sends a wake-up, where a slack of 200 µs had carried one). The
-//! target sees the sends of a wake-up together, so the window is the evenness given up: 0.75 ms
-//! keeps the target's gap p99 about 1.5 times under the most even peer's at 1,000 and 5,000 rps
-//! (0.5 ms cost 8 % more CPU at 5,000 rps, 1 ms came within 20 % of that peer's gaps;
-//! bench/pacer.sh, docs/benchmarks.md). The window is at
-//! least `L`, which the aim is ahead by, so the send the loop woke for always goes.
+//! the send woken for leaves at the wake-up with those falling due within [`LEAD_WINDOW_NS`]
+//! after it, early, each timed from its real send (an early send has no lag to correct for;
+//! [`Idle::horizon`]). So lag is near zero, a send leaves at most `L` and the window ahead of
+//! its instant, and at rates whose gap is under the window one wake-up carries several sends:
+//! an even schedule costs at most a wake-up per window, not per send (at 5,000 rps four sends a
+//! wake-up, where a slack of 200 µs had carried one). The target sees the sends of a wake-up
+//! together, so the window is the evenness given up: 0.75 ms keeps the target's gap p99 about
+//! 1.5 times under the most even peer's at 1,000 and 5,000 rps (0.5 ms cost 8 % more CPU at
+//! 5,000 rps, 1 ms came within 20 % of that peer's gaps; bench/pacer.sh, docs/benchmarks.md).
+//! The window is counted from the send woken for, not from the wake-up: on a VM whose sleeps
+//! end 1-3 ms late at p99 but 0.15 ms at the median, a window counted from the wake-up was
+//! spent by the lead itself, and a wake-up carried 1.5 sends at 4,000 rps instead of 4 (twice
+//! the CPU). A wake-up that is not the one aimed at the next send (an arrival's) carries the
+//! window after itself.
 //!
 //! Leading, the slack is only the bar for calling a send late: the clock's error `L`, within
 //! [`AUTO_SLACK_MIN_NS`] and [`AUTO_SLACK_MAX_NS`]. With `hybrid` or `sleep`, the **auto** slack
@@ -147,16 +151,35 @@ impl Idle {
         self.strategy == IdleStrategy::Auto && self.slack == PacingSlack::Auto
     }
 
-    /// How far past the moment of a wake-up the sends it carries may be due: they leave at it,
-    /// early, and their latency counts from the real send. Leading, the window (and at least
-    /// the clock's error, which the aim is ahead by); with `send_early`, the slack; else none.
+    /// The most a send may leave before its instant: leading, the clock's error (which the aim
+    /// is ahead by) and the window after the send woken for; with `send_early`, the slack; else
+    /// none.
     pub fn ahead_ns(&self, send_early: bool) -> u64 {
         if self.leads() {
-            LEAD_WINDOW_NS.max(self.late_p99_ns)
+            self.late_p99_ns + LEAD_WINDOW_NS
         } else if send_early {
             self.slack_ns()
         } else {
             0
+        }
+    }
+
+    /// The latest instant a send may be due to leave at a wake-up at `now`, when the next send
+    /// is due at `next_due`: they leave at it, early, and their latency counts from the real
+    /// send. Leading, a wake-up aimed at the next send (it is due within the clock's error)
+    /// carries the sends due within the window after that one, so that the batch spans the
+    /// window however early the clock makes the loop wake; any other wake-up carries the window
+    /// after itself. With `send_early`, the slack after the wake-up; else only what is due.
+    pub fn horizon(&self, now: u64, next_due: Option<u64>, send_early: bool) -> u64 {
+        if self.leads() {
+            match next_due {
+                Some(due) if due <= now + self.late_p99_ns => now.max(due) + LEAD_WINDOW_NS,
+                _ => now + LEAD_WINDOW_NS,
+            }
+        } else if send_early {
+            now + self.slack_ns()
+        } else {
+            now
         }
     }
 
@@ -408,13 +431,43 @@ mod tests {
         assert!(idle.leads());
         assert_eq!(idle.sleep_until(10_000 * US), 9_700 * US);
         assert_eq!(idle.margin_ns(), 0, "leading never spins");
-        assert_eq!(idle.ahead_ns(false), LEAD_WINDOW_NS);
+        assert_eq!(idle.ahead_ns(false), 300 * US + LEAD_WINDOW_NS);
         assert_eq!(idle.slack_ns(), AUTO_SLACK_MAX_NS);
+        // Woken at the aim, or later: the window after the send woken for.
+        let due = 10_000 * US;
+        assert_eq!(
+            idle.horizon(9_700 * US, Some(due), false),
+            due + LEAD_WINDOW_NS
+        );
+        assert_eq!(
+            idle.horizon(9_900 * US, Some(due), false),
+            due + LEAD_WINDOW_NS
+        );
+        assert_eq!(
+            idle.horizon(10_200 * US, Some(due), false),
+            10_200 * US + LEAD_WINDOW_NS
+        );
+        // Woken before the aim (an arrival): the window after the wake-up.
+        assert_eq!(
+            idle.horizon(9_000 * US, Some(due), false),
+            9_000 * US + LEAD_WINDOW_NS
+        );
+        assert_eq!(
+            idle.horizon(9_000 * US, None, false),
+            9_000 * US + LEAD_WINDOW_NS
+        );
         let steady = learnt(IdleStrategy::Auto, AUTO, &good(), 1000);
         assert_eq!(steady.slack_ns(), AUTO_SLACK_MIN_NS);
-        // A clock worse than the window: the window widens to it, so the send woken for goes.
+        // A clock worse than the window (900 µs at p99, as on a slow VM): the loop wakes 900 µs
+        // ahead and still carries a whole window, so a wake-up carries as many sends as on a
+        // good clock; a send leaves at most the error and the window ahead.
         let awful = learnt(IdleStrategy::Auto, AUTO, &[900], 200);
-        assert_eq!(awful.ahead_ns(false), 900 * US);
+        assert_eq!(awful.sleep_until(due), due - 900 * US);
+        assert_eq!(
+            awful.horizon(due - 850 * US, Some(due), false),
+            due + LEAD_WINDOW_NS
+        );
+        assert_eq!(awful.ahead_ns(false), 900 * US + LEAD_WINDOW_NS);
         // A given slack, or another strategy, does not lead; --send-early sends its slack early.
         let given = learnt(
             IdleStrategy::Auto,
@@ -425,6 +478,11 @@ mod tests {
         assert!(!given.leads());
         assert_eq!(given.ahead_ns(false), 0);
         assert_eq!(given.ahead_ns(true), 100 * US);
+        assert_eq!(
+            given.horizon(due - 50 * US, Some(due), false),
+            due - 50 * US
+        );
+        assert_eq!(given.horizon(due - 50 * US, Some(due), true), due + 50 * US);
         assert!(!learnt(IdleStrategy::Hybrid, AUTO, &good(), 100).leads());
     }
 

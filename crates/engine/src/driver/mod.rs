@@ -708,10 +708,16 @@ impl Worker<'_> {
     /// slot (the pool holds it).
     fn dispatch(&mut self, now: u64) {
         let mut sent = 0;
+        let horizon = if self.plan.pacer.is_open() {
+            let next_due = self.plan.pacer.wake_at();
+            self.idle.horizon(now, next_due, self.plan.send_early)
+        } else {
+            now
+        };
         while self.sending && self.slots.may_start() {
             let due = match self.slots.take_held() {
                 Some(d) => d,
-                None => match self.next_request(now) {
+                None => match self.next_request(now, horizon) {
                     Some(d) => d,
                     None => break,
                 },
@@ -778,15 +784,10 @@ impl Worker<'_> {
 
     /// The next due request. Stops sending when the duration or the request budget is reached.
     /// In an open loop, a request that waited longer than the timeout for a free connection is
-    /// counted as timed out without being sent. A request due within the idle policy's window
-    /// ahead ([`Idle::ahead_ns`]: the lead window by default, the slack with `--send-early`) is
-    /// due now, and intended now (its latency counts from the real send).
-    fn next_request(&mut self, now: u64) -> Option<Due> {
-        let horizon = if self.plan.pacer.is_open() {
-            now + self.idle.ahead_ns(self.plan.send_early)
-        } else {
-            now
-        };
+    /// counted as timed out without being sent. A request due by `horizon` (the idle policy's,
+    /// [`Idle::horizon`]: the lead window by default, the slack with `--send-early`) is due now,
+    /// and intended now (its latency counts from the real send).
+    fn next_request(&mut self, now: u64, horizon: u64) -> Option<Due> {
         loop {
             if let Some(end) = self.plan.send_until {
                 // Nothing intended at or after the end goes out; the loop itself stops sending

@@ -286,15 +286,18 @@ fn the_pacing_slack_batches_sends_within_the_budget() {
         assert!(u(&r, "/requests/ok") >= 7_600, "{name}: {}", r["requests"]);
         r
     };
+    // A budget of 5 ms: wider than this clock's p99 lateness, which is 1-3 ms on a slow VM
+    // (a sleeping loop cannot batch within a budget its clock already spends).
     let wide = run(
-        "slack-2ms",
-        &["--pacing-slack", "2ms", "--idle-strategy", "sleep"],
+        "slack-5ms",
+        &["--pacing-slack", "5ms", "--idle-strategy", "sleep"],
     );
-    assert_eq!(u(&wide, "/settings/pacing_slack_us"), 2_000);
+    assert_eq!(u(&wide, "/settings/pacing_slack_us"), 5_000);
     let pacing = &wide["generator"]["pacing"];
-    assert_eq!(pacing["slack_us"], 2_000);
+    assert_eq!(pacing["slack_us"], 5_000);
     assert_eq!(pacing["slack_auto"], false);
-    // 4,000 req/s is a send every 250 µs: a 2 ms budget carries several per wake-up.
+    // 4,000 req/s is a send every 250 µs: the budget left after the clock's lateness carries
+    // several per wake-up.
     let per_wake = f(&wide, "/generator/pacing/sends_per_wake/mean");
     assert!(per_wake >= 3.0, "sends per wake-up {per_wake}");
     // (The mean is rounded to two decimals.)
@@ -306,10 +309,13 @@ fn the_pacing_slack_batches_sends_within_the_budget() {
     );
     // Sent late by design, but no later than the budget at the median.
     let lag_p50 = u(&wide, "/schedule_lag_us/p50");
-    assert!((200..=2_000).contains(&lag_p50), "lag p50 {lag_p50} µs");
+    assert!((200..=5_000).contains(&lag_p50), "lag p50 {lag_p50} µs");
+    // Late beyond the budget only where a wake-up is later than the clock's p99: a wake-up in
+    // a hundred, and the sends it carries.
+    let late = u(&wide, "/generator/late_sends") as f64;
     assert!(
-        u(&wide, "/generator/late_sends") < 80,
-        "within the budget is not late"
+        late < total / 50.0,
+        "{late} of {total} late: within the budget is not late"
     );
 
     let auto = run("slack-auto", &[]);
@@ -324,13 +330,14 @@ fn the_pacing_slack_batches_sends_within_the_budget() {
         f(&auto, "/generator/pacing/sends_per_wake/mean") < per_wake,
         "a narrower budget, fewer sends per wake-up"
     );
-    // The default leads: a wake-up sends what falls due within 0.75 ms (three sends or more at
-    // 250 µs apart) ahead of time, so the median send leaves on time or early. The window is
-    // the clock's p99 lateness where that is larger (1.14 ms on one 2-core VM).
+    // The default leads: it wakes ahead of a send by the clock's p99 lateness and sends with it
+    // what falls due within 0.75 ms after it (three sends or more at 250 µs apart), so the
+    // median send leaves on time or early, and a send leaves at most the lateness and the
+    // window ahead (1-3 ms on a slow VM).
     let ahead = u(&auto, "/generator/pacing/ahead_us");
     assert!((750..=10_000).contains(&ahead), "ahead {ahead} µs");
     let auto_per_wake = f(&auto, "/generator/pacing/sends_per_wake/mean");
-    assert!(auto_per_wake >= 2.0, "sends per wake-up {auto_per_wake}");
+    assert!(auto_per_wake >= 3.0, "sends per wake-up {auto_per_wake}");
     let auto_lag_p50 = u(&auto, "/schedule_lag_us/p50");
     assert!(
         auto_lag_p50 < lag_p50,
@@ -345,7 +352,7 @@ fn the_pacing_slack_batches_sends_within_the_budget() {
         "slack-early",
         &[
             "--pacing-slack",
-            "2ms",
+            "5ms",
             "--send-early",
             "--idle-strategy",
             "sleep",
