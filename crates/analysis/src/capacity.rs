@@ -3,8 +3,10 @@
 //! the highest pass and the lowest failure until they are within the precision asked for, then
 //! a confirmation run at the answer. A step passes when every SLO threshold holds and the
 //! target carried at least 95 % of the offered rate. A failed step in which the load generator
-//! itself saturated is run once more (a busy machine can delay a generator for a moment); when
-//! it saturates again the search ends with a refusal, since nothing above it was measured,
+//! itself limited the run (its own check: saturated or throttled CPU, contention, a late timer)
+//! is run once more (a busy machine can delay a generator for a moment; a confirmation has its
+//! own second chance, apart from the step that first found the rate); when it is limited again
+//! the search ends with a refusal naming the cause, since nothing above it was measured,
 //! unless a rate above it already failed the SLO with the generator keeping up: then the
 //! answer is already bracketed, and the search stops refining and confirms the highest pass at
 //! the precision it reached (the answer says so). A step that passed is a pass whatever the
@@ -14,6 +16,8 @@
 //! [`Search::observe`] takes what happened. The binary runs real steps; the tests feed it
 //! known curves.
 
+use meshbench_results::self_check::Cause;
+
 /// What one step at a rate showed.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Probe {
@@ -21,7 +25,8 @@ pub struct Probe {
     pub achieved_rps: f64,
     /// Every SLO threshold held.
     pub slo_met: bool,
-    pub generator_saturated: bool,
+    /// The generator's own check found that it, not the target, limited the step: why.
+    pub generator_limit: Option<Cause>,
     /// The failed thresholds, for the log.
     pub failures: Vec<String>,
     pub confirmation: bool,
@@ -40,8 +45,8 @@ impl Probe {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Answer {
     /// The highest rate that met the SLO; `confirmed` when the confirmation run passed too.
-    /// `refinement_stopped_at`: the generator saturated twice at this rate, between the answer
-    /// and a rate that failed the SLO, so the answer is only as precise as that bracket.
+    /// `refinement_stopped_at`: the generator limited the step twice at this rate, between the
+    /// answer and a rate that failed the SLO, so the answer is only as precise as that bracket.
     Found {
         rate: f64,
         confirmed: bool,
@@ -51,8 +56,9 @@ pub enum Answer {
     BelowFloor { floor: f64 },
     /// Every rate up to the ceiling passed.
     AboveCeiling { ceiling: f64 },
-    /// The generator saturated at this rate: the answer is unknown above it.
-    GeneratorSaturated { rate: f64 },
+    /// The generator limited the step at this rate twice, for `cause` the second time: the
+    /// answer is unknown above it.
+    GeneratorLimited { rate: f64, cause: Cause },
 }
 
 /// What to do next.
@@ -95,10 +101,11 @@ pub struct Search {
     pass: Option<f64>,
     fail: Option<f64>,
     confirmations: u32,
-    /// A failed, generator-saturated rate to run once more.
+    /// A failed step the generator limited, to run once more: its rate, and whether it is a
+    /// confirmation.
     retry: Option<(f64, bool)>,
-    retried: Vec<f64>,
-    /// The generator saturated twice at this rate inside the bracket: refine no further.
+    retried: Vec<(f64, bool)>,
+    /// The generator limited two steps at this rate inside the bracket: refine no further.
     refinement_stopped_at: Option<f64>,
     done: Option<Answer>,
 }
@@ -168,18 +175,17 @@ impl Search {
     /// Takes the outcome of the step [`Search::next`] asked for.
     pub fn observe(&mut self, probe: Probe) {
         let passed = probe.passed();
-        let (rate, confirmation, saturated) =
-            (probe.rate, probe.confirmation, probe.generator_saturated);
+        let (rate, confirmation, limit) = (probe.rate, probe.confirmation, probe.generator_limit);
         self.probes.push(probe);
         self.retry = None;
-        if saturated && !passed {
-            if !self.retried.contains(&rate) {
-                self.retried.push(rate);
+        if let Some(cause) = limit.filter(|_| !passed) {
+            if !self.retried.contains(&(rate, confirmation)) {
+                self.retried.push((rate, confirmation));
                 self.retry = Some((rate, confirmation));
             } else if !confirmation && self.bracketed_around(rate) {
                 self.refinement_stopped_at = Some(rate);
             } else {
-                self.done = Some(Answer::GeneratorSaturated { rate });
+                self.done = Some(Answer::GeneratorLimited { rate, cause });
             }
             return;
         }
@@ -239,7 +245,7 @@ mod tests {
                     // A saturated generator cannot send the whole rate.
                     achieved_rps: rate.min(capacity).min(gen_limit),
                     slo_met: rate <= slo_limit,
-                    generator_saturated: rate > gen_limit,
+                    generator_limit: (rate > gen_limit).then_some(Cause::CpuSaturation),
                     failures: Vec::new(),
                     confirmation,
                 }),
@@ -290,7 +296,13 @@ mod tests {
     #[test]
     fn refuses_when_the_generator_saturates_twice() {
         let (a, probes) = search(1e9, 1e9, 1_000.0, Settings::default());
-        assert_eq!(a, Answer::GeneratorSaturated { rate: 1_600.0 });
+        assert_eq!(
+            a,
+            Answer::GeneratorLimited {
+                rate: 1_600.0,
+                cause: Cause::CpuSaturation
+            }
+        );
         assert_eq!(
             &probes[4..],
             &[1_600.0, 1_600.0],
@@ -305,7 +317,7 @@ mod tests {
             rate,
             achieved_rps: achieved,
             slo_met: true,
-            generator_saturated: saturated,
+            generator_limit: saturated.then_some(Cause::CpuSaturation),
             failures: Vec::new(),
             confirmation: false,
         };
@@ -351,7 +363,7 @@ mod tests {
                 rate,
                 achieved_rps: rate.min(500.0),
                 slo_met: rate <= 500.0,
-                generator_saturated: saturated,
+                generator_limit: saturated.then_some(Cause::TimerLateness),
                 failures: Vec::new(),
                 confirmation,
             });
@@ -386,6 +398,57 @@ mod tests {
         assert_eq!(
             search(1e9, 0.5, 1e9, Settings::default()).0,
             Answer::BelowFloor { floor: 1.0 }
+        );
+    }
+
+    #[test]
+    fn a_confirmation_the_generator_limits_has_its_own_second_chance() {
+        // 487.5 passed only on its second run (a late timer the first time); its confirmation
+        // is limited once more, then passes: the answer stands, confirmed.
+        let mut s = Search::new(Settings {
+            start: 487.5,
+            ceiling: 487.5,
+            ..Settings::default()
+        });
+        let probe = |confirmation: bool, limit: Option<Cause>| Probe {
+            rate: 487.5,
+            achieved_rps: 480.0,
+            slo_met: limit.is_none(),
+            generator_limit: limit,
+            failures: Vec::new(),
+            confirmation,
+        };
+        s.observe(probe(false, Some(Cause::TimerLateness)));
+        s.observe(probe(false, None));
+        s.fail = Some(493.75);
+        let confirm = Next::Run {
+            rate: 487.5,
+            confirmation: true,
+        };
+        assert_eq!(s.next(), confirm);
+        s.observe(probe(true, Some(Cause::TimerLateness)));
+        assert_eq!(s.next(), confirm, "the confirmation is run once more");
+        s.observe(probe(true, None));
+        assert_eq!(
+            s.next(),
+            Next::Done(Answer::Found {
+                rate: 487.5,
+                confirmed: true,
+                refinement_stopped_at: None
+            })
+        );
+        // Limited twice, it is refused, with the cause.
+        let mut twice = Search::new(Settings::default());
+        twice.pass = Some(487.5);
+        twice.fail = Some(493.75);
+        twice.observe(probe(true, Some(Cause::CpuContention)));
+        twice.observe(probe(true, Some(Cause::CpuContention)));
+        assert_eq!(
+            twice.next(),
+            Next::Done(Answer::GeneratorLimited {
+                rate: 487.5,
+                cause: Cause::CpuContention
+            })
         );
     }
 }

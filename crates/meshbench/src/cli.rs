@@ -615,23 +615,8 @@ pub struct RunArgs {
     /// send time (coordinated-omission corrected).
     #[arg(short = 'r', long, value_name = "RPS", allow_negative_numbers = true)]
     pub rate: Option<f64>,
-    /// How open-loop requests are spaced.
-    #[arg(long, value_enum)]
-    pub arrival: Option<ArrivalArg>,
-    /// How an open loop waits for its next send [default: auto].
-    #[arg(long, value_enum, value_name = "STRATEGY")]
-    pub idle_strategy: Option<IdleArg>,
-    /// How late an open-loop send may leave after its intended instant, e.g. 100us, 1ms, or
-    /// auto (from this machine's clock). Sends falling due within it share one wake-up, which
-    /// makes the loop cheaper and the arrivals burstier; latency still counts from each
-    /// intended instant [default: auto: with --idle-strategy auto, sends lead instead, leaving
-    /// at most 0.75 ms early and on time at p99].
-    #[arg(long, value_name = "DURATION")]
-    pub pacing_slack: Option<String>,
-    /// Let sends due within the pacing slack after a wake-up go out at it, early; their
-    /// latency then counts from the real send.
-    #[arg(long)]
-    pub send_early: bool,
+    #[command(flatten)]
+    pub pacing: PacingFlags,
     /// How long to measure, e.g. 10s, 2m (default 10s unless --requests is given).
     #[arg(
         short = 'd',
@@ -779,12 +764,37 @@ pub struct RequestFlags {
     pub seed: u64,
 }
 
+/// How an open loop spaces and paces its sends: `meshbench run`'s flags, also taken by
+/// `meshbench capacity` after `--`.
+#[derive(Debug, Args)]
+pub struct PacingFlags {
+    /// How open-loop requests are spaced.
+    #[arg(long, value_enum)]
+    pub arrival: Option<ArrivalArg>,
+    /// How an open loop waits for its next send [default: auto].
+    #[arg(long, value_enum, value_name = "STRATEGY")]
+    pub idle_strategy: Option<IdleArg>,
+    /// How late an open-loop send may leave after its intended instant, e.g. 100us, 1ms, or
+    /// auto (from this machine's clock). Sends falling due within it share one wake-up, which
+    /// makes the loop cheaper and the arrivals burstier; latency still counts from each
+    /// intended instant [default: auto: with --idle-strategy auto, sends lead instead, leaving
+    /// at most the clock's lateness and 0.75 ms early, and on time at p99].
+    #[arg(long, value_name = "DURATION")]
+    pub pacing_slack: Option<String>,
+    /// Let sends due within the pacing slack after a wake-up go out at it, early; their
+    /// latency then counts from the real send.
+    #[arg(long)]
+    pub send_early: bool,
+}
+
 /// `meshbench capacity URL ... -- FLAGS`: the flags after `--`, parsed once.
 #[derive(Debug, Parser)]
 #[command(no_binary_name = true, name = "capacity --")]
 pub struct PassedRequestFlags {
     #[command(flatten)]
     pub request: RequestFlags,
+    #[command(flatten)]
+    pub pacing: PacingFlags,
 }
 
 #[derive(Debug, Args)]

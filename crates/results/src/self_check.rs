@@ -92,9 +92,14 @@ impl SelfCheck {
 
     /// The generator, not the target, limited the run (a capacity search must not trust it).
     pub fn generator_limited(&self) -> bool {
-        self.findings.iter().any(|f| {
+        self.generator_limit().is_some()
+    }
+
+    /// What of the generator's limited the run, the first finding that says so.
+    pub fn generator_limit(&self) -> Option<Cause> {
+        self.findings.iter().map(|f| f.cause).find(|c| {
             matches!(
-                f.cause,
+                c,
                 Cause::TimerLateness
                     | Cause::CpuSaturation
                     | Cause::CpuContention

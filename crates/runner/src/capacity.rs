@@ -100,7 +100,7 @@ pub fn probe(
     slo: &[Threshold],
 ) -> Option<Probe> {
     let result = record.result.clone()?;
-    let saturated = result.generator.saturated;
+    let generator_limit = result.generator.check.generator_limit();
     let achieved = result.throughput_rps;
     let mut run = Run::from_result("step", result).ok()?;
     run.usage = record.usage.clone();
@@ -115,7 +115,7 @@ pub fn probe(
         rate,
         achieved_rps: achieved,
         slo_met: failures.is_empty() && !record.failed(),
-        generator_saturated: saturated,
+        generator_limit,
         failures,
         confirmation,
     })

@@ -13,6 +13,7 @@ use meshbench_analysis::capacity::{Answer, Settings};
 use meshbench_analysis::threshold::{self, Threshold};
 use meshbench_engine::StopAt;
 use meshbench_experiment::Plan;
+use meshbench_results::self_check::Cause;
 use meshbench_results::{LoopMode, StepFailure};
 use meshbench_runner::capacity;
 use meshbench_runner::{new_experiment, now_rfc3339, Lab, LoadOptions, RunnerError, Session};
@@ -111,6 +112,7 @@ pub fn execute(args: CapacityArgs) -> Result<u8> {
             })?;
             let mut base = LoadOptions::new(meshbench_runner::TargetSource::Url(url.clone()));
             super::run::apply_request_flags(&mut base, &passed.request)?;
+            super::run::apply_pacing_flags(&mut base, &passed.pacing)?;
             base.connections = args.connections;
             base.window.stop =
                 StopAt::Duration(parse_duration("--step-duration", &args.step_duration)?);
@@ -203,8 +205,8 @@ impl Goal<'_> {
                 if p.passed() { "pass" } else { "fail" },
                 if p.passed() {
                     String::new()
-                } else if p.generator_saturated {
-                    " (the load generator saturated)".into()
+                } else if let Some(cause) = p.generator_limit {
+                    format!(" (the load generator's own check: {})", cause.name())
                 } else if !p.failures.is_empty() {
                     format!(" ({})", p.failures.join("; "))
                 } else {
@@ -245,16 +247,18 @@ impl Goal<'_> {
                 },
                 match refinement_stopped_at {
                     Some(stopped) => format!(
-                        "; refined no further than {stopped} req/s, where the load generator saturated twice: the capacity may lie between the two"
+                        "; refined no further than {stopped} req/s, where the load generator limited two runs: the capacity may lie between the two"
                     ),
                     None => String::new(),
                 }
             ),
         ),
-        Some(Answer::GeneratorSaturated { rate }) => (
+        Some(Answer::GeneratorLimited { rate, cause }) => (
             exit::FAILED,
             format!(
-                "capacity: refused: the load generator itself saturated at {rate} req/s, so the target was not what limited the run; give the generator more cores (or threads), or run agents on more machines (experiment {id})"
+                "capacity: refused: the load generator itself limited two runs at {rate} req/s ({}), so the target was not what limited them; {} (experiment {id})",
+                cause.name(),
+                generator_advice(cause)
             ),
         ),
         Some(Answer::BelowFloor { floor }) => (
@@ -273,6 +277,20 @@ impl Goal<'_> {
         ),
     };
         Ok((code, line))
+    }
+}
+
+/// What to change when the generator's own `cause` limited a search.
+fn generator_advice(cause: Cause) -> &'static str {
+    match cause {
+        Cause::TimerLateness => {
+            "this machine's sleeps end late: pass `-- --idle-strategy hybrid` (or spin), or use a machine with a steadier clock"
+        }
+        Cause::CpuContention => {
+            "other processes took its CPU: pin the generator and the target to CPUs of their own (taskset), or quiet the machine"
+        }
+        Cause::CpuThrottled => "its CPU quota stopped it: raise the generator's CPU limit",
+        _ => "give the generator more cores (-- --threads N), or run agents on more machines",
     }
 }
 

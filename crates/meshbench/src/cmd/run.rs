@@ -18,7 +18,9 @@ use meshbench_runner::{Body, LoadOptions, LoadSource, ProtoSource, TargetSource,
 
 use super::live::Faces;
 use super::parse_duration;
-use crate::cli::{ArrivalArg, CloseFirstArg, IdleArg, OnOff, OrderArg, RequestFlags, RunArgs};
+use crate::cli::{
+    ArrivalArg, CloseFirstArg, IdleArg, OnOff, OrderArg, PacingFlags, RequestFlags, RunArgs,
+};
 use crate::{exit, usage};
 
 pub fn execute(args: RunArgs) -> Result<u8> {
@@ -202,23 +204,7 @@ pub fn load_options(a: &RunArgs) -> Result<LoadOptions> {
         .map(|n| positive("--concurrency", n).map(|n| n as usize))
         .transpose()?;
     o.pace.rate_rps = a.rate;
-    o.pace.arrival = a.arrival.map(|a| match a {
-        ArrivalArg::Uniform => Arrival::Uniform,
-        ArrivalArg::Poisson => Arrival::Poisson,
-    });
-    o.pace.idle = a.idle_strategy.map(|i| match i {
-        IdleArg::Auto => IdleStrategy::Auto,
-        IdleArg::Sleep => IdleStrategy::Sleep,
-        IdleArg::Hybrid => IdleStrategy::Hybrid,
-        IdleArg::Spin => IdleStrategy::Spin,
-    });
-    o.pace.slack = match a.pacing_slack.as_deref() {
-        None | Some("auto") => PacingSlack::Auto,
-        Some(d) => PacingSlack::Within {
-            us: parse_duration("--pacing-slack", d)?.as_micros() as u64,
-        },
-    };
-    o.pace.send_early = a.send_early;
+    apply_pacing_flags(&mut o, &a.pacing)?;
     o.window.stop = match (&a.duration, a.requests) {
         (Some(_), Some(_)) => return Err(usage("give --duration or --requests, not both")),
         (_, Some(n)) => StopAt::Requests(positive("--requests", n)?),
@@ -226,6 +212,28 @@ pub fn load_options(a: &RunArgs) -> Result<LoadOptions> {
     };
     o.window.warmup = parse_duration("--warmup", &a.warmup)?;
     Ok(o)
+}
+
+/// The open loop's spacing and pacing flags, shared by `run` and `capacity ... --`.
+pub fn apply_pacing_flags(o: &mut LoadOptions, p: &PacingFlags) -> Result<()> {
+    o.pace.arrival = p.arrival.map(|a| match a {
+        ArrivalArg::Uniform => Arrival::Uniform,
+        ArrivalArg::Poisson => Arrival::Poisson,
+    });
+    o.pace.idle = p.idle_strategy.map(|i| match i {
+        IdleArg::Auto => IdleStrategy::Auto,
+        IdleArg::Sleep => IdleStrategy::Sleep,
+        IdleArg::Hybrid => IdleStrategy::Hybrid,
+        IdleArg::Spin => IdleStrategy::Spin,
+    });
+    o.pace.slack = match p.pacing_slack.as_deref() {
+        None | Some("auto") => PacingSlack::Auto,
+        Some(d) => PacingSlack::Within {
+            us: parse_duration("--pacing-slack", d)?.as_micros() as u64,
+        },
+    };
+    o.pace.send_early = p.send_early;
+    Ok(())
 }
 
 /// The per-request flags shared by `run` and `capacity ... --`.

@@ -42,6 +42,19 @@ pub fn meshbench(args: &[&str], limit: Duration) -> Output {
     wait_with_limit(&mut spawn_meshbench(args), limit)
 }
 
+/// Runs the binary with `args`, every thread on CPU `cpu` (taskset); kills it after `limit`.
+pub fn meshbench_on_cpu(cpu: usize, args: &[&str], limit: Duration) -> Output {
+    let mut child = Command::new("taskset")
+        .args(["-c", &cpu.to_string(), bin()])
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn taskset meshbench");
+    wait_with_limit(&mut child, limit)
+}
+
 pub fn wait_with_limit(child: &mut Child, limit: Duration) -> Output {
     let deadline = Instant::now() + limit;
     let mut out = child.stdout.take().expect("piped stdout");
@@ -269,6 +282,21 @@ impl BackendProc {
         let addr = free_addr();
         let args: Vec<String> = extra.iter().map(|a| a.to_string()).collect();
         let cmd = rig::backend_command(Path::new(bin()), addr, &args);
+        let mut role = LabRole::start("backend", cmd, addr, &dir).expect("the backend starts");
+        role.scratch = Some(dir);
+        BackendProc { _role: role, addr }
+    }
+
+    /// The backend with every thread on CPU `cpu` (taskset), for a test whose generator has
+    /// the other CPU to itself: on two cores, a backend that spends a core's CPU otherwise
+    /// takes the generator's, and the generator rightly calls its figures contended.
+    pub fn start_on_cpu(cpu: usize, extra: &[&str]) -> Self {
+        let dir = scratch_dir("backend");
+        let addr = free_addr();
+        let mut cmd = Command::new("taskset");
+        cmd.args(["-c", &cpu.to_string(), bin(), "backend", "--listen"])
+            .arg(addr.to_string())
+            .args(extra);
         let mut role = LabRole::start("backend", cmd, addr, &dir).expect("the backend starts");
         role.scratch = Some(dir);
         BackendProc { _role: role, addr }
