@@ -404,27 +404,7 @@ where
     D: serde::Deserializer<'de>,
     T: Deserialize<'de>,
 {
-    struct OneOrMany<T>(std::marker::PhantomData<T>);
-    impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for OneOrMany<T> {
-        type Value = Vec<T>;
-        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-            f.write_str("a word or a list of words")
-        }
-        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
-            T::deserialize(serde::de::value::StrDeserializer::<E>::new(v)).map(|one| vec![one])
-        }
-        fn visit_seq<A: serde::de::SeqAccess<'de>>(
-            self,
-            mut seq: A,
-        ) -> Result<Self::Value, A::Error> {
-            let mut all = Vec::new();
-            while let Some(v) = seq.next_element()? {
-                all.push(v);
-            }
-            Ok(all)
-        }
-    }
-    d.deserialize_any(OneOrMany(std::marker::PhantomData))
+    one_or_a_list(d, "a word or a list of words")
 }
 
 /// One number, or a list of them (the `control_plane` matrix keys: `proxies: 100` is
@@ -434,12 +414,28 @@ where
     D: serde::Deserializer<'de>,
     T: Deserialize<'de>,
 {
-    use serde::de::value::{F64Deserializer, I64Deserializer, U64Deserializer};
-    struct NumberOrList<T>(std::marker::PhantomData<T>);
-    impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for NumberOrList<T> {
+    one_or_a_list(d, "a number or a list of numbers")
+}
+
+/// One value (a word or a number), or a list of them; `expecting` names what was wanted when
+/// it is neither.
+fn one_or_a_list<'de, D, T>(d: D, expecting: &'static str) -> Result<Vec<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    use serde::de::value::{F64Deserializer, I64Deserializer, StrDeserializer, U64Deserializer};
+    struct OneOrAList<T> {
+        expecting: &'static str,
+        one: std::marker::PhantomData<T>,
+    }
+    impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for OneOrAList<T> {
         type Value = Vec<T>;
         fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-            f.write_str("a number or a list of numbers")
+            f.write_str(self.expecting)
+        }
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+            T::deserialize(StrDeserializer::<E>::new(v)).map(|one| vec![one])
         }
         fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Self::Value, E> {
             T::deserialize(U64Deserializer::<E>::new(v)).map(|one| vec![one])
@@ -461,7 +457,10 @@ where
             Ok(all)
         }
     }
-    d.deserialize_any(NumberOrList(std::marker::PhantomData))
+    d.deserialize_any(OneOrAList {
+        expecting,
+        one: std::marker::PhantomData,
+    })
 }
 
 /// A cpuset as text, whether YAML read it as text (`0-1`, `0,2`) or as a number (`0`).
@@ -1468,7 +1467,7 @@ mod tests {
         .unwrap_err()
         .to_string();
         for want in [
-            "control_plane.proxies: invalid type: string \"lots\", expected a number or a list of numbers",
+            "control_plane.proxies: invalid type: string \"lots\", expected a whole number",
             "control_plane.services[0]: invalid type: floating point `1.5`, expected a whole number",
             "control_plane.istio_objects: invalid value: integer `-1`, expected a whole number",
             "control_plane.kind: unknown variant `router`, expected `sidecar` or `gateway`",
