@@ -28,9 +28,14 @@ pub fn bin() -> &'static str {
 
 /// Starts the binary with `args`, output piped, without waiting for it.
 pub fn spawn_meshbench(args: &[&str]) -> Child {
-    Command::new(bin())
-        .args(args)
-        .stdin(Stdio::null())
+    let mut cmd = Command::new(bin());
+    cmd.args(args);
+    spawn_piped(cmd)
+}
+
+/// Starts `cmd` with no input and its output piped, without waiting for it.
+fn spawn_piped(mut cmd: Command) -> Child {
+    cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -44,15 +49,9 @@ pub fn meshbench(args: &[&str], limit: Duration) -> Output {
 
 /// Runs the binary with `args`, every thread on CPU `cpu` (taskset); kills it after `limit`.
 pub fn meshbench_on_cpu(cpu: usize, args: &[&str], limit: Duration) -> Output {
-    let mut child = Command::new("taskset")
-        .args(["-c", &cpu.to_string(), bin()])
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn taskset meshbench");
-    wait_with_limit(&mut child, limit)
+    let mut cmd = Command::new("taskset");
+    cmd.args(["-c", &cpu.to_string(), bin()]).args(args);
+    wait_with_limit(&mut spawn_piped(cmd), limit)
 }
 
 pub fn wait_with_limit(child: &mut Child, limit: Duration) -> Output {
@@ -278,26 +277,29 @@ pub struct BackendProc {
 
 impl BackendProc {
     pub fn start(extra: &[&str]) -> Self {
-        let dir = scratch_dir("backend");
-        let addr = free_addr();
         let args: Vec<String> = extra.iter().map(|a| a.to_string()).collect();
-        let cmd = rig::backend_command(Path::new(bin()), addr, &args);
-        let mut role = LabRole::start("backend", cmd, addr, &dir).expect("the backend starts");
-        role.scratch = Some(dir);
-        BackendProc { _role: role, addr }
+        Self::start_as(|addr| rig::backend_command(Path::new(bin()), addr, &args))
     }
 
     /// The backend with every thread on CPU `cpu` (taskset), for a test whose generator has
     /// the other CPU to itself: on two cores, a backend that spends a core's CPU otherwise
     /// takes the generator's, and the generator rightly calls its figures contended.
     pub fn start_on_cpu(cpu: usize, extra: &[&str]) -> Self {
+        Self::start_as(|addr| {
+            let mut cmd = Command::new("taskset");
+            cmd.args(["-c", &cpu.to_string(), bin(), "backend", "--listen"])
+                .arg(addr.to_string())
+                .args(extra);
+            cmd
+        })
+    }
+
+    /// The backend `command` starts on a free port it is given.
+    fn start_as(command: impl FnOnce(SocketAddr) -> Command) -> Self {
         let dir = scratch_dir("backend");
         let addr = free_addr();
-        let mut cmd = Command::new("taskset");
-        cmd.args(["-c", &cpu.to_string(), bin(), "backend", "--listen"])
-            .arg(addr.to_string())
-            .args(extra);
-        let mut role = LabRole::start("backend", cmd, addr, &dir).expect("the backend starts");
+        let mut role =
+            LabRole::start("backend", command(addr), addr, &dir).expect("the backend starts");
         role.scratch = Some(dir);
         BackendProc { _role: role, addr }
     }
