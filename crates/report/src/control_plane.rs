@@ -11,7 +11,7 @@
 use meshbench_results::{ControlPlaneFigures, Role, RoleUsage, XdsType};
 use meshbench_store::{StepRecord, StepStatus};
 
-use crate::answers::{beside, wrap};
+use crate::answers::{beside, wrap, Table};
 use crate::thousands;
 
 /// The table of the `control_plane` steps among `steps` (those with a mesh), in their order;
@@ -33,7 +33,14 @@ pub fn table(steps: &[&StepRecord]) -> String {
     let mw = width(meshes.iter().map(String::as_str), "mesh");
     let figures: Vec<Option<Vec<String>>> = rows
         .iter()
-        .map(|s| s.control_plane.as_ref().map(|f| cells(f, istiod(&s.usage))))
+        .map(|s| {
+            s.control_plane.as_ref().map(|f| {
+                figures(f, istiod(&s.usage))
+                    .iter()
+                    .map(Figure::cell)
+                    .collect::<Vec<_>>()
+            })
+        })
         .collect();
     // Each figure padded to its widest over the rows, so that every row breaks at the same
     // place and a figure starts in the same column on every row.
@@ -67,11 +74,10 @@ pub fn table(steps: &[&StepRecord]) -> String {
             }
             None => {
                 // No figures: why, never a row of zeros.
-                const NONE: &str = "no control-plane figures stored";
                 let why = match mark(s) {
                     Some(m) if s.failed() => m,
-                    Some(m) => format!("{m}; {NONE}"),
-                    None => NONE.to_string(),
+                    Some(m) => format!("{m}; {NO_FIGURES}"),
+                    None => NO_FIGURES.to_string(),
                 };
                 out.push_str(&wrap(&why, &format!("{head} "), "       "));
             }
@@ -79,6 +85,9 @@ pub fn table(steps: &[&StepRecord]) -> String {
     }
     out
 }
+
+/// What a row without figures says after why (if it knows why).
+const NO_FIGURES: &str = "no control-plane figures stored";
 
 /// What the load table marks a step with too: failed (with why), or interrupted.
 fn mark(s: &StepRecord) -> Option<String> {
@@ -104,24 +113,57 @@ fn istiod(usage: &[RoleUsage]) -> Option<&RoleUsage> {
     usage.iter().find(|u| u.role == Role::Istiod)
 }
 
-/// A row's figures, each labelled: `istiod 412m/180.3`, `converged 4.2 s`, `cds 35/120 ms`
-/// (`, 3 missed` when pairs never arrived; `-` for a type not measured or with no pair
-/// ACKed), `pushes 6,402`, `xDS 1.00 MB/s`, `agrees` or `N differences` (`20+` when the
-/// agreement kept as many as it keeps). A figure not measured is `-`, as in the load table.
-pub fn cells(f: &ControlPlaneFigures, istiod: Option<&RoleUsage>) -> Vec<String> {
+/// One figure of a row: its value, the word the text row says before it, and the report
+/// table's heading of its column.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Figure {
+    /// `pushes` in `pushes 6,402`; none for the agreement, which reads alone (`agrees`).
+    pub name: Option<String>,
+    pub value: String,
+    pub heading: String,
+}
+
+impl Figure {
+    fn named(name: impl Into<String>, heading: impl Into<String>, value: String) -> Figure {
+        Figure {
+            name: Some(name.into()),
+            value,
+            heading: heading.into(),
+        }
+    }
+
+    /// The figure as a text row shows it.
+    pub fn cell(&self) -> String {
+        match &self.name {
+            Some(name) => format!("{name} {}", self.value),
+            None => self.value.clone(),
+        }
+    }
+}
+
+/// A row's figures: istiod's `412m/180.3` (millicores/MiB), `converged 4.2 s`, per xDS type
+/// `cds 35/120 ms` (`, 3 missed` when pairs never arrived; `-` for a type not measured or with
+/// no pair ACKed), `pushes 6,402`, `xDS 1.00 MB/s`, and `agrees` or `N differences` (`20+`
+/// when the agreement kept as many as it keeps). A figure not measured is `-`, as in the load
+/// table.
+pub fn figures(f: &ControlPlaneFigures, istiod: Option<&RoleUsage>) -> Vec<Figure> {
     let cpu = istiod
         .and_then(RoleUsage::cpu_millicores)
         .map_or("-".into(), |c| format!("{c:.0}m"));
     let mem = istiod
         .and_then(RoleUsage::memory_mib)
         .map_or("-".into(), |m| format!("{m:.1}"));
-    let mut cells = vec![
-        format!("istiod {cpu}/{mem}"),
-        format!("converged {:.1} s", f.converged_secs),
+    let mut figures = vec![
+        Figure::named("istiod", "istiod millicores/MiB", format!("{cpu}/{mem}")),
+        Figure::named(
+            "converged",
+            "converged",
+            format!("{:.1} s", f.converged_secs),
+        ),
     ];
     for xds in XdsType::ALL {
-        let cell = match f.propagation(xds) {
-            None => format!("{xds} -"),
+        let value = match f.propagation(xds) {
+            None => "-".to_string(),
             Some(p) => {
                 let figures = if p.acked == 0 {
                     "-".to_string()
@@ -129,25 +171,86 @@ pub fn cells(f: &ControlPlaneFigures, istiod: Option<&RoleUsage>) -> Vec<String>
                     format!("{}/{} ms", ms(p.p50_ms), ms(p.p99_ms))
                 };
                 match p.missed() {
-                    0 => format!("{xds} {figures}"),
-                    n => format!("{xds} {figures}, {} missed", thousands(n)),
+                    0 => figures,
+                    n => format!("{figures}, {} missed", thousands(n)),
                 }
             }
         };
-        cells.push(cell);
+        figures.push(Figure::named(
+            xds.to_string(),
+            format!("{xds} p50/p99"),
+            value,
+        ));
     }
-    cells.push(format!(
-        "pushes {}",
-        thousands(f.pushes.values().sum::<u64>())
+    figures.push(Figure::named(
+        "pushes",
+        "istiod's pushes",
+        thousands(f.pushes.values().sum::<u64>()),
     ));
-    cells.push(format!("xDS {:.2} MB/s", f.xds_bytes_per_sec / 1e6));
-    cells.push(match f.agreement.differences.len() {
-        0 => "agrees".to_string(),
-        1 => "1 difference".to_string(),
-        n if n >= DIFFERENCES_KEPT => format!("{n}+ differences"),
-        n => format!("{n} differences"),
+    figures.push(Figure::named(
+        "xDS",
+        "xDS received",
+        format!("{:.2} MB/s", f.xds_bytes_per_sec / 1e6),
+    ));
+    figures.push(Figure {
+        name: None,
+        heading: "the real Envoy".into(),
+        value: match f.agreement.differences.len() {
+            0 => "agrees".to_string(),
+            1 => "1 difference".to_string(),
+            n if n >= DIFFERENCES_KEPT => format!("{n}+ differences"),
+            n => format!("{n} differences"),
+        },
     });
-    cells
+    figures
+}
+
+/// The `control_plane` steps among `steps` as a report table: a heading row (step, variant,
+/// mesh, then one column per figure: istiod's millicores/MiB, convergence, p50/p99 per xDS
+/// type, pushes, xDS bytes, the real Envoy's agreement) and a row per step; a step without
+/// figures says why in the first figure's column. `None` when there is no such step.
+pub fn report_table(steps: &[&StepRecord]) -> Option<Table> {
+    let rows: Vec<&StepRecord> = steps
+        .iter()
+        .copied()
+        .filter(|s| s.params.mesh.is_some())
+        .collect();
+    if rows.is_empty() {
+        return None;
+    }
+    let mut heading: Vec<String> = ["step", "variant", "mesh"].map(String::from).to_vec();
+    let figured = rows.iter().find_map(|s| {
+        s.control_plane
+            .as_ref()
+            .map(|f| figures(f, istiod(&s.usage)))
+    });
+    heading.extend(figured.into_iter().flatten().map(|f| f.heading));
+    // A figured step that was interrupted says so in a column of its own.
+    if rows
+        .iter()
+        .any(|s| s.control_plane.is_some() && mark(s).is_some())
+    {
+        heading.push("note".into());
+    }
+    let mut table = vec![heading];
+    for s in rows {
+        let mut row = vec![
+            (s.seq + 1).to_string(),
+            s.variant.clone(),
+            s.params.mesh.map(|m| m.to_string()).unwrap_or_default(),
+        ];
+        match (&s.control_plane, mark(s)) {
+            (Some(f), m) => {
+                row.extend(figures(f, istiod(&s.usage)).into_iter().map(|f| f.value));
+                row.extend(m);
+            }
+            (None, Some(m)) if s.failed() => row.push(m),
+            (None, Some(m)) => row.push(format!("{m}; {NO_FIGURES}")),
+            (None, None) => row.push(NO_FIGURES.into()),
+        }
+        table.push(row);
+    }
+    Some(table)
 }
 
 /// The differences an `Agreement` keeps (its first 20): as many means perhaps more.

@@ -81,7 +81,12 @@ fn variant_colors(h: &Headline) -> impl Fn(&str) -> usize + '_ {
 /// Builds the report's structure.
 pub fn build(input: &Input) -> Report {
     let h = input.headline;
-    let mut sections = vec![headline_section(input)];
+    // The headline is of loads: an experiment of control-plane steps alone has none (unless
+    // a step failed, which it says).
+    let mut sections: Vec<Section> = Some(headline_section(input))
+        .filter(|s| !s.blocks.is_empty())
+        .into_iter()
+        .collect();
     if let Some(t) = crate::proxies::table(input.steps) {
         let flagged = input
             .steps
@@ -110,6 +115,27 @@ pub fn build(input: &Input) -> Report {
     }
     if let Some(section) = attribution_section(input.steps) {
         sections.push(section);
+    }
+    if let Some(section) = control_plane_section(input.steps) {
+        sections.push(section);
+    }
+    if h.groups.is_empty() {
+        // Only control-plane steps (or none measured): no load to chart or to follow in time.
+        return Report {
+            title: format!("meshbench report: {}", input.name),
+            subtitle: format!(
+                "experiment {}, started {}, {}; {} control-plane steps",
+                input.id,
+                input.started_at,
+                input.status,
+                input
+                    .steps
+                    .iter()
+                    .filter(|s| s.step.params.mesh.is_some())
+                    .count()
+            ),
+            sections,
+        };
     }
     let mut charts = Vec::new();
     match shape(h) {
@@ -195,16 +221,18 @@ fn headline_section(input: &Input) -> Section {
             table: cost_table(h),
         });
     }
-    blocks.push(Block::Table {
-        caption: format!(
-            "{} (merged percentiles, median req/s)",
-            crate::answers::titled(
-                "Latency and throughput of every measurement",
-                h.groups.iter().map(|g| &g.load)
-            )
-        ),
-        table: latency_table(h),
-    });
+    if !h.groups.is_empty() {
+        blocks.push(Block::Table {
+            caption: format!(
+                "{} (merged percentiles, median req/s)",
+                crate::answers::titled(
+                    "Latency and throughput of every measurement",
+                    h.groups.iter().map(|g| &g.load)
+                )
+            ),
+            table: latency_table(h),
+        });
+    }
     for f in findings(h) {
         blocks.push(Block::Finding(f));
     }
@@ -234,6 +262,23 @@ pub enum Shape {
 /// The shape of the experiment `h` measured.
 /// Where the latency goes, when a step had attribution on: the stacked bars, then per
 /// variant what was sampled and its table.
+/// The `control_plane` steps' section: istiod's cost and the propagation of changes, one row
+/// per step (as `results show` prints them).
+fn control_plane_section(steps: &[StoredStep]) -> Option<Section> {
+    let records: Vec<_> = steps.iter().map(|s| &s.step).collect();
+    let table = crate::control_plane::report_table(&records)?;
+    Some(Section {
+        title: "The control plane".into(),
+        blocks: vec![
+            Block::Text("The control plane's cost: istiod's CPU (millicores) and memory (MiB) over the step's window while changes were written at the step's rates; how long the simulated proxies took to converge; per xDS type, the p50/p99 in ms from a change written to the API server until each proxy ACKed it, with the (change, proxy) pairs never ACKed; istiod's pushes; the xDS bytes the proxies received per second; and whether a simulated proxy with the real Envoy's node was sent what that Envoy ACKed (docs/seeds.md, docs/experiment.md).".into()),
+            Block::Table {
+                caption: "istiod's cost and the propagation of changes, per control-plane step".into(),
+                table,
+            },
+        ],
+    })
+}
+
 fn attribution_section(steps: &[StoredStep]) -> Option<Section> {
     let all = meshbench_analysis::attribution::by_variant(steps);
     if all.is_empty() {
@@ -1056,9 +1101,6 @@ pub struct Written {
 
 /// Writes report.html and plots/{id}.svg and .png into `dir`.
 pub fn write(r: &Report, dir: &Path) -> Result<Written, ReportError> {
-    if plot::load_font().is_none() {
-        return Err(ReportError::NoFont);
-    }
     let plots = dir.join("plots");
     std::fs::create_dir_all(&plots).map_err(|e| ReportError::Write {
         path: plots.clone(),
@@ -1073,6 +1115,10 @@ pub fn write(r: &Report, dir: &Path) -> Result<Written, ReportError> {
             _ => None,
         })
         .collect();
+    // A report without charts (control-plane steps alone) needs no font.
+    if !charts.is_empty() && plot::load_font().is_none() {
+        return Err(ReportError::NoFont);
+    }
     // Each chart is drawn twice (SVG and PNG); the charts are shared over the cores.
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
@@ -1361,6 +1407,57 @@ mod tests {
         assert!(drawn.iter().any(|c| c.id == "proxy_cpu_vs_cpu"));
         assert!(drawn.iter().any(|c| c.id.starts_with("rps_vs_cpu_")));
         assert!(!drawn.iter().any(|c| c.id == "proxy_cpu_vs_qps"));
+    }
+
+    #[test]
+    fn an_experiment_of_control_plane_steps_alone_is_reported_as_a_table() {
+        let steps: Vec<StoredStep> = (0..2)
+            .map(|seq| StoredStep {
+                id: i64::from(seq) + 1,
+                step: crate::control_plane::fixture::step(seq),
+            })
+            .collect();
+        let h = Headline::of(group(Vec::new()));
+        let r = build(&Input {
+            name: "cp",
+            id: 7,
+            started_at: "",
+            status: "done",
+            headline: &h,
+            warmup_secs: 0.0,
+            slo_p99_ms: None,
+            failed: Vec::new(),
+            steps: &steps,
+        });
+        assert_eq!(
+            outline(&r),
+            "# meshbench report: cp\n\
+             ## The control plane\n\
+             text: The control plane's cost\n\
+             table: istiod's cost and the propagation of changes, per control-plane step: \
+             step | variant | mesh | istiod millicores/MiB | converged | cds p50/p99 | \
+             eds p50/p99 | lds p50/p99 | istiod's pushes | xDS received | \
+             the real Envoy (2 rows)\n"
+        );
+        assert!(
+            r.subtitle.ends_with("2 control-plane steps"),
+            "{}",
+            r.subtitle
+        );
+        let dir = std::env::temp_dir().join(format!("mb-report-cp-{}", std::process::id()));
+        let written = write(&r, &dir).unwrap();
+        assert_eq!(written.svgs, 0);
+        let html = std::fs::read_to_string(written.html).unwrap();
+        for cell in [
+            "412m/180.3",
+            "38/130 ms, 3 missed",
+            "6,402",
+            "1.00 MB/s",
+            "agrees",
+        ] {
+            assert!(html.contains(&format!(">{cell}</td>")), "{cell} in {html}");
+        }
+        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]

@@ -35,14 +35,15 @@ pub fn execute(args: ReportArgs) -> Result<u8> {
 pub fn write(store: &Store, key: &str, slo_p99_ms: Option<f64>, out: &Path) -> Result<Written> {
     let e = find_experiment(store, key)?;
     let h = headline(store, e.id)?;
-    if h.groups.is_empty() {
+    let steps = store.steps(e.id)?;
+    let control_plane = steps.iter().any(|s| s.step.control_plane.is_some());
+    if h.groups.is_empty() && !control_plane {
         return Err(usage(format!(
             "experiment {} has no measured step to report (`{}` lists why)",
             e.id,
             super::results::show_command(e.id, store.path())
         )));
     }
-    let steps = store.steps(e.id)?;
     let failed = steps
         .iter()
         .filter(|s| s.step.failed())

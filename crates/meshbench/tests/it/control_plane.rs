@@ -148,6 +148,18 @@ fn every_change_reaches_every_simulated_sidecar_and_the_twin_holds_what_envoy_ac
         "{istiod}"
     );
     assert!(istiod["rss_mib_avg"].as_f64().unwrap() > 30.0, "{istiod}");
+    // The HTML report of a control-plane experiment: its table, no chart.
+    let out_dir = dir.join("report").display().to_string();
+    let out = meshbench(
+        &["report", "latest", "--store", &store, "--out", &out_dir],
+        Duration::from_secs(60),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let html = std::fs::read_to_string(dir.join("report/report.html")).unwrap();
+    assert!(
+        html.contains("<h2>The control plane</h2>") && html.contains(">agrees</td>"),
+        "{html}"
+    );
     assert!(leftovers(pid).is_empty(), "{:?}", leftovers(pid));
     let _ = std::fs::remove_dir_all(dir);
 }
