@@ -81,6 +81,10 @@ fn control_only_agent(coordinator: SocketAddr, name: String) -> u64 {
 }
 
 #[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "a thousand agents need an optimised build: in a dev build the coordinator falls behind and loses 200 of them as silent for 4 s; the suite runs it in test-release"
+)]
 fn a_thousand_agents_share_one_plan_with_small_messages() {
     const AGENTS: usize = 1000;
     meshbench_net::socket::raise_nofile_limit();
@@ -89,7 +93,9 @@ fn a_thousand_agents_share_one_plan_with_small_messages() {
     let agents: Vec<_> = (0..AGENTS)
         .map(|i| {
             std::thread::Builder::new()
-                .stack_size(256 * 1024)
+                // 1 MiB, reserved rather than used (a thread touches what it needs): an
+                // unoptimised build's frames overflowed 256 KiB.
+                .stack_size(1024 * 1024)
                 .spawn(move || control_only_agent(addr, format!("sim-{i}")))
                 .expect("a thread")
         })
@@ -127,7 +133,13 @@ fn a_thousand_agents_share_one_plan_with_small_messages() {
 
     let a = result.agents.as_ref().expect("an agents section");
     assert_eq!(a.agents.len(), AGENTS);
-    assert!(a.agents.iter().all(|p| p.lost.is_none()), "no agent lost");
+    let lost: Vec<_> = a.agents.iter().filter_map(|p| p.lost.as_ref()).collect();
+    assert!(
+        lost.is_empty(),
+        "{} agents lost, the first: {:?}",
+        lost.len(),
+        lost.first()
+    );
     assert_eq!(
         result.requests.total,
         20 * AGENTS as u64,
