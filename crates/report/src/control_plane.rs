@@ -6,7 +6,8 @@
 //! change's propagation with the (change, proxy) pairs that never arrived, istiod's pushes, the
 //! xDS bytes received per second, and whether a simulated proxy was sent what the real Envoy
 //! of its node ACKed. The same figure of every row starts in the same column, so that the
-//! cells of a matrix read down.
+//! cells of a matrix read down. The same figures ([`figures`]) make the HTML report's table of
+//! these steps ([`report_table`]), one column each.
 
 use meshbench_results::{ControlPlaneFigures, Role, RoleUsage, XdsType};
 use meshbench_store::{StepRecord, StepStatus};
