@@ -17,12 +17,8 @@ use crate::thousands;
 
 /// The table of the `control_plane` steps among `steps` (those with a mesh), in their order;
 /// empty when there is none.
-pub fn table(steps: &[&StepRecord]) -> String {
-    let rows: Vec<&StepRecord> = steps
-        .iter()
-        .copied()
-        .filter(|s| s.params.mesh.is_some())
-        .collect();
+pub fn table(all: &[&StepRecord]) -> String {
+    let rows = steps(all.iter().copied());
     if rows.is_empty() {
         return String::new();
     }
@@ -85,6 +81,13 @@ pub fn table(steps: &[&StepRecord]) -> String {
         }
     }
     out
+}
+
+/// The `control_plane` steps among `all` (those with a mesh), in their order.
+pub fn steps<'a>(all: impl IntoIterator<Item = &'a StepRecord>) -> Vec<&'a StepRecord> {
+    all.into_iter()
+        .filter(|s| s.params.mesh.is_some())
+        .collect()
 }
 
 /// What a row without figures says after why (if it knows why).
@@ -210,12 +213,8 @@ pub fn figures(f: &ControlPlaneFigures, istiod: Option<&RoleUsage>) -> Vec<Figur
 /// mesh, then one column per figure: istiod's millicores/MiB, convergence, p50/p99 per xDS
 /// type, pushes, xDS bytes, the real Envoy's agreement) and a row per step; a step without
 /// figures says why in the first figure's column. `None` when there is no such step.
-pub fn report_table(steps: &[&StepRecord]) -> Option<Table> {
-    let rows: Vec<&StepRecord> = steps
-        .iter()
-        .copied()
-        .filter(|s| s.params.mesh.is_some())
-        .collect();
+pub fn report_table<'a>(all: impl IntoIterator<Item = &'a StepRecord>) -> Option<Table> {
+    let rows = steps(all);
     if rows.is_empty() {
         return None;
     }

@@ -119,24 +119,33 @@ pub fn build(input: &Input) -> Report {
     if let Some(section) = control_plane_section(input.steps) {
         sections.push(section);
     }
-    if h.groups.is_empty() {
-        // Only control-plane steps (or none measured): no load to chart or to follow in time.
-        return Report {
-            title: format!("meshbench report: {}", input.name),
-            subtitle: format!(
-                "experiment {}, started {}, {}; {} control-plane steps",
-                input.id,
-                input.started_at,
-                input.status,
-                input
-                    .steps
-                    .iter()
-                    .filter(|s| s.step.params.mesh.is_some())
-                    .count()
-            ),
-            sections,
-        };
+    // An experiment of control-plane steps alone has no load to chart or to follow in time.
+    let measured = if h.groups.is_empty() {
+        let steps = crate::control_plane::steps(input.steps.iter().map(|s| &s.step)).len();
+        format!("{steps} control-plane steps")
+    } else {
+        sections.extend(load_sections(input));
+        format!(
+            "{} measurements of {} variants",
+            h.groups.len(),
+            h.variants().len()
+        )
+    };
+    Report {
+        title: format!("meshbench report: {}", input.name),
+        subtitle: format!(
+            "experiment {}, started {}, {}; {measured}",
+            input.id, input.started_at, input.status
+        ),
+        sections,
     }
+}
+
+/// The sections of the load: the charts the experiment's shape calls for, then each step's
+/// timeline.
+fn load_sections(input: &Input) -> Vec<Section> {
+    let h = input.headline;
+    let mut sections = Vec::new();
     let mut charts = Vec::new();
     match shape(h) {
         Shape::OneLoad => {
@@ -174,18 +183,7 @@ pub fn build(input: &Input) -> Report {
             .map(|c| Block::Chart(Box::new(c)))
             .collect(),
     });
-    Report {
-        title: format!("meshbench report: {}", input.name),
-        subtitle: format!(
-            "experiment {}, started {}, {}; {} measurements of {} variants",
-            input.id,
-            input.started_at,
-            input.status,
-            h.groups.len(),
-            h.variants().len()
-        ),
-        sections,
-    }
+    sections
 }
 
 fn headline_section(input: &Input) -> Section {
@@ -259,14 +257,10 @@ pub enum Shape {
     CpuSweep,
 }
 
-/// The shape of the experiment `h` measured.
-/// Where the latency goes, when a step had attribution on: the stacked bars, then per
-/// variant what was sampled and its table.
 /// The `control_plane` steps' section: istiod's cost and the propagation of changes, one row
 /// per step (as `results show` prints them).
 fn control_plane_section(steps: &[StoredStep]) -> Option<Section> {
-    let records: Vec<_> = steps.iter().map(|s| &s.step).collect();
-    let table = crate::control_plane::report_table(&records)?;
+    let table = crate::control_plane::report_table(steps.iter().map(|s| &s.step))?;
     Some(Section {
         title: "The control plane".into(),
         blocks: vec![
@@ -279,6 +273,8 @@ fn control_plane_section(steps: &[StoredStep]) -> Option<Section> {
     })
 }
 
+/// Where the latency goes, when a step had attribution on: the stacked bars, then per
+/// variant what was sampled and its table.
 fn attribution_section(steps: &[StoredStep]) -> Option<Section> {
     let all = meshbench_analysis::attribution::by_variant(steps);
     if all.is_empty() {
@@ -310,6 +306,7 @@ fn attribution_section(steps: &[StoredStep]) -> Option<Section> {
     })
 }
 
+/// The shape of the experiment `h` measured.
 pub fn shape(h: &Headline) -> Shape {
     let rates = distinct(h.groups.iter().map(|g| g.load.rate_rps_milli())).len();
     let conns = distinct(h.groups.iter().map(|g| g.load.connections)).len();
@@ -1260,6 +1257,21 @@ mod tests {
     use crate::answers::tests::measured;
     use meshbench_analysis::group;
 
+    /// The input of experiment 1, "t", done, from `h` and `steps`.
+    fn input<'a>(h: &'a Headline, steps: &'a [StoredStep]) -> Input<'a> {
+        Input {
+            name: "t",
+            id: 1,
+            started_at: "",
+            status: "done",
+            headline: h,
+            warmup_secs: 0.0,
+            slo_p99_ms: None,
+            failed: Vec::new(),
+            steps,
+        }
+    }
+
     fn report(loads: &[f64]) -> Report {
         let mut runs = Vec::new();
         for &q in loads {
@@ -1268,17 +1280,7 @@ mod tests {
             }
         }
         let h = Headline::of(group(runs));
-        build(&Input {
-            name: "t",
-            id: 1,
-            started_at: "",
-            status: "done",
-            headline: &h,
-            warmup_secs: 0.0,
-            slo_p99_ms: None,
-            failed: Vec::new(),
-            steps: &[],
-        })
+        build(&input(&h, &[]))
     }
 
     /// The charts of the Charts section (the timelines are over time, whatever the shape).
@@ -1296,17 +1298,7 @@ mod tests {
 
     fn build_of(runs: Vec<meshbench_analysis::Run>) -> (Shape, Report) {
         let h = Headline::of(group(runs));
-        let r = build(&Input {
-            name: "t",
-            id: 1,
-            started_at: "",
-            status: "done",
-            headline: &h,
-            warmup_secs: 0.0,
-            slo_p99_ms: None,
-            failed: Vec::new(),
-            steps: &[],
-        });
+        let r = build(&input(&h, &[]));
         (shape(&h), r)
     }
 
@@ -1418,20 +1410,10 @@ mod tests {
             })
             .collect();
         let h = Headline::of(group(Vec::new()));
-        let r = build(&Input {
-            name: "cp",
-            id: 7,
-            started_at: "",
-            status: "done",
-            headline: &h,
-            warmup_secs: 0.0,
-            slo_p99_ms: None,
-            failed: Vec::new(),
-            steps: &steps,
-        });
+        let r = build(&input(&h, &steps));
         assert_eq!(
             outline(&r),
-            "# meshbench report: cp\n\
+            "# meshbench report: t\n\
              ## The control plane\n\
              text: The control plane's cost\n\
              table: istiod's cost and the propagation of changes, per control-plane step: \

@@ -124,7 +124,8 @@ fn measured(rig: &Rig, url: &str) -> Attribution {
 /// 7 ms early (-7.2 ms and +8.1 ms), which moves that time between the two links around the
 /// proxy. (44 µs at most on a steadier VM.) So a part below -0.2 ms is a rare glitch, never
 /// the rule.
-fn few_glitches(runs: &[&Attribution]) {
+fn few_glitches<'a>(runs: impl IntoIterator<Item = &'a Attribution>) {
+    let runs: Vec<&Attribution> = runs.into_iter().collect();
     let negative: Vec<_> = runs
         .iter()
         .flat_map(|a| &a.requests)
@@ -150,6 +151,16 @@ fn p50(a: &Attribution) -> BTreeMap<String, f64> {
 
 /// Each hop's shift of its p50 share (µs) from the plain run of the same round, per round.
 type Shifts = BTreeMap<String, Vec<f64>>;
+
+/// Adds one round's shift of each hop, `delayed` less `plain`, to `shifts`.
+fn add_shifts(shifts: &mut Shifts, plain: &BTreeMap<String, f64>, delayed: &BTreeMap<String, f64>) {
+    for (label, before) in plain {
+        shifts
+            .entry(label.clone())
+            .or_default()
+            .push(delayed[label] - before);
+    }
+}
 
 /// The median shift over rounds is [`DELAY`] in `moved` and nothing in every other hop, each
 /// within 10 % of the delay or 0.1 ms, whichever is larger (0.5 ms): no other hop takes a
@@ -304,16 +315,11 @@ fn a_link_delay_and_a_backend_delay_are_each_attributed_where_they_are() {
             eprintln!(
                 "round {round}: p50 by hop, {what} (µs): {delayed:.0?}, plain: {plain_p50:.0?}"
             );
-            for (label, before) in &plain_p50 {
-                shifts
-                    .entry(label.clone())
-                    .or_default()
-                    .push(delayed[label] - before);
-            }
+            add_shifts(shifts, &plain_p50, &delayed);
         }
         runs.extend([plain, slow_link, slow_backend]);
     }
-    few_glitches(&runs.iter().collect::<Vec<_>>());
+    few_glitches(&runs);
     only_moved(&link_shifts, &link.hop_label());
     only_moved(&backend_shifts, &backend.hop_label());
 }
@@ -374,16 +380,13 @@ fn a_netem_delay_on_the_client_s_link_is_attributed_to_that_link() {
     ]);
     let delayed = measured(&rig, &url);
     tc(&["qdisc", "del", "dev", dev, "root"]);
-    few_glitches(&[&plain, &delayed]);
+    few_glitches([&plain, &delayed]);
     let link = Part::Link {
         from: Node::Client,
         to: Node::Hop(ChainRole::ClientProxy),
     };
-    let (plain, delayed) = (p50(&plain), p50(&delayed));
-    let shifts = plain
-        .iter()
-        .map(|(label, before)| (label.clone(), vec![delayed[label] - before]))
-        .collect();
+    let mut shifts = Shifts::new();
+    add_shifts(&mut shifts, &p50(&plain), &p50(&delayed));
     only_moved(&shifts, &link.hop_label());
 }
 
