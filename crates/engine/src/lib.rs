@@ -28,7 +28,7 @@
 //!   target or too few connections, each with its advice.
 //! - [`quota`]: the generator's CPU quota (cgroup) and its throttling over the measured window;
 //!   [`quota::cpu_quota`] tells the idle strategy whether a quota exists.
-//! - `stop`: the shared handle that ends a run early ([`Stop`]: stop, then hurry).
+//! - [`Stop`]: the shared handle that ends a run early (stop, then hurry), `meshbench_results`'s.
 
 pub mod check;
 mod conn;
@@ -45,7 +45,6 @@ pub mod result;
 pub mod run;
 mod slots;
 pub mod spec;
-mod stop;
 
 pub use h3conn::QuicSpec;
 pub use meshbench_net::grpc;
@@ -55,4 +54,4 @@ pub use run::{merge, run, run_part, Gathered, Live, Part, RunError, Seconds, Wor
 pub use spec::{
     ConnSpec, Host, HttpRequest, LoadSpec, RequestSpec, Segment, StopAt, Target, Targets, Wire,
 };
-pub use stop::Stop;
+pub use meshbench_results::Stop;

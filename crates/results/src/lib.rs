@@ -14,6 +14,7 @@
 //! - [`role`]: who played what ([`Role`], [`ChainRole`]), the proxy programs ([`Program`]) and
 //!   what played a role ([`PlayedBy`]).
 //! - [`failure`]: why a step failed ([`StepFailure`]).
+//! - [`stop`]: the one request to end a run early, honoured by every wait ([`Stop`]).
 //! - [`usage`]: what a role used over a step ([`RoleUsage`], [`Sample`]).
 //! - [`proxy`]: an Envoy role's own counts ([`ProxyCounters`]).
 //! - [`control_plane`]: what a control-plane step asked istiod to serve ([`MeshScale`]) and
@@ -31,6 +32,7 @@ pub mod role;
 pub mod run;
 pub mod self_check;
 pub mod step;
+pub mod stop;
 pub mod topology;
 pub mod usage;
 
@@ -46,5 +48,6 @@ pub use role::{ChainRole, PlayedBy, Program, Role};
 pub use run::RunResult;
 pub use self_check::{Cause, Finding, SelfCheck};
 pub use step::{CpuAllotment, LoadPoint, Offer, StepParams};
+pub use stop::Stop;
 pub use topology::{Class, Layer, PeerAuthentication, Subject, Topology};
 pub use usage::{Figure, RoleUsage, Sample, Usage};

@@ -3,7 +3,8 @@
 //!
 //! One handle is shared by whoever may ask (a signal handler, a capacity search, a test) and
 //! everything that must listen (the engine's workers, the lab's cool-down, an experiment's step
-//! loop). Both flags only ever go from false to true, and setting them is async-signal-safe (two
+//! loop, every wait for a system under test). It lives with the contracts because every crate
+//! that waits honours the same one; [`Stop::sleep`] is the one "sleep unless stopped". Both flags only ever go from false to true, and setting them is async-signal-safe (two
 //! atomic stores), so a signal handler may call [`Stop::request`] and [`Stop::hurry`] directly.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -45,6 +46,23 @@ impl Stop {
     pub fn hurried(&self) -> bool {
         self.0.hurried.load(Ordering::Relaxed)
     }
+
+    /// Sleeps for `d`, waking every 20 ms or less to look at the stop; `false` when a stop was
+    /// asked (before or during the sleep), so a waiting loop ends within 20 ms of Ctrl-C.
+    pub fn sleep(&self, d: std::time::Duration) -> bool {
+        const LOOK_EVERY: std::time::Duration = std::time::Duration::from_millis(20);
+        let end = std::time::Instant::now() + d;
+        loop {
+            if self.requested() {
+                return false;
+            }
+            let left = end.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return true;
+            }
+            std::thread::sleep(left.min(LOOK_EVERY));
+        }
+    }
 }
 
 #[cfg(test)]
@@ -60,5 +78,20 @@ mod tests {
         assert!(b.requested() && !b.hurried());
         a.hurry();
         assert!(b.requested() && b.hurried());
+    }
+
+    #[test]
+    fn sleep_ends_early_on_a_stop_and_says_so() {
+        let stop = Stop::new();
+        assert!(stop.sleep(std::time::Duration::from_millis(1)));
+        let asker = stop.clone();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(30));
+            asker.request();
+        });
+        let began = std::time::Instant::now();
+        assert!(!stop.sleep(std::time::Duration::from_secs(30)));
+        assert!(began.elapsed() < std::time::Duration::from_secs(5));
+        t.join().unwrap();
     }
 }
