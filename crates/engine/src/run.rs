@@ -19,7 +19,7 @@ use crate::quota::{self, CpuQuota};
 use crate::recorder::{Interval, Recorder};
 use crate::result::Measured;
 use crate::spec::{LoadSpec, StopAt};
-use crate::stop::Stop;
+use crate::Stop;
 use meshbench_results::Offer;
 use meshbench_results::{
     histogram::new_interval_histogram,

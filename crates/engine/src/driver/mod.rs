@@ -44,7 +44,7 @@ use crate::recorder::{ErrorKind, Interval, Recorder};
 use crate::request::{Due, Phase, LATE_NS};
 use crate::slots::SlotPool;
 use crate::spec::{ConnSpec, Targets};
-use crate::stop::Stop;
+use crate::Stop;
 use meshbench_results::{IdleStrategy, Order, PacingSlack, Protocol};
 
 const SECOND: u64 = 1_000_000_000;
