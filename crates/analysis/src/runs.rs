@@ -54,7 +54,7 @@ impl Run {
             repeat: s.repeat,
             // An external variant plays its own topology: the one named `baseline` is what
             // the others are compared with, as a lab baseline is.
-            topology: Subject::of_step(s.topology, &s.variant),
+            topology: Subject::of_step(s.kind, &s.variant),
             variant: s.variant.clone(),
             load: s.load_point(),
             cpu: s.params.cpu,

@@ -268,7 +268,7 @@ mod tests {
     #[test]
     fn a_stored_step_is_flagged_where_an_l7_count_disagrees() {
         let mut step = StepRecord::new(0, StepParams::open(1000.0, 8, Default::default()));
-        step.topology = Some(Topology::Both);
+        step.kind = Some(Topology::Both.into());
         step.set_result(open_loop());
         step.usage = vec![
             // Saw the window, the warm-up and a little more: agrees.
@@ -317,7 +317,7 @@ mod tests {
     #[test]
     fn tunnels_unread_admins_and_failed_steps_are_never_flagged() {
         let mut step = StepRecord::new(0, StepParams::open(1000.0, 8, Default::default()));
-        step.topology = Some(Topology::Waypoint);
+        step.kind = Some(Topology::Waypoint.into());
         step.set_result(open_loop());
         let mut unread = envoy_role(ChainRole::Waypoint, None, None);
         unread.proxy = None;
@@ -344,7 +344,7 @@ mod tests {
 
         // A failed step has no load to compare with.
         let mut failed = StepRecord::new(0, StepParams::open(1000.0, 8, Default::default()));
-        failed.topology = Some(Topology::Serveronly);
+        failed.kind = Some(Topology::Serveronly.into());
         failed.usage = vec![envoy_role(ChainRole::ServerProxy, Some(5), None)];
         assert_eq!(witnesses(&failed)[0].finding, Finding::NoLoad);
         // An L7 role whose stats matcher dropped `http.`.

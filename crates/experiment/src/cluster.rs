@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use meshbench_results::{Program, Protocol, Topology};
+use meshbench_results::{Program, Protocol, StepKind, Topology};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{Experiment, Isolation, RoleLimits};
@@ -228,10 +228,11 @@ impl Cluster {
 
     /// What of the rest of the file a cluster cannot do.
     fn validate_experiment(&self, e: &Experiment, p: &mut Vec<String>) {
-        if e.topologies.contains(&Topology::External) || e.external.is_some() {
+        if e.topologies.contains(&StepKind::External) || e.external.is_some() {
             p.push("cluster: realises the lab's topologies on a cluster; an external variant is read as it is, without this section: run it in a file of its own".into());
         }
-        let sidecars = e.topologies.iter().any(|t| {
+        let chains: Vec<Topology> = e.topologies.iter().filter_map(|k| k.chain()).collect();
+        let sidecars = chains.iter().any(|t| {
             matches!(
                 t,
                 Topology::Serveronly | Topology::Clientonly | Topology::Both
@@ -243,14 +244,13 @@ impl Cluster {
                 e.proxy.kind.name()
             ));
         }
-        let ambient = e
-            .topologies
+        let ambient = chains
             .iter()
             .any(|t| matches!(t, Topology::Ambient | Topology::Waypoint));
         if ambient && sidecars {
             p.push("topologies: on a cluster ambient and waypoint share the namespace with the sidecar topologies, and a pod with a sidecar is never in ambient: run them in files of their own".into());
         }
-        if e.topologies.contains(&Topology::Gateway) && e.gateway.kind != Program::Istio {
+        if chains.contains(&Topology::Gateway) && e.gateway.kind != Program::Istio {
             p.push(format!(
                 "gateway.type: {} is not deployed on a cluster; meshbench deploys Istio's ingress gateway there: use gateway.type: istio",
                 e.gateway.kind.name()
@@ -287,8 +287,7 @@ impl Cluster {
                 p.push("agents.addresses: on a cluster the agents are pods that dial the coordinator; give agents.count".into());
             }
         }
-        let client_proxy = e
-            .topologies
+        let client_proxy = chains
             .iter()
             .any(|t| matches!(t, Topology::Clientonly | Topology::Both));
         if e.limits.proxy.cpus.len() > 1 && client_proxy {

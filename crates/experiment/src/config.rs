@@ -12,7 +12,7 @@ use std::path::Path;
 use meshbench_results::Program;
 use meshbench_results::{
     Arrival, Class, IdleStrategy, LoadPoint, LoopMode, PeerAuthentication, Protocol, ProxyKind,
-    Topology,
+    StepKind, Topology,
 };
 
 use serde::{Deserialize, Serialize};
@@ -35,7 +35,7 @@ pub struct Experiment {
     /// Free-form labels stored with the experiment (study, ticket, environment...).
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
-    pub topologies: Vec<Topology>,
+    pub topologies: Vec<StepKind>,
     #[serde(default = "default_duration")]
     pub duration_secs: f64,
     #[serde(default = "default_warmup")]
@@ -859,7 +859,7 @@ impl Experiment {
         if self.cluster.is_some() {
             p.push("attribution: not built on a cluster yet (it reads the lab's Envoy logs); drop attribution or the cluster section".into());
         }
-        if self.topologies.contains(&Topology::External) {
+        if self.topologies.contains(&StepKind::External) {
             p.push("attribution: reads the logs of the Envoys meshbench starts, which an external variant has none of; drop attribution or the external topology".into());
         }
     }
@@ -1026,11 +1026,13 @@ impl Experiment {
             .filter(|t| {
                 !matches!(
                     t,
-                    Topology::Baseline
-                        | Topology::Serveronly
-                        | Topology::Clientonly
-                        | Topology::Both
-                        | Topology::Gateway
+                    StepKind::Chain(
+                        Topology::Baseline
+                            | Topology::Serveronly
+                            | Topology::Clientonly
+                            | Topology::Both
+                            | Topology::Gateway
+                    )
                 )
             })
             .map(|t| t.name())
@@ -1045,7 +1047,7 @@ impl Experiment {
         let sidecars = self
             .topologies
             .iter()
-            .any(|t| *t != Topology::Gateway && t.has(Class::Proxy));
+            .any(|t| *t != StepKind::Chain(Topology::Gateway) && t.has(Class::Proxy));
         if lab && sidecars && self.isolation != Isolation::Netns {
             p.push("proxy.type: istio runs each workload in a pod of its own, captured by Istio's iptables: add isolation: netns".into());
         }
@@ -1056,7 +1058,9 @@ impl Experiment {
         if self.proxy.mtls
             && !modes.is_empty()
             && modes.iter().all(|m| *m == PeerAuthentication::Strict)
-            && self.topologies.contains(&Topology::Serveronly)
+            && self
+                .topologies
+                .contains(&StepKind::Chain(Topology::Serveronly))
         {
             p.push("proxy.peer_authentication: strict refuses plaintext, and serveronly's client has no sidecar to send mutual TLS; list permissive too (serveronly then runs under it only), or leave serveronly out".into());
         }
@@ -1083,7 +1087,10 @@ impl Experiment {
             paths: _,
             workers: _, // 0 follows the CPU allotment, any other a count
         } = &self.gateway;
-        if self.topologies.contains(&Topology::Gateway) {
+        if self
+            .topologies
+            .contains(&StepKind::Chain(Topology::Gateway))
+        {
             if self.gateway.kind == Program::Command {
                 p.push("gateway.type: expected nginx, haproxy, caddy, envoy or istio".into());
             }
@@ -1195,7 +1202,7 @@ impl Experiment {
     /// Topology `control_plane` runs alone: no other topology, no section that is about load
     /// or where it is sent from, no CPU sweep. Its section goes with it, in range.
     fn validate_control_plane(&self, p: &mut Vec<String>) {
-        let listed = self.topologies.contains(&Topology::ControlPlane);
+        let listed = self.topologies.contains(&StepKind::ControlPlane);
         if let Some(section) = &self.control_plane {
             if !listed {
                 p.push("control_plane: given, but topologies does not list control_plane (the section would be ignored)".into());
@@ -1208,7 +1215,7 @@ impl Experiment {
         let mut others: Vec<&str> = self
             .topologies
             .iter()
-            .filter(|t| t.carries_load())
+            .filter(|t| **t != StepKind::ControlPlane)
             .map(|t| t.name())
             .collect();
         others.dedup();
@@ -1255,14 +1262,14 @@ impl Experiment {
     /// rules, and what of the rest of the file cannot apply to systems meshbench does not
     /// start.
     fn validate_external(&self, p: &mut Vec<String>) {
-        let listed = self.topologies.contains(&Topology::External);
+        let listed = self.topologies.contains(&StepKind::External);
         match (&self.external, listed) {
             (None, true) => p.push(
                 "external: topologies lists external; this section is needed (prometheus_url, variants)"
                     .into(),
             ),
             // With control_plane listed, validate_control_plane refuses the section.
-            (Some(_), false) if self.topologies.contains(&Topology::ControlPlane) => {}
+            (Some(_), false) if self.topologies.contains(&StepKind::ControlPlane) => {}
             (Some(_), false) => {
                 p.push("external: given, but topologies does not list external".into())
             }
@@ -1272,7 +1279,7 @@ impl Experiment {
                 if self.load.response_bytes.len() > 1 {
                     p.push("load.response_bytes: the external variants' servers choose their responses; list one value".into());
                 }
-                if self.topologies.iter().all(|t| !t.is_lab()) {
+                if self.topologies.iter().all(|t| *t == StepKind::External) {
                     for (role, r) in [
                         ("proxy", &self.limits.proxy),
                         ("tunnel", &self.limits.tunnel),
@@ -1351,7 +1358,13 @@ mod tests {
     #[test]
     fn a_minimal_file_takes_the_defaults() {
         let e = parse("t.yaml", MINIMAL, &[]).unwrap();
-        assert_eq!(e.topologies, vec![Topology::Baseline, Topology::Serveronly]);
+        assert_eq!(
+            e.topologies,
+            vec![
+                StepKind::Chain(Topology::Baseline),
+                StepKind::Chain(Topology::Serveronly)
+            ]
+        );
         assert_eq!(e.duration_secs, 10.0);
         assert_eq!(e.load.rate_rps, vec![1000.0]);
         assert_eq!(e.tunnel.kind, Program::Haproxy);

@@ -5,22 +5,24 @@
 use meshbench_results::{CpuAllotment, StepParams};
 
 use crate::config::Experiment;
-use crate::plan::Step;
+use crate::plan::{Step, Work};
 
 impl Step {
     /// This step's parameters under experiment `e`.
     pub fn params(&self, e: &Experiment) -> StepParams {
-        if let Some(scale) = self.mesh {
-            return StepParams::control_plane(scale);
-        }
+        let (load, cpu) = match &self.work {
+            Work::ControlPlane(scale) => return StepParams::control_plane(*scale),
+            Work::Chain(v, load) => (load, v.cpu),
+            Work::External(_, load) => (load, None),
+        };
         StepParams {
-            offer: self.load.offer,
-            connections: self.load.connections,
+            offer: load.offer,
+            connections: load.connections,
             // An external server chooses its responses (0: the target is not ours).
-            response_bytes: self.load.response_bytes.unwrap_or(0),
+            response_bytes: load.response_bytes.unwrap_or(0),
             request_bytes: e.load.request_bytes,
             protocol: e.load.protocol,
-            cpu: self.cpu.map(|(role, cores)| CpuAllotment { role, cores }),
+            cpu: cpu.map(|(role, cores)| CpuAllotment { role, cores }),
             mesh: None,
         }
     }

@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 
 use meshbench_results::{
     Arrival, Class, LoadPoint, LoopMode, MeshScale, Offer, PeerAuthentication, Program, Protocol,
-    Topology,
+    StepKind, Topology,
 };
 
 use crate::config::{ControlPlaneSection, Experiment};
@@ -21,37 +21,84 @@ pub struct Step {
     pub index: usize,
     /// 0-based repeat.
     pub repeat: u32,
+    /// What the step measures, decided here: the runner matches it and finds nothing missing.
+    pub work: Work,
+}
+
+/// What a step measures: a chain of roles under a load, systems meshbench does not start under
+/// a load, or istiod serving a mesh (no load).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Work {
+    /// A variant of a chain (realised in the lab or on a cluster) under a load point.
+    Chain(ChainVariant, LoadPoint),
+    /// An external variant, by its name in the file's `external.variants`, under a load point
+    /// with no response size (its server chooses).
+    External(String, LoadPoint),
+    /// A cell of the control-plane matrix: the mesh istiod serves.
+    ControlPlane(MeshScale),
+}
+
+/// One rig of a chain: its topology, the swept CPU allotment and Istio's PeerAuthentication.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ChainVariant {
     pub topology: Topology,
     /// The swept class's CPU quota in cores, when `limits.<class>.cpus` lists values.
     pub cpu: Option<(Class, f64)>,
     /// Istio's sidecars' PeerAuthentication, when `proxy.peer_authentication` lists several.
     pub peer_authentication: Option<PeerAuthentication>,
-    /// Its load; an external variant's has no response size (its server chooses). A
-    /// control-plane step sends none: a closed loop of 0 connections with no response size
-    /// ([`Step::no_load`]); what it asks is `mesh`.
-    pub load: LoadPoint,
-    /// Topology `external`: the name of its variant in the file's `external.variants`.
-    pub external: Option<String>,
-    /// Topology `control_plane`: the cell of the control-plane matrix, the mesh istiod serves.
-    pub mesh: Option<MeshScale>,
 }
 
 impl Step {
-    /// The load of a step that sends none (a control-plane step's).
-    pub fn no_load() -> LoadPoint {
-        LoadPoint {
-            offer: Offer::Closed,
-            connections: 0,
-            response_bytes: None,
+    /// Its kind, as the file lists it and the store keeps it.
+    pub fn kind(&self) -> StepKind {
+        match &self.work {
+            Work::Chain(v, _) => StepKind::Chain(v.topology),
+            Work::External(..) => StepKind::External,
+            Work::ControlPlane(_) => StepKind::ControlPlane,
+        }
+    }
+
+    /// The load it sends; `None` for a control-plane step.
+    pub fn load(&self) -> Option<&LoadPoint> {
+        match &self.work {
+            Work::Chain(_, load) | Work::External(_, load) => Some(load),
+            Work::ControlPlane(_) => None,
+        }
+    }
+
+    /// The chain it starts, if it starts one.
+    pub fn chain(&self) -> Option<&ChainVariant> {
+        match &self.work {
+            Work::Chain(v, _) => Some(v),
+            Work::External(..) | Work::ControlPlane(_) => None,
+        }
+    }
+
+    /// The same step at another open-loop rate (a capacity search's probe); a control-plane
+    /// step, which sends no load, is returned as it is.
+    pub fn at_rate(&self, index: usize, rate_rps: f64) -> Step {
+        let at = |load: &LoadPoint| LoadPoint {
+            offer: load.offer.with_rate(rate_rps),
+            ..*load
+        };
+        let work = match &self.work {
+            Work::Chain(v, load) => Work::Chain(*v, at(load)),
+            Work::External(name, load) => Work::External(name.clone(), at(load)),
+            Work::ControlPlane(m) => Work::ControlPlane(*m),
+        };
+        Step {
+            index,
+            repeat: self.repeat,
+            work,
         }
     }
 
     /// What the step asks, as progress lines and the dry run name it: its mesh (a
     /// control-plane step's), else its load.
-    pub fn work(&self) -> String {
-        match &self.mesh {
-            Some(mesh) => mesh.to_string(),
-            None => self.load.to_string(),
+    pub fn asks(&self) -> String {
+        match &self.work {
+            Work::ControlPlane(mesh) => mesh.to_string(),
+            Work::Chain(_, load) | Work::External(_, load) => load.to_string(),
         }
     }
 
@@ -59,14 +106,16 @@ impl Step {
     /// variant's own name; a control-plane step's topology (`control_plane`: its cell is
     /// `mesh`, as a load point is `load`).
     pub fn variant(&self) -> String {
-        if let Some(name) = &self.external {
-            return name.clone();
-        }
-        let mut name = match self.cpu {
-            Some((role, c)) => format!("{} {}={}cpu", self.topology, role.name(), c),
-            None => self.topology.to_string(),
+        let v = match &self.work {
+            Work::Chain(v, _) => v,
+            Work::External(name, _) => return name.clone(),
+            Work::ControlPlane(_) => return StepKind::ControlPlane.to_string(),
         };
-        if let Some(mode) = self.peer_authentication {
+        let mut name = match v.cpu {
+            Some((role, c)) => format!("{} {}={}cpu", v.topology, role.name(), c),
+            None => v.topology.to_string(),
+        };
+        if let Some(mode) = v.peer_authentication {
             name.push(' ');
             name.push_str(mode.name());
         }
@@ -77,29 +126,33 @@ impl Step {
     /// control-plane step's, in the same manner:
     /// `{id}_cp_p{proxies}_s{services}_o{objects}_e{endpoint churn}_c{config churn}_{kind}`.
     pub fn istio_label(&self, id: &str, protocol: Protocol) -> String {
-        if let Some(m) = &self.mesh {
-            return format!(
-                "{id}_cp_p{}_s{}_o{}_e{}_c{}_{}",
-                m.proxies,
-                m.services,
-                m.istio_objects,
-                label_number(m.endpoint_churn_per_s),
-                label_number(m.config_churn_per_s),
-                m.kind.name()
-            );
-        }
-        let q = match self.load.rate_rps() {
+        let (chain, load) = match &self.work {
+            Work::Chain(v, load) => (Some(v), load),
+            Work::External(_, load) => (None, load),
+            Work::ControlPlane(m) => {
+                return format!(
+                    "{id}_cp_p{}_s{}_o{}_e{}_c{}_{}",
+                    m.proxies,
+                    m.services,
+                    m.istio_objects,
+                    label_number(m.endpoint_churn_per_s),
+                    label_number(m.config_churn_per_s),
+                    m.kind.name()
+                )
+            }
+        };
+        let q = match load.rate_rps() {
             Some(q) => label_number(q),
             None => "max".into(),
         };
         let mut variant = Vec::new();
-        if let Some((role, c)) = self.cpu {
+        if let Some((role, c)) = chain.and_then(|v| v.cpu) {
             variant.push(format!("{}{c}cpu", role.name()));
         }
-        if let Some(mode) = self.peer_authentication {
+        if let Some(mode) = chain.and_then(|v| v.peer_authentication) {
             variant.push(mode.name().to_string());
         }
-        if self.load.offer.is_poisson() {
+        if load.offer.is_poisson() {
             variant.push("jitter".into());
         }
         match protocol {
@@ -115,14 +168,14 @@ impl Step {
         };
         // An external variant is its own mode (name it `both`, `serveronly`, `ingress`... for
         // Istio's graph_plotter).
-        let mode = self
-            .external
-            .as_deref()
-            .unwrap_or(self.topology.istio_mode());
-        let size = self.load.response_bytes.unwrap_or(0);
+        let mode = match &self.work {
+            Work::External(name, _) => name.as_str(),
+            _ => self.kind().istio_mode(),
+        };
+        let size = load.response_bytes.unwrap_or(0);
         format!(
             "{id}_qps_{q}_c_{}_{size}_{variant}_{mode}",
-            self.load.connections,
+            load.connections,
         )
     }
 }
@@ -173,16 +226,16 @@ impl PlanSize {
         let variants = e
             .topologies
             .iter()
-            .map(|t| match sweep {
-                _ if !t.carries_load() => 0,
-                _ if !t.is_lab() => len(external_names(e).len()),
-                Some((role, cpus)) if t.has(role) => {
-                    len(cpus.len()).saturating_mul(len(peer_authentications(e, *t).len()))
+            .map(|k| match (*k, sweep) {
+                (StepKind::ControlPlane, _) => 0,
+                (StepKind::External, _) => len(external_names(e).len()),
+                (StepKind::Chain(t), Some((role, cpus))) if t.has(role) => {
+                    len(cpus.len()).saturating_mul(len(peer_authentications(e, t).len()))
                 }
-                _ => len(peer_authentications(e, *t).len()),
+                (StepKind::Chain(t), _) => len(peer_authentications(e, t).len()),
             })
             .fold(0, u64::saturating_add);
-        let mesh_points = if e.topologies.contains(&Topology::ControlPlane) {
+        let mesh_points = if e.topologies.contains(&StepKind::ControlPlane) {
             let m = e.control_plane_matrix();
             [
                 m.proxies.len(),
@@ -298,7 +351,7 @@ fn peer_authentications(e: &Experiment, t: Topology) -> Vec<Option<PeerAuthentic
 /// control plane starts for each step (about 6 s here) and whose routes are applied and pushed
 /// before the load (about 36 s for 100,000 routes on a 2-core machine, docs/seeds.md).
 fn setup_secs(e: &Experiment) -> f64 {
-    if e.topologies.contains(&Topology::Gateway)
+    if e.topologies.contains(&StepKind::Chain(Topology::Gateway))
         && e.gateway.kind == meshbench_results::Program::Istio
     {
         let routes = f64::from(e.gateway.domains) * f64::from(e.gateway.paths);
@@ -306,6 +359,47 @@ fn setup_secs(e: &Experiment) -> f64 {
     } else {
         1.0
     }
+}
+
+/// A variant that carries load: a chain's rig, or an external variant by name.
+enum Variant {
+    Chain(ChainVariant),
+    External(String),
+}
+
+/// Every variant that carries load, in the file's order of topologies: each chain once per
+/// swept CPU value (when the sweep's class is in it) and listed PeerAuthentication, each
+/// external variant once.
+fn variants(e: &Experiment) -> Vec<Variant> {
+    let sweep = sweep(e);
+    let mut variants = Vec::new();
+    for &kind in &e.topologies {
+        let topology = match kind {
+            StepKind::Chain(t) => t,
+            StepKind::External => {
+                variants.extend(external_names(e).into_iter().map(Variant::External));
+                continue;
+            }
+            // Its steps are the control-plane matrix's cells.
+            StepKind::ControlPlane => continue,
+        };
+        let cpus: Vec<Option<(Class, f64)>> = match sweep {
+            Some((role, cpus)) if topology.has(role) => {
+                cpus.iter().map(|&c| Some((role, c))).collect()
+            }
+            _ => vec![None],
+        };
+        for cpu in cpus {
+            for peer_authentication in peer_authentications(e, topology) {
+                variants.push(Variant::Chain(ChainVariant {
+                    topology,
+                    cpu,
+                    peer_authentication,
+                }));
+            }
+        }
+    }
+    variants
 }
 
 /// The whole run order.
@@ -347,51 +441,31 @@ impl Plan {
         }
         loads.dedup();
         let matrix = e.control_plane_matrix();
-        let cells = if e.topologies.contains(&Topology::ControlPlane) {
+        let cells = if e.topologies.contains(&StepKind::ControlPlane) {
             mesh_cells(&matrix)
         } else {
             Vec::new()
         };
-        let sweep = sweep(e);
-        let mut variants = Vec::new();
-        for &t in &e.topologies {
-            let cpus: Vec<Option<(Class, f64)>> = match sweep {
-                // Its steps are the control-plane matrix's cells, below.
-                _ if !t.carries_load() => continue,
-                _ if !t.is_lab() => {
-                    for name in external_names(e) {
-                        variants.push((t, None, None, Some(name)));
-                    }
-                    continue;
-                }
-                Some((role, cpus)) if t.has(role) => {
-                    cpus.iter().map(|&c| Some((role, c))).collect()
-                }
-                _ => vec![None],
-            };
-            for cpu in cpus {
-                for mode in peer_authentications(e, t) {
-                    variants.push((t, cpu, mode, None));
-                }
-            }
-        }
+        let variants = variants(e);
         let mut steps = Vec::new();
         for repeat in 0..e.repeats {
             for load in &loads {
-                for (topology, cpu, peer_authentication, external) in &variants {
+                for variant in &variants {
+                    let work = match variant {
+                        Variant::Chain(v) => Work::Chain(*v, *load),
+                        // An external server chooses its responses.
+                        Variant::External(name) => Work::External(
+                            name.clone(),
+                            LoadPoint {
+                                response_bytes: None,
+                                ..*load
+                            },
+                        ),
+                    };
                     steps.push(Step {
                         index: steps.len(),
                         repeat,
-                        topology: *topology,
-                        cpu: *cpu,
-                        peer_authentication: *peer_authentication,
-                        // An external server chooses its responses.
-                        load: LoadPoint {
-                            response_bytes: load.response_bytes.filter(|_| external.is_none()),
-                            ..*load
-                        },
-                        external: external.clone(),
-                        mesh: None,
+                        work,
                     });
                 }
             }
@@ -399,12 +473,7 @@ impl Plan {
                 steps.push(Step {
                     index: steps.len(),
                     repeat,
-                    topology: Topology::ControlPlane,
-                    cpu: None,
-                    peer_authentication: None,
-                    load: Step::no_load(),
-                    external: None,
-                    mesh: Some(*cell),
+                    work: Work::ControlPlane(*cell),
                 });
             }
         }
@@ -434,15 +503,17 @@ impl Plan {
     /// Seconds `step` takes, start to end: a control-plane step's warm-up, window, settle time,
     /// cool-down and estimated start-up (which grows with its proxies and services).
     pub fn secs_of(&self, step: &Step, e: &Experiment) -> f64 {
-        match &step.mesh {
-            Some(m) => {
+        match &step.work {
+            Work::ControlPlane(m) => {
                 e.warmup_secs
                     + e.duration_secs
                     + e.cooldown_secs
                     + self.settle_secs
                     + control_plane_start_secs(m)
             }
-            None => e.warmup_secs + e.duration_secs + e.cooldown_secs + setup_secs(e),
+            Work::Chain(..) | Work::External(..) => {
+                e.warmup_secs + e.duration_secs + e.cooldown_secs + setup_secs(e)
+            }
         }
     }
 
@@ -459,6 +530,14 @@ mod tests {
 
     const MINIMAL_LAB: &str = "name: t\ntopologies: [baseline]\n";
 
+    /// A control-plane step's cell.
+    fn mesh(s: &Step) -> MeshScale {
+        match s.work {
+            Work::ControlPlane(m) => m,
+            _ => panic!("not a control-plane step: {s:?}"),
+        }
+    }
+
     #[test]
     fn repeats_interleave_variants_at_every_load_point() {
         let e = parse(
@@ -471,7 +550,7 @@ mod tests {
         let order: Vec<(u32, Option<f64>, &str)> = plan
             .steps
             .iter()
-            .map(|s| (s.repeat, s.load.rate_rps(), s.topology.name()))
+            .map(|s| (s.repeat, s.load().unwrap().rate_rps(), s.kind().name()))
             .collect();
         assert_eq!(
             order,
@@ -544,14 +623,14 @@ mod tests {
         );
         assert_eq!(PlanSize::of(&e).steps(), 6);
         let both = &plan.steps[2];
-        assert_eq!(both.external.as_deref(), Some("both"));
-        assert_eq!(both.topology, Topology::External);
+        assert!(matches!(&both.work, Work::External(name, _) if name == "both"));
+        assert_eq!(both.kind(), StepKind::External);
         assert_eq!(
             both.istio_label("x", Protocol::Http1),
             "x_qps_100_c_4_0_default_both"
         );
         assert_eq!(both.params(&e).response_bytes, 0);
-        assert_eq!(both.load.to_string(), "100 qps x 4 conns");
+        assert_eq!(both.asks(), "100 qps x 4 conns");
         // A lab step's size is said when it is not the default.
         let e = parse(
             "t.yaml",
@@ -560,8 +639,8 @@ mod tests {
         )
         .unwrap();
         let plan = Plan::compile(&e);
-        assert_eq!(plan.steps[0].load.to_string(), "1000 qps x 16 conns");
-        assert_eq!(plan.steps[1].load.to_string(), "1000 qps x 16 conns, 0 B");
+        assert_eq!(plan.steps[0].asks(), "1000 qps x 16 conns");
+        assert_eq!(plan.steps[1].asks(), "1000 qps x 16 conns, 0 B");
     }
 
     #[test]
@@ -595,7 +674,13 @@ mod tests {
             &[],
         )
         .unwrap();
-        assert_eq!(Plan::compile(&one).steps[0].peer_authentication, None);
+        assert_eq!(
+            Plan::compile(&one).steps[0]
+                .chain()
+                .unwrap()
+                .peer_authentication,
+            None
+        );
         assert_eq!(one.proxy.peer_authentication, [PeerAuthentication::Strict]);
     }
 
@@ -613,7 +698,7 @@ mod tests {
         let cells: Vec<(u32, u32, u32, f64)> = plan.steps[..8]
             .iter()
             .map(|s| {
-                let m = s.mesh.unwrap();
+                let m = mesh(s);
                 (s.repeat, m.services, m.proxies, m.endpoint_churn_per_s)
             })
             .collect();
@@ -632,15 +717,12 @@ mod tests {
         );
         for (i, s) in plan.steps.iter().enumerate() {
             assert_eq!((s.index, s.repeat), (i, (i / 8) as u32));
-            assert_eq!(s.mesh, plan.steps[i % 8].mesh);
-            assert_eq!(s.topology, Topology::ControlPlane);
+            assert_eq!(mesh(s), mesh(&plan.steps[i % 8]));
+            assert_eq!(s.kind(), StepKind::ControlPlane);
             assert_eq!(s.variant(), "control_plane");
-            assert_eq!(s.load, Step::no_load());
-            assert_eq!(
-                (s.cpu, s.peer_authentication, &s.external),
-                (None, None, &None)
-            );
-            let m = s.mesh.unwrap();
+            assert_eq!(s.load(), None);
+            assert_eq!(s.chain(), None);
+            let m = mesh(s);
             assert_eq!(
                 (m.kind, m.istio_objects, m.config_churn_per_s),
                 (ProxyKind::Gateway, 4, 0.5)
@@ -664,7 +746,7 @@ mod tests {
             .steps
             .iter()
             .map(|s| {
-                let m = s.mesh.unwrap();
+                let m = mesh(s);
                 33.0 + 10.0 + 0.005 * f64::from(m.proxies) + 0.01 * f64::from(m.services)
             })
             .sum();

@@ -53,7 +53,7 @@ pub fn experiment_file(data: &[u8]) {
     }
     let size = PlanSize::of(&e);
     assert!(size.steps() <= MAX_STEPS, "accepted a plan of {size:?}");
-    if e.topologies.contains(&Topology::Gateway) {
+    if e.topologies.contains(&Topology::Gateway.into()) {
         let routes = u64::from(e.gateway.domains) * u64::from(e.gateway.paths);
         assert!(routes <= MAX_ROUTES, "accepted {routes} gateway routes");
     }
@@ -63,7 +63,7 @@ pub fn experiment_file(data: &[u8]) {
     for (i, step) in plan.steps.iter().enumerate() {
         assert_eq!(step.index, i);
         assert!(step.repeat < e.repeats);
-        let _ = (step.params(&e), step.variant(), step.load.to_string());
+        let _ = (step.params(&e), step.variant(), step.asks());
         let _ = step.istio_label("fuzz", e.load.protocol);
     }
     let _ = plan.total_secs(&e);

@@ -273,8 +273,8 @@ pub(crate) mod fixture {
 
     use meshbench_results::control_plane::{Agreement, Propagation};
     use meshbench_results::{
-        ControlPlaneFigures, MeshScale, PlayedBy, Program, ProxyKind, Role, RoleUsage, StepParams,
-        Topology, Usage, XdsType,
+        ControlPlaneFigures, MeshScale, PlayedBy, Program, ProxyKind, Role, RoleUsage, StepKind,
+        StepParams, Usage, XdsType,
     };
     use meshbench_store::{StepRecord, StepStatus};
 
@@ -290,7 +290,7 @@ pub(crate) mod fixture {
             config_churn_per_s: 0.2,
         };
         let mut s = StepRecord::new(seq, StepParams::control_plane(scale));
-        s.topology = Some(Topology::ControlPlane);
+        s.kind = Some(StepKind::ControlPlane);
         s.variant = "control_plane".into();
         s.label = format!("control_plane_{seq}");
         s.started_at = "2026-11-28T00:00:00Z".into();

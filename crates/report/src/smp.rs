@@ -120,7 +120,7 @@ fn mesh_head(id: &str, s: &StepRecord) -> Value {
     json!({
         "smpVersion": SMP_VERSION,
         "id": format!("{id}-mesh"),
-        "labels": {"meshbench.topology": meshbench_store::topology_name::text(s.topology)},
+        "labels": {"meshbench.topology": meshbench_store::topology_name::text(s.kind)},
     })
 }
 

@@ -9,8 +9,9 @@
 //! - [`load`]: the words of a load (loop mode, arrival, protocol, order, close side, idle
 //!   strategy), typed.
 //! - [`step`]: what one step asked for ([`StepParams`]).
-//! - [`topology`]: who talks to whom ([`Topology`]), each role's class and layer, and what a
-//!   measured run is compared as ([`Subject`]).
+//! - [`topology`]: who talks to whom ([`Topology`]), what kind of step the file lists and the
+//!   store keeps ([`StepKind`]), each role's class and layer, and what a measured run is
+//!   compared as ([`Subject`]).
 //! - [`role`]: who played what ([`Role`], [`ChainRole`]), the proxy programs ([`Program`]) and
 //!   what played a role ([`PlayedBy`]).
 //! - [`failure`]: why a step failed ([`StepFailure`]).
@@ -49,5 +50,5 @@ pub use run::RunResult;
 pub use self_check::{Cause, Finding, SelfCheck};
 pub use step::{CpuAllotment, LoadPoint, Offer, StepParams};
 pub use stop::Stop;
-pub use topology::{Class, Layer, PeerAuthentication, Subject, Topology};
+pub use topology::{Class, Layer, PeerAuthentication, StepKind, Subject, Topology};
 pub use usage::{Figure, RoleUsage, Sample, Usage};

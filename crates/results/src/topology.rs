@@ -32,13 +32,22 @@ pub enum Topology {
     Ambient,
     /// client -> L4 tunnel -> L7 waypoint -> L4 tunnel -> backend.
     Waypoint,
+}
+
+/// What kind of step the file lists (`topologies:`) and the store keeps (the `topology`
+/// column): a chain of roles that meshbench starts, here or on a cluster; systems meshbench does
+/// not start, read through Prometheus; or istiod under simulated proxies. Spelled with one word
+/// each: the chain's topology, `external`, `control_plane`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum StepKind {
+    /// A chain of roles between the client and the backend.
+    Chain(Topology),
     /// Systems meshbench does not start: the experiment file's `external` variants, each a URL
     /// whose roles are read from Prometheus. No chain, no class, no rig.
     External,
     /// istiod with simulated proxies connected over ADS and a real Envoy among them: what the
     /// control plane costs. No chain and no load; its steps ask a
     /// [`crate::control_plane::MeshScale`] instead.
-    #[serde(rename = "control_plane")]
     ControlPlane,
 }
 
@@ -147,7 +156,7 @@ const fn l4(role: ChainRole, duty: Duty) -> RolePlan {
 }
 
 impl Topology {
-    pub const ALL: [Topology; 9] = [
+    pub const ALL: [Topology; 7] = [
         Topology::Baseline,
         Topology::Serveronly,
         Topology::Clientonly,
@@ -155,8 +164,6 @@ impl Topology {
         Topology::Gateway,
         Topology::Ambient,
         Topology::Waypoint,
-        Topology::External,
-        Topology::ControlPlane,
     ];
 
     /// The topology this word names, if any.
@@ -173,14 +180,7 @@ impl Topology {
             Topology::Gateway => "gateway",
             Topology::Ambient => "ambient",
             Topology::Waypoint => "waypoint",
-            Topology::External => "external",
-            Topology::ControlPlane => "control_plane",
         }
-    }
-
-    /// Whether meshbench starts this topology's roles (every one but `external`).
-    pub fn is_lab(self) -> bool {
-        self != Topology::External
     }
 
     /// The mode word of Istio's perf/benchmark labels.
@@ -193,15 +193,7 @@ impl Topology {
             Topology::Gateway => "ingress",
             Topology::Ambient => "ambient",
             Topology::Waypoint => "waypoint",
-            // An external step's label ends with its variant's name instead (plan.rs).
-            Topology::External => "external",
-            Topology::ControlPlane => "control_plane",
         }
-    }
-
-    /// Whether its steps send load through a chain (every one but `control_plane`).
-    pub fn carries_load(self) -> bool {
-        self != Topology::ControlPlane
     }
 
     /// The roles between the client and the backend, client side first.
@@ -220,14 +212,112 @@ impl Topology {
             Topology::Gateway => &[GATEWAY],
             Topology::Ambient => &[ZTUNNEL_CLIENT, ZTUNNEL_SERVER],
             Topology::Waypoint => &[ZTUNNEL_CLIENT, WAYPOINT, ZTUNNEL_SERVER],
-            Topology::External | Topology::ControlPlane => &[],
         }
     }
 
-    /// Whether a role of this class is part of the topology (every lab topology has the
-    /// backend; `external` has no role meshbench starts, so no class).
+    /// Whether a role of this class is part of the topology (every one has the backend).
     pub fn has(self, class: Class) -> bool {
-        self.is_lab() && (class == Class::Backend || self.chain().iter().any(|r| r.class == class))
+        class == Class::Backend || self.chain().iter().any(|r| r.class == class)
+    }
+}
+
+impl StepKind {
+    /// Every kind, in the order the file's words are listed when one is unknown.
+    pub const ALL: [StepKind; 9] = [
+        StepKind::Chain(Topology::Baseline),
+        StepKind::Chain(Topology::Serveronly),
+        StepKind::Chain(Topology::Clientonly),
+        StepKind::Chain(Topology::Both),
+        StepKind::Chain(Topology::Gateway),
+        StepKind::Chain(Topology::Ambient),
+        StepKind::Chain(Topology::Waypoint),
+        StepKind::External,
+        StepKind::ControlPlane,
+    ];
+
+    /// The words, as serde's "expected one of" lists them.
+    const WORDS: [&'static str; 9] = [
+        "baseline",
+        "serveronly",
+        "clientonly",
+        "both",
+        "gateway",
+        "ambient",
+        "waypoint",
+        "external",
+        "control_plane",
+    ];
+
+    /// The kind this word names, if any.
+    pub fn from_word(word: &str) -> Option<StepKind> {
+        StepKind::ALL.into_iter().find(|k| k.name() == word)
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            StepKind::Chain(t) => t.name(),
+            StepKind::External => "external",
+            StepKind::ControlPlane => "control_plane",
+        }
+    }
+
+    /// The chain it starts, if it is one.
+    pub fn chain(self) -> Option<Topology> {
+        match self {
+            StepKind::Chain(t) => Some(t),
+            StepKind::External | StepKind::ControlPlane => None,
+        }
+    }
+
+    /// The mode word of Istio's perf/benchmark labels (an external step's label ends with its
+    /// variant's name instead).
+    pub fn istio_mode(self) -> &'static str {
+        match self {
+            StepKind::Chain(t) => t.istio_mode(),
+            StepKind::External => "external",
+            StepKind::ControlPlane => "control_plane",
+        }
+    }
+
+    /// Whether a role of this class is part of it: only a chain has classes.
+    pub fn has(self, class: Class) -> bool {
+        self.chain().is_some_and(|t| t.has(class))
+    }
+}
+
+impl From<Topology> for StepKind {
+    fn from(t: Topology) -> StepKind {
+        StepKind::Chain(t)
+    }
+}
+
+impl fmt::Display for StepKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl Serialize for StepKind {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
+impl<'de> Deserialize<'de> for StepKind {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<StepKind, D::Error> {
+        /// Reads the word inside the deserializer's own call, so that a reader that knows
+        /// where it is (the experiment file's) says where an unknown word stands.
+        struct Word;
+        impl serde::de::Visitor<'_> for Word {
+            type Value = StepKind;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a topology's word")
+            }
+            fn visit_str<E: serde::de::Error>(self, word: &str) -> Result<StepKind, E> {
+                StepKind::from_word(word).ok_or_else(|| E::unknown_variant(word, &StepKind::WORDS))
+            }
+        }
+        d.deserialize_str(Word)
     }
 }
 
@@ -259,6 +349,8 @@ impl fmt::Display for Class {
 pub enum Subject {
     /// A lab topology meshbench started.
     Lab(Topology),
+    /// A control-plane step (istiod under simulated proxies): compared with nothing.
+    ControlPlane,
     /// A step with no rig: the load aimed at a URL (stored as `url`).
     Url,
     /// An external variant, by the name its experiment file gives it; the one named like the
@@ -272,20 +364,12 @@ pub enum Subject {
 impl Subject {
     /// What a stored step measured: its topology (`None`: a URL), and for an external step its
     /// variant's name.
-    pub fn of_step(topology: Option<Topology>, variant: &str) -> Subject {
-        match topology {
+    pub fn of_step(kind: Option<StepKind>, variant: &str) -> Subject {
+        match kind {
             None => Subject::Url,
-            Some(Topology::External) => Subject::External(variant.to_string()),
-            Some(
-                t @ (Topology::Baseline
-                | Topology::Serveronly
-                | Topology::Clientonly
-                | Topology::Both
-                | Topology::Gateway
-                | Topology::Ambient
-                | Topology::Waypoint
-                | Topology::ControlPlane),
-            ) => Subject::Lab(t),
+            Some(StepKind::External) => Subject::External(variant.to_string()),
+            Some(StepKind::Chain(t)) => Subject::Lab(t),
+            Some(StepKind::ControlPlane) => Subject::ControlPlane,
         }
     }
 
@@ -293,6 +377,7 @@ impl Subject {
     pub fn name(&self) -> &str {
         match self {
             Subject::Lab(t) => t.name(),
+            Subject::ControlPlane => StepKind::ControlPlane.name(),
             Subject::Url => "url",
             Subject::External(name) | Subject::File(name) => name,
         }
@@ -303,7 +388,7 @@ impl Subject {
         match self {
             Subject::Lab(t) => *t == Topology::Baseline,
             Subject::External(name) => name == Topology::Baseline.name(),
-            Subject::Url | Subject::File(_) => false,
+            Subject::ControlPlane | Subject::Url | Subject::File(_) => false,
         }
     }
 }
@@ -346,15 +431,16 @@ mod tests {
 
     #[test]
     fn the_baseline_is_a_lab_baseline_or_an_external_variant_named_so() {
-        assert!(Subject::of_step(Some(Topology::Baseline), "baseline").is_baseline());
-        assert!(Subject::of_step(Some(Topology::External), "baseline").is_baseline());
-        assert!(!Subject::of_step(Some(Topology::External), "mesh").is_baseline());
-        assert!(!Subject::of_step(Some(Topology::Both), "baseline").is_baseline());
+        let chain = |t| Some(StepKind::Chain(t));
+        assert!(Subject::of_step(chain(Topology::Baseline), "baseline").is_baseline());
+        assert!(Subject::of_step(Some(StepKind::External), "baseline").is_baseline());
+        assert!(!Subject::of_step(Some(StepKind::External), "mesh").is_baseline());
+        assert!(!Subject::of_step(chain(Topology::Both), "baseline").is_baseline());
         assert!(!Subject::of_step(None, "baseline").is_baseline());
         assert!(!Subject::File("baseline".into()).is_baseline());
         assert_eq!(Subject::of_step(None, "").name(), "url");
         assert_eq!(
-            Subject::of_step(Some(Topology::External), "mesh").name(),
+            Subject::of_step(Some(StepKind::External), "mesh").name(),
             "mesh"
         );
     }
@@ -367,6 +453,20 @@ mod tests {
         assert!(!Topology::Ambient.has(Class::Proxy));
         assert!(Topology::Waypoint.has(Class::Tunnel));
         assert!(!Topology::Both.has(Class::Tunnel));
-        assert!(!Topology::External.has(Class::Backend));
+        assert!(!StepKind::External.has(Class::Backend));
+    }
+
+    #[test]
+    fn a_kind_is_spelled_with_its_one_word_and_an_unknown_word_lists_them_all() {
+        for k in StepKind::ALL {
+            let text = serde_json::to_string(&k).unwrap();
+            assert_eq!(text, format!("\"{}\"", k.name()));
+            assert_eq!(serde_json::from_str::<StepKind>(&text).unwrap(), k);
+        }
+        let err = serde_json::from_str::<StepKind>("\"sidecar\"").unwrap_err();
+        assert!(err
+            .to_string()
+            .contains("unknown variant `sidecar`, expected one of `baseline`"));
+        assert!(err.to_string().contains("`control_plane`"));
     }
 }

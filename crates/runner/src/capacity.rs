@@ -13,11 +13,12 @@ use meshbench_analysis::threshold::{self, Threshold};
 use meshbench_analysis::{group, Headline, Run};
 use meshbench_engine::{Live, LoadSpec};
 use meshbench_experiment::{Experiment, Step};
-use meshbench_results::{LoadPoint, StepFailure, StepParams};
+use meshbench_results::{StepFailure, StepParams};
 use meshbench_store::StepRecord;
 
 use crate::{
-    measure, now_rfc3339, Lab, LoadOptions, LoadSource, Observer, RunnerError, Session, StepAt,
+    measure, now_rfc3339, LoadOptions, LoadSource, Observer, RunnerError, Session, StepAt,
+    StepRunner,
 };
 
 /// How a search ended.
@@ -165,7 +166,7 @@ pub fn url_step(
 #[allow(clippy::too_many_arguments)]
 pub fn lab_step(
     session: &mut Session,
-    lab: &Lab,
+    lab: &StepRunner,
     e: &Experiment,
     template: &Step,
     rate: f64,
@@ -173,14 +174,7 @@ pub fn lab_step(
     lower: Option<u64>,
     observer: &mut dyn Observer,
 ) -> Result<StepRecord, RunnerError> {
-    let step = Step {
-        index: n,
-        load: LoadPoint {
-            offer: template.load.offer.with_rate(rate),
-            ..template.load
-        },
-        ..template.clone()
-    };
+    let step = template.at_rate(n, rate);
     let at = StepAt {
         step: &step,
         steps: n + 1,

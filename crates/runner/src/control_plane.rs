@@ -6,92 +6,80 @@
 
 use std::time::Duration;
 
-use meshbench_engine::Stop;
-use meshbench_experiment::config::Experiment;
 use meshbench_lab::control_plane::cost::{CostSpec, CostStep};
-use meshbench_results::{PlayedBy, Program, Role, RoleUsage, StepFailure};
+use meshbench_results::{MeshScale, PlayedBy, Program, Role, RoleUsage, StepFailure};
 use meshbench_store::{StepRecord, StepStatus};
 
-use crate::observer::{Observer, StepAt};
-use crate::steps::Lab;
+use crate::measured::StepContext;
+use crate::observer::Observer;
 
-impl Lab {
-    /// Runs a `control_plane` step; every failure ends up in the record.
-    pub(crate) fn run_control_plane_step(
-        &self,
-        e: &Experiment,
-        at: &StepAt,
-        experiment_id: i64,
-        stop: &Stop,
-        observer: &mut dyn Observer,
-    ) -> StepRecord {
-        let step = at.step;
-        let mut record = self.new_record(e, step);
-        let Some(scale) = step.mesh else {
-            record.fail(StepFailure::RigDidNotStart(
-                "a control_plane step without its mesh (a plan error)".into(),
-            ));
+/// Runs a `control_plane` step serving `scale`; every failure ends up in `record`.
+pub(crate) fn run(
+    scale: MeshScale,
+    step: &StepContext<'_>,
+    mut record: StepRecord,
+    observer: &mut dyn Observer,
+) -> StepRecord {
+    let (e, experiment_id, stop) = (step.e, step.experiment_id, step.stop);
+    let step = step.at.step;
+    let owner = format!("{}-{experiment_id}-{}", std::process::id(), step.index);
+    let spec = CostSpec {
+        scale,
+        dir: std::env::temp_dir().join(format!("meshbench-{owner}")),
+        owner,
+        warmup: Duration::from_secs_f64(e.warmup_secs),
+        duration: Duration::from_secs_f64(e.duration_secs),
+        settle: Duration::from_secs_f64(e.control_plane_matrix().settle_secs),
+        sample_every: Duration::from_millis(e.sample_interval_ms),
+    };
+    let started = CostStep::start(spec, &mut |line| observer.note(&format!("istiod: {line}")));
+    let mut cost = match started {
+        Ok(c) => c,
+        Err(err) => {
+            record.fail(StepFailure::RigDidNotStart(err.to_string()));
             return record;
-        };
-        let owner = format!("{}-{experiment_id}-{}", std::process::id(), step.index);
-        let spec = CostSpec {
-            scale,
-            dir: std::env::temp_dir().join(format!("meshbench-{owner}")),
-            owner,
-            warmup: Duration::from_secs_f64(e.warmup_secs),
-            duration: Duration::from_secs_f64(e.duration_secs),
-            settle: Duration::from_secs_f64(e.control_plane_matrix().settle_secs),
-            sample_every: Duration::from_millis(e.sample_interval_ms),
-        };
-        let started = CostStep::start(spec, &mut |line| observer.note(&format!("istiod: {line}")));
-        let mut cost = match started {
-            Ok(c) => c,
-            Err(err) => {
-                record.fail(StepFailure::RigDidNotStart(err.to_string()));
-                return record;
-            }
-        };
-        let agreement = cost.agreement();
-        if agreement.agrees() {
-            observer.note(&format!(
-                "istiod: the simulated twin of the real Envoy holds what it accepted ({})",
-                agreement
-                    .resources
-                    .iter()
-                    .map(|(t, n)| format!("{n} {t}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ));
-        } else {
-            observer.warning(&format!(
-                "the simulated twin of the real Envoy differs from it: {}",
-                agreement.differences.join("; ")
-            ));
         }
-        let run = match cost.measure(&|| stop.requested()) {
-            Ok(run) => run,
-            Err(err) => {
-                record.fail(StepFailure::ControlPlaneFailed(err.to_string()));
-                return record;
-            }
-        };
-        drop(cost);
-        record.usage.push(RoleUsage {
-            role: Role::Istiod,
-            program: PlayedBy::Proxy(Program::Istio),
-            workers: 0,
-            cpu_limit: None,
-            usage: run.istiod,
-            missing: Default::default(),
-            proxy: None,
-        });
-        record.samples.insert(Role::Istiod, run.istiod_samples);
-        record.control_plane = Some(run.figures);
-        record.status = if run.partial {
-            StepStatus::Partial
-        } else {
-            StepStatus::Ok
-        };
-        record
+    };
+    let agreement = cost.agreement();
+    if agreement.agrees() {
+        observer.note(&format!(
+            "istiod: the simulated twin of the real Envoy holds what it accepted ({})",
+            agreement
+                .resources
+                .iter()
+                .map(|(t, n)| format!("{n} {t}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    } else {
+        observer.warning(&format!(
+            "the simulated twin of the real Envoy differs from it: {}",
+            agreement.differences.join("; ")
+        ));
     }
+    let run = match cost.measure(&|| stop.requested()) {
+        Ok(run) => run,
+        Err(err) => {
+            record.fail(StepFailure::ControlPlaneFailed(err.to_string()));
+            return record;
+        }
+    };
+    drop(cost);
+    record.usage.push(RoleUsage {
+        role: Role::Istiod,
+        program: PlayedBy::Proxy(Program::Istio),
+        workers: 0,
+        cpu_limit: None,
+        usage: run.istiod,
+        missing: Default::default(),
+        proxy: None,
+    });
+    record.samples.insert(Role::Istiod, run.istiod_samples);
+    record.control_plane = Some(run.figures);
+    record.status = if run.partial {
+        StepStatus::Partial
+    } else {
+        StepStatus::Ok
+    };
+    record
 }

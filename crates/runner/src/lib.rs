@@ -3,13 +3,14 @@
 //! ```text
 //! LoadOptions ──resolve──► LoadSpec ──► measure: engine + sampler over one window ──► Measured
 //!   (load, targets)                       (measure)
-//! Experiment ──► Plan ──► steps::run_experiment ──► for each step: rig (setup) started, the load
-//!                         aimed at it (steps::load_options), measured, each role summarised
+//! Experiment ──► Plan ──► steps::run_experiment ──► for each step, by its kind (`Work`):
+//!                         a chain or an external variant ──► measured::measured_step at its
+//!                         Place (rig_place: the lab's rig; cluster: a Kubernetes cluster;
+//!                         external: systems read through Prometheus): realised, the load
+//!                         aimed at it, measured, witnesses and each role's usage
 //!                         ──► StepRecord ──► Session (store), Observer (progress)
-//!                         (an `external` variant: no rig; the load aimed at its URL, measured,
-//!                         its roles read from Prometheus over the same window: external;
 //!                         a `control_plane` step: istiod serving a simulated mesh, no load:
-//!                         control_plane)
+//!                         control_plane
 //! capacity::search: analysis's search picks each rate, a step measures it, the stored step
 //!                   becomes a probe
 //! ```
@@ -26,7 +27,9 @@ pub mod control_plane;
 pub mod external;
 pub mod load;
 pub mod measure;
+mod measured;
 pub mod observer;
+pub mod rig_place;
 pub mod session;
 pub mod setup;
 pub mod source_addrs;
@@ -38,8 +41,9 @@ use thiserror::Error;
 pub use load::{Body, LoadError, LoadOptions, ProtoSource, QuicOptions, TargetSource, TlsOptions};
 pub use measure::{measure, ClientPlace, LoadSource, MeasureError, Measured, Sampling};
 pub use observer::{Observer, Quiet, StepAt};
+pub use rig_place::load_options;
 pub use session::{new_experiment, now_rfc3339, Finished, Kept, NotStored, Session};
-pub use steps::{load_options, run_experiment, Lab, Site};
+pub use steps::{run_experiment, Site, StepRunner};
 
 /// Why an experiment could not be carried out (a failed step is not one: it is stored).
 #[derive(Debug, Error)]

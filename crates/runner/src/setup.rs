@@ -6,13 +6,13 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use meshbench_experiment::config::Experiment;
-use meshbench_experiment::Step;
+use meshbench_experiment::{ChainVariant, Step};
 use meshbench_lab::cgroup::Limits;
 use meshbench_lab::control_plane::sidecars;
 use meshbench_lab::program::{envoy, CommandTemplate, LabProgram, ProgramSpec};
 use meshbench_lab::rig::{GatewaySpec, RigSpec};
 use meshbench_lab::Program;
-use meshbench_results::{Class, Topology};
+use meshbench_results::{Class, LoadPoint, StepKind, Topology};
 
 /// The program of a `proxy` or `tunnel` section, with its command template.
 fn program_spec(p: &meshbench_experiment::config::Proxy) -> ProgramSpec {
@@ -38,9 +38,9 @@ impl Sections {
             proxies: e
                 .topologies
                 .iter()
-                .any(|t| *t != Topology::Gateway && t.has(Class::Proxy)),
+                .any(|t| *t != StepKind::Chain(Topology::Gateway) && t.has(Class::Proxy)),
             tunnels: e.topologies.iter().any(|t| t.has(Class::Tunnel)),
-            gateway: e.topologies.contains(&Topology::Gateway),
+            gateway: e.topologies.contains(&StepKind::Chain(Topology::Gateway)),
         }
     }
 }
@@ -158,7 +158,7 @@ pub fn missing_programs(e: &Experiment) -> Vec<String> {
     .chain(
         // istiod, the API server and the real Envoy of a control-plane step.
         e.topologies
-            .contains(&Topology::ControlPlane)
+            .contains(&StepKind::ControlPlane)
             .then(meshbench_lab::control_plane::unavailable)
             .flatten()
             .map(|why| format!("control_plane: {why}")),
@@ -177,7 +177,7 @@ pub fn program_versions(e: &Experiment) -> BTreeMap<String, String> {
     let proxies = e
         .topologies
         .iter()
-        .any(|t| *t != Topology::Gateway && t.has(Class::Proxy));
+        .any(|t| *t != StepKind::Chain(Topology::Gateway) && t.has(Class::Proxy));
     let tunnels = e.topologies.iter().any(|t| t.has(Class::Tunnel));
     if proxies {
         let p = program_spec(&e.proxy);
@@ -187,11 +187,11 @@ pub fn program_versions(e: &Experiment) -> BTreeMap<String, String> {
         let p = program_spec(&e.tunnel);
         v.insert(format!("tunnel:{}", p.program), p.version());
     }
-    if e.topologies.contains(&Topology::Gateway) {
+    if e.topologies.contains(&StepKind::Chain(Topology::Gateway)) {
         let p = ProgramSpec::from(e.gateway.kind);
         v.insert(format!("gateway:{}", p.program), p.version());
     }
-    if e.topologies.contains(&Topology::ControlPlane) {
+    if e.topologies.contains(&StepKind::ControlPlane) {
         // istiod and pilot-agent, and the Envoy of the real proxy.
         let p = ProgramSpec::from(Program::Istio);
         v.insert(format!("control_plane:{}", p.program), p.version());
@@ -224,24 +224,30 @@ pub fn backend_args(e: &Experiment, size: u64, threads: Option<usize>) -> Vec<St
     args
 }
 
-/// The rig of one step.
-pub fn rig_spec(e: &Experiment, step: &Step, id: i64, exe: PathBuf) -> RigSpec {
-    let swept = |class: Class| step.cpu.filter(|(c, _)| *c == class).map(|(_, c)| c);
+/// The rig of one step: `variant` under `load`.
+pub fn rig_spec(
+    e: &Experiment,
+    step: &Step,
+    (variant, load): (&ChainVariant, &LoadPoint),
+    id: i64,
+    exe: PathBuf,
+) -> RigSpec {
+    let swept = |class: Class| variant.cpu.filter(|(c, _)| *c == class).map(|(_, c)| c);
     // A lab step always asks for a size (only an external variant's server chooses).
     let backend_args = backend_args(
         e,
-        step.load.response_bytes.unwrap_or_default(),
+        load.response_bytes.unwrap_or_default(),
         Some(match e.backend.threads {
             0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
             n => n as usize,
         }),
     );
     RigSpec {
-        topology: step.topology,
+        topology: variant.topology,
         proxy: program_spec(&e.proxy),
         proxy_workers: e.proxy.workers,
         proxy_mtls: e.proxy.mtls,
-        proxy_peer_authentication: step
+        proxy_peer_authentication: variant
             .peer_authentication
             .or(e.proxy.peer_authentication.first().copied())
             .unwrap_or_default(),

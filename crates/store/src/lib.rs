@@ -459,7 +459,7 @@ fn write_step(conn: &mut Connection, experiment: i64, s: &StepRecord) -> rusqlit
             experiment,
             s.seq,
             s.repeat,
-            topology_name::text(s.topology),
+            topology_name::text(s.kind),
             s.variant,
             s.label,
             to_json(&s.params),
@@ -671,7 +671,7 @@ impl RawStep {
         Ok(StepRecord {
             seq: self.seq,
             repeat: self.repeat,
-            topology: topology_name::parse(&self.topology).map_err(|e| corrupt("topology", e))?,
+            kind: topology_name::parse(&self.topology).map_err(|e| corrupt("topology", e))?,
             variant: self.variant,
             label: self.label,
             params: serde_json::from_str(&self.params)

@@ -10,7 +10,7 @@ use std::str::FromStr;
 
 use meshbench_results::{
     Attribution, ControlPlaneFigures, LoadPoint, Role, RoleUsage, RunResult, Sample, StepFailure,
-    StepParams, Topology,
+    StepKind, StepParams,
 };
 use serde::{Deserialize, Serialize};
 
@@ -135,9 +135,10 @@ pub struct StepRecord {
     /// 0-based position in the run order.
     pub seq: u32,
     pub repeat: u32,
-    /// The rig's topology; `None` for a step against a URL (no rig), stored as `url`.
-    #[serde(with = "topology_name")]
-    pub topology: Option<Topology>,
+    /// What kind of step it was (a chain's topology, `external`, `control_plane`); `None` for
+    /// a step against a URL (no rig), stored as `url`. Its column and key are `topology`.
+    #[serde(rename = "topology", with = "topology_name")]
+    pub kind: Option<StepKind>,
     /// Topology plus the swept CPU allotment, as tables show it.
     pub variant: String,
     /// Istio perf/benchmark's label.
@@ -175,7 +176,7 @@ impl StepRecord {
         StepRecord {
             seq,
             repeat: 0,
-            topology: None,
+            kind: None,
             variant: String::new(),
             label: String::new(),
             params,
@@ -219,9 +220,7 @@ impl StepRecord {
         LoadPoint {
             offer: p.offer,
             connections: p.connections,
-            response_bytes: self
-                .topology
-                .is_some_and(|t| t.is_lab())
+            response_bytes: matches!(self.kind, Some(StepKind::Chain(_) | StepKind::ControlPlane))
                 .then_some(p.response_bytes),
         }
     }
@@ -287,32 +286,33 @@ impl ResultSummary {
     }
 }
 
-/// A topology column: a lab topology's name, or `url` for a step with no rig.
+/// A topology column: a step kind's word (a lab topology's name, `external`,
+/// `control_plane`), or `url` for a step with no rig.
 pub mod topology_name {
-    use meshbench_results::Topology;
+    use meshbench_results::StepKind;
     use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
     pub const URL: &str = "url";
 
-    pub fn text(t: Option<Topology>) -> &'static str {
-        t.map_or(URL, Topology::name)
+    pub fn text(t: Option<StepKind>) -> &'static str {
+        t.map_or(URL, StepKind::name)
     }
 
     /// `None` for `url` and for what v1's capacity search wrote (`capacity`).
-    pub fn parse(s: &str) -> Result<Option<Topology>, String> {
+    pub fn parse(s: &str) -> Result<Option<StepKind>, String> {
         match s {
             URL | "capacity" => Ok(None),
-            _ => serde_json::from_value(serde_json::Value::String(s.into()))
+            _ => StepKind::from_word(s)
                 .map(Some)
-                .map_err(|_| format!("unknown topology '{s}'")),
+                .ok_or_else(|| format!("unknown topology '{s}'")),
         }
     }
 
-    pub fn serialize<S: Serializer>(t: &Option<Topology>, s: S) -> Result<S::Ok, S::Error> {
+    pub fn serialize<S: Serializer>(t: &Option<StepKind>, s: S) -> Result<S::Ok, S::Error> {
         text(*t).serialize(s)
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Topology>, D::Error> {
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<StepKind>, D::Error> {
         let s = String::deserialize(d)?;
         parse(&s).map_err(serde::de::Error::custom)
     }

@@ -9,7 +9,7 @@ use meshbench_results::control_plane::{Agreement, Propagation};
 use meshbench_results::{
     ChainRole, Class, ControlPlaneFigures, CpuAllotment, Figure, MeshScale, Offer, PlayedBy,
     Program, Protocol, ProxyCounters, ProxyKind, ProxyRequests, Role, RoleUsage, RunResult, Sample,
-    StepFailure, StepParams, Topology, UpstreamFailures, Usage, XdsType,
+    StepFailure, StepKind, StepParams, Topology, UpstreamFailures, Usage, XdsType,
 };
 
 use super::*;
@@ -39,7 +39,7 @@ fn step(seq: u32) -> StepRecord {
         mesh: None,
     };
     let mut s = StepRecord::new(seq, params);
-    s.topology = Some(Topology::Both);
+    s.kind = Some(StepKind::Chain(Topology::Both));
     s.variant = "both proxy=0.5cpu".into();
     s.label = format!("t_qps_100_c_4_1024_default_both_{seq}");
     s.started_at = "2026-11-22T00:00:00Z".into();
@@ -147,7 +147,7 @@ fn control_plane_step(seq: u32) -> StepRecord {
         config_churn_per_s: 0.2,
     };
     let mut s = StepRecord::new(seq, StepParams::control_plane(scale));
-    s.topology = Some(Topology::ControlPlane);
+    s.kind = Some(StepKind::ControlPlane);
     s.variant = "control_plane".into();
     s.label = format!("control_plane_200_sidecars_{seq}");
     s.started_at = "2026-11-28T00:00:00Z".into();
@@ -236,7 +236,7 @@ fn steps_are_written_and_read_back_whole_and_typed() {
     assert_eq!(steps.len(), 2);
     let (a, b) = (&steps[0], &steps[1]);
     assert_eq!(a.step.params, step(0).params);
-    assert_eq!(a.step.topology, Some(Topology::Both));
+    assert_eq!(a.step.kind, Some(StepKind::Chain(Topology::Both)));
     assert_eq!(a.step.status, StepStatus::Ok);
     assert_eq!(a.step.summary(), step(0).summary());
     assert_eq!(a.step.usage, step(0).usage);
@@ -253,7 +253,7 @@ fn steps_are_written_and_read_back_whole_and_typed() {
             "the rig did not start: nginx rejected its configuration".into()
         ))
     );
-    assert_eq!(b.step.topology, None);
+    assert_eq!(b.step.kind, None);
     assert_eq!(s.samples(step_id).unwrap(), step(0).samples);
     assert_eq!(
         s.histogram(step_id, "latency_us").unwrap(),
@@ -313,7 +313,7 @@ fn a_control_plane_step_reads_back_with_its_figures_and_no_load_result() {
     let (cp, load) = (&steps[0].step, &steps[1].step);
     assert_eq!(cp.status, StepStatus::Ok);
     assert!(cp.result.is_none() && cp.summary().is_none() && !cp.failed());
-    assert_eq!(cp.topology, Some(Topology::ControlPlane));
+    assert_eq!(cp.kind, Some(StepKind::ControlPlane));
     assert_eq!(cp.params, written.params);
     assert_eq!(cp.control_plane, written.control_plane);
     assert_eq!(cp.usage, written.usage);
@@ -412,7 +412,7 @@ fn an_external_steps_roles_read_back_as_the_words_it_gave_them() {
     let mut s = Store::open(&d.join("results.db")).unwrap();
     let id = s.begin_experiment(&new_experiment()).unwrap();
     let mut st = step(0);
-    st.topology = Some(Topology::External);
+    st.kind = Some(StepKind::External);
     st.variant = "ingress".into();
     // Named like the chain's gateway, it stands for it (Istio's CSV columns read it so); any
     // other name is the file's own.
@@ -500,14 +500,14 @@ fn a_v1_store_is_migrated_with_every_step_it_had() {
         "partial 0/2: failed at step 2"
     );
     let capacity = &steps[0].step;
-    assert_eq!(capacity.topology, None);
+    assert_eq!(capacity.kind, None);
     assert_eq!(capacity.status, StepStatus::Partial);
     assert_eq!(
         capacity.params,
         StepParams::open(100.0, 64, Protocol::Http1)
     );
     let swept = &steps[1].step;
-    assert_eq!(swept.topology, Some(Topology::Serveronly));
+    assert_eq!(swept.kind, Some(StepKind::Chain(Topology::Serveronly)));
     assert_eq!(
         (swept.params.offer, swept.params.protocol),
         (Offer::Closed, Protocol::Http2)

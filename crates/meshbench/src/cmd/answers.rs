@@ -159,7 +159,7 @@ fn side(spec: &str, store: &StoreArg) -> Result<Side> {
             Pick::All => true,
             Pick::Step(n) => s.step.seq == *n,
             Pick::Variant(v) => {
-                s.step.variant == *v || meshbench_store::topology_name::text(s.step.topology) == v
+                s.step.variant == *v || meshbench_store::topology_name::text(s.step.kind) == v
             }
         })
         .cloned()

@@ -16,7 +16,9 @@ use meshbench_experiment::Plan;
 use meshbench_results::self_check::Cause;
 use meshbench_results::{LoopMode, StepFailure};
 use meshbench_runner::capacity;
-use meshbench_runner::{new_experiment, now_rfc3339, Lab, LoadOptions, RunnerError, Session};
+use meshbench_runner::{
+    new_experiment, now_rfc3339, LoadOptions, RunnerError, Session, Site, StepRunner,
+};
 use meshbench_store::{NewExperiment, StepRecord};
 
 use super::answers::parse_percent;
@@ -91,7 +93,7 @@ pub fn execute(args: CapacityArgs) -> Result<u8> {
                 .context("the experiment has no step")?;
             let mut session =
                 Session::begin(&store_path, &new_experiment(&e), signals.stop.clone())?;
-            let lab = Lab::new(&e)?;
+            let lab = StepRunner::new(&e, Site::Here)?;
             let mut progress = Progress::new(args.quiet, &e.name, &store_path);
             let found = goal.search(&mut session, |session, rate, n, lower| {
                 capacity::lab_step(session, &lab, &e, &template, rate, n, lower, &mut progress)

@@ -88,11 +88,16 @@ pub fn run(
     );
     let outcome = match started {
         Ok((site, fleet)) => {
-            let site = Site::Cluster {
-                site: Box::new(site),
-                fleet,
-            };
-            super::experiment::run(e, store_path, args.quiet, faces, site, &signals)
+            let site = Site::Cluster(Box::new(site));
+            super::experiment::run(
+                e,
+                store_path,
+                args.quiet,
+                faces,
+                site,
+                Some(fleet),
+                &signals,
+            )
         }
         Err(err) => Err(err.into()),
     };

@@ -40,7 +40,8 @@ pub fn execute(args: DemoArgs) -> Result<u8> {
         &store_path,
         args.quiet,
         None,
-        meshbench_runner::Site::Here { fleet: None },
+        meshbench_runner::Site::Here,
+        None,
         &super::signals::Signals::install()?,
     )?;
     let store = meshbench_store::Store::open(&store_path)?;

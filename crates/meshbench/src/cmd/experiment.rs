@@ -10,6 +10,7 @@ use meshbench_engine::Live;
 use meshbench_experiment::{Experiment, Plan};
 use meshbench_live::{Done, Scope, StepInfo};
 use meshbench_results::{Sample, StepFailure};
+use meshbench_runner::agents::Fleet;
 use meshbench_runner::setup::Provision;
 use meshbench_runner::{Finished, Observer, Site, StepAt};
 use meshbench_store::{StepRecord, Store};
@@ -56,8 +57,15 @@ pub fn execute(args: ExperimentArgs) -> Result<u8> {
         None => {
             let fleet = super::agents::gather(&args.agents, e.agents.as_ref())?;
             let signals = Signals::install()?;
-            let site = Site::Here { fleet };
-            run(&e, &store_path, args.quiet, faces.as_ref(), site, &signals)?
+            run(
+                &e,
+                &store_path,
+                args.quiet,
+                faces.as_ref(),
+                Site::Here,
+                fleet,
+                &signals,
+            )?
         }
     };
     let linger = faces.map(|faces| {
@@ -170,13 +178,15 @@ fn live_report(store_path: &Path, id: i64) -> Option<String> {
 /// Runs every step of `e` into `store_path` with a progress line, prints the step table and
 /// a closing line; returns what was stored and the exit code (a signal's, or 1 if a step
 /// failed). Live faces, if any, see every step; `site` says where the steps are realised and
-/// who sends their load.
+/// `fleet` who sends their load (this process when there is none).
+#[allow(clippy::too_many_arguments)]
 pub fn run(
     e: &Experiment,
     store_path: &Path,
     quiet: bool,
     faces: Option<&Faces>,
     site: Site,
+    fleet: Option<Fleet>,
     signals: &Signals,
 ) -> Result<(Finished, u8)> {
     // What the dry run says, said again before anything starts: too short for a verdict,
@@ -192,8 +202,14 @@ pub fn run(
     }
     let mut progress = Progress::new(quiet, &e.name, store_path);
     progress.faces = faces;
-    let done =
-        meshbench_runner::run_experiment(e, store_path, site, signals.stop.clone(), &mut progress)?;
+    let done = meshbench_runner::run_experiment(
+        e,
+        store_path,
+        site,
+        fleet,
+        signals.stop.clone(),
+        &mut progress,
+    )?;
     let code = exit_code(signals, &done);
     print_finished(&done);
     Ok((done, code))
@@ -243,7 +259,7 @@ pub fn describe_plan(e: &Experiment, plan: &Plan) -> String {
             s.index + 1,
             s.repeat + 1,
             s.variant(),
-            s.work(),
+            s.asks(),
             s.istio_label(&e.name, e.load.protocol)
         ));
     }
@@ -358,7 +374,7 @@ impl<'a> Progress<'a> {
             at.step.index + 1,
             at.steps,
             at.step.variant(),
-            at.step.work(),
+            at.step.asks(),
             meshbench_report::thousands(rps),
             human_secs(left),
             human_secs(left + at.left_after_secs)
@@ -376,8 +392,8 @@ impl<'a> Progress<'a> {
     fn step_info(&self, at: &StepAt) -> StepInfo {
         StepInfo {
             scope: self.scope(at),
-            load: at.step.work(),
-            target_rps: at.step.load.rate_rps(),
+            load: at.step.asks(),
+            target_rps: at.step.load().and_then(|l| l.rate_rps()),
             steps: at.steps,
             step_secs: at.step_secs,
             left_after_secs: at.left_after_secs,
@@ -441,7 +457,7 @@ impl Observer for Progress<'_> {
                 at.step.index + 1,
                 at.steps,
                 at.step.variant(),
-                at.step.work(),
+                at.step.asks(),
                 record
                     .error
                     .as_ref()

@@ -212,7 +212,7 @@ fn coordinate(
         token,
         None,
     )?;
-    let site = meshbench_runner::Site::Here { fleet: Some(fleet) };
-    let (_, code) = super::experiment::run(e, store_path, false, None, site, signals)?;
+    let site = meshbench_runner::Site::Here;
+    let (_, code) = super::experiment::run(e, store_path, false, None, site, Some(fleet), signals)?;
     Ok(code)
 }

@@ -47,7 +47,7 @@ use meshbench_k8s::k8s_openapi;
 use meshbench_k8s::system::{self, Shape, System};
 use meshbench_k8s::undo::{self, Header, Journal, Undo, UndoError};
 use meshbench_k8s::{BlockingClient, ClusterError, Objects, Plan};
-use meshbench_results::Topology;
+use meshbench_results::{StepKind, Topology};
 use thiserror::Error;
 
 use crate::agents::{Fleet, FleetError, FleetReach, Token};
@@ -128,7 +128,7 @@ struct GatewayAssets {
 
 /// What an experiment needs of Istio on the cluster, and the CRD each needs.
 fn needs(e: &Experiment) -> Vec<(&'static str, &'static str)> {
-    let has = |t: Topology| e.topologies.contains(&t);
+    let has = |t: Topology| e.topologies.contains(&StepKind::Chain(t));
     let mut n = Vec::new();
     let sidecars = has(Topology::Serveronly) || has(Topology::Clientonly) || has(Topology::Both);
     if sidecars {
@@ -169,7 +169,8 @@ pub fn missing_on_cluster(
             ));
         }
     }
-    let injects = e.topologies.iter().any(|t| {
+    let chains = || e.topologies.iter().filter_map(|k| k.chain());
+    let injects = chains().any(|t| {
         matches!(
             t,
             Topology::Serveronly | Topology::Clientonly | Topology::Both | Topology::Gateway
@@ -187,10 +188,7 @@ pub fn missing_on_cluster(
             missing.push("Istio's sidecar injector is not installed (no MutatingWebhookConfiguration with a *.sidecar-injector.istio.io webhook): install Istio (istioctl install, or its istiod chart)".into());
         }
     }
-    let ambient = e
-        .topologies
-        .iter()
-        .any(|t| matches!(t, Topology::Ambient | Topology::Waypoint));
+    let ambient = chains().any(|t| matches!(t, Topology::Ambient | Topology::Waypoint));
     if ambient {
         let ztunnel = client.list::<DaemonSet>("istio-system", "app=ztunnel")?;
         if ztunnel.is_empty() {

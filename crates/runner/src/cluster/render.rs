@@ -9,20 +9,20 @@ use std::path::{Path, PathBuf};
 
 use meshbench_experiment::cluster::{AntiAffinity as FileAntiAffinity, Cluster};
 use meshbench_experiment::config::Experiment;
-use meshbench_experiment::Step;
+use meshbench_experiment::{ChainVariant, Step};
 use meshbench_k8s::render::PodExtras;
 use meshbench_k8s::system::{self, Resources, Shape, System};
 use meshbench_k8s::{AntiAffinity, Plan};
 use meshbench_lab::gateway::istio_objects::{Istio, Place};
 use meshbench_lab::gateway::{self, CertLayout, GatewayPlan};
-use meshbench_results::{Class, PeerAuthentication, Topology};
+use meshbench_results::{Class, PeerAuthentication, StepKind, Topology};
 use serde_json::Value;
 
 use super::{SiteError, AGENTS};
 
 /// The system an experiment deploys (its gateway objects come later).
 pub fn system_of(e: &Experiment, section: &Cluster) -> System {
-    let has = |t: Topology| e.topologies.contains(&t);
+    let has = |t: Topology| e.topologies.contains(&StepKind::Chain(t));
     // A pod's CPUs are not this machine's: the backend's own default when the file gives none.
     let mut backend_args = crate::setup::backend_args(
         e,
@@ -62,24 +62,25 @@ pub fn system_of(e: &Experiment, section: &Cluster) -> System {
     }
 }
 
-/// The shape of `step`'s system: its limits (the swept one at the step's value), its
+/// The shape of `variant`'s system: its limits (the swept one at the step's value), its
 /// ambient labels, its mTLS mode.
-pub fn shape_of(e: &Experiment, step: &Step) -> Shape {
-    let swept = |class: Class| step.cpu.filter(|(c, _)| *c == class).map(|(_, c)| c);
+pub fn shape_of(e: &Experiment, variant: &ChainVariant) -> Shape {
+    let swept = |class: Class| variant.cpu.filter(|(c, _)| *c == class).map(|(_, c)| c);
     let resources = |class: Class, r: &meshbench_experiment::config::RoleLimits| Resources {
         cpu_cores: swept(class).or_else(|| r.cpus.first().copied()),
         memory_mib: r.memory_mib,
     };
-    let sidecars = matches!(
-        step.topology,
-        Topology::Serveronly | Topology::Clientonly | Topology::Both
-    ) || e.topologies.iter().any(|t| {
+    let is_sidecars = |t: Topology| {
         matches!(
             t,
             Topology::Serveronly | Topology::Clientonly | Topology::Both
         )
-    });
-    let mode = match (e.proxy.mtls, step.peer_authentication) {
+    };
+    let sidecars = is_sidecars(variant.topology)
+        || e.topologies
+            .iter()
+            .any(|k| k.chain().is_some_and(is_sidecars));
+    let mode = match (e.proxy.mtls, variant.peer_authentication) {
         (false, _) => PeerAuthentication::Disable,
         (true, Some(m)) => m,
         (true, None) => e
@@ -96,8 +97,8 @@ pub fn shape_of(e: &Experiment, step: &Step) -> Shape {
             memory_mib: e.limits.proxy.memory_mib,
         },
         backend: resources(Class::Backend, &e.limits.backend),
-        ambient: matches!(step.topology, Topology::Ambient | Topology::Waypoint),
-        use_waypoint: step.topology == Topology::Waypoint,
+        ambient: matches!(variant.topology, Topology::Ambient | Topology::Waypoint),
+        use_waypoint: variant.topology == Topology::Waypoint,
         peer_authentication: sidecars.then(|| mode.name().to_ascii_uppercase()),
     }
 }
@@ -151,8 +152,14 @@ pub(super) fn first_shape(e: &Experiment) -> Shape {
     let plan = meshbench_experiment::Plan::compile(e);
     plan.steps
         .first()
-        .map(|s| shape_of(e, s))
+        .map(|s| step_shape(e, s))
         .unwrap_or_default()
+}
+
+/// The shape of `step`'s system: its chain's (a cluster realises chains only, as the file's
+/// checks make sure).
+fn step_shape(e: &Experiment, step: &Step) -> Shape {
+    step.chain().map(|v| shape_of(e, v)).unwrap_or_default()
 }
 
 /// The gateway's Istio objects, as `gen gateway --for istio` writes them for this namespace,
@@ -220,7 +227,7 @@ pub fn describe(e: &Experiment, section: &Cluster, token_note: &str) -> String {
     let Some(first) = plan.steps.first() else {
         return out;
     };
-    let mut objects = system.render(&shape_of(e, first));
+    let mut objects = system.render(&step_shape(e, first));
     out.push_str(&format!(
         "# on the cluster: namespace {} (created, deleted at the end), then in it:\n",
         section.namespace
@@ -231,7 +238,7 @@ pub fn describe(e: &Experiment, section: &Cluster, token_note: &str) -> String {
     out.push_str(&agents.to_yaml());
     out.push_str("# each step: what changes before it (a Deployment's rollout is waited for)\n");
     for step in &plan.steps {
-        let next = system.render(&shape_of(e, step));
+        let next = system.render(&step_shape(e, step));
         let changes = system::changes(&objects, &next);
         out.push_str(&format!(
             "# step {} ({}): {}\n",

@@ -1,9 +1,9 @@
-//! One step on the cluster: its shape applied and waited for (each rollout, each Envoy's
-//! configuration read from its admin through a port-forward), its load from the agent pods,
-//! each single-pod Envoy's own counts around it (the witness), and each role read from
-//! Prometheus over the steady window; every failure ends up in the record.
+//! One step on the cluster, as a [`Place`] of the one measured step: its shape applied and
+//! waited for (each rollout, each Envoy's configuration read from its admin through a
+//! port-forward), its load from the agent pods, each single-pod Envoy's own counts around it
+//! (the witness), and each role read from Prometheus over the steady window; every failure
+//! ends up in the record.
 
-use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
@@ -12,24 +12,69 @@ use meshbench_engine::Stop;
 use meshbench_experiment::config::Experiment;
 use meshbench_experiment::external::promql::with_window;
 use meshbench_experiment::external::{Preset, Role as PromRole};
-use meshbench_experiment::Step;
+use meshbench_experiment::{Step, Work};
+use meshbench_k8s::blocking::ApiError;
 use meshbench_k8s::k8s_openapi;
+use meshbench_k8s::rollout::RolloutError;
 use meshbench_k8s::system::{self, Path as Through, Shape};
 use meshbench_lab::control_plane::ready::{self, Awaited, Expected, SidecarExpected};
-use meshbench_lab::program::envoy::admin::{self, AdminError};
+use meshbench_lab::program::envoy::admin;
 use meshbench_lab::sampler;
+use meshbench_results::attribution::{Attribution, Sent};
 use meshbench_results::{
-    ChainRole, Class, Figure, PlayedBy, Program, ProxyCounters, Role, StepFailure, Topology,
+    ChainRole, Class, Figure, LoadPoint, PlayedBy, Program, Role, StepFailure, Topology,
 };
-use meshbench_store::StepRecord;
+use thiserror::Error;
 
-use crate::external::prometheus::Prometheus;
+use crate::external::prometheus::{PromError, Prometheus};
+use crate::external::{read_window, warn_each};
 use crate::load::{LoadOptions, TargetSource};
-use crate::observer::{Observer, StepAt};
-use crate::steps::{aim_at_gateway, keep_witness, load_for, resolve_at};
-use crate::{measure, ClientPlace, Lab};
+use crate::measured::{Place, Realised, RoleReading, StepContext, Witnesses};
+use crate::observer::Observer;
+use crate::steps::{aim_at_gateway, load_for};
+use crate::{ClientPlace, Measured, Sampling};
 
 use super::{shape_of, ClusterSite, AGENTS, ENVOY_ADMIN};
+
+/// Why a step's shape could not be realised on the cluster (the step fails with it).
+#[derive(Debug, Error)]
+pub enum ShapeError {
+    #[error(transparent)]
+    Api(#[from] ApiError),
+    #[error(transparent)]
+    Rollout(#[from] RolloutError),
+    #[error("no {0} pod")]
+    NoPod(&'static str),
+    #[error("the backend pod has no address yet")]
+    NoBackendAddress,
+    #[error("{role}: {source}")]
+    Forward { role: ChainRole, source: ApiError },
+    #[error("{role} (pod {pod}): Envoy rejected {}", .rejected.join(", "))]
+    Rejected {
+        role: ChainRole,
+        pod: String,
+        rejected: Vec<String>,
+    },
+    #[error("{role} (pod {pod}): Envoy did not receive its configuration within {} s; still missing: {missing}", .limit.as_secs())]
+    NotAcked {
+        role: ChainRole,
+        pod: String,
+        limit: Duration,
+        missing: String,
+    },
+}
+
+/// Why Prometheus did not yet have a step's roles (the step goes on, warned).
+#[derive(Debug, Error)]
+pub enum ObservableError {
+    #[error("Prometheus: {0}")]
+    Prometheus(PromError),
+    #[error("Prometheus did not have the roles' series within {} s ({})", .limit.as_secs(), .waiting.join("; "))]
+    NotYet {
+        limit: Duration,
+        waiting: Vec<String>,
+    },
+}
 
 /// What an Envoy of the step must hold before the step's load.
 enum Holds {
@@ -48,37 +93,39 @@ impl Holds {
 
 impl ClusterSite {
     /// Brings the system to `shape`: applies what changed, waits for each rollout and for
-    /// each Envoy of the step to hold its configuration. One line on failure.
-    fn realise(&self, step: &Step, shape: &Shape, stop: &Stop) -> Result<(), String> {
+    /// each Envoy of `topology` to hold its configuration.
+    fn realise_shape(
+        &self,
+        topology: Topology,
+        shape: &Shape,
+        stop: &Stop,
+    ) -> Result<(), ShapeError> {
         let timeout = Duration::from_secs_f64(self.section.rollout_timeout_secs);
         let mut applied = self.applied.lock().expect("not poisoned");
         if applied.as_ref() != Some(shape) {
-            self.client
-                .apply_all(self.system.render(shape))
-                .map_err(|e| e.to_string())?;
+            self.client.apply_all(self.system.render(shape))?;
             *applied = Some(shape.clone());
         }
         drop(applied);
         for d in self.system.deployments() {
             self.client
-                .wait_rollout(&self.section.namespace, d, timeout, || !stop.requested())
-                .map_err(|e| e.to_string())?;
+                .wait_rollout(&self.section.namespace, d, timeout, || !stop.requested())?;
         }
-        self.wait_acked(step.topology, timeout, stop)
+        self.wait_acked(topology, timeout, stop)
     }
 
     /// The Envoys of `topology` with one pod each, by role: the pod and what it must hold.
-    fn envoys(&self, topology: Topology) -> Result<Vec<(ChainRole, String, Holds)>, String> {
+    fn envoys(&self, topology: Topology) -> Result<Vec<(ChainRole, String, Holds)>, ShapeError> {
         let ns = &self.section.namespace;
-        let backend = self.pods("app=backend").map_err(|e| e.to_string())?;
+        let backend = self.pods("app=backend")?;
         let Some(backend_pod) = backend.first() else {
-            return Err("no backend pod".into());
+            return Err(ShapeError::NoPod("backend"));
         };
         let backend_ip = backend_pod
             .status
             .as_ref()
             .and_then(|s| s.pod_ip.as_deref()?.parse::<IpAddr>().ok())
-            .ok_or("the backend pod has no address yet")?;
+            .ok_or(ShapeError::NoBackendAddress)?;
         let backend = SocketAddr::new(backend_ip, system::CAPTURED);
         let host = format!("{}.{ns}.svc.cluster.local", system::BACKEND);
         let name = |p: &Pod| p.metadata.name.clone().unwrap_or_default();
@@ -91,9 +138,7 @@ impl ClusterSite {
                     Holds::Sidecar(SidecarExpected::server(system::CAPTURED)),
                 )),
                 ChainRole::ClientProxy => {
-                    let agents = self
-                        .pods(&self.agents.agent_selector())
-                        .map_err(|e| e.to_string())?;
+                    let agents = self.pods(&self.agents.agent_selector())?;
                     if let [only] = agents.as_slice() {
                         out.push((
                             r.role,
@@ -111,9 +156,9 @@ impl ClusterSite {
                         .gateway
                         .as_ref()
                         .expect("a gateway topology has its assets");
-                    let pods = self.pods("app=gateway").map_err(|e| e.to_string())?;
+                    let pods = self.pods("app=gateway")?;
                     let Some(pod) = pods.first() else {
-                        return Err("no gateway pod".into());
+                        return Err(ShapeError::NoPod("gateway"));
                     };
                     out.push((
                         r.role,
@@ -135,56 +180,70 @@ impl ClusterSite {
 
     /// Waits until every Envoy of the step holds its configuration, read from its admin
     /// through its pod; fails at once on an update it rejected.
-    fn wait_acked(&self, topology: Topology, limit: Duration, stop: &Stop) -> Result<(), String> {
+    fn wait_acked(
+        &self,
+        topology: Topology,
+        limit: Duration,
+        stop: &Stop,
+    ) -> Result<(), ShapeError> {
         let began = Instant::now();
         for (role, pod, holds) in self.envoys(topology)? {
             let forward = self
                 .client
                 .port_forward(&self.section.namespace, &pod, ENVOY_ADMIN)
-                .map_err(|e| format!("{role}: {e}"))?;
+                .map_err(|source| ShapeError::Forward { role, source })?;
             let admin = forward.addr();
             loop {
                 let rejected = ready::rejected(admin);
                 if !rejected.is_empty() {
-                    return Err(format!(
-                        "{role} (pod {pod}): Envoy rejected {}",
-                        rejected.join(", ")
-                    ));
+                    return Err(ShapeError::Rejected {
+                        role,
+                        pod,
+                        rejected,
+                    });
                 }
-                let last = match ready::missing_at(admin, holds.awaited()) {
+                let missing = match ready::missing_at(admin, holds.awaited()) {
                     Ok(m) if m.is_empty() => break,
                     Ok(m) => m.join("; "),
                     Err(e) => e.to_string(),
                 };
-                if began.elapsed() >= limit || stop.requested() {
-                    return Err(format!(
-                        "{role} (pod {pod}): Envoy did not receive its configuration within {} s; still missing: {last}",
-                        limit.as_secs()
-                    ));
+                if began.elapsed() >= limit || !stop.sleep(Duration::from_millis(500)) {
+                    return Err(ShapeError::NotAcked {
+                        role,
+                        pod,
+                        limit,
+                        missing,
+                    });
                 }
-                std::thread::sleep(Duration::from_millis(500));
             }
         }
         Ok(())
     }
 
-    /// The load of `step`, aimed at the system through the Services' addresses.
-    fn load_options(&self, e: &Experiment, step: &Step) -> LoadOptions {
-        let through = match step.topology {
+    /// The load of a step of `topology`, aimed at the system through the Services' addresses.
+    fn load_options(
+        &self,
+        e: &Experiment,
+        step: &Step,
+        load: &LoadPoint,
+        topology: Topology,
+    ) -> LoadOptions {
+        let through = match topology {
             Topology::Serveronly => Through::ServerSidecar,
             Topology::Clientonly => Through::ClientSidecar,
             Topology::Both => Through::BothSidecars,
             _ => Through::Direct,
         };
-        match (&self.gateway, step.topology) {
+        match (&self.gateway, topology) {
             (Some(g), Topology::Gateway) => {
-                let mut o = load_for(e, step, TargetSource::File(g.targets.clone()));
+                let mut o = load_for(e, step, load, TargetSource::File(g.targets.clone()));
                 aim_at_gateway(&mut o, g.ca.clone(), g.entry, true);
                 o
             }
             _ => load_for(
                 e,
                 step,
+                load,
                 TargetSource::Url(format!("http://{}:{}/", self.backend_vip, through.port())),
             ),
         }
@@ -273,7 +332,7 @@ impl ClusterSite {
         e: &Experiment,
         roles: &[PromRole],
         stop: &Stop,
-    ) -> Result<(), String> {
+    ) -> Result<(), ObservableError> {
         let x = self.section.prometheus();
         let window = x.window_ms(e.sample_interval_ms);
         let timeout = Duration::from_secs_f64(x.query_timeout_secs);
@@ -295,29 +354,21 @@ impl ClusterSite {
                 match prom.query(q, now) {
                     Ok(series) if !series.is_empty() => {}
                     Ok(_) => waiting.push(format!("{name}: no series yet")),
-                    Err(e) if e.is_fatal() => return Err(format!("Prometheus: {e}")),
+                    Err(e) if e.is_fatal() => return Err(ObservableError::Prometheus(e)),
                     Err(e) => waiting.push(format!("{name}: {e}")),
                 }
             }
             if waiting.is_empty() {
                 break;
             }
-            if began.elapsed() >= limit || stop.requested() {
-                return Err(format!(
-                    "Prometheus did not have the roles' series within {} s ({})",
-                    limit.as_secs(),
-                    waiting.join("; ")
-                ));
+            if began.elapsed() >= limit || !stop.sleep(Duration::from_secs(1)) {
+                return Err(ObservableError::NotYet { limit, waiting });
             }
-            std::thread::sleep(Duration::from_secs(1));
         }
         // Seen now: a rate over the window's first point needs a window of samples.
         let settle =
             Duration::from_millis(window).saturating_sub(Duration::from_secs_f64(e.warmup_secs));
-        let end = Instant::now() + settle;
-        while Instant::now() < end && !stop.requested() {
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        stop.sleep(settle);
         Ok(())
     }
 
@@ -338,86 +389,117 @@ impl ClusterSite {
     }
 }
 
-impl Lab {
-    /// Runs one step on the cluster; every failure ends up in the record.
-    pub(crate) fn run_cluster_step(
-        &self,
-        site: &ClusterSite,
-        e: &Experiment,
-        at: &StepAt,
-        stop: &Stop,
+impl Place for ClusterSite {
+    fn realise<'s>(
+        &'s self,
+        step: &StepContext<'s>,
         observer: &mut dyn Observer,
-    ) -> StepRecord {
-        let step = at.step;
-        let mut record = self.new_record(e, step);
-        let shape = shape_of(e, step);
-        if let Err(why) = site.realise(step, &shape, stop) {
-            record.fail(StepFailure::RigDidNotStart(why));
-            return record;
-        }
-        let roles = site.roles(step.topology);
-        if let Err(why) = site.wait_observable(e, &roles, stop) {
+    ) -> Result<Box<dyn Realised + 's>, StepFailure> {
+        let (e, at) = (step.e, step.at);
+        let (variant, load) = match &at.step.work {
+            Work::Chain(variant, load) => (*variant, *load),
+            Work::External(..) | Work::ControlPlane(_) => {
+                return Err(StepFailure::RigDidNotStart(
+                    "only a chain is realised on a cluster".into(),
+                ))
+            }
+        };
+        let topology = variant.topology;
+        let shape = shape_of(e, &variant);
+        self.realise_shape(topology, &shape, step.stop)
+            .map_err(|why| StepFailure::RigDidNotStart(why.to_string()))?;
+        let roles = self.roles(topology);
+        if let Err(why) = self.wait_observable(e, &roles, step.stop) {
             observer.warning(&format!(
                 "{}: {why}; the step goes on, those roles may be missing",
-                at.tag(&record.variant)
+                at.tag(&at.step.variant())
             ));
         }
-        let options = site.load_options(e, step);
-        let load = match resolve_at(&options, at) {
-            Ok(load) => load,
-            Err(failure) => {
-                record.fail(failure);
-                return record;
-            }
-        };
-        let admins = site.admins(step.topology);
-        let read = |admins: &[(ChainRole, meshbench_k8s::Forward)]| -> BTreeMap<ChainRole, Result<ProxyCounters, AdminError>> {
-            admins.iter().map(|(r, f)| (*r, admin::read(f.addr()))).collect()
-        };
-        let before = read(&admins);
-        let measured = measure(
-            self.load_source(&options),
-            &load,
-            None,
-            ClientPlace::default(),
-            stop.clone(),
-            |l, roles| observer.live(at, l, roles),
-        );
-        let after = read(&admins);
-        let measured = match measured {
-            Ok(m) => m,
-            Err(err) => {
-                record.fail(StepFailure::LoadGeneratorFailed(err.to_string()));
-                return record;
-            }
-        };
-        let window_ms = measured.window_ms;
-        record.set_result(measured.result);
-        let x = site.section.prometheus();
-        let reading = crate::external::read_window(e, &x, &roles, window_ms, stop);
-        for w in &reading.warnings {
-            observer.warning(&format!("{}: {w}", at.tag(&record.variant)));
-        }
-        for mut r in reading.roles {
-            let Role::Chain(chain) = r.usage.role.clone() else {
-                continue;
-            };
-            r.usage.program = match chain {
-                ChainRole::Backend => PlayedBy::Backend,
-                _ => PlayedBy::Proxy(Program::Istio),
-            };
-            r.usage.cpu_limit = match (chain, chain.class()) {
-                (ChainRole::ClientProxy, _) => shape.client_proxy.cpu_cores,
-                (_, Class::Proxy) => shape.proxy.cpu_cores,
-                (_, Class::Backend) => shape.backend.cpu_cores,
-                (_, Class::Tunnel) => None,
-            };
-            keep_witness(&mut r.usage, chain, &before, &after, observer);
-            if !r.samples.is_empty() {
-                record.samples.insert(r.usage.role.clone(), r.samples);
-            }
-            record.usage.push(r.usage);
-        }
-        record
+        let admins = self.admins(topology);
+        Ok(Box::new(ClusterStep {
+            site: self,
+            topology,
+            load,
+            shape,
+            roles,
+            admins,
+        }))
+    }
+}
+
+/// A step's shape applied on the cluster, with its roles as Prometheus reads them and a
+/// port-forward to each single-pod Envoy's admin (closed when dropped).
+struct ClusterStep<'a> {
+    site: &'a ClusterSite,
+    topology: Topology,
+    load: LoadPoint,
+    shape: Shape,
+    roles: Vec<PromRole>,
+    admins: Vec<(ChainRole, meshbench_k8s::Forward)>,
+}
+
+impl Realised for ClusterStep<'_> {
+    fn load_options(&self, step: &StepContext<'_>) -> LoadOptions {
+        self.site
+            .load_options(step.e, step.at.step, &self.load, self.topology)
+    }
+
+    fn client_place(&self) -> ClientPlace<'_> {
+        ClientPlace::default()
+    }
+
+    fn sampling(&self, _step: &StepContext<'_>) -> Option<Sampling> {
+        None
+    }
+
+    fn witnesses(&self) -> Witnesses {
+        self.admins
+            .iter()
+            .map(|(r, f)| (*r, admin::read(f.addr())))
+            .collect()
+    }
+
+    fn dead_role(&mut self) -> Option<(ChainRole, String)> {
+        None
+    }
+
+    fn attribution(&self, _sample_rate: f64, _sent: &[Sent]) -> Option<Attribution> {
+        None
+    }
+
+    fn roles(
+        &mut self,
+        step: &StepContext<'_>,
+        measured: &mut Measured,
+        observer: &mut dyn Observer,
+    ) -> Vec<RoleReading> {
+        let x = self.site.section.prometheus();
+        let reading = read_window(step.e, &x, &self.roles, measured.window_ms, step.stop);
+        warn_each(&reading, step, observer);
+        let shape = &self.shape;
+        reading
+            .roles
+            .into_iter()
+            .filter_map(|mut r| {
+                let Role::Chain(chain) = r.usage.role.clone() else {
+                    return None;
+                };
+                r.usage.program = match chain {
+                    ChainRole::Backend => PlayedBy::Backend,
+                    _ => PlayedBy::Proxy(Program::Istio),
+                };
+                r.usage.cpu_limit = match (chain, chain.class()) {
+                    (ChainRole::ClientProxy, _) => shape.client_proxy.cpu_cores,
+                    (_, Class::Proxy) => shape.proxy.cpu_cores,
+                    (_, Class::Backend) => shape.backend.cpu_cores,
+                    (_, Class::Tunnel) => None,
+                };
+                Some(RoleReading {
+                    usage: r.usage,
+                    samples: (!r.samples.is_empty()).then_some(r.samples),
+                    chain: Some(chain),
+                })
+            })
+            .collect()
     }
 }

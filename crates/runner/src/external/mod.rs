@@ -13,26 +13,28 @@
 pub mod prometheus;
 pub mod read;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use meshbench_experiment::config::{parse_cpuset, Experiment};
 use meshbench_experiment::external::{External, Role, Variant};
+use meshbench_experiment::Step;
 use meshbench_lab::sampler;
-use meshbench_store::StepRecord;
+use meshbench_results::attribution::{Attribution, Sent};
+use meshbench_results::{ChainRole, LoadPoint, Protocol, StepFailure};
 
 use crate::load::{Body, LoadOptions, ProtoSource, TargetSource};
-use crate::observer::{Observer, StepAt};
-use crate::steps::{load_for, resolve_at};
+use crate::measured::{Place, Realised, RoleReading, StepContext, Witnesses};
+use crate::observer::Observer;
+use crate::steps::load_for;
 use crate::targets::proto::Proto;
-use crate::{measure, Lab};
-use meshbench_results::{Protocol, StepFailure};
+use crate::{ClientPlace, Measured, Sampling};
 
 use prometheus::Prometheus;
 use read::{read_roles, Reading, Window};
 
 /// The load of an external step: the file's load at the step's load point, at the URL.
-pub fn load_options(e: &Experiment, at: &StepAt, v: &Variant) -> LoadOptions {
-    let mut o = load_for(e, at.step, TargetSource::Url(v.url.trim().to_string()));
+pub fn load_options(e: &Experiment, step: &Step, load: &LoadPoint, v: &Variant) -> LoadOptions {
+    let mut o = load_for(e, step, load, TargetSource::Url(v.url.trim().to_string()));
     o.send.headers = v
         .headers
         .iter()
@@ -81,64 +83,106 @@ pub fn request_problems(e: &Experiment) -> Vec<String> {
 /// scrapes (a scrape stamped inside the window is stored once it has been read).
 const SETTLE_MAX: Duration = Duration::from_secs(2);
 
-impl Lab {
-    /// Runs one external step; every failure ends up in the record (a step the load could not
-    /// reach fails; Prometheus' failures only mark roles missing).
-    pub(crate) fn run_external_step(
-        &self,
-        e: &Experiment,
-        x: &External,
-        at: &StepAt,
-        stop: &meshbench_engine::Stop,
+/// An external variant as the place of a step: nothing to start; the load aimed at its URL,
+/// its roles read from Prometheus after the load (a step the load could not reach fails;
+/// Prometheus' failures only mark roles missing).
+pub(crate) struct ExternalPlace<'a> {
+    /// The variant's name in the file's `external.variants`.
+    pub variant: &'a str,
+}
+
+/// An external variant found, with its section.
+struct ExternalStep<'a> {
+    section: &'a External,
+    variant: &'a Variant,
+    load: LoadPoint,
+    client_cpus: Option<Vec<usize>>,
+}
+
+impl Place for ExternalPlace<'_> {
+    fn realise<'s>(
+        &'s self,
+        step: &StepContext<'s>,
+        _observer: &mut dyn Observer,
+    ) -> Result<Box<dyn Realised + 's>, StepFailure> {
+        let no_such = || StepFailure::NoSuchVariant(self.variant.to_string());
+        let section = step.e.external.as_ref().ok_or_else(no_such)?;
+        let variant = section.variant(self.variant).ok_or_else(no_such)?;
+        let load = *step.at.step.load().ok_or_else(no_such)?;
+        Ok(Box::new(ExternalStep {
+            section,
+            variant,
+            load,
+            client_cpus: step
+                .e
+                .limits
+                .client
+                .cpuset
+                .as_deref()
+                .and_then(parse_cpuset),
+        }))
+    }
+}
+
+impl Realised for ExternalStep<'_> {
+    fn load_options(&self, step: &StepContext<'_>) -> LoadOptions {
+        load_options(step.e, step.at.step, &self.load, self.variant)
+    }
+
+    fn client_place(&self) -> ClientPlace<'_> {
+        ClientPlace {
+            cpus: self.client_cpus.as_deref(),
+            netns: None,
+        }
+    }
+
+    fn sampling(&self, _step: &StepContext<'_>) -> Option<Sampling> {
+        None
+    }
+
+    fn witnesses(&self) -> Witnesses {
+        Witnesses::new()
+    }
+
+    fn dead_role(&mut self) -> Option<(ChainRole, String)> {
+        None
+    }
+
+    fn attribution(&self, _sample_rate: f64, _sent: &[Sent]) -> Option<Attribution> {
+        None
+    }
+
+    fn roles(
+        &mut self,
+        step: &StepContext<'_>,
+        measured: &mut Measured,
         observer: &mut dyn Observer,
-    ) -> StepRecord {
-        let step = at.step;
-        let mut record = self.new_record(e, step);
-        let name = step.external.as_deref().unwrap_or_default();
-        let Some(variant) = x.variant(name) else {
-            record.fail(StepFailure::NoSuchVariant(name.to_string()));
-            return record;
-        };
-        let options = load_options(e, at, variant);
-        let load = match resolve_at(&options, at) {
-            Ok(load) => load,
-            Err(failure) => {
-                record.fail(failure);
-                return record;
-            }
-        };
-        let client_cpus = e.limits.client.cpuset.as_deref().and_then(parse_cpuset);
-        let measured = measure(
-            self.load_source(&options),
-            &load,
-            None,
-            crate::ClientPlace {
-                cpus: client_cpus.as_deref(),
-                netns: None,
-            },
-            stop.clone(),
-            |l, roles| observer.live(at, l, roles),
+    ) -> Vec<RoleReading> {
+        let reading = read_window(
+            step.e,
+            self.section,
+            &self.variant.roles,
+            measured.window_ms,
+            step.stop,
         );
-        let measured = match measured {
-            Ok(m) => m,
-            Err(err) => {
-                record.fail(StepFailure::LoadGeneratorFailed(err.to_string()));
-                return record;
-            }
-        };
-        let window_ms = measured.window_ms;
-        record.set_result(measured.result);
-        let reading = read_window(e, x, &variant.roles, window_ms, stop);
-        for w in &reading.warnings {
-            observer.warning(&format!("{}: {w}", at.tag(&record.variant)));
-        }
-        for r in reading.roles {
-            if !r.samples.is_empty() {
-                record.samples.insert(r.usage.role.clone(), r.samples);
-            }
-            record.usage.push(r.usage);
-        }
-        record
+        warn_each(&reading, step, observer);
+        reading
+            .roles
+            .into_iter()
+            .map(|r| RoleReading {
+                usage: r.usage,
+                samples: (!r.samples.is_empty()).then_some(r.samples),
+                chain: None,
+            })
+            .collect()
+    }
+}
+
+/// Each warning of a reading, tagged with the step.
+pub(crate) fn warn_each(reading: &Reading, step: &StepContext<'_>, observer: &mut dyn Observer) {
+    let tag = step.at.tag(&step.at.step.variant());
+    for w in &reading.warnings {
+        observer.warning(&format!("{tag}: {w}"));
     }
 }
 
@@ -173,8 +217,7 @@ pub(crate) fn read_window(
 fn settle(x: &External, to_ms: u64, stop: &meshbench_engine::Stop) {
     let wait = Duration::from_secs_f64(x.scrape_interval_secs).min(SETTLE_MAX);
     let until_ms = to_ms + wait.as_millis() as u64;
-    let end = Instant::now() + Duration::from_millis(until_ms.saturating_sub(sampler::now_ms()));
-    while Instant::now() < end && !stop.requested() {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    stop.sleep(Duration::from_millis(
+        until_ms.saturating_sub(sampler::now_ms()),
+    ));
 }

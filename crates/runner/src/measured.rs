@@ -1,0 +1,211 @@
+//! The measured step, written once. Wherever a step is realised (the lab's rig, a cluster,
+//! systems read through Prometheus), measuring it is the same skeleton:
+//!
+//! ```text
+//! record ─► place.realise(step) ─► load options resolved ─► witnesses before ─► measure
+//!        ─► a role that died? ─► witnesses after ─► result ─► attribution (sampled requests)
+//!        ─► each role's usage and samples over the steady window ─► record
+//! ```
+//!
+//! What differs by place is behind two traits: a [`Place`] realises a step (starts its rig,
+//! shapes the cluster, finds the external variant) and hands back a [`Realised`] step, which
+//! says where the load goes and from where, reads the witnesses (each Envoy's own counts) and
+//! each role's usage over the window, and is torn down when dropped. Every failure ends up in
+//! the record, never as an error: a place that cannot realise the step fails it with the
+//! [`StepFailure`] it chose.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use meshbench_engine::{LoadSpec, Stop};
+use meshbench_experiment::config::Experiment;
+use meshbench_lab::program::envoy::admin::AdminError;
+use meshbench_results::attribution::{Attribution, Sent};
+use meshbench_results::{ChainRole, Figure, ProxyCounters, RoleUsage, Sample, StepFailure};
+use meshbench_store::StepRecord;
+
+use crate::agents::Fleet;
+use crate::load::LoadOptions;
+use crate::observer::{Observer, StepAt};
+use crate::{measure, ClientPlace, LoadSource, Measured, Sampling};
+
+/// One reading of every Envoy's admin of a step, by role.
+pub(crate) type Witnesses = BTreeMap<ChainRole, Result<ProxyCounters, AdminError>>;
+
+/// What a place is told about the step it realises.
+pub(crate) struct StepContext<'a> {
+    pub e: &'a Experiment,
+    pub at: &'a StepAt<'a>,
+    /// The stored experiment's id (names the rig's cgroups and files).
+    pub experiment_id: i64,
+    pub stop: &'a Stop,
+}
+
+/// Where a step is realised: the lab's rig, a cluster, systems meshbench does not start.
+pub(crate) trait Place {
+    /// Brings the system under test to the step's shape, ready for the load; a failure is
+    /// the step's ([`StepFailure::RigDidNotStart`] or what fits better).
+    fn realise<'s>(
+        &'s self,
+        step: &StepContext<'s>,
+        observer: &mut dyn Observer,
+    ) -> Result<Box<dyn Realised + 's>, StepFailure>;
+}
+
+/// A step realised and ready for its load; dropping it tears down what was realised for this
+/// step alone (a rig's processes; a cluster's objects stay for the next step).
+pub(crate) trait Realised {
+    /// The step's load, aimed at the system under test.
+    fn load_options(&self, step: &StepContext<'_>) -> LoadOptions;
+
+    /// Where a local generator runs (pinned CPUs, a client pod's network namespace).
+    fn client_place(&self) -> ClientPlace<'_>;
+
+    /// The roles the sampler watches over the load, if this place samples its roles itself.
+    fn sampling(&self, step: &StepContext<'_>) -> Option<Sampling>;
+
+    /// One reading of each Envoy's own counts (right before the load and right after it).
+    fn witnesses(&self) -> Witnesses;
+
+    /// A role that exited while the load ran, with the tail of its output.
+    fn dead_role(&mut self) -> Option<(ChainRole, String)>;
+
+    /// Where the sampled requests' latency went, hop by hop, if this place can say.
+    fn attribution(&self, sample_rate: f64, sent: &[Sent]) -> Option<Attribution>;
+
+    /// Each role's usage and samples over the steady window of `measured`; warnings (a role
+    /// that could not be read) go to the observer.
+    fn roles(
+        &mut self,
+        step: &StepContext<'_>,
+        measured: &mut Measured,
+        observer: &mut dyn Observer,
+    ) -> Vec<RoleReading>;
+}
+
+/// A role's usage over a step and its samples.
+pub(crate) struct RoleReading {
+    pub usage: RoleUsage,
+    /// Its samples, kept under its role even when empty; `None`: none kept (the sampler's own
+    /// row, a role Prometheus had no points for).
+    pub samples: Option<Vec<Sample>>,
+    /// The chain role whose witness belongs to it, if it is one.
+    pub chain: Option<ChainRole>,
+}
+
+/// Realises the step at `place`, measures it with the load from `fleet` (else from this
+/// process), and records every role; every failure ends up in `record`.
+pub(crate) fn measured_step<'s>(
+    place: &'s dyn Place,
+    fleet: Option<&Mutex<Fleet>>,
+    step: &StepContext<'s>,
+    mut record: StepRecord,
+    observer: &mut dyn Observer,
+) -> StepRecord {
+    let at = step.at;
+    let mut realised = match place.realise(step, observer) {
+        Ok(r) => r,
+        Err(failure) => {
+            record.fail(failure);
+            return record;
+        }
+    };
+    let options = realised.load_options(step);
+    let load = match resolve_at(&options, at) {
+        Ok(load) => load,
+        Err(failure) => {
+            record.fail(failure);
+            return record;
+        }
+    };
+    // Readiness was the place's: each Envoy's own count starts here.
+    let before = realised.witnesses();
+    let source = match fleet {
+        Some(fleet) => LoadSource::Agents {
+            fleet,
+            options: &options,
+        },
+        None => LoadSource::Local,
+    };
+    let measured = measure(
+        source,
+        &load,
+        realised.sampling(step),
+        realised.client_place(),
+        step.stop.clone(),
+        |l, roles| observer.live(at, l, roles),
+    );
+    let dead = realised.dead_role();
+    let after = realised.witnesses();
+    let mut measured = match measured {
+        Ok(m) => m,
+        Err(err) => {
+            record.fail(StepFailure::LoadGeneratorFailed(err.to_string()));
+            return record;
+        }
+    };
+    if let Some(every) = load.trace_every {
+        let sent = std::mem::take(&mut measured.result.traces);
+        record.attribution = realised.attribution(1.0 / f64::from(every), &sent);
+    }
+    for mut r in realised.roles(step, &mut measured, observer) {
+        if let Some(chain) = r.chain {
+            keep_witness(&mut r.usage, chain, &before, &after, observer);
+        }
+        if let Some(samples) = r.samples {
+            record.samples.insert(r.usage.role.clone(), samples);
+        }
+        record.usage.push(r.usage);
+    }
+    record.set_result(measured.result);
+    if let Some((role, log_tail)) = dead {
+        record.fail(StepFailure::RoleExited { role, log_tail });
+    }
+    record
+}
+
+/// A step's options resolved for the engine, with the service time measured at the step's
+/// lower load (the self-check's reference); a contradiction fails the step.
+pub(crate) fn resolve_at(options: &LoadOptions, at: &StepAt) -> Result<LoadSpec, StepFailure> {
+    options
+        .resolve()
+        .map(|spec| LoadSpec {
+            service_at_lower_load_us: at.service_at_lower_load_us,
+            ..spec
+        })
+        .map_err(|err| StepFailure::LoadNotSetUp(err.to_string()))
+}
+
+/// A role's own counts over the step into its `usage` ([`witness`]); why they are missing, if
+/// they are, said once and kept with it.
+fn keep_witness(
+    usage: &mut RoleUsage,
+    role: ChainRole,
+    before: &Witnesses,
+    after: &Witnesses,
+    observer: &mut dyn Observer,
+) {
+    match witness(role, before, after) {
+        None => {}
+        Some(Ok(counters)) => usage.proxy = Some(counters),
+        Some(Err(why)) => {
+            observer.warning(&format!(
+                "{role}: {why}; its own counts are not kept (the step is)"
+            ));
+            usage.missing.insert(Figure::Proxy, why.to_string());
+        }
+    }
+}
+
+/// A role's own counts over the step: the reading after the load since the one before it, or
+/// why there is none (the first reading that failed); `None` for a role without an admin.
+fn witness(
+    role: ChainRole,
+    before: &Witnesses,
+    after: &Witnesses,
+) -> Option<Result<ProxyCounters, AdminError>> {
+    match (before.get(&role)?, after.get(&role)?) {
+        (Ok(b), Ok(a)) => Some(Ok(a.since(b))),
+        (Err(e), _) | (_, Err(e)) => Some(Err(e.clone())),
+    }
+}

@@ -1,0 +1,212 @@
+//! The lab's rig as the place a step is realised: a fresh rig per step (its roles started
+//! under their limits from [`crate::setup::rig_spec`]), the load aimed at its entry, every role
+//! sampled over the load, each Envoy's admin read right before the load and right after it
+//! (`lab::program::envoy::admin`, the one reader of Envoy's admin), and, with attribution on,
+//! the L7 Envoys' access logs joined with the sampled requests. Dropping the realised step
+//! stops the rig.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use meshbench_experiment::config::{parse_cpuset, Experiment};
+use meshbench_experiment::{ChainVariant, Step};
+use meshbench_lab::program::envoy::admin::{self, AdminError};
+use meshbench_lab::rig::{Rig, RigSpec};
+use meshbench_lab::sampler;
+use meshbench_results::attribution::{Attribution, Sent};
+use meshbench_results::{ChainRole, LoadPoint, PlayedBy, Role, RoleUsage, StepFailure, Usage};
+
+use crate::load::{LoadOptions, TargetSource};
+use crate::measured::{Place, Realised, RoleReading, StepContext, Witnesses};
+use crate::observer::Observer;
+use crate::steps::{aim_at_gateway, load_for};
+use crate::{ClientPlace, Measured, Sampling};
+
+/// This machine's lab: each step on a rig of its own, its backend played by `exe`.
+pub(crate) struct RigPlace<'a> {
+    /// The meshbench binary, which plays the backend role.
+    pub exe: &'a PathBuf,
+    /// The chain the step starts and its load.
+    pub variant: &'a ChainVariant,
+    pub load: &'a LoadPoint,
+}
+
+/// A started rig, with the spec it was started from and the generator's CPUs.
+struct RigStep {
+    rig: Rig,
+    load: LoadPoint,
+    spec: RigSpec,
+    client_cpus: Option<Vec<usize>>,
+}
+
+impl Place for RigPlace<'_> {
+    fn realise<'s>(
+        &'s self,
+        step: &StepContext<'s>,
+        observer: &mut dyn Observer,
+    ) -> Result<Box<dyn Realised + 's>, StepFailure> {
+        let spec = crate::setup::rig_spec(
+            step.e,
+            step.at.step,
+            (self.variant, self.load),
+            step.experiment_id,
+            self.exe.clone(),
+        );
+        let rig = Rig::start(&spec).map_err(|err| StepFailure::RigDidNotStart(err.to_string()))?;
+        for w in &rig.warnings {
+            observer.warning(w);
+        }
+        if let Some(istio) = &rig.istio {
+            observer.note(&istio.summary(rig.gateway_admin()));
+        }
+        if let Some(mesh) = &rig.mesh {
+            observer.note(&mesh.summary(&rig.roles));
+        }
+        Ok(Box::new(RigStep {
+            rig,
+            load: *self.load,
+            spec,
+            client_cpus: step
+                .e
+                .limits
+                .client
+                .cpuset
+                .as_deref()
+                .and_then(parse_cpuset),
+        }))
+    }
+}
+
+impl Realised for RigStep {
+    fn load_options(&self, step: &StepContext<'_>) -> LoadOptions {
+        load_options(step.e, step.at.step, &self.load, &self.rig)
+    }
+
+    fn client_place(&self) -> ClientPlace<'_> {
+        ClientPlace {
+            cpus: self.client_cpus.as_deref(),
+            netns: self.rig.client_netns.as_deref(),
+        }
+    }
+
+    fn sampling(&self, step: &StepContext<'_>) -> Option<Sampling> {
+        Some(Sampling {
+            watches: self.rig.watches(),
+            every: Duration::from_millis(step.e.sample_interval_ms),
+        })
+    }
+
+    /// Each is bounded (`admin::DEADLINE`), so a rig of three Envoys whose admins are all
+    /// silent costs the step at most a few seconds outside its measured window.
+    fn witnesses(&self) -> Witnesses {
+        self.rig
+            .roles
+            .iter()
+            .filter_map(|r| {
+                let read = r.read_admin(admin::read)?;
+                let addr = r.admin?;
+                // A namespace that cannot be entered is an admin that cannot be reached.
+                let read = read.unwrap_or_else(|e| {
+                    Err(AdminError::Unreachable {
+                        addr,
+                        reason: e.to_string(),
+                    })
+                });
+                Some((r.name, read))
+            })
+            .collect()
+    }
+
+    fn dead_role(&mut self) -> Option<(ChainRole, String)> {
+        self.rig.dead_role()
+    }
+
+    fn attribution(&self, sample_rate: f64, sent: &[Sent]) -> Option<Attribution> {
+        Some(crate::attribution::attribute(&self.rig, sample_rate, sent))
+    }
+
+    fn roles(
+        &mut self,
+        _step: &StepContext<'_>,
+        measured: &mut Measured,
+        _observer: &mut dyn Observer,
+    ) -> Vec<RoleReading> {
+        let sampled = measured.sampled.take().unwrap_or_default();
+        let (from, to) = measured.window_ms;
+        let mut readings: Vec<RoleReading> = self
+            .rig
+            .roles
+            .iter()
+            .map(|role| {
+                let samples = sampled
+                    .roles
+                    .get(role.name.name())
+                    .cloned()
+                    .unwrap_or_default();
+                RoleReading {
+                    usage: RoleUsage {
+                        role: Role::Chain(role.name),
+                        program: role.program.clone(),
+                        workers: role.workers,
+                        cpu_limit: self.spec.limits(role.class).cpus,
+                        usage: sampler::summarize(&samples, from, to),
+                        missing: Default::default(),
+                        proxy: None,
+                    },
+                    samples: Some(samples),
+                    chain: Some(role.name),
+                }
+            })
+            .collect();
+        readings.push(RoleReading {
+            usage: sampler_usage(&sampled),
+            samples: None,
+            chain: None,
+        });
+        readings
+    }
+}
+
+/// The load of one step against a running rig: the experiment's `load` keys at the step's load
+/// point, aimed at the rig's entry (the gateway topology: every route of its targets file, in
+/// random order, over TLS trusting the rig's CA; an HTTP/3 entry: its certificate's name over
+/// TLS trusting the rig's CA). With attribution on, a sample of the requests carries an id.
+pub fn load_options(e: &Experiment, step: &Step, load: &LoadPoint, rig: &Rig) -> LoadOptions {
+    let source = match (&rig.gateway, &rig.entry_tls) {
+        (Some(g), _) => TargetSource::File(g.targets.clone()),
+        (None, Some(t)) => {
+            TargetSource::Url(format!("https://{}:{}/", t.server_name, rig.entry.port()))
+        }
+        (None, None) => TargetSource::Url(format!("http://{}/", rig.entry)),
+    };
+    let mut o = load_for(e, step, load, source);
+    let ca = match (&rig.gateway, &rig.entry_tls) {
+        (Some(g), _) => Some(g.ca.clone()),
+        (None, Some(t)) => Some(t.ca.clone()),
+        (None, None) => None,
+    };
+    if let Some(ca) = ca {
+        aim_at_gateway(&mut o, ca, rig.entry, rig.gateway.is_some());
+    }
+    o.send.trace_every = e.attribution.map(|a| a.every());
+    o
+}
+
+/// The sampler's own cost, stored as a pseudo-role so that it can be checked.
+fn sampler_usage(s: &sampler::Sampled) -> RoleUsage {
+    let mc = meshbench_lab::sample::millicores(0, s.own_cpu_ns, s.wall_ns);
+    RoleUsage {
+        role: Role::Sampler,
+        program: PlayedBy::Meshbench,
+        workers: 1,
+        cpu_limit: None,
+        usage: Usage {
+            samples: s.roles.values().map(Vec::len).max().unwrap_or(0),
+            cpu_millicores_avg: mc,
+            cpu_millicores_max: mc,
+            ..Usage::default()
+        },
+        missing: Default::default(),
+        proxy: None,
+    }
+}
