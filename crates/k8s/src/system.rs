@@ -574,6 +574,50 @@ mod tests {
         }
     }
 
+    /// Three systems' objects as YAML, against the files under `testdata/` (written by the
+    /// json! renderer before the objects were typed: the typed ones must print the same).
+    /// `MESHBENCH_UPDATE_GOLDEN=1` writes them anew.
+    #[test]
+    fn the_rendered_yaml_is_the_golden_files() {
+        let full = system();
+        let mut ambient = system();
+        ambient.waypoint = true;
+        ambient.gateway = false;
+        let mut ambient_shape = shape(1.0);
+        ambient_shape.ambient = true;
+        ambient_shape.use_waypoint = true;
+        let plain = System {
+            server_sidecar: false,
+            client_sidecar: false,
+            gateway: false,
+            revision: Some("canary".into()),
+            node_selector: BTreeMap::new(),
+            tolerations: Vec::new(),
+            ..system()
+        };
+        let plain_shape = Shape {
+            backend: Resources {
+                cpu_cores: Some(0.5),
+                memory_mib: Some(128),
+            },
+            ..Shape::default()
+        };
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/testdata");
+        for (name, yaml) in [
+            ("system-full.yaml", to_yaml(&full.render(&shape(1.5)))),
+            ("system-ambient.yaml", to_yaml(&ambient.render(&ambient_shape))),
+            ("system-plain.yaml", to_yaml(&plain.render(&plain_shape))),
+        ] {
+            let path = dir.join(name);
+            if std::env::var_os("MESHBENCH_UPDATE_GOLDEN").is_some() {
+                std::fs::create_dir_all(&dir).unwrap();
+                std::fs::write(&path, &yaml).unwrap();
+            }
+            let golden = std::fs::read_to_string(&path).unwrap();
+            assert_eq!(yaml, golden, "{name}");
+        }
+    }
+
     #[test]
     fn every_object_is_its_kubernetes_type() {
         for o in system().render(&shape(1.5)) {
