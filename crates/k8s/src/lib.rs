@@ -15,6 +15,8 @@
 pub mod blocking;
 pub mod cluster;
 pub mod forward;
+pub mod names;
+pub mod objects;
 pub mod render;
 pub mod rollout;
 pub mod system;
