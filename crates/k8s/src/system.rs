@@ -353,7 +353,11 @@ impl System {
             command: Some(vec!["/meshbench".into()]),
             args: Some(args),
             ports: Some(vec![container_port(
-                if port == CAPTURED { "http" } else { "http-direct" },
+                if port == CAPTURED {
+                    "http"
+                } else {
+                    "http-direct"
+                },
                 port,
             )]),
             readiness_probe: Some(Probe {
@@ -721,7 +725,10 @@ mod tests {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/testdata");
         for (name, yaml) in [
             ("system-full.yaml", to_yaml(&full.render(&shape(1.5)))),
-            ("system-ambient.yaml", to_yaml(&ambient.render(&ambient_shape))),
+            (
+                "system-ambient.yaml",
+                to_yaml(&ambient.render(&ambient_shape)),
+            ),
             ("system-plain.yaml", to_yaml(&plain.render(&plain_shape))),
         ] {
             let path = dir.join(name);

@@ -26,6 +26,14 @@ use serde::ser::SerializeStruct;
 use serde::{Serialize, Serializer};
 use serde_json::Value;
 
+/// A custom resource typed here (not one of Kubernetes' own kinds): the API server serves it
+/// only once its definition is applied and established, which
+/// [`BlockingClient::apply_custom`](crate::BlockingClient::apply_custom) waits for.
+pub trait CustomResource:
+    k8s_openapi::Resource + k8s_openapi::Metadata<Ty = ObjectMeta> + Serialize
+{
+}
+
 /// A typed object as the JSON document the apply path, a plan's YAML and its diff take.
 pub fn to_value<K>(object: &K) -> Value
 where
@@ -101,6 +109,8 @@ macro_rules! namespaced_resource {
             }
         }
 
+        impl$(<$v: $bound>)? $crate::objects::CustomResource for $type$(<$v>)? {}
+
         impl$(<$v: $bound>)? serde::Serialize for $type$(<$v>)? {
             fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
                 $crate::objects::serialize_object::<Self, S>(
@@ -123,7 +133,9 @@ mod tests {
     use kube::core::{ApiResource, Resource};
     use serde_json::json;
 
-    use super::contour::{Condition, HttpProxy, HttpProxySpec, Route, RouteService, Tls, VirtualHost};
+    use super::contour::{
+        Condition, HttpProxy, HttpProxySpec, Route, RouteService, Tls, VirtualHost,
+    };
     use super::istio::{
         ConnectionPool, Destination, DestinationRule, DestinationRuleSpec, Gateway, GatewaySpec,
         HttpMatch, HttpPool, HttpRoute, Location, OutlierDetection, PeerAuthentication, Port,
@@ -247,7 +259,10 @@ mod tests {
             })
         );
         assert_eq!(
-            to_value(&PeerAuthentication::new(meta("default", "istio-system"), "STRICT")),
+            to_value(&PeerAuthentication::new(
+                meta("default", "istio-system"),
+                "STRICT"
+            )),
             json!({
                 "apiVersion": "security.istio.io/v1",
                 "kind": "PeerAuthentication",
@@ -315,7 +330,11 @@ mod tests {
         let of = |v: &str, k: &str, p: &str| (v.to_string(), k.to_string(), p.to_string());
         assert_eq!(
             names(ApiResource::erase::<VirtualService<V1beta1>>(&())),
-            of("networking.istio.io/v1beta1", "VirtualService", "virtualservices")
+            of(
+                "networking.istio.io/v1beta1",
+                "VirtualService",
+                "virtualservices"
+            )
         );
         assert_eq!(
             names(ApiResource::erase::<ServiceEntry>(&())),
