@@ -1,26 +1,25 @@
 //! The rendered objects on a real cluster: applied with server-side apply (field manager
 //! `meshbench`), the agent pods waited for with a deadline, everything deleted at the end.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret, Service};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::config::{InferConfigError, KubeConfigOptions, Kubeconfig, KubeconfigError};
 use kube::{Client, Config};
-use serde_json::json;
 use thiserror::Error;
 
+use crate::names::{DEFAULT_NAMESPACE, MANAGER};
 use crate::render::Objects;
-
-const MANAGER: &str = "meshbench";
 
 /// Why the cluster could not do what was asked.
 #[derive(Debug, Error)]
 pub enum ClusterError {
     #[error("kubeconfig: {0}")]
-    Config(String),
+    Config(ConfigError),
     #[error("the API server refused {what}: {why}")]
     Api { what: String, why: String },
     #[error("only {ready} of {wanted} agent pods were ready after {waited:?}: {pods}")]
@@ -42,18 +41,52 @@ fn api_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> ClusterError 
     }
 }
 
+/// Why no client was made for the API server: said as one line (the kube error's own words,
+/// its file first when a kubeconfig was named), as the errors that wrap it print it.
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    /// The kubeconfig named could not be read.
+    #[error("{}: {error}", path.display())]
+    Read {
+        path: PathBuf,
+        error: KubeconfigError,
+    },
+    /// It was read, and says nothing a client can be made of.
+    #[error("{0}")]
+    Load(KubeconfigError),
+    /// No kubeconfig named, and neither `$KUBECONFIG`, `~/.kube/config` nor a pod's service
+    /// account gave one.
+    #[error("{0}")]
+    Infer(InferConfigError),
+    /// A client could not be made of it (its TLS, its proxy).
+    #[error("{0}")]
+    Client(kube::Error),
+}
+
 /// How to reach the cluster: as `kubeconfig` says, else `$KUBECONFIG`, `~/.kube/config` or
-/// the pod's service account; why not, as one line.
-pub(crate) async fn config_from(kubeconfig: Option<&Path>) -> Result<Config, String> {
+/// the pod's service account.
+pub(crate) async fn config_from(kubeconfig: Option<&Path>) -> Result<Config, ConfigError> {
     match kubeconfig {
         Some(path) => {
-            let kc = Kubeconfig::read_from(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            let kc = Kubeconfig::read_from(path).map_err(|error| ConfigError::Read {
+                path: path.to_path_buf(),
+                error,
+            })?;
             Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
                 .await
-                .map_err(|e| e.to_string())
+                .map_err(ConfigError::Load)
         }
-        None => Config::infer().await.map_err(|e| e.to_string()),
+        None => Config::infer().await.map_err(ConfigError::Infer),
     }
+}
+
+/// The namespace of the agents' objects.
+fn namespace_of(o: &Objects) -> String {
+    o.job
+        .metadata
+        .namespace
+        .clone()
+        .unwrap_or_else(|| DEFAULT_NAMESPACE.into())
 }
 
 /// An agent pod that is ready.
@@ -76,18 +109,14 @@ impl Cluster {
         let config = config_from(kubeconfig)
             .await
             .map_err(ClusterError::Config)?;
-        let client = Client::try_from(config).map_err(|e| ClusterError::Config(e.to_string()))?;
+        let client =
+            Client::try_from(config).map_err(|e| ClusterError::Config(ConfigError::Client(e)))?;
         Ok(Cluster { client })
     }
 
     /// Applies every object (and the namespace, if missing), server-side.
     pub async fn apply(&self, o: &Objects) -> Result<(), ClusterError> {
-        let ns = o
-            .job
-            .metadata
-            .namespace
-            .clone()
-            .unwrap_or_else(|| "default".into());
+        let ns = namespace_of(o);
         let pp = PatchParams::apply(MANAGER).force();
         let namespaces: Api<Namespace> = Api::all(self.client.clone());
         if namespaces
@@ -96,7 +125,13 @@ impl Cluster {
             .map_err(api_err("reading the namespace"))?
             .is_none()
         {
-            let n = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
+            let n = Namespace {
+                metadata: ObjectMeta {
+                    name: Some(ns.clone()),
+                    ..ObjectMeta::default()
+                },
+                ..Namespace::default()
+            };
             namespaces
                 .patch(&ns, &pp, &Patch::Apply(&n))
                 .await
@@ -137,12 +172,7 @@ impl Cluster {
         go_on: impl Fn() -> bool,
         mut progress: impl FnMut(usize),
     ) -> Result<Vec<AgentPod>, ClusterError> {
-        let ns = o
-            .job
-            .metadata
-            .namespace
-            .clone()
-            .unwrap_or_else(|| "default".into());
+        let ns = namespace_of(o);
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
         let lp = ListParams::default().labels(&o.agent_selector());
         let started = Instant::now();
@@ -215,12 +245,7 @@ impl Cluster {
     /// Deletes the Job (its pods with it), the Service, the ConfigMap and the Secret; what is
     /// already gone is not an error.
     pub async fn delete(&self, o: &Objects) -> Result<(), ClusterError> {
-        let ns = o
-            .job
-            .metadata
-            .namespace
-            .clone()
-            .unwrap_or_else(|| "default".into());
+        let ns = namespace_of(o);
         let name = |m: &kube::api::ObjectMeta| m.name.clone().unwrap_or_default();
         let dp = DeleteParams::background();
         let gone = |r: Result<(), kube::Error>, what: &str| match r {

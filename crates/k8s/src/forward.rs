@@ -32,6 +32,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 
 use crate::blocking::ApiError;
+use crate::cluster::ConfigError;
 
 /// Opening one stream: the API server's upgrade to a WebSocket, through to the kubelet.
 pub const OPEN_WITHIN: Duration = Duration::from_secs(30);
@@ -116,7 +117,7 @@ impl Forward {
                     let client = match Client::try_from(config) {
                         Ok(client) => client,
                         Err(e) => {
-                            let _ = ready.send(Err(ApiError::Config(e.to_string())));
+                            let _ = ready.send(Err(ApiError::Config(ConfigError::Client(e))));
                             return;
                         }
                     };

@@ -10,18 +10,21 @@
 //! istio`); `forward` reaches a pod's port (its loopback included) at a local address, as
 //! `kubectl port-forward` does, for synchronous callers too. `k8s_openapi` is re-exported so
 //! that its callers build typed objects with the one Kubernetes API version this crate is
-//! built for.
+//! built for; `objects` types the custom resources meshbench writes (Istio's, the Gateway
+//! API's, Contour's) the same way, and `names` holds the names given in more than one place.
 
 pub mod blocking;
 pub mod cluster;
 pub mod forward;
+pub mod names;
+pub mod objects;
 pub mod render;
 pub mod rollout;
 pub mod system;
 pub mod undo;
 
 pub use blocking::{ApiError, BlockingClient};
-pub use cluster::{AgentPod, Cluster, ClusterError};
+pub use cluster::{AgentPod, Cluster, ClusterError, ConfigError};
 pub use forward::{Forward, StreamError};
 pub use k8s_openapi;
 pub use render::{AntiAffinity, Objects, Plan, PlanError};

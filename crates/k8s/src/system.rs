@@ -27,7 +27,21 @@
 
 use std::collections::BTreeMap;
 
-use serde_json::{json, Value};
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy};
+use k8s_openapi::api::core::v1::{
+    Container, ContainerPort, Namespace, PodSecurityContext, PodSpec, PodTemplateSpec, Probe,
+    ResourceRequirements, SecurityContext, Service, ServiceAccount, ServicePort, ServiceSpec,
+    Sysctl, TCPSocketAction, Toleration,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use serde_json::Value;
+
+use crate::names::SERVICE_PORT;
+use crate::objects::gateway_api::{self, Infrastructure, Listener};
+use crate::objects::istio::PeerAuthentication;
+use crate::objects::to_value;
 
 /// The pods' label that says which part of the run they are.
 pub const PART: &str = "meshbench.io/part";
@@ -43,7 +57,7 @@ pub const WAYPOINT: &str = "waypoint";
 /// The gateway pods' label the rendered Istio Gateways select.
 pub const GATEWAY_SELECTOR: (&str, &str) = ("istio", "meshbench-gateway");
 /// The port of the backend Istio captures.
-pub const CAPTURED: u16 = 8080;
+pub const CAPTURED: u16 = SERVICE_PORT;
 /// The port of the backend Istio leaves alone.
 pub const UNCAPTURED: u16 = 8077;
 /// The uid the meshbench containers run as.
@@ -114,12 +128,20 @@ impl Resources {
         q
     }
 
-    fn requirements(&self) -> Value {
-        let q = self.quantities();
+    fn requirements(&self) -> ResourceRequirements {
+        let q: BTreeMap<String, Quantity> = self
+            .quantities()
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), Quantity(v)))
+            .collect();
         if q.is_empty() {
-            return json!({});
+            return ResourceRequirements::default();
         }
-        json!({"requests": q, "limits": q})
+        ResourceRequirements {
+            requests: Some(q.clone()),
+            limits: Some(q),
+            ..ResourceRequirements::default()
+        }
     }
 
     /// Istio's annotations that give an injected sidecar these resources.
@@ -159,11 +181,12 @@ pub struct System {
     pub revision: Option<String>,
     /// Node labels the system under test's pods need.
     pub node_selector: BTreeMap<String, String>,
-    /// Taints they tolerate, as the pod spec spells tolerations.
-    pub tolerations: Vec<Value>,
+    /// Taints they tolerate.
+    pub tolerations: Vec<Toleration>,
     /// The coordinator's port, which the agents' capture must leave alone.
     pub coordinator_port: u16,
-    /// The gateway's Istio objects (`gen gateway --for istio`, in this namespace).
+    /// The gateway's Istio objects (`gen gateway --for istio`, in this namespace), as the
+    /// documents it wrote.
     pub gateway_objects: Vec<Value>,
 }
 
@@ -207,38 +230,42 @@ impl System {
     }
 
     /// The namespace (created first, deleted last).
-    pub fn namespace_object(&self, shape: &Shape) -> Value {
-        json!({
-            "apiVersion": "v1", "kind": "Namespace",
-            "metadata": {"name": self.namespace, "labels": self.namespace_labels(shape)}
-        })
+    pub fn namespace_object(&self, shape: &Shape) -> Namespace {
+        Namespace {
+            metadata: ObjectMeta {
+                name: Some(self.namespace.clone()),
+                labels: Some(self.namespace_labels(shape)),
+                ..ObjectMeta::default()
+            },
+            ..Namespace::default()
+        }
     }
 
-    /// Every object of a step of `shape` in the order they are applied, the namespace first.
+    /// Every object of a step of `shape` in the order they are applied, the namespace first,
+    /// as the documents the apply path, the plan's YAML and its diff take.
     pub fn render(&self, shape: &Shape) -> Vec<Value> {
-        let mut out = vec![self.namespace_object(shape)];
-        out.push(self.service_account(BACKEND));
-        out.push(self.service_account(AGENTS_ACCOUNT));
-        out.push(self.backend(shape));
-        out.push(self.backend_service());
+        let mut out = vec![to_value(&self.namespace_object(shape))];
+        out.push(to_value(&self.service_account(BACKEND)));
+        out.push(to_value(&self.service_account(AGENTS_ACCOUNT)));
+        out.push(to_value(&self.backend(shape)));
+        out.push(to_value(&self.backend_service()));
         if self.gateway {
-            out.push(self.service_account(GATEWAY));
+            out.push(to_value(&self.service_account(GATEWAY)));
             out.extend(self.gateway_objects.iter().cloned());
-            out.push(self.gateway_deployment(shape));
-            out.push(self.gateway_service());
+            out.push(to_value(&self.gateway_deployment(shape)));
+            out.push(to_value(&self.gateway_service()));
         }
         if self.waypoint {
-            out.push(self.waypoint_gateway());
+            out.push(to_value(&self.waypoint_gateway()));
         }
         if let (true, Some(mode)) = (
             self.server_sidecar || self.client_sidecar,
             &shape.peer_authentication,
         ) {
-            out.push(json!({
-                "apiVersion": "security.istio.io/v1", "kind": "PeerAuthentication",
-                "metadata": {"name": "default", "namespace": self.namespace, "labels": managed()},
-                "spec": {"mtls": {"mode": mode}}
-            }));
+            out.push(to_value(&PeerAuthentication::new(
+                self.meta("default"),
+                mode.clone(),
+            )));
         }
         out
     }
@@ -282,160 +309,244 @@ impl System {
         (labels, annotations)
     }
 
-    fn service_account(&self, name: &str) -> Value {
-        json!({
-            "apiVersion": "v1", "kind": "ServiceAccount",
-            "metadata": {"name": name, "namespace": self.namespace, "labels": managed()}
-        })
-    }
-
-    fn pod_labels(&self, app: &str) -> Value {
-        json!({"app": app, PART: SYSTEM_UNDER_TEST})
-    }
-
-    fn placement(&self, spec: &mut Value) {
-        if !self.node_selector.is_empty() {
-            spec["nodeSelector"] = json!(self.node_selector);
-        }
-        if !self.tolerations.is_empty() {
-            spec["tolerations"] = Value::Array(self.tolerations.clone());
+    /// The metadata of an object of the namespace: its name, the namespace, meshbench's label.
+    fn meta(&self, name: &str) -> ObjectMeta {
+        ObjectMeta {
+            name: Some(name.to_string()),
+            namespace: Some(self.namespace.clone()),
+            labels: Some(managed()),
+            ..ObjectMeta::default()
         }
     }
 
-    fn backend_container(&self, name: &str, port: u16, shape: &Shape) -> Value {
+    fn service_account(&self, name: &str) -> ServiceAccount {
+        ServiceAccount {
+            metadata: self.meta(name),
+            ..ServiceAccount::default()
+        }
+    }
+
+    fn pod_labels(&self, app: &str) -> BTreeMap<String, String> {
+        labels([("app", app), (PART, SYSTEM_UNDER_TEST)])
+    }
+
+    /// The pod's node selector and tolerations, when the system has them.
+    fn placement(&self, spec: PodSpec) -> PodSpec {
+        PodSpec {
+            node_selector: (!self.node_selector.is_empty()).then(|| self.node_selector.clone()),
+            tolerations: (!self.tolerations.is_empty()).then(|| self.tolerations.clone()),
+            ..spec
+        }
+    }
+
+    fn backend_container(&self, name: &str, port: u16, shape: &Shape) -> Container {
         let mut args = vec![
             "backend".to_string(),
             "--listen".into(),
             format!("0.0.0.0:{port}"),
         ];
         args.extend(self.backend_args.iter().cloned());
-        json!({
-            "name": name, "image": self.image, "imagePullPolicy": self.pull_policy,
-            "command": ["/meshbench"], "args": args,
-            "ports": [{"name": if port == CAPTURED { "http" } else { "http-direct" }, "containerPort": port}],
-            "readinessProbe": {"tcpSocket": {"port": port}, "periodSeconds": 1},
-            "resources": shape.backend.requirements(),
-            "securityContext": {"runAsUser": NONROOT, "runAsGroup": NONROOT, "allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true}
-        })
+        Container {
+            name: name.into(),
+            image: Some(self.image.clone()),
+            image_pull_policy: Some(self.pull_policy.clone()),
+            command: Some(vec!["/meshbench".into()]),
+            args: Some(args),
+            ports: Some(vec![container_port(
+                if port == CAPTURED {
+                    "http"
+                } else {
+                    "http-direct"
+                },
+                port,
+            )]),
+            readiness_probe: Some(Probe {
+                tcp_socket: Some(TCPSocketAction {
+                    port: IntOrString::Int(port.into()),
+                    ..TCPSocketAction::default()
+                }),
+                period_seconds: Some(1),
+                ..Probe::default()
+            }),
+            resources: Some(shape.backend.requirements()),
+            security_context: Some(SecurityContext {
+                run_as_user: Some(NONROOT),
+                run_as_group: Some(NONROOT),
+                allow_privilege_escalation: Some(false),
+                read_only_root_filesystem: Some(true),
+                ..SecurityContext::default()
+            }),
+            ..Container::default()
+        }
     }
 
     /// The backend: `meshbench backend` on the captured port and on the one left alone.
-    fn backend(&self, shape: &Shape) -> Value {
+    fn backend(&self, shape: &Shape) -> Deployment {
         let mut labels = self.pod_labels(BACKEND);
-        labels["sidecar.istio.io/inject"] = json!(self.server_sidecar.to_string());
-        let mut annotations = json!({
-            "traffic.sidecar.istio.io/excludeInboundPorts": UNCAPTURED.to_string(),
-        });
+        labels.insert(
+            "sidecar.istio.io/inject".into(),
+            self.server_sidecar.to_string(),
+        );
+        let mut annotations = BTreeMap::from([(
+            "traffic.sidecar.istio.io/excludeInboundPorts".to_string(),
+            UNCAPTURED.to_string(),
+        )]);
         if self.server_sidecar {
-            for (k, v) in shape
-                .proxy
-                .sidecar_annotations()
-                .into_iter()
-                .chain(ready_every_second())
-            {
-                annotations[k] = json!(v);
-            }
+            annotations.extend(shape.proxy.sidecar_annotations());
+            annotations.extend(ready_every_second());
         }
-        let mut spec = json!({
-            "serviceAccountName": BACKEND,
-            "terminationGracePeriodSeconds": 2,
-            "containers": [
+        let spec = self.placement(PodSpec {
+            service_account_name: Some(BACKEND.into()),
+            termination_grace_period_seconds: Some(2),
+            containers: vec![
                 self.backend_container("backend", CAPTURED, shape),
                 self.backend_container("backend-direct", UNCAPTURED, shape),
             ],
+            ..PodSpec::default()
         });
-        self.placement(&mut spec);
         self.deployment(BACKEND, labels, annotations, spec)
     }
 
-    fn deployment(&self, name: &str, labels: Value, annotations: Value, spec: Value) -> Value {
-        json!({
-            "apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": {"name": name, "namespace": self.namespace, "labels": managed()},
-            "spec": {
-                "replicas": 1,
-                "selector": {"matchLabels": {"app": name}},
+    fn deployment(
+        &self,
+        name: &str,
+        labels: BTreeMap<String, String>,
+        annotations: BTreeMap<String, String>,
+        spec: PodSpec,
+    ) -> Deployment {
+        Deployment {
+            metadata: self.meta(name),
+            spec: Some(DeploymentSpec {
+                replicas: Some(1),
+                selector: LabelSelector {
+                    match_labels: Some(self::labels([("app", name)])),
+                    ..LabelSelector::default()
+                },
                 // One pod at a time: a step never measures two generations side by side.
-                "strategy": {"type": "Recreate"},
-                "template": {
-                    "metadata": {"labels": labels, "annotations": annotations},
-                    "spec": spec
-                }
-            }
-        })
+                strategy: Some(DeploymentStrategy {
+                    type_: Some("Recreate".into()),
+                    ..DeploymentStrategy::default()
+                }),
+                template: PodTemplateSpec {
+                    metadata: Some(ObjectMeta {
+                        labels: Some(labels),
+                        annotations: Some(annotations),
+                        ..ObjectMeta::default()
+                    }),
+                    spec: Some(spec),
+                },
+                ..DeploymentSpec::default()
+            }),
+            ..Deployment::default()
+        }
     }
 
-    fn backend_service(&self) -> Value {
-        let ports: Vec<Value> = Path::ALL
+    fn service(&self, name: &str, ports: Vec<ServicePort>) -> Service {
+        Service {
+            metadata: self.meta(name),
+            spec: Some(ServiceSpec {
+                selector: Some(labels([("app", name)])),
+                ports: Some(ports),
+                ..ServiceSpec::default()
+            }),
+            ..Service::default()
+        }
+    }
+
+    fn backend_service(&self) -> Service {
+        let ports = Path::ALL
             .iter()
-            .map(|p| {
-                json!({"name": p.port_name(), "port": p.port(), "targetPort": p.target_port(), "protocol": "TCP"})
-            })
+            .map(|p| service_port(p.port_name(), p.port(), p.target_port()))
             .collect();
-        json!({
-            "apiVersion": "v1", "kind": "Service",
-            "metadata": {"name": BACKEND, "namespace": self.namespace, "labels": managed()},
-            "spec": {"selector": {"app": BACKEND}, "ports": ports}
-        })
+        self.service(BACKEND, ports)
     }
 
     /// Istio's ingress gateway as Istio's `gateway` chart deploys it: the injector's `gateway`
     /// template fills the `istio-proxy` container (`image: auto`).
-    fn gateway_deployment(&self, shape: &Shape) -> Value {
+    fn gateway_deployment(&self, shape: &Shape) -> Deployment {
         let mut labels = self.pod_labels(GATEWAY);
-        labels[GATEWAY_SELECTOR.0] = json!(GATEWAY_SELECTOR.1);
-        labels["sidecar.istio.io/inject"] = json!("true");
-        let annotations = json!({"inject.istio.io/templates": "gateway"});
-        let mut spec = json!({
-            "serviceAccountName": GATEWAY,
-            "terminationGracePeriodSeconds": 2,
+        labels.insert(GATEWAY_SELECTOR.0.into(), GATEWAY_SELECTOR.1.into());
+        labels.insert("sidecar.istio.io/inject".into(), "true".into());
+        let annotations = self::labels([("inject.istio.io/templates", "gateway")]);
+        let spec = self.placement(PodSpec {
+            service_account_name: Some(GATEWAY.into()),
+            termination_grace_period_seconds: Some(2),
             // Envoy binds 443 as Istio's user.
-            "securityContext": {"sysctls": [{"name": "net.ipv4.ip_unprivileged_port_start", "value": "0"}]},
-            "containers": [{
+            security_context: Some(PodSecurityContext {
+                sysctls: Some(vec![Sysctl {
+                    name: "net.ipv4.ip_unprivileged_port_start".into(),
+                    value: "0".into(),
+                }]),
+                ..PodSecurityContext::default()
+            }),
+            containers: vec![Container {
                 // Filled in by the injector; an untagged `auto` would otherwise be pulled
                 // `Always`, and a cluster without a registry has the proxy's image loaded.
-                "name": "istio-proxy", "image": "auto", "imagePullPolicy": self.pull_policy,
-                "ports": [{"name": "https", "containerPort": 443}, {"name": "http", "containerPort": 80}],
-                "resources": shape.proxy.requirements(),
+                name: "istio-proxy".into(),
+                image: Some("auto".into()),
+                image_pull_policy: Some(self.pull_policy.clone()),
+                ports: Some(vec![
+                    container_port("https", 443),
+                    container_port("http", 80),
+                ]),
+                resources: Some(shape.proxy.requirements()),
+                ..Container::default()
             }],
+            ..PodSpec::default()
         });
-        self.placement(&mut spec);
         self.deployment(GATEWAY, labels, annotations, spec)
     }
 
-    fn gateway_service(&self) -> Value {
-        json!({
-            "apiVersion": "v1", "kind": "Service",
-            "metadata": {"name": GATEWAY, "namespace": self.namespace, "labels": managed()},
-            "spec": {
-                "selector": {"app": GATEWAY},
-                "ports": [
-                    {"name": "https", "port": 443, "targetPort": 443, "protocol": "TCP"},
-                    {"name": "http", "port": 80, "targetPort": 80, "protocol": "TCP"}
-                ]
-            }
-        })
+    fn gateway_service(&self) -> Service {
+        let ports = vec![
+            service_port("https", 443, 443),
+            service_port("http", 80, 80),
+        ];
+        self.service(GATEWAY, ports)
     }
 
     /// Istio's waypoint for the namespace's services (Gateway API, class `istio-waypoint`).
-    fn waypoint_gateway(&self) -> Value {
-        let mut spec = json!({
-            "gatewayClassName": "istio-waypoint",
-            "listeners": [{"name": "mesh", "port": 15008, "protocol": "HBONE"}]
-        });
-        if !self.node_selector.is_empty() || !self.tolerations.is_empty() {
-            // Istio renders the waypoint's Deployment; its placement is Istio's to set
-            // (a GatewayClass' parametersRef), not the Gateway's.
-            spec["infrastructure"] = json!({"labels": {PART: SYSTEM_UNDER_TEST}});
-        }
-        json!({
-            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
-            "metadata": {
-                "name": WAYPOINT, "namespace": self.namespace,
-                "labels": {"istio.io/waypoint-for": "service", MANAGED_BY.0: MANAGED_BY.1}
+    fn waypoint_gateway(&self) -> gateway_api::Gateway {
+        // Istio renders the waypoint's Deployment; its placement is Istio's to set (a
+        // GatewayClass' parametersRef), not the Gateway's.
+        let placed = !self.node_selector.is_empty() || !self.tolerations.is_empty();
+        gateway_api::Gateway {
+            metadata: ObjectMeta {
+                labels: Some(labels([("istio.io/waypoint-for", "service"), MANAGED_BY])),
+                ..self.meta(WAYPOINT)
             },
-            "spec": spec
-        })
+            spec: gateway_api::GatewaySpec {
+                gateway_class_name: "istio-waypoint".into(),
+                listeners: vec![Listener {
+                    name: "mesh".into(),
+                    port: 15008,
+                    protocol: "HBONE".into(),
+                }],
+                infrastructure: placed.then(|| Infrastructure {
+                    labels: labels([(PART, SYSTEM_UNDER_TEST)]),
+                }),
+            },
+        }
+    }
+}
+
+/// A container's port, by name.
+fn container_port(name: &str, port: u16) -> ContainerPort {
+    ContainerPort {
+        name: Some(name.into()),
+        container_port: port.into(),
+        ..ContainerPort::default()
+    }
+}
+
+/// A Service's TCP port, by name, to the pods' `target`.
+fn service_port(name: &str, port: u16, target: u16) -> ServicePort {
+    ServicePort {
+        name: Some(name.into()),
+        port: port.into(),
+        target_port: Some(IntOrString::Int(target.into())),
+        protocol: Some("TCP".into()),
+        ..ServicePort::default()
     }
 }
 
@@ -448,8 +559,15 @@ fn ready_every_second() -> [(String, String); 1] {
     )]
 }
 
-fn managed() -> Value {
-    json!({MANAGED_BY.0: MANAGED_BY.1})
+fn managed() -> BTreeMap<String, String> {
+    labels([MANAGED_BY])
+}
+
+fn labels<const N: usize>(pairs: [(&str, &str); N]) -> BTreeMap<String, String> {
+    pairs
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
 }
 
 /// Multi-document YAML, as `kubectl apply -f` takes it.
@@ -534,8 +652,6 @@ pub fn changes(now: &[Value], next: &[Value]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::apps::v1::Deployment;
-    use k8s_openapi::api::core::v1::{Namespace, Service, ServiceAccount};
 
     fn system() -> System {
         System {
@@ -549,9 +665,13 @@ mod tests {
             waypoint: false,
             revision: None,
             node_selector: BTreeMap::from([("role".into(), "sut".into())]),
-            tolerations: vec![
-                json!({"key": "dedicated", "operator": "Equal", "value": "sut", "effect": "NoSchedule"}),
-            ],
+            tolerations: vec![Toleration {
+                key: Some("dedicated".into()),
+                operator: Some("Equal".into()),
+                value: Some("sut".into()),
+                effect: Some("NoSchedule".into()),
+                ..Toleration::default()
+            }],
             coordinator_port: 7700,
             gateway_objects: Vec::new(),
         }
@@ -574,6 +694,53 @@ mod tests {
         }
     }
 
+    /// Three systems' objects as YAML, against the files under `testdata/` (written by the
+    /// json! renderer before the objects were typed: the typed ones must print the same).
+    /// `MESHBENCH_UPDATE_GOLDEN=1` writes them anew.
+    #[test]
+    fn the_rendered_yaml_is_the_golden_files() {
+        let full = system();
+        let mut ambient = system();
+        ambient.waypoint = true;
+        ambient.gateway = false;
+        let mut ambient_shape = shape(1.0);
+        ambient_shape.ambient = true;
+        ambient_shape.use_waypoint = true;
+        let plain = System {
+            server_sidecar: false,
+            client_sidecar: false,
+            gateway: false,
+            revision: Some("canary".into()),
+            node_selector: BTreeMap::new(),
+            tolerations: Vec::new(),
+            ..system()
+        };
+        let plain_shape = Shape {
+            backend: Resources {
+                cpu_cores: Some(0.5),
+                memory_mib: Some(128),
+            },
+            ..Shape::default()
+        };
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/testdata");
+        for (name, yaml) in [
+            ("system-full.yaml", to_yaml(&full.render(&shape(1.5)))),
+            (
+                "system-ambient.yaml",
+                to_yaml(&ambient.render(&ambient_shape)),
+            ),
+            ("system-plain.yaml", to_yaml(&plain.render(&plain_shape))),
+        ] {
+            let path = dir.join(name);
+            if std::env::var_os("MESHBENCH_UPDATE_GOLDEN").is_some() {
+                std::fs::create_dir_all(&dir).unwrap();
+                std::fs::write(&path, &yaml).unwrap();
+            }
+            let golden = std::fs::read_to_string(&path).unwrap();
+            assert_eq!(yaml, golden, "{name}");
+        }
+    }
+
     #[test]
     fn every_object_is_its_kubernetes_type() {
         for o in system().render(&shape(1.5)) {
@@ -593,7 +760,7 @@ mod tests {
     #[test]
     fn the_service_maps_each_path_onto_the_captured_or_the_uncaptured_port() {
         let s = system();
-        let svc: Service = serde_json::from_value(s.backend_service()).unwrap();
+        let svc: Service = s.backend_service();
         let ports = svc.spec.unwrap().ports.unwrap();
         let pairs: Vec<(i32, String)> = ports
             .iter()
@@ -627,7 +794,7 @@ mod tests {
             "8077,8078,7700"
         );
         assert_eq!(annotations["sidecar.istio.io/proxyCPULimit"], "1000m");
-        let backend: Deployment = serde_json::from_value(s.backend(&shape(1.0))).unwrap();
+        let backend: Deployment = s.backend(&shape(1.0));
         let meta = backend.spec.unwrap().template.metadata.unwrap();
         assert_eq!(
             meta.annotations.unwrap()["traffic.sidecar.istio.io/excludeInboundPorts"],

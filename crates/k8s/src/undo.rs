@@ -37,8 +37,15 @@ pub struct Header {
 /// Why a journal could not be written, read or undone.
 #[derive(Debug, Error)]
 pub enum UndoError {
-    #[error("{path}: {why}")]
-    File { path: PathBuf, why: String },
+    /// The journal's file (or its directory) could not be written or read.
+    #[error("{}: {error}", path.display())]
+    File {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+    /// A file that is not a journal: its first line is not a header.
+    #[error("{}: not a meshbench journal (no header line)", path.display())]
+    NotAJournal { path: PathBuf },
     #[error(transparent)]
     Api(#[from] ApiError),
     #[error("namespace {name} was still there {} s after it was deleted", waited.as_secs())]
@@ -55,9 +62,9 @@ pub struct Journal {
 }
 
 fn file_error(path: &Path) -> impl FnOnce(std::io::Error) -> UndoError + '_ {
-    move |e| UndoError::File {
+    move |error| UndoError::File {
         path: path.to_path_buf(),
-        why: e.to_string(),
+        error,
     }
 }
 
@@ -119,9 +126,8 @@ pub fn read(path: &Path) -> Result<Recorded, UndoError> {
     let header = lines
         .next()
         .and_then(|l| serde_json::from_str::<Header>(l).ok())
-        .ok_or_else(|| UndoError::File {
+        .ok_or_else(|| UndoError::NotAJournal {
             path: path.to_path_buf(),
-            why: "not a meshbench journal (no header line)".into(),
         })?;
     let undos = lines
         .filter_map(|l| serde_json::from_str::<Undo>(l).ok())

@@ -238,9 +238,12 @@ fn experiment_files_run_on_the_node_sweep_its_limits_and_leave_it_as_it_was() {
         waypoint: true,
         revision: None,
         node_selector: BTreeMap::from([("kubernetes.io/os".into(), "linux".into())]),
-        tolerations: vec![
-            serde_json::json!({"key": "meshbench.io/node", "operator": "Exists", "effect": "NoSchedule"}),
-        ],
+        tolerations: vec![meshbench_k8s::k8s_openapi::api::core::v1::Toleration {
+            key: Some("meshbench.io/node".into()),
+            operator: Some("Exists".into()),
+            effect: Some("NoSchedule".into()),
+            ..Default::default()
+        }],
         coordinator_port: 7700,
         gateway_objects: vec![],
     };

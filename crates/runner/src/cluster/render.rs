@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use meshbench_experiment::cluster::{AntiAffinity as FileAntiAffinity, Cluster};
 use meshbench_experiment::config::Experiment;
 use meshbench_experiment::{ChainVariant, Step};
+use meshbench_k8s::k8s_openapi::api::core::v1::Toleration;
 use meshbench_k8s::render::PodExtras;
 use meshbench_k8s::system::{self, Resources, Shape, System};
 use meshbench_k8s::{AntiAffinity, Plan};
@@ -36,13 +37,12 @@ pub fn system_of(e: &Experiment, section: &Cluster) -> System {
         .system_under_test
         .tolerations
         .iter()
-        .map(|t| serde_json::to_value(t).expect("a toleration serialises"))
-        .map(|mut v| {
-            // The pod spec takes no nulls for the keys not given.
-            if let Some(m) = v.as_object_mut() {
-                m.retain(|_, x| !x.is_null());
-            }
-            v
+        .map(|t| Toleration {
+            key: t.key.clone(),
+            operator: t.operator.clone(),
+            value: t.value.clone(),
+            effect: t.effect.clone(),
+            ..Toleration::default()
         })
         .collect();
     System {

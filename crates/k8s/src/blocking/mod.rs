@@ -1,0 +1,428 @@
+//! The project's Kubernetes client for synchronous callers: kube-rs behind a blocking façade.
+//! The lab's control plane for `gateway.type: istio` (an API server on loopback, Istio's CRDs,
+//! generated Gateways, VirtualServices and Secrets) is synchronous code, like the rest of the
+//! lab; it speaks to its API server through this, not through a second client of its own.
+//!
+//! A [`BlockingClient`] owns a current-thread tokio runtime and a kube [`Client`]; each call
+//! runs to completion on that runtime, every request bounded in time ([`CONNECT_WITHIN`],
+//! [`REQUEST_WITHIN`]). The façade is here (connecting, readiness, the engine's agents, a
+//! port-forward); its families are beside it: `apply` (server-side apply of documents and of
+//! typed objects), `typed` (get, list, delete, a ServiceAccount's token) and `error` (why a
+//! call failed, [`ApiError`]).
+//!
+//! Objects the caller builds are typed (k8s-openapi's, or [`crate::objects`]' custom
+//! resources); documents read from files are applied as [`DynamicObject`](kube::api::DynamicObject)s
+//! whose resource (group, version, kind, plural and scope) the API server itself names through
+//! discovery, asked once per kind and remembered: no plural is derived from a kind here. A
+//! custom resource whose definition was applied a moment ago is not served until the API
+//! server has established it, so its apply waits for that, at most [`ESTABLISH_WITHIN`].
+//!
+//! One call leaves something running past its return: [`BlockingClient::port_forward`] gives
+//! a [`Forward`], a local address served by a thread of its own (see `crate::forward`).
+
+mod apply;
+mod error;
+mod typed;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::discovery::Scope;
+use kube::Client;
+
+pub use apply::documents;
+use error::bounded;
+pub use error::ApiError;
+
+use crate::cluster::{config_from, ConfigError};
+use crate::forward::Forward;
+
+/// Connecting to the API server: it runs on this machine or one near it.
+pub const CONNECT_WITHIN: Duration = Duration::from_secs(2);
+/// One request, answer included (a CRD of Istio's is a few hundred KiB).
+pub const REQUEST_WITHIN: Duration = Duration::from_secs(60);
+/// How long a custom resource may be refused (not served, or 404) after its definition was
+/// applied, while the API server establishes it.
+pub const ESTABLISH_WITHIN: Duration = Duration::from_secs(30);
+/// Applies in flight at once in [`BlockingClient::apply_all`].
+pub const APPLIERS: usize = 4;
+/// Between two tries of a resource not yet served.
+const RETRY_EVERY: Duration = Duration::from_millis(200);
+
+/// A Kubernetes API server, spoken to from synchronous code.
+pub struct BlockingClient {
+    runtime: tokio::runtime::Runtime,
+    shared: Arc<Shared>,
+    /// What the client was made from: a port-forward makes its own client on its own runtime.
+    config: kube::Config,
+}
+
+/// What the applies in flight share.
+struct Shared {
+    client: Client,
+    /// Each kind's resource and scope as discovery named them.
+    resources: Mutex<HashMap<GroupVersionKind, (ApiResource, Scope)>>,
+}
+
+impl BlockingClient {
+    /// A client for the API server `kubeconfig` names, as it says to authenticate (a token
+    /// or a client certificate, and the CA to trust). Nothing is asked of the server yet.
+    pub fn from_kubeconfig(kubeconfig: &Path) -> Result<BlockingClient, ApiError> {
+        BlockingClient::connect(Some(kubeconfig))
+    }
+
+    /// A client as `kubeconfig` says, else as `$KUBECONFIG`, `~/.kube/config` or the pod's
+    /// service account say.
+    pub fn connect(kubeconfig: Option<&Path>) -> Result<BlockingClient, ApiError> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(ApiError::Runtime)?;
+        let (client, config) = runtime.block_on(async {
+            let mut config = config_from(kubeconfig).await.map_err(ApiError::Config)?;
+            config.connect_timeout = Some(CONNECT_WITHIN);
+            config.read_timeout = Some(REQUEST_WITHIN);
+            config.write_timeout = Some(REQUEST_WITHIN);
+            // No retries hidden under a call: what is waited for, and how long, is said here.
+            config.default_retry = false;
+            let client = Client::try_from(config.clone())
+                .map_err(|e| ApiError::Config(ConfigError::Client(e)))?;
+            Ok::<_, ApiError>((client, config))
+        })?;
+        Ok(BlockingClient {
+            runtime,
+            shared: Arc::new(Shared {
+                client,
+                resources: Mutex::new(HashMap::new()),
+            }),
+            config,
+        })
+    }
+
+    /// Whether the API server says it is ready (`GET /readyz` answers 200).
+    pub fn ready(&self) -> Result<(), ApiError> {
+        let request = http::Request::get("/readyz")
+            .body(Vec::new())
+            .expect("GET /readyz is a request");
+        self.runtime
+            .block_on(bounded("/readyz", self.shared.client.request_text(request)))
+            .map(drop)
+    }
+
+    /// The engine's client on the same connection ([`crate::Cluster`]).
+    fn as_cluster(&self) -> crate::Cluster {
+        crate::Cluster {
+            client: self.shared.client.clone(),
+        }
+    }
+
+    /// The agents' objects applied ([`crate::Cluster::apply`]).
+    pub fn apply_agents(&self, o: &crate::Objects) -> Result<(), crate::ClusterError> {
+        self.runtime.block_on(self.as_cluster().apply(o))
+    }
+
+    /// Waits for the agent pods ([`crate::Cluster::wait_ready`]).
+    pub fn wait_agents(
+        &self,
+        o: &crate::Objects,
+        wanted: usize,
+        timeout: Duration,
+        go_on: impl Fn() -> bool,
+        progress: impl FnMut(usize),
+    ) -> Result<Vec<crate::AgentPod>, crate::ClusterError> {
+        self.runtime.block_on(
+            self.as_cluster()
+                .wait_ready(o, wanted, timeout, go_on, progress),
+        )
+    }
+
+    /// Port `port` of pod `namespace/pod` (its own loopback included) at a local address, for
+    /// as long as the [`Forward`] lives; the pod must be running. Each local connection is a
+    /// stream of its own through the API server (see [`crate::forward`]).
+    pub fn port_forward(&self, namespace: &str, pod: &str, port: u16) -> Result<Forward, ApiError> {
+        let what = format!("Pod {namespace}/{pod}");
+        let phase = self
+            .get::<Pod>(namespace, pod)?
+            .map(|p| p.status.and_then(|s| s.phase).unwrap_or_default());
+        match phase.as_deref() {
+            Some("Running") => {}
+            Some(other) => {
+                return Err(ApiError::PodNotRunning {
+                    what,
+                    state: format!("in phase {other:?}"),
+                })
+            }
+            None => {
+                return Err(ApiError::PodNotRunning {
+                    what,
+                    state: "not there".into(),
+                })
+            }
+        }
+        let mut config = self.config.clone();
+        // A stream lives as long as its local connection, idle or not: only its opening is
+        // bounded (forward::OPEN_WITHIN).
+        config.read_timeout = None;
+        config.write_timeout = None;
+        Forward::start(config, namespace, pod, port)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use serde_json::{json, Value};
+
+    use super::*;
+
+    /// What the fake API server was asked: method, path and query, authorization, body.
+    #[derive(Debug, Clone)]
+    struct Asked {
+        line: String,
+        authorization: String,
+        content_type: String,
+        body: String,
+    }
+
+    /// An API server on loopback (plain HTTP, keep-alive) that answers each request with what
+    /// `answer` says for its request line, and records what it was asked.
+    fn fake_api_server(
+        answer: impl Fn(&str) -> (u16, String) + Send + Sync + 'static,
+    ) -> (String, Arc<Mutex<Vec<Asked>>>) {
+        use std::io::{BufRead, BufReader, Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let asked = Arc::new(Mutex::new(Vec::new()));
+        let (log, answer) = (Arc::clone(&asked), Arc::new(answer));
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let (log, answer) = (Arc::clone(&log), Arc::clone(&answer));
+                std::thread::spawn(move || {
+                    let mut reader = BufReader::new(stream.try_clone().unwrap());
+                    let mut writer = stream;
+                    loop {
+                        let mut line = String::new();
+                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        let (mut length, mut authorization, mut content_type) =
+                            (0, String::new(), String::new());
+                        loop {
+                            let mut header = String::new();
+                            reader.read_line(&mut header).unwrap();
+                            let header = header.trim_end();
+                            if header.is_empty() {
+                                break;
+                            }
+                            let (name, value) = header.split_once(": ").unwrap();
+                            match name.to_ascii_lowercase().as_str() {
+                                "content-length" => length = value.parse().unwrap(),
+                                "authorization" => authorization = value.to_string(),
+                                "content-type" => content_type = value.to_string(),
+                                _ => {}
+                            }
+                        }
+                        let mut body = vec![0; length];
+                        reader.read_exact(&mut body).unwrap();
+                        let line = line.trim_end().to_string();
+                        let (code, text) = answer(&line);
+                        log.lock().unwrap().push(Asked {
+                            line,
+                            authorization,
+                            content_type,
+                            body: String::from_utf8(body).unwrap(),
+                        });
+                        write!(
+                            writer,
+                            "HTTP/1.1 {code} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{text}",
+                            text.len()
+                        )
+                        .unwrap();
+                    }
+                });
+            }
+        });
+        (url, asked)
+    }
+
+    fn not_found() -> (u16, String) {
+        let status = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+            "message": "the server could not find the requested resource", "reason": "NotFound",
+            "code": 404});
+        (404, status.to_string())
+    }
+
+    fn client_of(url: &str, dir: &str) -> BlockingClient {
+        let dir = std::env::temp_dir().join(format!("meshbench-k8s-{dir}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let kubeconfig = dir.join("kubeconfig");
+        std::fs::write(
+            &kubeconfig,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: t\n  cluster:\n    server: {url}\n\
+                 users:\n- name: u\n  user:\n    token: secret-token\ncontexts:\n- name: t\n  \
+                 context: {{cluster: t, user: u}}\ncurrent-context: t\n"
+            ),
+        )
+        .unwrap();
+        BlockingClient::from_kubeconfig(&kubeconfig).unwrap()
+    }
+
+    #[test]
+    fn documents_go_where_discovery_says_once_their_kind_is_served_with_the_token() {
+        let istio = "/apis/networking.istio.io/v1beta1";
+        let established = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let asks = Arc::clone(&established);
+        let (url, asked) = fake_api_server(move |line| {
+            let path = line.split(' ').nth(1).unwrap_or_default();
+            let list = |group_version: &str, resources: Value| {
+                let list = json!({"kind": "APIResourceList", "apiVersion": "v1",
+                    "groupVersion": group_version, "resources": resources});
+                (200, list.to_string())
+            };
+            match path {
+                "/readyz" => (200, "ok".into()),
+                // Istio's group is not served on the first ask (its CRD not yet established).
+                p if p == istio => {
+                    if asks.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+                        not_found()
+                    } else {
+                        list(
+                            "networking.istio.io/v1beta1",
+                            json!([{"name": "gateways", "singularName": "gateway",
+                                "namespaced": true, "kind": "Gateway", "verbs": ["get", "patch"]},
+                                {"name": "gateways/status", "singularName": "",
+                                "namespaced": true, "kind": "Gateway", "verbs": ["get"]}]),
+                        )
+                    }
+                }
+                "/api/v1" => list(
+                    "v1",
+                    json!([{"name": "namespaces", "singularName": "namespace",
+                        "namespaced": false, "kind": "Namespace", "verbs": ["get", "patch"]}]),
+                ),
+                p if p.starts_with("/api/v1/namespaces/istio-system/configmaps/") => not_found(),
+                p if p.starts_with("/api/v1/namespaces/istio-system/serviceaccounts/gw/token") => {
+                    let answer = json!({"apiVersion": "authentication.k8s.io/v1",
+                        "kind": "TokenRequest", "spec": {"audiences": ["istio-ca"]},
+                        "status": {"token": "a-token",
+                            "expirationTimestamp": "2026-11-28T00:00:00Z"}});
+                    (201, answer.to_string())
+                }
+                _ if line.starts_with("PATCH ") => (200, json!({"metadata": {}}).to_string()),
+                _ => not_found(),
+            }
+        });
+        let client = client_of(&url, "apply");
+        client.ready().unwrap();
+        let applied = client
+            .apply_all(
+                documents(
+                    "apiVersion: networking.istio.io/v1beta1\nkind: Gateway\n\
+                 metadata: {name: g, namespace: istio-system}\nspec: {}\n---\n\
+                 apiVersion: v1\nkind: Namespace\nmetadata: {name: x}\n",
+                )
+                .unwrap(),
+            )
+            .unwrap();
+        assert_eq!(applied, 2);
+        // Known now: no second discovery of the kind.
+        client
+            .apply(
+                &json!({"apiVersion": "networking.istio.io/v1beta1", "kind": "Gateway",
+                "metadata": {"name": "h", "namespace": "istio-system"}}),
+            )
+            .unwrap();
+        let none = client
+            .get::<k8s_openapi::api::core::v1::ConfigMap>("istio-system", "istio-ca-root-cert")
+            .unwrap();
+        assert!(none.is_none());
+        let token = client
+            .service_account_token("istio-system", "gw", "istio-ca", Duration::from_secs(86400))
+            .unwrap();
+        assert_eq!(token, "a-token");
+
+        let asked = asked.lock().unwrap().clone();
+        assert!(
+            asked
+                .iter()
+                .all(|a| a.authorization == "Bearer secret-token"),
+            "{asked:?}"
+        );
+        let lines: Vec<&str> = asked.iter().map(|a| a.line.as_str()).collect();
+        let mut patches: Vec<&str> = lines
+            .iter()
+            .copied()
+            .filter(|l| l.starts_with("PATCH "))
+            .collect();
+        patches.sort_unstable();
+        // The plural and scope from the lists above; server-side apply, forced, as meshbench.
+        assert_eq!(
+            patches,
+            [
+                "PATCH /api/v1/namespaces/x?&force=true&fieldManager=meshbench HTTP/1.1",
+                "PATCH /apis/networking.istio.io/v1beta1/namespaces/istio-system/gateways/g?&force=true&fieldManager=meshbench HTTP/1.1",
+                "PATCH /apis/networking.istio.io/v1beta1/namespaces/istio-system/gateways/h?&force=true&fieldManager=meshbench HTTP/1.1",
+            ],
+            "{lines:?}"
+        );
+        let applies = asked.iter().filter(|a| a.line.starts_with("PATCH "));
+        for a in applies {
+            assert_eq!(a.content_type, "application/apply-patch+yaml", "{a:?}");
+        }
+        assert_eq!(
+            established.load(std::sync::atomic::Ordering::SeqCst),
+            2,
+            "refused once, then listed once: {lines:?}"
+        );
+        let token_asked = asked.iter().find(|a| a.line.starts_with("POST ")).unwrap();
+        let body: Value = serde_json::from_str(&token_asked.body).unwrap();
+        assert_eq!(body["spec"]["audiences"], json!(["istio-ca"]));
+        assert_eq!(body["spec"]["expirationSeconds"], 86400);
+    }
+
+    #[test]
+    fn a_kind_never_served_is_named_and_a_refusal_carries_the_servers_message() {
+        let (url, _) = fake_api_server(|line| {
+            if line.starts_with("PATCH ") {
+                let status = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                    "message": "Secret \"s\" is invalid", "reason": "Invalid", "code": 422});
+                (422, status.to_string())
+            } else if line.starts_with("GET /api/v1 ") {
+                let list = json!({"kind": "APIResourceList", "groupVersion": "v1",
+                    "resources": [{"name": "secrets", "singularName": "secret",
+                    "namespaced": true, "kind": "Secret", "verbs": ["patch"]}]});
+                (200, list.to_string())
+            } else {
+                not_found()
+            }
+        });
+        let client = client_of(&url, "refused");
+        let secret = json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "s", "namespace": "n"}});
+        match client.apply(&secret) {
+            Err(ApiError::Refused {
+                what,
+                code,
+                message,
+            }) => {
+                assert_eq!(what, "Secret s (v1, namespace n)");
+                assert_eq!((code, message.as_str()), (422, "Secret \"s\" is invalid"));
+            }
+            other => panic!("{other:?}"),
+        }
+        let unscoped = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}});
+        assert!(matches!(
+            client.apply(&unscoped),
+            Err(ApiError::Incomplete {
+                field: "metadata.namespace",
+                ..
+            })
+        ));
+    }
+}
