@@ -425,43 +425,49 @@ pub(super) fn cost_vs_qps(h: &Headline) -> Vec<Chart> {
                 });
             }
         }
-        let trend = |f: &meshbench_analysis::headline::CostFit| {
-            if what == "CPU" {
-                f.cpu
-            } else {
-                f.memory
-            }
-        };
-        let words = |t: &Trend| {
-            if what == "CPU" {
-                cpu_words(t)
-            } else {
-                memory_words(t)
-            }
-        };
-        let steepest = h
-            .fits
-            .iter()
-            .filter_map(|f| Some((f, trend(f).line()?)))
-            .max_by(|a, b| a.1.slope.total_cmp(&b.1.slope));
-        c.sentence = match (steepest, h.fits.first()) {
-            (Some((f, _)), _) => format!(
-                "The {what} that grows most with load is {} in {}'s: {} (dashed: the fitted line, or the level of a flat one).",
-                f.role,
-                f.variant,
-                words(&trend(f))
-            ),
-            (None, Some(f)) => format!(
-                "Each point is one load; no line: {} {}'s {what} is {}.",
-                f.variant,
-                f.role,
-                words(&trend(f))
-            ),
-            (None, None) => "Each point is one load.".into(),
-        };
+        c.sentence = cost_sentence(h, what);
         out.push(c);
     }
     out
+}
+
+/// The sentence under the proxy `what` ("CPU" or "memory") vs throughput chart: the role whose
+/// `what` grows most with load, else the first role's trend.
+fn cost_sentence(h: &Headline, what: &str) -> String {
+    let trend = |f: &meshbench_analysis::headline::CostFit| {
+        if what == "CPU" {
+            f.cpu
+        } else {
+            f.memory
+        }
+    };
+    let words = |t: &Trend| {
+        if what == "CPU" {
+            cpu_words(t)
+        } else {
+            memory_words(t)
+        }
+    };
+    let steepest = h
+        .fits
+        .iter()
+        .filter_map(|f| Some((f, trend(f).line()?)))
+        .max_by(|a, b| a.1.slope.total_cmp(&b.1.slope));
+    match (steepest, h.fits.first()) {
+        (Some((f, _)), _) => format!(
+            "The {what} that grows most with load is {} in {}'s: {} (dashed: the fitted line, or the level of a flat one).",
+            f.role,
+            f.variant,
+            words(&trend(f))
+        ),
+        (None, Some(f)) => format!(
+            "Each point is one load; no line: {} {}'s {what} is {}.",
+            f.variant,
+            f.role,
+            words(&trend(f))
+        ),
+        (None, None) => "Each point is one load.".into(),
+    }
 }
 
 pub(super) fn rps_vs_allotment(h: &Headline) -> Vec<Chart> {
