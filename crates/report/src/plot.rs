@@ -8,6 +8,7 @@
 
 use std::path::Path;
 
+use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
@@ -317,13 +318,8 @@ fn stack(c: &Chart) -> Vec<(f64, f64, f64, usize)> {
     segments
 }
 
-/// Draws `c` on `area`.
-pub fn draw<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, c: &Chart) -> Result<(), String>
-where
-    DB::ErrorType: 'static,
-{
-    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
-    area.fill(&WHITE).map_err(e)?;
+/// The legend's entries: every series (left axis, then right), then the threshold line's.
+fn legend_entries(c: &Chart) -> Vec<Entry> {
     let mut entries: Vec<Entry> = c
         .series
         .iter()
@@ -341,32 +337,25 @@ where
             name: label.clone(),
         });
     }
-    let font: TextStyle = ("sans-serif", 12).into_font().into();
-    let widths: Vec<i32> = entries
-        .iter()
-        .map(|en| {
-            let text = area
-                .estimate_text_size(&en.name, &font)
-                .map_or(7 * en.name.chars().count() as i32, |(w, _)| w as i32);
-            26 + text + 16
-        })
-        .collect();
-    let (width, height) = area.dim_in_pixel();
-    let legend = legend_layout(&widths, width as i32);
-    let strip = legend.as_ref().map_or(0, |l| l.size.1 + 6);
-    let (area, legend_area) = area.split_vertically((height as i32 - strip).max(1));
-    let area = &area;
+    entries
+}
+
+/// The x axis' span: the categories', else every point's and the shaded span's.
+fn x_range(c: &Chart) -> (f64, f64) {
     let all_x = c
         .series
         .iter()
         .chain(c.right.iter().flat_map(|r| r.1.iter()))
         .flat_map(|s| s.points.iter().map(|p| p.0))
         .chain(c.shade.iter().flat_map(|s| [s.0, s.1]));
-    let (x0, x1) = match &c.x_axis {
+    match &c.x_axis {
         XAxis::Categories(names) => (-0.5, names.len().max(1) as f64 - 0.5),
         XAxis::Linear | XAxis::Spectrum => range(all_x, false),
-    };
-    let stacked = stack(c);
+    }
+}
+
+/// The left y axis' span: every point on it, the stacks' tops, the threshold and the marks.
+fn y_range(c: &Chart, stacked: &[(f64, f64, f64, usize)]) -> (f64, f64) {
     let ys = c
         .series
         .iter()
@@ -375,7 +364,113 @@ where
         .chain(stacked.iter().map(|seg| seg.2))
         .chain(c.hline.iter().map(|h| h.0))
         .chain(c.marks.iter().map(|m| m.1));
-    let (y0, y1) = range(ys, true);
+    range(ys, true)
+}
+
+/// The plot's coordinates: x and the left y axis, both linear.
+type Plane<'a, DB> = ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// The shaded span of `c` (if any) with its label, over the y span `(y0, y1)`.
+fn draw_shade<DB: DrawingBackend>(
+    chart: &mut Plane<'_, DB>,
+    c: &Chart,
+    (y0, y1): (f64, f64),
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    if let Some((a, b, label)) = &c.shade {
+        chart.draw_series(std::iter::once(Rectangle::new(
+            [(*a, y0), (*b, y1)],
+            RGBColor(120, 120, 120).mix(0.15).filled(),
+        )))?;
+        chart.draw_series(std::iter::once(Text::new(
+            label.clone(),
+            (*a, y0 + (y1 - y0) * 0.08),
+            ("sans-serif", 12).into_font().color(&RGBColor(90, 90, 90)),
+        )))?;
+    }
+    Ok(())
+}
+
+/// The threshold line of `c` across the x span, then its marked points with their labels.
+fn draw_hline_and_marks<DB: DrawingBackend>(
+    chart: &mut Plane<'_, DB>,
+    c: &Chart,
+    (x0, x1): (f64, f64),
+    (y0, y1): (f64, f64),
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    if let Some((y, _)) = &c.hline {
+        let red = RGBColor(200, 0, 0);
+        chart.draw_series(std::iter::once(PathElement::new(
+            vec![(x0, *y), (x1, *y)],
+            red.stroke_width(1),
+        )))?;
+    }
+    for (x, y, label) in &c.marks {
+        chart.draw_series([
+            Cross::new((*x, *y), 7, BLACK.stroke_width(2)).into_dyn(),
+            Text::new(
+                label.clone(),
+                (*x, *y + (y1 - y0) * 0.06),
+                ("sans-serif", 12).into_font(),
+            )
+            .into_dyn(),
+        ])?;
+    }
+    Ok(())
+}
+
+/// Each legend entry's width in pixels: its swatch, its name in the legend's font, a gap.
+fn entry_widths<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, entries: &[Entry]) -> Vec<i32> {
+    let font: TextStyle = ("sans-serif", 12).into_font().into();
+    entries
+        .iter()
+        .map(|en| {
+            let text = area
+                .estimate_text_size(&en.name, &font)
+                .map_or(7 * en.name.chars().count() as i32, |(w, _)| w as i32);
+            26 + text + 16
+        })
+        .collect()
+}
+
+/// The bar series of `c` side by side in each category, then the `stacked` segments in the
+/// last slot.
+fn draw_bars<DB: DrawingBackend>(
+    chart: &mut Plane<'_, DB>,
+    c: &Chart,
+    stacked: &[(f64, f64, f64, usize)],
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    let bars: Vec<&Series> = c.series.iter().filter(|s| s.draw == Draw::Bars).collect();
+    let slots = bars.len() + usize::from(!stacked.is_empty());
+    for (slot, s) in bars.iter().enumerate() {
+        chart.draw_series(s.points.iter().map(|&(x, y)| {
+            let (left, right) = bar_span(x, slot, slots);
+            Rectangle::new([(left, 0.0), (right, y)], color(s.color).filled())
+        }))?;
+    }
+    chart.draw_series(stacked.iter().map(|&(x, base, top, colour)| {
+        let (left, right) = bar_span(x, slots - 1, slots);
+        Rectangle::new([(left, base), (right, top)], color(colour).filled())
+    }))?;
+    Ok(())
+}
+
+/// Draws `c` on `area`.
+pub fn draw<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, c: &Chart) -> Result<(), String>
+where
+    DB::ErrorType: 'static,
+{
+    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+    area.fill(&WHITE).map_err(e)?;
+    let entries = legend_entries(c);
+    let widths = entry_widths(area, &entries);
+    let (width, height) = area.dim_in_pixel();
+    let legend = legend_layout(&widths, width as i32);
+    let strip = legend.as_ref().map_or(0, |l| l.size.1 + 6);
+    let (area, legend_area) = area.split_vertically((height as i32 - strip).max(1));
+    let area = &area;
+    let (x0, x1) = x_range(c);
+    let stacked = stack(c);
+    let (y0, y1) = y_range(c, &stacked);
     let mut builder = ChartBuilder::on(area);
     builder
         .caption(&c.title, ("sans-serif", 17))
@@ -422,37 +517,8 @@ where
         mesh.disable_x_mesh();
     }
     mesh.draw().map_err(e)?;
-    if let Some((a, b, label)) = &c.shade {
-        chart
-            .draw_series(std::iter::once(Rectangle::new(
-                [(*a, y0), (*b, y1)],
-                RGBColor(120, 120, 120).mix(0.15).filled(),
-            )))
-            .map_err(e)?;
-        chart
-            .draw_series(std::iter::once(Text::new(
-                label.clone(),
-                (*a, y0 + (y1 - y0) * 0.08),
-                ("sans-serif", 12).into_font().color(&RGBColor(90, 90, 90)),
-            )))
-            .map_err(e)?;
-    }
-    let bars: Vec<&Series> = c.series.iter().filter(|s| s.draw == Draw::Bars).collect();
-    let slots = bars.len() + usize::from(!stacked.is_empty());
-    for (slot, s) in bars.iter().enumerate() {
-        chart
-            .draw_series(s.points.iter().map(|&(x, y)| {
-                let (left, right) = bar_span(x, slot, slots);
-                Rectangle::new([(left, 0.0), (right, y)], color(s.color).filled())
-            }))
-            .map_err(e)?;
-    }
-    chart
-        .draw_series(stacked.iter().map(|&(x, base, top, colour)| {
-            let (left, right) = bar_span(x, slots - 1, slots);
-            Rectangle::new([(left, base), (right, top)], color(colour).filled())
-        }))
-        .map_err(e)?;
+    draw_shade(&mut chart, c, (y0, y1)).map_err(e)?;
+    draw_bars(&mut chart, c, &stacked).map_err(e)?;
     for s in c
         .series
         .iter()
@@ -473,28 +539,7 @@ where
             series!(chart, draw_secondary_series, s, e);
         }
     }
-    if let Some((y, _)) = &c.hline {
-        let red = RGBColor(200, 0, 0);
-        chart
-            .draw_series(std::iter::once(PathElement::new(
-                vec![(x0, *y), (x1, *y)],
-                red.stroke_width(1),
-            )))
-            .map_err(e)?;
-    }
-    for (x, y, label) in &c.marks {
-        chart
-            .draw_series([
-                Cross::new((*x, *y), 7, BLACK.stroke_width(2)).into_dyn(),
-                Text::new(
-                    label.clone(),
-                    (*x, *y + (y1 - y0) * 0.06),
-                    ("sans-serif", 12).into_font(),
-                )
-                .into_dyn(),
-            ])
-            .map_err(e)?;
-    }
+    draw_hline_and_marks(&mut chart, c, (x0, x1), (y0, y1)).map_err(e)?;
     // Drawn last, as a legend is: after every point, in its own strip.
     if let Some(layout) = &legend {
         draw_legend(&legend_area, &entries, layout).map_err(e)?;

@@ -16,6 +16,7 @@ use super::auth::{handshake, Hello, Role, Token};
 use super::link::{Link, Tls};
 use super::wire::{Framed, Message};
 use super::{AgentError, HandshakeError, HEARTBEAT, PEER_SILENT};
+use crate::LoadOptions;
 
 /// How long a prepared agent waits for its `Start` before it gives the step up.
 const START_PATIENCE: Duration = Duration::from_secs(60);
@@ -364,32 +365,7 @@ fn session(framed: &mut Framed, shutdown: &Stop, report: &(dyn Fn(AgentEvent) + 
                 step,
                 options,
                 segment,
-            } => {
-                if let Some(r) = &run {
-                    let _ = out_tx.send(Message::Failed {
-                        step,
-                        reason: format!("still driving step {}", r.step),
-                    });
-                    continue;
-                }
-                match options.resolve() {
-                    Err(e) => {
-                        report(AgentEvent::StepFailed {
-                            step,
-                            reason: e.to_string(),
-                        });
-                        let _ = out_tx.send(Message::Failed {
-                            step,
-                            reason: e.to_string(),
-                        });
-                    }
-                    Ok(mut spec) => {
-                        spec.segment = segment;
-                        report(AgentEvent::Step { step, segment });
-                        run = Some(start_step(step, spec, out_tx.clone()));
-                    }
-                }
-            }
+            } => prepare(&mut run, step, &options, segment, &out_tx, report),
             Message::Start { step, at_ns } => {
                 if let Some(r) = run.as_mut().filter(|r| r.step == step) {
                     if let Some(tx) = r.start.take() {
@@ -416,6 +392,42 @@ fn session(framed: &mut Framed, shutdown: &Stop, report: &(dyn Fn(AgentEvent) + 
         r.abandon();
     }
     end
+}
+
+/// `Prepare`: starts step `step` on `segment` of `options` unless a step is still running
+/// or the options do not resolve, which the coordinator is told as the step's failure.
+fn prepare(
+    run: &mut Option<Running>,
+    step: u32,
+    options: &LoadOptions,
+    segment: Segment,
+    out_tx: &Sender<Message>,
+    report: &(dyn Fn(AgentEvent) + Sync),
+) {
+    if let Some(r) = run {
+        let _ = out_tx.send(Message::Failed {
+            step,
+            reason: format!("still driving step {}", r.step),
+        });
+        return;
+    }
+    match options.resolve() {
+        Err(e) => {
+            report(AgentEvent::StepFailed {
+                step,
+                reason: e.to_string(),
+            });
+            let _ = out_tx.send(Message::Failed {
+                step,
+                reason: e.to_string(),
+            });
+        }
+        Ok(mut spec) => {
+            spec.segment = segment;
+            report(AgentEvent::Step { step, segment });
+            *run = Some(start_step(step, spec, out_tx.clone()));
+        }
+    }
 }
 
 fn flush(

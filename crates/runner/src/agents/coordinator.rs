@@ -22,24 +22,25 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
-use meshbench_engine::recorder::{Interval, Recorder};
-use meshbench_engine::{Gathered, Live, LoadSpec, Part, Seconds, Segment, Stop, StopAt};
+use meshbench_engine::recorder::Interval;
+use meshbench_engine::{Gathered, Live, LoadSpec, Seconds, Segment, Stop, StopAt};
 use meshbench_net::clock::monotonic_ns;
-use meshbench_results::{
-    run::{AgentPart, Agents, Lost},
-    RunResult,
-};
+use meshbench_results::RunResult;
 use thiserror::Error;
 
 use super::auth::{handshake, Hello, Role, Token};
 use super::link::{Link, Tls};
 use super::wire::{Framed, Message};
-use super::{HandshakeError, HEARTBEAT, PEER_SILENT};
+use super::{HandshakeError, PEER_SILENT};
 use crate::LoadOptions;
 
+mod place;
+mod pump;
+
+use place::{merge, Place, Told};
+use pump::{pump, Command, Event, Tagged};
+
 const HANDSHAKE_WAIT: Duration = Duration::from_secs(5);
-/// Clock probes per agent and step.
-const SYNC_ROUNDS: u32 = 8;
 
 /// How the coordinator meets its agents.
 pub enum Reach {
@@ -83,25 +84,6 @@ pub enum FleetError {
     #[error("{0}")]
     Io(#[from] std::io::Error),
 }
-
-/// Orders to an agent's I/O thread.
-enum Command {
-    Send(Message),
-    /// Measure the clock offset (the thread does the round trips itself, so that the times
-    /// are taken next to the socket).
-    Sync,
-    Close,
-}
-
-/// What an agent's I/O thread reports.
-enum Event {
-    Message(Message),
-    Clock { offset_ns: i64, round_trip_ns: u64 },
-    Lost(String),
-}
-
-/// An event and the id of the agent it is from.
-type Tagged = (u64, Event);
 
 /// One agent in the fleet.
 struct Member {
@@ -685,265 +667,4 @@ impl Drop for Fleet {
             }
         }
     }
-}
-
-/// What the step's agents have been told so far: to stop (and drain), and to hurry.
-#[derive(Default)]
-struct Told {
-    stop: bool,
-    hurry: bool,
-}
-
-/// One agent's place in a step: its segment, its clock, what it reported, whether it was lost.
-struct Place {
-    index: usize,
-    name: String,
-    address: String,
-    segment: Segment,
-    connections: usize,
-    offset_ns: i64,
-    round_trip_ns: u64,
-    /// What its seconds added up to (all that is known of it if it is lost).
-    seen: Recorder,
-    part: Option<Part>,
-    /// Why and when (`after_secs`: seconds after the start) it was lost.
-    lost: Option<Lost>,
-}
-
-impl Place {
-    fn new(
-        m: &Member,
-        segment: Segment,
-        (offset_ns, round_trip_ns): (i64, u64),
-        o: &LoadOptions,
-    ) -> Place {
-        Place {
-            index: segment.index as usize,
-            name: m.name.clone(),
-            address: m.address.clone(),
-            segment,
-            connections: segment.share(o.connections as u64) as usize,
-            offset_ns,
-            round_trip_ns,
-            seen: Recorder::new(),
-            part: None,
-            lost: None,
-        }
-    }
-
-    /// It is lost, for `reason`, `after_secs` seconds after the start.
-    fn lose(&mut self, reason: String, after_secs: f64) {
-        self.lost = Some(Lost { after_secs, reason });
-    }
-}
-
-/// The step's result from its places: the parts that came (and for lost agents, their seconds)
-/// merged by the engine, with each agent's share and the start's skew.
-fn merge(
-    spec: &LoadSpec,
-    places: Vec<Place>,
-    gathered: Gathered,
-    start: u64,
-    wall_start: SystemTime,
-    interrupted: bool,
-) -> RunResult {
-    // When each agent's schedule really began (its clock's zero plus how late its first send
-    // was), on the coordinator's clock: an open loop's segments start at their own first
-    // arrivals, which is the plan, not skew.
-    let firsts: Vec<Option<i64>> = places
-        .iter()
-        .map(|s| {
-            let p = s.part.as_ref()?;
-            let late = p.first_send_late_ns?;
-            Some((p.start_monotonic_ns + late) as i64 - s.offset_ns)
-        })
-        .collect();
-    let earliest = firsts.iter().flatten().min().copied();
-    let latest = firsts.iter().flatten().max().copied();
-    let mut reports = Vec::new();
-    let mut parts = Vec::new();
-    let mut any_lost = false;
-    for (s, began) in places.into_iter().zip(&firsts) {
-        let part = s.part.unwrap_or_else(|| Part {
-            recorder: s.seen.clone(),
-            workers: Vec::new(),
-            cpu_secs: 0.0,
-            rss_max_bytes: 0,
-            start_monotonic_ns: start,
-            first_send_late_ns: None,
-            wall_start,
-            // Lost, not stopped: the warning below says so.
-            interrupted: false,
-            timeline: Vec::new(),
-            cpu_quota: None,
-        });
-        any_lost |= s.lost.is_some();
-        let rec = &part.recorder;
-        reports.push(AgentPart {
-            name: s.name,
-            address: s.address,
-            segment: s.segment.index,
-            of: s.segment.count,
-            connections: s.connections,
-            threads: part.workers.len(),
-            requests: rec.counts.total(),
-            errors: rec.counts.failed(),
-            p50_us: rec.latency.value_at_quantile(0.5),
-            p99_us: rec.latency.value_at_quantile(0.99),
-            cpu_secs: (part.cpu_secs * 1000.0).round() / 1000.0,
-            clock_offset_us: (s.offset_ns as f64 / 100.0).round() / 10.0,
-            round_trip_us: (s.round_trip_ns as f64 / 100.0).round() / 10.0,
-            start_us: began
-                .zip(earliest)
-                .map(|(f, e)| ((f - e) as f64 / 100.0).round() / 10.0),
-            lost: s.lost.map(|l| Lost {
-                after_secs: (l.after_secs * 1000.0).round() / 1000.0,
-                reason: l.reason,
-            }),
-        });
-        parts.push(part);
-    }
-    let mut result = meshbench_engine::merge(
-        spec,
-        &parts,
-        gathered.into_timeline(),
-        wall_start,
-        interrupted,
-    );
-    result.partial |= any_lost;
-    for p in &reports {
-        if let Some(l) = &p.lost {
-            result.generator.warnings.push(format!(
-                "agent {} was lost {:.1} s after the start ({}): what it reported before is counted, the rest of its segment was not sent",
-                p.name, l.after_secs, l.reason
-            ));
-        }
-    }
-    result.agents = Some(Agents {
-        start_skew_us: earliest
-            .zip(latest)
-            .map_or(0.0, |(e, l)| ((l - e) as f64 / 100.0).round() / 10.0),
-        clock_error_us: reports
-            .iter()
-            .map(|r| r.round_trip_us / 2.0)
-            .fold(0.0, f64::max),
-        agents: reports,
-    });
-    result
-}
-
-/// An agent's control connection: sends what the fleet says, forwards what the agent says,
-/// pings every second, and reports the agent lost when it closes, breaks or goes quiet.
-/// Keeps `largest` at the largest message sent.
-fn pump(
-    id: u64,
-    mut framed: Framed,
-    commands: Receiver<Command>,
-    events: Sender<Tagged>,
-    largest: &AtomicUsize,
-) {
-    let mut last_heard = Instant::now();
-    let mut last_sent = Instant::now();
-    let lost = |why: String| {
-        let _ = events.send((id, Event::Lost(why)));
-    };
-    loop {
-        loop {
-            match commands.try_recv() {
-                Ok(Command::Send(m)) => {
-                    if let Err(e) = framed.send(&m) {
-                        lost(format!("cannot send: {e}"));
-                        return;
-                    }
-                    last_sent = Instant::now();
-                    largest.fetch_max(framed.largest_sent, Ordering::Relaxed);
-                }
-                Ok(Command::Sync) => match probe(&mut framed, id, &events) {
-                    Ok((offset_ns, round_trip_ns)) => {
-                        last_heard = Instant::now();
-                        let _ = events.send((
-                            id,
-                            Event::Clock {
-                                offset_ns,
-                                round_trip_ns,
-                            },
-                        ));
-                    }
-                    Err(why) => {
-                        lost(why);
-                        return;
-                    }
-                },
-                Ok(Command::Close) | Err(mpsc::TryRecvError::Disconnected) => {
-                    let _ = framed.send(&Message::Bye);
-                    return;
-                }
-                Err(mpsc::TryRecvError::Empty) => break,
-            }
-        }
-        if last_sent.elapsed() >= HEARTBEAT {
-            if framed.send(&Message::Ping { id: 0 }).is_err() {
-                lost("the connection broke".into());
-                return;
-            }
-            last_sent = Instant::now();
-        }
-        match framed.recv(Duration::from_millis(20)) {
-            Ok(Some(m)) => {
-                last_heard = Instant::now();
-                match m {
-                    Message::Alive | Message::Pong { .. } => {}
-                    m => {
-                        let _ = events.send((id, Event::Message(m)));
-                    }
-                }
-            }
-            Ok(None) if last_heard.elapsed() > PEER_SILENT => {
-                lost(format!("silent for {}s", PEER_SILENT.as_secs()));
-                return;
-            }
-            Ok(None) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-                lost("it closed the connection".into());
-                return;
-            }
-            Err(e) => {
-                lost(e.to_string());
-                return;
-            }
-        }
-    }
-}
-
-/// Round trips to the agent's clock: its offset (its clock minus ours) from the shortest.
-fn probe(
-    framed: &mut Framed,
-    id: u64,
-    events: &Sender<(u64, Event)>,
-) -> Result<(i64, u64), String> {
-    let mut best: Option<(i64, u64)> = None;
-    for round in 1..=SYNC_ROUNDS {
-        let t0 = monotonic_ns();
-        framed
-            .send(&Message::Ping { id: round })
-            .map_err(|e| format!("cannot send: {e}"))?;
-        let answered = loop {
-            match framed.recv(Duration::from_secs(2)) {
-                Ok(Some(Message::Pong { id: r, clock_ns })) if r == round => break clock_ns,
-                Ok(Some(Message::Pong { .. } | Message::Alive)) => {}
-                Ok(Some(m)) => {
-                    let _ = events.send((id, Event::Message(m)));
-                }
-                Ok(None) => return Err("no answer to a clock probe within 2s".into()),
-                Err(e) => return Err(e.to_string()),
-            }
-        };
-        let t2 = monotonic_ns();
-        let rtt = t2 - t0;
-        let offset = answered as i64 - (t0 + rtt / 2) as i64;
-        if best.is_none_or(|(_, r)| rtt < r) {
-            best = Some((offset, rtt));
-        }
-    }
-    Ok(best.expect("at least one round"))
 }

@@ -1,0 +1,167 @@
+//! Edits to the experiment file's YAML tree before it is read: each `--set key=value`, and the
+//! old `load` words (`qps`, `jitter`) read as their new names with a note each. Also the hint
+//! that a `--set` value was read as YAML. Nothing here checks the experiment itself; that is
+//! [`super::Experiment::validate`]'s.
+
+use serde_yaml_ng::{Mapping, Value};
+
+/// Adds to each type mistake that a `--set` made how to write its value: `--set` reads VALUE
+/// as YAML, so `--set name=1234` gives a number where text is wanted (`--set 'name="1234"'`)
+/// and `--set topologies=baseline` one word where a list is (`--set 'topologies=[baseline]'`).
+pub(super) fn how_to_set(problems: Vec<String>, overrides: &[String]) -> Vec<String> {
+    problems
+        .into_iter()
+        .map(|problem| {
+            let hint = overrides.iter().find_map(|o| {
+                let (key, raw) = o.split_once('=')?;
+                let (key, raw) = (key.trim(), raw.trim());
+                let told = problem.strip_prefix(key)?;
+                if !(told.starts_with(": ") || told.starts_with('[') || told.starts_with('.')) {
+                    return None;
+                }
+                if told.contains("expected a string") {
+                    Some(format!(
+                        "--set reads the value as YAML, so {raw} is not text there; quote it: --set '{key}=\"{raw}\"'"
+                    ))
+                } else if told.contains("expected a list") && !raw.starts_with('[') {
+                    Some(format!(
+                        "--set reads the value as YAML; write a list: --set '{key}=[{raw}]'"
+                    ))
+                } else {
+                    None
+                }
+            });
+            match hint {
+                Some(hint) => format!("{problem} ({hint})"),
+                None => problem,
+            }
+        })
+        .collect()
+}
+
+/// The `load` keys renamed to the words the rest of meshbench uses (units in the name, as the
+/// engine's `rate_rps`), old word first. The old words are still read, with a note each.
+const RENAMED_LOAD_KEYS: [(&str, &str); 2] = [("qps", "rate_rps"), ("jitter", "arrival")];
+
+/// The old `load` words a file or its `--set`s used: read as the new ones, each with a note.
+#[derive(Default)]
+pub(super) struct OldWords {
+    pub(super) notes: Vec<String>,
+    /// (old, new) of each renamed key used.
+    used: Vec<(&'static str, &'static str)>,
+    /// `jitter` was used: its `true`/`false` are `arrival`'s `poisson`/`uniform`.
+    jitter: bool,
+}
+
+impl OldWords {
+    fn note(&mut self, old: &'static str, new: &'static str) {
+        if !self.used.contains(&(old, new)) {
+            self.used.push((old, new));
+        }
+        let note = format!(
+            "load.{old} is an old name, read as load.{new}: write load.{new} instead{}",
+            if old == "jitter" {
+                " (false: uniform, true: poisson)"
+            } else {
+                " (the same values)"
+            }
+        );
+        if !self.notes.contains(&note) {
+            self.notes.push(note);
+        }
+        self.jitter |= old == "jitter";
+    }
+
+    /// A problem about a renamed key, in the words the file used (`load.qps[1]: ...`).
+    pub(super) fn in_their_words(&self, problem: String) -> String {
+        self.used.iter().fold(problem, |p, (old, new)| {
+            let (was, is) = (format!("load.{old}"), format!("load.{new}"));
+            match p.strip_prefix(&is) {
+                Some(rest) if rest.starts_with([':', '[']) => format!("{was}{rest}"),
+                _ => p,
+            }
+        })
+    }
+
+    /// Renames the file's old `load` keys.
+    pub(super) fn in_file(&mut self, tree: &mut Value, problems: &mut Vec<String>) {
+        let Some(Value::Mapping(load)) = tree.get_mut("load") else {
+            return;
+        };
+        for (old, new) in RENAMED_LOAD_KEYS {
+            let Some(value) = load.remove(old) else {
+                continue;
+            };
+            if load.contains_key(new) {
+                problems.push(format!(
+                    "load.{old}: given with load.{new}, its new name; keep only load.{new}"
+                ));
+            }
+            self.note(old, new);
+            load.insert(Value::String(new.into()), value);
+        }
+    }
+
+    /// `spec` with an old `load` key renamed (`load.qps=[100]` -> `load.rate_rps=[100]`).
+    pub(super) fn in_override(&mut self, spec: &str) -> String {
+        for (old, new) in RENAMED_LOAD_KEYS {
+            let key = format!("load.{old}");
+            if let Some(rest) = spec.trim_start().strip_prefix(&key) {
+                if rest.starts_with(['=', '.', '[']) {
+                    self.note(old, new);
+                    return format!("load.{new}{rest}");
+                }
+            }
+        }
+        spec.to_string()
+    }
+
+    /// `jitter`'s booleans as `arrival`'s words.
+    pub(super) fn jitter_as_arrival(&self, tree: &mut Value) {
+        if !self.jitter {
+            return;
+        }
+        let word = |v: &mut Value| {
+            if let Value::Bool(b) = v {
+                *v = Value::String(if *b { "poisson" } else { "uniform" }.into());
+            }
+        };
+        match tree.get_mut("load").and_then(|l| l.get_mut("arrival")) {
+            Some(Value::Sequence(list)) => list.iter_mut().for_each(word),
+            Some(one) => word(one),
+            None => {}
+        }
+    }
+}
+
+/// Applies `a.b.c=VALUE` (VALUE read as YAML: `3`, `[1, 2]`, `nginx`) to the tree.
+pub(super) fn apply_override(tree: &mut Value, spec: &str) -> Result<(), String> {
+    let (key, raw) = spec
+        .split_once('=')
+        .ok_or_else(|| format!("--set {spec}: expected KEY=VALUE, e.g. duration_secs=3"))?;
+    let value: Value = serde_yaml_ng::from_str(raw)
+        .map_err(|e| format!("--set {spec}: the value is not YAML: {e}"))?;
+    let parts: Vec<&str> = key.trim().split('.').collect();
+    if parts.iter().any(|p| p.is_empty()) {
+        return Err(format!("--set {spec}: empty part in the key"));
+    }
+    let mut node = tree;
+    for (i, part) in parts.iter().enumerate() {
+        if node.is_null() {
+            *node = Value::Mapping(Mapping::new());
+        }
+        let Value::Mapping(map) = node else {
+            return Err(format!(
+                "--set {spec}: {} is not a mapping",
+                parts[..i].join(".")
+            ));
+        };
+        let k = Value::String(part.to_string());
+        if i + 1 == parts.len() {
+            map.insert(k, value);
+            return Ok(());
+        }
+        node = map.entry(k).or_insert(Value::Null);
+    }
+    Ok(())
+}

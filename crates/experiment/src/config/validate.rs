@@ -1,0 +1,555 @@
+//! The checks of an experiment beyond its keys' types: ranges, keys that go together, and
+//! what a topology rules out. `validate` reports every problem at once, each naming its key.
+
+use meshbench_results::{Class, LoopMode, PeerAuthentication, Protocol, StepKind, Topology};
+
+use super::{
+    parse_cpuset, AttributionConfig, Backend, ControlPlaneSection, Experiment, Gateway, Isolation,
+    Limits, LoadSection, Proxy, RoleLimits, MAX_CPUS, MAX_SECS,
+};
+use crate::external::External;
+use crate::plan::{PlanSize, MAX_STEPS};
+use meshbench_results::topology::MAX_ROUTES;
+use meshbench_results::Program;
+
+/// Adds a problem unless `v` is a finite number above 0.
+fn positive(key: &str, v: f64, p: &mut Vec<String>) {
+    if !(v.is_finite() && v > 0.0) {
+        p.push(format!("{key}: expected a number above 0, found {v}"));
+    }
+}
+
+impl Experiment {
+    /// Checks that need more than one key or a range: every problem, not just the first.
+    ///
+    /// Every key of the file is named below with the check that covers it beyond its type, so
+    /// that a key added to the struct does not compile until someone decides its checks.
+    pub fn validate(&self) -> Vec<String> {
+        let Experiment {
+            name: _,        // validate_plan
+            description: _, // free text
+            labels: _,      // free text
+            topologies: _,  // validate_plan, and every check that depends on a topology
+            duration_secs: _,
+            warmup_secs: _,
+            cooldown_secs: _,
+            repeats: _,
+            sample_interval_ms: _, // validate_timing
+            isolation: _,          // validate_gateway
+            load: _,               // validate_load
+            control_plane: _,      // validate_control_plane
+            proxy: _,
+            tunnel: _,  // validate_programs
+            gateway: _, // validate_gateway
+            // Any delay and thread count its type reads is one.
+            backend:
+                Backend {
+                    delay_ms: _,
+                    threads: _,
+                },
+            limits: _,      // validate_limits
+            external: _,    // validate_external
+            agents: _,      // FleetConfig::validate
+            cluster: _,     // Cluster::validate
+            attribution: _, // validate_attribution
+            old_words: _,   // not read from the file
+        } = self;
+        let mut p = Vec::new();
+        self.validate_plan(&mut p);
+        self.validate_external(&mut p);
+        self.validate_control_plane(&mut p);
+        self.validate_timing(&mut p);
+        self.validate_load(&mut p);
+        self.validate_programs(&mut p);
+        self.validate_gateway(&mut p);
+        self.validate_limits(&mut p);
+        self.validate_size(&mut p);
+        self.validate_attribution(&mut p);
+        if let Some(agents) = &self.agents {
+            agents.validate(&mut p);
+        }
+        if let Some(cluster) = &self.cluster {
+            cluster.validate(self, &mut p);
+        }
+        p
+    }
+
+    /// Attribution samples a share in (0, 1] of the lab's own requests, over HTTP/1.1 or
+    /// HTTP/2.
+    fn validate_attribution(&self, p: &mut Vec<String>) {
+        let Some(AttributionConfig { sample }) = self.attribution else {
+            return;
+        };
+        if !(sample > 0.0 && sample <= 1.0) {
+            p.push(format!(
+                "attribution.sample: {sample} is not a share of requests; give a number above 0 and at most 1 (0.01 tags one request in 100)"
+            ));
+        }
+        if self.load.protocol == Protocol::Http3 {
+            p.push("attribution: not built for HTTP/3 yet; use load.protocol http1, http2 or grpc, or drop attribution".into());
+        }
+        if self.cluster.is_some() {
+            p.push("attribution: not built on a cluster yet (it reads the lab's Envoy logs); drop attribution or the cluster section".into());
+        }
+        if self.topologies.contains(&StepKind::External) {
+            p.push("attribution: reads the logs of the Envoys meshbench starts, which an external variant has none of; drop attribution or the external topology".into());
+        }
+    }
+
+    /// The plan has a name and at least one topology.
+    fn validate_plan(&self, p: &mut Vec<String>) {
+        if self.name.trim().is_empty() {
+            p.push("name: must not be empty".into());
+        }
+        if self.topologies.is_empty() {
+            p.push("topologies: expected at least one of baseline, serveronly, clientonly, both, gateway, ambient, waypoint, external, control_plane".into());
+        }
+    }
+
+    /// Durations, repeats and the sampling interval are in range.
+    fn validate_timing(&self, p: &mut Vec<String>) {
+        positive("duration_secs", self.duration_secs, p);
+        for (key, v) in [
+            ("warmup_secs", self.warmup_secs),
+            ("cooldown_secs", self.cooldown_secs),
+        ] {
+            if !(v.is_finite() && v >= 0.0) {
+                p.push(format!("{key}: expected 0 or more seconds, found {v}"));
+            }
+        }
+        for (key, v) in [
+            ("duration_secs", self.duration_secs),
+            ("warmup_secs", self.warmup_secs),
+            ("cooldown_secs", self.cooldown_secs),
+        ] {
+            if v > MAX_SECS {
+                p.push(format!(
+                    "{key}: expected at most {MAX_SECS} seconds (a week), found {v}"
+                ));
+            }
+        }
+        if self.repeats == 0 {
+            p.push("repeats: expected at least 1".into());
+        }
+        if self.sample_interval_ms < 100 {
+            p.push(format!(
+                "sample_interval_ms: expected at least 100, found {}",
+                self.sample_interval_ms
+            ));
+        }
+    }
+
+    /// The `load` section: rates, connections, sizes, streams, pool and timeout.
+    fn validate_load(&self, p: &mut Vec<String>) {
+        let LoadSection {
+            mode,
+            rate_rps,
+            connections,
+            response_bytes,
+            request_bytes: _, // validate_requests
+            arrival,
+            idle_strategy: _,
+            pacing_slack_us: _,
+            protocol,
+            streams,
+            connection_pool,
+            threads: _, // 0 is one per core, any other a count
+            timeout_ms,
+        } = &self.load;
+        if *mode == LoopMode::Open {
+            if rate_rps.is_empty() {
+                p.push("load.rate_rps: an open loop needs at least one rate".into());
+            }
+            for (i, q) in rate_rps.iter().enumerate() {
+                positive(&format!("load.rate_rps[{i}]"), *q, p);
+            }
+        }
+        if connections.is_empty() {
+            p.push("load.connections: expected at least one count".into());
+        }
+        for (i, c) in connections.iter().enumerate() {
+            if *c == 0 {
+                p.push(format!("load.connections[{i}]: expected at least 1"));
+            }
+        }
+        if response_bytes.is_empty() {
+            p.push("load.response_bytes: expected at least one size".into());
+        }
+        if arrival.is_empty() {
+            p.push("load.arrival: expected [uniform], [poisson] or [uniform, poisson]".into());
+        }
+        if *streams == 0 {
+            p.push("load.streams: expected at least 1".into());
+        }
+        if *streams > 1 && !protocol.is_multiplexed() {
+            p.push(
+                "load.streams: more than 1 stream needs load.protocol: http2, grpc or h3".into(),
+            );
+        }
+        if *connection_pool > 0 {
+            if *mode != LoopMode::Closed {
+                p.push("load.connection_pool: applies to a closed loop (load.mode: closed)".into());
+            }
+            if let Some(&most) = connections.iter().max() {
+                if *connection_pool < most {
+                    p.push(format!(
+                        "load.connection_pool: {connection_pool} is fewer than the {most} connections in flight"
+                    ));
+                }
+            }
+        }
+        if *timeout_ms == 0 {
+            p.push("load.timeout_ms: expected at least 1".into());
+        }
+    }
+
+    /// The proxy and tunnel programs: `command` goes with type command only; a tunnel needs L4.
+    fn validate_programs(&self, p: &mut Vec<String>) {
+        for (section, proxy) in [("proxy", &self.proxy), ("tunnel", &self.tunnel)] {
+            let Proxy {
+                kind: _,
+                workers: _, // 0 follows the CPU allotment, any other a count
+                mtls: _,
+                peer_authentication,
+                command: _,
+                config_template: _,
+                fallback: _, // any program may stand in
+                istio_telemetry: _,
+            } = proxy;
+            if !peer_authentication.is_empty() && proxy.kind != Program::Istio {
+                p.push(format!(
+                    "{section}.peer_authentication: only for type istio (this one is {})",
+                    proxy.kind.name()
+                ));
+            }
+            if proxy.kind == Program::Istio {
+                self.validate_istio_sidecars(section, p);
+            } else if proxy.kind == Program::Command {
+                if proxy.command.is_empty() {
+                    p.push(format!(
+                        "{section}.command: type command needs the program and its arguments"
+                    ));
+                }
+            } else if !proxy.command.is_empty() || !proxy.config_template.is_empty() {
+                p.push(format!(
+                    "{section}.command: only for type command (this one is {})",
+                    proxy.kind.name()
+                ));
+            }
+        }
+        let tunnels = self.topologies.iter().any(|t| t.has(Class::Tunnel));
+        if tunnels && self.tunnel.kind == Program::Caddy {
+            p.push("tunnel.type: caddy has no L4 proxy in Debian's package; use haproxy, nginx, envoy or command".into());
+        }
+    }
+
+    /// `proxy.type: istio`: Istio's sidecars, which run in pods (network namespaces), for the
+    /// sidecar topologies only.
+    fn validate_istio_sidecars(&self, section: &str, p: &mut Vec<String>) {
+        if section != "proxy" {
+            p.push(format!(
+                "{section}.type: istio runs Istio's sidecars (proxy.type) and gateway (gateway.type); use envoy for the tunnels"
+            ));
+            return;
+        }
+        let others: Vec<&str> = self
+            .topologies
+            .iter()
+            .filter(|t| {
+                !matches!(
+                    t,
+                    StepKind::Chain(
+                        Topology::Baseline
+                            | Topology::Serveronly
+                            | Topology::Clientonly
+                            | Topology::Both
+                            | Topology::Gateway
+                    )
+                )
+            })
+            .map(|t| t.name())
+            .collect();
+        let lab = self.cluster.is_none();
+        if lab && !others.is_empty() {
+            p.push(format!(
+                "proxy.type: istio runs Istio's sidecars (baseline, serveronly, clientonly, both), not {}; use envoy there",
+                others.join(", ")
+            ));
+        }
+        let sidecars = self
+            .topologies
+            .iter()
+            .any(|t| *t != StepKind::Chain(Topology::Gateway) && t.has(Class::Proxy));
+        if lab && sidecars && self.isolation != Isolation::Netns {
+            p.push("proxy.type: istio runs each workload in a pod of its own, captured by Istio's iptables: add isolation: netns".into());
+        }
+        if lab && self.agents.is_some() {
+            p.push("proxy.type: istio sends the load from inside the client pod, from this process: remove the agents section".into());
+        }
+        let modes = &self.proxy.peer_authentication;
+        if self.proxy.mtls
+            && !modes.is_empty()
+            && modes.iter().all(|m| *m == PeerAuthentication::Strict)
+            && self
+                .topologies
+                .contains(&StepKind::Chain(Topology::Serveronly))
+        {
+            p.push("proxy.peer_authentication: strict refuses plaintext, and serveronly's client has no sidecar to send mutual TLS; list permissive too (serveronly then runs under it only), or leave serveronly out".into());
+        }
+        if modes.contains(&PeerAuthentication::Disable) {
+            p.push("proxy.peer_authentication: expected permissive or strict (plaintext is proxy.mtls: false)".into());
+        }
+        let mut distinct = modes.clone();
+        distinct.sort();
+        distinct.dedup();
+        if distinct.len() != modes.len() {
+            p.push("proxy.peer_authentication: a value is listed twice".into());
+        }
+        if modes.len() > 1 && !self.proxy.mtls {
+            p.push("proxy.peer_authentication: several values need proxy.mtls: true (without it the mesh is plaintext)".into());
+        }
+    }
+
+    /// The gateway topology: its program and how many routes it generates.
+    fn validate_gateway(&self, p: &mut Vec<String>) {
+        let Gateway {
+            kind: _,
+            fallback: _, // any program may stand in
+            domains: _,
+            paths: _,
+            workers: _, // 0 follows the CPU allotment, any other a count
+        } = &self.gateway;
+        if self
+            .topologies
+            .contains(&StepKind::Chain(Topology::Gateway))
+        {
+            if self.gateway.kind == Program::Command {
+                p.push("gateway.type: expected nginx, haproxy, caddy, envoy or istio".into());
+            }
+            if self.gateway.kind == Program::Istio && self.isolation == Isolation::Netns {
+                p.push("gateway.type: istio runs its control plane on loopback, which a role in its own network namespace cannot reach; use isolation: loopback".into());
+            }
+            if self.gateway.domains == 0 || self.gateway.paths == 0 {
+                p.push("gateway: domains and paths must be at least 1".into());
+            }
+            let routes = u64::from(self.gateway.domains) * u64::from(self.gateway.paths);
+            if routes > MAX_ROUTES {
+                p.push(format!(
+                    "gateway: {} domains x {} paths is {routes} routes; at most {MAX_ROUTES} are generated",
+                    self.gateway.domains, self.gateway.paths
+                ));
+            }
+        }
+    }
+
+    /// The per-role `limits`: CPUs, cpusets, memory, and at most one CPU sweep.
+    fn validate_limits(&self, p: &mut Vec<String>) {
+        let Limits {
+            proxy: _,
+            tunnel: _,
+            backend: _,
+            client: _,
+        } = &self.limits; // each one below
+        for (role, r) in [
+            ("proxy", &self.limits.proxy),
+            ("tunnel", &self.limits.tunnel),
+            ("backend", &self.limits.backend),
+            ("client", &self.limits.client),
+        ] {
+            let RoleLimits {
+                cpus: _,
+                cpuset: _,
+                memory_mib: _,
+            } = r;
+            for (i, c) in r.cpus.iter().enumerate() {
+                positive(&format!("limits.{role}.cpus[{i}]"), *c, p);
+            }
+            if let Some(set) = &r.cpuset {
+                if parse_cpuset(set).is_none() {
+                    p.push(format!(
+                        "limits.{role}.cpuset: '{set}' is not a CPU list such as 0, 0-1 or 0,2 (CPUs 0 to {})",
+                        MAX_CPUS - 1
+                    ));
+                }
+            }
+            if r.memory_mib == Some(0) {
+                p.push(format!("limits.{role}.memory_mib: expected at least 1"));
+            }
+        }
+        let client_limited =
+            !self.limits.client.cpus.is_empty() || self.limits.client.memory_mib.is_some();
+        if client_limited && self.cluster.is_some() {
+            p.push("limits.client: on a cluster the agent pods send the load; give cluster.agent_cpu and cluster.agent_memory".into());
+        } else if client_limited {
+            p.push(
+                "limits.client: the load generator runs in this process; only cpuset applies"
+                    .into(),
+            );
+        }
+        let sweeps = [
+            &self.limits.proxy.cpus,
+            &self.limits.tunnel.cpus,
+            &self.limits.backend.cpus,
+        ]
+        .iter()
+        .filter(|c| c.len() > 1)
+        .count();
+        if sweeps > 1 {
+            p.push("limits: only one role's cpus may list several values (the CPU sweep)".into());
+        }
+    }
+
+    /// The plan is not more steps than are run.
+    fn validate_size(&self, p: &mut Vec<String>) {
+        let size = PlanSize::of(self);
+        if size.steps() <= MAX_STEPS {
+            return;
+        }
+        let (factors, lists) = match (size.variants, size.mesh_points) {
+            (_, 0) => (
+                format!(
+                    "{} load points x {} variants x {} repeats",
+                    size.load_points, size.variants, size.repeats
+                ),
+                "a list of load or limits",
+            ),
+            (0, mesh) => (
+                format!("{mesh} control-plane cells x {} repeats", size.repeats),
+                "a list of control_plane",
+            ),
+            (variants, mesh) => (
+                format!(
+                    "({} load points x {variants} variants + {mesh} control-plane cells) x {} repeats",
+                    size.load_points, size.repeats
+                ),
+                "a list of load, limits or control_plane",
+            ),
+        };
+        p.push(format!(
+            "the plan has {} steps ({factors}); at most {MAX_STEPS} are run: shorten {lists}, or lower repeats",
+            size.steps()
+        ));
+    }
+
+    /// Topology `control_plane` runs alone: no other topology, no section that is about load
+    /// or where it is sent from, no CPU sweep. Its section goes with it, in range.
+    fn validate_control_plane(&self, p: &mut Vec<String>) {
+        let listed = self.topologies.contains(&StepKind::ControlPlane);
+        if let Some(section) = &self.control_plane {
+            if !listed {
+                p.push("control_plane: given, but topologies does not list control_plane (the section would be ignored)".into());
+            }
+            section.validate(p);
+        }
+        if !listed {
+            return;
+        }
+        let mut others: Vec<&str> = self
+            .topologies
+            .iter()
+            .filter(|t| **t != StepKind::ControlPlane)
+            .map(|t| t.name())
+            .collect();
+        others.dedup();
+        if !others.is_empty() {
+            p.push(format!(
+                "topologies: control_plane runs alone (it sends no load); put it in its own file, without {}",
+                others.join(", ")
+            ));
+        }
+        let why = "a control_plane step runs istiod and its simulated proxies on this machine";
+        for (key, given) in [
+            ("cluster", self.cluster.is_some()),
+            ("agents", self.agents.is_some()),
+            ("external", self.external.is_some()),
+            ("attribution", self.attribution.is_some()),
+        ] {
+            if given {
+                p.push(format!(
+                    "{key}: {why}, with no load; drop this section or the control_plane topology"
+                ));
+            }
+        }
+        for (role, r) in [
+            ("proxy", &self.limits.proxy),
+            ("tunnel", &self.limits.tunnel),
+            ("backend", &self.limits.backend),
+        ] {
+            if r.cpus.len() > 1 {
+                p.push(format!(
+                    "limits.{role}.cpus: a control_plane step sweeps no CPU; list one value at most"
+                ));
+            }
+        }
+    }
+
+    /// The control-plane matrix the plan walks: the file's section, else its defaults.
+    pub fn control_plane_matrix(&self) -> ControlPlaneSection {
+        self.control_plane.clone().unwrap_or_default()
+    }
+}
+
+impl Experiment {
+    /// The rules of `external`: the section and the topology go together, the section's own
+    /// rules, and what of the rest of the file cannot apply to systems meshbench does not
+    /// start.
+    fn validate_external(&self, p: &mut Vec<String>) {
+        let listed = self.topologies.contains(&StepKind::External);
+        match (&self.external, listed) {
+            (None, true) => p.push(
+                "external: topologies lists external; this section is needed (prometheus_url, variants)"
+                    .into(),
+            ),
+            // With control_plane listed, validate_control_plane refuses the section.
+            (Some(_), false) if self.topologies.contains(&StepKind::ControlPlane) => {}
+            (Some(_), false) => {
+                p.push("external: given, but topologies does not list external".into())
+            }
+            (Some(x), true) => {
+                x.validate(self.warmup_secs, self.sample_interval_ms, p);
+                self.validate_requests(x, p);
+                if self.load.response_bytes.len() > 1 {
+                    p.push("load.response_bytes: the external variants' servers choose their responses; list one value".into());
+                }
+                if self.topologies.iter().all(|t| *t == StepKind::External) {
+                    for (role, r) in [
+                        ("proxy", &self.limits.proxy),
+                        ("tunnel", &self.limits.tunnel),
+                        ("backend", &self.limits.backend),
+                    ] {
+                        if *r != RoleLimits::default() {
+                            p.push(format!("limits.{role}: meshbench limits the roles it starts; the external roles are not among them"));
+                        }
+                    }
+                }
+            }
+            (None, false) => {}
+        }
+    }
+}
+
+impl Experiment {
+    /// What each external variant sends: a `.proto` describes gRPC calls, a gRPC body is the
+    /// JSON of the `.proto`'s message, and one body at a time.
+    fn validate_requests(&self, x: &External, p: &mut Vec<String>) {
+        let grpc = self.load.protocol == Protocol::Grpc;
+        for (i, v) in x.variants.iter().enumerate() {
+            let at = format!("external.variants[{i}]");
+            if v.proto.is_some() && !grpc {
+                p.push(format!(
+                    "{at}.proto: a .proto describes gRPC calls; set load.protocol: grpc"
+                ));
+            }
+            if v.body.is_some() && grpc && v.proto.is_none() {
+                p.push(format!(
+                    "{at}.body: a gRPC body is JSON of the request message; give the service's .proto in {at}.proto (or drop body: the ping's payload is load.request_bytes)"
+                ));
+            }
+            if self.load.request_bytes > 0 && (v.body.is_some() || v.proto.is_some()) {
+                p.push(format!(
+                    "load.request_bytes: {at} sends its own request (body, proto); drop one of them"
+                ));
+            }
+        }
+    }
+}

@@ -1,0 +1,159 @@
+//! One step's bookkeeping per agent ([`Place`]: its segment, clock, seconds, part, loss) and
+//! the step's result merged from the places, exactly as `engine::run` merges its threads.
+
+use std::time::SystemTime;
+
+use meshbench_engine::recorder::Recorder;
+use meshbench_engine::{Gathered, LoadSpec, Part, Segment};
+use meshbench_results::{
+    run::{AgentPart, Agents, Lost},
+    RunResult,
+};
+
+use super::Member;
+use crate::LoadOptions;
+
+/// What the step's agents have been told so far: to stop (and drain), and to hurry.
+#[derive(Default)]
+pub(super) struct Told {
+    pub(super) stop: bool,
+    pub(super) hurry: bool,
+}
+
+/// One agent's place in a step: its segment, its clock, what it reported, whether it was lost.
+pub(super) struct Place {
+    pub(super) index: usize,
+    pub(super) name: String,
+    pub(super) address: String,
+    pub(super) segment: Segment,
+    pub(super) connections: usize,
+    pub(super) offset_ns: i64,
+    pub(super) round_trip_ns: u64,
+    /// What its seconds added up to (all that is known of it if it is lost).
+    pub(super) seen: Recorder,
+    pub(super) part: Option<Part>,
+    /// Why and when (`after_secs`: seconds after the start) it was lost.
+    pub(super) lost: Option<Lost>,
+}
+
+impl Place {
+    pub(super) fn new(
+        m: &Member,
+        segment: Segment,
+        (offset_ns, round_trip_ns): (i64, u64),
+        o: &LoadOptions,
+    ) -> Place {
+        Place {
+            index: segment.index as usize,
+            name: m.name.clone(),
+            address: m.address.clone(),
+            segment,
+            connections: segment.share(o.connections as u64) as usize,
+            offset_ns,
+            round_trip_ns,
+            seen: Recorder::new(),
+            part: None,
+            lost: None,
+        }
+    }
+
+    /// It is lost, for `reason`, `after_secs` seconds after the start.
+    pub(super) fn lose(&mut self, reason: String, after_secs: f64) {
+        self.lost = Some(Lost { after_secs, reason });
+    }
+}
+
+/// The step's result from its places: the parts that came (and for lost agents, their seconds)
+/// merged by the engine, with each agent's share and the start's skew.
+pub(super) fn merge(
+    spec: &LoadSpec,
+    places: Vec<Place>,
+    gathered: Gathered,
+    start: u64,
+    wall_start: SystemTime,
+    interrupted: bool,
+) -> RunResult {
+    // When each agent's schedule really began (its clock's zero plus how late its first send
+    // was), on the coordinator's clock: an open loop's segments start at their own first
+    // arrivals, which is the plan, not skew.
+    let firsts: Vec<Option<i64>> = places
+        .iter()
+        .map(|s| {
+            let p = s.part.as_ref()?;
+            let late = p.first_send_late_ns?;
+            Some((p.start_monotonic_ns + late) as i64 - s.offset_ns)
+        })
+        .collect();
+    let earliest = firsts.iter().flatten().min().copied();
+    let latest = firsts.iter().flatten().max().copied();
+    let mut reports = Vec::new();
+    let mut parts = Vec::new();
+    let mut any_lost = false;
+    for (s, began) in places.into_iter().zip(&firsts) {
+        let part = s.part.unwrap_or_else(|| Part {
+            recorder: s.seen.clone(),
+            workers: Vec::new(),
+            cpu_secs: 0.0,
+            rss_max_bytes: 0,
+            start_monotonic_ns: start,
+            first_send_late_ns: None,
+            wall_start,
+            // Lost, not stopped: the warning below says so.
+            interrupted: false,
+            timeline: Vec::new(),
+            cpu_quota: None,
+        });
+        any_lost |= s.lost.is_some();
+        let rec = &part.recorder;
+        reports.push(AgentPart {
+            name: s.name,
+            address: s.address,
+            segment: s.segment.index,
+            of: s.segment.count,
+            connections: s.connections,
+            threads: part.workers.len(),
+            requests: rec.counts.total(),
+            errors: rec.counts.failed(),
+            p50_us: rec.latency.value_at_quantile(0.5),
+            p99_us: rec.latency.value_at_quantile(0.99),
+            cpu_secs: (part.cpu_secs * 1000.0).round() / 1000.0,
+            clock_offset_us: (s.offset_ns as f64 / 100.0).round() / 10.0,
+            round_trip_us: (s.round_trip_ns as f64 / 100.0).round() / 10.0,
+            start_us: began
+                .zip(earliest)
+                .map(|(f, e)| ((f - e) as f64 / 100.0).round() / 10.0),
+            lost: s.lost.map(|l| Lost {
+                after_secs: (l.after_secs * 1000.0).round() / 1000.0,
+                reason: l.reason,
+            }),
+        });
+        parts.push(part);
+    }
+    let mut result = meshbench_engine::merge(
+        spec,
+        &parts,
+        gathered.into_timeline(),
+        wall_start,
+        interrupted,
+    );
+    result.partial |= any_lost;
+    for p in &reports {
+        if let Some(l) = &p.lost {
+            result.generator.warnings.push(format!(
+                "agent {} was lost {:.1} s after the start ({}): what it reported before is counted, the rest of its segment was not sent",
+                p.name, l.after_secs, l.reason
+            ));
+        }
+    }
+    result.agents = Some(Agents {
+        start_skew_us: earliest
+            .zip(latest)
+            .map_or(0.0, |(e, l)| ((l - e) as f64 / 100.0).round() / 10.0),
+        clock_error_us: reports
+            .iter()
+            .map(|r| r.round_trip_us / 2.0)
+            .fold(0.0, f64::max),
+        agents: reports,
+    });
+    result
+}
