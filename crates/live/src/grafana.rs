@@ -102,7 +102,19 @@ fn query(ref_id: &'static str, expr: String, legend: String) -> Query {
 
 /// The dashboard's panels, in order (two to a row).
 pub fn panels() -> Vec<Panel> {
-    let panel = |title, description, unit, queries| Panel {
+    let mut panels = load_panels();
+    panels.extend(role_panels());
+    panels
+}
+
+/// A panel of the default look: linear axis, labelled by its unit, nothing dashed.
+fn panel(
+    title: &'static str,
+    description: &'static str,
+    unit: &'static str,
+    queries: Vec<Query>,
+) -> Panel {
+    Panel {
         title,
         description,
         unit,
@@ -110,7 +122,11 @@ pub fn panels() -> Vec<Panel> {
         log_scale: false,
         queries,
         dashed: Vec::new(),
-    };
+    }
+}
+
+/// The panels of the load: its rates, latency, errors and schedule lag.
+fn load_panels() -> Vec<Panel> {
     let percentiles = [
         ("A", 0.5, "p50"),
         ("B", 0.9, "p90"),
@@ -191,6 +207,12 @@ pub fn panels() -> Vec<Panel> {
             "s",
             vec![query("A", quantile(0.99, SCHEDULE_LAG), legend("lag p99"))],
         ),
+    ]
+}
+
+/// The panels of the roles under test: CPU and memory.
+fn role_panels() -> Vec<Panel> {
+    vec![
         Panel {
             axis_label: Some("millicores"),
             ..panel(

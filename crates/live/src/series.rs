@@ -82,129 +82,162 @@ pub fn families(board: &Board, which: Steps, now_ms: u64) -> Vec<Family> {
 
 /// Every family of `steps` at `now_ms`.
 pub fn families_of(steps: &[&StepState], now_ms: u64) -> Vec<Family> {
-    let family = |name, help, kind, unit| Family {
-        name,
-        help,
-        kind,
-        unit,
-        members: Vec::new(),
-    };
-    let mut requests = family(
-        REQUESTS,
-        "Finished requests (responses and failures) in the measured window.",
-        Kind::Counter,
-        None,
-    );
-    let mut errors = family(
-        ERRORS,
-        "Failed requests: transport failures and statuses of 400 or more.",
-        Kind::Counter,
-        None,
-    );
-    let mut responses = family(
-        RESPONSES,
-        "Responses by HTTP status code.",
-        Kind::Counter,
-        None,
-    );
-    let mut grpc = family(
-        GRPC_CALLS,
-        "gRPC calls by gRPC status.",
-        Kind::Counter,
-        None,
-    );
-    let mut transport = family(
-        TRANSPORT_ERRORS,
-        "Requests that failed without a response, by kind.",
-        Kind::Counter,
-        None,
-    );
-    let mut sends = family(SENDS, "Requests put on the wire.", Kind::Counter, None);
-    let mut target = family(
-        TARGET_RPS,
-        "The asked rate of an open loop, requests per second.",
-        Kind::Gauge,
-        None,
-    );
-    let mut remaining = family(
-        STEP_REMAINING,
-        "Seconds of the step's load still to run.",
-        Kind::Gauge,
-        Some("seconds"),
-    );
-    let mut latency = family(
-        LATENCY,
-        "Latency from the intended send (coordinated-omission corrected).",
-        Kind::Histogram,
-        Some("seconds"),
-    );
-    let mut lag = family(
-        SCHEDULE_LAG,
-        "How late sends went out against their schedule.",
-        Kind::Histogram,
-        Some("seconds"),
-    );
-    let mut cpu = family(
-        ROLE_CPU,
-        "CPU time a role used.",
-        Kind::Counter,
-        Some("seconds"),
-    );
-    let mut memory = family(
-        ROLE_MEMORY,
-        "A role's memory: the cgroup's working set where there is one, else RSS.",
-        Kind::Gauge,
-        Some("bytes"),
-    );
-    let mut rx = family(
-        ROLE_RX,
-        "Bytes a role received.",
-        Kind::Counter,
-        Some("bytes"),
-    );
-    let mut tx = family(ROLE_TX, "Bytes a role sent.", Kind::Counter, Some("bytes"));
-    let mut conns = family(
-        ROLE_CONNECTIONS,
-        "A role's open inbound connections.",
-        Kind::Gauge,
-        None,
-    );
-
+    let mut families = Families::new();
     for s in steps {
+        families.add_step(s, now_ms);
+    }
+    families.into_vec()
+}
+
+/// The families a scrape shows, each gathering one member per step (and role).
+struct Families {
+    requests: Family,
+    errors: Family,
+    responses: Family,
+    grpc: Family,
+    transport: Family,
+    sends: Family,
+    target: Family,
+    remaining: Family,
+    latency: Family,
+    lag: Family,
+    cpu: Family,
+    memory: Family,
+    rx: Family,
+    tx: Family,
+    conns: Family,
+}
+
+impl Families {
+    /// Every family, without members.
+    fn new() -> Families {
+        let family = |name, help, kind, unit| Family {
+            name,
+            help,
+            kind,
+            unit,
+            members: Vec::new(),
+        };
+        Families {
+            requests: family(
+                REQUESTS,
+                "Finished requests (responses and failures) in the measured window.",
+                Kind::Counter,
+                None,
+            ),
+            errors: family(
+                ERRORS,
+                "Failed requests: transport failures and statuses of 400 or more.",
+                Kind::Counter,
+                None,
+            ),
+            responses: family(
+                RESPONSES,
+                "Responses by HTTP status code.",
+                Kind::Counter,
+                None,
+            ),
+            grpc: family(
+                GRPC_CALLS,
+                "gRPC calls by gRPC status.",
+                Kind::Counter,
+                None,
+            ),
+            transport: family(
+                TRANSPORT_ERRORS,
+                "Requests that failed without a response, by kind.",
+                Kind::Counter,
+                None,
+            ),
+            sends: family(SENDS, "Requests put on the wire.", Kind::Counter, None),
+            target: family(
+                TARGET_RPS,
+                "The asked rate of an open loop, requests per second.",
+                Kind::Gauge,
+                None,
+            ),
+            remaining: family(
+                STEP_REMAINING,
+                "Seconds of the step's load still to run.",
+                Kind::Gauge,
+                Some("seconds"),
+            ),
+            latency: family(
+                LATENCY,
+                "Latency from the intended send (coordinated-omission corrected).",
+                Kind::Histogram,
+                Some("seconds"),
+            ),
+            lag: family(
+                SCHEDULE_LAG,
+                "How late sends went out against their schedule.",
+                Kind::Histogram,
+                Some("seconds"),
+            ),
+            cpu: family(
+                ROLE_CPU,
+                "CPU time a role used.",
+                Kind::Counter,
+                Some("seconds"),
+            ),
+            memory: family(
+                ROLE_MEMORY,
+                "A role's memory: the cgroup's working set where there is one, else RSS.",
+                Kind::Gauge,
+                Some("bytes"),
+            ),
+            rx: family(
+                ROLE_RX,
+                "Bytes a role received.",
+                Kind::Counter,
+                Some("bytes"),
+            ),
+            tx: family(ROLE_TX, "Bytes a role sent.", Kind::Counter, Some("bytes")),
+            conns: family(
+                ROLE_CONNECTIONS,
+                "A role's open inbound connections.",
+                Kind::Gauge,
+                None,
+            ),
+        }
+    }
+
+    /// The members of step `s` at `now_ms`: its load's, then each role's.
+    fn add_step(&mut self, s: &StepState, now_ms: u64) {
         let labels = step_labels(s);
         let t = &s.totals;
         let member = |labels: Vec<(&'static str, String)>, value| FamilyMember { labels, value };
-        requests.members.push(member(
+        self.requests.members.push(member(
             labels.clone(),
             Value::Counter(t.counts.total() as f64),
         ));
-        errors.members.push(member(
+        self.errors.members.push(member(
             labels.clone(),
             Value::Counter(t.counts.failed() as f64),
         ));
         for (code, n) in t.counts.status_codes() {
-            responses.members.push(member(
+            self.responses.members.push(member(
                 with(labels.clone(), CODE, code.to_string()),
                 Value::Counter(n as f64),
             ));
         }
         for (code, n) in t.counts.grpc_codes() {
-            grpc.members.push(member(
+            self.grpc.members.push(member(
                 with(labels.clone(), GRPC_STATUS, code.name().to_string()),
                 Value::Counter(n as f64),
             ));
         }
         for kind in ErrorKind::ALL {
-            transport.members.push(member(
+            self.transport.members.push(member(
                 with(labels.clone(), KIND, kind.name().to_string()),
                 Value::Counter(t.counts.errors(kind) as f64),
             ));
         }
-        sends
+        self.sends
             .members
             .push(member(labels.clone(), Value::Counter(t.sends as f64)));
         if let Some(rate) = s.info.target_rps {
-            target
+            self.target
                 .members
                 .push(member(labels.clone(), Value::Gauge(rate)));
         }
@@ -214,43 +247,73 @@ pub fn families_of(steps: &[&StepState], now_ms: u64) -> Vec<Family> {
         } else {
             end_ms.saturating_sub(now_ms) as f64 / 1000.0
         };
-        remaining
+        self.remaining
             .members
             .push(member(labels.clone(), Value::Gauge(left)));
-        latency.members.push(member(
+        self.latency.members.push(member(
             labels.clone(),
             Value::Histogram(Buckets::of_micros(&t.latency)),
         ));
-        lag.members.push(member(
+        self.lag.members.push(member(
             labels.clone(),
             Value::Histogram(Buckets::of_micros(&t.lag)),
         ));
+        self.add_roles(s, &labels);
+    }
+
+    /// The members of each role of step `s`, with the step's `labels`.
+    fn add_roles(&mut self, s: &StepState, labels: &[(&'static str, String)]) {
+        let t = &s.totals;
+        let member = |labels: Vec<(&'static str, String)>, value| FamilyMember { labels, value };
         for (role, r) in &t.roles {
-            let labels = with(labels.clone(), ROLE, role.clone());
-            cpu.members.push(member(
+            let labels = with(labels.to_vec(), ROLE, role.clone());
+            self.cpu.members.push(member(
                 labels.clone(),
                 Value::Counter(r.cpu_ns as f64 / 1e9),
             ));
             let mem = r.working_set_bytes.unwrap_or(r.rss_bytes);
-            memory
+            self.memory
                 .members
                 .push(member(labels.clone(), Value::Gauge(mem as f64)));
-            rx.members
+            self.rx
+                .members
                 .push(member(labels.clone(), Value::Counter(r.rx_bytes as f64)));
-            tx.members
+            self.tx
+                .members
                 .push(member(labels.clone(), Value::Counter(r.tx_bytes as f64)));
-            conns
+            self.conns
                 .members
                 .push(member(labels, Value::Gauge(r.connections as f64)));
         }
     }
-    [
-        requests, errors, responses, grpc, transport, sends, target, remaining, latency, lag, cpu,
-        memory, rx, tx, conns,
-    ]
-    .into_iter()
-    .filter(|f| !f.members.is_empty())
-    .collect()
+
+    /// The families with members, in the order a scrape shows them.
+    fn into_vec(self) -> Vec<Family> {
+        let Families {
+            requests,
+            errors,
+            responses,
+            grpc,
+            transport,
+            sends,
+            target,
+            remaining,
+            latency,
+            lag,
+            cpu,
+            memory,
+            rx,
+            tx,
+            conns,
+        } = self;
+        [
+            requests, errors, responses, grpc, transport, sends, target, remaining, latency, lag,
+            cpu, memory, rx, tx, conns,
+        ]
+        .into_iter()
+        .filter(|f| !f.members.is_empty())
+        .collect()
+    }
 }
 
 #[cfg(test)]

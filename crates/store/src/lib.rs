@@ -24,7 +24,9 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use meshbench_results::{PlayedBy, Role, RoleUsage, Sample, StepFailure, StepParams, Usage};
+use meshbench_results::{
+    PlayedBy, Role, RoleUsage, RunResult, Sample, StepFailure, StepParams, Usage,
+};
 use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
 use thiserror::Error;
 
@@ -481,79 +483,88 @@ fn write_step(conn: &mut Connection, experiment: i64, s: &StepRecord) -> rusqlit
         ],
     )?;
     let step = tx.last_insert_rowid();
-    {
-        if let Some(r) = &s.result {
-            let h = &r.histogram;
-            let mut q = tx.prepare("INSERT INTO histograms VALUES (?1, ?2, ?3)")?;
-            for (name, encoded) in [
-                ("latency_us", Some(&h.latency_us)),
-                ("service_time_us", Some(&h.service_time_us)),
-                ("schedule_lag_us", h.schedule_lag_us.as_ref()),
-                ("connect_us", Some(&h.connect_us)),
-                ("tls_handshake_us", h.tls_handshake_us.as_ref()),
-            ] {
-                if let Some(encoded) = encoded {
-                    q.execute(params![step, name, encoded])?;
-                }
-            }
-            let mut q = tx.prepare("INSERT INTO series VALUES (?1, ?2, ?3, ?4, ?5, ?6)")?;
-            for p in &r.timeline {
-                q.execute(params![
-                    step,
-                    p.second,
-                    p.requests as i64,
-                    p.errors as i64,
-                    p.p50_us as i64,
-                    p.p99_us as i64
-                ])?;
-            }
-        }
-        let mut q = tx.prepare(
-            "INSERT INTO usage VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
-        )?;
-        for r in &s.usage {
-            let u = &r.usage;
-            q.execute(params![
-                step,
-                r.role.name(),
-                r.program.name(),
-                r.workers,
-                r.cpu_limit,
-                u.samples as i64,
-                u.cpu_millicores_avg,
-                u.cpu_millicores_max,
-                u.rss_mib_avg,
-                u.rss_mib_max,
-                u.working_set_mib_avg,
-                u.working_set_mib_max,
-                u.rx_bytes_per_sec,
-                u.tx_bytes_per_sec,
-                u.connections_avg,
-                u.connections_max as i64,
-                (!r.missing.is_empty()).then(|| to_json(&r.missing)),
-                r.proxy.as_ref().map(to_json),
-            ])?;
-        }
-        let mut q =
-            tx.prepare("INSERT INTO samples VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)")?;
-        for (role, samples) in &s.samples {
-            for m in samples {
-                q.execute(params![
-                    step,
-                    role.name(),
-                    m.t_ms as i64,
-                    m.cpu_ns as i64,
-                    m.rss_bytes as i64,
-                    m.working_set_bytes.map(|b| b as i64),
-                    m.rx_bytes as i64,
-                    m.tx_bytes as i64,
-                    m.connections as i64,
-                ])?;
-            }
-        }
+    if let Some(r) = &s.result {
+        write_run_rows(&tx, step, r)?;
     }
+    write_usage_rows(&tx, step, s)?;
     tx.commit()?;
     Ok(step)
+}
+
+/// The rows of step `step`'s run: its histograms (encoded) and its timeline's seconds.
+fn write_run_rows(tx: &Connection, step: i64, r: &RunResult) -> rusqlite::Result<()> {
+    let h = &r.histogram;
+    let mut q = tx.prepare("INSERT INTO histograms VALUES (?1, ?2, ?3)")?;
+    for (name, encoded) in [
+        ("latency_us", Some(&h.latency_us)),
+        ("service_time_us", Some(&h.service_time_us)),
+        ("schedule_lag_us", h.schedule_lag_us.as_ref()),
+        ("connect_us", Some(&h.connect_us)),
+        ("tls_handshake_us", h.tls_handshake_us.as_ref()),
+    ] {
+        if let Some(encoded) = encoded {
+            q.execute(params![step, name, encoded])?;
+        }
+    }
+    let mut q = tx.prepare("INSERT INTO series VALUES (?1, ?2, ?3, ?4, ?5, ?6)")?;
+    for p in &r.timeline {
+        q.execute(params![
+            step,
+            p.second,
+            p.requests as i64,
+            p.errors as i64,
+            p.p50_us as i64,
+            p.p99_us as i64
+        ])?;
+    }
+    Ok(())
+}
+
+/// The rows of step `step`'s roles: each role's usage, and each role's samples.
+fn write_usage_rows(tx: &Connection, step: i64, s: &StepRecord) -> rusqlite::Result<()> {
+    let mut q = tx.prepare(
+        "INSERT INTO usage VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
+    )?;
+    for r in &s.usage {
+        let u = &r.usage;
+        q.execute(params![
+            step,
+            r.role.name(),
+            r.program.name(),
+            r.workers,
+            r.cpu_limit,
+            u.samples as i64,
+            u.cpu_millicores_avg,
+            u.cpu_millicores_max,
+            u.rss_mib_avg,
+            u.rss_mib_max,
+            u.working_set_mib_avg,
+            u.working_set_mib_max,
+            u.rx_bytes_per_sec,
+            u.tx_bytes_per_sec,
+            u.connections_avg,
+            u.connections_max as i64,
+            (!r.missing.is_empty()).then(|| to_json(&r.missing)),
+            r.proxy.as_ref().map(to_json),
+        ])?;
+    }
+    let mut q = tx.prepare("INSERT INTO samples VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)")?;
+    for (role, samples) in &s.samples {
+        for m in samples {
+            q.execute(params![
+                step,
+                role.name(),
+                m.t_ms as i64,
+                m.cpu_ns as i64,
+                m.rss_bytes as i64,
+                m.working_set_bytes.map(|b| b as i64),
+                m.rx_bytes as i64,
+                m.tx_bytes as i64,
+                m.connections as i64,
+            ])?;
+        }
+    }
+    Ok(())
 }
 
 /// Puts the store in WAL mode. Switching needs the file to itself and SQLite does not wait for
