@@ -49,9 +49,9 @@ pub mod spec;
 pub use h3conn::QuicSpec;
 pub use meshbench_net::grpc;
 pub use meshbench_net::http1::{closing_variant, encode_request};
+pub use meshbench_results::Stop;
 pub use recorder::Status;
 pub use run::{merge, run, run_part, Gathered, Live, Part, RunError, Seconds, WorkerFigures};
 pub use spec::{
     ConnSpec, Host, HttpRequest, LoadSpec, RequestSpec, Segment, StopAt, Target, Targets, Wire,
 };
-pub use meshbench_results::Stop;

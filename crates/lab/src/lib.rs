@@ -19,9 +19,10 @@
 //! its handle is dropped.
 
 pub mod cgroup;
-pub mod control_plane;
+pub mod control_plane_cost;
 pub mod gateway;
 pub mod install;
+pub mod istio;
 pub mod netns;
 pub mod pki;
 pub mod port;

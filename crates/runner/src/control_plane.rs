@@ -1,5 +1,5 @@
 //! A `control_plane` step: istiod serving a mesh of the step's scale
-//! ([`meshbench_lab::control_plane::cost`]), measured over the step's window and stored as a
+//! ([`meshbench_lab::control_plane_cost`]), measured over the step's window and stored as a
 //! lab step is: istiod's usage as role `istiod` (with its samples), and the control plane's
 //! figures beside it. It sends no load, so it has no load result; a failure to set it up fails
 //! the step, and a stop (Ctrl-C, SIGTERM) stores what the window measured as partial.
@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use meshbench_engine::Stop;
 use meshbench_experiment::config::Experiment;
-use meshbench_lab::control_plane::cost::{CostSpec, CostStep};
+use meshbench_lab::control_plane_cost::{CostSpec, CostStep};
 use meshbench_results::{PlayedBy, Program, Role, RoleUsage, StepFailure};
 use meshbench_store::{StepRecord, StepStatus};
 

@@ -4,11 +4,9 @@
 //!
 //! One plan ([`GatewayPlan`]) is written for one [`Target`]: a program the lab starts
 //! (`program::Program`: nginx, haproxy, caddy and Envoy render their own configuration
-//! in their own modules) or Istio ([`istio_objects::Istio`]: Gateway, VirtualService and Secret YAML for
+//! in their own modules) or Istio ([`crate::istio::objects::Istio`]: Gateway, VirtualService and Secret YAML for
 //! a Kubernetes cluster). This module writes what every target shares: the CA, the
 //! certificates, and `targets.txt`, a `--targets` file whose templates cover every route once.
-
-pub mod istio_objects;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -15,7 +15,7 @@ use meshbench_experiment::external::{Preset, Role as PromRole};
 use meshbench_experiment::Step;
 use meshbench_k8s::k8s_openapi;
 use meshbench_k8s::system::{self, Path as Through, Shape};
-use meshbench_lab::control_plane::ready::{self, Awaited, Expected, SidecarExpected};
+use meshbench_lab::istio::ready::{self, Awaited, Expected, SidecarExpected};
 use meshbench_lab::program::envoy::admin::{self, AdminError};
 use meshbench_lab::sampler;
 use meshbench_results::{

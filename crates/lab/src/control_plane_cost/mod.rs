@@ -1,8 +1,8 @@
 //! One `control_plane` step: what istiod costs serving a mesh of a given scale. It starts the
-//! control plane as the lab does, registers the mesh ([`super::mesh`]), starts one real Envoy
+//! control plane as the lab does, registers the mesh ([`mesh`]), starts one real Envoy
 //! (pilot-agent's sidecar or gateway, in a network namespace of its own: its agent and
 //! listeners bind every address there) and waits for it to accept its configuration, then connects the simulated proxies
-//! ([`super::xds_client`]) with nodes made from the real one's and times until each holds a full
+//! ([`xds_client`]) with nodes made from the real one's and times until each holds a full
 //! configuration. One simulated proxy is the real one's twin (the same node): what it holds
 //! is compared with what the real Envoy accepted, name and version.
 //!
@@ -16,6 +16,9 @@
 //! Everything the step started stops when [`CostStep`] is dropped: the clients, the agent and
 //! its Envoy, istiod, the API server, the namespace.
 
+pub mod mesh;
+pub mod xds_client;
+
 use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -25,16 +28,16 @@ use meshbench_results::control_plane::{Agreement, Propagation};
 use meshbench_results::{ControlPlaneFigures, MeshScale, ProxyKind, Sample, Usage, XdsType};
 use serde_json::Value;
 
-use super::mesh::{self, Change, MeshPod, Registered};
-use super::ready::{self, Awaited, SidecarExpected};
-use super::sidecars;
-use super::xds_client::{Arrival, Fleet, CONNECTS_PER_SEC};
-use super::{AgentPorts, AgentRole, ControlPlane, Workload};
+use crate::istio::ready::{self, Awaited, SidecarExpected};
+use crate::istio::sidecars;
+use crate::istio::{AgentPorts, AgentRole, ControlPlane, Workload};
 use crate::netns::{Namespaces, RoleNamespace};
 use crate::process::{Placement, RoleProcess};
 use crate::program::envoy::admin;
 use crate::sampler::{self, Sampler, Watch};
 use crate::LabError;
+use mesh::{Change, MeshPod, Registered};
+use xds_client::{Arrival, Fleet, CONNECTS_PER_SEC};
 
 /// How long the real Envoy may take to accept its configuration, and the simulated proxies
 /// theirs once the last has begun to connect.
@@ -463,7 +466,7 @@ fn propagate(
 fn real_pod(kind: ProxyKind, ip: IpAddr) -> MeshPod {
     match kind {
         ProxyKind::Sidecar => MeshPod::sidecar("real-0", 0, ip),
-        ProxyKind::Gateway => MeshPod::gateway(super::GATEWAY_POD, ip),
+        ProxyKind::Gateway => MeshPod::gateway(crate::istio::GATEWAY_POD, ip),
     }
 }
 

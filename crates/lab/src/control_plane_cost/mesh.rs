@@ -22,7 +22,7 @@ use envoy_types::pb::google::protobuf::{value::Kind, ListValue, Struct, Value as
 use meshbench_results::{MeshScale, ProxyKind};
 use serde_json::{json, Value};
 
-use super::{ApiServer, NAMESPACE};
+use crate::istio::{ApiServer, NAMESPACE};
 use crate::LabError;
 
 /// The namespace of the services and their pods.
@@ -167,7 +167,7 @@ impl MeshPod {
         MeshPod {
             name: name.to_string(),
             namespace: NAMESPACE.into(),
-            service_account: super::GATEWAY_SERVICE_ACCOUNT.into(),
+            service_account: crate::istio::GATEWAY_SERVICE_ACCOUNT.into(),
             ip,
             labels,
             serves: None,

@@ -3,7 +3,7 @@
 //! from a file this project wrote. The sidecars' pods are [`sidecars`].
 //!
 //! The control plane ([`ControlPlane`]) is the smallest one istiod runs against. It has etcd
-//! and a kube-apiserver ([`kube::ApiServer`]) with Istio's CRDs, and istiod (`pilot-discovery`)
+//! and a kube-apiserver ([`api_server::ApiServer`]) with Istio's CRDs, and istiod (`pilot-discovery`)
 //! on loopback. Both are built by scripts/install-k8s.sh and scripts/install-istio.sh. The
 //! gateway role is `pilot-agent proxy router`, with the identity a pod would have mounted: a
 //! ServiceAccount token and the mesh's root certificate. The agent gets its workload
@@ -17,12 +17,10 @@
 //! istiod's port for the agents, which pods reach on the node's side of a veth. The Gateway
 //! binds its servers to the hop's address, not to Istio's wildcard (`servers[].bind`).
 
-pub mod cost;
-pub mod kube;
-pub mod mesh;
+pub mod api_server;
+pub mod objects;
 pub mod ready;
 pub mod sidecars;
-pub mod xds_client;
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -36,7 +34,7 @@ use serde_json::{json, Value};
 use crate::process::{Placement, RoleProcess};
 use crate::program::envoy::admin::{self, DumpSection};
 use crate::{write_file, LabError};
-pub use kube::ApiServer;
+pub use api_server::ApiServer;
 
 /// The istio.io/istio pseudo-version scripts/install-istio.sh builds.
 pub const VERSION: &str = "v0.0.0-20260827124520-eed52ebb66ad";

@@ -11,9 +11,9 @@ use std::process::Command;
 use std::time::Duration;
 
 use crate::cgroup::{Cgroup, Cgroups, Limits};
-use crate::control_plane::sidecars::{self, LabPod};
-use crate::control_plane::{ready, AgentPorts, AgentRole, ControlPlane, Workload};
 use crate::gateway::{self, CertLayout, GatewayPlan};
+use crate::istio::sidecars::{self, LabPod};
+use crate::istio::{ready, AgentPorts, AgentRole, ControlPlane, Workload};
 use crate::netns::{Namespaces, RoleNamespace};
 use crate::process::{Placement, RoleProcess};
 use crate::program::{Hop, LabProgram, ListenTls, Program, ProgramSpec, UpstreamTls};
@@ -874,13 +874,13 @@ impl Rig {
                 certificates: if tls { plan.domains } else { 0 },
                 endpoint: format!(
                     "{}::{}::",
-                    gateway::istio_objects::BACKEND_HOST,
+                    crate::istio::objects::BACKEND_HOST,
                     hop.upstream
                 ),
             },
             applied_in,
             pushed_in: None,
-            virtual_services: out.join(gateway::istio_objects::VIRTUAL_SERVICES_FILE),
+            virtual_services: out.join(crate::istio::objects::VIRTUAL_SERVICES_FILE),
         });
         Ok(command)
     }
