@@ -180,10 +180,10 @@ impl Lab {
         for w in &rig.warnings {
             observer.warning(w);
         }
-        if let Some(istio) = &rig.istio {
+        if let Some(istio) = &rig.istio_gateway {
             observer.note(&istio.summary(rig.gateway_admin()));
         }
-        if let Some(mesh) = &rig.mesh {
+        if let Some(mesh) = &rig.istio_sidecars {
             observer.note(&mesh.summary(&rig.roles));
         }
         let options = load_options(e, step, &rig);
