@@ -73,8 +73,49 @@ pub enum LabError {
     Missing { program: String, hint: String },
     #[error("certificate generation failed: {0}")]
     Pki(String),
+    /// A file or directory could not be written or created: what was being done to it (a
+    /// verb: `write`, `create`), which, and why.
+    #[error("cannot {doing} {}: {source}", .path.display())]
+    File {
+        doing: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// Envoy's readable copy of a bootstrap (`file`) could not be written as YAML.
+    #[error("cannot write {file}: {source}")]
+    EnvoyYaml {
+        file: &'static str,
+        source: program::envoy::yaml::YamlError,
+    },
+    #[error("no free port on 127.0.0.1: {0}")]
+    NoFreePort(#[source] std::io::Error),
+    /// A gateway plan that cannot be generated (its flags: `--domains`, `--paths`, `--tls`).
     #[error("{0}")]
-    Io(String),
+    Plan(#[from] gateway::PlanError),
+    /// Namespaces (`isolation: netns`) could not be set up or entered.
+    #[error(transparent)]
+    Netns(#[from] netns::NetnsError),
+    /// A server this lab started did not become ready in time: which, what it waited for
+    /// beyond answering (or ""), the limit, and the tail of its output.
+    #[error("{server} was not ready{awaiting} within {} s: {log}", .within.as_secs())]
+    NotReady {
+        server: &'static str,
+        awaiting: &'static str,
+        within: std::time::Duration,
+        log: String,
+    },
+    /// An Envoy `role` did not come to hold its configuration (past its limit, or stopped).
+    #[error("{role}'s {source}")]
+    Ack {
+        role: String,
+        source: istio::ready::AckError,
+    },
+    /// Istio's parts (`gateway.type: istio`, `proxy.type: istio`).
+    #[error(transparent)]
+    Istio(#[from] istio::IstioError),
+    /// The control-plane cost experiment (`topology: control_plane`).
+    #[error(transparent)]
+    Cost(#[from] control_plane_cost::CostError),
     /// The lab's own Kubernetes API server (`gateway.type: istio`) refused or did not answer.
     #[error(transparent)]
     Kubernetes(#[from] meshbench_k8s::ApiError),

@@ -68,7 +68,7 @@ impl Lab {
                 agreement.differences.join("; ")
             ));
         }
-        let run = match cost.measure(&|| stop.requested()) {
+        let run = match cost.measure(stop) {
             Ok(run) => run,
             Err(err) => {
                 record.fail(StepFailure::ControlPlaneFailed(err.to_string()));

@@ -234,7 +234,7 @@ impl Lab {
         for role in &rig.roles {
             let samples = sampled
                 .roles
-                .get(role.name.name())
+                .get(&Role::Chain(role.name))
                 .cloned()
                 .unwrap_or_default();
             let mut usage = RoleUsage {

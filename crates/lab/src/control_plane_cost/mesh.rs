@@ -22,6 +22,7 @@ use envoy_types::pb::google::protobuf::{value::Kind, ListValue, Struct, Value as
 use meshbench_results::{MeshScale, ProxyKind};
 use serde_json::{json, Value};
 
+use super::CostError;
 use crate::istio::{ApiServer, NAMESPACE};
 use crate::LabError;
 
@@ -320,8 +321,8 @@ pub fn register(
                 ],
             },
         });
-        let pod: meshbench_k8s::k8s_openapi::api::core::v1::Pod = serde_json::from_value(status)
-            .map_err(|e| LabError::Io(format!("a pod's status: {e}")))?;
+        let pod: meshbench_k8s::k8s_openapi::api::core::v1::Pod =
+            serde_json::from_value(status).map_err(CostError::PodStatus)?;
         api.client.apply_status(&pod)?;
     }
     let mut slices = Vec::new();

@@ -10,7 +10,7 @@
 //! addresses) instead of Envoy's full types. It records when it ACKed the response that carried
 //! each change meshbench made ([`super::mesh`] names them so they can be recognised), and how
 //! many bytes of responses it received. The clients run on their own runtime, two threads
-//! named [`THREAD_NAME`], whose CPU time is theirs ([`Fleet::cpu_ns`]).
+//! named [`THREAD_NAME`], whose CPU time is theirs ([`SimulatedProxies::cpu_ns`]).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::SocketAddr;
@@ -28,10 +28,11 @@ use prost::Message;
 use tokio::sync::mpsc;
 
 use super::mesh::{self, Change};
+use super::CostError;
 use crate::LabError;
 
 /// How many clients begin to connect per second: under istiod's own admission rate on two
-/// cores (25), so that a fleet's start is paced by meshbench rather than by refusals.
+/// cores (25), so that the proxies' start is paced by meshbench rather than by refusals.
 pub const CONNECTS_PER_SEC: f64 = 20.0;
 /// A refused or cut-off client's first pause before it reconnects, and the longest.
 const RECONNECT_FIRST: Duration = Duration::from_millis(500);
@@ -158,7 +159,7 @@ struct SocketAddressView {
 
 /// When one client ACKed the response that carried one change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Arrival {
+pub struct AckAt {
     pub xds: XdsType,
     pub change: Change,
     pub acked_at: Instant,
@@ -178,7 +179,7 @@ struct ClientState {
     /// Types answered at least once.
     answered: HashSet<&'static str>,
     converged_at: Option<Instant>,
-    arrivals: Vec<Arrival>,
+    acks: Vec<AckAt>,
     /// Changes already seen, so that a later response holding the same one is not a second
     /// arrival.
     seen: HashSet<(XdsType, Change)>,
@@ -187,7 +188,7 @@ struct ClientState {
     reconnects: u32,
 }
 
-/// What every client shares with the fleet.
+/// What every client shares with the others.
 struct Shared {
     bytes: AtomicU64,
     connected: AtomicU32,
@@ -196,14 +197,14 @@ struct Shared {
 }
 
 /// The simulated proxies of one step; they disconnect when dropped.
-pub struct Fleet {
+pub struct SimulatedProxies {
     runtime: Option<tokio::runtime::Runtime>,
     shared: Arc<Shared>,
     clients: Vec<Arc<Mutex<ClientState>>>,
     started: Instant,
 }
 
-impl Fleet {
+impl SimulatedProxies {
     /// Connects one client per node to istiod's plain xDS port `istiod`, [`CONNECTS_PER_SEC`]
     /// at a time: istiod admits new streams at a rate of its own (25 a second on two cores,
     /// `PILOT_MAX_REQUESTS_PER_SECOND`) and refuses the rest, as a rollout of many pods finds.
@@ -213,13 +214,13 @@ impl Fleet {
         istiod: SocketAddr,
         nodes: Vec<Node>,
         twin: Option<usize>,
-    ) -> Result<Fleet, LabError> {
+    ) -> Result<SimulatedProxies, LabError> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name(THREAD_NAME)
             .enable_all()
             .build()
-            .map_err(|e| LabError::Io(format!("cannot start the xDS clients' runtime: {e}")))?;
+            .map_err(CostError::Runtime)?;
         let shared = Arc::new(Shared {
             bytes: AtomicU64::new(0),
             connected: AtomicU32::new(0),
@@ -253,7 +254,7 @@ impl Fleet {
                 }
             });
         }
-        Ok(Fleet {
+        Ok(SimulatedProxies {
             runtime: Some(runtime),
             shared,
             clients,
@@ -279,7 +280,7 @@ impl Fleet {
 
     /// Waits until every client holds a full configuration, at most `limit`: how long it took
     /// from the first connection, or why not (how many had, and the first client's end).
-    pub fn wait_converged(&self, limit: Duration) -> Result<Duration, String> {
+    pub fn wait_converged(&self, limit: Duration) -> Result<Duration, CostError> {
         let all = self.clients.len() as u32;
         let deadline = Instant::now() + limit;
         loop {
@@ -294,25 +295,20 @@ impl Fleet {
             }
             if Instant::now() > deadline {
                 let ended = self.clients.iter().find_map(|c| lock(c).ended.clone());
-                return Err(format!(
-                    "{} of {all} simulated proxies held a full configuration after {} s{}",
-                    self.shared.converged.load(Ordering::Relaxed),
-                    limit.as_secs(),
-                    ended
-                        .map(|e| format!(" (one ended: {e})"))
-                        .unwrap_or_default()
-                ));
+                return Err(CostError::NotConverged {
+                    converged: self.shared.converged.load(Ordering::Relaxed),
+                    all,
+                    limit,
+                    ended,
+                });
             }
             std::thread::sleep(Duration::from_millis(50));
         }
     }
 
     /// Every arrival of every client, by client.
-    pub fn arrivals(&self) -> Vec<Vec<Arrival>> {
-        self.clients
-            .iter()
-            .map(|c| lock(c).arrivals.clone())
-            .collect()
+    pub fn acks(&self) -> Vec<Vec<AckAt>> {
+        self.clients.iter().map(|c| lock(c).acks.clone()).collect()
     }
 
     /// What client `i` holds: per short type (`cds`...), name -> version.
@@ -338,7 +334,7 @@ impl Fleet {
     }
 }
 
-impl Drop for Fleet {
+impl Drop for SimulatedProxies {
     fn drop(&mut self) {
         self.close();
     }
@@ -367,7 +363,7 @@ pub fn threads_cpu_ns(name: &str) -> u64 {
         .sum()
 }
 
-/// One client's life: connect, subscribe, ACK until istiod closes the stream or the fleet
+/// One client's life: connect, subscribe, ACK until istiod closes the stream or the proxies
 /// stops.
 async fn run_client(
     istiod: SocketAddr,
@@ -553,7 +549,7 @@ fn take(
     }
     for (xds, change) in arrived {
         if s.seen.insert((xds, change)) {
-            s.arrivals.push(Arrival {
+            s.acks.push(AckAt {
                 xds,
                 change,
                 acked_at: now,

@@ -63,6 +63,45 @@ const MESH: &str = "{}\n";
 const ISTIOD_WITHIN: Duration = Duration::from_secs(60);
 const INSTALL_HINT: &str = "run scripts/install-istio.sh (istiod and pilot-agent from istio.io/istio) and scripts/install-k8s.sh (etcd and kube-apiserver)";
 
+/// What went wrong in Istio's parts, beyond starting a process ([`LabError`] says that).
+#[derive(Debug, thiserror::Error)]
+pub enum IstioError {
+    #[error("Istio's sidecars run in pods: use isolation: netns")]
+    NeedsNetns,
+    /// A part was asked to start before its control plane (a bug of the caller's order).
+    #[error("{0} started without its control plane")]
+    NoControlPlane(&'static str),
+    #[error("the Istio gateway has no admin port")]
+    NoAdminPort,
+    /// istiod ended: its status and the tail of its output.
+    #[error("{0}")]
+    IstiodExited(String),
+    #[error("istiod's metrics at {at}: {reason}")]
+    IstiodMetrics { at: SocketAddr, reason: String },
+    #[error("the probe request to {url}: {source}")]
+    Probe {
+        url: String,
+        source: Box<ureq::Error>,
+    },
+    #[error("the probe request through Istio's sidecars answered {0}")]
+    ProbeStatus(u16),
+    /// The probe passed, but a sidecar's own counters did not see it.
+    #[error("the probe request answered 200, but {role}'s Envoy did not count it ({why})")]
+    ProbeUncounted {
+        role: meshbench_results::ChainRole,
+        why: String,
+    },
+    #[error("{}: no VirtualService", .0.display())]
+    NoVirtualService(PathBuf),
+    #[error("{PROBE_PATH} is already routed")]
+    AlreadyRouted,
+    #[error("istiod's change (a route on {domain}) did not reach Envoy within {} s", .limit.as_secs())]
+    RouteChangeNotServed { domain: String, limit: Duration },
+    /// Istio's objects could not be written as YAML.
+    #[error(transparent)]
+    Yaml(#[from] serde_yaml_ng::Error),
+}
+
 /// Where scripts/install-istio.sh puts what it builds and extracts (`$ISTIO_CACHE` if set).
 pub fn cache() -> PathBuf {
     std::env::var_os("ISTIO_CACHE").map_or_else(
@@ -273,11 +312,12 @@ impl ControlPlane {
                 });
             }
             if Instant::now() > deadline {
-                return Err(LabError::Io(format!(
-                    "istiod was not ready with its root certificate within {} s: {}",
-                    ISTIOD_WITHIN.as_secs(),
-                    istiod.log_tail(5)
-                )));
+                return Err(LabError::NotReady {
+                    server: "istiod",
+                    awaiting: " with its root certificate",
+                    within: ISTIOD_WITHIN,
+                    log: istiod.log_tail(5),
+                });
             }
             std::thread::sleep(Duration::from_millis(200));
         };
@@ -299,8 +339,12 @@ impl ControlPlane {
 
     /// istiod's own metrics now, as Prometheus text.
     pub fn istiod_metrics(&self) -> Result<String, LabError> {
-        let failed =
-            |e: String| LabError::Io(format!("istiod's metrics at {}: {e}", self.monitoring));
+        let failed = |reason: String| {
+            LabError::from(IstioError::IstiodMetrics {
+                at: self.monitoring,
+                reason,
+            })
+        };
         let mut answer = istiod_reader(Duration::from_secs(10))
             .get(format!("http://{}/metrics", self.monitoring))
             .call()
@@ -510,9 +554,7 @@ impl ControlPlane {
         let first = serde_yaml_ng::Deserializer::from_str(&text)
             .filter_map(|d| <Value as serde::Deserialize>::deserialize(d).ok())
             .find(|v| !v.is_null())
-            .ok_or_else(|| {
-                LabError::Io(format!("{}: no VirtualService", virtual_services.display()))
-            })?;
+            .ok_or_else(|| IstioError::NoVirtualService(virtual_services.to_path_buf()))?;
         let domain = first["spec"]["hosts"][0]
             .as_str()
             .unwrap_or_default()
@@ -532,7 +574,7 @@ impl ControlPlane {
                 .unwrap_or(false)
         };
         if served() {
-            return Err(LabError::Io(format!("{PROBE_PATH} is already routed")));
+            return Err(IstioError::AlreadyRouted.into());
         }
         let began = Instant::now();
         self.api.apply(&changed)?;
@@ -541,10 +583,7 @@ impl ControlPlane {
                 return Ok(began.elapsed());
             }
             if began.elapsed() > limit {
-                return Err(LabError::Io(format!(
-                    "istiod's change (a route on {domain}) did not reach Envoy within {} s",
-                    limit.as_secs()
-                )));
+                return Err(IstioError::RouteChangeNotServed { domain, limit }.into());
             }
             std::thread::sleep(Duration::from_millis(10));
         }

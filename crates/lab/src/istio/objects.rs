@@ -12,6 +12,7 @@ use std::path::PathBuf;
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 
+use super::IstioError;
 use crate::gateway::{GatewayPlan, Target, DOMAINS_PER_WORKSPACE};
 use crate::pki::Issued;
 use crate::{write_file, LabError};
@@ -299,7 +300,7 @@ fn to_yaml<T: Serialize>(docs: &[T]) -> Result<String, LabError> {
     let mut out = String::new();
     for d in docs {
         out.push_str("---\n");
-        out.push_str(&serde_yaml_ng::to_string(d).map_err(|e| LabError::Io(e.to_string()))?);
+        out.push_str(&serde_yaml_ng::to_string(d).map_err(IstioError::Yaml)?);
     }
     Ok(out)
 }

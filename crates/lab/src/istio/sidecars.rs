@@ -28,7 +28,7 @@ use meshbench_k8s::k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use meshbench_results::PeerAuthentication;
 use serde_json::json;
 
-use super::{cache, ApiServer, NAMESPACE};
+use super::{cache, ApiServer, IstioError, NAMESPACE};
 use crate::{write_file, LabError};
 
 /// The namespace the workloads run in.
@@ -355,7 +355,12 @@ pub fn probe(netns: &str, limit: Duration) -> Result<u16, LabError> {
             .get(&url)
             .call()
             .map(|answer| answer.status().as_u16())
-            .map_err(|e| LabError::Io(format!("the probe request to {url}: {e}")))
+            .map_err(|source| {
+                LabError::from(IstioError::Probe {
+                    url: url.clone(),
+                    source: Box::new(source),
+                })
+            })
     })?
 }
 

@@ -283,7 +283,7 @@ impl Rig {
                 &log,
                 &place,
                 launch.admin,
-                &expected,
+                expected,
             ),
         }
         .map_err(|e| match e {

@@ -9,11 +9,11 @@ use std::process::Command;
 use std::time::Duration;
 
 use super::{Rig, RigSpec, Role};
-use crate::istio::{ready, ControlPlane};
+use crate::istio::{ready, ControlPlane, IstioError};
 use crate::process::{Placement, RoleProcess};
 use crate::program::Hop;
 use crate::LabError;
-use meshbench_results::ChainRole;
+use meshbench_results::{ChainRole, Stop};
 
 /// The control plane of an Istio gateway, and what its start cost.
 pub struct IstioGateway {
@@ -126,9 +126,7 @@ impl Rig {
         let began = std::time::Instant::now();
         control_plane.api.apply_files(&objects)?;
         let applied_in = began.elapsed();
-        let admin = hop
-            .admin
-            .ok_or_else(|| LabError::Io("the Istio gateway has no admin port".into()))?;
+        let admin = hop.admin.ok_or(IstioError::NoAdminPort)?;
         let command =
             control_plane.gateway_command(&spec.dir.join("gateway-agent"), admin, hop.workers)?;
         let tls = plan.tls;
@@ -160,23 +158,23 @@ impl Rig {
         log: &Path,
         place: &Placement,
         admin: Option<SocketAddr>,
-        expected: &ready::SidecarExpected,
+        expected: ready::SidecarExpected,
     ) -> Result<RoleProcess, LabError> {
         let (Some(mesh), Some(admin)) = (self.istio_sidecars.as_mut(), admin) else {
-            return Err(LabError::Io(
-                "an Istio sidecar started without its control plane".into(),
-            ));
+            return Err(IstioError::NoControlPlane("an Istio sidecar").into());
         };
         let mut agent = RoleProcess::spawn(name.name(), command, log, place)?;
-        let waited = ready::wait_acked(
+        let waited = ready::wait_agent_acked(
             &mut agent,
             admin,
             place.netns.as_deref(),
-            ready::Awaited::Sidecar(expected),
+            &ready::Awaited::Sidecar(expected),
             Duration::from_secs(60),
+            // A rig starts whole: nothing asks it to stop half way.
+            &Stop::new(),
         );
         if let Some(why) = mesh.control_plane.istiod_exited() {
-            return Err(LabError::Io(why));
+            return Err(IstioError::IstiodExited(why).into());
         }
         mesh.pushed_in.push((name, waited?));
         Ok(agent)
@@ -193,21 +191,20 @@ impl Rig {
         admin: Option<SocketAddr>,
     ) -> Result<RoleProcess, LabError> {
         let (Some(istio), Some(admin)) = (self.istio_gateway.as_mut(), admin) else {
-            return Err(LabError::Io(
-                "the Istio gateway started without its control plane".into(),
-            ));
+            return Err(IstioError::NoControlPlane("the Istio gateway").into());
         };
         let mut agent = RoleProcess::spawn(name, command, log, place)?;
         let limit = Duration::from_secs(60 + istio.expected.routes as u64 / 1000);
-        let waited = ready::wait_acked(
+        let waited = ready::wait_agent_acked(
             &mut agent,
             admin,
             None,
-            ready::Awaited::Gateway(&istio.expected),
+            &ready::Awaited::Gateway(istio.expected.clone()),
             limit,
+            &Stop::new(),
         );
         if let Some(why) = istio.control_plane.istiod_exited() {
-            return Err(LabError::Io(why));
+            return Err(IstioError::IstiodExited(why).into());
         }
         istio.pushed_in = Some(waited?);
         Ok(agent)

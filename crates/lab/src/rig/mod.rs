@@ -416,7 +416,7 @@ impl Rig {
             .iter()
             .enumerate()
             .map(|(i, r)| Watch {
-                role: r.name.name().to_string(),
+                role: meshbench_results::Role::Chain(r.name),
                 pgid: r.process.pid(),
                 cgroup: r.cgroup.as_ref().map(Cgroup::files),
                 port: Some(r.listen.port()),

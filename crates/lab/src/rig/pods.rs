@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::{chain::backend_launch, IstioSidecars, Launch, Ready, Rig, RigSpec, RoleAddress};
 use crate::istio::sidecars::{self, LabPod};
-use crate::istio::{ready, AgentPorts, AgentRole, ControlPlane, Workload};
+use crate::istio::{ready, AgentPorts, AgentRole, ControlPlane, IstioError, Workload};
 use crate::LabError;
 use meshbench_results::{
     topology::{Duty, RolePlan},
@@ -23,9 +23,7 @@ impl Rig {
     pub(super) fn start_pods(&mut self, spec: &RigSpec) -> Result<(), LabError> {
         let cgroups = self.cgroups(spec);
         let Some(namespaces) = self.namespaces.as_mut() else {
-            return Err(LabError::Io(
-                "Istio's sidecars run in pods: use isolation: netns".into(),
-            ));
+            return Err(IstioError::NeedsNetns.into());
         };
         let (client_ns, server_ns) = (namespaces.add(0)?, namespaces.add(1)?);
         let chain = spec.topology.chain();
@@ -109,9 +107,7 @@ impl Rig {
         expected: ready::SidecarExpected,
     ) -> Result<Launch, LabError> {
         let Some(mesh) = self.istio_sidecars.as_ref() else {
-            return Err(LabError::Io(
-                "a sidecar started without its control plane".into(),
-            ));
+            return Err(IstioError::NoControlPlane("a sidecar").into());
         };
         let dir = sidecars::pod_dir(&spec.id, pod.app)?;
         self.pod_dirs.push(dir.clone());
@@ -170,11 +166,7 @@ impl Rig {
                 _ if began.elapsed() < Duration::from_secs(30) => {
                     std::thread::sleep(Duration::from_millis(250))
                 }
-                Ok(status) => {
-                    return Err(LabError::Io(format!(
-                        "the probe request through Istio's sidecars answered {status}"
-                    )))
-                }
+                Ok(status) => return Err(IstioError::ProbeStatus(status).into()),
                 Err(e) => return Err(e),
             }
         };
@@ -189,12 +181,13 @@ impl Rig {
                 .and_then(|c| c.requests.as_ref())
                 .map_or(0, |q| q.status_2xx);
             if ok == 0 {
-                return Err(LabError::Io(format!(
-                    "the probe request answered 200, but {}'s Envoy did not count it ({})",
-                    r.name,
-                    read.err()
-                        .map_or("no 2xx in its stats".into(), |e| e.to_string())
-                )));
+                return Err(IstioError::ProbeUncounted {
+                    role: r.name,
+                    why: read
+                        .err()
+                        .map_or("no 2xx in its stats".into(), |e| e.to_string()),
+                }
+                .into());
             }
         }
         if let Some(mesh) = self.istio_sidecars.as_mut() {

@@ -224,7 +224,7 @@ fn simulated_gateways_get_every_cluster_change_and_the_step_binds_loopback_only(
         );
     }
     assert!(step.agreement().agrees(), "{:?}", step.agreement());
-    let run = step.measure(&|| false).unwrap();
+    let run = step.measure(&meshbench_results::Stop::new()).unwrap();
     drop(step);
     let f = &run.figures;
     assert_eq!(f.connected, 11);

@@ -109,12 +109,13 @@ fn istiod_configures_upstream_envoy_for_the_generated_gateway_and_every_route_an
         certificates: DOMAINS,
         endpoint: format!("meshbench-backend.internal::{}::", backend.addr),
     };
-    let acked = ready::wait_acked(
+    let acked = ready::wait_agent_acked(
         &mut agent,
         admin,
         None,
-        ready::Awaited::Gateway(&expected),
+        &ready::Awaited::Gateway(expected.clone()),
         LIMIT,
+        &meshbench_results::Stop::new(),
     )
     .unwrap_or_else(|e| panic!("{e}\n{}", agent.log_tail(20)));
     assert!(

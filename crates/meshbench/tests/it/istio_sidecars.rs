@@ -280,12 +280,13 @@ fn server_sidecar_with(env: &[(&str, &str)], name: &str) -> Result<Duration, Lab
         listeners: vec!["virtualOutbound".into(), "virtualInbound".into()],
         clusters: vec![format!("inbound|{}||", sidecars::SERVICE_PORT)],
     };
-    let acked = ready::wait_acked(
+    let acked = ready::wait_agent_acked(
         &mut agent,
         ([127, 0, 0, 1], AgentPorts::ISTIO.admin).into(),
         Some(&server_ns.netns),
-        ready::Awaited::Sidecar(&expected),
+        &ready::Awaited::Sidecar(expected),
         Duration::from_secs(60),
+        &meshbench_results::Stop::new(),
     );
     drop(agent);
     drop(control);

@@ -38,10 +38,10 @@ enum Holds {
 }
 
 impl Holds {
-    fn awaited(&self) -> Awaited<'_> {
+    fn awaited(&self) -> Awaited {
         match self {
-            Holds::Gateway(e) => Awaited::Gateway(e),
-            Holds::Sidecar(e) => Awaited::Sidecar(e),
+            Holds::Gateway(e) => Awaited::Gateway(e.clone()),
+            Holds::Sidecar(e) => Awaited::Sidecar(e.clone()),
         }
     }
 }
@@ -151,7 +151,7 @@ impl ClusterSite {
                         rejected.join(", ")
                     ));
                 }
-                let last = match ready::missing_at(admin, holds.awaited()) {
+                let last = match ready::missing_at(admin, &holds.awaited()) {
                     Ok(m) if m.is_empty() => break,
                     Ok(m) => m.join("; "),
                     Err(e) => e.to_string(),
