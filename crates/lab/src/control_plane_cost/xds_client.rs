@@ -39,9 +39,11 @@ const RECONNECT_FIRST: Duration = Duration::from_millis(500);
 const RECONNECT_MOST: Duration = Duration::from_secs(8);
 /// The clients' runtime threads' name, by which their CPU time is read.
 pub const THREAD_NAME: &str = "meshbench-xds";
-const CDS: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
-const EDS: &str = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment";
-const LDS: &str = "type.googleapis.com/envoy.config.listener.v3.Listener";
+// The type URLs are the results crate's ([`XdsType::type_url`]), but for routes, which no
+// change of the experiment's is timed on.
+const CDS: &str = XdsType::Cds.type_url();
+const EDS: &str = XdsType::Eds.type_url();
+const LDS: &str = XdsType::Lds.type_url();
 const RDS: &str = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration";
 /// The resource types a client holds, in the order it subscribes.
 pub const TYPES: [&str; 4] = [CDS, EDS, LDS, RDS];
@@ -459,94 +461,13 @@ fn take(
     };
     s.answered.insert(type_url);
     let now = Instant::now();
-    let mut arrived = Vec::new();
-    {
-        let held = s.held.entry(type_url).or_default();
-        for name in &response.removed_resources {
-            held.remove(name);
-        }
-        for r in &response.resources {
-            let version = if keep_versions {
-                r.version.clone()
-            } else {
-                String::new()
-            };
-            held.insert(r.name.clone(), version);
-        }
-    }
-    if let Some(pending) = s.pending.get_mut(type_url) {
-        for r in &response.resources {
-            pending.remove(&r.name);
-        }
-    }
-    match type_url {
-        CDS => {
-            for name in &response.removed_resources {
-                s.eds_names.remove(name);
-            }
-            for r in &response.resources {
-                if let Some(change) = mesh::config_change_of_cluster(&r.name) {
-                    arrived.push((XdsType::Cds, change));
-                }
-                let Some(cluster) = resource_body(r).and_then(|b| ClusterView::decode(b).ok())
-                else {
-                    continue;
-                };
-                if cluster.discovery_type == DISCOVERY_EDS {
-                    let service = cluster
-                        .eds
-                        .map(|e| e.service_name)
-                        .filter(|n| !n.is_empty())
-                        .unwrap_or_else(|| cluster.name.clone());
-                    s.eds_names.insert(r.name.clone(), service);
-                } else {
-                    s.eds_names.remove(&r.name);
-                }
-            }
-        }
-        LDS => {
-            for name in &response.removed_resources {
-                s.rds_names.remove(name);
-            }
-            for r in &response.resources {
-                if let Some(change) = mesh::config_change_of_listener(&r.name) {
-                    arrived.push((XdsType::Lds, change));
-                }
-                let routes = resource_body(r)
-                    .and_then(|b| ListenerView::decode(b).ok())
-                    .map(|l| route_names(&l))
-                    .unwrap_or_default();
-                s.rds_names.insert(r.name.clone(), routes);
-            }
-        }
-        EDS => {
-            for r in &response.resources {
-                let Some(assignment) =
-                    resource_body(r).and_then(|b| AssignmentView::decode(b).ok())
-                else {
-                    continue;
-                };
-                for address in assignment
-                    .endpoints
-                    .iter()
-                    .flat_map(|l| &l.lb_endpoints)
-                    .filter_map(|e| {
-                        e.endpoint
-                            .as_ref()?
-                            .address
-                            .as_ref()?
-                            .socket_address
-                            .as_ref()
-                    })
-                {
-                    if let Some(change) = mesh::endpoint_change_of_address(&address.address) {
-                        arrived.push((XdsType::Eds, change));
-                    }
-                }
-            }
-        }
-        _ => {}
-    }
+    hold(s, type_url, response, keep_versions);
+    let arrived = match type_url {
+        CDS => take_clusters(s, response),
+        LDS => take_listeners(s, response),
+        EDS => endpoint_changes(response),
+        _ => Vec::new(),
+    };
     for (xds, change) in arrived {
         if s.seen.insert((xds, change)) {
             s.acks.push(AckAt {
@@ -569,6 +490,112 @@ fn take(
         _ => {}
     }
     next
+}
+
+/// What a response of `type_url` leaves held (versions only when `keep_versions`), and which
+/// subscribed names it answered.
+fn hold(
+    s: &mut ClientState,
+    type_url: &'static str,
+    response: &DeltaDiscoveryResponse,
+    keep_versions: bool,
+) {
+    let held = s.held.entry(type_url).or_default();
+    for name in &response.removed_resources {
+        held.remove(name);
+    }
+    for r in &response.resources {
+        let version = if keep_versions {
+            r.version.clone()
+        } else {
+            String::new()
+        };
+        held.insert(r.name.clone(), version);
+    }
+    if let Some(pending) = s.pending.get_mut(type_url) {
+        for r in &response.resources {
+            pending.remove(&r.name);
+        }
+    }
+}
+
+/// A CDS response: each EDS cluster's service name noted (to subscribe to its endpoints);
+/// returns the configuration changes it carries.
+fn take_clusters(s: &mut ClientState, response: &DeltaDiscoveryResponse) -> Vec<(XdsType, Change)> {
+    let mut arrived = Vec::new();
+    for name in &response.removed_resources {
+        s.eds_names.remove(name);
+    }
+    for r in &response.resources {
+        if let Some(change) = mesh::config_change_of_cluster(&r.name) {
+            arrived.push((XdsType::Cds, change));
+        }
+        let Some(cluster) = resource_body(r).and_then(|b| ClusterView::decode(b).ok()) else {
+            continue;
+        };
+        if cluster.discovery_type == DISCOVERY_EDS {
+            let service = cluster
+                .eds
+                .map(|e| e.service_name)
+                .filter(|n| !n.is_empty())
+                .unwrap_or_else(|| cluster.name.clone());
+            s.eds_names.insert(r.name.clone(), service);
+        } else {
+            s.eds_names.remove(&r.name);
+        }
+    }
+    arrived
+}
+
+/// An LDS response: each listener's route names noted (to subscribe to them); returns the
+/// configuration changes it carries.
+fn take_listeners(
+    s: &mut ClientState,
+    response: &DeltaDiscoveryResponse,
+) -> Vec<(XdsType, Change)> {
+    let mut arrived = Vec::new();
+    for name in &response.removed_resources {
+        s.rds_names.remove(name);
+    }
+    for r in &response.resources {
+        if let Some(change) = mesh::config_change_of_listener(&r.name) {
+            arrived.push((XdsType::Lds, change));
+        }
+        let routes = resource_body(r)
+            .and_then(|b| ListenerView::decode(b).ok())
+            .map(|l| route_names(&l))
+            .unwrap_or_default();
+        s.rds_names.insert(r.name.clone(), routes);
+    }
+    arrived
+}
+
+/// The endpoint changes an EDS response carries, known by their addresses.
+fn endpoint_changes(response: &DeltaDiscoveryResponse) -> Vec<(XdsType, Change)> {
+    let mut arrived = Vec::new();
+    for r in &response.resources {
+        let Some(assignment) = resource_body(r).and_then(|b| AssignmentView::decode(b).ok()) else {
+            continue;
+        };
+        for address in assignment
+            .endpoints
+            .iter()
+            .flat_map(|l| &l.lb_endpoints)
+            .filter_map(|e| {
+                e.endpoint
+                    .as_ref()?
+                    .address
+                    .as_ref()?
+                    .socket_address
+                    .as_ref()
+            })
+        {
+            if let Some(change) = mesh::endpoint_change_of_address(&address.address) {
+                arrived.push((XdsType::Eds, change));
+            }
+        }
+    }
+    arrived
 }
 
 /// The serialized resource a delta `Resource` wraps.
