@@ -1,22 +1,30 @@
 //! The lab: preparing and starting real systems under test, every role a real process.
 //!
-//! - [`topology`]: the topologies, each a chain of roles (name, class, L7 or L4).
 //! - [`program`]: the proxy programs, one module each (nginx, haproxy, caddy, envoy, command):
 //!   binary (installed from Debian packages when missing), version, configuration for a mesh
 //!   hop and for the gateway, command line.
-//! - [`gateway`]: the gateway plan (N domains x M paths), its certificates and targets file,
-//!   and Istio's resources.
-//! - [`rig`]: one step's system under test: the backend, then each role of the topology.
+//! - [`gateway`]: the gateway plan (N domains x M paths), its certificates and targets file.
+//! - [`rig`]: one step's system under test, a room per thing it starts: `rig/mod.rs` the rig
+//!   and the order of things, `rig/chain.rs` the chains of processes (hops, the backend, one
+//!   role started), `rig/pods.rs` Istio's sidecars' pods and their namespaces, `rig/istio.rs`
+//!   the rig's share of Istio.
+//! - [`istio`]: Istio's one home, for the rig, the cost experiment and the runner's cluster
+//!   alike: istiod and the lab's API server ([`istio::api_server`]), the agents' command lines,
+//!   Istio's objects ([`istio::objects`]), the sidecars' pods ([`istio::sidecars`]) and
+//!   readiness, with the one wait for Envoy's ACK ([`istio::ready::wait_acked`]).
+//! - [`control_plane_cost`]: the `control_plane` experiment (what istiod costs serving a mesh
+//!   of a given scale), using [`istio`]: the mesh registered, the simulated proxies, the step.
 //! - [`process`]: the one process handle ([`process::RoleProcess`]), placed in its [`cgroup`]
 //!   and [`netns`] namespace, ready when it accepts, stopped when dropped.
 //! - [`sampler`], [`sample`], [`sockdiag`]: what each role uses, read from cgroup files, /proc
-//!   and netlink.
+//!   and netlink, keyed by the results' `Role`.
 //! - [`pki`]: the lab's certificates; [`install`]: finding and installing binaries; [`port`]:
 //!   free loopback ports.
 //!
-//! Dependencies go one way: `topology` and `gateway` know no program, `program` renders for
-//! both, `rig` joins them. Every process started here is stopped, and its files removed, when
-//! its handle is dropped.
+//! Dependencies go one way: the results' topology and `gateway` know no program, `program`
+//! renders for both, `istio` builds on `program` and `gateway`, `rig` and `control_plane_cost`
+//! join them. Every process started here is stopped, and its files removed, when its handle is
+//! dropped. Failures are [`LabError`]s, with the path and the OS error where a file failed.
 
 pub mod cgroup;
 pub mod control_plane_cost;

@@ -1,6 +1,9 @@
 //! `gateway.type: istio` and `proxy.type: istio`: the gateway and the sidecars as Istio runs
 //! them. Envoy takes its listeners, routes, clusters and certificates from istiod over ADS, not
-//! from a file this project wrote. The sidecars' pods are [`sidecars`].
+//! from a file this project wrote. This is Istio's one home: the lab's rig, the control-plane
+//! cost experiment (`crate::control_plane_cost`) and the runner's cluster all use it. The
+//! sidecars' pods are [`sidecars`], Istio's objects for the gateway plan [`objects`], the API
+//! server [`api_server`], readiness and the one wait for Envoy's ACK [`ready`].
 //!
 //! The control plane ([`ControlPlane`]) is the smallest one istiod runs against. It has etcd
 //! and a kube-apiserver ([`api_server::ApiServer`]) with Istio's CRDs, and istiod (`pilot-discovery`)
@@ -10,7 +13,7 @@
 //! certificate from istiod's CA and starts the project's upstream Envoy. Its CPU and memory are
 //! the role's, agent and Envoy together, as the `istio-proxy` container's are in a pod. The
 //! generated objects are applied before the agent starts. The role counts as started only once
-//! Envoy has accepted all of them ([`ready`]).
+//! Envoy has accepted all of them ([`ready::wait_agent_acked`]).
 //!
 //! Upstream Envoy has none of Istio's own filters, so istiod runs with [`ISTIOD_ENV`]
 //! (docs/istio.md lists what Envoy refuses otherwise). Every server binds loopback, except

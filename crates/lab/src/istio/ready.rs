@@ -224,7 +224,7 @@ const POLL: Duration = Duration::from_millis(250);
 /// `awaited` says, at most `limit`; returns how long it took. Each round asks `exited` first
 /// (Some: the process that runs Envoy ended, and why), then Envoy's rejected updates, then
 /// what is missing; it fails at once on an exit or a rejection, at the limit with what is
-/// still missing, and within [`POLL`] of a `stop`. Readings that fail count as missing (the
+/// still missing, and within 250 ms (a poll) of a `stop`. Readings that fail count as missing (the
 /// admin may not listen yet). Reads from this thread's network namespace: a caller whose
 /// Envoy lives in another wraps the call in [`crate::netns::within`].
 pub fn wait_acked(

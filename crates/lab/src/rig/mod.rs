@@ -1,14 +1,14 @@
 //! A rig: the system under test for one step, every role a real process. The topology gives
-//! the chain of roles ([`crate::topology`]); the backend starts first, then the roles from the
-//! server side outwards, each played by its program ([`crate::program`]) in its cgroup (or
-//! pinned with the affinity mask where cgroups cannot be written), optionally in its own network
-//! namespace. The client (meshbench's engine, in this process) talks to [`Rig::entry`].
+//! the chain of roles (`meshbench_results::topology`); the backend starts first, then the
+//! roles from the server side outwards, each played by its program ([`crate::program`]) in its
+//! cgroup (or pinned with the affinity mask where cgroups cannot be written), optionally in its
+//! own network namespace. The client (meshbench's engine, in this process) talks to [`Rig::entry`].
 //! Dropping the rig stops every process, then removes the cgroups, the namespaces and the files.
 //!
 //! This module holds the rig, its spec and the order of things ([`Rig::start`], [`Drop`]).
-//! What it starts lives beside it: [`chain`] the chains of processes (the hops, the backend,
-//! one role started and awaited), [`pods`] Istio's sidecars' pods and their namespaces, and
-//! [`istio`] the rig's share of Istio (the gateway's and the sidecars' control planes and
+//! What it starts lives beside it: `chain` the chains of processes (the hops, the backend,
+//! one role started and awaited), `pods` Istio's sidecars' pods and their namespaces, and
+//! `istio` the rig's share of Istio (the gateway's and the sidecars' control planes and
 //! their agents), which calls into Istio's home, [`crate::istio`].
 
 mod chain;
