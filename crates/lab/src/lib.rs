@@ -151,3 +151,21 @@ pub(crate) fn write_file(
         Err(source) => Err(LabError::Files { path, source }),
     }
 }
+
+/// Creates the directory `path` itself (its parent must exist; it must not), removed with
+/// everything in it when the handle is dropped.
+pub(crate) fn removed_on_drop(path: &Path) -> Result<tempfile::TempDir, LabError> {
+    let failed = |source| LabError::File {
+        doing: "create",
+        path: path.to_path_buf(),
+        source,
+    };
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err(failed(std::io::ErrorKind::InvalidInput.into()));
+    };
+    tempfile::Builder::new()
+        .prefix(name)
+        .rand_bytes(0)
+        .tempdir_in(parent)
+        .map_err(failed)
+}

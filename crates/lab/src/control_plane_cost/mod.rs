@@ -29,6 +29,7 @@ use meshbench_results::{
     ControlPlaneFigures, MeshScale, ProxyKind, Role, Sample, Stop, Usage, XdsType,
 };
 use serde_json::Value;
+use tempfile::TempDir;
 
 use crate::istio::ready::{self, Awaited, SidecarExpected};
 use crate::istio::sidecars;
@@ -132,17 +133,8 @@ pub struct CostStep {
     agent: RoleProcess,
     control_plane: ControlPlane,
     _namespaces: Namespaces,
-    _pod_dir: Removed,
-    _dir: Removed,
-}
-
-/// A directory removed, with everything in it, when dropped.
-struct Removed(PathBuf);
-
-impl Drop for Removed {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+    _pod_dir: TempDir,
+    _dir: TempDir,
 }
 
 impl CostStep {
@@ -153,7 +145,7 @@ impl CostStep {
             return Err(CostError::EmptyMesh.into());
         }
         // Locals drop in reverse: the files last.
-        let dir = Removed(spec.dir.clone());
+        let dir = crate::removed_on_drop(&spec.dir)?;
         // The real Envoy's agent and listeners bind every address: it gets a namespace.
         let prefix = format!("cp{}", &spec.owner[spec.owner.len().saturating_sub(6)..]);
         let mut namespaces = Namespaces::new(&spec.owner, &prefix);
@@ -165,8 +157,8 @@ impl CostStep {
         ));
         let real = real_pod(scale.kind, pod_ns.addr);
         let (pods, registered) = register(&control_plane, scale, &real, note)?;
-        let pod_dir = Removed(sidecars::pod_dir(&spec.owner, "real")?);
-        let mut agent = start_real(&control_plane, &spec, &real, &pod_dir.0, &pod_ns)?;
+        let pod_dir = crate::removed_on_drop(&sidecars::pod_dir(&spec.owner, "real")?)?;
+        let mut agent = start_real(&control_plane, &spec, &real, pod_dir.path(), &pod_ns)?;
         let envoy = RealEnvoy {
             admin: SocketAddr::from(([127, 0, 0, 1], AgentPorts::ISTIO.admin)),
             netns: pod_ns.netns.clone(),

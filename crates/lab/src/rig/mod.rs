@@ -160,7 +160,7 @@ pub struct Rig {
     pub access_logs: Vec<(ChainRole, PathBuf)>,
     namespaces: Option<Namespaces>,
     /// Istio's sidecars' directories, outside `dir` ([`sidecars::pod_dir`]).
-    pod_dirs: Vec<PathBuf>,
+    pod_dirs: Vec<tempfile::TempDir>,
     dir: PathBuf,
 }
 
@@ -460,9 +460,7 @@ impl Drop for Rig {
         self.istio_gateway.take();
         self.istio_sidecars.take();
         self.namespaces.take();
-        for d in self.pod_dirs.drain(..) {
-            let _ = std::fs::remove_dir_all(d);
-        }
+        self.pod_dirs.clear();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

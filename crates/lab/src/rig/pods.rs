@@ -109,8 +109,9 @@ impl Rig {
         let Some(mesh) = self.istio_sidecars.as_ref() else {
             return Err(IstioError::NoControlPlane("a sidecar").into());
         };
-        let dir = sidecars::pod_dir(&spec.id, pod.app)?;
-        self.pod_dirs.push(dir.clone());
+        let pod_dir = crate::removed_on_drop(&sidecars::pod_dir(&spec.id, pod.app)?)?;
+        let dir = pod_dir.path().to_path_buf();
+        self.pod_dirs.push(pod_dir);
         let workers = spec.workers(role);
         let name = pod.name();
         let workload = Workload {
