@@ -1,27 +1,36 @@
 //! The lab: preparing and starting real systems under test, every role a real process.
 //!
-//! - [`topology`]: the topologies, each a chain of roles (name, class, L7 or L4).
 //! - [`program`]: the proxy programs, one module each (nginx, haproxy, caddy, envoy, command):
 //!   binary (installed from Debian packages when missing), version, configuration for a mesh
 //!   hop and for the gateway, command line.
-//! - [`gateway`]: the gateway plan (N domains x M paths), its certificates and targets file,
-//!   and Istio's resources.
-//! - [`rig`]: one step's system under test: the backend, then each role of the topology.
+//! - [`gateway`]: the gateway plan (N domains x M paths), its certificates and targets file.
+//! - [`rig`]: one step's system under test, a room per thing it starts: `rig/mod.rs` the rig
+//!   and the order of things, `rig/chain.rs` the chains of processes (hops, the backend, one
+//!   role started), `rig/pods.rs` Istio's sidecars' pods and their namespaces, `rig/istio.rs`
+//!   the rig's share of Istio.
+//! - [`istio`]: Istio's one home, for the rig, the cost experiment and the runner's cluster
+//!   alike: istiod and the lab's API server ([`istio::api_server`]), the agents' command lines,
+//!   Istio's objects ([`istio::objects`]), the sidecars' pods ([`istio::sidecars`]) and
+//!   readiness, with the one wait for Envoy's ACK ([`istio::ready::wait_acked`]).
+//! - [`control_plane_cost`]: the `control_plane` experiment (what istiod costs serving a mesh
+//!   of a given scale), using [`istio`]: the mesh registered, the simulated proxies, the step.
 //! - [`process`]: the one process handle ([`process::RoleProcess`]), placed in its [`cgroup`]
 //!   and [`netns`] namespace, ready when it accepts, stopped when dropped.
 //! - [`sampler`], [`sample`], [`sockdiag`]: what each role uses, read from cgroup files, /proc
-//!   and netlink.
+//!   and netlink, keyed by the results' `Role`.
 //! - [`pki`]: the lab's certificates; [`install`]: finding and installing binaries; [`port`]:
 //!   free loopback ports.
 //!
-//! Dependencies go one way: `topology` and `gateway` know no program, `program` renders for
-//! both, `rig` joins them. Every process started here is stopped, and its files removed, when
-//! its handle is dropped.
+//! Dependencies go one way: the results' topology and `gateway` know no program, `program`
+//! renders for both, `istio` builds on `program` and `gateway`, `rig` and `control_plane_cost`
+//! join them. Every process started here is stopped, and its files removed, when its handle is
+//! dropped. Failures are [`LabError`]s, with the path and the OS error where a file failed.
 
 pub mod cgroup;
-pub mod control_plane;
+pub mod control_plane_cost;
 pub mod gateway;
 pub mod install;
+pub mod istio;
 pub mod netns;
 pub mod pki;
 pub mod port;
@@ -72,8 +81,49 @@ pub enum LabError {
     Missing { program: String, hint: String },
     #[error("certificate generation failed: {0}")]
     Pki(String),
+    /// A file or directory could not be written or created: what was being done to it (a
+    /// verb: `write`, `create`), which, and why.
+    #[error("cannot {doing} {}: {source}", .path.display())]
+    File {
+        doing: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// Envoy's readable copy of a bootstrap (`file`) could not be written as YAML.
+    #[error("cannot write {file}: {source}")]
+    EnvoyYaml {
+        file: &'static str,
+        source: program::envoy::yaml::YamlError,
+    },
+    #[error("no free port on 127.0.0.1: {0}")]
+    NoFreePort(#[source] std::io::Error),
+    /// A gateway plan that cannot be generated (its flags: `--domains`, `--paths`, `--tls`).
     #[error("{0}")]
-    Io(String),
+    Plan(#[from] gateway::PlanError),
+    /// Namespaces (`isolation: netns`) could not be set up or entered.
+    #[error(transparent)]
+    Netns(#[from] netns::NetnsError),
+    /// A server this lab started did not become ready in time: which, what it waited for
+    /// beyond answering (or ""), the limit, and the tail of its output.
+    #[error("{server} was not ready{awaiting} within {} s: {log}", .within.as_secs())]
+    NotReady {
+        server: &'static str,
+        awaiting: &'static str,
+        within: std::time::Duration,
+        log: String,
+    },
+    /// An Envoy `role` did not come to hold its configuration (past its limit, or stopped).
+    #[error("{role}'s {source}")]
+    Ack {
+        role: String,
+        source: istio::ready::AckError,
+    },
+    /// Istio's parts (`gateway.type: istio`, `proxy.type: istio`).
+    #[error(transparent)]
+    Istio(#[from] istio::IstioError),
+    /// The control-plane cost experiment (`topology: control_plane`).
+    #[error(transparent)]
+    Cost(#[from] control_plane_cost::CostError),
     /// The lab's own Kubernetes API server (`gateway.type: istio`) refused or did not answer.
     #[error(transparent)]
     Kubernetes(#[from] meshbench_k8s::ApiError),
@@ -100,4 +150,22 @@ pub(crate) fn write_file(
         Ok(()) => Ok(path),
         Err(source) => Err(LabError::Files { path, source }),
     }
+}
+
+/// Creates the directory `path` itself (its parent must exist; it must not), removed with
+/// everything in it when the handle is dropped.
+pub(crate) fn removed_on_drop(path: &Path) -> Result<tempfile::TempDir, LabError> {
+    let failed = |source| LabError::File {
+        doing: "create",
+        path: path.to_path_buf(),
+        source,
+    };
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err(failed(std::io::ErrorKind::InvalidInput.into()));
+    };
+    tempfile::Builder::new()
+        .prefix(name)
+        .rand_bytes(0)
+        .tempdir_in(parent)
+        .map_err(failed)
 }

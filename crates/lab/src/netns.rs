@@ -16,6 +16,20 @@ use crate::LabError;
 
 const FORWARD: &str = "/proc/sys/net/ipv4/ip_forward";
 
+/// Why a namespace could not be set up or entered.
+#[derive(Debug, thiserror::Error)]
+pub enum NetnsError {
+    /// `ip ARGS` ran and failed: its arguments and what it said.
+    #[error("`ip {args}` failed: {stderr}; isolation: netns needs root (or CAP_NET_ADMIN)")]
+    Ip { args: String, stderr: String },
+    #[error("cannot enable IP forwarding ({0}); isolation: netns needs root")]
+    Forwarding(#[source] io::Error),
+    #[error("cannot enter network namespace {name}: {source}")]
+    Enter { name: String, source: io::Error },
+    #[error("a reader inside {0} panicked")]
+    ReaderPanicked(String),
+}
+
 /// The namespaces of one rig.
 #[derive(Debug)]
 pub struct Namespaces {
@@ -50,11 +64,11 @@ fn ip(args: &[&str]) -> Result<(), LabError> {
     if out.status.success() {
         Ok(())
     } else {
-        Err(LabError::Io(format!(
-            "`ip {}` failed: {}; isolation: netns needs root (or CAP_NET_ADMIN)",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        )))
+        Err(NetnsError::Ip {
+            args: args.join(" "),
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        }
+        .into())
     }
 }
 
@@ -75,11 +89,7 @@ impl Namespaces {
     pub fn add(&mut self, n: usize) -> Result<RoleNamespace, LabError> {
         if self.forward_was.is_none() {
             let was = std::fs::read_to_string(FORWARD).unwrap_or_else(|_| "0".into());
-            std::fs::write(FORWARD, "1").map_err(|e| {
-                LabError::Io(format!(
-                    "cannot enable IP forwarding ({e}); isolation: netns needs root"
-                ))
-            })?;
+            std::fs::write(FORWARD, "1").map_err(NetnsError::Forwarding)?;
             self.forward_was = Some(was);
         }
         let netns = format!("{NAME_PREFIX}{}-{n}", self.owner);
@@ -174,15 +184,17 @@ fn open_ns(path: &str) -> io::Result<libc::c_int> {
 impl Entered {
     /// Moves the calling thread into namespace `name` (needs CAP_SYS_ADMIN).
     pub fn new(name: &str) -> Result<Entered, LabError> {
-        let fail =
-            |e: io::Error| LabError::Io(format!("cannot enter network namespace {name}: {e}"));
+        let fail = |source: io::Error| NetnsError::Enter {
+            name: name.to_string(),
+            source,
+        };
         let home = open_ns("/proc/thread-self/ns/net").map_err(fail)?;
         let target = match open_ns(&format!("/var/run/netns/{name}")) {
             Ok(fd) => fd,
             Err(e) => {
                 // SAFETY: closing the descriptor opened above.
                 unsafe { libc::close(home) };
-                return Err(fail(e));
+                return Err(fail(e).into());
             }
         };
         // SAFETY: setns(2) on a namespace descriptor; only this thread moves.
@@ -193,7 +205,7 @@ impl Entered {
         if moved != 0 {
             // SAFETY: closing the descriptor opened above.
             unsafe { libc::close(home) };
-            return Err(fail(err));
+            return Err(fail(err).into());
         }
         Ok(Entered { home })
     }
@@ -221,6 +233,6 @@ pub fn within<T: Send>(name: Option<&str>, f: impl FnOnce() -> T + Send) -> Resu
             Ok(f())
         })
         .join()
-        .unwrap_or_else(|_| Err(LabError::Io(format!("a reader inside {name} panicked"))))
+        .unwrap_or_else(|_| Err(NetnsError::ReaderPanicked(name.to_string()).into()))
     })
 }

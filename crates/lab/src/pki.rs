@@ -49,8 +49,11 @@ fn pki_err(e: rcgen::Error) -> LabError {
 }
 
 fn write(path: &Path, text: &str) -> Result<(), LabError> {
-    std::fs::write(path, text)
-        .map_err(|e| LabError::Io(format!("cannot write {}: {e}", path.display())))
+    std::fs::write(path, text).map_err(|source| LabError::File {
+        doing: "write",
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 impl Ca {
@@ -149,8 +152,11 @@ pub fn spiffe_id(account: &str) -> String {
 /// their workload's SPIFFE id ([`SERVER_ACCOUNT`], [`CLIENT_ACCOUNT`]), which Envoy checks as
 /// an Istio sidecar does; the other programs check the DNS name.
 pub fn write_lab_set(dir: &Path, names: &[String]) -> Result<(Ca, Issued), LabError> {
-    std::fs::create_dir_all(dir)
-        .map_err(|e| LabError::Io(format!("cannot create {}: {e}", dir.display())))?;
+    std::fs::create_dir_all(dir).map_err(|source| LabError::File {
+        doing: "create",
+        path: dir.to_path_buf(),
+        source,
+    })?;
     let ca = Ca::new("meshbench lab CA")?;
     ca.write(dir)?;
     let server = ca.issue_workload(names, Some(&spiffe_id(SERVER_ACCOUNT)), Usage::Server)?;

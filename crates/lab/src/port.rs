@@ -36,5 +36,5 @@ pub(crate) fn free_port() -> Result<u16, LabError> {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
-        .map_err(|e| LabError::Io(format!("no free port on 127.0.0.1: {e}")))
+        .map_err(LabError::NoFreePort)
 }

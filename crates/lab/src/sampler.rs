@@ -5,12 +5,11 @@
 //! over a window (the steady state of a step) come from [`summarize`].
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use meshbench_results::{Sample, Usage};
+use meshbench_results::{Role, Sample, Stop, Usage};
 
 use crate::cgroup::CgroupFiles;
 use crate::process::group_members;
@@ -24,7 +23,7 @@ const HOST_NET_DEV: &str = "/proc/thread-self/net/dev";
 /// What to watch for one role.
 #[derive(Debug, Clone)]
 pub struct Watch {
-    pub role: String,
+    pub role: Role,
     /// The role's process group (its leader's pid).
     pub pgid: u32,
     pub cgroup: Option<CgroupFiles>,
@@ -144,19 +143,19 @@ pub fn attribute_bytes(
 
 /// Samples taken on a thread until [`Sampler::finish`].
 pub struct Sampler {
-    stop: Arc<AtomicBool>,
+    stop: Stop,
     latest: Latest,
     handle: JoinHandle<Sampled>,
 }
 
 /// The newest reading of each role, for whoever watches the run live.
-pub type Latest = Arc<Mutex<Vec<(String, Sample)>>>;
+type Latest = Arc<Mutex<Vec<(Role, Sample)>>>;
 
 /// Everything a sampler read.
 #[derive(Debug, Default)]
 pub struct Sampled {
     /// Samples per role, in time order.
-    pub roles: HashMap<String, Vec<Sample>>,
+    pub roles: HashMap<Role, Vec<Sample>>,
     /// CPU time the sampling thread used, and over how long.
     pub own_cpu_ns: u64,
     pub wall_ns: u64,
@@ -164,7 +163,7 @@ pub struct Sampled {
 
 impl Sampler {
     pub fn start(watches: Vec<Watch>, interval: Duration) -> Sampler {
-        let stop = Arc::new(AtomicBool::new(false));
+        let stop = Stop::new();
         let flag = stop.clone();
         let latest = Latest::default();
         let newest = latest.clone();
@@ -179,25 +178,23 @@ impl Sampler {
         }
     }
 
-    /// The newest reading of each role (cumulative CPU and bytes, memory now).
+    /// The newest reading of each role (cumulative CPU and bytes, memory now), by the role's
+    /// word in results (the live stream's).
     pub fn latest(&self) -> Vec<(String, Sample)> {
-        self.latest.lock().map(|l| l.clone()).unwrap_or_default()
+        self.latest
+            .lock()
+            .map(|l| l.iter().map(|(r, s)| (r.name().to_string(), *s)).collect())
+            .unwrap_or_default()
     }
 
     /// Takes a last sample and returns them all.
     pub fn finish(self) -> Sampled {
-        self.stop.store(true, Ordering::Relaxed);
-        self.handle.thread().unpark();
+        self.stop.request();
         self.handle.join().unwrap_or_default()
     }
 }
 
-fn sample_loop(
-    watches: &[Watch],
-    interval: Duration,
-    stop: &AtomicBool,
-    latest: &Latest,
-) -> Sampled {
+fn sample_loop(watches: &[Watch], interval: Duration, stop: &Stop, latest: &Latest) -> Sampled {
     // SAFETY: sysconf has no preconditions.
     let clk_tck = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
     let read = |p: &str| std::fs::read_to_string(p).ok();
@@ -234,14 +231,12 @@ fn sample_loop(
                 Some((w.role.clone(), *last))
             }));
         }
-        if stop.load(Ordering::Relaxed) {
+        if stop.requested() {
             break;
         }
         next += interval;
-        // finish() unparks the thread, so a stop is seen at once.
-        while std::time::Instant::now() < next && !stop.load(Ordering::Relaxed) {
-            std::thread::park_timeout(next.saturating_duration_since(std::time::Instant::now()));
-        }
+        // finish() asks the stop: the last sample follows within Stop::sleep's 20 ms.
+        stop.sleep(next.saturating_duration_since(std::time::Instant::now()));
     }
     out.own_cpu_ns = thread_cpu_ns() - cpu_before;
     out.wall_ns = started.elapsed().as_nanos() as u64;
@@ -334,7 +329,7 @@ mod tests {
             ("/proc/8/status", "VmRSS:\t 2048 kB\n"),
         ]);
         let w = Watch {
-            role: "proxy".into(),
+            role: Role::from_word("proxy"),
             pgid: 7,
             cgroup: None,
             port: Some(8080),
@@ -363,7 +358,7 @@ mod tests {
             ),
         ]);
         let w = Watch {
-            role: "server_proxy".into(),
+            role: Role::from_word("server_proxy"),
             pgid: 7,
             cgroup: None,
             port: Some(8080),
@@ -390,7 +385,7 @@ mod tests {
             bytes_acked: acked,
         };
         let watch = |role: &str, port, upstream| Watch {
-            role: role.into(),
+            role: Role::from_word(role),
             pgid: 1,
             cgroup: None,
             port: Some(port),
@@ -487,7 +482,7 @@ mod tests {
             .unwrap();
         let pid = child.id();
         let w = Watch {
-            role: "spin".into(),
+            role: Role::from_word("spin"),
             pgid: pid,
             cgroup: None,
             port: None,

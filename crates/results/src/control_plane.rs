@@ -128,7 +128,7 @@ impl XdsType {
     }
 
     /// Its resource type URL, as istiod labels its push counts.
-    pub fn type_url(self) -> &'static str {
+    pub const fn type_url(self) -> &'static str {
         match self {
             XdsType::Cds => "type.googleapis.com/envoy.config.cluster.v3.Cluster",
             XdsType::Eds => "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment",

@@ -1,12 +1,12 @@
 //! A `control_plane` step: istiod serving a mesh of the step's scale
-//! ([`meshbench_lab::control_plane::cost`]), measured over the step's window and stored as a
+//! ([`meshbench_lab::control_plane_cost`]), measured over the step's window and stored as a
 //! lab step is: istiod's usage as role `istiod` (with its samples), and the control plane's
 //! figures beside it. It sends no load, so it has no load result; a failure to set it up fails
 //! the step, and a stop (Ctrl-C, SIGTERM) stores what the window measured as partial.
 
 use std::time::Duration;
 
-use meshbench_lab::control_plane::cost::{CostSpec, CostStep};
+use meshbench_lab::control_plane_cost::{CostSpec, CostStep};
 use meshbench_results::{MeshScale, PlayedBy, Program, Role, RoleUsage, StepFailure};
 use meshbench_store::{StepRecord, StepStatus};
 
@@ -57,7 +57,7 @@ pub(crate) fn run(
             agreement.differences.join("; ")
         ));
     }
-    let run = match cost.measure(&|| stop.requested()) {
+    let run = match cost.measure(stop) {
         Ok(run) => run,
         Err(err) => {
             record.fail(StepFailure::ControlPlaneFailed(err.to_string()));

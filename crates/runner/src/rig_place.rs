@@ -56,10 +56,10 @@ impl Place for RigPlace<'_> {
         for w in &rig.warnings {
             observer.warning(w);
         }
-        if let Some(istio) = &rig.istio {
+        if let Some(istio) = &rig.istio_gateway {
             observer.note(&istio.summary(rig.gateway_admin()));
         }
-        if let Some(mesh) = &rig.mesh {
+        if let Some(mesh) = &rig.istio_sidecars {
             observer.note(&mesh.summary(&rig.roles));
         }
         Ok(Box::new(RigStep {
@@ -140,7 +140,7 @@ impl Realised for RigStep {
             .map(|role| {
                 let samples = sampled
                     .roles
-                    .get(role.name.name())
+                    .get(&Role::Chain(role.name))
                     .cloned()
                     .unwrap_or_default();
                 RoleReading {

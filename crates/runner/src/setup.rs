@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use meshbench_experiment::config::Experiment;
 use meshbench_experiment::{ChainVariant, Step};
 use meshbench_lab::cgroup::Limits;
-use meshbench_lab::control_plane::sidecars;
+use meshbench_lab::istio::sidecars;
 use meshbench_lab::program::{envoy, CommandTemplate, LabProgram, ProgramSpec};
 use meshbench_lab::rig::{GatewaySpec, RigSpec};
 use meshbench_lab::Program;
@@ -159,7 +159,7 @@ pub fn missing_programs(e: &Experiment) -> Vec<String> {
         // istiod, the API server and the real Envoy of a control-plane step.
         e.topologies
             .contains(&StepKind::ControlPlane)
-            .then(meshbench_lab::control_plane::unavailable)
+            .then(meshbench_lab::istio::unavailable)
             .flatten()
             .map(|why| format!("control_plane: {why}")),
     )

@@ -4,11 +4,9 @@
 //!
 //! One plan ([`GatewayPlan`]) is written for one [`Target`]: a program the lab starts
 //! (`program::Program`: nginx, haproxy, caddy and Envoy render their own configuration
-//! in their own modules) or Istio ([`istio_objects::Istio`]: Gateway, VirtualService and Secret YAML for
+//! in their own modules) or Istio ([`crate::istio::objects::Istio`]: Gateway, VirtualService and Secret YAML for
 //! a Kubernetes cluster). This module writes what every target shares: the CA, the
 //! certificates, and `targets.txt`, a `--targets` file whose templates cover every route once.
-
-pub mod istio_objects;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -252,24 +250,29 @@ impl Generated {
     }
 }
 
+/// Why a gateway plan cannot be generated, in the words of its flags.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    #[error("--domains and --paths must be at least 1")]
+    Empty,
+    #[error("--domains x --paths is {0} routes; at most {MAX_ROUTES} are generated")]
+    TooManyRoutes(u64),
+    #[error("--http3 needs --tls: QUIC is always TLS")]
+    Http3WithoutTls,
+}
+
 /// Writes the CA, the certificates, the target's configuration and `targets.txt` into the
 /// plan's directory, made absolute first so that what refers to a file does so from anywhere.
 pub fn generate(plan: &GatewayPlan, target: &dyn Target) -> Result<Generated, LabError> {
     if plan.domains == 0 || plan.paths == 0 {
-        return Err(LabError::Io(
-            "--domains and --paths must be at least 1".into(),
-        ));
+        return Err(PlanError::Empty.into());
     }
     let routes = (plan.domains as u64).saturating_mul(plan.routes_per_domain() as u64);
     if routes > MAX_ROUTES {
-        return Err(LabError::Io(format!(
-            "--domains x --paths is {routes} routes; at most {MAX_ROUTES} are generated"
-        )));
+        return Err(PlanError::TooManyRoutes(routes).into());
     }
     if plan.http3 && !plan.tls {
-        return Err(LabError::Io(
-            "--http3 needs --tls: QUIC is always TLS".into(),
-        ));
+        return Err(PlanError::Http3WithoutTls.into());
     }
     if plan.http3 && !target.speaks_http3() {
         return Err(LabError::Missing {
@@ -277,8 +280,11 @@ pub fn generate(plan: &GatewayPlan, target: &dyn Target) -> Result<Generated, La
             hint: target.no_http3(),
         });
     }
-    std::fs::create_dir_all(&plan.out)
-        .map_err(|e| LabError::Io(format!("cannot create {}: {e}", plan.out.display())))?;
+    std::fs::create_dir_all(&plan.out).map_err(|source| LabError::File {
+        doing: "create",
+        path: plan.out.clone(),
+        source,
+    })?;
     let dir = std::fs::canonicalize(&plan.out).map_err(|e| LabError::Files {
         path: plan.out.clone(),
         source: e,

@@ -163,7 +163,7 @@ fn command_line(program: Program, bin: &Path, run: &Run) -> Command {
         Program::Caddy => caddy::command(bin, run),
         Program::Envoy => envoy::command(bin, run),
         // Its arguments come from its template (see `command::prepare`); the Istio
-        // gateway's from its control plane (`crate::control_plane::ControlPlane`).
+        // gateway's from its control plane (`crate::istio::ControlPlane`).
         Program::Command | Program::Istio => Command::new(bin),
     };
     cmd.current_dir(run.dir);
@@ -185,7 +185,7 @@ impl LabProgram for Program {
     fn runs_here(self) -> bool {
         match self {
             Program::Envoy => envoy::available(),
-            Program::Istio => crate::control_plane::unavailable().is_none(),
+            Program::Istio => crate::istio::unavailable().is_none(),
             Program::Nginx | Program::Haproxy | Program::Caddy | Program::Command => true,
         }
     }
@@ -211,8 +211,8 @@ impl LabProgram for Program {
             Program::Caddy => install::find("caddy", caddy::LOCATIONS),
             Program::Envoy => envoy::binary().ok(),
             Program::Command => None,
-            Program::Istio => Some(crate::control_plane::cache().join("bin/pilot-agent"))
-                .filter(|_| crate::control_plane::unavailable().is_none()),
+            Program::Istio => Some(crate::istio::cache().join("bin/pilot-agent"))
+                .filter(|_| crate::istio::unavailable().is_none()),
         }
     }
 }
@@ -270,7 +270,7 @@ impl gateway::Target for Program {
             Program::Caddy => caddy::write_gateway(plan),
             Program::Envoy => envoy::write_gateway(plan),
             Program::Command => Err(no_gateway()),
-            Program::Istio => gateway::istio_objects::Istio::lab().write(plan, certs),
+            Program::Istio => crate::istio::objects::Istio::lab().write(plan, certs),
         }
     }
 
@@ -279,7 +279,7 @@ impl gateway::Target for Program {
     fn start(&self, plan: &GatewayPlan, written: &[PathBuf]) -> Result<Vec<String>, LabError> {
         match self {
             Program::Command => return Err(no_gateway()),
-            Program::Istio => return gateway::istio_objects::Istio::lab().start(plan, written),
+            Program::Istio => return crate::istio::objects::Istio::lab().start(plan, written),
             Program::Nginx | Program::Haproxy | Program::Caddy | Program::Envoy => {}
         }
         let bin = self
@@ -300,9 +300,9 @@ impl ProgramSpec {
             Program::Caddy => caddy::binary(),
             Program::Envoy => envoy::binary(),
             Program::Command => command::binary(&self.command),
-            Program::Istio => match crate::control_plane::unavailable() {
+            Program::Istio => match crate::istio::unavailable() {
                 Some(e) => Err(e),
-                None => Ok(crate::control_plane::cache().join("bin/pilot-agent")),
+                None => Ok(crate::istio::cache().join("bin/pilot-agent")),
             },
         }
     }
@@ -333,7 +333,7 @@ impl ProgramSpec {
             Program::Caddy => caddy::VERSION_FLAG,
             Program::Envoy => envoy::VERSION_FLAG,
             Program::Command => return bin.display().to_string(),
-            Program::Istio => return crate::control_plane::version(),
+            Program::Istio => return crate::istio::version(),
         };
         match Command::new(&bin).arg(flag).output() {
             Ok(o) => {

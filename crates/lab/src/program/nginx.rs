@@ -51,11 +51,20 @@ pub fn command(bin: &Path, run: &Run) -> Command {
 
 /// nginx: `http` with an upstream keepalive pool at L7, `stream` at L4.
 pub fn hop_config(hop: &Hop) -> Result<String, LabError> {
-    let mut c = preamble(&hop.dir, hop.workers);
+    let c = preamble(&hop.dir, hop.workers);
     let mut listen_ssl = if hop.listen_tls.is_some() { " ssl" } else { "" }.to_string();
     if hop.http2 && hop.layer == Layer::L7 {
         listen_ssl.push_str(" http2");
     }
+    let (tls_in, tls_out) = (tls_in(hop), tls_out(hop));
+    match hop.layer {
+        Layer::L7 => Ok(l7_config(hop, c, &listen_ssl, &tls_in, tls_out)),
+        Layer::L4 => l4_config(hop, c, &listen_ssl, &tls_in, &tls_out),
+    }
+}
+
+/// The listener's TLS directives (and the client check for mutual TLS), or "".
+fn tls_in(hop: &Hop) -> String {
     let mut tls_in = String::new();
     if let Some(t) = &hop.listen_tls {
         let _ = writeln!(
@@ -72,6 +81,12 @@ pub fn hop_config(hop: &Hop) -> Result<String, LabError> {
             );
         }
     }
+    tls_in
+}
+
+/// The upstream's TLS directives (`proxy_ssl_*`, with a client certificate for mutual TLS),
+/// or "".
+fn tls_out(hop: &Hop) -> String {
     let mut tls_out = String::new();
     if let Some(t) = &hop.upstream_tls {
         let _ = writeln!(
@@ -89,28 +104,31 @@ pub fn hop_config(hop: &Hop) -> Result<String, LabError> {
             );
         }
     }
-    match hop.layer {
-        Layer::L7 => {
-            let tls = hop.upstream_tls.is_some();
-            // gRPC: grpc_pass speaks HTTP/2 to the upstream and passes trailers through; its
-            // TLS directives are the proxy ones under another prefix.
-            let (pass, tls_out) = if hop.grpc {
-                (
-                    format!("grpc_pass {}://next;", if tls { "grpcs" } else { "grpc" }),
-                    tls_out.replace("proxy_ssl_", "grpc_ssl_"),
-                )
-            } else {
-                (
-                    format!(
-                        "proxy_pass {}://next;\n      proxy_http_version 1.1;\n      proxy_set_header Connection \"\";\n      proxy_set_header Host $host;\n      proxy_buffering off;",
-                        if tls { "https" } else { "http" }
-                    ),
-                    tls_out,
-                )
-            };
-            let _ = write!(
-                c,
-                "http {{
+    tls_out
+}
+
+/// An L7 hop: an `http` block that proxies (or, for gRPC, `grpc_pass`es) to the upstream.
+fn l7_config(hop: &Hop, mut c: String, listen_ssl: &str, tls_in: &str, tls_out: String) -> String {
+    let tls = hop.upstream_tls.is_some();
+    // gRPC: grpc_pass speaks HTTP/2 to the upstream and passes trailers through; its
+    // TLS directives are the proxy ones under another prefix.
+    let (pass, tls_out) = if hop.grpc {
+        (
+            format!("grpc_pass {}://next;", if tls { "grpcs" } else { "grpc" }),
+            tls_out.replace("proxy_ssl_", "grpc_ssl_"),
+        )
+    } else {
+        (
+            format!(
+                "proxy_pass {}://next;\n      proxy_http_version 1.1;\n      proxy_set_header Connection \"\";\n      proxy_set_header Host $host;\n      proxy_buffering off;",
+                if tls { "https" } else { "http" }
+            ),
+            tls_out,
+        )
+    };
+    let _ = write!(
+        c,
+        "http {{
   access_log off;
   keepalive_requests 1000000;
 {temp}  upstream next {{
@@ -127,37 +145,44 @@ pub fn hop_config(hop: &Hop) -> Result<String, LabError> {
   }}
 }}
 ",
-                temp = temp_paths(&hop.dir),
-                up = hop.upstream,
-                listen = hop.listen,
-            );
-        }
-        Layer::L4 => {
-            let module = "/usr/lib/nginx/modules/ngx_stream_module.so";
-            if !Path::new(module).is_file() {
-                install::ensure("libnginx-mod-stream", "ngx_stream_module", || {
-                    Path::new(module).is_file().then(|| module.into())
-                })?;
-            }
-            let tls_out = tls_out.replace(
-                "proxy_ssl_trusted_certificate",
-                "proxy_ssl on;\n    proxy_ssl_trusted_certificate",
-            );
-            c = format!("load_module {module};\n{c}");
-            let _ = write!(
-                c,
-                "stream {{
+        temp = temp_paths(&hop.dir),
+        up = hop.upstream,
+        listen = hop.listen,
+    );
+    c
+}
+
+/// An L4 hop: a `stream` block (nginx's stream module, installed when missing).
+fn l4_config(
+    hop: &Hop,
+    c: String,
+    listen_ssl: &str,
+    tls_in: &str,
+    tls_out: &str,
+) -> Result<String, LabError> {
+    let module = "/usr/lib/nginx/modules/ngx_stream_module.so";
+    if !Path::new(module).is_file() {
+        install::ensure("libnginx-mod-stream", "ngx_stream_module", || {
+            Path::new(module).is_file().then(|| module.into())
+        })?;
+    }
+    let tls_out = tls_out.replace(
+        "proxy_ssl_trusted_certificate",
+        "proxy_ssl on;\n    proxy_ssl_trusted_certificate",
+    );
+    let mut c = format!("load_module {module};\n{c}");
+    let _ = write!(
+        c,
+        "stream {{
   server {{
     listen {listen}{listen_ssl} reuseport;
 {tls_in}    proxy_pass {up};
 {tls_out}  }}
 }}
 ",
-                listen = hop.listen,
-                up = hop.upstream,
-            );
-        }
-    }
+        listen = hop.listen,
+        up = hop.upstream,
+    );
     Ok(c)
 }
 

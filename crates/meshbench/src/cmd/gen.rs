@@ -6,7 +6,8 @@ use std::net::SocketAddr;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use meshbench_lab::gateway::{self, istio_objects::Istio, CertLayout, GatewayPlan, Target};
+use meshbench_lab::gateway::{self, CertLayout, GatewayPlan, Target};
+use meshbench_lab::istio::objects::Istio;
 use meshbench_lab::Program;
 
 use crate::cli::{CertsArg, CertsArgs, GatewayArgs, GatewayFlavor, GrafanaArgs};

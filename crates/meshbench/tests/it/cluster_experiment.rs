@@ -221,10 +221,9 @@ fn experiment_files_run_on_the_node_sweep_its_limits_and_leave_it_as_it_was() {
     // Ambient cannot run here (no ztunnel, no Istio CNI): what meshbench renders for an
     // ambient and a waypoint step is checked against the API server, with the Gateway API's
     // CRD as Istio's go.mod pins it.
-    let crd = std::fs::read_to_string(
-        meshbench_lab::control_plane::cache().join("gateway-api-gateways.yaml"),
-    )
-    .expect("run scripts/install-istio.sh");
+    let crd =
+        std::fs::read_to_string(meshbench_lab::istio::cache().join("gateway-api-gateways.yaml"))
+            .expect("run scripts/install-istio.sh");
     k.apply_all(meshbench_k8s::blocking::documents(&crd).unwrap())
         .unwrap();
     let system = meshbench_k8s::system::System {

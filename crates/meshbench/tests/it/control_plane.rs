@@ -18,14 +18,14 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use common::*;
-use meshbench_lab::control_plane::cost::{CostSpec, CostStep};
-use meshbench_lab::control_plane::{self, sidecars};
+use meshbench_lab::control_plane_cost::{CostSpec, CostStep};
+use meshbench_lab::istio::{self, sidecars};
 use meshbench_results::{MeshScale, ProxyKind, XdsType};
 
 const LIMIT: Duration = Duration::from_secs(400);
 
 fn installed() {
-    if let Some(e) = control_plane::unavailable() {
+    if let Some(e) = istio::unavailable() {
         panic!("{e}");
     }
     if let Some(what) = sidecars::iptables_missing() {
@@ -224,7 +224,7 @@ fn simulated_gateways_get_every_cluster_change_and_the_step_binds_loopback_only(
         );
     }
     assert!(step.agreement().agrees(), "{:?}", step.agreement());
-    let run = step.measure(&|| false).unwrap();
+    let run = step.measure(&meshbench_results::Stop::new()).unwrap();
     drop(step);
     let f = &run.figures;
     assert_eq!(f.connected, 11);

@@ -31,6 +31,7 @@ use meshbench_lab::process::{Placement, RoleProcess};
 use meshbench_lab::program::{nginx, ProgramSpec, Run};
 use meshbench_lab::sampler::{self, Sampler, Watch};
 use meshbench_lab::Program;
+use meshbench_results::Role;
 use meshbench_runner::external::prometheus::Prometheus;
 use serde_json::Value;
 
@@ -193,7 +194,7 @@ fn process_exporter_agrees_with_the_cgroup_sampler_on_a_limited_nginx() {
     // The lab's own sampler on the same cgroup, all along.
     let local = Sampler::start(
         vec![Watch {
-            role: "nginx".into(),
+            role: Role::from_word("nginx"),
             pgid: nginx_proc.pid(),
             cgroup: Some(group.files()),
             port: None,
@@ -256,7 +257,7 @@ external:
     );
     let grid = &s.samples(step.id).unwrap()[&edge_role];
     let (from, to) = (grid[0].t_ms, grid[grid.len() - 1].t_ms);
-    let cgroup = sampler::summarize(&local.roles["nginx"], from, to);
+    let cgroup = sampler::summarize(&local.roles[&Role::from_word("nginx")], from, to);
     let promql_mc = edge.cpu_millicores().expect("CPU read");
     let promql_mib = edge.memory_mib().expect("resident memory read");
     eprintln!(

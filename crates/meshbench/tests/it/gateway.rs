@@ -416,7 +416,7 @@ fn envoy_gateway_runs_as_printed_from_another_directory() {
 /// there, and the run command connects to the ingress's address asked of the cluster.
 #[test]
 fn istio_routes_to_the_backend_given_and_its_run_command_reaches_the_ingress() {
-    use meshbench_lab::gateway::istio_objects::{self, ServiceEntry, VirtualService};
+    use meshbench_lab::istio::objects::{self as istio_objects, ServiceEntry, VirtualService};
     let dir = out_dir("istio-backend");
     let o = dir.display().to_string();
     let out = meshbench(
@@ -519,7 +519,7 @@ fn istio_routes_to_the_backend_given_and_its_run_command_reaches_the_ingress() {
 
 #[test]
 fn istio_yaml_parses_back_into_gateways_and_virtual_services() {
-    use meshbench_lab::gateway::istio_objects::{self, Gateway, Secret, VirtualService};
+    use meshbench_lab::istio::objects::{self as istio_objects, Gateway, Secret, VirtualService};
     let dir = out_dir("istio");
     generate(
         "istio",

@@ -4,7 +4,7 @@
 //! Both tests run the real programs: etcd and a kube-apiserver (scripts/install-k8s.sh) with
 //! Istio's CRDs, istiod (`pilot-discovery`) and Istio's ingress gateway (`pilot-agent proxy
 //! router`) running the project's Envoy, both from istio.io/istio (scripts/install-istio.sh).
-//! `meshbench_lab::control_plane` starts them, as `gateway.type: istio` does; a missing binary fails the
+//! `meshbench_lab::istio` starts them, as `gateway.type: istio` does; a missing binary fails the
 //! test and names the script.
 //!
 //! - What `meshbench gen gateway --for istio` writes for a cluster (Secrets, a ServiceEntry,
@@ -21,7 +21,7 @@ use crate::common;
 use std::time::{Duration, Instant};
 
 use common::{meshbench, run_json, stderr, u, BackendProc};
-use meshbench_lab::control_plane::{self, ready, ControlPlane};
+use meshbench_lab::istio::{self, ready, ControlPlane};
 use meshbench_lab::process::{Placement, RoleProcess};
 
 const DOMAINS: usize = 10;
@@ -29,7 +29,7 @@ const PATHS: usize = 10;
 const LIMIT: Duration = Duration::from_secs(120);
 
 fn installed() {
-    if let Some(e) = control_plane::unavailable() {
+    if let Some(e) = istio::unavailable() {
         panic!("{e}");
     }
 }
@@ -109,12 +109,13 @@ fn istiod_configures_upstream_envoy_for_the_generated_gateway_and_every_route_an
         certificates: DOMAINS,
         endpoint: format!("meshbench-backend.internal::{}::", backend.addr),
     };
-    let acked = ready::wait_acked(
+    let acked = ready::wait_agent_acked(
         &mut agent,
         admin,
         None,
-        ready::Awaited::Gateway(&expected),
+        &ready::Awaited::Gateway(expected.clone()),
         LIMIT,
+        &meshbench_results::Stop::new(),
     )
     .unwrap_or_else(|e| panic!("{e}\n{}", agent.log_tail(20)));
     assert!(

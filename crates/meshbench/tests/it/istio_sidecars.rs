@@ -26,8 +26,8 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use meshbench_lab::cgroup::Limits;
-use meshbench_lab::control_plane::sidecars::{self, LabPod};
-use meshbench_lab::control_plane::{
+use meshbench_lab::istio::sidecars::{self, LabPod};
+use meshbench_lab::istio::{
     self, ready, AgentPorts, AgentRole, ControlPlane, Workload, ISTIOD_ENV,
 };
 use meshbench_lab::netns::Namespaces;
@@ -40,7 +40,7 @@ use meshbench_results::{ChainRole, PeerAuthentication, Topology};
 const LIMIT: Duration = Duration::from_secs(300);
 
 fn installed() {
-    if let Some(e) = control_plane::unavailable() {
+    if let Some(e) = istio::unavailable() {
         panic!("{e}");
     }
     if let Some(what) = sidecars::iptables_missing() {
@@ -280,12 +280,13 @@ fn server_sidecar_with(env: &[(&str, &str)], name: &str) -> Result<Duration, Lab
         listeners: vec!["virtualOutbound".into(), "virtualInbound".into()],
         clusters: vec![format!("inbound|{}||", sidecars::SERVICE_PORT)],
     };
-    let acked = ready::wait_acked(
+    let acked = ready::wait_agent_acked(
         &mut agent,
         ([127, 0, 0, 1], AgentPorts::ISTIO.admin).into(),
         Some(&server_ns.netns),
-        ready::Awaited::Sidecar(&expected),
+        &ready::Awaited::Sidecar(expected),
         Duration::from_secs(60),
+        &meshbench_results::Stop::new(),
     );
     drop(agent);
     drop(control);

@@ -406,7 +406,7 @@ pub(crate) fn leftovers(pid: u32) -> Vec<String> {
         }
     }
     // Istio's sidecars' directories, outside the temporary directory.
-    for e in std::fs::read_dir(meshbench_lab::control_plane::sidecars::POD_DIRS)
+    for e in std::fs::read_dir(meshbench_lab::istio::sidecars::POD_DIRS)
         .into_iter()
         .flatten()
         .flatten()

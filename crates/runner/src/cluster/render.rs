@@ -14,8 +14,8 @@ use meshbench_k8s::k8s_openapi::api::core::v1::Toleration;
 use meshbench_k8s::render::PodExtras;
 use meshbench_k8s::system::{self, Resources, Shape, System};
 use meshbench_k8s::{AntiAffinity, Plan};
-use meshbench_lab::gateway::istio_objects::{Istio, Place};
 use meshbench_lab::gateway::{self, CertLayout, GatewayPlan};
+use meshbench_lab::istio::objects::{Istio, Place};
 use meshbench_results::{Class, PeerAuthentication, StepKind, Topology};
 use serde_json::Value;
 

@@ -17,7 +17,7 @@ use meshbench_k8s::blocking::ApiError;
 use meshbench_k8s::k8s_openapi;
 use meshbench_k8s::rollout::RolloutError;
 use meshbench_k8s::system::{self, Path as Through, Shape};
-use meshbench_lab::control_plane::ready::{self, Awaited, Expected, SidecarExpected};
+use meshbench_lab::istio::ready::{self, AckError, Awaited, Expected, SidecarExpected};
 use meshbench_lab::program::envoy::admin;
 use meshbench_lab::sampler;
 use meshbench_results::attribution::{Attribution, Sent};
@@ -49,18 +49,11 @@ pub enum ShapeError {
     NoBackendAddress,
     #[error("{role}: {source}")]
     Forward { role: ChainRole, source: ApiError },
-    #[error("{role} (pod {pod}): Envoy rejected {}", .rejected.join(", "))]
-    Rejected {
-        role: ChainRole,
-        pod: String,
-        rejected: Vec<String>,
-    },
-    #[error("{role} (pod {pod}): Envoy did not receive its configuration within {} s; still missing: {missing}", .limit.as_secs())]
+    #[error("{role} (pod {pod}): {source}")]
     NotAcked {
         role: ChainRole,
         pod: String,
-        limit: Duration,
-        missing: String,
+        source: AckError,
     },
 }
 
@@ -74,21 +67,6 @@ pub enum ObservableError {
         limit: Duration,
         waiting: Vec<String>,
     },
-}
-
-/// What an Envoy of the step must hold before the step's load.
-enum Holds {
-    Gateway(Expected),
-    Sidecar(SidecarExpected),
-}
-
-impl Holds {
-    fn awaited(&self) -> Awaited<'_> {
-        match self {
-            Holds::Gateway(e) => Awaited::Gateway(e),
-            Holds::Sidecar(e) => Awaited::Sidecar(e),
-        }
-    }
 }
 
 impl ClusterSite {
@@ -115,7 +93,7 @@ impl ClusterSite {
     }
 
     /// The Envoys of `topology` with one pod each, by role: the pod and what it must hold.
-    fn envoys(&self, topology: Topology) -> Result<Vec<(ChainRole, String, Holds)>, ShapeError> {
+    fn envoys(&self, topology: Topology) -> Result<Vec<(ChainRole, String, Awaited)>, ShapeError> {
         let ns = &self.section.namespace;
         let backend = self.pods("app=backend")?;
         let Some(backend_pod) = backend.first() else {
@@ -135,7 +113,7 @@ impl ClusterSite {
                 ChainRole::ServerProxy => out.push((
                     r.role,
                     name(backend_pod),
-                    Holds::Sidecar(SidecarExpected::server(system::CAPTURED)),
+                    Awaited::Sidecar(SidecarExpected::server(system::CAPTURED)),
                 )),
                 ChainRole::ClientProxy => {
                     let agents = self.pods(&self.agents.agent_selector())?;
@@ -143,7 +121,7 @@ impl ClusterSite {
                         out.push((
                             r.role,
                             name(only),
-                            Holds::Sidecar(SidecarExpected::client(
+                            Awaited::Sidecar(SidecarExpected::client(
                                 system::CAPTURED,
                                 &host,
                                 backend,
@@ -163,7 +141,7 @@ impl ClusterSite {
                     out.push((
                         r.role,
                         name(pod),
-                        Holds::Gateway(Expected {
+                        Awaited::Gateway(Expected {
                             listener: "0.0.0.0_443".into(),
                             filter_chains: g.domains,
                             routes: g.routes,
@@ -179,7 +157,8 @@ impl ClusterSite {
     }
 
     /// Waits until every Envoy of the step holds its configuration, read from its admin
-    /// through its pod; fails at once on an update it rejected.
+    /// through its pod (the lab's one waiter); fails at once on an update it rejected. `limit`
+    /// is for all of them together.
     fn wait_acked(
         &self,
         topology: Topology,
@@ -187,35 +166,15 @@ impl ClusterSite {
         stop: &Stop,
     ) -> Result<(), ShapeError> {
         let began = Instant::now();
-        for (role, pod, holds) in self.envoys(topology)? {
+        for (role, pod, awaited) in self.envoys(topology)? {
             let forward = self
                 .client
                 .port_forward(&self.section.namespace, &pod, ENVOY_ADMIN)
                 .map_err(|source| ShapeError::Forward { role, source })?;
-            let admin = forward.addr();
-            loop {
-                let rejected = ready::rejected(admin);
-                if !rejected.is_empty() {
-                    return Err(ShapeError::Rejected {
-                        role,
-                        pod,
-                        rejected,
-                    });
-                }
-                let missing = match ready::missing_at(admin, holds.awaited()) {
-                    Ok(m) if m.is_empty() => break,
-                    Ok(m) => m.join("; "),
-                    Err(e) => e.to_string(),
-                };
-                if began.elapsed() >= limit || !stop.sleep(Duration::from_millis(500)) {
-                    return Err(ShapeError::NotAcked {
-                        role,
-                        pod,
-                        limit,
-                        missing,
-                    });
-                }
-            }
+            let left = limit.saturating_sub(began.elapsed());
+            // A pod that goes is seen by the next reading, which then fails to connect.
+            ready::wait_acked(forward.addr(), &awaited, left, stop, &mut || None)
+                .map_err(|source| ShapeError::NotAcked { role, pod, source })?;
         }
         Ok(())
     }

@@ -5,7 +5,7 @@
 //! what the window's edges can explain, one of them did not see what the other did.
 //!
 //! This module is the project's one reader of Envoy's admin endpoint. Besides the stats it
-//! reads what an Istio gateway's readiness needs (`crate::control_plane::ready`): a section of
+//! reads what an Istio gateway's readiness needs (`crate::istio::ready`): a section of
 //! `/config_dump` ([`config_dump`]), the whole dump's size, `/clusters` and the rejected xDS
 //! updates.
 //!
@@ -203,16 +203,16 @@ pub fn stats_path() -> String {
     )
 }
 
+/// What a query value keeps as it is: RFC 3986's unreserved characters; every other byte is
+/// written `%XX`.
+const QUERY_VALUE: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
+
 fn percent_encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() * 3);
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+    percent_encoding::utf8_percent_encode(s, QUERY_VALUE).to_string()
 }
 
 /// One `GET path` over HTTP/1.1 with ureq, bounded in time (connect [`TIMEOUT`], the whole

@@ -178,8 +178,10 @@ pub fn hop_bootstrap(hop: &Hop) -> Bootstrap {
 pub fn write_gateway(plan: &GatewayPlan) -> Result<Vec<PathBuf>, LabError> {
     let bootstrap = gateway::bootstrap(plan);
     let path = write_file(plan.path(CONFIG), bootstrap.encode_to_vec())?;
-    let text = yaml::bootstrap_yaml(&bootstrap)
-        .map_err(|e| LabError::Io(format!("cannot write {CONFIG_YAML}: {e}")))?;
+    let text = yaml::bootstrap_yaml(&bootstrap).map_err(|source| LabError::EnvoyYaml {
+        file: CONFIG_YAML,
+        source,
+    })?;
     let readable = write_file(plan.path(CONFIG_YAML), text)?;
     let admin = plan
         .admin

@@ -16,8 +16,9 @@
 
 use envoy_types::pb::envoy::config::bootstrap::v3::{bootstrap::StaticResources, Bootstrap};
 use envoy_types::pb::envoy::config::core::v3::TrafficDirection;
+use envoy_types::pb::envoy::config::cluster::v3::Cluster;
 use envoy_types::pb::envoy::config::listener::v3::{
-    filter, Filter, FilterChain, FilterChainMatch, Listener,
+    filter, Filter, FilterChain, FilterChainMatch, Listener, ListenerFilter,
 };
 use envoy_types::pb::envoy::config::route::v3::{RouteConfiguration, VirtualHost};
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
@@ -52,6 +53,82 @@ pub fn outbound(hop: &Hop) -> Bootstrap {
     let port = hop.listen.port();
     let cluster_name = istio_shape::outbound_cluster(port);
     let stat_prefix = format!("outbound_{}", istio_shape::port_name(port));
+    let mut hcm = istio_shape::connection_manager(
+        stat_prefix.clone(),
+        outbound_routes(hop, &cluster_name),
+        Direction::Outbound,
+        CodecType::Auto,
+        istio_shape::http_filters(),
+    );
+    if let Some(path) = &hop.access_log {
+        access_log::add(&mut hcm, path);
+    }
+    if hop.istio_telemetry {
+        telemetry::add(&mut hcm, &hop.name, Direction::Outbound);
+    }
+    let listener = outbound_listener(hop, hcm);
+    let cluster = outbound_cluster(hop, &cluster_name);
+    let passthrough = istio_shape::with_defaults(static_cluster(PASSTHROUGH, hop.upstream), false);
+    let b = Bootstrap {
+        static_resources: Some(StaticResources {
+            listeners: vec![listener],
+            clusters: vec![cluster, passthrough],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    istio_shape::finish(b, &hop.name, hop.admin, &[stat_prefix, PASSTHROUGH.into()])
+}
+
+/// The server's sidecar (Istio's inbound side, PERMISSIVE), or a waypoint between plain TLS
+/// tunnels.
+pub fn inbound(hop: &Hop) -> Bootstrap {
+    let port = hop.listen.port();
+    let cluster_name = istio_shape::inbound_cluster(port);
+    let stat_prefix = format!("inbound_{}", istio_shape::port_name(port));
+    let routes = inbound_routes(port, &cluster_name);
+    let hcm = || {
+        let mut hcm = istio_shape::connection_manager(
+            stat_prefix.clone(),
+            routes.clone(),
+            Direction::Inbound,
+            CodecType::Auto,
+            istio_shape::http_filters(),
+        );
+        if let Some(path) = &hop.access_log {
+            access_log::add(&mut hcm, path);
+        }
+        if hop.istio_telemetry {
+            telemetry::add(&mut hcm, &hop.name, Direction::Inbound);
+        }
+        hcm_filter(hcm)
+    };
+    let (listener_filters, chains) = inbound_chains(hop, &hcm);
+    let listener = Listener {
+        name: "virtualInbound".into(),
+        address: Some(socket(hop.listen)),
+        traffic_direction: TrafficDirection::Inbound as i32,
+        listener_filters,
+        continue_on_listener_filters_timeout: true,
+        filter_chains: chains,
+        ..Default::default()
+    };
+    let cluster = inbound_cluster(hop, &cluster_name);
+    let b = Bootstrap {
+        static_resources: Some(StaticResources {
+            listeners: vec![listener],
+            clusters: vec![cluster],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    istio_shape::finish(b, &hop.name, hop.admin, &[stat_prefix])
+}
+
+/// The outbound side's routes: the service's virtual host (by its names and the hop's
+/// address), and an allow-any `*` one to the passthrough cluster.
+fn outbound_routes(hop: &Hop, cluster_name: &str) -> RouteConfiguration {
+    let port = hop.listen.port();
     let ip = hop.listen.ip().to_string();
     let service = VirtualHost {
         name: format!("{}:{port}", istio_shape::SERVICE),
@@ -64,7 +141,7 @@ pub fn outbound(hop: &Hop) -> Bootstrap {
             format!("{ip}:{port}"),
         ],
         routes: vec![istio_shape::route(
-            &cluster_name,
+            cluster_name,
             None,
             "",
             Direction::Outbound,
@@ -84,24 +161,21 @@ pub fn outbound(hop: &Hop) -> Bootstrap {
         )],
         ..Default::default()
     };
-    let mut hcm = istio_shape::connection_manager(
-        stat_prefix.clone(),
-        RouteConfiguration {
-            name: port.to_string(),
-            virtual_hosts: vec![service, allow_any],
-            validate_clusters: Some(envoy_types::pb::google::protobuf::BoolValue { value: false }),
-            ..Default::default()
-        },
-        Direction::Outbound,
-        CodecType::Auto,
-        istio_shape::http_filters(),
-    );
-    if let Some(path) = &hop.access_log {
-        access_log::add(&mut hcm, path);
+    RouteConfiguration {
+        name: port.to_string(),
+        virtual_hosts: vec![service, allow_any],
+        validate_clusters: Some(envoy_types::pb::google::protobuf::BoolValue { value: false }),
+        ..Default::default()
     }
-    if hop.istio_telemetry {
-        telemetry::add(&mut hcm, &hop.name, Direction::Outbound);
-    }
+}
+
+/// The per-port listener: HTTP (told apart by `http_inspector`) into the connection manager
+/// `hcm`, anything else passed through.
+fn outbound_listener(
+    hop: &Hop,
+    hcm: envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager,
+) -> Listener {
+    let port = hop.listen.port();
     let http_chain = FilterChain {
         name: format!("{}_http", istio_shape::port_name(port)),
         filter_chain_match: Some(FilterChainMatch {
@@ -123,7 +197,7 @@ pub fn outbound(hop: &Hop) -> Bootstrap {
         }],
         ..Default::default()
     };
-    let listener = Listener {
+    Listener {
         name: istio_shape::port_name(port),
         address: Some(socket(hop.listen)),
         traffic_direction: TrafficDirection::Outbound as i32,
@@ -131,8 +205,13 @@ pub fn outbound(hop: &Hop) -> Bootstrap {
         filter_chains: vec![http_chain],
         default_filter_chain: Some(passthrough_chain),
         ..Default::default()
-    };
-    let mut cluster = istio_shape::with_defaults(static_cluster(&cluster_name, hop.upstream), true);
+    }
+}
+
+/// The cluster to the next sidecar: mutual TLS with Istio's SNI and ALPN, HTTP/2 for gRPC.
+fn outbound_cluster(hop: &Hop, cluster_name: &str) -> Cluster {
+    let port = hop.listen.port();
+    let mut cluster = istio_shape::with_defaults(static_cluster(cluster_name, hop.upstream), true);
     if hop.grpc {
         cluster.typed_extension_protocol_options = istio_shape::http2_upstream(0, 0, 0);
     }
@@ -144,31 +223,18 @@ pub fn outbound(hop: &Hop) -> Bootstrap {
         };
         istio_shape::upstream_tls(t, Versions::Sidecar, alpn, istio_shape::outbound_sni(port))
     });
-    let passthrough = istio_shape::with_defaults(static_cluster(PASSTHROUGH, hop.upstream), false);
-    let b = Bootstrap {
-        static_resources: Some(StaticResources {
-            listeners: vec![listener],
-            clusters: vec![cluster, passthrough],
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    istio_shape::finish(b, &hop.name, hop.admin, &[stat_prefix, PASSTHROUGH.into()])
+    cluster
 }
 
-/// The server's sidecar (Istio's inbound side, PERMISSIVE), or a waypoint between plain TLS
-/// tunnels.
-pub fn inbound(hop: &Hop) -> Bootstrap {
-    let port = hop.listen.port();
-    let cluster_name = istio_shape::inbound_cluster(port);
-    let stat_prefix = format!("inbound_{}", istio_shape::port_name(port));
-    let routes = RouteConfiguration {
+/// The inbound side's routes: every host to the application beside it.
+fn inbound_routes(port: u16, cluster_name: &str) -> RouteConfiguration {
+    RouteConfiguration {
         name: format!("inbound|{port}||"),
         virtual_hosts: vec![VirtualHost {
             name: format!("inbound|http|{port}"),
             domains: vec!["*".into()],
             routes: vec![istio_shape::route(
-                &cluster_name,
+                cluster_name,
                 None,
                 "",
                 Direction::Inbound,
@@ -178,23 +244,14 @@ pub fn inbound(hop: &Hop) -> Bootstrap {
         }],
         validate_clusters: Some(envoy_types::pb::google::protobuf::BoolValue { value: false }),
         ..Default::default()
-    };
-    let hcm = || {
-        let mut hcm = istio_shape::connection_manager(
-            stat_prefix.clone(),
-            routes.clone(),
-            Direction::Inbound,
-            CodecType::Auto,
-            istio_shape::http_filters(),
-        );
-        if let Some(path) = &hop.access_log {
-            access_log::add(&mut hcm, path);
-        }
-        if hop.istio_telemetry {
-            telemetry::add(&mut hcm, &hop.name, Direction::Inbound);
-        }
-        hcm_filter(hcm)
-    };
+    }
+}
+
+/// `virtualInbound`'s listener filters and chains, each into a connection manager made by
+/// `hcm`: mutual TLS (with Istio's ALPNs for a sidecar) and, when PERMISSIVE or without TLS,
+/// plaintext HTTP.
+fn inbound_chains(hop: &Hop, hcm: &dyn Fn() -> Filter) -> (Vec<ListenerFilter>, Vec<FilterChain>) {
+    let port = hop.listen.port();
     let on_port = || {
         Some(UInt32Value {
             value: u32::from(port),
@@ -244,17 +301,12 @@ pub fn inbound(hop: &Hop) -> Bootstrap {
             ..Default::default()
         });
     }
-    let listener = Listener {
-        name: "virtualInbound".into(),
-        address: Some(socket(hop.listen)),
-        traffic_direction: TrafficDirection::Inbound as i32,
-        listener_filters,
-        continue_on_listener_filters_timeout: true,
-        filter_chains: chains,
-        ..Default::default()
-    };
-    let mut cluster =
-        istio_shape::with_defaults(static_cluster(&cluster_name, hop.upstream), false);
+    (listener_filters, chains)
+}
+
+/// The cluster to the application beside it, from 127.0.0.6 as Istio's.
+fn inbound_cluster(hop: &Hop, cluster_name: &str) -> Cluster {
+    let mut cluster = istio_shape::with_defaults(static_cluster(cluster_name, hop.upstream), false);
     cluster.upstream_bind_config = istio_shape::inbound_bind(hop.upstream);
     if hop.grpc {
         cluster.typed_extension_protocol_options = istio_shape::http2_upstream(0, 0, 0);
@@ -263,13 +315,5 @@ pub fn inbound(hop: &Hop) -> Bootstrap {
         let alpn: &[&str] = if hop.grpc { &["h2"] } else { &[] };
         istio_shape::upstream_tls(t, Versions::Sidecar, alpn, t.server_name.clone())
     });
-    let b = Bootstrap {
-        static_resources: Some(StaticResources {
-            listeners: vec![listener],
-            clusters: vec![cluster],
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    istio_shape::finish(b, &hop.name, hop.admin, &[stat_prefix])
+    cluster
 }

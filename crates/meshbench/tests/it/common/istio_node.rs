@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use k8s_openapi::api::core::v1::ConfigMap;
 use meshbench_k8s::BlockingClient;
-use meshbench_lab::control_plane::{self, ISTIOD_ENV};
+use meshbench_lab::istio::{self, ISTIOD_ENV};
 use meshbench_lab::process::{Placement, RoleProcess};
 use meshbench_lab::program::envoy::admin::STATS_NEEDED;
 use serde_json::{json, Value};
@@ -74,11 +74,11 @@ pub struct IstioOnNode {
 impl IstioOnNode {
     /// Everything the module's header lists, on the node `c`; scratch files under `dir`.
     pub fn install(c: &TestCluster, k: &BlockingClient, dir: &Path) -> IstioOnNode {
-        if let Some(e) = control_plane::unavailable() {
+        if let Some(e) = istio::unavailable() {
             panic!("{e}");
         }
         for f in CHART_FILES {
-            let p = control_plane::cache().join(f);
+            let p = istio::cache().join(f);
             assert!(
                 p.is_file(),
                 "no {}: run scripts/install-istio.sh",
@@ -94,8 +94,7 @@ impl IstioOnNode {
         );
 
         // Istio's CRDs and namespace, and the injector's configuration before istiod starts.
-        let crds =
-            std::fs::read_to_string(control_plane::cache().join("crd-all.gen.yaml")).unwrap();
+        let crds = std::fs::read_to_string(istio::cache().join("crd-all.gen.yaml")).unwrap();
         k.apply_all(meshbench_k8s::blocking::documents(&crds).unwrap())
             .unwrap();
         k.apply(&json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ISTIO_NS}}))
@@ -170,7 +169,7 @@ fn istio_proxy_rootfs(dir: &Path) -> PathBuf {
         std::os::unix::fs::PermissionsExt::from_mode(0o1777),
     )
     .unwrap();
-    let cache = control_plane::cache();
+    let cache = istio::cache();
     let envoy = std::fs::canonicalize(super::envoy_binary()).unwrap();
     super::copy_with_libraries(&root, &envoy, "/usr/local/bin/envoy");
     super::copy_with_libraries(
@@ -217,7 +216,7 @@ fn istio_proxy_rootfs(dir: &Path) -> PathBuf {
 /// `pilot.env`, `gateways.securityContext`; the gateway's readiness period is
 /// `global.proxy.readinessPeriodSeconds`, which no annotation overrides).
 fn injector_config_map(ca: &str) -> Value {
-    let cache = control_plane::cache();
+    let cache = istio::cache();
     let read = |f: &str| std::fs::read_to_string(cache.join(f)).unwrap();
     let chart: serde_yaml_ng::Value =
         serde_yaml_ng::from_str(&read("injection-values.yaml")).unwrap();
@@ -311,14 +310,14 @@ fn start_istiod(dir: &Path, c: &TestCluster, k: &BlockingClient, xds: SocketAddr
         ),
     )
     .unwrap();
-    let addrs = control_plane::IstiodAddrs {
+    let addrs = istio::IstiodAddrs {
         grpc,
         secure_grpc: xds,
         http,
         https,
         monitoring,
     };
-    let mut cmd = control_plane::istiod_command(&cwd, &c.kubeconfig, &mesh, &addrs);
+    let mut cmd = istio::istiod_command(&cwd, &c.kubeconfig, &mesh, &addrs);
     cmd.env("ISTIOD_CUSTOM_HOST", format!("127.0.0.1,{GATEWAY}"))
         .envs(ISTIOD_ENV.iter().copied());
     let log = dir.join("istiod.log");

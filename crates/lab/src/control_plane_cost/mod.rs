@@ -1,8 +1,8 @@
 //! One `control_plane` step: what istiod costs serving a mesh of a given scale. It starts the
-//! control plane as the lab does, registers the mesh ([`super::mesh`]), starts one real Envoy
+//! control plane as the lab does, registers the mesh ([`mesh`]), starts one real Envoy
 //! (pilot-agent's sidecar or gateway, in a network namespace of its own: its agent and
 //! listeners bind every address there) and waits for it to accept its configuration, then connects the simulated proxies
-//! ([`super::xds_client`]) with nodes made from the real one's and times until each holds a full
+//! ([`xds_client`]) with nodes made from the real one's and times until each holds a full
 //! configuration. One simulated proxy is the real one's twin (the same node): what it holds
 //! is compared with what the real Envoy accepted, name and version.
 //!
@@ -16,25 +16,31 @@
 //! Everything the step started stops when [`CostStep`] is dropped: the clients, the agent and
 //! its Envoy, istiod, the API server, the namespace.
 
+pub mod mesh;
+pub mod xds_client;
+
 use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use meshbench_results::control_plane::{Agreement, Propagation};
-use meshbench_results::{ControlPlaneFigures, MeshScale, ProxyKind, Sample, Usage, XdsType};
+use meshbench_results::{
+    ControlPlaneFigures, MeshScale, ProxyKind, Role, Sample, Stop, Usage, XdsType,
+};
 use serde_json::Value;
+use tempfile::TempDir;
 
-use super::mesh::{self, Change, MeshPod, Registered};
-use super::ready::{self, Awaited, SidecarExpected};
-use super::sidecars;
-use super::xds_client::{Arrival, Fleet, CONNECTS_PER_SEC};
-use super::{AgentPorts, AgentRole, ControlPlane, Workload};
+use crate::istio::ready::{self, Awaited, SidecarExpected};
+use crate::istio::sidecars;
+use crate::istio::{AgentPorts, AgentRole, ControlPlane, IstioError, Workload};
 use crate::netns::{Namespaces, RoleNamespace};
 use crate::process::{Placement, RoleProcess};
-use crate::program::envoy::admin;
+use crate::program::envoy::admin::{self, AdminError};
 use crate::sampler::{self, Sampler, Watch};
 use crate::LabError;
+use mesh::{Change, MeshPod, Registered};
+use xds_client::{AckAt, SimulatedProxies, CONNECTS_PER_SEC};
 
 /// How long the real Envoy may take to accept its configuration, and the simulated proxies
 /// theirs once the last has begun to connect.
@@ -67,6 +73,54 @@ pub struct CostRun {
     pub partial: bool,
 }
 
+/// Why a control-plane step could not be set up or measured.
+#[derive(Debug, thiserror::Error)]
+pub enum CostError {
+    #[error("a control-plane step needs a service and a proxy")]
+    EmptyMesh,
+    #[error("the real Envoy's configuration: {0}")]
+    RealEnvoyConfig(#[source] AdminError),
+    #[error("the real Envoy's config dump has no bootstrap node")]
+    NoBootstrapNode,
+    /// The real Envoy's agent ended during the window: its status and the tail of its output.
+    #[error("the real Envoy's agent exited ({status}): {log}")]
+    AgentExited { status: String, log: String },
+    /// Not every simulated proxy held a full configuration in time.
+    #[error(
+        "{converged} of {all} simulated proxies held a full configuration after {} s{}",
+        .limit.as_secs(),
+        .ended.as_ref().map(|e| format!(" (one ended: {e})")).unwrap_or_default()
+    )]
+    NotConverged {
+        converged: u32,
+        all: u32,
+        limit: Duration,
+        /// Why one client's stream ended, if one did.
+        ended: Option<String>,
+    },
+    #[error("cannot start the xDS clients' runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+    /// A simulated pod's status could not be made a Pod.
+    #[error("a pod's status: {0}")]
+    PodStatus(#[source] serde_json::Error),
+}
+
+/// What the measured window saw.
+struct Window {
+    /// The changes written, with when.
+    written: Vec<Written>,
+    length: Duration,
+    /// Its bounds on the samples' clock (ms).
+    from_ms: u64,
+    to_ms: u64,
+    /// xDS bytes the clients received, and their CPU time (ns).
+    bytes: u64,
+    clients_cpu: u64,
+    /// istiod's pushes by type over the window (none when its metrics could not be read).
+    pushes: BTreeMap<String, u64>,
+    sampled: sampler::Sampled,
+}
+
 /// A control-plane step set up and ready to measure. Its parts stop in the order of its
 /// fields: the clients, the agent and its Envoy, istiod and the API server, the namespace, then
 /// the files.
@@ -75,21 +129,12 @@ pub struct CostStep {
     registered: Registered,
     converged: Duration,
     agreement: Agreement,
-    fleet: Fleet,
+    proxies: SimulatedProxies,
     agent: RoleProcess,
     control_plane: ControlPlane,
     _namespaces: Namespaces,
-    _pod_dir: Removed,
-    _dir: Removed,
-}
-
-/// A directory removed, with everything in it, when dropped.
-struct Removed(PathBuf);
-
-impl Drop for Removed {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+    _pod_dir: TempDir,
+    _dir: TempDir,
 }
 
 impl CostStep {
@@ -97,102 +142,40 @@ impl CostStep {
     pub fn start(spec: CostSpec, note: &mut dyn FnMut(&str)) -> Result<CostStep, LabError> {
         let scale = spec.scale;
         if scale.services == 0 || scale.proxies == 0 {
-            return Err(LabError::Io(
-                "a control-plane step needs a service and a proxy".into(),
-            ));
+            return Err(CostError::EmptyMesh.into());
         }
         // Locals drop in reverse: the files last.
-        let dir = Removed(spec.dir.clone());
+        let dir = crate::removed_on_drop(&spec.dir)?;
         // The real Envoy's agent and listeners bind every address: it gets a namespace.
         let prefix = format!("cp{}", &spec.owner[spec.owner.len().saturating_sub(6)..]);
         let mut namespaces = Namespaces::new(&spec.owner, &prefix);
         let pod_ns = namespaces.add(0)?;
-        let reach = pod_ns.host_addr;
-        let control_plane = ControlPlane::start(&spec.dir.join("control-plane"), reach)?;
+        let control_plane = ControlPlane::start(&spec.dir.join("control-plane"), pod_ns.host_addr)?;
         note(&format!(
             "istiod ready in {:.1} s",
             control_plane.istiod_ready_in.as_secs_f64()
         ));
         let real = real_pod(scale.kind, pod_ns.addr);
-        let mut pods: Vec<MeshPod> = (0..scale.proxies)
-            .map(|j| MeshPod::simulated(scale.kind, j, scale.services))
-            .collect();
-        pods.push(real.clone());
-        let began = Instant::now();
-        let registered = mesh::register(&control_plane.api, &scale, &pods)?;
-        note(&format!(
-            "registered {} services, {} pods, {} endpoints, {} Istio objects in {:.1} s",
-            scale.services,
-            pods.len(),
-            registered.endpoints,
-            registered.virtual_services + registered.destination_rules,
-            began.elapsed().as_secs_f64()
-        ));
-        let pod_dir = Removed(sidecars::pod_dir(&spec.owner, "real")?);
-        let mut agent = start_real(&control_plane, &spec, &real, &pod_dir.0, &pod_ns)?;
-        let admin = SocketAddr::from(([127, 0, 0, 1], AgentPorts::ISTIO.admin));
-        let netns = Some(pod_ns.netns.clone());
-        let last_service = format!(
-            "outbound|{}||{}.{}.svc.cluster.local",
-            mesh::SERVICE_PORT,
-            mesh::service_name(scale.services - 1),
-            mesh::APPS
-        );
-        let expected = SidecarExpected {
-            listeners: match scale.kind {
-                ProxyKind::Sidecar => vec!["virtualOutbound".into(), "virtualInbound".into()],
-                ProxyKind::Gateway => Vec::new(),
-            },
-            clusters: vec![last_service],
+        let (pods, registered) = register(&control_plane, scale, &real, note)?;
+        let pod_dir = crate::removed_on_drop(&sidecars::pod_dir(&spec.owner, "real")?)?;
+        let mut agent = start_real(&control_plane, &spec, &real, pod_dir.path(), &pod_ns)?;
+        let envoy = RealEnvoy {
+            admin: SocketAddr::from(([127, 0, 0, 1], AgentPorts::ISTIO.admin)),
+            netns: pod_ns.netns.clone(),
         };
-        let took = ready::wait_acked(
-            &mut agent,
-            admin,
-            netns.as_deref(),
-            Awaited::Sidecar(&expected),
-            REAL_WITHIN,
-        )?;
-        note(&format!(
-            "the real Envoy accepted its configuration {:.1} s after its agent started",
-            took.as_secs_f64()
-        ));
-        let dump = crate::netns::within(netns.as_deref(), || admin::config_dump_all(admin))?
-            .map_err(|e| LabError::Io(format!("the real Envoy's configuration: {e}")))?;
-        let real_node = bootstrap_node(&dump).ok_or_else(|| {
-            LabError::Io("the real Envoy's config dump has no bootstrap node".into())
-        })?;
-        let mut nodes: Vec<_> = pods[..scale.proxies as usize]
-            .iter()
-            .map(|p| p.node(scale.kind, &real_node))
-            .collect();
-        // The twin: the real Envoy's own node, one more client.
-        nodes.push(mesh::node_of(&real_node));
-        let twin = nodes.len() - 1;
-        let fleet = Fleet::connect(control_plane.grpc, nodes, Some(twin))?;
-        // The connections are paced (istiod admits so many new streams a second); then each
-        // client needs its full configuration.
-        let limit = Duration::from_secs_f64(f64::from(scale.proxies + 1) / CONNECTS_PER_SEC)
-            + CONVERGE_AFTER_CONNECTS;
-        let converged = fleet.wait_converged(limit).map_err(LabError::Io)?;
-        note(&format!(
-            "{} simulated proxies held a full configuration {:.1} s after the first connected ({} connections a second; {} reconnects)",
-            scale.proxies,
-            converged.as_secs_f64(),
-            CONNECTS_PER_SEC,
-            fleet.reconnects()
-        ));
+        let real_node = envoy.await_configured(&mut agent, scale, note)?;
+        let (proxies, converged, twin) =
+            connect_proxies(&control_plane, scale, &pods, &real_node, note)?;
         // Nothing changed since: the twin and the real Envoy should hold the same.
-        let dump = crate::netns::within(netns.as_deref(), || admin::config_dump_all(admin))?
-            .map_err(|e| LabError::Io(format!("the real Envoy's configuration: {e}")))?;
         let agreement = agree(
             real_node["id"].as_str().unwrap_or_default(),
-            &held_by_envoy(&dump),
-            &fleet.held(twin),
+            &held_by_envoy(&envoy.config_dump()?),
+            &proxies.held(twin),
         );
         Ok(CostStep {
             spec,
             registered,
-            fleet,
+            proxies,
             converged,
             agreement,
             agent,
@@ -210,102 +193,39 @@ impl CostStep {
 
     /// Warms up, measures the window while writing changes, waits for them to arrive; `stop`
     /// ends the window early (the step is then partial).
-    pub fn measure(&mut self, stop: &dyn Fn() -> bool) -> Result<CostRun, LabError> {
+    pub fn measure(&mut self, stop: &Stop) -> Result<CostRun, LabError> {
         let spec = self.spec.clone();
-        let scale = spec.scale;
-        sleep_unless(spec.warmup, stop);
-        let sampler = Sampler::start(
-            vec![Watch {
-                role: "istiod".into(),
-                pgid: self.control_plane.istiod_pid(),
-                cgroup: None,
-                port: None,
-                upstream_port: None,
-                veth: None,
-            }],
-            spec.sample_every,
-        );
-        let pushes_before = self.control_plane.istiod_metrics().map(|m| pushes(&m));
-        let bytes_before = self.fleet.bytes();
-        let clients_cpu_before = self.fleet.cpu_ns();
-        let from_ms = meshbench_results::usage::now_ms();
-        let began = Instant::now();
-        let written = self.write_changes(began, spec.duration, stop)?;
-        let window = began.elapsed();
-        let to_ms = meshbench_results::usage::now_ms();
-        let bytes = self.fleet.bytes() - bytes_before;
-        let clients_cpu = self.fleet.cpu_ns() - clients_cpu_before;
-        let pushes_after = self.control_plane.istiod_metrics().map(|m| pushes(&m));
-        let sampled = sampler.finish();
-        let partial = stop();
-        if let Some(why) = self.control_plane.istiod_exited() {
-            return Err(LabError::Io(why));
-        }
-        if let Some(status) = self.agent.exited() {
-            return Err(LabError::Io(format!(
-                "the real Envoy's agent exited ({status}): {}",
-                self.agent.log_tail(5)
-            )));
-        }
+        stop.sleep(spec.warmup);
+        let window = self.measure_window(stop)?;
+        let partial = stop.requested();
+        self.still_running()?;
         // Every change, at every proxy, or the settle time.
-        let connected = self.fleet.connected();
-        let wait_until = Instant::now() + spec.settle;
-        let expected_of = |xds: XdsType| match (xds, scale.kind) {
+        let connected = self.proxies.connected();
+        let expected_of = |xds: XdsType| match (xds, spec.scale.kind) {
             (XdsType::Lds, ProxyKind::Gateway) => 0,
             _ => u64::from(connected),
         };
-        let complete = |arrivals: &[Vec<Arrival>]| {
-            XdsType::ALL.iter().all(|&xds| {
-                let last = written
-                    .iter()
-                    .filter(|w| w.xds_of(xds))
-                    .map(|w| w.change)
-                    .max();
-                let Some(last) = last else { return true };
-                expected_of(xds) == 0
-                    || arrivals
-                        .iter()
-                        .filter(|a| a.iter().any(|x| x.xds == xds && x.change >= last))
-                        .count() as u64
-                        >= expected_of(xds)
-            })
-        };
-        let mut arrivals = self.fleet.arrivals();
-        while !complete(&arrivals) && Instant::now() < wait_until && !stop() {
-            std::thread::sleep(Duration::from_millis(100));
-            arrivals = self.fleet.arrivals();
-        }
+        let acks = self.wait_for_changes(&window.written, &expected_of, stop);
         let propagation = XdsType::ALL
             .iter()
             .filter_map(|&xds| {
-                propagate(xds, &written, &arrivals, expected_of(xds), scale.services)
+                propagate(
+                    xds,
+                    &window.written,
+                    &acks,
+                    expected_of(xds),
+                    spec.scale.services,
+                )
             })
             .collect();
-        let samples = sampled.roles.get("istiod").cloned().unwrap_or_default();
-        let istiod = sampler::summarize(&samples, from_ms, to_ms);
-        let secs = window.as_secs_f64().max(1e-9);
-        let figures = ControlPlaneFigures {
-            connected,
-            real_proxies: 1,
-            services: self.registered.services,
-            endpoints: self.registered.endpoints,
-            virtual_services: self.registered.virtual_services,
-            destination_rules: self.registered.destination_rules,
-            converged_secs: self.converged.as_secs_f64(),
-            propagation,
-            pushes: match (pushes_before, pushes_after) {
-                (Ok(b), Ok(a)) => a
-                    .iter()
-                    .map(|(t, n)| (t.clone(), n.saturating_sub(b.get(t).copied().unwrap_or(0))))
-                    .filter(|(_, n)| *n > 0)
-                    .collect(),
-                _ => BTreeMap::new(),
-            },
-            xds_bytes: bytes,
-            xds_bytes_per_sec: bytes as f64 / secs,
-            clients_cpu_millicores: clients_cpu as f64 / 1e6 / secs,
-            agreement: self.agreement.clone(),
-        };
+        let samples = window
+            .sampled
+            .roles
+            .get(&Role::Istiod)
+            .cloned()
+            .unwrap_or_default();
+        let istiod = sampler::summarize(&samples, window.from_ms, window.to_ms);
+        let figures = self.figures(&window, connected, propagation);
         Ok(CostRun {
             figures,
             istiod_samples: samples,
@@ -314,24 +234,142 @@ impl CostStep {
         })
     }
 
+    /// The measured window: istiod sampled while the changes are written at their rates, and
+    /// what the clients and istiod counted around it.
+    fn measure_window(&mut self, stop: &Stop) -> Result<Window, LabError> {
+        let sampler = Sampler::start(
+            vec![Watch {
+                role: Role::Istiod,
+                pgid: self.control_plane.istiod_pid(),
+                cgroup: None,
+                port: None,
+                upstream_port: None,
+                veth: None,
+            }],
+            self.spec.sample_every,
+        );
+        let pushes_before = self.control_plane.istiod_metrics().map(|m| pushes(&m));
+        let bytes_before = self.proxies.bytes();
+        let clients_cpu_before = self.proxies.cpu_ns();
+        let from_ms = meshbench_results::usage::now_ms();
+        let began = Instant::now();
+        let written = self.write_changes(began, self.spec.duration, stop)?;
+        let length = began.elapsed();
+        let to_ms = meshbench_results::usage::now_ms();
+        let bytes = self.proxies.bytes() - bytes_before;
+        let clients_cpu = self.proxies.cpu_ns() - clients_cpu_before;
+        let pushes_after = self.control_plane.istiod_metrics().map(|m| pushes(&m));
+        Ok(Window {
+            written,
+            length,
+            from_ms,
+            to_ms,
+            bytes,
+            clients_cpu,
+            pushes: match (pushes_before, pushes_after) {
+                (Ok(b), Ok(a)) => a
+                    .iter()
+                    .map(|(t, n)| (t.clone(), n.saturating_sub(b.get(t).copied().unwrap_or(0))))
+                    .filter(|(_, n)| *n > 0)
+                    .collect(),
+                _ => BTreeMap::new(),
+            },
+            sampled: sampler.finish(),
+        })
+    }
+
+    /// Fails when istiod or the real Envoy's agent ended.
+    fn still_running(&mut self) -> Result<(), LabError> {
+        if let Some(why) = self.control_plane.istiod_exited() {
+            return Err(IstioError::IstiodExited(why).into());
+        }
+        if let Some(status) = self.agent.exited() {
+            return Err(CostError::AgentExited {
+                status: status.to_string(),
+                log: self.agent.log_tail(5),
+            }
+            .into());
+        }
+        Ok(())
+    }
+
+    /// Waits until every change written reached every proxy that should get it (a later
+    /// change of the same kind carries it), at most the settle time or until `stop`; returns
+    /// every proxy's ACKs.
+    fn wait_for_changes(
+        &self,
+        written: &[Written],
+        expected_of: &dyn Fn(XdsType) -> u64,
+        stop: &Stop,
+    ) -> Vec<Vec<AckAt>> {
+        let wait_until = Instant::now() + self.spec.settle;
+        let complete = |acks: &[Vec<AckAt>]| {
+            XdsType::ALL.iter().all(|&xds| {
+                let last = written
+                    .iter()
+                    .filter(|w| w.xds_of(xds))
+                    .map(|w| w.change)
+                    .max();
+                let Some(last) = last else { return true };
+                expected_of(xds) == 0
+                    || acks
+                        .iter()
+                        .filter(|a| a.iter().any(|x| x.xds == xds && x.change >= last))
+                        .count() as u64
+                        >= expected_of(xds)
+            })
+        };
+        let mut acks = self.proxies.acks();
+        while !complete(&acks)
+            && Instant::now() < wait_until
+            && stop.sleep(Duration::from_millis(100))
+        {
+            acks = self.proxies.acks();
+        }
+        acks
+    }
+
+    /// The step's figures from its window and the changes' propagation.
+    fn figures(
+        &self,
+        window: &Window,
+        connected: u32,
+        propagation: Vec<Propagation>,
+    ) -> ControlPlaneFigures {
+        let secs = window.length.as_secs_f64().max(1e-9);
+        ControlPlaneFigures {
+            connected,
+            real_proxies: 1,
+            services: self.registered.services,
+            endpoints: self.registered.endpoints,
+            virtual_services: self.registered.virtual_services,
+            destination_rules: self.registered.destination_rules,
+            converged_secs: self.converged.as_secs_f64(),
+            propagation,
+            pushes: window.pushes.clone(),
+            xds_bytes: window.bytes,
+            xds_bytes_per_sec: window.bytes as f64 / secs,
+            clients_cpu_millicores: window.clients_cpu as f64 / 1e6 / secs,
+            agreement: self.agreement.clone(),
+        }
+    }
+
     /// Writes the window's changes at their rates (a rate of 0: one mid-window); returns
     /// each with the instant its write began.
     fn write_changes(
         &mut self,
         began: Instant,
         window: Duration,
-        stop: &dyn Fn() -> bool,
+        stop: &Stop,
     ) -> Result<Vec<Written>, LabError> {
         let scale = self.spec.scale;
         let schedule = schedule(scale, window);
         let mut written = Vec::with_capacity(schedule.len());
         let mut counts = [0u32; 2];
         for (at, kind) in schedule {
-            while began.elapsed() < at {
-                if stop() {
-                    return Ok(written);
-                }
-                std::thread::sleep((at - began.elapsed()).min(Duration::from_millis(20)));
+            let due = at.saturating_sub(began.elapsed());
+            if !due.is_zero() && !stop.sleep(due) {
+                return Ok(written);
             }
             let n = counts[kind as usize];
             if n >= mesh::MAX_CHANGES - 1 {
@@ -351,7 +389,7 @@ impl CostStep {
                 at: now,
             });
         }
-        sleep_until(began + window, stop);
+        stop.sleep((began + window).saturating_duration_since(Instant::now()));
         Ok(written)
     }
 }
@@ -411,7 +449,7 @@ fn schedule(scale: MeshScale, window: Duration) -> Vec<(Duration, ChangeKind)> {
 fn propagate(
     xds: XdsType,
     written: &[Written],
-    arrivals: &[Vec<Arrival>],
+    acks: &[Vec<AckAt>],
     expected_proxies: u64,
     services: u32,
 ) -> Option<Propagation> {
@@ -425,8 +463,8 @@ fn propagate(
     };
     let mut latencies = Vec::new();
     let mut per_change: HashMap<Change, Vec<f64>> = HashMap::new();
-    for proxy in arrivals {
-        let mine: Vec<&Arrival> = proxy.iter().filter(|a| a.xds == xds).collect();
+    for proxy in acks {
+        let mine: Vec<&AckAt> = proxy.iter().filter(|a| a.xds == xds).collect();
         for w in &changes {
             let arrived = mine
                 .iter()
@@ -463,8 +501,118 @@ fn propagate(
 fn real_pod(kind: ProxyKind, ip: IpAddr) -> MeshPod {
     match kind {
         ProxyKind::Sidecar => MeshPod::sidecar("real-0", 0, ip),
-        ProxyKind::Gateway => MeshPod::gateway(super::GATEWAY_POD, ip),
+        ProxyKind::Gateway => MeshPod::gateway(crate::istio::GATEWAY_POD, ip),
     }
+}
+
+/// Registers the mesh of `scale` with the control plane: the simulated proxies' pods and the
+/// real one (last); returns the pods and what was registered.
+fn register(
+    control_plane: &ControlPlane,
+    scale: MeshScale,
+    real: &MeshPod,
+    note: &mut dyn FnMut(&str),
+) -> Result<(Vec<MeshPod>, Registered), LabError> {
+    let mut pods: Vec<MeshPod> = (0..scale.proxies)
+        .map(|j| MeshPod::simulated(scale.kind, j, scale.services))
+        .collect();
+    pods.push(real.clone());
+    let began = Instant::now();
+    let registered = mesh::register(&control_plane.api, &scale, &pods)?;
+    note(&format!(
+        "registered {} services, {} pods, {} endpoints, {} Istio objects in {:.1} s",
+        scale.services,
+        pods.len(),
+        registered.endpoints,
+        registered.virtual_services + registered.destination_rules,
+        began.elapsed().as_secs_f64()
+    ));
+    Ok((pods, registered))
+}
+
+/// The real Envoy: its admin on Istio's port, on the loopback of its namespace.
+struct RealEnvoy {
+    admin: SocketAddr,
+    netns: String,
+}
+
+impl RealEnvoy {
+    /// Waits until the Envoy run by `agent` holds its configuration (the capture's listeners
+    /// for a sidecar, and the last service's cluster); returns its bootstrap node.
+    fn await_configured(
+        &self,
+        agent: &mut RoleProcess,
+        scale: MeshScale,
+        note: &mut dyn FnMut(&str),
+    ) -> Result<Value, LabError> {
+        let last_service = format!(
+            "outbound|{}||{}.{}.svc.cluster.local",
+            mesh::SERVICE_PORT,
+            mesh::service_name(scale.services - 1),
+            mesh::APPS
+        );
+        let expected = SidecarExpected {
+            listeners: match scale.kind {
+                ProxyKind::Sidecar => vec!["virtualOutbound".into(), "virtualInbound".into()],
+                ProxyKind::Gateway => Vec::new(),
+            },
+            clusters: vec![last_service],
+        };
+        let took = ready::wait_agent_acked(
+            agent,
+            self.admin,
+            Some(&self.netns),
+            &Awaited::Sidecar(expected),
+            REAL_WITHIN,
+            // Setting up is not cut short: a stop ends the window.
+            &Stop::new(),
+        )?;
+        note(&format!(
+            "the real Envoy accepted its configuration {:.1} s after its agent started",
+            took.as_secs_f64()
+        ));
+        bootstrap_node(&self.config_dump()?).ok_or_else(|| CostError::NoBootstrapNode.into())
+    }
+
+    /// Its whole config dump, read inside its namespace.
+    fn config_dump(&self) -> Result<Value, LabError> {
+        let admin = self.admin;
+        crate::netns::within(Some(&self.netns), || admin::config_dump_all(admin))?
+            .map_err(|e| CostError::RealEnvoyConfig(e).into())
+    }
+}
+
+/// Connects a simulated proxy per pod but the real one, and the real Envoy's twin (its own
+/// node) last, paced as istiod admits new streams; returns them once each holds a full
+/// configuration, with how long that took and the twin's index.
+fn connect_proxies(
+    control_plane: &ControlPlane,
+    scale: MeshScale,
+    pods: &[MeshPod],
+    real_node: &Value,
+    note: &mut dyn FnMut(&str),
+) -> Result<(SimulatedProxies, Duration, usize), LabError> {
+    let mut nodes: Vec<_> = pods[..scale.proxies as usize]
+        .iter()
+        .map(|p| p.node(scale.kind, real_node))
+        .collect();
+    // The twin: the real Envoy's own node, one more client.
+    nodes.push(mesh::node_of(real_node));
+    let twin = nodes.len() - 1;
+    let proxies = SimulatedProxies::connect(control_plane.grpc, nodes, Some(twin))?;
+    // The connections are paced (istiod admits so many new streams a second); then each
+    // client needs its full configuration.
+    let limit = Duration::from_secs_f64(f64::from(scale.proxies + 1) / CONNECTS_PER_SEC)
+        + CONVERGE_AFTER_CONNECTS;
+    let converged = proxies.wait_converged(limit)?;
+    note(&format!(
+        "{} simulated proxies held a full configuration {:.1} s after the first connected ({} connections a second; {} reconnects)",
+        scale.proxies,
+        converged.as_secs_f64(),
+        CONNECTS_PER_SEC,
+        proxies.reconnects()
+    ));
+    Ok((proxies, converged, twin))
 }
 
 /// Starts pilot-agent and its Envoy for the real pod in its namespace `ns`, as Istio's proxy
@@ -624,16 +772,6 @@ pub fn pushes(metrics: &str) -> BTreeMap<String, u64> {
     out
 }
 
-fn sleep_unless(d: Duration, stop: &dyn Fn() -> bool) {
-    sleep_until(Instant::now() + d, stop);
-}
-
-fn sleep_until(end: Instant, stop: &dyn Fn() -> bool) {
-    while Instant::now() < end && !stop() {
-        std::thread::sleep((end - Instant::now()).min(Duration::from_millis(20)));
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -678,12 +816,12 @@ mod tests {
             },
         ];
         // The proxy only ever saw change 1 (istiod merged them), at 300 ms.
-        let arrivals = vec![vec![Arrival {
+        let acks = vec![vec![AckAt {
             xds: XdsType::Cds,
             change: Change(1),
             acked_at: at(300),
         }]];
-        let p = propagate(XdsType::Cds, &written, &arrivals, 1, 4).unwrap();
+        let p = propagate(XdsType::Cds, &written, &acks, 1, 4).unwrap();
         assert_eq!((p.changes, p.expected, p.acked), (2, 2, 2));
         assert_eq!((p.p50_ms, p.max_ms), (250.0, 300.0));
         assert_eq!(p.to_90_percent_ms, Some(250.0));
@@ -700,12 +838,12 @@ mod tests {
                 at: at(0),
             },
         ];
-        let arrivals = vec![vec![Arrival {
+        let acks = vec![vec![AckAt {
             xds: XdsType::Eds,
             change: Change(1),
             acked_at: at(10),
         }]];
-        let p = propagate(XdsType::Eds, &written, &arrivals, 1, 4).unwrap();
+        let p = propagate(XdsType::Eds, &written, &acks, 1, 4).unwrap();
         assert_eq!((p.acked, p.missed()), (1, 1));
     }
 

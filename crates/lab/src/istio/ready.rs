@@ -13,7 +13,9 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use meshbench_results::Stop;
 use serde_json::Value;
+use thiserror::Error;
 
 use crate::process::RoleProcess;
 use crate::program::envoy::admin::{self, AdminError, DumpSection};
@@ -68,11 +70,12 @@ impl SidecarExpected {
     }
 }
 
-/// What an agent's Envoy waits for.
-#[derive(Debug, Clone, Copy)]
-pub enum Awaited<'a> {
-    Gateway(&'a Expected),
-    Sidecar(&'a SidecarExpected),
+/// What an Envoy must hold before its role counts as started: a gateway's configuration or a
+/// sidecar's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Awaited {
+    Gateway(Expected),
+    Sidecar(SidecarExpected),
 }
 
 /// What is still missing from a sidecar's configuration (empty: all there), from its
@@ -171,7 +174,7 @@ pub fn missing(
 
 /// What the Envoy whose admin is at `admin` still misses of `awaited` (empty: all there),
 /// read from its admin endpoint.
-pub fn missing_at(admin: SocketAddr, awaited: Awaited) -> Result<Vec<String>, AdminError> {
+pub fn missing_at(admin: SocketAddr, awaited: &Awaited) -> Result<Vec<String>, AdminError> {
     let listeners = admin::config_dump(admin, DumpSection::DynamicListeners, None)?;
     let clusters = admin::clusters(admin)?;
     Ok(match awaited {
@@ -190,54 +193,108 @@ pub fn rejected(admin: SocketAddr) -> Vec<String> {
     admin::rejected_updates(admin).unwrap_or_default()
 }
 
-/// Waits until Envoy (admin at `admin`, inside network namespace `netns` when given, run by
-/// `agent`) holds everything `awaited` says, at most `limit`; returns how long it took. Fails
-/// at once when the agent exits or Envoy rejects an update, and at the limit with what is
-/// still missing.
+/// Why an Envoy did not come to hold what it awaited.
+#[derive(Debug, Error)]
+pub enum AckError {
+    /// Envoy refused an update: its rejection counters, as `counter: count`.
+    #[error("Envoy rejected {}", .rejected.join(", "))]
+    Rejected { rejected: Vec<String> },
+    /// The time limit passed; what was still missing then.
+    #[error(
+        "Envoy did not receive its configuration within {} s; still missing: {}",
+        .limit.as_secs(),
+        .missing.join("; ")
+    )]
+    TimedOut {
+        limit: Duration,
+        missing: Vec<String>,
+    },
+    /// A stop was asked; what was still missing then.
+    #[error("stopped while Envoy still missed: {}", .missing.join("; "))]
+    Stopped { missing: Vec<String> },
+    /// The process that runs Envoy (its agent) ended: why, as the liveness check said.
+    #[error("{0}")]
+    Exited(String),
+}
+
+/// How often the waiter reads Envoy's admin.
+const POLL: Duration = Duration::from_millis(250);
+
+/// The one wait for Envoy's ACK: until the Envoy whose admin is at `admin` holds everything
+/// `awaited` says, at most `limit`; returns how long it took. Each round asks `exited` first
+/// (Some: the process that runs Envoy ended, and why), then Envoy's rejected updates, then
+/// what is missing; it fails at once on an exit or a rejection, at the limit with what is
+/// still missing, and within 250 ms (a poll) of a `stop`. Readings that fail count as missing (the
+/// admin may not listen yet). Reads from this thread's network namespace: a caller whose
+/// Envoy lives in another wraps the call in [`crate::netns::within`].
 pub fn wait_acked(
+    admin: SocketAddr,
+    awaited: &Awaited,
+    limit: Duration,
+    stop: &Stop,
+    exited: &mut dyn FnMut() -> Option<String>,
+) -> Result<Duration, AckError> {
+    let began = Instant::now();
+    loop {
+        if let Some(why) = exited() {
+            return Err(AckError::Exited(why));
+        }
+        let rejected = rejected(admin);
+        if !rejected.is_empty() {
+            return Err(AckError::Rejected { rejected });
+        }
+        let missing = match missing_at(admin, awaited) {
+            Ok(m) if m.is_empty() => return Ok(began.elapsed()),
+            Ok(m) => m,
+            Err(e) => vec![e.to_string()],
+        };
+        if began.elapsed() > limit {
+            return Err(AckError::TimedOut { limit, missing });
+        }
+        if !stop.sleep(POLL) {
+            return Err(AckError::Stopped { missing });
+        }
+    }
+}
+
+/// [`wait_acked`] for an agent this lab started (`agent`, its Envoy's admin at `admin` inside
+/// network namespace `netns` when given), with the lab's errors: an exit or a rejection is
+/// the agent's [`LabError::BadConfig`] with the tail of its output, a time limit or a stop
+/// [`LabError::Ack`] naming the agent.
+pub fn wait_agent_acked(
     agent: &mut RoleProcess,
     admin: SocketAddr,
     netns: Option<&str>,
-    awaited: Awaited,
+    awaited: &Awaited,
     limit: Duration,
+    stop: &Stop,
 ) -> Result<Duration, LabError> {
-    let began = Instant::now();
-    let mut last = vec!["Envoy's admin endpoint".to_string()];
-    loop {
-        if let Some(status) = agent.exited() {
-            return Err(LabError::BadConfig {
-                server: "pilot-agent".into(),
-                config: None,
-                log: format!("exited ({status}): {}", agent.failure_message()),
-            });
-        }
-        let rejections = crate::netns::within(netns, || rejected(admin))?;
-        if !rejections.is_empty() {
-            return Err(LabError::BadConfig {
-                server: "envoy (configured by istiod)".into(),
-                config: None,
-                log: format!(
-                    "rejected {}: {}",
-                    rejections.join(", "),
-                    agent.failure_message()
-                ),
-            });
-        }
-        match crate::netns::within(netns, || missing_at(admin, awaited))? {
-            Ok(m) if m.is_empty() => return Ok(began.elapsed()),
-            Ok(m) => last = m,
-            Err(e) => last = vec![e.to_string()],
-        }
-        if began.elapsed() > limit {
-            return Err(LabError::Io(format!(
-                "{}'s Envoy did not receive its configuration within {} s; still missing: {}",
-                agent.name,
-                limit.as_secs(),
-                last.join("; ")
-            )));
-        }
-        std::thread::sleep(Duration::from_millis(250));
-    }
+    let waited = crate::netns::within(netns, || {
+        wait_acked(admin, awaited, limit, stop, &mut || {
+            let status = agent.exited()?;
+            Some(format!("exited ({status}): {}", agent.failure_message()))
+        })
+    })?;
+    waited.map_err(|e| match e {
+        AckError::Exited(log) => LabError::BadConfig {
+            server: "pilot-agent".into(),
+            config: None,
+            log,
+        },
+        AckError::Rejected { rejected } => LabError::BadConfig {
+            server: "envoy (configured by istiod)".into(),
+            config: None,
+            log: format!(
+                "rejected {}: {}",
+                rejected.join(", "),
+                agent.failure_message()
+            ),
+        },
+        source @ (AckError::TimedOut { .. } | AckError::Stopped { .. }) => LabError::Ack {
+            role: agent.name.clone(),
+            source,
+        },
+    })
 }
 
 #[cfg(test)]

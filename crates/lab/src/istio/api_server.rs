@@ -149,11 +149,12 @@ impl ApiServer {
                 }
             }
             if Instant::now() > deadline {
-                return Err(LabError::Io(format!(
-                    "kube-apiserver was not ready within {} s: {}",
-                    READY_WITHIN.as_secs(),
-                    self._apiserver.log_tail(5)
-                )));
+                return Err(LabError::NotReady {
+                    server: "kube-apiserver",
+                    awaiting: "",
+                    within: READY_WITHIN,
+                    log: self._apiserver.log_tail(5),
+                });
             }
             std::thread::sleep(Duration::from_millis(200));
         }

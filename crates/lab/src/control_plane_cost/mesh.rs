@@ -22,7 +22,8 @@ use envoy_types::pb::google::protobuf::{value::Kind, ListValue, Struct, Value as
 use meshbench_results::{MeshScale, ProxyKind};
 use serde_json::{json, Value};
 
-use super::{ApiServer, NAMESPACE};
+use super::CostError;
+use crate::istio::{ApiServer, NAMESPACE};
 use crate::LabError;
 
 /// The namespace of the services and their pods.
@@ -167,7 +168,7 @@ impl MeshPod {
         MeshPod {
             name: name.to_string(),
             namespace: NAMESPACE.into(),
-            service_account: super::GATEWAY_SERVICE_ACCOUNT.into(),
+            service_account: crate::istio::GATEWAY_SERVICE_ACCOUNT.into(),
             ip,
             labels,
             serves: None,
@@ -286,6 +287,25 @@ pub fn register(
     pods: &[MeshPod],
 ) -> Result<Registered, LabError> {
     let services = scale.services.max(1);
+    let mut objects = service_objects(services);
+    objects.extend(pods.iter().map(pod_object));
+    api.client.apply_all(objects)?;
+    mark_running(api, pods)?;
+    let (slices, endpoints) = endpoint_slices(scale, services, pods);
+    api.client.apply_all(slices)?;
+    let (istio, virtual_services, destination_rules) = istio_objects(scale, services);
+    api.client.apply_all(istio)?;
+    Ok(Registered {
+        // The churned ServiceEntry is one more service.
+        services: services + 1,
+        endpoints,
+        virtual_services,
+        destination_rules,
+    })
+}
+
+/// Each service's ServiceAccount and Service (its cluster IP fixed by its index).
+fn service_objects(services: u32) -> Vec<Value> {
     let mut objects = Vec::new();
     for i in 0..services {
         let name = service_name(i);
@@ -303,8 +323,11 @@ pub fn register(
             },
         }));
     }
-    objects.extend(pods.iter().map(pod_object));
-    api.client.apply_all(objects)?;
+    objects
+}
+
+/// Every pod's status: running and ready at its address, as a kubelet would report it.
+fn mark_running(api: &ApiServer, pods: &[MeshPod]) -> Result<(), LabError> {
     for p in pods {
         let status = json!({
             "apiVersion": "v1", "kind": "Pod",
@@ -320,10 +343,16 @@ pub fn register(
                 ],
             },
         });
-        let pod: meshbench_k8s::k8s_openapi::api::core::v1::Pod = serde_json::from_value(status)
-            .map_err(|e| LabError::Io(format!("a pod's status: {e}")))?;
+        let pod: meshbench_k8s::k8s_openapi::api::core::v1::Pod =
+            serde_json::from_value(status).map_err(CostError::PodStatus)?;
         api.client.apply_status(&pod)?;
     }
+    Ok(())
+}
+
+/// Each service's EndpointSlice: the pods that serve it (and, for a gateway's mesh, the
+/// gateway Service's endpoint); returns them and how many endpoints they hold.
+fn endpoint_slices(scale: &MeshScale, services: u32, pods: &[MeshPod]) -> (Vec<Value>, u32) {
     let mut slices = Vec::new();
     let mut endpoints = 0;
     for i in 0..services {
@@ -349,7 +378,12 @@ pub fn register(
         endpoints += members.len() as u32;
         slices.push(endpoint_slice(&name, "pods", members));
     }
-    api.client.apply_all(slices)?;
+    (slices, endpoints)
+}
+
+/// The scale's Istio objects, VirtualServices and DestinationRules in turn, one of each per
+/// service; returns them and how many of each.
+fn istio_objects(scale: &MeshScale, services: u32) -> (Vec<Value>, u32, u32) {
     let mut istio = Vec::new();
     let (mut virtual_services, mut destination_rules) = (0, 0);
     for k in 0..scale.istio_objects {
@@ -386,14 +420,7 @@ pub fn register(
             }));
         }
     }
-    api.client.apply_all(istio)?;
-    Ok(Registered {
-        // The churned ServiceEntry is one more service.
-        services: services + 1,
-        endpoints,
-        virtual_services,
-        destination_rules,
-    })
+    (istio, virtual_services, destination_rules)
 }
 
 fn endpoint_slice(service: &str, part: &str, endpoints: Vec<Value>) -> Value {

@@ -28,7 +28,7 @@ use meshbench_k8s::k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use meshbench_results::PeerAuthentication;
 use serde_json::json;
 
-use super::{cache, ApiServer, NAMESPACE};
+use super::{cache, ApiServer, IstioError, NAMESPACE};
 use crate::{write_file, LabError};
 
 /// The namespace the workloads run in.
@@ -90,19 +90,39 @@ pub fn register(
     server: &LabPod,
     mtls: PeerAuthentication,
 ) -> Result<(), LabError> {
-    let meta = |name: &str| ObjectMeta {
-        name: Some(name.to_string()),
-        namespace: Some(APP_NAMESPACE.into()),
-        ..ObjectMeta::default()
-    };
     for pod in pods {
         api.client.apply_typed(&ServiceAccount {
-            metadata: meta(pod.app),
+            metadata: app_meta(pod.app),
             ..ServiceAccount::default()
         })?;
     }
-    api.client.apply_typed(&Service {
-        metadata: meta(SERVICE),
+    api.client.apply_typed(&service(server))?;
+    for pod in pods {
+        register_pod(api, pod)?;
+    }
+    api.apply(&endpoint_slice(server))?;
+    api.apply(&json!({
+        "apiVersion": "security.istio.io/v1",
+        "kind": "PeerAuthentication",
+        "metadata": {"name": "default", "namespace": NAMESPACE},
+        "spec": {"mtls": {"mode": mtls.istio_mode()}},
+    }))?;
+    Ok(())
+}
+
+/// An object's metadata in the applications' namespace.
+fn app_meta(name: &str) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.to_string()),
+        namespace: Some(APP_NAMESPACE.into()),
+        ..ObjectMeta::default()
+    }
+}
+
+/// The Service in front of `server`, at its fixed cluster IP.
+fn service(server: &LabPod) -> Service {
+    Service {
+        metadata: app_meta(SERVICE),
         spec: Some(ServiceSpec {
             selector: Some([("app".to_string(), server.app.to_string())].into()),
             cluster_ip: Some(SERVICE_IP.to_string()),
@@ -116,58 +136,64 @@ pub fn register(
             ..ServiceSpec::default()
         }),
         ..Service::default()
-    })?;
-    for pod in pods {
-        let labels = pod
-            .labels()
-            .into_iter()
-            .map(|(k, v)| (k, v.as_str().unwrap_or_default().to_string()))
-            .collect();
-        let object = Pod {
-            metadata: ObjectMeta {
-                labels: Some(labels),
-                ..meta(&pod.name())
-            },
-            spec: Some(PodSpec {
-                node_name: Some(NODE.into()),
-                service_account_name: Some(pod.app.into()),
-                containers: vec![Container {
-                    name: pod.app.into(),
-                    image: Some("meshbench".into()),
-                    ports: Some(vec![ContainerPort {
-                        name: Some("http".into()),
-                        container_port: SERVICE_PORT.into(),
-                        protocol: Some("TCP".into()),
-                        ..ContainerPort::default()
-                    }]),
-                    ..Container::default()
-                }],
-                ..PodSpec::default()
-            }),
-            status: None,
-        };
-        api.client.apply_typed(&object)?;
-        // What the kubelet would report of it.
-        let ready = |kind: &str| PodCondition {
-            type_: kind.into(),
-            status: "True".into(),
-            ..PodCondition::default()
-        };
-        api.client.apply_status(&Pod {
-            status: Some(PodStatus {
-                phase: Some("Running".into()),
-                pod_ip: Some(pod.ip.to_string()),
-                pod_ips: Some(vec![PodIP {
-                    ip: pod.ip.to_string(),
-                }]),
-                host_ip: Some(pod.ip.to_string()),
-                conditions: Some(vec![ready("Ready"), ready("ContainersReady")]),
-                ..PodStatus::default()
-            }),
-            ..object
-        })?;
     }
-    api.apply(&json!({
+}
+
+/// One pod, then its status as the kubelet would report it: running and ready at its address.
+fn register_pod(api: &ApiServer, pod: &LabPod) -> Result<(), LabError> {
+    let labels = pod
+        .labels()
+        .into_iter()
+        .map(|(k, v)| (k, v.as_str().unwrap_or_default().to_string()))
+        .collect();
+    let object = Pod {
+        metadata: ObjectMeta {
+            labels: Some(labels),
+            ..app_meta(&pod.name())
+        },
+        spec: Some(PodSpec {
+            node_name: Some(NODE.into()),
+            service_account_name: Some(pod.app.into()),
+            containers: vec![Container {
+                name: pod.app.into(),
+                image: Some("meshbench".into()),
+                ports: Some(vec![ContainerPort {
+                    name: Some("http".into()),
+                    container_port: SERVICE_PORT.into(),
+                    protocol: Some("TCP".into()),
+                    ..ContainerPort::default()
+                }]),
+                ..Container::default()
+            }],
+            ..PodSpec::default()
+        }),
+        status: None,
+    };
+    api.client.apply_typed(&object)?;
+    let ready = |kind: &str| PodCondition {
+        type_: kind.into(),
+        status: "True".into(),
+        ..PodCondition::default()
+    };
+    api.client.apply_status(&Pod {
+        status: Some(PodStatus {
+            phase: Some("Running".into()),
+            pod_ip: Some(pod.ip.to_string()),
+            pod_ips: Some(vec![PodIP {
+                ip: pod.ip.to_string(),
+            }]),
+            host_ip: Some(pod.ip.to_string()),
+            conditions: Some(vec![ready("Ready"), ready("ContainersReady")]),
+            ..PodStatus::default()
+        }),
+        ..object
+    })?;
+    Ok(())
+}
+
+/// The Service's EndpointSlice: the server pod, ready.
+fn endpoint_slice(server: &LabPod) -> serde_json::Value {
+    json!({
         "apiVersion": "discovery.k8s.io/v1",
         "kind": "EndpointSlice",
         "metadata": {
@@ -186,14 +212,7 @@ pub fn register(
             "targetRef": {"kind": "Pod", "name": server.name(), "namespace": APP_NAMESPACE},
         }],
         "ports": [{"name": "http", "port": SERVICE_PORT, "protocol": "TCP"}],
-    }))?;
-    api.apply(&json!({
-        "apiVersion": "security.istio.io/v1",
-        "kind": "PeerAuthentication",
-        "metadata": {"name": "default", "namespace": NAMESPACE},
-        "spec": {"mtls": {"mode": mtls.istio_mode()}},
-    }))?;
-    Ok(())
+    })
 }
 
 /// Runs `ip netns exec NETNS` with `argv`, its output kept in `log`; fails with its last lines.
@@ -355,7 +374,12 @@ pub fn probe(netns: &str, limit: Duration) -> Result<u16, LabError> {
             .get(&url)
             .call()
             .map(|answer| answer.status().as_u16())
-            .map_err(|e| LabError::Io(format!("the probe request to {url}: {e}")))
+            .map_err(|source| {
+                LabError::from(IstioError::Probe {
+                    url: url.clone(),
+                    source: Box::new(source),
+                })
+            })
     })?
 }
 

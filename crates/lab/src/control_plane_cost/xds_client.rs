@@ -10,7 +10,7 @@
 //! addresses) instead of Envoy's full types. It records when it ACKed the response that carried
 //! each change meshbench made ([`super::mesh`] names them so they can be recognised), and how
 //! many bytes of responses it received. The clients run on their own runtime, two threads
-//! named [`THREAD_NAME`], whose CPU time is theirs ([`Fleet::cpu_ns`]).
+//! named [`THREAD_NAME`], whose CPU time is theirs ([`SimulatedProxies::cpu_ns`]).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::SocketAddr;
@@ -28,19 +28,22 @@ use prost::Message;
 use tokio::sync::mpsc;
 
 use super::mesh::{self, Change};
+use super::CostError;
 use crate::LabError;
 
 /// How many clients begin to connect per second: under istiod's own admission rate on two
-/// cores (25), so that a fleet's start is paced by meshbench rather than by refusals.
+/// cores (25), so that the proxies' start is paced by meshbench rather than by refusals.
 pub const CONNECTS_PER_SEC: f64 = 20.0;
 /// A refused or cut-off client's first pause before it reconnects, and the longest.
 const RECONNECT_FIRST: Duration = Duration::from_millis(500);
 const RECONNECT_MOST: Duration = Duration::from_secs(8);
 /// The clients' runtime threads' name, by which their CPU time is read.
 pub const THREAD_NAME: &str = "meshbench-xds";
-const CDS: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
-const EDS: &str = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment";
-const LDS: &str = "type.googleapis.com/envoy.config.listener.v3.Listener";
+// The type URLs are the results crate's ([`XdsType::type_url`]), but for routes, which no
+// change of the experiment's is timed on.
+const CDS: &str = XdsType::Cds.type_url();
+const EDS: &str = XdsType::Eds.type_url();
+const LDS: &str = XdsType::Lds.type_url();
 const RDS: &str = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration";
 /// The resource types a client holds, in the order it subscribes.
 pub const TYPES: [&str; 4] = [CDS, EDS, LDS, RDS];
@@ -158,7 +161,7 @@ struct SocketAddressView {
 
 /// When one client ACKed the response that carried one change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Arrival {
+pub struct AckAt {
     pub xds: XdsType,
     pub change: Change,
     pub acked_at: Instant,
@@ -178,7 +181,7 @@ struct ClientState {
     /// Types answered at least once.
     answered: HashSet<&'static str>,
     converged_at: Option<Instant>,
-    arrivals: Vec<Arrival>,
+    acks: Vec<AckAt>,
     /// Changes already seen, so that a later response holding the same one is not a second
     /// arrival.
     seen: HashSet<(XdsType, Change)>,
@@ -187,7 +190,7 @@ struct ClientState {
     reconnects: u32,
 }
 
-/// What every client shares with the fleet.
+/// What every client shares with the others.
 struct Shared {
     bytes: AtomicU64,
     connected: AtomicU32,
@@ -196,14 +199,14 @@ struct Shared {
 }
 
 /// The simulated proxies of one step; they disconnect when dropped.
-pub struct Fleet {
+pub struct SimulatedProxies {
     runtime: Option<tokio::runtime::Runtime>,
     shared: Arc<Shared>,
     clients: Vec<Arc<Mutex<ClientState>>>,
     started: Instant,
 }
 
-impl Fleet {
+impl SimulatedProxies {
     /// Connects one client per node to istiod's plain xDS port `istiod`, [`CONNECTS_PER_SEC`]
     /// at a time: istiod admits new streams at a rate of its own (25 a second on two cores,
     /// `PILOT_MAX_REQUESTS_PER_SECOND`) and refuses the rest, as a rollout of many pods finds.
@@ -213,13 +216,13 @@ impl Fleet {
         istiod: SocketAddr,
         nodes: Vec<Node>,
         twin: Option<usize>,
-    ) -> Result<Fleet, LabError> {
+    ) -> Result<SimulatedProxies, LabError> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name(THREAD_NAME)
             .enable_all()
             .build()
-            .map_err(|e| LabError::Io(format!("cannot start the xDS clients' runtime: {e}")))?;
+            .map_err(CostError::Runtime)?;
         let shared = Arc::new(Shared {
             bytes: AtomicU64::new(0),
             connected: AtomicU32::new(0),
@@ -253,7 +256,7 @@ impl Fleet {
                 }
             });
         }
-        Ok(Fleet {
+        Ok(SimulatedProxies {
             runtime: Some(runtime),
             shared,
             clients,
@@ -279,7 +282,7 @@ impl Fleet {
 
     /// Waits until every client holds a full configuration, at most `limit`: how long it took
     /// from the first connection, or why not (how many had, and the first client's end).
-    pub fn wait_converged(&self, limit: Duration) -> Result<Duration, String> {
+    pub fn wait_converged(&self, limit: Duration) -> Result<Duration, CostError> {
         let all = self.clients.len() as u32;
         let deadline = Instant::now() + limit;
         loop {
@@ -294,25 +297,20 @@ impl Fleet {
             }
             if Instant::now() > deadline {
                 let ended = self.clients.iter().find_map(|c| lock(c).ended.clone());
-                return Err(format!(
-                    "{} of {all} simulated proxies held a full configuration after {} s{}",
-                    self.shared.converged.load(Ordering::Relaxed),
-                    limit.as_secs(),
-                    ended
-                        .map(|e| format!(" (one ended: {e})"))
-                        .unwrap_or_default()
-                ));
+                return Err(CostError::NotConverged {
+                    converged: self.shared.converged.load(Ordering::Relaxed),
+                    all,
+                    limit,
+                    ended,
+                });
             }
             std::thread::sleep(Duration::from_millis(50));
         }
     }
 
     /// Every arrival of every client, by client.
-    pub fn arrivals(&self) -> Vec<Vec<Arrival>> {
-        self.clients
-            .iter()
-            .map(|c| lock(c).arrivals.clone())
-            .collect()
+    pub fn acks(&self) -> Vec<Vec<AckAt>> {
+        self.clients.iter().map(|c| lock(c).acks.clone()).collect()
     }
 
     /// What client `i` holds: per short type (`cds`...), name -> version.
@@ -338,7 +336,7 @@ impl Fleet {
     }
 }
 
-impl Drop for Fleet {
+impl Drop for SimulatedProxies {
     fn drop(&mut self) {
         self.close();
     }
@@ -367,7 +365,7 @@ pub fn threads_cpu_ns(name: &str) -> u64 {
         .sum()
 }
 
-/// One client's life: connect, subscribe, ACK until istiod closes the stream or the fleet
+/// One client's life: connect, subscribe, ACK until istiod closes the stream or the proxies
 /// stops.
 async fn run_client(
     istiod: SocketAddr,
@@ -463,97 +461,16 @@ fn take(
     };
     s.answered.insert(type_url);
     let now = Instant::now();
-    let mut arrived = Vec::new();
-    {
-        let held = s.held.entry(type_url).or_default();
-        for name in &response.removed_resources {
-            held.remove(name);
-        }
-        for r in &response.resources {
-            let version = if keep_versions {
-                r.version.clone()
-            } else {
-                String::new()
-            };
-            held.insert(r.name.clone(), version);
-        }
-    }
-    if let Some(pending) = s.pending.get_mut(type_url) {
-        for r in &response.resources {
-            pending.remove(&r.name);
-        }
-    }
-    match type_url {
-        CDS => {
-            for name in &response.removed_resources {
-                s.eds_names.remove(name);
-            }
-            for r in &response.resources {
-                if let Some(change) = mesh::config_change_of_cluster(&r.name) {
-                    arrived.push((XdsType::Cds, change));
-                }
-                let Some(cluster) = resource_body(r).and_then(|b| ClusterView::decode(b).ok())
-                else {
-                    continue;
-                };
-                if cluster.discovery_type == DISCOVERY_EDS {
-                    let service = cluster
-                        .eds
-                        .map(|e| e.service_name)
-                        .filter(|n| !n.is_empty())
-                        .unwrap_or_else(|| cluster.name.clone());
-                    s.eds_names.insert(r.name.clone(), service);
-                } else {
-                    s.eds_names.remove(&r.name);
-                }
-            }
-        }
-        LDS => {
-            for name in &response.removed_resources {
-                s.rds_names.remove(name);
-            }
-            for r in &response.resources {
-                if let Some(change) = mesh::config_change_of_listener(&r.name) {
-                    arrived.push((XdsType::Lds, change));
-                }
-                let routes = resource_body(r)
-                    .and_then(|b| ListenerView::decode(b).ok())
-                    .map(|l| route_names(&l))
-                    .unwrap_or_default();
-                s.rds_names.insert(r.name.clone(), routes);
-            }
-        }
-        EDS => {
-            for r in &response.resources {
-                let Some(assignment) =
-                    resource_body(r).and_then(|b| AssignmentView::decode(b).ok())
-                else {
-                    continue;
-                };
-                for address in assignment
-                    .endpoints
-                    .iter()
-                    .flat_map(|l| &l.lb_endpoints)
-                    .filter_map(|e| {
-                        e.endpoint
-                            .as_ref()?
-                            .address
-                            .as_ref()?
-                            .socket_address
-                            .as_ref()
-                    })
-                {
-                    if let Some(change) = mesh::endpoint_change_of_address(&address.address) {
-                        arrived.push((XdsType::Eds, change));
-                    }
-                }
-            }
-        }
-        _ => {}
-    }
+    hold(s, type_url, response, keep_versions);
+    let arrived = match type_url {
+        CDS => take_clusters(s, response),
+        LDS => take_listeners(s, response),
+        EDS => endpoint_changes(response),
+        _ => Vec::new(),
+    };
     for (xds, change) in arrived {
         if s.seen.insert((xds, change)) {
-            s.arrivals.push(Arrival {
+            s.acks.push(AckAt {
                 xds,
                 change,
                 acked_at: now,
@@ -573,6 +490,112 @@ fn take(
         _ => {}
     }
     next
+}
+
+/// What a response of `type_url` leaves held (versions only when `keep_versions`), and which
+/// subscribed names it answered.
+fn hold(
+    s: &mut ClientState,
+    type_url: &'static str,
+    response: &DeltaDiscoveryResponse,
+    keep_versions: bool,
+) {
+    let held = s.held.entry(type_url).or_default();
+    for name in &response.removed_resources {
+        held.remove(name);
+    }
+    for r in &response.resources {
+        let version = if keep_versions {
+            r.version.clone()
+        } else {
+            String::new()
+        };
+        held.insert(r.name.clone(), version);
+    }
+    if let Some(pending) = s.pending.get_mut(type_url) {
+        for r in &response.resources {
+            pending.remove(&r.name);
+        }
+    }
+}
+
+/// A CDS response: each EDS cluster's service name noted (to subscribe to its endpoints);
+/// returns the configuration changes it carries.
+fn take_clusters(s: &mut ClientState, response: &DeltaDiscoveryResponse) -> Vec<(XdsType, Change)> {
+    let mut arrived = Vec::new();
+    for name in &response.removed_resources {
+        s.eds_names.remove(name);
+    }
+    for r in &response.resources {
+        if let Some(change) = mesh::config_change_of_cluster(&r.name) {
+            arrived.push((XdsType::Cds, change));
+        }
+        let Some(cluster) = resource_body(r).and_then(|b| ClusterView::decode(b).ok()) else {
+            continue;
+        };
+        if cluster.discovery_type == DISCOVERY_EDS {
+            let service = cluster
+                .eds
+                .map(|e| e.service_name)
+                .filter(|n| !n.is_empty())
+                .unwrap_or_else(|| cluster.name.clone());
+            s.eds_names.insert(r.name.clone(), service);
+        } else {
+            s.eds_names.remove(&r.name);
+        }
+    }
+    arrived
+}
+
+/// An LDS response: each listener's route names noted (to subscribe to them); returns the
+/// configuration changes it carries.
+fn take_listeners(
+    s: &mut ClientState,
+    response: &DeltaDiscoveryResponse,
+) -> Vec<(XdsType, Change)> {
+    let mut arrived = Vec::new();
+    for name in &response.removed_resources {
+        s.rds_names.remove(name);
+    }
+    for r in &response.resources {
+        if let Some(change) = mesh::config_change_of_listener(&r.name) {
+            arrived.push((XdsType::Lds, change));
+        }
+        let routes = resource_body(r)
+            .and_then(|b| ListenerView::decode(b).ok())
+            .map(|l| route_names(&l))
+            .unwrap_or_default();
+        s.rds_names.insert(r.name.clone(), routes);
+    }
+    arrived
+}
+
+/// The endpoint changes an EDS response carries, known by their addresses.
+fn endpoint_changes(response: &DeltaDiscoveryResponse) -> Vec<(XdsType, Change)> {
+    let mut arrived = Vec::new();
+    for r in &response.resources {
+        let Some(assignment) = resource_body(r).and_then(|b| AssignmentView::decode(b).ok()) else {
+            continue;
+        };
+        for address in assignment
+            .endpoints
+            .iter()
+            .flat_map(|l| &l.lb_endpoints)
+            .filter_map(|e| {
+                e.endpoint
+                    .as_ref()?
+                    .address
+                    .as_ref()?
+                    .socket_address
+                    .as_ref()
+            })
+        {
+            if let Some(change) = mesh::endpoint_change_of_address(&address.address) {
+                arrived.push((XdsType::Eds, change));
+            }
+        }
+    }
+    arrived
 }
 
 /// The serialized resource a delta `Resource` wraps.

@@ -12,7 +12,8 @@ use std::path::PathBuf;
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 
-use super::{GatewayPlan, Target, DOMAINS_PER_WORKSPACE};
+use super::IstioError;
+use crate::gateway::{GatewayPlan, Target, DOMAINS_PER_WORKSPACE};
 use crate::pki::Issued;
 use crate::{write_file, LabError};
 
@@ -231,8 +232,8 @@ pub fn resources(plan: &GatewayPlan, istio: &Istio) -> (Vec<Gateway>, Vec<Virtua
         let w = workspace_of(i);
         let (number, protocol, tls) = if plan.tls {
             let credential = match plan.certs {
-                super::CertLayout::PerDomain => format!("{domain}-cert"),
-                super::CertLayout::Shared => "shared-cert".to_string(),
+                crate::gateway::CertLayout::PerDomain => format!("{domain}-cert"),
+                crate::gateway::CertLayout::Shared => "shared-cert".to_string(),
             };
             (
                 443,
@@ -299,7 +300,7 @@ fn to_yaml<T: Serialize>(docs: &[T]) -> Result<String, LabError> {
     let mut out = String::new();
     for d in docs {
         out.push_str("---\n");
-        out.push_str(&serde_yaml_ng::to_string(d).map_err(|e| LabError::Io(e.to_string()))?);
+        out.push_str(&serde_yaml_ng::to_string(d).map_err(IstioError::Yaml)?);
     }
     Ok(out)
 }
@@ -411,7 +412,7 @@ impl Target for Istio {
         let mut line = String::from("kubectl apply");
         for file in written {
             line.push_str(" -f ");
-            line.push_str(&super::shell_word(&file.display().to_string()));
+            line.push_str(&crate::gateway::shell_word(&file.display().to_string()));
         }
         Ok(vec![line])
     }
@@ -425,7 +426,11 @@ impl Target for Istio {
         if self.at_listen {
             return (
                 Vec::new(),
-                super::shell_word(&format!("::{}:{}", plan.listen.ip(), plan.listen.port())),
+                crate::gateway::shell_word(&format!(
+                    "::{}:{}",
+                    plan.listen.ip(),
+                    plan.listen.port()
+                )),
             );
         }
         let port = if plan.tls { 443 } else { 80 };

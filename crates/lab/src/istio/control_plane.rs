@@ -1,0 +1,293 @@
+//! istiod and the API server it watches ([`ControlPlane`]): started with Istio's CRDs, its
+//! namespace and the gateway's ServiceAccount, ready once istiod has published the mesh's root
+//! certificate; its metrics, whether it still runs, and the time one route change takes to
+//! reach a gateway's Envoy.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use meshbench_k8s::k8s_openapi::api::core::v1::{ConfigMap, Namespace, ServiceAccount};
+use meshbench_k8s::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde_json::{json, Value};
+
+use super::{
+    cache, k8s_bin, unavailable, ApiServer, IstioError, CLUSTER_ID, GATEWAY_SERVICE_ACCOUNT,
+    ISTIOD_ENV, NAMESPACE,
+};
+use crate::process::{Placement, RoleProcess};
+use crate::program::envoy::admin::{self, DumpSection};
+use crate::{write_file, LabError};
+
+/// The ConfigMap istiod publishes the mesh's root certificate in, in every namespace, and
+/// its key.
+const ROOT_CERT_CONFIG_MAP: &str = "istio-ca-root-cert";
+const ROOT_CERT_KEY: &str = "root-cert.pem";
+/// The mesh configuration: Istio's defaults.
+const MESH: &str = "{}\n";
+/// How long istiod may take to become ready and to publish the mesh's root certificate.
+const ISTIOD_WITHIN: Duration = Duration::from_secs(60);
+
+/// Whether istiod says it is ready: its plain HTTP endpoint (`--httpAddr`) answers `GET
+/// /ready` with 200, within a second to connect and [`ISTIOD_WITHIN`] in all. istiod is not
+/// Envoy: this one probe is its only reader.
+fn istiod_ready(http: SocketAddr) -> bool {
+    istiod_reader(ISTIOD_WITHIN)
+        .get(format!("http://{http}/ready"))
+        .call()
+        .is_ok_and(|answer| answer.status() == 200)
+}
+
+/// The one HTTP reader of istiod's plain endpoints (`/ready`, `/metrics`): a second to
+/// connect, `within` in all, a status that is not 200 left to the caller.
+fn istiod_reader(within: Duration) -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .timeout_connect(Some(Duration::from_secs(1)))
+        .timeout_global(Some(within))
+        .http_status_as_error(false)
+        .user_agent("meshbench")
+        .build()
+        .into()
+}
+
+/// Where istiod serves: plain xDS (Istio's 15010), authenticated xDS and the CA (15012),
+/// `/ready` (`--httpAddr`), the webhooks (15017) and its own metrics.
+#[derive(Debug, Clone, Copy)]
+pub struct IstiodAddrs {
+    pub grpc: SocketAddr,
+    pub secure_grpc: SocketAddr,
+    pub http: SocketAddr,
+    pub https: SocketAddr,
+    pub monitoring: SocketAddr,
+}
+
+/// istiod (`pilot-discovery discovery`) in `cwd`, watching the API server `kubeconfig` names,
+/// with the mesh configuration `mesh`, as `istiod-0` in Istio's namespace; the caller adds the
+/// environment that tunes it ([`ISTIOD_ENV`]).
+pub fn istiod_command(cwd: &Path, kubeconfig: &Path, mesh: &Path, at: &IstiodAddrs) -> Command {
+    let mut cmd = Command::new(cache().join("bin/pilot-discovery"));
+    cmd.current_dir(cwd)
+        .arg("discovery")
+        .arg(format!("--kubeconfig={}", kubeconfig.display()))
+        .arg(format!("--meshConfig={}", mesh.display()))
+        .arg(format!("--grpcAddr={}", at.grpc))
+        .arg(format!("--secureGRPCAddr={}", at.secure_grpc))
+        .arg(format!("--httpAddr={}", at.http))
+        .arg(format!("--httpsAddr={}", at.https))
+        .arg(format!("--monitoringAddr={}", at.monitoring))
+        .arg(format!("--clusterID={CLUSTER_ID}"))
+        .arg("--keepaliveMaxServerConnectionAge=30m")
+        .env("POD_NAMESPACE", NAMESPACE)
+        .env("POD_NAME", "istiod-0")
+        .env("KUBECONFIG", kubeconfig);
+    cmd
+}
+
+/// istiod and the API server it watches; everything stops when dropped.
+pub struct ControlPlane {
+    pub api: ApiServer,
+    /// Authenticated xDS and the CA (Istio's 15012).
+    pub secure_grpc: SocketAddr,
+    /// Plain xDS on loopback (Istio's 15010), which the simulated proxies use.
+    pub grpc: SocketAddr,
+    /// istiod's own metrics (`/metrics`, Prometheus text).
+    pub monitoring: SocketAddr,
+    /// The mesh's root certificate, as istiod publishes it (`istio-ca-root-cert`).
+    pub root_cert: String,
+    /// How long istiod took to become ready.
+    pub istiod_ready_in: Duration,
+    istiod: RoleProcess,
+}
+
+impl ControlPlane {
+    /// Starts the API server and istiod in `dir`, with Istio's CRDs, its namespace and the
+    /// gateway's ServiceAccount; returns once istiod is ready and has published its root.
+    /// istiod serves its agents (xDS and the CA) on `agents_reach`: loopback for a gateway on
+    /// this machine's loopback, the node's side of a pod's veth for sidecars in pods.
+    pub fn start(dir: &Path, agents_reach: IpAddr) -> Result<ControlPlane, LabError> {
+        Self::start_with(dir, agents_reach, ISTIOD_ENV)
+    }
+
+    /// As [`start`](Self::start), with `istiod_env` in place of [`ISTIOD_ENV`] (`&[]`:
+    /// Istio's defaults, which upstream Envoy refuses in part: docs/istio.md).
+    pub fn start_with(
+        dir: &Path,
+        agents_reach: IpAddr,
+        istiod_env: &[(&str, &str)],
+    ) -> Result<ControlPlane, LabError> {
+        if let Some(e) = unavailable() {
+            return Err(e);
+        }
+        std::fs::create_dir_all(dir).map_err(|e| LabError::Files {
+            path: dir.to_path_buf(),
+            source: e,
+        })?;
+        let api = ApiServer::start(dir, &k8s_bin())?;
+        api.apply_files(&[cache().join("crd-all.gen.yaml")])?;
+        api.client.apply_typed(&Namespace {
+            metadata: ObjectMeta {
+                name: Some(NAMESPACE.into()),
+                ..ObjectMeta::default()
+            },
+            ..Namespace::default()
+        })?;
+        api.client.apply_typed(&ServiceAccount {
+            metadata: ObjectMeta {
+                name: Some(GATEWAY_SERVICE_ACCOUNT.into()),
+                namespace: Some(NAMESPACE.into()),
+                ..ObjectMeta::default()
+            },
+            ..ServiceAccount::default()
+        })?;
+
+        let free = || crate::port::free_port().map(|p| SocketAddr::from(([127, 0, 0, 1], p)));
+        let (grpc, http, https, monitoring) = (free()?, free()?, free()?, free()?);
+        let secure_grpc = SocketAddr::new(agents_reach, crate::port::free_port()?);
+        let istiod_dir = dir.join("istiod");
+        let mesh = write_file(istiod_dir.join("mesh.yaml"), MESH)?;
+        let addrs = IstiodAddrs {
+            grpc,
+            secure_grpc,
+            http,
+            https,
+            monitoring,
+        };
+        let mut cmd = istiod_command(&istiod_dir, &api.kubeconfig, &mesh, &addrs);
+        cmd.envs(istiod_env.iter().copied());
+        let began = Instant::now();
+        let mut istiod = RoleProcess::spawn(
+            "istiod",
+            cmd,
+            &dir.join("istiod.log"),
+            &Placement::default(),
+        )?;
+        let deadline = began + ISTIOD_WITHIN;
+        let root_cert = loop {
+            if istiod_ready(http) {
+                let published = api
+                    .client
+                    .get::<ConfigMap>(NAMESPACE, ROOT_CERT_CONFIG_MAP)?
+                    .and_then(|cm| cm.data?.remove(ROOT_CERT_KEY));
+                if let Some(pem) = published {
+                    break pem;
+                }
+            }
+            if let Some(status) = istiod.exited() {
+                return Err(LabError::BadConfig {
+                    server: "istiod".into(),
+                    config: None,
+                    log: format!("exited ({status}): {}", istiod.log_tail(5)),
+                });
+            }
+            if Instant::now() > deadline {
+                return Err(LabError::NotReady {
+                    server: "istiod",
+                    awaiting: " with its root certificate",
+                    within: ISTIOD_WITHIN,
+                    log: istiod.log_tail(5),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        };
+        Ok(ControlPlane {
+            api,
+            secure_grpc,
+            grpc,
+            monitoring,
+            root_cert,
+            istiod_ready_in: began.elapsed(),
+            istiod,
+        })
+    }
+
+    /// istiod's process (group leader), for the sampler.
+    pub fn istiod_pid(&self) -> u32 {
+        self.istiod.pid()
+    }
+
+    /// istiod's own metrics now, as Prometheus text.
+    pub fn istiod_metrics(&self) -> Result<String, LabError> {
+        let failed = |reason: String| {
+            LabError::from(IstioError::IstiodMetrics {
+                at: self.monitoring,
+                reason,
+            })
+        };
+        let mut answer = istiod_reader(Duration::from_secs(10))
+            .get(format!("http://{}/metrics", self.monitoring))
+            .call()
+            .map_err(|e| failed(e.to_string()))?;
+        if answer.status() != 200 {
+            return Err(failed(format!("status {}", answer.status())));
+        }
+        answer
+            .body_mut()
+            .read_to_string()
+            .map_err(|e| failed(e.to_string()))
+    }
+
+    /// Whether istiod still runs (why not, if it stopped).
+    pub fn istiod_exited(&mut self) -> Option<String> {
+        self.istiod
+            .exited()
+            .map(|s| format!("istiod exited ({s}): {}", self.istiod.log_tail(5)))
+    }
+}
+
+/// The path of the route [`ControlPlane::time_route_change`] adds.
+pub const PROBE_PATH: &str = "/meshbench-push-probe";
+
+impl ControlPlane {
+    /// istiod's push time for one change, as a user makes one: one more exact-path route on
+    /// the first VirtualService of `virtual_services` (a file the lab applied), from the apply
+    /// until the gateway's Envoy (admin at `admin`) serves it, read from the one route
+    /// configuration that holds it. The route stays (nothing sends to it).
+    pub fn time_route_change(
+        &self,
+        admin: SocketAddr,
+        virtual_services: &Path,
+        limit: Duration,
+    ) -> Result<Duration, LabError> {
+        let text = std::fs::read_to_string(virtual_services).map_err(|e| LabError::Files {
+            path: virtual_services.to_path_buf(),
+            source: e,
+        })?;
+        let first = serde_yaml_ng::Deserializer::from_str(&text)
+            .filter_map(|d| <Value as serde::Deserialize>::deserialize(d).ok())
+            .find(|v| !v.is_null())
+            .ok_or_else(|| IstioError::NoVirtualService(virtual_services.to_path_buf()))?;
+        let domain = first["spec"]["hosts"][0]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let mut changed = first.clone();
+        let template = first["spec"]["http"][0].clone();
+        let mut probe = template;
+        probe["match"] = json!([{"uri": {"exact": PROBE_PATH}}]);
+        if let Some(routes) = changed["spec"]["http"].as_array_mut() {
+            routes.push(probe);
+        }
+        let served = || -> bool {
+            // The domain's own route configuration (its dots match themselves too).
+            let name_regex = format!(".*{domain}.*");
+            admin::config_dump(admin, DumpSection::DynamicRouteConfigs, Some(&name_regex))
+                .map(|dump| dump.to_string().contains(PROBE_PATH))
+                .unwrap_or(false)
+        };
+        if served() {
+            return Err(IstioError::AlreadyRouted.into());
+        }
+        let began = Instant::now();
+        self.api.apply(&changed)?;
+        loop {
+            if served() {
+                return Ok(began.elapsed());
+            }
+            if began.elapsed() > limit {
+                return Err(IstioError::RouteChangeNotServed { domain, limit }.into());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}

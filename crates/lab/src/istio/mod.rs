@@ -1,0 +1,156 @@
+//! `gateway.type: istio` and `proxy.type: istio`: the gateway and the sidecars as Istio runs
+//! them. Envoy takes its listeners, routes, clusters and certificates from istiod over ADS, not
+//! from a file this project wrote. This is Istio's one home: the lab's rig, the control-plane
+//! cost experiment (`crate::control_plane_cost`) and the runner's cluster all use it. The
+//! sidecars' pods are [`sidecars`], Istio's objects for the gateway plan [`objects`], the API
+//! server [`api_server`], readiness and the one wait for Envoy's ACK [`ready`]; istiod and
+//! its API server start in `control_plane.rs` ([`ControlPlane`]), the agents' command lines
+//! are `agent.rs`'s ([`ControlPlane::agent_command`]).
+//!
+//! The control plane ([`ControlPlane`]) is the smallest one istiod runs against. It has etcd
+//! and a kube-apiserver ([`api_server::ApiServer`]) with Istio's CRDs, and istiod (`pilot-discovery`)
+//! on loopback. Both are built by scripts/install-k8s.sh and scripts/install-istio.sh. The
+//! gateway role is `pilot-agent proxy router`, with the identity a pod would have mounted: a
+//! ServiceAccount token and the mesh's root certificate. The agent gets its workload
+//! certificate from istiod's CA and starts the project's upstream Envoy. Its CPU and memory are
+//! the role's, agent and Envoy together, as the `istio-proxy` container's are in a pod. The
+//! generated objects are applied before the agent starts. The role counts as started only once
+//! Envoy has accepted all of them ([`ready::wait_agent_acked`]).
+//!
+//! Upstream Envoy has none of Istio's own filters, so istiod runs with [`ISTIOD_ENV`]
+//! (docs/istio.md lists what Envoy refuses otherwise). Every server binds loopback, except
+//! istiod's port for the agents, which pods reach on the node's side of a veth. The Gateway
+//! binds its servers to the hop's address, not to Istio's wildcard (`servers[].bind`).
+
+mod agent;
+pub mod api_server;
+mod control_plane;
+pub mod objects;
+pub mod ready;
+pub mod sidecars;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use crate::LabError;
+pub use agent::{AgentPorts, AgentRole, Workload};
+pub use api_server::ApiServer;
+pub use control_plane::{istiod_command, ControlPlane, IstiodAddrs, PROBE_PATH};
+
+/// The istio.io/istio pseudo-version scripts/install-istio.sh builds.
+pub const VERSION: &str = "v0.0.0-20260827124520-eed52ebb66ad";
+/// The Kubernetes release scripts/install-k8s.sh builds.
+pub const K8S_VERSION: &str = "v1.34.2";
+/// Istio's own namespace: istiod, the gateway, its Secrets and the routes.
+pub const NAMESPACE: &str = "istio-system";
+/// The Kubernetes cluster id istiod and the proxy agree on.
+pub const CLUSTER_ID: &str = "Kubernetes";
+/// How the gateway identifies itself: its pod and its ServiceAccount.
+pub const GATEWAY_POD: &str = "istio-ingressgateway-0";
+pub const GATEWAY_SERVICE_ACCOUNT: &str = "istio-ingressgateway";
+/// istiod's environment: upstream Envoy refuses clusters and listeners that carry Istio's
+/// metadata exchange filters, and listeners that carry its ALPN filter.
+pub const ISTIOD_ENV: &[(&str, &str)] = &[
+    ("PILOT_ENABLE_ALPN_FILTER", "false"),
+    ("PILOT_ENABLE_METADATA_EXCHANGE", "false"),
+];
+const INSTALL_HINT: &str = "run scripts/install-istio.sh (istiod and pilot-agent from istio.io/istio) and scripts/install-k8s.sh (etcd and kube-apiserver)";
+
+/// What went wrong in Istio's parts, beyond starting a process ([`LabError`] says that).
+#[derive(Debug, thiserror::Error)]
+pub enum IstioError {
+    #[error("Istio's sidecars run in pods: use isolation: netns")]
+    NeedsNetns,
+    /// A part was asked to start before its control plane (a bug of the caller's order).
+    #[error("{0} started without its control plane")]
+    NoControlPlane(&'static str),
+    #[error("the Istio gateway has no admin port")]
+    NoAdminPort,
+    /// istiod ended: its status and the tail of its output.
+    #[error("{0}")]
+    IstiodExited(String),
+    #[error("istiod's metrics at {at}: {reason}")]
+    IstiodMetrics { at: SocketAddr, reason: String },
+    #[error("the probe request to {url}: {source}")]
+    Probe {
+        url: String,
+        source: Box<ureq::Error>,
+    },
+    #[error("the probe request through Istio's sidecars answered {0}")]
+    ProbeStatus(u16),
+    /// The probe passed, but a sidecar's own counters did not see it.
+    #[error("the probe request answered 200, but {role}'s Envoy did not count it ({why})")]
+    ProbeUncounted {
+        role: meshbench_results::ChainRole,
+        why: String,
+    },
+    #[error("{}: no VirtualService", .0.display())]
+    NoVirtualService(PathBuf),
+    #[error("{PROBE_PATH} is already routed")]
+    AlreadyRouted,
+    #[error("istiod's change (a route on {domain}) did not reach Envoy within {} s", .limit.as_secs())]
+    RouteChangeNotServed { domain: String, limit: Duration },
+    /// Istio's objects could not be written as YAML.
+    #[error(transparent)]
+    Yaml(#[from] serde_yaml_ng::Error),
+}
+
+/// Where scripts/install-istio.sh puts what it builds and extracts (`$ISTIO_CACHE` if set).
+pub fn cache() -> PathBuf {
+    std::env::var_os("ISTIO_CACHE").map_or_else(
+        || PathBuf::from(format!("/var/cache/meshbench/istio/{VERSION}")),
+        PathBuf::from,
+    )
+}
+
+/// Where scripts/install-k8s.sh puts the Kubernetes binaries (`$K8S_CACHE/bin` if set).
+pub fn k8s_bin() -> PathBuf {
+    std::env::var_os("K8S_CACHE")
+        .map_or_else(
+            || PathBuf::from(format!("/var/cache/meshbench/k8s/{K8S_VERSION}")),
+            PathBuf::from,
+        )
+        .join("bin")
+}
+
+/// What the Istio gateway needs that is not installed here, as one error naming it all and
+/// the scripts that install it; None when everything is there.
+pub fn unavailable() -> Option<LabError> {
+    let cache = cache();
+    let mut missing: Vec<String> = [
+        "bin/pilot-discovery",
+        "bin/pilot-agent",
+        "crd-all.gen.yaml",
+        "envoy_bootstrap_tmpl.json",
+    ]
+    .iter()
+    .map(|f| cache.join(f))
+    .chain([k8s_bin().join("kube-apiserver")])
+    .filter(|p| !p.is_file())
+    .map(|p| p.display().to_string())
+    .collect();
+    if crate::install::find("etcd", &["/usr/bin/etcd"]).is_none() {
+        missing.push("etcd".into());
+    }
+    if let Err(e) = crate::program::envoy::binary() {
+        missing.push(format!("envoy ({e})"));
+    }
+    (!missing.is_empty()).then(|| LabError::Missing {
+        program: "istio".into(),
+        hint: format!("missing {}; {INSTALL_HINT}", missing.join(", ")),
+    })
+}
+
+/// `pilot-agent version -s`, or why it could not be read.
+pub fn version() -> String {
+    let agent = cache().join("bin/pilot-agent");
+    Command::new(&agent)
+        .args(["version", "-s"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| format!("istio {}", String::from_utf8_lossy(&o.stdout).trim()))
+        .unwrap_or_else(|| format!("istio {VERSION} ({} did not answer)", agent.display()))
+}

@@ -1,0 +1,314 @@
+//! Chains of processes: each hop's settings ([`hops`]), the backend, the gateway's plan, and
+//! one role started in its cgroup and namespace and awaited ([`Rig::start_role`]), the one
+//! place every role of a rig starts.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::Command;
+
+use super::{GatewayEntry, Launch, Ready, Rig, RigSpec, Role, RoleAddress, MESH_NAME};
+use crate::cgroup::{Cgroup, Cgroups};
+use crate::gateway::{self, CertLayout, GatewayPlan};
+use crate::process::{Placement, RoleProcess};
+use crate::program::{Hop, LabProgram, ListenTls, Program, UpstreamTls};
+use crate::LabError;
+use meshbench_results::{
+    topology::{Duty, RolePlan},
+    ChainRole, Class, PlayedBy, Topology,
+};
+
+/// The command line that runs the built-in backend (`meshbench backend`) on `listen`.
+pub fn backend_command(exe: &Path, listen: SocketAddr, args: &[String]) -> Command {
+    let mut cmd = Command::new(exe);
+    cmd.args(["backend", "--listen", &listen.to_string()])
+        .args(args);
+    cmd
+}
+
+/// What each role of the chain does: its addresses, mutual TLS on the links between two hops
+/// of the mesh (never towards the client or the backend), HTTP/2 from the client. Envoy
+/// tunnels speak HBONE to their neighbours (the waypoint between them too), and every Envoy
+/// role gets an admin endpoint on its listener's address.
+pub(super) fn hops(
+    spec: &RigSpec,
+    chain: &[RolePlan],
+    addresses: &[RoleAddress],
+) -> Result<Vec<Hop>, LabError> {
+    let pki = spec.dir.join("pki");
+    let listen_tls = |client_ca: bool| ListenTls {
+        cert: pki.join("server.pem"),
+        key: pki.join("server-key.pem"),
+        client_ca: client_ca.then(|| pki.join("ca.pem")),
+    };
+    let upstream_tls = || UpstreamTls {
+        ca: pki.join("ca.pem"),
+        server_name: MESH_NAME.into(),
+        client: Some((pki.join("client.pem"), pki.join("client-key.pem"))),
+    };
+    let hbone = spec.tunnel.program == Program::Envoy;
+    let destination = addresses[chain.len()].addr;
+    chain
+        .iter()
+        .enumerate()
+        .map(|(i, role)| {
+            let mtls = spec.mtls(role.class);
+            // The client's HTTP/3 ends at the entry hop, over TLS without a client certificate.
+            let http3 = spec.http3 && i == 0;
+            let listen_tls = if http3 {
+                Some(listen_tls(false))
+            } else {
+                (i > 0 && mtls).then(|| listen_tls(true))
+            };
+            let program = match spec.topology {
+                Topology::Gateway => spec.gateway.program,
+                _ => spec.program(role.class).program,
+            };
+            let admin = match program {
+                Program::Envoy | Program::Istio => Some(SocketAddr::new(
+                    addresses[i].addr.ip(),
+                    admin_port(addresses[i].addr)?,
+                )),
+                Program::Nginx | Program::Haproxy | Program::Caddy | Program::Command => None,
+            };
+            Ok(Hop {
+                name: role.role.name().to_string(),
+                duty: role.duty,
+                layer: role.layer,
+                listen: addresses[i].addr,
+                listen_tls,
+                upstream: addresses[i + 1].addr,
+                upstream_tls: (i + 1 < chain.len() && mtls).then(upstream_tls),
+                http2: spec.grpc || (spec.http2 && i == 0),
+                grpc: spec.grpc,
+                http3,
+                workers: spec.workers(role),
+                dir: spec.dir.clone(),
+                destination,
+                hbone_in: hbone && matches!(role.duty, Duty::ServerTunnel | Duty::Waypoint),
+                hbone_out: hbone && matches!(role.duty, Duty::ClientTunnel | Duty::Waypoint),
+                admin,
+                istio_telemetry: spec.proxy_istio_telemetry && role.class == Class::Proxy,
+                access_log: (spec.attribution
+                    && program == Program::Envoy
+                    && role.layer == meshbench_results::Layer::L7)
+                    .then(|| spec.dir.join(format!("{}.access.log", role.role.name()))),
+            })
+        })
+        .collect()
+}
+
+/// A port for a role's admin endpoint: Envoy's own (15000) inside a role's namespace, a free
+/// loopback port otherwise.
+pub(super) fn admin_port(listen: SocketAddr) -> Result<u16, LabError> {
+    if listen.ip().is_loopback() {
+        crate::port::free_port()
+    } else {
+        Ok(15000)
+    }
+}
+
+/// The backend, last in the chain.
+pub(super) fn backend_launch(spec: &RigSpec, address: RoleAddress, entry: bool) -> Launch {
+    let mut args = spec.backend_args.clone();
+    if spec.http2 {
+        args.push("--http2".into());
+    }
+    if spec.http3 && entry {
+        // No hop in front: the backend itself answers the client's HTTP/3.
+        let pki = spec.dir.join("pki");
+        args.extend(["--tls".into(), "--http3".into(), "--cert".into()]);
+        args.push(pki.join("server.pem").display().to_string());
+        args.push("--key".into());
+        args.push(pki.join("server-key.pem").display().to_string());
+    }
+    Launch {
+        name: ChainRole::Backend,
+        class: Class::Backend,
+        program: PlayedBy::Backend,
+        command: backend_command(&spec.backend_exe, address.addr, &args),
+        address,
+        workers: 0,
+        admin: None,
+        config: None,
+        ready: Ready::Accepts,
+        user: None,
+        admin_netns: None,
+    }
+}
+
+impl Rig {
+    /// A role of the chain: the gateway's configuration for the gateway, else the hop's.
+    pub(super) fn hop_launch(
+        &mut self,
+        spec: &RigSpec,
+        role: &RolePlan,
+        hop: &Hop,
+        address: RoleAddress,
+    ) -> Result<Launch, LabError> {
+        let (command, program, config) = match spec.topology {
+            Topology::Gateway if spec.gateway.program == Program::Istio => (
+                self.prepare_istio_gateway(spec, hop)?,
+                Program::Istio,
+                spec.dir.join("gateway"),
+            ),
+            Topology::Gateway => (
+                self.prepare_gateway(spec, hop)?,
+                spec.gateway.program,
+                spec.gateway
+                    .program
+                    .gateway_config(&spec.dir.join("gateway")),
+            ),
+            _ => {
+                let p = spec.program(role.class);
+                (p.prepare_hop(hop)?, p.program, p.hop_config(hop))
+            }
+        };
+        Ok(Launch {
+            name: role.role,
+            class: role.class,
+            program: PlayedBy::Proxy(program),
+            command,
+            address,
+            workers: hop.workers,
+            admin: hop.admin,
+            config: Some(config),
+            ready: if self.istio_gateway.is_some() && role.class == Class::Proxy {
+                Ready::ConfiguredByIstio
+            } else {
+                Ready::Accepts
+            },
+            user: None,
+            admin_netns: None,
+        })
+    }
+
+    /// Writes the gateway plan (TLS, a certificate per domain) for the gateway role at the
+    /// hop's addresses, and notes how the client reaches it.
+    pub(super) fn prepare_gateway(
+        &mut self,
+        spec: &RigSpec,
+        hop: &Hop,
+    ) -> Result<Command, LabError> {
+        let out = spec.dir.join("gateway");
+        self.write_gateway_plan(spec, hop, &out)?;
+        let mut command = spec.gateway.program.gateway_command(&out, hop.workers)?;
+        if spec.gateway.program == Program::Envoy && hop.access_log.is_some() {
+            command.args(crate::program::envoy::access_log::FLUSH_ARGS);
+        }
+        Ok(command)
+    }
+
+    /// The gateway plan for the hop, written into `out`, and how the client reaches it.
+    pub(super) fn write_gateway_plan(
+        &mut self,
+        spec: &RigSpec,
+        hop: &Hop,
+        out: &Path,
+    ) -> Result<(GatewayPlan, gateway::Generated), LabError> {
+        let plan = GatewayPlan {
+            domains: spec.gateway.domains,
+            paths: spec.gateway.paths,
+            tls: true,
+            http2: spec.http2,
+            http3: spec.http3,
+            grpc: spec.grpc,
+            certs: CertLayout::PerDomain,
+            backend: hop.upstream,
+            listen: hop.listen,
+            workers: hop.workers as usize,
+            admin: hop.admin,
+            out: out.to_path_buf(),
+            access_log: hop.access_log.clone(),
+        };
+        let generated = gateway::generate(&plan, &spec.gateway.program)?;
+        self.gateway = Some(GatewayEntry {
+            targets: out.join("targets.txt"),
+            ca: out.join("ca.pem"),
+        });
+        Ok((plan, generated))
+    }
+
+    /// Starts one role in its cgroup (or pinned to CPUs) and namespace, waits until it accepts,
+    /// and puts it first in the list (roles start from the server side).
+    pub(super) fn start_role(
+        &mut self,
+        spec: &RigSpec,
+        cgroups: Option<&Cgroups>,
+        launch: Launch,
+    ) -> Result<(), LabError> {
+        let limits = spec.limits(launch.class);
+        let limited =
+            limits.cpus.is_some() || limits.cpuset.is_some() || limits.memory_mib.is_some();
+        let cgroup = match cgroups {
+            // Always a group when possible: its usage is the cleanest CPU reading.
+            Some(kind) => Some(Cgroup::create(
+                kind,
+                &format!("{}-{}", spec.id, launch.name),
+                limits,
+            )?),
+            None => None,
+        };
+        let affinity = if cgroup.is_none() && limited {
+            match (&limits.cpuset, limits.cpus) {
+                (Some(set), _) => Some(set.clone()),
+                (None, Some(c)) => Some((0..c.ceil().max(1.0) as usize).collect()),
+                _ => None,
+            }
+        } else {
+            None
+        };
+        let namespace = launch.address.namespace;
+        let place = Placement {
+            cgroup: cgroup.as_ref(),
+            affinity,
+            netns: namespace.as_ref().map(|m| m.netns.clone()),
+            user: launch.user,
+        };
+        let log = spec.dir.join(format!("{}.log", launch.name));
+        let listen = launch.address.addr;
+        let process = match launch.ready {
+            Ready::Accepts => {
+                RoleProcess::start(launch.name.name(), launch.command, &log, &place, listen)
+            }
+            Ready::ConfiguredByIstio => self.start_istio_agent(
+                launch.name.name(),
+                launch.command,
+                &log,
+                &place,
+                launch.admin,
+            ),
+            Ready::SidecarConfigured(expected) => self.start_sidecar(
+                launch.name,
+                launch.command,
+                &log,
+                &place,
+                launch.admin,
+                expected,
+            ),
+        }
+        .map_err(|e| match e {
+            LabError::BadConfig { server, log, .. } => LabError::BadConfig {
+                server: format!("{server} ({})", launch.program),
+                config: launch.config.clone(),
+                log,
+            },
+            other => other,
+        })?;
+        self.roles.insert(
+            0,
+            Role {
+                name: launch.name,
+                class: launch.class,
+                program: launch.program,
+                listen,
+                workers: launch.workers,
+                admin: launch.admin,
+                admin_netns: launch.admin_netns,
+                process,
+                cgroup,
+                namespace,
+            },
+        );
+        Ok(())
+    }
+}

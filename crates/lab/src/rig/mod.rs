@@ -1,0 +1,494 @@
+//! A rig: the system under test for one step, every role a real process. The topology gives
+//! the chain of roles (`meshbench_results::topology`); the backend starts first, then the
+//! roles from the server side outwards, each played by its program ([`crate::program`]) in its
+//! cgroup (or pinned with the affinity mask where cgroups cannot be written), optionally in its
+//! own network namespace. The client (meshbench's engine, in this process) talks to [`Rig::entry`].
+//! Dropping the rig stops every process, then removes the cgroups, the namespaces and the files.
+//!
+//! This module holds the rig, its spec and the order of things ([`Rig::start`], [`Drop`]).
+//! What it starts lives beside it: `chain` the chains of processes (the hops, the backend,
+//! one role started and awaited), `pods` Istio's sidecars' pods and their namespaces, and
+//! `istio` the rig's share of Istio (the gateway's and the sidecars' control planes and
+//! their agents), which calls into Istio's home, [`crate::istio`].
+
+mod chain;
+mod istio;
+mod pods;
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use crate::cgroup::{Cgroup, Cgroups, Limits};
+use crate::istio::{ready, sidecars};
+use crate::netns::{Namespaces, RoleNamespace};
+use crate::process::RoleProcess;
+use crate::program::{Program, ProgramSpec};
+use crate::sampler::Watch;
+use crate::{pki, LabError};
+use chain::{backend_launch, hops};
+use meshbench_results::{
+    topology::RolePlan, ChainRole, Class, PeerAuthentication, PlayedBy, Topology,
+};
+
+pub use chain::backend_command;
+pub use istio::{IstioGateway, IstioSidecars};
+
+/// The gateway topology's settings.
+#[derive(Debug, Clone)]
+pub struct GatewaySpec {
+    pub program: Program,
+    pub domains: usize,
+    pub paths: usize,
+    /// 0: follow the CPU allotment.
+    pub workers: u32,
+}
+
+/// Everything needed to start a rig.
+#[derive(Debug, Clone)]
+pub struct RigSpec {
+    pub topology: Topology,
+    /// The L7 proxies' program: sidecars and the waypoint.
+    pub proxy: ProgramSpec,
+    /// 0: follow the CPU allotment.
+    pub proxy_workers: u32,
+    /// Mutual TLS between the two proxies of `both`.
+    pub proxy_mtls: bool,
+    /// Istio's sidecars (`proxy.type: istio`): the mesh's PeerAuthentication when
+    /// `proxy_mtls` is on.
+    pub proxy_peer_authentication: PeerAuthentication,
+    /// Envoy proxies: add the stand-ins for Istio's per-request telemetry.
+    pub proxy_istio_telemetry: bool,
+    /// Per-hop attribution: each L7 Envoy logs the requests the engine tagged.
+    pub attribution: bool,
+    /// The L4 tunnels' program.
+    pub tunnel: ProgramSpec,
+    pub tunnel_workers: u32,
+    /// Mutual TLS between tunnels (and the waypoint).
+    pub tunnel_mtls: bool,
+    pub gateway: GatewaySpec,
+    /// The meshbench binary (for `meshbench backend`).
+    pub backend_exe: PathBuf,
+    pub backend_args: Vec<String>,
+    pub proxy_limits: Limits,
+    pub tunnel_limits: Limits,
+    pub backend_limits: Limits,
+    /// Accept HTTP/2 from the client (h2c on plain listeners, ALPN h2 on TLS ones).
+    pub http2: bool,
+    /// gRPC end to end: every L7 hop speaks HTTP/2 on both sides.
+    pub grpc: bool,
+    /// HTTP/3 from the client: the entry (a caddy hop, the gateway, or the backend itself when
+    /// there is no hop) listens with TLS and QUIC; what it forwards is unchanged.
+    pub http3: bool,
+    pub netns: bool,
+    /// Unique to this rig among those alive (cgroup and namespace names).
+    pub id: String,
+    pub dir: PathBuf,
+}
+
+/// One running role.
+#[derive(Debug)]
+pub struct Role {
+    /// Which role of the chain it plays (its name in results, the stem of its files).
+    pub name: ChainRole,
+    pub class: Class,
+    /// The program that plays it (nginx, haproxy, caddy, envoy, command, istio), or the
+    /// backend.
+    pub program: PlayedBy,
+    pub listen: SocketAddr,
+    pub workers: u32,
+    /// The program's admin endpoint (Envoy's), read after each step as a second witness.
+    pub admin: Option<SocketAddr>,
+    /// The network namespace the admin endpoint is reached in (an Istio sidecar's admin is on
+    /// its pod's own loopback); None: from here.
+    pub admin_netns: Option<String>,
+    // Field order matters: the process stops before its cgroup is removed.
+    pub process: RoleProcess,
+    pub cgroup: Option<Cgroup>,
+    pub namespace: Option<RoleNamespace>,
+}
+
+impl Role {
+    /// Reads its Envoy admin endpoint with `read`, from where the endpoint is reached (inside
+    /// its pod for an Istio sidecar); None when it has none.
+    pub fn read_admin<T: Send>(
+        &self,
+        read: impl FnOnce(SocketAddr) -> T + Send,
+    ) -> Option<Result<T, LabError>> {
+        let admin = self.admin?;
+        Some(crate::netns::within(self.admin_netns.as_deref(), || {
+            read(admin)
+        }))
+    }
+}
+
+/// How the client reaches the gateway topology.
+#[derive(Debug, Clone)]
+pub struct GatewayEntry {
+    pub targets: PathBuf,
+    pub ca: PathBuf,
+}
+
+/// How the client checks an entry that speaks TLS to it (HTTP/3): trust this CA, ask for this
+/// name (its certificate's), connect to the rig's entry address.
+#[derive(Debug, Clone)]
+pub struct EntryTls {
+    pub ca: PathBuf,
+    pub server_name: String,
+}
+
+/// A running system under test.
+pub struct Rig {
+    /// From the client's side to the backend.
+    pub roles: Vec<Role>,
+    /// Where the client sends its requests.
+    pub entry: SocketAddr,
+    pub gateway: Option<GatewayEntry>,
+    /// The entry's TLS towards the client, when it has one outside the gateway topology.
+    pub entry_tls: Option<EntryTls>,
+    /// What could not be done as asked, and what was done instead.
+    pub warnings: Vec<String>,
+    /// The Istio gateway's control plane (`gateway.type: istio`), stopped after the roles.
+    pub istio_gateway: Option<IstioGateway>,
+    /// Istio's sidecars' control plane (`proxy.type: istio`), stopped after the roles.
+    pub istio_sidecars: Option<IstioSidecars>,
+    /// The network namespace the load leaves from (the client pod of Istio's sidecars);
+    /// None: this machine's own.
+    pub client_netns: Option<String>,
+    /// Per-hop attribution: the roles that log the tagged requests, and where.
+    pub access_logs: Vec<(ChainRole, PathBuf)>,
+    namespaces: Option<Namespaces>,
+    /// Istio's sidecars' directories, outside `dir` ([`sidecars::pod_dir`]).
+    pod_dirs: Vec<tempfile::TempDir>,
+    dir: PathBuf,
+}
+
+/// The name the mesh's certificates are issued for and checked against.
+const MESH_NAME: &str = "mesh.local";
+
+/// Where a role listens: an address, and the namespace it lives in when isolated.
+struct RoleAddress {
+    addr: SocketAddr,
+    namespace: Option<RoleNamespace>,
+}
+
+/// One role ready to start: its command line written, its address chosen.
+struct Launch {
+    name: ChainRole,
+    class: Class,
+    program: PlayedBy,
+    command: Command,
+    address: RoleAddress,
+    workers: u32,
+    admin: Option<SocketAddr>,
+    /// Its configuration file, named when the program refuses it.
+    config: Option<PathBuf>,
+    /// When it counts as started.
+    ready: Ready,
+    /// The user it runs as (Istio's proxy user), when not this process's.
+    user: Option<u32>,
+    /// Where its admin endpoint is reached from.
+    admin_netns: Option<String>,
+}
+
+/// When a started role counts as ready.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Ready {
+    /// Its listener accepts a connection.
+    Accepts,
+    /// Its Envoy holds all that istiod should send ([`Rig::istio_gateway`]'s `expected`).
+    ConfiguredByIstio,
+    /// Its Envoy, a sidecar, holds all of this.
+    SidecarConfigured(ready::SidecarExpected),
+}
+
+impl RigSpec {
+    /// The limits of a class of roles.
+    pub fn limits(&self, class: Class) -> &Limits {
+        match class {
+            Class::Proxy => &self.proxy_limits,
+            Class::Tunnel => &self.tunnel_limits,
+            Class::Backend => &self.backend_limits,
+        }
+    }
+
+    /// The program of a class of hops.
+    fn program(&self, class: Class) -> &ProgramSpec {
+        match class {
+            Class::Tunnel => &self.tunnel,
+            // The backend is no hop: it has no program of its own.
+            Class::Proxy | Class::Backend => &self.proxy,
+        }
+    }
+
+    /// The worker count of a role of the chain.
+    fn workers(&self, role: &RolePlan) -> u32 {
+        let set = match (self.topology, role.class) {
+            (Topology::Gateway, _) => self.gateway.workers,
+            (_, Class::Tunnel) => self.tunnel_workers,
+            (_, Class::Proxy | Class::Backend) => self.proxy_workers,
+        };
+        workers_for(set, self.limits(role.class))
+    }
+
+    /// Whether a role's links to the other hops of the mesh use mutual TLS.
+    fn mtls(&self, class: Class) -> bool {
+        match class {
+            Class::Tunnel => self.tunnel_mtls,
+            // The waypoint sits between tunnels: it speaks their TLS.
+            _ if self.topology == Topology::Waypoint => self.tunnel_mtls,
+            _ => self.proxy_mtls,
+        }
+    }
+}
+
+/// Worker count for a role: as set, else the CPU quota rounded up, else the pinned CPUs,
+/// else 2 (the default concurrency of Istio's sidecar).
+pub fn workers_for(set: u32, limits: &Limits) -> u32 {
+    if set > 0 {
+        return set;
+    }
+    if let Some(c) = limits.cpus {
+        return c.ceil().max(1.0) as u32;
+    }
+    if let Some(set) = &limits.cpuset {
+        return set.len().max(1) as u32;
+    }
+    2
+}
+
+/// Removes what a run killed with SIGKILL left behind: `meshbench-<pid>-*` cgroups of
+/// processes that no longer exist (their stragglers are killed first), then such network
+/// namespaces.
+pub fn remove_stale() {
+    for controller in ["", "cpu", "cpuacct", "cpuset", "memory"] {
+        let root = Path::new("/sys/fs/cgroup").join(controller);
+        let Ok(dir) = std::fs::read_dir(&root) else {
+            continue;
+        };
+        for e in dir.flatten() {
+            let name = e.file_name().to_string_lossy().to_string();
+            let Some(owner) = name
+                .strip_prefix("meshbench-")
+                .and_then(|r| r.split('-').next())
+                .and_then(|p| p.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            if Path::new(&format!("/proc/{owner}")).exists() {
+                continue;
+            }
+            let procs = std::fs::read_to_string(e.path().join("cgroup.procs")).unwrap_or_default();
+            for pid in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+                // SAFETY: killing a leftover process of a dead run.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+            std::thread::sleep(Duration::from_millis(50));
+            let _ = std::fs::remove_dir(e.path());
+        }
+    }
+    crate::netns::remove_stale();
+    sidecars::remove_stale();
+}
+
+impl Rig {
+    /// Starts every role and waits until each accepts connections.
+    pub fn start(spec: &RigSpec) -> Result<Rig, LabError> {
+        std::fs::create_dir_all(&spec.dir).map_err(|e| LabError::Files {
+            path: spec.dir.clone(),
+            source: e,
+        })?;
+        let mut rig = Rig {
+            roles: Vec::new(),
+            entry: SocketAddr::from(([127, 0, 0, 1], 0)),
+            gateway: None,
+            entry_tls: None,
+            warnings: Vec::new(),
+            istio_gateway: None,
+            istio_sidecars: None,
+            client_netns: None,
+            access_logs: Vec::new(),
+            pod_dirs: Vec::new(),
+            namespaces: spec
+                .netns
+                .then(|| Namespaces::new(&spec.id, &short_prefix(&spec.id))),
+            dir: spec.dir.clone(),
+        };
+        if spec.proxy.program == Program::Istio && spec.topology != Topology::Gateway {
+            rig.start_pods(spec)?;
+            return Ok(rig);
+        }
+        let cgroups = rig.cgroups(spec);
+        let chain = spec.topology.chain();
+        let mut addresses = rig.addresses(chain.len() + 1)?;
+        let hops = hops(spec, chain, &addresses)?;
+        rig.access_logs = chain
+            .iter()
+            .zip(&hops)
+            .filter_map(|(role, hop)| Some((role.role, hop.access_log.clone()?)))
+            .collect();
+        let entry_tls = spec.http3 && spec.topology != Topology::Gateway;
+        if entry_tls
+            || hops
+                .iter()
+                .any(|h| h.listen_tls.is_some() || h.upstream_tls.is_some())
+        {
+            pki::write_lab_set(&spec.dir.join("pki"), &[MESH_NAME.to_string()])?;
+        }
+        if entry_tls {
+            rig.entry_tls = Some(EntryTls {
+                ca: spec.dir.join("pki").join("ca.pem"),
+                server_name: MESH_NAME.into(),
+            });
+        }
+        rig.entry = addresses[0].addr;
+        if let Some(address) = addresses.pop() {
+            rig.start_role(
+                spec,
+                cgroups.as_ref(),
+                backend_launch(spec, address, chain.is_empty()),
+            )?;
+        }
+        // The hops, server side first.
+        for ((role, hop), address) in chain.iter().zip(&hops).zip(addresses).rev() {
+            let launch = rig.hop_launch(spec, role, hop, address)?;
+            rig.start_role(spec, cgroups.as_ref(), launch)?;
+        }
+        Ok(rig)
+    }
+
+    /// The cgroup hierarchy, if it can be written; else a warning when limits were asked for.
+    fn cgroups(&mut self, spec: &RigSpec) -> Option<Cgroups> {
+        match Cgroups::detect() {
+            Ok(k) => Some(k),
+            Err(why) => {
+                let limited = [Class::Proxy, Class::Tunnel, Class::Backend]
+                    .iter()
+                    .map(|c| spec.limits(*c))
+                    .any(|l| l.cpus.is_some() || l.memory_mib.is_some());
+                if limited {
+                    self.warnings.push(format!(
+                        "{why}; CPU quotas fall back to pinning on whole CPUs, memory limits are not applied"
+                    ));
+                }
+                None
+            }
+        }
+    }
+
+    /// One address per role, the backend's last: each in its own namespace when isolated,
+    /// else a free loopback port.
+    fn addresses(&mut self, n: usize) -> Result<Vec<RoleAddress>, LabError> {
+        (0..n)
+            .map(|i| match &mut self.namespaces {
+                Some(ns) => {
+                    let m = ns.add(i)?;
+                    Ok(RoleAddress {
+                        addr: SocketAddr::new(m.addr, 8080),
+                        namespace: Some(m),
+                    })
+                }
+                None => Ok(RoleAddress {
+                    addr: SocketAddr::new(
+                        IpAddr::V4(Ipv4Addr::LOCALHOST),
+                        crate::port::free_port()?,
+                    ),
+                    namespace: None,
+                }),
+            })
+            .collect()
+    }
+
+    /// The gateway's (or first proxy's) admin endpoint, if it has one.
+    pub fn gateway_admin(&self) -> Option<SocketAddr> {
+        self.roles
+            .iter()
+            .find(|r| r.class == Class::Proxy)
+            .and_then(|r| r.admin)
+    }
+
+    /// What the sampler should read for each role. A namespace two roles share (a pod: the
+    /// backend and its sidecar) is read once, for the first of them from the client side.
+    pub fn watches(&self) -> Vec<Watch> {
+        let mut read = std::collections::HashSet::new();
+        self.roles
+            .iter()
+            .enumerate()
+            .map(|(i, r)| Watch {
+                role: meshbench_results::Role::Chain(r.name),
+                pgid: r.process.pid(),
+                cgroup: r.cgroup.as_ref().map(Cgroup::files),
+                port: Some(r.listen.port()),
+                // Roles are listed client side first: the next one is this one's upstream.
+                upstream_port: self.roles.get(i + 1).map(|n| n.listen.port()),
+                veth: r
+                    .namespace
+                    .as_ref()
+                    .filter(|m| read.insert(m.host_veth.clone()))
+                    .map(|m| m.host_veth.clone()),
+            })
+            .collect()
+    }
+
+    /// The first role found dead, with the tail of its output.
+    pub fn dead_role(&mut self) -> Option<(ChainRole, String)> {
+        self.roles.iter_mut().find_map(|r| {
+            let status = r.process.exited()?;
+            Some((r.name, format!("{status}: {}", r.process.log_tail(5))))
+        })
+    }
+}
+
+/// A short tag for namespace and interface names (15 bytes at most with suffixes): a hash of
+/// the rig's id, so that rigs of concurrent runs do not collide.
+fn short_prefix(id: &str) -> String {
+    // FNV-1a, 24 bits.
+    let h = id.bytes().fold(0x811c_9dc5u32, |h, b| {
+        (h ^ b as u32).wrapping_mul(0x0100_0193)
+    });
+    format!("mb{:06x}", h & 0xff_ffff)
+}
+
+impl Drop for Rig {
+    fn drop(&mut self) {
+        // Processes (and with them their cgroups) first, then the control planes, then the
+        // namespaces (and with them the capture), then the files.
+        while let Some(r) = self.roles.pop() {
+            drop(r);
+        }
+        self.istio_gateway.take();
+        self.istio_sidecars.take();
+        self.namespaces.take();
+        self.pod_dirs.clear();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn workers_follow_the_allotment_unless_set() {
+        let quota = |c| Limits {
+            cpus: Some(c),
+            ..Limits::default()
+        };
+        assert_eq!(workers_for(3, &quota(0.5)), 3);
+        assert_eq!(workers_for(0, &quota(0.25)), 1);
+        assert_eq!(workers_for(0, &quota(2.5)), 3);
+        let pinned = Limits {
+            cpuset: Some(vec![0, 1]),
+            ..Limits::default()
+        };
+        assert_eq!(workers_for(0, &pinned), 2);
+        assert_eq!(workers_for(0, &Limits::default()), 2);
+    }
+
+    #[test]
+    fn namespace_prefixes_are_short_and_differ_per_rig() {
+        assert_eq!(short_prefix("1234-5-6").len(), 8);
+        assert_ne!(short_prefix("1234-5-6"), short_prefix("1235-5-6"));
+    }
+}

@@ -1,0 +1,199 @@
+//! Pods and their namespaces (`proxy.type: istio`): the client pod and the backend's pod,
+//! each a network namespace, a sidecar in each pod the topology puts one in, and the probe
+//! that proves the traffic goes through them.
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use super::{chain::backend_launch, IstioSidecars, Launch, Ready, Rig, RigSpec, RoleAddress};
+use crate::istio::sidecars::{self, LabPod};
+use crate::istio::{ready, AgentPorts, AgentRole, ControlPlane, IstioError, Workload};
+use crate::LabError;
+use meshbench_results::{
+    topology::{Duty, RolePlan},
+    Class, PeerAuthentication, PlayedBy, Program,
+};
+
+impl Rig {
+    /// Istio's sidecars (`proxy.type: istio`), in pods: the client pod (where the load
+    /// leaves from) and the backend's pod, each a network namespace; a sidecar in each pod
+    /// the topology puts one in, configured by istiod, its traffic captured by Istio's
+    /// iptables. The load goes to the Service's address, as an application's would. The
+    /// baseline has the same pods, no sidecar and no control plane.
+    pub(super) fn start_pods(&mut self, spec: &RigSpec) -> Result<(), LabError> {
+        let cgroups = self.cgroups(spec);
+        let Some(namespaces) = self.namespaces.as_mut() else {
+            return Err(IstioError::NeedsNetns.into());
+        };
+        let (client_ns, server_ns) = (namespaces.add(0)?, namespaces.add(1)?);
+        let chain = spec.topology.chain();
+        let sidecar = |duty| chain.iter().find(|r| r.duty == duty).copied();
+        let (client_sidecar, server_sidecar) =
+            (sidecar(Duty::ClientSidecar), sidecar(Duty::ServerSidecar));
+        let client = LabPod {
+            app: "client",
+            ip: client_ns.addr,
+            sidecar: client_sidecar.is_some(),
+        };
+        let server = LabPod {
+            app: sidecars::SERVICE,
+            ip: server_ns.addr,
+            sidecar: server_sidecar.is_some(),
+        };
+        let backend = SocketAddr::new(server.ip, sidecars::SERVICE_PORT);
+        self.entry = SocketAddr::new(IpAddr::V4(sidecars::SERVICE_IP), sidecars::SERVICE_PORT);
+        self.client_netns = Some(client_ns.netns.clone());
+        let address = RoleAddress {
+            addr: backend,
+            namespace: Some(server_ns.clone()),
+        };
+        self.start_role(spec, cgroups.as_ref(), backend_launch(spec, address, false))?;
+        if !client.sidecar {
+            sidecars::service_rule(
+                &client_ns.netns,
+                backend,
+                &spec.dir.join("service-rule.log"),
+            )?;
+        }
+        if !client.sidecar && !server.sidecar {
+            return Ok(());
+        }
+        if let Some(what) = sidecars::iptables_missing() {
+            return Err(LabError::Missing {
+                program: "iptables".into(),
+                hint: format!("Istio's capture needs {what}"),
+            });
+        }
+        // istiod serves the pods' agents on the client pod's way to this machine.
+        let control_plane = ControlPlane::start(&spec.dir.join("istio"), client_ns.host_addr)?;
+        let mtls = if spec.proxy_mtls {
+            spec.proxy_peer_authentication
+        } else {
+            PeerAuthentication::Disable
+        };
+        sidecars::register(&control_plane.api, &[&client, &server], &server, mtls)?;
+        self.istio_sidecars = Some(IstioSidecars {
+            control_plane,
+            pushed_in: Vec::new(),
+            probe_status: 0,
+        });
+        let port = sidecars::SERVICE_PORT;
+        if let Some(role) = server_sidecar {
+            let expected = ready::SidecarExpected::server(port);
+            let launch = self.sidecar_launch(spec, &role, &server, &server_ns, expected)?;
+            self.start_role(spec, cgroups.as_ref(), launch)?;
+        }
+        if let Some(role) = client_sidecar {
+            let host = format!(
+                "{}.{}.svc.cluster.local",
+                sidecars::SERVICE,
+                sidecars::APP_NAMESPACE
+            );
+            let expected = ready::SidecarExpected::client(port, &host, backend);
+            let launch = self.sidecar_launch(spec, &role, &client, &client_ns, expected)?;
+            self.start_role(spec, cgroups.as_ref(), launch)?;
+        }
+        self.probe_sidecars(&client_ns.netns)
+    }
+
+    /// The sidecar of `pod` (in namespace `ns`), playing `role`: its agent's command, its
+    /// directory handed to Istio's proxy user, and its pod's capture written.
+    pub(super) fn sidecar_launch(
+        &mut self,
+        spec: &RigSpec,
+        role: &RolePlan,
+        pod: &LabPod,
+        ns: &crate::netns::RoleNamespace,
+        expected: ready::SidecarExpected,
+    ) -> Result<Launch, LabError> {
+        let Some(mesh) = self.istio_sidecars.as_ref() else {
+            return Err(IstioError::NoControlPlane("a sidecar").into());
+        };
+        let pod_dir = crate::removed_on_drop(&sidecars::pod_dir(&spec.id, pod.app)?)?;
+        let dir = pod_dir.path().to_path_buf();
+        self.pod_dirs.push(pod_dir);
+        let workers = spec.workers(role);
+        let name = pod.name();
+        let workload = Workload {
+            namespace: sidecars::APP_NAMESPACE,
+            pod: &name,
+            service_account: pod.app,
+            ip: pod.ip,
+            labels: pod.labels_json(),
+        };
+        let command = mesh.control_plane.agent_command(
+            AgentRole::Sidecar,
+            &workload,
+            &dir,
+            AgentPorts::ISTIO,
+            workers,
+        )?;
+        sidecars::hand_to_proxy_user(&dir)?;
+        // As istio-init does, before the pod's containers start.
+        sidecars::capture(
+            &ns.netns,
+            &spec.dir.join(format!("{}-capture.log", pod.app)),
+        )?;
+        let listen = match role.duty {
+            Duty::ClientSidecar => sidecars::OUTBOUND_CAPTURE,
+            _ => sidecars::INBOUND_CAPTURE,
+        };
+        Ok(Launch {
+            name: role.role,
+            class: role.class,
+            program: PlayedBy::Proxy(Program::Istio),
+            command,
+            address: RoleAddress {
+                addr: SocketAddr::new(pod.ip, listen),
+                namespace: Some(ns.clone()),
+            },
+            workers,
+            admin: Some(SocketAddr::from(([127, 0, 0, 1], AgentPorts::ISTIO.admin))),
+            config: None,
+            ready: Ready::SidecarConfigured(expected),
+            user: Some(sidecars::PROXY_UID),
+            admin_netns: Some(ns.netns.clone()),
+        })
+    }
+
+    /// One request from the client pod to the Service, until it answers 200 (at most 30 s);
+    /// then each sidecar's own counters must show it went through.
+    pub(super) fn probe_sidecars(&mut self, client_netns: &str) -> Result<(), LabError> {
+        let began = std::time::Instant::now();
+        let status = loop {
+            let answer = sidecars::probe(client_netns, Duration::from_secs(5));
+            match answer {
+                Ok(200) => break 200,
+                _ if began.elapsed() < Duration::from_secs(30) => {
+                    std::thread::sleep(Duration::from_millis(250))
+                }
+                Ok(status) => return Err(IstioError::ProbeStatus(status).into()),
+                Err(e) => return Err(e),
+            }
+        };
+        for r in self.roles.iter().filter(|r| r.class == Class::Proxy) {
+            let Some(read) = r.read_admin(crate::program::envoy::admin::read) else {
+                continue;
+            };
+            let read = read?;
+            let ok = read
+                .as_ref()
+                .ok()
+                .and_then(|c| c.requests.as_ref())
+                .map_or(0, |q| q.status_2xx);
+            if ok == 0 {
+                return Err(IstioError::ProbeUncounted {
+                    role: r.name,
+                    why: read
+                        .err()
+                        .map_or("no 2xx in its stats".into(), |e| e.to_string()),
+                }
+                .into());
+            }
+        }
+        if let Some(mesh) = self.istio_sidecars.as_mut() {
+            mesh.probe_status = status;
+        }
+        Ok(())
+    }
+}
