@@ -180,10 +180,10 @@ impl Sampler {
 
     /// The newest reading of each role (cumulative CPU and bytes, memory now), by the role's
     /// word in results (the live stream's).
-    pub fn latest(&self) -> Vec<(String, Sample)> {
+    pub fn latest(&self) -> Vec<(Role, Sample)> {
         self.latest
             .lock()
-            .map(|l| l.iter().map(|(r, s)| (r.name().to_string(), *s)).collect())
+            .map(|l| l.iter().map(|(r, s)| (r.clone(), *s)).collect())
             .unwrap_or_default()
     }
 

@@ -14,7 +14,7 @@ use hdrhistogram::Histogram;
 use meshbench_engine::recorder::{Counts, Interval};
 use meshbench_results::{
     histogram::{new_histogram, new_interval_histogram},
-    Sample,
+    Role, Sample,
 };
 use serde::Serialize;
 
@@ -210,7 +210,7 @@ impl Hub {
 
     /// A completed second of the step `scope` (started with [`Hub::step_started`]), with the
     /// newest reading of each role.
-    pub fn second(&self, scope: &Scope, second: &Interval, roles: &[(String, Sample)], t_ms: u64) {
+    pub fn second(&self, scope: &Scope, second: &Interval, roles: &[(Role, Sample)], t_ms: u64) {
         self.change(|b| {
             let seq = b.seq + 1;
             let Some(step) = b.steps.iter_mut().find(|s| &s.info.scope == scope) else {
@@ -227,7 +227,7 @@ impl Hub {
             let role_frames = roles
                 .iter()
                 .map(|(role, now)| {
-                    let cpu_millicores = t.roles.get(role).and_then(|before| {
+                    let cpu_millicores = t.roles.get(role.name()).and_then(|before| {
                         let wall_ns = now.t_ms.checked_sub(before.t_ms)?.checked_mul(1_000_000)?;
                         (wall_ns > 0).then(|| {
                             now.cpu_ns.saturating_sub(before.cpu_ns) as f64 * 1000.0
@@ -235,14 +235,14 @@ impl Hub {
                         })
                     });
                     RoleFrame {
-                        role: role.clone(),
+                        role: role.name().to_string(),
                         cpu_millicores,
                         memory_bytes: now.working_set_bytes.unwrap_or(now.rss_bytes),
                     }
                 })
                 .collect();
             for (role, now) in roles {
-                t.roles.insert(role.clone(), *now);
+                t.roles.insert(role.name().to_string(), *now);
             }
             let q = |p| second.latency.value_at_quantile(p);
             let frame = Frame {
@@ -370,13 +370,13 @@ mod tests {
         hub.second(
             &scope(0),
             &second(0, 1, 0),
-            &[("proxy".into(), reading(1_000, 0))],
+            &[(Role::from_word("proxy"), reading(1_000, 0))],
             1_000,
         );
         hub.second(
             &scope(0),
             &second(1, 1, 0),
-            &[("proxy".into(), reading(2_000, 250_000_000))],
+            &[(Role::from_word("proxy"), reading(2_000, 250_000_000))],
             2_000,
         );
         let b = hub.board();

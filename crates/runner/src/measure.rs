@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use meshbench_engine::{Live, LoadSpec, RunError, Stop};
 use meshbench_lab::sampler::{self, Sampled, Sampler, Watch};
-use meshbench_results::{RunResult, Sample};
+use meshbench_results::{Role, RunResult, Sample};
 use thiserror::Error;
 
 use crate::agents::{Fleet, FleetError};
@@ -79,7 +79,7 @@ pub fn measure(
     sampling: Option<Sampling>,
     client: ClientPlace,
     stop: Stop,
-    mut on_live: impl FnMut(&Live, &[(String, Sample)]),
+    mut on_live: impl FnMut(&Live, &[(Role, Sample)]),
 ) -> Result<Measured, MeasureError> {
     let sampler = sampling.map(|s| Sampler::start(s.watches, s.every));
     let started_ms = sampler::now_ms();

@@ -5,7 +5,7 @@
 
 use meshbench_engine::Live;
 use meshbench_experiment::Step;
-use meshbench_results::Sample;
+use meshbench_results::{Role, Sample};
 use meshbench_store::StepRecord;
 
 /// Where a step stands in its experiment.
@@ -38,7 +38,7 @@ pub trait Observer {
     fn step_started(&mut self, _at: &StepAt) {}
     /// The load of a step, about every 200 ms: progress, the seconds completed since the last
     /// call, and (with them) the newest reading of each role of the rig.
-    fn live(&mut self, _at: &StepAt, _live: &Live, _roles: &[(String, Sample)]) {}
+    fn live(&mut self, _at: &StepAt, _live: &Live, _roles: &[(Role, Sample)]) {}
     /// Something could not be done as asked (and what was done instead).
     fn warning(&mut self, _text: &str) {}
     /// What setting a step's rig up cost, for the record (Istio's control plane pushing the

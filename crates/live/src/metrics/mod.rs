@@ -232,7 +232,7 @@ pub(crate) mod tests {
             hub.second(
                 &scope(),
                 &iv,
-                &[("proxy".to_string(), role)],
+                &[(meshbench_results::Role::from_word("proxy"), role)],
                 1_000 * (s as u64 + 1),
             );
         }

@@ -9,7 +9,7 @@ use anyhow::Result;
 use meshbench_engine::Live;
 use meshbench_experiment::{Experiment, Plan};
 use meshbench_live::{Done, Scope, StepInfo};
-use meshbench_results::{Sample, StepFailure};
+use meshbench_results::{Role, Sample, StepFailure};
 use meshbench_runner::agents::Fleet;
 use meshbench_runner::setup::Provision;
 use meshbench_runner::{Finished, Observer, Site, StepAt};
@@ -425,7 +425,7 @@ impl Observer for Progress<'_> {
         }
     }
 
-    fn live(&mut self, at: &StepAt, l: &Live, roles: &[(String, Sample)]) {
+    fn live(&mut self, at: &StepAt, l: &Live, roles: &[(Role, Sample)]) {
         if self.last_draw.elapsed() >= std::time::Duration::from_millis(250) {
             self.last_draw = std::time::Instant::now();
             self.draw(at, l.elapsed_secs, l.last_second_rps);

@@ -13,7 +13,7 @@ use meshbench_live::metrics::MetricsServer;
 use meshbench_live::remote_write::{RemoteWriteConfig, RemoteWriter};
 use meshbench_live::web::WebServer;
 use meshbench_live::{listen_addr, Done, Hub, Scope, StepInfo};
-use meshbench_results::Sample;
+use meshbench_results::{Role, Sample};
 
 use crate::cli::LiveFlags;
 use crate::usage;
@@ -120,7 +120,7 @@ impl Faces {
     }
 
     /// Every second in `live` into the hub.
-    pub fn live(&self, scope: &Scope, live: &Live, roles: &[(String, Sample)]) {
+    pub fn live(&self, scope: &Scope, live: &Live, roles: &[(Role, Sample)]) {
         if live.seconds.is_empty() {
             return;
         }

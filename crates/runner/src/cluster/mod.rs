@@ -79,6 +79,8 @@ pub enum SiteError {
     Gateway(String),
     #[error("Service {0} has no cluster IP")]
     NoAddress(String),
+    #[error("could not make a scratch directory for the gateway's files: {0}")]
+    Scratch(std::io::Error),
 }
 
 /// Where the agent pods reach this process.
@@ -101,19 +103,9 @@ pub struct ClusterSite {
     backend_vip: IpAddr,
     gateway: Option<GatewayAssets>,
     journal: Option<Journal>,
-    /// The gateway's CA, certificates, keys and targets on this machine (held to be removed
-    /// with the site).
-    _scratch: Scratch,
-}
-
-/// A directory of this run's files, removed with everything in it when dropped (the gateway's
-/// private keys do not outlive the run).
-struct Scratch(PathBuf);
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+    /// The gateway's CA, certificates, keys and targets on this machine, removed with the site
+    /// (the gateway's private keys do not outlive the run).
+    _scratch: tempfile::TempDir,
 }
 
 /// What the load of a gateway step needs.
@@ -227,11 +219,13 @@ impl ClusterSite {
             return Err(SiteError::NamespaceExists(section.namespace.clone()));
         }
         let mut system = system_of(e, &section);
-        let scratch =
-            Scratch(std::env::temp_dir().join(format!("meshbench-cluster-{}", std::process::id())));
+        let scratch = tempfile::Builder::new()
+            .prefix("meshbench-cluster-")
+            .tempdir()
+            .map_err(SiteError::Scratch)?;
         let mut gateway = None;
         if system.gateway {
-            let (objects, targets, ca) = gateway_objects(e, &section.namespace, &scratch.0)?;
+            let (objects, targets, ca) = gateway_objects(e, &section.namespace, scratch.path())?;
             system.gateway_objects = objects;
             gateway = Some(GatewayAssets {
                 targets,
