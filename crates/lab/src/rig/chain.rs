@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::process::Command;
 
-use super::{GatewayEntry, Launch, Ready, Rig, RigSpec, Role, RoleAddress, MESH_NAME};
+use super::{GatewayEntry, Launch, Ready, Rig, RigSpec, RoleAddress, RunningRole, MESH_NAME};
 use crate::cgroup::{Cgroup, Cgroups};
 use crate::gateway::{self, CertLayout, GatewayPlan};
 use crate::process::{Placement, RoleProcess};
@@ -296,7 +296,7 @@ impl Rig {
         })?;
         self.roles.insert(
             0,
-            Role {
+            RunningRole {
                 name: launch.name,
                 class: launch.class,
                 program: launch.program,

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use super::{Rig, RigSpec, Role};
+use super::{Rig, RigSpec, RunningRole};
 use crate::istio::{ready, ControlPlane, IstioError};
 use crate::process::{Placement, RoleProcess};
 use crate::program::Hop;
@@ -75,7 +75,7 @@ pub struct IstioSidecars {
 impl IstioSidecars {
     /// One line for the record: istiod's start, each sidecar's first configuration, the
     /// probe, and each sidecar's config dump size (its admin in `roles`).
-    pub fn summary(&self, roles: &[Role]) -> String {
+    pub fn summary(&self, roles: &[RunningRole]) -> String {
         let mut line = format!(
             "istio sidecars: istiod ready in {:.1} s",
             self.control_plane.istiod_ready_in.as_secs_f64()

@@ -89,7 +89,7 @@ pub struct RigSpec {
 
 /// One running role.
 #[derive(Debug)]
-pub struct Role {
+pub struct RunningRole {
     /// Which role of the chain it plays (its name in results, the stem of its files).
     pub name: ChainRole,
     pub class: Class,
@@ -109,7 +109,7 @@ pub struct Role {
     pub namespace: Option<RoleNamespace>,
 }
 
-impl Role {
+impl RunningRole {
     /// Reads its Envoy admin endpoint with `read`, from where the endpoint is reached (inside
     /// its pod for an Istio sidecar); None when it has none.
     pub fn read_admin<T: Send>(
@@ -141,7 +141,7 @@ pub struct EntryTls {
 /// A running system under test.
 pub struct Rig {
     /// From the client's side to the backend.
-    pub roles: Vec<Role>,
+    pub roles: Vec<RunningRole>,
     /// Where the client sends its requests.
     pub entry: SocketAddr,
     pub gateway: Option<GatewayEntry>,

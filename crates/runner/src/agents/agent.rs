@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use meshbench_engine::{Segment, Stop};
 use meshbench_net::clock::monotonic_ns;
 
-use super::auth::{handshake, Hello, Role, Token};
+use super::auth::{handshake, Hello, Side, Token};
 use super::link::{Link, Tls};
 use super::wire::{Framed, Message};
 use super::{AgentError, HandshakeError, HEARTBEAT, PEER_SILENT};
@@ -163,7 +163,7 @@ fn listen(
             }
             match handshake(
                 &mut framed,
-                &Hello::ours(Role::Agent, &config.name),
+                &Hello::ours(Side::Agent, &config.name),
                 &config.token,
                 HANDSHAKE_WAIT,
             ) {
@@ -226,7 +226,7 @@ fn dial(
         let mut framed = Framed::new(Link::dialled(tcp, host, config.tls.as_ref())?);
         match handshake(
             &mut framed,
-            &Hello::ours(Role::Agent, &config.name),
+            &Hello::ours(Side::Agent, &config.name),
             &config.token,
             HANDSHAKE_WAIT,
         ) {

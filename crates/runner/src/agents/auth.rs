@@ -73,16 +73,16 @@ impl Token {
 /// Which end of a control connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Role {
+pub enum Side {
     Agent,
     Coordinator,
 }
 
-impl Role {
+impl Side {
     fn name(self) -> &'static str {
         match self {
-            Role::Agent => "agent",
-            Role::Coordinator => "coordinator",
+            Side::Agent => "agent",
+            Side::Coordinator => "coordinator",
         }
     }
 }
@@ -96,7 +96,8 @@ pub struct Hello {
     pub protocol: u32,
     /// The result schema its parts are measured in.
     pub schema: String,
-    pub role: Role,
+    /// Which end sent it (its wire key is `role`, as it always was).
+    pub role: Side,
     pub name: String,
     /// 32 random bytes, hex.
     pub nonce: String,
@@ -104,7 +105,7 @@ pub struct Hello {
 
 impl Hello {
     /// This process's hello, with a fresh nonce.
-    pub fn ours(role: Role, name: &str) -> Hello {
+    pub fn ours(role: Side, name: &str) -> Hello {
         let mut nonce = [0u8; 32];
         SystemRandom::new()
             .fill(&mut nonce)
@@ -157,7 +158,7 @@ pub enum HandshakeError {
     },
 }
 
-fn mac_input(sender: Role, receiver_nonce: &str, sender_nonce: &str) -> Vec<u8> {
+fn mac_input(sender: Side, receiver_nonce: &str, sender_nonce: &str) -> Vec<u8> {
     format!(
         "meshbench-agents/{PROTOCOL}\n{}\n{receiver_nonce}\n{sender_nonce}",
         sender.name()

@@ -28,7 +28,7 @@ use meshbench_net::clock::monotonic_ns;
 use meshbench_results::RunResult;
 use thiserror::Error;
 
-use super::auth::{handshake, Hello, Role, Token};
+use super::auth::{handshake, Hello, Side, Token};
 use super::link::{Link, Tls};
 use super::wire::{Framed, Message};
 use super::{HandshakeError, PEER_SILENT};
@@ -231,7 +231,7 @@ impl Fleet {
         );
         let hello = handshake(
             &mut framed,
-            &Hello::ours(Role::Coordinator, &self.name),
+            &Hello::ours(Side::Coordinator, &self.name),
             &self.token,
             HANDSHAKE_WAIT,
         )?;
@@ -259,7 +259,7 @@ impl Fleet {
                 let _ = tcp.set_nonblocking(false);
                 let (tx, token, tls, notes) =
                     (tx.clone(), token.clone(), tls.clone(), notes.clone());
-                let ours = Hello::ours(Role::Coordinator, &hello_name);
+                let ours = Hello::ours(Side::Coordinator, &hello_name);
                 std::thread::spawn(move || {
                     let Ok(link) = Link::accepted(tcp, tls.as_ref()) else {
                         return;

@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use thiserror::Error;
 
-pub use auth::{HandshakeError, Role, Token, TokenError};
+pub use auth::{HandshakeError, Side, Token, TokenError};
 pub use coordinator::{Fleet, FleetError, Reach as FleetReach};
 pub use link::{Tls, TlsFiles};
 

@@ -8,7 +8,7 @@ use meshbench_engine::recorder::{Interval, Recorder};
 use meshbench_engine::{Part, Stop};
 use meshbench_net::clock::{monotonic_ns, process_usage, thread_cpu_ns};
 
-use super::auth::{handshake, Hello, Role, Token};
+use super::auth::{handshake, Hello, Side, Token};
 use super::coordinator::{Fleet, Reach};
 use super::link::Link;
 use super::wire::{Framed, Message};
@@ -25,7 +25,7 @@ fn control_only_agent(coordinator: SocketAddr, name: String) -> u64 {
     let mut framed = Framed::new(Link::dialled(tcp, "127.0.0.1", None).expect("plain"));
     handshake(
         &mut framed,
-        &Hello::ours(Role::Agent, &name),
+        &Hello::ours(Side::Agent, &name),
         &token(),
         Duration::from_secs(60),
     )
