@@ -387,7 +387,8 @@ fn contention(f: &Figures, s: &Signs) -> Option<Finding> {
 /// the machine's sleeps end late.
 fn timer_lateness(f: &Figures, s: &Signs) -> Option<Finding> {
     f.rate_rps?;
-    if !(s.late && !s.cpu_bound && !s.contended && s.throttled.is_none()) {
+    let the_clock = s.late && !s.cpu_bound && !s.contended && s.throttled.is_none();
+    if !the_clock {
         return None;
     }
     Some(Finding {
@@ -407,7 +408,8 @@ fn timer_lateness(f: &Figures, s: &Signs) -> Option<Finding> {
 /// its limit.
 fn queueing(f: &Figures, s: &Signs) -> Option<Finding> {
     let rate = f.rate_rps?;
-    if !(s.symptoms_count && share(f, f.queued_sends) > SYMPTOM_SHARE) {
+    let queued = s.symptoms_count && share(f, f.queued_sends) > SYMPTOM_SHARE;
+    if !queued {
         return None;
     }
     let (fastest, seen) = match f.service_at_lower_load_us {
