@@ -334,14 +334,34 @@ fn model(
     groups: &[&Group],
     cores_per_replica: f64,
 ) -> Result<Model, Unmeasured> {
-    let finite_max = |f: &dyn Fn(&Cost) -> f64| {
-        costs
-            .iter()
-            .map(|c| f(c))
-            .filter(|v| v.is_finite())
-            .reduce(f64::max)
-    };
-    let measured_up_to = finite_max(&|c| c.throughput_rps).unwrap_or(0.0);
+    let measured = measured(role, costs, groups);
+    if finite_max(costs, |c| c.usage.cpu_millicores).is_none() {
+        return Err(Unmeasured::NoCpu);
+    }
+    match cpu_of(source, topology, role, costs, cores_per_replica) {
+        Ok((cpu, source)) => Ok(Model {
+            cpu,
+            memory: memory_of(costs),
+            measured_up_to: finite_max(costs, |c| c.throughput_rps).unwrap_or(0.0),
+            source,
+            measured,
+        }),
+        Err(trend) => Err(unmeasured(trend, costs, &measured)),
+    }
+}
+
+/// The largest finite value of `f` over the costs; `None` when none is finite.
+fn finite_max(costs: &[&Cost], f: impl Fn(&Cost) -> f64) -> Option<f64> {
+    costs
+        .iter()
+        .map(|c| f(c))
+        .filter(|v| v.is_finite())
+        .reduce(f64::max)
+}
+
+/// What the experiment measured of the proxy: its open-loop rates (none when any load was a
+/// closed loop), its class, the allotments swept and the most cores it used.
+fn measured(role: &Role, costs: &[&Cost], groups: &[&Group]) -> Measured {
     let mut rate_rps: Vec<f64> = distinct(groups.iter().filter_map(|g| g.load.rate_rps_milli()))
         .into_iter()
         .map(|m| m as f64 / 1000.0)
@@ -356,38 +376,39 @@ fn model(
         .collect();
     cores.sort_by(f64::total_cmp);
     cores.dedup();
-    let measured = Measured {
+    Measured {
         rate_rps,
         class: groups
             .iter()
             .find_map(|g| g.cpu.as_ref().map(|c| c.role))
             .or_else(|| class_of(role)),
         cores,
-        most_cores_used: finite_max(&|c| c.usage.cpu_millicores).unwrap_or(0.0) / 1000.0,
-    };
-    if finite_max(&|c| c.usage.cpu_millicores).is_none() {
-        return Err(Unmeasured::NoCpu);
+        most_cores_used: finite_max(costs, |c| c.usage.cpu_millicores).unwrap_or(0.0) / 1000.0,
     }
-    let memory = match trend_of(costs, |c| c.usage.memory_mib) {
+}
+
+/// The proxy's memory: a line when it rises with load, else the most it used.
+fn memory_of(costs: &[&Cost]) -> Memory {
+    match trend_of(costs, |c| c.usage.memory_mib) {
         Trend::Rising(l) => Memory::Line(l),
-        _ => Memory::Fixed(finite_max(&|c| c.usage.memory_mib).unwrap_or(f64::NAN)),
-    };
-    let at_limit = closest(
-        costs
-            .iter()
-            .filter_map(|c| match c.per_core() {
-                Some(PerCoreFigure::AtLimit(v)) if v > 0.0 => Some((*c, v)),
-                _ => None,
-            })
-            .collect(),
-        cores_per_replica,
-    );
-    if let Some((c, per_core)) = at_limit {
-        return Ok(Model {
-            cpu: Cpu::PerCore(per_core),
-            memory,
-            measured_up_to,
-            source: format!(
+        _ => Memory::Fixed(finite_max(costs, |c| c.usage.memory_mib).unwrap_or(f64::NAN)),
+    }
+}
+
+/// How the proxy's CPU grows with load, and the phrase saying where that comes from, in order
+/// of trust: RPS per core at its CPU limit, a line fitted over the loads, a lower bound below
+/// the limit. When none of them is measured, the CPU's trend, to say why.
+fn cpu_of(
+    source: &str,
+    topology: &Subject,
+    role: &Role,
+    costs: &[&Cost],
+    cores_per_replica: f64,
+) -> Result<(Cpu, String), Trend> {
+    if let Some((c, per_core)) = per_core_at(costs, cores_per_replica, PerCoreKind::AtLimit) {
+        return Ok((
+            Cpu::PerCore(per_core),
+            format!(
                 "{source}, {} at {}: {role} at its CPU limit ({:.0} % of {} cores) carried {:.0} req/s: {per_core:.0} RPS per core, measured",
                 c.variant,
                 c.load,
@@ -395,45 +416,22 @@ fn model(
                 c.usage.cpu_limit.unwrap_or(f64::NAN),
                 c.throughput_rps
             ),
-            measured,
-        });
+        ));
     }
-    let most_of_limit = costs
-        .iter()
-        .filter_map(|c| c.cpu_utilization())
-        .filter(|u| u.is_finite())
-        .reduce(f64::max);
     let trend = trend_of(costs, |c| c.usage.cpu_millicores);
     if let Trend::Rising(line) = trend {
-        return Ok(Model {
-            cpu: Cpu::Line(line),
-            memory,
-            measured_up_to,
-            source: format!("{source}, {topology} {role} fitted over {} loads", line.n),
-            measured,
-        });
+        return Ok((
+            Cpu::Line(line),
+            format!("{source}, {topology} {role} fitted over {} loads", line.n),
+        ));
     }
-    let below = closest(
-        costs
-            .iter()
-            .filter_map(|c| match c.per_core() {
-                Some(PerCoreFigure::AtLeast(v)) if v > 0.0 && c.usage.cpu_millicores > 0.0 => {
-                    Some((*c, v))
-                }
-                _ => None,
-            })
-            .collect(),
-        cores_per_replica,
-    );
-    if let Some((c, per_core)) = below {
-        return Ok(Model {
-            cpu: Cpu::AtLeast {
+    if let Some((c, per_core)) = per_core_at(costs, cores_per_replica, PerCoreKind::AtLeast) {
+        return Ok((
+            Cpu::AtLeast {
                 per_core,
                 millicores_per_rps: c.usage.cpu_millicores / c.throughput_rps,
             },
-            memory,
-            measured_up_to,
-            source: format!(
+            format!(
                 "{source}, {} at {}: {role} below its CPU limit ({:.0} % of {} cores) carried {:.0} req/s: at least {per_core:.0} RPS per core, a lower bound",
                 c.variant,
                 c.load,
@@ -441,22 +439,65 @@ fn model(
                 c.usage.cpu_limit.unwrap_or(f64::NAN),
                 c.throughput_rps
             ),
-            measured,
-        });
+        ));
     }
+    Err(trend)
+}
+
+/// Which RPS per core [`per_core_at`] looks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PerCoreKind {
+    /// Measured with the proxy at its CPU limit.
+    AtLimit,
+    /// A lower bound, the proxy below its limit (and using some CPU).
+    AtLeast,
+}
+
+/// Of the costs with a positive RPS per core of `kind`, the one [`closest`] to
+/// `cores_per_replica`, with that figure.
+fn per_core_at<'a>(
+    costs: &[&'a Cost],
+    cores_per_replica: f64,
+    kind: PerCoreKind,
+) -> Option<(&'a Cost, f64)> {
+    closest(
+        costs
+            .iter()
+            .filter_map(|c| match (kind, c.per_core()) {
+                (PerCoreKind::AtLimit, Some(PerCoreFigure::AtLimit(v))) if v > 0.0 => Some((*c, v)),
+                (PerCoreKind::AtLeast, Some(PerCoreFigure::AtLeast(v)))
+                    if v > 0.0 && c.usage.cpu_millicores > 0.0 =>
+                {
+                    Some((*c, v))
+                }
+                _ => None,
+            })
+            .collect(),
+        cores_per_replica,
+    )
+}
+
+/// Why the proxy has no model, from its CPU's `trend` (never rising: that is a model), with
+/// the most of its limit it used and which step would measure it.
+fn unmeasured(trend: Trend, costs: &[&Cost], measured: &Measured) -> Unmeasured {
+    let most_of_limit = costs
+        .iter()
+        .filter_map(|c| c.cpu_utilization())
+        .filter(|u| u.is_finite())
+        .reduce(f64::max);
     match trend {
-        Trend::Flat { level, loads } => Err(Unmeasured::Flat {
+        Trend::Flat { level, loads } => Unmeasured::Flat {
             loads,
             level,
             most_of_limit,
             advice: measured.to_model(),
-        }),
-        // (A rising line was returned above.)
-        trend => Err(Unmeasured::NotEnoughLoads {
+        },
+        // (A rising line is a model, never this.)
+        trend => Unmeasured::NotEnoughLoads {
             loads: trend.loads(),
             most_of_limit,
             advice: measured.to_model(),
-        }),
+        },
     }
 }
 

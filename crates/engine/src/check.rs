@@ -229,32 +229,86 @@ pub struct Figures {
 
 /// Judges a run from its figures: what the target answered first, then the generator.
 pub fn judge(f: &Figures) -> SelfCheck {
-    let share = |n: u64| n as f64 / f.sends.max(1) as f64;
-    let succeeded = f.requests.saturating_sub(f.failed);
-    let mostly_failed = f.failed as f64 > MOSTLY_FAILED * f.requests as f64;
-    // Failing connections are reopened after a back-off, so requests wait and go out late:
-    // in a run of failures those symptoms are the failures', not the generator's.
-    let symptoms_count = succeeded > 0 && !mostly_failed;
-    let cpu_bound = f.busiest_thread_busy >= CPU_BOUND;
-    let late = symptoms_count && f.rate_rps.is_some() && share(f.late_sends) > SYMPTOM_SHARE;
-    let throttled = f.cpu_quota.as_ref().filter(|q| {
-        q.throttled_periods > 0
-            && (q.throttled_share() >= THROTTLED_SHARE
-                || q.throttled_secs >= THROTTLED_SHARE * f.window_secs)
-    });
-    // A run in which no request succeeded has no figures for the generator to have spoiled:
-    // it says that it measured nothing and why, and only that. (A run of a millisecond against a
-    // refused port spends its window starting threads, whose wait for a CPU is no contention.)
-    let measured = succeeded > 0;
-    let throttled = throttled.filter(|_| measured);
-    let cpu_bound = measured && cpu_bound;
-    let contended = measured
-        && throttled.is_none()
-        && (f.most_waiting_thread >= CPU_CONTENDED
-            || (late && !cpu_bound && f.most_waiting_thread >= CPU_CONTENDED_WHEN_LATE));
-    let mut findings = Vec::new();
-    let mut add = |cause, message| findings.push(Finding { cause, message });
-    let failure = |f: &Figures| match &f.top_failure {
+    let signs = Signs::of(f);
+    let findings: Vec<Finding> = [
+        failures(f, &signs),
+        throttling(f, &signs),
+        contention(f, &signs),
+        timer_lateness(f, &signs),
+        queueing(f, &signs),
+        saturation(f, &signs),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    SelfCheck {
+        valid: !findings.iter().any(|f| f.cause.invalidates()),
+        findings,
+    }
+}
+
+/// What the figures show, decided once: the findings are written from these.
+struct Signs<'a> {
+    succeeded: u64,
+    mostly_failed: bool,
+    /// Late and queued sends count as the generator's symptoms: some requests succeeded and
+    /// most did not fail.
+    symptoms_count: bool,
+    /// An open loop's sends went out late.
+    late: bool,
+    /// The generator's CPU quota stopped it (only when something was measured).
+    throttled: Option<&'a CpuQuotaUse>,
+    /// The busiest thread was busy nearly all the time (only when something was measured).
+    cpu_bound: bool,
+    /// A thread waited for a CPU that other processes held.
+    contended: bool,
+}
+
+impl<'a> Signs<'a> {
+    fn of(f: &'a Figures) -> Signs<'a> {
+        let succeeded = f.requests.saturating_sub(f.failed);
+        let mostly_failed = f.failed as f64 > MOSTLY_FAILED * f.requests as f64;
+        // Failing connections are reopened after a back-off, so requests wait and go out late:
+        // in a run of failures those symptoms are the failures', not the generator's.
+        let symptoms_count = succeeded > 0 && !mostly_failed;
+        let cpu_bound = f.busiest_thread_busy >= CPU_BOUND;
+        let late = symptoms_count && f.rate_rps.is_some() && share(f, f.late_sends) > SYMPTOM_SHARE;
+        let throttled = f.cpu_quota.as_ref().filter(|q| {
+            q.throttled_periods > 0
+                && (q.throttled_share() >= THROTTLED_SHARE
+                    || q.throttled_secs >= THROTTLED_SHARE * f.window_secs)
+        });
+        // A run in which no request succeeded has no figures for the generator to have
+        // spoiled: it says that it measured nothing and why, and only that. (A run of a
+        // millisecond against a refused port spends its window starting threads, whose wait
+        // for a CPU is no contention.)
+        let measured = succeeded > 0;
+        let throttled = throttled.filter(|_| measured);
+        let cpu_bound = measured && cpu_bound;
+        let contended = measured
+            && throttled.is_none()
+            && (f.most_waiting_thread >= CPU_CONTENDED
+                || (late && !cpu_bound && f.most_waiting_thread >= CPU_CONTENDED_WHEN_LATE));
+        Signs {
+            succeeded,
+            mostly_failed,
+            symptoms_count,
+            late,
+            throttled,
+            cpu_bound,
+            contended,
+        }
+    }
+}
+
+/// `n` as a share of the sends.
+fn share(f: &Figures, n: u64) -> f64 {
+    n as f64 / f.sends.max(1) as f64
+}
+
+/// How many requests failed and, when known, at what most of them and what to do.
+fn failure_text(f: &Figures) -> String {
+    match &f.top_failure {
         Some(top) => format!(
             "{} of {} requests failed, {} at {}; {}",
             f.failed,
@@ -268,114 +322,146 @@ pub fn judge(f: &Figures) -> SelfCheck {
             top.advice()
         ),
         None => format!("{} of {} requests failed", f.failed, f.requests),
-    };
+    }
+}
+
+/// Nothing measured (no request finished, or none succeeded), or mostly target errors.
+fn failures(f: &Figures, s: &Signs) -> Option<Finding> {
     if f.requests == 0 {
-        add(
-            Cause::NothingMeasured,
-            "nothing measured: no request finished in the measured window; check that the target answers, and measure for longer than its answers take (-d, --timeout)".to_string(),
-        );
-    } else if succeeded == 0 {
-        add(
-            Cause::NothingMeasured,
-            format!("nothing measured: {}", failure(f)),
-        );
-    } else if mostly_failed {
-        add(
-            Cause::TargetErrors,
-            format!(
+        Some(Finding {
+            cause: Cause::NothingMeasured,
+            message: "nothing measured: no request finished in the measured window; check that the target answers, and measure for longer than its answers take (-d, --timeout)".to_string(),
+        })
+    } else if s.succeeded == 0 {
+        Some(Finding {
+            cause: Cause::NothingMeasured,
+            message: format!("nothing measured: {}", failure_text(f)),
+        })
+    } else if s.mostly_failed {
+        Some(Finding {
+            cause: Cause::TargetErrors,
+            message: format!(
                 "target errors: {}; the latency figures describe failures more than the target's service",
-                failure(f)
+                failure_text(f)
             ),
-        );
+        })
+    } else {
+        None
     }
-    if let Some(q) = throttled {
-        add(
-            Cause::CpuThrottled,
-            format!(
-                "CPU throttled: the generator's cgroup may use {} cores (its CPU quota) and the kernel stopped it for using them up in {} of {} periods ({:.0} %), {:.2} s over the {:.1} s window; its threads sat stopped until each period ended, so sends and reads were late for that, not for the target: raise the pod's CPU limit, or lower the rate or --threads, and do not use --idle-strategy spin or hybrid under a quota",
-                q.cores,
-                q.throttled_periods,
-                q.periods,
-                100.0 * q.throttled_share(),
-                q.throttled_secs,
-                f.window_secs
+}
+
+/// The generator's CPU quota stopped it.
+fn throttling(f: &Figures, s: &Signs) -> Option<Finding> {
+    let q = s.throttled?;
+    Some(Finding {
+        cause: Cause::CpuThrottled,
+        message: format!(
+            "CPU throttled: the generator's cgroup may use {} cores (its CPU quota) and the kernel stopped it for using them up in {} of {} periods ({:.0} %), {:.2} s over the {:.1} s window; its threads sat stopped until each period ended, so sends and reads were late for that, not for the target: raise the pod's CPU limit, or lower the rate or --threads, and do not use --idle-strategy spin or hybrid under a quota",
+            q.cores,
+            q.throttled_periods,
+            q.periods,
+            100.0 * q.throttled_share(),
+            q.throttled_secs,
+            f.window_secs
+        ),
+    })
+}
+
+/// Other processes held the CPUs a generator thread waited for.
+fn contention(f: &Figures, s: &Signs) -> Option<Finding> {
+    if !s.contended {
+        return None;
+    }
+    Some(Finding {
+        cause: Cause::CpuContention,
+        message: format!(
+            "CPU contention: a generator thread waited {:.1} % of the run for a CPU that other processes held ({:.1} % of sends more than 1 ms late, schedule lag p99 {} µs); its sends and reads were late for that, not for the target: pin the generator to CPUs of its own (taskset, or the experiment's limits.client.cpuset) or run it on a quieter machine",
+            100.0 * f.most_waiting_thread,
+            100.0 * share(f, f.late_sends),
+            f.lag_p99_us
+        ),
+    })
+}
+
+/// An open loop's sends went out late with no busy, contended or throttled thread to blame:
+/// the machine's sleeps end late.
+fn timer_lateness(f: &Figures, s: &Signs) -> Option<Finding> {
+    f.rate_rps?;
+    let the_clock = s.late && !s.cpu_bound && !s.contended && s.throttled.is_none();
+    if !the_clock {
+        return None;
+    }
+    Some(Finding {
+        cause: Cause::TimerLateness,
+        message: format!(
+            "timer lateness: {:.1} % of sends went out more than 1 ms late while the busiest thread was only {:.0} % busy; this machine's sleeps end late (p99 {} µs, schedule lag p99 {} µs): use --idle-strategy hybrid or spin, or a machine with a steadier clock",
+            100.0 * share(f, f.late_sends),
+            100.0 * f.busiest_thread_busy,
+            f.wake_error_p99_us,
+            f.lag_p99_us
+        ),
+    })
+}
+
+/// An open loop's requests waited for a free connection: too few connections for the rate
+/// even at the target's fastest answer, or else (the generator not throttled) the target at
+/// its limit.
+fn queueing(f: &Figures, s: &Signs) -> Option<Finding> {
+    let rate = f.rate_rps?;
+    let queued = s.symptoms_count && share(f, f.queued_sends) > SYMPTOM_SHARE;
+    if !queued {
+        return None;
+    }
+    let (fastest, seen) = match f.service_at_lower_load_us {
+        Some(before) if before < f.service_min_us => (before, " at a lower rate"),
+        _ => (f.service_min_us, ""),
+    };
+    let busy_at_fastest = rate * fastest as f64 / 1e6;
+    let busy_typical = rate * f.service_p50_us as f64 / 1e6;
+    if busy_at_fastest > CONNECTIONS_BUSY * f.connections as f64 {
+        Some(Finding {
+            cause: Cause::TooFewConnections,
+            message: format!(
+                "too few connections: {} connections cannot carry {rate} req/s even at the target's fastest answer ({:.3} ms; p50 {:.3} ms keeps about {:.0} busy); {:.1} % of requests waited for one: raise -c to at least {:.0} (unless the target answers faster at a lower rate: then this rate is past its limit)",
+                f.connections,
+                fastest as f64 / 1e3,
+                f.service_p50_us as f64 / 1e3,
+                busy_typical,
+                100.0 * share(f, f.queued_sends),
+                (2.0 * busy_typical).ceil().max(f.connections as f64 + 1.0)
             ),
-        );
-    }
-    if contended {
-        add(
-            Cause::CpuContention,
-            format!(
-                "CPU contention: a generator thread waited {:.1} % of the run for a CPU that other processes held ({:.1} % of sends more than 1 ms late, schedule lag p99 {} µs); its sends and reads were late for that, not for the target: pin the generator to CPUs of its own (taskset, or the experiment's limits.client.cpuset) or run it on a quieter machine",
-                100.0 * f.most_waiting_thread,
-                100.0 * share(f.late_sends),
-                f.lag_p99_us
+        })
+    } else if s.throttled.is_none() {
+        Some(Finding {
+            cause: Cause::SlowTarget,
+            message: format!(
+                "target at its limit: it did not keep up with {rate} req/s, answering {:.1} req/s while its answers slowed from {:.3} ms (its fastest{seen}) to p50 {:.3} ms, p99 {:.3} ms; the generator had room (busiest thread {:.0} % busy) and {:.1} % of requests waited for one of the {} connections, which carry the rate at the target's fastest answers: more connections would only queue at the target. This is the target's limit, not a fault of the run (`meshbench capacity` finds the highest rate it carries); latency includes the wait",
+                f.throughput_rps,
+                fastest as f64 / 1e3,
+                f.service_p50_us as f64 / 1e3,
+                f.service_p99_us as f64 / 1e3,
+                100.0 * f.busiest_thread_busy,
+                100.0 * share(f, f.queued_sends),
+                f.connections,
             ),
-        );
+        })
+    } else {
+        None
     }
-    if let Some(rate) = f.rate_rps {
-        if late && !cpu_bound && !contended && throttled.is_none() {
-            add(
-                Cause::TimerLateness,
-                format!(
-                    "timer lateness: {:.1} % of sends went out more than 1 ms late while the busiest thread was only {:.0} % busy; this machine's sleeps end late (p99 {} µs, schedule lag p99 {} µs): use --idle-strategy hybrid or spin, or a machine with a steadier clock",
-                    100.0 * share(f.late_sends),
-                    100.0 * f.busiest_thread_busy,
-                    f.wake_error_p99_us,
-                    f.lag_p99_us
-                ),
-            );
-        }
-        if symptoms_count && share(f.queued_sends) > SYMPTOM_SHARE {
-            let (fastest, seen) = match f.service_at_lower_load_us {
-                Some(before) if before < f.service_min_us => (before, " at a lower rate"),
-                _ => (f.service_min_us, ""),
-            };
-            let busy_at_fastest = rate * fastest as f64 / 1e6;
-            let busy_typical = rate * f.service_p50_us as f64 / 1e6;
-            if busy_at_fastest > CONNECTIONS_BUSY * f.connections as f64 {
-                add(
-                    Cause::TooFewConnections,
-                    format!(
-                        "too few connections: {} connections cannot carry {rate} req/s even at the target's fastest answer ({:.3} ms; p50 {:.3} ms keeps about {:.0} busy); {:.1} % of requests waited for one: raise -c to at least {:.0} (unless the target answers faster at a lower rate: then this rate is past its limit)",
-                        f.connections,
-                        fastest as f64 / 1e3,
-                        f.service_p50_us as f64 / 1e3,
-                        busy_typical,
-                        100.0 * share(f.queued_sends),
-                        (2.0 * busy_typical).ceil().max(f.connections as f64 + 1.0)
-                    ),
-                );
-            } else if throttled.is_none() {
-                add(
-                    Cause::SlowTarget,
-                    format!(
-                        "target at its limit: it did not keep up with {rate} req/s, answering {:.1} req/s while its answers slowed from {:.3} ms (its fastest{seen}) to p50 {:.3} ms, p99 {:.3} ms; the generator had room (busiest thread {:.0} % busy) and {:.1} % of requests waited for one of the {} connections, which carry the rate at the target's fastest answers: more connections would only queue at the target. This is the target's limit, not a fault of the run (`meshbench capacity` finds the highest rate it carries); latency includes the wait",
-                        f.throughput_rps,
-                        fastest as f64 / 1e3,
-                        f.service_p50_us as f64 / 1e3,
-                        f.service_p99_us as f64 / 1e3,
-                        100.0 * f.busiest_thread_busy,
-                        100.0 * share(f.queued_sends),
-                        f.connections,
-                    ),
-                );
-            }
-        }
+}
+
+/// The busiest generator thread was nearly always busy: the figures may be its limit.
+fn saturation(f: &Figures, s: &Signs) -> Option<Finding> {
+    if !s.cpu_bound {
+        return None;
     }
-    if cpu_bound {
-        add(
-            Cause::CpuSaturation,
-            format!(
-                "CPU saturation: the busiest generator thread was {:.0} % busy (spinning excluded): the figures may show the generator's limit rather than the target's; add --threads or split the load across generators",
-                100.0 * f.busiest_thread_busy
-            ),
-        );
-    }
-    SelfCheck {
-        valid: !findings.iter().any(|f| f.cause.invalidates()),
-        findings,
-    }
+    Some(Finding {
+        cause: Cause::CpuSaturation,
+        message: format!(
+            "CPU saturation: the busiest generator thread was {:.0} % busy (spinning excluded): the figures may show the generator's limit rather than the target's; add --threads or split the load across generators",
+            100.0 * f.busiest_thread_busy
+        ),
+    })
 }
 
 #[cfg(test)]

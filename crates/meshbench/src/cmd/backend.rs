@@ -1,21 +1,49 @@
 //! `meshbench backend`: runs the test server (or, with `--hostile`, a deliberately broken one)
 //! until Ctrl-C or SIGTERM; with `--arrivals FILE`, then writes the arrivals' summary.
 
+use std::fs::File;
 use std::io::Write;
 use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::Path;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use meshbench_backend::{
-    Backend, BackendConfig, Delay, DelayMode, HostileServer, HyperBackend, ServerTls, StatusMix,
+    Backend, BackendConfig, Delay, DelayMode, Hostile, HostileServer, HyperBackend, ServerTls,
+    StatusMix,
 };
 use meshbench_net::tls;
 
+use super::signals::Signals;
 use crate::cli::{BackendArgs, DelayModeArg};
 use crate::usage;
 
 pub fn execute(args: BackendArgs) -> Result<u8> {
-    let addr: SocketAddr = args
-        .listen
+    let addr = listen_addr(&args)?;
+    let (cfg, trim) = config(&args)?;
+    // Created once every flag is checked, so that a path that cannot be written fails before
+    // any load, not after it.
+    let arrivals_file = match &args.arrivals {
+        Some(path) => Some((
+            std::fs::File::create(path)
+                .map_err(|e| usage(format!("--arrivals {}: {e}", path.display())))?,
+            path.as_path(),
+        )),
+        None => None,
+    };
+    let signals = super::signals::Signals::install()?;
+    if let Some(how) = args.hostile {
+        return serve_hostile(addr, how, &args, &signals);
+    }
+    if !args.tls && !args.http2 {
+        return serve_plain(addr, cfg, arrivals_file, trim, &signals);
+    }
+    serve_hyper(addr, cfg, &args, &signals)
+}
+
+/// `--listen` as an address.
+fn listen_addr(args: &BackendArgs) -> Result<SocketAddr> {
+    args.listen
         .to_socket_addrs()
         .ok()
         .and_then(|mut a| a.next())
@@ -24,7 +52,12 @@ pub fn execute(args: BackendArgs) -> Result<u8> {
                 "--listen {}: not an address; give one like 127.0.0.1:8080",
                 args.listen
             ))
-        })?;
+        })
+}
+
+/// The server's settings and `--arrivals-trim`, from the flags, each checked (and the flags
+/// that only one kind of server takes refused with the others) before anything starts.
+fn config(args: &BackendArgs) -> Result<(BackendConfig, Duration)> {
     if args.threads == 0 {
         return Err(usage("--threads must be at least 1"));
     }
@@ -43,7 +76,7 @@ pub fn execute(args: BackendArgs) -> Result<u8> {
             "--arrivals is recorded by the plain HTTP/1.1 server only; drop --tls and --http2",
         ));
     }
-    let trim = std::time::Duration::try_from_secs_f64(args.arrivals_trim).map_err(|_| {
+    let trim = Duration::try_from_secs_f64(args.arrivals_trim).map_err(|_| {
         usage(format!(
             "--arrivals-trim {}: not a number of seconds >= 0",
             args.arrivals_trim
@@ -62,7 +95,7 @@ pub fn execute(args: BackendArgs) -> Result<u8> {
     };
     let work = match &args.work {
         Some(w) => super::parse_duration("--work", w)?,
-        None => std::time::Duration::ZERO,
+        None => Duration::ZERO,
     };
     let cfg = BackendConfig {
         size: args.size,
@@ -78,54 +111,68 @@ pub fn execute(args: BackendArgs) -> Result<u8> {
     if tls_flags && !args.tls {
         return Err(usage("--cert, --mtls and --tls-dir need --tls"));
     }
-    // Created once every flag is checked, so that a path that cannot be written fails before
-    // any load, not after it.
-    let arrivals_file = match &args.arrivals {
-        Some(path) => Some((
-            std::fs::File::create(path)
-                .map_err(|e| usage(format!("--arrivals {}: {e}", path.display())))?,
-            path,
-        )),
-        None => None,
-    };
-    let signals = super::signals::Signals::install()?;
-    if let Some(how) = args.hostile {
-        let drip = super::parse_duration("--drip", &args.drip)?;
-        let server = HostileServer::start(addr, how, drip)
-            .with_context(|| format!("cannot listen on {addr}"))?;
-        outln!(
-            "listening on http://{} (hostile: {})",
-            server.addr(),
-            how.name()
-        );
-        let _ = std::io::stdout().flush();
-        wait_for_signal(&signals);
-        server.stop();
-        return Ok(crate::exit::OK);
-    }
-    if !args.tls && !args.http2 {
-        let backend =
-            Backend::start(addr, cfg).with_context(|| format!("cannot listen on {addr}"))?;
-        outln!("listening on http://{}", backend.addr());
-        let _ = std::io::stdout().flush();
-        wait_for_signal(&signals);
-        match arrivals_file {
-            Some((file, path)) => {
-                let (stamps, dropped) = backend.stop_with_arrivals().into_parts();
-                let summary = meshbench_backend::arrivals::summarize(stamps, trim, dropped);
-                let mut out = std::io::BufWriter::new(file);
-                serde_json::to_writer_pretty(&mut out, &summary)
-                    .map_err(std::io::Error::from)
-                    .and_then(|()| writeln!(out))
-                    .and_then(|()| out.flush())
-                    .with_context(|| format!("cannot write {}", path.display()))?;
-            }
-            None => backend.stop(),
+    Ok((cfg, trim))
+}
+
+/// `--hostile`: the deliberately broken server, until a signal.
+fn serve_hostile(
+    addr: SocketAddr,
+    how: Hostile,
+    args: &BackendArgs,
+    signals: &Signals,
+) -> Result<u8> {
+    let drip = super::parse_duration("--drip", &args.drip)?;
+    let server = HostileServer::start(addr, how, drip)
+        .with_context(|| format!("cannot listen on {addr}"))?;
+    outln!(
+        "listening on http://{} (hostile: {})",
+        server.addr(),
+        how.name()
+    );
+    let _ = std::io::stdout().flush();
+    wait_for_signal(signals);
+    server.stop();
+    Ok(crate::exit::OK)
+}
+
+/// The plain HTTP/1.1 server, until a signal; then, with `--arrivals`, the arrivals' summary
+/// written to its file.
+fn serve_plain(
+    addr: SocketAddr,
+    cfg: BackendConfig,
+    arrivals_file: Option<(File, &Path)>,
+    trim: Duration,
+    signals: &Signals,
+) -> Result<u8> {
+    let backend = Backend::start(addr, cfg).with_context(|| format!("cannot listen on {addr}"))?;
+    outln!("listening on http://{}", backend.addr());
+    let _ = std::io::stdout().flush();
+    wait_for_signal(signals);
+    match arrivals_file {
+        Some((file, path)) => {
+            let (stamps, dropped) = backend.stop_with_arrivals().into_parts();
+            let summary = meshbench_backend::arrivals::summarize(stamps, trim, dropped);
+            let mut out = std::io::BufWriter::new(file);
+            serde_json::to_writer_pretty(&mut out, &summary)
+                .map_err(std::io::Error::from)
+                .and_then(|()| writeln!(out))
+                .and_then(|()| out.flush())
+                .with_context(|| format!("cannot write {}", path.display()))?;
         }
-        return Ok(crate::exit::OK);
+        None => backend.stop(),
     }
+    Ok(crate::exit::OK)
+}
+
+/// The server for TLS, HTTP/2 and HTTP/3, until a signal.
+fn serve_hyper(
+    addr: SocketAddr,
+    cfg: BackendConfig,
+    args: &BackendArgs,
+    signals: &Signals,
+) -> Result<u8> {
     let tls = if args.tls {
-        Some(server_tls(&args)?)
+        Some(server_tls(args)?)
     } else {
         None
     };
@@ -141,14 +188,14 @@ pub fn execute(args: BackendArgs) -> Result<u8> {
         outln!("listening on {scheme}://{}", backend.addr());
     }
     let _ = std::io::stdout().flush();
-    wait_for_signal(&signals);
+    wait_for_signal(signals);
     drop(backend);
     Ok(crate::exit::OK)
 }
 
-fn wait_for_signal(signals: &super::signals::Signals) {
+fn wait_for_signal(signals: &Signals) {
     while !signals.stop.requested() {
-        std::thread::sleep(std::time::Duration::from_millis(50));
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 

@@ -5,6 +5,7 @@
 //! the search can be read back, compared and reported like any other.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -12,9 +13,9 @@ use clap::Parser;
 use meshbench_analysis::capacity::{Answer, Settings};
 use meshbench_analysis::threshold::{self, Threshold};
 use meshbench_engine::StopAt;
-use meshbench_experiment::Plan;
+use meshbench_experiment::{Experiment, Plan};
 use meshbench_results::self_check::Cause;
-use meshbench_results::{LoopMode, StepFailure};
+use meshbench_results::{LoopMode, StepFailure, StepKind};
 use meshbench_runner::capacity;
 use meshbench_runner::{
     new_experiment, now_rfc3339, LoadOptions, RunnerError, Session, Site, StepRunner,
@@ -29,6 +30,26 @@ use crate::cli::{CapacityArgs, PassedRequestFlags};
 use crate::{exit, usage};
 
 pub fn execute(args: CapacityArgs) -> Result<u8> {
+    let (slo, settings) = parse_goal(&args)?;
+    let store_path = args
+        .store
+        .store
+        .clone()
+        .unwrap_or_else(meshbench_store::default_path);
+    let signals = Signals::install()?;
+    let goal = Goal {
+        settings,
+        slo: &slo,
+        signals: &signals,
+    };
+    match &args.experiment {
+        Some(file) => search_experiment(&args, file, &goal, &store_path),
+        None => search_url(&args, &goal, &store_path),
+    }
+}
+
+/// The SLO and the search's settings from the flags, each checked before anything starts.
+fn parse_goal(args: &CapacityArgs) -> Result<(Vec<Threshold>, Settings)> {
     let slo = threshold::parse_list(&args.slo).map_err(|e| usage(e.to_string()))?;
     if slo.is_empty() {
         return Err(usage(
@@ -51,119 +72,133 @@ pub fn execute(args: CapacityArgs) -> Result<u8> {
         precision,
         confirmations: 2,
     };
-    let store_path = args
-        .store
-        .store
-        .clone()
-        .unwrap_or_else(meshbench_store::default_path);
-    let signals = Signals::install()?;
-    let goal = Goal {
-        settings,
-        slo: &slo,
-        signals: &signals,
-    };
-    match &args.experiment {
-        Some(file) => {
-            let mut e = super::experiment::load(
-                file,
-                &args.set,
-                meshbench_runner::setup::Provision::Install,
-            )?;
-            let topology = match &args.topology {
-                Some(t) => *e.topologies.iter().find(|x| x.name() == t).ok_or_else(|| {
-                    usage(format!(
-                        "--topology {t}: the experiment has {}",
-                        e.topologies
-                            .iter()
-                            .map(|t| t.name())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ))
-                })?,
-                None => e.topologies[0],
-            };
-            e.load.mode = LoopMode::Open;
-            e.topologies = vec![topology];
-            e.name = format!("capacity {}", e.name);
-            e.description = format!("capacity search for {} ({})", args.slo, topology.name());
-            let template = Plan::compile(&e)
-                .steps
-                .into_iter()
+    Ok((slo, settings))
+}
+
+/// The search against an experiment's rig: each step a lab step of its one topology.
+fn search_experiment(
+    args: &CapacityArgs,
+    file: &Path,
+    goal: &Goal,
+    store_path: &Path,
+) -> Result<u8> {
+    let mut e =
+        super::experiment::load(file, &args.set, meshbench_runner::setup::Provision::Install)?;
+    let topology = pick_topology(&e, args.topology.as_deref())?;
+    e.load.mode = LoopMode::Open;
+    e.topologies = vec![topology];
+    e.name = format!("capacity {}", e.name);
+    e.description = format!("capacity search for {} ({})", args.slo, topology.name());
+    let template = Plan::compile(&e)
+        .steps
+        .into_iter()
+        .next()
+        .context("the experiment has no step")?;
+    let mut session = Session::begin(store_path, &new_experiment(&e), goal.signals.stop.clone())?;
+    let lab = StepRunner::new(&e, Site::Here)?;
+    let mut progress = Progress::new(args.quiet, &e.name, store_path);
+    let found = goal.search(&mut session, |session, rate, n, lower| {
+        capacity::lab_step(session, &lab, &e, &template, rate, n, lower, &mut progress)
+    });
+    conclude(session, goal.signals, found)
+}
+
+/// The topology `--topology` names, or the experiment's first.
+fn pick_topology(e: &Experiment, wanted: Option<&str>) -> Result<StepKind> {
+    Ok(match wanted {
+        Some(t) => *e.topologies.iter().find(|x| x.name() == t).ok_or_else(|| {
+            usage(format!(
+                "--topology {t}: the experiment has {}",
+                e.topologies
+                    .iter()
+                    .map(|t| t.name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        })?,
+        None => e.topologies[0],
+    })
+}
+
+/// The search against a URL: each step what `meshbench run --rate R` measures.
+fn search_url(args: &CapacityArgs, goal: &Goal, store_path: &Path) -> Result<u8> {
+    let url = args.url.clone().unwrap_or_default();
+    let base = url_load(args, &url)?;
+    let new = url_experiment(args, &url, &base, goal.settings.precision);
+    let mut session = Session::begin(store_path, &new, goal.signals.stop.clone())?;
+    let live = !args.quiet && std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let found = goal.search(&mut session, |session, rate, n, lower| {
+        let mut line = super::run::ProgressLine::new(live);
+        let stored = capacity::url_step(session, &base, rate, n, lower, |l| line.draw(l))?;
+        line.clear();
+        if stored.failed() {
+            eprintln!(
+                "step {} ({rate} req/s) failed: {}",
+                n + 1,
+                stored
+                    .error
+                    .as_ref()
+                    .map_or_else(|| "unknown".into(), StepFailure::to_string)
+            );
+        }
+        Ok(stored)
+    });
+    conclude(session, goal.signals, found)
+}
+
+/// Every step's load against `url` but its rate, from the flags after `--` and the step's
+/// window; checked once (at the starting rate) before any traffic.
+fn url_load(args: &CapacityArgs, url: &str) -> Result<LoadOptions> {
+    let passed = PassedRequestFlags::try_parse_from(&args.run_args).map_err(|err| {
+        usage(format!(
+            "flags after --: {}",
+            err.to_string()
+                .lines()
                 .next()
-                .context("the experiment has no step")?;
-            let mut session =
-                Session::begin(&store_path, &new_experiment(&e), signals.stop.clone())?;
-            let lab = StepRunner::new(&e, Site::Here)?;
-            let mut progress = Progress::new(args.quiet, &e.name, &store_path);
-            let found = goal.search(&mut session, |session, rate, n, lower| {
-                capacity::lab_step(session, &lab, &e, &template, rate, n, lower, &mut progress)
-            });
-            conclude(session, &signals, found)
-        }
-        None => {
-            let url = args.url.clone().unwrap_or_default();
-            let passed = PassedRequestFlags::try_parse_from(&args.run_args).map_err(|err| {
-                usage(format!(
-                    "flags after --: {}",
-                    err.to_string()
-                        .lines()
-                        .next()
-                        .unwrap_or("")
-                        .trim_start_matches("error: ")
-                ))
-            })?;
-            let mut base = LoadOptions::new(meshbench_runner::TargetSource::Url(url.clone()));
-            super::run::apply_request_flags(&mut base, &passed.request)?;
-            super::run::apply_pacing_flags(&mut base, &passed.pacing)?;
-            base.connections = args.connections;
-            base.window.stop =
-                StopAt::Duration(parse_duration("--step-duration", &args.step_duration)?);
-            base.window.warmup = parse_duration("--warmup", &args.warmup)?;
-            // Every step's options are checked once before any traffic.
-            let mut first = base.clone();
-            first.pace.rate_rps = Some(args.start);
-            super::run::resolve(&first)?;
-            let duration = match base.window.stop {
-                StopAt::Duration(d) => d,
-                StopAt::Requests(_) => Duration::ZERO,
-            };
-            let new = NewExperiment {
-                name: "capacity".into(),
-                description: format!("capacity search of {url} for {}", args.slo),
-                labels: BTreeMap::new(),
-                config: serde_json::json!({
-                    "url": url,
-                    "slo": args.slo,
-                    "start": args.start,
-                    "max_rps": args.max_rps,
-                    "precision": precision,
-                    "step_duration_secs": duration.as_secs_f64(),
-                    "warmup_secs": base.window.warmup.as_secs_f64(),
-                    "load": base,
-                }),
-                started_at: now_rfc3339(),
-                meshbench_version: env!("CARGO_PKG_VERSION").into(),
-            };
-            let mut session = Session::begin(&store_path, &new, signals.stop.clone())?;
-            let live = !args.quiet && std::io::IsTerminal::is_terminal(&std::io::stderr());
-            let found = goal.search(&mut session, |session, rate, n, lower| {
-                let mut line = super::run::ProgressLine::new(live);
-                let stored = capacity::url_step(session, &base, rate, n, lower, |l| line.draw(l))?;
-                line.clear();
-                if stored.failed() {
-                    eprintln!(
-                        "step {} ({rate} req/s) failed: {}",
-                        n + 1,
-                        stored
-                            .error
-                            .as_ref()
-                            .map_or_else(|| "unknown".into(), StepFailure::to_string)
-                    );
-                }
-                Ok(stored)
-            });
-            conclude(session, &signals, found)
-        }
+                .unwrap_or("")
+                .trim_start_matches("error: ")
+        ))
+    })?;
+    let mut base = LoadOptions::new(meshbench_runner::TargetSource::Url(url.to_string()));
+    super::run::apply_request_flags(&mut base, &passed.request)?;
+    super::run::apply_pacing_flags(&mut base, &passed.pacing)?;
+    base.connections = args.connections;
+    base.window.stop = StopAt::Duration(parse_duration("--step-duration", &args.step_duration)?);
+    base.window.warmup = parse_duration("--warmup", &args.warmup)?;
+    // Every step's options are checked once before any traffic.
+    let mut first = base.clone();
+    first.pace.rate_rps = Some(args.start);
+    super::run::resolve(&first)?;
+    Ok(base)
+}
+
+/// The stored `capacity` experiment of a search against `url`, its settings as its config.
+fn url_experiment(
+    args: &CapacityArgs,
+    url: &str,
+    base: &LoadOptions,
+    precision: f64,
+) -> NewExperiment {
+    let duration = match base.window.stop {
+        StopAt::Duration(d) => d,
+        StopAt::Requests(_) => Duration::ZERO,
+    };
+    NewExperiment {
+        name: "capacity".into(),
+        description: format!("capacity search of {url} for {}", args.slo),
+        labels: BTreeMap::new(),
+        config: serde_json::json!({
+            "url": url,
+            "slo": args.slo,
+            "start": args.start,
+            "max_rps": args.max_rps,
+            "precision": precision,
+            "step_duration_secs": duration.as_secs_f64(),
+            "warmup_secs": base.window.warmup.as_secs_f64(),
+            "load": base,
+        }),
+        started_at: now_rfc3339(),
+        meshbench_version: env!("CARGO_PKG_VERSION").into(),
     }
 }
 

@@ -243,104 +243,136 @@ pub fn table(rows: &[TableRow]) -> String {
         "role millicores/MiB"
     );
     for r in rows {
-        let load = r.load.to_string();
-        let roles: Vec<String> = r
-            .usage
-            .iter()
-            .filter(|u| shown_with_its_step(&u.role))
-            .map(|u| {
-                // A figure not measured (an external role's query failed) is `-`.
-                let cpu = u
-                    .cpu_millicores()
-                    .map_or("-".into(), |c| format!("{c:.0}m"));
-                let mem = u.memory_mib().map_or("-".into(), |m| format!("{m:.1}"));
-                format!("{} {cpu}/{mem}", u.role)
-            })
-            .collect();
-        let mut marks: Vec<String> = Vec::new();
-        match (r.error, r.partial) {
-            (Some(e), _) => marks.push(format!("FAILED: {e}")),
-            (None, true) => marks.push("PARTIAL (interrupted)".to_string()),
-            (None, false) => {}
-        }
-        if let Some(cause) = r.invalid {
-            marks.push(format!("INVALID: {}", cause.name()));
-        }
-        if r.disagrees {
-            marks.push(format!(
-                "{}: an Envoy's own count",
-                meshbench_report::proxies::FLAG
-            ));
-        }
-        match &r.summary {
-            Some(s) => {
-                let figures = format!(
-                    "{:>4} {:<vw$} {:<lw$} {:>9.1} {:>7} {:>7} {:>7} {:>6}",
-                    r.seq + 1,
-                    r.variant,
-                    load,
-                    s.throughput_rps,
-                    meshbench_report::ms(s.p50_us),
-                    meshbench_report::ms(s.p90_us),
-                    meshbench_report::ms(s.p99_us),
-                    s.errors,
-                );
-                let last = roles.len().saturating_sub(1);
-                let items: Vec<String> = roles
-                    .iter()
-                    .enumerate()
-                    .map(|(i, role)| {
-                        if i < last {
-                            format!("{role},")
-                        } else {
-                            role.clone()
-                        }
-                    })
-                    .chain(marks.iter().map(|m| format!(" {m}")))
-                    .collect();
-                out.push_str(&meshbench_report::answers::beside(&figures, &items));
-            }
-            None => out.push_str(&meshbench_report::answers::wrap(
-                &format!(
-                    "FAILED: {}",
-                    r.error.map(StepFailure::to_string).unwrap_or_default()
-                ),
-                &format!("{:>4} {:<vw$} {:<lw$} ", r.seq + 1, r.variant, load),
-                "       ",
-            )),
-        }
-        for line in &r.proxies {
-            out.push_str(&meshbench_report::answers::wrap(line, "     ", "       "));
-        }
+        out.push_str(&step_lines(r, vw, lw));
     }
+    out.push_str(&disagreements(rows));
+    out.push_str(&invalid_steps(rows));
+    out
+}
+
+/// One step's lines: its figures with its roles' and its marks beside them (or why it failed),
+/// then each Envoy's own counts; `vw` and `lw` are the variant's and the load's widths.
+fn step_lines(r: &TableRow, vw: usize, lw: usize) -> String {
+    let mut out = String::new();
+    let load = r.load.to_string();
+    match &r.summary {
+        Some(s) => {
+            let figures = format!(
+                "{:>4} {:<vw$} {:<lw$} {:>9.1} {:>7} {:>7} {:>7} {:>6}",
+                r.seq + 1,
+                r.variant,
+                load,
+                s.throughput_rps,
+                meshbench_report::ms(s.p50_us),
+                meshbench_report::ms(s.p90_us),
+                meshbench_report::ms(s.p99_us),
+                s.errors,
+            );
+            let roles = role_figures(r);
+            let last = roles.len().saturating_sub(1);
+            let items: Vec<String> = roles
+                .iter()
+                .enumerate()
+                .map(|(i, role)| {
+                    if i < last {
+                        format!("{role},")
+                    } else {
+                        role.clone()
+                    }
+                })
+                .chain(marks(r).iter().map(|m| format!(" {m}")))
+                .collect();
+            out.push_str(&meshbench_report::answers::beside(&figures, &items));
+        }
+        None => out.push_str(&meshbench_report::answers::wrap(
+            &format!(
+                "FAILED: {}",
+                r.error.map(StepFailure::to_string).unwrap_or_default()
+            ),
+            &format!("{:>4} {:<vw$} {:<lw$} ", r.seq + 1, r.variant, load),
+            "       ",
+        )),
+    }
+    for line in &r.proxies {
+        out.push_str(&meshbench_report::answers::wrap(line, "     ", "       "));
+    }
+    out
+}
+
+/// `ROLE CPUm/MiB` of each role shown with its step; a figure not measured (an external
+/// role's query failed) is `-`.
+fn role_figures(r: &TableRow) -> Vec<String> {
+    r.usage
+        .iter()
+        .filter(|u| shown_with_its_step(&u.role))
+        .map(|u| {
+            let cpu = u
+                .cpu_millicores()
+                .map_or("-".into(), |c| format!("{c:.0}m"));
+            let mem = u.memory_mib().map_or("-".into(), |m| format!("{m:.1}"));
+            format!("{} {cpu}/{mem}", u.role)
+        })
+        .collect()
+}
+
+/// What the step's row is marked with: failed or partial, invalid by the self-check, an
+/// Envoy's own count that disagrees.
+fn marks(r: &TableRow) -> Vec<String> {
+    let mut marks: Vec<String> = Vec::new();
+    match (r.error, r.partial) {
+        (Some(e), _) => marks.push(format!("FAILED: {e}")),
+        (None, true) => marks.push("PARTIAL (interrupted)".to_string()),
+        (None, false) => {}
+    }
+    if let Some(cause) = r.invalid {
+        marks.push(format!("INVALID: {}", cause.name()));
+    }
+    if r.disagrees {
+        marks.push(format!(
+            "{}: an Envoy's own count",
+            meshbench_report::proxies::FLAG
+        ));
+    }
+    marks
+}
+
+/// The note under the table when some steps have an Envoy whose own count disagrees; empty
+/// when none has.
+fn disagreements(rows: &[TableRow]) -> String {
+    let disagree = rows.iter().filter(|r| r.disagrees).count();
+    if disagree == 0 {
+        return String::new();
+    }
+    meshbench_report::answers::wrap(
+        &format!(
+            "{}: {disagree} of {} steps have an Envoy whose own request count lies outside what the measured window and its edges can hold (warm-up, requests in flight, unfinished, retries); something went around the proxy or was counted twice (docs/answers.md, Envoy as a second witness)",
+            meshbench_report::proxies::FLAG,
+            rows.len()
+        ),
+        "",
+        "  ",
+    )
+}
+
+/// The note under the table when the generator's self-check calls some steps invalid, with
+/// how many for each cause; empty when it calls none.
+fn invalid_steps(rows: &[TableRow]) -> String {
     let mut causes: BTreeMap<&str, usize> = BTreeMap::new();
     for cause in rows.iter().filter_map(|r| r.invalid) {
         *causes.entry(cause.name()).or_default() += 1;
     }
-    let disagree = rows.iter().filter(|r| r.disagrees).count();
-    if disagree > 0 {
-        out.push_str(&meshbench_report::answers::wrap(
-            &format!(
-                "{}: {disagree} of {} steps have an Envoy whose own request count lies outside what the measured window and its edges can hold (warm-up, requests in flight, unfinished, retries); something went around the proxy or was counted twice (docs/answers.md, Envoy as a second witness)",
-                meshbench_report::proxies::FLAG,
-                rows.len()
-            ),
-            "",
-            "  ",
-        ));
+    if causes.is_empty() {
+        return String::new();
     }
-    if !causes.is_empty() {
-        let counted: Vec<String> = causes.iter().map(|(c, n)| format!("{c}: {n}")).collect();
-        out.push_str(&meshbench_report::answers::wrap(
-            &format!(
-                "INVALID by the generator's own check: {} of {} steps ({}); their figures may be the generator's, not the target's; the JSON export says why, step by step (docs/result.md, the self-check)",
-                causes.values().sum::<usize>(),
-                rows.len(),
-                counted.join(", ")
-            ),
-            "",
-            "  ",
-        ));
-    }
-    out
+    let counted: Vec<String> = causes.iter().map(|(c, n)| format!("{c}: {n}")).collect();
+    meshbench_report::answers::wrap(
+        &format!(
+            "INVALID by the generator's own check: {} of {} steps ({}); their figures may be the generator's, not the target's; the JSON export says why, step by step (docs/result.md, the self-check)",
+            causes.values().sum::<usize>(),
+            rows.len(),
+            counted.join(", ")
+        ),
+        "",
+        "  ",
+    )
 }

@@ -18,7 +18,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use meshbench_experiment::external::promql::{duration, with_window};
-use meshbench_experiment::external::Role;
+use meshbench_experiment::external::{Queries, Role};
 use meshbench_lab::sampler::{self};
 use meshbench_results::{Figure, PlayedBy, RoleUsage, Sample, Usage};
 
@@ -70,145 +70,209 @@ pub fn read_roles(prom: &Prometheus, roles: &[Role], w: &Window) -> Reading {
     let mut reading = Reading::default();
     let mut fatal: Option<PromError> = None;
     for role in roles {
-        let mut missing: BTreeMap<Figure, String> = BTreeMap::new();
-        let mut read: BTreeMap<Figure, Points> = BTreeMap::new();
-        let mut empty: Vec<Figure> = Vec::new();
-        let mut problems: Vec<String> = Vec::new();
         let queries = role.queries();
-        let mut counters: BTreeSet<String> = BTreeSet::new();
-        let mut restarted = false;
-        for f in Figure::ALL {
-            let q = match queries.get(f) {
-                Ok(q) => q,
-                Err(why) => {
-                    missing.insert(f, why);
-                    continue;
-                }
-            };
-            if let Some(e) = &fatal {
-                missing.insert(f, e.to_string());
-                continue;
-            }
-            let expr = with_window(&q.expr, w.rate_window_ms);
-            let answer = prom.query_range(
-                &expr,
-                w.from_ms as f64 / 1000.0,
-                w.to_ms as f64 / 1000.0,
-                w.step_ms as f64 / 1000.0,
-            );
-            match answer {
-                Err(e) if e.is_fatal() => {
-                    missing.insert(f, e.to_string());
-                    fatal = Some(e);
-                }
-                Err(e) => {
-                    problems.push(format!(
-                        "Prometheus refused its {} query ({}); check that query in the experiment file",
-                        f.name(),
-                        refusal(&e)
-                    ));
-                    missing.insert(f, e.to_string());
-                }
-                Ok(series) => match on_grid(&series, &grid) {
-                    Some(points) => {
-                        read.insert(f, points);
-                        counters.extend(q.counter.clone());
-                    }
-                    None => {
-                        empty.push(f);
-                        missing.insert(f, "no series over the window".into());
-                    }
-                },
-            }
+        let mut figures = query_figures(prom, &queries, w, &grid, &mut fatal);
+        if !figures.empty.is_empty() {
+            let line = no_series(role, &queries, &figures.empty);
+            figures.problems.insert(0, line);
         }
-        if !empty.is_empty() {
-            let names: Vec<&str> = empty.iter().map(|f| f.name()).collect();
-            let hint = match role.preset {
-                Some(_) => {
-                    let sel = queries
-                        .get(empty[0])
-                        .ok()
-                        .and_then(|q| q.counter.clone().or_else(|| Some(q.expr.clone())))
-                        .unwrap_or_default();
-                    format!("check that Prometheus scrapes them and that `match` selects them: {sel}")
-                }
-                None => "check the queries in the experiment file and that Prometheus scrapes their series".into(),
-            };
-            problems.insert(
-                0,
-                format!("no series for {} over the window; {hint}", names.join(", ")),
-            );
+        if fatal.is_none() && !figures.read.is_empty() {
+            check_restarts(prom, w, &mut figures, &mut fatal);
         }
-        if fatal.is_none() && !read.is_empty() {
-            match restarts(prom, &counters, w) {
-                Ok(None) => {}
-                Ok(Some(what)) => {
-                    problems.push(format!(
-                        "its series restarted during the window ({what}): a container restarted or a pod or process was replaced, so its figures are not a steady state; every figure is marked missing"
-                    ));
-                    restarted = true;
-                    for f in read.keys() {
-                        missing.insert(*f, format!("series restarted in the window: {what}"));
-                    }
-                    read.clear();
-                }
-                Err(e) if e.is_fatal() => fatal = Some(e),
-                Err(e) => problems.push(format!("restarts could not be checked ({})", refusal(&e))),
-            }
+        if !figures.problems.is_empty() {
+            reading.warnings.push(role_warning(role, &figures));
         }
-        if !problems.is_empty() {
-            reading.warnings.push(format!(
-                "role {} ({}): {}{}",
-                role.name,
-                role.program(),
-                problems.join("; "),
-                if restarted {
-                    ""
-                } else {
-                    "; what is not read is marked missing"
-                }
-            ));
-        }
-        let samples = to_samples(&read, &grid);
-        let usage = if samples.is_empty() {
-            Usage::default()
-        } else {
-            sampler::summarize(&samples, w.from_ms, w.to_ms)
-        };
-        reading.roles.push(RoleRead {
-            usage: RoleUsage {
-                // Named like a chain role, it stands for it (the exports' columns); any other
-                // name is the file's own.
-                role: meshbench_results::Role::from_word(&role.name),
-                program: PlayedBy::External(role.program().to_string()),
-                workers: 0,
-                cpu_limit: None,
-                usage,
-                missing,
-                proxy: None,
-            },
-            samples,
-        });
+        reading.roles.push(role_read(role, figures, &grid, w));
     }
     if let Some(e) = fatal {
-        let names: Vec<&str> = roles.iter().map(|r| r.name.as_str()).collect();
-        reading.warnings.insert(
-            0,
-            format!(
-                "{e}; the resources of {} are marked missing (the load's figures are kept); check external.prometheus_url and that Prometheus is up",
-                names.join(", ")
-            ),
+        mark_unreachable(&mut reading, roles, &e);
+    }
+    reading
+}
+
+/// What one role's queries gave over the window, and what went wrong.
+#[derive(Debug, Default)]
+struct RoleFigures {
+    /// Each figure not read, with why.
+    missing: BTreeMap<Figure, String>,
+    /// Each figure read, on the grid.
+    read: BTreeMap<Figure, Points>,
+    /// The figures whose query returned no series over the window, in [`Figure::ALL`]'s order.
+    empty: Vec<Figure>,
+    /// One line each, joined into the role's warning.
+    problems: Vec<String>,
+    /// The counters behind the figures read: what the restart check looks at.
+    counters: BTreeSet<String>,
+    /// The role's series restarted in the window, so every figure is missing.
+    restarted: bool,
+}
+
+/// Runs each figure's query over the window. Once Prometheus does not answer at all (`fatal`,
+/// here or for an earlier role), no further query is sent and each figure is missing with why.
+fn query_figures(
+    prom: &Prometheus,
+    queries: &Queries,
+    w: &Window,
+    grid: &[u64],
+    fatal: &mut Option<PromError>,
+) -> RoleFigures {
+    let mut figures = RoleFigures::default();
+    for f in Figure::ALL {
+        let q = match queries.get(f) {
+            Ok(q) => q,
+            Err(why) => {
+                figures.missing.insert(f, why);
+                continue;
+            }
+        };
+        if let Some(e) = fatal.as_ref() {
+            figures.missing.insert(f, e.to_string());
+            continue;
+        }
+        let expr = with_window(&q.expr, w.rate_window_ms);
+        let answer = prom.query_range(
+            &expr,
+            w.from_ms as f64 / 1000.0,
+            w.to_ms as f64 / 1000.0,
+            w.step_ms as f64 / 1000.0,
         );
-        // Roles read before it failed keep what they had; roles after it have nothing.
-        for r in &mut reading.roles {
-            if r.samples.is_empty() {
-                for f in Figure::ALL {
-                    r.usage.missing.entry(f).or_insert_with(|| e.to_string());
+        match answer {
+            Err(e) if e.is_fatal() => {
+                figures.missing.insert(f, e.to_string());
+                *fatal = Some(e);
+            }
+            Err(e) => {
+                figures.problems.push(format!(
+                    "Prometheus refused its {} query ({}); check that query in the experiment file",
+                    f.name(),
+                    refusal(&e)
+                ));
+                figures.missing.insert(f, e.to_string());
+            }
+            Ok(series) => match on_grid(&series, grid) {
+                Some(points) => {
+                    figures.read.insert(f, points);
+                    figures.counters.extend(q.counter.clone());
                 }
+                None => {
+                    figures.empty.push(f);
+                    figures
+                        .missing
+                        .insert(f, "no series over the window".into());
+                }
+            },
+        }
+    }
+    figures
+}
+
+/// The line for the figures with no series (`empty`, not empty itself), with a hint at the
+/// likely cause: a preset's selector, or the file's own queries.
+fn no_series(role: &Role, queries: &Queries, empty: &[Figure]) -> String {
+    let names: Vec<&str> = empty.iter().map(|f| f.name()).collect();
+    let hint = match role.preset {
+        Some(_) => {
+            let sel = queries
+                .get(empty[0])
+                .ok()
+                .and_then(|q| q.counter.clone().or_else(|| Some(q.expr.clone())))
+                .unwrap_or_default();
+            format!("check that Prometheus scrapes them and that `match` selects them: {sel}")
+        }
+        None => "check the queries in the experiment file and that Prometheus scrapes their series"
+            .into(),
+    };
+    format!("no series for {} over the window; {hint}", names.join(", "))
+}
+
+/// Checks the counters behind the figures read for a restart in the window; when one
+/// restarted, every figure read becomes missing. A Prometheus that stops answering here is
+/// `fatal`; a refused check is one more problem.
+fn check_restarts(
+    prom: &Prometheus,
+    w: &Window,
+    figures: &mut RoleFigures,
+    fatal: &mut Option<PromError>,
+) {
+    match restarts(prom, &figures.counters, w) {
+        Ok(None) => {}
+        Ok(Some(what)) => {
+            figures.problems.push(format!(
+                "its series restarted during the window ({what}): a container restarted or a pod or process was replaced, so its figures are not a steady state; every figure is marked missing"
+            ));
+            figures.restarted = true;
+            for f in figures.read.keys() {
+                figures
+                    .missing
+                    .insert(*f, format!("series restarted in the window: {what}"));
+            }
+            figures.read.clear();
+        }
+        Err(e) if e.is_fatal() => *fatal = Some(e),
+        Err(e) => figures
+            .problems
+            .push(format!("restarts could not be checked ({})", refusal(&e))),
+    }
+}
+
+/// The role's one warning line: its problems, and (unless it restarted, which says so itself)
+/// that what is not read is marked missing.
+fn role_warning(role: &Role, figures: &RoleFigures) -> String {
+    format!(
+        "role {} ({}): {}{}",
+        role.name,
+        role.program(),
+        figures.problems.join("; "),
+        if figures.restarted {
+            ""
+        } else {
+            "; what is not read is marked missing"
+        }
+    )
+}
+
+/// The role as read: its samples on the grid and the figures over the window.
+fn role_read(role: &Role, figures: RoleFigures, grid: &[u64], w: &Window) -> RoleRead {
+    let samples = to_samples(&figures.read, grid);
+    let usage = if samples.is_empty() {
+        Usage::default()
+    } else {
+        sampler::summarize(&samples, w.from_ms, w.to_ms)
+    };
+    RoleRead {
+        usage: RoleUsage {
+            // Named like a chain role, it stands for it (the exports' columns); any other
+            // name is the file's own.
+            role: meshbench_results::Role::from_word(&role.name),
+            program: PlayedBy::External(role.program().to_string()),
+            workers: 0,
+            cpu_limit: None,
+            usage,
+            missing: figures.missing,
+            proxy: None,
+        },
+        samples,
+    }
+}
+
+/// Prometheus stopped answering (`e`): one line for the step, first; roles read before it
+/// failed keep what they had, roles after it have every figure missing.
+fn mark_unreachable(reading: &mut Reading, roles: &[Role], e: &PromError) {
+    let names: Vec<&str> = roles.iter().map(|r| r.name.as_str()).collect();
+    reading.warnings.insert(
+        0,
+        format!(
+            "{e}; the resources of {} are marked missing (the load's figures are kept); check external.prometheus_url and that Prometheus is up",
+            names.join(", ")
+        ),
+    );
+    for r in &mut reading.roles {
+        if r.samples.is_empty() {
+            for f in Figure::ALL {
+                r.usage.missing.entry(f).or_insert_with(|| e.to_string());
             }
         }
     }
-    reading
 }
 
 /// A refusal in a few words: Prometheus' own message.

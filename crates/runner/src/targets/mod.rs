@@ -132,6 +132,32 @@ pub struct Built {
 
 /// Expands every source and serialises each request once.
 pub fn build(sources: &[Source], opts: &BuildOptions) -> Result<Built> {
+    let (templates, total) = expand(sources, opts.protocol)?;
+    let mut hosts = HostTable::default();
+    let mut requests = Vec::with_capacity(total as usize);
+    let mut scheme: Option<String> = None;
+    for (src, tpl) in sources.iter().zip(&templates) {
+        for text in tpl.iter() {
+            let url = parse_url(src, &text, &mut scheme)?;
+            let host = url_host(src, &url, &text)?;
+            let port = url.port_or_known_default().unwrap_or(80);
+            let host_id = hosts.id(&host, port, opts.connect_to)?;
+            requests.push(target(src, &url, &text, &host, host_id, opts)?);
+        }
+    }
+    Ok(Built {
+        targets: Targets {
+            hosts: hosts.hosts,
+            requests,
+            order: opts.order,
+        },
+        tls: scheme.as_deref() == Some("https"),
+    })
+}
+
+/// Each source's URL template, parsed, and how many requests they expand to; refused when
+/// that is over [`MAX_TARGETS`] or, on HTTP/1.1, when the bodies would take over 1 GiB.
+fn expand(sources: &[Source], protocol: Protocol) -> Result<(Vec<Template>, u64)> {
     let mut templates = Vec::with_capacity(sources.len());
     let mut total = 0u64;
     for src in sources {
@@ -154,117 +180,134 @@ pub fn build(sources: &[Source], opts: &BuildOptions) -> Result<Built> {
         .zip(&templates)
         .map(|(s, t)| s.body.len() as u64 * t.len())
         .sum();
-    if opts.protocol == Protocol::Http1 && body_bytes > 1 << 30 {
+    if protocol == Protocol::Http1 && body_bytes > 1 << 30 {
         return Err(LoadError::new(
             "request bodies times targets exceed 1 GiB; use a smaller body or fewer targets",
         ));
     }
-    let mut hosts: Vec<Host> = Vec::new();
-    let mut host_index: HashMap<(String, u16), u32> = HashMap::new();
-    let mut requests = Vec::with_capacity(total as usize);
-    let mut scheme: Option<String> = None;
-    for (src, tpl) in sources.iter().zip(&templates) {
-        for text in tpl.iter() {
-            let url = url::Url::parse(&text).map_err(|e| {
-                LoadError::new(format!(
-                    "{}: invalid URL '{text}': {e}; give a full URL such as http://127.0.0.1:8080/",
-                    src.origin
-                ))
-            })?;
-            match url.scheme() {
-                "http" | "https" => {}
-                other => {
-                    return Err(LoadError::new(format!(
-                        "{}: '{text}': unsupported scheme '{other}'; use http:// or https://",
-                        src.origin
-                    )))
-                }
-            }
-            match &scheme {
-                None => scheme = Some(url.scheme().to_string()),
-                Some(s) if s != url.scheme() => {
-                    return Err(LoadError::new(format!(
-                        "{}: '{text}' is {} but earlier targets are {s}; one run uses one scheme",
-                        src.origin,
-                        url.scheme()
-                    )))
-                }
-                Some(_) => {}
-            }
-            let host = url
-                .host_str()
-                .filter(|h| !h.is_empty())
-                .ok_or_else(|| {
-                    LoadError::new(format!(
-                        "{}: '{text}' has no host; give one like http://127.0.0.1:8080/",
-                        src.origin
-                    ))
-                })?
-                .to_ascii_lowercase();
-            let port = url.port_or_known_default().unwrap_or(80);
-            let key = (host.clone(), port);
-            let host_id = match host_index.get(&key) {
-                Some(&id) => id,
-                None => {
-                    let addr = resolve(&host, port, opts.connect_to)?;
-                    let id = hosts.len() as u32;
-                    hosts.push(Host {
-                        name: format!("{host}:{port}"),
-                        addr,
-                        server_name: meshbench_net::tls::server_name(&host),
-                    });
-                    host_index.insert(key, id);
-                    id
-                }
-            };
-            let mut path = url.path().to_string();
-            if let Some(q) = url.query() {
-                path.push('?');
-                path.push_str(q);
-            }
-            let authority = match url.port() {
-                Some(p) => format!("{host}:{p}"),
-                None => host.clone(),
-            };
-            let (wire, closing) = match opts.protocol {
-                Protocol::Http1 => {
-                    let bytes = meshbench_engine::encode_request(
-                        &src.method,
-                        &path,
-                        &authority,
-                        &src.headers,
-                        &src.body,
-                    );
-                    let closing = opts
-                        .announce_close
-                        .then(|| meshbench_engine::closing_variant(&bytes))
-                        .flatten()
-                        .map(Vec::into_boxed_slice);
-                    (Wire::Http1(bytes.into_boxed_slice()), closing)
-                }
-                Protocol::Http2 | Protocol::Http3 => {
-                    (Wire::Parts(Box::new(http_request(src, &url, &text)?)), None)
-                }
-                Protocol::Grpc => (
-                    Wire::Parts(Box::new(grpc_request(src, &url, &text, &opts.grpc)?)),
-                    None,
-                ),
-            };
-            requests.push(Target {
-                host: host_id,
-                wire,
-                head: src.method == "HEAD",
-                closing,
-            });
+    Ok((templates, total))
+}
+
+/// One expanded URL, parsed: http or https, and the same scheme as every target before it
+/// (`scheme`, set by the first).
+fn parse_url(src: &Source, text: &str, scheme: &mut Option<String>) -> Result<url::Url> {
+    let url = url::Url::parse(text).map_err(|e| {
+        LoadError::new(format!(
+            "{}: invalid URL '{text}': {e}; give a full URL such as http://127.0.0.1:8080/",
+            src.origin
+        ))
+    })?;
+    match url.scheme() {
+        "http" | "https" => {}
+        other => {
+            return Err(LoadError::new(format!(
+                "{}: '{text}': unsupported scheme '{other}'; use http:// or https://",
+                src.origin
+            )))
         }
     }
-    Ok(Built {
-        targets: Targets {
-            hosts,
-            requests,
-            order: opts.order,
-        },
-        tls: scheme.as_deref() == Some("https"),
+    match scheme {
+        None => *scheme = Some(url.scheme().to_string()),
+        Some(s) if s != url.scheme() => {
+            return Err(LoadError::new(format!(
+                "{}: '{text}' is {} but earlier targets are {s}; one run uses one scheme",
+                src.origin,
+                url.scheme()
+            )))
+        }
+        Some(_) => {}
+    }
+    Ok(url)
+}
+
+/// The URL's host, lower case; refused when it has none.
+fn url_host(src: &Source, url: &url::Url, text: &str) -> Result<String> {
+    Ok(url
+        .host_str()
+        .filter(|h| !h.is_empty())
+        .ok_or_else(|| {
+            LoadError::new(format!(
+                "{}: '{text}' has no host; give one like http://127.0.0.1:8080/",
+                src.origin
+            ))
+        })?
+        .to_ascii_lowercase())
+}
+
+/// The hosts of the list, each resolved once, in the order first met.
+#[derive(Default)]
+struct HostTable {
+    hosts: Vec<Host>,
+    /// A host and port's index in `hosts`.
+    index: HashMap<(String, u16), u32>,
+}
+
+impl HostTable {
+    /// The index of `host:port`, resolved (through `connect_to`) and added when new.
+    fn id(&mut self, host: &str, port: u16, connect_to: &[ConnectTo]) -> Result<u32> {
+        let key = (host.to_string(), port);
+        if let Some(&id) = self.index.get(&key) {
+            return Ok(id);
+        }
+        let addr = resolve(host, port, connect_to)?;
+        let id = self.hosts.len() as u32;
+        self.hosts.push(Host {
+            name: format!("{host}:{port}"),
+            addr,
+            server_name: meshbench_net::tls::server_name(host),
+        });
+        self.index.insert(key, id);
+        Ok(id)
+    }
+}
+
+/// One request of `src` to `url`, serialised for the run's protocol.
+fn target(
+    src: &Source,
+    url: &url::Url,
+    text: &str,
+    host: &str,
+    host_id: u32,
+    opts: &BuildOptions,
+) -> Result<Target> {
+    let mut path = url.path().to_string();
+    if let Some(q) = url.query() {
+        path.push('?');
+        path.push_str(q);
+    }
+    let authority = match url.port() {
+        Some(p) => format!("{host}:{p}"),
+        None => host.to_string(),
+    };
+    let (wire, closing) = match opts.protocol {
+        Protocol::Http1 => {
+            let bytes = meshbench_engine::encode_request(
+                &src.method,
+                &path,
+                &authority,
+                &src.headers,
+                &src.body,
+            );
+            let closing = opts
+                .announce_close
+                .then(|| meshbench_engine::closing_variant(&bytes))
+                .flatten()
+                .map(Vec::into_boxed_slice);
+            (Wire::Http1(bytes.into_boxed_slice()), closing)
+        }
+        Protocol::Http2 | Protocol::Http3 => {
+            (Wire::Parts(Box::new(http_request(src, url, text)?)), None)
+        }
+        Protocol::Grpc => (
+            Wire::Parts(Box::new(grpc_request(src, url, text, &opts.grpc)?)),
+            None,
+        ),
+    };
+    Ok(Target {
+        host: host_id,
+        wire,
+        head: src.method == "HEAD",
+        closing,
     })
 }
 
