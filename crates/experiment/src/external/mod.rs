@@ -12,7 +12,7 @@ pub mod promql;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use meshbench_results::{Figure, Role as ResultsRole};
+use meshbench_results::{Figure, Role};
 use serde::{Deserialize, Serialize};
 
 pub use presets::{Preset, Queries, Query};
@@ -64,13 +64,13 @@ pub struct Variant {
     /// POST.
     pub body: Option<String>,
     /// The roles whose resources are read; none for a baseline without proxies.
-    pub roles: Vec<Role>,
+    pub roles: Vec<ExternalRole>,
 }
 
 /// A role read from Prometheus.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
 #[serde(deny_unknown_fields, default)]
-pub struct Role {
+pub struct ExternalRole {
     pub name: String,
     /// Which series to read; without it every figure is a query of the file's.
     pub preset: Option<Preset>,
@@ -92,7 +92,7 @@ pub struct Role {
     pub connections: Option<String>,
 }
 
-impl Role {
+impl ExternalRole {
     /// The query of each figure given in the file.
     pub fn given(&self) -> [(Figure, &Option<String>); 6] {
         [
@@ -227,7 +227,7 @@ impl External {
                         "{at}.name: '{}' must be 1 to 64 letters, digits, '-', '_' or '.'",
                         r.name
                     ));
-                } else if matches!(ResultsRole::from_word(&r.name), ResultsRole::Sampler) {
+                } else if matches!(Role::from_word(&r.name), Role::Sampler) {
                     p.push(format!(
                         "{at}.name: 'sampler' is the name of meshbench's own sampler; pick another"
                     ));
@@ -249,8 +249,8 @@ impl External {
     }
 }
 
-fn validate_role(r: &Role, at: &str, p: &mut Vec<String>) {
-    let Role {
+fn validate_role(r: &ExternalRole, at: &str, p: &mut Vec<String>) {
+    let ExternalRole {
         name: _, // External::validate
         preset: _,
         matches: _,

@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::Pod;
 use meshbench_engine::Stop;
 use meshbench_experiment::config::Experiment;
 use meshbench_experiment::external::promql::with_window;
-use meshbench_experiment::external::{Preset, Role as PromRole};
+use meshbench_experiment::external::{ExternalRole, Preset};
 use meshbench_experiment::{Step, Work};
 use meshbench_k8s::blocking::ApiError;
 use meshbench_k8s::k8s_openapi;
@@ -213,7 +213,7 @@ impl ClusterSite {
     /// The backend's and the gateway's pods are named as they are now: a pod of the template
     /// before (gone since the rollout) has series that end before the window, and a series
     /// that comes or goes in a window makes the role missing (`external::read`).
-    fn roles(&self, topology: Topology) -> Vec<PromRole> {
+    fn roles(&self, topology: Topology) -> Vec<ExternalRole> {
         let ns = self.section.namespace.as_str();
         let now = |app: &str, fallback: &str| -> String {
             let names: Vec<String> = self
@@ -230,17 +230,17 @@ impl ClusterSite {
         };
         let backend_pods = now(system::BACKEND, "backend-.*");
         let gateway_pods = now(system::GATEWAY, "gateway-.*");
-        let role = |r: ChainRole, preset: Preset, matches: &[(&str, &str)]| PromRole {
+        let role = |r: ChainRole, preset: Preset, matches: &[(&str, &str)]| ExternalRole {
             name: r.name().to_string(),
             preset: Some(preset),
             matches: matches
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
-            ..PromRole::default()
+            ..ExternalRole::default()
         };
         let agents_pods = format!("{AGENTS}-agents-.*");
-        let mut roles: Vec<PromRole> = topology
+        let mut roles: Vec<ExternalRole> = topology
             .chain()
             .iter()
             .filter_map(|r| match r.role {
@@ -289,7 +289,7 @@ impl ClusterSite {
     fn wait_observable(
         &self,
         e: &Experiment,
-        roles: &[PromRole],
+        roles: &[ExternalRole],
         stop: &Stop,
     ) -> Result<(), ObservableError> {
         let x = self.section.prometheus();
@@ -393,7 +393,7 @@ struct ClusterStep<'a> {
     topology: Topology,
     load: LoadPoint,
     shape: Shape,
-    roles: Vec<PromRole>,
+    roles: Vec<ExternalRole>,
     admins: Vec<(ChainRole, meshbench_k8s::Forward)>,
 }
 

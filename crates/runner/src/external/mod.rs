@@ -16,7 +16,7 @@ pub mod read;
 use std::time::Duration;
 
 use meshbench_experiment::config::{parse_cpuset, Experiment};
-use meshbench_experiment::external::{External, Role, Variant};
+use meshbench_experiment::external::{External, ExternalRole, Variant};
 use meshbench_experiment::Step;
 use meshbench_lab::sampler;
 use meshbench_results::attribution::{Attribution, Sent};
@@ -192,7 +192,7 @@ pub(crate) fn warn_each(reading: &Reading, step: &StepContext<'_>, observer: &mu
 pub(crate) fn read_window(
     e: &Experiment,
     x: &External,
-    roles: &[Role],
+    roles: &[ExternalRole],
     (from_ms, to_ms): (u64, u64),
     stop: &meshbench_engine::Stop,
 ) -> Reading {

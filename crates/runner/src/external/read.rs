@@ -18,7 +18,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use meshbench_experiment::external::promql::{duration, with_window};
-use meshbench_experiment::external::{Queries, Role};
+use meshbench_experiment::external::{ExternalRole, Queries};
 use meshbench_lab::sampler::{self};
 use meshbench_results::{Figure, PlayedBy, RoleUsage, Sample, Usage};
 
@@ -65,7 +65,7 @@ pub struct Reading {
 type Points = Vec<Option<f64>>;
 
 /// Reads `roles` over `w`.
-pub fn read_roles(prom: &Prometheus, roles: &[Role], w: &Window) -> Reading {
+pub fn read_roles(prom: &Prometheus, roles: &[ExternalRole], w: &Window) -> Reading {
     let grid = w.grid();
     let mut reading = Reading::default();
     let mut fatal: Option<PromError> = None;
@@ -168,7 +168,7 @@ fn query_figures(
 
 /// The line for the figures with no series (`empty`, not empty itself), with a hint at the
 /// likely cause: a preset's selector, or the file's own queries.
-fn no_series(role: &Role, queries: &Queries, empty: &[Figure]) -> String {
+fn no_series(role: &ExternalRole, queries: &Queries, empty: &[Figure]) -> String {
     let names: Vec<&str> = empty.iter().map(|f| f.name()).collect();
     let hint = match role.preset {
         Some(_) => {
@@ -217,7 +217,7 @@ fn check_restarts(
 
 /// The role's one warning line: its problems, and (unless it restarted, which says so itself)
 /// that what is not read is marked missing.
-fn role_warning(role: &Role, figures: &RoleFigures) -> String {
+fn role_warning(role: &ExternalRole, figures: &RoleFigures) -> String {
     format!(
         "role {} ({}): {}{}",
         role.name,
@@ -232,7 +232,7 @@ fn role_warning(role: &Role, figures: &RoleFigures) -> String {
 }
 
 /// The role as read: its samples on the grid and the figures over the window.
-fn role_read(role: &Role, figures: RoleFigures, grid: &[u64], w: &Window) -> RoleRead {
+fn role_read(role: &ExternalRole, figures: RoleFigures, grid: &[u64], w: &Window) -> RoleRead {
     let samples = to_samples(&figures.read, grid);
     let usage = if samples.is_empty() {
         Usage::default()
@@ -257,7 +257,7 @@ fn role_read(role: &Role, figures: RoleFigures, grid: &[u64], w: &Window) -> Rol
 
 /// Prometheus stopped answering (`e`): one line for the step, first; roles read before it
 /// failed keep what they had, roles after it have every figure missing.
-fn mark_unreachable(reading: &mut Reading, roles: &[Role], e: &PromError) {
+fn mark_unreachable(reading: &mut Reading, roles: &[ExternalRole], e: &PromError) {
     let names: Vec<&str> = roles.iter().map(|r| r.name.as_str()).collect();
     reading.warnings.insert(
         0,
