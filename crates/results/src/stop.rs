@@ -26,23 +26,27 @@ impl Stop {
     }
 
     /// Stop sending; requests in flight may still finish (up to the drain time).
+    #[inline]
     pub fn request(&self) {
         self.0.requested.store(true, Ordering::Relaxed);
     }
 
     /// Stop sending and stop waiting: what is in flight counts as unfinished. Implies
     /// [`Stop::request`].
+    #[inline]
     pub fn hurry(&self) {
         self.0.requested.store(true, Ordering::Relaxed);
         self.0.hurried.store(true, Ordering::Relaxed);
     }
 
     /// Whether a stop was asked (by either call).
+    #[inline]
     pub fn requested(&self) -> bool {
         self.0.requested.load(Ordering::Relaxed)
     }
 
     /// Whether the caller wants the result now, without draining.
+    #[inline]
     pub fn hurried(&self) -> bool {
         self.0.hurried.load(Ordering::Relaxed)
     }
