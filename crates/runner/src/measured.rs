@@ -58,20 +58,35 @@ pub(crate) trait Realised {
     /// The step's load, aimed at the system under test.
     fn load_options(&self, step: &StepContext<'_>) -> LoadOptions;
 
-    /// Where a local generator runs (pinned CPUs, a client pod's network namespace).
-    fn client_place(&self) -> ClientPlace<'_>;
+    /// Where a local generator runs (pinned CPUs, a client pod's network namespace); by
+    /// default wherever this process is.
+    fn client_place(&self) -> ClientPlace<'_> {
+        ClientPlace::default()
+    }
 
-    /// The roles the sampler watches over the load, if this place samples its roles itself.
-    fn sampling(&self, step: &StepContext<'_>) -> Option<Sampling>;
+    /// The roles the sampler watches over the load, if this place samples its roles itself
+    /// (by default it does not: they are read afterwards).
+    fn sampling(&self, _step: &StepContext<'_>) -> Option<Sampling> {
+        None
+    }
 
-    /// One reading of each Envoy's own counts (right before the load and right after it).
-    fn witnesses(&self) -> Witnesses;
+    /// One reading of each Envoy's own counts (right before the load and right after it); by
+    /// default there is no admin to read.
+    fn witnesses(&self) -> Witnesses {
+        Witnesses::new()
+    }
 
-    /// A role that exited while the load ran, with the tail of its output.
-    fn dead_role(&mut self) -> Option<(ChainRole, String)>;
+    /// A role that exited while the load ran, with the tail of its output; by default none
+    /// is watched.
+    fn dead_role(&mut self) -> Option<(ChainRole, String)> {
+        None
+    }
 
-    /// Where the sampled requests' latency went, hop by hop, if this place can say.
-    fn attribution(&self, sample_rate: f64, sent: &[Sent]) -> Option<Attribution>;
+    /// Where the sampled requests' latency went, hop by hop, if this place can say (by
+    /// default it cannot).
+    fn attribution(&self, _sample_rate: f64, _sent: &[Sent]) -> Option<Attribution> {
+        None
+    }
 
     /// Each role's usage and samples over the steady window of `measured`; warnings (a role
     /// that could not be read) go to the observer.

@@ -20,7 +20,6 @@ use meshbench_k8s::system::{self, Path as Through, Shape};
 use meshbench_lab::istio::ready::{self, AckError, Awaited, Expected, SidecarExpected};
 use meshbench_lab::program::envoy::admin;
 use meshbench_lab::sampler;
-use meshbench_results::attribution::{Attribution, Sent};
 use meshbench_results::{
     ChainRole, Class, Figure, LoadPoint, PlayedBy, Program, Role, StepFailure, Topology,
 };
@@ -32,7 +31,7 @@ use crate::load::{LoadOptions, TargetSource};
 use crate::measured::{Place, Realised, RoleReading, StepContext, Witnesses};
 use crate::observer::Observer;
 use crate::steps::{aim_at_gateway, load_for};
-use crate::{ClientPlace, Measured, Sampling};
+use crate::Measured;
 
 use super::{shape_of, ClusterSite, AGENTS, ENVOY_ADMIN};
 
@@ -403,27 +402,11 @@ impl Realised for ClusterStep<'_> {
             .load_options(step.e, step.at.step, &self.load, self.topology)
     }
 
-    fn client_place(&self) -> ClientPlace<'_> {
-        ClientPlace::default()
-    }
-
-    fn sampling(&self, _step: &StepContext<'_>) -> Option<Sampling> {
-        None
-    }
-
     fn witnesses(&self) -> Witnesses {
         self.admins
             .iter()
             .map(|(r, f)| (*r, admin::read(f.addr())))
             .collect()
-    }
-
-    fn dead_role(&mut self) -> Option<(ChainRole, String)> {
-        None
-    }
-
-    fn attribution(&self, _sample_rate: f64, _sent: &[Sent]) -> Option<Attribution> {
-        None
     }
 
     fn roles(

@@ -19,15 +19,14 @@ use meshbench_experiment::config::{parse_cpuset, Experiment};
 use meshbench_experiment::external::{External, ExternalRole, Variant};
 use meshbench_experiment::Step;
 use meshbench_lab::sampler;
-use meshbench_results::attribution::{Attribution, Sent};
-use meshbench_results::{ChainRole, LoadPoint, Protocol, StepFailure};
+use meshbench_results::{LoadPoint, Protocol, StepFailure};
 
 use crate::load::{Body, LoadOptions, ProtoSource, TargetSource};
-use crate::measured::{Place, Realised, RoleReading, StepContext, Witnesses};
+use crate::measured::{Place, Realised, RoleReading, StepContext};
 use crate::observer::Observer;
 use crate::steps::load_for;
 use crate::targets::proto::Proto;
-use crate::{ClientPlace, Measured, Sampling};
+use crate::{ClientPlace, Measured};
 
 use prometheus::Prometheus;
 use read::{read_roles, Reading, Window};
@@ -134,22 +133,6 @@ impl Realised for ExternalStep<'_> {
             cpus: self.client_cpus.as_deref(),
             netns: None,
         }
-    }
-
-    fn sampling(&self, _step: &StepContext<'_>) -> Option<Sampling> {
-        None
-    }
-
-    fn witnesses(&self) -> Witnesses {
-        Witnesses::new()
-    }
-
-    fn dead_role(&mut self) -> Option<(ChainRole, String)> {
-        None
-    }
-
-    fn attribution(&self, _sample_rate: f64, _sent: &[Sent]) -> Option<Attribution> {
-        None
     }
 
     fn roles(
