@@ -33,6 +33,7 @@ pub mod rig_place;
 pub mod session;
 pub mod setup;
 pub mod source_addrs;
+pub mod step_load;
 pub mod steps;
 pub mod targets;
 

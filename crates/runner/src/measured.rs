@@ -26,8 +26,8 @@ use meshbench_store::StepRecord;
 
 use crate::agents::Fleet;
 use crate::load::LoadOptions;
+use crate::measure::{measure, ClientPlace, LoadSource, Measured, Sampling};
 use crate::observer::{Observer, StepAt};
-use crate::{measure, ClientPlace, LoadSource, Measured, Sampling};
 
 /// One reading of every Envoy's admin of a step, by role.
 pub(crate) type Witnesses = BTreeMap<ChainRole, Result<ProxyCounters, AdminError>>;

@@ -17,10 +17,10 @@ use meshbench_results::attribution::{Attribution, Sent};
 use meshbench_results::{ChainRole, LoadPoint, PlayedBy, Role, RoleUsage, StepFailure, Usage};
 
 use crate::load::{LoadOptions, TargetSource};
+use crate::measure::{ClientPlace, Measured, Sampling};
 use crate::measured::{Place, Realised, RoleReading, StepContext, Witnesses};
 use crate::observer::Observer;
-use crate::steps::{aim_at_gateway, load_for};
-use crate::{ClientPlace, Measured, Sampling};
+use crate::step_load::{aim_at_gateway, load_for};
 
 /// This machine's lab: each step on a rig of its own, its backend played by `exe`.
 pub(crate) struct RigPlace<'a> {

@@ -5,32 +5,25 @@
 //! ([`crate::control_plane`]). Each step is stored, then the experiment cools down. A role
 //! that dies fails its step with the tail of its output and the experiment goes on; a stop
 //! (Ctrl-C, SIGTERM) stores the step in progress as partial and ends the experiment.
-//!
-//! Here too is the load every place shares: the experiment's `load` keys at the step's load
-//! point ([`load_for`]) and, for a TLS entry, where to connect ([`aim_at_gateway`]).
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use meshbench_engine::{Stop, StopAt};
+use meshbench_engine::Stop;
 use meshbench_experiment::config::Experiment;
 use meshbench_experiment::{Plan, Step, Work};
 use meshbench_lab::rig;
-use meshbench_results::{Arrival, LoadPoint, Offer, Order, PacingSlack};
 use meshbench_store::StepRecord;
 
 use crate::agents::Fleet;
 use crate::cluster::ClusterSite;
 use crate::external::ExternalPlace;
-use crate::load::{Body, LoadOptions, TargetSource};
 use crate::measured::{measured_step, StepContext};
 use crate::observer::{Observer, StepAt};
 use crate::rig_place::RigPlace;
 use crate::session::{new_experiment, now_rfc3339, Finished, Session};
-use crate::targets::ConnectTo;
 use crate::RunnerError;
 
 /// Runs every step of `e` in plan order at `site`, the load from `fleet` (else from this
@@ -176,64 +169,4 @@ impl StepRunner {
             }
         }
     }
-}
-
-/// Every request of `o` connected to `entry`, whatever its URL's host, over TLS trusting
-/// `ca`; a gateway's routes (`spread`) in random order.
-pub(crate) fn aim_at_gateway(o: &mut LoadOptions, ca: PathBuf, entry: SocketAddr, spread: bool) {
-    if spread {
-        o.send.target_order = Order::Random;
-    }
-    o.send.connect_to = vec![ConnectTo {
-        host: None,
-        port: None,
-        to_host: Some(entry.ip().to_string()),
-        to_port: Some(entry.port()),
-    }];
-    o.connect.tls.ca = Some(crate::load::CaSource::File(ca));
-}
-
-/// The experiment's `load` keys at `step`'s load point (`load`), against `source`: what every
-/// place's load shares.
-pub fn load_for(
-    e: &Experiment,
-    step: &Step,
-    load: &LoadPoint,
-    source: TargetSource,
-) -> LoadOptions {
-    let mut o = LoadOptions::new(source);
-    o.window.stop = StopAt::Duration(Duration::from_secs_f64(e.duration_secs));
-    o.window.warmup = Duration::from_secs_f64(e.warmup_secs);
-    o.connections = match e.load.connection_pool {
-        0 => load.connections,
-        pool => pool,
-    } as usize;
-    if e.load.connection_pool > 0 {
-        o.pace.concurrency = Some(load.connections as usize);
-    }
-    o.timeout = Duration::from_millis(e.load.timeout_ms);
-    o.pace.seed = step.index as u64 + 1;
-    if let Offer::Open { rate_rps, arrival } = load.offer {
-        o.pace.rate_rps = Some(rate_rps);
-        if arrival == Arrival::Poisson {
-            o.pace.arrival = Some(Arrival::Poisson);
-        }
-        o.pace.idle = Some(e.load.idle_strategy);
-        o.pace.slack = PacingSlack::from_us(e.load.pacing_slack_us);
-    }
-    if e.load.threads > 0 {
-        o.pace.threads = Some(e.load.threads as usize);
-    }
-    o.connect.protocol = e.load.protocol;
-    if o.connect.protocol.is_multiplexed() {
-        o.connect.streams = e.load.streams.max(1) as usize;
-    }
-    if e.load.request_bytes > 0 && o.connect.protocol == meshbench_results::Protocol::Grpc {
-        // A gRPC step pings with this much payload (the backend echoes it back).
-        o.send.grpc_payload = e.load.request_bytes as usize;
-    } else if e.load.request_bytes > 0 {
-        o.send.method = "POST".into();
-        o.send.body = Body::Size(e.load.request_bytes);
-    }
-    o
 }

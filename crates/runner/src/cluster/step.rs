@@ -28,10 +28,10 @@ use thiserror::Error;
 use crate::external::prometheus::{PromError, Prometheus};
 use crate::external::{read_window, warn_each};
 use crate::load::{LoadOptions, TargetSource};
+use crate::measure::Measured;
 use crate::measured::{Place, Realised, RoleReading, StepContext, Witnesses};
 use crate::observer::Observer;
-use crate::steps::{aim_at_gateway, load_for};
-use crate::Measured;
+use crate::step_load::{aim_at_gateway, load_for};
 
 use super::{shape_of, ClusterSite, AGENTS, ENVOY_ADMIN};
 

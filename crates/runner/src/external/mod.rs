@@ -22,11 +22,11 @@ use meshbench_lab::sampler;
 use meshbench_results::{LoadPoint, Protocol, StepFailure};
 
 use crate::load::{Body, LoadOptions, ProtoSource, TargetSource};
+use crate::measure::{ClientPlace, Measured};
 use crate::measured::{Place, Realised, RoleReading, StepContext};
 use crate::observer::Observer;
-use crate::steps::load_for;
+use crate::step_load::load_for;
 use crate::targets::proto::Proto;
-use crate::{ClientPlace, Measured};
 
 use prometheus::Prometheus;
 use read::{read_roles, Reading, Window};
