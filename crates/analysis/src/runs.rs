@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use hdrhistogram::Histogram;
 use meshbench_results::{
-    histogram::{decode_histogram, new_histogram},
+    histogram::{decode_histogram, new_histogram, DecodeError},
     CpuAllotment, LoadPoint, Offer, PlayedBy, Role, RoleUsage, RunResult, Subject,
 };
 use meshbench_store::StoredStep;
@@ -64,9 +64,10 @@ impl Run {
         })
     }
 
-    /// A `meshbench run --json` document, named `name`.
-    pub fn from_result(name: &str, result: RunResult) -> Result<Run, String> {
-        let latency = decode_histogram(&result.histogram.latency_us).map_err(|e| e.to_string())?;
+    /// A `meshbench run --json` document, named `name`; an error when its latency histogram
+    /// does not decode.
+    pub fn from_result(name: &str, result: RunResult) -> Result<Run, DecodeError> {
+        let latency = decode_histogram(&result.histogram.latency_us)?;
         let s = &result.settings;
         Ok(Run {
             step_id: None,

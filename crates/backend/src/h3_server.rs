@@ -13,6 +13,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use h3::server::RequestStream;
 use http::Response;
 use rustls::ServerConfig;
+use thiserror::Error;
 
 use crate::hyper_server::{Answer, Shared};
 
@@ -52,12 +53,26 @@ pub(crate) fn spawn(udp: std::net::UdpSocket, tls: &ServerConfig, shared: Arc<Sh
     });
 }
 
-fn endpoint(udp: std::net::UdpSocket, tls: &ServerConfig) -> Result<quinn::Endpoint, String> {
+/// Why HTTP/3 is not served (the TCP side goes on).
+#[derive(Debug, Error)]
+enum EndpointError {
+    #[error("TLS settings unusable for QUIC: {0}")]
+    Tls(#[source] quinn::crypto::rustls::NoInitialCipherSuite),
+    #[error("no async runtime for QUIC")]
+    NoRuntime,
+    #[error("UDP socket: {0}")]
+    Socket(#[source] std::io::Error),
+}
+
+fn endpoint(
+    udp: std::net::UdpSocket,
+    tls: &ServerConfig,
+) -> Result<quinn::Endpoint, EndpointError> {
     let mut tls = tls.clone();
     tls.alpn_protocols = vec![b"h3".to_vec()];
     tls.max_early_data_size = u32::MAX;
     let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(Arc::new(tls))
-        .map_err(|e| format!("TLS settings unusable for QUIC: {e}"))?;
+        .map_err(EndpointError::Tls)?;
     let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
     let mut transport = quinn::TransportConfig::default();
     transport
@@ -66,9 +81,9 @@ fn endpoint(udp: std::net::UdpSocket, tls: &ServerConfig) -> Result<quinn::Endpo
         .receive_window((16u32 << 20).into())
         .send_window(16 << 20);
     config.transport_config(Arc::new(transport));
-    let runtime = quinn::default_runtime().ok_or("no async runtime for QUIC")?;
+    let runtime = quinn::default_runtime().ok_or(EndpointError::NoRuntime)?;
     quinn::Endpoint::new(quinn::EndpointConfig::default(), Some(config), udp, runtime)
-        .map_err(|e| format!("UDP socket: {e}"))
+        .map_err(EndpointError::Socket)
 }
 
 async fn serve_connection(conn: quinn::Connection, shared: Arc<Shared>) {

@@ -26,6 +26,7 @@ use h3::error::{ConnectionError, StreamError};
 use meshbench_net::socket;
 use meshbench_net::stream::IoState;
 use quinn_proto::{ConnectionHandle, DatagramEvent, Endpoint, EndpointConfig, Event, VarInt};
+use thiserror::Error;
 
 use crate::quic::{lost_reason, QuicConn, Shared, SharedConn};
 use crate::recorder::ErrorKind;
@@ -59,6 +60,11 @@ impl std::fmt::Debug for QuicSpec {
     }
 }
 
+/// The run's TLS client cannot carry QUIC: it has no TLS 1.3 suite QUIC starts with.
+#[derive(Debug, Error)]
+#[error("TLS settings unusable for QUIC: {0}")]
+pub struct QuicTlsError(#[source] quinn_proto::crypto::rustls::NoInitialCipherSuite);
+
 impl QuicSpec {
     /// QUIC settings from the run's TLS client (its trust, client certificate and session
     /// cache; ALPN is set to h3 here) and `streams` requests at once per connection. Fails with
@@ -68,12 +74,12 @@ impl QuicSpec {
         streams: usize,
         zero_rtt: bool,
         rebind_every: Option<u64>,
-    ) -> Result<QuicSpec, String> {
+    ) -> Result<QuicSpec, QuicTlsError> {
         let mut tls = tls.clone();
         tls.alpn_protocols = vec![b"h3".to_vec()];
         tls.enable_early_data = zero_rtt;
         let crypto = quinn_proto::crypto::rustls::QuicClientConfig::try_from(Arc::new(tls))
-            .map_err(|e| format!("TLS settings unusable for QUIC: {e}"))?;
+            .map_err(QuicTlsError)?;
         let mut client = quinn_proto::ClientConfig::new(Arc::new(crypto));
         client.transport_config(Arc::new(transport(streams)));
         Ok(QuicSpec {

@@ -46,7 +46,7 @@ pub mod run;
 mod slots;
 pub mod spec;
 
-pub use h3conn::QuicSpec;
+pub use h3conn::{QuicSpec, QuicTlsError};
 pub use meshbench_net::grpc;
 pub use meshbench_net::http1::{closing_variant, encode_request};
 pub use meshbench_results::Stop;

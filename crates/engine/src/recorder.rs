@@ -13,6 +13,7 @@ use std::ops::AddAssign;
 
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
+use thiserror::Error;
 
 use meshbench_net::grpc::Code;
 use meshbench_results::attribution::Sent;
@@ -274,27 +275,36 @@ impl From<Counts> for CountsForm {
     }
 }
 
-impl TryFrom<CountsForm> for Counts {
-    type Error = String;
+/// A count in a peer's message that the engine does not keep (`Counts` read back from JSON).
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum CountsError {
+    #[error("status code {0} is not one the engine counts")]
+    Status(String),
+    #[error("unknown gRPC status '{0}'")]
+    Grpc(String),
+    #[error("unknown kind of error '{0}'")]
+    Kind(String),
+}
 
-    fn try_from(f: CountsForm) -> Result<Self, String> {
+impl TryFrom<CountsForm> for Counts {
+    type Error = CountsError;
+
+    fn try_from(f: CountsForm) -> Result<Self, CountsError> {
         let mut c = Counts::default();
         for (code, n) in f.status {
             let slot = code
                 .parse::<usize>()
                 .ok()
                 .and_then(|i| c.status.get_mut(i))
-                .ok_or_else(|| format!("status code {code} is not one the engine counts"))?;
+                .ok_or(CountsError::Status(code))?;
             *slot = n;
         }
         for (name, n) in f.grpc {
-            let code =
-                Code::from_name(&name).ok_or_else(|| format!("unknown gRPC status '{name}'"))?;
+            let code = Code::from_name(&name).ok_or(CountsError::Grpc(name))?;
             c.grpc[code.number() as usize] = n;
         }
         for (name, n) in f.errors {
-            let kind = ErrorKind::from_name(&name)
-                .ok_or_else(|| format!("unknown kind of error '{name}'"))?;
+            let kind = ErrorKind::from_name(&name).ok_or(CountsError::Kind(name))?;
             c.errors[kind as usize] = n;
         }
         Ok(c)

@@ -555,7 +555,7 @@ pub fn parse(file: &str, text: &str, overrides: &[String]) -> Result<Experiment,
     old_words.in_file(&mut tree, &mut problems);
     for o in overrides {
         if let Err(p) = apply_override(&mut tree, &old_words.in_override(o)) {
-            problems.push(p);
+            problems.push(p.to_string());
         }
     }
     old_words.jitter_as_arrival(&mut tree);

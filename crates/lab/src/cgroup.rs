@@ -9,6 +9,8 @@ use std::fs;
 use std::os::fd::{IntoRawFd, RawFd};
 use std::path::{Path, PathBuf};
 
+use thiserror::Error;
+
 use crate::sample;
 use crate::LabError;
 
@@ -25,18 +27,32 @@ pub enum Cgroups {
     V1,
 }
 
+/// Why this process cannot create cgroups (the lab then pins with the CPU affinity mask).
+#[derive(Debug, Error)]
+pub enum CgroupsUnavailable {
+    #[error(
+        "no cgroup CPU controller is mounted at {} (neither v2 nor v1 cpu)",
+        ROOT
+    )]
+    NotMounted,
+    /// A probe group under `dir` could not be created.
+    #[error("cannot create a cgroup under {} ({source}); run as root or delegate a cgroup to this user", .dir.display())]
+    NotWritable {
+        dir: PathBuf,
+        source: std::io::Error,
+    },
+}
+
 impl Cgroups {
     /// The hierarchy, if this process may create groups in it; else why not, in one line.
-    pub fn detect() -> Result<Cgroups, String> {
+    pub fn detect() -> Result<Cgroups, CgroupsUnavailable> {
         let root = Path::new(ROOT);
         let (kind, probe) = if root.join("cgroup.controllers").is_file() {
             (Cgroups::V2, root.to_path_buf())
         } else if root.join("cpu/cpu.cfs_quota_us").is_file() {
             (Cgroups::V1, root.join("cpu"))
         } else {
-            return Err(format!(
-                "no cgroup CPU controller is mounted at {ROOT} (neither v2 nor v1 cpu)"
-            ));
+            return Err(CgroupsUnavailable::NotMounted);
         };
         let test = probe.join(format!("meshbench-probe-{}", std::process::id()));
         match fs::create_dir(&test) {
@@ -44,10 +60,7 @@ impl Cgroups {
                 let _ = fs::remove_dir(&test);
                 Ok(kind)
             }
-            Err(e) => Err(format!(
-                "cannot create a cgroup under {} ({e}); run as root or delegate a cgroup to this user",
-                probe.display()
-            )),
+            Err(source) => Err(CgroupsUnavailable::NotWritable { dir: probe, source }),
         }
     }
 }

@@ -44,23 +44,27 @@ pub enum LiveError {
         face: &'static str,
         source: std::io::Error,
     },
+    #[error("cannot start the remote-write thread: {0}")]
+    WriterThread(#[source] std::io::Error),
     #[error("{0}")]
     Config(String),
 }
 
+/// A listen address that is neither `PORT` nor `HOST:PORT` (the text as given).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("'{0}' is not a listen address; give PORT (loopback), 127.0.0.1:PORT or [::1]:PORT")]
+pub struct NotListenAddr(pub String);
+
 /// Parses a listen address: `PORT` or `:PORT` is loopback (127.0.0.1); `HOST:PORT` is taken as
 /// given, so binding beyond loopback is always asked for by name.
-pub fn listen_addr(text: &str) -> Result<SocketAddr, String> {
+pub fn listen_addr(text: &str) -> Result<SocketAddr, NotListenAddr> {
     let t = text.trim();
     let port_only = t.strip_prefix(':').unwrap_or(t);
     if let Ok(port) = port_only.parse::<u16>() {
         return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
     }
-    t.parse::<SocketAddr>().map_err(|_| {
-        format!(
-            "'{text}' is not a listen address; give PORT (loopback), 127.0.0.1:PORT or [::1]:PORT"
-        )
-    })
+    t.parse::<SocketAddr>()
+        .map_err(|_| NotListenAddr(text.to_string()))
 }
 
 #[cfg(test)]

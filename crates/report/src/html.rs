@@ -25,10 +25,16 @@ pub use write::{write, Written};
 
 #[derive(Debug, Error)]
 pub enum ReportError {
-    #[error("cannot write {path}: {reason}")]
-    Write { path: PathBuf, reason: String },
-    #[error("chart {id}: {reason}")]
-    Chart { id: String, reason: String },
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("chart {id}: {source}")]
+    Chart {
+        id: String,
+        source: crate::plot::PlotError,
+    },
     #[error("no TrueType font for the charts (looked for DejaVu Sans, Liberation Sans, Noto Sans); install fonts-dejavu-core")]
     NoFont,
 }

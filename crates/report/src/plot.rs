@@ -11,6 +11,7 @@ use std::path::Path;
 use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
+use thiserror::Error;
 
 /// How a series is drawn.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -181,28 +182,22 @@ fn dashes(points: &[(f64, f64)]) -> Vec<Vec<(f64, f64)>> {
 
 /// Draws one series with `$method` (draw_series or draw_secondary_series).
 macro_rules! series {
-    ($chart:expr, $method:ident, $s:expr, $e:expr) => {{
+    ($chart:expr, $method:ident, $s:expr) => {{
         let s: &Series = $s;
         let c = color(s.color);
         let style = c.stroke_width(2);
         if matches!(s.draw, Draw::Line | Draw::LinePoints) {
-            $chart
-                .$method(std::iter::once(PathElement::new(s.points.clone(), style)))
-                .map_err($e)?;
+            $chart.$method(std::iter::once(PathElement::new(s.points.clone(), style)))?;
         }
         if matches!(s.draw, Draw::Points | Draw::LinePoints) {
-            $chart
-                .$method(s.points.iter().map(|p| Circle::new(*p, 4, c.filled())))
-                .map_err($e)?;
+            $chart.$method(s.points.iter().map(|p| Circle::new(*p, 4, c.filled())))?;
         }
         if s.draw == Draw::Dashed {
-            $chart
-                .$method(
-                    dashes(&s.points)
-                        .into_iter()
-                        .map(|d| PathElement::new(d, style)),
-                )
-                .map_err($e)?;
+            $chart.$method(
+                dashes(&s.points)
+                    .into_iter()
+                    .map(|d| PathElement::new(d, style)),
+            )?;
         }
     }};
 }
@@ -454,13 +449,24 @@ fn draw_bars<DB: DrawingBackend>(
     Ok(())
 }
 
+/// Why a chart could not be drawn: plotters' error from the SVG or the PNG backend.
+#[derive(Debug, Error)]
+pub enum PlotError {
+    #[error(transparent)]
+    Svg(DrawingAreaErrorKind<<SVGBackend<'static> as DrawingBackend>::ErrorType>),
+    #[error(transparent)]
+    Png(DrawingAreaErrorKind<<BitMapBackend<'static> as DrawingBackend>::ErrorType>),
+}
+
 /// Draws `c` on `area`.
-pub fn draw<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, c: &Chart) -> Result<(), String>
+pub fn draw<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    c: &Chart,
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>>
 where
     DB::ErrorType: 'static,
 {
-    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
-    area.fill(&WHITE).map_err(e)?;
+    area.fill(&WHITE)?;
     let entries = legend_entries(c);
     let widths = entry_widths(area, &entries);
     let (width, height) = area.dim_in_pixel();
@@ -481,8 +487,7 @@ where
         builder.right_y_label_area_size(62);
     }
     let mut chart = builder
-        .build_cartesian_2d(x0..x1, y0..y1)
-        .map_err(e)?
+        .build_cartesian_2d(x0..x1, y0..y1)?
         .set_secondary_coord(x0..x1, {
             let (r0, r1) = range(
                 c.right
@@ -516,15 +521,15 @@ where
     if matches!(c.x_axis, XAxis::Categories(_)) {
         mesh.disable_x_mesh();
     }
-    mesh.draw().map_err(e)?;
-    draw_shade(&mut chart, c, (y0, y1)).map_err(e)?;
-    draw_bars(&mut chart, c, &stacked).map_err(e)?;
+    mesh.draw()?;
+    draw_shade(&mut chart, c, (y0, y1))?;
+    draw_bars(&mut chart, c, &stacked)?;
     for s in c
         .series
         .iter()
         .filter(|s| !matches!(s.draw, Draw::Bars | Draw::Stacked))
     {
-        series!(chart, draw_series, s, e);
+        series!(chart, draw_series, s);
     }
     if let Some((label, right)) = &c.right {
         chart
@@ -533,36 +538,35 @@ where
             .y_label_formatter(&y_fmt)
             .label_style(("sans-serif", 12))
             .axis_desc_style(("sans-serif", 13))
-            .draw()
-            .map_err(e)?;
+            .draw()?;
         for s in right {
-            series!(chart, draw_secondary_series, s, e);
+            series!(chart, draw_secondary_series, s);
         }
     }
-    draw_hline_and_marks(&mut chart, c, (x0, x1), (y0, y1)).map_err(e)?;
+    draw_hline_and_marks(&mut chart, c, (x0, x1), (y0, y1))?;
     // Drawn last, as a legend is: after every point, in its own strip.
     if let Some(layout) = &legend {
-        draw_legend(&legend_area, &entries, layout).map_err(e)?;
+        draw_legend(&legend_area, &entries, layout)?;
     }
-    area.present().map_err(e)?;
-    legend_area.present().map_err(e)?;
+    area.present()?;
+    legend_area.present()?;
     Ok(())
 }
 
 /// The chart as an SVG document.
-pub fn svg(c: &Chart) -> Result<String, String> {
+pub fn svg(c: &Chart) -> Result<String, PlotError> {
     let mut out = String::new();
     {
         let area = SVGBackend::with_string(&mut out, c.size).into_drawing_area();
-        draw(&area, c)?;
+        draw(&area, c).map_err(PlotError::Svg)?;
     }
     Ok(out)
 }
 
 /// Writes the chart as a PNG file.
-pub fn png(c: &Chart, path: &Path) -> Result<(), String> {
+pub fn png(c: &Chart, path: &Path) -> Result<(), PlotError> {
     let area = BitMapBackend::new(path, c.size).into_drawing_area();
-    draw(&area, c)
+    draw(&area, c).map_err(PlotError::Png)
 }
 
 /// Registers a system TrueType font for the plots (plotters measures text with it); the

@@ -620,7 +620,7 @@ impl LoadOptions {
                     self.connect.quic.zero_rtt,
                     self.connect.quic.rebind_every,
                 )
-                .map_err(LoadError)?;
+                .map_err(|e| LoadError(e.to_string()))?;
                 (None, Some(quic))
             }
             other => (other, None),
@@ -736,7 +736,9 @@ fn read_targets(path: &Path) -> Result<Vec<targets::file::FileTarget>, LoadError
 }
 
 /// The `.proto`'s services, from the file or as the coordinator compiled them.
-fn compile_proto(source: &ProtoSource) -> Result<targets::proto::Proto, String> {
+fn compile_proto(
+    source: &ProtoSource,
+) -> Result<targets::proto::Proto, targets::proto::ProtoError> {
     match source {
         ProtoSource::File(file) => targets::proto::Proto::compile(file, &[]),
         ProtoSource::Compiled { name, descriptors } => {

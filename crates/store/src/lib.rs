@@ -32,7 +32,7 @@ use thiserror::Error;
 
 pub use record::{
     topology_name, ExperimentRow, ExperimentStatus, NewExperiment, ResultSummary, StepRecord,
-    StepStatus, StoredStep,
+    StepStatus, StoredStep, UnknownWord,
 };
 pub use schema::VERSION;
 
@@ -682,13 +682,17 @@ impl RawStep {
         Ok(StepRecord {
             seq: self.seq,
             repeat: self.repeat,
-            kind: topology_name::parse(&self.topology).map_err(|e| corrupt("topology", e))?,
+            kind: topology_name::parse(&self.topology)
+                .map_err(|e| corrupt("topology", e.to_string()))?,
             variant: self.variant,
             label: self.label,
             params: serde_json::from_str(&self.params)
                 .map_err(|e| corrupt("params", e.to_string()))?,
             started_at: self.started_at,
-            status: self.status.parse().map_err(|e| corrupt("status", e))?,
+            status: self
+                .status
+                .parse()
+                .map_err(|e: UnknownWord| corrupt("status", e.to_string()))?,
             error: self.error.map(StepFailure::Recorded),
             versions: serde_json::from_str(&self.versions)
                 .map_err(|e| corrupt("versions", e.to_string()))?,
@@ -718,39 +722,44 @@ impl RawStep {
     }
 }
 
+/// Why a v1 store could not be migrated to v2.
+#[derive(Debug, Error)]
+enum MigrateError {
+    #[error(transparent)]
+    Sql(#[from] rusqlite::Error),
+    #[error("step {id}: {source}")]
+    StepStatus { id: i64, source: UnknownWord },
+    #[error("step {id}: params: {source}")]
+    Params { id: i64, source: serde_json::Error },
+    #[error(transparent)]
+    ExperimentStatus(#[from] UnknownWord),
+}
+
 /// v1 -> v2: every step's params in the typed form, statuses checked, 'capacity' -> 'url'.
-fn migrate_v1_to_v2(tx: &Transaction) -> Result<(), String> {
+fn migrate_v1_to_v2(tx: &Transaction) -> Result<(), MigrateError> {
     let rows: Vec<(i64, String, String)> = {
-        let mut q = tx
-            .prepare("SELECT id, params, status FROM steps")
-            .map_err(|e| e.to_string())?;
-        let rows = q
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-            .map_err(|e| e.to_string())?;
-        rows.collect::<Result<_, _>>().map_err(|e| e.to_string())?
+        let mut q = tx.prepare("SELECT id, params, status FROM steps")?;
+        let rows = q.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+        rows.collect::<Result<_, _>>()?
     };
     for (id, params, status) in rows {
         status
             .parse::<StepStatus>()
-            .map_err(|e| format!("step {id}: {e}"))?;
-        let typed = v1_params(&params).map_err(|e| format!("step {id}: params: {e}"))?;
+            .map_err(|source| MigrateError::StepStatus { id, source })?;
+        let typed = v1_params(&params).map_err(|source| MigrateError::Params { id, source })?;
         tx.execute(
             "UPDATE steps SET params = ?2 WHERE id = ?1",
             params![id, to_json(&typed)],
-        )
-        .map_err(|e| e.to_string())?;
+        )?;
     }
     tx.execute(
         "UPDATE steps SET topology = ?1 WHERE topology = 'capacity'",
         [topology_name::URL],
-    )
-    .map_err(|e| e.to_string())?;
+    )?;
     let statuses: Vec<String> = {
-        let mut q = tx
-            .prepare("SELECT status FROM experiments")
-            .map_err(|e| e.to_string())?;
-        let rows = q.query_map([], |r| r.get(0)).map_err(|e| e.to_string())?;
-        rows.collect::<Result<_, _>>().map_err(|e| e.to_string())?
+        let mut q = tx.prepare("SELECT status FROM experiments")?;
+        let rows = q.query_map([], |r| r.get(0))?;
+        rows.collect::<Result<_, _>>()?
     };
     for s in statuses {
         s.parse::<ExperimentStatus>()?;
@@ -761,8 +770,8 @@ fn migrate_v1_to_v2(tx: &Transaction) -> Result<(), String> {
 /// v1 wrote params as loose JSON: a capacity step had no `protocol`, `request_bytes` or `cpu`,
 /// and no `mode` (it was open at its `qps`). The missing keys get those defaults, then the
 /// params read as any stored params do.
-fn v1_params(text: &str) -> Result<StepParams, String> {
-    let v: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+fn v1_params(text: &str) -> Result<StepParams, serde_json::Error> {
+    let v: serde_json::Value = serde_json::from_str(text)?;
     let or = |key: &str, default: serde_json::Value| match &v[key] {
         serde_json::Value::Null => default,
         given => given.clone(),
@@ -778,7 +787,7 @@ fn v1_params(text: &str) -> Result<StepParams, String> {
         "protocol": or("protocol", "http1".into()),
         "cpu": v["cpu"],
     });
-    serde_json::from_value(typed).map_err(|e| e.to_string())
+    serde_json::from_value(typed)
 }
 
 #[cfg(test)]

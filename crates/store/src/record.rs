@@ -36,6 +36,15 @@ pub enum ExperimentStatus {
     Failed,
 }
 
+/// A stored word that names no value of its kind (a status, a topology): what kind, and
+/// the word.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown {what} '{word}'")]
+pub struct UnknownWord {
+    pub what: &'static str,
+    pub word: String,
+}
+
 macro_rules! text_enum {
     ($t:ty { $($v:ident => $s:literal),+ $(,)? }) => {
         impl $t {
@@ -49,11 +58,14 @@ macro_rules! text_enum {
             }
         }
         impl FromStr for $t {
-            type Err = String;
-            fn from_str(s: &str) -> Result<Self, String> {
+            type Err = UnknownWord;
+            fn from_str(s: &str) -> Result<Self, UnknownWord> {
                 match s {
                     $($s => Ok(Self::$v),)+
-                    other => Err(format!("unknown {} '{other}'", stringify!($t))),
+                    other => Err(UnknownWord {
+                        what: stringify!($t),
+                        word: other.to_string(),
+                    }),
                 }
             }
         }
@@ -292,6 +304,8 @@ pub mod topology_name {
     use meshbench_results::StepKind;
     use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+    use super::UnknownWord;
+
     pub const URL: &str = "url";
 
     pub fn text(t: Option<StepKind>) -> &'static str {
@@ -299,12 +313,13 @@ pub mod topology_name {
     }
 
     /// `None` for `url` and for what v1's capacity search wrote (`capacity`).
-    pub fn parse(s: &str) -> Result<Option<StepKind>, String> {
+    pub fn parse(s: &str) -> Result<Option<StepKind>, UnknownWord> {
         match s {
             URL | "capacity" => Ok(None),
-            _ => StepKind::from_word(s)
-                .map(Some)
-                .ok_or_else(|| format!("unknown topology '{s}'")),
+            _ => StepKind::from_word(s).map(Some).ok_or_else(|| UnknownWord {
+                what: "topology",
+                word: s.to_string(),
+            }),
         }
     }
 

@@ -4,6 +4,7 @@
 //! [`super::Experiment::validate`]'s.
 
 use serde_yaml_ng::{Mapping, Value};
+use thiserror::Error;
 
 /// Adds to each type mistake that a `--set` made how to write its value: `--set` reads VALUE
 /// as YAML, so `--set name=1234` gives a number where text is wanted (`--set 'name="1234"'`)
@@ -134,16 +135,36 @@ impl OldWords {
     }
 }
 
+/// A `--set` that cannot be applied; each names the override as given.
+#[derive(Debug, Error)]
+pub(super) enum OverrideError {
+    #[error("--set {spec}: expected KEY=VALUE, e.g. duration_secs=3")]
+    NoValue { spec: String },
+    #[error("--set {spec}: the value is not YAML: {source}")]
+    NotYaml {
+        spec: String,
+        source: serde_yaml_ng::Error,
+    },
+    #[error("--set {spec}: empty part in the key")]
+    EmptyPart { spec: String },
+    /// The key goes through `at`, which holds a value that is not a mapping.
+    #[error("--set {spec}: {at} is not a mapping")]
+    NotAMapping { spec: String, at: String },
+}
+
 /// Applies `a.b.c=VALUE` (VALUE read as YAML: `3`, `[1, 2]`, `nginx`) to the tree.
-pub(super) fn apply_override(tree: &mut Value, spec: &str) -> Result<(), String> {
+pub(super) fn apply_override(tree: &mut Value, spec: &str) -> Result<(), OverrideError> {
+    let owned = || spec.to_string();
     let (key, raw) = spec
         .split_once('=')
-        .ok_or_else(|| format!("--set {spec}: expected KEY=VALUE, e.g. duration_secs=3"))?;
-    let value: Value = serde_yaml_ng::from_str(raw)
-        .map_err(|e| format!("--set {spec}: the value is not YAML: {e}"))?;
+        .ok_or_else(|| OverrideError::NoValue { spec: owned() })?;
+    let value: Value = serde_yaml_ng::from_str(raw).map_err(|source| OverrideError::NotYaml {
+        spec: owned(),
+        source,
+    })?;
     let parts: Vec<&str> = key.trim().split('.').collect();
     if parts.iter().any(|p| p.is_empty()) {
-        return Err(format!("--set {spec}: empty part in the key"));
+        return Err(OverrideError::EmptyPart { spec: owned() });
     }
     let mut node = tree;
     for (i, part) in parts.iter().enumerate() {
@@ -151,10 +172,10 @@ pub(super) fn apply_override(tree: &mut Value, spec: &str) -> Result<(), String>
             *node = Value::Mapping(Mapping::new());
         }
         let Value::Mapping(map) = node else {
-            return Err(format!(
-                "--set {spec}: {} is not a mapping",
-                parts[..i].join(".")
-            ));
+            return Err(OverrideError::NotAMapping {
+                spec: owned(),
+                at: parts[..i].join("."),
+            });
         };
         let k = Value::String(part.to_string());
         if i + 1 == parts.len() {

@@ -16,7 +16,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use meshbench_results::Figure;
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Serialize, Serializer};
+use thiserror::Error;
 
 use super::promql::{selector, Matcher, WINDOW};
 
@@ -282,10 +283,28 @@ impl Query {
     }
 }
 
+/// Why a figure of a role has no query.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum NoQuery {
+    /// The preset's exporter has no such series: why, and what to give instead.
+    #[error("{0}")]
+    Unreadable(&'static str),
+    /// The preset does not cover it and the file gives no query.
+    #[error("no query given (`{}:`)", .0.name())]
+    NotGiven(Figure),
+}
+
+/// Serialised as its message.
+impl Serialize for NoQuery {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
 /// Every figure of a role: its query, or why it has none.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Queries {
-    pub by_figure: BTreeMap<Figure, Result<Query, String>>,
+    pub by_figure: BTreeMap<Figure, Result<Query, NoQuery>>,
 }
 
 impl Queries {
@@ -293,17 +312,23 @@ impl Queries {
         self.by_figure.insert(f, Ok(q));
     }
 
-    pub fn absent(&mut self, f: Figure, why: &str) {
-        self.by_figure.insert(f, Err(why.to_string()));
+    pub fn absent(&mut self, f: Figure, why: &'static str) {
+        self.by_figure.insert(f, Err(NoQuery::Unreadable(why)));
     }
 
     /// The query of `f`, or why there is none (a figure never set: no query was given).
-    pub fn get(&self, f: Figure) -> Result<&Query, String> {
+    pub fn query(&self, f: Figure) -> Result<&Query, NoQuery> {
         match self.by_figure.get(&f) {
             Some(Ok(q)) => Ok(q),
             Some(Err(why)) => Err(why.clone()),
-            None => Err(format!("no query given (`{}:`)", f.name())),
+            None => Err(NoQuery::NotGiven(f)),
         }
+    }
+
+    /// [`Queries::query`] with the reason as text, for `runner::external::read`, which
+    /// another change owns at this writing: it moves to `query` and this goes.
+    pub fn get(&self, f: Figure) -> Result<&Query, String> {
+        self.query(f).map_err(|why| why.to_string())
     }
 }
 

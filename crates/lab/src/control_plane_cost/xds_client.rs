@@ -186,7 +186,7 @@ struct ClientState {
     /// arrival.
     seen: HashSet<(XdsType, Change)>,
     /// Why its last stream ended, and how many times it reconnected.
-    ended: Option<String>,
+    ended: Option<StreamEnded>,
     reconnects: u32,
 }
 
@@ -296,7 +296,10 @@ impl SimulatedProxies {
                 return Ok(last - self.started);
             }
             if Instant::now() > deadline {
-                let ended = self.clients.iter().find_map(|c| lock(c).ended.clone());
+                let ended = self
+                    .clients
+                    .iter()
+                    .find_map(|c| lock(c).ended.as_ref().map(ToString::to_string));
                 return Err(CostError::NotConverged {
                     converged: self.shared.converged.load(Ordering::Relaxed),
                     all,
@@ -365,6 +368,22 @@ pub fn threads_cpu_ns(name: &str) -> u64 {
         .sum()
 }
 
+/// Why a client's stream ended (it then reconnects, after a pause).
+#[derive(Debug, thiserror::Error)]
+enum StreamEnded {
+    #[error("cannot connect to istiod at {istiod}: {source}")]
+    Connect {
+        istiod: SocketAddr,
+        source: tonic::transport::Error,
+    },
+    #[error("istiod refused the stream: {}", .0.message())]
+    Refused(tonic::Status),
+    #[error("istiod closed the stream")]
+    Closed,
+    #[error("the stream failed: {}", .0.message())]
+    Failed(tonic::Status),
+}
+
 /// One client's life: connect, subscribe, ACK until istiod closes the stream or the proxies
 /// stops.
 async fn run_client(
@@ -373,10 +392,10 @@ async fn run_client(
     keep_versions: bool,
     state: &Mutex<ClientState>,
     shared: &Shared,
-) -> Result<(), String> {
+) -> Result<(), StreamEnded> {
     let mut client = AggregatedDiscoveryServiceClient::connect(format!("http://{istiod}"))
         .await
-        .map_err(|e| format!("cannot connect to istiod at {istiod}: {e}"))?
+        .map_err(|source| StreamEnded::Connect { istiod, source })?
         .max_decoding_message_size(256 << 20);
     let (send, requests) = mpsc::unbounded_channel::<DeltaDiscoveryRequest>();
     let request = |type_url: &str| DeltaDiscoveryRequest {
@@ -394,7 +413,7 @@ async fn run_client(
     let mut responses = client
         .delta_aggregated_resources(stream)
         .await
-        .map_err(|e| format!("istiod refused the stream: {}", e.message()))?
+        .map_err(StreamEnded::Refused)?
         .into_inner();
     shared.connected.fetch_add(1, Ordering::Relaxed);
     let outcome = loop {
@@ -403,8 +422,8 @@ async fn run_client(
         }
         let response = match responses.message().await {
             Ok(Some(r)) => r,
-            Ok(None) => break Err("istiod closed the stream".to_string()),
-            Err(e) => break Err(format!("the stream failed: {}", e.message())),
+            Ok(None) => break Err(StreamEnded::Closed),
+            Err(e) => break Err(StreamEnded::Failed(e)),
         };
         shared
             .bytes

@@ -227,7 +227,7 @@ impl RemoteWriter {
                 let report = writer.run();
                 let _ = tx.send(report);
             })
-            .map_err(|e| LiveError::Config(format!("cannot start the remote-write thread: {e}")))?;
+            .map_err(LiveError::WriterThread)?;
         Ok(RemoteWriter {
             mailbox,
             shared,

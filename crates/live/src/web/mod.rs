@@ -135,7 +135,7 @@ fn board(req: &Request, shared: &Page) -> Response {
         query_u64(&req.query, "wait"),
     ) {
         (Ok(s), Ok(w)) => (s.unwrap_or(0), w.unwrap_or(0)),
-        (Err(e), _) | (_, Err(e)) => return Response::text(400, &e),
+        (Err(e), _) | (_, Err(e)) => return Response::text(400, &e.to_string()),
     };
     let wait = Duration::from_millis(wait).min(MAX_WAIT);
     let cut = {
@@ -199,15 +199,21 @@ pub fn is_loopback_host(host: &str) -> bool {
         || name.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
+/// A query parameter that must be a whole number and is not (its key).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("'{key}' must be a whole number")]
+pub struct NotANumber {
+    pub key: String,
+}
+
 /// One query parameter as a number; absent is `None`, present but not a number an error.
-pub fn query_u64(query: &str, key: &str) -> Result<Option<u64>, String> {
+pub fn query_u64(query: &str, key: &str) -> Result<Option<u64>, NotANumber> {
     for pair in query.split('&') {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
         if k == key {
-            return v
-                .parse::<u64>()
-                .map(Some)
-                .map_err(|_| format!("'{key}' must be a whole number"));
+            return v.parse::<u64>().map(Some).map_err(|_| NotANumber {
+                key: key.to_string(),
+            });
         }
     }
     Ok(None)

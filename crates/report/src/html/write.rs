@@ -50,9 +50,9 @@ pub struct Written {
 /// Writes report.html and plots/{id}.svg and .png into `dir`.
 pub fn write(r: &Report, dir: &Path) -> Result<Written, ReportError> {
     let plots = dir.join("plots");
-    std::fs::create_dir_all(&plots).map_err(|e| ReportError::Write {
+    std::fs::create_dir_all(&plots).map_err(|source| ReportError::Write {
         path: plots.clone(),
-        reason: e.to_string(),
+        source,
     })?;
     let charts: Vec<&Chart> = r
         .sections
@@ -70,9 +70,9 @@ pub fn write(r: &Report, dir: &Path) -> Result<Written, ReportError> {
     let svgs = draw_charts(&charts, &plots)?;
     let html = page(r, svgs);
     let path = dir.join("report.html");
-    std::fs::write(&path, html).map_err(|e| ReportError::Write {
+    std::fs::write(&path, html).map_err(|source| ReportError::Write {
         path: path.clone(),
-        reason: e.to_string(),
+        source,
     })?;
     Ok(Written {
         html: path,
@@ -127,16 +127,13 @@ fn draw_charts(charts: &[&Chart], plots: &Path) -> Result<Vec<String>, ReportErr
 
 /// Writes one chart's plots/{id}.svg and .png; its SVG text.
 fn draw_chart(c: &Chart, plots: &Path) -> Result<String, ReportError> {
-    let fail = |reason: String| ReportError::Chart {
+    let fail = |source: plot::PlotError| ReportError::Chart {
         id: c.id.clone(),
-        reason,
+        source,
     };
     let svg = plot::svg(c).map_err(fail)?;
     let path = plots.join(format!("{}.svg", c.id));
-    std::fs::write(&path, &svg).map_err(|e| ReportError::Write {
-        path,
-        reason: e.to_string(),
-    })?;
+    std::fs::write(&path, &svg).map_err(|source| ReportError::Write { path, source })?;
     plot::png(c, &plots.join(format!("{}.png", c.id))).map_err(fail)?;
     Ok(svg)
 }

@@ -300,7 +300,7 @@ impl ClusterSite {
         let queries: Vec<(String, String)> = roles
             .iter()
             .filter_map(|r| {
-                let q = r.queries().get(Figure::Cpu).ok()?.expr.clone();
+                let q = r.queries().query(Figure::Cpu).ok()?.expr.clone();
                 Some((r.name.clone(), with_window(&q, window)))
             })
             .collect();

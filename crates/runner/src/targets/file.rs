@@ -15,7 +15,7 @@
 //! A new request line also starts a new block.
 
 use std::fmt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// A request as the file gives it, before the URL template is expanded (sent to agents as
 /// is: they may not have the file).
@@ -55,20 +55,28 @@ fn fail(line: usize, column: usize, message: impl Into<String>) -> FileError {
     }
 }
 
+/// An `@FILE` body that could not be read: which file, and why.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot read body file {}: {source}", .path.display())]
+pub struct BodyFileError {
+    pub path: PathBuf,
+    pub source: std::io::Error,
+}
+
 /// Parses the text of a targets file; `dir` is where `@FILE` bodies are looked up.
 pub fn parse(text: &str, dir: &Path) -> Result<Vec<FileTarget>, FileError> {
     parse_with(text, |file| {
         let path = dir.join(file);
-        std::fs::read(&path).map_err(|e| format!("cannot read body file {}: {e}", path.display()))
+        std::fs::read(&path).map_err(|source| BodyFileError { path, source })
     })
 }
 
 /// Parses the text of a targets file, reading each `@FILE` body with `read_body` (given the
 /// name as written, trimmed; it answers the bytes or why not). [`parse`] reads them from disk;
 /// a test or a fuzz target can hand them over without touching the file system.
-pub fn parse_with(
+pub fn parse_with<E: fmt::Display>(
     text: &str,
-    mut read_body: impl FnMut(&str) -> Result<Vec<u8>, String>,
+    mut read_body: impl FnMut(&str) -> Result<Vec<u8>, E>,
 ) -> Result<Vec<FileTarget>, FileError> {
     let mut out: Vec<FileTarget> = Vec::new();
     let mut open = false; // the last target may still take headers and a body
@@ -113,7 +121,7 @@ pub fn parse_with(
             if target.body.is_some() {
                 return Err(fail(n, indent + 1, "this request already has a body"));
             }
-            let body = read_body(file.trim()).map_err(|e| fail(n, indent + 2, e))?;
+            let body = read_body(file.trim()).map_err(|e| fail(n, indent + 2, e.to_string()))?;
             target.body = Some(body);
             continue;
         }

@@ -49,23 +49,40 @@ pub struct ConnectTo {
     pub to_port: Option<u16>,
 }
 
-impl std::str::FromStr for ConnectTo {
-    type Err = String;
+/// A `--connect-to` rule that is not `HOST:PORT:ADDR:PORT`; each names the rule as given.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConnectToError {
+    #[error(
+        "--connect-to '{0}': expected HOST:PORT:ADDR:PORT, e.g. example.com:443:127.0.0.1:8443"
+    )]
+    Shape(String),
+    #[error("--connect-to '{rule}': '{port}' is not a port number (0-65535)")]
+    Port { rule: String, port: String },
+}
 
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
+/// The message, for callers that report a usage error as text.
+impl From<ConnectToError> for String {
+    fn from(e: ConnectToError) -> String {
+        e.to_string()
+    }
+}
+
+impl std::str::FromStr for ConnectTo {
+    type Err = ConnectToError;
+
+    fn from_str(s: &str) -> std::result::Result<Self, ConnectToError> {
         let parts = split_host_ports(s);
         let [host, port, to_host, to_port] = parts.as_slice() else {
-            return Err(format!(
-                "--connect-to '{s}': expected HOST:PORT:ADDR:PORT, e.g. example.com:443:127.0.0.1:8443"
-            ));
+            return Err(ConnectToError::Shape(s.to_string()));
         };
-        let port_of = |p: &str| -> std::result::Result<Option<u16>, String> {
+        let port_of = |p: &str| -> std::result::Result<Option<u16>, ConnectToError> {
             if p.is_empty() {
                 return Ok(None);
             }
-            p.parse()
-                .map(Some)
-                .map_err(|_| format!("--connect-to '{s}': '{p}' is not a port number (0-65535)"))
+            p.parse().map(Some).map_err(|_| ConnectToError::Port {
+                rule: s.to_string(),
+                port: p.to_string(),
+            })
         };
         let name = |h: &str| {
             let h = h.trim_start_matches('[').trim_end_matches(']');
@@ -363,7 +380,7 @@ fn grpc_request(src: &Source, url: &url::Url, text: &str, call: &GrpcCall) -> Re
     let mut req = http_request(src, url, text)?;
     let from_json = match &call.proto {
         Some(proto) => {
-            let bad = |e: String| LoadError::new(format!("{}: {e}", src.origin));
+            let bad = |e: proto::ProtoError| LoadError::new(format!("{}: {e}", src.origin));
             let method = proto.method(url.path()).map_err(bad)?;
             Some(proto.request(&method, &src.body).map_err(bad)?)
         }
@@ -474,6 +491,7 @@ mod tests {
         assert!("a:99999:c:1"
             .parse::<ConnectTo>()
             .unwrap_err()
+            .to_string()
             .contains("port"));
         let rules = [any];
         let addr = resolve("workspace-1-domain-1.com", 443, &rules).unwrap();

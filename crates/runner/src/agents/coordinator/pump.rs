@@ -7,6 +7,7 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::time::{Duration, Instant};
 
 use meshbench_net::clock::monotonic_ns;
+use thiserror::Error;
 
 use super::super::wire::{Framed, Message};
 use super::super::{HEARTBEAT, PEER_SILENT};
@@ -71,7 +72,7 @@ pub(super) fn pump(
                         ));
                     }
                     Err(why) => {
-                        lost(why);
+                        lost(why.to_string());
                         return;
                     }
                 },
@@ -116,18 +117,29 @@ pub(super) fn pump(
     }
 }
 
+/// Why a clock probe failed: the agent is reported lost with this text.
+#[derive(Debug, Error)]
+enum ProbeError {
+    #[error("cannot send: {0}")]
+    Send(#[source] std::io::Error),
+    #[error("no answer to a clock probe within 2s")]
+    NoAnswer,
+    #[error(transparent)]
+    Recv(std::io::Error),
+}
+
 /// Round trips to the agent's clock: its offset (its clock minus ours) from the shortest.
 fn probe(
     framed: &mut Framed,
     id: u64,
     events: &Sender<(u64, Event)>,
-) -> Result<(i64, u64), String> {
+) -> Result<(i64, u64), ProbeError> {
     let mut best: Option<(i64, u64)> = None;
     for round in 1..=SYNC_ROUNDS {
         let t0 = monotonic_ns();
         framed
             .send(&Message::Ping { id: round })
-            .map_err(|e| format!("cannot send: {e}"))?;
+            .map_err(ProbeError::Send)?;
         let answered = loop {
             match framed.recv(Duration::from_secs(2)) {
                 Ok(Some(Message::Pong { id: r, clock_ns })) if r == round => break clock_ns,
@@ -135,8 +147,8 @@ fn probe(
                 Ok(Some(m)) => {
                     let _ = events.send((id, Event::Message(m)));
                 }
-                Ok(None) => return Err("no answer to a clock probe within 2s".into()),
-                Err(e) => return Err(e.to_string()),
+                Ok(None) => return Err(ProbeError::NoAnswer),
+                Err(e) => return Err(ProbeError::Recv(e)),
             }
         };
         let t2 = monotonic_ns();
