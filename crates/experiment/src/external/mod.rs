@@ -356,10 +356,10 @@ external:
         assert_eq!(roles[1].program(), "promql");
         let q = roles[1].queries();
         assert_eq!(
-            q.get(Figure::Cpu).unwrap().expr,
+            q.query(Figure::Cpu).unwrap().expr,
             "sum(rate(my_cpu_seconds_total[$window]))"
         );
-        assert!(q.get(Figure::Memory).is_err());
+        assert!(q.query(Figure::Memory).is_err());
     }
 
     #[test]

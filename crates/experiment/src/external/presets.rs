@@ -324,12 +324,6 @@ impl Queries {
             None => Err(NoQuery::NotGiven(f)),
         }
     }
-
-    /// [`Queries::query`] with the reason as text, for `runner::external::read`, which
-    /// another change owns at this writing: it moves to `query` and this goes.
-    pub fn get(&self, f: Figure) -> Result<&Query, String> {
-        self.query(f).map_err(|why| why.to_string())
-    }
 }
 
 #[cfg(test)]
@@ -348,42 +342,42 @@ mod tests {
         let q =
             Preset::IstioSidecar.queries(&m(&[("namespace", "bench"), ("pod", "fortioserver-.*")]));
         assert_eq!(
-            q.get(Figure::Cpu).unwrap().expr,
+            q.query(Figure::Cpu).unwrap().expr,
             r#"sum(rate(container_cpu_usage_seconds_total{container="istio-proxy",namespace=~"bench",pod=~"fortioserver-.*"}[$window]))"#
         );
         assert_eq!(
-            q.get(Figure::Memory).unwrap().expr,
+            q.query(Figure::Memory).unwrap().expr,
             r#"sum(container_memory_working_set_bytes{container="istio-proxy",namespace=~"bench",pod=~"fortioserver-.*"})"#
         );
         assert_eq!(
-            q.get(Figure::Rx).unwrap().expr,
+            q.query(Figure::Rx).unwrap().expr,
             r#"sum(rate(container_network_receive_bytes_total{namespace=~"bench",pod=~"fortioserver-.*"}[$window]))"#
         );
         assert_eq!(
-            q.get(Figure::Cpu).unwrap().counter.as_deref(),
+            q.query(Figure::Cpu).unwrap().counter.as_deref(),
             Some(
                 r#"container_cpu_usage_seconds_total{container="istio-proxy",namespace=~"bench",pod=~"fortioserver-.*"}"#
             )
         );
-        assert!(q.get(Figure::Connections).is_err());
+        assert!(q.query(Figure::Connections).is_err());
     }
 
     #[test]
     fn a_match_replaces_the_defaults_and_values_are_escaped() {
         let q = Preset::IstioIngressgateway.queries(&m(&[("pod", "gw\"-.*"), ("cluster", "a")]));
         assert_eq!(
-            q.get(Figure::Cpu).unwrap().expr,
+            q.query(Figure::Cpu).unwrap().expr,
             r#"sum(rate(container_cpu_usage_seconds_total{cluster=~"a",container="istio-proxy",namespace=~"istio-system",pod=~"gw\"-.*"}[$window]))"#
         );
         // A container given in the match is a regular expression like any other.
         let q = Preset::Contour.queries(&m(&[("container", "envoy|shutdown-manager")]));
         assert!(
-            q.get(Figure::Cpu)
+            q.query(Figure::Cpu)
                 .unwrap()
                 .expr
                 .contains(r#"container=~"envoy|shutdown-manager""#),
             "{:?}",
-            q.get(Figure::Cpu)
+            q.query(Figure::Cpu)
         );
     }
 
@@ -391,15 +385,15 @@ mod tests {
     fn process_exporter_has_cpu_and_resident_memory_only() {
         let q = Preset::Process.queries(&m(&[("groupname", "nginx")]));
         assert_eq!(
-            q.get(Figure::Cpu).unwrap().expr,
+            q.query(Figure::Cpu).unwrap().expr,
             r#"sum(rate(namedprocess_namegroup_cpu_seconds_total{groupname=~"nginx"}[$window]))"#
         );
         assert_eq!(
-            q.get(Figure::Rss).unwrap().expr,
+            q.query(Figure::Rss).unwrap().expr,
             r#"sum(namedprocess_namegroup_memory_bytes{groupname=~"nginx",memtype="resident"})"#
         );
         for f in [Figure::Memory, Figure::Rx, Figure::Tx, Figure::Connections] {
-            assert!(q.get(f).is_err(), "{f:?}");
+            assert!(q.query(f).is_err(), "{f:?}");
         }
     }
 
@@ -411,8 +405,8 @@ mod tests {
                 given.insert(r.to_string(), "x".into());
             }
             let q = p.queries(&given);
-            assert!(q.get(Figure::Cpu).is_ok(), "{p}");
-            assert!(q.get(Figure::Rss).is_ok(), "{p}");
+            assert!(q.query(Figure::Cpu).is_ok(), "{p}");
+            assert!(q.query(Figure::Rss).is_ok(), "{p}");
             let text = serde_yaml_ng::to_string(&p).unwrap();
             assert_eq!(text.trim(), p.name());
         }

@@ -301,7 +301,7 @@ fn describe_external(e: &Experiment, x: &meshbench_experiment::external::Externa
             ));
             let q = r.queries();
             for f in Figure::ALL {
-                match q.get(f) {
+                match q.query(f) {
                     Ok(q) => out.push_str(&format!(
                         "      {:<12} {}\n",
                         f.name(),

@@ -245,7 +245,7 @@ pub fn apply_request_flags(o: &mut LoadOptions, r: &RequestFlags) -> Result<()> 
     o.send.connect_to = r
         .connect_to
         .iter()
-        .map(|c| c.parse::<ConnectTo>().map_err(usage))
+        .map(|c| c.parse::<ConnectTo>().map_err(|e| usage(e.to_string())))
         .collect::<Result<_>>()?;
     o.connect.protocol = if r.grpc {
         Protocol::Grpc

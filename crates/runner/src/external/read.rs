@@ -118,10 +118,10 @@ fn query_figures(
 ) -> RoleFigures {
     let mut figures = RoleFigures::default();
     for f in Figure::ALL {
-        let q = match queries.get(f) {
+        let q = match queries.query(f) {
             Ok(q) => q,
             Err(why) => {
-                figures.missing.insert(f, why);
+                figures.missing.insert(f, why.to_string());
                 continue;
             }
         };
@@ -173,7 +173,7 @@ fn no_series(role: &ExternalRole, queries: &Queries, empty: &[Figure]) -> String
     let hint = match role.preset {
         Some(_) => {
             let sel = queries
-                .get(empty[0])
+                .query(empty[0])
                 .ok()
                 .and_then(|q| q.counter.clone().or_else(|| Some(q.expr.clone())))
                 .unwrap_or_default();

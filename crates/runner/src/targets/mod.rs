@@ -61,12 +61,6 @@ pub enum ConnectToError {
 }
 
 /// The message, for callers that report a usage error as text.
-impl From<ConnectToError> for String {
-    fn from(e: ConnectToError) -> String {
-        e.to_string()
-    }
-}
-
 impl std::str::FromStr for ConnectTo {
     type Err = ConnectToError;
 
