@@ -92,9 +92,15 @@ pub enum IstioError {
     AlreadyRouted,
     #[error("istiod's change (a route on {domain}) did not reach Envoy within {} s", .limit.as_secs())]
     RouteChangeNotServed { domain: String, limit: Duration },
-    /// Istio's objects could not be written as YAML.
+    /// Istio's objects could not be written as YAML, or read back.
     #[error(transparent)]
     Yaml(#[from] serde_yaml_ng::Error),
+    /// A document read back is not of the type asked for, or lacks its fields.
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    /// A document read back is of another kind than the one asked for.
+    #[error("a document of {found}, where {expected} was expected")]
+    NotKind { expected: String, found: String },
 }
 
 /// Where scripts/install-istio.sh puts what it builds and extracts (`$ISTIO_CACHE` if set).
