@@ -28,6 +28,7 @@ mod control_plane;
 pub mod objects;
 pub mod ready;
 pub mod sidecars;
+pub mod workloads;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
