@@ -2,8 +2,9 @@
 //! them. Envoy takes its listeners, routes, clusters and certificates from istiod over ADS, not
 //! from a file this project wrote. This is Istio's one home: the lab's rig, the control-plane
 //! cost experiment (`crate::control_plane_cost`) and the runner's cluster all use it. The
-//! sidecars' pods are [`sidecars`], Istio's objects for the gateway plan [`objects`], the API
-//! server [`api_server`], readiness and the one wait for Envoy's ACK [`ready`]; istiod and
+//! sidecars' pods are [`sidecars`], Istio's objects for the gateway plan [`objects`], the
+//! typed Kubernetes objects of a workload (its Service, Pod and EndpointSlice, the sidecars'
+//! and the cost step's mesh alike) [`workloads`], the API server [`api_server`], readiness and the one wait for Envoy's ACK [`ready`]; istiod and
 //! its API server start in `control_plane.rs` ([`ControlPlane`]), the agents' command lines
 //! are `agent.rs`'s ([`ControlPlane::agent_command`]).
 //!
