@@ -12,6 +12,8 @@ use rcgen::{
     ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose, SanType,
 };
 
+use meshbench_k8s::names::DEFAULT_NAMESPACE;
+
 use crate::LabError;
 
 /// A certificate and its private key, both PEM.
@@ -133,9 +135,9 @@ impl Ca {
     }
 }
 
-/// The mesh's trust domain and namespace in workload identities.
+/// The mesh's trust domain in workload identities (whose namespace is the lab's workloads',
+/// [`DEFAULT_NAMESPACE`]).
 pub const TRUST_DOMAIN: &str = "cluster.local";
-pub const NAMESPACE: &str = "default";
 /// The service accounts of the lab's two workloads: the server side (the backend, and every
 /// hop that listens for the mesh) and the client side (every hop that connects into it).
 pub const SERVER_ACCOUNT: &str = "backend";
@@ -143,7 +145,7 @@ pub const CLIENT_ACCOUNT: &str = "client";
 
 /// A workload's SPIFFE id, as Istio names it: `spiffe://<trust domain>/ns/<ns>/sa/<account>`.
 pub fn spiffe_id(account: &str) -> String {
-    format!("spiffe://{TRUST_DOMAIN}/ns/{NAMESPACE}/sa/{account}")
+    format!("spiffe://{TRUST_DOMAIN}/ns/{DEFAULT_NAMESPACE}/sa/{account}")
 }
 
 /// A CA, a server certificate for `names` and a client certificate, written into `dir` as

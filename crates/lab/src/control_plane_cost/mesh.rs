@@ -15,26 +15,31 @@
 //!   cluster (`outbound|7070||churn-N.meshbench.lab`) and, for sidecars, a new listener
 //!   (`240.x.y.z_7070`).
 
+use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
 
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::google::protobuf::{value::Kind, ListValue, Struct, Value as PbValue};
+use meshbench_k8s::k8s_openapi::api::core::v1::{Pod, ServiceAccount};
+use meshbench_k8s::k8s_openapi::api::discovery::v1::{Endpoint, EndpointSlice};
+use meshbench_k8s::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use meshbench_k8s::names::{DEFAULT_NAMESPACE, SERVICE_PORT};
+use meshbench_k8s::objects::istio::{
+    ConnectionPool, Destination, DestinationRule, DestinationRuleSpec, HttpPool, HttpRoute,
+    Location, OutlierDetection, Port, PortSelector, Resolution, Retries, RouteDestination,
+    ServiceEndpoint, ServiceEntry, ServiceEntrySpec, TrafficPolicy, VirtualService,
+    VirtualServiceSpec, V1,
+};
+use meshbench_k8s::objects::{meta, to_value as document};
 use meshbench_results::{MeshScale, ProxyKind};
 use serde_json::{json, Value};
 
-use super::CostError;
-use crate::istio::{ApiServer, NAMESPACE};
+use crate::istio::{workloads, ApiServer, NAMESPACE};
 use crate::LabError;
 
-/// The namespace of the services and their pods.
-pub const APPS: &str = "default";
-/// Every service's port (named `http`, so Istio reads it as HTTP).
-pub const SERVICE_PORT: u16 = 8080;
 /// The port of the churned ServiceEntry (TCP, so a sidecar gets a listener of its own).
 pub const CHANGE_PORT: u16 = 7070;
 const CHANGE_HOST_SUFFIX: &str = ".meshbench.lab";
-/// The node every pod claims to run on.
-const NODE: &str = "meshbench-lab";
 /// The most changes of each kind a step can tell apart (20 bits of an address).
 pub const MAX_CHANGES: u32 = 1 << 20;
 
@@ -124,7 +129,7 @@ pub struct MeshPod {
     pub namespace: String,
     pub service_account: String,
     pub ip: IpAddr,
-    pub labels: serde_json::Map<String, Value>,
+    pub labels: BTreeMap<String, String>,
     /// The service it serves, if it is one's endpoint.
     pub serves: Option<u32>,
 }
@@ -146,13 +151,14 @@ impl MeshPod {
     /// A sidecar's pod serving service `i`.
     pub fn sidecar(name: &str, i: u32, ip: IpAddr) -> MeshPod {
         let app = service_name(i);
-        let mut labels = serde_json::Map::new();
-        labels.insert("app".into(), json!(app));
-        labels.insert("service.istio.io/canonical-name".into(), json!(app));
-        labels.insert("security.istio.io/tlsMode".into(), json!("istio"));
+        let labels = BTreeMap::from([
+            ("app".to_string(), app.clone()),
+            ("service.istio.io/canonical-name".to_string(), app.clone()),
+            ("security.istio.io/tlsMode".to_string(), "istio".to_string()),
+        ]);
         MeshPod {
             name: name.to_string(),
-            namespace: APPS.into(),
+            namespace: DEFAULT_NAMESPACE.into(),
             service_account: app,
             ip,
             labels,
@@ -162,9 +168,10 @@ impl MeshPod {
 
     /// An ingress gateway's pod.
     pub fn gateway(name: &str, ip: IpAddr) -> MeshPod {
-        let mut labels = serde_json::Map::new();
-        labels.insert("istio".into(), json!("ingressgateway"));
-        labels.insert("app".into(), json!("istio-ingressgateway"));
+        let labels = BTreeMap::from([
+            ("istio".to_string(), "ingressgateway".to_string()),
+            ("app".to_string(), "istio-ingressgateway".to_string()),
+        ]);
         MeshPod {
             name: name.to_string(),
             namespace: NAMESPACE.into(),
@@ -187,14 +194,10 @@ impl MeshPod {
         if !metadata.is_object() {
             metadata = json!({});
         }
-        let workload = self
-            .labels
-            .get("app")
-            .and_then(Value::as_str)
-            .unwrap_or(&self.name);
+        let workload = self.labels.get("app").unwrap_or(&self.name);
         metadata["NAME"] = json!(self.name);
         metadata["NAMESPACE"] = json!(self.namespace);
-        metadata["LABELS"] = Value::Object(self.labels.clone());
+        metadata["LABELS"] = self.labels_value();
         metadata["INSTANCE_IPS"] = json!(self.ip.to_string());
         metadata["SERVICE_ACCOUNT"] = json!(self.service_account);
         metadata["WORKLOAD_NAME"] = json!(workload);
@@ -213,6 +216,34 @@ impl MeshPod {
         node.cluster = format!("{workload}.{}", self.namespace);
         node.metadata = Some(to_struct(&metadata));
         node
+    }
+
+    /// Its labels as a JSON object (a node's `LABELS`, an agent's `ISTIO_METAJSON_LABELS`).
+    pub fn labels_value(&self) -> Value {
+        json!(self.labels)
+    }
+
+    /// Its Pod, with no status yet.
+    fn pod(&self) -> Pod {
+        let metadata = ObjectMeta {
+            labels: Some(self.labels.clone()),
+            ..meta(&self.name, &self.namespace)
+        };
+        workloads::pod(metadata, &self.service_account, "app")
+    }
+
+    /// Its Pod's status as a kubelet would report it: running and ready at its address.
+    fn running(&self) -> Pod {
+        Pod {
+            metadata: meta(&self.name, &self.namespace),
+            spec: None,
+            status: Some(workloads::running(self.ip)),
+        }
+    }
+
+    /// It, as an endpoint of the service it serves.
+    fn endpoint(&self) -> Endpoint {
+        workloads::endpoint(self.ip.to_string(), Some((&self.name, &self.namespace)))
     }
 }
 
@@ -262,23 +293,6 @@ pub struct Registered {
     pub destination_rules: u32,
 }
 
-fn pod_object(p: &MeshPod) -> Value {
-    json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": p.name, "namespace": p.namespace, "labels": p.labels},
-        "spec": {
-            "nodeName": NODE,
-            "serviceAccountName": p.service_account,
-            "containers": [{
-                "name": "app",
-                "image": "meshbench",
-                "ports": [{"name": "http", "containerPort": SERVICE_PORT, "protocol": "TCP"}],
-            }],
-        },
-    })
-}
-
 /// Registers the mesh of `scale` and `pods` (the simulated proxies' and the real Envoy's):
 /// ServiceAccounts, Services, Pods with their status, EndpointSlices and the Istio objects.
 pub fn register(
@@ -288,7 +302,7 @@ pub fn register(
 ) -> Result<Registered, LabError> {
     let services = scale.services.max(1);
     let mut objects = service_objects(services);
-    objects.extend(pods.iter().map(pod_object));
+    objects.extend(pods.iter().map(|p| document(&p.pod())));
     api.client.apply_all(objects)?;
     mark_running(api, pods)?;
     let (slices, endpoints) = endpoint_slices(scale, services, pods);
@@ -309,19 +323,19 @@ fn service_objects(services: u32) -> Vec<Value> {
     let mut objects = Vec::new();
     for i in 0..services {
         let name = service_name(i);
-        objects.push(json!({
-            "apiVersion": "v1", "kind": "ServiceAccount",
-            "metadata": {"name": name, "namespace": APPS},
+        objects.push(document(&ServiceAccount {
+            metadata: meta(&name, DEFAULT_NAMESPACE),
+            ..ServiceAccount::default()
         }));
-        objects.push(json!({
-            "apiVersion": "v1", "kind": "Service",
-            "metadata": {"name": name, "namespace": APPS, "labels": {"app": name}},
-            "spec": {
-                "selector": {"app": name},
-                "clusterIP": service_ip(i).to_string(),
-                "ports": [{"name": "http", "port": SERVICE_PORT, "targetPort": SERVICE_PORT, "protocol": "TCP"}],
-            },
-        }));
+        let metadata = ObjectMeta {
+            labels: Some(BTreeMap::from([("app".to_string(), name.clone())])),
+            ..meta(&name, DEFAULT_NAMESPACE)
+        };
+        objects.push(document(&workloads::service(
+            metadata,
+            &name,
+            service_ip(i).to_string(),
+        )));
     }
     objects
 }
@@ -329,23 +343,7 @@ fn service_objects(services: u32) -> Vec<Value> {
 /// Every pod's status: running and ready at its address, as a kubelet would report it.
 fn mark_running(api: &ApiServer, pods: &[MeshPod]) -> Result<(), LabError> {
     for p in pods {
-        let status = json!({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": p.name, "namespace": p.namespace},
-            "status": {
-                "phase": "Running",
-                "podIP": p.ip.to_string(),
-                "podIPs": [{"ip": p.ip.to_string()}],
-                "hostIP": p.ip.to_string(),
-                "conditions": [
-                    {"type": "Ready", "status": "True"},
-                    {"type": "ContainersReady", "status": "True"},
-                ],
-            },
-        });
-        let pod: meshbench_k8s::k8s_openapi::api::core::v1::Pod =
-            serde_json::from_value(status).map_err(CostError::PodStatus)?;
-        api.client.apply_status(&pod)?;
+        api.client.apply_status(&p.running())?;
     }
     Ok(())
 }
@@ -357,28 +355,82 @@ fn endpoint_slices(scale: &MeshScale, services: u32, pods: &[MeshPod]) -> (Vec<V
     let mut endpoints = 0;
     for i in 0..services {
         let name = service_name(i);
-        let mut members: Vec<Value> = pods
+        let mut members: Vec<Endpoint> = pods
             .iter()
             .filter(|p| p.serves == Some(i))
-            .map(|p| {
-                json!({
-                    "addresses": [p.ip.to_string()],
-                    "conditions": {"ready": true, "serving": true, "terminating": false},
-                    "nodeName": NODE,
-                    "targetRef": {"kind": "Pod", "name": p.name, "namespace": p.namespace},
-                })
-            })
+            .map(MeshPod::endpoint)
             .collect();
         if scale.kind == ProxyKind::Gateway {
-            members.push(json!({
-                "addresses": [gateway_service_endpoint(i).to_string()],
-                "conditions": {"ready": true, "serving": true, "terminating": false},
-            }));
+            members.push(workloads::endpoint(
+                gateway_service_endpoint(i).to_string(),
+                None,
+            ));
         }
         endpoints += members.len() as u32;
-        slices.push(endpoint_slice(&name, "pods", members));
+        slices.push(document(&endpoint_slice(&name, "pods", members)));
     }
     (slices, endpoints)
+}
+
+/// The `k`-th Istio object's host: service `(k / 2) mod services`'s.
+fn istio_object_host(k: u32, services: u32) -> String {
+    format!(
+        "{}.{DEFAULT_NAMESPACE}.svc.cluster.local",
+        service_name((k / 2) % services)
+    )
+}
+
+/// A VirtualService on `host`: one route to it, with a timeout and retries.
+fn virtual_service(name: String, host: String) -> VirtualService<V1> {
+    VirtualService {
+        metadata: meta(name, DEFAULT_NAMESPACE),
+        spec: VirtualServiceSpec {
+            hosts: vec![host.clone()],
+            gateways: Vec::new(),
+            http: vec![HttpRoute {
+                route: vec![RouteDestination {
+                    destination: Destination {
+                        host,
+                        port: PortSelector {
+                            number: SERVICE_PORT,
+                        },
+                    },
+                }],
+                timeout: Some("5s".into()),
+                retries: Some(Retries {
+                    attempts: 2,
+                    per_try_timeout: "2s".into(),
+                    retry_on: "5xx,reset".into(),
+                }),
+                ..HttpRoute::default()
+            }],
+        },
+        version: V1,
+    }
+}
+
+/// A DestinationRule on `host`: a connection pool and outlier detection.
+fn destination_rule(name: String, host: String) -> DestinationRule<V1> {
+    DestinationRule {
+        metadata: meta(name, DEFAULT_NAMESPACE),
+        spec: DestinationRuleSpec {
+            host,
+            traffic_policy: Some(TrafficPolicy {
+                connection_pool: Some(ConnectionPool {
+                    http: Some(HttpPool {
+                        http2_max_requests: Some(1000),
+                        max_requests_per_connection: Some(100),
+                    }),
+                }),
+                outlier_detection: Some(OutlierDetection {
+                    consecutive_5xx_errors: Some(5),
+                    interval: Some("10s".into()),
+                    base_ejection_time: Some("30s".into()),
+                }),
+            }),
+        },
+        version: V1,
+    }
 }
 
 /// The scale's Istio objects, VirtualServices and DestinationRules in turn, one of each per
@@ -387,87 +439,67 @@ fn istio_objects(scale: &MeshScale, services: u32) -> (Vec<Value>, u32, u32) {
     let mut istio = Vec::new();
     let (mut virtual_services, mut destination_rules) = (0, 0);
     for k in 0..scale.istio_objects {
-        let host = format!(
-            "{}.{APPS}.svc.cluster.local",
-            service_name((k / 2) % services)
-        );
+        let host = istio_object_host(k, services);
         if k % 2 == 0 {
             virtual_services += 1;
-            istio.push(json!({
-                "apiVersion": "networking.istio.io/v1", "kind": "VirtualService",
-                "metadata": {"name": format!("vs-{k}"), "namespace": APPS},
-                "spec": {
-                    "hosts": [host],
-                    "http": [{
-                        "route": [{"destination": {"host": host, "port": {"number": SERVICE_PORT}}}],
-                        "timeout": "5s",
-                        "retries": {"attempts": 2, "perTryTimeout": "2s", "retryOn": "5xx,reset"},
-                    }],
-                },
-            }));
+            istio.push(document(&virtual_service(format!("vs-{k}"), host)));
         } else {
             destination_rules += 1;
-            istio.push(json!({
-                "apiVersion": "networking.istio.io/v1", "kind": "DestinationRule",
-                "metadata": {"name": format!("dr-{k}"), "namespace": APPS},
-                "spec": {
-                    "host": host,
-                    "trafficPolicy": {
-                        "connectionPool": {"http": {"http2MaxRequests": 1000, "maxRequestsPerConnection": 100}},
-                        "outlierDetection": {"consecutive5xxErrors": 5, "interval": "10s", "baseEjectionTime": "30s"},
-                    },
-                },
-            }));
+            istio.push(document(&destination_rule(format!("dr-{k}"), host)));
         }
     }
     (istio, virtual_services, destination_rules)
 }
 
-fn endpoint_slice(service: &str, part: &str, endpoints: Vec<Value>) -> Value {
-    json!({
-        "apiVersion": "discovery.k8s.io/v1",
-        "kind": "EndpointSlice",
-        "metadata": {
-            "name": format!("{service}-{part}"),
-            "namespace": APPS,
-            "labels": {
-                "kubernetes.io/service-name": service,
-                "endpointslice.kubernetes.io/managed-by": "meshbench",
-            },
-        },
-        "addressType": "IPv4",
-        "endpoints": endpoints,
-        "ports": [{"name": "http", "port": SERVICE_PORT, "protocol": "TCP"}],
-    })
+/// Service `service`'s EndpointSlice `<service>-<part>`, holding `endpoints`.
+fn endpoint_slice(service: &str, part: &str, endpoints: Vec<Endpoint>) -> EndpointSlice {
+    workloads::endpoint_slice(
+        format!("{service}-{part}"),
+        DEFAULT_NAMESPACE,
+        service,
+        endpoints,
+    )
 }
 
 /// Endpoint change `n`: service `n mod services`'s second EndpointSlice now holds the one
 /// address that encodes `n`.
 pub fn write_endpoint_change(api: &ApiServer, services: u32, n: u32) -> Result<(), LabError> {
+    Ok(api.client.apply_typed(&endpoint_change(services, n))?)
+}
+
+/// The EndpointSlice that endpoint change `n` writes.
+fn endpoint_change(services: u32, n: u32) -> EndpointSlice {
     let service = service_name(n % services.max(1));
-    let member = json!({
-        "addresses": [endpoint_change_address(n).to_string()],
-        "conditions": {"ready": true, "serving": true, "terminating": false},
-    });
-    api.apply(&endpoint_slice(&service, "churn", vec![member]))
+    let member = workloads::endpoint(endpoint_change_address(n).to_string(), None);
+    endpoint_slice(&service, "churn", vec![member])
 }
 
 /// Configuration change `n`: the ServiceEntry `churn` now names the host and address that
 /// encode `n`, on a TCP port.
 pub fn write_config_change(api: &ApiServer, n: u32) -> Result<(), LabError> {
-    api.apply(&json!({
-        "apiVersion": "networking.istio.io/v1",
-        "kind": "ServiceEntry",
-        "metadata": {"name": "churn", "namespace": APPS},
-        "spec": {
-            "hosts": [config_change_host(n)],
-            "addresses": [config_change_address(n).to_string()],
-            "ports": [{"number": CHANGE_PORT, "name": "tcp", "protocol": "TCP"}],
-            "location": "MESH_INTERNAL",
-            "resolution": "STATIC",
-            "endpoints": [{"address": "10.250.0.1"}],
+    Ok(api.client.apply_custom(&config_change(n))?)
+}
+
+/// The ServiceEntry that configuration change `n` writes.
+fn config_change(n: u32) -> ServiceEntry<V1> {
+    ServiceEntry {
+        metadata: meta("churn", DEFAULT_NAMESPACE),
+        spec: ServiceEntrySpec {
+            hosts: vec![config_change_host(n)],
+            addresses: vec![config_change_address(n).to_string()],
+            location: Location::MeshInternal,
+            ports: vec![Port {
+                number: CHANGE_PORT,
+                name: "tcp".into(),
+                protocol: "TCP".into(),
+            }],
+            resolution: Resolution::Static,
+            endpoints: vec![ServiceEndpoint {
+                address: "10.250.0.1".into(),
+            }],
         },
-    }))
+        version: V1,
+    }
 }
 
 #[cfg(test)]
@@ -495,6 +527,187 @@ mod tests {
         );
         assert_eq!(config_change_of_listener("0.0.0.0_8080"), None);
         assert_eq!(config_change_of_listener("10.96.1.1_7070"), None);
+    }
+
+    fn scale(kind: ProxyKind, istio_objects: u32) -> MeshScale {
+        MeshScale {
+            kind,
+            proxies: 1,
+            services: 1,
+            istio_objects,
+            endpoint_churn_per_s: 0.0,
+            config_churn_per_s: 0.0,
+        }
+    }
+
+    /// The objects are the documents the step wrote as JSON before they were typed.
+    #[test]
+    fn the_registered_objects_are_the_documents_written_by_hand_before() {
+        let ready = json!({"ready": true, "serving": true, "terminating": false});
+        let objects = service_objects(1);
+        assert_eq!(
+            objects,
+            [
+                json!({
+                    "apiVersion": "v1", "kind": "ServiceAccount",
+                    "metadata": {"name": "svc-0", "namespace": "default"},
+                }),
+                json!({
+                    "apiVersion": "v1", "kind": "Service",
+                    "metadata": {"name": "svc-0", "namespace": "default", "labels": {"app": "svc-0"}},
+                    "spec": {
+                        "selector": {"app": "svc-0"},
+                        "clusterIP": "10.96.1.1",
+                        "ports": [{"name": "http", "port": 8080, "targetPort": 8080, "protocol": "TCP"}],
+                    },
+                }),
+            ]
+        );
+        let pod = MeshPod::simulated(ProxyKind::Sidecar, 0, 1);
+        let labels = json!({
+            "app": "svc-0",
+            "service.istio.io/canonical-name": "svc-0",
+            "security.istio.io/tlsMode": "istio",
+        });
+        assert_eq!(
+            document(&pod.pod()),
+            json!({
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "proxy-0", "namespace": "default", "labels": labels},
+                "spec": {
+                    "nodeName": "meshbench-lab",
+                    "serviceAccountName": "svc-0",
+                    "containers": [{
+                        "name": "app",
+                        "image": "meshbench",
+                        "ports": [{"name": "http", "containerPort": 8080, "protocol": "TCP"}],
+                    }],
+                },
+            })
+        );
+        assert_eq!(
+            document(&pod.running()),
+            json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "proxy-0", "namespace": "default"},
+                "status": {
+                    "phase": "Running",
+                    "podIP": "10.144.0.1",
+                    "podIPs": [{"ip": "10.144.0.1"}],
+                    "hostIP": "10.144.0.1",
+                    "conditions": [
+                        {"type": "Ready", "status": "True"},
+                        {"type": "ContainersReady", "status": "True"},
+                    ],
+                },
+            })
+        );
+        let slice = |name: &str, service: &str, endpoints: Value| {
+            json!({
+                "apiVersion": "discovery.k8s.io/v1",
+                "kind": "EndpointSlice",
+                "metadata": {
+                    "name": name,
+                    "namespace": "default",
+                    "labels": {
+                        "kubernetes.io/service-name": service,
+                        "endpointslice.kubernetes.io/managed-by": "meshbench",
+                    },
+                },
+                "addressType": "IPv4",
+                "endpoints": endpoints,
+                "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+            })
+        };
+        let gateway = MeshPod::simulated(ProxyKind::Gateway, 0, 2);
+        let (slices, endpoints) =
+            endpoint_slices(&scale(ProxyKind::Gateway, 0), 2, &[pod, gateway]);
+        assert_eq!(endpoints, 3);
+        assert_eq!(
+            slices[0],
+            slice(
+                "svc-0-pods",
+                "svc-0",
+                json!([
+                    {
+                        "addresses": ["10.144.0.1"],
+                        "conditions": ready,
+                        "nodeName": "meshbench-lab",
+                        "targetRef": {"kind": "Pod", "name": "proxy-0", "namespace": "default"},
+                    },
+                    {"addresses": ["10.160.0.1"], "conditions": ready},
+                ])
+            )
+        );
+        assert_eq!(
+            slices[1],
+            slice(
+                "svc-1-pods",
+                "svc-1",
+                json!([{"addresses": ["10.160.0.2"], "conditions": ready}])
+            )
+        );
+        let (slices, endpoints) = endpoint_slices(&scale(ProxyKind::Sidecar, 0), 1, &[]);
+        assert_eq!(endpoints, 0);
+        assert_eq!(slices[0], slice("svc-0-pods", "svc-0", json!([])));
+        assert_eq!(
+            document(&endpoint_change(2, 3)),
+            slice(
+                "svc-1-churn",
+                "svc-1",
+                json!([{"addresses": ["10.200.0.4"], "conditions": ready}])
+            )
+        );
+        let (istio, virtual_services, destination_rules) =
+            istio_objects(&scale(ProxyKind::Sidecar, 3), 1);
+        assert_eq!((virtual_services, destination_rules), (2, 1));
+        let host = "svc-0.default.svc.cluster.local";
+        assert_eq!(
+            istio[0],
+            json!({
+                "apiVersion": "networking.istio.io/v1", "kind": "VirtualService",
+                "metadata": {"name": "vs-0", "namespace": "default"},
+                "spec": {
+                    "hosts": [host],
+                    "http": [{
+                        "route": [{"destination": {"host": host, "port": {"number": 8080}}}],
+                        "timeout": "5s",
+                        "retries": {"attempts": 2, "perTryTimeout": "2s", "retryOn": "5xx,reset"},
+                    }],
+                },
+            })
+        );
+        assert_eq!(
+            istio[1],
+            json!({
+                "apiVersion": "networking.istio.io/v1", "kind": "DestinationRule",
+                "metadata": {"name": "dr-1", "namespace": "default"},
+                "spec": {
+                    "host": host,
+                    "trafficPolicy": {
+                        "connectionPool": {"http": {"http2MaxRequests": 1000, "maxRequestsPerConnection": 100}},
+                        "outlierDetection": {"consecutive5xxErrors": 5, "interval": "10s", "baseEjectionTime": "30s"},
+                    },
+                },
+            })
+        );
+        assert_eq!(
+            document(&config_change(0)),
+            json!({
+                "apiVersion": "networking.istio.io/v1",
+                "kind": "ServiceEntry",
+                "metadata": {"name": "churn", "namespace": "default"},
+                "spec": {
+                    "hosts": ["churn-0.meshbench.lab"],
+                    "addresses": ["240.240.0.1"],
+                    "ports": [{"number": 7070, "name": "tcp", "protocol": "TCP"}],
+                    "location": "MESH_INTERNAL",
+                    "resolution": "STATIC",
+                    "endpoints": [{"address": "10.250.0.1"}],
+                },
+            })
+        );
     }
 
     #[test]

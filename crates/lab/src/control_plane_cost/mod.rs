@@ -100,9 +100,6 @@ pub enum CostError {
     },
     #[error("cannot start the xDS clients' runtime: {0}")]
     Runtime(#[source] std::io::Error),
-    /// A simulated pod's status could not be made a Pod.
-    #[error("a pod's status: {0}")]
-    PodStatus(#[source] serde_json::Error),
 }
 
 /// What the measured window saw.
@@ -547,9 +544,9 @@ impl RealEnvoy {
     ) -> Result<Value, LabError> {
         let last_service = format!(
             "outbound|{}||{}.{}.svc.cluster.local",
-            mesh::SERVICE_PORT,
+            meshbench_k8s::names::SERVICE_PORT,
             mesh::service_name(scale.services - 1),
-            mesh::APPS
+            meshbench_k8s::names::DEFAULT_NAMESPACE
         );
         let expected = SidecarExpected {
             listeners: match scale.kind {
@@ -633,7 +630,7 @@ fn start_real(
         pod: &pod.name,
         service_account: &pod.service_account,
         ip: pod.ip,
-        labels: Value::Object(pod.labels.clone()).to_string(),
+        labels: pod.labels_value().to_string(),
     };
     let command = cp.agent_command(role, &workload, dir, AgentPorts::ISTIO, 1)?;
     sidecars::hand_to_proxy_user(dir)?;

@@ -10,11 +10,11 @@ use std::time::{Duration, Instant};
 
 use meshbench_k8s::k8s_openapi::api::core::v1::{ConfigMap, Namespace, ServiceAccount};
 use meshbench_k8s::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use serde_json::{json, Value};
+use meshbench_k8s::objects::istio::{HttpMatch, HttpRoute, StringMatch};
 
 use super::{
-    cache, k8s_bin, unavailable, ApiServer, IstioError, CLUSTER_ID, GATEWAY_SERVICE_ACCOUNT,
-    ISTIOD_ENV, NAMESPACE,
+    cache, k8s_bin, objects, unavailable, ApiServer, IstioError, CLUSTER_ID,
+    GATEWAY_SERVICE_ACCOUNT, ISTIOD_ENV, NAMESPACE,
 };
 use crate::process::{Placement, RoleProcess};
 use crate::program::envoy::admin::{self, DumpSection};
@@ -253,20 +253,19 @@ impl ControlPlane {
             path: virtual_services.to_path_buf(),
             source: e,
         })?;
-        let first = serde_yaml_ng::Deserializer::from_str(&text)
-            .filter_map(|d| <Value as serde::Deserialize>::deserialize(d).ok())
-            .find(|v| !v.is_null())
+        let mut changed = objects::parse_all::<objects::VirtualService>(&text)
+            .ok()
+            .and_then(|all| all.into_iter().next())
             .ok_or_else(|| IstioError::NoVirtualService(virtual_services.to_path_buf()))?;
-        let domain = first["spec"]["hosts"][0]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
-        let mut changed = first.clone();
-        let template = first["spec"]["http"][0].clone();
-        let mut probe = template;
-        probe["match"] = json!([{"uri": {"exact": PROBE_PATH}}]);
-        if let Some(routes) = changed["spec"]["http"].as_array_mut() {
-            routes.push(probe);
+        let domain = changed.spec.hosts.first().cloned().unwrap_or_default();
+        if let Some(template) = changed.spec.http.first() {
+            let probe = HttpRoute {
+                matches: vec![HttpMatch {
+                    uri: StringMatch::exact(PROBE_PATH),
+                }],
+                ..template.clone()
+            };
+            changed.spec.http.push(probe);
         }
         let served = || -> bool {
             // The domain's own route configuration (its dots match themselves too).
@@ -279,7 +278,7 @@ impl ControlPlane {
             return Err(IstioError::AlreadyRouted.into());
         }
         let began = Instant::now();
-        self.api.apply(&changed)?;
+        self.api.client.apply_custom(&changed)?;
         loop {
             if served() {
                 return Ok(began.elapsed());

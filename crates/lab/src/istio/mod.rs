@@ -2,8 +2,9 @@
 //! them. Envoy takes its listeners, routes, clusters and certificates from istiod over ADS, not
 //! from a file this project wrote. This is Istio's one home: the lab's rig, the control-plane
 //! cost experiment (`crate::control_plane_cost`) and the runner's cluster all use it. The
-//! sidecars' pods are [`sidecars`], Istio's objects for the gateway plan [`objects`], the API
-//! server [`api_server`], readiness and the one wait for Envoy's ACK [`ready`]; istiod and
+//! sidecars' pods are [`sidecars`], Istio's objects for the gateway plan [`objects`], the
+//! typed Kubernetes objects of a workload (its Service, Pod and EndpointSlice, the sidecars'
+//! and the cost step's mesh alike) [`workloads`], the API server [`api_server`], readiness and the one wait for Envoy's ACK [`ready`]; istiod and
 //! its API server start in `control_plane.rs` ([`ControlPlane`]), the agents' command lines
 //! are `agent.rs`'s ([`ControlPlane::agent_command`]).
 //!
@@ -28,6 +29,7 @@ mod control_plane;
 pub mod objects;
 pub mod ready;
 pub mod sidecars;
+pub mod workloads;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -92,9 +94,15 @@ pub enum IstioError {
     AlreadyRouted,
     #[error("istiod's change (a route on {domain}) did not reach Envoy within {} s", .limit.as_secs())]
     RouteChangeNotServed { domain: String, limit: Duration },
-    /// Istio's objects could not be written as YAML.
+    /// Istio's objects could not be written as YAML, or read back.
     #[error(transparent)]
     Yaml(#[from] serde_yaml_ng::Error),
+    /// A document read back is not of the type asked for, or lacks its fields.
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    /// A document read back is of another kind than the one asked for.
+    #[error("a document of {found}, where {expected} was expected")]
+    NotKind { expected: String, found: String },
 }
 
 /// Where scripts/install-istio.sh puts what it builds and extracts (`$ISTIO_CACHE` if set).

@@ -3,13 +3,21 @@
 //! a `VirtualService` with one exact-path match per path, rewritten to `/` and routed to the
 //! backend; a `ServiceEntry` that names the backend at the address given to `--backend` (its
 //! one static endpoint), so that the routes go where the flag says; and the
-//! `kubernetes.io/tls` Secrets the credentials name. There is no cluster here: the output is
-//! tested by parsing it back into the same types.
+//! `kubernetes.io/tls` Secrets the credentials name. Each object is typed: Istio's kinds from
+//! [`meshbench_k8s::objects::istio`] (`v1beta1`), the Secret k8s-openapi's. There is no
+//! cluster here: the output is tested by parsing it back into the same types ([`parse_all`]).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use base64::Engine as _;
+use meshbench_k8s::k8s_openapi::ByteString;
+use meshbench_k8s::objects::istio::{
+    self, Destination, GatewaySpec, HttpMatch, HttpRoute, Location, Port, PortSelector, Resolution,
+    Rewrite, RouteDestination, Server, ServerTls, ServiceEndpoint, ServiceEntrySpec, StringMatch,
+    V1beta1, VirtualServiceSpec,
+};
+use meshbench_k8s::objects::meta;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use super::IstioError;
@@ -29,174 +37,36 @@ pub const VIRTUAL_SERVICES_FILE: &str = "istio-virtualservices.yaml";
 /// The ingress gateway's Service, whose address `meshbench run` connects to.
 pub const INGRESS_SERVICE: &str = "istio-ingressgateway";
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct Resource<S> {
-    pub api_version: String,
-    pub kind: String,
-    pub metadata: Metadata,
-    #[serde(flatten)]
-    pub body: S,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct Metadata {
-    pub name: String,
-    pub namespace: String,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct GatewayBody {
-    pub spec: GatewaySpec,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct GatewaySpec {
-    pub selector: BTreeMap<String, String>,
-    pub servers: Vec<Server>,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct Server {
-    pub port: Port,
-    /// The address the gateway's listener binds (Istio's default: every address).
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub bind: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub tls: Option<ServerTls>,
-    pub hosts: Vec<String>,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct Port {
-    pub number: u16,
-    pub name: String,
-    pub protocol: String,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct ServerTls {
-    pub mode: String,
-    pub credential_name: String,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct VirtualServiceBody {
-    pub spec: VirtualServiceSpec,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct VirtualServiceSpec {
-    pub hosts: Vec<String>,
-    pub gateways: Vec<String>,
-    pub http: Vec<HttpRoute>,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct HttpRoute {
-    #[serde(rename = "match")]
-    pub matches: Vec<HttpMatch>,
-    /// None for gRPC: the method's path is the route.
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub rewrite: Option<Rewrite>,
-    pub route: Vec<RouteDestination>,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct HttpMatch {
-    pub uri: StringMatch,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct StringMatch {
-    pub exact: String,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct Rewrite {
-    pub uri: String,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct RouteDestination {
-    pub destination: Destination,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct Destination {
-    pub host: String,
-    pub port: PortSelector,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct PortSelector {
-    pub number: u16,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct SecretBody {
-    #[serde(rename = "type")]
-    pub kind: String,
-    pub data: BTreeMap<String, String>,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct ServiceEntryBody {
-    pub spec: ServiceEntrySpec,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct ServiceEntrySpec {
-    pub hosts: Vec<String>,
-    /// `MESH_EXTERNAL`: the backend has no sidecar, the gateway speaks to it in the clear.
-    pub location: String,
-    pub ports: Vec<Port>,
-    /// `STATIC`: the endpoints are addresses, not names to resolve.
-    pub resolution: String,
-    pub endpoints: Vec<ServiceEndpoint>,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct ServiceEndpoint {
-    pub address: String,
-}
-
-pub type Gateway = Resource<GatewayBody>;
-pub type VirtualService = Resource<VirtualServiceBody>;
-pub type Secret = Resource<SecretBody>;
-pub type ServiceEntry = Resource<ServiceEntryBody>;
+/// The ingress gateway's `Gateway` (Istio's `v1beta1`, which every Istio serves).
+pub type Gateway = istio::Gateway<V1beta1>;
+/// A domain's `VirtualService`.
+pub type VirtualService = istio::VirtualService<V1beta1>;
+/// The backend's `ServiceEntry`.
+pub type ServiceEntry = istio::ServiceEntry<V1beta1>;
+pub use meshbench_k8s::k8s_openapi::api::core::v1::Secret;
 
 /// The backend as the mesh knows it: [`BACKEND_HOST`] on the backend's port, its one endpoint
 /// the backend's address (HTTP, or gRPC in the clear).
 pub fn backend_entry(plan: &GatewayPlan) -> ServiceEntry {
     let protocol = if plan.grpc { "GRPC" } else { "HTTP" };
-    Resource {
-        api_version: "networking.istio.io/v1beta1".into(),
-        kind: "ServiceEntry".into(),
-        metadata: meta("meshbench-backend".into(), NAMESPACE),
-        body: ServiceEntryBody {
-            spec: ServiceEntrySpec {
-                hosts: vec![BACKEND_HOST.into()],
-                location: "MESH_EXTERNAL".into(),
-                ports: vec![Port {
-                    number: plan.backend.port(),
-                    name: protocol.to_ascii_lowercase(),
-                    protocol: protocol.into(),
-                }],
-                resolution: "STATIC".into(),
-                endpoints: vec![ServiceEndpoint {
-                    address: plan.backend.ip().to_string(),
-                }],
-            },
+    ServiceEntry {
+        metadata: meta("meshbench-backend", NAMESPACE),
+        spec: ServiceEntrySpec {
+            hosts: vec![BACKEND_HOST.into()],
+            addresses: Vec::new(),
+            // The backend has no sidecar: the gateway speaks to it in the clear.
+            location: Location::MeshExternal,
+            ports: vec![Port {
+                number: plan.backend.port(),
+                name: protocol.to_ascii_lowercase(),
+                protocol: protocol.into(),
+            }],
+            resolution: Resolution::Static,
+            endpoints: vec![ServiceEndpoint {
+                address: plan.backend.ip().to_string(),
+            }],
         },
-    }
-}
-
-fn meta(name: String, namespace: &str) -> Metadata {
-    Metadata {
-        name,
-        namespace: namespace.to_string(),
+        version: V1beta1,
     }
 }
 
@@ -204,96 +74,112 @@ fn workspace_of(domain_index: usize) -> usize {
     domain_index / DOMAINS_PER_WORKSPACE + 1
 }
 
+/// A domain's server on its workspace's Gateway: HTTPS with its credential, gRPC in the
+/// clear (h2c with prior knowledge) or HTTP; with `at_listen`, bound to the plan's `listen`
+/// address and port, else on Istio's port for the scheme on every address.
+fn server(plan: &GatewayPlan, domain: &str, at_listen: bool) -> Server {
+    let (number, protocol, tls) = if plan.tls {
+        let credential = match plan.certs {
+            crate::gateway::CertLayout::PerDomain => format!("{domain}-cert"),
+            crate::gateway::CertLayout::Shared => "shared-cert".to_string(),
+        };
+        (
+            443,
+            "HTTPS",
+            Some(ServerTls {
+                mode: "SIMPLE".into(),
+                credential_name: credential,
+            }),
+        )
+    } else if plan.grpc {
+        (80, "GRPC", None)
+    } else {
+        (80, "HTTP", None)
+    };
+    Server {
+        port: Port {
+            number: if at_listen {
+                plan.listen.port()
+            } else {
+                number
+            },
+            name: format!("{}-{domain}", protocol.to_ascii_lowercase()),
+            protocol: protocol.into(),
+        },
+        bind: at_listen.then(|| plan.listen.ip().to_string()),
+        tls,
+        hosts: vec![domain.to_string()],
+    }
+}
+
 /// The Gateways (one per workspace) and VirtualServices (one per domain). With `at_listen`,
 /// every server binds the plan's `listen` address and port (the lab's gateway), else Istio's
 /// ports on every address (a cluster's ingress).
 pub fn resources(plan: &GatewayPlan, istio: &Istio) -> (Vec<Gateway>, Vec<VirtualService>) {
-    let at_listen = istio.at_listen;
     let place = &istio.place;
     let ns = place.namespace.as_str();
-    let backend_host = place.backend_host.as_deref().unwrap_or(BACKEND_HOST);
-    let backend_port = place.backend_port.unwrap_or(plan.backend.port());
+    let backend = Destination {
+        host: place.backend_host.as_deref().unwrap_or(BACKEND_HOST).into(),
+        port: PortSelector {
+            number: place.backend_port.unwrap_or(plan.backend.port()),
+        },
+    };
     let workspaces = plan.domains.div_ceil(DOMAINS_PER_WORKSPACE);
     let mut gateways: Vec<Gateway> = (1..=workspaces)
-        .map(|w| Resource {
-            api_version: "networking.istio.io/v1beta1".into(),
-            kind: "Gateway".into(),
+        .map(|w| Gateway {
             metadata: meta(format!("workspace-{w}-gateway"), ns),
-            body: GatewayBody {
-                spec: GatewaySpec {
-                    selector: BTreeMap::from([place.selector.clone()]),
-                    servers: Vec::new(),
-                },
+            spec: GatewaySpec {
+                selector: BTreeMap::from([place.selector.clone()]),
+                servers: Vec::new(),
             },
+            version: V1beta1,
         })
         .collect();
     let mut services = Vec::with_capacity(plan.domains);
     for (i, domain) in plan.domain_names().enumerate() {
         let w = workspace_of(i);
-        let (number, protocol, tls) = if plan.tls {
-            let credential = match plan.certs {
-                crate::gateway::CertLayout::PerDomain => format!("{domain}-cert"),
-                crate::gateway::CertLayout::Shared => "shared-cert".to_string(),
-            };
-            (
-                443,
-                "HTTPS",
-                Some(ServerTls {
-                    mode: "SIMPLE".into(),
-                    credential_name: credential,
-                }),
-            )
-        } else if plan.grpc {
-            // h2c with prior knowledge.
-            (80, "GRPC", None)
-        } else {
-            (80, "HTTP", None)
-        };
-        let number = if at_listen {
-            plan.listen.port()
-        } else {
-            number
-        };
-        gateways[w - 1].body.spec.servers.push(Server {
-            bind: at_listen.then(|| plan.listen.ip().to_string()),
-            port: Port {
-                number,
-                name: format!("{}-{domain}", protocol.to_ascii_lowercase()),
-                protocol: protocol.into(),
-            },
-            tls,
-            hosts: vec![domain.clone()],
-        });
-        services.push(Resource {
-            api_version: "networking.istio.io/v1beta1".into(),
-            kind: "VirtualService".into(),
+        gateways[w - 1]
+            .spec
+            .servers
+            .push(server(plan, &domain, istio.at_listen));
+        services.push(VirtualService {
             metadata: meta(domain.clone(), ns),
-            body: VirtualServiceBody {
-                spec: VirtualServiceSpec {
-                    hosts: vec![domain.clone()],
-                    gateways: vec![format!("{ns}/workspace-{w}-gateway")],
-                    http: plan
-                        .path_list()
-                        .map(|path| HttpRoute {
-                            matches: vec![HttpMatch {
-                                uri: StringMatch { exact: path },
-                            }],
-                            rewrite: (!plan.grpc).then(|| Rewrite { uri: "/".into() }),
-                            route: vec![RouteDestination {
-                                destination: Destination {
-                                    host: backend_host.into(),
-                                    port: PortSelector {
-                                        number: backend_port,
-                                    },
-                                },
-                            }],
-                        })
-                        .collect(),
-                },
+            spec: VirtualServiceSpec {
+                hosts: vec![domain],
+                gateways: vec![format!("{ns}/workspace-{w}-gateway")],
+                http: plan
+                    .path_list()
+                    .map(|path| HttpRoute {
+                        matches: vec![HttpMatch {
+                            uri: StringMatch::exact(path),
+                        }],
+                        // None for gRPC: the method's path is the route.
+                        rewrite: (!plan.grpc).then(|| Rewrite { uri: "/".into() }),
+                        route: vec![RouteDestination {
+                            destination: backend.clone(),
+                        }],
+                        ..HttpRoute::default()
+                    })
+                    .collect(),
             },
+            version: V1beta1,
         });
     }
     (gateways, services)
+}
+
+/// The `kubernetes.io/tls` Secret of a credential, in `namespace`.
+fn secret(name: &str, issued: &Issued, namespace: &str) -> Secret {
+    let bytes = |pem: &str| ByteString(pem.as_bytes().to_vec());
+    Secret {
+        metadata: meta(format!("{name}-cert"), namespace),
+        type_: Some("kubernetes.io/tls".into()),
+        data: Some(BTreeMap::from([
+            ("tls.crt".to_string(), bytes(&issued.cert_pem)),
+            ("tls.key".to_string(), bytes(&issued.key_pem)),
+        ])),
+        ..Secret::default()
+    }
 }
 
 fn to_yaml<T: Serialize>(docs: &[T]) -> Result<String, LabError> {
@@ -370,21 +256,9 @@ impl Target for Istio {
         certs: &[(String, Issued)],
     ) -> Result<Vec<PathBuf>, LabError> {
         let (gateways, services) = resources(plan, self);
-        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
         let secrets: Vec<Secret> = certs
             .iter()
-            .map(|(name, issued)| Resource {
-                api_version: "v1".into(),
-                kind: "Secret".into(),
-                metadata: meta(format!("{name}-cert"), &self.place.namespace),
-                body: SecretBody {
-                    kind: "kubernetes.io/tls".into(),
-                    data: BTreeMap::from([
-                        ("tls.crt".to_string(), b64(&issued.cert_pem)),
-                        ("tls.key".to_string(), b64(&issued.key_pem)),
-                    ]),
-                },
-            })
+            .map(|(name, issued)| secret(name, issued, &self.place.namespace))
             .collect();
         let mut files = Vec::new();
         // In the order they are applied: what a resource names exists before it.
@@ -465,9 +339,88 @@ impl Target for Istio {
     }
 }
 
-/// Parses a multi-document YAML file written for [`Istio`] back into `T`s.
-pub fn parse_all<T: for<'de> Deserialize<'de>>(text: &str) -> Result<Vec<T>, String> {
+/// Parses a multi-document YAML file written for [`Istio`] back into `T`s, each document's
+/// `apiVersion` and `kind` checked to be `T`'s.
+pub fn parse_all<T>(text: &str) -> Result<Vec<T>, IstioError>
+where
+    T: meshbench_k8s::k8s_openapi::Resource + DeserializeOwned,
+{
     serde_yaml_ng::Deserializer::from_str(text)
-        .map(|doc| T::deserialize(doc).map_err(|e| e.to_string()))
+        .map(|doc| {
+            let value = serde_json::Value::deserialize(doc)?;
+            let said = |field: &str| value[field].as_str().unwrap_or_default().to_string();
+            let (api_version, kind) = (said("apiVersion"), said("kind"));
+            if (api_version.as_str(), kind.as_str()) != (T::API_VERSION, T::KIND) {
+                return Err(IstioError::NotKind {
+                    expected: format!("{} {}", T::API_VERSION, T::KIND),
+                    found: format!("{api_version} {kind}"),
+                });
+            }
+            Ok(serde_json::from_value(value)?)
+        })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gateway::CertLayout;
+
+    fn plan(tls: bool) -> GatewayPlan {
+        GatewayPlan {
+            domains: 3,
+            paths: 2,
+            tls,
+            http2: false,
+            http3: false,
+            grpc: false,
+            certs: CertLayout::PerDomain,
+            backend: "10.1.2.3:18080".parse().unwrap(),
+            listen: "127.0.0.1:8443".parse().unwrap(),
+            workers: 1,
+            admin: None,
+            out: PathBuf::from("/nonexistent"),
+            access_log: None,
+        }
+    }
+
+    #[test]
+    fn what_is_written_reads_back_as_the_same_typed_objects() {
+        let plan = plan(true);
+        let (gateways, services) = resources(&plan, &Istio::lab());
+        let back: Vec<Gateway> = parse_all(&to_yaml(&gateways).unwrap()).unwrap();
+        assert_eq!(back, gateways);
+        let back: Vec<VirtualService> = parse_all(&to_yaml(&services).unwrap()).unwrap();
+        assert_eq!(back, services);
+        let entry = [backend_entry(&plan)];
+        let back: Vec<ServiceEntry> = parse_all(&to_yaml(&entry).unwrap()).unwrap();
+        assert_eq!(back, entry);
+        let issued = Issued {
+            cert_pem: "-----BEGIN CERTIFICATE-----\n".into(),
+            key_pem: "key".into(),
+        };
+        let secrets = [secret("a.com", &issued, NAMESPACE)];
+        let yaml = to_yaml(&secrets).unwrap();
+        assert!(yaml.contains("type: kubernetes.io/tls\n"), "{yaml}");
+        assert!(
+            yaml.contains("tls.key: a2V5\n"),
+            "base64 of the PEM: {yaml}"
+        );
+        let back: Vec<Secret> = parse_all(&yaml).unwrap();
+        assert_eq!(back, secrets);
+        let server = &gateways[0].spec.servers[1];
+        assert_eq!(server.bind.as_deref(), Some("127.0.0.1"));
+        assert_eq!(server.port.number, 8443);
+        assert_eq!(
+            server.tls.as_ref().unwrap().credential_name,
+            "workspace-1-domain-2.com-cert"
+        );
+    }
+
+    #[test]
+    fn a_document_of_another_kind_is_not_read_as_the_kind_asked_for() {
+        let (gateways, _) = resources(&plan(false), &Istio::cluster());
+        let err = parse_all::<VirtualService>(&to_yaml(&gateways).unwrap()).unwrap_err();
+        assert!(matches!(err, IstioError::NotKind { .. }), "{err}");
+    }
 }

@@ -14,28 +14,25 @@
 //! stands in for kube-proxy's, sending the Service's address to the backend pod. With a
 //! sidecar, the capture takes the connection first, as in a pod.
 
+use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use meshbench_k8s::k8s_openapi::api::core::v1::{
-    Container, ContainerPort, Pod, PodCondition, PodIP, PodSpec, PodStatus, Service,
-    ServiceAccount, ServicePort, ServiceSpec,
-};
+use meshbench_k8s::k8s_openapi::api::core::v1::{Pod, Service, ServiceAccount};
+use meshbench_k8s::k8s_openapi::api::discovery::v1::EndpointSlice;
 use meshbench_k8s::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use meshbench_k8s::k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use meshbench_k8s::names::{DEFAULT_NAMESPACE, SERVICE_PORT};
+use meshbench_k8s::objects::istio::PeerAuthentication as MeshPeerAuthentication;
+use meshbench_k8s::objects::meta;
 use meshbench_results::PeerAuthentication;
-use serde_json::json;
 
-use super::{cache, ApiServer, IstioError, NAMESPACE};
+use super::{cache, workloads, ApiServer, IstioError, NAMESPACE};
 use crate::{write_file, LabError};
 
-/// The namespace the workloads run in.
-pub const APP_NAMESPACE: &str = "default";
-/// The backend's Service, its port and the port's name (Istio reads `http` as HTTP).
+/// The backend's Service (in [`DEFAULT_NAMESPACE`], on [`SERVICE_PORT`], as every workload).
 pub const SERVICE: &str = "backend";
-pub const SERVICE_PORT: u16 = 8080;
 /// The Service's address: fixed, inside the lab API server's service range, so that a step
 /// without a control plane (the baseline) reaches the backend the same way.
 pub const SERVICE_IP: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 80);
@@ -44,8 +41,6 @@ pub const PROXY_UID: u32 = 1337;
 /// Where Istio's capture sends a pod's outbound and inbound TCP.
 pub const OUTBOUND_CAPTURE: u16 = 15001;
 pub const INBOUND_CAPTURE: u16 = 15006;
-/// The node every pod claims to run on.
-const NODE: &str = "meshbench-lab";
 
 /// One workload of the lab's mesh.
 #[derive(Debug, Clone)]
@@ -65,10 +60,14 @@ impl LabPod {
     }
 
     /// Its labels, as istiod reads them from the Pod and the agent from its environment.
-    fn labels(&self) -> serde_json::Map<String, serde_json::Value> {
-        let mut labels = serde_json::Map::new();
-        labels.insert("app".into(), self.app.into());
-        labels.insert("service.istio.io/canonical-name".into(), self.app.into());
+    fn labels(&self) -> BTreeMap<String, String> {
+        let mut labels = BTreeMap::from([
+            ("app".to_string(), self.app.to_string()),
+            (
+                "service.istio.io/canonical-name".to_string(),
+                self.app.to_string(),
+            ),
+        ]);
         if self.sidecar {
             // Set by Istio's injection: it tells a client sidecar to use mutual TLS.
             labels.insert("security.istio.io/tlsMode".into(), "istio".into());
@@ -78,7 +77,7 @@ impl LabPod {
 
     /// Its labels as `ISTIO_METAJSON_LABELS` carries them.
     pub fn labels_json(&self) -> String {
-        serde_json::Value::Object(self.labels()).to_string()
+        serde_json::to_string(&self.labels()).expect("labels serialise to JSON")
     }
 }
 
@@ -100,119 +99,58 @@ pub fn register(
     for pod in pods {
         register_pod(api, pod)?;
     }
-    api.apply(&endpoint_slice(server))?;
-    api.apply(&json!({
-        "apiVersion": "security.istio.io/v1",
-        "kind": "PeerAuthentication",
-        "metadata": {"name": "default", "namespace": NAMESPACE},
-        "spec": {"mtls": {"mode": mtls.istio_mode()}},
-    }))?;
+    api.client.apply_typed(&endpoint_slice(server))?;
+    api.client.apply_custom(&mesh_mtls(mtls))?;
     Ok(())
+}
+
+/// The mesh's mutual TLS: a PeerAuthentication in Istio's root namespace.
+fn mesh_mtls(mtls: PeerAuthentication) -> MeshPeerAuthentication {
+    MeshPeerAuthentication::new(meta("default", NAMESPACE), mtls.istio_mode())
 }
 
 /// An object's metadata in the applications' namespace.
 fn app_meta(name: &str) -> ObjectMeta {
-    ObjectMeta {
-        name: Some(name.to_string()),
-        namespace: Some(APP_NAMESPACE.into()),
-        ..ObjectMeta::default()
-    }
+    meta(name, DEFAULT_NAMESPACE)
 }
 
 /// The Service in front of `server`, at its fixed cluster IP.
 fn service(server: &LabPod) -> Service {
-    Service {
-        metadata: app_meta(SERVICE),
-        spec: Some(ServiceSpec {
-            selector: Some([("app".to_string(), server.app.to_string())].into()),
-            cluster_ip: Some(SERVICE_IP.to_string()),
-            ports: Some(vec![ServicePort {
-                name: Some("http".into()),
-                port: SERVICE_PORT.into(),
-                target_port: Some(IntOrString::Int(SERVICE_PORT.into())),
-                protocol: Some("TCP".into()),
-                ..ServicePort::default()
-            }]),
-            ..ServiceSpec::default()
-        }),
-        ..Service::default()
-    }
+    workloads::service(app_meta(SERVICE), server.app, SERVICE_IP.to_string())
+}
+
+/// `pod`'s Pod, with its labels; no status yet.
+fn pod_object(pod: &LabPod) -> Pod {
+    let metadata = ObjectMeta {
+        labels: Some(pod.labels()),
+        ..app_meta(&pod.name())
+    };
+    workloads::pod(metadata, pod.app, pod.app)
 }
 
 /// One pod, then its status as the kubelet would report it: running and ready at its address.
 fn register_pod(api: &ApiServer, pod: &LabPod) -> Result<(), LabError> {
-    let labels = pod
-        .labels()
-        .into_iter()
-        .map(|(k, v)| (k, v.as_str().unwrap_or_default().to_string()))
-        .collect();
-    let object = Pod {
-        metadata: ObjectMeta {
-            labels: Some(labels),
-            ..app_meta(&pod.name())
-        },
-        spec: Some(PodSpec {
-            node_name: Some(NODE.into()),
-            service_account_name: Some(pod.app.into()),
-            containers: vec![Container {
-                name: pod.app.into(),
-                image: Some("meshbench".into()),
-                ports: Some(vec![ContainerPort {
-                    name: Some("http".into()),
-                    container_port: SERVICE_PORT.into(),
-                    protocol: Some("TCP".into()),
-                    ..ContainerPort::default()
-                }]),
-                ..Container::default()
-            }],
-            ..PodSpec::default()
-        }),
-        status: None,
-    };
+    let object = pod_object(pod);
     api.client.apply_typed(&object)?;
-    let ready = |kind: &str| PodCondition {
-        type_: kind.into(),
-        status: "True".into(),
-        ..PodCondition::default()
-    };
     api.client.apply_status(&Pod {
-        status: Some(PodStatus {
-            phase: Some("Running".into()),
-            pod_ip: Some(pod.ip.to_string()),
-            pod_ips: Some(vec![PodIP {
-                ip: pod.ip.to_string(),
-            }]),
-            host_ip: Some(pod.ip.to_string()),
-            conditions: Some(vec![ready("Ready"), ready("ContainersReady")]),
-            ..PodStatus::default()
-        }),
+        status: Some(workloads::running(pod.ip)),
         ..object
     })?;
     Ok(())
 }
 
 /// The Service's EndpointSlice: the server pod, ready.
-fn endpoint_slice(server: &LabPod) -> serde_json::Value {
-    json!({
-        "apiVersion": "discovery.k8s.io/v1",
-        "kind": "EndpointSlice",
-        "metadata": {
-            "name": format!("{SERVICE}-lab"),
-            "namespace": APP_NAMESPACE,
-            "labels": {
-                "kubernetes.io/service-name": SERVICE,
-                "endpointslice.kubernetes.io/managed-by": "meshbench",
-            },
-        },
-        "addressType": "IPv4",
-        "endpoints": [{
-            "addresses": [server.ip.to_string()],
-            "conditions": {"ready": true, "serving": true, "terminating": false},
-            "nodeName": NODE,
-            "targetRef": {"kind": "Pod", "name": server.name(), "namespace": APP_NAMESPACE},
-        }],
-        "ports": [{"name": "http", "port": SERVICE_PORT, "protocol": "TCP"}],
-    })
+fn endpoint_slice(server: &LabPod) -> EndpointSlice {
+    let endpoint = workloads::endpoint(
+        server.ip.to_string(),
+        Some((&server.name(), DEFAULT_NAMESPACE)),
+    );
+    workloads::endpoint_slice(
+        format!("{SERVICE}-lab"),
+        DEFAULT_NAMESPACE,
+        SERVICE,
+        vec![endpoint],
+    )
 }
 
 /// Runs `ip netns exec NETNS` with `argv`, its output kept in `log`; fails with its last lines.
@@ -390,4 +328,71 @@ pub fn iptables_missing() -> Option<String> {
         .all(|b| crate::install::find(b, &[&format!("/usr/sbin/{b}")]).is_some());
     (!found)
         .then(|| "iptables (Debian's package iptables; scripts/install-k8s.sh installs it)".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use meshbench_k8s::objects::to_value;
+    use serde_json::json;
+
+    use super::*;
+
+    /// The objects are the documents the lab wrote as JSON before they were typed.
+    #[test]
+    fn the_registered_objects_are_the_documents_written_by_hand_before() {
+        let server = LabPod {
+            app: SERVICE,
+            ip: "10.213.1.3".parse().unwrap(),
+            sidecar: true,
+        };
+        assert_eq!(
+            to_value(&endpoint_slice(&server)),
+            json!({
+                "apiVersion": "discovery.k8s.io/v1",
+                "kind": "EndpointSlice",
+                "metadata": {
+                    "name": "backend-lab",
+                    "namespace": "default",
+                    "labels": {
+                        "kubernetes.io/service-name": "backend",
+                        "endpointslice.kubernetes.io/managed-by": "meshbench",
+                    },
+                },
+                "addressType": "IPv4",
+                "endpoints": [{
+                    "addresses": ["10.213.1.3"],
+                    "conditions": {"ready": true, "serving": true, "terminating": false},
+                    "nodeName": "meshbench-lab",
+                    "targetRef": {"kind": "Pod", "name": "backend-0", "namespace": "default"},
+                }],
+                "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+            })
+        );
+        assert_eq!(
+            to_value(&mesh_mtls(PeerAuthentication::Strict)),
+            json!({
+                "apiVersion": "security.istio.io/v1",
+                "kind": "PeerAuthentication",
+                "metadata": {"name": "default", "namespace": "istio-system"},
+                "spec": {"mtls": {"mode": "STRICT"}},
+            })
+        );
+        assert_eq!(
+            server.labels_json(),
+            r#"{"app":"backend","security.istio.io/tlsMode":"istio","service.istio.io/canonical-name":"backend"}"#
+        );
+        let pod = to_value(&pod_object(&server));
+        assert_eq!(
+            pod["metadata"]["labels"]["security.istio.io/tlsMode"],
+            "istio"
+        );
+        assert_eq!(pod["spec"]["containers"][0]["name"], "backend");
+        assert_eq!(pod["spec"]["nodeName"], "meshbench-lab");
+        let service = to_value(&service(&server));
+        assert_eq!(
+            service["spec"]["ports"],
+            json!([{"name": "http", "port": 8080, "targetPort": 8080, "protocol": "TCP"}])
+        );
+        assert_eq!(service["spec"]["clusterIP"], "10.96.0.80");
+    }
 }

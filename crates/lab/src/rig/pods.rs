@@ -9,6 +9,7 @@ use super::{chain::backend_launch, IstioSidecars, Launch, Ready, Rig, RigSpec, R
 use crate::istio::sidecars::{self, LabPod};
 use crate::istio::{ready, AgentPorts, AgentRole, ControlPlane, IstioError, Workload};
 use crate::LabError;
+use meshbench_k8s::names::{DEFAULT_NAMESPACE, SERVICE_PORT};
 use meshbench_results::{
     topology::{Duty, RolePlan},
     Class, PeerAuthentication, PlayedBy, Program,
@@ -40,8 +41,8 @@ impl Rig {
             ip: server_ns.addr,
             sidecar: server_sidecar.is_some(),
         };
-        let backend = SocketAddr::new(server.ip, sidecars::SERVICE_PORT);
-        self.entry = SocketAddr::new(IpAddr::V4(sidecars::SERVICE_IP), sidecars::SERVICE_PORT);
+        let backend = SocketAddr::new(server.ip, SERVICE_PORT);
+        self.entry = SocketAddr::new(IpAddr::V4(sidecars::SERVICE_IP), SERVICE_PORT);
         self.client_netns = Some(client_ns.netns.clone());
         let address = RoleAddress {
             addr: backend,
@@ -77,7 +78,7 @@ impl Rig {
             pushed_in: Vec::new(),
             probe_status: 0,
         });
-        let port = sidecars::SERVICE_PORT;
+        let port = SERVICE_PORT;
         if let Some(role) = server_sidecar {
             let expected = ready::SidecarExpected::server(port);
             let launch = self.sidecar_launch(spec, &role, &server, &server_ns, expected)?;
@@ -87,7 +88,7 @@ impl Rig {
             let host = format!(
                 "{}.{}.svc.cluster.local",
                 sidecars::SERVICE,
-                sidecars::APP_NAMESPACE
+                DEFAULT_NAMESPACE
             );
             let expected = ready::SidecarExpected::client(port, &host, backend);
             let launch = self.sidecar_launch(spec, &role, &client, &client_ns, expected)?;
@@ -115,7 +116,7 @@ impl Rig {
         let workers = spec.workers(role);
         let name = pod.name();
         let workload = Workload {
-            namespace: sidecars::APP_NAMESPACE,
+            namespace: DEFAULT_NAMESPACE,
             pod: &name,
             service_account: pod.app,
             ip: pod.ip,

@@ -416,6 +416,7 @@ fn envoy_gateway_runs_as_printed_from_another_directory() {
 /// there, and the run command connects to the ingress's address asked of the cluster.
 #[test]
 fn istio_routes_to_the_backend_given_and_its_run_command_reaches_the_ingress() {
+    use meshbench_k8s::objects::istio::Resolution;
     use meshbench_lab::istio::objects::{self as istio_objects, ServiceEntry, VirtualService};
     let dir = out_dir("istio-backend");
     let o = dir.display().to_string();
@@ -443,16 +444,16 @@ fn istio_routes_to_the_backend_given_and_its_run_command_reaches_the_ingress() {
     let entries: Vec<ServiceEntry> =
         istio_objects::parse_all(&read("istio-serviceentry.yaml")).unwrap();
     assert_eq!(entries.len(), 1);
-    let spec = &entries[0].body.spec;
-    assert_eq!(entries[0].kind, "ServiceEntry");
-    assert_eq!(spec.resolution, "STATIC");
+    // parse_all checks each document's kind (ServiceEntry).
+    let spec = &entries[0].spec;
+    assert_eq!(spec.resolution, Resolution::Static);
     assert_eq!(spec.endpoints.len(), 1);
     assert_eq!(spec.endpoints[0].address, "10.1.2.3");
     assert_eq!(spec.ports[0].number, 18080);
     let services: Vec<VirtualService> =
         istio_objects::parse_all(&read("istio-virtualservices.yaml")).unwrap();
     for vs in &services {
-        for route in &vs.body.spec.http {
+        for route in &vs.spec.http {
             let to = &route.route[0].destination;
             assert_eq!(
                 (to.host.as_str(), to.port.number),
@@ -534,9 +535,9 @@ fn istio_yaml_parses_back_into_gateways_and_virtual_services() {
         istio_objects::parse_all(&read("istio-virtualservices.yaml")).unwrap();
     let secrets: Vec<Secret> = istio_objects::parse_all(&read("istio-secrets.yaml")).unwrap();
     assert_eq!(gateways.len(), 1, "100 domains are one workspace");
-    assert_eq!(gateways[0].kind, "Gateway");
-    assert_eq!(gateways[0].body.spec.servers.len(), DOMAINS);
-    let server = &gateways[0].body.spec.servers[3];
+    // parse_all checks each document's kind (Gateway, VirtualService, Secret).
+    assert_eq!(gateways[0].spec.servers.len(), DOMAINS);
+    let server = &gateways[0].spec.servers[3];
     assert_eq!(server.hosts, ["workspace-1-domain-4.com"]);
     assert_eq!(
         server.tls.as_ref().unwrap().credential_name,
@@ -544,21 +545,18 @@ fn istio_yaml_parses_back_into_gateways_and_virtual_services() {
     );
     assert_eq!(services.len(), DOMAINS);
     for vs in &services {
-        assert_eq!(vs.kind, "VirtualService");
-        assert_eq!(vs.body.spec.gateways, ["istio-system/workspace-1-gateway"]);
-        assert_eq!(vs.body.spec.http.len(), PATHS);
-        for (i, route) in vs.body.spec.http.iter().enumerate() {
-            assert_eq!(route.matches[0].uri.exact, format!("/get/{}", i + 1));
+        assert_eq!(vs.spec.gateways, ["istio-system/workspace-1-gateway"]);
+        assert_eq!(vs.spec.http.len(), PATHS);
+        for (i, route) in vs.spec.http.iter().enumerate() {
+            assert_eq!(route.matches[0].uri.exact, Some(format!("/get/{}", i + 1)));
             assert_eq!(route.rewrite.as_ref().unwrap().uri, "/");
             assert_eq!(route.route[0].destination.port.number, 8080);
         }
     }
     assert_eq!(secrets.len(), DOMAINS);
-    assert_eq!(secrets[0].body.kind, "kubernetes.io/tls");
-    use base64::Engine as _;
-    let crt = base64::engine::general_purpose::STANDARD
-        .decode(&secrets[0].body.data["tls.crt"])
-        .unwrap();
+    assert_eq!(secrets[0].type_.as_deref(), Some("kubernetes.io/tls"));
+    // Read back from base64 as the Secret's type reads `data`.
+    let crt = secrets[0].data.as_ref().unwrap()["tls.crt"].0.clone();
     assert!(String::from_utf8(crt)
         .unwrap()
         .starts_with("-----BEGIN CERTIFICATE-----"));
@@ -585,7 +583,6 @@ fn istio_yaml_parses_back_into_gateways_and_virtual_services() {
     let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap();
     let gateways: Vec<Gateway> = istio_objects::parse_all(&read("istio-gateways.yaml")).unwrap();
     assert!(gateways[0]
-        .body
         .spec
         .servers
         .iter()
@@ -594,17 +591,16 @@ fn istio_yaml_parses_back_into_gateways_and_virtual_services() {
         istio_objects::parse_all(&read("istio-virtualservices.yaml")).unwrap();
     for vs in &services {
         let exact: Vec<&str> = vs
-            .body
             .spec
             .http
             .iter()
-            .map(|r| r.matches[0].uri.exact.as_str())
+            .map(|r| r.matches[0].uri.exact.as_deref().unwrap_or_default())
             .collect();
         assert_eq!(
             exact,
             ["/fgrpc.PingServer/Ping", "/grpc.health.v1.Health/Check"]
         );
-        assert!(vs.body.spec.http.iter().all(|r| r.rewrite.is_none()));
+        assert!(vs.spec.http.iter().all(|r| r.rewrite.is_none()));
     }
 }
 

@@ -258,7 +258,7 @@ fn server_sidecar_with(env: &[(&str, &str)], name: &str) -> Result<Duration, Lab
     let command = control.agent_command(
         AgentRole::Sidecar,
         &Workload {
-            namespace: sidecars::APP_NAMESPACE,
+            namespace: meshbench_k8s::names::DEFAULT_NAMESPACE,
             pod: &pod,
             service_account: server.app,
             ip: server.ip,
@@ -278,7 +278,7 @@ fn server_sidecar_with(env: &[(&str, &str)], name: &str) -> Result<Duration, Lab
     let mut agent = RoleProcess::spawn("server_proxy", command, &dir.join("agent.log"), &place)?;
     let expected = ready::SidecarExpected {
         listeners: vec!["virtualOutbound".into(), "virtualInbound".into()],
-        clusters: vec![format!("inbound|{}||", sidecars::SERVICE_PORT)],
+        clusters: vec![format!("inbound|{}||", meshbench_k8s::names::SERVICE_PORT)],
     };
     let acked = ready::wait_agent_acked(
         &mut agent,

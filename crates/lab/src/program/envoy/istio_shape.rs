@@ -46,6 +46,7 @@ use envoy_types::pb::envoy::r#type::matcher::v3::{
 use envoy_types::pb::envoy::r#type::v3::Percent;
 use envoy_types::pb::google::protobuf::{Any, BoolValue, Duration, UInt32Value};
 use envoy_types::util::pack_any;
+use meshbench_k8s::names::DEFAULT_NAMESPACE;
 
 use super::{file, socket, socket_address, tls_socket};
 use crate::pki;
@@ -530,10 +531,9 @@ pub fn finish(
     b.node = Some(Node {
         id: format!(
             "sidecar~127.0.0.1~{role}.{}~{}.svc.cluster.local",
-            pki::NAMESPACE,
-            pki::NAMESPACE
+            DEFAULT_NAMESPACE, DEFAULT_NAMESPACE
         ),
-        cluster: format!("{role}.{}", pki::NAMESPACE),
+        cluster: format!("{role}.{}", DEFAULT_NAMESPACE),
         ..Default::default()
     });
     b.admin = admin.map(|a| Admin {

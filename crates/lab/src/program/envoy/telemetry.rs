@@ -23,6 +23,7 @@ use envoy_types::pb::envoy::extensions::filters::network::http_connection_manage
 };
 use envoy_types::pb::google::protobuf::UInt64Value;
 use envoy_types::util::pack_any;
+use meshbench_k8s::names::DEFAULT_NAMESPACE;
 
 use super::istio_shape::{Direction, SERVICE};
 use crate::pki;
@@ -37,8 +38,8 @@ fn peer_metadata(role: &str) -> String {
         ("LABELS", format!("app={role},version=v1,security.istio.io/tlsMode=istio,service.istio.io/canonical-name={role},service.istio.io/canonical-revision=v1")),
         ("MESH_ID", pki::TRUST_DOMAIN.into()),
         ("NAME", format!("{role}-6d4b9c7f8-x2x7q")),
-        ("NAMESPACE", pki::NAMESPACE.into()),
-        ("OWNER", format!("kubernetes://apis/apps/v1/namespaces/{}/deployments/{role}", pki::NAMESPACE)),
+        ("NAMESPACE", DEFAULT_NAMESPACE.into()),
+        ("OWNER", format!("kubernetes://apis/apps/v1/namespaces/{}/deployments/{role}", DEFAULT_NAMESPACE)),
         ("PLATFORM_METADATA", String::new()),
         ("SERVICE_ACCOUNT", role.to_string()),
         ("WORKLOAD_NAME", role.to_string()),
@@ -60,8 +61,7 @@ fn peer_metadata(role: &str) -> String {
 fn exchange(role: &str) -> HttpFilter {
     let id = format!(
         "sidecar~10.0.0.1~{role}-6d4b9c7f8-x2x7q.{}~{}.svc.cluster.local",
-        pki::NAMESPACE,
-        pki::NAMESPACE
+        DEFAULT_NAMESPACE, DEFAULT_NAMESPACE
     );
     let code = format!(
         r#"local META = "{meta}"
@@ -115,19 +115,19 @@ fn labels(role: &str, direction: Direction) -> Vec<config::Tag> {
     [
         ("reporter", fixed(reporter)),
         ("source_workload", fixed("client")),
-        ("source_workload_namespace", fixed(pki::NAMESPACE)),
+        ("source_workload_namespace", fixed(DEFAULT_NAMESPACE)),
         ("source_principal", "%DOWNSTREAM_PEER_URI_SAN%".into()),
         ("source_app", fixed("client")),
         ("source_version", fixed("v1")),
         ("source_cluster", fixed("Kubernetes")),
         ("destination_workload", fixed(role)),
-        ("destination_workload_namespace", fixed(pki::NAMESPACE)),
+        ("destination_workload_namespace", fixed(DEFAULT_NAMESPACE)),
         ("destination_principal", "%UPSTREAM_PEER_URI_SAN%".into()),
         ("destination_app", fixed("backend")),
         ("destination_version", fixed("v1")),
         ("destination_service", fixed(SERVICE)),
         ("destination_service_name", fixed("backend")),
-        ("destination_service_namespace", fixed(pki::NAMESPACE)),
+        ("destination_service_namespace", fixed(DEFAULT_NAMESPACE)),
         ("destination_cluster", fixed("Kubernetes")),
         ("request_protocol", "%PROTOCOL%".into()),
         ("response_code", "%RESPONSE_CODE%".into()),
