@@ -224,3 +224,80 @@ fn witness(
         (Err(e), _) | (_, Err(e)) => Some(Err(e.clone())),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::load::TargetSource;
+    use crate::observer::Quiet;
+    use meshbench_experiment::{parse, Plan};
+    use meshbench_store::StepStatus;
+
+    /// A place that fails to realise, or realises a step whose load cannot be set up; neither
+    /// sends a request.
+    enum Broken {
+        Refuses,
+        BadUrl,
+    }
+
+    struct NoLoad;
+
+    impl Realised for NoLoad {
+        fn load_options(&self, _step: &StepContext<'_>) -> LoadOptions {
+            LoadOptions::new(TargetSource::Url("ftp://nowhere/".into()))
+        }
+
+        fn roles(
+            &mut self,
+            _step: &StepContext<'_>,
+            _measured: &mut Measured,
+            _observer: &mut dyn Observer,
+        ) -> Vec<RoleReading> {
+            unreachable!("a step whose load is not set up reads no role")
+        }
+    }
+
+    impl Place for Broken {
+        fn realise<'s>(
+            &'s self,
+            _step: &StepContext<'s>,
+            _observer: &mut dyn Observer,
+        ) -> Result<Box<dyn Realised + 's>, StepFailure> {
+            match self {
+                Broken::Refuses => Err(StepFailure::RigDidNotStart("no such program".into())),
+                Broken::BadUrl => Ok(Box::new(NoLoad)),
+            }
+        }
+    }
+
+    #[test]
+    fn a_place_that_fails_fails_its_step_with_its_reason_and_nothing_is_measured() {
+        let e = parse("t.yaml", "name: t\ntopologies: [baseline]\n", &[]).unwrap();
+        let plan = Plan::compile(&e);
+        let at = StepAt {
+            step: &plan.steps[0],
+            steps: 1,
+            step_secs: 1.0,
+            left_after_secs: 0.0,
+            service_at_lower_load_us: None,
+        };
+        let stop = Stop::new();
+        let step = StepContext {
+            e: &e,
+            at: &at,
+            experiment_id: 1,
+            stop: &stop,
+        };
+        for (place, expected) in [
+            (Broken::Refuses, "no such program"),
+            (Broken::BadUrl, "ftp"),
+        ] {
+            let record = StepRecord::new(0, plan.steps[0].params(&e));
+            let record = measured_step(&place, None, &step, record, &mut Quiet);
+            assert_eq!(record.status, StepStatus::Failed);
+            let why = record.error.as_ref().unwrap().to_string();
+            assert!(why.contains(expected), "{why}");
+            assert!(record.result.is_none() && record.usage.is_empty());
+        }
+    }
+}
