@@ -11,6 +11,8 @@
 #               requests per server CPU-second (set EXTRAS=0 to skip)
 #   baseline  : BASELINE=/path/to/an/older/meshbench runs it as one more tool, interleaved
 #               with the others, so a change is measured before and after in the same run
+#   binary    : MB=/path/to/meshbench measures that build instead of target/release's (which is
+#               built first otherwise); give BASELINE a build of the same profile
 #
 # Prints the median of each figure and the ratios meshbench/peer; raw rows go to $OUT.
 # Figures are requests per generator CPU-second = total requests / (user + sys seconds).
@@ -31,12 +33,15 @@ EXTRAS=${EXTRAS:-1}
 WORK=$(mktemp -d /tmp/meshbench-bench.XXXXXX)
 mkdir -p "$ROOT/bench/results"
 OUT=${OUT:-$ROOT/bench/results/run-$(date +%Y%m%d-%H%M%S).tsv}
-MB=$ROOT/target/release/meshbench
+MB=${MB:-}
 BASELINE=${BASELINE:-}
 URL=http://127.0.0.1:$PORT/
 
 "$ROOT/scripts/install-deps.sh"
-(cd "$ROOT" && cargo build --release --locked -q) || { echo "build failed" >&2; exit 1; }
+if [ -z "$MB" ]; then
+  MB=$ROOT/target/release/meshbench
+  (cd "$ROOT" && cargo build --release --locked -q) || { echo "build failed" >&2; exit 1; }
+fi
 
 # ---------------------------------------------------------------- nginx ----
 body=$(python3 -c 'import string; s=(string.ascii_letters+string.digits)*20; print(s[:1024], end="")')
