@@ -441,7 +441,15 @@ fn experiment_files_run_on_the_node_sweep_its_limits_and_leave_it_as_it_was() {
         if running {
             break;
         }
-        assert!(child.try_wait().unwrap().is_none(), "the run ended early");
+        if child.try_wait().unwrap().is_some() {
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "the run ended early: {:?} {} {}",
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
         assert!(Instant::now() < deadline, "the agent pod did not start");
         std::thread::sleep(Duration::from_millis(500));
     }
