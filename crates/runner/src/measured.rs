@@ -18,13 +18,14 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use meshbench_engine::{LoadSpec, Stop};
-use meshbench_experiment::config::Experiment;
+use meshbench_experiment::config::{parse_cpuset, Experiment};
 use meshbench_lab::program::envoy::admin::AdminError;
 use meshbench_results::attribution::{Attribution, Sent};
 use meshbench_results::{ChainRole, Figure, ProxyCounters, RoleUsage, Sample, StepFailure};
 use meshbench_store::StepRecord;
 
 use crate::agents::Fleet;
+use crate::external::read::RoleRead;
 use crate::load::LoadOptions;
 use crate::measure::{measure, ClientPlace, LoadSource, Measured, Sampling};
 use crate::observer::{Observer, StepAt};
@@ -58,10 +59,10 @@ pub(crate) trait Realised {
     /// The step's load, aimed at the system under test.
     fn load_options(&self, step: &StepContext<'_>) -> LoadOptions;
 
-    /// Where a local generator runs (pinned CPUs, a client pod's network namespace); by
-    /// default wherever this process is.
-    fn client_place(&self) -> ClientPlace<'_> {
-        ClientPlace::default()
+    /// The network namespace a local generator runs in (an Istio client pod's); by default
+    /// this process's own.
+    fn client_netns(&self) -> Option<&str> {
+        None
     }
 
     /// The roles the sampler watches over the load, if this place samples its roles itself
@@ -108,6 +109,17 @@ pub(crate) struct RoleReading {
     pub chain: Option<ChainRole>,
 }
 
+impl RoleReading {
+    /// A role as Prometheus read it: its samples kept when it had points.
+    pub fn read(r: RoleRead, chain: Option<ChainRole>) -> RoleReading {
+        RoleReading {
+            usage: r.usage,
+            samples: (!r.samples.is_empty()).then_some(r.samples),
+            chain,
+        }
+    }
+}
+
 /// Realises the step at `place`, measures it with the load from `fleet` (else from this
 /// process), and records every role; every failure ends up in `record`.
 pub(crate) fn measured_step<'s>(
@@ -142,11 +154,22 @@ pub(crate) fn measured_step<'s>(
         },
         None => LoadSource::Local,
     };
+    // Pinned where the file says (`limits.client.cpuset`; a cluster's file cannot say).
+    let client_cpus = step
+        .e
+        .limits
+        .client
+        .cpuset
+        .as_deref()
+        .and_then(parse_cpuset);
     let measured = measure(
         source,
         &load,
         realised.sampling(step),
-        realised.client_place(),
+        ClientPlace {
+            cpus: client_cpus.as_deref(),
+            netns: realised.client_netns(),
+        },
         step.stop.clone(),
         |l, roles| observer.live(at, l, roles),
     );

@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use meshbench_experiment::config::{parse_cpuset, Experiment};
+use meshbench_experiment::config::Experiment;
 use meshbench_experiment::{ChainVariant, Step};
 use meshbench_lab::program::envoy::admin::{self, AdminError};
 use meshbench_lab::rig::{Rig, RigSpec};
@@ -17,7 +17,7 @@ use meshbench_results::attribution::{Attribution, Sent};
 use meshbench_results::{ChainRole, LoadPoint, PlayedBy, Role, RoleUsage, StepFailure, Usage};
 
 use crate::load::{LoadOptions, TargetSource};
-use crate::measure::{ClientPlace, Measured, Sampling};
+use crate::measure::{Measured, Sampling};
 use crate::measured::{Place, Realised, RoleReading, StepContext, Witnesses};
 use crate::observer::Observer;
 use crate::step_load::{aim_at_gateway, load_for};
@@ -36,7 +36,6 @@ struct RigStep {
     rig: Rig,
     load: LoadPoint,
     spec: RigSpec,
-    client_cpus: Option<Vec<usize>>,
 }
 
 impl Place for RigPlace<'_> {
@@ -66,13 +65,6 @@ impl Place for RigPlace<'_> {
             rig,
             load: *self.load,
             spec,
-            client_cpus: step
-                .e
-                .limits
-                .client
-                .cpuset
-                .as_deref()
-                .and_then(parse_cpuset),
         }))
     }
 }
@@ -82,11 +74,8 @@ impl Realised for RigStep {
         load_options(step.e, step.at.step, &self.load, &self.rig)
     }
 
-    fn client_place(&self) -> ClientPlace<'_> {
-        ClientPlace {
-            cpus: self.client_cpus.as_deref(),
-            netns: self.rig.client_netns.as_deref(),
-        }
+    fn client_netns(&self) -> Option<&str> {
+        self.rig.client_netns.as_deref()
     }
 
     fn sampling(&self, step: &StepContext<'_>) -> Option<Sampling> {

@@ -436,11 +436,7 @@ impl Realised for ClusterStep<'_> {
                     (_, Class::Backend) => shape.backend.cpu_cores,
                     (_, Class::Tunnel) => None,
                 };
-                Some(RoleReading {
-                    usage: r.usage,
-                    samples: (!r.samples.is_empty()).then_some(r.samples),
-                    chain: Some(chain),
-                })
+                Some(RoleReading::read(r, Some(chain)))
             })
             .collect()
     }

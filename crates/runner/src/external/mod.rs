@@ -15,14 +15,14 @@ pub mod read;
 
 use std::time::Duration;
 
-use meshbench_experiment::config::{parse_cpuset, Experiment};
+use meshbench_experiment::config::Experiment;
 use meshbench_experiment::external::{External, ExternalRole, Variant};
 use meshbench_experiment::Step;
 use meshbench_lab::sampler;
 use meshbench_results::{LoadPoint, Protocol, StepFailure};
 
 use crate::load::{Body, LoadOptions, ProtoSource, TargetSource};
-use crate::measure::{ClientPlace, Measured};
+use crate::measure::Measured;
 use crate::measured::{Place, Realised, RoleReading, StepContext};
 use crate::observer::Observer;
 use crate::step_load::load_for;
@@ -95,7 +95,6 @@ struct ExternalStep<'a> {
     section: &'a External,
     variant: &'a Variant,
     load: LoadPoint,
-    client_cpus: Option<Vec<usize>>,
 }
 
 impl Place for ExternalPlace<'_> {
@@ -112,13 +111,6 @@ impl Place for ExternalPlace<'_> {
             section,
             variant,
             load,
-            client_cpus: step
-                .e
-                .limits
-                .client
-                .cpuset
-                .as_deref()
-                .and_then(parse_cpuset),
         }))
     }
 }
@@ -126,13 +118,6 @@ impl Place for ExternalPlace<'_> {
 impl Realised for ExternalStep<'_> {
     fn load_options(&self, step: &StepContext<'_>) -> LoadOptions {
         load_options(step.e, step.at.step, &self.load, self.variant)
-    }
-
-    fn client_place(&self) -> ClientPlace<'_> {
-        ClientPlace {
-            cpus: self.client_cpus.as_deref(),
-            netns: None,
-        }
     }
 
     fn roles(
@@ -152,11 +137,7 @@ impl Realised for ExternalStep<'_> {
         reading
             .roles
             .into_iter()
-            .map(|r| RoleReading {
-                usage: r.usage,
-                samples: (!r.samples.is_empty()).then_some(r.samples),
-                chain: None,
-            })
+            .map(|r| RoleReading::read(r, None))
             .collect()
     }
 }
