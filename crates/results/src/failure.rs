@@ -26,6 +26,9 @@ pub enum StepFailure {
     /// A control-plane step's istiod, API server or real Envoy failed while it was measured:
     /// why.
     ControlPlaneFailed(String),
+    /// A stop (Ctrl-C, SIGTERM) came while the step was being set up, before its load began:
+    /// nothing was measured. The step is stored so that the run says how far it got.
+    StoppedBeforeLoad,
     /// A failure as the store keeps it: its line.
     Recorded(String),
 }
@@ -45,6 +48,7 @@ impl fmt::Display for StepFailure {
             StepFailure::ControlPlaneFailed(why) => {
                 write!(f, "the control plane failed during the step: {why}")
             }
+            StepFailure::StoppedBeforeLoad => f.write_str("stopped before its load began"),
             StepFailure::Recorded(line) => f.write_str(line),
         }
     }
@@ -91,6 +95,10 @@ mod tests {
             (
                 StepFailure::NoSuchVariant("mesh".into()),
                 "no external variant is called 'mesh'",
+            ),
+            (
+                StepFailure::StoppedBeforeLoad,
+                "stopped before its load began",
             ),
         ];
         for (failure, text) in cases {
