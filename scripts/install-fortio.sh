@@ -11,4 +11,4 @@ fi
 command -v go >/dev/null || { echo "install-fortio: go is needed to build fortio" >&2; exit 1; }
 mkdir -p "$FORTIO_BIN"
 echo "install-fortio: building fortio v$VERSION" >&2
-GOBIN="$FORTIO_BIN" nice -n 10 go install "fortio.org/fortio@v$VERSION"
+GOBIN="$FORTIO_BIN" nice -n 10 go install -ldflags="-s -w" "fortio.org/fortio@v$VERSION"

@@ -10,6 +10,8 @@
 #  - the node's sandbox ("pause") image, deploy/pause/pause.c built static and packaged by
 #    scripts/oci-archive.sh as $K8S_CACHE/images/pause.tar (the node needs no registry).
 # No service is started: the packages' own etcd and containerd stay off (the tests start theirs).
+# `--debian-only` installs the Debian packages and stops there (scripts/install-deps.sh installs
+# every Debian package first, then builds beside the other parts).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VERSION=1.34.2
@@ -35,6 +37,7 @@ if [ ${#missing[@]} -gt 0 ]; then
     || { apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null; }
   [ -z "$made_policy" ] || rm -f /usr/sbin/policy-rc.d
 fi
+[ "${1:-}" != --debian-only ] || exit 0
 
 # The sandbox image, rebuilt when its source changed.
 PAUSE=$K8S_CACHE/images/pause.tar
@@ -88,6 +91,8 @@ pkgs=()
 for b in "${build[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$b"); done
 # Into a scratch directory first: a build cut short leaves no binary that looks complete.
 mkdir -p "$WORK/out"
-nice -n 10 go build -o "$WORK/out/" "${pkgs[@]}"
+# No symbol table nor DWARF (-s -w): a faster link and smaller binaries; stack traces still name
+# functions and lines (from the runtime's own tables).
+nice -n 10 go build -ldflags="-s -w" -o "$WORK/out/" "${pkgs[@]}"
 for b in "${build[@]}"; do mv "$WORK/out/$b" "$K8S_BIN/$b"; done
 echo "install-k8s: $K8S_BIN ready" >&2

@@ -27,8 +27,44 @@ macro_rules! outln {
     }};
 }
 
+/// `eprintln!` for meshbench's own lines: a line wider than a 120-column terminal
+/// ([`meshbench_report::answers::WIDTH`]) is broken between words, its continuation indented two
+/// spaces more (see [`write_stderr`]).
+macro_rules! errln {
+    ($($arg:tt)*) => {
+        $crate::write_stderr(&format!($($arg)*))
+    };
+}
+
 pub mod cli;
 pub mod cmd;
+
+/// Writes `text` and a newline to stderr for [`errln!`], each of its lines within
+/// [`WIDTH`](meshbench_report::answers::WIDTH) columns where it can be broken between words (a
+/// path or a URL wider than that stays whole). A failure to write is ignored: there is nowhere
+/// left to say it.
+pub fn write_stderr(text: &str) {
+    use std::io::Write;
+    let _ = std::io::stderr().lock().write_all(fitted(text).as_bytes());
+}
+
+/// `text`'s lines, each followed by a newline, the ones wider than
+/// [`WIDTH`](meshbench_report::answers::WIDTH) broken between words with a hanging indent.
+fn fitted(text: &str) -> String {
+    use meshbench_report::answers::{wrap, WIDTH};
+    let mut out = String::with_capacity(text.len() + 1);
+    for line in text.split('\n') {
+        if line.chars().count() <= WIDTH {
+            out.push_str(line);
+            out.push('\n');
+            continue;
+        }
+        let body = line.trim_start_matches(' ');
+        let indent = &line[..line.len() - body.len()];
+        out.push_str(&wrap(body, indent, &format!("{indent}  ")));
+    }
+    out
+}
 
 /// Writes to stdout for [`out!`]; a closed pipe exits 0, another failure is ignored as `print!`
 /// would have had it panic.
@@ -152,7 +188,7 @@ pub fn main_with(args: impl IntoIterator<Item = OsString>) -> u8 {
                 }
                 _ => {}
             }
-            eprintln!("meshbench: {}", parse_error_line(&e, &args));
+            errln!("meshbench: {}", parse_error_line(&e, &args));
             return exit::USAGE;
         }
     };
@@ -169,12 +205,35 @@ pub fn main_with(args: impl IntoIterator<Item = OsString>) -> u8 {
                     let _ = out.write_all(json.as_bytes()).and_then(|()| out.flush());
                 }
             }
-            eprintln!("meshbench: {e:#}");
+            errln!("meshbench: {e:#}");
             if e.downcast_ref::<UsageError>().is_some() {
                 exit::USAGE
             } else {
                 exit::FAILED
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod width_tests {
+    use super::fitted;
+
+    #[test]
+    fn a_wide_line_is_broken_between_words_and_a_short_one_kept_as_it_is() {
+        let short = "warning:   two  spaces kept";
+        assert_eq!(fitted(short), format!("{short}\n"));
+        let words: Vec<String> = (0..40).map(|i| format!("word{i}")).collect();
+        let wide = format!("  note: {}", words.join(" "));
+        let out = fitted(&wide);
+        assert!(out.lines().count() > 1, "{out}");
+        for line in out.lines() {
+            assert!(line.chars().count() <= 120, "{line}");
+        }
+        assert!(out.lines().skip(1).all(|l| l.starts_with("    word")), "{out}");
+        let joined: Vec<&str> = out.split_whitespace().collect();
+        let given: Vec<&str> = wide.split_whitespace().collect();
+        assert_eq!(joined, given, "no word lost or split");
+        assert_eq!(fitted("a\nb"), "a\nb\n");
     }
 }

@@ -37,7 +37,7 @@ pub fn execute(args: AgentArgs) -> Result<u8> {
     let signals = super::signals::Signals::install()?;
     let config = AgentConfig { name, token, tls };
     let outcome = agent::serve(reach, &config, &signals.stop, &|event| {
-        eprintln!("meshbench agent: {event}")
+        errln!("meshbench agent: {event}")
     });
     if let Some(code) = signals.exit_code() {
         return Ok(code);
@@ -45,7 +45,7 @@ pub fn execute(args: AgentArgs) -> Result<u8> {
     match outcome {
         Ok(()) => Ok(exit::OK),
         Err(e @ AgentError::Handshake(_)) | Err(e @ AgentError::NoCoordinator { .. }) => {
-            eprintln!("meshbench agent: {e}");
+            errln!("meshbench agent: {e}");
             Ok(exit::FAILED)
         }
         Err(e) => Err(e.into()),

@@ -29,7 +29,7 @@ pub fn gather(flags: &AgentsFlags, file: Option<&FleetConfig>) -> Result<Option<
         listener, agents, ..
     } = &reach
     {
-        eprintln!(
+        errln!(
             "meshbench: waiting for {agents} agent(s) on {}",
             listener
                 .local_addr()
@@ -37,7 +37,7 @@ pub fn gather(flags: &AgentsFlags, file: Option<&FleetConfig>) -> Result<Option<
         );
     }
     let fleet = Fleet::gather(reach, token, tls)?;
-    eprintln!("meshbench: {} agent(s) ready", fleet.len());
+    errln!("meshbench: {} agent(s) ready", fleet.len());
     Ok(Some(fleet))
 }
 

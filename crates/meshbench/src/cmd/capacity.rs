@@ -132,7 +132,7 @@ fn search_url(args: &CapacityArgs, goal: &Goal, store_path: &Path) -> Result<u8>
         let stored = capacity::url_step(session, &base, rate, n, lower, |l| line.draw(l))?;
         line.clear();
         if stored.failed() {
-            eprintln!(
+            errln!(
                 "step {} ({rate} req/s) failed: {}",
                 n + 1,
                 stored
@@ -233,7 +233,7 @@ impl Goal<'_> {
     ) -> Result<(u8, String)> {
         let (slo, signals) = (self.slo, self.signals);
         let outcome = capacity::search(self.settings.clone(), slo, session, run_at, |n, p| {
-            eprintln!(
+            errln!(
                 "step {:>2} {:>10.1} req/s offered, {:>10.1} carried: {}{}{}",
                 n + 1,
                 p.rate,

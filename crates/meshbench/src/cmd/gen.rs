@@ -138,7 +138,7 @@ pub fn grafana(a: GrafanaArgs) -> Result<u8> {
         Some(path) => {
             std::fs::write(path, &text)
                 .with_context(|| format!("cannot write {}", path.display()))?;
-            eprintln!(
+            errln!(
                 "wrote {} ({} panels); import it in Grafana (Dashboards > New > Import)",
                 path.display(),
                 meshbench_live::grafana::panels().len()

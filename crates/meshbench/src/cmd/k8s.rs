@@ -84,7 +84,7 @@ pub fn token_for_pods(file: Option<&Path>) -> Result<(Token, String)> {
             .trim()
             .to_string(),
         Err(meshbench_runner::agents::TokenError::Missing) => {
-            eprintln!("meshbench: no agent token given; a new one is in the Secret");
+            errln!("meshbench: no agent token given; a new one is in the Secret");
             new_token()
         }
         Err(e) => return Err(usage(e.to_string())),
@@ -141,7 +141,7 @@ pub fn run(a: K8sRunArgs) -> Result<u8> {
     let cluster = rt.block_on(Cluster::connect(a.kubeconfig.as_deref()))?;
     let objects = plan.render();
     rt.block_on(cluster.apply(&objects))?;
-    eprintln!(
+    errln!(
         "meshbench: applied {} agent(s) as Job {}/{}-agents; agents dial {advertise}",
         plan.agents, plan.namespace, plan.name
     );
@@ -158,14 +158,14 @@ pub fn run(a: K8sRunArgs) -> Result<u8> {
         &signals,
     );
     if a.keep {
-        eprintln!(
+        errln!(
             "meshbench: --keep: the objects stay in namespace {}",
             plan.namespace
         );
     } else if let Err(err) = rt.block_on(cluster.delete(&objects)) {
-        eprintln!("meshbench: warning: could not delete everything: {err}");
+        errln!("meshbench: warning: could not delete everything: {err}");
     } else {
-        eprintln!(
+        errln!(
             "meshbench: deleted the Job, its pods, the Service, the ConfigMap and the Secret"
         );
     }
@@ -191,12 +191,12 @@ fn coordinate(
         wanted,
         ready_timeout,
         || !signals.stop.requested(),
-        |n| eprintln!("meshbench: {n} of {wanted} agent pod(s) ready"),
+        |n| errln!("meshbench: {n} of {wanted} agent pod(s) ready"),
     ))?;
     if let Some(code) = signals.exit_code() {
         return Ok(code);
     }
-    eprintln!(
+    errln!(
         "meshbench: agent pods ready: {}",
         pods.iter()
             .map(|p| p.name.as_str())

@@ -60,7 +60,7 @@ impl Faces {
         let metrics = match &flags.metrics_listen {
             Some(a) => {
                 let server = MetricsServer::start(addr("--metrics-listen", a)?, hub.clone())?;
-                eprintln!("metrics: http://{}/metrics", server.local_addr());
+                errln!("metrics: http://{}/metrics", server.local_addr());
                 Some(server)
             }
             None => None,
@@ -99,7 +99,7 @@ impl Faces {
                     text => super::parse_duration("--web-linger", text)?,
                 };
                 let server = WebServer::start(addr, hub.clone())?;
-                eprintln!("live view: http://{}/", server.local_addr());
+                errln!("live view: http://{}/", server.local_addr());
                 (Some(server), linger)
             }
             None => (None, Duration::ZERO),
@@ -139,7 +139,7 @@ impl Faces {
         if let Some(remote) = self.remote {
             let report = remote.finish(FINAL_PUSH);
             if report.samples_dropped > 0 {
-                eprintln!(
+                errln!(
                     "warning: remote write: {} samples pushed, {} dropped; last error: {}",
                     report.samples_sent + report.histograms_sent,
                     report.samples_dropped,
@@ -147,7 +147,7 @@ impl Faces {
                 );
             }
             if let Some(why) = report.natives_refused {
-                eprintln!(
+                errln!(
                     "note: remote write: the receiver refused native histograms ({why}); \
                      classic buckets only (Prometheus takes them with \
                      --enable-feature=native-histograms)"
@@ -156,7 +156,7 @@ impl Faces {
         }
         if let Some(m) = self.metrics {
             if !self.metrics_linger.is_zero() && !m.wait_scraped(self.metrics_linger) {
-                eprintln!(
+                errln!(
                     "warning: metrics: no scrape read the final values within {}",
                     humantime::format_duration(self.metrics_linger)
                 );
@@ -192,12 +192,12 @@ impl Linger {
         let signals = match Signals::install() {
             Ok(s) => s,
             Err(e) => {
-                eprintln!("warning: --web-linger: cannot watch for Ctrl-C ({e}); not lingering");
+                errln!("warning: --web-linger: cannot watch for Ctrl-C ({e}); not lingering");
                 web.stop();
                 return;
             }
         };
-        eprintln!(
+        errln!(
             "live view: http://{}/ stays up for {} (--web-linger); Ctrl-C ends it",
             web.local_addr(),
             human_secs(self.time.as_secs_f64())

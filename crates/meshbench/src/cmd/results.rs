@@ -144,7 +144,7 @@ fn export(key: &str, format: ExportFormat, out: Option<&Path>, s: &StoreArg) -> 
                     .with_context(|| format!("cannot write {}", path.display()))?;
                 n += 1;
             }
-            eprintln!("{n} fortio JSON files in {}", dir.display());
+            errln!("{n} fortio JSON files in {}", dir.display());
         }
     }
     Ok(exit::OK)

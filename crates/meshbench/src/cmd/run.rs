@@ -47,7 +47,7 @@ pub fn execute(args: RunArgs) -> Result<u8> {
     );
     if let Some(fleet) = &fleet {
         for note in fleet.lock().expect("the run is over").take_notes() {
-            eprintln!("meshbench: {note}");
+            errln!("meshbench: {note}");
         }
     }
     let linger = faces.map(|faces| {

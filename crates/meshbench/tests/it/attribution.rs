@@ -119,7 +119,7 @@ fn measured(rig: &Rig, url: &str) -> Attribution {
 ///
 /// One clock, but the parts come from Envoy's stamps, and on a VM whose vCPUs are descheduled
 /// for milliseconds (sleeps end 1-3 ms late at p99) a few requests get a proxy's points
-/// milliseconds off: in the test-release build, 11 of 500 had the client sidecar's points
+/// milliseconds off: in the suite's optimised build, 11 of 500 had the client sidecar's points
 /// about 4.5 ms late together (its link +4.9 ms, the link after it -4.5 ms), and one had them
 /// 7 ms early (-7.2 ms and +8.1 ms), which moves that time between the two links around the
 /// proxy. (44 µs at most on a steadier VM.) So a part below -0.2 ms is a rare glitch, never

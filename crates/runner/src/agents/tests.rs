@@ -83,7 +83,7 @@ fn control_only_agent(coordinator: SocketAddr, name: String) -> u64 {
 #[test]
 #[cfg_attr(
     debug_assertions,
-    ignore = "a thousand agents need an optimised build: in a dev build the coordinator falls behind and loses 200 of them as silent for 4 s; the suite runs it in test-release"
+    ignore = "a thousand agents need an optimised build: in a dev build the coordinator falls behind and loses 200 of them as silent for 4 s; the suite runs it in its optimised build (scripts/test.sh)"
 )]
 fn a_thousand_agents_share_one_plan_with_small_messages() {
     const AGENTS: usize = 1000;

