@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Namespace;
+use meshbench_results::Stop;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
@@ -50,6 +51,9 @@ pub enum UndoError {
     Api(#[from] ApiError),
     #[error("namespace {name} was still there {} s after it was deleted", waited.as_secs())]
     NotGone { name: String, waited: Duration },
+    /// A hurried stop ended the wait for the namespace to go; its deletion was asked.
+    #[error("namespace {name} is being deleted; not waited for (hurried)")]
+    NotWaited { name: String },
 }
 
 /// A run's journal, open for writing.
@@ -137,10 +141,16 @@ pub fn read(path: &Path) -> Result<Recorded, UndoError> {
 
 /// Puts back every change of `undos`, the last first, each waited for at most `within`;
 /// `progress` hears each one as it is done.
+///
+/// It is cleanup, so a stop does not skip it: every deletion is asked whatever `stop` says.
+/// Only the wait for a namespace to be gone ends early, on a *hurried* stop (a second Ctrl-C):
+/// the API server finishes the deletion by itself, and the error ([`UndoError::NotWaited`])
+/// says so; the journal stays for whoever sees it gone (the watcher, `meshbench k8s restore`).
 pub fn restore(
     client: &BlockingClient,
     undos: &[Undo],
     within: Duration,
+    stop: &Stop,
     mut progress: impl FnMut(&str),
 ) -> Result<(), UndoError> {
     for undo in undos.iter().rev() {
@@ -160,7 +170,9 @@ pub fn restore(
                             waited: within,
                         });
                     }
-                    std::thread::sleep(Duration::from_millis(500));
+                    if !sleep_unless_hurried(GONE_POLL, stop) {
+                        return Err(UndoError::NotWaited { name: name.clone() });
+                    }
                 }
                 progress(&format!(
                     "deleted namespace {name} and everything in it ({:.0} s)",
@@ -170,6 +182,22 @@ pub fn restore(
         }
     }
     Ok(())
+}
+
+/// How often a namespace being deleted is looked for.
+const GONE_POLL: Duration = Duration::from_millis(200);
+
+/// Sleeps `d`, looking at `stop` every 20 ms; `false` when it was hurried.
+fn sleep_unless_hurried(d: Duration, stop: &Stop) -> bool {
+    let end = Instant::now() + d;
+    while !stop.hurried() {
+        let left = end.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return true;
+        }
+        std::thread::sleep(left.min(Duration::from_millis(20)));
+    }
+    false
 }
 
 #[cfg(test)]

@@ -79,6 +79,22 @@ pub fn usage(msg: impl Into<String>) -> anyhow::Error {
     anyhow::Error::new(UsageError(msg.into()))
 }
 
+/// A run a signal stopped before it measured anything (nothing to store, nothing to print but
+/// this): its line, and the signal's exit code (130 / 143).
+#[derive(Debug)]
+pub struct Interrupted {
+    pub code: u8,
+    pub line: String,
+}
+
+impl std::fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.line)
+    }
+}
+
+impl std::error::Error for Interrupted {}
+
 /// A command line clap refused, in one line: what was wrong, clap's suggestion if it has one
 /// (`did you mean '--rate'?`), and the help of the command `args` named.
 fn parse_error_line(e: &clap::Error, args: &[OsString]) -> String {
@@ -172,6 +188,8 @@ pub fn main_with(args: impl IntoIterator<Item = OsString>) -> u8 {
             eprintln!("meshbench: {e:#}");
             if e.downcast_ref::<UsageError>().is_some() {
                 exit::USAGE
+            } else if let Some(stopped) = e.downcast_ref::<Interrupted>() {
+                stopped.code
             } else {
                 exit::FAILED
             }

@@ -8,8 +8,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use meshbench_k8s::{AntiAffinity, Cluster, Plan};
-use meshbench_runner::agents::{Fleet, FleetReach, Token};
+use meshbench_k8s::{AntiAffinity, Cluster, ClusterError, Plan};
+use meshbench_runner::agents::{Fleet, FleetError, FleetReach, Token};
 
 use super::parse_duration;
 use super::signals::Signals;
@@ -190,12 +190,17 @@ fn coordinate(
         objects,
         wanted,
         ready_timeout,
-        || !signals.stop.requested(),
+        &signals.stop,
         |n| eprintln!("meshbench: {n} of {wanted} agent pod(s) ready"),
-    ))?;
-    if let Some(code) = signals.exit_code() {
-        return Ok(code);
-    }
+    ));
+    let pods = match pods {
+        Err(ClusterError::Stopped { ready, wanted }) => {
+            return Err(signals.interrupted(format_args!(
+                "while the agent pods started ({ready} of {wanted} ready): nothing was measured"
+            )))
+        }
+        pods => pods?,
+    };
     eprintln!(
         "meshbench: agent pods ready: {}",
         pods.iter()
@@ -211,7 +216,16 @@ fn coordinate(
         },
         token,
         None,
-    )?;
+        &signals.stop,
+    );
+    let fleet = match fleet {
+        Err(FleetError::Stopped { joined, wanted }) => {
+            return Err(signals.interrupted(format_args!(
+                "while the agents dialled in ({joined} of {wanted} joined): nothing was measured"
+            )))
+        }
+        fleet => fleet?,
+    };
     let site = meshbench_runner::Site::Here;
     let (_, code) = super::experiment::run(e, store_path, false, None, site, Some(fleet), signals)?;
     Ok(code)
