@@ -22,10 +22,13 @@
 //! - `mod.rs`: the run's cluster: checked, set up (the journal first), put back;
 //! - `render.rs`: what an experiment deploys, from its file (pure but for the gateway's
 //!   certificates): the system, each step's shape, the agents, `--dry-run`'s description;
-//! - `step.rs`: one step there: realised, loaded, read.
+//! - `step.rs`: one step there: realised, loaded, read;
+//! - `tests.rs`: a step's set-up against a stop, on a played API server and Prometheus.
 
 mod render;
 mod step;
+#[cfg(test)]
+mod tests;
 
 pub use render::{agents_of, describe, shape_of, system_of};
 use render::{first_shape, gateway_objects};
