@@ -513,7 +513,10 @@ mod tests {
             ),
             "{waited:?}"
         );
-        assert!(after < Duration::from_millis(100), "{after:?} after the stop");
+        assert!(
+            after < Duration::from_millis(100),
+            "{after:?} after the stop"
+        );
 
         let (stop, asked) = stop_after(Duration::from_millis(700), false);
         let rolled = client.wait_rollout("load", "backend", Duration::from_secs(300), &stop);
@@ -522,7 +525,10 @@ mod tests {
             matches!(&rolled, Err(crate::rollout::RolloutError::Stopped(d)) if d == "load/backend"),
             "{rolled:?}"
         );
-        assert!(after < Duration::from_millis(100), "{after:?} after the stop");
+        assert!(
+            after < Duration::from_millis(100),
+            "{after:?} after the stop"
+        );
         let _: Option<Deployment> = client.get("load", "backend").unwrap();
     }
 
@@ -569,7 +575,11 @@ mod tests {
             "{restored:?}"
         );
         assert!(began.elapsed() >= Duration::from_millis(600));
-        assert!(began.elapsed() < Duration::from_secs(5), "{:?}", began.elapsed());
+        assert!(
+            began.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            began.elapsed()
+        );
         let deletes = |asked: &Arc<Mutex<Vec<Asked>>>| {
             asked
                 .lock()
@@ -587,7 +597,10 @@ mod tests {
             matches!(&restored, Err(UndoError::NotWaited { name }) if name == "going"),
             "{restored:?}"
         );
-        assert!(after < Duration::from_millis(100), "{after:?} after the hurry");
+        assert!(
+            after < Duration::from_millis(100),
+            "{after:?} after the hurry"
+        );
         assert_eq!(deletes(&asked), 4);
     }
 }

@@ -45,7 +45,7 @@ pub fn gather(
     let fleet = match Fleet::gather(reach, token, tls, &signals.stop) {
         Err(FleetError::Stopped { joined, wanted }) => {
             return Err(signals.interrupted(format_args!(
-                "while the agents joined ({joined} of {wanted}): nothing was measured"
+                "before the load (agents {joined} of {wanted} dialled in): nothing was measured"
             )))
         }
         fleet => fleet?,

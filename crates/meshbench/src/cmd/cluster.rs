@@ -100,7 +100,9 @@ pub fn run(
             )
         }
         // Nothing was measured, and the cluster is put back: one line and the signal's code.
-        Err(stopped @ SiteError::Stopped { .. }) => Err(signals.interrupted(stopped)),
+        Err(SiteError::Stopped { during, put_back }) => {
+            Err(signals.interrupted(format_args!("in the bring-up ({during}): {put_back}")))
+        }
         Err(err) => Err(err.into()),
     };
     watcher.finish();

@@ -186,17 +186,16 @@ fn coordinate(
     signals: &Signals,
 ) -> Result<u8> {
     let wanted = plan.agents as usize;
-    let pods = rt.block_on(cluster.wait_ready(
-        objects,
-        wanted,
-        ready_timeout,
-        &signals.stop,
-        |n| eprintln!("meshbench: {n} of {wanted} agent pod(s) ready"),
-    ));
+    let pods =
+        rt.block_on(
+            cluster.wait_ready(objects, wanted, ready_timeout, &signals.stop, |n| {
+                eprintln!("meshbench: {n} of {wanted} agent pod(s) ready")
+            }),
+        );
     let pods = match pods {
         Err(ClusterError::Stopped { ready, wanted }) => {
             return Err(signals.interrupted(format_args!(
-                "while the agent pods started ({ready} of {wanted} ready): nothing was measured"
+                "before the load (agent pods {ready} of {wanted} ready): nothing was measured"
             )))
         }
         pods => pods?,
@@ -221,7 +220,7 @@ fn coordinate(
     let fleet = match fleet {
         Err(FleetError::Stopped { joined, wanted }) => {
             return Err(signals.interrupted(format_args!(
-                "while the agents dialled in ({joined} of {wanted} joined): nothing was measured"
+                "before the load (agents {joined} of {wanted} dialled in): nothing was measured"
             )))
         }
         fleet => fleet?,

@@ -210,7 +210,10 @@ fn a_stop_ends_the_gathering_within_a_tenth_of_a_second() {
         "{:?}",
         gathered.err()
     );
-    assert!(after < Duration::from_millis(100), "ended {after:?} after the stop");
+    assert!(
+        after < Duration::from_millis(100),
+        "ended {after:?} after the stop"
+    );
 
     // Stopped before the first dial: nobody is dialled (port 9 would refuse anyway).
     let began = Instant::now();
@@ -220,6 +223,12 @@ fn a_stop_ends_the_gathering_within_a_tenth_of_a_second() {
         None,
         &stop,
     );
-    assert!(matches!(dialled, Err(FleetError::Stopped { joined: 0, wanted: 1 })));
+    assert!(matches!(
+        dialled,
+        Err(FleetError::Stopped {
+            joined: 0,
+            wanted: 1
+        })
+    ));
     assert!(began.elapsed() < Duration::from_millis(100));
 }

@@ -89,7 +89,7 @@ pub enum SiteError {
     Scratch(std::io::Error),
     /// A stop (Ctrl-C, SIGTERM) came before the first step: nothing was measured, and the
     /// cluster was put back (as far as `put_back` says) before this was returned.
-    #[error("stopped {during}, before any step: {put_back}")]
+    #[error("stopped in the bring-up ({during}), before any step: {put_back}")]
     Stopped { during: BringUp, put_back: PutBack },
 }
 
@@ -109,13 +109,13 @@ pub enum BringUp {
 impl std::fmt::Display for BringUp {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            BringUp::Checking => f.write_str("while the cluster was checked"),
-            BringUp::Applying => f.write_str("while the system under test was applied"),
+            BringUp::Checking => f.write_str("checking the cluster"),
+            BringUp::Applying => f.write_str("applying the system under test"),
             BringUp::AgentPods { ready, wanted } => {
-                write!(f, "while the agent pods started ({ready} of {wanted} ready)")
+                write!(f, "agent pods {ready} of {wanted} ready")
             }
             BringUp::Dialling { joined, wanted } => {
-                write!(f, "while the agents dialled in ({joined} of {wanted} joined)")
+                write!(f, "agents {joined} of {wanted} dialled in")
             }
         }
     }
@@ -414,9 +414,7 @@ impl ClusterSite {
             wait,
         };
         Fleet::gather(reach, coordinator.token, None, stop).map_err(|err| match err {
-            FleetError::Stopped { joined, wanted } => {
-                stopped(BringUp::Dialling { joined, wanted })
-            }
+            FleetError::Stopped { joined, wanted } => stopped(BringUp::Dialling { joined, wanted }),
             err => SiteError::Fleet(err),
         })
     }

@@ -193,8 +193,14 @@ fn a_stop_while_a_cluster_step_is_set_up_fails_it_as_stopped_at_once() {
         "{:?}",
         realised.err()
     );
-    assert!(after < Duration::from_millis(100), "{after:?} after the stop");
-    assert!(asked.load(Ordering::Relaxed) > 0, "stopped in the wait for Prometheus");
+    assert!(
+        after < Duration::from_millis(100),
+        "{after:?} after the stop"
+    );
+    assert!(
+        asked.load(Ordering::Relaxed) > 0,
+        "stopped in the wait for Prometheus"
+    );
 
     // The rollout never ends: the stop in its wait is no failure of the system either.
     let (prom, asked) = prometheus();
@@ -205,8 +211,15 @@ fn a_stop_while_a_cluster_step_is_set_up_fails_it_as_stopped_at_once() {
         "{:?}",
         realised.err()
     );
-    assert!(after < Duration::from_millis(100), "{after:?} after the stop");
-    assert_eq!(asked.load(Ordering::Relaxed), 0, "stopped in the rollout's wait");
+    assert!(
+        after < Duration::from_millis(100),
+        "{after:?} after the stop"
+    );
+    assert_eq!(
+        asked.load(Ordering::Relaxed),
+        0,
+        "stopped in the rollout's wait"
+    );
 
     // A stop before the step began: nothing is asked of the cluster.
     let (realised, _) = realise_stopped(&e, Duration::ZERO);
