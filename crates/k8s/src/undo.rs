@@ -159,9 +159,11 @@ pub fn restore(
                 if client.get_cluster_scoped::<Namespace>(name)?.is_none() {
                     continue;
                 }
-                // Pods first, with no grace: a namespace waits for its slowest pod.
-                client.delete_pods(name, "", Duration::ZERO)?;
+                // The namespace first, so that no controller makes a pod anew in it (a Job
+                // replaces its deleted pods), then its pods with no grace: a namespace waits
+                // for its slowest pod.
                 client.delete_namespace(name)?;
+                client.delete_pods(name, "", Duration::ZERO)?;
                 let began = Instant::now();
                 while client.get_cluster_scoped::<Namespace>(name)?.is_some() {
                     if began.elapsed() >= within {

@@ -588,7 +588,7 @@ mod tests {
                 .filter(|a| a.line.starts_with("DELETE "))
                 .count()
         };
-        assert_eq!(deletes(&asked), 2, "the pods, then the namespace");
+        assert_eq!(deletes(&asked), 2, "the namespace, then its pods");
         // Hurried while it waits: it ends at once, the deletions asked.
         let (stop, hurried) = stop_after(Duration::from_millis(500), true);
         let restored = restore(&client, &undos, Duration::from_secs(300), &stop, |_| {});
