@@ -6,7 +6,8 @@
 //! Exit codes (also in the README): 0 success; 1 the run could not be carried out (a file could
 //! not be written, a server could not start) or measured nothing (no request succeeded); 2 bad
 //! input (the message says what to change; also no command, or an unknown experiment);
-//! 130 / 143 interrupted by SIGINT / SIGTERM after writing the partial result.
+//! 130 / 143 interrupted by SIGINT / SIGTERM after writing the partial result (or, stopped
+//! before anything was measured, with one line saying where: [`Interrupted`]).
 
 /// `print!` to stdout, except that a reader gone away (`meshbench ... | head`) ends the process
 /// quietly with exit 0 instead of a panic: what it wanted was read.
