@@ -139,13 +139,19 @@ pub fn read(path: &Path) -> Result<Recorded, UndoError> {
     Ok(Recorded { header, undos })
 }
 
+/// The longest a namespace is waited for once a stop was asked (before or during the wait):
+/// whoever asked waits no longer (the namespace controller takes about 5 s).
+pub const GONE_AFTER_STOP_WITHIN: Duration = Duration::from_secs(30);
+
 /// Puts back every change of `undos`, the last first, each waited for at most `within`;
 /// `progress` hears each one as it is done.
 ///
 /// It is cleanup, so a stop does not skip it: every deletion is asked whatever `stop` says.
-/// Only the wait for a namespace to be gone ends early, on a *hurried* stop (a second Ctrl-C):
-/// the API server finishes the deletion by itself, and the error ([`UndoError::NotWaited`])
-/// says so; the journal stays for whoever sees it gone (the watcher, `meshbench k8s restore`).
+/// Only the wait for a namespace to be gone is shortened: to [`GONE_AFTER_STOP_WITHIN`] once a
+/// stop is asked, and ended at once by a *hurried* stop (a second Ctrl-C); the API server
+/// finishes the deletion by itself, the error ([`UndoError::NotGone`], [`UndoError::NotWaited`])
+/// says so, and the journal stays for whoever sees it gone (the watcher, `meshbench k8s
+/// restore`).
 pub fn restore(
     client: &BlockingClient,
     undos: &[Undo],
@@ -166,10 +172,14 @@ pub fn restore(
                 client.delete_pods(name, "", Duration::ZERO)?;
                 let began = Instant::now();
                 while client.get_cluster_scoped::<Namespace>(name)?.is_some() {
-                    if began.elapsed() >= within {
+                    let limit = match stop.requested() {
+                        true => within.min(GONE_AFTER_STOP_WITHIN),
+                        false => within,
+                    };
+                    if began.elapsed() >= limit {
                         return Err(UndoError::NotGone {
                             name: name.clone(),
-                            waited: within,
+                            waited: limit,
                         });
                     }
                     if !sleep_unless_hurried(GONE_POLL, stop) {

@@ -148,10 +148,10 @@ impl Watcher {
         drop(self.child.stdin.take());
         if self.journal.exists() {
             eprintln!(
-                "meshbench: the watcher (pid {}) finishes putting the cluster back; its log: {}",
-                self.child.id(),
-                self.log.display()
+                "meshbench: the run's watcher (pid {}) finishes it (else `meshbench k8s restore`)",
+                self.child.id()
             );
+            eprintln!("meshbench: the watcher's log: {}", self.log.display());
             return;
         }
         let _ = self.child.wait();

@@ -62,9 +62,6 @@ const AGENTS: &str = "meshbench";
 const ENVOY_ADMIN: u16 = 15000;
 /// The longest the namespace may take to go at the end.
 const GONE_WITHIN: Duration = Duration::from_secs(180);
-/// The same after a stop: whoever asked waits no longer (with the namespace controller it
-/// takes seconds); a namespace not gone by then is finished by the run's watcher.
-const GONE_AFTER_STOP_WITHIN: Duration = Duration::from_secs(30);
 
 /// Why a run could not be set up on the cluster (a step that fails is not one: it is stored).
 #[derive(Debug, Error)]
@@ -176,7 +173,7 @@ pub struct ClusterSite {
     gateway: Option<GatewayAssets>,
     journal: Option<Journal>,
     /// The run's stop: after one, the namespace is waited for at most
-    /// [`GONE_AFTER_STOP_WITHIN`] (a hurried stop not at all).
+    /// [`undo::GONE_AFTER_STOP_WITHIN`] (a hurried stop not at all).
     stop: Stop,
     /// The gateway's CA, certificates, keys and targets on this machine, removed with the site
     /// (the gateway's private keys do not outlive the run).
@@ -453,18 +450,20 @@ impl ClusterSite {
 
     /// Puts the cluster back as the journal says (the namespace deleted and waited for), and
     /// removes the journal. It is cleanup, done after a stop too, and bounded: the namespace
-    /// is waited for at most [`GONE_WITHIN`], after a stop at most [`GONE_AFTER_STOP_WITHIN`],
-    /// after a hurried one (a second Ctrl-C) not at all. Not waited out, the journal stays
-    /// (for the run's watcher, or `meshbench k8s restore`).
+    /// is waited for at most [`GONE_WITHIN`], once the run's stop is asked at most
+    /// [`undo::GONE_AFTER_STOP_WITHIN`], once it is hurried (a second Ctrl-C) no longer. Not
+    /// waited out, the journal stays (for the run's watcher, or `meshbench k8s restore`).
     pub fn restore(&mut self, progress: impl FnMut(&str)) -> Result<(), UndoError> {
         let Some(journal) = self.journal.take() else {
             return Ok(());
         };
-        let within = match self.stop.requested() {
-            true => GONE_AFTER_STOP_WITHIN,
-            false => GONE_WITHIN,
-        };
-        undo::restore(&self.client, journal.undos(), within, &self.stop, progress)?;
+        undo::restore(
+            &self.client,
+            journal.undos(),
+            GONE_WITHIN,
+            &self.stop,
+            progress,
+        )?;
         journal.close()
     }
 }
@@ -474,7 +473,8 @@ impl Drop for ClusterSite {
     fn drop(&mut self) {
         if self.journal.is_some() {
             if let Err(e) = self.restore(|line| eprintln!("meshbench: {line}")) {
-                eprintln!("meshbench: warning: the cluster is not put back yet: {e}; `meshbench k8s restore` finishes it");
+                // Its journal stays: the run's watcher, or `meshbench k8s restore`, finishes it.
+                eprintln!("meshbench: warning: the cluster is not put back yet: {e}");
             }
         }
     }
