@@ -10,6 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::config::{InferConfigError, KubeConfigOptions, Kubeconfig, KubeconfigError};
 use kube::{Client, Config};
+use meshbench_results::Stop;
 use thiserror::Error;
 
 use crate::names::{DEFAULT_NAMESPACE, MANAGER};
@@ -31,6 +32,29 @@ pub enum ClusterError {
     },
     #[error("agent pod {pod} failed before the run: {why}")]
     PodFailed { pod: String, why: String },
+    /// A stop (Ctrl-C, SIGTERM) ended the wait for the agent pods.
+    #[error("stopped while waiting for the agent pods ({ready} of {wanted} ready)")]
+    Stopped { ready: usize, wanted: usize },
+}
+
+/// How often a wait of this crate reads the cluster again.
+pub(crate) const POLL_EVERY: Duration = Duration::from_millis(500);
+
+/// Sleeps `d` on the client's runtime, looking at `stop` every 20 ms or less (as
+/// [`Stop::sleep`] does on a thread); `false` when a stop was asked.
+pub(crate) async fn pause(d: Duration, stop: &Stop) -> bool {
+    const LOOK_EVERY: Duration = Duration::from_millis(20);
+    let end = Instant::now() + d;
+    loop {
+        if stop.requested() {
+            return false;
+        }
+        let left = end.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return true;
+        }
+        tokio::time::sleep(left.min(LOOK_EVERY)).await;
+    }
 }
 
 fn api_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> ClusterError {
@@ -161,15 +185,15 @@ impl Cluster {
         Ok(())
     }
 
-    /// Waits until `wanted` agent pods are ready, at most `timeout`, while `go_on` says so
-    /// (a signal ends the wait: what is ready so far comes back); `progress` hears how many
-    /// are ready. A pod that fails meanwhile is an error at once.
+    /// Waits until `wanted` agent pods are ready, at most `timeout`; `progress` hears how
+    /// many are ready. A pod that fails meanwhile is an error at once, and so is a `stop`
+    /// (within 20 ms: [`ClusterError::Stopped`], with how many were ready).
     pub async fn wait_ready(
         &self,
         o: &Objects,
         wanted: usize,
         timeout: Duration,
-        go_on: impl Fn() -> bool,
+        stop: &Stop,
         mut progress: impl FnMut(usize),
     ) -> Result<Vec<AgentPod>, ClusterError> {
         let ns = namespace_of(o);
@@ -220,7 +244,7 @@ impl Cluster {
                 last_ready = ready.len();
                 progress(ready.len());
             }
-            if ready.len() >= wanted || !go_on() {
+            if ready.len() >= wanted {
                 ready.sort_by_key(|p| p.index);
                 return Ok(ready);
             }
@@ -238,7 +262,12 @@ impl Cluster {
                     pods: waiting.join("; "),
                 });
             }
-            tokio::time::sleep(Duration::from_millis(500)).await;
+            if !pause(POLL_EVERY, stop).await {
+                return Err(ClusterError::Stopped {
+                    ready: ready.len(),
+                    wanted,
+                });
+            }
         }
     }
 

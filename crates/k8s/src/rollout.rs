@@ -8,10 +8,11 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
+use meshbench_results::Stop;
 use thiserror::Error;
 
 use crate::blocking::{ApiError, BlockingClient};
-use crate::cluster::why_not_ready;
+use crate::cluster::{why_not_ready, POLL_EVERY};
 
 /// Where a rollout is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,14 +88,14 @@ fn is_ready(p: &Pod) -> bool {
 }
 
 impl BlockingClient {
-    /// Waits until the rollout of Deployment `namespace/name` is done, at most `timeout`,
-    /// while `go_on` says so.
+    /// Waits until the rollout of Deployment `namespace/name` is done, at most `timeout`; a
+    /// `stop` ends the wait within 20 ms ([`RolloutError::Stopped`]).
     pub fn wait_rollout(
         &self,
         namespace: &str,
         name: &str,
         timeout: Duration,
-        go_on: impl Fn() -> bool,
+        stop: &Stop,
     ) -> Result<(), RolloutError> {
         let started = Instant::now();
         loop {
@@ -126,10 +127,9 @@ impl BlockingClient {
                 }
                 Rollout::Waiting(_) => {}
             }
-            if !go_on() {
+            if !stop.sleep(POLL_EVERY) {
                 return Err(RolloutError::Stopped(format!("{namespace}/{name}")));
             }
-            std::thread::sleep(Duration::from_millis(500));
         }
     }
 }

@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Namespace;
+use meshbench_results::Stop;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
@@ -50,6 +51,9 @@ pub enum UndoError {
     Api(#[from] ApiError),
     #[error("namespace {name} was still there {} s after it was deleted", waited.as_secs())]
     NotGone { name: String, waited: Duration },
+    /// A hurried stop ended the wait for the namespace to go; its deletion was asked.
+    #[error("namespace {name} is being deleted; not waited for (hurried)")]
+    NotWaited { name: String },
 }
 
 /// A run's journal, open for writing.
@@ -135,12 +139,24 @@ pub fn read(path: &Path) -> Result<Recorded, UndoError> {
     Ok(Recorded { header, undos })
 }
 
+/// The longest a namespace is waited for once a stop was asked (before or during the wait):
+/// whoever asked waits no longer (the namespace controller takes about 5 s).
+pub const GONE_AFTER_STOP_WITHIN: Duration = Duration::from_secs(30);
+
 /// Puts back every change of `undos`, the last first, each waited for at most `within`;
 /// `progress` hears each one as it is done.
+///
+/// It is cleanup, so a stop does not skip it: every deletion is asked whatever `stop` says.
+/// Only the wait for a namespace to be gone is shortened: to [`GONE_AFTER_STOP_WITHIN`] once a
+/// stop is asked, and ended at once by a *hurried* stop (a second Ctrl-C); the API server
+/// finishes the deletion by itself, the error ([`UndoError::NotGone`], [`UndoError::NotWaited`])
+/// says so, and the journal stays for whoever sees it gone (the watcher, `meshbench k8s
+/// restore`).
 pub fn restore(
     client: &BlockingClient,
     undos: &[Undo],
     within: Duration,
+    stop: &Stop,
     mut progress: impl FnMut(&str),
 ) -> Result<(), UndoError> {
     for undo in undos.iter().rev() {
@@ -149,18 +165,26 @@ pub fn restore(
                 if client.get_cluster_scoped::<Namespace>(name)?.is_none() {
                     continue;
                 }
-                // Pods first, with no grace: a namespace waits for its slowest pod.
-                client.delete_pods(name, "", Duration::ZERO)?;
+                // The namespace first, so that no controller makes a pod anew in it (a Job
+                // replaces its deleted pods), then its pods with no grace: a namespace waits
+                // for its slowest pod.
                 client.delete_namespace(name)?;
+                client.delete_pods(name, "", Duration::ZERO)?;
                 let began = Instant::now();
                 while client.get_cluster_scoped::<Namespace>(name)?.is_some() {
-                    if began.elapsed() >= within {
+                    let limit = match stop.requested() {
+                        true => within.min(GONE_AFTER_STOP_WITHIN),
+                        false => within,
+                    };
+                    if began.elapsed() >= limit {
                         return Err(UndoError::NotGone {
                             name: name.clone(),
-                            waited: within,
+                            waited: limit,
                         });
                     }
-                    std::thread::sleep(Duration::from_millis(500));
+                    if !sleep_unless_hurried(GONE_POLL, stop) {
+                        return Err(UndoError::NotWaited { name: name.clone() });
+                    }
                 }
                 progress(&format!(
                     "deleted namespace {name} and everything in it ({:.0} s)",
@@ -170,6 +194,22 @@ pub fn restore(
         }
     }
     Ok(())
+}
+
+/// How often a namespace being deleted is looked for.
+const GONE_POLL: Duration = Duration::from_millis(200);
+
+/// Sleeps `d`, looking at `stop` every 20 ms; `false` when it was hurried.
+fn sleep_unless_hurried(d: Duration, stop: &Stop) -> bool {
+    let end = Instant::now() + d;
+    while !stop.hurried() {
+        let left = end.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return true;
+        }
+        std::thread::sleep(left.min(Duration::from_millis(20)));
+    }
+    false
 }
 
 #[cfg(test)]

@@ -6,7 +6,8 @@
 //! Exit codes (also in the README): 0 success; 1 the run could not be carried out (a file could
 //! not be written, a server could not start) or measured nothing (no request succeeded); 2 bad
 //! input (the message says what to change; also no command, or an unknown experiment);
-//! 130 / 143 interrupted by SIGINT / SIGTERM after writing the partial result.
+//! 130 / 143 interrupted by SIGINT / SIGTERM after writing the partial result (or, stopped
+//! before anything was measured, with one line saying where: [`Interrupted`]).
 
 /// `print!` to stdout, except that a reader gone away (`meshbench ... | head`) ends the process
 /// quietly with exit 0 instead of a panic: what it wanted was read.
@@ -115,6 +116,22 @@ pub fn usage(msg: impl Into<String>) -> anyhow::Error {
     anyhow::Error::new(UsageError(msg.into()))
 }
 
+/// A run a signal stopped before it measured anything (nothing to store, nothing to print but
+/// this): its line, and the signal's exit code (130 / 143).
+#[derive(Debug)]
+pub struct Interrupted {
+    pub code: u8,
+    pub line: String,
+}
+
+impl std::fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.line)
+    }
+}
+
+impl std::error::Error for Interrupted {}
+
 /// A command line clap refused, in one line: what was wrong, clap's suggestion if it has one
 /// (`did you mean '--rate'?`), and the help of the command `args` named.
 fn parse_error_line(e: &clap::Error, args: &[OsString]) -> String {
@@ -208,6 +225,8 @@ pub fn main_with(args: impl IntoIterator<Item = OsString>) -> u8 {
             errln!("meshbench: {e:#}");
             if e.downcast_ref::<UsageError>().is_some() {
                 exit::USAGE
+            } else if let Some(stopped) = e.downcast_ref::<Interrupted>() {
+                stopped.code
             } else {
                 exit::FAILED
             }

@@ -33,6 +33,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::discovery::Scope;
 use kube::Client;
+use meshbench_results::Stop;
 
 pub use apply::documents;
 use error::bounded;
@@ -125,18 +126,18 @@ impl BlockingClient {
         self.runtime.block_on(self.as_cluster().apply(o))
     }
 
-    /// Waits for the agent pods ([`crate::Cluster::wait_ready`]).
+    /// Waits for the agent pods, until a `stop` ([`crate::Cluster::wait_ready`]).
     pub fn wait_agents(
         &self,
         o: &crate::Objects,
         wanted: usize,
         timeout: Duration,
-        go_on: impl Fn() -> bool,
+        stop: &Stop,
         progress: impl FnMut(usize),
     ) -> Result<Vec<crate::AgentPod>, crate::ClusterError> {
         self.runtime.block_on(
             self.as_cluster()
-                .wait_ready(o, wanted, timeout, go_on, progress),
+                .wait_ready(o, wanted, timeout, stop, progress),
         )
     }
 
@@ -174,7 +175,7 @@ impl BlockingClient {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
+    use std::time::{Duration, Instant};
 
     use serde_json::{json, Value};
 
@@ -424,5 +425,182 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    /// A stop asked `after` from now, and when it was asked.
+    fn stop_after(after: Duration, hurry: bool) -> (Stop, std::thread::JoinHandle<Instant>) {
+        let stop = Stop::new();
+        let asker = stop.clone();
+        let asked = std::thread::spawn(move || {
+            std::thread::sleep(after);
+            match hurry {
+                true => asker.hurry(),
+                false => asker.request(),
+            }
+            Instant::now()
+        });
+        (stop, asked)
+    }
+
+    /// How long after the stop a wait that began now ended.
+    fn ended_after(asked: std::thread::JoinHandle<Instant>) -> Duration {
+        let ended = Instant::now();
+        ended.saturating_duration_since(asked.join().unwrap())
+    }
+
+    fn pending_pod(name: &str) -> Value {
+        json!({"metadata": {"name": name, "namespace": "load",
+                "labels": {"app": "backend"}, "creationTimestamp": "2026-11-27T10:00:00Z"},
+            "spec": {"containers": []},
+            "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled",
+                "status": "False", "message": "0/0 nodes are available"}]}})
+    }
+
+    /// Issue 47: pods that stay Pending (no node takes them) and a rollout that never ends
+    /// keep no one waiting after a stop: each wait ends within a tenth of a second of it, and
+    /// says it was stopped (not a success, not a timeout).
+    #[test]
+    fn the_waits_for_pods_and_rollouts_end_on_a_stop() {
+        use k8s_openapi::api::apps::v1::Deployment;
+        let (url, _) = fake_api_server(|line| {
+            let path = line.split(' ').nth(1).unwrap_or_default();
+            let list = |items: Vec<Value>| {
+                let l = json!({"kind": "PodList", "apiVersion": "v1", "metadata": {},
+                    "items": items});
+                (200, l.to_string())
+            };
+            if path.starts_with("/api/v1/namespaces/load/pods") {
+                list(vec![pending_pod("agents-0"), pending_pod("backend-1")])
+            } else if path.starts_with("/apis/apps/v1/namespaces/load/deployments/backend") {
+                let d = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                    "metadata": {"name": "backend", "namespace": "load", "generation": 1},
+                    "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "backend"}},
+                        "template": {}},
+                    "status": {"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1}});
+                (200, d.to_string())
+            } else {
+                not_found()
+            }
+        });
+        let client = client_of(&url, "waits");
+        let objects = crate::Plan {
+            name: "agents".into(),
+            namespace: "load".into(),
+            agents: 1,
+            image: "meshbench:test".into(),
+            coordinator: "127.0.0.1:7700".into(),
+            token: "0123456789abcdef0123".into(),
+            experiment_file_name: "experiment.yaml".into(),
+            experiment: "name: x\n".into(),
+            cpu: None,
+            memory: None,
+            sysctls: Vec::new(),
+            anti_affinity: crate::AntiAffinity::None,
+            pod: crate::render::PodExtras::default(),
+        }
+        .render();
+
+        let (stop, asked) = stop_after(Duration::from_millis(700), false);
+        let waited = client.wait_agents(&objects, 1, Duration::from_secs(300), &stop, |_| {});
+        let after = ended_after(asked);
+        assert!(
+            matches!(
+                waited,
+                Err(crate::ClusterError::Stopped {
+                    ready: 0,
+                    wanted: 1
+                })
+            ),
+            "{waited:?}"
+        );
+        assert!(
+            after < Duration::from_millis(100),
+            "{after:?} after the stop"
+        );
+
+        let (stop, asked) = stop_after(Duration::from_millis(700), false);
+        let rolled = client.wait_rollout("load", "backend", Duration::from_secs(300), &stop);
+        let after = ended_after(asked);
+        assert!(
+            matches!(&rolled, Err(crate::rollout::RolloutError::Stopped(d)) if d == "load/backend"),
+            "{rolled:?}"
+        );
+        assert!(
+            after < Duration::from_millis(100),
+            "{after:?} after the stop"
+        );
+        let _: Option<Deployment> = client.get("load", "backend").unwrap();
+    }
+
+    /// The restore after a stop: its deletions are asked whatever the stop says (a second
+    /// deletion of a namespace already going, which the API server answers 409, is no error),
+    /// the wait for the namespace to go is bounded, and a hurried stop ends that wait at once.
+    #[test]
+    fn a_restore_deletes_after_a_stop_and_only_a_hurry_ends_its_wait() {
+        use crate::undo::{restore, Undo, UndoError};
+        let (url, asked) = fake_api_server(|line| {
+            let path = line.split(' ').nth(1).unwrap_or_default();
+            match line.split(' ').next().unwrap_or_default() {
+                "GET" if path.starts_with("/api/v1/namespaces/going") => {
+                    let ns = json!({"apiVersion": "v1", "kind": "Namespace",
+                        "metadata": {"name": "going", "deletionTimestamp": "2026-11-27T10:00:00Z"},
+                        "status": {"phase": "Terminating"}});
+                    (200, ns.to_string())
+                }
+                "DELETE" if path.starts_with("/api/v1/namespaces/going/pods") => {
+                    let l = json!({"kind": "PodList", "apiVersion": "v1", "metadata": {},
+                        "items": []});
+                    (200, l.to_string())
+                }
+                "DELETE" if path.starts_with("/api/v1/namespaces/going") => {
+                    let status = json!({"kind": "Status", "apiVersion": "v1",
+                        "status": "Failure", "reason": "Conflict", "code": 409,
+                        "message": "The system is ensuring all content is removed"});
+                    (409, status.to_string())
+                }
+                _ => not_found(),
+            }
+        });
+        let client = client_of(&url, "restore");
+        let undos = [Undo::DeleteNamespace {
+            name: "going".into(),
+        }];
+        // Stopped before it began: the deletions are asked all the same; the wait is bounded.
+        let stop = Stop::new();
+        stop.request();
+        let began = Instant::now();
+        let restored = restore(&client, &undos, Duration::from_millis(600), &stop, |_| {});
+        assert!(
+            matches!(&restored, Err(UndoError::NotGone { name, .. }) if name == "going"),
+            "{restored:?}"
+        );
+        assert!(began.elapsed() >= Duration::from_millis(600));
+        assert!(
+            began.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            began.elapsed()
+        );
+        let deletes = |asked: &Arc<Mutex<Vec<Asked>>>| {
+            asked
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|a| a.line.starts_with("DELETE "))
+                .count()
+        };
+        assert_eq!(deletes(&asked), 2, "the namespace, then its pods");
+        // Hurried while it waits: it ends at once, the deletions asked.
+        let (stop, hurried) = stop_after(Duration::from_millis(500), true);
+        let restored = restore(&client, &undos, Duration::from_secs(300), &stop, |_| {});
+        let after = ended_after(hurried);
+        assert!(
+            matches!(&restored, Err(UndoError::NotWaited { name }) if name == "going"),
+            "{restored:?}"
+        );
+        assert!(
+            after < Duration::from_millis(100),
+            "{after:?} after the hurry"
+        );
+        assert_eq!(deletes(&asked), 4);
     }
 }

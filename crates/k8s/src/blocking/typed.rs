@@ -75,14 +75,19 @@ impl BlockingClient {
             .map(|l| l.items)
     }
 
-    /// Deletes a namespace (and so everything in it); one already gone is not an error.
+    /// Deletes a namespace (and so everything in it); one already gone, or already being
+    /// deleted (the API server answers a second deletion with 409 until it is empty), is not
+    /// an error.
     pub fn delete_namespace(&self, name: &str) -> Result<(), ApiError> {
         let api: Api<Namespace> = Api::all(self.shared.client.clone());
         let what = format!("deleting namespace {name}");
-        already_gone(self.runtime.block_on(bounded(
+        match self.runtime.block_on(bounded(
             &what,
             api.delete(name, &DeleteParams::background()),
-        )))
+        )) {
+            Err(ApiError::Refused { code: 409, .. }) => Ok(()),
+            deleted => already_gone(deleted),
+        }
     }
 
     /// Deletes the pods of `namespace` that `selector` matches, given `grace` to end.

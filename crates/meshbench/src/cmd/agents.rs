@@ -6,14 +6,20 @@ use std::time::Duration;
 
 use anyhow::Result;
 use meshbench_experiment::config::FleetConfig;
-use meshbench_runner::agents::{Fleet, FleetReach};
+use meshbench_runner::agents::{Fleet, FleetError, FleetReach};
 
 use super::parse_duration;
+use super::signals::Signals;
 use crate::cli::AgentsFlags;
 use crate::usage;
 
-/// The fleet the flags (or else the file) ask for; `None`: this process sends the load.
-pub fn gather(flags: &AgentsFlags, file: Option<&FleetConfig>) -> Result<Option<Fleet>> {
+/// The fleet the flags (or else the file) ask for; `None`: this process sends the load. A
+/// signal while it waits for the agents ends the command (130 / 143), nothing measured.
+pub fn gather(
+    flags: &AgentsFlags,
+    file: Option<&FleetConfig>,
+    signals: &Signals,
+) -> Result<Option<Fleet>> {
     let reach = match (&flags.agents, file) {
         (Some(given), _) => reach_from_flag(given, flags)?,
         (None, Some(a)) if !a.addresses.is_empty() => FleetReach::Dial(a.addresses.clone()),
@@ -36,7 +42,14 @@ pub fn gather(flags: &AgentsFlags, file: Option<&FleetConfig>) -> Result<Option<
                 .map_or_else(|_| "?".into(), |a| a.to_string())
         );
     }
-    let fleet = Fleet::gather(reach, token, tls)?;
+    let fleet = match Fleet::gather(reach, token, tls, &signals.stop) {
+        Err(FleetError::Stopped { joined, wanted }) => {
+            return Err(signals.interrupted(format_args!(
+                "before the load (agents {joined} of {wanted} dialled in): nothing was measured"
+            )))
+        }
+        fleet => fleet?,
+    };
     errln!("meshbench: {} agent(s) ready", fleet.len());
     Ok(Some(fleet))
 }

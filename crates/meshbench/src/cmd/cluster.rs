@@ -19,7 +19,7 @@ use anyhow::{Context, Result};
 use meshbench_experiment::cluster::Cluster;
 use meshbench_experiment::Experiment;
 use meshbench_k8s::undo;
-use meshbench_runner::cluster::{self, ClusterSite, Coordinator};
+use meshbench_runner::cluster::{self, ClusterSite, Coordinator, SiteError};
 use meshbench_runner::{Finished, Site};
 
 use super::experiment::Progress;
@@ -99,6 +99,10 @@ pub fn run(
                 &signals,
             )
         }
+        // Nothing was measured, and the cluster is put back: one line and the signal's code.
+        Err(SiteError::Stopped { during, put_back }) => {
+            Err(signals.interrupted(format_args!("in the bring-up ({during}): {put_back}")))
+        }
         Err(err) => Err(err.into()),
     };
     watcher.finish();
@@ -108,6 +112,7 @@ pub fn run(
 /// The watcher of one run's journal.
 struct Watcher {
     child: Child,
+    journal: PathBuf,
     log: PathBuf,
 }
 
@@ -131,14 +136,24 @@ impl Watcher {
         let child = cmd.spawn().context("starting the cluster run's watcher")?;
         Ok(Watcher {
             child,
+            journal: journal.to_path_buf(),
             log: log_path,
         })
     }
 
-    /// The run is over and has put everything back: the watcher finds nothing to do, and its
-    /// empty log goes.
+    /// The run is over. If it put everything back, the watcher finds nothing to do and its
+    /// empty log goes; if not (a namespace not yet gone when the run stopped waiting), the
+    /// watcher finishes it on its own, and this process does not wait for it.
     fn finish(mut self) {
         drop(self.child.stdin.take());
+        if self.journal.exists() {
+            eprintln!(
+                "meshbench: the run's watcher (pid {}) finishes it (else `meshbench k8s restore`)",
+                self.child.id()
+            );
+            eprintln!("meshbench: the watcher's log: {}", self.log.display());
+            return;
+        }
         let _ = self.child.wait();
         if std::fs::metadata(&self.log).is_ok_and(|m| m.len() == 0) {
             let _ = std::fs::remove_file(&self.log);
@@ -182,7 +197,9 @@ fn ended_journals(dir: &Path) -> Vec<PathBuf> {
 fn restore_one(path: &Path) -> Result<()> {
     let recorded = undo::read(path)?;
     let client = meshbench_k8s::BlockingClient::connect(recorded.header.kubeconfig.as_deref())?;
-    undo::restore(&client, &recorded.undos, GONE_WITHIN, |line| {
+    // Nobody stops a restore: it is what is left to do.
+    let stop = meshbench_engine::Stop::new();
+    undo::restore(&client, &recorded.undos, GONE_WITHIN, &stop, |line| {
         eprintln!("meshbench: {line}")
     })?;
     std::fs::remove_file(path).with_context(|| format!("removing {}", path.display()))?;

@@ -55,8 +55,8 @@ pub fn execute(args: ExperimentArgs) -> Result<u8> {
     let (done, code) = match &e.cluster {
         Some(_) => super::cluster::run(&e, &args, &store_path, faces.as_ref())?,
         None => {
-            let fleet = super::agents::gather(&args.agents, e.agents.as_ref())?;
             let signals = Signals::install()?;
+            let fleet = super::agents::gather(&args.agents, e.agents.as_ref(), &signals)?;
             run(
                 &e,
                 &store_path,

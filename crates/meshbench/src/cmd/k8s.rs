@@ -8,8 +8,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use meshbench_k8s::{AntiAffinity, Cluster, Plan};
-use meshbench_runner::agents::{Fleet, FleetReach, Token};
+use meshbench_k8s::{AntiAffinity, Cluster, ClusterError, Plan};
+use meshbench_runner::agents::{Fleet, FleetError, FleetReach, Token};
 
 use super::parse_duration;
 use super::signals::Signals;
@@ -186,16 +186,20 @@ fn coordinate(
     signals: &Signals,
 ) -> Result<u8> {
     let wanted = plan.agents as usize;
-    let pods = rt.block_on(cluster.wait_ready(
-        objects,
-        wanted,
-        ready_timeout,
-        || !signals.stop.requested(),
-        |n| errln!("meshbench: {n} of {wanted} agent pod(s) ready"),
-    ))?;
-    if let Some(code) = signals.exit_code() {
-        return Ok(code);
-    }
+    let pods =
+        rt.block_on(
+            cluster.wait_ready(objects, wanted, ready_timeout, &signals.stop, |n| {
+                errln!("meshbench: {n} of {wanted} agent pod(s) ready")
+            }),
+        );
+    let pods = match pods {
+        Err(ClusterError::Stopped { ready, wanted }) => {
+            return Err(signals.interrupted(format_args!(
+                "before the load (agent pods {ready} of {wanted} ready): nothing was measured"
+            )))
+        }
+        pods => pods?,
+    };
     errln!(
         "meshbench: agent pods ready: {}",
         pods.iter()
@@ -211,7 +215,16 @@ fn coordinate(
         },
         token,
         None,
-    )?;
+        &signals.stop,
+    );
+    let fleet = match fleet {
+        Err(FleetError::Stopped { joined, wanted }) => {
+            return Err(signals.interrupted(format_args!(
+                "before the load (agents {joined} of {wanted} dialled in): nothing was measured"
+            )))
+        }
+        fleet => fleet?,
+    };
     let site = meshbench_runner::Site::Here;
     let (_, code) = super::experiment::run(e, store_path, false, None, site, Some(fleet), signals)?;
     Ok(code)

@@ -29,7 +29,7 @@ pub fn execute(args: RunArgs) -> Result<u8> {
     let thresholds = super::answers::parse_thresholds(&args.thresholds)?;
     let faces = super::live::Faces::start(&args.live)?;
     let signals = super::signals::Signals::install()?;
-    let fleet = super::agents::gather(&args.agents, None)?.map(Mutex::new);
+    let fleet = super::agents::gather(&args.agents, None, &signals)?.map(Mutex::new);
     let load_source = match &fleet {
         Some(fleet) => LoadSource::Agents {
             fleet,

@@ -131,8 +131,9 @@ fn wait_with_limit(mut child: Child, limit: Duration) -> Output {
     child.wait_with_output().unwrap()
 }
 
-/// Nothing meshbench made is on the cluster: not its namespace, not a journal.
-fn assert_gone(k: &BlockingClient, namespace: &str, store: &Path) {
+/// Nothing meshbench made is on the cluster: not its namespace, not a journal (beside a store
+/// named `results.db`).
+pub(crate) fn assert_gone(k: &BlockingClient, namespace: &str, store: &Path) {
     assert!(
         k.get_cluster_scoped::<Namespace>(namespace)
             .unwrap()

@@ -14,6 +14,7 @@ mod backend;
 mod bad_input;
 mod churn;
 mod cluster_experiment;
+mod cluster_stop;
 mod control_plane;
 mod cpu_quota;
 mod envoy;

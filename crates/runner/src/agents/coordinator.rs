@@ -41,6 +41,8 @@ use place::{merge, Place, Told};
 use pump::{pump, Command, Event, Tagged};
 
 const HANDSHAKE_WAIT: Duration = Duration::from_secs(5);
+/// How often [`Fleet::gather`] looks at the stop while it waits for agents to dial in.
+const GATHER_LOOK: Duration = Duration::from_millis(50);
 
 /// How the coordinator meets its agents.
 pub enum Reach {
@@ -73,6 +75,9 @@ pub enum FleetError {
     Handshake(#[from] HandshakeError),
     #[error("no agent is left to drive the step")]
     NoAgents,
+    /// A stop (Ctrl-C, SIGTERM) came while the agents were gathered.
+    #[error("stopped while gathering the agents ({joined} of {wanted} joined)")]
+    Stopped { joined: usize, wanted: usize },
     #[error("--connections {connections} cannot be divided over {agents} agents; give at least one connection per agent")]
     TooFewConnections { connections: usize, agents: usize },
     #[error("agent {name} cannot drive step {step}: {reason}")]
@@ -122,8 +127,15 @@ pub struct Fleet {
 }
 
 impl Fleet {
-    /// Gathers the agents: waits for them to dial in, or dials them.
-    pub fn gather(reach: Reach, token: Token, tls: Option<Tls>) -> Result<Fleet, FleetError> {
+    /// Gathers the agents: waits for them to dial in, or dials them. A `stop` ends the
+    /// gathering within 50 ms while it waits, or before the next dial
+    /// ([`FleetError::Stopped`]); the agents gathered so far are told the session is over.
+    pub fn gather(
+        reach: Reach,
+        token: Token,
+        tls: Option<Tls>,
+        stop: &Stop,
+    ) -> Result<Fleet, FleetError> {
         let name = format!(
             "coordinator {}",
             std::env::var("HOSTNAME").unwrap_or_else(|_| std::process::id().to_string())
@@ -142,10 +154,17 @@ impl Fleet {
             notes: Arc::default(),
             largest_message: Arc::default(),
         };
+        let stopped = |fleet: &Fleet, wanted| FleetError::Stopped {
+            joined: fleet.members.len(),
+            wanted,
+        };
         match reach {
             Reach::Dial(addrs) => {
                 fleet.seats = addrs.len();
                 for addr in addrs {
+                    if stop.requested() {
+                        return Err(stopped(&fleet, fleet.seats));
+                    }
                     let (framed, hello) = fleet.dial(&addr)?;
                     fleet.add(framed, hello, Some(addr));
                 }
@@ -160,9 +179,12 @@ impl Fleet {
                 fleet.listen(listener)?;
                 let deadline = Instant::now() + wait;
                 while fleet.members.len() < agents {
+                    if stop.requested() {
+                        return Err(stopped(&fleet, agents));
+                    }
                     let left = deadline.saturating_duration_since(Instant::now());
                     let joiners = fleet.joiners.as_ref().expect("listening");
-                    match joiners.recv_timeout(left.min(Duration::from_millis(200))) {
+                    match joiners.recv_timeout(left.min(GATHER_LOOK)) {
                         Ok(j) => fleet.add(j.framed, j.hello, None),
                         Err(_) if left.is_zero() => {
                             let turned_away: String = fleet

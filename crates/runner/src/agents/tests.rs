@@ -9,7 +9,7 @@ use meshbench_engine::{Part, Stop};
 use meshbench_net::clock::{monotonic_ns, process_usage, thread_cpu_ns};
 
 use super::auth::{handshake, Hello, Side, Token};
-use super::coordinator::{Fleet, Reach};
+use super::coordinator::{Fleet, FleetError, Reach};
 use super::link::Link;
 use super::wire::{Framed, Message};
 use crate::{LoadOptions, TargetSource};
@@ -109,6 +109,7 @@ fn a_thousand_agents_share_one_plan_with_small_messages() {
         },
         token(),
         None,
+        &Stop::new(),
     )
     .expect("every agent joins");
     let gather_secs = gathered.elapsed().as_secs_f64();
@@ -171,4 +172,63 @@ fn a_thousand_agents_share_one_plan_with_small_messages() {
         per_agent_share < 0.01,
         "coordinator CPU per agent {per_agent_share}"
     );
+}
+
+/// Issue 47: a stop while the coordinator waits for agents that never dial in (their pods
+/// Pending) ends the gathering at once, not when its wait runs out; likewise before a dial.
+#[test]
+fn a_stop_ends_the_gathering_within_a_tenth_of_a_second() {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("a loopback port");
+    let stop = Stop::new();
+    let asker = stop.clone();
+    let asked = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        asker.request();
+        Instant::now()
+    });
+    let gathered = Fleet::gather(
+        Reach::Listen {
+            listener,
+            agents: 2,
+            wait: Duration::from_secs(300),
+        },
+        token(),
+        None,
+        &stop,
+    );
+    let ended = Instant::now();
+    let asked_at = asked.join().expect("the asker");
+    let after = ended.saturating_duration_since(asked_at);
+    assert!(
+        matches!(
+            gathered,
+            Err(FleetError::Stopped {
+                joined: 0,
+                wanted: 2
+            })
+        ),
+        "{:?}",
+        gathered.err()
+    );
+    assert!(
+        after < Duration::from_millis(100),
+        "ended {after:?} after the stop"
+    );
+
+    // Stopped before the first dial: nobody is dialled (port 9 would refuse anyway).
+    let began = Instant::now();
+    let dialled = Fleet::gather(
+        Reach::Dial(vec!["127.0.0.1:9".into()]),
+        token(),
+        None,
+        &stop,
+    );
+    assert!(matches!(
+        dialled,
+        Err(FleetError::Stopped {
+            joined: 0,
+            wanted: 1
+        })
+    ));
+    assert!(began.elapsed() < Duration::from_millis(100));
 }

@@ -22,10 +22,13 @@
 //! - `mod.rs`: the run's cluster: checked, set up (the journal first), put back;
 //! - `render.rs`: what an experiment deploys, from its file (pure but for the gateway's
 //!   certificates): the system, each step's shape, the agents, `--dry-run`'s description;
-//! - `step.rs`: one step there: realised, loaded, read.
+//! - `step.rs`: one step there: realised, loaded, read;
+//! - `tests.rs`: a step's set-up against a stop, on a played API server and Prometheus.
 
 mod render;
 mod step;
+#[cfg(test)]
+mod tests;
 
 pub use render::{agents_of, describe, shape_of, system_of};
 use render::{first_shape, gateway_objects};
@@ -81,6 +84,72 @@ pub enum SiteError {
     NoAddress(String),
     #[error("could not make a scratch directory for the gateway's files: {0}")]
     Scratch(std::io::Error),
+    /// A stop (Ctrl-C, SIGTERM) came before the first step: nothing was measured, and the
+    /// cluster was put back (as far as `put_back` says) before this was returned.
+    #[error("stopped in the bring-up ({during}), before any step: {put_back}")]
+    Stopped { during: BringUp, put_back: PutBack },
+}
+
+/// Where the bring-up was when a stop came.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BringUp {
+    /// Reading what the cluster has (Istio's CRDs, the namespace).
+    Checking,
+    /// Applying the namespace and the system under test.
+    Applying,
+    /// Waiting for the agent pods to be ready (scheduled, pulled, started).
+    AgentPods { ready: usize, wanted: usize },
+    /// Waiting for the agents in the pods to dial this process.
+    Dialling { joined: usize, wanted: usize },
+}
+
+impl std::fmt::Display for BringUp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BringUp::Checking => f.write_str("checking the cluster"),
+            BringUp::Applying => f.write_str("applying the system under test"),
+            BringUp::AgentPods { ready, wanted } => {
+                write!(f, "agent pods {ready} of {wanted} ready")
+            }
+            BringUp::Dialling { joined, wanted } => {
+                write!(f, "agents {joined} of {wanted} dialled in")
+            }
+        }
+    }
+}
+
+/// What a run stopped during its bring-up did to put the cluster back.
+#[derive(Debug)]
+pub enum PutBack {
+    /// Nothing was left on the cluster (nothing was made yet, or it was already gone).
+    Nothing,
+    /// The run's namespace, and everything in it, was deleted and waited for.
+    Deleted { namespace: String, took: Duration },
+    /// Not yet: the deletion was asked but not seen through; the journal stays, for the
+    /// run's watcher or `meshbench k8s restore`.
+    NotYet(UndoError),
+}
+
+impl std::fmt::Display for PutBack {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PutBack::Nothing => f.write_str("nothing was left on the cluster"),
+            PutBack::Deleted { namespace, took } => write!(
+                f,
+                "namespace {namespace} deleted ({:.0} s)",
+                took.as_secs_f64()
+            ),
+            PutBack::NotYet(why) => write!(f, "not put back yet: {why}"),
+        }
+    }
+}
+
+/// A stop during the bring-up, the cluster not yet put back.
+fn stopped(during: BringUp) -> SiteError {
+    SiteError::Stopped {
+        during,
+        put_back: PutBack::Nothing,
+    }
 }
 
 /// Where the agent pods reach this process.
@@ -103,6 +172,9 @@ pub struct ClusterSite {
     backend_vip: IpAddr,
     gateway: Option<GatewayAssets>,
     journal: Option<Journal>,
+    /// The run's stop: after one, the namespace is waited for at most
+    /// [`undo::GONE_AFTER_STOP_WITHIN`] (a hurried stop not at all).
+    stop: Stop,
     /// The gateway's CA, certificates, keys and targets on this machine, removed with the site
     /// (the gateway's private keys do not outlive the run).
     _scratch: tempfile::TempDir,
@@ -198,6 +270,10 @@ pub fn connect(section: &Cluster) -> Result<BlockingClient, ApiError> {
 impl ClusterSite {
     /// Sets the run up: checks the cluster, records the namespace in `journal`, creates it
     /// with the backend (and gateway), starts the agent pods and gathers them as the fleet.
+    ///
+    /// Every wait of it ends on `stop`: the cluster is then put back (bounded, see
+    /// [`ClusterSite::restore`]) and [`SiteError::Stopped`] says where it was and what was put
+    /// back. Any other error puts the cluster back too.
     pub fn start(
         e: &Experiment,
         experiment_text: &str,
@@ -217,6 +293,9 @@ impl ClusterSite {
             .is_some()
         {
             return Err(SiteError::NamespaceExists(section.namespace.clone()));
+        }
+        if stop.requested() {
+            return Err(stopped(BringUp::Checking));
         }
         let mut system = system_of(e, &section);
         let scratch = tempfile::Builder::new()
@@ -263,10 +342,15 @@ impl ClusterSite {
             backend_vip: IpAddr::from([0, 0, 0, 0]),
             gateway,
             journal: Some(journal),
+            stop: stop.clone(),
             _scratch: scratch,
         };
         match site.bring_up(e, &plan, coordinator, stop, observer) {
             Ok(fleet) => Ok((site, fleet)),
+            Err(SiteError::Stopped { during, .. }) => Err(SiteError::Stopped {
+                during,
+                put_back: site.put_back(),
+            }),
             Err(err) => {
                 // Said before the cluster is put back, which takes a while.
                 observer.warning(&format!("cluster: {err}; putting the cluster back"));
@@ -276,7 +360,8 @@ impl ClusterSite {
         }
     }
 
-    /// The first step's objects applied, the agent pods started and gathered as the fleet.
+    /// The first step's objects applied, the agent pods started and gathered as the fleet;
+    /// a stop is looked at between the requests, and ends each wait.
     fn bring_up(
         &mut self,
         e: &Experiment,
@@ -285,11 +370,16 @@ impl ClusterSite {
         stop: &Stop,
         observer: &mut dyn Observer,
     ) -> Result<Fleet, SiteError> {
+        let unless_stopped = |during| match stop.requested() {
+            true => Err(stopped(during)),
+            false => Ok(()),
+        };
         // The namespace first, then the rest of the first step's shape; the pods start while
         // the agents do.
         let first = first_shape(e);
         let objects = self.system.render(&first);
         self.client.apply(&objects[0])?;
+        unless_stopped(BringUp::Applying)?;
         self.client.apply_all(objects[1..].to_vec())?;
         *self.applied.lock().expect("not poisoned") = Some(first);
         self.backend_vip = self.service_ip(system::BACKEND)?;
@@ -299,6 +389,7 @@ impl ClusterSite {
                 g.entry = SocketAddr::new(vip, 443);
             }
         }
+        unless_stopped(BringUp::Applying)?;
         observer.note(&format!(
             "cluster: applied namespace {} with the system under test; starting {} agent pod(s)",
             self.section.namespace, plan.agents
@@ -307,17 +398,36 @@ impl ClusterSite {
         let wanted = plan.agents as usize;
         let wait = Duration::from_secs_f64(self.section.rollout_timeout_secs);
         self.client
-            .wait_agents(&self.agents, wanted, wait, || !stop.requested(), |_| {})?;
-        let fleet = Fleet::gather(
-            FleetReach::Listen {
-                listener: coordinator.listener,
-                agents: wanted,
-                wait,
+            .wait_agents(&self.agents, wanted, wait, stop, |_| {})
+            .map_err(|err| match err {
+                ClusterError::Stopped { ready, wanted } => {
+                    stopped(BringUp::AgentPods { ready, wanted })
+                }
+                err => SiteError::Agents(err),
+            })?;
+        let reach = FleetReach::Listen {
+            listener: coordinator.listener,
+            agents: wanted,
+            wait,
+        };
+        Fleet::gather(reach, coordinator.token, None, stop).map_err(|err| match err {
+            FleetError::Stopped { joined, wanted } => stopped(BringUp::Dialling { joined, wanted }),
+            err => SiteError::Fleet(err),
+        })
+    }
+
+    /// Puts the cluster back after a stop during the bring-up, and says what it did.
+    fn put_back(mut self) -> PutBack {
+        let began = std::time::Instant::now();
+        let mut deleted = false;
+        match self.restore(|_| deleted = true) {
+            Ok(()) if deleted => PutBack::Deleted {
+                namespace: self.section.namespace.clone(),
+                took: began.elapsed(),
             },
-            coordinator.token,
-            None,
-        )?;
-        Ok(fleet)
+            Ok(()) => PutBack::Nothing,
+            Err(why) => PutBack::NotYet(why),
+        }
     }
 
     /// The cluster IP the API server gave Service `name`.
@@ -339,12 +449,21 @@ impl ClusterSite {
     }
 
     /// Puts the cluster back as the journal says (the namespace deleted and waited for), and
-    /// removes the journal.
+    /// removes the journal. It is cleanup, done after a stop too, and bounded: the namespace
+    /// is waited for at most [`GONE_WITHIN`], once the run's stop is asked at most
+    /// [`undo::GONE_AFTER_STOP_WITHIN`], once it is hurried (a second Ctrl-C) no longer. Not
+    /// waited out, the journal stays (for the run's watcher, or `meshbench k8s restore`).
     pub fn restore(&mut self, progress: impl FnMut(&str)) -> Result<(), UndoError> {
         let Some(journal) = self.journal.take() else {
             return Ok(());
         };
-        undo::restore(&self.client, journal.undos(), GONE_WITHIN, progress)?;
+        undo::restore(
+            &self.client,
+            journal.undos(),
+            GONE_WITHIN,
+            &self.stop,
+            progress,
+        )?;
         journal.close()
     }
 }
@@ -354,7 +473,8 @@ impl Drop for ClusterSite {
     fn drop(&mut self) {
         if self.journal.is_some() {
             if let Err(e) = self.restore(|line| eprintln!("meshbench: {line}")) {
-                eprintln!("meshbench: warning: the cluster was not put back: {e}; `meshbench k8s restore` does it");
+                // Its journal stays: the run's watcher, or `meshbench k8s restore`, finishes it.
+                eprintln!("meshbench: warning: the cluster is not put back yet: {e}");
             }
         }
     }

@@ -56,11 +56,14 @@ pub enum ShapeError {
     },
 }
 
-/// Why Prometheus did not yet have a step's roles (the step goes on, warned).
+/// Why Prometheus did not yet have a step's roles (the step goes on, warned), or a stop
+/// (the step is not measured).
 #[derive(Debug, Error)]
 pub enum ObservableError {
     #[error("Prometheus: {0}")]
     Prometheus(PromError),
+    #[error("stopped while waiting for Prometheus")]
+    Stopped,
     #[error("Prometheus did not have the roles' series within {} s ({})", .limit.as_secs(), .waiting.join("; "))]
     NotYet {
         limit: Duration,
@@ -86,7 +89,7 @@ impl ClusterSite {
         drop(applied);
         for d in self.system.deployments() {
             self.client
-                .wait_rollout(&self.section.namespace, d, timeout, || !stop.requested())?;
+                .wait_rollout(&self.section.namespace, d, timeout, stop)?;
         }
         self.wait_acked(topology, timeout, stop)
     }
@@ -309,6 +312,10 @@ impl ClusterSite {
             waiting.clear();
             let now = sampler::now_ms() as f64 / 1000.0;
             for (name, q) in &queries {
+                // Each query is bounded by the query timeout; the stop is looked at between.
+                if stop.requested() {
+                    return Err(ObservableError::Stopped);
+                }
                 match prom.query(q, now) {
                     Ok(series) if !series.is_empty() => {}
                     Ok(_) => waiting.push(format!("{name}: no series yet")),
@@ -319,15 +326,20 @@ impl ClusterSite {
             if waiting.is_empty() {
                 break;
             }
-            if began.elapsed() >= limit || !stop.sleep(Duration::from_secs(1)) {
+            if began.elapsed() >= limit {
                 return Err(ObservableError::NotYet { limit, waiting });
+            }
+            if !stop.sleep(Duration::from_secs(1)) {
+                return Err(ObservableError::Stopped);
             }
         }
         // Seen now: a rate over the window's first point needs a window of samples.
         let settle =
             Duration::from_millis(window).saturating_sub(Duration::from_secs_f64(e.warmup_secs));
-        stop.sleep(settle);
-        Ok(())
+        match stop.sleep(settle) {
+            true => Ok(()),
+            false => Err(ObservableError::Stopped),
+        }
     }
 
     /// Each single-pod Envoy's admin, through its pod, for the witness.
@@ -364,16 +376,31 @@ impl Place for ClusterSite {
         };
         let topology = variant.topology;
         let shape = shape_of(e, &variant);
-        self.realise_shape(topology, &shape, step.stop)
-            .map_err(|why| StepFailure::RigDidNotStart(why.to_string()))?;
+        let stop = step.stop;
+        // A stop while the step is set up is no failure of the system: the step is stored as
+        // stopped before its load, and the experiment ends there.
+        let unless_stopped = |failure| match stop.requested() {
+            true => StepFailure::StoppedBeforeLoad,
+            false => failure,
+        };
+        if stop.requested() {
+            return Err(StepFailure::StoppedBeforeLoad);
+        }
+        self.realise_shape(topology, &shape, stop)
+            .map_err(|why| unless_stopped(StepFailure::RigDidNotStart(why.to_string())))?;
         let roles = self.roles(topology);
-        if let Err(why) = self.wait_observable(e, &roles, step.stop) {
-            observer.warning(&format!(
+        match self.wait_observable(e, &roles, stop) {
+            Ok(()) => {}
+            Err(ObservableError::Stopped) => return Err(StepFailure::StoppedBeforeLoad),
+            Err(why) => observer.warning(&format!(
                 "{}: {why}; the step goes on, those roles may be missing",
                 at.tag(&at.step.variant())
-            ));
+            )),
         }
         let admins = self.admins(topology);
+        if stop.requested() {
+            return Err(StepFailure::StoppedBeforeLoad);
+        }
         Ok(Box::new(ClusterStep {
             site: self,
             topology,

@@ -233,8 +233,9 @@ pub struct TestCluster {
 }
 
 impl TestCluster {
-    /// etcd, kube-apiserver and kube-controller-manager (Job controller and garbage collector)
-    /// on loopback; there is no node: the test plays it.
+    /// etcd, kube-apiserver and kube-controller-manager (Job controller, garbage collector,
+    /// namespace controller) on loopback; there is no node: the test plays it, or pods stay
+    /// Pending.
     pub fn control_plane() -> TestCluster {
         TestCluster::start(Shape::ControlPlane)
     }
@@ -350,7 +351,7 @@ impl TestCluster {
         // Deployment and ReplicaSet controllers run workloads as Istio's charts deploy them; the
         // namespace controller empties a deleted namespace (an experiment on the cluster ends so).
         let controllers = match shape {
-            Shape::ControlPlane => "job-controller,garbage-collector-controller",
+            Shape::ControlPlane => "job-controller,garbage-collector-controller,namespace-controller",
             Shape::WithNode => "job-controller,garbage-collector-controller,node-lifecycle-controller,endpointslice-controller,deployment-controller,replicaset-controller,namespace-controller",
         };
         c.spawn(
