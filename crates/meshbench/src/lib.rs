@@ -249,7 +249,10 @@ mod width_tests {
         for line in out.lines() {
             assert!(line.chars().count() <= 120, "{line}");
         }
-        assert!(out.lines().skip(1).all(|l| l.starts_with("    word")), "{out}");
+        assert!(
+            out.lines().skip(1).all(|l| l.starts_with("    word")),
+            "{out}"
+        );
         let joined: Vec<&str> = out.split_whitespace().collect();
         let given: Vec<&str> = wide.split_whitespace().collect();
         assert_eq!(joined, given, "no word lost or split");

@@ -147,11 +147,11 @@ impl Watcher {
     fn finish(mut self) {
         drop(self.child.stdin.take());
         if self.journal.exists() {
-            eprintln!(
+            errln!(
                 "meshbench: the run's watcher (pid {}) finishes it (else `meshbench k8s restore`)",
                 self.child.id()
             );
-            eprintln!("meshbench: the watcher's log: {}", self.log.display());
+            errln!("meshbench: the watcher's log: {}", self.log.display());
             return;
         }
         let _ = self.child.wait();
@@ -164,12 +164,12 @@ impl Watcher {
 /// Undoes the journals in `dir` whose runs have ended (their process is gone), one line each.
 fn restore_ended(dir: &Path) {
     for path in ended_journals(dir) {
-        eprintln!(
+        errln!(
             "meshbench: a cluster run ended without putting everything back ({}); doing it now",
             path.display()
         );
         if let Err(err) = restore_one(&path) {
-            eprintln!("meshbench: warning: {err:#}");
+            errln!("meshbench: warning: {err:#}");
         }
     }
 }
@@ -200,10 +200,10 @@ fn restore_one(path: &Path) -> Result<()> {
     // Nobody stops a restore: it is what is left to do.
     let stop = meshbench_engine::Stop::new();
     undo::restore(&client, &recorded.undos, GONE_WITHIN, &stop, |line| {
-        eprintln!("meshbench: {line}")
+        errln!("meshbench: {line}")
     })?;
     std::fs::remove_file(path).with_context(|| format!("removing {}", path.display()))?;
-    eprintln!("meshbench: {} undone", path.display());
+    errln!("meshbench: {} undone", path.display());
     Ok(())
 }
 
@@ -227,7 +227,7 @@ pub fn restore(a: K8sRestoreArgs) -> Result<u8> {
     let mut failed = 0;
     for path in paths.iter().filter(|p| p.exists()) {
         if let Err(err) = restore_one(path) {
-            eprintln!("meshbench: {}: {err:#}", path.display());
+            errln!("meshbench: {}: {err:#}", path.display());
             failed += 1;
         }
     }

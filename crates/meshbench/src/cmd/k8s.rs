@@ -143,7 +143,9 @@ pub fn run(a: K8sRunArgs) -> Result<u8> {
     rt.block_on(cluster.apply(&objects))?;
     errln!(
         "meshbench: applied {} agent(s) as Job {}/{}-agents; agents dial {advertise}",
-        plan.agents, plan.namespace, plan.name
+        plan.agents,
+        plan.namespace,
+        plan.name
     );
     let outcome = coordinate(
         &rt,
@@ -165,9 +167,7 @@ pub fn run(a: K8sRunArgs) -> Result<u8> {
     } else if let Err(err) = rt.block_on(cluster.delete(&objects)) {
         errln!("meshbench: warning: could not delete everything: {err}");
     } else {
-        errln!(
-            "meshbench: deleted the Job, its pods, the Service, the ConfigMap and the Secret"
-        );
+        errln!("meshbench: deleted the Job, its pods, the Service, the ConfigMap and the Secret");
     }
     outcome
 }

