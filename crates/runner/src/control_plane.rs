@@ -2,7 +2,10 @@
 //! ([`meshbench_lab::control_plane_cost`]), measured over the step's window and stored as a
 //! lab step is: istiod's usage as role `istiod` (with its samples), and the control plane's
 //! figures beside it. It sends no load, so it has no load result; a failure to set it up fails
-//! the step, and a stop (Ctrl-C, SIGTERM) stores what the window measured as partial.
+//! the step, a stop (Ctrl-C, SIGTERM) while it is set up (istiod starting, the proxies
+//! connecting...) ends the setup within seconds and fails the step as
+//! [`StepFailure::StoppedBeforeLoad`], and a stop during the window stores what the window
+//! measured as partial.
 
 use std::time::Duration;
 
@@ -12,6 +15,7 @@ use meshbench_store::{StepRecord, StepStatus};
 
 use crate::measured::StepContext;
 use crate::observer::Observer;
+use crate::rig_place::setup_failure;
 
 /// Runs a `control_plane` step serving `scale`; every failure ends up in `record`.
 pub(crate) fn run(
@@ -32,11 +36,13 @@ pub(crate) fn run(
         settle: Duration::from_secs_f64(e.control_plane_matrix().settle_secs),
         sample_every: Duration::from_millis(e.sample_interval_ms),
     };
-    let started = CostStep::start(spec, &mut |line| observer.note(&format!("istiod: {line}")));
+    let started = CostStep::start(spec, stop, &mut |line| {
+        observer.note(&format!("istiod: {line}"))
+    });
     let mut cost = match started {
         Ok(c) => c,
         Err(err) => {
-            record.fail(StepFailure::RigDidNotStart(err.to_string()));
+            record.fail(setup_failure(err, stop, StepFailure::RigDidNotStart));
             return record;
         }
     };

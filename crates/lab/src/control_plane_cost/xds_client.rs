@@ -727,11 +727,19 @@ mod tests {
         let began = Instant::now();
         let waited = proxies.wait_converged(Duration::from_secs(60), &stop);
         assert!(matches!(waited, Err(LabError::Stopped)), "{waited:?}");
-        assert!(began.elapsed() < Duration::from_secs(2), "{:?}", began.elapsed());
+        assert!(
+            began.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            began.elapsed()
+        );
         t.join().unwrap();
         let began = Instant::now();
         drop(proxies);
-        assert!(began.elapsed() < Duration::from_secs(3), "{:?}", began.elapsed());
+        assert!(
+            began.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            began.elapsed()
+        );
     }
 
     #[test]

@@ -315,10 +315,19 @@ mod tests {
             asker.request();
         });
         let began = Instant::now();
-        let waited = wait_acked(admin, &awaited, Duration::from_secs(60), &stop, &mut || None);
-        assert!(began.elapsed() < Duration::from_secs(2), "{:?}", began.elapsed());
+        let waited = wait_acked(admin, &awaited, Duration::from_secs(60), &stop, &mut || {
+            None
+        });
+        assert!(
+            began.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            began.elapsed()
+        );
         t.join().unwrap();
-        assert!(matches!(waited, Err(AckError::Stopped { .. })), "{waited:?}");
+        assert!(
+            matches!(waited, Err(AckError::Stopped { .. })),
+            "{waited:?}"
+        );
 
         // An agent's wait says it as the lab's one stop.
         let dir = tempfile::tempdir().unwrap();
@@ -336,7 +345,11 @@ mod tests {
             &stop,
         );
         assert!(matches!(waited, Err(LabError::Stopped)), "{waited:?}");
-        assert!(began.elapsed() < Duration::from_secs(2), "{:?}", began.elapsed());
+        assert!(
+            began.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            began.elapsed()
+        );
     }
 
     fn expected() -> Expected {

@@ -270,9 +270,14 @@ impl Rig {
         let log = spec.dir.join(format!("{}.log", launch.name));
         let listen = launch.address.addr;
         let process = match launch.ready {
-            Ready::Accepts => {
-                RoleProcess::start(launch.name.name(), launch.command, &log, &place, listen, stop)
-            }
+            Ready::Accepts => RoleProcess::start(
+                launch.name.name(),
+                launch.command,
+                &log,
+                &place,
+                listen,
+                stop,
+            ),
             Ready::ConfiguredByIstio => self.start_istio_agent(
                 launch.name.name(),
                 launch.command,

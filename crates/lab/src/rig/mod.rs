@@ -549,7 +549,10 @@ mod tests {
         let exe = scratch.path().join("silent-backend");
         std::fs::write(
             &exe,
-            format!("#!/bin/sh\necho $$ > {}\nexec sleep 30\n", pid_file.display()),
+            format!(
+                "#!/bin/sh\necho $$ > {}\nexec sleep 30\n",
+                pid_file.display()
+            ),
         )
         .unwrap();
         std::fs::set_permissions(&exe, std::os::unix::fs::PermissionsExt::from_mode(0o755))
@@ -572,8 +575,16 @@ mod tests {
         });
         let started = Rig::start(&spec, &stop);
         let asked = t.join().unwrap();
-        assert!(matches!(started, Err(LabError::Stopped)), "{:?}", started.err());
-        assert!(asked.elapsed() < Duration::from_secs(3), "{:?}", asked.elapsed());
+        assert!(
+            matches!(started, Err(LabError::Stopped)),
+            "{:?}",
+            started.err()
+        );
+        assert!(
+            asked.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            asked.elapsed()
+        );
         let backend = std::fs::read_to_string(&pid_file).unwrap();
         let backend = format!("/proc/{}", backend.trim());
         assert!(!Path::new(&backend).exists(), "{backend} still runs");
