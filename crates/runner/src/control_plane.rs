@@ -89,3 +89,41 @@ pub(crate) fn run(
     };
     record
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::observer::{Quiet, StepAt};
+    use meshbench_engine::Stop;
+    use meshbench_experiment::{parse, Plan, Work};
+
+    #[test]
+    fn a_stop_before_the_control_plane_starts_stores_the_step_stopped() {
+        let yaml = "name: t\ntopologies: [control_plane]\ncontrol_plane:\n  proxies: [5]\n";
+        let e = parse("t.yaml", yaml, &[]).unwrap();
+        let plan = Plan::compile(&e);
+        let Work::ControlPlane(scale) = plan.steps[0].work else {
+            panic!("a control-plane step: {:?}", plan.steps[0].work);
+        };
+        let at = StepAt {
+            step: &plan.steps[0],
+            steps: 1,
+            step_secs: 1.0,
+            left_after_secs: 0.0,
+            service_at_lower_load_us: None,
+        };
+        let stop = Stop::new();
+        stop.request();
+        let step = StepContext {
+            e: &e,
+            at: &at,
+            experiment_id: 1,
+            stop: &stop,
+        };
+        let record = StepRecord::new(0, plan.steps[0].params(&e));
+        let record = run(scale, &step, record, &mut Quiet);
+        assert_eq!(record.status, StepStatus::Failed);
+        assert_eq!(record.error, Some(StepFailure::StoppedBeforeLoad));
+        assert!(record.control_plane.is_none() && record.usage.is_empty());
+    }
+}

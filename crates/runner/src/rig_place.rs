@@ -226,3 +226,69 @@ fn sampler_usage(s: &sampler::Sampled) -> RoleUsage {
         proxy: None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::measured::measured_step;
+    use crate::observer::{Quiet, StepAt};
+    use meshbench_experiment::{parse, Plan, Work};
+    use meshbench_store::{StepRecord, StepStatus};
+
+    #[test]
+    fn a_setup_failure_after_a_stop_is_the_stops() {
+        let stop = Stop::new();
+        let other = || LabError::Pki("no key".into());
+        let failed = StepFailure::RigDidNotStart;
+        assert_eq!(
+            setup_failure(other(), &stop, failed),
+            StepFailure::RigDidNotStart("certificate generation failed: no key".into())
+        );
+        assert_eq!(
+            setup_failure(LabError::Stopped, &stop, failed),
+            StepFailure::StoppedBeforeLoad
+        );
+        // A helper the group's Ctrl-C killed fails its stage: the stop's doing.
+        stop.request();
+        assert_eq!(
+            setup_failure(other(), &stop, failed),
+            StepFailure::StoppedBeforeLoad
+        );
+    }
+
+    #[test]
+    fn a_stop_before_the_rig_starts_stores_the_step_stopped_and_starts_nothing() {
+        let e = parse("t.yaml", "name: t\ntopologies: [baseline]\n", &[]).unwrap();
+        let plan = Plan::compile(&e);
+        let Work::Chain(variant, load) = &plan.steps[0].work else {
+            panic!("a chain step: {:?}", plan.steps[0].work);
+        };
+        // Nothing may be started: no backend can be.
+        let exe = PathBuf::from("/nonexistent/meshbench");
+        let place = RigPlace {
+            exe: &exe,
+            variant,
+            load,
+        };
+        let at = StepAt {
+            step: &plan.steps[0],
+            steps: 1,
+            step_secs: 1.0,
+            left_after_secs: 0.0,
+            service_at_lower_load_us: None,
+        };
+        let stop = Stop::new();
+        stop.request();
+        let step = StepContext {
+            e: &e,
+            at: &at,
+            experiment_id: 1,
+            stop: &stop,
+        };
+        let record = StepRecord::new(0, plan.steps[0].params(&e));
+        let record = measured_step(&place, None, &step, record, &mut Quiet);
+        assert_eq!(record.status, StepStatus::Failed);
+        assert_eq!(record.error, Some(StepFailure::StoppedBeforeLoad));
+        assert!(record.result.is_none() && record.usage.is_empty());
+    }
+}

@@ -150,6 +150,7 @@ impl CostStep {
         if scale.services == 0 || scale.proxies == 0 {
             return Err(CostError::EmptyMesh.into());
         }
+        crate::go_on(stop)?;
         // Locals drop in reverse: the files last.
         let dir = crate::removed_on_drop(&spec.dir)?;
         // The real Envoy's agent and listeners bind every address: it gets a namespace.

@@ -305,6 +305,7 @@ impl Rig {
     }
 
     fn start_all(spec: &RigSpec, stop: &Stop) -> Result<Rig, LabError> {
+        go_on(stop)?;
         std::fs::create_dir_all(&spec.dir).map_err(|e| LabError::Files {
             path: spec.dir.clone(),
             source: e,
