@@ -122,8 +122,8 @@ struct Window {
 }
 
 /// A control-plane step set up and ready to measure. Its parts stop in the order of its
-/// fields: the clients, the agent and its Envoy, istiod and the API server, the namespace, then
-/// the files.
+/// fields: the clients, the agent and its Envoy, istiod and the API server (the processes all
+/// asked to end at once first), the namespace, then the files.
 pub struct CostStep {
     spec: CostSpec,
     registered: Registered,
@@ -135,6 +135,16 @@ pub struct CostStep {
     _namespaces: Namespaces,
     _pod_dir: TempDir,
     _dir: TempDir,
+}
+
+impl Drop for CostStep {
+    fn drop(&mut self) {
+        // The clients first; the agent and the control plane asked to end together, so that
+        // the fields' drops (each waiting for its own) overlap.
+        self.proxies.close();
+        self.agent.terminate();
+        self.control_plane.terminate();
+    }
 }
 
 impl CostStep {
@@ -171,16 +181,23 @@ impl CostStep {
             admin: SocketAddr::from(([127, 0, 0, 1], AgentPorts::ISTIO.admin)),
             netns: pod_ns.netns.clone(),
         };
-        let real_node = envoy.await_configured(&mut agent, scale, stop, note)?;
-        let (proxies, converged, twin) =
-            connect_proxies(&control_plane, scale, &pods, &real_node, stop, note)?;
-        // Nothing changed since: the twin and the real Envoy should hold the same.
-        let agreement = agree(
-            real_node["id"].as_str().unwrap_or_default(),
-            &held_by_envoy(&envoy.config_dump()?),
-            &proxies.held(twin),
+        let connected = connect_all(
+            &control_plane,
+            &envoy,
+            &mut agent,
+            (scale, &pods),
+            stop,
+            note,
         );
-        crate::go_on(stop)?;
+        let (proxies, converged, agreement) = match connected {
+            Ok(c) => c,
+            Err(e) => {
+                // Asked to end together, so that the drops below overlap.
+                agent.terminate();
+                control_plane.terminate();
+                return Err(e);
+            }
+        };
         Ok(CostStep {
             spec,
             registered,
@@ -529,6 +546,29 @@ fn register(
         began.elapsed().as_secs_f64()
     ));
     Ok((pods, registered))
+}
+
+/// Waits for the real Envoy (run by `agent`), then connects the simulated proxies
+/// ([`connect_proxies`]) and compares the twin with the real Envoy; a `stop` ends any of it.
+fn connect_all(
+    control_plane: &ControlPlane,
+    envoy: &RealEnvoy,
+    agent: &mut RoleProcess,
+    (scale, pods): (MeshScale, &[MeshPod]),
+    stop: &Stop,
+    note: &mut dyn FnMut(&str),
+) -> Result<(SimulatedProxies, Duration, Agreement), LabError> {
+    let real_node = envoy.await_configured(agent, scale, stop, note)?;
+    let (proxies, converged, twin) =
+        connect_proxies(control_plane, scale, pods, &real_node, stop, note)?;
+    // Nothing changed since: the twin and the real Envoy should hold the same.
+    let agreement = agree(
+        real_node["id"].as_str().unwrap_or_default(),
+        &held_by_envoy(&envoy.config_dump()?),
+        &proxies.held(twin),
+    );
+    crate::go_on(stop)?;
+    Ok((proxies, converged, agreement))
 }
 
 /// Connects a simulated proxy per pod but the real one, and the real Envoy's twin (its own

@@ -208,3 +208,10 @@ impl ApiServer {
             .service_account_token(namespace, account, audience, TOKEN_LIFETIME)?)
     }
 }
+
+impl Drop for ApiServer {
+    fn drop(&mut self) {
+        // Both asked at once; the fields' drops then wait for each, overlapping.
+        self.terminate();
+    }
+}

@@ -251,6 +251,14 @@ impl ControlPlane {
     }
 }
 
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        // All three asked at once; the fields' drops then wait for each (the API server, etcd,
+        // istiod), overlapping.
+        self.terminate();
+    }
+}
+
 /// The path of the route [`ControlPlane::time_route_change`] adds.
 pub const PROBE_PATH: &str = "/meshbench-push-probe";
 
