@@ -4,6 +4,8 @@
 //! cgroup (or pinned with the affinity mask where cgroups cannot be written), optionally in its
 //! own network namespace. The client (meshbench's engine, in this process) talks to [`Rig::entry`].
 //! Dropping the rig stops every process, then removes the cgroups, the namespaces and the files.
+//! Every wait of [`Rig::start`] looks at the run's stop: a stop while the rig starts ends the
+//! start with [`LabError::Stopped`] and the half-started rig is dropped the same way.
 //!
 //! This module holds the rig, its spec and the order of things ([`Rig::start`], [`Drop`]).
 //! What it starts lives beside it: `chain` the chains of processes (the hops, the backend,
