@@ -25,6 +25,11 @@
 //! renders for both, `istio` builds on `program` and `gateway`, `rig` and `control_plane_cost`
 //! join them. Every process started here is stopped, and its files removed, when its handle is
 //! dropped. Failures are [`LabError`]s, with the path and the OS error where a file failed.
+//!
+//! Every wait takes the one stop handle (`meshbench_results::Stop`) and looks at it at least
+//! every ~100 ms (a blocking call is bounded by a short timeout between two looks): a stop
+//! while something starts ends the start with [`LabError::Stopped`] within seconds, and
+//! what it had started is put back as its handles drop.
 
 pub mod cgroup;
 pub mod control_plane_cost;
@@ -44,6 +49,7 @@ pub mod sockdiag;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use meshbench_results::Stop;
 use thiserror::Error;
 
 pub use process::RoleProcess;
@@ -127,6 +133,20 @@ pub enum LabError {
     /// The lab's own Kubernetes API server (`gateway.type: istio`) refused or did not answer.
     #[error(transparent)]
     Kubernetes(#[from] meshbench_k8s::ApiError),
+    /// A stop (Ctrl-C, SIGTERM) came while something was being started or awaited: what was
+    /// started so far is stopped as its handles drop. Not a fault of what was started.
+    #[error("stopped before it was ready")]
+    Stopped,
+}
+
+/// `Err(`[`LabError::Stopped`]`)` once `stop` was asked: the check between the stages of a
+/// start that has no wait of its own to look at it.
+pub(crate) fn go_on(stop: &Stop) -> Result<(), LabError> {
+    if stop.requested() {
+        Err(LabError::Stopped)
+    } else {
+        Ok(())
+    }
 }
 
 fn config_note(config: Option<&std::path::Path>) -> String {

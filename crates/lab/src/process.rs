@@ -16,6 +16,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use meshbench_results::Stop;
+
 use crate::cgroup::Cgroup;
 use crate::LabError;
 
@@ -46,16 +48,18 @@ pub const READY_WITHIN: Duration = Duration::from_secs(30);
 
 impl RoleProcess {
     /// Starts `cmd` as [`spawn`](Self::spawn) does and waits until `listen` accepts a
-    /// connection: the readiness check every program shares.
+    /// connection: the readiness check every program shares. A `stop` ends the wait (and
+    /// stops the process).
     pub fn start(
         name: &str,
         cmd: Command,
         log: &Path,
         place: &Placement,
         listen: SocketAddr,
+        stop: &Stop,
     ) -> Result<RoleProcess, LabError> {
         let mut process = RoleProcess::spawn(name, cmd, log, place)?;
-        process.wait_listening(listen, READY_WITHIN, &accepts)?;
+        process.wait_listening(listen, READY_WITHIN, &accepts, stop)?;
         Ok(process)
     }
 
@@ -157,12 +161,14 @@ impl RoleProcess {
     }
 
     /// Waits until `addr` accepts a connection; fails with the log's tail if the process exits
-    /// first or `timeout` passes. `connect` reaches the address (it may have to enter a netns).
+    /// first or `timeout` passes, and with [`LabError::Stopped`] within a few ms of a `stop`
+    /// (plus one `connect`). `connect` reaches the address (it may have to enter a netns).
     pub fn wait_listening(
         &mut self,
         addr: SocketAddr,
         timeout: Duration,
         connect: &dyn Fn(SocketAddr) -> bool,
+        stop: &Stop,
     ) -> Result<(), LabError> {
         let deadline = Instant::now() + timeout;
         loop {
@@ -183,8 +189,18 @@ impl RoleProcess {
                     log: self.log_tail(5),
                 });
             }
-            std::thread::sleep(Duration::from_millis(5));
+            if !stop.sleep(Duration::from_millis(5)) {
+                return Err(LabError::Stopped);
+            }
         }
+    }
+
+    /// Asks its whole process group to end (SIGTERM) without waiting: a teardown that stops
+    /// many signals them all first, so that they end together and the drops that follow (each
+    /// waits for its own group) cost the slowest one's time, not the sum.
+    pub fn terminate(&self) {
+        // SAFETY: signalling a process group this handle created.
+        unsafe { libc::kill(-(self.child.id() as i32), libc::SIGTERM) };
     }
 
     /// How it ended, if it has.
@@ -322,5 +338,33 @@ mod tests {
         drop(role);
         assert!(group_members(pgid).is_empty());
         fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn a_stop_ends_the_wait_for_a_listener_within_ms() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cmd = Command::new("sleep");
+        cmd.arg("30");
+        // A port nothing listens on: the wait would last its whole limit.
+        let addr = SocketAddr::from(([127, 0, 0, 1], crate::port::free_port().unwrap()));
+        let stop = Stop::new();
+        let asker = stop.clone();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            asker.request();
+        });
+        let began = Instant::now();
+        let started = RoleProcess::start(
+            "silent",
+            cmd,
+            &dir.path().join("log"),
+            &Placement::default(),
+            addr,
+            &stop,
+        );
+        let took = began.elapsed();
+        t.join().unwrap();
+        assert!(matches!(started, Err(LabError::Stopped)), "{started:?}");
+        assert!(took < Duration::from_secs(2), "{took:?}");
     }
 }

@@ -2,7 +2,10 @@
 //! ([`meshbench_lab::control_plane_cost`]), measured over the step's window and stored as a
 //! lab step is: istiod's usage as role `istiod` (with its samples), and the control plane's
 //! figures beside it. It sends no load, so it has no load result; a failure to set it up fails
-//! the step, and a stop (Ctrl-C, SIGTERM) stores what the window measured as partial.
+//! the step, a stop (Ctrl-C, SIGTERM) while it is set up (istiod starting, the proxies
+//! connecting...) ends the setup within seconds and fails the step as
+//! [`StepFailure::StoppedBeforeLoad`], and a stop during the window stores what the window
+//! measured as partial.
 
 use std::time::Duration;
 
@@ -12,6 +15,7 @@ use meshbench_store::{StepRecord, StepStatus};
 
 use crate::measured::StepContext;
 use crate::observer::Observer;
+use crate::rig_place::setup_failure;
 
 /// Runs a `control_plane` step serving `scale`; every failure ends up in `record`.
 pub(crate) fn run(
@@ -32,11 +36,13 @@ pub(crate) fn run(
         settle: Duration::from_secs_f64(e.control_plane_matrix().settle_secs),
         sample_every: Duration::from_millis(e.sample_interval_ms),
     };
-    let started = CostStep::start(spec, &mut |line| observer.note(&format!("istiod: {line}")));
+    let started = CostStep::start(spec, stop, &mut |line| {
+        observer.note(&format!("istiod: {line}"))
+    });
     let mut cost = match started {
         Ok(c) => c,
         Err(err) => {
-            record.fail(StepFailure::RigDidNotStart(err.to_string()));
+            record.fail(setup_failure(err, stop, StepFailure::RigDidNotStart));
             return record;
         }
     };
@@ -82,4 +88,42 @@ pub(crate) fn run(
         StepStatus::Ok
     };
     record
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::observer::{Quiet, StepAt};
+    use meshbench_engine::Stop;
+    use meshbench_experiment::{parse, Plan, Work};
+
+    #[test]
+    fn a_stop_before_the_control_plane_starts_stores_the_step_stopped() {
+        let yaml = "name: t\ntopologies: [control_plane]\ncontrol_plane:\n  proxies: [5]\n";
+        let e = parse("t.yaml", yaml, &[]).unwrap();
+        let plan = Plan::compile(&e);
+        let Work::ControlPlane(scale) = plan.steps[0].work else {
+            panic!("a control-plane step: {:?}", plan.steps[0].work);
+        };
+        let at = StepAt {
+            step: &plan.steps[0],
+            steps: 1,
+            step_secs: 1.0,
+            left_after_secs: 0.0,
+            service_at_lower_load_us: None,
+        };
+        let stop = Stop::new();
+        stop.request();
+        let step = StepContext {
+            e: &e,
+            at: &at,
+            experiment_id: 1,
+            stop: &stop,
+        };
+        let record = StepRecord::new(0, plan.steps[0].params(&e));
+        let record = run(scale, &step, record, &mut Quiet);
+        assert_eq!(record.status, StepStatus::Failed);
+        assert_eq!(record.error, Some(StepFailure::StoppedBeforeLoad));
+        assert!(record.control_plane.is_none() && record.usage.is_empty());
+    }
 }

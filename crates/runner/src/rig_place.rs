@@ -3,7 +3,9 @@
 //! sampled over the load, each Envoy's admin read right before the load and right after it
 //! (`lab::program::envoy::admin`, the one reader of Envoy's admin), and, with attribution on,
 //! the L7 Envoys' access logs joined with the sampled requests. Dropping the realised step
-//! stops the rig.
+//! stops the rig. A stop (Ctrl-C, SIGTERM) while the rig starts ends the start within seconds
+//! and fails the step as [`StepFailure::StoppedBeforeLoad`]; the half-started rig is torn
+//! down.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -12,9 +14,11 @@ use meshbench_experiment::config::Experiment;
 use meshbench_experiment::{ChainVariant, Step};
 use meshbench_lab::program::envoy::admin::{self, AdminError};
 use meshbench_lab::rig::{Rig, RigSpec};
-use meshbench_lab::sampler;
+use meshbench_lab::{sampler, LabError};
 use meshbench_results::attribution::{Attribution, Sent};
-use meshbench_results::{ChainRole, LoadPoint, PlayedBy, Role, RoleUsage, StepFailure, Usage};
+use meshbench_results::{
+    ChainRole, LoadPoint, PlayedBy, Role, RoleUsage, StepFailure, Stop, Usage,
+};
 
 use crate::load::{LoadOptions, TargetSource};
 use crate::measure::{Measured, Sampling};
@@ -51,15 +55,21 @@ impl Place for RigPlace<'_> {
             step.experiment_id,
             self.exe.clone(),
         );
-        let rig = Rig::start(&spec).map_err(|err| StepFailure::RigDidNotStart(err.to_string()))?;
+        let rig = Rig::start(&spec, step.stop)
+            .map_err(|err| setup_failure(err, step.stop, StepFailure::RigDidNotStart))?;
         for w in &rig.warnings {
             observer.warning(w);
         }
-        if let Some(istio) = &rig.istio_gateway {
-            observer.note(&istio.summary(rig.gateway_admin()));
+        let notes = [
+            (rig.istio_gateway.as_ref()).map(|g| g.summary(rig.gateway_admin(), step.stop)),
+            (rig.istio_sidecars.as_ref()).map(|m| m.summary(&rig.roles)),
+        ];
+        if step.stop.requested() {
+            // The rig drops here, and with it all it started.
+            return Err(StepFailure::StoppedBeforeLoad);
         }
-        if let Some(mesh) = &rig.istio_sidecars {
-            observer.note(&mesh.summary(&rig.roles));
+        for note in notes.iter().flatten() {
+            observer.note(note);
         }
         Ok(Box::new(RigStep {
             rig,
@@ -181,6 +191,23 @@ pub fn load_options(e: &Experiment, step: &Step, load: &LoadPoint, rig: &Rig) ->
     o
 }
 
+/// Why a step could not be set up: [`StepFailure::StoppedBeforeLoad`] when a stop was asked
+/// (the lab says [`LabError::Stopped`]; and a Ctrl-C, which the terminal sends to this
+/// process's whole group, also kills the short-lived helpers a setup runs, such as `ip` or
+/// `iptables`, so that any failure after a stop is the stop's), else `failed` with the
+/// error's words.
+pub(crate) fn setup_failure(
+    err: LabError,
+    stop: &Stop,
+    failed: fn(String) -> StepFailure,
+) -> StepFailure {
+    if matches!(err, LabError::Stopped) || stop.requested() {
+        StepFailure::StoppedBeforeLoad
+    } else {
+        failed(err.to_string())
+    }
+}
+
 /// The sampler's own cost, stored as a pseudo-role so that it can be checked.
 fn sampler_usage(s: &sampler::Sampled) -> RoleUsage {
     let mc = meshbench_lab::sample::millicores(0, s.own_cpu_ns, s.wall_ns);
@@ -197,5 +224,71 @@ fn sampler_usage(s: &sampler::Sampled) -> RoleUsage {
         },
         missing: Default::default(),
         proxy: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::measured::measured_step;
+    use crate::observer::{Quiet, StepAt};
+    use meshbench_experiment::{parse, Plan, Work};
+    use meshbench_store::{StepRecord, StepStatus};
+
+    #[test]
+    fn a_setup_failure_after_a_stop_is_the_stops() {
+        let stop = Stop::new();
+        let other = || LabError::Pki("no key".into());
+        let failed = StepFailure::RigDidNotStart;
+        assert_eq!(
+            setup_failure(other(), &stop, failed),
+            StepFailure::RigDidNotStart("certificate generation failed: no key".into())
+        );
+        assert_eq!(
+            setup_failure(LabError::Stopped, &stop, failed),
+            StepFailure::StoppedBeforeLoad
+        );
+        // A helper the group's Ctrl-C killed fails its stage: the stop's doing.
+        stop.request();
+        assert_eq!(
+            setup_failure(other(), &stop, failed),
+            StepFailure::StoppedBeforeLoad
+        );
+    }
+
+    #[test]
+    fn a_stop_before_the_rig_starts_stores_the_step_stopped_and_starts_nothing() {
+        let e = parse("t.yaml", "name: t\ntopologies: [baseline]\n", &[]).unwrap();
+        let plan = Plan::compile(&e);
+        let Work::Chain(variant, load) = &plan.steps[0].work else {
+            panic!("a chain step: {:?}", plan.steps[0].work);
+        };
+        // Nothing may be started: no backend can be.
+        let exe = PathBuf::from("/nonexistent/meshbench");
+        let place = RigPlace {
+            exe: &exe,
+            variant,
+            load,
+        };
+        let at = StepAt {
+            step: &plan.steps[0],
+            steps: 1,
+            step_secs: 1.0,
+            left_after_secs: 0.0,
+            service_at_lower_load_us: None,
+        };
+        let stop = Stop::new();
+        stop.request();
+        let step = StepContext {
+            e: &e,
+            at: &at,
+            experiment_id: 1,
+            stop: &stop,
+        };
+        let record = StepRecord::new(0, plan.steps[0].params(&e));
+        let record = measured_step(&place, None, &step, record, &mut Quiet);
+        assert_eq!(record.status, StepStatus::Failed);
+        assert_eq!(record.error, Some(StepFailure::StoppedBeforeLoad));
+        assert!(record.result.is_none() && record.usage.is_empty());
     }
 }

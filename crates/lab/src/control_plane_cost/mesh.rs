@@ -31,7 +31,7 @@ use meshbench_k8s::objects::istio::{
     VirtualServiceSpec, V1,
 };
 use meshbench_k8s::objects::{meta, to_value as document};
-use meshbench_results::{MeshScale, ProxyKind};
+use meshbench_results::{MeshScale, ProxyKind, Stop};
 use serde_json::{json, Value};
 
 use crate::istio::{workloads, ApiServer, NAMESPACE};
@@ -295,20 +295,23 @@ pub struct Registered {
 
 /// Registers the mesh of `scale` and `pods` (the simulated proxies' and the real Envoy's):
 /// ServiceAccounts, Services, Pods with their status, EndpointSlices and the Istio objects.
+/// Thousands of objects take a while: a `stop` is looked at every [`APPLIED_BETWEEN_LOOKS`]
+/// objects ([`LabError::Stopped`]).
 pub fn register(
     api: &ApiServer,
     scale: &MeshScale,
     pods: &[MeshPod],
+    stop: &Stop,
 ) -> Result<Registered, LabError> {
     let services = scale.services.max(1);
     let mut objects = service_objects(services);
     objects.extend(pods.iter().map(|p| document(&p.pod())));
-    api.client.apply_all(objects)?;
-    mark_running(api, pods)?;
+    apply_looking(api, objects, stop)?;
+    mark_running(api, pods, stop)?;
     let (slices, endpoints) = endpoint_slices(scale, services, pods);
-    api.client.apply_all(slices)?;
+    apply_looking(api, slices, stop)?;
     let (istio, virtual_services, destination_rules) = istio_objects(scale, services);
-    api.client.apply_all(istio)?;
+    apply_looking(api, istio, stop)?;
     Ok(Registered {
         // The churned ServiceEntry is one more service.
         services: services + 1,
@@ -340,9 +343,28 @@ fn service_objects(services: u32) -> Vec<Value> {
     objects
 }
 
+/// How many objects are applied between two looks at the stop (a fraction of a second's
+/// work for the API server; the appliers keep their concurrency within it).
+pub const APPLIED_BETWEEN_LOOKS: usize = 100;
+
+/// Applies `objects` in order, [`APPLIED_BETWEEN_LOOKS`] at a time, looking at `stop` before
+/// each share.
+fn apply_looking(api: &ApiServer, objects: Vec<Value>, stop: &Stop) -> Result<(), LabError> {
+    let mut rest = objects.into_iter().peekable();
+    while rest.peek().is_some() {
+        crate::go_on(stop)?;
+        let share: Vec<Value> = rest.by_ref().take(APPLIED_BETWEEN_LOOKS).collect();
+        api.client.apply_all(share)?;
+    }
+    Ok(())
+}
+
 /// Every pod's status: running and ready at its address, as a kubelet would report it.
-fn mark_running(api: &ApiServer, pods: &[MeshPod]) -> Result<(), LabError> {
-    for p in pods {
+fn mark_running(api: &ApiServer, pods: &[MeshPod], stop: &Stop) -> Result<(), LabError> {
+    for (i, p) in pods.iter().enumerate() {
+        if i % APPLIED_BETWEEN_LOOKS == 0 {
+            crate::go_on(stop)?;
+        }
         api.client.apply_status(&p.running())?;
     }
     Ok(())

@@ -1,9 +1,9 @@
 //! One `control_plane` step: what istiod costs serving a mesh of a given scale. It starts the
 //! control plane as the lab does, registers the mesh ([`mesh`]), starts one real Envoy
 //! (pilot-agent's sidecar or gateway, in a network namespace of its own: its agent and
-//! listeners bind every address there) and waits for it to accept its configuration, then connects the simulated proxies
-//! ([`xds_client`]) with nodes made from the real one's and times until each holds a full
-//! configuration. One simulated proxy is the real one's twin (the same node): what it holds
+//! listeners bind every address there; `real_envoy.rs`) and waits for it to accept its
+//! configuration, then connects the simulated proxies ([`xds_client`]) with nodes made from
+//! the real one's and times until each holds a full configuration. One simulated proxy is the real one's twin (the same node): what it holds
 //! is compared with what the real Envoy accepted, name and version.
 //!
 //! Then, over the measured window, istiod's CPU and memory are sampled as any role's while
@@ -14,14 +14,18 @@
 //! merges changes that come close together: the later one carries the earlier).
 //!
 //! Everything the step started stops when [`CostStep`] is dropped: the clients, the agent and
-//! its Envoy, istiod, the API server, the namespace.
+//! its Envoy, istiod, the API server, the namespace. A stop (Ctrl-C) while it is set up (the
+//! control plane starting, the mesh registered, the real Envoy awaited, the proxies
+//! connecting) ends the setup within seconds with [`LabError::Stopped`], and what was started
+//! stops the same way; a stop during the measured window ends the window (the step is partial).
 
 pub mod mesh;
+mod real_envoy;
 pub mod xds_client;
 
 use std::collections::{BTreeMap, HashMap};
-use std::net::{IpAddr, SocketAddr};
-use std::path::{Path, PathBuf};
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use meshbench_results::control_plane::{Agreement, Propagation};
@@ -31,20 +35,19 @@ use meshbench_results::{
 use serde_json::Value;
 use tempfile::TempDir;
 
-use crate::istio::ready::{self, Awaited, SidecarExpected};
 use crate::istio::sidecars;
-use crate::istio::{AgentPorts, AgentRole, ControlPlane, IstioError, Workload};
-use crate::netns::{Namespaces, RoleNamespace};
-use crate::process::{Placement, RoleProcess};
-use crate::program::envoy::admin::{self, AdminError};
+use crate::istio::{AgentPorts, ControlPlane, IstioError};
+use crate::netns::Namespaces;
+use crate::process::RoleProcess;
+use crate::program::envoy::admin::AdminError;
 use crate::sampler::{self, Sampler, Watch};
 use crate::LabError;
 use mesh::{Change, MeshPod, Registered};
+use real_envoy::{real_pod, start_real, RealEnvoy};
 use xds_client::{AckAt, SimulatedProxies, CONNECTS_PER_SEC};
 
-/// How long the real Envoy may take to accept its configuration, and the simulated proxies
-/// theirs once the last has begun to connect.
-const REAL_WITHIN: Duration = Duration::from_secs(120);
+/// How long the simulated proxies may take to hold their configuration once the last has
+/// begun to connect.
 const CONVERGE_AFTER_CONNECTS: Duration = Duration::from_secs(120);
 
 /// How a step runs beyond its scale.
@@ -119,8 +122,8 @@ struct Window {
 }
 
 /// A control-plane step set up and ready to measure. Its parts stop in the order of its
-/// fields: the clients, the agent and its Envoy, istiod and the API server, the namespace, then
-/// the files.
+/// fields: the clients, the agent and its Envoy, istiod and the API server (the processes all
+/// asked to end at once first), the namespace, then the files.
 pub struct CostStep {
     spec: CostSpec,
     registered: Registered,
@@ -134,41 +137,67 @@ pub struct CostStep {
     _dir: TempDir,
 }
 
+impl Drop for CostStep {
+    fn drop(&mut self) {
+        // The clients first; the agent and the control plane asked to end together, so that
+        // the fields' drops (each waiting for its own) overlap.
+        self.proxies.close();
+        self.agent.terminate();
+        self.control_plane.terminate();
+    }
+}
+
 impl CostStep {
-    /// Starts everything and connects every proxy; `note` hears each stage.
-    pub fn start(spec: CostSpec, note: &mut dyn FnMut(&str)) -> Result<CostStep, LabError> {
+    /// Starts everything and connects every proxy; `note` hears each stage. A `stop` ends the
+    /// start within a second or two ([`LabError::Stopped`]); everything started so far stops
+    /// as it drops.
+    pub fn start(
+        spec: CostSpec,
+        stop: &Stop,
+        note: &mut dyn FnMut(&str),
+    ) -> Result<CostStep, LabError> {
         let scale = spec.scale;
         if scale.services == 0 || scale.proxies == 0 {
             return Err(CostError::EmptyMesh.into());
         }
+        crate::go_on(stop)?;
         // Locals drop in reverse: the files last.
         let dir = crate::removed_on_drop(&spec.dir)?;
         // The real Envoy's agent and listeners bind every address: it gets a namespace.
         let prefix = format!("cp{}", &spec.owner[spec.owner.len().saturating_sub(6)..]);
         let mut namespaces = Namespaces::new(&spec.owner, &prefix);
         let pod_ns = namespaces.add(0)?;
-        let control_plane = ControlPlane::start(&spec.dir.join("control-plane"), pod_ns.host_addr)?;
+        let control_plane =
+            ControlPlane::start(&spec.dir.join("control-plane"), pod_ns.host_addr, stop)?;
         note(&format!(
             "istiod ready in {:.1} s",
             control_plane.istiod_ready_in.as_secs_f64()
         ));
         let real = real_pod(scale.kind, pod_ns.addr);
-        let (pods, registered) = register(&control_plane, scale, &real, note)?;
+        let (pods, registered) = register(&control_plane, scale, &real, stop, note)?;
         let pod_dir = crate::removed_on_drop(&sidecars::pod_dir(&spec.owner, "real")?)?;
         let mut agent = start_real(&control_plane, &spec, &real, pod_dir.path(), &pod_ns)?;
         let envoy = RealEnvoy {
             admin: SocketAddr::from(([127, 0, 0, 1], AgentPorts::ISTIO.admin)),
             netns: pod_ns.netns.clone(),
         };
-        let real_node = envoy.await_configured(&mut agent, scale, note)?;
-        let (proxies, converged, twin) =
-            connect_proxies(&control_plane, scale, &pods, &real_node, note)?;
-        // Nothing changed since: the twin and the real Envoy should hold the same.
-        let agreement = agree(
-            real_node["id"].as_str().unwrap_or_default(),
-            &held_by_envoy(&envoy.config_dump()?),
-            &proxies.held(twin),
+        let connected = connect_all(
+            &control_plane,
+            &envoy,
+            &mut agent,
+            (scale, &pods),
+            stop,
+            note,
         );
+        let (proxies, converged, agreement) = match connected {
+            Ok(c) => c,
+            Err(e) => {
+                // Asked to end together, so that the drops below overlap.
+                agent.terminate();
+                control_plane.terminate();
+                return Err(e);
+            }
+        };
         Ok(CostStep {
             spec,
             registered,
@@ -493,21 +522,13 @@ fn propagate(
     ))
 }
 
-/// The real Envoy's pod, at `ip` in its namespace: a sidecar of the first service, or a
-/// gateway.
-fn real_pod(kind: ProxyKind, ip: IpAddr) -> MeshPod {
-    match kind {
-        ProxyKind::Sidecar => MeshPod::sidecar("real-0", 0, ip),
-        ProxyKind::Gateway => MeshPod::gateway(crate::istio::GATEWAY_POD, ip),
-    }
-}
-
 /// Registers the mesh of `scale` with the control plane: the simulated proxies' pods and the
 /// real one (last); returns the pods and what was registered.
 fn register(
     control_plane: &ControlPlane,
     scale: MeshScale,
     real: &MeshPod,
+    stop: &Stop,
     note: &mut dyn FnMut(&str),
 ) -> Result<(Vec<MeshPod>, Registered), LabError> {
     let mut pods: Vec<MeshPod> = (0..scale.proxies)
@@ -515,7 +536,7 @@ fn register(
         .collect();
     pods.push(real.clone());
     let began = Instant::now();
-    let registered = mesh::register(&control_plane.api, &scale, &pods)?;
+    let registered = mesh::register(&control_plane.api, &scale, &pods, stop)?;
     note(&format!(
         "registered {} services, {} pods, {} endpoints, {} Istio objects in {:.1} s",
         scale.services,
@@ -527,56 +548,27 @@ fn register(
     Ok((pods, registered))
 }
 
-/// The real Envoy: its admin on Istio's port, on the loopback of its namespace.
-struct RealEnvoy {
-    admin: SocketAddr,
-    netns: String,
-}
-
-impl RealEnvoy {
-    /// Waits until the Envoy run by `agent` holds its configuration (the capture's listeners
-    /// for a sidecar, and the last service's cluster); returns its bootstrap node.
-    fn await_configured(
-        &self,
-        agent: &mut RoleProcess,
-        scale: MeshScale,
-        note: &mut dyn FnMut(&str),
-    ) -> Result<Value, LabError> {
-        let last_service = format!(
-            "outbound|{}||{}.{}.svc.cluster.local",
-            meshbench_k8s::names::SERVICE_PORT,
-            mesh::service_name(scale.services - 1),
-            meshbench_k8s::names::DEFAULT_NAMESPACE
-        );
-        let expected = SidecarExpected {
-            listeners: match scale.kind {
-                ProxyKind::Sidecar => vec!["virtualOutbound".into(), "virtualInbound".into()],
-                ProxyKind::Gateway => Vec::new(),
-            },
-            clusters: vec![last_service],
-        };
-        let took = ready::wait_agent_acked(
-            agent,
-            self.admin,
-            Some(&self.netns),
-            &Awaited::Sidecar(expected),
-            REAL_WITHIN,
-            // Setting up is not cut short: a stop ends the window.
-            &Stop::new(),
-        )?;
-        note(&format!(
-            "the real Envoy accepted its configuration {:.1} s after its agent started",
-            took.as_secs_f64()
-        ));
-        bootstrap_node(&self.config_dump()?).ok_or_else(|| CostError::NoBootstrapNode.into())
-    }
-
-    /// Its whole config dump, read inside its namespace.
-    fn config_dump(&self) -> Result<Value, LabError> {
-        let admin = self.admin;
-        crate::netns::within(Some(&self.netns), || admin::config_dump_all(admin))?
-            .map_err(|e| CostError::RealEnvoyConfig(e).into())
-    }
+/// Waits for the real Envoy (run by `agent`), then connects the simulated proxies
+/// ([`connect_proxies`]) and compares the twin with the real Envoy; a `stop` ends any of it.
+fn connect_all(
+    control_plane: &ControlPlane,
+    envoy: &RealEnvoy,
+    agent: &mut RoleProcess,
+    (scale, pods): (MeshScale, &[MeshPod]),
+    stop: &Stop,
+    note: &mut dyn FnMut(&str),
+) -> Result<(SimulatedProxies, Duration, Agreement), LabError> {
+    let real_node = envoy.await_configured(agent, scale, stop, note)?;
+    let (proxies, converged, twin) =
+        connect_proxies(control_plane, scale, pods, &real_node, stop, note)?;
+    // Nothing changed since: the twin and the real Envoy should hold the same.
+    let agreement = agree(
+        real_node["id"].as_str().unwrap_or_default(),
+        &held_by_envoy(&envoy.config_dump()?),
+        &proxies.held(twin),
+    );
+    crate::go_on(stop)?;
+    Ok((proxies, converged, agreement))
 }
 
 /// Connects a simulated proxy per pod but the real one, and the real Envoy's twin (its own
@@ -587,6 +579,7 @@ fn connect_proxies(
     scale: MeshScale,
     pods: &[MeshPod],
     real_node: &Value,
+    stop: &Stop,
     note: &mut dyn FnMut(&str),
 ) -> Result<(SimulatedProxies, Duration, usize), LabError> {
     let mut nodes: Vec<_> = pods[..scale.proxies as usize]
@@ -601,7 +594,7 @@ fn connect_proxies(
     // client needs its full configuration.
     let limit = Duration::from_secs_f64(f64::from(scale.proxies + 1) / CONNECTS_PER_SEC)
         + CONVERGE_AFTER_CONNECTS;
-    let converged = proxies.wait_converged(limit)?;
+    let converged = proxies.wait_converged(limit, stop)?;
     note(&format!(
         "{} simulated proxies held a full configuration {:.1} s after the first connected ({} connections a second; {} reconnects)",
         scale.proxies,
@@ -610,49 +603,6 @@ fn connect_proxies(
         proxies.reconnects()
     ));
     Ok((proxies, converged, twin))
-}
-
-/// Starts pilot-agent and its Envoy for the real pod in its namespace `ns`, as Istio's proxy
-/// user, in `dir`; Envoy's admin is Istio's 15000 on the namespace's loopback.
-fn start_real(
-    cp: &ControlPlane,
-    spec: &CostSpec,
-    pod: &MeshPod,
-    dir: &Path,
-    ns: &RoleNamespace,
-) -> Result<RoleProcess, LabError> {
-    let role = match spec.scale.kind {
-        ProxyKind::Sidecar => AgentRole::Sidecar,
-        ProxyKind::Gateway => AgentRole::Gateway,
-    };
-    let workload = Workload {
-        namespace: &pod.namespace,
-        pod: &pod.name,
-        service_account: &pod.service_account,
-        ip: pod.ip,
-        labels: pod.labels_value().to_string(),
-    };
-    let command = cp.agent_command(role, &workload, dir, AgentPorts::ISTIO, 1)?;
-    sidecars::hand_to_proxy_user(dir)?;
-    let place = Placement {
-        netns: Some(ns.netns.clone()),
-        user: Some(sidecars::PROXY_UID),
-        ..Placement::default()
-    };
-    RoleProcess::spawn(
-        "real-envoy",
-        command,
-        &spec.dir.join("real-envoy.log"),
-        &place,
-    )
-}
-
-/// The node of a config dump's bootstrap, as JSON.
-fn bootstrap_node(dump: &Value) -> Option<Value> {
-    dump["configs"]
-        .as_array()?
-        .iter()
-        .find_map(|c| c["bootstrap"].get("node").cloned())
 }
 
 /// What an Envoy's config dump holds from xDS: per short type, name -> version.

@@ -23,7 +23,7 @@ use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service
 use envoy_types::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse,
 };
-use meshbench_results::XdsType;
+use meshbench_results::{Stop, XdsType};
 use prost::Message;
 use tokio::sync::mpsc;
 
@@ -281,8 +281,9 @@ impl SimulatedProxies {
     }
 
     /// Waits until every client holds a full configuration, at most `limit`: how long it took
-    /// from the first connection, or why not (how many had, and the first client's end).
-    pub fn wait_converged(&self, limit: Duration) -> Result<Duration, CostError> {
+    /// from the first connection, or why not (how many had, and the first client's end); a
+    /// `stop` ends the wait within 50 ms ([`LabError::Stopped`]).
+    pub fn wait_converged(&self, limit: Duration, stop: &Stop) -> Result<Duration, LabError> {
         let all = self.clients.len() as u32;
         let deadline = Instant::now() + limit;
         loop {
@@ -305,9 +306,12 @@ impl SimulatedProxies {
                     all,
                     limit,
                     ended,
-                });
+                }
+                .into());
             }
-            std::thread::sleep(Duration::from_millis(50));
+            if !stop.sleep(Duration::from_millis(50)) {
+                return Err(LabError::Stopped);
+            }
         }
     }
 
@@ -707,6 +711,35 @@ mod tests {
             }),
             ..Resource::default()
         }
+    }
+
+    #[test]
+    fn a_stop_ends_the_wait_for_proxies_that_cannot_connect() {
+        // Nothing listens there: the clients reconnect until they are dropped.
+        let istiod = SocketAddr::from(([127, 0, 0, 1], crate::port::free_port().unwrap()));
+        let proxies = SimulatedProxies::connect(istiod, vec![Node::default(); 3], None).unwrap();
+        let stop = Stop::new();
+        let asker = stop.clone();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            asker.request();
+        });
+        let began = Instant::now();
+        let waited = proxies.wait_converged(Duration::from_secs(60), &stop);
+        assert!(matches!(waited, Err(LabError::Stopped)), "{waited:?}");
+        assert!(
+            began.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            began.elapsed()
+        );
+        t.join().unwrap();
+        let began = Instant::now();
+        drop(proxies);
+        assert!(
+            began.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            began.elapsed()
+        );
     }
 
     #[test]

@@ -13,6 +13,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use meshbench_k8s::BlockingClient;
+use meshbench_results::Stop;
 use serde_json::Value;
 
 use crate::pki::{Ca, Usage};
@@ -38,8 +39,9 @@ pub struct ApiServer {
 }
 
 impl ApiServer {
-    /// Starts both in `dir` (data, certificates, logs) and waits until the API server is ready.
-    pub fn start(dir: &Path, k8s_bin: &Path) -> Result<ApiServer, LabError> {
+    /// Starts both in `dir` (data, certificates, logs) and waits until the API server is ready;
+    /// a `stop` ends the wait within 200 ms (and stops both).
+    pub fn start(dir: &Path, k8s_bin: &Path, stop: &Stop) -> Result<ApiServer, LabError> {
         let apiserver_bin = k8s_bin.join("kube-apiserver");
         if !apiserver_bin.is_file() {
             return Err(LabError::Missing {
@@ -129,11 +131,11 @@ impl ApiServer {
             _apiserver: apiserver,
             _etcd: etcd,
         };
-        server.wait_ready()?;
+        server.wait_ready(stop)?;
         Ok(server)
     }
 
-    fn wait_ready(&mut self) -> Result<(), LabError> {
+    fn wait_ready(&mut self, stop: &Stop) -> Result<(), LabError> {
         let deadline = Instant::now() + READY_WITHIN;
         loop {
             if self.client.ready().is_ok() {
@@ -156,8 +158,16 @@ impl ApiServer {
                     log: self._apiserver.log_tail(5),
                 });
             }
-            std::thread::sleep(Duration::from_millis(200));
+            if !stop.sleep(Duration::from_millis(200)) {
+                return Err(LabError::Stopped);
+            }
         }
+    }
+
+    /// Asks etcd and the API server to end, without waiting ([`RoleProcess::terminate`]).
+    pub fn terminate(&self) {
+        self._apiserver.terminate();
+        self._etcd.terminate();
     }
 
     /// Server-side applies every document of `yaml` (a `---` stream), several at a time;
@@ -196,5 +206,12 @@ impl ApiServer {
         Ok(self
             .client
             .service_account_token(namespace, account, audience, TOKEN_LIFETIME)?)
+    }
+}
+
+impl Drop for ApiServer {
+    fn drop(&mut self) {
+        // Both asked at once; the fields' drops then wait for each, overlapping.
+        self.terminate();
     }
 }

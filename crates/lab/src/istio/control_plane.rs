@@ -1,7 +1,7 @@
 //! istiod and the API server it watches ([`ControlPlane`]): started with Istio's CRDs, its
 //! namespace and the gateway's ServiceAccount, ready once istiod has published the mesh's root
 //! certificate; its metrics, whether it still runs, and the time one route change takes to
-//! reach a gateway's Envoy.
+//! reach a gateway's Envoy. Every wait here looks at the caller's stop.
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use meshbench_k8s::k8s_openapi::api::core::v1::{ConfigMap, Namespace, ServiceAccount};
 use meshbench_k8s::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use meshbench_k8s::objects::istio::{HttpMatch, HttpRoute, StringMatch};
+use meshbench_results::Stop;
 
 use super::{
     cache, k8s_bin, objects, unavailable, ApiServer, IstioError, CLUSTER_ID,
@@ -18,7 +19,7 @@ use super::{
 };
 use crate::process::{Placement, RoleProcess};
 use crate::program::envoy::admin::{self, DumpSection};
-use crate::{write_file, LabError};
+use crate::{go_on, write_file, LabError};
 
 /// The ConfigMap istiod publishes the mesh's root certificate in, in every namespace, and
 /// its key.
@@ -28,12 +29,14 @@ const ROOT_CERT_KEY: &str = "root-cert.pem";
 const MESH: &str = "{}\n";
 /// How long istiod may take to become ready and to publish the mesh's root certificate.
 const ISTIOD_WITHIN: Duration = Duration::from_secs(60);
+/// How long one look at istiod's readiness may take: the wait looks at its stop between two.
+const ONE_LOOK: Duration = Duration::from_millis(500);
 
 /// Whether istiod says it is ready: its plain HTTP endpoint (`--httpAddr`) answers `GET
-/// /ready` with 200, within a second to connect and [`ISTIOD_WITHIN`] in all. istiod is not
-/// Envoy: this one probe is its only reader.
+/// /ready` with 200 within [`ONE_LOOK`]. istiod is not Envoy: this one probe is its only
+/// reader.
 fn istiod_ready(http: SocketAddr) -> bool {
-    istiod_reader(ISTIOD_WITHIN)
+    istiod_reader(ONE_LOOK)
         .get(format!("http://{http}/ready"))
         .call()
         .is_ok_and(|answer| answer.status() == 200)
@@ -104,9 +107,10 @@ impl ControlPlane {
     /// Starts the API server and istiod in `dir`, with Istio's CRDs, its namespace and the
     /// gateway's ServiceAccount; returns once istiod is ready and has published its root.
     /// istiod serves its agents (xDS and the CA) on `agents_reach`: loopback for a gateway on
-    /// this machine's loopback, the node's side of a pod's veth for sidecars in pods.
-    pub fn start(dir: &Path, agents_reach: IpAddr) -> Result<ControlPlane, LabError> {
-        Self::start_with(dir, agents_reach, ISTIOD_ENV)
+    /// this machine's loopback, the node's side of a pod's veth for sidecars in pods. A
+    /// `stop` ends the start within a second ([`LabError::Stopped`]; what started is stopped).
+    pub fn start(dir: &Path, agents_reach: IpAddr, stop: &Stop) -> Result<ControlPlane, LabError> {
+        Self::start_with(dir, agents_reach, ISTIOD_ENV, stop)
     }
 
     /// As [`start`](Self::start), with `istiod_env` in place of [`ISTIOD_ENV`] (`&[]`:
@@ -115,6 +119,7 @@ impl ControlPlane {
         dir: &Path,
         agents_reach: IpAddr,
         istiod_env: &[(&str, &str)],
+        stop: &Stop,
     ) -> Result<ControlPlane, LabError> {
         if let Some(e) = unavailable() {
             return Err(e);
@@ -123,8 +128,9 @@ impl ControlPlane {
             path: dir.to_path_buf(),
             source: e,
         })?;
-        let api = ApiServer::start(dir, &k8s_bin())?;
+        let api = ApiServer::start(dir, &k8s_bin(), stop)?;
         api.apply_files(&[cache().join("crd-all.gen.yaml")])?;
+        go_on(stop)?;
         api.client.apply_typed(&Namespace {
             metadata: ObjectMeta {
                 name: Some(NAMESPACE.into()),
@@ -140,6 +146,7 @@ impl ControlPlane {
             },
             ..ServiceAccount::default()
         })?;
+        go_on(stop)?;
 
         let free = || crate::port::free_port().map(|p| SocketAddr::from(([127, 0, 0, 1], p)));
         let (grpc, http, https, monitoring) = (free()?, free()?, free()?, free()?);
@@ -188,7 +195,9 @@ impl ControlPlane {
                     log: istiod.log_tail(5),
                 });
             }
-            std::thread::sleep(Duration::from_millis(200));
+            if !stop.sleep(Duration::from_millis(200)) {
+                return Err(LabError::Stopped);
+            }
         };
         Ok(ControlPlane {
             api,
@@ -227,11 +236,26 @@ impl ControlPlane {
             .map_err(|e| failed(e.to_string()))
     }
 
+    /// Asks istiod, the API server and etcd to end, without waiting
+    /// ([`RoleProcess::terminate`]); dropping the control plane then waits for them.
+    pub fn terminate(&self) {
+        self.istiod.terminate();
+        self.api.terminate();
+    }
+
     /// Whether istiod still runs (why not, if it stopped).
     pub fn istiod_exited(&mut self) -> Option<String> {
         self.istiod
             .exited()
             .map(|s| format!("istiod exited ({s}): {}", self.istiod.log_tail(5)))
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        // All three asked at once; the fields' drops then wait for each (the API server, etcd,
+        // istiod), overlapping.
+        self.terminate();
     }
 }
 
@@ -242,12 +266,14 @@ impl ControlPlane {
     /// istiod's push time for one change, as a user makes one: one more exact-path route on
     /// the first VirtualService of `virtual_services` (a file the lab applied), from the apply
     /// until the gateway's Envoy (admin at `admin`) serves it, read from the one route
-    /// configuration that holds it. The route stays (nothing sends to it).
+    /// configuration that holds it. The route stays (nothing sends to it). A `stop` ends the
+    /// wait ([`LabError::Stopped`]).
     pub fn time_route_change(
         &self,
         admin: SocketAddr,
         virtual_services: &Path,
         limit: Duration,
+        stop: &Stop,
     ) -> Result<Duration, LabError> {
         let text = std::fs::read_to_string(virtual_services).map_err(|e| LabError::Files {
             path: virtual_services.to_path_buf(),
@@ -286,7 +312,9 @@ impl ControlPlane {
             if began.elapsed() > limit {
                 return Err(IstioError::RouteChangeNotServed { domain, limit }.into());
             }
-            std::thread::sleep(Duration::from_millis(10));
+            if !stop.sleep(Duration::from_millis(10)) {
+                return Err(LabError::Stopped);
+            }
         }
     }
 }

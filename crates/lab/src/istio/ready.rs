@@ -259,8 +259,8 @@ pub fn wait_acked(
 
 /// [`wait_acked`] for an agent this lab started (`agent`, its Envoy's admin at `admin` inside
 /// network namespace `netns` when given), with the lab's errors: an exit or a rejection is
-/// the agent's [`LabError::BadConfig`] with the tail of its output, a time limit or a stop
-/// [`LabError::Ack`] naming the agent.
+/// the agent's [`LabError::BadConfig`] with the tail of its output, a time limit
+/// [`LabError::Ack`] naming the agent, a stop [`LabError::Stopped`] (never a success).
 pub fn wait_agent_acked(
     agent: &mut RoleProcess,
     admin: SocketAddr,
@@ -290,7 +290,8 @@ pub fn wait_agent_acked(
                 agent.failure_message()
             ),
         },
-        source @ (AckError::TimedOut { .. } | AckError::Stopped { .. }) => LabError::Ack {
+        AckError::Stopped { .. } => LabError::Stopped,
+        source @ AckError::TimedOut { .. } => LabError::Ack {
             role: agent.name.clone(),
             source,
         },
@@ -301,6 +302,55 @@ pub fn wait_agent_acked(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_stop_ends_the_wait_for_an_ack_as_stopped_never_as_ready() {
+        // An admin nothing answers on: the wait would last its whole minute.
+        let admin = SocketAddr::from(([127, 0, 0, 1], crate::port::free_port().unwrap()));
+        let awaited = Awaited::Sidecar(SidecarExpected::server(8080));
+        let stop = Stop::new();
+        let asker = stop.clone();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            asker.request();
+        });
+        let began = Instant::now();
+        let waited = wait_acked(admin, &awaited, Duration::from_secs(60), &stop, &mut || {
+            None
+        });
+        assert!(
+            began.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            began.elapsed()
+        );
+        t.join().unwrap();
+        assert!(
+            matches!(waited, Err(AckError::Stopped { .. })),
+            "{waited:?}"
+        );
+
+        // An agent's wait says it as the lab's one stop.
+        let dir = tempfile::tempdir().unwrap();
+        let mut cmd = std::process::Command::new("sleep");
+        cmd.arg("30");
+        let place = crate::process::Placement::default();
+        let mut agent = RoleProcess::spawn("agent", cmd, &dir.path().join("log"), &place).unwrap();
+        let began = Instant::now();
+        let waited = wait_agent_acked(
+            &mut agent,
+            admin,
+            None,
+            &awaited,
+            Duration::from_secs(60),
+            &stop,
+        );
+        assert!(matches!(waited, Err(LabError::Stopped)), "{waited:?}");
+        assert!(
+            began.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            began.elapsed()
+        );
+    }
 
     fn expected() -> Expected {
         Expected {

@@ -14,7 +14,7 @@ use crate::program::{Hop, LabProgram, ListenTls, Program, UpstreamTls};
 use crate::LabError;
 use meshbench_results::{
     topology::{Duty, RolePlan},
-    ChainRole, Class, PlayedBy, Topology,
+    ChainRole, Class, PlayedBy, Stop, Topology,
 };
 
 /// The command line that runs the built-in backend (`meshbench backend`) on `listen`.
@@ -144,10 +144,11 @@ impl Rig {
         role: &RolePlan,
         hop: &Hop,
         address: RoleAddress,
+        stop: &Stop,
     ) -> Result<Launch, LabError> {
         let (command, program, config) = match spec.topology {
             Topology::Gateway if spec.gateway.program == Program::Istio => (
-                self.prepare_istio_gateway(spec, hop)?,
+                self.prepare_istio_gateway(spec, hop, stop)?,
                 Program::Istio,
                 spec.dir.join("gateway"),
             ),
@@ -228,13 +229,15 @@ impl Rig {
         Ok((plan, generated))
     }
 
-    /// Starts one role in its cgroup (or pinned to CPUs) and namespace, waits until it accepts,
-    /// and puts it first in the list (roles start from the server side).
+    /// Starts one role in its cgroup (or pinned to CPUs) and namespace, waits until it is
+    /// ready, and puts it first in the list (roles start from the server side). A `stop` ends
+    /// the wait ([`LabError::Stopped`]): the process and its cgroup are gone on return.
     pub(super) fn start_role(
         &mut self,
         spec: &RigSpec,
         cgroups: Option<&Cgroups>,
         launch: Launch,
+        stop: &Stop,
     ) -> Result<(), LabError> {
         let limits = spec.limits(launch.class);
         let limited =
@@ -267,15 +270,21 @@ impl Rig {
         let log = spec.dir.join(format!("{}.log", launch.name));
         let listen = launch.address.addr;
         let process = match launch.ready {
-            Ready::Accepts => {
-                RoleProcess::start(launch.name.name(), launch.command, &log, &place, listen)
-            }
+            Ready::Accepts => RoleProcess::start(
+                launch.name.name(),
+                launch.command,
+                &log,
+                &place,
+                listen,
+                stop,
+            ),
             Ready::ConfiguredByIstio => self.start_istio_agent(
                 launch.name.name(),
                 launch.command,
                 &log,
                 &place,
                 launch.admin,
+                stop,
             ),
             Ready::SidecarConfigured(expected) => self.start_sidecar(
                 launch.name,
@@ -284,6 +293,7 @@ impl Rig {
                 &place,
                 launch.admin,
                 expected,
+                stop,
             ),
         }
         .map_err(|e| match e {

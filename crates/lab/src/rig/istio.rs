@@ -31,8 +31,8 @@ pub struct IstioGateway {
 impl IstioGateway {
     /// One line for the record: how long each part of the configuration took to reach Envoy
     /// (admin at `admin`), how large Envoy's config dump is, and istiod's push time for one
-    /// route added (measured here, before the load).
-    pub fn summary(&self, admin: Option<SocketAddr>) -> String {
+    /// route added (measured here, before the load; a `stop` ends that wait).
+    pub fn summary(&self, admin: Option<SocketAddr>, stop: &Stop) -> String {
         let mut line = format!(
             "istio: istiod ready in {:.1} s; {} routes applied in {:.2} s; Envoy held all of them {} after its agent started",
             self.control_plane.istiod_ready_in.as_secs_f64(),
@@ -52,6 +52,7 @@ impl IstioGateway {
             admin,
             &self.virtual_services,
             Duration::from_secs(60),
+            stop,
         ) {
             Ok(d) => line.push_str(&format!(
                 "; one route added reached Envoy in {:.0} ms",
@@ -112,6 +113,7 @@ impl Rig {
         &mut self,
         spec: &RigSpec,
         hop: &Hop,
+        stop: &Stop,
     ) -> Result<Command, LabError> {
         let out = spec.dir.join("gateway");
         let (plan, generated) = self.write_gateway_plan(spec, hop, &out)?;
@@ -121,8 +123,11 @@ impl Rig {
             .into_iter()
             .filter(|f| f.extension().is_some_and(|e| e == "yaml"))
             .collect();
-        let control_plane =
-            ControlPlane::start(&spec.dir.join("istio"), IpAddr::V4(Ipv4Addr::LOCALHOST))?;
+        let control_plane = ControlPlane::start(
+            &spec.dir.join("istio"),
+            IpAddr::V4(Ipv4Addr::LOCALHOST),
+            stop,
+        )?;
         let began = std::time::Instant::now();
         control_plane.api.apply_files(&objects)?;
         let applied_in = began.elapsed();
@@ -150,7 +155,9 @@ impl Rig {
         Ok(command)
     }
 
-    /// Starts an Istio sidecar's agent and waits until its Envoy holds `expected` (a minute).
+    /// Starts an Istio sidecar's agent and waits until its Envoy holds `expected` (a minute);
+    /// a `stop` ends the wait ([`LabError::Stopped`], the agent stopped).
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn start_sidecar(
         &mut self,
         name: ChainRole,
@@ -159,6 +166,7 @@ impl Rig {
         place: &Placement,
         admin: Option<SocketAddr>,
         expected: ready::SidecarExpected,
+        stop: &Stop,
     ) -> Result<RoleProcess, LabError> {
         let (Some(mesh), Some(admin)) = (self.istio_sidecars.as_mut(), admin) else {
             return Err(IstioError::NoControlPlane("an Istio sidecar").into());
@@ -170,8 +178,7 @@ impl Rig {
             place.netns.as_deref(),
             &ready::Awaited::Sidecar(expected),
             Duration::from_secs(60),
-            // A rig starts whole: nothing asks it to stop half way.
-            &Stop::new(),
+            stop,
         );
         if let Some(why) = mesh.control_plane.istiod_exited() {
             return Err(IstioError::IstiodExited(why).into());
@@ -181,7 +188,8 @@ impl Rig {
     }
 
     /// Starts the Istio gateway's agent and waits until its Envoy holds all the control plane
-    /// should have sent (a minute, and a second more per 1,000 routes).
+    /// should have sent (a minute, and a second more per 1,000 routes); a `stop` ends the wait
+    /// ([`LabError::Stopped`], the agent stopped).
     pub(super) fn start_istio_agent(
         &mut self,
         name: &str,
@@ -189,6 +197,7 @@ impl Rig {
         log: &Path,
         place: &Placement,
         admin: Option<SocketAddr>,
+        stop: &Stop,
     ) -> Result<RoleProcess, LabError> {
         let (Some(istio), Some(admin)) = (self.istio_gateway.as_mut(), admin) else {
             return Err(IstioError::NoControlPlane("the Istio gateway").into());
@@ -201,7 +210,7 @@ impl Rig {
             None,
             &ready::Awaited::Gateway(istio.expected.clone()),
             limit,
-            &Stop::new(),
+            stop,
         );
         if let Some(why) = istio.control_plane.istiod_exited() {
             return Err(IstioError::IstiodExited(why).into());

@@ -4,6 +4,8 @@
 //! cgroup (or pinned with the affinity mask where cgroups cannot be written), optionally in its
 //! own network namespace. The client (meshbench's engine, in this process) talks to [`Rig::entry`].
 //! Dropping the rig stops every process, then removes the cgroups, the namespaces and the files.
+//! Every wait of [`Rig::start`] looks at the run's stop: a stop while the rig starts ends the
+//! start with [`LabError::Stopped`] and the half-started rig is dropped the same way.
 //!
 //! This module holds the rig, its spec and the order of things ([`Rig::start`], [`Drop`]).
 //! What it starts lives beside it: `chain` the chains of processes (the hops, the backend,
@@ -26,10 +28,10 @@ use crate::netns::{Namespaces, RoleNamespace};
 use crate::process::RoleProcess;
 use crate::program::{Program, ProgramSpec};
 use crate::sampler::Watch;
-use crate::{pki, LabError};
+use crate::{go_on, pki, LabError};
 use chain::{backend_launch, hops};
 use meshbench_results::{
-    topology::RolePlan, ChainRole, Class, PeerAuthentication, PlayedBy, Topology,
+    topology::RolePlan, ChainRole, Class, PeerAuthentication, PlayedBy, Stop, Topology,
 };
 
 pub use chain::backend_command;
@@ -293,8 +295,19 @@ pub fn remove_stale() {
 }
 
 impl Rig {
-    /// Starts every role and waits until each accepts connections.
-    pub fn start(spec: &RigSpec) -> Result<Rig, LabError> {
+    /// Starts every role and waits until each is ready. A `stop` asked at any time before
+    /// the rig is whole ends the start within about a second with [`LabError::Stopped`]: the
+    /// half-started rig is dropped, which stops and removes all it had made.
+    pub fn start(spec: &RigSpec, stop: &Stop) -> Result<Rig, LabError> {
+        let rig = Self::start_all(spec, stop)?;
+        // A stop that came while the last wait was ending still stops the start: the step
+        // that asked for the rig is to measure nothing.
+        go_on(stop)?;
+        Ok(rig)
+    }
+
+    fn start_all(spec: &RigSpec, stop: &Stop) -> Result<Rig, LabError> {
+        go_on(stop)?;
         std::fs::create_dir_all(&spec.dir).map_err(|e| LabError::Files {
             path: spec.dir.clone(),
             source: e,
@@ -316,7 +329,7 @@ impl Rig {
             dir: spec.dir.clone(),
         };
         if spec.proxy.program == Program::Istio && spec.topology != Topology::Gateway {
-            rig.start_pods(spec)?;
+            rig.start_pods(spec, stop)?;
             return Ok(rig);
         }
         let cgroups = rig.cgroups(spec);
@@ -348,12 +361,14 @@ impl Rig {
                 spec,
                 cgroups.as_ref(),
                 backend_launch(spec, address, chain.is_empty()),
+                stop,
             )?;
         }
         // The hops, server side first.
         for ((role, hop), address) in chain.iter().zip(&hops).zip(addresses).rev() {
-            let launch = rig.hop_launch(spec, role, hop, address)?;
-            rig.start_role(spec, cgroups.as_ref(), launch)?;
+            go_on(stop)?;
+            let launch = rig.hop_launch(spec, role, hop, address, stop)?;
+            rig.start_role(spec, cgroups.as_ref(), launch, stop)?;
         }
         Ok(rig)
     }
@@ -452,8 +467,18 @@ fn short_prefix(id: &str) -> String {
 
 impl Drop for Rig {
     fn drop(&mut self) {
-        // Processes (and with them their cgroups) first, then the control planes, then the
-        // namespaces (and with them the capture), then the files.
+        // Every process is asked to end at once, so that the waits below (each drop waits
+        // for its own, at most 2 s) overlap. Then the processes (and with them their
+        // cgroups), the control planes, the namespaces (and with them the capture), the files.
+        for r in &self.roles {
+            r.process.terminate();
+        }
+        if let Some(istio) = &self.istio_gateway {
+            istio.control_plane.terminate();
+        }
+        if let Some(mesh) = &self.istio_sidecars {
+            mesh.control_plane.terminate();
+        }
         while let Some(r) = self.roles.pop() {
             drop(r);
         }
@@ -484,6 +509,98 @@ mod tests {
         };
         assert_eq!(workers_for(0, &pinned), 2);
         assert_eq!(workers_for(0, &Limits::default()), 2);
+    }
+
+    /// A baseline rig whose backend is `exe` (it never listens), on loopback (namespaces use
+    /// fixed addresses, which a rig of another test may hold at the same time).
+    fn silent_backend_rig(exe: PathBuf, id: &str, dir: PathBuf) -> RigSpec {
+        RigSpec {
+            topology: Topology::Baseline,
+            proxy: ProgramSpec::from(Program::Envoy),
+            proxy_workers: 1,
+            proxy_mtls: false,
+            proxy_peer_authentication: PeerAuthentication::default(),
+            proxy_istio_telemetry: false,
+            attribution: false,
+            tunnel: ProgramSpec::from(Program::Envoy),
+            tunnel_workers: 1,
+            tunnel_mtls: false,
+            gateway: GatewaySpec {
+                program: Program::Envoy,
+                domains: 1,
+                paths: 1,
+                workers: 1,
+            },
+            backend_exe: exe,
+            backend_args: Vec::new(),
+            proxy_limits: Limits::default(),
+            tunnel_limits: Limits::default(),
+            backend_limits: Limits::default(),
+            http2: false,
+            grpc: false,
+            http3: false,
+            netns: false,
+            id: id.to_string(),
+            dir,
+        }
+    }
+
+    #[test]
+    fn a_stop_while_the_rig_starts_ends_it_and_leaves_nothing_it_made() {
+        let scratch = tempfile::tempdir().unwrap();
+        let pid_file = scratch.path().join("backend.pid");
+        let exe = scratch.path().join("silent-backend");
+        std::fs::write(
+            &exe,
+            format!(
+                "#!/bin/sh\necho $$ > {}\nexec sleep 30\n",
+                pid_file.display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&exe, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let id = format!("{}-stoptest-0", std::process::id());
+        let dir = scratch.path().join("rig");
+        let spec = silent_backend_rig(exe, &id, dir.clone());
+        let stop = Stop::new();
+        let asker = stop.clone();
+        let pid = pid_file.clone();
+        // Asked once the backend runs: the rig is waiting for it to listen.
+        let t = std::thread::spawn(move || {
+            let began = std::time::Instant::now();
+            while !pid.exists() && began.elapsed() < Duration::from_secs(10) {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+            asker.request();
+            std::time::Instant::now()
+        });
+        let started = Rig::start(&spec, &stop);
+        let asked = t.join().unwrap();
+        assert!(
+            matches!(started, Err(LabError::Stopped)),
+            "{:?}",
+            started.err()
+        );
+        assert!(
+            asked.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            asked.elapsed()
+        );
+        let backend = std::fs::read_to_string(&pid_file).unwrap();
+        let backend = format!("/proc/{}", backend.trim());
+        assert!(!Path::new(&backend).exists(), "{backend} still runs");
+        assert!(!dir.exists(), "the rig's files are removed");
+        let named = |d: &str| {
+            std::fs::read_dir(d)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .any(|e| e.file_name().to_string_lossy().contains(&id))
+        };
+        assert!(!named("/var/run/netns"), "a namespace of the rig is left");
+        assert!(!named("/sys/fs/cgroup"), "a cgroup of the rig is left");
     }
 
     #[test]

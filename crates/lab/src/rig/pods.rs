@@ -8,11 +8,11 @@ use std::time::Duration;
 use super::{chain::backend_launch, IstioSidecars, Launch, Ready, Rig, RigSpec, RoleAddress};
 use crate::istio::sidecars::{self, LabPod};
 use crate::istio::{ready, AgentPorts, AgentRole, ControlPlane, IstioError, Workload};
-use crate::LabError;
+use crate::{go_on, LabError};
 use meshbench_k8s::names::{DEFAULT_NAMESPACE, SERVICE_PORT};
 use meshbench_results::{
     topology::{Duty, RolePlan},
-    Class, PeerAuthentication, PlayedBy, Program,
+    Class, PeerAuthentication, PlayedBy, Program, Stop,
 };
 
 impl Rig {
@@ -20,8 +20,9 @@ impl Rig {
     /// leaves from) and the backend's pod, each a network namespace; a sidecar in each pod
     /// the topology puts one in, configured by istiod, its traffic captured by Istio's
     /// iptables. The load goes to the Service's address, as an application's would. The
-    /// baseline has the same pods, no sidecar and no control plane.
-    pub(super) fn start_pods(&mut self, spec: &RigSpec) -> Result<(), LabError> {
+    /// baseline has the same pods, no sidecar and no control plane. A `stop` ends the start
+    /// at its next wait or stage ([`LabError::Stopped`]).
+    pub(super) fn start_pods(&mut self, spec: &RigSpec, stop: &Stop) -> Result<(), LabError> {
         let cgroups = self.cgroups(spec);
         let Some(namespaces) = self.namespaces.as_mut() else {
             return Err(IstioError::NeedsNetns.into());
@@ -48,7 +49,12 @@ impl Rig {
             addr: backend,
             namespace: Some(server_ns.clone()),
         };
-        self.start_role(spec, cgroups.as_ref(), backend_launch(spec, address, false))?;
+        self.start_role(
+            spec,
+            cgroups.as_ref(),
+            backend_launch(spec, address, false),
+            stop,
+        )?;
         if !client.sidecar {
             sidecars::service_rule(
                 &client_ns.netns,
@@ -65,8 +71,10 @@ impl Rig {
                 hint: format!("Istio's capture needs {what}"),
             });
         }
+        go_on(stop)?;
         // istiod serves the pods' agents on the client pod's way to this machine.
-        let control_plane = ControlPlane::start(&spec.dir.join("istio"), client_ns.host_addr)?;
+        let control_plane =
+            ControlPlane::start(&spec.dir.join("istio"), client_ns.host_addr, stop)?;
         let mtls = if spec.proxy_mtls {
             spec.proxy_peer_authentication
         } else {
@@ -82,7 +90,7 @@ impl Rig {
         if let Some(role) = server_sidecar {
             let expected = ready::SidecarExpected::server(port);
             let launch = self.sidecar_launch(spec, &role, &server, &server_ns, expected)?;
-            self.start_role(spec, cgroups.as_ref(), launch)?;
+            self.start_role(spec, cgroups.as_ref(), launch, stop)?;
         }
         if let Some(role) = client_sidecar {
             let host = format!(
@@ -92,9 +100,9 @@ impl Rig {
             );
             let expected = ready::SidecarExpected::client(port, &host, backend);
             let launch = self.sidecar_launch(spec, &role, &client, &client_ns, expected)?;
-            self.start_role(spec, cgroups.as_ref(), launch)?;
+            self.start_role(spec, cgroups.as_ref(), launch, stop)?;
         }
-        self.probe_sidecars(&client_ns.netns)
+        self.probe_sidecars(&client_ns.netns, stop)
     }
 
     /// The sidecar of `pod` (in namespace `ns`), playing `role`: its agent's command, its
@@ -157,16 +165,24 @@ impl Rig {
         })
     }
 
-    /// One request from the client pod to the Service, until it answers 200 (at most 30 s);
-    /// then each sidecar's own counters must show it went through.
-    pub(super) fn probe_sidecars(&mut self, client_netns: &str) -> Result<(), LabError> {
+    /// One request from the client pod to the Service, until it answers 200 (at most 30 s,
+    /// each try at most a second, a `stop` looked at between two); then each sidecar's own
+    /// counters must show it went through.
+    pub(super) fn probe_sidecars(
+        &mut self,
+        client_netns: &str,
+        stop: &Stop,
+    ) -> Result<(), LabError> {
         let began = std::time::Instant::now();
         let status = loop {
-            let answer = sidecars::probe(client_netns, Duration::from_secs(5));
+            go_on(stop)?;
+            let answer = sidecars::probe(client_netns, Duration::from_secs(1));
             match answer {
                 Ok(200) => break 200,
                 _ if began.elapsed() < Duration::from_secs(30) => {
-                    std::thread::sleep(Duration::from_millis(250))
+                    if !stop.sleep(Duration::from_millis(250)) {
+                        return Err(LabError::Stopped);
+                    }
                 }
                 Ok(status) => return Err(IstioError::ProbeStatus(status).into()),
                 Err(e) => return Err(e),

@@ -451,7 +451,16 @@ impl Observer for Progress<'_> {
         if let Some(f) = self.faces {
             f.hub.step_finished(&self.scope(at));
         }
-        if record.failed() {
+        if record.error == Some(StepFailure::StoppedBeforeLoad) {
+            // A stop is not the target's failure: said as what happened, once.
+            eprintln!(
+                "step {}/{} ({}, {}) stopped before its load began: nothing was measured",
+                at.step.index + 1,
+                at.steps,
+                at.step.variant(),
+                at.step.asks(),
+            );
+        } else if record.failed() {
             eprintln!(
                 "step {}/{} ({}, {}) failed: {}",
                 at.step.index + 1,

@@ -267,7 +267,7 @@ fn pump(mut from: TcpStream, mut to: TcpStream, delay: Option<Arc<std::sync::Mut
 #[test]
 fn a_link_delay_and_a_backend_delay_are_each_attributed_where_they_are() {
     let _ = envoy_binary();
-    let rig = Rig::start(&spec("known")).expect("the rig starts");
+    let rig = Rig::start(&spec("known"), &Stop::new()).expect("the rig starts");
     assert!(
         rig.roles.iter().all(|r| r.namespace.is_some()),
         "each role in its own namespace"
@@ -328,7 +328,7 @@ fn a_link_delay_and_a_backend_delay_are_each_attributed_where_they_are() {
 #[ignore = "needs the kernel's sch_netem (tc netem); this machine's kernel has none (`tc qdisc add ... netem`: Specified qdisc kind is unknown)"]
 fn a_netem_delay_on_the_client_s_link_is_attributed_to_that_link() {
     let _ = envoy_binary();
-    let rig = Rig::start(&spec("netem")).expect("the rig starts");
+    let rig = Rig::start(&spec("netem"), &Stop::new()).expect("the rig starts");
     let first = rig
         .roles
         .iter()

@@ -20,7 +20,7 @@ use std::time::Duration;
 use common::*;
 use meshbench_lab::control_plane_cost::{CostSpec, CostStep};
 use meshbench_lab::istio::{self, sidecars};
-use meshbench_results::{MeshScale, ProxyKind, XdsType};
+use meshbench_results::{MeshScale, ProxyKind, Stop, XdsType};
 
 const LIMIT: Duration = Duration::from_secs(400);
 
@@ -211,7 +211,7 @@ fn simulated_gateways_get_every_cluster_change_and_the_step_binds_loopback_only(
         sample_every: Duration::from_millis(250),
     };
     let mut lines = Vec::new();
-    let mut step = CostStep::start(spec, &mut |l| lines.push(l.to_string())).unwrap();
+    let mut step = CostStep::start(spec, &Stop::new(), &mut |l| lines.push(l.to_string())).unwrap();
     let during = listening();
     let new: Vec<_> = during.difference(&before).collect();
     assert!(!new.is_empty(), "istiod and the API server listen");

@@ -120,7 +120,8 @@ fn validate(file: &Path) {
 fn serve(topology: Topology, case: Case, name: &str) -> serde_json::Value {
     envoy_bin();
     let spec = spec(topology, case, name);
-    let rig = Rig::start(&spec).unwrap_or_else(|e| panic!("{name}: the rig did not start: {e}"));
+    let rig = Rig::start(&spec, &meshbench_results::Stop::new())
+        .unwrap_or_else(|e| panic!("{name}: the rig did not start: {e}"));
     let files = bootstraps(&spec.dir);
     let envoys = rig
         .roles

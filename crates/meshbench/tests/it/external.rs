@@ -162,6 +162,7 @@ fn process_exporter_agrees_with_the_cgroup_sampler_on_a_limited_nginx() {
         &dir.join("nginx.log"),
         &place,
         addr,
+        &meshbench_results::Stop::new(),
     )
     .unwrap();
     let group_name = format!("mb-ext-{}", std::process::id());

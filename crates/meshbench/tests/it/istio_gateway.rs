@@ -39,8 +39,12 @@ fn istiod_configures_upstream_envoy_for_the_generated_gateway_and_every_route_an
     installed();
     let began = Instant::now();
     let dir = common::scratch_dir("istio-gen-gateway");
-    let control = ControlPlane::start(&dir.join("control-plane"), [127, 0, 0, 1].into())
-        .unwrap_or_else(|e| panic!("the control plane: {e}"));
+    let control = ControlPlane::start(
+        &dir.join("control-plane"),
+        [127, 0, 0, 1].into(),
+        &meshbench_results::Stop::new(),
+    )
+    .unwrap_or_else(|e| panic!("the control plane: {e}"));
 
     // The gateway, with no Gateway objects yet: its agent and Envoy up.
     let admin = common::free_addr();

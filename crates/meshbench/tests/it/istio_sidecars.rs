@@ -35,7 +35,7 @@ use meshbench_lab::process::{Placement, RoleProcess};
 use meshbench_lab::program::envoy::admin;
 use meshbench_lab::rig::{GatewaySpec, Rig, RigSpec};
 use meshbench_lab::{LabError, Program, ProgramSpec};
-use meshbench_results::{ChainRole, PeerAuthentication, Topology};
+use meshbench_results::{ChainRole, PeerAuthentication, Stop, Topology};
 
 const LIMIT: Duration = Duration::from_secs(300);
 
@@ -202,8 +202,8 @@ fn mutual_tls_is_what_istios_peer_authentication_makes_of_it() {
         (Some(PeerAuthentication::Strict), "strict"),
         (None, "disable"),
     ] {
-        let rig =
-            Rig::start(&spec(Topology::Both, mtls, name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let rig = Rig::start(&spec(Topology::Both, mtls, name), &Stop::new())
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
         let netns = rig.client_netns.clone().expect("the client pod");
         for _ in 0..5 {
             assert_eq!(sidecars::probe(&netns, LIMIT).unwrap(), 200, "{name}");
@@ -215,11 +215,14 @@ fn mutual_tls_is_what_istios_peer_authentication_makes_of_it() {
         }
     }
     // A client without a sidecar sends plaintext, which STRICT refuses: the rig's probe says so.
-    let refused = Rig::start(&spec(
-        Topology::Serveronly,
-        Some(PeerAuthentication::Strict),
-        "strict-plaintext",
-    ));
+    let refused = Rig::start(
+        &spec(
+            Topology::Serveronly,
+            Some(PeerAuthentication::Strict),
+            "strict-plaintext",
+        ),
+        &Stop::new(),
+    );
     let err = refused.err().expect("STRICT refuses plaintext").to_string();
     assert!(err.contains("probe request"), "{err}");
     let leftover: Vec<String> = leftovers(std::process::id())
@@ -236,7 +239,8 @@ fn server_sidecar_with(env: &[(&str, &str)], name: &str) -> Result<Duration, Lab
     let owner = format!("{}-nack-{name}", std::process::id());
     let mut namespaces = Namespaces::new(&owner, &format!("mbk{}", &name[..2]));
     let (client_ns, server_ns) = (namespaces.add(0)?, namespaces.add(1)?);
-    let control = ControlPlane::start_with(&dir.join("istio"), client_ns.host_addr, env)?;
+    let control =
+        ControlPlane::start_with(&dir.join("istio"), client_ns.host_addr, env, &Stop::new())?;
     let client = LabPod {
         app: "client",
         ip: client_ns.addr,
@@ -286,7 +290,7 @@ fn server_sidecar_with(env: &[(&str, &str)], name: &str) -> Result<Duration, Lab
         Some(&server_ns.netns),
         &ready::Awaited::Sidecar(expected),
         Duration::from_secs(60),
-        &meshbench_results::Stop::new(),
+        &Stop::new(),
     );
     drop(agent);
     drop(control);

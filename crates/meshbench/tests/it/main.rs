@@ -45,5 +45,6 @@ mod remote_write;
 mod run_backend;
 mod self_check;
 mod signals;
+mod stop_during_setup;
 mod store_faults;
 mod web;

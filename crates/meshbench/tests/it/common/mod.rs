@@ -186,7 +186,14 @@ impl LabRole {
         dir: &Path,
     ) -> Result<LabRole, LabError> {
         let log = dir.join(format!("{name}.log"));
-        let process = RoleProcess::start(name, cmd, &log, &Placement::default(), addr)?;
+        let process = RoleProcess::start(
+            name,
+            cmd,
+            &log,
+            &Placement::default(),
+            addr,
+            &meshbench_results::Stop::new(),
+        )?;
         Ok(LabRole {
             process: Some(process),
             addr,
