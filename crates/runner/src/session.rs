@@ -112,8 +112,20 @@ pub struct Finished {
 }
 
 impl Finished {
+    /// The steps that failed; not the one a stop caught before its load began.
     pub fn failed(&self) -> usize {
-        self.steps.iter().filter(|s| s.failed()).count()
+        self.steps
+            .iter()
+            .filter(|s| s.failed() && !s.stopped_before_load())
+            .count()
+    }
+
+    /// The step a stop caught while it was set up (0 or 1: the run ends there).
+    pub fn stopped_before_load(&self) -> usize {
+        self.steps
+            .iter()
+            .filter(|s| s.stopped_before_load())
+            .count()
     }
 }
 

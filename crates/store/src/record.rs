@@ -224,6 +224,18 @@ impl StepRecord {
         self.status == StepStatus::Failed
     }
 
+    /// Whether a stop caught the step while it was set up ([`StepFailure::StoppedBeforeLoad`],
+    /// or its words as the store keeps them).
+    pub fn stopped_before_load(&self) -> bool {
+        match &self.error {
+            Some(StepFailure::StoppedBeforeLoad) => true,
+            Some(StepFailure::Recorded(line)) => {
+                *line == StepFailure::StoppedBeforeLoad.to_string()
+            }
+            _ => false,
+        }
+    }
+
     /// Its load point, as tables name it and the analysis groups it: the response size is
     /// known for a rig's step only (a URL or an external server chooses its responses, and
     /// the stored 0 then means not known).

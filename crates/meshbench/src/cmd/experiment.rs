@@ -33,7 +33,7 @@ pub fn execute(args: ExperimentArgs) -> Result<u8> {
             return super::cluster::dry_run(&e, section);
         }
         if let Some(w) = short_steps(&e) {
-            eprintln!("warning: {w}");
+            errln!("warning: {w}");
         }
         // A program the plan needs that is missing, with no fallback: the run would fail
         // those steps, so the plan cannot run here.
@@ -100,7 +100,7 @@ pub fn execute(args: ExperimentArgs) -> Result<u8> {
 pub fn load(file: &Path, set: &[String], provision: Provision) -> Result<Experiment> {
     let mut e = meshbench_experiment::load(file, set).map_err(|err| usage(err.to_string()))?;
     for note in &e.old_words {
-        eprintln!("note: {}: {note}", file.display());
+        errln!("note: {}: {note}", file.display());
     }
     announce_stand_ins(&mut e, provision);
     let problems = meshbench_runner::external::request_problems(&e);
@@ -139,7 +139,7 @@ pub fn short_steps(e: &Experiment) -> Option<String> {
 /// nginx where it cannot be installed).
 pub fn announce_stand_ins(e: &mut Experiment, provision: Provision) {
     for note in meshbench_runner::setup::stand_ins(e, provision) {
-        eprintln!("note: {note}");
+        errln!("note: {note}");
     }
 }
 
@@ -165,11 +165,11 @@ fn live_report(store_path: &Path, id: i64) -> Option<String> {
         .and_then(|store| super::report::write(&store, &id.to_string(), None, &dir));
     match written {
         Ok(w) => {
-            eprintln!("report: {}", w.html.display());
+            errln!("report: {}", w.html.display());
             Some(w.html.display().to_string())
         }
         Err(e) => {
-            eprintln!("warning: no HTML report for the live page: {e:#}");
+            errln!("warning: no HTML report for the live page: {e:#}");
             None
         }
     }
@@ -194,10 +194,10 @@ pub fn run(
     // cannot be opened: the run stops at once with that store's one line.
     if Store::open(store_path).is_ok() {
         if let Some(w) = short_steps(e) {
-            eprintln!("warning: {w}");
+            errln!("warning: {w}");
         }
         for missing in meshbench_runner::setup::missing_programs(e) {
-            eprintln!("warning: {missing}; the steps that need it will fail");
+            errln!("warning: {missing}; the steps that need it will fail");
         }
     }
     let mut progress = Progress::new(quiet, &e.name, store_path);
@@ -230,8 +230,12 @@ pub fn print_finished(done: &Finished) {
     let records: Vec<&StepRecord> = done.steps.iter().collect();
     out!("{}", tables(&records));
     let _ = std::io::stdout().flush();
-    eprintln!(
-        "experiment {} {} in {}: {} steps stored, {} failed; `{}`",
+    let stopped = match done.stopped_before_load() {
+        0 => String::new(),
+        n => format!(", {n} stopped before its load"),
+    };
+    errln!(
+        "experiment {} {} in {}: {} steps stored, {} failed{stopped}; `{}`",
         done.id,
         done.status,
         human_secs(done.elapsed.as_secs_f64()),
@@ -410,7 +414,7 @@ impl<'a> Progress<'a> {
 
 impl Observer for Progress<'_> {
     fn experiment_started(&mut self, id: i64, steps: usize, secs: f64) {
-        eprintln!(
+        errln!(
             "experiment {id} '{}': {steps} steps, about {}; results in {}",
             self.name,
             human_secs(secs),
@@ -438,12 +442,12 @@ impl Observer for Progress<'_> {
 
     fn warning(&mut self, text: &str) {
         self.clear();
-        eprintln!("warning: {text}");
+        errln!("warning: {text}");
     }
 
     fn note(&mut self, text: &str) {
         self.clear();
-        eprintln!("{text}");
+        errln!("{text}");
     }
 
     fn step_finished(&mut self, at: &StepAt, record: &StepRecord) {
@@ -453,7 +457,7 @@ impl Observer for Progress<'_> {
         }
         if record.error == Some(StepFailure::StoppedBeforeLoad) {
             // A stop is not the target's failure: said as what happened, once.
-            eprintln!(
+            errln!(
                 "step {}/{} ({}, {}) stopped before its load began: nothing was measured",
                 at.step.index + 1,
                 at.steps,
@@ -461,7 +465,7 @@ impl Observer for Progress<'_> {
                 at.step.asks(),
             );
         } else if record.failed() {
-            eprintln!(
+            errln!(
                 "step {}/{} ({}, {}) failed: {}",
                 at.step.index + 1,
                 at.steps,
