@@ -6,8 +6,9 @@
 # On a new machine the time goes to the installs' Go builds and to the Rust build, so they run
 # side by side: scripts/install-deps.sh starts first, in the background (its Debian packages,
 # then its downloads and its Go builds at `nice -n 10`), while fmt, clippy and the tests' build
-# run in the foreground. Clippy and the tests build with the `suite` profile (Cargo.toml says
-# what it optimises and why), so that they share its build scripts and procedural macros.
+# run in the foreground. Clippy and the tests build with the release profile (Cargo.toml says
+# what it optimises and why): they share its build scripts and procedural macros, and the tests
+# share the rest with `cargo run --release -- demo`.
 #
 # Then the tests, in three groups:
 #   1. the unit tests of every crate and the integration tests beside them, in parallel;
@@ -35,9 +36,9 @@ installs=$!
 trap 'kill -- -$installs 2>/dev/null || true' EXIT
 
 cargo fmt --all -- --check
-cargo clippy --workspace --all-targets --locked --profile suite -- -D warnings
+cargo clippy --workspace --all-targets --locked --release -- -D warnings
 lap "clippy done"
-cargo test --workspace --profile suite --locked --no-run
+cargo test --workspace --release --locked --no-run
 lap "the tests built"
 
 # The black-box tests (crates/meshbench/tests/it) that only check behaviour: what a command
@@ -53,7 +54,7 @@ failed=0
 run_tests() {
   local name=$1
   shift
-  if ! TMPDIR="$scratch" RUSTC_BOOTSTRAP=1 cargo test --profile suite --locked --no-fail-fast "$@" \
+  if ! TMPDIR="$scratch" RUSTC_BOOTSTRAP=1 cargo test --release --locked --no-fail-fast "$@" \
     -Z unstable-options --report-time 2>&1 | tee "$scratch/times/$name.log"; then
     failed=1
   fi
