@@ -48,13 +48,15 @@ BESIDE=(backend bad_input envoy_admin grafana grafana_panels install_envoy istio
 
 failed=0
 # `--report-time` (each test's time) is a libtest option behind `-Z unstable-options`, which a
-# stable test binary accepts when RUSTC_BOOTSTRAP=1 is in its environment. It is set for the
-# test binaries' runs only: everything is built above, without it.
+# stable test binary accepts when RUSTC_BOOTSTRAP=1 is in its environment. It is given to the test
+# binaries only, through cargo's runner: in cargo's own environment it would reach the build
+# scripts that probe the compiler, and cargo would build everything again.
 # run_tests NAME CARGO-ARGS... -- TEST-ARGS...
 run_tests() {
   local name=$1
   shift
-  if ! TMPDIR="$scratch" RUSTC_BOOTSTRAP=1 cargo test --release --locked --no-fail-fast "$@" \
+  if ! TMPDIR="$scratch" cargo test --release --locked --no-fail-fast \
+    --config "target.'cfg(all())'.runner = ['env', 'RUSTC_BOOTSTRAP=1']" "$@" \
     -Z unstable-options --report-time 2>&1 | tee "$scratch/times/$name.log"; then
     failed=1
   fi
