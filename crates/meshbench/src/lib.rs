@@ -205,7 +205,8 @@ pub fn main_with(args: impl IntoIterator<Item = OsString>) -> u8 {
                 }
                 _ => {}
             }
-            errln!("meshbench: {}", parse_error_line(&e, &args));
+            // One line, as every refusal is (tests hold it): not broken to fit.
+            eprintln!("meshbench: {}", parse_error_line(&e, &args));
             return exit::USAGE;
         }
     };
@@ -222,7 +223,9 @@ pub fn main_with(args: impl IntoIterator<Item = OsString>) -> u8 {
                     let _ = out.write_all(json.as_bytes()).and_then(|()| out.flush());
                 }
             }
-            errln!("meshbench: {e:#}");
+            // The error's one line (what was wrong, what to do), whole: scripts and tests read
+            // it as one line, so it is not broken to fit 120 columns.
+            eprintln!("meshbench: {e:#}");
             if e.downcast_ref::<UsageError>().is_some() {
                 exit::USAGE
             } else if let Some(stopped) = e.downcast_ref::<Interrupted>() {

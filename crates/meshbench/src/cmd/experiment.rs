@@ -100,7 +100,8 @@ pub fn execute(args: ExperimentArgs) -> Result<u8> {
 pub fn load(file: &Path, set: &[String], provision: Provision) -> Result<Experiment> {
     let mut e = meshbench_experiment::load(file, set).map_err(|err| usage(err.to_string()))?;
     for note in &e.old_words {
-        errln!("note: {}: {note}", file.display());
+        // A note is one line: tests and scripts collect the `note:` lines.
+        eprintln!("note: {}: {note}", file.display());
     }
     announce_stand_ins(&mut e, provision);
     let problems = meshbench_runner::external::request_problems(&e);
@@ -139,7 +140,7 @@ pub fn short_steps(e: &Experiment) -> Option<String> {
 /// nginx where it cannot be installed).
 pub fn announce_stand_ins(e: &mut Experiment, provision: Provision) {
     for note in meshbench_runner::setup::stand_ins(e, provision) {
-        errln!("note: {note}");
+        eprintln!("note: {note}");
     }
 }
 
@@ -232,7 +233,7 @@ pub fn print_finished(done: &Finished) {
     let _ = std::io::stdout().flush();
     let stopped = match done.stopped_before_load() {
         0 => String::new(),
-        n => format!(", {n} stopped before its load"),
+        n => format!(", {n} not measured (set up when the stop came)"),
     };
     errln!(
         "experiment {} {} in {}: {} steps stored, {} failed{stopped}; `{}`",
@@ -458,7 +459,7 @@ impl Observer for Progress<'_> {
         if record.error == Some(StepFailure::StoppedBeforeLoad) {
             // A stop is not the target's failure: said as what happened, once.
             errln!(
-                "step {}/{} ({}, {}) stopped before its load began: nothing was measured",
+                "step {}/{} ({}, {}) stopped before its load: nothing measured",
                 at.step.index + 1,
                 at.steps,
                 at.step.variant(),

@@ -195,7 +195,7 @@ fn answered(run: Run, sent: Instant, started: &[Proc], store: &str) -> (Duration
     assert!(
         said.len() == 1
             && said[0].starts_with("step 1/1 (")
-            && said[0].ends_with(") stopped before its load began: nothing was measured"),
+            && said[0].ends_with(") stopped before its load: nothing measured"),
         "one line says the step was stopped; {what}"
     );
     assert!(
