@@ -69,7 +69,7 @@ done
 lap "the downloads done"
 # 1. Unit tests and the small integration tests, each binary's tests in parallel threads.
 run_tests units --workspace --exclude meshbench --
-run_tests units-bin -p meshbench --lib --bins --
+run_tests units-bin -p meshbench --lib --
 lap "unit tests done"
 # 2. Behaviour-only black-box tests, two at a time, beside the installs.
 filters=()
