@@ -297,13 +297,7 @@ mod tests {
     fn a_place_that_fails_fails_its_step_with_its_reason_and_nothing_is_measured() {
         let e = parse("t.yaml", "name: t\ntopologies: [baseline]\n", &[]).unwrap();
         let plan = Plan::compile(&e);
-        let at = StepAt {
-            step: &plan.steps[0],
-            steps: 1,
-            step_secs: 1.0,
-            left_after_secs: 0.0,
-            service_at_lower_load_us: None,
-        };
+        let at = StepAt::only(&plan.steps[0]);
         let stop = Stop::new();
         let step = StepContext {
             e: &e,

@@ -24,7 +24,19 @@ pub struct StepAt<'a> {
     pub service_at_lower_load_us: Option<u64>,
 }
 
-impl StepAt<'_> {
+impl<'a> StepAt<'a> {
+    /// `step` as the only step of a plan, one second long: what the unit tests of a place ask.
+    #[cfg(test)]
+    pub(crate) fn only(step: &'a Step) -> StepAt<'a> {
+        StepAt {
+            step,
+            steps: 1,
+            step_secs: 1.0,
+            left_after_secs: 0.0,
+            service_at_lower_load_us: None,
+        }
+    }
+
     /// How a warning names the step: `step 3/12 (serveronly)`.
     pub fn tag(&self, variant: &str) -> String {
         format!("step {}/{} ({variant})", self.step.index + 1, self.steps)

@@ -270,13 +270,7 @@ mod tests {
             variant,
             load,
         };
-        let at = StepAt {
-            step: &plan.steps[0],
-            steps: 1,
-            step_secs: 1.0,
-            left_after_secs: 0.0,
-            service_at_lower_load_us: None,
-        };
+        let at = StepAt::only(&plan.steps[0]);
         let stop = Stop::new();
         stop.request();
         let step = StepContext {

@@ -152,13 +152,7 @@ fn realise_stopped(e: &Experiment, after: Duration) -> (Result<(), StepFailure>,
     let stop = Stop::new();
     let site = site(e, &stop);
     let plan = Plan::compile(e);
-    let at = StepAt {
-        step: &plan.steps[0],
-        steps: 1,
-        step_secs: 1.0,
-        left_after_secs: 0.0,
-        service_at_lower_load_us: None,
-    };
+    let at = StepAt::only(&plan.steps[0]);
     let step = StepContext {
         e,
         at: &at,
