@@ -162,10 +162,26 @@ fn parse_error_line(e: &clap::Error, args: &[OsString]) -> String {
     .flatten()
     .collect();
     if !suggested.is_empty() {
+        // The suggestion says more than the list of every value allowed.
+        if let Some(at) = line.find(" [possible values: ") {
+            if let Some(end) = line[at..].find(']') {
+                line.replace_range(at..at + end + 1, "");
+            }
+        }
         let quoted: Vec<String> = suggested.iter().map(|s| format!("'{s}'")).collect();
         line.push_str(&format!("; did you mean {}?", quoted.join(" or ")));
     }
-    format!("{line} (see `{} --help`)", command_path(args))
+    // Within 120 columns: clap's longest phrasing shortened, and no pointer to the help where
+    // the line already lists what is allowed.
+    let line = line.replace(
+        "the following required arguments were not provided:",
+        "missing",
+    );
+    if line.contains("[possible values: ") {
+        line
+    } else {
+        format!("{line} (see `{} --help`)", command_path(args))
+    }
 }
 
 /// The (sub)command the words of `args` name, as typed: `meshbench results show`.

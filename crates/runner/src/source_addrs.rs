@@ -134,13 +134,17 @@ pub fn check(
         ));
     }
     for &ip in sources {
-        if let Err(e) = bindable(ip) {
-            return Err(bad(
-                &ip.to_string(),
-                format_args!(
-                    "not an address of this machine ({e}); add it (ip addr add {ip} dev IFACE) or give one it has"
-                ),
-            ));
+        match bindable(ip) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AddrNotAvailable => {
+                return Err(bad(
+                    &ip.to_string(),
+                    format_args!(
+                        "not an address of this machine; add it (ip addr add {ip} dev IFACE)"
+                    ),
+                ));
+            }
+            Err(e) => return Err(bad(&ip.to_string(), format_args!("cannot bind it: {e}"))),
         }
     }
     Ok(())

@@ -66,7 +66,7 @@ pub fn open_store(s: &StoreArg) -> Result<Store> {
         .unwrap_or_else(meshbench_store::default_path);
     if !path.exists() {
         return Err(usage(format!(
-            "no results store at {}; run `meshbench experiment FILE` first or give --store",
+            "no results store at {}; run `meshbench experiment FILE` or give --store",
             path.display()
         )));
     }

@@ -421,6 +421,10 @@ fn bad_flags_get_one_line_and_exit_code_2() {
         );
         assert!(err.starts_with("meshbench: "), "{name}: {err}");
         assert!(
+            err.trim_end().chars().count() <= 120,
+            "{name}: within 120 columns: {err:?}"
+        );
+        assert!(
             err.contains(needle),
             "{name}: expected {needle:?} in {err:?}"
         );
@@ -528,10 +532,7 @@ fn a_malformed_targets_file_names_line_and_column() {
             "GET http://127.0.0.1:1/\nX-Ok: 1\n  not a header\n",
             "line 3, column 3",
         ),
-        (
-            "GET http://127.0.0.1:1/{1..\n",
-            "line 1: invalid URL template",
-        ),
+        ("GET http://127.0.0.1:1/{1..\n", "line 1: invalid template"),
         ("# nothing\n", "holds no request"),
         ("X-Early: 1\nGET http://127.0.0.1:1/\n", "line 1, column 1"),
     ];
@@ -666,6 +667,7 @@ fn an_unknown_flag_gets_a_suggestion_and_its_commands_help() {
         let err = stderr(&out);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
         assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.trim_end().chars().count() <= 120, "{args:?}: {err}");
         assert!(err.contains(&format!("'{suggested}'")), "{args:?}: {err}");
         assert!(err.contains(help), "{args:?}: {err}");
     }

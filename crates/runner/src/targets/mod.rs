@@ -174,7 +174,7 @@ fn expand(sources: &[Source], protocol: Protocol) -> Result<(Vec<Template>, u64)
     for src in sources {
         let t = Template::parse(&src.url).map_err(|e| {
             LoadError::new(format!(
-                "{}: invalid URL template '{}': {e}",
+                "{}: invalid template '{}': {e}",
                 src.origin, src.url
             ))
         })?;
@@ -204,7 +204,7 @@ fn expand(sources: &[Source], protocol: Protocol) -> Result<(Vec<Template>, u64)
 fn parse_url(src: &Source, text: &str, scheme: &mut Option<String>) -> Result<url::Url> {
     let url = url::Url::parse(text).map_err(|e| {
         LoadError::new(format!(
-            "{}: invalid URL '{text}': {e}; give a full URL such as http://127.0.0.1:8080/",
+            "{}: invalid URL '{text}': {e}; e.g. http://127.0.0.1:8080/",
             src.origin
         ))
     })?;
@@ -441,8 +441,13 @@ fn resolve(host: &str, port: u16, connect_to: &[ConnectTo]) -> Result<SocketAddr
     let addrs: Vec<SocketAddr> = (lookup, to_port)
         .to_socket_addrs()
         .map_err(|e| {
+            // The resolver's own words, less std's preamble: "Name or service not known".
+            let why = e.to_string();
+            let why = why
+                .strip_prefix("failed to lookup address information: ")
+                .unwrap_or(&why);
             LoadError::new(format!(
-                "cannot resolve host '{to_host}': {e}; check the name, give an IP address, or map it with --connect-to {host}:{port}:ADDR:PORT"
+                "cannot resolve host '{to_host}' ({why}); use an IP or --connect-to"
             ))
         })?
         .collect();

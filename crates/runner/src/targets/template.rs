@@ -160,7 +160,7 @@ fn parse_group(text: &str, open: usize, inner: &str) -> Result<Part, TemplateErr
             return Err(err(
                 text,
                 open,
-                &format!("'{{{inner}}}': the range ends before it starts"),
+                &format!("the range {{{inner}}} ends before it starts"),
             ));
         }
         let width = if a.len() > 1 && a.starts_with('0') {
