@@ -150,7 +150,7 @@ lap "all tests done"
 echo "test.sh: the ten slowest tests:" >&2
 cat "$scratch"/times/*.log \
   | sed -n 's/^test \(.*\) \.\.\. [a-zA-Z]* <\([0-9.]*\)s>$/\2 \1/p' \
-  | sort -rn | head -10 | awk '{ printf "  %7.1f s  %s\n", $1, $2 }' >&2
+  | sort -rn | awk 'NR <= 10 { printf "  %7.1f s  %s\n", $1, $2 }' >&2
 
 if ! ls "$scratch"/times/*.failed >/dev/null 2>&1; then
   rm -rf "$scratch"

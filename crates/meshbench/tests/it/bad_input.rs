@@ -152,7 +152,7 @@ fn bad_flags_get_one_line_and_exit_code_2() {
             &["run", "http://127.0.0.1:1/", "--targets", "/tmp/t.txt"],
             "cannot be used with",
         ),
-        ("no URL and no targets file", &["run"], "required"),
+        ("no URL and no targets file", &["run"], "missing <URL>"),
         (
             "gen gateway without a backend",
             &["gen", "gateway", "--for", "nginx", "--out", "/tmp/x"],

@@ -112,9 +112,9 @@ fn missing(u: &Value) -> Vec<String> {
 
 /// The warnings about the steps: the plan's own (a duration too short for a verdict, which
 /// these short tests choose) left out.
-fn warnings(stderr: &str) -> Vec<&str> {
-    stderr
-        .lines()
+fn warnings(stderr: &str) -> Vec<String> {
+    common::messages(stderr)
+        .into_iter()
         .filter(|l| l.starts_with("warning:") && !l.contains("too short"))
         .collect()
 }

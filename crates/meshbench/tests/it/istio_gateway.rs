@@ -205,10 +205,17 @@ fn an_experiment_measures_the_gateway_istiod_configured() {
     let err = stderr(&out);
     assert!(out.status.success(), "{err}");
     assert!(!err.contains("failed:"), "{err}");
-    let note = err
-        .lines()
-        .find(|l| l.starts_with("istio: istiod ready in"))
+    // The line and its continuations (stderr is wrapped at 120 columns, with a hanging indent).
+    let lines: Vec<&str> = err.lines().collect();
+    let first = lines
+        .iter()
+        .position(|l| l.starts_with("istio: istiod ready in"))
         .unwrap_or_else(|| panic!("no control-plane line: {err}"));
+    let note = std::iter::once(&lines[first])
+        .chain(lines[first + 1..].iter().take_while(|l| l.starts_with(' ')))
+        .map(|l| l.trim())
+        .collect::<Vec<_>>()
+        .join(" ");
     assert!(
         note.contains(&format!("{} routes applied", DOMAINS * PATHS))
             && note.contains("config dump")

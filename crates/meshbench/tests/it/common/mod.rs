@@ -433,6 +433,23 @@ pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).to_string()
 }
 
+/// The messages of a stderr, each line joined with its continuations: the binary wraps what it
+/// says at 120 columns with a two-space hanging indent (issue 47), so one message can take
+/// several lines.
+pub fn messages(stderr: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for line in stderr.lines() {
+        match out.last_mut() {
+            Some(last) if line.starts_with("  ") => {
+                last.push(' ');
+                last.push_str(line.trim_start());
+            }
+            _ => out.push(line.to_string()),
+        }
+    }
+    out
+}
+
 pub fn u(v: &serde_json::Value, path: &str) -> u64 {
     v.pointer(path)
         .and_then(|x| x.as_u64())
