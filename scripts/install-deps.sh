@@ -73,11 +73,11 @@ part web-test "$scripts_dir/install-web-test.sh"
 part envoy "$scripts_dir/install-envoy.sh"
 # fortio, an independent gRPC peer for tests/it/grpc.rs (built once from its Go module).
 part fortio "$scripts_dir/install-fortio.sh"
-# A Kubernetes cluster for the k8s tests: kube-apiserver, kube-controller-manager,
-# kube-scheduler, kubelet, kube-proxy (built once from Go modules, then cached).
+# A Kubernetes cluster for the k8s tests (kube-apiserver, kube-controller-manager,
+# kube-scheduler, kubelet, kube-proxy), and istiod (pilot-discovery) and pilot-agent: built once
+# from one Go module (deploy/go), then cached. Their Go builds take turns (scripts/build-go.sh
+# holds a lock), the second finding what both use already compiled.
 part k8s "$scripts_dir/install-k8s.sh"
-# istiod (pilot-discovery) and pilot-agent (built once from istio.io/istio at a pinned
-# pseudo-version, then cached).
 part istio "$scripts_dir/install-istio.sh"
 failed=()
 for name in istio-plotter web-test envoy fortio k8s istio; do

@@ -3,10 +3,10 @@
 # (crates/meshbench/tests/it/common/cluster.rs starts and stops it):
 #  - Debian's etcd-server, containerd, runc, the CNI plugins (bridge, host-local, loopback),
 #    iptables and conntrack (kube-proxy), at pinned versions;
-#  - kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kube-proxy built from a
-#    Go module that requires k8s.io/kubernetes v1.34.2 with every k8s.io staging module replaced
-#    by its published v0.34.2, cached in $K8S_BIN (default /var/cache/meshbench/k8s/v1.34.2/bin);
-#    only the missing ones are built (all five at once: about 10 minutes the first time);
+#  - kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kube-proxy built by
+#    scripts/build-go.sh from deploy/go, which requires k8s.io/kubernetes v1.36.1 with every
+#    k8s.io staging module replaced by its published v0.36.1, cached in $K8S_BIN (default
+#    /var/cache/meshbench/k8s/v1.36.1/bin); only the missing ones are built;
 #  - the node's sandbox ("pause") image, deploy/pause/pause.c built static and packaged by
 #    scripts/oci-archive.sh as $K8S_CACHE/images/pause.tar (the node needs no registry).
 # No service is started: the packages' own etcd and containerd stay off (the tests start theirs).
@@ -14,9 +14,9 @@
 # every Debian package first, then builds beside the other parts).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-VERSION=1.34.2
-K8S_CACHE=${K8S_CACHE:-/var/cache/meshbench/k8s/v$VERSION}
-K8S_BIN=${K8S_BIN:-$K8S_CACHE/bin}
+VERSION=$(awk '$1 == "k8s.io/kubernetes" { print $2 }' deploy/go/go.mod)
+K8S_CACHE=${K8S_CACHE:-/var/cache/meshbench/k8s/$VERSION}
+export K8S_BIN=${K8S_BIN:-$K8S_CACHE/bin}
 DEBS="etcd-server=3.4.23-4+b4 containerd=1.6.20~ds1-1+deb12u3 runc=1.1.5+ds1-1+deb12u1
   containernetworking-plugins=1.1.1+ds1-3+b5 iptables=1.8.9-2 conntrack=1:1.4.7-1+b2
   podman=4.3.1+ds1-8+deb12u1+b3"
@@ -50,49 +50,5 @@ if [ ! -s "$PAUSE" ] || [ deploy/pause/pause.c -nt "$PAUSE" ]; then
   rm -rf "$ROOT"
 fi
 
-BINARIES="kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy"
-build=()
-for b in $BINARIES; do [ -x "$K8S_BIN/$b" ] || build+=("$b"); done
-[ ${#build[@]} -gt 0 ] || exit 0
-command -v go >/dev/null || { echo "install-k8s: go is needed to build ${build[*]}" >&2; exit 1; }
-WORK=$(mktemp -d /tmp/meshbench-k8s-build.XXXXXX)
-trap 'rm -rf "$WORK"' EXIT
-STAGING="api apiextensions-apiserver apimachinery apiserver cli-runtime client-go cloud-provider
-  cluster-bootstrap code-generator component-base component-helpers controller-manager cri-api
-  cri-client csi-translation-lib dynamic-resource-allocation endpointslice externaljwt kms
-  kube-aggregator kube-controller-manager kube-proxy kube-scheduler kubectl kubelet metrics
-  mount-utils pod-security-admission sample-apiserver sample-cli-plugin sample-controller"
-{
-  echo "module meshbench.test/k8s"
-  echo
-  echo "go 1.24"
-  echo
-  echo "require k8s.io/kubernetes v$VERSION"
-  echo
-  echo "replace ("
-  for m in $STAGING; do echo "	k8s.io/$m => k8s.io/$m v0.${VERSION#1.}"; done
-  echo ")"
-} > "$WORK/go.mod"
-{
-  echo "//go:build tools"
-  echo
-  echo "package tools"
-  echo
-  echo "import ("
-  for b in $BINARIES; do echo "	_ \"k8s.io/kubernetes/cmd/$b/app\""; done
-  echo ")"
-} > "$WORK/tools.go"
-cd "$WORK"
-echo "install-k8s: resolving k8s.io/kubernetes v$VERSION (first time: several minutes)" >&2
-go mod tidy >/dev/null 2>"$WORK/tidy.log" || { cat "$WORK/tidy.log" >&2; exit 1; }
-mkdir -p "$K8S_BIN"
-echo "install-k8s: building ${build[*]} (about 10 minutes for all five)" >&2
-pkgs=()
-for b in "${build[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$b"); done
-# Into a scratch directory first: a build cut short leaves no binary that looks complete.
-mkdir -p "$WORK/out"
-# No symbol table nor DWARF (-s -w): a faster link and smaller binaries; stack traces still name
-# functions and lines (from the runtime's own tables).
-nice -n 10 go build -ldflags="-s -w" -o "$WORK/out/" "${pkgs[@]}"
-for b in "${build[@]}"; do mv "$WORK/out/$b" "$K8S_BIN/$b"; done
-echo "install-k8s: $K8S_BIN ready" >&2
+# The five binaries, from deploy/go (shared with istiod's build: scripts/build-go.sh says why).
+exec scripts/build-go.sh k8s

@@ -14,10 +14,11 @@
 # Then the tests, in four groups, each test's time reported and the ten slowest listed at the end:
 #   1. the unit tests of every crate and the integration tests beside them, in parallel;
 #   2. the black-box tests that only check behaviour and need nothing the Go builds make, two at
-#      a time, while the installs may still be building;
+#      a time while the installs are still building, or else at the end of istiod's lane (3.);
 #   3. after the installs, two lanes side by side, each one test at a time: the tests that start
 #      a Kubernetes node (they take its lock in turn), and those that only check behaviour
-#      through istiod; nothing in either asserts a time or a CPU figure that the other would move;
+#      through istiod, then group 2 if it waited; nothing in either lane asserts a time or a CPU
+#      figure that the other would move;
 #   4. everything else, one at a time with nothing beside it: the tests that measure latency,
 #      rates or CPU, or look at the whole machine (its sockets, its network namespaces).
 # A module is named in a group only if every test in it belongs there; a new module goes to the
@@ -120,10 +121,16 @@ lap "the downloads done"
 # 1. Unit tests and the small integration tests, each binary's tests in parallel threads.
 run_tests units units
 lap "unit tests done"
-# 2. Behaviour-only black-box tests, two at a time, beside the installs.
-mapfile -t args < <(filters "" "${BESIDE[@]}"; filters --skip "${NODE[@]}" "${ISTIOD[@]}")
-run_tests beside it --test-threads=2 "${args[@]}"
-lap "behaviour tests done"
+# 2. Behaviour-only black-box tests: two at a time beside the installs, if they still run;
+# otherwise in istiod's lane once its own tests are done (below), which ends minutes before the
+# node's.
+mapfile -t beside < <(filters "" "${BESIDE[@]}"; filters --skip "${NODE[@]}" "${ISTIOD[@]}")
+beside_later=1
+if kill -0 "$installs" 2>/dev/null; then
+  run_tests beside it --test-threads=2 "${beside[@]}"
+  lap "behaviour tests done"
+  beside_later=
+fi
 if ! wait "$installs"; then
   echo "test.sh: the installs failed (the tests that need them will fail too):" >&2
   echo "installs" > "$scratch/times/installs.failed"
@@ -137,7 +144,10 @@ mapfile -t args < <(filters "" "${NODE[@]}")
 run_tests node it --test-threads=1 "${args[@]}" > "$scratch/node.out" &
 node_lane=$!
 mapfile -t args < <(filters "" "${ISTIOD[@]}")
-run_tests istiod it --test-threads=1 "${args[@]}" > "$scratch/istiod.out" &
+{
+  run_tests istiod it --test-threads=1 "${args[@]}"
+  [ -z "$beside_later" ] || run_tests beside it --test-threads=1 "${beside[@]}"
+} > "$scratch/istiod.out" &
 istiod_lane=$!
 wait "$node_lane" "$istiod_lane" || true
 cat "$scratch/node.out" "$scratch/istiod.out"

@@ -44,7 +44,7 @@ pub use control_plane::{istiod_command, ControlPlane, IstiodAddrs, PROBE_PATH};
 /// The istio.io/istio pseudo-version scripts/install-istio.sh builds.
 pub const VERSION: &str = "v0.0.0-20260827124520-eed52ebb66ad";
 /// The Kubernetes release scripts/install-k8s.sh builds.
-pub const K8S_VERSION: &str = "v1.34.2";
+pub const K8S_VERSION: &str = "v1.36.1";
 /// Istio's own namespace: istiod, the gateway, its Secrets and the routes.
 pub const NAMESPACE: &str = "istio-system";
 /// The Kubernetes cluster id istiod and the proxy agree on.
@@ -161,4 +161,23 @@ pub fn version() -> String {
         .filter(|o| o.status.success())
         .map(|o| format!("istio {}", String::from_utf8_lossy(&o.stdout).trim()))
         .unwrap_or_else(|| format!("istio {VERSION} ({} did not answer)", agent.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    /// The versions the lab looks for are those scripts/build-go.sh builds from deploy/go.
+    #[test]
+    fn the_versions_are_deploy_gos() {
+        let go_mod = include_str!("../../../../deploy/go/go.mod");
+        let required = |module: &str| {
+            go_mod
+                .lines()
+                .map(str::split_whitespace)
+                .find_map(|mut words| (words.next() == Some(module)).then(|| words.next()))
+                .flatten()
+                .unwrap_or_else(|| panic!("deploy/go/go.mod requires no {module}"))
+        };
+        assert_eq!(required("k8s.io/kubernetes"), super::K8S_VERSION);
+        assert_eq!(required("istio.io/istio"), super::VERSION);
+    }
 }

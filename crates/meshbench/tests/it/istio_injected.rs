@@ -8,7 +8,7 @@
 //! - In a namespace labelled `istio-injection: enabled`, the API server has istiod inject a
 //!   backend pod (`meshbench backend`) and a client pod (`meshbench run` against the Service's
 //!   address). Each gets `istio-init`, which writes Istio's capture in the pod, and
-//!   `istio-proxy`, which istiod configures; the kubelet on Kubernetes 1.34 runs it as a native
+//!   `istio-proxy`, which istiod configures; the kubelet on Kubernetes 1.36 runs it as a native
 //!   sidecar.
 //! - Checked: the injection as Istio writes it, `istio-init` ended 0, both Envoys counted the
 //!   client's requests (each one's Prometheus port 15090, which the capture leaves alone), the

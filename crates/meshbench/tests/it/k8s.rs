@@ -1,7 +1,7 @@
 //! `meshbench k8s run` against a real Kubernetes control plane with a *played* node, for
 //! machines where a real kubelet cannot run (tests/it/k8s_node.rs runs the real node where it
 //! can; this test is quick, so it runs everywhere). etcd, kube-apiserver and
-//! kube-controller-manager (built by scripts/install-k8s.sh from k8s.io/kubernetes v1.34.2) on
+//! kube-controller-manager (built by scripts/install-k8s.sh from k8s.io/kubernetes v1.36.1) on
 //! loopback, from common/cluster.rs; no scheduler and no kubelet: the test plays the node. It starts each
 //! agent pod's container command as a local process (the image's `/meshbench` is this build's
 //! binary; the token resolved from the Secret the pod names, `$(POD_NAME)` expanded), reports

@@ -1,6 +1,6 @@
 //! A real Kubernetes cluster on this machine for the tests of `meshbench k8s run`, started and
 //! stopped by the test, from what scripts/install-k8s.sh installed and built (k8s.io/kubernetes
-//! v1.34.2, Debian's etcd, containerd, runc and CNI plugins).
+//! v1.36.1, Debian's etcd, containerd, runc and CNI plugins).
 //!
 //! Two shapes, one helper:
 //! - [`TestCluster::control_plane`]: etcd, kube-apiserver and kube-controller-manager only; the
@@ -32,6 +32,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
+use meshbench_lab::istio::K8S_VERSION;
 
 use super::free_addr;
 
@@ -60,8 +61,9 @@ const LOG_TAIL_LINES: usize = 15;
 
 /// Where scripts/install-k8s.sh caches what it builds.
 pub fn k8s_cache() -> PathBuf {
-    PathBuf::from(
-        std::env::var("K8S_CACHE").unwrap_or_else(|_| "/var/cache/meshbench/k8s/v1.34.2".into()),
+    std::env::var("K8S_CACHE").map_or_else(
+        |_| PathBuf::from(format!("/var/cache/meshbench/k8s/{K8S_VERSION}")),
+        PathBuf::from,
     )
 }
 
@@ -863,7 +865,8 @@ state = "{d}/containerd/state"
     )
 }
 
-/// The kubelet: cgroupfs under our cgroup, loopback only, anonymous reads allowed (it listens
+/// The kubelet: cgroupfs under our cgroup (v1 too: since Kubernetes 1.35 the kubelet refuses a
+/// cgroup v1 machine unless told not to), loopback only, anonymous reads allowed (it listens
 /// on 127.0.0.1 only: /metrics/cadvisor for Prometheus), swap tolerated, no eviction surprises
 /// from a full disk, pod logs under STATE.
 fn kubelet_config_yaml(dir: &Path, port: u16) -> String {
@@ -877,6 +880,7 @@ readOnlyPort: 0
 healthzPort: 0
 cgroupDriver: cgroupfs
 cgroupRoot: /{CGROUP}
+failCgroupV1: false
 failSwapOn: false
 containerRuntimeEndpoint: unix://{CONTAINERD_SOCK}
 podLogsDir: {d}/pod-logs
