@@ -52,7 +52,10 @@ command -v go >/dev/null || { echo "build-go: go is needed to build the $* binar
 # One build at a time: a second one beside it would compile the shared packages again.
 mkdir -p /var/cache/meshbench
 exec 9> /var/cache/meshbench/.build-go.lock
-flock 9
+if ! flock -n 9; then
+  echo "build-go: waiting for the Go build beside this one (what it compiles is shared)" >&2
+  flock 9
+fi
 mapfile -t todo < <(missing "$@")
 [ ${#todo[@]} -gt 0 ] || exit 0
 
