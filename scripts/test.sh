@@ -13,8 +13,9 @@
 #
 # Then the tests, in four groups, each test's time reported and the ten slowest listed at the end:
 #   1. the unit tests of every crate and the integration tests beside them, in parallel;
-#   2. the black-box tests that only check behaviour and need nothing the Go builds make, two at
-#      a time: beside the installs while they still build, or else at the end of istiod's lane;
+#   2. the black-box tests that only check behaviour and need nothing the Go builds make: two at
+#      a time beside the installs while they still build, or else one at a time at the end of
+#      istiod's lane (two there slowed the node's lane by a fifth);
 #   3. after the installs, two lanes side by side, each one test at a time: the tests that start
 #      a Kubernetes node (they take its lock in turn), and those that only check behaviour
 #      through istiod, then group 2 if it waited; nothing in either lane asserts a time or a CPU
@@ -146,7 +147,7 @@ node_lane=$!
 mapfile -t args < <(filters "" "${ISTIOD[@]}")
 {
   run_tests istiod it --test-threads=1 "${args[@]}"
-  [ -z "$beside_later" ] || run_tests beside it --test-threads=2 "${beside[@]}"
+  [ -z "$beside_later" ] || run_tests beside it --test-threads=1 "${beside[@]}"
 } > "$scratch/istiod.out" &
 istiod_lane=$!
 wait "$node_lane" "$istiod_lane" || true
