@@ -36,17 +36,13 @@ missing() {
         for b in pilot-discovery pilot-agent; do
           [ -x "$ISTIO_BIN/$b" ] || echo "istio.io/istio/pilot/cmd/$b $ISTIO_BIN"
         done ;;
+      *) echo "build-go: unknown part '$part': k8s or istio" >&2; return 2 ;;
     esac
   done
 }
 [ $# -gt 0 ] || { echo "build-go: name the parts to build: k8s, istio or both" >&2; exit 2; }
-for part in "$@"; do
-  case $part in
-    k8s | istio) ;;
-    *) echo "build-go: unknown part '$part': k8s or istio" >&2; exit 2 ;;
-  esac
-done
-[ -n "$(missing "$@")" ] || exit 0
+todo=$(missing "$@") || exit 2
+[ -n "$todo" ] || exit 0
 command -v go >/dev/null || { echo "build-go: go is needed to build the $* binaries" >&2; exit 1; }
 
 # One build at a time: a second one beside it would compile the shared packages again.

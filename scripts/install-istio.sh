@@ -34,10 +34,7 @@ if ! have_files; then
   command -v go >/dev/null || { echo "install-istio: go is needed to fetch istio.io/istio" >&2; exit 1; }
   # The module's source, at the versions deploy/go resolves (the Gateway API's is the one
   # Istio's go.mod requires).
-  dir() {
-    (cd "$MODULE" && go mod download -json "$1") \
-      | python3 -c 'import json, sys; print(json.load(sys.stdin)["Dir"])'
-  }
+  dir() { (cd "$MODULE" && go mod download "$1" && go list -m -f '{{.Dir}}' "$1"); }
   SRC=$(dir istio.io/istio)
   GATEWAY_API=$(dir sigs.k8s.io/gateway-api)
   mkdir -p "$ISTIO_CACHE"
