@@ -7,7 +7,8 @@
 #             $SRV_CPU: an open loop at $RATE req/s and a closed loop, $CONNS connections,
 #             $DUR s. Figures: requests per generator CPU-second, p50/p99 latency, lag p99.
 #   on      : with attribution on, the figures stay within their noise. A lab step through
-#             both sidecars (Envoy, mutual TLS, $QPS req/s x 16 connections, $EXP_DUR s),
+#             both sidecars ($PROXY: meshbench's Envoy, or `istio`: Istio's sidecars in pods,
+#             configured by istiod, STRICT; mutual TLS; $QPS req/s x 16 connections, $EXP_DUR s),
 #             without attribution and with `attribution.sample` $SAMPLES, interleaved: p50,
 #             p90, p99 and each sidecar's CPU; the noise is the spread of the same setting
 #             over the repetitions (max - min of the medians' inputs).
@@ -29,6 +30,7 @@ SRV_CPU=${SRV_CPU:-1}
 PORT=${PORT:-18391}
 BEFORE=${BEFORE:-9cbeb04}
 PHASES=${PHASES:-"off on"}
+PROXY=${PROXY:-envoy}
 WORK=$(mktemp -d /tmp/meshbench-attrbench.XXXXXX)
 cleanup() {
   [ -n "${BACKEND_PID:-}" ] && kill "$BACKEND_PID" 2>/dev/null
@@ -79,11 +81,14 @@ load:
   connections: [16]
   response_bytes: [1024]
 proxy:
-  type: envoy
+  type: $PROXY
   workers: 2
   mtls: true
 EOF
-  echo "== on: both sidecars, $QPS req/s x 16 connections, off and sample $SAMPLES, $REPS reps" >&2
+  if [ "$PROXY" = istio ]; then
+    printf '  peer_authentication: strict\nisolation: netns\n' >> "$WORK/sidecars.yaml"
+  fi
+  echo "== on: both $PROXY sidecars, $QPS req/s x 16 connections, off and sample $SAMPLES, $REPS reps" >&2
   for rep in $(seq 1 "$REPS"); do
     for sample in off $SAMPLES; do
       set_attr=(); [ "$sample" != off ] && set_attr=(--set "attribution.sample=$sample")
@@ -94,9 +99,9 @@ EOF
   done
 fi
 
-python3 - "$WORK" "$REPS" "$PHASES" "$SAMPLES" <<'PY'
+python3 - "$WORK" "$REPS" "$PHASES" "$SAMPLES" "$PROXY" <<'PY'
 import json, os, statistics, sys
-work, reps, phases, samples = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), sys.argv[4].split()
+work, reps, phases, samples, proxy = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), sys.argv[4].split(), sys.argv[5]
 med = lambda xs: statistics.median(xs) if xs else float("nan")
 spread = lambda xs: (max(xs) - min(xs)) if xs else float("nan")
 def load(name):
@@ -122,7 +127,7 @@ if "off" in phases:
         b, a = fig[(mode, "before")], fig[(mode, "after")]
         print("%-7s after/before: req/CPU-s %.3fx, p50 %.3fx, p99 %.3fx" % (mode, a[0] / b[0], a[1] / b[1], a[2] / b[2]))
 if "on" in phases:
-    print("\non: both sidecars, attribution off and on; medians of %d interleaved reps (spread: max - min)" % reps)
+    print("\non: both %s sidecars, attribution off and on; medians of %d interleaved reps (spread: max - min)" % (proxy, reps))
     print("%-8s %16s %16s %16s %14s %8s" % ("sample", "p50 ms", "p90 ms", "p99 ms", "sidecar mc", "split"))
     base = None
     for s in ["off"] + samples:

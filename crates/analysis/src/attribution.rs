@@ -27,11 +27,63 @@
 use std::collections::HashMap;
 
 use meshbench_results::attribution::{
-    Attribution, HopSeen, Leg, Logged, Node, Part, Sent, Split, MAX_SPLITS,
+    Attribution, ClockOffset, HopSeen, Leg, Logged, Node, Part, Sent, Split, MAX_SPLITS,
 };
 use meshbench_results::{ChainRole, CpuAllotment, LoadPoint};
 use meshbench_store::StoredStep;
 use serde::Serialize;
+
+/// How far a hop's start may lie outside its request's send and answer on the engine's clock:
+/// the clocks of other machines (NTP keeps them within milliseconds). The same id's line of an
+/// earlier load lies a whole load earlier.
+const CLOCK_SLACK_NS: i64 = 1_000_000_000;
+
+/// Each logging hop's lines by id, in path order. Ids restart with each load, so a log that
+/// outlives one load (a cluster's pods, a rig measured twice) holds several lines per id: a
+/// request's line is the one that began while the request was out.
+pub struct LogIndex<'a> {
+    hops: Vec<HashMap<u64, Vec<&'a Logged>>>,
+}
+
+impl<'a> LogIndex<'a> {
+    pub fn new(logs: &'a [(ChainRole, Vec<Logged>)]) -> LogIndex<'a> {
+        let hops = logs
+            .iter()
+            .map(|(_, lines)| {
+                let mut by_id: HashMap<u64, Vec<&Logged>> = HashMap::with_capacity(lines.len());
+                for l in lines {
+                    by_id.entry(l.id).or_default().push(l);
+                }
+                by_id
+            })
+            .collect();
+        LogIndex { hops }
+    }
+
+    /// Hop `hop`'s line of `s`: begun between its send and its answer (give or take
+    /// [`CLOCK_SLACK_NS`]), the nearest its send.
+    pub fn line(&self, hop: usize, s: &Sent) -> Option<&'a Logged> {
+        let sent = s.sent_unix_ns as i64;
+        let from = sent - CLOCK_SLACK_NS;
+        let to = sent + s.service_ns as i64 + CLOCK_SLACK_NS;
+        self.hops[hop]
+            .get(&s.id)?
+            .iter()
+            .filter(|l| (from..=to).contains(&(l.start_unix_ns as i64)))
+            .min_by_key(|l| (l.start_unix_ns as i64 - sent).unsigned_abs())
+            .copied()
+    }
+
+    /// Every hop's line of `s`, or None when a hop has none.
+    pub fn lines(&self, s: &Sent) -> Option<Vec<&'a Logged>> {
+        (0..self.hops.len()).map(|h| self.line(h, s)).collect()
+    }
+
+    /// Whether every request of `sent` has every hop's line (the logs are flushed).
+    pub fn complete(&self, sent: &[Sent]) -> bool {
+        sent.iter().all(|s| self.lines(s).is_some())
+    }
+}
 
 /// Joins the engine's `sent` with each logging hop's lines (`logs`, in path order; hops of
 /// `path` seen per request that have no entry in `logs` count as logging nothing).
@@ -41,11 +93,8 @@ pub fn join(
     sent: &[Sent],
     logs: &[(ChainRole, Vec<Logged>)],
 ) -> Attribution {
-    let logged: Vec<(ChainRole, HashMap<u64, &Logged>)> = logs
-        .iter()
-        .map(|(role, lines)| (*role, lines.iter().map(|l| (l.id, l)).collect()))
-        .collect();
-    let roles: Vec<ChainRole> = logged.iter().map(|(r, _)| *r).collect();
+    let index = LogIndex::new(logs);
+    let roles: Vec<ChainRole> = logs.iter().map(|(r, _)| *r).collect();
     let parts = parts_of(&roles);
     let mut a = Attribution {
         sample_rate,
@@ -55,17 +104,10 @@ pub fn join(
     };
     for s in sent {
         a.sampled += 1;
-        let mut lines = Vec::with_capacity(logged.len());
-        for (_, by_id) in &logged {
-            match by_id.get(&s.id) {
-                Some(l) => lines.push(*l),
-                None => break,
-            }
-        }
-        if lines.len() < logged.len() {
+        let Some(lines) = index.lines(s) else {
             a.unjoined += 1;
             continue;
-        }
+        };
         if lines.iter().any(|l| l.attempts > 1) {
             a.retried += 1;
             continue;
@@ -161,6 +203,73 @@ fn split(s: &Sent, lines: &[&Logged]) -> Option<Vec<i64>> {
         parts.push(h.resp - h.up);
     }
     Some(parts)
+}
+
+/// How far apart the clocks of neighbouring logged points are (see [`ClockOffset`]), for
+/// every pair of neighbours whose clocks `clock` names (a point and a request id: its clock,
+/// `None` when unknown): the client and the first logging hop, then each logging hop and the
+/// next, over every sampled request that has all of their lines. A pair of points whose
+/// requests sit on different pairs of clocks (agents on several nodes) gets one estimate per
+/// pair of clocks.
+pub fn clock_offsets(
+    sent: &[Sent],
+    logs: &[(ChainRole, Vec<Logged>)],
+    clock: &dyn Fn(Node, u64) -> Option<String>,
+) -> Vec<ClockOffset> {
+    let index = LogIndex::new(logs);
+    // Per (from, to, from's clock, to's clock): the best (shortest round trip) sample so
+    // far, as (round trip, offset), and the requests seen.
+    type Key = (Node, Node, String, String);
+    let mut best: Vec<(Key, (i64, i64), u64)> = Vec::new();
+    for s in sent {
+        let Some(lines) = index.lines(s) else {
+            continue;
+        };
+        let mut near = Node::Client;
+        let sent_at = s.sent_unix_ns as i64;
+        // The near side's (send, arrival back) of the link to the next point.
+        let mut near_times = Some((sent_at, sent_at + s.service_ns as i64));
+        for ((role, _), line) in logs.iter().zip(&lines) {
+            let far = Node::Hop(*role);
+            let start = line.start_unix_ns as i64;
+            let far_times = line.answered_ns.map(|a| (start, start + a as i64));
+            if let (Some((t1, t4)), Some((t2, t3)), Some(a), Some(b)) =
+                (near_times, far_times, clock(near, s.id), clock(far, s.id))
+            {
+                let round_trip = (t4 - t1) - (t3 - t2);
+                let offset = ((t2 - t1) + (t3 - t4)) / 2;
+                let key = (near, far, a, b);
+                match best.iter_mut().find(|(k, _, _)| *k == key) {
+                    Some((_, b, n)) => {
+                        *n += 1;
+                        if round_trip >= 0 && (b.0 < 0 || round_trip < b.0) {
+                            *b = (round_trip, offset);
+                        }
+                    }
+                    None => best.push((key, (round_trip, offset), 1)),
+                }
+            }
+            near = far;
+            near_times = line
+                .upstream_sent_ns
+                .zip(line.upstream_answered_ns)
+                .map(|(out, up)| (start + out as i64, start + up as i64));
+        }
+    }
+    best.into_iter()
+        .filter(|(_, (round_trip, _), _)| *round_trip >= 0)
+        .map(
+            |((from, to, from_clock, to_clock), (round_trip, offset), requests)| ClockOffset {
+                from,
+                to,
+                from_clock,
+                to_clock,
+                offset_ns: offset,
+                bound_ns: round_trip.unsigned_abs() / 2,
+                requests,
+            },
+        )
+        .collect()
 }
 
 /// One part's mean around a percentile.
@@ -340,6 +449,8 @@ pub struct Attributed {
     pub retried: u64,
     pub unjoined: u64,
     pub shares: Vec<Share>,
+    /// Per pair of clocks on the path, the estimate with the smallest bound over its steps.
+    pub clocks: Vec<ClockOffset>,
 }
 
 fn as_words<S: serde::Serializer>(load: &LoadPoint, s: S) -> Result<S::Ok, S::Error> {
@@ -377,6 +488,17 @@ pub fn by_variant(steps: &[StoredStep]) -> Vec<Attributed> {
                 p.all.sampled += a.sampled;
                 p.all.retried += a.retried;
                 p.all.unjoined += a.unjoined;
+                for c in &a.clocks {
+                    let same_pair = |k: &&mut ClockOffset| {
+                        (&k.from, &k.to, &k.from_clock, &k.to_clock)
+                            == (&c.from, &c.to, &c.from_clock, &c.to_clock)
+                    };
+                    match p.all.clocks.iter_mut().find(same_pair) {
+                        Some(k) if c.bound_ns < k.bound_ns => *k = c.clone(),
+                        Some(_) => {}
+                        None => p.all.clocks.push(c.clone()),
+                    }
+                }
                 p.runs.push(run);
             }
             None => pools.push(Pool {
@@ -402,6 +524,7 @@ pub fn by_variant(steps: &[StoredStep]) -> Vec<Attributed> {
                 retried: all.retried,
                 unjoined: all.unjoined,
                 shares: shares(&all, |p| PERCENTILES.iter().position(|&q| q == p).map(mean)),
+                clocks: all.clocks.clone(),
             }
         })
         .collect()
@@ -446,6 +569,79 @@ mod tests {
             program: PlayedBy::Backend,
             seen: Seen::PerRequest,
         }
+    }
+
+    /// The server proxy's clock 5 ms ahead of the client's node: the link there takes 30 µs
+    /// and back 25 µs in one request, 80 and 25 in another (a queue on the way there). The
+    /// shortest round trip gives the offset within its bound; the split does not move.
+    #[test]
+    fn clocks_apart_are_estimated_from_the_shortest_round_trip_and_move_no_part() {
+        let ahead: i64 = 5_000_000;
+        let (cp, sp) = (ChainRole::ClientProxy, ChainRole::ServerProxy);
+        let request = |id: u64, there: u64, back: u64, shift: i64| {
+            let service = 10_000 + 20_000 + there + 555_000 + back + 5_000 + 12_000;
+            let s = sent(id, 0, service);
+            let up = 20_000 + there + 555_000 + back;
+            let c = logged(id, 10_000, 20_000, up, up + 5_000);
+            let mut v = logged(id, 10_000 + 20_000 + there, 40_000, 540_000, 555_000);
+            v.start_unix_ns = (v.start_unix_ns as i64 + shift) as u64;
+            (s, c, v)
+        };
+        let clock = |n: Node, _id: u64| -> Option<String> {
+            Some(match n {
+                Node::Hop(ChainRole::ServerProxy) => "node-b".into(),
+                _ => "node-a".into(),
+            })
+        };
+        let path = || vec![hop(cp), hop(sp)];
+        let mut splits = Vec::new();
+        for shift in [0, ahead] {
+            let (s1, c1, v1) = request(1, 30_000, 25_000, shift);
+            let (s2, c2, v2) = request(2, 80_000, 25_000, shift);
+            let sent = [s1, s2];
+            let logs = [(cp, vec![c1, c2]), (sp, vec![v1, v2])];
+            let clocks = clock_offsets(&sent, &logs, &clock);
+            assert_eq!(clocks.len(), 2, "{clocks:?}");
+            let apart = clocks.iter().find(|c| c.to_clock == "node-b").unwrap();
+            assert_eq!((apart.from, apart.to), (Node::Hop(cp), Node::Hop(sp)));
+            assert_eq!(apart.requests, 2);
+            // (30 - 25) / 2 = 2.5 µs off the true offset, within half the 55 µs round trip.
+            assert_eq!(apart.offset_ns, shift + 2_500);
+            assert_eq!(apart.bound_ns, 27_500);
+            let same = clocks.iter().find(|c| c.to_clock == "node-a").unwrap();
+            // One clock: 10 µs there and 12 back read as 1 µs apart, within 11.
+            assert_eq!(
+                (same.from, same.offset_ns, same.bound_ns),
+                (Node::Client, -1_000, 11_000)
+            );
+            splits.push(join(1.0, path(), &sent, &logs).requests);
+        }
+        assert_eq!(splits[0], splits[1], "an offset moves no part");
+        // A clock that is not known gives no estimate for the links it is on.
+        let (s, c, v) = request(1, 30_000, 25_000, 0);
+        let unknown = |n: Node, _: u64| (n == Node::Client).then(|| "node-a".to_string());
+        assert!(clock_offsets(&[s], &[(cp, vec![c]), (sp, vec![v])], &unknown).is_empty());
+    }
+
+    /// A log that outlived a load holds the same id twice: the line of the request is the one
+    /// that began while it was out, whichever comes first in the file.
+    #[test]
+    fn an_earlier_loads_line_with_the_same_id_is_not_this_requests() {
+        let s = sent(1, 0, 100_000);
+        let now = logged(1, 10_000, 20_000, 60_000, 80_000);
+        let mut earlier = logged(1, 10_000, 1_000, 2_000, 3_000);
+        earlier.start_unix_ns -= 10_000_000_000;
+        for lines in [vec![earlier, now], vec![now, earlier]] {
+            let logs = [(ChainRole::ClientProxy, lines)];
+            let index = LogIndex::new(&logs);
+            assert_eq!(index.line(0, &s), Some(&now));
+            assert!(index.complete(&[s]));
+            let a = join(1.0, vec![hop(ChainRole::ClientProxy)], &[s], &logs);
+            assert_eq!((a.requests.len(), a.unjoined), (1, 0));
+        }
+        // Only the earlier load's line: this request has none yet (not flushed).
+        let logs = [(ChainRole::ClientProxy, vec![earlier])];
+        assert!(!LogIndex::new(&logs).complete(&[s]));
     }
 
     #[test]

@@ -182,7 +182,7 @@ pub struct LoadSpec {
     /// such as an earlier step of a capacity search: the self-check's evidence of the target's
     /// ordinary speed when this run, past its limit, cannot show it. Changes nothing sent.
     pub service_at_lower_load_us: Option<u64>,
-    /// Per-hop attribution: one measured request in this many carries an `x-request-id` the
+    /// Per-hop attribution: one measured request in this many carries an `x-meshbench-id` the
     /// proxies log, and its own instants are kept ([`meshbench_results::attribution::Sent`]).
     /// `None`: no header, nothing kept (the requests are exactly as serialised).
     pub trace_every: Option<u32>,

@@ -371,8 +371,32 @@ impl Default for Gateway {
 pub struct Backend {
     /// Added to every response.
     pub delay_ms: u64,
+    /// How the delay is waited out.
+    pub delay_mode: DelayMode,
     /// Worker threads (0: one per core).
     pub threads: u32,
+}
+
+/// How the backend waits out its delay (`meshbench backend --delay-mode`).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum DelayMode {
+    /// No CPU; late by however late the kernel wakes the thread (tens of µs, ms when busy).
+    #[default]
+    Sleep,
+    /// The last 300 µs spun: the delay to within µs, for that much CPU per response. For a
+    /// known delay whose truth matters (attribution's).
+    Spin,
+}
+
+impl DelayMode {
+    /// Its word on the backend's command line.
+    pub fn word(self) -> &'static str {
+        match self {
+            DelayMode::Sleep => "sleep",
+            DelayMode::Spin => "spin",
+        }
+    }
 }
 
 /// CPU and memory limits per role. `cpus` may be a list: each value is a variant.

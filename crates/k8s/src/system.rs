@@ -40,7 +40,7 @@ use serde_json::Value;
 
 use crate::names::SERVICE_PORT;
 use crate::objects::gateway_api::{self, Infrastructure, Listener};
-use crate::objects::istio::PeerAuthentication;
+use crate::objects::istio::{PeerAuthentication, Telemetry};
 use crate::objects::to_value;
 
 /// The pods' label that says which part of the run they are.
@@ -188,6 +188,18 @@ pub struct System {
     /// The gateway's Istio objects (`gen gateway --for istio`, in this namespace), as the
     /// documents it wrote.
     pub gateway_objects: Vec<Value>,
+    /// Per-hop attribution: every proxy of the namespace logs the engine's tagged requests.
+    pub proxy_logging: Option<ProxyLogging>,
+}
+
+/// How the namespace's proxies log the engine's tagged requests (per-hop attribution): a
+/// `Telemetry` applied before any pod starts, and each proxy's ProxyConfig annotation with
+/// how often its Envoy flushes the log (Envoy's default is 10 s).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProxyLogging {
+    pub telemetry: Telemetry,
+    /// ProxyConfig's `fileFlushInterval` (`0.2s`).
+    pub flush_interval: String,
 }
 
 /// What changes from step to step.
@@ -247,6 +259,13 @@ impl System {
         let mut out = vec![to_value(&self.namespace_object(shape))];
         out.push(to_value(&self.service_account(BACKEND)));
         out.push(to_value(&self.service_account(AGENTS_ACCOUNT)));
+        // Before any pod: each proxy's first configuration has the log.
+        if let Some(logging) = &self.proxy_logging {
+            let mut telemetry = logging.telemetry.clone();
+            telemetry.metadata.namespace = Some(self.namespace.clone());
+            telemetry.metadata.labels = Some(managed());
+            out.push(to_value(&telemetry));
+        }
         out.push(to_value(&self.backend(shape)));
         out.push(to_value(&self.backend_service()));
         if self.gateway {
@@ -299,14 +318,34 @@ impl System {
                 "traffic.sidecar.istio.io/excludeOutboundPorts".to_string(),
                 excluded,
             );
-            annotations.insert(
-                "proxy.istio.io/config".to_string(),
-                "{\"holdApplicationUntilProxyStarts\": true}".to_string(),
-            );
+            annotations.extend(self.proxy_config(true));
             annotations.extend(ready_every_second());
             annotations.extend(shape.client_proxy.sidecar_annotations());
         }
         (labels, annotations)
+    }
+
+    /// Istio's `proxy.istio.io/config` annotation of a pod whose proxy meshbench configures:
+    /// the application held until the proxy is up (`hold`: the agents, whose first
+    /// connection is to the coordinator), and attribution's log flushed often. None: nothing
+    /// to say (Istio's defaults).
+    fn proxy_config(&self, hold: bool) -> Option<(String, String)> {
+        let mut config = serde_json::Map::new();
+        if hold {
+            config.insert("holdApplicationUntilProxyStarts".into(), true.into());
+        }
+        if let Some(logging) = &self.proxy_logging {
+            config.insert(
+                "fileFlushInterval".into(),
+                logging.flush_interval.clone().into(),
+            );
+        }
+        (!config.is_empty()).then(|| {
+            (
+                "proxy.istio.io/config".to_string(),
+                Value::Object(config).to_string(),
+            )
+        })
     }
 
     /// The metadata of an object of the namespace: its name, the namespace, meshbench's label.
@@ -394,6 +433,7 @@ impl System {
         if self.server_sidecar {
             annotations.extend(shape.proxy.sidecar_annotations());
             annotations.extend(ready_every_second());
+            annotations.extend(self.proxy_config(false));
         }
         let spec = self.placement(PodSpec {
             service_account_name: Some(BACKEND.into()),
@@ -467,7 +507,8 @@ impl System {
         let mut labels = self.pod_labels(GATEWAY);
         labels.insert(GATEWAY_SELECTOR.0.into(), GATEWAY_SELECTOR.1.into());
         labels.insert("sidecar.istio.io/inject".into(), "true".into());
-        let annotations = self::labels([("inject.istio.io/templates", "gateway")]);
+        let mut annotations = self::labels([("inject.istio.io/templates", "gateway")]);
+        annotations.extend(self.proxy_config(false));
         let spec = self.placement(PodSpec {
             service_account_name: Some(GATEWAY.into()),
             termination_grace_period_seconds: Some(2),
@@ -510,6 +551,7 @@ impl System {
         // Istio renders the waypoint's Deployment; its placement is Istio's to set (a
         // GatewayClass' parametersRef), not the Gateway's.
         let placed = !self.node_selector.is_empty() || !self.tolerations.is_empty();
+        let annotations: BTreeMap<String, String> = self.proxy_config(false).into_iter().collect();
         gateway_api::Gateway {
             metadata: ObjectMeta {
                 labels: Some(labels([("istio.io/waypoint-for", "service"), MANAGED_BY])),
@@ -522,8 +564,12 @@ impl System {
                     port: 15008,
                     protocol: "HBONE".into(),
                 }],
-                infrastructure: placed.then(|| Infrastructure {
-                    labels: labels([(PART, SYSTEM_UNDER_TEST)]),
+                infrastructure: (placed || !annotations.is_empty()).then(|| Infrastructure {
+                    labels: match placed {
+                        true => labels([(PART, SYSTEM_UNDER_TEST)]),
+                        false => BTreeMap::new(),
+                    },
+                    annotations,
                 }),
             },
         }
@@ -674,6 +720,7 @@ mod tests {
             }],
             coordinator_port: 7700,
             gateway_objects: Vec::new(),
+            proxy_logging: None,
         }
     }
 
@@ -739,6 +786,96 @@ mod tests {
             let golden = std::fs::read_to_string(&path).unwrap();
             assert_eq!(yaml, golden, "{name}");
         }
+    }
+
+    /// Attribution adds its Telemetry to the namespace before any pod, and the flush to every
+    /// proxy's ProxyConfig (the agents keep being held until theirs is up); nothing else.
+    #[test]
+    fn attribution_adds_a_telemetry_before_the_pods_and_a_flush_to_each_proxy() {
+        let mut plain = system();
+        plain.waypoint = true;
+        let logging = System {
+            proxy_logging: Some(ProxyLogging {
+                telemetry: Telemetry::access_log(
+                    ObjectMeta {
+                        name: Some("meshbench-attribution".into()),
+                        ..ObjectMeta::default()
+                    },
+                    "meshbench-attribution",
+                    "'x' in request.headers",
+                ),
+                flush_interval: "0.2s".into(),
+            }),
+            ..plain.clone()
+        };
+        let (before, after) = (plain.render(&shape(1.0)), logging.render(&shape(1.0)));
+        let at = |objects: &[Value], kind: &str| objects.iter().position(|o| o["kind"] == kind);
+        assert_eq!(at(&before, "Telemetry"), None);
+        let telemetry = at(&after, "Telemetry").expect("a Telemetry");
+        assert!(telemetry < at(&after, "Deployment").unwrap());
+        let t = &after[telemetry];
+        assert_eq!(t["apiVersion"], "telemetry.istio.io/v1");
+        assert_eq!(t["metadata"]["namespace"], "bench");
+        assert_eq!(
+            t["spec"]["accessLogging"][0]["providers"][0]["name"],
+            "meshbench-attribution"
+        );
+        assert_eq!(
+            t["spec"]["accessLogging"][0]["filter"]["expression"],
+            "'x' in request.headers"
+        );
+        let config = |o: &Value| -> Option<Value> {
+            let a = o
+                .pointer("/spec/template/metadata/annotations/proxy.istio.io~1config")
+                .or_else(|| o.pointer("/spec/infrastructure/annotations/proxy.istio.io~1config"))?;
+            serde_json::from_str(a.as_str()?).ok()
+        };
+        let flushed = |objects: &[Value]| -> Vec<String> {
+            objects
+                .iter()
+                .filter(|o| config(o).is_some_and(|c| c["fileFlushInterval"] == "0.2s"))
+                .map(|o| o["metadata"]["name"].as_str().unwrap().to_string())
+                .collect()
+        };
+        assert_eq!(flushed(&after), ["backend", "gateway", "waypoint"]);
+        assert!(flushed(&before).is_empty());
+        let (_, agents) = logging.agent_pod(&shape(1.0));
+        let agents: Value = serde_json::from_str(&agents["proxy.istio.io/config"]).unwrap();
+        assert_eq!(
+            agents,
+            serde_json::json!({"holdApplicationUntilProxyStarts": true, "fileFlushInterval": "0.2s"})
+        );
+        let (_, agents) = plain.agent_pod(&shape(1.0));
+        assert_eq!(
+            agents["proxy.istio.io/config"],
+            r#"{"holdApplicationUntilProxyStarts":true}"#
+        );
+        // Everything else is as it was.
+        let others = |objects: &[Value]| -> Vec<Value> {
+            objects
+                .iter()
+                .filter(|o| o["kind"] != "Telemetry")
+                .map(|o| {
+                    let mut o = o.clone();
+                    for (parent, key) in [
+                        ("/spec/template/metadata", "annotations"),
+                        ("/spec/infrastructure", "annotations"),
+                    ] {
+                        if let Some(Value::Object(m)) = o.pointer_mut(parent) {
+                            if let Some(Value::Object(a)) = m.get_mut(key) {
+                                a.remove("proxy.istio.io/config");
+                                // The waypoint's annotations were only the flush.
+                                if a.is_empty() && parent == "/spec/infrastructure" {
+                                    m.remove(key);
+                                }
+                            }
+                        }
+                    }
+                    o
+                })
+                .collect()
+        };
+        assert_eq!(others(&before), others(&after));
     }
 
     #[test]

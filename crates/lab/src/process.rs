@@ -74,6 +74,14 @@ impl RoleProcess {
             path: log.to_path_buf(),
             source: e,
         })?;
+        // A process run as another user owns its output, as a container's runtime hands it
+        // its stdout: Envoy reopens `/dev/stdout` by path for an access log (istiod's).
+        if let Some(uid) = place.user {
+            std::os::unix::fs::fchown(&out, Some(uid), Some(uid)).map_err(|e| LabError::Files {
+                path: log.to_path_buf(),
+                source: e,
+            })?;
+        }
         let err = out.try_clone().map_err(|e| LabError::Files {
             path: log.to_path_buf(),
             source: e,

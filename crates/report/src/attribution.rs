@@ -6,7 +6,7 @@
 use std::fmt::Write as _;
 
 use meshbench_analysis::attribution::{by_hop, Attributed, Growth};
-use meshbench_results::attribution::Seen;
+use meshbench_results::attribution::{Node, Seen};
 
 use crate::answers::{text_table, wrap, Table};
 use crate::plot::{Chart, Draw, Series, XAxis};
@@ -100,11 +100,43 @@ pub fn text(all: &[Attributed]) -> String {
             continue;
         }
         out.push_str(&text_table(&table(a), 1));
-        if let Some(thin) = thin_bands(a) {
-            out.push_str(&wrap(&thin, "    ", "    "));
+        for note in [thin_bands(a), clocks(a)].into_iter().flatten() {
+            out.push_str(&wrap(&note, "    ", "    "));
         }
     }
     out
+}
+
+/// Where points of the path sit on different clocks (a cluster's nodes): each pair's offset
+/// and its bound, and what it means for the split (nothing moves: every part is on one clock
+/// or a round trip across two). None when the path had one clock.
+pub fn clocks(a: &Attributed) -> Option<String> {
+    let node = |n: &Node| match n {
+        Node::Client => "client".to_string(),
+        Node::Hop(r) => r.name().to_string(),
+    };
+    let pairs: Vec<String> = a
+        .clocks
+        .iter()
+        .map(|c| {
+            format!(
+                "{} ({}) to {} ({}) {:+.3} ms ±{:.3} over {} requests",
+                node(&c.from),
+                c.from_clock,
+                node(&c.to),
+                c.to_clock,
+                c.offset_ns as f64 / 1e6,
+                c.bound_ns as f64 / 1e6,
+                c.requests
+            )
+        })
+        .collect();
+    (!pairs.is_empty()).then(|| {
+        format!(
+            "Clocks (from each link's shortest round trip): {}. Every part is on one clock or a round trip across two, which an offset does not move.",
+            pairs.join("; ")
+        )
+    })
 }
 
 /// Under [`STEADY_BAND`] requests around a percentile, its shares rest on too few: says which

@@ -295,9 +295,11 @@ fn attribution_section(steps: &[StoredStep]) -> Option<Section> {
     );
     for a in &all {
         blocks.push(Block::Finding(crate::attribution::sentence(a)));
-        if let Some(thin) = crate::attribution::thin_bands(a) {
-            blocks.push(Block::Finding(thin));
-        }
+        let notes = [
+            crate::attribution::thin_bands(a),
+            crate::attribution::clocks(a),
+        ];
+        blocks.extend(notes.into_iter().flatten().map(Block::Finding));
         if !a.shares.is_empty() {
             blocks.push(Block::Table {
                 caption: format!("Where the latency goes: {} at {}", a.variant, a.load),

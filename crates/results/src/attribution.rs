@@ -1,6 +1,6 @@
 //! Where a request's latency goes, hop by hop: the contracts of per-hop attribution.
 //!
-//! The engine tags a sample of its requests with an `x-request-id` and keeps, for each, its own
+//! The engine tags a sample of its requests with an `x-meshbench-id` and keeps, for each, its own
 //! instants ([`Sent`]); each L7 Envoy on the path writes its own for the same id ([`Logged`],
 //! from its access log). Joined, they split each sampled request into [`Part`]s that add up to
 //! its latency exactly: the instants are consecutive points of one ordered list on one clock
@@ -13,14 +13,16 @@ use serde::{Deserialize, Serialize};
 
 use crate::role::{ChainRole, PlayedBy};
 
-/// The prefix of every id the engine puts in `x-request-id`: the proxies log only these.
+/// The prefix of every id the engine puts in [`ID_HEADER`]: the proxies log only these.
 pub const ID_PREFIX: &str = "mb";
 
-/// The header the id travels in (every Envoy hop keeps an incoming one when told to).
-pub const ID_HEADER: &str = "x-request-id";
+/// The header the id travels in: one of meshbench's own, which every proxy forwards as it is.
+/// Not `x-request-id`: an edge Envoy that meshbench does not configure (Istio's gateway,
+/// Contour's, a cluster's) replaces an external request's id, and Istio's UUID extension may
+/// rewrite one.
+pub const ID_HEADER: &str = "x-meshbench-id";
 
-/// An id as it is written on the wire: the prefix and 16 hex digits (a fixed length, and not
-/// a UUID's, so that Envoy's UUID request-id extension leaves it as it is).
+/// An id as it is written on the wire: the prefix and 16 hex digits (a fixed length).
 pub fn id_text(id: u64) -> String {
     format!("{ID_PREFIX}{id:016x}")
 }
@@ -164,8 +166,8 @@ pub enum Seen {
     /// around it.
     ConnectionsOnly,
     /// A proxy whose logs meshbench does not read per request (nginx, haproxy, caddy, a
-    /// command, istiod-configured Envoys): its time is in the link around it. nginx's and
-    /// haproxy's own request timings are in milliseconds, too coarse for sub-millisecond hops.
+    /// command): its time is in the link around it. nginx's and haproxy's own request timings
+    /// are in milliseconds, too coarse for sub-millisecond hops.
     NotLogged,
 }
 
@@ -206,6 +208,37 @@ pub struct Attribution {
     /// Splits left out to bound what is stored (the first ones are kept).
     #[serde(default)]
     pub dropped: u64,
+    /// Where neighbouring points of the path sit on different machines' clocks (a cluster):
+    /// how far apart each pair of clocks was. Empty in the lab (one clock).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub clocks: Vec<ClockOffset>,
+}
+
+/// How far apart the clocks of two neighbouring logged points of the path are, estimated
+/// from the requests themselves as NTP does: each request crosses the link there and back,
+/// so with `t1` its send on the near side's clock, `t2` its arrival and `t3` the response's
+/// send on the far side's, `t4` the response's arrival on the near side's, the far clock is
+/// ahead by `((t2 - t1) + (t3 - t4)) / 2`, give or take half the round trip's time on the
+/// wire, `((t4 - t1) - (t3 - t2)) / 2`. The request with the shortest round trip gives the
+/// estimate and its bound.
+///
+/// It moves no part of the split: every part is a difference of two points on one clock or
+/// a link's round trip, whose two crossings an offset changes by as much and in opposite
+/// directions. It says how far one-way readings across the link could be trusted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClockOffset {
+    /// The point nearer the client and the one after it.
+    pub from: Node,
+    pub to: Node,
+    /// Where each point's clock is (a node's name).
+    pub from_clock: String,
+    pub to_clock: String,
+    /// `to_clock` less `from_clock`, ns.
+    pub offset_ns: i64,
+    /// How far the true offset may be from `offset_ns`, ns.
+    pub bound_ns: u64,
+    /// The requests it was estimated over.
+    pub requests: u64,
 }
 
 /// At most this many splits are stored per step (about 1 MB of JSON with ten parts).

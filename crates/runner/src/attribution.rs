@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use meshbench_analysis::attribution::join;
+use meshbench_analysis::attribution::{join, LogIndex};
 use meshbench_lab::program::envoy::access_log;
 use meshbench_lab::rig::Rig;
 use meshbench_results::attribution::{Attribution, HopSeen, Seen, Sent};
@@ -43,7 +43,8 @@ pub fn attribute(rig: &Rig, sample_rate: f64, sent: &[Sent]) -> Attribution {
             .iter()
             .map(|(role, file)| (*role, access_log::read(file)))
             .collect();
-        let complete = logs.iter().all(|(_, lines)| lines.len() >= sent.len());
+        // A log may hold an earlier load's lines too (a rig measured twice).
+        let complete = LogIndex::new(&logs).complete(sent);
         if complete || Instant::now() >= deadline {
             break logs;
         }

@@ -167,7 +167,7 @@ pub struct SendOptions {
     /// gRPC: the user's `.proto`; the body is then JSON of the method's request message.
     #[serde(default)]
     pub grpc_proto: Option<ProtoSource>,
-    /// Per-hop attribution: one measured request in this many carries an `x-request-id`
+    /// Per-hop attribution: one measured request in this many carries an `x-meshbench-id`
     /// (`None`: no request does).
     #[serde(default)]
     pub trace_every: Option<u32>,
@@ -332,7 +332,7 @@ impl LoadOptions {
     }
 
     /// Attribution's ids go on HTTP/1.1 and HTTP/2 (gRPC included), and are the only
-    /// `x-request-id` a request carries.
+    /// `x-meshbench-id` a request carries.
     fn check_tracing(&self) -> Result<(), LoadError> {
         let Some(every) = self.send.trace_every else {
             return Ok(());
@@ -354,7 +354,10 @@ impl LoadOptions {
             .any(|(name, _)| name.eq_ignore_ascii_case(meshbench_results::attribution::ID_HEADER))
         {
             return Err(LoadError(
-                "the request sets its own x-request-id, which attribution uses for its ids: drop the header or turn attribution off".into(),
+                format!(
+                "the request sets its own {}, which attribution uses for its ids: drop the header or turn attribution off",
+                meshbench_results::attribution::ID_HEADER
+            ),
             ));
         }
         Ok(())

@@ -169,7 +169,7 @@ impl Realised for RigStep {
 /// The load of one step against a running rig: the experiment's `load` keys at the step's load
 /// point, aimed at the rig's entry (the gateway topology: every route of its targets file, in
 /// random order, over TLS trusting the rig's CA; an HTTP/3 entry: its certificate's name over
-/// TLS trusting the rig's CA). With attribution on, a sample of the requests carries an id.
+/// TLS trusting the rig's CA).
 pub fn load_options(e: &Experiment, step: &Step, load: &LoadPoint, rig: &Rig) -> LoadOptions {
     let source = match (&rig.gateway, &rig.entry_tls) {
         (Some(g), _) => TargetSource::File(g.targets.clone()),
@@ -187,7 +187,6 @@ pub fn load_options(e: &Experiment, step: &Step, load: &LoadPoint, rig: &Rig) ->
     if let Some(ca) = ca {
         aim_at_gateway(&mut o, ca, rig.entry, rig.gateway.is_some());
     }
-    o.send.trace_every = e.attribution.map(|a| a.every());
     o
 }
 

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use meshbench_experiment::config::Experiment;
+use meshbench_experiment::config::{DelayMode, Experiment};
 use meshbench_experiment::{ChainVariant, Step};
 use meshbench_lab::cgroup::Limits;
 use meshbench_lab::istio::sidecars;
@@ -220,6 +220,9 @@ pub fn backend_args(e: &Experiment, size: u64, threads: Option<usize>) -> Vec<St
     }
     if e.backend.delay_ms > 0 {
         args.extend(["--delay".into(), format!("{}ms", e.backend.delay_ms)]);
+    }
+    if e.backend.delay_mode != DelayMode::default() {
+        args.extend(["--delay-mode".into(), e.backend.delay_mode.word().into()]);
     }
     args
 }

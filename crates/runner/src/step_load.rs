@@ -17,7 +17,7 @@ use crate::targets::ConnectTo;
 
 /// Every request of `o` connected to `entry`, whatever its URL's host, over TLS trusting
 /// `ca`; a gateway's routes (`spread`) in random order.
-pub(crate) fn aim_at_gateway(o: &mut LoadOptions, ca: PathBuf, entry: SocketAddr, spread: bool) {
+pub fn aim_at_gateway(o: &mut LoadOptions, ca: PathBuf, entry: SocketAddr, spread: bool) {
     if spread {
         o.send.target_order = Order::Random;
     }
@@ -72,5 +72,7 @@ pub fn load_for(
         o.send.method = "POST".into();
         o.send.body = Body::Size(e.load.request_bytes);
     }
+    // Per-hop attribution: a sample of the measured requests carries an id.
+    o.send.trace_every = e.attribution.map(|a| a.every());
     o
 }

@@ -600,11 +600,13 @@ mod tests {
         tag(&mut into, request, 0x2a);
         assert_eq!(
             into,
-            b"GET /x HTTP/1.1\r\nx-request-id: mb000000000000002a\r\nhost: a\r\n\r\nbody".to_vec()
+            b"GET /x HTTP/1.1\r\nx-meshbench-id: mb000000000000002a\r\nhost: a\r\n\r\nbody"
+                .to_vec()
         );
         // The buffer is reused: a second tag replaces the first.
         tag(&mut into, request, 0x2b);
-        assert_eq!(into.len(), request.len() + 34);
+        let header_line = attribution::ID_HEADER.len() + ": ".len() + 18 + "\r\n".len();
+        assert_eq!(into.len(), request.len() + header_line);
         assert!(into.windows(18).any(|w| w == b"mb000000000000002b"));
     }
 
@@ -618,7 +620,7 @@ mod tests {
             grpc: false,
         };
         let tagged = with_id(&request, 7);
-        assert_eq!(tagged.headers["x-request-id"], "mb0000000000000007");
+        assert_eq!(tagged.headers["x-meshbench-id"], "mb0000000000000007");
         assert!(request.headers.is_empty());
     }
 }

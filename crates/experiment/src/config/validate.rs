@@ -45,6 +45,7 @@ impl Experiment {
             backend:
                 Backend {
                     delay_ms: _,
+                    delay_mode: _,
                     threads: _,
                 },
             limits: _,      // validate_limits
@@ -74,8 +75,9 @@ impl Experiment {
         p
     }
 
-    /// Attribution samples a share in (0, 1] of the lab's own requests, over HTTP/1.1 or
-    /// HTTP/2.
+    /// Attribution samples a share in (0, 1] of the measured requests, over HTTP/1.1 or
+    /// HTTP/2, through proxies whose logs meshbench configures (the lab's, or a cluster's
+    /// Istio proxies through a `Telemetry`): not an external variant's.
     fn validate_attribution(&self, p: &mut Vec<String>) {
         let Some(AttributionConfig { sample }) = self.attribution else {
             return;
@@ -88,11 +90,8 @@ impl Experiment {
         if self.load.protocol == Protocol::Http3 {
             p.push("attribution: not built for HTTP/3 yet; use load.protocol http1, http2 or grpc, or drop attribution".into());
         }
-        if self.cluster.is_some() {
-            p.push("attribution: not built on a cluster yet (it reads the lab's Envoy logs); drop attribution or the cluster section".into());
-        }
         if self.topologies.contains(&StepKind::External) {
-            p.push("attribution: reads the logs of the Envoys meshbench starts, which an external variant has none of; drop attribution or the external topology".into());
+            p.push("attribution: reads the logs of proxies meshbench configures (the lab's, a cluster's Istio), which an external variant's are not; drop attribution or the external topology".into());
         }
     }
 

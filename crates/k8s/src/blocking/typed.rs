@@ -1,13 +1,13 @@
 //! The [`BlockingClient`]'s calls on typed objects of kinds it knows at compile time: one
 //! object or a list of them, read; a namespace or pods, deleted (what is already gone is not an
-//! error); a ServiceAccount's token.
+//! error); a ServiceAccount's token; a container's log, read through the API server.
 
 use std::time::Duration;
 
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
 use k8s_openapi::NamespaceResourceScope;
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, LogParams, PostParams};
 use kube::core::Resource;
 use serde::de::DeserializeOwned;
 
@@ -55,6 +55,26 @@ impl BlockingClient {
         self.runtime
             .block_on(bounded(&what, api.list(&ListParams::default())))
             .map(|l| l.items)
+    }
+
+    /// The log of `container` in pod `namespace/pod` over the last `since` (whole seconds,
+    /// at least one), as the kubelet keeps it, read through the API server.
+    pub fn container_log(
+        &self,
+        namespace: &str,
+        pod: &str,
+        container: &str,
+        since: Duration,
+    ) -> Result<String, ApiError> {
+        let api: Api<Pod> = Api::namespaced(self.shared.client.clone(), namespace);
+        let what = format!("the log of {namespace}/{pod}/{container}");
+        let params = LogParams {
+            container: Some(container.to_string()),
+            since_seconds: Some(since.as_secs().max(1) as i64),
+            ..LogParams::default()
+        };
+        self.runtime
+            .block_on(bounded(&what, api.logs(pod, &params)))
     }
 
     /// The namespaced objects of a kind whose labels match `selector` (`k=v,...`).

@@ -45,4 +45,7 @@ pub struct Infrastructure {
     /// Labels of the rendered Deployment's pods.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
+    /// Annotations of the rendered Deployment's pods.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
 }

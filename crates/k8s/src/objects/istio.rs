@@ -1,8 +1,9 @@
 //! Istio's custom resources as meshbench writes them: a `Gateway` with its servers, a
 //! `VirtualService` with its HTTP routes, a `DestinationRule` with a traffic policy, a
-//! `ServiceEntry` with static endpoints (networking.istio.io), and a `PeerAuthentication`
-//! (security.istio.io). Only the fields meshbench uses; each is a typed object (see
-//! [`crate::objects`]).
+//! `ServiceEntry` with static endpoints (networking.istio.io), a `PeerAuthentication`
+//! (security.istio.io), a `Telemetry` with access logging (telemetry.istio.io), and the mesh
+//! configuration's extension providers it names ([`MeshConfig`]). Only the fields meshbench
+//! uses; each is a typed object (see [`crate::objects`]).
 //!
 //! The networking kinds are served as `v1` and, by older Istios, `v1beta1` with the same
 //! schema: the version is a type parameter ([`V1`] when not said, or [`V1beta1`]), so one
@@ -20,6 +21,8 @@ use super::namespaced_resource;
 pub const NETWORKING: &str = "networking.istio.io";
 /// Istio's security API group.
 pub const SECURITY: &str = "security.istio.io";
+/// Istio's telemetry API group.
+pub const TELEMETRY: &str = "telemetry.istio.io";
 
 /// A version of Istio's networking API.
 pub trait Version: Debug + Clone + Copy + Default + PartialEq + Eq {
@@ -352,5 +355,119 @@ impl PeerAuthentication {
                 mtls: Some(Mtls { mode: mode.into() }),
             },
         }
+    }
+}
+
+/// A `Telemetry`: which of the mesh configuration's providers the proxies of its namespace
+/// (in Istio's root namespace: of the whole mesh) log requests to, and which requests.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct Telemetry {
+    pub metadata: ObjectMeta,
+    pub spec: TelemetrySpec,
+}
+
+namespaced_resource!(Telemetry, group: TELEMETRY, version: "v1",
+    api_version: "telemetry.istio.io/v1", kind: "Telemetry", plural: "telemetries");
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TelemetrySpec {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub access_logging: Vec<AccessLogging>,
+}
+
+/// One access log: its providers (by name, from the mesh configuration) and its filter.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AccessLogging {
+    pub providers: Vec<ProviderRef>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filter: Option<AccessLogFilter>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProviderRef {
+    pub name: String,
+}
+
+/// A CEL expression over Envoy's attributes: only the requests it holds for are logged.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AccessLogFilter {
+    pub expression: String,
+}
+
+impl Telemetry {
+    /// Access logging to `provider` for the requests `expression` holds for, as `metadata`
+    /// names it.
+    pub fn access_log(metadata: ObjectMeta, provider: &str, expression: &str) -> Telemetry {
+        Telemetry {
+            metadata,
+            spec: TelemetrySpec {
+                access_logging: vec![AccessLogging {
+                    providers: vec![ProviderRef {
+                        name: provider.into(),
+                    }],
+                    filter: Some(AccessLogFilter {
+                        expression: expression.into(),
+                    }),
+                }],
+            },
+        }
+    }
+}
+
+/// Istio's mesh configuration (istiod's `--meshConfig` file, the `mesh` key of the `istio`
+/// ConfigMap): the part meshbench writes and reads, its extension providers. Every other key
+/// is Istio's default when written, and ignored when read.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MeshConfig {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub extension_providers: Vec<ExtensionProvider>,
+}
+
+/// A named provider a `Telemetry` refers to; only Envoy's file access log is modelled.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExtensionProvider {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub envoy_file_access_log: Option<FileAccessLogProvider>,
+}
+
+/// `envoyFileAccessLog`: the file each proxy writes (`/dev/stdout`: its container's log) and
+/// the line's format.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FileAccessLogProvider {
+    pub path: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_format: Option<LogFormat>,
+}
+
+/// A text format with Envoy's command operators.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogFormat {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+}
+
+impl MeshConfig {
+    /// The ConfigMap istiod reads its mesh configuration from, in Istio's namespace:
+    /// `istio`, or `istio-<revision>`; the configuration is its [`MeshConfig::KEY`].
+    pub fn config_map_name(revision: Option<&str>) -> String {
+        revision.map_or_else(|| "istio".to_string(), |r| format!("istio-{r}"))
+    }
+
+    /// The key of that ConfigMap that holds the configuration (YAML).
+    pub const KEY: &'static str = "mesh";
+
+    /// A mesh configuration as YAML (every key meshbench does not model ignored).
+    pub fn parse(yaml: &str) -> Result<MeshConfig, serde_yaml_ng::Error> {
+        serde_yaml_ng::from_str(yaml)
+    }
+
+    /// Whether it has an extension provider named `name`.
+    pub fn has_provider(&self, name: &str) -> bool {
+        self.extension_providers.iter().any(|p| p.name == name)
     }
 }

@@ -36,7 +36,7 @@ use serde_json::Value;
 use tempfile::TempDir;
 
 use crate::istio::sidecars;
-use crate::istio::{AgentPorts, ControlPlane, IstioError};
+use crate::istio::{AgentPorts, ControlPlane, IstioError, MeshOptions};
 use crate::netns::Namespaces;
 use crate::process::RoleProcess;
 use crate::program::envoy::admin::AdminError;
@@ -167,8 +167,12 @@ impl CostStep {
         let prefix = format!("cp{}", &spec.owner[spec.owner.len().saturating_sub(6)..]);
         let mut namespaces = Namespaces::new(&spec.owner, &prefix);
         let pod_ns = namespaces.add(0)?;
-        let control_plane =
-            ControlPlane::start(&spec.dir.join("control-plane"), pod_ns.host_addr, stop)?;
+        let control_plane = ControlPlane::start(
+            &spec.dir.join("control-plane"),
+            pod_ns.host_addr,
+            MeshOptions::default(),
+            stop,
+        )?;
         note(&format!(
             "istiod ready in {:.1} s",
             control_plane.istiod_ready_in.as_secs_f64()

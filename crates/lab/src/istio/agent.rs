@@ -100,6 +100,15 @@ impl ControlPlane {
             workers.max(1),
             stats.join(", "),
         );
+        // Attribution's lines are read right after each step (Envoy's default flush: 10 s).
+        let proxy_config = if self.mesh.attribution {
+            format!(
+                "{proxy_config}fileFlushInterval: {}\n",
+                crate::program::envoy::access_log::ISTIO_FLUSH_INTERVAL
+            )
+        } else {
+            proxy_config
+        };
         let mut cmd = Command::new(cache().join("bin/pilot-agent"));
         cmd.current_dir(dir)
             .args([

@@ -2,6 +2,11 @@
 //! namespace and the gateway's ServiceAccount, ready once istiod has published the mesh's root
 //! certificate; its metrics, whether it still runs, and the time one route change takes to
 //! reach a gateway's Envoy. Every wait here looks at the caller's stop.
+//!
+//! The mesh configuration is Istio's defaults, and with per-hop attribution on
+//! ([`MeshOptions`]) attribution's access-log provider, named by a `Telemetry` in Istio's root
+//! namespace applied once istiod is ready, before any agent starts: every proxy istiod
+//! configures then logs the engine's tagged requests (`program::envoy::access_log`).
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
@@ -10,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use meshbench_k8s::k8s_openapi::api::core::v1::{ConfigMap, Namespace, ServiceAccount};
 use meshbench_k8s::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use meshbench_k8s::objects::istio::{HttpMatch, HttpRoute, StringMatch};
+use meshbench_k8s::objects::istio::{HttpMatch, HttpRoute, MeshConfig, StringMatch};
 use meshbench_results::Stop;
 
 use super::{
@@ -18,6 +23,7 @@ use super::{
     GATEWAY_SERVICE_ACCOUNT, ISTIOD_ENV, NAMESPACE,
 };
 use crate::process::{Placement, RoleProcess};
+use crate::program::envoy::access_log;
 use crate::program::envoy::admin::{self, DumpSection};
 use crate::{go_on, write_file, LabError};
 
@@ -25,8 +31,25 @@ use crate::{go_on, write_file, LabError};
 /// its key.
 const ROOT_CERT_CONFIG_MAP: &str = "istio-ca-root-cert";
 const ROOT_CERT_KEY: &str = "root-cert.pem";
-/// The mesh configuration: Istio's defaults.
-const MESH: &str = "{}\n";
+/// What the lab asks of the mesh beyond Istio's defaults.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MeshOptions {
+    /// Per-hop attribution: every proxy logs the engine's tagged requests.
+    pub attribution: bool,
+}
+
+impl MeshOptions {
+    /// istiod's mesh configuration: Istio's defaults, and attribution's provider when on.
+    fn mesh_config(&self) -> MeshConfig {
+        MeshConfig {
+            extension_providers: if self.attribution {
+                vec![access_log::istio_provider()]
+            } else {
+                Vec::new()
+            },
+        }
+    }
+}
 /// How long istiod may take to become ready and to publish the mesh's root certificate.
 const ISTIOD_WITHIN: Duration = Duration::from_secs(60);
 /// How long one look at istiod's readiness may take: the wait looks at its stop between two.
@@ -100,6 +123,8 @@ pub struct ControlPlane {
     pub root_cert: String,
     /// How long istiod took to become ready.
     pub istiod_ready_in: Duration,
+    /// What the mesh was started with (the agents' ProxyConfig follows it).
+    pub mesh: MeshOptions,
     istiod: RoleProcess,
 }
 
@@ -109,8 +134,13 @@ impl ControlPlane {
     /// istiod serves its agents (xDS and the CA) on `agents_reach`: loopback for a gateway on
     /// this machine's loopback, the node's side of a pod's veth for sidecars in pods. A
     /// `stop` ends the start within a second ([`LabError::Stopped`]; what started is stopped).
-    pub fn start(dir: &Path, agents_reach: IpAddr, stop: &Stop) -> Result<ControlPlane, LabError> {
-        Self::start_with(dir, agents_reach, ISTIOD_ENV, stop)
+    pub fn start(
+        dir: &Path,
+        agents_reach: IpAddr,
+        mesh: MeshOptions,
+        stop: &Stop,
+    ) -> Result<ControlPlane, LabError> {
+        Self::start_with(dir, agents_reach, ISTIOD_ENV, mesh, stop)
     }
 
     /// As [`start`](Self::start), with `istiod_env` in place of [`ISTIOD_ENV`] (`&[]`:
@@ -119,6 +149,7 @@ impl ControlPlane {
         dir: &Path,
         agents_reach: IpAddr,
         istiod_env: &[(&str, &str)],
+        mesh: MeshOptions,
         stop: &Stop,
     ) -> Result<ControlPlane, LabError> {
         if let Some(e) = unavailable() {
@@ -152,7 +183,9 @@ impl ControlPlane {
         let (grpc, http, https, monitoring) = (free()?, free()?, free()?, free()?);
         let secure_grpc = SocketAddr::new(agents_reach, crate::port::free_port()?);
         let istiod_dir = dir.join("istiod");
-        let mesh = write_file(istiod_dir.join("mesh.yaml"), MESH)?;
+        let mesh_yaml = serde_yaml_ng::to_string(&mesh.mesh_config())
+            .map_err(|e| LabError::from(IstioError::MeshConfig(e.to_string())))?;
+        let mesh_file = write_file(istiod_dir.join("mesh.yaml"), mesh_yaml)?;
         let addrs = IstiodAddrs {
             grpc,
             secure_grpc,
@@ -160,7 +193,7 @@ impl ControlPlane {
             https,
             monitoring,
         };
-        let mut cmd = istiod_command(&istiod_dir, &api.kubeconfig, &mesh, &addrs);
+        let mut cmd = istiod_command(&istiod_dir, &api.kubeconfig, &mesh_file, &addrs);
         cmd.envs(istiod_env.iter().copied());
         let began = Instant::now();
         let mut istiod = RoleProcess::spawn(
@@ -199,6 +232,12 @@ impl ControlPlane {
                 return Err(LabError::Stopped);
             }
         };
+        // Once istiod is ready its CRDs are served; before any agent starts, so that every
+        // proxy's first configuration has the log.
+        if mesh.attribution {
+            api.client
+                .apply_typed(&access_log::istio_telemetry(NAMESPACE))?;
+        }
         Ok(ControlPlane {
             api,
             secure_grpc,
@@ -206,6 +245,7 @@ impl ControlPlane {
             monitoring,
             root_cert,
             istiod_ready_in: began.elapsed(),
+            mesh,
             istiod,
         })
     }

@@ -39,7 +39,7 @@ use std::time::Duration;
 use crate::LabError;
 pub use agent::{AgentPorts, AgentRole, Workload};
 pub use api_server::ApiServer;
-pub use control_plane::{istiod_command, ControlPlane, IstiodAddrs, PROBE_PATH};
+pub use control_plane::{istiod_command, ControlPlane, IstiodAddrs, MeshOptions, PROBE_PATH};
 
 /// The istio.io/istio pseudo-version scripts/install-istio.sh builds.
 pub const VERSION: &str = "v0.0.0-20260827124520-eed52ebb66ad";
@@ -70,6 +70,9 @@ pub enum IstioError {
     NoControlPlane(&'static str),
     #[error("the Istio gateway has no admin port")]
     NoAdminPort,
+    /// The mesh configuration could not be written (a bug: its types always serialise).
+    #[error("istiod's mesh configuration: {0}")]
+    MeshConfig(String),
     /// istiod ended: its status and the tail of its output.
     #[error("{0}")]
     IstiodExited(String),

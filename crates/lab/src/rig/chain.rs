@@ -268,6 +268,14 @@ impl Rig {
             user: launch.user,
         };
         let log = spec.dir.join(format!("{}.log", launch.name));
+        // An Envoy istiod configures writes attribution's lines to its stdout: the role's log.
+        let configured_by_istio = matches!(
+            launch.ready,
+            Ready::ConfiguredByIstio | Ready::SidecarConfigured(_)
+        );
+        if spec.attribution && configured_by_istio {
+            self.access_logs.push((launch.name, log.clone()));
+        }
         let listen = launch.address.addr;
         let process = match launch.ready {
             Ready::Accepts => RoleProcess::start(

@@ -126,6 +126,7 @@ impl Rig {
         let control_plane = ControlPlane::start(
             &spec.dir.join("istio"),
             IpAddr::V4(Ipv4Addr::LOCALHOST),
+            spec.mesh(),
             stop,
         )?;
         let began = std::time::Instant::now();

@@ -62,7 +62,8 @@ pub struct RigSpec {
     pub proxy_peer_authentication: PeerAuthentication,
     /// Envoy proxies: add the stand-ins for Istio's per-request telemetry.
     pub proxy_istio_telemetry: bool,
-    /// Per-hop attribution: each L7 Envoy logs the requests the engine tagged.
+    /// Per-hop attribution: each L7 Envoy logs the requests the engine tagged (the lab's
+    /// own through their bootstraps, istiod's through Istio's `Telemetry`).
     pub attribution: bool,
     /// The L4 tunnels' program.
     pub tunnel: ProgramSpec,
@@ -232,6 +233,13 @@ impl RigSpec {
             (_, Class::Proxy | Class::Backend) => self.proxy_workers,
         };
         workers_for(set, self.limits(role.class))
+    }
+
+    /// What istiod's mesh is started with, where the rig runs one.
+    fn mesh(&self) -> crate::istio::MeshOptions {
+        crate::istio::MeshOptions {
+            attribution: self.attribution,
+        }
     }
 
     /// Whether a role's links to the other hops of the mesh use mutual TLS.

@@ -73,8 +73,12 @@ impl Rig {
         }
         go_on(stop)?;
         // istiod serves the pods' agents on the client pod's way to this machine.
-        let control_plane =
-            ControlPlane::start(&spec.dir.join("istio"), client_ns.host_addr, stop)?;
+        let control_plane = ControlPlane::start(
+            &spec.dir.join("istio"),
+            client_ns.host_addr,
+            spec.mesh(),
+            stop,
+        )?;
         let mtls = if spec.proxy_mtls {
             spec.proxy_peer_authentication
         } else {

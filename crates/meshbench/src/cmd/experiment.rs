@@ -273,7 +273,7 @@ pub fn describe_plan(e: &Experiment, plan: &Plan) -> String {
     }
     if let Some(a) = &e.attribution {
         out.push_str(&format!(
-            "attribution: 1 in {} measured requests carries an x-request-id; each L7 Envoy of the lab logs it, and each step says where its latency went, hop by hop\n",
+            "attribution: 1 in {} measured requests carries an x-meshbench-id; each L7 Envoy on the path logs it, and each step says where its latency went, hop by hop\n",
             a.every()
         ));
     }

@@ -34,10 +34,10 @@ use k8s_openapi::api::core::v1::{Namespace, Pod};
 use meshbench_k8s::BlockingClient;
 use serde_json::Value;
 
-const IMAGE: &str = "localhost/meshbench:test";
+pub(crate) const IMAGE: &str = "localhost/meshbench:test";
 const TOKEN: &str = "cluster-experiment-test-token-0123456789";
 /// The longest one run may take (its steps, rollouts and the deletion at the end).
-const RUN_WITHIN: Duration = Duration::from_secs(420);
+pub(crate) const RUN_WITHIN: Duration = Duration::from_secs(420);
 
 fn preset(name: &str) -> String {
     format!("{}/../../examples/{name}", env!("CARGO_MANIFEST_DIR"))
@@ -63,7 +63,7 @@ fn command(preset_file: &str, store: &Path, sets: &[String]) -> Command {
 }
 
 /// [`command`], started.
-fn start(preset_file: &str, store: &Path, sets: &[String]) -> Child {
+pub(crate) fn start(preset_file: &str, store: &Path, sets: &[String]) -> Child {
     command(preset_file, store, sets)
         .spawn()
         .expect("meshbench experiment")
@@ -82,7 +82,7 @@ fn dry_run(preset_file: &str, store: &Path, sets: &[String]) -> (Option<i32>, St
 }
 
 /// The node's settings of every preset, and shorter steps.
-fn node_sets(c: &TestCluster, prom: &Prometheus, namespace: &str) -> Vec<String> {
+pub(crate) fn node_sets(c: &TestCluster, prom: &Prometheus, namespace: &str) -> Vec<String> {
     let port = free_port_on_bridge();
     [
         format!("cluster.kubeconfig={}", c.kubeconfig.display()),
@@ -115,7 +115,7 @@ fn free_port_on_bridge() -> u16 {
         .port()
 }
 
-fn wait_with_limit(mut child: Child, limit: Duration) -> Output {
+pub(crate) fn wait_with_limit(mut child: Child, limit: Duration) -> Output {
     let deadline = Instant::now() + limit;
     while child.try_wait().unwrap().is_none() {
         if Instant::now() > deadline {
@@ -246,6 +246,7 @@ fn experiment_files_run_on_the_node_sweep_its_limits_and_leave_it_as_it_was() {
         }],
         coordinator_port: 7700,
         gateway_objects: vec![],
+        proxy_logging: None,
     };
     let shape = meshbench_k8s::system::Shape {
         ambient: true,

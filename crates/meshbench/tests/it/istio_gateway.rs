@@ -21,7 +21,7 @@ use crate::common;
 use std::time::{Duration, Instant};
 
 use common::{meshbench, run_json, stderr, u, BackendProc};
-use meshbench_lab::istio::{self, ready, ControlPlane};
+use meshbench_lab::istio::{self, ready, ControlPlane, MeshOptions};
 use meshbench_lab::process::{Placement, RoleProcess};
 
 const DOMAINS: usize = 10;
@@ -42,6 +42,7 @@ fn istiod_configures_upstream_envoy_for_the_generated_gateway_and_every_route_an
     let control = ControlPlane::start(
         &dir.join("control-plane"),
         [127, 0, 0, 1].into(),
+        MeshOptions::default(),
         &meshbench_results::Stop::new(),
     )
     .unwrap_or_else(|e| panic!("the control plane: {e}"));

@@ -22,6 +22,10 @@ use crate::LoadOptions;
 const START_PATIENCE: Duration = Duration::from_secs(60);
 /// How long the handshake may take.
 const HANDSHAKE_WAIT: Duration = Duration::from_secs(5);
+/// The most tagged requests (per-hop attribution) an agent sends with one step's part: about
+/// 100 bytes of JSON each, 5 MB in all, inside the protocol's frame ([`super::wire::MAX_FRAME`]);
+/// the rest are not split (a lower `attribution.sample` keeps every one).
+const MAX_TRACES_SENT: usize = 50_000;
 
 /// Who the agent is and what it trusts.
 pub struct AgentConfig {
@@ -487,10 +491,14 @@ fn start_step(step: u32, spec: meshbench_engine::LoadSpec, out: Sender<Message>)
             },
         );
         let _ = out.send(match outcome {
-            Ok(part) => Message::Done {
-                step,
-                part: Box::new(part),
-            },
+            Ok(mut part) => {
+                // The tagged requests travel in the part: as many as one frame holds.
+                part.recorder.traces.truncate(MAX_TRACES_SENT);
+                Message::Done {
+                    step,
+                    part: Box::new(part),
+                }
+            }
             Err(e) => Message::Failed {
                 step,
                 reason: e.to_string(),

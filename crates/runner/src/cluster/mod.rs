@@ -25,6 +25,7 @@
 //! - `step.rs`: one step there: realised, loaded, read;
 //! - `tests.rs`: a step's set-up against a stop, on a played API server and Prometheus.
 
+mod attribution;
 mod render;
 mod step;
 #[cfg(test)]
@@ -40,16 +41,18 @@ use std::time::Duration;
 
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Service};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use meshbench_engine::Stop;
 use meshbench_experiment::cluster::Cluster;
 use meshbench_experiment::config::Experiment;
 use meshbench_k8s::blocking::ApiError;
 use meshbench_k8s::k8s_openapi;
+use meshbench_k8s::objects::istio::MeshConfig;
 use meshbench_k8s::system::{self, Shape, System};
 use meshbench_k8s::undo::{self, Header, Journal, Undo, UndoError};
 use meshbench_k8s::{BlockingClient, ClusterError, Objects, Plan};
+use meshbench_lab::program::envoy::access_log;
 use meshbench_results::{StepKind, Topology};
 use thiserror::Error;
 
@@ -58,6 +61,8 @@ use crate::observer::Observer;
 
 /// The agents' objects' name prefix (pods `meshbench-agents-N-...`).
 const AGENTS: &str = "meshbench";
+/// Istio's own namespace: its mesh configuration, ambient's ztunnel.
+const ISTIO_NAMESPACE: &str = "istio-system";
 /// Envoy's admin port in Istio's proxies (on the pod's loopback).
 const ENVOY_ADMIN: u16 = 15000;
 /// The longest the namespace may take to go at the end.
@@ -252,14 +257,44 @@ pub fn missing_on_cluster(
             missing.push("Istio's sidecar injector is not installed (no MutatingWebhookConfiguration with a *.sidecar-injector.istio.io webhook): install Istio (istioctl install, or its istiod chart)".into());
         }
     }
+    if e.attribution.is_some() {
+        let revision = e.cluster.as_ref().and_then(|c| c.istio_revision.as_deref());
+        missing.extend(attribution_provider_missing(client, revision)?);
+    }
     let ambient = chains().any(|t| matches!(t, Topology::Ambient | Topology::Waypoint));
     if ambient {
-        let ztunnel = client.list::<DaemonSet>("istio-system", "app=ztunnel")?;
+        let ztunnel = client.list::<DaemonSet>(ISTIO_NAMESPACE, "app=ztunnel")?;
         if ztunnel.is_empty() {
             missing.push("ambient and waypoint need Istio's ambient data plane: no ztunnel DaemonSet in istio-system (istioctl install --set profile=ambient)".into());
         }
     }
     Ok(missing)
+}
+
+/// Per-hop attribution's provider, when istiod's mesh configuration lacks it: the proxies log
+/// through Istio's own API, a `Telemetry` in the run's namespace naming a provider of the
+/// mesh configuration, which a run does not own (docs/kubernetes.md shows what to add).
+fn attribution_provider_missing(
+    client: &BlockingClient,
+    revision: Option<&str>,
+) -> Result<Option<String>, ApiError> {
+    let name = MeshConfig::config_map_name(revision);
+    let Some(config_map) = client.get::<ConfigMap>(ISTIO_NAMESPACE, &name)? else {
+        return Ok(Some(format!(
+            "attribution reads Istio's mesh configuration, and istio-system has no ConfigMap {name}: install Istio, or name its revision (cluster.istio_revision)"
+        )));
+    };
+    let mesh = config_map
+        .data
+        .and_then(|mut d| d.remove(MeshConfig::KEY))
+        .unwrap_or_default();
+    let has = MeshConfig::parse(&mesh).is_ok_and(|m| m.has_provider(access_log::ISTIO_PROVIDER));
+    Ok((!has).then(|| {
+        format!(
+            "attribution needs the extension provider {} in Istio's mesh configuration (ConfigMap {name} in istio-system, key mesh): add it as docs/kubernetes.md shows",
+            access_log::ISTIO_PROVIDER
+        )
+    }))
 }
 
 /// The cluster's client for the file's section.

@@ -12,10 +12,11 @@ use meshbench_experiment::config::Experiment;
 use meshbench_experiment::{ChainVariant, Step};
 use meshbench_k8s::k8s_openapi::api::core::v1::Toleration;
 use meshbench_k8s::render::PodExtras;
-use meshbench_k8s::system::{self, Resources, Shape, System};
+use meshbench_k8s::system::{self, ProxyLogging, Resources, Shape, System};
 use meshbench_k8s::{AntiAffinity, Plan};
 use meshbench_lab::gateway::{self, CertLayout, GatewayPlan};
 use meshbench_lab::istio::objects::{Istio, Place};
+use meshbench_lab::program::envoy::access_log;
 use meshbench_results::{Class, PeerAuthentication, StepKind, Topology};
 use serde_json::Value;
 
@@ -59,6 +60,10 @@ pub fn system_of(e: &Experiment, section: &Cluster) -> System {
         tolerations,
         coordinator_port: section.coordinator_port().unwrap_or(0),
         gateway_objects: Vec::new(),
+        proxy_logging: e.attribution.map(|_| ProxyLogging {
+            telemetry: access_log::istio_telemetry(&section.namespace),
+            flush_interval: access_log::ISTIO_FLUSH_INTERVAL.into(),
+        }),
     }
 }
 

@@ -20,6 +20,7 @@ use meshbench_k8s::system::{self, Path as Through, Shape};
 use meshbench_lab::istio::ready::{self, AckError, Awaited, Expected, SidecarExpected};
 use meshbench_lab::program::envoy::admin;
 use meshbench_lab::sampler;
+use meshbench_results::attribution::{Attribution, Sent};
 use meshbench_results::{
     ChainRole, Class, Figure, LoadPoint, PlayedBy, Program, Role, StepFailure, Topology,
 };
@@ -401,6 +402,8 @@ impl Place for ClusterSite {
         if stop.requested() {
             return Err(StepFailure::StoppedBeforeLoad);
         }
+        // The logs attribution reads: the step's warm-up and load, and a minute to spare.
+        let log_window = Duration::from_secs_f64(e.warmup_secs + e.duration_secs + 60.0);
         Ok(Box::new(ClusterStep {
             site: self,
             topology,
@@ -408,6 +411,7 @@ impl Place for ClusterSite {
             shape,
             roles,
             admins,
+            log_window,
         }))
     }
 }
@@ -421,12 +425,24 @@ struct ClusterStep<'a> {
     shape: Shape,
     roles: Vec<ExternalRole>,
     admins: Vec<(ChainRole, meshbench_k8s::Forward)>,
+    /// How far back the proxies' logs are read for attribution.
+    log_window: Duration,
 }
 
 impl Realised for ClusterStep<'_> {
     fn load_options(&self, step: &StepContext<'_>) -> LoadOptions {
         self.site
             .load_options(step.e, step.at.step, &self.load, self.topology)
+    }
+
+    fn attribution(&self, sample_rate: f64, sent: &[Sent]) -> Option<Attribution> {
+        Some(self.site.attribute(
+            self.topology,
+            self.log_window,
+            sample_rate,
+            sent,
+            &self.site.stop,
+        ))
     }
 
     fn witnesses(&self) -> Witnesses {

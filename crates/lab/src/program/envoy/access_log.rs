@@ -1,11 +1,18 @@
-//! The access log per-hop attribution reads: each L7 Envoy of the lab writes, for the requests
-//! the engine tagged (an `x-request-id` with meshbench's prefix) and only for them, the id,
-//! when the downstream request began (wall clock) and its later points (ns after that) in
-//! one line. The format and its parser live together here, so they cannot drift apart.
+//! The access log per-hop attribution reads: each L7 Envoy on the path writes, for the
+//! requests the engine tagged (an [`attribution::ID_HEADER`] with meshbench's prefix) and
+//! only for them, the id, when the downstream request began (wall clock) and its later points
+//! (ns after that) in one line. The format and its parser live together here, so they cannot
+//! drift apart; so do the two ways an Envoy is told to write it:
 //!
-//! Only with attribution on: the connection manager then also keeps the client's request id
-//! (`preserve_external_request_id`; Envoy replaces an edge request's id otherwise) and Envoy
-//! flushes its log files often ([`FLUSH_ARGS`]). With it off nothing of this is configured.
+//! - the lab's own Envoys: [`add`] puts the log in their connection manager, filtered by a
+//!   header match, and Envoy flushes its files often ([`FLUSH_ARGS`]);
+//! - Envoys istiod configures (Istio's sidecars, gateway, waypoint): Istio's own API, an
+//!   `envoyFileAccessLog` provider in the mesh configuration ([`istio_provider`]) and a
+//!   `Telemetry` naming it with a CEL filter ([`istio_telemetry`]); the lines go to Envoy's
+//!   stdout, the `istio-proxy` container's log, and the agent flushes every
+//!   [`ISTIO_FLUSH_INTERVAL`].
+//!
+//! With attribution off nothing of this is configured.
 
 use std::path::Path;
 
@@ -22,11 +29,15 @@ use envoy_types::pb::envoy::extensions::access_loggers::file::v3::{
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager;
 use envoy_types::pb::envoy::r#type::matcher::v3::{string_matcher, StringMatcher};
 use envoy_types::util::pack_any;
+use meshbench_k8s::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use meshbench_k8s::objects::istio::{
+    ExtensionProvider, FileAccessLogProvider, LogFormat, Telemetry,
+};
 use meshbench_results::attribution::{self, Logged};
 
 /// One line per tagged request: the id, the start (seconds since the epoch, 6 decimals: what
 /// Envoy's start time holds), then the points in ns after it, `-` where the request never got.
-const FORMAT: &str = "%REQ(X-REQUEST-ID)% %START_TIME(%s.%6f)% \
+pub const FORMAT: &str = "%REQ(X-MESHBENCH-ID)% %START_TIME(%s.%6f)% \
 %COMMON_DURATION(DS_RX_BEG:US_TX_BEG:ns)% %COMMON_DURATION(DS_RX_BEG:US_RX_BEG:ns)% \
 %COMMON_DURATION(DS_RX_BEG:DS_TX_BEG:ns)% %COMMON_DURATION(DS_RX_BEG:US_CX_BEG:ns)% \
 %COMMON_DURATION(DS_RX_BEG:US_CX_END:ns)% %UPSTREAM_REQUEST_ATTEMPT_COUNT% %RESPONSE_CODE%\n";
@@ -35,9 +46,55 @@ const FORMAT: &str = "%REQ(X-REQUEST-ID)% %START_TIME(%s.%6f)% \
 /// the lines are read right after the step.
 pub const FLUSH_ARGS: [&str; 2] = ["--file-flush-interval-msec", "200"];
 
+/// The name of attribution's provider in Istio's mesh configuration.
+pub const ISTIO_PROVIDER: &str = "meshbench-attribution";
+
+/// Where Envoys istiod configures write the lines: their stdout, the container's log.
+pub const ISTIO_PATH: &str = "/dev/stdout";
+
+/// How often an Istio agent's Envoy flushes its log files (ProxyConfig's
+/// `fileFlushInterval`; Envoy's default is 10 s) when attribution is on.
+pub const ISTIO_FLUSH_INTERVAL: &str = "0.2s";
+
+/// The provider istiod's mesh configuration must name for [`istio_telemetry`].
+pub fn istio_provider() -> ExtensionProvider {
+    ExtensionProvider {
+        name: ISTIO_PROVIDER.into(),
+        envoy_file_access_log: Some(FileAccessLogProvider {
+            path: ISTIO_PATH.into(),
+            log_format: Some(LogFormat {
+                text: Some(FORMAT.into()),
+            }),
+        }),
+    }
+}
+
+/// The CEL expression that keeps only the engine's requests (Envoy's CEL access-log filter,
+/// which Istio's `Telemetry` filter becomes): the header there and with meshbench's prefix.
+pub fn istio_filter() -> String {
+    let header = attribution::ID_HEADER;
+    format!(
+        "'{header}' in request.headers && request.headers['{header}'].startsWith('{}')",
+        attribution::ID_PREFIX
+    )
+}
+
+/// The `Telemetry` that logs the tagged requests of every proxy in `namespace` (Istio's root
+/// namespace: the whole mesh) to [`ISTIO_PROVIDER`].
+pub fn istio_telemetry(namespace: &str) -> Telemetry {
+    Telemetry::access_log(
+        ObjectMeta {
+            name: Some(ISTIO_PROVIDER.into()),
+            namespace: Some(namespace.into()),
+            ..ObjectMeta::default()
+        },
+        ISTIO_PROVIDER,
+        &istio_filter(),
+    )
+}
+
 /// Adds the attribution log at `path` to a connection manager.
 pub fn add(hcm: &mut HttpConnectionManager, path: &Path) {
-    hcm.preserve_external_request_id = true;
     let ours = AccessLogFilter {
         filter_specifier: Some(access_log_filter::FilterSpecifier::HeaderFilter(
             HeaderFilter {
@@ -133,6 +190,12 @@ pub fn read(path: &Path) -> Vec<Logged> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_format_logs_the_header_the_engine_tags() {
+        let operator = format!("%REQ({})%", attribution::ID_HEADER.to_ascii_uppercase());
+        assert!(FORMAT.starts_with(&operator), "{FORMAT}");
+    }
 
     #[test]
     fn a_line_as_envoy_writes_it() {

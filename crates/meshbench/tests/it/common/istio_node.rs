@@ -10,6 +10,8 @@
 //!   istiod starts (istiod turns injection off for its lifetime when the ConfigMap is missing):
 //!   Istio's own chart templates `sidecar` (the default) and `gateway` and the chart's default
 //!   values, with the image and the CA's address set as a user's values set them;
+//! - writes the mesh configuration where an installed istiod reads it, the ConfigMap `istio`
+//!   (with per-hop attribution's log provider, as docs/kubernetes.md asks users to add);
 //! - starts istiod (`pilot-discovery`, scripts/install-istio.sh) on this machine against the
 //!   node's API server: xDS and the CA for the pods on the bridge's address ([`GATEWAY`], in its
 //!   serving certificate through `ISTIOD_CUSTOM_HOST`), everything else on loopback;
@@ -27,9 +29,11 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use k8s_openapi::api::core::v1::ConfigMap;
+use meshbench_k8s::objects::istio::MeshConfig;
 use meshbench_k8s::BlockingClient;
 use meshbench_lab::istio::{self, ISTIOD_ENV};
 use meshbench_lab::process::{Placement, RoleProcess};
+use meshbench_lab::program::envoy::access_log;
 use meshbench_lab::program::envoy::admin::STATS_NEEDED;
 use serde_json::{json, Value};
 
@@ -301,14 +305,24 @@ fn start_istiod(dir: &Path, c: &TestCluster, k: &BlockingClient, xds: SocketAddr
     let stats: Vec<String> = STATS_NEEDED.iter().map(|p| format!("\"{p}\"")).collect();
     let cwd = dir.join("istiod");
     std::fs::create_dir_all(&cwd).unwrap();
-    let mesh = cwd.join("mesh.yaml");
-    std::fs::write(
-        &mesh,
-        format!(
-            "defaultConfig:\n  discoveryAddress: {xds}\n  proxyStatsMatcher:\n    inclusionPrefixes: [{}]\n",
-            stats.join(", ")
-        ),
-    )
+    // The mesh configuration where an installed istiod reads it, the ConfigMap `istio` in its
+    // namespace (istiod falls back to it when its `--meshConfig` file does not exist): what
+    // the injector needs, the proxies' stats, and per-hop attribution's log provider, which
+    // a run checks for there (issue 48; with no Telemetry naming it, nothing changes).
+    let mesh = cwd.join("no-mesh-file.yaml");
+    let provider = serde_yaml_ng::to_string(&MeshConfig {
+        extension_providers: vec![access_log::istio_provider()],
+    })
+    .unwrap();
+    let mesh_yaml = format!(
+        "defaultConfig:\n  discoveryAddress: {xds}\n  proxyStatsMatcher:\n    inclusionPrefixes: [{}]\n{provider}",
+        stats.join(", ")
+    );
+    k.apply(&json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": MeshConfig::config_map_name(None), "namespace": ISTIO_NS},
+        "data": {MeshConfig::KEY: mesh_yaml},
+    }))
     .unwrap();
     let addrs = istio::IstiodAddrs {
         grpc,
