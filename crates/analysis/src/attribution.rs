@@ -217,10 +217,18 @@ pub fn clock_offsets(
     clock: &dyn Fn(Node, u64) -> Option<String>,
 ) -> Vec<ClockOffset> {
     let index = LogIndex::new(logs);
-    // Per (from, to, from's clock, to's clock): the best (shortest round trip) sample so
-    // far, as (round trip, offset), and the requests seen.
+    /// What the requests across one link say of its two clocks: each request bounds the far
+    /// clock's lead to `[t3 - t4, t2 - t1]` (neither crossing takes less than no time), so
+    /// all of them to the intersection; and the request with the shortest round trip, should
+    /// the intersection be empty (a clock stepped during the load).
+    struct Across {
+        lowest: i64,
+        highest: i64,
+        shortest: (i64, i64),
+        requests: u64,
+    }
     type Key = (Node, Node, String, String);
-    let mut best: Vec<(Key, (i64, i64), u64)> = Vec::new();
+    let mut links: Vec<(Key, Across)> = Vec::new();
     for s in sent {
         let Some(lines) = index.lines(s) else {
             continue;
@@ -239,14 +247,29 @@ pub fn clock_offsets(
                 let round_trip = (t4 - t1) - (t3 - t2);
                 let offset = ((t2 - t1) + (t3 - t4)) / 2;
                 let key = (near, far, a, b);
-                match best.iter_mut().find(|(k, _, _)| *k == key) {
-                    Some((_, b, n)) => {
-                        *n += 1;
-                        if round_trip >= 0 && (b.0 < 0 || round_trip < b.0) {
-                            *b = (round_trip, offset);
-                        }
+                let at = match links.iter().position(|(k, _)| *k == key) {
+                    Some(at) => at,
+                    None => {
+                        links.push((
+                            key,
+                            Across {
+                                lowest: i64::MIN,
+                                highest: i64::MAX,
+                                shortest: (i64::MAX, 0),
+                                requests: 0,
+                            },
+                        ));
+                        links.len() - 1
                     }
-                    None => best.push((key, (round_trip, offset), 1)),
+                };
+                let x = &mut links[at].1;
+                x.requests += 1;
+                if round_trip >= 0 {
+                    x.lowest = x.lowest.max(t3 - t4);
+                    x.highest = x.highest.min(t2 - t1);
+                    if round_trip < x.shortest.0 {
+                        x.shortest = (round_trip, offset);
+                    }
                 }
             }
             near = far;
@@ -256,19 +279,28 @@ pub fn clock_offsets(
                 .map(|(out, up)| (start + out as i64, start + up as i64));
         }
     }
-    best.into_iter()
-        .filter(|(_, (round_trip, _), _)| *round_trip >= 0)
-        .map(
-            |((from, to, from_clock, to_clock), (round_trip, offset), requests)| ClockOffset {
+    links
+        .into_iter()
+        .filter(|(_, x)| x.shortest.0 != i64::MAX)
+        .map(|((from, to, from_clock, to_clock), x)| {
+            let (offset_ns, bound_ns) = if x.lowest <= x.highest {
+                (
+                    x.lowest + (x.highest - x.lowest) / 2,
+                    (x.highest - x.lowest).unsigned_abs().div_ceil(2),
+                )
+            } else {
+                (x.shortest.1, x.shortest.0.unsigned_abs().div_ceil(2))
+            };
+            ClockOffset {
                 from,
                 to,
                 from_clock,
                 to_clock,
-                offset_ns: offset,
-                bound_ns: round_trip.unsigned_abs() / 2,
-                requests,
-            },
-        )
+                offset_ns,
+                bound_ns,
+                requests: x.requests,
+            }
+        })
         .collect()
 }
 

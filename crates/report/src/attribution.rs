@@ -133,7 +133,7 @@ pub fn clocks(a: &Attributed) -> Option<String> {
         .collect();
     (!pairs.is_empty()).then(|| {
         format!(
-            "Clocks (from each link's shortest round trip): {}. Every part is on one clock or a round trip across two, which an offset does not move.",
+            "Clocks (from each link's crossings both ways): {}. Every part is on one clock or a round trip across two, which an offset does not move.",
             pairs.join("; ")
         )
     })

@@ -218,9 +218,10 @@ pub struct Attribution {
 /// from the requests themselves as NTP does: each request crosses the link there and back,
 /// so with `t1` its send on the near side's clock, `t2` its arrival and `t3` the response's
 /// send on the far side's, `t4` the response's arrival on the near side's, the far clock is
-/// ahead by `((t2 - t1) + (t3 - t4)) / 2`, give or take half the round trip's time on the
-/// wire, `((t4 - t1) - (t3 - t2)) / 2`. The request with the shortest round trip gives the
-/// estimate and its bound.
+/// ahead by at most `t2 - t1` and at least `t3 - t4` (neither crossing takes less than no
+/// time). Over all the requests, the middle of the tightest such interval is the estimate and
+/// half its width the bound: half the shortest crossing there plus the shortest back. (Should
+/// the requests disagree, a clock stepped: the one with the shortest round trip decides.)
 ///
 /// It moves no part of the split: every part is a difference of two points on one clock or
 /// a link's round trip, whose two crossings an offset changes by as much and in opposite
