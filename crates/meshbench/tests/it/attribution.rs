@@ -41,7 +41,7 @@ const ROUNDS: usize = 3;
 /// One request in this many is split (every one: 500 requests, 25 of them around p50).
 const EVERY: u32 = 1;
 
-fn spec(name: &str) -> RigSpec {
+pub(crate) fn spec(name: &str) -> RigSpec {
     RigSpec {
         topology: Topology::Both,
         proxy: ProgramSpec::from(Program::Envoy),
@@ -151,6 +151,19 @@ pub(crate) fn few_glitches<'a>(runs: impl IntoIterator<Item = &'a Attribution>) 
         negative.len() * 20 <= split,
         "{} of {split} split requests have a part below -0.2 ms: {negative:?}",
         negative.len(),
+    );
+}
+
+/// At most 2 % of `a`'s sampled requests lack a hop's line or were retried by a proxy, and
+/// at least `split` were split.
+pub(crate) fn mostly_split(a: &Attribution, split: usize) {
+    assert!(a.requests.len() >= split, "{} split", a.requests.len());
+    assert!(
+        (a.unjoined + a.retried) * 50 <= a.sampled,
+        "{} unjoined and {} retried of {}",
+        a.unjoined,
+        a.retried,
+        a.sampled
     );
 }
 

@@ -15,14 +15,14 @@
 //! their sidecars' config dumps carry no access log at all.
 
 use crate::attribution::Shifts;
-use crate::attribution::{add_shifts, attributed, few_glitches, hop_medians, load_of, only_moved};
-use crate::common::*;
+use crate::attribution::{
+    add_shifts, attributed, few_glitches, hop_medians, load_of, mostly_split, only_moved,
+};
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use meshbench_engine::Stop;
-use meshbench_lab::cgroup::Limits;
 use meshbench_lab::istio::{self, sidecars};
 use meshbench_lab::program::envoy::access_log;
 use meshbench_lab::program::envoy::admin::{self, DumpSection};
@@ -45,38 +45,21 @@ fn installed() {
     }
 }
 
+/// `attribution::spec`'s rig (a spinning backend, attribution on) with Istio's proxies.
 fn spec(topology: Topology, name: &str) -> RigSpec {
     RigSpec {
         topology,
         proxy: ProgramSpec::from(Program::Istio),
-        proxy_workers: 1,
-        proxy_mtls: true,
         proxy_peer_authentication: PeerAuthentication::Strict,
-        proxy_istio_telemetry: false,
-        attribution: true,
-        tunnel: ProgramSpec::from(Program::Envoy),
-        tunnel_workers: 1,
-        tunnel_mtls: false,
         gateway: GatewaySpec {
             program: Program::Istio,
             domains: 1,
             paths: 1,
             workers: 1,
         },
-        backend_exe: PathBuf::from(bin()),
-        backend_args: ["--threads", "1", "--delay-mode", "spin"]
-            .map(String::from)
-            .to_vec(),
-        proxy_limits: Limits::default(),
-        tunnel_limits: Limits::default(),
-        backend_limits: Limits::default(),
-        http2: false,
-        grpc: false,
-        http3: false,
         // Istio's sidecars live in pods; its gateway on this machine's loopback.
         netns: topology != Topology::Gateway,
-        id: format!("{}-istio-attr-{name}", std::process::id()),
-        dir: scratch_dir(&format!("istio-attribution-{name}")),
+        ..crate::attribution::spec(&format!("istio-{name}"))
     }
 }
 
@@ -131,14 +114,7 @@ fn rounds(
         runs.extend([a, b]);
     }
     for a in &runs {
-        assert!(a.requests.len() >= 200, "{} split", a.requests.len());
-        assert!(
-            (a.unjoined + a.retried) * 50 <= a.sampled,
-            "{} unjoined and {} retried of {}",
-            a.unjoined,
-            a.retried,
-            a.sampled
-        );
+        mostly_split(a, 200);
     }
     (shifts, runs)
 }
