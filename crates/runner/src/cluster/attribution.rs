@@ -30,13 +30,8 @@ const PROXY_CONTAINER: &str = "istio-proxy";
 /// (`access_log::ISTIO_FLUSH_INTERVAL`), the kubelet writes what it reads at once.
 const FLUSH_WAIT: Duration = Duration::from_secs(5);
 
-/// One hop's lines, from all its pods, with the node of the pod each line came from (by the
-/// id and the start of the line).
-struct HopLines {
-    role: ChainRole,
-    lines: Vec<Logged>,
-    node_of: HashMap<(u64, u64), String>,
-}
+/// The node of the pod each line of a hop came from, by the line's id and start.
+type NodeOf = HashMap<(u64, u64), String>;
 
 impl ClusterSite {
     /// The step's attribution: its path as Istio's proxies see it, the logs of its pods read
@@ -68,20 +63,19 @@ impl ClusterSite {
             .map(|h| h.role)
             .collect();
         let deadline = Instant::now() + FLUSH_WAIT;
-        let hops = loop {
-            let hops: Vec<HopLines> = logging
+        let (logs, nodes) = loop {
+            let (logs, nodes): (Vec<(ChainRole, Vec<Logged>)>, Vec<NodeOf>) = logging
                 .iter()
-                .map(|role| self.hop_lines(*role, window))
-                .collect();
-            let logs: Vec<(ChainRole, Vec<Logged>)> =
-                hops.iter().map(|h| (h.role, h.lines.clone())).collect();
+                .map(|&role| {
+                    let (lines, node_of) = self.hop_lines(role, window);
+                    ((role, lines), node_of)
+                })
+                .unzip();
             let complete = LogIndex::new(&logs).complete(sent);
             if complete || Instant::now() >= deadline || !stop.sleep(Duration::from_millis(500)) {
-                break hops;
+                break (logs, nodes);
             }
         };
-        let logs: Vec<(ChainRole, Vec<Logged>)> =
-            hops.iter().map(|h| (h.role, h.lines.clone())).collect();
         let index = LogIndex::new(&logs);
         let agents_node = self.agents_node();
         let by_id: HashMap<u64, &Sent> = sent.iter().map(|s| (s.id, s)).collect();
@@ -89,12 +83,9 @@ impl ClusterSite {
             let Node::Hop(role) = node else {
                 return agents_node.clone();
             };
-            let hop = hops.iter().position(|h| h.role == role)?;
+            let hop = logs.iter().position(|(r, _)| *r == role)?;
             let line = index.line(hop, by_id.get(&id)?)?;
-            hops[hop]
-                .node_of
-                .get(&(line.id, line.start_unix_ns))
-                .cloned()
+            nodes[hop].get(&(line.id, line.start_unix_ns)).cloned()
         };
         let mut a = join(sample_rate, path, sent, &logs);
         a.clocks = clock_offsets(sent, &logs, &clock);
@@ -125,7 +116,7 @@ impl ClusterSite {
 
     /// Every line `role`'s pods logged over the last `window`, and each line's node. A pod
     /// whose log cannot be read gives none (its requests are then counted as unjoined).
-    fn hop_lines(&self, role: ChainRole, window: Duration) -> HopLines {
+    fn hop_lines(&self, role: ChainRole, window: Duration) -> (Vec<Logged>, NodeOf) {
         let mut lines = Vec::new();
         let mut node_of = HashMap::new();
         for pod in self.role_pods(role) {
@@ -147,11 +138,7 @@ impl ClusterSite {
                 lines.push(line);
             }
         }
-        HopLines {
-            role,
-            lines,
-            node_of,
-        }
+        (lines, node_of)
     }
 
     /// The node of the agent pods, when they all sit on one (the client's clock); None when
