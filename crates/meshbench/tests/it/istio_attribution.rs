@@ -26,7 +26,7 @@ use meshbench_engine::Stop;
 use meshbench_lab::istio::{self, sidecars};
 use meshbench_lab::program::envoy::access_log;
 use meshbench_lab::program::envoy::admin::{self, DumpSection};
-use meshbench_lab::rig::{GatewaySpec, Rig, RigSpec};
+use meshbench_lab::rig::{GatewaySpec, Rig, RigSpec, RunningRole};
 use meshbench_lab::{Program, ProgramSpec};
 use meshbench_results::attribution::{Attribution, Node, Part, Seen};
 use meshbench_results::{ChainRole, Class, PeerAuthentication, Topology};
@@ -63,6 +63,16 @@ fn spec(topology: Topology, name: &str) -> RigSpec {
     }
 }
 
+/// The listeners of `proxy`'s config dump, as JSON text.
+pub(crate) fn listeners(proxy: &RunningRole) -> String {
+    proxy
+        .read_admin(|a| admin::config_dump(a, DumpSection::DynamicListeners, None))
+        .expect("an admin")
+        .expect("its pod's namespace")
+        .expect("its config dump")
+        .to_string()
+}
+
 /// Every proxy's config dump carries the access log istiod made of the Telemetry: Envoy's CEL
 /// filter with attribution's expression, and attribution's format on the proxy's stdout.
 fn istiod_sent_the_log(rig: &Rig) {
@@ -73,12 +83,7 @@ fn istiod_sent_the_log(rig: &Rig) {
         .collect();
     assert!(!proxies.is_empty());
     for r in proxies {
-        let dump = r
-            .read_admin(|a| admin::config_dump(a, DumpSection::DynamicListeners, None))
-            .expect("an admin")
-            .expect("its namespace")
-            .expect("its config dump")
-            .to_string();
+        let dump = listeners(r);
         for want in [
             "envoy.access_loggers.extension_filters.cel",
             access_log::istio_filter().as_str(),

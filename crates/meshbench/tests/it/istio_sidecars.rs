@@ -32,7 +32,7 @@ use meshbench_lab::istio::{
 };
 use meshbench_lab::netns::Namespaces;
 use meshbench_lab::process::{Placement, RoleProcess};
-use meshbench_lab::program::envoy::admin::{self, DumpSection};
+use meshbench_lab::program::envoy::admin;
 use meshbench_lab::rig::{GatewaySpec, Rig, RigSpec};
 use meshbench_lab::{LabError, Program, ProgramSpec};
 use meshbench_results::{ChainRole, Class, PeerAuthentication, Stop, Topology};
@@ -210,12 +210,7 @@ fn mutual_tls_is_what_istios_peer_authentication_makes_of_it() {
         }
         // Attribution off: istiod sends its sidecars no access log at all (issue 48).
         for r in rig.roles.iter().filter(|r| r.class == Class::Proxy) {
-            let dump = r
-                .read_admin(|a| admin::config_dump(a, DumpSection::DynamicListeners, None))
-                .expect("an admin")
-                .expect("its pod")
-                .expect("its config dump")
-                .to_string();
+            let dump = crate::istio_attribution::listeners(r);
             assert!(
                 !dump.contains("access_log"),
                 "{name}/{}: an access log",
