@@ -197,6 +197,20 @@ mod tests {
         assert!(FORMAT.starts_with(&operator), "{FORMAT}");
     }
 
+    /// docs/kubernetes.md gives users the provider to add to their mesh configuration: it is
+    /// the one the lab's istiod gets.
+    #[test]
+    fn the_provider_in_docs_kubernetes_md_is_the_labs() {
+        let doc = include_str!("../../../../../docs/kubernetes.md");
+        let start = doc
+            .find("extensionProviders:\n- name: meshbench-attribution")
+            .expect("the provider in docs/kubernetes.md");
+        let end = start + doc[start..].find("```").expect("the end of its block");
+        let mesh: meshbench_k8s::objects::istio::MeshConfig =
+            serde_yaml_ng::from_str(&doc[start..end]).unwrap();
+        assert_eq!(mesh.extension_providers, vec![istio_provider()]);
+    }
+
     #[test]
     fn a_line_as_envoy_writes_it() {
         let line =
