@@ -98,10 +98,14 @@ fn measured(rig: &Rig, url: &str) -> Attribution {
 }
 
 /// Runs `o` against the rig from the network namespace `netns` (None: this machine's) and
-/// returns its attribution: every request answered, at least 450 sampled, and every split
-/// request's parts adding up to the engine's latency for it exactly.
+/// returns its attribution: every request answered, at least 90 % of the due ones sampled, and
+/// every split request's parts adding up to the engine's latency for it exactly.
 pub(crate) fn attributed(rig: &Rig, o: LoadOptions, netns: Option<&str>) -> Attribution {
     let every = o.send.trace_every.expect("a tagged load");
+    let StopAt::Duration(run) = o.window.stop else {
+        panic!("a timed load")
+    };
+    let due = o.pace.rate_rps.expect("an open loop") * run.as_secs_f64() / f64::from(every);
     let load = o.resolve().expect("the load resolves");
     let place = ClientPlace { cpus: None, netns };
     let mut m = measure(
@@ -115,7 +119,11 @@ pub(crate) fn attributed(rig: &Rig, o: LoadOptions, netns: Option<&str>) -> Attr
     .expect("the load runs");
     assert_eq!(m.result.requests.errors, 0, "every request answered");
     let sent = std::mem::take(&mut m.result.traces);
-    assert!(sent.len() >= 450, "{} sampled", sent.len());
+    assert!(
+        sent.len() as f64 >= 0.9 * due,
+        "{} sampled of {due} due",
+        sent.len()
+    );
     let a = meshbench_runner::attribution::attribute(rig, 1.0 / f64::from(every), &sent);
     assert_eq!(a.sampled, sent.len() as u64);
     for split in &a.requests {
