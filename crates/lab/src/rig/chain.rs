@@ -6,7 +6,9 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::process::Command;
 
-use super::{GatewayEntry, Launch, Ready, Rig, RigSpec, RoleAddress, RunningRole, MESH_NAME};
+use super::{
+    AccessLog, GatewayEntry, Launch, Ready, Rig, RigSpec, RoleAddress, RunningRole, MESH_NAME,
+};
 use crate::cgroup::{Cgroup, Cgroups};
 use crate::gateway::{self, CertLayout, GatewayPlan};
 use crate::process::{Placement, RoleProcess};
@@ -133,6 +135,7 @@ pub(super) fn backend_launch(spec: &RigSpec, address: RoleAddress, entry: bool) 
         ready: Ready::Accepts,
         user: None,
         admin_netns: None,
+        access_log: AccessLog::None,
     }
 }
 
@@ -164,6 +167,7 @@ impl Rig {
                 (p.prepare_hop(hop)?, p.program, p.hop_config(hop))
             }
         };
+        let by_istiod = self.istio_gateway.is_some() && role.class == Class::Proxy;
         Ok(Launch {
             name: role.role,
             class: role.class,
@@ -173,13 +177,18 @@ impl Rig {
             workers: hop.workers,
             admin: hop.admin,
             config: Some(config),
-            ready: if self.istio_gateway.is_some() && role.class == Class::Proxy {
+            ready: if by_istiod {
                 Ready::ConfiguredByIstio
             } else {
                 Ready::Accepts
             },
             user: None,
             admin_netns: None,
+            access_log: match &hop.access_log {
+                _ if by_istiod && spec.attribution => AccessLog::Stdout,
+                Some(file) if !by_istiod => AccessLog::File(file.clone()),
+                _ => AccessLog::None,
+            },
         })
     }
 
@@ -268,13 +277,10 @@ impl Rig {
             user: launch.user,
         };
         let log = spec.dir.join(format!("{}.log", launch.name));
-        // An Envoy istiod configures writes attribution's lines to its stdout: the role's log.
-        let configured_by_istio = matches!(
-            launch.ready,
-            Ready::ConfiguredByIstio | Ready::SidecarConfigured(_)
-        );
-        if spec.attribution && configured_by_istio {
-            self.access_logs.push((launch.name, log.clone()));
+        match &launch.access_log {
+            AccessLog::None => {}
+            AccessLog::File(file) => self.access_logs.push((launch.name, file.clone())),
+            AccessLog::Stdout => self.access_logs.push((launch.name, log.clone())),
         }
         let listen = launch.address.addr;
         let process = match launch.ready {

@@ -193,6 +193,19 @@ struct Launch {
     user: Option<u32>,
     /// Where its admin endpoint is reached from.
     admin_netns: Option<String>,
+    /// Where it writes attribution's lines, when it logs them.
+    access_log: AccessLog,
+}
+
+/// Where a role writes attribution's per-request lines.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum AccessLog {
+    /// Nowhere: attribution is off, or the role logs nothing per request.
+    None,
+    /// A file of its own (the Envoys the lab configures).
+    File(PathBuf),
+    /// Its stdout, the role's log (the Envoys istiod configures, as a container's log).
+    Stdout,
 }
 
 /// When a started role counts as ready.
@@ -344,11 +357,6 @@ impl Rig {
         let chain = spec.topology.chain();
         let mut addresses = rig.addresses(chain.len() + 1)?;
         let hops = hops(spec, chain, &addresses)?;
-        rig.access_logs = chain
-            .iter()
-            .zip(&hops)
-            .filter_map(|(role, hop)| Some((role.role, hop.access_log.clone()?)))
-            .collect();
         let entry_tls = spec.http3 && spec.topology != Topology::Gateway;
         if entry_tls
             || hops

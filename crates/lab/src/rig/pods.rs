@@ -5,7 +5,9 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use super::{chain::backend_launch, IstioSidecars, Launch, Ready, Rig, RigSpec, RoleAddress};
+use super::{
+    chain::backend_launch, AccessLog, IstioSidecars, Launch, Ready, Rig, RigSpec, RoleAddress,
+};
 use crate::istio::sidecars::{self, LabPod};
 use crate::istio::{ready, AgentPorts, AgentRole, ControlPlane, IstioError, Workload};
 use crate::{go_on, LabError};
@@ -166,6 +168,11 @@ impl Rig {
             ready: Ready::SidecarConfigured(expected),
             user: Some(sidecars::PROXY_UID),
             admin_netns: Some(ns.netns.clone()),
+            access_log: if spec.attribution {
+                AccessLog::Stdout
+            } else {
+                AccessLog::None
+            },
         })
     }
 
