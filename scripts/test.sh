@@ -89,28 +89,6 @@ BESIDE=(bad_input envoy envoy_admin gateway grafana grafana_panels install_envoy
 # Group 3: the test node's lane, and istiod's.
 NODE=(cluster_stop k8s k8s_node k8s_port_forward istio_gateway_injected istio_injected cluster_experiment)
 ISTIOD=(istio_sidecars istio_gateway stop_during_setup)
-# Group 4: behaviour only, one at a time in a third lane beside those two (each asserts what
-# happened, not how fast): whole modules, then single tests of modules whose other tests time
-# something. A test not named here runs alone (step 4 below), so a renamed one loses nothing.
-LIGHT=(hostile remote_write)
-# (A filter is a substring: churn's are named one by one, as `churn::` is in open_loop_churn's.)
-LIGHT_TESTS=(
-  churn::a_client_closing_first_runs_out_of_ports_and_says_why
-  churn::each_source_address_brings_its_own_ports
-  churn::sixty_thousand_new_connections_to_another_namespace_leave_no_time_wait_here
-  grpc::meshbench_calls_fortios_grpc_server
-  grpc::fortios_grpc_client_calls_meshbenchs_backend
-  grpc::injected_failures_are_counted_by_grpc_status
-  grpc::a_call_past_its_deadline_is_deadline_exceeded
-  grpc::grpc_flags_out_of_place_are_one_line_and_exit_2
-  grpc::a_users_proto_and_json_body_make_the_call
-  grpc::agents_make_grpc_calls_and_merge_their_statuses
-  grpc::metrics_count_grpc_calls_by_status
-  grpc::the_generated_gateways_route_grpc_by_domain
-  grpc::an_experiment_calls_a_users_proto_locally_and_through_agents
-  external::every_kubernetes_preset_reads_what_a_cadvisor_fixture_implies
-  external::prometheus_down_keeps_the_step_and_marks_its_roles_missing
-)
 
 # `--report-time` (each test's time) is a libtest option behind `-Z unstable-options`, which a
 # stable test binary accepts when RUSTC_BOOTSTRAP=1 is in its environment (in cargo's, it would
@@ -161,9 +139,9 @@ fi
 cat "$scratch/installs/all.log" >&2
 installs=
 lap "installs done"
-# 3. The node's lane, istiod's and the light one, side by side, each one test at a time.
+# 3. The node's lane and istiod's, side by side, each one test at a time.
 mapfile -t args < <(filters "" "${NODE[@]}")
-# (Each lane's output is shown when it ends, not interleaved with the others'.)
+# (Each lane's output is shown when it ends, not interleaved with the other's.)
 run_tests node it --test-threads=1 "${args[@]}" > "$scratch/node.out" &
 node_lane=$!
 mapfile -t args < <(filters "" "${ISTIOD[@]}")
@@ -172,15 +150,11 @@ mapfile -t args < <(filters "" "${ISTIOD[@]}")
   [ -z "$beside_later" ] || run_tests beside it --test-threads=1 "${beside[@]}"
 } > "$scratch/istiod.out" &
 istiod_lane=$!
-mapfile -t args < <(filters "" "${LIGHT[@]}"; printf '%s\n' "${LIGHT_TESTS[@]}")
-run_tests light it --test-threads=1 "${args[@]}" > "$scratch/light.out" &
-light_lane=$!
-wait "$node_lane" "$istiod_lane" "$light_lane" || true
-cat "$scratch/node.out" "$scratch/istiod.out" "$scratch/light.out"
-lap "the node's, istiod's and the light lanes done"
+wait "$node_lane" "$istiod_lane" || true
+cat "$scratch/node.out" "$scratch/istiod.out"
+lap "the node's and istiod's lanes done"
 # 4. Everything else, one at a time, alone.
-mapfile -t args < <(filters --skip "${BESIDE[@]}" "${NODE[@]}" "${ISTIOD[@]}" "${LIGHT[@]}"
-  for t in "${LIGHT_TESTS[@]}"; do printf -- '--skip\n%s\n' "$t"; done)
+mapfile -t args < <(filters --skip "${BESIDE[@]}" "${NODE[@]}" "${ISTIOD[@]}")
 run_tests alone it --test-threads=1 "${args[@]}"
 lap "all tests done"
 
