@@ -184,10 +184,12 @@ impl Rig {
             },
             user: None,
             admin_netns: None,
-            access_log: match &hop.access_log {
-                _ if by_istiod && spec.attribution => AccessLog::Stdout,
-                Some(file) if !by_istiod => AccessLog::File(file.clone()),
-                _ => AccessLog::None,
+            access_log: if by_istiod {
+                AccessLog::by_istiod(spec.attribution)
+            } else {
+                hop.access_log
+                    .clone()
+                    .map_or(AccessLog::None, AccessLog::File)
             },
         })
     }

@@ -208,6 +208,18 @@ enum AccessLog {
     Stdout,
 }
 
+impl AccessLog {
+    /// An Envoy istiod configures: it logs to its stdout when attribution is on, as istiod's
+    /// Telemetry tells it.
+    fn by_istiod(attribution: bool) -> AccessLog {
+        if attribution {
+            AccessLog::Stdout
+        } else {
+            AccessLog::None
+        }
+    }
+}
+
 /// When a started role counts as ready.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Ready {

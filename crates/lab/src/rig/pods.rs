@@ -168,11 +168,7 @@ impl Rig {
             ready: Ready::SidecarConfigured(expected),
             user: Some(sidecars::PROXY_UID),
             admin_netns: Some(ns.netns.clone()),
-            access_log: if spec.attribution {
-                AccessLog::Stdout
-            } else {
-                AccessLog::None
-            },
+            access_log: AccessLog::by_istiod(spec.attribution),
         })
     }
 
