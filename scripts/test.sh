@@ -169,11 +169,11 @@ if ! ls "$scratch"/times/*.failed >/dev/null 2>&1; then
 else
   cat "$scratch"/times/*.failed >&2
   # What each failed test said, last, where a CI log's tail shows it (a backtrace above it would
-  # push the message out of view).
+  # push the message out of view): up to 12 lines of each panic, 600 characters each.
   echo "test.sh: what the failed tests said:" >&2
   cat "$scratch"/times/*.log \
     | awk '/^---- .* stdout ----$/ { name = $2; next }
-           /panicked at/ { grab = 3; print "  " name ":"; next }
+           /panicked at/ { grab = 12; print "  " name ":"; next }
            grab > 0 && !/^stack backtrace:/ && !/^note:/ { print "    " substr($0, 1, 600); grab--; next }
            { grab = 0 }' >&2
   lap "a test failed; its scratch directories are kept in $scratch"

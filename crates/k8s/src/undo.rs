@@ -25,6 +25,9 @@ use crate::blocking::{ApiError, BlockingClient};
 pub enum Undo {
     /// A namespace the run created: deleted, and everything in it.
     DeleteNamespace { name: String },
+    /// A local directory the run made for its files (the gateway's targets and CA): removed,
+    /// with what is in it, by whoever puts the run back on the machine the run ran on.
+    RemoveDir { path: PathBuf },
 }
 
 /// The journal's first line.
@@ -191,6 +194,16 @@ pub fn restore(
                     began.elapsed().as_secs_f64()
                 ));
             }
+            Undo::RemoveDir { path } => match std::fs::remove_dir_all(path) {
+                Ok(()) => progress(&format!("removed {}", path.display())),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(error) => {
+                    return Err(UndoError::File {
+                        path: path.clone(),
+                        error,
+                    })
+                }
+            },
         }
     }
     Ok(())

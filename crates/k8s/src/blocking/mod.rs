@@ -603,4 +603,33 @@ mod tests {
         );
         assert_eq!(deletes(&asked), 4);
     }
+
+    /// A run's scratch directory is removed with what is in it, asking the API server nothing;
+    /// one already gone is no error.
+    #[test]
+    fn a_restore_removes_the_runs_scratch_directory() {
+        use crate::undo::{restore, Undo};
+        let (url, asked) = fake_api_server(|_| not_found());
+        let client = client_of(&url, "scratch");
+        let path = std::env::temp_dir().join(format!("meshbench-cluster-t{}", std::process::id()));
+        std::fs::create_dir_all(path.join("gateway")).unwrap();
+        std::fs::write(path.join("gateway/targets.txt"), "GET /\n").unwrap();
+        let undos = [Undo::RemoveDir { path: path.clone() }];
+        let mut said = Vec::new();
+        restore(&client, &undos, Duration::from_secs(1), &Stop::new(), |s| {
+            said.push(s.to_string())
+        })
+        .unwrap();
+        assert!(!path.exists());
+        assert_eq!(said, [format!("removed {}", path.display())]);
+        restore(
+            &client,
+            &undos,
+            Duration::from_secs(1),
+            &Stop::new(),
+            |_| {},
+        )
+        .unwrap();
+        assert!(asked.lock().unwrap().is_empty());
+    }
 }

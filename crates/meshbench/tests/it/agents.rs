@@ -246,23 +246,31 @@ fn three_agents_divide_the_plan_merge_exactly_and_start_together() {
 #[test]
 fn the_target_sees_the_agents_first_requests_together() {
     let net = Net::new("s");
-    // A recording server in the target's namespace: the CLOCK_MONOTONIC of each source
-    // address's first request (the namespaces share one clock).
+    // A recording server in the target's namespace: the kernel's receive time (SO_TIMESTAMPNS,
+    // inherited by every accepted socket) of each source address's first request. The kernel's,
+    // not the moment a Python thread reads it: a thread waits up to the interpreter's 5 ms
+    // switch interval for its lock, which on a busy runner read as 8 ms between the agents.
     let record_port = TARGET_PORT + 1;
     let script = format!(
         r#"
-import socket, threading, time, sys
+import socket, struct, threading, sys
+STAMP = getattr(socket, "SO_TIMESTAMPNS", 35)
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.setsockopt(socket.SOL_SOCKET, STAMP, 1)
 s.bind(("{}", {record_port})); s.listen(64)
 first = {{}}
 lock = threading.Lock()
 def serve(c, ip):
     while True:
-        d = c.recv(65536)
+        d, anc, _, _ = c.recvmsg(65536, 256)
         if not d: return
-        t = time.monotonic_ns()
+        t = None
+        for level, kind, data in anc:
+            if level == socket.SOL_SOCKET and kind == STAMP:
+                sec, nsec = struct.unpack("qq", data[:16])
+                t = sec * 1000000000 + nsec
         with lock:
-            if ip not in first:
+            if ip not in first and t is not None:
                 first[ip] = t
                 # One write per line under the lock: threads' prints must not interleave.
                 sys.stdout.write(f"{{ip}} {{t}}\n")

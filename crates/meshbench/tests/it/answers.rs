@@ -37,61 +37,39 @@ fn capacity_search_finds_the_rate_a_known_service_time_allows() {
     // whenever anything else ran there: contention in half the steps.)
     let backend = BackendProc::start_on_cpu(1, &["--work", "2ms", "--threads", "1"]);
     let d = dir("capacity");
-    let store = d.join("results.db");
-    let out = meshbench_on_cpu(
-        0,
-        &[
-            "capacity",
-            &backend.url("/"),
-            "--slo",
-            "p99<20ms,errors<0.1%",
-            "--start",
-            "100",
-            "--step-duration",
-            "1s",
-            "--warmup",
-            "0.3s",
-            "--connections",
-            "32",
-            "--store",
-            s(&store),
-            "--quiet",
-            "--",
-            "--idle-strategy",
-            "hybrid",
-        ],
-        LIMIT,
-    );
-    let text = stdout(&out);
-    assert!(out.status.success(), "{text}\n{}", stderr(&out));
-    let line = text
-        .lines()
-        .find(|l| l.starts_with("capacity: "))
-        .expect("an answer line");
-    let rate: f64 = line["capacity: ".len()..]
-        .split(' ')
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap();
-    // A queue builds slowly just above 500 req/s: within a one-second step it may stay
-    // under the SLO, so the answer can pass 500 by the backlog one step holds (2-3 %). On a
-    // busy machine the generator may saturate inside the bracket: the search then stops
-    // refining and says where, and the capacity must lie between the answer and that rate.
-    let stopped: Option<f64> = line
-        .split_once("refined no further than ")
-        .map(|(_, rest)| rest.split(' ').next().unwrap().parse().unwrap());
-    match stopped {
-        None => assert!(
-            (425.0..=515.0).contains(&rate),
-            "the answer is about 500 req/s: {line}"
-        ),
-        Some(stopped) => assert!(
-            rate <= 515.0 && stopped >= 425.0 && rate < stopped,
-            "500 req/s lies between the answer and where the refinement stopped: {line}"
-        ),
+    // On a busy machine the generator's own check marks steps INVALID (another process took
+    // its CPU, its timer woke late), and the search refuses a rate limited twice: the machine,
+    // not the target, answered. A search that misses its answer with the check saying so is run
+    // again, up to three in all, each into a store of its own; a miss with every step valid
+    // fails at once.
+    let mut attempts = Vec::new();
+    let store = loop {
+        let store = d.join(format!("results-{}.db", attempts.len()));
+        let out = search_capacity(&backend, &store);
+        let text = format!("{}\n{}", stdout(&out), stderr(&out));
+        let Err(miss) = about_500(&out) else {
+            break store;
+        };
+        let disturbed = [
+            "INVALID: cpu_contention",
+            "INVALID: timer_lateness",
+            "capacity: refused",
+        ]
+        .iter()
+        .any(|w| text.contains(w));
+        attempts.push(format!("{miss}\n{text}"));
+        assert!(
+            disturbed && attempts.len() < 3,
+            "{}",
+            attempts.join("\n---- the next search ----\n")
+        );
+    };
+    for (n, text) in attempts.iter().enumerate() {
+        eprintln!(
+            "search {} missed with the generator's check against it:\n{text}",
+            n + 1
+        );
     }
-    assert!(line.contains("confirmed by a second run"), "{line}");
     // Every step, the confirmation included, is stored as an experiment.
     let shown = meshbench(
         &["results", "show", "capacity", "--store", s(&store)],
@@ -133,6 +111,70 @@ fn capacity_search_finds_the_rate_a_known_service_time_allows() {
         stdout(&out)
     );
     std::fs::remove_dir_all(d).unwrap();
+}
+
+/// The search found about 500 req/s and confirmed it, or says why not.
+fn about_500(out: &std::process::Output) -> Result<(), String> {
+    let text = stdout(out);
+    if !out.status.success() {
+        return Err(format!("exit {:?}", out.status.code()));
+    }
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("capacity: "))
+        .ok_or("no answer line")?;
+    let rate: f64 = line["capacity: ".len()..]
+        .split(' ')
+        .next()
+        .and_then(|r| r.parse().ok())
+        .ok_or_else(|| format!("no rate: {line}"))?;
+    // A queue builds slowly just above 500 req/s: within a one-second step it may stay
+    // under the SLO, so the answer can pass 500 by the backlog one step holds (2-3 %). On a
+    // busy machine the generator may saturate inside the bracket: the search then stops
+    // refining and says where, and the capacity must lie between the answer and that rate.
+    let stopped: Option<f64> = line
+        .split_once("refined no further than ")
+        .and_then(|(_, rest)| rest.split(' ').next()?.parse().ok());
+    let within = match stopped {
+        None => (425.0..=515.0).contains(&rate),
+        Some(stopped) => rate <= 515.0 && stopped >= 425.0 && rate < stopped,
+    };
+    if !within {
+        return Err(format!("500 req/s is not what the answer says: {line}"));
+    }
+    if !line.contains("confirmed by a second run") {
+        return Err(format!("not confirmed: {line}"));
+    }
+    Ok(())
+}
+
+/// `meshbench capacity` of `backend` (2 ms of CPU a request, at most 500 a second) into
+/// `store`, the generator on CPU 0.
+fn search_capacity(backend: &BackendProc, store: &Path) -> std::process::Output {
+    meshbench_on_cpu(
+        0,
+        &[
+            "capacity",
+            &backend.url("/"),
+            "--slo",
+            "p99<20ms,errors<0.1%",
+            "--start",
+            "100",
+            "--step-duration",
+            "1s",
+            "--warmup",
+            "0.3s",
+            "--connections",
+            "32",
+            "--store",
+            s(store),
+            "--quiet",
+            "--",
+            "--idle-strategy",
+            "hybrid",
+        ],
+        LIMIT,
+    )
 }
 
 #[test]

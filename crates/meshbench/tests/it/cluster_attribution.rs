@@ -1,8 +1,9 @@
 //! Issue 48: per-hop attribution on a cluster, on the real test node (common/cluster.rs) with
 //! Istio as common/istio_node.rs installs it (its mesh configuration in the ConfigMap `istio`,
 //! with attribution's provider). `examples/cluster-twopods.yaml` at `topologies: [both]` with
-//! `attribution.sample: 1`, run three times as a user runs it: the backend on time, 5 ms late
-//! (`backend.delay_ms: 5`, waited out spinning), on time again. Each run applies its Telemetry
+//! `attribution.sample: 1`, run three times as a user runs it: the backend on time (waiting
+//! 2 ms, `backend.delay_ms: 2`, waited out spinning), 5 ms late (`backend.delay_ms: 7`), on time
+//! again. Each run applies its Telemetry
 //! in its namespace, has istiod's injector put sidecars in the agent's and the backend's pods,
 //! and reads their `istio-proxy` logs through the API server after each step.
 //!
@@ -30,6 +31,11 @@ use meshbench_results::ChainRole;
 /// 5 ms, as in the lab's attribution tests: a tenth of it (0.5 ms) stands above how far the link
 /// between the sidecars moves when only the backend's wait changed (0.17 ms here with 3 ms).
 const DELAY: Duration = Duration::from_millis(5);
+/// The backend's wait in the on-time runs, as istio_attribution.rs waits in its plain runs: a
+/// thread idle for milliseconds wakes slower than one idle for microseconds, and with an instant
+/// backend on time every hop woken after the late backend grew by that (the backend's part by
+/// 5.6 ms on CI's runner). Waiting in every run, every run pays it.
+const BASE: Duration = Duration::from_millis(2);
 
 /// Each hop's shift in `late` from whichever on-time run, `before` or `after` it, is nearer
 /// for that hop: one slow on-time run is not taken for a shift.
@@ -122,9 +128,10 @@ fn a_late_backend_behind_injected_sidecars_is_the_backends_part_read_through_the
     // On time, late, on time again: a slow spell of this shared machine over one 5 s run moves
     // every hop of it; the late run is judged against whichever on-time run is nearer, hop by
     // hop, so that one slow on-time run is not taken for a shift.
-    let plain = run("attr-plain", 0);
-    let late = run("attr-late", DELAY.as_millis() as u64);
-    let again = run("attr-again", 0);
+    let (on_time, late) = (BASE.as_millis() as u64, (BASE + DELAY).as_millis() as u64);
+    let plain = run("attr-plain", on_time);
+    let late = run("attr-late", late);
+    let again = run("attr-again", on_time);
     for a in [&plain, &late, &again] {
         let seen: Vec<(ChainRole, Seen)> = a.path.iter().map(|h| (h.role, h.seen)).collect();
         assert_eq!(

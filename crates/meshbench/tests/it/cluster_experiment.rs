@@ -14,7 +14,8 @@
 //!    limit, the CPU measured is at or under it; a third limit no node can give fails its step
 //!    in one line with the scheduler's reason, and the others stay; everything gone.
 //! 3. A coordinator killed (SIGKILL) in the middle of a step: its watcher deletes the
-//!    namespace, and nothing meshbench made is left on the cluster.
+//!    namespace and removes the run's local scratch directory (both in its journal), and
+//!    nothing meshbench made is left on the cluster or in the run's temp directory.
 //! 4. Ctrl-C (SIGINT to the run's process group) in the middle of a step: the run deletes its
 //!    namespace before it exits (130).
 //!
@@ -431,7 +432,20 @@ fn experiment_files_run_on_the_node_sweep_its_limits_and_leave_it_as_it_was() {
         "duration_secs=60".into(),
         "limits.proxy.cpus=[0.5]".into(),
     ]);
-    let mut child = start("cluster-twopods.yaml", &store, &sets);
+    // A temp directory of its own, to see the run's scratch directory made and removed.
+    let tmp = common::scratch_dir("killed-tmp");
+    let scratch_dirs = || -> Vec<String> {
+        std::fs::read_dir(&tmp)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("meshbench-cluster-"))
+            .collect()
+    };
+    let mut child = command("cluster-twopods.yaml", &store, &sets)
+        .env("TMPDIR", &tmp)
+        .spawn()
+        .expect("meshbench experiment");
     let deadline = Instant::now() + Duration::from_secs(240);
     // Halfway: the agent pod runs the first step's load.
     loop {
@@ -456,6 +470,7 @@ fn experiment_files_run_on_the_node_sweep_its_limits_and_leave_it_as_it_was() {
         std::thread::sleep(Duration::from_millis(500));
     }
     std::thread::sleep(Duration::from_secs(15));
+    assert_eq!(scratch_dirs().len(), 1, "the run's scratch directory");
     child.kill().unwrap();
     child.wait().unwrap();
     let deadline = Instant::now() + Duration::from_secs(180);
@@ -492,6 +507,12 @@ fn experiment_files_run_on_the_node_sweep_its_limits_and_leave_it_as_it_was() {
         std::thread::sleep(Duration::from_millis(300));
     }
     assert_gone(&k, "killed", &store);
+    assert_eq!(
+        scratch_dirs(),
+        Vec::<String>::new(),
+        "left in {}",
+        tmp.display()
+    );
 
     // 4. Ctrl-C from a terminal: SIGINT to the run's whole process group, mid-step. The run
     // stores the step as partial, deletes its namespace before it exits, and says so.

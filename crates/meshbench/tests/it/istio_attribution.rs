@@ -6,8 +6,8 @@
 //! Each test proves the configuration by what Envoy holds and does: every proxy's config dump
 //! carries the log istiod sent (the filter, the format), each proxy's log holds exactly the
 //! tagged requests though it served more (the warm-up and the lab's probe are untagged), and
-//! a backend made 5 ms late (`?delay=5ms`, waited out spinning) moves the backend's part by
-//! 5 ms within 10 % and every other hop by less than 0.5 ms, at the median of five
+//! a backend made 5 ms later (`?delay=7ms` against `?delay=2ms` in the plain runs, waited
+//! out spinning) moves the backend's part by 5 ms within 10 % and every other hop by less than 0.5 ms, at the median of five
 //! interleaved rounds (`attribution::only_moved`). Every split adds up to its latency exactly,
 //! and at most 2 % of the sampled requests miss a hop's line.
 //!
@@ -33,10 +33,16 @@ use meshbench_results::{ChainRole, Class, PeerAuthentication, Topology};
 use meshbench_runner::{LoadOptions, TargetSource};
 
 /// 5 ms, as in attribution.rs, so that a tenth of it (0.5 ms) stands above how far the links
-/// move when nothing changed in them but the backend's wait (threads woken after milliseconds
-/// idle wake slower): here the sidecars' link grew 0.03-0.17 ms with a 3 ms delay, and with 3 ms
-/// and its 0.3 ms bound this test failed once on CI's runner.
+/// move when nothing changed in them but the backend's wait: with 3 ms and its 0.3 ms bound this
+/// test failed once on CI's runner.
 const DELAY: Duration = Duration::from_millis(5);
+/// The backend's wait in the plain runs too: the late runs wait [`BASE`] + [`DELAY`]. A thread
+/// (and a virtual CPU) idle for milliseconds wakes slower than one idle for microseconds: with
+/// an instant backend in the plain runs, every hop woken after the backend's 5 ms grew with the
+/// machine's wake-up cost (the backend's part by 5.3-5.7 ms at the median on CI's runner, the
+/// sidecars' link by up to 0.4 ms). With the backend waiting in both, both pay it, and the
+/// shift is the delay's alone.
+const BASE: Duration = Duration::from_millis(2);
 /// Rounds of (plain, the backend late), each late run compared with its round's plain run:
 /// five short ones rather than three long ones, so that the median shift stands when two runs
 /// of ten fall in a slow spell of a shared machine.
@@ -176,8 +182,8 @@ fn istios_sidecars_log_the_tagged_requests_and_a_late_backend_is_the_backends_pa
     let netns = rig.client_netns.clone().expect("the client pod");
     let url = |query: &str| format!("http://{}/{query}", rig.entry);
     let load = |query: &str| load_of(TargetSource::Url(url(query)));
-    let late = format!("?delay={}ms", DELAY.as_millis());
-    let (shifts, runs) = rounds(&rig, || load(""), || load(&late), Some(&netns));
+    let (plain, late) = delays();
+    let (shifts, runs) = rounds(&rig, || load(&plain), || load(&late), Some(&netns));
     assert_eq!(
         seen(&runs[0]),
         vec![
@@ -190,8 +196,14 @@ fn istios_sidecars_log_the_tagged_requests_and_a_late_backend_is_the_backends_pa
     only_moved(&shifts, &backend(), DELAY);
 }
 
-/// The gateway's targets file, each URL with `query` added, written beside it.
-fn targets_with(targets: &Path, query: &str) -> PathBuf {
+/// The backend's wait as a query, in the plain runs and in the late ones.
+fn delays() -> (String, String) {
+    let query = |d: Duration| format!("?delay={}ms", d.as_millis());
+    (query(BASE), query(BASE + DELAY))
+}
+
+/// The gateway's targets file, each URL with `query` added, written beside it as `name`.
+fn targets_with(targets: &Path, query: &str, name: &str) -> PathBuf {
     let text = std::fs::read_to_string(targets).unwrap();
     let with: String = text
         .lines()
@@ -200,7 +212,7 @@ fn targets_with(targets: &Path, query: &str) -> PathBuf {
             false => format!("{l}\n"),
         })
         .collect();
-    let path = targets.with_extension("late.txt");
+    let path = targets.with_extension(format!("{name}.txt"));
     std::fs::write(&path, with).unwrap();
     path
 }
@@ -211,13 +223,17 @@ fn istios_gateway_logs_the_tagged_requests_and_a_late_backend_is_the_backends_pa
     let rig = Rig::start(&spec(Topology::Gateway, "gateway"), &Stop::new()).expect("the rig");
     istiod_sent_the_log(&rig);
     let gateway = rig.gateway.clone().expect("the gateway's targets");
-    let late = targets_with(&gateway.targets, &format!("?delay={}ms", DELAY.as_millis()));
+    let (plain, late) = delays();
+    let (plain, late) = (
+        targets_with(&gateway.targets, &plain, "plain"),
+        targets_with(&gateway.targets, &late, "late"),
+    );
     let load = |targets: &Path| {
         let mut o = load_of(TargetSource::File(targets.to_path_buf()));
         meshbench_runner::step_load::aim_at_gateway(&mut o, gateway.ca.clone(), rig.entry, true);
         o
     };
-    let (shifts, runs) = rounds(&rig, || load(&gateway.targets), || load(&late), None);
+    let (shifts, runs) = rounds(&rig, || load(&plain), || load(&late), None);
     assert_eq!(seen(&runs[0]), vec![(ChainRole::Gateway, Seen::PerRequest)]);
     few_glitches(&runs);
     logged_exactly_the_tagged(&rig, &runs);

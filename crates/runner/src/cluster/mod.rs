@@ -364,6 +364,11 @@ impl ClusterSite {
                 kubeconfig: section.kubeconfig.clone(),
             },
         )?;
+        // The scratch directory is the run's to remove too: a killed run's watcher (or `k8s
+        // restore`) removes it, not only the run's own end.
+        journal.record(&Undo::RemoveDir {
+            path: scratch.path().to_path_buf(),
+        })?;
         journal.record(&Undo::DeleteNamespace {
             name: section.namespace.clone(),
         })?;
