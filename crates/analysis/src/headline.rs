@@ -519,6 +519,15 @@ pub fn observe(h: &Headline, metric: crate::threshold::Metric) -> Vec<(String, f
                 Some((at(g), v))
             })
             .collect(),
+        // Groups with no proxy under a CPU limit measured nothing of it.
+        Metric::ProxyCpuShare => h
+            .groups
+            .iter()
+            .filter_map(|g| {
+                let shares = proxies_of(g).into_iter().filter_map(Cost::cpu_utilization);
+                Some((at(g), shares.reduce(f64::max)?))
+            })
+            .collect(),
         // The figure the added table prints (the test's shift, or the merged difference when
         // too short to test), from the same function.
         Metric::Added(q) => h
@@ -675,6 +684,40 @@ mod tests {
                 shown.point_ms()
             )
         );
+    }
+
+    #[test]
+    fn the_cpu_share_is_the_most_loaded_limited_proxys_and_unlimited_ones_measure_nothing() {
+        use crate::sizing::tests::measured;
+        use crate::threshold::{check, Threshold};
+        let t: Threshold = "proxy_cpu_share<90%".parse().unwrap();
+        let h = Headline::of(group(vec![
+            measured("gateway 0.5", Some(1000.0), 1000.0, 475.0, 20.0, Some(0.5)),
+            measured("gateway 1", Some(1000.0), 1000.0, 475.0, 20.0, Some(1.0)),
+        ]));
+        let observed = observe(&h, t.metric);
+        let shares: Vec<f64> = observed
+            .iter()
+            .map(|(_, v)| (v * 1e3).round() / 1e3)
+            .collect();
+        assert_eq!(shares, [0.95, 0.475], "{observed:?}");
+        let o = check(&t, observed);
+        assert!(!o.passed, "{o}");
+        assert!(
+            o.to_string()
+                .ends_with("worst 95.0 % of its CPU limit (gateway 0.5 @ 1000 qps x 1 conns)"),
+            "{o}"
+        );
+        let unlimited = Headline::of(group(vec![measured(
+            "gateway",
+            Some(1000.0),
+            1000.0,
+            400.0,
+            20.0,
+            None,
+        )]));
+        let o = check(&t, observe(&unlimited, t.metric));
+        assert!(!o.passed && o.worst.is_none(), "not measured: {o}");
     }
 
     #[test]

@@ -663,7 +663,7 @@ pub fn size(model: &Model, req: &Request) -> Result<Sizing, SizingError> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn request(target_rps: f64, headroom: f64, cores_per_replica: f64) -> Request {
@@ -789,7 +789,7 @@ mod tests {
 
     /// A run of `variant` (topology: its first word) at `rate_rps` (None: closed loop) carrying
     /// `rps`, its gateway using `mc` millicores and `mib` MiB of `limit` cores (swept).
-    fn measured(
+    pub(crate) fn measured(
         variant: &str,
         rate_rps: Option<f64>,
         rps: f64,

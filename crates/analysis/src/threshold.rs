@@ -25,6 +25,9 @@ pub enum Metric {
     ProxyCpuMillicores,
     /// Memory of the proxies on the path, summed, MiB.
     ProxyMemMib,
+    /// The largest share of its CPU limit any proxy on the path used, a fraction (written in
+    /// percent): saturation as the gateway studies read it (`capacity --cpu-under 90`).
+    ProxyCpuShare,
     /// Latency added over the baseline at a percentile, ms (experiments).
     Added(f64),
     /// B minus A at a percentile, ms (compare).
@@ -48,6 +51,7 @@ impl Metric {
             Metric::ProxyCpuPer1kRps => format!("{v:.3} vCPU per 1000 RPS"),
             Metric::ProxyCpuMillicores => format!("{v:.0} millicores"),
             Metric::ProxyMemMib => format!("{v:.1} MiB"),
+            Metric::ProxyCpuShare => format!("{:.1} % of its CPU limit", v * 100.0),
             // A difference, signed as the tables print it.
             Metric::Added(_) | Metric::Delta(_) => format!("{v:+.3} ms"),
             _ => format!("{v:.3} ms"),
@@ -101,7 +105,7 @@ impl fmt::Display for Threshold {
 pub enum ThresholdError {
     #[error("threshold '{0}': expected METRIC<VALUE, METRIC<=VALUE, METRIC>VALUE or METRIC>=VALUE, like p99<10ms")]
     Shape(String),
-    #[error("threshold '{0}': unknown metric '{1}'; use p50, p90, p99, p99.9, max, mean, errors, rps, proxy_cpu_per_1k_rps, proxy_cpu_mc, proxy_mem_mib, added_p99 or delta_p99")]
+    #[error("threshold '{0}': unknown metric '{1}'; use p50, p90, p99, p99.9, max, mean, errors, rps, proxy_cpu_per_1k_rps, proxy_cpu_mc, proxy_mem_mib, proxy_cpu_share, added_p99 or delta_p99")]
     Metric(String, String),
     #[error("threshold '{0}': '{1}' is not a value; give a number with a unit like 10ms, 250us, 0.1% or 0.6")]
     Value(String, String),
@@ -121,6 +125,7 @@ fn metric(name: &str) -> Option<Metric> {
         "proxy_cpu_per_1k_rps" => Metric::ProxyCpuPer1kRps,
         "proxy_cpu_mc" => Metric::ProxyCpuMillicores,
         "proxy_mem_mib" => Metric::ProxyMemMib,
+        "proxy_cpu_share" => Metric::ProxyCpuShare,
         _ => {
             if let Some(p) = name.strip_prefix("added_") {
                 Metric::Added(percentile(p)?)
@@ -167,8 +172,8 @@ impl std::str::FromStr for Threshold {
             (m, "" | "ms") if m.is_time() => 1.0,
             (m, "us" | "µs") if m.is_time() => 1e-3,
             (m, "s") if m.is_time() => 1e3,
-            // Errors are written in percent, with or without the sign.
-            (Metric::Errors, "" | "%") => 0.01,
+            // Errors and shares are written in percent, with or without the sign.
+            (Metric::Errors | Metric::ProxyCpuShare, "" | "%") => 0.01,
             (Metric::Rps, "" | "rps" | "req/s") => 1.0,
             (Metric::ProxyCpuPer1kRps, "") => 1.0,
             (Metric::ProxyCpuMillicores, "" | "m" | "mc") => 1.0,
@@ -267,6 +272,10 @@ mod tests {
         );
         let list = parse_list("p99<10ms, errors<0.1%").unwrap();
         assert_eq!(list.len(), 2);
+        let t: Threshold = "proxy_cpu_share<90%".parse().unwrap();
+        assert_eq!((t.metric, t.op), (Metric::ProxyCpuShare, Op::Lt));
+        assert!((t.value - 0.9).abs() < 1e-12);
+        assert_eq!(t.metric.show(0.877), "87.7 % of its CPU limit");
     }
 
     #[test]

@@ -171,8 +171,14 @@ pub struct CapacityArgs {
     #[arg(long, requires = "experiment")]
     pub topology: Option<String>,
     /// What a rate must meet, comma-separated: 'p99<10ms,errors<0.1%'.
-    #[arg(long)]
-    pub slo: String,
+    #[arg(long, required_unless_present = "cpu_under")]
+    pub slo: Option<String>,
+    /// A rate must also keep every proxy on the path (the gateway, the sidecars, the waypoint;
+    /// the tunnels) under this share of its CPU limit, in percent: the highest rate before
+    /// saturation, as gateway studies read "90 % CPU". Needs --experiment and a CPU limit
+    /// (limits.proxy.cpus or limits.tunnel.cpus).
+    #[arg(long, value_name = "PERCENT", requires = "experiment")]
+    pub cpu_under: Option<f64>,
     /// First rate tried (req/s).
     #[arg(long, default_value_t = 100.0, value_name = "RPS")]
     pub start: f64,

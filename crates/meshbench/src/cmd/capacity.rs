@@ -50,7 +50,25 @@ pub fn execute(args: CapacityArgs) -> Result<u8> {
 
 /// The SLO and the search's settings from the flags, each checked before anything starts.
 fn parse_goal(args: &CapacityArgs) -> Result<(Vec<Threshold>, Settings)> {
-    let slo = threshold::parse_list(&args.slo).map_err(|e| usage(e.to_string()))?;
+    let mut slo = threshold::parse_list(args.slo.as_deref().unwrap_or_default())
+        .map_err(|e| usage(e.to_string()))?;
+    if let Some(percent) = args.cpu_under {
+        if args.experiment.is_none() {
+            return Err(usage(
+                "--cpu-under needs --experiment FILE: a URL's proxies are not measured",
+            ));
+        }
+        if !(percent > 0.0 && percent <= 100.0) {
+            return Err(usage(format!(
+                "--cpu-under {percent}: give a percentage of the CPU limit above 0 and at most 100, like 90"
+            )));
+        }
+        slo.push(
+            format!("proxy_cpu_share<{percent}%")
+                .parse()
+                .map_err(|e: threshold::ThresholdError| usage(e.to_string()))?,
+        );
+    }
     if slo.is_empty() {
         return Err(usage(
             "--slo is empty; give what a rate must meet, like 'p99<10ms,errors<0.1%'",
@@ -88,7 +106,14 @@ fn search_experiment(
     e.load.mode = LoopMode::Open;
     e.topologies = vec![topology];
     e.name = format!("capacity {}", e.name);
-    e.description = format!("capacity search for {} ({})", args.slo, topology.name());
+    if args.cpu_under.is_some() {
+        cpu_limited(&e, topology)?;
+    }
+    e.description = format!(
+        "capacity search for {} ({})",
+        goal.slo_text(),
+        topology.name()
+    );
     let template = Plan::compile(&e)
         .steps
         .into_iter()
@@ -101,6 +126,29 @@ fn search_experiment(
         capacity::lab_step(session, &lab, &e, &template, rate, n, lower, &mut progress)
     });
     conclude(session, goal.signals, found)
+}
+
+/// `--cpu-under`'s rig: a proxy on the path, under a CPU limit.
+fn cpu_limited(e: &Experiment, topology: StepKind) -> Result<()> {
+    if topology == StepKind::Chain(meshbench_results::Topology::Baseline) {
+        return Err(usage(
+            "--cpu-under: the baseline has no proxy on its path; pick another --topology",
+        ));
+    }
+    if e.limits.proxy.cpus.is_empty() && e.limits.tunnel.cpus.is_empty() {
+        return Err(usage(
+            "--cpu-under needs a CPU limit on the proxies: set limits.proxy.cpus (the gateway, the sidecars, the waypoint) or limits.tunnel.cpus, e.g. --set 'limits.proxy.cpus=[1]'",
+        ));
+    }
+    // A CPU figure is the difference of two samples: a step with one has none (it would read
+    // as an idle proxy and pass).
+    if e.duration_secs * 1000.0 < 2.0 * e.sample_interval_ms as f64 {
+        return Err(usage(format!(
+            "--cpu-under: a step of duration_secs {} takes fewer than two CPU samples {} ms apart; lengthen the step or lower sample_interval_ms",
+            e.duration_secs, e.sample_interval_ms
+        )));
+    }
+    Ok(())
 }
 
 /// The topology `--topology` names, or the experiment's first.
@@ -185,11 +233,14 @@ fn url_experiment(
     };
     NewExperiment {
         name: "capacity".into(),
-        description: format!("capacity search of {url} for {}", args.slo),
+        description: format!(
+            "capacity search of {url} for {}",
+            args.slo.as_deref().unwrap_or_default()
+        ),
         labels: BTreeMap::new(),
         config: serde_json::json!({
             "url": url,
-            "slo": args.slo,
+            "slo": args.slo.as_deref().unwrap_or_default(),
             "start": args.start,
             "max_rps": args.max_rps,
             "precision": precision,
@@ -224,6 +275,11 @@ struct Goal<'a> {
 }
 
 impl Goal<'_> {
+    /// What a rate must meet, as the thresholds were written.
+    fn slo_text(&self) -> String {
+        args_text(self.slo)
+    }
+
     /// Runs the search with `run_at` measuring each rate, printing each step; returns the exit
     /// code and the answer's line.
     fn search(

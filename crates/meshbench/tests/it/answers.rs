@@ -177,6 +177,94 @@ fn search_capacity(backend: &BackendProc, store: &Path) -> std::process::Output 
     )
 }
 
+/// `--cpu-under 90` on a gateway limited to a quarter of a core: the answer is a rate at which
+/// the gateway used under 90 % of its limit, and the search stopped where it reached it. Envoy
+/// as the gateway (its bootstrap, TLS), the generator and the backend as the lab starts them.
+#[test]
+fn capacity_under_a_cpu_share_stops_where_the_gateway_nears_its_limit() {
+    let d = dir("cpu-under");
+    let file = d.join("gateway.yaml");
+    std::fs::write(
+        &file,
+        "name: cpu-under\ntopologies: [gateway]\nduration_secs: 2\nwarmup_secs: 0.3\n\
+         sample_interval_ms: 200\n\
+         cooldown_secs: 0\nload:\n  mode: open\n  rate_rps: [100]\n  connections: [16]\n\
+         gateway:\n  type: envoy\n  domains: 1\n  paths: 1\nlimits:\n  proxy:\n    cpus: [0.25]\n",
+    )
+    .unwrap();
+    let store = d.join("results.db");
+    let out = meshbench(
+        &[
+            "capacity",
+            "--experiment",
+            s(&file),
+            "--cpu-under",
+            "90",
+            "--start",
+            "200",
+            "--precision",
+            "10%",
+            "--store",
+            s(&store),
+            "-q",
+        ],
+        Duration::from_secs(300),
+    );
+    let text = format!("{}\n{}", stdout(&out), stderr(&out));
+    assert!(out.status.success(), "{text}");
+    let line = stdout(&out)
+        .lines()
+        .find(|l| l.starts_with("capacity: "))
+        .map(str::to_string)
+        .expect("an answer line");
+    assert!(line.contains(" req/s meets proxy_cpu_share<90%"), "{line}");
+    let rate: f64 = line["capacity: ".len()..]
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    // Every stored step: its offered rate and the gateway's share of its 0.25 cores.
+    let doc = common::export_json(&store);
+    let steps: Vec<(f64, f64)> = doc["steps"]
+        .as_array()
+        .expect("steps")
+        .iter()
+        .map(|st| {
+            let offered = st["params"]["qps"]
+                .as_f64()
+                .unwrap_or_else(|| panic!("an offered rate: {}", st["params"]));
+            let gateway = st["usage"]
+                .as_array()
+                .expect("usage")
+                .iter()
+                .find(|u| u["role"] == "gateway")
+                .unwrap_or_else(|| panic!("the gateway's usage: {}", st["usage"]));
+            assert_eq!(gateway["cpu_limit"].as_f64(), Some(0.25), "{gateway}");
+            let mc = gateway["cpu_millicores_avg"].as_f64().expect("its CPU");
+            (offered, mc / 250.0)
+        })
+        .collect();
+    eprintln!("{line}\n(rate, gateway's share of its limit): {steps:.2?}");
+    for &(offered, share) in &steps {
+        if offered <= rate {
+            assert!(
+                share < 0.9,
+                "{offered} req/s passed at {share:.2}: {steps:?}\n{text}"
+            );
+        }
+    }
+    // The search found the limit, not the ceiling: a rate above the answer failed, the
+    // gateway at 90 % of its quarter core or more (or not carrying 95 % of the rate).
+    assert!(
+        steps.iter().any(|&(offered, _)| offered > rate),
+        "no rate above the answer was tried: {steps:?}"
+    );
+    // An answer a quarter core can carry: Envoy serves TLS at thousands of req/s per core.
+    assert!((100.0..20_000.0).contains(&rate), "{line}");
+    std::fs::remove_dir_all(d).unwrap();
+}
+
 #[test]
 fn run_thresholds_pass_and_fail_with_a_line_each() {
     let backend = BackendProc::start(&[]);
@@ -224,7 +312,40 @@ fn run_thresholds_pass_and_fail_with_a_line_each() {
 fn bad_answer_flags_get_one_line_and_exit_2() {
     let d = dir("bad");
     let store = d.join("none.db");
+    let example = |name: &str| {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../examples")
+            .join(name)
+            .to_string_lossy()
+            .into_owned()
+    };
+    let (gateway, sidecars) = (
+        example("gateway-cpu-sweep.yaml"),
+        example("sidecar-overhead.yaml"),
+    );
     for args in [
+        vec!["capacity", "http://127.0.0.1:9/", "--cpu-under", "90"],
+        vec!["capacity", "--experiment", &gateway, "--cpu-under", "150"],
+        vec!["capacity", "--experiment", &gateway, "--cpu-under", "0"],
+        vec![
+            "capacity",
+            "--experiment",
+            &gateway,
+            "--cpu-under",
+            "90",
+            "--set",
+            "limits.proxy.cpus=[]",
+        ],
+        vec![
+            "capacity",
+            "--experiment",
+            &gateway,
+            "--cpu-under",
+            "90",
+            "--set",
+            "duration_secs=1",
+        ],
+        vec!["capacity", "--experiment", &sidecars, "--cpu-under", "90"],
         vec!["run", "http://127.0.0.1:9/", "--threshold", "p99<fast"],
         vec!["run", "http://127.0.0.1:9/", "--threshold", "latency<3ms"],
         vec!["capacity", "http://127.0.0.1:9/", "--slo", ""],
