@@ -323,28 +323,13 @@ fn bad_answer_flags_get_one_line_and_exit_2() {
         example("gateway-cpu-sweep.yaml"),
         example("sidecar-overhead.yaml"),
     );
+    let under_90 = ["capacity", "--experiment", &gateway, "--cpu-under", "90"];
     for args in [
         vec!["capacity", "http://127.0.0.1:9/", "--cpu-under", "90"],
         vec!["capacity", "--experiment", &gateway, "--cpu-under", "150"],
         vec!["capacity", "--experiment", &gateway, "--cpu-under", "0"],
-        vec![
-            "capacity",
-            "--experiment",
-            &gateway,
-            "--cpu-under",
-            "90",
-            "--set",
-            "limits.proxy.cpus=[]",
-        ],
-        vec![
-            "capacity",
-            "--experiment",
-            &gateway,
-            "--cpu-under",
-            "90",
-            "--set",
-            "duration_secs=1",
-        ],
+        [&under_90[..], &["--set", "limits.proxy.cpus=[]"]].concat(),
+        [&under_90[..], &["--set", "duration_secs=1"]].concat(),
         vec!["capacity", "--experiment", &sidecars, "--cpu-under", "90"],
         vec!["run", "http://127.0.0.1:9/", "--threshold", "p99<fast"],
         vec!["run", "http://127.0.0.1:9/", "--threshold", "latency<3ms"],
