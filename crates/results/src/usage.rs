@@ -10,7 +10,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 use crate::proxy::ProxyCounters;
-use crate::role::{PlayedBy, Role};
+use crate::role::{PlayedBy, Program, Role};
 
 /// The clock of [`Sample::t_ms`]: wall-clock time, milliseconds since the Unix epoch (0 for a
 /// clock set before it).
@@ -111,6 +111,20 @@ impl Figure {
 }
 
 impl RoleUsage {
+    /// istiod's row, sampled here: in a `control_plane` step, and beside the data plane in a
+    /// lab step whose proxies istiod configures.
+    pub fn istiod(usage: Usage) -> RoleUsage {
+        RoleUsage {
+            role: Role::Istiod,
+            program: PlayedBy::Proxy(Program::Istio),
+            workers: 0,
+            cpu_limit: None,
+            usage,
+            missing: BTreeMap::new(),
+            proxy: None,
+        }
+    }
+
     /// Whether `f` was measured.
     pub fn has(&self, f: Figure) -> bool {
         !self.missing.contains_key(&f)

@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use meshbench_lab::control_plane_cost::{CostSpec, CostStep};
-use meshbench_results::{MeshScale, PlayedBy, Program, Role, RoleUsage, StepFailure};
+use meshbench_results::{MeshScale, Role, RoleUsage, StepFailure};
 use meshbench_store::{StepRecord, StepStatus};
 
 use crate::measured::StepContext;
@@ -71,15 +71,7 @@ pub(crate) fn run(
         }
     };
     drop(cost);
-    record.usage.push(RoleUsage {
-        role: Role::Istiod,
-        program: PlayedBy::Proxy(Program::Istio),
-        workers: 0,
-        cpu_limit: None,
-        usage: run.istiod,
-        missing: Default::default(),
-        proxy: None,
-    });
+    record.usage.push(RoleUsage::istiod(run.istiod));
     record.samples.insert(Role::Istiod, run.istiod_samples);
     record.control_plane = Some(run.figures);
     record.status = if run.partial {

@@ -157,6 +157,19 @@ impl Realised for RigStep {
                 }
             })
             .collect();
+        // istiod, where the rig runs one: sampled as a role beside the data plane.
+        if self.rig.control_plane().is_some() {
+            let samples = sampled
+                .roles
+                .get(&Role::Istiod)
+                .cloned()
+                .unwrap_or_default();
+            readings.push(RoleReading {
+                usage: RoleUsage::istiod(sampler::summarize(&samples, from, to)),
+                samples: Some(samples),
+                chain: None,
+            });
+        }
         readings.push(RoleReading {
             usage: sampler_usage(&sampled),
             samples: None,

@@ -40,7 +40,7 @@ use crate::istio::{AgentPorts, ControlPlane, IstioError, MeshOptions};
 use crate::netns::Namespaces;
 use crate::process::RoleProcess;
 use crate::program::envoy::admin::AdminError;
-use crate::sampler::{self, Sampler, Watch};
+use crate::sampler::{self, Sampler};
 use crate::LabError;
 use mesh::{Change, MeshPod, Registered};
 use real_envoy::{real_pod, start_real, RealEnvoy};
@@ -267,17 +267,7 @@ impl CostStep {
     /// The measured window: istiod sampled while the changes are written at their rates, and
     /// what the clients and istiod counted around it.
     fn measure_window(&mut self, stop: &Stop) -> Result<Window, LabError> {
-        let sampler = Sampler::start(
-            vec![Watch {
-                role: Role::Istiod,
-                pgid: self.control_plane.istiod_pid(),
-                cgroup: None,
-                port: None,
-                upstream_port: None,
-                veth: None,
-            }],
-            self.spec.sample_every,
-        );
+        let sampler = Sampler::start(vec![self.control_plane.watch()], self.spec.sample_every);
         let pushes_before = self.control_plane.istiod_metrics().map(|m| pushes(&m));
         let bytes_before = self.proxies.bytes();
         let clients_cpu_before = self.proxies.cpu_ns();

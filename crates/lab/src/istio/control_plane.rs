@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use meshbench_k8s::k8s_openapi::api::core::v1::{ConfigMap, Namespace, ServiceAccount};
 use meshbench_k8s::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use meshbench_k8s::objects::istio::{HttpMatch, HttpRoute, MeshConfig, StringMatch};
-use meshbench_results::Stop;
+use meshbench_results::{Role, Stop};
 
 use super::{
     cache, k8s_bin, objects, unavailable, ApiServer, IstioError, CLUSTER_ID,
@@ -25,6 +25,7 @@ use super::{
 use crate::process::{Placement, RoleProcess};
 use crate::program::envoy::access_log;
 use crate::program::envoy::admin::{self, DumpSection};
+use crate::sampler::Watch;
 use crate::{go_on, write_file, LabError};
 
 /// The ConfigMap istiod publishes the mesh's root certificate in, in every namespace, and
@@ -253,6 +254,19 @@ impl ControlPlane {
     /// istiod's process (group leader), for the sampler.
     pub fn istiod_pid(&self) -> u32 {
         self.istiod.pid()
+    }
+
+    /// What the sampler reads of istiod: its process group's CPU and memory (it has no port
+    /// on any request's path).
+    pub fn watch(&self) -> Watch {
+        Watch {
+            role: Role::Istiod,
+            pgid: self.istiod_pid(),
+            cgroup: None,
+            port: None,
+            upstream_port: None,
+            veth: None,
+        }
     }
 
     /// istiod's own metrics now, as Prometheus text.

@@ -451,26 +451,33 @@ impl Rig {
             .and_then(|r| r.admin)
     }
 
-    /// What the sampler should read for each role. A namespace two roles share (a pod: the
-    /// backend and its sidecar) is read once, for the first of them from the client side.
+    /// istiod, where the rig runs one (Istio's gateway or sidecars): not on the path, but part
+    /// of what the mesh costs.
+    pub fn control_plane(&self) -> Option<&crate::istio::ControlPlane> {
+        let gateway = self.istio_gateway.as_ref().map(|g| &g.control_plane);
+        gateway.or(self.istio_sidecars.as_ref().map(|s| &s.control_plane))
+    }
+
+    /// What the sampler should read for each role, the control plane last. A namespace two
+    /// roles share (a pod: the backend and its sidecar) is read once, for the first of them
+    /// from the client side.
     pub fn watches(&self) -> Vec<Watch> {
         let mut read = std::collections::HashSet::new();
-        self.roles
-            .iter()
-            .enumerate()
-            .map(|(i, r)| Watch {
-                role: meshbench_results::Role::Chain(r.name),
-                pgid: r.process.pid(),
-                cgroup: r.cgroup.as_ref().map(Cgroup::files),
-                port: Some(r.listen.port()),
-                // Roles are listed client side first: the next one is this one's upstream.
-                upstream_port: self.roles.get(i + 1).map(|n| n.listen.port()),
-                veth: r
-                    .namespace
-                    .as_ref()
-                    .filter(|m| read.insert(m.host_veth.clone()))
-                    .map(|m| m.host_veth.clone()),
-            })
+        let chain = self.roles.iter().enumerate().map(|(i, r)| Watch {
+            role: meshbench_results::Role::Chain(r.name),
+            pgid: r.process.pid(),
+            cgroup: r.cgroup.as_ref().map(Cgroup::files),
+            port: Some(r.listen.port()),
+            // Roles are listed client side first: the next one is this one's upstream.
+            upstream_port: self.roles.get(i + 1).map(|n| n.listen.port()),
+            veth: r
+                .namespace
+                .as_ref()
+                .filter(|m| read.insert(m.host_veth.clone()))
+                .map(|m| m.host_veth.clone()),
+        });
+        chain
+            .chain(self.control_plane().map(crate::istio::ControlPlane::watch))
             .collect()
     }
 

@@ -251,6 +251,23 @@ fn an_experiment_measures_the_gateway_istiod_configured() {
         u(gateway, "/proxy/memory_allocated_bytes") > 1 << 20,
         "{gateway}"
     );
+    // istiod, which configured it, sampled as a role beside it: not on the path, but what the
+    // mesh costs. It was measured (memory above its binary's, CPU read) in the step's window.
+    let istiod = step["usage"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["role"] == "istiod")
+        .unwrap_or_else(|| panic!("no istiod role: {}", step["usage"]));
+    assert!(u(istiod, "/samples") >= 2, "{istiod}");
+    assert!(istiod["cpu_millicores_avg"].as_f64().is_some(), "{istiod}");
+    assert!(
+        istiod["rss_mib_avg"].as_f64().unwrap_or(0.0) > 20.0,
+        "{istiod}"
+    );
+    let shown = meshbench(&["results", "show", "latest", "--store", &s], LIMIT);
+    let shown = common::stdout(&shown);
+    assert!(shown.contains("istiod "), "{shown}");
     let _ = std::fs::remove_dir_all(dir);
 }
 

@@ -115,7 +115,7 @@ fn istios_sidecars_carry_the_load_from_the_client_pod_through_the_capture_and_le
             .as_array()
             .unwrap()
             .iter()
-            .filter(|r| r["program"] == "istio")
+            .filter(|r| r["program"] == "istio" && r["role"] != "istiod")
             .collect();
         let want = match topology {
             "baseline" => 0,
@@ -123,6 +123,17 @@ fn istios_sidecars_carry_the_load_from_the_client_pod_through_the_capture_and_le
             _ => 1,
         };
         assert_eq!(sidecars.len(), want, "{topology}: {}", s["usage"]);
+        // istiod, which configures the sidecars, is sampled beside them.
+        if want > 0 {
+            let istiod = s["usage"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|r| r["role"] == "istiod")
+                .unwrap_or_else(|| panic!("{topology}: no istiod role: {}", s["usage"]));
+            assert!(u(istiod, "/samples") >= 2, "{topology}: {istiod}");
+            assert!(istiod["rss_mib_avg"].as_f64().unwrap() > 20.0, "{istiod}");
+        }
         for r in sidecars {
             // Envoy's own count over the step: every request the engine sent went through
             // this sidecar (the warm-up's too, so at least as many).
