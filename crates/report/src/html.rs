@@ -561,7 +561,8 @@ mod tests {
             "{}",
             r.subtitle
         );
-        let dir = std::env::temp_dir().join(format!("mb-report-cp-{}", std::process::id()));
+        // Not control_plane.rs's directory: the two tests run at once in one process.
+        let dir = std::env::temp_dir().join(format!("mb-report-html-cp-{}", std::process::id()));
         let written = write(&r, &dir).unwrap();
         assert_eq!(written.svgs, 0);
         let html = std::fs::read_to_string(written.html).unwrap();
