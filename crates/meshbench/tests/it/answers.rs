@@ -234,12 +234,7 @@ fn capacity_under_a_cpu_share_stops_where_the_gateway_nears_its_limit() {
             let offered = st["params"]["qps"]
                 .as_f64()
                 .unwrap_or_else(|| panic!("an offered rate: {}", st["params"]));
-            let gateway = st["usage"]
-                .as_array()
-                .expect("usage")
-                .iter()
-                .find(|u| u["role"] == "gateway")
-                .unwrap_or_else(|| panic!("the gateway's usage: {}", st["usage"]));
+            let gateway = common::usage_of(st, "gateway");
             assert_eq!(gateway["cpu_limit"].as_f64(), Some(0.25), "{gateway}");
             let mc = gateway["cpu_millicores_avg"].as_f64().expect("its CPU");
             (offered, mc / 250.0)

@@ -137,12 +137,7 @@ fn every_change_reaches_every_simulated_sidecar_and_the_twin_holds_what_envoy_ac
         "{f}"
     );
     assert!(f["clients_cpu_millicores"].as_f64().unwrap() > 0.0, "{f}");
-    let istiod = s["usage"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["role"] == "istiod")
-        .unwrap_or_else(|| panic!("no istiod usage: {}", s["usage"]));
+    let istiod = common::usage_of(s, "istiod");
     assert!(
         istiod["cpu_millicores_avg"].as_f64().unwrap() > 1.0,
         "{istiod}"

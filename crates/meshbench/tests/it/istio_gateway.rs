@@ -230,12 +230,7 @@ fn an_experiment_measures_the_gateway_istiod_configured() {
     let summary = &step["summary"];
     assert!(u(summary, "/requests") >= 400, "{summary}");
     assert_eq!(u(summary, "/errors"), 0, "{summary}");
-    let gateway = step["usage"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["role"] == "gateway")
-        .unwrap_or_else(|| panic!("no gateway role: {}", step["usage"]));
+    let gateway = common::usage_of(step, "gateway");
     assert_eq!(gateway["program"], "istio");
     assert!(
         gateway["cpu_millicores_avg"].as_f64().unwrap_or(0.0) > 0.0,
@@ -253,12 +248,7 @@ fn an_experiment_measures_the_gateway_istiod_configured() {
     );
     // istiod, which configured it, sampled as a role beside it: not on the path, but what the
     // mesh costs. It was measured (memory above its binary's, CPU read) in the step's window.
-    let istiod = step["usage"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["role"] == "istiod")
-        .unwrap_or_else(|| panic!("no istiod role: {}", step["usage"]));
+    let istiod = common::usage_of(step, "istiod");
     assert!(u(istiod, "/samples") >= 2, "{istiod}");
     assert!(istiod["cpu_millicores_avg"].as_f64().is_some(), "{istiod}");
     assert!(

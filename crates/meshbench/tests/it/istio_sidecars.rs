@@ -125,12 +125,7 @@ fn istios_sidecars_carry_the_load_from_the_client_pod_through_the_capture_and_le
         assert_eq!(sidecars.len(), want, "{topology}: {}", s["usage"]);
         // istiod, which configures the sidecars, is sampled beside them.
         if want > 0 {
-            let istiod = s["usage"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|r| r["role"] == "istiod")
-                .unwrap_or_else(|| panic!("{topology}: no istiod role: {}", s["usage"]));
+            let istiod = common::usage_of(s, "istiod");
             assert!(u(istiod, "/samples") >= 2, "{topology}: {istiod}");
             assert!(istiod["rss_mib_avg"].as_f64().unwrap() > 20.0, "{istiod}");
         }

@@ -664,6 +664,16 @@ pub fn header_list(headers: &[httparse::Header]) -> Vec<(String, String)> {
         .collect()
 }
 
+/// A stored step's usage row of `role` (its word in results: `gateway`, `istiod`...).
+pub fn usage_of<'a>(step: &'a serde_json::Value, role: &str) -> &'a serde_json::Value {
+    step["usage"]
+        .as_array()
+        .expect("the step's usage")
+        .iter()
+        .find(|r| r["role"] == role)
+        .unwrap_or_else(|| panic!("no {role} role: {}", step["usage"]))
+}
+
 /// The latest experiment of `store` as `results export --format json` writes it.
 pub fn export_json(store: &Path) -> serde_json::Value {
     let out = meshbench(
