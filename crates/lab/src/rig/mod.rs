@@ -294,8 +294,9 @@ pub fn workers_for(set: u32, limits: &Limits) -> u32 {
 }
 
 /// Removes what a run killed with SIGKILL left behind: `meshbench-<pid>-*` cgroups of
-/// processes that no longer exist (their stragglers are killed first), then such network
-/// namespaces.
+/// processes that no longer exist (their stragglers are killed first), such network
+/// namespaces, and such rig directories in the temp directory (an Istio step's etcd, keys and
+/// logs).
 pub fn remove_stale() {
     for controller in ["", "cpu", "cpuacct", "cpuset", "memory"] {
         let root = Path::new("/sys/fs/cgroup").join(controller);
@@ -303,15 +304,7 @@ pub fn remove_stale() {
             continue;
         };
         for e in dir.flatten() {
-            let name = e.file_name().to_string_lossy().to_string();
-            let Some(owner) = name
-                .strip_prefix("meshbench-")
-                .and_then(|r| r.split('-').next())
-                .and_then(|p| p.parse::<u32>().ok())
-            else {
-                continue;
-            };
-            if Path::new(&format!("/proc/{owner}")).exists() {
+            if !of_a_dead_run(&e.file_name().to_string_lossy()) {
                 continue;
             }
             let procs = std::fs::read_to_string(e.path().join("cgroup.procs")).unwrap_or_default();
@@ -325,6 +318,24 @@ pub fn remove_stale() {
     }
     crate::netns::remove_stale();
     sidecars::remove_stale();
+    for e in std::fs::read_dir(std::env::temp_dir())
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let is_dir = e.file_type().is_ok_and(|t| t.is_dir());
+        if is_dir && of_a_dead_run(&e.file_name().to_string_lossy()) {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+}
+
+/// Whether `name` is `meshbench-<pid>-...` of a process that no longer exists.
+fn of_a_dead_run(name: &str) -> bool {
+    name.strip_prefix("meshbench-")
+        .and_then(|r| r.split('-').next())
+        .and_then(|p| p.parse::<u32>().ok())
+        .is_some_and(|owner| !Path::new(&format!("/proc/{owner}")).exists())
 }
 
 impl Rig {

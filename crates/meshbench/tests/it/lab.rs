@@ -533,7 +533,8 @@ fn the_store_survives_sigkill_and_the_next_run_cleans_up() {
         .all(|s| s["status"] == "ok" && s["summary"]["requests"].as_u64().unwrap() > 0));
     let csv = meshbench(&["results", "export", "latest", "--store", &store], LIMIT);
     assert!(csv.status.success(), "{}", stderr(&csv));
-    // The next experiment removes what the killed one left (cgroups, and their processes).
+    // The next experiment removes what the killed one left (cgroups and their processes, its
+    // rig directories).
     let quick = lab.file("quick.yaml", "name: quick\ntopologies: [baseline]\nduration_secs: 0.5\nwarmup_secs: 0\ncooldown_secs: 0\nload:\n  rate_rps: [50]\n  connections: [1]\n");
     let out = lab.experiment(&quick, &[]);
     assert!(out.status.success(), "{}", stderr(&out));
@@ -548,6 +549,11 @@ fn the_store_survives_sigkill_and_the_next_run_cleans_up() {
         .filter(|l| l.starts_with("process"))
         .collect();
     assert!(procs.is_empty(), "{procs:?}");
+    let dirs: Vec<String> = leftovers(pid)
+        .into_iter()
+        .filter(|l| l.starts_with(&std::env::temp_dir().display().to_string()))
+        .collect();
+    assert!(dirs.is_empty(), "{dirs:?}");
 }
 
 #[test]
