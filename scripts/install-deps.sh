@@ -79,8 +79,11 @@ part fortio "$scripts_dir/install-fortio.sh"
 # holds a lock), the second finding what both use already compiled.
 part k8s "$scripts_dir/install-k8s.sh"
 part istio "$scripts_dir/install-istio.sh"
+# Contour (tests/it/contour_gateway.rs), built from its own Go module at a pinned release: it
+# shares no module version with deploy/go, so it builds beside the others, not after them.
+part contour "$scripts_dir/install-contour.sh"
 failed=()
-for name in istio-plotter web-test envoy fortio k8s istio; do
+for name in istio-plotter web-test envoy fortio k8s istio contour; do
   # Only the Go builds are left: the tests that need none of them may start (scripts/test.sh).
   [ "$name" != fortio ] || touch "$logs/downloads.done"
   if wait "${pids[$name]}"; then

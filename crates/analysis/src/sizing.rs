@@ -286,7 +286,7 @@ fn class_of(role: &Role) -> Option<Class> {
             class @ (Class::Proxy | Class::Tunnel) => Some(class),
             Class::Backend => None,
         },
-        Role::Sampler | Role::External(_) | Role::Istiod => None,
+        Role::Sampler | Role::External(_) | Role::Istiod | Role::Contour => None,
     }
 }
 

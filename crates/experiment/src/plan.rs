@@ -347,12 +347,16 @@ fn peer_authentications(e: &Experiment, t: Topology) -> Vec<Option<PeerAuthentic
         .collect()
 }
 
-/// Seconds a step's rig takes to start and stop: about one, except for an Istio gateway, whose
-/// control plane starts for each step (about 6 s here) and whose routes are applied and pushed
-/// before the load (about 36 s for 100,000 routes on a 2-core machine, docs/seeds.md).
+/// Seconds a step's rig takes to start and stop: about one, except for an Istio or Contour
+/// gateway, whose control plane starts for each step (about 6 s here) and whose routes are
+/// applied and pushed before the load (Istio's: about 36 s for 100,000 routes on a 2-core
+/// machine, docs/seeds.md; Contour's taken as the same).
 fn setup_secs(e: &Experiment) -> f64 {
     if e.topologies.contains(&StepKind::Chain(Topology::Gateway))
-        && e.gateway.kind == meshbench_results::Program::Istio
+        && matches!(
+            e.gateway.kind,
+            meshbench_results::Program::Istio | meshbench_results::Program::Contour
+        )
     {
         let routes = f64::from(e.gateway.domains) * f64::from(e.gateway.paths);
         6.0 + routes / 2_800.0

@@ -9,9 +9,13 @@
 //!   role started), `rig/pods.rs` Istio's sidecars' pods and their namespaces, `rig/istio.rs`
 //!   the rig's share of Istio.
 //! - [`istio`]: Istio's one home, for the rig, the cost experiment and the runner's cluster
-//!   alike: istiod and the lab's API server ([`istio::api_server`]), the agents' command lines,
-//!   Istio's objects ([`istio::objects`]), the sidecars' pods ([`istio::sidecars`]) and
-//!   readiness, with the one wait for Envoy's ACK ([`istio::ready::wait_acked`]).
+//!   alike: istiod, the agents' command lines, Istio's objects ([`istio::objects`]) and the
+//!   sidecars' pods ([`istio::sidecars`]).
+//! - [`contour`]: Contour's one home (`gateway.type: contour`): its objects for the gateway
+//!   plan, `contour serve` and the bootstrap it writes for Envoy.
+//! - [`kube`]: the lab's stand-in for a cluster, which istiod and Contour read: the API server
+//!   ([`kube::api_server`]) and the typed objects of workloads and certificates
+//!   ([`kube::workloads`]).
 //! - [`control_plane_cost`]: the `control_plane` experiment (what istiod costs serving a mesh
 //!   of a given scale), using [`istio`]: the mesh registered, the simulated proxies, the step.
 //! - [`process`]: the one process handle ([`process::RoleProcess`]), placed in its [`cgroup`]
@@ -22,8 +26,8 @@
 //!   free loopback ports.
 //!
 //! Dependencies go one way: the results' topology and `gateway` know no program, `program`
-//! renders for both, `istio` builds on `program` and `gateway`, `rig` and `control_plane_cost`
-//! join them. Every process started here is stopped, and its files removed, when its handle is
+//! renders for both, `istio` and `contour` build on `program`, `gateway` and `kube`, `rig` and
+//! `control_plane_cost` join them. Every process started here is stopped, and its files removed, when its handle is
 //! dropped. Failures are [`LabError`]s, with the path and the OS error where a file failed.
 //!
 //! Every wait takes the one stop handle (`meshbench_results::Stop`) and looks at it at least
@@ -32,10 +36,12 @@
 //! what it had started is put back as its handles drop.
 
 pub mod cgroup;
+pub mod contour;
 pub mod control_plane_cost;
 pub mod gateway;
 pub mod install;
 pub mod istio;
+pub mod kube;
 pub mod netns;
 pub mod pki;
 pub mod port;
@@ -122,11 +128,14 @@ pub enum LabError {
     #[error("{role}'s {source}")]
     Ack {
         role: String,
-        source: istio::ready::AckError,
+        source: program::envoy::ready::AckError,
     },
     /// Istio's parts (`gateway.type: istio`, `proxy.type: istio`).
     #[error(transparent)]
     Istio(#[from] istio::IstioError),
+    /// Contour's parts (`gateway.type: contour`).
+    #[error(transparent)]
+    Contour(#[from] contour::ContourError),
     /// The control-plane cost experiment (`topology: control_plane`).
     #[error(transparent)]
     Cost(#[from] control_plane_cost::CostError),

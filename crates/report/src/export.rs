@@ -26,7 +26,7 @@ fn role_rank(r: &Role) -> (u8, &str) {
             ChainRole::ZtunnelServer => 5,
             ChainRole::Backend => 6,
         },
-        Role::Istiod | Role::Sampler | Role::External(_) => 7,
+        Role::Istiod | Role::Contour | Role::Sampler | Role::External(_) => 7,
     };
     (rank, r.name())
 }

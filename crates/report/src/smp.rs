@@ -47,14 +47,14 @@ fn mesh_part(role: &Role) -> Option<MeshPart> {
             | ChainRole::ZtunnelServer
             | ChainRole::Backend => None,
         },
-        Role::Sampler | Role::External(_) | Role::Istiod => None,
+        Role::Sampler | Role::External(_) | Role::Istiod | Role::Contour => None,
     }
 }
 
 /// Whether a role is a workload of the environment: every one but meshbench's own sampler.
 fn is_workload(role: &Role) -> bool {
     match role {
-        Role::Chain(_) | Role::External(_) | Role::Istiod => true,
+        Role::Chain(_) | Role::External(_) | Role::Istiod | Role::Contour => true,
         Role::Sampler => false,
     }
 }

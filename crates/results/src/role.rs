@@ -114,8 +114,12 @@ pub enum Role {
     /// A role of an external variant, read from Prometheus, by the name its experiment file
     /// gives it: none of the chain's words, nor `sampler` (which the file refuses).
     External(String),
-    /// Istio's control plane (`istiod`) in a `control_plane` step: not on any request's path.
+    /// Istio's control plane (`istiod`), in a `control_plane` step and beside the proxies it
+    /// configures in the lab: not on any request's path.
     Istiod,
+    /// Contour (`contour`), beside the gateway it configures in the lab: not on any
+    /// request's path.
+    Contour,
 }
 
 impl Role {
@@ -126,6 +130,7 @@ impl Role {
             Role::Sampler => "sampler",
             Role::External(name) => name,
             Role::Istiod => "istiod",
+            Role::Contour => "contour",
         }
     }
 
@@ -136,6 +141,7 @@ impl Role {
             Some(r) => Role::Chain(r),
             None if word == Role::Sampler.name() => Role::Sampler,
             None if word == Role::Istiod.name() => Role::Istiod,
+            None if word == Role::Contour.name() => Role::Contour,
             None => Role::External(word.to_string()),
         }
     }
@@ -148,7 +154,7 @@ impl Role {
                 Class::Proxy | Class::Tunnel => true,
                 Class::Backend => false,
             },
-            Role::Sampler | Role::Istiod => false,
+            Role::Sampler | Role::Istiod | Role::Contour => false,
             Role::External(_) => true,
         }
     }
@@ -157,8 +163,13 @@ impl Role {
     pub fn chain_role(&self) -> Option<ChainRole> {
         match self {
             Role::Chain(r) => Some(*r),
-            Role::Sampler | Role::External(_) | Role::Istiod => None,
+            Role::Sampler | Role::External(_) | Role::Istiod | Role::Contour => None,
         }
+    }
+
+    /// Whether it is a control plane (istiod, Contour): it configures the proxies on the path.
+    pub fn is_control_plane(&self) -> bool {
+        matches!(self, Role::Istiod | Role::Contour)
     }
 
     fn rank(&self) -> u8 {
@@ -167,6 +178,7 @@ impl Role {
             Role::Sampler => 1,
             Role::External(_) => 2,
             Role::Istiod => 3,
+            Role::Contour => 4,
         }
     }
 }
@@ -245,16 +257,20 @@ pub enum Program {
     /// by Istio's control plane, which the lab starts for them. Needs scripts/install-istio.sh
     /// and scripts/install-k8s.sh.
     Istio,
+    /// The gateway (`gateway.type`) as Contour runs it: Envoy configured by Contour, which the
+    /// lab starts for it. Needs scripts/install-contour.sh and scripts/install-k8s.sh.
+    Contour,
 }
 
 impl Program {
-    pub const ALL: [Program; 6] = [
+    pub const ALL: [Program; 7] = [
         Program::Nginx,
         Program::Haproxy,
         Program::Caddy,
         Program::Envoy,
         Program::Command,
         Program::Istio,
+        Program::Contour,
     ];
 
     pub fn name(self) -> &'static str {
@@ -265,6 +281,7 @@ impl Program {
             Program::Envoy => "envoy",
             Program::Command => "command",
             Program::Istio => "istio",
+            Program::Contour => "contour",
         }
     }
 

@@ -111,12 +111,19 @@ impl Figure {
 }
 
 impl RoleUsage {
-    /// istiod's row, sampled here: in a `control_plane` step, and beside the data plane in a
-    /// lab step whose proxies istiod configures.
-    pub fn istiod(usage: Usage) -> RoleUsage {
+    /// A control plane's row ([`Role::Istiod`], [`Role::Contour`]), sampled here: istiod in a
+    /// `control_plane` step, and each beside the data plane in a lab step whose proxies it
+    /// configures. Its program is the one the experiment file names it by (`istio`,
+    /// `contour`).
+    pub fn control_plane(role: Role, usage: Usage) -> RoleUsage {
+        debug_assert!(role.is_control_plane(), "{role} is no control plane");
+        let program = match role {
+            Role::Contour => Program::Contour,
+            _ => Program::Istio,
+        };
         RoleUsage {
-            role: Role::Istiod,
-            program: PlayedBy::Proxy(Program::Istio),
+            role,
+            program: PlayedBy::Proxy(program),
             workers: 0,
             cpu_limit: None,
             usage,

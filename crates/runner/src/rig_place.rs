@@ -63,6 +63,7 @@ impl Place for RigPlace<'_> {
         let notes = [
             (rig.istio_gateway.as_ref()).map(|g| g.summary(rig.gateway_admin(), step.stop)),
             (rig.istio_sidecars.as_ref()).map(|m| m.summary(&rig.roles)),
+            (rig.contour_gateway.as_ref()).map(|g| g.summary(rig.gateway_admin())),
         ];
         if step.stop.requested() {
             // The rig drops here, and with it all it started.
@@ -157,15 +158,15 @@ impl Realised for RigStep {
                 }
             })
             .collect();
-        // istiod, where the rig runs one: sampled as a role beside the data plane.
-        if self.rig.control_plane().is_some() {
-            let samples = sampled
-                .roles
-                .get(&Role::Istiod)
-                .cloned()
-                .unwrap_or_default();
+        // The control plane (istiod, Contour), where the rig runs one: sampled as a role
+        // beside the data plane.
+        if let Some(watch) = self.rig.control_plane_watch() {
+            let samples = sampled.roles.get(&watch.role).cloned().unwrap_or_default();
             readings.push(RoleReading {
-                usage: RoleUsage::istiod(sampler::summarize(&samples, from, to)),
+                usage: RoleUsage::control_plane(
+                    watch.role,
+                    sampler::summarize(&samples, from, to),
+                ),
                 samples: Some(samples),
                 chain: None,
             });

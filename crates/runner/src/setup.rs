@@ -148,7 +148,7 @@ pub fn missing_programs(e: &Experiment) -> Vec<String> {
             Program::Envoy => format!(
                 "; or name a program to measure in its place (`fallback: nginx` in the file's {section} section)"
             ),
-            Program::Istio => format!(
+            Program::Istio | Program::Contour => format!(
                 "; or name a program to measure in its place (`fallback: envoy` in the file's {section} section)"
             ),
             Program::Nginx | Program::Haproxy | Program::Caddy | Program::Command => String::new(),

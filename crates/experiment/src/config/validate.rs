@@ -93,6 +93,13 @@ impl Experiment {
         if self.topologies.contains(&StepKind::External) {
             p.push("attribution: reads the logs of proxies meshbench configures (the lab's, a cluster's Istio), which an external variant's are not; drop attribution or the external topology".into());
         }
+        if self.gateway.kind == Program::Contour
+            && self
+                .topologies
+                .contains(&StepKind::Chain(Topology::Gateway))
+        {
+            p.push("attribution: Contour writes its Envoy's access log in its own format, not the one attribution reads; drop attribution or use another gateway.type".into());
+        }
     }
 
     /// The plan has a name and at least one topology.
@@ -223,6 +230,10 @@ impl Experiment {
             }
             if proxy.kind == Program::Istio {
                 self.validate_istio_sidecars(section, p);
+            } else if proxy.kind == Program::Contour {
+                p.push(format!(
+                    "{section}.type: contour configures a gateway (gateway.type: contour), not a {section}; use envoy, or istio for Istio's sidecars"
+                ));
             } else if proxy.kind == Program::Command {
                 if proxy.command.is_empty() {
                     p.push(format!(
@@ -323,10 +334,16 @@ impl Experiment {
             .contains(&StepKind::Chain(Topology::Gateway))
         {
             if self.gateway.kind == Program::Command {
-                p.push("gateway.type: expected nginx, haproxy, caddy, envoy or istio".into());
+                p.push(
+                    "gateway.type: expected nginx, haproxy, caddy, envoy, istio or contour".into(),
+                );
             }
-            if self.gateway.kind == Program::Istio && self.isolation == Isolation::Netns {
-                p.push("gateway.type: istio runs its control plane on loopback, which a role in its own network namespace cannot reach; use isolation: loopback".into());
+            let controlled = matches!(self.gateway.kind, Program::Istio | Program::Contour);
+            if controlled && self.isolation == Isolation::Netns {
+                p.push(format!("gateway.type: {} runs its control plane on loopback, which a role in its own network namespace cannot reach; use isolation: loopback", self.gateway.kind));
+            }
+            if self.gateway.kind == Program::Contour && self.load.protocol == Protocol::Http3 {
+                p.push("gateway.type: contour serves no HTTP/3 here; use caddy or envoy for HTTP/3, or load.protocol http1, http2 or grpc".into());
             }
             if self.gateway.domains == 0 || self.gateway.paths == 0 {
                 p.push("gateway: domains and paths must be at least 1".into());

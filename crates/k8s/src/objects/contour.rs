@@ -1,6 +1,6 @@
 //! Contour's `HTTPProxy` (projectcontour.io/v1): a virtual host (its FQDN and the TLS Secret
-//! it is served with) and its routes, each a path prefix sent to Services by name and port;
-//! and the status Contour writes back (whether it took the proxy, and why not). Only the
+//! it is served with) and its routes, each a path prefix sent to Services by name and port
+//! (and protocol), the prefix optionally replaced; and the status Contour writes back (whether it took the proxy, and why not). Only the
 //! fields meshbench uses; a typed object (see [`crate::objects`]).
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -48,11 +48,32 @@ pub struct Tls {
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Route {
     /// All must hold; none: every request.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
     pub services: Vec<RouteService>,
+    /// How the path is rewritten before it is sent on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path_rewrite_policy: Option<PathRewritePolicy>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PathRewritePolicy {
+    /// Prefixes replaced; Contour takes the one equal to the route's prefix condition, else
+    /// the one without a prefix.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replace_prefix: Vec<ReplacePrefix>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplacePrefix {
+    /// The prefix replaced; none: the route's whole prefix condition.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<String>,
+    pub replacement: String,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -67,6 +88,9 @@ pub struct Condition {
 pub struct RouteService {
     pub name: String,
     pub port: u16,
+    /// `h2c`, `h2` or `tls`; none: HTTP/1.1 in the clear.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -134,7 +134,8 @@ mod tests {
     use serde_json::json;
 
     use super::contour::{
-        Condition, HttpProxy, HttpProxySpec, Route, RouteService, Tls, VirtualHost,
+        Condition, HttpProxy, HttpProxySpec, PathRewritePolicy, ReplacePrefix, Route,
+        RouteService, Tls, VirtualHost,
     };
     use super::istio::{
         ConnectionPool, Destination, DestinationRule, DestinationRuleSpec, Gateway, GatewaySpec,
@@ -381,7 +382,14 @@ mod tests {
                     services: vec![RouteService {
                         name: "backend".into(),
                         port: 8080,
+                        protocol: Some("h2c".into()),
                     }],
+                    path_rewrite_policy: Some(PathRewritePolicy {
+                        replace_prefix: vec![ReplacePrefix {
+                            prefix: None,
+                            replacement: "/".into(),
+                        }],
+                    }),
                 }],
             },
             status: None,
@@ -392,7 +400,8 @@ mod tests {
             "spec": {
                 "virtualhost": {"fqdn": "a.com", "tls": {"secretName": "a.com-cert"}},
                 "routes": [{"conditions": [{"prefix": "/"}],
-                    "services": [{"name": "backend", "port": 8080}]}],
+                    "services": [{"name": "backend", "port": 8080, "protocol": "h2c"}],
+                    "pathRewritePolicy": {"replacePrefix": [{"replacement": "/"}]}}],
             },
         });
         assert_eq!(to_value(&proxy), written);

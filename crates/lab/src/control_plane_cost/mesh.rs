@@ -34,7 +34,8 @@ use meshbench_k8s::objects::{meta, to_value as document};
 use meshbench_results::{MeshScale, ProxyKind, Stop};
 use serde_json::{json, Value};
 
-use crate::istio::{workloads, ApiServer, NAMESPACE};
+use crate::istio::NAMESPACE;
+use crate::kube::{workloads, ApiServer};
 use crate::LabError;
 
 /// The port of the churned ServiceEntry (TCP, so a sidecar gets a listener of its own).
@@ -480,6 +481,7 @@ fn endpoint_slice(service: &str, part: &str, endpoints: Vec<Endpoint>) -> Endpoi
         DEFAULT_NAMESPACE,
         service,
         endpoints,
+        SERVICE_PORT,
     )
 }
 

@@ -10,7 +10,7 @@ use meshbench_results::{MeshScale, ProxyKind, Stop};
 use serde_json::Value;
 
 use super::{mesh, CostError, CostSpec};
-use crate::istio::ready::{self, Awaited, SidecarExpected};
+use crate::program::envoy::ready::{self, Awaited, SidecarExpected};
 use crate::istio::sidecars;
 use crate::istio::{AgentPorts, AgentRole, ControlPlane, Workload};
 use crate::netns::RoleNamespace;
@@ -68,6 +68,7 @@ impl RealEnvoy {
             &Awaited::Sidecar(expected),
             REAL_WITHIN,
             stop,
+            crate::istio::BY_ISTIOD,
         )?;
         note(&format!(
             "the real Envoy accepted its configuration {:.1} s after its agent started",

@@ -2,21 +2,22 @@
 //! them. Envoy takes its listeners, routes, clusters and certificates from istiod over ADS, not
 //! from a file this project wrote. This is Istio's one home: the lab's rig, the control-plane
 //! cost experiment (`crate::control_plane_cost`) and the runner's cluster all use it. The
-//! sidecars' pods are [`sidecars`], Istio's objects for the gateway plan [`objects`], the
-//! typed Kubernetes objects of a workload (its Service, Pod and EndpointSlice, the sidecars'
-//! and the cost step's mesh alike) [`workloads`], the API server [`api_server`], readiness and the one wait for Envoy's ACK [`ready`]; istiod and
-//! its API server start in `control_plane.rs` ([`ControlPlane`]), the agents' command lines
-//! are `agent.rs`'s ([`ControlPlane::agent_command`]).
+//! sidecars' pods are [`sidecars`], Istio's objects for the gateway plan [`objects`]; the API
+//! server and the typed objects of a workload are the lab's stand-in for a cluster
+//! ([`crate::kube`], which Contour reads too), readiness and the one wait for Envoy's ACK
+//! [`crate::program::envoy::ready`]; istiod and its API server start in `control_plane.rs`
+//! ([`ControlPlane`]), the agents' command lines are `agent.rs`'s
+//! ([`ControlPlane::agent_command`]).
 //!
 //! The control plane ([`ControlPlane`]) is the smallest one istiod runs against. It has etcd
-//! and a kube-apiserver ([`api_server::ApiServer`]) with Istio's CRDs, and istiod (`pilot-discovery`)
+//! and a kube-apiserver ([`ApiServer`]) with Istio's CRDs, and istiod (`pilot-discovery`)
 //! on loopback. Both are built by scripts/install-k8s.sh and scripts/install-istio.sh. The
 //! gateway role is `pilot-agent proxy router`, with the identity a pod would have mounted: a
 //! ServiceAccount token and the mesh's root certificate. The agent gets its workload
 //! certificate from istiod's CA and starts the project's upstream Envoy. Its CPU and memory are
 //! the role's, agent and Envoy together, as the `istio-proxy` container's are in a pod. The
 //! generated objects are applied before the agent starts. The role counts as started only once
-//! Envoy has accepted all of them ([`ready::wait_agent_acked`]).
+//! Envoy has accepted all of them ([`crate::program::envoy::ready::wait_agent_acked`]).
 //!
 //! Upstream Envoy has none of Istio's own filters, so istiod runs with [`ISTIOD_ENV`]
 //! (docs/istio.md lists what Envoy refuses otherwise). Every server binds loopback, except
@@ -24,12 +25,9 @@
 //! binds its servers to the hop's address, not to Istio's wildcard (`servers[].bind`).
 
 mod agent;
-pub mod api_server;
 mod control_plane;
 pub mod objects;
-pub mod ready;
 pub mod sidecars;
-pub mod workloads;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -38,15 +36,20 @@ use std::time::Duration;
 
 use crate::LabError;
 pub use agent::{AgentPorts, AgentRole, Workload};
-pub use api_server::ApiServer;
+pub use crate::kube::ApiServer;
+use crate::kube::k8s_bin;
 pub use control_plane::{istiod_command, ControlPlane, IstiodAddrs, MeshOptions, PROBE_PATH};
 
 /// The istio.io/istio pseudo-version scripts/install-istio.sh builds.
 pub const VERSION: &str = "v0.0.0-20260827124520-eed52ebb66ad";
-/// The Kubernetes release scripts/install-k8s.sh builds.
-pub const K8S_VERSION: &str = "v1.36.1";
 /// Istio's own namespace: istiod, the gateway, its Secrets and the routes.
 pub const NAMESPACE: &str = "istio-system";
+/// How a failure names an Envoy istiod configures: its agent runs it.
+pub const BY_ISTIOD: crate::program::envoy::ready::ConfiguredBy =
+    crate::program::envoy::ready::ConfiguredBy {
+        process: "pilot-agent",
+        control_plane: "istiod",
+    };
 /// The Kubernetes cluster id istiod and the proxy agree on.
 pub const CLUSTER_ID: &str = "Kubernetes";
 /// How the gateway identifies itself: its pod and its ServiceAccount.
@@ -116,16 +119,6 @@ pub fn cache() -> PathBuf {
     )
 }
 
-/// Where scripts/install-k8s.sh puts the Kubernetes binaries (`$K8S_CACHE/bin` if set).
-pub fn k8s_bin() -> PathBuf {
-    std::env::var_os("K8S_CACHE")
-        .map_or_else(
-            || PathBuf::from(format!("/var/cache/meshbench/k8s/{K8S_VERSION}")),
-            PathBuf::from,
-        )
-        .join("bin")
-}
-
 /// What the Istio gateway needs that is not installed here, as one error naming it all and
 /// the scripts that install it; None when everything is there.
 pub fn unavailable() -> Option<LabError> {
@@ -180,7 +173,7 @@ mod tests {
                 .flatten()
                 .unwrap_or_else(|| panic!("deploy/go/go.mod requires no {module}"))
         };
-        assert_eq!(required("k8s.io/kubernetes"), super::K8S_VERSION);
+        assert_eq!(required("k8s.io/kubernetes"), crate::kube::K8S_VERSION);
         assert_eq!(required("istio.io/istio"), super::VERSION);
     }
 }

@@ -10,7 +10,6 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use meshbench_k8s::k8s_openapi::ByteString;
 use meshbench_k8s::objects::istio::{
     self, Destination, GatewaySpec, HttpMatch, HttpRoute, Location, Port, PortSelector, Resolution,
     Rewrite, RouteDestination, Server, ServerTls, ServiceEndpoint, ServiceEntrySpec, StringMatch,
@@ -22,6 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use super::IstioError;
 use crate::gateway::{GatewayPlan, Target, DOMAINS_PER_WORKSPACE};
+use crate::kube::workloads::tls_secret;
 use crate::pki::Issued;
 use crate::{write_file, LabError};
 
@@ -168,19 +168,6 @@ pub fn resources(plan: &GatewayPlan, istio: &Istio) -> (Vec<Gateway>, Vec<Virtua
     (gateways, services)
 }
 
-/// The `kubernetes.io/tls` Secret of a credential, in `namespace`.
-fn secret(name: &str, issued: &Issued, namespace: &str) -> Secret {
-    let bytes = |pem: &str| ByteString(pem.as_bytes().to_vec());
-    Secret {
-        metadata: meta(format!("{name}-cert"), namespace),
-        type_: Some("kubernetes.io/tls".into()),
-        data: Some(BTreeMap::from([
-            ("tls.crt".to_string(), bytes(&issued.cert_pem)),
-            ("tls.key".to_string(), bytes(&issued.key_pem)),
-        ])),
-        ..Secret::default()
-    }
-}
 
 fn to_yaml<T: Serialize>(docs: &[T]) -> Result<String, LabError> {
     let mut out = String::new();
@@ -258,7 +245,7 @@ impl Target for Istio {
         let (gateways, services) = resources(plan, self);
         let secrets: Vec<Secret> = certs
             .iter()
-            .map(|(name, issued)| secret(name, issued, &self.place.namespace))
+            .map(|(name, issued)| tls_secret(&format!("{name}-cert"), issued, &self.place.namespace))
             .collect();
         let mut files = Vec::new();
         // In the order they are applied: what a resource names exists before it.
@@ -399,7 +386,7 @@ mod tests {
             cert_pem: "-----BEGIN CERTIFICATE-----\n".into(),
             key_pem: "key".into(),
         };
-        let secrets = [secret("a.com", &issued, NAMESPACE)];
+        let secrets = [tls_secret("a.com-cert", &issued, NAMESPACE)];
         let yaml = to_yaml(&secrets).unwrap();
         assert!(yaml.contains("type: kubernetes.io/tls\n"), "{yaml}");
         assert!(

@@ -28,7 +28,8 @@ use meshbench_k8s::objects::istio::PeerAuthentication as MeshPeerAuthentication;
 use meshbench_k8s::objects::meta;
 use meshbench_results::PeerAuthentication;
 
-use super::{cache, workloads, ApiServer, IstioError, NAMESPACE};
+use super::{cache, ApiServer, IstioError, NAMESPACE};
+use crate::kube::workloads;
 use crate::{write_file, LabError};
 
 /// The backend's Service (in [`DEFAULT_NAMESPACE`], on [`SERVICE_PORT`], as every workload).
@@ -150,6 +151,7 @@ fn endpoint_slice(server: &LabPod) -> EndpointSlice {
         DEFAULT_NAMESPACE,
         SERVICE,
         vec![endpoint],
+        SERVICE_PORT,
     )
 }
 

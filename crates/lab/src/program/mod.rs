@@ -152,6 +152,7 @@ fn config_file(program: Program) -> &'static str {
         Program::Envoy => envoy::CONFIG,
         Program::Command => command::CONFIG,
         Program::Istio => ISTIO_OBJECTS,
+        Program::Contour => crate::contour::objects::HTTP_PROXIES_FILE,
     }
 }
 
@@ -162,9 +163,9 @@ fn command_line(program: Program, bin: &Path, run: &Run) -> Command {
         Program::Haproxy => haproxy::command(bin, run),
         Program::Caddy => caddy::command(bin, run),
         Program::Envoy => envoy::command(bin, run),
-        // Its arguments come from its template (see `command::prepare`); the Istio
-        // gateway's from its control plane (`crate::istio::ControlPlane`).
-        Program::Command | Program::Istio => Command::new(bin),
+        // Its arguments come from its template (see `command::prepare`); the Istio and
+        // Contour gateways' from their control planes (`crate::istio`, `crate::contour`).
+        Program::Command | Program::Istio | Program::Contour => Command::new(bin),
     };
     cmd.current_dir(run.dir);
     cmd
@@ -186,6 +187,7 @@ impl LabProgram for Program {
         match self {
             Program::Envoy => envoy::available(),
             Program::Istio => crate::istio::unavailable().is_none(),
+            Program::Contour => crate::contour::unavailable().is_none(),
             Program::Nginx | Program::Haproxy | Program::Caddy | Program::Command => true,
         }
     }
@@ -197,7 +199,7 @@ impl LabProgram for Program {
     fn gateway_command(self, dir: &Path, workers: u32) -> Result<Command, LabError> {
         match self {
             Program::Command => return Err(no_gateway()),
-            Program::Istio => return Err(istio_gateway_only()),
+            Program::Istio | Program::Contour => return Err(by_the_rig_only(self)),
             Program::Nginx | Program::Haproxy | Program::Caddy | Program::Envoy => {}
         }
         let bin = ProgramSpec::from(self).binary()?;
@@ -213,6 +215,9 @@ impl LabProgram for Program {
             Program::Command => None,
             Program::Istio => Some(crate::istio::cache().join("bin/pilot-agent"))
                 .filter(|_| crate::istio::unavailable().is_none()),
+            Program::Contour => {
+                Some(crate::contour::binary()).filter(|_| crate::contour::unavailable().is_none())
+            }
         }
     }
 }
@@ -220,18 +225,23 @@ impl LabProgram for Program {
 /// The file of the Istio gateway's objects that names its Gateways (the others are beside it).
 const ISTIO_OBJECTS: &str = "istio-gateways.yaml";
 
-/// Istio's roles are started by the rig with their control plane, never as a lone hop.
-fn istio_gateway_only() -> LabError {
+/// Istio's and Contour's roles are started by the rig with their control plane, never as a
+/// lone hop.
+fn by_the_rig_only(program: Program) -> LabError {
+    let hint = match program {
+        Program::Contour => "contour's gateway is started by the rig with its control plane (gateway.type: contour), so there is no command line to print",
+        _ => "istio's gateway and sidecars are started by the rig with their control plane (gateway.type: istio; proxy.type: istio in pods), so there is no command line to print",
+    };
     LabError::Missing {
-        program: "istio as a lone hop".into(),
-        hint: "istio's gateway and sidecars are started by the rig with their control plane (gateway.type: istio; proxy.type: istio in pods), so there is no command line to print".into(),
+        program: format!("{program} as a lone hop"),
+        hint: hint.into(),
     }
 }
 
 fn no_gateway() -> LabError {
     LabError::Missing {
         program: "a command gateway".into(),
-        hint: "the gateway is rendered for nginx, haproxy, caddy, envoy or istio".into(),
+        hint: "the gateway is rendered for nginx, haproxy, caddy, envoy, istio or contour".into(),
     }
 }
 
@@ -245,7 +255,11 @@ impl gateway::Target for Program {
     fn speaks_http3(&self) -> bool {
         match self {
             Program::Caddy | Program::Envoy => true,
-            Program::Nginx | Program::Haproxy | Program::Command | Program::Istio => false,
+            Program::Nginx
+            | Program::Haproxy
+            | Program::Command
+            | Program::Istio
+            | Program::Contour => false,
         }
     }
 
@@ -253,7 +267,11 @@ impl gateway::Target for Program {
         match self {
             Program::Nginx => "Debian's nginx (1.22) is built without QUIC (nginx 1.25+ has it); use caddy for HTTP/3 (meshbench gen gateway: caddy or envoy)".into(),
             Program::Haproxy => "Debian's haproxy is built without QUIC (it needs a QUIC-capable TLS library); use caddy for HTTP/3 (meshbench gen gateway: caddy or envoy)".into(),
-            Program::Caddy | Program::Envoy | Program::Command | Program::Istio => {
+            Program::Caddy
+            | Program::Envoy
+            | Program::Command
+            | Program::Istio
+            | Program::Contour => {
                 format!("{} renders no HTTP/3 listener; use caddy or envoy", self.name())
             }
         }
@@ -271,6 +289,7 @@ impl gateway::Target for Program {
             Program::Envoy => envoy::write_gateway(plan),
             Program::Command => Err(no_gateway()),
             Program::Istio => crate::istio::objects::Istio::lab().write(plan, certs),
+            Program::Contour => crate::contour::objects::Contour.write(plan, certs),
         }
     }
 
@@ -280,6 +299,7 @@ impl gateway::Target for Program {
         match self {
             Program::Command => return Err(no_gateway()),
             Program::Istio => return crate::istio::objects::Istio::lab().start(plan, written),
+            Program::Contour => return crate::contour::objects::Contour.start(plan, written),
             Program::Nginx | Program::Haproxy | Program::Caddy | Program::Envoy => {}
         }
         let bin = self
@@ -304,6 +324,10 @@ impl ProgramSpec {
                 Some(e) => Err(e),
                 None => Ok(crate::istio::cache().join("bin/pilot-agent")),
             },
+            Program::Contour => match crate::contour::unavailable() {
+                Some(e) => Err(e),
+                None => Ok(crate::contour::binary()),
+            },
         }
     }
 
@@ -317,7 +341,7 @@ impl ProgramSpec {
                 .binary()
                 .err()
                 .filter(|_| envoy::not_installable().is_some()),
-            Program::Command | Program::Istio => self.binary().err(),
+            Program::Command | Program::Istio | Program::Contour => self.binary().err(),
             Program::Nginx | Program::Haproxy | Program::Caddy => None,
         }
     }
@@ -334,6 +358,7 @@ impl ProgramSpec {
             Program::Envoy => envoy::VERSION_FLAG,
             Program::Command => return bin.display().to_string(),
             Program::Istio => return crate::istio::version(),
+            Program::Contour => return crate::contour::version(),
         };
         match Command::new(&bin).arg(flag).output() {
             Ok(o) => {
@@ -368,7 +393,11 @@ impl ProgramSpec {
                 program: format!("{} with HTTP/3 in front", self.program.name()),
                 hint: match self.program {
                     Program::Nginx | Program::Haproxy => gateway::Target::no_http3(&self.program),
-                    Program::Caddy | Program::Envoy | Program::Command | Program::Istio => {
+                    Program::Caddy
+                    | Program::Envoy
+                    | Program::Command
+                    | Program::Istio
+                    | Program::Contour => {
                         "the lab's HTTP/3 entry hop is caddy; set proxy.kind: caddy".into()
                     }
                 },
@@ -386,7 +415,7 @@ impl ProgramSpec {
             Program::Caddy => caddy::hop_config(hop)?.into_bytes(),
             Program::Envoy => envoy::hop_bootstrap(hop).encode_to_vec(),
             Program::Command => return command::prepare(&bin, &self.command, hop, &config),
-            Program::Istio => return Err(istio_gateway_only()),
+            Program::Istio | Program::Contour => return Err(by_the_rig_only(self.program)),
         };
         write_file(&config, text)?;
         let run = Run {

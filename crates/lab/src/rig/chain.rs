@@ -66,7 +66,7 @@ pub(super) fn hops(
                 _ => spec.program(role.class).program,
             };
             let admin = match program {
-                Program::Envoy | Program::Istio => Some(SocketAddr::new(
+                Program::Envoy | Program::Istio | Program::Contour => Some(SocketAddr::new(
                     addresses[i].addr.ip(),
                     admin_port(addresses[i].addr)?,
                 )),
@@ -155,6 +155,11 @@ impl Rig {
                 Program::Istio,
                 spec.dir.join("gateway"),
             ),
+            Topology::Gateway if spec.gateway.program == Program::Contour => (
+                self.prepare_contour_gateway(spec, hop, stop)?,
+                Program::Contour,
+                spec.dir.join("gateway-envoy").join("envoy.json"),
+            ),
             Topology::Gateway => (
                 self.prepare_gateway(spec, hop)?,
                 spec.gateway.program,
@@ -168,6 +173,7 @@ impl Rig {
             }
         };
         let by_istiod = self.istio_gateway.is_some() && role.class == Class::Proxy;
+        let by_contour = self.contour_gateway.is_some() && role.class == Class::Proxy;
         Ok(Launch {
             name: role.role,
             class: role.class,
@@ -179,6 +185,8 @@ impl Rig {
             config: Some(config),
             ready: if by_istiod {
                 Ready::ConfiguredByIstio
+            } else if by_contour {
+                Ready::ConfiguredByContour
             } else {
                 Ready::Accepts
             },
@@ -295,6 +303,14 @@ impl Rig {
                 stop,
             ),
             Ready::ConfiguredByIstio => self.start_istio_agent(
+                launch.name.name(),
+                launch.command,
+                &log,
+                &place,
+                launch.admin,
+                stop,
+            ),
+            Ready::ConfiguredByContour => self.start_contour_envoy(
                 launch.name.name(),
                 launch.command,
                 &log,

@@ -9,7 +9,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use super::{Rig, RigSpec, RunningRole};
-use crate::istio::{ready, ControlPlane, IstioError};
+use crate::istio::{ControlPlane, IstioError, BY_ISTIOD};
+use crate::program::envoy::ready;
 use crate::process::{Placement, RoleProcess};
 use crate::program::Hop;
 use crate::LabError;
@@ -141,12 +142,16 @@ impl Rig {
             expected: ready::Expected {
                 listener: format!("{}_{}", hop.listen.ip(), hop.listen.port()),
                 filter_chains: if tls { plan.domains } else { 1 },
+                route_configs: "",
                 routes: plan.domains * plan.routes_per_domain(),
                 certificates: if tls { plan.domains } else { 0 },
-                endpoint: format!(
-                    "{}::{}::",
-                    crate::istio::objects::BACKEND_HOST,
-                    hop.upstream
+                backend: (
+                    format!(
+                        "outbound|{}||{}",
+                        hop.upstream.port(),
+                        crate::istio::objects::BACKEND_HOST
+                    ),
+                    hop.upstream,
                 ),
             },
             applied_in,
@@ -180,6 +185,7 @@ impl Rig {
             &ready::Awaited::Sidecar(expected),
             Duration::from_secs(60),
             stop,
+            BY_ISTIOD,
         );
         if let Some(why) = mesh.control_plane.istiod_exited() {
             return Err(IstioError::IstiodExited(why).into());
@@ -212,6 +218,7 @@ impl Rig {
             &ready::Awaited::Gateway(istio.expected.clone()),
             limit,
             stop,
+            BY_ISTIOD,
         );
         if let Some(why) = istio.control_plane.istiod_exited() {
             return Err(IstioError::IstiodExited(why).into());

@@ -9,11 +9,14 @@
 //!
 //! This module holds the rig, its spec and the order of things ([`Rig::start`], [`Drop`]).
 //! What it starts lives beside it: `chain` the chains of processes (the hops, the backend,
-//! one role started and awaited), `pods` Istio's sidecars' pods and their namespaces, and
+//! one role started and awaited), `pods` Istio's sidecars' pods and their namespaces,
 //! `istio` the rig's share of Istio (the gateway's and the sidecars' control planes and
-//! their agents), which calls into Istio's home, [`crate::istio`].
+//! their agents), which calls into Istio's home, [`crate::istio`], and `contour` the rig's
+//! share of Contour (the gateway's control plane and its Envoy), which calls into
+//! [`crate::contour`].
 
 mod chain;
+mod contour;
 mod istio;
 mod pods;
 
@@ -23,7 +26,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use crate::cgroup::{Cgroup, Cgroups, Limits};
-use crate::istio::{ready, sidecars};
+use crate::istio::sidecars;
+use crate::program::envoy::ready;
 use crate::netns::{Namespaces, RoleNamespace};
 use crate::process::RoleProcess;
 use crate::program::{Program, ProgramSpec};
@@ -35,6 +39,7 @@ use meshbench_results::{
 };
 
 pub use chain::backend_command;
+pub use contour::ContourGateway;
 pub use istio::{IstioGateway, IstioSidecars};
 
 /// The gateway topology's settings.
@@ -156,6 +161,8 @@ pub struct Rig {
     pub istio_gateway: Option<IstioGateway>,
     /// Istio's sidecars' control plane (`proxy.type: istio`), stopped after the roles.
     pub istio_sidecars: Option<IstioSidecars>,
+    /// The Contour gateway's control plane (`gateway.type: contour`), stopped after the roles.
+    pub contour_gateway: Option<ContourGateway>,
     /// The network namespace the load leaves from (the client pod of Istio's sidecars);
     /// None: this machine's own.
     pub client_netns: Option<String>,
@@ -227,6 +234,9 @@ enum Ready {
     Accepts,
     /// Its Envoy holds all that istiod should send ([`Rig::istio_gateway`]'s `expected`).
     ConfiguredByIstio,
+    /// Its Envoy holds all that Contour should send ([`Rig::contour_gateway`]'s `expected`),
+    /// and Contour took every HTTPProxy.
+    ConfiguredByContour,
     /// Its Envoy, a sidecar, holds all of this.
     SidecarConfigured(ready::SidecarExpected),
 }
@@ -364,6 +374,7 @@ impl Rig {
             warnings: Vec::new(),
             istio_gateway: None,
             istio_sidecars: None,
+            contour_gateway: None,
             client_netns: None,
             access_logs: Vec::new(),
             pod_dirs: Vec::new(),
@@ -469,6 +480,13 @@ impl Rig {
         gateway.or(self.istio_sidecars.as_ref().map(|s| &s.control_plane))
     }
 
+    /// What the sampler reads of the control plane the rig runs (istiod or Contour), if any.
+    pub fn control_plane_watch(&self) -> Option<Watch> {
+        let contour = self.contour_gateway.as_ref();
+        (self.control_plane().map(crate::istio::ControlPlane::watch))
+            .or_else(|| contour.map(|g| g.control_plane.watch()))
+    }
+
     /// What the sampler should read for each role, the control plane last. A namespace two
     /// roles share (a pod: the backend and its sidecar) is read once, for the first of them
     /// from the client side.
@@ -488,7 +506,7 @@ impl Rig {
                 .map(|m| m.host_veth.clone()),
         });
         chain
-            .chain(self.control_plane().map(crate::istio::ControlPlane::watch))
+            .chain(self.control_plane_watch())
             .collect()
     }
 
@@ -525,11 +543,15 @@ impl Drop for Rig {
         if let Some(mesh) = &self.istio_sidecars {
             mesh.control_plane.terminate();
         }
+        if let Some(contour) = &self.contour_gateway {
+            contour.control_plane.terminate();
+        }
         while let Some(r) = self.roles.pop() {
             drop(r);
         }
         self.istio_gateway.take();
         self.istio_sidecars.take();
+        self.contour_gateway.take();
         self.namespaces.take();
         self.pod_dirs.clear();
         let _ = std::fs::remove_dir_all(&self.dir);

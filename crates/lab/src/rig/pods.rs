@@ -9,7 +9,8 @@ use super::{
     chain::backend_launch, AccessLog, IstioSidecars, Launch, Ready, Rig, RigSpec, RoleAddress,
 };
 use crate::istio::sidecars::{self, LabPod};
-use crate::istio::{ready, AgentPorts, AgentRole, ControlPlane, IstioError, Workload};
+use crate::istio::{AgentPorts, AgentRole, ControlPlane, IstioError, Workload};
+use crate::program::envoy::ready;
 use crate::{go_on, LabError};
 use meshbench_k8s::names::{DEFAULT_NAMESPACE, SERVICE_PORT};
 use meshbench_results::{

@@ -209,7 +209,7 @@ impl<'a> TableRow<'a> {
 /// not meshbench's own sampler (checked apart, as the generator's self-check).
 fn shown_with_its_step(role: &Role) -> bool {
     match role {
-        Role::Chain(_) | Role::External(_) | Role::Istiod => true,
+        Role::Chain(_) | Role::External(_) | Role::Istiod | Role::Contour => true,
         Role::Sampler => false,
     }
 }

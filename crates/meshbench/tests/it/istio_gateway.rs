@@ -21,7 +21,8 @@ use crate::common;
 use std::time::{Duration, Instant};
 
 use common::{meshbench, run_json, stderr, u, BackendProc};
-use meshbench_lab::istio::{self, ready, ControlPlane, MeshOptions};
+use meshbench_lab::istio::{self, ControlPlane, MeshOptions};
+use meshbench_lab::program::envoy::ready;
 use meshbench_lab::process::{Placement, RoleProcess};
 
 const DOMAINS: usize = 10;
@@ -110,9 +111,10 @@ fn istiod_configures_upstream_envoy_for_the_generated_gateway_and_every_route_an
     let expected = ready::Expected {
         listener: "0.0.0.0_443".into(),
         filter_chains: DOMAINS,
+        route_configs: "",
         routes: DOMAINS * PATHS,
         certificates: DOMAINS,
-        endpoint: format!("meshbench-backend.internal::{}::", backend.addr),
+        backend: ("||meshbench-backend.internal".into(), backend.addr),
     };
     let acked = ready::wait_agent_acked(
         &mut agent,
@@ -121,6 +123,7 @@ fn istiod_configures_upstream_envoy_for_the_generated_gateway_and_every_route_an
         &ready::Awaited::Gateway(expected.clone()),
         LIMIT,
         &meshbench_results::Stop::new(),
+        istio::BY_ISTIOD,
     )
     .unwrap_or_else(|e| panic!("{e}\n{}", agent.log_tail(20)));
     assert!(

@@ -28,11 +28,11 @@ use common::*;
 use meshbench_lab::cgroup::Limits;
 use meshbench_lab::istio::sidecars::{self, LabPod};
 use meshbench_lab::istio::{
-    self, ready, AgentPorts, AgentRole, ControlPlane, MeshOptions, Workload, ISTIOD_ENV,
+    self, AgentPorts, AgentRole, ControlPlane, MeshOptions, Workload, ISTIOD_ENV,
 };
 use meshbench_lab::netns::Namespaces;
 use meshbench_lab::process::{Placement, RoleProcess};
-use meshbench_lab::program::envoy::admin;
+use meshbench_lab::program::envoy::{admin, ready};
 use meshbench_lab::rig::{GatewaySpec, Rig, RigSpec};
 use meshbench_lab::{LabError, Program, ProgramSpec};
 use meshbench_results::{ChainRole, Class, PeerAuthentication, Stop, Topology};
@@ -311,6 +311,7 @@ fn server_sidecar_with(env: &[(&str, &str)], name: &str) -> Result<Duration, Lab
         &ready::Awaited::Sidecar(expected),
         Duration::from_secs(60),
         &Stop::new(),
+        istio::BY_ISTIOD,
     );
     drop(agent);
     drop(control);

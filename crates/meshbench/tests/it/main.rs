@@ -16,6 +16,7 @@ mod churn;
 mod cluster_attribution;
 mod cluster_experiment;
 mod cluster_stop;
+mod contour_gateway;
 mod control_plane;
 mod cpu_quota;
 mod envoy;

@@ -17,7 +17,7 @@ use meshbench_k8s::blocking::ApiError;
 use meshbench_k8s::k8s_openapi;
 use meshbench_k8s::rollout::RolloutError;
 use meshbench_k8s::system::{self, Path as Through, Shape};
-use meshbench_lab::istio::ready::{self, AckError, Awaited, Expected, SidecarExpected};
+use meshbench_lab::program::envoy::ready::{self, AckError, Awaited, Expected, SidecarExpected};
 use meshbench_lab::program::envoy::admin;
 use meshbench_lab::sampler;
 use meshbench_results::attribution::{Attribution, Sent};
@@ -147,9 +147,10 @@ impl ClusterSite {
                         Awaited::Gateway(Expected {
                             listener: "0.0.0.0_443".into(),
                             filter_chains: g.domains,
+                            route_configs: "",
                             routes: g.routes,
                             certificates: g.domains,
-                            endpoint: format!("{host}::{backend}::"),
+                            backend: (format!("||{host}"), backend),
                         }),
                     ));
                 }

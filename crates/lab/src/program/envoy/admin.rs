@@ -5,7 +5,7 @@
 //! what the window's edges can explain, one of them did not see what the other did.
 //!
 //! This module is the project's one reader of Envoy's admin endpoint. Besides the stats it
-//! reads what an Istio gateway's readiness needs (`crate::istio::ready`): a section of
+//! reads what an Istio gateway's readiness needs (`crate::program::envoy::ready`): a section of
 //! `/config_dump` ([`config_dump`]), the whole dump's size, `/clusters` and the rejected xDS
 //! updates.
 //!

@@ -9,7 +9,8 @@
 //! with `--config-path`; tests/it/envoy.rs serves traffic through each one with a real Envoy and
 //! passes each to `envoy --mode validate`. One module per part the lab's Envoy plays:
 //! [`sidecar`] (outbound and inbound), [`gateway`], [`hbone`] (ambient's tunnels and the
-//! waypoint); [`istio_shape`] holds what they share, the way Istio sets each piece.
+//! waypoint); [`istio_shape`] holds what they share, the way Istio sets each piece. An Envoy
+//! a control plane configures instead (istiod's, Contour's) is awaited by [`ready`].
 
 pub mod access_log;
 pub mod gateway;
@@ -21,6 +22,7 @@ pub mod telemetry;
 pub mod yaml;
 
 pub mod admin;
+pub mod ready;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -32,7 +32,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
-use meshbench_lab::istio::K8S_VERSION;
+use meshbench_lab::kube::K8S_VERSION;
 
 use super::free_addr;
 

@@ -1,9 +1,10 @@
 //! The Kubernetes objects of the lab's workloads, typed (k8s-openapi's), as a cluster would
-//! hold them for istiod to read: a Service with one HTTP port, a Pod with one container on
-//! that port and the status a kubelet would report of it, and an EndpointSlice of ready
-//! endpoints, kept by meshbench since no controller manager runs. The sidecars' pods
-//! ([`super::sidecars`]) and the control-plane cost step's mesh
-//! (`crate::control_plane_cost::mesh`) both build theirs here, so the two write one shape.
+//! hold them for a control plane to read: a Service with one HTTP port, a Pod with one
+//! container on that port and the status a kubelet would report of it, an EndpointSlice of
+//! ready endpoints, kept by meshbench since no controller manager runs, and a domain's
+//! `kubernetes.io/tls` Secret. Istio's sidecars' pods (`crate::istio::sidecars`), the
+//! control-plane cost step's mesh (`crate::control_plane_cost::mesh`) and the gateways' objects
+//! (Istio's and Contour's) build theirs here, so that all write one shape.
 //!
 //! Every port is [`SERVICE_PORT`], named [`HTTP`] so that Istio reads it as HTTP; every pod
 //! claims [`NODE`].
@@ -13,13 +14,15 @@ use std::net::IpAddr;
 
 use meshbench_k8s::k8s_openapi::api::core::v1::{
     Container, ContainerPort, ObjectReference, Pod, PodCondition, PodIP, PodSpec, PodStatus,
-    Service, ServicePort, ServiceSpec,
+    Secret, Service, ServicePort, ServiceSpec,
 };
 use meshbench_k8s::k8s_openapi::api::discovery::v1::{
     Endpoint, EndpointConditions, EndpointPort, EndpointSlice,
 };
 use meshbench_k8s::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use meshbench_k8s::k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use meshbench_k8s::k8s_openapi::ByteString;
+use crate::pki::Issued;
 use meshbench_k8s::names::{
     ENDPOINT_SLICE_MANAGED_BY, HTTP, NODE, SERVICE_NAME_LABEL, SERVICE_PORT,
 };
@@ -119,12 +122,13 @@ pub fn endpoint(address: String, pod: Option<(&str, &str)>) -> Endpoint {
 }
 
 /// The EndpointSlice `name` in `namespace` of Service `service`, holding `endpoints` (IPv4)
-/// on the HTTP port, kept by meshbench.
+/// on the HTTP port `port` (the workloads' is [`SERVICE_PORT`]), kept by meshbench.
 pub fn endpoint_slice(
     name: String,
     namespace: &str,
     service: &str,
     endpoints: Vec<Endpoint>,
+    port: u16,
 ) -> EndpointSlice {
     let (managed_by, meshbench) = ENDPOINT_SLICE_MANAGED_BY;
     EndpointSlice {
@@ -139,9 +143,23 @@ pub fn endpoint_slice(
         endpoints,
         ports: Some(vec![EndpointPort {
             name: Some(HTTP.into()),
-            port: Some(SERVICE_PORT.into()),
+            port: Some(port.into()),
             protocol: Some(TCP.into()),
             ..EndpointPort::default()
         }]),
+    }
+}
+
+/// The `kubernetes.io/tls` Secret `name` in `namespace`, holding what was `issued`.
+pub fn tls_secret(name: &str, issued: &Issued, namespace: &str) -> Secret {
+    let bytes = |pem: &str| ByteString(pem.as_bytes().to_vec());
+    Secret {
+        metadata: meshbench_k8s::objects::meta(name, namespace),
+        type_: Some("kubernetes.io/tls".into()),
+        data: Some(BTreeMap::from([
+            ("tls.crt".to_string(), bytes(&issued.cert_pem)),
+            ("tls.key".to_string(), bytes(&issued.key_pem)),
+        ])),
+        ..Secret::default()
     }
 }

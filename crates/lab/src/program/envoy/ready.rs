@@ -1,6 +1,7 @@
-//! When an Istio gateway or sidecar is ready: its Envoy has accepted everything istiod should
-//! send, with no update rejected. For a gateway that is the listener with a filter chain per
-//! domain, every route, every domain's certificate and the backend's endpoint; for a sidecar,
+//! When an Envoy a control plane configures is ready (Istio's gateway and sidecars, Contour's
+//! gateway): it has accepted everything its control plane should send, with no update
+//! rejected. For a gateway that is the listener with a filter chain per domain, every route,
+//! every domain's certificate and the backend's endpoint; for an Istio sidecar,
 //! the capture's listeners (`virtualOutbound`, `virtualInbound`), the Service's outbound
 //! listener, and the clusters to the backend pod and to the application beside it. All of it is read from
 //! Envoy's admin endpoint through the project's one admin reader
@@ -21,19 +22,33 @@ use crate::process::RoleProcess;
 use crate::program::envoy::admin::{self, AdminError, DumpSection};
 use crate::LabError;
 
-/// What Envoy should hold once istiod's configuration has arrived.
+/// What a gateway's Envoy should hold once its control plane's configuration has arrived.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Expected {
-    /// The listener's name, `IP_PORT` (Istio's naming).
+    /// The listener's name (Istio's `IP_PORT`, Contour's `ingress_https`).
     pub listener: String,
     /// Filter chains on it: one per domain with TLS (SNI), else one.
     pub filter_chains: usize,
+    /// The route configurations counted: those whose names begin with this (`""`: all;
+    /// Contour's `https/`, leaving out its plain listener's redirects).
+    pub route_configs: &'static str,
     /// Routes across the domains' virtual hosts.
     pub routes: usize,
-    /// Domain certificates (SDS `kubernetes://NAME`).
+    /// Domain certificates (SDS secrets whose names hold `workspace-`: Istio's
+    /// `kubernetes://NAME`, Contour's `NAMESPACE/NAME/HASH`).
     pub certificates: usize,
-    /// The backend as `/clusters` lists its endpoint: `HOST::IP:PORT::`.
-    pub endpoint: String,
+    /// The backend's cluster (a part of its name) and the endpoint `/clusters` should list
+    /// under it.
+    pub backend: (String, SocketAddr),
+}
+
+/// Who runs the Envoy that is awaited and who configures it, as a failure names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConfiguredBy {
+    /// The process started (Istio's `pilot-agent`, which starts Envoy; Envoy itself).
+    pub process: &'static str,
+    /// Its control plane (`istiod`, `contour`).
+    pub control_plane: &'static str,
 }
 
 /// What a sidecar's Envoy should hold once istiod's configuration has arrived.
@@ -139,6 +154,12 @@ pub fn missing(
     }
     let routed: usize = items(routes)
         .iter()
+        .filter(|r| {
+            expected.route_configs.is_empty()
+                || r["route_config"]["name"]
+                    .as_str()
+                    .is_some_and(|n| n.starts_with(expected.route_configs))
+        })
         .filter_map(|r| r["route_config"]["virtual_hosts"].as_array())
         .flatten()
         .filter(|vh| {
@@ -154,11 +175,7 @@ pub fn missing(
     }
     let certs = items(secrets)
         .iter()
-        .filter(|s| {
-            s["name"]
-                .as_str()
-                .is_some_and(|n| n.starts_with("kubernetes://workspace-"))
-        })
+        .filter(|s| s["name"].as_str().is_some_and(|n| n.contains("workspace-")))
         .count();
     if certs != expected.certificates {
         out.push(format!(
@@ -166,8 +183,13 @@ pub fn missing(
             expected.certificates
         ));
     }
-    if !clusters.contains(&expected.endpoint) {
-        out.push(format!("the backend's endpoint ({})", expected.endpoint));
+    let (cluster, endpoint) = &expected.backend;
+    let listed = format!("::{endpoint}::");
+    if !clusters
+        .lines()
+        .any(|l| l.contains(cluster.as_str()) && l.contains(&listed))
+    {
+        out.push(format!("the backend's endpoint ({cluster}…::{endpoint})"));
     }
     out
 }
@@ -257,10 +279,11 @@ pub fn wait_acked(
     }
 }
 
-/// [`wait_acked`] for an agent this lab started (`agent`, its Envoy's admin at `admin` inside
-/// network namespace `netns` when given), with the lab's errors: an exit or a rejection is
-/// the agent's [`LabError::BadConfig`] with the tail of its output, a time limit
-/// [`LabError::Ack`] naming the agent, a stop [`LabError::Stopped`] (never a success).
+/// [`wait_acked`] for a process this lab started (`agent`: an Istio agent, or Envoy itself;
+/// its Envoy's admin at `admin` inside network namespace `netns` when given), with the lab's
+/// errors: an exit or a rejection is a [`LabError::BadConfig`] naming `by`'s process or its
+/// control plane's Envoy, with the tail of its output; a time limit [`LabError::Ack`] naming
+/// the role; a stop [`LabError::Stopped`] (never a success).
 pub fn wait_agent_acked(
     agent: &mut RoleProcess,
     admin: SocketAddr,
@@ -268,6 +291,7 @@ pub fn wait_agent_acked(
     awaited: &Awaited,
     limit: Duration,
     stop: &Stop,
+    by: ConfiguredBy,
 ) -> Result<Duration, LabError> {
     let waited = crate::netns::within(netns, || {
         wait_acked(admin, awaited, limit, stop, &mut || {
@@ -277,12 +301,12 @@ pub fn wait_agent_acked(
     })?;
     waited.map_err(|e| match e {
         AckError::Exited(log) => LabError::BadConfig {
-            server: "pilot-agent".into(),
+            server: by.process.into(),
             config: None,
             log,
         },
         AckError::Rejected { rejected } => LabError::BadConfig {
-            server: "envoy (configured by istiod)".into(),
+            server: format!("envoy (configured by {})", by.control_plane),
             config: None,
             log: format!(
                 "rejected {}: {}",
@@ -343,6 +367,10 @@ mod tests {
             &awaited,
             Duration::from_secs(60),
             &stop,
+            ConfiguredBy {
+                process: "pilot-agent",
+                control_plane: "istiod",
+            },
         );
         assert!(matches!(waited, Err(LabError::Stopped)), "{waited:?}");
         assert!(
@@ -356,9 +384,13 @@ mod tests {
         Expected {
             listener: "127.0.0.1_8443".into(),
             filter_chains: 2,
+            route_configs: "",
             routes: 4,
             certificates: 2,
-            endpoint: "meshbench-backend.internal::127.0.0.1:9000::".into(),
+            backend: (
+                "outbound|9000||meshbench-backend.internal".into(),
+                "127.0.0.1:9000".parse().unwrap(),
+            ),
         }
     }
 
@@ -417,7 +449,7 @@ mod tests {
                 "listener 127.0.0.1_8443",
                 "4 routes (has 0)",
                 "2 domain certificates (has 0)",
-                "the backend's endpoint (meshbench-backend.internal::127.0.0.1:9000::)"
+                "the backend's endpoint (outbound|9000||meshbench-backend.internal…::127.0.0.1:9000)"
             ]
         );
         let one_chain = json!({"configs": [{"name": "127.0.0.1_8443",
@@ -425,6 +457,38 @@ mod tests {
         assert_eq!(
             missing(&expected(), &one_chain, &routes, &secrets, clusters),
             ["127.0.0.1_8443 active with 2 filter chains (has 1)"]
+        );
+    }
+
+    #[test]
+    fn contours_gateway_counts_its_tls_routes_only_and_names_its_own_cluster() {
+        let expected = Expected {
+            listener: "ingress_https".into(),
+            filter_chains: 1,
+            route_configs: "https/",
+            routes: 2,
+            certificates: 1,
+            backend: (
+                "meshbench/backend/9000/".into(),
+                "127.0.0.1:9000".parse().unwrap(),
+            ),
+        };
+        let listeners = json!({"configs": [{"name": "ingress_https",
+            "active_state": {"listener": {"filter_chains": [{}]}}}]});
+        let vh = |d: &str, n: usize| json!({"domains": [d], "routes": vec![json!({}); n]});
+        // The plain listener's redirects name the same domain: not counted.
+        let routes = json!({"configs": [
+            {"route_config": {"name": "ingress_http", "virtual_hosts": [vh("workspace-1-domain-1.com", 2)]}},
+            {"route_config": {"name": "https/workspace-1-domain-1.com", "virtual_hosts": [vh("workspace-1-domain-1.com", 2)]}}]});
+        let secrets = json!({"configs": [{"name": "meshbench/workspace-1-domain-1.com-cert/3f0c"}]});
+        let clusters = "meshbench/backend/9000/da39a3ee5e::127.0.0.1:9000::cx_active::0\n\
+                        envoy-admin::127.0.0.1:15000::cx_active::1\n";
+        assert!(missing(&expected, &listeners, &routes, &secrets, clusters).is_empty());
+        // The endpoint under another cluster is not the backend's.
+        let elsewhere = "contour::127.0.0.1:9000::cx_active::0\n";
+        assert_eq!(
+            missing(&expected, &listeners, &routes, &secrets, elsewhere),
+            ["the backend's endpoint (meshbench/backend/9000/…::127.0.0.1:9000)"]
         );
     }
 }

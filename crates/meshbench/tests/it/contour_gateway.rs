@@ -1,0 +1,151 @@
+//! Issue 49: Contour configures the gateway, and Envoy carries traffic on what it sends.
+//!
+//! The tests run the real programs: etcd and a kube-apiserver (scripts/install-k8s.sh) with
+//! Contour's CRDs, `contour serve` built from Contour's Go module (scripts/install-contour.sh),
+//! and the project's Envoy on the bootstrap `contour bootstrap` writes, as `gateway.type:
+//! contour` starts them; a missing binary fails the test and names the script.
+//!
+//! - `meshbench experiment` with `gateway.type: contour` at 10 domains x 10 paths: 2,000 of
+//!   2,000 requests answered, Envoy's own count equal to the engine's, every HTTPProxy `valid`
+//!   in Contour's status (the step does not start otherwise), Contour sampled as a role.
+//! - Bad input: Contour in network namespaces, as a sidecar, or as a tunnel is refused before
+//!   anything starts; a missing installation is named by `--dry-run`.
+
+use crate::common;
+
+use std::time::Duration;
+
+use common::{meshbench, stderr, u};
+use meshbench_lab::contour;
+
+const DOMAINS: usize = 10;
+const PATHS: usize = 10;
+const LIMIT: Duration = Duration::from_secs(180);
+
+#[test]
+fn contours_envoy_serves_every_route_and_counts_what_the_engine_sent() {
+    if let Some(e) = contour::unavailable() {
+        panic!("{e}");
+    }
+    let dir = common::scratch_dir("contour-experiment");
+    let file = dir.join("contour.yaml");
+    // 400 req/s, evenly spaced, for 5 s with no warm-up: 2,000 requests, every one of them
+    // inside the measured window, so that Envoy's count and the engine's are the same number.
+    std::fs::write(
+        &file,
+        format!(
+            "name: contour-gateway-test\ntopologies: [gateway]\nduration_secs: 5\nwarmup_secs: 0\n\
+             cooldown_secs: 0\nload:\n  rate_rps: [400]\n  connections: [8]\n  arrival: [uniform]\n\
+             gateway:\n  type: contour\n  domains: {DOMAINS}\n  paths: {PATHS}\n"
+        ),
+    )
+    .unwrap();
+    let store = dir.join("store");
+    let (f, s) = (file.display().to_string(), store.display().to_string());
+    let out = meshbench(&["experiment", &f, "--store", &s], LIMIT);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(!err.contains("failed:"), "{err}");
+    // The control plane's line and its continuations (stderr is wrapped at 120 columns).
+    let lines: Vec<&str> = err.lines().collect();
+    let first = lines
+        .iter()
+        .position(|l| l.starts_with("contour: "))
+        .unwrap_or_else(|| panic!("no control-plane line: {err}"));
+    let note = std::iter::once(&lines[first])
+        .chain(lines[first + 1..].iter().take_while(|l| l.starts_with(' ')))
+        .map(|l| l.trim())
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(
+        note.contains(&format!("{DOMAINS} HTTPProxies applied"))
+            && note.contains("every one valid in Contour's status")
+            && note.contains(&format!("Envoy held all {} routes", DOMAINS * PATHS * 2)),
+        "{note}"
+    );
+
+    let export = common::export_json(&store);
+    let step = &export["steps"][0];
+    assert_eq!(step["status"], "ok", "{step}");
+    let summary = &step["summary"];
+    assert_eq!(u(summary, "/requests"), 2000, "{summary}");
+    assert_eq!(u(summary, "/errors"), 0, "{summary}");
+    let result = &step["result"];
+    assert_eq!(u(result, "/status_codes/200"), 2000, "{}", result["status_codes"]);
+    let hosts = result["hosts"].as_array().unwrap();
+    assert_eq!(hosts.len(), DOMAINS, "every domain was asked: {hosts:?}");
+    let gateway = common::usage_of(step, "gateway");
+    assert_eq!(gateway["program"], "contour");
+    // Envoy's own count, read from its admin: the very requests the engine sent, no more.
+    assert_eq!(u(gateway, "/proxy/requests/total"), 2000, "{gateway}");
+    assert_eq!(u(gateway, "/proxy/requests/status_2xx"), 2000, "{gateway}");
+    assert!(
+        gateway["cpu_millicores_avg"].as_f64().unwrap_or(0.0) > 0.0,
+        "{gateway}"
+    );
+    // Contour, which configured it, sampled as a role beside it.
+    let contour = common::usage_of(step, "contour");
+    assert!(u(contour, "/samples") >= 2, "{contour}");
+    assert!(contour["cpu_millicores_avg"].as_f64().is_some(), "{contour}");
+    assert!(
+        contour["rss_mib_avg"].as_f64().unwrap_or(0.0) > 10.0,
+        "{contour}"
+    );
+    let shown = meshbench(&["results", "show", "latest", "--store", &s], LIMIT);
+    let shown = common::stdout(&shown);
+    assert!(shown.contains("contour "), "{shown}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn contour_where_it_cannot_run_is_refused_up_front_in_one_line() {
+    let dir = common::scratch_dir("contour-refused");
+    let write = |name: &str, text: &str| {
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        p.display().to_string()
+    };
+    for (name, text, says) in [
+        (
+            "netns.yaml",
+            "name: x\ntopologies: [gateway]\nisolation: netns\ngateway:\n  type: contour\n",
+            "use isolation: loopback",
+        ),
+        (
+            "sidecar.yaml",
+            "name: x\ntopologies: [both]\nproxy:\n  type: contour\n",
+            "proxy.type: contour",
+        ),
+        (
+            "tunnel.yaml",
+            "name: x\ntopologies: [ambient]\ntunnel:\n  type: contour\n",
+            "tunnel.type: contour",
+        ),
+    ] {
+        let out = meshbench(&["experiment", &write(name, text), "--dry-run"], LIMIT);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{name}: {err}");
+        assert!(err.contains(says), "{name}: {err}");
+        assert!(!err.contains("panicked"), "{name}: {err}");
+    }
+
+    let gateway = write(
+        "gateway.yaml",
+        "name: x\ntopologies: [gateway]\ngateway:\n  type: contour\n",
+    );
+    let mut child = std::process::Command::new(common::bin())
+        .args(["experiment", &gateway, "--dry-run"])
+        .env("CONTOUR_CACHE", "/nonexistent/contour")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = common::wait_with_limit(&mut child, LIMIT);
+    let err = stderr(&out);
+    assert_ne!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("/nonexistent/contour/bin/contour") && err.contains("scripts/install-contour.sh"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
