@@ -163,10 +163,7 @@ impl Realised for RigStep {
         if let Some(watch) = self.rig.control_plane_watch() {
             let samples = sampled.roles.get(&watch.role).cloned().unwrap_or_default();
             readings.push(RoleReading {
-                usage: RoleUsage::control_plane(
-                    watch.role,
-                    sampler::summarize(&samples, from, to),
-                ),
+                usage: RoleUsage::control_plane(watch.role, sampler::summarize(&samples, from, to)),
                 samples: Some(samples),
                 chain: None,
             });

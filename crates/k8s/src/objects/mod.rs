@@ -134,8 +134,8 @@ mod tests {
     use serde_json::json;
 
     use super::contour::{
-        Condition, HttpProxy, HttpProxySpec, PathRewritePolicy, ReplacePrefix, Route,
-        RouteService, Tls, VirtualHost,
+        Condition, HttpProxy, HttpProxySpec, PathRewritePolicy, ReplacePrefix, Route, RouteService,
+        Tls, VirtualHost,
     };
     use super::istio::{
         ConnectionPool, Destination, DestinationRule, DestinationRuleSpec, Gateway, GatewaySpec,

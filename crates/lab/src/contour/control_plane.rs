@@ -91,8 +91,12 @@ impl ControlPlane {
                 .arg(format!("{port}={}", free()?));
         }
         let began = Instant::now();
-        let mut contour =
-            RoleProcess::spawn("contour", cmd, &dir.join("contour.log"), &Placement::default())?;
+        let mut contour = RoleProcess::spawn(
+            "contour",
+            cmd,
+            &dir.join("contour.log"),
+            &Placement::default(),
+        )?;
         contour.wait_listening(xds, CONTOUR_WITHIN, &accepts, stop)?;
         Ok(ControlPlane {
             api,
@@ -123,7 +127,10 @@ impl ControlPlane {
             .arg(&written)
             .arg(format!("--xds-address={}", self.xds.ip()))
             .arg(format!("--xds-port={}", self.xds.port()))
-            .arg(format!("--admin-address={}", dir.join("admin.sock").display()))
+            .arg(format!(
+                "--admin-address={}",
+                dir.join("admin.sock").display()
+            ))
             .arg(format!("--namespace={NAMESPACE}"))
             .output()
             .map_err(|e| LabError::Spawn("contour bootstrap".into(), e))?;
@@ -157,8 +164,12 @@ impl ControlPlane {
             workers,
         };
         let mut cmd = envoy::command(&envoy::binary()?, &run);
-        cmd.current_dir(dir)
-            .args(["--service-cluster", SERVICE_CLUSTER, "--service-node", "gateway"]);
+        cmd.current_dir(dir).args([
+            "--service-cluster",
+            SERVICE_CLUSTER,
+            "--service-node",
+            "gateway",
+        ]);
         Ok(cmd)
     }
 
@@ -171,7 +182,11 @@ impl ControlPlane {
             let proxies: Vec<HttpProxy> = self.api.client.list(NAMESPACE, "")?;
             let written = proxies
                 .iter()
-                .filter(|p| p.status.as_ref().is_some_and(|s| s.current_status.is_some()))
+                .filter(|p| {
+                    p.status
+                        .as_ref()
+                        .is_some_and(|s| s.current_status.is_some())
+                })
                 .count();
             if written >= expected || began.elapsed() > STATUS_WITHIN {
                 let mut refused: Vec<String> = proxies
@@ -278,8 +293,15 @@ mod tests {
         let tcp = json!({"socket_address": {"address": "127.0.0.1", "port_value": 15000}});
         assert_eq!(bootstrap["admin"]["address"], tcp);
         let clusters = &bootstrap["static_resources"]["clusters"];
-        let address = |i: usize| &clusters[i]["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"];
+        let address = |i: usize| {
+            &clusters[i]["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]
+                ["address"]
+        };
         assert_eq!(address(1), &tcp);
-        assert_eq!(address(0)["socket_address"]["port_value"], 8001, "xDS stays");
+        assert_eq!(
+            address(0)["socket_address"]["port_value"],
+            8001,
+            "xDS stays"
+        );
     }
 }

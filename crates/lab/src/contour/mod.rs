@@ -69,11 +69,15 @@ fn crds() -> PathBuf {
 /// What the Contour gateway needs that is not installed here, as one error naming it all and
 /// the scripts that install it; None when everything is there.
 pub fn unavailable() -> Option<LabError> {
-    let mut missing: Vec<String> = [binary(), crds(), crate::kube::k8s_bin().join("kube-apiserver")]
-        .into_iter()
-        .filter(|p| !p.is_file())
-        .map(|p| p.display().to_string())
-        .collect();
+    let mut missing: Vec<String> = [
+        binary(),
+        crds(),
+        crate::kube::k8s_bin().join("kube-apiserver"),
+    ]
+    .into_iter()
+    .filter(|p| !p.is_file())
+    .map(|p| p.display().to_string())
+    .collect();
     if crate::install::find("etcd", &["/usr/bin/etcd"]).is_none() {
         missing.push("etcd".into());
     }
@@ -95,9 +99,11 @@ pub fn version() -> String {
         .ok()
         .filter(|o| o.status.success())
         .and_then(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .lines()
-                .find_map(|l| l.trim().strip_prefix("version:").map(|v| v.trim().to_string()))
+            String::from_utf8_lossy(&o.stdout).lines().find_map(|l| {
+                l.trim()
+                    .strip_prefix("version:")
+                    .map(|v| v.trim().to_string())
+            })
         })
         .map(|v| format!("contour {v}"))
         .unwrap_or_else(|| format!("contour {VERSION} ({} did not answer)", bin.display()))

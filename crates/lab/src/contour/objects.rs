@@ -242,12 +242,21 @@ mod tests {
         assert_eq!(route.services[0].port, 18080);
         assert_eq!(route.services[0].protocol, None);
         let rewrite = &route.path_rewrite_policy.as_ref().unwrap().replace_prefix[0];
-        assert_eq!((rewrite.prefix.as_deref(), rewrite.replacement.as_str()), (None, "/"));
+        assert_eq!(
+            (rewrite.prefix.as_deref(), rewrite.replacement.as_str()),
+            (None, "/")
+        );
         let yaml = to_yaml(&proxies).unwrap();
-        assert!(yaml.contains("apiVersion: projectcontour.io/v1\nkind: HTTPProxy\n"), "{yaml}");
+        assert!(
+            yaml.contains("apiVersion: projectcontour.io/v1\nkind: HTTPProxy\n"),
+            "{yaml}"
+        );
         assert!(yaml.contains("pathRewritePolicy:\n"), "{yaml}");
         assert!(yaml.contains("replacePrefix:\n"), "{yaml}");
-        assert!(yaml.contains("secretName: workspace-1-domain-1.com-cert\n"), "{yaml}");
+        assert!(
+            yaml.contains("secretName: workspace-1-domain-1.com-cert\n"),
+            "{yaml}"
+        );
         assert!(!yaml.contains("status"), "{yaml}");
     }
 
@@ -255,7 +264,10 @@ mod tests {
     fn grpc_routes_keep_their_methods_over_h2c() {
         let proxies = http_proxies(&plan(true));
         let route = &proxies[0].spec.routes[0];
-        assert_eq!(route.conditions[0].prefix.as_deref(), Some(crate::gateway::GRPC_ROUTES[0]));
+        assert_eq!(
+            route.conditions[0].prefix.as_deref(),
+            Some(crate::gateway::GRPC_ROUTES[0])
+        );
         assert_eq!(route.services[0].protocol.as_deref(), Some("h2c"));
         assert!(route.path_rewrite_policy.is_none());
         assert_eq!(expected(&plan(true)).routes, 3 * 2);

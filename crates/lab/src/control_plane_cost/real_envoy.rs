@@ -10,12 +10,12 @@ use meshbench_results::{MeshScale, ProxyKind, Stop};
 use serde_json::Value;
 
 use super::{mesh, CostError, CostSpec};
-use crate::program::envoy::ready::{self, Awaited, SidecarExpected};
 use crate::istio::sidecars;
 use crate::istio::{AgentPorts, AgentRole, ControlPlane, Workload};
 use crate::netns::RoleNamespace;
 use crate::process::{Placement, RoleProcess};
 use crate::program::envoy::admin;
+use crate::program::envoy::ready::{self, Awaited, SidecarExpected};
 use crate::LabError;
 use mesh::MeshPod;
 

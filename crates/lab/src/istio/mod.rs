@@ -34,10 +34,10 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
+use crate::kube::k8s_bin;
+pub use crate::kube::ApiServer;
 use crate::LabError;
 pub use agent::{AgentPorts, AgentRole, Workload};
-pub use crate::kube::ApiServer;
-use crate::kube::k8s_bin;
 pub use control_plane::{istiod_command, ControlPlane, IstiodAddrs, MeshOptions, PROBE_PATH};
 
 /// The istio.io/istio pseudo-version scripts/install-istio.sh builds.

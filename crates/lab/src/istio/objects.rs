@@ -168,7 +168,6 @@ pub fn resources(plan: &GatewayPlan, istio: &Istio) -> (Vec<Gateway>, Vec<Virtua
     (gateways, services)
 }
 
-
 fn to_yaml<T: Serialize>(docs: &[T]) -> Result<String, LabError> {
     let mut out = String::new();
     for d in docs {
@@ -245,7 +244,9 @@ impl Target for Istio {
         let (gateways, services) = resources(plan, self);
         let secrets: Vec<Secret> = certs
             .iter()
-            .map(|(name, issued)| tls_secret(&format!("{name}-cert"), issued, &self.place.namespace))
+            .map(|(name, issued)| {
+                tls_secret(&format!("{name}-cert"), issued, &self.place.namespace)
+            })
             .collect();
         let mut files = Vec::new();
         // In the order they are applied: what a resource names exists before it.

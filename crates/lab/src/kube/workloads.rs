@@ -12,6 +12,7 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
+use crate::pki::Issued;
 use meshbench_k8s::k8s_openapi::api::core::v1::{
     Container, ContainerPort, ObjectReference, Pod, PodCondition, PodIP, PodSpec, PodStatus,
     Secret, Service, ServicePort, ServiceSpec,
@@ -22,7 +23,6 @@ use meshbench_k8s::k8s_openapi::api::discovery::v1::{
 use meshbench_k8s::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use meshbench_k8s::k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use meshbench_k8s::k8s_openapi::ByteString;
-use crate::pki::Issued;
 use meshbench_k8s::names::{
     ENDPOINT_SLICE_MANAGED_BY, HTTP, NODE, SERVICE_NAME_LABEL, SERVICE_PORT,
 };

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use super::{Rig, RigSpec, RunningRole};
 use crate::istio::{ControlPlane, IstioError, BY_ISTIOD};
-use crate::program::envoy::ready;
 use crate::process::{Placement, RoleProcess};
+use crate::program::envoy::ready;
 use crate::program::Hop;
 use crate::LabError;
 use meshbench_results::{ChainRole, Stop};

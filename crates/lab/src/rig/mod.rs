@@ -27,9 +27,9 @@ use std::time::Duration;
 
 use crate::cgroup::{Cgroup, Cgroups, Limits};
 use crate::istio::sidecars;
-use crate::program::envoy::ready;
 use crate::netns::{Namespaces, RoleNamespace};
 use crate::process::RoleProcess;
+use crate::program::envoy::ready;
 use crate::program::{Program, ProgramSpec};
 use crate::sampler::Watch;
 use crate::{go_on, pki, LabError};
@@ -390,6 +390,11 @@ impl Rig {
         let cgroups = rig.cgroups(spec);
         let chain = spec.topology.chain();
         let mut addresses = rig.addresses(chain.len() + 1)?;
+        if spec.topology == Topology::Gateway && spec.gateway.program == Program::Contour {
+            if let Some(backend) = addresses.last_mut() {
+                *backend = rig.backend_pod(spec, chain.len())?;
+            }
+        }
         let hops = hops(spec, chain, &addresses)?;
         let entry_tls = spec.http3 && spec.topology != Topology::Gateway;
         if entry_tls
@@ -465,6 +470,20 @@ impl Rig {
             .collect()
     }
 
+    /// The backend's address as a pod's (the `n`-th role's namespace, port 8080), whatever the
+    /// rig's isolation: for a control plane that reads the backend's endpoint from Kubernetes,
+    /// which refuses an endpoint on loopback (Contour's). The rest of the rig stays where it is.
+    fn backend_pod(&mut self, spec: &RigSpec, n: usize) -> Result<RoleAddress, LabError> {
+        let namespaces = self
+            .namespaces
+            .get_or_insert_with(|| Namespaces::new(&spec.id, &short_prefix(&spec.id)));
+        let m = namespaces.add(n)?;
+        Ok(RoleAddress {
+            addr: SocketAddr::new(m.addr, 8080),
+            namespace: Some(m),
+        })
+    }
+
     /// The gateway's (or first proxy's) admin endpoint, if it has one.
     pub fn gateway_admin(&self) -> Option<SocketAddr> {
         self.roles
@@ -505,9 +524,7 @@ impl Rig {
                 .filter(|m| read.insert(m.host_veth.clone()))
                 .map(|m| m.host_veth.clone()),
         });
-        chain
-            .chain(self.control_plane_watch())
-            .collect()
+        chain.chain(self.control_plane_watch()).collect()
     }
 
     /// The first role found dead, with the tail of its output.

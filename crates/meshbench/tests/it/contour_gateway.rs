@@ -71,7 +71,12 @@ fn contours_envoy_serves_every_route_and_counts_what_the_engine_sent() {
     assert_eq!(u(summary, "/requests"), 2000, "{summary}");
     assert_eq!(u(summary, "/errors"), 0, "{summary}");
     let result = &step["result"];
-    assert_eq!(u(result, "/status_codes/200"), 2000, "{}", result["status_codes"]);
+    assert_eq!(
+        u(result, "/status_codes/200"),
+        2000,
+        "{}",
+        result["status_codes"]
+    );
     let hosts = result["hosts"].as_array().unwrap();
     assert_eq!(hosts.len(), DOMAINS, "every domain was asked: {hosts:?}");
     let gateway = common::usage_of(step, "gateway");
@@ -86,7 +91,10 @@ fn contours_envoy_serves_every_route_and_counts_what_the_engine_sent() {
     // Contour, which configured it, sampled as a role beside it.
     let contour = common::usage_of(step, "contour");
     assert!(u(contour, "/samples") >= 2, "{contour}");
-    assert!(contour["cpu_millicores_avg"].as_f64().is_some(), "{contour}");
+    assert!(
+        contour["cpu_millicores_avg"].as_f64().is_some(),
+        "{contour}"
+    );
     assert!(
         contour["rss_mib_avg"].as_f64().unwrap_or(0.0) > 10.0,
         "{contour}"
@@ -144,7 +152,8 @@ fn contour_where_it_cannot_run_is_refused_up_front_in_one_line() {
     let err = stderr(&out);
     assert_ne!(out.status.code(), Some(0), "{err}");
     assert!(
-        err.contains("/nonexistent/contour/bin/contour") && err.contains("scripts/install-contour.sh"),
+        err.contains("/nonexistent/contour/bin/contour")
+            && err.contains("scripts/install-contour.sh"),
         "{err}"
     );
     let _ = std::fs::remove_dir_all(dir);

@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 
 use common::{meshbench, run_json, stderr, u, BackendProc};
 use meshbench_lab::istio::{self, ControlPlane, MeshOptions};
-use meshbench_lab::program::envoy::ready;
 use meshbench_lab::process::{Placement, RoleProcess};
+use meshbench_lab::program::envoy::ready;
 
 const DOMAINS: usize = 10;
 const PATHS: usize = 10;

@@ -17,8 +17,8 @@ use meshbench_k8s::blocking::ApiError;
 use meshbench_k8s::k8s_openapi;
 use meshbench_k8s::rollout::RolloutError;
 use meshbench_k8s::system::{self, Path as Through, Shape};
-use meshbench_lab::program::envoy::ready::{self, AckError, Awaited, Expected, SidecarExpected};
 use meshbench_lab::program::envoy::admin;
+use meshbench_lab::program::envoy::ready::{self, AckError, Awaited, Expected, SidecarExpected};
 use meshbench_lab::sampler;
 use meshbench_results::attribution::{Attribution, Sent};
 use meshbench_results::{

@@ -480,7 +480,8 @@ mod tests {
         let routes = json!({"configs": [
             {"route_config": {"name": "ingress_http", "virtual_hosts": [vh("workspace-1-domain-1.com", 2)]}},
             {"route_config": {"name": "https/workspace-1-domain-1.com", "virtual_hosts": [vh("workspace-1-domain-1.com", 2)]}}]});
-        let secrets = json!({"configs": [{"name": "meshbench/workspace-1-domain-1.com-cert/3f0c"}]});
+        let secrets =
+            json!({"configs": [{"name": "meshbench/workspace-1-domain-1.com-cert/3f0c"}]});
         let clusters = "meshbench/backend/9000/da39a3ee5e::127.0.0.1:9000::cx_active::0\n\
                         envoy-admin::127.0.0.1:15000::cx_active::1\n";
         assert!(missing(&expected, &listeners, &routes, &secrets, clusters).is_empty());
