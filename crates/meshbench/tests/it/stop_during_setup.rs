@@ -8,6 +8,8 @@
 //!   before the signal lands; then SIGINT.
 //! - A control-plane step while its simulated proxies connect: on the line saying the real
 //!   Envoy accepted its configuration (400 proxies then take 20 s to connect); then SIGINT.
+//! - A Contour gateway's step while Contour builds its first configuration: once the run's
+//!   `contour` exists it is held (SIGSTOP), so that it never serves xDS; then SIGINT.
 //!
 //! Each run must exit 130 within 10 s of the signal, say so in one line, leave no process it
 //! started (every descendant seen before the signal is gone), no network namespace, cgroup or
@@ -335,6 +337,67 @@ fn ctrl_c_while_simulated_proxies_connect_exits_130_within_10_s_and_stops_istiod
         !err.contains("simulated proxies held a full configuration"),
         "the signal came while they connected: {err}"
     );
+    eprintln!(
+        "the test took {:?}; SIGINT to exit {took:?}",
+        began.elapsed()
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+const CONTOUR: &str = "name: stop-contour
+topologies: [gateway]
+duration_secs: 60
+warmup_secs: 0
+cooldown_secs: 0
+load:
+  rate_rps: [100]
+  connections: [2]
+gateway:
+  type: contour
+  domains: 10
+  paths: 10
+";
+
+#[test]
+fn ctrl_c_while_contour_builds_its_first_configuration_exits_130_within_10_s_and_leaves_nothing() {
+    if let Some(e) = meshbench_lab::contour::unavailable() {
+        panic!("{e}");
+    }
+    let began = Instant::now();
+    let dir = scratch_dir("stop-contour");
+    let file = dir.join("contour.yaml");
+    std::fs::write(&file, CONTOUR).unwrap();
+    let store = dir.join("results.db").display().to_string();
+    let run = Run::start(&["experiment", &file.display().to_string(), "--store", &store]);
+    let pid = run.child.id();
+    // Contour serves (not `contour version`, which the run asks first); held, it never builds
+    // its first configuration nor serves xDS.
+    let serves = |p: &Proc| {
+        let cmdline = std::fs::read(format!("/proc/{}/cmdline", p.pid)).unwrap_or_default();
+        p.comm == "contour" && cmdline.split(|b| *b == 0).any(|arg| arg == b"serve")
+    };
+    let contour = loop {
+        if let Some(c) = descendants(pid).into_iter().find(serves) {
+            break c;
+        }
+        assert!(
+            began.elapsed() < SETUP_WITHIN,
+            "no contour: {}",
+            run.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    // SAFETY: stopping a process of our child's run, which the run's teardown kills.
+    unsafe { libc::kill(contour.pid as i32, libc::SIGSTOP) };
+    std::thread::sleep(Duration::from_millis(300));
+    let started = descendants(pid);
+    runs(
+        &started,
+        &["meshbench", "etcd", "kube-apiserver", "contour"],
+    );
+    let sent = Instant::now();
+    run.interrupt();
+    let (took, _) = answered(run, sent, &started, &store);
     eprintln!(
         "the test took {:?}; SIGINT to exit {took:?}",
         began.elapsed()
