@@ -14,7 +14,7 @@ use meshbench_results::{Role, Stop};
 use serde_json::{json, Value};
 
 use super::{binary, crds, unavailable, ContourError, NAMESPACE};
-use crate::kube::{k8s_bin, ApiServer};
+use crate::kube::ApiServer;
 use crate::process::{accepts, Placement, RoleProcess};
 use crate::program::{envoy, Run};
 use crate::sampler::Watch;
@@ -54,12 +54,7 @@ impl ControlPlane {
         if let Some(e) = unavailable() {
             return Err(e);
         }
-        std::fs::create_dir_all(dir).map_err(|e| LabError::Files {
-            path: dir.to_path_buf(),
-            source: e,
-        })?;
-        let api = ApiServer::start(dir, &k8s_bin(), stop)?;
-        api.apply_files(&[crds()])?;
+        let api = ApiServer::start_with_crds(dir, &crds(), stop)?;
         go_on(stop)?;
         let began = Instant::now();
         api.apply_files(objects)?;

@@ -69,21 +69,7 @@ fn crds() -> PathBuf {
 /// What the Contour gateway needs that is not installed here, as one error naming it all and
 /// the scripts that install it; None when everything is there.
 pub fn unavailable() -> Option<LabError> {
-    let mut missing: Vec<String> = [
-        binary(),
-        crds(),
-        crate::kube::k8s_bin().join("kube-apiserver"),
-    ]
-    .into_iter()
-    .filter(|p| !p.is_file())
-    .map(|p| p.display().to_string())
-    .collect();
-    if crate::install::find("etcd", &["/usr/bin/etcd"]).is_none() {
-        missing.push("etcd".into());
-    }
-    if let Err(e) = crate::program::envoy::binary() {
-        missing.push(format!("envoy ({e})"));
-    }
+    let missing = crate::kube::missing_beside(&[binary(), crds()]);
     (!missing.is_empty()).then(|| LabError::Missing {
         program: "contour".into(),
         hint: format!("missing {}; {INSTALL_HINT}", missing.join(", ")),

@@ -141,12 +141,7 @@ pub fn expected(plan: &GatewayPlan) -> ready::Expected {
 }
 
 fn to_yaml<T: Serialize>(docs: &[T]) -> Result<String, LabError> {
-    let mut out = String::new();
-    for d in docs {
-        out.push_str("---\n");
-        out.push_str(&serde_yaml_ng::to_string(d).map_err(ContourError::Yaml)?);
-    }
-    Ok(out)
+    Ok(crate::kube::yaml_stream(docs).map_err(ContourError::Yaml)?)
 }
 
 /// Contour as a gateway [`Target`]: the objects for the lab's API server, whose Envoy listens
@@ -188,12 +183,7 @@ impl Target for Contour {
 
     /// `kubectl apply` of every file written, in order (the lab applies them itself).
     fn start(&self, _: &GatewayPlan, written: &[PathBuf]) -> Result<Vec<String>, LabError> {
-        let mut line = String::from("kubectl apply");
-        for file in written {
-            line.push_str(" -f ");
-            line.push_str(&crate::gateway::shell_word(&file.display().to_string()));
-        }
-        Ok(vec![line])
+        Ok(vec![crate::kube::apply_line(written)])
     }
 
     fn start_heading(&self) -> &'static str {

@@ -19,8 +19,8 @@ use meshbench_k8s::objects::istio::{HttpMatch, HttpRoute, MeshConfig, StringMatc
 use meshbench_results::{Role, Stop};
 
 use super::{
-    cache, k8s_bin, objects, unavailable, ApiServer, IstioError, CLUSTER_ID,
-    GATEWAY_SERVICE_ACCOUNT, ISTIOD_ENV, NAMESPACE,
+    cache, objects, unavailable, ApiServer, IstioError, CLUSTER_ID, GATEWAY_SERVICE_ACCOUNT,
+    ISTIOD_ENV, NAMESPACE,
 };
 use crate::process::{Placement, RoleProcess};
 use crate::program::envoy::access_log;
@@ -156,12 +156,7 @@ impl ControlPlane {
         if let Some(e) = unavailable() {
             return Err(e);
         }
-        std::fs::create_dir_all(dir).map_err(|e| LabError::Files {
-            path: dir.to_path_buf(),
-            source: e,
-        })?;
-        let api = ApiServer::start(dir, &k8s_bin(), stop)?;
-        api.apply_files(&[cache().join("crd-all.gen.yaml")])?;
+        let api = ApiServer::start_with_crds(dir, &cache().join("crd-all.gen.yaml"), stop)?;
         go_on(stop)?;
         api.client.apply_typed(&Namespace {
             metadata: ObjectMeta {

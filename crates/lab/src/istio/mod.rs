@@ -34,7 +34,6 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use crate::kube::k8s_bin;
 pub use crate::kube::ApiServer;
 use crate::LabError;
 pub use agent::{AgentPorts, AgentRole, Workload};
@@ -123,7 +122,7 @@ pub fn cache() -> PathBuf {
 /// the scripts that install it; None when everything is there.
 pub fn unavailable() -> Option<LabError> {
     let cache = cache();
-    let mut missing: Vec<String> = [
+    let own: Vec<PathBuf> = [
         "bin/pilot-discovery",
         "bin/pilot-agent",
         "crd-all.gen.yaml",
@@ -131,16 +130,8 @@ pub fn unavailable() -> Option<LabError> {
     ]
     .iter()
     .map(|f| cache.join(f))
-    .chain([k8s_bin().join("kube-apiserver")])
-    .filter(|p| !p.is_file())
-    .map(|p| p.display().to_string())
     .collect();
-    if crate::install::find("etcd", &["/usr/bin/etcd"]).is_none() {
-        missing.push("etcd".into());
-    }
-    if let Err(e) = crate::program::envoy::binary() {
-        missing.push(format!("envoy ({e})"));
-    }
+    let missing = crate::kube::missing_beside(&own);
     (!missing.is_empty()).then(|| LabError::Missing {
         program: "istio".into(),
         hint: format!("missing {}; {INSTALL_HINT}", missing.join(", ")),

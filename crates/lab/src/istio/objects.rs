@@ -169,12 +169,7 @@ pub fn resources(plan: &GatewayPlan, istio: &Istio) -> (Vec<Gateway>, Vec<Virtua
 }
 
 fn to_yaml<T: Serialize>(docs: &[T]) -> Result<String, LabError> {
-    let mut out = String::new();
-    for d in docs {
-        out.push_str("---\n");
-        out.push_str(&serde_yaml_ng::to_string(d).map_err(IstioError::Yaml)?);
-    }
-    Ok(out)
+    Ok(crate::kube::yaml_stream(docs).map_err(IstioError::Yaml)?)
 }
 
 /// Istio as a gateway [`Target`]: YAML to apply to a cluster, whose ingress is reached by
@@ -271,12 +266,7 @@ impl Target for Istio {
 
     /// `kubectl apply` of every file written, in order.
     fn start(&self, _: &GatewayPlan, written: &[PathBuf]) -> Result<Vec<String>, LabError> {
-        let mut line = String::from("kubectl apply");
-        for file in written {
-            line.push_str(" -f ");
-            line.push_str(&crate::gateway::shell_word(&file.display().to_string()));
-        }
-        Ok(vec![line])
+        Ok(vec![crate::kube::apply_line(written)])
     }
 
     fn start_heading(&self) -> &'static str {

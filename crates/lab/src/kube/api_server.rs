@@ -135,6 +135,18 @@ impl ApiServer {
         Ok(server)
     }
 
+    /// Starts both in `dir` (made first), from the binaries scripts/install-k8s.sh built
+    /// ([`super::k8s_bin`]), and applies the CRDs of `crds` (a control plane's own).
+    pub fn start_with_crds(dir: &Path, crds: &Path, stop: &Stop) -> Result<ApiServer, LabError> {
+        std::fs::create_dir_all(dir).map_err(|e| LabError::Files {
+            path: dir.to_path_buf(),
+            source: e,
+        })?;
+        let api = ApiServer::start(dir, &super::k8s_bin(), stop)?;
+        api.apply_files(&[crds.to_path_buf()])?;
+        Ok(api)
+    }
+
     fn wait_ready(&mut self, stop: &Stop) -> Result<(), LabError> {
         let deadline = Instant::now() + READY_WITHIN;
         loop {

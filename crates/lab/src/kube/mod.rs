@@ -9,6 +9,8 @@ pub mod workloads;
 
 use std::path::PathBuf;
 
+use serde::Serialize;
+
 pub use api_server::ApiServer;
 
 /// The Kubernetes release scripts/install-k8s.sh builds.
@@ -22,4 +24,44 @@ pub fn k8s_bin() -> PathBuf {
             PathBuf::from,
         )
         .join("bin")
+}
+
+/// What a control plane in the lab needs that is not here: those of `own` (its binaries and
+/// files) that are missing, then the API server's (kube-apiserver, etcd) and Envoy; each named
+/// as the message that asks for it names it.
+pub fn missing_beside(own: &[PathBuf]) -> Vec<String> {
+    let mut missing: Vec<String> = own
+        .iter()
+        .cloned()
+        .chain([k8s_bin().join("kube-apiserver")])
+        .filter(|p| !p.is_file())
+        .map(|p| p.display().to_string())
+        .collect();
+    if crate::install::find("etcd", &["/usr/bin/etcd"]).is_none() {
+        missing.push("etcd".into());
+    }
+    if let Err(e) = crate::program::envoy::binary() {
+        missing.push(format!("envoy ({e})"));
+    }
+    missing
+}
+
+/// Typed objects as one YAML stream, each document after `---`, as `kubectl apply -f` reads it.
+pub fn yaml_stream<T: Serialize>(docs: &[T]) -> Result<String, serde_yaml_ng::Error> {
+    let mut out = String::new();
+    for d in docs {
+        out.push_str("---\n");
+        out.push_str(&serde_yaml_ng::to_string(d)?);
+    }
+    Ok(out)
+}
+
+/// `kubectl apply` of `files`, in order, as one shell line.
+pub fn apply_line(files: &[PathBuf]) -> String {
+    let mut line = String::from("kubectl apply");
+    for file in files {
+        line.push_str(" -f ");
+        line.push_str(&crate::gateway::shell_word(&file.display().to_string()));
+    }
+    line
 }
