@@ -410,6 +410,9 @@ pub struct Limits {
     pub backend: RoleLimits,
     /// The load generator (this process): `cpuset` only.
     pub client: RoleLimits,
+    /// The control plane the lab runs for the proxies it configures (istiod, Contour): one
+    /// `cpus` value (not swept yet), `cpuset`, `memory_mib`.
+    pub control_plane: RoleLimits,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]

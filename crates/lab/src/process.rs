@@ -260,6 +260,51 @@ fn severe_line(line: &str) -> Option<String> {
     Some(message.trim().to_string())
 }
 
+/// How long a program asked only for its version may take to answer.
+pub const VERSION_WITHIN: Duration = Duration::from_secs(10);
+
+/// Runs `cmd` to its end and returns what it printed and how it ended, as `Command::output`
+/// does, for at most `within`: a one-shot command that does not end by then (a version probe
+/// or `contour bootstrap` that hangs) is killed and `None` returned, so that no such command
+/// holds a run, and the stop it is asked for, longer than that. Its output must fit a pipe's
+/// buffer (64 KiB) until it ends; a version line or a short error does.
+pub fn output_within(
+    mut cmd: Command,
+    within: Duration,
+) -> io::Result<Option<std::process::Output>> {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let deadline = Instant::now() + within;
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Ok(None);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let read = |pipe: Option<&mut dyn io::Read>| {
+        let mut bytes = Vec::new();
+        if let Some(pipe) = pipe {
+            let _ = pipe.read_to_end(&mut bytes);
+        }
+        bytes
+    };
+    let stdout = read(child.stdout.as_mut().map(|p| p as &mut dyn io::Read));
+    let stderr = read(child.stderr.as_mut().map(|p| p as &mut dyn io::Read));
+    Ok(Some(std::process::Output {
+        status,
+        stdout,
+        stderr,
+    }))
+}
+
 /// A plain TCP connect with a short timeout.
 pub fn accepts(addr: SocketAddr) -> bool {
     TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
@@ -308,6 +353,31 @@ impl Drop for RoleProcess {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_one_shot_command_that_hangs_is_killed_at_its_limit() {
+        let mut echo = Command::new("sh");
+        echo.args(["-c", "echo 1.2.3; echo warn >&2"]);
+        let o = output_within(echo, Duration::from_secs(10))
+            .unwrap()
+            .unwrap();
+        assert!(o.status.success());
+        assert_eq!(
+            (o.stdout.as_slice(), o.stderr.as_slice()),
+            (&b"1.2.3\n"[..], &b"warn\n"[..])
+        );
+
+        let mut hang = Command::new("sleep");
+        hang.arg("30");
+        let began = Instant::now();
+        let o = output_within(hang, Duration::from_millis(300)).unwrap();
+        assert!(o.is_none());
+        assert!(
+            began.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            began.elapsed()
+        );
+    }
 
     #[test]
     fn a_critical_line_is_the_failure_message_without_its_prefix() {

@@ -115,7 +115,7 @@ impl RoleUsage {
     /// `control_plane` step, and each beside the data plane in a lab step whose proxies it
     /// configures. Its program is the one the experiment file names it by (`istio`,
     /// `contour`).
-    pub fn control_plane(role: Role, usage: Usage) -> RoleUsage {
+    pub fn control_plane(role: Role, usage: Usage, cpu_limit: Option<f64>) -> RoleUsage {
         debug_assert!(role.is_control_plane(), "{role} is no control plane");
         let program = match role {
             Role::Contour => Program::Contour,
@@ -125,7 +125,7 @@ impl RoleUsage {
             role,
             program: PlayedBy::Proxy(program),
             workers: 0,
-            cpu_limit: None,
+            cpu_limit,
             usage,
             missing: BTreeMap::new(),
             proxy: None,

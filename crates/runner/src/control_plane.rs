@@ -73,7 +73,7 @@ pub(crate) fn run(
     drop(cost);
     record
         .usage
-        .push(RoleUsage::control_plane(Role::Istiod, run.istiod));
+        .push(RoleUsage::control_plane(Role::Istiod, run.istiod, None));
     record.samples.insert(Role::Istiod, run.istiod_samples);
     record.control_plane = Some(run.figures);
     record.status = if run.partial {

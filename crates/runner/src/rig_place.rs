@@ -163,7 +163,11 @@ impl Realised for RigStep {
         if let Some(watch) = self.rig.control_plane_watch() {
             let samples = sampled.roles.get(&watch.role).cloned().unwrap_or_default();
             readings.push(RoleReading {
-                usage: RoleUsage::control_plane(watch.role, sampler::summarize(&samples, from, to)),
+                usage: RoleUsage::control_plane(
+                    watch.role,
+                    sampler::summarize(&samples, from, to),
+                    self.spec.control_plane_limits.cpus,
+                ),
                 samples: Some(samples),
                 chain: None,
             });

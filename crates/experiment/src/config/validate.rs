@@ -365,12 +365,14 @@ impl Experiment {
             tunnel: _,
             backend: _,
             client: _,
+            control_plane: _, // below, and validate_control_plane_limits
         } = &self.limits; // each one below
         for (role, r) in [
             ("proxy", &self.limits.proxy),
             ("tunnel", &self.limits.tunnel),
             ("backend", &self.limits.backend),
             ("client", &self.limits.client),
+            ("control_plane", &self.limits.control_plane),
         ] {
             let RoleLimits {
                 cpus: _,
@@ -412,6 +414,33 @@ impl Experiment {
         .count();
         if sweeps > 1 {
             p.push("limits: only one role's cpus may list several values (the CPU sweep)".into());
+        }
+        self.validate_control_plane_limits(p);
+    }
+
+    /// `limits.control_plane`: limits the control plane the lab runs, so there must be one.
+    fn validate_control_plane_limits(&self, p: &mut Vec<String>) {
+        let r = &self.limits.control_plane;
+        if r.cpus.is_empty() && r.cpuset.is_none() && r.memory_mib.is_none() {
+            return;
+        }
+        if self.cluster.is_some() {
+            p.push("limits.control_plane: applies to the control plane the lab starts; on a cluster the control plane is the cluster's".into());
+            return;
+        }
+        if r.cpus.len() > 1 {
+            p.push("limits.control_plane.cpus: one value (the control plane's CPU is not swept yet); run the file once per value, with --set limits.control_plane.cpus=N".into());
+        }
+        let chains = |kind: &dyn Fn(&Topology) -> bool| {
+            self.topologies
+                .iter()
+                .any(|t| matches!(t, StepKind::Chain(c) if kind(c)))
+        };
+        let gateway = chains(&|t| *t == Topology::Gateway)
+            && matches!(self.gateway.kind, Program::Istio | Program::Contour);
+        let sidecars = self.proxy.kind == Program::Istio && chains(&|t| *t != Topology::Gateway);
+        if !gateway && !sidecars {
+            p.push("limits.control_plane: no control plane runs in this experiment; it limits istiod or Contour (gateway.type: istio or contour, proxy.type: istio): drop it or name one".into());
         }
     }
 

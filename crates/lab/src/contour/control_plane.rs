@@ -14,6 +14,7 @@ use meshbench_results::{Role, Stop};
 use serde_json::{json, Value};
 
 use super::{binary, crds, unavailable, ContourError, NAMESPACE};
+use crate::cgroup::Cgroup;
 use crate::kube::ApiServer;
 use crate::process::{accepts, Placement, RoleProcess};
 use crate::program::{envoy, Run};
@@ -24,6 +25,8 @@ use crate::{go_on, write_file, LabError};
 const CONTOUR_WITHIN: Duration = Duration::from_secs(60);
 /// How long Contour may take to write its status on every HTTPProxy once Envoy holds them.
 const STATUS_WITHIN: Duration = Duration::from_secs(30);
+/// How long `contour bootstrap` (which only writes a file) may take.
+const BOOTSTRAP_WITHIN: Duration = Duration::from_secs(30);
 /// The service cluster Envoy names itself with (Contour's manifests pass its namespace).
 const SERVICE_CLUSTER: &str = "meshbench";
 
@@ -38,6 +41,8 @@ pub struct ControlPlane {
     pub contour_ready_in: Duration,
     dir: PathBuf,
     contour: RoleProcess,
+    /// Its cgroup (`limits.control_plane`), removed after Contour stops.
+    cgroup: Option<Cgroup>,
 }
 
 impl ControlPlane {
@@ -49,6 +54,7 @@ impl ControlPlane {
         dir: &Path,
         objects: &[PathBuf],
         https: SocketAddr,
+        cgroup: Option<Cgroup>,
         stop: &Stop,
     ) -> Result<ControlPlane, LabError> {
         if let Some(e) = unavailable() {
@@ -86,12 +92,11 @@ impl ControlPlane {
                 .arg(format!("{port}={}", free()?));
         }
         let began = Instant::now();
-        let mut contour = RoleProcess::spawn(
-            "contour",
-            cmd,
-            &dir.join("contour.log"),
-            &Placement::default(),
-        )?;
+        let place = Placement {
+            cgroup: cgroup.as_ref(),
+            ..Placement::default()
+        };
+        let mut contour = RoleProcess::spawn("contour", cmd, &dir.join("contour.log"), &place)?;
         contour.wait_listening(xds, CONTOUR_WITHIN, &accepts, stop)?;
         Ok(ControlPlane {
             api,
@@ -100,6 +105,7 @@ impl ControlPlane {
             contour_ready_in: began.elapsed(),
             dir: dir.to_path_buf(),
             contour,
+            cgroup,
         })
     }
 
@@ -117,8 +123,8 @@ impl ControlPlane {
             source: e,
         })?;
         let written = dir.join("contour-bootstrap.json");
-        let output = Command::new(binary())
-            .arg("bootstrap")
+        let mut cmd = Command::new(binary());
+        cmd.arg("bootstrap")
             .arg(&written)
             .arg(format!("--xds-address={}", self.xds.ip()))
             .arg(format!("--xds-port={}", self.xds.port()))
@@ -126,9 +132,15 @@ impl ControlPlane {
                 "--admin-address={}",
                 dir.join("admin.sock").display()
             ))
-            .arg(format!("--namespace={NAMESPACE}"))
-            .output()
-            .map_err(|e| LabError::Spawn("contour bootstrap".into(), e))?;
+            .arg(format!("--namespace={NAMESPACE}"));
+        let output = crate::process::output_within(cmd, BOOTSTRAP_WITHIN)
+            .map_err(|e| LabError::Spawn("contour bootstrap".into(), e))?
+            .ok_or_else(|| {
+                ContourError::Bootstrap(format!(
+                    "did not end within {} s",
+                    BOOTSTRAP_WITHIN.as_secs()
+                ))
+            })?;
         if !output.status.success() {
             return Err(ContourError::Bootstrap(format!(
                 "{}: {}",
@@ -214,7 +226,7 @@ impl ControlPlane {
         Watch {
             role: Role::Contour,
             pgid: self.contour.pid(),
-            cgroup: None,
+            cgroup: self.cgroup.as_ref().map(Cgroup::files),
             port: None,
             upstream_port: None,
             veth: None,

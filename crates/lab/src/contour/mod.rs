@@ -79,10 +79,11 @@ pub fn unavailable() -> Option<LabError> {
 /// The version `contour version` prints, or why it could not be read.
 pub fn version() -> String {
     let bin = binary();
-    std::process::Command::new(&bin)
-        .arg("version")
-        .output()
+    let mut probe = std::process::Command::new(&bin);
+    probe.arg("version");
+    crate::process::output_within(probe, crate::process::VERSION_WITHIN)
         .ok()
+        .flatten()
         .filter(|o| o.status.success())
         .and_then(|o| {
             String::from_utf8_lossy(&o.stdout).lines().find_map(|l| {

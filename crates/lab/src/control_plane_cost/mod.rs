@@ -171,6 +171,7 @@ impl CostStep {
             &spec.dir.join("control-plane"),
             pod_ns.host_addr,
             MeshOptions::default(),
+            None,
             stop,
         )?;
         note(&format!(

@@ -22,6 +22,7 @@ use super::{
     cache, objects, unavailable, ApiServer, IstioError, CLUSTER_ID, GATEWAY_SERVICE_ACCOUNT,
     ISTIOD_ENV, NAMESPACE,
 };
+use crate::cgroup::Cgroup;
 use crate::process::{Placement, RoleProcess};
 use crate::program::envoy::access_log;
 use crate::program::envoy::admin::{self, DumpSection};
@@ -127,6 +128,8 @@ pub struct ControlPlane {
     /// What the mesh was started with (the agents' ProxyConfig follows it).
     pub mesh: MeshOptions,
     istiod: RoleProcess,
+    /// Its cgroup (`limits.control_plane`), removed after istiod stops.
+    cgroup: Option<Cgroup>,
 }
 
 impl ControlPlane {
@@ -139,9 +142,10 @@ impl ControlPlane {
         dir: &Path,
         agents_reach: IpAddr,
         mesh: MeshOptions,
+        cgroup: Option<Cgroup>,
         stop: &Stop,
     ) -> Result<ControlPlane, LabError> {
-        Self::start_with(dir, agents_reach, ISTIOD_ENV, mesh, stop)
+        Self::start_with(dir, agents_reach, ISTIOD_ENV, mesh, cgroup, stop)
     }
 
     /// As [`start`](Self::start), with `istiod_env` in place of [`ISTIOD_ENV`] (`&[]`:
@@ -151,6 +155,7 @@ impl ControlPlane {
         agents_reach: IpAddr,
         istiod_env: &[(&str, &str)],
         mesh: MeshOptions,
+        cgroup: Option<Cgroup>,
         stop: &Stop,
     ) -> Result<ControlPlane, LabError> {
         if let Some(e) = unavailable() {
@@ -192,12 +197,11 @@ impl ControlPlane {
         let mut cmd = istiod_command(&istiod_dir, &api.kubeconfig, &mesh_file, &addrs);
         cmd.envs(istiod_env.iter().copied());
         let began = Instant::now();
-        let mut istiod = RoleProcess::spawn(
-            "istiod",
-            cmd,
-            &dir.join("istiod.log"),
-            &Placement::default(),
-        )?;
+        let place = Placement {
+            cgroup: cgroup.as_ref(),
+            ..Placement::default()
+        };
+        let mut istiod = RoleProcess::spawn("istiod", cmd, &dir.join("istiod.log"), &place)?;
         let deadline = began + ISTIOD_WITHIN;
         let root_cert = loop {
             if istiod_ready(http) {
@@ -243,6 +247,7 @@ impl ControlPlane {
             istiod_ready_in: began.elapsed(),
             mesh,
             istiod,
+            cgroup,
         })
     }
 
@@ -257,7 +262,7 @@ impl ControlPlane {
         Watch {
             role: Role::Istiod,
             pgid: self.istiod_pid(),
-            cgroup: None,
+            cgroup: self.cgroup.as_ref().map(Cgroup::files),
             port: None,
             upstream_port: None,
             veth: None,

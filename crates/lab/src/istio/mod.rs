@@ -141,10 +141,11 @@ pub fn unavailable() -> Option<LabError> {
 /// `pilot-agent version -s`, or why it could not be read.
 pub fn version() -> String {
     let agent = cache().join("bin/pilot-agent");
-    Command::new(&agent)
-        .args(["version", "-s"])
-        .output()
+    let mut probe = Command::new(&agent);
+    probe.args(["version", "-s"]);
+    crate::process::output_within(probe, crate::process::VERSION_WITHIN)
         .ok()
+        .flatten()
         .filter(|o| o.status.success())
         .map(|o| format!("istio {}", String::from_utf8_lossy(&o.stdout).trim()))
         .unwrap_or_else(|| format!("istio {VERSION} ({} did not answer)", agent.display()))

@@ -360,8 +360,10 @@ impl ProgramSpec {
             Program::Istio => return crate::istio::version(),
             Program::Contour => return crate::contour::version(),
         };
-        match Command::new(&bin).arg(flag).output() {
-            Ok(o) => {
+        let mut probe = Command::new(&bin);
+        probe.arg(flag);
+        match crate::process::output_within(probe, crate::process::VERSION_WITHIN) {
+            Ok(Some(o)) => {
                 let text = format!(
                     "{}{}",
                     String::from_utf8_lossy(&o.stdout),
@@ -374,6 +376,10 @@ impl ProgramSpec {
                     .unwrap_or("")
                     .to_string()
             }
+            Ok(None) => format!(
+                "unknown (no answer to {flag} within {} s)",
+                crate::process::VERSION_WITHIN.as_secs()
+            ),
             Err(_) => "unknown".into(),
         }
     }

@@ -74,8 +74,13 @@ impl Rig {
             .into_iter()
             .filter(|f| f.extension().is_some_and(|e| e == "yaml"))
             .collect();
-        let control_plane =
-            contour::ControlPlane::start(&spec.dir.join("contour"), &objects, hop.listen, stop)?;
+        let control_plane = contour::ControlPlane::start(
+            &spec.dir.join("contour"),
+            &objects,
+            hop.listen,
+            self.control_plane_cgroup(spec)?,
+            stop,
+        )?;
         let admin = hop.admin.ok_or(ContourError::NoAdminPort)?;
         let command =
             control_plane.envoy_command(&spec.dir.join("gateway-envoy"), admin, hop.workers)?;

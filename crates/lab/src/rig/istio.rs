@@ -128,6 +128,7 @@ impl Rig {
             &spec.dir.join("istio"),
             IpAddr::V4(Ipv4Addr::LOCALHOST),
             spec.mesh(),
+            self.control_plane_cgroup(spec)?,
             stop,
         )?;
         let began = std::time::Instant::now();

@@ -82,6 +82,8 @@ pub struct RigSpec {
     pub proxy_limits: Limits,
     pub tunnel_limits: Limits,
     pub backend_limits: Limits,
+    /// The control plane's (istiod's, Contour's), where the rig runs one.
+    pub control_plane_limits: Limits,
     /// Accept HTTP/2 from the client (h2c on plain listeners, ALPN h2 on TLS ones).
     pub http2: bool,
     /// gRPC end to end: every L7 hop speaks HTTP/2 on both sides.
@@ -436,6 +438,7 @@ impl Rig {
                 let limited = [Class::Proxy, Class::Tunnel, Class::Backend]
                     .iter()
                     .map(|c| spec.limits(*c))
+                    .chain([&spec.control_plane_limits])
                     .any(|l| l.cpus.is_some() || l.memory_mib.is_some());
                 if limited {
                     self.warnings.push(format!(
@@ -468,6 +471,16 @@ impl Rig {
                 }),
             })
             .collect()
+    }
+
+    /// The control plane's cgroup, with `limits.control_plane` written, where cgroups can be
+    /// written (else none: the control plane runs unlimited, as [`Rig::cgroups`] warned).
+    fn control_plane_cgroup(&self, spec: &RigSpec) -> Result<Option<Cgroup>, LabError> {
+        let Ok(kind) = Cgroups::detect() else {
+            return Ok(None);
+        };
+        let name = format!("{}-control_plane", spec.id);
+        Cgroup::create(&kind, &name, &spec.control_plane_limits).map(Some)
     }
 
     /// The backend's address as a pod's (the `n`-th role's namespace, port 8080), whatever the
@@ -621,6 +634,7 @@ mod tests {
             proxy_limits: Limits::default(),
             tunnel_limits: Limits::default(),
             backend_limits: Limits::default(),
+            control_plane_limits: Limits::default(),
             http2: false,
             grpc: false,
             http3: false,

@@ -80,6 +80,7 @@ impl Rig {
             &spec.dir.join("istio"),
             client_ns.host_addr,
             spec.mesh(),
+            self.control_plane_cgroup(spec)?,
             stop,
         )?;
         let mtls = if spec.proxy_mtls {

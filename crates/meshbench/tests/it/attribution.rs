@@ -66,6 +66,7 @@ pub(crate) fn spec(name: &str) -> RigSpec {
         proxy_limits: Limits::default(),
         tunnel_limits: Limits::default(),
         backend_limits: Limits::default(),
+        control_plane_limits: Limits::default(),
         http2: false,
         grpc: false,
         http3: false,

@@ -8,8 +8,11 @@
 //! - `meshbench experiment` with `gateway.type: contour` at 10 domains x 10 paths: 2,000 of
 //!   2,000 requests answered, Envoy's own count equal to the engine's, every HTTPProxy `valid`
 //!   in Contour's status (the step does not start otherwise), Contour sampled as a role.
-//! - Bad input: Contour in network namespaces, as a sidecar, or as a tunnel is refused before
-//!   anything starts; a missing installation is named by `--dry-run`.
+//! - `limits.control_plane`: Contour runs in a cgroup of its own with the quota and the memory
+//!   limit asked, and its usage row carries the CPU limit.
+//! - Bad input: Contour in network namespaces, as a sidecar, or as a tunnel, and a control-plane
+//!   limit with no control plane or with several CPU values, are refused before anything
+//!   starts; a missing installation is named by `--dry-run`.
 
 use crate::common;
 
@@ -129,6 +132,16 @@ fn contour_where_it_cannot_run_is_refused_up_front_in_one_line() {
             "name: x\ntopologies: [ambient]\ntunnel:\n  type: contour\n",
             "tunnel.type: contour",
         ),
+        (
+            "limit-of-nothing.yaml",
+            "name: x\ntopologies: [gateway]\ngateway:\n  type: nginx\nlimits:\n  control_plane:\n    cpus: [0.5]\n",
+            "limits.control_plane: no control plane runs in this experiment",
+        ),
+        (
+            "limit-swept.yaml",
+            "name: x\ntopologies: [gateway]\ngateway:\n  type: contour\nlimits:\n  control_plane:\n    cpus: [0.25, 0.5]\n",
+            "limits.control_plane.cpus: one value",
+        ),
     ] {
         let out = meshbench(&["experiment", &write(name, text), "--dry-run"], LIMIT);
         let err = stderr(&out);
@@ -156,5 +169,105 @@ fn contour_where_it_cannot_run_is_refused_up_front_in_one_line() {
             && err.contains("scripts/install-contour.sh"),
         "{err}"
     );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The cgroup limits of process `pid`, as (CPU quota in cores, memory limit in MiB), read from
+/// cgroup v1's `cpu` and `memory` controllers or v2's unified tree.
+fn cgroup_limits(pid: u32) -> Option<(f64, u64)> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    let path_of = |controller: &str| {
+        text.lines().find_map(|l| {
+            let mut parts = l.splitn(3, ':');
+            let (_, names, path) = (parts.next()?, parts.next()?, parts.next()?);
+            (names.split(',').any(|n| n == controller)
+                || (controller.is_empty() && names.is_empty()))
+            .then(|| path.to_string())
+        })
+    };
+    let read = |p: String| {
+        std::fs::read_to_string(p)
+            .ok()
+            .map(|t| t.trim().to_string())
+    };
+    if let (Some(cpu), Some(memory)) = (path_of("cpu"), path_of("memory")) {
+        let quota: f64 = read(format!("/sys/fs/cgroup/cpu{cpu}/cpu.cfs_quota_us"))?
+            .parse()
+            .ok()?;
+        let period: f64 = read(format!("/sys/fs/cgroup/cpu{cpu}/cpu.cfs_period_us"))?
+            .parse()
+            .ok()?;
+        let bytes: u64 = read(format!(
+            "/sys/fs/cgroup/memory{memory}/memory.limit_in_bytes"
+        ))?
+        .parse()
+        .ok()?;
+        return Some((quota / period, bytes >> 20));
+    }
+    let unified = path_of("")?;
+    let max = read(format!("/sys/fs/cgroup{unified}/cpu.max"))?;
+    let (quota, period) = max.split_once(' ')?;
+    let bytes: u64 = read(format!("/sys/fs/cgroup{unified}/memory.max"))?
+        .parse()
+        .ok()?;
+    Some((
+        quota.parse::<f64>().ok()? / period.parse::<f64>().ok()?,
+        bytes >> 20,
+    ))
+}
+
+#[test]
+fn contour_under_a_control_plane_limit_runs_in_a_cgroup_of_its_own() {
+    if let Some(e) = contour::unavailable() {
+        panic!("{e}");
+    }
+    let dir = common::scratch_dir("contour-limited");
+    let file = dir.join("contour.yaml");
+    std::fs::write(
+        &file,
+        "name: contour-limited\ntopologies: [gateway]\nduration_secs: 3\nwarmup_secs: 0.5\n\
+         cooldown_secs: 0\nsample_interval_ms: 250\nload:\n  rate_rps: [200]\n  connections: [4]\n\
+         gateway:\n  type: contour\n  domains: 2\n  paths: 2\n\
+         limits:\n  control_plane:\n    cpus: [0.25]\n    memory_mib: 256\n",
+    )
+    .unwrap();
+    let store = dir.join("store");
+    let mut child = std::process::Command::new(common::bin())
+        .args(["experiment", &file.display().to_string(), "--store"])
+        .arg(&store)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Contour serving, read while it runs: its cgroup's quota and memory limit.
+    let began = std::time::Instant::now();
+    let limits = loop {
+        // Its working directory is the step's, under this test's temporary directory.
+        let serving = std::fs::read_dir("/proc").unwrap().flatten().find_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            let serves = cmdline.split(|b| *b == 0).nth(1) == Some(&b"serve"[..]);
+            let cwd = std::fs::read_link(format!("/proc/{pid}/cwd")).ok()?;
+            let ours = cwd.starts_with(std::env::temp_dir()) && cwd.ends_with("contour");
+            (serves && ours).then_some(pid)
+        });
+        if let Some(limits) = serving.and_then(cgroup_limits) {
+            break limits;
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("the run ended ({status}) before Contour was seen serving");
+        }
+        assert!(began.elapsed() < LIMIT, "no contour serve with limits");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(limits, (0.25, 256), "Contour's cgroup: cores, MiB");
+    let out = common::wait_with_limit(&mut child, LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let export = common::export_json(&store);
+    let step = &export["steps"][0];
+    assert_eq!(step["status"], "ok", "{step}");
+    let contour = common::usage_of(step, "contour");
+    assert_eq!(contour["cpu_limit"].as_f64(), Some(0.25), "{contour}");
+    assert!(u(contour, "/samples") >= 2, "{contour}");
     let _ = std::fs::remove_dir_all(dir);
 }

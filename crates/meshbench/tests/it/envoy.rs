@@ -64,6 +64,7 @@ fn spec(topology: Topology, case: Case, name: &str) -> RigSpec {
         proxy_limits: Limits::default(),
         tunnel_limits: Limits::default(),
         backend_limits: Limits::default(),
+        control_plane_limits: Limits::default(),
         http2: case.http2 || case.grpc,
         grpc: case.grpc,
         http3: case.http3,

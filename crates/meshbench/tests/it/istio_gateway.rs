@@ -44,6 +44,7 @@ fn istiod_configures_upstream_envoy_for_the_generated_gateway_and_every_route_an
         &dir.join("control-plane"),
         [127, 0, 0, 1].into(),
         MeshOptions::default(),
+        None,
         &meshbench_results::Stop::new(),
     )
     .unwrap_or_else(|e| panic!("the control plane: {e}"));

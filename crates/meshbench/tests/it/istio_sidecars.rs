@@ -173,6 +173,7 @@ fn spec(topology: Topology, mtls: Option<PeerAuthentication>, name: &str) -> Rig
         proxy_limits: Limits::default(),
         tunnel_limits: Limits::default(),
         backend_limits: Limits::default(),
+        control_plane_limits: Limits::default(),
         http2: false,
         grpc: false,
         http3: false,
@@ -259,6 +260,7 @@ fn server_sidecar_with(env: &[(&str, &str)], name: &str) -> Result<Duration, Lab
         client_ns.host_addr,
         env,
         MeshOptions::default(),
+        None,
         &Stop::new(),
     )?;
     let client = LabPod {
