@@ -39,7 +39,6 @@ pub struct ControlPlane {
     pub applied_in: Duration,
     /// From Contour's start until it served xDS.
     pub contour_ready_in: Duration,
-    dir: PathBuf,
     contour: RoleProcess,
     /// Its cgroup (`limits.control_plane`), removed after Contour stops.
     cgroup: Option<Cgroup>,
@@ -103,7 +102,6 @@ impl ControlPlane {
             xds,
             applied_in,
             contour_ready_in: began.elapsed(),
-            dir: dir.to_path_buf(),
             contour,
             cgroup,
         })
@@ -245,11 +243,6 @@ impl ControlPlane {
     pub fn terminate(&self) {
         self.contour.terminate();
         self.api.terminate();
-    }
-
-    /// Where Contour's files are (its log, the API server's).
-    pub fn dir(&self) -> &Path {
-        &self.dir
     }
 }
 

@@ -40,14 +40,6 @@ pub const HTTP_PROXIES_FILE: &str = "contour-httpproxies.yaml";
 pub const HTTPS_LISTENER: &str = "ingress_https";
 const HTTPS_ROUTES: &str = "https/";
 
-/// The domain's Secret (the plan's certificate layout decides whether domains share one).
-fn secret_name(plan: &GatewayPlan, domain: &str) -> String {
-    match plan.certs {
-        crate::gateway::CertLayout::PerDomain => format!("{domain}-cert"),
-        crate::gateway::CertLayout::Shared => "shared-cert".into(),
-    }
-}
-
 /// One HTTPProxy per domain, in [`NAMESPACE`].
 pub fn http_proxies(plan: &GatewayPlan) -> Vec<HttpProxy> {
     let service = RouteService {
@@ -62,7 +54,7 @@ pub fn http_proxies(plan: &GatewayPlan) -> Vec<HttpProxy> {
             spec: HttpProxySpec {
                 virtualhost: Some(VirtualHost {
                     tls: plan.tls.then(|| Tls {
-                        secret_name: secret_name(plan, &domain),
+                        secret_name: plan.secret_name(&domain),
                     }),
                     fqdn: domain,
                 }),
@@ -168,7 +160,9 @@ impl Target for Contour {
         backend.push_str(&to_yaml(&[slice])?);
         let secrets: Vec<_> = certs
             .iter()
-            .map(|(name, issued)| workloads::tls_secret(&format!("{name}-cert"), issued, NAMESPACE))
+            .map(|(name, issued)| {
+                workloads::tls_secret(&crate::gateway::secret_of(name), issued, NAMESPACE)
+            })
             .collect();
         let mut files = vec![write_file(plan.path(BACKEND_FILE), backend)?];
         if !secrets.is_empty() {

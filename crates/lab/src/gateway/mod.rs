@@ -192,6 +192,15 @@ impl GatewayPlan {
         }
     }
 
+    /// The `kubernetes.io/tls` Secret a domain is served with in a control plane's objects
+    /// (Istio's credential, Contour's `secretName`): its certificate's, per the layout.
+    pub fn secret_name(&self, domain: &str) -> String {
+        match self.certs {
+            CertLayout::PerDomain => secret_of(domain),
+            CertLayout::Shared => secret_of("shared"),
+        }
+    }
+
     /// File names of a domain's certificate and key, relative to the output directory.
     pub fn cert_files(&self, domain: &str) -> (String, String) {
         match self.certs {
@@ -203,6 +212,11 @@ impl GatewayPlan {
     pub fn path(&self, relative: &str) -> PathBuf {
         self.out.join(relative)
     }
+}
+
+/// The Secret that holds the certificate whose file stem is `stem` (a domain, or `shared`).
+pub fn secret_of(stem: &str) -> String {
+    format!("{stem}-cert")
 }
 
 /// The gRPC methods a gRPC gateway routes: fortio's ping and the standard health check, both
@@ -238,6 +252,15 @@ pub struct Generated {
 }
 
 impl Generated {
+    /// The objects a control plane's target wrote (its `.yaml` files), in the order they are
+    /// applied: what one names exists before it.
+    pub fn objects(&self) -> Vec<PathBuf> {
+        (self.files.iter())
+            .filter(|f| f.extension().is_some_and(|e| e == "yaml"))
+            .cloned()
+            .collect()
+    }
+
     /// The shell lines that load every route, `meshbench` being the program's path.
     pub fn load(&self, meshbench: &str) -> Vec<String> {
         let mut lines = self.load_setup.clone();

@@ -79,10 +79,7 @@ fn workspace_of(domain_index: usize) -> usize {
 /// address and port, else on Istio's port for the scheme on every address.
 fn server(plan: &GatewayPlan, domain: &str, at_listen: bool) -> Server {
     let (number, protocol, tls) = if plan.tls {
-        let credential = match plan.certs {
-            crate::gateway::CertLayout::PerDomain => format!("{domain}-cert"),
-            crate::gateway::CertLayout::Shared => "shared-cert".to_string(),
-        };
+        let credential = plan.secret_name(domain);
         (
             443,
             "HTTPS",
@@ -240,7 +237,11 @@ impl Target for Istio {
         let secrets: Vec<Secret> = certs
             .iter()
             .map(|(name, issued)| {
-                tls_secret(&format!("{name}-cert"), issued, &self.place.namespace)
+                tls_secret(
+                    &crate::gateway::secret_of(name),
+                    issued,
+                    &self.place.namespace,
+                )
             })
             .collect();
         let mut files = Vec::new();

@@ -4,7 +4,7 @@
 //! Contour's own status. What Contour is lives in [`crate::contour`].
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
@@ -48,10 +48,7 @@ impl ContourGateway {
                 .map_or("?".to_string(), |d| format!("{:.1} s", d.as_secs_f64())),
         );
         if let Some(admin) = admin {
-            match crate::program::envoy::admin::config_dump_bytes(admin) {
-                Ok(bytes) => line.push_str(&format!("; config dump {:.1} MB", bytes as f64 / 1e6)),
-                Err(e) => line.push_str(&format!("; config dump: {e}")),
-            }
+            line.push_str(&crate::program::envoy::admin::config_dump_note(admin));
         }
         line
     }
@@ -68,15 +65,9 @@ impl Rig {
     ) -> Result<Command, LabError> {
         let out = spec.dir.join("gateway");
         let (plan, generated) = self.write_gateway_plan(spec, hop, &out)?;
-        // The objects, in the order they are applied (what one names exists before it).
-        let objects: Vec<PathBuf> = generated
-            .files
-            .into_iter()
-            .filter(|f| f.extension().is_some_and(|e| e == "yaml"))
-            .collect();
         let control_plane = contour::ControlPlane::start(
             &spec.dir.join("contour"),
-            &objects,
+            &generated.objects(),
             hop.listen,
             self.control_plane_cgroup(spec)?,
             stop,

@@ -45,10 +45,7 @@ impl IstioGateway {
         let Some(admin) = admin else {
             return line;
         };
-        match crate::program::envoy::admin::config_dump_bytes(admin) {
-            Ok(bytes) => line.push_str(&format!("; config dump {:.1} MB", bytes as f64 / 1e6)),
-            Err(e) => line.push_str(&format!("; config dump: {e}")),
-        }
+        line.push_str(&crate::program::envoy::admin::config_dump_note(admin));
         match self.control_plane.time_route_change(
             admin,
             &self.virtual_services,
@@ -118,12 +115,7 @@ impl Rig {
     ) -> Result<Command, LabError> {
         let out = spec.dir.join("gateway");
         let (plan, generated) = self.write_gateway_plan(spec, hop, &out)?;
-        // The objects, in the order they are applied (what one names exists before it).
-        let objects: Vec<PathBuf> = generated
-            .files
-            .into_iter()
-            .filter(|f| f.extension().is_some_and(|e| e == "yaml"))
-            .collect();
+        let objects = generated.objects();
         let control_plane = ControlPlane::start(
             &spec.dir.join("istio"),
             IpAddr::V4(Ipv4Addr::LOCALHOST),

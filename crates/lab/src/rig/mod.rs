@@ -505,18 +505,13 @@ impl Rig {
             .and_then(|r| r.admin)
     }
 
-    /// istiod, where the rig runs one (Istio's gateway or sidecars): not on the path, but part
-    /// of what the mesh costs.
-    pub fn control_plane(&self) -> Option<&crate::istio::ControlPlane> {
-        let gateway = self.istio_gateway.as_ref().map(|g| &g.control_plane);
-        gateway.or(self.istio_sidecars.as_ref().map(|s| &s.control_plane))
-    }
-
-    /// What the sampler reads of the control plane the rig runs (istiod or Contour), if any.
+    /// What the sampler reads of the control plane the rig runs, if any: istiod (Istio's
+    /// gateway or sidecars) or Contour. Not on the path, but part of what the mesh costs.
     pub fn control_plane_watch(&self) -> Option<Watch> {
-        let contour = self.contour_gateway.as_ref();
-        (self.control_plane().map(crate::istio::ControlPlane::watch))
-            .or_else(|| contour.map(|g| g.control_plane.watch()))
+        let istiod = (self.istio_gateway.as_ref().map(|g| &g.control_plane))
+            .or(self.istio_sidecars.as_ref().map(|s| &s.control_plane));
+        (istiod.map(crate::istio::ControlPlane::watch))
+            .or_else(|| (self.contour_gateway.as_ref()).map(|g| g.control_plane.watch()))
     }
 
     /// What the sampler should read for each role, the control plane last. A namespace two

@@ -169,6 +169,15 @@ pub fn config_dump_bytes(addr: SocketAddr) -> Result<usize, AdminError> {
     fetch(addr, "/config_dump", CONFIG_BUDGET).map(|body| body.len())
 }
 
+/// `; config dump N MB` for a record line: the size of the config dump of the admin at
+/// `addr`, or why it could not be read.
+pub fn config_dump_note(addr: SocketAddr) -> String {
+    match config_dump_bytes(addr) {
+        Ok(bytes) => format!("; config dump {:.1} MB", bytes as f64 / 1e6),
+        Err(e) => format!("; config dump: {e}"),
+    }
+}
+
 /// `/clusters` of the admin at `addr`, as text (`CLUSTER::HOST:PORT::STAT::VALUE` lines).
 pub fn clusters(addr: SocketAddr) -> Result<String, AdminError> {
     fetch(addr, "/clusters", CONFIG_BUDGET).map(|body| String::from_utf8_lossy(&body).into_owned())
