@@ -205,7 +205,7 @@ impl Allotment {
 #[derive(Debug, Clone, PartialEq)]
 pub struct PerCore {
     pub topology: Subject,
-    /// The swept class (`proxy`, `tunnel`).
+    /// The swept class (`proxy`, `tunnel`, `control_plane`).
     pub role: Class,
     pub load: LoadPoint,
     /// Every allotment measured, fewest cores first.
@@ -431,9 +431,12 @@ fn per_core(groups: &[Group], costs: &[Cost]) -> Vec<PerCore> {
             .filter(|g| g.topology == topology && g.load == load)
             .filter_map(|g| {
                 let swept = g.cpu.as_ref()?;
+                // The swept roles' own utilization: a control-plane sweep is at its limit when
+                // the control plane is, whatever the proxies' limits.
                 let utilization = costs
                     .iter()
                     .filter(|c| c.variant == g.variant && c.load == g.load)
+                    .filter(|c| role != Class::ControlPlane || c.usage.role.is_control_plane())
                     .filter_map(Cost::cpu_utilization)
                     .filter(|u| u.is_finite())
                     .reduce(f64::max)
@@ -454,7 +457,9 @@ fn per_core(groups: &[Group], costs: &[Cost]) -> Vec<PerCore> {
             .filter(|p| p.at_limit())
             .map(|p| (p.cores, p.throughput_rps))
             .collect();
-        let fit = if limited.len() >= MIN_LOADS {
+        // The control plane is off the path: its cores carry no requests, so no line of
+        // RPS per core is drawn over them.
+        let fit = if limited.len() >= MIN_LOADS && role != Class::ControlPlane {
             linear_fit(&limited).filter(|l| l.slope > 0.0)
         } else {
             None

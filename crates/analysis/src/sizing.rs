@@ -284,7 +284,7 @@ fn class_of(role: &Role) -> Option<Class> {
     match role {
         Role::Chain(r) => match r.class() {
             class @ (Class::Proxy | Class::Tunnel) => Some(class),
-            Class::Backend => None,
+            Class::Backend | Class::ControlPlane => None,
         },
         Role::Sampler | Role::External(_) | Role::Istiod | Role::Contour => None,
     }
@@ -370,18 +370,20 @@ fn measured(role: &Role, costs: &[&Cost], groups: &[&Group]) -> Measured {
         rate_rps.clear();
     }
     rate_rps.sort_by(f64::total_cmp);
+    // The allotments of the proxy's own class: a sweep of another (the control plane's)
+    // gave it none.
+    let class = class_of(role);
     let mut cores: Vec<f64> = groups
         .iter()
-        .filter_map(|g| g.cpu.as_ref().map(|c| c.cores))
+        .filter_map(|g| g.cpu.as_ref())
+        .filter(|c| Some(c.role) == class)
+        .map(|c| c.cores)
         .collect();
     cores.sort_by(f64::total_cmp);
     cores.dedup();
     Measured {
         rate_rps,
-        class: groups
-            .iter()
-            .find_map(|g| g.cpu.as_ref().map(|c| c.role))
-            .or_else(|| class_of(role)),
+        class,
         cores,
         most_cores_used: finite_max(costs, |c| c.usage.cpu_millicores).unwrap_or(0.0) / 1000.0,
     }

@@ -410,8 +410,8 @@ pub struct Limits {
     pub backend: RoleLimits,
     /// The load generator (this process): `cpuset` only.
     pub client: RoleLimits,
-    /// The control plane the lab runs for the proxies it configures (istiod, Contour): one
-    /// `cpus` value (not swept yet), `cpuset`, `memory_mib`.
+    /// The control plane the lab runs for the proxies it configures (istiod, Contour): `cpus`
+    /// (a list sweeps it, as the study swept Contour's cores), `cpuset`, `memory_mib`.
     pub control_plane: RoleLimits,
 }
 

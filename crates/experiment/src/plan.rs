@@ -229,7 +229,7 @@ impl PlanSize {
             .map(|k| match (*k, sweep) {
                 (StepKind::ControlPlane, _) => 0,
                 (StepKind::External, _) => len(external_names(e).len()),
-                (StepKind::Chain(t), Some((role, cpus))) if t.has(role) => {
+                (StepKind::Chain(t), Some((role, cpus))) if e.limits_in(t, role) => {
                     len(cpus.len()).saturating_mul(len(peer_authentications(e, t).len()))
                 }
                 (StepKind::Chain(t), _) => len(peer_authentications(e, t).len()),
@@ -323,6 +323,7 @@ fn sweep(e: &Experiment) -> Option<(Class, &Vec<f64>)> {
         (Class::Proxy, &e.limits.proxy.cpus),
         (Class::Tunnel, &e.limits.tunnel.cpus),
         (Class::Backend, &e.limits.backend.cpus),
+        (Class::ControlPlane, &e.limits.control_plane.cpus),
     ]
     .into_iter()
     .find(|(_, c)| c.len() > 1)
@@ -388,7 +389,7 @@ fn variants(e: &Experiment) -> Vec<Variant> {
             StepKind::ControlPlane => continue,
         };
         let cpus: Vec<Option<(Class, f64)>> = match sweep {
-            Some((role, cpus)) if topology.has(role) => {
+            Some((role, cpus)) if e.limits_in(topology, role) => {
                 cpus.iter().map(|&c| Some((role, c))).collect()
             }
             _ => vec![None],
@@ -607,6 +608,40 @@ mod tests {
         assert_eq!(
             plan.steps[2].istio_label("gw", Protocol::Http1),
             "gw_qps_max_c_8_1024_proxy0.5cpu_ingress"
+        );
+    }
+
+    #[test]
+    fn a_control_plane_sweep_multiplies_only_the_chains_that_run_one() {
+        let e = parse(
+            "t.yaml",
+            "name: t\ntopologies: [baseline, gateway]\ngateway:\n  type: contour\nload:\n  mode: closed\n  connections: [8]\nlimits:\n  proxy:\n    cpus: [1]\n  control_plane:\n    cpus: [0.25, 0.5, 1]\n",
+            &[],
+        )
+        .unwrap();
+        let plan = Plan::compile(&e);
+        let variants: Vec<String> = plan.steps.iter().map(Step::variant).collect();
+        assert_eq!(
+            variants,
+            [
+                "baseline",
+                "gateway control_plane=0.25cpu",
+                "gateway control_plane=0.5cpu",
+                "gateway control_plane=1cpu"
+            ]
+        );
+        assert_eq!(PlanSize::of(&e).steps(), 4);
+        // nginx's gateway has no control plane: nothing to sweep, and the limit is refused.
+        let err = parse(
+            "t.yaml",
+            "name: t\ntopologies: [gateway]\ngateway:\n  type: nginx\nlimits:\n  control_plane:\n    cpus: [0.25, 0.5]\n",
+            &[],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("no control plane runs in this experiment"),
+            "{err}"
         );
     }
 

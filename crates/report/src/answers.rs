@@ -553,6 +553,9 @@ pub fn findings(h: &Headline) -> Vec<String> {
 /// that the load set the rate and only a lower bound is known.
 pub fn per_core_words(p: &meshbench_analysis::headline::PerCore) -> String {
     let head = format!("{} with {} limited, at {}", p.topology, p.role, p.load);
+    if p.role == meshbench_results::Class::ControlPlane {
+        return control_plane_sweep_words(&head, p);
+    }
     let at_limit = p.at_limit();
     if let Some(fit) = p.fit {
         return format!(
@@ -586,6 +589,28 @@ pub fn per_core_words(p: &meshbench_analysis::headline::PerCore) -> String {
     format!(
         "{head}: below its CPU limit at every allotment (at most {:.0} %), so the load set the rate, not its cores: what one core carries is not measured here, only that each carried at least {carried:.0} RPS",
         most * 100.0
+    )
+}
+
+/// What a sweep of the control plane's cores did to the data plane's throughput (the study's
+/// question: does Contour's CPU set the gateway's rate?): each allotment's rate and how far
+/// they spread around their mean.
+fn control_plane_sweep_words(head: &str, p: &meshbench_analysis::headline::PerCore) -> String {
+    let list: Vec<String> = p
+        .points
+        .iter()
+        .map(|a| format!("{:.0} req/s with {} cores", a.throughput_rps, a.cores))
+        .collect();
+    let rates: Vec<f64> = p.points.iter().map(|a| a.throughput_rps).collect();
+    let mean = rates.iter().sum::<f64>() / rates.len().max(1) as f64;
+    let spread = rates.iter().map(|r| (r - mean).abs()).fold(0.0, f64::max);
+    let percent = match mean > 0.0 {
+        true => spread / mean * 100.0,
+        false => 0.0,
+    };
+    format!(
+        "{head}: {}; every rate within {percent:.1} % of their mean (the control plane is off the path; its cores bound how fast configuration lands)",
+        list.join(", ")
     )
 }
 

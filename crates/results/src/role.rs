@@ -74,7 +74,7 @@ impl ChainRole {
         match self.class() {
             Class::Proxy => Some(Layer::L7),
             Class::Tunnel => Some(Layer::L4),
-            Class::Backend => None,
+            Class::Backend | Class::ControlPlane => None,
         }
     }
 
@@ -152,7 +152,7 @@ impl Role {
         match self {
             Role::Chain(r) => match r.class() {
                 Class::Proxy | Class::Tunnel => true,
-                Class::Backend => false,
+                Class::Backend | Class::ControlPlane => false,
             },
             Role::Sampler | Role::Istiod | Role::Contour => false,
             Role::External(_) => true,
@@ -170,6 +170,16 @@ impl Role {
     /// Whether it is a control plane (istiod, Contour): it configures the proxies on the path.
     pub fn is_control_plane(&self) -> bool {
         matches!(self, Role::Istiod | Role::Contour)
+    }
+
+    /// The class whose `limits` key limits it: a chain role's, the control plane's; the
+    /// sampler and an external role have none.
+    pub fn class(&self) -> Option<Class> {
+        match self {
+            Role::Chain(r) => Some(r.class()),
+            Role::Istiod | Role::Contour => Some(Class::ControlPlane),
+            Role::Sampler | Role::External(_) => None,
+        }
     }
 
     fn rank(&self) -> u8 {

@@ -97,6 +97,10 @@ pub enum Class {
     Tunnel,
     /// The built-in backend, at the end of every chain.
     Backend,
+    /// The control plane the lab runs for the proxies it configures (istiod, Contour): not on
+    /// the chain (no chain role has this class), but limited and swept as a class is.
+    #[serde(rename = "control_plane")]
+    ControlPlane,
 }
 
 /// What a proxy role reads of the traffic.
@@ -215,7 +219,9 @@ impl Topology {
         }
     }
 
-    /// Whether a role of this class is part of the topology (every one has the backend).
+    /// Whether a role of this class is part of the topology's chain (every one has the
+    /// backend; none has the control plane, which the experiment decides:
+    /// `Experiment::runs_control_plane`).
     pub fn has(self, class: Class) -> bool {
         class == Class::Backend || self.chain().iter().any(|r| r.class == class)
     }
@@ -333,6 +339,7 @@ impl Class {
             Class::Proxy => "proxy",
             Class::Tunnel => "tunnel",
             Class::Backend => "backend",
+            Class::ControlPlane => "control_plane",
         }
     }
 }

@@ -270,7 +270,7 @@ pub fn rig_spec(
         proxy_limits: limits(&e.limits.proxy, swept(Class::Proxy)),
         tunnel_limits: limits(&e.limits.tunnel, swept(Class::Tunnel)),
         backend_limits: limits(&e.limits.backend, swept(Class::Backend)),
-        control_plane_limits: limits(&e.limits.control_plane, None),
+        control_plane_limits: limits(&e.limits.control_plane, swept(Class::ControlPlane)),
         http2: e.load.protocol.is_http2(),
         grpc: e.load.protocol == meshbench_results::Protocol::Grpc,
         http3: e.load.protocol == meshbench_results::Protocol::Http3,

@@ -408,6 +408,7 @@ impl Experiment {
             &self.limits.proxy.cpus,
             &self.limits.tunnel.cpus,
             &self.limits.backend.cpus,
+            &self.limits.control_plane.cpus,
         ]
         .iter()
         .filter(|c| c.len() > 1)
@@ -428,18 +429,11 @@ impl Experiment {
             p.push("limits.control_plane: applies to the control plane the lab starts; on a cluster the control plane is the cluster's".into());
             return;
         }
-        if r.cpus.len() > 1 {
-            p.push("limits.control_plane.cpus: one value (the control plane's CPU is not swept yet); run the file once per value, with --set limits.control_plane.cpus=N".into());
-        }
-        let chains = |kind: &dyn Fn(&Topology) -> bool| {
-            self.topologies
-                .iter()
-                .any(|t| matches!(t, StepKind::Chain(c) if kind(c)))
-        };
-        let gateway = chains(&|t| *t == Topology::Gateway)
-            && matches!(self.gateway.kind, Program::Istio | Program::Contour);
-        let sidecars = self.proxy.kind == Program::Istio && chains(&|t| *t != Topology::Gateway);
-        if !gateway && !sidecars {
+        let runs = self
+            .topologies
+            .iter()
+            .any(|t| matches!(t, StepKind::Chain(c) if self.runs_control_plane(*c)));
+        if !runs {
             p.push("limits.control_plane: no control plane runs in this experiment; it limits istiod or Contour (gateway.type: istio or contour, proxy.type: istio): drop it or name one".into());
         }
     }
@@ -531,6 +525,27 @@ impl Experiment {
     /// The control-plane matrix the plan walks: the file's section, else its defaults.
     pub fn control_plane_matrix(&self) -> ControlPlaneSection {
         self.control_plane.clone().unwrap_or_default()
+    }
+
+    /// Whether a chain of topology `t` runs a control plane the lab starts: istiod for
+    /// Istio's sidecars or gateway, Contour for its gateway. It is what `limits.control_plane`
+    /// limits, and what a sweep of `limits.control_plane.cpus` varies.
+    pub fn runs_control_plane(&self, t: Topology) -> bool {
+        match t {
+            Topology::Gateway => matches!(self.gateway.kind, Program::Istio | Program::Contour),
+            Topology::Serveronly | Topology::Clientonly | Topology::Both => {
+                self.proxy.kind == Program::Istio
+            }
+            Topology::Baseline | Topology::Ambient | Topology::Waypoint => false,
+        }
+    }
+
+    /// Whether the chain of topology `t` has a role of `class` to limit (or sweep).
+    pub fn limits_in(&self, t: Topology, class: Class) -> bool {
+        match class {
+            Class::ControlPlane => self.runs_control_plane(t),
+            Class::Proxy | Class::Tunnel | Class::Backend => t.has(class),
+        }
     }
 }
 

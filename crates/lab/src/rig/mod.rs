@@ -250,6 +250,7 @@ impl RigSpec {
             Class::Proxy => &self.proxy_limits,
             Class::Tunnel => &self.tunnel_limits,
             Class::Backend => &self.backend_limits,
+            Class::ControlPlane => &self.control_plane_limits,
         }
     }
 
@@ -257,8 +258,8 @@ impl RigSpec {
     fn program(&self, class: Class) -> &ProgramSpec {
         match class {
             Class::Tunnel => &self.tunnel,
-            // The backend is no hop: it has no program of its own.
-            Class::Proxy | Class::Backend => &self.proxy,
+            // The backend is no hop, nor the control plane: no program of their own here.
+            Class::Proxy | Class::Backend | Class::ControlPlane => &self.proxy,
         }
     }
 
@@ -267,7 +268,7 @@ impl RigSpec {
         let set = match (self.topology, role.class) {
             (Topology::Gateway, _) => self.gateway.workers,
             (_, Class::Tunnel) => self.tunnel_workers,
-            (_, Class::Proxy | Class::Backend) => self.proxy_workers,
+            (_, Class::Proxy | Class::Backend | Class::ControlPlane) => self.proxy_workers,
         };
         workers_for(set, self.limits(role.class))
     }
@@ -435,11 +436,15 @@ impl Rig {
         match Cgroups::detect() {
             Ok(k) => Some(k),
             Err(why) => {
-                let limited = [Class::Proxy, Class::Tunnel, Class::Backend]
-                    .iter()
-                    .map(|c| spec.limits(*c))
-                    .chain([&spec.control_plane_limits])
-                    .any(|l| l.cpus.is_some() || l.memory_mib.is_some());
+                let limited = [
+                    Class::Proxy,
+                    Class::Tunnel,
+                    Class::Backend,
+                    Class::ControlPlane,
+                ]
+                .iter()
+                .map(|c| spec.limits(*c))
+                .any(|l| l.cpus.is_some() || l.memory_mib.is_some());
                 if limited {
                     self.warnings.push(format!(
                         "{why}; CPU quotas fall back to pinning on whole CPUs, memory limits are not applied"

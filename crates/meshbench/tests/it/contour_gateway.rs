@@ -8,10 +8,12 @@
 //! - `meshbench experiment` with `gateway.type: contour` at 10 domains x 10 paths: 2,000 of
 //!   2,000 requests answered, Envoy's own count equal to the engine's, every HTTPProxy `valid`
 //!   in Contour's status (the step does not start otherwise), Contour sampled as a role.
-//! - `limits.control_plane`: Contour runs in a cgroup of its own with the quota and the memory
-//!   limit asked, and its usage row carries the CPU limit.
+//! - `limits.control_plane` swept over two CPU values: each step's Contour runs in a cgroup of
+//!   its own with that step's quota and the memory limit asked; each step stores the control
+//!   plane's allotment and Contour's usage row its CPU limit; the answers read it as a
+//!   control-plane sweep (no RPS per core drawn over it).
 //! - Bad input: Contour in network namespaces, as a sidecar, or as a tunnel, and a control-plane
-//!   limit with no control plane or with several CPU values, are refused before anything
+//!   limit with no control plane or swept beside another role, are refused before anything
 //!   starts; a missing installation is named by `--dry-run`.
 
 use crate::common;
@@ -138,9 +140,9 @@ fn contour_where_it_cannot_run_is_refused_up_front_in_one_line() {
             "limits.control_plane: no control plane runs in this experiment",
         ),
         (
-            "limit-swept.yaml",
-            "name: x\ntopologies: [gateway]\ngateway:\n  type: contour\nlimits:\n  control_plane:\n    cpus: [0.25, 0.5]\n",
-            "limits.control_plane.cpus: one value",
+            "two-sweeps.yaml",
+            "name: x\ntopologies: [gateway]\ngateway:\n  type: contour\nlimits:\n  proxy:\n    cpus: [0.5, 1]\n  control_plane:\n    cpus: [0.25, 0.5]\n",
+            "limits: only one role's cpus may list several values",
         ),
     ] {
         let out = meshbench(&["experiment", &write(name, text), "--dry-run"], LIMIT);
@@ -217,7 +219,7 @@ fn cgroup_limits(pid: u32) -> Option<(f64, u64)> {
 }
 
 #[test]
-fn contour_under_a_control_plane_limit_runs_in_a_cgroup_of_its_own() {
+fn contour_swept_over_control_plane_limits_runs_in_a_cgroup_of_its_own_each_step() {
     if let Some(e) = contour::unavailable() {
         panic!("{e}");
     }
@@ -228,7 +230,7 @@ fn contour_under_a_control_plane_limit_runs_in_a_cgroup_of_its_own() {
         "name: contour-limited\ntopologies: [gateway]\nduration_secs: 3\nwarmup_secs: 0.5\n\
          cooldown_secs: 0\nsample_interval_ms: 250\nload:\n  rate_rps: [200]\n  connections: [4]\n\
          gateway:\n  type: contour\n  domains: 2\n  paths: 2\n\
-         limits:\n  control_plane:\n    cpus: [0.25]\n    memory_mib: 256\n",
+         limits:\n  control_plane:\n    cpus: [0.25, 0.5]\n    memory_mib: 256\n",
     )
     .unwrap();
     let store = dir.join("store");
@@ -239,9 +241,11 @@ fn contour_under_a_control_plane_limit_runs_in_a_cgroup_of_its_own() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    // Contour serving, read while it runs: its cgroup's quota and memory limit.
+    // Each step's Contour, read while it serves: its cgroup's quota and memory limit, by pid
+    // (each step starts its own).
     let began = std::time::Instant::now();
-    let limits = loop {
+    let mut seen: Vec<(u32, (f64, u64))> = Vec::new();
+    while child.try_wait().unwrap().is_none() {
         // Its working directory is the step's, under this test's temporary directory.
         let serving = std::fs::read_dir("/proc").unwrap().flatten().find_map(|e| {
             let pid: u32 = e.file_name().to_str()?.parse().ok()?;
@@ -251,23 +255,56 @@ fn contour_under_a_control_plane_limit_runs_in_a_cgroup_of_its_own() {
             let ours = cwd.starts_with(std::env::temp_dir()) && cwd.ends_with("contour");
             (serves && ours).then_some(pid)
         });
-        if let Some(limits) = serving.and_then(cgroup_limits) {
-            break limits;
+        if let Some(pid) = serving.filter(|pid| seen.iter().all(|(p, _)| p != pid)) {
+            if let Some(limits) = cgroup_limits(pid) {
+                seen.push((pid, limits));
+            }
         }
-        if let Some(status) = child.try_wait().unwrap() {
-            panic!("the run ended ({status}) before Contour was seen serving");
-        }
-        assert!(began.elapsed() < LIMIT, "no contour serve with limits");
+        assert!(began.elapsed() < LIMIT, "the sweep did not end in time");
         std::thread::sleep(Duration::from_millis(20));
-    };
-    assert_eq!(limits, (0.25, 256), "Contour's cgroup: cores, MiB");
+    }
+    let limits: Vec<(f64, u64)> = seen.iter().map(|(_, l)| *l).collect();
+    assert_eq!(
+        limits,
+        [(0.25, 256), (0.5, 256)],
+        "each step's Contour's cgroup: cores, MiB"
+    );
     let out = common::wait_with_limit(&mut child, LIMIT);
     assert!(out.status.success(), "{}", stderr(&out));
     let export = common::export_json(&store);
-    let step = &export["steps"][0];
-    assert_eq!(step["status"], "ok", "{step}");
-    let contour = common::usage_of(step, "contour");
-    assert_eq!(contour["cpu_limit"].as_f64(), Some(0.25), "{contour}");
-    assert!(u(contour, "/samples") >= 2, "{contour}");
+    let steps = export["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 2, "{export}");
+    for (step, cores) in steps.iter().zip([0.25, 0.5]) {
+        assert_eq!(step["status"], "ok", "{step}");
+        assert_eq!(step["params"]["cpu"]["role"], "control_plane", "{step}");
+        assert_eq!(
+            step["params"]["cpu"]["cores"].as_f64(),
+            Some(cores),
+            "{step}"
+        );
+        let contour = common::usage_of(step, "contour");
+        assert_eq!(contour["cpu_limit"].as_f64(), Some(cores), "{contour}");
+        assert!(u(contour, "/samples") >= 2, "{contour}");
+    }
+    // The answers read the sweep as the control plane's: each allotment's rate, no RPS per
+    // core drawn over cores that carry no request.
+    let shown = meshbench(
+        &[
+            "results",
+            "show",
+            "latest",
+            "--store",
+            &store.display().to_string(),
+        ],
+        LIMIT,
+    );
+    let shown = common::stdout(&shown);
+    assert!(
+        shown.contains("gateway with control_plane limited")
+            && shown.contains("with 0.25 cores")
+            && shown.contains("with 0.5 cores")
+            && !shown.contains("each added core carries"),
+        "{shown}"
+    );
     let _ = std::fs::remove_dir_all(dir);
 }

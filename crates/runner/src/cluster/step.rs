@@ -478,7 +478,7 @@ impl Realised for ClusterStep<'_> {
                     (ChainRole::ClientProxy, _) => shape.client_proxy.cpu_cores,
                     (_, Class::Proxy) => shape.proxy.cpu_cores,
                     (_, Class::Backend) => shape.backend.cpu_cores,
-                    (_, Class::Tunnel) => None,
+                    (_, Class::Tunnel | Class::ControlPlane) => None,
                 };
                 Some(RoleReading::read(r, Some(chain)))
             })
