@@ -366,7 +366,7 @@ impl Default for Gateway {
 }
 
 /// The built-in backend (`meshbench backend`).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct Backend {
     /// Added to every response.
@@ -375,6 +375,21 @@ pub struct Backend {
     pub delay_mode: DelayMode,
     /// Worker threads (0: one per core).
     pub threads: u32,
+    /// Replicas behind the gateway (the study ran nginx x 3), each a role of its own
+    /// (`backend`, `backend_2`, ...) under `limits.backend`, balanced by the gateway in turn;
+    /// the baseline's direct path has no balancer and keeps one.
+    pub replicas: u8,
+}
+
+impl Default for Backend {
+    fn default() -> Self {
+        Backend {
+            delay_ms: 0,
+            delay_mode: DelayMode::default(),
+            threads: 0,
+            replicas: 1,
+        }
+    }
 }
 
 /// How the backend waits out its delay (`meshbench backend --delay-mode`).

@@ -198,7 +198,7 @@ fn plan(dir: &Path, listen: SocketAddr) -> GatewayPlan {
         http3: false,
         grpc: false,
         certs: CertLayout::PerDomain,
-        backend: "127.0.0.1:9000".parse().unwrap(),
+        backends: vec!["127.0.0.1:9000".parse().unwrap()],
         listen,
         workers: 1,
         admin: None,

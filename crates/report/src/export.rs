@@ -24,7 +24,7 @@ fn role_rank(r: &Role) -> (u8, &str) {
             ChainRole::Waypoint => 3,
             ChainRole::ServerProxy => 4,
             ChainRole::ZtunnelServer => 5,
-            ChainRole::Backend => 6,
+            ChainRole::Backend | ChainRole::BackendReplica(_) => 6,
         },
         Role::Istiod | Role::Contour | Role::Sampler | Role::External(_) => 7,
     };

@@ -45,7 +45,8 @@ fn mesh_part(role: &Role) -> Option<MeshPart> {
             ChainRole::Waypoint
             | ChainRole::ZtunnelClient
             | ChainRole::ZtunnelServer
-            | ChainRole::Backend => None,
+            | ChainRole::Backend
+            | ChainRole::BackendReplica(_) => None,
         },
         Role::Sampler | Role::External(_) | Role::Istiod | Role::Contour => None,
     }

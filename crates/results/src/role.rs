@@ -29,9 +29,26 @@ pub enum ChainRole {
     ZtunnelClient,
     /// The server node's tunnel (`ztunnel_server`).
     ZtunnelServer,
-    /// meshbench's built-in backend (`backend`).
+    /// meshbench's built-in backend (`backend`); with `backend.replicas`, its first replica.
     Backend,
+    /// Another replica of the backend behind the gateway (`backend_2` .. `backend_8`): the
+    /// replica's number, from 2 to [`MAX_BACKEND_REPLICAS`].
+    BackendReplica(u8),
 }
+
+/// The most replicas of the backend a step runs (`backend.replicas`).
+pub const MAX_BACKEND_REPLICAS: u8 = 8;
+
+/// The words of replicas 2 to [`MAX_BACKEND_REPLICAS`].
+const REPLICA_NAMES: [&str; MAX_BACKEND_REPLICAS as usize - 1] = [
+    "backend_2",
+    "backend_3",
+    "backend_4",
+    "backend_5",
+    "backend_6",
+    "backend_7",
+    "backend_8",
+];
 
 impl ChainRole {
     pub const ALL: [ChainRole; 7] = [
@@ -54,6 +71,10 @@ impl ChainRole {
             ChainRole::ZtunnelClient => "ztunnel_client",
             ChainRole::ZtunnelServer => "ztunnel_server",
             ChainRole::Backend => "backend",
+            ChainRole::BackendReplica(n) => REPLICA_NAMES
+                .get(usize::from(n).saturating_sub(2))
+                .copied()
+                .unwrap_or("backend_replica"),
         }
     }
 
@@ -65,7 +86,7 @@ impl ChainRole {
             | ChainRole::Gateway
             | ChainRole::Waypoint => Class::Proxy,
             ChainRole::ZtunnelClient | ChainRole::ZtunnelServer => Class::Tunnel,
-            ChainRole::Backend => Class::Backend,
+            ChainRole::Backend | ChainRole::BackendReplica(_) => Class::Backend,
         }
     }
 
@@ -87,13 +108,30 @@ impl ChainRole {
             ChainRole::Waypoint => Some(Duty::Waypoint),
             ChainRole::ZtunnelClient => Some(Duty::ClientTunnel),
             ChainRole::ZtunnelServer => Some(Duty::ServerTunnel),
-            ChainRole::Backend => None,
+            ChainRole::Backend | ChainRole::BackendReplica(_) => None,
         }
+    }
+
+    /// The backend's `n`-th replica (1-based): the backend itself for the first.
+    pub fn backend_replica(n: u8) -> ChainRole {
+        match n {
+            0 | 1 => ChainRole::Backend,
+            n => ChainRole::BackendReplica(n),
+        }
+    }
+
+    /// Whether it is the backend or one of its replicas.
+    pub fn is_backend(self) -> bool {
+        self.class() == Class::Backend
     }
 
     /// The chain role this word names, if any.
     pub fn from_word(word: &str) -> Option<ChainRole> {
-        ChainRole::ALL.into_iter().find(|r| r.name() == word)
+        let replica = (2..=MAX_BACKEND_REPLICAS).map(ChainRole::BackendReplica);
+        ChainRole::ALL
+            .into_iter()
+            .chain(replica)
+            .find(|r| r.name() == word)
     }
 }
 

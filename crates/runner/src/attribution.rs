@@ -8,7 +8,7 @@ use meshbench_analysis::attribution::{join, LogIndex};
 use meshbench_lab::program::envoy::access_log;
 use meshbench_lab::rig::Rig;
 use meshbench_results::attribution::{Attribution, HopSeen, Seen, Sent};
-use meshbench_results::{ChainRole, Class};
+use meshbench_results::Class;
 
 /// How long the logs may take to hold every sampled request (Envoy flushes every 200 ms
 /// when attribution is on).
@@ -19,7 +19,7 @@ pub fn attribute(rig: &Rig, sample_rate: f64, sent: &[Sent]) -> Attribution {
     let path: Vec<HopSeen> = rig
         .roles
         .iter()
-        .filter(|r| r.name != ChainRole::Backend)
+        .filter(|r| !r.name.is_backend())
         .map(|r| HopSeen {
             role: r.name,
             program: r.program.clone(),

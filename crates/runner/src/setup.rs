@@ -267,6 +267,10 @@ pub fn rig_spec(
         },
         backend_exe: exe,
         backend_args,
+        backend_replicas: match variant.topology {
+            Topology::Gateway => e.backend.replicas,
+            _ => 1,
+        },
         proxy_limits: limits(&e.limits.proxy, swept(Class::Proxy)),
         tunnel_limits: limits(&e.limits.tunnel, swept(Class::Tunnel)),
         backend_limits: limits(&e.limits.backend, swept(Class::Backend)),

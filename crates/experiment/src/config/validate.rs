@@ -9,6 +9,7 @@ use super::{
 };
 use crate::external::External;
 use crate::plan::{PlanSize, MAX_STEPS};
+use meshbench_results::role::MAX_BACKEND_REPLICAS;
 use meshbench_results::topology::MAX_ROUTES;
 use meshbench_results::Program;
 
@@ -47,6 +48,7 @@ impl Experiment {
                     delay_ms: _,
                     delay_mode: _,
                     threads: _,
+                    replicas: _, // validate_replicas
                 },
             limits: _,      // validate_limits
             external: _,    // validate_external
@@ -64,6 +66,7 @@ impl Experiment {
         self.validate_programs(&mut p);
         self.validate_gateway(&mut p);
         self.validate_limits(&mut p);
+        self.validate_replicas(&mut p);
         self.validate_size(&mut p);
         self.validate_attribution(&mut p);
         if let Some(agents) = &self.agents {
@@ -417,6 +420,38 @@ impl Experiment {
             p.push("limits: only one role's cpus may list several values (the CPU sweep)".into());
         }
         self.validate_control_plane_limits(p);
+    }
+
+    /// `backend.replicas`: 1 to the most, and more than one only where a gateway balances over
+    /// them, in the lab.
+    fn validate_replicas(&self, p: &mut Vec<String>) {
+        let n = self.backend.replicas;
+        if !(1..=MAX_BACKEND_REPLICAS).contains(&n) {
+            p.push(format!(
+                "backend.replicas: expected a whole number from 1 to {MAX_BACKEND_REPLICAS}, found {n}"
+            ));
+            return;
+        }
+        if n == 1 {
+            return;
+        }
+        if self.cluster.is_some() {
+            p.push("backend.replicas: on a cluster the backend is one pod (not built yet); drop it or run the file in the lab".into());
+        }
+        let without = self.topologies.iter().find(|t| {
+            matches!(t, StepKind::Chain(c) if !matches!(c, Topology::Gateway | Topology::Baseline))
+        });
+        if let Some(t) = without {
+            p.push(format!(
+                "backend.replicas: {n} replicas stand behind the gateway, which balances over them; topology {t} runs one backend: list gateway (and baseline) only, or drop backend.replicas"
+            ));
+        }
+        if !self
+            .topologies
+            .contains(&StepKind::Chain(Topology::Gateway))
+        {
+            p.push("backend.replicas: only the gateway topology balances over replicas; list gateway, or drop backend.replicas".into());
+        }
     }
 
     /// `limits.control_plane`: limits the control plane the lab runs, so there must be one.

@@ -44,7 +44,7 @@ const HTTPS_ROUTES: &str = "https/";
 pub fn http_proxies(plan: &GatewayPlan) -> Vec<HttpProxy> {
     let service = RouteService {
         name: BACKEND_SERVICE.into(),
-        port: plan.backend.port(),
+        port: plan.backend().port(),
         // gRPC goes to the backend as HTTP/2 in the clear; the rest as HTTP/1.1.
         protocol: plan.grpc.then(|| "h2c".into()),
     };
@@ -80,7 +80,7 @@ pub fn http_proxies(plan: &GatewayPlan) -> Vec<HttpProxy> {
 
 /// The namespace, the backend's Service (its port the backend's) and its EndpointSlice.
 fn backend_objects(plan: &GatewayPlan) -> (Namespace, Service, EndpointSlice) {
-    let port = plan.backend.port();
+    let port = plan.backend().port();
     let namespace = Namespace {
         metadata: ObjectMeta {
             name: Some(NAMESPACE.into()),
@@ -106,7 +106,10 @@ fn backend_objects(plan: &GatewayPlan) -> (Namespace, Service, EndpointSlice) {
         format!("{BACKEND_SERVICE}-1"),
         NAMESPACE,
         BACKEND_SERVICE,
-        vec![workloads::endpoint(plan.backend.ip().to_string(), None)],
+        plan.backends
+            .iter()
+            .map(|b| workloads::endpoint(b.ip().to_string(), None))
+            .collect(),
         port,
     );
     (namespace, service, slice)
@@ -126,8 +129,8 @@ pub fn expected(plan: &GatewayPlan) -> ready::Expected {
         routes: plan.domains * plan.routes_per_domain() * per_path,
         certificates: plan.domains,
         backend: (
-            format!("{NAMESPACE}/{BACKEND_SERVICE}/{}/", plan.backend.port()),
-            plan.backend,
+            format!("{NAMESPACE}/{BACKEND_SERVICE}/{}/", plan.backend().port()),
+            plan.backends.clone(),
         ),
     }
 }
@@ -199,7 +202,7 @@ mod tests {
             http3: false,
             grpc,
             certs: CertLayout::PerDomain,
-            backend: "127.0.0.1:18080".parse().unwrap(),
+            backends: vec!["127.0.0.1:18080".parse().unwrap()],
             listen: "127.0.0.1:8443".parse().unwrap(),
             workers: 1,
             admin: None,

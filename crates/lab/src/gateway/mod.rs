@@ -133,8 +133,10 @@ pub struct GatewayPlan {
     /// forwarded unchanged over HTTP/2 (h2c to the backend); `paths` does not apply.
     pub grpc: bool,
     pub certs: CertLayout,
-    /// Where the backend listens.
-    pub backend: SocketAddr,
+    /// Where the backend's replicas listen (at least one), every one on the same port, each
+    /// on its own address (a Service, a ServiceEntry and an EndpointSlice name one port): the
+    /// gateway balances over them, round robin.
+    pub backends: Vec<SocketAddr>,
     /// Where the gateway listens (a program's; Istio's is the cluster's ingress).
     pub listen: SocketAddr,
     /// Worker processes or threads of the gateway.
@@ -148,6 +150,17 @@ pub struct GatewayPlan {
 }
 
 impl GatewayPlan {
+    /// The backend's first replica: its port is every replica's.
+    pub fn backend(&self) -> SocketAddr {
+        self.backends[0]
+    }
+
+    /// The backend's replicas, as a file's header names them (`a, b`).
+    pub fn backends_named(&self) -> String {
+        let names: Vec<String> = self.backends.iter().map(|b| b.to_string()).collect();
+        names.join(", ")
+    }
+
     /// The n-th domain name (0-based).
     pub fn domain(&self, n: usize) -> String {
         domain_name(n)

@@ -45,8 +45,8 @@ pub type VirtualService = istio::VirtualService<V1beta1>;
 pub type ServiceEntry = istio::ServiceEntry<V1beta1>;
 pub use meshbench_k8s::k8s_openapi::api::core::v1::Secret;
 
-/// The backend as the mesh knows it: [`BACKEND_HOST`] on the backend's port, its one endpoint
-/// the backend's address (HTTP, or gRPC in the clear).
+/// The backend as the mesh knows it: [`BACKEND_HOST`] on the backend's port, an endpoint per
+/// replica's address (HTTP, or gRPC in the clear).
 pub fn backend_entry(plan: &GatewayPlan) -> ServiceEntry {
     let protocol = if plan.grpc { "GRPC" } else { "HTTP" };
     ServiceEntry {
@@ -57,14 +57,18 @@ pub fn backend_entry(plan: &GatewayPlan) -> ServiceEntry {
             // The backend has no sidecar: the gateway speaks to it in the clear.
             location: Location::MeshExternal,
             ports: vec![Port {
-                number: plan.backend.port(),
+                number: plan.backend().port(),
                 name: protocol.to_ascii_lowercase(),
                 protocol: protocol.into(),
             }],
             resolution: Resolution::Static,
-            endpoints: vec![ServiceEndpoint {
-                address: plan.backend.ip().to_string(),
-            }],
+            endpoints: plan
+                .backends
+                .iter()
+                .map(|b| ServiceEndpoint {
+                    address: b.ip().to_string(),
+                })
+                .collect(),
         },
         version: V1beta1,
     }
@@ -118,7 +122,7 @@ pub fn resources(plan: &GatewayPlan, istio: &Istio) -> (Vec<Gateway>, Vec<Virtua
     let backend = Destination {
         host: place.backend_host.as_deref().unwrap_or(BACKEND_HOST).into(),
         port: PortSelector {
-            number: place.backend_port.unwrap_or(plan.backend.port()),
+            number: place.backend_port.unwrap_or(plan.backend().port()),
         },
     };
     let workspaces = plan.domains.div_ceil(DOMAINS_PER_WORKSPACE);
@@ -296,10 +300,10 @@ impl Target for Istio {
     }
 
     fn notes(&self, plan: &GatewayPlan) -> Vec<String> {
-        let ip = plan.backend.ip();
+        let ip = plan.backend().ip();
         let mut notes = vec![format!(
             "every route goes to {BACKEND_HOST}:{port}, the ServiceEntry in {SERVICE_ENTRY_FILE} whose one endpoint is {ip}: the ingress gateway's pods must reach {ip}:{port}",
-            port = plan.backend.port()
+            port = plan.backend().port()
         )];
         if ip.is_loopback() || ip.is_unspecified() {
             notes.push(format!(
@@ -354,7 +358,7 @@ mod tests {
             http3: false,
             grpc: false,
             certs: CertLayout::PerDomain,
-            backend: "10.1.2.3:18080".parse().unwrap(),
+            backends: vec!["10.1.2.3:18080".parse().unwrap()],
             listen: "127.0.0.1:8443".parse().unwrap(),
             workers: 1,
             admin: None,

@@ -135,15 +135,25 @@ pub fn write_gateway(plan: &GatewayPlan) -> Result<Vec<PathBuf>, LabError> {
         let (rewrite, transport) = if plan.grpc {
             (
                 "",
-                " {\n      transport http {\n        versions h2c 2\n      }\n    }",
+                "      transport http {\n        versions h2c 2\n      }\n",
             )
         } else {
             ("    rewrite * /\n", "")
         };
+        // Several replicas: in turn (Caddy's default picks one at random).
+        let balance = match plan.backends.len() {
+            1 => "",
+            _ => "      lb_policy round_robin\n",
+        };
+        let options = match format!("{balance}{transport}") {
+            o if o.is_empty() => o,
+            o => format!(" {{\n{o}    }}"),
+        };
+        let upstreams: Vec<String> = plan.backends.iter().map(|b| b.to_string()).collect();
         let _ = writeln!(
             sites,
-            "  @routes path {matcher}\n  handle @routes {{\n{rewrite}    reverse_proxy {backend}{transport}\n  }}\n  respond 404\n}}",
-            backend = plan.backend
+            "  @routes path {matcher}\n  handle @routes {{\n{rewrite}    reverse_proxy {}{options}\n  }}\n  respond 404\n}}",
+            upstreams.join(" ")
         );
     }
     let conf = format!(
@@ -153,7 +163,7 @@ pub fn write_gateway(plan: &GatewayPlan) -> Result<Vec<PathBuf>, LabError> {
 {sites}",
         domains = plan.domains,
         npaths = plan.paths,
-        backend = plan.backend,
+        backend = plan.backends_named(),
         globals = globals(&plan.out, plan.http2 || plan.grpc, plan.tls, plan.http3),
     );
     Ok(vec![write_file(plan.path(CONFIG), conf)?])

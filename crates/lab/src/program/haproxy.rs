@@ -179,12 +179,18 @@ frontend gateway
 {set_path}  default_backend meshbench_backend
 
 backend meshbench_backend
+  balance roundrobin
   http-reuse always
-  server backend {backend} maxconn 4000{server_proto}
-",
+{servers}",
         domains = plan.domains,
         npaths = plan.paths,
-        backend = plan.backend,
+        backend = plan.backends_named(),
+        servers = plan
+            .backends
+            .iter()
+            .enumerate()
+            .map(|(i, b)| format!("  server backend{} {b} maxconn 4000{server_proto}\n", i + 1))
+            .collect::<String>(),
         workers = plan.workers,
         listen = plan.listen,
     );

@@ -513,7 +513,7 @@ pub(crate) mod tests {
             http3: true,
             grpc: false,
             certs: gateway::CertLayout::Shared,
-            backend: "127.0.0.1:9000".parse().unwrap(),
+            backends: vec!["127.0.0.1:9000".parse().unwrap()],
             listen: "127.0.0.1:8443".parse().unwrap(),
             workers: 1,
             admin: None,

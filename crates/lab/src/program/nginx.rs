@@ -243,8 +243,7 @@ pub fn write_gateway(plan: &GatewayPlan) -> Result<Vec<PathBuf>, LabError> {
   server_names_hash_bucket_size 128;
   ssl_session_cache shared:meshbench:32m;
 {temp}  upstream meshbench_backend {{
-    server {backend};
-    keepalive 256;
+{upstreams}    keepalive 256;
     keepalive_requests 1000000;
     keepalive_timeout 300s;
   }}
@@ -256,7 +255,12 @@ pub fn write_gateway(plan: &GatewayPlan) -> Result<Vec<PathBuf>, LabError> {
 ",
         domains = plan.domains,
         paths = plan.paths,
-        backend = plan.backend,
+        backend = plan.backends_named(),
+        upstreams = plan
+            .backends
+            .iter()
+            .map(|b| format!("    server {b};\n"))
+            .collect::<String>(),
         preamble = preamble(&plan.out, plan.workers as u32),
         temp = temp_paths(&plan.out),
     );

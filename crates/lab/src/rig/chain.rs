@@ -233,7 +233,10 @@ impl Rig {
             http3: spec.http3,
             grpc: spec.grpc,
             certs: CertLayout::PerDomain,
-            backend: hop.upstream,
+            backends: match self.backends.is_empty() {
+                true => vec![hop.upstream],
+                false => self.backends.clone(),
+            },
             listen: hop.listen,
             workers: hop.workers as usize,
             admin: hop.admin,

@@ -141,10 +141,10 @@ impl Rig {
                 backend: (
                     format!(
                         "outbound|{}||{}",
-                        hop.upstream.port(),
+                        plan.backend().port(),
                         crate::istio::objects::BACKEND_HOST
                     ),
-                    hop.upstream,
+                    plan.backends.clone(),
                 ),
             },
             applied_in,

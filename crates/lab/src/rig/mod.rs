@@ -79,6 +79,10 @@ pub struct RigSpec {
     /// The meshbench binary (for `meshbench backend`).
     pub backend_exe: PathBuf,
     pub backend_args: Vec<String>,
+    /// The backend's replicas behind the gateway (`backend.replicas`, 1 to
+    /// [`meshbench_results::role::MAX_BACKEND_REPLICAS`]), each a role of its own; every
+    /// other topology runs one.
+    pub backend_replicas: u8,
     pub proxy_limits: Limits,
     pub tunnel_limits: Limits,
     pub backend_limits: Limits,
@@ -170,6 +174,9 @@ pub struct Rig {
     pub client_netns: Option<String>,
     /// Per-hop attribution: the roles that log the tagged requests, and where.
     pub access_logs: Vec<(ChainRole, PathBuf)>,
+    /// Where the backend's replicas listen, the first the chain's last hop forwards to: the
+    /// gateway balances over them all.
+    backends: Vec<SocketAddr>,
     namespaces: Option<Namespaces>,
     /// Istio's sidecars' directories, outside `dir` ([`sidecars::pod_dir`]).
     pod_dirs: Vec<tempfile::TempDir>,
@@ -380,6 +387,7 @@ impl Rig {
             contour_gateway: None,
             client_netns: None,
             access_logs: Vec::new(),
+            backends: Vec::new(),
             pod_dirs: Vec::new(),
             namespaces: spec
                 .netns
@@ -415,12 +423,23 @@ impl Rig {
         }
         rig.entry = addresses[0].addr;
         if let Some(address) = addresses.pop() {
-            rig.start_role(
-                spec,
-                cgroups.as_ref(),
-                backend_launch(spec, address, chain.is_empty()),
-                stop,
-            )?;
+            let replicas = rig.replica_addresses(spec, &address, chain.len())?;
+            rig.backends = std::iter::once(address.addr)
+                .chain(replicas.iter().map(|r| r.addr))
+                .collect();
+            let launches: Vec<Launch> = std::iter::once((address, chain.is_empty()))
+                .chain(replicas.into_iter().map(|a| (a, false)))
+                .zip(1..)
+                .map(|((address, entry), n)| Launch {
+                    name: ChainRole::backend_replica(n),
+                    ..backend_launch(spec, address, entry)
+                })
+                .collect();
+            // The last replica first: each role started goes first in the list.
+            for launch in launches.into_iter().rev() {
+                go_on(stop)?;
+                rig.start_role(spec, cgroups.as_ref(), launch, stop)?;
+            }
         }
         // The hops, server side first.
         for ((role, hop), address) in chain.iter().zip(&hops).zip(addresses).rev() {
@@ -472,6 +491,33 @@ impl Rig {
                         IpAddr::V4(Ipv4Addr::LOCALHOST),
                         crate::port::free_port()?,
                     ),
+                    namespace: None,
+                }),
+            })
+            .collect()
+    }
+
+    /// The addresses of the backend's replicas after the first (`first`, the `n`-th role's):
+    /// each on `first`'s port, in a namespace of its own where `first` has one, else on a
+    /// loopback address of its own (127.0.0.2, ...), so that one port names them all.
+    fn replica_addresses(
+        &mut self,
+        spec: &RigSpec,
+        first: &RoleAddress,
+        n: usize,
+    ) -> Result<Vec<RoleAddress>, LabError> {
+        let port = first.addr.port();
+        (1..usize::from(spec.backend_replicas.max(1)))
+            .map(|i| match (&first.namespace, self.namespaces.as_mut()) {
+                (Some(_), Some(namespaces)) => {
+                    let m = namespaces.add(n + i)?;
+                    Ok(RoleAddress {
+                        addr: SocketAddr::new(m.addr, port),
+                        namespace: Some(m),
+                    })
+                }
+                _ => Ok(RoleAddress {
+                    addr: SocketAddr::new(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1 + i as u8)), port),
                     namespace: None,
                 }),
             })
@@ -630,6 +676,7 @@ mod tests {
                 workers: 1,
             },
             backend_exe: exe,
+            backend_replicas: 1,
             backend_args: Vec::new(),
             proxy_limits: Limits::default(),
             tunnel_limits: Limits::default(),

@@ -79,7 +79,7 @@ pub fn gateway(a: GatewayArgs) -> Result<u8> {
             CertsArg::PerDomain => CertLayout::PerDomain,
             CertsArg::Shared => CertLayout::Shared,
         },
-        backend,
+        backends: vec![backend],
         listen,
         workers: a.workers as usize,
         // Envoy's admin endpoint (stats and memory); by default Istio's port, on loopback.

@@ -60,6 +60,7 @@ pub(crate) fn spec(name: &str) -> RigSpec {
             workers: 1,
         },
         backend_exe: PathBuf::from(bin()),
+        backend_replicas: 1,
         backend_args: ["--threads", "1", "--delay-mode", "spin"]
             .map(String::from)
             .to_vec(),

@@ -8,8 +8,9 @@
 //! - `meshbench experiment` with `gateway.type: contour` at 10 domains x 10 paths: 2,000 of
 //!   2,000 requests answered, Envoy's own count equal to the engine's, every HTTPProxy `valid`
 //!   in Contour's status (the step does not start otherwise), Contour sampled as a role.
-//! - `limits.control_plane` swept over two CPU values: each step's Contour runs in a cgroup of
-//!   its own with that step's quota and the memory limit asked; each step stores the control
+//! - `limits.control_plane` swept over two CPU values, with two backend replicas behind the
+//!   gateway (`backend.replicas`: each answers its share): each step's Contour runs in a
+//!   cgroup of its own with that step's quota and the memory limit asked; each step stores the control
 //!   plane's allotment and Contour's usage row its CPU limit; the answers read it as a
 //!   control-plane sweep (no RPS per core drawn over it).
 //! - Bad input: Contour in network namespaces, as a sidecar, or as a tunnel, and a control-plane
@@ -230,6 +231,7 @@ fn contour_swept_over_control_plane_limits_runs_in_a_cgroup_of_its_own_each_step
         "name: contour-limited\ntopologies: [gateway]\nduration_secs: 3\nwarmup_secs: 0.5\n\
          cooldown_secs: 0\nsample_interval_ms: 250\nload:\n  rate_rps: [200]\n  connections: [4]\n\
          gateway:\n  type: contour\n  domains: 2\n  paths: 2\n\
+         backend:\n  replicas: 2\n\
          limits:\n  control_plane:\n    cpus: [0.25, 0.5]\n    memory_mib: 256\n",
     )
     .unwrap();
@@ -285,6 +287,15 @@ fn contour_swept_over_control_plane_limits_runs_in_a_cgroup_of_its_own_each_step
         let contour = common::usage_of(step, "contour");
         assert_eq!(contour["cpu_limit"].as_f64(), Some(cores), "{contour}");
         assert!(u(contour, "/samples") >= 2, "{contour}");
+        // Two backend pods behind Contour's EndpointSlice, each answering its share.
+        for name in ["backend", "backend_2"] {
+            let usage = common::usage_of(step, name);
+            assert!(
+                usage["cpu_millicores_avg"].as_f64().unwrap_or(0.0) > 0.0,
+                "replica {name} answered nothing: {usage}"
+            );
+        }
+        assert_eq!(u(&step["summary"], "/errors"), 0, "{step}");
     }
     // The answers read the sweep as the control plane's: each allotment's rate, no RPS per
     // core drawn over cores that carry no request.

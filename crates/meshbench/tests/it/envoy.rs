@@ -60,6 +60,7 @@ fn spec(topology: Topology, case: Case, name: &str) -> RigSpec {
             workers: 1,
         },
         backend_exe: PathBuf::from(bin()),
+        backend_replicas: 1,
         backend_args: vec!["--size".into(), "1024".into()],
         proxy_limits: Limits::default(),
         tunnel_limits: Limits::default(),

@@ -115,7 +115,7 @@ fn istiod_configures_upstream_envoy_for_the_generated_gateway_and_every_route_an
         route_configs: "",
         routes: DOMAINS * PATHS,
         certificates: DOMAINS,
-        backend: ("||meshbench-backend.internal".into(), backend.addr),
+        backend: ("||meshbench-backend.internal".into(), vec![backend.addr]),
     };
     let acked = ready::wait_agent_acked(
         &mut agent,

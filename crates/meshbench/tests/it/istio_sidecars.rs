@@ -169,6 +169,7 @@ fn spec(topology: Topology, mtls: Option<PeerAuthentication>, name: &str) -> Rig
             workers: 1,
         },
         backend_exe: PathBuf::from(bin()),
+        backend_replicas: 1,
         backend_args: vec!["--size".into(), "64".into()],
         proxy_limits: Limits::default(),
         tunnel_limits: Limits::default(),

@@ -11,6 +11,7 @@ mod answers;
 mod arrivals;
 mod attribution;
 mod backend;
+mod backend_replicas;
 mod bad_input;
 mod churn;
 mod cluster_attribution;

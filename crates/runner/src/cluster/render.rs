@@ -182,7 +182,7 @@ pub(super) fn gateway_objects(
         http3: false,
         grpc: e.load.protocol == meshbench_results::Protocol::Grpc,
         certs: CertLayout::PerDomain,
-        backend: SocketAddr::from(([127, 0, 0, 1], system::CAPTURED)),
+        backends: vec![SocketAddr::from(([127, 0, 0, 1], system::CAPTURED))],
         listen: SocketAddr::from(([0, 0, 0, 0], 443)),
         workers: 0,
         admin: None,

@@ -150,7 +150,7 @@ impl ClusterSite {
                             route_configs: "",
                             routes: g.routes,
                             certificates: g.domains,
-                            backend: (format!("||{host}"), backend),
+                            backend: (format!("||{host}"), vec![backend]),
                         }),
                     ));
                 }
@@ -270,7 +270,9 @@ impl ClusterSite {
                 )),
                 // One DaemonSet: its pods are read once, as the client's tunnel.
                 ChainRole::ZtunnelClient => Some(role(r.role, Preset::Ztunnel, &[])),
-                ChainRole::ZtunnelServer | ChainRole::Backend => None,
+                ChainRole::ZtunnelServer | ChainRole::Backend | ChainRole::BackendReplica(_) => {
+                    None
+                }
             })
             .collect();
         roles.push(role(

@@ -24,7 +24,7 @@ use envoy_types::util::pack_any;
 
 use super::istio_shape::{self, Direction};
 use super::sidecar::hcm_filter;
-use super::{file, socket, socket_of, static_cluster, tls_socket, BACKEND_CLUSTER};
+use super::{file, socket, socket_of, static_cluster_of, tls_socket, BACKEND_CLUSTER};
 use crate::gateway::GatewayPlan;
 
 /// The gateway's connection managers' stat prefix (Istio's gateway: `outbound_0.0.0.0_<port>`).
@@ -210,7 +210,7 @@ fn virtual_host(plan: &GatewayPlan, domain: &str) -> VirtualHost {
                     Some(path),
                     rewrite,
                     Direction::Gateway,
-                    format!("{}:{}/*", istio_shape::SERVICE, plan.backend.port()),
+                    format!("{}:{}/*", istio_shape::SERVICE, plan.backend().port()),
                 )
             })
             .collect(),
@@ -220,7 +220,7 @@ fn virtual_host(plan: &GatewayPlan, domain: &str) -> VirtualHost {
 
 fn backend_cluster(plan: &GatewayPlan) -> Cluster {
     let mut cluster =
-        istio_shape::with_defaults(static_cluster(BACKEND_CLUSTER, plan.backend), true);
+        istio_shape::with_defaults(static_cluster_of(BACKEND_CLUSTER, &plan.backends), true);
     if plan.grpc {
         cluster.typed_extension_protocol_options = istio_shape::http2_upstream(0, 0, 0);
     }

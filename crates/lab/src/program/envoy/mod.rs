@@ -194,7 +194,7 @@ pub fn write_gateway(plan: &GatewayPlan) -> Result<Vec<PathBuf>, LabError> {
         "envoy.pb is an Envoy v3 bootstrap in binary protobuf ({} domains x {} paths -> {}), configured as Istio's ingress gateway; envoy.yaml is the same bootstrap to read.\nRun it with: envoy --config-path {} --concurrency {}\n{admin}",
         plan.domains,
         plan.paths,
-        plan.backend,
+        plan.backends_named(),
         path.display(),
         plan.workers
     );
@@ -250,6 +250,25 @@ fn file(path: &Path) -> Option<DataSource> {
 /// A cluster of one static endpoint.
 fn static_cluster(name: &str, endpoint: SocketAddr) -> Cluster {
     static_cluster_at(name, socket(endpoint))
+}
+
+/// A cluster of static endpoints (a backend's replicas), balanced round robin (Envoy's
+/// default policy).
+fn static_cluster_of(name: &str, endpoints: &[SocketAddr]) -> Cluster {
+    let mut cluster = static_cluster(name, endpoints[0]);
+    if let Some(assignment) = cluster.load_assignment.as_mut() {
+        assignment.endpoints[0].lb_endpoints = endpoints
+            .iter()
+            .map(|e| LbEndpoint {
+                host_identifier: Some(lb_endpoint::HostIdentifier::Endpoint(Endpoint {
+                    address: Some(socket(*e)),
+                    ..Default::default()
+                })),
+                ..Default::default()
+            })
+            .collect();
+    }
+    cluster
 }
 
 /// A cluster of one static endpoint at any address (a socket, or an internal listener).

@@ -37,9 +37,9 @@ pub struct Expected {
     /// Domain certificates (SDS secrets whose names hold `workspace-`: Istio's
     /// `kubernetes://NAME`, Contour's `NAMESPACE/NAME/HASH`).
     pub certificates: usize,
-    /// The backend's cluster (a part of its name) and the endpoint `/clusters` should list
-    /// under it.
-    pub backend: (String, SocketAddr),
+    /// The backend's cluster (a part of its name) and the endpoints (its replicas)
+    /// `/clusters` should list under it.
+    pub backend: (String, Vec<SocketAddr>),
 }
 
 /// Who runs the Envoy that is awaited and who configures it, as a failure names them.
@@ -183,13 +183,15 @@ pub fn missing(
             expected.certificates
         ));
     }
-    let (cluster, endpoint) = &expected.backend;
-    let listed = format!("::{endpoint}::");
-    if !clusters
-        .lines()
-        .any(|l| l.contains(cluster.as_str()) && l.contains(&listed))
-    {
-        out.push(format!("the backend's endpoint ({cluster}…::{endpoint})"));
+    let (cluster, endpoints) = &expected.backend;
+    for endpoint in endpoints {
+        let listed = format!("::{endpoint}::");
+        if !clusters
+            .lines()
+            .any(|l| l.contains(cluster.as_str()) && l.contains(&listed))
+        {
+            out.push(format!("the backend's endpoint ({cluster}…::{endpoint})"));
+        }
     }
     out
 }
@@ -389,7 +391,7 @@ mod tests {
             certificates: 2,
             backend: (
                 "outbound|9000||meshbench-backend.internal".into(),
-                "127.0.0.1:9000".parse().unwrap(),
+                vec!["127.0.0.1:9000".parse().unwrap()],
             ),
         }
     }
@@ -470,7 +472,7 @@ mod tests {
             certificates: 1,
             backend: (
                 "meshbench/backend/9000/".into(),
-                "127.0.0.1:9000".parse().unwrap(),
+                vec!["127.0.0.1:9000".parse().unwrap()],
             ),
         };
         let listeners = json!({"configs": [{"name": "ingress_https",
