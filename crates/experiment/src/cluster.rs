@@ -250,10 +250,16 @@ impl Cluster {
         if ambient && sidecars {
             p.push("topologies: on a cluster ambient and waypoint share the namespace with the sidecar topologies, and a pod with a sidecar is never in ambient: run them in files of their own".into());
         }
-        if chains.contains(&Topology::Gateway) && e.gateway.kind != Program::Istio {
+        if let Some(kind) = e
+            .gateway
+            .kinds
+            .iter()
+            .find(|k| **k != Program::Istio)
+            .filter(|_| chains.contains(&Topology::Gateway))
+        {
             p.push(format!(
                 "gateway.type: {} is not deployed on a cluster; meshbench deploys Istio's ingress gateway there: use gateway.type: istio",
-                e.gateway.kind.name()
+                kind.name()
             ));
         }
         if e.isolation != Isolation::Loopback {

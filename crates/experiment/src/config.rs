@@ -344,8 +344,11 @@ impl Proxy {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct Gateway {
-    #[serde(rename = "type")]
-    pub kind: Program,
+    /// The gateway program, or a list of them: with several, the gateway topology runs once
+    /// per program, as variants (`gateway nginx`, `gateway contour`...), the same plan through
+    /// each, so that the answers table which costs least per 1,000 RPS.
+    #[serde(rename = "type", deserialize_with = "one_or_many")]
+    pub kinds: Vec<Program>,
     /// The program to measure instead when `type`'s is not installed here.
     pub fallback: Option<Program>,
     pub domains: u32,
@@ -353,10 +356,28 @@ pub struct Gateway {
     pub workers: u32,
 }
 
+impl Gateway {
+    /// Whether `program` is one of the listed gateways.
+    pub fn runs(&self, program: Program) -> bool {
+        self.kinds.contains(&program)
+    }
+
+    /// Whether a listed gateway is configured by a control plane the lab starts (istiod,
+    /// Contour).
+    pub fn controlled(&self) -> bool {
+        self.runs(Program::Istio) || self.runs(Program::Contour)
+    }
+
+    /// The gateway of a step: its variant's when the file lists several, else the one listed.
+    pub fn of(&self, variant: Option<Program>) -> Program {
+        variant.or(self.kinds.first().copied()).unwrap_or_default()
+    }
+}
+
 impl Default for Gateway {
     fn default() -> Self {
         Gateway {
-            kind: Program::Nginx,
+            kinds: vec![Program::Nginx],
             fallback: None,
             domains: 10,
             paths: 10,

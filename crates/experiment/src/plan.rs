@@ -46,6 +46,8 @@ pub struct ChainVariant {
     pub cpu: Option<(Class, f64)>,
     /// Istio's sidecars' PeerAuthentication, when `proxy.peer_authentication` lists several.
     pub peer_authentication: Option<PeerAuthentication>,
+    /// The gateway program, when `gateway.type` lists several.
+    pub gateway: Option<Program>,
 }
 
 impl Step {
@@ -111,10 +113,14 @@ impl Step {
             Work::External(name, _) => return name.clone(),
             Work::ControlPlane(_) => return StepKind::ControlPlane.to_string(),
         };
-        let mut name = match v.cpu {
-            Some((role, c)) => format!("{} {}={}cpu", v.topology, role.name(), c),
-            None => v.topology.to_string(),
-        };
+        let mut name = v.topology.to_string();
+        if let Some(program) = v.gateway {
+            name.push(' ');
+            name.push_str(program.name());
+        }
+        if let Some((role, c)) = v.cpu {
+            name.push_str(&format!(" {}={}cpu", role.name(), c));
+        }
         if let Some(mode) = v.peer_authentication {
             name.push(' ');
             name.push_str(mode.name());
@@ -146,6 +152,9 @@ impl Step {
             None => "max".into(),
         };
         let mut variant = Vec::new();
+        if let Some(program) = chain.and_then(|v| v.gateway) {
+            variant.push(program.name().to_string());
+        }
         if let Some((role, c)) = chain.and_then(|v| v.cpu) {
             variant.push(format!("{}{c}cpu", role.name()));
         }
@@ -229,10 +238,12 @@ impl PlanSize {
             .map(|k| match (*k, sweep) {
                 (StepKind::ControlPlane, _) => 0,
                 (StepKind::External, _) => len(external_names(e).len()),
-                (StepKind::Chain(t), Some((role, cpus))) if e.limits_in(t, role) => {
-                    len(cpus.len()).saturating_mul(len(peer_authentications(e, t).len()))
+                (StepKind::Chain(t), Some((role, cpus))) if e.limits_in(t, role) => len(cpus.len())
+                    .saturating_mul(len(peer_authentications(e, t).len()))
+                    .saturating_mul(len(gateways(e, t).len())),
+                (StepKind::Chain(t), _) => {
+                    len(peer_authentications(e, t).len()).saturating_mul(len(gateways(e, t).len()))
                 }
-                (StepKind::Chain(t), _) => len(peer_authentications(e, t).len()),
             })
             .fold(0, u64::saturating_add);
         let mesh_points = if e.topologies.contains(&StepKind::ControlPlane) {
@@ -348,17 +359,21 @@ fn peer_authentications(e: &Experiment, t: Topology) -> Vec<Option<PeerAuthentic
         .collect()
 }
 
+/// The gateway programs a topology runs under, one variant each: every listed one for the
+/// gateway topology when the file lists several, else one unnamed.
+fn gateways(e: &Experiment, t: Topology) -> Vec<Option<Program>> {
+    match (t, e.gateway.kinds.len()) {
+        (Topology::Gateway, n) if n > 1 => e.gateway.kinds.iter().map(|k| Some(*k)).collect(),
+        _ => vec![None],
+    }
+}
+
 /// Seconds a step's rig takes to start and stop: about one, except for an Istio or Contour
 /// gateway, whose control plane starts for each step (about 6 s here) and whose routes are
 /// applied and pushed before the load (Istio's: about 36 s for 100,000 routes on a 2-core
 /// machine, docs/seeds.md; Contour's taken as the same).
 fn setup_secs(e: &Experiment) -> f64 {
-    if e.topologies.contains(&StepKind::Chain(Topology::Gateway))
-        && matches!(
-            e.gateway.kind,
-            meshbench_results::Program::Istio | meshbench_results::Program::Contour
-        )
-    {
+    if e.topologies.contains(&StepKind::Chain(Topology::Gateway)) && e.gateway.controlled() {
         let routes = f64::from(e.gateway.domains) * f64::from(e.gateway.paths);
         6.0 + routes / 2_800.0
     } else {
@@ -394,13 +409,16 @@ fn variants(e: &Experiment) -> Vec<Variant> {
             }
             _ => vec![None],
         };
-        for cpu in cpus {
-            for peer_authentication in peer_authentications(e, topology) {
-                variants.push(Variant::Chain(ChainVariant {
-                    topology,
-                    cpu,
-                    peer_authentication,
-                }));
+        for gateway in gateways(e, topology) {
+            for cpu in &cpus {
+                for peer_authentication in peer_authentications(e, topology) {
+                    variants.push(Variant::Chain(ChainVariant {
+                        topology,
+                        cpu: *cpu,
+                        peer_authentication,
+                        gateway,
+                    }));
+                }
             }
         }
     }
@@ -643,6 +661,42 @@ mod tests {
             err.contains("no control plane runs in this experiment"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_list_of_gateways_runs_the_gateway_once_per_program_and_nothing_else_twice() {
+        let e = parse(
+            "t.yaml",
+            "name: t\ntopologies: [baseline, gateway]\ngateway:\n  type: [nginx, contour]\nload:\n  mode: closed\n  connections: [8]\nlimits:\n  proxy:\n    cpus: [0.5, 1]\n",
+            &[],
+        )
+        .unwrap();
+        let plan = Plan::compile(&e);
+        let variants: Vec<String> = plan.steps.iter().map(Step::variant).collect();
+        assert_eq!(
+            variants,
+            [
+                "baseline",
+                "gateway nginx proxy=0.5cpu",
+                "gateway nginx proxy=1cpu",
+                "gateway contour proxy=0.5cpu",
+                "gateway contour proxy=1cpu"
+            ]
+        );
+        assert_eq!(PlanSize::of(&e).steps(), 5);
+        assert_eq!(
+            plan.steps[3].istio_label("gw", Protocol::Http1),
+            "gw_qps_max_c_8_1024_contour-proxy0.5cpu_ingress"
+        );
+        // One program is a word, as before.
+        let one = parse(
+            "t.yaml",
+            "name: t\ntopologies: [gateway]\ngateway:\n  type: envoy\n",
+            &[],
+        )
+        .unwrap();
+        assert_eq!(one.gateway.kinds, [Program::Envoy]);
+        assert_eq!(Plan::compile(&one).steps[0].variant(), "gateway");
     }
 
     #[test]

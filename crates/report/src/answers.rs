@@ -545,6 +545,67 @@ pub fn findings(h: &Headline) -> Vec<String> {
     for p in &h.per_core {
         out.push(per_core_words(p));
     }
+    out.extend(gateway_ranking(h));
+    out
+}
+
+/// Where one run served the same plan through several gateway programs (`gateway.type` as a
+/// list): at each load and CPU limit, the gateways from the least CPU per 1,000 RPS to the
+/// most, each with what one core carried (at its limit, or at least that below it).
+fn gateway_ranking(h: &Headline) -> Vec<String> {
+    use meshbench_results::{ChainRole, Role};
+    let gateways: Vec<&meshbench_analysis::headline::Cost> = h
+        .costs
+        .iter()
+        .filter(|c| c.usage.role == Role::Chain(ChainRole::Gateway))
+        .filter(|c| c.vcpu_per_1k_rps().is_finite())
+        .collect();
+    let mut out = Vec::new();
+    let mut seen: Vec<(LoadPoint, Option<u64>)> = Vec::new();
+    for c in &gateways {
+        let key = (c.load, c.usage.cpu_limit.map(f64::to_bits));
+        if seen.contains(&key) {
+            continue;
+        }
+        seen.push(key);
+        let mut same: Vec<&&meshbench_analysis::headline::Cost> = gateways
+            .iter()
+            .filter(|o| (o.load, o.usage.cpu_limit.map(f64::to_bits)) == key)
+            .collect();
+        let programs: std::collections::BTreeSet<&str> =
+            same.iter().map(|o| o.usage.program.name()).collect();
+        if programs.len() < 2 {
+            continue;
+        }
+        same.sort_by(|a, b| a.vcpu_per_1k_rps().total_cmp(&b.vcpu_per_1k_rps()));
+        let listed: Vec<String> = same
+            .iter()
+            .map(|o| {
+                let core = match o.per_core() {
+                    Some(PerCoreFigure::AtLimit(v)) => {
+                        format!(
+                            ", {} RPS per core at its limit",
+                            thousands(v.round() as u64)
+                        )
+                    }
+                    Some(PerCoreFigure::AtLeast(v)) => {
+                        format!(", at least {} RPS per core", thousands(v.round() as u64))
+                    }
+                    None => String::new(),
+                };
+                format!("{} {:.3} vCPU{core}", o.usage.program, o.vcpu_per_1k_rps())
+            })
+            .collect();
+        let limit = match c.usage.cpu_limit {
+            Some(l) => format!(" on {l} cores"),
+            None => String::new(),
+        };
+        out.push(format!(
+            "gateways at {}{limit}, least CPU per 1,000 RPS first: {}",
+            c.load,
+            listed.join("; ")
+        ));
+    }
     out
 }
 

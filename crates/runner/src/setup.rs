@@ -112,7 +112,10 @@ pub fn stand_ins(e: &mut Experiment, provision: Provision) -> Vec<String> {
     };
     swap("proxy", proxies, &mut e.proxy.kind, e.proxy.fallback);
     swap("tunnel", tunnels, &mut e.tunnel.kind, e.tunnel.fallback);
-    swap("gateway", gateway, &mut e.gateway.kind, e.gateway.fallback);
+    let fallback = e.gateway.fallback;
+    for kind in &mut e.gateway.kinds {
+        swap("gateway", gateway, kind, fallback);
+    }
     notes
 }
 
@@ -128,9 +131,11 @@ pub fn missing_programs(e: &Experiment) -> Vec<String> {
     [
         ("proxy", proxies, program_spec(&e.proxy)),
         ("tunnel", tunnels, program_spec(&e.tunnel)),
-        ("gateway", gateway, ProgramSpec::from(e.gateway.kind)),
     ]
     .into_iter()
+    .chain(
+        (e.gateway.kinds.iter()).map(|kind| ("gateway", gateway, ProgramSpec::from(*kind))),
+    )
     .filter(|(_, used, _)| *used)
     .filter_map(|(section, _, spec)| {
         // Istio's sidecars also write Istio's capture, with the iptables tools.
@@ -188,8 +193,10 @@ pub fn program_versions(e: &Experiment) -> BTreeMap<String, String> {
         v.insert(format!("tunnel:{}", p.program), p.version());
     }
     if e.topologies.contains(&StepKind::Chain(Topology::Gateway)) {
-        let p = ProgramSpec::from(e.gateway.kind);
-        v.insert(format!("gateway:{}", p.program), p.version());
+        for kind in &e.gateway.kinds {
+            let p = ProgramSpec::from(*kind);
+            v.insert(format!("gateway:{}", p.program), p.version());
+        }
     }
     if e.topologies.contains(&StepKind::ControlPlane) {
         // istiod and pilot-agent, and the Envoy of the real proxy.
@@ -260,7 +267,7 @@ pub fn rig_spec(
         tunnel_workers: e.tunnel.workers,
         tunnel_mtls: e.tunnel.mtls,
         gateway: GatewaySpec {
-            program: e.gateway.kind,
+            program: e.gateway.of(variant.gateway),
             domains: e.gateway.domains as usize,
             paths: e.gateway.paths as usize,
             workers: e.gateway.workers,

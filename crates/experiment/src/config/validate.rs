@@ -96,7 +96,7 @@ impl Experiment {
         if self.topologies.contains(&StepKind::External) {
             p.push("attribution: reads the logs of proxies meshbench configures (the lab's, a cluster's Istio), which an external variant's are not; drop attribution or the external topology".into());
         }
-        if self.gateway.kind == Program::Contour
+        if self.gateway.runs(Program::Contour)
             && self
                 .topologies
                 .contains(&StepKind::Chain(Topology::Gateway))
@@ -326,8 +326,8 @@ impl Experiment {
     /// The gateway topology: its program and how many routes it generates.
     fn validate_gateway(&self, p: &mut Vec<String>) {
         let Gateway {
-            kind: _,
-            fallback: _, // any program may stand in
+            kinds: _,
+            fallback: _, // any program may stand in, for one listed program
             domains: _,
             paths: _,
             workers: _, // 0 follows the CPU allotment, any other a count
@@ -336,16 +336,29 @@ impl Experiment {
             .topologies
             .contains(&StepKind::Chain(Topology::Gateway))
         {
-            if self.gateway.kind == Program::Command {
+            let kinds = &self.gateway.kinds;
+            if kinds.is_empty() || self.gateway.runs(Program::Command) {
                 p.push(
-                    "gateway.type: expected nginx, haproxy, caddy, envoy, istio or contour".into(),
+                    "gateway.type: expected nginx, haproxy, caddy, envoy, istio or contour, or a list of them".into(),
                 );
             }
-            let controlled = matches!(self.gateway.kind, Program::Istio | Program::Contour);
-            if controlled && self.isolation == Isolation::Netns {
-                p.push(format!("gateway.type: {} runs its control plane on loopback, which a role in its own network namespace cannot reach; use isolation: loopback", self.gateway.kind));
+            let distinct: std::collections::BTreeSet<&str> =
+                kinds.iter().map(|k| k.name()).collect();
+            if distinct.len() < kinds.len() {
+                p.push("gateway.type: a program is listed twice; list each once".into());
             }
-            if self.gateway.kind == Program::Contour && self.load.protocol == Protocol::Http3 {
+            if kinds.len() > 1 && self.gateway.fallback.is_some() {
+                p.push("gateway.fallback: stands in for one gateway.type; with a list, each listed program must be installed: drop fallback".into());
+            }
+            for controlled in kinds
+                .iter()
+                .filter(|k| matches!(k, Program::Istio | Program::Contour))
+            {
+                if self.isolation == Isolation::Netns {
+                    p.push(format!("gateway.type: {controlled} runs its control plane on loopback, which a role in its own network namespace cannot reach; use isolation: loopback"));
+                }
+            }
+            if self.gateway.runs(Program::Contour) && self.load.protocol == Protocol::Http3 {
                 p.push("gateway.type: contour serves no HTTP/3 here; use caddy or envoy for HTTP/3, or load.protocol http1, http2 or grpc".into());
             }
             if self.gateway.domains == 0 || self.gateway.paths == 0 {
@@ -567,7 +580,7 @@ impl Experiment {
     /// limits, and what a sweep of `limits.control_plane.cpus` varies.
     pub fn runs_control_plane(&self, t: Topology) -> bool {
         match t {
-            Topology::Gateway => matches!(self.gateway.kind, Program::Istio | Program::Contour),
+            Topology::Gateway => self.gateway.controlled(),
             Topology::Serveronly | Topology::Clientonly | Topology::Both => {
                 self.proxy.kind == Program::Istio
             }

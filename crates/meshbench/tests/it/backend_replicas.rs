@@ -4,7 +4,8 @@
 //! renders itself, the real programs: nginx, haproxy, caddy (scripts/install-deps.sh) and
 //! Envoy (scripts/install-envoy.sh). Each replica answered requests: its process used CPU
 //! over the step (an idle backend uses none), and no request failed. Contour's and Istio's gateways balance over
-//! the same replicas through an EndpointSlice and a ServiceEntry (tests/it/contour_gateway.rs).
+//! the same replicas through an EndpointSlice and a ServiceEntry (tests/it/contour_gateway.rs,
+//! tests/it/istio_gateway.rs).
 //! Bad input: 0 replicas, and replicas for a topology with no gateway, are refused in one line.
 
 use crate::common;

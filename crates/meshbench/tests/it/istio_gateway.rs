@@ -11,8 +11,9 @@
 //!   Gateways on Istio's port 443, VirtualServices), applied while the gateway runs: Envoy ACKs
 //!   all of it (no `update_rejected`), and every route answers 200 through `0.0.0.0_443`.
 //! - `meshbench experiment` with `gateway.type: istio`: the step is measured through the Istio
-//!   gateway with no error, its CPU and memory are the role's (agent and Envoy), and the
-//!   control plane's line says what istiod's pushes cost.
+//!   gateway with no error, its CPU and memory are the role's (agent and Envoy), the control
+//!   plane's line says what istiod's pushes cost, and the backend's two replicas
+//!   (`backend.replicas`) behind the ServiceEntry's endpoints each answer their share.
 //! - Bad input: an Istio gateway with its roles in network namespaces is refused before anything
 //!   starts; a missing installation is named by `--dry-run` (Istio's sidecars: istio_sidecars.rs).
 
@@ -200,7 +201,7 @@ fn an_experiment_measures_the_gateway_istiod_configured() {
         format!(
             "name: istio-gateway-test\ntopologies: [gateway]\nduration_secs: 3\nwarmup_secs: 1\n\
              cooldown_secs: 0.5\nload:\n  rate_rps: [200]\n  connections: [8]\n  response_bytes: [1024]\n\
-             gateway:\n  type: istio\n  domains: {DOMAINS}\n  paths: {PATHS}\n"
+             gateway:\n  type: istio\n  domains: {DOMAINS}\n  paths: {PATHS}\nbackend:\n  replicas: 2\n"
         ),
     )
     .unwrap();
@@ -250,6 +251,14 @@ fn an_experiment_measures_the_gateway_istiod_configured() {
         u(gateway, "/proxy/memory_allocated_bytes") > 1 << 20,
         "{gateway}"
     );
+    // Two backend replicas behind the ServiceEntry's two endpoints, each answering its share.
+    for name in ["backend", "backend_2"] {
+        let usage = common::usage_of(step, name);
+        assert!(
+            usage["cpu_millicores_avg"].as_f64().unwrap_or(0.0) > 0.0,
+            "replica {name} answered nothing: {usage}"
+        );
+    }
     // istiod, which configured it, sampled as a role beside it: not on the path, but what the
     // mesh costs. It was measured (memory above its binary's, CPU read) in the step's window.
     let istiod = common::usage_of(step, "istiod");

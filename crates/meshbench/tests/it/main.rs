@@ -24,6 +24,7 @@ mod envoy;
 mod envoy_admin;
 mod external;
 mod gateway;
+mod gateway_compare;
 mod grafana;
 mod grafana_panels;
 mod grpc;
