@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use meshbench_results::usage::Figure;
 use meshbench_results::{Role, Sample, Stop, Usage};
 
 use crate::cgroup::CgroupFiles;
@@ -259,6 +260,22 @@ fn thread_cpu_ns() -> u64 {
 
 /// Averages and maxima of the samples between `from_ms` and `to_ms` (inclusive). Rates come
 /// from the first and last sample inside; with fewer than two samples there is no rate.
+/// What [`summarize`] could not measure, and why: CPU and bytes are differences between two
+/// samples, so a window that held fewer than two says nothing of them (its zeros are no
+/// reading); nor of anything else when it held none.
+pub fn unmeasured(usage: &Usage) -> std::collections::BTreeMap<Figure, String> {
+    let why = match usage.samples {
+        0 => "no sample in the steady window; lengthen the step or lower sample_interval_ms",
+        1 => "one sample in the steady window, and CPU and bytes are differences of two; lengthen the step or lower sample_interval_ms",
+        _ => return Default::default(),
+    };
+    let figures: &[Figure] = match usage.samples {
+        0 => &Figure::ALL,
+        _ => &[Figure::Cpu, Figure::Rx, Figure::Tx],
+    };
+    figures.iter().map(|f| (*f, why.to_string())).collect()
+}
+
 pub fn summarize(samples: &[Sample], from_ms: u64, to_ms: u64) -> Usage {
     let inside: Vec<&Sample> = samples
         .iter()
@@ -469,6 +486,18 @@ mod tests {
         assert!((u.tx_bytes_per_sec - 2000.0).abs() < 1e-9);
         assert_eq!(u.connections_max, 4);
         assert_eq!(summarize(&samples, 10_000, 20_000), Usage::default());
+        assert!(unmeasured(&u).is_empty());
+        // One sample in the window: its memory is a reading, its CPU and bytes are not (a
+        // difference needs two), and say so rather than store zeros as figures.
+        let one = summarize(&samples, 2000, 2500);
+        assert_eq!(one.samples, 1);
+        let missing = unmeasured(&one);
+        assert_eq!(
+            missing.keys().copied().collect::<Vec<_>>(),
+            [Figure::Cpu, Figure::Rx, Figure::Tx]
+        );
+        assert!(missing[&Figure::Cpu].contains("one sample"), "{missing:?}");
+        assert_eq!(unmeasured(&Usage::default()).len(), Figure::ALL.len());
     }
 
     #[test]

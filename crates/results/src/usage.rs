@@ -51,8 +51,9 @@ pub struct RoleUsage {
     /// Figures that were not measured, each with why: an external role's query that failed,
     /// returned nothing or saw its series restart, or a figure its source does not have. Their
     /// numbers in `usage` are zeros (or null) and mean nothing; readers go through
-    /// [`RoleUsage::cpu_millicores`], [`RoleUsage::memory_mib`] and the like. Empty (and not
-    /// written) for a role sampled here, so stores written before it read back unchanged.
+    /// [`RoleUsage::cpu_millicores`], [`RoleUsage::memory_mib`] and the like. For a role
+    /// sampled here, empty (and not written) unless its window held fewer than two samples
+    /// (CPU and bytes are differences of two), so stores written before it read back unchanged.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub missing: BTreeMap<Figure, String>,
     /// An Envoy role's own counts over the step, read from its admin endpoint before the load

@@ -143,14 +143,15 @@ impl Realised for RigStep {
                     .get(&Role::Chain(role.name))
                     .cloned()
                     .unwrap_or_default();
+                let usage = sampler::summarize(&samples, from, to);
                 RoleReading {
                     usage: RoleUsage {
                         role: Role::Chain(role.name),
                         program: role.program.clone(),
                         workers: role.workers,
                         cpu_limit: self.spec.limits(role.class).cpus,
-                        usage: sampler::summarize(&samples, from, to),
-                        missing: Default::default(),
+                        missing: sampler::unmeasured(&usage),
+                        usage,
                         proxy: None,
                     },
                     samples: Some(samples),
@@ -162,12 +163,17 @@ impl Realised for RigStep {
         // beside the data plane.
         if let Some(watch) = self.rig.control_plane_watch() {
             let samples = sampled.roles.get(&watch.role).cloned().unwrap_or_default();
+            let usage = sampler::summarize(&samples, from, to);
+            let missing = sampler::unmeasured(&usage);
             readings.push(RoleReading {
-                usage: RoleUsage::control_plane(
-                    watch.role,
-                    sampler::summarize(&samples, from, to),
-                    self.spec.control_plane_limits.cpus,
-                ),
+                usage: RoleUsage {
+                    missing,
+                    ..RoleUsage::control_plane(
+                        watch.role,
+                        usage,
+                        self.spec.control_plane_limits.cpus,
+                    )
+                },
                 samples: Some(samples),
                 chain: None,
             });
