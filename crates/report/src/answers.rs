@@ -660,7 +660,10 @@ fn control_plane_sweep_words(head: &str, p: &meshbench_analysis::headline::PerCo
     let list: Vec<String> = p
         .points
         .iter()
-        .map(|a| format!("{:.0} req/s with {} cores", a.throughput_rps, a.cores))
+        .map(|a| {
+            let word = if a.cores == 1.0 { "core" } else { "cores" };
+            format!("{:.0} req/s with {} {word}", a.throughput_rps, a.cores)
+        })
         .collect();
     let rates: Vec<f64> = p.points.iter().map(|a| a.throughput_rps).collect();
     let mean = rates.iter().sum::<f64>() / rates.len().max(1) as f64;

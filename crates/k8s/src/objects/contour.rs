@@ -104,6 +104,15 @@ pub struct HttpProxyStatus {
 }
 
 impl HttpProxy {
+    /// Whether Contour has judged it: a status other than the `NotReconciled` ("Waiting for
+    /// controller") it first writes on every HTTPProxy it sees, before it builds them.
+    pub fn is_reconciled(&self) -> bool {
+        self.status
+            .as_ref()
+            .and_then(|s| s.current_status.as_deref())
+            .is_some_and(|s| s != "NotReconciled")
+    }
+
     /// Whether Contour took it (`currentStatus: valid`).
     pub fn is_valid(&self) -> bool {
         self.status

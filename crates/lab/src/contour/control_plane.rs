@@ -23,8 +23,13 @@ use crate::{go_on, write_file, LabError};
 
 /// How long Contour may take to build its first configuration and serve it.
 const CONTOUR_WITHIN: Duration = Duration::from_secs(60);
-/// How long Contour may take to write its status on every HTTPProxy once Envoy holds them.
+/// How long Contour may take to write its status on every HTTPProxy once Envoy holds them,
+/// beside [`STATUS_EACH`] per HTTPProxy: its Kubernetes client writes them one by one, at a
+/// bounded rate.
 const STATUS_WITHIN: Duration = Duration::from_secs(30);
+/// What each HTTPProxy's status adds to [`STATUS_WITHIN`] (client-go's default rate is 5 a
+/// second).
+const STATUS_EACH: Duration = Duration::from_millis(200);
 /// How long `contour bootstrap` (which only writes a file) may take.
 const BOOTSTRAP_WITHIN: Duration = Duration::from_secs(30);
 /// The service cluster Envoy names itself with (Contour's manifests pass its namespace).
@@ -178,22 +183,16 @@ impl ControlPlane {
         Ok(cmd)
     }
 
-    /// Waits until Contour has written a status on each of the `expected` HTTPProxies in
-    /// [`NAMESPACE`] and returns those it did not take (`name: status, description`); an
+    /// Waits until Contour has judged each of the `expected` HTTPProxies in [`NAMESPACE`] (a
+    /// status past its first `NotReconciled`) and returns those it did not take (`name: status, description`); an
     /// empty list: every one is `valid`. A `stop` ends the wait ([`LabError::Stopped`]).
     pub fn invalid_proxies(&self, expected: usize, stop: &Stop) -> Result<Vec<String>, LabError> {
         let began = Instant::now();
+        let within = STATUS_WITHIN + STATUS_EACH * expected as u32;
         loop {
             let proxies: Vec<HttpProxy> = self.api.client.list(NAMESPACE, "")?;
-            let written = proxies
-                .iter()
-                .filter(|p| {
-                    p.status
-                        .as_ref()
-                        .is_some_and(|s| s.current_status.is_some())
-                })
-                .count();
-            if written >= expected || began.elapsed() > STATUS_WITHIN {
+            let written = proxies.iter().filter(|p| p.is_reconciled()).count();
+            if written >= expected || began.elapsed() > within {
                 let mut refused: Vec<String> = proxies
                     .iter()
                     .filter(|p| !p.is_valid())
