@@ -14,6 +14,7 @@
 //! API's, Contour's) the same way, and `names` holds the names given in more than one place.
 
 pub mod blocking;
+pub mod borrowed;
 pub mod cluster;
 pub mod forward;
 pub mod names;

@@ -22,6 +22,7 @@
 
 mod apply;
 mod error;
+mod raw;
 mod typed;
 
 use std::collections::HashMap;

@@ -248,6 +248,7 @@ fn experiment_files_run_on_the_node_sweep_its_limits_and_leave_it_as_it_was() {
         coordinator_port: 7700,
         gateway_objects: vec![],
         proxy_logging: None,
+        contour: None,
     };
     let shape = meshbench_k8s::system::Shape {
         ambient: true,

@@ -140,7 +140,8 @@ fn site(e: &Experiment, stop: &Stop) -> ClusterSite {
         agents,
         backend_vip: [10, 96, 0, 10].into(),
         gateway: None,
-        journal: None,
+        journal: Mutex::new(None),
+        borrowed: Mutex::new(Vec::new()),
         stop: stop.clone(),
         _scratch: tempfile::tempdir().expect("a scratch directory"),
     }
