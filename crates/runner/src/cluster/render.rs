@@ -284,28 +284,26 @@ pub fn describe(e: &Experiment, section: &Cluster, token_note: &str) -> String {
     for step in &plan.steps {
         let shape = step_shape(e, step);
         let next = system.render(&shape);
-        let mut changes = system::changes(&objects, &next);
+        let mut changes = match step.index {
+            0 => vec!["the objects above".to_string()],
+            _ => system::changes(&objects, &next),
+        };
         let limits = system.borrowed_limits(&shape);
-        for limit in &limits {
-            if !borrowed.contains(limit) {
-                changes.push(format!(
-                    "{}: resources {} (the cluster's: its resources as they were are journaled first, put back at the end), then its rollout",
-                    limit.container, limit.resources
-                ));
-            }
+        for limit in limits.iter().filter(|l| !borrowed.contains(*l)) {
+            changes.push(format!(
+                "{}: resources {} (the cluster's: its resources as they were are journaled first, put back at the end), then its rollout",
+                limit.container, limit.resources
+            ));
         }
         borrowed = limits;
+        if changes.is_empty() {
+            changes.push("no change".into());
+        }
         out.push_str(&format!(
             "# step {} ({}): {}\n",
             step.index + 1,
             step.variant(),
-            if step.index == 0 {
-                "the objects above".to_string()
-            } else if changes.is_empty() {
-                "no change".to_string()
-            } else {
-                changes.join("; ")
-            }
+            changes.join("; ")
         ));
         objects = next;
     }
