@@ -775,7 +775,10 @@ fn contour_on_a_cluster_refuses_bad_input_in_one_line() {
     let cases: &[(&str, &[&str], &str)] = &[
         (
             "sidecar topologies beside Contour",
-            &["topologies=[baseline, gateway, serveronly]", "proxy.type=istio"],
+            &[
+                "topologies=[baseline, gateway, serveronly]",
+                "proxy.type=istio",
+            ],
             "topologies: gateway.type: contour on a cluster runs baseline and gateway only",
         ),
         (
@@ -809,7 +812,10 @@ fn contour_on_a_cluster_refuses_bad_input_in_one_line() {
             "cluster.contour.stats_port: expected a port from 1 to 65535, found 0",
         ),
     ];
-    let file = format!("{}/../../examples/cluster-contour.yaml", env!("CARGO_MANIFEST_DIR"));
+    let file = format!(
+        "{}/../../examples/cluster-contour.yaml",
+        env!("CARGO_MANIFEST_DIR")
+    );
     for (name, sets, expected) in cases {
         let mut args = vec!["experiment", file.as_str(), "--dry-run"];
         for s in *sets {

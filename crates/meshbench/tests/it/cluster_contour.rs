@@ -138,11 +138,7 @@ fn contours_envoy_swept_on_the_node_is_put_back_after_a_sigkill_and_at_the_end()
     let store = dir.join("results.db");
 
     // 0. Before Contour is there: the plan, and what is missing, named.
-    let (code, text, err) = dry_run(
-        PRESET,
-        &store,
-        &sets(&c, &prom, "contour-dry", "[0.5, 1]"),
-    );
+    let (code, text, err) = dry_run(PRESET, &store, &sets(&c, &prom, "contour-dry", "[0.5, 1]"));
     assert_eq!(code, Some(1), "{err}");
     assert!(
         text.contains("kind: HTTPProxy")
@@ -174,7 +170,11 @@ fn contours_envoy_swept_on_the_node_is_put_back_after_a_sigkill_and_at_the_end()
 
     // 1. The sweep, killed with SIGKILL once the first step is stored.
     let began = Instant::now();
-    let mut cmd = command(PRESET, &store, &sets(&c, &prom, "contour-killed", "[0.5, 1]"));
+    let mut cmd = command(
+        PRESET,
+        &store,
+        &sets(&c, &prom, "contour-killed", "[0.5, 1]"),
+    );
     std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
     let mut child = cmd.spawn().expect("meshbench experiment");
     let envoy_cpu = |k: &BlockingClient| -> Value {
@@ -198,10 +198,7 @@ fn contours_envoy_swept_on_the_node_is_put_back_after_a_sigkill_and_at_the_end()
                 contour_node::logs(&k)
             );
         }
-        assert!(
-            Instant::now() < deadline,
-            "the second step never began"
-        );
+        assert!(Instant::now() < deadline, "the second step never began");
         std::thread::sleep(Duration::from_millis(300));
     }
     assert!(first_limit_seen, "the first step's limit was never seen");
@@ -231,9 +228,15 @@ fn contours_envoy_swept_on_the_node_is_put_back_after_a_sigkill_and_at_the_end()
     assert_eq!(g["program"], "contour", "{g}");
     assert_eq!(g["cpu_limit"].as_f64(), Some(0.5), "{g}");
     let cpu = g["cpu_millicores_avg"].as_f64().unwrap();
-    assert!(cpu > 5.0 && cpu <= 525.0, "Envoy used {cpu} millicores: {g}");
+    assert!(
+        cpu > 5.0 && cpu <= 525.0,
+        "Envoy used {cpu} millicores: {g}"
+    );
     let counted = g["proxy"]["requests"]["total"].as_u64().unwrap_or(0);
-    assert!(counted >= sent, "Envoy counted {counted} < {sent} sent: {g}");
+    assert!(
+        counted >= sent,
+        "Envoy counted {counted} < {sent} sent: {g}"
+    );
     let contour = usage(s, "contour");
     assert_eq!(contour["program"], "contour", "{contour}");
     assert_eq!(contour["cpu_limit"].as_f64(), Some(0.5), "{contour}");
@@ -250,7 +253,11 @@ fn contours_envoy_swept_on_the_node_is_put_back_after_a_sigkill_and_at_the_end()
     let began = Instant::now();
     let done_store = dir.join("done").join("results.db");
     std::fs::create_dir_all(done_store.parent().unwrap()).unwrap();
-    let mut cmd = command(PRESET, &done_store, &sets(&c, &prom, "contour-done", "[0.5]"));
+    let mut cmd = command(
+        PRESET,
+        &done_store,
+        &sets(&c, &prom, "contour-done", "[0.5]"),
+    );
     std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
     let out = wait_with_limit(cmd.spawn().unwrap(), RUN_WITHIN);
     let err = String::from_utf8_lossy(&out.stderr).to_string();

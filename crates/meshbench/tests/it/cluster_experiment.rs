@@ -71,7 +71,11 @@ pub(crate) fn start(preset_file: &str, store: &Path, sets: &[String]) -> Child {
 }
 
 /// A `--dry-run` of a preset with `sets`: its exit code, stdout and stderr.
-pub(crate) fn dry_run(preset_file: &str, store: &Path, sets: &[String]) -> (Option<i32>, String, String) {
+pub(crate) fn dry_run(
+    preset_file: &str,
+    store: &Path,
+    sets: &[String],
+) -> (Option<i32>, String, String) {
     let mut sets = sets.to_vec();
     sets.push("--dry-run".into());
     let out = wait_with_limit(start(preset_file, store, &sets), Duration::from_secs(60));

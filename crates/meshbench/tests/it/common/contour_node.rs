@@ -63,7 +63,13 @@ impl ContourOnNode {
         let envoy = std::fs::canonicalize(super::envoy_binary()).unwrap();
         super::copy_with_libraries(&root, &envoy, "/usr/local/bin/envoy");
         std::fs::create_dir_all(root.join("tmp")).unwrap();
-        c.load_image(&root, ENVOY_IMAGE, "/usr/local/bin/envoy", "65534:65534", &[]);
+        c.load_image(
+            &root,
+            ENVOY_IMAGE,
+            "/usr/local/bin/envoy",
+            "65534:65534",
+            &[],
+        );
 
         let crds = std::fs::read_to_string(meshbench_lab::contour::cache().join("crds.yaml"))
             .expect("run scripts/install-contour.sh");
@@ -93,7 +99,12 @@ pub fn logs(k: &BlockingClient) -> String {
         .unwrap_or_default()
         .iter()
         .filter_map(|p| p.metadata.name.clone())
-        .map(|pod| format!("{pod}:\n{}", super::cluster::container_log(CONTOUR_NS, &pod)))
+        .map(|pod| {
+            format!(
+                "{pod}:\n{}",
+                super::cluster::container_log(CONTOUR_NS, &pod)
+            )
+        })
         .collect()
 }
 
