@@ -4,7 +4,8 @@
 //! once) and every ready pod of its Envoy holds what Contour should send it, read from
 //! Envoy's stats through its stats listener (Contour's `--stats-port`, 8002 in its manifests;
 //! Envoy's admin is a unix socket there): a route configuration per domain (`https/<fqdn>`,
-//! loaded), the backend's cluster with a healthy member, no update refused.
+//! loaded), the backend's cluster with a healthy member (its stats under Contour's
+//! `alt_stat_name`, `<namespace>_<service>_<port>`), no update refused.
 
 use std::time::{Duration, Instant};
 
@@ -58,7 +59,8 @@ pub enum ContourNotReady {
 pub(super) struct Held {
     /// Route configurations `https/<fqdn>` loaded at least once.
     pub route_configs: usize,
-    /// Healthy members of the backend's cluster (`<namespace>/backend/<port>/...`).
+    /// Healthy members of the backend's cluster (stats under Contour's `alt_stat_name`,
+    /// `<namespace>_backend_<port>`).
     pub backend_members: u64,
     /// `update_rejected` counters that are not 0.
     pub rejected: Vec<String>,
@@ -67,7 +69,7 @@ pub(super) struct Held {
 /// The stats filter (a regular expression) for [`held`].
 pub(super) fn held_filter(namespace: &str) -> String {
     format!(
-        r"(\.rds\.https/.*\.config_reload|^cluster\.{namespace}/{}/.*\.membership_healthy|update_rejected)$",
+        r"(\.rds\.https/.*\.config_reload|^cluster\.{namespace}_{}_[0-9]+\.membership_healthy|update_rejected)$",
         system::BACKEND
     )
 }
@@ -226,7 +228,7 @@ mod tests {
 
     #[test]
     fn envoys_stats_say_which_routes_and_backend_members_it_holds() {
-        let text = "cluster.bench/backend/8080/da39a3ee5e.membership_healthy: 1\n\
+        let text = "cluster.bench_backend_8080.membership_healthy: 1\n\
                     http.ingress_https.rds.https/workspace-1-domain-1.com.config_reload: 1\n\
                     http.ingress_https.rds.https/workspace-1-domain-2.com.config_reload: 0\n\
                     cluster_manager.cds.update_rejected: 0\n";
@@ -243,6 +245,6 @@ mod tests {
             refused.rejected,
             ["listener_manager.lds.update_rejected: 2"]
         );
-        assert!(held_filter("bench").contains(r"^cluster\.bench/backend/"));
+        assert!(held_filter("bench").contains(r"^cluster\.bench_backend_[0-9]+\."));
     }
 }
