@@ -467,4 +467,56 @@ mod tests {
         }
         assert!(err.lines().all(|l| l.starts_with("c.yaml: ")), "{err}");
     }
+
+    const CONTOUR: &str = "name: t\ntopologies: [baseline, gateway]\ngateway:\n  type: contour\nlimits:\n  proxy:\n    cpus: [1, 2]\n  control_plane:\n    cpus: [1]\ncluster:\n  image: meshbench:1\n  coordinator: 10.0.0.1:7700\n  prometheus_url: http://prometheus:9090\n";
+
+    #[test]
+    fn contour_on_a_cluster_takes_its_manifests_names_and_a_control_plane_limit() {
+        let e = parse("t.yaml", CONTOUR, &[]).unwrap();
+        let c = e.cluster.unwrap().contour;
+        assert_eq!(
+            (
+                c.namespace.as_str(),
+                c.deployment.as_str(),
+                c.envoy.as_str()
+            ),
+            ("projectcontour", "contour", "envoy")
+        );
+        assert_eq!(
+            (c.service.as_str(), c.service_port, c.stats_port),
+            ("envoy", 443, 8002)
+        );
+        assert_eq!(c.envoy_kind, super::EnvoyKind::Deployment);
+    }
+
+    #[test]
+    fn what_contour_on_a_cluster_cannot_take_is_named_at_once() {
+        let sets = [
+            "topologies=[baseline, gateway, both, ambient]".to_string(),
+            "cluster.contour.envoy_kind=DaemonSet".into(),
+            "cluster.contour.deployment=Contour!".into(),
+            "cluster.contour.service=a.b".into(),
+            "limits.control_plane.cpuset=0".into(),
+            "attribution.sample=0.1".into(),
+        ];
+        let err = parse("c.yaml", CONTOUR, &sets).unwrap_err().to_string();
+        for expected in [
+            "topologies: gateway.type: contour on a cluster runs baseline and gateway only",
+            "run both, ambient in a file of its own",
+            "cluster.contour.envoy_kind: DaemonSet is not supported",
+            "cluster.contour.deployment 'Contour!'",
+            "cluster.contour.service 'a.b'",
+            "limits.control_plane.cpuset: a pod's CPUs are the kubelet's",
+            "attribution: on a cluster the proxies log through Istio's Telemetry",
+        ] {
+            assert!(err.contains(expected), "{expected}: {err}");
+        }
+        let istio = parse("c.yaml", CONTOUR, &["gateway.type=istio".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            istio.contains("limits.control_plane: on a cluster it limits the cluster's Contour"),
+            "{istio}"
+        );
+    }
 }

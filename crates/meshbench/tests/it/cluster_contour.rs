@@ -13,7 +13,9 @@
 //!    measured step: requests served through Contour's Envoy, no error, Envoy's own count of
 //!    them through its stats port (the witness), Envoy's and Contour's CPU from cAdvisor with
 //!    their limits;
-//! 2. a run that ends by itself puts them back the same way.
+//! 2. Ctrl-C (SIGINT to the run's process group) while the first step runs: the run puts them
+//!    back itself before it exits 130;
+//! 3. a run that ends by itself puts them back the same way.
 //!
 //! Where a kubelet cannot run, the test fails with `node_unavailable()`'s reason.
 
@@ -249,7 +251,62 @@ fn contours_envoy_swept_on_the_node_is_put_back_after_a_sigkill_and_at_the_end()
         began.elapsed().as_secs_f64()
     );
 
-    // 2. A run that ends by itself puts them back too.
+    // The watcher said what it put back, the last recorded first: Contour, Envoy, the namespace.
+    let journals = store.with_file_name("results-cluster-runs");
+    let said: String = std::fs::read_dir(&journals)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "log"))
+        .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
+        .collect();
+    let envoy_line = said.find("put back the resources of Deployment projectcontour/envoy (container envoy) as they were: {}");
+    let contour_line = said.find("put back the resources of Deployment projectcontour/contour (container contour) as they were: {}");
+    let namespace_line = said.find("deleted namespace contour-killed");
+    assert!(
+        contour_line.is_some() && envoy_line.is_some() && namespace_line.is_some(),
+        "{said}"
+    );
+    assert!(
+        contour_line < envoy_line && envoy_line < namespace_line,
+        "{said}"
+    );
+
+    // 2. Ctrl-C (SIGINT to the run's process group) while the first step runs: the run puts
+    // them back before it exits.
+    let began = Instant::now();
+    let mut cmd = command(
+        PRESET,
+        &store,
+        &sets(&c, &prom, "contour-interrupted", "[0.5]"),
+    );
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+    let mut child = cmd.spawn().unwrap();
+    let group = child.id() as i32;
+    let deadline = Instant::now() + RUN_WITHIN;
+    while envoy_cpu(&k) != json!("500m") {
+        assert!(child.try_wait().unwrap().is_none(), "the run ended early");
+        assert!(Instant::now() < deadline, "the step's limit was never set");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    std::thread::sleep(Duration::from_secs(8));
+    // SAFETY: a signal to the process group this test started.
+    assert_eq!(unsafe { libc::kill(-group, libc::SIGINT) }, 0);
+    let out = wait_with_limit(child, Duration::from_secs(240));
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert!(
+        err.contains("put back the resources of Deployment projectcontour/envoy"),
+        "{err}"
+    );
+    assert_put_back(&k, &before);
+    assert_gone(&k, "contour-interrupted", &store);
+    eprintln!(
+        "interrupted run: exit 130, put back, in {:.0} s",
+        began.elapsed().as_secs_f64()
+    );
+
+    // 3. A run that ends by itself puts them back too.
     let began = Instant::now();
     let done_store = dir.join("done").join("results.db");
     std::fs::create_dir_all(done_store.parent().unwrap()).unwrap();
