@@ -17,12 +17,16 @@
 //! Everything meshbench creates is in its namespace, and the namespace is written in the
 //! journal ([`meshbench_k8s::undo`]) before it is created: the end of the run deletes it,
 //! also after an error or Ctrl-C (on drop), and a watcher process outside the run's process
-//! group deletes it when the run is killed. Nothing outside the namespace is changed.
+//! group deletes it when the run is killed. Outside the namespace one thing is changed, with
+//! `gateway.type: contour` only: the `resources` of the cluster's Contour's containers, each
+//! journaled whole before its first change and put back the same ways, before the namespace.
 //!
 //! - `mod.rs`: the run's cluster: checked, set up (the journal first), put back;
 //! - `render.rs`: what an experiment deploys, from its file (pure but for the gateway's
 //!   certificates): the system, each step's shape, the agents, `--dry-run`'s description;
 //! - `step.rs`: one step there: realised, loaded, read;
+//! - `contour.rs`: the cluster's Contour as a step's gateway: ready when Contour took every
+//!   HTTPProxy and its Envoy's stats show the run's routes;
 //! - `tests.rs`: a step's set-up against a stop, on a played API server and Prometheus.
 
 mod attribution;
