@@ -15,7 +15,8 @@
 //!    their limits;
 //! 2. Ctrl-C (SIGINT to the run's process group) while the first step runs: the run puts them
 //!    back itself before it exits 130;
-//! 3. a run that ends by itself puts them back the same way.
+//! 3. a run that ends by itself puts them back the same way;
+//! 4. `meshbench k8s restore JOURNAL` by hand puts back what a journal holds.
 //!
 //! Where a kubelet cannot run, the test fails with `node_unavailable()`'s reason.
 
@@ -329,6 +330,53 @@ fn contours_envoy_swept_on_the_node_is_put_back_after_a_sigkill_and_at_the_end()
         "run to its end: ok, put back, in {:.0} s",
         began.elapsed().as_secs_f64()
     );
+
+    // 4. `meshbench k8s restore JOURNAL` by hand (a machine that died with the run): a journal
+    // as a run writes it, Envoy's limit changed after it was recorded.
+    let hand = dir.join("hand.jsonl");
+    let mut journal = meshbench_k8s::undo::Journal::create(
+        &hand,
+        &meshbench_k8s::undo::Header {
+            pid: std::process::id(),
+            kubeconfig: Some(c.kubeconfig.clone()),
+        },
+    )
+    .unwrap();
+    let envoy = meshbench_k8s::borrowed::Borrowed {
+        namespace: CONTOUR_NS.into(),
+        kind: meshbench_k8s::borrowed::WorkloadKind::Deployment,
+        name: "envoy".into(),
+        container: "envoy".into(),
+    };
+    journal
+        .record(&meshbench_k8s::undo::Undo::RestoreResources {
+            namespace: envoy.namespace.clone(),
+            kind: envoy.kind,
+            name: envoy.name.clone(),
+            container: envoy.container.clone(),
+            before: envoy.resources(&k).unwrap(),
+        })
+        .unwrap();
+    drop(journal);
+    envoy
+        .set_resources(
+            &k,
+            &json!({"limits": {"cpu": "300m", "memory": "200Mi"}, "requests": {"cpu": "300m"}}),
+        )
+        .unwrap();
+    assert_eq!(envoy_cpu(&k), json!("300m"));
+    let out = common::meshbench(
+        &["k8s", "restore", hand.to_str().unwrap()],
+        Duration::from_secs(200),
+    );
+    let err = common::stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("put back the resources of Deployment projectcontour/envoy (container envoy)"),
+        "{err}"
+    );
+    assert!(!hand.exists(), "the journal is removed once undone");
+    assert_put_back(&k, &before);
 
     drop(prom);
     c.stop();
