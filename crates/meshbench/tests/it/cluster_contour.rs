@@ -7,7 +7,8 @@
 //!    Contour's Deployments, and fails naming the HTTPProxy CRD, both Deployments and the
 //!    Service;
 //! 1. a sweep of Envoy's CPU limit (0.5, then 1) with Contour limited too, killed with SIGKILL
-//!    once the first step is stored (Envoy's Deployment then holds the second step's limit):
+//!    once the first step is stored (Envoy's Deployment then holds the second step's limit);
+//!    while it runs the CFS quota of the containers `contour` and `envoy` is the step's limit;
 //!    the run's watcher puts the `resources` of both Deployments back (checked field by field
 //!    against what they were before the run) and deletes the namespace; the store keeps the
 //!    measured step: requests served through Contour's Envoy, no error, Envoy's own count of
@@ -189,10 +190,33 @@ fn contours_envoy_swept_on_the_node_is_put_back_after_a_sigkill_and_at_the_end()
     };
     let deadline = Instant::now() + RUN_WITHIN;
     let mut first_limit_seen = false;
+    let mut quotas: std::collections::BTreeMap<(&str, String), f64> = Default::default();
     // The second step's limit on Envoy's Deployment: the first step is stored (a step is stored
     // before the next one is realised).
     while envoy_cpu(&k) != json!("1") && envoy_cpu(&k) != json!("1000m") {
         first_limit_seen |= envoy_cpu(&k) == json!("500m");
+        // The kubelet's CFS quota of each of Contour's and its Envoy's pods, as the run goes.
+        for app in ["envoy", "contour"] {
+            for p in k
+                .list::<k8s_openapi::api::core::v1::Pod>(CONTOUR_NS, &format!("app={app}"))
+                .unwrap_or_default()
+            {
+                // The container's own cgroup: Envoy's init container has no limit, so its pod
+                // has no quota at the pod's level.
+                let uid = p.metadata.uid.clone().unwrap_or_default();
+                let id = p
+                    .status
+                    .and_then(|s| s.container_statuses)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .find(|c| c.name == app)
+                    .and_then(|c| c.container_id);
+                if let Some(Ok(Some(cores))) = id.map(|id| cluster::container_cpu_quota(&uid, &id))
+                {
+                    quotas.insert((app, uid), cores);
+                }
+            }
+        }
         if let Some(status) = child.try_wait().unwrap() {
             let out = child.wait_with_output().unwrap();
             panic!(
@@ -205,6 +229,19 @@ fn contours_envoy_swept_on_the_node_is_put_back_after_a_sigkill_and_at_the_end()
         std::thread::sleep(Duration::from_millis(300));
     }
     assert!(first_limit_seen, "the first step's limit was never seen");
+    let quota_of = |app: &str| -> Vec<f64> {
+        let mut q: Vec<f64> = quotas
+            .iter()
+            .filter(|((a, _), _)| *a == app)
+            .map(|(_, c)| *c)
+            .collect();
+        q.sort_by(f64::total_cmp);
+        q.dedup();
+        q
+    };
+    // Contour's pod at 0.5 CPU; Envoy's at 0.5 (the first step), perhaps 1 already (the second).
+    assert_eq!(quota_of("contour"), [0.5], "{quotas:?}");
+    assert!(quota_of("envoy").contains(&0.5), "{quotas:?}");
     child.kill().unwrap();
     let out = child.wait_with_output().unwrap();
     eprintln!(
