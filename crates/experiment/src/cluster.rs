@@ -54,6 +54,54 @@ pub struct Cluster {
     pub system_under_test: Placement,
     /// How strictly the agent pods keep off the nodes of the system under test.
     pub load_anti_affinity: AntiAffinity,
+    /// Where the cluster's Contour is (`gateway.type: contour`): the run does not deploy it,
+    /// it changes the limits of its Deployments and puts them back.
+    pub contour: ClusterContour,
+}
+
+/// `cluster.contour`: the Contour a user installed, named as Contour's own example manifests
+/// (examples/render/contour-deployment.yaml) name it. Its containers are Contour's: `contour`
+/// in Contour's Deployment, `envoy` in Envoy's.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClusterContour {
+    /// Contour's namespace.
+    pub namespace: String,
+    /// Contour's Deployment (container `contour`): `limits.control_plane` sets it.
+    pub deployment: String,
+    /// Envoy's workload (container `envoy`): `limits.proxy` sets it.
+    pub envoy: String,
+    /// What kind of workload Envoy is: a Deployment (a DaemonSet is refused).
+    pub envoy_kind: EnvoyKind,
+    /// The Service in front of Envoy that the agents dial, on its `https` port.
+    pub service: String,
+    /// Its HTTPS port.
+    pub service_port: u16,
+    /// Envoy's stats listener in its pods (Contour's `--stats-port`): Envoy's own counts, the
+    /// witness, are read there through a port-forward (its admin is a unix socket).
+    pub stats_port: u16,
+}
+
+impl Default for ClusterContour {
+    fn default() -> Self {
+        ClusterContour {
+            namespace: "projectcontour".into(),
+            deployment: "contour".into(),
+            envoy: "envoy".into(),
+            envoy_kind: EnvoyKind::Deployment,
+            service: "envoy".into(),
+            service_port: 443,
+            stats_port: 8002,
+        }
+    }
+}
+
+/// The kind of workload Contour's Envoy runs as.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+pub enum EnvoyKind {
+    Deployment,
+    /// Contour's default example (examples/contour/03-envoy.yaml): refused, one line.
+    DaemonSet,
 }
 
 impl Default for Cluster {
@@ -73,6 +121,7 @@ impl Default for Cluster {
             istio_revision: None,
             system_under_test: Placement::default(),
             load_anti_affinity: AntiAffinity::Preferred,
+            contour: ClusterContour::default(),
         }
     }
 }
@@ -170,6 +219,7 @@ impl Cluster {
             istio_revision,
             system_under_test,
             load_anti_affinity: _,
+            contour,
         } = self;
         if !is_dns_label(namespace, 63) {
             p.push(format!("cluster.namespace '{namespace}': use at most 63 lowercase letters, digits and '-' (a DNS label)"));
@@ -223,6 +273,9 @@ impl Cluster {
                 }
             }
         }
+        if e.gateway.runs(Program::Contour) {
+            contour.validate(p);
+        }
         self.validate_experiment(e, p);
     }
 
@@ -250,17 +303,33 @@ impl Cluster {
         if ambient && sidecars {
             p.push("topologies: on a cluster ambient and waypoint share the namespace with the sidecar topologies, and a pod with a sidecar is never in ambient: run them in files of their own".into());
         }
-        if let Some(kind) = e
-            .gateway
-            .kinds
-            .iter()
-            .find(|k| **k != Program::Istio)
-            .filter(|_| chains.contains(&Topology::Gateway))
-        {
+        let gateway = chains.contains(&Topology::Gateway);
+        // A cluster run deploys Istio's gateway or borrows the cluster's Contour: one program.
+        let kind = e.gateway.of(None);
+        if gateway && e.gateway.kinds.len() > 1 {
+            p.push("gateway.type: a cluster run measures one gateway (Istio's it deploys, or the cluster's Contour); list one program".into());
+        }
+        if gateway && !matches!(kind, Program::Istio | Program::Contour) {
             p.push(format!(
-                "gateway.type: {} is not deployed on a cluster; meshbench deploys Istio's ingress gateway there: use gateway.type: istio",
+                "gateway.type: {} is not realised on a cluster; meshbench deploys Istio's ingress gateway there (gateway.type: istio) or uses the cluster's Contour (gateway.type: contour)",
                 kind.name()
             ));
+        }
+        if gateway && kind == Program::Contour {
+            let others: Vec<&str> = chains
+                .iter()
+                .filter(|t| !matches!(t, Topology::Baseline | Topology::Gateway))
+                .map(|t| t.name())
+                .collect();
+            if !others.is_empty() {
+                p.push(format!(
+                    "topologies: gateway.type: contour on a cluster runs baseline and gateway only (Contour's Envoy in front of the backend, no Istio); run {} in a file of its own",
+                    others.join(", ")
+                ));
+            }
+            if e.attribution.is_some() {
+                p.push("attribution: on a cluster the proxies log through Istio's Telemetry, which Contour's Envoy does not read: drop attribution with gateway.type: contour".into());
+            }
         }
         if e.isolation != Isolation::Loopback {
             p.push(
@@ -300,6 +369,48 @@ impl Cluster {
             p.push("limits.proxy.cpus: on a cluster a sweep restarts the swept pods between steps, and the client's sidecar is in the agent pods, which stay for the whole run: sweep with serveronly or gateway, or give one value".into());
         }
     }
+}
+
+impl ClusterContour {
+    /// Its names are Kubernetes names, its ports ports, its Envoy a Deployment.
+    fn validate(&self, p: &mut Vec<String>) {
+        let ClusterContour {
+            namespace,
+            deployment,
+            envoy,
+            envoy_kind,
+            service,
+            service_port,
+            stats_port,
+        } = self;
+        if !is_dns_label(namespace, 63) {
+            p.push(format!("cluster.contour.namespace '{namespace}': not a namespace name (at most 63 lowercase letters, digits and '-')"));
+        }
+        for (key, name) in [("deployment", deployment), ("envoy", envoy)] {
+            if !is_dns_subdomain(name) {
+                p.push(format!("cluster.contour.{key} '{name}': not a Deployment's name (lowercase letters, digits, '-' and '.', at most 253)"));
+            }
+        }
+        if !is_dns_label(service, 63) {
+            p.push(format!("cluster.contour.service '{service}': not a Service's name (at most 63 lowercase letters, digits and '-')"));
+        }
+        for (key, port) in [("service_port", service_port), ("stats_port", stats_port)] {
+            if *port == 0 {
+                p.push(format!(
+                    "cluster.contour.{key}: expected a port from 1 to 65535, found 0"
+                ));
+            }
+        }
+        match envoy_kind {
+            EnvoyKind::Deployment => {}
+            EnvoyKind::DaemonSet => p.push("cluster.contour.envoy_kind: DaemonSet is not supported; meshbench changes and puts back the limits of an Envoy Deployment (as Contour's examples/render/contour-deployment.yaml deploys it): deploy Envoy as a Deployment".into()),
+        }
+    }
+}
+
+/// A DNS-1123 subdomain (a Deployment's name): labels joined by dots, at most 253 characters.
+pub fn is_dns_subdomain(s: &str) -> bool {
+    s.len() <= 253 && s.split('.').all(|l| is_dns_label(l, 63))
 }
 
 /// A DNS-1123 label of at most `max` characters.
@@ -360,5 +471,57 @@ mod tests {
             assert!(err.contains(expected), "{expected}: {err}");
         }
         assert!(err.lines().all(|l| l.starts_with("c.yaml: ")), "{err}");
+    }
+
+    const CONTOUR: &str = "name: t\ntopologies: [baseline, gateway]\ngateway:\n  type: contour\nlimits:\n  proxy:\n    cpus: [1, 2]\n  control_plane:\n    cpus: [1]\ncluster:\n  image: meshbench:1\n  coordinator: 10.0.0.1:7700\n  prometheus_url: http://prometheus:9090\n";
+
+    #[test]
+    fn contour_on_a_cluster_takes_its_manifests_names_and_a_control_plane_limit() {
+        let e = parse("t.yaml", CONTOUR, &[]).unwrap();
+        let c = e.cluster.unwrap().contour;
+        assert_eq!(
+            (
+                c.namespace.as_str(),
+                c.deployment.as_str(),
+                c.envoy.as_str()
+            ),
+            ("projectcontour", "contour", "envoy")
+        );
+        assert_eq!(
+            (c.service.as_str(), c.service_port, c.stats_port),
+            ("envoy", 443, 8002)
+        );
+        assert_eq!(c.envoy_kind, super::EnvoyKind::Deployment);
+    }
+
+    #[test]
+    fn what_contour_on_a_cluster_cannot_take_is_named_at_once() {
+        let sets = [
+            "topologies=[baseline, gateway, both, ambient]".to_string(),
+            "cluster.contour.envoy_kind=DaemonSet".into(),
+            "cluster.contour.deployment=Contour!".into(),
+            "cluster.contour.service=a.b".into(),
+            "limits.control_plane.cpuset=0".into(),
+            "attribution.sample=0.1".into(),
+        ];
+        let err = parse("c.yaml", CONTOUR, &sets).unwrap_err().to_string();
+        for expected in [
+            "topologies: gateway.type: contour on a cluster runs baseline and gateway only",
+            "run both, ambient in a file of its own",
+            "cluster.contour.envoy_kind: DaemonSet is not supported",
+            "cluster.contour.deployment 'Contour!'",
+            "cluster.contour.service 'a.b'",
+            "limits.control_plane.cpuset: a pod's CPUs are the kubelet's",
+            "attribution: on a cluster the proxies log through Istio's Telemetry",
+        ] {
+            assert!(err.contains(expected), "{expected}: {err}");
+        }
+        let istio = parse("c.yaml", CONTOUR, &["gateway.type=istio".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            istio.contains("limits.control_plane: on a cluster it limits the cluster's Contour"),
+            "{istio}"
+        );
     }
 }

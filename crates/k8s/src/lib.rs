@@ -12,8 +12,11 @@
 //! that its callers build typed objects with the one Kubernetes API version this crate is
 //! built for; `objects` types the custom resources meshbench writes (Istio's, the Gateway
 //! API's, Contour's) the same way, and `names` holds the names given in more than one place.
+//! `borrowed` reads and sets a container's `resources` in a workload a run does not own (the
+//! cluster's Contour), which `undo` puts back.
 
 pub mod blocking;
+pub mod borrowed;
 pub mod cluster;
 pub mod forward;
 pub mod names;

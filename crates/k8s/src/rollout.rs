@@ -80,7 +80,20 @@ pub fn progress(d: &Deployment, pods: &[Pod]) -> Rollout {
     }
 }
 
-fn is_ready(p: &Pod) -> bool {
+/// The label selector (`k=v,...`) of a Deployment's pods.
+pub fn selector_of(d: &Deployment) -> String {
+    d.spec
+        .as_ref()
+        .and_then(|s| s.selector.match_labels.clone())
+        .unwrap_or_default()
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Whether a pod says it is Ready.
+pub fn is_ready(p: &Pod) -> bool {
     p.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
@@ -105,15 +118,7 @@ impl BlockingClient {
                     name: name.into(),
                 });
             };
-            let selector = d
-                .spec
-                .as_ref()
-                .and_then(|s| s.selector.match_labels.clone())
-                .unwrap_or_default()
-                .iter()
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect::<Vec<_>>()
-                .join(",");
+            let selector = selector_of(&d);
             let pods = self.list::<Pod>(namespace, &selector)?;
             match progress(&d, &pods) {
                 Rollout::Done => return Ok(()),

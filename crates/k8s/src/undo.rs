@@ -18,6 +18,8 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::blocking::{ApiError, BlockingClient};
+use crate::borrowed::{Borrowed, BorrowedError, WorkloadKind};
+use crate::rollout::{progress as rollout_progress, Rollout};
 
 /// One change to put back.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -28,6 +30,17 @@ pub enum Undo {
     /// A local directory the run made for its files (the gateway's targets and CA): removed,
     /// with what is in it, by whoever puts the run back on the machine the run ran on.
     RemoveDir { path: PathBuf },
+    /// A container of a workload the run does not own (the cluster's Contour, its Envoy),
+    /// whose `resources` the run changes: `before` is the whole field as it was before the
+    /// run's first change (`{}` when it had none). Put back exactly (a JSON patch), then the
+    /// workload's rollout waited for; a workload gone since is nothing to put back.
+    RestoreResources {
+        namespace: String,
+        kind: WorkloadKind,
+        name: String,
+        container: String,
+        before: serde_json::Value,
+    },
 }
 
 /// The journal's first line.
@@ -57,6 +70,17 @@ pub enum UndoError {
     /// A hurried stop ended the wait for the namespace to go; its deletion was asked.
     #[error("namespace {name} is being deleted; not waited for (hurried)")]
     NotWaited { name: String },
+    /// A borrowed workload's resources could not be put back.
+    #[error("putting back the resources of {0}")]
+    Borrowed(#[from] BorrowedError),
+    /// Its resources were put back, but its rollout did not finish in time (or was not waited
+    /// for: a hurried stop).
+    #[error("{what}: its resources are put back, but its rollout did not finish within {} s: {why}", waited.as_secs())]
+    NotRolledBack {
+        what: String,
+        waited: Duration,
+        why: String,
+    },
 }
 
 /// A run's journal, open for writing.
@@ -162,11 +186,32 @@ pub fn restore(
     stop: &Stop,
     mut progress: impl FnMut(&str),
 ) -> Result<(), UndoError> {
+    // Each change is put back whatever became of the others; the first failure is the answer.
+    let mut first_error = None;
     for undo in undos.iter().rev() {
+        if let Err(e) = restore_one(client, undo, within, stop, &mut progress) {
+            first_error.get_or_insert(e);
+        }
+    }
+    match first_error {
+        None => Ok(()),
+        Some(e) => Err(e),
+    }
+}
+
+/// Puts back one change.
+fn restore_one(
+    client: &BlockingClient,
+    undo: &Undo,
+    within: Duration,
+    stop: &Stop,
+    progress: &mut impl FnMut(&str),
+) -> Result<(), UndoError> {
+    {
         match undo {
             Undo::DeleteNamespace { name } => {
                 if client.get_cluster_scoped::<Namespace>(name)?.is_none() {
-                    continue;
+                    return Ok(());
                 }
                 // The namespace first, so that no controller makes a pod anew in it (a Job
                 // replaces its deleted pods), then its pods with no grace: a namespace waits
@@ -204,9 +249,77 @@ pub fn restore(
                     })
                 }
             },
+            Undo::RestoreResources {
+                namespace,
+                kind,
+                name,
+                container,
+                before,
+            } => {
+                let borrowed = Borrowed {
+                    namespace: namespace.clone(),
+                    kind: *kind,
+                    name: name.clone(),
+                    container: container.clone(),
+                };
+                let began = Instant::now();
+                match borrowed.set_resources(client, before) {
+                    // Gone since (deleted by its owner): nothing of it to put back.
+                    Err(BorrowedError::NoWorkload(_)) => return Ok(()),
+                    done => done?,
+                }
+                wait_rolled_back(client, &borrowed, within, stop)?;
+                progress(&format!(
+                    "put back the resources of {borrowed} as they were: {before} ({:.0} s)",
+                    began.elapsed().as_secs_f64()
+                ));
+            }
         }
     }
     Ok(())
+}
+
+/// Waits for the rollout of a workload whose resources were put back, as long as a namespace
+/// is waited for ([`GONE_AFTER_STOP_WITHIN`] once a stop is asked; a hurried stop not at all).
+fn wait_rolled_back(
+    client: &BlockingClient,
+    borrowed: &Borrowed,
+    within: Duration,
+    stop: &Stop,
+) -> Result<(), UndoError> {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::core::v1::Pod;
+    let began = Instant::now();
+    loop {
+        let why = match borrowed.kind {
+            WorkloadKind::Deployment => {
+                let Some(d) = client.get::<Deployment>(&borrowed.namespace, &borrowed.name)? else {
+                    return Ok(());
+                };
+                let selector = crate::rollout::selector_of(&d);
+                let pods = client.list::<Pod>(&borrowed.namespace, &selector)?;
+                match rollout_progress(&d, &pods) {
+                    Rollout::Done => return Ok(()),
+                    Rollout::Waiting(why) => why,
+                }
+            }
+        };
+        let limit = match stop.requested() {
+            true => within.min(GONE_AFTER_STOP_WITHIN),
+            false => within,
+        };
+        let not_rolled_back = |waited| UndoError::NotRolledBack {
+            what: borrowed.to_string(),
+            waited,
+            why: why.clone(),
+        };
+        if began.elapsed() >= limit {
+            return Err(not_rolled_back(limit));
+        }
+        if !sleep_unless_hurried(GONE_POLL, stop) {
+            return Err(not_rolled_back(began.elapsed()));
+        }
+    }
 }
 
 /// How often a namespace being deleted is looked for.

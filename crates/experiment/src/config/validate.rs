@@ -473,9 +473,16 @@ impl Experiment {
         if r.cpus.is_empty() && r.cpuset.is_none() && r.memory_mib.is_none() {
             return;
         }
-        if self.cluster.is_some() {
-            p.push("limits.control_plane: applies to the control plane the lab starts; on a cluster the control plane is the cluster's".into());
+        // On a cluster only Contour's Deployment is limited by a run (and put back after it);
+        // istiod is the cluster's.
+        let on_cluster = self.cluster.is_some();
+        if on_cluster && !self.gateway.runs(Program::Contour) {
+            p.push("limits.control_plane: on a cluster it limits the cluster's Contour (gateway.type: contour); istiod is the cluster's, meshbench does not change it".into());
             return;
+        }
+        if on_cluster && r.cpuset.is_some() {
+            // limits.control_plane.cpuset: said with the other roles' cpusets.
+            p.push("limits.control_plane.cpuset: a pod's CPUs are the kubelet's to choose; give cpus instead".into());
         }
         let runs = self
             .topologies

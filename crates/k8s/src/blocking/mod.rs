@@ -22,6 +22,7 @@
 
 mod apply;
 mod error;
+mod raw;
 mod typed;
 
 use std::collections::HashMap;
@@ -631,5 +632,79 @@ mod tests {
         )
         .unwrap();
         assert!(asked.lock().unwrap().is_empty());
+    }
+
+    /// A borrowed container's resources are put back whole by a JSON patch (the container's
+    /// name tested at its index, then `resources` replaced), then its rollout is waited for;
+    /// one whose Deployment is gone is nothing to put back.
+    #[test]
+    fn a_restore_puts_a_borrowed_containers_resources_back_by_json_patch() {
+        use crate::borrowed::WorkloadKind;
+        use crate::undo::{restore, Undo};
+        let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "envoy", "namespace": "projectcontour", "generation": 3},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "envoy"}},
+                "template": {"spec": {"containers": [
+                    {"name": "shutdown-manager", "resources": {}},
+                    {"name": "envoy", "resources": {"limits": {"cpu": "1"}, "requests": {"cpu": "1"}}}]}}},
+            "status": {"observedGeneration": 3, "replicas": 1, "updatedReplicas": 1,
+                "availableReplicas": 1, "readyReplicas": 1}});
+        let pods = json!({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": [
+            {"metadata": {"name": "envoy-1", "namespace": "projectcontour"},
+             "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}]});
+        let (url, asked) = fake_api_server(move |line| {
+            let path = line.split(' ').nth(1).unwrap_or_default();
+            match line.split(' ').next().unwrap_or_default() {
+                "GET" | "PATCH"
+                    if path.starts_with(
+                        "/apis/apps/v1/namespaces/projectcontour/deployments/envoy",
+                    ) =>
+                {
+                    (200, deployment.to_string())
+                }
+                "GET" if path.starts_with("/api/v1/namespaces/projectcontour/pods") => {
+                    (200, pods.to_string())
+                }
+                _ => not_found(),
+            }
+        });
+        let client = client_of(&url, "borrowed");
+        let before = json!({"requests": {"memory": "64Mi"}});
+        let undo = |name: &str| Undo::RestoreResources {
+            namespace: "projectcontour".into(),
+            kind: WorkloadKind::Deployment,
+            name: name.into(),
+            container: "envoy".into(),
+            before: before.clone(),
+        };
+        let mut said = Vec::new();
+        restore(
+            &client,
+            &[undo("gone"), undo("envoy")],
+            Duration::from_secs(5),
+            &Stop::new(),
+            |s| said.push(s.to_string()),
+        )
+        .unwrap();
+        let asked = asked.lock().unwrap();
+        let patches: Vec<&Asked> = asked
+            .iter()
+            .filter(|a| a.line.starts_with("PATCH "))
+            .collect();
+        assert_eq!(patches.len(), 1, "only the Deployment that is there");
+        assert_eq!(patches[0].content_type, "application/json-patch+json");
+        let body: serde_json::Value = serde_json::from_str(&patches[0].body).unwrap();
+        assert_eq!(
+            body,
+            json!([
+                {"op": "test", "path": "/spec/template/spec/containers/1/name", "value": "envoy"},
+                {"op": "add", "path": "/spec/template/spec/containers/1/resources", "value": before},
+            ])
+        );
+        assert_eq!(said.len(), 1, "{said:?}");
+        assert!(
+            said[0].starts_with("put back the resources of Deployment projectcontour/envoy (container envoy) as they were"),
+            "{said:?}"
+        );
     }
 }

@@ -38,6 +38,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::Value;
 
+use crate::borrowed::{Borrowed, WorkloadKind};
 use crate::names::SERVICE_PORT;
 use crate::objects::gateway_api::{self, Infrastructure, Listener};
 use crate::objects::istio::{PeerAuthentication, Telemetry};
@@ -190,6 +191,53 @@ pub struct System {
     pub gateway_objects: Vec<Value>,
     /// Per-hop attribution: every proxy of the namespace logs the engine's tagged requests.
     pub proxy_logging: Option<ProxyLogging>,
+    /// The cluster's Contour as the gateway (`gateway.type: contour`): not deployed, its
+    /// limits changed and put back; `gateway_objects` are then its Secrets and HTTPProxies.
+    pub contour: Option<ContourInstall>,
+}
+
+/// Where the cluster's Contour is: its namespace, its Deployment (container [`CONTOUR`]), its
+/// Envoy's Deployment (container [`ENVOY`]) and the Service in front of that.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContourInstall {
+    pub namespace: String,
+    pub deployment: String,
+    pub envoy: String,
+    pub service: String,
+}
+
+/// Contour's container in its Deployment, as Contour's manifests name it.
+pub const CONTOUR: &str = "contour";
+/// Envoy's container in Contour's Envoy Deployment.
+pub const ENVOY: &str = "envoy";
+
+/// A limit set on a container the run does not own, for a step.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BorrowedLimit {
+    pub container: Borrowed,
+    /// The container's whole `resources` for the step.
+    pub resources: Value,
+}
+
+impl ContourInstall {
+    /// Envoy's container.
+    pub fn envoy_container(&self) -> Borrowed {
+        self.borrowed(&self.envoy, ENVOY)
+    }
+
+    /// Contour's container.
+    pub fn contour_container(&self) -> Borrowed {
+        self.borrowed(&self.deployment, CONTOUR)
+    }
+
+    fn borrowed(&self, name: &str, container: &str) -> Borrowed {
+        Borrowed {
+            namespace: self.namespace.clone(),
+            kind: WorkloadKind::Deployment,
+            name: name.to_string(),
+            container: container.to_string(),
+        }
+    }
 }
 
 /// How the namespace's proxies log the engine's tagged requests (per-hop attribution): a
@@ -207,6 +255,8 @@ pub struct ProxyLogging {
 pub struct Shape {
     /// The gateway's and the server sidecar's resources (`limits.proxy`).
     pub proxy: Resources,
+    /// The control plane's (`limits.control_plane`): Contour's, when it is the gateway's.
+    pub control_plane: Resources,
     /// The client sidecar's (the first of `limits.proxy`: the agents stay for the run).
     pub client_proxy: Resources,
     pub backend: Resources,
@@ -273,6 +323,9 @@ impl System {
             out.extend(self.gateway_objects.iter().cloned());
             out.push(to_value(&self.gateway_deployment(shape)));
             out.push(to_value(&self.gateway_service()));
+        } else if self.contour.is_some() {
+            // Contour's Secrets and HTTPProxies; its Envoy is the cluster's.
+            out.extend(self.gateway_objects.iter().cloned());
         }
         if self.waypoint {
             out.push(to_value(&self.waypoint_gateway()));
@@ -296,6 +349,25 @@ impl System {
             d.push(GATEWAY);
         }
         d
+    }
+
+    /// The limits a step of `shape` sets on containers the run does not own (Contour's
+    /// Envoy and Contour), each only when the file gives one.
+    pub fn borrowed_limits(&self, shape: &Shape) -> Vec<BorrowedLimit> {
+        let Some(contour) = &self.contour else {
+            return Vec::new();
+        };
+        [
+            (contour.envoy_container(), shape.proxy),
+            (contour.contour_container(), shape.control_plane),
+        ]
+        .into_iter()
+        .filter(|(_, r)| *r != Resources::default())
+        .map(|(container, r)| BorrowedLimit {
+            container,
+            resources: serde_json::to_value(r.requirements()).expect("resources serialise"),
+        })
+        .collect()
     }
 
     /// The labels and annotations of the agent pods: Istio's injection, and what their capture

@@ -24,6 +24,7 @@ fn system() -> System {
         coordinator_port: 7700,
         gateway_objects: Vec::new(),
         proxy_logging: None,
+        contour: None,
     }
 }
 
@@ -37,11 +38,64 @@ fn shape(cpu: f64) -> Shape {
             cpu_cores: Some(1.0),
             memory_mib: None,
         },
+        control_plane: Resources::default(),
         backend: Resources::default(),
         ambient: false,
         use_waypoint: false,
         peer_authentication: Some("STRICT".into()),
     }
+}
+
+/// With the cluster's Contour as the gateway: its Secrets and HTTPProxies are rendered in the
+/// run's namespace, no Istio gateway and no injection label; the step's limits go to Contour's
+/// Envoy and Contour as whole `resources`, only those the file gives.
+#[test]
+fn contours_gateway_renders_its_objects_and_borrows_its_deployments_limits() {
+    let contour = ContourInstall {
+        namespace: "projectcontour".into(),
+        deployment: "contour".into(),
+        envoy: "envoy".into(),
+        service: "envoy".into(),
+    };
+    let proxy = serde_json::json!({"apiVersion": "projectcontour.io/v1", "kind": "HTTPProxy",
+        "metadata": {"name": "d1", "namespace": "bench"}});
+    let system = System {
+        server_sidecar: false,
+        client_sidecar: false,
+        gateway: false,
+        gateway_objects: vec![proxy.clone()],
+        contour: Some(contour),
+        ..system()
+    };
+    let objects = system.render(&shape(0.5));
+    assert!(objects.contains(&proxy));
+    assert!(!objects
+        .iter()
+        .any(|o| o["metadata"]["name"] == GATEWAY || o["kind"] == "PeerAuthentication"));
+    assert!(!system
+        .namespace_labels(&shape(0.5))
+        .contains_key("istio-injection"));
+    let limits = system.borrowed_limits(&shape(0.5));
+    assert_eq!(limits.len(), 1, "no control-plane limit given: {limits:?}");
+    assert_eq!(
+        limits[0].container.to_string(),
+        "Deployment projectcontour/envoy (container envoy)"
+    );
+    assert_eq!(
+        limits[0].resources,
+        serde_json::json!({"limits": {"cpu": "500m", "memory": "256Mi"}, "requests": {"cpu": "500m", "memory": "256Mi"}})
+    );
+    let mut both = shape(2.0);
+    both.control_plane = Resources {
+        cpu_cores: Some(1.0),
+        memory_mib: None,
+    };
+    let limits = system.borrowed_limits(&both);
+    assert_eq!(limits[1].container.container, CONTOUR);
+    assert_eq!(
+        limits[1].resources,
+        serde_json::json!({"limits": {"cpu": "1000m"}, "requests": {"cpu": "1000m"}})
+    );
 }
 
 /// Three systems' objects as YAML, against the files under `testdata/` (written by the

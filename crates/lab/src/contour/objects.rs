@@ -40,8 +40,8 @@ pub const HTTP_PROXIES_FILE: &str = "contour-httpproxies.yaml";
 pub const HTTPS_LISTENER: &str = "ingress_https";
 const HTTPS_ROUTES: &str = "https/";
 
-/// One HTTPProxy per domain, in [`NAMESPACE`].
-pub fn http_proxies(plan: &GatewayPlan) -> Vec<HttpProxy> {
+/// One HTTPProxy per domain, in `namespace` (the lab's [`NAMESPACE`], a cluster run's own).
+pub fn http_proxies(plan: &GatewayPlan, namespace: &str) -> Vec<HttpProxy> {
     let service = RouteService {
         name: BACKEND_SERVICE.into(),
         port: plan.backend().port(),
@@ -50,7 +50,7 @@ pub fn http_proxies(plan: &GatewayPlan) -> Vec<HttpProxy> {
     };
     plan.domain_names()
         .map(|domain| HttpProxy {
-            metadata: meta(domain.clone(), NAMESPACE),
+            metadata: meta(domain.clone(), namespace),
             spec: HttpProxySpec {
                 virtualhost: Some(VirtualHost {
                     tls: plan.tls.then(|| Tls {
@@ -79,17 +79,17 @@ pub fn http_proxies(plan: &GatewayPlan) -> Vec<HttpProxy> {
 }
 
 /// The namespace, the backend's Service (its port the backend's) and its EndpointSlice.
-fn backend_objects(plan: &GatewayPlan) -> (Namespace, Service, EndpointSlice) {
+fn backend_objects(plan: &GatewayPlan, namespace: &str) -> (Namespace, Service, EndpointSlice) {
     let port = plan.backend().port();
-    let namespace = Namespace {
+    let namespace_object = Namespace {
         metadata: ObjectMeta {
-            name: Some(NAMESPACE.into()),
+            name: Some(namespace.into()),
             ..ObjectMeta::default()
         },
         ..Namespace::default()
     };
     let service = Service {
-        metadata: meta(BACKEND_SERVICE, NAMESPACE),
+        metadata: meta(BACKEND_SERVICE, namespace),
         spec: Some(ServiceSpec {
             ports: Some(vec![ServicePort {
                 name: Some(HTTP.into()),
@@ -104,7 +104,7 @@ fn backend_objects(plan: &GatewayPlan) -> (Namespace, Service, EndpointSlice) {
     };
     let slice = workloads::endpoint_slice(
         format!("{BACKEND_SERVICE}-1"),
-        NAMESPACE,
+        namespace,
         BACKEND_SERVICE,
         plan.backends
             .iter()
@@ -112,7 +112,7 @@ fn backend_objects(plan: &GatewayPlan) -> (Namespace, Service, EndpointSlice) {
             .collect(),
         port,
     );
-    (namespace, service, slice)
+    (namespace_object, service, slice)
 }
 
 /// What Contour's Envoy holds once Contour has sent everything for `plan`: the TLS listener
@@ -140,11 +140,24 @@ fn to_yaml<T: Serialize>(docs: &[T]) -> Result<String, LabError> {
 }
 
 /// Contour as a gateway [`Target`]: the objects for the lab's API server, whose Envoy listens
-/// at the plan's address (`contour serve --envoy-service-https-address/-port`). TLS only: a
-/// virtual host without it is served on Contour's other listener, which the lab does not run
-/// the load against.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Contour;
+/// at the plan's address (`contour serve --envoy-service-https-address/-port`), or for a
+/// cluster's Contour (a run's own namespace, of which a cluster run applies the Secrets and
+/// the HTTPProxies: its backend's Service is its own). TLS only: a virtual host without it is
+/// served on Contour's other listener, which the load is not run against.
+#[derive(Debug, Clone)]
+pub struct Contour {
+    /// Where the objects live.
+    pub namespace: String,
+}
+
+impl Default for Contour {
+    /// The lab's: in [`NAMESPACE`].
+    fn default() -> Self {
+        Contour {
+            namespace: NAMESPACE.into(),
+        }
+    }
+}
 
 impl Target for Contour {
     fn name(&self) -> &'static str {
@@ -157,14 +170,14 @@ impl Target for Contour {
         plan: &GatewayPlan,
         certs: &[(String, Issued)],
     ) -> Result<Vec<PathBuf>, LabError> {
-        let (namespace, service, slice) = backend_objects(plan);
+        let (namespace, service, slice) = backend_objects(plan, &self.namespace);
         let mut backend = to_yaml(&[namespace])?;
         backend.push_str(&to_yaml(&[service])?);
         backend.push_str(&to_yaml(&[slice])?);
         let secrets: Vec<_> = certs
             .iter()
             .map(|(name, issued)| {
-                workloads::tls_secret(&crate::gateway::secret_of(name), issued, NAMESPACE)
+                workloads::tls_secret(&crate::gateway::secret_of(name), issued, &self.namespace)
             })
             .collect();
         let mut files = vec![write_file(plan.path(BACKEND_FILE), backend)?];
@@ -173,7 +186,7 @@ impl Target for Contour {
         }
         files.push(write_file(
             plan.path(HTTP_PROXIES_FILE),
-            to_yaml(&http_proxies(plan))?,
+            to_yaml(&http_proxies(plan, &self.namespace))?,
         )?);
         Ok(files)
     }
@@ -213,7 +226,7 @@ mod tests {
 
     #[test]
     fn each_domain_is_a_proxy_with_its_secret_and_a_rewritten_route_per_path() {
-        let proxies = http_proxies(&plan(false));
+        let proxies = http_proxies(&plan(false), NAMESPACE);
         assert_eq!(proxies.len(), 3);
         let p = &proxies[1];
         assert_eq!(p.metadata.name.as_deref(), Some("workspace-1-domain-2.com"));
@@ -249,7 +262,7 @@ mod tests {
 
     #[test]
     fn grpc_routes_keep_their_methods_over_h2c() {
-        let proxies = http_proxies(&plan(true));
+        let proxies = http_proxies(&plan(true), NAMESPACE);
         let route = &proxies[0].spec.routes[0];
         assert_eq!(
             route.conditions[0].prefix.as_deref(),

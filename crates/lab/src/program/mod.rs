@@ -289,7 +289,7 @@ impl gateway::Target for Program {
             Program::Envoy => envoy::write_gateway(plan),
             Program::Command => Err(no_gateway()),
             Program::Istio => crate::istio::objects::Istio::lab().write(plan, certs),
-            Program::Contour => crate::contour::objects::Contour.write(plan, certs),
+            Program::Contour => crate::contour::objects::Contour::default().write(plan, certs),
         }
     }
 
@@ -299,7 +299,9 @@ impl gateway::Target for Program {
         match self {
             Program::Command => return Err(no_gateway()),
             Program::Istio => return crate::istio::objects::Istio::lab().start(plan, written),
-            Program::Contour => return crate::contour::objects::Contour.start(plan, written),
+            Program::Contour => {
+                return crate::contour::objects::Contour::default().start(plan, written)
+            }
             Program::Nginx | Program::Haproxy | Program::Caddy | Program::Envoy => {}
         }
         let bin = self

@@ -767,3 +767,64 @@ fn every_backend_flag_is_in_the_cli_reference() {
         );
     }
 }
+
+/// Issue 49 item 5: what `gateway.type: contour` on a cluster cannot take is one line each and
+/// exit 2, before any cluster is reached (the file's checks).
+#[test]
+fn contour_on_a_cluster_refuses_bad_input_in_one_line() {
+    let cases: &[(&str, &[&str], &str)] = &[
+        (
+            "sidecar topologies beside Contour",
+            &[
+                "topologies=[baseline, gateway, serveronly]",
+                "proxy.type=istio",
+            ],
+            "topologies: gateway.type: contour on a cluster runs baseline and gateway only",
+        ),
+        (
+            "a control-plane limit with no control plane",
+            &["topologies=[baseline]"],
+            "limits.control_plane: no control plane runs in this experiment",
+        ),
+        (
+            "a control-plane limit on Istio's cluster",
+            &["gateway.type=istio"],
+            "limits.control_plane: on a cluster it limits the cluster's Contour",
+        ),
+        (
+            "a bad Deployment name",
+            &["cluster.contour.envoy=Envoy_Proxy"],
+            "cluster.contour.envoy 'Envoy_Proxy': not a Deployment's name",
+        ),
+        (
+            "a bad namespace",
+            &["cluster.contour.namespace=-contour"],
+            "cluster.contour.namespace '-contour': not a namespace name",
+        ),
+        (
+            "Envoy as a DaemonSet",
+            &["cluster.contour.envoy_kind=DaemonSet"],
+            "cluster.contour.envoy_kind: DaemonSet is not supported",
+        ),
+        (
+            "a port 0",
+            &["cluster.contour.stats_port=0"],
+            "cluster.contour.stats_port: expected a port from 1 to 65535, found 0",
+        ),
+    ];
+    let file = format!(
+        "{}/../../examples/cluster-contour.yaml",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    for (name, sets, expected) in cases {
+        let mut args = vec!["experiment", file.as_str(), "--dry-run"];
+        for s in *sets {
+            args.extend(["--set", s]);
+        }
+        let out = meshbench(&args, Duration::from_secs(20));
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{name}: {err}");
+        assert!(err.contains(expected), "{name}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{name}: {err}");
+    }
+}

@@ -46,7 +46,7 @@ fn preset(name: &str) -> String {
 
 /// `meshbench experiment` of a preset on the node: `--set` each of `sets`, but a flag
 /// (`--dry-run`) as it is.
-fn command(preset_file: &str, store: &Path, sets: &[String]) -> Command {
+pub(crate) fn command(preset_file: &str, store: &Path, sets: &[String]) -> Command {
     let mut cmd = Command::new(common::bin());
     cmd.args(["experiment", &preset(preset_file), "--quiet", "--store"])
         .arg(store)
@@ -71,7 +71,11 @@ pub(crate) fn start(preset_file: &str, store: &Path, sets: &[String]) -> Child {
 }
 
 /// A `--dry-run` of a preset with `sets`: its exit code, stdout and stderr.
-fn dry_run(preset_file: &str, store: &Path, sets: &[String]) -> (Option<i32>, String, String) {
+pub(crate) fn dry_run(
+    preset_file: &str,
+    store: &Path,
+    sets: &[String],
+) -> (Option<i32>, String, String) {
     let mut sets = sets.to_vec();
     sets.push("--dry-run".into());
     let out = wait_with_limit(start(preset_file, store, &sets), Duration::from_secs(60));
@@ -248,6 +252,7 @@ fn experiment_files_run_on_the_node_sweep_its_limits_and_leave_it_as_it_was() {
         coordinator_port: 7700,
         gateway_objects: vec![],
         proxy_logging: None,
+        contour: None,
     };
     let shape = meshbench_k8s::system::Shape {
         ambient: true,

@@ -15,6 +15,7 @@ mod backend_replicas;
 mod bad_input;
 mod churn;
 mod cluster_attribution;
+mod cluster_contour;
 mod cluster_experiment;
 mod cluster_stop;
 mod contour_gateway;

@@ -17,15 +17,20 @@
 //! Everything meshbench creates is in its namespace, and the namespace is written in the
 //! journal ([`meshbench_k8s::undo`]) before it is created: the end of the run deletes it,
 //! also after an error or Ctrl-C (on drop), and a watcher process outside the run's process
-//! group deletes it when the run is killed. Nothing outside the namespace is changed.
+//! group deletes it when the run is killed. Outside the namespace one thing is changed, with
+//! `gateway.type: contour` only: the `resources` of the cluster's Contour's containers, each
+//! journaled whole before its first change and put back the same ways, before the namespace.
 //!
 //! - `mod.rs`: the run's cluster: checked, set up (the journal first), put back;
 //! - `render.rs`: what an experiment deploys, from its file (pure but for the gateway's
 //!   certificates): the system, each step's shape, the agents, `--dry-run`'s description;
 //! - `step.rs`: one step there: realised, loaded, read;
+//! - `contour.rs`: the cluster's Contour as a step's gateway: ready when Contour took every
+//!   HTTPProxy and its Envoy's stats show the run's routes;
 //! - `tests.rs`: a step's set-up against a stop, on a played API server and Prometheus.
 
 mod attribution;
+mod contour;
 mod render;
 mod step;
 #[cfg(test)]
@@ -40,7 +45,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
-use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Service};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use meshbench_engine::Stop;
@@ -53,7 +58,7 @@ use meshbench_k8s::system::{self, Shape, System};
 use meshbench_k8s::undo::{self, Header, Journal, Undo, UndoError};
 use meshbench_k8s::{BlockingClient, ClusterError, Objects, Plan};
 use meshbench_lab::program::envoy::access_log;
-use meshbench_results::{StepKind, Topology};
+use meshbench_results::{Program, StepKind, Topology};
 use thiserror::Error;
 
 use crate::agents::{Fleet, FleetError, FleetReach, Token};
@@ -173,10 +178,15 @@ pub struct ClusterSite {
     agents: Objects,
     /// The shape last applied.
     applied: Mutex<Option<Shape>>,
+    /// The containers the run does not own whose resources it changed (their `resources` as
+    /// they were is in the journal).
+    borrowed: Mutex<Vec<meshbench_k8s::borrowed::Borrowed>>,
     /// The backend Service's cluster IP.
     backend_vip: IpAddr,
     gateway: Option<GatewayAssets>,
-    journal: Option<Journal>,
+    /// Written to before each change (a step records the resources of Contour's Deployments
+    /// before its first change of them).
+    journal: Mutex<Option<Journal>>,
     /// The run's stop: after one, the namespace is waited for at most
     /// [`undo::GONE_AFTER_STOP_WITHIN`] (a hurried stop not at all).
     stop: Stop,
@@ -206,11 +216,16 @@ fn needs(e: &Experiment) -> Vec<(&'static str, &'static str)> {
             "Istio's sidecars (PeerAuthentication)",
         ));
     }
-    if has(Topology::Gateway) {
-        n.push((
+    match (has(Topology::Gateway), e.gateway.of(None)) {
+        (true, Program::Contour) => n.push((
+            "httpproxies.projectcontour.io",
+            "Contour's gateway (HTTPProxy)",
+        )),
+        (true, _) => n.push((
             "gateways.networking.istio.io",
             "Istio's ingress gateway (Gateway, VirtualService)",
-        ));
+        )),
+        (false, _) => {}
     }
     if has(Topology::Waypoint) {
         n.push((
@@ -233,17 +248,25 @@ pub fn missing_on_cluster(
             .get_cluster_scoped::<CustomResourceDefinition>(crd)?
             .is_none()
         {
+            let install = match crd.ends_with("projectcontour.io") {
+                true => "Contour",
+                false => "Istio",
+            };
             missing.push(format!(
-                "{what} needs Istio installed: the cluster has no CustomResourceDefinition {crd}"
+                "{what} needs {install} installed: the cluster has no CustomResourceDefinition {crd}"
             ));
         }
     }
+    if let Some(section) = e.cluster.as_ref() {
+        if let Some(contour) = render::contour_of(e, section) {
+            missing.extend(contour_missing(client, &contour)?);
+        }
+    }
     let chains = || e.topologies.iter().filter_map(|k| k.chain());
-    let injects = chains().any(|t| {
-        matches!(
-            t,
-            Topology::Serveronly | Topology::Clientonly | Topology::Both | Topology::Gateway
-        )
+    let injects = chains().any(|t| match t {
+        Topology::Serveronly | Topology::Clientonly | Topology::Both => true,
+        Topology::Gateway => e.gateway.of(None) == Program::Istio,
+        _ => false,
     });
     if injects {
         let webhooks = client.list_cluster_scoped::<MutatingWebhookConfiguration>()?;
@@ -267,6 +290,39 @@ pub fn missing_on_cluster(
         if ztunnel.is_empty() {
             missing.push("ambient and waypoint need Istio's ambient data plane: no ztunnel DaemonSet in istio-system (istioctl install --set profile=ambient)".into());
         }
+    }
+    Ok(missing)
+}
+
+/// What of the cluster's Contour is not there, one line each: its Deployment, its Envoy's,
+/// the Service in front of Envoy (the run uses them; it deploys none of them).
+fn contour_missing(
+    client: &BlockingClient,
+    contour: &meshbench_k8s::system::ContourInstall,
+) -> Result<Vec<String>, ApiError> {
+    let ns = &contour.namespace;
+    let mut missing = Vec::new();
+    for (name, what) in [
+        (
+            &contour.deployment,
+            "Contour's Deployment (cluster.contour.deployment)",
+        ),
+        (
+            &contour.envoy,
+            "Contour's Envoy Deployment (cluster.contour.envoy)",
+        ),
+    ] {
+        if client.get::<Deployment>(ns, name)?.is_none() {
+            missing.push(format!(
+                "{what}: no Deployment {ns}/{name}: install Contour (its examples/render/contour-deployment.yaml), or name where it is in cluster.contour"
+            ));
+        }
+    }
+    if client.get::<Service>(ns, &contour.service)?.is_none() {
+        missing.push(format!(
+            "the Service in front of Contour's Envoy (cluster.contour.service): no Service {ns}/{}",
+            contour.service
+        ));
     }
     Ok(missing)
 }
@@ -338,7 +394,7 @@ impl ClusterSite {
             .tempdir()
             .map_err(SiteError::Scratch)?;
         let mut gateway = None;
-        if system.gateway {
+        if system.gateway || system.contour.is_some() {
             let (objects, targets, ca) = gateway_objects(e, &section.namespace, scratch.path())?;
             system.gateway_objects = objects;
             gateway = Some(GatewayAssets {
@@ -381,7 +437,8 @@ impl ClusterSite {
             applied: Mutex::new(None),
             backend_vip: IpAddr::from([0, 0, 0, 0]),
             gateway,
-            journal: Some(journal),
+            journal: Mutex::new(Some(journal)),
+            borrowed: Mutex::new(Vec::new()),
             stop: stop.clone(),
             _scratch: scratch,
         };
@@ -422,12 +479,20 @@ impl ClusterSite {
         unless_stopped(BringUp::Applying)?;
         self.client.apply_all(objects[1..].to_vec())?;
         *self.applied.lock().expect("not poisoned") = Some(first);
-        self.backend_vip = self.service_ip(system::BACKEND)?;
-        if self.gateway.is_some() {
-            let vip = self.service_ip(system::GATEWAY)?;
-            if let Some(g) = self.gateway.as_mut() {
-                g.entry = SocketAddr::new(vip, 443);
-            }
+        self.backend_vip = self.service_ip(&self.section.namespace, system::BACKEND)?;
+        let entry = match (&self.system.contour, self.gateway.is_some()) {
+            (Some(c), _) => Some(SocketAddr::new(
+                self.service_ip(&c.namespace, &c.service)?,
+                self.section.contour.service_port,
+            )),
+            (None, true) => Some(SocketAddr::new(
+                self.service_ip(&self.section.namespace, system::GATEWAY)?,
+                443,
+            )),
+            (None, false) => None,
+        };
+        if let (Some(g), Some(entry)) = (self.gateway.as_mut(), entry) {
+            g.entry = entry;
         }
         unless_stopped(BringUp::Applying)?;
         observer.note(&format!(
@@ -470,12 +535,12 @@ impl ClusterSite {
         }
     }
 
-    /// The cluster IP the API server gave Service `name`.
-    fn service_ip(&self, name: &str) -> Result<IpAddr, SiteError> {
+    /// The cluster IP the API server gave Service `namespace/name`.
+    fn service_ip(&self, namespace: &str, name: &str) -> Result<IpAddr, SiteError> {
         self.client
-            .get::<Service>(&self.section.namespace, name)?
+            .get::<Service>(namespace, name)?
             .and_then(|s| s.spec?.cluster_ip?.parse().ok())
-            .ok_or_else(|| SiteError::NoAddress(format!("{}/{name}", self.section.namespace)))
+            .ok_or_else(|| SiteError::NoAddress(format!("{namespace}/{name}")))
     }
 
     /// The pods of `app` (by its label) that are not going away.
@@ -494,7 +559,7 @@ impl ClusterSite {
     /// [`undo::GONE_AFTER_STOP_WITHIN`], once it is hurried (a second Ctrl-C) no longer. Not
     /// waited out, the journal stays (for the run's watcher, or `meshbench k8s restore`).
     pub fn restore(&mut self, progress: impl FnMut(&str)) -> Result<(), UndoError> {
-        let Some(journal) = self.journal.take() else {
+        let Some(journal) = self.journal.get_mut().expect("not poisoned").take() else {
             return Ok(());
         };
         undo::restore(
@@ -511,7 +576,7 @@ impl ClusterSite {
 impl Drop for ClusterSite {
     /// An error or a panic between start and restore still puts the cluster back.
     fn drop(&mut self) {
-        if self.journal.is_some() {
+        if self.journal.get_mut().is_ok_and(|j| j.is_some()) {
             if let Err(e) = self.restore(|line| eprintln!("meshbench: {line}")) {
                 // Its journal stays: the run's watcher, or `meshbench k8s restore`, finishes it.
                 eprintln!("meshbench: warning: the cluster is not put back yet: {e}");

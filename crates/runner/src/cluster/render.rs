@@ -12,12 +12,14 @@ use meshbench_experiment::config::Experiment;
 use meshbench_experiment::{ChainVariant, Step};
 use meshbench_k8s::k8s_openapi::api::core::v1::Toleration;
 use meshbench_k8s::render::PodExtras;
-use meshbench_k8s::system::{self, ProxyLogging, Resources, Shape, System};
+use meshbench_k8s::system::{self, ContourInstall, ProxyLogging, Resources, Shape, System};
 use meshbench_k8s::{AntiAffinity, Plan};
+use meshbench_lab::contour::objects::{self as contour_objects, Contour};
+use meshbench_lab::gateway::Target;
 use meshbench_lab::gateway::{self, CertLayout, GatewayPlan};
 use meshbench_lab::istio::objects::{Istio, Place};
 use meshbench_lab::program::envoy::access_log;
-use meshbench_results::{Class, PeerAuthentication, StepKind, Topology};
+use meshbench_results::{Class, PeerAuthentication, Program, StepKind, Topology};
 use serde_json::Value;
 
 use super::{SiteError, AGENTS};
@@ -53,7 +55,7 @@ pub fn system_of(e: &Experiment, section: &Cluster) -> System {
         backend_args,
         server_sidecar: has(Topology::Serveronly) || has(Topology::Both),
         client_sidecar: has(Topology::Clientonly) || has(Topology::Both),
-        gateway: has(Topology::Gateway),
+        gateway: has(Topology::Gateway) && e.gateway.of(None) == Program::Istio,
         waypoint: has(Topology::Waypoint),
         revision: section.istio_revision.clone(),
         node_selector: section.system_under_test.node_selector.clone(),
@@ -64,7 +66,20 @@ pub fn system_of(e: &Experiment, section: &Cluster) -> System {
             telemetry: access_log::istio_telemetry(&section.namespace),
             flush_interval: access_log::ISTIO_FLUSH_INTERVAL.into(),
         }),
+        contour: contour_of(e, section),
     }
+}
+
+/// The cluster's Contour, when the file's gateway is it.
+pub(super) fn contour_of(e: &Experiment, section: &Cluster) -> Option<ContourInstall> {
+    let gateway = e.topologies.contains(&StepKind::Chain(Topology::Gateway));
+    let c = &section.contour;
+    (gateway && e.gateway.of(None) == Program::Contour).then(|| ContourInstall {
+        namespace: c.namespace.clone(),
+        deployment: c.deployment.clone(),
+        envoy: c.envoy.clone(),
+        service: c.service.clone(),
+    })
 }
 
 /// The shape of `variant`'s system: its limits (the swept one at the step's value), its
@@ -101,6 +116,8 @@ pub fn shape_of(e: &Experiment, variant: &ChainVariant) -> Shape {
             cpu_cores: e.limits.proxy.cpus.first().copied(),
             memory_mib: e.limits.proxy.memory_mib,
         },
+        // The cluster's Contour (its Deployment's container), swept like the proxies.
+        control_plane: resources(Class::ControlPlane, &e.limits.control_plane),
         backend: resources(Class::Backend, &e.limits.backend),
         ambient: matches!(variant.topology, Topology::Ambient | Topology::Waypoint),
         use_waypoint: variant.topology == Topology::Waypoint,
@@ -198,13 +215,31 @@ pub(super) fn gateway_objects(
         backend_host: Some(format!("{}.{namespace}.svc.cluster.local", system::BACKEND)),
         backend_port: Some(system::CAPTURED),
     });
+    let contour = Contour {
+        namespace: namespace.to_string(),
+    };
+    // Istio's Gateways, VirtualServices and Secrets; or Contour's Secrets and HTTPProxies (its
+    // backend's Service is the run's own).
+    let target: &dyn Target = match e.gateway.of(None) {
+        Program::Contour => &contour,
+        _ => &istio,
+    };
+    let applied = |name: &str| match e.gateway.of(None) {
+        Program::Contour => [
+            contour_objects::SECRETS_FILE,
+            contour_objects::HTTP_PROXIES_FILE,
+        ]
+        .contains(&name),
+        _ => name.starts_with("istio-"),
+    };
     let generated =
-        gateway::generate(&plan, &istio).map_err(|e| SiteError::Gateway(e.to_string()))?;
+        gateway::generate(&plan, target).map_err(|e| SiteError::Gateway(e.to_string()))?;
     let mut objects = Vec::new();
-    for file in generated.files.iter().filter(|f| {
-        f.file_name()
-            .is_some_and(|n| n.to_string_lossy().starts_with("istio-"))
-    }) {
+    for file in generated
+        .files
+        .iter()
+        .filter(|f| f.file_name().is_some_and(|n| applied(&n.to_string_lossy())))
+    {
         let text = std::fs::read_to_string(file)
             .map_err(|e| SiteError::Gateway(format!("{}: {e}", file.display())))?;
         objects.extend(
@@ -222,7 +257,7 @@ pub fn describe(e: &Experiment, section: &Cluster, token_note: &str) -> String {
     let mut system = system_of(e, section);
     let mut out = String::new();
     let dir = std::env::temp_dir().join(format!("meshbench-dry-run-{}", std::process::id()));
-    if system.gateway {
+    if system.gateway || system.contour.is_some() {
         match gateway_objects(e, &section.namespace, &dir) {
             Ok((objects, _, _)) => system.gateway_objects = objects,
             Err(err) => out.push_str(&format!("# the gateway's objects: {err}\n")),
@@ -242,22 +277,38 @@ pub fn describe(e: &Experiment, section: &Cluster, token_note: &str) -> String {
     out.push_str("---\n");
     out.push_str(&agents.to_yaml());
     out.push_str("# each step: what changes before it (a Deployment's rollout is waited for)\n");
+    let mut borrowed = Vec::new();
     for step in &plan.steps {
-        let next = system.render(&step_shape(e, step));
-        let changes = system::changes(&objects, &next);
+        let shape = step_shape(e, step);
+        let next = system.render(&shape);
+        let mut changes = match step.index {
+            0 => vec!["the objects above".to_string()],
+            _ => system::changes(&objects, &next),
+        };
+        let limits = system.borrowed_limits(&shape);
+        for limit in limits.iter().filter(|l| !borrowed.contains(*l)) {
+            changes.push(format!(
+                "{}: resources {} (the cluster's: its resources as they were are journaled first, put back at the end), then its rollout",
+                limit.container, limit.resources
+            ));
+        }
+        borrowed = limits;
+        if changes.is_empty() {
+            changes.push("no change".into());
+        }
         out.push_str(&format!(
             "# step {} ({}): {}\n",
             step.index + 1,
             step.variant(),
-            if step.index == 0 {
-                "the objects above".to_string()
-            } else if changes.is_empty() {
-                "no change".to_string()
-            } else {
-                changes.join("; ")
-            }
+            changes.join("; ")
         ));
         objects = next;
+    }
+    if let Some(c) = &system.contour {
+        out.push_str(&format!(
+            "# at the end: the resources of Contour's Deployments in {} put back as they were, each rollout waited for\n",
+            c.namespace
+        ));
     }
     out.push_str(&format!(
         "# at the end: namespace {} deleted, and everything in it\n",

@@ -34,7 +34,10 @@ use crate::measured::{Place, Realised, RoleReading, StepContext, Witnesses};
 use crate::observer::Observer;
 use crate::step_load::{aim_at_gateway, load_for};
 
+use super::contour::ContourNotReady;
 use super::{shape_of, ClusterSite, AGENTS, ENVOY_ADMIN};
+use meshbench_k8s::borrowed::BorrowedError;
+use meshbench_k8s::undo::{Undo, UndoError};
 
 /// Why a step's shape could not be realised on the cluster (the step fails with it).
 #[derive(Debug, Error)]
@@ -55,6 +58,12 @@ pub enum ShapeError {
         pod: String,
         source: AckError,
     },
+    #[error(transparent)]
+    Borrowed(#[from] BorrowedError),
+    #[error("the run's journal: {0}")]
+    Journal(#[from] UndoError),
+    #[error(transparent)]
+    Contour(#[from] ContourNotReady),
 }
 
 /// Why Prometheus did not yet have a step's roles (the step goes on, warned), or a stop
@@ -88,11 +97,50 @@ impl ClusterSite {
             *applied = Some(shape.clone());
         }
         drop(applied);
+        self.set_borrowed_limits(shape)?;
         for d in self.system.deployments() {
             self.client
                 .wait_rollout(&self.section.namespace, d, timeout, stop)?;
         }
+        if let Some(contour) = &self.system.contour {
+            for d in [&contour.envoy, &contour.deployment] {
+                self.client
+                    .wait_rollout(&contour.namespace, d, timeout, stop)?;
+            }
+            if topology == Topology::Gateway {
+                return Ok(self.wait_contour_ready(contour, timeout, stop)?);
+            }
+        }
         self.wait_acked(topology, timeout, stop)
+    }
+
+    /// Sets the step's limits on the containers the run does not own (Contour's Envoy, Contour);
+    /// before the first change of each, its `resources` as they are go into the journal, on
+    /// disk, so that however the run ends they are put back exactly.
+    fn set_borrowed_limits(&self, shape: &Shape) -> Result<(), ShapeError> {
+        for limit in self.system.borrowed_limits(shape) {
+            let mut borrowed = self.borrowed.lock().expect("not poisoned");
+            if !borrowed.contains(&limit.container) {
+                let before = limit.container.resources(&self.client)?;
+                let c = &limit.container;
+                let mut journal = self.journal.lock().expect("not poisoned");
+                if let Some(journal) = journal.as_mut() {
+                    journal.record(&Undo::RestoreResources {
+                        namespace: c.namespace.clone(),
+                        kind: c.kind,
+                        name: c.name.clone(),
+                        container: c.container.clone(),
+                        before,
+                    })?;
+                }
+                borrowed.push(limit.container.clone());
+            }
+            drop(borrowed);
+            limit
+                .container
+                .set_resources(&self.client, &limit.resources)?;
+        }
+        Ok(())
     }
 
     /// The Envoys of `topology` with one pod each, by role: the pod and what it must hold.
@@ -132,6 +180,7 @@ impl ClusterSite {
                         ));
                     }
                 }
+                ChainRole::Gateway if self.system.contour.is_some() => {}
                 ChainRole::Gateway => {
                     let g = self
                         .gateway
@@ -234,6 +283,19 @@ impl ClusterSite {
         };
         let backend_pods = now(system::BACKEND, "backend-.*");
         let gateway_pods = now(system::GATEWAY, "gateway-.*");
+        let contour = self.system.contour.as_ref();
+        let contour_pods = |deployment: &str| -> String {
+            let names: Vec<String> = contour
+                .and_then(|c| self.deployment_pods(&c.namespace, deployment).ok())
+                .unwrap_or_default()
+                .iter()
+                .filter_map(|p| p.metadata.name.clone())
+                .collect();
+            match names.is_empty() {
+                true => format!("{deployment}-.*"),
+                false => names.join("|"),
+            }
+        };
         let role = |r: ChainRole, preset: Preset, matches: &[(&str, &str)]| ExternalRole {
             name: r.name().to_string(),
             preset: Some(preset),
@@ -258,11 +320,22 @@ impl ClusterSite {
                     Preset::IstioSidecar,
                     &[("namespace", ns), ("pod", &backend_pods)],
                 )),
-                ChainRole::Gateway => Some(role(
-                    r.role,
-                    Preset::IstioSidecar,
-                    &[("namespace", ns), ("pod", &gateway_pods)],
-                )),
+                ChainRole::Gateway => match contour {
+                    // Container `envoy` of Contour's Envoy pods, in Contour's namespace.
+                    Some(c) => Some(role(
+                        r.role,
+                        Preset::Contour,
+                        &[
+                            ("namespace", &c.namespace),
+                            ("pod", &contour_pods(&c.envoy)),
+                        ],
+                    )),
+                    None => Some(role(
+                        r.role,
+                        Preset::IstioSidecar,
+                        &[("namespace", ns), ("pod", &gateway_pods)],
+                    )),
+                },
                 ChainRole::Waypoint => Some(role(
                     r.role,
                     Preset::Waypoint,
@@ -275,6 +348,22 @@ impl ClusterSite {
                 }
             })
             .collect();
+        // Contour, beside the Envoy it configures, as the lab samples it.
+        if let (Some(c), Topology::Gateway) = (contour, topology) {
+            roles.push(ExternalRole {
+                name: Role::Contour.name().to_string(),
+                preset: Some(Preset::IstioSidecar),
+                matches: [
+                    ("namespace", c.namespace.as_str()),
+                    ("pod", &contour_pods(&c.deployment)),
+                    ("container", system::CONTOUR),
+                ]
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+                ..ExternalRole::default()
+            });
+        }
         roles.push(role(
             ChainRole::Backend,
             Preset::IstioSidecar,
@@ -346,12 +435,13 @@ impl ClusterSite {
         }
     }
 
-    /// Each single-pod Envoy's admin, through its pod, for the witness.
+    /// Each single-pod Envoy's admin, through its pod, for the witness; Contour's Envoy's
+    /// stats listener (its admin is a unix socket) when it has one pod.
     fn admins(&self, topology: Topology) -> Vec<(ChainRole, meshbench_k8s::Forward)> {
         let Ok(envoys) = self.envoys(topology) else {
             return Vec::new();
         };
-        envoys
+        let mut admins: Vec<(ChainRole, meshbench_k8s::Forward)> = envoys
             .into_iter()
             .filter_map(|(role, pod, _)| {
                 self.client
@@ -359,7 +449,17 @@ impl ClusterSite {
                     .ok()
                     .map(|f| (role, f))
             })
-            .collect()
+            .collect();
+        if let (Some(contour), Topology::Gateway) = (&self.system.contour, topology) {
+            if let Ok([pod]) = self.contour_envoy_pods(contour).as_deref() {
+                let name = pod.metadata.name.clone().unwrap_or_default();
+                let stats = self.section.contour.stats_port;
+                if let Ok(f) = self.client.port_forward(&contour.namespace, &name, stats) {
+                    admins.push((ChainRole::Gateway, f));
+                }
+            }
+        }
+        admins
     }
 }
 
@@ -465,15 +565,26 @@ impl Realised for ClusterStep<'_> {
         let reading = read_window(step.e, &x, &self.roles, measured.window_ms, step.stop);
         warn_each(&reading, step, observer);
         let shape = &self.shape;
+        let gateway = match self.site.system.contour {
+            Some(_) => Program::Contour,
+            None => Program::Istio,
+        };
         reading
             .roles
             .into_iter()
             .filter_map(|mut r| {
-                let Role::Chain(chain) = r.usage.role.clone() else {
-                    return None;
+                let chain = match r.usage.role.clone() {
+                    Role::Chain(chain) => chain,
+                    Role::Contour => {
+                        r.usage.program = PlayedBy::Proxy(Program::Contour);
+                        r.usage.cpu_limit = shape.control_plane.cpu_cores;
+                        return Some(RoleReading::read(r, None));
+                    }
+                    Role::Sampler | Role::External(_) | Role::Istiod => return None,
                 };
                 r.usage.program = match chain {
                     ChainRole::Backend => PlayedBy::Backend,
+                    ChainRole::Gateway => PlayedBy::Proxy(gateway),
                     _ => PlayedBy::Proxy(Program::Istio),
                 };
                 r.usage.cpu_limit = match (chain, chain.class()) {

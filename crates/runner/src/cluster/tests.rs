@@ -140,7 +140,8 @@ fn site(e: &Experiment, stop: &Stop) -> ClusterSite {
         agents,
         backend_vip: [10, 96, 0, 10].into(),
         gateway: None,
-        journal: None,
+        journal: Mutex::new(None),
+        borrowed: Mutex::new(Vec::new()),
         stop: stop.clone(),
         _scratch: tempfile::tempdir().expect("a scratch directory"),
     }
@@ -218,4 +219,48 @@ fn a_stop_while_a_cluster_step_is_set_up_fails_it_as_stopped_at_once() {
     // A stop before the step began: nothing is asked of the cluster.
     let (realised, _) = realise_stopped(&e, Duration::ZERO);
     assert!(matches!(realised, Err(StepFailure::StoppedBeforeLoad)));
+}
+
+/// A sweep of `limits.control_plane.cpus` on a cluster: each gateway step's shape gives the
+/// cluster's Contour that step's CPU (and the file's memory), the proxy its one value; the
+/// baseline runs once, with the first value (nothing of Contour is on its path).
+#[test]
+fn a_control_plane_sweep_shapes_each_steps_contour() {
+    let text = "name: t\ntopologies: [baseline, gateway]\ngateway:\n  type: contour\nlimits:\n  proxy:\n    cpus: [1]\n  control_plane:\n    cpus: [0.25, 0.5]\n    memory_mib: 256\ncluster:\n  image: meshbench:1\n  coordinator: 10.0.0.1:7700\n  prometheus_url: http://prometheus:9090\n";
+    let e = parse("t.yaml", text, &[]).unwrap();
+    let plan = Plan::compile(&e);
+    let shapes: Vec<(String, Option<f64>, Option<u64>, Option<f64>)> = plan
+        .steps
+        .iter()
+        .filter_map(|s| match &s.work {
+            Work::Chain(v, _) => {
+                let shape = shape_of(&e, v);
+                Some((
+                    s.variant(),
+                    shape.control_plane.cpu_cores,
+                    shape.control_plane.memory_mib,
+                    shape.proxy.cpu_cores,
+                ))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        shapes,
+        [
+            ("baseline".to_string(), Some(0.25), Some(256), Some(1.0)),
+            (
+                "gateway control_plane=0.25cpu".to_string(),
+                Some(0.25),
+                Some(256),
+                Some(1.0)
+            ),
+            (
+                "gateway control_plane=0.5cpu".to_string(),
+                Some(0.5),
+                Some(256),
+                Some(1.0)
+            ),
+        ]
+    );
 }

@@ -1258,6 +1258,44 @@ pub fn pod_cgroup_limits(uid: &str) -> Result<(Option<f64>, u64), String> {
     }
 }
 
+/// The CPU quota in cores on one container's cgroup (`pod<UID>/<container id>`, the id without
+/// its `containerd://`), None: unlimited. A pod with a container or an init container without
+/// a CPU limit has no quota at the pod's level; its limited containers have theirs.
+pub fn container_cpu_quota(uid: &str, container_id: &str) -> Result<Option<f64>, String> {
+    let (root, v1) = match cgroups() {
+        Cgroups::V1(_) => ("/sys/fs/cgroup/cpu", true),
+        Cgroups::V2 => ("/sys/fs/cgroup", false),
+    };
+    let name = format!("pod{uid}");
+    let pod = cgroup_dirs(&Path::new(root).join(CGROUP).join("kubepods"))
+        .into_iter()
+        .find(|d| d.file_name().is_some_and(|n| n.to_string_lossy() == name))
+        .ok_or("no pod cgroup")?;
+    let dir = pod.join(container_id.trim_start_matches("containerd://"));
+    let read = |f: &str| -> Result<String, String> {
+        std::fs::read_to_string(dir.join(f))
+            .map(|s| s.trim().to_string())
+            .map_err(|e| format!("{}/{f}: {e}", dir.display()))
+    };
+    if v1 {
+        let quota: f64 = read("cpu.cfs_quota_us")?
+            .parse()
+            .map_err(|e| format!("{e}"))?;
+        let period: f64 = read("cpu.cfs_period_us")?
+            .parse()
+            .map_err(|e| format!("{e}"))?;
+        return Ok((quota > 0.0).then(|| quota / period));
+    }
+    let max = read("cpu.max")?;
+    let mut parts = max.split_whitespace();
+    let quota = parts.next().and_then(|q| q.parse::<f64>().ok());
+    let period: f64 = parts
+        .next()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(100_000.0);
+    Ok(quota.map(|q| q / period))
+}
+
 /// The last lines a pod's containers wrote (the kubelet's pod logs under the state directory).
 pub fn container_log(ns: &str, pod: &str) -> String {
     let root = state().join("pod-logs");

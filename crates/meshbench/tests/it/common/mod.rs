@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod cluster;
+pub mod contour_node;
 pub mod istio_node;
 pub mod prometheus;
 
