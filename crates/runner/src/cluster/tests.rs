@@ -229,13 +229,14 @@ fn a_control_plane_sweep_shapes_each_steps_contour() {
     let text = "name: t\ntopologies: [baseline, gateway]\ngateway:\n  type: contour\nlimits:\n  proxy:\n    cpus: [1]\n  control_plane:\n    cpus: [0.25, 0.5]\n    memory_mib: 256\ncluster:\n  image: meshbench:1\n  coordinator: 10.0.0.1:7700\n  prometheus_url: http://prometheus:9090\n";
     let e = parse("t.yaml", text, &[]).unwrap();
     let plan = Plan::compile(&e);
-    let shapes: Vec<(String, Option<f64>, Option<u64>, Option<f64>)> = plan
+    let shapes: Vec<String> = plan
         .steps
         .iter()
         .filter_map(|s| match &s.work {
             Work::Chain(v, _) => {
                 let shape = shape_of(&e, v);
-                Some((
+                Some(format!(
+                    "{}: contour {:?} cpu {:?} MiB, envoy {:?} cpu",
                     s.variant(),
                     shape.control_plane.cpu_cores,
                     shape.control_plane.memory_mib,
@@ -248,19 +249,9 @@ fn a_control_plane_sweep_shapes_each_steps_contour() {
     assert_eq!(
         shapes,
         [
-            ("baseline".to_string(), Some(0.25), Some(256), Some(1.0)),
-            (
-                "gateway control_plane=0.25cpu".to_string(),
-                Some(0.25),
-                Some(256),
-                Some(1.0)
-            ),
-            (
-                "gateway control_plane=0.5cpu".to_string(),
-                Some(0.5),
-                Some(256),
-                Some(1.0)
-            ),
+            "baseline: contour Some(0.25) cpu Some(256) MiB, envoy Some(1.0) cpu",
+            "gateway control_plane=0.25cpu: contour Some(0.25) cpu Some(256) MiB, envoy Some(1.0) cpu",
+            "gateway control_plane=0.5cpu: contour Some(0.5) cpu Some(256) MiB, envoy Some(1.0) cpu",
         ]
     );
 }
