@@ -476,6 +476,9 @@ pub enum GatewayFlavor {
     Caddy,
     Envoy,
     Istio,
+    /// Contour's objects: an HTTPProxy per domain, its Secrets, the backend's Service and
+    /// EndpointSlice (needs --tls).
+    Contour,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]

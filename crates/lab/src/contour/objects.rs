@@ -199,6 +199,21 @@ impl Target for Contour {
     fn start_heading(&self) -> &'static str {
         "apply it to the cluster with"
     }
+
+    fn notes(&self, plan: &GatewayPlan) -> Vec<String> {
+        let backend = plan.backend();
+        let mut notes = vec![format!(
+            "every route goes to Service {BACKEND_SERVICE} in namespace {}, whose EndpointSlice names {backend}: Contour's Envoy pods must reach it; --listen is where the load reaches Contour's Envoy (its Service's HTTPS address)",
+            self.namespace
+        )];
+        if backend.ip().is_loopback() || backend.ip().is_unspecified() {
+            notes.push(format!(
+                "{} is each Envoy pod's own address, not the backend's: give --backend an address the pods reach (a pod, node or load balancer IP)",
+                backend.ip()
+            ));
+        }
+        notes
+    }
 }
 
 #[cfg(test)]

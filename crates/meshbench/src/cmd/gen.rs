@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
+use meshbench_lab::contour::objects::Contour;
 use meshbench_lab::gateway::{self, CertLayout, GatewayPlan, Target};
 use meshbench_lab::istio::objects::Istio;
 use meshbench_lab::Program;
@@ -48,16 +49,23 @@ pub fn gateway(a: GatewayArgs) -> Result<u8> {
         "127.0.0.1:8080"
     };
     let listen = address("--listen", a.listen.as_deref().unwrap_or(default_listen))?;
-    // Istio is a rendering target, not a program the lab starts.
+    // Istio and Contour are rendering targets, not programs the lab starts.
     let istio = Istio::cluster();
+    let contour = Contour::default();
     let target: &dyn Target = match a.flavor {
         GatewayFlavor::Nginx => &Program::Nginx,
         GatewayFlavor::Haproxy => &Program::Haproxy,
         GatewayFlavor::Caddy => &Program::Caddy,
         GatewayFlavor::Envoy => &Program::Envoy,
         GatewayFlavor::Istio => &istio,
+        GatewayFlavor::Contour => &contour,
     };
     // The flags that cannot work, before anything is written (the lab checks them again).
+    if matches!(a.flavor, GatewayFlavor::Contour) && !a.tls {
+        return Err(usage(
+            "--for contour needs --tls: Contour serves an HTTPProxy's routes on its HTTPS listener only when the virtual host has TLS",
+        ));
+    }
     if a.http3 && !a.tls {
         return Err(usage("--http3 needs --tls: QUIC is always TLS"));
     }

@@ -13,6 +13,8 @@
 //!   cgroup of its own with that step's quota and the memory limit asked; each step stores the control
 //!   plane's allotment and Contour's usage row its CPU limit; the answers read it as a
 //!   control-plane sweep (no RPS per core drawn over it).
+//! - `meshbench gen gateway --for contour` writes the same objects for a cluster (`--tls`
+//!   needed: refused in one line without it).
 //! - Bad input: Contour in network namespaces, as a sidecar, or as a tunnel, and a control-plane
 //!   limit with no control plane or swept beside another role, are refused before anything
 //!   starts; a missing installation is named by `--dry-run`.
@@ -152,6 +154,52 @@ fn contour_where_it_cannot_run_is_refused_up_front_in_one_line() {
         assert!(err.contains(says), "{name}: {err}");
         assert!(!err.contains("panicked"), "{name}: {err}");
     }
+
+    // `gen gateway --for contour` writes what the lab applies (the same writer); without TLS
+    // Contour would serve none of its routes on the HTTPS listener: refused in one line.
+    let out = meshbench(
+        &[
+            "gen",
+            "gateway",
+            "--for",
+            "contour",
+            "--backend",
+            "10.0.0.5:8080",
+            "--out",
+            &dir.join("gen").display().to_string(),
+        ],
+        LIMIT,
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--for contour needs --tls"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    let out = meshbench(
+        &[
+            "gen",
+            "gateway",
+            "--for",
+            "contour",
+            "--tls",
+            "--domains",
+            "2",
+            "--backend",
+            "127.0.0.1:8080",
+            "--out",
+            &dir.join("gen").display().to_string(),
+        ],
+        LIMIT,
+    );
+    let printed = common::stdout(&out);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        printed.contains("kubectl apply -f")
+            && printed.contains("contour-httpproxies.yaml")
+            && printed.contains("give --backend an address the pods reach"),
+        "{printed}"
+    );
+    let proxies = std::fs::read_to_string(dir.join("gen/contour-httpproxies.yaml")).unwrap();
+    assert_eq!(proxies.matches("kind: HTTPProxy").count(), 2, "{proxies}");
 
     let gateway = write(
         "gateway.yaml",
