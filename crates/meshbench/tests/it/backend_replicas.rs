@@ -70,34 +70,25 @@ fn every_gateway_balances_over_the_backends_replicas_each_a_role_with_its_own_us
 #[test]
 fn replicas_where_nothing_balances_over_them_are_refused_in_one_line() {
     let dir = common::scratch_dir("backend-replicas-refused");
-    for (name, text, says) in [
-        (
-            "zero.yaml",
-            "name: x\ntopologies: [gateway]\nbackend:\n  replicas: 0\n",
-            "backend.replicas: expected a whole number from 1 to 8, found 0",
-        ),
-        (
-            "sidecars.yaml",
-            "name: x\ntopologies: [gateway, both]\nbackend:\n  replicas: 2\n",
-            "topology both runs one backend",
-        ),
-        (
-            "baseline-only.yaml",
-            "name: x\ntopologies: [baseline]\nbackend:\n  replicas: 2\n",
-            "only the gateway topology balances over replicas",
-        ),
-    ] {
-        let path = dir.join(name);
-        std::fs::write(&path, text).unwrap();
-        let out = meshbench(
-            &["experiment", &path.display().to_string(), "--dry-run"],
-            LIMIT,
-        );
-        let err = stderr(&out);
-        assert_eq!(out.status.code(), Some(2), "{name}: {err}");
-        assert!(err.contains(says), "{name}: {err}");
-        assert!(!err.contains("panicked"), "{name}: {err}");
-        assert_eq!(err.trim().lines().count(), 1, "{name}: {err}");
-    }
+    common::assert_refused_in_one_line(
+        &dir,
+        &[
+            (
+                "zero.yaml",
+                "name: x\ntopologies: [gateway]\nbackend:\n  replicas: 0\n",
+                "backend.replicas: expected a whole number from 1 to 8, found 0",
+            ),
+            (
+                "sidecars.yaml",
+                "name: x\ntopologies: [gateway, both]\nbackend:\n  replicas: 2\n",
+                "topology both runs one backend",
+            ),
+            (
+                "baseline-only.yaml",
+                "name: x\ntopologies: [baseline]\nbackend:\n  replicas: 2\n",
+                "only the gateway topology balances over replicas",
+            ),
+        ],
+    );
     let _ = std::fs::remove_dir_all(dir);
 }

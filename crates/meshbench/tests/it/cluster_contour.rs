@@ -88,28 +88,28 @@ fn assert_put_back(k: &BlockingClient, before: &[(String, String, Value)]) {
     }
 }
 
+/// The text of every file in `dir` whose name ends in `.{ext}`, one after another (empty when
+/// there is no such directory).
+fn files_ending(dir: &Path, ext: &str) -> String {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == ext))
+        .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
+        .collect()
+}
+
 /// Waits until no journal of a run is left beside `store` (the watcher's work done).
 fn wait_journal_gone(store: &Path, within: Duration) {
     let journals = store.with_file_name("results-cluster-runs");
     let deadline = Instant::now() + within;
     loop {
-        let left: Vec<String> = std::fs::read_dir(&journals)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter(|e| e.path().extension().is_some_and(|x| x == "jsonl"))
-            .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
-            .collect();
+        let left = files_ending(&journals, "jsonl");
         if left.is_empty() {
             return;
         }
-        let log: String = std::fs::read_dir(&journals)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter(|e| e.path().extension().is_some_and(|x| x == "log"))
-            .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
-            .collect();
+        let log = files_ending(&journals, "log");
         assert!(
             Instant::now() < deadline,
             "a journal is left: {left:?}; the watcher's log: {log}"
@@ -291,13 +291,7 @@ fn contours_envoy_swept_on_the_node_is_put_back_after_a_sigkill_and_at_the_end()
 
     // The watcher said what it put back, the last recorded first: Contour, Envoy, the namespace.
     let journals = store.with_file_name("results-cluster-runs");
-    let said: String = std::fs::read_dir(&journals)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| e.path().extension().is_some_and(|x| x == "log"))
-        .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
-        .collect();
+    let said = files_ending(&journals, "log");
     let envoy_line = said.find("put back the resources of Deployment projectcontour/envoy (container envoy) as they were: {}");
     let contour_line = said.find("put back the resources of Deployment projectcontour/contour (container contour) as they were: {}");
     let namespace_line = said.find("deleted namespace contour-killed");

@@ -90,7 +90,9 @@ fn one_file_serves_the_plan_through_every_gateway_and_ranks_them_by_cpu_per_1000
 #[test]
 fn a_gateway_listed_twice_or_a_fallback_beside_a_list_is_refused_in_one_line() {
     let dir = common::scratch_dir("gateway-compare-refused");
-    for (name, text, says) in [
+    common::assert_refused_in_one_line(
+        &dir,
+        &[
         (
             "twice.yaml",
             "name: x\ntopologies: [gateway]\ngateway:\n  type: [nginx, envoy, nginx]\n",
@@ -101,17 +103,7 @@ fn a_gateway_listed_twice_or_a_fallback_beside_a_list_is_refused_in_one_line() {
             "name: x\ntopologies: [gateway]\ngateway:\n  type: [nginx, contour]\n  fallback: envoy\n",
             "gateway.fallback: stands in for one gateway.type",
         ),
-    ] {
-        let path = dir.join(name);
-        std::fs::write(&path, text).unwrap();
-        let out = meshbench(
-            &["experiment", &path.display().to_string(), "--dry-run"],
-            LIMIT,
-        );
-        let err = stderr(&out);
-        assert_eq!(out.status.code(), Some(2), "{name}: {err}");
-        assert!(err.contains(says), "{name}: {err}");
-        assert_eq!(err.trim().lines().count(), 1, "{name}: {err}");
-    }
+        ],
+    );
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -430,6 +430,25 @@ pub fn findings(summary: &str) -> Vec<String> {
     out
 }
 
+/// Each case `(file name, experiment text, words)` written into `dir` and given to
+/// `meshbench experiment FILE --dry-run`: refused before anything starts, with exit 2 and one
+/// line that holds `words`, never a panic.
+pub fn assert_refused_in_one_line(dir: &Path, cases: &[(&str, &str, &str)]) {
+    for (name, text, says) in cases {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        let out = meshbench(
+            &["experiment", &path.display().to_string(), "--dry-run"],
+            Duration::from_secs(60),
+        );
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{name}: {err}");
+        assert!(err.contains(says), "{name}: {err}");
+        assert!(!err.contains("panicked"), "{name}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{name}: {err}");
+    }
+}
+
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).to_string()
 }
