@@ -207,73 +207,71 @@ fn restore_one(
     stop: &Stop,
     progress: &mut impl FnMut(&str),
 ) -> Result<(), UndoError> {
-    {
-        match undo {
-            Undo::DeleteNamespace { name } => {
-                if client.get_cluster_scoped::<Namespace>(name)?.is_none() {
-                    return Ok(());
-                }
-                // The namespace first, so that no controller makes a pod anew in it (a Job
-                // replaces its deleted pods), then its pods with no grace: a namespace waits
-                // for its slowest pod.
-                client.delete_namespace(name)?;
-                client.delete_pods(name, "", Duration::ZERO)?;
-                let began = Instant::now();
-                while client.get_cluster_scoped::<Namespace>(name)?.is_some() {
-                    let limit = match stop.requested() {
-                        true => within.min(GONE_AFTER_STOP_WITHIN),
-                        false => within,
-                    };
-                    if began.elapsed() >= limit {
-                        return Err(UndoError::NotGone {
-                            name: name.clone(),
-                            waited: limit,
-                        });
-                    }
-                    if !sleep_unless_hurried(GONE_POLL, stop) {
-                        return Err(UndoError::NotWaited { name: name.clone() });
-                    }
-                }
-                progress(&format!(
-                    "deleted namespace {name} and everything in it ({:.0} s)",
-                    began.elapsed().as_secs_f64()
-                ));
+    match undo {
+        Undo::DeleteNamespace { name } => {
+            if client.get_cluster_scoped::<Namespace>(name)?.is_none() {
+                return Ok(());
             }
-            Undo::RemoveDir { path } => match std::fs::remove_dir_all(path) {
-                Ok(()) => progress(&format!("removed {}", path.display())),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(error) => {
-                    return Err(UndoError::File {
-                        path: path.clone(),
-                        error,
-                    })
-                }
-            },
-            Undo::RestoreResources {
-                namespace,
-                kind,
-                name,
-                container,
-                before,
-            } => {
-                let borrowed = Borrowed {
-                    namespace: namespace.clone(),
-                    kind: *kind,
-                    name: name.clone(),
-                    container: container.clone(),
+            // The namespace first, so that no controller makes a pod anew in it (a Job
+            // replaces its deleted pods), then its pods with no grace: a namespace waits
+            // for its slowest pod.
+            client.delete_namespace(name)?;
+            client.delete_pods(name, "", Duration::ZERO)?;
+            let began = Instant::now();
+            while client.get_cluster_scoped::<Namespace>(name)?.is_some() {
+                let limit = match stop.requested() {
+                    true => within.min(GONE_AFTER_STOP_WITHIN),
+                    false => within,
                 };
-                let began = Instant::now();
-                match borrowed.set_resources(client, before) {
-                    // Gone since (deleted by its owner): nothing of it to put back.
-                    Err(BorrowedError::NoWorkload(_)) => return Ok(()),
-                    done => done?,
+                if began.elapsed() >= limit {
+                    return Err(UndoError::NotGone {
+                        name: name.clone(),
+                        waited: limit,
+                    });
                 }
-                wait_rolled_back(client, &borrowed, within, stop)?;
-                progress(&format!(
-                    "put back the resources of {borrowed} as they were: {before} ({:.0} s)",
-                    began.elapsed().as_secs_f64()
-                ));
+                if !sleep_unless_hurried(GONE_POLL, stop) {
+                    return Err(UndoError::NotWaited { name: name.clone() });
+                }
             }
+            progress(&format!(
+                "deleted namespace {name} and everything in it ({:.0} s)",
+                began.elapsed().as_secs_f64()
+            ));
+        }
+        Undo::RemoveDir { path } => match std::fs::remove_dir_all(path) {
+            Ok(()) => progress(&format!("removed {}", path.display())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(error) => {
+                return Err(UndoError::File {
+                    path: path.clone(),
+                    error,
+                })
+            }
+        },
+        Undo::RestoreResources {
+            namespace,
+            kind,
+            name,
+            container,
+            before,
+        } => {
+            let borrowed = Borrowed {
+                namespace: namespace.clone(),
+                kind: *kind,
+                name: name.clone(),
+                container: container.clone(),
+            };
+            let began = Instant::now();
+            match borrowed.set_resources(client, before) {
+                // Gone since (deleted by its owner): nothing of it to put back.
+                Err(BorrowedError::NoWorkload(_)) => return Ok(()),
+                done => done?,
+            }
+            wait_rolled_back(client, &borrowed, within, stop)?;
+            progress(&format!(
+                "put back the resources of {borrowed} as they were: {before} ({:.0} s)",
+                began.elapsed().as_secs_f64()
+            ));
         }
     }
     Ok(())

@@ -11,7 +11,8 @@ use meshbench_analysis::runs::distinct;
 use meshbench_store::StoredStep;
 use thiserror::Error;
 
-use crate::answers::{added_table, cost_table, findings, latency_table, Table};
+use crate::answers::{added_table, cost_table, latency_table, Table};
+use crate::findings::findings;
 use crate::plot::{Chart, XAxis};
 
 mod charts;

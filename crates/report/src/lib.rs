@@ -16,6 +16,7 @@ pub mod answers;
 pub mod attribution;
 pub mod control_plane;
 pub mod export;
+pub mod findings;
 pub mod html;
 pub mod plot;
 pub mod proxies;

@@ -7,7 +7,7 @@ use meshbench_analysis::runs::{distinct, percentile_name, Group, PERCENTILES};
 use meshbench_analysis::trend::Trend;
 use meshbench_results::Role;
 
-use crate::answers::{cpu_words, memory_words, per_core_words};
+use crate::findings::{cpu_words, memory_words, per_core_words};
 use crate::plot::{Chart, Draw, Series, XAxis};
 
 fn variant_colors(h: &Headline) -> impl Fn(&str) -> usize + '_ {

@@ -268,42 +268,27 @@ impl ClusterSite {
     /// that comes or goes in a window makes the role missing (`external::read`).
     fn roles(&self, topology: Topology) -> Vec<ExternalRole> {
         let ns = self.section.namespace.as_str();
-        let now = |app: &str, fallback: &str| -> String {
-            let names: Vec<String> = self
-                .pods(&format!("app={app}"))
-                .unwrap_or_default()
-                .iter()
-                .filter_map(|p| p.metadata.name.clone())
-                .collect();
-            match names.is_empty() {
-                true => fallback.to_string(),
-                // Pod names are DNS labels: nothing in them is special to a regular expression.
-                false => names.join("|"),
-            }
+        let now = |app: &str, fallback: &str| {
+            pod_pattern(self.pods(&format!("app={app}")).ok(), fallback)
         };
         let backend_pods = now(system::BACKEND, "backend-.*");
         let gateway_pods = now(system::GATEWAY, "gateway-.*");
         let contour = self.system.contour.as_ref();
-        let contour_pods = |deployment: &str| -> String {
-            let names: Vec<String> = contour
-                .and_then(|c| self.deployment_pods(&c.namespace, deployment).ok())
-                .unwrap_or_default()
-                .iter()
-                .filter_map(|p| p.metadata.name.clone())
-                .collect();
-            match names.is_empty() {
-                true => format!("{deployment}-.*"),
-                false => names.join("|"),
-            }
+        let contour_pods = |deployment: &str| {
+            let pods = contour.and_then(|c| self.deployment_pods(&c.namespace, deployment).ok());
+            pod_pattern(pods, &format!("{deployment}-.*"))
         };
-        let role = |r: ChainRole, preset: Preset, matches: &[(&str, &str)]| ExternalRole {
-            name: r.name().to_string(),
+        let named = |name: &str, preset: Preset, matches: &[(&str, &str)]| ExternalRole {
+            name: name.to_string(),
             preset: Some(preset),
             matches: matches
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             ..ExternalRole::default()
+        };
+        let role = |r: ChainRole, preset: Preset, matches: &[(&str, &str)]| {
+            named(r.name(), preset, matches)
         };
         let agents_pods = format!("{AGENTS}-agents-.*");
         let mut roles: Vec<ExternalRole> = topology
@@ -350,19 +335,15 @@ impl ClusterSite {
             .collect();
         // Contour, beside the Envoy it configures, as the lab samples it.
         if let (Some(c), Topology::Gateway) = (contour, topology) {
-            roles.push(ExternalRole {
-                name: Role::Contour.name().to_string(),
-                preset: Some(Preset::IstioSidecar),
-                matches: [
+            roles.push(named(
+                Role::Contour.name(),
+                Preset::IstioSidecar,
+                &[
                     ("namespace", c.namespace.as_str()),
                     ("pod", &contour_pods(&c.deployment)),
                     ("container", system::CONTOUR),
-                ]
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-                ..ExternalRole::default()
-            });
+                ],
+            ));
         }
         roles.push(role(
             ChainRole::Backend,
@@ -596,5 +577,20 @@ impl Realised for ClusterStep<'_> {
                 Some(RoleReading::read(r, Some(chain)))
             })
             .collect()
+    }
+}
+
+/// A `pod` matcher for the pods listed: their names as alternatives (pod names are DNS
+/// labels: nothing in them is special to a regular expression), or `fallback` when there are
+/// none (or they could not be listed).
+fn pod_pattern(pods: Option<Vec<Pod>>, fallback: &str) -> String {
+    let names: Vec<String> = pods
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|p| p.metadata.name)
+        .collect();
+    match names.is_empty() {
+        true => fallback.to_string(),
+        false => names.join("|"),
     }
 }
