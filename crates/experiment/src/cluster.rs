@@ -3,9 +3,11 @@
 //! topologies, the load matrix, `limits.<class>.cpus` as the CPU sweep, `proxy.type: istio`
 //! for Istio's sidecars, `gateway.type: istio` for its ingress gateway, `agents.count` for how
 //! many agent pods send the load); this section says where and with what: the namespace
-//! meshbench creates (and deletes), the image of meshbench itself (backend and agents), the
-//! address the agent pods dial, Prometheus (which reads every role through the kubelets'
-//! cAdvisor), how long a rollout may take, and where the pods go on a cluster of many nodes.
+//! meshbench creates (and deletes), the image of meshbench itself (backend and agents), how the
+//! coordinator meets its agents (through the API server by default, or an address the pods
+//! dial), where each role's CPU and memory are read (the kubelets through the API server by
+//! default, or a Prometheus by URL or by Service), how long a rollout may take, and where the
+//! pods go on a cluster of many nodes.
 //! Pure: nothing here talks to a cluster; every rule is checked here, every mistake at once.
 
 use std::collections::BTreeMap;
@@ -31,14 +33,21 @@ pub struct Cluster {
     pub image: String,
     /// The pull policy of meshbench's image and of the gateway's proxy (Istio's).
     pub image_pull_policy: PullPolicy,
-    /// `HOST:PORT` where the agent pods reach this process (the coordinator); it listens on
-    /// `agents.listen`, by default every address at that port.
-    pub coordinator: String,
+    /// `HOST:PORT` where the agent pods reach this process (the coordinator), which listens on
+    /// `agents.listen` (by default every address at that port). None: the agents listen in
+    /// their pods and the coordinator reaches each through a port-forward (the API server is
+    /// the only route needed).
+    pub coordinator: Option<String>,
     /// CPU and memory of each agent pod (requests = limits), e.g. "2", "1Gi".
     pub agent_cpu: Option<String>,
     pub agent_memory: Option<String>,
-    /// Prometheus' base URL; it must scrape the kubelets' cAdvisor.
-    pub prometheus_url: String,
+    /// Prometheus' base URL, as this machine reaches it; it must scrape the kubelets'
+    /// cAdvisor. None (and no `prometheus`): each role is read from its node's kubelet
+    /// through the API server.
+    pub prometheus_url: Option<String>,
+    /// Prometheus as a Service of the cluster, asked through the API server's service proxy
+    /// (for a Prometheus this machine cannot reach by URL).
+    pub prometheus: Option<PrometheusService>,
     /// How often Prometheus scrapes cAdvisor.
     pub scrape_interval_secs: f64,
     /// The longest one query may take.
@@ -111,10 +120,11 @@ impl Default for Cluster {
             namespace: "meshbench".into(),
             image: String::new(),
             image_pull_policy: PullPolicy::IfNotPresent,
-            coordinator: String::new(),
+            coordinator: None,
             agent_cpu: None,
             agent_memory: None,
-            prometheus_url: String::new(),
+            prometheus_url: None,
+            prometheus: None,
             scrape_interval_secs: 15.0,
             query_timeout_secs: 10.0,
             rollout_timeout_secs: 180.0,
@@ -124,6 +134,57 @@ impl Default for Cluster {
             contour: ClusterContour::default(),
         }
     }
+}
+
+/// `cluster.prometheus`: a Prometheus Service, `NAMESPACE/NAME` and its port.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct PrometheusService {
+    /// `NAMESPACE/NAME`, e.g. `monitoring/prometheus`.
+    pub service: String,
+    pub port: u16,
+}
+
+impl Default for PrometheusService {
+    fn default() -> Self {
+        PrometheusService {
+            service: String::new(),
+            port: 9090,
+        }
+    }
+}
+
+impl PrometheusService {
+    /// The Service's namespace and name (checked by [`Cluster::validate`]).
+    pub fn namespace_and_name(&self) -> (&str, &str) {
+        self.service.split_once('/').unwrap_or(("", &self.service))
+    }
+}
+
+/// Where a cluster run reads each role's CPU, memory and bytes.
+#[derive(Debug, Clone, PartialEq)]
+pub enum UsageFrom {
+    /// The kubelet of each role's node, through the API server's node proxy
+    /// (`/api/v1/nodes/NODE/proxy/metrics/cadvisor`), polled every second while the step runs.
+    Kubelet,
+    /// A Prometheus this machine reaches at this base URL.
+    PrometheusUrl(String),
+    /// A Prometheus Service, asked through the API server's service proxy.
+    PrometheusService {
+        namespace: String,
+        name: String,
+        port: u16,
+    },
+}
+
+/// How the coordinator meets the agent pods.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AgentsReach {
+    /// The agents listen in their pods, on their own loopback; the coordinator dials each
+    /// through a port-forward (the API server is the only route).
+    PortForward,
+    /// The agents dial the coordinator at `HOST:PORT`.
+    Coordinator(String),
 }
 
 /// Kubernetes' image pull policy, as Kubernetes spells it.
@@ -186,16 +247,41 @@ impl Cluster {
         }
     }
 
-    /// The coordinator's port (from `coordinator`, checked by [`Cluster::validate`]).
+    /// The coordinator's port (from `coordinator`, checked by [`Cluster::validate`]), when the
+    /// agents dial it.
     pub fn coordinator_port(&self) -> Option<u16> {
-        self.coordinator.rsplit_once(':')?.1.parse().ok()
+        self.coordinator.as_ref()?.rsplit_once(':')?.1.parse().ok()
+    }
+
+    /// How the coordinator meets the agent pods.
+    pub fn agents_reach(&self) -> AgentsReach {
+        match &self.coordinator {
+            Some(c) => AgentsReach::Coordinator(c.clone()),
+            None => AgentsReach::PortForward,
+        }
+    }
+
+    /// Where each role's figures are read.
+    pub fn usage_from(&self) -> UsageFrom {
+        match (&self.prometheus_url, &self.prometheus) {
+            (Some(url), _) => UsageFrom::PrometheusUrl(url.clone()),
+            (None, Some(s)) => {
+                let (namespace, name) = s.namespace_and_name();
+                UsageFrom::PrometheusService {
+                    namespace: namespace.to_string(),
+                    name: name.to_string(),
+                    port: s.port,
+                }
+            }
+            (None, None) => UsageFrom::Kubelet,
+        }
     }
 
     /// How the roles are read from Prometheus, in the words of an `external` section (the
-    /// same reader reads both).
-    pub fn prometheus(&self) -> External {
+    /// same reader reads both); `base` is the URL the queries go to.
+    pub fn prometheus_at(&self, base: &str) -> External {
         External {
-            prometheus_url: self.prometheus_url.clone(),
+            prometheus_url: base.to_string(),
             scrape_interval_secs: self.scrape_interval_secs,
             query_timeout_secs: self.query_timeout_secs,
             variants: Vec::new(),
@@ -213,6 +299,7 @@ impl Cluster {
             agent_cpu,
             agent_memory,
             prometheus_url,
+            prometheus,
             scrape_interval_secs,
             query_timeout_secs,
             rollout_timeout_secs,
@@ -227,11 +314,14 @@ impl Cluster {
         if image.trim().is_empty() || image.contains(char::is_whitespace) {
             p.push("cluster.image: give meshbench's image (it runs the backend and the agents), e.g. ghcr.io/you/meshbench:0.1".into());
         }
-        match coordinator.rsplit_once(':') {
-            Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0) => {}
-            _ => p.push(format!(
-                "cluster.coordinator '{coordinator}': give HOST:PORT where the agent pods reach this machine"
-            )),
+        if let Some(coordinator) = coordinator {
+            match coordinator.rsplit_once(':') {
+                Some((host, port))
+                    if !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0) => {}
+                _ => p.push(format!(
+                    "cluster.coordinator '{coordinator}': give HOST:PORT where the agent pods reach this machine, or leave it out (the coordinator then reaches the agents through the API server)"
+                )),
+            }
         }
         for (key, q) in [("agent_cpu", agent_cpu), ("agent_memory", agent_memory)] {
             if let Some(q) = q {
@@ -240,8 +330,22 @@ impl Cluster {
                 }
             }
         }
-        if !(prometheus_url.starts_with("http://") || prometheus_url.starts_with("https://")) {
-            p.push("cluster.prometheus_url: give Prometheus' base URL (http:// or https://); it reads each role's CPU and memory from the kubelets' cAdvisor".into());
+        if let Some(url) = prometheus_url {
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                p.push(format!("cluster.prometheus_url '{url}': give Prometheus' base URL (http:// or https://), or leave it out (each role is then read from its kubelet through the API server)"));
+            }
+        }
+        if let Some(s) = prometheus {
+            if prometheus_url.is_some() {
+                p.push("cluster.prometheus: give Prometheus by URL (prometheus_url) or by Service (prometheus.service), not both".into());
+            }
+            let (ns, name) = s.namespace_and_name();
+            if !is_dns_label(ns, 63) || !is_dns_label(name, 63) {
+                p.push(format!("cluster.prometheus.service '{}': give NAMESPACE/NAME, e.g. monitoring/prometheus", s.service));
+            }
+            if s.port == 0 {
+                p.push("cluster.prometheus.port: expected a port from 1 to 65535, found 0".into());
+            }
         }
         for (key, v) in [
             ("scrape_interval_secs", scrape_interval_secs),
@@ -359,7 +463,7 @@ impl Cluster {
         }
         if let Some(agents) = &e.agents {
             if !agents.addresses.is_empty() {
-                p.push("agents.addresses: on a cluster the agents are pods that dial the coordinator; give agents.count".into());
+                p.push("agents.addresses: on a cluster the agents are pods that meshbench starts and reaches; give agents.count".into());
             }
         }
         let client_proxy = chains
@@ -444,7 +548,51 @@ mod tests {
         assert_eq!(c.namespace, "meshbench");
         assert_eq!(c.coordinator_port(), Some(7700));
         assert_eq!(c.rollout_timeout_secs, 180.0);
-        assert_eq!(c.prometheus().prometheus_url, "http://prometheus:9090");
+        assert_eq!(
+            c.usage_from(),
+            super::UsageFrom::PrometheusUrl("http://prometheus:9090".into())
+        );
+        assert_eq!(
+            c.agents_reach(),
+            super::AgentsReach::Coordinator("10.0.0.1:7700".into())
+        );
+    }
+
+    #[test]
+    fn without_a_coordinator_or_prometheus_the_api_server_is_the_only_route() {
+        let text = "name: t\ntopologies: [baseline, serveronly]\nproxy:\n  type: istio\ncluster:\n  image: meshbench:1\n";
+        let c = parse("t.yaml", text, &[]).unwrap().cluster.unwrap();
+        assert_eq!(c.agents_reach(), super::AgentsReach::PortForward);
+        assert_eq!(c.usage_from(), super::UsageFrom::Kubelet);
+        assert_eq!(c.coordinator_port(), None);
+        let by_service = parse(
+            "t.yaml",
+            text,
+            &["cluster.prometheus.service=monitoring/prometheus".into()],
+        )
+        .unwrap()
+        .cluster
+        .unwrap();
+        assert_eq!(
+            by_service.usage_from(),
+            super::UsageFrom::PrometheusService {
+                namespace: "monitoring".into(),
+                name: "prometheus".into(),
+                port: 9090
+            }
+        );
+        let both = parse(
+            "c.yaml",
+            text,
+            &[
+                "cluster.prometheus.service=prometheus".into(),
+                "cluster.prometheus_url=http://p:9090".into(),
+            ],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(both.contains("not both"), "{both}");
+        assert!(both.contains("give NAMESPACE/NAME"), "{both}");
     }
 
     #[test]
@@ -456,7 +604,6 @@ mod tests {
             "cluster.image: give meshbench's image",
             "cluster.coordinator 'nowhere'",
             "cluster.agent_cpu 'lots'",
-            "cluster.prometheus_url",
             "tolerations[0].operator: expected Equal or Exists",
             "proxy.type: nginx has no sidecar on a cluster",
             "isolation: on a cluster",

@@ -8,7 +8,10 @@
 //! - Service `NAME-agents`: headless, selecting the agents; with the Job's pods' subdomain it
 //!   gives each agent a stable DNS name (`NAME-agents-0.NAME-agents`).
 //! - Job `NAME-agents`: Indexed, `completions = parallelism = agents`, each pod one
-//!   `meshbench agent --coordinator ADDR --name POD`. `backoffLimit: 0` and restart policy
+//!   `meshbench agent --coordinator ADDR --name POD` (the agents dial the coordinator), or
+//!   `meshbench agent --listen 127.0.0.1:PORT --name POD` (the coordinator reaches each through
+//!   a port-forward: only the API server needs to be reachable, and nothing on the pod
+//!   network can reach the agent). `backoffLimit: 0` and restart policy
 //!   `Never`: an agent that dies mid-step is reported lost by the coordinator, not silently
 //!   replaced by a pod that would join with half a step gone. Requests equal limits (Guaranteed
 //!   QoS: the CPU an agent measures with is the CPU it was given), pods spread over nodes by
@@ -44,6 +47,16 @@ pub enum AntiAffinity {
     None,
 }
 
+/// How agent pods and their coordinator meet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AgentsReach {
+    /// The agents dial the coordinator at `HOST:PORT` (which the pods must reach).
+    Coordinator(String),
+    /// The agents listen on their pod's loopback at this port; the coordinator comes through
+    /// a port-forward (the API server is the only route needed).
+    PortForward(u16),
+}
+
 /// One distributed run, as the user asked for it.
 #[derive(Debug, Clone)]
 pub struct Plan {
@@ -52,8 +65,8 @@ pub struct Plan {
     pub namespace: String,
     pub agents: u32,
     pub image: String,
-    /// `HOST:PORT` the agents dial.
-    pub coordinator: String,
+    /// How the agents and their coordinator meet.
+    pub reach: AgentsReach,
     pub token: String,
     pub experiment_file_name: String,
     pub experiment: String,
@@ -176,12 +189,18 @@ impl Plan {
                 self.image
             ))));
         }
-        match self.coordinator.rsplit_once(':') {
-            Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0) => {}
-            _ => note(Err(PlanError(format!(
-                "--coordinator '{}': give HOST:PORT the agents can reach",
-                self.coordinator
-            )))),
+        match &self.reach {
+            AgentsReach::Coordinator(c) => match c.rsplit_once(':') {
+                Some((host, port))
+                    if !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0) => {}
+                _ => note(Err(PlanError(format!(
+                    "--coordinator '{c}': give HOST:PORT the agents can reach"
+                )))),
+            },
+            AgentsReach::PortForward(0) => note(Err(PlanError(
+                "the agents' port: give one from 1 to 65535".into(),
+            ))),
+            AgentsReach::PortForward(_) => {}
         }
         if let Some(c) = &self.cpu {
             note(quantity("--cpu", c));
@@ -351,13 +370,7 @@ impl Plan {
                     .unwrap_or_else(|| "IfNotPresent".into()),
             ),
             command: Some(vec!["/meshbench".into()]),
-            args: Some(vec![
-                "agent".into(),
-                "--coordinator".into(),
-                self.coordinator.clone(),
-                "--name".into(),
-                "$(POD_NAME)".into(),
-            ]),
+            args: Some(self.agent_args()),
             env: Some(vec![
                 EnvVar {
                     name: "MESHBENCH_AGENT_TOKEN".into(),
@@ -397,6 +410,18 @@ impl Plan {
             }]),
             ..Default::default()
         }
+    }
+
+    /// `meshbench agent`'s arguments: how it meets its coordinator, and its name.
+    fn agent_args(&self) -> Vec<String> {
+        let meet = match &self.reach {
+            AgentsReach::Coordinator(c) => ["--coordinator".to_string(), c.clone()],
+            AgentsReach::PortForward(port) => ["--listen".to_string(), format!("127.0.0.1:{port}")],
+        };
+        let mut args = vec!["agent".to_string()];
+        args.extend(meet);
+        args.extend(["--name".to_string(), "$(POD_NAME)".to_string()]);
+        args
     }
 
     /// The agent pod: non-root, its sysctls, the experiment mounted, never restarted.
@@ -479,7 +504,7 @@ mod tests {
             namespace: "load".into(),
             agents: 3,
             image: "meshbench:0.1.0".into(),
-            coordinator: "10.0.0.1:7700".into(),
+            reach: AgentsReach::Coordinator("10.0.0.1:7700".into()),
             token: "0123456789abcdef0123".into(),
             experiment_file_name: "experiment.yaml".into(),
             experiment: "name: x\n".into(),
@@ -537,7 +562,7 @@ mod tests {
         let mut p = plan();
         p.name = "Bad_Name".into();
         p.agents = 0;
-        p.coordinator = "nohost".into();
+        p.reach = AgentsReach::Coordinator("nohost".into());
         p.cpu = Some("two".into());
         p.sysctls = vec![("net..x".into(), "1".into())];
         let problems = p.check().unwrap_err();

@@ -404,6 +404,9 @@ pub enum K8sCommand {
     /// Put back what a cluster experiment (a file with `cluster:`) changed and did not undo
     /// (it was killed): the journals beside the store, or the ones named.
     Restore(K8sRestoreArgs),
+    /// Print this node's kernel, CPU model and CPUs as JSON (a cluster run's check pods).
+    #[command(hide = true)]
+    NodeFacts,
 }
 
 #[derive(Debug, Args)]

@@ -51,4 +51,4 @@ pub use self_check::{Cause, Finding, SelfCheck};
 pub use step::{CpuAllotment, LoadPoint, Offer, StepParams};
 pub use stop::Stop;
 pub use topology::{Class, Layer, PeerAuthentication, StepKind, Subject, Topology};
-pub use usage::{Figure, RoleUsage, Sample, Usage};
+pub use usage::{Figure, RoleUsage, Sample, Usage, UsageReader, UsageSource};

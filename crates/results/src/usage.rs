@@ -183,3 +183,102 @@ pub struct Usage {
     pub connections_avg: f64,
     pub connections_max: u64,
 }
+
+/// Where a step's roles were read, and how finely: what a reader needs to judge its CPU and
+/// memory figures (a one-second cgroup reading, or a kubelet's ten-second housekeeping).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct UsageSource {
+    pub reader: UsageReader,
+    /// The median time between two readings of a role over the step, milliseconds; none when
+    /// no role had two.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub every_ms: Option<u64>,
+}
+
+/// Who read a step's roles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UsageReader {
+    /// The lab's sampler, from each role's cgroup and process on this machine.
+    Sampler,
+    /// Prometheus, at a URL this machine reaches (its scrapes of the kubelets' cAdvisor, or
+    /// of a process exporter).
+    Prometheus,
+    /// Prometheus as a cluster's Service, through the API server's service proxy.
+    PrometheusService,
+    /// Each node's kubelet (`/metrics/cadvisor`), through the API server's node proxy.
+    Kubelet,
+}
+
+impl UsageReader {
+    /// As a table says it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            UsageReader::Sampler => "the lab's sampler (cgroups)",
+            UsageReader::Prometheus => "Prometheus",
+            UsageReader::PrometheusService => "Prometheus through the API server",
+            UsageReader::Kubelet => "the kubelets' cAdvisor through the API server",
+        }
+    }
+}
+
+impl std::fmt::Display for UsageSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.reader.describe())?;
+        match self.every_ms {
+            Some(ms) => write!(f, ", every {:.1} s", ms as f64 / 1000.0),
+            None => Ok(()),
+        }
+    }
+}
+
+impl UsageSource {
+    /// `reader`, with the median time between two successive samples of any one role in
+    /// `roles` (each role's samples in time order).
+    pub fn measured<'a>(
+        reader: UsageReader,
+        roles: impl IntoIterator<Item = &'a [Sample]>,
+    ) -> UsageSource {
+        let mut gaps: Vec<u64> = roles
+            .into_iter()
+            .flat_map(|s| s.windows(2).map(|w| w[1].t_ms.saturating_sub(w[0].t_ms)))
+            .filter(|g| *g > 0)
+            .collect();
+        gaps.sort_unstable();
+        UsageSource {
+            reader,
+            every_ms: gaps.get(gaps.len() / 2).copied(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod source_tests {
+    use super::*;
+
+    fn at(t_ms: u64) -> Sample {
+        Sample {
+            t_ms,
+            cpu_ns: 0,
+            rss_bytes: 0,
+            working_set_bytes: None,
+            rx_bytes: 0,
+            tx_bytes: 0,
+            connections: 0,
+        }
+    }
+
+    #[test]
+    fn a_source_says_the_median_gap_between_a_roles_samples() {
+        let a = [at(0), at(10_000), at(20_000), at(31_000)];
+        let b = [at(5_000), at(15_000)];
+        let s = UsageSource::measured(UsageReader::Kubelet, [&a[..], &b[..]]);
+        assert_eq!(s.every_ms, Some(10_000));
+        assert_eq!(
+            s.to_string(),
+            "the kubelets' cAdvisor through the API server, every 10.0 s"
+        );
+        let none = UsageSource::measured(UsageReader::Sampler, [&[at(1)][..]]);
+        assert_eq!(none.every_ms, None);
+    }
+}

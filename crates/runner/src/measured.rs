@@ -21,7 +21,9 @@ use meshbench_engine::{LoadSpec, Stop};
 use meshbench_experiment::config::{parse_cpuset, Experiment};
 use meshbench_lab::program::envoy::admin::AdminError;
 use meshbench_results::attribution::{Attribution, Sent};
-use meshbench_results::{ChainRole, Figure, ProxyCounters, RoleUsage, Sample, StepFailure};
+use meshbench_results::{
+    ChainRole, Figure, ProxyCounters, RoleUsage, Sample, StepFailure, UsageReader, UsageSource,
+};
 use meshbench_store::StepRecord;
 
 use crate::agents::Fleet;
@@ -97,6 +99,18 @@ pub(crate) trait Realised {
         measured: &mut Measured,
         observer: &mut dyn Observer,
     ) -> Vec<RoleReading>;
+
+    /// What ran the step, when the place knows better than this machine's programs (a
+    /// cluster: its version, its nodes', the pods' images); by default the run's.
+    fn versions(&self) -> Option<BTreeMap<String, String>> {
+        None
+    }
+
+    /// Who read the roles, and how finely (asked after [`Realised::roles`], with the samples
+    /// it kept); by default the lab's sampler, at the spacing of those samples.
+    fn usage_source(&self, kept: &[&[Sample]]) -> UsageSource {
+        UsageSource::measured(UsageReader::Sampler, kept.iter().copied())
+    }
 }
 
 /// A role's usage over a step and its samples.
@@ -145,6 +159,9 @@ pub(crate) fn measured_step<'s>(
             return record;
         }
     };
+    if let Some(versions) = realised.versions() {
+        record.versions = versions;
+    }
     // Readiness was the place's: each Envoy's own count starts here.
     let before = realised.witnesses();
     let source = match fleet {
@@ -194,6 +211,10 @@ pub(crate) fn measured_step<'s>(
             record.samples.insert(r.usage.role.clone(), samples);
         }
         record.usage.push(r.usage);
+    }
+    if !record.usage.is_empty() {
+        let kept: Vec<&[Sample]> = record.samples.values().map(Vec::as_slice).collect();
+        record.usage_source = Some(realised.usage_source(&kept));
     }
     record.set_result(measured.result);
     if let Some((role, log_tail)) = dead {

@@ -343,7 +343,7 @@ fn read_experiments(conn: &Connection) -> rusqlite::Result<Vec<ExperimentRow>> {
 fn read_raw_steps(conn: &Connection, experiment: i64) -> rusqlite::Result<Vec<RawStep>> {
     let mut q = conn.prepare(
         "SELECT id, seq, repeat, topology, variant, label, params, started_at, status, error,
-                versions, result, attribution, control_plane
+                versions, result, attribution, control_plane, usage_source
          FROM steps WHERE experiment_id = ?1 ORDER BY seq",
     )?;
     let rows = q.query_map([experiment], |r| {
@@ -362,6 +362,7 @@ fn read_raw_steps(conn: &Connection, experiment: i64) -> rusqlite::Result<Vec<Ra
             result: r.get(11)?,
             attribution: r.get(12)?,
             control_plane: r.get(13)?,
+            usage_source: r.get(14)?,
         })
     })?;
     rows.collect()
@@ -455,8 +456,8 @@ fn write_step(conn: &mut Connection, experiment: i64, s: &StepRecord) -> rusqlit
     tx.execute(
         "INSERT INTO steps (experiment_id, seq, repeat, topology, variant, label, params, started_at,
            status, error, versions, duration_secs, requests, errors, throughput_rps,
-           p50_us, p90_us, p99_us, p999_us, result, attribution, control_plane)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22)",
+           p50_us, p90_us, p99_us, p999_us, result, attribution, control_plane, usage_source)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23)",
         params![
             experiment,
             s.seq,
@@ -480,6 +481,7 @@ fn write_step(conn: &mut Connection, experiment: i64, s: &StepRecord) -> rusqlit
             s.result.as_ref().map(to_json),
             s.attribution.as_ref().map(to_json),
             s.control_plane.as_ref().map(to_json),
+            s.usage_source.as_ref().map(to_json),
         ],
     )?;
     let step = tx.last_insert_rowid();
@@ -607,6 +609,7 @@ fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {
             3 => tx.execute_batch(schema::MIGRATE_V3_TO_V4).named(path)?,
             4 => tx.execute_batch(schema::MIGRATE_V4_TO_V5).named(path)?,
             5 => tx.execute_batch(schema::MIGRATE_V5_TO_V6).named(path)?,
+            6 => tx.execute_batch(schema::MIGRATE_V6_TO_V7).named(path)?,
             v if v > VERSION => return Err(newer(path, v)),
             v => unreachable!("schema version {v}: every version below VERSION has a migration"),
         }
@@ -669,6 +672,7 @@ struct RawStep {
     result: Option<String>,
     attribution: Option<String>,
     control_plane: Option<String>,
+    usage_source: Option<String>,
 }
 
 impl RawStep {
@@ -715,6 +719,13 @@ impl RawStep {
                 Some(text) => Some(
                     serde_json::from_str(text)
                         .map_err(|e| corrupt("control_plane", e.to_string()))?,
+                ),
+                None => None,
+            },
+            usage_source: match &self.usage_source {
+                Some(text) => Some(
+                    serde_json::from_str(text)
+                        .map_err(|e| corrupt("usage_source", e.to_string()))?,
                 ),
                 None => None,
             },

@@ -10,7 +10,7 @@ use std::str::FromStr;
 
 use meshbench_results::{
     Attribution, ControlPlaneFigures, LoadPoint, Role, RoleUsage, RunResult, Sample, StepFailure,
-    StepKind, StepParams,
+    StepKind, StepParams, UsageSource,
 };
 use serde::{Deserialize, Serialize};
 
@@ -180,6 +180,10 @@ pub struct StepRecord {
     /// for every other step.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub control_plane: Option<ControlPlaneFigures>,
+    /// Who read the roles' figures and how finely (`None`: a step with no role read, and
+    /// every step from before schema v7).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage_source: Option<UsageSource>,
 }
 
 impl StepRecord {
@@ -201,6 +205,7 @@ impl StepRecord {
             samples: BTreeMap::new(),
             attribution: None,
             control_plane: None,
+            usage_source: None,
         }
     }
 

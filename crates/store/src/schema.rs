@@ -18,6 +18,9 @@
 //! - v6: `steps.control_plane`, what a `control_plane` step measured besides istiod's usage
 //!   (JSON, the results' `ControlPlaneFigures`: propagation per xDS type, pushes, xDS bytes,
 //!   convergence, agreement; NULL for every other step and every step from before).
+//! - v7: `steps.usage_source`, who read the step's roles and how finely (JSON, the results'
+//!   `UsageSource`: the lab's sampler, Prometheus, or the kubelets through the API server;
+//!   NULL for a step with no role read and every step from before).
 
 /// The schema as version 1 created it; [`MIGRATIONS`] bring it to [`VERSION`].
 pub const SCHEMA_V1: &str = "
@@ -111,5 +114,8 @@ pub const MIGRATE_V4_TO_V5: &str = "ALTER TABLE steps ADD COLUMN attribution TEX
 /// v5 -> v6: a control-plane step's figures.
 pub const MIGRATE_V5_TO_V6: &str = "ALTER TABLE steps ADD COLUMN control_plane TEXT;";
 
+/// v6 -> v7: who read a step's roles.
+pub const MIGRATE_V6_TO_V7: &str = "ALTER TABLE steps ADD COLUMN usage_source TEXT;";
+
 /// The version this meshbench writes.
-pub const VERSION: i64 = 6;
+pub const VERSION: i64 = 7;

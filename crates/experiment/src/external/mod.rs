@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use meshbench_results::{Figure, Role};
 use serde::{Deserialize, Serialize};
 
-pub use presets::{NoQuery, Preset, Queries, Query};
+pub use presets::{NoQuery, Preset, Queries, Query, Summed};
 
 /// The `external` section.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

@@ -254,6 +254,18 @@ pub struct Query {
     /// The counter series under a `rate`, when the preset knows it: checked for resets and for
     /// series that came or went during the window (a restarted container, a replaced pod).
     pub counter: Option<String>,
+    /// The series the query sums, when a preset wrote it: what a reader of the exporter's own
+    /// text (a kubelet's `/metrics/cadvisor`) selects and adds up itself, with no PromQL.
+    pub summed: Option<Summed>,
+}
+
+/// `sum(METRIC{matchers})`, or the same under a `rate`, as data.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Summed {
+    pub metric: String,
+    pub matchers: Vec<Matcher>,
+    /// A counter (its rate is the figure), else a gauge.
+    pub counter: bool,
 }
 
 impl Query {
@@ -263,6 +275,11 @@ impl Query {
         Query {
             expr: format!("sum(rate({sel}[{WINDOW}]))"),
             counter: Some(sel),
+            summed: Some(Summed {
+                metric: metric.to_string(),
+                matchers: matchers.to_vec(),
+                counter: true,
+            }),
         }
     }
 
@@ -271,6 +288,11 @@ impl Query {
         Query {
             expr: format!("sum({})", selector(metric, matchers)),
             counter: None,
+            summed: Some(Summed {
+                metric: metric.to_string(),
+                matchers: matchers.to_vec(),
+                counter: false,
+            }),
         }
     }
 
@@ -279,6 +301,7 @@ impl Query {
         Query {
             expr: expr.to_string(),
             counter: None,
+            summed: None,
         }
     }
 }

@@ -6,7 +6,7 @@
 use std::fmt::Write as _;
 
 /// A label matcher: `name=value` or `name=~regex`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Matcher {
     pub label: String,
     pub value: String,

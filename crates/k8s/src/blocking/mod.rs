@@ -39,6 +39,7 @@ use meshbench_results::Stop;
 pub use apply::documents;
 use error::bounded;
 pub use error::ApiError;
+pub use raw::Proxied;
 
 use crate::cluster::{config_from, ConfigError};
 use crate::forward::Forward;
@@ -103,6 +104,34 @@ impl BlockingClient {
             }),
             config,
         })
+    }
+
+    /// Another client of the same API server, as this one was made, with a runtime of its
+    /// own: for a thread that asks while this one's owner asks too (a step's kubelet reader).
+    pub fn another(&self) -> Result<BlockingClient, ApiError> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(ApiError::Runtime)?;
+        let config = self.config.clone();
+        let client = runtime.block_on(async {
+            Client::try_from(config.clone()).map_err(|e| ApiError::Config(ConfigError::Client(e)))
+        })?;
+        Ok(BlockingClient {
+            runtime,
+            shared: Arc::new(Shared {
+                client,
+                resources: Mutex::new(HashMap::new()),
+            }),
+            config,
+        })
+    }
+
+    /// The API server's version, as `kubectl version` says it (`v1.36.1`).
+    pub fn server_version(&self) -> Result<String, ApiError> {
+        self.runtime
+            .block_on(bounded("/version", self.shared.client.apiserver_version()))
+            .map(|info| info.git_version)
     }
 
     /// Whether the API server says it is ready (`GET /readyz` answers 200).

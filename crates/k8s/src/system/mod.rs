@@ -184,7 +184,8 @@ pub struct System {
     pub node_selector: BTreeMap<String, String>,
     /// Taints they tolerate.
     pub tolerations: Vec<Toleration>,
-    /// The coordinator's port, which the agents' capture must leave alone.
+    /// The port of the agents' control connection (the coordinator's, which they dial; or
+    /// their own, reached through a port-forward), which their capture must leave alone.
     pub coordinator_port: u16,
     /// The gateway's Istio objects (`gen gateway --for istio`, in this namespace), as the
     /// documents it wrote.
@@ -389,6 +390,10 @@ impl System {
             annotations.insert(
                 "traffic.sidecar.istio.io/excludeOutboundPorts".to_string(),
                 excluded,
+            );
+            annotations.insert(
+                "traffic.sidecar.istio.io/excludeInboundPorts".to_string(),
+                self.coordinator_port.to_string(),
             );
             annotations.extend(self.proxy_config(true));
             annotations.extend(ready_every_second());

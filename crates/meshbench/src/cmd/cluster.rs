@@ -19,6 +19,7 @@ use anyhow::{Context, Result};
 use meshbench_experiment::cluster::Cluster;
 use meshbench_experiment::Experiment;
 use meshbench_k8s::undo;
+use meshbench_runner::cluster::preflight::{NodeFacts, PreflightError};
 use meshbench_runner::cluster::{self, ClusterSite, Coordinator, SiteError};
 use meshbench_runner::{Finished, Site};
 
@@ -31,9 +32,12 @@ use crate::{exit, usage};
 /// How long a restore waits for a namespace to go.
 const GONE_WITHIN: Duration = Duration::from_secs(180);
 
-/// `--dry-run`: every object and change the run would make, and what the cluster lacks (Istio
-/// not installed is an error, as a missing program is for the lab).
-pub fn dry_run(e: &Experiment, section: &Cluster) -> Result<u8> {
+/// `--dry-run`: every object and change the run would make, what the cluster lacks (Istio
+/// not installed is an error, as a missing program is for the lab), and the checks a run
+/// makes before its first step (meshbench's image on each node the plan uses, the path to the
+/// roles' figures), in a namespace made for them and deleted again (a watcher beside, as for
+/// a run).
+pub fn dry_run(e: &Experiment, section: &Cluster, store_path: &Path) -> Result<u8> {
     out!("{}", cluster::describe(e, section, "<the agents' token>"));
     let client = cluster::connect(section)
         .map_err(|err| anyhow::anyhow!("the plan cannot be checked against the cluster: {err}"))?;
@@ -45,7 +49,30 @@ pub fn dry_run(e: &Experiment, section: &Cluster) -> Result<u8> {
             missing.join("; and ")
         ));
     }
+    restore_ended(&cluster::journal_dir(store_path));
+    let journal = cluster::journal_path(store_path);
+    let watcher = Watcher::start(&journal)?;
+    let signals = Signals::install()?;
+    let checked = cluster::check_for_dry_run(e, &journal, &signals.stop);
+    watcher.finish();
+    let preflight = checked.map_err(|err| site_error(err, &signals))?;
+    for (key, value) in preflight.versions() {
+        out!("# checked: {key}: {value}");
+    }
     Ok(exit::OK)
+}
+
+/// A cluster run that could not start, as the binary says it: a file the cluster cannot
+/// satisfy is bad input (exit 2), a stop is the signal's line, anything else one line.
+fn site_error(err: SiteError, signals: &Signals) -> anyhow::Error {
+    match err {
+        SiteError::Stopped { during, put_back } => {
+            signals.interrupted(format_args!("in the bring-up ({during}): {put_back}"))
+        }
+        SiteError::Preflight(PreflightError::Impossible(why)) => usage(why),
+        SiteError::Preflight(err) => anyhow::anyhow!("the run cannot start on this cluster: {err}"),
+        err => err.into(),
+    }
 }
 
 /// Sets the cluster up (a watcher beside), runs every step there, puts it back.
@@ -58,17 +85,23 @@ pub fn run(
     let section = e.cluster.as_ref().expect("a cluster experiment");
     restore_ended(&cluster::journal_dir(store_path));
     let (token, token_text) = super::k8s::token_for_pods(args.agents.auth.token_file.as_deref())?;
-    let port = section.coordinator_port().unwrap_or(0);
-    let listen = e
-        .agents
-        .as_ref()
-        .and_then(|a| a.listen.clone())
-        .unwrap_or_else(|| format!("0.0.0.0:{port}"));
-    let listener = TcpListener::bind(&listen).map_err(|err| {
-        usage(format!(
-            "agents.listen {listen}: the agent pods' coordinator cannot listen there: {err}"
-        ))
-    })?;
+    // Without `cluster.coordinator` the agents are reached through the API server: nothing
+    // listens here.
+    let listener = match section.coordinator_port() {
+        Some(port) => {
+            let listen = e
+                .agents
+                .as_ref()
+                .and_then(|a| a.listen.clone())
+                .unwrap_or_else(|| format!("0.0.0.0:{port}"));
+            Some(TcpListener::bind(&listen).map_err(|err| {
+                usage(format!(
+                    "agents.listen {listen}: the agent pods' coordinator cannot listen there: {err}"
+                ))
+            })?)
+        }
+        None => None,
+    };
     let journal = cluster::journal_path(store_path);
     let watcher = Watcher::start(&journal)?;
     let signals = Signals::install()?;
@@ -99,11 +132,8 @@ pub fn run(
                 &signals,
             )
         }
-        // Nothing was measured, and the cluster is put back: one line and the signal's code.
-        Err(SiteError::Stopped { during, put_back }) => {
-            Err(signals.interrupted(format_args!("in the bring-up ({during}): {put_back}")))
-        }
-        Err(err) => Err(err.into()),
+        // Nothing was measured, and the cluster is put back: one line (and the signal's code).
+        Err(err) => Err(site_error(err, &signals)),
     };
     watcher.finish();
     outcome
@@ -232,4 +262,11 @@ pub fn restore(a: K8sRestoreArgs) -> Result<u8> {
         }
     }
     Ok(if failed == 0 { exit::OK } else { exit::FAILED })
+}
+
+/// `meshbench k8s node-facts`: this node's kernel, CPU model and CPUs as one JSON line (what
+/// a cluster run's check pods print, read back through the API server).
+pub fn node_facts() -> Result<u8> {
+    out!("{}", serde_json::to_string(&NodeFacts::here())?);
+    Ok(exit::OK)
 }

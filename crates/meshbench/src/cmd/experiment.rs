@@ -30,7 +30,11 @@ pub fn execute(args: ExperimentArgs) -> Result<u8> {
     if args.dry_run {
         out!("{}", describe_plan(&e, &Plan::compile(&e)));
         if let Some(section) = &e.cluster {
-            return super::cluster::dry_run(&e, section);
+            let store_path = args
+                .store
+                .clone()
+                .unwrap_or_else(meshbench_store::default_path);
+            return super::cluster::dry_run(&e, section, &store_path);
         }
         if let Some(w) = short_steps(&e) {
             errln!("warning: {w}");

@@ -48,7 +48,7 @@ fn plan(flags: &K8sPlanFlags, coordinator: &str) -> Result<Plan> {
         namespace: flags.namespace.clone(),
         agents: flags.agents,
         image: flags.image.clone(),
-        coordinator: coordinator.to_string(),
+        reach: meshbench_k8s::AgentsReach::Coordinator(coordinator.to_string()),
         token,
         experiment_file_name: flags.file.file_name().map_or_else(
             || "experiment.yaml".into(),

@@ -31,6 +31,7 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
         Command::Gen(crate::cli::GenCommand::K8s(args)) => k8s::gen(args),
         Command::K8s(crate::cli::K8sCommand::Run(args)) => k8s::run(*args),
         Command::K8s(crate::cli::K8sCommand::Restore(args)) => cluster::restore(args),
+        Command::K8s(crate::cli::K8sCommand::NodeFacts) => cluster::node_facts(),
         Command::Experiment(args) => experiment::execute(args),
         Command::Results(c) => results::execute(c),
         Command::Compare(args) => answers::compare(args),

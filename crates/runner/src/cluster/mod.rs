@@ -31,6 +31,8 @@
 
 mod attribution;
 mod contour;
+pub mod kubelet;
+pub mod preflight;
 mod render;
 mod step;
 #[cfg(test)]
@@ -49,7 +51,7 @@ use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Service};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use meshbench_engine::Stop;
-use meshbench_experiment::cluster::Cluster;
+use meshbench_experiment::cluster::{Cluster, UsageFrom};
 use meshbench_experiment::config::Experiment;
 use meshbench_k8s::blocking::ApiError;
 use meshbench_k8s::k8s_openapi;
@@ -62,10 +64,18 @@ use meshbench_results::{Program, StepKind, Topology};
 use thiserror::Error;
 
 use crate::agents::{Fleet, FleetError, FleetReach, Token};
+use crate::external::prometheus::Prometheus;
 use crate::observer::Observer;
+use preflight::{Preflight, PreflightError};
 
 /// The agents' objects' name prefix (pods `meshbench-agents-N-...`).
 const AGENTS: &str = "meshbench";
+/// Where an agent pod listens (on its own loopback) when the coordinator comes through a
+/// port-forward.
+pub const AGENT_PORT: u16 = crate::agents::DEFAULT_PORT;
+/// Between two tries to reach the agents through their port-forwards (an agent listens a
+/// moment after its pod is Ready).
+const AGENTS_RETRY_EVERY: Duration = Duration::from_millis(500);
 /// Istio's own namespace: its mesh configuration, ambient's ztunnel.
 const ISTIO_NAMESPACE: &str = "istio-system";
 /// Envoy's admin port in Istio's proxies (on the pod's loopback).
@@ -98,6 +108,10 @@ pub enum SiteError {
     /// cluster was put back (as far as `put_back` says) before this was returned.
     #[error("stopped in the bring-up ({during}), before any step: {put_back}")]
     Stopped { during: BringUp, put_back: PutBack },
+    /// What the checks before the first step found (an image that cannot be pulled, a node
+    /// selector that matches nothing, a path to the roles' figures that does not answer).
+    #[error(transparent)]
+    Preflight(PreflightError),
 }
 
 /// Where the bring-up was when a stop came.
@@ -162,9 +176,11 @@ fn stopped(during: BringUp) -> SiteError {
     }
 }
 
-/// Where the agent pods reach this process.
+/// How the agent pods and this process meet, and the token they share.
 pub struct Coordinator {
-    pub listener: TcpListener,
+    /// Where the agent pods dial this process; none: the agents listen in their pods and this
+    /// process reaches each through a port-forward.
+    pub listener: Option<TcpListener>,
     pub token: Token,
     /// The token as the agents' Secret holds it.
     pub token_text: String,
@@ -190,6 +206,12 @@ pub struct ClusterSite {
     /// The run's stop: after one, the namespace is waited for at most
     /// [`undo::GONE_AFTER_STOP_WITHIN`] (a hurried stop not at all).
     stop: Stop,
+    /// What the checks before the first step found: the cluster's version and its nodes'.
+    preflight: Preflight,
+    /// A port-forward to each agent pod, when the agents are reached that way: the fleet's
+    /// connections go through them (they close after the fleet, which the step runner drops
+    /// first).
+    agent_forwards: Vec<meshbench_k8s::Forward>,
     /// The gateway's CA, certificates, keys and targets on this machine, removed with the site
     /// (the gateway's private keys do not outlive the run).
     _scratch: tempfile::TempDir,
@@ -440,6 +462,8 @@ impl ClusterSite {
             journal: Mutex::new(Some(journal)),
             borrowed: Mutex::new(Vec::new()),
             stop: stop.clone(),
+            agent_forwards: Vec::new(),
+            preflight: Preflight::default(),
             _scratch: scratch,
         };
         match site.bring_up(e, &plan, coordinator, stop, observer) {
@@ -476,6 +500,22 @@ impl ClusterSite {
         let first = first_shape(e);
         let objects = self.system.render(&first);
         self.client.apply(&objects[0])?;
+        unless_stopped(BringUp::Checking)?;
+        self.preflight =
+            preflight::check(&self.client, e, &self.section, stop).map_err(|err| match err {
+                PreflightError::Stopped => stopped(BringUp::Checking),
+                err => SiteError::Preflight(err),
+            })?;
+        observer.note(&format!(
+            "cluster: {} node(s) checked ({}), meshbench's image runs on each",
+            self.preflight.nodes.len(),
+            self.preflight
+                .nodes
+                .keys()
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
         unless_stopped(BringUp::Applying)?;
         self.client.apply_all(objects[1..].to_vec())?;
         *self.applied.lock().expect("not poisoned") = Some(first);
@@ -502,7 +542,8 @@ impl ClusterSite {
         self.client.apply_agents(&self.agents)?;
         let wanted = plan.agents as usize;
         let wait = Duration::from_secs_f64(self.section.rollout_timeout_secs);
-        self.client
+        let pods = self
+            .client
             .wait_agents(&self.agents, wanted, wait, stop, |_| {})
             .map_err(|err| match err {
                 ClusterError::Stopped { ready, wanted } => {
@@ -510,15 +551,80 @@ impl ClusterSite {
                 }
                 err => SiteError::Agents(err),
             })?;
-        let reach = FleetReach::Listen {
-            listener: coordinator.listener,
-            agents: wanted,
-            wait,
-        };
-        Fleet::gather(reach, coordinator.token, None, stop).map_err(|err| match err {
+        let gathered = |err| match err {
             FleetError::Stopped { joined, wanted } => stopped(BringUp::Dialling { joined, wanted }),
             err => SiteError::Fleet(err),
-        })
+        };
+        match coordinator.listener {
+            Some(listener) => {
+                let reach = FleetReach::Listen {
+                    listener,
+                    agents: wanted,
+                    wait,
+                };
+                Fleet::gather(reach, coordinator.token, None, stop).map_err(gathered)
+            }
+            None => self
+                .reach_agents(&pods, coordinator.token, wait, stop)
+                .map_err(gathered),
+        }
+    }
+
+    /// The agents as a fleet through a port-forward to each pod: dialled again until each has
+    /// answered (its agent listens a moment after the pod is Ready), at most `wait`.
+    fn reach_agents(
+        &mut self,
+        pods: &[meshbench_k8s::AgentPod],
+        token: Token,
+        wait: Duration,
+        stop: &Stop,
+    ) -> Result<Fleet, FleetError> {
+        let ns = self.section.namespace.clone();
+        for pod in pods {
+            let forward = self
+                .client
+                .port_forward(&ns, &pod.name, AGENT_PORT)
+                .map_err(|e| FleetError::Dial {
+                    addr: format!("pod {ns}/{}", pod.name),
+                    why: e.to_string(),
+                })?;
+            self.agent_forwards.push(forward);
+        }
+        let addrs: Vec<String> = self
+            .agent_forwards
+            .iter()
+            .map(|f| f.addr().to_string())
+            .collect();
+        let deadline = std::time::Instant::now() + wait;
+        loop {
+            match Fleet::gather(FleetReach::Dial(addrs.clone()), token.clone(), None, stop) {
+                Ok(fleet) => return Ok(fleet),
+                Err(FleetError::Dial { .. } | FleetError::Handshake(_))
+                    if std::time::Instant::now() < deadline =>
+                {
+                    if !stop.sleep(AGENTS_RETRY_EVERY) {
+                        return Err(FleetError::Stopped {
+                            joined: 0,
+                            wanted: addrs.len(),
+                        });
+                    }
+                }
+                Err(e) => {
+                    let through = self
+                        .agent_forwards
+                        .iter()
+                        .find_map(|f| f.last_error())
+                        .map_or(String::new(), |e| format!(" (the port-forward: {e})"));
+                    return Err(match e {
+                        FleetError::Dial { addr, why } => FleetError::Dial {
+                            addr,
+                            why: format!("{why}{through}"),
+                        },
+                        other => other,
+                    });
+                }
+            }
+        }
     }
 
     /// Puts the cluster back after a stop during the bring-up, and says what it did.
@@ -541,6 +647,43 @@ impl ClusterSite {
             .get::<Service>(namespace, name)?
             .and_then(|s| s.spec?.cluster_ip?.parse().ok())
             .ok_or_else(|| SiteError::NoAddress(format!("{namespace}/{name}")))
+    }
+
+    /// The cluster section's Prometheus settings in an `external` section's words (the rate
+    /// windows, the query timeout), its URL or Service as it is named.
+    fn external(&self) -> meshbench_experiment::external::External {
+        let base = match self.section.usage_from() {
+            UsageFrom::PrometheusUrl(url) => url,
+            UsageFrom::PrometheusService {
+                namespace,
+                name,
+                port,
+            } => format!("service {namespace}/{name}:{port}"),
+            UsageFrom::Kubelet => String::new(),
+        };
+        self.section.prometheus_at(&base)
+    }
+
+    /// The run's Prometheus, each query within `timeout`, all within `budget`; none when the
+    /// roles are read from the kubelets (or a client for the service proxy cannot be made).
+    fn prometheus(&self, timeout: Duration, budget: Duration) -> Option<Prometheus> {
+        match self.section.usage_from() {
+            UsageFrom::PrometheusUrl(url) => Some(Prometheus::new(&url, timeout, budget)),
+            UsageFrom::PrometheusService {
+                namespace,
+                name,
+                port,
+            } => {
+                let client = self.client.another().ok()?;
+                Some(Prometheus::through_api_server(
+                    client,
+                    (&namespace, &name, port),
+                    timeout,
+                    budget,
+                ))
+            }
+            UsageFrom::Kubelet => None,
+        }
     }
 
     /// The pods of `app` (by its label) that are not going away.
@@ -583,6 +726,54 @@ impl Drop for ClusterSite {
             }
         }
     }
+}
+
+/// `--dry-run`'s checks of the cluster: the namespace made (journaled first, so that a killed
+/// dry run is put back like a run), the checks before a first step run in it, the namespace
+/// deleted again; what they found, or why the run could not start.
+pub fn check_for_dry_run(
+    e: &Experiment,
+    journal: &Path,
+    stop: &Stop,
+) -> Result<Preflight, SiteError> {
+    let section = e.cluster.clone().expect("a cluster experiment");
+    let client = connect(&section)?;
+    if client
+        .get_cluster_scoped::<Namespace>(&section.namespace)?
+        .is_some()
+    {
+        return Err(SiteError::NamespaceExists(section.namespace.clone()));
+    }
+    let mut journal = Journal::create(
+        journal,
+        &Header {
+            pid: std::process::id(),
+            kubeconfig: section.kubeconfig.clone(),
+        },
+    )?;
+    journal.record(&Undo::DeleteNamespace {
+        name: section.namespace.clone(),
+    })?;
+    let namespace = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {
+            "name": section.namespace,
+            "labels": {"app.kubernetes.io/managed-by": "meshbench"},
+        },
+    });
+    let checked = client
+        .apply(&namespace)
+        .map_err(SiteError::Api)
+        .and_then(|()| {
+            preflight::check(&client, e, &section, stop).map_err(|err| match err {
+                PreflightError::Stopped => stopped(BringUp::Checking),
+                err => SiteError::Preflight(err),
+            })
+        });
+    undo::restore(&client, journal.undos(), GONE_WITHIN, stop, |_| {})?;
+    journal.close()?;
+    checked
 }
 
 /// Where the journals of cluster runs with this store are: beside it.

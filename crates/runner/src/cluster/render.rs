@@ -7,13 +7,15 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use meshbench_experiment::cluster::{AntiAffinity as FileAntiAffinity, Cluster};
+use meshbench_experiment::cluster::{
+    AgentsReach as FileReach, AntiAffinity as FileAntiAffinity, Cluster,
+};
 use meshbench_experiment::config::Experiment;
 use meshbench_experiment::{ChainVariant, Step};
 use meshbench_k8s::k8s_openapi::api::core::v1::Toleration;
 use meshbench_k8s::render::PodExtras;
 use meshbench_k8s::system::{self, ContourInstall, ProxyLogging, Resources, Shape, System};
-use meshbench_k8s::{AntiAffinity, Plan};
+use meshbench_k8s::{AgentsReach, AntiAffinity, Plan};
 use meshbench_lab::contour::objects::{self as contour_objects, Contour};
 use meshbench_lab::gateway::Target;
 use meshbench_lab::gateway::{self, CertLayout, GatewayPlan};
@@ -22,7 +24,7 @@ use meshbench_lab::program::envoy::access_log;
 use meshbench_results::{Class, PeerAuthentication, Program, StepKind, Topology};
 use serde_json::Value;
 
-use super::{SiteError, AGENTS};
+use super::{SiteError, AGENTS, AGENT_PORT};
 
 /// The system an experiment deploys (its gateway objects come later).
 pub fn system_of(e: &Experiment, section: &Cluster) -> System {
@@ -36,18 +38,7 @@ pub fn system_of(e: &Experiment, section: &Cluster) -> System {
     if e.load.protocol.is_http2() {
         backend_args.push("--http2".into());
     }
-    let tolerations = section
-        .system_under_test
-        .tolerations
-        .iter()
-        .map(|t| Toleration {
-            key: t.key.clone(),
-            operator: t.operator.clone(),
-            value: t.value.clone(),
-            effect: t.effect.clone(),
-            ..Toleration::default()
-        })
-        .collect();
+    let tolerations = tolerations_of(section);
     System {
         namespace: section.namespace.clone(),
         image: section.image.clone(),
@@ -60,7 +51,7 @@ pub fn system_of(e: &Experiment, section: &Cluster) -> System {
         revision: section.istio_revision.clone(),
         node_selector: section.system_under_test.node_selector.clone(),
         tolerations,
-        coordinator_port: section.coordinator_port().unwrap_or(0),
+        coordinator_port: section.coordinator_port().unwrap_or(AGENT_PORT),
         gateway_objects: Vec::new(),
         proxy_logging: e.attribution.map(|_| ProxyLogging {
             telemetry: access_log::istio_telemetry(&section.namespace),
@@ -68,6 +59,22 @@ pub fn system_of(e: &Experiment, section: &Cluster) -> System {
         }),
         contour: contour_of(e, section),
     }
+}
+
+/// The taints the system under test's pods tolerate, as their pods carry them.
+pub(super) fn tolerations_of(section: &Cluster) -> Vec<Toleration> {
+    section
+        .system_under_test
+        .tolerations
+        .iter()
+        .map(|t| Toleration {
+            key: t.key.clone(),
+            operator: t.operator.clone(),
+            value: t.value.clone(),
+            effect: t.effect.clone(),
+            ..Toleration::default()
+        })
+        .collect()
 }
 
 /// The cluster's Contour, when the file's gateway is it.
@@ -145,7 +152,10 @@ pub fn agents_of(
         namespace: section.namespace.clone(),
         agents: e.agents.as_ref().and_then(|a| a.count).unwrap_or(1) as u32,
         image: section.image.clone(),
-        coordinator: section.coordinator.clone(),
+        reach: match section.agents_reach() {
+            FileReach::Coordinator(c) => AgentsReach::Coordinator(c),
+            FileReach::PortForward => AgentsReach::PortForward(AGENT_PORT),
+        },
         token: token.to_string(),
         experiment_file_name: "experiment.yaml".into(),
         experiment: experiment_text.to_string(),

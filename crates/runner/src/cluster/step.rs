@@ -1,9 +1,11 @@
 //! One step on the cluster, as a [`Place`] of the one measured step: its shape applied and
 //! waited for (each rollout, each Envoy's configuration read from its admin through a
 //! port-forward), its load from the agent pods, each single-pod Envoy's own counts around it
-//! (the witness), and each role read from Prometheus over the steady window; every failure
-//! ends up in the record.
+//! (the witness), and each role read over the steady window, from its kubelet through the API
+//! server (polled while the step runs) or from Prometheus; every failure ends up in the
+//! record.
 
+use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
@@ -26,8 +28,8 @@ use meshbench_results::{
 };
 use thiserror::Error;
 
-use crate::external::prometheus::{PromError, Prometheus};
-use crate::external::{read_window, warn_each};
+use crate::external::prometheus::PromError;
+use crate::external::{read_window_from, warn_each};
 use crate::load::{LoadOptions, TargetSource};
 use crate::measure::Measured;
 use crate::measured::{Place, Realised, RoleReading, StepContext, Witnesses};
@@ -35,9 +37,13 @@ use crate::observer::Observer;
 use crate::step_load::{aim_at_gateway, load_for};
 
 use super::contour::ContourNotReady;
+use super::kubelet::KubeletReader;
+use super::preflight::images_of;
 use super::{shape_of, ClusterSite, AGENTS, ENVOY_ADMIN};
+use meshbench_experiment::cluster::UsageFrom;
 use meshbench_k8s::borrowed::BorrowedError;
 use meshbench_k8s::undo::{Undo, UndoError};
+use meshbench_results::{Sample, UsageReader, UsageSource};
 
 /// Why a step's shape could not be realised on the cluster (the step fails with it).
 #[derive(Debug, Error)]
@@ -66,20 +72,29 @@ pub enum ShapeError {
     Contour(#[from] ContourNotReady),
 }
 
-/// Why Prometheus did not yet have a step's roles (the step goes on, warned), or a stop
-/// (the step is not measured).
+/// Why the reader of a step's roles did not yet have them (the step goes on, warned), or a
+/// stop (the step is not measured).
 #[derive(Debug, Error)]
 pub enum ObservableError {
     #[error("Prometheus: {0}")]
     Prometheus(PromError),
-    #[error("stopped while waiting for Prometheus")]
+    #[error("stopped while waiting for the roles' first readings")]
     Stopped,
-    #[error("Prometheus did not have the roles' series within {} s ({})", .limit.as_secs(), .waiting.join("; "))]
+    #[error("{reader} did not have the roles' series within {} s ({})", .limit.as_secs(), .waiting.join("; "))]
     NotYet {
+        reader: &'static str,
         limit: Duration,
         waiting: Vec<String>,
     },
+    #[error("the kubelets cannot be read: {0}")]
+    Kubelet(meshbench_k8s::ApiError),
 }
+
+/// The longest a step waits for the kubelets' first readings of its roles (a pod a rollout
+/// just made is read at the kubelet's next housekeeping, 10 s by default).
+const KUBELET_FIRST_WITHIN: Duration = Duration::from_secs(45);
+/// The longest a step waits after its window for a reading past its end.
+const KUBELET_PAST_WITHIN: Duration = Duration::from_secs(40);
 
 impl ClusterSite {
     /// Brings the system to `shape`: applies what changed, waits for each rollout and for
@@ -368,12 +383,14 @@ impl ClusterSite {
         roles: &[ExternalRole],
         stop: &Stop,
     ) -> Result<(), ObservableError> {
-        let x = self.section.prometheus();
+        let x = self.external();
         let window = x.window_ms(e.sample_interval_ms);
         let timeout = Duration::from_secs_f64(x.query_timeout_secs);
         let limit = Duration::from_secs_f64(4.0 * x.scrape_interval_secs + 30.0);
         let began = Instant::now();
-        let prom = Prometheus::new(&x.prometheus_url, timeout, limit + timeout);
+        let Some(prom) = self.prometheus(timeout, limit + timeout) else {
+            return Ok(());
+        };
         let queries: Vec<(String, String)> = roles
             .iter()
             .filter_map(|r| {
@@ -401,7 +418,11 @@ impl ClusterSite {
                 break;
             }
             if began.elapsed() >= limit {
-                return Err(ObservableError::NotYet { limit, waiting });
+                return Err(ObservableError::NotYet {
+                    reader: "Prometheus",
+                    limit,
+                    waiting,
+                });
             }
             if !stop.sleep(Duration::from_secs(1)) {
                 return Err(ObservableError::Stopped);
@@ -414,6 +435,108 @@ impl ClusterSite {
             true => Ok(()),
             false => Err(ObservableError::Stopped),
         }
+    }
+
+    /// Starts reading `roles` from the kubelets of the nodes their pods run on, and waits
+    /// until each has a first reading (at most [`KUBELET_FIRST_WITHIN`]; then the step goes
+    /// on, warned, and what has none is missing).
+    fn start_kubelet_reader(
+        &self,
+        roles: &[ExternalRole],
+        stop: &Stop,
+    ) -> Result<KubeletReader, (Option<KubeletReader>, ObservableError)> {
+        let nodes = self
+            .role_nodes(roles)
+            .map_err(|e| (None, ObservableError::Kubelet(e)))?;
+        let reader = KubeletReader::start(&self.client, nodes, roles.to_vec())
+            .map_err(|e| (None, ObservableError::Kubelet(e)))?;
+        let began = Instant::now();
+        loop {
+            let waiting = reader.waiting();
+            if waiting.is_empty() {
+                return Ok(reader);
+            }
+            if began.elapsed() >= KUBELET_FIRST_WITHIN {
+                let why = ObservableError::NotYet {
+                    reader: "the kubelets",
+                    limit: KUBELET_FIRST_WITHIN,
+                    waiting,
+                };
+                return Err((Some(reader), why));
+            }
+            if !stop.sleep(Duration::from_millis(250)) {
+                return Err((None, ObservableError::Stopped));
+            }
+        }
+    }
+
+    /// The nodes that run a pod of the namespaces `roles` read.
+    fn role_nodes(&self, roles: &[ExternalRole]) -> Result<Vec<String>, ApiError> {
+        let mut namespaces = std::collections::BTreeSet::new();
+        for r in roles {
+            let q = r.queries();
+            let summed = q.query(Figure::Cpu).ok().and_then(|q| q.summed.clone());
+            for m in summed.iter().flat_map(|s| s.matchers.iter()) {
+                if m.label == "namespace" {
+                    namespaces.insert(m.value.clone());
+                }
+            }
+        }
+        let mut nodes = std::collections::BTreeSet::new();
+        for ns in namespaces {
+            for p in self.client.list::<Pod>(&ns, "")? {
+                if let Some(node) = p.spec.and_then(|s| s.node_name) {
+                    nodes.insert(node);
+                }
+            }
+        }
+        Ok(nodes.into_iter().collect())
+    }
+
+    /// What runs the step: the cluster's and its nodes' versions (from the checks before the
+    /// first step), and the image of each container of the system under test as its pods
+    /// report it now (the proxies', istiod's or Contour's).
+    fn versions(&self) -> BTreeMap<String, String> {
+        let mut v = self.preflight.versions();
+        v.insert("meshbench".into(), env!("CARGO_PKG_VERSION").into());
+        let mut add = |who: &str, pods: Vec<Pod>| {
+            for (container, image) in images_of(&pods) {
+                v.insert(format!("{who}:{container}"), image);
+            }
+        };
+        add("backend", self.pods("app=backend").unwrap_or_default());
+        if self.system.gateway {
+            add("gateway", self.pods("app=gateway").unwrap_or_default());
+        }
+        if self.system.client_sidecar {
+            add(
+                "agents",
+                self.pods(&self.agents.agent_selector()).unwrap_or_default(),
+            );
+        }
+        if let Some(c) = &self.system.contour {
+            add(
+                "contour",
+                self.deployment_pods(&c.namespace, &c.deployment)
+                    .unwrap_or_default(),
+            );
+            add(
+                "envoy",
+                self.deployment_pods(&c.namespace, &c.envoy)
+                    .unwrap_or_default(),
+            );
+        }
+        let istio = self.system.gateway
+            || self.system.server_sidecar
+            || self.system.client_sidecar
+            || self.system.waypoint;
+        if istio {
+            let istiod = self
+                .client
+                .list::<Pod>(super::ISTIO_NAMESPACE, "app=istiod");
+            add("istiod", istiod.unwrap_or_default());
+        }
+        v
     }
 
     /// Each single-pod Envoy's admin, through its pod, for the witness; Contour's Envoy's
@@ -474,13 +597,29 @@ impl Place for ClusterSite {
         self.realise_shape(topology, &shape, stop)
             .map_err(|why| unless_stopped(StepFailure::RigDidNotStart(why.to_string())))?;
         let roles = self.roles(topology);
-        match self.wait_observable(e, &roles, stop) {
-            Ok(()) => {}
-            Err(ObservableError::Stopped) => return Err(StepFailure::StoppedBeforeLoad),
-            Err(why) => observer.warning(&format!(
+        let warn = |observer: &mut dyn Observer, why: ObservableError| {
+            observer.warning(&format!(
                 "{}: {why}; the step goes on, those roles may be missing",
                 at.tag(&at.step.variant())
-            )),
+            ))
+        };
+        let mut kubelet = None;
+        match self.section.usage_from() {
+            UsageFrom::Kubelet => match self.start_kubelet_reader(&roles, stop) {
+                Ok(reader) => kubelet = Some(reader),
+                Err((_, ObservableError::Stopped)) => return Err(StepFailure::StoppedBeforeLoad),
+                Err((reader, why)) => {
+                    kubelet = reader;
+                    warn(observer, why);
+                }
+            },
+            UsageFrom::PrometheusUrl(_) | UsageFrom::PrometheusService { .. } => {
+                match self.wait_observable(e, &roles, stop) {
+                    Ok(()) => {}
+                    Err(ObservableError::Stopped) => return Err(StepFailure::StoppedBeforeLoad),
+                    Err(why) => warn(observer, why),
+                }
+            }
         }
         let admins = self.admins(topology);
         if stop.requested() {
@@ -494,23 +633,30 @@ impl Place for ClusterSite {
             load,
             shape,
             roles,
+            kubelet,
             admins,
             log_window,
+            versions: self.versions(),
         }))
     }
 }
 
-/// A step's shape applied on the cluster, with its roles as Prometheus reads them and a
-/// port-forward to each single-pod Envoy's admin (closed when dropped).
+/// A step's shape applied on the cluster, with its roles as their reader selects them (the
+/// kubelets' reader polling, when it is them) and a port-forward to each single-pod Envoy's
+/// admin (closed when dropped).
 struct ClusterStep<'a> {
     site: &'a ClusterSite,
     topology: Topology,
     load: LoadPoint,
     shape: Shape,
     roles: Vec<ExternalRole>,
+    /// Reading the roles from their kubelets since before the load (no Prometheus named).
+    kubelet: Option<KubeletReader>,
     admins: Vec<(ChainRole, meshbench_k8s::Forward)>,
     /// How far back the proxies' logs are read for attribution.
     log_window: Duration,
+    /// What runs the step (the cluster's versions and the pods' images).
+    versions: BTreeMap<String, String>,
 }
 
 impl Realised for ClusterStep<'_> {
@@ -542,8 +688,28 @@ impl Realised for ClusterStep<'_> {
         measured: &mut Measured,
         observer: &mut dyn Observer,
     ) -> Vec<RoleReading> {
-        let x = self.site.section.prometheus();
-        let reading = read_window(step.e, &x, &self.roles, measured.window_ms, step.stop);
+        let reading = match self.kubelet.as_mut() {
+            Some(reader) => {
+                reader.wait_past(measured.window_ms.1, KUBELET_PAST_WITHIN, step.stop);
+                reader.read(measured.window_ms)
+            }
+            None => {
+                let x = self.site.external();
+                let timeout = Duration::from_secs_f64(x.query_timeout_secs);
+                match self.site.prometheus(timeout, 3 * timeout) {
+                    Some(prom) => read_window_from(
+                        || prom,
+                        step.e,
+                        &x,
+                        &self.roles,
+                        measured.window_ms,
+                        step.stop,
+                    ),
+                    // The kubelets' reader did not start (said when the step began).
+                    None => super::kubelet::unread(&self.roles, "the kubelets could not be read"),
+                }
+            }
+        };
         warn_each(&reading, step, observer);
         let shape = &self.shape;
         let gateway = match self.site.system.contour {
@@ -577,6 +743,33 @@ impl Realised for ClusterStep<'_> {
                 Some(RoleReading::read(r, Some(chain)))
             })
             .collect()
+    }
+
+    fn versions(&self) -> Option<BTreeMap<String, String>> {
+        Some(self.versions.clone())
+    }
+
+    /// The kubelets at the spacing of their own readings, or Prometheus at its scrapes'.
+    fn usage_source(&self, _kept: &[&[Sample]]) -> UsageSource {
+        let scrapes = Some((self.site.section.scrape_interval_secs * 1000.0).round() as u64);
+        match (&self.kubelet, self.site.section.usage_from()) {
+            (Some(k), _) => UsageSource {
+                reader: UsageReader::Kubelet,
+                every_ms: k.every_ms(),
+            },
+            (None, UsageFrom::PrometheusService { .. }) => UsageSource {
+                reader: UsageReader::PrometheusService,
+                every_ms: scrapes,
+            },
+            (None, UsageFrom::PrometheusUrl(_)) => UsageSource {
+                reader: UsageReader::Prometheus,
+                every_ms: scrapes,
+            },
+            (None, UsageFrom::Kubelet) => UsageSource {
+                reader: UsageReader::Kubelet,
+                every_ms: None,
+            },
+        }
     }
 }
 

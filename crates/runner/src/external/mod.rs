@@ -19,7 +19,7 @@ use meshbench_experiment::config::Experiment;
 use meshbench_experiment::external::{External, ExternalRole, Variant};
 use meshbench_experiment::Step;
 use meshbench_lab::sampler;
-use meshbench_results::{LoadPoint, Protocol, StepFailure};
+use meshbench_results::{LoadPoint, Protocol, Sample, StepFailure, UsageReader, UsageSource};
 
 use crate::load::{Body, LoadOptions, ProtoSource, TargetSource};
 use crate::measure::Measured;
@@ -140,6 +140,14 @@ impl Realised for ExternalStep<'_> {
             .map(|r| RoleReading::read(r, None))
             .collect()
     }
+
+    /// Prometheus, as finely as it scrapes.
+    fn usage_source(&self, _kept: &[&[Sample]]) -> UsageSource {
+        UsageSource {
+            reader: UsageReader::Prometheus,
+            every_ms: Some((self.section.scrape_interval_secs * 1000.0).round() as u64),
+        }
+    }
 }
 
 /// Each warning of a reading, tagged with the step.
@@ -157,6 +165,21 @@ pub(crate) fn read_window(
     e: &Experiment,
     x: &External,
     roles: &[ExternalRole],
+    window_ms: (u64, u64),
+    stop: &meshbench_engine::Stop,
+) -> Reading {
+    let timeout = Duration::from_secs_f64(x.query_timeout_secs);
+    let prom = || Prometheus::new(&x.prometheus_url, timeout, 3 * timeout);
+    read_window_from(prom, e, x, roles, window_ms, stop)
+}
+
+/// [`read_window`] from `prom` (a cluster's Prometheus, which may be asked through the API
+/// server), made once the window's last scrapes are stored.
+pub(crate) fn read_window_from(
+    prom: impl FnOnce() -> Prometheus,
+    e: &Experiment,
+    x: &External,
+    roles: &[ExternalRole],
     (from_ms, to_ms): (u64, u64),
     stop: &meshbench_engine::Stop,
 ) -> Reading {
@@ -170,9 +193,7 @@ pub(crate) fn read_window(
         rate_window_ms: x.window_ms(e.sample_interval_ms),
     };
     settle(x, to_ms, stop);
-    let timeout = Duration::from_secs_f64(x.query_timeout_secs);
-    let prom = Prometheus::new(&x.prometheus_url, timeout, 3 * timeout);
-    read_roles(&prom, roles, &window)
+    read_roles(&prom(), roles, &window)
 }
 
 /// Waits until Prometheus has had time to store the last scrapes inside the window: one scrape

@@ -5,7 +5,9 @@
 //!
 //! ureq (blocking, rustls) because the queries are made between steps, after the load, from
 //! the runner's own thread: an async runtime would buy nothing, and ureq is small, kept up and
-//! already speaks the TLS stack the workspace uses.
+//! already speaks the TLS stack the workspace uses. A Prometheus that is a cluster's Service
+//! this machine cannot reach is asked the same way through the API server's service proxy
+//! ([`Prometheus::through_api_server`]), with the kubeconfig's own credentials.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -67,11 +69,23 @@ impl Series {
 
 /// A Prometheus server, asked with a time limit per query and a deadline for all of them.
 pub struct Prometheus {
+    /// What messages call it: its URL, or its Service.
     base: String,
-    agent: ureq::Agent,
+    via: Via,
     deadline: Instant,
     budget: Duration,
     timeout: Duration,
+}
+
+/// How the queries get to Prometheus.
+enum Via {
+    /// Straight to its URL.
+    Http(ureq::Agent),
+    /// Through the API server's service proxy, under this path.
+    ApiServer {
+        client: meshbench_k8s::BlockingClient,
+        path: String,
+    },
 }
 
 #[derive(Deserialize)]
@@ -116,8 +130,28 @@ impl Prometheus {
             config = config.proxy(None);
         }
         Prometheus {
-            agent: config.build().into(),
+            via: Via::Http(config.build().into()),
             base,
+            deadline: Instant::now() + budget,
+            budget,
+            timeout,
+        }
+    }
+
+    /// A client of Service `namespace/name` on `port`, asked through the API server's
+    /// service proxy with `client`'s credentials.
+    pub fn through_api_server(
+        client: meshbench_k8s::BlockingClient,
+        (namespace, name, port): (&str, &str, u16),
+        timeout: Duration,
+        budget: Duration,
+    ) -> Prometheus {
+        Prometheus {
+            base: format!("Service {namespace}/{name}:{port} (through the API server)"),
+            via: Via::ApiServer {
+                client,
+                path: format!("/api/v1/namespaces/{namespace}/services/{name}:{port}/proxy"),
+            },
             deadline: Instant::now() + budget,
             budget,
             timeout,
@@ -156,30 +190,29 @@ impl Prometheus {
         if left.is_zero() {
             return Err(PromError::OutOfTime(self.budget));
         }
-        let url = format!("{}/api/v1/{endpoint}", self.base);
-        let mut req = self.agent.get(&url);
-        for (k, v) in params {
-            req = req.query(*k, v);
-        }
         // The last query before the deadline gets what is left, not a whole timeout.
-        let req = req
-            .config()
-            .timeout_global(Some(left.min(self.timeout)))
-            .build();
-        let mut resp = req.call().map_err(|e| PromError::Unreachable {
-            url: self.base.clone(),
-            why: short(&e),
-        })?;
-        let status = resp.status().as_u16();
-        let text = resp
-            .body_mut()
-            .with_config()
-            .limit(MAX_ANSWER_BYTES)
-            .read_to_string()
-            .map_err(|e| PromError::Unreachable {
-                url: self.base.clone(),
-                why: format!("the answer broke off: {}", short(&e)),
-            })?;
+        let within = left.min(self.timeout);
+        let (url, status, text) = match &self.via {
+            Via::Http(agent) => {
+                let url = format!("{}/api/v1/{endpoint}", self.base);
+                let (status, text) = self.get_http(agent, &url, params, within)?;
+                (url, status, text)
+            }
+            Via::ApiServer { client, path } => {
+                let mut query = url::form_urlencoded::Serializer::new(String::new());
+                for (k, v) in params {
+                    query.append_pair(k, v);
+                }
+                let url = format!("{path}/api/v1/{endpoint}?{}", query.finish());
+                let page = client
+                    .get_through(&url, "Prometheus' API", within, MAX_ANSWER_BYTES as usize)
+                    .map_err(|e| PromError::Unreachable {
+                        url: self.base.clone(),
+                        why: e.to_string(),
+                    })?;
+                (url, page.status, page.text)
+            }
+        };
         let not_api = |why: String| PromError::NotTheApi {
             url: url.clone(),
             why,
@@ -229,6 +262,38 @@ impl Prometheus {
                     .collect(),
             })
             .collect())
+    }
+}
+
+impl Prometheus {
+    /// One GET of `url` with `params`, within `within`: its status and text.
+    fn get_http(
+        &self,
+        agent: &ureq::Agent,
+        url: &str,
+        params: &[(&str, String)],
+        within: Duration,
+    ) -> Result<(u16, String), PromError> {
+        let mut req = agent.get(url);
+        for (k, v) in params {
+            req = req.query(*k, v);
+        }
+        let req = req.config().timeout_global(Some(within)).build();
+        let mut resp = req.call().map_err(|e| PromError::Unreachable {
+            url: self.base.clone(),
+            why: short(&e),
+        })?;
+        let status = resp.status().as_u16();
+        let text = resp
+            .body_mut()
+            .with_config()
+            .limit(MAX_ANSWER_BYTES)
+            .read_to_string()
+            .map_err(|e| PromError::Unreachable {
+                url: self.base.clone(),
+                why: format!("the answer broke off: {}", short(&e)),
+            })?;
+        Ok((status, text))
     }
 }
 
