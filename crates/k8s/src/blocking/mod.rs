@@ -518,7 +518,7 @@ mod tests {
             namespace: "load".into(),
             agents: 1,
             image: "meshbench:test".into(),
-            coordinator: "127.0.0.1:7700".into(),
+            reach: crate::AgentsReach::Coordinator("127.0.0.1:7700".into()),
             token: "0123456789abcdef0123".into(),
             experiment_file_name: "experiment.yaml".into(),
             experiment: "name: x\n".into(),

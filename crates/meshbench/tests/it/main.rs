@@ -14,6 +14,7 @@ mod backend;
 mod backend_replicas;
 mod bad_input;
 mod churn;
+mod cluster_api_only;
 mod cluster_attribution;
 mod cluster_contour;
 mod cluster_experiment;

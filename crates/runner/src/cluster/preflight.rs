@@ -150,7 +150,7 @@ pub fn check(
     let kubernetes = client.server_version()?;
     let nodes = client.list_cluster_scoped::<Node>()?;
     let usable = usable_nodes(&nodes, section)?;
-    let agents = e.agents.as_ref().and_then(|a| a.count).unwrap_or(1) as usize;
+    let agents = e.agents.as_ref().and_then(|a| a.count).unwrap_or(1);
     check_anti_affinity(&usable, section, agents)?;
     let mut preflight = Preflight {
         kubernetes,

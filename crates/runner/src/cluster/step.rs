@@ -439,22 +439,21 @@ impl ClusterSite {
 
     /// Starts reading `roles` from the kubelets of the nodes their pods run on, and waits
     /// until each has a first reading (at most [`KUBELET_FIRST_WITHIN`]; then the step goes
-    /// on, warned, and what has none is missing).
+    /// on with the reader and why not yet, and what has none is missing). An error: no reader
+    /// (it could not start, or a stop).
     fn start_kubelet_reader(
         &self,
         roles: &[ExternalRole],
         stop: &Stop,
-    ) -> Result<KubeletReader, (Option<KubeletReader>, ObservableError)> {
-        let nodes = self
-            .role_nodes(roles)
-            .map_err(|e| (None, ObservableError::Kubelet(e)))?;
+    ) -> Result<(KubeletReader, Option<ObservableError>), ObservableError> {
+        let nodes = self.role_nodes(roles).map_err(ObservableError::Kubelet)?;
         let reader = KubeletReader::start(&self.client, nodes, roles.to_vec())
-            .map_err(|e| (None, ObservableError::Kubelet(e)))?;
+            .map_err(ObservableError::Kubelet)?;
         let began = Instant::now();
         loop {
             let waiting = reader.waiting();
             if waiting.is_empty() {
-                return Ok(reader);
+                return Ok((reader, None));
             }
             if began.elapsed() >= KUBELET_FIRST_WITHIN {
                 let why = ObservableError::NotYet {
@@ -462,10 +461,10 @@ impl ClusterSite {
                     limit: KUBELET_FIRST_WITHIN,
                     waiting,
                 };
-                return Err((Some(reader), why));
+                return Ok((reader, Some(why)));
             }
             if !stop.sleep(Duration::from_millis(250)) {
-                return Err((None, ObservableError::Stopped));
+                return Err(ObservableError::Stopped);
             }
         }
     }
@@ -606,12 +605,14 @@ impl Place for ClusterSite {
         let mut kubelet = None;
         match self.section.usage_from() {
             UsageFrom::Kubelet => match self.start_kubelet_reader(&roles, stop) {
-                Ok(reader) => kubelet = Some(reader),
-                Err((_, ObservableError::Stopped)) => return Err(StepFailure::StoppedBeforeLoad),
-                Err((reader, why)) => {
-                    kubelet = reader;
-                    warn(observer, why);
+                Ok((reader, not_yet)) => {
+                    kubelet = Some(reader);
+                    if let Some(why) = not_yet {
+                        warn(observer, why);
+                    }
                 }
+                Err(ObservableError::Stopped) => return Err(StepFailure::StoppedBeforeLoad),
+                Err(why) => warn(observer, why),
             },
             UsageFrom::PrometheusUrl(_) | UsageFrom::PrometheusService { .. } => {
                 match self.wait_observable(e, &roles, stop) {

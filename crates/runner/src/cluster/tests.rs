@@ -143,6 +143,8 @@ fn site(e: &Experiment, stop: &Stop) -> ClusterSite {
         journal: Mutex::new(None),
         borrowed: Mutex::new(Vec::new()),
         stop: stop.clone(),
+        agent_forwards: Vec::new(),
+        preflight: super::preflight::Preflight::default(),
         _scratch: tempfile::tempdir().expect("a scratch directory"),
     }
 }

@@ -83,7 +83,7 @@ enum Via {
     Http(ureq::Agent),
     /// Through the API server's service proxy, under this path.
     ApiServer {
-        client: meshbench_k8s::BlockingClient,
+        client: Box<meshbench_k8s::BlockingClient>,
         path: String,
     },
 }
@@ -149,7 +149,7 @@ impl Prometheus {
         Prometheus {
             base: format!("Service {namespace}/{name}:{port} (through the API server)"),
             via: Via::ApiServer {
-                client,
+                client: Box::new(client),
                 path: format!("/api/v1/namespaces/{namespace}/services/{name}:{port}/proxy"),
             },
             deadline: Instant::now() + budget,

@@ -56,6 +56,10 @@ pub const HOUSEKEEPING: &str = "1s";
 /// containerd's sandbox image, built from deploy/pause/pause.c by scripts/install-k8s.sh.
 pub const PAUSE_IMAGE: &str = "localhost/meshbench-pause:1";
 const API_TOKEN: &str = "meshbench-test-admin-token";
+/// The user a run is made as when the test wants the shipped RBAC to be what lets it
+/// (deploy/cluster-experiment-rbac.yaml bound to it): in no group, so RBAC alone decides.
+pub const USER: &str = "meshbench-user";
+const USER_TOKEN: &str = "meshbench-test-user-token";
 const CNI_BIN: &str = "/usr/lib/cni";
 const LOG_TAIL_LINES: usize = 15;
 
@@ -221,6 +225,10 @@ enum Shape {
 /// A started cluster; stopped and swept when dropped (a failing test included).
 pub struct TestCluster {
     pub kubeconfig: PathBuf,
+    /// The same API server as [`USER`], whom RBAC alone allows (nothing until bound).
+    pub user_kubeconfig: PathBuf,
+    /// The API server's port on 127.0.0.1.
+    pub api_port: u16,
     /// Where each daemon logs (`NAME.log`).
     pub logs: PathBuf,
     /// The kubelet's read-only-by-anyone HTTPS port on 127.0.0.1 (/metrics/cadvisor), if any.
@@ -279,6 +287,8 @@ impl TestCluster {
         make_cgroups();
         let mut c = TestCluster {
             kubeconfig: dir.join("kubeconfig"),
+            user_kubeconfig: dir.join("kubeconfig-user"),
+            api_port: 0,
             logs: logs.clone(),
             kubelet_port: None,
             kube_proxy_unavailable: None,
@@ -310,7 +320,7 @@ impl TestCluster {
         assert!(ok.success());
         std::fs::write(
             dir.join("tokens.csv"),
-            format!("{API_TOKEN},admin,admin,system:masters\n"),
+            format!("{API_TOKEN},admin,admin,system:masters\n{USER_TOKEN},{USER},{USER}\n"),
         )
         .unwrap();
         c.spawn(
@@ -323,7 +333,9 @@ impl TestCluster {
                 format!("--secure-port={api}"),
                 format!("--cert-dir={}", dir.join("certs").display()),
                 format!("--token-auth-file={}", dir.join("tokens.csv").display()),
-                "--authorization-mode=AlwaysAllow".into(),
+                // RBAC, so that the RBAC a user is told to bind is what a run as that user is
+                // allowed (the daemons and the tests' own client are system:masters).
+                "--authorization-mode=RBAC".into(),
                 "--service-account-issuer=https://kubernetes.default.svc".into(),
                 format!("--service-account-key-file={}", key.display()),
                 format!("--service-account-signing-key-file={}", key.display()),
@@ -342,6 +354,12 @@ impl TestCluster {
             ),
         )
         .unwrap();
+        std::fs::write(
+            &c.user_kubeconfig,
+            user_kubeconfig(&format!("https://127.0.0.1:{api}")),
+        )
+        .unwrap();
+        c.api_port = api;
         c.wait_for(
             "kube-apiserver",
             Duration::from_secs(90),
@@ -725,6 +743,14 @@ impl Drop for TestCluster {
             eprintln!("cluster stopped in {:.1} s", took.as_secs_f64());
         }
     }
+}
+
+/// A kubeconfig of [`USER`] for the API server at `server` (its serving certificate is
+/// self-signed and names loopback only: not verified).
+pub fn user_kubeconfig(server: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: {server}\n    insecure-skip-tls-verify: true\nusers:\n- name: {USER}\n  user:\n    token: {USER_TOKEN}\ncontexts:\n- name: test\n  context: {{cluster: test, user: {USER}}}\ncurrent-context: test\n"
+    )
 }
 
 /// A kube client from a kubeconfig, on `rt`.
