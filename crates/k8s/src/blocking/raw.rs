@@ -101,7 +101,9 @@ impl BlockingClient {
                 text: String::from_utf8_lossy(&bytes).into_owned(),
             })
         };
-        match self.runtime.block_on(tokio::time::timeout(within, asked)) {
+        // The timer is made inside the runtime, which it needs.
+        let bounded = async move { tokio::time::timeout(within, asked).await };
+        match self.runtime.block_on(bounded) {
             Ok(answer) => answer.map_err(|e| ApiError::from_kube(what, e)),
             Err(_) => Err(ApiError::TimedOut {
                 what: what.to_string(),

@@ -206,7 +206,7 @@ fn sets(kubeconfig: &Path, namespace: &str) -> Vec<String> {
         format!("cluster.namespace={namespace}"),
         format!("cluster.image={IMAGE}"),
         "cluster.image_pull_policy=Never".into(),
-        "cluster.agent_cpu=500m".into(),
+        "cluster.agent_cpu=200m".into(),
         "cluster.agent_memory=256Mi".into(),
         "cluster.rollout_timeout_secs=90".into(),
         "agents.count=2".into(),
@@ -216,7 +216,7 @@ fn sets(kubeconfig: &Path, namespace: &str) -> Vec<String> {
         "sample_interval_ms=1000".into(),
         "load.rate_rps=[300]".into(),
         "load.connections=[4]".into(),
-        "limits.proxy.cpus=[0.5]".into(),
+        "limits.proxy.cpus=[0.4]".into(),
         "limits.proxy.memory_mib=256".into(),
     ]
 }
@@ -261,30 +261,35 @@ fn samples(store: &Path, seq: usize, role: &str) -> Vec<(u64, u64)> {
     kept.iter().map(|x| (x.t_ms, x.cpu_ns)).collect()
 }
 
-/// A counter's value at `t` (ms) as Prometheus stored it, between its own samples around `t`.
+/// The sum of a counter's series at `t` (ms) as Prometheus stored them (cAdvisor's own
+/// stamps), each between its own samples around `t`.
 fn prometheus_at(prom: &Prometheus, selector: &str, t_ms: u64) -> f64 {
     let at = t_ms as f64 / 1000.0;
-    let points = prom.query(&format!("{selector}[30s]"), at + 15.0);
-    let values = points
-        .first()
-        .and_then(|s| s["values"].as_array().cloned())
-        .unwrap_or_else(|| panic!("{selector} at {at}: {points:?}"));
-    let parsed: Vec<(f64, f64)> = values
+    let series = prom.query(&format!("{selector}[30s]"), at + 15.0);
+    assert!(!series.is_empty(), "{selector} at {at}: no series");
+    series
         .iter()
-        .map(|v| {
-            (
-                v[0].as_f64().unwrap(),
-                v[1].as_str().unwrap().parse().unwrap(),
-            )
+        .map(|one| {
+            let parsed: Vec<(f64, f64)> = one["values"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| {
+                    (
+                        v[0].as_f64().unwrap(),
+                        v[1].as_str().unwrap().parse().unwrap(),
+                    )
+                })
+                .collect();
+            let i = parsed
+                .iter()
+                .position(|(t, _)| *t >= at)
+                .unwrap_or_else(|| panic!("{selector}: no sample after {at}: {parsed:?}"));
+            assert!(i > 0, "{selector}: no sample before {at}: {parsed:?}");
+            let ((t0, v0), (t1, v1)) = (parsed[i - 1], parsed[i]);
+            v0 + (v1 - v0) * (at - t0) / (t1 - t0)
         })
-        .collect();
-    let i = parsed
-        .iter()
-        .position(|(t, _)| *t >= at)
-        .unwrap_or_else(|| panic!("{selector}: no sample after {at}: {parsed:?}"));
-    assert!(i > 0, "{selector}: no sample before {at}: {parsed:?}");
-    let ((t0, v0), (t1, v1)) = (parsed[i - 1], parsed[i]);
-    v0 + (v1 - v0) * (at - t0) / (t1 - t0)
+        .sum()
 }
 
 #[test]
@@ -484,7 +489,7 @@ fn a_cluster_run_needs_nothing_but_the_api_server() {
             let kept = samples(&store, seq, name);
             let ((t0, _), (t1, _)) = (kept[0], *kept.last().unwrap());
             let selector = format!(
-                "sum(container_cpu_usage_seconds_total{{namespace=\"apionly\",pod=~\"{pods}\",container=~\"{container}\"}})"
+                "container_cpu_usage_seconds_total{{namespace=\"apionly\",pod=~\"{pods}\",container=~\"{container}\"}}"
             );
             let prom_cpu = (prometheus_at(&prom, &selector, t1)
                 - prometheus_at(&prom, &selector, t0))
