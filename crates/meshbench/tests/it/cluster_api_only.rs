@@ -611,6 +611,12 @@ fn a_cluster_run_needs_nothing_but_the_api_server() {
         }
         other => panic!("the cut step is {other}: {}", first["error"]),
     }
+    // What the kubelets said before and after the cut still gives the step's figures.
+    let proxy = role(first, "server_proxy");
+    assert!(
+        proxy["cpu_millicores_avg"].as_f64().unwrap() > 5.0 && proxy.get("missing").is_none(),
+        "the cut step's proxy: {proxy}"
+    );
     assert_eq!(
         cut_steps[1]["status"], "ok",
         "the step after the cut: {}",
