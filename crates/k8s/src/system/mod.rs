@@ -17,7 +17,8 @@
 //!
 //! The gateway is Istio's ingress gateway as Istio's own `gateway` chart deploys one (a
 //! Deployment whose `istio-proxy` container istiod's injector fills with its `gateway`
-//! template), configured by the Gateways, VirtualServices and Secrets `meshbench gen gateway
+//! template, and the Role and RoleBinding that let its ServiceAccount read the namespace's
+//! Secrets, without which istiod serves it no certificate), configured by the Gateways, VirtualServices and Secrets `meshbench gen gateway
 //! --for istio` writes. Ambient and waypoint are the namespace's labels (`istio.io/
 //! dataplane-mode`, `istio.io/use-waypoint`), set for their steps only, and a waypoint
 //! Gateway. A step's limits are the rendered Deployments' resources (requests = limits: the
@@ -33,6 +34,7 @@ use k8s_openapi::api::core::v1::{
     ResourceRequirements, SecurityContext, Service, ServiceAccount, ServicePort, ServiceSpec,
     Sysctl, TCPSocketAction, Toleration,
 };
+use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -321,6 +323,10 @@ impl System {
         out.push(to_value(&self.backend_service()));
         if self.gateway {
             out.push(to_value(&self.service_account(GATEWAY)));
+            // As Istio's gateway chart grants it: istiod serves a gateway the certificates of
+            // the Secrets its ServiceAccount may read (a SubjectAccessReview per credential).
+            out.push(to_value(&self.gateway_secrets_role()));
+            out.push(to_value(&self.gateway_secrets_binding()));
             out.extend(self.gateway_objects.iter().cloned());
             out.push(to_value(&self.gateway_deployment(shape)));
             out.push(to_value(&self.gateway_service()));
@@ -432,6 +438,37 @@ impl System {
             namespace: Some(self.namespace.clone()),
             labels: Some(managed()),
             ..ObjectMeta::default()
+        }
+    }
+
+    /// Reading the namespace's Secrets, which Istio's gateway chart gives its gateway.
+    fn gateway_secrets_role(&self) -> Role {
+        Role {
+            metadata: self.meta(GATEWAY),
+            rules: Some(vec![PolicyRule {
+                api_groups: Some(vec![String::new()]),
+                resources: Some(vec!["secrets".into()]),
+                verbs: ["get", "watch", "list"].map(String::from).to_vec(),
+                ..PolicyRule::default()
+            }]),
+        }
+    }
+
+    /// [`System::gateway_secrets_role`] bound to the gateway's ServiceAccount.
+    fn gateway_secrets_binding(&self) -> RoleBinding {
+        RoleBinding {
+            metadata: self.meta(GATEWAY),
+            role_ref: RoleRef {
+                api_group: "rbac.authorization.k8s.io".into(),
+                kind: "Role".into(),
+                name: GATEWAY.into(),
+            },
+            subjects: Some(vec![Subject {
+                kind: "ServiceAccount".into(),
+                name: GATEWAY.into(),
+                namespace: Some(self.namespace.clone()),
+                ..Subject::default()
+            }]),
         }
     }
 

@@ -244,6 +244,12 @@ fn every_object_is_its_kubernetes_type() {
             "ServiceAccount" => serde_json::from_value::<ServiceAccount>(o.clone()).is_ok(),
             "Deployment" => serde_json::from_value::<Deployment>(o.clone()).is_ok(),
             "Service" => serde_json::from_value::<Service>(o.clone()).is_ok(),
+            "Role" => serde_json::from_value::<k8s_openapi::api::rbac::v1::Role>(o.clone())
+                .is_ok_and(|r| r.rules.unwrap()[0].resources == Some(vec!["secrets".into()])),
+            "RoleBinding" => {
+                serde_json::from_value::<k8s_openapi::api::rbac::v1::RoleBinding>(o.clone())
+                    .is_ok_and(|b| b.subjects.unwrap()[0].name == "gateway")
+            }
             "PeerAuthentication" => o["spec"]["mtls"]["mode"] == "STRICT",
             other => panic!("unexpected {other}"),
         };

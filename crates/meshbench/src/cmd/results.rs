@@ -87,6 +87,23 @@ fn show(key: &str, s: &StoreArg) -> Result<u8> {
     if let Some(v) = steps.first().map(|s| &s.step.versions) {
         outln!("versions: {}", serde_json::to_string(v)?);
     }
+    // Who read the roles, once when every step says the same, else per step.
+    let sources: Vec<(usize, String)> = steps
+        .iter()
+        .enumerate()
+        .filter_map(|(i, s)| Some((i + 1, s.step.usage_source?.to_string())))
+        .collect();
+    let distinct: std::collections::BTreeSet<&str> =
+        sources.iter().map(|(_, s)| s.as_str()).collect();
+    match distinct.iter().collect::<Vec<_>>().as_slice() {
+        [] => {}
+        [one] => outln!("roles read by: {one}"),
+        _ => {
+            for (step, source) in &sources {
+                outln!("roles read by (step {step}): {source}");
+            }
+        }
+    }
     let records: Vec<&StepRecord> = steps.iter().map(|s| &s.step).collect();
     out!("{}", tables(&records));
     let h = super::answers::headline(&store, e.id)?;

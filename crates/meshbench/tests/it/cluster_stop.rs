@@ -1,6 +1,6 @@
-//! Issue 47: Ctrl-C is answered while a cluster run's agent pods are Pending. A real API server
-//! with no node (common/cluster.rs's control plane: etcd, kube-apiserver, and the Job,
-//! garbage-collector and namespace controllers), so the agent pods are created and stay
+//! Issue 47: Ctrl-C is answered while a cluster run's agent pods are Pending. The real test node
+//! (common/cluster.rs), whose checks before the first step pass (meshbench's image runs there),
+//! and agent pods that ask for more CPU than the node has, so they are created and stay
 //! Pending, as on a cluster whose nodes cannot take them. `meshbench experiment` runs the
 //! twopods preset (baseline only: no Istio needed) as a user runs it, in a process group of its
 //! own; the signal goes to the group, as a terminal sends it. The run exits with the signal's
@@ -19,7 +19,7 @@ use common::cluster::TestCluster;
 use k8s_openapi::api::core::v1::Pod;
 use meshbench_k8s::BlockingClient;
 
-use crate::cluster_experiment::assert_gone;
+use crate::cluster_experiment::{assert_gone, IMAGE};
 
 const TOKEN: &str = "cluster-stop-test-token-0123456789abcdef";
 /// How long the run may take to answer the signal, the namespace's deletion included.
@@ -28,7 +28,6 @@ const ANSWERED_WITHIN: Duration = Duration::from_secs(10);
 /// `meshbench experiment` of the twopods preset on `c`, namespace `ns`, in a process group of
 /// its own; its stderr read as it comes.
 fn start(c: &TestCluster, ns: &str, store: &Path) -> (Child, std::thread::JoinHandle<String>) {
-    let port = common::free_addr().port();
     let preset = format!(
         "{}/../../examples/cluster-twopods.yaml",
         env!("CARGO_MANIFEST_DIR")
@@ -36,11 +35,10 @@ fn start(c: &TestCluster, ns: &str, store: &Path) -> (Child, std::thread::JoinHa
     let sets = [
         format!("cluster.kubeconfig={}", c.kubeconfig.display()),
         format!("cluster.namespace={ns}"),
-        "cluster.image=meshbench:never-pulled".into(),
-        format!("cluster.coordinator=127.0.0.1:{port}"),
-        format!("agents.listen=127.0.0.1:{port}"),
-        // Nothing is read from Prometheus before the first step.
-        "cluster.prometheus_url=http://127.0.0.1:9".into(),
+        format!("cluster.image={IMAGE}"),
+        "cluster.image_pull_policy=Never".into(),
+        // More than the node has: the agent pods stay Pending.
+        "cluster.agent_cpu=64".into(),
         "cluster.rollout_timeout_secs=300".into(),
         "topologies=[baseline]".into(),
     ];
@@ -65,8 +63,13 @@ fn start(c: &TestCluster, ns: &str, store: &Path) -> (Child, std::thread::JoinHa
     (child, reader)
 }
 
-/// Waits until the run's agent pods exist and are Pending (the run then waits for them).
-fn wait_pending(k: &BlockingClient, ns: &str, child: &mut Child) {
+/// Waits until the run's agent pods exist and are Pending (the run then waits for them); the
+/// run's exit status if it ended first.
+fn wait_pending(
+    k: &BlockingClient,
+    ns: &str,
+    child: &mut Child,
+) -> Result<(), std::process::ExitStatus> {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let pods = k
@@ -74,10 +77,10 @@ fn wait_pending(k: &BlockingClient, ns: &str, child: &mut Child) {
             .unwrap_or_default();
         let phase = |p: &Pod| p.status.as_ref().and_then(|s| s.phase.clone());
         if !pods.is_empty() && pods.iter().all(|p| phase(p).as_deref() == Some("Pending")) {
-            return;
+            return Ok(());
         }
         if let Some(status) = child.try_wait().unwrap() {
-            panic!("the run ended before its agent pods were Pending: {status}");
+            return Err(status);
         }
         assert!(Instant::now() < deadline, "no Pending agent pod in {ns}");
         std::thread::sleep(Duration::from_millis(200));
@@ -87,8 +90,9 @@ fn wait_pending(k: &BlockingClient, ns: &str, child: &mut Child) {
 #[test]
 fn a_signal_while_the_agent_pods_are_pending_is_answered_at_once_and_leaves_nothing() {
     let began = Instant::now();
-    let c = TestCluster::control_plane();
+    let c = TestCluster::with_node();
     let k = BlockingClient::from_kubeconfig(&c.kubeconfig).unwrap();
+    c.load_meshbench_image(IMAGE);
     let dir = common::scratch_dir("cluster-stop");
     for (signal, name, code, ns) in [
         (libc::SIGINT, "SIGINT", 130, "stop-int"),
@@ -97,7 +101,12 @@ fn a_signal_while_the_agent_pods_are_pending_is_answered_at_once_and_leaves_noth
         let store = dir.join(ns).join("results.db");
         std::fs::create_dir_all(store.parent().unwrap()).unwrap();
         let (mut child, stderr) = start(&c, ns, &store);
-        wait_pending(&k, ns, &mut child);
+        if let Err(status) = wait_pending(&k, ns, &mut child) {
+            panic!(
+                "the run ended before its agent pods were Pending: {status}: {}",
+                stderr.join().unwrap()
+            );
+        }
         // The run is well into its wait for the pods (it used to sit there for the whole
         // rollout timeout, then exit 1).
         std::thread::sleep(Duration::from_secs(2));

@@ -13,7 +13,9 @@
 //! a replaced pod), makes its role missing, as the Prometheus reader says it.
 //!
 //! A node that does not answer for a while (the route to the API server cut) only leaves a
-//! gap: the cumulative counters read after it still give the window's figures.
+//! gap: the cumulative counters read after it still give the window's figures. A series is
+//! known by its labels (cAdvisor's `id` is the container's cgroup path), so a container that two
+//! kubelets report (two nodes sharing a machine's cgroup tree, as the suite's do) counts once.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -353,7 +355,9 @@ fn poll(
                         let t = series.stamp_ms.unwrap_or(polled_at);
                         for (k, s) in selectors.iter().enumerate() {
                             if s.metric == series.metric && s.selects(&series.labels) {
-                                let key = (k, format!("{node} {}", series.labels_text()));
+                                // Keyed by its labels alone (cAdvisor's `id` is the cgroup's
+                                // path): a container two kubelets both report is one series.
+                                let key = (k, series.labels_text());
                                 let points = g.series.entry(key).or_default();
                                 if points.last().is_none_or(|l| t > l.0) {
                                     points.push((t, series.value));

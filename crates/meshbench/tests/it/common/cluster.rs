@@ -790,7 +790,7 @@ fn http_get(url: &str) -> (u16, String) {
     (code.trim().parse().unwrap_or(0), body.to_string())
 }
 
-/// Whether node `name` reports Ready.
+/// Whether node `name` reports Ready and carries no taint.
 fn node_ready(kubeconfig: &Path, name: &str) -> bool {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -798,12 +798,17 @@ fn node_ready(kubeconfig: &Path, name: &str) -> bool {
         .unwrap();
     let c = client(kubeconfig, &rt);
     let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(c);
-    rt.block_on(nodes.get_opt(name))
-        .ok()
-        .flatten()
-        .and_then(|n| n.status)
-        .and_then(|s| s.conditions)
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+    let node = rt.block_on(nodes.get_opt(name)).ok().flatten();
+    let ready = node
+        .as_ref()
+        .and_then(|n| n.status.as_ref()?.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    // And schedulable: the node lifecycle controller lifts the not-ready taint a new node is
+    // given a moment after it is Ready (a run's checks count a node with it as unusable).
+    let untainted = node
+        .and_then(|n| n.spec?.taints)
+        .is_none_or(|t| t.is_empty());
+    ready && untainted
 }
 
 /// `ctr` against the node's containerd, namespace k8s.io (the CRI's).
