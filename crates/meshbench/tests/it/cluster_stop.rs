@@ -38,7 +38,7 @@ fn start(c: &TestCluster, ns: &str, store: &Path) -> (Child, std::thread::JoinHa
         format!("cluster.image={IMAGE}"),
         "cluster.image_pull_policy=Never".into(),
         // More than the node has: the agent pods stay Pending.
-        "cluster.agent_cpu=64".into(),
+        "cluster.agent_cpu=\"64\"".into(),
         "cluster.rollout_timeout_secs=300".into(),
         "topologies=[baseline]".into(),
     ];
