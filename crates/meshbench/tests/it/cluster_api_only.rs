@@ -531,8 +531,10 @@ fn a_cluster_run_needs_nothing_but_the_api_server() {
             s["usage_source"]
         );
     }
-    // Each step through the API server (experiment 1) against the same the direct way (2):
-    // the p50 not beyond the margin identical runs differ by (docs/answers.md).
+    // Each step through the API server (experiment 1) against the same the direct way (2),
+    // as `meshbench compare` sees them (said, not judged: two runs one after the other on a
+    // shared machine drift by a tenth of a millisecond at p50, both ways); what is judged is
+    // the latency the sidecars add over each run's own baseline, which that drift cancels.
     for (i, variant) in ["baseline", "serveronly", "both"].iter().enumerate() {
         let out = Command::new(common::bin())
             .args([
@@ -554,7 +556,18 @@ fn a_cluster_run_needs_nothing_but_the_api_server() {
             "{variant}, through the API server against the direct way: {}",
             p50.trim()
         );
-        assert!(!p50.contains(", beyond the margin"), "{variant}: {p50}");
+    }
+    let p50 = |doc: &Value, i: usize| doc["steps"][i]["summary"]["p50_us"].as_f64().unwrap();
+    for (i, variant) in [(1, "serveronly"), (2, "both")] {
+        let added_api = p50(&doc, i) - p50(&doc, 0);
+        let added_direct = p50(&direct_doc, i) - p50(&direct_doc, 0);
+        eprintln!(
+            "{variant} adds {added_api:.0} µs at p50 through the API server, {added_direct:.0} µs the direct way"
+        );
+        assert!(
+            (added_api - added_direct).abs() <= (0.25 * added_direct).max(100.0),
+            "{variant}: {added_api} µs against {added_direct} µs"
+        );
     }
 
     // 5. The route cut for 20 s in the middle of a step's load.
@@ -611,11 +624,18 @@ fn a_cluster_run_needs_nothing_but_the_api_server() {
         }
         other => panic!("the cut step is {other}: {}", first["error"]),
     }
-    // What the kubelets said before and after the cut still gives the step's figures.
+    // What the kubelets said before and after the cut still gives the step's figures over
+    // the seconds its load was measured (until its agents were lost).
     let proxy = role(first, "server_proxy");
     assert!(
-        proxy["cpu_millicores_avg"].as_f64().unwrap() > 5.0 && proxy.get("missing").is_none(),
+        proxy["cpu_millicores_avg"].as_f64().unwrap() > 5.0
+            && proxy["missing"].get("cpu").is_none(),
         "the cut step's proxy: {proxy}"
+    );
+    assert!(
+        first["summary"]["duration_secs"].as_f64().unwrap() > 10.0,
+        "{}",
+        first["summary"]
     );
     assert_eq!(
         cut_steps[1]["status"], "ok",

@@ -209,6 +209,9 @@ impl KubeletReader {
     /// Stops polling and reads every role over `[from_ms, to_ms]`.
     pub fn read(&mut self, (from_ms, to_ms): (u64, u64)) -> Reading {
         self.stop();
+        if to_ms <= from_ms {
+            return unread(&self.roles, "the step measured no window of load");
+        }
         let g = self.gathered.lock().unwrap_or_else(PoisonError::into_inner);
         let mut reading = Reading::default();
         if g.polls > 0 && g.failed_polls == g.polls {

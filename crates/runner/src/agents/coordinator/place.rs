@@ -90,9 +90,23 @@ pub(super) fn merge(
     let mut parts = Vec::new();
     let mut any_lost = false;
     for (s, began) in places.into_iter().zip(&firsts) {
+        // A lost agent measured from the warm-up's end until it was lost: its window, so that
+        // a step whose every agent was lost (a route cut) still spans the seconds they sent.
+        let measured_ns = s.lost.as_ref().map_or(0, |l| {
+            ((l.after_secs - spec.warmup.as_secs_f64()).max(0.0) * 1e9) as u64
+        });
+        let threads = s.part.as_ref().map_or(0, |p| p.workers.len());
         let part = s.part.unwrap_or_else(|| Part {
             recorder: s.seen.clone(),
-            workers: Vec::new(),
+            workers: vec![meshbench_engine::WorkerFigures {
+                window_ns: measured_ns,
+                cpu_ns: 0,
+                run_delay_ns: None,
+                spin_ns: 0,
+                slack_ns: 0,
+                ahead_ns: 0,
+                wake_cost_ns: 0,
+            }],
             cpu_secs: 0.0,
             rss_max_bytes: 0,
             start_monotonic_ns: start,
@@ -111,7 +125,7 @@ pub(super) fn merge(
             segment: s.segment.index,
             of: s.segment.count,
             connections: s.connections,
-            threads: part.workers.len(),
+            threads,
             requests: rec.counts.total(),
             errors: rec.counts.failed(),
             p50_us: rec.latency.value_at_quantile(0.5),
