@@ -56,6 +56,14 @@ pub const APPLIERS: usize = 4;
 /// Between two tries of a resource not yet served.
 const RETRY_EVERY: Duration = Duration::from_millis(200);
 
+/// The current-thread runtime each client drives its calls on.
+fn new_runtime() -> Result<tokio::runtime::Runtime, ApiError> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(ApiError::Runtime)
+}
+
 /// A Kubernetes API server, spoken to from synchronous code.
 pub struct BlockingClient {
     runtime: tokio::runtime::Runtime,
@@ -81,41 +89,33 @@ impl BlockingClient {
     /// A client as `kubeconfig` says, else as `$KUBECONFIG`, `~/.kube/config` or the pod's
     /// service account say.
     pub fn connect(kubeconfig: Option<&Path>) -> Result<BlockingClient, ApiError> {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(ApiError::Runtime)?;
-        let (client, config) = runtime.block_on(async {
+        let runtime = new_runtime()?;
+        let config = runtime.block_on(async {
             let mut config = config_from(kubeconfig).await.map_err(ApiError::Config)?;
             config.connect_timeout = Some(CONNECT_WITHIN);
             config.read_timeout = Some(REQUEST_WITHIN);
             config.write_timeout = Some(REQUEST_WITHIN);
             // No retries hidden under a call: what is waited for, and how long, is said here.
             config.default_retry = false;
-            let client = Client::try_from(config.clone())
-                .map_err(|e| ApiError::Config(ConfigError::Client(e)))?;
-            Ok::<_, ApiError>((client, config))
+            Ok::<_, ApiError>(config)
         })?;
-        Ok(BlockingClient {
-            runtime,
-            shared: Arc::new(Shared {
-                client,
-                resources: Mutex::new(HashMap::new()),
-            }),
-            config,
-        })
+        BlockingClient::on(runtime, config)
     }
 
     /// Another client of the same API server, as this one was made, with a runtime of its
     /// own: for a thread that asks while this one's owner asks too (a step's kubelet reader).
     pub fn another(&self) -> Result<BlockingClient, ApiError> {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(ApiError::Runtime)?;
-        let config = self.config.clone();
+        BlockingClient::on(new_runtime()?, self.config.clone())
+    }
+
+    /// A client made from `config` on `runtime` (kube's client is made inside it).
+    fn on(
+        runtime: tokio::runtime::Runtime,
+        config: kube::Config,
+    ) -> Result<BlockingClient, ApiError> {
+        let made = config.clone();
         let client = runtime.block_on(async {
-            Client::try_from(config.clone()).map_err(|e| ApiError::Config(ConfigError::Client(e)))
+            Client::try_from(made).map_err(|e| ApiError::Config(ConfigError::Client(e)))
         })?;
         Ok(BlockingClient {
             runtime,

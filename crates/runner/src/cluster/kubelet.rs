@@ -28,7 +28,7 @@ use meshbench_experiment::external::promql::Matcher;
 use meshbench_experiment::external::{ExternalRole, Summed};
 use meshbench_k8s::BlockingClient;
 use meshbench_lab::sampler;
-use meshbench_results::{Figure, PlayedBy, Role, RoleUsage, Sample, Usage};
+use meshbench_results::{Figure, Sample};
 use regex::Regex;
 
 use crate::external::read::{Reading, RoleRead};
@@ -115,7 +115,6 @@ pub struct KubeletReader {
     gathered: Arc<Mutex<Gathered>>,
     done: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
-    nodes: Vec<String>,
 }
 
 impl KubeletReader {
@@ -142,7 +141,6 @@ impl KubeletReader {
         let poller = client.another()?;
         let thread = {
             let (selectors, gathered, done) = (selectors.clone(), gathered.clone(), done.clone());
-            let nodes = nodes.clone();
             std::thread::Builder::new()
                 .name("kubelet reader".into())
                 .spawn(move || poll(&poller, &nodes, &selectors, &gathered, &done))
@@ -154,13 +152,7 @@ impl KubeletReader {
             gathered,
             done,
             thread: Some(thread),
-            nodes,
         })
-    }
-
-    /// The nodes it polls.
-    pub fn nodes(&self) -> &[String] {
-        &self.nodes
     }
 
     /// The roles that have no reading yet of a figure they read, one line each.
@@ -277,22 +269,9 @@ impl KubeletReader {
                 ));
             }
             let samples = to_samples(&read);
-            let usage = match samples.is_empty() {
-                true => Usage::default(),
-                false => sampler::summarize(&samples, from_ms, to_ms),
-            };
-            reading.roles.push(RoleRead {
-                usage: RoleUsage {
-                    role: Role::from_word(&role.name),
-                    program: PlayedBy::External(role.program().to_string()),
-                    workers: 0,
-                    cpu_limit: None,
-                    usage,
-                    missing,
-                    proxy: None,
-                },
-                samples,
-            });
+            reading
+                .roles
+                .push(RoleRead::of(role, samples, missing, (from_ms, to_ms)));
         }
         reading
     }
@@ -313,22 +292,14 @@ impl Drop for KubeletReader {
 
 /// Every role of `roles` with every figure missing, for `why`.
 pub fn unread(roles: &[ExternalRole], why: &str) -> Reading {
-    let mut reading = Reading::default();
-    for role in roles {
-        reading.roles.push(RoleRead {
-            usage: RoleUsage {
-                role: Role::from_word(&role.name),
-                program: PlayedBy::External(role.program().to_string()),
-                workers: 0,
-                cpu_limit: None,
-                usage: Usage::default(),
-                missing: Figure::ALL.iter().map(|f| (*f, why.to_string())).collect(),
-                proxy: None,
-            },
-            samples: Vec::new(),
-        });
+    let missing = || Figure::ALL.iter().map(|f| (*f, why.to_string())).collect();
+    Reading {
+        roles: roles
+            .iter()
+            .map(|role| RoleRead::of(role, Vec::new(), missing(), (0, 0)))
+            .collect(),
+        warnings: Vec::new(),
     }
-    reading
 }
 
 /// The poller's loop: every node once a second until `done`.

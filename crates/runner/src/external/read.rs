@@ -234,24 +234,36 @@ fn role_warning(role: &ExternalRole, figures: &RoleFigures) -> String {
 /// The role as read: its samples on the grid and the figures over the window.
 fn role_read(role: &ExternalRole, figures: RoleFigures, grid: &[u64], w: &Window) -> RoleRead {
     let samples = to_samples(&figures.read, grid);
-    let usage = if samples.is_empty() {
-        Usage::default()
-    } else {
-        sampler::summarize(&samples, w.from_ms, w.to_ms)
-    };
-    RoleRead {
-        usage: RoleUsage {
-            // Named like a chain role, it stands for it (the exports' columns); any other
-            // name is the file's own.
-            role: meshbench_results::Role::from_word(&role.name),
-            program: PlayedBy::External(role.program().to_string()),
-            workers: 0,
-            cpu_limit: None,
-            usage,
-            missing: figures.missing,
-            proxy: None,
-        },
-        samples,
+    RoleRead::of(role, samples, figures.missing, (w.from_ms, w.to_ms))
+}
+
+impl RoleRead {
+    /// `role` as read from its `samples` over `[from_ms, to_ms]` (summarised by the sampler's
+    /// own `summarize`), with the figures that were not read and why.
+    pub fn of(
+        role: &ExternalRole,
+        samples: Vec<Sample>,
+        missing: BTreeMap<Figure, String>,
+        (from_ms, to_ms): (u64, u64),
+    ) -> RoleRead {
+        let usage = match samples.is_empty() {
+            true => Usage::default(),
+            false => sampler::summarize(&samples, from_ms, to_ms),
+        };
+        RoleRead {
+            usage: RoleUsage {
+                // Named like a chain role, it stands for it (the exports' columns); any other
+                // name is the file's own.
+                role: meshbench_results::Role::from_word(&role.name),
+                program: PlayedBy::External(role.program().to_string()),
+                workers: 0,
+                cpu_limit: None,
+                usage,
+                missing,
+                proxy: None,
+            },
+            samples,
+        }
     }
 }
 
