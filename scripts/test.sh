@@ -21,7 +21,8 @@
 #      through istiod, then group 2 if it waited; nothing in either lane asserts a time or a CPU
 #      figure that the other would move;
 #   4. everything else, one at a time with nothing beside it: the tests that measure latency,
-#      rates or CPU, or look at the whole machine (its sockets, its network namespaces).
+#      rates or CPU, or look at the whole machine (its sockets, its network namespaces, its
+#      threads by the thousand).
 # A module is named in a group only if every test in it belongs there; a new module goes to the
 # last group unless it is added to another.
 #
@@ -119,8 +120,11 @@ until [ -e "$scratch/installs/downloads.done" ] || ! kill -0 "$installs" 2>/dev/
   sleep 1
 done
 lap "the downloads done"
-# 1. Unit tests and the small integration tests, each binary's tests in parallel threads.
-run_tests units units
+# 1. Unit tests and the small integration tests, each binary's tests in parallel threads; the
+# thousand agents' test (2,000 threads, each side's silence limit 4 s) waits for group 4, as
+# beside the Go builds its agents starve and are lost.
+THOUSAND=agents::tests::a_thousand_agents_share_one_plan_with_small_messages
+run_tests units units --skip "$THOUSAND"
 lap "unit tests done"
 # 2. Behaviour-only black-box tests: two at a time beside the installs, if they still run;
 # otherwise in istiod's lane once its own tests are done (below), which ends minutes before the
@@ -156,6 +160,7 @@ lap "the node's and istiod's lanes done"
 # 4. Everything else, one at a time, alone.
 mapfile -t args < <(filters --skip "${BESIDE[@]}" "${NODE[@]}" "${ISTIOD[@]}")
 run_tests alone it --test-threads=1 "${args[@]}"
+run_tests alone units --exact "$THOUSAND"
 lap "all tests done"
 
 echo "test.sh: the ten slowest tests:" >&2

@@ -29,6 +29,7 @@ use meshbench_results::{
 use thiserror::Error;
 
 use crate::external::prometheus::PromError;
+use crate::external::read::came_or_went;
 use crate::external::{read_window_from, warn_each};
 use crate::load::{LoadOptions, TargetSource};
 use crate::measure::Measured;
@@ -373,10 +374,11 @@ impl ClusterSite {
     }
 
     /// Waits until Prometheus has every role's series of the pods as they are now, and has had
-    /// them for a rate window (less the warm-up, which comes before the steady window): a pod
-    /// a rollout just made is scraped a scrape interval or more later, and a series that is
-    /// not there for the whole window makes its role missing. At most four scrape intervals
-    /// and half a minute; then why not.
+    /// the same series for a rate window (less the warm-up, which comes before the steady
+    /// window): a pod a rollout just made is scraped a scrape interval or more later, the pod
+    /// it replaced leaves its series until then, and a series that is not there for the whole
+    /// window makes its role missing. At most four scrape intervals, that span and half a
+    /// minute; then why not.
     fn wait_observable(
         &self,
         e: &Experiment,
@@ -386,30 +388,50 @@ impl ClusterSite {
         let x = self.external();
         let window = x.window_ms(e.sample_interval_ms);
         let timeout = Duration::from_secs_f64(x.query_timeout_secs);
-        let limit = Duration::from_secs_f64(4.0 * x.scrape_interval_secs + 30.0);
+        // The span the rate windows look back before the steady window, and a scrape's margin.
+        let steady_for = (window as f64 / 1000.0 - e.warmup_secs).max(0.0) + x.scrape_interval_secs;
+        let limit = Duration::from_secs_f64(4.0 * x.scrape_interval_secs + steady_for + 30.0);
         let began = Instant::now();
         let Some(prom) = self.prometheus(timeout, limit + timeout) else {
             return Ok(());
         };
-        let queries: Vec<(String, String)> = roles
+        let queries: Vec<(String, String, Vec<String>)> = roles
             .iter()
             .filter_map(|r| {
-                let q = r.queries().query(Figure::Cpu).ok()?.expr.clone();
-                Some((r.name.clone(), with_window(&q, window)))
+                let q = r.queries();
+                let cpu = q.query(Figure::Cpu).ok()?.expr.clone();
+                let counters = Figure::ALL
+                    .iter()
+                    .filter_map(|f| q.query(*f).ok()?.counter.clone())
+                    .collect();
+                Some((r.name.clone(), with_window(&cpu, window), counters))
             })
             .collect();
         let mut waiting: Vec<String> = Vec::new();
         loop {
             waiting.clear();
             let now = sampler::now_ms() as f64 / 1000.0;
-            for (name, q) in &queries {
+            for (name, q, counters) in &queries {
                 // Each query is bounded by the query timeout; the stop is looked at between.
                 if stop.requested() {
                     return Err(ObservableError::Stopped);
                 }
-                match prom.query(q, now) {
-                    Ok(series) if !series.is_empty() => {}
-                    Ok(_) => waiting.push(format!("{name}: no series yet")),
+                let seen = prom.query(q, now).and_then(|series| {
+                    if series.is_empty() {
+                        return Ok(Some("no series yet".to_string()));
+                    }
+                    for sel in counters {
+                        if let Some(which) = came_or_went(&prom, sel, now - steady_for, now)? {
+                            return Ok(Some(format!(
+                                "{which} came or went within the last {steady_for:.0} s"
+                            )));
+                        }
+                    }
+                    Ok(None)
+                });
+                match seen {
+                    Ok(None) => {}
+                    Ok(Some(why)) => waiting.push(format!("{name}: {why}")),
                     Err(e) if e.is_fatal() => return Err(ObservableError::Prometheus(e)),
                     Err(e) => waiting.push(format!("{name}: {e}")),
                 }
@@ -428,13 +450,7 @@ impl ClusterSite {
                 return Err(ObservableError::Stopped);
             }
         }
-        // Seen now: a rate over the window's first point needs a window of samples.
-        let settle =
-            Duration::from_millis(window).saturating_sub(Duration::from_secs_f64(e.warmup_secs));
-        match stop.sleep(settle) {
-            true => Ok(()),
-            false => Err(ObservableError::Stopped),
-        }
+        Ok(())
     }
 
     /// Starts reading `roles` from the kubelets of the nodes their pods run on, and waits

@@ -367,18 +367,27 @@ fn restarts(
         if let Some(s) = reset.first() {
             return Ok(Some(format!("counter reset: {}", which(s))));
         }
-        let changed = prom.query(
-            &format!("({sel} unless {sel} @ {start:.3}) or ({sel} @ {start:.3} unless {sel})"),
-            end,
-        )?;
-        if let Some(s) = changed.first() {
-            return Ok(Some(format!(
-                "series not there for the whole window: {}",
-                which(s)
-            )));
+        if let Some(s) = came_or_went(prom, sel, start, end)? {
+            return Ok(Some(format!("series not there for the whole window: {s}")));
         }
     }
     Ok(None)
+}
+
+/// A series of `sel` (a selector) there at `end` (seconds) and not at `start`, or the other
+/// way: `Some(which)`. A rollout's new pod is scraped some seconds after it starts, so a step
+/// waits until this is `None` over the span its rate windows look back.
+pub fn came_or_went(
+    prom: &Prometheus,
+    sel: &str,
+    start: f64,
+    end: f64,
+) -> Result<Option<String>, PromError> {
+    let changed = prom.query(
+        &format!("({sel} unless {sel} @ {start:.3}) or ({sel} @ {start:.3} unless {sel})"),
+        end,
+    )?;
+    Ok(changed.first().map(which))
 }
 
 /// The labels that tell a series apart to a reader (namespace, pod, container, groupname),
