@@ -80,7 +80,9 @@ pub struct ClusterContour {
     pub deployment: String,
     /// Envoy's workload (container `envoy`): `limits.proxy` sets it.
     pub envoy: String,
-    /// What kind of workload Envoy is: a Deployment (a DaemonSet is refused).
+    /// What kind of workload Envoy is: a Deployment, or a DaemonSet (one Envoy per node, as
+    /// Contour's examples/contour/03-envoy.yaml deploys it); either's template takes the step's
+    /// limits, and each node's Envoy is read.
     pub envoy_kind: EnvoyKind,
     /// The Service in front of Envoy that the agents dial, on its `https` port.
     pub service: String,
@@ -108,8 +110,10 @@ impl Default for ClusterContour {
 /// The kind of workload Contour's Envoy runs as.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 pub enum EnvoyKind {
+    /// As Contour's examples/render/contour-deployment.yaml deploys it.
     Deployment,
-    /// Contour's default example (examples/contour/03-envoy.yaml): refused, one line.
+    /// Contour's default example (examples/contour/03-envoy.yaml): a pod on every node, all of
+    /// them behind the Service, each changed by a step's limits and read.
     DaemonSet,
 }
 
@@ -476,13 +480,13 @@ impl Cluster {
 }
 
 impl ClusterContour {
-    /// Its names are Kubernetes names, its ports ports, its Envoy a Deployment.
+    /// Its names are Kubernetes names, its ports ports.
     fn validate(&self, p: &mut Vec<String>) {
         let ClusterContour {
             namespace,
             deployment,
             envoy,
-            envoy_kind,
+            envoy_kind: _, // either kind is realised
             service,
             service_port,
             stats_port,
@@ -492,7 +496,7 @@ impl ClusterContour {
         }
         for (key, name) in [("deployment", deployment), ("envoy", envoy)] {
             if !is_dns_subdomain(name) {
-                p.push(format!("cluster.contour.{key} '{name}': not a Deployment's name (lowercase letters, digits, '-' and '.', at most 253)"));
+                p.push(format!("cluster.contour.{key} '{name}': not a workload's name (lowercase letters, digits, '-' and '.', at most 253)"));
             }
         }
         if !is_dns_label(service, 63) {
@@ -504,10 +508,6 @@ impl ClusterContour {
                     "cluster.contour.{key}: expected a port from 1 to 65535, found 0"
                 ));
             }
-        }
-        match envoy_kind {
-            EnvoyKind::Deployment => {}
-            EnvoyKind::DaemonSet => p.push("cluster.contour.envoy_kind: DaemonSet is not supported; meshbench changes and puts back the limits of an Envoy Deployment (as Contour's examples/render/contour-deployment.yaml deploys it): deploy Envoy as a Deployment".into()),
         }
     }
 }
@@ -639,13 +639,23 @@ mod tests {
             ("envoy", 443, 8002)
         );
         assert_eq!(c.envoy_kind, super::EnvoyKind::Deployment);
+        // Contour's own example runs Envoy as a DaemonSet: taken as it is.
+        let e = parse(
+            "t.yaml",
+            CONTOUR,
+            &["cluster.contour.envoy_kind=DaemonSet".into()],
+        )
+        .unwrap();
+        assert_eq!(
+            e.cluster.unwrap().contour.envoy_kind,
+            super::EnvoyKind::DaemonSet
+        );
     }
 
     #[test]
     fn what_contour_on_a_cluster_cannot_take_is_named_at_once() {
         let sets = [
             "topologies=[baseline, gateway, both, ambient]".to_string(),
-            "cluster.contour.envoy_kind=DaemonSet".into(),
             "cluster.contour.deployment=Contour!".into(),
             "cluster.contour.service=a.b".into(),
             "limits.control_plane.cpuset=0".into(),
@@ -655,7 +665,6 @@ mod tests {
         for expected in [
             "topologies: gateway.type: contour on a cluster runs baseline and gateway only",
             "run both, ambient in a file of its own",
-            "cluster.contour.envoy_kind: DaemonSet is not supported",
             "cluster.contour.deployment 'Contour!'",
             "cluster.contour.service 'a.b'",
             "limits.control_plane.cpuset: a pod's CPUs are the kubelet's",

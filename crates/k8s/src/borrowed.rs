@@ -1,5 +1,6 @@
-//! Workloads a run changes but does not own: the cluster's Contour and its Envoy, whose
-//! containers' limits a `gateway.type: contour` run sweeps. The run owns nothing of them, so
+//! Workloads a run changes but does not own: the cluster's Contour and its Envoy (a
+//! Deployment, or a DaemonSet as Contour's own example deploys it), whose containers' limits a
+//! `gateway.type: contour` run sweeps. The run owns nothing of them, so
 //! each change is one container's whole `resources`, read as the API server holds it before
 //! the first change (the journal keeps it, [`crate::undo::Undo::RestoreResources`]) and set
 //! back whole at the end: a JSON patch that replaces the one field (after a test of the
@@ -11,10 +12,12 @@ use thiserror::Error;
 
 use crate::blocking::{ApiError, BlockingClient};
 
-/// The kinds of workload whose limits a run changes.
+/// The kinds of workload whose limits a run changes (as a journal spells them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum WorkloadKind {
     Deployment,
+    /// One pod per node: a change of its template rolls every node's pod.
+    DaemonSet,
 }
 
 impl WorkloadKind {
@@ -24,12 +27,25 @@ impl WorkloadKind {
             WorkloadKind::Deployment => {
                 format!("/apis/apps/v1/namespaces/{namespace}/deployments/{name}")
             }
+            WorkloadKind::DaemonSet => {
+                format!("/apis/apps/v1/namespaces/{namespace}/daemonsets/{name}")
+            }
         }
     }
 
+    /// As the API spells the kind.
     pub fn name(self) -> &'static str {
         match self {
             WorkloadKind::Deployment => "Deployment",
+            WorkloadKind::DaemonSet => "DaemonSet",
+        }
+    }
+
+    /// As a sentence begins with it (`deployment ns/name: ...`).
+    pub fn noun(self) -> &'static str {
+        match self {
+            WorkloadKind::Deployment => "deployment",
+            WorkloadKind::DaemonSet => "daemonset",
         }
     }
 }
@@ -144,6 +160,15 @@ mod tests {
         assert_eq!(
             WorkloadKind::Deployment.path("projectcontour", "envoy"),
             "/apis/apps/v1/namespaces/projectcontour/deployments/envoy"
+        );
+        assert_eq!(
+            WorkloadKind::DaemonSet.path("projectcontour", "envoy"),
+            "/apis/apps/v1/namespaces/projectcontour/daemonsets/envoy"
+        );
+        // A journal names the kind as the API does.
+        assert_eq!(
+            serde_json::to_value(WorkloadKind::DaemonSet).unwrap(),
+            json!("DaemonSet")
         );
     }
 }

@@ -19,7 +19,7 @@ use thiserror::Error;
 
 use crate::blocking::{ApiError, BlockingClient};
 use crate::borrowed::{Borrowed, BorrowedError, WorkloadKind};
-use crate::rollout::{progress as rollout_progress, Rollout};
+use crate::rollout::{Rollout, Workload};
 
 /// One change to put back.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -285,22 +285,17 @@ fn wait_rolled_back(
     within: Duration,
     stop: &Stop,
 ) -> Result<(), UndoError> {
-    use k8s_openapi::api::apps::v1::Deployment;
     use k8s_openapi::api::core::v1::Pod;
     let began = Instant::now();
     loop {
-        let why = match borrowed.kind {
-            WorkloadKind::Deployment => {
-                let Some(d) = client.get::<Deployment>(&borrowed.namespace, &borrowed.name)? else {
-                    return Ok(());
-                };
-                let selector = crate::rollout::selector_of(&d);
-                let pods = client.list::<Pod>(&borrowed.namespace, &selector)?;
-                match rollout_progress(&d, &pods) {
-                    Rollout::Done => return Ok(()),
-                    Rollout::Waiting(why) => why,
-                }
-            }
+        let Some(w) = Workload::get(client, borrowed.kind, &borrowed.namespace, &borrowed.name)?
+        else {
+            return Ok(());
+        };
+        let pods = client.list::<Pod>(&borrowed.namespace, &w.selector())?;
+        let why = match w.progress(&pods) {
+            Rollout::Done => return Ok(()),
+            Rollout::Waiting(why) => why,
         };
         let limit = match stop.requested() {
             true => within.min(GONE_AFTER_STOP_WITHIN),

@@ -229,6 +229,7 @@ mod tests {
             tunnel_connections: None,
             memory_allocated_bytes: 5 << 20,
             memory_heap_size_bytes: 8 << 20,
+            pods: None,
         };
         assert_eq!(requests_cell(&c), "12,000 (2xx 11,996, 5xx 4)");
         assert_eq!(

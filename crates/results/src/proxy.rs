@@ -30,6 +30,43 @@ pub struct ProxyCounters {
     pub memory_allocated_bytes: u64,
     /// `server.memory_heap_size`: bytes its allocator reserved from the system, a gauge.
     pub memory_heap_size_bytes: u64,
+    /// How many Envoys' counts are summed here (a role of several pods, such as Contour's Envoy
+    /// as a DaemonSet: one per node); absent for one Envoy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pods: Option<u32>,
+}
+
+/// Several Envoys of one role add up: counters and gauges alike are the role's in all (its
+/// requests, its open connections, its memory).
+impl std::ops::AddAssign for ProxyCounters {
+    fn add_assign(&mut self, other: ProxyCounters) {
+        self.requests = match (self.requests, other.requests) {
+            (Some(a), Some(b)) => Some(ProxyRequests {
+                total: a.total + b.total,
+                status_1xx: a.status_1xx + b.status_1xx,
+                status_2xx: a.status_2xx + b.status_2xx,
+                status_3xx: a.status_3xx + b.status_3xx,
+                status_4xx: a.status_4xx + b.status_4xx,
+                status_5xx: a.status_5xx + b.status_5xx,
+            }),
+            (a, b) => a.or(b),
+        };
+        let (u, o) = (&mut self.upstream_failures, other.upstream_failures);
+        u.connect_fail += o.connect_fail;
+        u.rq_timeout += o.rq_timeout;
+        u.rq_per_try_timeout += o.rq_per_try_timeout;
+        u.remote_closed_active_rq += o.remote_closed_active_rq;
+        u.rq_retry += o.rq_retry;
+        u.rq_pending_overflow += o.rq_pending_overflow;
+        self.connections_active += other.connections_active;
+        self.tunnel_connections = match (self.tunnel_connections, other.tunnel_connections) {
+            (Some(a), Some(b)) => Some(a + b),
+            (a, b) => a.or(b),
+        };
+        self.memory_allocated_bytes += other.memory_allocated_bytes;
+        self.memory_heap_size_bytes += other.memory_heap_size_bytes;
+        self.pods = Some(self.pods.unwrap_or(1) + other.pods.unwrap_or(1));
+    }
 }
 
 /// Requests served, summed over every HTTP connection manager (`http.<prefix>.`) except the
@@ -130,6 +167,7 @@ impl ProxyCounters {
                 .map(|n| n.saturating_sub(before.tunnel_connections.unwrap_or(0))),
             memory_allocated_bytes: self.memory_allocated_bytes,
             memory_heap_size_bytes: self.memory_heap_size_bytes,
+            pods: self.pods,
         }
     }
 
@@ -139,5 +177,43 @@ impl ProxyCounters {
 
     pub fn memory_heap_size_mib(&self) -> f64 {
         self.memory_heap_size_bytes as f64 / MIB
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn two_envoys_of_one_role_add_up_and_say_they_are_two() {
+        let one = |total: u64, connections: u64| ProxyCounters {
+            requests: Some(ProxyRequests {
+                total,
+                status_2xx: total,
+                ..ProxyRequests::default()
+            }),
+            upstream_failures: UpstreamFailures {
+                connect_fail: 1,
+                ..UpstreamFailures::default()
+            },
+            connections_active: connections,
+            memory_allocated_bytes: 1 << 20,
+            ..ProxyCounters::default()
+        };
+        let mut sum = one(700, 3);
+        sum += one(500, 5);
+        assert_eq!(
+            sum.requests.map(|r| (r.total, r.status_2xx)),
+            Some((1200, 1200))
+        );
+        assert_eq!(sum.upstream_failures.connect_fail, 2);
+        assert_eq!(sum.connections_active, 8);
+        assert_eq!(sum.memory_allocated_bytes, 2 << 20);
+        assert_eq!(sum.pods, Some(2));
+        sum += one(1, 0);
+        assert_eq!(sum.pods, Some(3));
+        // Stored only when it says something: one Envoy's counts read back as they were.
+        let text = serde_json::to_string(&one(1, 0)).unwrap();
+        assert!(!text.contains("pods"), "{text}");
     }
 }

@@ -117,6 +117,7 @@ fn step(seq: u32) -> StepRecord {
                 tunnel_connections: None,
                 memory_allocated_bytes: 6 << 20,
                 memory_heap_size_bytes: 10 << 20,
+                pods: None,
             }),
         },
     ];

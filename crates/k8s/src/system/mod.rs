@@ -200,12 +200,14 @@ pub struct System {
 }
 
 /// Where the cluster's Contour is: its namespace, its Deployment (container [`CONTOUR`]), its
-/// Envoy's Deployment (container [`ENVOY`]) and the Service in front of that.
+/// Envoy's workload (container [`ENVOY`]) and the Service in front of that.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContourInstall {
     pub namespace: String,
     pub deployment: String,
     pub envoy: String,
+    /// A Deployment, or a DaemonSet (one Envoy per node, as Contour's own example has it).
+    pub envoy_kind: WorkloadKind,
     pub service: String,
 }
 
@@ -225,18 +227,26 @@ pub struct BorrowedLimit {
 impl ContourInstall {
     /// Envoy's container.
     pub fn envoy_container(&self) -> Borrowed {
-        self.borrowed(&self.envoy, ENVOY)
+        self.borrowed(self.envoy_kind, &self.envoy, ENVOY)
     }
 
     /// Contour's container.
     pub fn contour_container(&self) -> Borrowed {
-        self.borrowed(&self.deployment, CONTOUR)
+        self.borrowed(WorkloadKind::Deployment, &self.deployment, CONTOUR)
     }
 
-    fn borrowed(&self, name: &str, container: &str) -> Borrowed {
+    /// Contour's workloads, Envoy's first: each step waits for both rollouts.
+    pub fn workloads(&self) -> [(WorkloadKind, &str); 2] {
+        [
+            (self.envoy_kind, &self.envoy),
+            (WorkloadKind::Deployment, &self.deployment),
+        ]
+    }
+
+    fn borrowed(&self, kind: WorkloadKind, name: &str, container: &str) -> Borrowed {
         Borrowed {
             namespace: self.namespace.clone(),
-            kind: WorkloadKind::Deployment,
+            kind,
             name: name.to_string(),
             container: container.to_string(),
         }

@@ -55,6 +55,7 @@ fn contours_gateway_renders_its_objects_and_borrows_its_deployments_limits() {
         namespace: "projectcontour".into(),
         deployment: "contour".into(),
         envoy: "envoy".into(),
+        envoy_kind: crate::borrowed::WorkloadKind::Deployment,
         service: "envoy".into(),
     };
     let proxy = serde_json::json!({"apiVersion": "projectcontour.io/v1", "kind": "HTTPProxy",
@@ -95,6 +96,22 @@ fn contours_gateway_renders_its_objects_and_borrows_its_deployments_limits() {
     assert_eq!(
         limits[1].resources,
         serde_json::json!({"limits": {"cpu": "1000m"}, "requests": {"cpu": "1000m"}})
+    );
+    // Envoy as a DaemonSet: its template takes the proxy's limits; Contour stays a Deployment.
+    let mut daemon_set = system.clone();
+    if let Some(c) = daemon_set.contour.as_mut() {
+        c.envoy_kind = crate::borrowed::WorkloadKind::DaemonSet;
+    }
+    let limits = daemon_set.borrowed_limits(&both);
+    assert_eq!(
+        limits
+            .iter()
+            .map(|l| l.container.to_string())
+            .collect::<Vec<_>>(),
+        [
+            "DaemonSet projectcontour/envoy (container envoy)",
+            "Deployment projectcontour/contour (container contour)"
+        ]
     );
 }
 

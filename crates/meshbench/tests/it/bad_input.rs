@@ -794,7 +794,7 @@ fn contour_on_a_cluster_refuses_bad_input_in_one_line() {
         (
             "a bad Deployment name",
             &["cluster.contour.envoy=Envoy_Proxy"],
-            "cluster.contour.envoy 'Envoy_Proxy': not a Deployment's name",
+            "cluster.contour.envoy 'Envoy_Proxy': not a workload's name",
         ),
         (
             "a bad namespace",
@@ -802,9 +802,9 @@ fn contour_on_a_cluster_refuses_bad_input_in_one_line() {
             "cluster.contour.namespace '-contour': not a namespace name",
         ),
         (
-            "Envoy as a DaemonSet",
-            &["cluster.contour.envoy_kind=DaemonSet"],
-            "cluster.contour.envoy_kind: DaemonSet is not supported",
+            "Envoy as neither a Deployment nor a DaemonSet",
+            &["cluster.contour.envoy_kind=StatefulSet"],
+            "StatefulSet",
         ),
         (
             "a port 0",

@@ -19,6 +19,7 @@ mod cluster_attribution;
 mod cluster_contour;
 mod cluster_experiment;
 mod cluster_stop;
+mod cluster_two_nodes;
 mod contour_gateway;
 mod control_plane;
 mod cpu_quota;

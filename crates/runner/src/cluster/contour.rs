@@ -1,7 +1,8 @@
 //! The cluster's Contour as a step's gateway (`gateway.type: contour`): the run deploys none
 //! of it. A step's gateway is ready when Contour has taken every HTTPProxy of the run's
 //! namespace (its own status says `valid`; one it refused fails the step with its reason at
-//! once) and every ready pod of its Envoy holds what Contour should send it, read from
+//! once) and every ready pod of its Envoy (a Deployment's, or one per node of a DaemonSet)
+//! holds what Contour should send it, read from
 //! Envoy's stats through its stats listener (Contour's `--stats-port`, 8002 in its manifests;
 //! Envoy's admin is a unix socket there): a route configuration per domain (`https/<fqdn>`,
 //! loaded), the backend's cluster with a healthy member (its stats under Contour's
@@ -9,13 +10,13 @@
 
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use meshbench_engine::Stop;
 use meshbench_k8s::blocking::ApiError;
+use meshbench_k8s::borrowed::WorkloadKind;
 use meshbench_k8s::k8s_openapi;
 use meshbench_k8s::objects::contour::HttpProxy;
-use meshbench_k8s::rollout::selector_of;
+use meshbench_k8s::rollout::Workload;
 use meshbench_k8s::system::{self, ContourInstall};
 use meshbench_lab::program::envoy::admin;
 use thiserror::Error;
@@ -96,29 +97,36 @@ pub(super) fn held(text: &str) -> Held {
 }
 
 impl ClusterSite {
-    /// The pods of Deployment `namespace/name` that are not going away.
-    pub(super) fn deployment_pods(
+    /// The pods of the workload `namespace/name` of `kind` that are not going away (none when
+    /// it is not there).
+    pub(super) fn workload_pods(
         &self,
+        kind: WorkloadKind,
         namespace: &str,
         name: &str,
     ) -> Result<Vec<Pod>, ApiError> {
-        let Some(d) = self.client.get::<Deployment>(namespace, name)? else {
-            return Ok(Vec::new());
-        };
-        Ok(self
-            .client
-            .list::<Pod>(namespace, &selector_of(&d))?
-            .into_iter()
-            .filter(|p| p.metadata.deletion_timestamp.is_none())
-            .collect())
+        match Workload::get(&self.client, kind, namespace, name)? {
+            Some(w) => w.pods(&self.client, namespace),
+            None => Ok(Vec::new()),
+        }
     }
 
-    /// The pods of Contour's Envoy.
+    /// The pods of Contour's Envoy: one, a few (a Deployment's replicas), or one per node (a
+    /// DaemonSet).
     pub(super) fn contour_envoy_pods(
         &self,
         contour: &ContourInstall,
     ) -> Result<Vec<Pod>, ApiError> {
-        self.deployment_pods(&contour.namespace, &contour.envoy)
+        self.workload_pods(contour.envoy_kind, &contour.namespace, &contour.envoy)
+    }
+
+    /// The pods of Contour itself (its Deployment).
+    pub(super) fn contour_pods(&self, contour: &ContourInstall) -> Result<Vec<Pod>, ApiError> {
+        self.workload_pods(
+            WorkloadKind::Deployment,
+            &contour.namespace,
+            &contour.deployment,
+        )
     }
 
     /// Waits until Contour took every HTTPProxy and each of its Envoy's pods holds the run's

@@ -47,7 +47,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
-use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Service};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use meshbench_engine::Stop;
@@ -56,6 +56,7 @@ use meshbench_experiment::config::Experiment;
 use meshbench_k8s::blocking::ApiError;
 use meshbench_k8s::k8s_openapi;
 use meshbench_k8s::objects::istio::MeshConfig;
+use meshbench_k8s::rollout::Workload;
 use meshbench_k8s::system::{self, Shape, System};
 use meshbench_k8s::undo::{self, Header, Journal, Undo, UndoError};
 use meshbench_k8s::{BlockingClient, ClusterError, Objects, Plan};
@@ -200,7 +201,7 @@ pub struct ClusterSite {
     /// The backend Service's cluster IP.
     backend_vip: IpAddr,
     gateway: Option<GatewayAssets>,
-    /// Written to before each change (a step records the resources of Contour's Deployments
+    /// Written to before each change (a step records the resources of Contour's workloads
     /// before its first change of them).
     journal: Mutex<Option<Journal>>,
     /// The run's stop: after one, the namespace is waited for at most
@@ -316,27 +317,27 @@ pub fn missing_on_cluster(
     Ok(missing)
 }
 
-/// What of the cluster's Contour is not there, one line each: its Deployment, its Envoy's,
-/// the Service in front of Envoy (the run uses them; it deploys none of them).
+/// What of the cluster's Contour is not there, one line each: its Deployment, its Envoy's
+/// Deployment or DaemonSet, the Service in front of Envoy (the run uses them; it deploys none
+/// of them).
 fn contour_missing(
     client: &BlockingClient,
     contour: &meshbench_k8s::system::ContourInstall,
 ) -> Result<Vec<String>, ApiError> {
     let ns = &contour.namespace;
     let mut missing = Vec::new();
-    for (name, what) in [
-        (
-            &contour.deployment,
-            "Contour's Deployment (cluster.contour.deployment)",
+    let said = [
+        format!(
+            "Contour's Envoy {} (cluster.contour.envoy, .envoy_kind)",
+            contour.envoy_kind.name()
         ),
-        (
-            &contour.envoy,
-            "Contour's Envoy Deployment (cluster.contour.envoy)",
-        ),
-    ] {
-        if client.get::<Deployment>(ns, name)?.is_none() {
+        "Contour's Deployment (cluster.contour.deployment)".to_string(),
+    ];
+    for ((kind, name), what) in contour.workloads().into_iter().zip(said) {
+        if Workload::get(client, kind, ns, name)?.is_none() {
             missing.push(format!(
-                "{what}: no Deployment {ns}/{name}: install Contour (its examples/render/contour-deployment.yaml), or name where it is in cluster.contour"
+                "{what}: no {} {ns}/{name}: install Contour (its examples/render/contour-deployment.yaml, or examples/contour with Envoy as a DaemonSet), or name where it is in cluster.contour",
+                kind.name()
             ));
         }
     }

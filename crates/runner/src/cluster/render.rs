@@ -8,10 +8,11 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use meshbench_experiment::cluster::{
-    AgentsReach as FileReach, AntiAffinity as FileAntiAffinity, Cluster,
+    AgentsReach as FileReach, AntiAffinity as FileAntiAffinity, Cluster, EnvoyKind,
 };
 use meshbench_experiment::config::Experiment;
 use meshbench_experiment::{ChainVariant, Step};
+use meshbench_k8s::borrowed::WorkloadKind;
 use meshbench_k8s::k8s_openapi::api::core::v1::Toleration;
 use meshbench_k8s::render::PodExtras;
 use meshbench_k8s::system::{self, ContourInstall, ProxyLogging, Resources, Shape, System};
@@ -85,6 +86,10 @@ pub(super) fn contour_of(e: &Experiment, section: &Cluster) -> Option<ContourIns
         namespace: c.namespace.clone(),
         deployment: c.deployment.clone(),
         envoy: c.envoy.clone(),
+        envoy_kind: match c.envoy_kind {
+            EnvoyKind::Deployment => WorkloadKind::Deployment,
+            EnvoyKind::DaemonSet => WorkloadKind::DaemonSet,
+        },
         service: c.service.clone(),
     })
 }
@@ -286,7 +291,9 @@ pub fn describe(e: &Experiment, section: &Cluster, token_note: &str) -> String {
     let agents = agents_of(e, section, &system, token_note, "# the experiment file\n").render();
     out.push_str("---\n");
     out.push_str(&agents.to_yaml());
-    out.push_str("# each step: what changes before it (a Deployment's rollout is waited for)\n");
+    out.push_str(
+        "# each step: what changes before it (a Deployment's or a DaemonSet's rollout is waited for)\n",
+    );
     let mut borrowed = Vec::new();
     for step in &plan.steps {
         let shape = step_shape(e, step);
@@ -315,9 +322,15 @@ pub fn describe(e: &Experiment, section: &Cluster, token_note: &str) -> String {
         objects = next;
     }
     if let Some(c) = &system.contour {
+        let workloads: Vec<String> = c
+            .workloads()
+            .iter()
+            .map(|(kind, name)| format!("{} {name}", kind.name()))
+            .collect();
         out.push_str(&format!(
-            "# at the end: the resources of Contour's Deployments in {} put back as they were, each rollout waited for\n",
-            c.namespace
+            "# at the end: the resources of Contour's workloads in {} ({}) put back as they were, each rollout waited for\n",
+            c.namespace,
+            workloads.join(", ")
         ));
     }
     out.push_str(&format!(

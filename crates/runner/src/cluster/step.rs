@@ -18,7 +18,7 @@ use meshbench_experiment::{Step, Work};
 use meshbench_k8s::blocking::ApiError;
 use meshbench_k8s::k8s_openapi;
 use meshbench_k8s::rollout::RolloutError;
-use meshbench_k8s::system::{self, Path as Through, Shape};
+use meshbench_k8s::system::{self, ContourInstall, Path as Through, Shape};
 use meshbench_lab::program::envoy::admin;
 use meshbench_lab::program::envoy::ready::{self, AckError, Awaited, Expected, SidecarExpected};
 use meshbench_lab::sampler;
@@ -119,9 +119,9 @@ impl ClusterSite {
                 .wait_rollout(&self.section.namespace, d, timeout, stop)?;
         }
         if let Some(contour) = &self.system.contour {
-            for d in [&contour.envoy, &contour.deployment] {
+            for (kind, name) in contour.workloads() {
                 self.client
-                    .wait_rollout(&contour.namespace, d, timeout, stop)?;
+                    .wait_rollout_of(kind, &contour.namespace, name, timeout, stop)?;
             }
             if topology == Topology::Gateway {
                 return Ok(self.wait_contour_ready(contour, timeout, stop)?);
@@ -290,9 +290,12 @@ impl ClusterSite {
         let backend_pods = now(system::BACKEND, "backend-.*");
         let gateway_pods = now(system::GATEWAY, "gateway-.*");
         let contour = self.system.contour.as_ref();
-        let contour_pods = |deployment: &str| {
-            let pods = contour.and_then(|c| self.deployment_pods(&c.namespace, deployment).ok());
-            pod_pattern(pods, &format!("{deployment}-.*"))
+        // Every pod of Contour's Envoy (a DaemonSet's: one per node), their figures summed.
+        let envoy_pods = |c: &ContourInstall| {
+            pod_pattern(self.contour_envoy_pods(c).ok(), &format!("{}-.*", c.envoy))
+        };
+        let contour_pods = |c: &ContourInstall| {
+            pod_pattern(self.contour_pods(c).ok(), &format!("{}-.*", c.deployment))
         };
         let named = |name: &str, preset: Preset, matches: &[(&str, &str)]| ExternalRole {
             name: name.to_string(),
@@ -326,10 +329,7 @@ impl ClusterSite {
                     Some(c) => Some(role(
                         r.role,
                         Preset::Contour,
-                        &[
-                            ("namespace", &c.namespace),
-                            ("pod", &contour_pods(&c.envoy)),
-                        ],
+                        &[("namespace", &c.namespace), ("pod", &envoy_pods(c))],
                     )),
                     None => Some(role(
                         r.role,
@@ -356,7 +356,7 @@ impl ClusterSite {
                 Preset::IstioSidecar,
                 &[
                     ("namespace", c.namespace.as_str()),
-                    ("pod", &contour_pods(&c.deployment)),
+                    ("pod", &contour_pods(c)),
                     ("container", system::CONTOUR),
                 ],
             ));
@@ -530,16 +530,8 @@ impl ClusterSite {
             );
         }
         if let Some(c) = &self.system.contour {
-            add(
-                "contour",
-                self.deployment_pods(&c.namespace, &c.deployment)
-                    .unwrap_or_default(),
-            );
-            add(
-                "envoy",
-                self.deployment_pods(&c.namespace, &c.envoy)
-                    .unwrap_or_default(),
-            );
+            add("contour", self.contour_pods(c).unwrap_or_default());
+            add("envoy", self.contour_envoy_pods(c).unwrap_or_default());
         }
         let istio = self.system.gateway
             || self.system.server_sidecar
@@ -554,8 +546,8 @@ impl ClusterSite {
         v
     }
 
-    /// Each single-pod Envoy's admin, through its pod, for the witness; Contour's Envoy's
-    /// stats listener (its admin is a unix socket) when it has one pod.
+    /// Each single-pod Envoy's admin, through its pod, for the witness; the stats listener
+    /// (its admin is a unix socket) of every pod of Contour's Envoy, whose counts are summed.
     fn admins(&self, topology: Topology) -> Vec<(ChainRole, meshbench_k8s::Forward)> {
         let Ok(envoys) = self.envoys(topology) else {
             return Vec::new();
@@ -570,9 +562,9 @@ impl ClusterSite {
             })
             .collect();
         if let (Some(contour), Topology::Gateway) = (&self.system.contour, topology) {
-            if let Ok([pod]) = self.contour_envoy_pods(contour).as_deref() {
+            let stats = self.section.contour.stats_port;
+            for pod in self.contour_envoy_pods(contour).unwrap_or_default() {
                 let name = pod.metadata.name.clone().unwrap_or_default();
-                let stats = self.section.contour.stats_port;
                 if let Ok(f) = self.client.port_forward(&contour.namespace, &name, stats) {
                     admins.push((ChainRole::Gateway, f));
                 }
@@ -692,11 +684,35 @@ impl Realised for ClusterStep<'_> {
         ))
     }
 
+    /// Each role's Envoy counts; a role of several pods (Contour's Envoy as a DaemonSet, one
+    /// per node) is their sum, saying how many pods it sums.
     fn witnesses(&self) -> Witnesses {
-        self.admins
-            .iter()
-            .map(|(r, f)| (*r, admin::read(f.addr())))
-            .collect()
+        let mut witnesses = Witnesses::new();
+        for (role, f) in &self.admins {
+            let read = admin::read(f.addr());
+            match witnesses.remove(role) {
+                None => witnesses.insert(*role, read),
+                Some(Ok(mut sum)) => witnesses.insert(
+                    *role,
+                    read.map(|one| {
+                        sum += one;
+                        sum
+                    }),
+                ),
+                Some(Err(e)) => witnesses.insert(*role, Err(e)),
+            };
+        }
+        if let Some(Ok(gateway)) = witnesses.get_mut(&ChainRole::Gateway) {
+            if self.site.system.contour.is_some() {
+                let pods = self
+                    .admins
+                    .iter()
+                    .filter(|(r, _)| *r == ChainRole::Gateway)
+                    .count();
+                gateway.pods = Some(pods as u32);
+            }
+        }
+        witnesses
     }
 
     fn roles(

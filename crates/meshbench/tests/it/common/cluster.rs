@@ -10,6 +10,16 @@
 //!   gateway [`GATEWAY`] is an address of this machine: pods have routes to the bridge and the
 //!   Service range only, nothing else. [`node_unavailable`] says why it cannot run, if it
 //!   cannot (not root, no writable cgroups, a binary missing, a foreign containerd).
+//! - [`TestCluster::with_two_nodes`]: the same and a second node on this machine, [`NODE2`],
+//!   so that where pods go is what is tested: its own containerd (root, state and socket under
+//!   `STATE/node2`), its own kubelet (port, root and certificates, pod logs, and a cgroup root
+//!   `meshbench-k8s/node2` nested in the tracking tree), its own bridge [`BRIDGE2`] with its
+//!   pods in [`POD_SUBNET2`] behind [`GATEWAY2`]. Every pod of either node has a route to the
+//!   whole [`CLUSTER_CIDR`] through its bridge's gateway, so a pod reaches the other node's
+//!   pods through this machine, which forwards between the bridges. One kube-proxy serves both:
+//!   the nodes share this machine's network stack and iptables, and kube-proxy's rules are the
+//!   machine's, not a node's (`--cluster-cidr` is then [`CLUSTER_CIDR`]). The same binaries
+//!   and images: the second node costs a containerd, a kubelet and seconds, no build.
 //!
 //! The contract: every server binds loopback (the pods' bridge aside); start and stop are
 //! bounded and say why with the log's tail; nothing is left behind. Everything lives in one fixed
@@ -23,6 +33,7 @@
 
 use std::ffi::CString;
 use std::fs::File;
+use std::net::SocketAddr;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -48,6 +59,15 @@ pub const POD_SUBNET: &str = "10.217.0.0/24";
 pub const GATEWAY: &str = "10.217.0.1";
 /// The Service (cluster IP) range: the only other destination a pod has a route to.
 pub const SERVICE_RANGE: &str = "10.96.0.0/16";
+/// The second node of [`TestCluster::with_two_nodes`]: its name, its pods' bridge, their subnet
+/// and the bridge's address on this machine (the node's InternalIP).
+pub const NODE2: &str = "meshbench-node2";
+pub const BRIDGE2: &str = "mbk8s1";
+pub const POD_SUBNET2: &str = "10.217.1.0/24";
+pub const GATEWAY2: &str = "10.217.1.1";
+/// Both nodes' pods: kube-proxy's cluster CIDR with two nodes, and the route every pod then
+/// has to the other node's pods, through its gateway (this machine).
+pub const CLUSTER_CIDR: &str = "10.217.0.0/16";
 /// containerd's default socket: cAdvisor inside the kubelet looks for containerd there (with
 /// another path only pod-level series appear in /metrics/cadvisor).
 pub const CONTAINERD_SOCK: &str = "/run/containerd/containerd.sock";
@@ -220,6 +240,78 @@ pub fn log_tail(path: &Path, lines: usize) -> String {
 enum Shape {
     ControlPlane,
     WithNode,
+    WithTwoNodes,
+}
+
+/// Where one node of the cluster keeps its things: the first is where it always was (STATE,
+/// containerd's default socket, the tracking cgroup's root); the second nests inside them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct NodeLayout {
+    name: &'static str,
+    bridge: &'static str,
+    subnet: &'static str,
+    gateway: &'static str,
+    /// Its directory below STATE; empty for the first node.
+    subdir: &'static str,
+    /// After its daemons' names (logs, pid files): empty for the first node.
+    suffix: &'static str,
+    /// The NAT chain that leads its InternalIP's kubelet port to loopback.
+    kubelet_chain: &'static str,
+}
+
+const FIRST_NODE: NodeLayout = NodeLayout {
+    name: NODE,
+    bridge: BRIDGE,
+    subnet: POD_SUBNET,
+    gateway: GATEWAY,
+    subdir: "",
+    suffix: "",
+    kubelet_chain: "KUBE-MESHBENCH-KUBELET",
+};
+
+const SECOND_NODE: NodeLayout = NodeLayout {
+    name: NODE2,
+    bridge: BRIDGE2,
+    subnet: POD_SUBNET2,
+    gateway: GATEWAY2,
+    subdir: "node2",
+    suffix: "-node2",
+    kubelet_chain: "KUBE-MESHBENCH-KUBELET2",
+};
+
+impl NodeLayout {
+    fn dir(&self) -> PathBuf {
+        match self.subdir {
+            "" => state(),
+            sub => state().join(sub),
+        }
+    }
+
+    /// The first node's containerd is at the default socket (its kubelet's cAdvisor looks
+    /// there); the second's in its directory, which its kubelet's `--containerd` names.
+    fn containerd_sock(&self) -> PathBuf {
+        match self.subdir {
+            "" => PathBuf::from(CONTAINERD_SOCK),
+            _ => self.dir().join("containerd.sock"),
+        }
+    }
+
+    /// Its kubelet's cgroup root, within the tracking tree.
+    fn cgroup_root(&self) -> String {
+        match self.subdir {
+            "" => format!("/{CGROUP}"),
+            sub => format!("/{CGROUP}/{sub}"),
+        }
+    }
+
+    /// Its CNI network's name (the CNI result cache's files begin with it: `meshbench-`).
+    fn network(&self) -> String {
+        format!("meshbench{}", self.suffix)
+    }
+
+    fn daemon(&self, program: &str) -> String {
+        format!("{program}{}", self.suffix)
+    }
 }
 
 /// A started cluster; stopped and swept when dropped (a failing test included).
@@ -233,10 +325,17 @@ pub struct TestCluster {
     pub logs: PathBuf,
     /// The kubelet's read-only-by-anyone HTTPS port on 127.0.0.1 (/metrics/cadvisor), if any.
     pub kubelet_port: Option<u16>,
+    /// Every node's name and its kubelet's port, the first node's first.
+    pub kubelets: Vec<(&'static str, u16)>,
+    /// Every node's containerd: an image is imported into each.
+    containerd_socks: Vec<PathBuf>,
     /// Why kube-proxy cannot serve Services here, if it cannot (pods then reach a backend by
     /// its pod address).
     pub kube_proxy_unavailable: Option<String>,
     daemons: Vec<(String, Child)>,
+    /// The API server as the pods reach it (the `kubernetes` Service's endpoint, on the first
+    /// node's gateway), carried to its loopback address.
+    _api_for_pods: Option<super::relay::Relay>,
     _lock: File,
     /// How long start took.
     pub started_in: Duration,
@@ -257,6 +356,16 @@ impl TestCluster {
             panic!("a real Kubernetes node cannot run here: {why}");
         }
         TestCluster::start(Shape::WithNode)
+    }
+
+    /// The control plane plus two real nodes on this machine ([`NODE`] and [`NODE2`], the
+    /// module's header says how they differ), and the DaemonSet controller. Panics with
+    /// [`node_unavailable`]'s reason where a node cannot run.
+    pub fn with_two_nodes() -> TestCluster {
+        if let Some(why) = node_unavailable() {
+            panic!("a real Kubernetes node cannot run here: {why}");
+        }
+        TestCluster::start(Shape::WithTwoNodes)
     }
 
     fn start(shape: Shape) -> TestCluster {
@@ -291,8 +400,11 @@ impl TestCluster {
             api_port: 0,
             logs: logs.clone(),
             kubelet_port: None,
+            kubelets: Vec::new(),
+            containerd_socks: Vec::new(),
             kube_proxy_unavailable: None,
             daemons: Vec::new(),
+            _api_for_pods: None,
             _lock: lock,
             started_in: Duration::ZERO,
         };
@@ -329,7 +441,16 @@ impl TestCluster {
             &[
                 format!("--etcd-servers=http://127.0.0.1:{client}"),
                 "--bind-address=127.0.0.1".into(),
-                "--advertise-address=127.0.0.1".into(),
+                // With a node, the address the `kubernetes` Service leads the pods to: the
+                // first node's gateway, where a relay carries them to the loopback address
+                // (an in-cluster client, a detached run's coordinator, reaches it so).
+                format!(
+                    "--advertise-address={}",
+                    match shape {
+                        Shape::ControlPlane => "127.0.0.1",
+                        _ => GATEWAY,
+                    }
+                ),
                 format!("--secure-port={api}"),
                 format!("--cert-dir={}", dir.join("certs").display()),
                 format!("--token-auth-file={}", dir.join("tokens.csv").display()),
@@ -370,23 +491,39 @@ impl TestCluster {
         // is given) and the EndpointSlice controller (what kube-proxy programs from); the
         // Deployment and ReplicaSet controllers run workloads as Istio's charts deploy them; the
         // namespace controller empties a deleted namespace (an experiment on the cluster ends so).
+        // Two nodes run a DaemonSet too (Contour's Envoy, one per node).
         let controllers = match shape {
             Shape::ControlPlane => "job-controller,garbage-collector-controller,namespace-controller",
             Shape::WithNode => "job-controller,garbage-collector-controller,node-lifecycle-controller,endpointslice-controller,deployment-controller,replicaset-controller,namespace-controller",
+            Shape::WithTwoNodes => "job-controller,garbage-collector-controller,node-lifecycle-controller,endpointslice-controller,deployment-controller,replicaset-controller,daemonset-controller,namespace-controller",
         };
         c.spawn(
             "kube-controller-manager",
             &bins.join("kube-controller-manager"),
             &[
                 format!("--kubeconfig={}", c.kubeconfig.display()),
-                format!("--controllers={controllers}"),
+                // Every namespace gets `kube-root-ca.crt`, the CA an in-cluster client trusts
+                // (the API server's self-signed bundle names it).
+                format!("--controllers={controllers},root-ca-certificate-publisher-controller"),
+                format!(
+                    "--root-ca-file={}",
+                    dir.join("certs/apiserver.crt").display()
+                ),
                 "--leader-elect=false".into(),
                 "--secure-port=0".into(),
                 "--use-service-account-credentials=false".into(),
             ],
         );
-        if shape == Shape::WithNode {
-            c.start_node();
+        match shape {
+            Shape::ControlPlane => {}
+            Shape::WithNode => c.start_nodes(&[FIRST_NODE]),
+            Shape::WithTwoNodes => c.start_nodes(&[FIRST_NODE, SECOND_NODE]),
+        }
+        if shape != Shape::ControlPlane {
+            c._api_for_pods = Some(super::relay::Relay::start(
+                SocketAddr::new(GATEWAY.parse().unwrap(), api),
+                SocketAddr::from(([127, 0, 0, 1], api)),
+            ));
         }
         c.started_in = began.elapsed();
         eprintln!(
@@ -396,8 +533,9 @@ impl TestCluster {
         c
     }
 
-    /// Scheduler, bridge, containerd (pause image imported), kubelet (node Ready), kube-proxy.
-    fn start_node(&mut self) {
+    /// Scheduler; each node's bridge, containerd (pause image imported) and kubelet (every
+    /// node Ready); kube-proxy, one for the machine.
+    fn start_nodes(&mut self, nodes: &[NodeLayout]) {
         let dir = state();
         let bins = k8s_bin();
         let kubeconfig = self.kubeconfig.display().to_string();
@@ -410,80 +548,35 @@ impl TestCluster {
                 "--secure-port=0".into(),
             ],
         );
-        // The bridge and its address exist before the first pod, so a coordinator can listen
-        // on the gateway address at once; the bridge plugin takes it as it is.
         let _ = std::fs::write(
             dir.join("ip_forward.saved"),
             std::fs::read_to_string("/proc/sys/net/ipv4/ip_forward").unwrap_or_default(),
         );
-        run_ok("ip", &["link", "add", BRIDGE, "type", "bridge"]);
-        run_ok(
-            "ip",
-            &[
-                "addr",
-                "add",
-                &format!("{GATEWAY}/{}", POD_SUBNET.split('/').nth(1).unwrap()),
-                "dev",
-                BRIDGE,
-            ],
-        );
-        run_ok("ip", &["link", "set", BRIDGE, "up"]);
-        // The Service range leads to the bridge too: what kube-proxy has not (yet) rewritten to
-        // a pod ends there instead of following this machine's default route out.
-        run_ok("ip", &["route", "add", SERVICE_RANGE, "dev", BRIDGE]);
-        let cni = dir.join("cni");
-        std::fs::create_dir_all(&cni).unwrap();
-        std::fs::write(cni.join("10-meshbench.conflist"), cni_conflist(&dir)).unwrap();
-        let config = dir.join("containerd.toml");
-        std::fs::write(&config, containerd_config(&dir)).unwrap();
-        std::fs::create_dir_all(Path::new(CONTAINERD_SOCK).parent().unwrap()).unwrap();
-        self.spawn(
-            "containerd",
-            Path::new("containerd"),
-            &["--config".into(), config.display().to_string()],
-        );
-        self.wait_for("containerd", Duration::from_secs(30), "containerd", || {
-            ctr(&["version"]).is_ok()
-        });
-        if let Err(e) = ctr(&[
-            "images",
-            "import",
-            &k8s_cache().join("images/pause.tar").display().to_string(),
-        ]) {
-            panic!("importing the pause image: {e}");
+        let two = nodes.len() > 1;
+        if two {
+            pods_forwarded_between_nodes();
         }
-        let kubelet_port = free_addr().port();
-        self.kubelet_port = Some(kubelet_port);
-        kubelet_reached_from_this_machine(kubelet_port);
-        let kubelet_config = dir.join("kubelet.yaml");
-        std::fs::write(&kubelet_config, kubelet_config_yaml(&dir, kubelet_port)).unwrap();
-        self.spawn(
-            "kubelet",
-            &bins.join("kubelet"),
-            &[
-                format!("--config={}", kubelet_config.display()),
-                format!("--kubeconfig={kubeconfig}"),
-                format!("--root-dir={}", dir.join("kubelet").display()),
-                format!("--cert-dir={}", dir.join("kubelet/pki").display()),
-                format!("--hostname-override={NODE}"),
-                // The gateway, not loopback: the kubelet refuses to report a loopback node IP,
-                // and kube-proxy waits 30 s for the node's address before it starts.
-                format!("--node-ip={GATEWAY}"),
-                // cAdvisor refreshes container stats every 1 s, not every 10 s (plus jitter), so
-                // that a load of a few seconds has fresh points in /metrics/cadvisor
-                // (tests/it/k8s_gateway_cadvisor.rs); the one setting that differs from a default
-                // kubelet, said in docs/kubernetes.md.
-                format!("--housekeeping-interval={HOUSEKEEPING}"),
-            ],
-        );
+        // Every kubelet started before any is waited for: the nodes come up side by side.
+        for node in nodes {
+            self.start_kubelet(node, two);
+        }
         let kc = self.kubeconfig.clone();
-        self.wait_for(
-            "the node to be Ready",
-            Duration::from_secs(120),
-            "kubelet",
-            || node_ready(&kc, NODE),
-        );
+        for node in nodes {
+            let kubelet = node.daemon("kubelet");
+            self.wait_for(
+                &format!("node {} to be Ready", node.name),
+                Duration::from_secs(120),
+                &kubelet,
+                || node_ready(&kc, node.name),
+            );
+        }
         let proxy_health = free_addr().port();
+        // One kube-proxy: both nodes share this machine's iptables, so one set of rules serves
+        // every pod; with two nodes its cluster CIDR is both subnets.
+        let cluster_cidr = match two {
+            true => CLUSTER_CIDR,
+            false => POD_SUBNET,
+        };
         self.spawn(
             "kube-proxy",
             &bins.join("kube-proxy"),
@@ -491,7 +584,7 @@ impl TestCluster {
                 format!("--kubeconfig={kubeconfig}"),
                 format!("--hostname-override={NODE}"),
                 "--proxy-mode=iptables".into(),
-                format!("--cluster-cidr={POD_SUBNET}"),
+                format!("--cluster-cidr={cluster_cidr}"),
                 // Service traffic leaves the host from the gateway's address, so a backend on
                 // the same bridge answers through the host (which undoes the DNAT).
                 "--masquerade-all".into(),
@@ -526,6 +619,101 @@ impl TestCluster {
             }
             std::thread::sleep(Duration::from_millis(300));
         }
+    }
+
+    /// One node's bridge, containerd (the pause image imported) and kubelet, started (not yet
+    /// waited for); `routed`: its pods get a route to every node's pods ([`CLUSTER_CIDR`]).
+    fn start_kubelet(&mut self, node: &NodeLayout, routed: bool) {
+        let dir = node.dir();
+        std::fs::create_dir_all(&dir).unwrap();
+        // The bridge and its address exist before the first pod, so a coordinator can listen
+        // on the gateway address at once; the bridge plugin takes it as it is.
+        run_ok("ip", &["link", "add", node.bridge, "type", "bridge"]);
+        run_ok(
+            "ip",
+            &[
+                "addr",
+                "add",
+                &format!(
+                    "{}/{}",
+                    node.gateway,
+                    node.subnet.split('/').nth(1).unwrap()
+                ),
+                "dev",
+                node.bridge,
+            ],
+        );
+        run_ok("ip", &["link", "set", node.bridge, "up"]);
+        if *node == FIRST_NODE {
+            // The Service range leads to the bridge too: what kube-proxy has not (yet)
+            // rewritten to a pod ends there instead of following this machine's default route
+            // out.
+            run_ok("ip", &["route", "add", SERVICE_RANGE, "dev", node.bridge]);
+        }
+        let cni = dir.join("cni");
+        std::fs::create_dir_all(&cni).unwrap();
+        std::fs::write(
+            cni.join("10-meshbench.conflist"),
+            cni_conflist(node, routed),
+        )
+        .unwrap();
+        let config = dir.join("containerd.toml");
+        let sock = node.containerd_sock();
+        std::fs::write(&config, containerd_config(&dir, &sock)).unwrap();
+        std::fs::create_dir_all(sock.parent().unwrap()).unwrap();
+        let containerd = node.daemon("containerd");
+        self.spawn(
+            &containerd,
+            Path::new("containerd"),
+            &["--config".into(), config.display().to_string()],
+        );
+        self.wait_for(
+            &format!("{containerd} to answer"),
+            Duration::from_secs(30),
+            &containerd,
+            || ctr(&sock, &["version"]).is_ok(),
+        );
+        if let Err(e) = ctr(
+            &sock,
+            &[
+                "images",
+                "import",
+                &k8s_cache().join("images/pause.tar").display().to_string(),
+            ],
+        ) {
+            panic!("importing the pause image into {containerd}: {e}");
+        }
+        self.containerd_socks.push(sock.clone());
+        let kubelet_port = free_addr().port();
+        if *node == FIRST_NODE {
+            self.kubelet_port = Some(kubelet_port);
+        }
+        self.kubelets.push((node.name, kubelet_port));
+        kubelet_reached_from_this_machine(node, kubelet_port);
+        let kubelet_config = dir.join("kubelet.yaml");
+        std::fs::write(&kubelet_config, kubelet_config_yaml(node, kubelet_port)).unwrap();
+        let mut args = vec![
+            format!("--config={}", kubelet_config.display()),
+            format!("--kubeconfig={}", self.kubeconfig.display()),
+            format!("--root-dir={}", dir.join("kubelet").display()),
+            format!("--cert-dir={}", dir.join("kubelet/pki").display()),
+            format!("--hostname-override={}", node.name),
+            // The gateway, not loopback: the kubelet refuses to report a loopback node IP,
+            // and kube-proxy waits 30 s for the node's address before it starts.
+            format!("--node-ip={}", node.gateway),
+            // cAdvisor refreshes container stats every 1 s, not every 10 s (plus jitter), so
+            // that a load of a few seconds has fresh points in /metrics/cadvisor
+            // (tests/it/k8s_gateway_cadvisor.rs); the one setting that differs from a default
+            // kubelet, said in docs/kubernetes.md.
+            format!("--housekeeping-interval={HOUSEKEEPING}"),
+        ];
+        if *node != FIRST_NODE {
+            // cAdvisor inside the kubelet finds containerd by this (deprecated, still read)
+            // flag, not by the CRI endpoint: without it the second node's /metrics/cadvisor
+            // has pod-level series only.
+            args.push(format!("--containerd={}", sock.display()));
+        }
+        self.spawn(&node.daemon("kubelet"), &bins_kubelet(), &args);
     }
 
     /// Starts a daemon: output in `logs/NAME.log`, pid in `pids/NAME.pid`, in the tracking
@@ -645,8 +833,14 @@ impl TestCluster {
     /// Imports an OCI image archive into the node's containerd (namespace k8s.io), where the
     /// kubelet finds it without pulling.
     pub fn import_image(&self, archive: &Path) {
-        if let Err(e) = ctr(&["images", "import", &archive.display().to_string()]) {
-            panic!("importing {}: {e}", archive.display());
+        for sock in &self.containerd_socks {
+            if let Err(e) = ctr(sock, &["images", "import", &archive.display().to_string()]) {
+                panic!(
+                    "importing {} into {}: {e}",
+                    archive.display(),
+                    sock.display()
+                );
+            }
         }
     }
 
@@ -811,10 +1005,17 @@ fn node_ready(kubeconfig: &Path, name: &str) -> bool {
     ready && untainted
 }
 
-/// `ctr` against the node's containerd, namespace k8s.io (the CRI's).
-fn ctr(args: &[&str]) -> Result<String, String> {
+/// The kubelet's binary.
+fn bins_kubelet() -> PathBuf {
+    k8s_bin().join("kubelet")
+}
+
+/// `ctr` against a node's containerd at `sock`, namespace k8s.io (the CRI's).
+fn ctr(sock: &Path, args: &[&str]) -> Result<String, String> {
     let out = Command::new("ctr")
-        .args(["--address", CONTAINERD_SOCK, "--namespace", "k8s.io"])
+        .arg("--address")
+        .arg(sock)
+        .args(["--namespace", "k8s.io"])
         .args(args)
         .output()
         .map_err(|e| format!("ctr: {e}"))?;
@@ -842,42 +1043,72 @@ fn run_ok(program: &str, args: &[&str]) {
     );
 }
 
-/// The CNI network: a bridge with its own subnet, no masquerading and no default route, so a
-/// pod reaches the bridge (this machine) and the Service range through it, nothing else.
-fn cni_conflist(dir: &Path) -> String {
+/// A node's CNI network: a bridge with its own subnet, no masquerading and no default route,
+/// so a pod reaches the bridge (this machine) and the Service range through it, nothing else;
+/// `routed` (two nodes): the other node's pods too, through this machine.
+fn cni_conflist(node: &NodeLayout, routed: bool) -> String {
+    let mut routes = vec![serde_json::json!({"dst": SERVICE_RANGE})];
+    if routed {
+        routes.push(serde_json::json!({"dst": CLUSTER_CIDR}));
+    }
     serde_json::json!({
         "cniVersion": "1.0.0",
-        "name": "meshbench",
+        "name": node.network(),
         "plugins": [{
             "type": "bridge",
-            "bridge": BRIDGE,
+            "bridge": node.bridge,
             "isGateway": true,
             "isDefaultGateway": false,
             "ipMasq": false,
             "hairpinMode": true,
             "ipam": {
                 "type": "host-local",
-                "dataDir": dir.join("cni-ipam").display().to_string(),
-                "ranges": [[{"subnet": POD_SUBNET, "gateway": GATEWAY}]],
-                "routes": [{"dst": SERVICE_RANGE}]
+                "dataDir": node.dir().join("cni-ipam").display().to_string(),
+                "ranges": [[{"subnet": node.subnet, "gateway": node.gateway}]],
+                "routes": routes
             }
         }]
     })
     .to_string()
 }
 
+/// Packets between the nodes' bridges are forwarded whatever the machine's FORWARD policy
+/// (a machine with Docker drops them): a rule in chain `KUBE-MESHBENCH-FORWARD`, swept with
+/// the others.
+fn pods_forwarded_between_nodes() {
+    const CHAIN: &str = "KUBE-MESHBENCH-FORWARD";
+    let iptables = |args: &[&str]| {
+        let mut all = vec!["-w", "5", "-t", "filter"];
+        all.extend_from_slice(args);
+        run_ok("iptables", &all);
+    };
+    iptables(&["-N", CHAIN]);
+    iptables(&["-A", CHAIN, "-j", "ACCEPT"]);
+    iptables(&[
+        "-I",
+        "FORWARD",
+        "-s",
+        CLUSTER_CIDR,
+        "-d",
+        CLUSTER_CIDR,
+        "-j",
+        CHAIN,
+    ]);
+}
+
 /// containerd's defaults with what this machine needs: cgroupfs (no systemd),
 /// `restrict_oom_score_adj` (this sandbox may not lower oom_score_adj: without it every sandbox
 /// fails with runc's "can't get final child's PID from pipe: EOF"), the pause image built here,
 /// Debian's CNI plugins and our config, and every path under STATE but the socket.
-fn containerd_config(dir: &Path) -> String {
+fn containerd_config(dir: &Path, sock: &Path) -> String {
     let d = dir.display();
+    let sock = sock.display();
     format!(
         r#"version = 2
 root = "{d}/containerd/root"
 state = "{d}/containerd/state"
 [grpc]
-  address = "{CONTAINERD_SOCK}"
+  address = "{sock}"
 [plugins."io.containerd.internal.v1.opt"]
   path = "{d}/containerd/opt"
 [plugins."io.containerd.grpc.v1.cri"]
@@ -900,8 +1131,12 @@ state = "{d}/containerd/state"
 /// cgroup v1 machine unless told not to), loopback only, anonymous reads allowed (it listens
 /// on 127.0.0.1 only: /metrics/cadvisor for Prometheus), swap tolerated, no eviction surprises
 /// from a full disk, pod logs under STATE.
-fn kubelet_config_yaml(dir: &Path, port: u16) -> String {
+fn kubelet_config_yaml(node: &NodeLayout, port: u16) -> String {
+    let dir = node.dir();
     let d = dir.display();
+    let cgroup_root = node.cgroup_root();
+    let sock = node.containerd_sock();
+    let sock = sock.display();
     format!(
         r#"apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -910,10 +1145,10 @@ port: {port}
 readOnlyPort: 0
 healthzPort: 0
 cgroupDriver: cgroupfs
-cgroupRoot: /{CGROUP}
+cgroupRoot: {cgroup_root}
 failCgroupV1: false
 failSwapOn: false
-containerRuntimeEndpoint: unix://{CONTAINERD_SOCK}
+containerRuntimeEndpoint: unix://{sock}
 podLogsDir: {d}/pod-logs
 authentication:
   anonymous:
@@ -936,14 +1171,21 @@ imageGCLowThresholdPercent: 99
 /// The cluster's cgroup in every hierarchy (cpuset given its parent's CPUs and memory nodes),
 /// and the daemons' leaf in the tracking one.
 fn make_cgroups() {
+    // The second node's kubelet root (unused with one node) nests inside: swept with the tree.
+    let second = SECOND_NODE.cgroup_root();
+    let second = second.trim_start_matches('/');
     match cgroups() {
         Cgroups::V1(dirs) => {
             for d in dirs {
-                let g = d.join(CGROUP);
-                let _ = std::fs::create_dir_all(&g);
-                for f in ["cpuset.cpus", "cpuset.mems"] {
-                    if let Ok(v) = std::fs::read_to_string(d.join(f)) {
-                        let _ = std::fs::write(g.join(f), v.trim());
+                for (parent, g) in [
+                    (d.clone(), d.join(CGROUP)),
+                    (d.join(CGROUP), d.join(second)),
+                ] {
+                    let _ = std::fs::create_dir_all(&g);
+                    for f in ["cpuset.cpus", "cpuset.mems"] {
+                        if let Ok(v) = std::fs::read_to_string(parent.join(f)) {
+                            let _ = std::fs::write(g.join(f), v.trim());
+                        }
                     }
                 }
             }
@@ -957,6 +1199,12 @@ fn make_cgroups() {
             );
             let _ = std::fs::write(
                 g.join("cgroup.subtree_control"),
+                "+cpu +cpuset +memory +pids",
+            );
+            let g2 = Path::new("/sys/fs/cgroup").join(second);
+            let _ = std::fs::create_dir_all(&g2);
+            let _ = std::fs::write(
+                g2.join("cgroup.subtree_control"),
                 "+cpu +cpuset +memory +pids",
             );
         }
@@ -1055,9 +1303,12 @@ pub fn sweep() {
             unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
         }
     }
-    // 3. The bridge, the Services' and the kubelet's iptables chains, ip_forward as it was.
-    if Path::new("/sys/class/net").join(BRIDGE).exists() {
-        let _ = Command::new("ip").args(["link", "del", BRIDGE]).status();
+    // 3. The bridges, the Services', the kubelets' and the forwarding iptables chains,
+    //    ip_forward as it was.
+    for bridge in [BRIDGE, BRIDGE2] {
+        if Path::new("/sys/class/net").join(bridge).exists() {
+            let _ = Command::new("ip").args(["link", "del", bridge]).status();
+        }
     }
     for tool in ["iptables", "ip6tables"] {
         remove_kube_chains(tool);
@@ -1078,7 +1329,8 @@ pub fn sweep() {
         }
     }
     // 5. Files: containerd's socket directory (ours alone: a foreign containerd is refused),
-    //    the kubelet's log links, then STATE itself (images, etcd, logs).
+    //    the kubelet's log links, then STATE itself (images, etcd, logs; the second node's
+    //    containerd socket, root and state, its kubelet's directories).
     let sock_dir = Path::new(CONTAINERD_SOCK).parent().unwrap();
     for f in ["containerd.sock", "containerd.sock.ttrpc"] {
         let _ = std::fs::remove_file(sock_dir.join(f));
@@ -1133,23 +1385,24 @@ pub fn sweep() {
 }
 
 /// The kubelet listens on loopback only (its anonymous reads are for this machine alone), yet
-/// the API server dials the node's InternalIP, the bridge's address [`GATEWAY`], for a pod's
-/// logs, exec and port-forward. A NAT rule of this machine's own output (chain
-/// `KUBE-MESHBENCH-KUBELET`, swept with the others) leads `GATEWAY:port` to `127.0.0.1:port`;
+/// the API server dials the node's InternalIP, its bridge's address ([`GATEWAY`], [`GATEWAY2`]),
+/// for a pod's logs, exec and port-forward. A NAT rule of this machine's own output (chain
+/// `KUBE-MESHBENCH-KUBELET`, `...2` for the second node, swept with the others) leads
+/// `GATEWAY:port` to `127.0.0.1:port`;
 /// the pods' packets to that address come in through PREROUTING, which has no such rule, and
 /// are refused.
-fn kubelet_reached_from_this_machine(port: u16) {
-    const CHAIN: &str = "KUBE-MESHBENCH-KUBELET";
+fn kubelet_reached_from_this_machine(node: &NodeLayout, port: u16) {
+    let chain = node.kubelet_chain;
     let port = port.to_string();
     let iptables = |args: &[&str]| {
         let mut all = vec!["-w", "5", "-t", "nat"];
         all.extend_from_slice(args);
         run_ok("iptables", &all);
     };
-    iptables(&["-N", CHAIN]);
+    iptables(&["-N", chain]);
     iptables(&[
         "-A",
-        CHAIN,
+        chain,
         "-p",
         "tcp",
         "-j",
@@ -1161,13 +1414,13 @@ fn kubelet_reached_from_this_machine(port: u16) {
         "-A",
         "OUTPUT",
         "-d",
-        &format!("{GATEWAY}/32"),
+        &format!("{}/32", node.gateway),
         "-p",
         "tcp",
         "--dport",
         &port,
         "-j",
-        CHAIN,
+        chain,
     ]);
 }
 
@@ -1245,11 +1498,11 @@ fn shell_words(line: &str) -> Vec<String> {
 }
 
 /// What the kubelet set on a pod's cgroup: the CPU quota in cores (None: unlimited) and the
-/// memory limit in bytes. The pod's cgroup is `meshbench-k8s/kubepods[/QOS]/pod<UID>`.
+/// memory limit in bytes. The pod's cgroup is `meshbench-k8s[/node2]/kubepods[/QOS]/pod<UID>`.
 pub fn pod_cgroup_limits(uid: &str) -> Result<(Option<f64>, u64), String> {
     let find = |root: &Path| -> Option<PathBuf> {
         let name = format!("pod{uid}");
-        cgroup_dirs(&root.join(CGROUP).join("kubepods"))
+        cgroup_dirs(&root.join(CGROUP))
             .into_iter()
             .find(|d| d.file_name().is_some_and(|n| n.to_string_lossy() == name))
     };
@@ -1289,7 +1542,7 @@ pub fn pod_cgroup_limits(uid: &str) -> Result<(Option<f64>, u64), String> {
     }
 }
 
-/// The CPU quota in cores on one container's cgroup (`pod<UID>/<container id>`, the id without
+/// The CPU quota in cores on one container's cgroup (`pod<UID>/<container id>` on either node, the id without
 /// its `containerd://`), None: unlimited. A pod with a container or an init container without
 /// a CPU limit has no quota at the pod's level; its limited containers have theirs.
 pub fn container_cpu_quota(uid: &str, container_id: &str) -> Result<Option<f64>, String> {
@@ -1298,7 +1551,7 @@ pub fn container_cpu_quota(uid: &str, container_id: &str) -> Result<Option<f64>,
         Cgroups::V2 => ("/sys/fs/cgroup", false),
     };
     let name = format!("pod{uid}");
-    let pod = cgroup_dirs(&Path::new(root).join(CGROUP).join("kubepods"))
+    let pod = cgroup_dirs(&Path::new(root).join(CGROUP))
         .into_iter()
         .find(|d| d.file_name().is_some_and(|n| n.to_string_lossy() == name))
         .ok_or("no pod cgroup")?;
@@ -1327,11 +1580,14 @@ pub fn container_cpu_quota(uid: &str, container_id: &str) -> Result<Option<f64>,
     Ok(quota.map(|q| q / period))
 }
 
-/// The last lines a pod's containers wrote (the kubelet's pod logs under the state directory).
+/// The last lines a pod's containers wrote (a kubelet's pod logs under its node's directory).
 pub fn container_log(ns: &str, pod: &str) -> String {
-    let root = state().join("pod-logs");
     let mut out = String::new();
-    for e in std::fs::read_dir(&root).into_iter().flatten().flatten() {
+    let roots = [FIRST_NODE, SECOND_NODE].map(|n| n.dir().join("pod-logs"));
+    let entries = roots
+        .iter()
+        .flat_map(|root| std::fs::read_dir(root).into_iter().flatten().flatten());
+    for e in entries {
         let name = e.file_name().to_string_lossy().to_string();
         if name.starts_with(&format!("{ns}_{pod}_")) {
             for c in std::fs::read_dir(e.path()).into_iter().flatten().flatten() {

@@ -7,7 +7,9 @@
 //! - Deployment `contour`: `contour serve`, one replica, container `contour`;
 //! - Deployment `envoy`: an initContainer running `contour bootstrap` into an emptyDir, then the
 //!   `envoy` container on that bootstrap (its admin a unix socket in another emptyDir, its stats
-//!   and readiness on 8002 as Contour configures them), one replica;
+//!   and readiness on 8002 as Contour configures them), one replica; or, [`EnvoyAs::DaemonSet`],
+//!   DaemonSet `envoy` with the same pod on every node, as Contour's own
+//!   examples/contour/03-envoy.yaml runs it (rolled one node at a time);
 //! - Service `envoy` (ClusterIP here: the node has no load balancer) with `http` 80 -> 8080 and
 //!   `https` 443 -> 8443.
 //!
@@ -20,15 +22,19 @@
 //! certgen Job: the test's node is one machine); Contour's pod uses the host's network and a
 //! kubeconfig from a Secret, since the test's API server listens on loopback only (the node's
 //! pods reach nothing else of this machine but the bridge's address, where Contour's xDS
-//! listens) and so its Deployment is `Recreate` (two Contours cannot hold one host port);
+//! listens) and so its Deployment is `Recreate` (two Contours cannot hold one host port) and
+//! its readiness probe dials that address (on the second node the pod's IP is the other
+//! bridge's);
 //! Envoy has no shutdown-manager sidecar (nothing drains here) and a grace period of 2 s; one
 //! replica each and no anti-affinity (one node). The contract: [`ContourOnNode::install`]
-//! returns once both Deployments' rollouts are done (Envoy's pod Ready: Contour serves it).
+//! returns once both rollouts are done (every Envoy pod Ready: Contour serves it). The images
+//! go to every node's containerd, so a DaemonSet's pods start on each.
 
 use std::path::Path;
 use std::time::Duration;
 
 use meshbench_engine::Stop;
+use meshbench_k8s::borrowed::WorkloadKind;
 use meshbench_k8s::BlockingClient;
 use serde_json::{json, Value};
 
@@ -49,9 +55,35 @@ pub struct ContourOnNode {
     pub xds_port: u16,
 }
 
+/// How Envoy is deployed: as Contour's Deployment manifest has it, or as its DaemonSet one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EnvoyAs {
+    Deployment,
+    DaemonSet,
+}
+
+impl EnvoyAs {
+    pub fn kind(self) -> WorkloadKind {
+        match self {
+            EnvoyAs::Deployment => WorkloadKind::Deployment,
+            EnvoyAs::DaemonSet => WorkloadKind::DaemonSet,
+        }
+    }
+}
+
 impl ContourOnNode {
     /// Everything the module's header lists, on the node `c`; scratch files under `dir`.
     pub fn install(c: &TestCluster, k: &BlockingClient, dir: &Path) -> ContourOnNode {
+        ContourOnNode::install_as(c, k, dir, EnvoyAs::Deployment)
+    }
+
+    /// The same, Envoy deployed `envoy_as`.
+    pub fn install_as(
+        c: &TestCluster,
+        k: &BlockingClient,
+        dir: &Path,
+        envoy_as: EnvoyAs,
+    ) -> ContourOnNode {
         if let Some(e) = meshbench_lab::contour::unavailable() {
             panic!("{e}");
         }
@@ -81,12 +113,15 @@ impl ContourOnNode {
             .unwrap()
             .port();
         let kubeconfig = std::fs::read_to_string(&c.kubeconfig).unwrap();
-        for object in objects(xds_port, &kubeconfig) {
+        for object in objects(xds_port, &kubeconfig, envoy_as) {
             k.apply(&object).unwrap();
         }
         let stop = Stop::new();
-        for d in ["contour", "envoy"] {
-            k.wait_rollout(CONTOUR_NS, d, READY_WITHIN, &stop)
+        for (kind, name) in [
+            (WorkloadKind::Deployment, "contour"),
+            (envoy_as.kind(), "envoy"),
+        ] {
+            k.wait_rollout_of(kind, CONTOUR_NS, name, READY_WITHIN, &stop)
                 .unwrap_or_else(|e| panic!("{e}\n{}", logs(k)));
         }
         ContourOnNode { xds_port }
@@ -111,13 +146,16 @@ pub fn logs(k: &BlockingClient) -> String {
 /// The containers' `resources` of Deployment `projectcontour/name`, as the API server holds
 /// them, by container name.
 pub fn resources(k: &BlockingClient, name: &str) -> Vec<(String, Value)> {
+    resources_of(k, WorkloadKind::Deployment, name)
+}
+
+/// The containers' `resources` of the workload `projectcontour/name` of `kind`, as the API
+/// server holds them, by container name.
+pub fn resources_of(k: &BlockingClient, kind: WorkloadKind, name: &str) -> Vec<(String, Value)> {
     let d = k
-        .get_raw(
-            &format!("/apis/apps/v1/namespaces/{CONTOUR_NS}/deployments/{name}"),
-            name,
-        )
+        .get_raw(&kind.path(CONTOUR_NS, name), name)
         .unwrap()
-        .unwrap_or_else(|| panic!("no Deployment {CONTOUR_NS}/{name}"));
+        .unwrap_or_else(|| panic!("no {} {CONTOUR_NS}/{name}", kind.name()));
     d["spec"]["template"]["spec"]["containers"]
         .as_array()
         .unwrap()
@@ -132,7 +170,7 @@ pub fn resources(k: &BlockingClient, name: &str) -> Vec<(String, Value)> {
 }
 
 /// Contour's objects on the node, in the order they are applied.
-fn objects(xds_port: u16, kubeconfig: &str) -> Vec<Value> {
+fn objects(xds_port: u16, kubeconfig: &str, envoy_as: EnvoyAs) -> Vec<Value> {
     let ns = CONTOUR_NS;
     let free = || super::free_addr().port();
     let env_namespace = json!({"name": "CONTOUR_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}});
@@ -174,7 +212,7 @@ fn objects(xds_port: u16, kubeconfig: &str) -> Vec<Value> {
                             ],
                             "env": [env_namespace.clone()],
                             "ports": [{"name": "xds", "containerPort": xds_port}],
-                            "readinessProbe": {"tcpSocket": {"port": xds_port}, "periodSeconds": 1},
+                            "readinessProbe": {"tcpSocket": {"host": GATEWAY, "port": xds_port}, "periodSeconds": 1},
                             "volumeMounts": [{"name": "kubeconfig", "mountPath": "/kube", "readOnly": true}],
                         }],
                         "volumes": [{"name": "kubeconfig", "secret": {"secretName": "contour-kubeconfig", "defaultMode": 0o444}}],
@@ -182,70 +220,64 @@ fn objects(xds_port: u16, kubeconfig: &str) -> Vec<Value> {
                 },
             },
         }),
-        json!({
-            "apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": {"name": "envoy", "namespace": ns, "labels": {"app": "envoy"}},
-            "spec": {
-                "replicas": 1,
-                "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "10%"}},
-                "selector": {"matchLabels": {"app": "envoy"}},
-                "template": {
-                    "metadata": {"labels": {"app": "envoy"}},
-                    "spec": {
-                        "serviceAccountName": "envoy",
-                        "automountServiceAccountToken": false,
-                        "terminationGracePeriodSeconds": 2,
-                        "securityContext": {"runAsNonRoot": true, "runAsUser": NOBODY, "runAsGroup": NOBODY},
-                        "initContainers": [{
-                            "name": "envoy-initconfig",
-                            "image": CONTOUR_IMAGE,
-                            "imagePullPolicy": "Never",
-                            "command": ["/bin/contour"],
-                            "args": [
-                                "bootstrap", "/config/envoy.json",
-                                format!("--xds-address={GATEWAY}"),
-                                format!("--xds-port={xds_port}"),
-                                "--xds-resource-version=v3",
-                                "--resources-dir=/config/resources",
-                                "--admin-address=/admin/admin.sock",
-                            ],
-                            "env": [env_namespace.clone()],
-                            "volumeMounts": [{"name": "envoy-config", "mountPath": "/config"}],
-                        }],
-                        "containers": [{
-                            "name": "envoy",
-                            "image": ENVOY_IMAGE,
-                            "imagePullPolicy": "Never",
-                            "command": ["/usr/local/bin/envoy"],
-                            "args": [
-                                "-c", "/config/envoy.json",
-                                "--service-cluster", "$(CONTOUR_NAMESPACE)",
-                                "--service-node", "$(ENVOY_POD_NAME)",
-                                "--log-level", "info",
-                            ],
-                            "env": [
-                                env_namespace,
-                                {"name": "ENVOY_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-                            ],
-                            "ports": [
-                                {"name": "http", "containerPort": 8080},
-                                {"name": "https", "containerPort": 8443},
-                                {"name": "metrics", "containerPort": 8002},
-                            ],
-                            "readinessProbe": {"httpGet": {"path": "/ready", "port": 8002}, "periodSeconds": 1},
-                            "volumeMounts": [
-                                {"name": "envoy-config", "mountPath": "/config", "readOnly": true},
-                                {"name": "envoy-admin", "mountPath": "/admin"},
-                            ],
-                        }],
-                        "volumes": [
-                            {"name": "envoy-admin", "emptyDir": {}},
-                            {"name": "envoy-config", "emptyDir": {}},
+        envoy_workload(
+            envoy_as,
+            json!({
+                "metadata": {"labels": {"app": "envoy"}},
+                "spec": {
+                    "serviceAccountName": "envoy",
+                    "automountServiceAccountToken": false,
+                    "terminationGracePeriodSeconds": 2,
+                    "securityContext": {"runAsNonRoot": true, "runAsUser": NOBODY, "runAsGroup": NOBODY},
+                    "initContainers": [{
+                        "name": "envoy-initconfig",
+                        "image": CONTOUR_IMAGE,
+                        "imagePullPolicy": "Never",
+                        "command": ["/bin/contour"],
+                        "args": [
+                            "bootstrap", "/config/envoy.json",
+                            format!("--xds-address={GATEWAY}"),
+                            format!("--xds-port={xds_port}"),
+                            "--xds-resource-version=v3",
+                            "--resources-dir=/config/resources",
+                            "--admin-address=/admin/admin.sock",
                         ],
-                    },
+                        "env": [env_namespace.clone()],
+                        "volumeMounts": [{"name": "envoy-config", "mountPath": "/config"}],
+                    }],
+                    "containers": [{
+                        "name": "envoy",
+                        "image": ENVOY_IMAGE,
+                        "imagePullPolicy": "Never",
+                        "command": ["/usr/local/bin/envoy"],
+                        "args": [
+                            "-c", "/config/envoy.json",
+                            "--service-cluster", "$(CONTOUR_NAMESPACE)",
+                            "--service-node", "$(ENVOY_POD_NAME)",
+                            "--log-level", "info",
+                        ],
+                        "env": [
+                            env_namespace,
+                            {"name": "ENVOY_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                        ],
+                        "ports": [
+                            {"name": "http", "containerPort": 8080},
+                            {"name": "https", "containerPort": 8443},
+                            {"name": "metrics", "containerPort": 8002},
+                        ],
+                        "readinessProbe": {"httpGet": {"path": "/ready", "port": 8002}, "periodSeconds": 1},
+                        "volumeMounts": [
+                            {"name": "envoy-config", "mountPath": "/config", "readOnly": true},
+                            {"name": "envoy-admin", "mountPath": "/admin"},
+                        ],
+                    }],
+                    "volumes": [
+                        {"name": "envoy-admin", "emptyDir": {}},
+                        {"name": "envoy-config", "emptyDir": {}},
+                    ],
                 },
-            },
-        }),
+            }),
+        ),
         json!({
             "apiVersion": "v1", "kind": "Service",
             "metadata": {"name": "envoy", "namespace": ns},
@@ -258,4 +290,32 @@ fn objects(xds_port: u16, kubeconfig: &str) -> Vec<Value> {
             },
         }),
     ]
+}
+
+/// Envoy's workload around its pod `template`: a Deployment of one replica, or a DaemonSet
+/// (Contour's example rolls it 10 % of the nodes at a time: one node here).
+fn envoy_workload(envoy_as: EnvoyAs, template: Value) -> Value {
+    let selector = json!({"matchLabels": {"app": "envoy"}});
+    let metadata = json!({"name": "envoy", "namespace": CONTOUR_NS, "labels": {"app": "envoy"}});
+    match envoy_as {
+        EnvoyAs::Deployment => json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": metadata,
+            "spec": {
+                "replicas": 1,
+                "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "10%"}},
+                "selector": selector,
+                "template": template,
+            },
+        }),
+        EnvoyAs::DaemonSet => json!({
+            "apiVersion": "apps/v1", "kind": "DaemonSet",
+            "metadata": metadata,
+            "spec": {
+                "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "10%"}},
+                "selector": selector,
+                "template": template,
+            },
+        }),
+    }
 }
