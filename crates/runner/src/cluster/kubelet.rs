@@ -15,7 +15,9 @@
 //! A node that does not answer for a while (the route to the API server cut) only leaves a
 //! gap: the cumulative counters read after it still give the window's figures. A series is
 //! known by its labels (cAdvisor's `id` is the container's cgroup path), so a container that two
-//! kubelets report (two nodes sharing a machine's cgroup tree, as the suite's do) counts once.
+//! kubelets reported would count once. (The suite's two nodes share one machine's cgroup tree,
+//! yet each kubelet's cAdvisor names its own node's pods only, and the one series both report,
+//! the machine's root `/`, has no pod label for a role to select: docs/kubernetes.md.)
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
