@@ -13,11 +13,13 @@
 //! built for; `objects` types the custom resources meshbench writes (Istio's, the Gateway
 //! API's, Contour's) the same way, and `names` holds the names given in more than one place.
 //! `borrowed` reads and sets a container's `resources` in a workload a run does not own (the
-//! cluster's Contour), which `undo` puts back.
+//! cluster's Contour), which `undo` puts back. `detached` renders a run whose coordinator
+//! itself runs in the cluster (`--detach`).
 
 pub mod blocking;
 pub mod borrowed;
 pub mod cluster;
+pub mod detached;
 pub mod forward;
 pub mod names;
 pub mod objects;

@@ -268,6 +268,19 @@ pub struct ExperimentArgs {
     /// Print the steps and the total time, start nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// A file with `cluster:`: run its coordinator in the cluster, as a Job, and return; follow
+    /// it with `k8s attach`, bring its results home with `k8s fetch`, end it with `k8s stop`.
+    #[arg(long, conflicts_with = "dry_run")]
+    pub detach: bool,
+    /// With --detach: how long a finished run's results wait in the cluster to be fetched
+    /// before the coordinator removes them with its namespace, e.g. 24h.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "24h",
+        requires = "detach"
+    )]
+    pub keep_for: String,
     /// The results store (SQLite).
     #[arg(long, value_name = "FILE")]
     pub store: Option<PathBuf>,
@@ -407,6 +420,41 @@ pub enum K8sCommand {
     /// Print this node's kernel, CPU model and CPUs as JSON (a cluster run's check pods).
     #[command(hide = true)]
     NodeFacts,
+    /// Follow a detached run (`experiment FILE --detach`): its progress lines until it ends.
+    Attach(K8sDetachedArgs),
+    /// Bring a detached run's results into the local store, then remove it from the cluster.
+    Fetch(K8sFetchArgs),
+    /// Stop a detached run: it puts back what it changed and keeps what it measured for fetch.
+    Stop(K8sDetachedArgs),
+    /// The coordinator of a detached run, in its pod (the Job `--detach` makes runs this).
+    #[command(hide = true)]
+    Coordinator(K8sCoordinatorArgs),
+}
+
+/// Which detached run, on which cluster.
+#[derive(Debug, Args)]
+pub struct K8sDetachedArgs {
+    /// The run's namespace (the file's `cluster.namespace`).
+    pub namespace: String,
+    /// The kubeconfig (default: $KUBECONFIG, ~/.kube/config, or the pod's own account).
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct K8sFetchArgs {
+    #[command(flatten)]
+    pub run: K8sDetachedArgs,
+    /// The results store (SQLite) the run's experiments are added to.
+    #[arg(long, value_name = "FILE")]
+    pub store: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct K8sCoordinatorArgs {
+    /// How long the results wait to be fetched once the run has ended.
+    #[arg(long, value_name = "SECONDS")]
+    pub keep_secs: u64,
 }
 
 #[derive(Debug, Args)]

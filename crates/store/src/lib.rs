@@ -16,6 +16,7 @@
 //! (`BEGIN IMMEDIATE`, so none fails half-way for a lock), and a writer waits up to
 //! [`BUSY_TIMEOUT`] for another's transaction, which lasts milliseconds (one step).
 
+mod import;
 pub mod record;
 pub mod schema;
 

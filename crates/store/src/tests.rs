@@ -813,3 +813,56 @@ fn a_full_store_keeps_every_step_written_before_it_filled() {
     }
     std::fs::remove_dir_all(d).unwrap();
 }
+
+#[test]
+fn an_imported_store_reads_back_as_its_own_steps_under_new_ids() {
+    let d = dir("import");
+    // Theirs: one experiment of two steps (one failed), with samples and histograms.
+    let theirs_path = d.join("theirs.db");
+    let mut theirs = Store::open(&theirs_path).unwrap();
+    let id = theirs.begin_experiment(&new_experiment()).unwrap();
+    let first = theirs.add_step(id, &step(0)).unwrap();
+    let mut failed = StepRecord::new(1, step(1).params);
+    failed.fail(StepFailure::RigDidNotStart("no".into()));
+    theirs.add_step(id, &failed).unwrap();
+    theirs
+        .finish_experiment(id, ExperimentStatus::Done, "2026-12-02T00:01:00Z")
+        .unwrap();
+    drop(theirs);
+    // Ours already has a run, so every id moves.
+    let ours_path = d.join("ours.db");
+    let mut ours = Store::open(&ours_path).unwrap();
+    let before = ours.begin_experiment(&new_experiment()).unwrap();
+    ours.add_step(before, &step(0)).unwrap();
+    let imported = ours.import(&theirs_path).unwrap();
+    assert_eq!(imported.len(), 1);
+    assert_ne!(imported[0], id);
+    let theirs = Store::open(&theirs_path).unwrap();
+    let (want, got) = (theirs.steps(id).unwrap(), ours.steps(imported[0]).unwrap());
+    assert_eq!(want.len(), got.len());
+    for (w, g) in want.iter().zip(&got) {
+        assert_eq!(w.step.params, g.step.params);
+        assert_eq!(w.step.status, g.step.status);
+        assert_eq!(w.step.error, g.step.error);
+        assert_eq!(
+            serde_json::to_value(&w.step.result).unwrap(),
+            serde_json::to_value(&g.step.result).unwrap()
+        );
+        assert_eq!(w.step.usage, g.step.usage);
+        assert_eq!(ours.samples(g.id).unwrap(), theirs.samples(w.id).unwrap());
+    }
+    assert_eq!(
+        ours.histogram(got[0].id, "latency_us").unwrap(),
+        theirs.histogram(first, "latency_us").unwrap()
+    );
+    let row = ours.experiment(&imported[0].to_string()).unwrap();
+    assert_eq!((row.steps, row.status), (2, ExperimentStatus::Done));
+    // A file that is not a store is refused whole: nothing is added.
+    std::fs::write(
+        d.join("not.db"),
+        b"hello, this is not sqlite at all, not one bit",
+    )
+    .unwrap();
+    assert!(ours.import(&d.join("not.db")).is_err());
+    assert_eq!(ours.experiments().unwrap().len(), 2);
+}

@@ -57,7 +57,7 @@ pub fn dry_run(e: &Experiment, section: &Cluster, store_path: &Path) -> Result<u
     watcher.finish();
     let preflight = checked.map_err(|err| site_error(err, &signals))?;
     for (key, value) in preflight.versions() {
-        out!("# checked: {key}: {value}");
+        outln!("# checked: {key}: {value}");
     }
     Ok(exit::OK)
 }
@@ -192,7 +192,7 @@ impl Watcher {
 }
 
 /// Undoes the journals in `dir` whose runs have ended (their process is gone), one line each.
-fn restore_ended(dir: &Path) {
+pub(crate) fn restore_ended(dir: &Path) {
     for path in ended_journals(dir) {
         errln!(
             "meshbench: a cluster run ended without putting everything back ({}); doing it now",

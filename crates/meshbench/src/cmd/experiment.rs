@@ -27,6 +27,9 @@ pub fn execute(args: ExperimentArgs) -> Result<u8> {
         false => Provision::Install,
     };
     let e = load(&args.file, &args.set, provision)?;
+    if args.detach {
+        return super::detached::detach(&e, &args);
+    }
     if args.dry_run {
         out!("{}", describe_plan(&e, &Plan::compile(&e)));
         if let Some(section) = &e.cluster {

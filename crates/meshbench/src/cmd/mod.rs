@@ -7,6 +7,7 @@ pub mod backend;
 pub mod capacity;
 mod cluster;
 pub mod demo;
+mod detached;
 pub mod experiment;
 pub mod gen;
 pub mod k8s;
@@ -14,7 +15,7 @@ mod live;
 pub mod report;
 pub mod results;
 pub mod run;
-mod signals;
+pub(crate) mod signals;
 
 use anyhow::Result;
 
@@ -32,6 +33,10 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
         Command::K8s(crate::cli::K8sCommand::Run(args)) => k8s::run(*args),
         Command::K8s(crate::cli::K8sCommand::Restore(args)) => cluster::restore(args),
         Command::K8s(crate::cli::K8sCommand::NodeFacts) => cluster::node_facts(),
+        Command::K8s(crate::cli::K8sCommand::Attach(args)) => detached::attach(args),
+        Command::K8s(crate::cli::K8sCommand::Fetch(args)) => detached::fetch(args),
+        Command::K8s(crate::cli::K8sCommand::Stop(args)) => detached::stop(args),
+        Command::K8s(crate::cli::K8sCommand::Coordinator(args)) => detached::coordinator(args),
         Command::Experiment(args) => experiment::execute(args),
         Command::Results(c) => results::execute(c),
         Command::Compare(args) => answers::compare(args),

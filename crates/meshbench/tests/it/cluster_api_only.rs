@@ -24,17 +24,15 @@
 
 use crate::common;
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::cluster::{self, TestCluster, GATEWAY};
 use common::istio_node::IstioOnNode;
 use common::prometheus::{Prometheus, PrometheusOptions};
+use common::relay::Relay;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use meshbench_k8s::BlockingClient;
 use serde_json::Value;
@@ -65,8 +63,7 @@ fn ip(args: &[&str]) -> Result<(), String> {
 struct ApiOnly {
     /// The API server as the namespace reaches it.
     server: String,
-    stop: Arc<AtomicBool>,
-    relay: Option<std::thread::JoinHandle<()>>,
+    _relay: Relay,
 }
 
 impl ApiOnly {
@@ -106,28 +103,13 @@ impl ApiOnly {
             all.extend_from_slice(args);
             ip(&all).unwrap();
         }
-        let listener = TcpListener::bind((HOST_SIDE.1, 0)).unwrap();
-        let port = listener.local_addr().unwrap().port();
-        listener.set_nonblocking(true).unwrap();
-        let stop = Arc::new(AtomicBool::new(false));
-        let quit = stop.clone();
-        let relay = std::thread::spawn(move || {
-            while !quit.load(Ordering::Relaxed) {
-                match listener.accept() {
-                    Ok((inside, _)) => {
-                        let _ = inside.set_nonblocking(false);
-                        if let Ok(api) = TcpStream::connect(("127.0.0.1", api_port)) {
-                            pipe(inside, api);
-                        }
-                    }
-                    Err(_) => std::thread::sleep(Duration::from_millis(20)),
-                }
-            }
-        });
+        let relay = Relay::start(
+            SocketAddr::new(HOST_SIDE.1.parse().unwrap(), 0),
+            SocketAddr::from(([127, 0, 0, 1], api_port)),
+        );
         ApiOnly {
-            server: format!("https://{}:{port}", HOST_SIDE.1),
-            stop,
-            relay: Some(relay),
+            server: format!("https://{}", relay.addr()),
+            _relay: relay,
         }
     }
 
@@ -166,30 +148,9 @@ impl ApiOnly {
 
 impl Drop for ApiOnly {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(r) = self.relay.take() {
-            let _ = r.join();
-        }
         let _ = ip(&["netns", "del", NETNS]);
         let _ = ip(&["link", "del", HOST_SIDE.0]);
     }
-}
-
-/// Copies both ways between `a` and `b` until either closes.
-fn pipe(a: TcpStream, b: TcpStream) {
-    let copy = |mut from: TcpStream, mut to: TcpStream| {
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 32 * 1024];
-            while let Ok(n) = from.read(&mut buf) {
-                if n == 0 || to.write_all(&buf[..n]).is_err() {
-                    break;
-                }
-            }
-            let _ = to.shutdown(std::net::Shutdown::Write);
-        });
-    };
-    copy(a.try_clone().unwrap(), b.try_clone().unwrap());
-    copy(b, a);
 }
 
 fn preset() -> String {

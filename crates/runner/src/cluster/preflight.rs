@@ -464,6 +464,15 @@ enum Probe {
     Unschedulable(String),
 }
 
+/// Why `pod` will not start by itself (an image that cannot be pulled, a container that cannot
+/// be made, no node that takes it), if so: for a pod of meshbench's image other than a probe.
+pub fn cannot_start(pod: &Pod) -> Option<String> {
+    match judge(pod) {
+        Probe::Failed(why) | Probe::Unschedulable(why) => Some(why),
+        _ => None,
+    }
+}
+
 fn judge(pod: &Pod) -> Probe {
     let status = pod.status.clone().unwrap_or_default();
     match status.phase.as_deref() {

@@ -8,6 +8,7 @@ pub mod cluster;
 pub mod contour_node;
 pub mod istio_node;
 pub mod prometheus;
+pub mod relay;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};
