@@ -17,6 +17,7 @@ mod churn;
 mod cluster_api_only;
 mod cluster_attribution;
 mod cluster_contour;
+mod cluster_detached;
 mod cluster_experiment;
 mod cluster_stop;
 mod cluster_two_nodes;
