@@ -56,7 +56,7 @@ fn board(b: &Board) -> std::sync::MutexGuard<'_, Shared> {
 
 /// A line into the pod's log and the buffer.
 fn say(b: &Board, line: String) {
-    println!("{line}");
+    outln!("{line}");
     board(b).lines.push(line);
 }
 
@@ -283,6 +283,6 @@ fn delete_own_namespace() {
             Ok(())
         });
     if let Err(e) = deleted {
-        println!("meshbench: warning: the namespace could not be deleted: {e:#}");
+        outln!("meshbench: warning: the namespace could not be deleted: {e:#}");
     }
 }

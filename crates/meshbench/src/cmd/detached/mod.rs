@@ -136,9 +136,9 @@ fn wait_running(client: &BlockingClient, namespace: &str) -> Result<()> {
     }
 }
 
-/// The coordinator of the run in `run.namespace`, reached: the client and a port-forward to
-/// its control port. A run that is not there is one line (exit 1).
-fn reach(run: &K8sDetachedArgs) -> Result<(BlockingClient, Forward)> {
+/// The coordinator of the run in `run.namespace`, reached: a port-forward to its control port
+/// (it has its own client). A run that is not there is one line (exit 1).
+fn reach(run: &K8sDetachedArgs) -> Result<Forward> {
     let namespace = coordinator_namespace(&run.namespace).ok_or_else(|| {
         usage(format!(
             "{}: too long to be a run's namespace",
@@ -164,8 +164,7 @@ fn reach(run: &K8sDetachedArgs) -> Result<(BlockingClient, Forward)> {
             (phase == "Running").then(|| p.metadata.name.clone())?
         });
         if let Some(pod) = running {
-            let forward = client.port_forward(&namespace, &pod, CONTROL_PORT)?;
-            return Ok((client, forward));
+            return Ok(client.port_forward(&namespace, &pod, CONTROL_PORT)?);
         }
         if began.elapsed() >= REACH_WITHIN {
             return Err(anyhow!(
@@ -184,7 +183,7 @@ fn follow(run: &K8sDetachedArgs, within: Option<Duration>) -> Result<Option<u8>>
     let signals = Signals::install()?;
     let began = Instant::now();
     let mut printed = 0;
-    let (mut _client, mut forward) = reach(run)?;
+    let mut forward = reach(run)?;
     loop {
         let polled = control::status(forward.addr()).and_then(|status| {
             let lines = control::lines(forward.addr(), printed)?;
@@ -201,7 +200,7 @@ fn follow(run: &K8sDetachedArgs, within: Option<Duration>) -> Result<Option<u8>>
                 }
             }
             // The pod restarted or the stream broke: reached again (or why not).
-            Err(_) => (_client, forward) = reach(run)?,
+            Err(_) => forward = reach(run)?,
         }
         if within.is_some_and(|w| began.elapsed() >= w) {
             return Err(anyhow!(
@@ -227,7 +226,7 @@ pub fn attach(run: K8sDetachedArgs) -> Result<u8> {
 
 /// `k8s stop NS`: asks the run to stop, and follows it until it has put everything back.
 pub fn stop(run: K8sDetachedArgs) -> Result<u8> {
-    let (_client, forward) = reach(&run)?;
+    let forward = reach(&run)?;
     control::call(forward.addr(), "POST", "/stop").context("asking the run to stop")?;
     drop(forward);
     let code = follow(&run, Some(STOPPED_WITHIN))?;
@@ -246,7 +245,7 @@ pub fn fetch(args: K8sFetchArgs) -> Result<u8> {
         .store
         .clone()
         .unwrap_or_else(meshbench_store::default_path);
-    let (_client, forward) = reach(&args.run)?;
+    let forward = reach(&args.run)?;
     let status = control::status(forward.addr())?;
     if status.state == RunState::Running {
         return Err(anyhow!(
