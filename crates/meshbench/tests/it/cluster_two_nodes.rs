@@ -22,8 +22,13 @@
 //!    field, and rolls every node's Envoy back; the stored step has read the backend from the
 //!    second node's kubelet and the gateway from both (its CPU the sum of two Envoys), and
 //!    counted both Envoys' requests (`proxy.pods` 2, at least every request sent).
+//! 4. Per-hop attribution across the nodes (a test of its own, Istio installed as
+//!    common/istio_node.rs does it): twopods at `[both]`, the agent and its sidecar on the
+//!    first node, the backend and its sidecar on the second, every request tagged: each hop's
+//!    clock is its pod's node, and the offset estimated between the two nodes' clocks (one
+//!    machine, one clock) holds 0 within its bound.
 //!
-//! Where a kubelet cannot run, the test fails with `node_unavailable()`'s reason.
+//! Where a kubelet cannot run, the tests fail with `node_unavailable()`'s reason.
 
 use crate::cluster_experiment::{assert_gone, command, dry_run, IMAGE, RUN_WITHIN};
 use crate::common;
@@ -37,18 +42,22 @@ use std::time::{Duration, Instant};
 
 use common::cluster::{self, TestCluster, NODE, NODE2};
 use common::contour_node::{self, ContourOnNode, EnvoyAs, CONTOUR_NS};
+use common::istio_node::IstioOnNode;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use meshbench_k8s::borrowed::WorkloadKind;
 use meshbench_k8s::BlockingClient;
+use meshbench_results::attribution::{Attribution, Node as Hop, Seen};
+use meshbench_results::ChainRole;
 use serde_json::{json, Value};
 
 const PRESET: &str = "cluster-contour.yaml";
 /// The label only the second node has; the system under test's node selector names it.
 const POOL: (&str, &str) = ("meshbench-test/pool", "sut");
 
-/// The two nodes' settings and a small sweep of Envoy's CPU: 2 domains x 2 paths, an open
-/// loop over 16 connections (Services spread connections, not requests, over the Envoys).
-fn sets(c: &TestCluster, namespace: &str, cpus: &str) -> Vec<String> {
+/// Where every run here puts its pods, and how it reaches them: the system under test on the
+/// second node, the agents kept off it, no coordinator and no Prometheus (port-forwards, the
+/// kubelets through the API server).
+fn placed_sets(c: &TestCluster, namespace: &str) -> Vec<String> {
     vec![
         format!("cluster.kubeconfig={}", c.kubeconfig.display()),
         format!("cluster.namespace={namespace}"),
@@ -62,12 +71,50 @@ fn sets(c: &TestCluster, namespace: &str, cpus: &str) -> Vec<String> {
             POOL.0, POOL.1
         ),
         "cluster.rollout_timeout_secs=90".into(),
-        "cluster.contour.envoy_kind=DaemonSet".into(),
         "agents.count=1".into(),
-        "duration_secs=8".into(),
-        "warmup_secs=3".into(),
         "cooldown_secs=0".into(),
         "sample_interval_ms=1000".into(),
+        "limits.proxy.memory_mib=256".into(),
+    ]
+}
+
+/// The two nodes, the second labelled for the system under test.
+fn two_nodes() -> (TestCluster, BlockingClient) {
+    let c = TestCluster::with_two_nodes();
+    let k = BlockingClient::from_kubeconfig(&c.kubeconfig).unwrap();
+    let nodes: BTreeSet<String> = k
+        .list_cluster_scoped::<Node>()
+        .unwrap()
+        .into_iter()
+        .filter_map(|n| n.metadata.name)
+        .collect();
+    assert_eq!(
+        nodes,
+        BTreeSet::from([NODE.to_string(), NODE2.to_string()]),
+        "the cluster's nodes"
+    );
+    eprintln!(
+        "two nodes Ready in {:.1} s (the cluster's start)",
+        c.started_in.as_secs_f64()
+    );
+    // `/` in a label's key is `~1` in a JSON pointer.
+    k.json_patch(
+        &format!("/api/v1/nodes/{NODE2}"),
+        "the second node's labels",
+        &json!([{"op": "add", "path": format!("/metadata/labels/{}", POOL.0.replace('/', "~1")), "value": POOL.1}]),
+    )
+    .unwrap();
+    (c, k)
+}
+
+/// The two nodes' settings and a small sweep of Envoy's CPU: 2 domains x 2 paths, an open
+/// loop over 16 connections (Services spread connections, not requests, over the Envoys).
+fn sets(c: &TestCluster, namespace: &str, cpus: &str) -> Vec<String> {
+    let mut sets = placed_sets(c, namespace);
+    sets.extend([
+        "cluster.contour.envoy_kind=DaemonSet".to_string(),
+        "duration_secs=8".into(),
+        "warmup_secs=3".into(),
         "gateway.domains=2".into(),
         "gateway.paths=2".into(),
         "load.mode=open".into(),
@@ -75,10 +122,10 @@ fn sets(c: &TestCluster, namespace: &str, cpus: &str) -> Vec<String> {
         "load.connections=[16]".into(),
         "load.timeout_ms=2000".into(),
         format!("limits.proxy.cpus={cpus}"),
-        "limits.proxy.memory_mib=256".into(),
         "limits.control_plane.cpus=[0.5]".into(),
         "limits.control_plane.memory_mib=256".into(),
-    ]
+    ]);
+    sets
 }
 
 /// Envoy's DaemonSet's and Contour's Deployment's containers' `resources`, by workload and
@@ -265,30 +312,7 @@ fn on_two_nodes_the_agents_and_the_system_under_test_part_and_each_nodes_envoy_i
         panic!("a real Kubernetes node cannot run here: {why}");
     }
     let dir = common::scratch_dir("cluster-two-nodes");
-    let c = TestCluster::with_two_nodes();
-    let k = BlockingClient::from_kubeconfig(&c.kubeconfig).unwrap();
-    let nodes: BTreeSet<String> = k
-        .list_cluster_scoped::<Node>()
-        .unwrap()
-        .into_iter()
-        .filter_map(|n| n.metadata.name)
-        .collect();
-    assert_eq!(
-        nodes,
-        BTreeSet::from([NODE.to_string(), NODE2.to_string()]),
-        "the cluster's nodes"
-    );
-    eprintln!(
-        "two nodes Ready in {:.1} s (the cluster's start)",
-        c.started_in.as_secs_f64()
-    );
-    // `/` in a label's key is `~1` in a JSON pointer.
-    k.json_patch(
-        &format!("/api/v1/nodes/{NODE2}"),
-        "the second node's labels",
-        &json!([{"op": "add", "path": format!("/metadata/labels/{}", POOL.0.replace('/', "~1")), "value": POOL.1}]),
-    )
-    .unwrap();
+    let (c, k) = two_nodes();
     let store = dir.join("results.db");
 
     // 0. Before Contour is there: each step's change of the DaemonSet, and what is missing.
@@ -520,6 +544,85 @@ fn on_two_nodes_the_agents_and_the_system_under_test_part_and_each_nodes_envoy_i
         "killed run: step 1 ok, {sent} requests, two Envoys {cpu:.0} millicores and {counted} requests counted, the backend {:.0} millicores on {NODE2}; put back in {:.0} s in all",
         backend["cpu_millicores_avg"].as_f64().unwrap_or(0.0),
         began.elapsed().as_secs_f64()
+    );
+    c.stop();
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Each hop's clock is its pod's node: the agent's sidecar on the first node, the backend's on
+/// the second, and the offset estimated between them from the crossings of the link between
+/// the sidecars holds 0 within its bound (one machine, one clock).
+#[test]
+fn attribution_across_two_nodes_names_each_nodes_clock_and_finds_them_one() {
+    if let Some(why) = cluster::node_unavailable() {
+        panic!("a real Kubernetes node cannot run here: {why}");
+    }
+    let dir = common::scratch_dir("cluster-two-nodes-attribution");
+    let (c, k) = two_nodes();
+    c.load_meshbench_image(IMAGE);
+    let began = Instant::now();
+    let _istio = IstioOnNode::install(&c, &k, &dir);
+    eprintln!("istiod ready in {:.0} s", began.elapsed().as_secs_f64());
+    let store = dir.join("results.db");
+    let namespace = "two-nodes-attr";
+    let mut sets = placed_sets(&c, namespace);
+    sets.extend([
+        "topologies=[both]".to_string(),
+        "attribution.sample=1".into(),
+        "load.rate_rps=[100]".into(),
+        "load.connections=[4]".into(),
+        "duration_secs=5".into(),
+        "warmup_secs=2".into(),
+        "limits.proxy.cpus=[0.5]".into(),
+        "backend.threads=1".into(),
+    ]);
+    let began = Instant::now();
+    let out = crate::cluster_experiment::wait_with_limit(
+        crate::cluster_experiment::start("cluster-twopods.yaml", &store, &sets),
+        RUN_WITHIN,
+    );
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "{err}");
+    assert_gone(&k, namespace, &store);
+    let doc = common::export_json(&store);
+    let step = &doc["steps"][0];
+    assert_eq!(step["status"], "ok", "{}", step["error"]);
+    let a: Attribution = serde_json::from_value(step["attribution"].clone())
+        .unwrap_or_else(|e| panic!("its attribution: {e}: {}", step["attribution"]));
+    let seen: Vec<(ChainRole, Seen)> = a.path.iter().map(|h| (h.role, h.seen)).collect();
+    assert_eq!(
+        seen,
+        [
+            (ChainRole::ClientProxy, Seen::PerRequest),
+            (ChainRole::ServerProxy, Seen::PerRequest)
+        ]
+    );
+    assert!(a.sampled >= 450, "{} sampled", a.sampled);
+    for k in &a.clocks {
+        eprintln!(
+            "clock {:?} ({}) -> {:?} ({}): {} ns ± {} ns over {} requests",
+            k.from, k.from_clock, k.to, k.to_clock, k.offset_ns, k.bound_ns, k.requests
+        );
+    }
+    let apart = a
+        .clocks
+        .iter()
+        .find(|k| k.to == Hop::Hop(ChainRole::ServerProxy))
+        .unwrap_or_else(|| panic!("no clock estimate to the server sidecar: {:?}", a.clocks));
+    assert_eq!(apart.from, Hop::Hop(ChainRole::ClientProxy));
+    assert_eq!(
+        (apart.from_clock.as_str(), apart.to_clock.as_str()),
+        (NODE, NODE2),
+        "each hop's clock is its pod's node"
+    );
+    assert!(
+        apart.offset_ns.unsigned_abs() <= apart.bound_ns && apart.bound_ns <= 1_000_000,
+        "one machine's clock, seen from two nodes: {apart:?}"
+    );
+    eprintln!(
+        "attribution across two nodes in {:.0} s: {} requests split",
+        began.elapsed().as_secs_f64(),
+        a.sampled
     );
     c.stop();
     let _ = std::fs::remove_dir_all(dir);
