@@ -558,7 +558,7 @@ impl TestCluster {
         }
         // Every kubelet started before any is waited for: the nodes come up side by side.
         for node in nodes {
-            self.start_kubelet(node, two);
+            self.start_node(node, two);
         }
         let kc = self.kubeconfig.clone();
         for node in nodes {
@@ -623,7 +623,7 @@ impl TestCluster {
 
     /// One node's bridge, containerd (the pause image imported) and kubelet, started (not yet
     /// waited for); `routed`: its pods get a route to every node's pods ([`CLUSTER_CIDR`]).
-    fn start_kubelet(&mut self, node: &NodeLayout, routed: bool) {
+    fn start_node(&mut self, node: &NodeLayout, routed: bool) {
         let dir = node.dir();
         std::fs::create_dir_all(&dir).unwrap();
         // The bridge and its address exist before the first pod, so a coordinator can listen
@@ -713,7 +713,7 @@ impl TestCluster {
             // has pod-level series only.
             args.push(format!("--containerd={}", sock.display()));
         }
-        self.spawn(&node.daemon("kubelet"), &bins_kubelet(), &args);
+        self.spawn(&node.daemon("kubelet"), &k8s_bin().join("kubelet"), &args);
     }
 
     /// Starts a daemon: output in `logs/NAME.log`, pid in `pids/NAME.pid`, in the tracking
@@ -1003,11 +1003,6 @@ fn node_ready(kubeconfig: &Path, name: &str) -> bool {
         .and_then(|n| n.spec?.taints)
         .is_none_or(|t| t.is_empty());
     ready && untainted
-}
-
-/// The kubelet's binary.
-fn bins_kubelet() -> PathBuf {
-    k8s_bin().join("kubelet")
 }
 
 /// `ctr` against a node's containerd at `sock`, namespace k8s.io (the CRI's).
