@@ -30,7 +30,9 @@ Method: docs/answers.md.";
 #[command(
     name = "meshbench",
     version,
-    about = "Measures what a gateway, reverse proxy or service-mesh data plane costs and how far it scales"
+    about = "Measures what a gateway, reverse proxy or service-mesh data plane costs and how far it scales",
+    // Help wraps to the terminal, and to 100 columns at most (and where there is no terminal).
+    max_term_width = 100
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -339,6 +341,7 @@ pub struct ExportArgs {
     /// Experiment id, name (its newest run) or `latest`.
     #[arg(default_value = "latest")]
     pub experiment: String,
+    /// What to write.
     #[arg(long, value_enum, default_value = "csv")]
     pub format: ExportFormat,
     /// Where to write: a file for csv and json (stdout without it), a directory for fortio.
@@ -378,6 +381,7 @@ pub struct K8sPlanFlags {
     /// Prefix of every object's name.
     #[arg(long, default_value = "meshbench")]
     pub name: String,
+    /// The namespace the objects go in (it must exist).
     #[arg(long, default_value = "default")]
     pub namespace: String,
     /// CPU of each agent (requests = limits), e.g. 2 or 500m.
@@ -477,10 +481,10 @@ pub struct K8sRunArgs {
     /// Where this coordinator listens for its agents.
     #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:7700")]
     pub listen: String,
-    /// HOST:PORT the agents dial (default: this machine's address towards the API server and
-    /// the --listen port).
+    /// HOST:PORT the agents dial (default: the --listen address, when it is not every address).
     #[arg(long, value_name = "HOST:PORT")]
     pub advertise: Option<String>,
+    /// The kubeconfig (default: $KUBECONFIG, ~/.kube/config, or the pod's own account).
     #[arg(long, value_name = "FILE")]
     pub kubeconfig: Option<PathBuf>,
     /// How long the agent pods may take to be ready (and then to dial in), e.g. 2m.
@@ -684,9 +688,13 @@ fn parse_hostile(s: &str) -> Result<meshbench_backend::Hostile, String> {
 
 #[derive(Debug, Args)]
 pub struct DemoArgs {
-    /// Directory for the results store and the CSV.
+    /// Directory for the Istio-style CSV.
     #[arg(long, default_value = "meshbench-demo")]
     pub out: PathBuf,
+    /// The results store (SQLite; default: every command's, so that `results`, `compare` and
+    /// `report` find the demo's experiment with no flag).
+    #[arg(long, value_name = "FILE")]
+    pub store: Option<PathBuf>,
     /// Override a key of the embedded experiment, e.g. --set duration_secs=10.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub set: Vec<String>,

@@ -45,7 +45,10 @@ pub fn load_for(
         0 => load.connections,
         pool => pool,
     } as usize;
-    if e.load.connection_pool > 0 {
+    // A pool's `connections` cap the requests in flight of a closed loop; an open loop (a
+    // capacity search probing rates over a closed-loop file) takes the pool as its connections
+    // and its rate sets what is in flight.
+    if e.load.connection_pool > 0 && !matches!(load.offer, Offer::Open { .. }) {
         o.pace.concurrency = Some(load.connections as usize);
     }
     o.timeout = Duration::from_millis(e.load.timeout_ms);

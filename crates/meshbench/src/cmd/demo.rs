@@ -4,8 +4,8 @@
 //! its fallback, only where that fails: one line says why), and behind a client and a server sidecar talking mutual TLS, at three rates;
 //! it runs as any experiment does and prints the same headline: what the sidecars add per
 //! percentile, each with its interval and whether it is more than noise (the one verdict of
-//! `analysis::verdict`), and what they cost in CPU and memory. Results go to a store and
-//! an Istio-style CSV in `--out`.
+//! `analysis::verdict`), and what they cost in CPU and memory. Results go to the default store
+//! (as any experiment's), an Istio-style CSV to `--out`.
 
 use anyhow::{Context, Result};
 
@@ -34,7 +34,12 @@ pub fn execute(args: DemoArgs) -> Result<u8> {
     super::experiment::announce_stand_ins(&mut e, meshbench_runner::setup::Provision::Install);
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("cannot create {}", args.out.display()))?;
-    let store_path = args.out.join("results.db");
+    // The store every later command reads by default: after the demo, `meshbench results show
+    // latest` (and `compare`, `report`) find its experiment as printed in the README.
+    let store_path = args
+        .store
+        .clone()
+        .unwrap_or_else(meshbench_store::default_path);
     let (done, code) = super::experiment::run(
         &e,
         &store_path,

@@ -171,7 +171,7 @@ fn sets(kubeconfig: &Path, namespace: &str) -> Vec<String> {
         "cluster.agent_memory=256Mi".into(),
         "cluster.rollout_timeout_secs=90".into(),
         "agents.count=2".into(),
-        "duration_secs=20".into(),
+        "duration_secs=12".into(),
         "warmup_secs=3".into(),
         "cooldown_secs=0".into(),
         "sample_interval_ms=1000".into(),

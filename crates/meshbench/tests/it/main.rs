@@ -50,6 +50,7 @@ mod metrics;
 mod nginx;
 mod open_loop_churn;
 mod protocols;
+mod readme;
 mod remote_write;
 mod run_backend;
 mod self_check;

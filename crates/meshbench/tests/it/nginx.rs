@@ -180,6 +180,8 @@ fn demo_measures(program: &str, envoy: Option<&str>) {
         "--quiet",
         "--out",
         dir.to_str().unwrap(),
+        "--store",
+        dir.join("results.db").to_str().unwrap(),
     ]);
     if let Some(path) = envoy {
         cmd.env("MESHBENCH_ENVOY", path);

@@ -1,0 +1,101 @@
+//! A new user's first hour, as README.md prints it: the demo first (the set-up's first
+//! command, shortened), then every `console` block of the README in order, run by trycmd as
+//! printed (each line `$ meshbench ...`, its output elided, each exit 0). The blocks marked
+//! `console,ignore` need what this machine has not (a cluster: docs/kubernetes.md's tests run
+//! those). The commands run in a directory whose `examples/` is the repository's, with a
+//! default store of their own (XDG_DATA_HOME), as after `cargo install` on a fresh machine.
+//!
+//! And `--help`: every command's fits 100 columns, and every flag it shows has a sentence.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use clap::CommandFactory;
+
+use crate::common;
+
+#[test]
+fn the_readmes_commands_run_as_printed_after_the_demo() {
+    let dir = common::scratch_dir("readme");
+    let data_home = dir.join("data");
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    // The set-up's first command, shorter: its experiment, under its name, in the default store.
+    let demo = Command::new(common::bin())
+        .args([
+            "demo",
+            "--quiet",
+            "--set",
+            "duration_secs=2",
+            "--set",
+            "load.rate_rps=[500]",
+        ])
+        .env("XDG_DATA_HOME", &data_home)
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        demo.status.success(),
+        "{}",
+        String::from_utf8_lossy(&demo.stderr)
+    );
+    // trycmd runs a `NAME.md` case in `NAME.in/` where there is one.
+    let cwd = dir.join("readme.in");
+    std::fs::create_dir_all(&cwd).unwrap();
+    std::os::unix::fs::symlink(
+        repo.join("examples").canonicalize().unwrap(),
+        cwd.join("examples"),
+    )
+    .unwrap();
+    std::fs::copy(repo.join("README.md"), dir.join("readme.md")).unwrap();
+    trycmd::TestCases::new()
+        .register_bin("meshbench", Path::new(common::bin()))
+        .env("XDG_DATA_HOME", data_home.display().to_string())
+        .timeout(Duration::from_secs(600))
+        .case(dir.join("readme.md"));
+}
+
+#[test]
+fn every_help_fits_100_columns_and_every_flag_says_what_it_does() {
+    let mut commands = vec![(Vec::<String>::new(), meshbench::cli::Cli::command())];
+    let mut checked = 0;
+    let mut problems = Vec::new();
+    while let Some((path, command)) = commands.pop() {
+        if command.is_hide_set() {
+            continue;
+        }
+        for arg in command.get_arguments() {
+            let name = arg.get_id().as_str();
+            if arg.is_hide_set() || ["help", "version"].contains(&name) {
+                continue;
+            }
+            if arg.get_help().is_none() && arg.get_long_help().is_none() {
+                problems.push(format!(
+                    "`meshbench {}`: {name} has no help text",
+                    path.join(" ")
+                ));
+            }
+        }
+        let mut args = path.clone();
+        args.push("--help".into());
+        let out = Command::new(common::bin()).args(&args).output().unwrap();
+        assert!(out.status.success(), "{args:?}");
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            if line.chars().count() > 100 {
+                problems.push(format!(
+                    "`meshbench {}`: a line of {} columns: {line}",
+                    args.join(" "),
+                    line.chars().count()
+                ));
+            }
+        }
+        checked += 1;
+        for sub in command.get_subcommands() {
+            let mut p = path.clone();
+            p.push(sub.get_name().to_string());
+            commands.push((p, sub.clone()));
+        }
+    }
+    assert!(checked > 20, "only {checked} commands");
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
