@@ -128,7 +128,16 @@ pub fn missing_programs(e: &Experiment) -> Vec<String> {
         tunnels,
         gateway,
     } = Sections::used(e);
-    [
+    // A list of gateways takes no fallback: what is missing is left out of the list instead.
+    let runnable: Vec<String> = e
+        .gateway
+        .kinds
+        .iter()
+        .filter(|k| ProgramSpec::from(**k).unavailable().is_none())
+        .map(|k| k.to_string())
+        .collect();
+    let listed = e.gateway.kinds.len() > 1;
+    let mut lines = [
         ("proxy", proxies, program_spec(&e.proxy)),
         ("tunnel", tunnels, program_spec(&e.tunnel)),
     ]
@@ -150,6 +159,7 @@ pub fn missing_programs(e: &Experiment) -> Vec<String> {
         };
         // A fallback stands in only for a program that is not installed (Envoy).
         let instead = match spec.program {
+            _ if section == "gateway" && listed => String::new(),
             Program::Envoy => format!(
                 "; or name a program to measure in its place (`fallback: nginx` in the file's {section} section)"
             ),
@@ -168,7 +178,17 @@ pub fn missing_programs(e: &Experiment) -> Vec<String> {
             .flatten()
             .map(|why| format!("control_plane: {why}")),
     )
-    .collect()
+    .collect::<Vec<String>>();
+    // Said once, after the list's last missing gateway.
+    if let Some(last) = lines.iter_mut().rev().find(|l| l.starts_with("gateway:")) {
+        if listed && !runnable.is_empty() {
+            last.push_str(&format!(
+                "; or run the others: --set 'gateway.type=[{}]'",
+                runnable.join(", ")
+            ));
+        }
+    }
+    lines
 }
 
 /// The version line of each program the experiment starts.

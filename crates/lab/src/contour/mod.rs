@@ -24,7 +24,6 @@ pub const VERSION: &str = "v1.33.8";
 /// Where the gateway plan's objects live: the HTTPProxies, the Secrets they name and the
 /// backend's Service (a user's application namespace; Contour itself has none here).
 pub const NAMESPACE: &str = "meshbench";
-const INSTALL_HINT: &str = "run scripts/install-contour.sh (contour from its Go module) and scripts/install-k8s.sh (etcd and kube-apiserver)";
 
 /// What went wrong in Contour's parts, beyond starting a process ([`LabError`] says that).
 #[derive(Debug, thiserror::Error)]
@@ -69,10 +68,11 @@ fn crds() -> PathBuf {
 /// What the Contour gateway needs that is not installed here, as one error naming it all and
 /// the scripts that install it; None when everything is there.
 pub fn unavailable() -> Option<LabError> {
-    let missing = crate::kube::missing_beside(&[binary(), crds()]);
+    let own = [binary(), crds()];
+    let missing = crate::kube::missing_beside(&own);
     (!missing.is_empty()).then(|| LabError::Missing {
         program: "contour".into(),
-        hint: format!("missing {}; {INSTALL_HINT}", missing.join(", ")),
+        hint: crate::kube::missing_hint(&own, &missing, "scripts/install-contour.sh"),
     })
 }
 

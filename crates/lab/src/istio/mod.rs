@@ -60,7 +60,6 @@ pub const ISTIOD_ENV: &[(&str, &str)] = &[
     ("PILOT_ENABLE_ALPN_FILTER", "false"),
     ("PILOT_ENABLE_METADATA_EXCHANGE", "false"),
 ];
-const INSTALL_HINT: &str = "run scripts/install-istio.sh (istiod and pilot-agent from istio.io/istio) and scripts/install-k8s.sh (etcd and kube-apiserver)";
 
 /// What went wrong in Istio's parts, beyond starting a process ([`LabError`] says that).
 #[derive(Debug, thiserror::Error)]
@@ -134,7 +133,7 @@ pub fn unavailable() -> Option<LabError> {
     let missing = crate::kube::missing_beside(&own);
     (!missing.is_empty()).then(|| LabError::Missing {
         program: "istio".into(),
-        hint: format!("missing {}; {INSTALL_HINT}", missing.join(", ")),
+        hint: crate::kube::missing_hint(&own, &missing, "scripts/install-istio.sh"),
     })
 }
 

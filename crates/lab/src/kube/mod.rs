@@ -29,6 +29,26 @@ pub fn k8s_bin() -> PathBuf {
 /// What a control plane in the lab needs that is not here: those of `own` (its binaries and
 /// files) that are missing, then the API server's (kube-apiserver, etcd) and Envoy; each named
 /// as the message that asks for it names it.
+/// What a program the lab runs beside an API server lacks, in one short line: the first file
+/// missing and how many more, and the scripts that install them (`script` for its own files,
+/// scripts/install-k8s.sh too when the API server's parts are among them).
+pub fn missing_hint(own: &[PathBuf], missing: &[String], script: &str) -> String {
+    let first = match missing {
+        [] => String::new(),
+        [one] => one.clone(),
+        [first, rest @ ..] => format!("{first} and {} more", rest.len()),
+    };
+    let k8s_too = missing
+        .iter()
+        .any(|m| !own.iter().any(|o| o.display().to_string() == *m));
+    let k8s = if k8s_too {
+        " and scripts/install-k8s.sh"
+    } else {
+        ""
+    };
+    format!("missing {first}; run {script}{k8s}")
+}
+
 pub fn missing_beside(own: &[PathBuf]) -> Vec<String> {
     let mut missing: Vec<String> = own
         .iter()

@@ -107,3 +107,39 @@ fn a_gateway_listed_twice_or_a_fallback_beside_a_list_is_refused_in_one_line() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A list of gateways with two of them not installed: `--dry-run` says so in one short line
+/// naming what to install, and how to run the others now (a list takes no fallback).
+#[test]
+fn a_list_with_gateways_missing_says_how_to_run_the_others() {
+    let empty = common::scratch_dir("no-istio-no-contour");
+    let preset = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/gateway-compare.yaml"
+    );
+    let out = std::process::Command::new(common::bin())
+        .args(["experiment", preset, "--dry-run"])
+        .env("ISTIO_CACHE", &empty)
+        .env("CONTOUR_CACHE", &empty)
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let line = err.trim();
+    assert_eq!(line.lines().count(), 1, "{err}");
+    assert!(
+        line.contains("scripts/install-istio.sh") && line.contains("scripts/install-contour.sh"),
+        "{line}"
+    );
+    assert!(
+        line.contains("or run the others: --set 'gateway.type=[nginx, haproxy, caddy, envoy]'"),
+        "{line}"
+    );
+    assert!(!line.contains("fallback"), "{line}");
+    assert!(
+        line.chars().count() <= 600,
+        "{} columns: {line}",
+        line.chars().count()
+    );
+    let _ = std::fs::remove_dir_all(empty);
+}
