@@ -99,3 +99,40 @@ fn every_help_fits_100_columns_and_every_flag_says_what_it_does() {
     assert!(checked > 20, "only {checked} commands");
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
+
+/// README.md gets out of the way: at most 150 lines before "Layout", no paragraph of prose
+/// over 6 lines (code blocks, tables and list items aside).
+#[test]
+fn the_readme_is_a_front_door() {
+    let text = include_str!("../../../../README.md");
+    let before_layout = text
+        .lines()
+        .position(|l| l == "## Layout")
+        .expect("a Layout section");
+    assert!(before_layout <= 150, "{before_layout} lines before Layout");
+    let mut in_code = false;
+    let mut paragraph = Vec::new();
+    for line in text.lines().chain([""]) {
+        if line.starts_with("```") {
+            in_code = !in_code;
+            paragraph.clear();
+            continue;
+        }
+        let prose = !in_code
+            && !line.is_empty()
+            && !line.starts_with('|')
+            && !line.starts_with('#')
+            && !line.starts_with("- ")
+            && !line.starts_with("  ");
+        if prose {
+            paragraph.push(line);
+        } else {
+            assert!(
+                paragraph.len() <= 6,
+                "a paragraph of {} lines: {paragraph:#?}",
+                paragraph.len()
+            );
+            paragraph.clear();
+        }
+    }
+}
