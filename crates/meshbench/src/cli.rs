@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 mod load;
+pub mod reference;
 
 pub use load::{
     ArrivalArg, CloseFirstArg, DelayModeArg, IdleArg, LiveFlags, OnOff, OrderArg, PacingFlags,

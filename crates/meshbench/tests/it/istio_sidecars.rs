@@ -457,7 +457,8 @@ fn istio_sidecars_outside_pods_or_their_topologies_are_refused_up_front() {
     let err = stderr(&out);
     assert_ne!(out.status.code(), Some(0), "{err}");
     assert!(
-        err.contains("/nonexistent/istio/bin/pilot-agent") && err.contains("install-istio.sh"),
+        err.contains("/nonexistent/istio/bin/pilot-discovery and 3 more")
+            && err.contains("install-istio.sh"),
         "{err}"
     );
     let _ = std::fs::remove_dir_all(dir);

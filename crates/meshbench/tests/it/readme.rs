@@ -136,3 +136,19 @@ fn the_readme_is_a_front_door() {
         }
     }
 }
+
+/// docs/cli-reference.md is what the flag definitions say now (`MESHBENCH_UPDATE_GOLDEN=1`
+/// rewrites it).
+#[test]
+fn the_flag_reference_is_written_from_the_definitions() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/cli-reference.md");
+    let now = meshbench::cli::reference::markdown();
+    if std::env::var_os("MESHBENCH_UPDATE_GOLDEN").is_some() {
+        std::fs::write(&path, &now).unwrap();
+    }
+    let written = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        written == now,
+        "docs/cli-reference.md is stale: run this test with MESHBENCH_UPDATE_GOLDEN=1"
+    );
+}

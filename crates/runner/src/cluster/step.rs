@@ -377,8 +377,9 @@ impl ClusterSite {
     /// the same series for a rate window (less the warm-up, which comes before the steady
     /// window): a pod a rollout just made is scraped a scrape interval or more later, the pod
     /// it replaced leaves its series until then, and a series that is not there for the whole
-    /// window makes its role missing. At most four scrape intervals, that span and half a
-    /// minute; then why not.
+    /// window makes its role missing. Once every role has series, their settling is waited for
+    /// at most that span and two scrape intervals; the whole wait at most four scrape
+    /// intervals, that span and half a minute, then why not.
     fn wait_observable(
         &self,
         e: &Experiment,
@@ -407,9 +408,14 @@ impl ClusterSite {
                 Some((r.name.clone(), with_window(&cpu, window), counters))
             })
             .collect();
+        // Once every role has series, their settling is waited for at most this long: a series
+        // that still comes or goes after it is the restart check's to judge, in the window.
+        let settle_within = Duration::from_secs_f64(steady_for + 2.0 * x.scrape_interval_secs);
+        let mut all_seen_at: Option<Instant> = None;
         let mut waiting: Vec<String> = Vec::new();
         loop {
             waiting.clear();
+            let mut unseen = false;
             let now = sampler::now_ms() as f64 / 1000.0;
             for (name, q, counters) in &queries {
                 // Each query is bounded by the query timeout; the stop is looked at between.
@@ -418,12 +424,13 @@ impl ClusterSite {
                 }
                 let seen = prom.query(q, now).and_then(|series| {
                     if series.is_empty() {
-                        return Ok(Some("no series yet".to_string()));
+                        return Ok(Some((true, "no series yet".to_string())));
                     }
                     for sel in counters {
                         if let Some(which) = came_or_went(&prom, sel, now - steady_for, now)? {
-                            return Ok(Some(format!(
-                                "{which} came or went within the last {steady_for:.0} s"
+                            return Ok(Some((
+                                false,
+                                format!("{which} came or went within the last {steady_for:.0} s"),
                             )));
                         }
                     }
@@ -431,12 +438,18 @@ impl ClusterSite {
                 });
                 match seen {
                     Ok(None) => {}
-                    Ok(Some(why)) => waiting.push(format!("{name}: {why}")),
+                    Ok(Some((none_yet, why))) => {
+                        unseen |= none_yet;
+                        waiting.push(format!("{name}: {why}"));
+                    }
                     Err(e) if e.is_fatal() => return Err(ObservableError::Prometheus(e)),
                     Err(e) => waiting.push(format!("{name}: {e}")),
                 }
             }
             if waiting.is_empty() {
+                break;
+            }
+            if !unseen && all_seen_at.get_or_insert_with(Instant::now).elapsed() >= settle_within {
                 break;
             }
             if began.elapsed() >= limit {
