@@ -269,23 +269,7 @@ fn a_cluster_run_needs_nothing_but_the_api_server() {
 
     // The checklist (docs/kubernetes.md): the RBAC and its binding for the user who runs
     // meshbench (`kubectl apply -f`, here through the API), the image, Istio.
-    let deploy = |name: &str| {
-        std::fs::read_to_string(format!(
-            "{}/../../deploy/{name}",
-            env!("CARGO_MANIFEST_DIR")
-        ))
-        .unwrap()
-    };
-    k.apply(&serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "istio-system"}}))
-        .unwrap();
-    let rbac = meshbench_k8s::blocking::documents(&deploy("cluster-experiment-rbac.yaml")).unwrap();
-    assert_eq!(k.apply_all(rbac).unwrap(), 2);
-    let binding = deploy("cluster-experiment-binding.yaml").replace("YOUR-USER", cluster::USER);
-    assert_eq!(
-        k.apply_all(meshbench_k8s::blocking::documents(&binding).unwrap())
-            .unwrap(),
-        2
-    );
+    assert_eq!(common::bind_user_to_shipped_rbac(&k), (2, 2));
     c.load_meshbench_image(IMAGE);
     let istio = IstioOnNode::install(&c, &k, &dir);
 

@@ -85,45 +85,24 @@ fn kill_group(child: &mut Child) {
     let _ = child.wait();
 }
 
+/// `meshbench k8s VERB NAMESPACE --kubeconfig USER ...`, as the user types it.
+fn k8s(verb: &str, namespace: &str, user: &Path, extra: &[&str]) -> Command {
+    let kubeconfig = user.display().to_string();
+    let mut args = vec!["k8s", verb, namespace, "--kubeconfig", &kubeconfig];
+    args.extend_from_slice(extra);
+    meshbench(&args)
+}
+
 fn detach(user_kubeconfig: &Path, namespace: &str, rates: &str, secs: u32) -> Output {
     let mut cmd = meshbench(&["experiment", &preset(), "--detach", "--keep-for", "10m"]);
     for s in sets(user_kubeconfig, namespace, rates, secs) {
         cmd.args(["--set", &s]);
     }
     let mut child = in_own_group(cmd);
-    let out = wait_with_limit_keep(&mut child, Duration::from_secs(150));
+    let out = common::wait_with_limit(&mut child, Duration::from_secs(150));
     // The terminal is closed: whatever is left of the group goes.
     kill_group(&mut child);
     out
-}
-
-/// Waits for `child`'s end (at most `limit`) and takes its output.
-fn wait_with_limit_keep(child: &mut Child, limit: Duration) -> Output {
-    let deadline = Instant::now() + limit;
-    while child.try_wait().unwrap().is_none() {
-        assert!(Instant::now() < deadline, "not ended within {limit:?}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    let mut stdout = String::new();
-    let mut stderr = String::new();
-    use std::io::Read;
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut stdout)
-        .unwrap();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut stderr)
-        .unwrap();
-    Output {
-        status: child.wait().unwrap(),
-        stdout: stdout.into_bytes(),
-        stderr: stderr.into_bytes(),
-    }
 }
 
 /// Waits until namespace `ns` is gone.
@@ -162,20 +141,7 @@ fn a_detached_run_outlives_its_terminal_and_is_followed_stopped_and_fetched() {
 
     let c = TestCluster::with_node();
     let k = BlockingClient::from_kubeconfig(&c.kubeconfig).unwrap();
-    let deploy = |name: &str| {
-        std::fs::read_to_string(format!(
-            "{}/../../deploy/{name}",
-            env!("CARGO_MANIFEST_DIR")
-        ))
-        .unwrap()
-    };
-    k.apply(&serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "istio-system"}}))
-        .unwrap();
-    let rbac = meshbench_k8s::blocking::documents(&deploy("cluster-experiment-rbac.yaml")).unwrap();
-    k.apply_all(rbac).unwrap();
-    let binding = deploy("cluster-experiment-binding.yaml").replace("YOUR-USER", cluster::USER);
-    k.apply_all(meshbench_k8s::blocking::documents(&binding).unwrap())
-        .unwrap();
+    common::bind_user_to_shipped_rbac(&k);
     c.load_meshbench_image(IMAGE);
     let user = &c.user_kubeconfig;
 
@@ -189,25 +155,11 @@ fn a_detached_run_outlives_its_terminal_and_is_followed_stopped_and_fetched() {
         "{said}"
     );
     eprintln!("detached in {:.1} s: {said}", began.elapsed().as_secs_f64());
-    let mut first = in_own_group(meshbench(&[
-        "k8s",
-        "attach",
-        "detached-done",
-        "--kubeconfig",
-        &user.display().to_string(),
-    ]));
+    let mut first = in_own_group(k8s("attach", "detached-done", user, &[]));
     std::thread::sleep(Duration::from_secs(15));
     kill_group(&mut first);
     let attached = wait_with_limit(
-        meshbench(&[
-            "k8s",
-            "attach",
-            "detached-done",
-            "--kubeconfig",
-            &user.display().to_string(),
-        ])
-        .spawn()
-        .unwrap(),
+        k8s("attach", "detached-done", user, &[]).spawn().unwrap(),
         Duration::from_secs(300),
     );
     let (lines, err) = text(&attached);
@@ -225,15 +177,12 @@ fn a_detached_run_outlives_its_terminal_and_is_followed_stopped_and_fetched() {
         .is_some());
 
     let home = dir.join("home.db");
-    let fetched = meshbench(&[
-        "k8s",
+    let fetched = k8s(
         "fetch",
         "detached-done",
-        "--kubeconfig",
-        &user.display().to_string(),
-        "--store",
-        &home.display().to_string(),
-    ])
+        user,
+        &["--store", &home.display().to_string()],
+    )
     .output()
     .unwrap();
     let (said, err) = text(&fetched);
@@ -278,43 +227,24 @@ fn a_detached_run_outlives_its_terminal_and_is_followed_stopped_and_fetched() {
     }
     // In its first step (the bring-up takes about 10 s here).
     std::thread::sleep(Duration::from_secs(18));
-    let stopped = meshbench(&[
-        "k8s",
-        "stop",
-        "detached-stop",
-        "--kubeconfig",
-        &user.display().to_string(),
-    ])
-    .output()
-    .unwrap();
+    let stopped = k8s("stop", "detached-stop", user, &[]).output().unwrap();
     let (said, err) = text(&stopped);
     assert!(stopped.status.success(), "stop: {said}{err}");
     assert!(said.contains("stopped (exit 130)"), "{said}");
     wait_namespace_gone(&k, "detached-stop", Duration::from_secs(60));
-    let fetched = meshbench(&[
-        "k8s",
+    let fetched = k8s(
         "fetch",
         "detached-stop",
-        "--kubeconfig",
-        &user.display().to_string(),
-        "--store",
-        &home.display().to_string(),
-    ])
+        user,
+        &["--store", &home.display().to_string()],
+    )
     .output()
     .unwrap();
     let (said, err) = text(&fetched);
     assert!(fetched.status.success(), "fetch: {said}{err}");
     assert!(said.contains("interrupted"), "{said}");
     wait_namespace_gone(&k, "detached-stop-coordinator", Duration::from_secs(120));
-    let attach_gone = meshbench(&[
-        "k8s",
-        "attach",
-        "detached-stop",
-        "--kubeconfig",
-        &user.display().to_string(),
-    ])
-    .output()
-    .unwrap();
+    let attach_gone = k8s("attach", "detached-stop", user, &[]).output().unwrap();
     let (_, err) = text(&attach_gone);
     assert_eq!(attach_gone.status.code(), Some(1), "{err}");
     assert!(

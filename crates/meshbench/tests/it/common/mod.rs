@@ -740,3 +740,22 @@ pub fn copy_with_libraries(root: &Path, binary: &Path, dest: &str) {
         std::fs::copy(lib, &to).unwrap_or_else(|e| panic!("{lib}: {e}"));
     }
 }
+
+/// docs/kubernetes.md's checklist, its RBAC step: Istio's namespace (the shipped Role lives
+/// there), deploy/cluster-experiment-rbac.yaml and its binding to [`cluster::USER`], applied
+/// as `kubectl apply -f` would; how many objects each file made.
+pub fn bind_user_to_shipped_rbac(k: &meshbench_k8s::BlockingClient) -> (usize, usize) {
+    let deploy = |name: &str| {
+        std::fs::read_to_string(format!(
+            "{}/../../deploy/{name}",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .unwrap()
+    };
+    k.apply(&serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "istio-system"}}))
+        .unwrap();
+    let rbac = meshbench_k8s::blocking::documents(&deploy("cluster-experiment-rbac.yaml")).unwrap();
+    let binding = deploy("cluster-experiment-binding.yaml").replace("YOUR-USER", cluster::USER);
+    let binding = meshbench_k8s::blocking::documents(&binding).unwrap();
+    (k.apply_all(rbac).unwrap(), k.apply_all(binding).unwrap())
+}
