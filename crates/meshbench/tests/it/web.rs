@@ -147,9 +147,9 @@ fn a_runs_page_shows_the_stream_and_the_end() {
         "-c",
         "4",
         // Long enough that the page is compared with the stream while the run goes, even
-        // when Chromium is slow to start.
+        // when Chromium is slow to start (over 10 s on a CI runner building beside it).
         "--duration",
-        "10s",
+        "30s",
         "--web",
         &addr.to_string(),
         "--web-linger",
