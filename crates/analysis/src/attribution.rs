@@ -468,7 +468,7 @@ pub fn grew(from: &[Share], to: &[Share]) -> Vec<Growth> {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Attributed {
     pub variant: String,
-    /// Written as its words (`1000 qps x 16 conns`).
+    /// Written as its words (`1000 rps x 16 conns`).
     #[serde(serialize_with = "as_words")]
     pub load: LoadPoint,
     pub cpu: Option<CpuAllotment>,

@@ -678,7 +678,7 @@ mod tests {
         );
         let t: crate::threshold::Threshold = "added_p99<0.3ms".parse().unwrap();
         let observed = observe(&h, t.metric);
-        let at = "both @ max qps x 1 conns".to_string();
+        let at = "both @ max rps x 1 conns".to_string();
         assert_eq!(observed, vec![(at.clone(), shown.point_ms())]);
         let o = crate::threshold::check(&t, observed);
         assert!(o.passed, "{o}");
@@ -710,7 +710,7 @@ mod tests {
         assert!(!o.passed, "{o}");
         assert!(
             o.to_string()
-                .ends_with("worst 95.0 % of its CPU limit (gateway 0.5 @ 1000 qps x 1 conns)"),
+                .ends_with("worst 95.0 % of its CPU limit (gateway 0.5 @ 1000 rps x 1 conns)"),
             "{o}"
         );
         let unlimited = Headline::of(group(vec![measured(

@@ -77,6 +77,7 @@ impl Run {
             load: LoadPoint {
                 offer: s.rate_rps.map_or(Offer::Closed, Offer::open),
                 connections: s.connections as u32,
+                in_flight: s.in_flight.map(|n| n as u32),
                 // A run's result does not record the size of the responses it got.
                 response_bytes: None,
             },

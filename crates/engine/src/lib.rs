@@ -12,7 +12,7 @@
 //! - [`driver`]: the request loop of one worker thread (scheduling in `driver`, connection set-up
 //!   in `driver::connect`, requests on the wire in `driver::exchange`).
 //! - `slots`: which slot a due request may take: free queue, host index, held request,
-//!   `--concurrency` (pure bookkeeping, unit-tested without sockets).
+//!   `--in-flight` (pure bookkeeping, unit-tested without sockets).
 //! - `request`: one request's life on a slot and the times it is measured by (intended, sent,
 //!   arrived; latency, service time, schedule lag).
 //! - `conn`: one connection's bookkeeping (state, host, stream, back-off, bytes counted).

@@ -153,7 +153,7 @@ fn settings_of(spec: &LoadSpec, threads: usize) -> Settings {
             LoopMode::Closed
         },
         connections: spec.connections,
-        concurrency: spec.concurrency,
+        in_flight: spec.in_flight,
         threads,
         rate_rps,
         arrival,
@@ -367,7 +367,7 @@ mod tests {
             )),
             conn: ConnSpec::default(),
             connections: 4,
-            concurrency: None,
+            in_flight: None,
             threads: 2,
             offer,
             idle: meshbench_results::IdleStrategy::Auto,

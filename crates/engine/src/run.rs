@@ -216,10 +216,10 @@ pub fn run_part(
         });
     }
     // No more threads than connections, nor than requests allowed in flight.
-    let concurrency = spec
-        .concurrency
+    let in_flight = spec
+        .in_flight
         .map(|c| spec.segment.share(c as u64) as usize);
-    let busy = concurrency.unwrap_or(usize::MAX).min(connections);
+    let busy = in_flight.unwrap_or(usize::MAX).min(connections);
     let threads = spec.threads.clamp(1, busy.max(1));
     // Read once; its throttling counters at both ends of the measured window.
     let cpu_quota = quota::cpu_quota();
@@ -479,13 +479,13 @@ fn plan_workers(spec: &LoadSpec, threads: usize, under_quota: bool) -> Vec<Worke
     let n_targets = spec.targets.requests.len() as u64;
     let n_sources = spec.conn.source_addrs.len() as u64;
     let own_connections = spec.segment.share(spec.connections as u64);
-    let own_concurrency = spec.concurrency.map(|c| spec.segment.share(c as u64));
+    let own_in_flight = spec.in_flight.map(|c| spec.segment.share(c as u64));
     (0..threads)
         .map(|w| {
             let part = spec.segment.split(w as u64, threads as u64);
             let connections = share(own_connections, threads, w) as usize;
             let slots = connections * spec.conn.streams.max(1);
-            let max_in_flight = match own_concurrency {
+            let max_in_flight = match own_in_flight {
                 Some(c) => (share(c, threads, w) as usize).min(slots),
                 None => slots,
             };

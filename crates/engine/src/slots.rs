@@ -1,6 +1,6 @@
 //! Which slot a due request may take: the worker's slots, which are free and since when, which
 //! connection each one is open to, the request held back for want of a suitable slot, and how
-//! many requests are in flight against `--concurrency`.
+//! many requests are in flight against `--in-flight`.
 //!
 //! A connection offers *slots*: one for HTTP/1.1, `--streams` for HTTP/2 and HTTP/3; slot `s`
 //! belongs to connection `s / streams` and carries one [`Request`] at a time. Free slots wait in
@@ -45,7 +45,7 @@ pub struct SlotPool {
     /// Slots per connection (1 for HTTP/1.1).
     streams: usize,
     requests: Vec<Request>,
-    /// Requests in flight at most (every slot unless `--concurrency` caps it), and now.
+    /// Requests in flight at most (every slot unless `--in-flight` caps it), and now.
     max_in_flight: usize,
     in_flight: usize,
     /// Free slots, longest-free first. May hold stale entries (slots taken through `by_host`
@@ -139,7 +139,7 @@ impl SlotPool {
         self.free_count > 0
     }
 
-    /// Another request may start: a slot is free and the concurrency allows it.
+    /// Another request may start: a slot is free and the cap on requests in flight allows it.
     #[inline]
     pub fn may_start(&self) -> bool {
         self.free_count > 0 && self.in_flight < self.max_in_flight
@@ -440,7 +440,7 @@ mod tests {
         // (case, streams, max in flight, connections, steps, what happened)
         let cases = [
             (
-                "closed loop, concurrency 2 of 4 slots: the third waits for an answer",
+                "closed loop, 2 in flight of 4 slots: the third waits for an answer",
                 1,
                 2,
                 "open0 open0 open0 open0",

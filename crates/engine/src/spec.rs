@@ -160,7 +160,7 @@ pub struct LoadSpec {
     /// Closed loop: requests in flight at most, across all connections (default: one per
     /// slot). Fewer than the slots makes `connections` a pool of kept-alive connections, as a
     /// k6 virtual user keeps one per host: with many hosts, requests find one already open.
-    pub concurrency: Option<usize>,
+    pub in_flight: Option<usize>,
     /// Worker threads; each owns an equal share of connections and of the rate.
     pub threads: usize,
     /// Closed loop, or open at a rate with its arrivals.

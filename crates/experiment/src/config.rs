@@ -145,7 +145,14 @@ pub struct LoadSection {
     pub mode: LoopMode,
     /// Requests per second (open loop); the file's old word `qps` is still read.
     pub rate_rps: Vec<f64>,
+    /// Connections the generator keeps open.
     pub connections: Vec<u32>,
+    /// Closed loop: requests in flight at most, fewer than the connections, which then are a
+    /// pool kept per host (as k6 virtual users keep theirs), so that many hosts do not mean a
+    /// new connection per request. Empty: one per connection (x streams). The file's old
+    /// `connection_pool` is still read (its `connections` were these).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub in_flight: Vec<u32>,
     /// Response body size the backend sends.
     pub response_bytes: Vec<u64>,
     /// Request body size (POST when above 0).
@@ -162,10 +169,6 @@ pub struct LoadSection {
     pub protocol: Protocol,
     /// HTTP/2 streams per connection.
     pub streams: u32,
-    /// Closed loop: connections kept open in all. The `connections` values then cap the
-    /// requests in flight (as k6 virtual users do) and the pool holds connections per host, so
-    /// that many hosts do not mean a new connection per request. 0: one per request in flight.
-    pub connection_pool: u32,
     /// Generator threads (0: one per core).
     pub threads: u32,
     pub timeout_ms: u64,
@@ -177,6 +180,7 @@ impl Default for LoadSection {
             mode: LoopMode::Open,
             rate_rps: vec![1000.0],
             connections: vec![16],
+            in_flight: Vec::new(),
             response_bytes: vec![LoadPoint::DEFAULT_RESPONSE_BYTES],
             request_bytes: 0,
             arrival: vec![Arrival::Uniform],
@@ -184,7 +188,6 @@ impl Default for LoadSection {
             pacing_slack_us: None,
             protocol: Protocol::Http1,
             streams: 1,
-            connection_pool: 0,
             threads: 0,
             timeout_ms: 5000,
         }
@@ -622,6 +625,7 @@ pub fn parse(file: &str, text: &str, overrides: &[String]) -> Result<Experiment,
         }
     }
     old_words.jitter_as_arrival(&mut tree);
+    old_words.pool_as_connections(&mut tree, &mut problems);
     if !tree.is_mapping() {
         return Err(ConfigError::Invalid {
             file: file.to_string(),
@@ -770,7 +774,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            err.contains("load.pacing_slack: unknown key; expected one of mode, rate_rps, connections, response_bytes, request_bytes, arrival, idle_strategy, pacing_slack_us, protocol"),
+            err.contains("load.pacing_slack: unknown key; expected one of mode, rate_rps, connections, in_flight, response_bytes, request_bytes, arrival, idle_strategy, pacing_slack_us"),
             "{err}"
         );
         let err = parse(
@@ -1116,17 +1120,64 @@ mod tests {
     }
 
     #[test]
-    fn a_connection_pool_needs_a_closed_loop_and_room_for_the_requests_in_flight() {
-        let file = "name: t\ntopologies: [gateway]\nload:\n  connections: [8, 64]\n  connection_pool: 32\n";
+    fn requests_in_flight_need_a_closed_loop_and_connections_to_carry_them() {
+        let file =
+            "name: t\ntopologies: [gateway]\nload:\n  connections: [32, 64]\n  in_flight: [8, 64]\n";
         let err = parse("t.yaml", file, &[]).unwrap_err().to_string();
-        assert!(err.contains("applies to a closed loop"), "{err}");
-        assert!(err.contains("fewer than the 64 connections"), "{err}");
+        assert!(err.contains("load.in_flight: caps a closed loop"), "{err}");
+        assert!(err.contains("64 is more than 32 connections"), "{err}");
         let ok = parse(
             "t.yaml",
             file,
-            &["load.mode=closed".into(), "load.connection_pool=640".into()],
+            &["load.mode=closed".into(), "load.connections=[640]".into()],
+        )
+        .unwrap();
+        let loads: Vec<String> = crate::Plan::compile(&ok)
+            .steps
+            .iter()
+            .map(|s| s.load().unwrap().to_string())
+            .collect();
+        assert_eq!(
+            loads,
+            [
+                "max rps x 640 conns, 8 in flight",
+                "max rps x 640 conns, 64 in flight"
+            ]
         );
-        assert_eq!(ok.unwrap().load.connection_pool, 640);
+    }
+
+    #[test]
+    fn an_old_connection_pool_is_read_as_connections_and_its_connections_as_in_flight() {
+        let old = "name: t\ntopologies: [gateway]\nload:\n  mode: closed\n  connection_pool: 320\n  connections: [32]\n";
+        let new = "name: t\ntopologies: [gateway]\nload:\n  mode: closed\n  connections: [320]\n  in_flight: [32]\n";
+        let (e_old, e_new) = (
+            parse("t.yaml", old, &[]).unwrap(),
+            parse("t.yaml", new, &[]).unwrap(),
+        );
+        assert_eq!(e_old.load, e_new.load);
+        assert_eq!(e_old.old_words.len(), 1, "{:?}", e_old.old_words);
+        assert!(e_old.old_words[0].starts_with("load.connection_pool is an old name"));
+        assert!(e_new.old_words.is_empty());
+        // In a --set too, and a pool of 0 was the default.
+        let e = parse(
+            "t.yaml",
+            "name: t\ntopologies: [gateway]\nload:\n  mode: closed\n",
+            &["load.connection_pool=0".into()],
+        )
+        .unwrap();
+        assert_eq!(
+            e.load,
+            LoadSection {
+                mode: LoopMode::Closed,
+                ..LoadSection::default()
+            }
+        );
+        let both = format!("{new}  connection_pool: 8\n");
+        let err = parse("t.yaml", &both, &[]).unwrap_err().to_string();
+        assert!(
+            err.contains("load.connection_pool: given with load.in_flight"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -18,6 +18,7 @@ impl Step {
         StepParams {
             offer: load.offer,
             connections: load.connections,
+            in_flight: load.in_flight,
             // An external server chooses its responses (0: the target is not ours).
             response_bytes: load.response_bytes.unwrap_or(0),
             request_bytes: e.load.request_bytes,
@@ -56,7 +57,7 @@ mod tests {
         let text = serde_json::to_string(&p).unwrap();
         assert_eq!(
             text,
-            r#"{"qps":250.0,"connections":16,"response_bytes":1024,"request_bytes":64,"jitter":false,"mode":"open","protocol":"http1","cpu":{"role":"proxy","cores":1.0}}"#
+            r#"{"rate_rps":250.0,"connections":16,"response_bytes":1024,"request_bytes":64,"arrival":"uniform","mode":"open","protocol":"http1","cpu":{"role":"proxy","cores":1.0}}"#
         );
         assert_eq!(serde_json::from_str::<StepParams>(&text).unwrap(), p);
     }

@@ -446,18 +446,27 @@ impl Plan {
             LoopMode::Open => e.load.rate_rps.iter().map(|q| Some(*q)).collect(),
             LoopMode::Closed => vec![None],
         };
+        // A cap at or above what the connections carry caps nothing: no cap, as it is named.
+        let carried = |connections: u32| connections * e.load.streams.max(1);
+        let in_flight: Vec<Option<u32>> = match e.load.in_flight.is_empty() {
+            true => vec![None],
+            false => e.load.in_flight.iter().map(|n| Some(*n)).collect(),
+        };
         for &rate_rps in &rates {
             for &connections in &e.load.connections {
-                for &response_bytes in &e.load.response_bytes {
-                    for &arrival in arrivals(e) {
-                        // `validate` gives an open loop at least one rate.
-                        let offer =
-                            Offer::of(e.load.mode, rate_rps, arrival).unwrap_or(Offer::Closed);
-                        loads.push(LoadPoint {
-                            offer,
-                            connections,
-                            response_bytes: Some(response_bytes),
-                        });
+                for &cap in &in_flight {
+                    for &response_bytes in &e.load.response_bytes {
+                        for &arrival in arrivals(e) {
+                            // `validate` gives an open loop at least one rate.
+                            let offer =
+                                Offer::of(e.load.mode, rate_rps, arrival).unwrap_or(Offer::Closed);
+                            loads.push(LoadPoint {
+                                offer,
+                                connections,
+                                in_flight: cap.filter(|&n| n < carried(connections)),
+                                response_bytes: Some(response_bytes),
+                            });
+                        }
                     }
                 }
             }
@@ -723,7 +732,7 @@ mod tests {
             "x_qps_100_c_4_0_default_both"
         );
         assert_eq!(both.params(&e).response_bytes, 0);
-        assert_eq!(both.asks(), "100 qps x 4 conns");
+        assert_eq!(both.asks(), "100 rps x 4 conns");
         // A lab step's size is said when it is not the default.
         let e = parse(
             "t.yaml",
@@ -732,8 +741,8 @@ mod tests {
         )
         .unwrap();
         let plan = Plan::compile(&e);
-        assert_eq!(plan.steps[0].asks(), "1000 qps x 16 conns");
-        assert_eq!(plan.steps[1].asks(), "1000 qps x 16 conns, 0 B");
+        assert_eq!(plan.steps[0].asks(), "1000 rps x 16 conns");
+        assert_eq!(plan.steps[1].asks(), "1000 rps x 16 conns, 0 B");
     }
 
     #[test]

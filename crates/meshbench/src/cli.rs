@@ -50,7 +50,7 @@ pub enum Command {
     /// A short version of examples/sidecar-overhead.yaml: the backend alone, behind an Envoy
     /// sidecar configured as Istio's (installed first where missing; nginx only where that
     /// fails, said in one line), and
-    /// behind two with mutual TLS, at 500, 1000 and 2000 qps; what the sidecars add.
+    /// behind two with mutual TLS, at 500, 1000 and 2000 rps; what the sidecars add.
     #[command(after_long_help = READING_THE_HEADLINE)]
     Demo(DemoArgs),
     /// Generate configurations for systems under test.
@@ -271,6 +271,10 @@ pub struct ExperimentArgs {
     /// Print the steps and the total time, start nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// With a list of gateways (gateway.type), run those installed here and name the others
+    /// with the script that installs each, instead of refusing the plan.
+    #[arg(long)]
+    pub installed_only: bool,
     /// A file with `cluster:`: run its coordinator in the cluster, as a Job, and return; follow
     /// it with `k8s attach`, bring its results home with `k8s fetch`, end it with `k8s stop`.
     #[arg(long, conflicts_with = "dry_run")]

@@ -57,7 +57,7 @@ fn under_loads(rows: Vec<(&LoadPoint, Vec<String>)>) -> Vec<Vec<String>> {
     out
 }
 
-/// The title of a table whose rows `loads` has: `what at 1000 qps x 16 conns` when they share
+/// The title of a table whose rows `loads` has: `what at 1000 rps x 16 conns` when they share
 /// one load, else `what` (the loads head their rows).
 pub fn titled<'a>(what: &str, loads: impl Iterator<Item = &'a LoadPoint>) -> String {
     match one_load(loads) {
@@ -608,7 +608,7 @@ pub(crate) mod tests {
     fn a_step_row_keeps_within_a_terminal_line_and_breaks_no_role() {
         let figures = format!(
             "{:>4} {:<10} {:<14} {:>9.1} {:>7} {:>7} {:>7} {:>6}",
-            3, "both", "1000 qps x 16c", 999.3, "1.640", "7.051", "21.151", 0
+            3, "both", "1000 rps x 16c", 999.3, "1.640", "7.051", "21.151", 0
         );
         let items = [
             "client_proxy 186m/16.1,",
@@ -771,7 +771,7 @@ pub(crate) mod tests {
         assert!(wide.contains("margin: it clears 0 only"), "{wide}");
         let demo = headline_text(&demo_headline());
         assert!(
-            demo.contains("What each proxy costs at 300 qps x 1 conns ("),
+            demo.contains("What each proxy costs at 300 rps x 1 conns ("),
             "one load, said once: {demo}"
         );
     }

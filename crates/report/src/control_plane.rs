@@ -457,7 +457,7 @@ mod tests {
         );
         // The load step is the load table's, and no load figure stands in the control plane's.
         assert!(!text.contains("   4 "), "{text}");
-        for load_word in ["req/s", "qps", "p90"] {
+        for load_word in ["req/s", " rps", "p90"] {
             assert!(!text.contains(load_word), "{load_word} in\n{text}");
         }
         // The same figure starts in the same column on every row.

@@ -19,8 +19,8 @@ mod charts;
 mod write;
 
 use charts::{
-    cost_by_variant, cost_vs_qps, latency_by_variant, latency_throughput, latency_vs_connections,
-    latency_vs_qps, over_allotment, rps_vs_allotment, spectrum, timelines,
+    cost_by_variant, cost_vs_rate, latency_by_variant, latency_throughput, latency_vs_connections,
+    latency_vs_rate, over_allotment, rps_vs_allotment, spectrum, timelines,
 };
 pub use write::{write, Written};
 
@@ -159,13 +159,13 @@ fn load_sections(input: &Input) -> Vec<Section> {
             charts.extend(cost_by_variant(h));
         }
         Shape::LoadSweep => {
-            charts.extend(latency_vs_qps(h));
+            charts.extend(latency_vs_rate(h));
             charts.extend(latency_vs_connections(h));
-            charts.extend(cost_vs_qps(h));
+            charts.extend(cost_vs_rate(h));
             charts.extend(latency_throughput(h, input.slo_p99_ms));
         }
         Shape::CpuSweep => {
-            charts.extend(latency_vs_qps(h));
+            charts.extend(latency_vs_rate(h));
             charts.extend(latency_vs_connections(h));
             charts.extend(over_allotment(h));
             charts.extend(rps_vs_allotment(h));
@@ -500,12 +500,15 @@ mod tests {
         );
         assert_eq!(sweep, Shape::LoadSweep);
         let drawn = charts(&r);
-        let p50 = drawn.iter().find(|c| c.id == "latency_p50_vs_qps").unwrap();
+        let p50 = drawn
+            .iter()
+            .find(|c| c.id == "latency_p50_vs_rate")
+            .unwrap();
         assert!(p50
             .series
             .iter()
             .all(|s| s.draw == Draw::LinePoints && s.points.len() == 3));
-        assert!(drawn.iter().any(|c| c.id == "proxy_cpu_vs_qps"));
+        assert!(drawn.iter().any(|c| c.id == "proxy_cpu_vs_rate"));
         assert!(!drawn
             .iter()
             .any(|c| matches!(c.x_axis, XAxis::Categories(_))));
@@ -534,7 +537,7 @@ mod tests {
         assert_eq!(xs, [0.5, 1.0, 2.0]);
         assert!(drawn.iter().any(|c| c.id == "proxy_cpu_vs_cpu"));
         assert!(drawn.iter().any(|c| c.id.starts_with("rps_vs_cpu_")));
-        assert!(!drawn.iter().any(|c| c.id == "proxy_cpu_vs_qps"));
+        assert!(!drawn.iter().any(|c| c.id == "proxy_cpu_vs_rate"));
     }
 
     #[test]

@@ -116,9 +116,10 @@ pub struct Lost {
 pub struct Settings {
     pub mode: LoopMode,
     pub connections: usize,
-    /// Closed loop: requests in flight at most (`--concurrency`), when fewer than the slots.
-    #[serde(default)]
-    pub concurrency: Option<usize>,
+    /// Closed loop: requests in flight at most (`--in-flight`), when fewer than the slots.
+    /// Results written before the name was settled say `concurrency`.
+    #[serde(default, alias = "concurrency")]
+    pub in_flight: Option<usize>,
     pub threads: usize,
     pub rate_rps: Option<f64>,
     /// Open loop only.

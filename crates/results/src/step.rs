@@ -1,13 +1,14 @@
-//! What one step asked for, typed: its offer (open at a rate, or closed), connections, sizes,
-//! protocol and CPU allotment. The experiment's plan produces it for every step, a capacity
+//! What one step asked for, typed: its offer (open at a rate, or closed), connections and
+//! requests in flight, sizes, protocol and CPU allotment. The experiment's plan produces it for every step, a capacity
 //! search for each rate it tries, and the store keeps it (as JSON in the step's `params`
 //! column, whose form the store's schema version governs), so every reader gets the same type
 //! back instead of looking up keys. The part of it that names a step's load in tables and
 //! groups its repeats is a [`LoadPoint`], whose text is the one every output prints.
 //!
-//! The stored form keeps the words it was first written with (`qps`, `jitter`, `mode`); in
-//! memory the offer is one [`Offer`], so an open loop without a rate, or a closed one with
-//! arrivals, cannot be represented.
+//! The stored form is written in the words of the experiment file (`rate_rps`, `arrival`,
+//! `in_flight`) and reads the words it was first written with (`qps`, `jitter`) too; in memory
+//! the offer is one [`Offer`], so an open loop without a rate, or a closed one with arrivals,
+//! cannot be represented.
 
 use std::cmp::Ordering;
 use std::fmt;
@@ -64,7 +65,7 @@ impl Offer {
         }
     }
 
-    /// Poisson arrivals (the experiment file's `jitter`).
+    /// Poisson arrivals (the experiment file's `arrival: poisson`).
     pub fn is_poisson(&self) -> bool {
         matches!(
             self,
@@ -91,18 +92,22 @@ impl Offer {
     }
 }
 
-/// One step's load: its offer, over how many connections, for responses of what size. The
-/// plan makes one for each cell of the experiment file's load matrix; the analysis reads one
-/// back from every stored step and groups repeats by it. Its text ([`fmt::Display`]) is how
-/// every output names a load (`1000 qps x 16 conns, 4096 B, jitter`), and its order is the
-/// order of the tables.
+/// One step's load: its offer, over how many connections with how many requests in flight,
+/// for responses of what size. The plan makes one for each cell of the experiment file's load
+/// matrix; the analysis reads one back from every stored step and groups repeats by it. Its
+/// text ([`fmt::Display`]) is how every output names a load (`1000 rps x 16 conns, 4096 B,
+/// poisson`), and its order is the order of the tables.
 ///
 /// Two points are the same when their rates agree to a thousandth of a request per second:
 /// repeats of one step group together however their rate was computed.
 #[derive(Debug, Clone, Copy)]
 pub struct LoadPoint {
     pub offer: Offer,
+    /// Connections the generator keeps open.
     pub connections: u32,
+    /// A closed loop's requests in flight at most, when fewer than its connections (which are
+    /// then a pool); `None`: one per connection (x streams).
+    pub in_flight: Option<u32>,
     /// Response body size the backend was asked for; `None` where the target chooses its
     /// responses (a URL, an external server, a `meshbench run --json` file): never labelled
     /// as a size then.
@@ -125,10 +130,11 @@ impl LoadPoint {
     }
 
     /// What orders and identifies a load point.
-    fn key(&self) -> (Option<u64>, u32, Option<u64>, bool) {
+    fn key(&self) -> (Option<u64>, u32, Option<u32>, Option<u64>, bool) {
         (
             self.rate_rps_milli(),
             self.connections,
+            self.in_flight,
             self.response_bytes,
             self.offer.is_poisson(),
         )
@@ -161,16 +167,20 @@ impl Hash for LoadPoint {
     }
 }
 
-/// `1000 qps x 16 conns`, `max qps x 4 conns, 4096 B, jitter`: the rate to a thousandth, the
-/// response size when it is known and not the default, `jitter` for Poisson arrivals. Width
-/// and alignment apply (`{:<28}`), as for text.
+/// `1000 rps x 16 conns`, `max rps x 320 conns, 32 in flight, 4096 B`, `250 rps x 4 conns,
+/// poisson`: the rate to a thousandth, a closed loop's cap on requests in flight, the response
+/// size when it is known and not the default, `poisson` for Poisson arrivals. Width and
+/// alignment apply (`{:<28}`), as for text.
 impl fmt::Display for LoadPoint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut text = match self.rate_rps_milli() {
-            Some(milli) => format!("{} qps", milli as f64 / 1000.0),
-            None => "max qps".to_string(),
+            Some(milli) => format!("{} rps", milli as f64 / 1000.0),
+            None => "max rps".to_string(),
         };
         text.push_str(&format!(" x {} conns", self.connections));
+        if let Some(n) = self.in_flight {
+            text.push_str(&format!(", {n} in flight"));
+        }
         if let Some(bytes) = self
             .response_bytes
             .filter(|&b| b != Self::DEFAULT_RESPONSE_BYTES)
@@ -178,7 +188,7 @@ impl fmt::Display for LoadPoint {
             text.push_str(&format!(", {bytes} B"));
         }
         if self.offer.is_poisson() {
-            text.push_str(", jitter");
+            text.push_str(", poisson");
         }
         f.pad(&text)
     }
@@ -189,8 +199,10 @@ impl fmt::Display for LoadPoint {
 #[serde(try_from = "StoredParams", into = "StoredParams")]
 pub struct StepParams {
     pub offer: Offer,
-    /// Connections (a closed loop with a connection pool: requests in flight).
+    /// Connections the generator kept open.
     pub connections: u32,
+    /// A closed loop's requests in flight at most, when fewer than its connections.
+    pub in_flight: Option<u32>,
     /// Response body size the backend was asked for (0 when the target is not ours).
     pub response_bytes: u64,
     /// Request body size (POST when above 0).
@@ -209,6 +221,7 @@ impl StepParams {
         StepParams {
             offer: Offer::Closed,
             connections: 0,
+            in_flight: None,
             response_bytes: 0,
             request_bytes: 0,
             protocol: Protocol::Http2,
@@ -222,6 +235,7 @@ impl StepParams {
         StepParams {
             offer: Offer::open(rate_rps),
             connections,
+            in_flight: None,
             response_bytes: 0,
             request_bytes: 0,
             protocol,
@@ -231,17 +245,27 @@ impl StepParams {
     }
 }
 
-/// The stored form of [`StepParams`], with the words of its first schema.
+/// The stored form of [`StepParams`], in the experiment file's words. Stores written before
+/// the words were settled say `qps` for `rate_rps` and `jitter` (a boolean) for `arrival`, and
+/// had no `in_flight` (a closed loop with a pool stored its cap as `connections`): they read
+/// back as they were written.
 #[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct StoredParams {
     /// Offered rate in requests per second; `None` in a closed loop.
-    qps: Option<f64>,
+    #[serde(alias = "qps")]
+    rate_rps: Option<f64>,
     connections: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    in_flight: Option<u32>,
     response_bytes: u64,
     request_bytes: u64,
-    /// Poisson arrivals instead of evenly spaced ones (always `false` in a closed loop).
-    jitter: bool,
+    /// An open loop's arrivals; absent in a closed loop and in the first schema.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    arrival: Option<Arrival>,
+    /// The first schema's word for Poisson arrivals; read, never written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    jitter: Option<bool>,
     mode: LoopMode,
     protocol: Protocol,
     cpu: Option<CpuAllotment>,
@@ -253,16 +277,17 @@ impl TryFrom<StoredParams> for StepParams {
     type Error = &'static str;
 
     fn try_from(s: StoredParams) -> Result<StepParams, &'static str> {
-        let arrival = if s.jitter {
-            Arrival::Poisson
-        } else {
-            Arrival::Uniform
+        let arrival = match (s.arrival, s.jitter) {
+            (Some(arrival), _) => arrival,
+            (None, Some(true)) => Arrival::Poisson,
+            (None, _) => Arrival::Uniform,
         };
-        let offer =
-            Offer::of(s.mode, s.qps, arrival).ok_or("an open-loop step without a rate (`qps`)")?;
+        let offer = Offer::of(s.mode, s.rate_rps, arrival)
+            .ok_or("an open-loop step without a rate (`rate_rps`)")?;
         Ok(StepParams {
             offer,
             connections: s.connections,
+            in_flight: s.in_flight,
             response_bytes: s.response_bytes,
             request_bytes: s.request_bytes,
             protocol: s.protocol,
@@ -274,12 +299,18 @@ impl TryFrom<StoredParams> for StepParams {
 
 impl From<StepParams> for StoredParams {
     fn from(p: StepParams) -> StoredParams {
+        let arrival = match p.offer {
+            Offer::Open { arrival, .. } => Some(arrival),
+            Offer::Closed => None,
+        };
         StoredParams {
-            qps: p.offer.rate_rps(),
+            rate_rps: p.offer.rate_rps(),
             connections: p.connections,
+            in_flight: p.in_flight,
             response_bytes: p.response_bytes,
             request_bytes: p.request_bytes,
-            jitter: p.offer.is_poisson(),
+            arrival,
+            jitter: None,
             mode: p.offer.mode(),
             protocol: p.protocol,
             cpu: p.cpu,
@@ -293,13 +324,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_stored_form_keeps_its_first_words_and_reads_back_equal() {
+    fn the_stored_form_says_the_files_words_and_reads_the_first_ones() {
         let p = StepParams {
             offer: Offer::Open {
                 rate_rps: 250.0,
                 arrival: Arrival::Poisson,
             },
             connections: 16,
+            in_flight: None,
             response_bytes: 1024,
             request_bytes: 64,
             protocol: Protocol::Http1,
@@ -312,13 +344,30 @@ mod tests {
         let text = serde_json::to_string(&p).unwrap();
         assert_eq!(
             text,
-            r#"{"qps":250.0,"connections":16,"response_bytes":1024,"request_bytes":64,"jitter":true,"mode":"open","protocol":"http1","cpu":{"role":"proxy","cores":1.0}}"#
+            r#"{"rate_rps":250.0,"connections":16,"response_bytes":1024,"request_bytes":64,"arrival":"poisson","mode":"open","protocol":"http1","cpu":{"role":"proxy","cores":1.0}}"#
         );
         assert_eq!(serde_json::from_str::<StepParams>(&text).unwrap(), p);
+        // The first schema's words read as the same params.
+        let first = r#"{"qps":250.0,"connections":16,"response_bytes":1024,"request_bytes":64,"jitter":true,"mode":"open","protocol":"http1","cpu":{"role":"proxy","cores":1.0}}"#;
+        assert_eq!(serde_json::from_str::<StepParams>(first).unwrap(), p);
         let closed = r#"{"qps":null,"connections":8,"response_bytes":0,"request_bytes":0,"jitter":false,"mode":"closed","protocol":"http2","cpu":null}"#;
         let back: StepParams = serde_json::from_str(closed).unwrap();
         assert_eq!(back.offer, Offer::Closed);
-        assert_eq!(serde_json::to_string(&back).unwrap(), closed);
+        assert_eq!(
+            serde_json::to_string(&back).unwrap(),
+            r#"{"rate_rps":null,"connections":8,"response_bytes":0,"request_bytes":0,"mode":"closed","protocol":"http2","cpu":null}"#
+        );
+        let pool = StepParams {
+            in_flight: Some(32),
+            connections: 320,
+            ..back
+        };
+        let text = serde_json::to_string(&pool).unwrap();
+        assert!(
+            text.contains(r#""connections":320,"in_flight":32,"#),
+            "{text}"
+        );
+        assert_eq!(serde_json::from_str::<StepParams>(&text).unwrap(), pool);
     }
 
     #[test]
@@ -326,18 +375,19 @@ mod tests {
         let point = |offer, response_bytes| LoadPoint {
             offer,
             connections: 16,
+            in_flight: None,
             response_bytes,
         };
         let open = Offer::open(1000.0);
-        assert_eq!(point(open, Some(1024)).to_string(), "1000 qps x 16 conns");
+        assert_eq!(point(open, Some(1024)).to_string(), "1000 rps x 16 conns");
         assert_eq!(
             format!("[{:<21}]", point(open, None)),
-            "[1000 qps x 16 conns  ]"
+            "[1000 rps x 16 conns  ]"
         );
-        assert_eq!(point(open, None).to_string(), "1000 qps x 16 conns");
+        assert_eq!(point(open, None).to_string(), "1000 rps x 16 conns");
         assert_eq!(
             point(Offer::open(333.33333), Some(4096)).to_string(),
-            "333.333 qps x 16 conns, 4096 B"
+            "333.333 rps x 16 conns, 4096 B"
         );
         let poisson = Offer::Open {
             rate_rps: 250.5,
@@ -345,9 +395,15 @@ mod tests {
         };
         assert_eq!(
             point(poisson, Some(0)).to_string(),
-            "250.5 qps x 16 conns, 0 B, jitter"
+            "250.5 rps x 16 conns, 0 B, poisson"
         );
-        assert_eq!(point(Offer::Closed, None).to_string(), "max qps x 16 conns");
+        assert_eq!(point(Offer::Closed, None).to_string(), "max rps x 16 conns");
+        let pool = LoadPoint {
+            connections: 320,
+            in_flight: Some(32),
+            ..point(Offer::Closed, None)
+        };
+        assert_eq!(pool.to_string(), "max rps x 320 conns, 32 in flight");
         // Ordered as the tables are: closed first, then by rate; equal to a thousandth.
         assert!(point(Offer::Closed, None) < point(open, None));
         assert_eq!(point(open, None), point(Offer::open(1000.0001), None));

@@ -138,7 +138,7 @@ pub fn url_step(
     let params = StepParams::open(rate, options.connections as u32, options.connect.protocol);
     let mut record = StepRecord::new(n as u32, params);
     record.variant = "capacity".into();
-    record.label = format!("capacity_qps_{rate}_c_{}", options.connections);
+    record.label = format!("capacity_rps_{rate}_c_{}", options.connections);
     record.started_at = now_rfc3339();
     match options.resolve() {
         Ok(spec) => match measure(

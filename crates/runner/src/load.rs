@@ -200,7 +200,7 @@ pub struct ConnectOptions {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PaceOptions {
     /// Closed loop: requests in flight at most (fewer than the connections, which then pool).
-    pub concurrency: Option<usize>,
+    pub in_flight: Option<usize>,
     /// Open loop at this total rate; `None` is a closed loop.
     pub rate_rps: Option<f64>,
     /// How open-loop arrivals are spaced (uniform unless given).
@@ -253,7 +253,7 @@ impl LoadOptions {
             },
             connections: 16,
             pace: PaceOptions {
-                concurrency: None,
+                in_flight: None,
                 rate_rps: None,
                 arrival: None,
                 idle: None,
@@ -278,7 +278,7 @@ impl LoadOptions {
         let method = self.request_method()?;
         self.check_protocol_options()?;
         let proto = self.proto()?;
-        let concurrency = self.concurrency_cap()?;
+        let in_flight = self.in_flight_cap()?;
         let close_first = self.who_closes_first()?;
         let source_addrs = source_addrs::parse(&self.connect.source_addresses)?;
         self.check_connection_rate()?;
@@ -315,7 +315,7 @@ impl LoadOptions {
                 tls_resume: self.connect.tls.resume,
             },
             connections: self.connections,
-            concurrency,
+            in_flight,
             threads,
             offer,
             idle: self.pace.idle.unwrap_or_default(),
@@ -497,17 +497,17 @@ impl LoadOptions {
     }
 
     /// The closed loop's cap on requests in flight, checked against the loop and the connections.
-    fn concurrency_cap(&self) -> Result<Option<usize>, LoadError> {
+    fn in_flight_cap(&self) -> Result<Option<usize>, LoadError> {
         let bad = |m: String| Err(LoadError(m));
-        match self.pace.concurrency {
+        match self.pace.in_flight {
             None => Ok(None),
             Some(_) if self.pace.rate_rps.is_some() => {
-                bad("--concurrency caps a closed loop; an open loop's rate sets its own (drop --rate or --concurrency)".into())
+                bad("--in-flight caps a closed loop; an open loop's rate sets its own (drop --rate or --in-flight)".into())
             }
-            Some(0) => bad("--concurrency 0: must be at least 1".into()),
+            Some(0) => bad("--in-flight 0: must be at least 1".into()),
             Some(n) if n > self.connections * self.connect.streams => {
                 bad(format!(
-                    "--concurrency {n}: more than the {} connections (x streams) can carry; raise --connections",
+                    "--in-flight {n}: more than the {} connections (x streams) can carry; raise --connections",
                     self.connections
                 ))
             }
@@ -818,17 +818,17 @@ mod tests {
                 "--streams applies to HTTP/2",
             ),
             (
-                "concurrency in open loop",
+                "in flight in open loop",
                 with(url(), |o| {
-                    o.pace.concurrency = Some(2);
+                    o.pace.in_flight = Some(2);
                     o.pace.rate_rps = Some(5.0);
                 }),
-                "--concurrency caps",
+                "--in-flight caps",
             ),
             (
-                "concurrency over slots",
-                with(url(), |o| o.pace.concurrency = Some(17)),
-                "--concurrency 17",
+                "in flight over slots",
+                with(url(), |o| o.pace.in_flight = Some(17)),
+                "--in-flight 17",
             ),
             (
                 "zero churn",
@@ -1016,7 +1016,7 @@ mod tests {
             "source_addresses",
             "connection_rate",
             "connections",
-            "concurrency",
+            "in_flight",
             "rate_rps",
             "arrival",
             "idle",

@@ -183,12 +183,71 @@ pub fn missing_programs(e: &Experiment) -> Vec<String> {
     if let Some(last) = lines.iter_mut().rev().find(|l| l.starts_with("gateway:")) {
         if listed && !runnable.is_empty() {
             last.push_str(&format!(
-                "; or run the others: --set 'gateway.type=[{}]'",
+                "; or run the others ({}): --installed-only",
                 runnable.join(", ")
             ));
         }
     }
     lines
+}
+
+/// With a list of gateways, leaves out those not installed here (`--installed-only`): one line
+/// each, naming it and why (the script that installs it). A list with none installed is kept
+/// whole, for [`missing_programs`] to refuse.
+pub fn leave_out_missing_gateways(e: &mut Experiment) -> Vec<String> {
+    let why = |kind: &Program| {
+        ProgramSpec::from(*kind)
+            .unavailable()
+            .map(|w| w.to_string())
+    };
+    let kinds = &mut e.gateway.kinds;
+    if kinds.len() < 2 || kinds.iter().all(|k| why(k).is_some()) {
+        return Vec::new();
+    }
+    let left_out = kinds
+        .iter()
+        .filter_map(|k| why(k).map(|w| format!("gateway {k} left out: {w}")))
+        .collect();
+    kinds.retain(|k| why(k).is_none());
+    left_out
+}
+
+/// `--dry-run`'s `needs:` line: each program the plan starts, once, and where it comes from.
+pub fn needs(e: &Experiment) -> String {
+    let Sections {
+        proxies,
+        tunnels,
+        gateway,
+    } = Sections::used(e);
+    let mut used: Vec<Program> = Vec::new();
+    let sections = [(proxies, e.proxy.kind), (tunnels, e.tunnel.kind)];
+    let gateways = e.gateway.kinds.iter().map(|k| (gateway, *k));
+    let control_plane = (
+        e.topologies.contains(&StepKind::ControlPlane),
+        Program::Istio,
+    );
+    for (_, p) in sections
+        .into_iter()
+        .chain(gateways)
+        .chain([control_plane])
+        .filter(|s| s.0)
+    {
+        if !used.contains(&p) {
+            used.push(p);
+        }
+    }
+    if used.is_empty() {
+        return "needs: nothing but meshbench (its own backend)".into();
+    }
+    let from = |p: Program| match p {
+        Program::Nginx | Program::Haproxy | Program::Caddy => "Debian's, apt-get by the run",
+        Program::Envoy => "a pinned wheel, fetched by the run",
+        Program::Istio => "scripts/install-istio.sh",
+        Program::Contour => "scripts/install-contour.sh",
+        Program::Command => "the file's command",
+    };
+    let listed: Vec<String> = used.iter().map(|p| format!("{p} ({})", from(*p))).collect();
+    format!("needs: {}", listed.join(", "))
 }
 
 /// The version line of each program the experiment starts.

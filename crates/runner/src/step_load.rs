@@ -41,15 +41,11 @@ pub fn load_for(
     let mut o = LoadOptions::new(source);
     o.window.stop = StopAt::Duration(Duration::from_secs_f64(e.duration_secs));
     o.window.warmup = Duration::from_secs_f64(e.warmup_secs);
-    o.connections = match e.load.connection_pool {
-        0 => load.connections,
-        pool => pool,
-    } as usize;
-    // A pool's `connections` cap the requests in flight of a closed loop; an open loop (a
-    // capacity search probing rates over a closed-loop file) takes the pool as its connections
-    // and its rate sets what is in flight.
-    if e.load.connection_pool > 0 && !matches!(load.offer, Offer::Open { .. }) {
-        o.pace.concurrency = Some(load.connections as usize);
+    o.connections = load.connections as usize;
+    // The cap applies to a closed loop; an open loop (a capacity search probing rates over a
+    // closed-loop file) keeps the connections and its rate sets what is in flight.
+    if !matches!(load.offer, Offer::Open { .. }) {
+        o.pace.in_flight = load.in_flight.map(|n| n as usize);
     }
     o.timeout = Duration::from_millis(e.load.timeout_ms);
     o.pace.seed = step.index as u64 + 1;

@@ -249,6 +249,7 @@ impl StepRecord {
         LoadPoint {
             offer: p.offer,
             connections: p.connections,
+            in_flight: p.in_flight,
             response_bytes: matches!(self.kind, Some(StepKind::Chain(_) | StepKind::ControlPlane))
                 .then_some(p.response_bytes),
         }

@@ -28,6 +28,7 @@ fn dir(name: &str) -> PathBuf {
 fn step(seq: u32) -> StepRecord {
     let params = StepParams {
         offer: Offer::open(100.0),
+        in_flight: None,
         connections: 4,
         response_bytes: 1024,
         request_bytes: 0,
@@ -865,4 +866,44 @@ fn an_imported_store_reads_back_as_its_own_steps_under_new_ids() {
     .unwrap();
     assert!(ours.import(&d.join("not.db")).is_err());
     assert_eq!(ours.experiments().unwrap().len(), 2);
+}
+
+/// A store written before the load's words were settled (schema v6, params with `qps` and
+/// `jitter`, kept in tests/fixtures as it was found) opens, migrates and reads back the
+/// figures it holds, its loads named in today's words.
+#[test]
+fn a_store_in_the_first_words_reads_back_unchanged() {
+    let d = dir("first-words");
+    let path = d.join("results.db");
+    std::fs::copy(
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/v6-first-words.db"
+        ),
+        &path,
+    )
+    .unwrap();
+    let store = Store::open(&path).unwrap();
+    let experiments = store.experiments().unwrap();
+    assert_eq!(experiments.len(), 2);
+    assert_eq!(experiments[0].name, "sidecar-overhead-demo");
+    let steps = store.steps(experiments[0].id).unwrap();
+    assert_eq!(steps.len(), 1);
+    let s = &steps[0].step;
+    assert_eq!(
+        s.params,
+        StepParams {
+            offer: Offer::open(500.0),
+            connections: 16,
+            in_flight: None,
+            response_bytes: 1024,
+            request_bytes: 0,
+            protocol: Protocol::Http1,
+            cpu: None,
+            mesh: None,
+        }
+    );
+    assert_eq!(s.load_point().to_string(), "500 rps x 16 conns");
+    assert!(s.result.as_ref().is_some_and(|r| r.requests.total > 0));
+    let _ = std::fs::remove_dir_all(&d);
 }

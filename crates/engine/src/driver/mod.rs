@@ -248,7 +248,7 @@ impl Worker<'_> {
         self.conns
             .extend((0..self.plan.connections).map(|_| Conn::new(first_host)));
         for c in 0..self.plan.connections as u32 {
-            // A pool larger than the concurrency opens the rest on demand.
+            // A pool larger than the requests in flight opens the rest on demand.
             if (self.slots.slots_of(c).start as usize) < self.plan.max_in_flight {
                 let _ = self.open(c, 0);
             }

@@ -20,7 +20,7 @@ pub struct WorkerPlan {
     pub targets: Arc<Targets>,
     pub conn: ConnSpec,
     pub connections: usize,
-    /// Requests this worker may have in flight (every slot unless `--concurrency` caps it).
+    /// Requests this worker may have in flight (every slot unless `--in-flight` caps it).
     pub max_in_flight: usize,
     pub pacer: Pacer,
     /// Paces new connections (`--connection-rate`), if limited.

@@ -135,6 +135,42 @@ impl OldWords {
     }
 }
 
+impl OldWords {
+    /// The old `load.connection_pool`: its number is the connections now, and the
+    /// `load.connections` it came with were the requests in flight (`load.in_flight`).
+    pub(super) fn pool_as_connections(&mut self, tree: &mut Value, problems: &mut Vec<String>) {
+        let Some(Value::Mapping(load)) = tree.get_mut("load") else {
+            return;
+        };
+        let Some(pool) = load.remove("connection_pool") else {
+            return;
+        };
+        if load.contains_key("in_flight") {
+            problems.push(
+                "load.connection_pool: given with load.in_flight, the new words; keep only load.connections (connections) and load.in_flight (requests in flight)"
+                    .into(),
+            );
+            return;
+        }
+        let note = "load.connection_pool is an old name: its number is load.connections now, and the load.connections it came with are load.in_flight (requests in flight); write those instead";
+        if !self.notes.iter().any(|n| n == note) {
+            self.notes.push(note.into());
+        }
+        if pool.as_u64() == Some(0) {
+            return; // 0 was one connection per request in flight: the new default.
+        }
+        let in_flight = load.remove("connections").unwrap_or_else(|| {
+            let default = super::LoadSection::default().connections;
+            Value::Sequence(default.into_iter().map(Value::from).collect())
+        });
+        load.insert(Value::String("in_flight".into()), in_flight);
+        load.insert(
+            Value::String("connections".into()),
+            Value::Sequence(vec![pool]),
+        );
+    }
+}
+
 /// A `--set` that cannot be applied; each names the override as given.
 #[derive(Debug, Error)]
 pub(super) enum OverrideError {

@@ -154,6 +154,7 @@ impl Experiment {
             mode,
             rate_rps,
             connections,
+            in_flight,
             response_bytes,
             request_bytes: _, // validate_requests
             arrival,
@@ -161,7 +162,6 @@ impl Experiment {
             pacing_slack_us: _,
             protocol,
             streams,
-            connection_pool,
             threads: _, // 0 is one per core, any other a count
             timeout_ms,
         } = &self.load;
@@ -195,16 +195,23 @@ impl Experiment {
                 "load.streams: more than 1 stream needs load.protocol: http2, grpc or h3".into(),
             );
         }
-        if *connection_pool > 0 {
-            if *mode != LoopMode::Closed {
-                p.push("load.connection_pool: applies to a closed loop (load.mode: closed)".into());
+        if !in_flight.is_empty() && *mode != LoopMode::Closed {
+            p.push(
+                "load.in_flight: caps a closed loop (load.mode: closed); an open loop's rate sets its own"
+                    .into(),
+            );
+        }
+        for (i, n) in in_flight.iter().enumerate() {
+            if *n == 0 {
+                p.push(format!("load.in_flight[{i}]: expected at least 1"));
             }
-            if let Some(&most) = connections.iter().max() {
-                if *connection_pool < most {
-                    p.push(format!(
-                        "load.connection_pool: {connection_pool} is fewer than the {most} connections in flight"
-                    ));
-                }
+        }
+        let carried = connections.iter().min().map(|c| c * streams.max(&1));
+        if let (Some(&most), Some(carried)) = (in_flight.iter().max(), carried) {
+            if most > carried {
+                p.push(format!(
+                    "load.in_flight: {most} is more than {carried} connections (x load.streams) carry; raise load.connections"
+                ));
             }
         }
         if *timeout_ms == 0 {

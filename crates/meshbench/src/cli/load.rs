@@ -94,12 +94,15 @@ pub struct RunArgs {
     pub targets: Option<PathBuf>,
     #[command(flatten)]
     pub request: RequestFlags,
-    /// Concurrent connections (closed loop: requests in flight).
+    /// Connections kept open (a closed loop without --in-flight: one request in flight on each).
     #[arg(short = 'c', long, default_value_t = 16, value_name = "N")]
     pub connections: usize,
     /// Closed loop: requests in flight at most, fewer than --connections, which then become a
     /// pool of kept-alive connections (per host, as a k6 virtual user keeps them).
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub in_flight: Option<i64>,
+    /// The old name of --in-flight, still read.
+    #[arg(long, value_name = "N", allow_negative_numbers = true, hide = true)]
     pub concurrency: Option<i64>,
     /// Open loop at this total rate in requests per second; latency counts from the intended
     /// send time (coordinated-omission corrected).

@@ -26,7 +26,12 @@ pub fn execute(args: ExperimentArgs) -> Result<u8> {
         true => Provision::Plan,
         false => Provision::Install,
     };
-    let e = load(&args.file, &args.set, provision)?;
+    let mut e = load(&args.file, &args.set, provision)?;
+    if args.installed_only {
+        for line in meshbench_runner::setup::leave_out_missing_gateways(&mut e) {
+            errln!("note: {line}");
+        }
+    }
     if args.detach {
         return super::detached::detach(&e, &args);
     }
@@ -265,6 +270,15 @@ pub fn describe_plan(e: &Experiment, plan: &Plan) -> String {
         step_secs(plan.setup_secs),
         human_secs(plan.total_secs(e))
     );
+    if e.cluster.is_none() {
+        out.push_str(&meshbench_runner::setup::needs(e));
+        out.push('\n');
+        out.push_str(&fits(
+            e,
+            std::thread::available_parallelism().map_or(1, |n| n.get()),
+        ));
+        out.push('\n');
+    }
     for s in &plan.steps {
         out.push_str(&format!(
             "{:>4}  repeat {}  {:<28} {:<32} {}\n",
@@ -285,6 +299,53 @@ pub fn describe_plan(e: &Experiment, plan: &Plan) -> String {
         ));
     }
     out
+}
+
+/// `--dry-run`'s `fits:` line: the smallest machine for the plan's largest CPU limit (one core
+/// beside it for the load and the backend) and, on a machine with fewer cores than `cores`,
+/// the `--set` that keeps the limits that fit.
+fn fits(e: &Experiment, cores: usize) -> String {
+    let l = &e.limits;
+    let roles = [
+        ("proxy", &l.proxy),
+        ("tunnel", &l.tunnel),
+        ("backend", &l.backend),
+        ("control_plane", &l.control_plane),
+    ];
+    let largest = roles
+        .iter()
+        .flat_map(|(_, r)| r.cpus.iter().copied())
+        .fold(0.0_f64, f64::max);
+    if largest == 0.0 {
+        return "fits: any machine (no CPU limit; the roles share its cores)".into();
+    }
+    let smallest = largest.ceil() as usize + 1;
+    let mut line = format!(
+        "fits: {smallest} cores or more (its largest CPU limit is {largest} beside the load)"
+    );
+    if cores < smallest {
+        let room = (cores.saturating_sub(1)).max(1) as f64;
+        let keep: Vec<String> = roles
+            .iter()
+            .filter(|(_, r)| r.cpus.iter().any(|c| *c > room))
+            .map(|(name, r)| {
+                let fit: Vec<String> = r
+                    .cpus
+                    .iter()
+                    .filter(|c| **c <= room)
+                    .map(|c| c.to_string())
+                    .collect();
+                let fit = if fit.is_empty() {
+                    vec![room.to_string()]
+                } else {
+                    fit
+                };
+                format!("--set 'limits.{name}.cpus=[{}]'", fit.join(", "))
+            })
+            .collect();
+        line.push_str(&format!("; this machine has {cores}: {}", keep.join(" ")));
+    }
+    line
 }
 
 /// The external variants of `--dry-run`: each URL, and every query each role will make (the
@@ -501,5 +562,21 @@ mod tests {
         assert_eq!(step_secs(15.0), "15s");
         assert_eq!(step_secs(0.0), "0s");
         assert_eq!(step_secs(90.0), "1m30s");
+    }
+
+    #[test]
+    fn the_smallest_machine_is_the_largest_limit_and_a_core_and_a_small_one_gets_a_set() {
+        let file = "name: t\ntopologies: [gateway]\nlimits:\n  proxy:\n    cpus: [1, 2, 4, 6]\n";
+        let e = meshbench_experiment::config::parse("t.yaml", file, &[]).unwrap();
+        let line = "fits: 7 cores or more (its largest CPU limit is 6 beside the load)";
+        assert_eq!(fits(&e, 8), line);
+        assert_eq!(
+            fits(&e, 2),
+            format!("{line}; this machine has 2: --set 'limits.proxy.cpus=[1]'")
+        );
+        let free =
+            meshbench_experiment::config::parse("t.yaml", "name: t\ntopologies: [baseline]\n", &[])
+                .unwrap();
+        assert!(fits(&free, 1).starts_with("fits: any machine"));
     }
 }

@@ -110,6 +110,7 @@ fn measure(
         let load = LoadPoint {
             offer: spec.offer,
             connections: u32::try_from(spec.connections).unwrap_or(u32::MAX),
+            in_flight: spec.in_flight.map(|n| u32::try_from(n).unwrap_or(u32::MAX)),
             response_bytes: None,
         };
         let info = super::live::run_step(load.rate_rps(), load.to_string(), spec.planned_secs());
@@ -199,9 +200,23 @@ pub fn load_options(a: &RunArgs) -> Result<LoadOptions> {
     let mut o = LoadOptions::new(source);
     apply_request_flags(&mut o, &a.request)?;
     o.connections = a.connections;
-    o.pace.concurrency = a
-        .concurrency
-        .map(|n| positive("--concurrency", n).map(|n| n as usize))
+    if a.concurrency.is_some() {
+        eprintln!(
+            "note: --concurrency is an old name, read as --in-flight: write --in-flight instead"
+        );
+    }
+    let in_flight = match (a.in_flight, a.concurrency) {
+        (Some(n), None) => Some(("--in-flight", n)),
+        (None, Some(n)) => Some(("--concurrency", n)),
+        (None, None) => None,
+        (Some(_), Some(_)) => {
+            return Err(usage(
+                "give --in-flight only (--concurrency is its old name)",
+            ))
+        }
+    };
+    o.pace.in_flight = in_flight
+        .map(|(flag, n)| positive(flag, n).map(|n| n as usize))
         .transpose()?;
     o.pace.rate_rps = a.rate;
     apply_pacing_flags(&mut o, &a.pacing)?;

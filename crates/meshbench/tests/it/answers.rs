@@ -231,7 +231,7 @@ fn capacity_under_a_cpu_share_stops_where_the_gateway_nears_its_limit() {
         .expect("steps")
         .iter()
         .map(|st| {
-            let offered = st["params"]["qps"]
+            let offered = st["params"]["rate_rps"]
                 .as_f64()
                 .unwrap_or_else(|| panic!("an offered rate: {}", st["params"]));
             let gateway = common::usage_of(st, "gateway");
@@ -740,8 +740,8 @@ limits:
     assert!(out.status.success(), "{}", stderr(&out));
     let html = std::fs::read_to_string(report_dir.join("report.html")).unwrap();
     for id in [
-        "latency_p99_vs_qps",
-        "proxy_cpu_vs_qps",
+        "latency_p99_vs_rate",
+        "proxy_cpu_vs_rate",
         "latency_throughput",
         "percentile_spectrum",
         "timeline_012",

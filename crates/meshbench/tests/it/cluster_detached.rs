@@ -195,12 +195,12 @@ fn a_detached_run_outlives_its_terminal_and_is_followed_stopped_and_fetched() {
         assert_eq!(s["status"], "ok", "{}", s["error"]);
         // Each step as the run printed it: its row of the run's own table (rate, p50, p99).
         let ms = |key: &str| format!("{:.3}", s["summary"][key].as_f64().unwrap() / 1000.0);
-        let rate = s["params"]["qps"].as_f64().unwrap();
+        let rate = s["params"]["rate_rps"].as_f64().unwrap();
         let (p50, p99) = (ms("p50_us"), ms("p99_us"));
         assert!(
             lines
                 .lines()
-                .any(|l| l.contains(&format!("baseline {rate} qps"))
+                .any(|l| l.contains(&format!("baseline {rate} rps"))
                     && l.contains(&p50)
                     && l.contains(&p99)),
             "no row at {rate} with p50 {p50} and p99 {p99} ms in what the run printed:\n{lines}"

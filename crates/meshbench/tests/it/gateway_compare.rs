@@ -25,7 +25,7 @@ fn one_file_serves_the_plan_through_every_gateway_and_ranks_them_by_cpu_per_1000
         format!(
             "name: gateway-compare-test\ntopologies: [gateway]\nduration_secs: 3\nwarmup_secs: 1\n\
              cooldown_secs: 0\nsample_interval_ms: 250\n\
-             load:\n  mode: closed\n  connection_pool: 40\n  connections: [16]\n\
+             load:\n  mode: closed\n  connections: [40]\n  in_flight: [16]\n\
              gateway:\n  type: [{}]\n  domains: 4\n  paths: 4\n\
              limits:\n  proxy:\n    cpus: [0.25]\n",
             GATEWAYS.join(", ")
@@ -132,7 +132,7 @@ fn a_list_with_gateways_missing_says_how_to_run_the_others() {
         "{line}"
     );
     assert!(
-        line.contains("or run the others: --set 'gateway.type=[nginx, haproxy, caddy, envoy]'"),
+        line.contains("or run the others (nginx, haproxy, caddy, envoy): --installed-only"),
         "{line}"
     );
     assert!(!line.contains("fallback"), "{line}");
@@ -140,6 +140,26 @@ fn a_list_with_gateways_missing_says_how_to_run_the_others() {
         line.chars().count() <= 600,
         "{} columns: {line}",
         line.chars().count()
+    );
+    // Said so, the others run: the plan has their steps only, and each left out is named.
+    let out = std::process::Command::new(common::bin())
+        .args(["experiment", preset, "--dry-run", "--installed-only"])
+        .env("ISTIO_CACHE", &empty)
+        .env("CONTOUR_CACHE", &empty)
+        .output()
+        .unwrap();
+    let (err, plan) = (stderr(&out), stdout(&out));
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let notes: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("note: gateway"))
+        .collect();
+    assert_eq!(notes.len(), 2, "{err}");
+    assert!(notes[0].contains("istio left out") && notes[0].contains("scripts/install-istio.sh"));
+    assert!(notes[1].contains("contour left out"), "{err}");
+    assert!(
+        plan.starts_with("experiment 'gateway-compare': 4 steps"),
+        "{plan}"
     );
     let _ = std::fs::remove_dir_all(empty);
 }

@@ -638,7 +638,7 @@ fn connections_to_many_hosts_are_reused() {
 fn a_closed_loop_over_a_connection_pool_keeps_connections_per_host() {
     // 100 hosts, 10 requests in flight: with one connection per request in flight, most
     // requests go to a host whose connection is busy or aimed elsewhere and re-aim one; with a
-    // pool of 500 connections (--concurrency 10), each host keeps its own.
+    // pool of 500 connections (--in-flight 10), each host keeps its own.
     let backend = BackendProc::start(&[]);
     let port = backend.addr.port();
     let url = format!("http://h-{{1..100}}.test:{port}/");
@@ -659,10 +659,20 @@ fn a_closed_loop_over_a_connection_pool_keeps_connections_per_host() {
         let (out, r) = run_json(name, &args, LIMIT);
         assert!(out.status.success(), "{}", stderr(&out));
         assert_eq!(u(&r, "/requests/ok"), 5000, "{}", r["errors"]);
-        r
+        (r, stderr(&out))
     };
-    let churning = run("no-pool", &["-c", "10"]);
-    let pooled = run("pool", &["-c", "500", "--concurrency", "10"]);
+    let (churning, _) = run("no-pool", &["-c", "10"]);
+    let (pooled, _) = run("pool", &["-c", "500", "--in-flight", "10"]);
+    // The flag's old name is still read, with one line saying the new one.
+    let (old, said) = run("pool-old-name", &["-c", "500", "--concurrency", "10"]);
+    assert_eq!(old["settings"]["in_flight"], 10);
+    assert!(
+        said.lines().any(|l| {
+            l
+            == "note: --concurrency is an old name, read as --in-flight: write --in-flight instead"
+        }),
+        "{said}"
+    );
     let (a, b) = (
         u(&churning, "/connections/opened"),
         u(&pooled, "/connections/opened"),
@@ -672,6 +682,6 @@ fn a_closed_loop_over_a_connection_pool_keeps_connections_per_host() {
         "10 connections over 100 hosts re-aim: {a} opened"
     );
     assert!(b < 1_000, "a pool of 500 keeps them per host: {b} opened");
-    assert_eq!(pooled["settings"]["concurrency"], 10);
-    assert_eq!(churning["settings"]["concurrency"], serde_json::Value::Null);
+    assert_eq!(pooled["settings"]["in_flight"], 10);
+    assert_eq!(churning["settings"]["in_flight"], serde_json::Value::Null);
 }

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use clap::CommandFactory;
+use clap::{CommandFactory, Parser};
 
 use crate::common;
 
@@ -151,4 +151,128 @@ fn the_flag_reference_is_written_from_the_definitions() {
         written == now,
         "docs/cli-reference.md is stale: run this test with MESHBENCH_UPDATE_GOLDEN=1"
     );
+}
+
+/// Every `meshbench` line in docs/ (in a code block, `\` continuations joined, a trailing `#`
+/// comment dropped) is one the flag definitions take as printed; an `experiment` line with a
+/// file of examples/ is also planned (`--dry-run`): its file and `--set`s read, its plan made,
+/// its programs looked for (a missing one is what the line needs, said in one line, exit 1).
+#[test]
+fn the_docs_commands_are_ones_meshbench_takes() {
+    let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs");
+    let repo = docs.join("..");
+    let mut lines = Vec::new();
+    for entry in std::fs::read_dir(&docs).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "md") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        lines.extend(command_lines(&text).into_iter().map(|l| (name.clone(), l)));
+    }
+    assert!(lines.len() > 30, "only {} commands in docs/", lines.len());
+    let mut problems = Vec::new();
+    let mut planned = 0;
+    for (doc, line) in &lines {
+        let Some(words) = shell_words(line) else {
+            problems.push(format!("{doc}: unbalanced quotes: {line}"));
+            continue;
+        };
+        if let Err(e) = meshbench::cli::Cli::try_parse_from(&words) {
+            let first = e.to_string().lines().next().unwrap_or_default().to_string();
+            problems.push(format!("{doc}: `{line}`: {first}"));
+            continue;
+        }
+        let file = words.get(2).filter(|f| f.starts_with("examples/"));
+        if words.get(1).map(String::as_str) != Some("experiment") || file.is_none() {
+            continue;
+        }
+        let mut args: Vec<&str> = words[1..].iter().map(String::as_str).collect();
+        args.retain(|a| !["--detach", "--dry-run"].contains(a));
+        args.push("--dry-run");
+        let out = Command::new(common::bin())
+            .args(&args)
+            .current_dir(&repo)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        let needs = out.status.code() == Some(1) && err.trim().lines().count() == 1;
+        if !out.status.success() && !needs {
+            problems.push(format!("{doc}: `{line}` --dry-run: {err}"));
+        }
+        planned += 1;
+    }
+    assert!(planned > 5, "only {planned} experiment lines planned");
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// The `meshbench ...` lines of `text`'s code blocks, continuations joined, comments and
+/// prompts dropped.
+fn command_lines(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut in_code = false;
+    let mut pending: Option<String> = None;
+    for raw in text.lines() {
+        if raw.trim_start().starts_with("```") {
+            in_code = !in_code;
+            pending = None;
+            continue;
+        }
+        if !in_code {
+            continue;
+        }
+        let line = raw.trim().trim_start_matches("$ ");
+        let line = match pending.take() {
+            Some(head) => format!("{head} {line}"),
+            None if line.starts_with("meshbench ") => line.to_string(),
+            None => continue,
+        };
+        if let Some(head) = line.strip_suffix('\\') {
+            pending = Some(head.trim_end().to_string());
+            continue;
+        }
+        let line = match line.find("  #").or_else(|| line.find(" # ")) {
+            Some(at) => line[..at].trim_end().to_string(),
+            None => line,
+        };
+        out.push(line);
+    }
+    out
+}
+
+/// `line` split as a POSIX shell splits words (quotes, no expansion); `None` when a quote is
+/// left open.
+fn shell_words(line: &str) -> Option<Vec<String>> {
+    let mut words = Vec::new();
+    let mut word = String::new();
+    let mut in_word = false;
+    let mut quote: Option<char> = None;
+    for c in line.chars() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), c) => word.push(c),
+            (None, '\'' | '"') => {
+                quote = Some(c);
+                in_word = true;
+            }
+            (None, c) if c.is_whitespace() => {
+                if in_word {
+                    words.push(std::mem::take(&mut word));
+                    in_word = false;
+                }
+            }
+            (None, c) => {
+                word.push(c);
+                in_word = true;
+            }
+        }
+    }
+    if quote.is_some() {
+        return None;
+    }
+    if in_word {
+        words.push(word);
+    }
+    Some(words)
 }

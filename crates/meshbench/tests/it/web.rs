@@ -124,10 +124,10 @@ fn an_experiments_page_shows_the_stream_and_links_the_report() {
         last["step"]
             .as_str()
             .unwrap()
-            .starts_with("step 2/2 · baseline · 400 qps"),
+            .starts_with("step 2/2 · baseline · 400 rps"),
         "{last}"
     );
-    // An open loop at 400 qps: about 400 a second (less on a machine too busy to keep up).
+    // An open loop at 400 rps: about 400 a second (less on a machine too busy to keep up).
     let rps = last["rps"].as_u64().unwrap();
     assert!((100..=440).contains(&rps), "the last second's rate: {rps}");
     let _ = std::fs::remove_dir_all(&dir);
@@ -171,7 +171,7 @@ fn a_runs_page_shows_the_stream_and_the_end() {
         "the page was compared with the stream while the run went: {seen}"
     );
     for x in s {
-        assert_eq!(x["step"], "step 1/1 · url · 300 qps x 4 conns");
+        assert_eq!(x["step"], "step 1/1 · url · 300 rps x 4 conns");
     }
 }
 

@@ -248,12 +248,12 @@ fn main_connections(h: &Headline) -> Option<u32> {
         .max_by_key(|c| h.groups.iter().filter(|g| g.load.connections == *c).count())
 }
 
-pub(super) fn latency_vs_qps(h: &Headline) -> Vec<Chart> {
-    let qps = distinct(h.groups.iter().filter_map(|g| g.load.rate_rps_milli()));
+pub(super) fn latency_vs_rate(h: &Headline) -> Vec<Chart> {
+    let rates = distinct(h.groups.iter().filter_map(|g| g.load.rate_rps_milli()));
     let Some(conns) = main_connections(h) else {
         return Vec::new();
     };
-    if qps.len() < 2 {
+    if rates.len() < 2 {
         return Vec::new();
     }
     let col = variant_colors(h);
@@ -262,7 +262,7 @@ pub(super) fn latency_vs_qps(h: &Headline) -> Vec<Chart> {
         .map(|&q| {
             let name = percentile_name(q);
             let mut c = Chart::new(
-                &format!("latency_{}_vs_qps", name.replace('.', "")),
+                &format!("latency_{}_vs_rate", name.replace('.', "")),
                 &format!("{name} latency vs offered load ({conns} connections)"),
                 "offered load (requests per second)",
                 &format!("{name} latency (ms)"),
@@ -290,7 +290,7 @@ pub(super) fn latency_vs_qps(h: &Headline) -> Vec<Chart> {
                 Some((v, at, ms)) => {
                     let low = top.iter().min_by(|a, b| a.2.total_cmp(&b.2));
                     format!(
-                        "At the highest load, {name} is highest for {v} ({ms:.3} ms at {at} qps){}.",
+                        "At the highest load, {name} is highest for {v} ({ms:.3} ms at {at} rps){}.",
                         match low {
                             Some((lv, _, lms)) if lv != v => format!(" and lowest for {lv} ({lms:.3} ms)"),
                             _ => String::new(),
@@ -325,7 +325,7 @@ pub(super) fn latency_vs_connections(h: &Headline) -> Vec<Chart> {
         .iter()
         .map(|&q| {
             let name = percentile_name(q);
-            let at = rate.map_or("a closed loop".to_string(), |r| format!("{} qps", r as f64 / 1000.0));
+            let at = rate.map_or("a closed loop".to_string(), |r| format!("{} rps", r as f64 / 1000.0));
             let mut c = Chart::new(
                 &format!("latency_{}_vs_connections", name.replace('.', "")),
                 &format!("{name} latency vs connections ({at})"),
@@ -362,7 +362,7 @@ pub(super) fn latency_vs_connections(h: &Headline) -> Vec<Chart> {
         .collect()
 }
 
-pub(super) fn cost_vs_qps(h: &Headline) -> Vec<Chart> {
+pub(super) fn cost_vs_rate(h: &Headline) -> Vec<Chart> {
     if h.costs.is_empty() {
         return Vec::new();
     }
@@ -370,7 +370,7 @@ pub(super) fn cost_vs_qps(h: &Headline) -> Vec<Chart> {
     let mut out = Vec::new();
     for (what, unit) in [("CPU", "millicores"), ("memory", "MiB")] {
         let mut c = Chart::new(
-            &format!("proxy_{}_vs_qps", what.to_lowercase()),
+            &format!("proxy_{}_vs_rate", what.to_lowercase()),
             &format!("Proxy {what} vs throughput"),
             "throughput (requests per second)",
             &format!("{what} ({unit})"),
