@@ -8,7 +8,7 @@
 # (client-go, api, apimachinery, apiserver, and under them grpc, protobuf, OpenTelemetry): with
 # one set of versions each of those packages compiles once, and a later build of the other part
 # finds it in Go's build cache. Two modules resolved their versions apart and compiled them twice
-# (docs/architecture.md, "The test build", has the figures).
+# (docs/decisions.md, "One Go module for the Go programs").
 #
 # scripts/install-k8s.sh and scripts/install-istio.sh call this; run side by side (as
 # scripts/install-deps.sh runs them) the second waits on a lock for the first, then builds only

@@ -6,6 +6,8 @@
 //! default store of their own (XDG_DATA_HOME), as after `cargo install` on a fresh machine.
 //!
 //! And `--help`: every command's fits 100 columns, and every flag it shows has a sentence.
+//! And the docs that must stay true to the code: docs/cli-reference.md is what the flags say,
+//! docs/architecture.md is short and names only paths that exist.
 
 use std::path::Path;
 use std::process::Command;
@@ -275,4 +277,53 @@ fn shell_words(line: &str) -> Option<Vec<String>> {
         words.push(word);
     }
     Some(words)
+
+/// docs/architecture.md stays a map a new engineer reads in a quarter of an hour (under 320
+/// lines), and every path it names is there: `crates/...`, a crate's `NAME/src/...` or
+/// `NAME/tests/...`, `docs/...` and `scripts/...` (a `<name>` in a recipe aside).
+#[test]
+fn the_architecture_map_is_short_and_names_only_what_exists() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let text = std::fs::read_to_string(repo.join("docs/architecture.md")).unwrap();
+    let lines = text.lines().count();
+    assert!(
+        lines < 320,
+        "docs/architecture.md has {lines} lines: keep it a map (decisions.md holds the why)"
+    );
+    let crates: Vec<String> = std::fs::read_dir(repo.join("crates"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    let in_path = |c: char| c.is_ascii_alphanumeric() || "_./<>-".contains(c);
+    let mut named = 0;
+    let mut missing = Vec::new();
+    for token in text.split(|c: char| !in_path(c)) {
+        let token = token.trim_end_matches(['.', ',']);
+        let mut parts = token.split('/');
+        let (Some(first), Some(second)) = (parts.next(), parts.next()) else {
+            continue;
+        };
+        let path = match first {
+            "crates" | "docs" | "scripts" => token.to_string(),
+            _ if crates.iter().any(|c| c == first) && ["src", "tests"].contains(&second) => {
+                format!("crates/{token}")
+            }
+            _ => continue,
+        };
+        if path.contains('<') {
+            continue;
+        }
+        named += 1;
+        if !repo.join(&path).exists() {
+            missing.push(path);
+        }
+    }
+    assert!(
+        named > 40,
+        "only {named} paths found in docs/architecture.md"
+    );
+    assert!(
+        missing.is_empty(),
+        "docs/architecture.md names paths that do not exist: {missing:?}"
+    );
 }
