@@ -3,10 +3,14 @@
 //! RPS one core carries where a proxy ran at its CPU limit (and only a lower bound below it),
 //! the latency it adds over the baseline per percentile with a 95 % interval, and where each
 //! curve bends: the knee of latency against throughput and the load at which a proxy used
-//! 90 % of its CPU.
+//! 90 % of its CPU; and where one file ran several gateway programs, the gateways ranked by
+//! CPU per 1,000 RPS. Each answer carries what the generator's self-check says against the
+//! runs it rests on (`invalid`: `None` when it calls none INVALID).
 
-use meshbench_results::{Class, Role, Subject};
+use meshbench_results::{ChainRole, Class, Role, Subject};
 use meshbench_stats::{knee, linear_fit, Line};
+
+use crate::invalid::Invalid;
 
 use crate::runs::{distinct, Group, RoleUse, PERCENTILES};
 use crate::trend::{Trend, MIN_LOADS};
@@ -25,6 +29,8 @@ pub struct Cost {
     pub load: LoadPoint,
     pub throughput_rps: f64,
     pub usage: RoleUse,
+    /// The self-check against the group's runs.
+    pub invalid: Option<Invalid>,
 }
 
 impl Cost {
@@ -98,6 +104,8 @@ pub struct CostFit {
     pub cpu: Trend,
     /// MiB against RPS.
     pub memory: Trend,
+    /// The self-check against the variant's runs at every load the trends are over.
+    pub invalid: Option<Invalid>,
 }
 
 /// The difference of B over A at one percentile, with the one test's answer.
@@ -162,6 +170,8 @@ pub struct Added {
     pub variant: String,
     pub load: LoadPoint,
     pub deltas: Vec<Delta>,
+    /// The self-check against the runs of both sides: the variant's and the baseline's.
+    pub invalid: Option<Invalid>,
 }
 
 /// Where a variant's latency/throughput curve bends.
@@ -172,6 +182,8 @@ pub struct Knee {
     /// Throughput and p99 (ms) at the knee.
     pub throughput_rps: f64,
     pub p99_ms: f64,
+    /// The self-check against the runs of the curve it was found on.
+    pub invalid: Option<Invalid>,
 }
 
 /// The lowest load at which a proxy used 90 % or more of its CPU allotment.
@@ -182,15 +194,19 @@ pub struct Saturation {
     pub load: LoadPoint,
     pub throughput_rps: f64,
     pub utilization: f64,
+    /// The self-check against the runs at that load.
+    pub invalid: Option<Invalid>,
 }
 
 /// One allotment of a CPU sweep at one load.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Allotment {
     pub cores: f64,
     pub throughput_rps: f64,
     /// The largest share of its allotment a swept role used (NaN when not measured).
     pub utilization: f64,
+    /// The self-check against the runs of this allotment.
+    pub invalid: Option<Invalid>,
 }
 
 impl Allotment {
@@ -213,6 +229,8 @@ pub struct PerCore {
     /// RPS = intercept + slope x cores over the allotments at the limit: only with
     /// [`MIN_LOADS`] of them or more and a slope above zero (RPS each added core carries).
     pub fit: Option<Line>,
+    /// The self-check against the runs of every allotment.
+    pub invalid: Option<Invalid>,
 }
 
 impl PerCore {
@@ -220,10 +238,24 @@ impl PerCore {
     pub fn at_limit(&self) -> Vec<Allotment> {
         self.points
             .iter()
-            .copied()
             .filter(|p| p.at_limit())
+            .cloned()
             .collect()
     }
+}
+
+/// Where one run served the same plan through several gateway programs (`gateway.type` as a
+/// list): at one load and CPU limit, each gateway's cost, from the least CPU per 1,000 RPS to
+/// the most.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GatewayRanking {
+    pub load: LoadPoint,
+    /// The gateways' CPU allotment (cores), when limited.
+    pub cpu_limit: Option<f64>,
+    /// The gateway role's cost in each program's group, cheapest first.
+    pub gateways: Vec<Cost>,
+    /// The self-check against the runs of every gateway ranked: the order rests on them all.
+    pub invalid: Option<Invalid>,
 }
 
 /// Everything the headline table and the report say about an experiment.
@@ -236,6 +268,7 @@ pub struct Headline {
     pub knees: Vec<Knee>,
     pub saturation: Vec<Saturation>,
     pub per_core: Vec<PerCore>,
+    pub gateways: Vec<GatewayRanking>,
 }
 
 /// The fewest points of a latency/throughput curve a knee is looked for on
@@ -250,6 +283,7 @@ impl Headline {
         let mut costs = Vec::new();
         for g in &groups {
             let rps = g.throughput();
+            let invalid = g.invalid();
             for u in g.proxies() {
                 costs.push(Cost {
                     topology: g.topology.clone(),
@@ -257,14 +291,16 @@ impl Headline {
                     load: g.load,
                     throughput_rps: rps,
                     usage: u,
+                    invalid: invalid.clone(),
                 });
             }
         }
-        let fits = fits(&costs);
+        let fits = fits(&groups, &costs);
         let added = added(&groups);
         let knees = knees(&groups);
         let saturation = saturation(&costs);
         let per_core = per_core(&groups, &costs);
+        let gateways = gateway_rankings(&groups, &costs);
         Headline {
             groups,
             costs,
@@ -273,6 +309,7 @@ impl Headline {
             knees,
             saturation,
             per_core,
+            gateways,
         }
     }
 
@@ -316,7 +353,7 @@ pub fn trend_of(costs: &[&Cost], figure: impl Fn(&Cost) -> f64) -> Trend {
     Trend::of(&points, loads)
 }
 
-fn fits(costs: &[Cost]) -> Vec<CostFit> {
+fn fits(groups: &[Group], costs: &[Cost]) -> Vec<CostFit> {
     distinct(
         costs
             .iter()
@@ -331,6 +368,10 @@ fn fits(costs: &[Cost]) -> Vec<CostFit> {
         CostFit {
             cpu: trend_of(&pts, |c| c.usage.cpu_millicores),
             memory: trend_of(&pts, |c| c.usage.memory_mib),
+            invalid: Invalid::of_groups(groups.iter().filter(|g| {
+                pts.iter()
+                    .any(|c| c.variant == g.variant && c.load == g.load)
+            })),
             variant,
             role,
         }
@@ -363,6 +404,7 @@ fn added(groups: &[Group]) -> Vec<Added> {
                     .iter()
                     .map(|&q| delta(base, g, q, Margin::DEFAULT))
                     .collect(),
+                invalid: Invalid::of_groups([g, base]),
             })
         })
         .collect()
@@ -376,9 +418,12 @@ fn knees(groups: &[Group]) -> Vec<Knee> {
     )
     .into_iter()
     .filter_map(|(variant, connections)| {
-        let mut pts: Vec<(f64, f64)> = groups
+        let curve: Vec<&Group> = groups
             .iter()
             .filter(|g| g.variant == variant && g.load.connections == connections)
+            .collect();
+        let mut pts: Vec<(f64, f64)> = curve
+            .iter()
             .map(|g| (g.throughput(), g.latency_ms(0.99)))
             .collect();
         pts.sort_by(|a, b| a.0.total_cmp(&b.0));
@@ -388,6 +433,7 @@ fn knees(groups: &[Group]) -> Vec<Knee> {
             connections,
             throughput_rps: pts[i].0,
             p99_ms: pts[i].1,
+            invalid: Invalid::of_groups(curve),
         })
     })
     .collect()
@@ -414,6 +460,7 @@ fn saturation(costs: &[Cost]) -> Vec<Saturation> {
             load: c.load,
             throughput_rps: c.throughput_rps,
             utilization: u,
+            invalid: c.invalid.clone(),
         });
     }
     out
@@ -441,10 +488,11 @@ fn per_core(groups: &[Group], costs: &[Cost]) -> Vec<PerCore> {
                     .filter(|u| u.is_finite())
                     .reduce(f64::max)
                     .unwrap_or(f64::NAN);
-                (swept.role == role).then_some(Allotment {
+                (swept.role == role).then(|| Allotment {
                     cores: swept.cores,
                     throughput_rps: g.throughput(),
                     utilization,
+                    invalid: g.invalid(),
                 })
             })
             .collect();
@@ -464,15 +512,54 @@ fn per_core(groups: &[Group], costs: &[Cost]) -> Vec<PerCore> {
         } else {
             None
         };
+        let invalid = Invalid::of_groups(groups.iter().filter(|g| {
+            g.topology == topology && g.load == load && g.cpu.is_some_and(|c| c.role == role)
+        }));
         Some(PerCore {
             topology,
             role,
             load,
             points,
             fit,
+            invalid,
         })
     })
     .collect()
+}
+
+/// The gateways of one run ranked at each load and CPU limit where two programs or more
+/// played the gateway, from the least CPU per 1,000 RPS to the most.
+fn gateway_rankings(groups: &[Group], costs: &[Cost]) -> Vec<GatewayRanking> {
+    let gateways: Vec<&Cost> = costs
+        .iter()
+        .filter(|c| c.usage.role == Role::Chain(ChainRole::Gateway))
+        .filter(|c| c.vcpu_per_1k_rps().is_finite())
+        .collect();
+    let at = |c: &Cost| (c.load, c.usage.cpu_limit);
+    distinct(gateways.iter().map(|c| at(c)))
+        .into_iter()
+        .filter_map(|(load, cpu_limit)| {
+            let mut same: Vec<Cost> = gateways
+                .iter()
+                .filter(|c| at(c) == (load, cpu_limit))
+                .map(|c| (*c).clone())
+                .collect();
+            if distinct(same.iter().map(|c| &c.usage.program)).len() < 2 {
+                return None;
+            }
+            same.sort_by(|a, b| a.vcpu_per_1k_rps().total_cmp(&b.vcpu_per_1k_rps()));
+            let invalid = Invalid::of_groups(groups.iter().filter(|g| {
+                same.iter()
+                    .any(|c| c.variant == g.variant && c.load == g.load)
+            }));
+            Some(GatewayRanking {
+                load,
+                cpu_limit,
+                gateways: same,
+                invalid,
+            })
+        })
+        .collect()
 }
 
 /// What an experiment measured of `metric`, one value per group (or per compared pair), each
@@ -723,6 +810,78 @@ mod tests {
         )]));
         let o = check(&t, observe(&unlimited, t.metric));
         assert!(!o.passed && o.worst.is_none(), "not measured: {o}");
+    }
+
+    #[test]
+    fn answers_resting_on_an_invalid_run_carry_its_cause() {
+        use crate::invalid::tests::judged;
+        use crate::sizing::tests::measured;
+        use meshbench_results::Cause;
+        // Three gateways at one load, each held to half a core; nginx's step was contended.
+        let gateway = |program: &str, mc: f64, invalid: bool| {
+            let variant = format!("gateway {program}");
+            let mut r = measured(&variant, None, 1000.0, mc, 20.0, Some(0.5));
+            r.cpu = None;
+            r.usage[0].program = serde_json::from_value(serde_json::json!(program)).unwrap();
+            if invalid {
+                judged(&mut r, &[Cause::CpuContention]);
+            }
+            r
+        };
+        let h = Headline::of(group(vec![
+            gateway("nginx", 200.0, true),
+            gateway("haproxy", 150.0, false),
+            gateway("envoy", 480.0, false),
+        ]));
+        assert_eq!(h.gateways.len(), 1, "{:?}", h.gateways);
+        let ranked = &h.gateways[0];
+        let order: Vec<String> = ranked
+            .gateways
+            .iter()
+            .map(|c| c.usage.program.to_string())
+            .collect();
+        assert_eq!(order, ["haproxy", "nginx", "envoy"], "cheapest first");
+        let said = |i: &Option<Invalid>| i.as_ref().map(ToString::to_string);
+        assert_eq!(said(&ranked.gateways[0].invalid), None);
+        assert_eq!(
+            said(&ranked.gateways[1].invalid).as_deref(),
+            Some("INVALID: cpu_contention")
+        );
+        assert_eq!(
+            said(&ranked.invalid).as_deref(),
+            Some("INVALID: cpu_contention in 1 of 3 runs"),
+            "the order rests on every gateway ranked"
+        );
+        // Envoy at 96 % of its allotment: saturated, and valid.
+        assert_eq!(h.saturation.len(), 1, "{:?}", h.saturation);
+        assert_eq!(h.saturation[0].invalid, None);
+
+        // The added latency rests on the baseline's runs too.
+        let mut base = run("baseline", 0, 1000, &[1.0, 1.1, 0.9, 1.0]);
+        judged(&mut base, &[Cause::TimerLateness]);
+        let h = Headline::of(group(vec![
+            base,
+            run("both", 0, 1500, &[1.5, 1.4, 1.6, 1.5]),
+        ]));
+        assert_eq!(
+            said(&h.added[0].invalid).as_deref(),
+            Some("INVALID: timer_lateness in 1 of 2 runs")
+        );
+
+        // A line over three loads rests on each of them.
+        let mut loads: Vec<crate::Run> = [100.0, 200.0, 300.0]
+            .map(|q| measured("gateway", Some(q), q, q / 10.0, 9.0, None))
+            .to_vec();
+        judged(&mut loads[1], &[Cause::CpuSaturation]);
+        let h = Headline::of(group(loads));
+        assert!(h.fits[0].cpu.line().is_some(), "{:?}", h.fits[0]);
+        assert_eq!(
+            said(&h.fits[0].invalid).as_deref(),
+            Some("INVALID: cpu_saturation in 1 of 3 runs")
+        );
+        let at = |q: f64| h.costs.iter().find(|c| c.throughput_rps == q).unwrap();
+        assert_eq!(at(100.0).invalid, None);
+        assert!(at(200.0).invalid.is_some());
     }
 
     #[test]

@@ -88,6 +88,11 @@ impl Run {
         })
     }
 
+    /// Why the generator's self-check calls this run's figures unfit, if it does.
+    pub fn invalid(&self) -> Option<meshbench_results::Cause> {
+        crate::invalid::of_result(&self.result)
+    }
+
     /// The per-second values of a percentile, one sample per second of the timeline. Seconds
     /// without requests are left out, and so is a last second holding fewer than half the
     /// requests of the median second: the few responses that close a run are not a second's
@@ -198,6 +203,12 @@ impl Group {
     /// Whether the generator may have limited any run.
     pub fn generator_saturated(&self) -> bool {
         self.runs.iter().any(|r| r.result.generator.saturated)
+    }
+
+    /// What the generator's self-check says against the group's runs: `None` when it calls
+    /// none INVALID.
+    pub fn invalid(&self) -> Option<crate::invalid::Invalid> {
+        crate::invalid::Invalid::of_runs(&self.runs)
     }
 
     /// The proxies' resource use, medians over the repeats, in the order first seen.

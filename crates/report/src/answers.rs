@@ -6,18 +6,20 @@
 //! value and a one-word verdict, its 95 % interval on the line under it, and one legend line
 //! says what the words mean; what they rest on (the test, the margin) is in docs/answers.md and
 //! `--help`, not repeated by every run. A cell may hold more than one line (`\n`): the terminal
-//! lays each line out under the one before, the HTML breaks the line.
+//! lays each line out under the one before, the HTML breaks the line. A row resting on a run the
+//! generator's self-check calls INVALID ends with its mark (`INVALID: cpu_contention`) in a
+//! last column without a header, which reads from the left.
 
 use std::fmt::Write as _;
 
 use meshbench_analysis::compare::Pair;
-use meshbench_analysis::headline::{Delta, Headline, PerCoreFigure};
+use meshbench_analysis::headline::{Delta, GatewayRanking, Headline, PerCoreFigure};
 use meshbench_analysis::runs::{percentile_name, PERCENTILES};
 use meshbench_analysis::sizing::Sizing;
 use meshbench_analysis::verdict::{needed, Margin, Unit, Verdict};
 use meshbench_results::LoadPoint;
 
-use crate::findings::findings;
+use crate::findings::{cost_notes, findings, mark};
 use crate::thousands;
 
 /// A table as rows of cells, the first row the header; shared by the terminal and the HTML.
@@ -66,9 +68,80 @@ pub fn titled<'a>(what: &str, loads: impl Iterator<Item = &'a LoadPoint>) -> Str
     }
 }
 
+/// The header of the last column of a table whose rows may carry a mark (`INVALID: ...`):
+/// none, so that a table without a mark looks as it would without the column.
+pub const MARKS: &str = "";
+
 /// Lays a table out in aligned columns (the first `left` to the left, the figures after them
-/// to the right), two spaces apart; a cell of several lines (`\n`) takes as many lines, each under the one before.
+/// to the right, and a last column of marks, [`MARKS`], to the left), two spaces apart; a cell
+/// of several lines (`\n`) takes as many lines, each under the one before. A row's mark ends
+/// its first line, or, where that would pass [`WIDTH`], stands on a line of its own under the
+/// row, under its figures.
 pub fn text_table(t: &Table, left: usize) -> String {
+    let cols = t.iter().map(Vec::len).max().unwrap_or(0);
+    let marks = t
+        .first()
+        .and_then(|h| h.last())
+        .is_some_and(|h| h == MARKS)
+        .then(|| cols.saturating_sub(1));
+    match marks {
+        Some(m) if table_width(t) > WIDTH => {
+            // The table without the column, each mark on a line of its own under its row,
+            // under the figures (after the first column).
+            let cut: Table = t
+                .iter()
+                .map(|r| r.iter().take(m).cloned().collect())
+                .collect();
+            let indent = 4 + t
+                .iter()
+                .filter(|r| !is_heading(r))
+                .filter_map(|r| r.first())
+                .flat_map(|c| c.lines())
+                .map(|l| l.chars().count())
+                .max()
+                .unwrap_or(0);
+            let text = aligned(&cut, left, None);
+            let mut lines = text.lines();
+            let mut out = String::new();
+            for row in t {
+                for line in lines.by_ref().take(row_lines(row)) {
+                    out.push_str(line);
+                    out.push('\n');
+                }
+                if let Some(mark) = row.get(m).filter(|c| !c.is_empty() && !is_heading(row)) {
+                    let _ = writeln!(out, "{}{mark}", " ".repeat(indent));
+                }
+            }
+            out
+        }
+        _ => aligned(t, left, marks),
+    }
+}
+
+/// How many lines [`aligned`] gives a row: its tallest cell's, one for a heading.
+fn row_lines(row: &[String]) -> usize {
+    if is_heading(row) {
+        return 1;
+    }
+    row.iter()
+        .map(|c| c.lines().count())
+        .max()
+        .unwrap_or(0)
+        .max(1)
+}
+
+/// The widest line [`aligned`] lays `t` out in.
+fn table_width(t: &Table) -> usize {
+    aligned(t, 0, None)
+        .lines()
+        .map(|l| l.chars().count())
+        .max()
+        .unwrap_or(0)
+}
+
+/// [`text_table`]'s columns: the first `left` and the `marks` column to the left, the others to
+/// the right.
+fn aligned(t: &Table, left: usize, marks: Option<usize>) -> String {
     let cols = t.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..cols)
         .map(|c| {
@@ -99,7 +172,7 @@ pub fn text_table(t: &Table, left: usize) -> String {
                 let text = cell.lines().nth(at).unwrap_or("");
                 let pad = widths[c].saturating_sub(text.chars().count());
                 line.push_str(if c == 0 { " " } else { "  " });
-                if c < left {
+                if c < left || Some(c) == marks {
                     line.push_str(text);
                     line.push_str(&" ".repeat(pad));
                 } else {
@@ -338,6 +411,7 @@ pub fn added_table(h: &Headline) -> Table {
             .map(|q| format!("{} ms", percentile_name(*q))),
     );
     head.push("tested over".into());
+    head.push(MARKS.into());
     let rows = h
         .added
         .iter()
@@ -345,6 +419,7 @@ pub fn added_table(h: &Headline) -> Table {
             let mut row = vec![a.variant.clone()];
             row.extend(a.deltas.iter().map(delta_cell));
             row.push(a.deltas.first().map(tested_over).unwrap_or_default());
+            row.push(mark(a.invalid.as_ref()));
             (&a.load, row)
         })
         .collect();
@@ -404,6 +479,7 @@ fn cost_rows(h: &Headline, per_day_column: bool) -> Table {
             "memory\nMiB",
             "MiB/s per\n1k RPS",
             "CPU of\nlimit",
+            MARKS,
         ]
         .map(String::from),
     );
@@ -422,16 +498,13 @@ fn cost_rows(h: &Headline, per_day_column: bool) -> Table {
             row.extend([
                 num(c.usage.cpu_millicores, 0),
                 num(c.vcpu_per_1k_rps(), 3),
-                match c.per_core() {
-                    Some(PerCoreFigure::AtLimit(v)) => num(v, 0),
-                    Some(PerCoreFigure::AtLeast(v)) => format!("≥ {v:.0}"),
-                    None => "-".into(),
-                },
+                per_core_cell(c),
                 num(c.usage.memory_mib, 1),
                 num(c.mib_per_1k_requests(), 3),
                 c.cpu_utilization()
                     .map(|u| format!("{:.0} %", u * 100.0))
                     .unwrap_or_else(|| "-".into()),
+                mark(c.invalid.as_ref()),
             ]);
             (&c.load, row)
         })
@@ -449,7 +522,7 @@ pub fn latency_table(h: &Headline) -> Table {
             .iter()
             .map(|q| format!("{} ms", percentile_name(*q))),
     );
-    head.extend(["errors".to_string(), "runs".into()]);
+    head.extend(["errors".to_string(), "runs".into(), MARKS.into()]);
     let rows = h
         .groups
         .iter()
@@ -458,6 +531,7 @@ pub fn latency_table(h: &Headline) -> Table {
             row.extend(PERCENTILES.iter().map(|q| num(g.latency_ms(*q), 3)));
             row.push(format!("{:.3} %", g.error_ratio() * 100.0));
             row.push(g.runs.len().to_string());
+            row.push(mark(g.invalid().as_ref()));
             (&g.load, row)
         })
         .collect();
@@ -466,9 +540,61 @@ pub fn latency_table(h: &Headline) -> Table {
     t
 }
 
+/// What one core of a proxy carried at a load, as a cell: the figure at its CPU limit, `≥ N`
+/// below it (a lower bound), `-` without an allotment.
+fn per_core_cell(c: &meshbench_analysis::headline::Cost) -> String {
+    match c.per_core() {
+        Some(PerCoreFigure::AtLimit(v)) => num(v, 0),
+        Some(PerCoreFigure::AtLeast(v)) => format!("≥ {v:.0}"),
+        None => "-".into(),
+    }
+}
+
+/// The title of a ranking of gateways: at which load and CPU limit, and, when the order rests
+/// on a run the generator's self-check calls INVALID, that (with the gateways concerned).
+pub fn ranking_title(r: &GatewayRanking) -> String {
+    let limit = r
+        .cpu_limit
+        .map(|l| format!(" on {l} cores each"))
+        .unwrap_or_default();
+    let mut title = format!(
+        "Gateways from the least CPU per 1,000 RPS to the most, at {}{limit}",
+        r.load
+    );
+    if let Some(i) = &r.invalid {
+        let named: Vec<String> = r
+            .gateways
+            .iter()
+            .filter(|c| c.invalid.is_some())
+            .map(|c| c.usage.program.to_string())
+            .collect();
+        let _ = write!(title, "; the order rests on {i} ({})", named.join(", "));
+    }
+    title
+}
+
+/// A ranking of gateways as a table: rank, program, vCPU per 1,000 RPS, what one core carried
+/// ([`per_core_cell`]), and each row's mark.
+pub fn ranking_table(r: &GatewayRanking) -> Table {
+    let mut t: Table = vec![["#", "gateway", "vCPU/1k RPS", "RPS/core\nat limit", MARKS]
+        .map(String::from)
+        .to_vec()];
+    for (i, c) in r.gateways.iter().enumerate() {
+        t.push(vec![
+            (i + 1).to_string(),
+            c.usage.program.to_string(),
+            num(c.vcpu_per_1k_rps(), 3),
+            per_core_cell(c),
+            mark(c.invalid.as_ref()),
+        ]);
+    }
+    t
+}
+
 /// The whole headline for the terminal, every line at most [`WIDTH`] columns for the names
 /// experiments use: the added latency (value, verdict, interval under it) with its one legend
-/// line, every measurement's latency and throughput, what each proxy costs, then the findings.
+/// line, every measurement's latency and throughput, what each proxy costs with its notes, the
+/// gateways ranked, then the findings.
 /// Nothing when no step measured a load (every step failed, or an experiment of `control_plane`
 /// steps, whose table is `control_plane::table`): no table of headers over no rows.
 pub fn headline_text(h: &Headline) -> String {
@@ -500,6 +626,13 @@ pub fn headline_text(h: &Headline) -> String {
         let title = titled("What each proxy costs", h.costs.iter().map(|c| &c.load));
         let _ = writeln!(o, "{title} (medians over repeats):");
         o.push_str(&text_table(&cost_rows(h, false), 2));
+        for note in cost_notes(h) {
+            o.push_str(&wrap(&note, "  ", "    "));
+        }
+    }
+    for r in &h.gateways {
+        o.push_str(&wrap(&format!("{}:", ranking_title(r)), "", "  "));
+        o.push_str(&text_table(&ranking_table(r), 2));
     }
     for f in findings(h) {
         o.push_str(&wrap(&f, "  ", "    "));
@@ -512,19 +645,25 @@ pub fn compare_text(a: &str, b: &str, pairs: &[Pair]) -> String {
     let mut o = String::new();
     let _ = writeln!(o, "A = {a}\nB = {b}");
     for p in pairs {
+        // Each side's line ends with its mark when the self-check calls a run of it INVALID.
+        let marked = |g: &meshbench_analysis::Group| {
+            g.invalid().map(|i| format!("  {i}")).unwrap_or_default()
+        };
         let _ = writeln!(
             o,
-            "\n{} @ {} ({} run{}, {:.1} req/s)\n  vs {} @ {} ({} run{}, {:.1} req/s)",
+            "\n{} @ {} ({} run{}, {:.1} req/s){}\n  vs {} @ {} ({} run{}, {:.1} req/s){}",
             p.a.variant,
             p.a.load,
             p.a.runs.len(),
             if p.a.runs.len() == 1 { "" } else { "s" },
             p.a.throughput(),
+            marked(&p.a),
             p.b.variant,
             p.b.load,
             p.b.runs.len(),
             if p.b.runs.len() == 1 { "" } else { "s" },
-            p.b.throughput()
+            p.b.throughput(),
+            marked(&p.b)
         );
         let mut t: Table = vec![[
             "",
@@ -793,6 +932,150 @@ pub(crate) mod tests {
             &[pair],
         );
         assert_eq!(too_wide(&text), Vec::<String>::new(), "{text}");
+        // A side the self-check calls INVALID says so on its line.
+        let (mut a, b) = (h.groups[0].clone(), h.groups[1].clone());
+        contended(&mut a.runs[0]);
+        let text = compare_text("A", "B", &[Pair::of(a, b, Margin::DEFAULT)]);
+        let sides: Vec<&str> = text.lines().filter(|l| l.contains(" @ ")).collect();
+        assert!(
+            sides[0].ends_with(" req/s)  INVALID: cpu_contention"),
+            "{text}"
+        );
+        assert!(!sides[1].contains("INVALID"), "{text}");
+    }
+
+    /// `run` as the generator's self-check leaves it when another process held its CPU.
+    pub(crate) fn contended(run: &mut Run) {
+        use meshbench_results::{Cause, Finding, SelfCheck};
+        run.result.generator.check = SelfCheck {
+            valid: false,
+            findings: vec![Finding {
+                cause: Cause::CpuContention,
+                message: "CPU contention: a generator thread waited 31.0 % of the run".into(),
+            }],
+        };
+    }
+
+    /// Issue 58's example: six gateways at one load, each held to half a core and saturated,
+    /// the two cheapest from steps the generator's self-check calls INVALID.
+    pub(crate) fn gateways_headline() -> Headline {
+        let runs = [
+            ("nginx", 470.0, true),
+            ("haproxy", 475.0, true),
+            ("caddy", 480.0, false),
+            ("envoy", 478.0, false),
+            ("istio", 479.0, false),
+            ("contour", 477.0, false),
+        ]
+        .iter()
+        .enumerate()
+        .map(|(i, (program, mc, invalid))| {
+            let mut run = measured(
+                &format!("gateway {program}"),
+                None,
+                4000.0 - 300.0 * i as f64,
+                (*mc, 20.0),
+                Some(0.5),
+                false,
+            );
+            run.usage[0].program = serde_json::from_value(serde_json::json!(program)).unwrap();
+            if *invalid {
+                contended(&mut run);
+            }
+            run
+        })
+        .collect();
+        Headline::of(group(runs))
+    }
+
+    #[test]
+    fn invalid_steps_are_marked_beside_their_figures_and_the_ranking_is_a_table() {
+        let h = gateways_headline();
+        let text = headline_text(&h);
+        assert_eq!(too_wide(&text), Vec::<String>::new(), "{text}");
+        let line = |has: &[&str]| -> Vec<&str> {
+            text.lines()
+                .filter(|l| has.iter().all(|w| l.contains(w)))
+                .collect()
+        };
+        // Each table row from an INVALID step carries its mark: at the end of the line, or,
+        // where that would pass the terminal's width (the cost table), on the line under it.
+        // No other row has one.
+        let lines: Vec<&str> = text.lines().collect();
+        for (program, invalid) in [("nginx", true), ("haproxy", true), ("caddy", false)] {
+            let latency = line(&[&format!("  gateway {program} "), "0.000 %"]);
+            assert_eq!(latency.len(), 1, "{text}");
+            assert_eq!(
+                latency[0].ends_with("  INVALID: cpu_contention"),
+                invalid,
+                "{text}"
+            );
+            let cost = lines
+                .iter()
+                .position(|l| l.contains(&format!("gateway ({program})")))
+                .unwrap();
+            assert!(!lines[cost].contains("INVALID"), "{text}");
+            assert_eq!(
+                lines[cost + 1].trim() == "INVALID: cpu_contention",
+                invalid,
+                "{text}"
+            );
+        }
+        // The ranking: a title that says what it rests on, then a row per gateway.
+        assert_eq!(
+            text.matches("Gateways from the least CPU per 1,000 RPS to the most")
+                .count(),
+            1,
+            "{text}"
+        );
+        let at = text.find("Gateways from the least").unwrap();
+        let end = at + text[at..].find(":\n").unwrap() + 2;
+        let title = text[at..end].replace("\n  ", " ");
+        assert!(
+            title.ends_with(
+                "on 0.5 cores each; the order rests on INVALID: cpu_contention in 2 of 6 runs (nginx, haproxy):\n"
+            ),
+            "{title}"
+        );
+        let ranked: Vec<&str> = text[end..].lines().skip(2).take(6).collect();
+        let order: Vec<&str> = ranked
+            .iter()
+            .map(|l| l.split_whitespace().nth(1).unwrap_or(""))
+            .collect();
+        assert_eq!(
+            order,
+            ["nginx", "haproxy", "caddy", "envoy", "istio", "contour"],
+            "cheapest first: {text}"
+        );
+        assert!(ranked[0].starts_with("  1  nginx "), "{text}");
+        assert!(ranked[0].ends_with("INVALID: cpu_contention"), "{text}");
+        assert!(!ranked[2].contains("INVALID"), "{text}");
+        assert!(
+            !text.contains("least CPU per 1,000 RPS first:"),
+            "no paragraph: {text}"
+        );
+        // What the roles share is said once under the cost table, naming them.
+        assert_eq!(line(&["not enough loads for a line"]).len(), 1, "{text}");
+        assert_eq!(text.matches("saturated").count(), 1, "{text}");
+        let saturated = text
+            .split("saturated, at 90 % of the CPU allotment or more")
+            .nth(1)
+            .unwrap()
+            .replace("\n    ", " ");
+        assert!(
+            saturated.contains("gateway nginx gateway 94 % (INVALID: cpu_contention); gateway haproxy gateway 95 % (INVALID: cpu_contention); gateway caddy gateway 96 %;"),
+            "{saturated}"
+        );
+    }
+
+    #[test]
+    fn a_table_without_a_mark_reads_as_before() {
+        let text = headline_text(&demo_headline());
+        assert!(!text.contains("INVALID"), "{text}");
+        assert!(
+            text.lines().all(|l| l == l.trim_end()),
+            "no trailing column: {text}"
+        );
     }
 
     #[test]
@@ -802,7 +1085,7 @@ pub(crate) mod tests {
             measured("gateway", Some(300.0), 299.0, (40.0, 9.2), None, false),
             measured("gateway", Some(600.0), 598.0, (53.0, 8.9), None, false),
         ]));
-        let text = findings(&two).join("\n");
+        let text = [cost_notes(&two), findings(&two)].concat().join("\n");
         assert!(text.contains("not enough loads"), "{text}");
         assert!(!text.contains("r²"), "{text}");
         // Three loads: CPU whose free line starts below zero, memory that shrinks with load.

@@ -1,14 +1,27 @@
-//! The findings under the headline's tables, in words: each proxy's CPU and memory against
-//! load, knees, saturation, what one core carries in a CPU sweep (or, swept over the control
-//! plane, how little the rate moved), and where one file ran several gateways, which costs
-//! least per 1,000 RPS. The terminal and the HTML report say the same sentences.
+//! The findings under the headline's tables, in words: what the cost table's roles share
+//! (too few loads for a line, saturation: one note each per table, naming the roles), each
+//! proxy's CPU and memory against load where a line is defined, knees, and what one core
+//! carries in a CPU sweep (or, swept over the control plane, how little the rate moved). A
+//! sentence resting on a run the generator's self-check calls INVALID says so in the same
+//! line ([`doubt`]). The terminal and the HTML report say the same sentences.
 
-use meshbench_analysis::headline::{Cost, Headline, PerCore, PerCoreFigure};
+use meshbench_analysis::headline::{CostFit, Headline, PerCore, Saturation, SATURATED_AT};
+use meshbench_analysis::invalid::Invalid;
 use meshbench_analysis::runs::distinct;
 use meshbench_analysis::trend::{Trend, MIN_LOADS};
-use meshbench_results::{ChainRole, Class, Role};
+use meshbench_results::Class;
 
-use crate::thousands;
+/// What a sentence adds after the figure it names when that figure rests on a run the
+/// generator's self-check calls INVALID: ` (INVALID: cpu_contention)`; nothing otherwise.
+pub fn doubt(invalid: Option<&Invalid>) -> String {
+    invalid.map(|i| format!(" ({i})")).unwrap_or_default()
+}
+
+/// The mark of a table row resting on a run the self-check calls INVALID (the row's last
+/// cell): `INVALID: cpu_contention`; empty otherwise.
+pub fn mark(invalid: Option<&Invalid>) -> String {
+    invalid.map(Invalid::to_string).unwrap_or_default()
+}
 
 /// A role's CPU against load in words: a line only where one is defined, never a negative
 /// figure.
@@ -52,99 +65,113 @@ fn not_enough_loads(loads: usize) -> String {
     format!("not enough loads for a line ({loads} measured, needs {MIN_LOADS})")
 }
 
-/// The sentences under the tables: trends, knees, saturation, RPS per core.
+/// Whether neither CPU nor memory has a line: too few loads for either.
+fn unfitted(f: &CostFit) -> bool {
+    matches!(
+        (f.cpu, f.memory),
+        (Trend::NotEnoughLoads { .. }, Trend::NotEnoughLoads { .. })
+    )
+}
+
+/// `variant role`, as a finding names a role of the cost table.
+fn role_of(variant: &str, role: &impl std::fmt::Display) -> String {
+    format!("{variant} {role}")
+}
+
+/// The notes under the cost table, each said once for the roles it concerns: the roles with
+/// too few loads for a line (grouped by how many loads they have), and the roles that reached
+/// 90 % of their CPU allotment, each with its share (and the load it first did so at when the
+/// table has several).
+pub fn cost_notes(h: &Headline) -> Vec<String> {
+    let mut out = Vec::new();
+    let without: Vec<&CostFit> = h.fits.iter().filter(|f| unfitted(f)).collect();
+    for loads in distinct(without.iter().map(|f| f.cpu.loads())) {
+        let these: Vec<&&CostFit> = without.iter().filter(|f| f.cpu.loads() == loads).collect();
+        let which = if these.len() == h.fits.len() {
+            "any role in the table".to_string()
+        } else {
+            let named: Vec<String> = these.iter().map(|f| role_of(&f.variant, &f.role)).collect();
+            named.join(", ")
+        };
+        out.push(format!(
+            "CPU and memory against load: {} for {which}",
+            not_enough_loads(loads)
+        ));
+    }
+    if !h.saturation.is_empty() {
+        let one_load = distinct(h.costs.iter().map(|c| c.load)).len() == 1;
+        // In the cost table's order (the saturation list is by throughput).
+        let row = |s: &&Saturation| {
+            h.costs
+                .iter()
+                .position(|c| c.variant == s.variant && c.usage.role == s.role)
+        };
+        let mut saturated: Vec<&Saturation> = h.saturation.iter().collect();
+        saturated.sort_by_key(row);
+        let named: Vec<String> = saturated
+            .iter()
+            .map(|s| {
+                let at = if one_load {
+                    String::new()
+                } else {
+                    format!(" from {} ({:.0} req/s)", s.load, s.throughput_rps)
+                };
+                format!(
+                    "{}{at} {:.0} %{}",
+                    role_of(&s.variant, &s.role),
+                    s.utilization * 100.0,
+                    doubt(s.invalid.as_ref())
+                )
+            })
+            .collect();
+        out.push(format!(
+            "saturated, at {:.0} % of the CPU allotment or more (the load found the limit): {}",
+            SATURATED_AT * 100.0,
+            named.join("; ")
+        ));
+    }
+    out
+}
+
+/// The sentences under the tables: the trends that are lines (or flat), knees, RPS per core.
+/// What the cost table's roles share is [`cost_notes`]'s.
 pub fn findings(h: &Headline) -> Vec<String> {
     let mut out = Vec::new();
-    for f in &h.fits {
-        out.push(match (&f.cpu, &f.memory) {
-            (Trend::NotEnoughLoads { loads }, Trend::NotEnoughLoads { .. }) => {
-                format!("{} {}: {}", f.variant, f.role, not_enough_loads(*loads))
-            }
-            (cpu, memory) => format!(
-                "{} {}: CPU {}; memory {}, over {} loads",
-                f.variant,
-                f.role,
-                cpu_words(cpu),
-                memory_words(memory),
-                cpu.loads().max(memory.loads())
-            ),
-        });
+    for f in h.fits.iter().filter(|f| !unfitted(f)) {
+        out.push(format!(
+            "{}: CPU {}; memory {}, over {} loads{}",
+            role_of(&f.variant, &f.role),
+            cpu_words(&f.cpu),
+            memory_words(&f.memory),
+            f.cpu.loads().max(f.memory.loads()),
+            doubt(f.invalid.as_ref())
+        ));
     }
     for k in &h.knees {
         out.push(format!(
-            "{} at {} connections: the latency/throughput knee is at {:.0} req/s (p99 {:.3} ms)",
-            k.variant, k.connections, k.throughput_rps, k.p99_ms
-        ));
-    }
-    for s in &h.saturation {
-        out.push(format!(
-            "{} {}: saturated from {} ({:.0} req/s), {:.0} % of its CPU allotment",
-            s.variant,
-            s.role,
-            s.load,
-            s.throughput_rps,
-            s.utilization * 100.0
+            "{} at {} connections: the latency/throughput knee is at {:.0} req/s (p99 {:.3} ms){}",
+            k.variant,
+            k.connections,
+            k.throughput_rps,
+            k.p99_ms,
+            doubt(k.invalid.as_ref())
         ));
     }
     for p in &h.per_core {
         out.push(per_core_words(p));
     }
-    out.extend(gateway_ranking(h));
     out
-}
-
-/// Where one run served the same plan through several gateway programs (`gateway.type` as a
-/// list): at each load and CPU limit, the gateways from the least CPU per 1,000 RPS to the
-/// most, each with what one core carried (at its limit, or at least that below it).
-fn gateway_ranking(h: &Headline) -> Vec<String> {
-    let gateways: Vec<&Cost> = h
-        .costs
-        .iter()
-        .filter(|c| c.usage.role == Role::Chain(ChainRole::Gateway))
-        .filter(|c| c.vcpu_per_1k_rps().is_finite())
-        .collect();
-    let at = |c: &Cost| (c.load, c.usage.cpu_limit);
-    distinct(gateways.iter().map(|c| at(c)))
-        .into_iter()
-        .filter_map(|key| {
-            let mut same: Vec<&Cost> = gateways.iter().copied().filter(|c| at(c) == key).collect();
-            if distinct(same.iter().map(|c| &c.usage.program)).len() < 2 {
-                return None;
-            }
-            same.sort_by(|a, b| a.vcpu_per_1k_rps().total_cmp(&b.vcpu_per_1k_rps()));
-            let listed: Vec<String> = same.iter().map(|c| ranked(c)).collect();
-            let (load, limit) = key;
-            let limit = limit.map(|l| format!(" on {l} cores")).unwrap_or_default();
-            Some(format!(
-                "gateways at {load}{limit}, least CPU per 1,000 RPS first: {}",
-                listed.join("; ")
-            ))
-        })
-        .collect()
-}
-
-/// One gateway in [`gateway_ranking`]'s list: its program, vCPU per 1,000 RPS, and what one
-/// core carried.
-fn ranked(c: &Cost) -> String {
-    let core = match c.per_core() {
-        Some(PerCoreFigure::AtLimit(v)) => {
-            format!(
-                ", {} RPS per core at its limit",
-                thousands(v.round() as u64)
-            )
-        }
-        Some(PerCoreFigure::AtLeast(v)) => {
-            format!(", at least {} RPS per core", thousands(v.round() as u64))
-        }
-        None => String::new(),
-    };
-    format!("{} {:.3} vCPU{core}", c.usage.program, c.vcpu_per_1k_rps())
 }
 
 /// What a CPU sweep says one core carries: a line only over three allotments or more at the
 /// role's limit; the allotments at the limit as measured; or, when it never reached its limit,
 /// that the load set the rate and only a lower bound is known.
 pub fn per_core_words(p: &PerCore) -> String {
+    format!("{}{}", per_core_said(p), doubt(p.invalid.as_ref()))
+}
+
+/// [`per_core_words`] without the self-check's word.
+fn per_core_said(p: &PerCore) -> String {
     let head = format!("{} with {} limited, at {}", p.topology, p.role, p.load);
     if p.role == Class::ControlPlane {
         return control_plane_sweep_words(&head, p);

@@ -1,7 +1,10 @@
 //! `meshbench report`: an experiment's answers as one self-contained HTML file (inline SVG and
 //! CSS, no script, no network; readable offline and printable) plus every chart as SVG and PNG.
 //! The report is built as a structure first (sections of sentences, tables and charts), so that
-//! its outline can be checked against a golden file, and then written.
+//! its outline can be checked against a golden file, and then written. Wherever a figure from a
+//! run the generator's self-check calls INVALID appears (a row, a point, a sentence), its mark
+//! is beside it (`INVALID: cpu_contention`; on a chart, a ring the legend names), and the
+//! headline says first how many steps are.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -11,13 +14,14 @@ use meshbench_analysis::runs::distinct;
 use meshbench_store::StoredStep;
 use thiserror::Error;
 
-use crate::answers::{added_table, cost_table, latency_table, Table};
-use crate::findings::findings;
+use crate::answers::{added_table, cost_table, latency_table, ranking_table, ranking_title, Table};
+use crate::findings::{cost_notes, findings};
 use crate::plot::{Chart, XAxis};
 
 mod charts;
 mod write;
 
+use charts::gateway_ranking;
 use charts::{
     cost_by_variant, cost_vs_rate, latency_by_variant, latency_throughput, latency_vs_connections,
     latency_vs_rate, over_allotment, rps_vs_allotment, spectrum, timelines,
@@ -137,6 +141,13 @@ pub fn build(input: &Input) -> Report {
             h.variants().len()
         )
     };
+    for s in &mut sections {
+        for b in &mut s.blocks {
+            if let Block::Chart(c) = b {
+                say_rings(c);
+            }
+        }
+    }
     Report {
         title: format!("meshbench report: {}", input.name),
         subtitle: format!(
@@ -145,6 +156,39 @@ pub fn build(input: &Input) -> Report {
         ),
         sections,
     }
+}
+
+/// Ends the sentence under a chart with what its rings mean, when it has any.
+fn say_rings(c: &mut Chart) {
+    if let Some(label) = c.ring_label() {
+        let _ = write!(
+            c.sentence,
+            " Ringed: from a step the generator's self-check calls {label}; its figures may be the generator's, not the target's."
+        );
+    }
+}
+
+/// The first sentence of the headline when the generator's self-check calls some of the
+/// experiment's runs INVALID: how many, for each cause, and what the marks mean.
+pub fn invalid_note(h: &Headline) -> Option<String> {
+    let runs: Vec<&meshbench_analysis::Run> = h.groups.iter().flat_map(|g| &g.runs).collect();
+    let causes: Vec<meshbench_results::Cause> = runs.iter().filter_map(|r| r.invalid()).collect();
+    if causes.is_empty() {
+        return None;
+    }
+    let counted: Vec<String> = distinct(causes.iter().copied())
+        .into_iter()
+        .map(|c| {
+            let n = causes.iter().filter(|x| **x == c).count();
+            format!("{}: {n}", c.name())
+        })
+        .collect();
+    Some(format!(
+        "INVALID by the generator's own check: {} of {} steps ({}); their figures may be the generator's, not the target's. Every row, chart point and answer resting on one carries its mark (INVALID: and the cause; ringed on the charts); the JSON export says why, step by step (docs/answers.md, \"The self-check in every answer\").",
+        causes.len(),
+        runs.len(),
+        counted.join(", ")
+    ))
 }
 
 /// The sections of the load: the charts the experiment's shape calls for, then each step's
@@ -195,6 +239,7 @@ fn load_sections(input: &Input) -> Vec<Section> {
 fn headline_section(input: &Input) -> Section {
     let h = input.headline;
     let mut blocks = Vec::new();
+    blocks.extend(invalid_note(h).map(Block::Finding));
     if !h.added.is_empty() {
         let margin = h
             .added
@@ -224,6 +269,18 @@ fn headline_section(input: &Input) -> Section {
             ),
             table: cost_table(h),
         });
+        blocks.extend(cost_notes(h).into_iter().map(Block::Finding));
+    }
+    for (i, r) in h.gateways.iter().enumerate() {
+        blocks.push(Block::Table {
+            caption: ranking_title(r),
+            table: ranking_table(r),
+        });
+        blocks.extend(
+            gateway_ranking(r, i)
+                .into_iter()
+                .map(|c| Block::Chart(Box::new(c))),
+        );
     }
     if !h.groups.is_empty() {
         blocks.push(Block::Table {
@@ -346,10 +403,16 @@ pub fn outline(r: &Report) -> String {
                         .iter()
                         .filter(|r| crate::answers::is_heading(r))
                         .count();
+                    // The marks' column has no header: its cells are data, not structure.
+                    let named: Vec<&str> = t[0]
+                        .iter()
+                        .map(String::as_str)
+                        .filter(|h| *h != crate::answers::MARKS)
+                        .collect();
                     let _ = writeln!(
                         o,
                         "table: {caption}: {} ({} rows{})",
-                        t[0].join(" | ").replace('\n', " "),
+                        named.join(" | ").replace('\n', " "),
                         t.len() - 1 - headings,
                         if headings > 0 {
                             format!(" under {headings} loads")
@@ -592,6 +655,180 @@ mod tests {
         assert_eq!(html.matches("<caption>").count(), tables, "{html}");
         assert!(!html.contains("<caption></caption>"));
         std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// The table under `caption`'s start in `r`.
+    fn table<'a>(r: &'a Report, caption: &str) -> &'a Table {
+        r.sections
+            .iter()
+            .flat_map(|s| &s.blocks)
+            .find_map(|b| match b {
+                Block::Table { caption: c, table } if c.starts_with(caption) => Some(table),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("a table {caption}"))
+    }
+
+    #[test]
+    fn invalid_steps_are_marked_in_every_table_chart_and_answer_built_on_them() {
+        let h = crate::answers::tests::gateways_headline();
+        let r = build(&input(&h, &[]));
+        let headline = &r.sections[0];
+        // First the count, in the words `results show` uses.
+        match &headline.blocks[0] {
+            Block::Finding(f) => assert!(
+                f.starts_with(
+                    "INVALID by the generator's own check: 2 of 6 steps (cpu_contention: 2)"
+                ),
+                "{f}"
+            ),
+            b => panic!("{b:?}"),
+        }
+        // Every row of nginx and haproxy (the first two) ends with the mark; no other.
+        for caption in [
+            "What each proxy costs",
+            "Latency and throughput",
+            "Gateways from",
+        ] {
+            let t = table(&r, caption);
+            assert_eq!(t[0].last().map(String::as_str), Some(""), "{caption}");
+            let marks: Vec<&str> = t[1..]
+                .iter()
+                .map(|row| row.last().unwrap().as_str())
+                .collect();
+            assert_eq!(
+                marks,
+                [
+                    "INVALID: cpu_contention",
+                    "INVALID: cpu_contention",
+                    "",
+                    "",
+                    "",
+                    ""
+                ],
+                "{caption}"
+            );
+        }
+        let ranking = table(&r, "Gateways from");
+        assert_eq!(ranking[1][1], "nginx");
+        // The ranking's charts, cheapest first, the two INVALID bars ringed.
+        let charts: Vec<&Chart> = headline
+            .blocks
+            .iter()
+            .filter_map(|b| match b {
+                Block::Chart(c) => Some(c.as_ref()),
+                _ => None,
+            })
+            .collect();
+        let ids: Vec<&str> = charts.iter().map(|c| c.id.as_str()).collect();
+        assert_eq!(ids, ["gateways_cpu_1", "gateways_per_core_1"]);
+        for c in &charts {
+            assert_eq!(
+                c.x_axis,
+                XAxis::Categories(
+                    ["nginx", "haproxy", "caddy", "envoy", "istio", "contour"]
+                        .map(String::from)
+                        .to_vec()
+                )
+            );
+            assert_eq!(c.invalid, [(0, 0), (0, 1)], "{}", c.id);
+            assert!(
+                c.sentence.contains(
+                    "Ringed: from a step the generator's self-check calls INVALID: cpu_contention"
+                ),
+                "{}",
+                c.sentence
+            );
+        }
+        assert!(
+            charts[0].sentence.starts_with("nginx costs least (0.117 vCPU per 1,000 RPS) (INVALID: cpu_contention), contour most (0.191); "),
+            "{}",
+            charts[0].sentence
+        );
+        // The bars by variant (one load) are ringed too, and the timelines say so in their title.
+        let cpu = charts_of(&r, "proxy_cpu_by_variant");
+        assert_eq!(cpu.invalid, [(0, 0), (0, 1)]);
+        let first = charts_of(&r, "timeline_001");
+        assert!(
+            first.title.ends_with(" · INVALID: cpu_contention"),
+            "{}",
+            first.title
+        );
+        assert!(!charts_of(&r, "timeline_003").title.contains("INVALID"));
+        // Not one sentence per role: one for the roles without a line, one for the saturated.
+        let findings: Vec<&String> = headline
+            .blocks
+            .iter()
+            .filter_map(|b| match b {
+                Block::Finding(f) => Some(f),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            findings
+                .iter()
+                .filter(|f| f.contains("not enough loads"))
+                .count(),
+            1,
+            "{findings:?}"
+        );
+        assert_eq!(
+            findings.iter().filter(|f| f.contains("saturated")).count(),
+            1,
+            "{findings:?}"
+        );
+        // The outline names no column for the marks.
+        assert!(!outline(&r).contains("| \n") && !outline(&r).contains("|  ("));
+
+        // Written: the marks stand out, a ring is drawn where each INVALID bar is, and the
+        // legend says what it means.
+        let dir = std::env::temp_dir().join(format!("mb-report-invalid-{}", std::process::id()));
+        let written = write(&r, &dir).unwrap();
+        let html = std::fs::read_to_string(&written.html).unwrap();
+        assert_eq!(
+            html.matches("<td class=\"w bad\">INVALID: cpu_contention</td>")
+                .count(),
+            6,
+            "two rows in each of three tables"
+        );
+        assert!(
+            html.contains("<caption class=\"bad\">Gateways from"),
+            "{html}"
+        );
+        let svg = std::fs::read_to_string(dir.join("plots/gateways_cpu_1.svg")).unwrap();
+        let rings = svg
+            .split('<')
+            .filter(|e| e.starts_with("circle") && e.contains("stroke=\"#AA0000\""))
+            .count();
+        assert_eq!(rings, 3, "two bars and the legend's ring: {svg}");
+        assert!(
+            svg.contains("INVALID: cpu_contention"),
+            "the legend names the ring: {svg}"
+        );
+        std::fs::remove_dir_all(dir).unwrap();
+
+        // Without an INVALID step: no mark, no empty column, no ring.
+        let dir = std::env::temp_dir().join(format!("mb-report-valid-{}", std::process::id()));
+        let written = write(&report(&[300.0, 600.0, 1200.0]), &dir).unwrap();
+        let html = std::fs::read_to_string(&written.html).unwrap();
+        assert!(
+            !html.contains("INVALID") && !html.contains("bad\""),
+            "{html}"
+        );
+        assert!(!html.contains("<th></th>"), "{html}");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// The chart `id` of `r`.
+    fn charts_of<'a>(r: &'a Report, id: &str) -> &'a Chart {
+        r.sections
+            .iter()
+            .flat_map(|s| &s.blocks)
+            .find_map(|b| match b {
+                Block::Chart(c) if c.id == id => Some(c.as_ref()),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("no chart {id}"))
     }
 
     #[test]

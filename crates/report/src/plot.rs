@@ -4,10 +4,14 @@
 //! The legend is drawn in a strip of its own under the plot, never inside it: a legend box in
 //! a corner of the plot hid the points that fell there. An x axis of categories (variants)
 //! carries bars, side by side within each category, one bar series each, or stacked: the parts
-//! of one whole (where a request's latency goes) piled up in one bar.
+//! of one whole (where a request's latency goes) piled up in one bar. A point (or a bar) from a
+//! step the generator's self-check calls INVALID is ringed where it is drawn, and the legend
+//! names the ring with the causes (`INVALID: cpu_contention`).
 
 use std::path::Path;
 
+use meshbench_analysis::invalid::Invalid;
+use meshbench_results::Cause;
 use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -64,6 +68,11 @@ pub struct Chart {
     pub marks: Vec<(f64, f64, String)>,
     /// A shaded x span and its label, such as the warm-up.
     pub shade: Option<(f64, f64, String)>,
+    /// Points of the left axis' series taken from a step the generator's self-check calls
+    /// INVALID, as (series, point) indices: each is ringed where it is drawn.
+    pub invalid: Vec<(usize, usize)>,
+    /// Their causes, each once: the legend names the ring with them.
+    pub invalid_causes: Vec<Cause>,
     /// One sentence saying what the chart shows.
     pub sentence: String,
     pub size: (u32, u32),
@@ -82,11 +91,39 @@ impl Chart {
             hline: None,
             marks: Vec::new(),
             shade: None,
+            invalid: Vec::new(),
+            invalid_causes: Vec::new(),
             sentence: String::new(),
             size: (760, 400),
         }
     }
+
+    /// Adds `s` to the left axis, ringing each point whose verdict in `verdicts` (one per
+    /// point, in order) is INVALID.
+    pub fn push_judged(&mut self, s: Series, verdicts: &[Option<Invalid>]) {
+        let series = self.series.len();
+        for (point, verdict) in verdicts.iter().enumerate().take(s.points.len()) {
+            if let Some(i) = verdict {
+                self.invalid.push((series, point));
+                for c in &i.causes {
+                    if !self.invalid_causes.contains(c) {
+                        self.invalid_causes.push(*c);
+                    }
+                }
+            }
+        }
+        self.series.push(s);
+    }
+
+    /// What a ring means, as the legend says it: `INVALID: cpu_contention`; `None` when no
+    /// point is ringed.
+    pub fn ring_label(&self) -> Option<String> {
+        (!self.invalid.is_empty()).then(|| Invalid::marks(&self.invalid_causes))
+    }
 }
+
+/// The colour of the ring around a point from an INVALID step.
+const RING: RGBColor = RGBColor(170, 0, 0);
 
 const PALETTE: [RGBColor; 8] = [
     RGBColor(31, 119, 180),
@@ -202,9 +239,10 @@ macro_rules! series {
     }};
 }
 
-/// One entry of the legend: how its series is drawn, its colour and its name.
+/// One entry of the legend: how its series is drawn (or the ring around an INVALID point),
+/// its colour and its name.
 struct Entry {
-    draw: Draw,
+    draw: Option<Draw>,
     color: RGBColor,
     name: String,
 }
@@ -265,21 +303,22 @@ fn draw_legend<DB: DrawingBackend>(
         let (x, y) = (x0 + LEGEND_PAD + x, y0 + LEGEND_PAD + y + LEGEND_ROW / 2);
         let style = e.color.stroke_width(2);
         match e.draw {
-            Draw::Line | Draw::LinePoints => {
+            Some(Draw::Line | Draw::LinePoints) => {
                 area.draw(&PathElement::new(vec![(x, y), (x + 20, y)], style))?
             }
-            Draw::Dashed => {
+            Some(Draw::Dashed) => {
                 for k in [0, 8, 16] {
                     area.draw(&PathElement::new(vec![(x + k, y), (x + k + 4, y)], style))?;
                 }
             }
-            Draw::Points => {}
-            Draw::Bars | Draw::Stacked => area.draw(&Rectangle::new(
+            Some(Draw::Points) => {}
+            Some(Draw::Bars | Draw::Stacked) => area.draw(&Rectangle::new(
                 [(x + 4, y - 6), (x + 16, y + 6)],
                 e.color.filled(),
             ))?,
+            None => area.draw(&Circle::new((x + 10, y), RING_RADIUS, style))?,
         }
-        if matches!(e.draw, Draw::Points | Draw::LinePoints) {
+        if matches!(e.draw, Some(Draw::Points | Draw::LinePoints)) {
             area.draw(&Circle::new((x + 10, y), 4, e.color.filled()))?;
         }
         area.draw(&Text::new(
@@ -313,23 +352,31 @@ fn stack(c: &Chart) -> Vec<(f64, f64, f64, usize)> {
     segments
 }
 
-/// The legend's entries: every series (left axis, then right), then the threshold line's.
+/// The legend's entries: every series (left axis, then right), then the threshold line's, then
+/// the ring's.
 fn legend_entries(c: &Chart) -> Vec<Entry> {
     let mut entries: Vec<Entry> = c
         .series
         .iter()
         .chain(c.right.iter().flat_map(|r| r.1.iter()))
         .map(|s| Entry {
-            draw: s.draw,
+            draw: Some(s.draw),
             color: color(s.color),
             name: s.name.clone(),
         })
         .collect();
     if let Some((_, label)) = &c.hline {
         entries.push(Entry {
-            draw: Draw::Line,
+            draw: Some(Draw::Line),
             color: RGBColor(200, 0, 0),
             name: label.clone(),
+        });
+    }
+    if let Some(label) = c.ring_label() {
+        entries.push(Entry {
+            draw: None,
+            color: RING,
+            name: label,
         });
     }
     entries
@@ -449,6 +496,50 @@ fn draw_bars<DB: DrawingBackend>(
     Ok(())
 }
 
+/// The ring's radius in pixels: clear of a point's own marker (4).
+const RING_RADIUS: i32 = 8;
+
+/// Where each ringed point of `c` is drawn: a point where it is, a bar or a stacked part at
+/// the middle of its top (in its slot beside the other bars of its category).
+fn rings(c: &Chart) -> Vec<(f64, f64)> {
+    let bars: Vec<usize> = (0..c.series.len())
+        .filter(|&i| c.series[i].draw == Draw::Bars)
+        .collect();
+    let stacked: Vec<usize> = (0..c.series.len())
+        .filter(|&i| c.series[i].draw == Draw::Stacked)
+        .collect();
+    let slots = bars.len() + usize::from(!stacked.is_empty());
+    // The stacked parts in the order `stack` gives them: series by series, point by point.
+    let segments = stack(c);
+    let middle = |x: f64, slot: usize| {
+        let (left, right) = bar_span(x, slot, slots);
+        (left + right) / 2.0
+    };
+    c.invalid
+        .iter()
+        .filter_map(|&(series, point)| {
+            let s = c.series.get(series)?;
+            let (x, y) = *s.points.get(point)?;
+            match s.draw {
+                Draw::Bars => {
+                    let slot = bars.iter().position(|&b| b == series)?;
+                    Some((middle(x, slot), y))
+                }
+                Draw::Stacked => {
+                    let before: usize = stacked
+                        .iter()
+                        .take_while(|&&i| i != series)
+                        .map(|&i| c.series[i].points.len())
+                        .sum();
+                    let top = segments.get(before + point)?.2;
+                    Some((middle(x, slots - 1), top))
+                }
+                Draw::Line | Draw::Points | Draw::LinePoints | Draw::Dashed => Some((x, y)),
+            }
+        })
+        .collect()
+}
+
 /// Why a chart could not be drawn: plotters' error from the SVG or the PNG backend.
 #[derive(Debug, Error)]
 pub enum PlotError {
@@ -544,6 +635,18 @@ where
         }
     }
     draw_hline_and_marks(&mut chart, c, (x0, x1), (y0, y1))?;
+    // A white halo under each ring keeps it visible on a bar of any colour.
+    let ringed = rings(c);
+    chart.draw_series(
+        ringed
+            .iter()
+            .map(|p| Circle::new(*p, RING_RADIUS, WHITE.stroke_width(4))),
+    )?;
+    chart.draw_series(
+        ringed
+            .iter()
+            .map(|p| Circle::new(*p, RING_RADIUS, RING.stroke_width(2))),
+    )?;
     // Drawn last, as a legend is: after every point, in its own strip.
     if let Some(layout) = &legend {
         draw_legend(&legend_area, &entries, layout)?;
@@ -670,6 +773,50 @@ mod tests {
                 "point ({x}, {y}) under the legend ({x0}, {y0})-({x1}, {y1})"
             );
         }
+    }
+
+    #[test]
+    fn a_point_from_an_invalid_step_is_ringed_where_it_is_drawn() {
+        assert!(load_font().is_some(), "no TrueType font");
+        let invalid = Invalid {
+            causes: vec![Cause::CpuContention],
+            runs: 1,
+            of: 1,
+        };
+        let mut c = Chart::new("p", "p99 vs throughput", "req/s", "p99 (ms)");
+        c.push_judged(
+            Series {
+                name: "gateway".into(),
+                points: vec![(100.0, 1.0), (200.0, 3.0)],
+                draw: Draw::Points,
+                color: 0,
+            },
+            &[None, Some(invalid)],
+        );
+        assert_eq!(c.invalid, [(0, 1)]);
+        assert_eq!(c.ring_label().as_deref(), Some("INVALID: cpu_contention"));
+        let svg = svg(&c).unwrap();
+        let circles: Vec<(f64, f64, bool)> = svg
+            .split('<')
+            .filter(|e| e.starts_with("circle"))
+            .map(|e| {
+                (
+                    attribute(e, "cx").unwrap(),
+                    attribute(e, "cy").unwrap(),
+                    e.contains("stroke=\"#AA0000\""),
+                )
+            })
+            .collect();
+        // The two points, the ring around the second (over its white halo), then the legend's
+        // point and ring.
+        let ring = circles.iter().find(|c| c.2).expect("a ring");
+        assert_eq!(
+            (ring.0, ring.1),
+            (circles[1].0, circles[1].1),
+            "{circles:?}"
+        );
+        assert_eq!(circles.iter().filter(|c| c.2).count(), 2, "{circles:?}");
+        assert!(svg.contains("INVALID: cpu_contention"), "{svg}");
     }
 
     #[test]

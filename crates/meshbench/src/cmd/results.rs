@@ -213,8 +213,7 @@ impl<'a> TableRow<'a> {
             invalid: r
                 .result
                 .as_ref()
-                .and_then(|res| res.generator.check.why_invalid())
-                .map(|f| f.cause),
+                .and_then(meshbench_analysis::invalid::of_result),
             usage: &r.usage,
             proxies: meshbench_report::proxies::step_lines(r),
             disagrees: meshbench_report::proxies::flagged(r),
@@ -342,7 +341,7 @@ fn marks(r: &TableRow) -> Vec<String> {
         (None, false) => {}
     }
     if let Some(cause) = r.invalid {
-        marks.push(format!("INVALID: {}", cause.name()));
+        marks.push(meshbench_analysis::invalid::mark(cause));
     }
     if r.disagrees {
         marks.push(format!(

@@ -35,6 +35,7 @@ mod grpc;
 mod hostile;
 mod http3;
 mod install_envoy;
+mod invalid_report;
 mod istio_attribution;
 mod istio_gateway;
 mod istio_gateway_injected;

@@ -1,14 +1,29 @@
 //! The report's charts, one builder per question: each takes the experiment's headline and
 //! gives the charts that answer it (none when the experiment did not vary what it plots
 //! against). The choice of which to draw is [`super::build`]'s, by the experiment's shape.
+//! Every point taken from a run the generator's self-check calls INVALID is ringed
+//! ([`Chart::push_judged`]), a line drawn for one measurement names it in the legend, and a
+//! sentence naming such a figure says so beside it ([`doubt`]).
 
-use meshbench_analysis::headline::{Allotment, Headline, Saturation, KNEE_MIN_LOADS};
+use meshbench_analysis::headline::{
+    Allotment, GatewayRanking, Headline, PerCoreFigure, Saturation, KNEE_MIN_LOADS,
+};
+use meshbench_analysis::invalid::Invalid;
 use meshbench_analysis::runs::{distinct, percentile_name, Group, PERCENTILES};
 use meshbench_analysis::trend::Trend;
 use meshbench_results::Role;
 
-use crate::findings::{cpu_words, memory_words, per_core_words};
+use crate::findings::{cpu_words, doubt, memory_words, per_core_words};
 use crate::plot::{Chart, Draw, Series, XAxis};
+
+/// Points, each with the verdict of the measurement it comes from, sorted by x: the series'
+/// points and their verdicts, in one order.
+fn judged_points(
+    mut points: Vec<(f64, f64, Option<Invalid>)>,
+) -> (Vec<(f64, f64)>, Vec<Option<Invalid>>) {
+    points.sort_by(|a, b| a.0.total_cmp(&b.0));
+    points.into_iter().map(|(x, y, i)| ((x, y), i)).unzip()
+}
 
 fn variant_colors(h: &Headline) -> impl Fn(&str) -> usize + '_ {
     let variants = h.variants();
@@ -35,19 +50,25 @@ pub(super) fn latency_by_variant(h: &Headline) -> Vec<Chart> {
             );
             c.x_axis = XAxis::Categories(variants.clone());
             for (i, load) in loads.iter().enumerate() {
-                c.series.push(Series {
-                    name: load.to_string(),
-                    points: variants
+                let (points, verdicts) = judged_points(
+                    variants
                         .iter()
                         .enumerate()
                         .filter_map(|(x, v)| {
                             let g = h.groups.iter().find(|g| g.variant == *v && g.load == *load)?;
-                            Some((x as f64, g.latency_ms(q)))
+                            Some((x as f64, g.latency_ms(q), g.invalid()))
                         })
                         .collect(),
-                    draw: Draw::Bars,
-                    color: i,
-                });
+                );
+                c.push_judged(
+                    Series {
+                        name: load.to_string(),
+                        points,
+                        draw: Draw::Bars,
+                        color: i,
+                    },
+                    &verdicts,
+                );
             }
             let highest = h
                 .groups
@@ -59,13 +80,15 @@ pub(super) fn latency_by_variant(h: &Headline) -> Vec<Chart> {
                 .min_by(|a, b| a.latency_ms(q).total_cmp(&b.latency_ms(q)));
             c.sentence = match (highest, lowest) {
                 (Some(hi), Some(lo)) => format!(
-                    "{name} is highest for {} at {} ({:.3} ms) and lowest for {} at {} ({:.3} ms); the table above says which differences are more than noise.",
+                    "{name} is highest for {} at {} ({:.3} ms){} and lowest for {} at {} ({:.3} ms){}; the table above says which differences are more than noise.",
                     hi.variant,
                     hi.load,
                     hi.latency_ms(q),
+                    doubt(hi.invalid().as_ref()),
                     lo.variant,
                     lo.load,
-                    lo.latency_ms(q)
+                    lo.latency_ms(q),
+                    doubt(lo.invalid().as_ref())
                 ),
                 _ => String::new(),
             };
@@ -110,7 +133,7 @@ pub(super) fn cost_by_variant(h: &Headline) -> Vec<Chart> {
         );
         c.x_axis = XAxis::Categories(names.clone());
         for (i, load) in loads.iter().enumerate() {
-            let points: Vec<(f64, f64)> =
+            let (points, verdicts) = judged_points(
                 keys.iter()
                     .enumerate()
                     .filter_map(|(x, (v, role))| {
@@ -118,16 +141,21 @@ pub(super) fn cost_by_variant(h: &Headline) -> Vec<Chart> {
                             c.variant == *v && c.usage.role == *role && c.load == *load
                         })?;
                         // Not measured (an external role's query failed): no bar.
-                        Some((x as f64, figure(cost))).filter(|p| p.1.is_finite())
+                        Some((x as f64, figure(cost), cost.invalid.clone()))
+                            .filter(|p| p.1.is_finite())
                     })
-                    .collect();
+                    .collect(),
+            );
             if !points.is_empty() {
-                c.series.push(Series {
-                    name: load.to_string(),
-                    points,
-                    draw: Draw::Bars,
-                    color: i,
-                });
+                c.push_judged(
+                    Series {
+                        name: load.to_string(),
+                        points,
+                        draw: Draw::Bars,
+                        color: i,
+                    },
+                    &verdicts,
+                );
             }
         }
         let most = h
@@ -137,11 +165,12 @@ pub(super) fn cost_by_variant(h: &Headline) -> Vec<Chart> {
             .max_by(|a, b| figure(a).total_cmp(&figure(b)));
         c.sentence = match most {
             Some(m) => format!(
-                "Each bar is one load, medians over repeats; the most {what} is {} in {} at {} ({:.1} {unit}).",
+                "Each bar is one load, medians over repeats; the most {what} is {} in {} at {} ({:.1} {unit}){}.",
                 m.usage.role,
                 m.variant,
                 m.load,
-                figure(m)
+                figure(m),
+                doubt(m.invalid.as_ref())
             ),
             None => "No proxy's figure was measured.".into(),
         };
@@ -177,18 +206,22 @@ pub(super) fn over_allotment(h: &Headline) -> Vec<Chart> {
             &format!("{name} latency (ms)"),
         );
         for (i, (topology, load)) in lines.iter().enumerate() {
-            let mut points: Vec<(f64, f64)> = swept
-                .iter()
-                .filter(|g| g.topology == *topology && g.load == *load)
-                .map(|g| (cores(g), g.latency_ms(q)))
-                .collect();
-            points.sort_by(|a, b| a.0.total_cmp(&b.0));
-            c.series.push(Series {
-                name: label(topology, load),
-                points,
-                draw: Draw::LinePoints,
-                color: i,
-            });
+            let (points, verdicts) = judged_points(
+                swept
+                    .iter()
+                    .filter(|g| g.topology == *topology && g.load == *load)
+                    .map(|g| (cores(g), g.latency_ms(q), g.invalid()))
+                    .collect(),
+            );
+            c.push_judged(
+                Series {
+                    name: label(topology, load),
+                    points,
+                    draw: Draw::LinePoints,
+                    color: i,
+                },
+                &verdicts,
+            );
         }
         c.sentence = format!(
             "{name} latency at each CPU allotment of {role}; the throughput chart below says where it reached its limit."
@@ -209,29 +242,32 @@ pub(super) fn over_allotment(h: &Headline) -> Vec<Chart> {
             Some((g.topology.clone(), c.usage.role.clone(), c.load))
         }));
         for (i, (topology, proxy, load)) in keys.iter().enumerate() {
-            let mut points: Vec<(f64, f64)> = h
-                .costs
-                .iter()
-                .filter(|c| c.usage.role == *proxy && c.load == *load)
-                .filter_map(|c| {
-                    let g = swept.iter().find(|g| {
-                        g.variant == c.variant && g.load == c.load && g.topology == *topology
-                    })?;
-                    let y = if what == "CPU" {
-                        c.usage.cpu_millicores
-                    } else {
-                        c.usage.memory_mib
-                    };
-                    Some((cores(g), y)).filter(|p| p.1.is_finite())
-                })
-                .collect();
-            points.sort_by(|a, b| a.0.total_cmp(&b.0));
-            c.series.push(Series {
-                name: format!("{} {proxy}", label(topology, load)),
-                points,
-                draw: Draw::LinePoints,
-                color: i,
-            });
+            let (points, verdicts) = judged_points(
+                h.costs
+                    .iter()
+                    .filter(|c| c.usage.role == *proxy && c.load == *load)
+                    .filter_map(|c| {
+                        let g = swept.iter().find(|g| {
+                            g.variant == c.variant && g.load == c.load && g.topology == *topology
+                        })?;
+                        let y = if what == "CPU" {
+                            c.usage.cpu_millicores
+                        } else {
+                            c.usage.memory_mib
+                        };
+                        Some((cores(g), y, c.invalid.clone())).filter(|p| p.1.is_finite())
+                    })
+                    .collect(),
+            );
+            c.push_judged(
+                Series {
+                    name: format!("{} {proxy}", label(topology, load)),
+                    points,
+                    draw: Draw::LinePoints,
+                    color: i,
+                },
+                &verdicts,
+            );
         }
         c.sentence =
             format!("Each proxy's {what} at each CPU allotment of {role}, medians over repeats.");
@@ -269,22 +305,25 @@ pub(super) fn latency_vs_rate(h: &Headline) -> Vec<Chart> {
             );
             let mut top: Vec<(String, f64, f64)> = Vec::new();
             for v in h.variants() {
-                let mut pts: Vec<(f64, f64)> = h
-                    .groups
-                    .iter()
-                    .filter(|g| g.variant == v && g.load.connections == conns)
-                    .filter_map(|g| Some((g.load.rate_rps()?, g.latency_ms(q))))
-                    .collect();
-                pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+                let (pts, verdicts) = judged_points(
+                    h.groups
+                        .iter()
+                        .filter(|g| g.variant == v && g.load.connections == conns)
+                        .filter_map(|g| Some((g.load.rate_rps()?, g.latency_ms(q), g.invalid())))
+                        .collect(),
+                );
                 if let Some(last) = pts.last() {
                     top.push((v.clone(), last.0, last.1));
                 }
-                c.series.push(Series {
-                    name: v.clone(),
-                    points: pts,
-                    draw: Draw::LinePoints,
-                    color: col(&v),
-                });
+                c.push_judged(
+                    Series {
+                        name: v.clone(),
+                        points: pts,
+                        draw: Draw::LinePoints,
+                        color: col(&v),
+                    },
+                    &verdicts,
+                );
             }
             c.sentence = match top.iter().max_by(|a, b| a.2.total_cmp(&b.2)) {
                 Some((v, at, ms)) => {
@@ -334,22 +373,25 @@ pub(super) fn latency_vs_connections(h: &Headline) -> Vec<Chart> {
             );
             let mut growth: Vec<(String, f64)> = Vec::new();
             for v in h.variants() {
-                let mut pts: Vec<(f64, f64)> = h
-                    .groups
-                    .iter()
-                    .filter(|g| g.variant == v && g.load.rate_rps_milli() == rate)
-                    .map(|g| (g.load.connections as f64, g.latency_ms(q)))
-                    .collect();
-                pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+                let (pts, verdicts) = judged_points(
+                    h.groups
+                        .iter()
+                        .filter(|g| g.variant == v && g.load.rate_rps_milli() == rate)
+                        .map(|g| (g.load.connections as f64, g.latency_ms(q), g.invalid()))
+                        .collect(),
+                );
                 if let (Some(a), Some(b)) = (pts.first(), pts.last()) {
                     growth.push((v.clone(), b.1 - a.1));
                 }
-                c.series.push(Series {
-                    name: v.clone(),
-                    points: pts,
-                    draw: Draw::LinePoints,
-                    color: col(&v),
-                });
+                c.push_judged(
+                    Series {
+                        name: v.clone(),
+                        points: pts,
+                        draw: Draw::LinePoints,
+                        color: col(&v),
+                    },
+                    &verdicts,
+                );
             }
             c.sentence = match growth.iter().max_by(|a, b| a.1.total_cmp(&b.1)) {
                 Some((v, d)) => format!(
@@ -376,33 +418,37 @@ pub(super) fn cost_vs_rate(h: &Headline) -> Vec<Chart> {
             &format!("{what} ({unit})"),
         );
         for (i, (v, role)) in keys.iter().enumerate() {
-            let mut pts: Vec<(f64, f64)> = h
-                .costs
-                .iter()
-                .filter(|c| c.variant == *v && c.usage.role == *role)
-                .map(|c| {
-                    (
-                        c.throughput_rps,
-                        if what == "CPU" {
-                            c.usage.cpu_millicores
-                        } else {
-                            c.usage.memory_mib
-                        },
-                    )
-                })
-                // Not measured (an external role's query failed): no point.
-                .filter(|p| p.1.is_finite())
-                .collect();
+            let (pts, verdicts) = judged_points(
+                h.costs
+                    .iter()
+                    .filter(|c| c.variant == *v && c.usage.role == *role)
+                    .map(|c| {
+                        (
+                            c.throughput_rps,
+                            if what == "CPU" {
+                                c.usage.cpu_millicores
+                            } else {
+                                c.usage.memory_mib
+                            },
+                            c.invalid.clone(),
+                        )
+                    })
+                    // Not measured (an external role's query failed): no point.
+                    .filter(|p| p.1.is_finite())
+                    .collect(),
+            );
             if pts.is_empty() {
                 continue;
             }
-            pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-            c.series.push(Series {
-                name: format!("{v} {role}"),
-                points: pts.clone(),
-                draw: Draw::Points,
-                color: i,
-            });
+            c.push_judged(
+                Series {
+                    name: format!("{v} {role}"),
+                    points: pts.clone(),
+                    draw: Draw::Points,
+                    color: i,
+                },
+                &verdicts,
+            );
             // The trend where one is defined (three loads or more): its line, or level when
             // flat; none with fewer loads.
             let trend = h
@@ -455,16 +501,18 @@ fn cost_sentence(h: &Headline, what: &str) -> String {
         .max_by(|a, b| a.1.slope.total_cmp(&b.1.slope));
     match (steepest, h.fits.first()) {
         (Some((f, _)), _) => format!(
-            "The {what} that grows most with load is {} in {}'s: {} (dashed: the fitted line, or the level of a flat one).",
+            "The {what} that grows most with load is {} in {}'s: {}{} (dashed: the fitted line, or the level of a flat one).",
             f.role,
             f.variant,
-            words(&trend(f))
+            words(&trend(f)),
+            doubt(f.invalid.as_ref())
         ),
         (None, Some(f)) => format!(
-            "Each point is one load; no line: {} {}'s {what} is {}.",
+            "Each point is one load; no line: {} {}'s {what} is {}{}.",
             f.variant,
             f.role,
-            words(&trend(f))
+            words(&trend(f)),
+            doubt(f.invalid.as_ref())
         ),
         (None, None) => "Each point is one load.".into(),
     }
@@ -484,19 +532,24 @@ pub(super) fn rps_vs_allotment(h: &Headline) -> Vec<Chart> {
                 &format!("{} CPU allotment (cores)", p.role),
                 "throughput (requests per second)",
             );
-            let (limited, below): (Vec<Allotment>, Vec<Allotment>) =
+            let (limited, below): (Vec<&Allotment>, Vec<&Allotment>) =
                 p.points.iter().partition(|a| a.at_limit());
             for (name, points, color) in [
                 ("at its CPU limit", limited, 0),
                 ("below its limit", below, 7),
             ] {
                 if !points.is_empty() {
-                    c.series.push(Series {
-                        name: name.into(),
-                        points: points.iter().map(|a| (a.cores, a.throughput_rps)).collect(),
-                        draw: Draw::Points,
-                        color,
-                    });
+                    let verdicts: Vec<Option<Invalid>> =
+                        points.iter().map(|a| a.invalid.clone()).collect();
+                    c.push_judged(
+                        Series {
+                            name: name.into(),
+                            points: points.iter().map(|a| (a.cores, a.throughput_rps)).collect(),
+                            draw: Draw::Points,
+                            color,
+                        },
+                        &verdicts,
+                    );
                 }
             }
             if let Some(fit) = p.fit {
@@ -536,23 +589,26 @@ pub(super) fn latency_throughput(h: &Headline, slo: Option<f64>) -> Vec<Chart> {
     );
     let many_conns = distinct(h.groups.iter().map(|g| g.load.connections)).len() > 1;
     for (v, conns) in &keys {
-        let mut pts: Vec<(f64, f64)> = h
-            .groups
-            .iter()
-            .filter(|g| g.variant == *v && g.load.connections == *conns)
-            .map(|g| (g.throughput(), g.latency_ms(0.99)))
-            .collect();
-        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-        c.series.push(Series {
-            name: if many_conns {
-                format!("{v}, {conns} conns")
-            } else {
-                v.clone()
+        let (pts, verdicts) = judged_points(
+            h.groups
+                .iter()
+                .filter(|g| g.variant == *v && g.load.connections == *conns)
+                .map(|g| (g.throughput(), g.latency_ms(0.99), g.invalid()))
+                .collect(),
+        );
+        c.push_judged(
+            Series {
+                name: if many_conns {
+                    format!("{v}, {conns} conns")
+                } else {
+                    v.clone()
+                },
+                points: pts,
+                draw: Draw::LinePoints,
+                color: col(v),
             },
-            points: pts,
-            draw: Draw::LinePoints,
-            color: col(v),
-        });
+            &verdicts,
+        );
     }
     for k in &h.knees {
         c.marks
@@ -572,12 +628,13 @@ pub(super) fn latency_throughput(h: &Headline, slo: Option<f64>) -> Vec<Chart> {
     } else {
         let k = &h.knees[0];
         format!(
-            "The knee (x) is where latency starts to climb faster than throughput: {} bends at {:.0} req/s with p99 {:.3} ms{}.",
+            "The knee (x) is where latency starts to climb faster than throughput: {} bends at {:.0} req/s with p99 {:.3} ms{}{}.",
             k.variant,
             k.throughput_rps,
             k.p99_ms,
+            doubt(k.invalid.as_ref()),
             match sat.first() {
-                Some(s) => format!("; {} in {} reaches 90 % of its CPU allotment from {:.0} req/s", s.role, s.variant, s.throughput_rps),
+                Some(s) => format!("; {} in {} reaches 90 % of its CPU allotment from {:.0} req/s{}", s.role, s.variant, s.throughput_rps, doubt(s.invalid.as_ref())),
                 None => String::new(),
             }
         )
@@ -618,9 +675,11 @@ pub(super) fn spectrum(h: &Headline) -> Vec<Chart> {
                 (x, g.merged.value_at_quantile(q) as f64 / 1000.0)
             })
             .collect();
-        tails.push((g.variant.clone(), g.latency_ms(0.999)));
+        // A line is one measurement: its name carries the self-check's mark.
+        let named = format!("{}{}", g.variant, doubt(g.invalid().as_ref()));
+        tails.push((named.clone(), g.latency_ms(0.999)));
         c.series.push(Series {
-            name: g.variant.clone(),
+            name: named,
             points,
             draw: Draw::Line,
             color: col(&g.variant),
@@ -650,7 +709,14 @@ pub(super) fn timelines(h: &Headline, warmup: f64) -> Vec<Chart> {
         .map(|(i, (g, r))| {
             let mut c = Chart::new(
                 &format!("timeline_{:03}", i + 1),
-                &format!("Step {} · {} · {} · repeat {}", i + 1, g.variant, g.load, r.repeat + 1),
+                &format!(
+                    "Step {} · {} · {} · repeat {}{}",
+                    i + 1,
+                    g.variant,
+                    g.load,
+                    r.repeat + 1,
+                    r.invalid().map(|c| format!(" · {}", meshbench_analysis::invalid::mark(c))).unwrap_or_default()
+                ),
                 "seconds since the load started",
                 "requests per second",
             );
@@ -693,7 +759,106 @@ pub(super) fn timelines(h: &Headline, warmup: f64) -> Vec<Chart> {
                 ),
                 _ => format!("Too short for a per-second view; p99 {:.3} ms.", r.result.latency_us.p99 as f64 / 1000.0),
             };
+            // The whole step is what the self-check judged: its finding is said under it.
+            if let Some(f) = r.result.generator.check.why_invalid() {
+                c.sentence.push_str(&format!(" {}: {}", meshbench_analysis::invalid::mark(f.cause), f.message));
+            }
             c
         })
         .collect()
+}
+
+/// A ranking of gateways as bar charts, in its order (the least CPU per 1,000 RPS first): the
+/// vCPU per 1,000 RPS of each, and the RPS one core carried (at its CPU limit, or at least
+/// that below it, a bar of its own colour). `n` tells the rankings of one report apart.
+pub(super) fn gateway_ranking(r: &GatewayRanking, n: usize) -> Vec<Chart> {
+    let names: Vec<String> = r
+        .gateways
+        .iter()
+        .map(|c| c.usage.program.to_string())
+        .collect();
+    let at = format!(
+        "{}{}",
+        r.load,
+        r.cpu_limit
+            .map(|l| format!(", {l} cores each"))
+            .unwrap_or_default()
+    );
+    let mut cpu = Chart::new(
+        &format!("gateways_cpu_{}", n + 1),
+        &format!("vCPU per 1,000 RPS by gateway ({at})"),
+        "gateway, least CPU per 1,000 RPS first",
+        "vCPU per 1,000 RPS",
+    );
+    cpu.x_axis = XAxis::Categories(names.clone());
+    let verdicts: Vec<Option<Invalid>> = r.gateways.iter().map(|c| c.invalid.clone()).collect();
+    cpu.push_judged(
+        Series {
+            name: "vCPU per 1,000 RPS".into(),
+            points: r
+                .gateways
+                .iter()
+                .enumerate()
+                .map(|(x, c)| (x as f64, c.vcpu_per_1k_rps()))
+                .collect(),
+            draw: Draw::Bars,
+            color: 0,
+        },
+        &verdicts,
+    );
+    cpu.sentence = match (r.gateways.first(), r.gateways.last()) {
+        (Some(least), Some(most)) => format!(
+            "{} costs least ({:.3} vCPU per 1,000 RPS){}, {} most ({:.3}){}; the table above has the figures.",
+            least.usage.program,
+            least.vcpu_per_1k_rps(),
+            doubt(least.invalid.as_ref()),
+            most.usage.program,
+            most.vcpu_per_1k_rps(),
+            doubt(most.invalid.as_ref())
+        ),
+        _ => String::new(),
+    };
+    let mut core = Chart::new(
+        &format!("gateways_per_core_{}", n + 1),
+        &format!("RPS per core by gateway ({at})"),
+        "gateway, least CPU per 1,000 RPS first",
+        "requests per second per core",
+    );
+    core.x_axis = XAxis::Categories(names);
+    for (name, at_limit, color) in [
+        ("at its CPU limit", true, 0),
+        ("below it: at least", false, 7),
+    ] {
+        let (points, verdicts): (Vec<(f64, f64)>, Vec<Option<Invalid>>) = r
+            .gateways
+            .iter()
+            .enumerate()
+            .filter_map(|(x, c)| {
+                let v = match c.per_core()? {
+                    PerCoreFigure::AtLimit(v) if at_limit => v,
+                    PerCoreFigure::AtLeast(v) if !at_limit => v,
+                    PerCoreFigure::AtLimit(_) | PerCoreFigure::AtLeast(_) => return None,
+                };
+                Some(((x as f64, v), c.invalid.clone()))
+            })
+            .unzip();
+        if !points.is_empty() {
+            core.push_judged(
+                Series {
+                    name: name.into(),
+                    points,
+                    // One bar per gateway, of the colour of its kind: each gateway is in one
+                    // of the two series, so the two pile up in one slot.
+                    draw: Draw::Stacked,
+                    color,
+                },
+                &verdicts,
+            );
+        }
+    }
+    if core.series.is_empty() {
+        return vec![cpu];
+    }
+    core.sentence = "What one core of each gateway carried: at its CPU limit (90 % of its allotment or more) its capacity, measured; below it only a lower bound, as the load set the rate.".into();
+    vec![cpu, core]
 }

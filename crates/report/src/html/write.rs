@@ -1,5 +1,6 @@
 //! Writing a built [`Report`]: the one self-contained HTML file (inline SVG and CSS) and every
-//! chart beside it as SVG and PNG.
+//! chart beside it as SVG and PNG. A cell or a sentence carrying the self-check's mark
+//! (`INVALID: ...`) stands out in red; a column of marks where no row has one is left out.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -34,7 +35,7 @@ h1{font-size:1.6em;margin-bottom:.2em}h2{border-bottom:1px solid #ccc;padding-bo
 table{border-collapse:collapse;font-size:.85em}
 th,td{border:1px solid #ddd;padding:3px 6px;text-align:right;white-space:nowrap;vertical-align:top}
 th{background:#f3f3f3;white-space:normal;font-weight:600}td small{color:#666;font-size:.85em}
-td.w{text-align:left}tr.load th{text-align:left;background:#fafafa;font-weight:normal;font-style:italic}
+td.w{text-align:left}td.bad,p.bad,caption.bad{color:#a00;font-weight:600}tr.load th{text-align:left;background:#fafafa;font-weight:normal;font-style:italic}
 caption{text-align:left;font-weight:bold;padding:.3em 0}td:first-child,th:first-child{text-align:left;white-space:normal}
 figure{margin:1.5em 0;page-break-inside:avoid}figcaption{color:#444;max-width:760px}
 svg{max-width:100%;height:auto}@media print{body{max-width:none}h2{page-break-before:auto}}";
@@ -154,7 +155,12 @@ fn page(r: &Report, svgs: Vec<String>) -> String {
         for b in &s.blocks {
             match b {
                 Block::Text(t) | Block::Finding(t) => {
-                    let _ = writeln!(html, "<p>{}</p>", esc(t));
+                    let class = if t.contains("INVALID") {
+                        " class=\"bad\""
+                    } else {
+                        ""
+                    };
+                    let _ = writeln!(html, "<p{class}>{}</p>", esc(t));
                 }
                 Block::Table { caption, table: t } => table_html(&mut html, caption, t),
                 Block::Chart(c) => {
@@ -175,14 +181,34 @@ fn page(r: &Report, svgs: Vec<String>) -> String {
     html
 }
 
+/// Which columns of `t` are shown: all but a column without a header whose every cell is
+/// empty (the marks' column of a table no row of which has a mark).
+fn shown_columns(t: &Table) -> Vec<bool> {
+    (0..t[0].len())
+        .map(|c| {
+            !t[0][c].is_empty()
+                || t[1..]
+                    .iter()
+                    .filter(|r| !crate::answers::is_heading(r))
+                    .any(|r| r.get(c).is_some_and(|cell| !cell.is_empty()))
+        })
+        .collect()
+}
+
 /// Appends table `t` (its first row the header) with its caption to `html`.
 fn table_html(html: &mut String, caption: &str, t: &Table) {
+    let shown = shown_columns(t);
     let _ = write!(
         html,
-        "<div class=\"table\"><table>\n<caption>{}</caption>\n<tr>",
+        "<div class=\"table\"><table>\n<caption{}>{}</caption>\n<tr>",
+        if caption.contains("INVALID") {
+            " class=\"bad\""
+        } else {
+            ""
+        },
         esc(caption)
     );
-    for h in &t[0] {
+    for (h, _) in t[0].iter().zip(&shown).filter(|(_, s)| **s) {
         let _ = write!(html, "<th>{}</th>", esc(h).replace('\n', "<br>"));
     }
     html.push_str("</tr>\n");
@@ -191,21 +217,23 @@ fn table_html(html: &mut String, caption: &str, t: &Table) {
             let _ = writeln!(
                 html,
                 "<tr class=\"load\"><th colspan=\"{}\">{}</th></tr>",
-                t[0].len(),
+                shown.iter().filter(|s| **s).count(),
                 esc(&row[0])
             );
             continue;
         }
         html.push_str("<tr>");
-        for cell in row {
-            // Words (a role, a finding) read from the left, figures from the right.
-            let words = cell.chars().next().is_some_and(char::is_alphabetic);
-            let _ = write!(
-                html,
-                "<td{}>{}</td>",
-                if words { " class=\"w\"" } else { "" },
-                cell_html(cell)
-            );
+        for (cell, _) in row.iter().zip(&shown).filter(|(_, s)| **s) {
+            // Words (a role, a finding) read from the left, figures from the right; the
+            // self-check's mark stands out.
+            let class = if cell.starts_with("INVALID") {
+                " class=\"w bad\""
+            } else if cell.chars().next().is_some_and(char::is_alphabetic) {
+                " class=\"w\""
+            } else {
+                ""
+            };
+            let _ = write!(html, "<td{class}>{}</td>", cell_html(cell));
         }
         html.push_str("</tr>\n");
     }
