@@ -281,7 +281,7 @@ pub fn describe_plan(e: &Experiment, plan: &Plan) -> String {
     }
     for s in &plan.steps {
         out.push_str(&format!(
-            "{:>4}  repeat {}  {:<28} {:<32} {}\n",
+            "{:>4}  repeat {}  {:<28} {:<34} {}\n",
             s.index + 1,
             s.repeat + 1,
             s.variant(),

@@ -173,7 +173,7 @@ fn the_docs_commands_are_ones_meshbench_takes() {
         let name = path.file_name().unwrap().to_string_lossy().to_string();
         lines.extend(command_lines(&text).into_iter().map(|l| (name.clone(), l)));
     }
-    assert!(lines.len() > 30, "only {} commands in docs/", lines.len());
+    assert!(lines.len() >= 25, "only {} commands in docs/", lines.len());
     let mut problems = Vec::new();
     let mut planned = 0;
     for (doc, line) in &lines {
@@ -234,11 +234,17 @@ fn command_lines(text: &str) -> Vec<String> {
             pending = Some(head.trim_end().to_string());
             continue;
         }
-        let line = match line.find("  #").or_else(|| line.find(" # ")) {
-            Some(at) => line[..at].trim_end().to_string(),
-            None => line,
-        };
-        out.push(line);
+        // A comment, or the shell's redirection, pipe or job control after the command.
+        let end = ["  #", " # ", " > ", " | ", " &", " && "]
+            .iter()
+            .filter_map(|cut| line.find(cut))
+            .min();
+        let line = end.map_or(line.clone(), |at| line[..at].trim_end().to_string());
+        // A drawing in a code block (`meshbench ──► runner`) is no command.
+        let word = line.split_whitespace().nth(1).unwrap_or_default();
+        if word.starts_with(|c: char| c.is_ascii_alphabetic() || c == '-') {
+            out.push(line);
+        }
     }
     out
 }
@@ -277,6 +283,7 @@ fn shell_words(line: &str) -> Option<Vec<String>> {
         words.push(word);
     }
     Some(words)
+}
 
 /// docs/architecture.md stays a map a new engineer reads in a quarter of an hour (under 320
 /// lines), and every path it names is there: `crates/...`, a crate's `NAME/src/...` or
