@@ -246,7 +246,18 @@ pub fn needs(e: &Experiment) -> String {
         Program::Contour => "scripts/install-contour.sh",
         Program::Command => "the file's command",
     };
-    let listed: Vec<String> = used.iter().map(|p| format!("{p} ({})", from(*p))).collect();
+    // Programs from one source share its words: `nginx, haproxy (Debian's, ...)`.
+    let mut listed: Vec<(Vec<String>, &str)> = Vec::new();
+    for p in used {
+        match listed.last_mut() {
+            Some((names, source)) if *source == from(p) => names.push(p.to_string()),
+            _ => listed.push((vec![p.to_string()], from(p))),
+        }
+    }
+    let listed: Vec<String> = listed
+        .iter()
+        .map(|(names, source)| format!("{} ({source})", names.join(", ")))
+        .collect();
     format!("needs: {}", listed.join(", "))
 }
 

@@ -270,7 +270,9 @@ pub fn describe_plan(e: &Experiment, plan: &Plan) -> String {
         step_secs(plan.setup_secs),
         human_secs(plan.total_secs(e))
     );
-    if e.cluster.is_none() {
+    // A cluster's and an external system's needs are their own (docs/kubernetes.md,
+    // docs/external.md): what the lab starts here is said.
+    if e.cluster.is_none() && e.external.is_none() {
         out.push_str(&meshbench_runner::setup::needs(e));
         out.push('\n');
         out.push_str(&fits(

@@ -334,3 +334,46 @@ fn the_architecture_map_is_short_and_names_only_what_exists() {
         "docs/architecture.md names paths that do not exist: {missing:?}"
     );
 }
+
+/// Every preset says at its top what it needs, how long it takes and the smallest machine or
+/// cluster it fits (`# needs:`, `# takes:`, `# fits:`); for a lab preset those are the lines
+/// its `--dry-run` prints (the fits line up to what this machine's cores add), so they stay
+/// true as the plan changes.
+#[test]
+fn every_preset_says_what_it_needs_takes_and_fits_as_its_dry_run_does() {
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&examples).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let header = |key: &str| {
+            text.lines()
+                .take_while(|l| l.starts_with('#'))
+                .find_map(|l| l.strip_prefix(&format!("# {key}: ")))
+                .unwrap_or_else(|| panic!("{}: no `# {key}:` line at its top", path.display()))
+                .to_string()
+        };
+        let (needs, takes, fits) = (header("needs"), header("takes"), header("fits"));
+        let out = Command::new(common::bin())
+            .args(["experiment", &path.display().to_string(), "--dry-run"])
+            .output()
+            .unwrap();
+        let plan = String::from_utf8_lossy(&out.stdout);
+        let first = plan.lines().next().unwrap_or_default();
+        assert!(
+            first.ends_with(&format!("= {takes}")),
+            "{}: takes {takes}, its plan says {first}",
+            path.display()
+        );
+        let said = |key: &str| {
+            plan.lines()
+                .find_map(|l| l.strip_prefix(&format!("{key}: ")))
+                .map(|l| l.split("; this machine has").next().unwrap().to_string())
+        };
+        if let (Some(n), Some(f)) = (said("needs"), said("fits")) {
+            assert_eq!((n, f), (needs, fits), "{}", path.display());
+        }
+        checked += 1;
+    }
+    assert!(checked >= 20, "{checked} presets");
+}
