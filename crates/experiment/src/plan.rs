@@ -226,6 +226,7 @@ impl PlanSize {
         };
         let load_points = [
             len(e.load.connections.len()),
+            len(e.load.in_flight.len().max(1)),
             len(e.load.response_bytes.len()),
             len(arrivals(e).len()),
         ]
