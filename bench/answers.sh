@@ -60,7 +60,7 @@ seq = 0
 for copy in range(10):
     for (sid,) in steps:
         params = json.loads(db.execute("SELECT params FROM steps WHERE id=?", (sid,)).fetchone()[0])
-        params["qps"] = params["qps"] * (1 + copy / 10)
+        params["rate_rps"] = params["rate_rps"] * (1 + copy / 10)
         db.execute(f"INSERT INTO steps (experiment_id, seq, params, {','.join(scols)}) SELECT ?, ?, ?, {','.join(scols)} FROM steps WHERE id=?",
                    (dst, seq, json.dumps(params), sid))
         new = db.execute("SELECT last_insert_rowid()").fetchone()[0]
@@ -82,9 +82,9 @@ steps = [s for s in doc["steps"] if s["result"]]
 for key, name in [("p50", "p50"), ("p90", "p90"), ("p99", "p99"), ("p99_9", "p999")]:
     fig, ax = plt.subplots(figsize=(7.6, 4))
     for v in sorted({s["variant"] for s in steps}):
-        pts = sorted((s["params"]["qps"], s["result"]["latency_us"][key] / 1000) for s in steps if s["variant"] == v)
+        pts = sorted((s["params"]["rate_rps"], s["result"]["latency_us"][key] / 1000) for s in steps if s["variant"] == v)
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=v)
-    ax.legend(); ax.set_xlabel("qps"); ax.set_ylabel(name + " ms")
+    ax.legend(); ax.set_xlabel("rps"); ax.set_ylabel(name + " ms")
     fig.savefig(f"{out}/latency_{name}.png"); fig.savefig(f"{out}/latency_{name}.svg"); plt.close(fig)
 for i, s in enumerate(steps):
     tl = s["result"]["timeline"]

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/envoy.sh - Envoy beside its stand-ins, in the same run, on THIS machine: what each
-# proxy costs as a pair of sidecars (client and server, mutual TLS, HTTP/1.1, 1 KB at $QPS qps
+# proxy costs as a pair of sidecars (client and server, mutual TLS, HTTP/1.1, 1 KB at $QPS rps
 # x 16 connections, 2 workers, as Istio's published set-up) and as a TLS gateway ($DOMAINS
 # domains x 10 paths, closed loop, $GW_CONNS connections), each proxy limited to 1 core.
 #
@@ -53,8 +53,8 @@ warmup_secs: 2
 cooldown_secs: 0.5
 load:
   mode: closed
-  connection_pool: 3200
-  connections: [$GW_CONNS]
+  connections: [3200]
+  in_flight: [$GW_CONNS]
   response_bytes: [1024]
 gateway:
   type: envoy

@@ -43,8 +43,8 @@ warmup_secs: 3
 cooldown_secs: 0.5
 load:
   mode: closed
-  connection_pool: 3200
-  connections: [$CONNS]
+  connections: [3200]
+  in_flight: [$CONNS]
   response_bytes: [1024]
 gateway:
   type: $type

@@ -5,7 +5,7 @@
 #   published : 1000 rps x 16 connections x 1 KB, sidecars with 2 workers, mutual TLS
 #               (Istio's "Performance and scalability" page: +2.76 ms p90 / +2.88 ms p99 with
 #               both sidecars, 0.20-0.5 vCPU and 50-60 MB per sidecar per 1000 RPS)
-#   twopods   : 1000 qps x 10 connections x 1 KB (istio/tools perf/benchmark's default)
+#   twopods   : 1000 rps x 10 connections x 1 KB (istio/tools perf/benchmark's default)
 #
 # and three configurations, each one `meshbench experiment` with `isolation: netns`:
 #

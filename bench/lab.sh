@@ -4,7 +4,7 @@
 # the time from `meshbench experiment` to the first request, and the sampler's CPU.
 #
 #   meshbench : `meshbench experiment` with $STEPS steps of serveronly (haproxy sidecar, 1 core,
-#               mutual TLS off) at 200 qps x 4 connections, $DUR s measured after $WARM s warm-up
+#               mutual TLS off) at 200 rps x 4 connections, $DUR s measured after $WARM s warm-up
 #   glue      : the same steps the way shell scripts do them (Istio's runner, k6 wrappers):
 #               start `meshbench backend` and haproxy, poll the port, `meshbench run`, kill both
 #   reps      : $REPS, interleaved (meshbench then glue, then again)
