@@ -258,7 +258,9 @@ fn istios_own_graph_plotter_draws_every_point_from_the_exported_csv() {
             .as_array()
             .unwrap()
             .iter()
-            .find(|s| s["topology"] == "both" && s["params"]["rate_rps"].as_f64() == Some(qps as f64))
+            .find(|s| {
+                s["topology"] == "both" && s["params"]["rate_rps"].as_f64() == Some(qps as f64)
+            })
             .unwrap();
         let u = step["usage"]
             .as_array()
