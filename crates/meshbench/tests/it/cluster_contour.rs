@@ -26,7 +26,6 @@ use crate::cluster_experiment::{
 };
 use crate::common;
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::cluster::{self, TestCluster};
@@ -69,62 +68,7 @@ fn contour_resources(k: &BlockingClient) -> Vec<(String, String, Value)> {
 /// Field by field: every container of both Deployments has the `resources` it had before,
 /// each of `requests` and `limits` (and any other field) with the same keys and values.
 fn assert_put_back(k: &BlockingClient, before: &[(String, String, Value)]) {
-    let now = contour_resources(k);
-    assert_eq!(now.len(), before.len(), "{now:?} vs {before:?}");
-    for ((d, c, was), (d2, c2, is)) in before.iter().zip(&now) {
-        assert_eq!((d, c), (d2, c2));
-        let fields = |v: &Value| -> Vec<String> {
-            v.as_object()
-                .map(|o| o.keys().cloned().collect())
-                .unwrap_or_default()
-        };
-        assert_eq!(fields(was), fields(is), "{d}/{c}: {was} vs {is}");
-        for field in fields(was) {
-            assert_eq!(
-                was[&field], is[&field],
-                "{d}/{c}: resources.{field}: {was} vs {is}"
-            );
-        }
-    }
-}
-
-/// The text of every file in `dir` whose name ends in `.{ext}`, one after another (empty when
-/// there is no such directory).
-fn files_ending(dir: &Path, ext: &str) -> String {
-    std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| e.path().extension().is_some_and(|x| x == ext))
-        .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
-        .collect()
-}
-
-/// Waits until no journal of a run is left beside `store` (the watcher's work done).
-fn wait_journal_gone(store: &Path, within: Duration) {
-    let journals = store.with_file_name("results-cluster-runs");
-    let deadline = Instant::now() + within;
-    loop {
-        let left = files_ending(&journals, "jsonl");
-        if left.is_empty() {
-            return;
-        }
-        let log = files_ending(&journals, "log");
-        assert!(
-            Instant::now() < deadline,
-            "a journal is left: {left:?}; the watcher's log: {log}"
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
-}
-
-fn usage<'a>(step: &'a Value, role: &str) -> &'a Value {
-    step["usage"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|u| u["role"] == role)
-        .unwrap_or_else(|| panic!("no {role}: {}", step["usage"]))
+    contour_node::assert_resources_put_back(before, &contour_resources(k));
 }
 
 #[test]
@@ -249,7 +193,7 @@ fn contours_envoy_swept_on_the_node_is_put_back_after_a_sigkill_and_at_the_end()
         began.elapsed().as_secs_f64(),
         String::from_utf8_lossy(&out.stderr)
     );
-    wait_journal_gone(&store, Duration::from_secs(240));
+    cluster::wait_journal_gone(&store, Duration::from_secs(240));
     assert_put_back(&k, &before);
     assert_gone(&k, "contour-killed", &store);
     // Put back means rolled back: Envoy's pods run the template as it was.
@@ -264,7 +208,7 @@ fn contours_envoy_swept_on_the_node_is_put_back_after_a_sigkill_and_at_the_end()
     let sent = s["summary"]["requests"].as_u64().unwrap();
     assert!(sent >= 200 * 7, "{}", s["summary"]);
     assert_eq!(s["summary"]["errors"], 0, "{}", s["summary"]);
-    let g = usage(s, "gateway");
+    let g = common::usage_of(s, "gateway");
     assert_eq!(g["program"], "contour", "{g}");
     assert_eq!(g["cpu_limit"].as_f64(), Some(0.5), "{g}");
     let cpu = g["cpu_millicores_avg"].as_f64().unwrap();
@@ -277,7 +221,7 @@ fn contours_envoy_swept_on_the_node_is_put_back_after_a_sigkill_and_at_the_end()
         counted >= sent,
         "Envoy counted {counted} < {sent} sent: {g}"
     );
-    let contour = usage(s, "contour");
+    let contour = common::usage_of(s, "contour");
     assert_eq!(contour["program"], "contour", "{contour}");
     assert_eq!(contour["cpu_limit"].as_f64(), Some(0.5), "{contour}");
     assert!(
@@ -291,7 +235,7 @@ fn contours_envoy_swept_on_the_node_is_put_back_after_a_sigkill_and_at_the_end()
 
     // The watcher said what it put back, the last recorded first: Contour, Envoy, the namespace.
     let journals = store.with_file_name("results-cluster-runs");
-    let said = files_ending(&journals, "log");
+    let said = cluster::files_ending(&journals, "log");
     let envoy_line = said.find("put back the resources of Deployment projectcontour/envoy (container envoy) as they were: {}");
     let contour_line = said.find("put back the resources of Deployment projectcontour/contour (container contour) as they were: {}");
     let namespace_line = said.find("deleted namespace contour-killed");

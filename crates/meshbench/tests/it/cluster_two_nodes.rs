@@ -146,48 +146,7 @@ fn contour_resources(k: &BlockingClient) -> Vec<(String, String, Value)> {
 
 /// Field by field: every container of both workloads has the `resources` it had before.
 fn assert_put_back(k: &BlockingClient, before: &[(String, String, Value)]) {
-    let now = contour_resources(k);
-    assert_eq!(now.len(), before.len(), "{now:?} vs {before:?}");
-    for ((w, c, was), (w2, c2, is)) in before.iter().zip(&now) {
-        assert_eq!((w, c), (w2, c2));
-        let fields = |v: &Value| -> Vec<String> {
-            v.as_object()
-                .map(|o| o.keys().cloned().collect())
-                .unwrap_or_default()
-        };
-        assert_eq!(fields(was), fields(is), "{w}/{c}: {was} vs {is}");
-        for field in fields(was) {
-            assert_eq!(
-                was[&field], is[&field],
-                "{w}/{c}: resources.{field}: {was} vs {is}"
-            );
-        }
-    }
-}
-
-/// The text of every file in `dir` whose name ends in `.{ext}`.
-fn files_ending(dir: &Path, ext: &str) -> String {
-    std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| e.path().extension().is_some_and(|x| x == ext))
-        .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
-        .collect()
-}
-
-/// Waits until no journal of a run is left beside `store` (the watcher's work done).
-fn wait_journal_gone(store: &Path, within: Duration) {
-    let journals = store.with_file_name("results-cluster-runs");
-    let deadline = Instant::now() + within;
-    while !files_ending(&journals, "jsonl").is_empty() {
-        assert!(
-            Instant::now() < deadline,
-            "a journal is left; the watcher's log: {}",
-            files_ending(&journals, "log")
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    contour_node::assert_resources_put_back(before, &contour_resources(k));
 }
 
 /// What a role lacks besides the connection count (cAdvisor has none).
@@ -196,15 +155,6 @@ fn missing_but_connections(u: &Value) -> Vec<String> {
         .as_object()
         .map(|m| m.keys().filter(|k| *k != "connections").cloned().collect())
         .unwrap_or_default()
-}
-
-fn usage<'a>(step: &'a Value, role: &str) -> &'a Value {
-    step["usage"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|u| u["role"] == role)
-        .unwrap_or_else(|| panic!("no {role}: {}", step["usage"]))
 }
 
 /// Every pod's node as the API server has it (`spec.nodeName`), by the pod's part: `agents`,
@@ -471,7 +421,7 @@ fn on_two_nodes_the_agents_and_the_system_under_test_part_and_each_nodes_envoy_i
     }
 
     // Put back, field by field, every node's Envoy rolled back.
-    wait_journal_gone(&store, Duration::from_secs(240));
+    cluster::wait_journal_gone(&store, Duration::from_secs(240));
     assert_put_back(&k, &before);
     assert_gone(&k, namespace, &store);
     let stop = meshbench_engine::Stop::new();
@@ -484,7 +434,7 @@ fn on_two_nodes_the_agents_and_the_system_under_test_part_and_each_nodes_envoy_i
     )
     .unwrap();
     let journals = store.with_file_name("results-cluster-runs");
-    let said = files_ending(&journals, "log");
+    let said = cluster::files_ending(&journals, "log");
     assert!(
         said.contains("put back the resources of DaemonSet projectcontour/envoy (container envoy) as they were: {}")
             && said.contains("put back the resources of Deployment projectcontour/contour (container contour) as they were: {}"),
@@ -512,7 +462,7 @@ fn on_two_nodes_the_agents_and_the_system_under_test_part_and_each_nodes_envoy_i
     let sent = s["summary"]["requests"].as_u64().unwrap();
     assert!(sent >= 200 * 7, "{}", s["summary"]);
     assert_eq!(s["summary"]["errors"], 0, "{}", s["summary"]);
-    let g = usage(s, "gateway");
+    let g = common::usage_of(s, "gateway");
     assert_eq!(g["program"], "contour", "{g}");
     assert_eq!(g["cpu_limit"].as_f64(), Some(0.5), "{g}");
     assert!(missing_but_connections(g).is_empty(), "{g}");
@@ -528,13 +478,13 @@ fn on_two_nodes_the_agents_and_the_system_under_test_part_and_each_nodes_envoy_i
         counted >= sent,
         "the Envoys counted {counted} < {sent} sent: {g}"
     );
-    let backend = usage(s, "backend");
+    let backend = common::usage_of(s, "backend");
     assert!(missing_but_connections(backend).is_empty(), "{backend}");
     assert!(
         backend["cpu_millicores_avg"].as_f64().unwrap_or(0.0) > 1.0,
         "the backend, on {NODE2}, read from its kubelet: {backend}"
     );
-    let contour = usage(s, "contour");
+    let contour = common::usage_of(s, "contour");
     assert!(missing_but_connections(contour).is_empty(), "{contour}");
     assert!(
         contour["working_set_mib_avg"].as_f64().unwrap_or(0.0) > 1.0,

@@ -1595,3 +1595,33 @@ pub fn container_log(ns: &str, pod: &str) -> String {
     }
     out
 }
+
+/// The text of every file in `dir` whose name ends in `.{ext}`, one after another (empty when
+/// there is no such directory).
+pub fn files_ending(dir: &Path, ext: &str) -> String {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == ext))
+        .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
+        .collect()
+}
+
+/// Waits until no journal of a cluster run is left beside `store` (its watcher's work done).
+pub fn wait_journal_gone(store: &Path, within: Duration) {
+    let journals = store.with_file_name("results-cluster-runs");
+    let deadline = Instant::now() + within;
+    loop {
+        let left = files_ending(&journals, "jsonl");
+        if left.is_empty() {
+            return;
+        }
+        let log = files_ending(&journals, "log");
+        assert!(
+            Instant::now() < deadline,
+            "a journal is left: {left:?}; the watcher's log: {log}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}

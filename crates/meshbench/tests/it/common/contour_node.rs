@@ -319,3 +319,28 @@ fn envoy_workload(envoy_as: EnvoyAs, template: Value) -> Value {
         }),
     }
 }
+
+/// Field by field: every container of `before` has the `resources` it had (each of
+/// `requests` and `limits`, and any other field, with the same keys and values) in `now`;
+/// both as (workload, container, resources).
+pub fn assert_resources_put_back(
+    before: &[(String, String, Value)],
+    now: &[(String, String, Value)],
+) {
+    assert_eq!(now.len(), before.len(), "{now:?} vs {before:?}");
+    for ((w, c, was), (w2, c2, is)) in before.iter().zip(now) {
+        assert_eq!((w, c), (w2, c2));
+        let fields = |v: &Value| -> Vec<String> {
+            v.as_object()
+                .map(|o| o.keys().cloned().collect())
+                .unwrap_or_default()
+        };
+        assert_eq!(fields(was), fields(is), "{w}/{c}: {was} vs {is}");
+        for field in fields(was) {
+            assert_eq!(
+                was[&field], is[&field],
+                "{w}/{c}: resources.{field}: {was} vs {is}"
+            );
+        }
+    }
+}
