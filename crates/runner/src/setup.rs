@@ -269,11 +269,11 @@ pub fn program_versions(e: &Experiment) -> BTreeMap<String, String> {
         env!("CARGO_PKG_VERSION").to_string(),
     );
     // The gateway's program is listed on its own.
-    let proxies = e
-        .topologies
-        .iter()
-        .any(|t| *t != StepKind::Chain(Topology::Gateway) && t.has(Class::Proxy));
-    let tunnels = e.topologies.iter().any(|t| t.has(Class::Tunnel));
+    let Sections {
+        proxies,
+        tunnels,
+        gateway,
+    } = Sections::used(e);
     if proxies {
         let p = program_spec(&e.proxy);
         v.insert(format!("proxy:{}", p.program), p.version());
@@ -282,7 +282,7 @@ pub fn program_versions(e: &Experiment) -> BTreeMap<String, String> {
         let p = program_spec(&e.tunnel);
         v.insert(format!("tunnel:{}", p.program), p.version());
     }
-    if e.topologies.contains(&StepKind::Chain(Topology::Gateway)) {
+    if gateway {
         for kind in &e.gateway.kinds {
             let p = ProgramSpec::from(*kind);
             v.insert(format!("gateway:{}", p.program), p.version());

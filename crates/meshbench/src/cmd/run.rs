@@ -201,7 +201,7 @@ pub fn load_options(a: &RunArgs) -> Result<LoadOptions> {
     apply_request_flags(&mut o, &a.request)?;
     o.connections = a.connections;
     if a.concurrency.is_some() {
-        eprintln!(
+        errln!(
             "note: --concurrency is an old name, read as --in-flight: write --in-flight instead"
         );
     }
