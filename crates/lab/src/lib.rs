@@ -130,6 +130,14 @@ pub enum LabError {
         role: String,
         source: program::envoy::ready::AckError,
     },
+    /// An Envoy a control plane configures was asked to start before its control plane (a
+    /// bug of the caller's order).
+    #[error("{0} started without its control plane")]
+    NoControlPlane(meshbench_results::ChainRole),
+    /// A hop of a chain asked to be played by a program a control plane configures outside
+    /// the places the rig starts one (the gateway; Istio's sidecars in pods).
+    #[error("{0} plays the gateway (gateway.type: {0}) or, for istio, the sidecars in pods (proxy.type: istio, isolation: netns); not a lone hop")]
+    HopWithoutPods(meshbench_results::Program),
     /// Istio's parts (`gateway.type: istio`, `proxy.type: istio`).
     #[error(transparent)]
     Istio(#[from] istio::IstioError),

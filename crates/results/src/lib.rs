@@ -45,7 +45,7 @@ pub use control_plane::{ControlPlaneFigures, MeshScale, ProxyKind, XdsType};
 pub use failure::StepFailure;
 pub use load::{Arrival, CloseFirst, IdleStrategy, LoopMode, Order, PacingSlack, Protocol};
 pub use proxy::{ProxyCounters, ProxyRequests, UpstreamFailures};
-pub use role::{ChainRole, PlayedBy, Program, Role};
+pub use role::{ChainRole, Configuration, ControlPlaneKind, PlayedBy, Program, Role, Standalone};
 pub use run::RunResult;
 pub use self_check::{Cause, Finding, SelfCheck};
 pub use step::{CpuAllotment, LoadPoint, Offer, StepParams};

@@ -337,6 +337,81 @@ impl Program {
     pub fn from_word(word: &str) -> Option<Program> {
         Program::ALL.into_iter().find(|p| p.name() == word)
     }
+
+    /// How it comes to its configuration: written by the lab for a standalone program, or
+    /// sent by a control plane to the Envoy it configures.
+    pub fn configuration(self) -> Configuration {
+        match self {
+            Program::Nginx => Configuration::Written(Standalone::Nginx),
+            Program::Haproxy => Configuration::Written(Standalone::Haproxy),
+            Program::Caddy => Configuration::Written(Standalone::Caddy),
+            Program::Envoy => Configuration::Written(Standalone::Envoy),
+            Program::Command => Configuration::Written(Standalone::Command),
+            Program::Istio => Configuration::ByControlPlane(ControlPlaneKind::Istio),
+            Program::Contour => Configuration::ByControlPlane(ControlPlaneKind::Contour),
+        }
+    }
+
+    /// The control plane that configures it, if one does (its binary is then Envoy).
+    pub fn configured_by(self) -> Option<ControlPlaneKind> {
+        match self.configuration() {
+            Configuration::ByControlPlane(kind) => Some(kind),
+            Configuration::Written(_) => None,
+        }
+    }
+}
+
+/// How a [`Program`] comes to its configuration: the two kinds of proxy the lab runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Configuration {
+    /// The lab writes its configuration file and command line.
+    Written(Standalone),
+    /// A control plane the lab starts beside it sends its Envoy what to do.
+    ByControlPlane(ControlPlaneKind),
+}
+
+/// A program that runs on the configuration the lab writes for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Standalone {
+    Nginx,
+    Haproxy,
+    Caddy,
+    Envoy,
+    Command,
+}
+
+impl Standalone {
+    /// The program, as the experiment file and the results name it.
+    pub fn program(self) -> Program {
+        match self {
+            Standalone::Nginx => Program::Nginx,
+            Standalone::Haproxy => Program::Haproxy,
+            Standalone::Caddy => Program::Caddy,
+            Standalone::Envoy => Program::Envoy,
+            Standalone::Command => Program::Command,
+        }
+    }
+}
+
+/// Who configures an Envoy when a control plane does. Its own `type:` word (`istio`,
+/// `contour`) is a [`Program`]'s: a user names what plays the role, and the lab starts the
+/// control plane with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ControlPlaneKind {
+    /// istiod, configuring Istio's gateway or its sidecars through their agents.
+    Istio,
+    /// Contour, configuring its Envoy from HTTPProxies.
+    Contour,
+}
+
+impl ControlPlaneKind {
+    /// The program word that asks for it.
+    pub fn program(self) -> Program {
+        match self {
+            ControlPlaneKind::Istio => Program::Istio,
+            ControlPlaneKind::Contour => Program::Contour,
+        }
+    }
 }
 
 impl fmt::Display for Program {
@@ -411,6 +486,22 @@ impl<'de> Deserialize<'de> for PlayedBy {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_program_is_standalone_or_configured_by_one_control_plane() {
+        for p in Program::ALL {
+            let back = match p.configuration() {
+                Configuration::Written(s) => s.program(),
+                Configuration::ByControlPlane(kind) => kind.program(),
+            };
+            assert_eq!(back, p);
+        }
+        assert_eq!(
+            Program::Istio.configured_by(),
+            Some(ControlPlaneKind::Istio)
+        );
+        assert_eq!(Program::Envoy.configured_by(), None);
+    }
 
     #[test]
     fn every_word_reads_back_as_what_wrote_it() {

@@ -60,16 +60,12 @@ impl Place for RigPlace<'_> {
         for w in &rig.warnings {
             observer.warning(w);
         }
-        let notes = [
-            (rig.istio_gateway.as_ref()).map(|g| g.summary(rig.gateway_admin(), step.stop)),
-            (rig.istio_sidecars.as_ref()).map(|m| m.summary(&rig.roles)),
-            (rig.contour_gateway.as_ref()).map(|g| g.summary(rig.gateway_admin())),
-        ];
+        let note = rig.control_plane_summary(step.stop);
         if step.stop.requested() {
             // The rig drops here, and with it all it started.
             return Err(StepFailure::StoppedBeforeLoad);
         }
-        for note in notes.iter().flatten() {
+        if let Some(note) = &note {
             observer.note(note);
         }
         Ok(Box::new(RigStep {

@@ -28,9 +28,6 @@ pub const NAMESPACE: &str = "meshbench";
 /// What went wrong in Contour's parts, beyond starting a process ([`LabError`] says that).
 #[derive(Debug, thiserror::Error)]
 pub enum ContourError {
-    /// Contour's Envoy was asked to start before its control plane (a bug of the caller's order).
-    #[error("Contour's Envoy started without its control plane")]
-    NoControlPlane,
     #[error("the Contour gateway has no admin port")]
     NoAdminPort,
     /// `contour bootstrap` failed, or wrote what is not an Envoy bootstrap.

@@ -66,9 +66,6 @@ pub const ISTIOD_ENV: &[(&str, &str)] = &[
 pub enum IstioError {
     #[error("Istio's sidecars run in pods: use isolation: netns")]
     NeedsNetns,
-    /// A part was asked to start before its control plane (a bug of the caller's order).
-    #[error("{0} started without its control plane")]
-    NoControlPlane(&'static str),
     #[error("the Istio gateway has no admin port")]
     NoAdminPort,
     /// The mesh configuration could not be written (a bug: its types always serialise).

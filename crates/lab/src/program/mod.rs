@@ -24,12 +24,14 @@ use prost::Message;
 use crate::gateway::{self, GatewayPlan};
 use crate::pki::Issued;
 use crate::{install, write_file, LabError};
-use meshbench_results::{topology::Duty, ChainRole, Layer};
+use meshbench_results::{topology::Duty, ChainRole, Configuration, ControlPlaneKind, Layer};
 
 /// The program that plays a proxy role: the results crate's, the `type:` of the experiment
 /// file's `proxy`, `tunnel` and `gateway` sections. What the lab does with each is
-/// [`LabProgram`]'s.
-pub use meshbench_results::Program;
+/// [`LabProgram`]'s; those a control plane configures (Istio's, Contour's) are started by the
+/// rig with their control plane (`crate::rig::control_plane`), the others are
+/// [`Standalone`]: the lab writes their configuration and command line here.
+pub use meshbench_results::{Program, Standalone};
 
 /// For [`Program::Command`]: the program and its arguments, and its configuration file's text.
 /// Both may hold `{config}` (the written file's path), `{listen}`, `{listen_port}`,
@@ -125,13 +127,19 @@ pub struct Run<'a> {
     pub workers: u32,
 }
 
-/// What the lab knows of running a program: where it is installed, whether it can run here,
-/// and a gateway's configuration file and command line.
+/// What the lab knows of running a program: where it is installed and whether it can run here.
 pub trait LabProgram {
     /// Whether the program can run here: the Debian packages are installed when missing, a
     /// command is the user's own; Envoy only where it is installed (scripts/install-envoy.sh).
     fn runs_here(self) -> bool;
 
+    /// Where the program is installed, without installing it; `None` when it is not.
+    fn installed(self) -> Option<PathBuf>;
+}
+
+/// What the lab writes for a program it configures itself: a gateway's configuration file and
+/// command line, a hop's.
+pub trait WrittenProgram {
     /// The configuration file of a gateway written into `dir`.
     fn gateway_config(self, dir: &Path) -> PathBuf;
 
@@ -139,39 +147,40 @@ pub trait LabProgram {
     /// into `dir` for this program, in the foreground.
     fn gateway_command(self, dir: &Path, workers: u32) -> Result<Command, LabError>;
 
-    /// Where the program is installed, without installing it; `None` when it is not.
-    fn installed(self) -> Option<PathBuf>;
+    /// Where a hop's configuration is written.
+    fn hop_config(self, hop: &Hop) -> PathBuf;
+
+    /// Writes the hop's configuration into its directory and builds the command that runs it
+    /// (`template`: a command's, ignored for the others).
+    fn prepare_hop(self, template: &CommandTemplate, hop: &Hop) -> Result<Command, LabError>;
 }
 
 /// The name of its configuration file (a hop's is prefixed with the role's name).
-fn config_file(program: Program) -> &'static str {
+fn config_file(program: Standalone) -> &'static str {
     match program {
-        Program::Nginx => nginx::CONFIG,
-        Program::Haproxy => haproxy::CONFIG,
-        Program::Caddy => caddy::CONFIG,
-        Program::Envoy => envoy::CONFIG,
-        Program::Command => command::CONFIG,
-        Program::Istio => ISTIO_OBJECTS,
-        Program::Contour => crate::contour::objects::HTTP_PROXIES_FILE,
+        Standalone::Nginx => nginx::CONFIG,
+        Standalone::Haproxy => haproxy::CONFIG,
+        Standalone::Caddy => caddy::CONFIG,
+        Standalone::Envoy => envoy::CONFIG,
+        Standalone::Command => command::CONFIG,
     }
 }
 
 /// Its command line on a written configuration.
-fn command_line(program: Program, bin: &Path, run: &Run) -> Command {
+fn command_line(program: Standalone, bin: &Path, run: &Run) -> Command {
     let mut cmd = match program {
-        Program::Nginx => nginx::command(bin, run),
-        Program::Haproxy => haproxy::command(bin, run),
-        Program::Caddy => caddy::command(bin, run),
-        Program::Envoy => envoy::command(bin, run),
-        // Its arguments come from its template (see `command::prepare`); the Istio and
-        // Contour gateways' from their control planes (`crate::istio`, `crate::contour`).
-        Program::Command | Program::Istio | Program::Contour => Command::new(bin),
+        Standalone::Nginx => nginx::command(bin, run),
+        Standalone::Haproxy => haproxy::command(bin, run),
+        Standalone::Caddy => caddy::command(bin, run),
+        Standalone::Envoy => envoy::command(bin, run),
+        // Its arguments come from its template (see `command::prepare`).
+        Standalone::Command => Command::new(bin),
     };
     cmd.current_dir(run.dir);
     cmd
 }
 
-fn gateway_command_with(program: Program, bin: &Path, dir: &Path, workers: u32) -> Command {
+fn gateway_command_with(program: Standalone, bin: &Path, dir: &Path, workers: u32) -> Command {
     let config = dir.join(config_file(program));
     let run = Run {
         config: &config,
@@ -192,20 +201,6 @@ impl LabProgram for Program {
         }
     }
 
-    fn gateway_config(self, dir: &Path) -> PathBuf {
-        dir.join(config_file(self))
-    }
-
-    fn gateway_command(self, dir: &Path, workers: u32) -> Result<Command, LabError> {
-        match self {
-            Program::Command => return Err(no_gateway()),
-            Program::Istio | Program::Contour => return Err(by_the_rig_only(self)),
-            Program::Nginx | Program::Haproxy | Program::Caddy | Program::Envoy => {}
-        }
-        let bin = ProgramSpec::from(self).binary()?;
-        Ok(gateway_command_with(self, &bin, dir, workers))
-    }
-
     fn installed(self) -> Option<PathBuf> {
         match self {
             Program::Nginx => install::find("nginx", nginx::LOCATIONS),
@@ -219,22 +214,6 @@ impl LabProgram for Program {
                 Some(crate::contour::binary()).filter(|_| crate::contour::unavailable().is_none())
             }
         }
-    }
-}
-
-/// The file of the Istio gateway's objects that names its Gateways (the others are beside it).
-const ISTIO_OBJECTS: &str = "istio-gateways.yaml";
-
-/// Istio's and Contour's roles are started by the rig with their control plane, never as a
-/// lone hop.
-fn by_the_rig_only(program: Program) -> LabError {
-    let hint = match program {
-        Program::Contour => "contour's gateway is started by the rig with its control plane (gateway.type: contour), so there is no command line to print",
-        _ => "istio's gateway and sidecars are started by the rig with their control plane (gateway.type: istio; proxy.type: istio in pods), so there is no command line to print",
-    };
-    LabError::Missing {
-        program: format!("{program} as a lone hop"),
-        hint: hint.into(),
     }
 }
 
@@ -296,19 +275,21 @@ impl gateway::Target for Program {
     /// The command the lab runs the gateway with, as one shell line: the binary where it is
     /// installed (its bare name when it is not), its environment, every path absolute.
     fn start(&self, plan: &GatewayPlan, written: &[PathBuf]) -> Result<Vec<String>, LabError> {
-        match self {
-            Program::Command => return Err(no_gateway()),
-            Program::Istio => return crate::istio::objects::Istio::lab().start(plan, written),
-            Program::Contour => {
+        let program = match self.configuration() {
+            Configuration::Written(Standalone::Command) => return Err(no_gateway()),
+            Configuration::Written(program) => program,
+            Configuration::ByControlPlane(ControlPlaneKind::Istio) => {
+                return crate::istio::objects::Istio::lab().start(plan, written)
+            }
+            Configuration::ByControlPlane(ControlPlaneKind::Contour) => {
                 return crate::contour::objects::Contour::default().start(plan, written)
             }
-            Program::Nginx | Program::Haproxy | Program::Caddy | Program::Envoy => {}
-        }
+        };
         let bin = self
             .installed()
             .unwrap_or_else(|| PathBuf::from(self.name()));
         let workers = u32::try_from(plan.workers).unwrap_or(u32::MAX);
-        let cmd = gateway_command_with(*self, &bin, &plan.out, workers);
+        let cmd = gateway_command_with(program, &bin, &plan.out, workers);
         Ok(vec![gateway::shell_line(&cmd)])
     }
 }
@@ -316,20 +297,20 @@ impl gateway::Target for Program {
 impl ProgramSpec {
     /// The program's path, installed from Debian packages where missing.
     pub fn binary(&self) -> Result<PathBuf, LabError> {
-        match self.program {
-            Program::Nginx => nginx::binary(),
-            Program::Haproxy => haproxy::binary(),
-            Program::Caddy => caddy::binary(),
-            Program::Envoy => envoy::binary(),
-            Program::Command => command::binary(&self.command),
-            Program::Istio => match crate::istio::unavailable() {
-                Some(e) => Err(e),
-                None => Ok(crate::istio::cache().join("bin/pilot-agent")),
-            },
-            Program::Contour => match crate::contour::unavailable() {
-                Some(e) => Err(e),
-                None => Ok(crate::contour::binary()),
-            },
+        match self.program.configuration() {
+            Configuration::Written(program) => written_binary(program, &self.command),
+            Configuration::ByControlPlane(ControlPlaneKind::Istio) => {
+                match crate::istio::unavailable() {
+                    Some(e) => Err(e),
+                    None => Ok(crate::istio::cache().join("bin/pilot-agent")),
+                }
+            }
+            Configuration::ByControlPlane(ControlPlaneKind::Contour) => {
+                match crate::contour::unavailable() {
+                    Some(e) => Err(e),
+                    None => Ok(crate::contour::binary()),
+                }
+            }
         }
     }
 
@@ -385,45 +366,65 @@ impl ProgramSpec {
             Err(_) => "unknown".into(),
         }
     }
+}
 
-    /// Where a hop's configuration is written.
-    pub fn hop_config(&self, hop: &Hop) -> PathBuf {
-        hop.dir
-            .join(format!("{}.{}", hop.name, config_file(self.program)))
+/// The program's path, installed from Debian packages where missing (`template`: a
+/// command's).
+fn written_binary(program: Standalone, template: &CommandTemplate) -> Result<PathBuf, LabError> {
+    match program {
+        Standalone::Nginx => nginx::binary(),
+        Standalone::Haproxy => haproxy::binary(),
+        Standalone::Caddy => caddy::binary(),
+        Standalone::Envoy => envoy::binary(),
+        Standalone::Command => command::binary(template),
+    }
+}
+
+impl WrittenProgram for Standalone {
+    fn gateway_config(self, dir: &Path) -> PathBuf {
+        dir.join(config_file(self))
     }
 
-    /// Writes the hop's configuration into its directory and builds the command that runs it.
-    pub fn prepare_hop(&self, hop: &Hop) -> Result<Command, LabError> {
-        let bin = self.binary()?;
+    fn gateway_command(self, dir: &Path, workers: u32) -> Result<Command, LabError> {
+        if self == Standalone::Command {
+            return Err(no_gateway());
+        }
+        let bin = written_binary(self, &CommandTemplate::default())?;
+        Ok(gateway_command_with(self, &bin, dir, workers))
+    }
+
+    fn hop_config(self, hop: &Hop) -> PathBuf {
+        hop.dir.join(format!("{}.{}", hop.name, config_file(self)))
+    }
+
+    fn prepare_hop(self, template: &CommandTemplate, hop: &Hop) -> Result<Command, LabError> {
+        let bin = written_binary(self, template)?;
         let config = self.hop_config(hop);
-        if hop.http3 && self.program != Program::Caddy {
+        if hop.http3 && self != Standalone::Caddy {
             return Err(LabError::Missing {
-                program: format!("{} with HTTP/3 in front", self.program.name()),
-                hint: match self.program {
-                    Program::Nginx | Program::Haproxy => gateway::Target::no_http3(&self.program),
-                    Program::Caddy
-                    | Program::Envoy
-                    | Program::Command
-                    | Program::Istio
-                    | Program::Contour => {
+                program: format!("{} with HTTP/3 in front", self.program().name()),
+                hint: match self {
+                    Standalone::Nginx | Standalone::Haproxy => {
+                        gateway::Target::no_http3(&self.program())
+                    }
+                    Standalone::Caddy | Standalone::Envoy | Standalone::Command => {
                         "the lab's HTTP/3 entry hop is caddy; set proxy.kind: caddy".into()
                     }
                 },
             });
         }
-        if (hop.hbone_in || hop.hbone_out) && self.program != Program::Envoy {
+        if (hop.hbone_in || hop.hbone_out) && self != Standalone::Envoy {
             return Err(LabError::Missing {
-                program: format!("{} between Envoy tunnels", self.program.name()),
+                program: format!("{} between Envoy tunnels", self.program().name()),
                 hint: "Envoy's tunnels speak HBONE (HTTP CONNECT over HTTP/2), which only Envoy terminates here; set proxy.type: envoy for the waypoint, or another tunnel.type".into(),
             });
         }
-        let text: Vec<u8> = match self.program {
-            Program::Nginx => nginx::hop_config(hop)?.into_bytes(),
-            Program::Haproxy => haproxy::hop_config(hop)?.into_bytes(),
-            Program::Caddy => caddy::hop_config(hop)?.into_bytes(),
-            Program::Envoy => envoy::hop_bootstrap(hop).encode_to_vec(),
-            Program::Command => return command::prepare(&bin, &self.command, hop, &config),
-            Program::Istio | Program::Contour => return Err(by_the_rig_only(self.program)),
+        let text: Vec<u8> = match self {
+            Standalone::Nginx => nginx::hop_config(hop)?.into_bytes(),
+            Standalone::Haproxy => haproxy::hop_config(hop)?.into_bytes(),
+            Standalone::Caddy => caddy::hop_config(hop)?.into_bytes(),
+            Standalone::Envoy => envoy::hop_bootstrap(hop).encode_to_vec(),
+            Standalone::Command => return command::prepare(&bin, template, hop, &config),
         };
         write_file(&config, text)?;
         let run = Run {
@@ -432,8 +433,8 @@ impl ProgramSpec {
             name: &hop.name,
             workers: hop.workers,
         };
-        let mut command = command_line(self.program, &bin, &run);
-        if self.program == Program::Envoy && hop.access_log.is_some() {
+        let mut command = command_line(self, &bin, &run);
+        if self == Standalone::Envoy && hop.access_log.is_some() {
             command.args(envoy::access_log::FLUSH_ARGS);
         }
         Ok(command)
@@ -503,8 +504,10 @@ pub(crate) mod tests {
         let caddy = caddy::hop_config(&h).unwrap();
         assert!(caddy.contains("protocols h1 h2 h3"), "{caddy}");
         assert!(caddy.contains("https://:8001"), "{caddy}");
-        for program in [Program::Nginx, Program::Haproxy] {
-            let err = ProgramSpec::from(program).prepare_hop(&h).unwrap_err();
+        for program in [Standalone::Nginx, Standalone::Haproxy] {
+            let err = program
+                .prepare_hop(&CommandTemplate::default(), &h)
+                .unwrap_err();
             assert!(err.to_string().contains("without QUIC"), "{err}");
         }
         let plan = GatewayPlan {

@@ -12,11 +12,11 @@ use super::{
 use crate::cgroup::{Cgroup, Cgroups};
 use crate::gateway::{self, CertLayout, GatewayPlan};
 use crate::process::{Placement, RoleProcess};
-use crate::program::{Hop, LabProgram, ListenTls, Program, UpstreamTls};
+use crate::program::{Hop, ListenTls, Program, Standalone, UpstreamTls, WrittenProgram};
 use crate::LabError;
 use meshbench_results::{
     topology::{Duty, RolePlan},
-    ChainRole, Class, PlayedBy, Stop, Topology,
+    ChainRole, Class, Configuration, PlayedBy, Stop, Topology,
 };
 
 /// The command line that runs the built-in backend (`meshbench backend`) on `listen`.
@@ -65,12 +65,15 @@ pub(super) fn hops(
                 Topology::Gateway => spec.gateway.program,
                 _ => spec.program(role.class).program,
             };
-            let admin = match program {
-                Program::Envoy | Program::Istio | Program::Contour => Some(SocketAddr::new(
-                    addresses[i].addr.ip(),
-                    admin_port(addresses[i].addr)?,
-                )),
-                Program::Nginx | Program::Haproxy | Program::Caddy | Program::Command => None,
+            // Every Envoy: the lab's own and those a control plane configures.
+            let admin = match program.configuration() {
+                Configuration::Written(Standalone::Envoy) | Configuration::ByControlPlane(_) => {
+                    Some(SocketAddr::new(
+                        addresses[i].addr.ip(),
+                        admin_port(addresses[i].addr)?,
+                    ))
+                }
+                Configuration::Written(_) => None,
             };
             Ok(Hop {
                 name: role.role.name().to_string(),
@@ -140,7 +143,8 @@ pub(super) fn backend_launch(spec: &RigSpec, address: RoleAddress, entry: bool) 
 }
 
 impl Rig {
-    /// A role of the chain: the gateway's configuration for the gateway, else the hop's.
+    /// A role of the chain: the gateway's configuration for the gateway (written here, or
+    /// sent by its control plane), else the hop's.
     pub(super) fn hop_launch(
         &mut self,
         spec: &RigSpec,
@@ -149,32 +153,14 @@ impl Rig {
         address: RoleAddress,
         stop: &Stop,
     ) -> Result<Launch, LabError> {
-        let (command, program, config) = match spec.topology {
-            Topology::Gateway if spec.gateway.program == Program::Istio => (
-                self.prepare_istio_gateway(spec, hop, stop)?,
-                Program::Istio,
-                spec.dir.join("gateway"),
-            ),
-            Topology::Gateway if spec.gateway.program == Program::Contour => (
-                self.prepare_contour_gateway(spec, hop, stop)?,
-                Program::Contour,
-                spec.dir.join("gateway-envoy").join("envoy.json"),
-            ),
-            Topology::Gateway => (
-                self.prepare_gateway(spec, hop)?,
-                spec.gateway.program,
-                spec.gateway
-                    .program
-                    .gateway_config(&spec.dir.join("gateway")),
-            ),
+        let (program, template) = match spec.topology {
+            Topology::Gateway => (spec.gateway.program, None),
             _ => {
                 let p = spec.program(role.class);
-                (p.prepare_hop(hop)?, p.program, p.hop_config(hop))
+                (p.program, Some(&p.command))
             }
         };
-        let by_istiod = self.istio_gateway.is_some() && role.class == Class::Proxy;
-        let by_contour = self.contour_gateway.is_some() && role.class == Class::Proxy;
-        Ok(Launch {
+        let launch = |command, config, ready, access_log| Launch {
             name: role.role,
             class: role.class,
             program: PlayedBy::Proxy(program),
@@ -183,23 +169,38 @@ impl Rig {
             workers: hop.workers,
             admin: hop.admin,
             config: Some(config),
-            ready: if by_istiod {
-                Ready::ConfiguredByIstio
-            } else if by_contour {
-                Ready::ConfiguredByContour
-            } else {
-                Ready::Accepts
-            },
+            ready,
             user: None,
             admin_netns: None,
-            access_log: if by_istiod {
-                AccessLog::by_istiod(spec.attribution)
-            } else {
-                hop.access_log
-                    .clone()
-                    .map_or(AccessLog::None, AccessLog::File)
-            },
-        })
+            access_log,
+        };
+        let access_log = (hop.access_log.clone()).map_or(AccessLog::None, AccessLog::File);
+        match (program.configuration(), template) {
+            (Configuration::ByControlPlane(kind), None) => {
+                let gateway = self.configured_gateway(kind, spec, hop, stop)?;
+                let ready = Ready::Configured(gateway.awaited);
+                Ok(launch(
+                    gateway.command,
+                    gateway.config,
+                    ready,
+                    gateway.access_log,
+                ))
+            }
+            // Istio's sidecars start in pods (`rig/pods.rs`); no other hop has a control plane.
+            (Configuration::ByControlPlane(kind), Some(_)) => {
+                Err(LabError::HopWithoutPods(kind.program()))
+            }
+            (Configuration::Written(written), None) => {
+                let command = self.prepare_gateway(spec, written, hop)?;
+                let config = written.gateway_config(&spec.dir.join("gateway"));
+                Ok(launch(command, config, Ready::Accepts, access_log))
+            }
+            (Configuration::Written(written), Some(template)) => {
+                let command = written.prepare_hop(template, hop)?;
+                let config = written.hop_config(hop);
+                Ok(launch(command, config, Ready::Accepts, access_log))
+            }
+        }
     }
 
     /// Writes the gateway plan (TLS, a certificate per domain) for the gateway role at the
@@ -207,12 +208,13 @@ impl Rig {
     pub(super) fn prepare_gateway(
         &mut self,
         spec: &RigSpec,
+        program: Standalone,
         hop: &Hop,
     ) -> Result<Command, LabError> {
         let out = spec.dir.join("gateway");
         self.write_gateway_plan(spec, hop, &out)?;
-        let mut command = spec.gateway.program.gateway_command(&out, hop.workers)?;
-        if spec.gateway.program == Program::Envoy && hop.access_log.is_some() {
+        let mut command = program.gateway_command(&out, hop.workers)?;
+        if program == Standalone::Envoy && hop.access_log.is_some() {
             command.args(crate::program::envoy::access_log::FLUSH_ARGS);
         }
         Ok(command)
@@ -296,7 +298,7 @@ impl Rig {
             AccessLog::Stdout => self.access_logs.push((launch.name, log.clone())),
         }
         let listen = launch.address.addr;
-        let process = match launch.ready {
+        let process = match &launch.ready {
             Ready::Accepts => RoleProcess::start(
                 launch.name.name(),
                 launch.command,
@@ -305,29 +307,14 @@ impl Rig {
                 listen,
                 stop,
             ),
-            Ready::ConfiguredByIstio => self.start_istio_agent(
-                launch.name.name(),
-                launch.command,
-                &log,
-                &place,
-                launch.admin,
-                stop,
-            ),
-            Ready::ConfiguredByContour => self.start_contour_envoy(
-                launch.name.name(),
-                launch.command,
-                &log,
-                &place,
-                launch.admin,
-                stop,
-            ),
-            Ready::SidecarConfigured(expected) => self.start_sidecar(
+            Ready::Configured(awaited) => self.start_configured_envoy(
                 launch.name,
                 launch.command,
                 &log,
                 &place,
                 launch.admin,
-                expected,
+                launch.admin_netns.as_deref(),
+                awaited,
                 stop,
             ),
         }

@@ -10,13 +10,14 @@
 //! This module holds the rig, its spec and the order of things ([`Rig::start`], [`Drop`]).
 //! What it starts lives beside it: `chain` the chains of processes (the hops, the backend,
 //! one role started and awaited), `pods` Istio's sidecars' pods and their namespaces,
-//! `istio` the rig's share of Istio (the gateway's and the sidecars' control planes and
-//! their agents), which calls into Istio's home, [`crate::istio`], and `contour` the rig's
-//! share of Contour (the gateway's control plane and its Envoy), which calls into
-//! [`crate::contour`].
+//! `control_plane` the control plane a rig runs beside the Envoys it configures, as one
+//! trait ([`ControlPlane`]), and its two kinds: `istio` (the gateway's and the sidecars'
+//! istiod), which calls into Istio's home, [`crate::istio`], and `contour` (the gateway's
+//! Contour), which calls into [`crate::contour`].
 
 mod chain;
 mod contour;
+pub mod control_plane;
 mod istio;
 mod pods;
 
@@ -29,7 +30,7 @@ use crate::cgroup::{Cgroup, Cgroups, Limits};
 use crate::istio::sidecars;
 use crate::netns::{Namespaces, RoleNamespace};
 use crate::process::RoleProcess;
-use crate::program::envoy::ready;
+use crate::program::envoy::ready::Awaited;
 use crate::program::{Program, ProgramSpec};
 use crate::sampler::Watch;
 use crate::{go_on, pki, LabError};
@@ -39,8 +40,7 @@ use meshbench_results::{
 };
 
 pub use chain::backend_command;
-pub use contour::ContourGateway;
-pub use istio::{IstioGateway, IstioSidecars};
+pub use control_plane::ControlPlane;
 
 /// The gateway topology's settings.
 #[derive(Debug, Clone)]
@@ -163,12 +163,10 @@ pub struct Rig {
     pub entry_tls: Option<EntryTls>,
     /// What could not be done as asked, and what was done instead.
     pub warnings: Vec<String>,
-    /// The Istio gateway's control plane (`gateway.type: istio`), stopped after the roles.
-    pub istio_gateway: Option<IstioGateway>,
-    /// Istio's sidecars' control plane (`proxy.type: istio`), stopped after the roles.
-    pub istio_sidecars: Option<IstioSidecars>,
-    /// The Contour gateway's control plane (`gateway.type: contour`), stopped after the roles.
-    pub contour_gateway: Option<ContourGateway>,
+    /// The control plane that configures the rig's Envoys, where it runs one (istiod for
+    /// `gateway.type: istio` or `proxy.type: istio`, Contour for `gateway.type: contour`),
+    /// stopped after the roles.
+    pub control_plane: Option<Box<dyn ControlPlane>>,
     /// The network namespace the load leaves from (the client pod of Istio's sidecars);
     /// None: this machine's own.
     pub client_netns: Option<String>,
@@ -241,13 +239,9 @@ impl AccessLog {
 enum Ready {
     /// Its listener accepts a connection.
     Accepts,
-    /// Its Envoy holds all that istiod should send ([`Rig::istio_gateway`]'s `expected`).
-    ConfiguredByIstio,
-    /// Its Envoy holds all that Contour should send ([`Rig::contour_gateway`]'s `expected`),
-    /// and Contour took every HTTPProxy.
-    ConfiguredByContour,
-    /// Its Envoy, a sidecar, holds all of this.
-    SidecarConfigured(ready::SidecarExpected),
+    /// Its Envoy holds all of this, sent by the rig's control plane ([`Rig::control_plane`]),
+    /// and the control plane's own check passed.
+    Configured(Awaited),
 }
 
 impl RigSpec {
@@ -382,9 +376,7 @@ impl Rig {
             gateway: None,
             entry_tls: None,
             warnings: Vec::new(),
-            istio_gateway: None,
-            istio_sidecars: None,
-            contour_gateway: None,
+            control_plane: None,
             client_netns: None,
             access_logs: Vec::new(),
             backends: Vec::new(),
@@ -396,14 +388,23 @@ impl Rig {
         };
         if spec.proxy.program == Program::Istio && spec.topology != Topology::Gateway {
             rig.start_pods(spec, stop)?;
-            return Ok(rig);
+        } else {
+            rig.start_chain(spec, stop)?;
         }
-        let cgroups = rig.cgroups(spec);
+        if let Some(control_plane) = rig.control_plane.as_mut() {
+            control_plane.prove(&rig.roles, stop)?;
+        }
+        Ok(rig)
+    }
+
+    /// The chain of processes, backend first: every topology but Istio's sidecars' pods.
+    fn start_chain(&mut self, spec: &RigSpec, stop: &Stop) -> Result<(), LabError> {
+        let cgroups = self.cgroups(spec);
         let chain = spec.topology.chain();
-        let mut addresses = rig.addresses(chain.len() + 1)?;
+        let mut addresses = self.addresses(chain.len() + 1)?;
         if spec.topology == Topology::Gateway && spec.gateway.program == Program::Contour {
             if let Some(backend) = addresses.last_mut() {
-                *backend = rig.backend_pod(spec, chain.len())?;
+                *backend = self.backend_pod(spec, chain.len())?;
             }
         }
         let hops = hops(spec, chain, &addresses)?;
@@ -416,15 +417,15 @@ impl Rig {
             pki::write_lab_set(&spec.dir.join("pki"), &[MESH_NAME.to_string()])?;
         }
         if entry_tls {
-            rig.entry_tls = Some(EntryTls {
+            self.entry_tls = Some(EntryTls {
                 ca: spec.dir.join("pki").join("ca.pem"),
                 server_name: MESH_NAME.into(),
             });
         }
-        rig.entry = addresses[0].addr;
+        self.entry = addresses[0].addr;
         if let Some(address) = addresses.pop() {
-            let replicas = rig.replica_addresses(spec, &address, chain.len())?;
-            rig.backends = std::iter::once(address.addr)
+            let replicas = self.replica_addresses(spec, &address, chain.len())?;
+            self.backends = std::iter::once(address.addr)
                 .chain(replicas.iter().map(|r| r.addr))
                 .collect();
             let launches: Vec<Launch> = std::iter::once((address, chain.is_empty()))
@@ -438,16 +439,16 @@ impl Rig {
             // The last replica first: each role started goes first in the list.
             for launch in launches.into_iter().rev() {
                 go_on(stop)?;
-                rig.start_role(spec, cgroups.as_ref(), launch, stop)?;
+                self.start_role(spec, cgroups.as_ref(), launch, stop)?;
             }
         }
         // The hops, server side first.
         for ((role, hop), address) in chain.iter().zip(&hops).zip(addresses).rev() {
             go_on(stop)?;
-            let launch = rig.hop_launch(spec, role, hop, address, stop)?;
-            rig.start_role(spec, cgroups.as_ref(), launch, stop)?;
+            let launch = self.hop_launch(spec, role, hop, address, stop)?;
+            self.start_role(spec, cgroups.as_ref(), launch, stop)?;
         }
-        Ok(rig)
+        Ok(())
     }
 
     /// The cgroup hierarchy, if it can be written; else a warning when limits were asked for.
@@ -550,19 +551,19 @@ impl Rig {
 
     /// The gateway's (or first proxy's) admin endpoint, if it has one.
     pub fn gateway_admin(&self) -> Option<SocketAddr> {
-        self.roles
-            .iter()
-            .find(|r| r.class == Class::Proxy)
-            .and_then(|r| r.admin)
+        control_plane::gateway_admin(&self.roles)
     }
 
     /// What the sampler reads of the control plane the rig runs, if any: istiod (Istio's
     /// gateway or sidecars) or Contour. Not on the path, but part of what the mesh costs.
     pub fn control_plane_watch(&self) -> Option<Watch> {
-        let istiod = (self.istio_gateway.as_ref().map(|g| &g.control_plane))
-            .or(self.istio_sidecars.as_ref().map(|s| &s.control_plane));
-        (istiod.map(crate::istio::ControlPlane::watch))
-            .or_else(|| (self.contour_gateway.as_ref()).map(|g| g.control_plane.watch()))
+        self.control_plane.as_ref().map(|c| c.watch())
+    }
+
+    /// The control plane's line for the step's record, where the rig runs one (a `stop` ends
+    /// a timing it makes).
+    pub fn control_plane_summary(&self, stop: &Stop) -> Option<String> {
+        (self.control_plane.as_ref()).map(|c| c.summary(&self.roles, stop))
     }
 
     /// What the sampler should read for each role, the control plane last. A namespace two
@@ -613,21 +614,13 @@ impl Drop for Rig {
         for r in &self.roles {
             r.process.terminate();
         }
-        if let Some(istio) = &self.istio_gateway {
-            istio.control_plane.terminate();
-        }
-        if let Some(mesh) = &self.istio_sidecars {
-            mesh.control_plane.terminate();
-        }
-        if let Some(contour) = &self.contour_gateway {
-            contour.control_plane.terminate();
+        if let Some(control_plane) = &self.control_plane {
+            control_plane.terminate();
         }
         while let Some(r) = self.roles.pop() {
             drop(r);
         }
-        self.istio_gateway.take();
-        self.istio_sidecars.take();
-        self.contour_gateway.take();
+        self.control_plane.take();
         self.namespaces.take();
         self.pod_dirs.clear();
         let _ = std::fs::remove_dir_all(&self.dir);

@@ -6,11 +6,12 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use super::{
-    chain::backend_launch, AccessLog, IstioSidecars, Launch, Ready, Rig, RigSpec, RoleAddress,
+    chain::backend_launch, istio::IstioSidecars, AccessLog, Launch, Ready, Rig, RigSpec,
+    RoleAddress, RunningRole,
 };
 use crate::istio::sidecars::{self, LabPod};
 use crate::istio::{AgentPorts, AgentRole, ControlPlane, IstioError, Workload};
-use crate::program::envoy::ready;
+use crate::program::envoy::ready::{self, Awaited};
 use crate::{go_on, LabError};
 use meshbench_k8s::names::{DEFAULT_NAMESPACE, SERVICE_PORT};
 use meshbench_results::{
@@ -89,16 +90,13 @@ impl Rig {
             PeerAuthentication::Disable
         };
         sidecars::register(&control_plane.api, &[&client, &server], &server, mtls)?;
-        self.istio_sidecars = Some(IstioSidecars {
-            control_plane,
-            pushed_in: Vec::new(),
-            probe_status: 0,
-        });
         let port = SERVICE_PORT;
+        // The server's sidecar first: the client's is configured towards it.
+        let mut launches = Vec::new();
         if let Some(role) = server_sidecar {
             let expected = ready::SidecarExpected::server(port);
-            let launch = self.sidecar_launch(spec, &role, &server, &server_ns, expected)?;
-            self.start_role(spec, cgroups.as_ref(), launch, stop)?;
+            let pod = (&server, &server_ns);
+            launches.push(self.sidecar_launch(spec, &control_plane, &role, pod, expected)?);
         }
         if let Some(role) = client_sidecar {
             let host = format!(
@@ -107,25 +105,32 @@ impl Rig {
                 DEFAULT_NAMESPACE
             );
             let expected = ready::SidecarExpected::client(port, &host, backend);
-            let launch = self.sidecar_launch(spec, &role, &client, &client_ns, expected)?;
+            let pod = (&client, &client_ns);
+            launches.push(self.sidecar_launch(spec, &control_plane, &role, pod, expected)?);
+        }
+        self.control_plane = Some(Box::new(IstioSidecars {
+            control_plane,
+            pushed_in: Vec::new(),
+            client_netns: client_ns.netns.clone(),
+            probe_status: 0,
+        }));
+        for launch in launches {
             self.start_role(spec, cgroups.as_ref(), launch, stop)?;
         }
-        self.probe_sidecars(&client_ns.netns, stop)
+        Ok(())
     }
 
-    /// The sidecar of `pod` (in namespace `ns`), playing `role`: its agent's command, its
-    /// directory handed to Istio's proxy user, and its pod's capture written.
+    /// The sidecar of `pod` (in its namespace), playing `role`: its agent's command from
+    /// `control_plane`, its directory handed to Istio's proxy user, and its pod's capture
+    /// written.
     pub(super) fn sidecar_launch(
         &mut self,
         spec: &RigSpec,
+        control_plane: &ControlPlane,
         role: &RolePlan,
-        pod: &LabPod,
-        ns: &crate::netns::RoleNamespace,
+        (pod, ns): (&LabPod, &crate::netns::RoleNamespace),
         expected: ready::SidecarExpected,
     ) -> Result<Launch, LabError> {
-        let Some(mesh) = self.istio_sidecars.as_ref() else {
-            return Err(IstioError::NoControlPlane("a sidecar").into());
-        };
         let pod_dir = crate::removed_on_drop(&sidecars::pod_dir(&spec.id, pod.app)?)?;
         let dir = pod_dir.path().to_path_buf();
         self.pod_dirs.push(pod_dir);
@@ -138,7 +143,7 @@ impl Rig {
             ip: pod.ip,
             labels: pod.labels_json(),
         };
-        let command = mesh.control_plane.agent_command(
+        let command = control_plane.agent_command(
             AgentRole::Sidecar,
             &workload,
             &dir,
@@ -167,59 +172,56 @@ impl Rig {
             workers,
             admin: Some(SocketAddr::from(([127, 0, 0, 1], AgentPorts::ISTIO.admin))),
             config: None,
-            ready: Ready::SidecarConfigured(expected),
+            ready: Ready::Configured(Awaited::Sidecar(expected)),
             user: Some(sidecars::PROXY_UID),
             admin_netns: Some(ns.netns.clone()),
             access_log: AccessLog::by_istiod(spec.attribution),
         })
     }
+}
 
-    /// One request from the client pod to the Service, until it answers 200 (at most 30 s,
-    /// each try at most a second, a `stop` looked at between two); then each sidecar's own
-    /// counters must show it went through.
-    pub(super) fn probe_sidecars(
-        &mut self,
-        client_netns: &str,
-        stop: &Stop,
-    ) -> Result<(), LabError> {
-        let began = std::time::Instant::now();
-        let status = loop {
-            go_on(stop)?;
-            let answer = sidecars::probe(client_netns, Duration::from_secs(1));
-            match answer {
-                Ok(200) => break 200,
-                _ if began.elapsed() < Duration::from_secs(30) => {
-                    if !stop.sleep(Duration::from_millis(250)) {
-                        return Err(LabError::Stopped);
-                    }
+/// One request from the client pod (`client_netns`) to the Service, until it answers 200 (at
+/// most 30 s, each try at most a second, a `stop` looked at between two); then the own
+/// counters of each sidecar among `roles` must show it went through. Its status.
+pub(super) fn probe_sidecars(
+    roles: &[RunningRole],
+    client_netns: &str,
+    stop: &Stop,
+) -> Result<u16, LabError> {
+    let began = std::time::Instant::now();
+    let status = loop {
+        go_on(stop)?;
+        let answer = sidecars::probe(client_netns, Duration::from_secs(1));
+        match answer {
+            Ok(200) => break 200,
+            _ if began.elapsed() < Duration::from_secs(30) => {
+                if !stop.sleep(Duration::from_millis(250)) {
+                    return Err(LabError::Stopped);
                 }
-                Ok(status) => return Err(IstioError::ProbeStatus(status).into()),
-                Err(e) => return Err(e),
             }
+            Ok(status) => return Err(IstioError::ProbeStatus(status).into()),
+            Err(e) => return Err(e),
+        }
+    };
+    for r in roles.iter().filter(|r| r.class == Class::Proxy) {
+        let Some(read) = r.read_admin(crate::program::envoy::admin::read) else {
+            continue;
         };
-        for r in self.roles.iter().filter(|r| r.class == Class::Proxy) {
-            let Some(read) = r.read_admin(crate::program::envoy::admin::read) else {
-                continue;
-            };
-            let read = read?;
-            let ok = read
-                .as_ref()
-                .ok()
-                .and_then(|c| c.requests.as_ref())
-                .map_or(0, |q| q.status_2xx);
-            if ok == 0 {
-                return Err(IstioError::ProbeUncounted {
-                    role: r.name,
-                    why: read
-                        .err()
-                        .map_or("no 2xx in its stats".into(), |e| e.to_string()),
-                }
-                .into());
+        let read = read?;
+        let ok = read
+            .as_ref()
+            .ok()
+            .and_then(|c| c.requests.as_ref())
+            .map_or(0, |q| q.status_2xx);
+        if ok == 0 {
+            return Err(IstioError::ProbeUncounted {
+                role: r.name,
+                why: read
+                    .err()
+                    .map_or("no 2xx in its stats".into(), |e| e.to_string()),
             }
+            .into());
         }
-        if let Some(mesh) = self.istio_sidecars.as_mut() {
-            mesh.probe_status = status;
-        }
-        Ok(())
     }
+    Ok(status)
 }

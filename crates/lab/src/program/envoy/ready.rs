@@ -93,6 +93,16 @@ pub enum Awaited {
     Sidecar(SidecarExpected),
 }
 
+impl Awaited {
+    /// The routes it waits for (a sidecar's are not counted): a longer wait for more.
+    pub fn routes(&self) -> usize {
+        match self {
+            Awaited::Gateway(expected) => expected.routes,
+            Awaited::Sidecar(_) => 0,
+        }
+    }
+}
+
 /// What is still missing from a sidecar's configuration (empty: all there), from its
 /// listeners' dump section and the `/clusters` text.
 pub fn missing_in_sidecar(

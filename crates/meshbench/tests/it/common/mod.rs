@@ -20,7 +20,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use meshbench_lab::process::Placement;
-use meshbench_lab::program::{nginx, Hop, LabProgram, ProgramSpec, Run};
+use meshbench_lab::program::{
+    nginx, CommandTemplate, Hop, ProgramSpec, Run, Standalone, WrittenProgram,
+};
 use meshbench_lab::{rig, LabError, Program, RoleProcess};
 use meshbench_results::{topology::Duty, Layer};
 
@@ -227,7 +229,10 @@ pub fn start_gateway(
     dir: &Path,
     listen: SocketAddr,
 ) -> Result<LabRole, LabError> {
-    let cmd = program.gateway_command(dir, 1)?;
+    let meshbench_results::Configuration::Written(written) = program.configuration() else {
+        panic!("{program}'s gateway is started by the rig with its control plane");
+    };
+    let cmd = written.gateway_command(dir, 1)?;
     LabRole::start(program.name(), cmd, listen, dir)
 }
 
@@ -272,7 +277,7 @@ pub fn nginx_proxy(upstream: SocketAddr) -> Result<LabRole, LabError> {
         istio_telemetry: false,
         access_log: None,
     };
-    let cmd = ProgramSpec::from(Program::Nginx).prepare_hop(&hop)?;
+    let cmd = Standalone::Nginx.prepare_hop(&CommandTemplate::default(), &hop)?;
     let mut role = LabRole::start("nginx", cmd, hop.listen, &dir)?;
     role.scratch = Some(dir);
     Ok(role)
