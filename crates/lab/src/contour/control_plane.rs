@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use meshbench_k8s::objects::contour::HttpProxy;
+use meshbench_k8s::objects::contour::{self, NotTaken};
 use meshbench_results::{Role, Stop};
 use serde_json::{json, Value};
 
@@ -183,37 +183,22 @@ impl ControlPlane {
         Ok(cmd)
     }
 
-    /// Waits until Contour has judged each of the `expected` HTTPProxies in [`NAMESPACE`] (a
-    /// status past its first `NotReconciled`) and returns those it did not take (`name: status, description`); an
-    /// empty list: every one is `valid`. A `stop` ends the wait ([`LabError::Stopped`]).
-    pub fn invalid_proxies(&self, expected: usize, stop: &Stop) -> Result<Vec<String>, LabError> {
-        let began = Instant::now();
+    /// Waits until Contour has taken each of the `expected` HTTPProxies in [`NAMESPACE`]
+    /// (the rule a cluster's Contour is judged by too,
+    /// [`meshbench_k8s::objects::contour::wait_taken`]); those it did not take are
+    /// [`ContourError::NotValid`], each as `name: status, description`. A `stop` ends the
+    /// wait ([`LabError::Stopped`]).
+    pub fn await_valid(&self, expected: usize, stop: &Stop) -> Result<(), LabError> {
         let within = STATUS_WITHIN + STATUS_EACH * expected as u32;
-        loop {
-            let proxies: Vec<HttpProxy> = self.api.client.list(NAMESPACE, "")?;
-            let written = proxies.iter().filter(|p| p.is_reconciled()).count();
-            if written >= expected || began.elapsed() > within {
-                let mut refused: Vec<String> = proxies
-                    .iter()
-                    .filter(|p| !p.is_valid())
-                    .map(|p| {
-                        let status = p.status.clone().unwrap_or_default();
-                        format!(
-                            "{}: {}, {}",
-                            p.metadata.name.as_deref().unwrap_or("?"),
-                            status.current_status.as_deref().unwrap_or("no status"),
-                            status.description.as_deref().unwrap_or("")
-                        )
-                    })
-                    .collect();
-                if proxies.len() < expected {
-                    refused.push(format!("{} of {expected} HTTPProxies found", proxies.len()));
-                }
-                return Ok(refused);
+        let polls = (within, Duration::from_millis(200));
+        match contour::wait_taken(&self.api.client, NAMESPACE, expected, polls, stop) {
+            Ok(()) => Ok(()),
+            Err(NotTaken::Api(e)) => Err(e.into()),
+            Err(NotTaken::Refused(refused)) => Err(ContourError::NotValid(refused).into()),
+            Err(NotTaken::TimedOut { not_valid, .. }) => {
+                Err(ContourError::NotValid(not_valid).into())
             }
-            if !stop.sleep(Duration::from_millis(200)) {
-                return Err(LabError::Stopped);
-            }
+            Err(NotTaken::Stopped) => Err(LabError::Stopped),
         }
     }
 

@@ -86,11 +86,7 @@ impl ControlPlane for ContourGateway {
     /// Then until Contour has said each HTTPProxy is valid.
     fn configured(&mut self, _: ChainRole, took: Duration, stop: &Stop) -> Result<(), LabError> {
         self.pushed_in = Some(took);
-        let refused = self.control_plane.invalid_proxies(self.proxies, stop)?;
-        if !refused.is_empty() {
-            return Err(ContourError::NotValid(refused).into());
-        }
-        Ok(())
+        self.control_plane.await_valid(self.proxies, stop)
     }
 
     fn watch(&self) -> Watch {

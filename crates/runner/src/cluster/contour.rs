@@ -15,7 +15,7 @@ use meshbench_engine::Stop;
 use meshbench_k8s::blocking::ApiError;
 use meshbench_k8s::borrowed::WorkloadKind;
 use meshbench_k8s::k8s_openapi;
-use meshbench_k8s::objects::contour::HttpProxy;
+use meshbench_k8s::objects::contour::{self, NotTaken};
 use meshbench_k8s::rollout::Workload;
 use meshbench_k8s::system::{self, ContourInstall};
 use meshbench_lab::program::envoy::admin;
@@ -77,17 +77,21 @@ pub(super) fn held_filter(namespace: &str) -> String {
 
 /// Reads `/stats` text (`name: value` lines) filtered by [`held_filter`].
 pub(super) fn held(text: &str) -> Held {
-    let mut h = Held::default();
-    for line in text.lines() {
+    let (rejected, others): (Vec<&str>, Vec<&str>) = text.lines().partition(|l| {
+        l.split_once(": ")
+            .is_some_and(|(name, _)| name.ends_with("update_rejected"))
+    });
+    let mut h = Held {
+        // Read as the lab reads its own Envoys' refusals.
+        rejected: admin::parse_rejected(&rejected.join("\n")),
+        ..Held::default()
+    };
+    for line in others {
         let Some((name, value)) = line.split_once(": ") else {
             continue;
         };
         let value: u64 = value.trim().parse().unwrap_or(0);
-        if name.ends_with("update_rejected") {
-            if value > 0 {
-                h.rejected.push(line.to_string());
-            }
-        } else if name.ends_with(".membership_healthy") {
+        if name.ends_with(".membership_healthy") {
             h.backend_members += value;
         } else if name.contains(".rds.https/") && value > 0 {
             h.route_configs += 1;
@@ -139,39 +143,24 @@ impl ClusterSite {
     ) -> Result<(), ContourNotReady> {
         let began = Instant::now();
         let domains = self.gateway.as_ref().map_or(0, |g| g.domains);
-        loop {
-            let proxies: Vec<HttpProxy> = self.client.list(&self.section.namespace, "")?;
-            let refused: Vec<String> = proxies
-                .iter()
-                .filter_map(|p| {
-                    let status = p.status.as_ref()?;
-                    let current = status.current_status.as_deref()?;
-                    matches!(current, "invalid" | "orphaned").then(|| {
-                        format!(
-                            "{}: {current}, {}",
-                            p.metadata.name.clone().unwrap_or_default(),
-                            status.description.clone().unwrap_or_default()
-                        )
-                    })
-                })
-                .collect();
-            if !refused.is_empty() {
-                return Err(ContourNotReady::Refused(refused));
-            }
-            let valid = proxies.iter().filter(|p| p.is_valid()).count();
-            if valid >= domains {
-                break;
-            }
-            if began.elapsed() >= limit {
+        let namespace = &self.section.namespace;
+        match contour::wait_taken(&self.client, namespace, domains, (limit, POLL), stop) {
+            Ok(()) => {}
+            Err(NotTaken::Api(e)) => return Err(e.into()),
+            Err(NotTaken::Refused(refused)) => return Err(ContourNotReady::Refused(refused)),
+            Err(NotTaken::TimedOut {
+                valid,
+                wanted,
+                waited,
+                ..
+            }) => {
                 return Err(ContourNotReady::NotValid {
                     valid,
-                    wanted: domains,
-                    waited: limit,
-                });
+                    wanted,
+                    waited,
+                })
             }
-            if !stop.sleep(POLL) {
-                return Err(ContourNotReady::Stopped);
-            }
+            Err(NotTaken::Stopped) => return Err(ContourNotReady::Stopped),
         }
         let ready: Vec<String> = self
             .contour_envoy_pods(contour)?
