@@ -18,7 +18,7 @@ use meshbench_lab::rig;
 use meshbench_store::StepRecord;
 
 use crate::agents::Fleet;
-use crate::cluster::ClusterSite;
+use crate::cluster::{ClusterPlace, ClusterSite};
 use crate::external::ExternalPlace;
 use crate::measured::{measured_step, StepContext};
 use crate::observer::{Observer, StepAt};
@@ -164,8 +164,13 @@ impl StepRunner {
                 };
                 measured_step(&place, fleet, &step, record, observer)
             }
-            (Work::Chain(..), Site::Cluster(cluster)) => {
-                measured_step(cluster.as_ref(), fleet, &step, record, observer)
+            (Work::Chain(variant, load), Site::Cluster(site)) => {
+                let place = ClusterPlace {
+                    site,
+                    variant,
+                    load,
+                };
+                measured_step(&place, fleet, &step, record, observer)
             }
         }
     }

@@ -40,6 +40,7 @@ mod tests;
 
 pub use render::{agents_of, describe, shape_of, system_of};
 use render::{first_shape, gateway_objects};
+pub(crate) use step::ClusterPlace;
 
 use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};

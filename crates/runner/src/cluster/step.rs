@@ -14,7 +14,7 @@ use meshbench_engine::Stop;
 use meshbench_experiment::config::Experiment;
 use meshbench_experiment::external::promql::with_window;
 use meshbench_experiment::external::{ExternalRole, Preset};
-use meshbench_experiment::{Step, Work};
+use meshbench_experiment::{ChainVariant, Step};
 use meshbench_k8s::blocking::ApiError;
 use meshbench_k8s::k8s_openapi;
 use meshbench_k8s::rollout::RolloutError;
@@ -587,23 +587,23 @@ impl ClusterSite {
     }
 }
 
-impl Place for ClusterSite {
+/// A step's chain on the cluster: the run's site, the chain and its load, as
+/// [`crate::rig_place::RigPlace`] holds them for a rig on this machine.
+pub(crate) struct ClusterPlace<'a> {
+    pub site: &'a ClusterSite,
+    pub variant: &'a ChainVariant,
+    pub load: &'a LoadPoint,
+}
+
+impl Place for ClusterPlace<'_> {
     fn realise<'s>(
         &'s self,
         step: &StepContext<'s>,
         observer: &mut dyn Observer,
     ) -> Result<Box<dyn Realised + 's>, StepFailure> {
-        let (e, at) = (step.e, step.at);
-        let (variant, load) = match &at.step.work {
-            Work::Chain(variant, load) => (*variant, *load),
-            Work::External(..) | Work::ControlPlane(_) => {
-                return Err(StepFailure::RigDidNotStart(
-                    "only a chain is realised on a cluster".into(),
-                ))
-            }
-        };
-        let topology = variant.topology;
-        let shape = shape_of(e, &variant);
+        let (e, at, site) = (step.e, step.at, self.site);
+        let (topology, load) = (self.variant.topology, *self.load);
+        let shape = shape_of(e, self.variant);
         let stop = step.stop;
         // A stop while the step is set up is no failure of the system: the step is stored as
         // stopped before its load, and the experiment ends there.
@@ -614,9 +614,9 @@ impl Place for ClusterSite {
         if stop.requested() {
             return Err(StepFailure::StoppedBeforeLoad);
         }
-        self.realise_shape(topology, &shape, stop)
+        site.realise_shape(topology, &shape, stop)
             .map_err(|why| unless_stopped(StepFailure::RigDidNotStart(why.to_string())))?;
-        let roles = self.roles(topology);
+        let roles = site.roles(topology);
         let warn = |observer: &mut dyn Observer, why: ObservableError| {
             observer.warning(&format!(
                 "{}: {why}; the step goes on, those roles may be missing",
@@ -624,8 +624,8 @@ impl Place for ClusterSite {
             ))
         };
         let mut kubelet = None;
-        match self.section.usage_from() {
-            UsageFrom::Kubelet => match self.start_kubelet_reader(&roles, stop) {
+        match site.section.usage_from() {
+            UsageFrom::Kubelet => match site.start_kubelet_reader(&roles, stop) {
                 Ok((reader, not_yet)) => {
                     kubelet = Some(reader);
                     if let Some(why) = not_yet {
@@ -636,21 +636,21 @@ impl Place for ClusterSite {
                 Err(why) => warn(observer, why),
             },
             UsageFrom::PrometheusUrl(_) | UsageFrom::PrometheusService { .. } => {
-                match self.wait_observable(e, &roles, stop) {
+                match site.wait_observable(e, &roles, stop) {
                     Ok(()) => {}
                     Err(ObservableError::Stopped) => return Err(StepFailure::StoppedBeforeLoad),
                     Err(why) => warn(observer, why),
                 }
             }
         }
-        let admins = self.admins(topology);
+        let admins = site.admins(topology);
         if stop.requested() {
             return Err(StepFailure::StoppedBeforeLoad);
         }
         // The logs attribution reads: the step's warm-up and load, and a minute to spare.
         let log_window = Duration::from_secs_f64(e.warmup_secs + e.duration_secs + 60.0);
         Ok(Box::new(ClusterStep {
-            site: self,
+            site,
             topology,
             load,
             shape,
@@ -658,7 +658,7 @@ impl Place for ClusterSite {
             kubelet,
             admins,
             log_window,
-            versions: self.versions(),
+            versions: site.versions(),
         }))
     }
 }

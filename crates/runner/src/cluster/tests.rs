@@ -171,7 +171,15 @@ fn realise_stopped(e: &Experiment, after: Duration) -> (Result<(), StepFailure>,
         asker.request();
         Instant::now()
     });
-    let realised = site.realise(&step, &mut Quiet).map(drop);
+    let Work::Chain(variant, load) = &plan.steps[0].work else {
+        panic!("a chain");
+    };
+    let place = super::ClusterPlace {
+        site: &site,
+        variant,
+        load,
+    };
+    let realised = place.realise(&step, &mut Quiet).map(drop);
     let ended = Instant::now();
     let asked = asked.join().expect("the asker");
     (realised, ended.saturating_duration_since(asked))
