@@ -1,5 +1,6 @@
 //! What the commands share, and nothing else: each command module of `cmd/` uses these and
-//! never another command, and nothing here uses a command. One idea per file, lower ones first:
+//! never another command, and nothing here uses a command (the test in `cmd` checks both). One
+//! idea per file, lower ones first:
 //!
 //! - [`units`]: durations and shares read from flags and written in lines;
 //! - [`signals`]: Ctrl-C and SIGTERM, and the exit codes they end a command with;
