@@ -399,11 +399,19 @@ pub struct K8sPlanFlags {
     #[arg(long = "sysctl", value_name = "KEY=VALUE")]
     pub sysctls: Vec<String>,
     /// How agents spread over nodes: preferred (one per node if it can), required, none.
-    #[arg(long, value_name = "HOW", default_value = "preferred")]
-    pub anti_affinity: String,
+    #[arg(long, value_enum, value_name = "HOW", default_value = "preferred")]
+    pub anti_affinity: AntiAffinityArg,
     /// Read the shared token from this file (else MESHBENCH_AGENT_TOKEN, else a new one).
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
+}
+
+/// `--anti-affinity`: how agent pods spread over nodes (`meshbench_k8s::AntiAffinity`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AntiAffinityArg {
+    Preferred,
+    Required,
+    None,
 }
 
 #[derive(Debug, Args)]

@@ -23,7 +23,7 @@ use super::common::journal::{ended_journals, restore_one};
 use super::common::session;
 use super::common::signals::Signals;
 use super::common::units::parse_duration;
-use crate::cli::{K8sGenArgs, K8sPlanFlags, K8sRestoreArgs, K8sRunArgs};
+use crate::cli::{AntiAffinityArg, K8sGenArgs, K8sPlanFlags, K8sRestoreArgs, K8sRunArgs};
 use crate::{exit, usage};
 
 /// The plan the flags describe, every mistake found (bad input: exit 2).
@@ -42,15 +42,10 @@ fn plan(flags: &K8sPlanFlags, coordinator: &str) -> Result<Plan> {
                 .ok_or_else(|| usage(format!("--sysctl '{s}': give KEY=VALUE")))
         })
         .collect::<Result<Vec<_>>>()?;
-    let anti_affinity = match flags.anti_affinity.as_str() {
-        "preferred" => AntiAffinity::Preferred,
-        "required" => AntiAffinity::Required,
-        "none" => AntiAffinity::None,
-        other => {
-            return Err(usage(format!(
-                "--anti-affinity {other}: give preferred, required or none"
-            )))
-        }
+    let anti_affinity = match flags.anti_affinity {
+        AntiAffinityArg::Preferred => AntiAffinity::Preferred,
+        AntiAffinityArg::Required => AntiAffinity::Required,
+        AntiAffinityArg::None => AntiAffinity::None,
     };
     let plan = Plan {
         name: flags.name.clone(),
