@@ -104,7 +104,7 @@ fn search_experiment(
 ) -> Result<u8> {
     let mut e =
         experiment_file::load(file, &args.set, meshbench_runner::setup::Provision::Install)?;
-    let topology = pick_topology(&e, args.topology.as_deref())?;
+    let topology = pick_topology(&e, args.topology)?;
     e.load.mode = LoopMode::Open;
     e.topologies = vec![topology];
     e.name = format!("capacity {}", e.name);
@@ -154,9 +154,9 @@ fn cpu_limited(e: &Experiment, topology: StepKind) -> Result<()> {
 }
 
 /// The topology `--topology` names, or the experiment's first.
-fn pick_topology(e: &Experiment, wanted: Option<&str>) -> Result<StepKind> {
+fn pick_topology(e: &Experiment, wanted: Option<StepKind>) -> Result<StepKind> {
     Ok(match wanted {
-        Some(t) => *e.topologies.iter().find(|x| x.name() == t).ok_or_else(|| {
+        Some(t) => *e.topologies.iter().find(|x| **x == t).ok_or_else(|| {
             usage(format!(
                 "--topology {t}: the experiment has {}",
                 e.topologies
