@@ -3,7 +3,9 @@
 
 use std::path::PathBuf;
 
+use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use meshbench_results::StepKind;
 
 mod load;
 pub mod reference;
@@ -171,8 +173,8 @@ pub struct CapacityArgs {
     #[arg(long = "set", value_name = "KEY=VALUE", requires = "experiment")]
     pub set: Vec<String>,
     /// The topology of the experiment to search.
-    #[arg(long, requires = "experiment")]
-    pub topology: Option<String>,
+    #[arg(long, requires = "experiment", value_parser = step_kind())]
+    pub topology: Option<StepKind>,
     /// What a rate must meet, comma-separated: 'p99<10ms,errors<0.1%'.
     #[arg(long, required_unless_present = "cpu_under")]
     pub slo: Option<String>,
@@ -399,11 +401,19 @@ pub struct K8sPlanFlags {
     #[arg(long = "sysctl", value_name = "KEY=VALUE")]
     pub sysctls: Vec<String>,
     /// How agents spread over nodes: preferred (one per node if it can), required, none.
-    #[arg(long, value_name = "HOW", default_value = "preferred")]
-    pub anti_affinity: String,
+    #[arg(long, value_enum, value_name = "HOW", default_value = "preferred")]
+    pub anti_affinity: AntiAffinityArg,
     /// Read the shared token from this file (else MESHBENCH_AGENT_TOKEN, else a new one).
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
+}
+
+/// `--anti-affinity`: how agent pods spread over nodes (`meshbench_k8s::AntiAffinity`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AntiAffinityArg {
+    Preferred,
+    Required,
+    None,
 }
 
 #[derive(Debug, Args)]
@@ -684,6 +694,13 @@ pub struct BackendArgs {
         requires = "hostile"
     )]
     pub drip: String,
+}
+
+/// `--topology`: a word of the experiment file's `topologies:` (`StepKind::name`), each one
+/// listed by `--help` and a word that is none of them refused by clap (exit 2).
+fn step_kind() -> impl TypedValueParser<Value = StepKind> {
+    PossibleValuesParser::new(StepKind::ALL.map(StepKind::name))
+        .try_map(|word| StepKind::from_word(&word).ok_or(format!("{word}: not a topology")))
 }
 
 fn parse_hostile(s: &str) -> Result<meshbench_backend::Hostile, String> {

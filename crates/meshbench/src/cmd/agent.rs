@@ -5,10 +5,12 @@ use std::net::TcpListener;
 
 use anyhow::Result;
 use meshbench_runner::agents::agent::{self, AgentConfig, Reach};
-use meshbench_runner::agents::{AgentError, Tls, TlsFiles, Token};
+use meshbench_runner::agents::AgentError;
 
-use super::parse_duration;
-use crate::cli::{AgentArgs, AgentAuthFlags};
+use super::common::fleet::auth;
+use super::common::signals::Signals;
+use super::common::units::parse_duration;
+use crate::cli::AgentArgs;
 use crate::{exit, usage};
 
 pub fn execute(args: AgentArgs) -> Result<u8> {
@@ -34,7 +36,7 @@ pub fn execute(args: AgentArgs) -> Result<u8> {
             Reach::Listen(listener)
         }
     };
-    let signals = super::signals::Signals::install()?;
+    let signals = Signals::install()?;
     let config = AgentConfig { name, token, tls };
     let outcome = agent::serve(reach, &config, &signals.stop, &|event| {
         errln!("meshbench agent: {event}")
@@ -50,27 +52,6 @@ pub fn execute(args: AgentArgs) -> Result<u8> {
         }
         Err(e) => Err(e.into()),
     }
-}
-
-/// The shared token and the optional mutual-TLS files, checked (bad input: exit 2).
-pub fn auth(flags: &AgentAuthFlags) -> Result<(Token, Option<Tls>)> {
-    let token = Token::load(flags.token_file.as_deref()).map_err(|e| usage(e.to_string()))?;
-    let tls = match (
-        &flags.agent_tls_cert,
-        &flags.agent_tls_key,
-        &flags.agent_tls_ca,
-    ) {
-        (Some(cert), Some(key), Some(ca)) => Some(
-            Tls::load(&TlsFiles {
-                cert: cert.clone(),
-                key: key.clone(),
-                ca: ca.clone(),
-            })
-            .map_err(|e| usage(e.to_string()))?,
-        ),
-        _ => None,
-    };
-    Ok((token, tls))
 }
 
 fn host_name() -> String {

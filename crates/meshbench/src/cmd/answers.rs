@@ -1,6 +1,5 @@
-//! The answer commands over stored results: `compare A B` and `size`, and what `run`,
-//! `experiment` and `compare` share: reading `--threshold` flags and checking them, and
-//! building an experiment's headline from the store.
+//! The answer commands over stored results: `compare A B` (two measurements, per percentile,
+//! with a verdict) and `size` (replicas and cores for a target load).
 
 use std::path::Path;
 
@@ -10,91 +9,17 @@ use meshbench_analysis::compare::pair_up;
 use meshbench_analysis::headline::{delta, observe, Headline};
 use meshbench_analysis::runs::{percentile_name, PERCENTILES};
 use meshbench_analysis::sizing::{self, Candidate, Model, Only, Request, SizingError};
-use meshbench_analysis::threshold::{self, Metric, Threshold};
+use meshbench_analysis::threshold::Metric;
 use meshbench_analysis::verdict::Margin;
 use meshbench_analysis::{group, Group, Run};
 use meshbench_results::RunResult;
-use meshbench_store::{ExperimentRow, Store, StoreError};
+use meshbench_store::Store;
 
+use super::common::stored::{find_experiment, headline, open_store};
+use super::common::thresholds::{check, parse_thresholds};
+use super::common::units::{parse_duration, parse_percent};
 use crate::cli::{CompareArgs, SizeArgs, StoreArg};
 use crate::{exit, usage};
-
-/// Reads `--threshold` flags; a bad one is a usage error.
-pub fn parse_thresholds(texts: &[String]) -> Result<Vec<Threshold>> {
-    texts
-        .iter()
-        .map(|t| t.parse::<Threshold>().map_err(|e| usage(e.to_string())))
-        .collect()
-}
-
-/// Checks every threshold, printing one line each; true when all hold.
-pub fn check(thresholds: &[Threshold], observe: impl Fn(Metric) -> Vec<(String, f64)>) -> bool {
-    let mut ok = true;
-    for t in thresholds {
-        let o = threshold::check(t, observe(t.metric));
-        ok &= o.passed;
-        outln!("{o}");
-    }
-    ok
-}
-
-/// Checks thresholds against an experiment's (or a run's) headline.
-pub fn check_headline(thresholds: &[Threshold], h: &Headline) -> bool {
-    check(thresholds, |m| observe(h, m))
-}
-
-/// A `percent` flag ("30%" or "0.3") as a fraction.
-pub fn parse_percent(flag: &str, text: &str) -> Result<f64> {
-    let t = text.trim();
-    let v = match t.strip_suffix('%') {
-        Some(p) => p.trim().parse::<f64>().map(|v| v / 100.0),
-        None => t.parse::<f64>(),
-    };
-    match v {
-        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
-        _ => Err(usage(format!(
-            "{flag} {text}: not a percentage; give one like 30% or 0.3"
-        ))),
-    }
-}
-
-/// Opens the store named by `--store` (or the default), which must exist.
-pub fn open_store(s: &StoreArg) -> Result<Store> {
-    let path = s
-        .store
-        .clone()
-        .unwrap_or_else(meshbench_store::default_path);
-    if !path.exists() {
-        return Err(usage(format!(
-            "no results store at {}; run `meshbench experiment FILE` or give --store",
-            path.display()
-        )));
-    }
-    Ok(Store::open(&path)?)
-}
-
-/// An experiment of the store by id, name or `latest`. A name the store does not hold is bad
-/// input (exit 2) in every command; a store that cannot be read is not (exit 1).
-pub fn find_experiment(store: &Store, key: &str) -> Result<ExperimentRow> {
-    store.experiment(key).map_err(|e| match e {
-        StoreError::NotFound(_) => usage(e.to_string()),
-        e => e.into(),
-    })
-}
-
-/// The measured runs of an experiment.
-pub fn runs_of(store: &Store, experiment: i64) -> Result<Vec<Run>> {
-    Ok(store
-        .steps(experiment)?
-        .iter()
-        .filter_map(Run::from_step)
-        .collect())
-}
-
-/// The headline of a stored experiment.
-pub fn headline(store: &Store, experiment: i64) -> Result<Headline> {
-    Ok(Headline::of(group(runs_of(store, experiment)?)))
-}
 
 /// Whether `spec` names result files: one, or several separated by commas (repeats of one
 /// measurement).
@@ -214,7 +139,7 @@ pub fn parse_margin(text: &str) -> Result<Margin> {
         } else if item.ends_with('%') && every.is_none() {
             every = Some(parse_percent("--margin", item).map_err(|_| bad())?);
         } else if !item.is_empty() && !item.ends_with('%') && floor.is_none() {
-            let d = super::parse_duration("--margin", item).map_err(|_| bad())?;
+            let d = parse_duration("--margin", item).map_err(|_| bad())?;
             floor = Some(d.as_secs_f64() * 1000.0);
         } else {
             return Err(bad());

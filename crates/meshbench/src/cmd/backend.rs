@@ -14,7 +14,8 @@ use meshbench_backend::{
 };
 use meshbench_net::tls;
 
-use super::signals::Signals;
+use super::common::signals::Signals;
+use super::common::units::parse_duration;
 use crate::cli::{BackendArgs, DelayModeArg};
 use crate::usage;
 
@@ -31,7 +32,7 @@ pub fn execute(args: BackendArgs) -> Result<u8> {
         )),
         None => None,
     };
-    let signals = super::signals::Signals::install()?;
+    let signals = Signals::install()?;
     if let Some(how) = args.hostile {
         return serve_hostile(addr, how, &args, &signals);
     }
@@ -94,7 +95,7 @@ fn config(args: &BackendArgs) -> Result<(BackendConfig, Duration)> {
         None => StatusMix::default(),
     };
     let work = match &args.work {
-        Some(w) => super::parse_duration("--work", w)?,
+        Some(w) => parse_duration("--work", w)?,
         None => Duration::ZERO,
     };
     let cfg = BackendConfig {
@@ -121,7 +122,7 @@ fn serve_hostile(
     args: &BackendArgs,
     signals: &Signals,
 ) -> Result<u8> {
-    let drip = super::parse_duration("--drip", &args.drip)?;
+    let drip = parse_duration("--drip", &args.drip)?;
     let server = HostileServer::start(addr, how, drip)
         .with_context(|| format!("cannot listen on {addr}"))?;
     outln!(

@@ -22,10 +22,12 @@ use meshbench_runner::{
 };
 use meshbench_store::{NewExperiment, StepRecord};
 
-use super::answers::parse_percent;
-use super::experiment::{print_finished, Progress};
-use super::parse_duration;
-use super::signals::Signals;
+use super::common::experiment_file;
+use super::common::load_flags::{apply_pacing_flags, apply_request_flags, resolve};
+use super::common::progress::{Progress, ProgressLine};
+use super::common::session::{exit_code, print_finished};
+use super::common::signals::Signals;
+use super::common::units::{parse_duration, parse_percent};
 use crate::cli::{CapacityArgs, PassedRequestFlags};
 use crate::{exit, usage};
 
@@ -101,8 +103,8 @@ fn search_experiment(
     store_path: &Path,
 ) -> Result<u8> {
     let mut e =
-        super::experiment::load(file, &args.set, meshbench_runner::setup::Provision::Install)?;
-    let topology = pick_topology(&e, args.topology.as_deref())?;
+        experiment_file::load(file, &args.set, meshbench_runner::setup::Provision::Install)?;
+    let topology = pick_topology(&e, args.topology)?;
     e.load.mode = LoopMode::Open;
     e.topologies = vec![topology];
     e.name = format!("capacity {}", e.name);
@@ -152,9 +154,9 @@ fn cpu_limited(e: &Experiment, topology: StepKind) -> Result<()> {
 }
 
 /// The topology `--topology` names, or the experiment's first.
-fn pick_topology(e: &Experiment, wanted: Option<&str>) -> Result<StepKind> {
+fn pick_topology(e: &Experiment, wanted: Option<StepKind>) -> Result<StepKind> {
     Ok(match wanted {
-        Some(t) => *e.topologies.iter().find(|x| x.name() == t).ok_or_else(|| {
+        Some(t) => *e.topologies.iter().find(|x| **x == t).ok_or_else(|| {
             usage(format!(
                 "--topology {t}: the experiment has {}",
                 e.topologies
@@ -176,7 +178,7 @@ fn search_url(args: &CapacityArgs, goal: &Goal, store_path: &Path) -> Result<u8>
     let mut session = Session::begin(store_path, &new, goal.signals.stop.clone())?;
     let live = !args.quiet && std::io::IsTerminal::is_terminal(&std::io::stderr());
     let found = goal.search(&mut session, |session, rate, n, lower| {
-        let mut line = super::run::ProgressLine::new(live);
+        let mut line = ProgressLine::new(live);
         let stored = capacity::url_step(session, &base, rate, n, lower, |l| line.draw(l))?;
         line.clear();
         if stored.failed() {
@@ -208,15 +210,15 @@ fn url_load(args: &CapacityArgs, url: &str) -> Result<LoadOptions> {
         ))
     })?;
     let mut base = LoadOptions::new(meshbench_runner::TargetSource::Url(url.to_string()));
-    super::run::apply_request_flags(&mut base, &passed.request)?;
-    super::run::apply_pacing_flags(&mut base, &passed.pacing)?;
+    apply_request_flags(&mut base, &passed.request)?;
+    apply_pacing_flags(&mut base, &passed.pacing)?;
     base.connections = args.connections;
     base.window.stop = StopAt::Duration(parse_duration("--step-duration", &args.step_duration)?);
     base.window.warmup = parse_duration("--warmup", &args.warmup)?;
     // Every step's options are checked once before any traffic.
     let mut first = base.clone();
     first.pace.rate_rps = Some(args.start);
-    super::run::resolve(&first)?;
+    resolve(&first)?;
     Ok(base)
 }
 
@@ -260,7 +262,7 @@ fn conclude(session: Session, signals: &Signals, found: Result<(u8, String)>) ->
     let (code, line) = found?;
     outln!("{line}");
     Ok(if code == exit::OK {
-        super::experiment::exit_code(signals, &finished)
+        exit_code(signals, &finished)
     } else {
         code
     })

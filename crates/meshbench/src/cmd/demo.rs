@@ -9,6 +9,10 @@
 
 use anyhow::{Context, Result};
 
+use super::common::experiment_file::announce_stand_ins;
+use super::common::session;
+use super::common::signals::Signals;
+use super::common::stored::{headline, show_command};
 use crate::cli::DemoArgs;
 use crate::usage;
 
@@ -31,7 +35,7 @@ pub fn execute(args: DemoArgs) -> Result<u8> {
     overrides.extend(args.set.iter().cloned());
     let mut e = meshbench_experiment::parse("sidecar-overhead.yaml (embedded)", PRESET, &overrides)
         .map_err(|err| usage(err.to_string()))?;
-    super::experiment::announce_stand_ins(&mut e, meshbench_runner::setup::Provision::Install);
+    announce_stand_ins(&mut e, meshbench_runner::setup::Provision::Install);
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("cannot create {}", args.out.display()))?;
     // The store every later command reads by default: after the demo, `meshbench results show
@@ -40,17 +44,17 @@ pub fn execute(args: DemoArgs) -> Result<u8> {
         .store
         .clone()
         .unwrap_or_else(meshbench_store::default_path);
-    let (done, code) = super::experiment::run(
+    let (done, code) = session::run(
         &e,
         &store_path,
         args.quiet,
         None,
         meshbench_runner::Site::Here,
         None,
-        &super::signals::Signals::install()?,
+        &Signals::install()?,
     )?;
     let store = meshbench_store::Store::open(&store_path)?;
-    let h = super::answers::headline(&store, done.id)?;
+    let h = headline(&store, done.id)?;
     out!("\n{}", meshbench_report::answers::headline_text(&h));
     let csv = args.out.join("sidecar-overhead.csv");
     std::fs::write(
@@ -65,7 +69,7 @@ pub fn execute(args: DemoArgs) -> Result<u8> {
         store_path.display(),
         done.id,
         csv.display(),
-        super::results::show_command(done.id, &store_path)
+        show_command(done.id, &store_path)
     );
     Ok(code)
 }

@@ -1,8 +1,11 @@
-//! `meshbench gen k8s` (the objects of a run from agents, as YAML) and `meshbench k8s run`
+//! `meshbench gen k8s` (the objects of a run from agents, as YAML), `meshbench k8s run`
 //! (apply them, wait for the agent pods, run the experiment from them as their coordinator,
-//! delete them, also after a failure or Ctrl-C). The objects are `meshbench_k8s::render`'s;
-//! the coordinator is the runner's `Fleet`, the experiment `experiment::run`'s.
+//! delete them, also after a failure or Ctrl-C), `k8s restore` (put back what a killed cluster
+//! run left, from its journal) and the hidden `k8s node-facts`. The objects are
+//! `meshbench_k8s::render`'s; the coordinator is the runner's `Fleet`, the experiment run as
+//! every other (`common::session`).
 
+use std::io::Read;
 use std::net::TcpListener;
 use std::path::Path;
 use std::time::Duration;
@@ -10,19 +13,25 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use meshbench_k8s::{AntiAffinity, Cluster, ClusterError, Plan};
 use meshbench_runner::agents::{Fleet, FleetError, FleetReach, Token};
-
-use super::parse_duration;
-use super::signals::Signals;
-use crate::cli::{K8sGenArgs, K8sPlanFlags, K8sRunArgs};
-use crate::{exit, usage};
+use meshbench_runner::cluster::journal_dir;
+use meshbench_runner::cluster::preflight::NodeFacts;
 use meshbench_runner::setup::Provision;
+
+use super::common::experiment_file;
+use super::common::fleet::token_for_pods;
+use super::common::journal::{ended_journals, restore_one};
+use super::common::session;
+use super::common::signals::Signals;
+use super::common::units::parse_duration;
+use crate::cli::{AntiAffinityArg, K8sGenArgs, K8sPlanFlags, K8sRestoreArgs, K8sRunArgs};
+use crate::{exit, usage};
 
 /// The plan the flags describe, every mistake found (bad input: exit 2).
 fn plan(flags: &K8sPlanFlags, coordinator: &str) -> Result<Plan> {
     let experiment = std::fs::read_to_string(&flags.file)
         .map_err(|e| usage(format!("{}: cannot read it: {e}", flags.file.display())))?;
     // The file must be a valid experiment before anything is rendered from it.
-    super::experiment::load(&flags.file, &[], Provision::Plan)?;
+    experiment_file::load(&flags.file, &[], Provision::Plan)?;
     let (_, token) = token_for_pods(flags.token_file.as_deref())?;
     let sysctls = flags
         .sysctls
@@ -33,15 +42,10 @@ fn plan(flags: &K8sPlanFlags, coordinator: &str) -> Result<Plan> {
                 .ok_or_else(|| usage(format!("--sysctl '{s}': give KEY=VALUE")))
         })
         .collect::<Result<Vec<_>>>()?;
-    let anti_affinity = match flags.anti_affinity.as_str() {
-        "preferred" => AntiAffinity::Preferred,
-        "required" => AntiAffinity::Required,
-        "none" => AntiAffinity::None,
-        other => {
-            return Err(usage(format!(
-                "--anti-affinity {other}: give preferred, required or none"
-            )))
-        }
+    let anti_affinity = match flags.anti_affinity {
+        AntiAffinityArg::Preferred => AntiAffinity::Preferred,
+        AntiAffinityArg::Required => AntiAffinity::Required,
+        AntiAffinityArg::None => AntiAffinity::None,
     };
     let plan = Plan {
         name: flags.name.clone(),
@@ -73,34 +77,6 @@ fn plan(flags: &K8sPlanFlags, coordinator: &str) -> Result<Plan> {
     Ok(plan)
 }
 
-/// The agents' shared token, and its text for their Secret: from `file`, else
-/// `MESHBENCH_AGENT_TOKEN`, else a new one (said in one line).
-pub fn token_for_pods(file: Option<&Path>) -> Result<(Token, String)> {
-    let text = match Token::load(file) {
-        Ok(_) if file.is_some() => std::fs::read_to_string(file.expect("given"))?
-            .trim()
-            .to_string(),
-        Ok(_) => std::env::var(meshbench_runner::agents::TOKEN_ENV)?
-            .trim()
-            .to_string(),
-        Err(meshbench_runner::agents::TokenError::Missing) => {
-            errln!("meshbench: no agent token given; a new one is in the Secret");
-            new_token()
-        }
-        Err(e) => return Err(usage(e.to_string())),
-    };
-    let token = Token::new(text.clone()).map_err(|e| usage(e.to_string()))?;
-    Ok((token, text))
-}
-
-fn new_token() -> String {
-    let mut bytes = [0u8; 32];
-    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
-        let _ = std::io::Read::read_exact(&mut f, &mut bytes);
-    }
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 pub fn gen(a: K8sGenArgs) -> Result<u8> {
     let yaml = plan(&a.plan, &a.coordinator)?.render().to_yaml();
     match &a.out {
@@ -113,7 +89,7 @@ pub fn gen(a: K8sGenArgs) -> Result<u8> {
 }
 
 pub fn run(a: K8sRunArgs) -> Result<u8> {
-    let e = super::experiment::load(&a.plan.file, &[], Provision::Install)?;
+    let e = experiment_file::load(&a.plan.file, &[], Provision::Install)?;
     let ready_timeout = parse_duration("--ready-timeout", &a.ready_timeout)?;
     let listener = TcpListener::bind(&a.listen)
         .map_err(|err| usage(format!("--listen {}: cannot listen there: {err}", a.listen)))?;
@@ -226,6 +202,40 @@ fn coordinate(
         fleet => fleet?,
     };
     let site = meshbench_runner::Site::Here;
-    let (_, code) = super::experiment::run(e, store_path, false, None, site, Some(fleet), signals)?;
+    let (_, code) = session::run(e, store_path, false, None, site, Some(fleet), signals)?;
     Ok(code)
+}
+
+/// `meshbench k8s restore`.
+pub fn restore(a: K8sRestoreArgs) -> Result<u8> {
+    if a.when_stdin_closes {
+        // Until the run that started this ends, however it ends.
+        let mut sink = [0u8; 64];
+        let mut stdin = std::io::stdin();
+        while matches!(stdin.read(&mut sink), Ok(n) if n > 0) {}
+    }
+    let paths = if a.journals.is_empty() {
+        let store = a
+            .store
+            .clone()
+            .unwrap_or_else(meshbench_store::default_path);
+        ended_journals(&journal_dir(&store))
+    } else {
+        a.journals.clone()
+    };
+    let mut failed = 0;
+    for path in paths.iter().filter(|p| p.exists()) {
+        if let Err(err) = restore_one(path) {
+            errln!("meshbench: {}: {err:#}", path.display());
+            failed += 1;
+        }
+    }
+    Ok(if failed == 0 { exit::OK } else { exit::FAILED })
+}
+
+/// `meshbench k8s node-facts`: this node's kernel, CPU model and CPUs as one JSON line (what
+/// a cluster run's check pods print, read back through the API server).
+pub fn node_facts() -> Result<u8> {
+    out!("{}", serde_json::to_string(&NodeFacts::here())?);
+    Ok(exit::OK)
 }

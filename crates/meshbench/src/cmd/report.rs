@@ -1,22 +1,19 @@
 //! `meshbench report EXPERIMENT --out DIR`: the stored experiment's headline, charts and
-//! per-step timelines as one self-contained HTML file, and each chart as SVG and PNG.
-//! [`write`] is also what `meshbench experiment --web` calls at the end, for the live page's
-//! report link.
-
-use std::path::Path;
+//! per-step timelines as one self-contained HTML file, and each chart as SVG and PNG
+//! (`common::html_report`, which `experiment --web` also writes
+//! for the live page's report link), and one line saying where.
 
 use anyhow::Result;
-use meshbench_report::html::{self, Input, Written};
-use meshbench_results::StepFailure;
-use meshbench_store::Store;
 
-use super::answers::{find_experiment, headline, open_store};
+use super::common::html_report::write;
+use super::common::stored::open_store;
+use super::common::units::parse_duration;
 use crate::cli::ReportArgs;
-use crate::{exit, usage};
+use crate::exit;
 
 pub fn execute(args: ReportArgs) -> Result<u8> {
     let slo_p99_ms = match &args.slo_p99 {
-        Some(s) => Some(super::parse_duration("--slo-p99", s)?.as_secs_f64() * 1000.0),
+        Some(s) => Some(parse_duration("--slo-p99", s)?.as_secs_f64() * 1000.0),
         None => None,
     };
     let store = open_store(&args.store)?;
@@ -28,48 +25,4 @@ pub fn execute(args: ReportArgs) -> Result<u8> {
         args.out.join("plots").display()
     );
     Ok(exit::OK)
-}
-
-/// Writes the report of the experiment `key` names (id, name or `latest`) in `store` into
-/// `out`: report.html and plots/.
-pub fn write(store: &Store, key: &str, slo_p99_ms: Option<f64>, out: &Path) -> Result<Written> {
-    let e = find_experiment(store, key)?;
-    let h = headline(store, e.id)?;
-    let steps = store.steps(e.id)?;
-    let control_plane = steps.iter().any(|s| s.step.control_plane.is_some());
-    if h.groups.is_empty() && !control_plane {
-        return Err(usage(format!(
-            "experiment {} has no measured step to report (`{}` lists why)",
-            e.id,
-            super::results::show_command(e.id, store.path())
-        )));
-    }
-    let failed = steps
-        .iter()
-        .filter(|s| s.step.failed())
-        .map(|s| {
-            format!(
-                "step {} ({}): {}",
-                s.step.seq + 1,
-                s.step.variant,
-                s.step
-                    .error
-                    .as_ref()
-                    .map(StepFailure::to_string)
-                    .unwrap_or_default()
-            )
-        })
-        .collect();
-    let report = html::build(&Input {
-        name: &e.name,
-        id: e.id,
-        started_at: &e.started_at,
-        status: e.status.as_str(),
-        headline: &h,
-        warmup_secs: e.config["warmup_secs"].as_f64().unwrap_or(0.0),
-        slo_p99_ms,
-        failed,
-        steps: &steps,
-    });
-    Ok(html::write(&report, out)?)
 }

@@ -28,7 +28,8 @@ use meshbench_runner::cluster as cluster_run;
 
 use super::control::{self, Request, RunState, Status, CONTROL_PORT};
 use crate::cli::K8sCoordinatorArgs;
-use crate::cmd::signals::{Signals, BURST};
+use crate::cmd::common::journal::restore_ended;
+use crate::cmd::common::signals::{Signals, BURST};
 use crate::exit;
 
 /// Where the pod's own namespace is written (the projected volume's downward API item).
@@ -80,7 +81,7 @@ pub fn coordinator(args: K8sCoordinatorArgs) -> Result<u8> {
             &shared,
             "meshbench: the coordinator restarted (its container ended); the run is not started again: putting back what it changed, keeping what it stored".into(),
         );
-        super::super::cluster::restore_ended(&cluster_run::journal_dir(&store));
+        restore_ended(&cluster_run::journal_dir(&store));
         let mut b = board(&shared);
         b.state = RunState::Ended;
         b.exit_code = Some(exit::FAILED);

@@ -16,7 +16,6 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context, Result};
-use meshbench_experiment::Experiment;
 use meshbench_k8s::detached::{self, coordinator_namespace, Detached, ISTIO_NAMESPACE};
 use meshbench_k8s::k8s_openapi::api::core::v1::{Namespace, Pod};
 use meshbench_k8s::{BlockingClient, Forward};
@@ -25,8 +24,9 @@ use meshbench_store::Store;
 
 use self::control::{RunState, CONTROL_PORT};
 pub use self::coordinator::coordinator;
-use super::parse_duration;
-use super::signals::Signals;
+use super::common::experiment_file;
+use super::common::signals::Signals;
+use super::common::units::parse_duration;
 use crate::cli::{ExperimentArgs, K8sDetachedArgs, K8sFetchArgs};
 use crate::{exit, usage};
 
@@ -39,9 +39,11 @@ const POLL_EVERY: Duration = Duration::from_secs(1);
 /// How long `k8s stop` waits for the run to have put everything back.
 const STOPPED_WITHIN: Duration = Duration::from_secs(15 * 60);
 
-/// `experiment FILE --detach`: the coordinator's namespace, account, bindings, file and Job
-/// applied; returns once its pod runs, saying how to follow it.
-pub fn detach(e: &Experiment, args: &ExperimentArgs) -> Result<u8> {
+/// `experiment FILE --detach`: the file read as `experiment` reads it, then the coordinator's
+/// namespace, account, bindings, file and Job applied; returns once its pod runs, saying how
+/// to follow it.
+pub fn detach(args: &ExperimentArgs) -> Result<u8> {
+    let e = &experiment_file::load_args(args)?;
     let Some(section) = &e.cluster else {
         return Err(usage(format!(
             "--detach runs a cluster run's coordinator in the cluster, and {} has no `cluster:` section; run it without --detach",

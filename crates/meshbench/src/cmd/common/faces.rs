@@ -18,8 +18,8 @@ use meshbench_results::{Role, Sample};
 use crate::cli::LiveFlags;
 use crate::usage;
 
-use super::experiment::human_secs;
 use super::signals::Signals;
+use super::units::{human_secs, parse_duration};
 
 /// How long the last remote-write push may take once the run is over.
 const FINAL_PUSH: Duration = Duration::from_secs(5);
@@ -39,7 +39,7 @@ pub struct Faces {
 impl Faces {
     /// Starts what `flags` ask for; a bad address or URL is bad input (exit 2).
     pub fn start(flags: &LiveFlags) -> Result<Option<Faces>> {
-        let metrics_linger = super::parse_duration("--metrics-linger", &flags.metrics_linger)?;
+        let metrics_linger = parse_duration("--metrics-linger", &flags.metrics_linger)?;
         if flags.metrics_listen.is_none() && !metrics_linger.is_zero() {
             return Err(usage("--metrics-linger needs --metrics-listen ADDR"));
         }
@@ -96,7 +96,7 @@ impl Faces {
                 let addr = addr("--web", a)?;
                 let linger = match flags.web_linger.trim() {
                     "" => Duration::ZERO,
-                    text => super::parse_duration("--web-linger", text)?,
+                    text => parse_duration("--web-linger", text)?,
                 };
                 let server = WebServer::start(addr, hub.clone())?;
                 errln!("live view: http://{}/", server.local_addr());
