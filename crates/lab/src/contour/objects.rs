@@ -125,7 +125,7 @@ pub fn expected(plan: &GatewayPlan) -> ready::Expected {
     ready::Expected {
         listener: HTTPS_LISTENER.into(),
         filter_chains: plan.domains,
-        route_configs: HTTPS_ROUTES,
+        route_configs: ready::RouteConfigs::Prefixed(HTTPS_ROUTES),
         routes: plan.domains * plan.routes_per_domain() * per_path,
         certificates: plan.domains,
         backend: (

@@ -60,7 +60,7 @@ impl IstioGateway {
         let expected = ready::Expected {
             listener: format!("{}_{}", hop.listen.ip(), hop.listen.port()),
             filter_chains: if tls { plan.domains } else { 1 },
-            route_configs: "",
+            route_configs: ready::RouteConfigs::All,
             routes: plan.domains * plan.routes_per_domain(),
             certificates: if tls { plan.domains } else { 0 },
             backend: (

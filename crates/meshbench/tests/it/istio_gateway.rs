@@ -113,7 +113,7 @@ fn istiod_configures_upstream_envoy_for_the_generated_gateway_and_every_route_an
     let expected = ready::Expected {
         listener: "0.0.0.0_443".into(),
         filter_chains: DOMAINS,
-        route_configs: "",
+        route_configs: ready::RouteConfigs::All,
         routes: DOMAINS * PATHS,
         certificates: DOMAINS,
         backend: ("||meshbench-backend.internal".into(), vec![backend.addr]),

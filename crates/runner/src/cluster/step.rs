@@ -212,7 +212,7 @@ impl ClusterSite {
                         Awaited::Gateway(Expected {
                             listener: "0.0.0.0_443".into(),
                             filter_chains: g.domains,
-                            route_configs: "",
+                            route_configs: ready::RouteConfigs::All,
                             routes: g.routes,
                             certificates: g.domains,
                             backend: (format!("||{host}"), vec![backend]),

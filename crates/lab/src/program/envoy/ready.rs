@@ -29,9 +29,8 @@ pub struct Expected {
     pub listener: String,
     /// Filter chains on it: one per domain with TLS (SNI), else one.
     pub filter_chains: usize,
-    /// The route configurations counted: those whose names begin with this (`""`: all;
-    /// Contour's `https/`, leaving out its plain listener's redirects).
-    pub route_configs: &'static str,
+    /// The route configurations counted.
+    pub route_configs: RouteConfigs,
     /// Routes across the domains' virtual hosts.
     pub routes: usize,
     /// Domain certificates (SDS secrets whose names hold `workspace-`: Istio's
@@ -40,6 +39,26 @@ pub struct Expected {
     /// The backend's cluster (a part of its name) and the endpoints (its replicas)
     /// `/clusters` should list under it.
     pub backend: (String, Vec<SocketAddr>),
+}
+
+/// Which of an Envoy's route configurations hold the domains' routes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RouteConfigs {
+    /// Every one (istiod's).
+    All,
+    /// Those whose names begin with this (Contour's `https/`, leaving out its plain
+    /// listener's redirects).
+    Prefixed(&'static str),
+}
+
+impl RouteConfigs {
+    /// Whether the route configuration `name` is counted.
+    fn counts(self, name: Option<&str>) -> bool {
+        match self {
+            RouteConfigs::All => true,
+            RouteConfigs::Prefixed(prefix) => name.is_some_and(|n| n.starts_with(prefix)),
+        }
+    }
 }
 
 /// Who runs the Envoy that is awaited and who configures it, as a failure names them.
@@ -164,12 +183,7 @@ pub fn missing(
     }
     let routed: usize = items(routes)
         .iter()
-        .filter(|r| {
-            expected.route_configs.is_empty()
-                || r["route_config"]["name"]
-                    .as_str()
-                    .is_some_and(|n| n.starts_with(expected.route_configs))
-        })
+        .filter(|r| (expected.route_configs).counts(r["route_config"]["name"].as_str()))
         .filter_map(|r| r["route_config"]["virtual_hosts"].as_array())
         .flatten()
         .filter(|vh| {
@@ -396,7 +410,7 @@ mod tests {
         Expected {
             listener: "127.0.0.1_8443".into(),
             filter_chains: 2,
-            route_configs: "",
+            route_configs: RouteConfigs::All,
             routes: 4,
             certificates: 2,
             backend: (
@@ -477,7 +491,7 @@ mod tests {
         let expected = Expected {
             listener: "ingress_https".into(),
             filter_chains: 1,
-            route_configs: "https/",
+            route_configs: RouteConfigs::Prefixed("https/"),
             routes: 2,
             certificates: 1,
             backend: (
