@@ -117,12 +117,12 @@ fn server(plan: &GatewayPlan, domain: &str, at_listen: bool) -> Server {
 /// every server binds the plan's `listen` address and port (the lab's gateway), else Istio's
 /// ports on every address (a cluster's ingress).
 pub fn resources(plan: &GatewayPlan, istio: &Istio) -> (Vec<Gateway>, Vec<VirtualService>) {
-    let place = &istio.place;
-    let ns = place.namespace.as_str();
+    let scope = &istio.scope;
+    let ns = scope.namespace.as_str();
     let backend = Destination {
-        host: place.backend_host.as_deref().unwrap_or(BACKEND_HOST).into(),
+        host: scope.backend_host.as_deref().unwrap_or(BACKEND_HOST).into(),
         port: PortSelector {
-            number: place.backend_port.unwrap_or(plan.backend().port()),
+            number: scope.backend_port.unwrap_or(plan.backend().port()),
         },
     };
     let workspaces = plan.domains.div_ceil(DOMAINS_PER_WORKSPACE);
@@ -130,7 +130,7 @@ pub fn resources(plan: &GatewayPlan, istio: &Istio) -> (Vec<Gateway>, Vec<Virtua
         .map(|w| Gateway {
             metadata: meta(format!("workspace-{w}-gateway"), ns),
             spec: GatewaySpec {
-                selector: BTreeMap::from([place.selector.clone()]),
+                selector: BTreeMap::from([scope.selector.clone()]),
                 servers: Vec::new(),
             },
             version: V1beta1,
@@ -181,12 +181,12 @@ fn to_yaml<T: Serialize>(docs: &[T]) -> Result<String, LabError> {
 pub struct Istio {
     /// Bind every server to the plan's `listen` address and port.
     pub at_listen: bool,
-    pub place: Place,
+    pub scope: ObjectsScope,
 }
 
 /// Where the objects go and what they name.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Place {
+pub struct ObjectsScope {
     /// Of the Gateways, VirtualServices and Secrets (the gateway pods' own namespace, where
     /// Istio looks for the credentials).
     pub namespace: String,
@@ -204,7 +204,7 @@ impl Istio {
     pub fn cluster() -> Istio {
         Istio {
             at_listen: false,
-            place: Place {
+            scope: ObjectsScope {
                 namespace: NAMESPACE.into(),
                 selector: ("istio".into(), "ingressgateway".into()),
                 backend_host: None,
@@ -221,11 +221,11 @@ impl Istio {
         }
     }
 
-    /// A gateway of a cluster's, in `place`.
-    pub fn within(place: Place) -> Istio {
+    /// A gateway of a cluster's, in `scope`.
+    pub fn within(scope: ObjectsScope) -> Istio {
         Istio {
             at_listen: false,
-            place,
+            scope,
         }
     }
 }
@@ -244,7 +244,7 @@ impl Target for Istio {
                 tls_secret(
                     &crate::gateway::secret_of(name),
                     issued,
-                    &self.place.namespace,
+                    &self.scope.namespace,
                 )
             })
             .collect();
@@ -256,7 +256,7 @@ impl Target for Istio {
                 to_yaml(&secrets)?,
             )?);
         }
-        if self.place.backend_host.is_none() {
+        if self.scope.backend_host.is_none() {
             files.push(write_file(
                 plan.path(SERVICE_ENTRY_FILE),
                 to_yaml(&[backend_entry(plan)])?,

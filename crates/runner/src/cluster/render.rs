@@ -20,7 +20,7 @@ use meshbench_k8s::{AgentsReach, AntiAffinity, Plan};
 use meshbench_lab::contour::objects::{self as contour_objects, Contour};
 use meshbench_lab::gateway::Target;
 use meshbench_lab::gateway::{self, CertLayout, GatewayPlan};
-use meshbench_lab::istio::objects::{Istio, Place};
+use meshbench_lab::istio::objects::{Istio, ObjectsScope};
 use meshbench_lab::program::envoy::access_log;
 use meshbench_results::{Class, PeerAuthentication, Program, StepKind, Topology};
 use serde_json::Value;
@@ -221,7 +221,7 @@ pub(super) fn gateway_objects(
         out: dir.to_path_buf(),
         access_log: None,
     };
-    let istio = Istio::within(Place {
+    let istio = Istio::within(ObjectsScope {
         namespace: namespace.to_string(),
         selector: (
             system::GATEWAY_SELECTOR.0.to_string(),
