@@ -346,11 +346,7 @@ fn sweep(e: &Experiment) -> Option<(Class, &Vec<f64>)> {
 /// no sidecar), else one unnamed.
 fn peer_authentications(e: &Experiment, t: Topology) -> Vec<Option<PeerAuthentication>> {
     let modes = &e.proxy.peer_authentication;
-    let sidecars = matches!(
-        t,
-        Topology::Serveronly | Topology::Clientonly | Topology::Both
-    );
-    if e.proxy.kind != Program::Istio || !sidecars || modes.len() < 2 {
+    if e.proxy.kind != Program::Istio || !t.has_sidecars() || modes.len() < 2 {
         return vec![None];
     }
     modes

@@ -232,7 +232,10 @@ struct GatewayAssets {
 fn needs(e: &Experiment) -> Vec<(&'static str, &'static str)> {
     let has = |t: Topology| e.topologies.contains(&StepKind::Chain(t));
     let mut n = Vec::new();
-    let sidecars = has(Topology::Serveronly) || has(Topology::Clientonly) || has(Topology::Both);
+    let sidecars = e
+        .topologies
+        .iter()
+        .any(|k| k.chain().is_some_and(Topology::has_sidecars));
     if sidecars {
         n.push((
             "peerauthentications.security.istio.io",
@@ -286,10 +289,8 @@ pub fn missing_on_cluster(
         }
     }
     let chains = || e.topologies.iter().filter_map(|k| k.chain());
-    let injects = chains().any(|t| match t {
-        Topology::Serveronly | Topology::Clientonly | Topology::Both => true,
-        Topology::Gateway => e.gateway.of(None) == Program::Istio,
-        _ => false,
+    let injects = chains().any(|t| {
+        t.has_sidecars() || (t == Topology::Gateway && e.gateway.of(None) == Program::Istio)
     });
     if injects {
         let webhooks = client.list_cluster_scoped::<MutatingWebhookConfiguration>()?;
@@ -307,7 +308,7 @@ pub fn missing_on_cluster(
         let revision = e.cluster.as_ref().and_then(|c| c.istio_revision.as_deref());
         missing.extend(attribution_provider_missing(client, revision)?);
     }
-    let ambient = chains().any(|t| matches!(t, Topology::Ambient | Topology::Waypoint));
+    let ambient = chains().any(Topology::is_ambient);
     if ambient {
         let ztunnel = client.list::<DaemonSet>(ISTIO_NAMESPACE, "app=ztunnel")?;
         if ztunnel.is_empty() {
