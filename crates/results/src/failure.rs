@@ -8,6 +8,7 @@ use std::fmt;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::role::ChainRole;
+use crate::stop::Stop;
 
 /// Why a step measured nothing usable, or why what it measured does not count.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,6 +32,25 @@ pub enum StepFailure {
     StoppedBeforeLoad,
     /// A failure as the store keeps it: its line.
     Recorded(String),
+}
+
+impl StepFailure {
+    /// A failed setup as the step's failure: [`StepFailure::StoppedBeforeLoad`] when the
+    /// setup ended for a stop (`stopped`: its error says so) or a stop was asked by the time it
+    /// failed (a Ctrl-C, which the terminal sends to the process's whole group, also kills the
+    /// short-lived helpers a setup runs, such as `ip` or `iptables`, so that any failure after
+    /// a stop is the stop's); else `failed()`, the failure with the error's words.
+    pub fn from_setup(
+        stop: &Stop,
+        stopped: bool,
+        failed: impl FnOnce() -> StepFailure,
+    ) -> StepFailure {
+        if stopped || stop.requested() {
+            StepFailure::StoppedBeforeLoad
+        } else {
+            failed()
+        }
+    }
 }
 
 impl fmt::Display for StepFailure {
@@ -69,6 +89,23 @@ impl<'de> Deserialize<'de> for StepFailure {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_setup_failure_after_a_stop_is_the_stops() {
+        let stop = Stop::new();
+        let failed = || StepFailure::RigDidNotStart("no key".into());
+        assert_eq!(StepFailure::from_setup(&stop, false, failed), failed());
+        assert_eq!(
+            StepFailure::from_setup(&stop, true, failed),
+            StepFailure::StoppedBeforeLoad
+        );
+        // A helper the group's Ctrl-C killed fails its stage: the stop's doing.
+        stop.request();
+        assert_eq!(
+            StepFailure::from_setup(&stop, false, failed),
+            StepFailure::StoppedBeforeLoad
+        );
+    }
 
     #[test]
     fn each_kind_says_what_it_said_as_text() {

@@ -11,7 +11,7 @@
 //! out (`analysis::attribution::LogIndex`).
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use meshbench_analysis::attribution::{clock_offsets, join, LogIndex};
@@ -22,6 +22,7 @@ use meshbench_results::attribution::{Attribution, HopSeen, Logged, Node, Seen, S
 use meshbench_results::{ChainRole, PlayedBy, Program, Topology};
 
 use super::ClusterSite;
+use crate::attribution::{read_until_complete, HopLogs};
 
 /// The container Istio's injector puts the proxy in.
 const PROXY_CONTAINER: &str = "istio-proxy";
@@ -29,6 +30,9 @@ const PROXY_CONTAINER: &str = "istio-proxy";
 /// How long the lines may take to reach the logs: the proxies flush every 0.2 s
 /// (`access_log::ISTIO_FLUSH_INTERVAL`), the kubelet writes what it reads at once.
 const FLUSH_WAIT: Duration = Duration::from_secs(5);
+
+/// How often the pods' logs are read again while they lack a request.
+const READ_EVERY: Duration = Duration::from_millis(500);
 
 /// The node of the pod each line of a hop came from, by the line's id and start.
 type NodeOf = HashMap<(u64, u64), String>;
@@ -62,20 +66,16 @@ impl ClusterSite {
             .filter(|h| h.seen == Seen::PerRequest)
             .map(|h| h.role)
             .collect();
-        let deadline = Instant::now() + FLUSH_WAIT;
-        let (logs, nodes) = loop {
-            let (logs, nodes): (Vec<(ChainRole, Vec<Logged>)>, Vec<NodeOf>) = logging
-                .iter()
-                .map(|&role| {
-                    let (lines, node_of) = self.hop_lines(role, window);
-                    ((role, lines), node_of)
-                })
-                .unzip();
-            let complete = LogIndex::new(&logs).complete(sent);
-            if complete || Instant::now() >= deadline || !stop.sleep(Duration::from_millis(500)) {
-                break (logs, nodes);
-            }
-        };
+        let (logs, nodes): (HopLogs, Vec<NodeOf>) =
+            read_until_complete(sent, (FLUSH_WAIT, READ_EVERY), stop, || {
+                logging
+                    .iter()
+                    .map(|&role| {
+                        let (lines, node_of) = self.hop_lines(role, window);
+                        ((role, lines), node_of)
+                    })
+                    .unzip()
+            });
         let index = LogIndex::new(&logs);
         let agents_node = self.agents_node();
         let by_id: HashMap<u64, &Sent> = sent.iter().map(|s| (s.id, s)).collect();

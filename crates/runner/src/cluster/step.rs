@@ -607,15 +607,12 @@ impl Place for ClusterSite {
         let stop = step.stop;
         // A stop while the step is set up is no failure of the system: the step is stored as
         // stopped before its load, and the experiment ends there.
-        let unless_stopped = |failure| match stop.requested() {
-            true => StepFailure::StoppedBeforeLoad,
-            false => failure,
-        };
         if stop.requested() {
             return Err(StepFailure::StoppedBeforeLoad);
         }
-        self.realise_shape(topology, &shape, stop)
-            .map_err(|why| unless_stopped(StepFailure::RigDidNotStart(why.to_string())))?;
+        self.realise_shape(topology, &shape, stop).map_err(|why| {
+            StepFailure::from_setup(stop, false, || StepFailure::RigDidNotStart(why.to_string()))
+        })?;
         let roles = self.roles(topology);
         let warn = |observer: &mut dyn Observer, why: ObservableError| {
             observer.warning(&format!(
@@ -687,7 +684,12 @@ impl Realised for ClusterStep<'_> {
             .load_options(step.e, step.at.step, &self.load, self.topology)
     }
 
-    fn attribution(&self, sample_rate: f64, sent: &[Sent]) -> Option<Attribution> {
+    fn attribution(
+        &self,
+        _step: &StepContext<'_>,
+        sample_rate: f64,
+        sent: &[Sent],
+    ) -> Option<Attribution> {
         Some(self.site.attribute(
             self.topology,
             self.log_window,
