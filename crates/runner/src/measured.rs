@@ -29,7 +29,7 @@ use meshbench_store::StepRecord;
 use crate::agents::Fleet;
 use crate::external::read::RoleRead;
 use crate::load::LoadOptions;
-use crate::measure::{measure, ClientPlace, LoadSource, Measured, Sampling};
+use crate::load_window::{measure, ClientPlace, LoadSource, Measured, Sampling};
 use crate::observer::{Observer, StepAt};
 
 /// One reading of every Envoy's admin of a step, by role.

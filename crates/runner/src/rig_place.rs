@@ -19,7 +19,7 @@ use meshbench_results::attribution::{Attribution, Sent};
 use meshbench_results::{ChainRole, LoadPoint, PlayedBy, Role, RoleUsage, StepFailure, Usage};
 
 use crate::load::{LoadOptions, TargetSource};
-use crate::measure::{Measured, Sampling};
+use crate::load_window::{Measured, Sampling};
 use crate::measured::{Place, Realised, RoleReading, StepContext, Witnesses};
 use crate::observer::Observer;
 use crate::step_load::{aim_at_gateway, load_for};

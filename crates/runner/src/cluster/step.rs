@@ -32,7 +32,7 @@ use crate::external::prometheus::PromError;
 use crate::external::read::came_or_went;
 use crate::external::{read_window_from, warn_each};
 use crate::load::{LoadOptions, TargetSource};
-use crate::measure::Measured;
+use crate::load_window::Measured;
 use crate::measured::{Place, Realised, RoleReading, StepContext, Witnesses};
 use crate::observer::Observer;
 use crate::step_load::{aim_at_gateway, load_for};

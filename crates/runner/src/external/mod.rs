@@ -22,7 +22,7 @@ use meshbench_lab::sampler;
 use meshbench_results::{LoadPoint, Protocol, Sample, StepFailure, UsageReader, UsageSource};
 
 use crate::load::{Body, LoadOptions, ProtoSource, TargetSource};
-use crate::measure::Measured;
+use crate::load_window::Measured;
 use crate::measured::{Place, Realised, RoleReading, StepContext};
 use crate::observer::Observer;
 use crate::step_load::load_for;
