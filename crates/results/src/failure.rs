@@ -22,8 +22,6 @@ pub enum StepFailure {
     LoadGeneratorFailed(String),
     /// A role of the rig exited during the step: which, and the last lines of its log.
     RoleExited { role: ChainRole, log_tail: String },
-    /// The step names an external variant the experiment does not have.
-    NoSuchVariant(String),
     /// A control-plane step's istiod, API server or real Envoy failed while it was measured:
     /// why.
     ControlPlaneFailed(String),
@@ -61,9 +59,6 @@ impl fmt::Display for StepFailure {
             StepFailure::LoadGeneratorFailed(why) => write!(f, "the load generator failed: {why}"),
             StepFailure::RoleExited { role, log_tail } => {
                 write!(f, "{role} exited during the step ({log_tail})")
-            }
-            StepFailure::NoSuchVariant(name) => {
-                write!(f, "no external variant is called '{name}'")
             }
             StepFailure::ControlPlaneFailed(why) => {
                 write!(f, "the control plane failed during the step: {why}")
@@ -128,10 +123,6 @@ mod tests {
                     log_tail: "killed".into(),
                 },
                 "server_proxy exited during the step (killed)",
-            ),
-            (
-                StepFailure::NoSuchVariant("mesh".into()),
-                "no external variant is called 'mesh'",
             ),
             (
                 StepFailure::StoppedBeforeLoad,
