@@ -16,7 +16,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use meshbench_analysis::attribution::{clock_offsets, join, LogIndex};
 use meshbench_engine::Stop;
-use meshbench_k8s::k8s_openapi;
+use meshbench_k8s::{k8s_openapi, names};
 use meshbench_lab::program::envoy::access_log;
 use meshbench_results::attribution::{Attribution, HopSeen, Logged, Node, Seen, Sent};
 use meshbench_results::{ChainRole, PlayedBy, Program, Topology};
@@ -96,8 +96,8 @@ impl ClusterSite {
     fn role_pods(&self, role: ChainRole) -> Vec<Pod> {
         let pods = match role {
             ChainRole::ClientProxy => self.pods(&self.agents.agent_selector()),
-            ChainRole::ServerProxy => self.pods("app=backend"),
-            ChainRole::Gateway => self.pods("app=gateway"),
+            ChainRole::ServerProxy => self.pods(names::BACKEND_PODS),
+            ChainRole::Gateway => self.pods(names::GATEWAY_PODS),
             // Istio names the waypoint's Deployment after its Gateway.
             ChainRole::Waypoint => self.pods("").map(|all| {
                 all.into_iter()
@@ -105,7 +105,7 @@ impl ClusterSite {
                         p.metadata
                             .name
                             .as_deref()
-                            .is_some_and(|n| n.starts_with("waypoint-"))
+                            .is_some_and(|n| n.starts_with(names::WAYPOINT_POD_PREFIX))
                     })
                     .collect()
             }),

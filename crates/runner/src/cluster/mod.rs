@@ -59,7 +59,7 @@ use meshbench_k8s::objects::istio::MeshConfig;
 use meshbench_k8s::rollout::Workload;
 use meshbench_k8s::system::{self, Shape, System};
 use meshbench_k8s::undo::{self, Header, Journal, Undo, UndoError};
-use meshbench_k8s::{BlockingClient, ClusterError, Objects, Plan};
+use meshbench_k8s::{names, BlockingClient, ClusterError, Objects, Plan};
 use meshbench_lab::program::envoy::access_log;
 use meshbench_results::{Program, StepKind, Topology};
 use thiserror::Error;
@@ -310,7 +310,7 @@ pub fn missing_on_cluster(
     }
     let ambient = chains().any(Topology::is_ambient);
     if ambient {
-        let ztunnel = client.list::<DaemonSet>(ISTIO_NAMESPACE, "app=ztunnel")?;
+        let ztunnel = client.list::<DaemonSet>(ISTIO_NAMESPACE, names::ZTUNNEL_PODS)?;
         if ztunnel.is_empty() {
             missing.push("ambient and waypoint need Istio's ambient data plane: no ztunnel DaemonSet in istio-system (istioctl install --set profile=ambient)".into());
         }
