@@ -16,6 +16,11 @@ pub enum StepFailure {
     /// The rig did not start (a program missing, a configuration refused, a port taken...):
     /// why.
     RigDidNotStart(String),
+    /// The cluster could not be brought to the step's shape (an object refused, a rollout that
+    /// did not finish, an Envoy that did not take its configuration): why. Said in the words
+    /// [`StepFailure::RigDidNotStart`] has always given it there, so that stored steps and
+    /// printed lines read as before.
+    ClusterNotShaped(String),
     /// The step's load could not be resolved into what the engine sends: why.
     LoadNotSetUp(String),
     /// The engine (or the agents sending the load) failed: why.
@@ -54,7 +59,9 @@ impl StepFailure {
 impl fmt::Display for StepFailure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            StepFailure::RigDidNotStart(why) => write!(f, "the rig did not start: {why}"),
+            StepFailure::RigDidNotStart(why) | StepFailure::ClusterNotShaped(why) => {
+                write!(f, "the rig did not start: {why}")
+            }
             StepFailure::LoadNotSetUp(why) => write!(f, "the load could not be set up: {why}"),
             StepFailure::LoadGeneratorFailed(why) => write!(f, "the load generator failed: {why}"),
             StepFailure::RoleExited { role, log_tail } => {
@@ -108,6 +115,10 @@ mod tests {
             (
                 StepFailure::RigDidNotStart("envoy is not available".into()),
                 "the rig did not start: envoy is not available",
+            ),
+            (
+                StepFailure::ClusterNotShaped("deployment backend: not rolled out".into()),
+                "the rig did not start: deployment backend: not rolled out",
             ),
             (
                 StepFailure::LoadNotSetUp("bad URL".into()),

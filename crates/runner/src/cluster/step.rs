@@ -616,7 +616,9 @@ impl Place for ClusterSite {
             return Err(StepFailure::StoppedBeforeLoad);
         }
         self.realise_shape(topology, &shape, stop).map_err(|why| {
-            StepFailure::from_setup(stop, false, || StepFailure::RigDidNotStart(why.to_string()))
+            StepFailure::from_setup(stop, false, || {
+                StepFailure::ClusterNotShaped(why.to_string())
+            })
         })?;
         let roles = self.roles(topology);
         let warn = |observer: &mut dyn Observer, why: ObservableError| {
