@@ -393,21 +393,14 @@ impl Cluster {
             p.push("cluster: realises the lab's topologies on a cluster; an external variant is read as it is, without this section: run it in a file of its own".into());
         }
         let chains: Vec<Topology> = e.topologies.iter().filter_map(|k| k.chain()).collect();
-        let sidecars = chains.iter().any(|t| {
-            matches!(
-                t,
-                Topology::Serveronly | Topology::Clientonly | Topology::Both
-            )
-        });
+        let sidecars = chains.iter().any(|t| t.has_sidecars());
         if sidecars && e.proxy.kind != Program::Istio {
             p.push(format!(
                 "proxy.type: {} has no sidecar on a cluster; Istio injects them there: use proxy.type: istio",
                 e.proxy.kind.name()
             ));
         }
-        let ambient = chains
-            .iter()
-            .any(|t| matches!(t, Topology::Ambient | Topology::Waypoint));
+        let ambient = chains.iter().any(|t| t.is_ambient());
         if ambient && sidecars {
             p.push("topologies: on a cluster ambient and waypoint share the namespace with the sidecar topologies, and a pod with a sidecar is never in ambient: run them in files of their own".into());
         }
@@ -470,9 +463,7 @@ impl Cluster {
                 p.push("agents.addresses: on a cluster the agents are pods that meshbench starts and reaches; give agents.count".into());
             }
         }
-        let client_proxy = chains
-            .iter()
-            .any(|t| matches!(t, Topology::Clientonly | Topology::Both));
+        let client_proxy = chains.iter().any(|t| t.has_client_sidecar());
         if e.limits.proxy.cpus.len() > 1 && client_proxy {
             p.push("limits.proxy.cpus: on a cluster a sweep restarts the swept pods between steps, and the client's sidecar is in the agent pods, which stay for the whole run: sweep with serveronly or gateway, or give one value".into());
         }

@@ -17,7 +17,7 @@ use thiserror::Error;
 
 pub use config::{load, parse, Experiment};
 
-pub use plan::{ChainVariant, Plan, Step, Work};
+pub use plan::{ChainVariant, ExternalVariant, Plan, Step, Work};
 
 /// Why an experiment file could not be used.
 #[derive(Debug, Error)]

@@ -6,6 +6,7 @@
 //! ([`MeshScale`]), walked once per repeat in the same way.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use meshbench_results::{
     Arrival, Class, LoadPoint, LoopMode, MeshScale, Offer, PeerAuthentication, Program, Protocol,
@@ -13,6 +14,7 @@ use meshbench_results::{
 };
 
 use crate::config::{ControlPlaneSection, Experiment};
+use crate::external::{self, External};
 
 /// One step: a variant under a load point, or a control-plane cell, in one repeat.
 #[derive(Debug, Clone, PartialEq)]
@@ -31,11 +33,51 @@ pub struct Step {
 pub enum Work {
     /// A variant of a chain (realised in the lab or on a cluster) under a load point.
     Chain(ChainVariant, LoadPoint),
-    /// An external variant, by its name in the file's `external.variants`, under a load point
-    /// with no response size (its server chooses).
-    External(String, LoadPoint),
+    /// An external variant, found in the file when the plan was made, under a load point with
+    /// no response size (its server chooses).
+    External(ExternalVariant, LoadPoint),
     /// A cell of the control-plane matrix: the mesh istiod serves.
     ControlPlane(MeshScale),
+}
+
+/// An external variant as the plan found it: the file's `external` section and the variant's
+/// place in its `variants`. A step holds it instead of the variant's name, so that nothing
+/// looks the name up while the run goes on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExternalVariant {
+    section: Arc<External>,
+    index: usize,
+}
+
+impl ExternalVariant {
+    /// Every variant of `e`'s `external` section, in the file's order.
+    fn all(e: &Experiment) -> Vec<ExternalVariant> {
+        let Some(x) = &e.external else {
+            return Vec::new();
+        };
+        let section = Arc::new(x.clone());
+        (0..x.variants.len())
+            .map(|index| ExternalVariant {
+                section: Arc::clone(&section),
+                index,
+            })
+            .collect()
+    }
+
+    /// The file's `external` section it is in (Prometheus, the query settings).
+    pub fn section(&self) -> &External {
+        &self.section
+    }
+
+    /// The variant: its URL, request and roles.
+    pub fn variant(&self) -> &external::Variant {
+        &self.section.variants[self.index]
+    }
+
+    /// Its name in the file.
+    pub fn name(&self) -> &str {
+        &self.variant().name
+    }
 }
 
 /// One rig of a chain: its topology, the swept CPU allotment and Istio's PeerAuthentication.
@@ -110,7 +152,7 @@ impl Step {
     pub fn variant(&self) -> String {
         let v = match &self.work {
             Work::Chain(v, _) => v,
-            Work::External(name, _) => return name.clone(),
+            Work::External(x, _) => return x.name().to_string(),
             Work::ControlPlane(_) => return StepKind::ControlPlane.to_string(),
         };
         let mut name = v.topology.to_string();
@@ -178,7 +220,7 @@ impl Step {
         // An external variant is its own mode (name it `both`, `serveronly`, `ingress`... for
         // Istio's graph_plotter).
         let mode = match &self.work {
-            Work::External(name, _) => name.as_str(),
+            Work::External(x, _) => x.name(),
             _ => self.kind().istio_mode(),
         };
         let size = load.response_bytes.unwrap_or(0);
@@ -238,7 +280,7 @@ impl PlanSize {
             .iter()
             .map(|k| match (*k, sweep) {
                 (StepKind::ControlPlane, _) => 0,
-                (StepKind::External, _) => len(external_names(e).len()),
+                (StepKind::External, _) => len(e.external.as_ref().map_or(0, |x| x.variants.len())),
                 (StepKind::Chain(t), Some((role, cpus))) if e.limits_in(t, role) => len(cpus.len())
                     .saturating_mul(len(peer_authentications(e, t).len()))
                     .saturating_mul(len(gateways(e, t).len())),
@@ -322,13 +364,6 @@ fn arrivals(e: &Experiment) -> &[Arrival] {
 }
 
 /// The names of the external variants (none without an `external` section).
-fn external_names(e: &Experiment) -> Vec<String> {
-    e.external
-        .iter()
-        .flat_map(|x| x.variants.iter().map(|v| v.name.clone()))
-        .collect()
-}
-
 /// The swept role and its CPU values, when one role's `cpus` lists several.
 fn sweep(e: &Experiment) -> Option<(Class, &Vec<f64>)> {
     [
@@ -346,11 +381,7 @@ fn sweep(e: &Experiment) -> Option<(Class, &Vec<f64>)> {
 /// no sidecar), else one unnamed.
 fn peer_authentications(e: &Experiment, t: Topology) -> Vec<Option<PeerAuthentication>> {
     let modes = &e.proxy.peer_authentication;
-    let sidecars = matches!(
-        t,
-        Topology::Serveronly | Topology::Clientonly | Topology::Both
-    );
-    if e.proxy.kind != Program::Istio || !sidecars || modes.len() < 2 {
+    if e.proxy.kind != Program::Istio || !t.has_sidecars() || modes.len() < 2 {
         return vec![None];
     }
     modes
@@ -382,10 +413,10 @@ fn setup_secs(e: &Experiment) -> f64 {
     }
 }
 
-/// A variant that carries load: a chain's rig, or an external variant by name.
+/// A variant that carries load: a chain's rig, or an external variant.
 enum Variant {
     Chain(ChainVariant),
-    External(String),
+    External(ExternalVariant),
 }
 
 /// Every variant that carries load, in the file's order of topologies: each chain once per
@@ -398,7 +429,7 @@ fn variants(e: &Experiment) -> Vec<Variant> {
         let topology = match kind {
             StepKind::Chain(t) => t,
             StepKind::External => {
-                variants.extend(external_names(e).into_iter().map(Variant::External));
+                variants.extend(ExternalVariant::all(e).into_iter().map(Variant::External));
                 continue;
             }
             // Its steps are the control-plane matrix's cells.
@@ -487,8 +518,8 @@ impl Plan {
                     let work = match variant {
                         Variant::Chain(v) => Work::Chain(*v, *load),
                         // An external server chooses its responses.
-                        Variant::External(name) => Work::External(
-                            name.clone(),
+                        Variant::External(x) => Work::External(
+                            x.clone(),
                             LoadPoint {
                                 response_bytes: None,
                                 ..*load
@@ -726,7 +757,7 @@ mod tests {
         );
         assert_eq!(PlanSize::of(&e).steps(), 6);
         let both = &plan.steps[2];
-        assert!(matches!(&both.work, Work::External(name, _) if name == "both"));
+        assert!(matches!(&both.work, Work::External(x, _) if x.name() == "both"));
         assert_eq!(both.kind(), StepKind::External);
         assert_eq!(
             both.istio_label("x", Protocol::Http1),

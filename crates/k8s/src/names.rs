@@ -28,3 +28,43 @@ pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 /// The label that says who keeps an EndpointSlice (no controller manager runs in the lab).
 pub const ENDPOINT_SLICE_MANAGED_BY: (&str, &str) =
     ("endpointslice.kubernetes.io/managed-by", "meshbench");
+
+/// The label that names a pod's app: on the system under test's pods (the backend's, the
+/// gateway's) and on Istio's own (istiod's, ztunnel's).
+pub const APP_LABEL: &str = "app";
+
+/// The selector of the backend's pods (label [`APP_LABEL`] = `system::BACKEND`).
+pub const BACKEND_PODS: &str = "app=backend";
+
+/// The selector of the Istio gateway's pods (label [`APP_LABEL`] = `system::GATEWAY`).
+pub const GATEWAY_PODS: &str = "app=gateway";
+
+/// The selector of istiod's pods, as Istio labels them.
+pub const ISTIOD_PODS: &str = "app=istiod";
+
+/// The selector of ambient's ztunnel DaemonSet, as Istio labels it.
+pub const ZTUNNEL_PODS: &str = "app=ztunnel";
+
+/// How Istio names the waypoint's pods: its Deployment is named after its Gateway
+/// (`system::WAYPOINT`).
+pub const WAYPOINT_POD_PREFIX: &str = "waypoint-";
+
+/// The waypoint's pods as a Prometheus label pattern ([`WAYPOINT_POD_PREFIX`], then anything).
+pub const WAYPOINT_PODS: &str = "waypoint-.*";
+
+/// The gateway's HTTPS port: its pods' and its Service's (Istio's listener `0.0.0.0_443`).
+pub const GATEWAY_HTTPS_PORT: u16 = 443;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::system::{BACKEND, GATEWAY, WAYPOINT};
+
+    #[test]
+    fn selectors_and_patterns_spell_the_names_they_select() {
+        assert_eq!(BACKEND_PODS, format!("{APP_LABEL}={BACKEND}"));
+        assert_eq!(GATEWAY_PODS, format!("{APP_LABEL}={GATEWAY}"));
+        assert_eq!(WAYPOINT_POD_PREFIX, format!("{WAYPOINT}-"));
+        assert_eq!(WAYPOINT_PODS, format!("{WAYPOINT_POD_PREFIX}.*"));
+    }
+}

@@ -12,6 +12,7 @@ use std::path::Path;
 
 use meshbench_analysis::invalid::Invalid;
 use meshbench_results::Cause;
+use plotters::chart::DualCoordChartContext;
 use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -412,6 +413,14 @@ fn y_range(c: &Chart, stacked: &[(f64, f64, f64, usize)]) -> (f64, f64) {
 /// The plot's coordinates: x and the left y axis, both linear.
 type Plane<'a, DB> = ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
 
+/// The plot's two coordinate systems: x with the left y axis, and x with the right one.
+type DualPlane<'a, DB> = DualCoordChartContext<
+    'a,
+    DB,
+    Cartesian2d<RangedCoordf64, RangedCoordf64>,
+    Cartesian2d<RangedCoordf64, RangedCoordf64>,
+>;
+
 /// The shaded span of `c` (if any) with its label, over the y span `(y0, y1)`.
 fn draw_shade<DB: DrawingBackend>(
     chart: &mut Plane<'_, DB>,
@@ -549,7 +558,7 @@ pub enum PlotError {
     Png(DrawingAreaErrorKind<<BitMapBackend<'static> as DrawingBackend>::ErrorType>),
 }
 
-/// Draws `c` on `area`.
+/// Draws `c` on `area`: the plot, then its legend in a strip below it.
 pub fn draw<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     c: &Chart,
@@ -564,10 +573,53 @@ where
     let legend = legend_layout(&widths, width as i32);
     let strip = legend.as_ref().map_or(0, |l| l.size.1 + 6);
     let (area, legend_area) = area.split_vertically((height as i32 - strip).max(1));
-    let area = &area;
+    draw_plot(&area, c)?;
+    // Drawn last, as a legend is: after every point, in its own strip.
+    if let Some(layout) = &legend {
+        draw_legend(&legend_area, &entries, layout)?;
+    }
+    area.present()?;
+    legend_area.present()?;
+    Ok(())
+}
+
+/// The plot above the legend's strip: its axes and mesh, then the shade, the bars, the other
+/// series, the right axis with its series, the line and marks, and the rings, in that order.
+fn draw_plot<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    c: &Chart,
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>>
+where
+    DB::ErrorType: 'static,
+{
     let (x0, x1) = x_range(c);
     let stacked = stack(c);
     let (y0, y1) = y_range(c, &stacked);
+    let mut chart = build_plane(area, c, (x0, x1), (y0, y1))?;
+    draw_mesh(&mut chart, c, x1)?;
+    draw_shade(&mut chart, c, (y0, y1))?;
+    draw_bars(&mut chart, c, &stacked)?;
+    for s in c
+        .series
+        .iter()
+        .filter(|s| !matches!(s.draw, Draw::Bars | Draw::Stacked))
+    {
+        series!(chart, draw_series, s);
+    }
+    draw_right_axis(&mut chart, c)?;
+    draw_hline_and_marks(&mut chart, c, (x0, x1), (y0, y1))?;
+    draw_rings(&mut chart, c)
+}
+
+/// The chart's frame on `area`: its title, its label areas (a right one when `c` has a right
+/// axis) and both coordinate systems over the x span `(x0, x1)`, the left y span `(y0, y1)`
+/// and the right series' span.
+fn build_plane<'a, DB: DrawingBackend>(
+    area: &'a DrawingArea<DB, Shift>,
+    c: &Chart,
+    (x0, x1): (f64, f64),
+    (y0, y1): (f64, f64),
+) -> Result<DualPlane<'a, DB>, DrawingAreaErrorKind<DB::ErrorType>> {
     let mut builder = ChartBuilder::on(area);
     builder
         .caption(&c.title, ("sans-serif", 17))
@@ -577,7 +629,7 @@ where
     if c.right.is_some() {
         builder.right_y_label_area_size(62);
     }
-    let mut chart = builder
+    Ok(builder
         .build_cartesian_2d(x0..x1, y0..y1)?
         .set_secondary_coord(x0..x1, {
             let (r0, r1) = range(
@@ -587,7 +639,15 @@ where
                 true,
             );
             r0..r1
-        });
+        }))
+}
+
+/// The mesh with the x and left y axes, their labels (up to `x1` on a spectrum) and titles.
+fn draw_mesh<DB: DrawingBackend>(
+    chart: &mut Plane<'_, DB>,
+    c: &Chart,
+    x1: f64,
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
     let x_fmt = |x: &f64| match &c.x_axis {
         XAxis::Spectrum => spectrum_label(*x),
         XAxis::Linear => number_label(*x),
@@ -612,17 +672,19 @@ where
     if matches!(c.x_axis, XAxis::Categories(_)) {
         mesh.disable_x_mesh();
     }
-    mesh.draw()?;
-    draw_shade(&mut chart, c, (y0, y1))?;
-    draw_bars(&mut chart, c, &stacked)?;
-    for s in c
-        .series
-        .iter()
-        .filter(|s| !matches!(s.draw, Draw::Bars | Draw::Stacked))
-    {
-        series!(chart, draw_series, s);
-    }
+    mesh.draw()
+}
+
+/// The right y axis and its series, when `c` has them.
+fn draw_right_axis<DB: DrawingBackend>(
+    chart: &mut DualPlane<'_, DB>,
+    c: &Chart,
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>>
+where
+    DB::ErrorType: 'static,
+{
     if let Some((label, right)) = &c.right {
+        let y_fmt = |y: &f64| number_label(*y);
         chart
             .configure_secondary_axes()
             .y_desc(label)
@@ -634,7 +696,14 @@ where
             series!(chart, draw_secondary_series, s);
         }
     }
-    draw_hline_and_marks(&mut chart, c, (x0, x1), (y0, y1))?;
+    Ok(())
+}
+
+/// A ring around each INVALID point of `c`.
+fn draw_rings<DB: DrawingBackend>(
+    chart: &mut Plane<'_, DB>,
+    c: &Chart,
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
     // A white halo under each ring keeps it visible on a bar of any colour.
     let ringed = rings(c);
     chart.draw_series(
@@ -647,12 +716,6 @@ where
             .iter()
             .map(|p| Circle::new(*p, RING_RADIUS, RING.stroke_width(2))),
     )?;
-    // Drawn last, as a legend is: after every point, in its own strip.
-    if let Some(layout) = &legend {
-        draw_legend(&legend_area, &entries, layout)?;
-    }
-    area.present()?;
-    legend_area.present()?;
     Ok(())
 }
 

@@ -8,6 +8,7 @@ use std::fmt;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::role::ChainRole;
+use crate::stop::Stop;
 
 /// Why a step measured nothing usable, or why what it measured does not count.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -15,14 +16,17 @@ pub enum StepFailure {
     /// The rig did not start (a program missing, a configuration refused, a port taken...):
     /// why.
     RigDidNotStart(String),
+    /// The cluster could not be brought to the step's shape (an object refused, a rollout that
+    /// did not finish, an Envoy that did not take its configuration): why. Said in the words
+    /// [`StepFailure::RigDidNotStart`] has always given it there, so that stored steps and
+    /// printed lines read as before.
+    ClusterNotShaped(String),
     /// The step's load could not be resolved into what the engine sends: why.
     LoadNotSetUp(String),
     /// The engine (or the agents sending the load) failed: why.
     LoadGeneratorFailed(String),
     /// A role of the rig exited during the step: which, and the last lines of its log.
     RoleExited { role: ChainRole, log_tail: String },
-    /// The step names an external variant the experiment does not have.
-    NoSuchVariant(String),
     /// A control-plane step's istiod, API server or real Envoy failed while it was measured:
     /// why.
     ControlPlaneFailed(String),
@@ -33,17 +37,35 @@ pub enum StepFailure {
     Recorded(String),
 }
 
+impl StepFailure {
+    /// A failed setup as the step's failure: [`StepFailure::StoppedBeforeLoad`] when the
+    /// setup ended for a stop (`stopped`: its error says so) or a stop was asked by the time it
+    /// failed (a Ctrl-C, which the terminal sends to the process's whole group, also kills the
+    /// short-lived helpers a setup runs, such as `ip` or `iptables`, so that any failure after
+    /// a stop is the stop's); else `failed()`, the failure with the error's words.
+    pub fn from_setup(
+        stop: &Stop,
+        stopped: bool,
+        failed: impl FnOnce() -> StepFailure,
+    ) -> StepFailure {
+        if stopped || stop.requested() {
+            StepFailure::StoppedBeforeLoad
+        } else {
+            failed()
+        }
+    }
+}
+
 impl fmt::Display for StepFailure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            StepFailure::RigDidNotStart(why) => write!(f, "the rig did not start: {why}"),
+            StepFailure::RigDidNotStart(why) | StepFailure::ClusterNotShaped(why) => {
+                write!(f, "the rig did not start: {why}")
+            }
             StepFailure::LoadNotSetUp(why) => write!(f, "the load could not be set up: {why}"),
             StepFailure::LoadGeneratorFailed(why) => write!(f, "the load generator failed: {why}"),
             StepFailure::RoleExited { role, log_tail } => {
                 write!(f, "{role} exited during the step ({log_tail})")
-            }
-            StepFailure::NoSuchVariant(name) => {
-                write!(f, "no external variant is called '{name}'")
             }
             StepFailure::ControlPlaneFailed(why) => {
                 write!(f, "the control plane failed during the step: {why}")
@@ -71,11 +93,32 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_setup_failure_after_a_stop_is_the_stops() {
+        let stop = Stop::new();
+        let failed = || StepFailure::RigDidNotStart("no key".into());
+        assert_eq!(StepFailure::from_setup(&stop, false, failed), failed());
+        assert_eq!(
+            StepFailure::from_setup(&stop, true, failed),
+            StepFailure::StoppedBeforeLoad
+        );
+        // A helper the group's Ctrl-C killed fails its stage: the stop's doing.
+        stop.request();
+        assert_eq!(
+            StepFailure::from_setup(&stop, false, failed),
+            StepFailure::StoppedBeforeLoad
+        );
+    }
+
+    #[test]
     fn each_kind_says_what_it_said_as_text() {
         let cases = [
             (
                 StepFailure::RigDidNotStart("envoy is not available".into()),
                 "the rig did not start: envoy is not available",
+            ),
+            (
+                StepFailure::ClusterNotShaped("deployment backend: not rolled out".into()),
+                "the rig did not start: deployment backend: not rolled out",
             ),
             (
                 StepFailure::LoadNotSetUp("bad URL".into()),
@@ -91,10 +134,6 @@ mod tests {
                     log_tail: "killed".into(),
                 },
                 "server_proxy exited during the step (killed)",
-            ),
-            (
-                StepFailure::NoSuchVariant("mesh".into()),
-                "no external variant is called 'mesh'",
             ),
             (
                 StepFailure::StoppedBeforeLoad,

@@ -225,6 +225,33 @@ impl Topology {
     pub fn has(self, class: Class) -> bool {
         class == Class::Backend || self.chain().iter().any(|r| r.class == class)
     }
+
+    /// Whether a proxy stands beside the client as its sidecar (clientonly, both).
+    pub fn has_client_sidecar(self) -> bool {
+        self.chain().iter().any(|r| r.duty == Duty::ClientSidecar)
+    }
+
+    /// Whether a proxy stands beside the server as its sidecar (serveronly, both).
+    pub fn has_server_sidecar(self) -> bool {
+        self.chain().iter().any(|r| r.duty == Duty::ServerSidecar)
+    }
+
+    /// Whether it has sidecars (serveronly, clientonly, both): what Istio injects, and what
+    /// its PeerAuthentication applies to.
+    pub fn has_sidecars(self) -> bool {
+        self.has_client_sidecar() || self.has_server_sidecar()
+    }
+
+    /// Whether a proxy of the mesh is on its chain, a sidecar or the waypoint: what the file's
+    /// `proxy` section configures (the gateway has a section of its own).
+    pub fn has_mesh_proxy(self) -> bool {
+        self.has_sidecars() || self.chain().iter().any(|r| r.duty == Duty::Waypoint)
+    }
+
+    /// Whether it runs on ambient's data plane, the node tunnels (ambient, waypoint).
+    pub fn is_ambient(self) -> bool {
+        self.has(Class::Tunnel)
+    }
 }
 
 impl StepKind {
@@ -461,6 +488,28 @@ mod tests {
         assert!(Topology::Waypoint.has(Class::Tunnel));
         assert!(!Topology::Both.has(Class::Tunnel));
         assert!(!StepKind::External.has(Class::Backend));
+    }
+
+    #[test]
+    fn sidecars_mesh_proxies_and_ambient_follow_the_chain() {
+        let which = |rule: fn(Topology) -> bool| {
+            Topology::ALL
+                .into_iter()
+                .filter(|t| rule(*t))
+                .map(Topology::name)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(which(Topology::has_client_sidecar), ["clientonly", "both"]);
+        assert_eq!(which(Topology::has_server_sidecar), ["serveronly", "both"]);
+        assert_eq!(
+            which(Topology::has_sidecars),
+            ["serveronly", "clientonly", "both"]
+        );
+        assert_eq!(
+            which(Topology::has_mesh_proxy),
+            ["serveronly", "clientonly", "both", "waypoint"]
+        );
+        assert_eq!(which(Topology::is_ambient), ["ambient", "waypoint"]);
     }
 
     #[test]

@@ -10,12 +10,12 @@
 use std::time::Duration;
 
 use meshbench_lab::control_plane_cost::{CostSpec, CostStep};
+use meshbench_lab::LabError;
 use meshbench_results::{MeshScale, Role, RoleUsage, StepFailure};
 use meshbench_store::{StepRecord, StepStatus};
 
 use crate::measured::StepContext;
 use crate::observer::Observer;
-use crate::rig_place::setup_failure;
 
 /// Runs a `control_plane` step serving `scale`; every failure ends up in `record`.
 pub(crate) fn run(
@@ -42,7 +42,11 @@ pub(crate) fn run(
     let mut cost = match started {
         Ok(c) => c,
         Err(err) => {
-            record.fail(setup_failure(err, stop, StepFailure::RigDidNotStart));
+            record.fail(StepFailure::from_setup(
+                stop,
+                matches!(err, LabError::Stopped),
+                || StepFailure::RigDidNotStart(err.to_string()),
+            ));
             return record;
         }
     };

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! LoadOptions ──resolve──► LoadSpec ──► measure: engine + sampler over one window ──► Measured
-//!   (load, targets)                       (measure)
+//!   (load, targets)                       (load_window)
 //! Experiment ──► Plan ──► steps::run_experiment ──► for each step, by its kind (`Work`):
 //!                         a chain or an external variant ──► measured::measured_step at its
 //!                         Place (rig_place: the lab's rig; cluster: a Kubernetes cluster;
@@ -26,7 +26,7 @@ pub mod cluster;
 pub mod control_plane;
 pub mod external;
 pub mod load;
-pub mod measure;
+pub mod load_window;
 mod measured;
 pub mod observer;
 pub mod rig_place;
@@ -40,7 +40,7 @@ pub mod targets;
 use thiserror::Error;
 
 pub use load::{Body, LoadError, LoadOptions, ProtoSource, QuicOptions, TargetSource, TlsOptions};
-pub use measure::{measure, ClientPlace, LoadSource, MeasureError, Measured, Sampling};
+pub use load_window::{measure, ClientPlace, LoadSource, MeasureError, Measured, Sampling};
 pub use observer::{Observer, Quiet, StepAt};
 pub use rig_place::load_options;
 pub use session::{new_experiment, now_rfc3339, Finished, Kept, NotStored, Session};

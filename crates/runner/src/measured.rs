@@ -29,7 +29,7 @@ use meshbench_store::StepRecord;
 use crate::agents::Fleet;
 use crate::external::read::RoleRead;
 use crate::load::LoadOptions;
-use crate::measure::{measure, ClientPlace, LoadSource, Measured, Sampling};
+use crate::load_window::{measure, ClientPlace, LoadSource, Measured, Sampling};
 use crate::observer::{Observer, StepAt};
 
 /// One reading of every Envoy's admin of a step, by role.
@@ -87,7 +87,12 @@ pub(crate) trait Realised {
 
     /// Where the sampled requests' latency went, hop by hop, if this place can say (by
     /// default it cannot).
-    fn attribution(&self, _sample_rate: f64, _sent: &[Sent]) -> Option<Attribution> {
+    fn attribution(
+        &self,
+        _step: &StepContext<'_>,
+        _sample_rate: f64,
+        _sent: &[Sent],
+    ) -> Option<Attribution> {
         None
     }
 
@@ -201,7 +206,7 @@ pub(crate) fn measured_step<'s>(
     };
     if let Some(every) = load.trace_every {
         let sent = std::mem::take(&mut measured.result.traces);
-        record.attribution = realised.attribution(1.0 / f64::from(every), &sent);
+        record.attribution = realised.attribution(step, 1.0 / f64::from(every), &sent);
     }
     for mut r in realised.roles(step, &mut measured, observer) {
         if let Some(chain) = r.chain {

@@ -16,12 +16,10 @@ use meshbench_lab::program::envoy::admin::{self, AdminError};
 use meshbench_lab::rig::{Rig, RigSpec};
 use meshbench_lab::{sampler, LabError};
 use meshbench_results::attribution::{Attribution, Sent};
-use meshbench_results::{
-    ChainRole, LoadPoint, PlayedBy, Role, RoleUsage, StepFailure, Stop, Usage,
-};
+use meshbench_results::{ChainRole, LoadPoint, PlayedBy, Role, RoleUsage, StepFailure, Usage};
 
 use crate::load::{LoadOptions, TargetSource};
-use crate::measure::{Measured, Sampling};
+use crate::load_window::{Measured, Sampling};
 use crate::measured::{Place, Realised, RoleReading, StepContext, Witnesses};
 use crate::observer::Observer;
 use crate::step_load::{aim_at_gateway, load_for};
@@ -55,8 +53,12 @@ impl Place for RigPlace<'_> {
             step.experiment_id,
             self.exe.clone(),
         );
-        let rig = Rig::start(&spec, step.stop)
-            .map_err(|err| setup_failure(err, step.stop, StepFailure::RigDidNotStart))?;
+        let rig = Rig::start(&spec, step.stop).map_err(|err| {
+            // The lab says a stop ended the start with `LabError::Stopped`.
+            StepFailure::from_setup(step.stop, matches!(err, LabError::Stopped), || {
+                StepFailure::RigDidNotStart(err.to_string())
+            })
+        })?;
         for w in &rig.warnings {
             observer.warning(w);
         }
@@ -117,8 +119,18 @@ impl Realised for RigStep {
         self.rig.dead_role()
     }
 
-    fn attribution(&self, sample_rate: f64, sent: &[Sent]) -> Option<Attribution> {
-        Some(crate::attribution::attribute(&self.rig, sample_rate, sent))
+    fn attribution(
+        &self,
+        step: &StepContext<'_>,
+        sample_rate: f64,
+        sent: &[Sent],
+    ) -> Option<Attribution> {
+        Some(crate::attribution::attribute(
+            &self.rig,
+            sample_rate,
+            sent,
+            step.stop,
+        ))
     }
 
     fn roles(
@@ -207,23 +219,6 @@ pub fn load_options(e: &Experiment, step: &Step, load: &LoadPoint, rig: &Rig) ->
     o
 }
 
-/// Why a step could not be set up: [`StepFailure::StoppedBeforeLoad`] when a stop was asked
-/// (the lab says [`LabError::Stopped`]; and a Ctrl-C, which the terminal sends to this
-/// process's whole group, also kills the short-lived helpers a setup runs, such as `ip` or
-/// `iptables`, so that any failure after a stop is the stop's), else `failed` with the
-/// error's words.
-pub(crate) fn setup_failure(
-    err: LabError,
-    stop: &Stop,
-    failed: fn(String) -> StepFailure,
-) -> StepFailure {
-    if matches!(err, LabError::Stopped) || stop.requested() {
-        StepFailure::StoppedBeforeLoad
-    } else {
-        failed(err.to_string())
-    }
-}
-
 /// The sampler's own cost, stored as a pseudo-role so that it can be checked.
 fn sampler_usage(s: &sampler::Sampled) -> RoleUsage {
     let mc = meshbench_lab::sample::millicores(0, s.own_cpu_ns, s.wall_ns);
@@ -249,28 +244,8 @@ mod tests {
     use crate::measured::measured_step;
     use crate::observer::{Quiet, StepAt};
     use meshbench_experiment::{parse, Plan, Work};
+    use meshbench_results::Stop;
     use meshbench_store::{StepRecord, StepStatus};
-
-    #[test]
-    fn a_setup_failure_after_a_stop_is_the_stops() {
-        let stop = Stop::new();
-        let other = || LabError::Pki("no key".into());
-        let failed = StepFailure::RigDidNotStart;
-        assert_eq!(
-            setup_failure(other(), &stop, failed),
-            StepFailure::RigDidNotStart("certificate generation failed: no key".into())
-        );
-        assert_eq!(
-            setup_failure(LabError::Stopped, &stop, failed),
-            StepFailure::StoppedBeforeLoad
-        );
-        // A helper the group's Ctrl-C killed fails its stage: the stop's doing.
-        stop.request();
-        assert_eq!(
-            setup_failure(other(), &stop, failed),
-            StepFailure::StoppedBeforeLoad
-        );
-    }
 
     #[test]
     fn a_stop_before_the_rig_starts_stores_the_step_stopped_and_starts_nothing() {

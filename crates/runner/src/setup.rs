@@ -38,7 +38,7 @@ impl Sections {
             proxies: e
                 .topologies
                 .iter()
-                .any(|t| *t != StepKind::Chain(Topology::Gateway) && t.has(Class::Proxy)),
+                .any(|t| t.chain().is_some_and(Topology::has_mesh_proxy)),
             tunnels: e.topologies.iter().any(|t| t.has(Class::Tunnel)),
             gateway: e.topologies.contains(&StepKind::Chain(Topology::Gateway)),
         }

@@ -152,8 +152,8 @@ impl StepRunner {
             (Work::ControlPlane(mesh), _) => {
                 crate::control_plane::run(*mesh, &step, record, observer)
             }
-            (Work::External(variant, _), _) => {
-                let place = ExternalPlace { variant };
+            (Work::External(external, load), _) => {
+                let place = ExternalPlace { external, load };
                 measured_step(&place, fleet, &step, record, observer)
             }
             (Work::Chain(variant, load), Site::Here) => {

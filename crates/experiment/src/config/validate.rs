@@ -276,16 +276,9 @@ impl Experiment {
             .topologies
             .iter()
             .filter(|t| {
-                !matches!(
-                    t,
-                    StepKind::Chain(
-                        Topology::Baseline
-                            | Topology::Serveronly
-                            | Topology::Clientonly
-                            | Topology::Both
-                            | Topology::Gateway
-                    )
-                )
+                !t.chain().is_some_and(|c| {
+                    c.has_sidecars() || matches!(c, Topology::Baseline | Topology::Gateway)
+                })
             })
             .map(|t| t.name())
             .collect();
@@ -299,7 +292,7 @@ impl Experiment {
         let sidecars = self
             .topologies
             .iter()
-            .any(|t| *t != StepKind::Chain(Topology::Gateway) && t.has(Class::Proxy));
+            .any(|t| t.chain().is_some_and(Topology::has_mesh_proxy));
         if lab && sidecars && self.isolation != Isolation::Netns {
             p.push("proxy.type: istio runs each workload in a pod of its own, captured by Istio's iptables: add isolation: netns".into());
         }
@@ -593,12 +586,10 @@ impl Experiment {
     /// Istio's sidecars or gateway, Contour for its gateway. It is what `limits.control_plane`
     /// limits, and what a sweep of `limits.control_plane.cpus` varies.
     pub fn runs_control_plane(&self, t: Topology) -> bool {
-        match t {
-            Topology::Gateway => self.gateway.controlled(),
-            Topology::Serveronly | Topology::Clientonly | Topology::Both => {
-                self.proxy.kind == Program::Istio
-            }
-            Topology::Baseline | Topology::Ambient | Topology::Waypoint => false,
+        if t == Topology::Gateway {
+            self.gateway.controlled()
+        } else {
+            t.has_sidecars() && self.proxy.kind == Program::Istio
         }
     }
 

@@ -41,7 +41,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::Value;
 
 use crate::borrowed::{Borrowed, WorkloadKind};
-use crate::names::SERVICE_PORT;
+use crate::names::{APP_LABEL, GATEWAY_HTTPS_PORT, SERVICE_PORT};
 use crate::objects::gateway_api::{self, Infrastructure, Listener};
 use crate::objects::istio::{PeerAuthentication, Telemetry};
 use crate::objects::to_value;
@@ -490,7 +490,7 @@ impl System {
     }
 
     fn pod_labels(&self, app: &str) -> BTreeMap<String, String> {
-        labels([("app", app), (PART, SYSTEM_UNDER_TEST)])
+        labels([(APP_LABEL, app), (PART, SYSTEM_UNDER_TEST)])
     }
 
     /// The pod's node selector and tolerations, when the system has them.
@@ -583,7 +583,7 @@ impl System {
             spec: Some(DeploymentSpec {
                 replicas: Some(1),
                 selector: LabelSelector {
-                    match_labels: Some(self::labels([("app", name)])),
+                    match_labels: Some(self::labels([(APP_LABEL, name)])),
                     ..LabelSelector::default()
                 },
                 // One pod at a time: a step never measures two generations side by side.
@@ -609,7 +609,7 @@ impl System {
         Service {
             metadata: self.meta(name),
             spec: Some(ServiceSpec {
-                selector: Some(labels([("app", name)])),
+                selector: Some(labels([(APP_LABEL, name)])),
                 ports: Some(ports),
                 ..ServiceSpec::default()
             }),
@@ -651,7 +651,7 @@ impl System {
                 image: Some("auto".into()),
                 image_pull_policy: Some(self.pull_policy.clone()),
                 ports: Some(vec![
-                    container_port("https", 443),
+                    container_port("https", GATEWAY_HTTPS_PORT),
                     container_port("http", 80),
                 ]),
                 resources: Some(shape.proxy.requirements()),
@@ -664,7 +664,7 @@ impl System {
 
     fn gateway_service(&self) -> Service {
         let ports = vec![
-            service_port("https", 443, 443),
+            service_port("https", GATEWAY_HTTPS_PORT, GATEWAY_HTTPS_PORT),
             service_port("http", 80, 80),
         ];
         self.service(GATEWAY, ports)

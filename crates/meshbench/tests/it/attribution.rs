@@ -126,7 +126,8 @@ pub(crate) fn attributed(rig: &Rig, o: LoadOptions, netns: Option<&str>) -> Attr
         "{} sampled of {due} due",
         sent.len()
     );
-    let a = meshbench_runner::attribution::attribute(rig, 1.0 / f64::from(every), &sent);
+    let a =
+        meshbench_runner::attribution::attribute(rig, 1.0 / f64::from(every), &sent, &Stop::new());
     assert_eq!(a.sampled, sent.len() as u64);
     for split in &a.requests {
         let sum: i64 = split.parts_ns.iter().sum();

@@ -11,17 +11,18 @@
 //! out (`analysis::attribution::LogIndex`).
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use meshbench_analysis::attribution::{clock_offsets, join, LogIndex};
 use meshbench_engine::Stop;
-use meshbench_k8s::k8s_openapi;
+use meshbench_k8s::{k8s_openapi, names};
 use meshbench_lab::program::envoy::access_log;
 use meshbench_results::attribution::{Attribution, HopSeen, Logged, Node, Seen, Sent};
 use meshbench_results::{ChainRole, PlayedBy, Program, Topology};
 
 use super::ClusterSite;
+use crate::attribution::{read_until_complete, HopLogs};
 
 /// The container Istio's injector puts the proxy in.
 const PROXY_CONTAINER: &str = "istio-proxy";
@@ -29,6 +30,9 @@ const PROXY_CONTAINER: &str = "istio-proxy";
 /// How long the lines may take to reach the logs: the proxies flush every 0.2 s
 /// (`access_log::ISTIO_FLUSH_INTERVAL`), the kubelet writes what it reads at once.
 const FLUSH_WAIT: Duration = Duration::from_secs(5);
+
+/// How often the pods' logs are read again while they lack a request.
+const READ_EVERY: Duration = Duration::from_millis(500);
 
 /// The node of the pod each line of a hop came from, by the line's id and start.
 type NodeOf = HashMap<(u64, u64), String>;
@@ -62,20 +66,16 @@ impl ClusterSite {
             .filter(|h| h.seen == Seen::PerRequest)
             .map(|h| h.role)
             .collect();
-        let deadline = Instant::now() + FLUSH_WAIT;
-        let (logs, nodes) = loop {
-            let (logs, nodes): (Vec<(ChainRole, Vec<Logged>)>, Vec<NodeOf>) = logging
-                .iter()
-                .map(|&role| {
-                    let (lines, node_of) = self.hop_lines(role, window);
-                    ((role, lines), node_of)
-                })
-                .unzip();
-            let complete = LogIndex::new(&logs).complete(sent);
-            if complete || Instant::now() >= deadline || !stop.sleep(Duration::from_millis(500)) {
-                break (logs, nodes);
-            }
-        };
+        let (logs, nodes): (HopLogs, Vec<NodeOf>) =
+            read_until_complete(sent, (FLUSH_WAIT, READ_EVERY), stop, || {
+                logging
+                    .iter()
+                    .map(|&role| {
+                        let (lines, node_of) = self.hop_lines(role, window);
+                        ((role, lines), node_of)
+                    })
+                    .unzip()
+            });
         let index = LogIndex::new(&logs);
         let agents_node = self.agents_node();
         let by_id: HashMap<u64, &Sent> = sent.iter().map(|s| (s.id, s)).collect();
@@ -96,8 +96,8 @@ impl ClusterSite {
     fn role_pods(&self, role: ChainRole) -> Vec<Pod> {
         let pods = match role {
             ChainRole::ClientProxy => self.pods(&self.agents.agent_selector()),
-            ChainRole::ServerProxy => self.pods("app=backend"),
-            ChainRole::Gateway => self.pods("app=gateway"),
+            ChainRole::ServerProxy => self.pods(names::BACKEND_PODS),
+            ChainRole::Gateway => self.pods(names::GATEWAY_PODS),
             // Istio names the waypoint's Deployment after its Gateway.
             ChainRole::Waypoint => self.pods("").map(|all| {
                 all.into_iter()
@@ -105,7 +105,7 @@ impl ClusterSite {
                         p.metadata
                             .name
                             .as_deref()
-                            .is_some_and(|n| n.starts_with("waypoint-"))
+                            .is_some_and(|n| n.starts_with(names::WAYPOINT_POD_PREFIX))
                     })
                     .collect()
             }),

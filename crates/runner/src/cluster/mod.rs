@@ -60,7 +60,7 @@ use meshbench_k8s::objects::istio::MeshConfig;
 use meshbench_k8s::rollout::Workload;
 use meshbench_k8s::system::{self, Shape, System};
 use meshbench_k8s::undo::{self, Header, Journal, Undo, UndoError};
-use meshbench_k8s::{BlockingClient, ClusterError, Objects, Plan};
+use meshbench_k8s::{names, BlockingClient, ClusterError, Objects, Plan};
 use meshbench_lab::program::envoy::access_log;
 use meshbench_results::{Program, StepKind, Topology};
 use thiserror::Error;
@@ -233,7 +233,10 @@ struct GatewayAssets {
 fn needs(e: &Experiment) -> Vec<(&'static str, &'static str)> {
     let has = |t: Topology| e.topologies.contains(&StepKind::Chain(t));
     let mut n = Vec::new();
-    let sidecars = has(Topology::Serveronly) || has(Topology::Clientonly) || has(Topology::Both);
+    let sidecars = e
+        .topologies
+        .iter()
+        .any(|k| k.chain().is_some_and(Topology::has_sidecars));
     if sidecars {
         n.push((
             "peerauthentications.security.istio.io",
@@ -287,10 +290,8 @@ pub fn missing_on_cluster(
         }
     }
     let chains = || e.topologies.iter().filter_map(|k| k.chain());
-    let injects = chains().any(|t| match t {
-        Topology::Serveronly | Topology::Clientonly | Topology::Both => true,
-        Topology::Gateway => e.gateway.of(None) == Program::Istio,
-        _ => false,
+    let injects = chains().any(|t| {
+        t.has_sidecars() || (t == Topology::Gateway && e.gateway.of(None) == Program::Istio)
     });
     if injects {
         let webhooks = client.list_cluster_scoped::<MutatingWebhookConfiguration>()?;
@@ -308,9 +309,9 @@ pub fn missing_on_cluster(
         let revision = e.cluster.as_ref().and_then(|c| c.istio_revision.as_deref());
         missing.extend(attribution_provider_missing(client, revision)?);
     }
-    let ambient = chains().any(|t| matches!(t, Topology::Ambient | Topology::Waypoint));
+    let ambient = chains().any(Topology::is_ambient);
     if ambient {
-        let ztunnel = client.list::<DaemonSet>(ISTIO_NAMESPACE, "app=ztunnel")?;
+        let ztunnel = client.list::<DaemonSet>(ISTIO_NAMESPACE, names::ZTUNNEL_PODS)?;
         if ztunnel.is_empty() {
             missing.push("ambient and waypoint need Istio's ambient data plane: no ztunnel DaemonSet in istio-system (istioctl install --set profile=ambient)".into());
         }

@@ -30,6 +30,7 @@ use super::{SiteError, AGENTS, AGENT_PORT};
 /// The system an experiment deploys (its gateway objects come later).
 pub fn system_of(e: &Experiment, section: &Cluster) -> System {
     let has = |t: Topology| e.topologies.contains(&StepKind::Chain(t));
+    let chains = || e.topologies.iter().filter_map(|k| k.chain());
     // A pod's CPUs are not this machine's: the backend's own default when the file gives none.
     let mut backend_args = crate::setup::backend_args(
         e,
@@ -45,8 +46,8 @@ pub fn system_of(e: &Experiment, section: &Cluster) -> System {
         image: section.image.clone(),
         pull_policy: section.image_pull_policy.name().into(),
         backend_args,
-        server_sidecar: has(Topology::Serveronly) || has(Topology::Both),
-        client_sidecar: has(Topology::Clientonly) || has(Topology::Both),
+        server_sidecar: chains().any(Topology::has_server_sidecar),
+        client_sidecar: chains().any(Topology::has_client_sidecar),
         gateway: has(Topology::Gateway) && e.gateway.of(None) == Program::Istio,
         waypoint: has(Topology::Waypoint),
         revision: section.istio_revision.clone(),
@@ -102,16 +103,10 @@ pub fn shape_of(e: &Experiment, variant: &ChainVariant) -> Shape {
         cpu_cores: swept(class).or_else(|| r.cpus.first().copied()),
         memory_mib: r.memory_mib,
     };
-    let is_sidecars = |t: Topology| {
-        matches!(
-            t,
-            Topology::Serveronly | Topology::Clientonly | Topology::Both
-        )
-    };
-    let sidecars = is_sidecars(variant.topology)
+    let sidecars = variant.topology.has_sidecars()
         || e.topologies
             .iter()
-            .any(|k| k.chain().is_some_and(is_sidecars));
+            .any(|k| k.chain().is_some_and(Topology::has_sidecars));
     let mode = match (e.proxy.mtls, variant.peer_authentication) {
         (false, _) => PeerAuthentication::Disable,
         (true, Some(m)) => m,
@@ -131,7 +126,7 @@ pub fn shape_of(e: &Experiment, variant: &ChainVariant) -> Shape {
         // The cluster's Contour (its Deployment's container), swept like the proxies.
         control_plane: resources(Class::ControlPlane, &e.limits.control_plane),
         backend: resources(Class::Backend, &e.limits.backend),
-        ambient: matches!(variant.topology, Topology::Ambient | Topology::Waypoint),
+        ambient: variant.topology.is_ambient(),
         use_waypoint: variant.topology == Topology::Waypoint,
         peer_authentication: sidecars.then(|| mode.name().to_ascii_uppercase()),
     }

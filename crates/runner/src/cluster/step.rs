@@ -17,10 +17,11 @@ use meshbench_experiment::external::{ExternalRole, Preset};
 use meshbench_experiment::{ChainVariant, Step};
 use meshbench_k8s::blocking::ApiError;
 use meshbench_k8s::k8s_openapi;
+use meshbench_k8s::names;
 use meshbench_k8s::rollout::RolloutError;
 use meshbench_k8s::system::{self, ContourInstall, Path as Through, Shape};
-use meshbench_lab::program::envoy::admin;
 use meshbench_lab::program::envoy::ready::{self, AckError, Awaited, Expected, SidecarExpected};
+use meshbench_lab::program::envoy::{admin, istio_shape};
 use meshbench_lab::sampler;
 use meshbench_results::attribution::{Attribution, Sent};
 use meshbench_results::{
@@ -32,7 +33,7 @@ use crate::external::prometheus::PromError;
 use crate::external::read::came_or_went;
 use crate::external::{read_window_from, warn_each};
 use crate::load::{LoadOptions, TargetSource};
-use crate::measure::Measured;
+use crate::load_window::Measured;
 use crate::measured::{Place, Realised, RoleReading, StepContext, Witnesses};
 use crate::observer::Observer;
 use crate::step_load::{aim_at_gateway, load_for};
@@ -162,7 +163,7 @@ impl ClusterSite {
     /// The Envoys of `topology` with one pod each, by role: the pod and what it must hold.
     fn envoys(&self, topology: Topology) -> Result<Vec<(ChainRole, String, Awaited)>, ShapeError> {
         let ns = &self.section.namespace;
-        let backend = self.pods("app=backend")?;
+        let backend = self.pods(names::BACKEND_PODS)?;
         let Some(backend_pod) = backend.first() else {
             return Err(ShapeError::NoPod("backend"));
         };
@@ -202,7 +203,7 @@ impl ClusterSite {
                         .gateway
                         .as_ref()
                         .expect("a gateway topology has its assets");
-                    let pods = self.pods("app=gateway")?;
+                    let pods = self.pods(names::GATEWAY_PODS)?;
                     let Some(pod) = pods.first() else {
                         return Err(ShapeError::NoPod("gateway"));
                     };
@@ -210,7 +211,7 @@ impl ClusterSite {
                         r.role,
                         name(pod),
                         Awaited::Gateway(Expected {
-                            listener: "0.0.0.0_443".into(),
+                            listener: istio_shape::port_name(names::GATEWAY_HTTPS_PORT),
                             filter_chains: g.domains,
                             route_configs: ready::RouteConfigs::All,
                             routes: g.routes,
@@ -284,11 +285,9 @@ impl ClusterSite {
     /// that comes or goes in a window makes the role missing (`external::read`).
     fn roles(&self, topology: Topology) -> Vec<ExternalRole> {
         let ns = self.section.namespace.as_str();
-        let now = |app: &str, fallback: &str| {
-            pod_pattern(self.pods(&format!("app={app}")).ok(), fallback)
-        };
-        let backend_pods = now(system::BACKEND, "backend-.*");
-        let gateway_pods = now(system::GATEWAY, "gateway-.*");
+        let now = |selector: &str, fallback: &str| pod_pattern(self.pods(selector).ok(), fallback);
+        let backend_pods = now(names::BACKEND_PODS, "backend-.*");
+        let gateway_pods = now(names::GATEWAY_PODS, "gateway-.*");
         let contour = self.system.contour.as_ref();
         // Every pod of Contour's Envoy (a DaemonSet's: one per node), their figures summed.
         let envoy_pods = |c: &ContourInstall| {
@@ -340,7 +339,7 @@ impl ClusterSite {
                 ChainRole::Waypoint => Some(role(
                     r.role,
                     Preset::Waypoint,
-                    &[("namespace", ns), ("pod", "waypoint-.*")],
+                    &[("namespace", ns), ("pod", names::WAYPOINT_PODS)],
                 )),
                 // One DaemonSet: its pods are read once, as the client's tunnel.
                 ChainRole::ZtunnelClient => Some(role(r.role, Preset::Ztunnel, &[])),
@@ -532,9 +531,15 @@ impl ClusterSite {
                 v.insert(format!("{who}:{container}"), image);
             }
         };
-        add("backend", self.pods("app=backend").unwrap_or_default());
+        add(
+            "backend",
+            self.pods(names::BACKEND_PODS).unwrap_or_default(),
+        );
         if self.system.gateway {
-            add("gateway", self.pods("app=gateway").unwrap_or_default());
+            add(
+                "gateway",
+                self.pods(names::GATEWAY_PODS).unwrap_or_default(),
+            );
         }
         if self.system.client_sidecar {
             add(
@@ -553,7 +558,7 @@ impl ClusterSite {
         if istio {
             let istiod = self
                 .client
-                .list::<Pod>(super::ISTIO_NAMESPACE, "app=istiod");
+                .list::<Pod>(super::ISTIO_NAMESPACE, names::ISTIOD_PODS);
             add("istiod", istiod.unwrap_or_default());
         }
         v
@@ -607,15 +612,14 @@ impl Place for ClusterPlace<'_> {
         let stop = step.stop;
         // A stop while the step is set up is no failure of the system: the step is stored as
         // stopped before its load, and the experiment ends there.
-        let unless_stopped = |failure| match stop.requested() {
-            true => StepFailure::StoppedBeforeLoad,
-            false => failure,
-        };
         if stop.requested() {
             return Err(StepFailure::StoppedBeforeLoad);
         }
-        site.realise_shape(topology, &shape, stop)
-            .map_err(|why| unless_stopped(StepFailure::RigDidNotStart(why.to_string())))?;
+        site.realise_shape(topology, &shape, stop).map_err(|why| {
+            StepFailure::from_setup(stop, false, || {
+                StepFailure::ClusterNotShaped(why.to_string())
+            })
+        })?;
         let roles = site.roles(topology);
         let warn = |observer: &mut dyn Observer, why: ObservableError| {
             observer.warning(&format!(
@@ -687,7 +691,12 @@ impl Realised for ClusterStep<'_> {
             .load_options(step.e, step.at.step, &self.load, self.topology)
     }
 
-    fn attribution(&self, sample_rate: f64, sent: &[Sent]) -> Option<Attribution> {
+    fn attribution(
+        &self,
+        _step: &StepContext<'_>,
+        sample_rate: f64,
+        sent: &[Sent],
+    ) -> Option<Attribution> {
         Some(self.site.attribute(
             self.topology,
             self.log_window,

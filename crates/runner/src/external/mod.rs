@@ -17,12 +17,12 @@ use std::time::Duration;
 
 use meshbench_experiment::config::Experiment;
 use meshbench_experiment::external::{External, ExternalRole, Variant};
-use meshbench_experiment::Step;
+use meshbench_experiment::{ExternalVariant, Step};
 use meshbench_lab::sampler;
 use meshbench_results::{LoadPoint, Protocol, Sample, StepFailure, UsageReader, UsageSource};
 
 use crate::load::{Body, LoadOptions, ProtoSource, TargetSource};
-use crate::measure::Measured;
+use crate::load_window::Measured;
 use crate::measured::{Place, Realised, RoleReading, StepContext};
 use crate::observer::Observer;
 use crate::step_load::load_for;
@@ -86,8 +86,10 @@ const SETTLE_MAX: Duration = Duration::from_secs(2);
 /// its roles read from Prometheus after the load (a step the load could not reach fails;
 /// Prometheus' failures only mark roles missing).
 pub(crate) struct ExternalPlace<'a> {
-    /// The variant's name in the file's `external.variants`.
-    pub variant: &'a str,
+    /// The variant, as the plan found it in the file.
+    pub external: &'a ExternalVariant,
+    /// The step's load point.
+    pub load: &'a LoadPoint,
 }
 
 /// An external variant found, with its section.
@@ -100,17 +102,13 @@ struct ExternalStep<'a> {
 impl Place for ExternalPlace<'_> {
     fn realise<'s>(
         &'s self,
-        step: &StepContext<'s>,
+        _step: &StepContext<'s>,
         _observer: &mut dyn Observer,
     ) -> Result<Box<dyn Realised + 's>, StepFailure> {
-        let no_such = || StepFailure::NoSuchVariant(self.variant.to_string());
-        let section = step.e.external.as_ref().ok_or_else(no_such)?;
-        let variant = section.variant(self.variant).ok_or_else(no_such)?;
-        let load = *step.at.step.load().ok_or_else(no_such)?;
         Ok(Box::new(ExternalStep {
-            section,
-            variant,
-            load,
+            section: self.external.section(),
+            variant: self.external.variant(),
+            load: *self.load,
         }))
     }
 }

@@ -73,74 +73,16 @@ pub(super) fn merge(
     wall_start: SystemTime,
     interrupted: bool,
 ) -> RunResult {
-    // When each agent's schedule really began (its clock's zero plus how late its first send
-    // was), on the coordinator's clock: an open loop's segments start at their own first
-    // arrivals, which is the plan, not skew.
-    let firsts: Vec<Option<i64>> = places
-        .iter()
-        .map(|s| {
-            let p = s.part.as_ref()?;
-            let late = p.first_send_late_ns?;
-            Some((p.start_monotonic_ns + late) as i64 - s.offset_ns)
-        })
-        .collect();
+    let firsts = first_sends(&places);
     let earliest = firsts.iter().flatten().min().copied();
     let latest = firsts.iter().flatten().max().copied();
     let mut reports = Vec::new();
     let mut parts = Vec::new();
     let mut any_lost = false;
     for (s, began) in places.into_iter().zip(&firsts) {
-        // A lost agent measured from the warm-up's end until it was lost: its window, so that
-        // a step whose every agent was lost (a route cut) still spans the seconds they sent.
-        let measured_ns = s.lost.as_ref().map_or(0, |l| {
-            ((l.after_secs - spec.warmup.as_secs_f64()).max(0.0) * 1e9) as u64
-        });
-        let threads = s.part.as_ref().map_or(0, |p| p.workers.len());
-        let part = s.part.unwrap_or_else(|| Part {
-            recorder: s.seen.clone(),
-            workers: vec![meshbench_engine::WorkerFigures {
-                window_ns: measured_ns,
-                cpu_ns: 0,
-                run_delay_ns: None,
-                spin_ns: 0,
-                slack_ns: 0,
-                ahead_ns: 0,
-                wake_cost_ns: 0,
-            }],
-            cpu_secs: 0.0,
-            rss_max_bytes: 0,
-            start_monotonic_ns: start,
-            first_send_late_ns: None,
-            wall_start,
-            // Lost, not stopped: the warning below says so.
-            interrupted: false,
-            timeline: Vec::new(),
-            cpu_quota: None,
-        });
         any_lost |= s.lost.is_some();
-        let rec = &part.recorder;
-        reports.push(AgentPart {
-            name: s.name,
-            address: s.address,
-            segment: s.segment.index,
-            of: s.segment.count,
-            connections: s.connections,
-            threads,
-            requests: rec.counts.total(),
-            errors: rec.counts.failed(),
-            p50_us: rec.latency.value_at_quantile(0.5),
-            p99_us: rec.latency.value_at_quantile(0.99),
-            cpu_secs: (part.cpu_secs * 1000.0).round() / 1000.0,
-            clock_offset_us: (s.offset_ns as f64 / 100.0).round() / 10.0,
-            round_trip_us: (s.round_trip_ns as f64 / 100.0).round() / 10.0,
-            start_us: began
-                .zip(earliest)
-                .map(|(f, e)| ((f - e) as f64 / 100.0).round() / 10.0),
-            lost: s.lost.map(|l| Lost {
-                after_secs: (l.after_secs * 1000.0).round() / 1000.0,
-                reason: l.reason,
-            }),
-        });
+        let (report, part) = report_and_part(spec, s, (start, wall_start), began.zip(earliest));
+        reports.push(report);
         parts.push(part);
     }
     let mut result = meshbench_engine::merge(
@@ -170,4 +112,92 @@ pub(super) fn merge(
         agents: reports,
     });
     result
+}
+
+/// When each agent's schedule really began (its clock's zero plus how late its first send
+/// was), on the coordinator's clock: an open loop's segments start at their own first
+/// arrivals, which is the plan, not skew. `None` for an agent that sent nothing it reported.
+fn first_sends(places: &[Place]) -> Vec<Option<i64>> {
+    places
+        .iter()
+        .map(|s| {
+            let p = s.part.as_ref()?;
+            let late = p.first_send_late_ns?;
+            Some((p.start_monotonic_ns + late) as i64 - s.offset_ns)
+        })
+        .collect()
+}
+
+/// One place's line in the step's agents and the part it adds to the merge (for a lost agent,
+/// [`lost_part`]). `(start, wall_start)`: the step's start on the monotonic and the wall clock;
+/// `began`: when its schedule began and when the earliest one did, both on the coordinator's
+/// clock.
+fn report_and_part(
+    spec: &LoadSpec,
+    s: Place,
+    (start, wall_start): (u64, SystemTime),
+    began: Option<(i64, i64)>,
+) -> (AgentPart, Part) {
+    let threads = s.part.as_ref().map_or(0, |p| p.workers.len());
+    let part = s
+        .part
+        .unwrap_or_else(|| lost_part(spec, &s.seen, s.lost.as_ref(), start, wall_start));
+    let rec = &part.recorder;
+    let report = AgentPart {
+        name: s.name,
+        address: s.address,
+        segment: s.segment.index,
+        of: s.segment.count,
+        connections: s.connections,
+        threads,
+        requests: rec.counts.total(),
+        errors: rec.counts.failed(),
+        p50_us: rec.latency.value_at_quantile(0.5),
+        p99_us: rec.latency.value_at_quantile(0.99),
+        cpu_secs: (part.cpu_secs * 1000.0).round() / 1000.0,
+        clock_offset_us: (s.offset_ns as f64 / 100.0).round() / 10.0,
+        round_trip_us: (s.round_trip_ns as f64 / 100.0).round() / 10.0,
+        start_us: began.map(|(f, e)| ((f - e) as f64 / 100.0).round() / 10.0),
+        lost: s.lost.map(|l| Lost {
+            after_secs: (l.after_secs * 1000.0).round() / 1000.0,
+            reason: l.reason,
+        }),
+    };
+    (report, part)
+}
+
+/// The part of an agent that never sent its own: the seconds it was `seen` to add up to, as
+/// one worker whose window ran from the warm-up's end until it was `lost`, so that a step
+/// whose every agent was lost (a route cut) still spans the seconds they sent.
+fn lost_part(
+    spec: &LoadSpec,
+    seen: &Recorder,
+    lost: Option<&Lost>,
+    start: u64,
+    wall_start: SystemTime,
+) -> Part {
+    let measured_ns = lost.map_or(0, |l| {
+        ((l.after_secs - spec.warmup.as_secs_f64()).max(0.0) * 1e9) as u64
+    });
+    Part {
+        recorder: seen.clone(),
+        workers: vec![meshbench_engine::WorkerFigures {
+            window_ns: measured_ns,
+            cpu_ns: 0,
+            run_delay_ns: None,
+            spin_ns: 0,
+            slack_ns: 0,
+            ahead_ns: 0,
+            wake_cost_ns: 0,
+        }],
+        cpu_secs: 0.0,
+        rss_max_bytes: 0,
+        start_monotonic_ns: start,
+        first_send_late_ns: None,
+        wall_start,
+        // Lost, not stopped: the warning in `merge` says so.
+        interrupted: false,
+        timeline: Vec::new(),
+        cpu_quota: None,
+    }
 }

@@ -1,5 +1,5 @@
-//! One measurement: the engine drives a resolved load while, if a system under test is watched,
-//! the sampler reads every role over the same time. Every command that sends traffic comes
+//! One load window, the one measurement: the engine (or the agents) drives a resolved load
+//! while, if a system under test is watched, the sampler reads every role over the same time. Every command that sends traffic comes
 //! here (`run`, a capacity step, an experiment's lab step), so a step is exactly a run.
 //!
 //! The generator can be pinned to CPUs for the duration (`limits.client.cpuset`) and run inside
