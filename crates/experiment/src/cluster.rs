@@ -22,7 +22,7 @@ use crate::external::External;
 /// The `cluster` section.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
-pub struct Cluster {
+pub struct ClusterSection {
     /// How to reach the cluster; else `$KUBECONFIG`, `~/.kube/config` or the pod's service
     /// account. A relative path is beside the experiment file.
     pub kubeconfig: Option<PathBuf>,
@@ -117,9 +117,9 @@ pub enum EnvoyKind {
     DaemonSet,
 }
 
-impl Default for Cluster {
+impl Default for ClusterSection {
     fn default() -> Self {
-        Cluster {
+        ClusterSection {
             kubeconfig: None,
             namespace: "meshbench".into(),
             image: String::new(),
@@ -159,7 +159,7 @@ impl Default for PrometheusService {
 }
 
 impl PrometheusService {
-    /// The Service's namespace and name (checked by [`Cluster::validate`]).
+    /// The Service's namespace and name (checked by [`ClusterSection::validate`]).
     pub fn namespace_and_name(&self) -> (&str, &str) {
         self.service.split_once('/').unwrap_or(("", &self.service))
     }
@@ -241,7 +241,7 @@ pub struct Toleration {
     pub effect: Option<String>,
 }
 
-impl Cluster {
+impl ClusterSection {
     /// A relative kubeconfig is beside the experiment file.
     pub fn resolve_paths(&mut self, dir: &Path) {
         if let Some(k) = &self.kubeconfig {
@@ -251,7 +251,7 @@ impl Cluster {
         }
     }
 
-    /// The coordinator's port (from `coordinator`, checked by [`Cluster::validate`]), when the
+    /// The coordinator's port (from `coordinator`, checked by [`ClusterSection::validate`]), when the
     /// agents dial it.
     pub fn coordinator_port(&self) -> Option<u16> {
         self.coordinator.as_ref()?.rsplit_once(':')?.1.parse().ok()
@@ -294,7 +294,7 @@ impl Cluster {
 
     /// The section's own rules, and what of the rest of `e` cannot apply on a cluster.
     pub fn validate(&self, e: &Experiment, p: &mut Vec<String>) {
-        let Cluster {
+        let ClusterSection {
             kubeconfig: _, // read when the run starts: a file that is not there is one line then
             namespace,
             image,

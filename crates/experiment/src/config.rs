@@ -17,7 +17,7 @@ use meshbench_results::{
 use serde::{Deserialize, Serialize};
 use serde_yaml_ng::{Mapping, Value};
 
-use crate::cluster::Cluster;
+use crate::cluster::ClusterSection;
 use crate::external::External;
 use crate::read::Mistake;
 use crate::ConfigError;
@@ -78,7 +78,7 @@ pub struct Experiment {
     pub agents: Option<FleetConfig>,
     /// Realise the lab's topologies on a Kubernetes cluster instead of this machine.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cluster: Option<Cluster>,
+    pub cluster: Option<ClusterSection>,
     /// Per-hop attribution: where each step's latency goes, from a sample of requests the
     /// lab's Envoys log (docs/answers.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]

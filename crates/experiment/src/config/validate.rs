@@ -53,7 +53,7 @@ impl Experiment {
             limits: _,      // validate_limits
             external: _,    // validate_external
             agents: _,      // FleetConfig::validate
-            cluster: _,     // Cluster::validate
+            cluster: _,     // ClusterSection::validate
             attribution: _, // validate_attribution
             old_words: _,   // not read from the file
         } = self;

@@ -52,7 +52,7 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Service};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use meshbench_engine::Stop;
-use meshbench_experiment::cluster::{Cluster, UsageFrom};
+use meshbench_experiment::cluster::{ClusterSection, UsageFrom};
 use meshbench_experiment::config::Experiment;
 use meshbench_k8s::blocking::ApiError;
 use meshbench_k8s::k8s_openapi;
@@ -191,7 +191,7 @@ pub struct Coordinator {
 /// A cluster holding one run's system under test.
 pub struct ClusterSite {
     client: BlockingClient,
-    section: Cluster,
+    section: ClusterSection,
     system: System,
     agents: Objects,
     /// The shape last applied.
@@ -379,7 +379,7 @@ fn attribution_provider_missing(
 }
 
 /// The cluster's client for the file's section.
-pub fn connect(section: &Cluster) -> Result<BlockingClient, ApiError> {
+pub fn connect(section: &ClusterSection) -> Result<BlockingClient, ApiError> {
     BlockingClient::connect(section.kubeconfig.as_deref())
 }
 

@@ -20,7 +20,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use meshbench_engine::Stop;
-use meshbench_experiment::cluster::{AntiAffinity, Cluster, UsageFrom};
+use meshbench_experiment::cluster::{AntiAffinity, ClusterSection, UsageFrom};
 use meshbench_experiment::config::Experiment;
 use meshbench_k8s::blocking::ApiError;
 use meshbench_k8s::k8s_openapi;
@@ -144,7 +144,7 @@ struct Usable {
 pub fn check(
     client: &BlockingClient,
     e: &Experiment,
-    section: &Cluster,
+    section: &ClusterSection,
     stop: &Stop,
 ) -> Result<Preflight, PreflightError> {
     let kubernetes = client.server_version()?;
@@ -191,7 +191,7 @@ pub fn check(
 
 /// The nodes the plan can use: Ready and schedulable, for the system under test also matching
 /// its node selector with its taints tolerated, for the agents untainted.
-fn usable_nodes(nodes: &[Node], section: &Cluster) -> Result<Vec<Usable>, PreflightError> {
+fn usable_nodes(nodes: &[Node], section: &ClusterSection) -> Result<Vec<Usable>, PreflightError> {
     let placement = &section.system_under_test;
     let mut usable = Vec::new();
     let mut seen = Vec::new();
@@ -266,7 +266,7 @@ fn tolerated(taint: &Taint, tolerations: &[Toleration]) -> bool {
 /// test's: with fewer, the agent pods would stay Pending for the whole rollout limit.
 fn check_anti_affinity(
     usable: &[Usable],
-    section: &Cluster,
+    section: &ClusterSection,
     agents: usize,
 ) -> Result<(), PreflightError> {
     if section.load_anti_affinity != AntiAffinity::Required {
@@ -299,7 +299,7 @@ fn check_anti_affinity(
 /// `preflight`, each failure into `refused`.
 fn probe_pods(
     client: &BlockingClient,
-    section: &Cluster,
+    section: &ClusterSection,
     usable: &[Usable],
     stop: &Stop,
     preflight: &mut Preflight,
@@ -384,7 +384,7 @@ fn probe_pods(
 
 /// A probe pod for `node`: meshbench's image with the run's pull policy, printing its node's
 /// facts, with the system under test's tolerations when it goes to one of its nodes.
-fn probe_pod(section: &Cluster, name: &str, node: &Usable) -> Pod {
+fn probe_pod(section: &ClusterSection, name: &str, node: &Usable) -> Pod {
     let small = BTreeMap::from([
         ("cpu".to_string(), Quantity("50m".into())),
         ("memory".to_string(), Quantity("32Mi".into())),
@@ -543,7 +543,7 @@ fn pending_reason(pod: &Pod) -> String {
 /// API server, or Prometheus; one line for what does not.
 fn usage_path_missing(
     client: &BlockingClient,
-    section: &Cluster,
+    section: &ClusterSection,
     usable: &[Usable],
 ) -> Vec<String> {
     let timeout = Duration::from_secs_f64(section.query_timeout_secs);
@@ -660,7 +660,7 @@ mod tests {
         }
     }
 
-    fn section(text: &str) -> Cluster {
+    fn section(text: &str) -> ClusterSection {
         let file =
             format!("name: t\ntopologies: [baseline]\ncluster:\n  image: meshbench:1\n{text}");
         meshbench_experiment::parse("t.yaml", &file, &[])

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use meshbench_experiment::cluster::{
-    AgentsReach as FileReach, AntiAffinity as FileAntiAffinity, Cluster, EnvoyKind,
+    AgentsReach as FileReach, AntiAffinity as FileAntiAffinity, ClusterSection, EnvoyKind,
 };
 use meshbench_experiment::config::Experiment;
 use meshbench_experiment::{ChainVariant, Step};
@@ -28,7 +28,7 @@ use serde_json::Value;
 use super::{SiteError, AGENTS, AGENT_PORT};
 
 /// The system an experiment deploys (its gateway objects come later).
-pub fn system_of(e: &Experiment, section: &Cluster) -> System {
+pub fn system_of(e: &Experiment, section: &ClusterSection) -> System {
     let has = |t: Topology| e.topologies.contains(&StepKind::Chain(t));
     let chains = || e.topologies.iter().filter_map(|k| k.chain());
     // A pod's CPUs are not this machine's: the backend's own default when the file gives none.
@@ -64,7 +64,7 @@ pub fn system_of(e: &Experiment, section: &Cluster) -> System {
 }
 
 /// The taints the system under test's pods tolerate, as their pods carry them.
-pub(super) fn tolerations_of(section: &Cluster) -> Vec<Toleration> {
+pub(super) fn tolerations_of(section: &ClusterSection) -> Vec<Toleration> {
     section
         .system_under_test
         .tolerations
@@ -80,7 +80,7 @@ pub(super) fn tolerations_of(section: &Cluster) -> Vec<Toleration> {
 }
 
 /// The cluster's Contour, when the file's gateway is it.
-pub(super) fn contour_of(e: &Experiment, section: &Cluster) -> Option<ContourInstall> {
+pub(super) fn contour_of(e: &Experiment, section: &ClusterSection) -> Option<ContourInstall> {
     let gateway = e.topologies.contains(&StepKind::Chain(Topology::Gateway));
     let c = &section.contour;
     (gateway && e.gateway.of(None) == Program::Contour).then(|| ContourInstall {
@@ -135,7 +135,7 @@ pub fn shape_of(e: &Experiment, variant: &ChainVariant) -> Shape {
 /// The agents' Job, Service, ConfigMap and Secret for `e` on `section`'s cluster.
 pub fn agents_of(
     e: &Experiment,
-    section: &Cluster,
+    section: &ClusterSection,
     system: &System,
     token: &str,
     experiment_text: &str,
@@ -262,7 +262,7 @@ pub(super) fn gateway_objects(
 
 /// Every object and change a run would make, for `--dry-run`: the objects of the first step,
 /// then each step's changes.
-pub fn describe(e: &Experiment, section: &Cluster, token_note: &str) -> String {
+pub fn describe(e: &Experiment, section: &ClusterSection, token_note: &str) -> String {
     let plan = meshbench_experiment::Plan::compile(e);
     let mut system = system_of(e, section);
     let mut out = String::new();

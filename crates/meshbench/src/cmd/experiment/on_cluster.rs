@@ -7,7 +7,7 @@ use std::net::TcpListener;
 use std::path::Path;
 
 use anyhow::Result;
-use meshbench_experiment::cluster::Cluster;
+use meshbench_experiment::cluster::ClusterSection;
 use meshbench_experiment::Experiment;
 use meshbench_runner::cluster::preflight::PreflightError;
 use meshbench_runner::cluster::{self, ClusterSite, Coordinator, SiteError};
@@ -27,7 +27,7 @@ use crate::{exit, usage};
 /// makes before its first step (meshbench's image on each node the plan uses, the path to the
 /// roles' figures), in a namespace made for them and deleted again (a watcher beside, as for
 /// a run).
-pub fn dry_run(e: &Experiment, section: &Cluster, store_path: &Path) -> Result<u8> {
+pub fn dry_run(e: &Experiment, section: &ClusterSection, store_path: &Path) -> Result<u8> {
     out!("{}", cluster::describe(e, section, "<the agents' token>"));
     let client = cluster::connect(section)
         .map_err(|err| anyhow::anyhow!("the plan cannot be checked against the cluster: {err}"))?;
