@@ -32,4 +32,4 @@ pub use blocking::{ApiError, BlockingClient};
 pub use cluster::{AgentPod, Cluster, ClusterError, ConfigError};
 pub use forward::{Forward, StreamError};
 pub use k8s_openapi;
-pub use render::{AgentsReach, AntiAffinity, Objects, Plan, PlanError};
+pub use render::{AgentsReach, AntiAffinity, DistributedRun, DistributedRunError, Objects};

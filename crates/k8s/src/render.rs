@@ -1,4 +1,4 @@
-//! The objects of one distributed run, from a [`Plan`]: pure, so `meshbench gen k8s` prints
+//! The objects of one distributed run, from a [`DistributedRun`]: pure, so `meshbench gen k8s` prints
 //! exactly what `meshbench k8s run` applies, and tests parse every object back.
 //!
 //! - Secret `NAME-token`: the shared token, handed to each agent as `MESHBENCH_AGENT_TOKEN`
@@ -59,7 +59,7 @@ pub enum AgentsReach {
 
 /// One distributed run, as the user asked for it.
 #[derive(Debug, Clone)]
-pub struct Plan {
+pub struct DistributedRun {
     /// Prefix of every object's name (DNS-1123 label, at most 40 characters).
     pub name: String,
     pub namespace: String,
@@ -98,7 +98,7 @@ pub struct PodExtras {
 /// What is wrong with a plan: one line each.
 #[derive(Debug, Error, PartialEq, Eq)]
 #[error("{0}")]
-pub struct PlanError(pub String);
+pub struct DistributedRunError(pub String);
 
 /// The rendered objects, in the order they are applied.
 #[derive(Debug, Clone, PartialEq)]
@@ -137,7 +137,7 @@ impl Objects {
     }
 }
 
-fn dns_label(what: &str, s: &str, max: usize) -> Result<(), PlanError> {
+fn dns_label(what: &str, s: &str, max: usize) -> Result<(), DistributedRunError> {
     let ok = !s.is_empty()
         && s.len() <= max
         && s.bytes()
@@ -147,30 +147,30 @@ fn dns_label(what: &str, s: &str, max: usize) -> Result<(), PlanError> {
     if ok {
         Ok(())
     } else {
-        Err(PlanError(format!(
+        Err(DistributedRunError(format!(
             "{what} '{s}': use at most {max} lowercase letters, digits and '-' (a DNS label)"
         )))
     }
 }
 
-fn quantity(what: &str, q: &str) -> Result<(), PlanError> {
+fn quantity(what: &str, q: &str) -> Result<(), DistributedRunError> {
     let digits = q.trim_end_matches(|c: char| c.is_ascii_alphabetic());
     let suffix = &q[digits.len()..];
     let known = ["", "m", "k", "M", "G", "T", "Ki", "Mi", "Gi", "Ti"];
     if digits.parse::<f64>().is_ok_and(|v| v > 0.0) && known.contains(&suffix) {
         Ok(())
     } else {
-        Err(PlanError(format!(
+        Err(DistributedRunError(format!(
             "{what} '{q}': not a Kubernetes quantity; give one like 500m, 2, 512Mi or 1Gi"
         )))
     }
 }
 
-impl Plan {
+impl DistributedRun {
     /// Every mistake, one line each.
-    pub fn check(&self) -> Result<(), Vec<PlanError>> {
+    pub fn check(&self) -> Result<(), Vec<DistributedRunError>> {
         let mut problems = Vec::new();
-        let mut note = |r: Result<(), PlanError>| {
+        let mut note = |r: Result<(), DistributedRunError>| {
             if let Err(e) = r {
                 problems.push(e)
             }
@@ -178,13 +178,13 @@ impl Plan {
         note(dns_label("--name", &self.name, 40));
         note(dns_label("--namespace", &self.namespace, 63));
         if self.agents == 0 || self.agents > 10_000 {
-            note(Err(PlanError(format!(
+            note(Err(DistributedRunError(format!(
                 "--agents {}: give 1 to 10000 agents",
                 self.agents
             ))));
         }
         if self.image.is_empty() || self.image.contains(char::is_whitespace) {
-            note(Err(PlanError(format!(
+            note(Err(DistributedRunError(format!(
                 "--image '{}': not an image reference",
                 self.image
             ))));
@@ -193,11 +193,11 @@ impl Plan {
             AgentsReach::Coordinator(c) => match c.rsplit_once(':') {
                 Some((host, port))
                     if !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0) => {}
-                _ => note(Err(PlanError(format!(
+                _ => note(Err(DistributedRunError(format!(
                     "--coordinator '{c}': give HOST:PORT the agents can reach"
                 )))),
             },
-            AgentsReach::PortForward(0) => note(Err(PlanError(
+            AgentsReach::PortForward(0) => note(Err(DistributedRunError(
                 "the agents' port: give one from 1 to 65535".into(),
             ))),
             AgentsReach::PortForward(_) => {}
@@ -214,7 +214,9 @@ impl Plan {
                     !p.is_empty() && p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
                 });
             if !ok {
-                note(Err(PlanError(format!("--sysctl '{k}': not a sysctl name"))));
+                note(Err(DistributedRunError(format!(
+                    "--sysctl '{k}': not a sysctl name"
+                ))));
             }
         }
         if problems.is_empty() {
@@ -498,8 +500,8 @@ impl Plan {
 mod tests {
     use super::*;
 
-    fn plan() -> Plan {
-        Plan {
+    fn plan() -> DistributedRun {
+        DistributedRun {
             name: "gw-test".into(),
             namespace: "load".into(),
             agents: 3,

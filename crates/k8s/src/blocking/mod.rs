@@ -513,7 +513,7 @@ mod tests {
             }
         });
         let client = client_of(&url, "waits");
-        let objects = crate::Plan {
+        let objects = crate::DistributedRun {
             name: "agents".into(),
             namespace: "load".into(),
             agents: 1,

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use meshbench_k8s::{AntiAffinity, Cluster, ClusterError, Plan};
+use meshbench_k8s::{AntiAffinity, Cluster, ClusterError, DistributedRun};
 use meshbench_runner::agents::{Fleet, FleetError, FleetReach, Token};
 use meshbench_runner::cluster::journal_dir;
 use meshbench_runner::cluster::preflight::NodeFacts;
@@ -27,7 +27,7 @@ use crate::cli::{AntiAffinityArg, K8sGenArgs, K8sPlanFlags, K8sRestoreArgs, K8sR
 use crate::{exit, usage};
 
 /// The plan the flags describe, every mistake found (bad input: exit 2).
-fn plan(flags: &K8sPlanFlags, coordinator: &str) -> Result<Plan> {
+fn plan(flags: &K8sPlanFlags, coordinator: &str) -> Result<DistributedRun> {
     let experiment = std::fs::read_to_string(&flags.file)
         .map_err(|e| usage(format!("{}: cannot read it: {e}", flags.file.display())))?;
     // The file must be a valid experiment before anything is rendered from it.
@@ -47,7 +47,7 @@ fn plan(flags: &K8sPlanFlags, coordinator: &str) -> Result<Plan> {
         AntiAffinityArg::Required => AntiAffinity::Required,
         AntiAffinityArg::None => AntiAffinity::None,
     };
-    let plan = Plan {
+    let plan = DistributedRun {
         name: flags.name.clone(),
         namespace: flags.namespace.clone(),
         agents: flags.agents,
@@ -153,7 +153,7 @@ fn coordinate(
     rt: &tokio::runtime::Runtime,
     cluster: &Cluster,
     objects: &meshbench_k8s::Objects,
-    plan: &Plan,
+    plan: &DistributedRun,
     listener: TcpListener,
     token: Token,
     ready_timeout: Duration,

@@ -60,7 +60,7 @@ use meshbench_k8s::objects::istio::MeshConfig;
 use meshbench_k8s::rollout::Workload;
 use meshbench_k8s::system::{self, Shape, System};
 use meshbench_k8s::undo::{self, Header, Journal, Undo, UndoError};
-use meshbench_k8s::{names, BlockingClient, ClusterError, Objects, Plan};
+use meshbench_k8s::{names, BlockingClient, ClusterError, DistributedRun, Objects};
 use meshbench_lab::program::envoy::access_log;
 use meshbench_results::{Program, StepKind, Topology};
 use thiserror::Error;
@@ -489,7 +489,7 @@ impl ClusterSite {
     fn bring_up(
         &mut self,
         e: &Experiment,
-        plan: &Plan,
+        plan: &DistributedRun,
         coordinator: Coordinator,
         stop: &Stop,
         observer: &mut dyn Observer,

@@ -16,7 +16,7 @@ use meshbench_k8s::borrowed::WorkloadKind;
 use meshbench_k8s::k8s_openapi::api::core::v1::Toleration;
 use meshbench_k8s::render::PodExtras;
 use meshbench_k8s::system::{self, ContourInstall, ProxyLogging, Resources, Shape, System};
-use meshbench_k8s::{AgentsReach, AntiAffinity, Plan};
+use meshbench_k8s::{AgentsReach, AntiAffinity, DistributedRun};
 use meshbench_lab::contour::objects::{self as contour_objects, Contour};
 use meshbench_lab::gateway::Target;
 use meshbench_lab::gateway::{self, CertLayout, GatewayPlan};
@@ -139,7 +139,7 @@ pub fn agents_of(
     system: &System,
     token: &str,
     experiment_text: &str,
-) -> Plan {
+) -> DistributedRun {
     let first = first_shape(e);
     let (labels, annotations) = system.agent_pod(&first);
     let how = match section.load_anti_affinity {
@@ -147,7 +147,7 @@ pub fn agents_of(
         FileAntiAffinity::Required => AntiAffinity::Required,
         FileAntiAffinity::None => AntiAffinity::None,
     };
-    Plan {
+    DistributedRun {
         name: AGENTS.into(),
         namespace: section.namespace.clone(),
         agents: e.agents.as_ref().and_then(|a| a.count).unwrap_or(1) as u32,
