@@ -148,7 +148,7 @@ pub fn url_step(
                 ..spec
             },
             None,
-            crate::ClientPlace::default(),
+            crate::LoadOrigin::default(),
             session.stop.clone(),
             |l, _| on_live(l),
         ) {

@@ -40,7 +40,7 @@ pub mod targets;
 use thiserror::Error;
 
 pub use load::{Body, LoadError, LoadOptions, ProtoSource, QuicOptions, TargetSource, TlsOptions};
-pub use load_window::{measure, ClientPlace, LoadSource, MeasureError, Measured, Sampling};
+pub use load_window::{measure, LoadOrigin, LoadSource, MeasureError, Measured, Sampling};
 pub use observer::{Observer, Quiet, StepAt};
 pub use rig_place::load_options;
 pub use session::{new_experiment, now_rfc3339, Finished, Kept, NotStored, Session};

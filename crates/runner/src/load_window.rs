@@ -45,7 +45,7 @@ pub enum MeasureError {
 
 /// Where a local generator runs.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct ClientPlace<'a> {
+pub struct LoadOrigin<'a> {
     /// Pinned to these CPUs.
     pub cpus: Option<&'a [usize]>,
     /// Inside this network namespace (its sockets too).
@@ -77,7 +77,7 @@ pub fn measure(
     load_source: LoadSource,
     spec: &LoadSpec,
     sampling: Option<Sampling>,
-    client: ClientPlace,
+    client: LoadOrigin,
     stop: Stop,
     mut on_live: impl FnMut(&Live, &[(Role, Sample)]),
 ) -> Result<Measured, MeasureError> {

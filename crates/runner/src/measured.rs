@@ -29,7 +29,7 @@ use meshbench_store::StepRecord;
 use crate::agents::Fleet;
 use crate::external::read::RoleRead;
 use crate::load::LoadOptions;
-use crate::load_window::{measure, ClientPlace, LoadSource, Measured, Sampling};
+use crate::load_window::{measure, LoadOrigin, LoadSource, Measured, Sampling};
 use crate::observer::{Observer, StepAt};
 
 /// One reading of every Envoy's admin of a step, by role.
@@ -188,7 +188,7 @@ pub(crate) fn measured_step<'s>(
         source,
         &load,
         realised.sampling(step),
-        ClientPlace {
+        LoadOrigin {
             cpus: client_cpus.as_deref(),
             netns: realised.client_netns(),
         },

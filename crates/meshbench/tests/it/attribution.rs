@@ -32,7 +32,7 @@ use meshbench_lab::rig::{GatewaySpec, Rig, RigSpec};
 use meshbench_lab::{Program, ProgramSpec};
 use meshbench_results::attribution::{Attribution, Node, Part, Seen};
 use meshbench_results::{ChainRole, Topology};
-use meshbench_runner::{measure, ClientPlace, LoadOptions, LoadSource, TargetSource};
+use meshbench_runner::{measure, LoadOptions, LoadOrigin, LoadSource, TargetSource};
 
 const DELAY: Duration = Duration::from_millis(5);
 /// Rounds of (plain, the delay on the link, the delay in the backend), each delayed run compared
@@ -109,7 +109,7 @@ pub(crate) fn attributed(rig: &Rig, o: LoadOptions, netns: Option<&str>) -> Attr
     };
     let due = o.pace.rate_rps.expect("an open loop") * run.as_secs_f64() / f64::from(every);
     let load = o.resolve().expect("the load resolves");
-    let place = ClientPlace { cpus: None, netns };
+    let place = LoadOrigin { cpus: None, netns };
     let mut m = measure(
         LoadSource::Local,
         &load,

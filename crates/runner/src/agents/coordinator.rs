@@ -34,11 +34,11 @@ use super::wire::{Framed, Message};
 use super::{HandshakeError, PEER_SILENT};
 use crate::LoadOptions;
 
-mod place;
 mod pump;
+mod share;
 
-use place::{merge, Place, Told};
 use pump::{pump, Command, Event, Tagged};
+use share::{merge, AgentShare, Told};
 
 const HANDSHAKE_WAIT: Duration = Duration::from_secs(5);
 /// How often [`Fleet::gather`] looks at the stop while it waits for agents to dial in.
@@ -378,13 +378,13 @@ impl Fleet {
         stop: &Stop,
         mut on_live: impl FnMut(&Live),
     ) -> Result<RunResult, FleetError> {
-        let (agents, mut places) = self.prepare(options)?;
-        self.await_ready(&agents, &mut places, options, stop)?;
-        let (start, lead) = self.start_together(&agents, &places);
+        let (agents, mut shares) = self.prepare(options)?;
+        self.await_ready(&agents, &mut shares, options, stop)?;
+        let (start, lead) = self.start_together(&agents, &shares);
         let wall_start = SystemTime::now() + Duration::from_nanos(lead) + spec.warmup;
         let gathered = self.merge_as_they_come(
             &agents,
-            &mut places,
+            &mut shares,
             spec,
             stop,
             (start, lead),
@@ -392,7 +392,7 @@ impl Fleet {
         );
         Ok(merge(
             spec,
-            places,
+            shares,
             gathered,
             start,
             wall_start,
@@ -402,8 +402,11 @@ impl Fleet {
 
     /// Steps 1 to 3: admits newcomers, measures each agent's clock, gives agent i of n its
     /// place (segment i of n) and sends it `Prepare`. Returns the members taking part (place
-    /// index to member index) and their places.
-    fn prepare(&mut self, options: &LoadOptions) -> Result<(Vec<usize>, Vec<Place>), FleetError> {
+    /// index to member index) and their shares.
+    fn prepare(
+        &mut self,
+        options: &LoadOptions,
+    ) -> Result<(Vec<usize>, Vec<AgentShare>), FleetError> {
         self.admit();
         if self.members.is_empty() {
             return Err(FleetError::NoAgents);
@@ -423,15 +426,15 @@ impl Fleet {
             });
         }
         self.step += 1;
-        let places: Vec<Place> = agents
+        let shares: Vec<AgentShare> = agents
             .iter()
             .enumerate()
             .map(|(k, &i)| {
                 let m = &self.members[i];
-                Place::new(m, Segment::new(k as u64, n as u64), clocks[&m.id], options)
+                AgentShare::new(m, Segment::new(k as u64, n as u64), clocks[&m.id], options)
             })
             .collect();
-        for s in &places {
+        for s in &shares {
             let m = &self.members[agents[s.index]];
             self.send(
                 m,
@@ -442,7 +445,7 @@ impl Fleet {
                 },
             );
         }
-        Ok((agents, places))
+        Ok((agents, shares))
     }
 
     /// Waits until every agent has connected (or is lost); an agent that failed stops them
@@ -450,22 +453,22 @@ impl Fleet {
     fn await_ready(
         &mut self,
         agents: &[usize],
-        places: &mut [Place],
+        shares: &mut [AgentShare],
         options: &LoadOptions,
         stop: &Stop,
     ) -> Result<(), FleetError> {
         let step = self.step;
         let ready_by =
             Instant::now() + options.timeout.max(Duration::from_secs(5)) + Duration::from_secs(30);
-        let mut ready = vec![false; places.len()];
+        let mut ready = vec![false; shares.len()];
         while ready
             .iter()
-            .zip(places.iter())
+            .zip(shares.iter())
             .any(|(r, s)| !r && s.lost.is_none())
         {
             let left = ready_by.saturating_duration_since(Instant::now());
             if left.is_zero() || stop.requested() {
-                for s in places.iter_mut().filter(|s| s.lost.is_none()) {
+                for s in shares.iter_mut().filter(|s| s.lost.is_none()) {
                     s.lose("no ready in time".into(), 0.0);
                 }
                 break;
@@ -479,13 +482,13 @@ impl Fleet {
                 Event::Message(Message::Failed { step: s, reason }) if s == step => {
                     self.stop_all(agents, step, true);
                     return Err(FleetError::AgentFailed {
-                        name: places[k].name.clone(),
+                        name: shares[k].name.clone(),
                         step,
                         reason,
                     });
                 }
                 Event::Lost(why) => {
-                    places[k].lose(why, 0.0);
+                    shares[k].lose(why, 0.0);
                     self.members[agents[k]].lost = true;
                 }
                 _ => {}
@@ -497,11 +500,11 @@ impl Fleet {
     /// Step 4: one instant for all, far enough ahead for the slowest round trip, sent to each
     /// agent on its own clock. Returns the instant (the coordinator's monotonic clock, ns) and
     /// how far ahead it was set.
-    fn start_together(&self, agents: &[usize], places: &[Place]) -> (u64, u64) {
-        let worst_rtt = places.iter().map(|s| s.round_trip_ns).max().unwrap_or(0);
+    fn start_together(&self, agents: &[usize], shares: &[AgentShare]) -> (u64, u64) {
+        let worst_rtt = shares.iter().map(|s| s.round_trip_ns).max().unwrap_or(0);
         let lead = (3 * worst_rtt).max(50_000_000);
         let start = monotonic_ns() + lead;
-        for s in places.iter().filter(|s| s.lost.is_none()) {
+        for s in shares.iter().filter(|s| s.lost.is_none()) {
             let at_ns = (start as i64 + s.offset_ns).max(0) as u64;
             self.send(
                 &self.members[agents[s.index]],
@@ -519,7 +522,7 @@ impl Fleet {
     fn merge_as_they_come(
         &mut self,
         agents: &[usize],
-        places: &mut [Place],
+        shares: &mut [AgentShare],
         spec: &LoadSpec,
         stop: &Stop,
         (start, lead): (u64, u64),
@@ -539,17 +542,17 @@ impl Fleet {
             ),
             StopAt::Requests(_) => None,
         };
-        let mut seconds = Seconds::new(places.len());
+        let mut seconds = Seconds::new(shares.len());
         let mut gathered = Gathered::default();
         let mut completed: Vec<Interval> = Vec::new();
-        for (k, s) in places.iter().enumerate() {
+        for (k, s) in shares.iter().enumerate() {
             if s.lost.is_some() {
                 seconds.gone(k, &mut completed);
             }
         }
         let mut told = Told::default();
         let elapsed = || monotonic_ns().saturating_sub(start);
-        while places.iter().any(|s| s.part.is_none() && s.lost.is_none()) {
+        while shares.iter().any(|s| s.part.is_none() && s.lost.is_none()) {
             if stop.requested() && !told.stop || stop.hurried() && !told.hurry {
                 told = Told {
                     stop: true,
@@ -559,7 +562,7 @@ impl Fleet {
             }
             if deadline.is_some_and(|d| Instant::now() > d) {
                 let at = elapsed() as f64 / 1e9;
-                for (k, s) in places.iter_mut().enumerate() {
+                for (k, s) in shares.iter_mut().enumerate() {
                     if s.part.is_none() && s.lost.is_none() {
                         s.lose("no final report by the step's end".into(), at);
                         seconds.gone(k, &mut completed);
@@ -570,20 +573,20 @@ impl Fleet {
             if let Some((k, event)) = self.next_event(agents, Duration::from_millis(200)) {
                 match event {
                     Event::Message(Message::Second { step: s, interval }) if s == step => {
-                        places[k].seen.add_second(&interval);
+                        shares[k].seen.add_second(&interval);
                         seconds.add(k, *interval, &mut completed);
                     }
                     Event::Message(Message::Done { step: s, part }) if s == step => {
-                        places[k].part = Some(*part);
+                        shares[k].part = Some(*part);
                         seconds.gone(k, &mut completed);
                     }
                     Event::Message(Message::Failed { step: s, reason }) if s == step => {
-                        places[k].lose(format!("failed: {reason}"), elapsed() as f64 / 1e9);
+                        shares[k].lose(format!("failed: {reason}"), elapsed() as f64 / 1e9);
                         seconds.gone(k, &mut completed);
                     }
                     Event::Lost(why) => {
-                        if places[k].part.is_none() && places[k].lost.is_none() {
-                            places[k].lose(why, elapsed() as f64 / 1e9);
+                        if shares[k].part.is_none() && shares[k].lost.is_none() {
+                            shares[k].lose(why, elapsed() as f64 / 1e9);
                             seconds.gone(k, &mut completed);
                         }
                         self.members[agents[k]].lost = true;

@@ -1,5 +1,5 @@
-//! One step's bookkeeping per agent ([`Place`]: its segment, clock, seconds, part, loss) and
-//! the step's result merged from the places, exactly as `engine::run` merges its threads.
+//! One step's bookkeeping per agent ([`AgentShare`]: its segment, clock, seconds, part, loss) and
+//! the step's result merged from the shares, exactly as `engine::run` merges its threads.
 
 use std::time::SystemTime;
 
@@ -21,7 +21,7 @@ pub(super) struct Told {
 }
 
 /// One agent's place in a step: its segment, its clock, what it reported, whether it was lost.
-pub(super) struct Place {
+pub(super) struct AgentShare {
     pub(super) index: usize,
     pub(super) name: String,
     pub(super) address: String,
@@ -36,14 +36,14 @@ pub(super) struct Place {
     pub(super) lost: Option<Lost>,
 }
 
-impl Place {
+impl AgentShare {
     pub(super) fn new(
         m: &Member,
         segment: Segment,
         (offset_ns, round_trip_ns): (i64, u64),
         o: &LoadOptions,
-    ) -> Place {
-        Place {
+    ) -> AgentShare {
+        AgentShare {
             index: segment.index as usize,
             name: m.name.clone(),
             address: m.address.clone(),
@@ -63,23 +63,23 @@ impl Place {
     }
 }
 
-/// The step's result from its places: the parts that came (and for lost agents, their seconds)
+/// The step's result from its shares: the parts that came (and for lost agents, their seconds)
 /// merged by the engine, with each agent's share and the start's skew.
 pub(super) fn merge(
     spec: &LoadSpec,
-    places: Vec<Place>,
+    shares: Vec<AgentShare>,
     gathered: Gathered,
     start: u64,
     wall_start: SystemTime,
     interrupted: bool,
 ) -> RunResult {
-    let firsts = first_sends(&places);
+    let firsts = first_sends(&shares);
     let earliest = firsts.iter().flatten().min().copied();
     let latest = firsts.iter().flatten().max().copied();
     let mut reports = Vec::new();
     let mut parts = Vec::new();
     let mut any_lost = false;
-    for (s, began) in places.into_iter().zip(&firsts) {
+    for (s, began) in shares.into_iter().zip(&firsts) {
         any_lost |= s.lost.is_some();
         let (report, part) = report_and_part(spec, s, (start, wall_start), began.zip(earliest));
         reports.push(report);
@@ -117,8 +117,8 @@ pub(super) fn merge(
 /// When each agent's schedule really began (its clock's zero plus how late its first send
 /// was), on the coordinator's clock: an open loop's segments start at their own first
 /// arrivals, which is the plan, not skew. `None` for an agent that sent nothing it reported.
-fn first_sends(places: &[Place]) -> Vec<Option<i64>> {
-    places
+fn first_sends(shares: &[AgentShare]) -> Vec<Option<i64>> {
+    shares
         .iter()
         .map(|s| {
             let p = s.part.as_ref()?;
@@ -134,7 +134,7 @@ fn first_sends(places: &[Place]) -> Vec<Option<i64>> {
 /// clock.
 fn report_and_part(
     spec: &LoadSpec,
-    s: Place,
+    s: AgentShare,
     (start, wall_start): (u64, SystemTime),
     began: Option<(i64, i64)>,
 ) -> (AgentPart, Part) {
