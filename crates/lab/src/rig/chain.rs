@@ -6,6 +6,9 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::process::Command;
 
+use super::contour::ContourGateway;
+use super::control_plane::{ConfiguredGateway, ControlPlane};
+use super::istio::IstioGateway;
 use super::{
     AccessLog, GatewayEntry, Launch, Ready, Rig, RigSpec, RoleAddress, RunningRole, MESH_NAME,
 };
@@ -16,7 +19,7 @@ use crate::program::{Hop, ListenTls, Program, Standalone, UpstreamTls, WrittenPr
 use crate::LabError;
 use meshbench_results::{
     topology::{Duty, RolePlan},
-    ChainRole, Class, Configuration, PlayedBy, Stop, Topology,
+    ChainRole, Class, Configuration, ControlPlaneKind, PlayedBy, Stop, Topology,
 };
 
 /// The command line that runs the built-in backend (`meshbench backend`) on `listen`.
@@ -201,6 +204,30 @@ impl Rig {
                 Ok(launch(command, config, Ready::Accepts, access_log))
             }
         }
+    }
+
+    /// The gateway configured by `kind`: its control plane started with the gateway plan's
+    /// objects applied and kept on the rig, and its Envoy's launch. The one place that knows
+    /// which control planes there are.
+    pub(super) fn configured_gateway(
+        &mut self,
+        kind: ControlPlaneKind,
+        spec: &RigSpec,
+        hop: &Hop,
+        stop: &Stop,
+    ) -> Result<ConfiguredGateway, LabError> {
+        let (control_plane, gateway): (Box<dyn ControlPlane>, _) = match kind {
+            ControlPlaneKind::Istio => {
+                let (cp, gateway) = IstioGateway::start(self, spec, hop, stop)?;
+                (Box::new(cp), gateway)
+            }
+            ControlPlaneKind::Contour => {
+                let (cp, gateway) = ContourGateway::start(self, spec, hop, stop)?;
+                (Box::new(cp), gateway)
+            }
+        };
+        self.control_plane = Some(control_plane);
+        Ok(gateway)
     }
 
     /// Writes the gateway plan (TLS, a certificate per domain) for the gateway role at the

@@ -1,28 +1,25 @@
 //! The control plane a rig runs beside the Envoys it configures, as one idea: istiod for
-//! Istio's gateway (`rig/istio.rs`, [`IstioGateway`]) or its sidecars ([`IstioSidecars`]),
-//! Contour for its gateway (`rig/contour.rs`, [`ContourGateway`]). The rig holds at most one
+//! Istio's gateway (`rig/istio.rs`, `IstioGateway`) or its sidecars (`IstioSidecars`),
+//! Contour for its gateway (`rig/contour.rs`, `ContourGateway`). The rig holds at most one
 //! ([`Rig::control_plane`]), asks it the same questions whichever it is ([`ControlPlane`]),
 //! and starts every Envoy it configures the same way ([`Rig::start_configured_envoy`]).
 //!
 //! A third control plane (Envoy Gateway, another Gateway API implementation) is a module of
 //! its own beside `rig/istio.rs` (its objects, its start, its [`ControlPlane`] impl), a
-//! [`ControlPlaneKind`] variant, and one arm in [`Rig::configured_gateway`].
+//! [`ControlPlaneKind`] variant, and one arm in `Rig::configured_gateway` (`rig/chain.rs`,
+//! where a gateway's launch is made).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use super::{AccessLog, Rig, RigSpec, RunningRole};
+use super::{AccessLog, Rig, RunningRole};
 use crate::process::{Placement, RoleProcess};
 use crate::program::envoy::ready::{self, Awaited, ConfiguredBy};
-use crate::program::Hop;
 use crate::sampler::Watch;
 use crate::LabError;
 use meshbench_results::{ChainRole, Class, ControlPlaneKind, Stop};
-
-pub use super::contour::ContourGateway;
-pub use super::istio::{IstioGateway, IstioSidecars};
 
 /// What the rig asks of the control plane it runs, whichever it is.
 pub trait ControlPlane: Send {
@@ -77,30 +74,6 @@ pub(super) fn gateway_admin(roles: &[RunningRole]) -> Option<SocketAddr> {
 }
 
 impl Rig {
-    /// The gateway configured by `kind`: its control plane started with the gateway plan's
-    /// objects applied and kept on the rig, and its Envoy's launch. The one place that knows
-    /// which control planes there are.
-    pub(super) fn configured_gateway(
-        &mut self,
-        kind: ControlPlaneKind,
-        spec: &RigSpec,
-        hop: &Hop,
-        stop: &Stop,
-    ) -> Result<ConfiguredGateway, LabError> {
-        let (control_plane, gateway): (Box<dyn ControlPlane>, _) = match kind {
-            ControlPlaneKind::Istio => {
-                let (cp, gateway) = IstioGateway::start(self, spec, hop, stop)?;
-                (Box::new(cp), gateway)
-            }
-            ControlPlaneKind::Contour => {
-                let (cp, gateway) = ContourGateway::start(self, spec, hop, stop)?;
-                (Box::new(cp), gateway)
-            }
-        };
-        self.control_plane = Some(control_plane);
-        Ok(gateway)
-    }
-
     /// Starts an Envoy the rig's control plane configures (`command`: Istio's agent, or
     /// Envoy itself) and waits until it holds all of `awaited` (its admin at `admin`, reached
     /// in `admin_netns`): a minute, and a second more per 1,000 routes. The control plane's

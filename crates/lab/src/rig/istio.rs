@@ -10,12 +10,12 @@ use std::time::Duration;
 
 use super::control_plane::{gateway_admin, ConfiguredGateway, ControlPlane};
 use super::{AccessLog, Rig, RigSpec, RunningRole};
-use crate::istio::{self, IstioError, BY_ISTIOD};
+use crate::istio::{self, sidecars, IstioError, BY_ISTIOD};
 use crate::program::envoy::ready::{self, Awaited, ConfiguredBy};
 use crate::program::Hop;
 use crate::sampler::Watch;
-use crate::LabError;
-use meshbench_results::{ChainRole, ControlPlaneKind, Stop};
+use crate::{go_on, LabError};
+use meshbench_results::{ChainRole, Class, ControlPlaneKind, Stop};
 
 /// The control plane of an Istio gateway, and what its start cost.
 pub struct IstioGateway {
@@ -178,7 +178,7 @@ impl ControlPlane for IstioSidecars {
     }
 
     fn prove(&mut self, roles: &[RunningRole], stop: &Stop) -> Result<(), LabError> {
-        self.probe_status = super::pods::probe_sidecars(roles, &self.client_netns, stop)?;
+        self.probe_status = probe_sidecars(roles, &self.client_netns, stop)?;
         Ok(())
     }
 
@@ -219,4 +219,46 @@ impl ControlPlane for IstioSidecars {
         }
         line
     }
+}
+
+/// One request from the client pod (`client_netns`) to the Service, until it answers 200 (at
+/// most 30 s, each try at most a second, a `stop` looked at between two); then the own
+/// counters of each sidecar among `roles` must show it went through. Its status.
+fn probe_sidecars(roles: &[RunningRole], client_netns: &str, stop: &Stop) -> Result<u16, LabError> {
+    let began = std::time::Instant::now();
+    let status = loop {
+        go_on(stop)?;
+        let answer = sidecars::probe(client_netns, Duration::from_secs(1));
+        match answer {
+            Ok(200) => break 200,
+            _ if began.elapsed() < Duration::from_secs(30) => {
+                if !stop.sleep(Duration::from_millis(250)) {
+                    return Err(LabError::Stopped);
+                }
+            }
+            Ok(status) => return Err(IstioError::ProbeStatus(status).into()),
+            Err(e) => return Err(e),
+        }
+    };
+    for r in roles.iter().filter(|r| r.class == Class::Proxy) {
+        let Some(read) = r.read_admin(crate::program::envoy::admin::read) else {
+            continue;
+        };
+        let read = read?;
+        let ok = read
+            .as_ref()
+            .ok()
+            .and_then(|c| c.requests.as_ref())
+            .map_or(0, |q| q.status_2xx);
+        if ok == 0 {
+            return Err(IstioError::ProbeUncounted {
+                role: r.name,
+                why: read
+                    .err()
+                    .map_or("no 2xx in its stats".into(), |e| e.to_string()),
+            }
+            .into());
+        }
+    }
+    Ok(status)
 }

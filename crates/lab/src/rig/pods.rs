@@ -3,11 +3,10 @@
 //! that proves the traffic goes through them.
 
 use std::net::{IpAddr, SocketAddr};
-use std::time::Duration;
 
 use super::{
     chain::backend_launch, istio::IstioSidecars, AccessLog, Launch, Ready, Rig, RigSpec,
-    RoleAddress, RunningRole,
+    RoleAddress,
 };
 use crate::istio::sidecars::{self, LabPod};
 use crate::istio::{AgentPorts, AgentRole, ControlPlane, IstioError, Workload};
@@ -16,7 +15,7 @@ use crate::{go_on, LabError};
 use meshbench_k8s::names::{DEFAULT_NAMESPACE, SERVICE_PORT};
 use meshbench_results::{
     topology::{Duty, RolePlan},
-    Class, PeerAuthentication, PlayedBy, Program, Stop,
+    PeerAuthentication, PlayedBy, Program, Stop,
 };
 
 impl Rig {
@@ -178,50 +177,4 @@ impl Rig {
             access_log: AccessLog::by_istiod(spec.attribution),
         })
     }
-}
-
-/// One request from the client pod (`client_netns`) to the Service, until it answers 200 (at
-/// most 30 s, each try at most a second, a `stop` looked at between two); then the own
-/// counters of each sidecar among `roles` must show it went through. Its status.
-pub(super) fn probe_sidecars(
-    roles: &[RunningRole],
-    client_netns: &str,
-    stop: &Stop,
-) -> Result<u16, LabError> {
-    let began = std::time::Instant::now();
-    let status = loop {
-        go_on(stop)?;
-        let answer = sidecars::probe(client_netns, Duration::from_secs(1));
-        match answer {
-            Ok(200) => break 200,
-            _ if began.elapsed() < Duration::from_secs(30) => {
-                if !stop.sleep(Duration::from_millis(250)) {
-                    return Err(LabError::Stopped);
-                }
-            }
-            Ok(status) => return Err(IstioError::ProbeStatus(status).into()),
-            Err(e) => return Err(e),
-        }
-    };
-    for r in roles.iter().filter(|r| r.class == Class::Proxy) {
-        let Some(read) = r.read_admin(crate::program::envoy::admin::read) else {
-            continue;
-        };
-        let read = read?;
-        let ok = read
-            .as_ref()
-            .ok()
-            .and_then(|c| c.requests.as_ref())
-            .map_or(0, |q| q.status_2xx);
-        if ok == 0 {
-            return Err(IstioError::ProbeUncounted {
-                role: r.name,
-                why: read
-                    .err()
-                    .map_or("no 2xx in its stats".into(), |e| e.to_string()),
-            }
-            .into());
-        }
-    }
-    Ok(status)
 }
