@@ -1,5 +1,5 @@
 //! The control plane a rig runs beside the Envoys it configures, as one idea: istiod for
-//! Istio's gateway (`rig/istio.rs`, `IstioGateway`) or its sidecars (`IstioSidecars`),
+//! Istio's gateway or its sidecars (`rig/istio.rs`, `Istiod`),
 //! Contour for its gateway (`rig/contour.rs`, `ContourGateway`). The rig holds at most one
 //! ([`Rig::control_plane`]), asks it the same questions whichever it is ([`ControlPlane`]),
 //! and starts every Envoy it configures the same way ([`Rig::start_configured_envoy`]).

@@ -1,8 +1,8 @@
-//! The rig's share of Istio, as two [`ControlPlane`]s: the gateway's istiod with its objects
-//! applied (`gateway.type: istio`, [`IstioGateway`]), and the sidecars' istiod with their pods
-//! registered (`proxy.type: istio`, [`IstioSidecars`], started by `rig/pods.rs`). What Istio
-//! is (istiod, the API server, the agents' command lines, readiness) lives in
-//! [`crate::istio`]; this file only says what the rig keeps of it.
+//! The rig's share of Istio, one [`ControlPlane`] ([`Istiod`]) serving one of two things:
+//! the gateway, its objects applied (`gateway.type: istio`, [`IstioGateway`]), or the
+//! sidecars, their pods registered (`proxy.type: istio`, [`IstioSidecars`], started by
+//! `rig/pods.rs`). What Istio is (istiod, the API server, the agents' command lines,
+//! readiness) lives in [`crate::istio`]; this file only says what the rig keeps of it.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
@@ -17,9 +17,20 @@ use crate::sampler::Watch;
 use crate::{go_on, LabError};
 use meshbench_results::{ChainRole, Class, ControlPlaneKind, Stop};
 
-/// The control plane of an Istio gateway, and what its start cost.
-pub struct IstioGateway {
+/// istiod as a rig runs it, and what it serves.
+pub struct Istiod {
     pub control_plane: istio::ControlPlane,
+    pub serves: Serves,
+}
+
+/// What a rig's istiod configures, and what that cost.
+pub enum Serves {
+    Gateway(IstioGateway),
+    Sidecars(IstioSidecars),
+}
+
+/// What an Istio gateway's start cost.
+pub struct IstioGateway {
     /// What its Envoy must hold before the role counts as started.
     pub expected: ready::Expected,
     /// From applying the generated objects until Envoy had accepted all of them.
@@ -39,7 +50,7 @@ impl IstioGateway {
         spec: &RigSpec,
         hop: &Hop,
         stop: &Stop,
-    ) -> Result<(IstioGateway, ConfiguredGateway), LabError> {
+    ) -> Result<(Istiod, ConfiguredGateway), LabError> {
         let out = spec.dir.join("gateway");
         let (plan, generated) = rig.write_gateway_plan(spec, hop, &out)?;
         let objects = generated.objects();
@@ -78,51 +89,26 @@ impl IstioGateway {
             awaited: Awaited::Gateway(expected.clone()),
             access_log: AccessLog::by_istiod(spec.attribution),
         };
-        let control_plane = IstioGateway {
+        let istiod = Istiod {
             control_plane,
-            expected,
-            applied_in,
-            pushed_in: None,
-            virtual_services: out.join(istio::objects::VIRTUAL_SERVICES_FILE),
+            serves: Serves::Gateway(IstioGateway {
+                expected,
+                applied_in,
+                pushed_in: None,
+                virtual_services: out.join(istio::objects::VIRTUAL_SERVICES_FILE),
+            }),
         };
-        Ok((control_plane, gateway))
-    }
-}
-
-impl ControlPlane for IstioGateway {
-    fn kind(&self) -> ControlPlaneKind {
-        ControlPlaneKind::Istio
-    }
-
-    fn configures(&self) -> ConfiguredBy {
-        BY_ISTIOD
-    }
-
-    fn exited(&mut self) -> Option<LabError> {
-        (self.control_plane.istiod_exited()).map(|why| IstioError::IstiodExited(why).into())
-    }
-
-    fn configured(&mut self, _: ChainRole, took: Duration, _: &Stop) -> Result<(), LabError> {
-        self.pushed_in = Some(took);
-        Ok(())
-    }
-
-    fn watch(&self) -> Watch {
-        self.control_plane.watch()
-    }
-
-    fn terminate(&self) {
-        self.control_plane.terminate();
+        Ok((istiod, gateway))
     }
 
     /// How long each part of the configuration took to reach Envoy, how large Envoy's config
-    /// dump is, and istiod's push time for one route added (measured here, before the load;
-    /// a `stop` ends that wait).
-    fn summary(&self, roles: &[RunningRole], stop: &Stop) -> String {
+    /// dump is, and `istiod`'s push time for one route added (measured here, before the
+    /// load; a `stop` ends that wait).
+    fn summary(&self, istiod: &istio::ControlPlane, roles: &[RunningRole], stop: &Stop) -> String {
         let admin = gateway_admin(roles);
         let mut line = format!(
             "istio: istiod ready in {:.1} s; {} routes applied in {:.2} s; Envoy held all of them {} after its agent started",
-            self.control_plane.istiod_ready_in.as_secs_f64(),
+            istiod.istiod_ready_in.as_secs_f64(),
             self.expected.routes,
             self.applied_in.as_secs_f64(),
             self.pushed_in
@@ -132,12 +118,8 @@ impl ControlPlane for IstioGateway {
             return line;
         };
         line.push_str(&crate::program::envoy::admin::config_dump_note(admin));
-        match self.control_plane.time_route_change(
-            admin,
-            &self.virtual_services,
-            Duration::from_secs(60),
-            stop,
-        ) {
+        match istiod.time_route_change(admin, &self.virtual_services, Duration::from_secs(60), stop)
+        {
             Ok(d) => line.push_str(&format!(
                 "; one route added reached Envoy in {:.0} ms",
                 d.as_secs_f64() * 1e3
@@ -148,18 +130,7 @@ impl ControlPlane for IstioGateway {
     }
 }
 
-/// The control plane of Istio's sidecars, and what their start cost.
-pub struct IstioSidecars {
-    pub control_plane: istio::ControlPlane,
-    /// Per sidecar: from its agent's start until its Envoy had accepted everything.
-    pub pushed_in: Vec<(ChainRole, Duration)>,
-    /// The client pod's namespace, where the probe leaves from.
-    pub client_netns: String,
-    /// The probe request's status, through every sidecar (0 until it answered).
-    pub probe_status: u16,
-}
-
-impl ControlPlane for IstioSidecars {
+impl ControlPlane for Istiod {
     fn kind(&self) -> ControlPlaneKind {
         ControlPlaneKind::Istio
     }
@@ -173,12 +144,17 @@ impl ControlPlane for IstioSidecars {
     }
 
     fn configured(&mut self, role: ChainRole, took: Duration, _: &Stop) -> Result<(), LabError> {
-        self.pushed_in.push((role, took));
+        match &mut self.serves {
+            Serves::Gateway(gateway) => gateway.pushed_in = Some(took),
+            Serves::Sidecars(sidecars) => sidecars.pushed_in.push((role, took)),
+        }
         Ok(())
     }
 
     fn prove(&mut self, roles: &[RunningRole], stop: &Stop) -> Result<(), LabError> {
-        self.probe_status = probe_sidecars(roles, &self.client_netns, stop)?;
+        if let Serves::Sidecars(sidecars) = &mut self.serves {
+            sidecars.probe_status = probe_sidecars(roles, &sidecars.client_netns, stop)?;
+        }
         Ok(())
     }
 
@@ -190,12 +166,31 @@ impl ControlPlane for IstioSidecars {
         self.control_plane.terminate();
     }
 
-    /// istiod's start, each sidecar's first configuration, the probe, and each sidecar's
-    /// config dump size.
-    fn summary(&self, roles: &[RunningRole], _: &Stop) -> String {
+    fn summary(&self, roles: &[RunningRole], stop: &Stop) -> String {
+        match &self.serves {
+            Serves::Gateway(gateway) => gateway.summary(&self.control_plane, roles, stop),
+            Serves::Sidecars(sidecars) => sidecars.summary(&self.control_plane, roles),
+        }
+    }
+}
+
+/// What Istio's sidecars' start cost.
+pub struct IstioSidecars {
+    /// Per sidecar: from its agent's start until its Envoy had accepted everything.
+    pub pushed_in: Vec<(ChainRole, Duration)>,
+    /// The client pod's namespace, where the probe leaves from.
+    pub client_netns: String,
+    /// The probe request's status, through every sidecar (0 until it answered).
+    pub probe_status: u16,
+}
+
+impl IstioSidecars {
+    /// `istiod`'s start, each sidecar's first configuration, the probe, and each sidecar's
+    /// config dump size (their admin among `roles`).
+    fn summary(&self, istiod: &istio::ControlPlane, roles: &[RunningRole]) -> String {
         let mut line = format!(
             "istio sidecars: istiod ready in {:.1} s",
-            self.control_plane.istiod_ready_in.as_secs_f64()
+            istiod.istiod_ready_in.as_secs_f64()
         );
         for (role, took) in &self.pushed_in {
             line.push_str(&format!(

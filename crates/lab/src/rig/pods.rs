@@ -5,8 +5,9 @@
 use std::net::{IpAddr, SocketAddr};
 
 use super::{
-    chain::backend_launch, istio::IstioSidecars, AccessLog, Launch, Ready, Rig, RigSpec,
-    RoleAddress,
+    chain::backend_launch,
+    istio::{IstioSidecars, Istiod, Serves},
+    AccessLog, Launch, Ready, Rig, RigSpec, RoleAddress,
 };
 use crate::istio::sidecars::{self, LabPod};
 use crate::istio::{AgentPorts, AgentRole, ControlPlane, IstioError, Workload};
@@ -107,11 +108,13 @@ impl Rig {
             let pod = (&client, &client_ns);
             launches.push(self.sidecar_launch(spec, &control_plane, &role, pod, expected)?);
         }
-        self.control_plane = Some(Box::new(IstioSidecars {
+        self.control_plane = Some(Box::new(Istiod {
             control_plane,
-            pushed_in: Vec::new(),
-            client_netns: client_ns.netns.clone(),
-            probe_status: 0,
+            serves: Serves::Sidecars(IstioSidecars {
+                pushed_in: Vec::new(),
+                client_netns: client_ns.netns.clone(),
+                probe_status: 0,
+            }),
         }));
         for launch in launches {
             self.start_role(spec, cgroups.as_ref(), launch, stop)?;
