@@ -17,9 +17,6 @@ use crate::trend::{Trend, MIN_LOADS};
 use crate::verdict::{decide, enough, margin_for, Margin, Test, Unit, Verdict};
 use meshbench_results::LoadPoint;
 
-/// Confidence level of every interval.
-pub const LEVEL: f64 = 0.95;
-
 /// A proxy role's cost in one group.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Cost {
@@ -824,7 +821,7 @@ mod tests {
             r.cpu = None;
             r.usage[0].program = serde_json::from_value(serde_json::json!(program)).unwrap();
             if invalid {
-                judged(&mut r, &[Cause::CpuContention]);
+                judged(&mut r.result, &[Cause::CpuContention]);
             }
             r
         };
@@ -858,7 +855,7 @@ mod tests {
 
         // The added latency rests on the baseline's runs too.
         let mut base = run("baseline", 0, 1000, &[1.0, 1.1, 0.9, 1.0]);
-        judged(&mut base, &[Cause::TimerLateness]);
+        judged(&mut base.result, &[Cause::TimerLateness]);
         let h = Headline::of(group(vec![
             base,
             run("both", 0, 1500, &[1.5, 1.4, 1.6, 1.5]),
@@ -872,7 +869,7 @@ mod tests {
         let mut loads: Vec<crate::Run> = [100.0, 200.0, 300.0]
             .map(|q| measured("gateway", Some(q), q, q / 10.0, 9.0, None))
             .to_vec();
-        judged(&mut loads[1], &[Cause::CpuSaturation]);
+        judged(&mut loads[1].result, &[Cause::CpuSaturation]);
         let h = Headline::of(group(loads));
         assert!(h.fits[0].cpu.line().is_some(), "{:?}", h.fits[0]);
         assert_eq!(

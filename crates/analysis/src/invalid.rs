@@ -9,8 +9,6 @@ use std::fmt;
 
 use meshbench_results::{Cause, RunResult};
 
-use crate::runs::{Group, Run};
-
 /// A step's mark: `INVALID: cpu_contention`.
 pub fn mark(cause: Cause) -> String {
     format!("INVALID: {}", cause.name())
@@ -35,16 +33,17 @@ pub struct Invalid {
 }
 
 impl Invalid {
-    /// The verdict on an answer built on `runs`; `None` when the check calls none INVALID.
-    pub fn of_runs<'a>(runs: impl IntoIterator<Item = &'a Run>) -> Option<Invalid> {
+    /// The verdict on an answer built on the runs of `results`; `None` when the check calls
+    /// none INVALID. (An answer's groups: `Invalid::of_groups`, beside `Group`.)
+    pub fn of_results<'a>(results: impl IntoIterator<Item = &'a RunResult>) -> Option<Invalid> {
         let mut found = Invalid {
             causes: Vec::new(),
             runs: 0,
             of: 0,
         };
-        for r in runs {
+        for r in results {
             found.of += 1;
-            if let Some(cause) = of_result(&r.result) {
+            if let Some(cause) = of_result(r) {
                 found.runs += 1;
                 if !found.causes.contains(&cause) {
                     found.causes.push(cause);
@@ -52,11 +51,6 @@ impl Invalid {
             }
         }
         (found.runs > 0).then_some(found)
-    }
-
-    /// The verdict on an answer built on every run of `groups`.
-    pub fn of_groups<'a>(groups: impl IntoIterator<Item = &'a Group>) -> Option<Invalid> {
-        Invalid::of_runs(groups.into_iter().flat_map(|g| &g.runs))
     }
 
     /// The causes as a step's mark says them: `INVALID: cpu_contention, timer_lateness`.
@@ -84,7 +78,7 @@ pub(crate) mod tests {
 
     /// `r` as the self-check would leave it had it found `causes` (a slow target is a note,
     /// the others invalidate).
-    pub(crate) fn judged(r: &mut Run, causes: &[Cause]) {
+    pub(crate) fn judged(r: &mut RunResult, causes: &[Cause]) {
         let findings: Vec<Finding> = causes
             .iter()
             .map(|&cause| Finding {
@@ -92,14 +86,14 @@ pub(crate) mod tests {
                 message: format!("{} here", cause.name()),
             })
             .collect();
-        r.result.generator.check = SelfCheck {
+        r.generator.check = SelfCheck {
             valid: !causes.iter().any(|c| c.invalidates()),
             findings,
         };
     }
 
-    fn run(causes: &[Cause]) -> Run {
-        let mut r = Run::from_result("gateway", meshbench_results::fixtures::run_result()).unwrap();
+    fn run(causes: &[Cause]) -> RunResult {
+        let mut r = meshbench_results::fixtures::run_result();
         judged(&mut r, causes);
         r
     }
@@ -112,14 +106,14 @@ pub(crate) mod tests {
             run(&[]),
             run(&[Cause::SlowTarget]),
         ];
-        let i = Invalid::of_runs(&all).unwrap();
+        let i = Invalid::of_results(&all).unwrap();
         assert_eq!(i.to_string(), "INVALID: cpu_contention in 1 of 3 runs");
         assert_eq!(
-            Invalid::of_runs(&all[..1]).unwrap().to_string(),
+            Invalid::of_results(&all[..1]).unwrap().to_string(),
             "INVALID: cpu_contention"
         );
         // A slow target is a note about the target, not a doubt about the figures.
-        assert_eq!(Invalid::of_runs(&all[1..]), None);
+        assert_eq!(Invalid::of_results(&all[1..]), None);
         // A run's verdict is its first invalidating finding, as `results show` marks it.
         let two = [
             run(&[
@@ -130,7 +124,7 @@ pub(crate) mod tests {
             run(&[Cause::CpuContention]),
         ];
         assert_eq!(
-            Invalid::of_runs(&two).unwrap().to_string(),
+            Invalid::of_results(&two).unwrap().to_string(),
             "INVALID: timer_lateness, cpu_contention"
         );
     }

@@ -11,6 +11,8 @@ use meshbench_results::{
 };
 use meshbench_store::StoredStep;
 
+use crate::invalid::{self, Invalid};
+
 /// The four percentiles every answer is given at.
 pub const PERCENTILES: [f64; 4] = [0.5, 0.9, 0.99, 0.999];
 
@@ -90,7 +92,7 @@ impl Run {
 
     /// Why the generator's self-check calls this run's figures unfit, if it does.
     pub fn invalid(&self) -> Option<meshbench_results::Cause> {
-        crate::invalid::of_result(&self.result)
+        invalid::of_result(&self.result)
     }
 
     /// The per-second values of a percentile, one sample per second of the timeline. Seconds
@@ -207,8 +209,8 @@ impl Group {
 
     /// What the generator's self-check says against the group's runs: `None` when it calls
     /// none INVALID.
-    pub fn invalid(&self) -> Option<crate::invalid::Invalid> {
-        crate::invalid::Invalid::of_runs(&self.runs)
+    pub fn invalid(&self) -> Option<Invalid> {
+        Invalid::of_groups([self])
     }
 
     /// The proxies' resource use, medians over the repeats, in the order first seen.
@@ -272,4 +274,16 @@ pub fn group(runs: Vec<Run>) -> Vec<Group> {
             }
         })
         .collect()
+}
+
+impl Invalid {
+    /// The verdict on an answer built on every run of `groups`; `None` when the check calls
+    /// none INVALID.
+    pub fn of_groups<'a>(groups: impl IntoIterator<Item = &'a Group>) -> Option<Invalid> {
+        Invalid::of_results(
+            groups
+                .into_iter()
+                .flat_map(|g| g.runs.iter().map(|r| &r.result)),
+        )
+    }
 }

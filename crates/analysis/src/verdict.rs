@@ -19,8 +19,10 @@ use std::fmt;
 use meshbench_stats::{shift, Shift, ShiftError};
 use serde::Serialize;
 
-use crate::headline::LEVEL;
 use crate::runs::{percentile_name, PERCENTILES};
+
+/// Confidence level of every interval.
+pub const LEVEL: f64 = 0.95;
 
 /// What one sample of the test is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -15,7 +15,7 @@ use http::Response;
 use rustls::ServerConfig;
 use thiserror::Error;
 
-use crate::hyper_server::{Answer, Shared};
+use crate::answer::{Answer, Shared};
 
 /// Largest request body echoed back (as over TCP).
 const MAX_ECHO: usize = 1 << 20;

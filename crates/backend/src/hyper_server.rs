@@ -13,7 +13,7 @@ use std::convert::Infallible;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -25,14 +25,14 @@ use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use meshbench_net::grpc::{self, Code, PingMessage};
-use meshbench_net::rng::SplitMix64;
 use prost::Message;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
 use rustls::{RootCertStore, ServerConfig};
 use tokio::sync::oneshot;
 
-use crate::options::{BackendConfig, RequestOptions};
+use crate::answer::{Answer, Shared};
+use crate::options::BackendConfig;
 
 /// Largest request body echoed back.
 const MAX_ECHO: usize = 1 << 20;
@@ -164,65 +164,6 @@ async fn serve(
     }
 }
 
-/// What every connection's requests share: the settings, the default body, the random
-/// source of injected statuses and delays. HTTP/3 ([`crate::h3_server`]) answers from it too.
-pub(crate) struct Shared {
-    pub(crate) cfg: BackendConfig,
-    /// The default body, shared by every response of the default size.
-    body: Bytes,
-    rng: Mutex<SplitMix64>,
-}
-
-/// How one request is to be answered.
-pub(crate) struct Answer {
-    pub(crate) opts: RequestOptions,
-    pub(crate) status: u16,
-    pub(crate) delay_ns: u64,
-}
-
-impl Shared {
-    pub(crate) fn new(cfg: BackendConfig) -> Shared {
-        Shared {
-            body: Bytes::from(vec![b'x'; cfg.size]),
-            rng: Mutex::new(SplitMix64(cfg.seed)),
-            cfg,
-        }
-    }
-
-    /// The request's options (query, then `x-meshbench-*` headers), its status and delay
-    /// (given, or drawn from the server's mix), after the server's `--work` is spent.
-    pub(crate) fn decide(&self, uri: &http::Uri, headers: &HeaderMap) -> Answer {
-        let mut opts = RequestOptions::default();
-        if let Some(q) = uri.query() {
-            opts.from_target(format!("?{q}").as_bytes());
-        }
-        for (name, value) in headers {
-            if let Some(option) = name.as_str().strip_prefix("x-meshbench-") {
-                opts.set(option.as_bytes(), value.as_bytes());
-            }
-        }
-        crate::options::burn(self.cfg.work);
-        let mut rng = self.rng.lock().unwrap_or_else(|p| p.into_inner());
-        let status = opts
-            .status
-            .unwrap_or_else(|| self.cfg.status.pick(&mut rng));
-        let delay_ns = opts.delay.unwrap_or(self.cfg.delay).sample_ns(&mut rng);
-        Answer {
-            opts,
-            status,
-            delay_ns,
-        }
-    }
-
-    /// The body of a response that echoes nothing: the default one, or `?size=` bytes.
-    pub(crate) fn body_of(&self, opts: &RequestOptions) -> Bytes {
-        match opts.size {
-            Some(n) if n as usize != self.body.len() => Bytes::from(vec![b'x'; n as usize]),
-            _ => self.body.clone(),
-        }
-    }
-}
-
 /// A response body: its bytes, then its trailers if it has any (a gRPC call's status).
 pub struct Reply {
     data: Option<Bytes>,
@@ -315,11 +256,7 @@ async fn answer_grpc(shared: &Shared, req: Request<Incoming>) -> Response<Reply>
         .and_then(|v| grpc::parse_timeout(v.as_bytes()));
     let path = req.uri().path().to_string();
     crate::options::burn(shared.cfg.work);
-    let (injected, delay_ns) = {
-        let mut rng = shared.rng.lock().unwrap_or_else(|p| p.into_inner());
-        let status = shared.cfg.status.pick(&mut rng);
-        (status, shared.cfg.delay.sample_ns(&mut rng))
-    };
+    let (injected, delay_ns) = shared.drawn();
     let body = match Limited::new(req.into_body(), grpc::MAX_MESSAGE + 5)
         .collect()
         .await

@@ -3,11 +3,12 @@
 //! bottleneck in place of the proxy under test, so plain HTTP/1.1 shares the engine's wire layer:
 //! one `recv` and one `send` per request, no allocation. TLS, HTTP/2, h2c and mutual TLS are
 //! served by hyper ([`hyper_server`]) with the same options, HTTP/3 by h3 over quinn
-//! ([`h3_server`]) beside it. [`hostile`] is the same command
+//! ([`h3_server`]) beside it, both answering as `answer.rs` decides. [`hostile`] is the same command
 //! turned against its client: one chosen way of breaking HTTP, for tests of what a client or a
 //! proxy does with a broken server. [`arrivals`] is the target's own record of when requests
 //! arrived (`--arrivals`), to see how evenly a generator's load reaches it.
 
+mod answer;
 pub mod arrivals;
 mod h3_server;
 pub mod hostile;

@@ -13,7 +13,7 @@ use kube::{Client, Config};
 use meshbench_results::Stop;
 use thiserror::Error;
 
-use crate::names::{DEFAULT_NAMESPACE, MANAGER};
+use crate::names::MANAGER;
 use crate::render::Objects;
 
 /// Why the cluster could not do what was asked.
@@ -104,15 +104,6 @@ pub(crate) async fn config_from(kubeconfig: Option<&Path>) -> Result<Config, Con
     }
 }
 
-/// The namespace of the agents' objects.
-fn namespace_of(o: &Objects) -> String {
-    o.job
-        .metadata
-        .namespace
-        .clone()
-        .unwrap_or_else(|| DEFAULT_NAMESPACE.into())
-}
-
 /// An agent pod that is ready.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AgentPod {
@@ -140,7 +131,7 @@ impl Cluster {
 
     /// Applies every object (and the namespace, if missing), server-side.
     pub async fn apply(&self, o: &Objects) -> Result<(), ClusterError> {
-        let ns = namespace_of(o);
+        let ns = o.namespace();
         let pp = PatchParams::apply(MANAGER).force();
         let namespaces: Api<Namespace> = Api::all(self.client.clone());
         if namespaces
@@ -196,7 +187,7 @@ impl Cluster {
         stop: &Stop,
         mut progress: impl FnMut(usize),
     ) -> Result<Vec<AgentPod>, ClusterError> {
-        let ns = namespace_of(o);
+        let ns = o.namespace();
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
         let lp = ListParams::default().labels(&o.agent_selector());
         let started = Instant::now();
@@ -274,7 +265,7 @@ impl Cluster {
     /// Deletes the Job (its pods with it), the Service, the ConfigMap and the Secret; what is
     /// already gone is not an error.
     pub async fn delete(&self, o: &Objects) -> Result<(), ClusterError> {
-        let ns = namespace_of(o);
+        let ns = o.namespace();
         let name = |m: &kube::api::ObjectMeta| m.name.clone().unwrap_or_default();
         let dp = DeleteParams::background();
         let gone = |r: Result<(), kube::Error>, what: &str| match r {

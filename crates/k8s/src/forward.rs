@@ -31,7 +31,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 
-use crate::blocking::ApiError;
+use crate::blocking::error::ApiError;
 use crate::cluster::ConfigError;
 
 /// Opening one stream: the API server's upgrade to a WebSocket, through to the kubelet.

@@ -110,6 +110,12 @@ pub struct Objects {
 }
 
 impl Objects {
+    /// The namespace they are in (the API server's default when the Job names none).
+    pub fn namespace(&self) -> String {
+        (self.job.metadata.namespace.clone())
+            .unwrap_or_else(|| crate::names::DEFAULT_NAMESPACE.into())
+    }
+
     /// Multi-document YAML, as `kubectl apply -f` takes it.
     pub fn to_yaml(&self) -> String {
         let docs = [

@@ -208,6 +208,20 @@ impl Hub {
         });
     }
 
+    /// Every second a load's [`meshbench_engine::Live`] completed since the last one, each as
+    /// [`Hub::second`] takes it, stamped `t_ms`.
+    pub fn seconds(
+        &self,
+        scope: &Scope,
+        live: &meshbench_engine::Live,
+        roles: &[(Role, Sample)],
+        t_ms: u64,
+    ) {
+        for second in live.seconds {
+            self.second(scope, second, roles, t_ms);
+        }
+    }
+
     /// A completed second of the step `scope` (started with [`Hub::step_started`]), with the
     /// newest reading of each role.
     pub fn second(&self, scope: &Scope, second: &Interval, roles: &[(Role, Sample)], t_ms: u64) {

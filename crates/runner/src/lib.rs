@@ -5,8 +5,8 @@
 //!   (load, targets)                       (load_window)
 //! Experiment ──► Plan ──► steps::run_experiment ──► for each step, by its kind (`Work`):
 //!                         a chain or an external variant ──► measured::measured_step at its
-//!                         Place (rig_place: the lab's rig; cluster: a Kubernetes cluster;
-//!                         external: systems read through Prometheus): realised, the load
+//!                         Place (place/: rig, the lab's rig; cluster, a Kubernetes cluster;
+//!                         external, systems read through Prometheus): realised, the load
 //!                         aimed at it, measured, witnesses and each role's usage
 //!                         ──► StepRecord ──► Session (store), Observer (progress)
 //!                         a `control_plane` step: istiod serving a simulated mesh, no load:
@@ -22,14 +22,12 @@
 pub mod agents;
 pub mod attribution;
 pub mod capacity;
-pub mod cluster;
 pub mod control_plane;
-pub mod external;
 pub mod load;
 pub mod load_window;
 mod measured;
 pub mod observer;
-pub mod rig_place;
+pub mod place;
 pub mod session;
 pub mod setup;
 pub mod source_addrs;
@@ -42,7 +40,7 @@ use thiserror::Error;
 pub use load::{Body, LoadError, LoadOptions, ProtoSource, QuicOptions, TargetSource, TlsOptions};
 pub use load_window::{measure, LoadOrigin, LoadSource, MeasureError, Measured, Sampling};
 pub use observer::{Observer, Quiet, StepAt};
-pub use rig_place::load_options;
+pub use place::rig::load_options;
 pub use session::{new_experiment, now_rfc3339, Finished, Kept, NotStored, Session};
 pub use steps::{run_experiment, Site, StepRunner};
 
@@ -60,5 +58,5 @@ pub enum RunnerError {
     NotStored(Box<session::NotStored>),
     /// The cluster could not be set up for the run.
     #[error(transparent)]
-    Cluster(#[from] cluster::SiteError),
+    Cluster(#[from] place::cluster::SiteError),
 }

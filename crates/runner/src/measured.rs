@@ -27,10 +27,10 @@ use meshbench_results::{
 use meshbench_store::StepRecord;
 
 use crate::agents::Fleet;
-use crate::external::read::RoleRead;
 use crate::load::LoadOptions;
 use crate::load_window::{measure, LoadOrigin, LoadSource, Measured, Sampling};
 use crate::observer::{Observer, StepAt};
+use crate::place::external::read::RoleRead;
 
 /// One reading of every Envoy's admin of a step, by role.
 pub(crate) type Witnesses = BTreeMap<ChainRole, Result<ProxyCounters, AdminError>>;

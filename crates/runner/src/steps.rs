@@ -18,11 +18,11 @@ use meshbench_lab::rig;
 use meshbench_store::StepRecord;
 
 use crate::agents::Fleet;
-use crate::cluster::{ClusterPlace, ClusterSite};
-use crate::external::ExternalPlace;
 use crate::measured::{measured_step, StepContext};
 use crate::observer::{Observer, StepAt};
-use crate::rig_place::RigPlace;
+use crate::place::cluster::{ClusterPlace, ClusterSite};
+use crate::place::external::ExternalPlace;
+use crate::place::rig::RigPlace;
 use crate::session::{new_experiment, now_rfc3339, Finished, Session};
 use crate::RunnerError;
 
@@ -81,13 +81,23 @@ pub struct StepRunner {
 }
 
 impl StepRunner {
-    /// Also removes what a killed earlier run left behind (its cgroups).
+    /// Here, also removes what a killed earlier run left behind (its cgroups) and reads the
+    /// programs' versions; a cluster run does no lab work (its steps read the pods' images).
     pub fn new(e: &Experiment, site: Site) -> Result<StepRunner, RunnerError> {
-        rig::remove_stale();
+        let versions = match &site {
+            Site::Here => {
+                rig::remove_stale();
+                crate::setup::program_versions(e)
+            }
+            Site::Cluster(_) => BTreeMap::from([(
+                "meshbench".to_string(),
+                env!("CARGO_PKG_VERSION").to_string(),
+            )]),
+        };
         Ok(StepRunner {
             exe: std::env::current_exe().map_err(RunnerError::Exe)?,
             fleet: None,
-            versions: crate::setup::program_versions(e),
+            versions,
             site,
         })
     }

@@ -7,8 +7,10 @@ use std::time::Duration;
 
 use thiserror::Error;
 
-use super::REQUEST_WITHIN;
 use crate::cluster::ConfigError;
+
+/// One request, answer included (a CRD of Istio's is a few hundred KiB).
+pub const REQUEST_WITHIN: Duration = Duration::from_secs(60);
 
 /// Why the API server did not do what was asked.
 #[derive(Debug, Error)]

@@ -21,7 +21,7 @@
 //! a [`Forward`], a local address served by a thread of its own (see `crate::forward`).
 
 mod apply;
-mod error;
+pub(crate) mod error;
 mod raw;
 mod typed;
 
@@ -38,7 +38,7 @@ use meshbench_results::Stop;
 
 pub use apply::documents;
 use error::bounded;
-pub use error::ApiError;
+pub use error::{ApiError, REQUEST_WITHIN};
 pub use raw::Proxied;
 
 use crate::cluster::{config_from, ConfigError};
@@ -46,8 +46,6 @@ use crate::forward::Forward;
 
 /// Connecting to the API server: it runs on this machine or one near it.
 pub const CONNECT_WITHIN: Duration = Duration::from_secs(2);
-/// One request, answer included (a CRD of Istio's is a few hundred KiB).
-pub const REQUEST_WITHIN: Duration = Duration::from_secs(60);
 /// How long a custom resource may be refused (not served, or 404) after its definition was
 /// applied, while the API server establishes it.
 pub const ESTABLISH_WITHIN: Duration = Duration::from_secs(30);
@@ -154,6 +152,11 @@ impl BlockingClient {
     /// The agents' objects applied ([`crate::Cluster::apply`]).
     pub fn apply_agents(&self, o: &crate::Objects) -> Result<(), crate::ClusterError> {
         self.runtime.block_on(self.as_cluster().apply(o))
+    }
+
+    /// The agents' objects deleted, their pods with them ([`crate::Cluster::delete`]).
+    pub fn delete_agents(&self, o: &crate::Objects) -> Result<(), crate::ClusterError> {
+        self.runtime.block_on(self.as_cluster().delete(o))
     }
 
     /// Waits for the agent pods, until a `stop` ([`crate::Cluster::wait_ready`]).

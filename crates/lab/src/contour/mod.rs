@@ -1,9 +1,11 @@
 //! `gateway.type: contour`: the ingress gateway as Contour runs it. Envoy takes its listeners,
 //! routes, clusters and certificates from Contour over xDS; Contour builds them from
 //! `HTTPProxy` objects, the backend's Service and EndpointSlice and the domains' Secrets, read
-//! from a Kubernetes API server. This is Contour's one home: its objects for the gateway plan
-//! ([`objects`]) and its control plane ([`ControlPlane`]: the lab's API server with Contour's
-//! CRDs, `contour serve`, and the Envoy bootstrap `contour bootstrap` writes).
+//! from a Kubernetes API server. This is Contour's one home, the lab's and a cluster run's: its
+//! objects for the gateway plan ([`objects`]), what its Envoy holds read from its stats
+//! ([`stats`]: a cluster's Envoy, whose admin is out of reach), and its control plane
+//! ([`ControlPlane`]: the lab's API server with Contour's CRDs, `contour serve`, and the Envoy
+//! bootstrap `contour bootstrap` writes).
 //!
 //! Contour is built by scripts/install-contour.sh from its Go module at [`VERSION`], the API
 //! server by scripts/install-k8s.sh ([`crate::kube`]), Envoy by scripts/install-envoy.sh. Every
@@ -13,6 +15,7 @@
 
 mod control_plane;
 pub mod objects;
+pub mod stats;
 
 use std::path::PathBuf;
 

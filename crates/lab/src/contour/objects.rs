@@ -38,7 +38,7 @@ pub const HTTP_PROXIES_FILE: &str = "contour-httpproxies.yaml";
 /// Contour's listener for TLS virtual hosts, and the prefix of their route configurations
 /// (`https/<fqdn>`, one per virtual host).
 pub const HTTPS_LISTENER: &str = "ingress_https";
-const HTTPS_ROUTES: &str = "https/";
+pub const HTTPS_ROUTES: &str = "https/";
 
 /// One HTTPProxy per domain, in `namespace` (the lab's [`NAMESPACE`], a cluster run's own).
 pub fn http_proxies(plan: &GatewayPlan, namespace: &str) -> Vec<HttpProxy> {

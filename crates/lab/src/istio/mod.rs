@@ -35,6 +35,7 @@ use std::process::Command;
 use std::time::Duration;
 
 pub use crate::kube::ApiServer;
+use crate::program::envoy::ready::{Expected, RouteConfigs};
 use crate::LabError;
 pub use agent::{AgentPorts, AgentRole, Workload};
 pub use control_plane::{istiod_command, ControlPlane, IstiodAddrs, MeshOptions, PROBE_PATH};
@@ -49,6 +50,9 @@ pub const BY_ISTIOD: crate::program::envoy::ready::ConfiguredBy =
         process: "pilot-agent",
         control_plane: "istiod",
     };
+/// Envoy's admin port in Istio's proxies, on the pod's loopback (a cluster's gateway and
+/// sidecars are read through a port-forward to it).
+pub const ADMIN_PORT: u16 = 15000;
 /// The Kubernetes cluster id istiod and the proxy agree on.
 pub const CLUSTER_ID: &str = "Kubernetes";
 /// How the gateway identifies itself: its pod and its ServiceAccount.
@@ -60,6 +64,30 @@ pub const ISTIOD_ENV: &[(&str, &str)] = &[
     ("PILOT_ENABLE_ALPN_FILTER", "false"),
     ("PILOT_ENABLE_METADATA_EXCHANGE", "false"),
 ];
+
+/// What a gateway's Envoy holds once istiod has sent it the gateway plan's objects: the one
+/// rule the lab's gateway and a cluster's are awaited by. Its listener at `listen` (Istio's
+/// `IP_PORT` name), a filter chain and a certificate per domain with TLS (else one chain),
+/// `routes` routes, and the backend's outbound cluster of `backend_host` on the port of
+/// `backends` with each of them as an endpoint.
+pub fn gateway_expected(
+    listen: SocketAddr,
+    domains: usize,
+    routes: usize,
+    tls: bool,
+    backend_host: &str,
+    backends: Vec<SocketAddr>,
+) -> Expected {
+    let port = backends.first().map_or(0, SocketAddr::port);
+    Expected {
+        listener: crate::program::envoy::istio_shape::listener_name(listen),
+        filter_chains: if tls { domains } else { 1 },
+        route_configs: RouteConfigs::All,
+        routes,
+        certificates: if tls { domains } else { 0 },
+        backend: (format!("outbound|{port}||{backend_host}"), backends),
+    }
+}
 
 /// What went wrong in Istio's parts, beyond starting a process ([`LabError`] says that).
 #[derive(Debug, thiserror::Error)]

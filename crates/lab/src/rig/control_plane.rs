@@ -65,6 +65,16 @@ pub(super) struct ConfiguredGateway {
     pub access_log: AccessLog,
 }
 
+/// Whether `kind` reads the backend's endpoint from Kubernetes' EndpointSlices, which refuse
+/// an address on loopback (Contour's does): the rig then runs the backend in a pod's
+/// namespace whatever its isolation. istiod is given the endpoint in a ServiceEntry.
+pub(super) fn reads_backend_from_endpoint_slices(kind: ControlPlaneKind) -> bool {
+    match kind {
+        ControlPlaneKind::Contour => true,
+        ControlPlaneKind::Istio => false,
+    }
+}
+
 /// The admin endpoint of the gateway (the first proxy from the client side) among `roles`.
 pub(super) fn gateway_admin(roles: &[RunningRole]) -> Option<SocketAddr> {
     roles

@@ -67,22 +67,14 @@ impl IstioGateway {
         let admin = hop.admin.ok_or(IstioError::NoAdminPort)?;
         let command =
             control_plane.gateway_command(&spec.dir.join("gateway-agent"), admin, hop.workers)?;
-        let tls = plan.tls;
-        let expected = ready::Expected {
-            listener: format!("{}_{}", hop.listen.ip(), hop.listen.port()),
-            filter_chains: if tls { plan.domains } else { 1 },
-            route_configs: ready::RouteConfigs::All,
-            routes: plan.domains * plan.routes_per_domain(),
-            certificates: if tls { plan.domains } else { 0 },
-            backend: (
-                format!(
-                    "outbound|{}||{}",
-                    plan.backend().port(),
-                    istio::objects::BACKEND_HOST
-                ),
-                plan.backends.clone(),
-            ),
-        };
+        let expected = istio::gateway_expected(
+            hop.listen,
+            plan.domains,
+            plan.domains * plan.routes_per_domain(),
+            plan.tls,
+            istio::objects::BACKEND_HOST,
+            plan.backends.clone(),
+        );
         let gateway = ConfiguredGateway {
             command,
             config: out.clone(),

@@ -402,7 +402,10 @@ impl Rig {
         let cgroups = self.cgroups(spec);
         let chain = spec.topology.chain();
         let mut addresses = self.addresses(chain.len() + 1)?;
-        if spec.topology == Topology::Gateway && spec.gateway.program == Program::Contour {
+        let configured_by = spec.gateway.program.configured_by();
+        let off_loopback = spec.topology == Topology::Gateway
+            && configured_by.is_some_and(control_plane::reads_backend_from_endpoint_slices);
+        if off_loopback {
             if let Some(backend) = addresses.last_mut() {
                 *backend = self.backend_pod(spec, chain.len())?;
             }
@@ -537,7 +540,9 @@ impl Rig {
 
     /// The backend's address as a pod's (the `n`-th role's namespace, port 8080), whatever the
     /// rig's isolation: for a control plane that reads the backend's endpoint from Kubernetes,
-    /// which refuses an endpoint on loopback (Contour's). The rest of the rig stays where it is.
+    /// which refuses an endpoint on loopback
+    /// ([`control_plane::reads_backend_from_endpoint_slices`]). The rest of the rig stays where
+    /// it is.
     fn backend_pod(&mut self, spec: &RigSpec, n: usize) -> Result<RoleAddress, LabError> {
         let namespaces = self
             .namespaces

@@ -1,9 +1,10 @@
 //! `meshbench gen k8s` (the objects of a run from agents, as YAML), `meshbench k8s run`
 //! (apply them, wait for the agent pods, run the experiment from them as their coordinator,
-//! delete them, also after a failure or Ctrl-C), `k8s restore` (put back what a killed cluster
-//! run left, from its journal) and the hidden `k8s node-facts`. The objects are
-//! `meshbench_k8s::render`'s; the coordinator is the runner's `Fleet`, the experiment run as
-//! every other (`common::session`).
+//! delete them, also after a failure or Ctrl-C), `k8s restore` (put back what a killed
+//! cluster run left, from its journal) and the hidden `k8s node-facts`. The objects are
+//! `meshbench_k8s::render`'s; the pods are gathered as the fleet by the runner's one bring-up
+//! (a cluster experiment's, `cluster::agent_pods`) through the one blocking client, the
+//! experiment run as every other (`common::session`).
 
 use std::io::Read;
 use std::net::TcpListener;
@@ -11,10 +12,11 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use meshbench_k8s::{AntiAffinity, Cluster, ClusterError, DistributedRun};
-use meshbench_runner::agents::{Fleet, FleetError, FleetReach, Token};
-use meshbench_runner::cluster::journal_dir;
-use meshbench_runner::cluster::preflight::NodeFacts;
+use meshbench_k8s::{AntiAffinity, BlockingClient, DistributedRun};
+use meshbench_runner::agents::Token;
+use meshbench_runner::place::cluster::agent_pods::{self, AgentsError, Coordinator};
+use meshbench_runner::place::cluster::journal_dir;
+use meshbench_runner::place::cluster::preflight::NodeFacts;
 use meshbench_runner::setup::Provision;
 
 use super::common::experiment_file;
@@ -111,25 +113,25 @@ pub fn run(a: K8sRunArgs) -> Result<u8> {
         .clone()
         .unwrap_or_else(meshbench_store::default_path);
     let signals = Signals::install()?;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    let cluster = rt.block_on(Cluster::connect(a.kubeconfig.as_deref()))?;
+    let client = BlockingClient::connect(a.kubeconfig.as_deref())?;
     let objects = plan.render();
-    rt.block_on(cluster.apply(&objects))?;
+    client.apply_agents(&objects)?;
     errln!(
         "meshbench: applied {} agent(s) as Job {}/{}-agents; agents dial {advertise}",
         plan.agents,
         plan.namespace,
         plan.name
     );
+    let coordinator = Coordinator {
+        listener: Some(listener),
+        token,
+        token_text: plan.token.clone(),
+    };
     let outcome = coordinate(
-        &rt,
-        &cluster,
+        &client,
         &objects,
         &plan,
-        listener,
-        token,
+        coordinator,
         ready_timeout,
         &e,
         &store_path,
@@ -140,7 +142,7 @@ pub fn run(a: K8sRunArgs) -> Result<u8> {
             "meshbench: --keep: the objects stay in namespace {}",
             plan.namespace
         );
-    } else if let Err(err) = rt.block_on(cluster.delete(&objects)) {
+    } else if let Err(err) = client.delete_agents(&objects) {
         errln!("meshbench: warning: could not delete everything: {err}");
     } else {
         errln!("meshbench: deleted the Job, its pods, the Service, the ConfigMap and the Secret");
@@ -148,61 +150,47 @@ pub fn run(a: K8sRunArgs) -> Result<u8> {
     outcome
 }
 
+/// The agent pods gathered as the fleet (the runner's one bring-up, a cluster experiment's
+/// too), then the experiment run from them.
 #[allow(clippy::too_many_arguments)]
 fn coordinate(
-    rt: &tokio::runtime::Runtime,
-    cluster: &Cluster,
+    client: &BlockingClient,
     objects: &meshbench_k8s::Objects,
     plan: &DistributedRun,
-    listener: TcpListener,
-    token: Token,
+    coordinator: Coordinator,
     ready_timeout: Duration,
     e: &meshbench_experiment::Experiment,
     store_path: &Path,
     signals: &Signals,
 ) -> Result<u8> {
     let wanted = plan.agents as usize;
-    let pods =
-        rt.block_on(
-            cluster.wait_ready(objects, wanted, ready_timeout, &signals.stop, |n| {
-                errln!("meshbench: {n} of {wanted} agent pod(s) ready")
-            }),
-        );
-    let pods = match pods {
-        Err(ClusterError::Stopped { ready, wanted }) => {
+    let gathered = agent_pods::gather(
+        client,
+        objects,
+        wanted,
+        ready_timeout,
+        coordinator,
+        &signals.stop,
+        |n| errln!("meshbench: {n} of {wanted} agent pod(s) ready"),
+    );
+    let gathered = match gathered {
+        Err(AgentsError::Stopped(during)) => {
             return Err(signals.interrupted(format_args!(
-                "before the load (agent pods {ready} of {wanted} ready): nothing was measured"
+                "before the load ({during}): nothing was measured"
             )))
         }
-        pods => pods?,
+        gathered => gathered?,
     };
     errln!(
         "meshbench: agent pods ready: {}",
-        pods.iter()
+        (gathered.pods.iter())
             .map(|p| p.name.as_str())
             .collect::<Vec<_>>()
             .join(", ")
     );
-    let fleet = Fleet::gather(
-        FleetReach::Listen {
-            listener,
-            agents: wanted,
-            wait: ready_timeout,
-        },
-        token,
-        None,
-        &signals.stop,
-    );
-    let fleet = match fleet {
-        Err(FleetError::Stopped { joined, wanted }) => {
-            return Err(signals.interrupted(format_args!(
-                "before the load (agents {joined} of {wanted} dialled in): nothing was measured"
-            )))
-        }
-        fleet => fleet?,
-    };
     let site = meshbench_runner::Site::Here;
-    let (_, code) = session::run(e, store_path, false, None, site, Some(fleet), signals)?;
+    let fleet = Some(gathered.fleet);
+    let (_, code) = session::run(e, store_path, false, None, site, fleet, signals)?;
     Ok(code)
 }
 

@@ -120,7 +120,8 @@ fn measure(
         |l, roles| {
             line.draw(l);
             if let (Some(f), Some(scope)) = (faces, &step) {
-                f.live(scope, l, roles);
+                f.hub
+                    .seconds(scope, l, roles, meshbench_lab::sampler::now_ms());
             }
         },
     );

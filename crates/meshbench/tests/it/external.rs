@@ -32,7 +32,7 @@ use meshbench_lab::program::{nginx, ProgramSpec, Run};
 use meshbench_lab::sampler::{self, Sampler, Watch};
 use meshbench_lab::Program;
 use meshbench_results::Role;
-use meshbench_runner::external::prometheus::Prometheus;
+use meshbench_runner::place::external::prometheus::Prometheus;
 use serde_json::Value;
 
 /// A directory of its own for one test, removed when dropped.

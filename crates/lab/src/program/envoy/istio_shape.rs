@@ -84,7 +84,12 @@ fn yes(value: bool) -> Option<BoolValue> {
 
 /// Istio's listener names: `0.0.0.0_8080` for a port.
 pub fn port_name(port: u16) -> String {
-    format!("0.0.0.0_{port}")
+    listener_name(SocketAddr::from(([0, 0, 0, 0], port)))
+}
+
+/// Istio's name of a listener bound to `addr`: `127.0.0.1_8443`, `0.0.0.0_443`.
+pub fn listener_name(addr: SocketAddr) -> String {
+    format!("{}_{}", addr.ip(), addr.port())
 }
 
 /// The outbound cluster of a service port: `outbound|8080||backend.default.svc.cluster.local`.

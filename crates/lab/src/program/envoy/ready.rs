@@ -20,6 +20,7 @@ use thiserror::Error;
 
 use crate::process::RoleProcess;
 use crate::program::envoy::admin::{self, AdminError, DumpSection};
+use crate::program::envoy::istio_shape;
 use crate::LabError;
 
 /// What a gateway's Envoy should hold once its control plane's configuration has arrived.
@@ -92,12 +93,12 @@ impl SidecarExpected {
 
     /// A client's sidecar: the capture's listeners, the Service's outbound listener on
     /// `port`, and its cluster to `host` with the backend pod's endpoint `backend`.
-    pub fn client(port: u16, host: &str, backend: std::net::SocketAddr) -> SidecarExpected {
+    pub fn client(port: u16, host: &str, backend: SocketAddr) -> SidecarExpected {
         SidecarExpected {
             listeners: vec![
                 "virtualOutbound".into(),
                 "virtualInbound".into(),
-                format!("0.0.0.0_{port}"),
+                istio_shape::port_name(port),
             ],
             clusters: vec![format!("outbound|{port}||{host}::{backend}")],
         }

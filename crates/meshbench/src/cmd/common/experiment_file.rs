@@ -39,7 +39,7 @@ pub fn load(file: &Path, set: &[String], provision: Provision) -> Result<Experim
         eprintln!("note: {}: {note}", file.display());
     }
     announce_stand_ins(&mut e, provision);
-    let problems = meshbench_runner::external::request_problems(&e);
+    let problems = meshbench_runner::place::external::request_problems(&e);
     if problems.is_empty() {
         return Ok(e);
     }

@@ -7,19 +7,18 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use meshbench_engine::Live;
 use meshbench_lab::sampler::now_ms;
 use meshbench_live::metrics::MetricsServer;
 use meshbench_live::remote_write::{RemoteWriteConfig, RemoteWriter};
 use meshbench_live::web::WebServer;
 use meshbench_live::{listen_addr, Done, Hub, Scope, StepInfo};
-use meshbench_results::{Role, Sample};
 
 use crate::cli::LiveFlags;
 use crate::usage;
 
+use super::progress::human_secs;
 use super::signals::Signals;
-use super::units::{human_secs, parse_duration};
+use super::units::parse_duration;
 
 /// How long the last remote-write push may take once the run is over.
 const FINAL_PUSH: Duration = Duration::from_secs(5);
@@ -117,17 +116,6 @@ impl Faces {
     /// Whether the live page is served (and so whether a report is worth linking).
     pub fn has_web(&self) -> bool {
         self.web.is_some()
-    }
-
-    /// Every second in `live` into the hub.
-    pub fn live(&self, scope: &Scope, live: &Live, roles: &[(Role, Sample)]) {
-        if live.seconds.is_empty() {
-            return;
-        }
-        let now = now_ms();
-        for second in live.seconds {
-            self.hub.second(scope, second, roles, now);
-        }
     }
 
     /// The run is over: the last push goes out (stale markers included), `/metrics` waits up

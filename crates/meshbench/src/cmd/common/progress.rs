@@ -1,29 +1,26 @@
 //! The progress lines on stderr while load runs: an experiment's ([`Progress`], the runner's
 //! observer: a line redrawn on a terminal, warnings and failed steps always, every second to
 //! the live faces) and a single load's ([`ProgressLine`], `run` and a capacity search's URL
-//! steps).
+//! steps), and how they say a duration to a person ([`human_secs`], [`step_secs`]).
 
 use std::io::IsTerminal;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use meshbench_engine::Live;
-use meshbench_live::{Scope, StepInfo};
+use meshbench_live::{Hub, Scope, StepInfo};
 use meshbench_results::{Role, Sample, StepFailure};
 use meshbench_runner::{Observer, StepAt};
 use meshbench_store::StepRecord;
 
-use super::faces::Faces;
-use super::units::human_secs;
-
 /// The experiment's progress on stderr: a line redrawn four times a second on a terminal,
-/// warnings and failed steps always; and every second to the live faces, if any.
+/// warnings and failed steps always; and every second to the live faces' hub, if any.
 pub struct Progress<'a> {
     live: bool,
     name: &'a str,
     store: &'a Path,
     last_draw: Instant,
-    pub faces: Option<&'a Faces>,
+    pub hub: Option<&'a Hub>,
 }
 
 impl<'a> Progress<'a> {
@@ -33,7 +30,7 @@ impl<'a> Progress<'a> {
             name,
             store,
             last_draw: Instant::now(),
-            faces: None,
+            hub: None,
         }
     }
 
@@ -97,8 +94,8 @@ impl Observer for Progress<'_> {
 
     fn step_started(&mut self, at: &StepAt) {
         self.draw(at, 0.0, 0);
-        if let Some(f) = self.faces {
-            f.hub.step_started(self.step_info(at));
+        if let Some(hub) = self.hub {
+            hub.step_started(self.step_info(at));
         }
     }
 
@@ -108,8 +105,8 @@ impl Observer for Progress<'_> {
             self.draw(at, l.elapsed_secs, l.last_second_rps);
         }
         // The scope is built only when a second came (every 200 ms otherwise).
-        if let Some(f) = self.faces.filter(|_| !l.seconds.is_empty()) {
-            f.live(&self.scope(at), l, roles);
+        if let Some(hub) = self.hub.filter(|_| !l.seconds.is_empty()) {
+            hub.seconds(&self.scope(at), l, roles, meshbench_lab::sampler::now_ms());
         }
     }
 
@@ -125,8 +122,8 @@ impl Observer for Progress<'_> {
 
     fn step_finished(&mut self, at: &StepAt, record: &StepRecord) {
         self.clear();
-        if let Some(f) = self.faces {
-            f.hub.step_finished(&self.scope(at));
+        if let Some(hub) = self.hub {
+            hub.step_finished(&self.scope(at));
         }
         if record.error == Some(StepFailure::StoppedBeforeLoad) {
             // A stop is not the target's failure: said as what happened, once.
@@ -191,5 +188,45 @@ impl ProgressLine {
         if self.drawn {
             eprint!("\r\x1b[2K");
         }
+    }
+}
+
+/// A part of a step in seconds, as a person writes it: `3s`, `0.5s`, `6.4s` (one decimal at
+/// most, never a float's every digit), and `human_secs` from a minute up.
+pub fn step_secs(s: f64) -> String {
+    if !s.is_finite() || s >= 60.0 {
+        return human_secs(s);
+    }
+    let tenths = (s * 10.0).round() / 10.0;
+    if tenths == tenths.trunc() {
+        format!("{tenths:.0}s")
+    } else {
+        format!("{tenths:.1}s")
+    }
+}
+
+/// A duration in seconds for a person: `42s`, `3m05s`, `1h02m`.
+pub fn human_secs(s: f64) -> String {
+    let s = s.round() as u64;
+    match s {
+        0..=59 => format!("{s}s"),
+        60..=3599 => format!("{}m{:02}s", s / 60, s % 60),
+        _ => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn step_parts_read_as_a_person_writes_them() {
+        // Issue 33: an Istio gateway's setup estimate was printed as "~6.357142857142857s".
+        assert_eq!(step_secs(6.357142857142857), "6.4s");
+        assert_eq!(step_secs(1.0), "1s");
+        assert_eq!(step_secs(0.5), "0.5s");
+        assert_eq!(step_secs(15.0), "15s");
+        assert_eq!(step_secs(0.0), "0s");
+        assert_eq!(step_secs(90.0), "1m30s");
     }
 }

@@ -14,11 +14,10 @@ use meshbench_runner::{Finished, Site};
 use meshbench_store::{StepRecord, Store};
 
 use super::faces::Faces;
-use super::progress::Progress;
+use super::progress::{human_secs, Progress};
 use super::signals::Signals;
 use super::stored::show_command;
 use super::tables::tables;
-use super::units::human_secs;
 use crate::exit;
 
 /// One line when the steps are too short for any verdict on a difference: each needs
@@ -67,7 +66,7 @@ pub fn run(
         }
     }
     let mut progress = Progress::new(quiet, &e.name, store_path);
-    progress.faces = faces;
+    progress.hub = faces.map(|f| &f.hub);
     let done = meshbench_runner::run_experiment(
         e,
         store_path,

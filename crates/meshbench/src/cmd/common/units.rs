@@ -1,6 +1,6 @@
-//! Durations and shares as a person writes them, both ways: read from a flag (`10s`, `500ms`,
-//! `30%`), each bad value bad input (exit 2) naming the flag; and written in a line (`42s`,
-//! `3m05s`, `6.4s`).
+//! Durations and shares read from a flag as a person writes them (`10s`, `500ms`, `30%`), each
+//! bad value bad input (exit 2) naming the flag. Written back in a line, they are
+//! `progress.rs`'s (`human_secs`, `step_secs`).
 
 use std::time::Duration;
 
@@ -38,45 +38,5 @@ pub fn parse_percent(flag: &str, text: &str) -> Result<f64> {
         _ => Err(usage(format!(
             "{flag} {text}: not a percentage; give one like 30% or 0.3"
         ))),
-    }
-}
-
-/// A part of a step in seconds, as a person writes it: `3s`, `0.5s`, `6.4s` (one decimal at
-/// most, never a float's every digit), and `human_secs` from a minute up.
-pub fn step_secs(s: f64) -> String {
-    if !s.is_finite() || s >= 60.0 {
-        return human_secs(s);
-    }
-    let tenths = (s * 10.0).round() / 10.0;
-    if tenths == tenths.trunc() {
-        format!("{tenths:.0}s")
-    } else {
-        format!("{tenths:.1}s")
-    }
-}
-
-/// A duration in seconds for a person: `42s`, `3m05s`, `1h02m`.
-pub fn human_secs(s: f64) -> String {
-    let s = s.round() as u64;
-    match s {
-        0..=59 => format!("{s}s"),
-        60..=3599 => format!("{}m{:02}s", s / 60, s % 60),
-        _ => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn step_parts_read_as_a_person_writes_them() {
-        // Issue 33: an Istio gateway's setup estimate was printed as "~6.357142857142857s".
-        assert_eq!(step_secs(6.357142857142857), "6.4s");
-        assert_eq!(step_secs(1.0), "1s");
-        assert_eq!(step_secs(0.5), "0.5s");
-        assert_eq!(step_secs(15.0), "15s");
-        assert_eq!(step_secs(0.0), "0s");
-        assert_eq!(step_secs(90.0), "1m30s");
     }
 }

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use meshbench_k8s::detached::{CONFIG_DIR, DATA_DIR, FILE_KEY, SETS_KEY};
 use meshbench_k8s::BlockingClient;
-use meshbench_runner::cluster as cluster_run;
+use meshbench_runner::place::cluster as cluster_run;
 
 use super::control::{self, Request, RunState, Status, CONTROL_PORT};
 use crate::cli::K8sCoordinatorArgs;

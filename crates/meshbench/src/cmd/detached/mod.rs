@@ -19,7 +19,7 @@ use anyhow::{anyhow, Context, Result};
 use meshbench_k8s::detached::{self, coordinator_namespace, Detached, ISTIO_NAMESPACE};
 use meshbench_k8s::k8s_openapi::api::core::v1::{Namespace, Pod};
 use meshbench_k8s::{BlockingClient, Forward};
-use meshbench_runner::cluster::{self as cluster_run, preflight};
+use meshbench_runner::place::cluster::{self as cluster_run, preflight};
 use meshbench_store::Store;
 
 use self::control::{RunState, CONTROL_PORT};

@@ -18,11 +18,11 @@ use super::common::experiment_file;
 use super::common::faces::Faces;
 use super::common::fleet;
 use super::common::html_report;
+use super::common::progress::{human_secs, step_secs};
 use super::common::session::{self, short_steps};
 use super::common::signals::Signals;
 use super::common::stored::headline;
 use super::common::thresholds::{check_headline, parse_thresholds};
-use super::common::units::{human_secs, step_secs};
 use crate::cli::ExperimentArgs;
 use crate::exit;
 

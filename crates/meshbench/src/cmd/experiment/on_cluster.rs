@@ -1,5 +1,5 @@
 //! `meshbench experiment FILE` for a file with a `cluster:` section, whose steps are realised
-//! on a Kubernetes cluster ([`meshbench_runner::cluster`]): its `--dry-run` checks against the
+//! on a Kubernetes cluster ([`meshbench_runner::place::cluster`]): its `--dry-run` checks against the
 //! cluster, and the run, set up and put back by the runner with a watcher beside it
 //! (`common::journal`) that puts back what a killed run left.
 
@@ -9,8 +9,8 @@ use std::path::Path;
 use anyhow::Result;
 use meshbench_experiment::cluster::ClusterSection;
 use meshbench_experiment::Experiment;
-use meshbench_runner::cluster::preflight::PreflightError;
-use meshbench_runner::cluster::{self, ClusterSite, Coordinator, SiteError};
+use meshbench_runner::place::cluster::preflight::PreflightError;
+use meshbench_runner::place::cluster::{self, ClusterSite, Coordinator, SiteError};
 use meshbench_runner::{Finished, Site};
 
 use crate::cli::ExperimentArgs;

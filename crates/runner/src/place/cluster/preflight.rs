@@ -30,7 +30,7 @@ use thiserror::Error;
 
 use super::kubelet::cadvisor_path;
 use super::render::tolerations_of;
-use crate::external::prometheus::Prometheus;
+use crate::place::external::prometheus::Prometheus;
 
 /// The longest the probe pods may take, from their creation to their end.
 pub const PROBES_WITHIN: Duration = Duration::from_secs(60);

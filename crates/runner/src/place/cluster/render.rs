@@ -1,30 +1,26 @@
 //! What an experiment deploys on a cluster, from its file: the system under test
 //! (`meshbench_k8s::system::System`), each step's shape (its limits, ambient labels, mTLS
-//! mode), the agents' Job, the gateway's Istio objects as `gen gateway --for istio` writes
-//! them, and `--dry-run`'s description of all of it, step by step.
+//! mode), the agents' Job, the gateway's objects as `gen gateway` writes them, and `--dry-run`'s description of all of it, step by step.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use meshbench_experiment::cluster::{
-    AgentsReach as FileReach, AntiAffinity as FileAntiAffinity, ClusterSection, EnvoyKind,
+    AgentsReach as FileReach, AntiAffinity as FileAntiAffinity, ClusterSection,
 };
 use meshbench_experiment::config::Experiment;
 use meshbench_experiment::{ChainVariant, Step};
-use meshbench_k8s::borrowed::WorkloadKind;
 use meshbench_k8s::k8s_openapi::api::core::v1::Toleration;
 use meshbench_k8s::render::PodExtras;
-use meshbench_k8s::system::{self, ContourInstall, ProxyLogging, Resources, Shape, System};
+use meshbench_k8s::system::{self, ProxyLogging, Resources, Shape, System};
 use meshbench_k8s::{AgentsReach, AntiAffinity, DistributedRun};
-use meshbench_lab::contour::objects::{self as contour_objects, Contour};
-use meshbench_lab::gateway::Target;
-use meshbench_lab::gateway::{self, CertLayout, GatewayPlan};
-use meshbench_lab::istio::objects::{Istio, ObjectsScope};
+use meshbench_lab::gateway::{self as lab_gateway, CertLayout, GatewayPlan};
 use meshbench_lab::program::envoy::access_log;
 use meshbench_results::{Class, PeerAuthentication, Program, StepKind, Topology};
 use serde_json::Value;
 
+use super::gateway::{self, ClusterGateway};
 use super::{SiteError, AGENTS, AGENT_PORT};
 
 /// The system an experiment deploys (its gateway objects come later).
@@ -59,7 +55,7 @@ pub fn system_of(e: &Experiment, section: &ClusterSection) -> System {
             telemetry: access_log::istio_telemetry(&section.namespace),
             flush_interval: access_log::ISTIO_FLUSH_INTERVAL.into(),
         }),
-        contour: contour_of(e, section),
+        contour: gateway::contour_install(e, section),
     }
 }
 
@@ -77,22 +73,6 @@ pub(super) fn tolerations_of(section: &ClusterSection) -> Vec<Toleration> {
             ..Toleration::default()
         })
         .collect()
-}
-
-/// The cluster's Contour, when the file's gateway is it.
-pub(super) fn contour_of(e: &Experiment, section: &ClusterSection) -> Option<ContourInstall> {
-    let gateway = e.topologies.contains(&StepKind::Chain(Topology::Gateway));
-    let c = &section.contour;
-    (gateway && e.gateway.of(None) == Program::Contour).then(|| ContourInstall {
-        namespace: c.namespace.clone(),
-        deployment: c.deployment.clone(),
-        envoy: c.envoy.clone(),
-        envoy_kind: match c.envoy_kind {
-            EnvoyKind::Deployment => WorkloadKind::Deployment,
-            EnvoyKind::DaemonSet => WorkloadKind::DaemonSet,
-        },
-        service: c.service.clone(),
-    })
 }
 
 /// The shape of `variant`'s system: its limits (the swept one at the step's value), its
@@ -194,11 +174,11 @@ fn step_shape(e: &Experiment, step: &Step) -> Shape {
     step.chain().map(|v| shape_of(e, v)).unwrap_or_default()
 }
 
-/// The gateway's Istio objects, as `gen gateway --for istio` writes them for this namespace,
-/// and the files the load needs (targets, CA), written under `dir`.
+/// The gateway's objects, as `gen gateway` writes them for the run's namespace, and the files
+/// the load needs (targets, CA), written under `dir`.
 pub(super) fn gateway_objects(
     e: &Experiment,
-    namespace: &str,
+    gateway: &dyn ClusterGateway,
     dir: &Path,
 ) -> Result<(Vec<Value>, PathBuf, PathBuf), SiteError> {
     let plan = GatewayPlan {
@@ -216,39 +196,13 @@ pub(super) fn gateway_objects(
         out: dir.to_path_buf(),
         access_log: None,
     };
-    let istio = Istio::within(ObjectsScope {
-        namespace: namespace.to_string(),
-        selector: (
-            system::GATEWAY_SELECTOR.0.to_string(),
-            system::GATEWAY_SELECTOR.1.to_string(),
-        ),
-        backend_host: Some(format!("{}.{namespace}.svc.cluster.local", system::BACKEND)),
-        backend_port: Some(system::CAPTURED),
-    });
-    let contour = Contour {
-        namespace: namespace.to_string(),
-    };
-    // Istio's Gateways, VirtualServices and Secrets; or Contour's Secrets and HTTPProxies (its
-    // backend's Service is the run's own).
-    let target: &dyn Target = match e.gateway.of(None) {
-        Program::Contour => &contour,
-        _ => &istio,
-    };
-    let applied = |name: &str| match e.gateway.of(None) {
-        Program::Contour => [
-            contour_objects::SECRETS_FILE,
-            contour_objects::HTTP_PROXIES_FILE,
-        ]
-        .contains(&name),
-        _ => name.starts_with("istio-"),
-    };
-    let generated =
-        gateway::generate(&plan, target).map_err(|e| SiteError::Gateway(e.to_string()))?;
+    let generated = lab_gateway::generate(&plan, gateway.target().as_ref())
+        .map_err(|e| SiteError::Gateway(e.to_string()))?;
     let mut objects = Vec::new();
     for file in generated
         .files
         .iter()
-        .filter(|f| f.file_name().is_some_and(|n| applied(&n.to_string_lossy())))
+        .filter(|f| (f.file_name()).is_some_and(|n| gateway.applies(&n.to_string_lossy())))
     {
         let text = std::fs::read_to_string(file)
             .map_err(|e| SiteError::Gateway(format!("{}: {e}", file.display())))?;
@@ -267,8 +221,9 @@ pub fn describe(e: &Experiment, section: &ClusterSection, token_note: &str) -> S
     let mut system = system_of(e, section);
     let mut out = String::new();
     let dir = std::env::temp_dir().join(format!("meshbench-dry-run-{}", std::process::id()));
-    if system.gateway || system.contour.is_some() {
-        match gateway_objects(e, &section.namespace, &dir) {
+    let gateway = gateway::of(e, section);
+    if let Some(g) = &gateway {
+        match gateway_objects(e, g.as_ref(), &dir) {
             Ok((objects, _, _)) => system.gateway_objects = objects,
             Err(err) => out.push_str(&format!("# the gateway's objects: {err}\n")),
         }
@@ -316,17 +271,8 @@ pub fn describe(e: &Experiment, section: &ClusterSection, token_note: &str) -> S
         ));
         objects = next;
     }
-    if let Some(c) = &system.contour {
-        let workloads: Vec<String> = c
-            .workloads()
-            .iter()
-            .map(|(kind, name)| format!("{} {name}", kind.name()))
-            .collect();
-        out.push_str(&format!(
-            "# at the end: the resources of Contour's workloads in {} ({}) put back as they were, each rollout waited for\n",
-            c.namespace,
-            workloads.join(", ")
-        ));
+    if let Some(line) = gateway.and_then(|g| g.put_back()) {
+        out.push_str(&format!("# at the end: {line}\n"));
     }
     out.push_str(&format!(
         "# at the end: namespace {} deleted, and everything in it\n",

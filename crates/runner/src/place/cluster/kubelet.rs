@@ -33,7 +33,7 @@ use meshbench_lab::sampler;
 use meshbench_results::{Figure, Sample};
 use regex::Regex;
 
-use crate::external::read::{Reading, RoleRead};
+use crate::place::external::read::{Reading, RoleRead};
 
 /// Between two polls of the same node.
 const POLL_EVERY: Duration = Duration::from_secs(1);

@@ -25,13 +25,17 @@
 //! - `render.rs`: what an experiment deploys, from its file (pure but for the gateway's
 //!   certificates): the system, each step's shape, the agents, `--dry-run`'s description;
 //! - `step.rs`: one step there: realised, loaded, read;
-//! - `contour.rs`: the cluster's Contour as a step's gateway: ready when Contour took every
-//!   HTTPProxy and its Envoy's stats show the run's routes;
+//! - `gateway/`: a step's gateway, Istio's or the cluster's Contour, as one
+//!   [`gateway::ClusterGateway`]: what the cluster must have for it, where the load enters,
+//!   when it is ready, what is read of it;
+//! - `pods.rs`: the live pods a step reads, and a role as the figures' reader selects it;
 //! - `tests.rs`: a step's set-up against a stop, on a played API server and Prometheus.
 
+pub mod agent_pods;
 mod attribution;
-mod contour;
+mod gateway;
 pub mod kubelet;
+mod pods;
 pub mod preflight;
 mod render;
 mod step;
@@ -42,7 +46,7 @@ pub use render::{agents_of, describe, shape_of, system_of};
 use render::{first_shape, gateway_objects};
 pub(crate) use step::ClusterPlace;
 
-use std::net::{IpAddr, SocketAddr, TcpListener};
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -57,17 +61,20 @@ use meshbench_experiment::config::Experiment;
 use meshbench_k8s::blocking::ApiError;
 use meshbench_k8s::k8s_openapi;
 use meshbench_k8s::objects::istio::MeshConfig;
-use meshbench_k8s::rollout::Workload;
 use meshbench_k8s::system::{self, Shape, System};
 use meshbench_k8s::undo::{self, Header, Journal, Undo, UndoError};
 use meshbench_k8s::{names, BlockingClient, ClusterError, DistributedRun, Objects};
+use meshbench_lab::istio::NAMESPACE as ISTIO_NAMESPACE;
 use meshbench_lab::program::envoy::access_log;
-use meshbench_results::{Program, StepKind, Topology};
+use meshbench_results::{StepKind, Topology};
 use thiserror::Error;
 
-use crate::agents::{Fleet, FleetError, FleetReach, Token};
-use crate::external::prometheus::Prometheus;
+use crate::agents::{Fleet, FleetError};
 use crate::observer::Observer;
+use crate::place::external::prometheus::Prometheus;
+use agent_pods::AgentsError;
+pub use agent_pods::Coordinator;
+use gateway::{ClusterGateway, NeededCrd};
 use preflight::{Preflight, PreflightError};
 
 /// The agents' objects' name prefix (pods `meshbench-agents-N-...`).
@@ -75,13 +82,6 @@ const AGENTS: &str = "meshbench";
 /// Where an agent pod listens (on its own loopback) when the coordinator comes through a
 /// port-forward.
 pub const AGENT_PORT: u16 = crate::agents::DEFAULT_PORT;
-/// Between two tries to reach the agents through their port-forwards (an agent listens a
-/// moment after its pod is Ready).
-const AGENTS_RETRY_EVERY: Duration = Duration::from_millis(500);
-/// Istio's own namespace: its mesh configuration, ambient's ztunnel.
-const ISTIO_NAMESPACE: &str = "istio-system";
-/// Envoy's admin port in Istio's proxies (on the pod's loopback).
-const ENVOY_ADMIN: u16 = 15000;
 /// The longest the namespace may take to go at the end.
 const GONE_WITHIN: Duration = Duration::from_secs(180);
 
@@ -170,22 +170,22 @@ impl std::fmt::Display for PutBack {
     }
 }
 
+impl From<AgentsError> for SiteError {
+    fn from(err: AgentsError) -> SiteError {
+        match err {
+            AgentsError::Pods(err) => SiteError::Agents(err),
+            AgentsError::Fleet(err) => SiteError::Fleet(err),
+            AgentsError::Stopped(during) => stopped(during),
+        }
+    }
+}
+
 /// A stop during the bring-up, the cluster not yet put back.
 fn stopped(during: BringUp) -> SiteError {
     SiteError::Stopped {
         during,
         put_back: PutBack::Nothing,
     }
-}
-
-/// How the agent pods and this process meet, and the token they share.
-pub struct Coordinator {
-    /// Where the agent pods dial this process; none: the agents listen in their pods and this
-    /// process reaches each through a port-forward.
-    pub listener: Option<TcpListener>,
-    pub token: Token,
-    /// The token as the agents' Secret holds it.
-    pub token_text: String,
 }
 
 /// A cluster holding one run's system under test.
@@ -201,7 +201,7 @@ pub struct ClusterSite {
     borrowed: Mutex<Vec<meshbench_k8s::borrowed::Borrowed>>,
     /// The backend Service's cluster IP.
     backend_vip: IpAddr,
-    gateway: Option<GatewayAssets>,
+    gateway: Option<SiteGateway>,
     /// Written to before each change (a step records the resources of Contour's workloads
     /// before its first change of them).
     journal: Mutex<Option<Journal>>,
@@ -219,43 +219,37 @@ pub struct ClusterSite {
     _scratch: tempfile::TempDir,
 }
 
-/// What the load of a gateway step needs.
-struct GatewayAssets {
+/// A gateway step's gateway on the cluster, and what its load needs.
+struct SiteGateway {
+    /// Who runs it.
+    runs: Box<dyn ClusterGateway>,
     targets: PathBuf,
     ca: PathBuf,
-    /// The gateway Service's cluster IP, on 443.
+    /// The cluster IP and port of the Service in front of it.
     entry: SocketAddr,
-    domains: usize,
-    routes: usize,
 }
 
-/// What an experiment needs of Istio on the cluster, and the CRD each needs.
-fn needs(e: &Experiment) -> Vec<(&'static str, &'static str)> {
-    let has = |t: Topology| e.topologies.contains(&StepKind::Chain(t));
+/// The custom resources an experiment's objects are written in: Istio's, and its gateway's.
+fn needs(e: &Experiment, gateway: Option<&dyn ClusterGateway>) -> Vec<NeededCrd> {
+    let istio = |crd, what| NeededCrd {
+        crd,
+        what,
+        install: "Istio",
+    };
     let mut n = Vec::new();
     let sidecars = e
         .topologies
         .iter()
         .any(|k| k.chain().is_some_and(Topology::has_sidecars));
     if sidecars {
-        n.push((
+        n.push(istio(
             "peerauthentications.security.istio.io",
             "Istio's sidecars (PeerAuthentication)",
         ));
     }
-    match (has(Topology::Gateway), e.gateway.of(None)) {
-        (true, Program::Contour) => n.push((
-            "httpproxies.projectcontour.io",
-            "Contour's gateway (HTTPProxy)",
-        )),
-        (true, _) => n.push((
-            "gateways.networking.istio.io",
-            "Istio's ingress gateway (Gateway, VirtualService)",
-        )),
-        (false, _) => {}
-    }
-    if has(Topology::Waypoint) {
-        n.push((
+    n.extend(gateway.map(|g| g.crd()));
+    if e.topologies.contains(&StepKind::Chain(Topology::Waypoint)) {
+        n.push(istio(
             "gateways.gateway.networking.k8s.io",
             "the waypoint (the Gateway API's Gateway)",
         ));
@@ -270,29 +264,22 @@ pub fn missing_on_cluster(
     e: &Experiment,
 ) -> Result<Vec<String>, ApiError> {
     let mut missing = Vec::new();
-    for (crd, what) in needs(e) {
+    let gateway = e.cluster.as_ref().and_then(|s| gateway::of(e, s));
+    for NeededCrd { crd, what, install } in needs(e, gateway.as_deref()) {
         if client
             .get_cluster_scoped::<CustomResourceDefinition>(crd)?
             .is_none()
         {
-            let install = match crd.ends_with("projectcontour.io") {
-                true => "Contour",
-                false => "Istio",
-            };
             missing.push(format!(
                 "{what} needs {install} installed: the cluster has no CustomResourceDefinition {crd}"
             ));
         }
     }
-    if let Some(section) = e.cluster.as_ref() {
-        if let Some(contour) = render::contour_of(e, section) {
-            missing.extend(contour_missing(client, &contour)?);
-        }
+    if let Some(g) = &gateway {
+        missing.extend(g.missing(client)?);
     }
     let chains = || e.topologies.iter().filter_map(|k| k.chain());
-    let injects = chains().any(|t| {
-        t.has_sidecars() || (t == Topology::Gateway && e.gateway.of(None) == Program::Istio)
-    });
+    let injects = chains().any(Topology::has_sidecars) || gateway.is_some_and(|g| g.injected());
     if injects {
         let webhooks = client.list_cluster_scoped::<MutatingWebhookConfiguration>()?;
         let injector = webhooks.iter().any(|w| {
@@ -315,39 +302,6 @@ pub fn missing_on_cluster(
         if ztunnel.is_empty() {
             missing.push("ambient and waypoint need Istio's ambient data plane: no ztunnel DaemonSet in istio-system (istioctl install --set profile=ambient)".into());
         }
-    }
-    Ok(missing)
-}
-
-/// What of the cluster's Contour is not there, one line each: its Deployment, its Envoy's
-/// Deployment or DaemonSet, the Service in front of Envoy (the run uses them; it deploys none
-/// of them).
-fn contour_missing(
-    client: &BlockingClient,
-    contour: &meshbench_k8s::system::ContourInstall,
-) -> Result<Vec<String>, ApiError> {
-    let ns = &contour.namespace;
-    let mut missing = Vec::new();
-    let said = [
-        format!(
-            "Contour's Envoy {} (cluster.contour.envoy, .envoy_kind)",
-            contour.envoy_kind.name()
-        ),
-        "Contour's Deployment (cluster.contour.deployment)".to_string(),
-    ];
-    for ((kind, name), what) in contour.workloads().into_iter().zip(said) {
-        if Workload::get(client, kind, ns, name)?.is_none() {
-            missing.push(format!(
-                "{what}: no {} {ns}/{name}: install Contour (its examples/render/contour-deployment.yaml, or examples/contour with Envoy as a DaemonSet), or name where it is in cluster.contour",
-                kind.name()
-            ));
-        }
-    }
-    if client.get::<Service>(ns, &contour.service)?.is_none() {
-        missing.push(format!(
-            "the Service in front of Contour's Envoy (cluster.contour.service): no Service {ns}/{}",
-            contour.service
-        ));
     }
     Ok(missing)
 }
@@ -419,15 +373,15 @@ impl ClusterSite {
             .tempdir()
             .map_err(SiteError::Scratch)?;
         let mut gateway = None;
-        if system.gateway || system.contour.is_some() {
-            let (objects, targets, ca) = gateway_objects(e, &section.namespace, scratch.path())?;
+        if let Some(runs) = gateway::of(e, &section) {
+            let (objects, targets, ca) = gateway_objects(e, runs.as_ref(), scratch.path())?;
             system.gateway_objects = objects;
-            gateway = Some(GatewayAssets {
+            gateway = Some(SiteGateway {
+                runs,
                 targets,
                 ca,
-                entry: SocketAddr::from(([0, 0, 0, 0], 443)),
-                domains: e.gateway.domains as usize,
-                routes: (e.gateway.domains * e.gateway.paths) as usize,
+                // Read from its Service once applied.
+                entry: SocketAddr::from(([0, 0, 0, 0], 0)),
             });
         }
         let plan = agents_of(
@@ -523,19 +477,10 @@ impl ClusterSite {
         self.client.apply_all(objects[1..].to_vec())?;
         *self.applied.lock().expect("not poisoned") = Some(first);
         self.backend_vip = self.service_ip(&self.section.namespace, system::BACKEND)?;
-        let entry = match (&self.system.contour, self.gateway.is_some()) {
-            (Some(c), _) => Some(SocketAddr::new(
-                self.service_ip(&c.namespace, &c.service)?,
-                self.section.contour.service_port,
-            )),
-            (None, true) => Some(SocketAddr::new(
-                self.service_ip(&self.section.namespace, system::GATEWAY)?,
-                443,
-            )),
-            (None, false) => None,
-        };
-        if let (Some(g), Some(entry)) = (self.gateway.as_mut(), entry) {
-            g.entry = entry;
+        if let Some(g) = &self.gateway {
+            let (namespace, name, port) = g.runs.entry();
+            let entry = SocketAddr::new(self.service_ip(namespace, name)?, port);
+            self.gateway.as_mut().expect("just seen").entry = entry;
         }
         unless_stopped(BringUp::Applying)?;
         observer.note(&format!(
@@ -543,91 +488,19 @@ impl ClusterSite {
             self.section.namespace, plan.agents
         ));
         self.client.apply_agents(&self.agents)?;
-        let wanted = plan.agents as usize;
         let wait = Duration::from_secs_f64(self.section.rollout_timeout_secs);
-        let pods = self
-            .client
-            .wait_agents(&self.agents, wanted, wait, stop, |_| {})
-            .map_err(|err| match err {
-                ClusterError::Stopped { ready, wanted } => {
-                    stopped(BringUp::AgentPods { ready, wanted })
-                }
-                err => SiteError::Agents(err),
-            })?;
-        let gathered = |err| match err {
-            FleetError::Stopped { joined, wanted } => stopped(BringUp::Dialling { joined, wanted }),
-            err => SiteError::Fleet(err),
-        };
-        match coordinator.listener {
-            Some(listener) => {
-                let reach = FleetReach::Listen {
-                    listener,
-                    agents: wanted,
-                    wait,
-                };
-                Fleet::gather(reach, coordinator.token, None, stop).map_err(gathered)
-            }
-            None => self
-                .reach_agents(&pods, coordinator.token, wait, stop)
-                .map_err(gathered),
-        }
-    }
-
-    /// The agents as a fleet through a port-forward to each pod: dialled again until each has
-    /// answered (its agent listens a moment after the pod is Ready), at most `wait`.
-    fn reach_agents(
-        &mut self,
-        pods: &[meshbench_k8s::AgentPod],
-        token: Token,
-        wait: Duration,
-        stop: &Stop,
-    ) -> Result<Fleet, FleetError> {
-        let ns = self.section.namespace.clone();
-        for pod in pods {
-            let forward = self
-                .client
-                .port_forward(&ns, &pod.name, AGENT_PORT)
-                .map_err(|e| FleetError::Dial {
-                    addr: format!("pod {ns}/{}", pod.name),
-                    why: e.to_string(),
-                })?;
-            self.agent_forwards.push(forward);
-        }
-        let addrs: Vec<String> = self
-            .agent_forwards
-            .iter()
-            .map(|f| f.addr().to_string())
-            .collect();
-        let deadline = std::time::Instant::now() + wait;
-        loop {
-            match Fleet::gather(FleetReach::Dial(addrs.clone()), token.clone(), None, stop) {
-                Ok(fleet) => return Ok(fleet),
-                Err(FleetError::Dial { .. } | FleetError::Handshake(_))
-                    if std::time::Instant::now() < deadline =>
-                {
-                    if !stop.sleep(AGENTS_RETRY_EVERY) {
-                        return Err(FleetError::Stopped {
-                            joined: 0,
-                            wanted: addrs.len(),
-                        });
-                    }
-                }
-                Err(e) => {
-                    let through = self
-                        .agent_forwards
-                        .iter()
-                        .find_map(|f| f.last_error())
-                        .map_or(String::new(), |e| format!(" (the port-forward: {e})"));
-                    return Err(match e {
-                        FleetError::Dial { addr, why } => FleetError::Dial {
-                            addr,
-                            why: format!("{why}{through}"),
-                        },
-                        other => other,
-                    });
-                }
-            }
-        }
+        let wanted = plan.agents as usize;
+        let gathered = agent_pods::gather(
+            &self.client,
+            &self.agents,
+            wanted,
+            wait,
+            coordinator,
+            stop,
+            |_| {},
+        )?;
+        self.agent_forwards = gathered.forwards;
+        Ok(gathered.fleet)
     }
 
     /// Puts the cluster back after a stop during the bring-up, and says what it did.
@@ -689,14 +562,9 @@ impl ClusterSite {
         }
     }
 
-    /// The pods of `app` (by its label) that are not going away.
+    /// The pods of the run's namespace `selector` selects that are not going away.
     fn pods(&self, selector: &str) -> Result<Vec<Pod>, ApiError> {
-        Ok(self
-            .client
-            .list::<Pod>(&self.section.namespace, selector)?
-            .into_iter()
-            .filter(|p| p.metadata.deletion_timestamp.is_none())
-            .collect())
+        pods::live(&self.client, &self.section.namespace, selector)
     }
 
     /// Puts the cluster back as the journal says (the namespace deleted and waited for), and

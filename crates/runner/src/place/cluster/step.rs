@@ -19,9 +19,10 @@ use meshbench_k8s::blocking::ApiError;
 use meshbench_k8s::k8s_openapi;
 use meshbench_k8s::names;
 use meshbench_k8s::rollout::RolloutError;
-use meshbench_k8s::system::{self, ContourInstall, Path as Through, Shape};
-use meshbench_lab::program::envoy::ready::{self, AckError, Awaited, Expected, SidecarExpected};
-use meshbench_lab::program::envoy::{admin, istio_shape};
+use meshbench_k8s::system::{self, Path as Through, Shape};
+use meshbench_lab::istio::ADMIN_PORT;
+use meshbench_lab::program::envoy::admin;
+use meshbench_lab::program::envoy::ready::{self, AckError, Awaited, SidecarExpected};
 use meshbench_lab::sampler;
 use meshbench_results::attribution::{Attribution, Sent};
 use meshbench_results::{
@@ -29,19 +30,20 @@ use meshbench_results::{
 };
 use thiserror::Error;
 
-use crate::external::prometheus::PromError;
-use crate::external::read::came_or_went;
-use crate::external::{read_window_from, warn_each};
 use crate::load::{LoadOptions, TargetSource};
 use crate::load_window::Measured;
 use crate::measured::{Place, Realised, RoleReading, StepContext, Witnesses};
 use crate::observer::Observer;
+use crate::place::external::prometheus::PromError;
+use crate::place::external::read::came_or_went;
+use crate::place::external::{read_window_from, warn_each};
 use crate::step_load::{aim_at_gateway, load_for};
 
-use super::contour::ContourNotReady;
+use super::gateway::GatewayNotReady;
 use super::kubelet::KubeletReader;
+use super::pods::{self, reader_role};
 use super::preflight::images_of;
-use super::{shape_of, ClusterSite, AGENTS, ENVOY_ADMIN};
+use super::{shape_of, ClusterSite, AGENTS, ISTIO_NAMESPACE};
 use meshbench_experiment::cluster::UsageFrom;
 use meshbench_k8s::borrowed::BorrowedError;
 use meshbench_k8s::undo::{Undo, UndoError};
@@ -71,7 +73,7 @@ pub enum ShapeError {
     #[error("the run's journal: {0}")]
     Journal(#[from] UndoError),
     #[error(transparent)]
-    Contour(#[from] ContourNotReady),
+    Gateway(#[from] GatewayNotReady),
 }
 
 /// Why the reader of a step's roles did not yet have them (the step goes on, warned), or a
@@ -100,7 +102,7 @@ const KUBELET_PAST_WITHIN: Duration = Duration::from_secs(40);
 
 impl ClusterSite {
     /// Brings the system to `shape`: applies what changed, waits for each rollout and for
-    /// each Envoy of `topology` to hold its configuration.
+    /// each Envoy of `topology` (the gateway's, the sidecars') to hold its configuration.
     fn realise_shape(
         &self,
         topology: Topology,
@@ -119,13 +121,11 @@ impl ClusterSite {
             self.client
                 .wait_rollout(&self.section.namespace, d, timeout, stop)?;
         }
-        if let Some(contour) = &self.system.contour {
-            for (kind, name) in contour.workloads() {
-                self.client
-                    .wait_rollout_of(kind, &contour.namespace, name, timeout, stop)?;
-            }
+        if let Some(g) = &self.gateway {
+            g.runs.wait_rollouts(&self.client, timeout, stop)?;
             if topology == Topology::Gateway {
-                return Ok(self.wait_contour_ready(contour, timeout, stop)?);
+                let (backend, _) = self.backend_endpoint()?;
+                g.runs.wait_ready(&self.client, backend, timeout, stop)?;
             }
         }
         self.wait_acked(topology, timeout, stop)
@@ -160,27 +160,38 @@ impl ClusterSite {
         Ok(())
     }
 
-    /// The Envoys of `topology` with one pod each, by role: the pod and what it must hold.
-    fn envoys(&self, topology: Topology) -> Result<Vec<(ChainRole, String, Awaited)>, ShapeError> {
-        let ns = &self.section.namespace;
+    /// The backend's endpoint (its first pod's address, on the captured port) and that pod.
+    fn backend_endpoint(&self) -> Result<(SocketAddr, Pod), ShapeError> {
         let backend = self.pods(names::BACKEND_PODS)?;
-        let Some(backend_pod) = backend.first() else {
+        let Some(pod) = backend.into_iter().next() else {
             return Err(ShapeError::NoPod("backend"));
         };
-        let backend_ip = backend_pod
+        let ip = pod
             .status
             .as_ref()
             .and_then(|s| s.pod_ip.as_deref()?.parse::<IpAddr>().ok())
             .ok_or(ShapeError::NoBackendAddress)?;
-        let backend = SocketAddr::new(backend_ip, system::CAPTURED);
-        let host = format!("{}.{ns}.svc.cluster.local", system::BACKEND);
-        let name = |p: &Pod| p.metadata.name.clone().unwrap_or_default();
+        Ok((SocketAddr::new(ip, system::CAPTURED), pod))
+    }
+
+    /// The sidecars of `topology` with one pod each, by role: the pod and what it must hold
+    /// (the gateway is its own: [`super::gateway::ClusterGateway`]).
+    fn sidecars(
+        &self,
+        topology: Topology,
+    ) -> Result<Vec<(ChainRole, String, Awaited)>, ShapeError> {
+        let (backend, backend_pod) = self.backend_endpoint()?;
+        let host = format!(
+            "{}.{}.svc.cluster.local",
+            system::BACKEND,
+            self.section.namespace
+        );
         let mut out = Vec::new();
         for r in topology.chain() {
             match r.role {
                 ChainRole::ServerProxy => out.push((
                     r.role,
-                    name(backend_pod),
+                    pods::name(&backend_pod),
                     Awaited::Sidecar(SidecarExpected::server(system::CAPTURED)),
                 )),
                 ChainRole::ClientProxy => {
@@ -188,7 +199,7 @@ impl ClusterSite {
                     if let [only] = agents.as_slice() {
                         out.push((
                             r.role,
-                            name(only),
+                            pods::name(only),
                             Awaited::Sidecar(SidecarExpected::client(
                                 system::CAPTURED,
                                 &host,
@@ -197,36 +208,13 @@ impl ClusterSite {
                         ));
                     }
                 }
-                ChainRole::Gateway if self.system.contour.is_some() => {}
-                ChainRole::Gateway => {
-                    let g = self
-                        .gateway
-                        .as_ref()
-                        .expect("a gateway topology has its assets");
-                    let pods = self.pods(names::GATEWAY_PODS)?;
-                    let Some(pod) = pods.first() else {
-                        return Err(ShapeError::NoPod("gateway"));
-                    };
-                    out.push((
-                        r.role,
-                        name(pod),
-                        Awaited::Gateway(Expected {
-                            listener: istio_shape::port_name(names::GATEWAY_HTTPS_PORT),
-                            filter_chains: g.domains,
-                            route_configs: ready::RouteConfigs::All,
-                            routes: g.routes,
-                            certificates: g.domains,
-                            backend: (format!("||{host}"), vec![backend]),
-                        }),
-                    ));
-                }
                 _ => {}
             }
         }
         Ok(out)
     }
 
-    /// Waits until every Envoy of the step holds its configuration, read from its admin
+    /// Waits until every sidecar of the step holds its configuration, read from its admin
     /// through its pod (the lab's one waiter); fails at once on an update it rejected. `limit`
     /// is for all of them together.
     fn wait_acked(
@@ -236,10 +224,10 @@ impl ClusterSite {
         stop: &Stop,
     ) -> Result<(), ShapeError> {
         let began = Instant::now();
-        for (role, pod, awaited) in self.envoys(topology)? {
+        for (role, pod, awaited) in self.sidecars(topology)? {
             let forward = self
                 .client
-                .port_forward(&self.section.namespace, &pod, ENVOY_ADMIN)
+                .port_forward(&self.section.namespace, &pod, ADMIN_PORT)
                 .map_err(|source| ShapeError::Forward { role, source })?;
             let left = limit.saturating_sub(began.elapsed());
             // A pod that goes is seen by the next reading, which then fails to connect.
@@ -285,83 +273,36 @@ impl ClusterSite {
     /// that comes or goes in a window makes the role missing (`external::read`).
     fn roles(&self, topology: Topology) -> Vec<ExternalRole> {
         let ns = self.section.namespace.as_str();
-        let now = |selector: &str, fallback: &str| pod_pattern(self.pods(selector).ok(), fallback);
-        let backend_pods = now(names::BACKEND_PODS, "backend-.*");
-        let gateway_pods = now(names::GATEWAY_PODS, "gateway-.*");
-        let contour = self.system.contour.as_ref();
-        // Every pod of Contour's Envoy (a DaemonSet's: one per node), their figures summed.
-        let envoy_pods = |c: &ContourInstall| {
-            pod_pattern(self.contour_envoy_pods(c).ok(), &format!("{}-.*", c.envoy))
-        };
-        let contour_pods = |c: &ContourInstall| {
-            pod_pattern(self.contour_pods(c).ok(), &format!("{}-.*", c.deployment))
-        };
-        let named = |name: &str, preset: Preset, matches: &[(&str, &str)]| ExternalRole {
-            name: name.to_string(),
-            preset: Some(preset),
-            matches: matches
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-            ..ExternalRole::default()
-        };
-        let role = |r: ChainRole, preset: Preset, matches: &[(&str, &str)]| {
-            named(r.name(), preset, matches)
-        };
+        let backend_pods = pods::pattern(self.pods(names::BACKEND_PODS).ok(), "backend-.*");
         let agents_pods = format!("{AGENTS}-agents-.*");
-        let mut roles: Vec<ExternalRole> = topology
-            .chain()
-            .iter()
-            .filter_map(|r| match r.role {
-                ChainRole::ClientProxy => Some(role(
-                    r.role,
+        let mut roles = Vec::new();
+        for r in topology.chain() {
+            let role =
+                |preset, matches: &[(&str, &str)]| reader_role(r.role.name(), preset, matches);
+            match r.role {
+                ChainRole::ClientProxy => roles.push(role(
                     Preset::IstioSidecar,
                     &[("namespace", ns), ("pod", &agents_pods)],
                 )),
-                ChainRole::ServerProxy => Some(role(
-                    r.role,
+                ChainRole::ServerProxy => roles.push(role(
                     Preset::IstioSidecar,
                     &[("namespace", ns), ("pod", &backend_pods)],
                 )),
-                ChainRole::Gateway => match contour {
-                    // Container `envoy` of Contour's Envoy pods, in Contour's namespace.
-                    Some(c) => Some(role(
-                        r.role,
-                        Preset::Contour,
-                        &[("namespace", &c.namespace), ("pod", &envoy_pods(c))],
-                    )),
-                    None => Some(role(
-                        r.role,
-                        Preset::IstioSidecar,
-                        &[("namespace", ns), ("pod", &gateway_pods)],
-                    )),
-                },
-                ChainRole::Waypoint => Some(role(
-                    r.role,
+                // Its Envoy, and the control plane beside it that the run limits.
+                ChainRole::Gateway => {
+                    roles.extend((self.gateway.iter()).flat_map(|g| g.runs.roles(&self.client)))
+                }
+                ChainRole::Waypoint => roles.push(role(
                     Preset::Waypoint,
                     &[("namespace", ns), ("pod", names::WAYPOINT_PODS)],
                 )),
                 // One DaemonSet: its pods are read once, as the client's tunnel.
-                ChainRole::ZtunnelClient => Some(role(r.role, Preset::Ztunnel, &[])),
-                ChainRole::ZtunnelServer | ChainRole::Backend | ChainRole::BackendReplica(_) => {
-                    None
-                }
-            })
-            .collect();
-        // Contour, beside the Envoy it configures, as the lab samples it.
-        if let (Some(c), Topology::Gateway) = (contour, topology) {
-            roles.push(named(
-                Role::Contour.name(),
-                Preset::IstioSidecar,
-                &[
-                    ("namespace", c.namespace.as_str()),
-                    ("pod", &contour_pods(c)),
-                    ("container", system::CONTOUR),
-                ],
-            ));
+                ChainRole::ZtunnelClient => roles.push(role(Preset::Ztunnel, &[])),
+                ChainRole::ZtunnelServer | ChainRole::Backend | ChainRole::BackendReplica(_) => {}
+            }
         }
-        roles.push(role(
-            ChainRole::Backend,
+        roles.push(reader_role(
+            ChainRole::Backend.name(),
             Preset::IstioSidecar,
             &[
                 ("namespace", ns),
@@ -535,11 +476,8 @@ impl ClusterSite {
             "backend",
             self.pods(names::BACKEND_PODS).unwrap_or_default(),
         );
-        if self.system.gateway {
-            add(
-                "gateway",
-                self.pods(names::GATEWAY_PODS).unwrap_or_default(),
-            );
+        for (who, pods) in (self.gateway.iter()).flat_map(|g| g.runs.pods(&self.client)) {
+            add(who, pods);
         }
         if self.system.client_sidecar {
             add(
@@ -547,53 +485,42 @@ impl ClusterSite {
                 self.pods(&self.agents.agent_selector()).unwrap_or_default(),
             );
         }
-        if let Some(c) = &self.system.contour {
-            add("contour", self.contour_pods(c).unwrap_or_default());
-            add("envoy", self.contour_envoy_pods(c).unwrap_or_default());
-        }
         let istio = self.system.gateway
             || self.system.server_sidecar
             || self.system.client_sidecar
             || self.system.waypoint;
         if istio {
-            let istiod = self
-                .client
-                .list::<Pod>(super::ISTIO_NAMESPACE, names::ISTIOD_PODS);
+            let istiod = self.client.list::<Pod>(ISTIO_NAMESPACE, names::ISTIOD_PODS);
             add("istiod", istiod.unwrap_or_default());
         }
         v
     }
 
-    /// Each single-pod Envoy's admin, through its pod, for the witness; the stats listener
-    /// (its admin is a unix socket) of every pod of Contour's Envoy, whose counts are summed.
+    /// Each sidecar's admin, through its pod, and the gateway's counters (every pod of its
+    /// Envoy), for the witness.
     fn admins(&self, topology: Topology) -> Vec<(ChainRole, meshbench_k8s::Forward)> {
-        let Ok(envoys) = self.envoys(topology) else {
+        let Ok(sidecars) = self.sidecars(topology) else {
             return Vec::new();
         };
-        let mut admins: Vec<(ChainRole, meshbench_k8s::Forward)> = envoys
+        let mut admins: Vec<(ChainRole, meshbench_k8s::Forward)> = sidecars
             .into_iter()
             .filter_map(|(role, pod, _)| {
                 self.client
-                    .port_forward(&self.section.namespace, &pod, ENVOY_ADMIN)
+                    .port_forward(&self.section.namespace, &pod, ADMIN_PORT)
                     .ok()
                     .map(|f| (role, f))
             })
             .collect();
-        if let (Some(contour), Topology::Gateway) = (&self.system.contour, topology) {
-            let stats = self.section.contour.stats_port;
-            for pod in self.contour_envoy_pods(contour).unwrap_or_default() {
-                let name = pod.metadata.name.clone().unwrap_or_default();
-                if let Ok(f) = self.client.port_forward(&contour.namespace, &name, stats) {
-                    admins.push((ChainRole::Gateway, f));
-                }
-            }
+        if let (Some(g), Topology::Gateway) = (&self.gateway, topology) {
+            let counters = g.runs.counters(&self.client);
+            admins.extend(counters.into_iter().map(|f| (ChainRole::Gateway, f)));
         }
         admins
     }
 }
 
 /// A step's chain on the cluster: the run's site, the chain and its load, as
-/// [`crate::rig_place::RigPlace`] holds them for a rig on this machine.
+/// [`crate::place::rig::RigPlace`] holds them for a rig on this machine.
 pub(crate) struct ClusterPlace<'a> {
     pub site: &'a ClusterSite,
     pub variant: &'a ChainVariant,
@@ -725,7 +652,12 @@ impl Realised for ClusterStep<'_> {
             };
         }
         if let Some(Ok(gateway)) = witnesses.get_mut(&ChainRole::Gateway) {
-            if self.site.system.contour.is_some() {
+            if self
+                .site
+                .gateway
+                .as_ref()
+                .is_some_and(|g| g.runs.sums_pods())
+            {
                 let pods = self
                     .admins
                     .iter()
@@ -767,22 +699,23 @@ impl Realised for ClusterStep<'_> {
         };
         warn_each(&reading, step, observer);
         let shape = &self.shape;
-        let gateway = match self.site.system.contour {
-            Some(_) => Program::Contour,
-            None => Program::Istio,
-        };
+        let runs = self.site.gateway.as_ref().map(|g| &g.runs);
+        let gateway = runs.map_or(Program::Istio, |g| g.program());
+        // The control plane the run limits, read beside the gateway's Envoy (Contour).
+        let control_plane = runs.and_then(|g| g.control_plane());
         reading
             .roles
             .into_iter()
             .filter_map(|mut r| {
                 let chain = match r.usage.role.clone() {
                     Role::Chain(chain) => chain,
-                    Role::Contour => {
-                        r.usage.program = PlayedBy::Proxy(Program::Contour);
+                    role if control_plane.as_ref().is_some_and(|(cp, _)| *cp == role) => {
+                        let (_, program) = control_plane.as_ref().expect("just matched");
+                        r.usage.program = PlayedBy::Proxy(*program);
                         r.usage.cpu_limit = shape.control_plane.cpu_cores;
                         return Some(RoleReading::read(r, None));
                     }
-                    Role::Sampler | Role::External(_) | Role::Istiod => return None,
+                    _ => return None,
                 };
                 r.usage.program = match chain {
                     ChainRole::Backend => PlayedBy::Backend,
@@ -825,20 +758,5 @@ impl Realised for ClusterStep<'_> {
                 every_ms: None,
             },
         }
-    }
-}
-
-/// A `pod` matcher for the pods listed: their names as alternatives (pod names are DNS
-/// labels: nothing in them is special to a regular expression), or `fallback` when there are
-/// none (or they could not be listed).
-fn pod_pattern(pods: Option<Vec<Pod>>, fallback: &str) -> String {
-    let names: Vec<String> = pods
-        .unwrap_or_default()
-        .into_iter()
-        .filter_map(|p| p.metadata.name)
-        .collect();
-    match names.is_empty() {
-        true => fallback.to_string(),
-        false => names.join("|"),
     }
 }
