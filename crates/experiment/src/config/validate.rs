@@ -84,16 +84,15 @@ impl Experiment {
 
     /// What of the rest of the file a cluster cannot do (`cluster:` given).
     fn validate_on_cluster(&self, p: &mut Vec<String>) {
-        let e = self;
-        if e.topologies.contains(&StepKind::External) || e.external.is_some() {
+        if self.topologies.contains(&StepKind::External) || self.external.is_some() {
             p.push("cluster: realises the lab's topologies on a cluster; an external variant is read as it is, without this section: run it in a file of its own".into());
         }
-        let chains: Vec<Topology> = e.topologies.iter().filter_map(|k| k.chain()).collect();
+        let chains: Vec<Topology> = self.topologies.iter().filter_map(|k| k.chain()).collect();
         let sidecars = chains.iter().any(|t| t.has_sidecars());
-        if sidecars && e.proxy.kind != Program::Istio {
+        if sidecars && self.proxy.kind != Program::Istio {
             p.push(format!(
                 "proxy.type: {} has no sidecar on a cluster; Istio injects them there: use proxy.type: istio",
-                e.proxy.kind.name()
+                self.proxy.kind.name()
             ));
         }
         let ambient = chains.iter().any(|t| t.is_ambient());
@@ -102,8 +101,8 @@ impl Experiment {
         }
         let gateway = chains.contains(&Topology::Gateway);
         // A cluster run deploys Istio's gateway or borrows the cluster's Contour: one program.
-        let kind = e.gateway.of(None);
-        if gateway && e.gateway.kinds.len() > 1 {
+        let kind = self.gateway.of(None);
+        if gateway && self.gateway.kinds.len() > 1 {
             p.push("gateway.type: a cluster run measures one gateway (Istio's it deploys, or the cluster's Contour); list one program".into());
         }
         if gateway && !matches!(kind, Program::Istio | Program::Contour) {
@@ -124,26 +123,26 @@ impl Experiment {
                     others.join(", ")
                 ));
             }
-            if e.attribution.is_some() {
+            if self.attribution.is_some() {
                 p.push("attribution: on a cluster the proxies log through Istio's Telemetry, which Contour's Envoy does not read: drop attribution with gateway.type: contour".into());
             }
         }
-        if e.isolation != Isolation::Loopback {
+        if self.isolation != Isolation::Loopback {
             p.push(
                 "isolation: on a cluster every role is a pod of its own; remove isolation".into(),
             );
         }
-        if e.load.response_bytes.len() > 1 {
+        if self.load.response_bytes.len() > 1 {
             p.push("load.response_bytes: on a cluster the backend is deployed once for the run, with one response size: list one value".into());
         }
-        if e.load.protocol == Protocol::Http3 {
+        if self.load.protocol == Protocol::Http3 {
             p.push("load.protocol: http3 is not realised on a cluster yet (Istio's gateway and sidecars take HTTP/1.1, HTTP/2 and gRPC); use http1, http2 or grpc".into());
         }
         for (role, r) in [
-            ("proxy", &e.limits.proxy),
-            ("tunnel", &e.limits.tunnel),
-            ("backend", &e.limits.backend),
-            ("client", &e.limits.client),
+            ("proxy", &self.limits.proxy),
+            ("tunnel", &self.limits.tunnel),
+            ("backend", &self.limits.backend),
+            ("client", &self.limits.client),
         ] {
             if r.cpuset.is_some() {
                 p.push(format!(
@@ -151,16 +150,16 @@ impl Experiment {
                 ));
             }
         }
-        if e.limits.tunnel != RoleLimits::default() {
+        if self.limits.tunnel != RoleLimits::default() {
             p.push("limits.tunnel: ambient's ztunnel is the cluster's DaemonSet; meshbench does not change its limits".into());
         }
-        if let Some(agents) = &e.agents {
+        if let Some(agents) = &self.agents {
             if !agents.addresses.is_empty() {
                 p.push("agents.addresses: on a cluster the agents are pods that meshbench starts and reaches; give agents.count".into());
             }
         }
         let client_proxy = chains.iter().any(|t| t.has_client_sidecar());
-        if e.limits.proxy.cpus.len() > 1 && client_proxy {
+        if self.limits.proxy.cpus.len() > 1 && client_proxy {
             p.push("limits.proxy.cpus: on a cluster a sweep restarts the swept pods between steps, and the client's sidecar is in the agent pods, which stay for the whole run: sweep with serveronly or gateway, or give one value".into());
         }
     }

@@ -53,6 +53,12 @@ pub const SYSTEM_UNDER_TEST: &str = "system-under-test";
 /// The label on everything meshbench creates.
 pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "meshbench");
 pub const BACKEND: &str = "backend";
+
+/// The backend's Service in `namespace` as the mesh names it (a sidecar's and a gateway's
+/// outbound cluster, Istio's objects' host).
+pub fn backend_host(namespace: &str) -> String {
+    format!("{BACKEND}.{namespace}.svc.cluster.local")
+}
 /// The agent pods' ServiceAccount (their sidecars' identity).
 pub const AGENTS_ACCOUNT: &str = "agents";
 pub const GATEWAY: &str = "gateway";

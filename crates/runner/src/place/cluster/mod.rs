@@ -332,6 +332,14 @@ fn attribution_provider_missing(
     }))
 }
 
+/// The cluster IP the API server gave Service `namespace/name`.
+fn service_ip(client: &BlockingClient, namespace: &str, name: &str) -> Result<IpAddr, SiteError> {
+    client
+        .get::<Service>(namespace, name)?
+        .and_then(|s| s.spec?.cluster_ip?.parse().ok())
+        .ok_or_else(|| SiteError::NoAddress(format!("{namespace}/{name}")))
+}
+
 /// The cluster's client for the file's section.
 pub fn connect(section: &ClusterSection) -> Result<BlockingClient, ApiError> {
     BlockingClient::connect(section.kubeconfig.as_deref())
@@ -476,11 +484,10 @@ impl ClusterSite {
         unless_stopped(BringUp::Applying)?;
         self.client.apply_all(objects[1..].to_vec())?;
         *self.applied.lock().expect("not poisoned") = Some(first);
-        self.backend_vip = self.service_ip(&self.section.namespace, system::BACKEND)?;
-        if let Some(g) = &self.gateway {
+        self.backend_vip = service_ip(&self.client, &self.section.namespace, system::BACKEND)?;
+        if let Some(g) = self.gateway.as_mut() {
             let (namespace, name, port) = g.runs.entry();
-            let entry = SocketAddr::new(self.service_ip(namespace, name)?, port);
-            self.gateway.as_mut().expect("just seen").entry = entry;
+            g.entry = SocketAddr::new(service_ip(&self.client, namespace, name)?, port);
         }
         unless_stopped(BringUp::Applying)?;
         observer.note(&format!(
@@ -515,14 +522,6 @@ impl ClusterSite {
             Ok(()) => PutBack::Nothing,
             Err(why) => PutBack::NotYet(why),
         }
-    }
-
-    /// The cluster IP the API server gave Service `namespace/name`.
-    fn service_ip(&self, namespace: &str, name: &str) -> Result<IpAddr, SiteError> {
-        self.client
-            .get::<Service>(namespace, name)?
-            .and_then(|s| s.spec?.cluster_ip?.parse().ok())
-            .ok_or_else(|| SiteError::NoAddress(format!("{namespace}/{name}")))
     }
 
     /// The cluster section's Prometheus settings in an `external` section's words (the rate

@@ -181,11 +181,7 @@ impl ClusterSite {
         topology: Topology,
     ) -> Result<Vec<(ChainRole, String, Awaited)>, ShapeError> {
         let (backend, backend_pod) = self.backend_endpoint()?;
-        let host = format!(
-            "{}.{}.svc.cluster.local",
-            system::BACKEND,
-            self.section.namespace
-        );
+        let host = system::backend_host(&self.section.namespace);
         let mut out = Vec::new();
         for r in topology.chain() {
             match r.role {

@@ -33,11 +33,6 @@ pub(super) struct IstioGateway {
 }
 
 impl IstioGateway {
-    /// The backend's Service as the mesh names it.
-    fn backend_host(&self) -> String {
-        format!("{}.{}.svc.cluster.local", system::BACKEND, self.namespace)
-    }
-
     fn live_pods(&self, client: &BlockingClient) -> Result<Vec<Pod>, ApiError> {
         pods::live(client, &self.namespace, names::GATEWAY_PODS)
     }
@@ -90,7 +85,7 @@ impl ClusterGateway for IstioGateway {
             .first()
             .map(pods::name)
             .ok_or(GatewayNotReady::NoPod)?;
-        let host = self.backend_host();
+        let host = system::backend_host(&self.namespace);
         let listen = SocketAddr::from(([0, 0, 0, 0], names::GATEWAY_HTTPS_PORT));
         let expected = gateway_expected(
             listen,
@@ -154,7 +149,7 @@ impl ClusterGateway for IstioGateway {
                 system::GATEWAY_SELECTOR.0.to_string(),
                 system::GATEWAY_SELECTOR.1.to_string(),
             ),
-            backend_host: Some(self.backend_host()),
+            backend_host: Some(system::backend_host(&self.namespace)),
             backend_port: Some(system::CAPTURED),
         }))
     }
