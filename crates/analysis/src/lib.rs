@@ -9,6 +9,7 @@
 
 pub mod attribution;
 pub mod capacity;
+pub mod changes;
 pub mod compare;
 pub mod headline;
 pub mod invalid;

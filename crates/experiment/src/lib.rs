@@ -6,6 +6,7 @@
 //! steps is the runner's (`meshbench-runner`); this crate stays pure so that every rule of the
 //! file is tested without a process.
 
+pub mod changes;
 pub mod cluster;
 pub mod config;
 pub mod external;

@@ -90,6 +90,9 @@ pub struct ChainVariant {
     pub peer_authentication: Option<PeerAuthentication>,
     /// The gateway program, when `gateway.type` lists several.
     pub gateway: Option<Program>,
+    /// With a `changes` section, whether this gateway step applies them (its pair does not):
+    /// `None` without the section.
+    pub changes: Option<bool>,
 }
 
 impl Step {
@@ -167,6 +170,10 @@ impl Step {
             name.push(' ');
             name.push_str(mode.name());
         }
+        if v.changes == Some(true) {
+            name.push(' ');
+            name.push_str(meshbench_results::change::CHANGED);
+        }
         name
     }
 
@@ -202,6 +209,9 @@ impl Step {
         }
         if let Some(mode) = chain.and_then(|v| v.peer_authentication) {
             variant.push(mode.name().to_string());
+        }
+        if chain.and_then(|v| v.changes) == Some(true) {
+            variant.push(meshbench_results::change::CHANGED.into());
         }
         if load.offer.is_poisson() {
             variant.push("jitter".into());
@@ -283,10 +293,11 @@ impl PlanSize {
                 (StepKind::External, _) => len(e.external.as_ref().map_or(0, |x| x.variants.len())),
                 (StepKind::Chain(t), Some((role, cpus))) if e.limits_in(t, role) => len(cpus.len())
                     .saturating_mul(len(peer_authentications(e, t).len()))
-                    .saturating_mul(len(gateways(e, t).len())),
-                (StepKind::Chain(t), _) => {
-                    len(peer_authentications(e, t).len()).saturating_mul(len(gateways(e, t).len()))
-                }
+                    .saturating_mul(len(gateways(e, t).len()))
+                    .saturating_mul(len(changes(e, t).len())),
+                (StepKind::Chain(t), _) => len(peer_authentications(e, t).len())
+                    .saturating_mul(len(gateways(e, t).len()))
+                    .saturating_mul(len(changes(e, t).len())),
             })
             .fold(0, u64::saturating_add);
         let mesh_points = if e.topologies.contains(&StepKind::ControlPlane) {
@@ -391,6 +402,15 @@ fn peer_authentications(e: &Experiment, t: Topology) -> Vec<Option<PeerAuthentic
         .collect()
 }
 
+/// Whether a topology's variants apply changes: the gateway's twice with a `changes` section,
+/// still then changed, side by side; every other once, unnamed.
+fn changes(e: &Experiment, t: Topology) -> &'static [Option<bool>] {
+    match (t, e.pairs_changes()) {
+        (Topology::Gateway, true) => &[Some(false), Some(true)],
+        _ => &[None],
+    }
+}
+
 /// The gateway programs a topology runs under, one variant each: every listed one for the
 /// gateway topology when the file lists several, else one unnamed.
 fn gateways(e: &Experiment, t: Topology) -> Vec<Option<Program>> {
@@ -444,12 +464,15 @@ fn variants(e: &Experiment) -> Vec<Variant> {
         for gateway in gateways(e, topology) {
             for cpu in &cpus {
                 for peer_authentication in peer_authentications(e, topology) {
-                    variants.push(Variant::Chain(ChainVariant {
-                        topology,
-                        cpu: *cpu,
-                        peer_authentication,
-                        gateway,
-                    }));
+                    for &changes in changes(e, topology) {
+                        variants.push(Variant::Chain(ChainVariant {
+                            topology,
+                            cpu: *cpu,
+                            peer_authentication,
+                            gateway,
+                            changes,
+                        }));
+                    }
                 }
             }
         }

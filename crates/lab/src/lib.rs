@@ -4,6 +4,8 @@
 //!   binary (installed from Debian packages when missing), version, configuration for a mesh
 //!   hop and for the gateway, command line.
 //! - [`gateway`]: the gateway plan (N domains x M paths), its certificates and targets file.
+//! - [`change`]: a change told to a gateway the lab wrote, the way its users tell it (a
+//!   reload, an admin API), and what to ask to see it served.
 //! - [`rig`]: one step's system under test, a room per thing it starts: `rig/mod.rs` the rig
 //!   and the order of things, `rig/chain.rs` the chains of processes (hops, the backend, one
 //!   role started), `rig/pods.rs` Istio's sidecars' pods and their namespaces, `rig/istio.rs`
@@ -36,6 +38,7 @@
 //! what it had started is put back as its handles drop.
 
 pub mod cgroup;
+pub mod change;
 pub mod contour;
 pub mod control_plane_cost;
 pub mod gateway;
@@ -91,6 +94,12 @@ pub enum LabError {
     },
     #[error("{program} is not available: {hint}")]
     Missing { program: String, hint: String },
+    /// A gateway could not be told of a change: how it was told, and what it answered.
+    #[error("{told_by} failed: {reason}")]
+    Tell {
+        told_by: &'static str,
+        reason: String,
+    },
     #[error("certificate generation failed: {0}")]
     Pki(String),
     /// A file or directory could not be written or created: what was being done to it (a

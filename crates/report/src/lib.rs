@@ -3,6 +3,7 @@
 //! - this file: the summary `meshbench run` prints, and number formatting;
 //! - [`answers`]: the headline, comparison and sizing tables for the terminal;
 //! - [`attribution`]: where the latency goes, hop by hop (table, stacked bars, which hop grew);
+//! - [`changes`]: what a change costs the traffic (the gateways ranked, each change's line);
 //! - [`control_plane`]: the `control_plane` steps' table (istiod's cost, propagation per xDS
 //!   type, pushes, agreement) for `results show`;
 //! - [`export`]: stored steps as Istio perf/benchmark CSV and fortio JSON;
@@ -14,6 +15,7 @@
 
 pub mod answers;
 pub mod attribution;
+pub mod changes;
 pub mod control_plane;
 pub mod export;
 pub mod findings;

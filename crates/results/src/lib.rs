@@ -21,9 +21,12 @@
 //! - [`control_plane`]: what a control-plane step asked istiod to serve ([`MeshScale`]) and
 //!   what it measured ([`ControlPlaneFigures`]).
 //! - [`attribution`]: where a request's latency goes, hop by hop ([`Attribution`]).
+//! - [`change`]: the changes a step applies to its gateway under load ([`ChangeStream`]) and
+//!   what each cost the requests in flight ([`ChangeFigures`]).
 //! - `fixtures` (feature `fixtures`): a stored run's result, for other crates' tests.
 
 pub mod attribution;
+pub mod change;
 pub mod control_plane;
 pub mod failure;
 pub mod histogram;
@@ -41,6 +44,7 @@ pub mod usage;
 pub mod fixtures;
 
 pub use attribution::Attribution;
+pub use change::{ChangeFigures, ChangeKind, ChangeRecord, ChangeStream};
 pub use control_plane::{ControlPlaneFigures, MeshScale, ProxyKind, XdsType};
 pub use failure::StepFailure;
 pub use load::{Arrival, CloseFirst, IdleStrategy, LoopMode, Order, PacingSlack, Protocol};

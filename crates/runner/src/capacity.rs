@@ -17,7 +17,7 @@ use meshbench_results::{StepFailure, StepParams};
 use meshbench_store::StepRecord;
 
 use crate::{
-    measure, now_rfc3339, LoadOptions, LoadSource, Observer, RunnerError, Session, StepAt,
+    measure, now_rfc3339, Beside, LoadOptions, LoadSource, Observer, RunnerError, Session, StepAt,
     StepRunner,
 };
 
@@ -147,7 +147,7 @@ pub fn url_step(
                 service_at_lower_load_us: lower,
                 ..spec
             },
-            None,
+            Beside::default(),
             crate::LoadOrigin::default(),
             session.stop.clone(),
             |l, _| on_live(l),

@@ -22,6 +22,7 @@
 pub mod agents;
 pub mod attribution;
 pub mod capacity;
+pub mod changes;
 pub mod control_plane;
 pub mod load;
 pub mod load_window;
@@ -38,7 +39,7 @@ pub mod targets;
 use thiserror::Error;
 
 pub use load::{Body, LoadError, LoadOptions, ProtoSource, QuicOptions, TargetSource, TlsOptions};
-pub use load_window::{measure, LoadOrigin, LoadSource, MeasureError, Measured, Sampling};
+pub use load_window::{measure, Beside, LoadOrigin, LoadSource, MeasureError, Measured, Sampling};
 pub use observer::{Observer, Quiet, StepAt};
 pub use place::rig::load_options;
 pub use session::{new_experiment, now_rfc3339, Finished, Kept, NotStored, Session};

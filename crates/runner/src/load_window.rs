@@ -1,5 +1,6 @@
 //! One load window, the one measurement: the engine (or the agents) drives a resolved load
-//! while, if a system under test is watched, the sampler reads every role over the same time. Every command that sends traffic comes
+//! while, if a system under test is watched, the sampler reads every role over the same time,
+//! and, in a step with changes, the gateway is changed on its schedule (`crate::changes`). Every command that sends traffic comes
 //! here (`run`, a capacity step, an experiment's lab step), so a step is exactly a run.
 //!
 //! The generator can be pinned to CPUs for the duration (`limits.client.cpuset`) and run inside
@@ -9,12 +10,14 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
+use meshbench_engine::recorder::Interval;
 use meshbench_engine::{Live, LoadSpec, RunError, Stop};
 use meshbench_lab::sampler::{self, Sampled, Sampler, Watch};
-use meshbench_results::{Role, RunResult, Sample};
+use meshbench_results::{ChangeFigures, Role, RunResult, Sample};
 use thiserror::Error;
 
 use crate::agents::{Fleet, FleetError};
+use crate::changes::StepChanges;
 use crate::LoadOptions;
 
 /// Who sends the load.
@@ -67,23 +70,39 @@ pub struct Measured {
     /// The steady window on the sampler's clock (milliseconds since the Unix epoch): after the
     /// warm-up, for as long as the load was measured.
     pub window_ms: (u64, u64),
+    /// What the step's changes cost, when it was one of a changes pair.
+    pub changes: Option<ChangeFigures>,
 }
 
-/// Drives `spec` from `load_source` (until it ends or `stop` is asked), sampling `sampling`'s
-/// roles meanwhile, with a local generator placed at `client`; `on_live` sees the
-/// run about every 200 ms, with the newest reading of each role whenever a second of the run is
-/// complete.
+/// What runs beside the load: the roles sampled, the gateway changed.
+#[derive(Default)]
+pub struct Beside {
+    pub sampling: Option<Sampling>,
+    pub changes: Option<StepChanges>,
+}
+
+/// Drives `spec` from `load_source` (until it ends or `stop` is asked), sampling the roles and
+/// applying the changes `beside` asks for meanwhile, with a local generator placed at
+/// `client`; `on_live` sees the run about every 200 ms, with the newest reading of each role
+/// whenever a second of the run is complete.
 pub fn measure(
     load_source: LoadSource,
     spec: &LoadSpec,
-    sampling: Option<Sampling>,
+    beside: Beside,
     client: LoadOrigin,
     stop: Stop,
     mut on_live: impl FnMut(&Live, &[(Role, Sample)]),
 ) -> Result<Measured, MeasureError> {
-    let sampler = sampling.map(|s| Sampler::start(s.watches, s.every));
+    let sampler = beside.sampling.map(|s| Sampler::start(s.watches, s.every));
     let started_ms = sampler::now_ms();
+    let window_start_ms = started_ms + spec.warmup.as_millis() as u64;
+    let changes = (beside.changes).map(|c| c.start(window_start_ms, stop.clone()));
+    // The seconds a change is read over (kept only when there are changes).
+    let mut seconds: Vec<Interval> = Vec::new();
     let live = |live: &Live| {
+        if changes.is_some() {
+            seconds.extend(live.seconds.iter().cloned());
+        }
         let roles = match &sampler {
             Some(s) if !live.seconds.is_empty() => s.latest(),
             _ => Vec::new(),
@@ -112,13 +131,15 @@ pub fn measure(
         },
     };
     let sampled = sampler.map(Sampler::finish);
+    let changes = changes.map(|c| c.finish(&seconds));
     let result = result?;
-    let from = started_ms + spec.warmup.as_millis() as u64;
+    let from = window_start_ms;
     let to = from + (result.duration_secs * 1000.0) as u64;
     Ok(Measured {
         result,
         sampled,
         window_ms: (from, to),
+        changes,
     })
 }
 

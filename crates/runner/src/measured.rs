@@ -27,8 +27,9 @@ use meshbench_results::{
 use meshbench_store::StepRecord;
 
 use crate::agents::Fleet;
+use crate::changes::StepChanges;
 use crate::load::LoadOptions;
-use crate::load_window::{measure, LoadOrigin, LoadSource, Measured, Sampling};
+use crate::load_window::{measure, Beside, LoadOrigin, LoadSource, Measured, Sampling};
 use crate::observer::{Observer, StepAt};
 use crate::place::external::read::RoleRead;
 
@@ -111,6 +112,13 @@ pub(crate) trait Realised {
         None
     }
 
+    /// The gateway changes of a step of a changes pair: the step with them applies them, its
+    /// pair says how they would be told; `Ok(None)` for every other step (the default). A
+    /// gateway that cannot be changed fails the step.
+    fn changes(&mut self, _step: &StepContext<'_>) -> Result<Option<StepChanges>, StepFailure> {
+        Ok(None)
+    }
+
     /// Who read the roles, and how finely (asked after [`Realised::roles`], with the samples
     /// it kept); by default the lab's sampler, at the spacing of those samples.
     fn usage_source(&self, kept: &[&[Sample]]) -> UsageSource {
@@ -167,6 +175,13 @@ pub(crate) fn measured_step<'s>(
     if let Some(versions) = realised.versions() {
         record.versions = versions;
     }
+    let changes = match realised.changes(step) {
+        Ok(changes) => changes,
+        Err(failure) => {
+            record.fail(failure);
+            return record;
+        }
+    };
     // Readiness was the place's: each Envoy's own count starts here.
     let before = realised.witnesses();
     let source = match fleet {
@@ -187,7 +202,10 @@ pub(crate) fn measured_step<'s>(
     let measured = measure(
         source,
         &load,
-        realised.sampling(step),
+        Beside {
+            sampling: realised.sampling(step),
+            changes,
+        },
         LoadOrigin {
             cpus: client_cpus.as_deref(),
             netns: realised.client_netns(),
@@ -221,6 +239,7 @@ pub(crate) fn measured_step<'s>(
         let kept: Vec<&[Sample]> = record.samples.values().map(Vec::as_slice).collect();
         record.usage_source = Some(realised.usage_source(&kept));
     }
+    record.changes = measured.changes;
     record.set_result(measured.result);
     if let Some((role, log_tail)) = dead {
         record.fail(StepFailure::RoleExited { role, log_tail });

@@ -36,7 +36,7 @@ fn seconds_sum_to_the_result_exactly() {
         let m = measure(
             LoadSource::Local,
             &spec,
-            None,
+            Default::default(),
             Default::default(),
             Stop::new(),
             |live, _| {

@@ -344,7 +344,7 @@ fn read_experiments(conn: &Connection) -> rusqlite::Result<Vec<ExperimentRow>> {
 fn read_raw_steps(conn: &Connection, experiment: i64) -> rusqlite::Result<Vec<RawStep>> {
     let mut q = conn.prepare(
         "SELECT id, seq, repeat, topology, variant, label, params, started_at, status, error,
-                versions, result, attribution, control_plane, usage_source
+                versions, result, attribution, control_plane, usage_source, changes
          FROM steps WHERE experiment_id = ?1 ORDER BY seq",
     )?;
     let rows = q.query_map([experiment], |r| {
@@ -364,6 +364,7 @@ fn read_raw_steps(conn: &Connection, experiment: i64) -> rusqlite::Result<Vec<Ra
             attribution: r.get(12)?,
             control_plane: r.get(13)?,
             usage_source: r.get(14)?,
+            changes: r.get(15)?,
         })
     })?;
     rows.collect()
@@ -457,8 +458,8 @@ fn write_step(conn: &mut Connection, experiment: i64, s: &StepRecord) -> rusqlit
     tx.execute(
         "INSERT INTO steps (experiment_id, seq, repeat, topology, variant, label, params, started_at,
            status, error, versions, duration_secs, requests, errors, throughput_rps,
-           p50_us, p90_us, p99_us, p999_us, result, attribution, control_plane, usage_source)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23)",
+           p50_us, p90_us, p99_us, p999_us, result, attribution, control_plane, usage_source, changes)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24)",
         params![
             experiment,
             s.seq,
@@ -483,6 +484,7 @@ fn write_step(conn: &mut Connection, experiment: i64, s: &StepRecord) -> rusqlit
             s.attribution.as_ref().map(to_json),
             s.control_plane.as_ref().map(to_json),
             s.usage_source.as_ref().map(to_json),
+            s.changes.as_ref().map(to_json),
         ],
     )?;
     let step = tx.last_insert_rowid();
@@ -611,6 +613,7 @@ fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {
             4 => tx.execute_batch(schema::MIGRATE_V4_TO_V5).named(path)?,
             5 => tx.execute_batch(schema::MIGRATE_V5_TO_V6).named(path)?,
             6 => tx.execute_batch(schema::MIGRATE_V6_TO_V7).named(path)?,
+            7 => tx.execute_batch(schema::MIGRATE_V7_TO_V8).named(path)?,
             v if v > VERSION => return Err(newer(path, v)),
             v => unreachable!("schema version {v}: every version below VERSION has a migration"),
         }
@@ -674,6 +677,7 @@ struct RawStep {
     attribution: Option<String>,
     control_plane: Option<String>,
     usage_source: Option<String>,
+    changes: Option<String>,
 }
 
 impl RawStep {
@@ -727,6 +731,12 @@ impl RawStep {
                 Some(text) => Some(
                     serde_json::from_str(text)
                         .map_err(|e| corrupt("usage_source", e.to_string()))?,
+                ),
+                None => None,
+            },
+            changes: match &self.changes {
+                Some(text) => Some(
+                    serde_json::from_str(text).map_err(|e| corrupt("changes", e.to_string()))?,
                 ),
                 None => None,
             },

@@ -9,8 +9,8 @@ use std::fmt;
 use std::str::FromStr;
 
 use meshbench_results::{
-    Attribution, ControlPlaneFigures, LoadPoint, Role, RoleUsage, RunResult, Sample, StepFailure,
-    StepKind, StepParams, UsageSource,
+    Attribution, ChangeFigures, ControlPlaneFigures, LoadPoint, Role, RoleUsage, RunResult, Sample,
+    StepFailure, StepKind, StepParams, UsageSource,
 };
 use serde::{Deserialize, Serialize};
 
@@ -184,6 +184,10 @@ pub struct StepRecord {
     /// every step from before schema v7).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage_source: Option<UsageSource>,
+    /// What a step of a changes pair measured of its gateway changes (`None` for every other
+    /// step): the step with changes has each change's record, its pair none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changes: Option<ChangeFigures>,
 }
 
 impl StepRecord {
@@ -206,6 +210,7 @@ impl StepRecord {
             attribution: None,
             control_plane: None,
             usage_source: None,
+            changes: None,
         }
     }
 

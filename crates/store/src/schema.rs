@@ -21,6 +21,9 @@
 //! - v7: `steps.usage_source`, who read the step's roles and how finely (JSON, the results'
 //!   `UsageSource`: the lab's sampler, Prometheus, or the kubelets through the API server;
 //!   NULL for a step with no role read and every step from before).
+//! - v8: `steps.changes`, what a step of a changes pair measured of its gateway changes (JSON,
+//!   the results' `ChangeFigures`: how they were told and each change's record; NULL for every
+//!   other step and every step from before).
 
 /// The schema as version 1 created it; [`MIGRATIONS`] bring it to [`VERSION`].
 pub const SCHEMA_V1: &str = "
@@ -117,5 +120,8 @@ pub const MIGRATE_V5_TO_V6: &str = "ALTER TABLE steps ADD COLUMN control_plane T
 /// v6 -> v7: who read a step's roles.
 pub const MIGRATE_V6_TO_V7: &str = "ALTER TABLE steps ADD COLUMN usage_source TEXT;";
 
+/// v7 -> v8: a step's gateway changes.
+pub const MIGRATE_V7_TO_V8: &str = "ALTER TABLE steps ADD COLUMN changes TEXT;";
+
 /// The version this meshbench writes.
-pub const VERSION: i64 = 7;
+pub const VERSION: i64 = 8;

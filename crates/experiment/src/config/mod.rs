@@ -17,6 +17,7 @@ use meshbench_results::{
 use serde::{Deserialize, Serialize};
 use serde_yaml_ng::{Mapping, Value};
 
+use crate::changes::ChangeSection;
 use crate::cluster::ClusterSection;
 use crate::external::External;
 use crate::read::Mistake;
@@ -83,6 +84,10 @@ pub struct Experiment {
     /// lab's Envoys log (docs/answers.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attribution: Option<AttributionConfig>,
+    /// What a change costs the traffic: changes applied to each gateway step under load, each
+    /// step paired with the same step without them (`crate::changes`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changes: Option<Vec<ChangeSection>>,
     /// One note per old key the file or its `--set`s used (`load.qps`...), for the caller to
     /// print: they are read as their new names.
     #[serde(skip)]

@@ -55,6 +55,7 @@ impl Experiment {
             agents: _,      // FleetConfig::validate
             cluster: _,     // ClusterSection::validate
             attribution: _, // validate_attribution
+            changes: _,     // validate_changes
             old_words: _,   // not read from the file
         } = self;
         let mut p = Vec::new();
@@ -69,6 +70,7 @@ impl Experiment {
         self.validate_replicas(&mut p);
         self.validate_size(&mut p);
         self.validate_attribution(&mut p);
+        self.validate_changes(&mut p);
         if let Some(agents) = &self.agents {
             agents.validate(&mut p);
         }

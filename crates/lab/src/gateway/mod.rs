@@ -300,6 +300,19 @@ pub enum PlanError {
 /// Writes the CA, the certificates, the target's configuration and `targets.txt` into the
 /// plan's directory, made absolute first so that what refers to a file does so from anywhere.
 pub fn generate(plan: &GatewayPlan, target: &dyn Target) -> Result<Generated, LabError> {
+    generate_by(plan, target, &Ca::new(CA_NAME)?)
+}
+
+/// The gateway CA's name.
+pub const CA_NAME: &str = "meshbench gateway CA";
+
+/// [`generate`] with certificates signed by `ca`, which the caller keeps to sign the domains a
+/// change adds later ([`write_domain_cert`]).
+pub fn generate_by(
+    plan: &GatewayPlan,
+    target: &dyn Target,
+    ca: &Ca,
+) -> Result<Generated, LabError> {
     if plan.domains == 0 || plan.paths == 0 {
         return Err(PlanError::Empty.into());
     }
@@ -332,10 +345,9 @@ pub fn generate(plan: &GatewayPlan, target: &dyn Target) -> Result<Generated, La
     let mut files = Vec::new();
     let mut certs = Vec::new();
     if plan.tls {
-        let ca = Ca::new("meshbench gateway CA")?;
         ca.write(&plan.out)?;
         files.push(plan.path("ca.pem"));
-        certs = issue_certs(plan, &ca)?;
+        certs = issue_certs(plan, ca)?;
         for (name, issued) in &certs {
             files.extend(write_cert(plan, name, issued)?);
         }
@@ -389,6 +401,14 @@ fn issue_certs(plan: &GatewayPlan, ca: &Ca) -> Result<Vec<(String, Issued)>, Lab
             .map(|d| Ok((d.clone(), ca.issue(&[d], Usage::Server)?)))
             .collect(),
     }
+}
+
+/// Issues the `n`-th domain's certificate with `ca` and writes it where the plan's
+/// configuration reads it (per-domain certificates only: a shared one names every domain).
+pub fn write_domain_cert(plan: &GatewayPlan, ca: &Ca, n: usize) -> Result<(), LabError> {
+    let name = domain_name(n);
+    let issued = ca.issue(std::slice::from_ref(&name), Usage::Server)?;
+    write_cert(plan, &name, &issued).map(drop)
 }
 
 /// `NAME.crt`, `NAME.key`, and `NAME.pem` (both, as haproxy wants them) under `certs/`.

@@ -106,7 +106,13 @@ pub fn hop_config(hop: &Hop) -> Result<String, LabError> {
 {site}  reverse_proxy {up}{block}
 }}
 ",
-        globals = globals(&hop.dir, hop.http2, hop.listen_tls.is_some(), hop.http3),
+        globals = globals(
+            &hop.dir,
+            hop.http2,
+            hop.listen_tls.is_some(),
+            hop.http3,
+            None
+        ),
         port = hop.listen.port(),
         ip = hop.listen.ip(),
         up = hop.upstream,
@@ -164,24 +170,41 @@ pub fn write_gateway(plan: &GatewayPlan) -> Result<Vec<PathBuf>, LabError> {
         domains = plan.domains,
         npaths = plan.paths,
         backend = plan.backends_named(),
-        globals = globals(&plan.out, plan.http2 || plan.grpc, plan.tls, plan.http3),
+        globals = globals(
+            &plan.out,
+            plan.http2 || plan.grpc,
+            plan.tls,
+            plan.http3,
+            Some(&admin_socket(&plan.out)),
+        ),
     );
     Ok(vec![write_file(plan.path(CONFIG), conf)?])
 }
 
-/// Caddy's global options as the lab runs it: no admin endpoint, no automatic HTTPS (the lab's
-/// CA signs everything), storage in `dir`, the HTTP versions offered (HTTP/3 over UDP on the
-/// same port when asked: TLS only), errors only.
-fn globals(dir: &Path, http2: bool, tls: bool, http3: bool) -> String {
+/// Where a gateway's caddy listens for its admin API (a unix socket in its directory, reached
+/// by no one else): what a change is told through.
+pub fn admin_socket(dir: &Path) -> PathBuf {
+    dir.join("caddy-admin.sock")
+}
+
+/// Caddy's global options as the lab runs it: its admin API on `admin`'s socket (a gateway's,
+/// which changes are told through) or none, no automatic HTTPS (the lab's CA signs
+/// everything), storage in `dir`, the HTTP versions offered (HTTP/3 over UDP on the same port
+/// when asked: TLS only), errors only.
+fn globals(dir: &Path, http2: bool, tls: bool, http3: bool, admin: Option<&Path>) -> String {
     let protocols = match (http2, tls, http3) {
         (_, true, true) => "h1 h2 h3",
         (true, true, false) => "h1 h2",
         (true, false, _) => "h1 h2c",
         (false, _, _) => "h1",
     };
+    let admin = match admin {
+        Some(socket) => format!("unix/{}", socket.display()),
+        None => "off".into(),
+    };
     format!(
         "{{
-  admin off
+  admin {admin}
   auto_https off
   storage file_system {d}/caddy-data
   servers {{

@@ -27,6 +27,10 @@ pub fn binary() -> Result<PathBuf, LabError> {
     install::program("haproxy", LOCATIONS)
 }
 
+/// Master-worker mode: the master re-reads its configuration on `SIGUSR2` and hands its
+/// listening sockets to new workers while the old ones finish (haproxy's seamless reload).
+pub const MASTER_WORKER: &str = "-W";
+
 /// In the foreground, logging to stderr.
 pub fn command(bin: &Path, run: &Run) -> Command {
     let mut cmd = Command::new(bin);

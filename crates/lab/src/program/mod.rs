@@ -188,7 +188,12 @@ fn gateway_command_with(program: Standalone, bin: &Path, dir: &Path, workers: u3
         name: ChainRole::Gateway.name(),
         workers,
     };
-    command_line(program, bin, &run)
+    let mut cmd = command_line(program, bin, &run);
+    if program == Standalone::Haproxy {
+        // As its users run a gateway they reload: a master whose workers are replaced.
+        cmd.arg(haproxy::MASTER_WORKER);
+    }
+    cmd
 }
 
 impl LabProgram for Program {

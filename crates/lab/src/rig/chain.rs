@@ -10,10 +10,12 @@ use super::contour::ContourGateway;
 use super::control_plane::{ConfiguredGateway, ControlPlane};
 use super::istio::IstioGateway;
 use super::{
-    AccessLog, GatewayEntry, Launch, Ready, Rig, RigSpec, RoleAddress, RunningRole, MESH_NAME,
+    AccessLog, GatewayEntry, Launch, Ready, Rig, RigSpec, RoleAddress, RunningRole, WrittenGateway,
+    MESH_NAME,
 };
 use crate::cgroup::{Cgroup, Cgroups};
 use crate::gateway::{self, CertLayout, GatewayPlan};
+use crate::pki::Ca;
 use crate::process::{Placement, RoleProcess};
 use crate::program::{Hop, ListenTls, Program, Standalone, UpstreamTls, WrittenProgram};
 use crate::LabError;
@@ -239,7 +241,9 @@ impl Rig {
         hop: &Hop,
     ) -> Result<Command, LabError> {
         let out = spec.dir.join("gateway");
-        self.write_gateway_plan(spec, hop, &out)?;
+        let ca = Ca::new(gateway::CA_NAME)?;
+        let (plan, _) = self.write_gateway_plan(spec, hop, &out, &ca)?;
+        self.written_gateway = Some(WrittenGateway { program, plan, ca });
         let mut command = program.gateway_command(&out, hop.workers)?;
         if program == Standalone::Envoy && hop.access_log.is_some() {
             command.args(crate::program::envoy::access_log::FLUSH_ARGS);
@@ -253,6 +257,7 @@ impl Rig {
         spec: &RigSpec,
         hop: &Hop,
         out: &Path,
+        ca: &Ca,
     ) -> Result<(GatewayPlan, gateway::Generated), LabError> {
         let plan = GatewayPlan {
             domains: spec.gateway.domains,
@@ -272,7 +277,11 @@ impl Rig {
             out: out.to_path_buf(),
             access_log: hop.access_log.clone(),
         };
-        let generated = gateway::generate(&plan, &spec.gateway.program)?;
+        let generated = gateway::generate_by(&plan, &spec.gateway.program, ca)?;
+        let plan = GatewayPlan {
+            out: generated.dir.clone(),
+            ..plan
+        };
         self.gateway = Some(GatewayEntry {
             targets: out.join("targets.txt"),
             ca: out.join("ca.pem"),

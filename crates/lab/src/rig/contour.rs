@@ -41,7 +41,12 @@ impl ContourGateway {
         stop: &Stop,
     ) -> Result<(ContourGateway, ConfiguredGateway), LabError> {
         let out = spec.dir.join("gateway");
-        let (plan, generated) = rig.write_gateway_plan(spec, hop, &out)?;
+        let (plan, generated) = rig.write_gateway_plan(
+            spec,
+            hop,
+            &out,
+            &crate::pki::Ca::new(crate::gateway::CA_NAME)?,
+        )?;
         let control_plane = contour::ControlPlane::start(
             &spec.dir.join("contour"),
             &generated.objects(),

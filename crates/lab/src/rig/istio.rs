@@ -52,7 +52,12 @@ impl IstioGateway {
         stop: &Stop,
     ) -> Result<(Istiod, ConfiguredGateway), LabError> {
         let out = spec.dir.join("gateway");
-        let (plan, generated) = rig.write_gateway_plan(spec, hop, &out)?;
+        let (plan, generated) = rig.write_gateway_plan(
+            spec,
+            hop,
+            &out,
+            &crate::pki::Ca::new(crate::gateway::CA_NAME)?,
+        )?;
         let objects = generated.objects();
         let control_plane = istio::ControlPlane::start(
             &spec.dir.join("istio"),

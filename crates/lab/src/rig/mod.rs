@@ -27,6 +27,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use crate::cgroup::{Cgroup, Cgroups, Limits};
+use crate::change::GatewayChanger;
 use crate::istio::sidecars;
 use crate::netns::{Namespaces, RoleNamespace};
 use crate::process::RoleProcess;
@@ -36,7 +37,7 @@ use crate::sampler::Watch;
 use crate::{go_on, pki, LabError};
 use chain::{backend_launch, hops};
 use meshbench_results::{
-    topology::RolePlan, ChainRole, Class, PeerAuthentication, PlayedBy, Stop, Topology,
+    topology::RolePlan, ChainRole, Class, PeerAuthentication, PlayedBy, Standalone, Stop, Topology,
 };
 
 pub use chain::backend_command;
@@ -176,9 +177,19 @@ pub struct Rig {
     /// gateway balances over them all.
     backends: Vec<SocketAddr>,
     namespaces: Option<Namespaces>,
+    /// The gateway the lab wrote (a standalone program's), kept to be changed under load.
+    written_gateway: Option<WrittenGateway>,
     /// Istio's sidecars' directories, outside `dir` ([`sidecars::pod_dir`]).
     pod_dirs: Vec<tempfile::TempDir>,
     dir: PathBuf,
+}
+
+/// A standalone gateway's configuration as the lab wrote it: its program, its plan and the CA
+/// that signed its domains.
+struct WrittenGateway {
+    program: Standalone,
+    plan: crate::gateway::GatewayPlan,
+    ca: pki::Ca,
 }
 
 /// The name the mesh's certificates are issued for and checked against.
@@ -381,6 +392,7 @@ impl Rig {
             access_logs: Vec::new(),
             backends: Vec::new(),
             pod_dirs: Vec::new(),
+            written_gateway: None,
             namespaces: spec
                 .netns
                 .then(|| Namespaces::new(&spec.id, &short_prefix(&spec.id))),
@@ -552,6 +564,24 @@ impl Rig {
             addr: SocketAddr::new(m.addr, 8080),
             namespace: Some(m),
         })
+    }
+
+    /// The gateway the lab wrote and started, handed over to be changed under load (once: a
+    /// second call gives `None`); `None` too for a gateway meshbench does not change (a
+    /// control plane's Envoy, a command, Envoy's own).
+    pub fn gateway_changer(&mut self) -> Result<Option<GatewayChanger>, LabError> {
+        let Some(written) = self.written_gateway.take() else {
+            return Ok(None);
+        };
+        let Some(gateway) = self.roles.iter().find(|r| r.name == ChainRole::Gateway) else {
+            return Ok(None);
+        };
+        GatewayChanger::new(
+            written.program,
+            written.plan,
+            written.ca,
+            gateway.process.pid(),
+        )
     }
 
     /// The gateway's (or first proxy's) admin endpoint, if it has one.

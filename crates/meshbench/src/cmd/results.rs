@@ -8,7 +8,7 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use meshbench_store::StepRecord;
 
-use super::common::stored::{find_experiment, headline, open_store};
+use super::common::stored::{changes_text, find_experiment, headline, open_store};
 use super::common::tables::tables;
 use crate::cli::{ExportFormat, ResultsCommand, StoreArg};
 use crate::exit;
@@ -89,6 +89,8 @@ fn show(key: &str, s: &StoreArg) -> Result<u8> {
         "{}",
         meshbench_report::attribution::text(&meshbench_analysis::attribution::by_variant(&steps))
     );
+    out!("{}", changes_text(&steps));
+    out!("{}", meshbench_report::changes::per_change(&steps));
     Ok(exit::OK)
 }
 

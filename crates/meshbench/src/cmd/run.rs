@@ -114,7 +114,7 @@ fn measure(
     let measured = meshbench_runner::measure(
         load_source,
         spec,
-        None,
+        Default::default(),
         Default::default(),
         stop,
         |l, roles| {

@@ -113,7 +113,7 @@ pub(crate) fn attributed(rig: &Rig, o: LoadOptions, netns: Option<&str>) -> Attr
     let mut m = measure(
         LoadSource::Local,
         &load,
-        None,
+        Default::default(),
         place,
         Stop::new(),
         |_, _| {},

@@ -13,6 +13,7 @@ mod attribution;
 mod backend;
 mod backend_replicas;
 mod bad_input;
+mod changes;
 mod churn;
 mod cluster_api_only;
 mod cluster_attribution;

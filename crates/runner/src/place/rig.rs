@@ -14,10 +14,14 @@ use meshbench_experiment::config::Experiment;
 use meshbench_experiment::{ChainVariant, Step};
 use meshbench_lab::program::envoy::admin::{self, AdminError};
 use meshbench_lab::rig::{Rig, RigSpec};
-use meshbench_lab::{sampler, LabError};
+use meshbench_lab::{change, sampler, LabError};
 use meshbench_results::attribution::{Attribution, Sent};
-use meshbench_results::{ChainRole, LoadPoint, PlayedBy, Role, RoleUsage, StepFailure, Usage};
+use meshbench_results::change::schedule;
+use meshbench_results::{
+    ChainRole, Configuration, LoadPoint, PlayedBy, Role, RoleUsage, StepFailure, Usage,
+};
 
+use crate::changes::{Changes, StepChanges};
 use crate::load::{LoadOptions, TargetSource};
 use crate::load_window::{Measured, Sampling};
 use crate::measured::{Place, Realised, RoleReading, StepContext, Witnesses};
@@ -38,6 +42,8 @@ struct RigStep {
     rig: Rig,
     load: LoadPoint,
     spec: RigSpec,
+    /// Of a changes pair: whether this step applies the changes.
+    changes: Option<bool>,
 }
 
 impl Place for RigPlace<'_> {
@@ -74,6 +80,7 @@ impl Place for RigPlace<'_> {
             rig,
             load: *self.load,
             spec,
+            changes: self.variant.changes,
         }))
     }
 }
@@ -117,6 +124,35 @@ impl Realised for RigStep {
 
     fn dead_role(&mut self) -> Option<(ChainRole, String)> {
         self.rig.dead_role()
+    }
+
+    fn changes(&mut self, step: &StepContext<'_>) -> Result<Option<StepChanges>, StepFailure> {
+        let Some(apply) = self.changes else {
+            return Ok(None);
+        };
+        let cannot = || {
+            StepFailure::RigDidNotStart(format!(
+                "gateway.type {} cannot be changed under load by meshbench",
+                self.spec.gateway.program.name()
+            ))
+        };
+        let Configuration::Written(program) = self.spec.gateway.program.configuration() else {
+            return Err(cannot());
+        };
+        if !apply {
+            return Ok(Some(StepChanges::Still {
+                told_by: change::told_by(program),
+            }));
+        }
+        let changer = (self.rig.gateway_changer())
+            .map_err(|e| StepFailure::RigDidNotStart(e.to_string()))?
+            .ok_or_else(cannot)?;
+        let window = Duration::from_secs_f64(step.e.duration_secs);
+        Ok(Some(StepChanges::Apply(Box::new(Changes {
+            changer,
+            schedule: schedule(&step.e.change_streams(), window),
+            netns: self.rig.client_netns.clone(),
+        }))))
     }
 
     fn attribution(

@@ -7,7 +7,7 @@ use std::path::Path;
 use anyhow::Result;
 use meshbench_analysis::headline::Headline;
 use meshbench_analysis::{group, Run};
-use meshbench_store::{ExperimentRow, Store, StoreError};
+use meshbench_store::{ExperimentRow, Store, StoreError, StoredStep};
 
 use crate::cli::StoreArg;
 use crate::usage;
@@ -48,6 +48,14 @@ pub fn runs_of(store: &Store, experiment: i64) -> Result<Vec<Run>> {
 /// The headline of a stored experiment.
 pub fn headline(store: &Store, experiment: i64) -> Result<Headline> {
     Ok(Headline::of(group(runs_of(store, experiment)?)))
+}
+
+/// What the changes pairs of `steps` cost the traffic, ranked ("" without changes).
+pub fn changes_text(steps: &[StoredStep]) -> String {
+    meshbench_report::changes::text(&meshbench_analysis::changes::by_pair(
+        steps,
+        meshbench_analysis::verdict::Margin::DEFAULT,
+    ))
 }
 
 /// `meshbench results show ID`, with `--store FILE` unless `store` is the default one: the

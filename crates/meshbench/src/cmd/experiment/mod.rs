@@ -21,7 +21,7 @@ use super::common::html_report;
 use super::common::progress::{human_secs, step_secs};
 use super::common::session::{self, short_steps};
 use super::common::signals::Signals;
-use super::common::stored::headline;
+use super::common::stored::{changes_text, headline};
 use super::common::thresholds::{check_headline, parse_thresholds};
 use crate::cli::ExperimentArgs;
 use crate::exit;
@@ -87,6 +87,7 @@ pub fn execute(args: ExperimentArgs) -> Result<u8> {
     let store = Store::open(&store_path)?;
     let h = headline(&store, done.id)?;
     out!("{}", meshbench_report::answers::headline_text(&h));
+    out!("{}", changes_text(&store.steps(done.id)?));
     let passed = check_headline(&thresholds, &h);
     let _ = std::io::stdout().flush();
     // A signal that stopped the run asked to leave: the page does not linger then.

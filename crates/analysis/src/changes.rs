@@ -1,0 +1,136 @@
+//! What a change costs the traffic, read from the changes pairs of an experiment: each gateway
+//! step with changes against the same step without them (repeats merged as histograms, the
+//! added tail tested as every other difference is, `crate::headline::delta`), and per kind of
+//! change its errors per change and how long it took to be served.
+
+use std::collections::BTreeMap;
+
+use meshbench_results::change::{ChangeRecord, ErrorsByKind};
+use meshbench_results::{ChangeKind, LoadPoint};
+use meshbench_store::StoredStep;
+
+use crate::headline::{delta, Delta};
+use crate::invalid::Invalid;
+use crate::runs::{group, Group, Run};
+use crate::verdict::Margin;
+
+/// The percentiles whose added latency a change is judged by.
+pub const TAIL: [f64; 2] = [0.99, 0.999];
+
+/// One gateway's changes at one load, against itself without them.
+#[derive(Debug, Clone)]
+pub struct ChangeCost {
+    /// The variant without changes (`gateway nginx`).
+    pub variant: String,
+    pub load: LoadPoint,
+    /// How the gateway was told (`nginx -s reload`).
+    pub told_by: String,
+    /// Per kind of change, in the kinds' order.
+    pub kinds: Vec<KindCost>,
+    /// Added p99 and p99.9 with the changes, over the paired steps without them.
+    pub added: Vec<Delta>,
+    /// Added maximum (merged histograms; no test: one request is no distribution).
+    pub added_max_ms: f64,
+    /// Steps with and without the changes (repeats).
+    pub runs: (usize, usize),
+    /// The self-check against the runs of both sides.
+    pub invalid: Option<Invalid>,
+}
+
+/// The changes of one kind, over every repeat of a pair.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KindCost {
+    pub kind: ChangeKind,
+    pub changes: usize,
+    /// Failed requests in the changes' seconds, by kind, summed over the changes.
+    pub errors: ErrorsByKind,
+    /// From written to served, ms, of each change served.
+    pub served_ms: Vec<f64>,
+    /// Changes the probe never saw served before the next one (or its bound).
+    pub never_served: usize,
+    /// Changes the gateway could not be told.
+    pub not_told: usize,
+}
+
+impl KindCost {
+    pub fn error_count(&self) -> u64 {
+        self.errors.values().sum()
+    }
+
+    pub fn errors_per_change(&self) -> f64 {
+        self.error_count() as f64 / self.changes.max(1) as f64
+    }
+
+    /// The q-quantile of the time to served, ms (`None`: none was served).
+    pub fn served_at(&self, q: f64) -> Option<f64> {
+        let mut v = self.served_ms.clone();
+        v.sort_by(f64::total_cmp);
+        meshbench_stats::quantile(&v, q)
+    }
+}
+
+/// Every changes pair of `steps`, in the order the variants ran.
+pub fn by_pair(steps: &[StoredStep], margin: Margin) -> Vec<ChangeCost> {
+    let changed =
+        |s: &StoredStep, yes: bool| s.step.changes.as_ref().is_some_and(|c| c.changed() == yes);
+    let side = |yes: bool| -> Vec<Group> {
+        group(
+            steps
+                .iter()
+                .filter(|s| changed(s, yes))
+                .filter_map(Run::from_step)
+                .collect(),
+        )
+    };
+    let (still, with) = (side(false), side(true));
+    with.into_iter()
+        .filter_map(|b| {
+            let base = meshbench_results::change::still_variant(&b.variant)?;
+            let a = still
+                .iter()
+                .find(|a| a.variant == base && a.load == b.load && a.cpu == b.cpu)?;
+            let records: Vec<(&str, &ChangeRecord)> = steps
+                .iter()
+                .filter(|s| b.runs.iter().any(|r| r.step_id == Some(s.id)))
+                .filter_map(|s| s.step.changes.as_ref())
+                .flat_map(|c| c.changes.iter().map(move |r| (c.told_by.as_str(), r)))
+                .collect();
+            let told_by = records.first().map_or("", |(t, _)| t).to_string();
+            Some(ChangeCost {
+                variant: base.to_string(),
+                load: b.load,
+                told_by,
+                kinds: kinds(records.iter().map(|(_, r)| *r)),
+                added: TAIL.iter().map(|&q| delta(a, &b, q, margin)).collect(),
+                added_max_ms: (b.merged.max() as f64 - a.merged.max() as f64) / 1000.0,
+                runs: (b.runs.len(), a.runs.len()),
+                invalid: Invalid::of_groups([a, &b]),
+            })
+        })
+        .collect()
+}
+
+/// The records gathered per kind, in the kinds' order.
+fn kinds<'a>(records: impl Iterator<Item = &'a ChangeRecord>) -> Vec<KindCost> {
+    let mut by: BTreeMap<ChangeKind, KindCost> = BTreeMap::new();
+    for r in records {
+        let k = by.entry(r.kind).or_insert_with(|| KindCost {
+            kind: r.kind,
+            changes: 0,
+            errors: ErrorsByKind::new(),
+            served_ms: Vec::new(),
+            never_served: 0,
+            not_told: 0,
+        });
+        k.changes += 1;
+        for (kind, n) in &r.errors {
+            *k.errors.entry(kind.clone()).or_default() += n;
+        }
+        match (r.served_ms, &r.failed) {
+            (_, Some(_)) => k.not_told += 1,
+            (Some(ms), None) => k.served_ms.push(ms),
+            (None, None) => k.never_served += 1,
+        }
+    }
+    by.into_values().collect()
+}

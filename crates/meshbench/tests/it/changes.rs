@@ -1,0 +1,230 @@
+//! Issue 60: what a change costs the traffic, run as a user runs it (`meshbench experiment` with
+//! a `changes` section) against the real gateways (nginx, haproxy, caddy: Debian packages,
+//! installed if missing), each told its own way (`nginx -s reload`, haproxy's master-worker
+//! reload, caddy's admin API).
+//!
+//! - A known truth first: caddy's admin API sent the configuration it runs reads 0 errors, each
+//!   change served, and no higher tail than the paired step without changes.
+//! - A route added and removed and a domain added with its certificate are served through
+//!   every gateway: the probe saw each one (a new name over TLS signed by the run's CA, a new
+//!   path answering, a removed path no longer answering); every error of the step falls within
+//!   a change's seconds, none in the paired step; `results show` prints each change's line and
+//!   the ranking.
+//! - Bad input: a gateway meshbench cannot change, a rate above what a step can hold, and the
+//!   external topology, each refused in one line with exit 2.
+
+use crate::common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::{meshbench, stderr, stdout};
+use serde_json::Value;
+
+const LIMIT: Duration = Duration::from_secs(180);
+
+fn experiment(name: &str, gateway: &str, changes: &str) -> String {
+    format!(
+        "name: {name}\ntopologies: [gateway]\nduration_secs: 6\nwarmup_secs: 1\n\
+         cooldown_secs: 0\nsample_interval_ms: 250\nload:\n  rate_rps: [400]\n  connections: [8]\n\
+         gateway:\n  type: {gateway}\n  domains: 4\n  paths: 3\nchanges:\n{changes}"
+    )
+}
+
+/// Runs `text` into its own store; the exported steps.
+fn run(dir: &Path, name: &str, text: &str) -> (Vec<Value>, std::path::PathBuf) {
+    let file = dir.join(format!("{name}.yaml"));
+    std::fs::write(&file, text).unwrap();
+    let store = dir.join(format!("{name}.db"));
+    let out = meshbench(
+        &[
+            "experiment",
+            &file.display().to_string(),
+            "--store",
+            &store.display().to_string(),
+        ],
+        LIMIT,
+    );
+    assert!(out.status.success(), "{name}: {}", stderr(&out));
+    assert!(
+        stdout(&out).contains("What a change costs the traffic"),
+        "{name}: {}",
+        stdout(&out)
+    );
+    let export = common::export_json(&store);
+    let steps = export["steps"].as_array().unwrap().clone();
+    assert_eq!(steps.len(), 2, "{name}: a pair of steps");
+    for s in &steps {
+        assert_eq!(s["status"], "ok", "{name}: {s}");
+    }
+    (steps, store)
+}
+
+/// The step with changes and the one without, in that order.
+fn pair(steps: &[Value]) -> (&Value, &Value) {
+    let changed = |s: &&Value| {
+        s["changes"]["changes"]
+            .as_array()
+            .is_some_and(|c| !c.is_empty())
+    };
+    let with = steps.iter().find(changed).expect("a step with changes");
+    let still = steps.iter().find(|s| !changed(s)).expect("its pair");
+    assert!(still["changes"]["changes"].as_array().unwrap().is_empty());
+    (with, still)
+}
+
+fn errors_of(change: &Value) -> u64 {
+    change["errors"]
+        .as_object()
+        .map_or(0, |m| m.values().map(|n| n.as_u64().unwrap()).sum())
+}
+
+#[test]
+fn caddy_sent_the_configuration_it_runs_fails_no_request_and_adds_no_tail() {
+    let dir = common::scratch_dir("changes-truth");
+    let (steps, store) = run(
+        &dir,
+        "truth",
+        &experiment("truth", "caddy", "  - kind: reload\n    every_secs: 1\n"),
+    );
+    let (with, still) = pair(&steps);
+    let changes = with["changes"]["changes"].as_array().unwrap();
+    assert!(changes.len() >= 4, "{with}");
+    for c in changes {
+        assert!(c["failed"].is_null(), "{c}");
+        assert!(c["served_ms"].as_f64().is_some(), "served: {c}");
+        assert_eq!(errors_of(c), 0, "{c}");
+        assert!(c["requests"].as_u64().unwrap() > 0, "{c}");
+    }
+    assert_eq!(with["changes"]["told_by"], "caddy admin API (POST /load)");
+    for s in [with, still] {
+        assert_eq!(s["summary"]["errors"], 0, "{s}");
+    }
+    let out = meshbench(
+        &[
+            "results",
+            "show",
+            "1",
+            "--store",
+            &store.display().to_string(),
+        ],
+        LIMIT,
+    );
+    let text = stdout(&out);
+    assert!(out.status.success(), "{}", stderr(&out));
+    // The ranking's row: no errors, and the added tail read as noise, not as higher.
+    let row = text
+        .lines()
+        .find(|l| l.contains("caddy admin API"))
+        .unwrap_or_else(|| panic!("a ranking row: {text}"));
+    assert!(row.contains(" reload ") && row.contains("0.00"), "{row}");
+    assert!(!row.contains("higher"), "no added tail: {text}");
+    assert!(
+        text.contains("the same configuration told again: told"),
+        "each change's line: {text}"
+    );
+}
+
+#[test]
+fn routes_and_domains_are_served_through_every_gateway_and_every_error_is_a_changes() {
+    let dir = common::scratch_dir("changes-gateways");
+    let streams =
+        "  - kind: route\n    every_secs: 1.5\n  - kind: domain\n    at_secs: [2.2, 4.2]\n";
+    for gateway in ["nginx", "haproxy", "caddy"] {
+        let (steps, store) = run(&dir, gateway, &experiment(gateway, gateway, streams));
+        let (with, still) = pair(&steps);
+        let changes = with["changes"]["changes"].as_array().unwrap();
+        let kinds: Vec<&str> = changes
+            .iter()
+            .map(|c| c["kind"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            kinds,
+            ["route", "domain", "route", "domain", "route"],
+            "{gateway}: {with}"
+        );
+        for c in changes {
+            assert!(c["failed"].is_null(), "{gateway}: {c}");
+            let served = c["served_ms"].as_f64();
+            assert!(served.is_some_and(|ms| ms > 0.0), "{gateway} served: {c}");
+        }
+        let what: Vec<&str> = changes
+            .iter()
+            .map(|c| c["what"].as_str().unwrap())
+            .collect();
+        assert!(what[0].contains("/get/4 added"), "{what:?}");
+        assert!(
+            what[1].contains("workspace-1-domain-5.com added"),
+            "{what:?}"
+        );
+        assert!(what[2].contains("/get/4 removed"), "{what:?}");
+        // Every failed request of the step is in a change's seconds; the pair has none.
+        let in_changes: u64 = changes.iter().map(errors_of).sum();
+        let total = with["summary"]["errors"].as_u64().unwrap();
+        assert!(in_changes <= total, "{gateway}: {in_changes} > {total}");
+        let outside = total - in_changes;
+        assert_eq!(
+            outside, 0,
+            "{gateway}: errors outside the changes' seconds: {with}"
+        );
+        assert_eq!(still["summary"]["errors"], 0, "{gateway}: {still}");
+        let out = meshbench(
+            &[
+                "results",
+                "show",
+                "1",
+                "--store",
+                &store.display().to_string(),
+            ],
+            LIMIT,
+        );
+        let text = stdout(&out);
+        assert!(
+            text.contains("route /get/4 removed on every domain: told"),
+            "{gateway}: {text}"
+        );
+    }
+}
+
+#[test]
+fn changes_a_gateway_cannot_make_or_a_step_cannot_hold_are_refused_in_one_line() {
+    let dir = common::scratch_dir("changes-bad");
+    let cases = [
+        (
+            experiment("envoy", "envoy", "  - kind: route\n    every_secs: 2\n"),
+            "gateway.type envoy cannot be changed under load",
+        ),
+        (
+            experiment("fast", "nginx", "  - kind: route\n    every_secs: 0.1\n"),
+            "faster than a step can hold",
+        ),
+        (
+            experiment(
+                "together",
+                "nginx",
+                "  - kind: route\n    every_secs: 0.6\n  - kind: domain\n    every_secs: 0.6\n",
+            ),
+            "above what a step can hold",
+        ),
+        (
+            "name: x\ntopologies: [external]\nexternal:\n  prometheus_url: http://127.0.0.1:1\n  variants:\n    - name: a\n      url: http://127.0.0.1:1/\nchanges:\n  - kind: reload\n    every_secs: 1\n".to_string(),
+            "an external system's configuration is its owner's",
+        ),
+        (
+            experiment("kind", "nginx", "  - kind: certificate\n    every_secs: 2\n"),
+            "changes[0].kind: unknown variant `certificate`",
+        ),
+    ];
+    for (text, expected) in cases {
+        let file = dir.join("bad.yaml");
+        std::fs::write(&file, &text).unwrap();
+        let out = meshbench(
+            &["experiment", &file.display().to_string(), "--dry-run"],
+            LIMIT,
+        );
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{expected}: {err}");
+        assert!(err.contains(expected), "{expected}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}

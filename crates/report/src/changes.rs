@@ -1,0 +1,140 @@
+//! What a change costs the traffic, as text: one table ranking the gateways by errors per
+//! change and added tail (each against itself without changes), and each change of each step
+//! on a line of its own (`results show`).
+
+use meshbench_analysis::changes::ChangeCost;
+use meshbench_store::StoredStep;
+
+use crate::answers::{delta_cell, text_table, titled, Table, MARKS};
+
+/// The gateways from the fewest errors per change to the most (then the least added p99.9),
+/// one row per kind of change; "" when no step had changes.
+pub fn text(costs: &[ChangeCost]) -> String {
+    if costs.is_empty() {
+        return String::new();
+    }
+    let mut ranked: Vec<&ChangeCost> = costs.iter().collect();
+    ranked.sort_by(|a, b| {
+        errors_per_change(a)
+            .total_cmp(&errors_per_change(b))
+            .then(added_p999(a).total_cmp(&added_p999(b)))
+    });
+    let mut t: Table = vec![[
+        "#",
+        "gateway",
+        "told by",
+        "change",
+        "n",
+        "errors\nper change",
+        "errors by kind",
+        "served ms\np50",
+        "p99",
+        "added p99 ms",
+        "added p99.9 ms",
+        "added max ms",
+        MARKS,
+    ]
+    .map(String::from)
+    .to_vec()];
+    for (i, c) in ranked.iter().enumerate() {
+        for (j, k) in c.kinds.iter().enumerate() {
+            let first = j == 0;
+            let ms = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.1}"));
+            let kinds: Vec<String> = k.errors.iter().map(|(e, n)| format!("{e} {n}")).collect();
+            let mut mark = Vec::new();
+            if k.never_served > 0 {
+                mark.push(format!("{} never served", k.never_served));
+            }
+            if k.not_told > 0 {
+                mark.push(format!("{} not told", k.not_told));
+            }
+            if first {
+                if let Some(why) = &c.invalid {
+                    mark.push(why.to_string());
+                }
+            }
+            let once = |s: String| if first { s } else { String::new() };
+            t.push(vec![
+                once((i + 1).to_string()),
+                once(c.variant.clone()),
+                once(c.told_by.clone()),
+                k.kind.to_string(),
+                k.changes.to_string(),
+                format!("{:.2}", k.errors_per_change()),
+                if kinds.is_empty() {
+                    "none".into()
+                } else {
+                    kinds.join(", ")
+                },
+                ms(k.served_at(0.5)),
+                ms(k.served_at(0.99)),
+                once(c.added.first().map(delta_cell).unwrap_or_default()),
+                once(c.added.get(1).map(delta_cell).unwrap_or_default()),
+                once(format!("{:+.3}", c.added_max_ms)),
+                mark.join("; "),
+            ]);
+        }
+    }
+    let title = titled(
+        "What a change costs the traffic (each gateway against itself without changes; 95 % intervals)",
+        costs.iter().map(|c| &c.load),
+    );
+    format!("{title}:\n{}", text_table(&t, 4))
+}
+
+fn errors_per_change(c: &ChangeCost) -> f64 {
+    let (errors, changes) = c.kinds.iter().fold((0u64, 0usize), |(e, n), k| {
+        (e + k.error_count(), n + k.changes)
+    });
+    errors as f64 / changes.max(1) as f64
+}
+
+fn added_p999(c: &ChangeCost) -> f64 {
+    c.added.get(1).map_or(0.0, |d| d.point_ms())
+}
+
+/// Every change of every step that applied some, one line each: when it was written, what it
+/// was, how long the telling took, when it was first served, and the requests, errors and
+/// tail of its seconds.
+pub fn per_change(steps: &[StoredStep]) -> String {
+    let mut out = String::new();
+    for s in steps {
+        let Some(c) = s.step.changes.as_ref().filter(|c| c.changed()) else {
+            continue;
+        };
+        out.push_str(&format!(
+            "Changes of step {} ({}, told by {}):\n",
+            s.step.seq + 1,
+            s.step.variant,
+            c.told_by
+        ));
+        for r in &c.changes {
+            let served = match (&r.failed, r.served_ms) {
+                (Some(why), _) => format!("not told: {why}"),
+                (None, Some(ms)) => format!("served {ms:.1} ms"),
+                (None, None) => "never served".into(),
+            };
+            let errors = match r.error_count() {
+                0 => "0 errors".to_string(),
+                n => {
+                    let kinds: Vec<String> =
+                        r.errors.iter().map(|(k, n)| format!("{k} {n}")).collect();
+                    format!("{n} errors ({})", kinds.join(", "))
+                }
+            };
+            out.push_str(&format!(
+                "  {:>7.3} s  {}: told {:.1} ms, {served}; seconds {}-{}: {} requests, {errors}, p99 {:.3} ms, p99.9 {:.3} ms, max {:.3} ms\n",
+                r.written_ms / 1000.0,
+                r.what,
+                r.told_ms,
+                r.seconds.0,
+                r.seconds.1,
+                r.requests,
+                r.p99_us as f64 / 1000.0,
+                r.p999_us as f64 / 1000.0,
+                r.max_us as f64 / 1000.0,
+            ));
+        }
+    }
+    out
+}

@@ -1,0 +1,205 @@
+//! What a change costs the traffic: the changes a step applies to its gateway while the load
+//! runs ([`ChangeStream`], the experiment file's `changes` section) and what each one did to
+//! the requests in flight ([`ChangeRecord`]): when it was written, when the gateway first served
+//! it (a probe of its own asks), the errors by kind and the tail in the seconds after it.
+//! A step with changes is paired with the same step without them ([`ChangeFigures`] marks which
+//! it is), so the added tail is read against the paired step, not against a guess.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// What one change does to the gateway's configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ChangeKind {
+    /// A route added on the first domain (`/get/{paths + 1}`), then removed by the next change
+    /// of this kind, and so on: the probe asks the route until it answers, or until it stops.
+    Route,
+    /// A domain added with its certificate (a new server block or filter chain): the probe
+    /// asks the new name, over TLS, until it answers.
+    Domain,
+    /// The same configuration told to the gateway again, the way a change is told (a reload,
+    /// or the same document re-sent): what the telling alone costs.
+    Reload,
+}
+
+impl ChangeKind {
+    pub const ALL: [ChangeKind; 3] = [ChangeKind::Route, ChangeKind::Domain, ChangeKind::Reload];
+
+    /// Its word in the experiment file and in results.
+    pub fn name(self) -> &'static str {
+        match self {
+            ChangeKind::Route => "route",
+            ChangeKind::Domain => "domain",
+            ChangeKind::Reload => "reload",
+        }
+    }
+}
+
+impl fmt::Display for ChangeKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One kind of change applied during a step's measured window: every `every`, or at the given
+/// instants (after the window opens), never after it closes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChangeStream {
+    pub kind: ChangeKind,
+    /// Apply one every this long, the first one interval after the window opens.
+    pub every: Option<Duration>,
+    /// Apply one at each of these instants after the window opens.
+    pub at: Vec<Duration>,
+}
+
+impl ChangeStream {
+    /// The instants of its changes within a window of `window`, in order.
+    pub fn instants(&self, window: Duration) -> Vec<Duration> {
+        let mut out: Vec<Duration> = self.at.iter().copied().filter(|t| *t < window).collect();
+        if let Some(every) = self.every.filter(|e| !e.is_zero()) {
+            let mut t = every;
+            while t < window {
+                out.push(t);
+                t += every;
+            }
+        }
+        out.sort();
+        out
+    }
+}
+
+/// The shortest interval between two changes of a step, all streams together: a change is
+/// told, probed until served and read over its own second before the next one comes. Faster
+/// than this, one change's cost would be read as the next one's.
+pub const MIN_APART: Duration = Duration::from_millis(500);
+
+/// Every change of a step, in the order they are applied: (instant after the window opens,
+/// kind). A change due less than [`MIN_APART`] after the one before it (two streams meeting:
+/// a route every 2 s and a domain every 10 s) is moved that far after it, the file's order
+/// kept; one moved past the window is not applied.
+pub fn schedule(streams: &[ChangeStream], window: Duration) -> Vec<(Duration, ChangeKind)> {
+    let mut all: Vec<(Duration, ChangeKind)> = streams
+        .iter()
+        .flat_map(|s| s.instants(window).into_iter().map(|t| (t, s.kind)))
+        .collect();
+    all.sort_by_key(|(t, _)| *t);
+    let mut out: Vec<(Duration, ChangeKind)> = Vec::with_capacity(all.len());
+    for (t, kind) in all {
+        let t = match out.last() {
+            Some((last, _)) => t.max(*last + MIN_APART),
+            None => t,
+        };
+        if t < window {
+            out.push((t, kind));
+        }
+    }
+    out
+}
+
+/// Errors by kind as the change's seconds counted them: the result's own error kinds (`reset`,
+/// `connect`, `tls`, ...) and `http_<code>` for each failing status (a 503 is `http_503`).
+pub type ErrorsByKind = BTreeMap<String, u64>;
+
+/// What one change did.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChangeRecord {
+    pub kind: ChangeKind,
+    /// What was changed, in words (`route /get/4 added on workspace-1-domain-1.com`).
+    pub what: String,
+    /// When it was written, ms after the measured window opened.
+    pub written_ms: f64,
+    /// How long the gateway's own way of being told took (the reload command, the API call).
+    pub told_ms: f64,
+    /// From written to the first answer of the changed configuration the probe saw (`None`:
+    /// not within [`SERVED_WITHIN`], or the change could not be told).
+    pub served_ms: Option<f64>,
+    /// Why the change could not be told, when it could not (the run goes on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed: Option<String>,
+    /// The whole seconds of the window this change is read over: from the one it was written
+    /// in to the one before the next change's (at most [`SECONDS_AFTER`]).
+    pub seconds: (u32, u32),
+    /// Requests finished over those seconds.
+    pub requests: u64,
+    /// Failed requests over those seconds, by kind.
+    pub errors: ErrorsByKind,
+    /// Latency over those seconds, µs.
+    pub p99_us: u64,
+    pub p999_us: u64,
+    pub max_us: u64,
+}
+
+impl ChangeRecord {
+    /// Its failed requests, all kinds.
+    pub fn error_count(&self) -> u64 {
+        self.errors.values().sum()
+    }
+}
+
+/// What a variant with changes adds to its name (`gateway nginx changes`).
+pub const CHANGED: &str = "changes";
+
+/// The variant a step with changes is paired with: its name without [`CHANGED`].
+pub fn still_variant(changed: &str) -> Option<&str> {
+    changed.strip_suffix(CHANGED)?.strip_suffix(' ')
+}
+
+/// How long a probe asks before the change counts as never served.
+pub const SERVED_WITHIN: Duration = Duration::from_secs(30);
+
+/// Most whole seconds a change is read over (its own and the next ones).
+pub const SECONDS_AFTER: u32 = 2;
+
+/// What a step of the paired changes experiment measured of its changes. The step without
+/// changes carries one with no changes, so that the two are told apart in the store.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChangeFigures {
+    /// How the gateway was told (`nginx -s reload`, `caddy admin API POST /load`, ...).
+    pub told_by: String,
+    /// Every change applied, in order (empty for the paired step without changes).
+    pub changes: Vec<ChangeRecord>,
+}
+
+impl ChangeFigures {
+    /// Whether this step applied changes (the other of the pair applied none).
+    pub fn changed(&self) -> bool {
+        !self.changes.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_schedule_interleaves_streams_in_time_within_the_window() {
+        let s = |kind, every: Option<u64>, at: &[u64]| ChangeStream {
+            kind,
+            every: every.map(Duration::from_secs),
+            at: at.iter().map(|t| Duration::from_secs(*t)).collect(),
+        };
+        let streams = [
+            s(ChangeKind::Route, Some(2), &[]),
+            s(ChangeKind::Domain, None, &[3, 4, 20]),
+        ];
+        let got: Vec<(u64, ChangeKind)> = schedule(&streams, Duration::from_secs(7))
+            .into_iter()
+            .map(|(t, k)| (t.as_millis() as u64, k))
+            .collect();
+        // The route and the domain due at 4 s: the domain half a second later.
+        assert_eq!(
+            got,
+            vec![
+                (2000, ChangeKind::Route),
+                (3000, ChangeKind::Domain),
+                (4000, ChangeKind::Route),
+                (4500, ChangeKind::Domain),
+                (6000, ChangeKind::Route)
+            ]
+        );
+    }
+}
