@@ -525,11 +525,13 @@ fn per_core(groups: &[Group], costs: &[Cost]) -> Vec<PerCore> {
 }
 
 /// The gateways of one run ranked at each load and CPU limit where two programs or more
-/// played the gateway, from the least CPU per 1,000 RPS to the most.
+/// played the gateway, from the least CPU per 1,000 RPS to the most; a gateway under changes
+/// is ranked by what a change costs instead (`crate::changes`), so only its still steps are.
 fn gateway_rankings(groups: &[Group], costs: &[Cost]) -> Vec<GatewayRanking> {
     let gateways: Vec<&Cost> = costs
         .iter()
         .filter(|c| c.usage.role == Role::Chain(ChainRole::Gateway))
+        .filter(|c| meshbench_results::change::still_variant(&c.variant).is_none())
         .filter(|c| c.vcpu_per_1k_rps().is_finite())
         .collect();
     let at = |c: &Cost| (c.load, c.usage.cpu_limit);

@@ -26,7 +26,14 @@ pub struct ChangeSection {
 }
 
 /// The gateways meshbench can change under load (each in its own way, `meshbench_lab::change`).
-pub const CHANGEABLE: [Program; 3] = [Program::Nginx, Program::Haproxy, Program::Caddy];
+pub const CHANGEABLE: [Program; 6] = [
+    Program::Nginx,
+    Program::Haproxy,
+    Program::Caddy,
+    Program::Envoy,
+    Program::Istio,
+    Program::Contour,
+];
 
 impl ChangeSection {
     /// The stream as the runner applies it.
@@ -87,7 +94,7 @@ impl Experiment {
         for program in &self.gateway.kinds {
             if !CHANGEABLE.contains(program) {
                 p.push(format!(
-                    "changes: gateway.type {} cannot be changed under load by meshbench yet; use nginx, haproxy or caddy",
+                    "changes: gateway.type {} cannot be changed under load by meshbench; use nginx, haproxy, caddy, envoy, istio or contour",
                     program.name()
                 ));
             }
@@ -139,5 +146,75 @@ impl Experiment {
                 p.push(format!("changes: no change falls within duration_secs {}; apply them earlier or measure longer", self.duration_secs));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{parse, Plan};
+
+    const FILE: &str = "name: t\ntopologies: [baseline, gateway]\nduration_secs: 10\ngateway:\n  type: [nginx, caddy]\n";
+
+    #[test]
+    fn each_gateway_variant_runs_still_then_changed_side_by_side_and_no_other() {
+        let text = format!("{FILE}changes:\n  - kind: route\n    every_secs: 2\n");
+        let e = parse("t.yaml", &text, &[]).unwrap();
+        let names: Vec<String> = Plan::compile(&e)
+            .steps
+            .iter()
+            .map(|s| s.variant())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "baseline",
+                "gateway nginx",
+                "gateway nginx changes",
+                "gateway caddy",
+                "gateway caddy changes"
+            ]
+        );
+        assert_eq!(e.change_streams().len(), 1);
+        let without = parse("t.yaml", FILE, &[]).unwrap();
+        assert_eq!(Plan::compile(&without).steps.len(), 3);
+    }
+
+    #[test]
+    fn changes_a_step_cannot_hold_or_make_are_refused_each_in_its_words() {
+        for (changes, expected) in [
+            (
+                "  - kind: route\n",
+                "changes[0]: expected every_secs or at_secs",
+            ),
+            (
+                "  - kind: route\n    every_secs: 2\n    at_secs: [3]\n",
+                "not both",
+            ),
+            (
+                "  - kind: route\n    every_secs: 0.2\n",
+                "faster than a step can hold",
+            ),
+            (
+                "  - kind: domain\n    at_secs: [12]\n",
+                "outside the measured window",
+            ),
+            (
+                "  - kind: route\n    every_secs: 0.8\n  - kind: reload\n    every_secs: 0.8\n",
+                "above what a step can hold",
+            ),
+            (
+                "  - kind: route\n    every_secs: 20\n",
+                "no change falls within",
+            ),
+            ("  []\n", "expected at least one stream"),
+        ] {
+            let text = format!("{FILE}changes:\n{changes}");
+            let err = parse("t.yaml", &text, &[]).unwrap_err().to_string();
+            assert!(err.contains(expected), "{expected}: {err}");
+        }
+        let text = format!("{FILE}changes:\n  - kind: route\n    every_secs: 2\n")
+            .replace("[baseline, gateway]", "[baseline]");
+        let err = parse("t.yaml", &text, &[]).unwrap_err().to_string();
+        assert!(err.contains("add gateway to topologies"), "{err}");
     }
 }

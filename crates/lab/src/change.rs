@@ -1,7 +1,10 @@
 //! A change told to a gateway the lab configures, the way its users tell it: nginx by
 //! `nginx -s reload`, haproxy by its master-worker reload (`SIGUSR2` to the master, which hands
 //! its listening sockets to the new workers), caddy through its admin API (`POST /load` with the
-//! Caddyfile). The configuration is rewritten first, from the gateway plan with the change made
+//! Caddyfile), Envoy through file-based xDS (its listeners file replaced by a rename, which
+//! Envoy watches for); a control plane's Envoy through its objects on the API server the control
+//! plane reads (Istio's Gateways, VirtualServices and Secrets, Contour's HTTPProxies), only
+//! those that differ applied. The configuration is rewritten first, from the gateway plan with the change made
 //! ([`GatewayChanger::apply`]); what to ask to see it served is the [`Probe`] it returns. The
 //! runner applies the changes on the step's schedule and times them (`meshbench_runner`).
 
@@ -11,11 +14,16 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use meshbench_results::{ChangeKind, Standalone};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use meshbench_k8s::blocking::{documents, BlockingClient};
+use meshbench_results::{ChangeKind, Configuration, ControlPlaneKind, Program, Standalone};
+use serde_json::Value;
 
 use crate::gateway::{self, GatewayPlan, Target};
-use crate::pki::Ca;
-use crate::program::{caddy, haproxy, nginx};
+use crate::pki::{Ca, Issued};
+use crate::program::{caddy, envoy, haproxy, nginx};
 use crate::LabError;
 
 /// What to ask to see a change served: this route on this name, until it answers (`Answers`)
@@ -44,69 +52,110 @@ pub struct Told {
     pub probe: Probe,
 }
 
-/// A standalone gateway as the lab wrote and started it, ready to be changed: its program, the
-/// plan its configuration was written from, the CA that signs its domains, and its process.
+/// A gateway's configuration as the lab wrote it: the plan, the CA that signed its domains and
+/// the certificates issued (by file stem).
+pub struct Written {
+    pub plan: GatewayPlan,
+    pub ca: Ca,
+    pub certs: Vec<(String, Issued)>,
+}
+
+/// A gateway as the lab wrote and started it, ready to be changed: the plan its configuration
+/// was written from (as changed so far), what signs its domains, and how it is told.
 pub struct GatewayChanger {
-    program: Standalone,
-    /// The configuration as it stands (after the changes made so far).
-    plan: GatewayPlan,
-    ca: Ca,
+    written: Written,
     /// Paths per domain before any change: a route change adds the one after them.
     paths: usize,
-    /// The gateway's main process (nginx's and haproxy's master).
-    pid: u32,
-    bin: PathBuf,
+    teller: Teller,
+}
+
+/// How a gateway is told of a change.
+enum Teller {
+    /// A program the lab configures: its files rewritten, then told its own way.
+    Program {
+        program: Standalone,
+        /// The gateway's main process (nginx's and haproxy's master).
+        pid: u32,
+        bin: PathBuf,
+    },
+    /// A control plane's Envoy: the objects that differ applied to the API server the control
+    /// plane reads (istiod pushes, Contour translates).
+    Objects {
+        kind: ControlPlaneKind,
+        api: Box<BlockingClient>,
+        /// Every object as last applied, by its kind, namespace and name.
+        applied: BTreeMap<String, Value>,
+    },
 }
 
 impl GatewayChanger {
-    /// The gateway `program` started on `plan` (certificates signed by `ca`) as process `pid`;
-    /// `None` for a program meshbench does not change (a command, a control plane's Envoy).
+    /// The gateway `program` written as `written` and started as process `pid`, its control
+    /// plane (if it has one) reading the API server of `api`; `None` for a gateway meshbench
+    /// does not change (a command; Envoy with its listeners in its bootstrap).
     pub fn new(
-        program: Standalone,
-        plan: GatewayPlan,
-        ca: Ca,
+        program: Program,
+        written: Written,
         pid: u32,
+        api: Option<&Path>,
     ) -> Result<Option<GatewayChanger>, LabError> {
-        let bin = match program {
-            Standalone::Nginx => nginx::binary()?,
-            Standalone::Haproxy => haproxy::binary()?,
-            Standalone::Caddy => caddy::binary()?,
-            Standalone::Envoy | Standalone::Command => return Ok(None),
+        let teller = match (program.configuration(), api) {
+            (Configuration::Written(program), _) => {
+                let bin = match program {
+                    Standalone::Nginx => nginx::binary()?,
+                    Standalone::Haproxy => haproxy::binary()?,
+                    Standalone::Caddy => caddy::binary()?,
+                    Standalone::Envoy if written.plan.listeners_file => envoy::binary()?,
+                    Standalone::Envoy | Standalone::Command => return Ok(None),
+                };
+                Teller::Program { program, pid, bin }
+            }
+            (Configuration::ByControlPlane(kind), Some(kubeconfig)) => {
+                let api = BlockingClient::from_kubeconfig(kubeconfig)
+                    .map_err(|e| tell_failed(told_by(program), e.to_string()))?;
+                let applied = by_name(&written.plan, &program, &written.certs)?;
+                Teller::Objects {
+                    kind,
+                    api: Box::new(api),
+                    applied,
+                }
+            }
+            (Configuration::ByControlPlane(_), None) => return Ok(None),
         };
         Ok(Some(GatewayChanger {
-            program,
-            paths: plan.paths,
-            plan,
-            ca,
-            pid,
-            bin,
+            paths: written.plan.paths,
+            written,
+            teller,
         }))
     }
 
     /// How the gateway is told of a change, as a result names it.
     pub fn told_by(&self) -> &'static str {
-        told_by(self.program)
+        match &self.teller {
+            Teller::Program { program, .. } => told_by(program.program()),
+            Teller::Objects { kind, .. } => told_by(kind.program()),
+        }
     }
 
     /// Where the gateway listens (what a probe connects to) and the CA that signs its names.
     pub fn listen(&self) -> std::net::SocketAddr {
-        self.plan.listen
+        self.written.plan.listen
     }
 
     pub fn ca_file(&self) -> PathBuf {
-        self.plan.path("ca.pem")
+        self.written.plan.path("ca.pem")
     }
 
     /// Makes the change in the configuration files and tells the gateway. On a failure the
     /// gateway may hold the configuration before or after the change; the next change is
     /// made from the plan as it now stands.
     pub fn apply(&mut self, kind: ChangeKind) -> Result<Told, LabError> {
-        let first = self.plan.domain(0);
+        let plan = &mut self.written.plan;
+        let first = plan.domain(0);
         let told = match kind {
             ChangeKind::Route => {
-                let added = self.plan.paths == self.paths;
+                let added = plan.paths == self.paths;
                 let route = format!("/get/{}", self.paths + 1);
-                self.plan.paths = if added { self.paths + 1 } else { self.paths };
+                plan.paths = if added { self.paths + 1 } else { self.paths };
                 Told {
                     what: format!(
                         "route {route} {} on every domain",
@@ -124,10 +173,11 @@ impl GatewayChanger {
                 }
             }
             ChangeKind::Domain => {
-                let n = self.plan.domains;
-                gateway::write_domain_cert(&self.plan, &self.ca, n)?;
-                self.plan.domains += 1;
-                let host = self.plan.domain(n);
+                let n = plan.domains;
+                let issued = gateway::write_domain_cert(plan, &self.written.ca, n)?;
+                self.written.certs.push((plan.domain(n), issued));
+                plan.domains += 1;
+                let host = plan.domain(n);
                 Told {
                     what: format!("domain {host} added with its certificate"),
                     probe: Probe {
@@ -146,23 +196,37 @@ impl GatewayChanger {
                 },
             },
         };
-        self.program.program().write(&self.plan, &[])?;
         self.tell()?;
         Ok(told)
     }
 
-    /// Tells the gateway its configuration files changed, in its own way.
-    fn tell(&self) -> Result<(), LabError> {
-        let failed = |reason: String| LabError::Tell {
-            told_by: self.told_by(),
-            reason,
+    /// Writes the changed configuration and tells the gateway, in its own way.
+    fn tell(&mut self) -> Result<(), LabError> {
+        let told_by = self.told_by();
+        let failed = |reason: String| tell_failed(told_by, reason);
+        let plan = &self.written.plan;
+        let (program, pid, bin) = match &mut self.teller {
+            Teller::Program { program, pid, bin } => (*program, *pid, bin),
+            Teller::Objects { kind, api, applied } => {
+                let now = by_name(plan, &kind.program(), &self.written.certs)?;
+                let changed: Vec<Value> = (now.iter())
+                    .filter(|(name, object)| applied.get(*name) != Some(object))
+                    .map(|(_, object)| object.clone())
+                    .collect();
+                for object in &changed {
+                    api.apply(object).map_err(|e| failed(e.to_string()))?;
+                }
+                *applied = now;
+                return Ok(());
+            }
         };
-        match self.program {
+        program.program().write(plan, &[])?;
+        match program {
             Standalone::Nginx => {
-                let config = self.plan.path(nginx::CONFIG);
-                let out = Command::new(&self.bin)
+                let config = plan.path(nginx::CONFIG);
+                let out = Command::new(bin)
                     .arg("-p")
-                    .arg(&self.plan.out)
+                    .arg(&plan.out)
                     .arg("-c")
                     .arg(&config)
                     .args(["-s", "reload"])
@@ -175,31 +239,65 @@ impl GatewayChanger {
             }
             Standalone::Haproxy => {
                 // SAFETY: a signal to the master process this lab started and still holds.
-                let sent = unsafe { libc::kill(self.pid as libc::pid_t, libc::SIGUSR2) };
+                let sent = unsafe { libc::kill(pid as libc::pid_t, libc::SIGUSR2) };
                 match sent {
                     0 => Ok(()),
                     _ => Err(failed(std::io::Error::last_os_error().to_string())),
                 }
             }
             Standalone::Caddy => {
-                let caddyfile = std::fs::read(self.plan.path(caddy::CONFIG)).map_err(|e| {
-                    failed(format!("{}: {e}", self.plan.path(caddy::CONFIG).display()))
-                })?;
-                post_load(&caddy::admin_socket(&self.plan.out), &caddyfile).map_err(failed)
+                let caddyfile = std::fs::read(plan.path(caddy::CONFIG))
+                    .map_err(|e| failed(format!("{}: {e}", plan.path(caddy::CONFIG).display())))?;
+                post_load(&caddy::admin_socket(&plan.out), &caddyfile).map_err(failed)
             }
+            // Writing was telling: its listeners file was renamed into place, and Envoy
+            // watches it for moves.
             Standalone::Envoy | Standalone::Command => Ok(()),
         }
     }
 }
 
 /// How `program` is told of a change.
-pub fn told_by(program: Standalone) -> &'static str {
+pub fn told_by(program: Program) -> &'static str {
     match program {
-        Standalone::Nginx => "nginx -s reload",
-        Standalone::Haproxy => "haproxy master-worker reload (SIGUSR2)",
-        Standalone::Caddy => "caddy admin API (POST /load)",
-        Standalone::Envoy | Standalone::Command => "not changed by meshbench",
+        Program::Nginx => "nginx -s reload",
+        Program::Haproxy => "haproxy master-worker reload (SIGUSR2)",
+        Program::Caddy => "caddy admin API (POST /load)",
+        Program::Envoy => "envoy file-based xDS (lds.pb renamed into place)",
+        Program::Istio => "istio objects on the API server (istiod pushes)",
+        Program::Contour => "HTTPProxy objects on the API server (Contour translates)",
+        Program::Command => "not changed by meshbench",
     }
+}
+
+fn tell_failed(told_by: &'static str, reason: String) -> LabError {
+    LabError::Tell { told_by, reason }
+}
+
+/// Every object `target` renders for `plan` (its files rewritten), by kind, namespace and name.
+fn by_name(
+    plan: &GatewayPlan,
+    target: &Program,
+    certs: &[(String, Issued)],
+) -> Result<BTreeMap<String, Value>, LabError> {
+    let mut out = BTreeMap::new();
+    for file in target.write(plan, certs)? {
+        let text = std::fs::read_to_string(&file).map_err(|source| LabError::Files {
+            path: file.clone(),
+            source,
+        })?;
+        for object in documents(&text)? {
+            let at = |key: &str| object.pointer(key).and_then(Value::as_str).unwrap_or("");
+            let name = format!(
+                "{}/{}/{}",
+                at("/kind"),
+                at("/metadata/namespace"),
+                at("/metadata/name")
+            );
+            out.insert(name, object);
+        }
+    }
+    Ok(out)
 }
 
 /// The last line of a program's output, for a message.

@@ -204,6 +204,7 @@ fn plan(dir: &Path, listen: SocketAddr) -> GatewayPlan {
         admin: None,
         out: dir.to_path_buf(),
         access_log: None,
+        listeners_file: false,
     }
 }
 

@@ -1,18 +1,35 @@
-//! What a change costs the traffic, as text: one table ranking the gateways by errors per
-//! change and added tail (each against itself without changes), and each change of each step
-//! on a line of its own (`results show`).
+//! What a change costs the traffic, as people read it: one table ranking the gateways by errors
+//! per change and added tail (each against itself without changes), each change of each step on
+//! a line of its own (`results show`), and per gateway its latency over time with each change
+//! marked (the HTML report).
 
 use meshbench_analysis::changes::ChangeCost;
+use meshbench_results::change::{still_variant, ChangeRecord};
+use meshbench_results::RunResult;
 use meshbench_store::StoredStep;
 
 use crate::answers::{delta_cell, text_table, titled, Table, MARKS};
+use crate::plot::{Chart, Draw, Series};
 
-/// The gateways from the fewest errors per change to the most (then the least added p99.9),
-/// one row per kind of change; "" when no step had changes.
+/// The ranking's title.
+pub fn title(costs: &[ChangeCost]) -> String {
+    titled(
+        "What a change costs the traffic (each gateway against itself without changes; 95 % intervals)",
+        costs.iter().map(|c| &c.load),
+    )
+}
+
+/// The ranking as text: [`table`] under [`title`]; "" when no step had changes.
 pub fn text(costs: &[ChangeCost]) -> String {
     if costs.is_empty() {
         return String::new();
     }
+    format!("{}:\n{}", title(costs), text_table(&table(costs), 4))
+}
+
+/// The gateways from the fewest errors per change to the most (then the least added p99.9),
+/// one row per kind of change.
+pub fn table(costs: &[ChangeCost]) -> Table {
     let mut ranked: Vec<&ChangeCost> = costs.iter().collect();
     ranked.sort_by(|a, b| {
         errors_per_change(a)
@@ -75,11 +92,7 @@ pub fn text(costs: &[ChangeCost]) -> String {
             ]);
         }
     }
-    let title = titled(
-        "What a change costs the traffic (each gateway against itself without changes; 95 % intervals)",
-        costs.iter().map(|c| &c.load),
-    );
-    format!("{title}:\n{}", text_table(&t, 4))
+    t
 }
 
 fn errors_per_change(c: &ChangeCost) -> f64 {
@@ -135,6 +148,82 @@ pub fn per_change(steps: &[StoredStep]) -> String {
                 r.max_us as f64 / 1000.0,
             ));
         }
+    }
+    out
+}
+
+/// Per gateway and load, latency over time of the first repeat with changes beside its pair
+/// without them, each change marked where it was written with its kind and errors.
+pub fn charts(steps: &[StoredStep], warmup_secs: f64) -> Vec<Chart> {
+    let mut out = Vec::new();
+    for s in steps {
+        let (Some(c), Some(result)) = (s.step.changes.as_ref(), s.step.result.as_ref()) else {
+            continue;
+        };
+        if !c.changed() || s.step.repeat != 0 {
+            continue;
+        }
+        let Some(still_variant) = still_variant(&s.step.variant) else {
+            continue;
+        };
+        let pair = steps.iter().find(|p| {
+            p.step.repeat == 0
+                && p.step.variant == still_variant
+                && p.step.load_point() == s.step.load_point()
+                && p.step.changes.as_ref().is_some_and(|c| !c.changed())
+        });
+        let t = |second: u32| warmup_secs + f64::from(second) + 0.5;
+        let p99 = |r: &RunResult| -> Vec<(f64, f64)> {
+            (r.timeline.iter())
+                .map(|p| (t(p.second), p.p99_us as f64 / 1000.0))
+                .collect()
+        };
+        let mut chart = Chart::new(
+            &format!("changes_{:03}", out.len() + 1),
+            &format!(
+                "{} · {} · changes marked",
+                s.step.variant,
+                s.step.load_point()
+            ),
+            "seconds since the load started",
+            "p99 latency per second (ms)",
+        );
+        chart.size = (760, 300);
+        chart.series.push(Series {
+            name: "p99 with changes".into(),
+            points: p99(result),
+            draw: Draw::Line,
+            color: 1,
+        });
+        if let Some(r) = pair.and_then(|p| p.step.result.as_ref()) {
+            chart.series.push(Series {
+                name: "p99 without".into(),
+                points: p99(r),
+                draw: Draw::Line,
+                color: 0,
+            });
+        }
+        for r in &c.changes {
+            let errors = match r.error_count() {
+                0 => String::new(),
+                n => format!(" ({n} errors)"),
+            };
+            chart.marks.push((
+                warmup_secs + r.written_ms / 1000.0,
+                r.p99_us as f64 / 1000.0,
+                format!("{}{errors}", r.kind),
+            ));
+        }
+        if warmup_secs > 0.0 {
+            chart.shade = Some((0.0, warmup_secs, "warm-up (not measured)".into()));
+        }
+        let errors: u64 = c.changes.iter().map(ChangeRecord::error_count).sum();
+        chart.sentence = format!(
+            "{} changes told by {}, {errors} failed requests in their seconds; each mark is a change where it was written, at the p99 of its seconds (repeat 1).",
+            c.changes.len(),
+            c.told_by
+        );
+        out.push(chart);
     }
     out
 }

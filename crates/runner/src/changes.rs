@@ -258,7 +258,22 @@ impl Prober {
     }
 }
 
-/// Each change's record: its seconds of the window (from the one it was written in, at most
+/// The first second of the window each change owns: the one it was written in, or the one
+/// after the previous change's first when two were written in the same second, so that no
+/// second is read for two changes.
+fn first_seconds(written_ms: impl Iterator<Item = u64>, window_start_ms: u64) -> Vec<u32> {
+    let mut out: Vec<u32> = Vec::new();
+    for ms in written_ms {
+        let second = (ms.saturating_sub(window_start_ms) / 1000) as u32;
+        out.push(match out.last() {
+            Some(&previous) => second.max(previous + 1),
+            None => second,
+        });
+    }
+    out
+}
+
+/// Each change's record: its seconds of the window (from its first, [`first_seconds`], at most
 /// [`SECONDS_AFTER`], ending before the next change's), the requests, errors and tail there.
 pub(crate) fn figures(
     told_by: &'static str,
@@ -266,15 +281,15 @@ pub(crate) fn figures(
     window_start_ms: u64,
     seconds: &[Interval],
 ) -> ChangeFigures {
-    let second_of = |ms: u64| (ms.saturating_sub(window_start_ms) / 1000) as u32;
+    let firsts = first_seconds(applied.iter().map(|a| a.written_ms), window_start_ms);
     let changes = applied
         .iter()
         .enumerate()
         .map(|(i, a)| {
-            let first = second_of(a.written_ms);
-            let last = match applied.get(i + 1) {
-                Some(next) => second_of(next.written_ms).saturating_sub(1).max(first),
-                None => first,
+            let first = firsts[i];
+            let last = match firsts.get(i + 1) {
+                Some(next) => next.saturating_sub(1).max(first),
+                None => first + SECONDS_AFTER - 1,
             }
             .min(first + SECONDS_AFTER - 1);
             let mut merged = Interval::new(first);
@@ -322,4 +337,16 @@ fn errors_by_kind(s: &Interval) -> ErrorsByKind {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_second_is_read_for_two_changes() {
+        // Changes at 2.0, 10.0 and 10.5 s, then 11.2 s, of a window opened at 1,000 ms.
+        let firsts = first_seconds([3_000, 11_000, 11_500, 12_200].into_iter(), 1_000);
+        assert_eq!(firsts, [2, 10, 11, 12]);
+    }
 }

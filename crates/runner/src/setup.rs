@@ -361,6 +361,7 @@ pub fn rig_spec(
             domains: e.gateway.domains as usize,
             paths: e.gateway.paths as usize,
             workers: e.gateway.workers,
+            changeable: variant.changes.is_some(),
         },
         backend_exe: exe,
         backend_args,

@@ -236,6 +236,7 @@ mod tests {
             admin: None,
             out: PathBuf::from("/nonexistent"),
             access_log: None,
+            listeners_file: false,
         }
     }
 

@@ -147,6 +147,10 @@ pub struct GatewayPlan {
     pub out: PathBuf,
     /// Envoy only: per-hop attribution's log of the tagged requests (`None`: off).
     pub access_log: Option<PathBuf>,
+    /// Envoy only: its listeners in a file of their own read through file-based xDS (LDS), so
+    /// that a change is that file replaced by a rename (`meshbench_lab::change`); off: in the
+    /// bootstrap.
+    pub listeners_file: bool,
 }
 
 impl GatewayPlan {
@@ -262,6 +266,9 @@ pub struct Generated {
     pub load_args: Vec<String>,
     /// What the commands alone do not say ([`Target::notes`]).
     pub notes: Vec<String>,
+    /// The certificates issued, by file stem (a domain's name, or `shared`): what a target
+    /// that carries them in its objects (Istio's Secrets) is rendered with again.
+    pub certs: Vec<(String, Issued)>,
 }
 
 impl Generated {
@@ -386,6 +393,7 @@ pub fn generate_by(
         load_setup,
         load_args,
         notes: target.notes(plan),
+        certs,
     })
 }
 
@@ -405,10 +413,11 @@ fn issue_certs(plan: &GatewayPlan, ca: &Ca) -> Result<Vec<(String, Issued)>, Lab
 
 /// Issues the `n`-th domain's certificate with `ca` and writes it where the plan's
 /// configuration reads it (per-domain certificates only: a shared one names every domain).
-pub fn write_domain_cert(plan: &GatewayPlan, ca: &Ca, n: usize) -> Result<(), LabError> {
+pub fn write_domain_cert(plan: &GatewayPlan, ca: &Ca, n: usize) -> Result<Issued, LabError> {
     let name = domain_name(n);
     let issued = ca.issue(std::slice::from_ref(&name), Usage::Server)?;
-    write_cert(plan, &name, &issued).map(drop)
+    write_cert(plan, &name, &issued)?;
+    Ok(issued)
 }
 
 /// `NAME.crt`, `NAME.key`, and `NAME.pem` (both, as haproxy wants them) under `certs/`.

@@ -364,6 +364,7 @@ mod tests {
             admin: None,
             out: PathBuf::from("/nonexistent"),
             access_log: None,
+            listeners_file: false,
         }
     }
 

@@ -241,9 +241,7 @@ impl Rig {
         hop: &Hop,
     ) -> Result<Command, LabError> {
         let out = spec.dir.join("gateway");
-        let ca = Ca::new(gateway::CA_NAME)?;
-        let (plan, _) = self.write_gateway_plan(spec, hop, &out, &ca)?;
-        self.written_gateway = Some(WrittenGateway { program, plan, ca });
+        self.write_gateway_plan(spec, hop, &out)?;
         let mut command = program.gateway_command(&out, hop.workers)?;
         if program == Standalone::Envoy && hop.access_log.is_some() {
             command.args(crate::program::envoy::access_log::FLUSH_ARGS);
@@ -257,8 +255,8 @@ impl Rig {
         spec: &RigSpec,
         hop: &Hop,
         out: &Path,
-        ca: &Ca,
     ) -> Result<(GatewayPlan, gateway::Generated), LabError> {
+        let ca = Ca::new(gateway::CA_NAME)?;
         let plan = GatewayPlan {
             domains: spec.gateway.domains,
             paths: spec.gateway.paths,
@@ -276,12 +274,20 @@ impl Rig {
             admin: hop.admin,
             out: out.to_path_buf(),
             access_log: hop.access_log.clone(),
+            listeners_file: spec.gateway.changeable,
         };
-        let generated = gateway::generate_by(&plan, &spec.gateway.program, ca)?;
+        let generated = gateway::generate_by(&plan, &spec.gateway.program, &ca)?;
         let plan = GatewayPlan {
             out: generated.dir.clone(),
             ..plan
         };
+        // Kept to be changed under load, with what signed it.
+        self.written_gateway = Some(WrittenGateway {
+            program: spec.gateway.program,
+            plan: plan.clone(),
+            ca,
+            certs: generated.certs.clone(),
+        });
         self.gateway = Some(GatewayEntry {
             targets: out.join("targets.txt"),
             ca: out.join("ca.pem"),

@@ -41,12 +41,7 @@ impl ContourGateway {
         stop: &Stop,
     ) -> Result<(ContourGateway, ConfiguredGateway), LabError> {
         let out = spec.dir.join("gateway");
-        let (plan, generated) = rig.write_gateway_plan(
-            spec,
-            hop,
-            &out,
-            &crate::pki::Ca::new(crate::gateway::CA_NAME)?,
-        )?;
+        let (plan, generated) = rig.write_gateway_plan(spec, hop, &out)?;
         let control_plane = contour::ControlPlane::start(
             &spec.dir.join("contour"),
             &generated.objects(),
@@ -78,6 +73,10 @@ impl ContourGateway {
 impl ControlPlane for ContourGateway {
     fn kind(&self) -> ControlPlaneKind {
         ControlPlaneKind::Contour
+    }
+
+    fn api_kubeconfig(&self) -> Option<std::path::PathBuf> {
+        Some(self.control_plane.api.kubeconfig.clone())
     }
 
     fn configures(&self) -> ConfiguredBy {

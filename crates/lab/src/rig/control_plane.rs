@@ -53,6 +53,10 @@ pub trait ControlPlane: Send {
 
     /// One line for the step's record: what its start and its configuration took (`roles`,
     /// client side first, to read their Envoys' admin; a `stop` ends a timing it makes).
+    /// The kubeconfig of the API server it reads its objects from, where a change to the
+    /// gateway is written.
+    fn api_kubeconfig(&self) -> Option<std::path::PathBuf>;
+
     fn summary(&self, roles: &[RunningRole], stop: &Stop) -> String;
 }
 

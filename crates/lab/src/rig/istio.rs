@@ -52,12 +52,7 @@ impl IstioGateway {
         stop: &Stop,
     ) -> Result<(Istiod, ConfiguredGateway), LabError> {
         let out = spec.dir.join("gateway");
-        let (plan, generated) = rig.write_gateway_plan(
-            spec,
-            hop,
-            &out,
-            &crate::pki::Ca::new(crate::gateway::CA_NAME)?,
-        )?;
+        let (plan, generated) = rig.write_gateway_plan(spec, hop, &out)?;
         let objects = generated.objects();
         let control_plane = istio::ControlPlane::start(
             &spec.dir.join("istio"),
@@ -130,6 +125,14 @@ impl IstioGateway {
 impl ControlPlane for Istiod {
     fn kind(&self) -> ControlPlaneKind {
         ControlPlaneKind::Istio
+    }
+
+    /// The gateway's objects are changed on it; the sidecars' are not (yet).
+    fn api_kubeconfig(&self) -> Option<std::path::PathBuf> {
+        match self.serves {
+            Serves::Gateway(_) => Some(self.control_plane.api.kubeconfig.clone()),
+            Serves::Sidecars(_) => None,
+        }
     }
 
     fn configures(&self) -> ConfiguredBy {

@@ -27,7 +27,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use crate::cgroup::{Cgroup, Cgroups, Limits};
-use crate::change::GatewayChanger;
+use crate::change::{GatewayChanger, Written};
 use crate::istio::sidecars;
 use crate::netns::{Namespaces, RoleNamespace};
 use crate::process::RoleProcess;
@@ -37,7 +37,7 @@ use crate::sampler::Watch;
 use crate::{go_on, pki, LabError};
 use chain::{backend_launch, hops};
 use meshbench_results::{
-    topology::RolePlan, ChainRole, Class, PeerAuthentication, PlayedBy, Standalone, Stop, Topology,
+    topology::RolePlan, ChainRole, Class, PeerAuthentication, PlayedBy, Stop, Topology,
 };
 
 pub use chain::backend_command;
@@ -51,6 +51,10 @@ pub struct GatewaySpec {
     pub paths: usize,
     /// 0: follow the CPU allotment.
     pub workers: u32,
+    /// The gateway is one of a changes pair: written as it is changed (Envoy's listeners in a
+    /// file of their own, [`crate::gateway::GatewayPlan::listeners_file`]), with changes or
+    /// not, so that the two steps of the pair differ only by the changes.
+    pub changeable: bool,
 }
 
 /// Everything needed to start a rig.
@@ -184,12 +188,13 @@ pub struct Rig {
     dir: PathBuf,
 }
 
-/// A standalone gateway's configuration as the lab wrote it: its program, its plan and the CA
-/// that signed its domains.
+/// A gateway's configuration as the lab wrote it (its program's files, or its control plane's
+/// objects): its program, its plan, the CA that signed its domains and what it issued.
 struct WrittenGateway {
-    program: Standalone,
+    program: Program,
     plan: crate::gateway::GatewayPlan,
     ca: pki::Ca,
+    certs: Vec<(String, pki::Issued)>,
 }
 
 /// The name the mesh's certificates are issued for and checked against.
@@ -568,7 +573,7 @@ impl Rig {
 
     /// The gateway the lab wrote and started, handed over to be changed under load (once: a
     /// second call gives `None`); `None` too for a gateway meshbench does not change (a
-    /// control plane's Envoy, a command, Envoy's own).
+    /// command, Envoy with its listeners in its bootstrap).
     pub fn gateway_changer(&mut self) -> Result<Option<GatewayChanger>, LabError> {
         let Some(written) = self.written_gateway.take() else {
             return Ok(None);
@@ -576,11 +581,16 @@ impl Rig {
         let Some(gateway) = self.roles.iter().find(|r| r.name == ChainRole::Gateway) else {
             return Ok(None);
         };
+        let api = self.control_plane.as_ref().and_then(|c| c.api_kubeconfig());
         GatewayChanger::new(
             written.program,
-            written.plan,
-            written.ca,
+            Written {
+                plan: written.plan,
+                ca: written.ca,
+                certs: written.certs,
+            },
             gateway.process.pid(),
+            api.as_deref(),
         )
     }
 
@@ -702,6 +712,7 @@ mod tests {
                 domains: 1,
                 paths: 1,
                 workers: 1,
+                changeable: false,
             },
             backend_exe: exe,
             backend_replicas: 1,

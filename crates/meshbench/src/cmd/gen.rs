@@ -94,6 +94,7 @@ pub fn gateway(a: GatewayArgs) -> Result<u8> {
         admin: Some(admin),
         out: a.out.clone(),
         access_log: None,
+        listeners_file: false,
     };
     let started = Instant::now();
     let generated = gateway::generate(&plan, target)?;

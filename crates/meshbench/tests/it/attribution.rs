@@ -58,6 +58,7 @@ pub(crate) fn spec(name: &str) -> RigSpec {
             domains: 1,
             paths: 1,
             workers: 1,
+            changeable: false,
         },
         backend_exe: PathBuf::from(bin()),
         backend_replicas: 1,

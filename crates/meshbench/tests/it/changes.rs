@@ -1,7 +1,9 @@
 //! Issue 60: what a change costs the traffic, run as a user runs it (`meshbench experiment` with
 //! a `changes` section) against the real gateways (nginx, haproxy, caddy: Debian packages,
-//! installed if missing), each told its own way (`nginx -s reload`, haproxy's master-worker
-//! reload, caddy's admin API).
+//! installed if missing; Envoy: scripts/install-envoy.sh; Istio's gateway with istiod and
+//! Contour's Envoy with Contour, each with the lab's API server: scripts/install-deps.sh), each
+//! told its own way (`nginx -s reload`, haproxy's master-worker reload, caddy's admin API,
+//! Envoy's file-based xDS, the objects on the API server its control plane reads).
 //!
 //! - A known truth first: caddy's admin API sent the configuration it runs reads 0 errors, each
 //!   change served, and no higher tail than the paired step without changes.
@@ -10,7 +12,8 @@
 //!   path answering, a removed path no longer answering); every error of the step falls within
 //!   a change's seconds, none in the paired step; `results show` prints each change's line and
 //!   the ranking.
-//! - Bad input: a gateway meshbench cannot change, a rate above what a step can hold, and the
+//! - Bad input: a gateway meshbench cannot change (a command), a change the gateway cannot make
+//!   (a route where routes are gRPC methods), a rate above what a step can hold, and the
 //!   external topology, each refused in one line with exit 2.
 
 use crate::common;
@@ -130,7 +133,7 @@ fn routes_and_domains_are_served_through_every_gateway_and_every_error_is_a_chan
     let dir = common::scratch_dir("changes-gateways");
     let streams =
         "  - kind: route\n    every_secs: 1.5\n  - kind: domain\n    at_secs: [2.2, 4.2]\n";
-    for gateway in ["nginx", "haproxy", "caddy"] {
+    for gateway in ["nginx", "haproxy", "caddy", "envoy", "istio", "contour"] {
         let (steps, store) = run(&dir, gateway, &experiment(gateway, gateway, streams));
         let (with, still) = pair(&steps);
         let changes = with["changes"]["changes"].as_array().unwrap();
@@ -191,8 +194,13 @@ fn changes_a_gateway_cannot_make_or_a_step_cannot_hold_are_refused_in_one_line()
     let dir = common::scratch_dir("changes-bad");
     let cases = [
         (
-            experiment("envoy", "envoy", "  - kind: route\n    every_secs: 2\n"),
-            "gateway.type envoy cannot be changed under load",
+            experiment("command", "command", "  - kind: route\n    every_secs: 2\n"),
+            "gateway.type command cannot be changed under load",
+        ),
+        (
+            experiment("grpc", "nginx", "  - kind: route\n    every_secs: 2\n")
+                .replace("load:\n", "load:\n  protocol: grpc\n"),
+            "changes[0].kind: a gateway carrying gRPC routes the backend's methods",
         ),
         (
             experiment("fast", "nginx", "  - kind: route\n    every_secs: 0.1\n"),

@@ -58,6 +58,7 @@ fn spec(topology: Topology, case: Case, name: &str) -> RigSpec {
             domains: 3,
             paths: 4,
             workers: 1,
+            changeable: false,
         },
         backend_exe: PathBuf::from(bin()),
         backend_replicas: 1,

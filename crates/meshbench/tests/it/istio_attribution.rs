@@ -70,6 +70,7 @@ fn spec(topology: Topology, name: &str) -> RigSpec {
             domains: 1,
             paths: 1,
             workers: 1,
+            changeable: false,
         },
         // Istio's sidecars live in pods; its gateway on this machine's loopback.
         netns: topology != Topology::Gateway,

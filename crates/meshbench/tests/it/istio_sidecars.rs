@@ -167,6 +167,7 @@ fn spec(topology: Topology, mtls: Option<PeerAuthentication>, name: &str) -> Rig
             domains: 1,
             paths: 1,
             workers: 1,
+            changeable: false,
         },
         backend_exe: PathBuf::from(bin()),
         backend_replicas: 1,

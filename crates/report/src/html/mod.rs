@@ -129,6 +129,9 @@ pub fn build(input: &Input) -> Report {
     if let Some(section) = control_plane_section(input.steps) {
         sections.push(section);
     }
+    if let Some(section) = changes_section(input) {
+        sections.push(section);
+    }
     // An experiment of control-plane steps alone has no load to chart or to follow in time.
     let measured = if h.groups.is_empty() {
         let steps = crate::control_plane::steps(input.steps.iter().map(|s| &s.step)).len();
@@ -333,6 +336,34 @@ fn control_plane_section(steps: &[StoredStep]) -> Option<Section> {
                 table,
             },
         ],
+    })
+}
+
+/// What a change costs the traffic, when the experiment had changes: the ranking, then per
+/// gateway its latency over time with each change marked.
+fn changes_section(input: &Input) -> Option<Section> {
+    let costs = meshbench_analysis::changes::by_pair(
+        input.steps,
+        meshbench_analysis::verdict::Margin::DEFAULT,
+    );
+    if costs.is_empty() {
+        return None;
+    }
+    let mut blocks = vec![
+        Block::Text("Changes applied to each gateway while its load ran, each gateway told its own way, and each step with changes paired with the same step without them: errors per change over the seconds of each change, the time from a change written to the probe's first answer of it, and the tail the changes added over the paired step (docs/changes.md).".into()),
+        Block::Table {
+            caption: crate::changes::title(&costs),
+            table: crate::changes::table(&costs),
+        },
+    ];
+    blocks.extend(
+        crate::changes::charts(input.steps, input.warmup_secs)
+            .into_iter()
+            .map(|c| Block::Chart(Box::new(c))),
+    );
+    Some(Section {
+        title: "What a change costs the traffic".into(),
+        blocks,
     })
 }
 

@@ -17,9 +17,7 @@ use meshbench_lab::rig::{Rig, RigSpec};
 use meshbench_lab::{change, sampler, LabError};
 use meshbench_results::attribution::{Attribution, Sent};
 use meshbench_results::change::schedule;
-use meshbench_results::{
-    ChainRole, Configuration, LoadPoint, PlayedBy, Role, RoleUsage, StepFailure, Usage,
-};
+use meshbench_results::{ChainRole, LoadPoint, PlayedBy, Role, RoleUsage, StepFailure, Usage};
 
 use crate::changes::{Changes, StepChanges};
 use crate::load::{LoadOptions, TargetSource};
@@ -136,12 +134,9 @@ impl Realised for RigStep {
                 self.spec.gateway.program.name()
             ))
         };
-        let Configuration::Written(program) = self.spec.gateway.program.configuration() else {
-            return Err(cannot());
-        };
         if !apply {
             return Ok(Some(StepChanges::Still {
-                told_by: change::told_by(program),
+                told_by: change::told_by(self.spec.gateway.program),
             }));
         }
         let changer = (self.rig.gateway_changer())

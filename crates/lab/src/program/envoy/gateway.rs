@@ -8,7 +8,12 @@
 //! chain holds every virtual host. HTTP/3 adds a QUIC listener on the same port over UDP with
 //! the same chains.
 
-use envoy_types::pb::envoy::config::bootstrap::v3::{bootstrap::StaticResources, Bootstrap};
+use std::path::Path;
+
+use envoy_types::pb::envoy::config::bootstrap::v3::bootstrap::{DynamicResources, StaticResources};
+use envoy_types::pb::envoy::config::bootstrap::v3::Bootstrap;
+use envoy_types::pb::envoy::config::core::v3::config_source::ConfigSourceSpecifier;
+use envoy_types::pb::envoy::config::core::v3::{ApiVersion, ConfigSource, PathConfigSource};
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
 use envoy_types::pb::envoy::config::core::v3::{socket_address, transport_socket, TransportSocket};
 use envoy_types::pb::envoy::config::listener::v3::{
@@ -32,18 +37,44 @@ fn stat_prefix(plan: &GatewayPlan) -> String {
     format!("outbound_{}", istio_shape::port_name(plan.listen.port()))
 }
 
-/// The gateway's whole bootstrap.
-pub fn bootstrap(plan: &GatewayPlan) -> Bootstrap {
+/// The gateway's listeners: TLS (or plain) over TCP, and QUIC when HTTP/3 is asked.
+pub fn listeners(plan: &GatewayPlan) -> Vec<Listener> {
     let mut listeners = vec![listener(plan)];
     if plan.http3 {
         listeners.push(quic_listener(plan));
     }
+    listeners
+}
+
+/// The gateway's whole bootstrap: its listeners in it, or, with
+/// [`GatewayPlan::listeners_file`], read from `listeners` through file-based xDS.
+pub fn bootstrap(plan: &GatewayPlan, listeners_file: &Path) -> Bootstrap {
+    let (listeners, dynamic_resources) = if plan.listeners_file {
+        let lds = ConfigSource {
+            resource_api_version: ApiVersion::V3 as i32,
+            config_source_specifier: Some(ConfigSourceSpecifier::PathConfigSource(
+                PathConfigSource {
+                    path: listeners_file.display().to_string(),
+                    ..Default::default()
+                },
+            )),
+            ..Default::default()
+        };
+        let dynamic = DynamicResources {
+            lds_config: Some(lds),
+            ..Default::default()
+        };
+        (Vec::new(), Some(dynamic))
+    } else {
+        (listeners(plan), None)
+    };
     let b = Bootstrap {
         static_resources: Some(StaticResources {
             listeners,
             clusters: vec![backend_cluster(plan)],
             ..Default::default()
         }),
+        dynamic_resources,
         ..Default::default()
     };
     let mut prefixes = vec![stat_prefix(plan)];

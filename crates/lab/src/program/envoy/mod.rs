@@ -36,6 +36,8 @@ use envoy_types::pb::envoy::config::core::v3::{
 use envoy_types::pb::envoy::config::endpoint::v3::{
     lb_endpoint, ClusterLoadAssignment, Endpoint, LbEndpoint, LocalityLbEndpoints,
 };
+use envoy_types::pb::envoy::config::listener::v3::Listener;
+use envoy_types::pb::envoy::service::discovery::v3::DiscoveryResponse;
 use envoy_types::util::pack_any;
 use prost::Message;
 
@@ -179,8 +181,13 @@ pub fn hop_bootstrap(hop: &Hop) -> Bootstrap {
 /// The gateway: `envoy.pb`, the same bootstrap as `envoy.yaml`, and a README that says how to
 /// run it.
 pub fn write_gateway(plan: &GatewayPlan) -> Result<Vec<PathBuf>, LabError> {
-    let bootstrap = gateway::bootstrap(plan);
+    let listeners = plan.path(LISTENERS);
+    let bootstrap = gateway::bootstrap(plan, &listeners);
     let path = write_file(plan.path(CONFIG), bootstrap.encode_to_vec())?;
+    let mut written = Vec::new();
+    if plan.listeners_file {
+        written.push(write_listeners(plan, &listeners)?);
+    }
     let text = yaml::bootstrap_yaml(&bootstrap).map_err(|source| LabError::EnvoyYaml {
         file: CONFIG_YAML,
         source,
@@ -198,16 +205,41 @@ pub fn write_gateway(plan: &GatewayPlan) -> Result<Vec<PathBuf>, LabError> {
         path.display(),
         plan.workers
     );
-    Ok(vec![
+    written.extend([
         path,
         readable,
         write_file(plan.path("envoy-README.txt"), readme)?,
-    ])
+    ]);
+    Ok(written)
 }
 
-/// The gateway's whole bootstrap.
+/// The gateway's listeners file, read through file-based xDS
+/// ([`GatewayPlan::listeners_file`]).
+pub const LISTENERS: &str = "lds.pb";
+
+/// Writes the gateway's listeners as the `DiscoveryResponse` Envoy reads from `path`, beside it
+/// first and then renamed over it: Envoy watches the path for moves, and a rename is whole.
+fn write_listeners(plan: &GatewayPlan, path: &Path) -> Result<PathBuf, LabError> {
+    let resources: Vec<_> = gateway::listeners(plan).into_iter().map(pack_any).collect();
+    let response = DiscoveryResponse {
+        version_info: format!("{}", meshbench_results::usage::now_ms()),
+        type_url: <Listener as prost::Name>::type_url(),
+        resources,
+        ..Default::default()
+    };
+    let beside = path.with_extension("pb.next");
+    write_file(&beside, response.encode_to_vec())?;
+    std::fs::rename(&beside, path).map_err(|source| LabError::File {
+        doing: "rename",
+        path: path.to_path_buf(),
+        source,
+    })?;
+    Ok(path.to_path_buf())
+}
+
+/// The gateway's whole bootstrap (its listeners in it unless the plan has them in a file).
 pub fn gateway_bootstrap(plan: &GatewayPlan) -> Bootstrap {
-    gateway::bootstrap(plan)
+    gateway::bootstrap(plan, &plan.path(LISTENERS))
 }
 
 fn tls_socket<M: prost::Name>(context: M) -> TransportSocket {

@@ -195,6 +195,7 @@ pub(super) fn gateway_objects(
         admin: None,
         out: dir.to_path_buf(),
         access_log: None,
+        listeners_file: false,
     };
     let generated = lab_gateway::generate(&plan, gateway.target().as_ref())
         .map_err(|e| SiteError::Gateway(e.to_string()))?;

@@ -9,11 +9,16 @@ use super::*;
 // The bootstrap, its node, admin and stats.
 messages! {
     Bootstrap {
-        node, static_resources, stats_config, stats_flush_interval, admin,
+        node, static_resources, dynamic_resources, stats_config, stats_flush_interval, admin,
         bootstrap_extensions,
     }
     core_v3::Node { id, cluster, metadata }
     bootstrap::bootstrap::StaticResources { listeners, clusters }
+    bootstrap::bootstrap::DynamicResources { lds_config }
+    core_v3::ConfigSource {
+        config_source_specifier (oneof), resource_api_version (enum core_v3::ApiVersion),
+    }
+    core_v3::PathConfigSource { path }
     bootstrap::Admin { access_log, address }
     metrics::StatsConfig { stats_tags, use_all_default_tags, stats_matcher }
     metrics::TagSpecifier { tag_name, tag_value (oneof) }
@@ -26,6 +31,13 @@ messages! {
 }
 
 oneofs! {
+    core_v3::config_source::ConfigSourceSpecifier {
+        Path => "path" (unwritten),
+        PathConfigSource => "path_config_source",
+        ApiConfigSource => "api_config_source" (unwritten),
+        Ads => "ads" (unwritten),
+        Self_ => "self" (unwritten),
+    }
     metrics::tag_specifier::TagValue { Regex => "regex", FixedValue => "fixed_value" }
     metrics::stats_matcher::StatsMatcher {
         RejectAll => "reject_all",

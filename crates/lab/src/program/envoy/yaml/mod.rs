@@ -397,6 +397,7 @@ macro_rules! proto_enums {
 }
 
 proto_enums!(
+    core_v3::ApiVersion,
     core_v3::socket_address::Protocol,
     core_v3::TrafficDirection,
     core_v3::RoutingPriority,
