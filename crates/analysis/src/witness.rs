@@ -12,7 +12,7 @@
 //! from stored data on every read, so steps stored before this check get it too.
 
 use meshbench_results::{
-    Arrival, ChainRole, Figure, Layer, PlayedBy, ProxyCounters, Role, RunResult,
+    Arrival, ChainRole, ChangeFigures, Figure, Layer, PlayedBy, ProxyCounters, Role, RunResult,
 };
 use meshbench_store::StepRecord;
 use serde::Serialize;
@@ -25,8 +25,8 @@ use serde::Serialize;
 ///   proxy's first reading precedes the load, so no proxy can have served fewer. (Errors are
 ///   not in `low`: a refused connect never reached it, a 503 may have come from a hop in front.)
 /// - `high` = `requests.total` + [`Tolerance::unfinished`] + [`Tolerance::warmup`] + 2 ×
-///   [`Tolerance::in_flight`] + [`Tolerance::retries`]: everything a proxy may have seen that
-///   the measured window does not count.
+///   [`Tolerance::in_flight`] + [`Tolerance::retries`] + [`Tolerance::probes`]: everything a
+///   proxy may have seen that the measured window does not count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Tolerance {
     pub low: u64,
@@ -48,11 +48,20 @@ pub struct Tolerance {
     /// Retries counted by the step's Envoys (`upstream_rq_retry`): a retry of the hop in front
     /// is one more request for this one.
     pub retries: u64,
+    /// Requests a step's changes sent through the gateway to see each change served
+    /// (`ChangeRecord::probes`): not the load's, but the gateway's to count.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub probes: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Tolerance {
-    /// The bounds for a step whose load result is `r`, with `retries` counted by its proxies.
-    pub fn of(r: &RunResult, retries: u64) -> Tolerance {
+    /// The bounds for a step whose load result is `r`, with `retries` counted by its proxies
+    /// and `probes` sent by its changes.
+    pub fn of(r: &RunResult, retries: u64, probes: u64) -> Tolerance {
         let s = &r.settings;
         let warmup_secs = s.warmup_secs.max(0.0);
         let warmup = match s.rate_rps {
@@ -71,12 +80,13 @@ impl Tolerance {
         let unfinished = r.requests.unfinished;
         Tolerance {
             low: r.requests.ok,
-            high: r.requests.total + unfinished + warmup + 2 * in_flight + retries,
+            high: r.requests.total + unfinished + warmup + 2 * in_flight + retries + probes,
             engine: r.requests.total,
             warmup,
             in_flight,
             unfinished,
             retries,
+            probes,
         }
     }
 
@@ -154,7 +164,8 @@ pub fn witnesses(step: &StepRecord) -> Vec<RoleWitness<'_>> {
         .filter_map(|u| u.proxy.as_ref())
         .map(|p| p.upstream_failures.rq_retry)
         .sum();
-    let tolerance = step.result.as_ref().map(|r| Tolerance::of(r, retries));
+    let probes = step.changes.as_ref().map_or(0, ChangeFigures::probes);
+    let tolerance = (step.result.as_ref()).map(|r| Tolerance::of(r, retries, probes));
     step.usage
         .iter()
         .filter_map(|u| {
@@ -214,7 +225,7 @@ mod tests {
 
     #[test]
     fn the_tolerance_is_what_the_edges_can_hold() {
-        let t = Tolerance::of(&open_loop(), 5);
+        let t = Tolerance::of(&open_loop(), 5, 0);
         assert_eq!(
             (t.low, t.warmup, t.in_flight, t.unfinished, t.retries),
             (9_990, 2_000, 8, 3, 5)
@@ -230,17 +241,17 @@ mod tests {
         let mut r = open_loop();
         r.settings.arrival = Some(Arrival::Poisson);
         r.settings.streams = 10;
-        let t = Tolerance::of(&r, 0);
+        let t = Tolerance::of(&r, 0, 0);
         assert_eq!((t.warmup, t.in_flight), (2_000 + 135, 80));
 
         // A closed loop: the measured throughput, a quarter more.
         let mut r = open_loop();
         r.settings.rate_rps = None;
         r.throughput_rps = 400.0;
-        assert_eq!(Tolerance::of(&r, 0).warmup, 1_000);
+        assert_eq!(Tolerance::of(&r, 0, 0).warmup, 1_000);
         // No warm-up: only the edges.
         r.settings.warmup_secs = 0.0;
-        assert_eq!(Tolerance::of(&r, 0).high, 10_000 + 3 + 16);
+        assert_eq!(Tolerance::of(&r, 0, 0).high, 10_000 + 3 + 16);
     }
 
     fn envoy_role(role: ChainRole, requests: Option<u64>, tunnel: Option<u64>) -> RoleUsage {

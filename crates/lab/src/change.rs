@@ -12,7 +12,7 @@ use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -50,6 +50,9 @@ pub enum ServedWhen {
 pub struct Told {
     pub what: String,
     pub probe: Probe,
+    /// When the gateway's configuration began to be written: its first file, or its first
+    /// object sent to the API server (after the objects that differ were found).
+    pub written: Instant,
 }
 
 /// A gateway's configuration as the lab wrote it: the plan, the CA that signed its domains and
@@ -151,17 +154,17 @@ impl GatewayChanger {
     pub fn apply(&mut self, kind: ChangeKind) -> Result<Told, LabError> {
         let plan = &mut self.written.plan;
         let first = plan.domain(0);
-        let told = match kind {
+        let (what, probe) = match kind {
             ChangeKind::Route => {
                 let added = plan.paths == self.paths;
                 let route = format!("/get/{}", self.paths + 1);
                 plan.paths = if added { self.paths + 1 } else { self.paths };
-                Told {
-                    what: format!(
+                (
+                    format!(
                         "route {route} {} on every domain",
                         if added { "added" } else { "removed" }
                     ),
-                    probe: Probe {
+                    Probe {
                         host: first,
                         path: route,
                         served_when: if added {
@@ -170,7 +173,7 @@ impl GatewayChanger {
                             ServedWhen::Stops
                         },
                     },
-                }
+                )
             }
             ChangeKind::Domain => {
                 let n = plan.domains;
@@ -178,30 +181,35 @@ impl GatewayChanger {
                 self.written.certs.push((plan.domain(n), issued));
                 plan.domains += 1;
                 let host = plan.domain(n);
-                Told {
-                    what: format!("domain {host} added with its certificate"),
-                    probe: Probe {
+                (
+                    format!("domain {host} added with its certificate"),
+                    Probe {
                         host,
                         path: "/get/1".into(),
                         served_when: ServedWhen::Answers,
                     },
-                }
+                )
             }
-            ChangeKind::Reload => Told {
-                what: "the same configuration told again".into(),
-                probe: Probe {
+            ChangeKind::Reload => (
+                "the same configuration told again".into(),
+                Probe {
                     host: first,
                     path: "/get/1".into(),
                     served_when: ServedWhen::Answers,
                 },
-            },
+            ),
         };
-        self.tell()?;
-        Ok(told)
+        let written = self.tell()?;
+        Ok(Told {
+            what,
+            probe,
+            written,
+        })
     }
 
-    /// Writes the changed configuration and tells the gateway, in its own way.
-    fn tell(&mut self) -> Result<(), LabError> {
+    /// Writes the changed configuration and tells the gateway, in its own way; when the
+    /// writing began.
+    fn tell(&mut self) -> Result<Instant, LabError> {
         let told_by = self.told_by();
         let failed = |reason: String| tell_failed(told_by, reason);
         let plan = &self.written.plan;
@@ -213,15 +221,17 @@ impl GatewayChanger {
                     .filter(|(name, object)| applied.get(*name) != Some(object))
                     .map(|(_, object)| object.clone())
                     .collect();
+                let written = Instant::now();
                 for object in &changed {
                     api.apply(object).map_err(|e| failed(e.to_string()))?;
                 }
                 *applied = now;
-                return Ok(());
+                return Ok(written);
             }
         };
+        let written = Instant::now();
         program.program().write(plan, &[])?;
-        match program {
+        let told: Result<(), LabError> = match program {
             Standalone::Nginx => {
                 let config = plan.path(nginx::CONFIG);
                 let out = Command::new(bin)
@@ -253,7 +263,8 @@ impl GatewayChanger {
             // Writing was telling: its listeners file was renamed into place, and Envoy
             // watches it for moves.
             Standalone::Envoy | Standalone::Command => Ok(()),
-        }
+        };
+        told.map(|()| written)
     }
 }
 

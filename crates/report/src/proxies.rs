@@ -118,14 +118,18 @@ fn disagreement(seen: u64, t: &Tolerance, agreement: Agreement) -> String {
             thousands(t.low)
         ),
         _ => format!(
-            "saw {}, more than the {} the edges can explain ({} measured + {} unfinished + {} warm-up + 2 x {} in flight + {} retries)",
+            "saw {}, more than the {} the edges can explain ({} measured + {} unfinished + {} warm-up + 2 x {} in flight + {} retries{})",
             thousands(seen),
             thousands(t.high),
             thousands(t.engine),
             thousands(t.unfinished),
             thousands(t.warmup),
             thousands(t.in_flight),
-            thousands(t.retries)
+            thousands(t.retries),
+            match t.probes {
+                0 => String::new(),
+                n => format!(" + {} changes' probes", thousands(n)),
+            }
         ),
     }
 }
@@ -258,6 +262,7 @@ mod tests {
             in_flight: 8,
             unfinished: 3,
             retries: 5,
+            probes: 0,
         };
         let f = Finding::Requests {
             seen: 20_000,

@@ -131,6 +131,10 @@ pub struct ChangeRecord {
     pub p99_us: u64,
     pub p999_us: u64,
     pub max_us: u64,
+    /// Requests the probe sent through the gateway for this change (each gateway's own count
+    /// has them; the load's does not).
+    #[serde(default)]
+    pub probes: u64,
 }
 
 impl ChangeRecord {
@@ -168,6 +172,11 @@ impl ChangeFigures {
     /// Whether this step applied changes (the other of the pair applied none).
     pub fn changed(&self) -> bool {
         !self.changes.is_empty()
+    }
+
+    /// Requests the probes sent through the gateway, every change together.
+    pub fn probes(&self) -> u64 {
+        self.changes.iter().map(|c| c.probes).sum()
     }
 }
 

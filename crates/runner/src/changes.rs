@@ -50,6 +50,8 @@ pub(crate) struct Applied {
     told_ms: f64,
     served_ms: Option<f64>,
     failed: Option<String>,
+    /// Requests the probe sent through the gateway.
+    probes: u64,
 }
 
 /// The changes under way beside a load.
@@ -138,13 +140,15 @@ impl Changes {
         next_due: Option<u64>,
         over: &dyn Fn() -> bool,
     ) -> Applied {
-        let written_ms = now_ms();
-        let written = Instant::now();
+        let began_ms = now_ms();
+        let began = Instant::now();
         let told = self.changer.apply(kind);
-        let told_ms = ms(written.elapsed());
-        let (what, probe) = match told {
-            Ok(t) => (t.what, t.probe),
+        // On the sampler's clock, the instant the gateway's configuration began to be written.
+        let at = |written: Instant| began_ms + written.duration_since(began).as_millis() as u64;
+        let (what, probe, written) = match told {
+            Ok(t) => (t.what, t.probe, t.written),
             Err(e) => {
+                let (written_ms, told_ms) = (began_ms, ms(began.elapsed()));
                 return Applied {
                     kind,
                     what: kind.to_string(),
@@ -152,19 +156,20 @@ impl Changes {
                     told_ms,
                     served_ms: None,
                     failed: Some(e.to_string()),
-                }
+                    probes: 0,
+                };
             }
         };
-        let served_ms = match prober {
+        let (written_ms, told_ms) = (at(written), ms(written.elapsed()));
+        let (served_ms, probes) = match prober {
             Ok(prober) => {
                 let until = next_due.map_or(written_ms + SERVED_WITHIN.as_millis() as u64, |n| {
                     n.min(written_ms + SERVED_WITHIN.as_millis() as u64)
                 });
-                prober
-                    .until_served(&probe, until, over)
-                    .then(|| ms(written.elapsed()))
+                let (served, probes) = prober.until_served(&probe, until, over);
+                (served.then(|| ms(written.elapsed())), probes)
             }
-            Err(_) => None,
+            Err(_) => (None, 0),
         };
         Applied {
             kind,
@@ -173,6 +178,7 @@ impl Changes {
             told_ms,
             served_ms,
             failed: prober.as_ref().err().cloned(),
+            probes,
         }
     }
 }
@@ -213,28 +219,31 @@ impl Prober {
     }
 
     /// Asks every [`PROBE_EVERY`] until the answer shows the change served (true), or until
-    /// `until` on the sampler's clock or `over` (false).
-    fn until_served(&self, probe: &Probe, until: u64, over: &dyn Fn() -> bool) -> bool {
+    /// `until` on the sampler's clock or `over` (false); with the requests it sent.
+    fn until_served(&self, probe: &Probe, until: u64, over: &dyn Fn() -> bool) -> (bool, u64) {
+        let mut sent = 0;
         loop {
             let asked = Instant::now();
-            let served = match (self.ask(probe), probe.served_when) {
+            let answer = self.ask(probe, &mut sent);
+            let served = match (answer, probe.served_when) {
                 (Some(status), ServedWhen::Answers) => (200..300).contains(&status),
                 (Some(status), ServedWhen::Stops) => !(200..300).contains(&status),
                 // No answer: neither served nor gone, ask again.
                 (None, _) => false,
             };
             if served {
-                return true;
+                return (true, sent);
             }
             if over() || now_ms() >= until {
-                return false;
+                return (false, sent);
             }
             std::thread::sleep(PROBE_EVERY.saturating_sub(asked.elapsed()));
         }
     }
 
-    /// The status of one GET of the probe's route, or `None` when no answer came.
-    fn ask(&self, probe: &Probe) -> Option<u16> {
+    /// The status of one GET of the probe's route, or `None` when no answer came; `sent`
+    /// counts it once its request is written.
+    fn ask(&self, probe: &Probe, sent: &mut u64) -> Option<u16> {
         let name = server_name(&probe.host)?;
         let tcp = TcpStream::connect_timeout(&self.addr, PROBE_WITHIN).ok()?;
         tcp.set_read_timeout(Some(PROBE_WITHIN)).ok()?;
@@ -246,6 +255,8 @@ impl Prober {
             probe.path, probe.host
         );
         tls.write_all(request.as_bytes()).ok()?;
+        tls.flush().ok()?;
+        *sent += 1;
         let mut head = [0u8; 16];
         let mut got = 0;
         while got < 12 {
@@ -312,6 +323,7 @@ pub(crate) fn figures(
                 p99_us: merged.latency.value_at_quantile(0.99),
                 p999_us: merged.latency.value_at_quantile(0.999),
                 max_us: merged.latency.max(),
+                probes: a.probes,
             }
         })
         .collect();

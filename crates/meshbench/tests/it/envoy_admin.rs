@@ -249,7 +249,7 @@ fn meshbench_run_and_envoy_agree_within_what_the_edges_hold() {
         "Envoy counted the warm-up the engine leaves out: {seen} vs {}",
         result.requests.total
     );
-    let t = Tolerance::of(&result, 0);
+    let t = Tolerance::of(&result, 0, 0);
     assert_eq!(
         t.judge(seen),
         Agreement::Within,
@@ -259,7 +259,7 @@ fn meshbench_run_and_envoy_agree_within_what_the_edges_hold() {
     // what the difference is made of.
     let mut no_warmup = result.clone();
     no_warmup.settings.warmup_secs = 0.0;
-    assert_eq!(Tolerance::of(&no_warmup, 0).judge(seen), Agreement::More);
+    assert_eq!(Tolerance::of(&no_warmup, 0, 0).judge(seen), Agreement::More);
 }
 
 #[test]

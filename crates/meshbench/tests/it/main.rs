@@ -14,6 +14,7 @@ mod backend;
 mod backend_replicas;
 mod bad_input;
 mod changes;
+mod changes_truth;
 mod churn;
 mod cluster_api_only;
 mod cluster_attribution;
