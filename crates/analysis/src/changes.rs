@@ -48,8 +48,8 @@ pub struct KindCost {
     pub served_ms: Vec<f64>,
     /// Changes the probe never saw served before the next one (or its bound).
     pub never_served: usize,
-    /// Changes the gateway could not be told.
-    pub not_told: usize,
+    /// Changes that could not be told (or probed).
+    pub failed: usize,
 }
 
 impl KindCost {
@@ -120,14 +120,14 @@ fn kinds<'a>(records: impl Iterator<Item = &'a ChangeRecord>) -> Vec<KindCost> {
             errors: ErrorsByKind::new(),
             served_ms: Vec::new(),
             never_served: 0,
-            not_told: 0,
+            failed: 0,
         });
         k.changes += 1;
         for (kind, n) in &r.errors {
             *k.errors.entry(kind.clone()).or_default() += n;
         }
         match (r.served_ms, &r.failed) {
-            (_, Some(_)) => k.not_told += 1,
+            (_, Some(_)) => k.failed += 1,
             (Some(ms), None) => k.served_ms.push(ms),
             (None, None) => k.never_served += 1,
         }

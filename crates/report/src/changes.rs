@@ -62,8 +62,8 @@ pub fn table(costs: &[ChangeCost]) -> Table {
             if k.never_served > 0 {
                 mark.push(format!("{} never served", k.never_served));
             }
-            if k.not_told > 0 {
-                mark.push(format!("{} not told", k.not_told));
+            if k.failed > 0 {
+                mark.push(format!("{} failed", k.failed));
             }
             if first {
                 if let Some(why) = &c.invalid {
@@ -123,7 +123,7 @@ pub fn per_change(steps: &[StoredStep]) -> String {
         ));
         for r in &c.changes {
             let served = match (&r.failed, r.served_ms) {
-                (Some(why), _) => format!("not told: {why}"),
+                (Some(why), _) => format!("failed: {why}"),
                 (None, Some(ms)) => format!("served {ms:.1} ms"),
                 (None, None) => "never served".into(),
             };

@@ -115,9 +115,9 @@ pub struct ChangeRecord {
     /// How long the gateway's own way of being told took (the reload command, the API call).
     pub told_ms: f64,
     /// From written to the first answer of the changed configuration the probe saw (`None`:
-    /// not within [`SERVED_WITHIN`], or the change could not be told).
+    /// not within [`SERVED_WITHIN`], or the change could not be told or probed).
     pub served_ms: Option<f64>,
-    /// Why the change could not be told, when it could not (the run goes on).
+    /// Why the change could not be told or probed, when it could not (the run goes on).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failed: Option<String>,
     /// The whole seconds of the window this change is read over: from the one it was written
