@@ -31,10 +31,17 @@ pub struct ChangeCost {
     pub added: Vec<Delta>,
     /// Added maximum (merged histograms; no test: one request is no distribution).
     pub added_max_ms: f64,
-    /// Steps with and without the changes (repeats).
-    pub runs: (usize, usize),
     /// The self-check against the runs of both sides.
     pub invalid: Option<Invalid>,
+}
+
+impl ChangeCost {
+    /// Failed requests per change, every kind of change together: what the ranking orders by.
+    pub fn errors_per_change(&self) -> f64 {
+        let errors: u64 = self.kinds.iter().map(KindCost::error_count).sum();
+        let changes: usize = self.kinds.iter().map(|k| k.changes).sum();
+        errors as f64 / changes.max(1) as f64
+    }
 }
 
 /// The changes of one kind, over every repeat of a pair.
@@ -103,7 +110,6 @@ pub fn by_pair(steps: &[StoredStep], margin: Margin) -> Vec<ChangeCost> {
                 kinds: kinds(records.iter().map(|(_, r)| *r)),
                 added: TAIL.iter().map(|&q| delta(a, &b, q, margin)).collect(),
                 added_max_ms: (b.merged.max() as f64 - a.merged.max() as f64) / 1000.0,
-                runs: (b.runs.len(), a.runs.len()),
                 invalid: Invalid::of_groups([a, &b]),
             })
         })

@@ -32,8 +32,8 @@ pub fn text(costs: &[ChangeCost]) -> String {
 pub fn table(costs: &[ChangeCost]) -> Table {
     let mut ranked: Vec<&ChangeCost> = costs.iter().collect();
     ranked.sort_by(|a, b| {
-        errors_per_change(a)
-            .total_cmp(&errors_per_change(b))
+        (a.errors_per_change())
+            .total_cmp(&b.errors_per_change())
             .then(added_p999(a).total_cmp(&added_p999(b)))
     });
     let mut t: Table = vec![[
@@ -93,13 +93,6 @@ pub fn table(costs: &[ChangeCost]) -> Table {
         }
     }
     t
-}
-
-fn errors_per_change(c: &ChangeCost) -> f64 {
-    let (errors, changes) = c.kinds.iter().fold((0u64, 0usize), |(e, n), k| {
-        (e + k.error_count(), n + k.changes)
-    });
-    errors as f64 / changes.max(1) as f64
 }
 
 fn added_p999(c: &ChangeCost) -> f64 {

@@ -24,7 +24,7 @@ use std::time::Duration;
 use common::{meshbench, stderr, stdout};
 use serde_json::Value;
 
-pub(crate) const LIMIT: Duration = Duration::from_secs(180);
+const LIMIT: Duration = Duration::from_secs(180);
 
 pub(crate) fn experiment(name: &str, gateway: &str, changes: &str) -> String {
     format!(
@@ -61,6 +61,14 @@ pub(crate) fn run(dir: &Path, name: &str, text: &str) -> (Vec<Value>, std::path:
         assert_eq!(s["status"], "ok", "{name}: {s}");
     }
     (steps, store)
+}
+
+/// What `results show` prints of the one experiment in `store`.
+pub(crate) fn show(store: &Path) -> String {
+    let store = store.display().to_string();
+    let out = meshbench(&["results", "show", "1", "--store", &store], LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+    stdout(&out)
 }
 
 /// The step with changes and the one without, in that order.
@@ -125,17 +133,7 @@ fn routes_and_domains_are_served_through_every_gateway_and_every_error_is_a_chan
             "{gateway}: errors outside the changes' seconds: {with}"
         );
         assert_eq!(still["summary"]["errors"], 0, "{gateway}: {still}");
-        let out = meshbench(
-            &[
-                "results",
-                "show",
-                "1",
-                "--store",
-                &store.display().to_string(),
-            ],
-            LIMIT,
-        );
-        let text = stdout(&out);
+        let text = show(&store);
         assert!(
             text.contains("route /get/4 removed on every domain: told"),
             "{gateway}: {text}"

@@ -5,8 +5,8 @@
 //! is the one every difference gets, docs/answers.md). It measures latency, so the suite runs
 //! it with nothing beside it (scripts/test.sh, group 4); `changes` holds the rest.
 
-use crate::changes::{errors_of, experiment, pair, run, LIMIT};
-use crate::common::{self, meshbench, stderr, stdout};
+use crate::changes::{errors_of, experiment, pair, run, show};
+use crate::common;
 
 #[test]
 fn caddy_sent_the_configuration_it_runs_fails_no_request_and_adds_no_tail() {
@@ -29,18 +29,7 @@ fn caddy_sent_the_configuration_it_runs_fails_no_request_and_adds_no_tail() {
     for s in [with, still] {
         assert_eq!(s["summary"]["errors"], 0, "{s}");
     }
-    let out = meshbench(
-        &[
-            "results",
-            "show",
-            "1",
-            "--store",
-            &store.display().to_string(),
-        ],
-        LIMIT,
-    );
-    let text = stdout(&out);
-    assert!(out.status.success(), "{}", stderr(&out));
+    let text = show(&store);
     // The ranking's row: no errors, and the added tail read as noise, not as higher.
     let row = text
         .lines()
