@@ -97,6 +97,10 @@ pub enum ObservableError {
 /// The longest a step waits for the kubelets' first readings of its roles (a pod a rollout
 /// just made is read at the kubelet's next housekeeping, 10 s by default).
 const KUBELET_FIRST_WITHIN: Duration = Duration::from_secs(45);
+/// How long after a new container's first series cAdvisor may take to show its others: the
+/// kubelet's housekeeping of each container (its pod's sandbox, which holds the network, too)
+/// runs every 10 s, at most 15 s apart.
+const CADVISOR_FIRST_WITHIN_SECS: f64 = 15.0;
 /// The longest a step waits after its window for a reading past its end.
 const KUBELET_PAST_WITHIN: Duration = Duration::from_secs(40);
 
@@ -313,8 +317,10 @@ impl ClusterSite {
     /// the same series for a rate window (less the warm-up, which comes before the steady
     /// window): a pod a rollout just made is scraped a scrape interval or more later, the pod
     /// it replaced leaves its series until then, and a series that is not there for the whole
-    /// window makes its role missing. Once every role has series, their settling is waited for
-    /// at most that span and two scrape intervals; the whole wait at most four scrape
+    /// window makes its role missing. A role is seen once its CPU has series; its other
+    /// counters (a pod's network is its sandbox's, which cAdvisor finds on its own) are then
+    /// waited for, and the settling of all, at most that span, two scrape intervals and
+    /// cAdvisor's housekeeping of a new container; the whole wait at most four scrape
     /// intervals, that span and half a minute, then why not.
     fn wait_observable(
         &self,
@@ -346,7 +352,9 @@ impl ClusterSite {
             .collect();
         // Once every role has series, their settling is waited for at most this long: a series
         // that still comes or goes after it is the restart check's to judge, in the window.
-        let settle_within = Duration::from_secs_f64(steady_for + 2.0 * x.scrape_interval_secs);
+        let settle_within = Duration::from_secs_f64(
+            steady_for + 2.0 * x.scrape_interval_secs + CADVISOR_FIRST_WITHIN_SECS,
+        );
         let mut all_seen_at: Option<Instant> = None;
         let mut waiting: Vec<String> = Vec::new();
         loop {
@@ -363,6 +371,11 @@ impl ClusterSite {
                         return Ok(Some((true, "no series yet".to_string())));
                     }
                     for sel in counters {
+                        // A new pod's series come one container at a time (its network's with
+                        // the pod's sandbox): one not there yet is waited for, as one that came.
+                        if prom.query(sel, now)?.is_empty() {
+                            return Ok(Some((false, format!("no series of {sel} yet"))));
+                        }
                         if let Some(which) = came_or_went(&prom, sel, now - steady_for, now)? {
                             return Ok(Some((
                                 false,
