@@ -88,7 +88,7 @@ lap "the tests built, clippy clean"
 # Group 2: behaviour only, nothing from the Go builds (crates/meshbench/tests/it/<module>.rs).
 BESIDE=(bad_input envoy envoy_admin gateway grafana grafana_panels install_envoy istio_plotter metrics protocols store_faults web)
 # Group 3: the test node's lane, and istiod's (Contour's too: the same API server, no node).
-NODE=(cluster_stop k8s k8s_node k8s_port_forward istio_gateway_injected istio_injected cluster_experiment cluster_contour cluster_api_only cluster_two_nodes cluster_detached)
+NODE=(cluster_stop k8s k8s_node k8s_port_forward istio_gateway_injected istio_injected cluster_experiment cluster_change_cost cluster_contour cluster_api_only cluster_two_nodes cluster_detached)
 ISTIOD=(istio_sidecars istio_gateway contour_gateway gateway_compare stop_during_setup changes)
 
 # `--report-time` (each test's time) is a libtest option behind `-Z unstable-options`, which a

@@ -88,9 +88,6 @@ impl Experiment {
                     .into(),
             );
         }
-        if self.cluster.is_some() {
-            p.push("changes: changes on a cluster are not built yet; run them in the lab (drop the cluster section)".into());
-        }
         for program in &self.gateway.kinds {
             if !CHANGEABLE.contains(program) {
                 p.push(format!(

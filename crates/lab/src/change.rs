@@ -12,6 +12,7 @@ use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::process::Command;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use std::collections::BTreeMap;
@@ -55,11 +56,13 @@ pub struct Told {
     pub written: Instant,
 }
 
-/// A gateway's configuration as the lab wrote it: the plan, the CA that signed its domains and
-/// the certificates issued (by file stem).
+/// A gateway's configuration as it was written: the plan, the CA that signed its domains and
+/// the certificates issued (by file stem). A cluster run keeps one for all its steps, each
+/// changed step changing a copy.
+#[derive(Clone)]
 pub struct Written {
     pub plan: GatewayPlan,
-    pub ca: Ca,
+    pub ca: Arc<Ca>,
     pub certs: Vec<(String, Issued)>,
 }
 
@@ -69,6 +72,8 @@ pub struct GatewayChanger {
     written: Written,
     /// Paths per domain before any change: a route change adds the one after them.
     paths: usize,
+    /// Where a probe reaches the gateway.
+    probe_at: std::net::SocketAddr,
     teller: Teller,
 }
 
@@ -83,12 +88,66 @@ enum Teller {
     },
     /// A control plane's Envoy: the objects that differ applied to the API server the control
     /// plane reads (istiod pushes, Contour translates).
-    Objects {
-        kind: ControlPlaneKind,
-        api: Box<BlockingClient>,
-        /// Every object as last applied, by its kind, namespace and name.
-        applied: BTreeMap<String, Value>,
-    },
+    Objects(Box<Objects>),
+}
+
+/// The objects a control plane reads, as a change rewrites and applies them.
+struct Objects {
+    kind: ControlPlaneKind,
+    api: BlockingClient,
+    /// What writes them for a plan, and which of its files are applied (the rest is the lab's).
+    target: Box<dyn Target>,
+    files: Option<Vec<String>>,
+    /// Every object as first applied, and as last applied, by its kind, namespace and name.
+    first: BTreeMap<String, Value>,
+    applied: BTreeMap<String, Value>,
+}
+
+impl Objects {
+    /// Every object `target` renders for `plan` (its files rewritten), by kind, namespace and
+    /// name.
+    fn render(
+        &self,
+        plan: &GatewayPlan,
+        certs: &[(String, Issued)],
+    ) -> Result<BTreeMap<String, Value>, LabError> {
+        let mut out = BTreeMap::new();
+        for file in self.target.write(plan, certs)? {
+            let name = file.file_name().map(|n| n.to_string_lossy().to_string());
+            if let (Some(files), Some(name)) = (&self.files, name) {
+                if !files.contains(&name) {
+                    continue;
+                }
+            }
+            let text = std::fs::read_to_string(&file).map_err(|source| LabError::Files {
+                path: file.clone(),
+                source,
+            })?;
+            for object in documents(&text)? {
+                let at = |key: &str| object.pointer(key).and_then(Value::as_str).unwrap_or("");
+                let name = format!(
+                    "{}/{}/{}",
+                    at("/kind"),
+                    at("/metadata/namespace"),
+                    at("/metadata/name")
+                );
+                out.insert(name, object);
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// A gateway on a cluster, configured through objects a control plane reads.
+pub struct OnCluster {
+    /// Who reads them: istiod or Contour.
+    pub kind: ControlPlaneKind,
+    pub api: BlockingClient,
+    /// What wrote them, and the files of it that were applied.
+    pub target: Box<dyn Target>,
+    pub files: Vec<String>,
+    /// Where a probe reaches the gateway (a port-forward to its pod).
+    pub probe_at: std::net::SocketAddr,
 }
 
 impl GatewayChanger {
@@ -115,33 +174,69 @@ impl GatewayChanger {
             (Configuration::ByControlPlane(kind), Some(kubeconfig)) => {
                 let api = BlockingClient::from_kubeconfig(kubeconfig)
                     .map_err(|e| tell_failed(told_by(program), e.to_string()))?;
-                let applied = by_name(&written.plan, &program, &written.certs)?;
-                Teller::Objects {
-                    kind,
-                    api: Box::new(api),
-                    applied,
-                }
+                objects(kind, api, Box::new(program), None, &written)?
             }
             (Configuration::ByControlPlane(_), None) => return Ok(None),
         };
         Ok(Some(GatewayChanger {
             paths: written.plan.paths,
+            probe_at: written.plan.listen,
             written,
             teller,
         }))
+    }
+
+    /// A gateway on a cluster written as `written`, changed through its objects on the
+    /// cluster's API server.
+    pub fn on_cluster(cluster: OnCluster, written: Written) -> Result<GatewayChanger, LabError> {
+        let OnCluster {
+            kind,
+            api,
+            target,
+            files,
+            probe_at,
+        } = cluster;
+        let teller = objects(kind, api, target, Some(files), &written)?;
+        Ok(GatewayChanger {
+            paths: written.plan.paths,
+            probe_at,
+            written,
+            teller,
+        })
+    }
+
+    /// Puts the gateway's configuration back as it was before the first change, where it
+    /// outlives the step (objects on a cluster): what a change added deleted, what it
+    /// changed applied again as it was. A gateway the lab started ends with its step.
+    pub fn put_back(&mut self) -> Result<(), LabError> {
+        let Teller::Objects(o) = &mut self.teller else {
+            return Ok(());
+        };
+        let failed =
+            |e: meshbench_k8s::ApiError| tell_failed(told_by(o.kind.program()), e.to_string());
+        for (name, object) in &o.applied {
+            match o.first.get(name) {
+                None => o.api.delete(object).map_err(failed)?,
+                Some(first) if first != object => o.api.apply(first).map_err(failed)?,
+                Some(_) => {}
+            }
+        }
+        o.applied = o.first.clone();
+        Ok(())
     }
 
     /// How the gateway is told of a change, as a result names it.
     pub fn told_by(&self) -> &'static str {
         match &self.teller {
             Teller::Program { program, .. } => told_by(program.program()),
-            Teller::Objects { kind, .. } => told_by(kind.program()),
+            Teller::Objects(o) => told_by(o.kind.program()),
         }
     }
 
-    /// Where the gateway listens (what a probe connects to) and the CA that signs its names.
-    pub fn listen(&self) -> std::net::SocketAddr {
-        self.written.plan.listen
+    /// Where a probe reaches the gateway (where it listens, or a port-forward to it), and the
+    /// CA that signs its names.
+    pub fn probe_at(&self) -> std::net::SocketAddr {
+        self.probe_at
     }
 
     pub fn ca_file(&self) -> PathBuf {
@@ -198,6 +293,12 @@ impl GatewayChanger {
                     served_when: ServedWhen::Answers,
                 },
             ),
+            ChangeKind::Backend => {
+                return Err(tell_failed(
+                    self.told_by(),
+                    "the backend's roll is no change of the gateway's configuration".into(),
+                ))
+            }
         };
         let written = self.tell()?;
         Ok(Told {
@@ -215,17 +316,17 @@ impl GatewayChanger {
         let plan = &self.written.plan;
         let (program, pid, bin) = match &mut self.teller {
             Teller::Program { program, pid, bin } => (*program, *pid, bin),
-            Teller::Objects { kind, api, applied } => {
-                let now = by_name(plan, &kind.program(), &self.written.certs)?;
+            Teller::Objects(o) => {
+                let now = o.render(plan, &self.written.certs)?;
                 let changed: Vec<Value> = (now.iter())
-                    .filter(|(name, object)| applied.get(*name) != Some(object))
+                    .filter(|(name, object)| o.applied.get(*name) != Some(object))
                     .map(|(_, object)| object.clone())
                     .collect();
                 let written = Instant::now();
                 for object in &changed {
-                    api.apply(object).map_err(|e| failed(e.to_string()))?;
+                    o.api.apply(object).map_err(|e| failed(e.to_string()))?;
                 }
-                *applied = now;
+                o.applied = now;
                 return Ok(written);
             }
         };
@@ -285,30 +386,26 @@ fn tell_failed(told_by: &'static str, reason: String) -> LabError {
     LabError::Tell { told_by, reason }
 }
 
-/// Every object `target` renders for `plan` (its files rewritten), by kind, namespace and name.
-fn by_name(
-    plan: &GatewayPlan,
-    target: &Program,
-    certs: &[(String, Issued)],
-) -> Result<BTreeMap<String, Value>, LabError> {
-    let mut out = BTreeMap::new();
-    for file in target.write(plan, certs)? {
-        let text = std::fs::read_to_string(&file).map_err(|source| LabError::Files {
-            path: file.clone(),
-            source,
-        })?;
-        for object in documents(&text)? {
-            let at = |key: &str| object.pointer(key).and_then(Value::as_str).unwrap_or("");
-            let name = format!(
-                "{}/{}/{}",
-                at("/kind"),
-                at("/metadata/namespace"),
-                at("/metadata/name")
-            );
-            out.insert(name, object);
-        }
-    }
-    Ok(out)
+/// The objects teller for `written`, its objects as `target` renders them (those of `files`,
+/// or all) taken as applied.
+fn objects(
+    kind: ControlPlaneKind,
+    api: BlockingClient,
+    target: Box<dyn Target>,
+    files: Option<Vec<String>>,
+    written: &Written,
+) -> Result<Teller, LabError> {
+    let mut o = Objects {
+        kind,
+        api,
+        target,
+        files,
+        first: BTreeMap::new(),
+        applied: BTreeMap::new(),
+    };
+    o.first = o.render(&written.plan, &written.certs)?;
+    o.applied = o.first.clone();
+    Ok(Teller::Objects(Box::new(o)))
 }
 
 /// The last line of a program's output, for a message.

@@ -24,10 +24,19 @@ pub enum ChangeKind {
     /// The same configuration told to the gateway again, the way a change is told (a reload,
     /// or the same document re-sent): what the telling alone costs.
     Reload,
+    /// The backend's replicas restarted in turn, the gateway learning its endpoints its own
+    /// way (on a cluster: its Deployment's rolling update, istiod or Contour following the
+    /// endpoints): served when every replica is new and ready.
+    Backend,
 }
 
 impl ChangeKind {
-    pub const ALL: [ChangeKind; 3] = [ChangeKind::Route, ChangeKind::Domain, ChangeKind::Reload];
+    pub const ALL: [ChangeKind; 4] = [
+        ChangeKind::Route,
+        ChangeKind::Domain,
+        ChangeKind::Reload,
+        ChangeKind::Backend,
+    ];
 
     /// Its word in the experiment file and in results.
     pub fn name(self) -> &'static str {
@@ -35,6 +44,7 @@ impl ChangeKind {
             ChangeKind::Route => "route",
             ChangeKind::Domain => "domain",
             ChangeKind::Reload => "reload",
+            ChangeKind::Backend => "backend",
         }
     }
 }
@@ -114,14 +124,16 @@ pub struct ChangeRecord {
     pub written_ms: f64,
     /// How long the gateway's own way of being told took (the reload command, the API call).
     pub told_ms: f64,
-    /// From written to the first answer of the changed configuration the probe saw (`None`:
-    /// not within [`SERVED_WITHIN`], or the change could not be told or probed).
+    /// From written to the first answer of the changed configuration the probe saw, or to
+    /// the end of a backend's roll (`None`: not within [`SERVED_WITHIN`], or the change could
+    /// not be told or probed).
     pub served_ms: Option<f64>,
     /// Why the change could not be told or probed, when it could not (the run goes on).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failed: Option<String>,
     /// The whole seconds of the window this change is read over: from the one it was written
-    /// in to the one before the next change's (at most [`SECONDS_AFTER`]).
+    /// in to the one before the next change's (at most [`SECONDS_AFTER`]; a backend's roll,
+    /// until the second after it was done).
     pub seconds: (u32, u32),
     /// Requests finished over those seconds.
     pub requests: u64,

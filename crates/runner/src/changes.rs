@@ -7,7 +7,7 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -35,10 +35,34 @@ pub enum StepChanges {
 /// A gateway to change on a schedule, probed from where the load comes.
 pub struct Changes {
     pub changer: GatewayChanger,
+    /// What rolls the backend's replicas, where the place can (`kind: backend`).
+    pub backend: Option<Box<dyn BackendRoll>>,
     /// Instants after the window opens, and what changes then.
     pub schedule: Vec<(Duration, ChangeKind)>,
     /// The network namespace the load (so the probe) leaves from; `None`: this one.
     pub netns: Option<String>,
+    /// The port-forward the probe reaches the gateway through, open while the changes run.
+    pub forward: Option<meshbench_k8s::Forward>,
+}
+
+/// The backend's replicas restarted in turn, the way the place does it (a Deployment's
+/// rolling update on a cluster). A roll goes on beside the changes after it: it is begun, then
+/// asked whether it is done between them.
+pub trait BackendRoll: Send {
+    /// How the backend is rolled, as a result names it.
+    fn told_by(&self) -> &'static str;
+
+    /// Begins a roll: what it is, in words, and when its first object was written.
+    fn begin(&mut self) -> Result<(String, Instant), String>;
+
+    /// Whether the roll begun last is done: every replica new and ready.
+    fn done(&mut self) -> Result<bool, String>;
+}
+
+/// A roll begun and not yet done: the index of its change, when it was written.
+struct Rolling {
+    index: usize,
+    written: Instant,
 }
 
 /// One change as the thread applied it.
@@ -56,32 +80,47 @@ pub(crate) struct Applied {
 
 /// The changes under way beside a load.
 pub(crate) struct Running {
-    told_by: &'static str,
-    window_start_ms: u64,
+    told_by: String,
+    window_start: WindowStart,
     load_over: Arc<AtomicBool>,
     thread: Option<JoinHandle<Vec<Applied>>>,
 }
 
+/// When the measured window opens on the sampler's clock (milliseconds since the Unix epoch;
+/// 0 until known): at once for a load started here, at the agents' first second for theirs.
+#[derive(Clone, Default)]
+pub(crate) struct WindowStart(Arc<AtomicU64>);
+
+impl WindowStart {
+    pub(crate) fn set(&self, ms: u64) {
+        let _ = (self.0).compare_exchange(0, ms.max(1), Ordering::Relaxed, Ordering::Relaxed);
+    }
+
+    fn get(&self) -> Option<u64> {
+        Some(self.0.load(Ordering::Relaxed)).filter(|&ms| ms > 0)
+    }
+}
+
 impl StepChanges {
-    /// Starts applying them (the step with changes) for a window opening at `window_start_ms`
-    /// on the sampler's clock.
-    pub(crate) fn start(self, window_start_ms: u64, stop: Stop) -> Running {
+    /// Starts applying them (the step with changes) once `window_start` is known.
+    pub(crate) fn start(self, window_start: WindowStart, stop: Stop) -> Running {
         let load_over = Arc::new(AtomicBool::new(false));
         let (told_by, thread) = match self {
-            StepChanges::Still { told_by } => (told_by, None),
+            StepChanges::Still { told_by } => (told_by.to_string(), None),
             StepChanges::Apply(changes) => {
-                let told_by = changes.changer.told_by();
+                let told_by = changes.told_by();
                 let over = Arc::clone(&load_over);
+                let start = window_start.clone();
                 let thread = std::thread::Builder::new()
                     .name("changes".into())
-                    .spawn(move || changes.run(window_start_ms, &stop, &over))
+                    .spawn(move || changes.run(&start, &stop, &over))
                     .ok();
                 (told_by, thread)
             }
         };
         Running {
             told_by,
-            window_start_ms,
+            window_start,
             load_over,
             thread,
         }
@@ -98,38 +137,124 @@ impl Running {
             .take()
             .and_then(|t| t.join().ok())
             .unwrap_or_default();
-        figures(self.told_by, &applied, self.window_start_ms, seconds)
+        let start = self.window_start.get().unwrap_or(0);
+        figures(self.told_by, &applied, start, seconds)
     }
 }
 
 impl Changes {
+    /// How the changes are told: the gateway's way, and the backend's when it is rolled.
+    fn told_by(&self) -> String {
+        let gateway = self.changer.told_by();
+        let rolls = self.schedule.iter().any(|(_, k)| *k == ChangeKind::Backend);
+        match (&self.backend, rolls) {
+            (Some(b), true) => format!("{gateway}; backend: {}", b.told_by()),
+            _ => gateway.to_string(),
+        }
+    }
+
     /// Applies every change of the schedule at its instant (none after the load is over or a
-    /// stop), each probed until served or until the next one is due.
-    fn run(mut self, window_start_ms: u64, stop: &Stop, load_over: &AtomicBool) -> Vec<Applied> {
-        let _inside = match self
-            .netns
-            .as_deref()
-            .map(meshbench_lab::netns::Entered::new)
-        {
-            Some(Err(_)) => return Vec::new(),
+    /// stop), each probed until served or until the next one is due; a backend's roll is
+    /// followed between them. Then puts the gateway's configuration back where it outlives
+    /// the step (a failure to is the last change's).
+    fn run(mut self, start: &WindowStart, stop: &Stop, load_over: &AtomicBool) -> Vec<Applied> {
+        let over = || stop.requested() || load_over.load(Ordering::Relaxed);
+        let schedule = std::mem::take(&mut self.schedule);
+        let Some(window_start_ms) = wait_for_start(start, &over) else {
+            return Vec::new();
+        };
+        let entered = (self.netns.as_deref()).map(meshbench_lab::netns::Entered::new);
+        let _inside = match entered {
+            Some(Err(e)) => {
+                let why = format!("the probe's network namespace: {e}");
+                return none_applied(&schedule, window_start_ms, &why);
+            }
             Some(Ok(entered)) => Some(entered),
             None => None,
         };
-        let prober = Prober::new(self.changer.listen(), self.changer.ca_file());
-        let over = || stop.requested() || load_over.load(Ordering::Relaxed);
+        let prober = Prober::new(self.changer.probe_at(), self.changer.ca_file());
         let mut applied = Vec::new();
-        let schedule = std::mem::take(&mut self.schedule);
+        let mut rolling: Option<Rolling> = None;
         for (i, &(at, kind)) in schedule.iter().enumerate() {
             let due = window_start_ms + at.as_millis() as u64;
-            if !wait_until(due, &over) {
+            let mut follow = || self.follow(&mut rolling, &mut applied);
+            if !wait_until(due, &over, &mut follow) {
                 break;
             }
             let next_due = schedule
                 .get(i + 1)
                 .map(|(t, _)| window_start_ms + t.as_millis() as u64);
-            applied.push(self.apply(kind, &prober, next_due, &over));
+            let change = match kind {
+                ChangeKind::Backend => self.roll(&mut rolling, applied.len()),
+                _ => self.apply(kind, &prober, next_due, &over),
+            };
+            applied.push(change);
+        }
+        // A roll still going is followed until the load is over.
+        while rolling.is_some() && !over() {
+            self.follow(&mut rolling, &mut applied);
+            std::thread::sleep(FOLLOW_EVERY);
+        }
+        if let Err(e) = self.changer.put_back() {
+            if let Some(last) = applied.last_mut() {
+                last.failed.get_or_insert(format!("put back: {e}"));
+            }
         }
         applied
+    }
+
+    /// Begins a backend roll as change `index`.
+    fn roll(&mut self, rolling: &mut Option<Rolling>, index: usize) -> Applied {
+        let began_ms = now_ms();
+        let began = Instant::now();
+        let failed = |what: String, why: String| Applied {
+            kind: ChangeKind::Backend,
+            what,
+            written_ms: began_ms,
+            told_ms: ms(began.elapsed()),
+            served_ms: None,
+            failed: Some(why),
+            probes: 0,
+        };
+        let Some(backend) = self.backend.as_mut() else {
+            return failed("backend".into(), "the backend cannot be rolled here".into());
+        };
+        if rolling.is_some() {
+            return failed("backend".into(), "the previous roll is not done".into());
+        }
+        match backend.begin() {
+            Ok((what, written)) => {
+                *rolling = Some(Rolling { index, written });
+                Applied {
+                    kind: ChangeKind::Backend,
+                    what,
+                    written_ms: began_ms + written.duration_since(began).as_millis() as u64,
+                    told_ms: ms(written.elapsed()),
+                    served_ms: None,
+                    failed: None,
+                    probes: 0,
+                }
+            }
+            Err(why) => failed("backend".into(), why),
+        }
+    }
+
+    /// Asks whether the roll under way is done; when it is (or cannot be asked), its change
+    /// says so.
+    fn follow(&mut self, rolling: &mut Option<Rolling>, applied: &mut [Applied]) {
+        let (Some(r), Some(backend)) = (rolling.as_ref(), self.backend.as_mut()) else {
+            return;
+        };
+        let Some(change) = applied.get_mut(r.index) else {
+            return;
+        };
+        match backend.done() {
+            Ok(false) if r.written.elapsed() < SERVED_WITHIN => return,
+            Ok(false) => {}
+            Ok(true) => change.served_ms = Some(ms(r.written.elapsed())),
+            Err(why) => change.failed = Some(why),
+        }
+        *rolling = None;
     }
 
     /// One change: written, told, probed.
@@ -187,17 +312,61 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
-/// Sleeps until `due` on the sampler's clock; false when `over` came first.
-fn wait_until(due: u64, over: &dyn Fn() -> bool) -> bool {
+/// Every change of the schedule failed with `why`, none made (at its instant of the window
+/// opened at `window_start_ms`).
+fn none_applied(
+    schedule: &[(Duration, ChangeKind)],
+    window_start_ms: u64,
+    why: &str,
+) -> Vec<Applied> {
+    schedule
+        .iter()
+        .map(|&(at, kind)| Applied {
+            kind,
+            what: kind.to_string(),
+            written_ms: window_start_ms + at.as_millis() as u64,
+            told_ms: 0.0,
+            served_ms: None,
+            failed: Some(why.to_string()),
+            probes: 0,
+        })
+        .collect()
+}
+
+/// How often a backend's roll is asked whether it is done.
+const FOLLOW_EVERY: Duration = Duration::from_millis(100);
+
+/// Sleeps until `due` on the sampler's clock, calling `between` every [`FOLLOW_EVERY`] or so;
+/// false when `over` came first.
+fn wait_until(due: u64, over: &dyn Fn() -> bool, between: &mut dyn FnMut()) -> bool {
+    let mut followed = Instant::now();
     loop {
         if over() {
             return false;
+        }
+        if followed.elapsed() >= FOLLOW_EVERY {
+            between();
+            followed = Instant::now();
         }
         let now = now_ms();
         if now >= due {
             return true;
         }
         std::thread::sleep(Duration::from_millis((due - now).min(50)));
+    }
+}
+
+/// Waits until the window's start is known: its instant on the sampler's clock, or `None`
+/// when `over` came first.
+fn wait_for_start(start: &WindowStart, over: &dyn Fn() -> bool) -> Option<u64> {
+    loop {
+        if let Some(ms) = start.get() {
+            return Some(ms);
+        }
+        if over() {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
     }
 }
 
@@ -287,7 +456,7 @@ fn first_seconds(written_ms: impl Iterator<Item = u64>, window_start_ms: u64) ->
 /// Each change's record: its seconds of the window (from its first, [`first_seconds`], at most
 /// [`SECONDS_AFTER`], ending before the next change's), the requests, errors and tail there.
 pub(crate) fn figures(
-    told_by: &'static str,
+    told_by: String,
     applied: &[Applied],
     window_start_ms: u64,
     seconds: &[Interval],
@@ -300,9 +469,9 @@ pub(crate) fn figures(
             let first = firsts[i];
             let last = match firsts.get(i + 1) {
                 Some(next) => next.saturating_sub(1).max(first),
-                None => first + SECONDS_AFTER - 1,
+                None => u32::MAX,
             }
-            .min(first + SECONDS_AFTER - 1);
+            .min(first + owned_seconds(a, window_start_ms, first) - 1);
             let mut merged = Interval::new(first);
             for s in seconds
                 .iter()
@@ -327,10 +496,22 @@ pub(crate) fn figures(
             }
         })
         .collect();
-    ChangeFigures {
-        told_by: told_by.to_string(),
-        changes,
+    ChangeFigures { told_by, changes }
+}
+
+/// How many seconds from its first change `a` owns, unless the next change's come first: the
+/// [`SECONDS_AFTER`] a gateway's change is read over; a backend's roll, its whole roll and the
+/// second after it (its old replicas go at its end), at most [`SERVED_WITHIN`] when it never
+/// ends.
+fn owned_seconds(a: &Applied, window_start_ms: u64, first: u32) -> u32 {
+    if a.kind != ChangeKind::Backend {
+        return SECONDS_AFTER;
     }
+    let served_ms = a.served_ms.unwrap_or(SERVED_WITHIN.as_millis() as f64);
+    let end = a.written_ms.saturating_sub(window_start_ms) + served_ms as u64;
+    ((end / 1000) as u32 + 2)
+        .saturating_sub(first)
+        .max(SECONDS_AFTER)
 }
 
 /// The failed requests of some seconds by kind: the engine's kinds, and `http_<code>` per

@@ -17,7 +17,7 @@ use meshbench_results::{ChangeFigures, Role, RunResult, Sample};
 use thiserror::Error;
 
 use crate::agents::{Fleet, FleetError};
-use crate::changes::StepChanges;
+use crate::changes::{StepChanges, WindowStart};
 use crate::LoadOptions;
 
 /// Who sends the load.
@@ -96,11 +96,22 @@ pub fn measure(
     let sampler = beside.sampling.map(|s| Sampler::start(s.watches, s.every));
     let started_ms = sampler::now_ms();
     let window_start_ms = started_ms + spec.warmup.as_millis() as u64;
-    let changes = (beside.changes).map(|c| c.start(window_start_ms, stop.clone()));
+    // Known now for a load started here; the agents' is their first second's less its
+    // elapsed time (they start after they are prepared and connected).
+    let window_start = WindowStart::default();
+    if matches!(load_source, LoadSource::Local) {
+        window_start.set(window_start_ms);
+    }
+    let changes = (beside.changes).map(|c| c.start(window_start.clone(), stop.clone()));
+    let warmup_ms = spec.warmup.as_millis() as u64;
     // The seconds a change is read over (kept only when there are changes).
     let mut seconds: Vec<Interval> = Vec::new();
     let live = |live: &Live| {
         if changes.is_some() {
+            if live.elapsed_secs > 0.0 {
+                let started = sampler::now_ms().saturating_sub((live.elapsed_secs * 1000.0) as u64);
+                window_start.set(started + warmup_ms);
+            }
             seconds.extend(live.seconds.iter().cloned());
         }
         let roles = match &sampler {

@@ -1,7 +1,8 @@
 //! Server-side apply (field manager [`MANAGER`], forced) through the
 //! [`BlockingClient`]: of documents (JSON values, from a YAML file or [`to_value`]), whose
 //! resource discovery names, a custom resource's retried while the API server establishes it;
-//! of typed objects, whose type names its resource; and of a pod's status.
+//! of typed objects, whose type names its resource; and of a pod's status. A document is
+//! deleted the same way ([`BlockingClient::delete`]): what a change applied, taken back.
 //!
 //! [`to_value`]: crate::objects::to_value
 
@@ -9,14 +10,14 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use k8s_openapi::NamespaceResourceScope;
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::core::{ApiResource, GroupVersionKind, Resource, TypeMeta};
 use kube::discovery::Scope;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::error::bounded;
+use super::error::{already_gone, bounded};
 use super::{ApiError, BlockingClient, Shared, APPLIERS, ESTABLISH_WITHIN, RETRY_EVERY};
 use crate::names::MANAGER;
 use crate::objects::CustomResource;
@@ -150,6 +151,27 @@ impl Shared {
             .await
     }
 
+    /// Deletes the object one document names, its resource discovered; one already gone is
+    /// no error.
+    async fn delete(&self, object: &Value) -> Result<(), ApiError> {
+        let id = Identity::of(object)?;
+        let what = id.describe();
+        let (resource, scope) = self.resource(&id.gvk, &what, Instant::now()).await?;
+        let api: Api<DynamicObject> = match (scope, id.namespace.as_deref()) {
+            (Scope::Namespaced, Some(ns)) => {
+                Api::namespaced_with(self.client.clone(), ns, &resource)
+            }
+            (Scope::Namespaced, None) => {
+                return Err(ApiError::Incomplete {
+                    field: "metadata.namespace",
+                    object: object.to_string(),
+                })
+            }
+            (Scope::Cluster, _) => Api::all_with(self.client.clone(), &resource),
+        };
+        already_gone(bounded(&what, api.delete(&id.name, &DeleteParams::default())).await)
+    }
+
     /// Server-side apply of `body` as `resource` (namespaced when `namespace` is given).
     async fn apply_as(
         &self,
@@ -182,6 +204,12 @@ impl BlockingClient {
     /// API server serves, named by its `apiVersion`, `kind` and `metadata`.
     pub fn apply(&self, object: &Value) -> Result<(), ApiError> {
         self.runtime.block_on(self.shared.apply(object))
+    }
+
+    /// Deletes the object one document names (any kind the API server serves); one already
+    /// gone is no error.
+    pub fn delete(&self, object: &Value) -> Result<(), ApiError> {
+        self.runtime.block_on(self.shared.delete(object))
     }
 
     /// Applies every document, [`APPLIERS`] at a time, each in the order given within its

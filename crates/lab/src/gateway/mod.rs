@@ -17,8 +17,9 @@ use crate::{write_file, LabError};
 /// Domains per workspace in generated names (`workspace-{w}-domain-{d}.com`, as in the study).
 pub const DOMAINS_PER_WORKSPACE: usize = 100;
 
-/// What a gateway configuration is written for.
-pub trait Target {
+/// What a gateway configuration is written for (plain data: a change rewrites it from the
+/// thread that applies the step's changes).
+pub trait Target: Send {
     /// Its name in messages and in the targets file.
     fn name(&self) -> &'static str;
 

@@ -14,6 +14,7 @@ use super::{
     MESH_NAME,
 };
 use crate::cgroup::{Cgroup, Cgroups};
+use crate::change::Written;
 use crate::gateway::{self, CertLayout, GatewayPlan};
 use crate::pki::Ca;
 use crate::process::{Placement, RoleProcess};
@@ -284,9 +285,11 @@ impl Rig {
         // Kept to be changed under load, with what signed it.
         self.written_gateway = Some(WrittenGateway {
             program: spec.gateway.program,
-            plan: plan.clone(),
-            ca,
-            certs: generated.certs.clone(),
+            written: Written {
+                plan: plan.clone(),
+                ca: std::sync::Arc::new(ca),
+                certs: generated.certs.clone(),
+            },
         });
         self.gateway = Some(GatewayEntry {
             targets: out.join("targets.txt"),

@@ -192,9 +192,7 @@ pub struct Rig {
 /// objects): its program, its plan, the CA that signed its domains and what it issued.
 struct WrittenGateway {
     program: Program,
-    plan: crate::gateway::GatewayPlan,
-    ca: pki::Ca,
-    certs: Vec<(String, pki::Issued)>,
+    written: Written,
 }
 
 /// The name the mesh's certificates are issued for and checked against.
@@ -584,11 +582,7 @@ impl Rig {
         let api = self.control_plane.as_ref().and_then(|c| c.api_kubeconfig());
         GatewayChanger::new(
             written.program,
-            Written {
-                plan: written.plan,
-                ca: written.ca,
-                certs: written.certs,
-            },
+            written.written,
             gateway.process.pid(),
             api.as_deref(),
         )

@@ -18,6 +18,7 @@ mod changes_truth;
 mod churn;
 mod cluster_api_only;
 mod cluster_attribution;
+mod cluster_change_cost;
 mod cluster_contour;
 mod cluster_detached;
 mod cluster_experiment;

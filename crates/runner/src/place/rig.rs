@@ -145,8 +145,10 @@ impl Realised for RigStep {
         let window = Duration::from_secs_f64(step.e.duration_secs);
         Ok(Some(StepChanges::Apply(Box::new(Changes {
             changer,
+            backend: None,
             schedule: schedule(&step.e.change_streams(), window),
             netns: self.rig.client_netns.clone(),
+            forward: None,
         }))))
     }
 

@@ -25,6 +25,8 @@
 //! - `render.rs`: what an experiment deploys, from its file (pure but for the gateway's
 //!   certificates): the system, each step's shape, the agents, `--dry-run`'s description;
 //! - `step.rs`: one step there: realised, loaded, read;
+//! - `changes.rs`: a step's changes there: the gateway's objects through the API server, the
+//!   backend's Deployment rolled;
 //! - `gateway/`: a step's gateway, Istio's or the cluster's Contour, as one
 //!   [`gateway::ClusterGateway`]: what the cluster must have for it, where the load enters,
 //!   when it is ready, what is read of it;
@@ -33,6 +35,7 @@
 
 pub mod agent_pods;
 mod attribution;
+mod changes;
 mod gateway;
 pub mod kubelet;
 mod pods;
@@ -225,6 +228,10 @@ struct SiteGateway {
     runs: Box<dyn ClusterGateway>,
     targets: PathBuf,
     ca: PathBuf,
+    /// What its objects were written from, and the files of them applied: what a step with
+    /// changes changes a copy of.
+    written: meshbench_lab::change::Written,
+    files: Vec<String>,
     /// The cluster IP and port of the Service in front of it.
     entry: SocketAddr,
 }
@@ -382,12 +389,14 @@ impl ClusterSite {
             .map_err(SiteError::Scratch)?;
         let mut gateway = None;
         if let Some(runs) = gateway::of(e, &section) {
-            let (objects, targets, ca) = gateway_objects(e, runs.as_ref(), scratch.path())?;
-            system.gateway_objects = objects;
+            let rendered = gateway_objects(e, runs.as_ref(), scratch.path())?;
+            system.gateway_objects = rendered.objects;
             gateway = Some(SiteGateway {
                 runs,
-                targets,
-                ca,
+                targets: rendered.targets,
+                ca: rendered.ca,
+                written: rendered.written,
+                files: rendered.files,
                 // Read from its Service once applied.
                 entry: SocketAddr::from(([0, 0, 0, 0], 0)),
             });

@@ -15,7 +15,9 @@ use meshbench_k8s::k8s_openapi::api::core::v1::Toleration;
 use meshbench_k8s::render::PodExtras;
 use meshbench_k8s::system::{self, ProxyLogging, Resources, Shape, System};
 use meshbench_k8s::{AgentsReach, AntiAffinity, DistributedRun};
+use meshbench_lab::change::Written;
 use meshbench_lab::gateway::{self as lab_gateway, CertLayout, GatewayPlan};
+use meshbench_lab::pki::Ca;
 use meshbench_lab::program::envoy::access_log;
 use meshbench_results::{Class, PeerAuthentication, Program, StepKind, Topology};
 use serde_json::Value;
@@ -174,13 +176,25 @@ fn step_shape(e: &Experiment, step: &Step) -> Shape {
     step.chain().map(|v| shape_of(e, v)).unwrap_or_default()
 }
 
+/// A gateway's objects as a run renders them, and what it keeps of them.
+pub(super) struct GatewayRendered {
+    pub objects: Vec<Value>,
+    /// The files the load needs: its targets and the CA it trusts.
+    pub targets: PathBuf,
+    pub ca: PathBuf,
+    /// What they were written from, for a step that changes them under load, and the files
+    /// of them the run applies.
+    pub written: Written,
+    pub files: Vec<String>,
+}
+
 /// The gateway's objects, as `gen gateway` writes them for the run's namespace, and the files
 /// the load needs (targets, CA), written under `dir`.
 pub(super) fn gateway_objects(
     e: &Experiment,
     gateway: &dyn ClusterGateway,
     dir: &Path,
-) -> Result<(Vec<Value>, PathBuf, PathBuf), SiteError> {
+) -> Result<GatewayRendered, SiteError> {
     let plan = GatewayPlan {
         domains: e.gateway.domains as usize,
         paths: e.gateway.paths as usize,
@@ -197,22 +211,40 @@ pub(super) fn gateway_objects(
         access_log: None,
         listeners_file: false,
     };
-    let generated = lab_gateway::generate(&plan, gateway.target().as_ref())
+    let ca = Ca::new(lab_gateway::CA_NAME).map_err(|e| SiteError::Gateway(e.to_string()))?;
+    let generated = lab_gateway::generate_by(&plan, gateway.target().as_ref(), &ca)
         .map_err(|e| SiteError::Gateway(e.to_string()))?;
     let mut objects = Vec::new();
-    for file in generated
-        .files
-        .iter()
-        .filter(|f| (f.file_name()).is_some_and(|n| gateway.applies(&n.to_string_lossy())))
-    {
+    let mut files = Vec::new();
+    for file in &generated.files {
+        let Some(name) = file.file_name().map(|n| n.to_string_lossy().to_string()) else {
+            continue;
+        };
+        if !gateway.applies(&name) {
+            continue;
+        }
         let text = std::fs::read_to_string(file)
             .map_err(|e| SiteError::Gateway(format!("{}: {e}", file.display())))?;
         objects.extend(
             meshbench_k8s::blocking::documents(&text)
                 .map_err(|e| SiteError::Gateway(e.to_string()))?,
         );
+        files.push(name);
     }
-    Ok((objects, dir.join("targets.txt"), dir.join("ca.pem")))
+    Ok(GatewayRendered {
+        objects,
+        targets: dir.join("targets.txt"),
+        ca: dir.join("ca.pem"),
+        written: Written {
+            plan: GatewayPlan {
+                out: generated.dir.clone(),
+                ..plan
+            },
+            ca: std::sync::Arc::new(ca),
+            certs: generated.certs,
+        },
+        files,
+    })
 }
 
 /// Every object and change a run would make, for `--dry-run`: the objects of the first step,
@@ -225,7 +257,7 @@ pub fn describe(e: &Experiment, section: &ClusterSection, token_note: &str) -> S
     let gateway = gateway::of(e, section);
     if let Some(g) = &gateway {
         match gateway_objects(e, g.as_ref(), &dir) {
-            Ok((objects, _, _)) => system.gateway_objects = objects,
+            Ok(rendered) => system.gateway_objects = rendered.objects,
             Err(err) => out.push_str(&format!("# the gateway's objects: {err}\n")),
         }
     }

@@ -30,6 +30,7 @@ use meshbench_results::{
 };
 use thiserror::Error;
 
+use crate::changes::StepChanges;
 use crate::load::{LoadOptions, TargetSource};
 use crate::load_window::Measured;
 use crate::measured::{Place, Realised, RoleReading, StepContext, Witnesses};
@@ -599,6 +600,7 @@ impl Place for ClusterPlace<'_> {
             admins,
             log_window,
             versions: site.versions(),
+            changes: self.variant.changes,
         }))
     }
 }
@@ -619,12 +621,21 @@ struct ClusterStep<'a> {
     log_window: Duration,
     /// What runs the step (the cluster's versions and the pods' images).
     versions: BTreeMap<String, String>,
+    /// One of a changes pair: with the changes (true) or without (false).
+    changes: Option<bool>,
 }
 
 impl Realised for ClusterStep<'_> {
     fn load_options(&self, step: &StepContext<'_>) -> LoadOptions {
         self.site
             .load_options(step.e, step.at.step, &self.load, self.topology)
+    }
+
+    fn changes(&mut self, step: &StepContext<'_>) -> Result<Option<StepChanges>, StepFailure> {
+        self.changes
+            .map(|apply| self.site.step_changes(step.e, apply))
+            .transpose()
+            .map_err(StepFailure::ClusterNotShaped)
     }
 
     fn attribution(

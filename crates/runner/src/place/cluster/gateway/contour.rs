@@ -11,6 +11,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use meshbench_engine::Stop;
 use meshbench_experiment::external::{ExternalRole, Preset};
 use meshbench_k8s::blocking::ApiError;
@@ -291,6 +292,35 @@ impl ClusterGateway for ContourGateway {
 
     fn control_plane(&self) -> Option<(Role, Program)> {
         Some((Role::Contour, Program::Contour))
+    }
+
+    /// A ready pod of its Envoy, and the port its Service sends the load to there (the
+    /// Service port's target: a number, or a container port's name).
+    fn probed(&self, client: &BlockingClient) -> Result<(String, String, u16), GatewayNotReady> {
+        let c = &self.install;
+        let pod = (self.envoy_pods(client)?.into_iter())
+            .find(rollout::is_ready)
+            .ok_or(GatewayNotReady::NoPod)?;
+        let target = (client.get::<Service>(&c.namespace, &c.service)?)
+            .and_then(|s| s.spec)
+            .and_then(|s| s.ports)
+            .and_then(|ports| {
+                ports
+                    .into_iter()
+                    .find(|p| p.port == i32::from(self.service_port))
+            })
+            .and_then(|p| p.target_port);
+        let port = match target {
+            Some(IntOrString::Int(n)) => u16::try_from(n).ok(),
+            Some(IntOrString::String(name)) => (pod.spec.iter())
+                .flat_map(|s| s.containers.iter())
+                .flat_map(|c| c.ports.iter().flatten())
+                .find(|p| p.name.as_deref() == Some(name.as_str()))
+                .and_then(|p| u16::try_from(p.container_port).ok()),
+            None => Some(self.service_port),
+        }
+        .unwrap_or(self.service_port);
+        Ok((c.namespace.clone(), pods::name(&pod), port))
     }
 
     /// The stats listener of every pod of its Envoy (its admin is a unix socket).

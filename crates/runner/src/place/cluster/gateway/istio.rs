@@ -124,6 +124,12 @@ impl ClusterGateway for IstioGateway {
         None
     }
 
+    fn probed(&self, client: &BlockingClient) -> Result<(String, String, u16), GatewayNotReady> {
+        let pod =
+            (self.live_pods(client)?.first().map(pods::name)).ok_or(GatewayNotReady::NoPod)?;
+        Ok((self.namespace.clone(), pod, names::GATEWAY_HTTPS_PORT))
+    }
+
     fn counters(&self, client: &BlockingClient) -> Vec<Forward> {
         let live = self.live_pods(client).unwrap_or_default();
         (live.first().map(pods::name))

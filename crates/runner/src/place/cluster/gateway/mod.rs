@@ -100,6 +100,10 @@ pub(super) trait ClusterGateway: Send + Sync {
     /// it (`limits.control_plane`). None when it is the cluster's own, not read (istiod).
     fn control_plane(&self) -> Option<(Role, Program)>;
 
+    /// A pod of its Envoy and the container port it serves the load's TLS on: where a probe
+    /// of a change asks, through a port-forward.
+    fn probed(&self, client: &BlockingClient) -> Result<(String, String, u16), GatewayNotReady>;
+
     /// A port-forward to the counters of each pod of its Envoy, for the witness.
     fn counters(&self, client: &BlockingClient) -> Vec<Forward>;
 
