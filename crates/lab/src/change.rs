@@ -56,6 +56,23 @@ pub struct Told {
     pub written: Instant,
 }
 
+/// The backend's replicas restarted in turn, the way the place does it: the lab's processes
+/// killed and started again at their addresses (`crate::rig::ReplicaRoll`), a cluster's
+/// Deployment's rolling update. A roll goes on beside the changes after it: it is begun, then
+/// asked whether it is done between them.
+pub trait BackendRoll: Send {
+    /// How the backend is rolled, as a result names it.
+    fn told_by(&self) -> &'static str;
+
+    /// Begins a roll: what it is, in words, and when its first replica was stopped or its
+    /// first object written.
+    fn begin(&mut self) -> Result<(String, Instant), String>;
+
+    /// Whether the roll begun last is done: every replica new and ready. Between two asks it
+    /// may go on a step (the next replica restarted).
+    fn done(&mut self) -> Result<bool, String>;
+}
+
 /// A gateway's configuration as it was written: the plan, the CA that signed its domains and
 /// the certificates issued (by file stem). A cluster run keeps one for all its steps, each
 /// changed step changing a copy.

@@ -18,13 +18,13 @@ use std::time::{Duration, Instant};
 
 use meshbench_results::Stop;
 
-use crate::cgroup::Cgroup;
+use crate::cgroup::CgroupFiles;
 use crate::LabError;
 
 /// Where and how a role's process runs.
 #[derive(Debug, Default)]
 pub struct Placement<'a> {
-    pub cgroup: Option<&'a Cgroup>,
+    pub cgroup: Option<&'a CgroupFiles>,
     /// CPUs to pin to with the affinity mask (the fallback when cgroups are unavailable).
     pub affinity: Option<Vec<usize>>,
     /// A network namespace created with `ip netns add` (see [`crate::netns`]).
@@ -32,6 +32,23 @@ pub struct Placement<'a> {
     /// Run as this user and group id (Istio's proxy runs as 1337), set after the process
     /// has joined its cgroup and namespace and moved to its working directory.
     pub user: Option<u32>,
+}
+
+/// Another `Command` as `cmd` is: its program, arguments, environment and directory (what a
+/// role's process is started again with).
+pub fn copy_of(cmd: &Command) -> Command {
+    let mut copy = Command::new(cmd.get_program());
+    copy.args(cmd.get_args());
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => copy.env(k, v),
+            None => copy.env_remove(k),
+        };
+    }
+    if let Some(dir) = cmd.get_current_dir() {
+        copy.current_dir(dir);
+    }
+    copy
 }
 
 /// A running role process; its whole process group is stopped when dropped.

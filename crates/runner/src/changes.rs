@@ -13,7 +13,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use meshbench_engine::recorder::{ErrorKind, Interval};
-use meshbench_lab::change::{GatewayChanger, Probe, ServedWhen};
+use meshbench_lab::change::{BackendRoll, GatewayChanger, Probe, ServedWhen};
 use meshbench_net::tls::{client_config, server_name, ClientTlsOptions, Roots};
 use meshbench_results::change::{ChangeRecord, ErrorsByKind, SECONDS_AFTER, SERVED_WITHIN};
 use meshbench_results::usage::now_ms;
@@ -45,20 +45,6 @@ pub struct Changes {
     pub forward: Option<meshbench_k8s::Forward>,
 }
 
-/// The backend's replicas restarted in turn, the way the place does it (a Deployment's
-/// rolling update on a cluster). A roll goes on beside the changes after it: it is begun, then
-/// asked whether it is done between them.
-pub trait BackendRoll: Send {
-    /// How the backend is rolled, as a result names it.
-    fn told_by(&self) -> &'static str;
-
-    /// Begins a roll: what it is, in words, and when its first object was written.
-    fn begin(&mut self) -> Result<(String, Instant), String>;
-
-    /// Whether the roll begun last is done: every replica new and ready.
-    fn done(&mut self) -> Result<bool, String>;
-}
-
 /// A roll begun and not yet done: the index of its change, when it was written.
 struct Rolling {
     index: usize,
@@ -87,7 +73,7 @@ pub(crate) struct Running {
 }
 
 /// When the measured window opens on the sampler's clock (milliseconds since the Unix epoch;
-/// 0 until known): at once for a load started here, at the agents' first second for theirs.
+/// 0 until known): set from the load's first live report (`crate::load_window`).
 #[derive(Clone, Default)]
 pub(crate) struct WindowStart(Arc<AtomicU64>);
 
@@ -96,7 +82,7 @@ impl WindowStart {
         let _ = (self.0).compare_exchange(0, ms.max(1), Ordering::Relaxed, Ordering::Relaxed);
     }
 
-    fn get(&self) -> Option<u64> {
+    pub(crate) fn get(&self) -> Option<u64> {
         Some(self.0.load(Ordering::Relaxed)).filter(|&ms| ms > 0)
     }
 }

@@ -96,22 +96,20 @@ pub fn measure(
     let sampler = beside.sampling.map(|s| Sampler::start(s.watches, s.every));
     let started_ms = sampler::now_ms();
     let window_start_ms = started_ms + spec.warmup.as_millis() as u64;
-    // Known now for a load started here; the agents' is their first second's less its
-    // elapsed time (they start after they are prepared and connected).
+    // The engine's own clock starts once its connections are made, the agents' once they
+    // are prepared and connected: the window's start is the first live report's instant less
+    // the time it says has passed, and the warm-up (the engine's seconds count from there).
     let window_start = WindowStart::default();
-    if matches!(load_source, LoadSource::Local) {
-        window_start.set(window_start_ms);
-    }
     let changes = (beside.changes).map(|c| c.start(window_start.clone(), stop.clone()));
     let warmup_ms = spec.warmup.as_millis() as u64;
     // The seconds a change is read over (kept only when there are changes).
     let mut seconds: Vec<Interval> = Vec::new();
     let live = |live: &Live| {
+        if live.elapsed_secs > 0.0 {
+            let elapsed_ms = (live.elapsed_secs * 1000.0) as u64;
+            window_start.set(sampler::now_ms().saturating_sub(elapsed_ms) + warmup_ms);
+        }
         if changes.is_some() {
-            if live.elapsed_secs > 0.0 {
-                let started = sampler::now_ms().saturating_sub((live.elapsed_secs * 1000.0) as u64);
-                window_start.set(started + warmup_ms);
-            }
             seconds.extend(live.seconds.iter().cloned());
         }
         let roles = match &sampler {
@@ -144,7 +142,7 @@ pub fn measure(
     let sampled = sampler.map(Sampler::finish);
     let changes = changes.map(|c| c.finish(&seconds));
     let result = result?;
-    let from = window_start_ms;
+    let from = window_start.get().unwrap_or(window_start_ms);
     let to = from + (result.duration_secs * 1000.0) as u64;
     Ok(Measured {
         result,

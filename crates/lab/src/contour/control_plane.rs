@@ -97,7 +97,7 @@ impl ControlPlane {
         }
         let began = Instant::now();
         let place = Placement {
-            cgroup: cgroup.as_ref(),
+            cgroup: cgroup.as_deref(),
             ..Placement::default()
         };
         let mut contour = RoleProcess::spawn("contour", cmd, &dir.join("contour.log"), &place)?;

@@ -198,7 +198,7 @@ impl ControlPlane {
         cmd.envs(istiod_env.iter().copied());
         let began = Instant::now();
         let place = Placement {
-            cgroup: cgroup.as_ref(),
+            cgroup: cgroup.as_deref(),
             ..Placement::default()
         };
         let mut istiod = RoleProcess::spawn("istiod", cmd, &dir.join("istiod.log"), &place)?;

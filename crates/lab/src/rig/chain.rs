@@ -17,7 +17,7 @@ use crate::cgroup::{Cgroup, Cgroups};
 use crate::change::Written;
 use crate::gateway::{self, CertLayout, GatewayPlan};
 use crate::pki::Ca;
-use crate::process::{Placement, RoleProcess};
+use crate::process::{copy_of, Placement, RoleProcess};
 use crate::program::{Hop, ListenTls, Program, Standalone, UpstreamTls, WrittenProgram};
 use crate::LabError;
 use meshbench_results::{
@@ -331,7 +331,7 @@ impl Rig {
         };
         let namespace = launch.address.namespace;
         let place = Placement {
-            cgroup: cgroup.as_ref(),
+            cgroup: cgroup.as_deref(),
             affinity,
             netns: namespace.as_ref().map(|m| m.netns.clone()),
             user: launch.user,
@@ -343,6 +343,9 @@ impl Rig {
             AccessLog::Stdout => self.access_logs.push((launch.name, log.clone())),
         }
         let listen = launch.address.addr;
+        if launch.class == Class::Backend {
+            self.recipes.push((launch.name, copy_of(&launch.command)));
+        }
         let process = match &launch.ready {
             Ready::Accepts => RoleProcess::start(
                 launch.name.name(),

@@ -20,6 +20,7 @@ mod contour;
 pub mod control_plane;
 mod istio;
 mod pods;
+mod roll;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -30,7 +31,7 @@ use crate::cgroup::{Cgroup, Cgroups, Limits};
 use crate::change::{GatewayChanger, Written};
 use crate::istio::sidecars;
 use crate::netns::{Namespaces, RoleNamespace};
-use crate::process::RoleProcess;
+use crate::process::{copy_of, RoleProcess};
 use crate::program::envoy::ready::Awaited;
 use crate::program::{Program, ProgramSpec};
 use crate::sampler::Watch;
@@ -39,9 +40,12 @@ use chain::{backend_launch, hops};
 use meshbench_results::{
     topology::RolePlan, ChainRole, Class, PeerAuthentication, PlayedBy, Stop, Topology,
 };
+use std::sync::{Arc, PoisonError};
 
 pub use chain::backend_command;
 pub use control_plane::ControlPlane;
+pub use roll::ReplicaRoll;
+use roll::{Respawn, Respawned};
 
 /// The gateway topology's settings.
 #[derive(Debug, Clone)]
@@ -183,6 +187,10 @@ pub struct Rig {
     namespaces: Option<Namespaces>,
     /// The gateway the lab wrote (a standalone program's), kept to be changed under load.
     written_gateway: Option<WrittenGateway>,
+    /// How each backend replica was started (a roll starts it again so), and what a roll
+    /// started again.
+    recipes: Vec<(ChainRole, Command)>,
+    respawned: Respawned,
     /// Istio's sidecars' directories, outside `dir` ([`sidecars::pod_dir`]).
     pod_dirs: Vec<tempfile::TempDir>,
     dir: PathBuf,
@@ -396,6 +404,8 @@ impl Rig {
             backends: Vec::new(),
             pod_dirs: Vec::new(),
             written_gateway: None,
+            recipes: Vec::new(),
+            respawned: Respawned::default(),
             namespaces: spec
                 .netns
                 .then(|| Namespaces::new(&spec.id, &short_prefix(&spec.id))),
@@ -628,10 +638,45 @@ impl Rig {
 
     /// The first role found dead, with the tail of its output.
     pub fn dead_role(&mut self) -> Option<(ChainRole, String)> {
-        self.roles.iter_mut().find_map(|r| {
-            let status = r.process.exited()?;
-            Some((r.name, format!("{status}: {}", r.process.log_tail(5))))
+        let mut rolled = (self.respawned.lock()).unwrap_or_else(PoisonError::into_inner);
+        let rolled = &mut *rolled;
+        // A replica a roll killed is the process it started again by now (the last started).
+        let mut now: Vec<(ChainRole, &mut RoleProcess)> = Vec::new();
+        for (name, p) in rolled.processes.iter_mut().rev() {
+            if !now.iter().any(|(n, _)| n == name) {
+                now.push((*name, p));
+            }
+        }
+        for r in self.roles.iter_mut() {
+            if !rolled.killed.contains(&r.name) {
+                now.push((r.name, &mut r.process));
+            }
+        }
+        now.into_iter().find_map(|(name, p)| {
+            let status = p.exited()?;
+            Some((name, format!("{status}: {}", p.log_tail(5))))
         })
+    }
+
+    /// What rolls the backend's replicas under load (`kind: backend`): each killed and started
+    /// again at its address; none when the rig has no backend of its own.
+    pub fn backend_roll(&self) -> Option<ReplicaRoll> {
+        let replicas: Vec<Respawn> = (self.roles.iter().rev())
+            .filter(|r| r.class == Class::Backend)
+            .filter_map(|r| {
+                let recipe = self.recipes.iter().find(|(n, _)| *n == r.name)?;
+                Some(Respawn {
+                    name: r.name,
+                    command: copy_of(&recipe.1),
+                    log: self.dir.join(format!("{}.log", r.name)),
+                    cgroup: r.cgroup.as_ref().map(|c| c.files()),
+                    netns: r.namespace.as_ref().map(|m| m.netns.clone()),
+                    listen: r.listen,
+                    pgid: r.process.pid(),
+                })
+            })
+            .collect();
+        (!replicas.is_empty()).then(|| ReplicaRoll::new(replicas, Arc::clone(&self.respawned)))
     }
 }
 
@@ -653,6 +698,11 @@ impl Drop for Rig {
         for r in &self.roles {
             r.process.terminate();
         }
+        // The replicas a roll started again, before the cgroups they run in.
+        (self.respawned.lock())
+            .unwrap_or_else(PoisonError::into_inner)
+            .processes
+            .clear();
         if let Some(control_plane) = &self.control_plane {
             control_plane.terminate();
         }

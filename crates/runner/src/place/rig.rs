@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use meshbench_experiment::config::Experiment;
 use meshbench_experiment::{ChainVariant, Step};
+use meshbench_lab::change::BackendRoll;
 use meshbench_lab::program::envoy::admin::{self, AdminError};
 use meshbench_lab::rig::{Rig, RigSpec};
 use meshbench_lab::{change, sampler, LabError};
@@ -145,7 +146,7 @@ impl Realised for RigStep {
         let window = Duration::from_secs_f64(step.e.duration_secs);
         Ok(Some(StepChanges::Apply(Box::new(Changes {
             changer,
-            backend: None,
+            backend: (self.rig.backend_roll()).map(|r| Box::new(r) as Box<dyn BackendRoll>),
             schedule: schedule(&step.e.change_streams(), window),
             netns: self.rig.client_netns.clone(),
             forward: None,

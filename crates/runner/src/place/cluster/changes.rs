@@ -12,13 +12,13 @@ use meshbench_k8s::borrowed::WorkloadKind;
 use meshbench_k8s::k8s_openapi;
 use meshbench_k8s::rollout::{Rollout, Workload};
 use meshbench_k8s::{system, BlockingClient};
-use meshbench_lab::change::{self, GatewayChanger, OnCluster};
+use meshbench_lab::change::{self, BackendRoll, GatewayChanger, OnCluster};
 use meshbench_results::change::schedule;
 use meshbench_results::Configuration;
 use serde_json::json;
 
 use super::ClusterSite;
-use crate::changes::{BackendRoll, Changes, StepChanges};
+use crate::changes::{Changes, StepChanges};
 
 /// The pod template's annotation a roll sets (as `kubectl rollout restart` sets its own).
 const ROLLED_AT: &str = "meshbench.io/rolled-at";
