@@ -128,8 +128,15 @@ pub fn per_change(steps: &[StoredStep]) -> String {
                     format!("{n} errors ({})", kinds.join(", "))
                 }
             };
+            let peaks = match (r.gateway_cpu_peak_millicores, r.gateway_memory_peak_mib) {
+                (Some(cpu), Some(mib)) => {
+                    format!("; gateway peak {cpu:.0} millicores, {mib:.1} MiB")
+                }
+                (Some(cpu), None) => format!("; gateway peak {cpu:.0} millicores"),
+                _ => String::new(),
+            };
             out.push_str(&format!(
-                "  {:>7.3} s  {}: told {:.1} ms, {served}; seconds {}-{}: {} requests, {errors}, p99 {:.3} ms, p99.9 {:.3} ms, max {:.3} ms\n",
+                "  {:>7.3} s  {}: told {:.1} ms, {served}; seconds {}-{}: {} requests, {errors}, p99 {:.3} ms, p99.9 {:.3} ms, max {:.3} ms{peaks}\n",
                 r.written_ms / 1000.0,
                 r.what,
                 r.told_ms,

@@ -11,6 +11,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::usage::Sample;
+
 /// What one change does to the gateway's configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -147,12 +149,54 @@ pub struct ChangeRecord {
     /// has them; the load's does not).
     #[serde(default)]
     pub probes: u64,
+    /// The gateway's busiest CPU (millicores, between two of its samples) and its largest
+    /// memory (working set, else resident; MiB) over those seconds, when it was sampled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway_cpu_peak_millicores: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway_memory_peak_mib: Option<f64>,
 }
 
 impl ChangeRecord {
     /// Its failed requests, all kinds.
     pub fn error_count(&self) -> u64 {
         self.errors.values().sum()
+    }
+
+    /// Reads the gateway's peaks over its seconds (of a window opened at `window_start_ms`)
+    /// from the gateway's `samples`: the CPU between each two samples inside them or
+    /// straddling their edges, the memory of each sample inside them.
+    pub fn read_gateway_peaks(&mut self, samples: &[Sample], window_start_ms: u64) {
+        let from = window_start_ms + u64::from(self.seconds.0) * 1000;
+        let to = window_start_ms + (u64::from(self.seconds.1) + 1) * 1000;
+        let cpu = (samples.windows(2))
+            .filter(|w| w[1].t_ms > from && w[0].t_ms < to && w[1].t_ms > w[0].t_ms)
+            .map(|w| {
+                let ns = w[1].cpu_ns.saturating_sub(w[0].cpu_ns) as f64;
+                ns / ((w[1].t_ms - w[0].t_ms) as f64 * 1e6) * 1000.0
+            })
+            .fold(None, |peak: Option<f64>, c| {
+                Some(peak.map_or(c, |p| p.max(c)))
+            });
+        let memory = (samples.iter())
+            .filter(|s| (from..=to).contains(&s.t_ms))
+            .map(|s| s.working_set_bytes.unwrap_or(s.rss_bytes) as f64 / (1024.0 * 1024.0))
+            .filter(|&m| m > 0.0)
+            .fold(None, |peak: Option<f64>, m| {
+                Some(peak.map_or(m, |p| p.max(m)))
+            });
+        self.gateway_cpu_peak_millicores = cpu;
+        self.gateway_memory_peak_mib = memory;
+    }
+}
+
+impl ChangeFigures {
+    /// Each change's gateway peaks from the gateway's samples (see
+    /// [`ChangeRecord::read_gateway_peaks`]).
+    pub fn read_gateway_peaks(&mut self, samples: &[Sample], window_start_ms: u64) {
+        for c in &mut self.changes {
+            c.read_gateway_peaks(samples, window_start_ms);
+        }
     }
 }
 
@@ -195,6 +239,55 @@ impl ChangeFigures {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_changes_gateway_peaks_are_read_over_its_own_seconds_only() {
+        // Samples every 250 ms from the window's start (10,000 ms): 100 millicores, but
+        // 400 between 2,250 and 2,500 ms; 10 MiB, 30 at 2,500 ms and 50 at 5,000 ms (outside).
+        let samples: Vec<Sample> = (0..=24)
+            .map(|i| {
+                let t = i * 250;
+                let busy = if t > 2_250 { 75_000_000 } else { 0 };
+                Sample {
+                    t_ms: 10_000 + t,
+                    cpu_ns: t * 100_000 + busy,
+                    rss_bytes: 0,
+                    working_set_bytes: Some(
+                        match t {
+                            2_500 => 30,
+                            5_000 => 50,
+                            _ => 10,
+                        } << 20,
+                    ),
+                    rx_bytes: 0,
+                    tx_bytes: 0,
+                    connections: 0,
+                }
+            })
+            .collect();
+        let mut c = ChangeRecord {
+            kind: ChangeKind::Route,
+            what: "route".into(),
+            written_ms: 2_000.0,
+            told_ms: 1.0,
+            served_ms: Some(50.0),
+            failed: None,
+            seconds: (2, 3),
+            requests: 0,
+            errors: ErrorsByKind::new(),
+            p99_us: 0,
+            p999_us: 0,
+            max_us: 0,
+            probes: 0,
+            gateway_cpu_peak_millicores: None,
+            gateway_memory_peak_mib: None,
+        };
+        c.read_gateway_peaks(&samples, 10_000);
+        assert_eq!(c.gateway_cpu_peak_millicores.map(f64::round), Some(400.0));
+        assert_eq!(c.gateway_memory_peak_mib, Some(30.0));
+        c.read_gateway_peaks(&[], 10_000);
+        assert_eq!(c.gateway_cpu_peak_millicores, None);
+    }
 
     #[test]
     fn a_schedule_interleaves_streams_in_time_within_the_window() {

@@ -479,6 +479,8 @@ pub(crate) fn figures(
                 p999_us: merged.latency.value_at_quantile(0.999),
                 max_us: merged.latency.max(),
                 probes: a.probes,
+                gateway_cpu_peak_millicores: None,
+                gateway_memory_peak_mib: None,
             }
         })
         .collect();

@@ -22,7 +22,8 @@ use meshbench_experiment::config::{parse_cpuset, Experiment};
 use meshbench_lab::program::envoy::admin::AdminError;
 use meshbench_results::attribution::{Attribution, Sent};
 use meshbench_results::{
-    ChainRole, Figure, ProxyCounters, RoleUsage, Sample, StepFailure, UsageReader, UsageSource,
+    ChainRole, Figure, ProxyCounters, Role, RoleUsage, Sample, StepFailure, UsageReader,
+    UsageSource,
 };
 use meshbench_store::StepRecord;
 
@@ -240,6 +241,12 @@ pub(crate) fn measured_step<'s>(
         record.usage_source = Some(realised.usage_source(&kept));
     }
     record.changes = measured.changes;
+    if let (Some(c), Some(samples)) = (
+        &mut record.changes,
+        record.samples.get(&Role::Chain(ChainRole::Gateway)),
+    ) {
+        c.read_gateway_peaks(samples, measured.window_ms.0);
+    }
     record.set_result(measured.result);
     if let Some((role, log_tail)) = dead {
         record.fail(StepFailure::RoleExited { role, log_tail });
