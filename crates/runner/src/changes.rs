@@ -129,12 +129,15 @@ impl Running {
 }
 
 impl Changes {
-    /// How the changes are told: the gateway's way, and the backend's when it is rolled.
+    /// How the changes are told: the gateway's way, the backend's when it is rolled, or both.
     fn told_by(&self) -> String {
         let gateway = self.changer.told_by();
-        let rolls = self.schedule.iter().any(|(_, k)| *k == ChangeKind::Backend);
+        let rolls = (self.schedule.iter())
+            .filter(|(_, k)| *k == ChangeKind::Backend)
+            .count();
         match (&self.backend, rolls) {
-            (Some(b), true) => format!("{gateway}; backend: {}", b.told_by()),
+            (Some(b), n) if n == self.schedule.len() => format!("backend: {}", b.told_by()),
+            (Some(b), n) if n > 0 => format!("{gateway}; backend: {}", b.told_by()),
             _ => gateway.to_string(),
         }
     }

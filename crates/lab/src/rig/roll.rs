@@ -127,7 +127,7 @@ impl ReplicaRoll {
 
 impl BackendRoll for ReplicaRoll {
     fn told_by(&self) -> &'static str {
-        "each replica killed and started again at its address (the gateway not told)"
+        "replicas killed and started again in turn, the gateway not told"
     }
 
     fn begin(&mut self) -> Result<(String, Instant), String> {

@@ -71,6 +71,10 @@ fn a_backend_killed_under_envoy_fails_exactly_the_requests_envoy_counts_as_5xx()
     };
     let changes = with["changes"]["changes"].as_array().unwrap();
     assert_eq!(changes.len(), 2, "{with}");
+    assert_eq!(
+        with["changes"]["told_by"],
+        "backend: replicas killed and started again in turn, the gateway not told"
+    );
     let mut failed = 0;
     for c in changes {
         assert_eq!(c["kind"], "backend", "{c}");
