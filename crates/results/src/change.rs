@@ -134,8 +134,8 @@ pub struct ChangeRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failed: Option<String>,
     /// The whole seconds of the window this change is read over: from the one it was written
-    /// in to the one before the next change's (at most [`SECONDS_AFTER`]; a backend's roll,
-    /// until the second after it was done).
+    /// in to the one before the next change's (at most [`SECONDS_AFTER`]; a backend's roll, to
+    /// the window's end: what the gateway makes of it can outlast the roll).
     pub seconds: (u32, u32),
     /// Requests finished over those seconds.
     pub requests: u64,

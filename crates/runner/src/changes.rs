@@ -456,11 +456,13 @@ pub(crate) fn figures(
         .enumerate()
         .map(|(i, a)| {
             let first = firsts[i];
+            // The window's last second, for a change no other follows.
+            let end = seconds.iter().map(|s| s.second).max().unwrap_or(first);
             let last = match firsts.get(i + 1) {
                 Some(next) => next.saturating_sub(1).max(first),
-                None => u32::MAX,
+                None => end.max(first),
             }
-            .min(first + owned_seconds(a, window_start_ms, first) - 1);
+            .min(first.saturating_add(owned_seconds(a.kind) - 1));
             let mut merged = Interval::new(first);
             for s in seconds
                 .iter()
@@ -490,19 +492,15 @@ pub(crate) fn figures(
     ChangeFigures { told_by, changes }
 }
 
-/// How many seconds from its first change `a` owns, unless the next change's come first: the
-/// [`SECONDS_AFTER`] a gateway's change is read over; a backend's roll, its whole roll and the
-/// second after it (its old replicas go at its end), at most [`SERVED_WITHIN`] when it never
-/// ends.
-fn owned_seconds(a: &Applied, window_start_ms: u64, first: u32) -> u32 {
-    if a.kind != ChangeKind::Backend {
-        return SECONDS_AFTER;
+/// How many seconds from its first a change owns, unless the next change's come first: the
+/// [`SECONDS_AFTER`] a gateway's change is read over; a backend's roll, every one to the end of
+/// the window: what a gateway makes of replicas that went away can outlast the roll (nginx,
+/// by default, keeps an upstream that failed out for 10 s).
+fn owned_seconds(kind: ChangeKind) -> u32 {
+    match kind {
+        ChangeKind::Backend => u32::MAX,
+        _ => SECONDS_AFTER,
     }
-    let served_ms = a.served_ms.unwrap_or(SERVED_WITHIN.as_millis() as f64);
-    let end = a.written_ms.saturating_sub(window_start_ms) + served_ms as u64;
-    ((end / 1000) as u32 + 2)
-        .saturating_sub(first)
-        .max(SECONDS_AFTER)
 }
 
 /// The failed requests of some seconds by kind: the engine's kinds, and `http_<code>` per

@@ -22,8 +22,8 @@ use meshbench_experiment::config::{parse_cpuset, Experiment};
 use meshbench_lab::program::envoy::admin::AdminError;
 use meshbench_results::attribution::{Attribution, Sent};
 use meshbench_results::{
-    ChainRole, Figure, ProxyCounters, Role, RoleUsage, Sample, StepFailure, UsageReader,
-    UsageSource,
+    ChainRole, ChangeFigures, Figure, ProxyCounters, Role, RoleUsage, Sample, StepFailure,
+    UsageReader, UsageSource,
 };
 use meshbench_store::StepRecord;
 
@@ -240,18 +240,26 @@ pub(crate) fn measured_step<'s>(
         let kept: Vec<&[Sample]> = record.samples.values().map(Vec::as_slice).collect();
         record.usage_source = Some(realised.usage_source(&kept));
     }
-    record.changes = measured.changes;
-    if let (Some(c), Some(samples)) = (
-        &mut record.changes,
-        record.samples.get(&Role::Chain(ChainRole::Gateway)),
-    ) {
-        c.read_gateway_peaks(samples, measured.window_ms.0);
-    }
+    record.changes = with_gateway_peaks(measured.changes, &record.samples, measured.window_ms.0);
     record.set_result(measured.result);
     if let Some((role, log_tail)) = dead {
         record.fail(StepFailure::RoleExited { role, log_tail });
     }
     record
+}
+
+/// A step's changes with the gateway's CPU and memory peak over each, read from its samples
+/// (when it was sampled) of the window opened at `window_start_ms`.
+fn with_gateway_peaks(
+    changes: Option<ChangeFigures>,
+    samples: &BTreeMap<Role, Vec<Sample>>,
+    window_start_ms: u64,
+) -> Option<ChangeFigures> {
+    let mut changes = changes?;
+    if let Some(gateway) = samples.get(&Role::Chain(ChainRole::Gateway)) {
+        changes.read_gateway_peaks(gateway, window_start_ms);
+    }
+    Some(changes)
 }
 
 /// A step's options resolved for the engine, with the service time measured at the step's
