@@ -8,6 +8,7 @@
 //! Deployment controller's own word), each change's errors; the objects are put back after the
 //! changed step and everything is gone at the end.
 
+use crate::changes::{errors_of, show};
 use crate::cluster_experiment::{
     assert_gone, node_sets, start, wait_with_limit, IMAGE, RUN_WITHIN,
 };
@@ -86,9 +87,7 @@ fn an_istio_gateway_on_the_node_serves_a_route_every_2_s_and_a_backend_roll_read
         assert!(change.get("failed").is_none(), "{change}");
         let served = change["served_ms"].as_f64();
         assert!(served.is_some_and(|ms| ms > 0.0), "not served: {change}");
-        let errors: u64 = (change["errors"].as_object().unwrap().values())
-            .map(|n| n.as_u64().unwrap())
-            .sum();
+        let errors = errors_of(change);
         eprintln!(
             "change {i}: {} served in {:.0} ms, {} requests, {errors} errors {}",
             change["what"],
@@ -103,10 +102,7 @@ fn an_istio_gateway_on_the_node_serves_a_route_every_2_s_and_a_backend_roll_read
         }
     }
     // Every error of the changed step fell in a change's seconds.
-    let in_changes: u64 = (changes.iter())
-        .flat_map(|c| c["errors"].as_object().unwrap().values())
-        .map(|n| n.as_u64().unwrap())
-        .sum();
+    let in_changes: u64 = changes.iter().map(errors_of).sum();
     assert_eq!(
         changed["summary"]["errors"].as_u64(),
         Some(in_changes),
@@ -115,7 +111,7 @@ fn an_istio_gateway_on_the_node_serves_a_route_every_2_s_and_a_backend_roll_read
     );
     // The objects were put back: the gateway's Envoy was ready for its routes again, and the
     // results say what each change cost.
-    let shown = crate::changes::show(&store);
+    let shown = show(&store);
     assert!(
         shown.contains("route /get/3 added on every domain")
             && shown.contains("backend Deployment changes/backend rolled"),
