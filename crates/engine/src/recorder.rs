@@ -334,6 +334,10 @@ pub struct Interval {
     pub counts: Counts,
     /// Requests put on the wire.
     pub sends: u64,
+    /// Connections opened (attempted): past the first second, those the target closed (or
+    /// failed) and the load opened again.
+    #[serde(default)]
+    pub opened: u64,
     /// Latency as the result counts it, 3 significant digits like the result's own, so that
     /// what the live stream exports reads the same percentiles.
     #[serde(with = "latency_form")]
@@ -349,6 +353,7 @@ impl Interval {
             second,
             counts: Counts::default(),
             sends: 0,
+            opened: 0,
             latency: new_histogram(),
             lag: new_interval_histogram(),
         }
@@ -359,6 +364,7 @@ impl AddAssign<&Interval> for Interval {
     fn add_assign(&mut self, o: &Interval) {
         self.counts += &o.counts;
         self.sends += o.sends;
+        self.opened += o.opened;
         // The bounds are equal by construction, so adding cannot fail.
         self.latency.add(&o.latency).expect("same histogram bounds");
         self.lag.add(&o.lag).expect("same histogram bounds");
@@ -496,6 +502,7 @@ impl Recorder {
     pub fn add_second(&mut self, iv: &Interval) {
         self.counts += &iv.counts;
         self.sends += iv.sends;
+        self.conns.opened += iv.opened;
         // The engine's own bounds, by construction (a message's are re-homed when decoded).
         self.latency
             .add(&iv.latency)

@@ -38,12 +38,15 @@ pub struct Probe {
 }
 
 /// When a probe's answer shows the change served.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ServedWhen {
     /// A 2xx from the backend: the route or domain was added.
     Answers,
     /// Anything but a 2xx: the route was removed.
     Stops,
+    /// An answer on a connection whose handshake presented this certificate (DER): the
+    /// certificate was rotated.
+    Presents(Vec<u8>),
 }
 
 /// A change made and told: what it was, in words, and how to see it served.
@@ -299,6 +302,22 @@ impl GatewayChanger {
                         host,
                         path: "/get/1".into(),
                         served_when: ServedWhen::Answers,
+                    },
+                )
+            }
+            ChangeKind::Certificate => {
+                let (stem, issued) = gateway::rotate_cert(plan, &self.written.ca)?;
+                let presents = ServedWhen::Presents(issued.cert_der.clone());
+                match self.written.certs.iter_mut().find(|(s, _)| *s == stem) {
+                    Some((_, old)) => *old = issued,
+                    None => self.written.certs.push((stem.clone(), issued)),
+                }
+                (
+                    format!("certificate of {stem} issued again"),
+                    Probe {
+                        host: first,
+                        path: "/get/1".into(),
+                        served_when: presents,
                     },
                 )
             }

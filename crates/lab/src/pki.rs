@@ -21,6 +21,8 @@ use crate::LabError;
 pub struct Issued {
     pub cert_pem: String,
     pub key_pem: String,
+    /// The certificate as a peer presents it in a handshake (DER).
+    pub cert_der: Vec<u8>,
 }
 
 impl Issued {
@@ -126,6 +128,7 @@ impl Ca {
         Ok(Issued {
             cert_pem: cert.pem(),
             key_pem: key.serialize_pem(),
+            cert_der: cert.der().to_vec(),
         })
     }
 

@@ -205,6 +205,7 @@ fn plan(dir: &Path, listen: SocketAddr) -> GatewayPlan {
         out: dir.to_path_buf(),
         access_log: None,
         listeners_file: false,
+        rotated: Default::default(),
     }
 }
 

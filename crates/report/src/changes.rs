@@ -136,13 +136,14 @@ pub fn per_change(steps: &[StoredStep]) -> String {
                 _ => String::new(),
             };
             out.push_str(&format!(
-                "  {:>7.3} s  {}: told {:.1} ms, {served}; seconds {}-{}: {} requests, {errors}, p99 {:.3} ms, p99.9 {:.3} ms, max {:.3} ms{peaks}\n",
+                "  {:>7.3} s  {}: told {:.1} ms, {served}; seconds {}-{}: {} requests, {errors}, {} connections opened, p99 {:.3} ms, p99.9 {:.3} ms, max {:.3} ms{peaks}\n",
                 r.written_ms / 1000.0,
                 r.what,
                 r.told_ms,
                 r.seconds.0,
                 r.seconds.1,
                 r.requests,
+                r.connections_opened,
                 r.p99_us as f64 / 1000.0,
                 r.p999_us as f64 / 1000.0,
                 r.max_us as f64 / 1000.0,

@@ -26,6 +26,10 @@ pub enum ChangeKind {
     /// The same configuration told to the gateway again, the way a change is told (a reload,
     /// or the same document re-sent): what the telling alone costs.
     Reload,
+    /// The certificate of the first domain (or the shared one) issued again and told to the
+    /// gateway (new files and a reload; a Secret's data changed for a control plane): the
+    /// probe asks the domain on new connections until the gateway presents the new one.
+    Certificate,
     /// The backend's replicas restarted in turn, the gateway learning its endpoints its own
     /// way (on a cluster: its Deployment's rolling update, istiod or Contour following the
     /// endpoints): served when every replica is new and ready.
@@ -33,10 +37,11 @@ pub enum ChangeKind {
 }
 
 impl ChangeKind {
-    pub const ALL: [ChangeKind; 4] = [
+    pub const ALL: [ChangeKind; 5] = [
         ChangeKind::Route,
         ChangeKind::Domain,
         ChangeKind::Reload,
+        ChangeKind::Certificate,
         ChangeKind::Backend,
     ];
 
@@ -46,6 +51,7 @@ impl ChangeKind {
             ChangeKind::Route => "route",
             ChangeKind::Domain => "domain",
             ChangeKind::Reload => "reload",
+            ChangeKind::Certificate => "certificate",
             ChangeKind::Backend => "backend",
         }
     }
@@ -145,6 +151,10 @@ pub struct ChangeRecord {
     pub p99_us: u64,
     pub p999_us: u64,
     pub max_us: u64,
+    /// Connections the load opened over those seconds: each one the gateway closed (a reload
+    /// ending its kept-alive connections) or refused, opened again.
+    #[serde(default)]
+    pub connections_opened: u64,
     /// Requests the probe sent through the gateway for this change (each gateway's own count
     /// has them; the load's does not).
     #[serde(default)]
@@ -278,6 +288,7 @@ mod tests {
             p99_us: 0,
             p999_us: 0,
             max_us: 0,
+            connections_opened: 0,
             probes: 0,
             gateway_cpu_peak_millicores: None,
             gateway_memory_peak_mib: None,

@@ -383,9 +383,10 @@ impl Prober {
         loop {
             let asked = Instant::now();
             let answer = self.ask(probe, &mut sent);
-            let served = match (answer, probe.served_when) {
-                (Some(status), ServedWhen::Answers) => (200..300).contains(&status),
-                (Some(status), ServedWhen::Stops) => !(200..300).contains(&status),
+            let served = match (answer, &probe.served_when) {
+                (Some((status, _)), ServedWhen::Answers) => (200..300).contains(&status),
+                (Some((status, _)), ServedWhen::Stops) => !(200..300).contains(&status),
+                (Some((_, presented)), ServedWhen::Presents(new)) => presented == *new,
                 // No answer: neither served nor gone, ask again.
                 (None, _) => false,
             };
@@ -399,9 +400,9 @@ impl Prober {
         }
     }
 
-    /// The status of one GET of the probe's route, or `None` when no answer came; `sent`
-    /// counts it once its request is written.
-    fn ask(&self, probe: &Probe, sent: &mut u64) -> Option<u16> {
+    /// The status of one GET of the probe's route and the certificate the gateway presented
+    /// (DER), or `None` when no answer came; `sent` counts it once its request is written.
+    fn ask(&self, probe: &Probe, sent: &mut u64) -> Option<(u16, Vec<u8>)> {
         let name = server_name(&probe.host)?;
         let tcp = TcpStream::connect_timeout(&self.addr, PROBE_WITHIN).ok()?;
         tcp.set_read_timeout(Some(PROBE_WITHIN)).ok()?;
@@ -423,7 +424,12 @@ impl Prober {
                 Ok(n) => got += n,
             }
         }
-        std::str::from_utf8(&head[9..12]).ok()?.parse().ok()
+        let status = std::str::from_utf8(&head[9..12]).ok()?.parse().ok()?;
+        let presented = (tls.conn.peer_certificates())
+            .and_then(|chain| chain.first())
+            .map(|leaf| leaf.to_vec())
+            .unwrap_or_default();
+        Some((status, presented))
     }
 }
 
@@ -483,6 +489,7 @@ pub(crate) fn figures(
                 p99_us: merged.latency.value_at_quantile(0.99),
                 p999_us: merged.latency.value_at_quantile(0.999),
                 max_us: merged.latency.max(),
+                connections_opened: merged.opened,
                 probes: a.probes,
                 gateway_cpu_peak_millicores: None,
                 gateway_memory_peak_mib: None,

@@ -28,6 +28,7 @@ impl Worker<'_> {
         let addr = self.targets.hosts[self.conns[c as usize].host as usize].addr;
         if self.measuring {
             self.rec.conns.opened += 1;
+            self.interval.opened += 1;
         }
         let source = match self.plan.conn.source_addrs.as_slice() {
             [] => None,

@@ -237,6 +237,7 @@ mod tests {
             out: PathBuf::from("/nonexistent"),
             access_log: None,
             listeners_file: false,
+            rotated: Default::default(),
         }
     }
 

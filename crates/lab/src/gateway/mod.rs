@@ -8,6 +8,7 @@
 //! a Kubernetes cluster). This module writes what every target shares: the CA, the
 //! certificates, and `targets.txt`, a `--targets` file whose templates cover every route once.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -152,6 +153,10 @@ pub struct GatewayPlan {
     /// that a change is that file replaced by a rename (`meshbench_lab::change`); off: in the
     /// bootstrap.
     pub listeners_file: bool,
+    /// Times each certificate was issued again under load (by file stem: a domain, or
+    /// `shared`): a rotated one is read from `certs/STEM.N.crt`, so that every gateway reading
+    /// files is told of new names, as a user rotating certificates on disk does.
+    pub rotated: BTreeMap<String, usize>,
 }
 
 impl GatewayPlan {
@@ -221,10 +226,15 @@ impl GatewayPlan {
 
     /// File names of a domain's certificate and key, relative to the output directory.
     pub fn cert_files(&self, domain: &str) -> (String, String) {
-        match self.certs {
-            CertLayout::PerDomain => (format!("certs/{domain}.crt"), format!("certs/{domain}.key")),
-            CertLayout::Shared => ("certs/shared.crt".into(), "certs/shared.key".into()),
-        }
+        let stem = match self.certs {
+            CertLayout::PerDomain => domain,
+            CertLayout::Shared => "shared",
+        };
+        let stem = match self.rotated.get(stem) {
+            Some(n) => format!("{stem}.{n}"),
+            None => stem.to_string(),
+        };
+        (format!("certs/{stem}.crt"), format!("certs/{stem}.key"))
     }
 
     pub fn path(&self, relative: &str) -> PathBuf {
@@ -419,6 +429,20 @@ pub fn write_domain_cert(plan: &GatewayPlan, ca: &Ca, n: usize) -> Result<Issued
     let issued = ca.issue(std::slice::from_ref(&name), Usage::Server)?;
     write_cert(plan, &name, &issued)?;
     Ok(issued)
+}
+
+/// Issues the first domain's certificate (or the shared one) again with `ca`, writes it under
+/// new file names and counts the rotation in the plan: its file stem and the new certificate.
+pub fn rotate_cert(plan: &mut GatewayPlan, ca: &Ca) -> Result<(String, Issued), LabError> {
+    let (stem, names) = match plan.certs {
+        CertLayout::Shared => ("shared".to_string(), plan.domain_names().collect()),
+        CertLayout::PerDomain => (plan.domain(0), vec![plan.domain(0)]),
+    };
+    let issued = ca.issue(&names, Usage::Server)?;
+    let n = plan.rotated.get(&stem).map_or(1, |n| n + 1);
+    write_cert(plan, &format!("{stem}.{n}"), &issued)?;
+    plan.rotated.insert(stem.clone(), n);
+    Ok((stem, issued))
 }
 
 /// `NAME.crt`, `NAME.key`, and `NAME.pem` (both, as haproxy wants them) under `certs/`.

@@ -365,6 +365,7 @@ mod tests {
             out: PathBuf::from("/nonexistent"),
             access_log: None,
             listeners_file: false,
+            rotated: Default::default(),
         }
     }
 
@@ -382,6 +383,7 @@ mod tests {
         let issued = Issued {
             cert_pem: "-----BEGIN CERTIFICATE-----\n".into(),
             key_pem: "key".into(),
+            cert_der: Vec::new(),
         };
         let secrets = [tls_secret("a.com-cert", &issued, NAMESPACE)];
         let yaml = to_yaml(&secrets).unwrap();

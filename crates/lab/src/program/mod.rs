@@ -530,6 +530,7 @@ pub(crate) mod tests {
             out: std::env::temp_dir().join(format!("meshbench-h3-plan-{}", std::process::id())),
             access_log: None,
             listeners_file: false,
+            rotated: Default::default(),
         };
         let err = gateway::generate(&plan, &Program::Nginx).unwrap_err();
         assert!(err.to_string().contains("nginx with HTTP/3"), "{err}");

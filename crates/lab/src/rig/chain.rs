@@ -276,6 +276,7 @@ impl Rig {
             out: out.to_path_buf(),
             access_log: hop.access_log.clone(),
             listeners_file: spec.gateway.changeable,
+            rotated: Default::default(),
         };
         let generated = gateway::generate_by(&plan, &spec.gateway.program, &ca)?;
         let plan = GatewayPlan {

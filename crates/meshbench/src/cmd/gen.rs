@@ -95,6 +95,7 @@ pub fn gateway(a: GatewayArgs) -> Result<u8> {
         out: a.out.clone(),
         access_log: None,
         listeners_file: false,
+        rotated: Default::default(),
     };
     let started = Instant::now();
     let generated = gateway::generate(&plan, target)?;

@@ -7,9 +7,10 @@
 //!
 //! - The known truth (caddy's admin API sent the configuration it runs: 0 errors, no higher
 //!   tail) is `changes_truth`, which measures latency and so runs with nothing beside it.
-//! - A route added and removed and a domain added with its certificate are served through
-//!   every gateway: the probe saw each one (a new name over TLS signed by the run's CA, a new
-//!   path answering, a removed path no longer answering); every error of the step falls within
+//! - A route added and removed, a domain added with its certificate and the first domain's
+//!   certificate issued again are served through every gateway: the probe saw each one (a new
+//!   name over TLS signed by the run's CA, a new path answering, a removed path no longer
+//!   answering, the new certificate presented on a new connection); every error of the step falls within
 //!   a change's seconds, none in the paired step; `results show` prints each change's line and
 //!   the ranking.
 //! - Bad input: a gateway meshbench cannot change (a command), a change the gateway cannot make
@@ -93,8 +94,7 @@ pub(crate) fn errors_of(change: &Value) -> u64 {
 #[test]
 fn routes_and_domains_are_served_through_every_gateway_and_every_error_is_a_changes() {
     let dir = common::scratch_dir("changes-gateways");
-    let streams =
-        "  - kind: route\n    every_secs: 1.5\n  - kind: domain\n    at_secs: [2.2, 4.2]\n";
+    let streams = "  - kind: route\n    every_secs: 1.5\n  - kind: domain\n    at_secs: [2.2, 4.2]\n  - kind: certificate\n    at_secs: [3.2]\n";
     for gateway in ["nginx", "haproxy", "caddy", "envoy", "istio", "contour"] {
         let (steps, store) = run(&dir, gateway, &experiment(gateway, gateway, streams));
         let (with, still) = pair(&steps);
@@ -105,7 +105,7 @@ fn routes_and_domains_are_served_through_every_gateway_and_every_error_is_a_chan
             .collect();
         assert_eq!(
             kinds,
-            ["route", "domain", "route", "domain", "route"],
+            ["route", "domain", "route", "certificate", "domain", "route"],
             "{gateway}: {with}"
         );
         for c in changes {
@@ -123,6 +123,18 @@ fn routes_and_domains_are_served_through_every_gateway_and_every_error_is_a_chan
             "{what:?}"
         );
         assert!(what[2].contains("/get/4 removed"), "{what:?}");
+        // Served: a new connection was presented the certificate issued under load.
+        assert!(
+            what[3].contains("certificate of workspace-1-domain-1.com issued again"),
+            "{what:?}"
+        );
+        if gateway == "nginx" {
+            // A reload's old workers close the kept-alive connections: the load opens them again.
+            let opened: u64 = (changes.iter())
+                .map(|c| c["connections_opened"].as_u64().unwrap())
+                .sum();
+            assert!(opened > 0, "nginx: no connection reopened: {with}");
+        }
         // Every failed request of the step is in a change's seconds; the pair has none.
         let in_changes: u64 = changes.iter().map(errors_of).sum();
         let total = with["summary"]["errors"].as_u64().unwrap();
@@ -171,8 +183,8 @@ fn changes_a_gateway_cannot_make_or_a_step_cannot_hold_are_refused_in_one_line()
             "an external system's configuration is its owner's",
         ),
         (
-            experiment("kind", "nginx", "  - kind: certificate\n    every_secs: 2\n"),
-            "changes[0].kind: unknown variant `certificate`",
+            experiment("kind", "nginx", "  - kind: secret\n    every_secs: 2\n"),
+            "changes[0].kind: unknown variant `secret`",
         ),
     ];
     for (text, expected) in cases {

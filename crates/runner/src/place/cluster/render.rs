@@ -210,6 +210,7 @@ pub(super) fn gateway_objects(
         out: dir.to_path_buf(),
         access_log: None,
         listeners_file: false,
+        rotated: Default::default(),
     };
     let ca = Ca::new(lab_gateway::CA_NAME).map_err(|e| SiteError::Gateway(e.to_string()))?;
     let generated = lab_gateway::generate_by(&plan, gateway.target().as_ref(), &ca)
