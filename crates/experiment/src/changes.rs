@@ -177,6 +177,45 @@ mod tests {
     }
 
     #[test]
+    fn haproxy_runs_once_per_listed_reload_and_the_key_needs_haproxy() {
+        let text = format!("{FILE}changes:\n  - kind: route\n    every_secs: 2\n").replace(
+            "[nginx, caddy]",
+            "[nginx, haproxy]\n  haproxy_reload: [seamless, plain]",
+        );
+        let e = parse("t.yaml", &text, &[]).unwrap();
+        let plan = Plan::compile(&e);
+        let names: Vec<String> = plan.steps.iter().map(|s| s.variant()).collect();
+        assert_eq!(
+            names,
+            [
+                "baseline",
+                "gateway nginx",
+                "gateway nginx changes",
+                "gateway haproxy seamless-reload",
+                "gateway haproxy seamless-reload changes",
+                "gateway haproxy plain-reload",
+                "gateway haproxy plain-reload changes"
+            ]
+        );
+        let one = text.replace("[seamless, plain]", "plain");
+        let e = parse("t.yaml", &one, &[]).unwrap();
+        assert_eq!(
+            Plan::compile(&e).steps.len(),
+            5,
+            "one reload names no variant"
+        );
+        let without = text.replace("[nginx, haproxy]", "[nginx, caddy]");
+        let err = parse("t.yaml", &without, &[]).unwrap_err().to_string();
+        assert!(
+            err.contains("gateway.haproxy_reload: only with type haproxy"),
+            "{err}"
+        );
+        let twice = text.replace("[seamless, plain]", "[plain, plain]");
+        let err = parse("t.yaml", &twice, &[]).unwrap_err().to_string();
+        assert!(err.contains("a value is listed twice"), "{err}");
+    }
+
+    #[test]
     fn changes_a_step_cannot_hold_or_make_are_refused_each_in_its_words() {
         for (changes, expected) in [
             (

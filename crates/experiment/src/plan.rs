@@ -9,8 +9,8 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use meshbench_results::{
-    Arrival, Class, LoadPoint, LoopMode, MeshScale, Offer, PeerAuthentication, Program, Protocol,
-    StepKind, Topology,
+    Arrival, Class, HaproxyReload, LoadPoint, LoopMode, MeshScale, Offer, PeerAuthentication,
+    Program, Protocol, StepKind, Topology,
 };
 
 use crate::config::{ControlPlaneSection, Experiment};
@@ -90,6 +90,8 @@ pub struct ChainVariant {
     pub peer_authentication: Option<PeerAuthentication>,
     /// The gateway program, when `gateway.type` lists several.
     pub gateway: Option<Program>,
+    /// How haproxy's gateway is reloaded, when `gateway.haproxy_reload` lists several.
+    pub haproxy_reload: Option<HaproxyReload>,
     /// With a `changes` section, whether this gateway step applies them (its pair does not):
     /// `None` without the section.
     pub changes: Option<bool>,
@@ -163,6 +165,10 @@ impl Step {
             name.push(' ');
             name.push_str(program.name());
         }
+        if let Some(reload) = v.haproxy_reload {
+            name.push(' ');
+            name.push_str(&reload.variant());
+        }
         if let Some((role, c)) = v.cpu {
             name.push_str(&format!(" {}={}cpu", role.name(), c));
         }
@@ -203,6 +209,9 @@ impl Step {
         let mut variant = Vec::new();
         if let Some(program) = chain.and_then(|v| v.gateway) {
             variant.push(program.name().to_string());
+        }
+        if let Some(reload) = chain.and_then(|v| v.haproxy_reload) {
+            variant.push(reload.variant());
         }
         if let Some((role, c)) = chain.and_then(|v| v.cpu) {
             variant.push(format!("{}{c}cpu", role.name()));
@@ -412,12 +421,22 @@ fn changes(e: &Experiment, t: Topology) -> &'static [Option<bool>] {
 }
 
 /// The gateway programs a topology runs under, one variant each: every listed one for the
-/// gateway topology when the file lists several, else one unnamed.
-fn gateways(e: &Experiment, t: Topology) -> Vec<Option<Program>> {
-    match (t, e.gateway.kinds.len()) {
+/// gateway topology when the file lists several, else one unnamed; haproxy once per listed
+/// reload when the file lists several.
+fn gateways(e: &Experiment, t: Topology) -> Vec<(Option<Program>, Option<HaproxyReload>)> {
+    let programs: Vec<Option<Program>> = match (t, e.gateway.kinds.len()) {
         (Topology::Gateway, n) if n > 1 => e.gateway.kinds.iter().map(|k| Some(*k)).collect(),
         _ => vec![None],
+    };
+    let reloads = &e.gateway.haproxy_reload;
+    let mut out = Vec::new();
+    for program in programs {
+        match t == Topology::Gateway && e.gateway.of(program) == Program::Haproxy {
+            true if reloads.len() > 1 => out.extend(reloads.iter().map(|r| (program, Some(*r)))),
+            _ => out.push((program, None)),
+        }
     }
+    out
 }
 
 /// Seconds a step's rig takes to start and stop: about one, except for an Istio or Contour
@@ -461,7 +480,7 @@ fn variants(e: &Experiment) -> Vec<Variant> {
             }
             _ => vec![None],
         };
-        for gateway in gateways(e, topology) {
+        for (gateway, haproxy_reload) in gateways(e, topology) {
             for cpu in &cpus {
                 for peer_authentication in peer_authentications(e, topology) {
                     for &changes in changes(e, topology) {
@@ -470,6 +489,7 @@ fn variants(e: &Experiment) -> Vec<Variant> {
                             cpu: *cpu,
                             peer_authentication,
                             gateway,
+                            haproxy_reload,
                             changes,
                         }));
                     }

@@ -1,6 +1,6 @@
 //! A change told to a gateway the lab configures, the way its users tell it: nginx by
 //! `nginx -s reload`, haproxy by its master-worker reload (`SIGUSR2` to the master, which hands
-//! its listening sockets to the new workers), caddy through its admin API (`POST /load` with the
+//! its listening sockets to the new workers) or its plain one (a new process with `-sf`), caddy through its admin API (`POST /load` with the
 //! Caddyfile), Envoy through file-based xDS (its listeners file replaced by a rename, which
 //! Envoy watches for); a control plane's Envoy through its objects on the API server the control
 //! plane reads (Istio's Gateways, VirtualServices and Secrets, Contour's HTTPProxies), only
@@ -19,7 +19,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use meshbench_k8s::blocking::{documents, BlockingClient};
-use meshbench_results::{ChangeKind, Configuration, ControlPlaneKind, Program, Standalone};
+use meshbench_results::{
+    ChangeKind, Configuration, ControlPlaneKind, HaproxyReload, Program, Standalone,
+};
 use serde_json::Value;
 
 use crate::gateway::{self, GatewayPlan, Target};
@@ -76,6 +78,12 @@ pub trait BackendRoll: Send {
     fn done(&mut self) -> Result<bool, String>;
 }
 
+/// A gateway started again beside the running one, which it tells to finish (haproxy's plain
+/// reload, `crate::rig::GatewayRelaunch`): the new process is the gateway from then on.
+pub trait Relaunch: Send {
+    fn relaunch(&mut self) -> Result<(), String>;
+}
+
 /// A gateway's configuration as it was written: the plan, the CA that signed its domains and
 /// the certificates issued (by file stem). A cluster run keeps one for all its steps, each
 /// changed step changing a copy.
@@ -105,6 +113,9 @@ enum Teller {
         /// The gateway's main process (nginx's and haproxy's master).
         pid: u32,
         bin: PathBuf,
+        /// haproxy's plain reload: a new process started beside it (else its master-worker
+        /// reload).
+        relaunch: Option<Box<dyn Relaunch>>,
     },
     /// A control plane's Envoy: the objects that differ applied to the API server the control
     /// plane reads (istiod pushes, Contour translates).
@@ -179,6 +190,7 @@ impl GatewayChanger {
         written: Written,
         pid: u32,
         api: Option<&Path>,
+        relaunch: Option<Box<dyn Relaunch>>,
     ) -> Result<Option<GatewayChanger>, LabError> {
         let teller = match (program.configuration(), api) {
             (Configuration::Written(program), _) => {
@@ -189,11 +201,17 @@ impl GatewayChanger {
                     Standalone::Envoy if written.plan.listeners_file => envoy::binary()?,
                     Standalone::Envoy | Standalone::Command => return Ok(None),
                 };
-                Teller::Program { program, pid, bin }
+                Teller::Program {
+                    program,
+                    pid,
+                    bin,
+                    relaunch,
+                }
             }
             (Configuration::ByControlPlane(kind), Some(kubeconfig)) => {
-                let api = BlockingClient::from_kubeconfig(kubeconfig)
-                    .map_err(|e| tell_failed(told_by(program), e.to_string()))?;
+                let api = BlockingClient::from_kubeconfig(kubeconfig).map_err(|e| {
+                    tell_failed(told_by(program, HaproxyReload::default()), e.to_string())
+                })?;
                 objects(kind, api, Box::new(program), None, &written)?
             }
             (Configuration::ByControlPlane(_), None) => return Ok(None),
@@ -232,8 +250,12 @@ impl GatewayChanger {
         let Teller::Objects(o) = &mut self.teller else {
             return Ok(());
         };
-        let failed =
-            |e: meshbench_k8s::ApiError| tell_failed(told_by(o.kind.program()), e.to_string());
+        let failed = |e: meshbench_k8s::ApiError| {
+            tell_failed(
+                told_by(o.kind.program(), HaproxyReload::default()),
+                e.to_string(),
+            )
+        };
         for (name, object) in &o.applied {
             match o.first.get(name) {
                 None => o.api.delete(object).map_err(failed)?,
@@ -248,8 +270,16 @@ impl GatewayChanger {
     /// How the gateway is told of a change, as a result names it.
     pub fn told_by(&self) -> &'static str {
         match &self.teller {
-            Teller::Program { program, .. } => told_by(program.program()),
-            Teller::Objects(o) => told_by(o.kind.program()),
+            Teller::Program {
+                program, relaunch, ..
+            } => {
+                let reload = match relaunch {
+                    Some(_) => HaproxyReload::Plain,
+                    None => HaproxyReload::Seamless,
+                };
+                told_by(program.program(), reload)
+            }
+            Teller::Objects(o) => told_by(o.kind.program(), HaproxyReload::default()),
         }
     }
 
@@ -350,8 +380,13 @@ impl GatewayChanger {
         let told_by = self.told_by();
         let failed = |reason: String| tell_failed(told_by, reason);
         let plan = &self.written.plan;
-        let (program, pid, bin) = match &mut self.teller {
-            Teller::Program { program, pid, bin } => (*program, *pid, bin),
+        let (program, pid, bin, relaunch) = match &mut self.teller {
+            Teller::Program {
+                program,
+                pid,
+                bin,
+                relaunch,
+            } => (*program, *pid, bin, relaunch),
             Teller::Objects(o) => {
                 let now = o.render(plan, &self.written.certs)?;
                 let changed: Vec<Value> = (now.iter())
@@ -384,14 +419,17 @@ impl GatewayChanger {
                 }
                 Ok(())
             }
-            Standalone::Haproxy => {
-                // SAFETY: a signal to the master process this lab started and still holds.
-                let sent = unsafe { libc::kill(pid as libc::pid_t, libc::SIGUSR2) };
-                match sent {
-                    0 => Ok(()),
-                    _ => Err(failed(std::io::Error::last_os_error().to_string())),
+            Standalone::Haproxy => match relaunch {
+                Some(relaunch) => relaunch.relaunch().map_err(failed),
+                None => {
+                    // SAFETY: a signal to the master process this lab started and still holds.
+                    let sent = unsafe { libc::kill(pid as libc::pid_t, libc::SIGUSR2) };
+                    match sent {
+                        0 => Ok(()),
+                        _ => Err(failed(std::io::Error::last_os_error().to_string())),
+                    }
                 }
-            }
+            },
             Standalone::Caddy => {
                 let caddyfile = std::fs::read(plan.path(caddy::CONFIG))
                     .map_err(|e| failed(format!("{}: {e}", plan.path(caddy::CONFIG).display())))?;
@@ -405,10 +443,13 @@ impl GatewayChanger {
     }
 }
 
-/// How `program` is told of a change.
-pub fn told_by(program: Program) -> &'static str {
+/// How `program` is told of a change (haproxy: reloaded as `reload` says).
+pub fn told_by(program: Program, reload: HaproxyReload) -> &'static str {
     match program {
         Program::Nginx => "nginx -s reload",
+        Program::Haproxy if reload == HaproxyReload::Plain => {
+            "haproxy plain reload (a new process, -sf)"
+        }
         Program::Haproxy => "haproxy master-worker reload (SIGUSR2)",
         Program::Caddy => "caddy admin API (POST /load)",
         Program::Envoy => "envoy file-based xDS (lds.pb renamed into place)",
@@ -418,7 +459,7 @@ pub fn told_by(program: Program) -> &'static str {
     }
 }
 
-fn tell_failed(told_by: &'static str, reason: String) -> LabError {
+pub(crate) fn tell_failed(told_by: &'static str, reason: String) -> LabError {
     LabError::Tell { told_by, reason }
 }
 

@@ -63,6 +63,37 @@ impl fmt::Display for ChangeKind {
     }
 }
 
+/// How haproxy's gateway is reloaded, as its users do it: both are in haproxy's management
+/// guide. Only haproxy has two ways, so only haproxy's variants are named by it.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum HaproxyReload {
+    /// Master-worker (`-W`): `SIGUSR2` to the master, which starts new workers on the listening
+    /// sockets it keeps while the old ones finish.
+    #[default]
+    Seamless,
+    /// A new haproxy started with `-sf OLD_PID`: it binds beside the old one, then tells it to
+    /// stop listening and finish; connections waiting in the old one's accept queue are lost.
+    Plain,
+}
+
+impl HaproxyReload {
+    /// Its word in the experiment file.
+    pub fn name(self) -> &'static str {
+        match self {
+            HaproxyReload::Seamless => "seamless",
+            HaproxyReload::Plain => "plain",
+        }
+    }
+
+    /// Its part of a variant's name (`gateway haproxy plain-reload changes`).
+    pub fn variant(self) -> String {
+        format!("{}-reload", self.name())
+    }
+}
+
 /// One kind of change applied during a step's measured window: every `every`, or at the given
 /// instants (after the window opens), never after it closes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -44,7 +44,7 @@ pub mod usage;
 pub mod fixtures;
 
 pub use attribution::Attribution;
-pub use change::{ChangeFigures, ChangeKind, ChangeRecord, ChangeStream};
+pub use change::{ChangeFigures, ChangeKind, ChangeRecord, ChangeStream, HaproxyReload};
 pub use control_plane::{ControlPlaneFigures, MeshScale, ProxyKind, XdsType};
 pub use failure::StepFailure;
 pub use load::{Arrival, CloseFirst, IdleStrategy, LoopMode, Order, PacingSlack, Protocol};

@@ -362,6 +362,9 @@ pub fn rig_spec(
             paths: e.gateway.paths as usize,
             workers: e.gateway.workers,
             changeable: variant.changes.is_some(),
+            haproxy_reload: (variant.haproxy_reload)
+                .or(e.gateway.haproxy_reload.first().copied())
+                .unwrap_or_default(),
         },
         backend_exe: exe,
         backend_args,

@@ -11,7 +11,8 @@ use std::path::Path;
 
 use meshbench_results::Program;
 use meshbench_results::{
-    Arrival, IdleStrategy, LoadPoint, LoopMode, PeerAuthentication, Protocol, ProxyKind, StepKind,
+    Arrival, HaproxyReload, IdleStrategy, LoadPoint, LoopMode, PeerAuthentication, Protocol,
+    ProxyKind, StepKind,
 };
 
 use serde::{Deserialize, Serialize};
@@ -362,6 +363,15 @@ pub struct Gateway {
     pub domains: u32,
     pub paths: u32,
     pub workers: u32,
+    /// `type: haproxy` only: how its gateway is reloaded when changed (`seamless`, its
+    /// master-worker reload, by default; `plain`, a new process with `-sf`). One value or a
+    /// list: with two, haproxy's gateway runs once per value, as variants.
+    #[serde(
+        default,
+        deserialize_with = "one_or_many",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub haproxy_reload: Vec<HaproxyReload>,
 }
 
 impl Gateway {
@@ -390,6 +400,7 @@ impl Default for Gateway {
             domains: 10,
             paths: 10,
             workers: 0,
+            haproxy_reload: Vec::new(),
         }
     }
 }

@@ -419,7 +419,17 @@ impl Experiment {
             domains: _,
             paths: _,
             workers: _, // 0 follows the CPU allotment, any other a count
+            haproxy_reload,
         } = &self.gateway;
+        if !haproxy_reload.is_empty() && !self.gateway.runs(Program::Haproxy) {
+            p.push("gateway.haproxy_reload: only with type haproxy; add haproxy to gateway.type or remove the key".into());
+        }
+        let mut distinct = haproxy_reload.clone();
+        distinct.sort();
+        distinct.dedup();
+        if distinct.len() != haproxy_reload.len() {
+            p.push("gateway.haproxy_reload: a value is listed twice; list each once".into());
+        }
         if self
             .topologies
             .contains(&StepKind::Chain(Topology::Gateway))

@@ -188,12 +188,7 @@ fn gateway_command_with(program: Standalone, bin: &Path, dir: &Path, workers: u3
         name: ChainRole::Gateway.name(),
         workers,
     };
-    let mut cmd = command_line(program, bin, &run);
-    if program == Standalone::Haproxy {
-        // As its users run a gateway they reload: a master whose workers are replaced.
-        cmd.arg(haproxy::MASTER_WORKER);
-    }
-    cmd
+    command_line(program, bin, &run)
 }
 
 impl LabProgram for Program {
@@ -294,7 +289,11 @@ impl gateway::Target for Program {
             .installed()
             .unwrap_or_else(|| PathBuf::from(self.name()));
         let workers = u32::try_from(plan.workers).unwrap_or(u32::MAX);
-        let cmd = gateway_command_with(program, &bin, &plan.out, workers);
+        let mut cmd = gateway_command_with(program, &bin, &plan.out, workers);
+        if program == Standalone::Haproxy {
+            // As its users run a gateway they reload: a master whose workers are replaced.
+            cmd.arg(haproxy::MASTER_WORKER);
+        }
         Ok(vec![gateway::shell_line(&cmd)])
     }
 }

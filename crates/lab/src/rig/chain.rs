@@ -22,7 +22,7 @@ use crate::program::{Hop, ListenTls, Program, Standalone, UpstreamTls, WrittenPr
 use crate::LabError;
 use meshbench_results::{
     topology::{Duty, RolePlan},
-    ChainRole, Class, Configuration, ControlPlaneKind, PlayedBy, Stop, Topology,
+    ChainRole, Class, Configuration, ControlPlaneKind, HaproxyReload, PlayedBy, Stop, Topology,
 };
 
 /// The command line that runs the built-in backend (`meshbench backend`) on `listen`.
@@ -244,6 +244,11 @@ impl Rig {
         let out = spec.dir.join("gateway");
         self.write_gateway_plan(spec, hop, &out)?;
         let mut command = program.gateway_command(&out, hop.workers)?;
+        if program == Standalone::Haproxy && spec.gateway.haproxy_reload == HaproxyReload::Seamless
+        {
+            // A master whose workers a reload replaces, as its users run a gateway they reload.
+            command.arg(crate::program::haproxy::MASTER_WORKER);
+        }
         if program == Standalone::Envoy && hop.access_log.is_some() {
             command.args(crate::program::envoy::access_log::FLUSH_ARGS);
         }
@@ -286,6 +291,7 @@ impl Rig {
         // Kept to be changed under load, with what signed it.
         self.written_gateway = Some(WrittenGateway {
             program: spec.gateway.program,
+            haproxy_reload: spec.gateway.haproxy_reload,
             written: Written {
                 plan: plan.clone(),
                 ca: std::sync::Arc::new(ca),
@@ -344,7 +350,7 @@ impl Rig {
             AccessLog::Stdout => self.access_logs.push((launch.name, log.clone())),
         }
         let listen = launch.address.addr;
-        if launch.class == Class::Backend {
+        if launch.class == Class::Backend || launch.name == ChainRole::Gateway {
             self.recipes.push((launch.name, copy_of(&launch.command)));
         }
         let process = match &launch.ready {

@@ -28,7 +28,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use crate::cgroup::{Cgroup, Cgroups, Limits};
-use crate::change::{GatewayChanger, Written};
+use crate::change::{GatewayChanger, Relaunch, Written};
 use crate::istio::sidecars;
 use crate::netns::{Namespaces, RoleNamespace};
 use crate::process::{copy_of, RoleProcess};
@@ -38,13 +38,14 @@ use crate::sampler::Watch;
 use crate::{go_on, pki, LabError};
 use chain::{backend_launch, hops};
 use meshbench_results::{
-    topology::RolePlan, ChainRole, Class, PeerAuthentication, PlayedBy, Stop, Topology,
+    topology::RolePlan, ChainRole, Class, HaproxyReload, PeerAuthentication, PlayedBy, Stop,
+    Topology,
 };
 use std::sync::{Arc, PoisonError};
 
 pub use chain::backend_command;
 pub use control_plane::ControlPlane;
-pub use roll::ReplicaRoll;
+pub use roll::{GatewayRelaunch, ReplicaRoll};
 use roll::{Respawn, Respawned};
 
 /// The gateway topology's settings.
@@ -59,6 +60,9 @@ pub struct GatewaySpec {
     /// file of their own, [`crate::gateway::GatewayPlan::listeners_file`]), with changes or
     /// not, so that the two steps of the pair differ only by the changes.
     pub changeable: bool,
+    /// How haproxy's gateway runs and is reloaded: as a master with workers (seamless), or
+    /// as one process a new one replaces (plain).
+    pub haproxy_reload: HaproxyReload,
 }
 
 /// Everything needed to start a rig.
@@ -200,6 +204,7 @@ pub struct Rig {
 /// objects): its program, its plan, the CA that signed its domains and what it issued.
 struct WrittenGateway {
     program: Program,
+    haproxy_reload: HaproxyReload,
     written: Written,
 }
 
@@ -590,11 +595,27 @@ impl Rig {
             return Ok(None);
         };
         let api = self.control_plane.as_ref().and_then(|c| c.api_kubeconfig());
+        let relaunch = match (written.program, written.haproxy_reload) {
+            (Program::Haproxy, HaproxyReload::Plain) => {
+                let respawn = self.respawn_of(gateway).ok_or_else(|| {
+                    crate::change::tell_failed(
+                        "haproxy plain reload",
+                        "the gateway's command was not kept".into(),
+                    )
+                })?;
+                Some(
+                    Box::new(GatewayRelaunch::new(respawn, Arc::clone(&self.respawned)))
+                        as Box<dyn Relaunch>,
+                )
+            }
+            _ => None,
+        };
         GatewayChanger::new(
             written.program,
             written.written,
             gateway.process.pid(),
             api.as_deref(),
+            relaunch,
         )
     }
 
@@ -663,20 +684,23 @@ impl Rig {
     pub fn backend_roll(&self) -> Option<ReplicaRoll> {
         let replicas: Vec<Respawn> = (self.roles.iter().rev())
             .filter(|r| r.class == Class::Backend)
-            .filter_map(|r| {
-                let recipe = self.recipes.iter().find(|(n, _)| *n == r.name)?;
-                Some(Respawn {
-                    name: r.name,
-                    command: copy_of(&recipe.1),
-                    log: self.dir.join(format!("{}.log", r.name)),
-                    cgroup: r.cgroup.as_ref().map(|c| c.files()),
-                    netns: r.namespace.as_ref().map(|m| m.netns.clone()),
-                    listen: r.listen,
-                    pgid: r.process.pid(),
-                })
-            })
+            .filter_map(|r| self.respawn_of(r))
             .collect();
         (!replicas.is_empty()).then(|| ReplicaRoll::new(replicas, Arc::clone(&self.respawned)))
+    }
+
+    /// How role `r` is started again the way the rig started it, if its command was kept.
+    fn respawn_of(&self, r: &RunningRole) -> Option<Respawn> {
+        let recipe = self.recipes.iter().find(|(n, _)| *n == r.name)?;
+        Some(Respawn {
+            name: r.name,
+            command: copy_of(&recipe.1),
+            log: self.dir.join(format!("{}.log", r.name)),
+            cgroup: r.cgroup.as_ref().map(|c| c.files()),
+            netns: r.namespace.as_ref().map(|m| m.netns.clone()),
+            listen: r.listen,
+            pgid: r.process.pid(),
+        })
     }
 }
 
@@ -757,6 +781,7 @@ mod tests {
                 paths: 1,
                 workers: 1,
                 changeable: false,
+                haproxy_reload: HaproxyReload::default(),
             },
             backend_exe: exe,
             backend_replicas: 1,

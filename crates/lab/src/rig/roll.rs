@@ -3,7 +3,8 @@
 //! the one before accepts again. The gateway is not told: its upstreams are the replicas'
 //! addresses, which stay the same, so it learns of each restart by the requests that fail
 //! (a backend that crashes and comes back under a gateway with static upstreams). The
-//! processes started again are the rig's to stop, as its own are.
+//! processes started again are the rig's to stop, as its own are. haproxy's plain reload starts
+//! its gateway again the same way, beside the running one ([`GatewayRelaunch`]).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -14,7 +15,7 @@ use std::time::Instant;
 use meshbench_results::ChainRole;
 
 use crate::cgroup::CgroupFiles;
-use crate::change::BackendRoll;
+use crate::change::{BackendRoll, Relaunch};
 use crate::process::{accepts, copy_of, Placement, RoleProcess};
 
 /// A replica as the rig started it, to be started again the same way.
@@ -96,32 +97,75 @@ impl ReplicaRoll {
     /// Kills replica `i` and starts it again (not waiting for it to accept).
     fn restart(&mut self, i: usize) -> Result<(), String> {
         let r = &mut self.replicas[i];
-        let mut rolled = (self.respawned.lock()).unwrap_or_else(std::sync::PoisonError::into_inner);
-        if !rolled.killed.contains(&r.name) {
-            rolled.killed.push(r.name);
-        }
-        // SAFETY: signalling a process group this rig started (or a roll started again).
-        unsafe { libc::kill(-(r.pgid as i32), libc::SIGKILL) };
-        let to = match &rolled.spawner {
-            Some(to) => to.clone(),
-            None => rolled.spawner.insert(spawner()?).clone(),
-        };
-        let (reply, started) = mpsc::channel();
-        let asked = to.send(Spawn {
-            respawn: (r.name, copy_of(&r.command), r.log.clone()),
-            cgroup: r.cgroup.clone(),
-            netns: r.netns.clone(),
-            reply,
-        });
-        let process = asked
-            .ok()
-            .and_then(|()| started.recv().ok())
-            .unwrap_or_else(|| Err("the thread that starts replicas is gone".into()))?;
-        r.pgid = process.pid();
-        rolled.processes.push((r.name, process));
-        drop(rolled);
+        start_again(r, &self.respawned, &[], |pgid| {
+            // SAFETY: signalling a process group this rig started (or a roll started again).
+            unsafe { libc::kill(-(pgid as i32), libc::SIGKILL) };
+        })?;
         self.waiting_on = Some(i);
         Ok(())
+    }
+}
+
+/// Starts `r` again with `extra` arguments, in its cgroup and namespace, on the thread that
+/// outlives the step, once `before` was done to the process group it replaces (under the
+/// lock, so that the role is never seen gone without its replacement); the new one is `r`'s
+/// process from now on.
+fn start_again(
+    r: &mut Respawn,
+    respawned: &Respawned,
+    extra: &[String],
+    before: impl FnOnce(u32),
+) -> Result<(), String> {
+    let mut rolled = (respawned.lock()).unwrap_or_else(std::sync::PoisonError::into_inner);
+    if !rolled.killed.contains(&r.name) {
+        rolled.killed.push(r.name);
+    }
+    before(r.pgid);
+    let to = match &rolled.spawner {
+        Some(to) => to.clone(),
+        None => rolled.spawner.insert(spawner()?).clone(),
+    };
+    let mut command = copy_of(&r.command);
+    command.args(extra);
+    let (reply, started) = mpsc::channel();
+    let asked = to.send(Spawn {
+        respawn: (r.name, command, r.log.clone()),
+        cgroup: r.cgroup.clone(),
+        netns: r.netns.clone(),
+        reply,
+    });
+    let process = asked
+        .ok()
+        .and_then(|()| started.recv().ok())
+        .unwrap_or_else(|| Err(format!("the thread that starts {} again is gone", r.name)))?;
+    r.pgid = process.pid();
+    rolled.processes.push((r.name, process));
+    Ok(())
+}
+
+/// haproxy's plain reload: a new haproxy started as the gateway was, with `-sf` and the
+/// running one's process id, which binds beside it and then tells it to finish; the new one
+/// is the gateway from then on (the old one ends by itself once its connections are done).
+pub struct GatewayRelaunch {
+    gateway: Respawn,
+    respawned: Respawned,
+}
+
+impl GatewayRelaunch {
+    pub(super) fn new(gateway: Respawn, respawned: Respawned) -> GatewayRelaunch {
+        GatewayRelaunch { gateway, respawned }
+    }
+}
+
+impl Relaunch for GatewayRelaunch {
+    fn relaunch(&mut self) -> Result<(), String> {
+        let old = self.gateway.pgid.to_string();
+        start_again(
+            &mut self.gateway,
+            &self.respawned,
+            &["-sf".to_string(), old],
+            |_| {},
+        )
     }
 }
 

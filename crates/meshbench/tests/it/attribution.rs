@@ -59,6 +59,7 @@ pub(crate) fn spec(name: &str) -> RigSpec {
             paths: 1,
             workers: 1,
             changeable: false,
+            haproxy_reload: Default::default(),
         },
         backend_exe: PathBuf::from(bin()),
         backend_replicas: 1,

@@ -13,6 +13,9 @@
 //!   answering, the new certificate presented on a new connection); every error of the step falls within
 //!   a change's seconds, none in the paired step; `results show` prints each change's line and
 //!   the ranking.
+//! - haproxy's plain reload (`gateway.haproxy_reload: plain`): each change a new haproxy with
+//!   `-sf`, every change served by it, the step whole (the old process ends, the new one is the
+//!   gateway).
 //! - Bad input: a gateway meshbench cannot change (a command), a change the gateway cannot make
 //!   (a route where routes are gRPC methods), a rate above what a step can hold, and the
 //!   external topology, each refused in one line with exit 2.
@@ -151,6 +154,38 @@ fn routes_and_domains_are_served_through_every_gateway_and_every_error_is_a_chan
             "{gateway}: {text}"
         );
     }
+}
+
+#[test]
+fn haproxys_plain_reload_is_a_new_process_that_serves_every_change() {
+    let dir = common::scratch_dir("changes-haproxy-plain");
+    let streams =
+        "  - kind: route\n    every_secs: 1.5\n  - kind: certificate\n    at_secs: [2.2]\n";
+    let text = experiment("plain", "haproxy", streams)
+        .replace("  paths: 3\n", "  paths: 3\n  haproxy_reload: plain\n");
+    // `run` holds every step `ok`: the gateway started again is the role from then on (no
+    // role is seen gone when the old process ends).
+    let (steps, _) = run(&dir, "plain", &text);
+    let (with, still) = pair(&steps);
+    for s in [with, still] {
+        assert_eq!(
+            s["changes"]["told_by"], "haproxy plain reload (a new process, -sf)",
+            "{s}"
+        );
+    }
+    let changes = with["changes"]["changes"].as_array().unwrap();
+    assert_eq!(changes.len(), 4, "{with}");
+    for c in changes {
+        assert!(c["failed"].is_null(), "{c}");
+        assert!(c["served_ms"].as_f64().is_some_and(|ms| ms > 0.0), "{c}");
+    }
+    let in_changes: u64 = changes.iter().map(errors_of).sum();
+    assert_eq!(
+        with["summary"]["errors"].as_u64().unwrap(),
+        in_changes,
+        "errors outside the changes' seconds: {with}"
+    );
+    assert_eq!(still["summary"]["errors"], 0, "{still}");
 }
 
 #[test]

@@ -59,6 +59,7 @@ fn spec(topology: Topology, case: Case, name: &str) -> RigSpec {
             paths: 4,
             workers: 1,
             changeable: false,
+            haproxy_reload: Default::default(),
         },
         backend_exe: PathBuf::from(bin()),
         backend_replicas: 1,

@@ -71,6 +71,7 @@ fn spec(topology: Topology, name: &str) -> RigSpec {
             paths: 1,
             workers: 1,
             changeable: false,
+            haproxy_reload: Default::default(),
         },
         // Istio's sidecars live in pods; its gateway on this machine's loopback.
         netns: topology != Topology::Gateway,

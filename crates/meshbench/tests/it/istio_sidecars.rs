@@ -168,6 +168,7 @@ fn spec(topology: Topology, mtls: Option<PeerAuthentication>, name: &str) -> Rig
             paths: 1,
             workers: 1,
             changeable: false,
+            haproxy_reload: Default::default(),
         },
         backend_exe: PathBuf::from(bin()),
         backend_replicas: 1,

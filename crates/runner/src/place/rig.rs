@@ -137,7 +137,10 @@ impl Realised for RigStep {
         };
         if !apply {
             return Ok(Some(StepChanges::Still {
-                told_by: change::told_by(self.spec.gateway.program),
+                told_by: change::told_by(
+                    self.spec.gateway.program,
+                    self.spec.gateway.haproxy_reload,
+                ),
             }));
         }
         let changer = (self.rig.gateway_changer())

@@ -36,7 +36,7 @@ impl ClusterSite {
         let program = g.runs.program();
         if !apply {
             return Ok(StepChanges::Still {
-                told_by: change::told_by(program),
+                told_by: change::told_by(program, Default::default()),
             });
         }
         let Configuration::ByControlPlane(kind) = program.configuration() else {
