@@ -2,7 +2,8 @@
 //! controller, kube-proxy) with Istio installed as common/istio_node.rs does it: the preset
 //! examples/cluster-changes-istio.yaml runs as a user runs it, shortened. Its changed step adds
 //! and removes a route of the gateway's VirtualServices every 2 s through the API server
-//! (istiod pushing to the gateway's Envoy), then rolls the backend's Deployment; its still step
+//! (istiod pushing to the gateway's Envoy), issues the first domain's certificate again (its
+//! Secret, pushed over SDS), then rolls the backend's Deployment; its still step
 //! beside it changes nothing. Read from the cluster: every route change served (a probe through
 //! a port-forward to the gateway's pod), the roll done (every replica new and ready, the
 //! Deployment controller's own word), each change's errors; the objects are put back after the
@@ -45,7 +46,7 @@ fn an_istio_gateway_on_the_node_serves_a_route_every_2_s_and_a_backend_roll_read
         "gateway.paths=2".into(),
         "load.rate_rps=[200]".into(),
         "load.connections=[4]".into(),
-        "changes=[{kind: route, at_secs: [2, 4, 6, 8]}, {kind: backend, at_secs: [10]}]".into(),
+        "changes=[{kind: route, at_secs: [2, 4, 6, 8]}, {kind: certificate, at_secs: [7]}, {kind: backend, at_secs: [10]}]".into(),
     ]);
     let out = wait_with_limit(start(PRESET, &store, &sets), RUN_WITHIN);
     let err = String::from_utf8_lossy(&out.stderr).to_string();
@@ -79,7 +80,7 @@ fn an_istio_gateway_on_the_node_serves_a_route_every_2_s_and_a_backend_roll_read
         .collect();
     assert_eq!(
         kinds,
-        ["route", "route", "route", "route", "backend"],
+        ["route", "route", "route", "certificate", "route", "backend"],
         "{}",
         changed["changes"]
     );
@@ -95,9 +96,10 @@ fn an_istio_gateway_on_the_node_serves_a_route_every_2_s_and_a_backend_roll_read
             change["requests"],
             change["errors"]
         );
-        if kinds[i] == "route" {
+        if kinds[i] == "route" || kinds[i] == "certificate" {
             assert!(change["probes"].as_u64().unwrap() > 0, "{change}");
-            // A route istiod pushes is served by the gateway's Envoy without one error.
+            // A route or a Secret istiod pushes (the certificate over SDS) is served by the
+            // gateway's Envoy without one error.
             assert_eq!(errors, 0, "{change}");
         }
     }
