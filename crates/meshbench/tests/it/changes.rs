@@ -16,6 +16,8 @@
 //! - haproxy's plain reload (`gateway.haproxy_reload: plain`): each change a new haproxy with
 //!   `-sf`, every change served by it, the step whole (the old process ends, the new one is the
 //!   gateway).
+//! - Ctrl-C (SIGINT to meshbench's process group) while haproxy's plain reload has started new
+//!   processes (groups of their own): none is left, and the interrupted step keeps its changes.
 //! - Bad input: a gateway meshbench cannot change (a command), a change the gateway cannot make
 //!   (a route where routes are gRPC methods), a rate above what a step can hold, and the
 //!   external topology, each refused in one line with exit 2.
@@ -186,6 +188,58 @@ fn haproxys_plain_reload_is_a_new_process_that_serves_every_change() {
         "errors outside the changes' seconds: {with}"
     );
     assert_eq!(still["summary"]["errors"], 0, "{still}");
+}
+
+#[test]
+fn ctrl_c_while_haproxy_is_started_again_leaves_no_process_and_keeps_the_changes_measured() {
+    use std::os::unix::process::CommandExt;
+    let dir = common::scratch_dir("changes-ctrl-c");
+    let text = experiment(
+        "ctrl-c",
+        "haproxy",
+        "  - kind: route\n    every_secs: 1.5\n",
+    )
+    .replace("duration_secs: 6", "duration_secs: 20")
+    .replace("  paths: 3\n", "  paths: 3\n  haproxy_reload: plain\n");
+    let file = dir.join("ctrl-c.yaml");
+    std::fs::write(&file, text).unwrap();
+    let store = dir.join("ctrl-c.db");
+    // Its own process group, as a shell gives a pipeline: Ctrl-C goes to all of it.
+    let mut child = std::process::Command::new(common::bin())
+        .args(["experiment", &file.display().to_string(), "--store"])
+        .arg(&store)
+        .process_group(0)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    // The changed step has started haproxy again (a process of its own group, which the
+    // signal to meshbench's group does not reach).
+    let began = std::time::Instant::now();
+    while !(crate::lab::leftovers(pid).iter())
+        .any(|l| l.starts_with("process") && l.contains("-sf"))
+    {
+        assert!(began.elapsed() < LIMIT, "no haproxy started again");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    // SAFETY: signalling the child's own process group.
+    unsafe { libc::kill(-(pid as i32), libc::SIGINT) };
+    let out = common::wait_with_limit(&mut child, LIMIT);
+    assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
+    let left = crate::lab::leftovers(pid);
+    assert!(left.is_empty(), "{left:?}");
+    let doc = common::export_json(&store);
+    let steps = doc["steps"].as_array().unwrap();
+    let changed = steps.last().unwrap();
+    assert_eq!(changed["status"], "partial", "{changed}");
+    let changes = changed["changes"]["changes"].as_array().unwrap();
+    assert!(!changes.is_empty(), "{changed}");
+    assert!(
+        changes[0]["served_ms"].as_f64().is_some_and(|ms| ms > 0.0),
+        "{changed}"
+    );
 }
 
 #[test]
