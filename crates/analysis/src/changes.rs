@@ -217,6 +217,7 @@ mod tests {
             p999_us: 0,
             max_us: 0,
             connections_opened,
+            connections_failed: 0,
             probes: 0,
             gateway_cpu_peak_millicores: None,
             gateway_memory_peak_mib: None,

@@ -338,6 +338,11 @@ pub struct Interval {
     /// failed) and the load opened again.
     #[serde(default)]
     pub opened: u64,
+    /// Connections that failed with requests on them (reset, closed mid-answer, timed out):
+    /// each of those requests failed with it, so errors over these are the requests in flight
+    /// on a connection when it failed.
+    #[serde(default)]
+    pub failed_connections: u64,
     /// Latency as the result counts it, 3 significant digits like the result's own, so that
     /// what the live stream exports reads the same percentiles.
     #[serde(with = "latency_form")]
@@ -354,6 +359,7 @@ impl Interval {
             counts: Counts::default(),
             sends: 0,
             opened: 0,
+            failed_connections: 0,
             latency: new_histogram(),
             lag: new_interval_histogram(),
         }
@@ -365,6 +371,7 @@ impl AddAssign<&Interval> for Interval {
         self.counts += &o.counts;
         self.sends += o.sends;
         self.opened += o.opened;
+        self.failed_connections += o.failed_connections;
         // The bounds are equal by construction, so adding cannot fail.
         self.latency.add(&o.latency).expect("same histogram bounds");
         self.lag.add(&o.lag).expect("same histogram bounds");

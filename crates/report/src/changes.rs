@@ -122,12 +122,17 @@ pub fn per_change(steps: &[StoredStep]) -> String {
                 (None, Some(ms)) => format!("served {ms:.1} ms"),
                 (None, None) => "never served".into(),
             };
-            let errors = match r.error_count() {
-                0 => "0 errors".to_string(),
-                n => {
+            let errors = match (r.error_count(), r.connections_failed) {
+                (0, _) => "0 errors".to_string(),
+                (n, failed) => {
                     let kinds: Vec<String> =
                         r.errors.iter().map(|(k, n)| format!("{k} {n}")).collect();
-                    format!("{n} errors ({})", kinds.join(", "))
+                    let on = match failed {
+                        0 => String::new(),
+                        1 => " on 1 failed connection".to_string(),
+                        c => format!(" on {c} failed connections"),
+                    };
+                    format!("{n} errors ({}){on}", kinds.join(", "))
                 }
             };
             let peaks = match (r.gateway_cpu_peak_millicores, r.gateway_memory_peak_mib) {

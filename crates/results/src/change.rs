@@ -186,6 +186,11 @@ pub struct ChangeRecord {
     /// ending its kept-alive connections) or refused, opened again.
     #[serde(default)]
     pub connections_opened: u64,
+    /// Connections that failed with requests on them over those seconds: the errors over
+    /// these are how many requests each carried when it failed (one on HTTP/1.1, the streams
+    /// in flight on HTTP/2 or gRPC).
+    #[serde(default)]
+    pub connections_failed: u64,
     /// Requests the probe sent through the gateway for this change (each gateway's own count
     /// has them; the load's does not).
     #[serde(default)]
@@ -320,6 +325,7 @@ mod tests {
             p999_us: 0,
             max_us: 0,
             connections_opened: 0,
+            connections_failed: 0,
             probes: 0,
             gateway_cpu_peak_millicores: None,
             gateway_memory_peak_mib: None,

@@ -490,6 +490,7 @@ pub(crate) fn figures(
                 p999_us: merged.latency.value_at_quantile(0.999),
                 max_us: merged.latency.max(),
                 connections_opened: merged.opened,
+                connections_failed: merged.failed_connections,
                 probes: a.probes,
                 gateway_cpu_peak_millicores: None,
                 gateway_memory_peak_mib: None,

@@ -383,8 +383,12 @@ impl Worker<'_> {
             self.backing_off.push(c);
         }
         drop(waiting);
+        let mut measured = false;
         for s in busy {
-            self.fail_slot(s, kind, msg, now);
+            measured |= self.fail_slot(s, kind, msg, now);
+        }
+        if measured {
+            self.interval.failed_connections += 1;
         }
     }
 

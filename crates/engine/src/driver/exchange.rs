@@ -547,8 +547,15 @@ impl Worker<'_> {
         }
     }
 
-    /// Fails one request (an HTTP/2 stream, or a request whose connection is gone).
-    pub(super) fn fail_slot(&mut self, s: u32, kind: ErrorKind, msg: Option<&str>, now: u64) {
+    /// Fails one request (an HTTP/2 stream, or a request whose connection is gone); whether it
+    /// was measured (and so counted).
+    pub(super) fn fail_slot(
+        &mut self,
+        s: u32,
+        kind: ErrorKind,
+        msg: Option<&str>,
+        now: u64,
+    ) -> bool {
         let c = self.slots.conn_of(s);
         let failed = self.slots.request_mut(s).fail(now);
         if failed.measured {
@@ -557,6 +564,7 @@ impl Worker<'_> {
             self.count_error(kind, msg);
         }
         self.release_failed(s, c);
+        failed.measured
     }
 
     /// A gRPC call whose deadline passed: counted as DEADLINE_EXCEEDED (no latency: it has no

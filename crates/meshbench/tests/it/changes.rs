@@ -117,6 +117,18 @@ fn routes_and_domains_are_served_through_every_gateway_and_every_error_is_a_chan
             assert!(c["failed"].is_null(), "{gateway}: {c}");
             let served = c["served_ms"].as_f64();
             assert!(served.is_some_and(|ms| ms > 0.0), "{gateway} served: {c}");
+            // Over HTTP/1.1 a connection carries one request at a time: every request that
+            // failed with its connection (not an answer's status, not a timeout) is one
+            // connection failed.
+            let with_connection: u64 = (c["errors"].as_object().unwrap().iter())
+                .filter(|(kind, _)| !kind.starts_with("http_") && *kind != "timeout")
+                .map(|(_, n)| n.as_u64().unwrap())
+                .sum();
+            assert_eq!(
+                c["connections_failed"].as_u64(),
+                Some(with_connection),
+                "{gateway}: {c}"
+            );
         }
         let what: Vec<&str> = changes
             .iter()
