@@ -599,7 +599,7 @@ impl Rig {
             (Program::Haproxy, HaproxyReload::Plain) => {
                 let respawn = self.respawn_of(gateway).ok_or_else(|| {
                     crate::change::tell_failed(
-                        "haproxy plain reload",
+                        crate::change::told_by(Program::Haproxy, HaproxyReload::Plain),
                         "the gateway's command was not kept".into(),
                     )
                 })?;

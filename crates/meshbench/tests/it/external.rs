@@ -397,6 +397,22 @@ const RESTARTING: Container = Container {
     rx_bytes_per_sec: 1e5,
     tx_bytes_per_sec: 1e5,
 };
+/// A sidecar whose pod's network series cAdvisor gives only from [`NETWORK_FROM`] on (as it
+/// drops and gives again a pod's network series under load), its CPU steady throughout.
+const LATE_NETWORK: Container = Container {
+    preset: "istio-sidecar",
+    namespace: "bench",
+    pod: "late-network-0",
+    container: "istio-proxy",
+    cores: 0.2,
+    working_set_mib: 20,
+    rss_mib: 20,
+    rx_bytes_per_sec: 1e5,
+    tx_bytes_per_sec: 1e5,
+};
+/// When [`LATE_NETWORK`]'s network series begin: set as the experiment starts, so that they
+/// come inside its window.
+static NETWORK_FROM: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
 const MIB: u64 = 1 << 20;
 
 /// The kubelet's cAdvisor exposition at `elapsed` seconds: counters at their rates since a
@@ -412,10 +428,10 @@ fn cadvisor_text(elapsed: f64) -> String {
             "container=\"{c}\",id=\"/kubepods/burstable/pod-{pod}/{c}\",image=\"img\",name=\"{c}-{pod}\",namespace=\"{ns}\",pod=\"{pod}\""
         )
     };
-    let all = FIXTURE
-        .iter()
-        .map(|c| (c, elapsed))
-        .chain([(&RESTARTING, elapsed % RESTART_EVERY_SECS)]);
+    let all = FIXTURE.iter().map(|c| (c, elapsed)).chain([
+        (&RESTARTING, elapsed % RESTART_EVERY_SECS),
+        (&LATE_NETWORK, elapsed),
+    ]);
     for (c, since) in all {
         let l = labels(c.namespace, c.pod, c.container);
         cpu.push_str(&format!(
@@ -430,6 +446,11 @@ fn cadvisor_text(elapsed: f64) -> String {
             "container_memory_rss{{{l}}} {}\n",
             c.rss_mib * MIB
         ));
+        let network_now =
+            c.pod != LATE_NETWORK.pod || NETWORK_FROM.get().is_some_and(|t| Instant::now() >= *t);
+        if !network_now {
+            continue;
+        }
         let p = format!("{},interface=\"eth0\"", labels(c.namespace, c.pod, "POD"));
         rx.push_str(&format!(
             "container_network_receive_bytes_total{{{p}}} {}\n",
@@ -532,6 +553,7 @@ fn every_kubernetes_preset_reads_what_a_cadvisor_fixture_implies() {
     }
     roles.push_str(
         "        - {name: restarting, preset: istio-sidecar, match: {namespace: bench, pod: 'restarting-.*'}}
+        - {name: late-network, preset: istio-sidecar, match: {namespace: bench, pod: 'late-network-.*'}}
         - {name: nobody, preset: istio-sidecar, match: {namespace: nowhere, pod: 'x-.*'}}
         - name: whole-pod
           cpu: 'sum(rate(container_cpu_usage_seconds_total{namespace=\"bench\",pod=~\"fortioserver-.*\"}[$window]))'
@@ -579,6 +601,12 @@ external:
 
     let store = dir.join("results.db");
     let started = Instant::now();
+    // About when the window opens (after 4 s of warm-up), after the start of its first rate
+    // window (4 s before it), so that they came within what the window reads yet give it most
+    // of its points.
+    NETWORK_FROM
+        .set(started + Duration::from_millis(4500))
+        .unwrap();
     let out = experiment(&file, &store);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
@@ -586,13 +614,19 @@ external:
     // One line for each role that could not be read, naming it and what to check.
     let w = warnings(&stderr);
     eprintln!("{}", w.join("\n"));
-    assert_eq!(w.len(), 3, "{stderr}");
+    assert_eq!(w.len(), 4, "{stderr}");
     let line = |role: &str| {
         w.iter()
             .find(|l| l.contains(&format!("role {role} ")))
             .unwrap_or_else(|| panic!("no warning for {role}: {stderr}"))
     };
     assert!(line("restarting").contains("counter reset"), "{stderr}");
+    // A pod's network series that came in the window: its rx and tx only are missing.
+    assert!(
+        line("late-network").contains("its rx series came or went during the window")
+            && line("late-network").contains("its tx series came or went"),
+        "{stderr}"
+    );
     assert!(
         line("broken").contains("Prometheus refused its cpu query"),
         "{stderr}"
@@ -660,6 +694,13 @@ external:
         );
     }
     assert!(missing(role(step, "broken")).contains(&"cpu".to_string()));
+    let late = role(step, "late-network");
+    assert_eq!(missing(late), ["connections", "rx", "tx"], "{late}");
+    let mc = late["cpu_millicores_avg"].as_f64().unwrap();
+    assert!(
+        close(mc, LATE_NETWORK.cores * 1000.0, 0.03),
+        "late-network: {mc}"
+    );
 
     // The table and the CSV say `-` and nothing where figures are missing.
     let show = meshbench(

@@ -11,9 +11,11 @@
 //! What cannot be read is *missing*, never a crash or a zero: a figure the role's source does
 //! not have (no warning: it is by design), a query Prometheus refuses or that returns nothing
 //! (one warning line per role), a counter that was reset or a series that came or went during
-//! the window (a restarted container, a replaced pod: the whole role is missing, since its
-//! figures are not a steady state), and Prometheus not answering at all (one line for the
-//! step, every role missing, no further query).
+//! the window (a restarted container, a replaced pod, seen in its CPU: the whole role is
+//! missing, since its figures are not a steady state; a series of another figure alone, such
+//! as a pod's network series cAdvisor drops and gives again under load: that figure only), and
+//! Prometheus not answering at all (one line for the step, every role missing, no further
+//! query).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -101,8 +103,8 @@ struct RoleFigures {
     empty: Vec<Figure>,
     /// One line each, joined into the role's warning.
     problems: Vec<String>,
-    /// The counters behind the figures read: what the restart check looks at.
-    counters: BTreeSet<String>,
+    /// The counter behind each figure read: what the restart check looks at.
+    counters: BTreeMap<Figure, String>,
     /// The role's series restarted in the window, so every figure is missing.
     restarted: bool,
 }
@@ -152,7 +154,9 @@ fn query_figures(
             Ok(series) => match on_grid(&series, grid) {
                 Some(points) => {
                     figures.read.insert(f, points);
-                    figures.counters.extend(q.counter.clone());
+                    if let Some(counter) = &q.counter {
+                        figures.counters.insert(f, counter.clone());
+                    }
                 }
                 None => {
                     figures.empty.push(f);
@@ -185,33 +189,59 @@ fn no_series(role: &ExternalRole, queries: &Queries, empty: &[Figure]) -> String
     format!("no series for {} over the window; {hint}", names.join(", "))
 }
 
-/// Checks the counters behind the figures read for a restart in the window; when one
-/// restarted, every figure read becomes missing. A Prometheus that stops answering here is
-/// `fatal`; a refused check is one more problem.
+/// Checks the counters behind the figures read for a restart in the window. When the CPU's
+/// restarted (the container or its pod did), every figure read becomes missing; when another
+/// figure's alone did (a pod's network series dropped and given again), that figure only. A
+/// Prometheus that stops answering here is `fatal`; a refused check is one more problem.
 fn check_restarts(
     prom: &Prometheus,
     w: &Window,
     figures: &mut RoleFigures,
     fatal: &mut Option<PromError>,
 ) {
-    match restarts(prom, &figures.counters, w) {
-        Ok(None) => {}
-        Ok(Some(what)) => {
-            figures.problems.push(format!(
-                "its series restarted during the window ({what}): a container restarted or a pod or process was replaced, so its figures are not a steady state; every figure is marked missing"
-            ));
-            figures.restarted = true;
-            for f in figures.read.keys() {
-                figures
-                    .missing
-                    .insert(*f, format!("series restarted in the window: {what}"));
+    // The CPU's counter first: when it restarted, the others need no look.
+    let mut order: Vec<(Figure, String)> = figures.counters.clone().into_iter().collect();
+    order.sort_by_key(|(f, _)| *f != Figure::Cpu);
+    let mut alone: Vec<(Figure, String)> = Vec::new();
+    for (f, counter) in order {
+        match restarts(prom, &BTreeSet::from([counter]), w) {
+            Ok(None) => {}
+            Ok(Some(what)) if f == Figure::Cpu => {
+                figures.problems.push(format!(
+                    "its series restarted during the window ({what}): a container restarted or a pod or process was replaced, so its figures are not a steady state; every figure is marked missing"
+                ));
+                figures.restarted = true;
+                for f in figures.read.keys() {
+                    figures
+                        .missing
+                        .insert(*f, format!("series restarted in the window: {what}"));
+                }
+                figures.read.clear();
+                return;
             }
-            figures.read.clear();
+            Ok(Some(what)) => alone.push((f, what)),
+            Err(e) if e.is_fatal() => {
+                *fatal = Some(e);
+                return;
+            }
+            Err(e) => {
+                figures
+                    .problems
+                    .push(format!("restarts could not be checked ({})", refusal(&e)));
+                return;
+            }
         }
-        Err(e) if e.is_fatal() => *fatal = Some(e),
-        Err(e) => figures
-            .problems
-            .push(format!("restarts could not be checked ({})", refusal(&e))),
+    }
+    for (f, what) in alone {
+        figures.problems.push(format!(
+            "its {} series came or went during the window ({what}) while its CPU's did not, so its {} is marked missing",
+            f.name(),
+            f.name()
+        ));
+        figures.read.remove(&f);
+        figures
+            .missing
+            .insert(f, format!("series came or went in the window: {what}"));
     }
 }
 
