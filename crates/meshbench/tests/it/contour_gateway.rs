@@ -76,12 +76,20 @@ fn contours_envoy_serves_every_route_and_counts_what_the_engine_sent() {
     let step = &export["steps"][0];
     assert_eq!(step["status"], "ok", "{step}");
     let summary = &step["summary"];
-    assert_eq!(u(summary, "/requests"), 2000, "{summary}");
     assert_eq!(u(summary, "/errors"), 0, "{summary}");
     let result = &step["result"];
+    // Every request of the schedule was sent; one still in flight when the window closed (a
+    // busy machine slows the target's last answers) is counted unfinished, not answered.
+    let (answered, unfinished) = (
+        u(result, "/requests/total"),
+        u(result, "/requests/unfinished"),
+    );
+    assert_eq!(answered + unfinished, 2000, "{}", result["requests"]);
+    assert!(unfinished <= 2, "{}", result["requests"]);
+    assert_eq!(u(summary, "/requests"), answered, "{summary}");
     assert_eq!(
         u(result, "/status_codes/200"),
-        2000,
+        answered,
         "{}",
         result["status_codes"]
     );
@@ -89,9 +97,18 @@ fn contours_envoy_serves_every_route_and_counts_what_the_engine_sent() {
     assert_eq!(hosts.len(), DOMAINS, "every domain was asked: {hosts:?}");
     let gateway = common::usage_of(step, "gateway");
     assert_eq!(gateway["program"], "contour");
-    // Envoy's own count, read from its admin: the very requests the engine sent, no more.
-    assert_eq!(u(gateway, "/proxy/requests/total"), 2000, "{gateway}");
-    assert_eq!(u(gateway, "/proxy/requests/status_2xx"), 2000, "{gateway}");
+    // Envoy's own count, read from its admin: the very requests the engine sent, no more (one
+    // unfinished at the window's end may be in it or not: Envoy counts an answer once done).
+    let counted = u(gateway, "/proxy/requests/total");
+    assert!(
+        (answered..=answered + unfinished).contains(&counted),
+        "{answered} answered, {unfinished} unfinished: {gateway}"
+    );
+    assert_eq!(
+        u(gateway, "/proxy/requests/status_2xx"),
+        counted,
+        "{gateway}"
+    );
     assert!(
         gateway["cpu_millicores_avg"].as_f64().unwrap_or(0.0) > 0.0,
         "{gateway}"
