@@ -1,13 +1,15 @@
 //! `changes:`, what a change costs the traffic: the changes each gateway step applies while its
 //! load runs, one stream per kind (a route every 2 s, a domain with its certificate every
-//! 10 s). With the section, every gateway variant runs twice per repeat, without and with the
-//! changes, interleaved as repeats are, so that what the changes add is read against the same
-//! step without them. The checks here are those of the section alone and what it rules out.
+//! 10 s), and those each step of Istio's sidecars applies to their mesh (a ServiceEntry every
+//! second). With the section, every variant a stream applies to runs twice per repeat, without
+//! and with the changes, interleaved as repeats are, so that what the changes add is read
+//! against the same step without them. The checks here are those of the section alone and
+//! what it rules out.
 
 use std::time::Duration;
 
 use meshbench_results::change::MIN_APART;
-use meshbench_results::{ChangeKind, ChangeStream, Program, Protocol, StepKind};
+use meshbench_results::{ChangeKind, ChangeStream, Program, Protocol, StepKind, Topology};
 use serde::{Deserialize, Serialize};
 
 use crate::config::Experiment;
@@ -50,23 +52,58 @@ impl ChangeSection {
     }
 }
 
+/// The two kinds of step changes are made in: a gateway's, and those of Istio's sidecars.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Changed {
+    Gateway,
+    Sidecars,
+}
+
+impl Changed {
+    /// What a change of `kind` changes.
+    fn of(kind: ChangeKind) -> Changed {
+        match kind {
+            ChangeKind::ServiceEntry => Changed::Sidecars,
+            ChangeKind::Route
+            | ChangeKind::Domain
+            | ChangeKind::Reload
+            | ChangeKind::Certificate
+            | ChangeKind::Backend => Changed::Gateway,
+        }
+    }
+}
+
 impl Experiment {
-    /// The change streams every gateway step with changes applies (none without the section).
-    pub fn change_streams(&self) -> Vec<ChangeStream> {
-        self.changes
-            .iter()
-            .flatten()
+    /// What the steps of `topology` change, if anything: the gateway topology its gateway,
+    /// the topologies with a client's sidecar of Istio their mesh.
+    fn changed_in(&self, topology: Topology) -> Option<Changed> {
+        match topology {
+            Topology::Gateway => Some(Changed::Gateway),
+            t if t.has_client_sidecar() && self.proxy.kind == Program::Istio => {
+                Some(Changed::Sidecars)
+            }
+            _ => None,
+        }
+    }
+
+    /// The change streams a step of `topology` with changes applies (none without the
+    /// section, or when no stream applies to it).
+    pub fn change_streams(&self, topology: Topology) -> Vec<ChangeStream> {
+        let changed = self.changed_in(topology);
+        (self.changes.iter().flatten())
+            .filter(|s| Some(Changed::of(s.kind)) == changed)
             .map(ChangeSection::stream)
             .collect()
     }
 
-    /// Whether gateway steps run in pairs, without and with changes.
-    pub fn pairs_changes(&self) -> bool {
-        self.changes.as_ref().is_some_and(|c| !c.is_empty())
+    /// Whether the steps of `topology` run in pairs, without and with changes.
+    pub fn pairs_changes(&self, topology: Topology) -> bool {
+        !self.change_streams(topology).is_empty()
     }
 
-    /// The rules of `changes`: a gateway topology to change, a gateway meshbench can change,
-    /// instants inside the window and no faster than a step can hold, nothing external.
+    /// The rules of `changes`: a gateway topology to change, a gateway meshbench can change
+    /// (or, for a ServiceEntry, Istio's sidecars with a client's, in the lab), instants inside
+    /// the window and no faster than a step can hold, nothing external.
     pub(crate) fn validate_changes(&self, p: &mut Vec<String>) {
         let Some(streams) = &self.changes else {
             return;
@@ -79,16 +116,21 @@ impl Experiment {
         if self.topologies.contains(&StepKind::External) || self.external.is_some() {
             p.push("changes: an external system's configuration is its owner's, not meshbench's to change; run the changes in a file without the external topology".into());
         }
-        if !self
-            .topologies
-            .contains(&StepKind::Chain(meshbench_results::Topology::Gateway))
+        let gateway = streams
+            .iter()
+            .any(|s| Changed::of(s.kind) == Changed::Gateway);
+        if gateway
+            && !self
+                .topologies
+                .contains(&StepKind::Chain(Topology::Gateway))
         {
             p.push(
                 "changes: applies to the gateway topology's steps; add gateway to topologies"
                     .into(),
             );
         }
-        for program in &self.gateway.kinds {
+        self.validate_sidecar_changes(streams, p);
+        for program in (self.gateway.kinds.iter()).filter(|_| gateway) {
             if !CHANGEABLE.contains(program) {
                 p.push(format!(
                     "changes: gateway.type {} cannot be changed under load by meshbench; use nginx, haproxy, caddy, envoy, istio or contour",
@@ -126,22 +168,57 @@ impl Experiment {
             }
         }
         if p.len() == before {
-            let per_sec: f64 = (streams.iter())
-                .map(|s| match s.every_secs {
-                    Some(e) => 1.0 / e,
-                    None => s.at_secs.len() as f64 / self.duration_secs,
-                })
-                .sum();
-            if per_sec > 1.0 / MIN_APART.as_secs_f64() {
-                p.push(format!(
-                    "changes: {per_sec:.1} changes a second is above what a step can hold (one every {} s, all streams together); apply them less often",
-                    MIN_APART.as_secs_f64()
-                ));
+            for changed in [Changed::Gateway, Changed::Sidecars] {
+                let step: Vec<&ChangeSection> = (streams.iter())
+                    .filter(|s| Changed::of(s.kind) == changed)
+                    .collect();
+                self.validate_one_step(&step, window, p);
             }
-            let all = meshbench_results::change::schedule(&self.change_streams(), window);
-            if all.is_empty() {
-                p.push(format!("changes: no change falls within duration_secs {}; apply them earlier or measure longer", self.duration_secs));
-            }
+        }
+    }
+
+    /// What a ServiceEntry needs: Istio's sidecars, a client's among them, in the lab.
+    fn validate_sidecar_changes(&self, streams: &[ChangeSection], p: &mut Vec<String>) {
+        let Some(i) = (streams.iter()).position(|s| Changed::of(s.kind) == Changed::Sidecars)
+        else {
+            return;
+        };
+        let at = format!("changes[{i}].kind");
+        let client_sidecar = (self.topologies.iter())
+            .any(|t| matches!(t, StepKind::Chain(t) if t.has_client_sidecar()));
+        if self.proxy.kind != Program::Istio {
+            p.push(format!(
+                "{at}: service_entry changes the mesh of Istio's sidecars; set proxy.type: istio"
+            ));
+        } else if !client_sidecar {
+            p.push(format!("{at}: service_entry is read where the client's sidecar holds it; add clientonly or both to topologies"));
+        }
+        if self.cluster.is_some() {
+            p.push(format!("{at}: service_entry is made in the lab's mesh, not yet on a cluster; run it without the cluster section"));
+        }
+    }
+
+    /// The streams one step applies together: no faster than it can hold, and at least one
+    /// change inside the window.
+    fn validate_one_step(&self, step: &[&ChangeSection], window: Duration, p: &mut Vec<String>) {
+        if step.is_empty() {
+            return;
+        }
+        let per_sec: f64 = (step.iter())
+            .map(|s| match s.every_secs {
+                Some(e) => 1.0 / e,
+                None => s.at_secs.len() as f64 / self.duration_secs,
+            })
+            .sum();
+        if per_sec > 1.0 / MIN_APART.as_secs_f64() {
+            p.push(format!(
+                "changes: {per_sec:.1} changes a second is above what a step can hold (one every {} s, all streams together); apply them less often",
+                MIN_APART.as_secs_f64()
+            ));
+        }
+        let streams: Vec<ChangeStream> = step.iter().map(|s| s.stream()).collect();
+        if meshbench_results::change::schedule(&streams, window).is_empty() {
+            p.push(format!("changes: no change falls within duration_secs {}; apply them earlier or measure longer", self.duration_secs));
         }
     }
 }
@@ -149,6 +226,7 @@ impl Experiment {
 #[cfg(test)]
 mod tests {
     use crate::{parse, Plan};
+    use meshbench_results::Topology;
 
     const FILE: &str = "name: t\ntopologies: [baseline, gateway]\nduration_secs: 10\ngateway:\n  type: [nginx, caddy]\n";
 
@@ -171,7 +249,8 @@ mod tests {
                 "gateway caddy changes"
             ]
         );
-        assert_eq!(e.change_streams().len(), 1);
+        assert_eq!(e.change_streams(Topology::Gateway).len(), 1);
+        assert!(e.change_streams(Topology::Baseline).is_empty());
         let without = parse("t.yaml", FILE, &[]).unwrap();
         assert_eq!(Plan::compile(&without).steps.len(), 3);
     }
@@ -252,5 +331,63 @@ mod tests {
             .replace("[baseline, gateway]", "[baseline]");
         let err = parse("t.yaml", &text, &[]).unwrap_err().to_string();
         assert!(err.contains("add gateway to topologies"), "{err}");
+    }
+
+    const SIDECARS: &str = "name: t\ntopologies: [baseline, serveronly, both, gateway]\nisolation: netns\nduration_secs: 10\nproxy:\n  type: istio\ngateway:\n  type: nginx\nchanges:\n  - kind: service_entry\n    every_secs: 1\n";
+
+    #[test]
+    fn a_service_entry_pairs_the_steps_with_a_client_sidecar_and_a_route_the_gateways() {
+        let text = format!("{SIDECARS}  - kind: route\n    every_secs: 0.6\n");
+        let e = parse("t.yaml", &text, &[]).unwrap();
+        let names: Vec<String> = Plan::compile(&e)
+            .steps
+            .iter()
+            .map(|s| s.variant())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "baseline",
+                "serveronly",
+                "both",
+                "both changes",
+                "gateway",
+                "gateway changes"
+            ]
+        );
+        let kinds = |t| {
+            (e.change_streams(t).iter())
+                .map(|s| s.kind.name())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(kinds(Topology::Both), ["service_entry"]);
+        assert_eq!(kinds(Topology::Gateway), ["route"]);
+        assert!(kinds(Topology::Serveronly).is_empty());
+        // Counted per step: above, 1 a second on the sidecars' and 1.7 on the gateway's; a
+        // route and a domain together on the gateway's are 2.3.
+        let together = text.replace(
+            "every_secs: 0.6",
+            "every_secs: 1.5\n  - kind: domain\n    every_secs: 0.6",
+        );
+        let err = parse("t.yaml", &together, &[]).unwrap_err().to_string();
+        assert!(err.contains("above what a step can hold"), "{err}");
+    }
+
+    #[test]
+    fn a_service_entry_without_istios_client_sidecar_is_refused_in_its_words() {
+        for (from, to, expected) in [
+            ("type: istio", "type: envoy", "set proxy.type: istio"),
+            (
+                "[baseline, serveronly, both, gateway]",
+                "[baseline, serveronly]",
+                "add clientonly or both to topologies",
+            ),
+        ] {
+            let err = parse("t.yaml", &SIDECARS.replace(from, to), &[])
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(expected), "{expected}: {err}");
+            assert!(!err.contains("add gateway to topologies"), "{err}");
+        }
     }
 }

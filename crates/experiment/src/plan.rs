@@ -411,12 +411,13 @@ fn peer_authentications(e: &Experiment, t: Topology) -> Vec<Option<PeerAuthentic
         .collect()
 }
 
-/// Whether a topology's variants apply changes: the gateway's twice with a `changes` section,
-/// still then changed, side by side; every other once, unnamed.
+/// Whether a topology's variants apply changes: twice when a stream of the `changes` section
+/// applies to its steps (the gateway's; Istio's sidecars' with a client's), still then
+/// changed, side by side; every other once, unnamed.
 fn changes(e: &Experiment, t: Topology) -> &'static [Option<bool>] {
-    match (t, e.pairs_changes()) {
-        (Topology::Gateway, true) => &[Some(false), Some(true)],
-        _ => &[None],
+    match e.pairs_changes(t) {
+        true => &[Some(false), Some(true)],
+        false => &[None],
     }
 }
 

@@ -1,11 +1,12 @@
-//! What a change costs the traffic, as people read it: one table ranking the gateways by errors
-//! per change and added tail (each against itself without changes), each change of each step on
-//! a line of its own (`results show`), and per gateway its latency over time with each change
-//! marked (the HTML report).
+//! What a change costs the traffic, as people read it: one table ranking the variants (each
+//! gateway, or Istio's sidecars with their mesh changed) by errors per change and added tail
+//! (each against itself without changes), each change of each step on a line of its own
+//! (`results show`), and per variant its latency over time with each change marked (the HTML
+//! report).
 
 use meshbench_analysis::changes::ChangeCost;
 use meshbench_results::change::{still_variant, ChangeRecord};
-use meshbench_results::RunResult;
+use meshbench_results::{ChangeKind, RunResult};
 use meshbench_store::StoredStep;
 
 use crate::answers::{delta_cell, text_table, titled, Table, MARKS};
@@ -14,7 +15,7 @@ use crate::plot::{Chart, Draw, Series};
 /// The ranking's title.
 pub fn title(costs: &[ChangeCost]) -> String {
     titled(
-        "What a change costs the traffic (each gateway against itself without changes; 95 % intervals)",
+        "What a change costs the traffic (each variant against itself without changes; 95 % intervals)",
         costs.iter().map(|c| &c.load),
     )
 }
@@ -38,7 +39,7 @@ pub fn table(costs: &[ChangeCost]) -> Table {
     });
     let mut t: Table = vec![[
         "#",
-        "gateway",
+        "variant",
         "told by",
         "change",
         "n",
@@ -135,11 +136,16 @@ pub fn per_change(steps: &[StoredStep]) -> String {
                     format!("{n} errors ({}){on}", kinds.join(", "))
                 }
             };
+            // The proxy a change is pushed to: the gateway, or the client's sidecar.
+            let whose = match r.kind {
+                ChangeKind::ServiceEntry => "client sidecar",
+                _ => "gateway",
+            };
             let peaks = match (r.gateway_cpu_peak_millicores, r.gateway_memory_peak_mib) {
                 (Some(cpu), Some(mib)) => {
-                    format!("; gateway peak {cpu:.0} millicores, {mib:.1} MiB")
+                    format!("; {whose} peak {cpu:.0} millicores, {mib:.1} MiB")
                 }
-                (Some(cpu), None) => format!("; gateway peak {cpu:.0} millicores"),
+                (Some(cpu), None) => format!("; {whose} peak {cpu:.0} millicores"),
                 _ => String::new(),
             };
             out.push_str(&format!(

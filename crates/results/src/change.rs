@@ -34,15 +34,21 @@ pub enum ChangeKind {
     /// way (on a cluster: its Deployment's rolling update, istiod or Contour following the
     /// endpoints): served when every replica is new and ready.
     Backend,
+    /// A ServiceEntry of the mesh changed (its host the next name, on the Service's port),
+    /// istiod pushing every sidecar: served when the client's sidecar holds the new host's
+    /// cluster. Istio's sidecars' steps only.
+    #[serde(rename = "service_entry")]
+    ServiceEntry,
 }
 
 impl ChangeKind {
-    pub const ALL: [ChangeKind; 5] = [
+    pub const ALL: [ChangeKind; 6] = [
         ChangeKind::Route,
         ChangeKind::Domain,
         ChangeKind::Reload,
         ChangeKind::Certificate,
         ChangeKind::Backend,
+        ChangeKind::ServiceEntry,
     ];
 
     /// Its word in the experiment file and in results.
@@ -53,6 +59,7 @@ impl ChangeKind {
             ChangeKind::Reload => "reload",
             ChangeKind::Certificate => "certificate",
             ChangeKind::Backend => "backend",
+            ChangeKind::ServiceEntry => "service_entry",
         }
     }
 }
@@ -196,7 +203,8 @@ pub struct ChangeRecord {
     #[serde(default)]
     pub probes: u64,
     /// The gateway's busiest CPU (millicores, between two of its samples) and its largest
-    /// memory (working set, else resident; MiB) over those seconds, when it was sampled.
+    /// memory (working set, else resident; MiB) over those seconds, when it was sampled; for a
+    /// ServiceEntry, the client's sidecar's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gateway_cpu_peak_millicores: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -6,14 +6,15 @@
 //! the engine's seconds afterwards ([`figures`]).
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use meshbench_engine::recorder::{ErrorKind, Interval};
-use meshbench_lab::change::{BackendRoll, GatewayChanger, Probe, ServedWhen};
+use meshbench_lab::change::{BackendRoll, Changer, GatewayProbe, Probe, ServedWhen};
+use meshbench_lab::program::envoy::admin;
 use meshbench_net::tls::{client_config, server_name, ClientTlsOptions, Roots};
 use meshbench_results::change::{ChangeRecord, ErrorsByKind, SECONDS_AFTER, SERVED_WITHIN};
 use meshbench_results::usage::now_ms;
@@ -32,9 +33,9 @@ pub enum StepChanges {
     Apply(Box<Changes>),
 }
 
-/// A gateway to change on a schedule, probed from where the load comes.
+/// A gateway or a mesh to change on a schedule, probed from where the load comes.
 pub struct Changes {
-    pub changer: GatewayChanger,
+    pub changer: Box<dyn Changer>,
     /// What rolls the backend's replicas, where the place can (`kind: backend`).
     pub backend: Option<Box<dyn BackendRoll>>,
     /// Instants after the window opens, and what changes then.
@@ -152,16 +153,10 @@ impl Changes {
         let Some(window_start_ms) = wait_for_start(start, &over) else {
             return Vec::new();
         };
-        let entered = (self.netns.as_deref()).map(meshbench_lab::netns::Entered::new);
-        let _inside = match entered {
-            Some(Err(e)) => {
-                let why = format!("the probe's network namespace: {e}");
-                return none_applied(&schedule, window_start_ms, &why);
-            }
-            Some(Ok(entered)) => Some(entered),
-            None => None,
+        let mut prober = Prober {
+            netns: self.netns.take(),
+            tls: None,
         };
-        let prober = Prober::new(self.changer.probe_at(), self.changer.ca_file());
         let mut applied = Vec::new();
         let mut rolling: Option<Rolling> = None;
         for (i, &(at, kind)) in schedule.iter().enumerate() {
@@ -175,7 +170,7 @@ impl Changes {
                 .map(|(t, _)| window_start_ms + t.as_millis() as u64);
             let change = match kind {
                 ChangeKind::Backend => self.roll(&mut rolling, applied.len()),
-                _ => self.apply(kind, &prober, next_due, &over),
+                _ => self.apply(kind, &mut prober, next_due, &over),
             };
             applied.push(change);
         }
@@ -250,7 +245,7 @@ impl Changes {
     fn apply(
         &mut self,
         kind: ChangeKind,
-        prober: &Result<Prober, String>,
+        prober: &mut Prober,
         next_due: Option<u64>,
         over: &dyn Fn() -> bool,
     ) -> Applied {
@@ -275,15 +270,12 @@ impl Changes {
             }
         };
         let (written_ms, told_ms) = (at(written), ms(written.elapsed()));
-        let (served_ms, probes) = match prober {
-            Ok(prober) => {
-                let until = next_due.map_or(written_ms + SERVED_WITHIN.as_millis() as u64, |n| {
-                    n.min(written_ms + SERVED_WITHIN.as_millis() as u64)
-                });
-                let (served, probes) = prober.until_served(&probe, until, over);
-                (served.then(|| ms(written.elapsed())), probes)
-            }
-            Err(_) => (None, 0),
+        let within = written_ms + SERVED_WITHIN.as_millis() as u64;
+        let until = next_due.map_or(within, |n| n.min(within));
+        let (served, probes) = prober.until_served(&probe, until, over);
+        let (served_ms, failed) = match served {
+            Ok(served) => (served.then(|| ms(written.elapsed())), None),
+            Err(why) => (None, Some(why)),
         };
         Applied {
             kind,
@@ -291,7 +283,7 @@ impl Changes {
             written_ms,
             told_ms,
             served_ms,
-            failed: prober.as_ref().err().cloned(),
+            failed,
             probes,
         }
     }
@@ -299,27 +291,6 @@ impl Changes {
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
-}
-
-/// Every change of the schedule failed with `why`, none made (at its instant of the window
-/// opened at `window_start_ms`).
-fn none_applied(
-    schedule: &[(Duration, ChangeKind)],
-    window_start_ms: u64,
-    why: &str,
-) -> Vec<Applied> {
-    schedule
-        .iter()
-        .map(|&(at, kind)| Applied {
-            kind,
-            what: kind.to_string(),
-            written_ms: window_start_ms + at.as_millis() as u64,
-            told_ms: 0.0,
-            served_ms: None,
-            failed: Some(why.to_string()),
-            probes: 0,
-        })
-        .collect()
 }
 
 /// How often a backend's roll is asked whether it is done.
@@ -359,78 +330,124 @@ fn wait_for_start(start: &WindowStart, over: &dyn Fn() -> bool) -> Option<u64> {
     }
 }
 
-/// Asks one route of the gateway, over TLS, on a new connection each time: a connection of
-/// its own, so that what it sees is what a new client would.
+/// Asks what a change's [`Probe`] names: a route of the gateway, over TLS on a new connection
+/// each time (a connection of its own, so that what it sees is what a new client would), or a
+/// sidecar's clusters from its admin; from the load's network namespace, which it enters for
+/// each probe alone (the change itself is told from here, where the API server and the
+/// gateway's files are).
 struct Prober {
-    addr: SocketAddr,
-    tls: Arc<rustls::ClientConfig>,
+    /// The network namespace the load leaves from; `None`: this one.
+    netns: Option<String>,
+    /// The TLS client of the last CA a gateway probe trusted.
+    tls: Option<(std::path::PathBuf, Arc<rustls::ClientConfig>)>,
 }
 
 impl Prober {
-    fn new(addr: SocketAddr, ca: std::path::PathBuf) -> Result<Prober, String> {
+    /// The TLS client that trusts `ca`, made once.
+    fn tls(&mut self, ca: &std::path::Path) -> Result<Arc<rustls::ClientConfig>, String> {
+        if let Some((made_for, tls)) = &self.tls {
+            if made_for == ca {
+                return Ok(Arc::clone(tls));
+            }
+        }
         let tls = client_config(&ClientTlsOptions {
-            ca: Some(Roots::File(ca)),
+            ca: Some(Roots::File(ca.to_path_buf())),
             ..ClientTlsOptions::default()
         })
         .map_err(|e| format!("the probe's TLS: {e}"))?;
-        Ok(Prober { addr, tls })
+        self.tls = Some((ca.to_path_buf(), Arc::clone(&tls)));
+        Ok(tls)
     }
 
     /// Asks every [`PROBE_EVERY`] until the answer shows the change served (true), or until
-    /// `until` on the sampler's clock or `over` (false); with the requests it sent.
-    fn until_served(&self, probe: &Probe, until: u64, over: &dyn Fn() -> bool) -> (bool, u64) {
+    /// `until` on the sampler's clock or `over` (false); with the requests it sent through
+    /// the gateway (an admin's read goes through no listener of the path). An error: the
+    /// probe could not be made.
+    fn until_served(
+        &mut self,
+        probe: &Probe,
+        until: u64,
+        over: &dyn Fn() -> bool,
+    ) -> (Result<bool, String>, u64) {
+        let inside = (self.netns.as_deref()).map(meshbench_lab::netns::Entered::new);
+        let _inside = match inside {
+            Some(Err(e)) => return (Err(format!("the probe's network namespace: {e}")), 0),
+            Some(Ok(entered)) => Some(entered),
+            None => None,
+        };
+        let tls = match probe {
+            Probe::Gateway(g) => match self.tls(&g.ca) {
+                Ok(tls) => Some(tls),
+                Err(why) => return (Err(why), 0),
+            },
+            Probe::Holds { .. } => None,
+        };
         let mut sent = 0;
         loop {
             let asked = Instant::now();
-            let answer = self.ask(probe, &mut sent);
-            let served = match (answer, &probe.served_when) {
-                (Some((status, _)), ServedWhen::Answers) => (200..300).contains(&status),
-                (Some((status, _)), ServedWhen::Stops) => !(200..300).contains(&status),
-                (Some((_, presented)), ServedWhen::Presents(new)) => presented == *new,
-                // No answer: neither served nor gone, ask again.
-                (None, _) => false,
+            let served = match (probe, &tls) {
+                (Probe::Gateway(g), Some(tls)) => match (ask(g, tls, &mut sent), &g.served_when) {
+                    (Some((status, _)), ServedWhen::Answers) => (200..300).contains(&status),
+                    (Some((status, _)), ServedWhen::Stops) => !(200..300).contains(&status),
+                    (Some((_, presented)), ServedWhen::Presents(new)) => presented == *new,
+                    // No answer: neither served nor gone, ask again.
+                    (None, _) => false,
+                },
+                (Probe::Holds { admin, cluster }, _) => holds(*admin, cluster),
+                (Probe::Gateway(_), None) => false,
             };
             if served {
-                return (true, sent);
+                return (Ok(true), sent);
             }
             if over() || now_ms() >= until {
-                return (false, sent);
+                return (Ok(false), sent);
             }
             std::thread::sleep(PROBE_EVERY.saturating_sub(asked.elapsed()));
         }
     }
+}
 
-    /// The status of one GET of the probe's route and the certificate the gateway presented
-    /// (DER), or `None` when no answer came; `sent` counts it once its request is written.
-    fn ask(&self, probe: &Probe, sent: &mut u64) -> Option<(u16, Vec<u8>)> {
-        let name = server_name(&probe.host)?;
-        let tcp = TcpStream::connect_timeout(&self.addr, PROBE_WITHIN).ok()?;
-        tcp.set_read_timeout(Some(PROBE_WITHIN)).ok()?;
-        tcp.set_write_timeout(Some(PROBE_WITHIN)).ok()?;
-        let conn = rustls::ClientConnection::new(Arc::clone(&self.tls), name).ok()?;
-        let mut tls = rustls::StreamOwned::new(conn, tcp);
-        let request = format!(
-            "GET {} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
-            probe.path, probe.host
-        );
-        tls.write_all(request.as_bytes()).ok()?;
-        tls.flush().ok()?;
-        *sent += 1;
-        let mut head = [0u8; 16];
-        let mut got = 0;
-        while got < 12 {
-            match tls.read(&mut head[got..]) {
-                Ok(0) | Err(_) => return None,
-                Ok(n) => got += n,
-            }
+/// Whether the Envoy whose admin is at `admin` holds `cluster` (its `/clusters` lines are
+/// `name::field::value`); no answer is not yet.
+fn holds(admin: std::net::SocketAddr, cluster: &str) -> bool {
+    let prefix = format!("{cluster}::");
+    admin::clusters(admin).is_ok_and(|text| text.lines().any(|l| l.starts_with(&prefix)))
+}
+
+/// The status of one GET of the probe's route and the certificate the gateway presented
+/// (DER), or `None` when no answer came; `sent` counts it once its request is written.
+fn ask(
+    probe: &GatewayProbe,
+    tls: &Arc<rustls::ClientConfig>,
+    sent: &mut u64,
+) -> Option<(u16, Vec<u8>)> {
+    let name = server_name(&probe.host)?;
+    let tcp = TcpStream::connect_timeout(&probe.at, PROBE_WITHIN).ok()?;
+    tcp.set_read_timeout(Some(PROBE_WITHIN)).ok()?;
+    tcp.set_write_timeout(Some(PROBE_WITHIN)).ok()?;
+    let conn = rustls::ClientConnection::new(Arc::clone(tls), name).ok()?;
+    let mut tls = rustls::StreamOwned::new(conn, tcp);
+    let request = format!(
+        "GET {} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+        probe.path, probe.host
+    );
+    tls.write_all(request.as_bytes()).ok()?;
+    tls.flush().ok()?;
+    *sent += 1;
+    let mut head = [0u8; 16];
+    let mut got = 0;
+    while got < 12 {
+        match tls.read(&mut head[got..]) {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => got += n,
         }
-        let status = std::str::from_utf8(&head[9..12]).ok()?.parse().ok()?;
-        let presented = (tls.conn.peer_certificates())
-            .and_then(|chain| chain.first())
-            .map(|leaf| leaf.to_vec())
-            .unwrap_or_default();
-        Some((status, presented))
     }
+    let status = std::str::from_utf8(&head[9..12]).ok()?.parse().ok()?;
+    let presented = (tls.conn.peer_certificates())
+        .and_then(|chain| chain.first())
+        .map(|leaf| leaf.to_vec())
+        .unwrap_or_default();
+    Some((status, presented))
 }
 
 /// The first second of the window each change owns: the one it was written in, or the one

@@ -248,7 +248,8 @@ pub(crate) fn measured_step<'s>(
     record
 }
 
-/// A step's changes with the gateway's CPU and memory peak over each, read from its samples
+/// A step's changes with the changed proxy's CPU and memory peak over each (the gateway's, or
+/// for Istio's sidecars' mesh the client's sidecar, which the probe reads), from its samples
 /// (when it was sampled) of the window opened at `window_start_ms`.
 fn with_gateway_peaks(
     changes: Option<ChangeFigures>,
@@ -256,8 +257,11 @@ fn with_gateway_peaks(
     window_start_ms: u64,
 ) -> Option<ChangeFigures> {
     let mut changes = changes?;
-    if let Some(gateway) = samples.get(&Role::Chain(ChainRole::Gateway)) {
-        changes.read_gateway_peaks(gateway, window_start_ms);
+    let changed = [ChainRole::Gateway, ChainRole::ClientProxy]
+        .into_iter()
+        .find_map(|role| samples.get(&Role::Chain(role)));
+    if let Some(changed) = changed {
+        changes.read_gateway_peaks(changed, window_start_ms);
     }
     Some(changes)
 }

@@ -51,12 +51,12 @@ pub trait ControlPlane: Send {
     /// Asks its processes to end now (the rig's drop then waits for them after its roles).
     fn terminate(&self);
 
-    /// One line for the step's record: what its start and its configuration took (`roles`,
-    /// client side first, to read their Envoys' admin; a `stop` ends a timing it makes).
     /// The kubeconfig of the API server it reads its objects from, where a change to the
-    /// gateway is written.
+    /// gateway or the mesh is written.
     fn api_kubeconfig(&self) -> Option<std::path::PathBuf>;
 
+    /// One line for the step's record: what its start and its configuration took (`roles`,
+    /// client side first, to read their Envoys' admin; a `stop` ends a timing it makes).
     fn summary(&self, roles: &[RunningRole], stop: &Stop) -> String;
 }
 

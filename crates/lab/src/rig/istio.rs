@@ -127,12 +127,9 @@ impl ControlPlane for Istiod {
         ControlPlaneKind::Istio
     }
 
-    /// The gateway's objects are changed on it; the sidecars' are not (yet).
+    /// The gateway's objects are changed on it, and the sidecars' mesh (a ServiceEntry).
     fn api_kubeconfig(&self) -> Option<std::path::PathBuf> {
-        match self.serves {
-            Serves::Gateway(_) => Some(self.control_plane.api.kubeconfig.clone()),
-            Serves::Sidecars(_) => None,
-        }
+        Some(self.control_plane.api.kubeconfig.clone())
     }
 
     fn configures(&self) -> ConfiguredBy {

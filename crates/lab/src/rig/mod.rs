@@ -28,7 +28,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use crate::cgroup::{Cgroup, Cgroups, Limits};
-use crate::change::{GatewayChanger, Relaunch, Written};
+use crate::change::{Changer, GatewayChanger, Relaunch, SidecarChanger, Written};
 use crate::istio::sidecars;
 use crate::netns::{Namespaces, RoleNamespace};
 use crate::process::{copy_of, RoleProcess};
@@ -582,6 +582,27 @@ impl Rig {
             addr: SocketAddr::new(m.addr, 8080),
             namespace: Some(m),
         })
+    }
+
+    /// What a step with changes changes under load: the gateway the lab wrote and started
+    /// ([`Rig::gateway_changer`]), or the mesh of Istio's sidecars, through the client's
+    /// sidecar's istiod (a ServiceEntry, [`SidecarChanger`]); `None` for what meshbench does
+    /// not change.
+    pub fn changer(&mut self) -> Result<Option<Box<dyn Changer>>, LabError> {
+        if self.written_gateway.is_some() {
+            let gateway = self.gateway_changer()?;
+            return Ok(gateway.map(|c| Box::new(c) as Box<dyn Changer>));
+        }
+        let api = self.control_plane.as_ref().and_then(|c| c.api_kubeconfig());
+        let client_sidecar = (self.roles.iter()).find(|r| {
+            r.name == ChainRole::ClientProxy && r.program == PlayedBy::Proxy(Program::Istio)
+        });
+        let (Some(api), Some(admin)) = (api, client_sidecar.and_then(|r| r.admin)) else {
+            return Ok(None);
+        };
+        let port = meshbench_k8s::names::SERVICE_PORT;
+        let changer = SidecarChanger::new(&api, admin, port)?;
+        Ok(Some(Box::new(changer)))
     }
 
     /// The gateway the lab wrote and started, handed over to be changed under load (once: a

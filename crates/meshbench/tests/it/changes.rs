@@ -40,33 +40,35 @@ pub(crate) fn experiment(name: &str, gateway: &str, changes: &str) -> String {
     )
 }
 
-/// Runs `text` into its own store; the exported steps.
+/// Runs `text` into its own store; the exported steps, a pair.
 pub(crate) fn run(dir: &Path, name: &str, text: &str) -> (Vec<Value>, std::path::PathBuf) {
     let file = dir.join(format!("{name}.yaml"));
     std::fs::write(&file, text).unwrap();
     let store = dir.join(format!("{name}.db"));
+    let (steps, _) = run_into(&file.display().to_string(), &store);
+    assert_eq!(steps.len(), 2, "{name}: a pair of steps");
+    (steps, store)
+}
+
+/// Runs the experiment `file` into `store`: every step ok, the ranking printed. The exported
+/// steps and what it printed.
+pub(crate) fn run_into(file: &str, store: &Path) -> (Vec<Value>, String) {
     let out = meshbench(
-        &[
-            "experiment",
-            &file.display().to_string(),
-            "--store",
-            &store.display().to_string(),
-        ],
+        &["experiment", file, "--store", &store.display().to_string()],
         LIMIT,
     );
-    assert!(out.status.success(), "{name}: {}", stderr(&out));
+    assert!(out.status.success(), "{file}: {}", stderr(&out));
+    let printed = stdout(&out);
     assert!(
-        stdout(&out).contains("What a change costs the traffic"),
-        "{name}: {}",
-        stdout(&out)
+        printed.contains("What a change costs the traffic"),
+        "{file}: {printed}"
     );
-    let export = common::export_json(&store);
+    let export = common::export_json(store);
     let steps = export["steps"].as_array().unwrap().clone();
-    assert_eq!(steps.len(), 2, "{name}: a pair of steps");
     for s in &steps {
-        assert_eq!(s["status"], "ok", "{name}: {s}");
+        assert_eq!(s["status"], "ok", "{file}: {s}");
     }
-    (steps, store)
+    (steps, printed)
 }
 
 /// What `results show` prints of the one experiment in `store`.
@@ -204,7 +206,6 @@ fn haproxys_plain_reload_is_a_new_process_that_serves_every_change() {
 
 #[test]
 fn ctrl_c_while_haproxy_is_started_again_leaves_no_process_and_keeps_the_changes_measured() {
-    use std::os::unix::process::CommandExt;
     let dir = common::scratch_dir("changes-ctrl-c");
     let text = experiment(
         "ctrl-c",
@@ -216,15 +217,12 @@ fn ctrl_c_while_haproxy_is_started_again_leaves_no_process_and_keeps_the_changes
     let file = dir.join("ctrl-c.yaml");
     std::fs::write(&file, text).unwrap();
     let store = dir.join("ctrl-c.db");
-    // Its own process group, as a shell gives a pipeline: Ctrl-C goes to all of it.
-    let mut child = std::process::Command::new(common::bin())
-        .args(["experiment", &file.display().to_string(), "--store"])
-        .arg(&store)
-        .process_group(0)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = common::spawn_meshbench_in_own_group(&[
+        "experiment",
+        &file.display().to_string(),
+        "--store",
+        &store.display().to_string(),
+    ]);
     let pid = child.id();
     // The changed step has started haproxy again (a process of its own group, which the
     // signal to meshbench's group does not reach).
@@ -236,8 +234,7 @@ fn ctrl_c_while_haproxy_is_started_again_leaves_no_process_and_keeps_the_changes
         std::thread::sleep(Duration::from_millis(100));
     }
     std::thread::sleep(Duration::from_secs(2));
-    // SAFETY: signalling the child's own process group.
-    unsafe { libc::kill(-(pid as i32), libc::SIGINT) };
+    common::interrupt_group(&child);
     let out = common::wait_with_limit(&mut child, LIMIT);
     assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
     let left = crate::lab::leftovers(pid);

@@ -13,6 +13,10 @@
 //!   handshakes), DISABLE in plaintext; STRICT refuses a client without a sidecar.
 //! - What upstream Envoy refuses of istiod's sidecar configuration with Istio's defaults, one
 //!   setting at a time, as docs/istio.md lists it.
+//! - A ServiceEntry changed every second under the load (issue 60, `changes: service_entry`):
+//!   istiod pushes it and the client's sidecar holds each new host's cluster (read from its
+//!   admin), every change served; the step is paired with the same step without changes, and
+//!   every sidecar's own count agrees with the engine's.
 //! - Ctrl-C (SIGINT to the whole process group) while a sidecar step runs: every namespace,
 //!   rule, process and file of the run is gone.
 //! - Bad input is refused before anything starts, and `--dry-run` names what is missing.
@@ -20,7 +24,6 @@
 use crate::common;
 use crate::lab::leftovers;
 
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -353,6 +356,59 @@ fn upstream_envoy_refuses_what_docs_istio_md_says_of_istios_default_sidecar() {
 }
 
 #[test]
+fn a_service_entry_changed_every_second_is_pushed_to_the_client_sidecar_under_load() {
+    installed();
+    let dir = scratch_dir("istio-sidecar-changes");
+    let text = SIDECARS
+        .replace(
+            "[baseline, serveronly, clientonly, both]",
+            "[baseline, both]",
+        )
+        .replace("[permissive, strict]", "permissive")
+        .replace("duration_secs: 2", "duration_secs: 7")
+        + "changes:\n  - kind: service_entry\n    every_secs: 1\n";
+    let file = experiment_file(&dir, "changes.yaml", &text);
+    let store = dir.join("results.db");
+    let (steps, _) = crate::changes::run_into(&file, &store);
+    let variants: Vec<&str> = (steps.iter())
+        .map(|s| s["variant"].as_str().unwrap())
+        .collect();
+    assert_eq!(variants, ["baseline", "both", "both changes"]);
+    let (with, still) = crate::changes::pair(&steps[1..]);
+    let told_by = meshbench_lab::change::sidecars::TOLD_BY;
+    assert_eq!(with["changes"]["told_by"], told_by, "{with}");
+    assert_eq!(still["changes"]["told_by"], told_by, "{still}");
+    let changes = with["changes"]["changes"].as_array().unwrap();
+    assert_eq!(changes.len(), 6, "a change at 1 to 6 s: {with}");
+    for (i, c) in changes.iter().enumerate() {
+        let n = i + 1;
+        assert_eq!(c["kind"], "service_entry", "{c}");
+        assert!(c["failed"].is_null(), "{c}");
+        let host = format!("entry-{n}.changes.meshbench.example");
+        assert!(c["what"].as_str().unwrap().contains(&host), "{c}");
+        // Read from the client sidecar's admin: no request through the path.
+        assert_eq!(c["probes"], 0, "{c}");
+        let served = c["served_ms"].as_f64();
+        assert!(
+            served.is_some_and(|ms| ms > 0.0 && ms < 1000.0),
+            "served within the second: {c}"
+        );
+        assert!(c["requests"].as_u64().unwrap() > 0, "{c}");
+        assert!(
+            c["gateway_cpu_peak_millicores"].as_f64().is_some(),
+            "the client sidecar's peak: {c}"
+        );
+    }
+    assert_eq!(still["summary"]["errors"], 0, "{still}");
+    let shown = crate::changes::show(&store);
+    assert!(
+        shown.contains("service_entry") && shown.contains("entry-6.changes.meshbench.example"),
+        "{shown}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
 fn ctrl_c_in_a_sidecar_step_leaves_no_namespace_rule_process_or_file() {
     installed();
     let dir = scratch_dir("istio-ctrl-c");
@@ -365,14 +421,7 @@ fn ctrl_c_in_a_sidecar_step_leaves_no_namespace_rule_process_or_file() {
             .replace("duration_secs: 2", "duration_secs: 60"),
     );
     let store = dir.join("results.db").display().to_string();
-    // Its own process group, as a shell gives a pipeline: Ctrl-C goes to all of it.
-    let mut child = std::process::Command::new(bin())
-        .args(["experiment", &file, "--store", &store])
-        .process_group(0)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_meshbench_in_own_group(&["experiment", &file, "--store", &store]);
     let pid = child.id();
     // Halfway: both sidecars' Envoys up (in their pods' directories) and the load on.
     let began = Instant::now();
@@ -389,8 +438,7 @@ fn ctrl_c_in_a_sidecar_step_leaves_no_namespace_rule_process_or_file() {
     }
     std::thread::sleep(Duration::from_secs(3));
     assert!(!leftovers(pid).is_empty(), "the step runs");
-    // SAFETY: signalling the child's own process group.
-    unsafe { libc::kill(-(pid as i32), libc::SIGINT) };
+    interrupt_group(&child);
     let out = wait_with_limit(&mut child, LIMIT);
     assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
     assert!(leftovers(pid).is_empty(), "{:?}", leftovers(pid));

@@ -18,7 +18,9 @@ use meshbench_lab::rig::{Rig, RigSpec};
 use meshbench_lab::{change, sampler, LabError};
 use meshbench_results::attribution::{Attribution, Sent};
 use meshbench_results::change::schedule;
-use meshbench_results::{ChainRole, LoadPoint, PlayedBy, Role, RoleUsage, StepFailure, Usage};
+use meshbench_results::{
+    ChainRole, LoadPoint, PlayedBy, Role, RoleUsage, StepFailure, Topology, Usage,
+};
 
 use crate::changes::{Changes, StepChanges};
 use crate::load::{LoadOptions, TargetSource};
@@ -129,28 +131,34 @@ impl Realised for RigStep {
         let Some(apply) = self.changes else {
             return Ok(None);
         };
+        let topology = self.spec.topology;
+        let gateway = topology == Topology::Gateway;
         let cannot = || {
-            StepFailure::RigDidNotStart(format!(
-                "gateway.type {} cannot be changed under load by meshbench",
-                self.spec.gateway.program.name()
-            ))
+            StepFailure::RigDidNotStart(match gateway {
+                true => format!(
+                    "gateway.type {} cannot be changed under load by meshbench",
+                    self.spec.gateway.program.name()
+                ),
+                false => format!("the {topology} step has no mesh meshbench can change"),
+            })
         };
         if !apply {
-            return Ok(Some(StepChanges::Still {
-                told_by: change::told_by(
-                    self.spec.gateway.program,
-                    self.spec.gateway.haproxy_reload,
-                ),
-            }));
+            let told_by = match gateway {
+                true => {
+                    change::told_by(self.spec.gateway.program, self.spec.gateway.haproxy_reload)
+                }
+                false => change::sidecars::TOLD_BY,
+            };
+            return Ok(Some(StepChanges::Still { told_by }));
         }
-        let changer = (self.rig.gateway_changer())
+        let changer = (self.rig.changer())
             .map_err(|e| StepFailure::RigDidNotStart(e.to_string()))?
             .ok_or_else(cannot)?;
         let window = Duration::from_secs_f64(step.e.duration_secs);
         Ok(Some(StepChanges::Apply(Box::new(Changes {
             changer,
             backend: (self.rig.backend_roll()).map(|r| Box::new(r) as Box<dyn BackendRoll>),
-            schedule: schedule(&step.e.change_streams(), window),
+            schedule: schedule(&step.e.change_streams(topology), window),
             netns: self.rig.client_netns.clone(),
             forward: None,
         }))))

@@ -37,6 +37,21 @@ pub fn spawn_meshbench(args: &[&str]) -> Child {
     spawn_piped(cmd)
 }
 
+/// Starts the binary with `args` in a process group of its own, as a shell starts a
+/// pipeline: Ctrl-C ([`interrupt_group`]) reaches it and everything it started in the group.
+pub fn spawn_meshbench_in_own_group(args: &[&str]) -> Child {
+    let mut cmd = Command::new(bin());
+    cmd.args(args);
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+    spawn_piped(cmd)
+}
+
+/// Ctrl-C from a terminal: SIGINT to `child`'s whole process group.
+pub fn interrupt_group(child: &Child) {
+    // SAFETY: signalling the process group of a child this test started.
+    assert_eq!(unsafe { libc::kill(-(child.id() as i32), libc::SIGINT) }, 0);
+}
+
 /// Starts `cmd` with no input and its output piped, without waiting for it.
 fn spawn_piped(mut cmd: Command) -> Child {
     cmd.stdin(Stdio::null())

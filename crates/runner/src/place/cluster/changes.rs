@@ -62,13 +62,16 @@ impl ClusterSite {
         .map_err(|e| e.to_string())?;
         let window = std::time::Duration::from_secs_f64(e.duration_secs);
         Ok(StepChanges::Apply(Box::new(Changes {
-            changer,
+            changer: Box::new(changer),
             backend: Some(Box::new(DeploymentRoll {
                 client: another()?,
                 namespace: self.section.namespace.clone(),
                 name: system::BACKEND.to_string(),
             })),
-            schedule: schedule(&e.change_streams(), window),
+            schedule: schedule(
+                &e.change_streams(meshbench_results::Topology::Gateway),
+                window,
+            ),
             netns: None,
             forward: Some(forward),
         })))

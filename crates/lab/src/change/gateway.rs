@@ -1,12 +1,11 @@
-//! A change told to a gateway the lab configures, the way its users tell it: nginx by
-//! `nginx -s reload`, haproxy by its master-worker reload (`SIGUSR2` to the master, which hands
-//! its listening sockets to the new workers) or its plain one (a new process with `-sf`), caddy through its admin API (`POST /load` with the
-//! Caddyfile), Envoy through file-based xDS (its listeners file replaced by a rename, which
-//! Envoy watches for); a control plane's Envoy through its objects on the API server the control
-//! plane reads (Istio's Gateways, VirtualServices and Secrets, Contour's HTTPProxies), only
-//! those that differ applied. The configuration is rewritten first, from the gateway plan with the change made
-//! ([`GatewayChanger::apply`]); what to ask to see it served is the [`Probe`] it returns. The
-//! runner applies the changes on the step's schedule and times them (`meshbench_runner`).
+//! A gateway changed under load, the way its users tell it: nginx by `nginx -s reload`,
+//! haproxy by its master-worker reload (`SIGUSR2` to the master, which hands its listening
+//! sockets to the new workers) or its plain one (a new process with `-sf`), caddy through its
+//! admin API (`POST /load` with the Caddyfile), Envoy through file-based xDS (its listeners file
+//! replaced by a rename, which Envoy watches for); a control plane's Envoy through its objects
+//! on the API server the control plane reads (Istio's Gateways, VirtualServices and Secrets,
+//! Contour's HTTPProxies), only those that differ applied. The configuration is rewritten first,
+//! from the gateway plan with the change made ([`GatewayChanger`]).
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
@@ -29,60 +28,7 @@ use crate::pki::{Ca, Issued};
 use crate::program::{caddy, envoy, haproxy, nginx};
 use crate::LabError;
 
-/// What to ask to see a change served: this route on this name, until it answers (`Answers`)
-/// or until it no longer does (`Stops`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Probe {
-    /// The host name asked for (the TLS name and the `Host` header).
-    pub host: String,
-    pub path: String,
-    pub served_when: ServedWhen,
-}
-
-/// When a probe's answer shows the change served.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ServedWhen {
-    /// A 2xx from the backend: the route or domain was added.
-    Answers,
-    /// Anything but a 2xx: the route was removed.
-    Stops,
-    /// An answer on a connection whose handshake presented this certificate (DER): the
-    /// certificate was rotated.
-    Presents(Vec<u8>),
-}
-
-/// A change made and told: what it was, in words, and how to see it served.
-#[derive(Debug, Clone)]
-pub struct Told {
-    pub what: String,
-    pub probe: Probe,
-    /// When the gateway's configuration began to be written: its first file, or its first
-    /// object sent to the API server (after the objects that differ were found).
-    pub written: Instant,
-}
-
-/// The backend's replicas restarted in turn, the way the place does it: the lab's processes
-/// killed and started again at their addresses (`crate::rig::ReplicaRoll`), a cluster's
-/// Deployment's rolling update. A roll goes on beside the changes after it: it is begun, then
-/// asked whether it is done between them.
-pub trait BackendRoll: Send {
-    /// How the backend is rolled, as a result names it.
-    fn told_by(&self) -> &'static str;
-
-    /// Begins a roll: what it is, in words, and when its first replica was stopped or its
-    /// first object written.
-    fn begin(&mut self) -> Result<(String, Instant), String>;
-
-    /// Whether the roll begun last is done: every replica new and ready. Between two asks it
-    /// may go on a step (the next replica restarted).
-    fn done(&mut self) -> Result<bool, String>;
-}
-
-/// A gateway started again beside the running one, which it tells to finish (haproxy's plain
-/// reload, `crate::rig::GatewayRelaunch`): the new process is the gateway from then on.
-pub trait Relaunch: Send {
-    fn relaunch(&mut self) -> Result<(), String>;
-}
+use super::{tell_failed, told_by, Changer, GatewayProbe, Probe, Relaunch, ServedWhen, Told};
 
 /// A gateway's configuration as it was written: the plan, the CA that signed its domains and
 /// the certificates issued (by file stem). A cluster run keeps one for all its steps, each
@@ -243,10 +189,23 @@ impl GatewayChanger {
         })
     }
 
+    /// What to ask the gateway, on this name and route, to see a change served.
+    fn probe(&self, host: String, path: &str, served_when: ServedWhen) -> Probe {
+        Probe::Gateway(GatewayProbe {
+            at: self.probe_at,
+            ca: self.written.plan.path("ca.pem"),
+            host,
+            path: path.into(),
+            served_when,
+        })
+    }
+}
+
+impl Changer for GatewayChanger {
     /// Puts the gateway's configuration back as it was before the first change, where it
     /// outlives the step (objects on a cluster): what a change added deleted, what it
     /// changed applied again as it was. A gateway the lab started ends with its step.
-    pub fn put_back(&mut self) -> Result<(), LabError> {
+    fn put_back(&mut self) -> Result<(), LabError> {
         let Teller::Objects(o) = &mut self.teller else {
             return Ok(());
         };
@@ -268,7 +227,7 @@ impl GatewayChanger {
     }
 
     /// How the gateway is told of a change, as a result names it.
-    pub fn told_by(&self) -> &'static str {
+    fn told_by(&self) -> &'static str {
         match &self.teller {
             Teller::Program {
                 program, relaunch, ..
@@ -283,23 +242,13 @@ impl GatewayChanger {
         }
     }
 
-    /// Where a probe reaches the gateway (where it listens, or a port-forward to it), and the
-    /// CA that signs its names.
-    pub fn probe_at(&self) -> std::net::SocketAddr {
-        self.probe_at
-    }
-
-    pub fn ca_file(&self) -> PathBuf {
-        self.written.plan.path("ca.pem")
-    }
-
     /// Makes the change in the configuration files and tells the gateway. On a failure the
     /// gateway may hold the configuration before or after the change; the next change is
     /// made from the plan as it now stands.
-    pub fn apply(&mut self, kind: ChangeKind) -> Result<Told, LabError> {
+    fn apply(&mut self, kind: ChangeKind) -> Result<Told, LabError> {
         let plan = &mut self.written.plan;
         let first = plan.domain(0);
-        let (what, probe) = match kind {
+        let (what, (host, path, served_when)) = match kind {
             ChangeKind::Route => {
                 let added = plan.paths == self.paths;
                 let route = format!("/get/{}", self.paths + 1);
@@ -309,15 +258,15 @@ impl GatewayChanger {
                         "route {route} {} on every domain",
                         if added { "added" } else { "removed" }
                     ),
-                    Probe {
-                        host: first,
-                        path: route,
-                        served_when: if added {
+                    (
+                        first,
+                        route,
+                        if added {
                             ServedWhen::Answers
                         } else {
                             ServedWhen::Stops
                         },
-                    },
+                    ),
                 )
             }
             ChangeKind::Domain => {
@@ -328,11 +277,7 @@ impl GatewayChanger {
                 let host = plan.domain(n);
                 (
                     format!("domain {host} added with its certificate"),
-                    Probe {
-                        host,
-                        path: "/get/1".into(),
-                        served_when: ServedWhen::Answers,
-                    },
+                    (host, "/get/1".into(), ServedWhen::Answers),
                 )
             }
             ChangeKind::Certificate => {
@@ -344,28 +289,21 @@ impl GatewayChanger {
                 }
                 (
                     format!("certificate of {stem} issued again"),
-                    Probe {
-                        host: first,
-                        path: "/get/1".into(),
-                        served_when: presents,
-                    },
+                    (first, "/get/1".into(), presents),
                 )
             }
             ChangeKind::Reload => (
                 "the same configuration told again".into(),
-                Probe {
-                    host: first,
-                    path: "/get/1".into(),
-                    served_when: ServedWhen::Answers,
-                },
+                (first, "/get/1".into(), ServedWhen::Answers),
             ),
-            ChangeKind::Backend => {
+            ChangeKind::Backend | ChangeKind::ServiceEntry => {
                 return Err(tell_failed(
                     self.told_by(),
-                    "the backend's roll is no change of the gateway's configuration".into(),
+                    format!("a {kind} change is no change of the gateway's configuration"),
                 ))
             }
         };
+        let probe = self.probe(host, &path, served_when);
         let written = self.tell()?;
         Ok(Told {
             what,
@@ -373,7 +311,9 @@ impl GatewayChanger {
             written,
         })
     }
+}
 
+impl GatewayChanger {
     /// Writes the changed configuration and tells the gateway, in its own way; when the
     /// writing began.
     fn tell(&mut self) -> Result<Instant, LabError> {
@@ -441,26 +381,6 @@ impl GatewayChanger {
         };
         told.map(|()| written)
     }
-}
-
-/// How `program` is told of a change (haproxy: reloaded as `reload` says).
-pub fn told_by(program: Program, reload: HaproxyReload) -> &'static str {
-    match program {
-        Program::Nginx => "nginx -s reload",
-        Program::Haproxy if reload == HaproxyReload::Plain => {
-            "haproxy plain reload (a new process, -sf)"
-        }
-        Program::Haproxy => "haproxy master-worker reload (SIGUSR2)",
-        Program::Caddy => "caddy admin API (POST /load)",
-        Program::Envoy => "envoy file-based xDS (lds.pb renamed into place)",
-        Program::Istio => "istio objects on the API server (istiod pushes)",
-        Program::Contour => "HTTPProxy objects on the API server (Contour translates)",
-        Program::Command => "not changed by meshbench",
-    }
-}
-
-pub(crate) fn tell_failed(told_by: &'static str, reason: String) -> LabError {
-    LabError::Tell { told_by, reason }
 }
 
 /// The objects teller for `written`, its objects as `target` renders them (those of `files`,
