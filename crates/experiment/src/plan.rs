@@ -443,11 +443,18 @@ fn gateways(e: &Experiment, t: Topology) -> Vec<(Option<Program>, Option<Haproxy
 /// Seconds a step's rig takes to start and stop: about one, except for an Istio or Contour
 /// gateway, whose control plane starts for each step (about 6 s here) and whose routes are
 /// applied and pushed before the load (Istio's: about 36 s for 100,000 routes on a 2-core
-/// machine, docs/seeds.md; Contour's taken as the same).
+/// machine, docs/seeds.md; Contour's taken as the same); or for Istio's sidecars in the lab, whose pods,
+/// istiod and agents start for each step and are taken down after it (about 11 s a step here:
+/// `examples/changes-istio-sidecars.yaml` took 3m33s for 6 steps of 24 s).
 fn setup_secs(e: &Experiment) -> f64 {
+    let istio_sidecars = e.proxy.kind == Program::Istio
+        && e.cluster.is_none()
+        && (e.topologies.iter()).any(|t| matches!(t, StepKind::Chain(t) if t.has_sidecars()));
     if e.topologies.contains(&StepKind::Chain(Topology::Gateway)) && e.gateway.controlled() {
         let routes = f64::from(e.gateway.domains) * f64::from(e.gateway.paths);
         6.0 + routes / 2_800.0
+    } else if istio_sidecars {
+        11.0
     } else {
         1.0
     }
