@@ -19,8 +19,9 @@
 //! - Ctrl-C (SIGINT to meshbench's process group) while haproxy's plain reload has started new
 //!   processes (groups of their own): none is left, and the interrupted step keeps its changes.
 //! - Bad input: a gateway meshbench cannot change (a command), a change the gateway cannot make
-//!   (a route where routes are gRPC methods), a rate above what a step can hold, and the
-//!   external topology, each refused in one line with exit 2.
+//!   (a route where routes are gRPC methods; a ServiceEntry without Istio's sidecars), a rate
+//!   above what a step can hold, and the external topology, each refused in one line with
+//!   exit 2.
 
 use crate::common;
 
@@ -283,6 +284,10 @@ fn changes_a_gateway_cannot_make_or_a_step_cannot_hold_are_refused_in_one_line()
         (
             experiment("kind", "nginx", "  - kind: secret\n    every_secs: 2\n"),
             "changes[0].kind: unknown variant `secret`",
+        ),
+        (
+            experiment("mesh", "nginx", "  - kind: service_entry\n    every_secs: 1\n"),
+            "changes[0].kind: service_entry changes the mesh of Istio's sidecars; set proxy.type: istio",
         ),
     ];
     for (text, expected) in cases {
