@@ -1,7 +1,7 @@
 //! The changes of a step, beside its load: a thread of their own applies each change at its
-//! instant of the measured window (the gateway told its own way, `meshbench_lab::change`),
-//! then probes it on a connection of its own every few milliseconds until it is served (a
-//! route answers, or stops answering). Every instant is on the sampler's clock, so that the
+//! instant of the measured window (the gateway, or Istio's sidecars' mesh, told its own way:
+//! `meshbench_lab::change`), then probes it every few milliseconds until it is served (a route
+//! answers on a connection of its own, or stops answering; a sidecar holds a new cluster). Every instant is on the sampler's clock, so that the
 //! engine's seconds and the roles' samples line up with it; what each change cost is read from
 //! the engine's seconds afterwards ([`figures`]).
 

@@ -77,8 +77,9 @@ pub enum ServedWhen {
 pub struct Told {
     pub what: String,
     pub probe: Probe,
-    /// When the gateway's configuration began to be written: its first file, or its first
-    /// object sent to the API server (after the objects that differ were found).
+    /// When the configuration (the gateway's, or the mesh's) began to be written: its first
+    /// file, or its first object sent to the API server (after the objects that differ were
+    /// found).
     pub written: Instant,
 }
 

@@ -102,9 +102,13 @@ pub(crate) fn errors_of(change: &Value) -> u64 {
 #[test]
 fn routes_and_domains_are_served_through_every_gateway_and_every_error_is_a_changes() {
     let dir = common::scratch_dir("changes-gateways");
-    let streams = "  - kind: route\n    every_secs: 1.5\n  - kind: domain\n    at_secs: [2.2, 4.2]\n  - kind: certificate\n    at_secs: [3.2]\n";
+    // A second between changes: a probe asks until the next change is due, and a gateway
+    // reloaded on a machine busy with the suite's other lane took longer than 0.7 s.
+    let streams = "  - kind: route\n    every_secs: 3\n  - kind: domain\n    at_secs: [4, 8]\n  - kind: certificate\n    at_secs: [7]\n";
     for gateway in ["nginx", "haproxy", "caddy", "envoy", "istio", "contour"] {
-        let (steps, store) = run(&dir, gateway, &experiment(gateway, gateway, streams));
+        let text =
+            experiment(gateway, gateway, streams).replace("duration_secs: 6", "duration_secs: 10");
+        let (steps, store) = run(&dir, gateway, &text);
         let (with, still) = pair(&steps);
         let changes = with["changes"]["changes"].as_array().unwrap();
         let kinds: Vec<&str> = changes
@@ -176,9 +180,9 @@ fn routes_and_domains_are_served_through_every_gateway_and_every_error_is_a_chan
 #[test]
 fn haproxys_plain_reload_is_a_new_process_that_serves_every_change() {
     let dir = common::scratch_dir("changes-haproxy-plain");
-    let streams =
-        "  - kind: route\n    every_secs: 1.5\n  - kind: certificate\n    at_secs: [2.2]\n";
+    let streams = "  - kind: route\n    every_secs: 2\n  - kind: certificate\n    at_secs: [3]\n";
     let text = experiment("plain", "haproxy", streams)
+        .replace("duration_secs: 6", "duration_secs: 8")
         .replace("  paths: 3\n", "  paths: 3\n  haproxy_reload: plain\n");
     // `run` holds every step `ok`: the gateway started again is the role from then on (no
     // role is seen gone when the old process ends).
