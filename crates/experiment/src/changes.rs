@@ -228,17 +228,18 @@ mod tests {
     use crate::{parse, Plan};
     use meshbench_results::Topology;
 
+    /// The plan's steps, by their variants' names.
+    fn variants(e: &crate::config::Experiment) -> Vec<String> {
+        Plan::compile(e).steps.iter().map(|s| s.variant()).collect()
+    }
+
     const FILE: &str = "name: t\ntopologies: [baseline, gateway]\nduration_secs: 10\ngateway:\n  type: [nginx, caddy]\n";
 
     #[test]
     fn each_gateway_variant_runs_still_then_changed_side_by_side_and_no_other() {
         let text = format!("{FILE}changes:\n  - kind: route\n    every_secs: 2\n");
         let e = parse("t.yaml", &text, &[]).unwrap();
-        let names: Vec<String> = Plan::compile(&e)
-            .steps
-            .iter()
-            .map(|s| s.variant())
-            .collect();
+        let names = variants(&e);
         assert_eq!(
             names,
             [
@@ -262,8 +263,7 @@ mod tests {
             "[nginx, haproxy]\n  haproxy_reload: [seamless, plain]",
         );
         let e = parse("t.yaml", &text, &[]).unwrap();
-        let plan = Plan::compile(&e);
-        let names: Vec<String> = plan.steps.iter().map(|s| s.variant()).collect();
+        let names = variants(&e);
         assert_eq!(
             names,
             [
@@ -339,11 +339,7 @@ mod tests {
     fn a_service_entry_pairs_the_steps_with_a_client_sidecar_and_a_route_the_gateways() {
         let text = format!("{SIDECARS}  - kind: route\n    every_secs: 0.6\n");
         let e = parse("t.yaml", &text, &[]).unwrap();
-        let names: Vec<String> = Plan::compile(&e)
-            .steps
-            .iter()
-            .map(|s| s.variant())
-            .collect();
+        let names = variants(&e);
         assert_eq!(
             names,
             [
